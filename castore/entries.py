@@ -1,0 +1,230 @@
+"""What one commit adds to a session: messages, events, compactions, and other entries.
+
+Entries are plain frozen dataclasses. Each has a ``kind`` and splits into two parts when
+stored: the shareable *body* (the message text, a summary), stored content-addressed so
+that identical content is stored once across every session, and per-call *provenance*
+(author, time, model metadata, state delta), stored on the commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .errors import InvalidEntry
+
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+@dataclass(frozen=True)
+class Message:
+    """A chat message in the common shape (OpenAI/Anthropic-like).
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant``, ``tool``, or anything a model API uses.
+        content: text, or a list of content blocks (dicts), or None.
+        tool_calls: the tool calls an assistant message makes (dicts with an ``id``).
+        tool_call_id: for a tool result, the id of the call it answers.
+        name: an optional name (tool name, participant).
+        extra: any other fields, kept verbatim.
+    """
+
+    kind: ClassVar[str] = "message"
+    role: str
+    content: Any = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str) or not self.role:
+            raise InvalidEntry(f"a message needs a non-empty string role, got {self.role!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message as a plain dict (unset optional fields left out)."""
+        d: dict[str, Any] = dict(self.extra)
+        d["role"] = self.role
+        if self.content is not None:
+            d["content"] = self.content
+        if self.tool_calls is not None:
+            d["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            d["name"] = self.name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Message:
+        """Build a message from a plain dict, keeping unknown fields in ``extra``.
+
+        Raises:
+            InvalidEntry: no usable ``role``.
+        """
+        if not isinstance(d, dict):
+            raise InvalidEntry(f"a message must be a mapping, got {type(d).__name__}")
+        extra = {k: v for k, v in d.items() if k not in _MESSAGE_FIELDS}
+        return cls(
+            role=d.get("role"),  # type: ignore[arg-type]
+            content=d.get("content"),
+            tool_calls=d.get("tool_calls"),
+            tool_call_id=d.get("tool_call_id"),
+            name=d.get("name"),
+            extra=extra,
+        )
+
+    @property
+    def text(self) -> str:
+        """The message's text (text blocks joined), for display and token estimates."""
+        return content_text(self.content)
+
+
+def content_text(content: Any) -> str:
+    """Plain text of message content: a string, or the text parts of content blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict):
+                if isinstance(block.get("text"), str):
+                    parts.append(block["text"])
+                elif isinstance(block.get("thinking"), str):
+                    parts.append(block["thinking"])
+                elif block.get("type") in ("image", "image_url"):
+                    parts.append("[image]")
+        return "\n".join(parts)
+    return str(content)
+
+
+@dataclass(frozen=True)
+class Event:
+    """An agent event (as in ADK and trpc-agent-go): who acted, what was said, what changed.
+
+    Attributes:
+        author: who produced the event (``user``, an agent's name, a tool).
+        message: the message the event carries, if any.
+        state_delta: state keys set by this event; ``app:`` and ``user:`` keys go to the
+            app- and user-scoped state, ``temp:`` keys are never stored. A value of
+            :data:`DELETE` removes the key.
+        meta: per-call details (model, token usage, invocation id, ...), kept on the commit.
+    """
+
+    kind: ClassVar[str] = "event"
+    author: str
+    message: Message | None = None
+    state_delta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.author, str):
+            raise InvalidEntry(f"an event's author must be a string, got {self.author!r}")
+        if not isinstance(self.state_delta, dict) or not all(isinstance(k, str) for k in self.state_delta):
+            raise InvalidEntry("state_delta must be a dict with string keys")
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A summary that replaces, in the model's context, every entry before ``first_kept``.
+
+    Nothing is deleted: the full history stays readable.
+    """
+
+    kind: ClassVar[str] = "compaction"
+    summary: str
+    first_kept: str | None = None
+    tokens_before: int = 0
+    details: Any = None
+
+
+@dataclass(frozen=True)
+class BranchSummary:
+    """A summary of a branch the agent left (Pi's ``/tree``), shown where it stands."""
+
+    kind: ClassVar[str] = "branch_summary"
+    summary: str
+    from_id: str | None = None
+    details: Any = None
+
+
+@dataclass(frozen=True)
+class ModelChange:
+    """The model (and optionally provider and thinking level) used from here on."""
+
+    kind: ClassVar[str] = "model_change"
+    model: str | None = None
+    provider: str | None = None
+    thinking_level: str | None = None
+
+
+@dataclass(frozen=True)
+class Custom:
+    """An application record a model never sees; ``data`` is kept verbatim."""
+
+    kind: ClassVar[str] = "custom"
+    type: str
+    data: Any = None
+
+
+EntryType = Message | Event | Compaction | BranchSummary | ModelChange | Custom
+
+#: a state delta value that removes the key
+DELETE = object()
+
+
+def body_of(entry: EntryType) -> dict[str, Any] | None:
+    """The shareable body of an entry (stored content-addressed), or None."""
+    if isinstance(entry, Message):
+        return entry.to_dict()
+    if isinstance(entry, Event):
+        return entry.message.to_dict() if entry.message is not None else None
+    if isinstance(entry, Compaction):
+        return _compact({"summary": entry.summary, "first_kept": entry.first_kept,
+                         "tokens_before": entry.tokens_before, "details": entry.details})
+    if isinstance(entry, BranchSummary):
+        return _compact({"summary": entry.summary, "from_id": entry.from_id, "details": entry.details})
+    if isinstance(entry, ModelChange):
+        return _compact({"model": entry.model, "provider": entry.provider, "thinking_level": entry.thinking_level})
+    if isinstance(entry, Custom):
+        return {"type": entry.type, "data": entry.data}
+    raise InvalidEntry(f"not an entry: {type(entry).__name__} (use Message, Event, Compaction, ...)")
+
+
+def entry_from(kind: str, body: Any, author: str, delta: dict[str, Any], meta: dict[str, Any]) -> EntryType:
+    """Rebuild a typed entry from its stored parts. Unknown kinds become :class:`Custom`."""
+    b = body if isinstance(body, dict) else {}
+    if kind == "message":
+        return Message.from_dict(b)
+    if kind == "event":
+        return Event(author=author, message=Message.from_dict(b) if b else None, state_delta=dict(delta), meta=dict(meta))
+    if kind == "compaction":
+        return Compaction(b.get("summary", ""), b.get("first_kept"), b.get("tokens_before", 0), b.get("details"))
+    if kind == "branch_summary":
+        return BranchSummary(b.get("summary", ""), b.get("from_id"), b.get("details"))
+    if kind == "model_change":
+        return ModelChange(b.get("model"), b.get("provider"), b.get("thinking_level"))
+    if kind == "custom":
+        return Custom(b.get("type", ""), b.get("data"))
+    return Custom(kind, body)
+
+
+def _compact(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def coerce(entry: Any) -> EntryType:
+    """Accept an entry object, or a plain message dict; return an entry.
+
+    Raises:
+        InvalidEntry: anything else.
+    """
+    if isinstance(entry, (Message, Event, Compaction, BranchSummary, ModelChange, Custom)):
+        return entry
+    if isinstance(entry, dict):
+        return Message.from_dict(entry)
+    raise InvalidEntry(f"cannot append {type(entry).__name__}: pass a Message, Event, Compaction, ... or a message dict")

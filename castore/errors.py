@@ -1,0 +1,182 @@
+"""The error hierarchy: one root, :class:`CastoreError`, and subclasses that carry data.
+
+Each subclass also inherits the matching built-in exception where one fits, so that
+callers who catch ``KeyError`` or ``ValueError`` keep working. Backend exceptions are
+always chained as ``__cause__``; they never escape bare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class CastoreError(Exception):
+    """Root of every error castore raises on purpose."""
+
+
+class StorageError(CastoreError, OSError):
+    """The storage backend failed (unreachable, denied, I/O error).
+
+    Attributes:
+        url: the store or object URL involved, when known.
+    """
+
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+    def __str__(self) -> str:  # OSError's __str__ would print an errno tuple
+        return str(self.args[0]) if self.args else ""
+
+
+class StoreNotFound(CastoreError, FileNotFoundError):
+    """There is no castore store at the URL that was read."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"no castore store at {url!r} (create one with `castore init` or by writing to it)")
+        self.url = url
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class FormatError(CastoreError):
+    """The store was written with a format this version of castore cannot read."""
+
+    def __init__(self, message: str, found: object = None, supported: int | None = None) -> None:
+        super().__init__(message)
+        self.found = found
+        self.supported = supported
+
+
+class ObjectNotFound(CastoreError, KeyError):
+    """An object id names no stored object."""
+
+    def __init__(self, object_id: str) -> None:
+        super().__init__(object_id)
+        self.object_id = object_id
+
+    def __str__(self) -> str:
+        return f"object {self.object_id} not found"
+
+
+class IntegrityError(CastoreError):
+    """Stored bytes do not hash to the id they are stored under, or cannot be decoded."""
+
+    def __init__(self, object_id: str, reason: str) -> None:
+        super().__init__(f"object {object_id} is corrupt: {reason}")
+        self.object_id = object_id
+        self.reason = reason
+
+
+class InvalidName(CastoreError, ValueError):
+    """A name (app, user, session, branch, label, ref) is not acceptable."""
+
+    def __init__(self, name: object, reason: str, what: str = "name") -> None:
+        super().__init__(f"invalid {what} {name!r}: {reason}")
+        self.name = name
+        self.reason = reason
+        self.what = what
+
+
+class InvalidEntry(CastoreError, ValueError):
+    """A value given to be stored cannot be encoded (not msgpack-able, wrong shape)."""
+
+
+class RefNotFound(CastoreError, KeyError):
+    """A ref that was required does not exist."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(ref)
+        self.ref = ref
+
+    def __str__(self) -> str:
+        return f"ref {self.ref!r} not found"
+
+
+class RefConflict(CastoreError):
+    """A compare-and-swap on a ref lost: the ref did not hold the expected value.
+
+    Attributes:
+        ref: the ref name.
+        expected: the value the caller expected (None: expected the ref to be absent).
+        actual: the value found (None: the ref is absent), when known.
+    """
+
+    def __init__(self, ref: str, expected: str | None, actual: str | None, message: str | None = None) -> None:
+        msg = message or (
+            f"ref {ref!r} changed concurrently: expected {expected or '(absent)'}, found {actual or '(absent)'}"
+        )
+        super().__init__(msg)
+        self.ref = ref
+        self.expected = expected
+        self.actual = actual
+
+
+class RefLocked(RefConflict):
+    """A local ref is locked by another live writer and the wait ran out."""
+
+
+class RevisionNotFound(CastoreError, KeyError):
+    """A revision string names no commit."""
+
+    def __init__(self, rev: str, reason: str = "") -> None:
+        super().__init__(rev)
+        self.rev = rev
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"unknown revision {self.rev!r}" + (f": {self.reason}" if self.reason else "")
+
+
+class AmbiguousRevision(CastoreError, KeyError):
+    """A short id prefix matches more than one object."""
+
+    def __init__(self, rev: str, candidates: Sequence[str]) -> None:
+        super().__init__(rev)
+        self.rev = rev
+        self.candidates = list(candidates)
+
+    def __str__(self) -> str:
+        shown = ", ".join(c[:12] for c in self.candidates[:10])
+        return f"ambiguous revision {self.rev!r}: matches {shown}"
+
+
+class SessionNotFound(CastoreError, KeyError):
+    """A session key has no history in the store."""
+
+    def __init__(self, key: tuple[str, str, str]) -> None:
+        super().__init__(key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return "session {}/{}/{} not found".format(*self.key)
+
+
+class SessionExists(CastoreError, FileExistsError):
+    """A session that was to be created already exists."""
+
+    def __init__(self, key: tuple[str, str, str]) -> None:
+        super().__init__("session {}/{}/{} already exists".format(*key))
+        self.key = key
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class BranchError(CastoreError, ValueError):
+    """A branch operation is refused (exists, checked out, unmerged work)."""
+
+
+class AuditError(CastoreError):
+    """Replaying the events of a path does not give the stored state.
+
+    Attributes:
+        commit: the first commit whose stored state differs from the replay.
+        key: the first differing state key, when one is known.
+    """
+
+    def __init__(self, commit: str, message: str, key: str | None = None) -> None:
+        super().__init__(f"audit failed at {commit[:12]}: {message}")
+        self.commit = commit
+        self.key = key

@@ -1,0 +1,297 @@
+"""Reading paths of the commit DAG in a few round trips, and parsing revisions.
+
+Walking parents one commit at a time costs one dependent read per commit: fine on local
+disk, slow on S3. So every :data:`K` commits along a path the writer also stores a
+:class:`~castore.objects.Segment` (those K commits and their bodies, as canonical bytes)
+and an :class:`~castore.objects.Index` listing the path's segments from the root. Each
+commit names the index that covers its path below its own block; the branch ref carries a
+*hint* (that index and the ids of the commits of the current, unfinished block). Reading a
+path is then: the ref, the index and the tail commits at once, the segments at once, the
+bodies at once, whatever the path's length. Hints are checked against the parent links
+and ignored when they do not fit, so a stale or missing hint only costs speed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import objects as o
+from .errors import IntegrityError, ObjectNotFound, RevisionNotFound
+from .objects import Commit, Index, ObjectId, Segment
+from .objectstore import ObjectStore
+
+#: commits per segment
+K = 64
+#: bodies larger than this are not copied into segments (they are read on their own)
+SEGMENT_BODY_MAX = 16384
+
+_REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")
+
+
+@dataclass
+class Hint:
+    """What a reader of the path ending at a tip needs besides the tip: see the module doc."""
+
+    index: str | None = None
+    tail: list[str] = field(default_factory=list)
+
+    def to_meta(self) -> dict[str, Any]:
+        """The hint as ref metadata."""
+        d: dict[str, Any] = {"tl": list(self.tail)}
+        if self.index:
+            d["ix"] = self.index
+        return d
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> Hint | None:
+        """Read a hint from ref metadata; None when absent or malformed."""
+        tail = meta.get("tl")
+        ix = meta.get("ix")
+        if not isinstance(tail, list) or not all(isinstance(t, str) and o.is_hex_id(t) for t in tail):
+            return None
+        if ix is not None and not (isinstance(ix, str) and o.is_hex_id(ix)):
+            return None
+        return cls(ix, list(tail))
+
+
+class History:
+    """Commit reading over an object store: single commits, whole paths, ancestry."""
+
+    def __init__(self, objs: ObjectStore) -> None:
+        self.objs = objs
+
+    def commit(self, cid: str) -> Commit:
+        """Read one commit.
+
+        Raises:
+            ObjectNotFound: no such object.
+            RevisionNotFound: the object is not a commit.
+            IntegrityError, StorageError.
+        """
+        obj = self.objs.get(cid)
+        if not isinstance(obj, Commit):
+            raise RevisionNotFound(cid, f"object is a {type(obj).__name__.lower()}, not a commit")
+        return obj
+
+    def commits(self, cids: list[str]) -> dict[str, Commit]:
+        """Read several commits in one batch.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError; RevisionNotFound for a non-commit.
+        """
+        got = self.objs.get_many(cids)
+        for cid, obj in got.items():
+            if not isinstance(obj, Commit):
+                raise RevisionNotFound(cid, "not a commit")
+        return got  # type: ignore[return-value]
+
+    # -- paths -------------------------------------------------------------------------
+    def path(self, tip: str, hint: Hint | None = None) -> list[tuple[str, Commit]]:
+        """The first-parent path from the root to ``tip``, root first.
+
+        Raises:
+            ObjectNotFound: a commit on the path is missing.
+            IntegrityError, StorageError.
+        """
+        if hint is not None and hint.tail and hint.tail[-1] == tip:
+            got = self._path_from_hint(tip, hint)
+            if got is not None:
+                return got
+        return self._path_by_walking(tip)
+
+    def _path_from_hint(self, tip: str, hint: Hint) -> list[tuple[str, Commit]] | None:
+        want = list(hint.tail) + ([hint.index] if hint.index else [])
+        got = self.objs.get_many(want, missing_ok=True)
+        if any(t not in got or not isinstance(got[t], Commit) for t in hint.tail):
+            return None
+        tail = [(t, got[t]) for t in hint.tail]
+        below: list[tuple[str, Commit]] = []
+        if hint.index:
+            idx = got.get(hint.index)
+            if not isinstance(idx, Index):
+                return None
+            below = self._segments(idx)
+        full = below + tail  # type: ignore[operator]
+        return full if _is_chain(full) else None
+
+    def _path_by_walking(self, tip: str) -> list[tuple[str, Commit]]:
+        c = self.commit(tip)
+        block_start = (c.depth // K) * K
+        tail = [(tip, c)]
+        while c.depth > block_start and c.parents:
+            pid = o.hex_id(c.parents[0])
+            c = self.commit(pid)
+            tail.append((pid, c))
+        tail.reverse()
+        below: list[tuple[str, Commit]] = []
+        if c.index is not None:
+            idx = self.objs.get(o.hex_id(c.index))
+            if not isinstance(idx, Index):
+                raise IntegrityError(o.hex_id(c.index), "expected an index")
+            below = self._segments(idx)
+        full = below + tail
+        if not _is_chain(full):
+            # An index that does not fit its commit: fall back to the slow, sure walk.
+            return self._walk_all(tip)
+        return full
+
+    def _walk_all(self, tip: str) -> list[tuple[str, Commit]]:
+        out = []
+        cid: str | None = tip
+        while cid is not None:
+            c = self.commit(cid)
+            out.append((cid, c))
+            cid = o.hex_id(c.parents[0]) if c.parents else None
+        out.reverse()
+        return out
+
+    def _segments(self, idx: Index) -> list[tuple[str, Commit]]:
+        seg_ids = [o.hex_id(s) for s in idx.segments]
+        segs = self.objs.get_many(seg_ids)
+        out: list[tuple[str, Commit]] = []
+        for sid in seg_ids:
+            seg = segs[sid]
+            if not isinstance(seg, Segment):
+                raise IntegrityError(sid, "expected a segment")
+            for canonical in seg.objects:
+                oid = self.objs.add_known_canonical(canonical)
+                c = self.objs.get(oid)
+                if isinstance(c, Commit):
+                    out.append((oid, c))
+        return out
+
+    def path_ids(self, tip: str, hint: Hint | None = None) -> list[str]:
+        """Ids of the path root -> tip.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        return [cid for cid, _ in self.path(tip, hint)]
+
+    def is_ancestor(self, a: str, b: str, hint: Hint | None = None) -> bool:
+        """Whether commit ``a`` is on the first-parent path of ``b`` (or is ``b``).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        if a == b:
+            return True
+        ca, cb = self.commit(a), self.commit(b)
+        if ca.depth >= cb.depth:
+            return False
+        path = self.path(b, hint)
+        return ca.depth < len(path) and path[ca.depth][0] == a
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        """The deepest commit on both first-parent paths, or None (unrelated roots).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        pa, pb = self.path_ids(a), self.path_ids(b)
+        base = None
+        for x, y in zip(pa, pb, strict=False):
+            if x != y:
+                break
+            base = x
+        return base
+
+    # -- writing hints and segments ------------------------------------------------------
+    def hint_for(self, tip: str) -> tuple[Hint, dict[ObjectId, bytes]]:
+        """Compute the hint for ``tip`` by reading its block; also return objects to write.
+
+        When ``tip`` closes a block, the block's segment and the next index are rebuilt
+        (content-addressed: identical to any earlier copy).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        c = self.commit(tip)
+        block_start = (c.depth // K) * K
+        tail = [tip]
+        cur = c
+        while cur.depth > block_start and cur.parents:
+            pid = o.hex_id(cur.parents[0])
+            cur = self.commit(pid)
+            tail.append(pid)
+        tail.reverse()
+        hint = Hint(o.hex_id(cur.index) if cur.index else None, tail[:-1])
+        return self.advance(hint, tip, c)
+
+    def advance(self, hint: Hint, cid: str, commit: Commit) -> tuple[Hint, dict[ObjectId, bytes]]:
+        """The hint after appending ``cid`` to the path ``hint`` describes.
+
+        Returns the new hint and any segment and index objects to write (by id).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        tail = hint.tail + [cid]
+        if (commit.depth + 1) % K != 0:
+            return Hint(hint.index, tail), {}
+        # The block is full: pack it into a segment and extend the index.
+        commits = self.commits(tail)
+        bodies = [o.hex_id(c.body) for c in commits.values() if c.body is not None]
+        canon = self.objs.get_canonical_many(tail + bodies)
+        parts: list[bytes] = []
+        for t in tail:
+            parts.append(canon[t])
+            b = commits[t].body
+            if b is not None and len(canon[o.hex_id(b)]) <= SEGMENT_BODY_MAX:
+                parts.append(canon[o.hex_id(b)])
+        new: dict[ObjectId, bytes] = {}
+        sid, sbytes = o.encode(Segment(start=commit.depth + 1 - K, objects=tuple(parts)))
+        new[sid] = sbytes
+        prev: tuple[bytes, ...] = ()
+        if hint.index:
+            idx = self.objs.get(hint.index)
+            if not isinstance(idx, Index):
+                raise IntegrityError(hint.index, "expected an index")
+            prev = idx.segments
+        iid, ibytes = o.encode(Index(segments=prev + (o.raw_id(sid),)))
+        new[iid] = ibytes
+        return Hint(iid, []), new
+
+
+def _is_chain(path: list[tuple[str, Commit]]) -> bool:
+    prev: str | None = None
+    for i, (cid, c) in enumerate(path):
+        if c.depth != i:
+            return False
+        if prev is None:
+            if c.parents:
+                return False
+        elif not c.parents or o.hex_id(c.parents[0]) != prev:
+            return False
+        prev = cid
+    return True
+
+
+# -- revisions ------------------------------------------------------------------------
+def split_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
+    """Split ``main~2^`` into the base name and its navigation steps.
+
+    Returns:
+        ``(base, steps)`` where each step is ``("~", n)`` (n first parents back) or
+        ``("^", n)`` (the n-th parent).
+
+    Raises:
+        RevisionNotFound: the revision is empty or malformed.
+    """
+    if not isinstance(rev, str) or not rev.strip():
+        raise RevisionNotFound(str(rev), "empty revision")
+    m = _REV_SUFFIX.search(rev)
+    if not m or m.start() == 0:
+        return rev, []
+    base, suffix = rev[: m.start()], rev[m.start() :]
+    steps: list[tuple[str, int]] = []
+    for part in re.findall(r"[~^]\d*", suffix):
+        op, num = part[0], part[1:]
+        steps.append((op, int(num) if num else 1))
+    return base, steps
+
+
+__all__ = ["History", "Hint", "K", "split_revision", "ObjectNotFound"]

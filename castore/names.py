@@ -1,0 +1,111 @@
+"""Names of apps, users, sessions, branches and labels, and their encoding into path segments.
+
+A name is any non-empty unicode string of at most 255 characters. It becomes exactly one
+path segment: characters outside ``[a-z0-9_-]`` are percent-encoded from their UTF-8 bytes
+(upper-case letters included, so that case-insensitive file systems cannot merge ``Alice``
+and ``alice``; dots included, so that no segment is ``..`` or ends in ``.lock``). The
+encoding is injective, and no segment contains ``/``, ``\\``, NUL or a control character.
+
+A segment longer than :data:`MAX_SEGMENT` bytes (long non-ASCII names) is replaced by
+``~`` and a SHA-256 digest of the name; callers keep the real name beside it (castore
+stores it in the ref's metadata), since a digest cannot be decoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+
+from .errors import InvalidName
+
+MAX_NAME_CHARS = 255
+MAX_SEGMENT = 200
+_SAFE = frozenset(string.ascii_lowercase + string.digits + "_-")
+
+
+def validate(name: object, what: str = "name") -> str:
+    """Check that ``name`` is an acceptable name and return it.
+
+    Raises:
+        InvalidName: not a string, empty, longer than 255 characters, or not encodable
+            as UTF-8 (lone surrogates).
+    """
+    if not isinstance(name, str):
+        raise InvalidName(name, f"must be a string, not {type(name).__name__}", what)
+    if not name:
+        raise InvalidName(name, "must not be empty", what)
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidName(name[:40] + "...", f"longer than {MAX_NAME_CHARS} characters ({len(name)})", what)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidName(name, "not valid unicode (lone surrogate)", what) from e
+    return name
+
+
+def encode(name: str, what: str = "name") -> str:
+    """Encode a name into one safe path segment.
+
+    Raises:
+        InvalidName: see :func:`validate`.
+    """
+    validate(name, what)
+    out: list[str] = []
+    for ch in name:
+        if ch in _SAFE:
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
+    seg = "".join(out)
+    if len(seg) > MAX_SEGMENT:
+        return "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()
+    return seg
+
+
+def is_hashed(segment: str) -> bool:
+    """Whether a segment is a digest of a long name (and so cannot be decoded)."""
+    return segment.startswith("~")
+
+
+def decode(segment: str) -> str:
+    """Decode a segment made by :func:`encode`.
+
+    Raises:
+        InvalidName: the segment is not one :func:`encode` makes (or is a digest).
+    """
+    if is_hashed(segment):
+        raise InvalidName(segment, "is a digest of a long name and cannot be decoded", "segment")
+    raw = bytearray()
+    i = 0
+    while i < len(segment):
+        ch = segment[i]
+        if ch == "%":
+            try:
+                raw.append(int(segment[i + 1 : i + 3], 16))
+            except ValueError as e:
+                raise InvalidName(segment, f"bad escape at {i}", "segment") from e
+            i += 3
+        elif ch in _SAFE:
+            raw.extend(ch.encode())
+            i += 1
+        else:
+            raise InvalidName(segment, f"unexpected character {ch!r}", "segment")
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidName(segment, "escapes are not UTF-8", "segment") from e
+    if encode(name) != segment:
+        raise InvalidName(segment, "not in canonical form", "segment")
+    return name
+
+
+def encode_key(app: str, user: str, session: str | None = None) -> str:
+    """Encode a session key (or an app/user prefix of one) as ``app/user[/session]``.
+
+    Raises:
+        InvalidName: any part is not a valid name.
+    """
+    parts = [encode(app, "app name"), encode(user, "user name")]
+    if session is not None:
+        parts.append(encode(session, "session id"))
+    return "/".join(parts)

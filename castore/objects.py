@@ -1,0 +1,240 @@
+"""The object format (format 1): structs, canonical encoding, ids, compression. No I/O.
+
+Every object is a frozen msgspec struct with a short explicit tag, encoded as a msgpack map
+with ``order="deterministic"`` and ``omit_defaults=True``, so that equal values give equal
+bytes and a new optional field leaves every existing id unchanged. The id of an object is
+the blake3 digest of those canonical bytes, written as 64 lowercase hex characters. Inside
+objects, ids are kept as their 32 raw bytes.
+
+On storage an object is one header byte followed by either the canonical bytes (``0x00``)
+or their zstd compression (``0x01``). The id never depends on compression. Every read
+re-hashes the canonical bytes: a mismatch is an :class:`~castore.errors.IntegrityError`.
+
+This is the only module that imports msgspec, blake3 and zstandard.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NewType, Union
+
+import msgspec
+import zstandard
+from blake3 import blake3
+
+from .errors import IntegrityError, InvalidEntry
+
+FORMAT = 1
+ObjectId = NewType("ObjectId", str)
+RawId = bytes  # 32 raw bytes of an ObjectId
+
+_RAW = b"\x00"
+_ZSTD = b"\x01"
+#: objects shorter than this are never compressed (zstd's frame overhead eats the gain)
+COMPRESS_MIN = 128
+
+
+class _Object(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="k"):
+    pass
+
+
+class Blob(_Object, tag="b"):
+    """Opaque bytes (an image, a file, a large tool output)."""
+
+    data: bytes
+
+
+class Value(_Object, tag="v"):
+    """One msgpack value: an entry's body, or a large state value."""
+
+    value: Any
+
+
+class Tree(_Object, tag="t"):
+    """A state snapshot: small values inline, large ones by the id of a :class:`Value`.
+
+    A large state is split by key hash: ``sub`` maps one hex digit to a child tree.
+    """
+
+    values: dict[str, Any] = {}
+    refs: dict[str, bytes] = {}
+    sub: dict[str, bytes] = {}
+
+
+class Commit(_Object, tag="c"):
+    """One entry of a history, the state after it, and its parents.
+
+    ``body`` names the :class:`Value` holding the entry's shareable content (a message,
+    a summary); provenance that must not break deduplication (time, author, meta) lives
+    here on the commit. ``delta`` and ``unset`` are the state changes this entry made, for
+    replay; ``state`` names the full snapshot after it. ``depth`` counts commits on the
+    first-parent path before this one; ``index`` names the :class:`Index` that covers the
+    path below this commit's segment block (see :mod:`castore.history`).
+    """
+
+    kind: str
+    parents: tuple[bytes, ...] = ()
+    body: bytes | None = None
+    state: bytes | None = None
+    delta: dict[str, Any] = {}
+    unset: tuple[str, ...] = ()
+    scopes: dict[str, bytes] = {}
+    author: str = ""
+    time: float = 0.0
+    meta: dict[str, Any] = {}
+    depth: int = 0
+    index: bytes | None = None
+
+
+class Segment(_Object, tag="s"):
+    """K consecutive commits of a path and their bodies, as stored canonical bytes."""
+
+    start: int
+    objects: tuple[bytes, ...]
+
+
+class Index(_Object, tag="i"):
+    """The segments of a path from its root, in order."""
+
+    segments: tuple[bytes, ...] = ()
+
+
+AnyObject = Union[Blob, Value, Tree, Commit, Segment, Index]
+_encoder = msgspec.msgpack.Encoder(order="deterministic")
+_decoder = msgspec.msgpack.Decoder(AnyObject)
+_value_decoder = msgspec.msgpack.Decoder()
+_cctx = zstandard.ZstdCompressor(level=3)
+_dctx = zstandard.ZstdDecompressor()
+
+
+def hex_id(raw: bytes) -> ObjectId:
+    """The hex form of a raw 32-byte id."""
+    return ObjectId(raw.hex())
+
+
+def raw_id(oid: str) -> bytes:
+    """The raw 32 bytes of a hex id.
+
+    Raises:
+        InvalidEntry: not 64 hex characters.
+    """
+    if len(oid) != 64:
+        raise InvalidEntry(f"not an object id: {oid!r}")
+    try:
+        return bytes.fromhex(oid)
+    except ValueError as e:
+        raise InvalidEntry(f"not an object id: {oid!r}") from e
+
+
+def is_hex_id(s: str) -> bool:
+    """Whether ``s`` is a full 64-character lowercase hex id."""
+    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+
+
+def digest(canonical: bytes) -> ObjectId:
+    """The id of canonical bytes."""
+    return ObjectId(blake3(canonical).hexdigest())
+
+
+def encode(obj: _Object) -> tuple[ObjectId, bytes]:
+    """Encode an object canonically and return ``(id, canonical bytes)``.
+
+    Raises:
+        InvalidEntry: the object holds a value msgpack cannot encode.
+    """
+    try:
+        data = _encoder.encode(obj)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidEntry(f"cannot encode {type(obj).__name__}: {e}") from e
+    return digest(data), data
+
+
+def to_stored(canonical: bytes, compress: bool = True) -> bytes:
+    """Frame canonical bytes for storage, compressed when that saves space."""
+    if compress and len(canonical) >= COMPRESS_MIN:
+        z = _cctx.compress(canonical)
+        if len(z) < len(canonical) - 8:
+            return _ZSTD + z
+    return _RAW + canonical
+
+
+def from_stored(oid: str, stored: bytes) -> bytes:
+    """Unframe stored bytes and check that they hash to ``oid``; return canonical bytes.
+
+    Raises:
+        IntegrityError: unknown header, bad compression, or a hash mismatch.
+    """
+    if not stored:
+        raise IntegrityError(oid, "empty file")
+    head, body = stored[:1], stored[1:]
+    if head == _RAW:
+        canonical = body
+    elif head == _ZSTD:
+        try:
+            canonical = _dctx.decompress(body)
+        except zstandard.ZstdError as e:
+            raise IntegrityError(oid, f"bad compressed data ({e})") from e
+    else:
+        raise IntegrityError(oid, f"unknown header byte 0x{stored[0]:02x}")
+    actual = digest(canonical)
+    if actual != oid:
+        raise IntegrityError(oid, f"content hashes to {actual}")
+    return canonical
+
+
+def decode(oid: str, canonical: bytes) -> AnyObject:
+    """Decode canonical bytes (already verified) into an object.
+
+    Raises:
+        IntegrityError: the bytes are not a format-1 object.
+    """
+    try:
+        return _decoder.decode(canonical)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise IntegrityError(oid, f"not a castore object ({e})") from e
+
+
+def pack(value: Any) -> bytes:
+    """Canonical msgpack bytes of a plain value.
+
+    Raises:
+        InvalidEntry: the value cannot be encoded.
+    """
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidEntry(f"value cannot be stored: {e}") from e
+
+
+def unpack(data: bytes) -> Any:
+    """Decode msgpack bytes made by :func:`pack`.
+
+    Raises:
+        InvalidEntry: the bytes are not msgpack.
+    """
+    try:
+        return _value_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise InvalidEntry(f"not msgpack: {e}") from e
+
+
+def to_builtins(value: Any) -> Any:
+    """Turn a stored value into JSON-compatible builtins (bytes become base64 strings)."""
+    return msgspec.to_builtins(value)
+
+
+def json_dumps(value: Any, indent: int | None = None) -> str:
+    """JSON text of a stored value (bytes as base64), keys sorted for stable output."""
+    return json.dumps(msgspec.to_builtins(value), indent=indent, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """Parse JSON text.
+
+    Raises:
+        InvalidEntry: the text is not JSON.
+    """
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as e:
+        raise InvalidEntry(f"not valid JSON: {e}") from e

@@ -1,0 +1,221 @@
+"""Refs: small mutable files that name a commit or another ref, changed only by compare-and-swap.
+
+A ref file holds one line with its target (a 64-hex commit id, or ``ref: <name>`` for a
+symbolic ref such as ``HEAD -> heads/main``), then optionally one line of JSON metadata.
+The metadata carries a write id stamped on every write (so that a writer whose successful
+conditional write lost its response can recognise its own landing on retry), the real
+names behind hashed path segments, and read hints for the history layer.
+
+Ref names are relative to ``refs/``: ``sessions/<app>/<user>/<session>/heads/<branch>``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CastoreError, IntegrityError, RefConflict, StorageError
+from .storage import PreconditionFailed, Storage, Token
+
+PREFIX = "refs"
+SYMBOLIC = "ref: "
+_MAX_SYMBOLIC_DEPTH = 5
+_AMBIGUOUS_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class RefValue:
+    """The content of a ref as read, with the version token needed to change it."""
+
+    name: str
+    target: str
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    token: Token | None = None
+
+    @property
+    def symbolic(self) -> str | None:
+        """The ref this one points to, or None for a direct ref."""
+        return self.target[len(SYMBOLIC) :] if self.target.startswith(SYMBOLIC) else None
+
+    @property
+    def write_id(self) -> str | None:
+        """The id stamped by the write that produced this value."""
+        return self.meta.get("w")
+
+
+def ref_key(name: str) -> str:
+    """The storage key of a ref name."""
+    return f"{PREFIX}/{name}"
+
+
+def _serialize(target: str, meta: Mapping[str, Any]) -> bytes:
+    if "\n" in target:
+        raise CastoreError(f"bad ref target {target!r}")
+    return (target + "\n" + json.dumps(meta, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
+    """Parse the bytes of a ref file.
+
+    Raises:
+        IntegrityError: the file is not a ref (garbage, wrong encoding, bad target).
+    """
+    try:
+        text = data.decode("utf-8")
+        lines = text.split("\n")
+        target = lines[0].strip()
+        meta = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise IntegrityError(f"ref {name}", f"not a ref file ({e})") from e
+    if not isinstance(meta, dict):
+        raise IntegrityError(f"ref {name}", "metadata is not an object")
+    ok = target.startswith(SYMBOLIC) or (len(target) == 64 and all(c in "0123456789abcdef" for c in target))
+    if not ok:
+        raise IntegrityError(f"ref {name}", f"bad target {target[:80]!r}")
+    return RefValue(name, target, meta, token)
+
+
+class RefStore:
+    """Refs over a storage backend; every change is a compare-and-swap."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def read(self, name: str) -> RefValue | None:
+        """Read one ref (without following symbolic refs); None when it does not exist.
+
+        Raises:
+            IntegrityError: the ref file is garbage.
+            StorageError: the backend failed.
+        """
+        got = self.storage.read_versioned(ref_key(name))
+        if got is None:
+            return None
+        return parse(name, got.data, got.token)
+
+    def read_many(self, names: list[str]) -> dict[str, RefValue | None]:
+        """Read several refs in one batch (no tokens: for reading, not for swapping).
+
+        Raises:
+            IntegrityError, StorageError.
+        """
+        got = self.storage.read_many([ref_key(n) for n in names])
+        return {n: (parse(n, got[ref_key(n)]) if got.get(ref_key(n)) is not None else None) for n in names}  # type: ignore[arg-type]
+
+    def resolve(self, name: str) -> tuple[str, RefValue | None]:
+        """Follow symbolic refs from ``name``; return (final ref name, its value or None).
+
+        Raises:
+            IntegrityError: a symbolic loop or a garbage ref.
+            StorageError: the backend failed.
+        """
+        current = name
+        for _ in range(_MAX_SYMBOLIC_DEPTH):
+            value = self.read(current)
+            if value is None or value.symbolic is None:
+                return current, value
+            current = _sibling(current, value.symbolic)
+        raise IntegrityError(f"ref {name}", "symbolic refs nest too deep (a loop?)")
+
+    def swap(
+        self,
+        name: str,
+        target: str,
+        expect: RefValue | None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> RefValue:
+        """Set ``name`` to ``target`` if it still holds ``expect`` (None: if it is absent).
+
+        Args:
+            name: the ref name.
+            target: a commit id or ``ref: <name>``.
+            expect: the value read before (its token is what is compared).
+            meta: metadata to store with the ref (a write id is added).
+
+        Returns:
+            The new value, with its token.
+
+        Raises:
+            RefConflict: the ref changed since ``expect`` was read (``actual`` is set).
+            StorageError: the backend failed and it cannot be told whether the write landed.
+        """
+        write_id = uuid.uuid4().hex
+        meta = {**(meta or {}), "w": write_id}
+        data = _serialize(target, meta)
+        key = ref_key(name)
+        exp_token = expect.token if expect is not None else None
+        if expect is not None and exp_token is None:
+            raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
+        last_error: Exception | None = None
+        for attempt in range(_AMBIGUOUS_RETRIES):
+            try:
+                token = self.storage.swap(key, data, exp_token)
+                return RefValue(name, target, meta, token)
+            except PreconditionFailed as e:
+                # Lost, or our own earlier attempt landed and only its response was lost.
+                current = self.read(name)
+                if current is not None and current.write_id == write_id:
+                    return current
+                raise RefConflict(
+                    name, _target_of(expect), current.target if current else None
+                ) from e
+            except StorageError as e:
+                last_error = e
+                current = self._read_quietly(name)
+                if current is not None and current.write_id == write_id:
+                    return current
+                if current is not None and exp_token is not None and current.token != exp_token:
+                    raise RefConflict(name, _target_of(expect), current.target) from e
+                time.sleep(0.05 * (2**attempt))
+        assert last_error is not None
+        raise last_error
+
+    def _read_quietly(self, name: str) -> RefValue | None:
+        try:
+            return self.read(name)
+        except StorageError:
+            return None
+
+    def delete(self, name: str, expect: RefValue | None = None) -> None:
+        """Delete a ref; with ``expect``, only if it still holds that value.
+
+        Raises:
+            RefConflict: the ref changed since ``expect`` was read.
+            StorageError: the backend failed.
+        """
+        try:
+            self.storage.delete(ref_key(name), expect.token if expect is not None else None)
+        except PreconditionFailed as e:
+            current = self.read(name)
+            raise RefConflict(name, _target_of(expect), current.target if current else None) from e
+
+    def list(self, prefix: str) -> list[str]:
+        """Every ref name below the folder ``prefix`` (relative to ``refs/``).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        p = ref_key(prefix.rstrip("/"))
+        return [k[len(PREFIX) + 1 :] for k in self.storage.list(p)]
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Immediate children of the ref folder ``prefix``.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.storage.list_dir(ref_key(prefix.rstrip("/")))
+
+
+def _sibling(name: str, target: str) -> str:
+    """A symbolic target is relative to the folder of the ref that names it (``HEAD``'s)."""
+    folder = name.rsplit("/", 1)[0] if "/" in name else ""
+    return f"{folder}/{target}" if folder else target
+
+
+def _target_of(value: RefValue | None) -> str | None:
+    return value.target if value is not None else None

@@ -1,0 +1,953 @@
+"""Session: what an agent calls. Append, read, branch, check out, fork, label, time-travel, audit.
+
+One session is the commit DAG reachable from its refs under
+``refs/sessions/<app>/<user>/<session>/``: ``HEAD`` (the leaf pointer, usually symbolic:
+``ref: heads/main``), ``heads/<branch>`` and ``tags/<label>``. Every append writes its
+objects first and then moves one branch ref by compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import names
+from . import objects as o
+from .entries import (
+    DELETE,
+    BranchSummary,
+    Compaction,
+    EntryType,
+    Event,
+    Message,
+    body_of,
+    coerce,
+    entry_from,
+)
+from .errors import (
+    AmbiguousRevision,
+    AuditError,
+    BranchError,
+    InvalidEntry,
+    ObjectNotFound,
+    RefConflict,
+    RevisionNotFound,
+    SessionExists,
+    SessionNotFound,
+)
+from .history import Hint, split_revision
+from .objects import Commit, ObjectId, Value
+from .refs import RefValue
+from .state import StateWriter, read_state
+
+if TYPE_CHECKING:
+    from .store import Store
+
+T = TypeVar("T")
+_MAX_APPEND_RETRIES = 200
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One commit of a session as read back: the entry and its provenance."""
+
+    id: ObjectId
+    kind: str
+    entry: EntryType
+    parents: tuple[ObjectId, ...]
+    author: str = ""
+    time: float = 0.0
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    delta: Mapping[str, Any] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
+    depth: int = 0
+
+    @property
+    def short(self) -> str:
+        """The first 8 characters of the id."""
+        return self.id[:8]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    kind: str
+    body: Any
+    author: str
+    meta: dict[str, Any]
+    delta: dict[str, Any]
+    unset: tuple[str, ...]
+    app_delta: dict[str, Any]
+    app_unset: tuple[str, ...]
+    user_delta: dict[str, Any]
+    user_unset: tuple[str, ...]
+    temp: dict[str, Any]
+    time: float | None
+
+
+def _twin(method: Callable[..., T]) -> Callable[..., Any]:
+    """Make the async twin of a blocking method: it runs in a worker thread."""
+
+    @functools.wraps(method)
+    async def twin(self: Any, *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    twin.__doc__ = f"Async twin of :meth:`{method.__name__}` (runs off the event loop)."
+    return twin
+
+
+class Session:
+    """One session of one user of one app; see the module docstring.
+
+    Create it with :meth:`Store.session`. Nothing is written before the first append.
+    """
+
+    def __init__(self, store: Store, app: str, user: str, session_id: str) -> None:
+        self.store = store
+        self.app = names.validate(app, "app name")
+        self.user = names.validate(user, "user name")
+        self.id = names.validate(session_id, "session id")
+        self.prefix = "sessions/" + names.encode_key(app, user, session_id)
+        self._history = store.history
+        self._objs = store.objects
+        self._refs = store.refs
+        self.temp: dict[str, Any] = {}
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """``(app, user, session)``."""
+        return (self.app, self.user, self.id)
+
+    def __repr__(self) -> str:
+        return f"<castore.Session {self.app}/{self.user}/{self.id}>"
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.temp.clear()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.temp.clear()
+
+    # -- ref names ---------------------------------------------------------------------
+    @property
+    def _head_name(self) -> str:
+        return f"{self.prefix}/HEAD"
+
+    def _branch_ref(self, branch: str) -> str:
+        return f"{self.prefix}/heads/{names.encode(branch, 'branch name')}"
+
+    def _label_ref(self, label: str) -> str:
+        return f"{self.prefix}/tags/{names.encode(label, 'label')}"
+
+    def _branch_of(self, head: RefValue | None) -> str | None:
+        """The branch name HEAD points to, or None when detached."""
+        if head is None:
+            return "main"
+        if head.symbolic is None:
+            return None
+        seg = head.symbolic.split("/", 1)[1]
+        if names.is_hashed(seg):
+            return str(head.meta.get("branch", seg))
+        return names.decode(seg)
+
+    def _head_meta(self, head: RefValue | None, **extra: Any) -> dict[str, Any]:
+        meta = {k: v for k, v in (head.meta if head else {}).items() if k in ("names", "info", "created")}
+        meta.setdefault("names", {"app": self.app, "user": self.user, "session": self.id})
+        meta.setdefault("created", time.time())
+        meta.update(extra)
+        return meta
+
+    # -- the leaf ----------------------------------------------------------------------
+    def _read_tip(self) -> tuple[RefValue | None, str | None, RefValue | None]:
+        """(HEAD value, branch name or None if detached, value of the ref HEAD resolves to)."""
+        head = self._refs.read(self._head_name)
+        branch = self._branch_of(head)
+        if branch is None:
+            return head, None, head
+        return head, branch, self._refs.read(self._branch_ref(branch))
+
+    @property
+    def head(self) -> ObjectId | None:
+        """The commit id of the leaf (HEAD), or None for a session with no entries.
+
+        Raises:
+            IntegrityError, StorageError.
+        """
+        _, _, tip = self._read_tip()
+        return ObjectId(tip.target) if tip is not None else None
+
+    @property
+    def current_branch(self) -> str | None:
+        """The branch HEAD is on, or None when HEAD is detached."""
+        head = self._refs.read(self._head_name)
+        return self._branch_of(head)
+
+    def exists(self) -> bool:
+        """Whether the session has any entry (a HEAD ref)."""
+        return self._refs.read(self._head_name) is not None
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Session metadata (for example an imported file's header), kept on HEAD."""
+        head = self._refs.read(self._head_name)
+        return dict(head.meta.get("info", {})) if head else {}
+
+    def set_info(self, info: Mapping[str, Any]) -> None:
+        """Replace the session metadata (creates HEAD if the session is new).
+
+        Raises:
+            StorageError.
+        """
+        self.store.init()
+        while True:
+            head = self._refs.read(self._head_name)
+            target = head.target if head else "ref: heads/" + names.encode("main")
+            meta = self._head_meta(head, info=dict(info))
+            meta["info"] = dict(info)
+            try:
+                self._refs.swap(self._head_name, target, head, meta)
+                return
+            except RefConflict:
+                continue
+
+    # -- appending ---------------------------------------------------------------------
+    def _prepare(self, entry: Any, author: str | None, meta: Mapping[str, Any] | None,
+                 state_delta: Mapping[str, Any] | None, at: float | None) -> _Prepared:
+        e = coerce(entry)
+        body = body_of(e)
+        if isinstance(e, Event):
+            author_, meta_, delta_in = e.author, dict(e.meta), dict(e.state_delta)
+        else:
+            author_ = e.role if isinstance(e, Message) else ""
+            meta_, delta_in = {}, {}
+        if author is not None:
+            author_ = author
+        if meta:
+            meta_.update(meta)
+        if state_delta:
+            delta_in.update(state_delta)
+        parts: dict[str, tuple[dict[str, Any], list[str]]] = {"": ({}, []), "app:": ({}, []), "user:": ({}, [])}
+        temp: dict[str, Any] = {}
+        for k, v in delta_in.items():
+            if not isinstance(k, str):
+                raise InvalidEntry(f"state keys must be strings, got {k!r}")
+            if k.startswith("temp:"):
+                temp[k] = v
+                continue
+            scope = "app:" if k.startswith("app:") else "user:" if k.startswith("user:") else ""
+            key = k[len(scope):]
+            if v is DELETE:
+                parts[scope][1].append(key)
+            else:
+                parts[scope][0][key] = v
+        # Encode now, so that bad input fails before anything is written.
+        o.pack(body)
+        o.pack(meta_)
+        for d, _ in parts.values():
+            o.pack(d)
+        return _Prepared(e.kind, body, author_, meta_, parts[""][0], tuple(parts[""][1]),
+                         parts["app:"][0], tuple(parts["app:"][1]), parts["user:"][0],
+                         tuple(parts["user:"][1]), temp, at)
+
+    def append(self, entry: Any, *, expect: str | None = None, author: str | None = None,
+               meta: Mapping[str, Any] | None = None, state_delta: Mapping[str, Any] | None = None,
+               time: float | None = None) -> ObjectId:  # noqa: A002
+        """Append one entry on the current branch and return its commit id.
+
+        Args:
+            entry: a :class:`Message`, :class:`Event`, :class:`Compaction`, ... or a
+                message dict.
+            expect: the commit the caller expects to extend; if the branch moved, raise
+                :class:`RefConflict` instead of appending after the new tip.
+            author, meta, state_delta: override or extend the entry's provenance.
+            time: the entry's timestamp (default: now).
+
+        Raises:
+            InvalidEntry: the entry cannot be stored (nothing is written).
+            RefConflict: ``expect`` was given and the branch is elsewhere.
+            StorageError: the backend failed.
+        """
+        return self.append_many([entry], expect=expect, author=author, meta=meta,
+                                state_delta=state_delta, time=time)[0]
+
+    def append_many(self, entries: Sequence[Any], *, expect: str | None = None, author: str | None = None,
+                    meta: Mapping[str, Any] | None = None, state_delta: Mapping[str, Any] | None = None,
+                    time: float | None = None) -> list[ObjectId]:  # noqa: A002
+        """Append a whole turn: one commit per entry, landed together or not at all.
+
+        The objects of every entry are written in one batch and the branch ref moves once.
+        ``author``/``meta``/``time`` apply to every entry; ``state_delta`` to the last.
+        A lost race with another writer re-reads the tip and retries (unless ``expect``).
+        Appending while HEAD is detached starts a new branch there (named ``branch-<id>``).
+
+        Returns:
+            The new commit ids, in order.
+
+        Raises:
+            InvalidEntry: an entry cannot be stored (nothing is written).
+            RefConflict: ``expect`` was given and the branch is elsewhere.
+            StorageError: the backend failed.
+        """
+        if isinstance(entries, (str, bytes, dict)) or not isinstance(entries, Iterable):
+            raise InvalidEntry("append_many takes a list of entries")
+        entries = list(entries)
+        if not entries:
+            return []
+        prepared = [
+            self._prepare(e, author, meta, state_delta if i == len(entries) - 1 else None, time)
+            for i, e in enumerate(entries)
+        ]
+        self.store.init()
+        scopes = self._write_scopes(prepared)
+        for attempt in range(_MAX_APPEND_RETRIES):
+            head, branch, tipref = self._read_tip()
+            tip = tipref.target if tipref is not None else None
+            if expect is not None and tip != expect:
+                raise RefConflict(self._branch_ref(branch) if branch else self._head_name, expect, tip)
+            ids, new_hint, pending, last = self._build(prepared, tip, tipref, scopes)
+            self._objs.put_encoded(pending.items())
+            meta_ = {**new_hint.to_meta(), "t": last.time, "n": last.depth + 1}
+            try:
+                if branch is None:
+                    self._start_branch_from_detached(head, ids[0], ids[-1], meta_)
+                else:
+                    if names.is_hashed(names.encode(branch)):
+                        meta_["name"] = branch
+                    self._refs.swap(self._branch_ref(branch), ids[-1], tipref, meta_)
+                    if head is None:
+                        self._create_head(branch)
+            except RefConflict:
+                if expect is not None:
+                    raise
+                time_ = 0.001 * min(2 ** min(attempt, 6), 50) * random.random()
+                _sleep(time_)
+                continue
+            for p in prepared:
+                self.temp.update(p.temp)
+            return ids
+        raise RefConflict(self._head_name, None, None, "too much contention: gave up after many retries")
+
+    def _write_scopes(self, prepared: list[_Prepared]) -> dict[str, bytes]:
+        scopes: dict[str, bytes] = {}
+        app_d: dict[str, Any] = {}
+        user_d: dict[str, Any] = {}
+        app_u: list[str] = []
+        user_u: list[str] = []
+        for p in prepared:
+            app_d.update(p.app_delta)
+            app_u.extend(p.app_unset)
+            user_d.update(p.user_delta)
+            user_u.extend(p.user_unset)
+        if app_d or app_u:
+            scopes["app"] = o.raw_id(self.store.update_scope(self.app, None, app_d, tuple(app_u)))
+        if user_d or user_u:
+            scopes["user"] = o.raw_id(self.store.update_scope(self.app, self.user, user_d, tuple(user_u)))
+        return scopes
+
+    def _hint_for(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[ObjectId, bytes]]:
+        hint = Hint.from_meta(tipref.meta) if tipref is not None else None
+        if hint is not None:
+            c = self._history.commit(tip)
+            block_len = c.depth % 64 + 1
+            if hint.tail and hint.tail[-1] == tip and len(hint.tail) == block_len and \
+                    (hint.index == (o.hex_id(c.index) if c.index else None)):
+                return hint, {}
+            if not hint.tail and (c.depth + 1) % 64 == 0 and hint.index:
+                return hint, {}
+        return self._history.hint_for(tip)
+
+    def _build(self, prepared: list[_Prepared], tip: str | None, tipref: RefValue | None,
+               scopes: dict[str, bytes]) -> tuple[list[ObjectId], Hint, dict[ObjectId, bytes], Commit]:
+        writer = StateWriter(self._objs)
+        if tip is not None:
+            parent = self._history.commit(tip)
+            hint, extra = self._hint_for(tip, tipref)
+            writer.pending.update(extra)
+            state, depth, parent_scopes = parent.state, parent.depth + 1, dict(parent.scopes)
+        else:
+            hint, state, depth, parent_scopes = Hint(), None, 0, {}
+        parent_scopes.update(scopes)
+        ids: list[ObjectId] = []
+        now = time.time()
+        commit: Commit | None = None
+        for p in prepared:
+            body_id = None
+            if p.body is not None:
+                bid, bbytes = o.encode(Value(p.body))
+                writer.pending[bid] = bbytes
+                body_id = o.raw_id(bid)
+            state = writer.apply(state, p.delta, p.unset)
+            commit = Commit(
+                kind=p.kind,
+                parents=(o.raw_id(tip),) if tip else (),
+                body=body_id,
+                state=state,
+                delta=p.delta,
+                unset=p.unset,
+                scopes=parent_scopes,
+                author=p.author,
+                time=p.time if p.time is not None else now,
+                meta=p.meta,
+                depth=depth,
+                index=o.raw_id(hint.index) if hint.index else None,
+            )
+            cid, canonical = o.encode(commit)
+            writer.pending[cid] = canonical
+            self._objs.cache(cid, commit)
+            self._objs._keep_recent(cid, canonical)  # noqa: SLF001
+            if body_id is not None:
+                self._objs._keep_recent(o.hex_id(body_id), writer.pending[o.hex_id(body_id)])  # noqa: SLF001
+            hint, extra = self._history.advance(hint, cid, commit)
+            writer.pending.update(extra)
+            ids.append(cid)
+            tip, depth = cid, depth + 1
+        assert commit is not None
+        return ids, hint, writer.pending, commit
+
+    def _create_head(self, branch: str) -> None:
+        try:
+            self._refs.swap(self._head_name, "ref: heads/" + names.encode(branch, "branch name"), None,
+                            self._head_meta(None))
+        except RefConflict:
+            pass  # another writer created it first: fine
+
+    def _start_branch_from_detached(self, head: RefValue | None, first_new: str, tip: str,
+                                    meta: dict[str, Any]) -> None:
+        assert head is not None
+        name = f"branch-{first_new[:8]}"
+        self._refs.swap(self._branch_ref(name), tip, None, meta)
+        try:
+            self._refs.swap(self._head_name, "ref: heads/" + names.encode(name), head, self._head_meta(head))
+        except RefConflict:
+            pass  # HEAD moved meanwhile; the new branch keeps the entries reachable
+
+    # -- revisions ---------------------------------------------------------------------
+    def resolve(self, rev: str = "HEAD") -> ObjectId:
+        """The full commit id named by ``rev``.
+
+        Accepts a full or short id (4+ hex characters), a branch, a label, ``HEAD``,
+        ``HEAD~3``, ``main~2``, ``<rev>^`` and ``<rev>^2``.
+
+        Raises:
+            RevisionNotFound: nothing by that name, or it walks past the root.
+            AmbiguousRevision: a short id matches several objects (``candidates``).
+            SessionNotFound: ``HEAD`` of a session with no entries.
+        """
+        if not isinstance(rev, str) or not rev:
+            raise RevisionNotFound(str(rev), "empty revision")
+        direct = self._resolve_name(rev)
+        if direct is not None:
+            return direct
+        base, steps = split_revision(rev)
+        cid = self._resolve_name(base) if steps else None
+        if cid is None:
+            raise RevisionNotFound(rev, "not a branch, label, HEAD or commit id of this session")
+        for op, n in steps:
+            if op == "~":
+                c = self._history.commit(cid)
+                if n > c.depth:
+                    raise RevisionNotFound(rev, f"only {c.depth} commits before {cid[:8]}")
+                if n > 16:
+                    cid = self._history.path_ids(cid)[c.depth - n]  # type: ignore[assignment]
+                else:
+                    for _ in range(n):
+                        cid = ObjectId(o.hex_id(self._history.commit(cid).parents[0]))
+            else:
+                c = self._history.commit(cid)
+                if n == 0:
+                    continue
+                if n > len(c.parents):
+                    raise RevisionNotFound(rev, f"{cid[:8]} has {len(c.parents)} parent(s)")
+                cid = ObjectId(o.hex_id(c.parents[n - 1]))
+        return cid
+
+    def _resolve_name(self, name: str) -> ObjectId | None:
+        if name == "HEAD":
+            head = self.head
+            if head is None:
+                raise SessionNotFound(self.key) if not self.exists() else RevisionNotFound("HEAD", "no entries yet")
+            return head
+        try:
+            v = self._refs.read(self._branch_ref(name))
+            if v is None:
+                v = self._refs.read(self._label_ref(name))
+        except names.InvalidName:
+            v = None
+        if v is not None:
+            return ObjectId(v.target)
+        if 4 <= len(name) <= 64 and all(c in "0123456789abcdefABCDEF" for c in name):
+            try:
+                cid = self._objs.resolve_prefix(name)
+            except AmbiguousRevision as e:
+                commits = [c for c in e.candidates if self._is_commit(c)]
+                if len(commits) == 1:
+                    return ObjectId(commits[0])
+                raise AmbiguousRevision(name, commits or e.candidates) from None
+            except RevisionNotFound:
+                return None
+            if not self._is_commit(cid):
+                raise RevisionNotFound(name, "that object is not a commit")
+            return cid
+        return None
+
+    def _is_commit(self, oid: str) -> bool:
+        try:
+            return isinstance(self._objs.get(oid), Commit)
+        except (ObjectNotFound, o.IntegrityError):
+            return False
+
+    # -- reading -----------------------------------------------------------------------
+    def _path(self, rev: str) -> list[tuple[str, Commit]]:
+        if rev == "HEAD":
+            _, _, tipref = self._read_tip()
+            if tipref is None:
+                if not self.store.exists:
+                    self.store.require()
+                return []
+            hint = Hint.from_meta(tipref.meta)
+            return self._history.path(tipref.target, hint)
+        return self._history.path(self.resolve(rev))
+
+    def _to_entries(self, path: list[tuple[str, Commit]]) -> list[LogEntry]:
+        bodies = [o.hex_id(c.body) for _, c in path if c.body is not None]
+        got = self._objs.get_many(bodies)
+        out = []
+        for cid, c in path:
+            body = got[o.hex_id(c.body)].value if c.body is not None else None  # type: ignore[union-attr]
+            out.append(self._entry(cid, c, body))
+        return out
+
+    def _entry(self, cid: str, c: Commit, body: Any) -> LogEntry:
+        return LogEntry(
+            id=ObjectId(cid), kind=c.kind, entry=entry_from(c.kind, body, c.author, c.delta, c.meta),
+            parents=tuple(ObjectId(o.hex_id(p)) for p in c.parents), author=c.author, time=c.time,
+            meta=c.meta, delta=c.delta, unset=c.unset, depth=c.depth,
+        )
+
+    def entries(self, rev: str = "HEAD") -> list[LogEntry]:
+        """Every entry on the path from the root to ``rev``, oldest first.
+
+        Raises:
+            RevisionNotFound, AmbiguousRevision, StoreNotFound, ObjectNotFound,
+            IntegrityError, StorageError.
+        """
+        return self._to_entries(self._path(rev))
+
+    def messages(self, rev: str = "HEAD") -> list[Message]:
+        """The linear view: the messages on the path root -> ``rev`` (events' messages too).
+
+        Raises:
+            see :meth:`entries`.
+        """
+        out = []
+        for e in self.entries(rev):
+            if isinstance(e.entry, Message):
+                out.append(e.entry)
+            elif isinstance(e.entry, Event) and e.entry.message is not None:
+                out.append(e.entry.message)
+        return out
+
+    def show(self, rev: str = "HEAD") -> LogEntry:
+        """The one commit named by ``rev``.
+
+        Raises:
+            see :meth:`resolve`; ObjectNotFound, IntegrityError, StorageError.
+        """
+        cid = self.resolve(rev)
+        c = self._history.commit(cid)
+        body = self._objs.get(o.hex_id(c.body)).value if c.body is not None else None  # type: ignore[union-attr]
+        return self._entry(cid, c, body)
+
+    def state(self, rev: str = "HEAD", *, scopes: bool = True) -> dict[str, Any]:
+        """The state at ``rev``: session keys, plus ``app:`` and ``user:`` keys merged in.
+
+        At the default ``HEAD`` the app and user state are the current ones and this
+        object's ``temp:`` keys are included; at any other revision they are as they were
+        when that commit was made (time travel is exact).
+
+        Raises:
+            see :meth:`resolve`; ObjectNotFound, IntegrityError, StorageError.
+        """
+        if rev == "HEAD" and self.head is None:
+            if not self.exists():
+                self.store.require()
+            base: dict[str, Any] = {}
+            c = None
+        else:
+            cid = self.resolve(rev)
+            c = self._history.commit(cid)
+            base = read_state(self._objs, c.state)
+        if not scopes:
+            return base
+        out = dict(base)
+        if rev == "HEAD":
+            app_s = self.store.scope_state(self.app, None)
+            user_s = self.store.scope_state(self.app, self.user)
+            out.update(self.temp)
+        else:
+            assert c is not None
+            app_s = self.store.scope_state(self.app, None, o.hex_id(c.scopes["app"])) if "app" in c.scopes else {}
+            user_s = self.store.scope_state(self.app, self.user, o.hex_id(c.scopes["user"])) \
+                if "user" in c.scopes else {}
+        out.update({f"app:{k}": v for k, v in app_s.items()})
+        out.update({f"user:{k}": v for k, v in user_s.items()})
+        return out
+
+    def log(self, rev: str = "HEAD", limit: int | None = None, all_branches: bool = False) -> list[LogEntry]:
+        """Commits newest first: the path to ``rev``, or every commit of every ref.
+
+        Raises:
+            see :meth:`entries`.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError("limit must be >= 0")
+        if not all_branches:
+            path = self._path(rev)
+            if limit:
+                path = path[-limit:]
+            return list(reversed(self._to_entries(path)))
+        seen: dict[str, Commit] = {}
+        for tip, hint in self._all_tips():
+            for cid, c in self._history.path(tip, hint):
+                seen[cid] = c
+        order = sorted(seen.items(), key=lambda kv: (kv[1].time, kv[1].depth), reverse=True)
+        if limit:
+            order = order[:limit]
+        return self._to_entries(order)
+
+    def _all_tips(self) -> list[tuple[str, Hint | None]]:
+        out: dict[str, Hint | None] = {}
+        names_ = self._refs.list(self.prefix)
+        if not names_ and not self.store.exists:
+            self.store.require()
+        vals = self._refs.read_many(names_)
+        for v in vals.values():
+            if v is not None and v.symbolic is None:
+                if v.target not in out or out[v.target] is None:
+                    out[v.target] = Hint.from_meta(v.meta)
+        return list(out.items())
+
+    # -- branches, labels, checkout, fork --------------------------------------------------
+    def branches(self) -> dict[str, ObjectId]:
+        """Branch names and their tip commits.
+
+        Raises:
+            StorageError, IntegrityError.
+        """
+        return self._named("heads")
+
+    def labels(self) -> dict[str, ObjectId]:
+        """Label names and the commits they name.
+
+        Raises:
+            StorageError, IntegrityError.
+        """
+        return self._named("tags")
+
+    def _named(self, kind: str) -> dict[str, ObjectId]:
+        refs = self._refs.list(f"{self.prefix}/{kind}")
+        vals = self._refs.read_many(refs)
+        out = {}
+        for name, v in vals.items():
+            if v is None:
+                continue
+            seg = name.rsplit("/", 1)[1]
+            real = v.meta.get("name") if names.is_hashed(seg) else names.decode(seg)
+            out[str(real)] = ObjectId(v.target)
+        return dict(sorted(out.items()))
+
+    def branch(self, name: str, at: str = "HEAD") -> ObjectId:
+        """Create branch ``name`` at revision ``at`` (O(1)); return its commit.
+
+        Raises:
+            BranchError: the branch exists.
+            InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
+        """
+        ref = self._branch_ref(name)
+        cid = self.resolve(at)
+        hint, extra = self._history.hint_for(cid)
+        self._objs.put_encoded(extra.items())
+        c = self._history.commit(cid)
+        meta = {**hint.to_meta(), "t": time.time(), "n": c.depth + 1}
+        if names.is_hashed(names.encode(name)):
+            meta["name"] = name
+        try:
+            self._refs.swap(ref, cid, None, meta)
+        except RefConflict:
+            raise BranchError(f"branch {name!r} already exists") from None
+        return cid
+
+    def delete_branch(self, name: str, force: bool = False) -> None:
+        """Delete a branch. Refuses the checked-out branch, and unmerged work unless forced.
+
+        A branch is merged when its tip is on the path of another branch, label or HEAD.
+
+        Raises:
+            BranchError: no such branch, it is checked out, or it holds unmerged work.
+            StorageError.
+        """
+        ref = self._branch_ref(name)
+        v = self._refs.read(ref)
+        if v is None:
+            raise BranchError(f"no branch {name!r}")
+        if self.current_branch == name:
+            raise BranchError(f"cannot delete branch {name!r}: it is checked out")
+        if not force:
+            tip = v.target
+            others = [(t, h) for t, h in self._all_tips_except(ref)]
+            if not any(self._history.is_ancestor(tip, t, h) for t, h in others):
+                raise BranchError(
+                    f"branch {name!r} is not merged: its tip {tip[:8]} is on no other branch, label or HEAD "
+                    "(use force / -D to delete it anyway)"
+                )
+        self._refs.delete(ref, v)
+
+    def _all_tips_except(self, ref: str) -> list[tuple[str, Hint | None]]:
+        refs = [r for r in self._refs.list(self.prefix) if r != ref]
+        vals = self._refs.read_many(refs)
+        return [(v.target, Hint.from_meta(v.meta)) for v in vals.values() if v is not None and not v.symbolic]
+
+    def checkout(self, rev: str, create: str | None = None) -> str | None:
+        """Move HEAD (the leaf pointer) to a branch, or detach it at a commit.
+
+        Args:
+            rev: a branch name (HEAD follows it) or any revision (HEAD is detached there).
+            create: make a new branch of this name at ``rev`` and check it out.
+
+        Returns:
+            The branch now checked out, or None when HEAD is detached.
+
+        Raises:
+            RevisionNotFound, AmbiguousRevision, BranchError, InvalidName, StorageError.
+        """
+        if create is not None:
+            self.branch(create, rev)
+            rev = create
+        is_branch = False
+        try:
+            is_branch = self._refs.read(self._branch_ref(rev)) is not None
+        except names.InvalidName:
+            pass
+        if is_branch:
+            target, branch = "ref: heads/" + names.encode(rev), rev
+        else:
+            target, branch = self.resolve(rev), None
+        while True:
+            head = self._refs.read(self._head_name)
+            extra = {"branch": rev} if branch and names.is_hashed(names.encode(rev)) else {}
+            try:
+                self._refs.swap(self._head_name, target, head, self._head_meta(head, **extra))
+                return branch
+            except RefConflict:
+                continue
+
+    def label(self, rev: str, name: str, force: bool = False) -> ObjectId:
+        """Put label ``name`` on the commit ``rev`` names; return the commit.
+
+        Raises:
+            BranchError: the label exists (unless ``force``).
+            InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
+        """
+        cid = self.resolve(rev)
+        ref = self._label_ref(name)
+        meta = {"name": name} if names.is_hashed(names.encode(name)) else {}
+        cur = self._refs.read(ref)
+        if cur is not None and not force:
+            raise BranchError(f"label {name!r} already exists (on {cur.target[:8]})")
+        self._refs.swap(ref, cid, cur, meta)
+        return cid
+
+    def delete_label(self, name: str) -> None:
+        """Remove a label.
+
+        Raises:
+            BranchError: no such label. StorageError.
+        """
+        v = self._refs.read(self._label_ref(name))
+        if v is None:
+            raise BranchError(f"no label {name!r}")
+        self._refs.delete(self._label_ref(name), v)
+
+    def fork(self, new_session_id: str, at: str = "HEAD", *, user: str | None = None) -> Session:
+        """Start a new session whose history is this one's up to ``at`` (O(1), shared objects).
+
+        Raises:
+            SessionExists: the new session already exists (nothing is written).
+            InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
+        """
+        cid = self.resolve(at)
+        new = Session(self.store, self.app, user or self.user, new_session_id)
+        if new.exists():
+            raise SessionExists(new.key)
+        hint, extra = self._history.hint_for(cid)
+        self._objs.put_encoded(extra.items())
+        c = self._history.commit(cid)
+        try:
+            new._refs.swap(new._branch_ref("main"), cid, None, {**hint.to_meta(), "t": time.time(), "n": c.depth + 1})
+        except RefConflict:
+            raise SessionExists(new.key) from None
+        meta = new._head_meta(None, info={"forked_from": {"app": self.app, "user": self.user,
+                                                          "session": self.id, "commit": cid}})
+        try:
+            new._refs.swap(new._head_name, "ref: heads/main", None, meta)
+        except RefConflict:
+            raise SessionExists(new.key) from None
+        return new
+
+    # -- audit -----------------------------------------------------------------------------
+    def replay(self, rev: str = "HEAD") -> dict[str, Any]:
+        """Rebuild the session state at ``rev`` from the events' deltas alone.
+
+        Raises:
+            see :meth:`entries`.
+        """
+        state: dict[str, Any] = {}
+        for _, c in self._path(rev):
+            state.update(c.delta)
+            for k in c.unset:
+                state.pop(k, None)
+        return state
+
+    def verify(self, rev: str = "HEAD") -> dict[str, Any]:
+        """Audit the path to ``rev``: every object re-hashed, replay equal to each snapshot.
+
+        Returns:
+            ``{"commits": n, "head": id}`` when all is well.
+
+        Raises:
+            AuditError: naming the first commit (and key) where replay and snapshot differ.
+            IntegrityError: a stored object is corrupt.
+        """
+        path = self._path(rev)
+        state: dict[str, Any] = {}
+        for cid, c in path:
+            self._objs.verify(cid)
+            if c.body is not None:
+                self._objs.verify(o.hex_id(c.body))
+            state.update(c.delta)
+            for k in c.unset:
+                state.pop(k, None)
+            stored = read_state(self._objs, c.state)
+            if stored != state:
+                diff = sorted(set(stored) ^ set(state)) or sorted(k for k in state if stored.get(k) != state[k])
+                raise AuditError(cid, f"replayed state differs from the snapshot (key {diff[0]!r})",
+                                 diff[0] if diff else None)
+        return {"commits": len(path), "head": path[-1][0] if path else None}
+
+    def diff(self, rev1: str, rev2: str) -> dict[str, Any]:
+        """State changes from ``rev1`` to ``rev2`` and the entries since their common ancestor.
+
+        Returns:
+            ``{"base": id, "added": {...}, "removed": {...}, "changed": {k: [old, new]},
+            "entries1": [...], "entries2": [...]}``.
+
+        Raises:
+            see :meth:`resolve`.
+        """
+        a, b = self.resolve(rev1), self.resolve(rev2)
+        sa, sb = self.state(a), self.state(b)
+        base = self._history.merge_base(a, b)
+        pa, pb = self._history.path(a), self._history.path(b)
+        depth = self._history.commit(base).depth + 1 if base else 0
+        return {
+            "base": base,
+            "added": {k: v for k, v in sb.items() if k not in sa},
+            "removed": {k: v for k, v in sa.items() if k not in sb},
+            "changed": {k: [sa[k], sb[k]] for k in sa if k in sb and sa[k] != sb[k]},
+            "entries1": self._to_entries(pa[depth:]),
+            "entries2": self._to_entries(pb[depth:]),
+        }
+
+    # -- context and compaction (see castore.context) ------------------------------------
+    def context(self, rev: str = "HEAD", max_tokens: int | None = None, max_messages: int | None = None,
+                tool_output_limit: int | None = None, token_counter: Callable[[Message], int] | None = None):  # noqa: ANN201
+        """The messages to send to a model for the path ending at ``rev``; pure (reads only).
+
+        See :func:`castore.context.project` for the rules.
+
+        Raises:
+            ValueError: a negative budget. See also :meth:`entries`.
+        """
+        from .context import project
+
+        return project(self.entries(rev), max_tokens=max_tokens, max_messages=max_messages,
+                       tool_output_limit=tool_output_limit, token_counter=token_counter)
+
+    def compact(self, summary: str, keep_from: str, details: Any = None) -> ObjectId:
+        """Append a compaction: ``summary`` replaces everything before ``keep_from`` in the context.
+
+        Nothing is deleted; the full history stays readable.
+
+        Raises:
+            RevisionNotFound: ``keep_from`` is not on the current path (nothing is written).
+            InvalidEntry, StorageError.
+        """
+        from .context import estimate_tokens
+
+        if not isinstance(summary, str):
+            raise InvalidEntry("a compaction summary must be a string")
+        kept = self.resolve(keep_from)
+        path = self.entries("HEAD")
+        ids = [e.id for e in path]
+        if kept not in ids:
+            raise RevisionNotFound(keep_from, "not on the current branch's path")
+        before = sum(estimate_tokens(m) for m in _messages_of(path[: ids.index(kept)]))
+        return self.append(Compaction(summary=summary, first_kept=kept, tokens_before=before, details=details),
+                           expect=path[-1].id)
+
+    def summarize_branch(self, from_rev: str, summary: str, details: Any = None) -> ObjectId:
+        """Record, on the current branch, a summary of the branch the agent left at ``from_rev``.
+
+        Raises:
+            RevisionNotFound, AmbiguousRevision, InvalidEntry, StorageError.
+        """
+        cid = self.resolve(from_rev)
+        return self.append(BranchSummary(summary=summary, from_id=cid, details=details))
+
+    # -- async twins -------------------------------------------------------------------------
+    aappend = _twin(append)
+    aappend_many = _twin(append_many)
+    amessages = _twin(messages)
+    aentries = _twin(entries)
+    astate = _twin(state)
+    alog = _twin(log)
+    abranch = _twin(branch)
+    abranches = _twin(branches)
+    adelete_branch = _twin(delete_branch)
+    acheckout = _twin(checkout)
+    afork = _twin(fork)
+    alabel = _twin(label)
+    alabels = _twin(labels)
+    aresolve = _twin(resolve)
+    areplay = _twin(replay)
+    averify = _twin(verify)
+    ashow = _twin(show)
+    acontext = _twin(context)
+    acompact = _twin(compact)
+
+    async def ahead(self) -> ObjectId | None:
+        """Async twin of :attr:`head`."""
+        return await asyncio.to_thread(lambda: self.head)
+
+
+def _messages_of(entries: list[LogEntry]) -> list[Message]:
+    out = []
+    for e in entries:
+        if isinstance(e.entry, Message):
+            out.append(e.entry)
+        elif isinstance(e.entry, Event) and e.entry.message is not None:
+            out.append(e.entry.message)
+    return out
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)

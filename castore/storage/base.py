@@ -1,0 +1,178 @@
+"""The storage contract: bytes in and out of keys under one root URL.
+
+Every backend (local disk, memory, S3, any other fsspec file system) implements
+:class:`Storage`. Keys are relative, ``/``-separated paths made only of segments that
+:mod:`castore.names` or the object layout produce. Two kinds of writes exist:
+
+* plain writes, used for write-once objects (writing the same bytes again is harmless);
+* conditional writes on small mutable files (refs): :meth:`Storage.read_versioned`
+  returns the bytes and an opaque version token; :meth:`Storage.swap` replaces the file
+  only if it still has that token (``None``: only if it does not exist), atomically, and
+  raises :class:`PreconditionFailed` otherwise.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from ..errors import CastoreError
+
+Token = str
+
+
+class Versioned(NamedTuple):
+    """The bytes of a mutable file and the token that names this version of it."""
+
+    data: bytes
+    token: Token
+
+
+class PreconditionFailed(CastoreError):
+    """A conditional write or delete found the file in another state than expected.
+
+    Attributes:
+        key: the storage key.
+        expected: the token the caller expected (None: expected absent).
+    """
+
+    def __init__(self, key: str, expected: Token | None) -> None:
+        super().__init__(f"{key}: condition failed (expected {'absent' if expected is None else expected})")
+        self.key = key
+        self.expected = expected
+
+
+class Storage(ABC):
+    """Bytes by key under one root URL. See the module docstring for the contract."""
+
+    #: the URL this storage was opened with (credentials never included)
+    url: str
+    #: whether writes are made durable (fsync) before returning
+    durable: bool = True
+
+    @abstractmethod
+    def read(self, key: str) -> bytes:
+        """Return the bytes stored at ``key``.
+
+        Raises:
+            FileNotFoundError: nothing is stored there.
+            StorageError: the backend failed.
+        """
+
+    def read_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """Read several keys at once (concurrently where the backend allows).
+
+        Returns:
+            A dict from each key to its bytes, or None where nothing is stored.
+
+        Raises:
+            StorageError: the backend failed for a reason other than a missing key.
+        """
+        out: dict[str, bytes | None] = {}
+        for k in keys:
+            try:
+                out[k] = self.read(k)
+            except FileNotFoundError:
+                out[k] = None
+        return out
+
+    @abstractmethod
+    def write(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key``, replacing what was there (not atomic against rivals).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+
+    def write_many(self, items: Mapping[str, bytes]) -> None:
+        """Store several keys at once (concurrently where the backend allows).
+
+        Raises:
+            StorageError: the backend failed; some keys may have been written.
+        """
+        for k, v in items.items():
+            self.write(k, v)
+
+    @abstractmethod
+    def read_versioned(self, key: str) -> Versioned | None:
+        """Read a mutable file and its version token; None when it does not exist.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+
+    @abstractmethod
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        """Atomically replace ``key`` with ``data`` if its token is ``expect``.
+
+        ``expect=None`` creates the file only if it does not exist.
+
+        Returns:
+            The new version token.
+
+        Raises:
+            PreconditionFailed: the file is not in the expected state.
+            StorageError: the backend failed; the write may or may not have landed.
+        """
+
+    @abstractmethod
+    def delete(self, key: str, expect: Token | None = None) -> None:
+        """Delete ``key``; with ``expect``, only if it still has that token.
+
+        Deleting a missing key without ``expect`` is not an error.
+
+        Raises:
+            PreconditionFailed: ``expect`` was given and does not match (or the key is gone).
+            StorageError: the backend failed.
+        """
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """List every key below the folder ``prefix`` (recursive), relative to the root.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+
+    @abstractmethod
+    def list_dir(self, prefix: str) -> list[str]:
+        """List the immediate children names (files and folders) of the folder ``prefix``.
+
+        Returns an empty list when the folder does not exist.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+
+    def exists(self, key: str) -> bool:
+        """Whether something is stored at ``key``.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        try:
+            self.read(key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def mtime(self, key: str) -> float | None:
+        """The modification time of ``key`` as a POSIX timestamp, or None if missing.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return None
+
+    def close(self) -> None:
+        """Release what the backend holds (connections, threads)."""
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"

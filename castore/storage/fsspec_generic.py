@@ -1,0 +1,92 @@
+"""Any other fsspec file system (gcs, azure, ssh, ...), without atomic conditional writes.
+
+Plain reads and writes are what fsspec gives. :meth:`FsspecStorage.swap` checks and then
+writes, which is not atomic: two writers racing on the same ref can both win. Use local
+disk, memory or S3 where several writers share a store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ..errors import StorageError
+from .base import PreconditionFailed, Storage, Token, Versioned
+
+
+class FsspecStorage(Storage):
+    """A store root on an arbitrary fsspec file system (best-effort compare-and-swap)."""
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        import fsspec
+
+        self.url = url
+        self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        self.root = root.rstrip("/")
+
+    def _p(self, key: str) -> str:
+        return f"{self.root}/{key}" if key else self.root
+
+    def read(self, key: str) -> bytes:
+        """Return the bytes at ``key``."""
+        try:
+            return self.fs.cat_file(self._p(key))
+        except FileNotFoundError:
+            raise FileNotFoundError(key) from None
+        except Exception as e:  # noqa: BLE001 - backend errors vary by protocol
+            raise StorageError(f"cannot read {key} from {self.url}: {e}", self.url) from e
+
+    def write(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key``."""
+        try:
+            self.fs.makedirs(self._p(key).rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(self._p(key), data)
+        except Exception as e:  # noqa: BLE001
+            raise StorageError(f"cannot write {key} to {self.url}: {e}", self.url) from e
+
+    def read_versioned(self, key: str) -> Versioned | None:
+        """Read ``key`` with a digest of its bytes as token."""
+        try:
+            data = self.read(key)
+        except FileNotFoundError:
+            return None
+        return Versioned(data, hashlib.blake2b(data, digest_size=16).hexdigest())
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        """Check then write (not atomic; see the module docstring)."""
+        cur = self.read_versioned(key)
+        if (cur.token if cur else None) != expect:
+            raise PreconditionFailed(key, expect)
+        self.write(key, data)
+        return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+    def delete(self, key: str, expect: Token | None = None) -> None:
+        """Delete ``key`` (check then delete when ``expect`` is given)."""
+        if expect is not None:
+            cur = self.read_versioned(key)
+            if cur is None or cur.token != expect:
+                raise PreconditionFailed(key, expect)
+        try:
+            self.fs.rm_file(self._p(key))
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            raise StorageError(f"cannot delete {key} from {self.url}: {e}", self.url) from e
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key below ``prefix``."""
+        base = self._p(prefix)
+        try:
+            found = self.fs.find(base)
+        except FileNotFoundError:
+            return []
+        n = len(self.root) + 1
+        return sorted(p[n:] for p in found)
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Immediate children of ``prefix``."""
+        try:
+            found = self.fs.ls(self._p(prefix), detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found)

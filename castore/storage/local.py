@@ -1,0 +1,311 @@
+"""Local-disk storage: plain files under a root folder, with atomic, durable writes.
+
+Writes go to a temporary file in the same folder, are fsynced (when ``durable``), and are
+renamed into place; the folder is fsynced after the rename so the new name survives a power
+loss. A conditional write (:meth:`LocalStorage.swap`) takes ``<key>.lock`` exclusively
+(``O_CREAT | O_EXCL``), checks the current version, writes, renames, and removes the lock.
+A lock left behind by a dead process is cleared: the holder writes its pid and host into
+the lock, and also holds an ``flock`` on it, which the kernel drops when the process dies.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+
+from ..errors import RefLocked, StorageError
+from .base import PreconditionFailed, Storage, Token, Versioned
+
+_HOST = socket.gethostname()
+#: how long a writer waits for a live rival's lock before giving up
+LOCK_TIMEOUT = 30.0
+#: a lock file with no owner written yet is treated as stale after this many seconds
+EMPTY_LOCK_GRACE = 5.0
+
+
+def _token(data: bytes) -> Token:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class LocalStorage(Storage):
+    """Files under ``root``; see the module docstring."""
+
+    def __init__(self, root: str, durable: bool = True) -> None:
+        self.root = root
+        self.url = root
+        self.durable = durable
+        self._made_dirs: set[str] = set()
+
+    # -- helpers -------------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def _ensure_dir(self, d: str) -> None:
+        if d in self._made_dirs:
+            return
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create folder {d}: {e.strerror}", self.url) from e
+        self._made_dirs.add(d)
+
+    def _fsync_dir(self, d: str) -> None:
+        if not self.durable:
+            return
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _atomic_write(self, path: str, data: bytes) -> None:
+        d = os.path.dirname(path)
+        self._ensure_dir(d)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self.durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except FileNotFoundError:
+            # the folder vanished (a rival deleted it): make it again, once
+            self._made_dirs.discard(d)
+            self._ensure_dir(d)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self.durable:
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise StorageError(f"cannot write {path}: {e.strerror or e}", self.url) from e
+        self._fsync_dir(d)
+
+    # -- plain reads and writes ------------------------------------------------------
+    def read(self, key: str) -> bytes:
+        """Return the bytes at ``key``; see :meth:`Storage.read`."""
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(key) from None
+        except IsADirectoryError:
+            raise FileNotFoundError(key) from None
+        except OSError as e:
+            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+
+    def write(self, key: str, data: bytes) -> None:
+        """Atomically replace ``key``; see :meth:`Storage.write`."""
+        self._atomic_write(self._path(key), data)
+
+    def write_many(self, items: Mapping[str, bytes]) -> None:
+        """Write several keys, then sync each touched folder once."""
+        if not self.durable:
+            for k, v in items.items():
+                self._atomic_write(self._path(k), v)
+            return
+        dirs: set[str] = set()
+        for k, v in items.items():
+            path = self._path(k)
+            d = os.path.dirname(path)
+            self._ensure_dir(d)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(v)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except OSError as e:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise StorageError(f"cannot write {k}: {e.strerror or e}", self.url) from e
+            dirs.add(d)
+        for d in dirs:
+            self._fsync_dir(d)
+
+    def exists(self, key: str) -> bool:
+        """Whether a file is stored at ``key``."""
+        return os.path.isfile(self._path(key))
+
+    def mtime(self, key: str) -> float | None:
+        """Modification time of ``key``, or None when missing."""
+        try:
+            return os.stat(self._path(key)).st_mtime
+        except FileNotFoundError:
+            return None
+
+    # -- locks and conditional writes --------------------------------------------------
+    def _lock(self, path: str) -> int:
+        lock = path + ".lock"
+        self._ensure_dir(os.path.dirname(path))
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        delay = 0.0005
+        while True:
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if self._clear_if_stale(lock):
+                    continue
+                if time.monotonic() > deadline:
+                    raise RefLocked(
+                        path, None, None, f"{lock} is held by another writer (waited {LOCK_TIMEOUT:.0f}s)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+                continue
+            except FileNotFoundError:
+                self._made_dirs.discard(os.path.dirname(path))
+                self._ensure_dir(os.path.dirname(path))
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
+            return fd
+
+    @staticmethod
+    def _clear_if_stale(lock: str) -> bool:
+        """Remove ``lock`` if its owner is dead; True if it was removed (or vanished)."""
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:
+            return True
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a live process holds it
+            # We hold the flock: the creator is dead, or has not reached its flock yet.
+            st = os.fstat(fd)
+            try:
+                if os.stat(lock).st_ino != st.st_ino:
+                    return True  # replaced meanwhile; look again
+            except FileNotFoundError:
+                return True
+            owner = os.pread(fd, 200, 0).decode(errors="replace").split()
+            if not owner:
+                if time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
+                    return False
+            elif owner[1:2] == [_HOST] and _pid_alive(int(owner[0])):
+                # same host, owner alive but not holding flock: it is between O_EXCL and flock
+                return False
+            os.unlink(lock)
+            return True
+        finally:
+            os.close(fd)
+
+    def _unlock(self, path: str, fd: int) -> None:
+        try:
+            os.unlink(path + ".lock")
+        finally:
+            os.close(fd)
+
+    def read_versioned(self, key: str) -> Versioned | None:
+        """Read ``key`` with its token (a digest of its bytes); None when missing."""
+        try:
+            data = self.read(key)
+        except FileNotFoundError:
+            return None
+        return Versioned(data, _token(data))
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        """Replace ``key`` under its lock if its token is ``expect``; see :meth:`Storage.swap`."""
+        path = self._path(key)
+        fd = self._lock(path)
+        try:
+            current = self.read_versioned(key)
+            if (current.token if current else None) != expect:
+                raise PreconditionFailed(key, expect)
+            self._atomic_write(path, data)
+        finally:
+            self._unlock(path, fd)
+        return _token(data)
+
+    def delete(self, key: str, expect: Token | None = None) -> None:
+        """Delete ``key`` (under its lock when ``expect`` is given)."""
+        path = self._path(key)
+        if expect is None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return
+            except OSError as e:
+                raise StorageError(f"cannot delete {key}: {e.strerror}", self.url) from e
+            self._prune_dirs(os.path.dirname(path))
+            return
+        fd = self._lock(path)
+        try:
+            current = self.read_versioned(key)
+            if current is None or current.token != expect:
+                raise PreconditionFailed(key, expect)
+            os.unlink(path)
+            self._fsync_dir(os.path.dirname(path))
+        finally:
+            self._unlock(path, fd)
+        self._prune_dirs(os.path.dirname(path))
+
+    def _prune_dirs(self, d: str) -> None:
+        """Remove empty folders up to the root (as git does for refs)."""
+        while os.path.abspath(d) != os.path.abspath(self.root) and d.startswith(self.root):
+            try:
+                os.rmdir(d)
+            except OSError:
+                return
+            self._made_dirs.discard(d)
+            d = os.path.dirname(d)
+
+    # -- listing ---------------------------------------------------------------------
+    def list(self, prefix: str) -> list[str]:
+        """Every key below ``prefix``, skipping temporary files and locks."""
+        base = self._path(prefix) if prefix else self.root
+        out: list[str] = []
+        for dirpath, _dirs, files in os.walk(base):
+            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for f in files:
+                if ".tmp-" in f or f.endswith(".lock"):
+                    continue
+                out.append(f if rel == "." else f"{rel}/{f}")
+        return sorted(out)
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Immediate children of ``prefix`` (files and folders), skipping temporaries."""
+        try:
+            names = os.listdir(self._path(prefix) if prefix else self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise StorageError(f"cannot list {prefix}: {e.strerror}", self.url) from e
+        return sorted(n for n in names if ".tmp-" not in n and not n.endswith(".lock"))
+
+    def list_locks(self, prefix: str) -> list[str]:
+        """Lock files below ``prefix`` (for fsck), relative to the root."""
+        base = self._path(prefix) if prefix else self.root
+        out = []
+        for dirpath, _dirs, files in os.walk(base):
+            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            out.extend(f"{rel}/{f}" for f in files if f.endswith(".lock"))
+        return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError as e:
+        return e.errno != errno.ESRCH
+    return True

@@ -1,0 +1,103 @@
+"""In-memory storage: a dict per process, shared by every store opened on the same URL.
+
+``memory://name`` opened twice in one process gives the same data (as fsspec's memory file
+system does); tests isolate themselves by using a fresh name. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Mapping
+
+from .base import PreconditionFailed, Storage, Token, Versioned
+
+_ROOTS: dict[str, dict[str, tuple[bytes, int, float]]] = {}
+_ROOTS_LOCK = threading.Lock()
+_LOCKS: dict[str, threading.Lock] = {}
+_VERSIONS = itertools.count(1)  # global, so a deleted and re-created key never reuses a token
+
+
+class MemoryStorage(Storage):
+    """A dict of ``key -> (bytes, version, mtime)`` under a lock."""
+
+    def __init__(self, name: str) -> None:
+        name = name.strip("/")
+        self.url = f"memory://{name}"
+        with _ROOTS_LOCK:
+            self._data = _ROOTS.setdefault(name, {})
+            self._lock = _LOCKS.setdefault(name, threading.Lock())
+        self._counter = 0
+
+    def read(self, key: str) -> bytes:
+        """Return the bytes at ``key``; see :meth:`Storage.read`."""
+        try:
+            return self._data[key][0]
+        except KeyError:
+            raise FileNotFoundError(key) from None
+
+    def write(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key``."""
+        with self._lock:
+            self._put(key, data)
+
+    def write_many(self, items: Mapping[str, bytes]) -> None:
+        """Store several keys under one lock."""
+        with self._lock:
+            for k, v in items.items():
+                self._put(k, v)
+
+    def _put(self, key: str, data: bytes) -> int:
+        version = next(_VERSIONS)
+        self._data[key] = (bytes(data), version, time.time())
+        return version
+
+    def read_versioned(self, key: str) -> Versioned | None:
+        """Read ``key`` with its version counter as token."""
+        item = self._data.get(key)
+        if item is None:
+            return None
+        return Versioned(item[0], str(item[1]))
+
+    def _token(self, key: str) -> Token | None:
+        item = self._data.get(key)
+        return None if item is None else str(item[1])
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        """Replace ``key`` if its token is ``expect``; see :meth:`Storage.swap`."""
+        with self._lock:
+            if self._token(key) != expect:
+                raise PreconditionFailed(key, expect)
+            self._put(key, data)
+            token = self._token(key)
+            assert token is not None
+            return token
+
+    def delete(self, key: str, expect: Token | None = None) -> None:
+        """Delete ``key``; with ``expect``, only if its token matches."""
+        with self._lock:
+            if expect is not None and self._token(key) != expect:
+                raise PreconditionFailed(key, expect)
+            self._data.pop(key, None)
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key below ``prefix``."""
+        p = prefix.rstrip("/") + "/" if prefix else ""
+        with self._lock:
+            return sorted(k for k in self._data if k.startswith(p))
+
+    def list_dir(self, prefix: str) -> list[str]:
+        """Immediate children of ``prefix``."""
+        p = prefix.rstrip("/") + "/" if prefix else ""
+        with self._lock:
+            return sorted({k[len(p) :].split("/", 1)[0] for k in self._data if k.startswith(p)})
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is stored."""
+        return key in self._data
+
+    def mtime(self, key: str) -> float | None:
+        """When ``key`` was last written."""
+        item = self._data.get(key)
+        return None if item is None else item[2]

@@ -1,0 +1,371 @@
+"""The store: one root URL holding objects and refs for every session of every app and user.
+
+Open one with :func:`castore.open`. A store is created on its first write (a
+``castore.json`` with the format number is written then); reading from a URL with no store
+behind it raises :class:`~castore.errors.StoreNotFound`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import names
+from . import objects as o
+from .errors import FormatError, RefConflict, SessionNotFound, StoreNotFound
+from .history import History
+from .objects import Commit, ObjectId
+from .objectstore import ObjectStore
+from .refs import RefStore, RefValue
+from .state import StateWriter, read_state
+from .storage import Storage, open_storage
+
+CONFIG_KEY = "castore.json"
+DEFAULT_URL = "./.castore"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session as listed: its key, where its leaf is, and when it last changed."""
+
+    app: str
+    user: str
+    session: str
+    head: str | None
+    branch: str | None
+    updated: float
+    entries: int
+    info: Mapping[str, Any]
+
+
+def default_url() -> str:
+    """``$CASTORE_STORE``, or ``./.castore``."""
+    return os.environ.get("CASTORE_STORE") or DEFAULT_URL
+
+
+class Store:
+    """Objects and refs under one root; the factory of :class:`~castore.session.Session`.
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, storage: Storage, *, compress: bool = True) -> None:
+        self.storage = storage
+        self.url = storage.url
+        self.objects = ObjectStore(storage, compress=compress)
+        self.refs = RefStore(storage)
+        self.history = History(self.objects)
+        self._config: dict[str, Any] | None = None
+        self._initialized = False
+        self._load_config()
+
+    # -- opening -----------------------------------------------------------------------
+    @classmethod
+    def open(cls, url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:
+        """Open the store at ``url`` (default: ``$CASTORE_STORE`` or ``./.castore``).
+
+        Args:
+            url: a path, ``file://``, ``memory://name``, ``s3://bucket/prefix``, or any
+                fsspec URL.
+            durable: when False, local writes skip fsync (faster; a power loss may lose
+                the last appends, never the store's consistency).
+            **storage_options: for the backend (``endpoint_url``, ``key``, ``secret``...).
+
+        Raises:
+            FormatError: the store was written by a newer castore.
+            StorageError: the backend cannot be reached.
+        """
+        return cls(open_storage(url or default_url(), durable=durable, **storage_options))
+
+    def _load_config(self) -> None:
+        try:
+            raw = self.storage.read(CONFIG_KEY)
+        except FileNotFoundError:
+            self._config = None
+            return
+        try:
+            cfg = json.loads(raw)
+            fmt = cfg["format"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise FormatError(f"{self.url}/{CONFIG_KEY} is not a castore config ({e})") from e
+        if not isinstance(fmt, int) or fmt > o.FORMAT:
+            raise FormatError(
+                f"store {self.url} has format {fmt!r}; this castore reads format {o.FORMAT} and older. Upgrade castore.",
+                found=fmt,
+                supported=o.FORMAT,
+            )
+        self._config = cfg
+        self._initialized = True
+
+    @property
+    def exists(self) -> bool:
+        """Whether a store has been created at this URL."""
+        if not self._initialized:
+            self._load_config()
+        return self._initialized
+
+    def require(self) -> None:
+        """Raise :class:`StoreNotFound` when there is no store at this URL."""
+        if not self.exists:
+            raise StoreNotFound(self.url)
+
+    def init(self) -> bool:
+        """Create the store if needed; return True if it was created now.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        if self._initialized:
+            return False
+        cfg = {"format": o.FORMAT, "created": time.time(), "remotes": {}}
+        from .storage import PreconditionFailed
+
+        try:
+            self.storage.swap(CONFIG_KEY, json.dumps(cfg, indent=1).encode(), None)
+            created = True
+        except PreconditionFailed:
+            created = False
+        self._load_config()
+        return created
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The store's configuration (``castore.json``), empty if not created yet."""
+        return dict(self._config or {})
+
+    def update_config(self, change: Any) -> dict[str, Any]:
+        """Apply ``change(config) -> config`` by compare-and-swap on ``castore.json``.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        from .storage import PreconditionFailed
+
+        self.init()
+        for _ in range(20):
+            cur = self.storage.read_versioned(CONFIG_KEY)
+            assert cur is not None
+            new = change(json.loads(cur.data))
+            try:
+                self.storage.swap(CONFIG_KEY, json.dumps(new, indent=1).encode(), cur.token)
+            except PreconditionFailed:
+                continue
+            self._config = new
+            return new
+        raise RefConflict(CONFIG_KEY, None, None, "castore.json kept changing; try again")
+
+    # -- sessions ----------------------------------------------------------------------
+    def session(self, app: str, user: str, session_id: str) -> Session:
+        """The session with this key (nothing is written before its first append).
+
+        Raises:
+            InvalidName: a part of the key is not a valid name.
+        """
+        from .session import Session
+
+        return Session(self, app, user, session_id)
+
+    def sessions(self, app: str, user: str | None = None) -> list[SessionInfo]:
+        """The sessions of an app (or of one user of it), newest first.
+
+        Reads each session's HEAD and branch ref, never its history.
+
+        Raises:
+            InvalidName: a bad app or user name.
+            StorageError: the backend failed.
+        """
+        app_seg = names.encode(app, "app name")
+        if user is not None:
+            user_segs = [names.encode(user, "user name")]
+        else:
+            user_segs = self.refs.list_dir(f"sessions/{app_seg}")
+        heads: list[str] = []
+        for useg in user_segs:
+            for sseg in self.refs.list_dir(f"sessions/{app_seg}/{useg}"):
+                heads.append(f"sessions/{app_seg}/{useg}/{sseg}/HEAD")
+        got = self.refs.read_many(heads)
+        branch_refs = {}
+        for h, v in got.items():
+            if v is not None and v.symbolic:
+                branch_refs[h] = h.rsplit("/", 1)[0] + "/" + v.symbolic
+        tips = self.refs.read_many(list(branch_refs.values()))
+        out: list[SessionInfo] = []
+        for h, v in got.items():
+            if v is None:
+                continue
+            _, aseg, useg, sseg, _ = h.split("/")
+            nm = v.meta.get("names", {})
+            tipv = tips.get(branch_refs[h]) if h in branch_refs else v
+            head = tipv.target if tipv is not None and not tipv.symbolic else None
+            branch = v.symbolic.split("/", 1)[1] if v.symbolic else None
+            if branch is not None and names.is_hashed(branch):
+                branch = (tipv.meta.get("name") if tipv else None) or branch
+            elif branch is not None:
+                branch = names.decode(branch)
+            meta = tipv.meta if tipv is not None else {}
+            out.append(
+                SessionInfo(
+                    app=nm.get("app") or _decode(aseg),
+                    user=nm.get("user") or _decode(useg),
+                    session=nm.get("session") or _decode(sseg),
+                    head=head,
+                    branch=branch,
+                    updated=float(meta.get("t", v.meta.get("t", 0.0))),
+                    entries=int(meta.get("n", 0)),
+                    info=v.meta.get("info", {}),
+                )
+            )
+        out.sort(key=lambda s: s.updated, reverse=True)
+        return out
+
+    def apps(self) -> list[str]:
+        """Names of the apps that have sessions.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return [_decode(a) for a in self.refs.list_dir("sessions")]
+
+    def delete_session(self, app: str, user: str, session_id: str) -> None:
+        """Delete a session's refs (its objects go at the next ``gc``).
+
+        Raises:
+            SessionNotFound: the session does not exist.
+            InvalidName, StorageError.
+        """
+        prefix = "sessions/" + names.encode_key(app, user, session_id)
+        found = self.refs.list(prefix)
+        if not found:
+            raise SessionNotFound((app, user, session_id))
+        for name in sorted(found, key=lambda n: n.endswith("/HEAD")):
+            self.refs.delete(name)
+
+    # -- app- and user-scoped state ----------------------------------------------------------
+    def _scope_ref(self, app: str, user: str | None) -> str:
+        base = f"state/{names.encode(app, 'app name')}"
+        return f"{base}/app" if user is None else f"{base}/users/{names.encode(user, 'user name')}"
+
+    def scope_head(self, app: str, user: str | None = None) -> str | None:
+        """The commit id of the app state (``user=None``) or of a user's state, or None.
+
+        Raises:
+            InvalidName, IntegrityError, StorageError.
+        """
+        v = self.refs.read(self._scope_ref(app, user))
+        return v.target if v is not None else None
+
+    def update_scope(
+        self, app: str, user: str | None, delta: Mapping[str, Any], unset: tuple[str, ...] = (), author: str = ""
+    ) -> str:
+        """Commit a change to app state (``user=None``) or user state; return the commit id.
+
+        A lost compare-and-swap is retried on the new tip: changes are never lost.
+
+        Raises:
+            InvalidName, InvalidEntry, StorageError.
+        """
+        self.init()
+        ref = self._scope_ref(app, user)
+        while True:
+            cur = self.refs.read(ref)
+            parent = self.history.commit(cur.target) if cur is not None else None
+            writer = StateWriter(self.objects)
+            tree = writer.apply(parent.state if parent else None, delta, unset)
+            commit = Commit(
+                kind="state",
+                parents=(o.raw_id(cur.target),) if cur else (),
+                state=tree,
+                delta=dict(delta),
+                unset=tuple(unset),
+                author=author,
+                time=time.time(),
+                depth=(parent.depth + 1) if parent else 0,
+            )
+            cid, canonical = o.encode(commit)
+            writer.pending[cid] = canonical
+            self.objects.put_encoded(writer.pending.items())
+            try:
+                self.refs.swap(ref, cid, cur, {"t": commit.time})
+                return cid
+            except RefConflict:
+                continue
+
+    def scope_state(self, app: str, user: str | None = None, rev: str | None = None) -> dict[str, Any]:
+        """The app state (``user=None``) or a user's state, now or at commit ``rev``.
+
+        Raises:
+            InvalidName, ObjectNotFound, IntegrityError, StorageError.
+        """
+        cid = rev or self.scope_head(app, user)
+        if cid is None:
+            return {}
+        return read_state(self.objects, self.history.commit(cid).state)
+
+    def scope_log(self, app: str, user: str | None = None) -> list[tuple[str, Commit]]:
+        """The history of the app or user state, newest first.
+
+        Raises:
+            InvalidName, ObjectNotFound, IntegrityError, StorageError.
+        """
+        head = self.scope_head(app, user)
+        if head is None:
+            return []
+        return list(reversed(self.history._walk_all(head)))  # noqa: SLF001 - scope chains are short
+
+    def app_state(self, app: str) -> dict[str, Any]:
+        """The current app-scoped state (keys without the ``app:`` prefix)."""
+        return self.scope_state(app, None)
+
+    def user_state(self, app: str, user: str) -> dict[str, Any]:
+        """The current user-scoped state of ``user`` in ``app`` (keys without ``user:``)."""
+        return self.scope_state(app, user)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the backend's resources."""
+        self.storage.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    async def asessions(self, app: str, user: str | None = None) -> list[SessionInfo]:
+        """Async twin of :meth:`sessions`."""
+        return await asyncio.to_thread(self.sessions, app, user)
+
+    async def adelete_session(self, app: str, user: str, session_id: str) -> None:
+        """Async twin of :meth:`delete_session`."""
+        await asyncio.to_thread(self.delete_session, app, user, session_id)
+
+    def __repr__(self) -> str:
+        return f"<castore.Store {self.url}>"
+
+
+def _decode(seg: str) -> str:
+    try:
+        return names.decode(seg)
+    except Exception:  # noqa: BLE001 - a hashed or foreign segment is shown as is
+        return seg
+
+
+def open(url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:  # noqa: A001
+    """Open the store at ``url``; see :meth:`Store.open`."""
+    return Store.open(url, durable=durable, **storage_options)
+
+
+from .session import Session  # noqa: E402  (circular: Session needs Store's type only)
+
+__all__ = ["Store", "SessionInfo", "open", "default_url", "ObjectId", "RefValue", "Session"]
