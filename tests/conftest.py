@@ -1,0 +1,99 @@
+"""Shared fixtures: a store on every backend (local disk, memory, S3 on a loopback moto server).
+
+The moto server is started once per test session on a free 127.0.0.1 port and stopped at
+the end; each test gets a fresh prefix (S3), folder (local) or name (memory).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import s3server  # noqa: E402
+
+import castore  # noqa: E402
+
+BACKENDS = ["local", "memory", "s3"]
+
+
+@dataclass
+class Backend:
+    """Where a test's store lives: a URL plus storage options."""
+
+    name: str
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def open(self, **kw: Any) -> castore.Store:
+        """Open (another handle on) the test's store."""
+        return castore.open(self.url, **{**self.options, **kw})
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[s3server.Server]:
+    """A moto S3 server on 127.0.0.1 for the whole test session."""
+    server = s3server.start_moto_server()
+    try:
+        s3server.make_bucket(server.endpoint_url, "castore-tests")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[s3server.Server]:
+    """SeaweedFS (real atomic conditional writes) on 127.0.0.1; skips if it cannot start."""
+    server = s3server.start_seaweedfs()
+    if server is None:
+        pytest.skip(f"SeaweedFS could not start here: {s3server.SEAWEED_SKIP_REASON}")
+    try:
+        s3server.make_bucket(server.endpoint_url, "castore-tests")
+        yield server
+    finally:
+        server.stop()
+
+
+def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
+    """A fresh, empty place for a store on backend ``kind``."""
+    if kind == "local":
+        return Backend("local", str(tmp_path / "store"))
+    if kind == "memory":
+        return Backend("memory", f"memory://test-{uuid.uuid4().hex}")
+    if kind in ("s3", "seaweedfs"):
+        server = request.getfixturevalue("moto_server" if kind == "s3" else "seaweedfs")
+        return Backend(kind, f"s3://castore-tests/{uuid.uuid4().hex}", server.storage_options)
+    raise ValueError(kind)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
+    """A fresh store location on each backend in turn."""
+    return make_backend(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def store(backend: Backend) -> Iterator[castore.Store]:
+    """An open, empty store on each backend in turn."""
+    st = backend.open()
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+@pytest.fixture
+def local_store(tmp_path: Any) -> Iterator[castore.Store]:
+    """An open, empty store on local disk."""
+    st = castore.open(str(tmp_path / "store"))
+    try:
+        yield st
+    finally:
+        st.close()
