@@ -1,0 +1,247 @@
+"""Commands that read: sessions, log, show, state, diff, context, replay, verify, cat-object."""
+
+from __future__ import annotations
+
+import click
+
+from ..entries import Message
+from ..session import Session
+from ..store import Store
+from . import render as r
+from .common import json_option, note, pass_session, pass_store, print_json, split_key
+from .session_cmds import refs_of
+
+_COMMIT_FIELDS = (
+    '{"id", "short", "kind", "parents": [ID], "depth", "time" (Unix seconds), "author", "summary", '
+    '"entry" (the message, or the event/compaction/... fields), "delta", "unset", "meta", '
+    '"refs": {"head": BOOL, "branches": [NAME], "labels": [NAME]}}'
+)
+
+
+@click.command("sessions")
+@click.argument("prefix", metavar="[APP[/USER]]", required=False)
+@json_option('{"sessions": [{"key": "APP/USER/SESSION", "app", "user", "session", "head": ID|null, '
+             '"branch": NAME|null, "entries": N, "updated": Unix seconds, "info": {...}}]}')
+@pass_store()
+def sessions_cmd(store: Store, prefix: str | None, as_json: bool) -> None:
+    """List sessions, newest first: entry count, branch, last activity.
+
+    Without an argument every app's sessions are listed; APP or APP/USER narrows it.
+    """
+    if prefix:
+        infos = store.sessions(*split_key(prefix, 1, 2, "APP[/USER]"))
+    else:
+        infos = sorted((s for app in store.apps() for s in store.sessions(app)),
+                       key=lambda s: s.updated, reverse=True)
+    if as_json:
+        print_json({"sessions": [r.session_info_json(s) for s in infos]})
+        return
+    if not infos:
+        note("no sessions")
+    for line in r.sessions_table(infos):
+        click.echo(line)
+
+
+@click.command("log")
+@click.argument("rev", default="HEAD")
+@click.option("--oneline", is_flag=True, help="One line per commit: short id, refs, summary.")
+@click.option("--graph", is_flag=True,
+              help="Draw the tree as `git log --graph` does, one line per commit; the current leaf is '@'.")
+@click.option("--all", "all_", is_flag=True, help="Every commit of every branch and label, not just the path to REV.")
+@click.option("-n", "limit", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
+              help="Show at most N commits, newest first; 0 shows all.")
+@json_option('{"session": {"key", "app", "user", "session"}, "head": ID|null, "branch": NAME|null, '
+             f'"commits": [{_COMMIT_FIELDS}], "graph": [LINE] (with --graph only)}}; commits are newest '
+             'first (with --graph, in the order drawn)')
+@pass_session()
+def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, limit: int, as_json: bool) -> None:
+    """Show history, newest first; --all: every branch, --graph: the tree.
+
+    Without --all: the path from the root to REV (default HEAD). Like `llm logs`, the last 10 entries by default (-n 0 for all). With --all, every
+    branch; with --graph, the tree drawn with | * / as git does.
+    """
+    if all_ and rev != "HEAD":
+        raise click.UsageError("--all shows every branch; give no REV with it")
+    entries = session.log(rev, limit=limit or None, all_branches=all_)
+    refs = refs_of(session)
+    if graph:
+        entries = r.topo_order(entries)
+    if as_json:
+        doc = {"session": r.session_json(session.key), "head": refs.head, "branch": refs.branch,
+               "commits": [r.commit_json(e, refs) for e in entries]}
+        if graph:
+            doc["graph"] = r.graph_lines(entries, refs, r.plain)
+        print_json(doc)
+        return
+    if graph:
+        lines = r.graph_lines(entries, refs)
+    elif oneline:
+        lines = [r.oneline(e, refs) for e in entries]
+    else:
+        lines = []
+        for e in entries:
+            lines += [*r.commit_block(e, refs), ""]
+    for line in lines:
+        click.echo(line)
+    if not all_ and limit and entries and entries[0].depth + 1 > len(entries):
+        note(f"(the last {len(entries)} of {entries[0].depth + 1} entries; -n 0 shows all)")
+
+
+@click.command("show")
+@click.argument("rev", default="HEAD")
+@json_option(_COMMIT_FIELDS)
+@pass_session()
+def show_cmd(session: Session, rev: str, as_json: bool) -> None:
+    """Show one commit: its entry, metadata, state delta and parents."""
+    e = session.show(rev)
+    refs = refs_of(session)
+    if as_json:
+        print_json(r.commit_json(e, refs))
+        return
+    for line in r.commit_block(e, refs, full=True):
+        click.echo(line)
+
+
+@click.command("state")
+@click.argument("rev", default="HEAD")
+@click.argument("key", required=False)
+@json_option("the output is JSON anyway (the state object, or the value of KEY); accepted for uniformity")
+@pass_session()
+def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> None:
+    """Print the state at REV (default HEAD) as JSON, or the value of KEY.
+
+    Time travel: at any revision the state is exactly what it was after that commit,
+    app: and user: keys included.
+    """
+    state = session.state(rev)
+    if key is None:
+        print_json(state)
+        return
+    if key not in state:
+        raise click.ClickException(f"no key {key!r} in the state at {rev}")
+    print_json(state[key])
+
+
+@click.command("diff")
+@click.argument("rev1")
+@click.argument("rev2")
+@json_option('{"base": ID|null (the common ancestor), "added": {KEY: VALUE}, "removed": {KEY: VALUE}, '
+             '"changed": {KEY: [OLD, NEW]}, "entries1": [COMMIT], "entries2": [COMMIT]} '
+             '(entriesN: the commits after the base up to REVN, oldest first, fields as in `log --json`)')
+@pass_session()
+def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
+    """State changes from REV1 to REV2, and the entries since they forked.
+
+    The fork point is the common ancestor of the two; the entries after it on each side
+    are listed.
+    """
+    d = session.diff(rev1, rev2)
+    refs = refs_of(session)
+    if as_json:
+        print_json({**{k: d[k] for k in ("base", "added", "removed", "changed")},
+                    "entries1": [r.commit_json(e, refs) for e in d["entries1"]],
+                    "entries2": [r.commit_json(e, refs) for e in d["entries2"]]})
+        return
+    click.echo(f"common ancestor: {r.short(d['base']) if d['base'] else '(none)'}")
+    changes = ([click.style(f"+ {k} = {r.fmt_value(v)}", fg="green") for k, v in d["added"].items()]
+               + [click.style(f"- {k} = {r.fmt_value(v)}", fg="red") for k, v in d["removed"].items()]
+               + [f"~ {k}: {r.fmt_value(a)} -> {r.fmt_value(b)}" for k, (a, b) in d["changed"].items()])
+    click.echo("state:" + ("" if changes else " no change"))
+    for c in changes:
+        click.echo("  " + c)
+    for label, rev, entries in (("only on", rev1, d["entries1"]), ("only on", rev2, d["entries2"])):
+        click.echo(f"{label} {rev} ({len(entries)}):")
+        for e in entries:
+            click.echo("  " + r.oneline(e, refs))
+
+
+@click.command("context")
+@click.argument("rev", default="HEAD")
+@click.option("--max-tokens", type=click.IntRange(min=0), metavar="N",
+              help="Token budget: the oldest turns are left out first.")
+@click.option("--max-messages", type=click.IntRange(min=0), metavar="N", help="Message budget.")
+@click.option("--tool-output-limit", type=click.IntRange(min=0), metavar="N",
+              help="Replace tool outputs over N tokens by a placeholder naming their commit.")
+@json_option('{"rev": REV, "model": NAME|null, "tokens": N|null, "dropped": N, '
+             '"messages": [{"role", "content", ...}], "commits": [ID] (the commit each message comes from)}')
+@pass_session()
+def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages: int | None,
+                tool_output_limit: int | None, as_json: bool) -> None:
+    """Print the messages a model would be sent for the path ending at REV.
+
+    The latest compaction and the branch summaries on the path are honoured, budgets trim
+    the oldest turns; the stored history is never changed (see `log` for all of it).
+    """
+    try:
+        result = session.context(rev, max_tokens=max_tokens, max_messages=max_messages,
+                                 tool_output_limit=tool_output_limit)
+    except ModuleNotFoundError as e:
+        if e.name != "castore.context":
+            raise
+        raise click.ClickException("context projection is not available in this castore "
+                                   "(castore.context is missing)") from e
+    messages = r.context_messages(result)
+    tokens, dropped = getattr(result, "tokens", None), getattr(result, "dropped", 0)
+    if as_json:
+        print_json({"rev": rev, "model": getattr(result, "model", None), "tokens": tokens, "dropped": dropped,
+                    "messages": messages, "commits": list(getattr(result, "commits", []))})
+        return
+    for m in messages:
+        if isinstance(m, dict) and m.get("role"):
+            msg = Message.from_dict(m)
+            click.echo(click.style(f"[{msg.role}]", bold=True) + " " + r.message_text(msg))
+        else:
+            click.echo(r.fmt_value(m))
+    note(f"({len(messages)} messages" + (f", ~{tokens} tokens" if tokens is not None else "")
+         + (f", {dropped} left out by the budget" if dropped else "") + ")")
+
+
+@click.command("replay")
+@click.argument("rev", default="HEAD")
+@json_option("the output is JSON anyway (the replayed state object); accepted for uniformity")
+@pass_session()
+def replay_cmd(session: Session, rev: str, as_json: bool) -> None:
+    """Rebuild the state at REV from the entries' deltas alone, and print it.
+
+    Compare with `castore state REV` (the stored snapshot), or run `castore verify`.
+    """
+    print_json(session.replay(rev))
+
+
+@click.command("verify")
+@click.argument("rev", default="HEAD")
+@json_option('{"ok": true, "commits": N, "head": ID}')
+@pass_session()
+def verify_cmd(session: Session, rev: str, as_json: bool) -> None:
+    """Audit REV's path: re-hash objects, replay deltas against snapshots.
+
+    Every object on the path is re-read and re-hashed, and replaying the state deltas
+    must give every stored state snapshot. Exits 1 with `Error: ...` naming the first bad commit or object.
+    """
+    res = session.verify(rev)
+    if as_json:
+        print_json({"ok": True, **res})
+        return
+    click.echo(f"OK: {res['commits']} commits up to {r.short(res['head'])} verified "
+               "(objects re-hashed, replayed state equals every snapshot)")
+
+
+@click.command("cat-object")
+@click.argument("object_id", metavar="ID")
+@json_option('the output is JSON anyway: {"id", "type": "commit"|"value"|"tree"|"blob"|"segment"|"index", '
+             '...its fields, ids in hex, bytes in base64}; accepted for uniformity')
+@pass_store()
+def cat_object_cmd(store: Store, object_id: str, as_json: bool) -> None:
+    """Print a stored object by id or unique prefix (4+ hex characters)."""
+    oid = store.objects.resolve_prefix(object_id)
+    print_json(r.object_json(oid, store.objects.get(oid)))
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    for cmd in (sessions_cmd, log_cmd, show_cmd, state_cmd, diff_cmd, context_cmd, replay_cmd,
+                verify_cmd, cat_object_cmd):
+        group.add_command(cmd)
+
+
+__all__ = ["register"]

@@ -1,0 +1,454 @@
+"""Text and JSON rendering of sessions, entries, commits, objects, and the ``log --graph`` drawing.
+
+Pure functions from library values to strings or JSON-ready dicts; nothing here touches a
+store. Colour is applied with :func:`click.style` and stripped by :func:`click.echo` when
+the output is not a terminal.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time as _time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from .. import objects as o
+from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange, content_text
+from ..session import LogEntry
+from ..store import SessionInfo
+from .common import format_key
+
+Style = Callable[..., str]
+
+
+def plain(text: str, **_: Any) -> str:
+    """A style that adds no colour (for JSON output)."""
+    return text
+
+
+# -- small pieces --------------------------------------------------------------------------
+def short(oid: str | None) -> str:
+    """The short form of an id (8 hex characters)."""
+    return oid[:8] if oid else "-"
+
+
+def fmt_time(t: float) -> str:
+    """A timestamp as local ``YYYY-MM-DD HH:MM:SS``."""
+    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(t)) if t else "-"
+
+
+def fmt_value(v: Any) -> str:
+    """A state value on one line, as JSON."""
+    return json.dumps(o.to_builtins(v), ensure_ascii=False, sort_keys=True)
+
+
+def one_line(text: str, width: int = 72) -> str:
+    """Fold whitespace and cut to ``width`` characters."""
+    s = " ".join(text.split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _tool_call(call: Any) -> str:
+    if not isinstance(call, Mapping):
+        return str(call)
+    fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    name = fn.get("name", "?")
+    args = fn.get("arguments", fn.get("args", fn.get("input", "")))
+    if not isinstance(args, str):
+        args = json.dumps(o.to_builtins(args), ensure_ascii=False, sort_keys=True)
+    return f"{name}({args})"
+
+
+def message_text(m: Message) -> str:
+    """A message's text, with its tool calls written as ``-> name(args)``."""
+    parts = []
+    if m.content is not None:
+        parts.append(content_text(m.content))
+    for call in m.tool_calls or []:
+        parts.append("-> " + _tool_call(call))
+    return "\n".join(p for p in parts if p)
+
+
+def _message_label(m: Message) -> str:
+    if m.role == "tool" and m.name:
+        return f"tool {m.name}"
+    return m.role
+
+
+def delta_text(delta: Mapping[str, Any], unset: Sequence[str] = ()) -> str:
+    """``{key=value, -gone}``, or empty when nothing changed."""
+    items = [f"{k}={fmt_value(v)}" for k, v in delta.items()] + [f"-{k}" for k in unset]
+    return "{" + ", ".join(items) + "}" if items else ""
+
+
+def summary(e: LogEntry, width: int = 72) -> str:
+    """One line saying what the entry is: ``role: text``, ``author: text {key=value}``, ..."""
+    entry = e.entry
+    if isinstance(entry, Message):
+        text = f"{_message_label(entry)}: {message_text(entry)}"
+    elif isinstance(entry, Event):
+        said = message_text(entry.message) if entry.message is not None else "(event)"
+        text = f"{entry.author or 'event'}: {said}"
+    elif isinstance(entry, Compaction):
+        text = f"compaction: {entry.summary}"
+    elif isinstance(entry, BranchSummary):
+        text = f"branch summary: {entry.summary}"
+    elif isinstance(entry, ModelChange):
+        text = f"model -> {entry.model or '?'}" + (f" ({entry.provider})" if entry.provider else "")
+    elif isinstance(entry, Custom):
+        text = f"custom {entry.type}"
+    else:
+        text = e.kind
+    changes = delta_text(e.delta, e.unset)
+    out = one_line(text, width)
+    return f"{out} {changes}" if changes else out
+
+
+# -- refs decoration ---------------------------------------------------------------------
+@dataclass
+class Refs:
+    """Which names point where in one session, for decorating commits."""
+
+    head: str | None = None
+    branch: str | None = None
+    branches: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def of(self, cid: str) -> dict[str, Any]:
+        """``{"head": bool, "branches": [...], "labels": [...]}`` for one commit."""
+        return {
+            "head": cid == self.head,
+            "branches": [b for b, t in self.branches.items() if t == cid],
+            "labels": [n for n, t in self.labels.items() if t == cid],
+        }
+
+    def decoration(self, cid: str, style: Style = click.style) -> str:
+        """git's ``(HEAD -> main, retry, tag: good)``, or empty."""
+        r = self.of(cid)
+        parts = []
+        branches = list(r["branches"])
+        if r["head"]:
+            if self.branch is not None and self.branch in branches:
+                branches.remove(self.branch)
+                parts.append(style("HEAD -> ", fg="cyan", bold=True) + style(self.branch, fg="green", bold=True))
+            else:
+                parts.append(style("HEAD", fg="cyan", bold=True))
+        parts += [style(b, fg="green", bold=True) for b in branches]
+        parts += [style(f"tag: {n}", fg="yellow", bold=True) for n in r["labels"]]
+        return "(" + ", ".join(parts) + ")" if parts else ""
+
+
+# -- JSON documents --------------------------------------------------------------------------
+def entry_json(e: LogEntry) -> dict[str, Any]:
+    """The entry itself, by kind (a message is its dict form)."""
+    entry = e.entry
+    if isinstance(entry, Message):
+        return entry.to_dict()
+    if isinstance(entry, Event):
+        return {
+            "author": entry.author,
+            "message": entry.message.to_dict() if entry.message is not None else None,
+            "state_delta": dict(entry.state_delta),
+            "meta": dict(entry.meta),
+        }
+    if isinstance(entry, Compaction):
+        return {"summary": entry.summary, "first_kept": entry.first_kept,
+                "tokens_before": entry.tokens_before, "details": entry.details}
+    if isinstance(entry, BranchSummary):
+        return {"summary": entry.summary, "from_id": entry.from_id, "details": entry.details}
+    if isinstance(entry, ModelChange):
+        return {"model": entry.model, "provider": entry.provider, "thinking_level": entry.thinking_level}
+    if isinstance(entry, Custom):
+        return {"type": entry.type, "data": entry.data}
+    return {}
+
+
+def commit_json(e: LogEntry, refs: Refs | None = None) -> dict[str, Any]:
+    """One commit as a JSON object; see the ``log --json`` help for the fields."""
+    doc: dict[str, Any] = {
+        "id": e.id,
+        "short": e.short,
+        "kind": e.kind,
+        "parents": list(e.parents),
+        "depth": e.depth,
+        "time": e.time,
+        "author": e.author,
+        "summary": summary(e, 200),
+        "entry": entry_json(e),
+        "delta": dict(e.delta),
+        "unset": list(e.unset),
+        "meta": dict(e.meta),
+    }
+    if refs is not None:
+        doc["refs"] = refs.of(e.id)
+    return o.to_builtins(doc)
+
+
+def session_json(key: tuple[str, str, str]) -> dict[str, str]:
+    """``{"key": "app/user/session", "app": ..., "user": ..., "session": ...}``."""
+    app, user, sid = key
+    return {"key": format_key(app, user, sid), "app": app, "user": user, "session": sid}
+
+
+def session_info_json(s: SessionInfo) -> dict[str, Any]:
+    """A listed session as a JSON object; see ``sessions --help``."""
+    return {
+        **session_json((s.app, s.user, s.session)),
+        "head": s.head,
+        "branch": s.branch,
+        "entries": s.entries,
+        "updated": s.updated,
+        "info": o.to_builtins(dict(s.info)),
+    }
+
+
+def object_json(oid: str, obj: Any) -> dict[str, Any]:
+    """A stored object as JSON: its type and fields, with every id written in hex."""
+    hx = o.hex_id
+    if isinstance(obj, o.Commit):
+        doc: dict[str, Any] = {
+            "type": "commit", "kind": obj.kind, "parents": [hx(p) for p in obj.parents],
+            "body": hx(obj.body) if obj.body else None, "state": hx(obj.state) if obj.state else None,
+            "delta": obj.delta, "unset": list(obj.unset), "scopes": {k: hx(v) for k, v in obj.scopes.items()},
+            "author": obj.author, "time": obj.time, "meta": obj.meta, "depth": obj.depth,
+            "index": hx(obj.index) if obj.index else None,
+        }
+    elif isinstance(obj, o.Value):
+        doc = {"type": "value", "value": obj.value}
+    elif isinstance(obj, o.Blob):
+        doc = {"type": "blob", "size": len(obj.data), "data": obj.data}
+    elif isinstance(obj, o.Tree):
+        doc = {"type": "tree", "values": obj.values, "refs": {k: hx(v) for k, v in obj.refs.items()},
+               "sub": {k: hx(v) for k, v in obj.sub.items()}}
+    elif isinstance(obj, o.Segment):
+        doc = {"type": "segment", "start": obj.start, "objects": [o.digest(b) for b in obj.objects]}
+    elif isinstance(obj, o.Index):
+        doc = {"type": "index", "segments": [hx(s) for s in obj.segments]}
+    else:
+        doc = {"type": type(obj).__name__.lower()}
+    return o.to_builtins({"id": oid, **doc})
+
+
+# -- text blocks ---------------------------------------------------------------------------
+def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> list[str]:
+    """One line per session: key, entry count, branch, last activity."""
+    keys = [format_key(s.app, s.user, s.session) for s in infos]
+    w = max((len(k) for k in keys), default=0)
+    out = []
+    for k, s in zip(keys, infos, strict=True):
+        branch = s.branch if s.branch is not None else f"(detached at {short(s.head)})"
+        out.append(f"{style(k.ljust(w), bold=True)}  {s.entries:>6} entries  "
+                   f"{style(branch, fg='green')}  {fmt_time(s.updated)}")
+    return out
+
+
+def body_lines(e: LogEntry) -> list[str]:
+    """The entry's full content, for ``show`` and the long ``log`` format."""
+    entry = e.entry
+    if isinstance(entry, Message):
+        head = f"[{_message_label(entry)}]" + (f" (answers {entry.tool_call_id})" if entry.tool_call_id else "")
+        return [head, *message_text(entry).splitlines()]
+    if isinstance(entry, Event):
+        if entry.message is None:
+            return [f"[event by {entry.author}]"]
+        return [f"[{entry.author or entry.message.role}]", *message_text(entry.message).splitlines()]
+    if isinstance(entry, Compaction):
+        return [f"[compaction: keeps from {short(entry.first_kept)}, {entry.tokens_before} tokens before]",
+                *entry.summary.splitlines()]
+    if isinstance(entry, BranchSummary):
+        return [f"[branch summary of {short(entry.from_id)}]", *entry.summary.splitlines()]
+    if isinstance(entry, ModelChange):
+        return [f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip()]
+    if isinstance(entry, Custom):
+        return [f"[custom {entry.type}]", fmt_value(entry.data)]
+    return [f"[{e.kind}]"]
+
+
+def state_change_lines(delta: Mapping[str, Any], unset: Sequence[str]) -> list[str]:
+    """``+ key = value`` and ``- key`` lines."""
+    return [f"+ {k} = {fmt_value(v)}" for k, v in delta.items()] + [f"- {k}" for k in unset]
+
+
+def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = click.style) -> list[str]:
+    """A git-like multi-line view of a commit (``log`` and ``show``)."""
+    deco = refs.decoration(e.id, style)
+    cid = e.id if full else e.short
+    lines = [style(f"commit {cid}", fg="yellow") + (f" {deco}" if deco else "")]
+    if full:
+        lines.append("Parents: " + (" ".join(e.parents) if e.parents else "(root)"))
+    lines.append(f"Kind:    {e.kind}" + (f" by {e.author}" if e.author else ""))
+    lines.append(f"Date:    {fmt_time(e.time)}")
+    if full and e.meta:
+        lines.append("Meta:    " + fmt_value(dict(e.meta)))
+    changes = state_change_lines(e.delta, e.unset)
+    if changes:
+        lines.append("State:   " + changes[0])
+        lines += ["         " + c for c in changes[1:]]
+    lines.append("")
+    lines += ["    " + line for line in body_lines(e)]
+    return lines
+
+
+def oneline(e: LogEntry, refs: Refs, style: Style = click.style) -> str:
+    """``1a2b3c4d (HEAD -> main) user: What's the weather?``"""
+    deco = refs.decoration(e.id, style)
+    return " ".join(p for p in (style(e.short, fg="yellow"), deco, summary(e)) if p)
+
+
+# -- the graph ----------------------------------------------------------------------------------
+def topo_order(entries: Sequence[LogEntry]) -> list[LogEntry]:
+    """Children before parents, newest first otherwise, one line of history kept together.
+
+    Like ``git log --graph`` (which implies ``--topo-order``): after a commit comes its
+    first parent when nothing else still has to come before that parent.
+    """
+    index = {e.id: i for i, e in enumerate(entries)}
+    waiting = {e.id: 0 for e in entries}
+    for e in entries:
+        for p in set(e.parents):
+            if p in waiting:
+                waiting[p] += 1
+    ready = [index[e.id] for e in entries if waiting[e.id] == 0]
+    heapq.heapify(ready)
+    out: list[LogEntry] = []
+    nxt: int | None = None
+    while nxt is not None or ready:
+        i = nxt if nxt is not None else heapq.heappop(ready)
+        nxt = None
+        e = entries[i]
+        out.append(e)
+        for j, p in enumerate(dict.fromkeys(e.parents)):
+            if p not in waiting:
+                continue
+            waiting[p] -= 1
+            if waiting[p] == 0:
+                if j == 0:
+                    nxt = index[p]
+                else:
+                    heapq.heappush(ready, index[p])
+    return out
+
+
+def graph_rows(entries: Sequence[LogEntry], head: str | None = None) -> list[tuple[str, LogEntry | None]]:
+    """Draw the commit DAG as ``git log --graph`` does.
+
+    Args:
+        entries: the commits to draw, children before parents (see :func:`topo_order`).
+        head: the current leaf, drawn ``@`` instead of ``*``.
+
+    Returns:
+        ``(graph, entry)`` rows: one per commit (``entry`` set), plus connecting rows
+        (``entry`` None) where lines of history fork or join.
+    """
+    cols: list[str] = []  # the commit each column is waiting for
+    rows: list[tuple[str, LogEntry | None]] = []
+
+    def line(cells: dict[int, str], width: int) -> str:
+        return "".join(cells.get(i, " ") for i in range(width)).rstrip()
+
+    for e in entries:
+        if e.id in cols:
+            c = cols.index(e.id)
+        else:
+            cols.append(e.id)
+            c = len(cols) - 1
+        cells = {2 * i: "|" for i in range(len(cols))}
+        cells[2 * c] = "@" if e.id == head else "*"
+        rows.append((line(cells, 2 * len(cols)), e))
+        parents = list(dict.fromkeys(e.parents))
+        if not parents:
+            # A root: its column ends; the columns to its right move one step left.
+            after = cols[c + 1 :]
+            del cols[c]
+            if after:
+                cells = {2 * i: "|" for i in range(c)}
+                cells.update({2 * k - 1: "/" for k in range(c + 1, c + 1 + len(after))})
+                rows.append((line(cells, 2 * (len(cols) + 1)), None))
+        else:
+            cols[c] = parents[0]
+            for p in parents[1:]:
+                if p in cols:
+                    continue
+                # A merge: open a column for the other parent; the ones to its right move right.
+                n_after = len(cols) - (c + 1)
+                cols.insert(c + 1, p)
+                cells = {2 * i: "|" for i in range(c + 1)}
+                cells[2 * c + 1] = "\\"
+                cells.update({2 * k + 1: "\\" for k in range(c + 1, c + 1 + n_after)})
+                rows.append((line(cells, 2 * len(cols)), None))
+        rows += _collapse(cols, line)
+    return rows
+
+
+def _collapse(cols: list[str], line: Callable[[dict[int, str], int], str]) -> list[tuple[str, None]]:
+    """Join columns waiting for the same commit (lines of history meeting at a fork point)."""
+    rows: list[tuple[str, None]] = []
+    while True:
+        dup = next((j for j in range(len(cols)) if cols[j] in cols[:j]), None)
+        if dup is None:
+            return rows
+        i = cols.index(cols[dup])
+        width = 2 * len(cols)
+        cells = {2 * k: "|" for k in range(dup)}
+        for pos in range(2 * i + 1, 2 * dup - 1):
+            if pos % 2 == 1:
+                cells[pos] = "_"
+        cells[2 * dup - 1] = "/"
+        cells.update({2 * k - 1: "/" for k in range(dup + 1, len(cols))})
+        del cols[dup]
+        rows.append((line(cells, width), None))
+
+
+def graph_lines(entries: Sequence[LogEntry], refs: Refs, style: Style = click.style) -> list[str]:
+    """The full ``log --graph`` text: graph, short id, refs, summary."""
+    ordered = topo_order(entries)
+    out = []
+    for graph, e in graph_rows(ordered, refs.head):
+        if e is None:
+            out.append(graph)
+        else:
+            g = graph.replace("@", style("@", fg="cyan", bold=True))
+            out.append(f"{g} {oneline(e, refs, style)}")
+    return out
+
+
+def context_messages(result: Iterable[Any]) -> list[dict[str, Any]]:
+    """What ``session.context()`` returned, as message dicts."""
+    out = []
+    for m in result:
+        if isinstance(m, Message):
+            out.append(m.to_dict())
+        elif hasattr(m, "to_dict"):
+            out.append(m.to_dict())
+        else:
+            out.append(m)
+    return o.to_builtins(out)
+
+
+__all__ = [
+    "Refs",
+    "plain",
+    "short",
+    "fmt_time",
+    "fmt_value",
+    "summary",
+    "message_text",
+    "entry_json",
+    "commit_json",
+    "session_json",
+    "session_info_json",
+    "object_json",
+    "sessions_table",
+    "body_lines",
+    "commit_block",
+    "oneline",
+    "state_change_lines",
+    "topo_order",
+    "graph_rows",
+    "graph_lines",
+    "context_messages",
+]

@@ -1,0 +1,599 @@
+"""The castore command line, through click's runner (and once as a real subprocess)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import castore
+from castore import objects as o
+from castore.cli import main
+from castore.cli import reference
+from castore.cli.render import Refs, graph_rows, topo_order
+from castore.session import LogEntry
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "app/alice/s1"
+CLEAN_ENV = {"CASTORE_STORE": None, "CASTORE_SESSION": None, "COLUMNS": "200"}
+
+
+@dataclass
+class Seeded:
+    url: str
+    store: castore.Store
+    q1: str
+    a1: str
+    q2: str
+    a2: str
+    retry: str
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
+
+
+def run(url: str | None, *args: str, session: str | None = KEY, input: str | None = None,  # noqa: A002
+        color: bool = False, env: dict[str, Any] | None = None) -> Result:
+    argv: list[str] = []
+    if url is not None:
+        argv += ["--store", url]
+    if session is not None:
+        argv += ["-s", session]
+    runner = CliRunner(env={**CLEAN_ENV, **(env or {})})
+    return runner.invoke(main, [*argv, *args], input=input, color=color, prog_name="castore")
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr, result.exception)
+    return result
+
+
+def fails(result: Result, code: int = 1) -> str:
+    """Assert a clean failure and return its stderr."""
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.stderr
+    if code == 1:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    return result.stderr
+
+
+@pytest.fixture
+def seeded(url: str) -> Seeded:
+    """main: q1 -> a1 (label good, last_city=Beijing) -> q2 -> a2 (last_city=Shanghai); retry: q1 -> r."""
+    store = castore.open(url)
+    s = store.session("app", "alice", "s1")
+    q1 = s.append(castore.Message(role="user", content="Weather in Beijing?"))
+    a1 = s.append(castore.Event(author="agent", message=castore.Message(role="assistant", content="Sunny, 25C"),
+                                state_delta={"last_city": "Beijing"}, meta={"model": "m-1"}))
+    q2 = s.append(castore.Message(role="user", content="And Shanghai?"))
+    a2 = s.append(castore.Event(author="agent", message=castore.Message(role="assistant", content="Cloudy"),
+                                state_delta={"last_city": "Shanghai", "n": 2}))
+    s.label(a1, "good")
+    s.checkout(q1, create="retry")
+    retry = s.append(castore.Event(author="agent", message=castore.Message(role="assistant", content="Rainy"),
+                                   state_delta={"last_city": "Beijing", "retried": True}))
+    s.checkout("main")
+    return Seeded(url, store, q1, a1, q2, a2, retry)
+
+
+# -- help and the README reference ----------------------------------------------------------
+def test_every_command_and_option_has_help() -> None:
+    assert reference.missing_help() == []
+    names = set(main.list_commands(None))  # type: ignore[arg-type]
+    assert {"init", "sessions", "log", "show", "checkout", "branch", "label", "labels", "fork", "state",
+            "diff", "context", "append", "replay", "verify", "cat-object", "demo"} <= names
+
+
+def test_readme_cli_reference_is_current() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert reference.splice(readme, reference.reference_markdown()) == readme, (
+        "README.md's CLI reference is out of date: run scripts/gen_cli_reference"
+    )
+
+
+def test_missing_help_is_detected() -> None:
+    import click
+
+    @click.group()
+    def grp() -> None:
+        """A group."""
+
+    @grp.command("bare")
+    @click.option("--x")
+    def bare(x: str) -> None:
+        pass
+
+    assert reference.missing_help(grp) == ["castore bare", "castore bare --x"]
+
+
+def test_reference_is_what_help_prints_on_an_88_column_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Not through CliRunner: it forces an 80-column width.
+    monkeypatch.setenv("COLUMNS", "88")
+    block = reference.reference_markdown()
+    for path, _, _ in reference.iter_commands():
+        with pytest.raises(SystemExit) as exit_:
+            main.main([*path.split()[1:], "--help"], prog_name="castore")
+        assert exit_.value.code == 0
+        out = capsys.readouterr().out
+        assert f"### `{path}`\n\n```text\n{out.rstrip()}\n```" in block
+
+
+# -- init and sessions ----------------------------------------------------------------------
+def test_init_creates_a_store_and_is_idempotent(tmp_path: Path) -> None:
+    target = tmp_path / "new"
+    r = ok(run(None, "init", str(target), session=None))
+    assert (target / "castore.json").exists()
+    assert "Initialized empty castore store" in r.stderr and r.stdout == ""
+    r = ok(run(None, "init", str(target), session=None))
+    assert "Found existing" in r.stderr
+
+
+def test_init_without_url_uses_the_store_option(url: str) -> None:
+    ok(run(url, "init", session=None))
+    assert castore.open(url).exists
+
+
+def test_sessions_lists_newest_first_with_entries_branch_and_time(seeded: Seeded) -> None:
+    other = seeded.store.session("app", "bob", "later")
+    other.append(castore.Message(role="user", content="hi"))
+    lines = ok(run(seeded.url, "sessions", session=None)).stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["app/bob/later", "app/alice/s1"]
+    assert "4 entries" in lines[1] and "main" in lines[1]
+    doc = json.loads(ok(run(seeded.url, "sessions", "app/alice", "--json", session=None)).stdout)
+    assert [s["key"] for s in doc["sessions"]] == ["app/alice/s1"]
+    s = doc["sessions"][0]
+    assert s["entries"] == 4 and s["branch"] == "main" and s["head"] == seeded.a2
+    assert set(s) == {"key", "app", "user", "session", "head", "branch", "entries", "updated", "info"}
+
+
+def test_session_names_with_a_slash_are_written_with_percent_2f(url: str) -> None:
+    castore.open(url).session("my/app", "a@b.c", "x/y").append(castore.Message(role="user", content="hi"))
+    doc = json.loads(ok(run(url, "sessions", "my%2Fapp", "--json", session=None)).stdout)
+    key = doc["sessions"][0]["key"]
+    assert key == "my%2Fapp/a@b.c/x%2Fy"
+    assert "user: hi" in ok(run(url, "log", "--oneline", session=key)).stdout
+
+
+# -- log --------------------------------------------------------------------------------------
+def test_log_shows_the_last_ten_newest_first_and_n0_shows_all(url: str) -> None:
+    s = castore.open(url).session("app", "alice", "s1")
+    for i in range(12):
+        s.append(castore.Message(role="user", content=f"message {i}"))
+    r = ok(run(url, "log"))
+    assert r.stdout.count("\ncommit ") + r.stdout.startswith("commit ") == 10
+    assert r.stdout.index("message 11") < r.stdout.index("message 10")
+    assert "message 1\n" not in r.stdout and "-n 0" in r.stderr
+    assert len(ok(run(url, "log", "--oneline", "-n", "0")).stdout.splitlines()) == 12
+    assert len(ok(run(url, "log", "--oneline", "-n", "3")).stdout.splitlines()) == 3
+
+
+def test_log_oneline_shows_short_ids_and_refs(seeded: Seeded) -> None:
+    lines = ok(run(seeded.url, "log", "--oneline")).stdout.splitlines()
+    assert lines[0] == f"{seeded.a2[:8]} (HEAD -> main) agent: Cloudy {{last_city=\"Shanghai\", n=2}}"
+    assert lines[2].startswith(f"{seeded.a1[:8]} (tag: good) agent: Sunny")
+    assert lines[3] == f"{seeded.q1[:8]} user: Weather in Beijing?"
+
+
+def test_log_of_a_revision_follows_its_path(seeded: Seeded) -> None:
+    lines = ok(run(seeded.url, "log", "--oneline", "retry")).stdout.splitlines()
+    assert [line[:8] for line in lines] == [seeded.retry[:8], seeded.q1[:8]]
+    lines = ok(run(seeded.url, "log", "--oneline", "main~2")).stdout.splitlines()
+    assert [line[:8] for line in lines] == [seeded.a1[:8], seeded.q1[:8]]
+
+
+def test_log_graph_all_draws_the_branches_like_git(seeded: Seeded) -> None:
+    lines = ok(run(seeded.url, "log", "--graph", "--all")).stdout.splitlines()
+    assert lines == [
+        f"* {seeded.retry[:8]} (retry) agent: Rainy {{last_city=\"Beijing\", retried=true}}",
+        f"| @ {seeded.a2[:8]} (HEAD -> main) agent: Cloudy {{last_city=\"Shanghai\", n=2}}",
+        f"| * {seeded.q2[:8]} user: And Shanghai?",
+        f"| * {seeded.a1[:8]} (tag: good) agent: Sunny, 25C {{last_city=\"Beijing\"}}",
+        "|/",
+        f"* {seeded.q1[:8]} user: Weather in Beijing?",
+    ]
+
+
+def test_log_json_is_one_document_with_commits_and_refs(seeded: Seeded) -> None:
+    doc = json.loads(ok(run(seeded.url, "log", "--json")).stdout)
+    assert doc["session"] == {"key": KEY, "app": "app", "user": "alice", "session": "s1"}
+    assert doc["head"] == seeded.a2 and doc["branch"] == "main"
+    assert [c["id"] for c in doc["commits"]] == [seeded.a2, seeded.q2, seeded.a1, seeded.q1]
+    top = doc["commits"][0]
+    assert top["refs"] == {"head": True, "branches": ["main"], "labels": []}
+    assert top["parents"] == [seeded.q2] and top["short"] == seeded.a2[:8] and top["kind"] == "event"
+    assert top["entry"]["message"] == {"role": "assistant", "content": "Cloudy"}
+    assert top["delta"] == {"last_city": "Shanghai", "n": 2}
+    assert doc["commits"][2]["refs"]["labels"] == ["good"]
+    assert "graph" not in doc
+
+
+def test_log_all_with_a_revision_is_a_usage_error(seeded: Seeded) -> None:
+    assert "--all" in fails(run(seeded.url, "log", "--all", "retry"), 2)
+
+
+# -- show, state, diff, replay, verify ------------------------------------------------------------
+def test_show_prints_entry_metadata_delta_and_parents(seeded: Seeded) -> None:
+    out = ok(run(seeded.url, "show", "good")).stdout
+    assert f"commit {seeded.a1} (tag: good)" in out
+    assert f"Parents: {seeded.q1}" in out
+    assert 'Meta:    {"model": "m-1"}' in out
+    assert '+ last_city = "Beijing"' in out and "Sunny, 25C" in out
+    doc = json.loads(ok(run(seeded.url, "show", seeded.a1[:10], "--json")).stdout)
+    assert doc["id"] == seeded.a1 and doc["meta"] == {"model": "m-1"} and doc["parents"] == [seeded.q1]
+
+
+def test_state_travels_in_time_and_reads_one_key(seeded: Seeded) -> None:
+    assert json.loads(ok(run(seeded.url, "state")).stdout) == {"last_city": "Shanghai", "n": 2}
+    assert json.loads(ok(run(seeded.url, "state", "good")).stdout) == {"last_city": "Beijing"}
+    assert json.loads(ok(run(seeded.url, "state", "HEAD~3")).stdout) == {}
+    assert json.loads(ok(run(seeded.url, "state", "retry", "retried", "--json")).stdout) is True
+    assert "no key 'nope'" in fails(run(seeded.url, "state", "HEAD", "nope"))
+
+
+def test_diff_lists_state_changes_and_entries_since_the_fork_point(seeded: Seeded) -> None:
+    out = ok(run(seeded.url, "diff", "retry", "main")).stdout
+    assert f"common ancestor: {seeded.q1[:8]}" in out
+    assert "+ n = 2" in out and "- retried = true" in out and '~ last_city: "Beijing" -> "Shanghai"' in out
+    assert "only on retry (1)" in out and "only on main (3)" in out
+    doc = json.loads(ok(run(seeded.url, "diff", "retry", "main", "--json")).stdout)
+    assert doc["base"] == seeded.q1
+    assert doc["added"] == {"n": 2} and doc["removed"] == {"retried": True}
+    assert doc["changed"] == {"last_city": ["Beijing", "Shanghai"]}
+    assert [c["id"] for c in doc["entries1"]] == [seeded.retry]
+    assert [c["id"] for c in doc["entries2"]] == [seeded.a1, seeded.q2, seeded.a2]
+
+
+def test_replay_rebuilds_the_state_from_deltas(seeded: Seeded) -> None:
+    assert json.loads(ok(run(seeded.url, "replay")).stdout) == {"last_city": "Shanghai", "n": 2}
+    assert json.loads(ok(run(seeded.url, "replay", "retry")).stdout) == {"last_city": "Beijing", "retried": True}
+
+
+def test_verify_reports_the_audited_path(seeded: Seeded) -> None:
+    out = ok(run(seeded.url, "verify")).stdout
+    assert out.startswith(f"OK: 4 commits up to {seeded.a2[:8]} verified")
+    assert json.loads(ok(run(seeded.url, "verify", "retry", "--json")).stdout) == {
+        "ok": True, "commits": 2, "head": seeded.retry}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("castore.context") is None, reason="castore.context not written yet")
+def test_context_prints_the_projection_and_honours_budgets(seeded: Seeded) -> None:
+    out = ok(run(seeded.url, "context")).stdout.splitlines()
+    assert out == ["[user] Weather in Beijing?", "[assistant] Sunny, 25C", "[user] And Shanghai?",
+                   "[assistant] Cloudy"]
+    doc = json.loads(ok(run(seeded.url, "context", "retry", "--json")).stdout)
+    assert [m["content"] for m in doc["messages"]] == ["Weather in Beijing?", "Rainy"]
+    assert doc["commits"] == [seeded.q1, seeded.retry] and doc["rev"] == "retry"
+    doc = json.loads(ok(run(seeded.url, "context", "--max-messages", "2", "--json")).stdout)
+    assert [m["content"] for m in doc["messages"]] == ["And Shanghai?", "Cloudy"] and doc["dropped"] == 2
+    fails(run(seeded.url, "context", "--max-tokens", "-1"), 2)
+
+
+# -- branches, checkout, labels, fork ---------------------------------------------------------
+def test_checkout_of_a_commit_detaches_head_and_says_so(seeded: Seeded) -> None:
+    r = ok(run(seeded.url, "checkout", "HEAD~1"))
+    assert r.stdout == "" and "detached" in r.stderr and seeded.q2[:8] in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    s = seeded.store.session("app", "alice", "s1")
+    assert s.current_branch is None and s.head == seeded.q2
+    assert ok(run(seeded.url, "branch")).stdout.splitlines()[0] == f"* (HEAD detached at {seeded.q2[:8]})"
+    assert "detached" not in ok(run(seeded.url, "log", "--oneline")).stderr  # explained once, at checkout
+
+
+def test_checkout_branch_and_new_branch(seeded: Seeded) -> None:
+    r = ok(run(seeded.url, "checkout", "retry"))
+    assert "Switched to branch 'retry'" in r.stderr
+    assert seeded.store.session("app", "alice", "s1").current_branch == "retry"
+    r = ok(run(seeded.url, "checkout", "good", "-b", "from-good"))
+    assert "Switched to a new branch 'from-good'" in r.stderr
+    s = seeded.store.session("app", "alice", "s1")
+    assert s.current_branch == "from-good" and s.head == seeded.a1
+    assert "already exists" in fails(run(seeded.url, "checkout", "HEAD", "-b", "retry"))
+
+
+def test_append_on_a_detached_head_starts_a_branch_and_says_so(seeded: Seeded) -> None:
+    ok(run(seeded.url, "checkout", "good"))
+    r = ok(run(seeded.url, "append", "--role", "user", "try again"))
+    s = seeded.store.session("app", "alice", "s1")
+    assert s.current_branch is not None and s.current_branch in r.stderr
+    assert r.stdout.strip() == s.head and s.show().parents == (seeded.a1,)
+
+
+def test_branch_lists_creates_and_reports_json(seeded: Seeded) -> None:
+    assert ok(run(seeded.url, "branch")).stdout.splitlines() == [
+        f"* main   {seeded.a2[:8]}", f"  retry  {seeded.retry[:8]}"]
+    r = ok(run(seeded.url, "branch", "old", "good"))
+    assert "Created branch 'old'" in r.stderr and r.stdout == ""
+    doc = json.loads(ok(run(seeded.url, "branch", "--json")).stdout)
+    assert doc == {"head": seeded.a2, "current": "main", "branches": [
+        {"name": "main", "commit": seeded.a2, "current": True},
+        {"name": "old", "commit": seeded.a1, "current": False},
+        {"name": "retry", "commit": seeded.retry, "current": False},
+    ]}
+    assert "already exists" in fails(run(seeded.url, "branch", "old"))
+
+
+def test_branch_d_refuses_unmerged_work_and_capital_d_forces(seeded: Seeded) -> None:
+    assert "not merged" in fails(run(seeded.url, "branch", "-d", "retry"))
+    assert "retry" in seeded.store.session("app", "alice", "s1").branches()
+    r = ok(run(seeded.url, "branch", "-D", "retry"))
+    assert f"Deleted branch 'retry' (was {seeded.retry[:8]})" in r.stderr
+    assert "retry" not in seeded.store.session("app", "alice", "s1").branches()
+
+
+def test_branch_d_deletes_merged_branch_and_refuses_the_current_one(seeded: Seeded) -> None:
+    ok(run(seeded.url, "branch", "merged", "good"))
+    ok(run(seeded.url, "branch", "-d", "merged"))
+    assert "merged" not in seeded.store.session("app", "alice", "s1").branches()
+    assert "checked out" in fails(run(seeded.url, "branch", "-D", "main"))
+    assert "no branch 'ghost'" in fails(run(seeded.url, "branch", "-d", "ghost"))
+    fails(run(seeded.url, "branch", "-d", "a", "b"), 2)
+    fails(run(seeded.url, "branch", "-d"), 2)
+
+
+def test_label_and_labels(seeded: Seeded) -> None:
+    r = ok(run(seeded.url, "label", "HEAD", "final"))
+    assert "Labelled" in r.stderr and r.stdout == ""
+    assert ok(run(seeded.url, "labels")).stdout.splitlines() == [
+        f"final  {seeded.a2[:8]}", f"good   {seeded.a1[:8]}"]
+    assert json.loads(ok(run(seeded.url, "labels", "--json")).stdout) == {"labels": [
+        {"name": "final", "commit": seeded.a2}, {"name": "good", "commit": seeded.a1}]}
+    assert "already exists" in fails(run(seeded.url, "label", "HEAD", "good"))
+    ok(run(seeded.url, "label", "-f", "HEAD", "good"))
+    assert seeded.store.session("app", "alice", "s1").labels()["good"] == seeded.a2
+
+
+def test_fork_starts_a_session_sharing_the_history(seeded: Seeded) -> None:
+    r = ok(run(seeded.url, "fork", "s2", "good"))
+    assert r.stdout.strip() == "app/alice/s2" and "Forked app/alice/s1" in r.stderr
+    lines = ok(run(seeded.url, "log", "--oneline", session="app/alice/s2")).stdout.splitlines()
+    assert [line[:8] for line in lines] == [seeded.a1[:8], seeded.q1[:8]]
+    assert "already exists" in fails(run(seeded.url, "fork", "s2"))
+    assert ok(run(seeded.url, "fork", "s3", "--user", "bob")).stdout.strip() == "app/bob/s3"
+
+
+# -- append ----------------------------------------------------------------------------------
+def test_append_message_text_and_stdin_print_the_commit_id(url: str) -> None:
+    r = ok(run(url, "append", "--role", "user", "hello"))
+    s = castore.open(url).session("app", "alice", "s1")
+    assert r.stdout.strip() == s.head and r.stderr == ""
+    ok(run(url, "append", "--role", "assistant", "-", input="from\nstdin"))
+    assert [m.content for m in s.messages()] == ["hello", "from\nstdin"]
+
+
+def test_append_event_with_state_delta_and_unset(url: str) -> None:
+    ev = {"author": "agent", "message": {"role": "assistant", "content": "done"},
+          "state_delta": {"city": "Paris", "tmp": 1}, "meta": {"model": "m"}}
+    ok(run(url, "append", "--event", json.dumps(ev)))
+    ok(run(url, "append", "--event", "-", input=json.dumps({"author": "agent", "unset": ["tmp"]})))
+    s = castore.open(url).session("app", "alice", "s1")
+    assert s.state() == {"city": "Paris"}
+    first = s.log()[1]
+    assert first.meta == {"model": "m"} and first.entry.message.content == "done"  # type: ignore[union-attr]
+
+
+def test_append_usage_mistakes_exit_2(url: str) -> None:
+    fails(run(url, "append", "hello"), 2)
+    fails(run(url, "append", "--role", "user"), 2)
+    fails(run(url, "append", "--role", "user", "--event", "{}", "x"), 2)
+    fails(run(url, "append", "--event", "{}", "extra"), 2)
+
+
+def test_append_bad_event_is_an_error_and_writes_nothing(url: str) -> None:
+    assert "not valid JSON" in fails(run(url, "append", "--event", "{nope"))
+    assert "JSON object" in fails(run(url, "append", "--event", "[1]"))
+    assert "unknown event field" in fails(run(url, "append", "--event", '{"autor": "x"}'))
+    assert not castore.open(url).session("app", "alice", "s1").exists()
+
+
+# -- cat-object ------------------------------------------------------------------------------------
+def test_cat_object_prints_any_object_by_prefix(seeded: Seeded) -> None:
+    doc = json.loads(ok(run(seeded.url, "cat-object", seeded.a1[:6], session=None)).stdout)
+    assert doc["id"] == seeded.a1 and doc["type"] == "commit" and doc["parents"] == [seeded.q1]
+    body = json.loads(ok(run(seeded.url, "cat-object", doc["body"], session=None)).stdout)
+    assert body == {"id": doc["body"], "type": "value", "value": {"role": "assistant", "content": "Sunny, 25C"}}
+    tree = json.loads(ok(run(seeded.url, "cat-object", doc["state"], "--json", session=None)).stdout)
+    assert tree["type"] == "tree" and tree["values"] == {"last_city": "Beijing"}
+
+
+# -- errors: one line, exit 1; usage: exit 2 ---------------------------------------------------------
+def _ambiguous_prefix(store: castore.Store) -> tuple[str, list[str]]:
+    """Store two values whose ids share their first 4 hex characters."""
+    seen: dict[str, str] = {}
+    for i in range(100_000):
+        oid, _ = o.encode(o.Value(value=f"v{i}"))
+        if oid[:4] in seen:
+            store.init()
+            store.objects.put(o.Value(value=seen[oid[:4]]))
+            store.objects.put(o.Value(value=f"v{i}"))
+            return oid[:4], sorted([oid, o.encode(o.Value(value=seen[oid[:4]]))[0]])
+        seen[oid[:4]] = f"v{i}"
+    raise AssertionError("no collision")
+
+
+def _corrupt(url: str, oid: str) -> None:
+    path = Path(url) / "objects" / oid[:2] / oid[2:]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_bad_revision_is_one_error_line(seeded: Seeded) -> None:
+    assert "unknown revision 'nope'" in fails(run(seeded.url, "show", "nope"))
+    assert "unknown revision 'HEAD~9'" in fails(run(seeded.url, "log", "HEAD~9"))
+    assert "unknown revision" in fails(run(seeded.url, "checkout", "zzzz"))
+
+
+def test_ambiguous_prefix_lists_the_candidates(seeded: Seeded) -> None:
+    prefix, ids = _ambiguous_prefix(seeded.store)
+    err = fails(run(seeded.url, "show", prefix))
+    assert f"ambiguous revision '{prefix}'" in err and ids[0][:12] in err and ids[1][:12] in err
+    err = fails(run(seeded.url, "cat-object", prefix, session=None))
+    assert ids[0][:12] in err and ids[1][:12] in err
+
+
+def test_missing_store_is_an_error(tmp_path: Path) -> None:
+    for args in (["log"], ["sessions"], ["show", "HEAD"], ["cat-object", "abcd"], ["branch"]):
+        assert "no castore store at" in fails(run(str(tmp_path / "none"), *args))
+    assert not (tmp_path / "none").exists()
+    assert "unknown or unavailable protocol 'nope'" in fails(run("nope://x", "log"))
+
+
+def test_missing_session_is_an_error(seeded: Seeded) -> None:
+    for args in (["log"], ["state"], ["checkout", "main"], ["branch"], ["labels"], ["verify"]):
+        assert "session app/alice/nope not found" in fails(run(seeded.url, *args, session="app/alice/nope"))
+
+
+def test_invalid_names_are_errors(seeded: Seeded) -> None:
+    assert "invalid user name ''" in fails(run(seeded.url, "log", session="app//s1"))
+    assert "invalid branch name ''" in fails(run(seeded.url, "branch", ""))
+    assert "invalid session id ''" in fails(run(seeded.url, "fork", ""))
+    assert "invalid app name ''" in fails(run(seeded.url, "append", "--role", "user", "x", session="/u/s"))
+
+
+def test_corrupt_object_is_an_error(seeded: Seeded) -> None:
+    _corrupt(seeded.url, seeded.a1)
+    for args in (["log"], ["verify"], ["cat-object", seeded.a1]):
+        err = fails(run(seeded.url, *args, session=KEY))
+        assert f"object {seeded.a1} is corrupt" in err
+
+
+def test_audit_failure_is_an_error(seeded: Seeded) -> None:
+    # A state tree that disagrees with the deltas: swap a1's snapshot object for a2's content.
+    st = seeded.store
+    a1 = st.history.commit(seeded.a1)
+    a2 = st.history.commit(seeded.a2)
+    src = Path(seeded.url) / "objects" / o.hex_id(a2.state)[:2] / o.hex_id(a2.state)[2:]
+    dst = Path(seeded.url) / "objects" / o.hex_id(a1.state)[:2] / o.hex_id(a1.state)[2:]
+    dst.write_bytes(src.read_bytes())
+    err = fails(run(seeded.url, "verify"))
+    assert "corrupt" in err or "audit failed" in err
+
+
+@pytest.mark.parametrize("args", [
+    ["frobnicate"],
+    ["log", "--no-such-option"],
+    ["log", "-n", "-1"],
+    ["log", "-n", "many"],
+    ["show", "a", "b"],
+    ["diff", "HEAD"],
+    ["label", "HEAD"],
+])
+def test_usage_mistakes_exit_2(seeded: Seeded, args: list[str]) -> None:
+    assert "Usage:" in fails(run(seeded.url, *args), 2)
+
+
+def test_a_session_is_required_and_must_be_app_user_session(seeded: Seeded) -> None:
+    assert "needs a session" in fails(run(seeded.url, "log", session=None), 2)
+    assert "APP/USER/SESSION" in fails(run(seeded.url, "log", session="app/alice"), 2)
+    assert "APP/USER/SESSION" in fails(run(seeded.url, "log", session="a/b/c/d"), 2)
+    assert "APP[/USER]" in fails(run(seeded.url, "sessions", "a/b/c", session=None), 2)
+
+
+def test_store_and_session_come_from_the_environment(seeded: Seeded) -> None:
+    r = ok(run(None, "log", "--oneline", "-n", "1", session=None,
+               env={"CASTORE_STORE": seeded.url, "CASTORE_SESSION": KEY}))
+    assert r.stdout.startswith(seeded.a2[:8])
+
+
+def test_colour_only_on_a_terminal(seeded: Seeded) -> None:
+    assert "\x1b[" not in ok(run(seeded.url, "log", "--graph", "--all")).stdout
+    assert "\x1b[" in ok(run(seeded.url, "log", "--graph", "--all", color=True)).stdout
+    assert "\x1b[" not in ok(run(seeded.url, "log", "--json", "--graph", color=True)).stdout
+
+
+# -- the graph drawing -------------------------------------------------------------------------------
+def _e(cid: str, *parents: str, t: float = 0.0) -> LogEntry:
+    return LogEntry(id=cid, kind="message", entry=castore.Message(role="user", content=cid),  # type: ignore[arg-type]
+                    parents=parents, time=t)  # type: ignore[arg-type]
+
+
+def _draw(entries: list[LogEntry], head: str | None = None) -> list[str]:
+    return [g + (f" {e.id}" if e else "") for g, e in graph_rows(topo_order(entries), head)]
+
+
+def test_graph_joins_three_branches_at_one_fork_point() -> None:
+    entries = [_e("c", "r"), _e("b", "r"), _e("a", "r"), _e("r")]
+    assert _draw(entries, head="b") == ["* c", "| @ b", "|/", "| * a", "|/", "* r"]
+
+
+def test_graph_keeps_a_line_of_history_together_and_closes_nested_forks() -> None:
+    # r - x - y (main), x - z (side, newest), r - w (old)
+    entries = [_e("z", "x", t=5), _e("w", "r", t=4), _e("y", "x", t=3), _e("x", "r", t=2), _e("r", t=1)]
+    assert _draw(entries) == ["* z", "| * w", "| | * y", "|_|/", "* | x", "|/", "* r"]
+
+
+def test_graph_draws_a_merge_and_a_second_root() -> None:
+    entries = [_e("m", "a", "b"), _e("a", "r1"), _e("b", "r2"), _e("r1"), _e("r2")]
+    assert _draw(entries) == ["* m", "|\\", "* | a", "* | r1", " /", "* b", "* r2"]
+
+
+def test_refs_decoration_marks_head_branch_and_labels() -> None:
+    refs = Refs(head="x", branch="main", branches={"main": "x", "b": "x"}, labels={"l": "x"})
+    assert refs.decoration("x", style=lambda s, **_: s) == "(HEAD -> main, b, tag: l)"
+    assert Refs(head="x").decoration("x", style=lambda s, **_: s) == "(HEAD)"
+    assert refs.decoration("y") == ""
+
+
+# -- demo ----------------------------------------------------------------------------------------------
+def test_demo_records_a_new_session_each_run(url: str) -> None:
+    first = ok(run(url, "demo", session=None))
+    assert "weather-app/alice/demo-1" in first.stderr
+    assert "|/" in first.stdout and "(HEAD -> main)" in first.stdout and "(retry)" in first.stdout
+    assert '"last_city": "Beijing"' in first.stdout and '"last_city": "Shanghai"' in first.stdout
+    second = ok(run(url, "demo", session=None))
+    assert "weather-app/alice/demo-2" in second.stderr
+    keys = {s["key"] for s in json.loads(ok(run(url, "sessions", "--json", session=None)).stdout)["sessions"]}
+    assert keys == {f"weather-app/alice/demo-{n}{f}" for n in (1, 2) for f in ("", "-fork")}
+    ok(run(url, "verify", session="weather-app/alice/demo-2"))
+    ok(run(url, "verify", session="weather-app/alice/demo-2-fork"))
+
+
+def _castore_exe() -> list[str]:
+    exe = Path(sys.executable).with_name("castore")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from castore.cli import main; main()"]
+
+
+def test_demo_then_log_graph_all_json_as_real_processes(tmp_path: Path) -> None:
+    env = {**os.environ, "CASTORE_STORE": str(tmp_path / "demo-store")}
+    env.pop("CASTORE_SESSION", None)
+    demo = subprocess.run([*_castore_exe(), "demo"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert "Traceback" not in demo.stderr and "\x1b[" not in demo.stdout
+    assert "$ castore -s weather-app/alice/demo-1 log --graph --all" in demo.stdout
+    log = subprocess.run([*_castore_exe(), "-s", "weather-app/alice/demo-1", "log", "--graph", "--all", "--json"],
+                         env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert log.returncode == 0, log.stderr
+    doc = json.loads(log.stdout)
+    commits = doc["commits"]
+    assert len(commits) == 9 and doc["branch"] == "main"
+    by_id = {c["id"]: c for c in commits}
+    head = by_id[doc["head"]]
+    assert head["refs"] == {"head": True, "branches": ["main"], "labels": []}
+    assert head["entry"]["state_delta"] == {"last_city": "Shanghai"}
+    retry = next(c for c in commits if c["refs"]["branches"] == ["retry"])
+    labelled = next(c for c in commits if c["refs"]["labels"] == ["first-answer"])
+    assert retry["parents"] == labelled["parents"]  # the retry answers the same tool result again
+    assert [c["kind"] for c in commits].count("event") == 3
+    graph = doc["graph"]
+    assert len([g for g in graph if g.lstrip("|/ ").strip()]) == 9
+    assert "|/" in graph and any(g.startswith("| @ ") and "(HEAD -> main)" in g for g in graph)
+    # every commit is drawn, children before parents
+    pos = {c["id"]: i for i, c in enumerate(commits)}
+    assert all(pos[p] > pos[c["id"]] for c in commits for p in c["parents"] if p in pos)
+    state = subprocess.run([*_castore_exe(), "-s", "weather-app/alice/demo-1", "state", "first-answer"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert json.loads(state.stdout) == {"last_city": "Beijing"}
