@@ -1,0 +1,688 @@
+"""Import and export Pi coding-agent sessions (JSONL, format v3; v1 and v2 are upgraded).
+
+One Pi entry becomes one commit whose parent is the commit of its ``parentId``. The
+header becomes the session's metadata (``session.info["pi"]["header"]``), the last entry
+in file order becomes HEAD (on branch ``main``, Pi's leaf), every other childless entry
+gets a branch ``pi-<entry id>``, and Pi labels become castore labels (their entries are
+kept too). Entry types map to castore entries:
+
+======================  ==========================================================
+Pi                      castore
+======================  ==========================================================
+``message``             :class:`~castore.entries.Message` (the Pi message as is)
+``custom_message``      :class:`~castore.entries.Message` with role ``custom``
+``compaction``          :class:`~castore.entries.Compaction` (``first_kept``: a commit)
+``branch_summary``      :class:`~castore.entries.BranchSummary`
+``model_change``        :class:`~castore.entries.ModelChange` (model, provider)
+``thinking_level_change`` :class:`~castore.entries.ModelChange` (thinking level)
+``custom``              :class:`~castore.entries.Custom`
+``label``               an entry of kind ``label``, and a castore label
+``session_info``        an entry of kind ``session_info``; the name goes to ``info``
+anything else           :class:`~castore.entries.Custom` of type ``pi.<type>``
+======================  ==========================================================
+
+So :meth:`castore.Session.context` gives the messages Pi's ``buildSessionContext`` would
+send. Per-call details (entry id, parent id, time, a message's ``timestamp`` and
+``usage``) go on the commit's metadata, so that identical content is stored once. Inline
+images of at least :data:`IMAGE_MIN` base64 characters become blobs (the same screenshot
+twice is stored once) and are inlined again on export. Export gives back every entry with
+the same fields and values; when an entry cannot be rebuilt exactly from its castore form,
+its fields are kept verbatim on the commit.
+
+v1 files (no ids) get ids as Pi's migration gives them, except that the ids are derived
+from the session id and the entry's position rather than random, so that importing the
+same file twice gives the same commits.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import IO, TYPE_CHECKING, Any
+
+from .. import objects as o
+from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange, body_of
+from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
+from ..history import K, Hint
+from ..objects import Blob, Commit, ObjectId, Value
+
+if TYPE_CHECKING:
+    from ..session import LogEntry, Session
+    from ..store import Store
+
+#: base64 image data at least this long becomes a blob
+IMAGE_MIN = 1024
+#: write pending objects once they add up to this many bytes
+BATCH_BYTES = 8 << 20
+CURRENT_VERSION = 3
+BLOB_KEY = "castore:blob"
+
+_BASE = ("type", "id", "parentId", "timestamp")
+_MSG_PROVENANCE = ("timestamp", "usage")
+_CUSTOM_MESSAGE_FIELDS = ("customType", "content", "display", "details")
+
+
+class PiImportError(CastoreError, ValueError):
+    """A Pi session file cannot be imported.
+
+    Attributes:
+        path: the file.
+        line: the 1-based line number at fault (None: the file as a whole).
+        reason: what is wrong.
+    """
+
+    def __init__(self, path: str, line: int | None, reason: str) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.line = line
+        self.reason = reason
+
+
+@dataclass
+class ImportResult:
+    """What :func:`import_session` did.
+
+    Attributes:
+        key: the session's ``(app, user, session)``.
+        head: the commit of the last entry (Pi's leaf), or None for a file with no entries.
+        entries: commits written (one per entry).
+        branches: branch name -> tip commit (``main`` is the leaf's).
+        labels: label name -> commit.
+        skipped: ``(line number, reason)`` for each line left out (``skip_bad_lines``) and
+            each label that could not become a castore label.
+        blobs: image blobs referenced (repeats counted once per entry).
+        upgraded_from: the file's version when it was older than v3, else None.
+        bytes_written: stored bytes of the objects written.
+    """
+
+    key: tuple[str, str, str]
+    head: str | None = None
+    entries: int = 0
+    branches: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    blobs: int = 0
+    upgraded_from: int | None = None
+    bytes_written: int = 0
+
+
+# -- reading lines -------------------------------------------------------------------------
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_lines(f: IO[bytes], path: str, skip_bad: bool, skipped: list[tuple[int, str]]
+                 ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, object)`` for each non-blank line, streaming."""
+    for n, raw in enumerate(f, 1):
+        try:
+            text = raw.decode("utf-8")
+            if not text.strip():
+                continue
+            value = json.loads(text, parse_constant=_reject_constant)
+            if not isinstance(value, dict):
+                raise ValueError(f"a JSON {type(value).__name__}, not an object")
+        except (UnicodeDecodeError, ValueError) as e:
+            torn = "" if raw.endswith(b"\n") else " (torn last line?)"
+            reason = f"not a JSON object{torn}: {e}"
+            if not skip_bad:
+                raise PiImportError(path, n, reason + " (use skip_bad_lines / --skip-bad-lines to skip it)") from e
+            skipped.append((n, reason))
+            continue
+        yield n, value
+
+
+def _version(header: dict[str, Any]) -> int:
+    v = header.get("version")
+    if isinstance(v, bool) or v is None:
+        return 1
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _time(ts: Any) -> float:
+    if not isinstance(ts, str):
+        return 0.0
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
+
+
+# -- entry <-> castore ---------------------------------------------------------------------
+def _to_castore(e: dict[str, Any], ids: dict[str, tuple[str, int]]) -> tuple[str, Any, str, dict[str, Any]]:
+    """Map one (upgraded) Pi entry to ``(kind, body, author, meta)``; images still inline."""
+    t = e.get("type")
+    pi = {k: e[k] for k in _BASE if k in e}
+    rest = {k: v for k, v in e.items() if k not in _BASE}
+    meta: dict[str, Any] = {"pi": pi}
+    kind, body, author = "custom", None, ""
+
+    def cid(pid: Any) -> str | None:
+        return ids[pid][0] if isinstance(pid, str) and pid in ids else None
+
+    try:
+        if t == "message" and isinstance(rest.get("message"), dict):
+            m = rest.pop("message")
+            prov = {k: m[k] for k in _MSG_PROVENANCE if k in m}
+            msg = Message.from_dict({k: v for k, v in m.items() if k not in prov})
+            kind, body, author = "message", msg.to_dict(), msg.role
+            if prov:
+                meta["pm"] = prov
+        elif t == "custom_message":
+            fields = {k: rest.pop(k) for k in _CUSTOM_MESSAGE_FIELDS if k in rest}
+            msg = Message.from_dict({"role": "custom", **fields})
+            kind, body, author = "message", msg.to_dict(), "custom"
+        elif t == "compaction" and isinstance(rest.get("summary"), str):
+            c = Compaction(rest.pop("summary"), cid(rest.get("firstKeptEntryId")),
+                           rest.pop("tokensBefore", 0), rest.pop("details", None))
+            kind, body = c.kind, body_of(c)
+        elif t == "branch_summary" and isinstance(rest.get("summary"), str):
+            b = BranchSummary(rest.pop("summary"), cid(rest.get("fromId")), rest.pop("details", None))
+            kind, body = b.kind, body_of(b)
+        elif t == "model_change":
+            mc = ModelChange(model=rest.pop("modelId", None), provider=rest.pop("provider", None))
+            kind, body = mc.kind, body_of(mc)
+        elif t == "thinking_level_change":
+            mc = ModelChange(thinking_level=rest.pop("thinkingLevel", None))
+            kind, body = mc.kind, body_of(mc)
+        elif t == "custom" and isinstance(rest.get("customType"), str):
+            cu = Custom(rest.pop("customType"), rest.pop("data", None))
+            kind, body = cu.kind, body_of(cu)
+        elif t == "label":
+            kind, body = "label", {}
+            if cid(rest.get("targetId")):
+                body["target"] = cid(rest.get("targetId"))
+            if "label" in rest:
+                body["label"] = rest.pop("label")
+        elif t == "session_info":
+            kind, body = "session_info", ({"name": rest.pop("name")} if "name" in rest else {})
+        else:
+            cu = Custom(f"pi.{t}", rest)
+            kind, body, rest = cu.kind, body_of(cu), {}
+    except InvalidEntry:  # e.g. a message without a usable role: keep it verbatim as a record
+        rest = {k: v for k, v in e.items() if k not in _BASE}
+        cu = Custom(f"pi.{t}", rest)
+        kind, body, rest = cu.kind, body_of(cu), {}
+    if rest:
+        meta["x"] = rest
+    if _to_pi(body, meta) != e:  # not exactly rebuildable: keep the fields verbatim as well
+        meta.pop("x", None)
+        meta.pop("pm", None)
+        meta["raw"] = {k: v for k, v in e.items() if k not in _BASE}
+    return kind, body, author, meta
+
+
+def _to_pi(body: Any, meta: dict[str, Any]) -> dict[str, Any]:
+    """Rebuild a Pi entry from a commit's body and metadata (images already inlined)."""
+    pi = meta["pi"]
+    out: dict[str, Any] = dict(pi)
+    if "raw" in meta:
+        out.update(meta["raw"])
+        return out
+    b = body if isinstance(body, dict) else {}
+    t = pi.get("type")
+    if t == "message":
+        out["message"] = {**b, **meta.get("pm", {})}
+    elif t == "custom_message":
+        out.update({k: v for k, v in b.items() if k != "role"})
+    elif t == "compaction":
+        out["summary"] = b.get("summary")
+        out["tokensBefore"] = b.get("tokens_before", 0)
+        if "details" in b:
+            out["details"] = b["details"]
+    elif t == "branch_summary":
+        out["summary"] = b.get("summary")
+        if "details" in b:
+            out["details"] = b["details"]
+    elif t == "model_change":
+        if "provider" in b:
+            out["provider"] = b["provider"]
+        if "model" in b:
+            out["modelId"] = b["model"]
+    elif t == "thinking_level_change":
+        if "thinking_level" in b:
+            out["thinkingLevel"] = b["thinking_level"]
+    elif t == "custom" and not str(b.get("type", "")).startswith("pi."):
+        out["customType"] = b.get("type")
+        if b.get("data") is not None:
+            out["data"] = b["data"]
+    elif t == "label":
+        if "label" in b:
+            out["label"] = b["label"]
+    elif t == "session_info":
+        out.update(b)
+    else:
+        out.update(b.get("data") or {})
+    out.update(meta.get("x", {}))
+    return out
+
+
+# -- images --------------------------------------------------------------------------------
+def _extract_images(value: Any, put: Any) -> Any:
+    """Replace large inline base64 images by blob references; ``put(bytes) -> id``."""
+    if isinstance(value, list):
+        return [_extract_images(v, put) for v in value]
+    if not isinstance(value, dict):
+        return value
+    data = value.get("data")
+    if value.get("type") == "image" and isinstance(data, str) and len(data) >= IMAGE_MIN:
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raw = None
+        if raw is not None and base64.b64encode(raw).decode("ascii") == data:
+            return {**value, "data": {BLOB_KEY: put(raw)}}
+    return {k: _extract_images(v, put) for k, v in value.items()}
+
+
+def _inline_images(value: Any, get: Any) -> Any:
+    if isinstance(value, list):
+        return [_inline_images(v, get) for v in value]
+    if not isinstance(value, dict):
+        return value
+    data = value.get("data")
+    if value.get("type") == "image" and isinstance(data, dict) and list(data) == [BLOB_KEY]:
+        return {**value, "data": base64.b64encode(get(data[BLOB_KEY])).decode("ascii")}
+    return {k: _inline_images(v, get) for k, v in value.items()}
+
+
+def inline_images(store: Store, value: Any) -> Any:
+    """Put the image data back into a value (a message dict, a list of them) from its blobs.
+
+    Imported images are blob references (``{"castore:blob": id}`` in place of the base64
+    ``data``), also in :meth:`castore.Session.context`; call this before sending to a model.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    if isinstance(value, Message):
+        return Message.from_dict(inline_images(store, value.to_dict()))
+    if isinstance(value, list) and value and isinstance(value[0], Message):
+        return [inline_images(store, m) for m in value]
+    return _inline_images(value, lambda oid: _blob(store, oid))
+
+
+def _blob(store: Store, oid: str) -> bytes:
+    # Not through ObjectStore.get: its cache is bounded by count, and images are large.
+    b = o.decode(oid, store.objects.get_canonical_many([oid])[oid])
+    if not isinstance(b, Blob):
+        raise InvalidEntry(f"object {oid} is not a blob")
+    return b.data
+
+
+# -- import --------------------------------------------------------------------------------
+class _Writer:
+    """Builds commits with explicit parents and writes their objects in batches."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.objs = store.objects
+        self.history = store.history
+        self.pending: dict[ObjectId, bytes] = {}
+        self.size = 0
+        self.written = 0
+        self.tip: str | None = None
+        self.hint = Hint()
+
+    def add(self, oid: ObjectId, canonical: bytes) -> None:
+        if oid not in self.pending:
+            self.pending[oid] = canonical
+            self.size += len(canonical)
+        if self.size >= BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.written += self.objs.put_encoded(self.pending.items())
+            self.pending, self.size = {}, 0
+
+    def put_blob(self, data: bytes) -> str:
+        oid, canonical = o.encode(Blob(data=data))
+        self.add(oid, canonical)
+        return oid
+
+    def commit(self, kind: str, body: Any, author: str, meta: dict[str, Any], when: float,
+               parent: tuple[str, int] | None) -> tuple[str, int]:
+        """Write one commit after ``parent`` (``(commit id, depth)``); return its own."""
+        if parent is None:
+            hint, depth = Hint(), 0
+        elif parent[0] == self.tip:
+            hint, depth = self.hint, parent[1] + 1
+        else:  # a branch: the hint is rebuilt from the parent's block, which must be stored
+            self.flush()
+            hint, extra = self.history.hint_for(parent[0])
+            for oid, canonical in extra.items():
+                self.add(oid, canonical)
+            depth = parent[1] + 1
+        body_id = None
+        if body is not None:
+            bid, bbytes = o.encode(Value(body))
+            self.add(bid, bbytes)
+            body_id = o.raw_id(bid)
+        c = Commit(kind=kind, parents=(o.raw_id(parent[0]),) if parent else (), body=body_id, author=author,
+                   time=when, meta=meta, depth=depth, index=o.raw_id(hint.index) if hint.index else None)
+        cid, canonical = o.encode(c)
+        self.add(cid, canonical)
+        self.objs.cache(cid, c)
+        if (depth + 1) % K == 0:
+            self.flush()  # closing a block reads the block's commits and bodies back
+        self.hint, extra = self.history.advance(hint, cid, c)
+        for oid, canonical in extra.items():
+            self.add(oid, canonical)
+        self.tip = cid
+        return cid, depth
+
+
+def _new_id(seed: str, n: int, taken: set[str] | dict[str, Any]) -> str:
+    for attempt in range(100):
+        h = hashlib.sha256(f"{seed}\x00{n}\x00{attempt}".encode()).hexdigest()
+        if h[:8] not in taken:
+            return h[:8]
+    return hashlib.sha256(f"{seed}\x00{n}".encode()).hexdigest()[:32]
+
+
+def import_session(store: Store, path: str | os.PathLike[str] | IO[bytes], app: str = "pi", user: str = "local",
+                   session_id: str | None = None, skip_bad_lines: bool = False) -> ImportResult:
+    """Import a Pi session file into a new castore session.
+
+    The file is read line by line (memory stays bounded by the longest line plus one
+    batch of objects); objects are written in batches, and refs only at the end, so a
+    failure leaves no ref pointing at a partial import.
+
+    Args:
+        store: the store to write to.
+        path: the ``.jsonl`` file (a path, or a binary file object).
+        app, user: the session key's app and user.
+        session_id: the session id (default: the header's ``id``).
+        skip_bad_lines: skip lines that are not JSON objects, and report them in
+            :attr:`ImportResult.skipped`, instead of failing.
+
+    Returns:
+        An :class:`ImportResult`.
+
+    Raises:
+        PiImportError: (a ``ValueError``) the header is missing or invalid, or a line is
+            not a JSON object (naming its line number), or an entry cannot be stored.
+        SessionExists: the target session already exists (nothing is written).
+        InvalidName, StorageError, OSError: a bad key, a backend failure, an unreadable file.
+    """
+    if isinstance(path, (str, os.PathLike)):
+        name = os.fspath(path)
+        with open(name, "rb") as f:
+            return _import(store, f, name, app, user, session_id, skip_bad_lines)
+    return _import(store, path, getattr(path, "name", "<stream>"), app, user, session_id, skip_bad_lines)
+
+
+def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_id: str | None,
+            skip_bad: bool) -> ImportResult:
+    skipped: list[tuple[int, str]] = []
+    lines = _parse_lines(f, name, skip_bad, skipped)
+    first = next(lines, None)
+    if first is None:
+        raise PiImportError(name, None, "empty file: no Pi session header")
+    n0, header = first
+    if header.get("type") != "session" or not isinstance(header.get("id"), str):
+        raise PiImportError(name, n0, "the first line is not a Pi session header (type 'session' with an id)")
+    version = _version(header)
+    if version < CURRENT_VERSION:
+        header["version"] = CURRENT_VERSION
+    session = store.session(app, user, session_id or header["id"])
+    if session.exists():
+        raise SessionExists(session.key)
+    store.init()
+    result = ImportResult(session.key, skipped=skipped, upgraded_from=version if version < CURRENT_VERSION else None)
+    w = _Writer(store)
+    ids: dict[str, tuple[str, int]] = {}  # Pi id -> (commit id, depth)
+    pi_of: dict[str, str] = {}  # commit id -> Pi id
+    by_index: list[str | None] = [None]  # v1: entry index (header = 0) -> assigned id
+    parents_with_children: set[str] = set()
+    tips_order: dict[str, int] = {}
+    labels: dict[str, tuple[int, int, str | None]] = {}  # target -> (ordinal, line, label)
+    session_name: str | None = None
+    prev_id: str | None = None
+    last: tuple[str, int] | None = None
+    blobs = 0
+
+    def put(data: bytes) -> str:
+        nonlocal blobs
+        blobs += 1
+        return w.put_blob(data)
+
+    for index, (n, e) in enumerate(lines):
+        ordinal = result.entries
+        if version < 2:  # Pi's v1 -> v2 migration: ids, parent links, compaction index -> id
+            e["id"] = _new_id(header["id"], index, ids)
+            e["parentId"] = prev_id
+            prev_id = e["id"]
+            by_index.append(e["id"])
+            if e.get("type") == "compaction" and "firstKeptEntryIndex" in e:
+                idx = e["firstKeptEntryIndex"]
+                if isinstance(idx, int) and not isinstance(idx, bool):
+                    target = by_index[idx] if 0 <= idx < len(by_index) else None
+                    if target is not None:
+                        e["firstKeptEntryId"] = target
+                    del e["firstKeptEntryIndex"]
+        if version < 3 and e.get("type") == "message" and isinstance(e.get("message"), dict) \
+                and e["message"].get("role") == "hookMessage":
+            e["message"]["role"] = "custom"
+        eid = e.get("id")
+        if not isinstance(eid, str):
+            reason = "entry has no string id"
+            if not skip_bad:
+                raise PiImportError(name, n, reason)
+            skipped.append((n, reason))
+            continue
+        pid = e.get("parentId")
+        parent = ids.get(pid) if isinstance(pid, str) and pid != eid else None
+        try:
+            kind, body, author, meta = _to_castore(e, ids)
+            meta["o"] = ordinal
+            if body is not None:
+                body = _extract_images(body, put)
+            if "raw" in meta:
+                meta["raw"] = _extract_images(meta["raw"], put)
+            cid, depth = w.commit(kind, body, author, meta, _time(e.get("timestamp")), parent)
+        except InvalidEntry as err:
+            raise PiImportError(name, n, f"entry cannot be stored: {err}") from err
+        if parent is not None:
+            parents_with_children.add(parent[0])
+        ids[eid] = (cid, depth)
+        pi_of[cid] = eid
+        tips_order[cid] = ordinal
+        last = (cid, depth)
+        result.entries += 1
+        if e.get("type") == "label" and isinstance(e.get("targetId"), str):
+            lab = e.get("label")
+            labels[e["targetId"]] = (ordinal, n, lab if isinstance(lab, str) and lab else None)
+        elif e.get("type") == "session_info" and isinstance(e.get("name"), str) and e["name"].strip():
+            session_name = e["name"].strip()
+    w.flush()
+    result.blobs = blobs
+
+    # Refs last: side branches, main (the leaf), labels, then HEAD with the header.
+    if last is not None:
+        for cid, _ in sorted(tips_order.items(), key=lambda kv: kv[1]):
+            if cid in parents_with_children or cid == last[0]:
+                continue
+            pi_id = pi_of[cid]
+            result.branches[f"pi-{pi_id}"] = session.branch(f"pi-{pi_id}", at=cid)
+        result.branches["main"] = session.branch("main", at=last[0])
+        result.head = last[0]
+        for target, (_, line, lab) in sorted(labels.items(), key=lambda kv: kv[1][0]):
+            if lab is None or target not in ids:
+                continue
+            try:
+                result.labels[lab] = session.label(ids[target][0], lab, force=True)
+            except InvalidName as err:
+                skipped.append((line, f"label {lab!r} on {target} not kept as a castore label: {err}"))
+    info: dict[str, Any] = {"pi": {"header": header}}
+    if session_name is not None:
+        info["name"] = session_name
+    session.set_info(info)
+    result.bytes_written = w.written
+    return result
+
+
+# -- export --------------------------------------------------------------------------------
+def _raw_body(le: LogEntry) -> Any:
+    e = le.entry
+    if le.kind in ("message", "event", "compaction", "branch_summary", "model_change", "custom"):
+        return body_of(e)
+    return e.data if isinstance(e, Custom) else None
+
+
+def export_session(session: Session, rev: str = "HEAD", *, out: str | os.PathLike[str] | IO[str],
+                   whole: bool = True) -> int:
+    """Write a session as a Pi v3 JSONL file; return the number of lines written.
+
+    Args:
+        session: the session.
+        rev: the leaf: written last, so that Pi resumes there (when it has no children).
+        out: a path, or a text file object to write to.
+        whole: every entry reachable from the session's refs (True), or only the path
+            from the root to ``rev`` (as Pi's ``/fork`` writes).
+
+    Raises:
+        SessionNotFound, RevisionNotFound, AmbiguousRevision, ObjectNotFound,
+        IntegrityError, StorageError, OSError.
+    """
+    if isinstance(out, (str, os.PathLike)):
+        with open(out, "w", encoding="utf-8", newline="\n") as f:
+            return _export(session, rev, f, whole)
+    return _export(session, rev, out, whole)
+
+
+def _export(session: Session, rev: str, f: IO[str], whole: bool) -> int:
+    leaf = session.resolve(rev)
+    entries = session.log(all_branches=True) if whole else session.entries(rev)
+    by_id = {le.id: le for le in entries}
+    if leaf not in by_id:  # a commit no ref reaches (detached): add its path
+        for le in session.entries(leaf):
+            by_id.setdefault(le.id, le)
+    ordered = sorted(by_id.values(), key=lambda le: (0, le.meta["o"], 0.0, 0) if _imported(le)
+                     else (1, 0, le.time, le.depth))
+    ordered = _parents_first(ordered, by_id)
+    children = {p for le in ordered for p in le.parents}
+    if ordered and ordered[-1].id != leaf and leaf not in children:
+        ordered = [le for le in ordered if le.id != leaf] + [by_id[leaf]]
+    info = session.info
+    header = (info.get("pi") or {}).get("header") if isinstance(info.get("pi"), dict) else None
+    if not isinstance(header, dict):
+        first = min((le.time for le in ordered), default=0.0)
+        header = {"type": "session", "version": CURRENT_VERSION, "id": session.id, "timestamp": _iso(first), "cwd": ""}
+    f.write(_dumps(header))
+    pi_ids: dict[str, str] = {}
+    taken: set[str] = {le.meta["pi"]["id"] for le in ordered if _imported(le) and isinstance(le.meta["pi"].get("id"), str)}
+    lines = 1
+
+    def blob(oid: str) -> bytes:
+        return _blob(session.store, oid)
+
+    for le in ordered:
+        parent = pi_ids.get(le.parents[0]) if le.parents else None
+        if _imported(le):
+            meta = dict(le.meta)
+            if "raw" in meta:
+                meta["raw"] = _inline_images(meta["raw"], blob)
+            entry = _to_pi(_inline_images(_raw_body(le), blob), meta)
+            pi_ids[le.id] = entry.get("id", le.id[:8])
+            f.write(_dumps(entry))
+            lines += 1
+            continue
+        for entry in _native(le, parent, pi_ids, taken):
+            f.write(_dumps(_inline_images(entry, blob)))
+            lines += 1
+    return lines
+
+
+def _imported(le: LogEntry) -> bool:
+    return isinstance(le.meta.get("pi"), dict) and isinstance(le.meta.get("o"), int)
+
+
+def _parents_first(ordered: list[LogEntry], by_id: dict[str, LogEntry]) -> list[LogEntry]:
+    out: list[LogEntry] = []
+    done: set[str] = set()
+    for le in ordered:
+        stack = [le]
+        while stack:
+            cur = stack[-1]
+            todo = [p for p in cur.parents[:1] if p in by_id and p not in done]
+            if todo:
+                stack.append(by_id[todo[0]])
+                continue
+            stack.pop()
+            if cur.id not in done:
+                done.add(cur.id)
+                out.append(cur)
+    return out
+
+
+def _native(le: LogEntry, parent: str | None, pi_ids: dict[str, str], taken: set[str]) -> list[dict[str, Any]]:
+    """Pi entries for a commit made in castore (not imported)."""
+    out: list[dict[str, Any]] = []
+
+    def base(t: str) -> dict[str, Any]:
+        n = 8
+        while le.id[:n] in taken:
+            n += 2
+        pid = le.id[:n] if not out else f"{le.id[:n]}{len(out)}"
+        taken.add(pid)
+        prev = out[-1]["id"] if out else parent
+        pi_ids[le.id] = pid
+        return {"type": t, "id": pid, "parentId": prev, "timestamp": _iso(le.time)}
+
+    e = le.entry
+    ms = int(le.time * 1000)
+    if isinstance(e, (Message, Event)):
+        m = e if isinstance(e, Message) else e.message
+        if m is not None:
+            msg = m.to_dict()
+            msg.setdefault("timestamp", ms)
+            out.append({**base("message"), "message": msg})
+        else:
+            assert isinstance(e, Event)
+            out.append({**base("custom"), "customType": "castore.event",
+                        "data": o.to_builtins({"author": e.author, "state_delta": e.state_delta, "meta": e.meta})})
+    elif isinstance(e, Compaction):
+        d = {**base("compaction"), "summary": e.summary,
+             "firstKeptEntryId": pi_ids.get(e.first_kept or "", ""), "tokensBefore": e.tokens_before}
+        if e.details is not None:
+            d["details"] = e.details
+        out.append(d)
+    elif isinstance(e, BranchSummary):
+        d = {**base("branch_summary"), "fromId": pi_ids.get(e.from_id or "", "root"), "summary": e.summary}
+        if e.details is not None:
+            d["details"] = e.details
+        out.append(d)
+    elif isinstance(e, ModelChange):
+        if e.model is not None:
+            out.append({**base("model_change"), "provider": e.provider or "", "modelId": e.model})
+        if e.thinking_level is not None:
+            out.append({**base("thinking_level_change"), "thinkingLevel": e.thinking_level})
+    elif isinstance(e, Custom):
+        d = {**base("custom"), "customType": e.type if le.kind == "custom" else f"castore.{le.kind}"}
+        if e.data is not None:
+            d["data"] = o.to_builtins(e.data)
+        out.append(d)
+    return out
+
+
+def _dumps(entry: dict[str, Any]) -> str:
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+__all__ = ["import_session", "export_session", "inline_images", "ImportResult", "PiImportError", "IMAGE_MIN", "BLOB_KEY"]

@@ -1,0 +1,116 @@
+"""``castore import pi`` and ``castore export pi``: Pi session files in and out."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import click
+
+from .common import CastoreGroup, CliState, format_key, json_option, note, open_store, print_json, split_key
+
+_DEFAULT_APP, _DEFAULT_USER = "pi", "local"
+
+
+def _session_spec(ctx: click.Context, local: str | None) -> str | None:
+    if local:
+        return local
+    state = ctx.find_object(CliState)
+    return state.session_spec if state is not None else None
+
+
+@click.group("import", cls=CastoreGroup)
+def import_group() -> None:
+    """Import sessions from other agents' files (Pi JSONL)."""
+
+
+@import_group.command("pi")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-s", "--session", "spec", metavar="APP/USER[/SESSION]",
+              help=f"Where to import: APP/USER (session id from each file's header) or APP/USER/SESSION "
+                   f"(one file only) [default: {_DEFAULT_APP}/{_DEFAULT_USER}].")
+@click.option("--skip-bad-lines", is_flag=True,
+              help="Skip lines that are not JSON objects (a torn last line) and report them, instead of failing.")
+@json_option('a list of {"session": "APP/USER/SESSION", "head": ID, "entries": N, "branches": {...}, '
+             '"labels": {...}, "skipped": [[LINE, REASON], ...], "blobs": N, "upgraded_from": V}')
+@click.pass_context
+def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip_bad_lines: bool,
+              as_json: bool) -> None:
+    """Import Pi session files (v1-v3), one new session per file.
+
+    Every entry becomes a commit; the last entry is HEAD, other leaves get branches
+    pi-<id>, labels become labels. Nothing is left under a ref if a file fails.
+    """
+    from ..adapters.pi import import_session
+
+    spec = _session_spec(ctx, spec)
+    app, user, sid = _DEFAULT_APP, _DEFAULT_USER, None
+    if spec:
+        parts = split_key(spec, 2, 3, "'-s' / '--session'")
+        app, user = parts[0], parts[1]
+        sid = parts[2] if len(parts) == 3 else None
+        if sid is not None and len(files) > 1:
+            raise click.UsageError("-s APP/USER/SESSION names one session: import one file, or pass -s APP/USER")
+    store = open_store(ctx, must_exist=False)
+    docs = []
+    for path in files:
+        r = import_session(store, path, app=app, user=user, session_id=sid, skip_bad_lines=skip_bad_lines)
+        key = format_key(*r.key)
+        for line, reason in r.skipped:
+            note(f"{path}:{line}: skipped: {reason}")
+        if as_json:
+            doc = dataclasses.asdict(r)
+            doc["session"] = key
+            del doc["key"]
+            docs.append(doc)
+        else:
+            extra = f", {len(r.branches) - 1} other branch(es)" if len(r.branches) > 1 else ""
+            extra += f", {len(r.labels)} label(s)" if r.labels else ""
+            extra += f", upgraded from v{r.upgraded_from}" if r.upgraded_from else ""
+            extra += f", {len(r.skipped)} skipped" if r.skipped else ""
+            head = r.head[:8] if r.head else "(no entries)"
+            click.echo(f"{key}: {r.entries} entries, HEAD {head}{extra}")
+    if as_json:
+        print_json(docs)
+
+
+@click.group("export", cls=CastoreGroup)
+def export_group() -> None:
+    """Export sessions to other agents' files (Pi JSONL)."""
+
+
+@export_group.command("pi")
+@click.argument("rev", default="HEAD")
+@click.option("-s", "--session", "spec", metavar="APP/USER/SESSION",
+              help="The session to export (default: the global -s / $CASTORE_SESSION).")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Write to FILE instead of stdout.")
+@click.option("--path-only", is_flag=True, help="Only the path from the root to REV (as Pi's /fork writes).")
+@click.pass_context
+def export_pi(ctx: click.Context, rev: str, spec: str | None, output: str | None, path_only: bool) -> None:
+    """Write a session as a Pi v3 JSONL file whose leaf is REV (default HEAD).
+
+    Every entry reachable from the session's branches and labels is written, in the
+    order it was imported (entries made in castore after them, oldest first).
+    """
+    from ..adapters.pi import export_session
+    from ..errors import SessionNotFound
+
+    spec = _session_spec(ctx, spec)
+    if not spec:
+        raise click.UsageError("this command needs a session: pass -s APP/USER/SESSION")
+    app, user, sid = split_key(spec, 3, 3, "'-s' / '--session'")
+    session = open_store(ctx).session(app, user, sid)
+    if not session.exists():
+        raise SessionNotFound(session.key)
+    if output:
+        n = export_session(session, rev, out=output, whole=not path_only)
+        note(f"wrote {n} lines to {output}")
+    else:
+        export_session(session, rev, out=sys.stdout, whole=not path_only)
+
+
+def register(group: click.Group) -> None:
+    """Add ``import`` and ``export`` to the ``castore`` group."""
+    group.add_command(import_group)
+    group.add_command(export_group)

@@ -1,0 +1,321 @@
+"""Context projection: the messages to send to a model, computed from a path of entries.
+
+What is stored and what a model sees are different things. :func:`project` turns the
+entries of one path (oldest first, as :meth:`castore.Session.entries` returns them) into a
+:class:`Context`. It is pure: it never reads or writes storage.
+
+Rules, in order:
+
+1. Settings. :class:`~castore.entries.ModelChange` entries set the model, provider and
+   thinking level (each field only when given). As in Pi's ``buildSessionContext``, an
+   assistant message that names its ``model`` (and ``provider``) also sets the model.
+2. Compaction. The latest :class:`~castore.entries.Compaction` on the path wins: its
+   summary becomes a user message, followed by the entries from its ``first_kept`` commit
+   up to the compaction, then the entries after it. Earlier compactions are superseded.
+   When ``first_kept`` is not on the path, nothing before the compaction is kept (Pi does
+   the same).
+3. Messages. :class:`~castore.entries.Message` entries contribute themselves, events
+   their message, non-empty branch summaries a user message where they stand. Labels,
+   model changes and custom records contribute nothing.
+4. Placeholders. A tool output longer than ``tool_output_limit`` tokens is replaced by a
+   short text naming the commit that holds the full output.
+5. Budget. With ``max_tokens`` or ``max_messages``, whole units are dropped from the
+   oldest side: an assistant message that calls tools and the tool results that follow it
+   are one unit. System messages and the latest user message are never dropped; when they
+   alone exceed the budget they are still returned.
+
+The summary wording follows Pi's (``convertToLlm``), so that an imported Pi session gives
+the text Pi would send.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .entries import BranchSummary, Compaction, Event, Message, ModelChange
+from .errors import InvalidEntry
+
+if TYPE_CHECKING:
+    from .session import LogEntry
+
+TokenCounter = Callable[[Message], int]
+
+#: fixed cost of one message (role, separators) in :func:`estimate_tokens`
+MESSAGE_OVERHEAD = 4
+#: tokens counted for one image block in :func:`estimate_tokens`
+IMAGE_TOKENS = 1200
+
+COMPACTION_PREFIX = "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
+COMPACTION_SUFFIX = "\n</summary>"
+BRANCH_PREFIX = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
+BRANCH_SUFFIX = "</summary>"
+
+_TOOL_ROLES = frozenset({"tool", "toolResult", "tool_result", "function"})
+_CALL_BLOCKS = frozenset({"toolCall", "tool_use", "function_call"})
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+@dataclass(frozen=True)
+class Context:
+    """The projection of a path: messages for a model, and where each came from.
+
+    Iterating, ``len()`` and indexing behave as on :attr:`messages`.
+
+    Attributes:
+        messages: the messages, oldest first.
+        commits: for each message, the id of the commit it comes from (a summary
+            message: the compaction or branch-summary commit).
+        tokens: the token count of ``messages`` by the counter used.
+        model, provider, thinking_level: the settings in force at the end of the path.
+        dropped: how many messages the budget left out.
+    """
+
+    messages: list[Message]
+    commits: list[str]
+    tokens: int
+    model: str | None = None
+    provider: str | None = None
+    thinking_level: str | None = None
+    dropped: int = 0
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __getitem__(self, i: int) -> Message:
+        return self.messages[i]
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """The messages as plain dicts, ready for a chat API."""
+        return [m.to_dict() for m in self.messages]
+
+
+def estimate_tokens(message: Message) -> int:
+    """A model-independent approximation of a message's token count.
+
+    About four characters per token: ``ceil(chars / 4) + 4``, where ``chars`` counts the
+    text and thinking of the content, the name and JSON arguments of tool calls (in
+    ``tool_calls`` or in content blocks), and each image counts as ``IMAGE_TOKENS`` tokens.
+    Pass a real tokenizer as ``token_counter`` where precision matters.
+    """
+    chars = 0
+    images = 0
+    content = message.content
+    if isinstance(content, str):
+        chars += len(content)
+    elif isinstance(content, list):
+        for block in content:
+            if isinstance(block, str):
+                chars += len(block)
+            elif isinstance(block, dict):
+                kind = block.get("type")
+                if kind in ("image", "image_url", "input_image"):
+                    images += 1
+                elif isinstance(block.get("text"), str):
+                    chars += len(block["text"])
+                elif isinstance(block.get("thinking"), str):
+                    chars += len(block["thinking"])
+                elif kind in _CALL_BLOCKS:
+                    chars += len(str(block.get("name", ""))) + _json_len(block.get("arguments", block.get("input")))
+                else:
+                    chars += _json_len(block)
+    elif content is not None:
+        chars += len(str(content))
+    if message.tool_calls:
+        chars += _json_len(message.tool_calls)
+    return math.ceil(chars / 4) + MESSAGE_OVERHEAD + images * IMAGE_TOKENS
+
+
+def _json_len(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value)
+    try:
+        return len(json.dumps(value, ensure_ascii=False, default=str))
+    except (TypeError, ValueError):
+        return len(str(value))
+
+
+def summary_message(summary: str) -> Message:
+    """The user message that stands for a compaction summary."""
+    return Message(role="user", content=COMPACTION_PREFIX + summary + COMPACTION_SUFFIX)
+
+
+def branch_summary_message(summary: str) -> Message:
+    """The user message that stands for a branch summary."""
+    return Message(role="user", content=BRANCH_PREFIX + summary + BRANCH_SUFFIX)
+
+
+def is_tool_result(m: Message) -> bool:
+    """Whether a message carries a tool's output (OpenAI ``tool``, Pi ``toolResult``, ...)."""
+    return m.role in _TOOL_ROLES or m.tool_call_id is not None or "toolCallId" in m.extra
+
+
+def calls_tools(m: Message) -> bool:
+    """Whether a message asks for tool calls (a ``tool_calls`` field or call blocks)."""
+    if m.tool_calls:
+        return True
+    if isinstance(m.content, list):
+        return any(isinstance(b, dict) and b.get("type") in _CALL_BLOCKS for b in m.content)
+    return False
+
+
+def _check_budget(name: str, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEntry(f"{name} must be an int or None, got {value!r}")
+    if value < 0:
+        raise InvalidEntry(f"{name} must be >= 0, got {value}")
+
+
+def project(
+    entries: Sequence[LogEntry],
+    max_tokens: int | None = None,
+    max_messages: int | None = None,
+    tool_output_limit: int | None = None,
+    token_counter: TokenCounter | None = None,
+) -> Context:
+    """Project a path of entries into the context to send to a model (see the module doc).
+
+    Args:
+        entries: the entries of one path, oldest first.
+        max_tokens: drop the oldest units until the context fits (None: no limit).
+        max_messages: drop the oldest units until at most this many messages remain.
+        tool_output_limit: replace tool outputs over this many tokens by a placeholder.
+        token_counter: counts a message's tokens (default :func:`estimate_tokens`).
+
+    Returns:
+        The :class:`Context`.
+
+    Raises:
+        InvalidEntry: (a ``ValueError``) a budget or limit is negative or not an int.
+    """
+    _check_budget("max_tokens", max_tokens)
+    _check_budget("max_messages", max_messages)
+    _check_budget("tool_output_limit", tool_output_limit)
+    count = token_counter or estimate_tokens
+
+    model = provider = thinking = None
+    last_compaction = -1
+    for i, le in enumerate(entries):
+        e = le.entry
+        if isinstance(e, ModelChange):
+            if e.model is not None:
+                model, provider = e.model, e.provider
+            if e.thinking_level is not None:
+                thinking = e.thinking_level
+        elif isinstance(e, Message) and e.role == "assistant" and isinstance(e.extra.get("model"), str):
+            model = e.extra["model"]
+            p = e.extra.get("provider")
+            provider = p if isinstance(p, str) else None
+        elif isinstance(e, Compaction):
+            last_compaction = i
+
+    msgs: list[Message] = []
+    commits: list[str] = []
+
+    def emit(le: LogEntry) -> None:
+        e = le.entry
+        m: Message | None = None
+        if isinstance(e, Message):
+            m = e
+        elif isinstance(e, Event):
+            m = e.message
+        elif isinstance(e, BranchSummary) and e.summary:
+            m = branch_summary_message(e.summary)
+        if m is not None:
+            msgs.append(m)
+            commits.append(le.id)
+
+    if last_compaction >= 0:
+        comp = entries[last_compaction]
+        assert isinstance(comp.entry, Compaction)
+        msgs.append(summary_message(comp.entry.summary))
+        commits.append(comp.id)
+        keeping = False
+        for le in entries[:last_compaction]:
+            keeping = keeping or le.id == comp.entry.first_kept
+            if keeping:
+                emit(le)
+        for le in entries[last_compaction + 1 :]:
+            emit(le)
+    else:
+        for le in entries:
+            emit(le)
+
+    if tool_output_limit is not None:
+        for i, m in enumerate(msgs):
+            if is_tool_result(m) and count(m) > tool_output_limit:
+                msgs[i] = _placeholder(m, commits[i], count(m))
+
+    sizes = [count(m) for m in msgs]
+    kept = _trim(msgs, sizes, max_tokens, max_messages)
+    out_msgs = [msgs[i] for i in kept]
+    return Context(
+        messages=out_msgs,
+        commits=[commits[i] for i in kept],
+        tokens=sum(sizes[i] for i in kept),
+        model=model,
+        provider=provider,
+        thinking_level=thinking,
+        dropped=len(msgs) - len(kept),
+    )
+
+
+def _placeholder(m: Message, commit: str, tokens: int) -> Message:
+    text = f"[tool output omitted: about {tokens} tokens; the full output is in commit {commit}]"
+    content: Any = [{"type": "text", "text": text}] if isinstance(m.content, list) else text
+    return Message(role=m.role, content=content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
+                   name=m.name, extra=dict(m.extra))
+
+
+def _trim(msgs: list[Message], sizes: list[int], max_tokens: int | None, max_messages: int | None) -> list[int]:
+    """Indices of the messages kept by the budget, in order."""
+    n = len(msgs)
+    if (max_tokens is None or sum(sizes) <= max_tokens) and (max_messages is None or n <= max_messages):
+        return list(range(n))
+    # Units: an assistant that calls tools plus the tool results that follow it; else one message.
+    units: list[list[int]] = []
+    i = 0
+    while i < n:
+        unit = [i]
+        if calls_tools(msgs[i]):
+            while i + 1 < n and is_tool_result(msgs[i + 1]):
+                i += 1
+                unit.append(i)
+        units.append(unit)
+        i += 1
+    last_user = max((j for j, m in enumerate(msgs) if m.role == "user"), default=-1)
+    pinned = [any(msgs[j].role in _SYSTEM_ROLES or j == last_user for j in u) for u in units]
+    tokens, count = sum(sizes), n
+    dropped: set[int] = set()
+    for ui, unit in enumerate(units):
+        if (max_tokens is None or tokens <= max_tokens) and (max_messages is None or count <= max_messages):
+            break
+        if pinned[ui]:
+            continue
+        dropped.add(ui)
+        tokens -= sum(sizes[j] for j in unit)
+        count -= len(unit)
+    return [j for ui, u in enumerate(units) if ui not in dropped for j in u]
+
+
+__all__ = [
+    "Context",
+    "project",
+    "estimate_tokens",
+    "summary_message",
+    "branch_summary_message",
+    "is_tool_result",
+    "calls_tools",
+    "MESSAGE_OVERHEAD",
+    "IMAGE_TOKENS",
+]

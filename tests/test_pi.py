@@ -1,0 +1,372 @@
+"""Pi session import/export (castore.adapters.pi) and `castore import pi` / `castore export pi`."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import castore
+from castore.adapters import pi
+from castore.context import BRANCH_PREFIX, BRANCH_SUFFIX, COMPACTION_PREFIX, COMPACTION_SUFFIX
+from castore.objects import Blob
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pi"
+REAL = [DATA / "large-session.jsonl", DATA / "before-compaction.jsonl"]
+if not DATA.exists():  # the checkout may sit elsewhere than /work/main
+    DATA = Path("/work/shared/data/pi")
+    REAL = [DATA / "large-session.jsonl", DATA / "before-compaction.jsonl"]
+
+
+@pytest.fixture
+def mem_store() -> Any:
+    st = castore.open(f"memory://pi-{uuid.uuid4().hex}")
+    yield st
+    st.close()
+
+
+def stored_bytes(store: castore.Store) -> int:
+    return sum(len(store.storage.read(k)) for k in store.storage.list("objects"))
+
+
+def lines_of(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def export_text(session: castore.Session, rev: str = "HEAD", whole: bool = True) -> str:
+    buf = io.StringIO()
+    pi.export_session(session, rev, out=buf, whole=whole)
+    return buf.getvalue()
+
+
+def write_jsonl(path: Path, entries: list[Any], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries) + tail)
+    return path
+
+
+def all_ids(session: castore.Session) -> list[str]:
+    return sorted(e.id for e in session.log(all_branches=True))
+
+
+# -- a reference of Pi's buildSessionContext + convertToLlm for summaries -----------------------
+def pi_context(entries: list[dict[str, Any]]) -> list[Any]:
+    """What Pi sends for the leaf (last entry), summaries as converted text, per the format doc."""
+    by_id = {e["id"]: e for e in entries}
+    path, cur = [], entries[-1]
+    while cur is not None:
+        path.insert(0, cur)
+        cur = by_id.get(cur.get("parentId")) if cur.get("parentId") else None
+    comp = None
+    for e in path:
+        if e["type"] == "compaction":
+            comp = e
+
+    def msg(e: dict[str, Any]) -> Any:
+        if e["type"] == "message":
+            return {k: v for k, v in e["message"].items() if k not in ("timestamp", "usage")}
+        if e["type"] == "custom_message":
+            return {"role": "custom", **{k: e[k] for k in ("customType", "content", "display", "details") if k in e}}
+        if e["type"] == "branch_summary" and e["summary"]:
+            return BRANCH_PREFIX + e["summary"] + BRANCH_SUFFIX
+        return None
+
+    out: list[Any] = []
+    if comp is None:
+        out = [msg(e) for e in path]
+    else:
+        out.append(COMPACTION_PREFIX + comp["summary"] + COMPACTION_SUFFIX)
+        ci = path.index(comp)
+        keep = False
+        for e in path[:ci]:
+            keep = keep or e["id"] == comp.get("firstKeptEntryId")
+            if keep:
+                out.append(msg(e))
+        out += [msg(e) for e in path[ci + 1 :]]
+    return [m for m in out if m is not None]
+
+
+def castore_context(store: castore.Store, session: castore.Session) -> list[Any]:
+    out = []
+    for m in pi.inline_images(store, list(session.context())):
+        summary = m.role == "user" and isinstance(m.content, str) and m.content.startswith(
+            (COMPACTION_PREFIX, BRANCH_PREFIX))
+        out.append(m.content if summary else m.to_dict())
+    return out
+
+
+# -- the real files -------------------------------------------------------------------------
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_real_file_imports_exports_and_reimports_to_the_same_commits(mem_store, tmp_path, path):
+    r = pi.import_session(mem_store, path)
+    original = lines_of(path.read_text())
+    assert r.upgraded_from == 1 and r.entries == len(original) - 1 and r.key == ("pi", "local", original[0]["id"])
+    s = mem_store.session(*r.key)
+    text = export_text(s)
+    exported = lines_of(text)
+    assert exported[0] == {**original[0], "version": 3}
+    # Pi's v1 -> v3 upgrade: ids, parent = previous entry, firstKeptEntryIndex -> firstKeptEntryId
+    for i, (a, b) in enumerate(zip(original[1:], exported[1:], strict=True), 1):
+        want = {k: v for k, v in a.items() if k != "firstKeptEntryIndex"}
+        want["id"] = b["id"]
+        want["parentId"] = exported[i - 1]["id"] if i > 1 else None
+        if "firstKeptEntryIndex" in a:
+            want["firstKeptEntryId"] = exported[a["firstKeptEntryIndex"]]["id"]
+        assert b == want
+    out = write_jsonl(tmp_path / "exported.jsonl", exported)
+    r2 = pi.import_session(mem_store, out, session_id="again")
+    s2 = mem_store.session(*r2.key)
+    assert r2.upgraded_from is None and r2.head == r.head and all_ids(s2) == all_ids(s)
+    assert lines_of(export_text(s2)) == exported
+    # the same v1 file imported twice gets the same (derived) ids, hence the same commits
+    r3 = pi.import_session(mem_store, path, session_id="third")
+    assert r3.head == r.head
+    assert castore_context(mem_store, s) == pi_context(exported[1:])
+
+
+def test_real_compacted_file_context_starts_with_the_latest_summary(mem_store):
+    r = pi.import_session(mem_store, REAL[1])
+    s = mem_store.session(*r.key)
+    ctx = s.context()
+    comps = [e for e in lines_of(REAL[1].read_text()) if e.get("type") == "compaction"]
+    assert ctx[0].content == COMPACTION_PREFIX + comps[-1]["summary"] + COMPACTION_SUFFIX
+    assert ctx.model == "claude-opus-4-5" and ctx.thinking_level == "off"
+    assert len(ctx) < len(s.messages()) and len(s.messages()) == 990  # nothing deleted
+
+
+# -- every entry type, a branched session ------------------------------------------------------
+PNG = base64.b64encode(random.Random(7).randbytes(30_000)).decode()
+SMALL_PNG = base64.b64encode(b"tiny").decode()
+
+
+def every_type_entries() -> list[dict[str, Any]]:
+    t = "2026-03-10T09:14:%02d.000Z"
+    usage = {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 3,
+             "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0, "cacheWrite": 0, "total": 0.3}}
+    return [
+        {"type": "session", "version": 3, "id": "sess-1", "timestamp": t % 0, "cwd": "/w",
+         "parentSession": "/p/old.jsonl"},
+        {"type": "model_change", "id": "e01", "parentId": None, "timestamp": t % 1, "provider": "anthropic",
+         "modelId": "claude-sonnet-4-5"},
+        {"type": "thinking_level_change", "id": "e02", "parentId": "e01", "timestamp": t % 2, "thinkingLevel": "high"},
+        {"type": "message", "id": "e03", "parentId": "e02", "timestamp": t % 3, "extraField": [1, 2],
+         "message": {"role": "user", "content": [{"type": "text", "text": "look"},
+                                                 {"type": "image", "data": PNG, "mimeType": "image/png"},
+                                                 {"type": "image", "data": SMALL_PNG, "mimeType": "image/png"}],
+                     "timestamp": 1773134071402}},
+        {"type": "message", "id": "e04", "parentId": "e03", "timestamp": t % 4,
+         "message": {"role": "assistant", "content": [
+             {"type": "thinking", "thinking": "hmm", "thinkingSignature": "sig"},
+             {"type": "toolCall", "id": "call_1|fc_1", "name": "read", "arguments": {"path": "a.py"}}],
+             "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "usage": usage,
+             "stopReason": "toolUse", "timestamp": 1773134071500}},
+        {"type": "message", "id": "e05", "parentId": "e04", "timestamp": t % 5,
+         "message": {"role": "toolResult", "toolCallId": "call_1|fc_1", "toolName": "read",
+                     "content": [{"type": "text", "text": "print(1)"},
+                                 {"type": "image", "data": PNG, "mimeType": "image/png"}],
+                     "details": {"truncation": None}, "isError": False, "timestamp": 1773134071600}},
+        {"type": "message", "id": "e06", "parentId": "e05", "timestamp": t % 6,
+         "message": {"role": "bashExecution", "command": "ls", "output": "a.py", "exitCode": 0, "cancelled": False,
+                     "truncated": False, "excludeFromContext": True, "timestamp": 1773134071700}},
+        {"type": "custom_message", "customType": "ext", "content": "injected", "display": False,
+         "details": {"k": 1}, "id": "e07", "parentId": "e06", "timestamp": t % 7},
+        {"type": "message", "id": "e08", "parentId": "e07", "timestamp": t % 8,
+         "message": {"role": "custom", "customType": "ext", "content": [{"type": "text", "text": "c"}],
+                     "display": True, "timestamp": 1773134071800}},
+        {"type": "compaction", "id": "e09", "parentId": "e08", "timestamp": t % 9, "summary": "## Goal\nstuff",
+         "firstKeptEntryId": "e05", "tokensBefore": 1234, "details": {"readFiles": ["a.py"], "modifiedFiles": []},
+         "fromHook": False},
+        {"type": "custom", "customType": "state", "data": {"n": 1}, "id": "e10", "parentId": "e09",
+         "timestamp": t % 10},
+        {"type": "custom", "customType": "nodata", "id": "e11", "parentId": "e10", "timestamp": t % 11},
+        {"type": "label", "id": "e12", "parentId": "e11", "timestamp": t % 12, "targetId": "e04", "label": "first"},
+        {"type": "label", "id": "e13", "parentId": "e12", "timestamp": t % 13, "targetId": "e03", "label": "gone"},
+        {"type": "label", "id": "e14", "parentId": "e13", "timestamp": t % 14, "targetId": "e03"},
+        {"type": "session_info", "id": "e15", "parentId": "e14", "timestamp": t % 15, "name": "My session"},
+        {"type": "message", "id": "e16", "parentId": "e15", "timestamp": t % 16,
+         "message": {"role": "user", "content": "abandoned path", "timestamp": 1773134072000}},
+        # /tree back to e15, with a summary of the abandoned branch
+        {"type": "branch_summary", "id": "e17", "parentId": "e15", "timestamp": t % 17, "fromId": "e15",
+         "summary": "tried something", "details": {"readFiles": [], "modifiedFiles": []}, "fromHook": False},
+        {"type": "context_edit", "id": "e18", "parentId": "e17", "timestamp": t % 18, "targetId": "e08",
+         "replacement": None},
+        {"type": "compaction", "id": "e19", "parentId": "e16", "timestamp": t % 19, "summary": "on the side",
+         "firstKeptEntryId": "zzz", "tokensBefore": 7, "details": None},
+        {"type": "message", "id": "e20", "parentId": "e18", "timestamp": t % 20,
+         "message": {"role": "user", "content": "hi again", "timestamp": 1773134073000, "newField": {"x": True}}},
+    ]
+
+
+def test_every_entry_type_round_trips_and_gives_pis_context(mem_store, tmp_path):
+    entries = every_type_entries()
+    path = write_jsonl(tmp_path / "all.jsonl", entries)
+    r = pi.import_session(mem_store, path)
+    s = mem_store.session(*r.key)
+    assert lines_of(export_text(s)) == entries
+    assert r.head == s.head and s.show("HEAD").meta["pi"]["id"] == "e20"
+    assert r.branches.keys() == {"main", "pi-e19"}
+    assert set(r.labels) == {"first"}
+    assert s.show("first").meta["pi"]["id"] == "e04" and "gone" not in s.labels()
+    assert s.info["name"] == "My session" and s.info["pi"]["header"] == entries[0]
+    assert castore_context(mem_store, s) == pi_context(entries[1:])
+    kinds = {e.meta["pi"]["type"]: e.kind for e in s.log(all_branches=True)}
+    assert kinds == {"model_change": "model_change", "thinking_level_change": "model_change",
+                     "message": "message", "custom_message": "message", "compaction": "compaction",
+                     "custom": "custom", "label": "label", "session_info": "session_info",
+                     "branch_summary": "branch_summary", "context_edit": "custom"}
+    ctx = s.context()
+    assert (ctx.model, ctx.provider, ctx.thinking_level) == ("claude-sonnet-4-5", "anthropic", "high")
+    # the side branch keeps its own (Pi-exact) context: a compaction whose first kept entry is unknown
+    side = s.context("pi-e19")
+    assert [m.content for m in side] == [COMPACTION_PREFIX + "on the side" + COMPACTION_SUFFIX]
+    # a compaction maps to a castore Compaction whose first kept entry is a commit
+    comp = next(e.entry for e in s.entries() if e.meta["pi"]["id"] == "e09")
+    assert isinstance(comp, castore.Compaction) and s.show(comp.first_kept).meta["pi"]["id"] == "e05"
+
+
+def test_path_only_export_is_the_path_to_rev(mem_store, tmp_path):
+    entries = every_type_entries()
+    s = mem_store.session(*pi.import_session(mem_store, write_jsonl(tmp_path / "a.jsonl", entries)).key)
+    got = lines_of(export_text(s, "pi-e19", whole=False))
+    assert [e.get("id") for e in got[1:]] == [f"e{i:02d}" for i in range(1, 17)] + ["e19"]
+
+
+def test_entries_appended_in_castore_are_exported_after_the_imported_ones(mem_store, tmp_path):
+    entries = every_type_entries()
+    s = mem_store.session(*pi.import_session(mem_store, write_jsonl(tmp_path / "a.jsonl", entries)).key)
+    s.append(castore.Message(role="user", content="from castore"))
+    s.append(castore.ModelChange(model="m2", provider="p2"))
+    got = lines_of(export_text(s))
+    assert got[: len(entries)] == entries
+    assert got[-2]["message"]["role"] == "user" and got[-2]["parentId"] == "e20"
+    assert got[-1]["type"] == "model_change" and got[-1]["parentId"] == got[-2]["id"]
+    again = mem_store.session(*pi.import_session(mem_store, write_jsonl(tmp_path / "b.jsonl", got),
+                                                 session_id="b").key)
+    assert [m.content for m in again.messages()][-1] == "from castore"
+
+
+# -- images --------------------------------------------------------------------------------
+def test_same_screenshot_twice_is_stored_once(mem_store, tmp_path):
+    entries = every_type_entries()
+    r = pi.import_session(mem_store, write_jsonl(tmp_path / "a.jsonl", entries))
+    blobs = [oid for oid in mem_store.objects.iter_ids() if isinstance(mem_store.objects.get(oid), Blob)]
+    assert len(blobs) == 1 and r.blobs == 2  # the small image stays inline
+    assert mem_store.objects.get(blobs[0]).data == base64.b64decode(PNG)
+    # a second session with the same screenshot adds no image bytes
+    before = stored_bytes(mem_store)
+    pi.import_session(mem_store, write_jsonl(tmp_path / "a.jsonl", entries), session_id="copy")
+    after = stored_bytes(mem_store)
+    assert after - before < 8000 < len(PNG)
+
+
+# -- older versions --------------------------------------------------------------------------
+def test_v1_file_is_upgraded_as_pi_does(mem_store, tmp_path):
+    v1 = [{"type": "session", "id": "old", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w",
+           "provider": "anthropic", "modelId": "m", "thinkingLevel": "off"},
+          {"type": "message", "timestamp": "2025-01-01T00:00:01.000Z",
+           "message": {"role": "user", "content": [{"type": "text", "text": "a"}], "timestamp": 1}},
+          {"type": "message", "timestamp": "2025-01-01T00:00:02.000Z",
+           "message": {"role": "assistant", "content": [], "provider": "x", "model": "y", "timestamp": 2}},
+          {"type": "message", "timestamp": "2025-01-01T00:00:03.000Z",
+           "message": {"role": "user", "content": "b", "timestamp": 3}},
+          {"type": "compaction", "timestamp": "2025-01-01T00:00:04.000Z", "summary": "S",
+           "firstKeptEntryIndex": 3, "tokensBefore": 10},
+          {"type": "compaction", "timestamp": "2025-01-01T00:00:05.000Z", "summary": "T",
+           "firstKeptEntryIndex": 0, "tokensBefore": 11}]
+    r = pi.import_session(mem_store, write_jsonl(tmp_path / "v1.jsonl", v1))
+    s = mem_store.session(*r.key)
+    got = lines_of(export_text(s))
+    assert r.upgraded_from == 1 and got[0]["version"] == 3
+    ids = [e["id"] for e in got[1:]]
+    assert len(set(ids)) == 5 and all(len(i) == 8 for i in ids)
+    assert [e["parentId"] for e in got[1:]] == [None] + ids[:-1]
+    assert got[4]["firstKeptEntryId"] == ids[2] and "firstKeptEntryIndex" not in got[4]
+    assert "firstKeptEntryId" not in got[5]  # index 0 is the header: Pi drops it
+    assert [m.content for m in s.context()] == [COMPACTION_PREFIX + "T" + COMPACTION_SUFFIX]
+    assert [m.content for m in s.context("HEAD~1")][1:] == ["b"]
+
+
+def test_v2_hook_message_becomes_custom(mem_store, tmp_path):
+    v2 = [{"type": "session", "version": 2, "id": "v2", "timestamp": "2026-01-02T00:00:00.000Z", "cwd": "/w"},
+          {"type": "message", "id": "aa", "parentId": None, "timestamp": "2026-01-02T00:00:01.000Z",
+           "message": {"role": "hookMessage", "customType": "h", "content": "x", "display": True, "timestamp": 1}}]
+    s = mem_store.session(*pi.import_session(mem_store, write_jsonl(tmp_path / "v2.jsonl", v2)).key)
+    got = lines_of(export_text(s))
+    assert got[0]["version"] == 3 and got[1]["message"]["role"] == "custom" and got[1]["id"] == "aa"
+    assert s.messages()[0].role == "custom"
+
+
+# -- bad input -------------------------------------------------------------------------------
+def test_torn_last_line_names_the_line_and_leaves_no_ref(mem_store, tmp_path):
+    entries = every_type_entries()
+    path = write_jsonl(tmp_path / "torn.jsonl", entries, tail='{"type":"message","id":"e21","par')
+    with pytest.raises(pi.PiImportError) as ei:
+        pi.import_session(mem_store, path)
+    assert ei.value.line == len(entries) + 1 and "torn" in str(ei.value) and isinstance(ei.value, ValueError)
+    assert not mem_store.session("pi", "local", "sess-1").exists()
+    assert mem_store.refs.list("sessions") == []
+
+
+def test_skip_bad_lines_reports_what_it_skipped(mem_store, tmp_path):
+    entries = every_type_entries()
+    text = "".join(json.dumps(e) + "\n" for e in entries[:3]) + "not json\n\n[1,2]\n" + \
+        "".join(json.dumps(e) + "\n" for e in entries[3:]) + '{"torn'
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(pi.PiImportError) as ei:
+        pi.import_session(mem_store, path)
+    assert ei.value.line == 4
+    r = pi.import_session(mem_store, path, skip_bad_lines=True)
+    assert [n for n, _ in r.skipped] == [4, 6, len(entries) + 4]
+    assert lines_of(export_text(mem_store.session(*r.key))) == entries
+
+
+def test_bad_header_and_existing_session_are_refused(mem_store, tmp_path):
+    with pytest.raises(pi.PiImportError) as ei:
+        pi.import_session(mem_store, write_jsonl(tmp_path / "h.jsonl", [{"type": "message", "id": "x"}]))
+    assert ei.value.line == 1
+    with pytest.raises(pi.PiImportError):
+        pi.import_session(mem_store, write_jsonl(tmp_path / "e.jsonl", []))
+    path = write_jsonl(tmp_path / "ok.jsonl", every_type_entries())
+    pi.import_session(mem_store, path)
+    with pytest.raises(castore.SessionExists):
+        pi.import_session(mem_store, path)
+
+
+def test_import_into_s3_store(store, tmp_path):
+    entries = every_type_entries()
+    r = pi.import_session(store, write_jsonl(tmp_path / "a.jsonl", entries), app="a", user="u", session_id="s")
+    assert lines_of(export_text(store.session("a", "u", "s"))) == entries and r.key == ("a", "u", "s")
+
+
+# -- CLI -----------------------------------------------------------------------------------------
+def test_cli_import_and_export(tmp_path):
+    from castore.cli import main
+
+    url = str(tmp_path / "cli-store")
+    entries = every_type_entries()
+    path = write_jsonl(tmp_path / "a.jsonl", entries)
+    runner = CliRunner()
+    res = runner.invoke(main, ["--store", url, "import", "pi", str(path), "-s", "app/bob"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("app/bob/sess-1: 20 entries, HEAD ")
+    out = tmp_path / "out.jsonl"
+    res = runner.invoke(main, ["--store", url, "export", "pi", "-s", "app/bob/sess-1", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert lines_of(out.read_text()) == entries
+    res = runner.invoke(main, ["--store", url, "-s", "app/bob/sess-1", "export", "pi", "pi-e19", "--path-only"])
+    assert res.exit_code == 0 and lines_of(res.stdout)[-1]["id"] == "e19"
+    torn = write_jsonl(tmp_path / "t.jsonl", entries, tail="{")
+    res = runner.invoke(main, ["--store", url, "import", "pi", str(torn), "-s", "app/bob/t"])
+    assert res.exit_code == 1 and f"t.jsonl:{len(entries) + 1}" in res.stderr
+    res = runner.invoke(main, ["--store", url, "import", "pi", str(torn), "-s", "app/bob/t", "--skip-bad-lines",
+                               "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)[0]["skipped"][0][0] == len(entries) + 1
+    res = runner.invoke(main, ["--store", url, "import", "pi", str(path), str(torn), "-s", "app/bob/x"])
+    assert res.exit_code == 2
