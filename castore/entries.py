@@ -8,9 +8,11 @@ that identical content is stored once across every session, and per-call *proven
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from . import objects as o
 from .errors import InvalidEntry
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -228,3 +230,68 @@ def coerce(entry: Any) -> EntryType:
     if isinstance(entry, dict):
         return Message.from_dict(entry)
     raise InvalidEntry(f"cannot append {type(entry).__name__}: pass a Message, Event, Compaction, ... or a message dict")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An entry split into what its commit stores, checked to be encodable."""
+
+    kind: str
+    body: Any
+    author: str
+    meta: dict[str, Any]
+    delta: dict[str, Any]
+    unset: tuple[str, ...]
+    app_delta: dict[str, Any]
+    app_unset: tuple[str, ...]
+    user_delta: dict[str, Any]
+    user_unset: tuple[str, ...]
+    temp: dict[str, Any]
+    time: float | None
+
+
+def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | None = None,
+            state_delta: Mapping[str, Any] | None = None, at: float | None = None) -> Prepared:
+    """Split an entry into body, provenance and per-scope state changes; encode-check all.
+
+    ``temp:`` keys are set aside (never stored); ``app:`` and ``user:`` keys go to their
+    scopes without the prefix; a value of :data:`DELETE` becomes an unset.
+
+    Raises:
+        InvalidEntry: not an entry, or something in it msgpack cannot encode.
+    """
+    e = coerce(entry)
+    body = body_of(e)
+    if isinstance(e, Event):
+        author_, meta_, delta_in = e.author, dict(e.meta), dict(e.state_delta)
+    else:
+        author_ = e.role if isinstance(e, Message) else ""
+        meta_, delta_in = {}, {}
+    if author is not None:
+        author_ = author
+    if meta:
+        meta_.update(meta)
+    if state_delta:
+        delta_in.update(state_delta)
+    parts: dict[str, tuple[dict[str, Any], list[str]]] = {"": ({}, []), "app:": ({}, []), "user:": ({}, [])}
+    temp: dict[str, Any] = {}
+    for k, v in delta_in.items():
+        if not isinstance(k, str):
+            raise InvalidEntry(f"state keys must be strings, got {k!r}")
+        if k.startswith("temp:"):
+            temp[k] = v
+            continue
+        scope = "app:" if k.startswith("app:") else "user:" if k.startswith("user:") else ""
+        key = k[len(scope):]
+        if v is DELETE:
+            parts[scope][1].append(key)
+        else:
+            parts[scope][0][key] = v
+    # Encode now, so that bad input fails before anything is written.
+    o.pack(body)
+    o.pack(meta_)
+    for d, _ in parts.values():
+        o.pack(d)
+    return Prepared(e.kind, body, author_, meta_, parts[""][0], tuple(parts[""][1]),
+                    parts["app:"][0], tuple(parts["app:"][1]), parts["user:"][0],
+                    tuple(parts["user:"][1]), temp, at)

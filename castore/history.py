@@ -96,9 +96,10 @@ class History:
             ObjectNotFound: a commit on the path is missing.
             IntegrityError, StorageError.
         """
-        if hint is not None and hint.tail and hint.tail[-1] == tip:
+        # A hint with no tail says the tip closed a block: its index ends with the tip.
+        if hint is not None and ((hint.tail and hint.tail[-1] == tip) or (not hint.tail and hint.index)):
             got = self._path_from_hint(tip, hint)
-            if got is not None:
+            if got and got[-1][0] == tip:
                 return got
         return self._path_by_walking(tip)
 
@@ -251,8 +252,11 @@ class History:
             if not isinstance(idx, Index):
                 raise IntegrityError(hint.index, "expected an index")
             prev = idx.segments
-        iid, ibytes = o.encode(Index(segments=prev + (o.raw_id(sid),)))
+        index = Index(segments=prev + (o.raw_id(sid),))
+        iid, ibytes = o.encode(index)
         new[iid] = ibytes
+        # A batch that crosses two block boundaries reads this index before it is stored.
+        self.objs.cache(iid, index)
         return Hint(iid, []), new
 
 

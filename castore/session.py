@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import names
+from . import names, revisions
 from . import objects as o
 from .entries import (
     DELETE,
@@ -25,31 +25,29 @@ from .entries import (
     EntryType,
     Event,
     Message,
-    body_of,
-    coerce,
+    Prepared,
     entry_from,
+    prepare,
 )
 from .errors import (
-    AmbiguousRevision,
     AuditError,
     BranchError,
     InvalidEntry,
-    ObjectNotFound,
     RefConflict,
     RevisionNotFound,
     SessionExists,
-    SessionNotFound,
 )
-from .history import Hint, split_revision
+from .history import K, Hint
 from .objects import Commit, ObjectId, Value
 from .refs import RefValue
-from .state import StateWriter, read_state
+from .state import StateWriter, read_state, read_states
 
 if TYPE_CHECKING:
     from .store import Store
 
 T = TypeVar("T")
 _MAX_APPEND_RETRIES = 200
+_VERIFY_BATCH = 512
 
 
 @dataclass(frozen=True)
@@ -71,22 +69,6 @@ class LogEntry:
     def short(self) -> str:
         """The first 8 characters of the id."""
         return self.id[:8]
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    kind: str
-    body: Any
-    author: str
-    meta: dict[str, Any]
-    delta: dict[str, Any]
-    unset: tuple[str, ...]
-    app_delta: dict[str, Any]
-    app_unset: tuple[str, ...]
-    user_delta: dict[str, Any]
-    user_unset: tuple[str, ...]
-    temp: dict[str, Any]
-    time: float | None
 
 
 def _twin(method: Callable[..., T]) -> Callable[..., Any]:
@@ -220,44 +202,6 @@ class Session:
                 continue
 
     # -- appending ---------------------------------------------------------------------
-    def _prepare(self, entry: Any, author: str | None, meta: Mapping[str, Any] | None,
-                 state_delta: Mapping[str, Any] | None, at: float | None) -> _Prepared:
-        e = coerce(entry)
-        body = body_of(e)
-        if isinstance(e, Event):
-            author_, meta_, delta_in = e.author, dict(e.meta), dict(e.state_delta)
-        else:
-            author_ = e.role if isinstance(e, Message) else ""
-            meta_, delta_in = {}, {}
-        if author is not None:
-            author_ = author
-        if meta:
-            meta_.update(meta)
-        if state_delta:
-            delta_in.update(state_delta)
-        parts: dict[str, tuple[dict[str, Any], list[str]]] = {"": ({}, []), "app:": ({}, []), "user:": ({}, [])}
-        temp: dict[str, Any] = {}
-        for k, v in delta_in.items():
-            if not isinstance(k, str):
-                raise InvalidEntry(f"state keys must be strings, got {k!r}")
-            if k.startswith("temp:"):
-                temp[k] = v
-                continue
-            scope = "app:" if k.startswith("app:") else "user:" if k.startswith("user:") else ""
-            key = k[len(scope):]
-            if v is DELETE:
-                parts[scope][1].append(key)
-            else:
-                parts[scope][0][key] = v
-        # Encode now, so that bad input fails before anything is written.
-        o.pack(body)
-        o.pack(meta_)
-        for d, _ in parts.values():
-            o.pack(d)
-        return _Prepared(e.kind, body, author_, meta_, parts[""][0], tuple(parts[""][1]),
-                         parts["app:"][0], tuple(parts["app:"][1]), parts["user:"][0],
-                         tuple(parts["user:"][1]), temp, at)
-
     def append(self, entry: Any, *, expect: str | None = None, author: str | None = None,
                meta: Mapping[str, Any] | None = None, state_delta: Mapping[str, Any] | None = None,
                time: float | None = None) -> ObjectId:  # noqa: A002
@@ -303,9 +247,15 @@ class Session:
         if not entries:
             return []
         prepared = [
-            self._prepare(e, author, meta, state_delta if i == len(entries) - 1 else None, time)
+            prepare(e, author, meta, state_delta if i == len(entries) - 1 else None, time)
             for i, e in enumerate(entries)
         ]
+        if expect is not None:
+            # Fail before the app/user state is touched: a refused append writes nothing.
+            _, branch, tipref = self._read_tip()
+            if (tipref.target if tipref is not None else None) != expect:
+                raise RefConflict(self._branch_ref(branch) if branch else self._head_name, expect,
+                                  tipref.target if tipref is not None else None)
         self.store.init()
         scopes = self._write_scopes(prepared)
         for attempt in range(_MAX_APPEND_RETRIES):
@@ -332,41 +282,51 @@ class Session:
                 _sleep(time_)
                 continue
             for p in prepared:
-                self.temp.update(p.temp)
+                for k, v in p.temp.items():
+                    if v is DELETE:
+                        self.temp.pop(k, None)
+                    else:
+                        self.temp[k] = v
             return ids
         raise RefConflict(self._head_name, None, None, "too much contention: gave up after many retries")
 
-    def _write_scopes(self, prepared: list[_Prepared]) -> dict[str, bytes]:
-        scopes: dict[str, bytes] = {}
-        app_d: dict[str, Any] = {}
-        user_d: dict[str, Any] = {}
-        app_u: list[str] = []
-        user_u: list[str] = []
-        for p in prepared:
-            app_d.update(p.app_delta)
-            app_u.extend(p.app_unset)
-            user_d.update(p.user_delta)
-            user_u.extend(p.user_unset)
-        if app_d or app_u:
-            scopes["app"] = o.raw_id(self.store.update_scope(self.app, None, app_d, tuple(app_u)))
-        if user_d or user_u:
-            scopes["user"] = o.raw_id(self.store.update_scope(self.app, self.user, user_d, tuple(user_u)))
-        return scopes
+    def _write_scopes(self, prepared: list[Prepared]) -> list[dict[str, bytes]]:
+        """Commit the entries' app and user changes; per entry, the scope commits after it."""
+        out: list[dict[str, bytes]] = [{} for _ in prepared]
+        for scope, user in (("app", None), ("user", self.user)):
+            changes, owners = [], []
+            for i, p in enumerate(prepared):
+                delta, unset = (p.app_delta, p.app_unset) if user is None else (p.user_delta, p.user_unset)
+                if delta or unset:
+                    changes.append((delta, unset))
+                    owners.append(i)
+            if changes:
+                ids = self.store.update_scope_many(self.app, user, changes)
+                for i, cid in zip(owners, ids, strict=True):
+                    out[i][scope] = o.raw_id(cid)
+        return out
 
     def _hint_for(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[ObjectId, bytes]]:
         hint = Hint.from_meta(tipref.meta) if tipref is not None else None
         if hint is not None:
             c = self._history.commit(tip)
-            block_len = c.depth % 64 + 1
+            block_len = c.depth % K + 1
             if hint.tail and hint.tail[-1] == tip and len(hint.tail) == block_len and \
                     (hint.index == (o.hex_id(c.index) if c.index else None)):
                 return hint, {}
-            if not hint.tail and (c.depth + 1) % 64 == 0 and hint.index:
+            if not hint.tail and (c.depth + 1) % K == 0 and hint.index:
                 return hint, {}
         return self._history.hint_for(tip)
 
-    def _build(self, prepared: list[_Prepared], tip: str | None, tipref: RefValue | None,
-               scopes: dict[str, bytes]) -> tuple[list[ObjectId], Hint, dict[ObjectId, bytes], Commit]:
+    def _hint_at(self, cid: str) -> tuple[Hint, dict[ObjectId, bytes]]:
+        """The read hint for a new ref at ``cid``: the current tip's when it is there (no reads)."""
+        _, _, tipref = self._read_tip()
+        if tipref is not None and tipref.target == cid:
+            return self._hint_for(cid, tipref)
+        return self._history.hint_for(cid)
+
+    def _build(self, prepared: list[Prepared], tip: str | None, tipref: RefValue | None,
+               scopes: list[dict[str, bytes]]) -> tuple[list[ObjectId], Hint, dict[ObjectId, bytes], Commit]:
         writer = StateWriter(self._objs)
         if tip is not None:
             parent = self._history.commit(tip)
@@ -375,11 +335,12 @@ class Session:
             state, depth, parent_scopes = parent.state, parent.depth + 1, dict(parent.scopes)
         else:
             hint, state, depth, parent_scopes = Hint(), None, 0, {}
-        parent_scopes.update(scopes)
         ids: list[ObjectId] = []
         now = time.time()
         commit: Commit | None = None
-        for p in prepared:
+        for p, p_scopes in zip(prepared, scopes, strict=True):
+            if p_scopes:
+                parent_scopes = {**parent_scopes, **p_scopes}
             body_id = None
             if p.body is not None:
                 bid, bbytes = o.encode(Value(p.body))
@@ -430,7 +391,7 @@ class Session:
         except RefConflict:
             pass  # HEAD moved meanwhile; the new branch keeps the entries reachable
 
-    # -- revisions ---------------------------------------------------------------------
+    # -- revisions (see castore.revisions) ------------------------------------------------
     def resolve(self, rev: str = "HEAD") -> ObjectId:
         """The full commit id named by ``rev``.
 
@@ -442,68 +403,7 @@ class Session:
             AmbiguousRevision: a short id matches several objects (``candidates``).
             SessionNotFound: ``HEAD`` of a session with no entries.
         """
-        if not isinstance(rev, str) or not rev:
-            raise RevisionNotFound(str(rev), "empty revision")
-        direct = self._resolve_name(rev)
-        if direct is not None:
-            return direct
-        base, steps = split_revision(rev)
-        cid = self._resolve_name(base) if steps else None
-        if cid is None:
-            raise RevisionNotFound(rev, "not a branch, label, HEAD or commit id of this session")
-        for op, n in steps:
-            if op == "~":
-                c = self._history.commit(cid)
-                if n > c.depth:
-                    raise RevisionNotFound(rev, f"only {c.depth} commits before {cid[:8]}")
-                if n > 16:
-                    cid = self._history.path_ids(cid)[c.depth - n]  # type: ignore[assignment]
-                else:
-                    for _ in range(n):
-                        cid = ObjectId(o.hex_id(self._history.commit(cid).parents[0]))
-            else:
-                c = self._history.commit(cid)
-                if n == 0:
-                    continue
-                if n > len(c.parents):
-                    raise RevisionNotFound(rev, f"{cid[:8]} has {len(c.parents)} parent(s)")
-                cid = ObjectId(o.hex_id(c.parents[n - 1]))
-        return cid
-
-    def _resolve_name(self, name: str) -> ObjectId | None:
-        if name == "HEAD":
-            head = self.head
-            if head is None:
-                raise SessionNotFound(self.key) if not self.exists() else RevisionNotFound("HEAD", "no entries yet")
-            return head
-        try:
-            v = self._refs.read(self._branch_ref(name))
-            if v is None:
-                v = self._refs.read(self._label_ref(name))
-        except names.InvalidName:
-            v = None
-        if v is not None:
-            return ObjectId(v.target)
-        if 4 <= len(name) <= 64 and all(c in "0123456789abcdefABCDEF" for c in name):
-            try:
-                cid = self._objs.resolve_prefix(name)
-            except AmbiguousRevision as e:
-                commits = [c for c in e.candidates if self._is_commit(c)]
-                if len(commits) == 1:
-                    return ObjectId(commits[0])
-                raise AmbiguousRevision(name, commits or e.candidates) from None
-            except RevisionNotFound:
-                return None
-            if not self._is_commit(cid):
-                raise RevisionNotFound(name, "that object is not a commit")
-            return cid
-        return None
-
-    def _is_commit(self, oid: str) -> bool:
-        try:
-            return isinstance(self._objs.get(oid), Commit)
-        except (ObjectNotFound, o.IntegrityError):
-            return False
+        return revisions.resolve(self, rev)
 
     # -- reading -----------------------------------------------------------------------
     def _path(self, rev: str) -> list[tuple[str, Commit]]:
@@ -577,14 +477,14 @@ class Session:
         Raises:
             see :meth:`resolve`; ObjectNotFound, IntegrityError, StorageError.
         """
-        if rev == "HEAD" and self.head is None:
+        head = self.head if rev == "HEAD" else None
+        c: Commit | None = None
+        base: dict[str, Any] = {}
+        if rev == "HEAD" and head is None:
             if not self.exists():
                 self.store.require()
-            base: dict[str, Any] = {}
-            c = None
         else:
-            cid = self.resolve(rev)
-            c = self._history.commit(cid)
+            c = self._history.commit(head or self.resolve(rev))
             base = read_state(self._objs, c.state)
         if not scopes:
             return base
@@ -674,7 +574,7 @@ class Session:
         """
         ref = self._branch_ref(name)
         cid = self.resolve(at)
-        hint, extra = self._history.hint_for(cid)
+        hint, extra = self._hint_at(cid)
         self._objs.put_encoded(extra.items())
         c = self._history.commit(cid)
         meta = {**hint.to_meta(), "t": time.time(), "n": c.depth + 1}
@@ -737,13 +637,16 @@ class Session:
             is_branch = self._refs.read(self._branch_ref(rev)) is not None
         except names.InvalidName:
             pass
+        detached: dict[str, Any] = {}
         if is_branch:
             target, branch = "ref: heads/" + names.encode(rev), rev
         else:
             target, branch = self.resolve(rev), None
+            # store.sessions() reads a detached HEAD's time and length from HEAD itself
+            detached = {"t": time.time(), "n": self._history.commit(target).depth + 1}
         while True:
             head = self._refs.read(self._head_name)
-            extra = {"branch": rev} if branch and names.is_hashed(names.encode(rev)) else {}
+            extra = {"branch": rev} if branch and names.is_hashed(names.encode(rev)) else dict(detached)
             try:
                 self._refs.swap(self._head_name, target, head, self._head_meta(head, **extra))
                 return branch
@@ -788,7 +691,7 @@ class Session:
         new = Session(self.store, self.app, user or self.user, new_session_id)
         if new.exists():
             raise SessionExists(new.key)
-        hint, extra = self._history.hint_for(cid)
+        hint, extra = self._hint_at(cid)
         self._objs.put_encoded(extra.items())
         c = self._history.commit(cid)
         try:
@@ -829,18 +732,18 @@ class Session:
         """
         path = self._path(rev)
         state: dict[str, Any] = {}
-        for cid, c in path:
-            self._objs.verify(cid)
-            if c.body is not None:
-                self._objs.verify(o.hex_id(c.body))
-            state.update(c.delta)
-            for k in c.unset:
-                state.pop(k, None)
-            stored = read_state(self._objs, c.state)
-            if stored != state:
-                diff = sorted(set(stored) ^ set(state)) or sorted(k for k in state if stored.get(k) != state[k])
-                raise AuditError(cid, f"replayed state differs from the snapshot (key {diff[0]!r})",
-                                 diff[0] if diff else None)
+        for start in range(0, len(path), _VERIFY_BATCH):
+            chunk = path[start:start + _VERIFY_BATCH]
+            # Re-read and re-hash every commit and body (bypassing the cache), one batch each.
+            self._objs.get_stored_many([cid for cid, _ in chunk] +
+                                       [o.hex_id(c.body) for _, c in chunk if c.body is not None])
+            for (cid, c), stored in zip(chunk, read_states(self._objs, [c.state for _, c in chunk]), strict=True):
+                state.update(c.delta)
+                for k in c.unset:
+                    state.pop(k, None)
+                if stored != state:
+                    diff = sorted(set(stored) ^ set(state)) or sorted(k for k in state if stored.get(k) != state[k])
+                    raise AuditError(cid, f"replayed state differs from the snapshot (key {diff[0]!r})", diff[0])
         return {"commits": len(path), "head": path[-1][0] if path else None}
 
     def diff(self, rev1: str, rev2: str) -> dict[str, Any]:
@@ -879,8 +782,23 @@ class Session:
         """
         from .context import project
 
-        return project(self.entries(rev), max_tokens=max_tokens, max_messages=max_messages,
-                       tool_output_limit=tool_output_limit, token_counter=token_counter)
+        opts = {"max_tokens": max_tokens, "max_messages": max_messages,
+                "tool_output_limit": tool_output_limit, "token_counter": token_counter}
+        project([], **opts)  # a bad budget fails before anything is read
+        path = self._path(rev)
+        last = max((i for i, (_, c) in enumerate(path) if c.kind == "compaction"), default=-1)
+        if last < 0:
+            return project(self._to_entries(path), **opts)
+        # Read bodies only from the first kept entry on, plus what sets the model before it.
+        comp = self._to_entries([path[last]])[0].entry
+        first = getattr(comp, "first_kept", None)
+        start = next((i for i in range(last) if path[i][0] == first), last)
+        wanted = [i for i in range(start) if path[i][1].kind == "model_change"]
+        asst = next((i for i in range(start - 1, -1, -1)
+                     if path[i][1].kind == "message" and path[i][1].author == "assistant"), None)
+        if asst is not None:
+            wanted = sorted({*wanted, asst})
+        return project(self._to_entries([path[i] for i in [*wanted, *range(start, len(path))]]), **opts)
 
     def compact(self, summary: str, keep_from: str, details: Any = None) -> ObjectId:
         """Append a compaction: ``summary`` replaces everything before ``keep_from`` in the context.
@@ -933,6 +851,11 @@ class Session:
     ashow = _twin(show)
     acontext = _twin(context)
     acompact = _twin(compact)
+    adiff = _twin(diff)
+    adelete_label = _twin(delete_label)
+    asummarize_branch = _twin(summarize_branch)
+    aset_info = _twin(set_info)
+    aexists = _twin(exists)
 
     async def ahead(self) -> ObjectId | None:
         """Async twin of :attr:`head`."""

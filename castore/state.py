@@ -10,7 +10,7 @@ of the whole mapping.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import objects as o
@@ -104,26 +104,38 @@ def read_state(objs: ObjectStore, tree_id: bytes | None) -> dict[str, Any]:
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    if tree_id is None:
-        return {}
-    out: dict[str, Any] = {}
-    trees = [o.hex_id(tree_id)]
-    while trees:
-        got = objs.get_many(trees)
-        trees = []
-        value_refs: dict[str, str] = {}
-        for oid, tree in got.items():
+    return read_states(objs, [tree_id])[0]
+
+
+def read_states(objs: ObjectStore, tree_ids: Sequence[bytes | None]) -> list[dict[str, Any]]:
+    """The mappings held by several trees, read level by level in shared batches.
+
+    Reading N snapshots costs as many round trips as the deepest tree has levels (plus
+    one for large values), not N: unchanged sub-trees and values are read once.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    outs: list[dict[str, Any]] = [{} for _ in tree_ids]
+    # (tree id, index of the snapshot it belongs to) still to read
+    todo: list[tuple[str, int]] = [(o.hex_id(t), i) for i, t in enumerate(tree_ids) if t is not None]
+    while todo:
+        got = objs.get_many({tid for tid, _ in todo})
+        value_refs: list[tuple[int, str, str]] = []
+        nxt: list[tuple[str, int]] = []
+        for tid, i in todo:
+            tree = got[tid]
             if not isinstance(tree, Tree):
-                raise o.IntegrityError(oid, "expected a state tree")
-            out.update(tree.values)
-            trees.extend(o.hex_id(r) for r in tree.sub.values())
-            for k, r in tree.refs.items():
-                value_refs[k] = o.hex_id(r)
+                raise o.IntegrityError(tid, "expected a state tree")
+            outs[i].update(tree.values)
+            nxt.extend((o.hex_id(r), i) for r in tree.sub.values())
+            value_refs.extend((i, k, o.hex_id(r)) for k, r in tree.refs.items())
         if value_refs:
-            vals = objs.get_many(value_refs.values())
-            for k, vid in value_refs.items():
+            vals = objs.get_many({vid for _, _, vid in value_refs})
+            for i, k, vid in value_refs:
                 v = vals[vid]
                 if not isinstance(v, Value):
                     raise o.IntegrityError(vid, "expected a state value")
-                out[k] = v.value
-    return out
+                outs[i][k] = v.value
+        todo = nxt
+    return outs

@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,29 +269,57 @@ class Store:
         Raises:
             InvalidName, InvalidEntry, StorageError.
         """
+        return self.update_scope_many(app, user, [(delta, unset)], author)[-1]
+
+    def update_scope_many(
+        self,
+        app: str,
+        user: str | None,
+        changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
+        author: str = "",
+    ) -> list[str]:
+        """Commit several changes to app or user state as a chain moved by one ref swap.
+
+        Each ``(delta, unset)`` becomes its own commit, so that the state after each change
+        can be named (a turn's entries each record the scope state after their own change).
+
+        Returns:
+            The commit ids, one per change, in order.
+
+        Raises:
+            InvalidName, InvalidEntry, StorageError.
+        """
         self.init()
         ref = self._scope_ref(app, user)
         while True:
             cur = self.refs.read(ref)
             parent = self.history.commit(cur.target) if cur is not None else None
             writer = StateWriter(self.objects)
-            tree = writer.apply(parent.state if parent else None, delta, unset)
-            commit = Commit(
-                kind="state",
-                parents=(o.raw_id(cur.target),) if cur else (),
-                state=tree,
-                delta=dict(delta),
-                unset=tuple(unset),
-                author=author,
-                time=time.time(),
-                depth=(parent.depth + 1) if parent else 0,
-            )
-            cid, canonical = o.encode(commit)
-            writer.pending[cid] = canonical
+            tip, tree = (cur.target if cur else None), (parent.state if parent else None)
+            depth = parent.depth + 1 if parent else 0
+            ids: list[str] = []
+            now = time.time()
+            for delta, unset in changes:
+                tree = writer.apply(tree, delta, tuple(unset))
+                commit = Commit(
+                    kind="state",
+                    parents=(o.raw_id(tip),) if tip else (),
+                    state=tree,
+                    delta=dict(delta),
+                    unset=tuple(unset),
+                    author=author,
+                    time=now,
+                    depth=depth,
+                )
+                cid, canonical = o.encode(commit)
+                writer.pending[cid] = canonical
+                self.objects.cache(cid, commit)
+                ids.append(cid)
+                tip, depth = cid, depth + 1
             self.objects.put_encoded(writer.pending.items())
             try:
-                self.refs.swap(ref, cid, cur, {"t": commit.time})
-                return cid
+                self.refs.swap(ref, ids[-1], cur, {"t": now})
+                return ids
             except RefConflict:
                 continue
 
@@ -349,6 +377,28 @@ class Store:
     async def adelete_session(self, app: str, user: str, session_id: str) -> None:
         """Async twin of :meth:`delete_session`."""
         await asyncio.to_thread(self.delete_session, app, user, session_id)
+
+    async def aapp_state(self, app: str) -> dict[str, Any]:
+        """Async twin of :meth:`app_state`."""
+        return await asyncio.to_thread(self.app_state, app)
+
+    async def auser_state(self, app: str, user: str) -> dict[str, Any]:
+        """Async twin of :meth:`user_state`."""
+        return await asyncio.to_thread(self.user_state, app, user)
+
+    async def ascope_state(self, app: str, user: str | None = None, rev: str | None = None) -> dict[str, Any]:
+        """Async twin of :meth:`scope_state`."""
+        return await asyncio.to_thread(self.scope_state, app, user, rev)
+
+    async def ascope_log(self, app: str, user: str | None = None) -> list[tuple[str, Commit]]:
+        """Async twin of :meth:`scope_log`."""
+        return await asyncio.to_thread(self.scope_log, app, user)
+
+    async def aupdate_scope(
+        self, app: str, user: str | None, delta: Mapping[str, Any], unset: tuple[str, ...] = (), author: str = ""
+    ) -> str:
+        """Async twin of :meth:`update_scope`."""
+        return await asyncio.to_thread(self.update_scope, app, user, delta, unset, author)
 
     def __repr__(self) -> str:
         return f"<castore.Store {self.url}>"

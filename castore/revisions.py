@@ -1,0 +1,113 @@
+"""Revisions as git users type them, resolved against one session's refs and the store.
+
+A revision is a full or short commit id (4+ hex characters), a branch, a label, ``HEAD``,
+optionally followed by navigation steps: ``~n`` (n first parents back) and ``^n`` (the
+n-th parent). Branches win over labels, and both over short ids; a full 64-character id
+is taken as an id first (as git does with full hashes), which saves two ref reads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import names
+from . import objects as o
+from .errors import AmbiguousRevision, ObjectNotFound, RevisionNotFound, SessionNotFound
+from .history import split_revision
+from .objects import Commit, ObjectId
+
+if TYPE_CHECKING:
+    from .session import Session
+
+#: ``~n`` steps up to this many are walked parent by parent; longer ones read the path
+_WALK_MAX = 16
+
+
+def resolve(session: Session, rev: str) -> ObjectId:
+    """The full commit id that ``rev`` names in ``session``.
+
+    Raises:
+        RevisionNotFound: nothing by that name, or it walks past the root.
+        AmbiguousRevision: a short id matches several commits (``candidates``).
+        SessionNotFound: ``HEAD`` of a session that does not exist.
+    """
+    if not isinstance(rev, str) or not rev:
+        raise RevisionNotFound(str(rev), "empty revision")
+    direct = resolve_name(session, rev)
+    if direct is not None:
+        return direct
+    base, steps = split_revision(rev)
+    cid = resolve_name(session, base) if steps else None
+    if cid is None:
+        raise RevisionNotFound(rev, "not a branch, label, HEAD or commit id of this session")
+    history = session.store.history
+    for op, n in steps:
+        c = history.commit(cid)
+        if op == "~":
+            if n > c.depth:
+                raise RevisionNotFound(rev, f"only {c.depth} commits before {cid[:8]}")
+            if n > _WALK_MAX:
+                cid = ObjectId(history.path_ids(cid)[c.depth - n])
+            else:
+                for _ in range(n):
+                    cid = ObjectId(o.hex_id(history.commit(cid).parents[0]))
+        elif n:
+            if n > len(c.parents):
+                raise RevisionNotFound(rev, f"{cid[:8]} has {len(c.parents)} parent(s)")
+            cid = ObjectId(o.hex_id(c.parents[n - 1]))
+    return cid
+
+
+def resolve_name(session: Session, name: str) -> ObjectId | None:
+    """The commit a bare name (no ``~``/``^`` steps) names, or None when nothing matches.
+
+    Raises:
+        AmbiguousRevision: a short id matches several commits.
+        RevisionNotFound: an id names an object that is not a commit, or HEAD has no entries.
+        SessionNotFound: ``HEAD`` of a session that does not exist.
+    """
+    if name == "HEAD":
+        head = session.head
+        if head is None:
+            if not session.exists():
+                raise SessionNotFound(session.key)
+            raise RevisionNotFound("HEAD", "no entries yet")
+        return head
+    lowered = name.lower()
+    if o.is_hex_id(lowered) and is_commit(session, lowered):
+        return ObjectId(lowered)
+    refs = session.store.refs
+    try:
+        v = refs.read(session._branch_ref(name))  # noqa: SLF001 - companion module of Session
+        if v is None:
+            v = refs.read(session._label_ref(name))  # noqa: SLF001
+    except names.InvalidName:
+        v = None
+    if v is not None:
+        return ObjectId(v.target)
+    if 4 <= len(name) <= 64 and all(c in "0123456789abcdef" for c in lowered):
+        try:
+            cid = session.store.objects.resolve_prefix(lowered)
+        except AmbiguousRevision as e:
+            commits = [c for c in e.candidates if is_commit(session, c)]
+            if len(commits) == 1:
+                return ObjectId(commits[0])
+            raise AmbiguousRevision(name, commits or e.candidates) from None
+        except RevisionNotFound:
+            return None
+        if not is_commit(session, cid):
+            raise RevisionNotFound(name, "that object is not a commit")
+        return cid
+    return None
+
+
+def is_commit(session: Session, oid: str) -> bool:
+    """Whether ``oid`` names a stored commit (False when missing or corrupt).
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    try:
+        return isinstance(session.store.objects.get(oid), Commit)
+    except (ObjectNotFound, o.IntegrityError):
+        return False
