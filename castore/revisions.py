@@ -75,6 +75,7 @@ def resolve_name(session: Session, name: str) -> ObjectId | None:
         return head
     lowered = name.lower()
     if o.is_hex_id(lowered) and is_commit(session, lowered):
+        _check_owned(session, name, lowered)
         return ObjectId(lowered)
     refs = session.store.refs
     try:
@@ -89,25 +90,50 @@ def resolve_name(session: Session, name: str) -> ObjectId | None:
         try:
             cid = session.store.objects.resolve_prefix(lowered)
         except AmbiguousRevision as e:
-            commits = [c for c in e.candidates if is_commit(session, c)]
+            commits = [c for c in e.candidates if is_commit(session, c) and owns(session, c)]
             if len(commits) == 1:
                 return ObjectId(commits[0])
-            raise AmbiguousRevision(name, commits or e.candidates) from None
+            if not commits:
+                return None
+            raise AmbiguousRevision(name, commits) from None
         except RevisionNotFound:
             return None
         if not is_commit(session, cid):
             raise RevisionNotFound(name, "that object is not a commit")
+        _check_owned(session, name, cid)
         return cid
     return None
 
 
 def is_commit(session: Session, oid: str) -> bool:
-    """Whether ``oid`` names a stored commit (False when missing or corrupt).
+    """Whether ``oid`` names a stored commit (False when missing).
 
     Raises:
+        IntegrityError: the object is corrupt (reported, not hidden as "not a commit").
         StorageError: the backend failed.
     """
     try:
         return isinstance(session.store.objects.get(oid), Commit)
-    except (ObjectNotFound, o.IntegrityError):
+    except ObjectNotFound:
         return False
+
+
+def owns(session: Session, cid: str) -> bool:
+    """Whether commit ``cid`` is on the history of one of ``session``'s refs.
+
+    Objects are shared across the store, so an id alone must not open another tenant's
+    history: a commit counts only if a branch, label or HEAD of this session reaches it.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    history = session.store.history
+    for tip, hint in session._all_tips():  # noqa: SLF001 - companion module of Session
+        if history.is_ancestor(cid, tip, hint):
+            return True
+    return False
+
+
+def _check_owned(session: Session, rev: str, cid: str) -> None:
+    if not owns(session, cid):
+        raise RevisionNotFound(rev, "no commit of this session has that id")

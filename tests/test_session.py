@@ -362,6 +362,9 @@ def test_an_ambiguous_prefix_lists_its_candidates(s: castore.Session, store: cas
             store.objects.put_many([seen[cid[:4]], c])
             break
         seen[cid[:4]] = c
+    # Only commits this session reaches count: put both under labels of the session.
+    for i, cid in enumerate(pair):
+        store.refs.swap(f"{s.prefix}/tags/pair{i}", cid, None)
     before = all_keys(store)
     with pytest.raises(AmbiguousRevision) as ei:
         s.resolve(pair[0][:4])
@@ -373,6 +376,19 @@ def test_an_ambiguous_prefix_lists_its_candidates(s: castore.Session, store: cas
 
 
 # -- the snapshot chain: time travel -----------------------------------------------------------
+def test_an_id_of_another_sessions_commit_does_not_resolve(store: castore.Store) -> None:
+    alice = store.session("app", "alice", "s")
+    bob = store.session("app", "bob", "s")
+    secret = alice.append(castore.Message(role="user", content="alice's secret"))
+    bob.append(castore.Message(role="user", content="hi"))
+    for rev in (secret, secret[:8]):
+        with pytest.raises(RevisionNotFound):
+            bob.show(rev)
+        with pytest.raises(RevisionNotFound):
+            bob.messages(rev)
+    assert alice.show(secret[:8]).id == secret
+
+
 def test_time_travel_to_every_commit_of_a_200_commit_history(s: castore.Session, backend: Any) -> None:
     expected_state: list[dict[str, Any]] = []
     expected_msgs: list[list[str]] = []
