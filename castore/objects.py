@@ -16,6 +16,7 @@ This is the only module that imports msgspec, blake3 and zstandard.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, NewType, Union
 
 import msgspec
@@ -103,8 +104,22 @@ AnyObject = Union[Blob, Value, Tree, Commit, Segment, Index]
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
 _decoder = msgspec.msgpack.Decoder(AnyObject)
 _value_decoder = msgspec.msgpack.Decoder()
-_cctx = zstandard.ZstdCompressor(level=3)
-_dctx = zstandard.ZstdDecompressor()
+# zstd contexts are not thread-safe: one pair per thread.
+_zstd = threading.local()
+
+
+def _cctx() -> zstandard.ZstdCompressor:
+    c = getattr(_zstd, "c", None)
+    if c is None:
+        c = _zstd.c = zstandard.ZstdCompressor(level=3)
+    return c
+
+
+def _dctx() -> zstandard.ZstdDecompressor:
+    d = getattr(_zstd, "d", None)
+    if d is None:
+        d = _zstd.d = zstandard.ZstdDecompressor()
+    return d
 
 
 def hex_id(raw: bytes) -> ObjectId:
@@ -152,7 +167,7 @@ def encode(obj: _Object) -> tuple[ObjectId, bytes]:
 def to_stored(canonical: bytes, compress: bool = True) -> bytes:
     """Frame canonical bytes for storage, compressed when that saves space."""
     if compress and len(canonical) >= COMPRESS_MIN:
-        z = _cctx.compress(canonical)
+        z = _cctx().compress(canonical)
         if len(z) < len(canonical) - 8:
             return _ZSTD + z
     return _RAW + canonical
@@ -171,7 +186,7 @@ def from_stored(oid: str, stored: bytes) -> bytes:
         canonical = body
     elif head == _ZSTD:
         try:
-            canonical = _dctx.decompress(body)
+            canonical = _dctx().decompress(body)
         except zstandard.ZstdError as e:
             raise IntegrityError(oid, f"bad compressed data ({e})") from e
     else:
