@@ -76,7 +76,7 @@ def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip
 
 @click.group("export", cls=CastoreGroup)
 def export_group() -> None:
-    """Export sessions to other agents' files (Pi JSONL)."""
+    """Export a session: to a Pi JSONL file, or to a self-contained HTML view."""
 
 
 @export_group.command("pi")

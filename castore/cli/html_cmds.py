@@ -1,0 +1,90 @@
+"""``castore export html`` and ``castore serve``: see sessions in a browser."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .common import CastoreGroup, CliState, note, split_key, store_url
+
+DEFAULT_PORT = 8765
+
+
+@click.command("html")
+@click.option("-s", "--session", "spec", metavar="APP/USER/SESSION",
+              help="The session to export (default: the global -s / $CASTORE_SESSION).")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Write to FILE instead of stdout.")
+@click.pass_context
+def export_html(ctx: click.Context, spec: str | None, output: str | None) -> None:
+    """Write a session as one self-contained HTML file (its tree, entries and states).
+
+    The file needs no network: scripts, styles and data are inline. It draws every
+    commit (branches, labels and HEAD named; compactions and forks marked; long linear
+    runs folded); clicking a commit shows its entry, metadata, full state, the change
+    from its parent and, with the toggle, the context a model would receive there.
+    """
+    from ..errors import SessionNotFound
+    from ..html import render_session
+    from .common import open_store
+
+    state = ctx.find_object(CliState)
+    spec = spec or (state.session_spec if state is not None else None)
+    if not spec:
+        raise click.UsageError("this command needs a session: pass -s APP/USER/SESSION")
+    app, user, sid = split_key(spec, 3, 3, "'-s' / '--session'")
+    session = open_store(ctx).session(app, user, sid)
+    if not session.exists():
+        raise SessionNotFound(session.key)
+    page = render_session(session)
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(page)
+        note(f"wrote {len(page.encode('utf-8'))} bytes to {output}")
+    else:
+        sys.stdout.write(page)
+
+
+@click.command("serve")
+@click.option("--store", "url", metavar="URL",
+              help="The store to show (default: the global --store / $CASTORE_STORE / ./.castore).")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="The TCP port (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to bind; anything but loopback shows your sessions to the network.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not log requests on stderr.")
+@click.pass_context
+def serve(ctx: click.Context, url: str | None, port: int, host: str, quiet: bool) -> None:
+    """Browse a store's sessions in a web browser (read-only, local).
+
+    GET / lists the sessions by app and user; each links to the same view as
+    `export html`. Nothing can be written through it. Stop it with Ctrl-C.
+    """
+    from ..html.server import make_server
+    from ..store import Store
+
+    store = Store.open(url or store_url(ctx))
+    ctx.call_on_close(store.close)
+    store.require()
+    try:
+        server = make_server(store, host, port, log=None if quiet else note)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    note(f"Serving {store.url} at {server.url} (read-only; Ctrl-C to stop)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        note("stopped")
+    finally:
+        server.server_close()
+
+
+def register(group: click.Group) -> None:
+    """Add ``export html`` (to the ``export`` group, created if missing) and ``serve``."""
+    export = group.commands.get("export")
+    if not isinstance(export, click.Group):
+        export = CastoreGroup("export", help="Export sessions to files (HTML, other agents' formats).")
+        group.add_command(export)
+    export.add_command(export_html)
+    group.add_command(serve)

@@ -1,0 +1,28 @@
+"""See a session in a browser: a self-contained HTML view of its tree, and a local read-only server.
+
+* :func:`render_session` - one HTML document (scripts, styles and data inline; no network)
+  drawing every commit of a session, its branches, labels and HEAD; clicking a commit shows
+  its entry, metadata, full state, the change from its parent and the model's context there.
+* :func:`build_model` - the data that document embeds (JSON-ready, linear in commits).
+* :mod:`castore.html.server` - ``castore serve``: the same views for every session of a
+  store, over HTTP on 127.0.0.1, read-only.
+"""
+
+from __future__ import annotations
+
+from ..session import Session
+from .model import build_model
+from .page import index_page, session_page
+
+
+def render_session(session: Session) -> str:
+    """The self-contained HTML view of ``session`` (see the module doc).
+
+    Raises:
+        SessionNotFound: the session has no entries.
+        ObjectNotFound, IntegrityError, StorageError: reading failed.
+    """
+    return session_page(build_model(session))
+
+
+__all__ = ["render_session", "build_model", "session_page", "index_page"]

@@ -1,0 +1,145 @@
+"""The data a session view embeds: every commit once, states as deltas, the layout.
+
+:func:`build_model` reads a whole session (every commit reachable from its branches,
+labels and HEAD) and returns one JSON-ready dict. Its size is linear in the session's
+commits: each entry appears once, and each commit carries only its state change (the
+viewer rebuilds the full state at a commit by replaying the changes along its path, which
+:meth:`castore.Session.verify` guarantees equals the stored snapshot).
+
+Shape (``v`` 1)::
+
+    {"v": 1, "key": {"app", "user", "session"}, "info": {...},
+     "refs": {"head": i|None, "branch": name|None, "branches": {name: i}, "labels": {name: i}},
+     "nodes": [{"id", "p": [parent indices], "k": kind, "a": author, "t": time, "n": depth,
+                "m": meta, "d": {key: value}, "u": [unset keys], "e": entry,
+                "r": row, "l": lane}, ...],
+     "lanes": n, "runs": [[first_row, last_row], ...], "text": {...wording of summaries}}
+
+Nodes are ordered oldest first. ``d``/``u`` hold the session keys the commit changed,
+plus the ``app:``/``user:`` keys whose scoped state differs from the parent commit's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import context as ctx
+from .. import objects as o
+from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange
+from ..session import LogEntry, Session
+from ..state import read_states
+from .layout import layout
+
+FORMAT = 1
+
+
+def entry_doc(e: LogEntry) -> dict[str, Any]:
+    """The entry of one commit as a JSON-ready dict (an event's delta and meta are on the node)."""
+    entry = e.entry
+    if isinstance(entry, Message):
+        return entry.to_dict()
+    if isinstance(entry, Event):
+        return {"author": entry.author, "message": entry.message.to_dict() if entry.message is not None else None}
+    if isinstance(entry, Compaction):
+        return {"summary": entry.summary, "first_kept": entry.first_kept,
+                "tokens_before": entry.tokens_before, "details": entry.details}
+    if isinstance(entry, BranchSummary):
+        return {"summary": entry.summary, "from_id": entry.from_id, "details": entry.details}
+    if isinstance(entry, ModelChange):
+        return {"model": entry.model, "provider": entry.provider, "thinking_level": entry.thinking_level}
+    if isinstance(entry, Custom):
+        return {"type": entry.type, "data": entry.data}
+    return {}
+
+
+def _scope_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str,
+                   delta: dict[str, Any], unset: list[str]) -> None:
+    for k, v in after.items():
+        if k not in before or before[k] != v:
+            delta[prefix + k] = v
+    unset.extend(prefix + k for k in before if k not in after)
+
+
+def build_model(session: Session) -> dict[str, Any]:
+    """Read a whole session into the JSON-ready data of its HTML view (see the module doc).
+
+    Raises:
+        SessionNotFound: the session has no entries.
+        ObjectNotFound, IntegrityError, StorageError: reading failed.
+    """
+    from ..errors import SessionNotFound
+
+    if not session.exists():
+        raise SessionNotFound(session.key)
+    store = session.store
+    entries = session.log(all_branches=True)
+    entries.sort(key=lambda e: (e.time, e.depth, e.id))
+    index = {e.id: i for i, e in enumerate(entries)}
+    commits = store.history.commits([e.id for e in entries]) if entries else {}
+
+    # App- and user-scoped state as each commit saw it, read once per distinct scope commit.
+    scope_ids = sorted({o.hex_id(r) for c in commits.values() for r in c.scopes.values()})
+    scope_commits = store.history.commits(scope_ids) if scope_ids else {}
+    scope_states = dict(zip(scope_ids, read_states(store.objects, [scope_commits[s].state for s in scope_ids]),
+                            strict=True))
+
+    def scoped(cid: str | None, scope: str) -> Mapping[str, Any]:
+        if cid is None:
+            return {}
+        ref = commits[cid].scopes.get(scope)
+        return scope_states[o.hex_id(ref)] if ref is not None else {}
+
+    head = session.head
+    branches = session.branches()
+    labels = session.labels()
+    nodes: list[dict[str, Any]] = []
+    parents: list[list[int]] = []
+    for e in entries:
+        ps = [index[p] for p in e.parents if p in index]
+        parents.append(ps)
+        delta = dict(e.delta)
+        unset = list(e.unset)
+        first = e.parents[0] if e.parents and e.parents[0] in index else None
+        c = commits[e.id]
+        pc = commits[first] if first is not None else None
+        for scope in ("app", "user"):
+            if (pc.scopes.get(scope) if pc else None) != c.scopes.get(scope):
+                _scope_changes(scoped(first, scope), scoped(e.id, scope), scope + ":", delta, unset)
+        nodes.append({
+            "id": e.id, "p": ps, "k": e.kind, "a": e.author, "t": e.time, "n": e.depth,
+            "m": dict(e.meta), "d": delta, "u": unset, "e": entry_doc(e),
+        })
+
+    keep = {index[t] for t in [*branches.values(), *labels.values()] if t in index}
+    if head in index:
+        keep.add(index[head])
+    keep.update(i for i, e in enumerate(entries) if e.kind not in ("message", "event"))
+    plan = layout(parents, prefer=[index[head]] if head in index else [], keep=sorted(keep))
+    for i, node in enumerate(nodes):
+        node["r"] = plan.row[i]
+        node["l"] = plan.lane[i]
+
+    return o.to_builtins({
+        "v": FORMAT,
+        "key": {"app": session.app, "user": session.user, "session": session.id},
+        "info": session.info,
+        "refs": {
+            "head": index.get(head) if head else None,
+            "branch": session.current_branch,
+            "branches": {b: index[t] for b, t in branches.items() if t in index},
+            "labels": {n: index[t] for n, t in labels.items() if t in index},
+        },
+        "nodes": nodes,
+        "lanes": plan.lanes,
+        "runs": plan.runs,
+        "text": {
+            "compaction": [ctx.COMPACTION_PREFIX, ctx.COMPACTION_SUFFIX],
+            "branch": [ctx.BRANCH_PREFIX, ctx.BRANCH_SUFFIX],
+            "overhead": ctx.MESSAGE_OVERHEAD,
+            "image": ctx.IMAGE_TOKENS,
+        },
+    })
+
+
+__all__ = ["build_model", "entry_doc", "FORMAT"]
