@@ -1,0 +1,1043 @@
+"""A LangGraph checkpointer backed by castore: ``graph.compile(checkpointer=CastoreSaver(store))``.
+
+The mapping:
+
+* a thread is a castore session ``(app, user, thread_id)``;
+* each checkpoint is a commit (kind ``checkpoint``) whose parent is the commit of its parent
+  checkpoint. A checkpoint namespace is a family of branches (``main`` for the root
+  namespace, ``ns:<namespace>`` for subgraphs); a checkpoint whose parent is not the tip of
+  a branch (a replay or an ``update_state`` from the past) starts a new branch
+  ``<family>@<checkpoint id>``, so LangGraph forks show in ``castore log --graph``;
+* channel values live in the commit's state tree, serialized with the saver's ``serde``:
+  small values inline, larger ones as content-addressed :class:`~castore.objects.Value`
+  objects (a channel whose version did not change keeps the same object). A list value (the
+  ``messages`` channel) is stored element by element in a persistent list: complete blocks
+  of ``R**k`` elements are trees shared by every later snapshot, so appending one message
+  costs O(1) new bytes, not a copy of the list;
+* pending writes are commits too (kind ``writes``, on the thread's ``writes`` branch), each
+  naming the checkpoint it belongs to: a task's writes may land before or after the next
+  checkpoint, and everything stays reachable for ``gc`` and ``sync``.
+
+Decoded values of immutable objects (messages, strings, numbers) are cached and shared
+between snapshots, so listing a long thread decodes each message once. Elements of list
+channels are treated as immutable once checkpointed, as LangGraph's reducers treat them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .. import names
+from .. import objects as o
+from ..errors import RefConflict, SessionNotFound
+from ..history import K, Hint
+from ..objects import Commit, Tree, Value
+from ..refs import RefValue
+from ..store import Store
+
+#: fan-out of the persistent lists: complete blocks hold R**k elements
+R = 8
+#: serialized values up to this size are kept inside the tree that names them
+INLINE_MAX = 96
+WRITES_BRANCH = "writes"
+_CACHE_MAX = 200_000
+_RETRIES = 50
+_IMMUTABLE = (str, int, float, bool, bytes, type(None), BaseMessage)
+
+Entry = Any  # an element as stored: 32 raw id bytes (a Value) or a (type, data) tuple
+Top = tuple[int, str, Any]  # (size, "e" element entry | "n" node raw id, ref)
+
+
+def _shareable(obj: Any) -> bool:
+    if isinstance(obj, tuple):
+        return all(_shareable(x) for x in obj)
+    return isinstance(obj, _IMMUTABLE)
+
+
+def _block_sizes(n: int) -> list[int]:
+    """Sizes of the complete blocks a list of ``n`` elements is made of, oldest first."""
+    sizes: list[int] = []
+    k, p = 0, 1
+    while p * R <= n:
+        p *= R
+        k += 1
+    while p >= 1:
+        d, n = divmod(n, p)
+        sizes.extend([p] * d)
+        p //= R
+    return sizes
+
+
+@dataclass
+class _ListState:
+    """A stored list, with what is needed to append to it without rewriting it."""
+
+    items: list[Any]
+    entries: list[Entry]
+    tops: list[Top]
+
+
+@dataclass
+class _View:
+    """What is known of one thread: its refs and every commit they reach."""
+
+    targets: dict[str, str] = field(default_factory=dict)
+    commits: dict[str, Commit] = field(default_factory=dict)
+    cps: dict[tuple[str, str], str] = field(default_factory=dict)
+    latest: dict[str, str] = field(default_factory=dict)
+    writes: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def writes_refs(self, main: str) -> list[str]:
+        """Names of refs whose tip is a writes commit (``main`` and any copies)."""
+        return [n for n, t in self.targets.items() if t in self.commits and self.commits[t].kind == "writes"]
+
+    def add(self, cid: str, c: Commit) -> None:
+        if cid in self.commits:
+            return
+        self.commits[cid] = c
+        ns, cp = c.meta.get("ns", ""), c.meta.get("checkpoint_id")
+        if not isinstance(cp, str):
+            return
+        if c.kind == "checkpoint":
+            old = self.cps.get((ns, cp))
+            if old is None or self.commits[old].time <= c.time:
+                self.cps[(ns, cp)] = cid
+            if cp > self.latest.get(ns, ""):
+                self.latest[ns] = cp
+        elif c.kind == "writes":
+            self.writes[(ns, cp)].append(cid)
+
+
+class CastoreSaver(BaseCheckpointSaver[int]):
+    """A LangGraph checkpoint saver storing threads as castore sessions.
+
+    Args:
+        store: an open :class:`castore.Store` (local, S3, ...).
+        app: the castore app the threads belong to.
+        user: the castore user the threads belong to.
+        serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
+
+    Raises:
+        InvalidName: ``app`` or ``user`` is not a valid name.
+    """
+
+    def __init__(self, store: Store, app: str = "langgraph", user: str = "default", *,
+                 serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self.app = names.validate(app, "app name")
+        self.user = names.validate(user, "user name")
+        self._lock = threading.RLock()
+        self._views: dict[str, _View] = {}
+        self._tokens: dict[str, RefValue] = {}  # ref values (with tokens) from our own swaps
+        self._heads: dict[str, str] = {}  # thread -> the branch its HEAD is known to name
+        self._decoded: OrderedDict[str, Any] = OrderedDict()  # Value id -> shared decoded value
+        self._nodes: OrderedDict[str, tuple[Entry, ...]] = OrderedDict()  # node id -> entries
+        self._node_objs: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # node id -> shared elements
+        self._lists: OrderedDict[str, _ListState] = OrderedDict()  # root id -> state
+
+    # -- names ---------------------------------------------------------------------------
+    def _prefix(self, thread_id: str) -> str:
+        return "sessions/" + names.encode_key(self.app, self.user, thread_id)
+
+    @staticmethod
+    def _family(ns: str) -> str:
+        name = "main" if not ns else f"ns:{ns}"
+        if len(name) > 200:
+            name = "ns~" + hashlib.sha256(ns.encode()).hexdigest()[:32]
+        return name
+
+    @staticmethod
+    def _branch_name(family: str, cpid: str | None) -> str:
+        return family if cpid is None else f"{family}@{cpid}"
+
+    def _ref_name(self, prefix: str, branch: str) -> str:
+        return f"{prefix}/heads/{names.encode(branch, 'branch name')}"
+
+    # -- small caches ----------------------------------------------------------------------
+    @staticmethod
+    def _remember(cache: OrderedDict, key: str, value: Any) -> None:
+        cache[key] = value
+        if len(cache) > _CACHE_MAX:
+            cache.popitem(last=False)
+
+    def _loads(self, typed: Any) -> Any:
+        return self.serde.loads_typed((typed[0], typed[1]))
+
+    def _value(self, raw: bytes) -> Any:
+        """Decode a Value holding ``[type, data]``; immutable results are shared."""
+        vid = o.hex_id(raw)
+        got = self._decoded.get(vid, _MISSING)
+        if got is not _MISSING:
+            return got
+        obj = self.store.objects.get(vid)
+        if not isinstance(obj, Value):
+            raise o.IntegrityError(vid, "expected a value")
+        out = self._loads(obj.value)
+        if _shareable(out):
+            self._remember(self._decoded, vid, out)
+        return out
+
+    # -- encoding values -------------------------------------------------------------------
+    def _put_obj(self, pending: dict[str, bytes], obj: Any) -> bytes:
+        oid, canonical = o.encode(obj)
+        pending[oid] = canonical
+        self.store.objects.cache(oid, obj)
+        return o.raw_id(oid)
+
+    def _entry(self, pending: dict[str, bytes], obj: Any) -> Entry:
+        typ, data = self.serde.dumps_typed(obj)
+        if len(data) <= INLINE_MAX:
+            return (typ, data)
+        raw = self._put_obj(pending, Value([typ, data]))
+        if _shareable(obj):
+            self._remember(self._decoded, o.hex_id(raw), obj)
+        return raw
+
+    @staticmethod
+    def _place(tree: dict[str, dict[str, Any]], key: str, kind: str, ref: Any) -> None:
+        if kind == "n":
+            tree["sub"][key] = ref
+        elif isinstance(ref, bytes):
+            tree["refs"][key] = ref
+        else:
+            tree["values"][key] = list(ref)
+
+    def _node(self, pending: dict[str, bytes], children: list[Top]) -> bytes:
+        parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
+        for i, (_, kind, ref) in enumerate(children):
+            self._place(parts, str(i), kind, ref)
+        return self._put_obj(pending, Tree(**parts))
+
+    def _store_list(self, pending: dict[str, bytes], value: list[Any], base: str | None) -> bytes:
+        """Store a list as a persistent list; return its root tree's raw id."""
+        state = self._list_state(base) if base is not None else None
+        tops: list[Top] = []
+        entries: list[Entry] = []
+        start = 0
+        if state is not None:
+            old, n = state.items, min(len(state.items), len(value))
+            p = 0
+            while p < n and value[p] is old[p]:
+                p += 1
+            pos = 0
+            for top in state.tops:
+                if pos + top[0] > p:
+                    break
+                tops.append(top)
+                pos += top[0]
+            entries = state.entries[:pos]
+            redo = state.entries[pos:p]
+            start = p
+        else:
+            redo = []
+        new = redo + [self._entry(pending, x) for x in value[start:]]
+        for e in new:
+            entries.append(e)
+            tops.append((1, "e", e))
+            while len(tops) >= R and all(t[0] == tops[-1][0] for t in tops[-R:]):
+                size = tops[-1][0] * R
+                nid = self._node(pending, tops[-R:])
+                self._remember(self._nodes, o.hex_id(nid), tuple(entries[-size:]))
+                tops[-R:] = [(size, "n", nid)]
+        parts: dict[str, dict[str, Any]] = {"values": {"n": len(value)}, "refs": {}, "sub": {}}
+        for j, (_, kind, ref) in enumerate(tops):
+            self._place(parts, str(j), kind, ref)
+        root = self._put_obj(pending, Tree(**parts))
+        self._remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops))
+        return root
+
+    def _store_value(self, pending: dict[str, bytes], parts: dict[str, dict[str, Any]], key: str,
+                     value: Any, base: bytes | None) -> None:
+        if type(value) is list and value:
+            parts["sub"][key] = self._store_list(pending, value, o.hex_id(base) if base else None)
+            return
+        typ, data = self.serde.dumps_typed(value)
+        if len(data) <= INLINE_MAX * 2:
+            parts["values"][key] = [typ, data]
+        else:
+            raw = self._put_obj(pending, Value([typ, data]))
+            if _shareable(value):
+                self._remember(self._decoded, o.hex_id(raw), value)
+            parts["refs"][key] = raw
+
+    # -- decoding values -------------------------------------------------------------------
+    def _expand(self, nid: bytes) -> tuple[Entry, ...]:
+        key = o.hex_id(nid)
+        got = self._nodes.get(key)
+        if got is not None:
+            return got
+        tree = self._tree(nid)
+        out: list[Entry] = []
+        for i in range(R):
+            k = str(i)
+            if k in tree.sub:
+                out.extend(self._expand(tree.sub[k]))
+            elif k in tree.refs:
+                out.append(tree.refs[k])
+            elif k in tree.values:
+                out.append(tuple(tree.values[k]))
+        res = tuple(out)
+        self._remember(self._nodes, key, res)
+        return res
+
+    def _tree(self, raw: bytes) -> Tree:
+        obj = self.store.objects.get(o.hex_id(raw))
+        if not isinstance(obj, Tree):
+            raise o.IntegrityError(o.hex_id(raw), "expected a tree")
+        return obj
+
+    def _tops(self, root: Tree) -> list[Top]:
+        sizes = _block_sizes(int(root.values.get("n", 0)))
+        tops: list[Top] = []
+        for j, size in enumerate(sizes):
+            k = str(j)
+            if k in root.sub:
+                tops.append((size, "n", root.sub[k]))
+            elif k in root.refs:
+                tops.append((size, "e", root.refs[k]))
+            else:
+                tops.append((size, "e", tuple(root.values[k])))
+        return tops
+
+    def _element(self, e: Entry) -> Any:
+        return self._value(e) if isinstance(e, bytes) else self._loads(e)
+
+    def _block_objs(self, top: Top) -> tuple[Any, ...] | list[Any]:
+        size, kind, ref = top
+        if kind == "e":
+            return [self._element(ref)]
+        key = o.hex_id(ref)
+        got = self._node_objs.get(key)
+        if got is not None:
+            return got
+        objs = [self._element(e) for e in self._expand(ref)]
+        if all(_shareable(x) for x in objs):
+            res = tuple(objs)
+            self._remember(self._node_objs, key, res)
+            return res
+        return objs
+
+    def _read_list(self, root_raw: bytes) -> list[Any]:
+        out: list[Any] = []
+        for top in self._tops(self._tree(root_raw)):
+            out.extend(self._block_objs(top))
+        return out
+
+    def _list_state(self, root_hex: str) -> _ListState:
+        got = self._lists.get(root_hex)
+        if got is not None:
+            return got
+        tops = self._tops(self._tree(o.raw_id(root_hex)))
+        entries: list[Entry] = []
+        items: list[Any] = []
+        for top in tops:
+            entries.extend([top[2]] if top[1] == "e" else self._expand(top[2]))
+            items.extend(self._block_objs(top))
+        state = _ListState(items, entries, tops)
+        self._remember(self._lists, root_hex, state)
+        return state
+
+    def _read_record(self, tree_raw: bytes | None) -> dict[str, Any]:
+        """Decode a tree of channel values (or of one task's writes)."""
+        if tree_raw is None:
+            return {}
+        tree = self._tree(tree_raw)
+        out: dict[str, Any] = {}
+        for k, v in tree.values.items():
+            out[k] = self._loads(v)
+        for k, raw in tree.refs.items():
+            out[k] = self._value(raw)
+        for k, raw in tree.sub.items():
+            out[k] = self._read_list(raw)
+        return out
+
+    # -- the view of a thread ----------------------------------------------------------------
+    def _refresh(self, thread_id: str) -> _View:
+        prefix = self._prefix(thread_id)
+        refs = self.store.refs
+        listed = [n for n in refs.list(prefix) if not n.endswith("/HEAD") and not n.endswith(".lock")]
+        got = refs.read_many(listed)
+        targets = {n: v.target for n, v in got.items() if v is not None and v.symbolic is None}
+        view = self._views.get(thread_id)
+        if view is not None:
+            if targets == view.targets:
+                return view
+            gone = view.targets.keys() - targets.keys()
+            moved_back = any(n in view.targets and view.targets[n] != t and t in view.commits
+                             for n, t in targets.items())
+            if gone or moved_back:
+                view = None
+        if view is None:
+            view = _View()
+            for name, tip in targets.items():
+                if tip not in view.commits:
+                    hint = Hint.from_meta(got[name].meta) if got[name] is not None else None
+                    for cid, c in self.store.history.path(tip, hint):
+                        view.add(cid, c)
+        else:
+            for name, tip in targets.items():
+                self._walk_new(view, tip, got[name])
+        view.targets = targets
+        self._views[thread_id] = view
+        return view
+
+    def _walk_new(self, view: _View, tip: str, ref: RefValue | None) -> None:
+        found: list[tuple[str, Commit]] = []
+        cur: str | None = tip
+        while cur is not None and cur not in view.commits:
+            if len(found) > K:
+                hint = Hint.from_meta(ref.meta) if ref is not None else None
+                for cid, c in self.store.history.path(tip, hint):
+                    view.add(cid, c)
+                return
+            c = self.store.history.commit(cur)
+            found.append((cur, c))
+            cur = o.hex_id(c.parents[0]) if c.parents else None
+        for cid, c in reversed(found):
+            view.add(cid, c)
+
+    @staticmethod
+    def _real(name: str, meta: Any) -> str:
+        """The branch name behind a ref name (hashed segments keep it in the ref's metadata)."""
+        seg = name.rsplit("/", 1)[1]
+        return str((meta or {}).get("name", seg)) if names.is_hashed(seg) else names.decode(seg)
+
+    def _ref_for_swap(self, name: str) -> RefValue | None:
+        cached = self._tokens.get(name)
+        current = self.store.refs.read(name) if cached is None else None
+        return cached if cached is not None else current
+
+    # -- writing commits on a branch ---------------------------------------------------------
+    def _hint(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[str, bytes]]:
+        hint = Hint.from_meta(tipref.meta) if tipref is not None else None
+        if hint is not None:
+            c = self.store.history.commit(tip)
+            ix = o.hex_id(c.index) if c.index else None
+            if hint.tail and hint.tail[-1] == tip and len(hint.tail) == c.depth % K + 1 and hint.index == ix:
+                return hint, {}
+            if not hint.tail and (c.depth + 1) % K == 0 and hint.index:
+                return hint, {}
+        return self.store.history.hint_for(tip)
+
+    def _commit_on(self, ref_name: str, real: str, expect: RefValue | None, parent: str | None,
+                   make: Any, pending: dict[str, bytes], ref_meta: dict[str, Any]) -> tuple[str, RefValue]:
+        """Write ``make(parents, depth, index)`` as a commit on ``ref_name`` (compare-and-swap).
+
+        Raises:
+            RefConflict: the ref is no longer ``expect``.
+        """
+        history = self.store.history
+        if parent is not None:
+            pc = history.commit(parent)
+            tipref = expect if expect is not None and expect.target == parent else None
+            hint, extra = self._hint(parent, tipref)
+            depth = pc.depth + 1
+        else:
+            hint, extra, depth = Hint(), {}, 0
+        commit: Commit = make((o.raw_id(parent),) if parent else (), depth,
+                              o.raw_id(hint.index) if hint.index else None)
+        cid, canonical = o.encode(commit)
+        pending = {**extra, **pending, cid: canonical}
+        self.store.objects.cache(cid, commit)
+        self.store.init()
+        self.store.objects.put_encoded(pending.items())
+        hint, seg = history.advance(hint, cid, commit)
+        if seg:
+            self.store.objects.put_encoded(seg.items())
+        meta = {**hint.to_meta(), "t": commit.time, "n": depth + 1, **ref_meta}
+        if names.is_hashed(ref_name.rsplit("/", 1)[1]):
+            meta["name"] = real
+        try:
+            new = self.store.refs.swap(ref_name, cid, expect, meta)
+        except RefConflict:
+            self._tokens.pop(ref_name, None)
+            raise
+        self._tokens[ref_name] = new
+        return cid, new
+
+    def _ensure_head(self, prefix: str, branch: str, thread_id: str) -> None:
+        if self._heads.get(thread_id) == branch:
+            return
+        self._heads[thread_id] = branch
+        head_name = f"{prefix}/HEAD"
+        target = "ref: heads/" + names.encode(branch, "branch name")
+        for _ in range(_RETRIES):
+            head = self.store.refs.read(head_name)
+            if head is not None and head.target == target:
+                return
+            meta = dict(head.meta) if head is not None else {}
+            meta.setdefault("names", {"app": self.app, "user": self.user, "session": thread_id})
+            meta.setdefault("created", time.time())
+            meta.pop("w", None)
+            if names.is_hashed(names.encode(branch)):
+                meta["branch"] = branch
+            try:
+                self.store.refs.swap(head_name, target, head, meta)
+                return
+            except RefConflict:
+                continue
+
+    # -- BaseCheckpointSaver: writing ------------------------------------------------------------
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """Store a checkpoint as a commit; see the module docstring.
+
+        Raises:
+            InvalidName: the thread id is not a valid castore session name.
+            StorageError: the store failed.
+        """
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        parent_cp = conf.get("checkpoint_id")
+        header = dict(checkpoint)
+        values: dict[str, Any] = header.pop("channel_values")  # type: ignore[assignment]
+        md = get_checkpoint_metadata(config, metadata)
+        with self._lock:
+            prefix = self._prefix(thread_id)
+            # A writer trusts its cached view: a stale one only makes a compare-and-swap fail.
+            view = self._views.get(thread_id) or self._refresh(thread_id)
+            parent = view.cps.get((ns, parent_cp)) if parent_cp else None
+            if parent_cp and parent is None:
+                view = self._refresh(thread_id)
+                parent = view.cps.get((ns, parent_cp))
+            pending: dict[str, bytes] = {}
+            tree = self._state_tree(pending, view, ns, parent, checkpoint, values, new_versions)
+            meta: dict[str, Any] = {"checkpoint_id": checkpoint["id"], "step": md.get("step"),
+                                    "source": md.get("source"),
+                                    "lg": {"c": list(self.serde.dumps_typed(header)),
+                                           "m": list(self.serde.dumps_typed(md))}}
+            if ns:
+                meta["ns"] = ns
+            if parent_cp and parent is None:
+                meta["lg"]["p"] = parent_cp
+            now = time.time()
+
+            def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
+                return Commit(kind="checkpoint", parents=parents, state=tree, author=str(md.get("source") or ""),
+                              time=now, meta=meta, depth=depth, index=index)
+
+            family = self._family(ns)
+            for _ in range(_RETRIES):
+                name = self._branch_for(view, prefix, family, parent)
+                if name is not None:
+                    expect = self._ref_for_swap(name)
+                    if expect is None or expect.target != parent:
+                        expect = self.store.refs.read(name)
+                    if expect is None or expect.target != parent:
+                        view = self._refresh(thread_id)
+                        continue
+                    real = self._real(name, expect.meta)
+                else:
+                    real = self._free_branch(view, prefix, family, checkpoint["id"])
+                    name, expect = self._ref_name(prefix, real), None
+                try:
+                    cid, _ = self._commit_on(name, real, expect, parent, make, pending,
+                                             {"lg": {"ns": ns, "cp": checkpoint["id"]}})
+                except RefConflict:
+                    view = self._refresh(thread_id)
+                    continue
+                view.add(cid, self.store.history.commit(cid))
+                view.targets[name] = cid
+                if not ns:
+                    self._ensure_head(prefix, real, thread_id)
+                break
+            else:
+                raise RefConflict(prefix, parent, None, "too much contention on the thread's branches")
+        return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
+                                 "checkpoint_id": checkpoint["id"]}}
+
+    def _branch_for(self, view: _View, prefix: str, family: str, parent: str | None) -> str | None:
+        """The branch of ``family`` whose tip is ``parent`` (the family's first branch for a root)."""
+        fam = f"{prefix}/heads/{names.encode(family)}"
+        if parent is None:
+            return None
+        found = sorted(n for n, t in view.targets.items() if t == parent)
+        for n in found:
+            if n == fam or n.startswith(f"{prefix}/heads/{names.encode(family + '@')}"):
+                return n
+        return found[0] if found else None
+
+    def _free_branch(self, view: _View, prefix: str, family: str, cpid: str) -> str:
+        """A branch name of ``family`` not taken yet: the family itself, else ``family@cpid``."""
+        if self._ref_name(prefix, family) not in view.targets:
+            return family
+        base = real = self._branch_name(family, cpid)
+        i = 1
+        while self._ref_name(prefix, real) in view.targets:
+            i += 1
+            real = f"{base}.{i}"
+        return real
+
+    def _state_tree(self, pending: dict[str, bytes], view: _View, ns: str, parent: str | None,
+                    checkpoint: Checkpoint, values: dict[str, Any], new_versions: ChannelVersions) -> bytes | None:
+        versions = checkpoint["channel_versions"]
+        base = self._tree(view.commits[parent].state) if parent and view.commits[parent].state else None
+        base_versions = self._versions(view.commits[parent]) if parent else {}
+        parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
+        for k, ver in versions.items():
+            if k in new_versions:
+                if k in values:
+                    old = base.sub.get(k) if base is not None else None
+                    self._store_value(pending, parts, k, values[k], old)
+                continue
+            src = base if base is not None and base_versions.get(k) == ver else self._find_version(view, ns, k, ver)
+            if src is not None and self._copy_key(parts, src, k):
+                continue
+            if k in values:
+                self._store_value(pending, parts, k, values[k], None)
+        if not any(parts.values()):
+            return None
+        return self._put_obj(pending, Tree(**parts))
+
+    @staticmethod
+    def _copy_key(parts: dict[str, dict[str, Any]], src: Tree, k: str) -> bool:
+        for part in ("values", "refs", "sub"):
+            d = getattr(src, part)
+            if k in d:
+                parts[part][k] = d[k]
+                return True
+        return False
+
+    def _versions(self, c: Commit) -> dict[str, Any]:
+        header = self._loads(c.meta["lg"]["c"])
+        return dict(header.get("channel_versions", {}))
+
+    def _find_version(self, view: _View, ns: str, channel: str, version: Any) -> Tree | None:
+        """The state tree of a checkpoint of ``ns`` holding ``channel`` at ``version``, newest first."""
+        for (cns, cp), cid in sorted(view.cps.items(), key=lambda kv: kv[0][1], reverse=True):
+            c = view.commits[cid]
+            if cns != ns or c.state is None or self._versions(c).get(channel) != version:
+                continue
+            tree = self._tree(c.state)
+            if channel in tree.values or channel in tree.refs or channel in tree.sub:
+                return tree
+        return None
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """Store a task's writes for a checkpoint, as one commit on the ``writes`` branch.
+
+        A write already stored for the same task and index is not stored again; special
+        writes (errors, interrupts, resumes) replace the earlier one.
+
+        Raises:
+            InvalidName, StorageError.
+        """
+        conf = config["configurable"]
+        thread_id, ns, cpid = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        with self._lock:
+            view = self._views.get(thread_id) or self._refresh(thread_id)
+            have = {(t, i) for t, i, _, _, _ in self._writes_of(view, ns, cpid, decode=False)}
+            todo = []
+            for idx, (channel, value) in enumerate(writes):
+                widx = WRITES_IDX_MAP.get(channel, idx)
+                if widx >= 0 and (task_id, widx) in have:
+                    continue
+                todo.append((widx, channel, value))
+            if not todo:
+                return
+            pending: dict[str, bytes] = {}
+            parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
+            for i, (_, _, value) in enumerate(todo):
+                self._store_value(pending, parts, str(i), value, None)
+            tree = self._put_obj(pending, Tree(**parts))
+            meta: dict[str, Any] = {"checkpoint_id": cpid, "task_id": task_id, "task_path": task_path,
+                                    "w": [[w, c] for w, c, _ in todo]}
+            if ns:
+                meta["ns"] = ns
+            now = time.time()
+
+            def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
+                return Commit(kind="writes", parents=parents, state=tree, author=task_path or task_id,
+                              time=now, meta=meta, depth=depth, index=index)
+
+            prefix = self._prefix(thread_id)
+            name = self._ref_name(prefix, WRITES_BRANCH)
+            for _ in range(_RETRIES):
+                expect = self._ref_for_swap(name) if name in view.targets else None
+                if expect is not None and expect.target != view.targets.get(name):
+                    expect = self.store.refs.read(name)
+                try:
+                    cid, new = self._commit_on(name, WRITES_BRANCH, expect, expect.target if expect else None,
+                                               make, pending, {"lg": {"writes": True}})
+                except RefConflict:
+                    view = self._refresh(thread_id)
+                    continue
+                view.add(cid, self.store.history.commit(cid))
+                view.targets[name] = cid
+                return
+            raise RefConflict(name, None, None, "too much contention on the writes branch")
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _writes_of(self, view: _View, ns: str, cpid: str, decode: bool = True) -> list[tuple[str, int, str, Any, str]]:
+        """(task id, index, channel, value, task path) of a checkpoint's writes, in LangGraph's order."""
+        wids = sorted(view.writes.get((ns, cpid), ()), key=lambda w: (view.commits[w].time, view.commits[w].depth))
+        stored: dict[tuple[str, int], tuple[str, int, str, Any, str]] = {}
+        for wid in wids:
+            c = view.commits[wid]
+            task, path = c.meta.get("task_id", ""), c.meta.get("task_path", "")
+            vals = self._read_record(c.state) if decode else {}
+            for i, (widx, channel) in enumerate(c.meta.get("w", [])):
+                key = (task, widx)
+                if widx >= 0 and key in stored:
+                    continue
+                stored[key] = (task, widx, channel, vals.get(str(i)), path)
+        return [stored[k] for k in sorted(stored, key=lambda k: writes_sort_key(stored[k][4], *k))]
+
+    def _tuple(self, thread_id: Any, view: _View, ns: str, cid: str) -> CheckpointTuple:
+        c = view.commits[cid]
+        lg = c.meta["lg"]
+        header = self._loads(lg["c"])
+        cpid = c.meta["checkpoint_id"]
+        parent_cp = lg.get("p")
+        if parent_cp is None and c.parents:
+            parent_cp = view.commits[o.hex_id(c.parents[0])].meta.get("checkpoint_id") \
+                if o.hex_id(c.parents[0]) in view.commits else self.store.history.commit(o.hex_id(c.parents[0])).meta.get("checkpoint_id")
+        conf = {"thread_id": thread_id, "checkpoint_ns": ns}
+        return CheckpointTuple(
+            config={"configurable": {**conf, "checkpoint_id": cpid}},
+            checkpoint={**header, "channel_values": self._read_record(c.state)},
+            metadata=self._loads(lg["m"]),
+            parent_config={"configurable": {**conf, "checkpoint_id": parent_cp}} if parent_cp else None,
+            pending_writes=[(t, ch, v) for t, _, ch, v, _ in self._writes_of(view, ns, cpid)],
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (the thread's latest in its namespace if no id).
+
+        Raises:
+            InvalidName, StorageError, IntegrityError.
+        """
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        with self._lock:
+            view = self._refresh(thread_id)
+            cpid = get_checkpoint_id(config) or view.latest.get(ns)
+            cid = view.cps.get((ns, cpid)) if cpid else None
+            if cid is None:
+                return None
+            return self._tuple(conf["thread_id"], view, ns, cid)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first, by thread, namespace, metadata ``filter``, ``before``, ``limit``.
+
+        Raises:
+            InvalidName, StorageError, IntegrityError.
+        """
+        if config is not None:
+            threads = [config["configurable"]["thread_id"]]
+            want_ns = config["configurable"].get("checkpoint_ns")
+            want_id = get_checkpoint_id(config)
+        else:
+            threads = [s.session for s in self.store.sessions(self.app, self.user)] if self.store.exists else []
+            want_ns, want_id = None, None
+        before_id = get_checkpoint_id(before) if before else None
+        left = limit
+        for thread in threads:
+            with self._lock:
+                view = self._refresh(str(thread))
+                keys = sorted((k for k in view.cps if (want_ns is None or k[0] == want_ns)
+                               and (want_id is None or k[1] == want_id)
+                               and (before_id is None or k[1] < before_id)), key=lambda k: k[1], reverse=True)
+                chosen = []
+                for key in keys:
+                    if left is not None and left <= 0:
+                        break
+                    cid = view.cps[key]
+                    if filter:
+                        md = self._loads(view.commits[cid].meta["lg"]["m"])
+                        if not all(md.get(fk) == fv for fk, fv in filter.items()):
+                            continue
+                    chosen.append((key[0], cid))
+                    if left is not None:
+                        left -= 1
+            for ns, cid in chosen:
+                with self._lock:
+                    tup = self._tuple(thread, view, ns, cid)
+                yield tup
+
+    # -- whole threads ---------------------------------------------------------------------------
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread's refs (its objects go at the next ``castore gc``).
+
+        Raises:
+            InvalidName, StorageError.
+        """
+        with self._lock:
+            try:
+                self.store.delete_session(self.app, self.user, str(thread_id))
+            except SessionNotFound:
+                pass
+            self._forget(str(thread_id))
+
+    def _forget(self, thread_id: str) -> None:
+        self._views.pop(thread_id, None)
+        self._heads.pop(thread_id, None)
+        prefix = self._prefix(thread_id) + "/"
+        for name in [n for n in self._tokens if n.startswith(prefix)]:
+            del self._tokens[name]
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Make ``target`` a fork of ``source`` in O(1): its refs name the same commits.
+
+        Branches that already exist in the target keep their place; the copy of a branch
+        whose name is taken gets a ``.copy`` suffix.
+
+        Raises:
+            InvalidName, StorageError.
+        """
+        src, dst = str(source_thread_id), str(target_thread_id)
+        with self._lock:
+            sp, dp = self._prefix(src), self._prefix(dst)
+            listed = [n for n in self.store.refs.list(sp) if not n.endswith(".lock")]
+            got = self.store.refs.read_many(listed)
+            head_branch = None
+            for name, v in sorted(got.items()):
+                if v is None:
+                    continue
+                if name.endswith("/HEAD"):
+                    head_branch = v.symbolic
+                    continue
+                rel = name[len(sp) + 1:]
+                meta = {k: val for k, val in v.meta.items() if k != "w"}
+                if not rel.startswith("heads/"):
+                    target = f"{dp}/{rel}"
+                    if self.store.refs.read(target) is None:
+                        self.store.refs.swap(target, v.target, None, meta)
+                    continue
+                real = self._real(name, v.meta)
+                for _ in range(_RETRIES):
+                    target = self._ref_name(dp, real)
+                    if names.is_hashed(target.rsplit("/", 1)[1]):
+                        meta["name"] = real
+                    try:
+                        self.store.refs.swap(target, v.target, None, meta)
+                        break
+                    except RefConflict as e:
+                        if e.actual == v.target:
+                            break
+                        real += ".copy"
+            if head_branch is not None and self.store.refs.read(f"{dp}/HEAD") is None:
+                ref = got.get(f"{sp}/{head_branch}")
+                self._ensure_head(dp, self._real(f"{sp}/{head_branch}", ref.meta if ref else None), dst)
+            self._forget(dst)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune threads: ``keep_latest`` keeps each namespace's latest checkpoint (and its
+        writes) as a new root; ``delete`` deletes the threads. Pruned commits become garbage
+        for ``castore gc``.
+
+        Raises:
+            ValueError: an unknown strategy.
+            InvalidName, StorageError.
+        """
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r} (use 'keep_latest' or 'delete')")
+        for tid in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(tid)
+                continue
+            with self._lock:
+                view = self._refresh(str(tid))
+                keep = {view.cps[(ns, cp)] for ns, cp in view.latest.items() if (ns, cp) in view.cps}
+                self._rewrite(str(tid), view, keep)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in ``run_ids``,
+        in every thread of this saver's app and user; later checkpoints are re-parented onto
+        their nearest kept ancestor.
+
+        Raises:
+            StorageError.
+        """
+        runs = set(run_ids)
+        if not runs or not self.store.exists:
+            return
+        for info in self.store.sessions(self.app, self.user):
+            with self._lock:
+                view = self._refresh(info.session)
+                drop = set()
+                for cid in view.cps.values():
+                    md = self._loads(view.commits[cid].meta["lg"]["m"])
+                    if md.get("run_id") in runs:
+                        drop.add(cid)
+                if drop:
+                    self._rewrite(info.session, view, set(view.cps.values()) - drop)
+
+    def _rewrite(self, thread_id: str, view: _View, keep: set[str]) -> None:
+        """Rebuild a thread keeping only the checkpoint commits in ``keep`` (and their writes).
+
+        A kept checkpoint whose parent is dropped is written again onto its nearest kept
+        ancestor (or as a root); branches move to the new commits; objects are shared.
+        """
+        prefix = self._prefix(thread_id)
+        history, objs = self.store.history, self.store.objects
+        order = sorted((cid for cid, c in view.commits.items() if c.kind == "checkpoint"),
+                       key=lambda cid: view.commits[cid].depth)
+        new_of: dict[str, str | None] = {}  # old commit -> itself rewritten, or its nearest kept ancestor
+        for cid in order:
+            c = view.commits[cid]
+            old_parent = o.hex_id(c.parents[0]) if c.parents else None
+            new_parent = new_of.get(old_parent) if old_parent else None
+            if cid not in keep:
+                new_of[cid] = new_parent
+                continue
+            if new_parent == old_parent:
+                new_of[cid] = cid
+                continue
+            lg = dict(c.meta["lg"])
+            if old_parent is not None and "p" not in lg:
+                lg["p"] = view.commits[old_parent].meta.get("checkpoint_id")
+            index, depth = None, 0
+            if new_parent is not None:
+                hint, extra = history.hint_for(new_parent)
+                objs.put_encoded(extra.items())
+                index, depth = (o.raw_id(hint.index) if hint.index else None), view.commits[new_parent].depth + 1
+            nc = Commit(kind=c.kind, parents=(o.raw_id(new_parent),) if new_parent else (), state=c.state,
+                        author=c.author, time=c.time, meta={**c.meta, "lg": lg}, depth=depth, index=index)
+            nid, canonical = o.encode(nc)
+            objs.cache(nid, nc)
+            objs.put_encoded([(nid, canonical)])
+            view.commits[nid] = nc
+            new_of[cid] = nid
+        kept_cps = {(view.commits[c].meta.get("ns", ""), view.commits[c].meta["checkpoint_id"]) for c in keep}
+        wanted: dict[str, str] = {}
+        for name, tip in sorted(view.targets.items()):
+            new_tip = new_of.get(tip) if view.commits[tip].kind == "checkpoint" else None
+            if new_tip is not None and new_tip not in wanted.values():
+                wanted[name] = new_tip
+        old_writes = sorted((w for ws in view.writes.values() for w in ws),
+                            key=lambda w: (view.commits[w].time, view.commits[w].depth))
+        kept_writes = [w for w in old_writes
+                       if (view.commits[w].meta.get("ns", ""), view.commits[w].meta.get("checkpoint_id")) in kept_cps]
+        writes_name = self._ref_name(prefix, WRITES_BRANCH)
+        if kept_writes == old_writes and set(view.writes_refs(writes_name)) <= {writes_name}:
+            writes_tip = view.targets.get(writes_name)
+        else:
+            writes_tip = self._rechain(kept_writes, view) if kept_writes else None
+        for name, tip in wanted.items():
+            if view.targets.get(name) != tip:
+                self._set_ref(name, tip)
+        if writes_tip is not None and view.targets.get(writes_name) != writes_tip:
+            self._set_ref(writes_name, writes_tip)
+        for name in view.targets:
+            if name not in wanted and not (name == writes_name and writes_tip is not None):
+                self.store.refs.delete(name)
+                self._tokens.pop(name, None)
+        root = [(view.commits[t].meta["checkpoint_id"], n) for n, t in wanted.items() if not view.commits[t].meta.get("ns")]
+        if root:
+            name = max(root)[1]
+            self._ensure_head(prefix, self._real(name, self.store.refs.read(name).meta), thread_id)
+        elif not wanted and writes_tip is None:
+            try:
+                self.store.refs.delete(f"{prefix}/HEAD")
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self._forget(thread_id)
+
+    def _rechain(self, wids: list[str], view: _View) -> str:
+        """Write the writes commits ``wids`` again as one chain; return its tip."""
+        prev: str | None = None
+        hint = Hint()
+        for depth, wid in enumerate(wids):
+            c = view.commits[wid]
+            nc = Commit(kind=c.kind, parents=(o.raw_id(prev),) if prev else (), state=c.state, author=c.author,
+                        time=c.time, meta=c.meta, depth=depth, index=o.raw_id(hint.index) if hint.index else None)
+            nid, canonical = o.encode(nc)
+            self.store.objects.cache(nid, nc)
+            self.store.objects.put_encoded([(nid, canonical)])
+            hint, seg = self.store.history.advance(hint, nid, nc)
+            if seg:
+                self.store.objects.put_encoded(seg.items())
+            prev = nid
+        assert prev is not None
+        return prev
+
+    def _set_ref(self, name: str, target: str) -> None:
+        hint, extra = self.store.history.hint_for(target)
+        self.store.objects.put_encoded(extra.items())
+        c = self.store.history.commit(target)
+        meta = {**hint.to_meta(), "t": time.time(), "n": c.depth + 1}
+        if c.kind == "checkpoint":
+            meta["lg"] = {"ns": c.meta.get("ns", ""), "cp": c.meta["checkpoint_id"]}
+        for _ in range(_RETRIES):
+            cur = self.store.refs.read(name)
+            if cur is not None:
+                meta.update({k: v for k, v in cur.meta.items() if k in ("name", "branch")})
+            try:
+                self._tokens[name] = self.store.refs.swap(name, target, cur, meta)
+                return
+            except RefConflict:
+                continue
+
+    # -- async twins -----------------------------------------------------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async twin of :meth:`get_tuple` (runs in a worker thread)."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of :meth:`list` (the listing runs in a worker thread)."""
+        items = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for item in items:
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        """Async twin of :meth:`put` (runs in a worker thread)."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        """Async twin of :meth:`put_writes` (runs in a worker thread)."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async twin of :meth:`delete_thread` (runs in a worker thread)."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async twin of :meth:`copy_thread` (runs in a worker thread)."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async twin of :meth:`prune` (runs in a worker thread)."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async twin of :meth:`delete_for_runs` (runs in a worker thread)."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+__all__ = ["CastoreSaver"]

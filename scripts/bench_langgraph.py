@@ -1,0 +1,211 @@
+"""Benchmark: one LangGraph thread, one ~500-byte message per turn, on several checkpointers.
+
+Savers, in one run: InMemorySaver, SqliteSaver (file on disk), InMemorySaver with the
+``messages`` channel as ``DeltaChannel(snapshot_frequency=50)``, and CastoreSaver on local
+disk (durable, and with ``durable=False``). One thread grows to each N in turn; at each N
+we record the stored bytes (InMemorySaver: the serialized bytes it holds; SqliteSaver: the
+database files; castore: the object files), the median wall time of the turns since the
+previous N, ``get_state``, the full ``get_state_history``, and the saver's own ``list()``
+over the whole thread. Prints a markdown table with ratios to castore, then the targets.
+
+    python scripts/bench_langgraph.py            # N = 100, 200, 400, 800, 1600
+    python scripts/bench_langgraph.py --quick    # N = 100, 200, 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, TypedDict
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from langchain_core.messages import AIMessage, AnyMessage  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
+
+import castore  # noqa: E402
+from castore.adapters.langgraph import CastoreSaver  # noqa: E402
+
+try:
+    from langgraph.channels.delta import DeltaChannel
+except ImportError:  # older LangGraph
+    DeltaChannel = None  # type: ignore[assignment,misc]
+
+WORDS = ("the agent called the weather tool for Beijing and got a forecast of light rain with "
+         "temperatures between twelve and eighteen degrees so it suggested an umbrella").split()
+THREAD = {"configurable": {"thread_id": "bench"}}
+
+
+def message_text(i: int) -> str:
+    rng = random.Random(i)
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < 500:
+        words.append(rng.choice(WORDS))
+    return " ".join(words)[:500]
+
+
+def agent(state: dict[str, Any]) -> dict[str, Any]:
+    i = state["turn"]
+    return {"messages": [AIMessage(content=message_text(i), id=f"ai-{i}")]}
+
+
+def delta_reducer(state: list[Any], writes: Sequence[Any]) -> list[Any]:
+    """add_messages over a batch of writes (DeltaChannel's reducer shape)."""
+    out = list(state)
+    for w in writes:
+        out = add_messages(out, w)
+    return out
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turn: int
+
+
+if DeltaChannel is not None:
+    class DeltaState(TypedDict, total=False):
+        messages: Annotated[list[AnyMessage], DeltaChannel(delta_reducer, snapshot_frequency=50)]
+        turn: int
+
+
+def build(delta: bool) -> StateGraph:
+    b = StateGraph(DeltaState if delta else State)
+    b.add_node("agent", agent)
+    b.add_edge(START, "agent")
+    b.add_edge("agent", END)
+    return b
+
+
+def memory_bytes(saver: InMemorySaver) -> int:
+    n = 0
+    for nss in saver.storage.values():
+        for cps in nss.values():
+            for cp, md, _ in cps.values():
+                n += len(cp[1]) + len(md[1])
+    for ws in saver.writes.values():
+        n += sum(len(w[2][1]) for w in ws.values())
+    return n + sum(len(b[1]) for b in saver.blobs.values())
+
+
+def dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def sqlite_bytes(path: str) -> int:
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def run(name: str, saver: Any, size: Callable[[], int], delta: bool, marks: list[int]) -> dict[int, dict[str, float]]:
+    g = build(delta).compile(checkpointer=saver)
+    out: dict[int, dict[str, float]] = {}
+    turn_times: list[float] = []
+    done = 0
+    for n in marks:
+        for i in range(done + 1, n + 1):
+            t = time.perf_counter()
+            g.invoke({"turn": i}, THREAD)
+            turn_times.append(time.perf_counter() - t)
+        done = n
+        t = time.perf_counter()
+        state = g.get_state(THREAD)
+        t_state = time.perf_counter() - t
+        assert len(state.values["messages"]) == n, (name, len(state.values["messages"]))
+        t = time.perf_counter()
+        hist = list(g.get_state_history(THREAD))
+        t_hist = time.perf_counter() - t
+        t = time.perf_counter()
+        listed = list(saver.list(THREAD))
+        t_list = time.perf_counter() - t
+        assert len(listed) == len(hist)
+        since = turn_times[-(n - (marks[marks.index(n) - 1] if marks.index(n) else 0)):]
+        out[n] = {"bytes": size(), "turn": statistics.median(since), "get_state": t_state,
+                  "history": t_hist, "list": t_list, "checkpoints": len(hist)}
+        print(f"  {name:<22} N={n:<5} {out[n]['bytes'] / 1e6:9.2f} MB  turn {out[n]['turn'] * 1e3:7.2f} ms  "
+              f"history {t_hist:7.3f} s  list {t_list:7.3f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="N = 100, 200, 400 only")
+    ap.add_argument("--dir", help="where to put the on-disk stores (default: a temporary folder)")
+    args = ap.parse_args()
+    marks = [100, 200, 400] if args.quick else [100, 200, 400, 800, 1600]
+    root = args.dir or tempfile.mkdtemp(prefix="bench-langgraph-")
+    results: dict[str, dict[int, dict[str, float]]] = {}
+
+    mem = InMemorySaver()
+    results["InMemorySaver"] = run("InMemorySaver", mem, lambda: memory_bytes(mem), False, marks)
+    db = os.path.join(root, "checkpoints.sqlite")
+    lite = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+    results["SqliteSaver"] = run("SqliteSaver", lite, lambda: sqlite_bytes(db), False, marks)
+    if DeltaChannel is not None:
+        dmem = InMemorySaver()
+        results["DeltaChannel(50)"] = run("DeltaChannel(50)", dmem, lambda: memory_bytes(dmem), True, marks)
+    else:
+        print("DeltaChannel is not in this LangGraph version: row left out", file=sys.stderr)
+    for label, durable in (("castore", True), ("castore durable=False", False)):
+        path = os.path.join(root, label.replace(" ", "-").replace("=", ""))
+        store = castore.open(path, durable=durable)
+        results[label] = run(label, CastoreSaver(store), lambda p=path: dir_bytes(os.path.join(p, "objects")),
+                             False, marks)
+        store.close()
+
+    base = results["castore"]
+    print(f"\nOne thread, one ~500-byte message per turn; ratios are saver / castore (durable). "
+          f"Raw payload: {marks[-1] * 500 / 1e6:.2f} MB at N={marks[-1]}.\n")
+    print("| saver | N | stored MB | x | median ms/turn | x | get_state ms | x | get_state_history s | x | list() s | x |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, rows in results.items():
+        for n, r in rows.items():
+            b = base[n]
+            print(f"| {name} | {n} | {r['bytes'] / 1e6:.2f} | {r['bytes'] / b['bytes']:.1f} | {r['turn'] * 1e3:.2f} | "
+                  f"{r['turn'] / b['turn']:.2f} | {r['get_state'] * 1e3:.2f} | {r['get_state'] / b['get_state']:.2f} | "
+                  f"{r['history']:.3f} | {r['history'] / b['history']:.2f} | {r['list']:.3f} | {r['list'] / b['list']:.2f} |")
+    targets(results, marks)
+
+
+def targets(results: dict[str, dict[int, dict[str, float]]], marks: list[int]) -> None:
+    c, mem, lite = results["castore"], results["InMemorySaver"], results["SqliteSaver"]
+    delta = results.get("DeltaChannel(50)")
+    growth = [c[b]["bytes"] / c[a]["bytes"] for a, b in zip(marks, marks[1:], strict=False)]
+    print("\nTargets:")
+    print(f"- bytes grow linearly (x per doubling of N <= ~2): {', '.join(f'{g:.2f}' for g in growth)} -> "
+          f"{'met' if max(growth) <= 2.1 else 'NOT met'}")
+    if delta is not None:
+        big = [n for n in marks if n >= 800] or [marks[-1]]
+        ratios = [c[n]["bytes"] / delta[n]["bytes"] for n in big]
+        print(f"- bytes below 1/3 of DeltaChannel's from N=800 (castore/delta at N={big}): "
+              f"{', '.join(f'{r:.2f}' for r in ratios)} -> {'met' if max(ratios) < 1 / 3 else 'NOT met'}")
+    turn = [c[n]["turn"] * 1e3 for n in marks]
+    print(f"- per-turn ms does not grow with N: {', '.join(f'{t:.1f}' for t in turn)} -> "
+          f"{'met' if turn[-1] <= 1.5 * turn[0] else 'NOT met'}")
+    slow = [n for n in marks if c[n]["turn"] >= lite[n]["turn"]]
+    vs_lite = ", ".join(f"{c[n]['turn'] / lite[n]['turn']:.2f}" for n in marks)
+    print(f"- per-turn below SqliteSaver's: castore/sqlite = {vs_lite} -> "
+          f"{'met' if not slow else f'NOT met at N={slow}'}")
+    nd = results["castore durable=False"]
+    nd_lite = ", ".join(f"{nd[n]['turn'] / lite[n]['turn']:.2f}" for n in marks)
+    print(f"  (castore durable=False / sqlite = {nd_lite})")
+    n800 = 800 if 800 in marks else marks[-1]
+    speed = mem[n800]["list"] / c[n800]["list"]
+    print(f"- list() at N={n800} at least 5x faster than InMemorySaver's: {speed:.1f}x -> "
+          f"{'met' if speed >= 5 else 'NOT met'}")
+    worse = [n for n in marks if c[n]["history"] > mem[n]["history"]]
+    hist = ", ".join(f"{mem[n]['history'] / c[n]['history']:.1f}" for n in marks)
+    print(f"- get_state_history never slower than InMemorySaver's: InMemory/castore = {hist} -> "
+          f"{'met' if not worse else f'NOT met at N={worse}'}")
+
+
+if __name__ == "__main__":
+    main()

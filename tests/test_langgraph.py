@@ -1,0 +1,222 @@
+"""CastoreSaver under a real compiled LangGraph graph, compared with LangGraph's InMemorySaver."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
+from langgraph.types import Command, interrupt  # noqa: E402
+
+import castore  # noqa: E402
+from castore.adapters.langgraph import CastoreSaver  # noqa: E402
+
+THREAD = {"configurable": {"thread_id": "t1"}}
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+    verdict: str
+
+
+def agent(state: State) -> dict[str, Any]:
+    """A scripted model: replies to the last message (ids fixed, so runs compare)."""
+    last = state["messages"][-1]
+    n = state.get("turns", 0) + 1
+    return {"messages": [AIMessage(content=f"reply {n} to {last.content}", id=f"ai-{n}-{last.id}")], "turns": n}
+
+
+def review(state: State) -> dict[str, Any]:
+    return {"verdict": interrupt({"question": "ok?", "turn": state["turns"]})}
+
+
+def build() -> StateGraph:
+    b = StateGraph(State)
+    b.add_node(agent)
+    b.add_node(review)
+    b.add_edge(START, "agent")
+    b.add_edge("agent", "review")
+    b.add_edge("review", END)
+    return b
+
+
+def scenario(saver: Any) -> tuple[Any, dict[str, str]]:
+    """Two turns with an interrupt each, a replay from the past and an update_state fork."""
+    g = build().compile(checkpointer=saver)
+    g.invoke({"messages": [HumanMessage("hello", id="h1")]}, THREAD)
+    g.invoke(Command(resume="yes"), THREAD)
+    g.invoke({"messages": [HumanMessage("again", id="h2")]}, THREAD)
+    g.invoke(Command(resume="no"), THREAD)
+    hist = list(g.get_state_history(THREAD))
+    # replay from the checkpoint where the second turn's agent was about to run
+    replay_from = next(h for h in hist if h.next == ("agent",) and h.metadata["step"] == 4)
+    g.invoke(None, replay_from.config)
+    g.invoke(Command(resume="maybe"), THREAD)
+    # edit the state as it was while the first interrupt waited, and go on from there
+    hist = list(g.get_state_history(THREAD))
+    edit_at = next(h for h in hist if h.next == ("review",) and h.metadata["step"] == 1)
+    forked = g.update_state(edit_at.config, {"messages": [HumanMessage("edited", id="h3")]})
+    g.invoke(None, forked)
+    g.invoke(Command(resume="late"), THREAD)
+    ids = {"replayed": replay_from.config["configurable"]["checkpoint_id"],
+           "edited": edit_at.config["configurable"]["checkpoint_id"]}
+    return g, ids
+
+
+def comparable(g: Any) -> list[tuple[Any, ...]]:
+    """The thread's history without run-specific ids and times; parents as positions."""
+    hist = list(g.get_state_history(THREAD))
+    pos = {h.config["configurable"]["checkpoint_id"]: i for i, h in enumerate(hist)}
+    out = []
+    for h in hist:
+        values = dict(h.values)
+        values["messages"] = [(type(m).__name__, m.content, m.id) for m in values.get("messages", [])]
+        meta = {k: v for k, v in h.metadata.items() if k != "run_id"}
+        parent = h.parent_config["configurable"]["checkpoint_id"] if h.parent_config else None
+        interrupts = [i.value for t in h.tasks for i in t.interrupts]
+        out.append((values, h.next, meta, pos.get(parent), interrupts, [t.name for t in h.tasks]))
+    return out
+
+
+@pytest.fixture
+def saver(local_store: castore.Store) -> CastoreSaver:
+    return CastoreSaver(local_store)
+
+
+def test_graph_history_matches_in_memory_saver_through_interrupts_replay_and_update(saver: CastoreSaver) -> None:
+    g_mem, _ = scenario(InMemorySaver())
+    g_cas, _ = scenario(saver)
+    expected, got = comparable(g_mem), comparable(g_cas)
+    assert len(got) == len(expected) >= 13
+    assert got == expected
+    assert g_cas.get_state(THREAD).values["verdict"] == "late"
+
+
+def test_replay_and_update_state_forks_are_castore_branches(saver: CastoreSaver, local_store: castore.Store) -> None:
+    _, ids = scenario(saver)
+    session = local_store.session("langgraph", "default", "t1")
+    branches = session.branches()
+    forks = {name: tip for name, tip in branches.items() if name.startswith("main@")}
+    assert "main" in branches and "writes" in branches and len(forks) == 2
+    for cpid in ids.values():
+        # each fork's first commit has the checkpoint it started from as its parent
+        on_fork = [e for name in forks for e in session.log(name, limit=0)]
+        fork_parents = {p for e in on_fork for p in e.parents}
+        start = next(e for e in session.log(all_branches=True)
+                     if e.kind == "checkpoint" and e.meta.get("checkpoint_id") == cpid)
+        assert start.id in fork_parents
+    main_path = {e.id for e in session.log("main", limit=0)}
+    for tip in forks.values():
+        assert tip not in main_path
+
+
+def test_fork_shows_in_castore_log_graph(saver: CastoreSaver, local_store: castore.Store) -> None:
+    from click.testing import CliRunner
+
+    from castore.cli import main as cli
+
+    scenario(saver)
+    result = CliRunner().invoke(cli, ["--store", local_store.url, "-s", "langgraph/default/t1",
+                                      "log", "--graph", "--all", "-n", "0", "--oneline"])
+    assert result.exit_code == 0, result.output
+    assert "/" in result.stdout and "main@" in result.stdout
+
+
+def test_async_graph_runs_on_the_async_methods(saver: CastoreSaver) -> None:
+    async def run() -> tuple[Any, Any]:
+        g = build().compile(checkpointer=saver)
+        await g.ainvoke({"messages": [HumanMessage("hello", id="h1")]}, THREAD)
+        await g.ainvoke(Command(resume="yes"), THREAD)
+        return await g.aget_state(THREAD), [s async for s in g.aget_state_history(THREAD)]
+
+    state, hist = asyncio.run(run())
+    assert state.values["verdict"] == "yes" and len(hist) == 4
+    assert [m.content for m in state.values["messages"]] == ["hello", "reply 1 to hello"]
+
+
+def test_copy_thread_is_a_fork_that_writes_no_object(saver: CastoreSaver, local_store: castore.Store) -> None:
+    g, _ = scenario(saver)
+    before = sum(1 for _ in local_store.objects.iter_ids())
+    saver.copy_thread("t1", "t2")
+    assert sum(1 for _ in local_store.objects.iter_ids()) == before
+    other = {"configurable": {"thread_id": "t2"}}
+    assert [h.values for h in g.get_state_history(other)] == [h.values for h in g.get_state_history(THREAD)]
+    g.invoke({"messages": [HumanMessage("only in t2", id="h9")]}, other)
+    g.invoke(Command(resume="ok"), other)
+    assert len(g.get_state(other).values["messages"]) == len(g.get_state(THREAD).values["messages"]) + 2
+
+
+def test_prune_keep_latest_leaves_a_thread_that_runs_on(saver: CastoreSaver) -> None:
+    g, _ = scenario(saver)
+    latest = g.get_state(THREAD)
+    saver.prune(["t1"], strategy="keep_latest")
+    hist = list(g.get_state_history(THREAD))
+    assert len(hist) == 1 and hist[0].values == latest.values
+    g.invoke({"messages": [HumanMessage("after prune", id="h5")]}, THREAD)
+    g.invoke(Command(resume="fine"), THREAD)
+    state = g.get_state(THREAD).values
+    assert state["messages"][-1].content == f"reply {latest.values['turns'] + 1} to after prune"
+    assert state["messages"][:-2] == latest.values["messages"] and state["verdict"] == "fine"
+
+
+def test_prune_rejects_an_unknown_strategy(saver: CastoreSaver) -> None:
+    with pytest.raises(ValueError, match="unknown prune strategy"):
+        saver.prune(["t1"], strategy="shrink")
+
+
+def test_a_second_saver_on_the_same_store_sees_the_thread(saver: CastoreSaver, local_store: castore.Store) -> None:
+    g, _ = scenario(saver)
+    other = castore.open(local_store.url)
+    try:
+        g2 = build().compile(checkpointer=CastoreSaver(other))
+        assert comparable(g2) == comparable(g)
+        g2.invoke({"messages": [HumanMessage("from another process", id="h7")]}, THREAD)
+        g2.invoke(Command(resume="there"), THREAD)
+        assert g.get_state(THREAD).values["verdict"] == "there"
+    finally:
+        other.close()
+
+
+def test_messages_channel_costs_constant_bytes_per_step() -> None:
+    store = castore.open(f"memory://lg-bytes-{os.getpid()}-{id(object())}")
+    saver = CastoreSaver(store)
+    b = StateGraph(State)
+    b.add_node(agent)
+    b.add_edge(START, "agent")
+    b.add_edge("agent", END)
+    g = b.compile(checkpointer=saver)
+    text = "lorem ipsum dolor sit amet " * 18  # ~500 bytes per message
+
+    def stored() -> int:
+        keys = store.storage.list("objects")
+        return sum(len(v or b"") for v in store.storage.read_many(keys).values())
+
+    per_turn = {}
+    for i in range(1, 201):
+        before = stored() if i in (20, 200) else 0
+        g.invoke({"messages": [HumanMessage(f"{i} {text}", id=f"h{i}")]}, THREAD)
+        if i in (20, 200):
+            per_turn[i] = stored() - before
+    assert len(g.get_state(THREAD).values["messages"]) == 400
+    assert 0 < per_turn[200] < 2 * per_turn[20], per_turn
+    store.close()
+
+
+def test_importing_castore_does_not_need_langgraph() -> None:
+    code = ("import sys\n"
+            "for m in ('langgraph', 'langchain_core'): sys.modules[m] = None\n"
+            "import castore, castore.adapters\n"
+            "try:\n    import castore.adapters.langgraph\nexcept ImportError:\n    print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
