@@ -1,10 +1,17 @@
 """Whole-store checks and cleanup: ``fsck`` finds damage, ``gc`` removes unreachable objects.
 
 Reachability starts from every ref (session heads, branches, labels, remote-tracking refs,
-app and user state) and follows commits (every parent), bodies, state trees and their
-values, the scoped-state commits a session commit names, and the index and segments of each
-commit. ``gc`` deletes only unreachable objects older than a grace period, so that a writer
-that has stored its objects but not yet moved its ref never loses them.
+app and user state) and from the read hint each ref carries (an index written when a
+commit closes a segment block is named only by the ref's hint until the next commit names
+it). It follows commits (every parent), bodies, state trees and their values, the
+scoped-state commits a session commit names, and the index and segments of each commit.
+
+``fsck`` reads every object once, without any cache: reachable objects while walking
+(checking that each link names an object of the right kind), the others afterwards, and
+re-hashes each. ``gc`` deletes only unreachable objects older than a grace period, so that
+a writer that has stored its objects but not yet moved its ref never loses them, and walks
+the refs a second time just before deleting, to spare anything a writer made reachable
+meanwhile.
 """
 
 from __future__ import annotations
@@ -12,18 +19,30 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import objects as o
 from .errors import CastoreError, IntegrityError, ObjectNotFound
-from .objects import Commit, Index, Segment, Tree
+from .history import Hint
+from .objects import Blob, Commit, Index, Segment, Tree, Value
+from .objectstore import PREFIX as OBJECTS_PREFIX
+from .objectstore import object_key
+from .refs import PREFIX as REFS_PREFIX
 from .refs import parse
-from .store import Store
+from .store import CONFIG_KEY, Store
 
+#: two weeks, as git's default prune age
 DEFAULT_GRACE = 14 * 24 * 3600.0
+#: objects read per batch (one concurrent read on S3)
 _BATCH = 256
+#: a lock file with no owner written yet is only called stale after this many seconds
+_EMPTY_LOCK_GRACE = 5.0
+
+_KIND_NAMES = {Commit: "commit", Tree: "tree", Value: "value", Blob: "blob", Index: "index", Segment: "segment"}
+_ANY: tuple[type, ...] = (Commit, Tree, Value, Blob, Index, Segment)
 
 
 @dataclass
@@ -31,7 +50,8 @@ class FsckReport:
     """What ``fsck`` found. ``ok`` is False when anything is damaged.
 
     Unreachable objects are not damage (a crash or a deleted session leaves them); they
-    are listed for ``gc``.
+    are listed for ``gc``. ``dangling`` are the unreachable objects no other stored object
+    names (the tips of unreachable histories, as git calls them).
     """
 
     objects: int = 0
@@ -41,12 +61,18 @@ class FsckReport:
     corrupt: list[tuple[str, str]] = field(default_factory=list)  # (object id, reason)
     bad_refs: list[tuple[str, str]] = field(default_factory=list)  # (ref, reason)
     unreachable: list[str] = field(default_factory=list)
+    dangling: list[str] = field(default_factory=list)
     stale_locks: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True when nothing is missing, corrupt or broken (stale locks count as damage)."""
         return not (self.missing or self.corrupt or self.bad_refs or self.stale_locks)
+
+    @property
+    def damaged(self) -> bool:
+        """True when data is missing or corrupt or a ref is broken (stale locks aside)."""
+        return bool(self.missing or self.corrupt or self.bad_refs)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -59,6 +85,7 @@ class FsckReport:
             "corrupt": [{"id": a, "reason": b} for a, b in self.corrupt],
             "bad_refs": [{"ref": a, "reason": b} for a, b in self.bad_refs],
             "unreachable": list(self.unreachable),
+            "dangling": list(self.dangling),
             "stale_locks": list(self.stale_locks),
         }
 
@@ -71,91 +98,163 @@ class GcReport:
     kept_young: int = 0
     bytes_freed: int = 0
     dry_run: bool = False
+    locks_cleared: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {"deleted": len(self.deleted), "kept_in_grace": self.kept_young,
-                "bytes_freed": self.bytes_freed, "dry_run": self.dry_run, "ids": list(self.deleted)}
+                "bytes_freed": self.bytes_freed, "dry_run": self.dry_run, "ids": list(self.deleted),
+                "locks_cleared": list(self.locks_cleared)}
 
 
-def _ref_tips(store: Store, report: FsckReport | None) -> list[tuple[str, str]]:
-    """(ref name, commit id) for every direct ref; bad refs go to ``report``."""
-    out = []
-    for key in store.storage.list("refs"):
-        name = key[len("refs/"):]
+# -- walking -------------------------------------------------------------------------------
+_Todo = tuple[str, str, tuple[type, ...]]  # (object id, referenced from, kinds allowed there)
+
+
+def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
+    """The ids every ref names (its commit and its read hint); bad refs go to ``report``."""
+    out: list[_Todo] = []
+    keys = store.storage.list(REFS_PREFIX)
+    got = store.storage.read_many(keys)
+    for key in keys:
+        name = key[len(REFS_PREFIX) + 1:]
+        raw = got.get(key)
+        if raw is None:
+            continue  # deleted since the listing
         try:
-            raw = store.storage.read(key)
             value = parse(name, raw)
-        except (IntegrityError, FileNotFoundError) as e:
-            if report is not None:
-                report.bad_refs.append((name, str(e)))
+        except IntegrityError as e:
+            if report is None:
+                raise
+            report.bad_refs.append((name, e.reason))
             continue
         if report is not None:
             report.refs += 1
-        if value.symbolic is None:
-            out.append((name, value.target))
+        if value.symbolic is not None:
+            continue
+        out.append((value.target, f"ref {name}", (Commit,)))
+        hint = Hint.from_meta(value.meta)
+        if hint is not None:
+            # The next append extends these without checking: they must stay.
+            if hint.index:
+                out.append((hint.index, f"ref {name} (read hint)", (Index,)))
+            out.extend((t, f"ref {name} (read hint)", (Commit,)) for t in hint.tail)
     return out
 
 
-def reachable(store: Store, report: FsckReport | None = None,
-              progress: Callable[[int], None] | None = None) -> set[str]:
-    """Every object id reachable from the store's refs.
+def _links(obj: Any) -> Iterator[tuple[str, tuple[type, ...]]]:
+    """The ids an object names, each with the kinds of object allowed there."""
+    if isinstance(obj, Commit):
+        yield from ((o.hex_id(p), (Commit,)) for p in obj.parents)
+        if obj.body is not None:
+            yield o.hex_id(obj.body), (Value, Blob)
+        if obj.state is not None:
+            yield o.hex_id(obj.state), (Tree,)
+        if obj.index is not None:
+            yield o.hex_id(obj.index), (Index,)
+        yield from ((o.hex_id(s), (Commit,)) for s in obj.scopes.values())
+    elif isinstance(obj, Tree):
+        yield from ((o.hex_id(r), (Value, Blob)) for r in obj.refs.values())
+        yield from ((o.hex_id(r), (Tree,)) for r in obj.sub.values())
+    elif isinstance(obj, Index):
+        yield from ((o.hex_id(s), (Segment,)) for s in obj.segments)
+    # A segment holds copies of commits and bodies that are reachable on their own.
 
-    Missing or corrupt objects met on the way are recorded in ``report`` (when given)
-    and otherwise raise.
 
-    Raises:
-        ObjectNotFound, IntegrityError: when ``report`` is None and damage is found.
-        StorageError: the backend failed.
+def _load(store: Store, oids: list[str]) -> dict[str, Any]:
+    """Read, verify and decode objects, bypassing every cache.
+
+    Returns a dict from id to the decoded object, to None (missing), or to the
+    IntegrityError met.
     """
-    seen: set[str] = set()
-    todo: list[tuple[str, str]] = [(cid, f"ref {name}") for name, cid in _ref_tips(store, report)]
-    while todo:
-        batch, todo = todo[:_BATCH], todo[_BATCH:]
-        fresh = [(oid, src) for oid, src in batch if oid not in seen]
-        if not fresh:
+    got = store.storage.read_many([object_key(x) for x in oids])
+    out: dict[str, Any] = {}
+    for oid in oids:
+        stored = got.get(object_key(oid))
+        if stored is None:
+            out[oid] = None
             continue
-        for oid, _ in fresh:
-            seen.add(oid)
-        got: dict[str, Any] = {}
-        for oid, src in fresh:
-            try:
-                got[oid] = store.objects.get(oid)
-            except ObjectNotFound:
+        try:
+            out[oid] = o.decode(oid, o.from_stored(oid, stored))
+        except IntegrityError as e:
+            out[oid] = e
+    return out
+
+
+def _walk(store: Store, report: FsckReport | None,
+          progress: Callable[[int], None] | None = None) -> set[str]:
+    """Every reachable id; with ``report``, damage is recorded there instead of raised."""
+    seen: set[str] = set()
+    todo: deque[_Todo] = deque(_roots(store, report))
+    while todo:
+        batch: dict[str, _Todo] = {}
+        while todo and len(batch) < _BATCH:
+            item = todo.popleft()
+            if item[0] not in seen and item[0] not in batch:
+                batch[item[0]] = item
+        if not batch:
+            break
+        seen.update(batch)
+        for oid, obj in _load(store, list(batch)).items():
+            _, src, kinds = batch[oid]
+            if obj is None:
+                obj = _load(store, [oid])[oid]  # look again: it may have landed since
+            if obj is None:
                 if report is None:
-                    raise
+                    raise ObjectNotFound(oid)
                 report.missing.append((oid, src))
-            except IntegrityError as e:
+                continue
+            if isinstance(obj, IntegrityError):
                 if report is None:
-                    raise
-                report.corrupt.append((oid, e.reason))
-        for oid, obj in got.items():
-            todo.extend((child, oid) for child in _children(obj) if child not in seen)
+                    raise obj
+                report.corrupt.append((oid, obj.reason))
+                continue
+            if not isinstance(obj, kinds):
+                found, wanted = _KIND_NAMES[type(obj)], " or ".join(_KIND_NAMES[k] for k in kinds)
+                if report is None:
+                    raise IntegrityError(oid, f"is a {found} where {src} needs a {wanted}")
+                if src.startswith("ref ") and not src.endswith("(read hint)"):
+                    report.bad_refs.append((src[4:], f"names {oid}, a {found}, not a {wanted}"))
+                else:
+                    report.corrupt.append((oid, f"is a {found} where {src} needs a {wanted}"))
+            todo.extend((child, oid, k) for child, k in _links(obj) if child not in seen)
         if progress is not None:
             progress(len(seen))
     return seen
 
 
-def _children(obj: Any) -> Iterable[str]:
-    if isinstance(obj, Commit):
-        yield from (o.hex_id(p) for p in obj.parents)
-        for ref in (obj.body, obj.state, obj.index):
-            if ref is not None:
-                yield o.hex_id(ref)
-        yield from (o.hex_id(s) for s in obj.scopes.values())
-    elif isinstance(obj, Tree):
-        yield from (o.hex_id(r) for r in obj.refs.values())
-        yield from (o.hex_id(r) for r in obj.sub.values())
-    elif isinstance(obj, Index):
-        yield from (o.hex_id(s) for s in obj.segments)
-    elif isinstance(obj, Segment):
-        # A segment holds copies; the originals are reachable from the commits themselves.
-        return
+def reachable(store: Store, report: FsckReport | None = None,
+              progress: Callable[[int], None] | None = None) -> set[str]:
+    """Every object id reachable from the store's refs and their read hints.
+
+    Missing or corrupt objects met on the way are recorded in ``report`` (when given)
+    and otherwise raise.
+
+    Raises:
+        ObjectNotFound: a reachable object is missing (when ``report`` is None).
+        IntegrityError: a reachable object or ref is corrupt (when ``report`` is None).
+        StorageError: the backend failed.
+    """
+    return _walk(store, report, progress)
+
+
+# -- fsck ----------------------------------------------------------------------------------
+def _object_ids(store: Store) -> list[str]:
+    out = []
+    for key in store.storage.list(OBJECTS_PREFIX):
+        parts = key.split("/")
+        if len(parts) == 3 and len(parts[1]) == 2 and o.is_hex_id(parts[1] + parts[2]):
+            out.append(parts[1] + parts[2])
+    return out
 
 
 def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> FsckReport:
-    """Check the whole store: refs parse and point at commits, every reachable object is
-    present, every stored object re-hashes to its id, no stale locks.
+    """Check the whole store: refs parse and name commits, every reachable object is present
+    and of the kind its link needs, every stored object re-hashes to its id, no stale locks.
+
+    Args:
+        store: the store to check (only read, never changed).
+        progress: called with (phase, count) as the check goes: "reachable", "verified".
 
     Raises:
         StoreNotFound: no store at this URL.
@@ -163,121 +262,199 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
     """
     store.require()
     report = FsckReport()
-    live = reachable(store, report, (lambda n: progress("reachable", n)) if progress else None)
+    live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
     report.reachable = len(live)
-    present = list(store.objects.iter_ids())
+    present = _object_ids(store)
     report.objects = len(present)
-    corrupt_ids = {oid for oid, _ in report.corrupt}
-    for i in range(0, len(present), _BATCH):
-        chunk = present[i:i + _BATCH]
-        got = store.storage.read_many([_key(x) for x in chunk])
-        for oid in chunk:
-            stored = got.get(_key(oid))
-            if stored is None:
-                continue  # deleted meanwhile
-            try:
-                o.decode(oid, o.from_stored(oid, stored))
-            except IntegrityError as e:
-                if oid not in corrupt_ids:
-                    report.corrupt.append((oid, e.reason))
-                    corrupt_ids.add(oid)
+    unreachable = sorted(set(present) - live)
+    named: set[str] = set()
+    for i in range(0, len(unreachable), _BATCH):
+        chunk = unreachable[i:i + _BATCH]
+        for oid, obj in _load(store, chunk).items():
+            if isinstance(obj, IntegrityError):
+                report.corrupt.append((oid, obj.reason))
+            elif obj is not None:
+                named.update(child for child, _ in _links(obj))
         if progress is not None:
             progress("verified", i + len(chunk))
-    report.unreachable = sorted(set(present) - live)
-    list_locks = getattr(store.storage, "list_locks", None)
-    if list_locks is not None:
-        report.stale_locks = [lock for lock in list_locks("refs") if _lock_is_stale(store, lock)]
+    report.unreachable = unreachable
+    report.dangling = [x for x in unreachable if x not in named]
+    report.stale_locks = stale_locks(store)
     return report
 
 
-def _lock_is_stale(store: Store, lock: str) -> bool:
-    """A lock file no live process holds (local disk only; its next writer clears it)."""
+# -- locks ---------------------------------------------------------------------------------
+def stale_locks(store: Store) -> list[str]:
+    """Ref lock files that no live process holds (local disk only; empty elsewhere).
+
+    A writer killed while it held a ref's lock leaves the file behind; the next writer of
+    that ref clears it, and so does :func:`gc`.
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    list_locks = getattr(store.storage, "list_locks", None)
     root = getattr(store.storage, "root", None)
-    if root is None:
-        return False
-    path = os.path.join(root, *lock.split("/"))
+    if list_locks is None or root is None:
+        return []
+    found = list_locks(REFS_PREFIX)
+    if os.path.exists(os.path.join(root, CONFIG_KEY + ".lock")):
+        found.append(CONFIG_KEY + ".lock")
+    return sorted(x for x in set(found) if _lock_is_stale(os.path.join(root, *x.split("/"))))
+
+
+def _lock_is_stale(path: str) -> bool:
+    """Whether no live process holds the lock file at ``path``.
+
+    A live writer holds an exclusive ``flock`` from just after creating the file until it
+    removes it; a writer caught between the two has written nothing yet (young, empty) or
+    its pid is alive on this host.
+    """
     try:
         fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # held by a live writer
+        st = os.fstat(fd)
+        owner = os.pread(fd, 200, 0).decode(errors="replace").split()
+        if not owner:
+            return time.time() - st.st_mtime >= _EMPTY_LOCK_GRACE
+        if len(owner) >= 2 and owner[1] == os.uname().nodename and owner[0].isdigit():
+            return not _pid_alive(int(owner[0])) or not _same_file(path, st)
         return True
     finally:
         os.close(fd)
 
 
-def _key(oid: str) -> str:
-    from .objectstore import object_key
+def _same_file(path: str, st: os.stat_result) -> bool:
+    try:
+        return os.stat(path).st_ino == st.st_ino
+    except FileNotFoundError:
+        return False
 
-    return object_key(oid)
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
+def clear_stale_locks(store: Store) -> list[str]:
+    """Remove the stale ref locks :func:`stale_locks` finds; return what was removed.
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    root = getattr(store.storage, "root", None)
+    cleared = []
+    for lock in stale_locks(store):
+        path = os.path.join(root, *lock.split("/"))  # type: ignore[arg-type]
+        # Take the lock ourselves before removing it, so a writer that just took it over
+        # (and holds the flock) is never robbed.
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            if _same_file(path, os.fstat(fd)):
+                os.unlink(path)
+                cleared.append(lock)
+        finally:
+            os.close(fd)
+    return cleared
+
+
+# -- gc ------------------------------------------------------------------------------------
 def parse_duration(text: str) -> float:
     """Parse ``2w``, ``3d``, ``12h``, ``30m``, ``45s`` or plain seconds into seconds.
 
     Raises:
-        CastoreError: not a duration.
+        CastoreError: not a duration (or negative).
     """
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
     t = text.strip().lower()
     try:
-        if t and t[-1] in units:
-            return float(t[:-1]) * units[t[-1]]
-        return float(t)
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError:
-        raise CastoreError(f"not a duration: {text!r} (use e.g. 2w, 3d, 12h, 30m, 0)") from None
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise CastoreError(f"not a duration: {text!r} (use e.g. 2w, 3d, 12h, 30m, 0)")
+    return value
 
 
-def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False) -> GcReport:
+def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
+       progress: Callable[[str, int], None] | None = None) -> GcReport:
     """Delete objects unreachable from every ref and older than ``grace`` seconds.
 
     Deleting a session and then running ``gc`` removes the content only that session held;
-    content shared with other sessions stays.
+    content shared with other sessions stays. Objects whose age the backend cannot tell
+    are kept unless ``grace`` is 0. Stale ref locks are cleared too (not in a dry run).
+
+    Args:
+        store: the store to clean.
+        grace: spare unreachable objects written less than this many seconds ago (a
+            writer may be about to make them reachable).
+        dry_run: only report what would be deleted.
+        progress: called with (phase, count): "reachable", "deleted".
 
     Raises:
         CastoreError: the store has damage that makes reachability unsure (missing or
             corrupt reachable objects, or unreadable refs): run fsck.
         StoreNotFound, StorageError.
     """
+    if grace < 0:
+        raise CastoreError(f"the grace period must not be negative ({grace})")
     store.require()
     report = FsckReport()
-    live = reachable(store, report)
-    if report.missing or report.corrupt or report.bad_refs:
+    live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
+    if report.damaged:
         raise CastoreError(
             f"gc refused: the store is damaged ({len(report.missing)} missing, {len(report.corrupt)} corrupt, "
             f"{len(report.bad_refs)} bad refs); run `castore fsck`"
         )
     now = time.time()
     out = GcReport(dry_run=dry_run)
-    for oid in store.objects.iter_ids():
+    candidates = []
+    for oid in _object_ids(store):
         if oid in live:
             continue
-        mtime = store.objects.mtime(oid)
-        if mtime is not None and now - mtime < grace:
+        mtime = store.storage.mtime(object_key(oid))
+        if grace > 0 and (mtime is None or now - mtime < grace):
             out.kept_young += 1
             continue
-        # Re-check just before deleting: a ref may have appeared since the walk.
-        out.deleted.append(oid)
-    if out.deleted and not dry_run:
+        candidates.append(oid)
+    if candidates and not dry_run:
         # A writer may have made some of them reachable while we walked: walk again and
-        # spare anything that is now reachable.
-        live2 = reachable(store)
-        doomed = [x for x in out.deleted if x not in live2]
-        out.deleted = doomed
-        for oid in doomed:
-            try:
-                out.bytes_freed += len(store.storage.read(_key(oid)))
-            except FileNotFoundError:
-                continue
+        # spare anything that is reachable now.
+        live2 = _walk(store, None)
+        candidates = [x for x in candidates if x not in live2]
+    for oid in candidates:
+        try:
+            size = len(store.storage.read(object_key(oid)))
+        except FileNotFoundError:
+            continue  # deleted meanwhile (another gc)
+        if not dry_run:
             store.objects.delete(oid)
-    elif dry_run:
-        for oid in out.deleted:
-            try:
-                out.bytes_freed += len(store.storage.read(_key(oid)))
-            except FileNotFoundError:
-                pass
+        out.deleted.append(oid)
+        out.bytes_freed += size
+        if progress is not None:
+            progress("deleted", len(out.deleted))
+    if not dry_run:
+        out.locks_cleared = clear_stale_locks(store)
     return out
+
+
+__all__ = ["FsckReport", "GcReport", "fsck", "gc", "reachable", "stale_locks", "clear_stale_locks",
+           "parse_duration", "DEFAULT_GRACE"]

@@ -1,0 +1,134 @@
+"""Maintenance commands: fsck (check the whole store) and gc (remove unreachable objects)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import maintenance
+from ..errors import CastoreError
+from ..maintenance import FsckReport, GcReport
+from .common import json_option, note, open_store, print_json
+
+_FSCK_SCHEMA = (
+    '{"ok": bool, "objects": n, "refs": n, "reachable": n, "missing": [{"id", "from"}], '
+    '"corrupt": [{"id", "reason"}], "bad_refs": [{"ref", "reason"}], "unreachable": [id], '
+    '"dangling": [id], "stale_locks": [path]}'
+)
+_GC_SCHEMA = (
+    '{"deleted": n, "kept_in_grace": n, "bytes_freed": n, "dry_run": bool, "ids": [id], '
+    '"locks_cleared": [path]}'
+)
+_SHOWN = 20  # problems listed per kind in the text summary
+
+
+def _progress(enabled: bool):  # noqa: ANN202
+    if not enabled:
+        return None
+
+    def show(phase: str, n: int) -> None:
+        click.echo(f"\r{phase}: {n} objects", err=True, nl=False)
+
+    return show
+
+
+def _render_fsck(r: FsckReport) -> None:
+    click.echo(f"{r.objects} objects, {r.reachable} reachable from {r.refs} refs")
+    sections = [
+        ("missing", [f"{oid}  (named by {src})" for oid, src in r.missing]),
+        ("corrupt", [f"{oid}  {why}" for oid, why in r.corrupt]),
+        ("bad ref", [f"{ref}  {why}" for ref, why in r.bad_refs]),
+        ("stale lock", [f"{lock}  (its writer died; the next writer or `castore gc` clears it)"
+                        for lock in r.stale_locks]),
+    ]
+    for title, lines in sections:
+        for line in lines[:_SHOWN]:
+            click.echo(f"{title}: {line}")
+        if len(lines) > _SHOWN:
+            click.echo(f"{title}: ... and {len(lines) - _SHOWN} more (see --json)")
+    if r.unreachable:
+        click.echo(f"{len(r.unreachable)} unreachable objects ({len(r.dangling)} dangling): "
+                   "harmless; `castore gc` removes them")
+    if r.ok:
+        click.echo("ok")
+    else:
+        click.echo(f"damaged: {len(r.missing)} missing, {len(r.corrupt)} corrupt, "
+                   f"{len(r.bad_refs)} bad refs, {len(r.stale_locks)} stale locks")
+
+
+@click.command("fsck")
+@json_option(_FSCK_SCHEMA)
+def fsck_cmd(as_json: bool) -> None:
+    """Check the whole store: every object re-hashed, every ref and link followed.
+
+    Reports missing and corrupt objects, refs that are garbage or name a missing commit,
+    stale locks left by a killed writer, and unreachable objects (harmless: a crash or a
+    deleted session leaves them; `castore gc` removes them). Exits with status 1 when
+    anything is damaged.
+    """
+    store = open_store()
+    report = maintenance.fsck(store, progress=_progress(not as_json and sys.stderr.isatty()))
+    if not as_json and sys.stderr.isatty():
+        click.echo("", err=True)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        _render_fsck(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _grace(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        return maintenance.parse_duration(value)
+    except CastoreError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
+def _render_gc(r: GcReport, grace: str) -> None:
+    verb = "would delete" if r.dry_run else "deleted"
+    click.echo(f"{verb} {len(r.deleted)} unreachable objects ({r.bytes_freed} bytes)")
+    if r.kept_young:
+        click.echo(f"kept {r.kept_young} unreachable objects younger than {grace} (a writer may still need them)")
+    for lock in r.locks_cleared:
+        click.echo(f"cleared stale lock {lock}")
+
+
+@click.command("gc")
+@click.option("--grace", default="2w", show_default=True, metavar="AGE", callback=_grace,
+              help="Keep unreachable objects younger than this (2w, 3d, 12h, 30m, 45s, or 0).")
+@click.option("--dry-run", is_flag=True, help="Only report what would be deleted.")
+@json_option(_GC_SCHEMA)
+def gc_cmd(grace: float, dry_run: bool, as_json: bool) -> None:
+    """Delete objects no ref reaches that are older than the grace period.
+
+    Deleting a session and then running gc removes the content only that session held;
+    content shared with other sessions stays. The grace period protects a writer that
+    has stored its objects but not yet moved its ref. Refuses to run on a damaged
+    store (run `castore fsck`). Also clears stale locks.
+    """
+    store = open_store()
+    report = maintenance.gc(store, grace=grace, dry_run=dry_run)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        _render_gc(report, _human(grace))
+        if dry_run:
+            note("dry run: nothing was deleted")
+
+
+def _human(seconds: float) -> str:
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    group.add_command(fsck_cmd)
+    group.add_command(gc_cmd)
+
+
+__all__ = ["register"]

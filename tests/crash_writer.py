@@ -1,0 +1,59 @@
+"""A child process for the reliability tests: appends to one session, or holds a ref lock.
+
+Usage::
+
+    python crash_writer.py append URL APP/USER/SESSION PREFIX START COUNT [OPTIONS_JSON]
+    python crash_writer.py hold-lock ROOT REF_KEY
+
+``append`` prints ``ready`` once the store is open, then ``<i> <commit id>`` after each
+append returns (flushed at once, so a parent that kills this process knows every append
+that was acknowledged), then ``done``. Entry ``i`` is the message ``PREFIX-i``.
+
+``hold-lock`` takes a local ref's lock the way a writer does, prints ``locked`` and
+waits to be killed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def append(url: str, key: str, prefix: str, start: int, count: int, options: dict) -> None:
+    import castore
+
+    app, user, sid = key.split("/")
+    store = castore.open(url, **options)
+    session = store.session(app, user, sid)
+    print("ready", flush=True)
+    for i in range(start, start + count):
+        cid = session.append(castore.Message(role="user", content=f"{prefix}-{i}"))
+        sys.stdout.write(f"{i} {cid}\n")
+        sys.stdout.flush()
+    print("done", flush=True)
+    store.close()
+
+
+def hold_lock(root: str, ref_key: str) -> None:
+    from castore.storage.local import LocalStorage
+
+    st = LocalStorage(root)
+    st._lock(st._path(ref_key))  # noqa: SLF001 - exactly what a writer does before a swap
+    print("locked", flush=True)
+    while True:
+        time.sleep(60)
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "append":
+        opts = json.loads(argv[6]) if len(argv) > 6 else {}
+        append(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), opts)
+    elif argv[0] == "hold-lock":
+        hold_lock(argv[1], argv[2])
+    else:
+        raise SystemExit(f"unknown mode {argv[0]!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
