@@ -7,6 +7,7 @@ are immutable, so they are cached per process (bounded) and shared between reade
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -16,6 +17,9 @@ from .objects import AnyObject, ObjectId
 from .storage import Storage
 
 PREFIX = "objects"
+#: an object this process wrote less than this many seconds ago is not written again
+FRESH_FOR = 3600.0
+WRITTEN_MAX = 1_000_000
 CACHE_SIZE = 200_000
 
 
@@ -33,6 +37,10 @@ class ObjectStore:
         self._cache: OrderedDict[str, AnyObject] = OrderedDict()
         self._canonical: dict[str, bytes] = {}  # bytes known from segments, not yet decoded
         self._known: set[str] = set()  # ids known to be stored (written or read here)
+        # ids this process wrote, and when: a rewrite within FRESH_FOR is skipped. Older ones
+        # are written again, which refreshes their age so that gc's grace period protects an
+        # object a writer is about to make reachable (git "freshens" objects the same way).
+        self._written: OrderedDict[str, float] = OrderedDict()
         self._recent: OrderedDict[str, bytes] = OrderedDict()  # canonical bytes of recent writes
 
     # -- writing ---------------------------------------------------------------------
@@ -77,14 +85,23 @@ class ObjectStore:
             StorageError: the backend failed.
         """
         items: dict[str, bytes] = {}
+        ids: list[str] = []
+        now = time.monotonic()
         for oid, canonical in encoded:
             self._keep_recent(oid, canonical)
-            if oid in self._known:
+            when = self._written.get(oid)
+            if when is not None and now - when < FRESH_FOR:
                 continue
             items[object_key(oid)] = o.to_stored(canonical, self.compress)
+            ids.append(oid)
         if items:
             self.storage.write_many(items)
-            self._known.update(k[len(PREFIX) + 1 :].replace("/", "") for k in items)
+            self._known.update(ids)
+            for oid in ids:
+                self._written[oid] = now
+                self._written.move_to_end(oid)
+            while len(self._written) > WRITTEN_MAX:
+                self._written.popitem(last=False)
         return sum(len(v) for v in items.values())
 
     def put_stored(self, items: dict[str, bytes]) -> None:
@@ -283,6 +300,7 @@ class ObjectStore:
         """
         self.storage.delete(object_key(oid))
         self._known.discard(oid)
+        self._written.pop(oid, None)
         self._cache.pop(oid, None)
 
     def mtime(self, oid: str) -> float | None:

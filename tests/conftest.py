@@ -69,7 +69,11 @@ def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Any) -> Ba
         return Backend("memory", f"memory://test-{uuid.uuid4().hex}")
     if kind in ("s3", "seaweedfs"):
         server = request.getfixturevalue("moto_server" if kind == "s3" else "seaweedfs")
-        return Backend(kind, f"s3://castore-tests/{uuid.uuid4().hex}", server.storage_options)
+        # A bucket per test: moto's LIST scans the whole bucket, so a shared one slows down
+        # every listing as the suite fills it.
+        bucket = f"t-{uuid.uuid4().hex[:20]}"
+        s3server.make_bucket(server.endpoint_url, bucket)
+        return Backend(kind, f"s3://{bucket}/store", server.storage_options)
     raise ValueError(kind)
 
 

@@ -56,7 +56,7 @@ def st(moto: s3server.Server) -> Iterator[S3Storage]:
 
 def test_url_and_open_storage(moto: s3server.Server) -> None:
     s = open_storage("s3://mybucket/a/b", **moto.storage_options)
-    assert isinstance(s, S3Storage)
+    assert isinstance(s.inner, S3Storage)  # wrapped in RetryingStorage
     assert s.url == "s3://mybucket/a/b" and s.durable
     assert "testsecret" not in repr(s)
     s.close()

@@ -52,7 +52,10 @@ def open_storage(url: str, *, durable: bool = True, **storage_options: Any) -> S
             from .s3 import S3Storage
         except ImportError as e:
             raise StorageError(f"S3 support needs s3fs: pip install 'castore[s3]' ({e})", url) from e
-        return S3Storage(path, **storage_options)
+        from .retrying import RetryingStorage
+
+        # Network calls fail transiently; idempotent ones are retried (never a ref swap).
+        return RetryingStorage(S3Storage(path, **storage_options))
     try:
         from .fsspec_generic import FsspecStorage
 
