@@ -17,11 +17,12 @@ from typing import Any
 
 from . import names
 from . import objects as o
-from .errors import FormatError, RefConflict, SessionNotFound, StoreNotFound
+from .errors import FormatError, IntegrityError, RefConflict, SessionNotFound, StoreNotFound
 from .history import History
 from .objects import Commit, ObjectId
 from .objectstore import ObjectStore
 from .refs import RefStore, RefValue
+from .refs import parse as parse_ref
 from .state import StateWriter, read_state
 from .storage import Storage, open_storage
 
@@ -188,12 +189,12 @@ class Store:
         for useg in user_segs:
             for sseg in self.refs.list_dir(f"sessions/{app_seg}/{useg}"):
                 heads.append(f"sessions/{app_seg}/{useg}/{sseg}/HEAD")
-        got = self.refs.read_many(heads)
+        got = self._read_refs_skipping_damage(heads)
         branch_refs = {}
         for h, v in got.items():
             if v is not None and v.symbolic:
                 branch_refs[h] = h.rsplit("/", 1)[0] + "/" + v.symbolic
-        tips = self.refs.read_many(list(branch_refs.values()))
+        tips = self._read_refs_skipping_damage(list(branch_refs.values()))
         out: list[SessionInfo] = []
         for h, v in got.items():
             if v is None:
@@ -221,6 +222,19 @@ class Store:
                 )
             )
         out.sort(key=lambda s: s.updated, reverse=True)
+        return out
+
+    def _read_refs_skipping_damage(self, refs: list[str]) -> dict[str, RefValue | None]:
+        """Read refs in one batch; a garbage ref reads as absent (``fsck`` reports it), so
+        one damaged session does not hide the others from a listing."""
+        got = self.storage.read_many([f"refs/{r}" for r in refs])
+        out: dict[str, RefValue | None] = {}
+        for r in refs:
+            raw = got.get(f"refs/{r}")
+            try:
+                out[r] = parse_ref(r, raw) if raw is not None else None
+            except IntegrityError:
+                out[r] = None
         return out
 
     def apps(self) -> list[str]:

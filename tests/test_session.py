@@ -762,3 +762,14 @@ def test_reading_a_long_path_on_s3_takes_a_few_sequential_round_trips(moto_serve
     requests = getattr(storage.inner, "request_count", None)
     if requests is not None:
         assert requests <= n // K + 2 * K + 10
+
+
+def test_one_garbage_head_does_not_hide_the_other_sessions(store: castore.Store) -> None:
+    good = store.session("app", "alice", "good")
+    good.append(castore.Message(role="user", content="hi"))
+    bad = store.session("app", "alice", "bad")
+    bad.append(castore.Message(role="user", content="hi"))
+    store.storage.write(f"refs/{bad.prefix}/HEAD", b"\xff garbage")
+    assert [i.session for i in store.sessions("app", "alice")] == ["good"]
+    with pytest.raises(castore.IntegrityError):
+        bad.messages()
