@@ -69,6 +69,22 @@ class IntegrityError(CastoreError):
         self.reason = reason
 
 
+class CorruptRef(IntegrityError):
+    """A ref file holds something that is not a ref (garbage, bad target, a symbolic loop).
+
+    Attributes:
+        ref: the ref name (relative to ``refs/``).
+        reason: what is wrong with it.
+        object_id: ``"ref <name>"``, for code that reports any :class:`IntegrityError`.
+    """
+
+    def __init__(self, ref: str, reason: str) -> None:
+        Exception.__init__(self, f"ref {ref!r} is corrupt: {reason}")
+        self.object_id = f"ref {ref}"
+        self.ref = ref
+        self.reason = reason
+
+
 class InvalidName(CastoreError, ValueError):
     """A name (app, user, session, branch, label, ref) is not acceptable."""
 

@@ -33,6 +33,8 @@ _RAW = b"\x00"
 _ZSTD = b"\x01"
 #: objects shorter than this are never compressed (zstd's frame overhead eats the gain)
 COMPRESS_MIN = 128
+#: no stored object decompresses to more than this (objects are held in memory whole)
+MAX_OBJECT_SIZE = 1 << 32
 
 
 class _Object(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="k"):
@@ -186,6 +188,10 @@ def from_stored(oid: str, stored: bytes) -> bytes:
         canonical = body
     elif head == _ZSTD:
         try:
+            # a damaged size field must not make us allocate gigabytes before failing
+            size = zstandard.frame_content_size(body)
+            if size < 0 or size > MAX_OBJECT_SIZE:
+                raise IntegrityError(oid, f"compressed frame declares {size} bytes")
             canonical = _dctx().decompress(body)
         except zstandard.ZstdError as e:
             raise IntegrityError(oid, f"bad compressed data ({e})") from e

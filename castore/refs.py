@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CastoreError, IntegrityError, RefConflict, StorageError
+from .errors import CastoreError, CorruptRef, InvalidEntry, RefConflict, StorageError
 from .storage import PreconditionFailed, Storage, Token
 
 PREFIX = "refs"
@@ -52,17 +52,29 @@ def ref_key(name: str) -> str:
     return f"{PREFIX}/{name}"
 
 
+def _valid_target(target: str) -> bool:
+    if target.startswith(SYMBOLIC):
+        return len(target) > len(SYMBOLIC) and not any(c in target for c in "\n\r\0")
+    return len(target) == 64 and all(c in "0123456789abcdef" for c in target)
+
+
 def _serialize(target: str, meta: Mapping[str, Any]) -> bytes:
-    if "\n" in target:
-        raise CastoreError(f"bad ref target {target!r}")
-    return (target + "\n" + json.dumps(meta, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    # checked before writing: a ref we wrote must never read back as garbage
+    if not isinstance(target, str) or not _valid_target(target):
+        raise InvalidEntry(f"bad ref target {target!r}: not a 64-hex commit id or 'ref: <name>'")
+    try:
+        text = json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidEntry(f"ref metadata is not JSON-able: {e}") from e
+    return (target + "\n" + text + "\n").encode()
 
 
 def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
     """Parse the bytes of a ref file.
 
     Raises:
-        IntegrityError: the file is not a ref (garbage, wrong encoding, bad target).
+        CorruptRef: (an IntegrityError) the file is not a ref (garbage, wrong encoding, bad
+            target); it names the ref.
     """
     try:
         text = data.decode("utf-8")
@@ -70,12 +82,11 @@ def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
         target = lines[0].strip()
         meta = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise IntegrityError(f"ref {name}", f"not a ref file ({e})") from e
+        raise CorruptRef(name, f"not a ref file ({e})") from e
     if not isinstance(meta, dict):
-        raise IntegrityError(f"ref {name}", "metadata is not an object")
-    ok = target.startswith(SYMBOLIC) or (len(target) == 64 and all(c in "0123456789abcdef" for c in target))
-    if not ok:
-        raise IntegrityError(f"ref {name}", f"bad target {target[:80]!r}")
+        raise CorruptRef(name, "metadata is not an object")
+    if not _valid_target(target):
+        raise CorruptRef(name, f"bad target {target[:80]!r}")
     return RefValue(name, target, meta, token)
 
 
@@ -119,7 +130,7 @@ class RefStore:
             if value is None or value.symbolic is None:
                 return current, value
             current = _sibling(current, value.symbolic)
-        raise IntegrityError(f"ref {name}", "symbolic refs nest too deep (a loop?)")
+        raise CorruptRef(name, "symbolic refs nest too deep (a loop?)")
 
     def swap(
         self,
@@ -140,6 +151,7 @@ class RefStore:
             The new value, with its token.
 
         Raises:
+            InvalidEntry: ``target`` is neither a 64-hex id nor ``ref: <name>``.
             RefConflict: the ref changed since ``expect`` was read (``actual`` is set).
             StorageError: the backend failed and it cannot be told whether the write landed.
         """

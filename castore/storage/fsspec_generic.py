@@ -69,9 +69,45 @@ class FsspecStorage(Storage):
         try:
             self.fs.rm_file(self._p(key))
         except FileNotFoundError:
-            pass
+            return
         except Exception as e:  # noqa: BLE001
             raise StorageError(f"cannot delete {key} from {self.url}: {e}", self.url) from e
+        self._prune(key)
+
+    def _prune(self, key: str) -> None:
+        """Remove folders emptied by a delete, so listings forget them (as on local disk)."""
+        parts = key.split("/")[:-1]
+        while parts:
+            d = self._p("/".join(parts))
+            try:
+                if self.fs.ls(d, detail=False):
+                    return
+                self.fs.rmdir(d)
+            except Exception:  # noqa: BLE001 - object stores have no folders to remove
+                return
+            parts.pop()
+
+    def mtime(self, key: str) -> float | None:
+        """Modification time of ``key`` where the file system reports one, else None."""
+        try:
+            return self.fs.modified(self._p(key)).timestamp()
+        except FileNotFoundError:
+            return None
+        except Exception:  # noqa: BLE001 - not every file system implements modified()
+            pass
+        try:
+            info = self.fs.info(self._p(key))
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise StorageError(f"cannot stat {key} on {self.url}: {e}", self.url) from e
+        for name in ("mtime", "LastModified", "last_modified", "created"):
+            v = info.get(name)
+            if isinstance(v, (int, float)):
+                return float(v)
+            if hasattr(v, "timestamp"):
+                return float(v.timestamp())
+        return None
 
     def list(self, prefix: str) -> list[str]:
         """Every key below ``prefix``."""

@@ -58,39 +58,57 @@ class LocalStorage(Storage):
     def _fsync_dir(self, d: str) -> None:
         if not self.durable:
             return
-        fd = os.open(d, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(d, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StorageError(f"cannot sync folder {d}: {e.strerror or e}", self.url) from e
 
-    def _atomic_write(self, path: str, data: bytes) -> None:
+    def _write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to a temporary file beside ``path`` and rename it into place.
+
+        A folder that vanished meanwhile (another handle pruned it after deleting its last
+        file) is made again, once. The caller syncs the folder.
+
+        Raises:
+            StorageError: the write failed.
+        """
         d = os.path.dirname(path)
         self._ensure_dir(d)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if self.durable:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except FileNotFoundError:
-            # the folder vanished (a rival deleted it): make it again, once
-            self._made_dirs.discard(d)
-            self._ensure_dir(d)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if self.durable:
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
+        for attempt in (0, 1):
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise StorageError(f"cannot write {path}: {e.strerror or e}", self.url) from e
-        self._fsync_dir(d)
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    if self.durable:
+                        f.flush()  # fsync sees only what left Python's buffer
+                        os.fsync(f.fileno())
+                os.replace(tmp, path)
+                return
+            except FileNotFoundError as e:
+                if attempt == 0:
+                    self._made_dirs.discard(d)
+                    self._ensure_dir(d)
+                    continue
+                self._discard(tmp)
+                raise StorageError(f"cannot write {path}: {e.strerror or e}", self.url) from e
+            except OSError as e:
+                self._discard(tmp)
+                raise StorageError(f"cannot write {path}: {e.strerror or e}", self.url) from e
+
+    @staticmethod
+    def _discard(tmp: str) -> None:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+    def _atomic_write(self, path: str, data: bytes) -> None:
+        self._write_file(path, data)
+        self._fsync_dir(os.path.dirname(path))
 
     # -- plain reads and writes ------------------------------------------------------
     def read(self, key: str) -> bytes:
@@ -111,29 +129,11 @@ class LocalStorage(Storage):
 
     def write_many(self, items: Mapping[str, bytes]) -> None:
         """Write several keys, then sync each touched folder once."""
-        if not self.durable:
-            for k, v in items.items():
-                self._atomic_write(self._path(k), v)
-            return
         dirs: set[str] = set()
         for k, v in items.items():
             path = self._path(k)
-            d = os.path.dirname(path)
-            self._ensure_dir(d)
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(v)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except OSError as e:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise StorageError(f"cannot write {k}: {e.strerror or e}", self.url) from e
-            dirs.add(d)
+            self._write_file(path, v)
+            dirs.add(os.path.dirname(path))
         for d in dirs:
             self._fsync_dir(d)
 
@@ -145,8 +145,10 @@ class LocalStorage(Storage):
         """Modification time of ``key``, or None when missing."""
         try:
             return os.stat(self._path(key)).st_mtime
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as e:
+            raise StorageError(f"cannot stat {key}: {e.strerror or e}", self.url) from e
 
     # -- locks and conditional writes --------------------------------------------------
     def _lock(self, path: str) -> int:

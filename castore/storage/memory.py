@@ -28,7 +28,6 @@ class MemoryStorage(Storage):
         with _ROOTS_LOCK:
             self._data = _ROOTS.setdefault(name, {})
             self._lock = _LOCKS.setdefault(name, threading.Lock())
-        self._counter = 0
 
     def read(self, key: str) -> bytes:
         """Return the bytes at ``key``; see :meth:`Storage.read`."""

@@ -1,0 +1,216 @@
+"""The layers of DESIGN.md, enforced: a module imports only its own layer and the ones below.
+
+    errors, names                                   bottom: importable by every module
+    storage/                                        bytes by URL
+    objects, objectstore, refs                      the format, objects and refs
+    history, revisions, state, entries              paths, revisions, state trees, entry types
+    context                                         projection into a model's input (pure)
+    session, store                                  what an agent calls
+    sync, maintenance                               whole-store operations
+    adapters/, html/                                translations and views over sessions
+    cli/, __main__                                  the command line
+
+Third-party packages stay in their corner: click only in cli/; fsspec, s3fs, botocore and
+aiobotocore only in storage/; msgspec, blake3 and zstandard only in objects.py.
+``castore/__init__.py`` (the curated public API) is exempt. Imports under
+``if TYPE_CHECKING:`` are exempt too: they exist for annotations and never run.
+A module with no layer fails the test until it is given one below.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "castore"
+
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "names"),
+    ("storage",),
+    ("objects", "objectstore", "refs"),
+    ("history", "revisions", "state", "entries"),
+    ("context",),
+    ("session", "store"),
+    ("sync", "maintenance"),
+    ("adapters", "html"),
+    ("cli", "__main__"),
+]
+RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
+#: ``import castore`` from inside the package pulls in what __init__ re-exports (session, store)
+PACKAGE_RANK = RANK["session"]
+
+CORNERS = {
+    "click": ("cli",),
+    "fsspec": ("storage",),
+    "s3fs": ("storage",),
+    "botocore": ("storage",),
+    "aiobotocore": ("storage",),
+    "msgspec": ("objects",),
+    "blake3": ("objects",),
+    "zstandard": ("objects",),
+}
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> list[str]:
+    """``castore/storage/local.py`` -> ``["castore", "storage", "local"]``."""
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return parts
+
+
+def area(mod: list[str]) -> str | None:
+    """The layer key of a castore module: its first part below ``castore``."""
+    return mod[1] if len(mod) > 1 else None
+
+
+def rank_of(mod: list[str]) -> int | None:
+    a = area(mod)
+    if a is None:
+        return PACKAGE_RANK
+    return RANK.get(a)
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Line numbers of statements under ``if TYPE_CHECKING:``."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else None
+            if name == "TYPE_CHECKING":
+                for stmt in node.body:
+                    for sub in ast.walk(stmt):
+                        if hasattr(sub, "lineno"):
+                            lines.add(sub.lineno)
+    return lines
+
+
+def imports_of(source: str, mod: list[str], is_package: bool, root: Path = PACKAGE) -> list[tuple[int, str, str]]:
+    """Every import in ``source`` as ``(line, imported module, as written)``, relative ones resolved."""
+    tree = ast.parse(source)
+    skip = _type_checking_lines(tree)
+    out: list[tuple[int, str, str]] = []
+    package = mod if is_package else mod[:-1]
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out.append((node.lineno, alias.name, f"import {alias.name}"))
+        elif isinstance(node, ast.ImportFrom):
+            written = f"from {'.' * node.level}{node.module or ''} import {', '.join(a.name for a in node.names)}"
+            if node.level == 0:
+                base = (node.module or "").split(".")
+            else:
+                base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            for alias in node.names:
+                target = base + [alias.name]
+                # ``from . import names``: a submodule; ``from .errors import X``: the module itself
+                if base[:1] == ["castore"] and _is_module(target, root):
+                    out.append((node.lineno, ".".join(target), written))
+                else:
+                    out.append((node.lineno, ".".join(base), written))
+    return out
+
+
+def _is_module(parts: list[str], root: Path) -> bool:
+    p = root.parent.joinpath(*parts)
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def violations(path: Path, source: str, root: Path = PACKAGE) -> list[str]:
+    """What is wrong with the imports of one file, one message per bad import."""
+    rel = path.relative_to(root.parent).as_posix()
+    mod = module_name(path, root)
+    if len(mod) == 1:
+        return []  # castore/__init__.py: the public API, exempt
+    own = rank_of(mod)
+    if own is None:
+        return [f"{rel}: module has no layer; add {area(mod)!r} to LAYERS in tests/test_layers.py"]
+    problems = []
+    for line, target, written in imports_of(source, mod, path.name == "__init__.py", root):
+        parts = target.split(".")
+        top = parts[0]
+        if top in CORNERS and area(mod) not in CORNERS[top]:
+            allowed = " or ".join(f"castore/{c}" for c in CORNERS[top])
+            problems.append(f"{rel}:{line}: `{written}` - {top} may only be imported in {allowed}")
+        if top != "castore":
+            continue
+        theirs = rank_of(parts)
+        if theirs is None:
+            continue  # reported when that module itself is checked
+        if theirs > own:
+            problems.append(
+                f"{rel}:{line}: `{written}` - layer {LAYERS[own]} imports {target} from the higher layer {LAYERS[theirs]}"
+            )
+    return problems
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_module_imports_only_its_layer_and_below():
+    problems = [msg for p in _sources() for msg in violations(p, p.read_text(encoding="utf-8"))]
+    assert not problems, "layer violations:\n" + "\n".join(problems)
+
+
+def test_the_scan_sees_the_whole_package():
+    found = {module_name(p)[1] for p in _sources() if len(module_name(p)) > 1}
+    assert {"errors", "names", "storage", "objects", "objectstore", "refs", "history", "session", "store"} <= found
+
+
+# -- the checker itself catches what it must ---------------------------------------------------
+
+
+def _check(rel: str, source: str, tmp_path: Path) -> list[str]:
+    root = tmp_path / "castore"
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for name in ("session.py", "store.py", "errors.py", "names.py", "objects.py", "refs.py", "history.py"):
+        (root / name).touch()
+    (root / "storage").mkdir(exist_ok=True)
+    (root / "storage" / "__init__.py").touch()
+    path.write_text(source)
+    return violations(path, source, root)
+
+
+@pytest.mark.parametrize(
+    "rel, source, needle",
+    [
+        ("storage/local.py", "from ..session import Session\n", "castore.session"),
+        ("storage/local.py", "def f():\n    from castore import store\n", "castore.store"),
+        ("refs.py", "from . import history\n", "castore.history"),
+        ("objects.py", "import castore\n", "castore"),
+        ("history.py", "import click\n", "click may only be imported in castore/cli"),
+        ("refs.py", "import s3fs\n", "s3fs may only be imported in castore/storage"),
+        ("session.py", "from botocore.exceptions import ClientError\n", "botocore may only"),
+        ("objectstore.py", "import msgspec.msgpack\n", "msgspec may only be imported in castore/objects"),
+        ("cli/main.py", "import blake3\n", "blake3"),
+        ("newthing.py", "import os\n", "has no layer"),
+    ],
+)
+def test_the_checker_names_the_file_and_the_bad_import(tmp_path, rel, source, needle):
+    problems = _check(rel, source, tmp_path)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"castore/{rel}")
+    assert needle in problems[0]
+
+
+@pytest.mark.parametrize(
+    "rel, source",
+    [
+        ("session.py", "from .store import Store\nfrom . import names\nfrom .errors import CastoreError\n"),
+        ("storage/s3.py", "import s3fs\nfrom botocore.exceptions import ClientError\nfrom ..errors import X\n"),
+        ("objects.py", "import msgspec\nfrom blake3 import blake3\nimport zstandard\n"),
+        ("cli/main.py", "import click\nimport castore\nfrom ..session import Session\n"),
+        ("context.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .session import LogEntry\n"),
+        ("storage/local.py", "from ..errors import StorageError\nfrom .base import Storage\n"),
+    ],
+)
+def test_the_checker_allows_what_the_layers_allow(tmp_path, rel, source):
+    assert _check(rel, source, tmp_path) == []

@@ -1,0 +1,319 @@
+"""The object format (format 1): golden ids, determinism, compatibility, framing, dedup."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import msgspec
+import zstandard
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from castore import objects as o
+from castore.errors import IntegrityError, InvalidEntry, ObjectNotFound
+from castore.objectstore import ObjectStore, object_key
+from castore.storage import open_storage
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+sys.path.insert(0, str(GOLDEN_DIR))
+
+import make_golden  # noqa: E402
+
+GOLDEN = json.loads((GOLDEN_DIR / "format1.json").read_text())
+BY_NAME = {g["name"]: g for g in GOLDEN["objects"]}
+
+
+# -- golden fixtures -------------------------------------------------------------------------
+
+
+def test_golden_file_covers_every_object_kind():
+    kinds = {g["type"] for g in GOLDEN["objects"]}
+    assert kinds == {"Blob", "Value", "Tree", "Commit", "Segment", "Index"}
+    assert GOLDEN["format"] == o.FORMAT == 1
+
+
+def test_golden_file_lists_every_fixture_of_the_generator():
+    assert set(BY_NAME) == set(make_golden.golden_objects())
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_golden_object_keeps_its_id_and_canonical_bytes(name):
+    want = BY_NAME[name]
+    oid, canonical = o.encode(make_golden.golden_objects()[name])
+    assert canonical.hex() == want["canonical"], (
+        f"{name}: canonical bytes changed; ids of stored objects would change (a new format version)"
+    )
+    assert oid == want["id"], f"{name}: id changed from {want['id']} to {oid}"
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_golden_bytes_hash_to_their_id_and_decode_to_the_object(name):
+    want = BY_NAME[name]
+    canonical = bytes.fromhex(want["canonical"])
+    assert o.digest(canonical) == want["id"]
+    obj = o.decode(want["id"], canonical)
+    assert type(obj).__name__ == want["type"]
+    assert obj == make_golden.golden_objects()[name]
+
+
+def test_golden_stored_frames_of_both_kinds_verify():
+    for g in GOLDEN["objects"]:
+        canonical = bytes.fromhex(g["canonical"])
+        for stored in (o.to_stored(canonical, compress=False), o._ZSTD + o._cctx().compress(canonical)):
+            assert o.from_stored(g["id"], stored) == canonical
+
+
+def test_ids_are_64_lowercase_hex():
+    for g in GOLDEN["objects"]:
+        assert o.is_hex_id(g["id"])
+
+
+# -- determinism and compatibility ------------------------------------------------------------
+
+
+def test_dict_insertion_order_does_not_change_ids():
+    a = {"b": 1, "a": {"y": 2, "x": [3, {"q": 1, "p": 2}]}, "c": None}
+    b = {"c": None, "a": {"x": [3, {"p": 2, "q": 1}], "y": 2}, "b": 1}
+    assert list(a) != list(b)
+    assert o.encode(o.Value(a)) == o.encode(o.Value(b))
+    assert o.encode(o.Tree(values=a)) == o.encode(o.Tree(values=b))
+    assert o.encode(o.Commit(kind="m", delta=a, meta=b)) == o.encode(o.Commit(kind="m", delta=b, meta=a))
+    assert o.pack(a) == o.pack(b)
+
+
+def test_equal_values_give_equal_ids_across_processes():
+    import subprocess
+
+    code = (
+        "import sys; sys.path.insert(0, %r); import make_golden; "
+        "print(make_golden.golden()[5]['id'])" % str(GOLDEN_DIR)
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == make_golden.golden()[5]["id"]
+
+
+def _with_extra_field(cls: type, tag: str) -> type:
+    """``cls`` as a future version might define it: the same fields plus an optional one."""
+    fields = [
+        (f.encode_name, f.type, f.default if f.default is not msgspec.NODEFAULT else msgspec.NODEFAULT)
+        if f.default_factory is msgspec.NODEFAULT
+        else (f.encode_name, f.type, msgspec.field(default_factory=f.default_factory))
+        for f in msgspec.structs.fields(cls)
+    ]
+    fields = [(n, t) if d is msgspec.NODEFAULT else (n, t, d) for n, t, d in fields]
+    fields.append(("future", str, ""))
+    return msgspec.defstruct(f"Future{cls.__name__}", fields, bases=(o._Object,), tag=tag, frozen=True)
+
+
+@pytest.mark.parametrize("name", ["commit-full", "commit-root", "tree-state", "index-two", "segment", "value-message"])
+def test_a_new_optional_field_at_its_default_keeps_every_id(name):
+    obj = make_golden.golden_objects()[name]
+    cls = type(obj)
+    future_cls = _with_extra_field(cls, cls.__struct_config__.tag)
+    future = future_cls(**{f: getattr(obj, f) for f in cls.__struct_fields__})
+    assert o.encode(future) == o.encode(obj)
+    assert o.encode(future)[0] == BY_NAME[name]["id"]
+
+
+def test_todays_reader_ignores_a_field_added_by_a_future_writer():
+    future_cls = _with_extra_field(o.Commit, "c")
+    oid, canonical = o.encode(future_cls(kind="message", future="set"))
+    assert oid != o.encode(o.Commit(kind="message"))[0]
+    decoded = o.decode(oid, o.from_stored(oid, o.to_stored(canonical)))
+    assert decoded == o.Commit(kind="message")
+
+
+def test_the_kind_tag_is_short_and_not_the_class_name():
+    for cls in (o.Blob, o.Value, o.Tree, o.Commit, o.Segment, o.Index):
+        tag = cls.__struct_config__.tag
+        assert isinstance(tag, str) and len(tag) == 1
+
+
+def test_an_unencodable_value_is_an_invalid_entry():
+    with pytest.raises(InvalidEntry):
+        o.encode(o.Value(object()))
+    with pytest.raises(InvalidEntry):
+        o.encode(o.Value(2**64))
+    with pytest.raises(InvalidEntry):
+        o.pack({1: {2, 3}})
+
+
+def test_raw_id_refuses_what_is_not_an_id():
+    assert o.raw_id("ab" * 32) == b"\xab" * 32
+    for bad in ["", "ab" * 31, "zz" * 32, "ab" * 33]:
+        with pytest.raises(InvalidEntry):
+            o.raw_id(bad)
+
+
+# -- framing ----------------------------------------------------------------------------------
+
+
+def test_large_compressible_objects_are_stored_zstd_framed_and_round_trip():
+    oid, canonical = o.encode(o.Blob(b"all work and no play " * 500))
+    stored = o.to_stored(canonical)
+    assert stored[:1] == b"\x01"
+    assert len(stored) < len(canonical) // 5
+    assert o.from_stored(oid, stored) == canonical
+
+
+def test_small_objects_are_stored_raw():
+    oid, canonical = o.encode(o.Blob(b"hi"))
+    stored = o.to_stored(canonical)
+    assert stored == b"\x00" + canonical
+    assert o.from_stored(oid, stored) == canonical
+
+
+def test_incompressible_objects_are_stored_raw():
+    oid, canonical = o.encode(o.Blob(os.urandom(4096)))
+    assert o.to_stored(canonical)[:1] == b"\x00"
+
+
+def test_the_id_does_not_depend_on_compression():
+    oid, canonical = o.encode(o.Blob(b"x" * 10000))
+    assert o.from_stored(oid, o.to_stored(canonical, compress=True)) == canonical
+    assert o.from_stored(oid, o.to_stored(canonical, compress=False)) == canonical
+
+
+@pytest.mark.parametrize(
+    "mangle, reason",
+    [
+        (lambda s: s[: len(s) // 2] + bytes([s[len(s) // 2] ^ 1]) + s[len(s) // 2 + 1 :], ""),
+        (lambda s: s[: len(s) // 2], ""),
+        (lambda s: b"\x07" + s[1:], "unknown header byte 0x07"),
+        (lambda s: b"", "empty"),
+    ],
+    ids=["flipped", "truncated", "unknown-header", "empty"],
+)
+@pytest.mark.parametrize("compress", [True, False], ids=["zstd", "raw"])
+def test_damaged_stored_bytes_raise_integrity_error_naming_the_id(mangle, reason, compress):
+    oid, canonical = o.encode(o.Blob(b"some content that compresses well " * 20))
+    stored = o.to_stored(canonical, compress=compress)
+    with pytest.raises(IntegrityError) as ei:
+        o.from_stored(oid, mangle(stored))
+    assert ei.value.object_id == oid
+    assert oid in str(ei.value)
+    assert reason in str(ei.value)
+
+
+def test_canonical_bytes_that_are_not_an_object_raise_integrity_error():
+    data = o.pack({"k": "zz"})
+    with pytest.raises(IntegrityError):
+        o.decode(o.digest(data), data)
+
+
+# -- the object store ---------------------------------------------------------------------
+
+
+def _object_files(root: Path) -> list[Path]:
+    return [p for p in (root / "objects").rglob("*") if p.is_file()]
+
+
+def test_the_same_content_written_twice_is_one_object(tmp_path):
+    storage = open_storage(str(tmp_path))
+    first = ObjectStore(storage).put(o.Value({"role": "system", "content": "be brief"}))
+    files = _object_files(tmp_path)
+    mtime = files[0].stat().st_mtime_ns
+    # another process-like writer (fresh cache) and a different dict order
+    second = ObjectStore(open_storage(str(tmp_path))).put(o.Value({"content": "be brief", "role": "system"}))
+    third = ObjectStore(storage).put_many([o.Value({"role": "system", "content": "be brief"})] * 3)
+    assert first == second == third[0] == third[2]
+    assert _object_files(tmp_path) == files and len(files) == 1
+    assert files[0].relative_to(tmp_path).as_posix() == object_key(first)
+    assert files[0].stat().st_mtime_ns >= mtime
+
+
+def test_a_known_object_is_not_written_again_by_the_same_store(tmp_path):
+    objs = ObjectStore(open_storage(str(tmp_path)))
+    oid = objs.put(o.Blob(b"once"))
+    (tmp_path / object_key(oid)).unlink()
+    objs.put(o.Blob(b"once"))  # known here: skipped (write-once objects are never rewritten)
+    assert not (tmp_path / object_key(oid)).exists()
+
+
+def test_object_store_round_trips_every_kind(backend):
+    objs = ObjectStore(open_storage(backend.url, **backend.options))
+    golden = make_golden.golden_objects()
+    ids = objs.put_many(list(golden.values()))
+    assert ids == [BY_NAME[n]["id"] for n in golden]
+    fresh = ObjectStore(open_storage(backend.url, **backend.options))
+    assert fresh.get_many(ids) == dict(zip(ids, golden.values(), strict=True))
+    for oid, obj in zip(ids, golden.values(), strict=True):
+        assert ObjectStore(open_storage(backend.url, **backend.options)).get(oid) == obj
+    assert sorted(fresh.iter_ids()) == sorted(set(ids))
+
+
+def test_get_of_a_missing_object_raises_object_not_found(backend):
+    objs = ObjectStore(open_storage(backend.url, **backend.options))
+    with pytest.raises(ObjectNotFound) as ei:
+        objs.get("ab" * 32)
+    assert ei.value.object_id == "ab" * 32
+    assert isinstance(ei.value, KeyError)
+    with pytest.raises(ObjectNotFound):
+        objs.get_many(["ab" * 32])
+    assert objs.get_many(["ab" * 32], missing_ok=True) == {}
+
+
+# -- hypothesis round trips ------------------------------------------------------------------
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary()
+)
+_values = st.recursive(
+    _scalars,
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_values)
+def test_value_objects_round_trip_through_the_codec(value):
+    oid, canonical = o.encode(o.Value(value))
+    back = o.decode(oid, o.from_stored(oid, o.to_stored(canonical)))
+    assert _same(back.value, value)
+    assert o.encode(back) == (oid, canonical)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _values, max_size=8), st.randoms(use_true_random=False))
+def test_value_id_ignores_key_order(value, rnd):
+    items = list(value.items())
+    rnd.shuffle(items)
+    assert o.encode(o.Value(dict(items)))[0] == o.encode(o.Value(value))[0]
+
+
+def _same(a, b) -> bool:
+    """Equality where -0.0 and 0.0 differ (they encode differently) and NaN is excluded."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def test_a_damaged_frame_size_is_refused_before_decompressing():
+    oid, canonical = o.encode(o.Blob(b"abc" * 1000))
+    good = o.to_stored(canonical)
+    assert good[:1] == b"\x01"
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(canonical)
+    with pytest.raises(IntegrityError, match="declares"):
+        o.from_stored(oid, b"\x01" + frame)  # no size: not a frame this writer makes
+    # a frame whose 8-byte size field says 2**62 bytes
+    big = zstandard.ZstdCompressor().compress(canonical)
+    header = big[:4] + bytes([0xC0 | (big[4] & 0x3F)])
+    assert zstandard.frame_content_size(header + (1 << 62).to_bytes(8, "little") + b"\x00" * 8) == 1 << 62
+    with pytest.raises(IntegrityError, match="declares"):
+        o.from_stored(oid, b"\x01" + header + (1 << 62).to_bytes(8, "little") + big[9:])

@@ -1,0 +1,613 @@
+"""Refs: read, compare-and-swap, delete, list, symbolic refs, races, stale locks, lost responses."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from castore.errors import IntegrityError, RefConflict, RefLocked, StorageError
+from castore.refs import RefStore, RefValue, ref_key
+from castore.storage import Storage, Token, Versioned, open_storage
+from castore.storage import local as local_mod
+
+C1 = "1" * 64
+C2 = "2" * 64
+C3 = "3" * 64
+CX = "ab" * 32
+
+
+def cid(i: int) -> str:
+    return f"{i:064x}"
+
+
+@pytest.fixture
+def storage(backend) -> Iterator[Storage]:
+    st = open_storage(backend.url, **backend.options)
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+@pytest.fixture
+def refs(storage) -> RefStore:
+    return RefStore(storage)
+
+
+# S3 races run on SeaweedFS: moto checks a condition and then writes without a lock, and was
+# seen giving two winners in one round. SeaweedFS serves racing conditional PUTs slowly
+# (~8 requests/s with 32 racers on this 2-core machine), so its full 32 x 50 run is `slow`
+# and the default suite runs 32 threads x 2 rounds on it.
+RACE_BACKENDS = ["local", "memory", pytest.param("seaweedfs", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(params=RACE_BACKENDS)
+def race_backend(request, tmp_path):
+    """Backends with atomic compare-and-swap."""
+    from conftest import make_backend
+
+    return make_backend(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def seaweed_backend(request, tmp_path):
+    from conftest import make_backend
+
+    return make_backend("seaweedfs", request, tmp_path)
+
+
+# -- read, swap, delete, list --------------------------------------------------------------
+
+
+def test_read_of_a_missing_ref_is_none(refs):
+    assert refs.read("sessions/a/u/s/heads/main") is None
+
+
+def test_create_then_read_gives_target_meta_and_token(refs):
+    made = refs.swap("sessions/a/u/s/heads/main", C1, None, meta={"n": 1})
+    got = refs.read("sessions/a/u/s/heads/main")
+    assert got is not None
+    assert got.target == C1
+    assert got.meta["n"] == 1
+    assert got.token == made.token
+    assert got.write_id == made.write_id and got.write_id
+    assert got.symbolic is None
+
+
+def test_create_fails_when_the_ref_exists(refs):
+    refs.swap("r", C1, None)
+    with pytest.raises(RefConflict) as ei:
+        refs.swap("r", C2, None)
+    assert ei.value.ref == "r"
+    assert ei.value.expected is None
+    assert ei.value.actual == C1
+
+
+def test_swap_with_the_value_read_moves_the_ref(refs):
+    refs.swap("r", C1, None)
+    v = refs.read("r")
+    refs.swap("r", C2, v)
+    assert refs.read("r").target == C2
+
+
+def test_swap_with_a_stale_value_raises_conflict_with_both_values(refs):
+    refs.swap("r", C1, None)
+    old = refs.read("r")
+    refs.swap("r", C2, old)
+    with pytest.raises(RefConflict) as ei:
+        refs.swap("r", C3, old)
+    assert (ei.value.expected, ei.value.actual) == (C1, C2)
+    assert refs.read("r").target == C2
+
+
+def test_every_write_gets_a_fresh_write_id(refs):
+    a = refs.swap("r", C1, None)
+    b = refs.swap("r", C1, refs.read("r"))
+    assert a.write_id != b.write_id
+    # same target, yet the old token no longer matches: no ABA on refs
+    with pytest.raises(RefConflict):
+        refs.swap("r", C2, a)
+
+
+def test_swap_needs_a_value_read_with_its_token(refs):
+    refs.swap("r", C1, None)
+    with pytest.raises(Exception, match="token"):
+        refs.swap("r", C2, RefValue("r", C1))
+
+
+def test_delete_with_expect_removes_the_ref(refs):
+    refs.swap("r", C1, None)
+    refs.delete("r", refs.read("r"))
+    assert refs.read("r") is None
+
+
+def test_delete_with_stale_expect_raises_conflict(refs):
+    refs.swap("r", C1, None)
+    old = refs.read("r")
+    refs.swap("r", C2, old)
+    with pytest.raises(RefConflict) as ei:
+        refs.delete("r", old)
+    assert ei.value.actual == C2
+    assert refs.read("r").target == C2
+
+
+def test_delete_without_expect_removes_and_tolerates_absence(refs):
+    refs.swap("r", C1, None)
+    refs.delete("r")
+    refs.delete("r")
+    assert refs.read("r") is None
+
+
+def test_list_and_list_dir_by_prefix(refs):
+    for name in ["sessions/a/u/s1/HEAD", "sessions/a/u/s1/heads/main", "sessions/a/u/s2/HEAD",
+                 "sessions/ab/u/s/HEAD", "state/a/app"]:
+        refs.swap(name, C1, None)
+    assert refs.list("sessions/a") == [
+        "sessions/a/u/s1/HEAD", "sessions/a/u/s1/heads/main", "sessions/a/u/s2/HEAD"]
+    assert refs.list("sessions/a/") == refs.list("sessions/a")
+    assert refs.list_dir("sessions") == ["a", "ab"]
+    assert refs.list_dir("sessions/a/u") == ["s1", "s2"]
+    assert refs.list("nothing") == [] and refs.list_dir("nothing") == []
+
+
+def test_read_many_reads_present_and_absent_refs(refs):
+    refs.swap("x/one", C1, None)
+    got = refs.read_many(["x/one", "x/two"])
+    assert got["x/one"].target == C1
+    assert got["x/two"] is None
+
+
+# -- symbolic refs ---------------------------------------------------------------------------
+
+
+def test_head_points_to_a_branch_and_resolves_to_its_commit(refs):
+    refs.swap("sessions/a/u/s/heads/main", C1, None)
+    refs.swap("sessions/a/u/s/HEAD", "ref: heads/main", None)
+    head = refs.read("sessions/a/u/s/HEAD")
+    assert head.symbolic == "heads/main"
+    name, value = refs.resolve("sessions/a/u/s/HEAD")
+    assert name == "sessions/a/u/s/heads/main"
+    assert value.target == C1
+
+
+def test_head_on_an_unborn_branch_resolves_to_none(refs):
+    refs.swap("sessions/a/u/s/HEAD", "ref: heads/main", None)
+    assert refs.resolve("sessions/a/u/s/HEAD") == ("sessions/a/u/s/heads/main", None)
+
+
+def test_moving_head_to_another_branch(refs):
+    refs.swap("s/heads/main", C1, None)
+    refs.swap("s/heads/dev", C2, None)
+    refs.swap("s/HEAD", "ref: heads/main", None)
+    refs.swap("s/HEAD", "ref: heads/dev", refs.read("s/HEAD"))
+    assert refs.resolve("s/HEAD")[1].target == C2
+
+
+def test_a_symbolic_loop_is_an_integrity_error(refs):
+    refs.swap("s/A", "ref: B", None)
+    refs.swap("s/B", "ref: A", None)
+    with pytest.raises(IntegrityError, match="s/A"):
+        refs.resolve("s/A")
+
+
+def test_a_detached_head_resolves_to_itself(refs):
+    refs.swap("s/HEAD", C3, None)
+    assert refs.resolve("s/HEAD")[1].target == C3
+
+
+# -- garbage -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"garbage", b"\xff\xfe\x00", b"", b"1234\n", b"ref:heads/main\n", (C1 + "\n{not json\n").encode(),
+     (C1 + "\n[1, 2]\n").encode(), CX.upper().encode()],
+    ids=["text", "binary", "empty", "short-hex", "symbolic-no-space", "bad-json", "meta-not-object", "upper-hex"],
+)
+def test_garbage_ref_content_is_an_integrity_error_naming_the_ref(garbage):
+    storage = open_storage(f"memory://garbage-{os.urandom(8).hex()}")  # parsing is backend-free
+    refs = RefStore(storage)
+    storage.write(ref_key("sessions/a/u/s/heads/main"), garbage)
+    with pytest.raises(IntegrityError) as ei:
+        refs.read("sessions/a/u/s/heads/main")
+    assert "sessions/a/u/s/heads/main" in str(ei.value)
+    assert getattr(ei.value, "ref", None) == "sessions/a/u/s/heads/main"
+
+
+def test_garbage_behind_a_symbolic_ref_names_the_broken_ref(refs, storage):
+    # on every backend: the error comes through each backend's read path
+    refs.swap("s/HEAD", "ref: heads/main", None)
+    storage.write(ref_key("s/heads/main"), b"\x00junk")
+    with pytest.raises(IntegrityError) as ei:
+        refs.resolve("s/HEAD")
+    assert ei.value.ref == "s/heads/main"
+
+
+def test_a_garbage_ref_can_be_replaced_by_delete_then_create(refs, storage):
+    storage.write(ref_key("r"), b"junk")
+    refs.delete("r")
+    refs.swap("r", C1, None)
+    assert refs.read("r").target == C1
+
+
+# -- compare-and-swap races ----------------------------------------------------------------
+
+
+def _race_rounds(refs_per_thread: list[RefStore], name: str, rounds: int) -> list[list[int]]:
+    """Each round every thread reads the ref, waits for all, then swaps. Returns winners per round."""
+    n = len(refs_per_thread)
+    barrier = threading.Barrier(n)
+    winners: list[list[int]] = [[] for _ in range(rounds)]
+    conflicts: list[list[RefConflict]] = [[] for _ in range(rounds)]
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker(t: int) -> None:
+        refs = refs_per_thread[t]
+        try:
+            for r in range(rounds):
+                seen = refs.read(name)
+                barrier.wait()
+                try:
+                    refs.swap(name, cid(r * 1000 + t + 1), seen)
+                except RefConflict as e:
+                    with lock:
+                        conflicts[r].append(e)
+                else:
+                    with lock:
+                        winners[r].append(t)
+                barrier.wait()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    for r in range(rounds):
+        assert len(conflicts[r]) + len(winners[r]) == n
+        if len(winners[r]) == 1:
+            target = cid(r * 1000 + winners[r][0] + 1)
+            assert all(c.actual == target for c in conflicts[r] if c.actual is not None)
+    return winners
+
+
+def test_cas_race_32_threads_50_rounds_has_exactly_one_winner_per_round(race_backend):
+    backend = race_backend
+    handles = [open_storage(backend.url, **backend.options) for _ in range(4)]
+    try:
+        # threads share a few handles (as threads of one app share a store)
+        refs = [RefStore(handles[t % len(handles)]) for t in range(32)]
+        refs[0].swap("race/heads/main", cid(0), None)
+        winners = _race_rounds(refs, "race/heads/main", 50)
+        bad = {r: w for r, w in enumerate(winners) if len(w) != 1}
+        assert not bad, f"rounds without exactly one winner on {backend.name}: {bad}"
+        last = winners[-1][0]
+        assert refs[0].read("race/heads/main").target == cid(49 * 1000 + last + 1)
+    finally:
+        for h in handles:
+            h.close()
+
+
+def test_cas_race_32_threads_on_s3_has_exactly_one_winner_per_round(seaweed_backend):
+    st = open_storage(seaweed_backend.url, **seaweed_backend.options)
+    try:
+        refs = [RefStore(st) for _ in range(32)]
+        refs[0].swap("race/heads/main", cid(0), None)
+        winners = _race_rounds(refs, "race/heads/main", 2)
+        assert [len(w) for w in winners] == [1, 1], winners
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("kind", ["local", "memory", "seaweedfs"])
+def test_cas_race_on_create_has_exactly_one_winner(kind, request, tmp_path):
+    from conftest import make_backend
+
+    backend = make_backend(kind, request, tmp_path)
+    st = open_storage(backend.url, **backend.options)
+    try:
+        refs = [RefStore(st) for _ in range(16)]
+        winners = []
+        barrier = threading.Barrier(16)
+
+        def go(t: int) -> None:
+            barrier.wait()
+            try:
+                refs[t].swap("new/heads/main", cid(t + 1), None)
+                winners.append(t)
+            except RefConflict:
+                pass
+
+        threads = [threading.Thread(target=go, args=(t,)) for t in range(16)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert len(winners) == 1
+        assert refs[0].read("new/heads/main").target == cid(winners[0] + 1)
+    finally:
+        st.close()
+
+
+def _process_racer(root: str, index: int, rounds: int, barrier, results) -> None:
+    refs = RefStore(open_storage(root))
+    wins = []
+    for r in range(rounds):
+        seen = refs.read("race/heads/main")
+        barrier.wait()
+        try:
+            refs.swap("race/heads/main", cid(r * 1000 + index + 1), seen)
+            wins.append(r)
+        except RefConflict:
+            pass
+        barrier.wait()
+    results.put((index, wins))
+
+
+def test_cas_race_4_processes_50_rounds_on_local_disk(tmp_path):
+    root = str(tmp_path / "store")
+    RefStore(open_storage(root)).swap("race/heads/main", cid(0), None)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_process_racer, args=(root, i, 50, barrier, results)) for i in range(4)]
+    for p in procs:
+        p.start()
+    got: dict[int, list[int]] = {}
+    while len(got) < len(procs):
+        try:
+            index, wins = results.get(timeout=0.2)  # polling, so a crashed racer fails the test
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not dead, f"a racing process failed: exit codes {dead}"
+            continue
+        got[index] = wins
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    per_round = [[i for i, wins in got.items() if r in wins] for r in range(50)]
+    bad = {r: w for r, w in enumerate(per_round) if len(w) != 1}
+    assert not bad, f"rounds without exactly one winner: {bad}"
+    final = RefStore(open_storage(root)).read("race/heads/main").target
+    assert final == cid(49 * 1000 + per_round[-1][0] + 1)
+    assert not [f for f in os.listdir(tmp_path / "store" / "refs" / "race" / "heads") if f != "main"]
+
+
+# -- local locks: stale and live holders ------------------------------------------------------
+
+
+def _hold_lock(lock_path: str, ready, release, write_owner: bool = True) -> None:
+    """Take a ref lock the way LocalStorage does, then hold it until told (or killed)."""
+    import fcntl
+
+    fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    if write_owner:
+        os.write(fd, f"{os.getpid()} {local_mod._HOST}\n".encode())
+    ready.set()
+    release.wait()
+    os.unlink(lock_path)
+    os.close(fd)
+
+
+@pytest.fixture
+def local_refs(tmp_path) -> RefStore:
+    refs = RefStore(open_storage(str(tmp_path / "store")))
+    refs.swap("s/heads/main", C1, None)
+    return refs
+
+
+def _lock_path(refs: RefStore, name: str) -> str:
+    return refs.storage._path(ref_key(name)) + ".lock"
+
+
+def _start_holder(refs: RefStore, name: str, write_owner: bool = True):
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold_lock, args=(_lock_path(refs, name), ready, release, write_owner))
+    p.start()
+    while not ready.wait(0.1):
+        assert p.is_alive(), "the lock holder died before taking the lock"
+    return p, release
+
+
+def test_a_lock_left_by_a_killed_process_is_recovered(local_refs):
+    p, _release = _start_holder(local_refs, "s/heads/main")
+    v = local_refs.read("s/heads/main")
+    os.kill(p.pid, signal.SIGKILL)
+    p.join()
+    assert os.path.exists(_lock_path(local_refs, "s/heads/main"))
+    local_refs.swap("s/heads/main", C2, v)
+    assert local_refs.read("s/heads/main").target == C2
+    assert not os.path.exists(_lock_path(local_refs, "s/heads/main"))
+
+
+def test_an_empty_lock_left_by_a_process_killed_before_writing_its_pid_is_recovered(local_refs):
+    p, _release = _start_holder(local_refs, "s/heads/main", write_owner=False)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join()
+    lock = _lock_path(local_refs, "s/heads/main")
+    old = os.stat(lock).st_mtime - local_mod.EMPTY_LOCK_GRACE - 1
+    os.utime(lock, (old, old))  # older than the grace period for a creator to write its pid
+    local_refs.swap("s/heads/main", C2, local_refs.read("s/heads/main"))
+    assert local_refs.read("s/heads/main").target == C2
+
+
+def test_a_live_lock_holder_makes_writers_wait_not_steal(local_refs):
+    p, release = _start_holder(local_refs, "s/heads/main")
+    lock = _lock_path(local_refs, "s/heads/main")
+    owner = open(lock, "rb").read()
+    v = local_refs.read("s/heads/main")
+    done = threading.Event()
+    outcome: list[object] = []
+
+    def writer() -> None:
+        try:
+            outcome.append(local_refs.swap("s/heads/main", C2, v))
+        except BaseException as e:  # noqa: BLE001
+            outcome.append(e)
+        done.set()
+
+    th = threading.Thread(target=writer)
+    th.start()
+    assert not done.wait(0.5), f"writer did not wait for the live holder: {outcome}"
+    assert open(lock, "rb").read() == owner  # not stolen
+    assert local_refs.read("s/heads/main").target == C1
+    release.set()
+    p.join()
+    th.join()
+    assert isinstance(outcome[0], RefValue)
+    assert local_refs.read("s/heads/main").target == C2
+
+
+def test_a_writer_gives_up_on_a_live_lock_with_ref_locked(local_refs, monkeypatch):
+    monkeypatch.setattr(local_mod, "LOCK_TIMEOUT", 0.3)
+    p, release = _start_holder(local_refs, "s/heads/main")
+    try:
+        with pytest.raises(RefLocked):
+            local_refs.swap("s/heads/main", C2, local_refs.read("s/heads/main"))
+        assert os.path.exists(_lock_path(local_refs, "s/heads/main"))
+    finally:
+        release.set()
+        p.join()
+    assert local_refs.read("s/heads/main").target == C1
+
+
+# -- lost responses ----------------------------------------------------------------------------
+
+
+class LossyStorage(Storage):
+    """Wraps a storage; chosen calls do their work and then 'lose' the response."""
+
+    def __init__(self, inner: Storage, lose_swaps: int = 0, drop_swaps: int = 0, lose_reads: int = 0) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.lose_swaps = lose_swaps  # write lands, then StorageError
+        self.drop_swaps = drop_swaps  # StorageError before anything is written
+        self.lose_reads = lose_reads
+        self.swap_calls = 0
+
+    def read(self, key: str) -> bytes:
+        return self.inner.read(key)
+
+    def write(self, key: str, data: bytes) -> None:
+        self.inner.write(key, data)
+
+    def read_versioned(self, key: str) -> Versioned | None:
+        if self.lose_reads:
+            self.lose_reads -= 1
+            raise StorageError("read timed out", self.url)
+        return self.inner.read_versioned(key)
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        self.swap_calls += 1
+        if self.drop_swaps:
+            self.drop_swaps -= 1
+            raise StorageError("connection reset before the request was sent", self.url)
+        token = self.inner.swap(key, data, expect)
+        if self.lose_swaps:
+            self.lose_swaps -= 1
+            raise StorageError("connection reset; response lost", self.url)
+        return token
+
+    def delete(self, key: str, expect: Token | None = None) -> None:
+        self.inner.delete(key, expect)
+
+    def list(self, prefix: str) -> list[str]:
+        return self.inner.list(prefix)
+
+    def list_dir(self, prefix: str) -> list[str]:
+        return self.inner.list_dir(prefix)
+
+
+def test_a_swap_whose_response_is_lost_counts_as_success(storage):
+    lossy = LossyStorage(storage, lose_swaps=1)
+    refs = RefStore(lossy)
+    refs.swap("r", C1, None)  # not lossy: lose_swaps is consumed below
+    lossy.lose_swaps = 1
+    v = refs.read("r")
+    got = refs.swap("r", C2, v)
+    assert got.target == C2
+    assert lossy.swap_calls == 2  # no second write was needed
+    assert RefStore(storage).read("r").write_id == got.write_id
+
+
+def test_a_lost_create_response_counts_as_success(storage):
+    lossy = LossyStorage(storage, lose_swaps=1)
+    got = RefStore(lossy).swap("r", C1, None)
+    assert got.target == C1
+    assert RefStore(storage).read("r").write_id == got.write_id
+
+
+def test_a_lost_response_then_a_failed_check_is_resolved_by_the_retry(storage):
+    # the write lands, its answer is lost, the check read fails too; the retry then
+    # meets our own write (precondition fails) and recognises it by the write id
+    lossy = LossyStorage(storage)
+    refs = RefStore(lossy)
+    refs.swap("r", C1, None)
+    v = refs.read("r")
+    lossy.lose_swaps, lossy.lose_reads = 1, 1
+    got = refs.swap("r", C2, v)
+    assert got.target == C2
+    assert RefStore(storage).read("r").target == C2
+
+
+def test_a_swap_dropped_before_sending_is_retried(storage):
+    lossy = LossyStorage(storage, drop_swaps=1)
+    refs = RefStore(lossy)
+    got = refs.swap("r", C1, None)
+    assert got.target == C1
+    assert lossy.swap_calls == 2
+
+
+def test_a_lost_response_when_a_rival_then_wins_is_not_mistaken_for_success(storage):
+    # our request never landed; a rival moved the ref meanwhile: that is a conflict
+    lossy = LossyStorage(storage)
+    refs = RefStore(lossy)
+    refs.swap("r", C1, None)
+    v = refs.read("r")
+    RefStore(storage).swap("r", C3, v)  # the rival
+    lossy.drop_swaps = 1
+    with pytest.raises(RefConflict) as ei:
+        refs.swap("r", C2, v)
+    assert ei.value.actual == C3
+
+
+def test_a_storage_that_keeps_failing_raises_storage_error(storage, monkeypatch):
+    import castore.refs as refs_mod
+
+    monkeypatch.setattr(refs_mod.time, "sleep", lambda s: None)
+    lossy = LossyStorage(storage, drop_swaps=100)
+    with pytest.raises(StorageError):
+        RefStore(lossy).swap("r", C1, None)
+    assert RefStore(storage).read("r") is None
+
+
+@pytest.mark.parametrize("target", ["", "garbage", C1[:-1], CX.upper(), "ref: ", "ref: a\nb", C1 + "\n"])
+def test_a_bad_target_is_refused_before_anything_is_written(target):
+    from castore.errors import InvalidEntry
+
+    refs = RefStore(open_storage(f"memory://bad-target-{os.urandom(8).hex()}"))
+
+    with pytest.raises(InvalidEntry):
+        refs.swap("r", target, None)
+    assert refs.read("r") is None
+
+
+def test_metadata_that_is_not_json_is_refused_before_writing(refs):
+    from castore.errors import InvalidEntry
+
+    with pytest.raises(InvalidEntry):
+        refs.swap("r", C1, None, meta={"x": object()})
+    assert refs.read("r") is None
