@@ -16,6 +16,7 @@ This is the only module that imports msgspec, blake3 and zstandard.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any, NewType, Union
 
@@ -143,9 +144,12 @@ def raw_id(oid: str) -> bytes:
         raise InvalidEntry(f"not an object id: {oid!r}") from e
 
 
+_HEX_ID = re.compile(r"[0-9a-f]{64}")
+
+
 def is_hex_id(s: str) -> bool:
     """Whether ``s`` is a full 64-character lowercase hex id."""
-    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+    return isinstance(s, str) and _HEX_ID.fullmatch(s) is not None
 
 
 def digest(canonical: bytes) -> ObjectId:

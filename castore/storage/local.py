@@ -230,9 +230,21 @@ class LocalStorage(Storage):
             current = self.read_versioned(key)
             if (current.token if current else None) != expect:
                 raise PreconditionFailed(key, expect)
-            self._atomic_write(path, data)
-        finally:
+            # As git does: the new content goes into the lock file itself, which is then
+            # renamed over the ref; the rename is the commit and releases the lock at once.
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, data, 0)
+                if self.durable:
+                    os.fsync(fd)
+                os.replace(path + ".lock", path)
+            except OSError as e:
+                raise StorageError(f"cannot write {key}: {e.strerror or e}", self.url) from e
+        except BaseException:
             self._unlock(path, fd)
+            raise
+        os.close(fd)
+        self._fsync_dir(os.path.dirname(path))
         return _token(data)
 
     def delete(self, key: str, expect: Token | None = None) -> None:
