@@ -1,0 +1,269 @@
+"""Sync commands: remote add|list|remove, push, pull, clone."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .. import sync
+from ..errors import CastoreError
+from ..store import Store
+from .common import CliState, json_option, note, open_store, print_json, split_key
+
+_SCHEMA = (
+    '{"objects_sent": n, "bytes_sent": n, "refs_updated": [ref], "refs_refused": '
+    '[{"ref", "reason", "local", "remote"}], "refs_kept_as_remote": [ref], "refs_up_to_date": n}'
+)
+
+
+# -- options ----------------------------------------------------------------------------
+def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed.
+
+    Raises:
+        click.BadParameter: a pair without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'--option'")
+        try:
+            value: Any = json.loads(raw)
+            if not isinstance(value, (bool, int, float)) and value is not None:
+                value = raw
+        except ValueError:
+            value = raw
+        where = out
+        *path, last = key.split(".")
+        for p in path:
+            where = where.setdefault(p, {})
+            if not isinstance(where, dict):
+                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint="'--option'")
+        where[last] = value
+    return out
+
+
+def _selection(ctx: click.Context, session: str | None, app: str | None, user: str | None,
+               all_: bool) -> Any:
+    given = sum(x is not None and x is not False for x in (session, app, all_ or None))
+    if given > 1:
+        raise click.UsageError("give one of -s SESSION, --app APP [--user USER] or --all", ctx=ctx)
+    if user is not None and app is None:
+        raise click.UsageError("--user needs --app", ctx=ctx)
+    if all_:
+        return None
+    if app is not None:
+        return (app, user) if user is not None else app
+    state = ctx.find_object(CliState)
+    spec = session or (state.session_spec if state is not None else None)
+    if not spec:
+        raise click.UsageError("say what to sync: -s APP/USER/SESSION, --app APP [--user USER] or --all", ctx=ctx)
+    return tuple(split_key(spec, 3, 3, "'-s' / '--session'"))
+
+
+def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The shared ``-s | --app [--user] | --all`` options."""
+    f = click.option("--all", "all_", is_flag=True, help="Every session (and all app and user state).")(f)
+    f = click.option("--user", metavar="USER", help="With --app: only this user's sessions.")(f)
+    f = click.option("--app", metavar="APP", help="Every session of this app (and its app and user state).")(f)
+    f = click.option("-s", "--session", "session", metavar="APP/USER/SESSION",
+                     help="One session (default: the global -s / $CASTORE_SESSION).")(f)
+    return f
+
+
+class _Bar:
+    """A progress line on stderr, only on a terminal and without --quiet."""
+
+    def __init__(self, label: str, quiet: bool) -> None:
+        self.label = label
+        self.on = not quiet and sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, p: sync.SyncProgress) -> None:
+        if not self.on or p.objects_total == 0:
+            return
+        pct = 100 * p.objects_done // max(p.objects_total, 1)
+        mb = p.bytes_done / 1e6
+        click.echo(f"\r{self.label}: {pct:3d}% ({p.objects_done}/{p.objects_total} objects, {mb:.1f} MB)",
+                   err=True, nl=False)
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            click.echo("", err=True)
+
+
+def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        print_json(report.to_dict())
+    elif not quiet:
+        size = f"{report.bytes_sent / 1e6:.2f} MB" if report.bytes_sent >= 1e5 else f"{report.bytes_sent} bytes"
+        note(f"{verb} {where}: {report.objects_sent} objects ({size}), {len(report.refs_updated)} refs updated, "
+             f"{report.refs_up_to_date} up to date")
+        for ref in report.refs_updated:
+            click.echo(f"updated  {ref}")
+        for ref in report.refs_kept_as_remote:
+            click.echo(f"kept     {ref}")
+            note(f"both sides moved: the remote tip is kept as {ref}; nothing was overwritten")
+    for r in report.refs_refused:
+        note(f"refused: {r.reason}")
+    if report.refs_refused:
+        raise click.exceptions.Exit(1)
+
+
+# -- remote -----------------------------------------------------------------------------
+@click.group("remote")
+def remote_group() -> None:
+    """Manage the remotes (other stores to push to and pull from) of this store."""
+
+
+@remote_group.command("add")
+@click.argument("name")
+@click.argument("url")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="A storage option, e.g. endpoint_url=http://127.0.0.1:9000 or client_kwargs.region_name=eu-west-1 "
+                   "(repeatable; stored in plain text in castore.json).")
+@click.option("--replace", is_flag=True, help="Replace a remote of the same name.")
+@click.pass_context
+def remote_add(ctx: click.Context, name: str, url: str, options: tuple[str, ...], replace: bool) -> None:
+    """Add remote NAME at URL (a path, s3://BUCKET/PREFIX, ...)."""
+    opts = parse_options(options)
+    if "://" not in url:  # a local path: keep it valid from any working directory
+        url = os.path.abspath(os.path.expanduser(url))
+    store = open_store(ctx, must_exist=False)
+    sync.add_remote(store, name, url, opts, replace=replace)
+    note(f"remote {name} -> {url}")
+
+
+@remote_group.command("list")
+@json_option('{"NAME": {"url": URL, "options": {...}}}')
+@click.pass_context
+def remote_list(ctx: click.Context, as_json: bool) -> None:
+    """List the remotes and their URLs."""
+    remotes = sync.list_remotes(open_store(ctx, must_exist=False))
+    if as_json:
+        print_json(remotes)
+        return
+    for name, entry in sorted(remotes.items()):
+        opts = " ".join(f"{k}={v}" for k, v in sorted(entry.get("options", {}).items()) if k not in ("secret", "key"))
+        click.echo(f"{name}\t{entry['url']}" + (f"\t{opts}" if opts else ""))
+
+
+@remote_group.command("remove")
+@click.argument("name")
+@click.pass_context
+def remote_remove(ctx: click.Context, name: str) -> None:
+    """Forget remote NAME (refs kept from it stay until deleted)."""
+    sync.remove_remote(open_store(ctx), name)
+    note(f"removed remote {name}")
+
+
+# -- push / pull -------------------------------------------------------------------------
+def _open_remote(store: Store, remote: str | None) -> tuple[str, Store]:
+    if remote is None:
+        remotes = sync.list_remotes(store)
+        if "origin" in remotes:
+            remote = "origin"
+        elif len(remotes) == 1:
+            remote = next(iter(remotes))
+        else:
+            raise CastoreError("which remote? name one (see `castore remote list`)" if remotes
+                               else "no remote configured: `castore remote add NAME URL` first")
+    return sync.open_remote(store, remote)
+
+
+@click.command("push")
+@click.argument("remote", required=False)
+@selection_options
+@click.option("--force", "-f", is_flag=True, help="Overwrite remote refs that are not fast-forwards.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary (refusals are still shown).")
+@json_option(_SCHEMA)
+@click.pass_context
+def push_cmd(ctx: click.Context, remote: str | None, session: str | None, app: str | None, user: str | None,
+             all_: bool, force: bool, quiet: bool, as_json: bool) -> None:
+    """Send sessions to REMOTE (a remote's name or a URL; default origin).
+
+    Only the objects the remote lacks are sent; refs move last, by compare-and-swap.
+    A branch that moved on the remote is refused (exit 1) unless --force.
+    """
+    sel = _selection(ctx, session, app, user, all_)
+    store = open_store(ctx)
+    name, other = _open_remote(store, remote)
+    ctx.call_on_close(other.close)
+    bar = _Bar(f"push {name}", quiet)
+    try:
+        report = sync.push(store, other, sel, force=force, progress=bar)
+    finally:
+        bar.done()
+    _render(report, "pushed to", name, as_json, quiet)
+
+
+@click.command("pull")
+@click.argument("remote", required=False)
+@selection_options
+@click.option("--force", "-f", is_flag=True, help="Overwrite local refs that diverged from the remote.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary (refusals are still shown).")
+@json_option(_SCHEMA)
+@click.pass_context
+def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: str | None, user: str | None,
+             all_: bool, force: bool, quiet: bool, as_json: bool) -> None:
+    """Bring sessions from REMOTE (a remote's name or a URL; default origin).
+
+    A branch that moved on both sides is kept as remotes/REMOTE/BRANCH in the session
+    (see `castore log --all`); the local branch is left as it was.
+    """
+    sel = _selection(ctx, session, app, user, all_)
+    store = open_store(ctx, must_exist=False)
+    name, other = _open_remote(store, remote)
+    ctx.call_on_close(other.close)
+    bar = _Bar(f"pull {name}", quiet)
+    remote_name = name if name in sync.list_remotes(store) else "remote"
+    try:
+        report = sync.pull(other, store, sel, force=force, progress=bar, remote_name=remote_name)
+    finally:
+        bar.done()
+    _render(report, "pulled from", name, as_json, quiet)
+
+
+@click.command("clone")
+@click.argument("url")
+@click.argument("dest", required=False)
+@click.argument("selection", required=False, metavar="[APP[/USER[/SESSION]]]")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="A storage option for URL (repeatable), kept with remote origin.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary.")
+@json_option(_SCHEMA)
+@click.pass_context
+def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | None, options: tuple[str, ...],
+              quiet: bool, as_json: bool) -> None:
+    """Copy the store at URL (all of it, or APP[/USER[/SESSION]]) into a new store DEST.
+
+    DEST defaults to --store (or ./.castore). URL is recorded as remote origin.
+    """
+    from .common import store_url
+
+    target = dest or store_url(ctx)
+    sel = tuple(split_key(selection, 1, 3, "SELECTION")) if selection else None
+    if sel is not None and len(sel) == 1:
+        sel = sel[0]
+    bar = _Bar("clone", quiet)
+    try:
+        report = sync.clone(url, target, sel, progress=bar, **parse_options(options))
+    finally:
+        bar.done()
+    _render(report, "cloned into", target, as_json, quiet)
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    for cmd in (remote_group, push_cmd, pull_cmd, clone_cmd):
+        group.add_command(cmd)
+
+
+__all__ = ["register", "parse_options"]

@@ -1,0 +1,972 @@
+"""Push, pull and clone sessions between two stores (local disk <-> S3 is the common case).
+
+Like git, only what the other side lacks is sent, and refs move last, by compare-and-swap:
+
+1. **Plan.** For each selected ref (branches, labels, the app- and user-state refs) read the
+   source tip and the destination tip (with its version token). Commits carry their depth
+   on the first-parent path and the path is packed in segments (:mod:`castore.history`), so
+   "is the remote tip an ancestor of ours?" is one lookup in our own path, and the new
+   commits are the top of that path: reading them costs a few batched reads whatever the
+   session's length. Nothing on the destination is listed except the refs of the
+   selection; no object is probed.
+2. **Objects.** The new commits, their bodies, the parts of their state trees that differ
+   from the parent's tree (compared by id), the segments their blocks complete and the
+   indexes they name are copied as stored bytes, verified, in concurrent batches.
+3. **Refs.** Each ref is swapped against the value read in step 1. A long history is
+   checkpointed: after each batch the ref moves to the newest commit whose history is
+   complete, so an interrupted push leaves the remote consistent and a resumed one sends
+   only the rest. A non-fast-forward is refused (naming the branch and both tips) unless
+   forced; a pull that finds both sides moved keeps the remote tip as
+   ``remotes/<remote>/<branch>`` in the session's folder.
+
+Remotes are kept in the store's ``castore.json``: ``{"remotes": {name: {"url", "options"}}}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from . import names
+from . import objects as o
+from .errors import CastoreError, IntegrityError, InvalidName, ObjectNotFound, RefConflict
+from .history import K, Hint
+from .objects import Commit, Index, Segment, Tree
+from .refs import RefValue
+from .store import Store
+
+#: objects copied per batch (each batch is one concurrent read and one concurrent write)
+BATCH = 1024
+#: threads for reading and swapping refs
+REF_THREADS = 16
+
+Selection = Any  # None (all) | app | (app,) | (app, user) | (app, user, session)
+
+
+class Refusal(NamedTuple):
+    """A ref that was not updated: its name, why, and both tips (None: absent)."""
+
+    ref: str
+    reason: str
+    local: str | None
+    remote: str | None
+
+
+@dataclass
+class SyncReport:
+    """What a push or pull did.
+
+    Attributes:
+        objects_sent: objects copied to the destination.
+        bytes_sent: their stored (compressed) size.
+        refs_updated: destination refs created or moved (stored ref names).
+        refs_refused: refs left alone, with the reason and both tips.
+        refs_kept_as_remote: (pull) ``remotes/<remote>/<branch>`` refs written because
+            both sides had moved.
+        refs_up_to_date: refs that already matched.
+    """
+
+    objects_sent: int = 0
+    bytes_sent: int = 0
+    refs_updated: list[str] = field(default_factory=list)
+    refs_refused: list[Refusal] = field(default_factory=list)
+    refs_kept_as_remote: list[str] = field(default_factory=list)
+    refs_up_to_date: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when no ref was refused."""
+        return not self.refs_refused
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {
+            "objects_sent": self.objects_sent,
+            "bytes_sent": self.bytes_sent,
+            "refs_updated": list(self.refs_updated),
+            "refs_refused": [r._asdict() for r in self.refs_refused],
+            "refs_kept_as_remote": list(self.refs_kept_as_remote),
+            "refs_up_to_date": self.refs_up_to_date,
+        }
+
+
+@dataclass(frozen=True)
+class SyncProgress:
+    """Passed to the ``progress`` callback after planning and after each batch."""
+
+    objects_done: int
+    objects_total: int
+    bytes_done: int
+    refs_done: int = 0
+
+
+ProgressFn = Callable[[SyncProgress], None]
+
+
+# -- remotes ------------------------------------------------------------------------------
+def _check_remote_name(name: str) -> str:
+    names.validate(name, "remote name")
+    if "/" in name or name.strip() != name:
+        raise InvalidName(name, "must not contain '/' or surrounding spaces", "remote name")
+    return name
+
+
+def add_remote(store: Store, name: str, url: str, options: Mapping[str, Any] | None = None,
+               replace: bool = False) -> dict[str, Any]:
+    """Record remote ``name`` at ``url`` (with storage options) in the store's config.
+
+    Options are stored as given, in plain text in ``castore.json``: prefer the
+    environment or a credentials file for secrets.
+
+    Raises:
+        CastoreError: a remote of that name exists (unless ``replace``).
+        InvalidName: a bad remote name. StorageError.
+    """
+    _check_remote_name(name)
+    if not isinstance(url, str) or not url.strip():
+        raise CastoreError("a remote needs a URL")
+    entry = {"url": url, "options": dict(options or {})}
+
+    def change(cfg: dict[str, Any]) -> dict[str, Any]:
+        remotes = dict(cfg.get("remotes") or {})
+        if name in remotes and not replace and remotes[name] != entry:
+            raise CastoreError(f"remote {name!r} already exists (at {remotes[name].get('url')})")
+        remotes[name] = entry
+        return {**cfg, "remotes": remotes}
+
+    store.update_config(change)
+    return entry
+
+
+def remove_remote(store: Store, name: str) -> None:
+    """Forget remote ``name`` (its ``remotes/<name>/...`` refs stay).
+
+    Raises:
+        CastoreError: no such remote. StorageError.
+    """
+
+    def change(cfg: dict[str, Any]) -> dict[str, Any]:
+        remotes = dict(cfg.get("remotes") or {})
+        if name not in remotes:
+            raise CastoreError(f"no remote {name!r}")
+        del remotes[name]
+        return {**cfg, "remotes": remotes}
+
+    store.update_config(change)
+
+
+def list_remotes(store: Store) -> dict[str, dict[str, Any]]:
+    """The store's remotes: ``{name: {"url": ..., "options": {...}}}``."""
+    return {k: dict(v) for k, v in (store.config.get("remotes") or {}).items()}
+
+
+def open_remote(store: Store, remote: str, **options: Any) -> tuple[str, Store]:
+    """Open a remote by name (from the config) or by URL; return (name, store).
+
+    A URL given directly is named by itself in ``remotes/<name>/...`` refs, after
+    making it a safe single name.
+
+    Raises:
+        CastoreError: ``remote`` is neither a configured remote nor a URL.
+        StorageError, FormatError.
+    """
+    remotes = list_remotes(store)
+    if remote in remotes:
+        entry = remotes[remote]
+        return remote, Store.open(entry["url"], **{**entry.get("options", {}), **options})
+    if "://" in remote or remote.startswith((".", "/", "~")):
+        return remote, Store.open(remote, **options)
+    known = ", ".join(sorted(remotes)) or "none configured"
+    raise CastoreError(f"no remote {remote!r} (known: {known}); add it with `castore remote add {remote} URL`")
+
+
+# -- selection --------------------------------------------------------------------------
+def _selection(sel: Selection) -> tuple[str, list[str] | None, str | None]:
+    """(session ref prefix, fixed scope ref names or None, scope prefix to list or None)."""
+    if sel is None:
+        return "sessions", None, "state"
+    if isinstance(sel, str):
+        sel = (sel,)
+    if not isinstance(sel, tuple) or not 1 <= len(sel) <= 3:
+        raise CastoreError(f"bad selection {sel!r}: give an app, (app, user), (app, user, session) or None for all")
+    app = names.encode(sel[0], "app name")
+    if len(sel) == 1:
+        return f"sessions/{app}", None, f"state/{app}"
+    user = names.encode(sel[1], "user name")
+    scopes = [f"state/{app}/app", f"state/{app}/users/{user}"]
+    if len(sel) == 2:
+        return f"sessions/{app}/{user}", scopes, None
+    return f"sessions/{app}/{user}/{names.encode(sel[2], 'session id')}", scopes, None
+
+
+def describe(ref: str) -> str:
+    """A ref name as a person reads it: ``branch 'main' of session app/user/s1``."""
+    parts = ref.split("/")
+
+    def dec(seg: str) -> str:
+        try:
+            return names.decode(seg)
+        except InvalidName:
+            return seg
+
+    if parts[0] == "sessions" and len(parts) >= 5:
+        key = "/".join(dec(p) for p in parts[1:4])
+        rest = parts[4:]
+        if rest[0] == "heads" and len(rest) == 2:
+            return f"branch {dec(rest[1])!r} of session {key}"
+        if rest[0] == "tags" and len(rest) == 2:
+            return f"label {dec(rest[1])!r} of session {key}"
+        return f"{'/'.join(rest)} of session {key}"
+    if parts[0] == "state" and len(parts) >= 3:
+        if parts[2] == "app":
+            return f"app state of {dec(parts[1])!r}"
+        if parts[2] == "users" and len(parts) == 4:
+            return f"user state of {dec(parts[3])!r} in {dec(parts[1])!r}"
+    return ref
+
+
+# -- reading a first-parent path in blocks ------------------------------------------------
+class _Chain:
+    """The first-parent path ending at a tip, loaded lazily by depth, a block at a time."""
+
+    def __init__(self, store: Store, tip: str, meta: Mapping[str, Any] | None = None,
+                 near: Store | None = None) -> None:
+        self.objs = store.objects
+        # On a pull the local store already holds most of a remote path's commits (same ids,
+        # same bytes): read them there first and ask the remote only for the rest.
+        self.near = near.objects if near is not None else None
+        self.tip = tip
+        self.at_depth: dict[int, tuple[str, Commit]] = {}
+        self.segments: list[str] | None = None  # segment ids from the root, when known
+        self.index_id: str | None = None  # the index those segments come from
+        hint = Hint.from_meta(meta) if meta else None
+        if hint is not None and hint.tail and hint.tail[-1] == tip and self._load_hint(hint):
+            pass
+        elif hint is not None and not hint.tail and hint.index and self._load_closed(hint.index):
+            pass
+        else:
+            self._load_by_walking()
+        self.depth = max(self.at_depth)
+
+    # loading the top block
+    def _get_many(self, ids: list[str]) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        if self.near is not None:
+            got = self.near.get_many(ids, missing_ok=True)
+        rest = [i for i in ids if i not in got]
+        if rest:
+            got.update(self.objs.get_many(rest, missing_ok=True))
+        return got
+
+    def _load_hint(self, hint: Hint) -> bool:
+        got = self._get_many(hint.tail + ([hint.index] if hint.index else []))
+        tail = [(t, got.get(t)) for t in hint.tail]
+        if any(not isinstance(c, Commit) for _, c in tail):
+            return False
+        start = tail[0][1].depth  # type: ignore[union-attr]
+        if start % K != 0 or not _linked(tail):  # type: ignore[arg-type]
+            return False
+        idx = got.get(hint.index) if hint.index else None
+        if hint.index and not isinstance(idx, Index):
+            return False
+        for cid, c in tail:
+            self.at_depth[c.depth] = (cid, c)  # type: ignore[union-attr]
+        self._use_index(hint.index, idx)  # type: ignore[arg-type]
+        return True
+
+    def _load_closed(self, index_id: str) -> bool:
+        # A tip that closes a block: its ref hint names the index that holds its block.
+        got = self._get_many([self.tip, index_id])
+        c, idx = got.get(self.tip), got.get(index_id)
+        if not isinstance(c, Commit) or not isinstance(idx, Index) or (c.depth + 1) % K or \
+                len(idx.segments) != (c.depth + 1) // K:
+            return False
+        self._use_index(index_id, idx)
+        try:  # the hint is only a hint: check that its last segment ends at the tip
+            self.load(c.depth, c.depth)
+        except (IntegrityError, ObjectNotFound):
+            self.at_depth.clear()
+            return False
+        if self.at_depth.get(c.depth, ("",))[0] != self.tip:
+            self.at_depth.clear()
+            return False
+        return True
+
+    def _load_by_walking(self) -> None:
+        cid = self.tip
+        c = self._commit(cid)
+        self.at_depth[c.depth] = (cid, c)
+        while c.depth % K != 0 and c.parents:
+            cid = o.hex_id(c.parents[0])
+            c = self._commit(cid)
+            self.at_depth[c.depth] = (cid, c)
+        if c.index is not None:
+            iid = o.hex_id(c.index)
+            idx = self._get_many([iid]).get(iid)
+            if not isinstance(idx, Index):
+                raise IntegrityError(iid, "expected an index")
+            self._use_index(iid, idx)
+
+    def _use_index(self, iid: str | None, idx: Index | None) -> None:
+        self.index_id = iid
+        self.segments = [o.hex_id(s) for s in idx.segments] if idx is not None else []
+
+    def _commit(self, cid: str) -> Commit:
+        c = self._get_many([cid]).get(cid)
+        if c is None:
+            raise ObjectNotFound(cid)
+        if not isinstance(c, Commit):
+            raise IntegrityError(cid, "expected a commit")
+        return c
+
+    # reading
+    def commit_at(self, d: int) -> tuple[str, Commit]:
+        """The commit at depth ``d`` of this path."""
+        if d not in self.at_depth:
+            self.load(d, d)
+        return self.at_depth[d]
+
+    def id_at(self, d: int) -> str:
+        """The commit id at depth ``d`` (0 <= d <= depth)."""
+        return self.commit_at(d)[0]
+
+    def load(self, lo: int, hi: int) -> None:
+        """Make every commit at depths ``lo..hi`` available (few batched reads)."""
+        missing = [d for d in range(max(lo, 0), hi + 1) if d not in self.at_depth]
+        if not missing:
+            return
+        segs = self.segments or []
+        blocks = sorted({d // K for d in missing})
+        if blocks[-1] < len(segs):
+            ids = [segs[b] for b in blocks]
+            got = self._get_many(ids)
+            for b, sid in zip(blocks, ids, strict=True):
+                seg = got.get(sid)
+                if not isinstance(seg, Segment) or seg.start != b * K:
+                    raise IntegrityError(sid, f"expected the segment of commits {b * K}..{b * K + K - 1}")
+                run = []
+                for canonical in seg.objects:
+                    oid = self.objs.add_known_canonical(canonical)
+                    c = self.objs.get(oid)
+                    if isinstance(c, Commit):
+                        run.append((oid, c))
+                if len(run) != K or not _linked(run) or run[0][1].depth != b * K:
+                    raise IntegrityError(sid, "segment does not hold a run of K commits")
+                for cid, c in run:
+                    had = self.at_depth.setdefault(c.depth, (cid, c))
+                    if had[0] != cid:
+                        raise IntegrityError(sid, f"segment disagrees with commit {had[0][:12]} at depth {c.depth}")
+            self._verify_links()
+            return
+        # No segments for these depths: walk parents down from the lowest loaded commit.
+        low = min(self.at_depth)
+        cid, c = self.at_depth[low]
+        while c.depth > missing[0]:
+            if not c.parents:
+                raise IntegrityError(cid, f"commit at depth {c.depth} has no parent")
+            cid = o.hex_id(c.parents[0])
+            c = self._commit(cid)
+            self.at_depth[c.depth] = (cid, c)
+
+    def _verify_links(self) -> None:
+        for d, (cid, c) in self.at_depth.items():
+            up = self.at_depth.get(d + 1)
+            if up is not None and (not up[1].parents or o.hex_id(up[1].parents[0]) != cid):
+                raise IntegrityError(up[0], "segment and commit parents disagree")
+
+    def range(self, lo: int, hi: int) -> list[tuple[str, Commit]]:
+        """Commits at depths ``lo..hi``, oldest first."""
+        self.load(lo, hi)
+        return [self.at_depth[d] for d in range(lo, hi + 1)]
+
+    def contains(self, cid: str, depth: int) -> bool:
+        """Whether commit ``cid`` (at ``depth``) is on this path."""
+        return 0 <= depth <= self.depth and self.id_at(depth) == cid
+
+    def segment_for_block(self, b: int) -> str | None:
+        """The id of the segment of block ``b``, when the path's index has it."""
+        segs = self.segments or []
+        return segs[b] if b < len(segs) else None
+
+
+def _linked(run: list[tuple[str, Commit]]) -> bool:
+    for (pid, p), (_, c) in zip(run, run[1:], strict=False):
+        if c.depth != p.depth + 1 or not c.parents or o.hex_id(c.parents[0]) != pid:
+            return False
+    return True
+
+
+def _merge_depth(a: _Chain, b: _Chain) -> int:
+    """The depth of the deepest commit on both paths (-1: unrelated). Binary search."""
+    lo, hi = -1, min(a.depth, b.depth)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.id_at(mid) == b.id_at(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# -- the plan -----------------------------------------------------------------------------
+@dataclass
+class _Update:
+    """One ref swap on the destination: set ``ref`` to ``target`` with ``meta``."""
+
+    ref: str
+    target: str
+    meta: dict[str, Any]
+    final: bool = True
+    force: bool = False
+    kept: bool = False  # a remotes/... ref written because both sides moved
+    display: str = ""
+
+
+@dataclass
+class _Step:
+    objects: list[str]
+    updates: list[_Update]
+
+
+class _Sync:
+    def __init__(self, src: Store, dst: Store, *, force: bool, pull_remote: str | None,
+                 progress: ProgressFn | None) -> None:
+        self.src, self.dst = src, dst
+        self.force = force
+        self.pull_remote = pull_remote  # set for a pull: the name of the remote we read
+        self.progress = progress
+        self.report = SyncReport()
+        self.steps: list[_Step] = []
+        self.dst_values: dict[str, RefValue | None] = {}
+        self.scope_needs: dict[str, set[str]] = {}  # scope ref -> scope commits named by new commits
+        self.depth_cache: dict[str, int] = {}
+        self.pool = ThreadPoolExecutor(REF_THREADS)
+        self._failed: set[str] = set()
+        self.near = dst if pull_remote is not None else None
+        self._total = 0
+
+    # reading refs --------------------------------------------------------------------
+    def _read_dst(self, refs: Iterable[str]) -> None:
+        todo = [r for r in refs if r not in self.dst_values]
+        for r, v in zip(todo, self.pool.map(self.dst.refs.read, todo), strict=True):
+            self.dst_values[r] = v
+
+    def _depths(self, cids: Iterable[str]) -> None:
+        """Learn the depth of commits (from the source if it has them, else the destination)."""
+        todo = [c for c in dict.fromkeys(cids) if c not in self.depth_cache]
+        if not todo:
+            return
+        first, second = (self.dst, self.src) if self.near is not None else (self.src, self.dst)
+        got = first.objects.get_many(todo, missing_ok=True)
+        rest = [c for c in todo if not isinstance(got.get(c), Commit)]
+        if rest:
+            got.update(second.objects.get_many(rest, missing_ok=True))
+        for c in todo:
+            obj = got.get(c)
+            if isinstance(obj, Commit):
+                self.depth_cache[c] = obj.depth
+
+    def _src_objects(self, ids: Iterable[str]) -> dict[str, Any]:
+        """Objects of the source, read from the local side first when pulling."""
+        ids = list(dict.fromkeys(ids))
+        got: dict[str, Any] = {}
+        if self.near is not None:
+            got = self.near.objects.get_many(ids, missing_ok=True)
+        rest = [i for i in ids if i not in got]
+        if rest:
+            got.update(self.src.objects.get_many(rest))
+        return got
+
+    # planning --------------------------------------------------------------------------
+    def plan(self, sel: Selection) -> None:
+        prefix, scope_refs, scope_prefix = _selection(sel)
+        src_names = [n for n in self.src.refs.list(prefix) if not _is_tracking(n)]
+        src_vals = self.src.refs.read_many(src_names)
+        dst_names = set(self.dst.refs.list(prefix))
+        sessions: dict[str, list[str]] = {}
+        for n in src_names:
+            parts = n.split("/")
+            if len(parts) >= 5:
+                sessions.setdefault("/".join(parts[:4]), []).append(n)
+        # Only refs that exist on the destination, in sessions the source has, are read
+        # (with their tokens, for the compare-and-swap).
+        self._read_dst([n for n in dst_names if "/".join(n.split("/")[:4]) in sessions
+                        and (not _is_tracking(n) or self.pull_remote)])
+        for n in src_names:
+            self.dst_values.setdefault(n, None)
+        for sprefix, refs in sorted(sessions.items()):
+            self._plan_session(sprefix, refs, src_vals, dst_names)
+        # Scope refs: the selection's, and every one that new session commits need.
+        if scope_refs is None:
+            scope_refs = [n for n in self.src.refs.list(scope_prefix or "state") if not _is_tracking(n)]
+        wanted = sorted(set(scope_refs) | set(self.scope_needs))
+        src_scope = self.src.refs.read_many(wanted)
+        self._read_dst(wanted)
+        scope_steps_start = len(self.steps)
+        for ref in wanted:
+            v = src_scope.get(ref)
+            if v is None or v.symbolic:
+                continue
+            self._plan_ref(ref, v, [], kind="scope", extra_tips=self.scope_needs.get(ref, set()))
+        # Scope objects must land before the session commits that name them.
+        self.steps = self.steps[scope_steps_start:] + self.steps[:scope_steps_start]
+
+    def _plan_session(self, sprefix: str, refs: list[str], src_vals: Mapping[str, RefValue | None],
+                      dst_names: set[str]) -> None:
+        dst_direct = [n for n in dst_names if n.startswith(sprefix + "/")]
+        candidates = [v.target for n in dst_direct if (v := self.dst_values.get(n)) is not None and not v.symbolic]
+        head_name = f"{sprefix}/HEAD"
+        head = src_vals.get(head_name)
+        ordered = sorted((r for r in refs if r != head_name), key=lambda r: not r.split("/")[4] == "heads")
+        for ref in ordered:
+            v = src_vals.get(ref)
+            if v is None or v.symbolic:
+                continue
+            kind = "branch" if ref.split("/")[4] == "heads" else "label"
+            self._plan_ref(ref, v, candidates, kind=kind)
+        if head is not None and self.dst_values.get(head_name) is None:
+            meta = {k: v for k, v in head.meta.items() if k != "w"}
+            if head.symbolic is None:  # a detached HEAD: its commit must travel too
+                self._plan_ref(head_name, head, candidates, kind="head")
+            else:
+                self.steps.append(_Step([], [_Update(head_name, head.target, meta, display=describe(head_name))]))
+
+    def _plan_ref(self, ref: str, src_v: RefValue, candidates: list[str], kind: str,
+                  extra_tips: set[str] | None = None) -> None:
+        src_tip = src_v.target
+        dst_v = self.dst_values.get(ref)
+        dst_tip = dst_v.target if dst_v is not None and not dst_v.symbolic else None
+        display = describe(ref)
+        meta = {k: v for k, v in src_v.meta.items() if k != "w"}
+        if dst_tip == src_tip:
+            self.report.refs_up_to_date += 1
+            for t in (extra_tips or set()) - {src_tip}:
+                self._send_chain(ref, t, None, [src_tip], kind)
+            return
+        chain = _Chain(self.src, src_tip, src_v.meta, self.near)
+        known = [c for c in dict.fromkeys(([dst_tip] if dst_tip else []) + candidates)]
+        self._depths(known)
+        update_ref, force_it, kept = ref, False, False
+        if dst_tip is not None and kind == "label":
+            # A label names one commit for good: a different one on the other side is a
+            # conflict whichever way the commits are related.
+            if not self.force:
+                self._refuse(ref, display, src_tip, dst_tip, "the label names another commit there")
+                return
+            force_it = True
+        elif dst_tip is not None:
+            dd = self.depth_cache.get(dst_tip)
+            ff = dd is not None and chain.contains(dst_tip, dd)
+            if not ff:
+                behind = self._contains(dst_tip, dst_v, src_tip)
+                if behind and self.pull_remote is not None:
+                    self.report.refs_up_to_date += 1  # our side has more: nothing to take
+                    return
+                if self.force:
+                    force_it = True
+                elif self.pull_remote is not None and kind in ("branch", "scope"):
+                    update_ref, kept = _tracking_ref(ref, self.pull_remote), True
+                else:
+                    why = ("the remote is ahead (it has commits this side lacks)" if behind
+                           else "histories diverged")
+                    self._refuse(ref, display, src_tip, dst_tip, why)
+                    # Session commits sent now may name these state commits: send them anyway.
+                    for t in extra_tips or ():
+                        self._send_chain(ref, t, None, known, kind)
+                    return
+        if kept:
+            self._read_dst([update_ref])
+            cur = self.dst_values.get(update_ref)
+            if cur is not None and cur.target == src_tip:
+                self.report.refs_up_to_date += 1
+                return
+        self._send_chain(update_ref, src_tip, chain, known, kind, meta=meta, force=force_it or kept,
+                         kept=kept, display=display)
+        for t in (extra_tips or set()) - {src_tip}:
+            self._send_chain(ref, t, None, known + [src_tip], kind)
+
+    def _refuse(self, ref: str, display: str, src_tip: str, dst_tip: str, why: str) -> None:
+        pulling = self.pull_remote is not None
+        local, remote = (dst_tip, src_tip) if pulling else (src_tip, dst_tip)
+        self.report.refs_refused.append(Refusal(ref, _refusal(display, src_tip, dst_tip, why, pulling),
+                                                local, remote))
+
+    def _contains(self, dst_tip: str, dst_v: RefValue | None, src_tip: str) -> bool:
+        """Whether ``src_tip`` is on the destination's path to ``dst_tip``."""
+        self._depths([src_tip])
+        sd = self.depth_cache.get(src_tip)
+        if sd is None:
+            return False
+        other = _Chain(self.dst, dst_tip, dst_v.meta if dst_v else None)
+        return other.contains(src_tip, sd)
+
+    def _base_depth(self, chain: _Chain, known: list[str]) -> int:
+        """The deepest commit of ``chain`` whose whole history the destination has (-1: none)."""
+        best = -1
+        diverged = []
+        for t in known:
+            d = self.depth_cache.get(t)
+            if d is None:
+                continue
+            if chain.contains(t, d):
+                best = max(best, d)
+            else:
+                diverged.append(t)
+        for t in diverged:
+            # Reading the other path is only needed when histories forked; a binary search
+            # over both paths costs a few block reads each.
+            if self.depth_cache[t] <= best:
+                continue
+            try:
+                other = _Chain(self.dst, t, self._dst_meta_for(t))
+            except (o.IntegrityError, KeyError):
+                continue
+            best = max(best, _merge_depth(chain, other))
+        return best
+
+    def _dst_meta_for(self, tip: str) -> Mapping[str, Any] | None:
+        for v in self.dst_values.values():
+            if v is not None and v.target == tip:
+                return v.meta
+        return None
+
+    def _send_chain(self, ref: str, tip: str, chain: _Chain | None, known: list[str], kind: str,
+                    meta: dict[str, Any] | None = None, force: bool = False, kept: bool = False,
+                    display: str = "") -> None:
+        """Plan the objects of ``tip``'s path the destination lacks, then (if ``meta`` is
+        given) the swap of ``ref``; long histories get checkpoint swaps on the way."""
+        if chain is None:
+            chain = _Chain(self.src, tip, None, self.near)
+        self._depths(known)
+        base = self._base_depth(chain, known)
+        new = chain.range(base + 1, chain.depth) if base < chain.depth else []
+        if not new:
+            if meta is not None:
+                self.steps.append(_Step([], [_Update(ref, tip, meta, force=force, kept=kept, display=display)]))
+            return
+        base_commit = chain.commit_at(base)[1] if base >= 0 else None
+        owners = self._closure(chain, new, base_commit, meta)
+        if kind != "scope":
+            for _, c in new:
+                for scope, raw in c.scopes.items():
+                    sref = self._scope_ref_of(ref, scope)
+                    if sref:
+                        self.scope_needs.setdefault(sref, set()).add(o.hex_id(raw))
+        # Group the objects by the commit that first needs them; cut into checkpoints.
+        per_commit: list[list[str]] = [[] for _ in new]
+        for oid, i in owners.items():
+            per_commit[i].append(oid)
+        piece: list[str] = []
+        for i, (cid, c) in enumerate(new):
+            piece.extend(per_commit[i])
+            last = i == len(new) - 1
+            updates: list[_Update] = []
+            if last and meta is not None:
+                updates.append(_Update(ref, tip, meta, force=force, kept=kept, display=display))
+            elif len(piece) >= BATCH and meta is not None and (c.depth + 1) % K != 0:
+                updates.append(_Update(ref, cid, self._checkpoint_meta(chain, c), final=False,
+                                       force=force, kept=kept, display=display))
+                force = False  # later checkpoints extend this one
+            if updates or last:
+                self.steps.append(_Step(piece, updates))
+                piece = []
+
+    def _checkpoint_meta(self, chain: _Chain, c: Commit) -> dict[str, Any]:
+        start = (c.depth // K) * K
+        tail = [cid for cid, _ in chain.range(start, c.depth)]
+        hint = Hint(o.hex_id(c.index) if c.index else None, tail)
+        return {**hint.to_meta(), "t": c.time, "n": c.depth + 1}
+
+    @staticmethod
+    def _scope_ref_of(ref: str, scope: str) -> str | None:
+        parts = ref.split("/")
+        if parts[0] != "sessions" or len(parts) < 4:
+            return None
+        return f"state/{parts[1]}/app" if scope == "app" else f"state/{parts[1]}/users/{parts[2]}"
+
+    def _closure(self, chain: _Chain, new: list[tuple[str, Commit]], base: Commit | None,
+                 meta: Mapping[str, Any] | None) -> dict[str, int]:
+        """Every object the new commits add, mapped to the position of the first commit needing it."""
+        owners: dict[str, int] = {}
+
+        def own(oid: str, i: int) -> None:
+            if owners.get(oid, i + 1) > i:
+                owners[oid] = i
+
+        pairs: list[tuple[int, str, str | None]] = []
+        prev_state = base.state if base is not None else None
+        known_index = {o.hex_id(base.index)} if base is not None and base.index else set()
+        for i, (cid, c) in enumerate(new):
+            own(cid, i)
+            if c.body is not None:
+                own(o.hex_id(c.body), i)
+            if c.state is not None and c.state != prev_state:
+                pairs.append((i, o.hex_id(c.state), o.hex_id(prev_state) if prev_state else None))
+            prev_state = c.state
+            if c.index is not None and o.hex_id(c.index) not in known_index:
+                own(o.hex_id(c.index), i)
+            if (c.depth + 1) % K == 0:
+                sid = chain.segment_for_block(c.depth // K)
+                if sid is None:
+                    sid = self._segment_from_next_index(new, i)
+                if sid is not None:
+                    own(sid, i)
+        hint = Hint.from_meta(meta) if meta else None
+        if hint is not None and hint.index and hint.index not in known_index:
+            own(hint.index, len(new) - 1)
+        for oid, i in self._tree_diff(pairs).items():
+            own(oid, i)
+        return owners
+
+    def _segment_from_next_index(self, new: list[tuple[str, Commit]], i: int) -> str | None:
+        # The segment of a block is listed last by the index the next block's commits name.
+        if i + 1 < len(new) and new[i + 1][1].index is not None:
+            iid = o.hex_id(new[i + 1][1].index)  # type: ignore[arg-type]
+            idx = self._src_objects([iid])[iid]
+            if isinstance(idx, Index) and idx.segments:
+                return o.hex_id(idx.segments[-1])
+        return None
+
+    def _tree_diff(self, pairs: list[tuple[int, str, str | None]]) -> dict[str, int]:
+        """Trees and values of the new states that their parent states lack, compared by id."""
+        out: dict[str, int] = {}
+        level = sorted(pairs)
+        while level:
+            need = {n for _, n, _ in level} | {x for _, _, x in level if x}
+            got = self._src_objects(need)
+            nxt: list[tuple[int, str, str | None]] = []
+            for i, new_id, old_id in level:
+                if out.get(new_id, i + 1) <= i:
+                    continue
+                out[new_id] = i
+                nt = got[new_id]
+                ot = got.get(old_id) if old_id else None
+                if not isinstance(nt, Tree) or (ot is not None and not isinstance(ot, Tree)):
+                    raise IntegrityError(new_id, "expected a state tree")
+                old_vals = set(ot.refs.values()) if ot is not None else set()
+                for raw in nt.refs.values():
+                    if raw not in old_vals:
+                        vid = o.hex_id(raw)
+                        if out.get(vid, i + 1) > i:
+                            out[vid] = i
+                for b, raw in nt.sub.items():
+                    if ot is not None and ot.sub:
+                        old_child = ot.sub.get(b)
+                        if old_child == raw:
+                            continue
+                        nxt.append((i, o.hex_id(raw), o.hex_id(old_child) if old_child else None))
+                    else:  # the old tree was flat: compare the child with it, key by key
+                        nxt.append((i, o.hex_id(raw), old_id))
+            level = sorted(nxt)
+        return out
+
+    # executing -------------------------------------------------------------------------
+    def run(self) -> SyncReport:
+        seen: set[str] = set()
+        total = 0
+        for step in self.steps:
+            fresh = [x for x in dict.fromkeys(step.objects) if x not in seen]
+            seen.update(fresh)
+            step.objects = fresh
+            total += len(fresh)
+        self._total = total
+        self._tick()
+        buffer: list[str] = []
+        ready: list[_Update] = []
+        for step in self.steps:
+            buffer.extend(step.objects)
+            ready.extend(step.updates)
+            if len(buffer) >= BATCH:
+                self._copy(buffer)
+                buffer = []
+                self._apply(ready)
+                ready = []
+        self._copy(buffer)
+        self._apply(ready)
+        self.pool.shutdown()
+        return self.report
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            self.progress(SyncProgress(self.report.objects_sent, self._total, self.report.bytes_sent,
+                                       len(self.report.refs_updated)))
+
+    def _copy(self, ids: list[str]) -> None:
+        for i in range(0, len(ids), BATCH):
+            batch = ids[i : i + BATCH]
+            stored = self.src.objects.get_stored_many(batch)
+            self.dst.objects.put_stored(stored)
+            self.report.objects_sent += len(stored)
+            self.report.bytes_sent += sum(len(v) for v in stored.values())
+            self._tick()
+
+    def _apply(self, updates: list[_Update]) -> None:
+        if not updates:
+            return
+        last: dict[str, _Update] = {}
+        for u in updates:  # a later checkpoint of a ref supersedes an earlier one
+            last.pop(u.ref, None)
+            last[u.ref] = u
+        direct = [u for u in last.values() if not u.target.startswith("ref: ")]
+        symbolic = [u for u in last.values() if u.target.startswith("ref: ")]
+        for group in (direct, symbolic):
+            futures = [self.pool.submit(self._swap, u) for u in group]
+            # Let every swap finish before reporting a failure: none may land after we return.
+            errors = [e for f in futures if (e := f.exception()) is not None]
+            if errors:
+                raise errors[0]
+        self._tick()
+
+    def _swap(self, u: _Update) -> None:
+        if u.ref in self._failed:
+            return
+        cur = self.dst_values.get(u.ref)
+        if u.target.startswith("ref: "):
+            # HEAD is only created, never moved, and only once its branch is there.
+            branch = u.ref.rsplit("/", 1)[0] + "/" + u.target[len("ref: "):]
+            if self.dst_values.get(branch) is None:
+                return
+            try:
+                self.dst_values[u.ref] = self.dst.refs.swap(u.ref, u.target, None, u.meta)
+            except RefConflict:
+                return
+            self.report.refs_updated.append(u.ref)
+            return
+        try:
+            self.dst_values[u.ref] = self.dst.refs.swap(u.ref, u.target, cur, u.meta)
+        except RefConflict as e:
+            if e.actual == u.target and u.final:
+                self.report.refs_up_to_date += 1
+                return
+            self._failed.add(u.ref)
+            mine = u.target if u.final else None
+            local, remote = (e.actual, mine) if self.pull_remote else (mine, e.actual)
+            where = "locally" if self.pull_remote else "on the remote"
+            self.report.refs_refused.append(Refusal(
+                u.ref,
+                f"{u.display or describe(u.ref)} changed {where} during the sync "
+                f"(expected {_short(cur.target if cur else None)}, found {_short(e.actual)}); "
+                "nothing was overwritten: run the command again",
+                local, remote))
+            return
+        if u.final:
+            (self.report.refs_kept_as_remote if u.kept else self.report.refs_updated).append(u.ref)
+
+
+def _short(cid: str | None) -> str:
+    return cid[:12] if cid else "(absent)"
+
+
+def _refusal(display: str, src_tip: str, dst_tip: str, why: str, pulling: bool) -> str:
+    here, there = ("remote", "local") if pulling else ("local", "remote")
+    hint = "use --force to overwrite" if pulling else "pull first, or use --force to overwrite the remote"
+    return (f"non-fast-forward: {display}: {why} ({here} tip {_short(src_tip)}, {there} tip "
+            f"{_short(dst_tip)}); {hint}")
+
+
+def _is_tracking(ref: str) -> bool:
+    parts = ref.split("/")
+    return (parts[0] == "sessions" and len(parts) > 4 and parts[4] == "remotes") or (
+        parts[0] == "state" and len(parts) > 2 and parts[2] == "remotes")
+
+
+def _tracking_ref(ref: str, remote: str) -> str:
+    """Where a pull keeps a remote tip that diverged from ours."""
+    seg = names.encode(remote, "remote name")
+    parts = ref.split("/")
+    if parts[0] == "sessions":  # sessions/a/u/s/heads/<branch> -> sessions/a/u/s/remotes/<r>/<branch>
+        return "/".join(parts[:4] + ["remotes", seg, parts[5]])
+    return "/".join(parts[:2] + ["remotes", seg] + parts[2:])  # state/a/remotes/<r>/app|users/u
+
+
+def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: ProgressFn | None,
+          pull_remote: str | None) -> SyncReport:
+    src.require()
+    dst.init()
+    job = _Sync(src, dst, force=force, pull_remote=pull_remote, progress=progress)
+    try:
+        job.plan(sessions)
+        return job.run()
+    finally:
+        job.pool.shutdown()
+
+
+def push(src: Store, dst: Store, sessions: Selection = None, force: bool = False,
+         progress: ProgressFn | None = None) -> SyncReport:
+    """Send sessions from ``src`` to ``dst``: objects it lacks, then refs by compare-and-swap.
+
+    Args:
+        src: the store to read.
+        dst: the store to update (created on the first push).
+        sessions: ``None`` for every session, an app name, ``(app, user)``, or
+            ``(app, user, session)``. The app- and user-state refs of the selection go too.
+        force: overwrite refs that are not fast-forwards (their old commits stay as
+            unreachable objects until ``gc``).
+        progress: called with a :class:`SyncProgress` after planning and each batch.
+
+    Returns:
+        A :class:`SyncReport`; refused refs are in ``refs_refused`` (nothing raises for them).
+
+    Raises:
+        StoreNotFound: ``src`` has no store.
+        InvalidName: a bad name in ``sessions``.
+        ObjectNotFound, IntegrityError: ``src`` is damaged.
+        StorageError: a backend failed (what was sent stays; refs point only at complete
+            histories, and pushing again sends only the rest).
+    """
+    return _sync(src, dst, sessions, force, progress, None)
+
+
+def pull(src: Store, dst: Store, sessions: Selection = None, force: bool = False,
+         progress: ProgressFn | None = None, remote_name: str = "origin") -> SyncReport:
+    """Bring sessions from the remote ``src`` into the local ``dst``.
+
+    Like :func:`push` in the other direction, except that a branch (or app/user state)
+    that moved on both sides is not refused: the remote tip is kept in the local store as
+    ``remotes/<remote_name>/<branch>`` (listed in ``refs_kept_as_remote``) and the local
+    branch is left as it was. A branch where the local side is ahead is left alone.
+    With ``force``, local refs are overwritten by the remote ones instead.
+
+    Raises:
+        see :func:`push`.
+    """
+    _check_remote_name(remote_name)
+    return _sync(src, dst, sessions, force, progress, remote_name)
+
+
+def clone(url: str, dest: str, selection: Selection = None, *, remote_name: str = "origin",
+          progress: ProgressFn | None = None, **options: Any) -> SyncReport:
+    """Create a store at ``dest`` holding the selected sessions of the store at ``url``.
+
+    ``url`` is recorded as remote ``remote_name`` (with ``options``) in the new store.
+
+    Raises:
+        CastoreError: ``dest`` already holds a store.
+        StoreNotFound: there is no store at ``url``.
+        StorageError, FormatError, InvalidName.
+    """
+    with Store.open(url, **options) as remote, Store.open(dest) as local:
+        remote.require()
+        if local.exists:
+            raise CastoreError(f"{local.url} already holds a castore store; pull into it instead")
+        local.init()
+        add_remote(local, remote_name, url, options)
+        return pull(remote, local, selection, progress=progress, remote_name=remote_name)
+
+
+__all__ = [
+    "push",
+    "pull",
+    "clone",
+    "SyncReport",
+    "SyncProgress",
+    "Refusal",
+    "add_remote",
+    "remove_remote",
+    "list_remotes",
+    "open_remote",
+    "describe",
+    "BATCH",
+]
