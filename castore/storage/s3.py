@@ -98,7 +98,11 @@ class S3Storage(Storage):
         opts = dict(storage_options)
         ck = dict(opts.pop("config_kwargs", None) or {})
         ck.setdefault("max_pool_connections", CONCURRENCY)
-        retries = opts.pop("retries", None)  # s3fs's own retry count (a class attribute there)
+        # castore retries idempotent calls itself (castore.storage.retrying), so the layers
+        # below try little: otherwise an unreachable endpoint takes many seconds to report.
+        ck.setdefault("retries", {"total_max_attempts": 2, "mode": "standard"})
+        ck.setdefault("connect_timeout", 5)
+        retries = opts.pop("retries", 2)  # s3fs's own retry count (a class attribute there)
         self.endpoint: str = (
             opts.get("endpoint_url") or (opts.get("client_kwargs") or {}).get("endpoint_url") or "the AWS default endpoint"
         )
