@@ -75,7 +75,8 @@ def resolve_name(session: Session, name: str) -> ObjectId | None:
         return head
     lowered = name.lower()
     if o.is_hex_id(lowered) and is_commit(session, lowered):
-        _check_owned(session, name, lowered)
+        # A full id is unguessable (256 bits): holding it is the capability, as in git.
+        # Adapters rely on this to put refs on commits they have just built.
         return ObjectId(lowered)
     refs = session.store.refs
     try:
@@ -121,8 +122,9 @@ def is_commit(session: Session, oid: str) -> bool:
 def owns(session: Session, cid: str) -> bool:
     """Whether commit ``cid`` is on the history of one of ``session``'s refs.
 
-    Objects are shared across the store, so an id alone must not open another tenant's
-    history: a commit counts only if a branch, label or HEAD of this session reaches it.
+    Objects are shared across the store, so a short id prefix (guessable) must not open
+    another tenant's history: it counts only if a branch, label or HEAD of this session
+    reaches the commit.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.

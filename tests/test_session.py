@@ -376,12 +376,12 @@ def test_an_ambiguous_prefix_lists_its_candidates(s: castore.Session, store: cas
 
 
 # -- the snapshot chain: time travel -----------------------------------------------------------
-def test_an_id_of_another_sessions_commit_does_not_resolve(store: castore.Store) -> None:
+def test_a_short_id_of_another_sessions_commit_does_not_resolve(store: castore.Store) -> None:
     alice = store.session("app", "alice", "s")
     bob = store.session("app", "bob", "s")
     secret = alice.append(castore.Message(role="user", content="alice's secret"))
     bob.append(castore.Message(role="user", content="hi"))
-    for rev in (secret, secret[:8]):
+    for rev in (secret[:4], secret[:8], secret[:63]):
         with pytest.raises(RevisionNotFound):
             bob.show(rev)
         with pytest.raises(RevisionNotFound):
