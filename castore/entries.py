@@ -215,6 +215,29 @@ def entry_from(kind: str, body: Any, author: str, delta: dict[str, Any], meta: d
     return Custom(kind, body)
 
 
+def entry_fields(entry: EntryType) -> dict[str, Any]:
+    """An entry as a plain dict of its fields, by kind (a message is its dict form)."""
+    if isinstance(entry, Message):
+        return entry.to_dict()
+    if isinstance(entry, Event):
+        return {
+            "author": entry.author,
+            "message": entry.message.to_dict() if entry.message is not None else None,
+            "state_delta": dict(entry.state_delta),
+            "meta": dict(entry.meta),
+        }
+    if isinstance(entry, Compaction):
+        return {"summary": entry.summary, "first_kept": entry.first_kept,
+                "tokens_before": entry.tokens_before, "details": entry.details}
+    if isinstance(entry, BranchSummary):
+        return {"summary": entry.summary, "from_id": entry.from_id, "details": entry.details}
+    if isinstance(entry, ModelChange):
+        return {"model": entry.model, "provider": entry.provider, "thinking_level": entry.thinking_level}
+    if isinstance(entry, Custom):
+        return {"type": entry.type, "data": entry.data}
+    return {}
+
+
 def _compact(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 

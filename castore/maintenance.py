@@ -16,8 +16,6 @@ meanwhile.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -32,14 +30,12 @@ from .objectstore import PREFIX as OBJECTS_PREFIX
 from .objectstore import object_key
 from .refs import PREFIX as REFS_PREFIX
 from .refs import parse
-from .store import CONFIG_KEY, Store
+from .store import Store
 
 #: two weeks, as git's default prune age
 DEFAULT_GRACE = 14 * 24 * 3600.0
 #: objects read per batch (one concurrent read on S3)
 _BATCH = 256
-#: a lock file with no owner written yet is only called stale after this many seconds
-_EMPTY_LOCK_GRACE = 5.0
 
 _KIND_NAMES = {Commit: "commit", Tree: "tree", Value: "value", Blob: "blob", Index: "index", Segment: "segment"}
 _ANY: tuple[type, ...] = (Commit, Tree, Value, Blob, Index, Segment)
@@ -285,7 +281,7 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
 
 # -- locks ---------------------------------------------------------------------------------
 def stale_locks(store: Store) -> list[str]:
-    """Ref lock files that no live process holds (local disk only; empty elsewhere).
+    """Lock files that no live process holds (local disk only; empty elsewhere).
 
     A writer killed while it held a ref's lock leaves the file behind; the next writer of
     that ref clears it, and so does :func:`gc`.
@@ -293,87 +289,18 @@ def stale_locks(store: Store) -> list[str]:
     Raises:
         StorageError: the backend failed.
     """
-    list_locks = getattr(store.storage, "list_locks", None)
-    root = getattr(store.storage, "root", None)
-    if list_locks is None or root is None:
-        return []
-    found = list_locks(REFS_PREFIX)
-    if os.path.exists(os.path.join(root, CONFIG_KEY + ".lock")):
-        found.append(CONFIG_KEY + ".lock")
-    return sorted(x for x in set(found) if _lock_is_stale(os.path.join(root, *x.split("/"))))
-
-
-def _lock_is_stale(path: str) -> bool:
-    """Whether no live process holds the lock file at ``path``.
-
-    A live writer holds an exclusive ``flock`` from just after creating the file until it
-    removes it; a writer caught between the two has written nothing yet (young, empty) or
-    its pid is alive on this host.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # held by a live writer
-        st = os.fstat(fd)
-        owner = os.pread(fd, 200, 0).decode(errors="replace").split()
-        if not owner:
-            return time.time() - st.st_mtime >= _EMPTY_LOCK_GRACE
-        if len(owner) >= 2 and owner[1] == os.uname().nodename and owner[0].isdigit():
-            return not _pid_alive(int(owner[0])) or not _same_file(path, st)
-        return True
-    finally:
-        os.close(fd)
-
-
-def _same_file(path: str, st: os.stat_result) -> bool:
-    try:
-        return os.stat(path).st_ino == st.st_ino
-    except FileNotFoundError:
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    find = getattr(store.storage, "stale_locks", None)
+    return sorted(find("")) if find is not None else []
 
 
 def clear_stale_locks(store: Store) -> list[str]:
-    """Remove the stale ref locks :func:`stale_locks` finds; return what was removed.
+    """Remove the stale locks :func:`stale_locks` finds; return what was removed.
 
     Raises:
         StorageError: the backend failed.
     """
-    root = getattr(store.storage, "root", None)
-    cleared = []
-    for lock in stale_locks(store):
-        path = os.path.join(root, *lock.split("/"))  # type: ignore[arg-type]
-        # Take the lock ourselves before removing it, so a writer that just took it over
-        # (and holds the flock) is never robbed.
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            if _same_file(path, os.fstat(fd)):
-                os.unlink(path)
-                cleared.append(lock)
-        finally:
-            os.close(fd)
-    return cleared
+    clear = getattr(store.storage, "clear_stale_locks", None)
+    return sorted(clear("")) if clear is not None else []
 
 
 # -- gc ------------------------------------------------------------------------------------

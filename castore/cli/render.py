@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from .. import objects as o
-from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange, content_text
+from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange, content_text, entry_fields
 from ..session import LogEntry
 from ..store import SessionInfo
 from .common import format_key
@@ -145,26 +145,7 @@ class Refs:
 # -- JSON documents --------------------------------------------------------------------------
 def entry_json(e: LogEntry) -> dict[str, Any]:
     """The entry itself, by kind (a message is its dict form)."""
-    entry = e.entry
-    if isinstance(entry, Message):
-        return entry.to_dict()
-    if isinstance(entry, Event):
-        return {
-            "author": entry.author,
-            "message": entry.message.to_dict() if entry.message is not None else None,
-            "state_delta": dict(entry.state_delta),
-            "meta": dict(entry.meta),
-        }
-    if isinstance(entry, Compaction):
-        return {"summary": entry.summary, "first_kept": entry.first_kept,
-                "tokens_before": entry.tokens_before, "details": entry.details}
-    if isinstance(entry, BranchSummary):
-        return {"summary": entry.summary, "from_id": entry.from_id, "details": entry.details}
-    if isinstance(entry, ModelChange):
-        return {"model": entry.model, "provider": entry.provider, "thinking_level": entry.thinking_level}
-    if isinstance(entry, Custom):
-        return {"type": entry.type, "data": entry.data}
-    return {}
+    return entry_fields(e.entry)
 
 
 def commit_json(e: LogEntry, refs: Refs | None = None) -> dict[str, Any]:

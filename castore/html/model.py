@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import context as ctx
 from .. import objects as o
-from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange
+from ..entries import Event, entry_fields
 from ..session import LogEntry, Session
 from ..state import read_states
 from .layout import layout
@@ -36,21 +36,11 @@ FORMAT = 1
 
 def entry_doc(e: LogEntry) -> dict[str, Any]:
     """The entry of one commit as a JSON-ready dict (an event's delta and meta are on the node)."""
-    entry = e.entry
-    if isinstance(entry, Message):
-        return entry.to_dict()
-    if isinstance(entry, Event):
-        return {"author": entry.author, "message": entry.message.to_dict() if entry.message is not None else None}
-    if isinstance(entry, Compaction):
-        return {"summary": entry.summary, "first_kept": entry.first_kept,
-                "tokens_before": entry.tokens_before, "details": entry.details}
-    if isinstance(entry, BranchSummary):
-        return {"summary": entry.summary, "from_id": entry.from_id, "details": entry.details}
-    if isinstance(entry, ModelChange):
-        return {"model": entry.model, "provider": entry.provider, "thinking_level": entry.thinking_level}
-    if isinstance(entry, Custom):
-        return {"type": entry.type, "data": entry.data}
-    return {}
+    doc = entry_fields(e.entry)
+    if isinstance(e.entry, Event):
+        doc.pop("state_delta", None)
+        doc.pop("meta", None)
+    return doc
 
 
 def _scope_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str,

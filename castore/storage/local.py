@@ -180,33 +180,19 @@ class LocalStorage(Storage):
     @staticmethod
     def _clear_if_stale(lock: str) -> bool:
         """Remove ``lock`` if its owner is dead; True if it was removed (or vanished)."""
-        try:
-            fd = os.open(lock, os.O_RDONLY)
-        except FileNotFoundError:
-            return True
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False  # a live process holds it
-            # We hold the flock: the creator is dead, or has not reached its flock yet.
-            st = os.fstat(fd)
-            try:
-                if os.stat(lock).st_ino != st.st_ino:
-                    return True  # replaced meanwhile; look again
-            except FileNotFoundError:
-                return True
-            owner = os.pread(fd, 200, 0).decode(errors="replace").split()
-            if not owner:
-                if time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
-                    return False
-            elif owner[1:2] == [_HOST] and _pid_alive(int(owner[0])):
-                # same host, owner alive but not holding flock: it is between O_EXCL and flock
-                return False
-            os.unlink(lock)
-            return True
-        finally:
-            os.close(fd)
+        return _check_stale(lock, remove=True) is not False
+
+    def stale_locks(self, prefix: str = "") -> list[str]:
+        """Lock files below ``prefix`` that no live process holds (keys relative to the root).
+
+        A writer killed while holding a lock leaves its file behind; the next writer of
+        that key clears it (and so does :meth:`clear_stale_locks`).
+        """
+        return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=False)]
+
+    def clear_stale_locks(self, prefix: str = "") -> list[str]:
+        """Remove the lock files :meth:`stale_locks` finds; return their keys."""
+        return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=True) is True]
 
     def _unlock(self, path: str, fd: int) -> None:
         try:
@@ -311,6 +297,41 @@ class LocalStorage(Storage):
             rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             out.extend(f"{rel}/{f}" for f in files if f.endswith(".lock"))
         return out
+
+
+def _check_stale(lock: str, remove: bool) -> bool | None:
+    """Whether no live process holds ``lock``; with ``remove``, delete it if so.
+
+    A live writer holds an exclusive ``flock`` from just after creating the lock file until
+    the file is gone; a writer caught between the two has written nothing yet (a young,
+    empty file) or its pid is alive on this host. Returns None when the file vanished.
+    """
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live process holds it
+        st = os.fstat(fd)
+        try:
+            if os.stat(lock).st_ino != st.st_ino:
+                return None  # replaced meanwhile
+        except FileNotFoundError:
+            return None
+        owner = os.pread(fd, 200, 0).decode(errors="replace").split()
+        if not owner:
+            if time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
+                return False
+        elif len(owner) >= 2 and owner[0].isdigit() and owner[1] == _HOST and _pid_alive(int(owner[0])):
+            return False  # alive, between O_EXCL and flock
+        if remove:
+            os.unlink(lock)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
