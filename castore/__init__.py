@@ -25,7 +25,15 @@ Where things are (each layer imports only the ones below it):
 
 from __future__ import annotations
 
-from .entries import DELETE, BranchSummary, Compaction, Custom, Event, Message, ModelChange
+from .entries import (
+    DELETE,
+    BranchSummary,
+    Compaction,
+    Custom,
+    Event,
+    Message,
+    ModelChange,
+)
 from .errors import (
     AmbiguousRevision,
     AuditError,

@@ -201,6 +201,40 @@ class History:
         return base
 
     # -- writing hints and segments ------------------------------------------------------
+    def path_via(self, cid: str, tips: list[tuple[str, Hint | None]]) -> list[tuple[str, Commit]]:
+        """The path root -> ``cid``, read as a prefix of a tip's path when one reaches it.
+
+        Time travel usually targets a commit on some branch. That branch's tip has a hint,
+        so its path costs a few batched reads; the commit's own path is then a prefix of
+        it, instead of a walk of up to K-1 parents, one dependent read each (slow on S3).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        c = self.commit(cid)
+        for tip, hint in tips:
+            if hint is None:
+                continue
+            if tip == cid:
+                return self.path(tip, hint)
+            p = self.path(tip, hint)
+            if len(p) > c.depth and p[c.depth][0] == cid:
+                return p[: c.depth + 1]
+        return self.path(cid)
+
+    def hint_from_path(self, path: list[tuple[str, Commit]]) -> tuple[Hint, dict[ObjectId, bytes]]:
+        """The hint for a ref at the end of ``path`` (a full root -> tip path), without reads
+        beyond what a closing block needs; also return objects to write (see :meth:`hint_for`).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        tip, c = path[-1]
+        block_start = (c.depth // K) * K
+        first = path[block_start][1]
+        hint = Hint(o.hex_id(first.index) if first.index else None, [x for x, _ in path[block_start:-1]])
+        return self.advance(hint, tip, c)
+
     def hint_for(self, tip: str) -> tuple[Hint, dict[ObjectId, bytes]]:
         """Compute the hint for ``tip`` by reading its block; also return objects to write.
 

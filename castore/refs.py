@@ -12,8 +12,8 @@ Ref names are relative to ``refs/``: ``sessions/<app>/<user>/<session>/heads/<br
 from __future__ import annotations
 
 import json
+import os
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +155,7 @@ class RefStore:
             RefConflict: the ref changed since ``expect`` was read (``actual`` is set).
             StorageError: the backend failed and it cannot be told whether the write landed.
         """
-        write_id = uuid.uuid4().hex
+        write_id = os.urandom(16).hex()
         meta = {**(meta or {}), "w": write_id}
         data = _serialize(target, meta)
         key = ref_key(name)

@@ -8,9 +8,8 @@ objects first and then moves one branch ref by compare-and-swap.
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import random
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import names, revisions
 from . import objects as o
+from .aio import to_thread
 from .entries import (
     DELETE,
     BranchSummary,
@@ -37,7 +37,7 @@ from .errors import (
     RevisionNotFound,
     SessionExists,
 )
-from .history import K, Hint
+from .history import Hint, K
 from .objects import Commit, ObjectId, Value
 from .refs import RefValue
 from .state import StateWriter, read_state, read_states
@@ -76,7 +76,7 @@ def _twin(method: Callable[..., T]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     async def twin(self: Any, *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(method, self, *args, **kwargs)
+        return await to_thread(method, self, *args, **kwargs)
 
     twin.__doc__ = f"Async twin of :meth:`{method.__name__}` (runs off the event loop)."
     return twin
@@ -278,7 +278,7 @@ class Session:
             except RefConflict:
                 if expect is not None:
                     raise
-                time_ = 0.001 * min(2 ** min(attempt, 6), 50) * random.random()
+                time_ = 0.001 * min(2 ** min(attempt, 6), 50) * (int.from_bytes(os.urandom(2), 'big') / 65536)
                 _sleep(time_)
                 continue
             for p in prepared:
@@ -323,7 +323,7 @@ class Session:
         _, _, tipref = self._read_tip()
         if tipref is not None and tipref.target == cid:
             return self._hint_for(cid, tipref)
-        return self._history.hint_for(cid)
+        return self._history.hint_from_path(self._history.path_via(cid, self._all_tips()))
 
     def _build(self, prepared: list[Prepared], tip: str | None, tipref: RefValue | None,
                scopes: list[dict[str, bytes]]) -> tuple[list[ObjectId], Hint, dict[ObjectId, bytes], Commit]:
@@ -415,7 +415,7 @@ class Session:
                 return []
             hint = Hint.from_meta(tipref.meta)
             return self._history.path(tipref.target, hint)
-        return self._history.path(self.resolve(rev))
+        return self._history.path_via(self.resolve(rev), self._all_tips())
 
     def _to_entries(self, path: list[tuple[str, Commit]]) -> list[LogEntry]:
         bodies = [o.hex_id(c.body) for _, c in path if c.body is not None]
@@ -448,12 +448,15 @@ class Session:
         Raises:
             see :meth:`entries`.
         """
+        # Only message and event commits carry messages: read just their bodies, and build
+        # Message objects directly (no LogEntry per commit on this hot path).
+        path = [(cid, c) for cid, c in self._path(rev) if c.kind in ("message", "event") and c.body is not None]
+        got = self._objs.get_many([o.hex_id(c.body) for _, c in path])  # type: ignore[arg-type]
         out = []
-        for e in self.entries(rev):
-            if isinstance(e.entry, Message):
-                out.append(e.entry)
-            elif isinstance(e.entry, Event) and e.entry.message is not None:
-                out.append(e.entry.message)
+        for _, c in path:
+            body = got[o.hex_id(c.body)].value  # type: ignore[arg-type, union-attr]
+            if body:
+                out.append(Message.from_dict(body))
         return out
 
     def show(self, rev: str = "HEAD") -> LogEntry:
@@ -490,14 +493,13 @@ class Session:
             return base
         out = dict(base)
         if rev == "HEAD":
-            app_s = self.store.scope_state(self.app, None)
-            user_s = self.store.scope_state(self.app, self.user)
+            app_c, user_c = self.store.scope_heads(self.app, self.user)
             out.update(self.temp)
         else:
             assert c is not None
-            app_s = self.store.scope_state(self.app, None, o.hex_id(c.scopes["app"])) if "app" in c.scopes else {}
-            user_s = self.store.scope_state(self.app, self.user, o.hex_id(c.scopes["user"])) \
-                if "user" in c.scopes else {}
+            app_c = o.hex_id(c.scopes["app"]) if "app" in c.scopes else None
+            user_c = o.hex_id(c.scopes["user"]) if "user" in c.scopes else None
+        app_s, user_s = self.store.scope_states([app_c, user_c])
         out.update({f"app:{k}": v for k, v in app_s.items()})
         out.update({f"user:{k}": v for k, v in user_s.items()})
         return out
@@ -859,7 +861,7 @@ class Session:
 
     async def ahead(self) -> ObjectId | None:
         """Async twin of :attr:`head`."""
-        return await asyncio.to_thread(lambda: self.head)
+        return await to_thread(lambda: self.head)
 
 
 def _messages_of(entries: list[LogEntry]) -> list[Message]:

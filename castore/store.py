@@ -7,7 +7,6 @@ behind it raises :class:`~castore.errors.StoreNotFound`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -17,13 +16,20 @@ from typing import Any
 
 from . import names
 from . import objects as o
-from .errors import FormatError, IntegrityError, RefConflict, SessionNotFound, StoreNotFound
+from .aio import to_thread
+from .errors import (
+    FormatError,
+    IntegrityError,
+    RefConflict,
+    SessionNotFound,
+    StoreNotFound,
+)
 from .history import History
 from .objects import Commit, ObjectId
 from .objectstore import ObjectStore
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
-from .state import StateWriter, read_state
+from .state import StateWriter, read_state, read_states
 from .storage import Storage, open_storage
 
 CONFIG_KEY = "castore.json"
@@ -337,6 +343,27 @@ class Store:
             except RefConflict:
                 continue
 
+    def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]:
+        """The current app-state and user-state commits, read in one batch.
+
+        Raises:
+            InvalidName, IntegrityError, StorageError.
+        """
+        a, u = self._scope_ref(app, None), self._scope_ref(app, user)
+        got = self.refs.read_many([a, u])
+        return (got[a].target if got[a] else None, got[u].target if got[u] else None)  # type: ignore[union-attr]
+
+    def scope_states(self, commits: list[str | None]) -> list[dict[str, Any]]:
+        """The states of several scope commits (None: empty), read in shared batches.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        wanted = [c for c in commits if c is not None]
+        got = self.history.commits(wanted) if wanted else {}
+        trees = read_states(self.objects, [got[c].state if c is not None else None for c in commits])
+        return [t if c is not None else {} for c, t in zip(commits, trees, strict=True)]
+
     def scope_state(self, app: str, user: str | None = None, rev: str | None = None) -> dict[str, Any]:
         """The app state (``user=None``) or a user's state, now or at commit ``rev``.
 
@@ -382,37 +409,37 @@ class Store:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.close)
+        await to_thread(self.close)
 
     async def asessions(self, app: str, user: str | None = None) -> list[SessionInfo]:
         """Async twin of :meth:`sessions`."""
-        return await asyncio.to_thread(self.sessions, app, user)
+        return await to_thread(self.sessions, app, user)
 
     async def adelete_session(self, app: str, user: str, session_id: str) -> None:
         """Async twin of :meth:`delete_session`."""
-        await asyncio.to_thread(self.delete_session, app, user, session_id)
+        await to_thread(self.delete_session, app, user, session_id)
 
     async def aapp_state(self, app: str) -> dict[str, Any]:
         """Async twin of :meth:`app_state`."""
-        return await asyncio.to_thread(self.app_state, app)
+        return await to_thread(self.app_state, app)
 
     async def auser_state(self, app: str, user: str) -> dict[str, Any]:
         """Async twin of :meth:`user_state`."""
-        return await asyncio.to_thread(self.user_state, app, user)
+        return await to_thread(self.user_state, app, user)
 
     async def ascope_state(self, app: str, user: str | None = None, rev: str | None = None) -> dict[str, Any]:
         """Async twin of :meth:`scope_state`."""
-        return await asyncio.to_thread(self.scope_state, app, user, rev)
+        return await to_thread(self.scope_state, app, user, rev)
 
     async def ascope_log(self, app: str, user: str | None = None) -> list[tuple[str, Commit]]:
         """Async twin of :meth:`scope_log`."""
-        return await asyncio.to_thread(self.scope_log, app, user)
+        return await to_thread(self.scope_log, app, user)
 
     async def aupdate_scope(
         self, app: str, user: str | None, delta: Mapping[str, Any], unset: tuple[str, ...] = (), author: str = ""
     ) -> str:
         """Async twin of :meth:`update_scope`."""
-        return await asyncio.to_thread(self.update_scope, app, user, delta, unset, author)
+        return await to_thread(self.update_scope, app, user, delta, unset, author)
 
     def __repr__(self) -> str:
         return f"<castore.Store {self.url}>"

@@ -31,8 +31,14 @@ from typing import Any, NamedTuple
 
 from . import names
 from . import objects as o
-from .errors import CastoreError, IntegrityError, InvalidName, ObjectNotFound, RefConflict
-from .history import K, Hint
+from .errors import (
+    CastoreError,
+    IntegrityError,
+    InvalidName,
+    ObjectNotFound,
+    RefConflict,
+)
+from .history import Hint, K
 from .objects import Commit, Index, Segment, Tree
 from .refs import RefValue
 from .store import Store

@@ -1,6 +1,6 @@
 """The layers of DESIGN.md, enforced: a module imports only its own layer and the ones below.
 
-    errors, names                                   bottom: importable by every module
+    errors, names, aio                              bottom: importable by every module
     storage/                                        bytes by URL
     objects, objectstore, refs                      the format, objects and refs
     history, revisions, state, entries              paths, revisions, state trees, entry types
@@ -27,7 +27,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names"),
+    ("errors", "names", "aio"),
     ("storage",),
     ("objects", "objectstore", "refs"),
     ("history", "revisions", "state", "entries"),

@@ -764,6 +764,29 @@ def test_reading_a_long_path_on_s3_takes_a_few_sequential_round_trips(moto_serve
         assert requests <= n // K + 2 * K + 10
 
 
+def test_time_travel_branch_and_fork_in_the_middle_of_a_long_path_take_few_round_trips(tmp_path: Any) -> None:
+    n = 1000
+    url = str(tmp_path / "store")
+    with castore.open(url, durable=False) as st:
+        sess = st.session(APP, "alice", "long")
+        ids: list[str] = []
+        for start in range(0, n, 100):
+            ids += sess.append_many([msg(i) for i in range(start, start + 100)])
+    middle = ids[n // 2 + 7]  # inside a block, so a walk would need dependent reads
+    storage = CountingStorage(open_storage(url, durable=False))
+    with castore.Store(storage) as fresh:
+        s2 = fresh.session(APP, "alice", "long")
+        got = s2.messages(middle)
+        assert [m.content for m in got] == [f"message {i}" for i in range(n // 2 + 8)]
+        assert storage.round_trips <= 14, storage.round_trips
+        before = storage.round_trips
+        s2.branch("mid", at=middle)
+        s2.fork("long-fork", at=middle)
+        assert storage.round_trips - before <= 30, storage.round_trips - before
+        assert [m.content for m in fresh.session(APP, "alice", "long-fork").messages()] == \
+            [m.content for m in got]
+
+
 def test_one_garbage_head_does_not_hide_the_other_sessions(store: castore.Store) -> None:
     good = store.session("app", "alice", "good")
     good.append(castore.Message(role="user", content="hi"))

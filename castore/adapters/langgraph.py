@@ -52,7 +52,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import names
 from .. import objects as o
 from ..errors import RefConflict, SessionNotFound
-from ..history import K, Hint
+from ..history import Hint, K
 from ..objects import Commit, Tree, Value
 from ..refs import RefValue
 from ..store import Store

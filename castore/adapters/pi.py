@@ -47,9 +47,17 @@ from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import objects as o
-from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange, body_of
+from ..entries import (
+    BranchSummary,
+    Compaction,
+    Custom,
+    Event,
+    Message,
+    ModelChange,
+    body_of,
+)
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
-from ..history import K, Hint
+from ..history import Hint, K
 from ..objects import Blob, Commit, ObjectId, Value
 
 if TYPE_CHECKING:

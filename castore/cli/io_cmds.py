@@ -7,7 +7,16 @@ import sys
 
 import click
 
-from .common import CastoreGroup, CliState, format_key, json_option, note, open_store, print_json, split_key
+from .common import (
+    CastoreGroup,
+    CliState,
+    format_key,
+    json_option,
+    note,
+    open_store,
+    print_json,
+    split_key,
+)
 
 _DEFAULT_APP, _DEFAULT_USER = "pi", "local"
 

@@ -17,7 +17,16 @@ from typing import Any
 import click
 
 from .. import objects as o
-from ..entries import BranchSummary, Compaction, Custom, Event, Message, ModelChange, content_text, entry_fields
+from ..entries import (
+    BranchSummary,
+    Compaction,
+    Custom,
+    Event,
+    Message,
+    ModelChange,
+    content_text,
+    entry_fields,
+)
 from ..session import LogEntry
 from ..store import SessionInfo
 from .common import format_key

@@ -14,15 +14,13 @@ import errno
 import fcntl
 import hashlib
 import os
-import socket
 import time
-import uuid
 from collections.abc import Mapping
 
 from ..errors import RefLocked, StorageError
 from .base import PreconditionFailed, Storage, Token, Versioned
 
-_HOST = socket.gethostname()
+_HOST = os.uname().nodename
 #: how long a writer waits for a live rival's lock before giving up
 LOCK_TIMEOUT = 30.0
 #: a lock file with no owner written yet is treated as stale after this many seconds
@@ -79,7 +77,7 @@ class LocalStorage(Storage):
         d = os.path.dirname(path)
         self._ensure_dir(d)
         for attempt in (0, 1):
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            tmp = f"{path}.tmp-{os.urandom(16).hex()}"
             try:
                 with open(tmp, "wb") as f:
                     f.write(data)
