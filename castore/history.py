@@ -14,7 +14,7 @@ and ignored when they do not fit, so a stale or missing hint only costs speed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,6 +201,44 @@ class History:
         return base
 
     # -- writing hints and segments ------------------------------------------------------
+    def path_backwards(self, tip: str, hint: Hint | None, batch: int = 4) -> Iterator[list[tuple[str, Commit]]]:
+        """Yield ever longer suffixes of the path root -> ``tip`` (each oldest first).
+
+        The first suffix is the tip's unfinished block; each next one adds ``batch`` more
+        segments, read in one round trip, so a reader that needs only the recent part of
+        a long path (a context after a compaction) stops early. The last suffix yielded is
+        the whole path. Without a usable hint, the whole path is the only suffix.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        usable = hint is not None and ((hint.tail and hint.tail[-1] == tip) or (not hint.tail and hint.index))
+        if not usable:
+            yield self.path(tip, hint)
+            return
+        assert hint is not None
+        got = self.objs.get_many(list(hint.tail) + ([hint.index] if hint.index else []), missing_ok=True)
+        suffix = [(t, got.get(t)) for t in hint.tail]
+        idx = got.get(hint.index) if hint.index else Index()
+        if any(not isinstance(c, Commit) for _, c in suffix) or not isinstance(idx, Index) \
+                or not _is_chain(suffix, start=suffix[0][1].depth if suffix else 0):  # type: ignore[union-attr]
+            yield self.path(tip, hint)
+            return
+        segs = list(idx.segments)
+        if suffix:
+            yield suffix  # type: ignore[misc]
+        i = len(segs)
+        while i > 0:
+            j = max(0, i - batch)
+            loaded = self._segments(Index(segments=tuple(segs[j:i])))
+            longer = loaded + suffix
+            if not _is_chain(longer, start=j * K) or longer[-1][0] != tip:  # type: ignore[operator]
+                yield self.path(tip, hint)
+                return
+            suffix = longer  # type: ignore[assignment]
+            i = j
+            yield suffix  # type: ignore[misc]
+
     def path_via(self, cid: str, tips: list[tuple[str, Hint | None]]) -> list[tuple[str, Commit]]:
         """The path root -> ``cid``, read as a prefix of a tip's path when one reaches it.
 
@@ -294,13 +332,15 @@ class History:
         return Hint(iid, []), new
 
 
-def _is_chain(path: list[tuple[str, Commit]]) -> bool:
+def _is_chain(path: list[tuple[str, Commit]], start: int = 0) -> bool:
+    """Whether ``path`` is a first-parent chain whose first commit has depth ``start``
+    (a root when ``start`` is 0)."""
     prev: str | None = None
-    for i, (cid, c) in enumerate(path):
+    for i, (cid, c) in enumerate(path, start):
         if c.depth != i:
             return False
         if prev is None:
-            if c.parents:
+            if start == 0 and c.parents:
                 return False
         elif not c.parents or o.hex_id(c.parents[0]) != prev:
             return False

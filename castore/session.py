@@ -25,6 +25,7 @@ from .entries import (
     EntryType,
     Event,
     Message,
+    ModelChange,
     Prepared,
     entry_from,
     prepare,
@@ -787,6 +788,10 @@ class Session:
         opts = {"max_tokens": max_tokens, "max_messages": max_messages,
                 "tool_output_limit": tool_output_limit, "token_counter": token_counter}
         project([], **opts)  # a bad budget fails before anything is read
+        if rev == "HEAD":
+            quick = self._context_after_compaction(opts)
+            if quick is not None:
+                return quick
         path = self._path(rev)
         last = max((i for i, (_, c) in enumerate(path) if c.kind == "compaction"), default=-1)
         if last < 0:
@@ -802,6 +807,44 @@ class Session:
             wanted = sorted({*wanted, asst})
         return project(self._to_entries([path[i] for i in [*wanted, *range(start, len(path))]]), **opts)
 
+    def _context_after_compaction(self, opts: dict[str, Any]) -> Any:
+        """The context at HEAD read from the end of the path only, or None to read it all.
+
+        Works when the latest compaction recorded the model settings in force when it was
+        made (``compact`` does): then nothing before its first kept entry is needed, and
+        the path is read backwards a few segments at a time until that entry.
+        """
+        from .context import project
+
+        _, _, tipref = self._read_tip()
+        if tipref is None:
+            return None
+        for suffix in self._history.path_backwards(tipref.target, Hint.from_meta(tipref.meta)):
+            last = max((i for i, (_, c) in enumerate(suffix) if c.kind == "compaction"), default=-1)
+            if last < 0:
+                continue
+            cid, comp = suffix[last]
+            settings = comp.meta.get("context")
+            if not isinstance(settings, dict):
+                return None
+            first = self._to_entries([suffix[last]])[0].entry.first_kept  # type: ignore[union-attr]
+            if first is None:
+                start = last
+            else:
+                found = next((i for i in range(last, -1, -1) if suffix[i][0] == first), None)
+                if found is None:
+                    if suffix[0][1].depth == 0:
+                        start = last  # the first kept entry is not on the path: keep nothing before
+                    else:
+                        continue
+                else:
+                    start = found
+            baseline = LogEntry(id=ObjectId(cid), kind="model_change", parents=(),
+                                entry=ModelChange(settings.get("model"), settings.get("provider"),
+                                                  settings.get("thinking_level")))
+            return project([baseline, *self._to_entries(suffix[start:])], **opts)
+        return None
+
     def compact(self, summary: str, keep_from: str, details: Any = None) -> ObjectId:
         """Append a compaction: ``summary`` replaces everything before ``keep_from`` in the context.
 
@@ -811,7 +854,7 @@ class Session:
             RevisionNotFound: ``keep_from`` is not on the current path (nothing is written).
             InvalidEntry, StorageError.
         """
-        from .context import estimate_tokens
+        from .context import estimate_tokens, project
 
         if not isinstance(summary, str):
             raise InvalidEntry("a compaction summary must be a string")
@@ -821,8 +864,11 @@ class Session:
         if kept not in ids:
             raise RevisionNotFound(keep_from, "not on the current branch's path")
         before = sum(estimate_tokens(m) for m in _messages_of(path[: ids.index(kept)]))
+        now = project(path)
+        # The settings in force now let a later context() skip everything before keep_from.
+        settings = {"model": now.model, "provider": now.provider, "thinking_level": now.thinking_level}
         return self.append(Compaction(summary=summary, first_kept=kept, tokens_before=before, details=details),
-                           expect=path[-1].id)
+                           expect=path[-1].id, meta={"context": settings})
 
     def summarize_branch(self, from_rev: str, summary: str, details: Any = None) -> ObjectId:
         """Record, on the current branch, a summary of the branch the agent left at ``from_rev``.

@@ -289,7 +289,7 @@ def test_context_after_compaction_reads_only_the_kept_part(tmp_path):
         batch: list[Message] = []
         for i in range(n - kept - 1):
             batch.append(Message(role="user" if i % 2 == 0 else "assistant", content=f"message {i} " + "x" * 200))
-            if len(batch) == 60:  # larger batches hit a session.py bug (two block closes in one append_many)
+            if len(batch) == 500:
                 s.append_many(batch)
                 batch = []
         s.append_many(batch)
@@ -316,8 +316,24 @@ def test_context_after_compaction_reads_only_the_kept_part(tmp_path):
         objects = {k for k in reads if k.startswith("objects/")}  # read_many may call read: count keys once
         assert ctx == project(s.entries())
     assert len(ctx) == kept and ctx[0].content == summary_text("summary") and ctx[1].content == "kept"
-    # The path costs one segment per 64 commits (History.path); bodies come inside the segments,
-    # so beyond those only the tail's commits and bodies are read.
-    assert len(objects) <= n // 64 + 2 * 64 + 2
+    # compact() recorded the model settings, so the path is read backwards from the tip
+    # (History.path_backwards) only until the first kept entry: the returned commits and
+    # their bodies, the index, and at most one batch of segments - whatever the length.
+    assert len(objects) <= 2 * kept + 8
     print(f"\ncontext of a {n}-entry session after a compaction: {len(objects)} objects read, "
           f"{len(ctx)} messages returned")
+
+
+@pytest.mark.parametrize("back", [0, 63, 64, 65, 300, 998])
+def test_context_read_backwards_equals_the_projection_of_the_whole_path(back: int) -> None:
+    with castore.open(f"memory://ctx-{uuid.uuid4().hex}") as st:
+        s = st.session("app", "u", "s")
+        s.append(ModelChange(model="m1", provider="p", thinking_level="high"))
+        s.append_many([Message(role="user" if i % 2 else "assistant", content=f"m{i}") for i in range(1000)])
+        s.append(ModelChange(model="m2"))
+        s.compact("older turns", keep_from=f"HEAD~{back}")
+        s.append(Message(role="user", content="after"))
+        whole = project(s.entries())
+        ctx = st.session("app", "u", "s").context()
+        assert ctx == whole
+        assert (ctx.model, ctx.provider, ctx.thinking_level) == ("m2", None, "high")
