@@ -21,6 +21,10 @@ PREFIX = "objects"
 FRESH_FOR = 3600.0
 WRITTEN_MAX = 1_000_000
 CACHE_SIZE = 200_000
+#: decoded objects larger than this (canonical bytes) are not cached: memory stays bounded
+CACHE_MAX_OBJECT = 1 << 20
+#: the canonical bytes kept for recent writes (segments are built from them), at most
+RECENT_BYTES = 32 << 20
 
 
 def object_key(oid: str) -> str:
@@ -42,6 +46,7 @@ class ObjectStore:
         # object a writer is about to make reachable (git "freshens" objects the same way).
         self._written: OrderedDict[str, float] = OrderedDict()
         self._recent: OrderedDict[str, bytes] = OrderedDict()  # canonical bytes of recent writes
+        self._recent_bytes = 0
 
     # -- writing ---------------------------------------------------------------------
     def prepare(self, obj: AnyObject) -> tuple[ObjectId, bytes]:
@@ -117,9 +122,11 @@ class ObjectStore:
         self._known.update(items)
 
     # -- reading ---------------------------------------------------------------------
-    def _remember(self, oid: str, obj: AnyObject, stored: bool = True) -> None:
+    def _remember(self, oid: str, obj: AnyObject, stored: bool = True, size: int = 0) -> None:
         if stored:
             self._known.add(oid)
+        if size > CACHE_MAX_OBJECT:
+            return  # a huge tool output or image is read again when needed, not kept
         cache = self._cache
         cache[oid] = obj
         if len(cache) > CACHE_SIZE:
@@ -144,7 +151,7 @@ class ObjectStore:
                 raise ObjectNotFound(oid) from None
             canonical = o.from_stored(oid, stored)
         obj = o.decode(oid, canonical)
-        self._remember(oid, obj)
+        self._remember(oid, obj, size=len(canonical))
         return obj
 
     def get_many(self, oids: Iterable[str], missing_ok: bool = False) -> dict[str, AnyObject]:
@@ -173,17 +180,19 @@ class ObjectStore:
                     if missing_ok:
                         continue
                     raise ObjectNotFound(oid)
-                obj = o.decode(oid, o.from_stored(oid, stored))
-                self._remember(oid, obj)
+                canonical = o.from_stored(oid, stored)
+                obj = o.decode(oid, canonical)
+                self._remember(oid, obj, size=len(canonical))
                 out[oid] = obj
         return out
 
     def _keep_recent(self, oid: str, canonical: bytes) -> None:
-        if len(canonical) > 65536:
+        if len(canonical) > 65536 or oid in self._recent:
             return
         self._recent[oid] = canonical
-        if len(self._recent) > 8192:
-            self._recent.popitem(last=False)
+        self._recent_bytes += len(canonical)
+        while len(self._recent) > 8192 or self._recent_bytes > RECENT_BYTES:
+            self._recent_bytes -= len(self._recent.popitem(last=False)[1])
 
     def get_canonical_many(self, oids: Sequence[str]) -> dict[str, bytes]:
         """Verified canonical bytes of several objects (recent writes come from memory).
