@@ -279,8 +279,7 @@ class Session:
             except RefConflict:
                 if expect is not None:
                     raise
-                time_ = 0.001 * min(2 ** min(attempt, 6), 50) * (int.from_bytes(os.urandom(2), 'big') / 65536)
-                _sleep(time_)
+                _backoff(attempt)
                 continue
             for p in prepared:
                 for k, v in p.temp.items():
@@ -920,5 +919,7 @@ def _messages_of(entries: list[LogEntry]) -> list[Message]:
     return out
 
 
-def _sleep(seconds: float) -> None:
-    time.sleep(seconds)
+def _backoff(attempt: int) -> None:
+    """After a lost race, sleep a random part of a delay that doubles per try (at most 50 ms),
+    so that rival writers spread out instead of colliding again in step."""
+    time.sleep(0.001 * min(2 ** min(attempt, 6), 50) * int.from_bytes(os.urandom(2), "big") / 65536)
