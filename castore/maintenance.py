@@ -26,7 +26,6 @@ from . import objects as o
 from .errors import CastoreError, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
-from .objectstore import PREFIX as OBJECTS_PREFIX
 from .objectstore import object_key
 from .refs import PREFIX as REFS_PREFIX
 from .refs import parse
@@ -235,15 +234,6 @@ def reachable(store: Store, report: FsckReport | None = None,
 
 
 # -- fsck ----------------------------------------------------------------------------------
-def _object_ids(store: Store) -> list[str]:
-    out = []
-    for key in store.storage.list(OBJECTS_PREFIX):
-        parts = key.split("/")
-        if len(parts) == 3 and len(parts[1]) == 2 and o.is_hex_id(parts[1] + parts[2]):
-            out.append(parts[1] + parts[2])
-    return out
-
-
 def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> FsckReport:
     """Check the whole store: refs parse and name commits, every reachable object is present
     and of the kind its link needs, every stored object re-hashes to its id, no stale locks.
@@ -260,7 +250,7 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
     report = FsckReport()
     live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
     report.reachable = len(live)
-    present = _object_ids(store)
+    present = list(store.objects.iter_ids())
     report.objects = len(present)
     unreachable = sorted(set(present) - live)
     named: set[str] = set()
@@ -354,7 +344,7 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     now = time.time()
     out = GcReport(dry_run=dry_run)
     candidates = []
-    for oid in _object_ids(store):
+    for oid in list(store.objects.iter_ids()):
         if oid in live:
             continue
         mtime = store.storage.mtime(object_key(oid))

@@ -15,7 +15,6 @@ This is the only module that imports msgspec, blake3 and zstandard.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from typing import Any, NewType, Union
@@ -106,7 +105,6 @@ class Index(_Object, tag="i"):
 AnyObject = Union[Blob, Value, Tree, Commit, Segment, Index]
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
 _decoder = msgspec.msgpack.Decoder(AnyObject)
-_value_decoder = msgspec.msgpack.Decoder()
 # zstd contexts are not thread-safe: one pair per thread.
 _zstd = threading.local()
 
@@ -231,26 +229,9 @@ def pack(value: Any) -> bytes:
         raise InvalidEntry(f"value cannot be stored: {e}") from e
 
 
-def unpack(data: bytes) -> Any:
-    """Decode msgpack bytes made by :func:`pack`.
-
-    Raises:
-        InvalidEntry: the bytes are not msgpack.
-    """
-    try:
-        return _value_decoder.decode(data)
-    except msgspec.DecodeError as e:
-        raise InvalidEntry(f"not msgpack: {e}") from e
-
-
 def to_builtins(value: Any) -> Any:
     """Turn a stored value into JSON-compatible builtins (bytes become base64 strings)."""
     return msgspec.to_builtins(value)
-
-
-def json_dumps(value: Any, indent: int | None = None) -> str:
-    """JSON text of a stored value (bytes as base64), keys sorted for stable output."""
-    return json.dumps(msgspec.to_builtins(value), indent=indent, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def json_loads(text: str | bytes) -> Any:
