@@ -510,8 +510,8 @@ class Session:
         Raises:
             see :meth:`entries`.
         """
-        if limit is not None and limit < 0:
-            raise ValueError("limit must be >= 0")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise InvalidEntry(f"limit must be a whole number >= 0, not {limit!r}")
         if not all_branches:
             path = self._path(rev)
             if limit:

@@ -376,6 +376,13 @@ def test_an_ambiguous_prefix_lists_its_candidates(s: castore.Session, store: cas
 
 
 # -- the snapshot chain: time travel -----------------------------------------------------------
+def test_a_bad_log_limit_is_a_castore_error(s: castore.Session) -> None:
+    s.append(castore.Message(role="user", content="hi"))
+    for bad in (-1, "3", 1.5, True):
+        with pytest.raises(castore.InvalidEntry):
+            s.log(limit=bad)  # type: ignore[arg-type]
+
+
 def test_a_short_id_of_another_sessions_commit_does_not_resolve(store: castore.Store) -> None:
     alice = store.session("app", "alice", "s")
     bob = store.session("app", "bob", "s")
