@@ -220,3 +220,115 @@ def test_importing_castore_does_not_need_langgraph() -> None:
             "try:\n    import castore.adapters.langgraph\nexcept ImportError:\n    print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+# -- thin headers and writes -------------------------------------------------------------------
+from castore.adapters.langgraph_header import copy_header, decode_header, encode_header, is_plain  # noqa: E402
+
+BASE = {"v": 4, "id": "a", "ts": "2026-11-30T04:54:04.079819+00:00",
+        "channel_versions": {"__start__": 2, "messages": 3, "old": 1},
+        "versions_seen": {"__input__": {}, "agent": {"messages": 2}, "gone": {"x": 1}},
+        "updated_channels": ["messages"]}
+
+
+@pytest.mark.parametrize("header", [
+    {**BASE, "id": "b", "ts": "2026-11-30T04:54:05.000001+00:00",
+     "channel_versions": {"__start__": 2, "messages": 4, "new": 1},
+     "versions_seen": {"__input__": {}, "agent": {"messages": 3}}, "updated_channels": None},
+    {**BASE, "id": "b", "ts": "2026-11-30T04:54:05+00:00", "v": 5, "extra": {"k": [1, 2]}},
+    {**BASE, "id": "b", "ts": "2026-11-30T04:54:05.123456+02:00"},
+    {**BASE, "id": "b", "ts": "not a time"},
+    {k: v for k, v in BASE.items() if k not in ("versions_seen", "updated_channels")} | {"id": "b"},
+])
+def test_a_header_rebuilds_exactly_from_its_difference_with_the_parent(header: dict[str, Any]) -> None:
+    assert is_plain(header)
+    stored = encode_header(header, BASE)
+    assert decode_header(stored, BASE, "b") == header
+    assert decode_header(encode_header(header, None), None, "b") == header
+
+
+def test_a_header_difference_holds_only_what_changed() -> None:
+    child = copy_header(BASE) | {"id": "b"}
+    child["channel_versions"]["messages"] = 4
+    stored = encode_header(child, BASE)
+    assert stored == {"tsu": 1796014444079819, "cv": {"messages": 4}, "uc": ["messages"]}
+
+
+def test_tuples_and_odd_keys_are_not_plain() -> None:
+    assert not is_plain({"a": (1, 2)}) and not is_plain({1: "a"}) and not is_plain({"a": 1 << 70})
+    assert is_plain({"a": [1, {"b": None, "c": 1.5, "d": True}]})
+
+
+def _put_chain(saver: CastoreSaver, n: int, thread: str = "chain") -> list[tuple[dict, dict]]:
+    """Put ``n`` checkpoints straight through the saver API; return (checkpoint, metadata) pairs."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    out, config = [], {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    for i in range(n):
+        cp = empty_checkpoint()
+        cp["channel_versions"] = {"messages": i + 1, "turn": (i // 3) + 1}
+        cp["versions_seen"] = {"agent": {"messages": i}} if i % 2 else {"agent": {"messages": i}, "x": {"y": 1}}
+        cp["channel_values"] = {"turn": i // 3, "messages": [f"m{j}" for j in range(i + 1)]}
+        cp["updated_channels"] = ["messages"]
+        md = {"source": "loop", "step": i, "parents": {}, "note": ("tuple", i) if i == 70 else f"n{i}"}
+        config = saver.put(config, cp, md, {"messages": i + 1} | ({"turn": (i // 3) + 1} if i % 3 == 0 else {}))
+        out.append((cp, md))
+    return out
+
+
+def test_checkpoint_headers_read_back_exactly_past_many_full_headers(local_store: castore.Store) -> None:
+    saver = CastoreSaver(local_store)
+    put = _put_chain(saver, 140)
+    cold = CastoreSaver(castore.open(local_store.url))
+    listed = list(cold.list({"configurable": {"thread_id": "chain"}}))
+    assert len(listed) == 140
+    for tup, (cp, md) in zip(reversed(listed), put, strict=True):
+        want = {k: v for k, v in cp.items() if k != "channel_values"}
+        got = {k: v for k, v in tup.checkpoint.items() if k != "channel_values"}
+        assert got == want
+        assert tup.checkpoint["channel_values"] == cp["channel_values"]
+        assert tup.metadata == saver.serde.loads_typed(saver.serde.dumps_typed(md))  # as InMemorySaver does
+
+
+def test_a_header_that_is_not_plain_data_goes_through_the_serializer(local_store: castore.Store) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = CastoreSaver(local_store)
+    cp = empty_checkpoint()
+    cp["channel_versions"] = {"a": "00000000000000000000000000000001.0.5"}
+    cp["versions_seen"] = {"n": {"a": "00000000000000000000000000000001.0.5"}}
+    cp["extra"] = {"a", "b"}  # type: ignore[typeddict-unknown-key]
+    cfg = saver.put({"configurable": {"thread_id": "odd", "checkpoint_ns": ""}}, cp, {"step": 1}, {"a": "x"})
+    got = CastoreSaver(castore.open(local_store.url)).get_tuple(cfg)
+    assert got is not None and got.checkpoint["extra"] == {"a", "b"} and got.metadata == {"step": 1}
+
+
+def test_returned_headers_are_copies_callers_may_change(saver: CastoreSaver) -> None:
+    _put_chain(saver, 3, "copies")
+    cfg = {"configurable": {"thread_id": "copies"}}
+    first = saver.get_tuple(cfg)
+    assert first is not None
+    first.checkpoint["versions_seen"]["agent"]["messages"] = -1
+    first.checkpoint["channel_versions"]["messages"] = -1
+    first.metadata["step"] = -1
+    again = saver.get_tuple(cfg)
+    assert again is not None and again.checkpoint["versions_seen"]["agent"]["messages"] == 2
+    assert again.checkpoint["channel_versions"]["messages"] == 3 and again.metadata["step"] == 2
+
+
+def test_small_writes_live_in_the_commit_and_written_lists_share_the_channel_objects(
+        saver: CastoreSaver, local_store: castore.Store) -> None:
+    cfg = {"configurable": {"thread_id": "w", "checkpoint_ns": "", "checkpoint_id": "cp-1"}}
+    msg = AIMessage("a long enough message " * 20, id="m1")
+    saver.put_writes(cfg, [("turn", 3), ("flag", None)], "task-a")
+    before = set(local_store.objects.iter_ids())
+    saver.put_writes(cfg, [("messages", [msg, "short"])], "task-b", "path-b")
+    added = set(local_store.objects.iter_ids()) - before
+    kinds = sorted(type(local_store.objects.get(i)).__name__ for i in added)
+    # one commit, one tree naming the elements, one value for the long message (no list root)
+    assert kinds[:3] == ["Commit", "Tree", "Value"], kinds
+    view = CastoreSaver(castore.open(local_store.url))._refresh("w")
+    writes = saver._writes_of(view, "", "cp-1")  # noqa: SLF001 - no public read of writes without a checkpoint
+    assert [(t, c, v) for t, _, c, v, _ in writes] == [
+        ("task-a", "turn", 3), ("task-a", "flag", None), ("task-b", "messages", [msg, "short"])]
+    assert [p for *_, p in writes] == ["", "", "path-b"]

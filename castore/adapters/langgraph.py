@@ -8,19 +8,15 @@ The mapping:
   namespace, ``ns:<namespace>`` for subgraphs); a checkpoint whose parent is not the tip of
   a branch (a replay or an ``update_state`` from the past) starts a new branch
   ``<family>@<checkpoint id>``, so LangGraph forks show in ``castore log --graph``;
-* channel values live in the commit's state tree, serialized with the saver's ``serde``:
-  small values inline, larger ones as content-addressed :class:`~castore.objects.Value`
-  objects (a channel whose version did not change keeps the same object). A list value (the
-  ``messages`` channel) is stored element by element in a persistent list: complete blocks
-  of ``R**k`` elements are trees shared by every later snapshot, so appending one message
-  costs O(1) new bytes, not a copy of the list;
+* channel values live in the commit's state tree, serialized with the saver's ``serde``
+  (see :mod:`castore.adapters.langgraph_values`: a list channel such as ``messages`` is a
+  persistent list, so appending one message costs O(1) new bytes, not a copy of the list);
+* LangGraph's checkpoint header is kept in the commit's metadata as a difference from the
+  parent checkpoint's (see :mod:`castore.adapters.langgraph_header`);
 * pending writes are commits too (kind ``writes``, on the thread's ``writes`` branch), each
   naming the checkpoint it belongs to: a task's writes may land before or after the next
-  checkpoint, and everything stays reachable for ``gc`` and ``sync``.
-
-Decoded values of immutable objects (messages, strings, numbers) are cached and shared
-between snapshots, so listing a long thread decodes each message once. Elements of list
-channels are treated as immutable once checkpointed, as LangGraph's reducers treat them.
+  checkpoint, and everything stays reachable for ``gc`` and ``sync``. Small writes live in
+  the commit itself; the elements of a written list share their objects with the channel.
 """
 
 from __future__ import annotations
@@ -34,7 +30,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -53,50 +48,14 @@ from .. import names
 from .. import objects as o
 from ..errors import RefConflict, SessionNotFound
 from ..history import Hint, K
-from ..objects import Commit, Tree, Value
+from ..objects import Commit, Tree
 from ..refs import RefValue
 from ..store import Store
+from .langgraph_header import copy_header, decode_header, encode_header, is_plain
+from .langgraph_values import ChannelValues, remember
 
-#: fan-out of the persistent lists: complete blocks hold R**k elements
-R = 8
-#: serialized values up to this size are kept inside the tree that names them
-INLINE_MAX = 96
 WRITES_BRANCH = "writes"
-_CACHE_MAX = 200_000
 _RETRIES = 50
-_IMMUTABLE = (str, int, float, bool, bytes, type(None), BaseMessage)
-
-Entry = Any  # an element as stored: 32 raw id bytes (a Value) or a (type, data) tuple
-Top = tuple[int, str, Any]  # (size, "e" element entry | "n" node raw id, ref)
-
-
-def _shareable(obj: Any) -> bool:
-    if isinstance(obj, tuple):
-        return all(_shareable(x) for x in obj)
-    return isinstance(obj, _IMMUTABLE)
-
-
-def _block_sizes(n: int) -> list[int]:
-    """Sizes of the complete blocks a list of ``n`` elements is made of, oldest first."""
-    sizes: list[int] = []
-    k, p = 0, 1
-    while p * R <= n:
-        p *= R
-        k += 1
-    while p >= 1:
-        d, n = divmod(n, p)
-        sizes.extend([p] * d)
-        p //= R
-    return sizes
-
-
-@dataclass
-class _ListState:
-    """A stored list, with what is needed to append to it without rewriting it."""
-
-    items: list[Any]
-    entries: list[Entry]
-    tops: list[Top]
 
 
 @dataclass
@@ -153,10 +112,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         self._views: dict[str, _View] = {}
         self._tokens: dict[str, RefValue] = {}  # ref values (with tokens) from our own swaps
         self._heads: dict[str, str] = {}  # thread -> the branch its HEAD is known to name
-        self._decoded: OrderedDict[str, Any] = OrderedDict()  # Value id -> shared decoded value
-        self._nodes: OrderedDict[str, tuple[Entry, ...]] = OrderedDict()  # node id -> entries
-        self._node_objs: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # node id -> shared elements
-        self._lists: OrderedDict[str, _ListState] = OrderedDict()  # root id -> state
+        self._vals = ChannelValues(store, self.serde)
+        self._headers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # commit id -> checkpoint header
 
     # -- names ---------------------------------------------------------------------------
     def _prefix(self, thread_id: str) -> str:
@@ -175,204 +132,6 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     def _ref_name(self, prefix: str, branch: str) -> str:
         return f"{prefix}/heads/{names.encode(branch, 'branch name')}"
-
-    # -- small caches ----------------------------------------------------------------------
-    @staticmethod
-    def _remember(cache: OrderedDict, key: str, value: Any) -> None:
-        cache[key] = value
-        if len(cache) > _CACHE_MAX:
-            cache.popitem(last=False)
-
-    def _loads(self, typed: Any) -> Any:
-        return self.serde.loads_typed((typed[0], typed[1]))
-
-    def _value(self, raw: bytes) -> Any:
-        """Decode a Value holding ``[type, data]``; immutable results are shared."""
-        vid = o.hex_id(raw)
-        got = self._decoded.get(vid, _MISSING)
-        if got is not _MISSING:
-            return got
-        obj = self.store.objects.get(vid)
-        if not isinstance(obj, Value):
-            raise o.IntegrityError(vid, "expected a value")
-        out = self._loads(obj.value)
-        if _shareable(out):
-            self._remember(self._decoded, vid, out)
-        return out
-
-    # -- encoding values -------------------------------------------------------------------
-    def _put_obj(self, pending: dict[str, bytes], obj: Any) -> bytes:
-        oid, canonical = o.encode(obj)
-        pending[oid] = canonical
-        self.store.objects.cache(oid, obj)
-        return o.raw_id(oid)
-
-    def _entry(self, pending: dict[str, bytes], obj: Any) -> Entry:
-        typ, data = self.serde.dumps_typed(obj)
-        if len(data) <= INLINE_MAX:
-            return (typ, data)
-        raw = self._put_obj(pending, Value([typ, data]))
-        if _shareable(obj):
-            self._remember(self._decoded, o.hex_id(raw), obj)
-        return raw
-
-    @staticmethod
-    def _place(tree: dict[str, dict[str, Any]], key: str, kind: str, ref: Any) -> None:
-        if kind == "n":
-            tree["sub"][key] = ref
-        elif isinstance(ref, bytes):
-            tree["refs"][key] = ref
-        else:
-            tree["values"][key] = list(ref)
-
-    def _node(self, pending: dict[str, bytes], children: list[Top]) -> bytes:
-        parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
-        for i, (_, kind, ref) in enumerate(children):
-            self._place(parts, str(i), kind, ref)
-        return self._put_obj(pending, Tree(**parts))
-
-    def _store_list(self, pending: dict[str, bytes], value: list[Any], base: str | None) -> bytes:
-        """Store a list as a persistent list; return its root tree's raw id."""
-        state = self._list_state(base) if base is not None else None
-        tops: list[Top] = []
-        entries: list[Entry] = []
-        start = 0
-        if state is not None:
-            old, n = state.items, min(len(state.items), len(value))
-            p = 0
-            while p < n and value[p] is old[p]:
-                p += 1
-            pos = 0
-            for top in state.tops:
-                if pos + top[0] > p:
-                    break
-                tops.append(top)
-                pos += top[0]
-            entries = state.entries[:pos]
-            redo = state.entries[pos:p]
-            start = p
-        else:
-            redo = []
-        new = redo + [self._entry(pending, x) for x in value[start:]]
-        for e in new:
-            entries.append(e)
-            tops.append((1, "e", e))
-            while len(tops) >= R and all(t[0] == tops[-1][0] for t in tops[-R:]):
-                size = tops[-1][0] * R
-                nid = self._node(pending, tops[-R:])
-                self._remember(self._nodes, o.hex_id(nid), tuple(entries[-size:]))
-                tops[-R:] = [(size, "n", nid)]
-        parts: dict[str, dict[str, Any]] = {"values": {"n": len(value)}, "refs": {}, "sub": {}}
-        for j, (_, kind, ref) in enumerate(tops):
-            self._place(parts, str(j), kind, ref)
-        root = self._put_obj(pending, Tree(**parts))
-        self._remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops))
-        return root
-
-    def _store_value(self, pending: dict[str, bytes], parts: dict[str, dict[str, Any]], key: str,
-                     value: Any, base: bytes | None) -> None:
-        if type(value) is list and value:
-            parts["sub"][key] = self._store_list(pending, value, o.hex_id(base) if base else None)
-            return
-        typ, data = self.serde.dumps_typed(value)
-        if len(data) <= INLINE_MAX * 2:
-            parts["values"][key] = [typ, data]
-        else:
-            raw = self._put_obj(pending, Value([typ, data]))
-            if _shareable(value):
-                self._remember(self._decoded, o.hex_id(raw), value)
-            parts["refs"][key] = raw
-
-    # -- decoding values -------------------------------------------------------------------
-    def _expand(self, nid: bytes) -> tuple[Entry, ...]:
-        key = o.hex_id(nid)
-        got = self._nodes.get(key)
-        if got is not None:
-            return got
-        tree = self._tree(nid)
-        out: list[Entry] = []
-        for i in range(R):
-            k = str(i)
-            if k in tree.sub:
-                out.extend(self._expand(tree.sub[k]))
-            elif k in tree.refs:
-                out.append(tree.refs[k])
-            elif k in tree.values:
-                out.append(tuple(tree.values[k]))
-        res = tuple(out)
-        self._remember(self._nodes, key, res)
-        return res
-
-    def _tree(self, raw: bytes) -> Tree:
-        obj = self.store.objects.get(o.hex_id(raw))
-        if not isinstance(obj, Tree):
-            raise o.IntegrityError(o.hex_id(raw), "expected a tree")
-        return obj
-
-    def _tops(self, root: Tree) -> list[Top]:
-        sizes = _block_sizes(int(root.values.get("n", 0)))
-        tops: list[Top] = []
-        for j, size in enumerate(sizes):
-            k = str(j)
-            if k in root.sub:
-                tops.append((size, "n", root.sub[k]))
-            elif k in root.refs:
-                tops.append((size, "e", root.refs[k]))
-            else:
-                tops.append((size, "e", tuple(root.values[k])))
-        return tops
-
-    def _element(self, e: Entry) -> Any:
-        return self._value(e) if isinstance(e, bytes) else self._loads(e)
-
-    def _block_objs(self, top: Top) -> tuple[Any, ...] | list[Any]:
-        size, kind, ref = top
-        if kind == "e":
-            return [self._element(ref)]
-        key = o.hex_id(ref)
-        got = self._node_objs.get(key)
-        if got is not None:
-            return got
-        objs = [self._element(e) for e in self._expand(ref)]
-        if all(_shareable(x) for x in objs):
-            res = tuple(objs)
-            self._remember(self._node_objs, key, res)
-            return res
-        return objs
-
-    def _read_list(self, root_raw: bytes) -> list[Any]:
-        out: list[Any] = []
-        for top in self._tops(self._tree(root_raw)):
-            out.extend(self._block_objs(top))
-        return out
-
-    def _list_state(self, root_hex: str) -> _ListState:
-        got = self._lists.get(root_hex)
-        if got is not None:
-            return got
-        tops = self._tops(self._tree(o.raw_id(root_hex)))
-        entries: list[Entry] = []
-        items: list[Any] = []
-        for top in tops:
-            entries.extend([top[2]] if top[1] == "e" else self._expand(top[2]))
-            items.extend(self._block_objs(top))
-        state = _ListState(items, entries, tops)
-        self._remember(self._lists, root_hex, state)
-        return state
-
-    def _read_record(self, tree_raw: bytes | None) -> dict[str, Any]:
-        """Decode a tree of channel values (or of one task's writes)."""
-        if tree_raw is None:
-            return {}
-        tree = self._tree(tree_raw)
-        out: dict[str, Any] = {}
-        for k, v in tree.values.items():
-            out[k] = self._loads(v)
-        for k, raw in tree.refs.items():
-            out[k] = self._value(raw)
-        for k, raw in tree.sub.items():
-            out[k] = self._read_list(raw)
-        return out
 
     # -- the view of a thread ----------------------------------------------------------------
     def _refresh(self, thread_id: str) -> _View:
@@ -525,10 +284,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 parent = view.cps.get((ns, parent_cp))
             pending: dict[str, bytes] = {}
             tree = self._state_tree(pending, view, ns, parent, checkpoint, values, new_versions)
-            meta: dict[str, Any] = {"checkpoint_id": checkpoint["id"], "step": md.get("step"),
-                                    "source": md.get("source"),
-                                    "lg": {"c": list(self.serde.dumps_typed(header)),
-                                           "m": list(self.serde.dumps_typed(md))}}
+            meta: dict[str, Any] = {"checkpoint_id": checkpoint["id"],
+                                    "lg": {**self._store_header(view, parent, header), **self._store_md(md)}}
             if ns:
                 meta["ns"] = ns
             if parent_cp and parent is None:
@@ -594,23 +351,23 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     def _state_tree(self, pending: dict[str, bytes], view: _View, ns: str, parent: str | None,
                     checkpoint: Checkpoint, values: dict[str, Any], new_versions: ChannelVersions) -> bytes | None:
         versions = checkpoint["channel_versions"]
-        base = self._tree(view.commits[parent].state) if parent and view.commits[parent].state else None
-        base_versions = self._versions(view.commits[parent]) if parent else {}
+        base = self._vals.tree(view.commits[parent].state) if parent and view.commits[parent].state else None
+        base_versions = self._versions(view, parent) if parent else {}
         parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
         for k, ver in versions.items():
             if k in new_versions:
                 if k in values:
                     old = base.sub.get(k) if base is not None else None
-                    self._store_value(pending, parts, k, values[k], old)
+                    self._vals.store_value(pending, parts, k, values[k], old)
                 continue
             src = base if base is not None and base_versions.get(k) == ver else self._find_version(view, ns, k, ver)
             if src is not None and self._copy_key(parts, src, k):
                 continue
             if k in values:
-                self._store_value(pending, parts, k, values[k], None)
+                self._vals.store_value(pending, parts, k, values[k], None)
         if not any(parts.values()):
             return None
-        return self._put_obj(pending, Tree(**parts))
+        return self._vals.put_obj(pending, Tree(**parts))
 
     @staticmethod
     def _copy_key(parts: dict[str, dict[str, Any]], src: Tree, k: str) -> bool:
@@ -621,17 +378,66 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 return True
         return False
 
-    def _versions(self, c: Commit) -> dict[str, Any]:
-        header = self._loads(c.meta["lg"]["c"])
-        return dict(header.get("channel_versions", {}))
+    # -- checkpoint headers and metadata ---------------------------------------------------------
+    def _store_header(self, view: _View, parent: str | None, header: dict[str, Any]) -> dict[str, Any]:
+        """The ``lg`` entries holding ``header``: a difference from the parent's (``h``), whole
+        (``H``, at a root and every K commits), or through the serializer (``c``)."""
+        if not is_plain(header):
+            return {"c": list(self.serde.dumps_typed(header))}
+        if parent is None or (view.commits[parent].depth + 1) % K == 0:
+            return {"H": encode_header(header, None)}
+        return {"h": encode_header(header, self._header(view, parent))}
+
+    def _store_md(self, md: dict[str, Any]) -> dict[str, Any]:
+        return {"mp": md} if is_plain(md) else {"m": list(self.serde.dumps_typed(md))}
+
+    def _md(self, c: Commit) -> dict[str, Any]:
+        """A checkpoint commit's LangGraph metadata (a fresh copy)."""
+        lg = c.meta["lg"]
+        return _copy_plain(lg["mp"]) if "mp" in lg else self._vals.loads(lg["m"])
+
+    def _header(self, view: _View, cid: str) -> dict[str, Any]:
+        """A checkpoint commit's header (shared: callers must not change it).
+
+        Raises:
+            IntegrityError: a stored header is malformed.
+        """
+        chain: list[tuple[str, Commit]] = []
+        cur, base = cid, None
+        while True:
+            got = self._headers.get(cur)
+            if got is not None:
+                base = got
+                break
+            c = view.commits.get(cur) or self.store.history.commit(cur)
+            chain.append((cur, c))
+            if "h" not in c.meta["lg"] or not c.parents:
+                break
+            cur = o.hex_id(c.parents[0])
+        for cur, c in reversed(chain):
+            lg, cpid = c.meta["lg"], c.meta["checkpoint_id"]
+            try:
+                if "c" in lg:
+                    hdr = self._vals.loads(lg["c"])
+                else:
+                    hdr = decode_header(lg["H"], None, cpid) if "H" in lg else decode_header(lg["h"], base, cpid)
+            except (KeyError, TypeError, AttributeError, ValueError) as e:
+                raise o.IntegrityError(cur, f"malformed checkpoint header ({e})") from e
+            remember(self._headers, cur, hdr)
+            base = hdr
+        assert base is not None
+        return base
+
+    def _versions(self, view: _View, cid: str) -> dict[str, Any]:
+        return self._header(view, cid).get("channel_versions", {})
 
     def _find_version(self, view: _View, ns: str, channel: str, version: Any) -> Tree | None:
         """The state tree of a checkpoint of ``ns`` holding ``channel`` at ``version``, newest first."""
         for (cns, cp), cid in sorted(view.cps.items(), key=lambda kv: kv[0][1], reverse=True):
             c = view.commits[cid]
-            if cns != ns or c.state is None or self._versions(c).get(channel) != version:
+            if cns != ns or c.state is None or self._versions(view, cid).get(channel) != version:
                 continue
-            tree = self._tree(c.state)
+            tree = self._vals.tree(c.state)
             if channel in tree.values or channel in tree.refs or channel in tree.sub:
                 return tree
         return None
@@ -661,17 +467,21 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 return
             pending: dict[str, bytes] = {}
             parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
-            for i, (_, _, value) in enumerate(todo):
-                self._store_value(pending, parts, str(i), value, None)
-            tree = self._put_obj(pending, Tree(**parts))
-            meta: dict[str, Any] = {"checkpoint_id": cpid, "task_id": task_id, "task_path": task_path,
-                                    "w": [[w, c] for w, c, _ in todo]}
+            meta: dict[str, Any] = {"checkpoint_id": cpid, "task_id": task_id, "w": []}
+            for i, (widx, channel, value) in enumerate(todo):
+                n = self._vals.store_write(pending, parts, str(i), value)
+                meta["w"].append([widx, channel] if n is None else [widx, channel, n])
+            tree = None
+            if parts["refs"] or parts["sub"]:
+                tree = self._vals.put_obj(pending, Tree(**parts))
+            elif parts["values"]:
+                meta["v"] = parts["values"]
             if ns:
                 meta["ns"] = ns
             now = time.time()
 
             def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
-                return Commit(kind="writes", parents=parents, state=tree, author=task_path or task_id,
+                return Commit(kind="writes", parents=parents, state=tree, author=task_path,
                               time=now, meta=meta, depth=depth, index=index)
 
             prefix = self._prefix(thread_id)
@@ -698,19 +508,20 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         stored: dict[tuple[str, int], tuple[str, int, str, Any, str]] = {}
         for wid in wids:
             c = view.commits[wid]
-            task, path = c.meta.get("task_id", ""), c.meta.get("task_path", "")
-            vals = self._read_record(c.state) if decode else {}
-            for i, (widx, channel) in enumerate(c.meta.get("w", [])):
+            task, path = c.meta.get("task_id", ""), c.meta.get("task_path", c.author)
+            vals = self._vals.write_values(c) if decode else []
+            for i, w in enumerate(c.meta.get("w", [])):
+                widx, channel = w[0], w[1]
                 key = (task, widx)
                 if widx >= 0 and key in stored:
                     continue
-                stored[key] = (task, widx, channel, vals.get(str(i)), path)
+                stored[key] = (task, widx, channel, vals[i] if decode else None, path)
         return [stored[k] for k in sorted(stored, key=lambda k: writes_sort_key(stored[k][4], *k))]
 
     def _tuple(self, thread_id: Any, view: _View, ns: str, cid: str) -> CheckpointTuple:
         c = view.commits[cid]
         lg = c.meta["lg"]
-        header = self._loads(lg["c"])
+        header = copy_header(self._header(view, cid))
         cpid = c.meta["checkpoint_id"]
         parent_cp = lg.get("p")
         if parent_cp is None and c.parents:
@@ -719,8 +530,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         conf = {"thread_id": thread_id, "checkpoint_ns": ns}
         return CheckpointTuple(
             config={"configurable": {**conf, "checkpoint_id": cpid}},
-            checkpoint={**header, "channel_values": self._read_record(c.state)},
-            metadata=self._loads(lg["m"]),
+            checkpoint={**header, "channel_values": self._vals.read_record(c.state)},
+            metadata=self._md(c),
             parent_config={"configurable": {**conf, "checkpoint_id": parent_cp}} if parent_cp else None,
             pending_writes=[(t, ch, v) for t, _, ch, v, _ in self._writes_of(view, ns, cpid)],
         )
@@ -769,7 +580,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                         break
                     cid = view.cps[key]
                     if filter:
-                        md = self._loads(view.commits[cid].meta["lg"]["m"])
+                        md = self._md(view.commits[cid])
                         if not all(md.get(fk) == fv for fk, fv in filter.items()):
                             continue
                     chosen.append((key[0], cid))
@@ -882,7 +693,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 view = self._refresh(info.session)
                 drop = set()
                 for cid in view.cps.values():
-                    md = self._loads(view.commits[cid].meta["lg"]["m"])
+                    md = self._md(view.commits[cid])
                     if md.get("run_id") in runs:
                         drop.add(cid)
                 if drop:
@@ -909,7 +720,10 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             if new_parent == old_parent:
                 new_of[cid] = cid
                 continue
-            lg = dict(c.meta["lg"])
+            lg = {k: v for k, v in c.meta["lg"].items() if k not in ("c", "h", "H")}
+            header = self._header(view, cid)
+            lg.update({"H": encode_header(header, None)} if is_plain(header)
+                      else {"c": list(self.serde.dumps_typed(header))})
             if old_parent is not None and "p" not in lg:
                 lg["p"] = view.commits[old_parent].meta.get("checkpoint_id")
             index, depth = None, 0
@@ -1033,11 +847,12 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         await asyncio.to_thread(self.delete_for_runs, run_ids)
 
 
-class _Missing:
-    pass
-
-
-_MISSING = _Missing()
+def _copy_plain(x: Any) -> Any:
+    if type(x) is dict:
+        return {k: _copy_plain(v) for k, v in x.items()}
+    if type(x) is list:
+        return [_copy_plain(v) for v in x]
+    return x
 
 
 __all__ = ["CastoreSaver"]
