@@ -332,3 +332,51 @@ def test_small_writes_live_in_the_commit_and_written_lists_share_the_channel_obj
     assert [(t, c, v) for t, _, c, v, _ in writes] == [
         ("task-a", "turn", 3), ("task-a", "flag", None), ("task-b", "messages", [msg, "short"])]
     assert [p for *_, p in writes] == ["", "", "path-b"]
+
+
+def _values(store: castore.Store) -> Any:
+    from castore.adapters.langgraph_values import ChannelValues
+
+    return ChannelValues(store, CastoreSaver(store).serde)
+
+
+def _put(store: castore.Store, pending: dict[str, bytes]) -> None:
+    store.objects.put_encoded(pending.items())
+    pending.clear()
+
+
+def test_persistent_lists_read_back_through_appends_edits_and_truncations(local_store: castore.Store) -> None:
+    import random
+
+    vals, rng = _values(local_store), random.Random(7)
+    pending: dict[str, bytes] = {}
+    items: list[Any] = []
+    root = None
+    for step in range(300):
+        op = rng.random()
+        if op < 0.8 or not items:
+            items = items + [f"m{step} " + "x" * rng.choice((3, 200))]
+        elif op < 0.9:
+            items = items[:rng.randrange(len(items))]
+        else:
+            j = rng.randrange(len(items))
+            items = items[:j] + [f"edit {step}"] + items[j + 1:]
+        if not items:
+            continue
+        root = vals.store_list(pending, items, root.hex() if root else None)
+        _put(local_store, pending)
+        assert _values(castore.open(local_store.url)).read_list(root) == items, step
+
+
+def test_lists_stored_in_the_first_layout_still_read_and_grow(local_store: castore.Store) -> None:
+    vals = _values(local_store)
+    pending: dict[str, bytes] = {}
+    items = [f"message {i} " + "y" * 120 for i in range(75)]
+    state = vals.list_state(vals.store_list(pending, items, None).hex())
+    old_root = vals._blocks_tree(pending, state.tops, len(items))  # noqa: SLF001 - the first layout, as stored before
+    _put(local_store, pending)
+    fresh = _values(castore.open(local_store.url))
+    assert fresh.read_list(old_root) == items
+    grown = fresh.store_list(pending, items + ["one more"], old_root.hex())
+    _put(local_store, pending)
+    assert _values(castore.open(local_store.url)).read_list(grown) == items + ["one more"]

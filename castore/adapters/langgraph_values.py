@@ -63,6 +63,7 @@ class _ListState:
     items: list[Any]
     entries: list[Entry]
     tops: list[Top]
+    prefix: tuple[int, bytes] | None = None  # (elements covered, id) of the root's prefix tree
 
 
 def remember(cache: OrderedDict, key: str, value: Any) -> None:
@@ -142,7 +143,7 @@ class ChannelValues:
         state = self.list_state(base) if base is not None else None
         tops: list[Top] = []
         entries: list[Entry] = []
-        start = 0
+        start = pos = 0
         if state is not None:
             old, n = state.items, min(len(state.items), len(value))
             p = 0
@@ -168,12 +169,29 @@ class ChannelValues:
                 nid = self.node(pending, tops[-R:])
                 remember(self._nodes, o.hex_id(nid), tuple(entries[-size:]))
                 tops[-R:] = [(size, "n", nid)]
-        parts: dict[str, dict[str, Any]] = {"values": {"n": len(value)}, "refs": {}, "sub": {}}
+        # The root names a prefix tree holding the complete blocks (shared by the R roots
+        # until the next block completes) and the fewer than R elements after them.
+        blocks = [t for t in tops if t[0] > 1]
+        m = sum(t[0] for t in blocks)
+        parts: dict[str, dict[str, Any]] = {"values": {"n": len(value), "f": 2}, "refs": {}, "sub": {}}
+        prefix = None
+        if blocks:
+            if state is not None and state.prefix is not None and state.prefix[0] == m and m <= pos:
+                prefix = state.prefix
+            else:
+                prefix = (m, self._blocks_tree(pending, blocks, m))
+            parts["sub"]["p"] = prefix[1]
+        for j, (_, kind, ref) in enumerate(tops[len(blocks):]):
+            self.place(parts, f"t{j}", kind, ref)
+        root = self.put_obj(pending, Tree(**parts))
+        remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops, prefix))
+        return root
+
+    def _blocks_tree(self, pending: dict[str, bytes], tops: list[Top], n: int) -> bytes:
+        parts: dict[str, dict[str, Any]] = {"values": {"n": n}, "refs": {}, "sub": {}}
         for j, (_, kind, ref) in enumerate(tops):
             self.place(parts, str(j), kind, ref)
-        root = self.put_obj(pending, Tree(**parts))
-        remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops))
-        return root
+        return self.put_obj(pending, Tree(**parts))
 
     def store_value(self, pending: dict[str, bytes], parts: dict[str, dict[str, Any]], key: str,
                      value: Any, base: bytes | None) -> None:
@@ -216,6 +234,23 @@ class ChannelValues:
         return obj
 
     def tops(self, root: Tree) -> list[Top]:
+        """The blocks of a list root, oldest first.
+
+        Raises:
+            IntegrityError: a part of the list is missing or not a tree.
+        """
+        if root.values.get("f") == 2:
+            tops, m = [], 0
+            if "p" in root.sub:
+                prefix = self.tree(root.sub["p"])
+                tops, m = self.tops(prefix), int(prefix.values.get("n", 0))
+            try:
+                for j in range(int(root.values["n"]) - m):
+                    k = f"t{j}"
+                    tops.append((1, "e", root.refs[k] if k in root.refs else tuple(root.values[k])))
+            except (KeyError, TypeError, ValueError) as e:
+                raise o.IntegrityError(o.encode(root)[0], f"list root lacks element {e}") from e
+            return tops
         sizes = _block_sizes(int(root.values.get("n", 0)))
         tops: list[Top] = []
         for j, size in enumerate(sizes):
@@ -262,7 +297,11 @@ class ChannelValues:
         for top in tops:
             entries.extend([top[2]] if top[1] == "e" else self.expand(top[2]))
             items.extend(self.block_objs(top))
-        state = _ListState(items, entries, tops)
+        root = self.tree(o.raw_id(root_hex))
+        prefix = None
+        if root.values.get("f") == 2 and "p" in root.sub:
+            prefix = (int(self.tree(root.sub["p"]).values.get("n", 0)), root.sub["p"])
+        state = _ListState(items, entries, tops, prefix)
         remember(self._lists, root_hex, state)
         return state
 
