@@ -142,6 +142,7 @@ def main() -> None:
     args = ap.parse_args()
     marks = [100, 200, 400] if args.quick else [100, 200, 400, 800, 1600]
     root = args.dir or tempfile.mkdtemp(prefix="bench-langgraph-")
+    os.makedirs(root, exist_ok=True)
     results: dict[str, dict[int, dict[str, float]]] = {}
 
     mem = InMemorySaver()

@@ -8,6 +8,8 @@ remote consistent and a resumed one sends the rest; racing pushers; clear errors
 
 from __future__ import annotations
 
+import json
+
 import os
 import subprocess
 import sys
@@ -685,9 +687,12 @@ def test_cli_remote_push_pull_clone(make_store, moto_server: Any, tmp_path: Any)
     r = _cli(local.url, "remote", "add", "origin", bucket_url, *opts)
     assert r.exit_code == 0, r.output
     r = _cli(local.url, "remote", "list", "--json")
-    assert '"endpoint_url"' in r.stdout and bucket_url in r.stdout
+    listed = json.loads(r.stdout)["origin"]
+    assert listed["url"] == bucket_url and listed["options"]["endpoint_url"] == ep
+    assert listed["options"]["key"] == listed["options"]["secret"] == "***"  # credentials never printed
+    assert listed["options"]["client_kwargs"] == {"region_name": "us-east-1"}
     r = _cli(local.url, "remote", "list")
-    assert "testsecret" not in r.stdout and bucket_url in r.stdout
+    assert "testsecret" not in r.stdout and "testkey" not in r.stdout and bucket_url in r.stdout
     r = _cli(local.url, "push", "--all")
     assert r.exit_code == 0, r.output
     assert "updated  sessions/weather/alice/s1/heads/main" in r.stdout and "pushed to origin" in r.stderr

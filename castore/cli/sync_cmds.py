@@ -146,13 +146,30 @@ def remote_add(ctx: click.Context, name: str, url: str, options: tuple[str, ...]
 @click.pass_context
 def remote_list(ctx: click.Context, as_json: bool) -> None:
     """List the remotes and their URLs."""
-    remotes = sync.list_remotes(open_store(ctx, must_exist=False))
+    remotes = {name: {**entry, "options": _masked(entry.get("options", {}))}
+               for name, entry in sync.list_remotes(open_store(ctx, must_exist=False)).items()}
     if as_json:
         print_json(remotes)
         return
     for name, entry in sorted(remotes.items()):
-        opts = " ".join(f"{k}={v}" for k, v in sorted(entry.get("options", {}).items()) if k not in ("secret", "key"))
+        opts = " ".join(f"{k}={v}" for k, v in sorted(entry["options"].items()) if v != _HIDDEN)
         click.echo(f"{name}\t{entry['url']}" + (f"\t{opts}" if opts else ""))
+
+
+_HIDDEN = "***"
+_SECRET_WORDS = ("secret", "password", "token", "credential")
+
+
+def _masked(options: Any) -> Any:
+    """Storage options with credentials (``key``, ``secret``, ``*token*``, ...) shown as ``***``."""
+    if not isinstance(options, dict):
+        return options
+    out = {}
+    for k, v in options.items():
+        low = str(k).lower()
+        secret = low in ("key", "access_key", "aws_access_key_id") or any(w in low for w in _SECRET_WORDS)
+        out[k] = _HIDDEN if secret and not isinstance(v, dict) else _masked(v)
+    return out
 
 
 @remote_group.command("remove")
