@@ -91,6 +91,7 @@ class ChannelValues:
 
     # -- small caches ----------------------------------------------------------------------
     def loads(self, typed: Any) -> Any:
+        """Decode a ``(type, data)`` pair with the serializer."""
         return self.serde.loads_typed((typed[0], typed[1]))
 
     def value(self, raw: bytes) -> Any:
@@ -109,12 +110,13 @@ class ChannelValues:
 
     # -- encoding values -------------------------------------------------------------------
     def put_obj(self, pending: dict[str, bytes], obj: Any) -> bytes:
+        """Encode ``obj`` into ``pending`` (written by the caller with its commit); return its raw id."""
         oid, canonical = o.encode(obj)
         pending[oid] = canonical
         self.store.objects.cache(oid, obj)
         return o.raw_id(oid)
 
-    def entry(self, pending: dict[str, bytes], obj: Any) -> Entry:
+    def _entry(self, pending: dict[str, bytes], obj: Any) -> Entry:
         typ, data = self.serde.dumps_typed(obj)
         if len(data) <= INLINE_MAX:
             return (typ, data)
@@ -124,7 +126,7 @@ class ChannelValues:
         return raw
 
     @staticmethod
-    def place(tree: dict[str, dict[str, Any]], key: str, kind: str, ref: Any) -> None:
+    def _place(tree: dict[str, dict[str, Any]], key: str, kind: str, ref: Any) -> None:
         if kind == "n":
             tree["sub"][key] = ref
         elif isinstance(ref, bytes):
@@ -132,10 +134,10 @@ class ChannelValues:
         else:
             tree["values"][key] = list(ref)
 
-    def node(self, pending: dict[str, bytes], children: list[Top]) -> bytes:
+    def _node(self, pending: dict[str, bytes], children: list[Top]) -> bytes:
         parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
         for i, (_, kind, ref) in enumerate(children):
-            self.place(parts, str(i), kind, ref)
+            self._place(parts, str(i), kind, ref)
         return self.put_obj(pending, Tree(**parts))
 
     def store_list(self, pending: dict[str, bytes], value: list[Any], base: str | None) -> bytes:
@@ -160,13 +162,13 @@ class ChannelValues:
             start = p
         else:
             redo = []
-        new = redo + [self.entry(pending, x) for x in value[start:]]
+        new = redo + [self._entry(pending, x) for x in value[start:]]
         for e in new:
             entries.append(e)
             tops.append((1, "e", e))
             while len(tops) >= R and all(t[0] == tops[-1][0] for t in tops[-R:]):
                 size = tops[-1][0] * R
-                nid = self.node(pending, tops[-R:])
+                nid = self._node(pending, tops[-R:])
                 remember(self._nodes, o.hex_id(nid), tuple(entries[-size:]))
                 tops[-R:] = [(size, "n", nid)]
         # The root names a prefix tree holding the complete blocks (shared by the R roots
@@ -182,7 +184,7 @@ class ChannelValues:
                 prefix = (m, self._blocks_tree(pending, blocks, m))
             parts["sub"]["p"] = prefix[1]
         for j, (_, kind, ref) in enumerate(tops[len(blocks):]):
-            self.place(parts, f"t{j}", kind, ref)
+            self._place(parts, f"t{j}", kind, ref)
         root = self.put_obj(pending, Tree(**parts))
         remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops, prefix))
         return root
@@ -190,14 +192,22 @@ class ChannelValues:
     def _blocks_tree(self, pending: dict[str, bytes], tops: list[Top], n: int) -> bytes:
         parts: dict[str, dict[str, Any]] = {"values": {"n": n}, "refs": {}, "sub": {}}
         for j, (_, kind, ref) in enumerate(tops):
-            self.place(parts, str(j), kind, ref)
+            self._place(parts, str(j), kind, ref)
         return self.put_obj(pending, Tree(**parts))
 
     def store_value(self, pending: dict[str, bytes], parts: dict[str, dict[str, Any]], key: str,
                      value: Any, base: bytes | None) -> None:
+        """Store one channel value under ``key`` of a state tree being built: a non-empty list as
+        a persistent list (extending ``base``, the list root it had, when given), anything else
+        whole."""
         if type(value) is list and value:
             parts["sub"][key] = self.store_list(pending, value, o.hex_id(base) if base else None)
             return
+        self._store_whole(pending, parts, key, value)
+
+    def _store_whole(self, pending: dict[str, bytes], parts: dict[str, dict[str, Any]], key: str,
+                     value: Any) -> None:
+        """Store ``value`` serialized in one piece: inline when small, else as a Value."""
         typ, data = self.serde.dumps_typed(value)
         if len(data) <= INLINE_MAX * 2:
             parts["values"][key] = [typ, data]
@@ -208,7 +218,7 @@ class ChannelValues:
             parts["refs"][key] = raw
 
     # -- decoding values -------------------------------------------------------------------
-    def expand(self, nid: bytes) -> tuple[Entry, ...]:
+    def _expand(self, nid: bytes) -> tuple[Entry, ...]:
         key = o.hex_id(nid)
         got = self._nodes.get(key)
         if got is not None:
@@ -218,7 +228,7 @@ class ChannelValues:
         for i in range(R):
             k = str(i)
             if k in tree.sub:
-                out.extend(self.expand(tree.sub[k]))
+                out.extend(self._expand(tree.sub[k]))
             elif k in tree.refs:
                 out.append(tree.refs[k])
             elif k in tree.values:
@@ -228,12 +238,17 @@ class ChannelValues:
         return res
 
     def tree(self, raw: bytes) -> Tree:
+        """The tree with raw id ``raw``.
+
+        Raises:
+            ObjectNotFound, IntegrityError: it is missing or not a tree.
+        """
         obj = self.store.objects.get(o.hex_id(raw))
         if not isinstance(obj, Tree):
             raise o.IntegrityError(o.hex_id(raw), "expected a tree")
         return obj
 
-    def tops(self, root: Tree) -> list[Top]:
+    def _tops(self, root: Tree) -> list[Top]:
         """The blocks of a list root, oldest first.
 
         Raises:
@@ -243,7 +258,7 @@ class ChannelValues:
             tops, m = [], 0
             if "p" in root.sub:
                 prefix = self.tree(root.sub["p"])
-                tops, m = self.tops(prefix), int(prefix.values.get("n", 0))
+                tops, m = self._tops(prefix), int(prefix.values.get("n", 0))
             try:
                 for j in range(int(root.values["n"]) - m):
                     k = f"t{j}"
@@ -263,18 +278,18 @@ class ChannelValues:
                 tops.append((size, "e", tuple(root.values[k])))
         return tops
 
-    def element(self, e: Entry) -> Any:
+    def _element(self, e: Entry) -> Any:
         return self.value(e) if isinstance(e, bytes) else self.loads(e)
 
-    def block_objs(self, top: Top) -> tuple[Any, ...] | list[Any]:
+    def _block_objs(self, top: Top) -> tuple[Any, ...] | list[Any]:
         size, kind, ref = top
         if kind == "e":
-            return [self.element(ref)]
+            return [self._element(ref)]
         key = o.hex_id(ref)
         got = self._node_objs.get(key)
         if got is not None:
             return got
-        objs = [self.element(e) for e in self.expand(ref)]
+        objs = [self._element(e) for e in self._expand(ref)]
         if all(_shareable(x) for x in objs):
             res = tuple(objs)
             remember(self._node_objs, key, res)
@@ -282,21 +297,31 @@ class ChannelValues:
         return objs
 
     def read_list(self, root_raw: bytes) -> list[Any]:
+        """The elements of the list whose root has raw id ``root_raw``.
+
+        Raises:
+            ObjectNotFound, IntegrityError.
+        """
         out: list[Any] = []
-        for top in self.tops(self.tree(root_raw)):
-            out.extend(self.block_objs(top))
+        for top in self._tops(self.tree(root_raw)):
+            out.extend(self._block_objs(top))
         return out
 
     def list_state(self, root_hex: str) -> _ListState:
+        """The elements, entries and blocks of a stored list (cached by root id).
+
+        Raises:
+            ObjectNotFound, IntegrityError.
+        """
         got = self._lists.get(root_hex)
         if got is not None:
             return got
-        tops = self.tops(self.tree(o.raw_id(root_hex)))
+        tops = self._tops(self.tree(o.raw_id(root_hex)))
         entries: list[Entry] = []
         items: list[Any] = []
         for top in tops:
-            entries.extend([top[2]] if top[1] == "e" else self.expand(top[2]))
-            items.extend(self.block_objs(top))
+            entries.extend([top[2]] if top[1] == "e" else self._expand(top[2]))
+            items.extend(self._block_objs(top))
         root = self.tree(o.raw_id(root_hex))
         prefix = None
         if root.values.get("f") == 2 and "p" in root.sub:
@@ -326,16 +351,9 @@ class ChannelValues:
         length), anything else whole (returns None)."""
         if type(value) is list and value:
             for j, x in enumerate(value):
-                self.place(parts, f"{key}/{j}", "e", self.entry(pending, x))
+                self._place(parts, f"{key}/{j}", "e", self._entry(pending, x))
             return len(value)
-        typ, data = self.serde.dumps_typed(value)
-        if len(data) <= INLINE_MAX * 2:
-            parts["values"][key] = [typ, data]
-        else:
-            raw = self.put_obj(pending, Value([typ, data]))
-            if _shareable(value):
-                remember(self._decoded, o.hex_id(raw), value)
-            parts["refs"][key] = raw
+        self._store_whole(pending, parts, key, value)
         return None
 
     def write_values(self, c: Commit) -> list[Any]:
