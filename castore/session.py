@@ -44,7 +44,7 @@ from .refs import RefValue
 from .state import StateWriter, read_state, read_states
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store import ScopePlan, Store
 
 T = TypeVar("T")
 _MAX_APPEND_RETRIES = 200
@@ -258,7 +258,9 @@ class Session:
                 raise RefConflict(self._branch_ref(branch) if branch else self._head_name, expect,
                                   tipref.target if tipref is not None else None)
         self.store.init()
-        scopes = self._write_scopes(prepared)
+        # App and user changes are written first (the commits name them) but published only
+        # after the session's ref moved: a writer that loses the race changes no scope.
+        plans, scopes = self._prepare_scopes(prepared)
         for attempt in range(_MAX_APPEND_RETRIES):
             head, branch, tipref = self._read_tip()
             tip = tipref.target if tipref is not None else None
@@ -281,6 +283,8 @@ class Session:
                     raise
                 _backoff(attempt)
                 continue
+            for plan in plans:
+                self.store.publish_scope_changes(plan)
             for p in prepared:
                 for k, v in p.temp.items():
                     if v is DELETE:
@@ -290,9 +294,11 @@ class Session:
             return ids
         raise RefConflict(self._head_name, None, None, "too much contention: gave up after many retries")
 
-    def _write_scopes(self, prepared: list[Prepared]) -> list[dict[str, bytes]]:
-        """Commit the entries' app and user changes; per entry, the scope commits after it."""
+    def _prepare_scopes(self, prepared: list[Prepared]) -> tuple[list[ScopePlan], list[dict[str, bytes]]]:
+        """Write the entries' app and user changes as commits; return the plans to publish
+        and, per entry, the scope commits after it."""
         out: list[dict[str, bytes]] = [{} for _ in prepared]
+        plans: list[ScopePlan] = []
         for scope, user in (("app", None), ("user", self.user)):
             changes, owners = [], []
             for i, p in enumerate(prepared):
@@ -301,10 +307,11 @@ class Session:
                     changes.append((delta, unset))
                     owners.append(i)
             if changes:
-                ids = self.store.update_scope_many(self.app, user, changes)
-                for i, cid in zip(owners, ids, strict=True):
+                plan = self.store.prepare_scope_changes(self.app, user, changes)
+                plans.append(plan)
+                for i, cid in zip(owners, plan.ids, strict=True):
                     out[i][scope] = o.raw_id(cid)
-        return out
+        return plans, out
 
     def _hint_for(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[ObjectId, bytes]]:
         hint = Hint.from_meta(tipref.meta) if tipref is not None else None

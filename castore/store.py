@@ -37,6 +37,17 @@ DEFAULT_URL = "./.castore"
 
 
 @dataclass(frozen=True)
+class ScopePlan:
+    """App or user state changes written as commits, waiting for their ref to move."""
+
+    ref: str
+    base: RefValue | None
+    changes: tuple[tuple[dict[str, Any], tuple[str, ...]], ...]
+    author: str
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SessionInfo:
     """A session as listed: its key, where its leaf is, and when it last changed."""
 
@@ -309,39 +320,70 @@ class Store:
         Raises:
             InvalidName, InvalidEntry, StorageError.
         """
+        return self.publish_scope_changes(self.prepare_scope_changes(app, user, changes, author))
+
+    def prepare_scope_changes(
+        self,
+        app: str,
+        user: str | None,
+        changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
+        author: str = "",
+    ) -> ScopePlan:
+        """Write the commits of ``changes`` on the scope's current tip, without moving its ref.
+
+        :meth:`publish_scope_changes` moves the ref; until then nothing reads the commits.
+
+        Raises:
+            InvalidName, InvalidEntry, StorageError.
+        """
         self.init()
         ref = self._scope_ref(app, user)
+        return self._scope_chain(ref, self.refs.read(ref), changes, author)
+
+    def _scope_chain(self, ref: str, cur: RefValue | None,
+                     changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], author: str) -> ScopePlan:
+        parent = self.history.commit(cur.target) if cur is not None else None
+        writer = StateWriter(self.objects)
+        tip, tree = (cur.target if cur else None), (parent.state if parent else None)
+        depth = parent.depth + 1 if parent else 0
+        ids: list[str] = []
+        now = time.time()
+        for delta, unset in changes:
+            tree = writer.apply(tree, delta, tuple(unset))
+            commit = Commit(
+                kind="state",
+                parents=(o.raw_id(tip),) if tip else (),
+                state=tree,
+                delta=dict(delta),
+                unset=tuple(unset),
+                author=author,
+                time=now,
+                depth=depth,
+            )
+            cid, canonical = o.encode(commit)
+            writer.pending[cid] = canonical
+            self.objects.cache(cid, commit)
+            ids.append(cid)
+            tip, depth = cid, depth + 1
+        self.objects.put_encoded(writer.pending.items())
+        return ScopePlan(ref, cur, tuple((dict(d), tuple(u)) for d, u in changes), author, tuple(ids))
+
+    def publish_scope_changes(self, plan: ScopePlan) -> list[str]:
+        """Move the scope's ref to a prepared chain; if the scope moved meanwhile, write the
+        same changes again on its new tip (changes apply after whatever is there).
+
+        Returns:
+            The commit ids the ref now reaches for the changes, in order.
+
+        Raises:
+            StorageError: the backend failed.
+        """
         while True:
-            cur = self.refs.read(ref)
-            parent = self.history.commit(cur.target) if cur is not None else None
-            writer = StateWriter(self.objects)
-            tip, tree = (cur.target if cur else None), (parent.state if parent else None)
-            depth = parent.depth + 1 if parent else 0
-            ids: list[str] = []
-            now = time.time()
-            for delta, unset in changes:
-                tree = writer.apply(tree, delta, tuple(unset))
-                commit = Commit(
-                    kind="state",
-                    parents=(o.raw_id(tip),) if tip else (),
-                    state=tree,
-                    delta=dict(delta),
-                    unset=tuple(unset),
-                    author=author,
-                    time=now,
-                    depth=depth,
-                )
-                cid, canonical = o.encode(commit)
-                writer.pending[cid] = canonical
-                self.objects.cache(cid, commit)
-                ids.append(cid)
-                tip, depth = cid, depth + 1
-            self.objects.put_encoded(writer.pending.items())
             try:
-                self.refs.swap(ref, ids[-1], cur, {"t": now})
-                return ids
+                self.refs.swap(plan.ref, plan.ids[-1], plan.base, {"t": time.time()})
+                return list(plan.ids)
             except RefConflict:
-                continue
+                plan = self._scope_chain(plan.ref, self.refs.read(plan.ref), plan.changes, plan.author)
 
     def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]:
         """The current app-state and user-state commits, read in one batch.

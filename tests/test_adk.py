@@ -325,8 +325,10 @@ def test_two_writers_from_one_read_exactly_one_succeeds(svc: CastoreSessionServi
             a, b = latest.model_copy(deep=True), latest.model_copy(deep=True)
             base = latest.last_update_time + 10
             results = await asyncio.gather(
-                svc.append_event(a, ev(f"inv{i}-1", timestamp=base + 1, delta={f"sk{i}-1": "v"})),
-                svc.append_event(b, ev(f"inv{i}-2", timestamp=base + 2, delta={f"sk{i}-2": "v"})),
+                svc.append_event(a, ev(f"inv{i}-1", timestamp=base + 1,
+                                       delta={f"sk{i}-1": "v", f"app:ak{i}-1": "v", f"user:uk{i}-1": "v"})),
+                svc.append_event(b, ev(f"inv{i}-2", timestamp=base + 2,
+                                       delta={f"sk{i}-2": "v", f"app:ak{i}-2": "v", f"user:uk{i}-2": "v"})),
                 return_exceptions=True,
             )
             errors = [r for r in results if isinstance(r, BaseException)]
@@ -334,7 +336,12 @@ def test_two_writers_from_one_read_exactly_one_succeeds(svc: CastoreSessionServi
         final = await svc.get_session(app_name=APP, user_id=USER, session_id=s.id)
         assert len(final.events) == rounds
         for i in range(rounds):
-            assert (f"sk{i}-1" in final.state) != (f"sk{i}-2" in final.state)
+            # the loser writes nothing: neither its session state nor its app: and user: state
+            won = 1 if f"sk{i}-1" in final.state else 2
+            lost = 3 - won
+            assert f"sk{i}-{lost}" not in final.state
+            assert final.state.get(f"app:ak{i}-{won}") == "v" and f"app:ak{i}-{lost}" not in final.state
+            assert final.state.get(f"user:uk{i}-{won}") == "v" and f"user:uk{i}-{lost}" not in final.state
         assert {e.invocation_id.rsplit("-", 1)[0] for e in final.events} == {f"inv{i}" for i in range(rounds)}
 
     run(go())

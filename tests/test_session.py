@@ -803,3 +803,38 @@ def test_one_garbage_head_does_not_hide_the_other_sessions(store: castore.Store)
     assert [i.session for i in store.sessions("app", "alice")] == ["good"]
     with pytest.raises(castore.IntegrityError):
         bad.messages()
+
+
+def test_a_writer_that_loses_the_race_changes_no_app_or_user_state(tmp_path: Any) -> None:
+    from castore.storage.local import LocalStorage
+
+    class InterleavingLocal(LocalStorage):
+        """Local storage that runs ``before`` once, just before the next swap of a branch."""
+
+        before: Any = None
+
+        def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+            hook, self.before = self.before, None
+            if hook is not None and "/heads/" in key:
+                hook()
+            return super().swap(key, data, expect)
+
+    storage = InterleavingLocal(str(tmp_path / "store"))
+    store = castore.Store(storage)
+    s = store.session("race", "alice", "s1")
+    tip = s.append(Message("user", "hello"), state_delta={"app:seen": 0, "user:seen": 0})
+    other = castore.open(str(tmp_path / "store"))
+    storage.before = lambda: other.session("race", "alice", "s1").append(
+        Message("user", "the winner"), state_delta={"app:winner": 1, "user:winner": 1})
+    with pytest.raises(RefConflict):
+        s.append(Message("user", "the loser"), expect=tip,
+                 state_delta={"app:loser": 1, "user:loser": 1, "loser": 1})
+    state = castore.open(str(tmp_path / "store")).session("race", "alice", "s1").state()
+    assert state["app:winner"] == state["user:winner"] == 1
+    assert not {"app:loser", "user:loser", "loser"} & state.keys()
+    # a winner whose scope moved meanwhile still lands its change on the scope's new tip
+    storage.before = lambda: other.session("race", "alice", "s2").append(
+        Message("user", "elsewhere"), state_delta={"app:elsewhere": 1})
+    s.append(Message("user", "retry"), state_delta={"app:retry": 1})
+    state = other.session("race", "alice", "s1").state()
+    assert state["app:retry"] == state["app:elsewhere"] == state["app:winner"] == 1
