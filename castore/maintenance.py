@@ -33,6 +33,8 @@ from .store import Store
 
 #: two weeks, as git's default prune age
 DEFAULT_GRACE = 14 * 24 * 3600.0
+#: a temporary file this old belongs to no running write (a write takes milliseconds)
+TEMP_MIN_AGE = 3600.0
 #: objects read per batch (one concurrent read on S3)
 _BATCH = 256
 
@@ -58,6 +60,7 @@ class FsckReport:
     unreachable: list[str] = field(default_factory=list)
     dangling: list[str] = field(default_factory=list)
     stale_locks: list[str] = field(default_factory=list)
+    stale_temps: list[str] = field(default_factory=list)  # harmless leftovers of cut-short writes
 
     @property
     def ok(self) -> bool:
@@ -82,6 +85,7 @@ class FsckReport:
             "unreachable": list(self.unreachable),
             "dangling": list(self.dangling),
             "stale_locks": list(self.stale_locks),
+            "stale_temps": list(self.stale_temps),
         }
 
 
@@ -94,12 +98,13 @@ class GcReport:
     bytes_freed: int = 0
     dry_run: bool = False
     locks_cleared: list[str] = field(default_factory=list)
+    temps_cleared: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {"deleted": len(self.deleted), "kept_in_grace": self.kept_young,
                 "bytes_freed": self.bytes_freed, "dry_run": self.dry_run, "ids": list(self.deleted),
-                "locks_cleared": list(self.locks_cleared)}
+                "locks_cleared": list(self.locks_cleared), "temps_cleared": list(self.temps_cleared)}
 
 
 # -- walking -------------------------------------------------------------------------------
@@ -266,6 +271,7 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
     report.unreachable = unreachable
     report.dangling = [x for x in unreachable if x not in named]
     report.stale_locks = stale_locks(store)
+    report.stale_temps = stale_temps(store)
     return report
 
 
@@ -293,6 +299,29 @@ def clear_stale_locks(store: Store) -> list[str]:
     return sorted(clear("")) if clear is not None else []
 
 
+def stale_temps(store: Store) -> list[str]:
+    """Temporary files older than :data:`TEMP_MIN_AGE` (local disk only; empty elsewhere).
+
+    A writer killed between writing an object's temporary file and renaming it leaves the
+    file behind. Nothing reads it; :func:`gc` removes it.
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    find = getattr(store.storage, "stale_temps", None)
+    return sorted(find(TEMP_MIN_AGE)) if find is not None else []
+
+
+def clear_stale_temps(store: Store) -> list[str]:
+    """Remove the temporary files :func:`stale_temps` finds; return what was removed.
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    clear = getattr(store.storage, "clear_stale_temps", None)
+    return sorted(clear(TEMP_MIN_AGE)) if clear is not None else []
+
+
 # -- gc ------------------------------------------------------------------------------------
 def parse_duration(text: str) -> float:
     """Parse ``2w``, ``3d``, ``12h``, ``30m``, ``45s`` or plain seconds into seconds.
@@ -317,7 +346,8 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
 
     Deleting a session and then running ``gc`` removes the content only that session held;
     content shared with other sessions stays. Objects whose age the backend cannot tell
-    are kept unless ``grace`` is 0. Stale ref locks are cleared too (not in a dry run).
+    are kept unless ``grace`` is 0. Stale ref locks and temporary files over an hour old
+    are cleared too (not in a dry run).
 
     Args:
         store: the store to clean.
@@ -370,8 +400,10 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
             progress("deleted", len(out.deleted))
     if not dry_run:
         out.locks_cleared = clear_stale_locks(store)
+        out.temps_cleared = clear_stale_temps(store)
     return out
 
 
 __all__ = ["FsckReport", "GcReport", "fsck", "gc", "reachable", "stale_locks", "clear_stale_locks",
+           "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",
            "parse_duration", "DEFAULT_GRACE"]

@@ -415,3 +415,24 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_rejects_nonsense(text: str) -> None:
     with pytest.raises(castore.CastoreError, match="not a duration"):
         maintenance.parse_duration(text)
+
+
+def test_gc_removes_temporary_files_of_cut_short_writes_but_not_recent_ones(local_store: castore.Store) -> None:
+    s = fill(local_store)
+    root = Path(local_store.storage.root)
+    some = next(root.glob("objects/*/*"))
+    old = some.with_name(some.name + ".tmp-" + "a" * 32)
+    fresh = some.with_name(some.name + ".tmp-" + "b" * 32)
+    old.write_bytes(b"half an object")
+    fresh.write_bytes(b"a write in progress")
+    two_hours_ago = time.time() - 2 * 3600
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    rel = str(old.relative_to(root))
+    r = maintenance.fsck(local_store)
+    assert r.ok and r.stale_temps == [rel]  # harmless, listed, not damage
+    out = CliRunner().invoke(main, ["--store", local_store.url, "fsck"])
+    assert out.exit_code == 0 and "1 temporary files left by cut-short writes" in out.output
+    assert maintenance.gc(local_store, grace=0, dry_run=True).temps_cleared == [] and old.exists()
+    assert maintenance.gc(local_store, grace=0).temps_cleared == [rel]
+    assert not old.exists() and fresh.exists()
+    assert len(s.messages()) == 5 and maintenance.fsck(local_store).ok

@@ -14,11 +14,11 @@ from .common import json_option, note, open_store, print_json
 _FSCK_SCHEMA = (
     '{"ok": bool, "objects": n, "refs": n, "reachable": n, "missing": [{"id", "from"}], '
     '"corrupt": [{"id", "reason"}], "bad_refs": [{"ref", "reason"}], "unreachable": [id], '
-    '"dangling": [id], "stale_locks": [path]}'
+    '"dangling": [id], "stale_locks": [path], "stale_temps": [path]}'
 )
 _GC_SCHEMA = (
     '{"deleted": n, "kept_in_grace": n, "bytes_freed": n, "dry_run": bool, "ids": [id], '
-    '"locks_cleared": [path]}'
+    '"locks_cleared": [path], "temps_cleared": [path]}'
 )
 _SHOWN = 20  # problems listed per kind in the text summary
 
@@ -47,6 +47,8 @@ def _render_fsck(r: FsckReport) -> None:
             click.echo(f"{title}: {line}")
         if len(lines) > _SHOWN:
             click.echo(f"{title}: ... and {len(lines) - _SHOWN} more (see --json)")
+    if r.stale_temps:
+        click.echo(f"{len(r.stale_temps)} temporary files left by cut-short writes: harmless; `castore gc` removes them")
     if r.unreachable:
         click.echo(f"{len(r.unreachable)} unreachable objects ({len(r.dangling)} dangling): "
                    "harmless; `castore gc` removes them")
@@ -93,6 +95,8 @@ def _render_gc(r: GcReport, grace: str) -> None:
         click.echo(f"kept {r.kept_young} unreachable objects younger than {grace} (a writer may still need them)")
     for lock in r.locks_cleared:
         click.echo(f"cleared stale lock {lock}")
+    if r.temps_cleared:
+        click.echo(f"removed {len(r.temps_cleared)} temporary files left by cut-short writes")
 
 
 @click.command("gc")

@@ -287,6 +287,35 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot list {prefix}: {e.strerror}", self.url) from e
         return sorted(n for n in names if ".tmp-" not in n and not n.endswith(".lock"))
 
+    def stale_temps(self, min_age: float) -> list[str]:
+        """Temporary files (``*.tmp-*``) last changed over ``min_age`` seconds ago: writes
+        that a crash cut short before their rename. Paths are relative to the root."""
+        now, out = time.time(), []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for f in files:
+                if ".tmp-" not in f:
+                    continue
+                path = os.path.join(dirpath, f)
+                try:
+                    if now - os.stat(path).st_mtime > min_age:
+                        out.append(os.path.relpath(path, self.root).replace(os.sep, "/"))
+                except FileNotFoundError:
+                    continue  # renamed or removed meanwhile
+        return sorted(out)
+
+    def clear_stale_temps(self, min_age: float) -> list[str]:
+        """Remove what :meth:`stale_temps` finds; return what was removed."""
+        removed = []
+        for rel in self.stale_temps(min_age):
+            try:
+                os.unlink(os.path.join(self.root, *rel.split("/")))
+                removed.append(rel)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise StorageError(f"cannot remove {rel}: {e.strerror or e}", self.url) from e
+        return removed
+
     def list_locks(self, prefix: str) -> list[str]:
         """Lock files below ``prefix`` (for fsck), relative to the root."""
         base = self._path(prefix) if prefix else self.root
