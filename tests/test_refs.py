@@ -611,3 +611,24 @@ def test_metadata_that_is_not_json_is_refused_before_writing(refs):
     with pytest.raises(InvalidEntry):
         refs.swap("r", C1, None, meta={"x": object()})
     assert refs.read("r") is None
+
+
+def test_local_durable_writes_sync_the_parents_of_new_folders(tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+    from castore.storage.local import LocalStorage
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    storage = LocalStorage(str(tmp_path / "store"))
+    monkeypatch.setattr(os, "fsync", spy)
+    storage.swap("refs/sessions/a/u/s/heads/main", b"x", None)
+    root = str(tmp_path / "store")
+    for parent in ("refs", "refs/sessions", "refs/sessions/a", "refs/sessions/a/u", "refs/sessions/a/u/s"):
+        assert os.path.join(root, parent) in synced, (parent, synced)
+    synced.clear()
+    storage.swap("refs/sessions/a/u/s/heads/other", b"y", None)
+    assert os.path.join(root, "refs/sessions/a/u/s") not in synced  # nothing new: no parent sync

@@ -47,10 +47,19 @@ class LocalStorage(Storage):
     def _ensure_dir(self, d: str) -> None:
         if d in self._made_dirs:
             return
+        missing = []
+        up = d
+        while not os.path.isdir(up) and os.path.dirname(up) != up:
+            missing.append(up)
+            up = os.path.dirname(up)
         try:
             os.makedirs(d, exist_ok=True)
         except OSError as e:
             raise StorageError(f"cannot create folder {d}: {e.strerror}", self.url) from e
+        # A new folder's name lives in its parent: sync the parents, top down, or a crash
+        # could take the folder (and every file synced into it) away.
+        for made in reversed(missing):
+            self._fsync_dir(os.path.dirname(made))
         self._made_dirs.add(d)
 
     def _fsync_dir(self, d: str) -> None:
