@@ -240,7 +240,8 @@ class Session:
         Raises:
             InvalidEntry: an entry cannot be stored (nothing is written).
             RefConflict: ``expect`` was given and the branch is elsewhere.
-            StorageError: the backend failed.
+            StorageError: the backend failed. (Failing while moving app/user state after the
+                entries landed, it leaves the entries and loses that state change.)
         """
         if isinstance(entries, (str, bytes, dict)) or not isinstance(entries, Iterable):
             raise InvalidEntry("append_many takes a list of entries")

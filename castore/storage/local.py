@@ -59,7 +59,7 @@ class LocalStorage(Storage):
         # A new folder's name lives in its parent: sync the parents, top down, or a crash
         # could take the folder (and every file synced into it) away.
         for made in reversed(missing):
-            self._fsync_dir(os.path.dirname(made))
+            self._fsync_dir(os.path.dirname(made) or ".")
         self._made_dirs.add(d)
 
     def _fsync_dir(self, d: str) -> None:
