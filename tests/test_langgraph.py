@@ -131,6 +131,8 @@ def test_fork_shows_in_castore_log_graph(saver: CastoreSaver, local_store: casto
                                       "log", "--graph", "--all", "-n", "0", "--oneline"])
     assert result.exit_code == 0, result.output
     assert "/" in result.stdout and "main@" in result.stdout
+    assert "checkpoint by loop" in result.stdout and "checkpoint by input" in result.stdout
+    assert "writes by ~__pregel_pull, agent" in result.stdout
 
 
 def test_async_graph_runs_on_the_async_methods(saver: CastoreSaver) -> None:

@@ -108,8 +108,10 @@ def summary(e: LogEntry, width: int = 72) -> str:
         text = f"branch summary: {entry.summary}"
     elif isinstance(entry, ModelChange):
         text = f"model -> {entry.model or '?'}" + (f" ({entry.provider})" if entry.provider else "")
-    elif isinstance(entry, Custom):
+    elif isinstance(entry, Custom) and e.kind == "custom":
         text = f"custom {entry.type}"
+    elif isinstance(entry, Custom):  # a commit kind of an adapter's (a LangGraph checkpoint...)
+        text = f"{e.kind} by {e.author}" if e.author else e.kind
     else:
         text = e.kind
     changes = delta_text(e.delta, e.unset)
