@@ -156,11 +156,12 @@ def split_key(spec: str, min_parts: int, max_parts: int, param_hint: str) -> lis
     return [unescape(p) for p in parts]
 
 
-def get_session(ctx: click.Context | None = None, *, must_exist: bool = True) -> Session:
+def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, spec: str | None = None) -> Session:
     """The session named by ``-s/--session`` (or ``$CASTORE_SESSION``) in the store.
 
     Args:
         ctx: the click context (default: the current one).
+        spec: ``APP/USER/SESSION`` given to the command itself; it wins over the group's.
         must_exist: raise :class:`~castore.errors.SessionNotFound` for a session with
             no entries (commands that write, like ``append``, pass False).
 
@@ -169,7 +170,7 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True) ->
         InvalidName, StoreNotFound, SessionNotFound, StorageError.
     """
     ctx = ctx or click.get_current_context()
-    spec = _state(ctx).session_spec
+    spec = spec or _state(ctx).session_spec
     if not spec:
         raise click.UsageError(
             f"this command needs a session: pass -s APP/USER/SESSION or set {SESSION_ENV}", ctx=ctx

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .common import CastoreGroup, CliState, note, split_key, store_url
+from .common import CastoreGroup, note, store_url
 
 DEFAULT_PORT = 8765
 
@@ -25,18 +25,10 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None) -> Non
     runs folded); clicking a commit shows its entry, metadata, full state, the change
     from its parent and, with the toggle, the context a model would receive there.
     """
-    from ..errors import SessionNotFound
     from ..html import render_session
-    from .common import open_store
+    from .common import get_session
 
-    state = ctx.find_object(CliState)
-    spec = spec or (state.session_spec if state is not None else None)
-    if not spec:
-        raise click.UsageError("this command needs a session: pass -s APP/USER/SESSION")
-    app, user, sid = split_key(spec, 3, 3, "'-s' / '--session'")
-    session = open_store(ctx).session(app, user, sid)
-    if not session.exists():
-        raise SessionNotFound(session.key)
+    session = get_session(ctx, spec=spec)
     page = render_session(session)
     if output:
         with open(output, "w", encoding="utf-8") as f:

@@ -11,6 +11,7 @@ from .common import (
     CastoreGroup,
     CliState,
     format_key,
+    get_session,
     json_option,
     note,
     open_store,
@@ -103,15 +104,8 @@ def export_pi(ctx: click.Context, rev: str, spec: str | None, output: str | None
     order it was imported (entries made in castore after them, oldest first).
     """
     from ..adapters.pi import export_session
-    from ..errors import SessionNotFound
 
-    spec = _session_spec(ctx, spec)
-    if not spec:
-        raise click.UsageError("this command needs a session: pass -s APP/USER/SESSION")
-    app, user, sid = split_key(spec, 3, 3, "'-s' / '--session'")
-    session = open_store(ctx).session(app, user, sid)
-    if not session.exists():
-        raise SessionNotFound(session.key)
+    session = get_session(ctx, spec=spec)
     if output:
         n = export_session(session, rev, out=output, whole=not path_only)
         note(f"wrote {n} lines to {output}")
