@@ -34,13 +34,11 @@ import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .entries import BranchSummary, Compaction, Event, Message, ModelChange
+from .entries import BranchSummary, Compaction, Event, LogEntry, Message, ModelChange
 from .errors import InvalidEntry
 
-if TYPE_CHECKING:
-    from .session import LogEntry
 
 TokenCounter = Callable[[Message], int]
 

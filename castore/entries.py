@@ -318,3 +318,24 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
     return Prepared(e.kind, body, author_, meta_, parts[""][0], tuple(parts[""][1]),
                     parts["app:"][0], tuple(parts["app:"][1]), parts["user:"][0],
                     tuple(parts["user:"][1]), temp, at)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One commit of a session as read back: the entry and its provenance."""
+
+    id: o.ObjectId
+    kind: str
+    entry: EntryType
+    parents: tuple[o.ObjectId, ...]
+    author: str = ""
+    time: float = 0.0
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    delta: Mapping[str, Any] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
+    depth: int = 0
+
+    @property
+    def short(self) -> str:
+        """The first 8 characters of the id."""
+        return self.id[:8]

@@ -136,10 +136,10 @@ class History:
         full = below + tail
         if not _is_chain(full):
             # An index that does not fit its commit: fall back to the slow, sure walk.
-            return self._walk_all(tip)
+            return self.walk(tip)
         return full
 
-    def _walk_all(self, tip: str) -> list[tuple[str, Commit]]:
+    def walk(self, tip: str) -> list[tuple[str, Commit]]:
         out = []
         cid: str | None = tip
         while cid is not None:
@@ -294,10 +294,13 @@ class History:
         hint = Hint(o.hex_id(cur.index) if cur.index else None, tail[:-1])
         return self.advance(hint, tip, c)
 
-    def advance(self, hint: Hint, cid: str, commit: Commit) -> tuple[Hint, dict[ObjectId, bytes]]:
+    def advance(self, hint: Hint, cid: str, commit: Commit,
+                pending: Mapping[str, bytes] | None = None) -> tuple[Hint, dict[ObjectId, bytes]]:
         """The hint after appending ``cid`` to the path ``hint`` describes.
 
         Returns the new hint and any segment and index objects to write (by id).
+        ``pending`` holds canonical bytes not written yet (the block's new commits and
+        bodies, when a batch closes a block): they are taken from there, not read.
 
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
@@ -308,7 +311,11 @@ class History:
         # The block is full: pack it into a segment and extend the index.
         commits = self.commits(tail)
         bodies = [o.hex_id(c.body) for c in commits.values() if c.body is not None]
-        canon = self.objs.get_canonical_many(tail + bodies)
+        wanted = tail + bodies
+        canon = {k: pending[k] for k in wanted if pending is not None and k in pending}
+        rest = [k for k in wanted if k not in canon]
+        if rest:
+            canon.update(self.objs.get_canonical_many(rest))
         parts: list[bytes] = []
         for t in tail:
             parts.append(canon[t])

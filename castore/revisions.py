@@ -8,16 +8,30 @@ is taken as an id first (as git does with full hashes), which saves two ref read
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import names
 from . import objects as o
+from .branches import Plumbing, SessionRefs
 from .errors import AmbiguousRevision, ObjectNotFound, RevisionNotFound, SessionNotFound
-from .history import split_revision
+from .history import Hint, split_revision
 from .objects import Commit, ObjectId
 
-if TYPE_CHECKING:
-    from .session import Session
+
+class Session(Protocol):
+    """What resolving a revision needs of a session (:class:`castore.Session` is one)."""
+
+    refs: SessionRefs
+    plumbing: Plumbing
+
+    @property
+    def key(self) -> tuple[str, str, str]: ...  # noqa: D102
+
+    @property
+    def head(self) -> ObjectId | None: ...  # noqa: D102
+
+    def exists(self) -> bool: ...  # noqa: D102
+    def tips(self) -> list[tuple[str, Hint | None]]: ...  # noqa: D102
 
 #: ``~n`` steps up to this many are walked parent by parent; longer ones read the path
 _WALK_MAX = 16
@@ -40,7 +54,7 @@ def resolve(session: Session, rev: str) -> ObjectId:
     cid = resolve_name(session, base) if steps else None
     if cid is None:
         raise RevisionNotFound(rev, "not a branch, label, HEAD or commit id of this session")
-    history = session.store.history
+    history = session.plumbing.history
     for op, n in steps:
         c = history.commit(cid)
         if op == "~":
@@ -78,18 +92,18 @@ def resolve_name(session: Session, name: str) -> ObjectId | None:
         # A full id is unguessable (256 bits): holding it is the capability, as in git.
         # Adapters rely on this to put refs on commits they have just built.
         return ObjectId(lowered)
-    refs = session.store.refs
+    refs = session.plumbing.refs
     try:
-        v = refs.read(session._branch_ref(name))  # noqa: SLF001 - companion module of Session
+        v = refs.read(session.refs.branch(name))
         if v is None:
-            v = refs.read(session._label_ref(name))  # noqa: SLF001
+            v = refs.read(session.refs.label(name))
     except names.InvalidName:
         v = None
     if v is not None:
         return ObjectId(v.target)
     if 4 <= len(name) <= 64 and all(c in "0123456789abcdef" for c in lowered):
         try:
-            cid = session.store.objects.resolve_prefix(lowered)
+            cid = session.plumbing.objects.resolve_prefix(lowered)
         except AmbiguousRevision as e:
             commits = [c for c in e.candidates if is_commit(session, c) and owns(session, c)]
             if len(commits) == 1:
@@ -114,7 +128,7 @@ def is_commit(session: Session, oid: str) -> bool:
         StorageError: the backend failed.
     """
     try:
-        return isinstance(session.store.objects.get(oid), Commit)
+        return isinstance(session.plumbing.objects.get(oid), Commit)
     except ObjectNotFound:
         return False
 
@@ -129,8 +143,8 @@ def owns(session: Session, cid: str) -> bool:
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    history = session.store.history
-    for tip, hint in session._all_tips():  # noqa: SLF001 - companion module of Session
+    history = session.plumbing.history
+    for tip, hint in session.tips():
         if history.is_ancestor(cid, tip, hint):
             return True
     return False

@@ -2,28 +2,46 @@
 
 One session is the commit DAG reachable from its refs under
 ``refs/sessions/<app>/<user>/<session>/``: ``HEAD`` (the leaf pointer, usually symbolic:
-``ref: heads/main``), ``heads/<branch>`` and ``tags/<label>``. Every append writes its
-objects first and then moves one branch ref by compare-and-swap.
+``ref: heads/main``), ``heads/<branch>`` and ``tags/<label>``. Every append builds its
+commits in one batch, writes its objects first and then moves one branch ref by
+compare-and-swap, all through :mod:`castore.branches` (the one write path).
+
+The store builds sessions; this module never imports it: a session gets what it needs
+through :class:`SessionHost`, which :class:`castore.Store` satisfies.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import names, revisions
 from . import objects as o
 from .aio import to_thread
+from .branches import (
+    HEAD_KEEPS,
+    META_CREATED,
+    META_HEAD_BRANCH,
+    META_INFO,
+    META_LENGTH,
+    META_NAMES,
+    META_TIME,
+    Batch,
+    Plumbing,
+    ScopePlan,
+    SessionRefs,
+    name_meta,
+    real_name,
+    symbolic_to,
+)
 from .entries import (
     DELETE,
     BranchSummary,
     Compaction,
-    EntryType,
     Event,
+    LogEntry,
     Message,
     ModelChange,
     Prepared,
@@ -38,38 +56,35 @@ from .errors import (
     RevisionNotFound,
     SessionExists,
 )
-from .history import Hint, K
-from .objects import Commit, ObjectId, Value
-from .refs import RefValue
-from .state import StateWriter, read_state, read_states
-
-if TYPE_CHECKING:
-    from .store import ScopePlan, Store
+from .history import Hint, History
+from .objects import Commit, ObjectId
+from .objectstore import ObjectStore
+from .refs import RefStore, RefValue
+from .state import read_state, read_states
 
 T = TypeVar("T")
-_MAX_APPEND_RETRIES = 200
 _VERIFY_BATCH = 512
 
 
-@dataclass(frozen=True)
-class LogEntry:
-    """One commit of a session as read back: the entry and its provenance."""
+class SessionHost(Protocol):
+    """What a session needs from the store that made it (:class:`castore.Store` is one)."""
 
-    id: ObjectId
-    kind: str
-    entry: EntryType
-    parents: tuple[ObjectId, ...]
-    author: str = ""
-    time: float = 0.0
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    delta: Mapping[str, Any] = field(default_factory=dict)
-    unset: tuple[str, ...] = ()
-    depth: int = 0
+    objects: ObjectStore
+    refs: RefStore
+    history: History
+    plumbing: Plumbing
 
     @property
-    def short(self) -> str:
-        """The first 8 characters of the id."""
-        return self.id[:8]
+    def exists(self) -> bool: ...  # noqa: D102 - see Store.exists
+
+    def init(self) -> bool: ...  # noqa: D102
+    def require(self) -> None: ...  # noqa: D102
+    def prepare_scope_changes(self, app: str, user: str | None,
+                              changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
+                              author: str = "") -> ScopePlan: ...  # noqa: D102
+    def publish_scope_changes(self, plan: ScopePlan) -> list[str]: ...  # noqa: D102
+    def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]: ...  # noqa: D102
+    def scope_states(self, commits: list[str | None]) -> list[dict[str, Any]]: ...  # noqa: D102
 
 
 def _twin(method: Callable[..., T]) -> Callable[..., Any]:
@@ -89,12 +104,16 @@ class Session:
     Create it with :meth:`Store.session`. Nothing is written before the first append.
     """
 
-    def __init__(self, store: Store, app: str, user: str, session_id: str) -> None:
+    def __init__(self, store: SessionHost, app: str, user: str, session_id: str) -> None:
         self.store = store
         self.app = names.validate(app, "app name")
         self.user = names.validate(user, "user name")
         self.id = names.validate(session_id, "session id")
-        self.prefix = "sessions/" + names.encode_key(app, user, session_id)
+        #: the names of this session's refs
+        self.refs = SessionRefs.of(app, user, session_id)
+        self.prefix = self.refs.prefix
+        #: the write path (and the object store, refs and history under it)
+        self.plumbing = store.plumbing
         self._history = store.history
         self._objs = store.objects
         self._refs = store.refs
@@ -120,43 +139,32 @@ class Session:
     async def __aexit__(self, *exc: object) -> None:
         self.temp.clear()
 
-    # -- ref names ---------------------------------------------------------------------
-    @property
-    def _head_name(self) -> str:
-        return f"{self.prefix}/HEAD"
-
-    def _branch_ref(self, branch: str) -> str:
-        return f"{self.prefix}/heads/{names.encode(branch, 'branch name')}"
-
-    def _label_ref(self, label: str) -> str:
-        return f"{self.prefix}/tags/{names.encode(label, 'label')}"
-
-    def _branch_of(self, head: RefValue | None) -> str | None:
-        """The branch name HEAD points to, or None when detached."""
-        if head is None:
-            return "main"
-        if head.symbolic is None:
-            return None
-        seg = head.symbolic.split("/", 1)[1]
-        if names.is_hashed(seg):
-            return str(head.meta.get("branch", seg))
-        return names.decode(seg)
-
+    # -- HEAD ---------------------------------------------------------------------------
     def _head_meta(self, head: RefValue | None, **extra: Any) -> dict[str, Any]:
-        meta = {k: v for k, v in (head.meta if head else {}).items() if k in ("names", "info", "created")}
-        meta.setdefault("names", {"app": self.app, "user": self.user, "session": self.id})
-        meta.setdefault("created", time.time())
+        meta = {k: v for k, v in (head.meta if head else {}).items() if k in HEAD_KEEPS}
+        meta.setdefault(META_NAMES, {"app": self.app, "user": self.user, "session": self.id})
+        meta.setdefault(META_CREATED, time.time())
         meta.update(extra)
         return meta
 
+    def _head_on(self, branch: str) -> tuple[str, dict[str, Any]]:
+        """HEAD's target and extra metadata for being on ``branch``."""
+        target = symbolic_to(branch)
+        return target, name_meta(target, branch, META_HEAD_BRANCH)
+
     # -- the leaf ----------------------------------------------------------------------
     def _read_tip(self) -> tuple[RefValue | None, str | None, RefValue | None]:
-        """(HEAD value, branch name or None if detached, value of the ref HEAD resolves to)."""
-        head = self._refs.read(self._head_name)
-        branch = self._branch_of(head)
-        if branch is None:
+        """(HEAD value, branch name or None if detached, value of the ref HEAD resolves to).
+
+        Raises:
+            CorruptRef: HEAD names something that is not a branch. IntegrityError, StorageError.
+        """
+        head = self._refs.read(self.refs.head)
+        if head is None:
+            return None, "main", self._refs.read(self.refs.branch("main"))
+        if head.symbolic is None:
             return head, None, head
-        return head, branch, self._refs.read(self._branch_ref(branch))
+        return head, self.refs.branch_of(head), self._refs.read(self.refs.branch_ref_of(head))
 
     @property
     def head(self) -> ObjectId | None:
@@ -171,36 +179,36 @@ class Session:
     @property
     def current_branch(self) -> str | None:
         """The branch HEAD is on, or None when HEAD is detached."""
-        head = self._refs.read(self._head_name)
-        return self._branch_of(head)
+        head = self._refs.read(self.refs.head)
+        return self.refs.branch_of(head)
 
     def exists(self) -> bool:
         """Whether the session has any entry (a HEAD ref)."""
-        return self._refs.read(self._head_name) is not None
+        return self._refs.read(self.refs.head) is not None
 
     @property
     def info(self) -> dict[str, Any]:
         """Session metadata (for example an imported file's header), kept on HEAD."""
-        head = self._refs.read(self._head_name)
+        head = self._refs.read(self.refs.head)
         return dict(head.meta.get("info", {})) if head else {}
 
     def set_info(self, info: Mapping[str, Any]) -> None:
         """Replace the session metadata (creates HEAD if the session is new).
 
         Raises:
+            RefContended: HEAD kept changing (see :class:`~castore.branches.RetryPolicy`).
             StorageError.
         """
         self.store.init()
-        while True:
-            head = self._refs.read(self._head_name)
-            target = head.target if head else "ref: heads/" + names.encode("main")
-            meta = self._head_meta(head, info=dict(info))
-            meta["info"] = dict(info)
-            try:
-                self._refs.swap(self._head_name, target, head, meta)
-                return
-            except RefConflict:
-                continue
+
+        def attempt(_: int) -> None:
+            head = self._refs.read(self.refs.head)
+            target, extra = (head.target, {}) if head else self._head_on("main")
+            meta = self._head_meta(head, **extra)
+            meta[META_INFO] = dict(info)
+            self.plumbing.swap(self.refs.head, target, head, meta)
+
+        self.plumbing.land(self.refs.head, attempt)
 
     # -- appending ---------------------------------------------------------------------
     def append(self, entry: Any, *, expect: str | None = None, author: str | None = None,
@@ -256,44 +264,39 @@ class Session:
             # Fail before the app/user state is touched: a refused append writes nothing.
             _, branch, tipref = self._read_tip()
             if (tipref.target if tipref is not None else None) != expect:
-                raise RefConflict(self._branch_ref(branch) if branch else self._head_name, expect,
+                raise RefConflict(self.refs.branch(branch) if branch else self.refs.head, expect,
                                   tipref.target if tipref is not None else None)
         self.store.init()
         # App and user changes are written first (the commits name them) but published only
         # after the session's ref moved: a writer that loses the race changes no scope.
         plans, scopes = self._prepare_scopes(prepared)
-        for attempt in range(_MAX_APPEND_RETRIES):
+
+        def attempt(_: int) -> list[ObjectId]:
             head, branch, tipref = self._read_tip()
             tip = tipref.target if tipref is not None else None
             if expect is not None and tip != expect:
-                raise RefConflict(self._branch_ref(branch) if branch else self._head_name, expect, tip)
-            ids, new_hint, pending, last = self._build(prepared, tip, tipref, scopes)
-            self._objs.put_encoded(pending.items())
-            meta_ = {**new_hint.to_meta(), "t": last.time, "n": last.depth + 1}
-            try:
-                if branch is None:
-                    self._start_branch_from_detached(head, ids[0], ids[-1], meta_)
+                raise RefConflict(self.refs.branch(branch) if branch else self.refs.head, expect, tip)
+            batch = self._build(prepared, tip, tipref, scopes)
+            self.plumbing.write(batch)
+            if branch is None:
+                self._start_branch_from_detached(head, batch)
+            else:
+                ref = self.refs.branch_ref_of(head) if head is not None else self.refs.branch(branch)
+                self.plumbing.swap(ref, batch.ids[-1], tipref, batch.ref_meta(**name_meta(ref, branch)))
+                if head is None:
+                    self._create_head(branch)
+            return batch.ids
+
+        ids = self.plumbing.land(self.refs.prefix, attempt, final=lambda _: expect is not None)
+        for plan in plans:
+            self.store.publish_scope_changes(plan)
+        for p in prepared:
+            for k, v in p.temp.items():
+                if v is DELETE:
+                    self.temp.pop(k, None)
                 else:
-                    if names.is_hashed(names.encode(branch)):
-                        meta_["name"] = branch
-                    self._refs.swap(self._branch_ref(branch), ids[-1], tipref, meta_)
-                    if head is None:
-                        self._create_head(branch)
-            except RefConflict:
-                if expect is not None:
-                    raise
-                _backoff(attempt)
-                continue
-            for plan in plans:
-                self.store.publish_scope_changes(plan)
-            for p in prepared:
-                for k, v in p.temp.items():
-                    if v is DELETE:
-                        self.temp.pop(k, None)
-                    else:
-                        self.temp[k] = v
-            return ids
-        raise RefConflict(self._head_name, None, None, "too much contention: gave up after many retries")
+                    self.temp[k] = v
+        return ids
 
     def _prepare_scopes(self, prepared: list[Prepared]) -> tuple[list[ScopePlan], list[dict[str, bytes]]]:
         """Write the entries' app and user changes as commits; return the plans to publish
@@ -314,88 +317,29 @@ class Session:
                     out[i][scope] = o.raw_id(cid)
         return plans, out
 
-    def _hint_for(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[ObjectId, bytes]]:
-        hint = Hint.from_meta(tipref.meta) if tipref is not None else None
-        if hint is not None:
-            c = self._history.commit(tip)
-            block_len = c.depth % K + 1
-            if hint.tail and hint.tail[-1] == tip and len(hint.tail) == block_len and \
-                    (hint.index == (o.hex_id(c.index) if c.index else None)):
-                return hint, {}
-            if not hint.tail and (c.depth + 1) % K == 0 and hint.index:
-                return hint, {}
-        return self._history.hint_for(tip)
-
-    def _hint_at(self, cid: str) -> tuple[Hint, dict[ObjectId, bytes]]:
-        """The read hint for a new ref at ``cid``: the current tip's when it is there (no reads)."""
-        _, _, tipref = self._read_tip()
-        if tipref is not None and tipref.target == cid:
-            return self._hint_for(cid, tipref)
-        return self._history.hint_from_path(self._history.path_via(cid, self._all_tips()))
-
     def _build(self, prepared: list[Prepared], tip: str | None, tipref: RefValue | None,
-               scopes: list[dict[str, bytes]]) -> tuple[list[ObjectId], Hint, dict[ObjectId, bytes], Commit]:
-        writer = StateWriter(self._objs)
-        if tip is not None:
-            parent = self._history.commit(tip)
-            hint, extra = self._hint_for(tip, tipref)
-            writer.pending.update(extra)
-            state, depth, parent_scopes = parent.state, parent.depth + 1, dict(parent.scopes)
-        else:
-            hint, state, depth, parent_scopes = Hint(), None, 0, {}
-        ids: list[ObjectId] = []
+               scopes: list[dict[str, bytes]]) -> Batch:
+        batch = self.plumbing.batch(tip, tipref)
         now = time.time()
-        commit: Commit | None = None
         for p, p_scopes in zip(prepared, scopes, strict=True):
-            if p_scopes:
-                parent_scopes = {**parent_scopes, **p_scopes}
-            body_id = None
-            if p.body is not None:
-                bid, bbytes = o.encode(Value(p.body))
-                writer.pending[bid] = bbytes
-                body_id = o.raw_id(bid)
-            state = writer.apply(state, p.delta, p.unset)
-            commit = Commit(
-                kind=p.kind,
-                parents=(o.raw_id(tip),) if tip else (),
-                body=body_id,
-                state=state,
-                delta=p.delta,
-                unset=p.unset,
-                scopes=parent_scopes,
-                author=p.author,
-                time=p.time if p.time is not None else now,
-                meta=p.meta,
-                depth=depth,
-                index=o.raw_id(hint.index) if hint.index else None,
-            )
-            cid, canonical = o.encode(commit)
-            writer.pending[cid] = canonical
-            self._objs.cache(cid, commit)
-            self._objs._keep_recent(cid, canonical)  # noqa: SLF001
-            if body_id is not None:
-                self._objs._keep_recent(o.hex_id(body_id), writer.pending[o.hex_id(body_id)])  # noqa: SLF001
-            hint, extra = self._history.advance(hint, cid, commit)
-            writer.pending.update(extra)
-            ids.append(cid)
-            tip, depth = cid, depth + 1
-        assert commit is not None
-        return ids, hint, writer.pending, commit
+            batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
+                        when=p.time if p.time is not None else now, meta=p.meta, scopes=p_scopes)
+        return batch
 
     def _create_head(self, branch: str) -> None:
+        target, extra = self._head_on(branch)
         try:
-            self._refs.swap(self._head_name, "ref: heads/" + names.encode(branch, "branch name"), None,
-                            self._head_meta(None))
+            self.plumbing.swap(self.refs.head, target, None, self._head_meta(None, **extra))
         except RefConflict:
             pass  # another writer created it first: fine
 
-    def _start_branch_from_detached(self, head: RefValue | None, first_new: str, tip: str,
-                                    meta: dict[str, Any]) -> None:
+    def _start_branch_from_detached(self, head: RefValue | None, batch: Batch) -> None:
         assert head is not None
-        name = f"branch-{first_new[:8]}"
-        self._refs.swap(self._branch_ref(name), tip, None, meta)
+        name = f"branch-{batch.ids[0][:8]}"
+        self.plumbing.swap(self.refs.branch(name), batch.ids[-1], None, batch.ref_meta())
+        target, extra = self._head_on(name)
         try:
-            self._refs.swap(self._head_name, "ref: heads/" + names.encode(name), head, self._head_meta(head))
+            self.plumbing.swap(self.refs.head, target, head, self._head_meta(head, **extra))
         except RefConflict:
             pass  # HEAD moved meanwhile; the new branch keeps the entries reachable
 
@@ -423,7 +367,7 @@ class Session:
                 return []
             hint = Hint.from_meta(tipref.meta)
             return self._history.path(tipref.target, hint)
-        return self._history.path_via(self.resolve(rev), self._all_tips())
+        return self._history.path_via(self.resolve(rev), self.tips())
 
     def _to_entries(self, path: list[tuple[str, Commit]]) -> list[LogEntry]:
         bodies = [o.hex_id(c.body) for _, c in path if c.body is not None]
@@ -526,7 +470,7 @@ class Session:
                 path = path[-limit:]
             return list(reversed(self._to_entries(path)))
         seen: dict[str, Commit] = {}
-        for tip, hint in self._all_tips():
+        for tip, hint in self.tips():
             for cid, c in self._history.path(tip, hint):
                 seen[cid] = c
         order = sorted(seen.items(), key=lambda kv: (kv[1].time, kv[1].depth), reverse=True)
@@ -534,7 +478,14 @@ class Session:
             order = order[:limit]
         return self._to_entries(order)
 
-    def _all_tips(self) -> list[tuple[str, Hint | None]]:
+    def tips(self) -> list[tuple[str, Hint | None]]:
+        """Every commit a ref of this session names directly (branches, labels, a detached
+        HEAD, remote-tracking refs), each with the read hint of one ref naming it.
+
+        Raises:
+            StoreNotFound: there is no store at all.
+            IntegrityError, StorageError.
+        """
         out: dict[str, Hint | None] = {}
         names_ = self._refs.list(self.prefix)
         if not names_ and not self.store.exists:
@@ -570,10 +521,15 @@ class Session:
         for name, v in vals.items():
             if v is None:
                 continue
-            seg = name.rsplit("/", 1)[1]
-            real = v.meta.get("name") if names.is_hashed(seg) else names.decode(seg)
-            out[str(real)] = ObjectId(v.target)
+            out[real_name(name.rsplit("/", 1)[1], v.meta)] = ObjectId(v.target)
         return dict(sorted(out.items()))
+
+    def _ref_meta_at(self, cid: str, **extra: Any) -> dict[str, Any]:
+        """Metadata for a new ref at ``cid`` (the current tip's hint when it is there: no reads)."""
+        _, _, tipref = self._read_tip()
+        if tipref is not None and tipref.target == cid:
+            return self.plumbing.ref_meta_at(cid, tipref=tipref, **extra)
+        return self.plumbing.ref_meta_at(cid, self.tips(), **extra)
 
     def branch(self, name: str, at: str = "HEAD") -> ObjectId:
         """Create branch ``name`` at revision ``at`` (O(1)); return its commit.
@@ -582,16 +538,11 @@ class Session:
             BranchError: the branch exists.
             InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
         """
-        ref = self._branch_ref(name)
+        ref = self.refs.branch(name)
         cid = self.resolve(at)
-        hint, extra = self._hint_at(cid)
-        self._objs.put_encoded(extra.items())
-        c = self._history.commit(cid)
-        meta = {**hint.to_meta(), "t": time.time(), "n": c.depth + 1}
-        if names.is_hashed(names.encode(name)):
-            meta["name"] = name
+        meta = self._ref_meta_at(cid, **name_meta(ref, name))
         try:
-            self._refs.swap(ref, cid, None, meta)
+            self.plumbing.swap(ref, cid, None, meta)
         except RefConflict:
             raise BranchError(f"branch {name!r} already exists") from None
         return cid
@@ -600,12 +551,15 @@ class Session:
         """Delete a branch. Refuses the checked-out branch, and unmerged work unless forced.
 
         A branch is merged when its tip is on the path of another branch, label or HEAD.
+        A :meth:`checkout` of the branch racing this call never leaves HEAD naming a
+        missing branch: HEAD is read again after the delete and the branch is put back
+        (and this call fails) when HEAD names it by then.
 
         Raises:
             BranchError: no such branch, it is checked out, or it holds unmerged work.
             StorageError.
         """
-        ref = self._branch_ref(name)
+        ref = self.refs.branch(name)
         v = self._refs.read(ref)
         if v is None:
             raise BranchError(f"no branch {name!r}")
@@ -619,7 +573,13 @@ class Session:
                     f"branch {name!r} is not merged: its tip {tip[:8]} is on no other branch, label or HEAD "
                     "(use force / -D to delete it anyway)"
                 )
-        self._refs.delete(ref, v)
+        self.plumbing.delete(ref, v)
+        if self.current_branch == name:  # a checkout landed meanwhile: put the branch back
+            try:
+                self.plumbing.swap(ref, v.target, None, {k: x for k, x in v.meta.items() if k != "w"})
+            except RefConflict:
+                pass  # someone made it again: HEAD names an existing branch either way
+            raise BranchError(f"cannot delete branch {name!r}: it was checked out meanwhile")
 
     def _all_tips_except(self, ref: str) -> list[tuple[str, Hint | None]]:
         refs = [r for r in self._refs.list(self.prefix) if r != ref]
@@ -637,31 +597,41 @@ class Session:
             The branch now checked out, or None when HEAD is detached.
 
         Raises:
-            RevisionNotFound, AmbiguousRevision, BranchError, InvalidName, StorageError.
+            RevisionNotFound, AmbiguousRevision, InvalidName, StorageError.
+            BranchError: the branch was deleted while HEAD moved to it (HEAD is put back).
+            RefContended: HEAD kept changing (see :class:`~castore.branches.RetryPolicy`).
         """
         if create is not None:
             self.branch(create, rev)
             rev = create
         is_branch = False
         try:
-            is_branch = self._refs.read(self._branch_ref(rev)) is not None
+            is_branch = self._refs.read(self.refs.branch(rev)) is not None
         except names.InvalidName:
             pass
-        detached: dict[str, Any] = {}
+        extra: dict[str, Any]
         if is_branch:
-            target, branch = "ref: heads/" + names.encode(rev), rev
+            (target, extra), branch = self._head_on(rev), rev
         else:
             target, branch = self.resolve(rev), None
             # store.sessions() reads a detached HEAD's time and length from HEAD itself
-            detached = {"t": time.time(), "n": self._history.commit(target).depth + 1}
-        while True:
-            head = self._refs.read(self._head_name)
-            extra = {"branch": rev} if branch and names.is_hashed(names.encode(rev)) else dict(detached)
-            try:
-                self._refs.swap(self._head_name, target, head, self._head_meta(head, **extra))
-                return branch
-            except RefConflict:
-                continue
+            extra = {META_TIME: time.time(), META_LENGTH: self._history.commit(target).depth + 1}
+
+        def attempt(_: int) -> tuple[RefValue | None, RefValue]:
+            head = self._refs.read(self.refs.head)
+            return head, self.plumbing.swap(self.refs.head, target, head, self._head_meta(head, **extra))
+
+        old, new = self.plumbing.land(self.refs.head, attempt)
+        if branch is not None and self._refs.read(self.refs.branch(branch)) is None:
+            # delete_branch won a race: never leave HEAD naming a missing branch
+            if old is not None:
+                try:
+                    self.plumbing.swap(self.refs.head, old.target, new,
+                                       {k: x for k, x in old.meta.items() if k != "w"})
+                except RefConflict:
+                    pass  # HEAD moved on again: whoever moved it owns it now
+            raise BranchError(f"branch {branch!r} was deleted while HEAD moved to it; HEAD is left where it was")
+        return branch
 
     def label(self, rev: str, name: str, force: bool = False) -> ObjectId:
         """Put label ``name`` on the commit ``rev`` names; return the commit.
@@ -671,12 +641,11 @@ class Session:
             InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
         """
         cid = self.resolve(rev)
-        ref = self._label_ref(name)
-        meta = {"name": name} if names.is_hashed(names.encode(name)) else {}
+        ref = self.refs.label(name)
         cur = self._refs.read(ref)
         if cur is not None and not force:
             raise BranchError(f"label {name!r} already exists (on {cur.target[:8]})")
-        self._refs.swap(ref, cid, cur, meta)
+        self.plumbing.swap(ref, cid, cur, name_meta(ref, name))
         return cid
 
     def delete_label(self, name: str) -> None:
@@ -685,10 +654,10 @@ class Session:
         Raises:
             BranchError: no such label. StorageError.
         """
-        v = self._refs.read(self._label_ref(name))
+        v = self._refs.read(self.refs.label(name))
         if v is None:
             raise BranchError(f"no label {name!r}")
-        self._refs.delete(self._label_ref(name), v)
+        self.plumbing.delete(self.refs.label(name), v)
 
     def fork(self, new_session_id: str, at: str = "HEAD", *, user: str | None = None) -> Session:
         """Start a new session whose history is this one's up to ``at`` (O(1), shared objects).
@@ -701,17 +670,16 @@ class Session:
         new = Session(self.store, self.app, user or self.user, new_session_id)
         if new.exists():
             raise SessionExists(new.key)
-        hint, extra = self._hint_at(cid)
-        self._objs.put_encoded(extra.items())
-        c = self._history.commit(cid)
+        meta = self._ref_meta_at(cid)
         try:
-            new._refs.swap(new._branch_ref("main"), cid, None, {**hint.to_meta(), "t": time.time(), "n": c.depth + 1})
+            self.plumbing.swap(new.refs.branch("main"), cid, None, meta)
         except RefConflict:
             raise SessionExists(new.key) from None
-        meta = new._head_meta(None, info={"forked_from": {"app": self.app, "user": self.user,
-                                                          "session": self.id, "commit": cid}})
+        target, extra = new._head_on("main")  # noqa: SLF001 - same class
+        head_meta = new._head_meta(None, info={"forked_from": {  # noqa: SLF001 - same class
+            "app": self.app, "user": self.user, "session": self.id, "commit": cid}}, **extra)
         try:
-            new._refs.swap(new._head_name, "ref: heads/main", None, meta)
+            self.plumbing.swap(new.refs.head, target, None, head_meta)
         except RefConflict:
             raise SessionExists(new.key) from None
         return new
@@ -925,9 +893,3 @@ def _messages_of(entries: list[LogEntry]) -> list[Message]:
         elif isinstance(e.entry, Event) and e.entry.message is not None:
             out.append(e.entry.message)
     return out
-
-
-def _backoff(attempt: int) -> None:
-    """After a lost race, sleep a random part of a delay that doubles per try (at most 50 ms),
-    so that rival writers spread out instead of colliding again in step."""
-    time.sleep(0.001 * min(2 ** min(attempt, 6), 50) * int.from_bytes(os.urandom(2), "big") / 65536)

@@ -17,7 +17,19 @@ from typing import Any
 from . import names
 from . import objects as o
 from .aio import to_thread
+from .branches import (
+    META_LENGTH,
+    META_NAMES,
+    META_TIME,
+    Plumbing,
+    RetryPolicy,
+    ScopePlan,
+    real_name,
+    scope_ref,
+    session_prefix,
+)
 from .errors import (
+    CastoreError,
     FormatError,
     IntegrityError,
     RefConflict,
@@ -29,22 +41,12 @@ from .objects import Commit, ObjectId
 from .objectstore import ObjectStore
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
-from .state import StateWriter, read_state, read_states
-from .storage import Storage, open_storage
+from .session import Session
+from .state import read_state, read_states
+from .storage import PreconditionFailed, Storage, open_storage
 
 CONFIG_KEY = "castore.json"
 DEFAULT_URL = "./.castore"
-
-
-@dataclass(frozen=True)
-class ScopePlan:
-    """App or user state changes written as commits, waiting for their ref to move."""
-
-    ref: str
-    base: RefValue | None
-    changes: tuple[tuple[dict[str, Any], tuple[str, ...]], ...]
-    author: str
-    ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -72,12 +74,14 @@ class Store:
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, storage: Storage, *, compress: bool = True) -> None:
+    def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None) -> None:
         self.storage = storage
         self.url = storage.url
         self.objects = ObjectStore(storage, compress=compress)
         self.refs = RefStore(storage)
         self.history = History(self.objects)
+        #: the one write path: every commit and ref move of this store goes through it
+        self.plumbing = Plumbing(self.objects, self.refs, self.history, *([retry] if retry else []))
         self._config: dict[str, Any] | None = None
         self._initialized = False
         self._load_config()
@@ -141,8 +145,6 @@ class Store:
         if self._initialized:
             return False
         cfg = {"format": o.FORMAT, "created": time.time(), "remotes": {}}
-        from .storage import PreconditionFailed
-
         try:
             self.storage.swap(CONFIG_KEY, json.dumps(cfg, indent=1).encode(), None)
             created = True
@@ -160,22 +162,29 @@ class Store:
         """Apply ``change(config) -> config`` by compare-and-swap on ``castore.json``.
 
         Raises:
+            ConfigContended: ``castore.json`` kept changing until the retry policy ran out.
             StorageError: the backend failed.
         """
-        from .storage import PreconditionFailed
-
         self.init()
-        for _ in range(20):
+
+        def attempt(_: int) -> dict[str, Any]:
             cur = self.storage.read_versioned(CONFIG_KEY)
-            assert cur is not None
+            if cur is None:
+                raise FormatError(f"{self.url}/{CONFIG_KEY} vanished while it was being changed")
             new = change(json.loads(cur.data))
             try:
                 self.storage.swap(CONFIG_KEY, json.dumps(new, indent=1).encode(), cur.token)
-            except PreconditionFailed:
-                continue
-            self._config = new
+            except PreconditionFailed as e:
+                raise RefConflict(CONFIG_KEY, None, None) from e  # a lost race: retried
             return new
-        raise RefConflict(CONFIG_KEY, None, None, "castore.json kept changing; try again")
+
+        def give_up(attempts: int, seconds: float) -> Exception:
+            return ConfigContended(f"{self.url}/{CONFIG_KEY} kept changing under this writer "
+                                   f"({attempts} attempts in {seconds:.1f}s); try again")
+
+        new = self.plumbing.land(CONFIG_KEY, attempt, give_up=give_up)
+        self._config = new
+        return new
 
     # -- sessions ----------------------------------------------------------------------
     def session(self, app: str, user: str, session_id: str) -> Session:
@@ -184,8 +193,6 @@ class Store:
         Raises:
             InvalidName: a part of the key is not a valid name.
         """
-        from .session import Session
-
         return Session(self, app, user, session_id)
 
     def sessions(self, app: str, user: str | None = None) -> list[SessionInfo]:
@@ -217,14 +224,12 @@ class Store:
             if v is None:
                 continue
             _, aseg, useg, sseg, _ = h.split("/")
-            nm = v.meta.get("names", {})
+            nm = v.meta.get(META_NAMES, {})
             tipv = tips.get(branch_refs[h]) if h in branch_refs else v
             head = tipv.target if tipv is not None and not tipv.symbolic else None
             branch = v.symbolic.split("/", 1)[1] if v.symbolic else None
-            if branch is not None and names.is_hashed(branch):
-                branch = (tipv.meta.get("name") if tipv else None) or branch
-            elif branch is not None:
-                branch = names.decode(branch)
+            if branch is not None:
+                branch = real_name(branch, {**v.meta, **(tipv.meta if tipv else {})})
             meta = tipv.meta if tipv is not None else {}
             out.append(
                 SessionInfo(
@@ -233,8 +238,8 @@ class Store:
                     session=nm.get("session") or _decode(sseg),
                     head=head,
                     branch=branch,
-                    updated=float(meta.get("t", v.meta.get("t", 0.0))),
-                    entries=int(meta.get("n", 0)),
+                    updated=float(meta.get(META_TIME, v.meta.get(META_TIME, 0.0))),
+                    entries=int(meta.get(META_LENGTH, 0)),
                     info=v.meta.get("info", {}),
                 )
             )
@@ -269,7 +274,7 @@ class Store:
             SessionNotFound: the session does not exist.
             InvalidName, StorageError.
         """
-        prefix = "sessions/" + names.encode_key(app, user, session_id)
+        prefix = session_prefix(app, user, session_id)
         found = self.refs.list(prefix)
         if not found:
             raise SessionNotFound((app, user, session_id))
@@ -277,17 +282,13 @@ class Store:
             self.refs.delete(name)
 
     # -- app- and user-scoped state ----------------------------------------------------------
-    def _scope_ref(self, app: str, user: str | None) -> str:
-        base = f"state/{names.encode(app, 'app name')}"
-        return f"{base}/app" if user is None else f"{base}/users/{names.encode(user, 'user name')}"
-
     def scope_head(self, app: str, user: str | None = None) -> str | None:
         """The commit id of the app state (``user=None``) or of a user's state, or None.
 
         Raises:
             InvalidName, IntegrityError, StorageError.
         """
-        v = self.refs.read(self._scope_ref(app, user))
+        v = self.refs.read(scope_ref(app, user))
         return v.target if v is not None else None
 
     def update_scope(
@@ -337,36 +338,17 @@ class Store:
             InvalidName, InvalidEntry, StorageError.
         """
         self.init()
-        ref = self._scope_ref(app, user)
+        ref = scope_ref(app, user)
         return self._scope_chain(ref, self.refs.read(ref), changes, author)
 
     def _scope_chain(self, ref: str, cur: RefValue | None,
                      changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], author: str) -> ScopePlan:
-        parent = self.history.commit(cur.target) if cur is not None else None
-        writer = StateWriter(self.objects)
-        tip, tree = (cur.target if cur else None), (parent.state if parent else None)
-        depth = parent.depth + 1 if parent else 0
-        ids: list[str] = []
+        batch = self.plumbing.batch(cur.target if cur else None)
         now = time.time()
         for delta, unset in changes:
-            tree = writer.apply(tree, delta, tuple(unset))
-            commit = Commit(
-                kind="state",
-                parents=(o.raw_id(tip),) if tip else (),
-                state=tree,
-                delta=dict(delta),
-                unset=tuple(unset),
-                author=author,
-                time=now,
-                depth=depth,
-            )
-            cid, canonical = o.encode(commit)
-            writer.pending[cid] = canonical
-            self.objects.cache(cid, commit)
-            ids.append(cid)
-            tip, depth = cid, depth + 1
-        self.objects.put_encoded(writer.pending.items())
-        return ScopePlan(ref, cur, tuple((dict(d), tuple(u)) for d, u in changes), author, tuple(ids))
+            batch.entry("state", None, delta=delta, unset=tuple(unset), author=author, when=now, meta={})
+        self.plumbing.write(batch)
+        return ScopePlan(ref, cur, tuple((dict(d), tuple(u)) for d, u in changes), author, tuple(batch.ids))
 
     def publish_scope_changes(self, plan: ScopePlan) -> list[str]:
         """Move the scope's ref to a prepared chain; if the scope moved meanwhile, write the
@@ -376,14 +358,20 @@ class Store:
             The commit ids the ref now reaches for the changes, in order.
 
         Raises:
+            RefContended: the scope kept changing (see :class:`~castore.branches.RetryPolicy`).
             StorageError: the backend failed.
         """
-        while True:
-            try:
-                self.refs.swap(plan.ref, plan.ids[-1], plan.base, {"t": time.time()})
-                return list(plan.ids)
-            except RefConflict:
-                plan = self._scope_chain(plan.ref, self.refs.read(plan.ref), plan.changes, plan.author)
+        plans = [plan]
+
+        def attempt(n: int) -> list[str]:
+            if n:
+                p = plans[-1]
+                plans.append(self._scope_chain(p.ref, self.refs.read(p.ref), p.changes, p.author))
+            p = plans[-1]
+            self.plumbing.swap(p.ref, p.ids[-1], p.base, {META_TIME: time.time()})
+            return list(p.ids)
+
+        return self.plumbing.land(plan.ref, attempt)
 
     def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]:
         """The current app-state and user-state commits, read in one batch.
@@ -391,7 +379,7 @@ class Store:
         Raises:
             InvalidName, IntegrityError, StorageError.
         """
-        a, u = self._scope_ref(app, None), self._scope_ref(app, user)
+        a, u = scope_ref(app, None), scope_ref(app, user)
         got = self.refs.read_many([a, u])
         return (got[a].target if got[a] else None, got[u].target if got[u] else None)  # type: ignore[union-attr]
 
@@ -426,7 +414,7 @@ class Store:
         head = self.scope_head(app, user)
         if head is None:
             return []
-        return list(reversed(self.history._walk_all(head)))  # noqa: SLF001 - scope chains are short
+        return list(reversed(self.history.walk(head)))  # scope chains are short: no segments
 
     def app_state(self, app: str) -> dict[str, Any]:
         """The current app-scoped state (keys without the ``app:`` prefix)."""
@@ -499,6 +487,8 @@ def open(url: str | None = None, *, durable: bool = True, **storage_options: Any
     return Store.open(url, durable=durable, **storage_options)
 
 
-from .session import Session  # noqa: E402  (circular: Session needs Store's type only)
+class ConfigContended(CastoreError):
+    """``castore.json`` kept changing under a writer until the retry policy ran out."""
 
-__all__ = ["Store", "SessionInfo", "open", "default_url", "ObjectId", "RefValue", "Session"]
+
+__all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "ObjectId", "RefValue", "Session"]

@@ -228,7 +228,7 @@ def test_verify_names_the_commit_whose_snapshot_differs_from_replay(s: castore.S
     tree_id = store.objects.put(Tree(values={"a": 3}))
     forged = Commit(kind="event", parents=(o.raw_id(good),), state=o.raw_id(tree_id), delta={"a": 2}, depth=1)
     fid = store.objects.put(forged)
-    ref = s._branch_ref("main")
+    ref = s.refs.branch("main")
     store.refs.swap(ref, fid, store.refs.read(ref))
     with pytest.raises(AuditError) as ei:
         s.verify()
@@ -482,7 +482,7 @@ def test_append_many_moves_the_ref_once(s: castore.Session, backend: Any) -> Non
             Message(role="assistant", content="It is 42")]
     ids = sess.append_many(turn)
     assert len(ids) == 3
-    assert counter.swaps == ["refs/" + sess._branch_ref("main")]
+    assert counter.swaps == ["refs/" + sess.refs.branch("main")]
     entries = sess.entries()
     assert [e.id for e in entries[1:]] == ids
     assert [e.parents for e in entries[1:]] == [(entries[0].id,), (ids[0],), (ids[1],)]

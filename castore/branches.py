@@ -1,0 +1,645 @@
+"""Plumbing: the one write path. Ref names, ref metadata, read hints, commit batches, landing.
+
+Every writer of castore (sessions, app and user state, sync, the adapters) goes through
+this module to name a ref, read or write its metadata, build commits on a tip and move a
+ref. It owns four things:
+
+* **Names.** :class:`SessionRefs` names a session's refs (``HEAD``, ``heads/<branch>``,
+  ``tags/<label>``, ``remotes/<remote>/<branch>``) and :func:`scope_ref` the app and user
+  state refs; :func:`parse_ref_name` checks a name read from a listing (or from a remote)
+  against that layout and is the only way back from a name to its parts. A name segment
+  longer than :data:`castore.names.MAX_SEGMENT` is a digest; the real name is kept in the
+  ref's metadata and :func:`real_name` reads it back.
+* **Metadata keys**, one constant per fact (``META_*`` below). The real name behind a
+  hashed segment is written as ``name`` on branch and label refs and as ``branch`` on
+  ``HEAD`` (stores written before this module exist, and their refs must read and fsck the
+  same); :func:`real_name` accepts both keys on every ref.
+* **Building.** A :class:`Batch` builds commits on a tip (depth, segment index, state
+  tree, read hint) and collects every object they need; :meth:`Plumbing.write` stores a
+  batch with one call to the object store.
+* **Landing.** :meth:`Plumbing.land` runs one compare-and-swap attempt until it wins, under
+  a :class:`RetryPolicy` (jittered exponential backoff, a cap on attempts and on total
+  time). Giving up raises :class:`RefContended`, naming the ref, the attempts and the time
+  spent. A ref lock that cannot be taken (:class:`~castore.errors.RefLocked`) is not a lost
+  race: it is raised at once, naming the lock file and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from . import names
+from . import objects as o
+from .errors import CorruptRef, InvalidName, RefConflict, RefLocked
+from .history import Hint, History, K
+from .objects import Commit, ObjectId, Value
+from .objectstore import ObjectStore
+from .refs import SYMBOLIC, RefStore, RefValue
+from .state import StateWriter
+
+T = TypeVar("T")
+
+# -- ref metadata keys: one constant per fact ------------------------------------------------
+#: the write id :class:`~castore.refs.RefStore` stamps on every write
+META_WRITE_ID = "w"
+#: read hint: the ids of the tip's unfinished block (see :class:`~castore.history.Hint`)
+META_TAIL = "tl"
+#: read hint: the segment index below the tip's block
+META_INDEX = "ix"
+#: when the tip was written (seconds since the epoch)
+META_TIME = "t"
+#: the number of commits on the path root -> tip
+META_LENGTH = "n"
+#: the real name behind a hashed branch or label segment (on branch and label refs)
+META_NAME = "name"
+#: the real name of the branch HEAD names, when its segment is hashed (on HEAD)
+META_HEAD_BRANCH = "branch"
+#: HEAD: the session's names as created (never trusted for display: names come from keys)
+META_NAMES = "names"
+#: HEAD: the session's metadata (:attr:`castore.Session.info`)
+META_INFO = "info"
+#: HEAD: when the session was created
+META_CREATED = "created"
+#: HEAD keys that travel with it when it is rewritten (checkout, set_info)
+HEAD_KEEPS = (META_NAMES, META_INFO, META_CREATED)
+#: the keys that may hold the real name behind a hashed segment, in the order they are read
+REAL_NAME_KEYS = (META_NAME, META_HEAD_BRANCH)
+
+# -- ref names ---------------------------------------------------------------------------------
+SESSIONS = "sessions"
+STATE = "state"
+HEAD = "HEAD"
+HEADS = "heads"
+TAGS = "tags"
+REMOTES = "remotes"
+_HEX = frozenset("0123456789abcdef")
+
+
+def session_prefix(app: str, user: str, session: str) -> str:
+    """The ref folder of a session: ``sessions/<app>/<user>/<session>``.
+
+    Raises:
+        InvalidName: a part is not a valid name.
+    """
+    return f"{SESSIONS}/{names.encode_key(app, user, session)}"
+
+
+def scope_ref(app: str, user: str | None) -> str:
+    """The ref of an app's state (``user=None``) or of one user's state in it.
+
+    Raises:
+        InvalidName: a bad app or user name.
+    """
+    base = f"{STATE}/{names.encode(app, 'app name')}"
+    return f"{base}/app" if user is None else f"{base}/users/{names.encode(user, 'user name')}"
+
+
+def symbolic_to(branch: str) -> str:
+    """The target of a HEAD on ``branch``: ``ref: heads/<segment>``.
+
+    Raises:
+        InvalidName: a bad branch name.
+    """
+    return f"{SYMBOLIC}{HEADS}/{names.encode(branch, 'branch name')}"
+
+
+@dataclass(frozen=True)
+class SessionRefs:
+    """The ref names of one session (relative to ``refs/``)."""
+
+    prefix: str
+
+    @classmethod
+    def of(cls, app: str, user: str, session: str) -> SessionRefs:
+        """The refs of session ``(app, user, session)``.
+
+        Raises:
+            InvalidName: a part is not a valid name.
+        """
+        return cls(session_prefix(app, user, session))
+
+    @property
+    def head(self) -> str:
+        """``.../HEAD``, the leaf pointer."""
+        return f"{self.prefix}/{HEAD}"
+
+    def branch(self, name: str) -> str:
+        """``.../heads/<name>``.
+
+        Raises:
+            InvalidName: a bad branch name.
+        """
+        return f"{self.prefix}/{HEADS}/{names.encode(name, 'branch name')}"
+
+    def label(self, name: str) -> str:
+        """``.../tags/<name>``.
+
+        Raises:
+            InvalidName: a bad label name.
+        """
+        return f"{self.prefix}/{TAGS}/{names.encode(name, 'label')}"
+
+    def remote(self, remote: str, branch_segment: str) -> str:
+        """``.../remotes/<remote>/<branch segment>``: where a pull keeps a diverged remote tip.
+
+        Raises:
+            InvalidName: a bad remote name or branch segment.
+        """
+        if not valid_segment(branch_segment):
+            raise InvalidName(branch_segment, "is not an encoded name segment", "branch segment")
+        return f"{self.prefix}/{REMOTES}/{names.encode(remote, 'remote name')}/{branch_segment}"
+
+    def branch_of(self, head: RefValue | None) -> str | None:
+        """The branch a HEAD value names: ``main`` for a session without HEAD, None when detached.
+
+        Raises:
+            CorruptRef: HEAD is symbolic but names no ``heads/<branch>`` (``ref: HEAD``, a loop).
+        """
+        if head is None:
+            return "main"
+        if head.symbolic is None:
+            return None
+        seg = head_segment(head)
+        return real_name(seg, head.meta)
+
+    def branch_ref_of(self, head: RefValue) -> str:
+        """The branch ref a symbolic HEAD value names.
+
+        Raises:
+            CorruptRef: HEAD does not name a ``heads/<branch>`` ref.
+        """
+        return f"{self.prefix}/{HEADS}/{head_segment(head)}"
+
+
+def head_segment(head: RefValue) -> str:
+    """The branch segment a symbolic HEAD names (``ref: heads/<segment>``).
+
+    Raises:
+        CorruptRef: the target is not ``heads/`` and one valid segment (a self-reference,
+            a loop through another ref, a path).
+    """
+    sym = head.symbolic or ""
+    kind, _, seg = sym.partition("/")
+    if kind != HEADS or not valid_segment(seg):
+        raise CorruptRef(head.name, f"HEAD must name a branch ('ref: heads/<branch>'), not {sym[:80]!r}")
+    return seg
+
+
+def valid_segment(seg: str) -> bool:
+    """Whether ``seg`` is a segment castore writes: a canonical encoded name or a digest."""
+    if names.is_hashed(seg):
+        return len(seg) == 65 and all(c in _HEX for c in seg[1:])
+    try:
+        names.decode(seg)
+    except InvalidName:
+        return False
+    return True
+
+
+def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
+    """The name behind a segment: decoded, or read from the metadata when hashed.
+
+    A hashed segment whose metadata lacks the name (a damaged ref) reads as the segment.
+    Both keys ever written for it (:data:`REAL_NAME_KEYS`) are accepted.
+    """
+    if names.is_hashed(segment):
+        for key in REAL_NAME_KEYS:
+            value = (meta or {}).get(key)
+            try:
+                if isinstance(value, str) and names.encode(value) == segment:
+                    return value
+            except InvalidName:
+                continue
+        return segment
+    try:
+        return names.decode(segment)
+    except InvalidName:
+        return segment
+
+
+def name_meta(ref: str, name: str, key: str = META_NAME) -> dict[str, Any]:
+    """The metadata that keeps ``name`` beside a ref whose last segment is hashed ({} otherwise)."""
+    return {key: name} if names.is_hashed(ref.rsplit("/", 1)[-1]) else {}
+
+
+@dataclass(frozen=True)
+class RefName:
+    """A ref name parsed against castore's layout (segments still encoded).
+
+    ``kind`` is ``head``, ``branch``, ``label`` or ``remote`` for a session's refs (then
+    ``app``, ``user`` and ``session`` are set, ``name`` is the branch or label segment, and
+    ``remote`` the remote's for a remote-tracking ref), or ``app-state`` / ``user-state``
+    for scope refs (``remote`` set for their remote-tracking copies).
+    """
+
+    ref: str
+    kind: str
+    app: str
+    user: str | None = None
+    session: str | None = None
+    name: str | None = None
+    remote: str | None = None
+
+    @property
+    def session_prefix(self) -> str | None:
+        """``sessions/<app>/<user>/<session>`` for a session's ref, else None."""
+        if self.session is None:
+            return None
+        return f"{SESSIONS}/{self.app}/{self.user}/{self.session}"
+
+
+def parse_ref_name(ref: str) -> RefName | None:
+    """Parse a ref name (relative to ``refs/``) as castore writes them; None when it is not one.
+
+    Accepted: ``sessions/<app>/<user>/<session>/HEAD``, ``.../heads/<b>``, ``.../tags/<l>``,
+    ``.../remotes/<r>/<b>``, ``state/<app>/app``, ``state/<app>/users/<u>`` and their
+    ``state/<app>/remotes/<r>/...`` copies, where every ``<...>`` is one valid segment.
+    Anything else (``..``, empty parts, foreign characters, extra levels) is refused: such a
+    name must never be joined into a path.
+    """
+    if not isinstance(ref, str) or not ref or "\\" in ref or "\0" in ref:
+        return None
+    parts = ref.split("/")
+    if parts[0] == SESSIONS and len(parts) >= 5:
+        app, user, sess = parts[1:4]
+        if not (valid_segment(app) and valid_segment(user) and valid_segment(sess)):
+            return None
+        rest = parts[4:]
+        if rest == [HEAD]:
+            return RefName(ref, "head", app, user, sess)
+        if len(rest) == 2 and rest[0] in (HEADS, TAGS) and valid_segment(rest[1]):
+            return RefName(ref, "branch" if rest[0] == HEADS else "label", app, user, sess, rest[1])
+        if len(rest) == 3 and rest[0] == REMOTES and valid_segment(rest[1]) and valid_segment(rest[2]):
+            return RefName(ref, "remote", app, user, sess, rest[2], rest[1])
+        return None
+    if parts[0] == STATE and len(parts) >= 3 and valid_segment(parts[1]):
+        app, rest = parts[1], parts[2:]
+        remote = None
+        if len(rest) >= 3 and rest[0] == REMOTES and valid_segment(rest[1]):
+            remote, rest = rest[1], rest[2:]
+        if rest == ["app"]:
+            return RefName(ref, "app-state", app, remote=remote)
+        if len(rest) == 2 and rest[0] == "users" and valid_segment(rest[1]):
+            return RefName(ref, "user-state", app, rest[1], remote=remote)
+    return None
+
+
+# -- the retry policy -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long a writer that lost a compare-and-swap race keeps trying.
+
+    After the n-th lost race the writer sleeps a random part (full jitter) of
+    ``min(base_delay * 2**n, max_delay)``, so rival writers spread out instead of colliding
+    again in step; it gives up after ``max_attempts`` attempts or ``max_seconds`` seconds,
+    whichever comes first. A ref lock that cannot be taken is never retried here: the
+    storage already waited for it.
+    """
+
+    max_attempts: int = 200
+    max_seconds: float = 60.0
+    base_delay: float = 0.001
+    max_delay: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.max_seconds <= 0 or self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError(f"bad retry policy {self!r}: attempts >= 1, seconds > 0, delays >= 0")
+
+    def delay(self, attempt: int) -> float:
+        """The sleep after the ``attempt``-th lost race (0-based), jittered."""
+        cap = min(self.base_delay * (2 ** min(attempt, 30)), self.max_delay)
+        return cap * int.from_bytes(os.urandom(2), "big") / 65536
+
+
+#: the policy every writer uses unless given another
+DEFAULT_RETRY = RetryPolicy()
+
+
+class RefContended(RefConflict):
+    """A ref kept changing under a writer until its :class:`RetryPolicy` ran out.
+
+    Attributes:
+        ref: the contended ref (or a description of the refs).
+        attempts: how many compare-and-swap attempts were made.
+        seconds: how long the writer tried.
+    """
+
+    def __init__(self, ref: str, attempts: int, seconds: float, last: RefConflict | None = None) -> None:
+        super().__init__(
+            ref, last.expected if last else None, last.actual if last else None,
+            f"ref {ref!r} is contended: {attempts} compare-and-swap attempts in {seconds:.1f}s all lost "
+            "to other writers; nothing of this write landed, try again (or use fewer concurrent writers)",
+        )
+        self.attempts = attempts
+        self.seconds = seconds
+
+
+def locked_error(err: RefLocked) -> RefLocked:
+    """``err`` restated with what to do: a lock is not a race, it is not retried."""
+    out = RefLocked(
+        err.ref, err.expected, err.actual,
+        f"{err}; if no castore process is writing there, the lock is stale: run `castore fsck` "
+        "to list stale locks and `castore gc` to clear them (or delete the .lock file)",
+    )
+    return out
+
+
+def retry(what: str, attempt: Callable[[int], T], policy: RetryPolicy | None = None,
+          final: Callable[[RefConflict], bool] | None = None,
+          give_up: Callable[[int, float], Exception] | None = None) -> T:
+    """Run ``attempt(n)`` until it returns, retrying a lost race under ``policy``.
+
+    Args:
+        what: the contended ref (named by the error when giving up).
+        attempt: one read-build-swap attempt; raises :class:`RefConflict` when it lost.
+        policy: the retry policy (default :data:`DEFAULT_RETRY`).
+        final: a conflict for which it returns True is raised as is (not retried).
+        give_up: builds the error raised when the policy runs out (from the attempts made
+            and the seconds spent), for a contended thing that is not a ref.
+
+    Raises:
+        RefContended: every attempt lost, within the policy's limits (or ``give_up``'s error).
+        RefLocked: a ref lock could not be taken (not retried; says what to do).
+        whatever ``attempt`` raises besides RefConflict.
+    """
+    policy = policy or DEFAULT_RETRY
+    start = time.monotonic()
+    last: RefConflict | None = None
+    n = 0
+    while True:
+        try:
+            return attempt(n)
+        except RefLocked as e:
+            raise locked_error(e) from e
+        except RefConflict as e:
+            if final is not None and final(e):
+                raise
+            last = e
+        n += 1
+        elapsed = time.monotonic() - start
+        if n >= policy.max_attempts or elapsed >= policy.max_seconds:
+            if give_up is not None:
+                raise give_up(n, elapsed) from last
+            raise RefContended(what, n, elapsed, last) from last
+        time.sleep(policy.delay(n - 1))
+
+
+@dataclass(frozen=True)
+class ScopePlan:
+    """App or user state changes written as commits, waiting for their ref to move."""
+
+    ref: str
+    base: RefValue | None
+    changes: tuple[tuple[dict[str, Any], tuple[str, ...]], ...]
+    author: str
+    ids: tuple[str, ...]
+
+
+# -- building commits -----------------------------------------------------------------------------
+Make = Callable[[tuple[bytes, ...], int, "bytes | None"], Commit]
+
+
+class Batch:
+    """Commits built on one tip and every object they need, not yet written.
+
+    Each commit gets its parent (the previous tip), depth, segment index and, when it
+    closes a block of :data:`~castore.history.K` commits, the block's segment and the next
+    index. :meth:`Plumbing.write` stores everything in one call; :meth:`ref_meta` is the
+    metadata for the ref that will name the new tip.
+    """
+
+    def __init__(self, plumbing: Plumbing, tip: str | None, hint: Hint | None = None,
+                 extra: Mapping[ObjectId, bytes] | None = None) -> None:
+        self.plumbing = plumbing
+        self.objs = plumbing.objects
+        self.history = plumbing.history
+        self.pending: dict[ObjectId, bytes] = dict(extra or {})
+        self.state_writer = StateWriter(self.objs)
+        self.state_writer.pending = self.pending  # one batch: tree nodes go with the commits
+        self.tip = tip
+        self.ids: list[ObjectId] = []
+        self.last: Commit | None = None
+        if tip is not None:
+            parent = self.history.commit(tip)
+            self.hint = hint if hint is not None else Hint()
+            self.depth = parent.depth + 1
+            self.state: bytes | None = parent.state
+            self.scopes: dict[str, bytes] = dict(parent.scopes)
+        else:
+            self.hint, self.depth, self.state, self.scopes = Hint(), 0, None, {}
+
+    def add(self, obj: Any) -> ObjectId:
+        """Encode an object into the batch; return its id.
+
+        Raises:
+            InvalidEntry: it cannot be encoded.
+        """
+        oid, canonical = o.encode(obj)
+        self.pending[oid] = canonical
+        return oid
+
+    def commit(self, make: Make) -> ObjectId:
+        """Add the commit ``make(parents, depth, index)`` on the batch's tip; return its id.
+
+        Raises:
+            InvalidEntry: it cannot be encoded.
+            ObjectNotFound, IntegrityError, StorageError: closing a block read the block.
+        """
+        parents = (o.raw_id(self.tip),) if self.tip else ()
+        commit = make(parents, self.depth, o.raw_id(self.hint.index) if self.hint.index else None)
+        cid, canonical = o.encode(commit)
+        self.pending[cid] = canonical
+        self.objs.cache(cid, commit)
+        self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending)
+        self.pending.update(extra)
+        self.ids.append(cid)
+        self.tip, self.depth, self.last = cid, self.depth + 1, commit
+        self.state = commit.state
+        self.scopes = dict(commit.scopes)
+        return cid
+
+    def entry(self, kind: str, body: Any, *, delta: Mapping[str, Any], unset: tuple[str, ...],
+              author: str, when: float, meta: Mapping[str, Any],
+              scopes: Mapping[str, bytes] | None = None) -> ObjectId:
+        """Add a session entry: its body, its state change applied to the tip's tree.
+
+        Raises:
+            InvalidEntry: the body or a state value cannot be encoded.
+            ObjectNotFound, IntegrityError, StorageError: the base tree could not be read.
+        """
+        body_id = o.raw_id(self.add(Value(body))) if body is not None else None
+        state = self.state_writer.apply(self.state, delta, unset)
+        merged = {**self.scopes, **scopes} if scopes else self.scopes
+
+        def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
+            return Commit(kind=kind, parents=parents, body=body_id, state=state, delta=dict(delta),
+                          unset=tuple(unset), scopes=merged, author=author, time=when, meta=dict(meta),
+                          depth=depth, index=index)
+
+        return self.commit(make)
+
+    def ref_meta(self, **extra: Any) -> dict[str, Any]:
+        """Metadata for a ref naming the batch's tip: read hint, time, path length, ``extra``."""
+        assert self.last is not None, "an empty batch names no tip"
+        return {**self.hint.to_meta(), META_TIME: self.last.time, META_LENGTH: self.last.depth + 1, **extra}
+
+    def take(self) -> dict[ObjectId, bytes]:
+        """Hand over the pending objects (the batch keeps building on its tip)."""
+        out, self.pending = self.pending, {}
+        self.state_writer.pending = self.pending
+        return out
+
+
+class Plumbing:
+    """The write path over one store's objects and refs; see the module docstring.
+
+    Args:
+        objects, refs, history: the store's layers.
+        policy: the default :class:`RetryPolicy` of every landing.
+    """
+
+    def __init__(self, objects: ObjectStore, refs: RefStore, history: History,
+                 policy: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.objects = objects
+        self.refs = refs
+        self.history = history
+        self.policy = policy
+
+    # -- hints -----------------------------------------------------------------------------
+    def hint(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[ObjectId, bytes]]:
+        """The read hint for extending ``tip``: the ref's own when it fits the tip's commit
+        (right block length, last id, index), else rebuilt from the tip's block.
+
+        Also returns objects to write (a rebuilt segment and index when the tip closes a block).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        hint = Hint.from_meta(tipref.meta) if tipref is not None and tipref.target == tip else None
+        if hint is not None:
+            c = self.history.commit(tip)
+            ix = o.hex_id(c.index) if c.index else None
+            if hint.tail and hint.tail[-1] == tip and len(hint.tail) == c.depth % K + 1 and hint.index == ix:
+                return hint, {}
+            if not hint.tail and (c.depth + 1) % K == 0 and hint.index:
+                return hint, {}
+        return self.history.hint_for(tip)
+
+    def hint_at(self, cid: str, tips: Iterable[tuple[str, Hint | None]]) -> tuple[Hint, dict[ObjectId, bytes]]:
+        """The read hint for a new ref at ``cid``, reading its path through a tip that reaches it.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        return self.history.hint_from_path(self.history.path_via(cid, list(tips)))
+
+    def ref_meta_at(self, cid: str, tips: Iterable[tuple[str, Hint | None]] = (),
+                    tipref: RefValue | None = None, **extra: Any) -> dict[str, Any]:
+        """Metadata for a new ref at the existing commit ``cid`` (hint, time, length, ``extra``);
+        writes the segment and index a hint may need first.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        if tipref is not None and tipref.target == cid:
+            hint, objs = self.hint(cid, tipref)
+        else:
+            hint, objs = self.hint_at(cid, tips)
+        self.write(objs)
+        c = self.history.commit(cid)
+        return {**hint.to_meta(), META_TIME: time.time(), META_LENGTH: c.depth + 1, **extra}
+
+    # -- batches ---------------------------------------------------------------------------
+    def batch(self, tip: str | None, tipref: RefValue | None = None) -> Batch:
+        """A new batch of commits on ``tip`` (None: a root), its hint checked against ``tipref``.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: reading the tip failed.
+        """
+        if tip is None:
+            return Batch(self, None)
+        hint, extra = self.hint(tip, tipref)
+        return Batch(self, tip, hint, extra)
+
+    def write(self, pending: Mapping[ObjectId, bytes] | Batch) -> int:
+        """Store a batch's objects (or ``(id, bytes)`` pairs) with one call; return bytes written.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        items = pending.take() if isinstance(pending, Batch) else pending
+        if not items:
+            return 0
+        return self.objects.put_encoded(items.items())
+
+    # -- landing ---------------------------------------------------------------------------
+    def land(self, what: str, attempt: Callable[[int], T], policy: RetryPolicy | None = None,
+             final: Callable[[RefConflict], bool] | None = None,
+             give_up: Callable[[int, float], Exception] | None = None) -> T:
+        """Run ``attempt`` under the retry policy; see :func:`retry`.
+
+        Raises:
+            RefContended, RefLocked, and what ``attempt`` raises.
+        """
+        return retry(what, attempt, policy or self.policy, final, give_up)
+
+    def swap(self, ref: str, target: str, expect: RefValue | None, meta: Mapping[str, Any]) -> RefValue:
+        """One compare-and-swap of ``ref`` (the only ref move of castore's writers).
+
+        Raises:
+            RefConflict: ``ref`` no longer holds ``expect``.
+            InvalidEntry: a bad target. StorageError.
+        """
+        return self.refs.swap(ref, target, expect, meta)
+
+    def set(self, ref: str, target: str, meta_for: Callable[[RefValue | None], Mapping[str, Any]],
+            policy: RetryPolicy | None = None, keep: Iterable[str] = ()) -> RefValue:
+        """Move ``ref`` to ``target`` whatever it holds now (re-read on each lost race).
+
+        Args:
+            meta_for: the metadata to write, given the current value.
+            keep: metadata keys of the current value to carry over.
+
+        Raises:
+            RefContended, RefLocked, InvalidEntry, StorageError.
+        """
+        def attempt(_: int) -> RefValue:
+            cur = self.refs.read(ref)
+            meta = dict(meta_for(cur))
+            if cur is not None:
+                meta.update({k: cur.meta[k] for k in keep if k in cur.meta and k not in meta})
+            return self.refs.swap(ref, target, cur, meta)
+
+        return self.land(ref, attempt, policy)
+
+    def delete(self, ref: str, expect: RefValue | None = None) -> None:
+        """Delete ``ref`` (only if it still holds ``expect``, when given).
+
+        Raises:
+            RefConflict: it changed since ``expect`` was read. StorageError.
+        """
+        self.refs.delete(ref, expect)
+
+
+__all__ = [
+    "Batch",
+    "DEFAULT_RETRY",
+    "HEAD_KEEPS",
+    "Plumbing",
+    "RefContended",
+    "RefName",
+    "RetryPolicy",
+    "ScopePlan",
+    "SessionRefs",
+    "parse_ref_name",
+    "real_name",
+    "retry",
+    "scope_ref",
+    "session_prefix",
+    "symbolic_to",
+    "valid_segment",
+]
