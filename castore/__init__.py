@@ -10,17 +10,19 @@ Start here::
     s.messages()                                # the linear view
     s.branch("retry", at="HEAD~1"); s.checkout("retry")
 
-Where things are (each layer imports only the ones below it):
+Layers, bottom first: a module imports only its own layer and the ones below
+(``tests/test_layers.py`` enforces exactly this list)::
 
-* :mod:`castore.storage` - bytes by URL (local disk, memory, S3, other fsspec URLs)
-* :mod:`castore.objects`, :mod:`castore.objectstore` - the object format and its store
-* :mod:`castore.refs` - refs and compare-and-swap; :mod:`castore.names` - safe names
-* :mod:`castore.history`, :mod:`castore.state` - paths, revisions, state trees
-* :mod:`castore.store`, :mod:`castore.session` - what an agent calls
-* :mod:`castore.context` - the model's view of a path (pure)
-* :mod:`castore.sync`, :mod:`castore.maintenance` - push/pull, fsck/gc
-* :mod:`castore.adapters` - LangGraph, Pi, ADK, OpenAI Agents (optional extras)
-* :mod:`castore.cli` - the ``castore`` command
+    errors, names, aio                  errors, safe names, async helpers
+    storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
+    objects, zdict, objectstore, refs   the object format, its store, refs and compare-and-swap
+    history, state, entries             paths, state trees, entry types
+    branches, revisions                 the one write path (plumbing); revisions as typed
+    context                             the model's view of a path (pure)
+    session, store                      what an agent calls
+    sync, maintenance                   push/pull, fsck/gc
+    adapters, html                      LangGraph, Pi, ADK, OpenAI Agents; the viewer
+    cli, __main__                       the ``castore`` command
 """
 
 from __future__ import annotations

@@ -288,6 +288,12 @@ def parse_ref_name(ref: str) -> RefName | None:
     return None
 
 
+def tip_meta(hint: Hint, when: float, depth: int, **extra: Any) -> dict[str, Any]:
+    """The metadata of a ref naming a commit at ``depth``: its read hint, the time and the
+    path length (what ``store.sessions()`` lists without reading history), and ``extra``."""
+    return {**hint.to_meta(), META_TIME: when, META_LENGTH: depth + 1, **extra}
+
+
 # -- the retry policy -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -432,6 +438,10 @@ class Batch:
         else:
             self.hint, self.depth, self.state, self.scopes = Hint(), 0, None, {}
 
+    def include(self, encoded: Mapping[ObjectId, bytes]) -> None:
+        """Add objects already encoded elsewhere (an adapter's values) to the batch."""
+        self.pending.update(encoded)
+
     def add(self, obj: Any) -> ObjectId:
         """Encode an object into the batch; return its id.
 
@@ -485,7 +495,7 @@ class Batch:
     def ref_meta(self, **extra: Any) -> dict[str, Any]:
         """Metadata for a ref naming the batch's tip: read hint, time, path length, ``extra``."""
         assert self.last is not None, "an empty batch names no tip"
-        return {**self.hint.to_meta(), META_TIME: self.last.time, META_LENGTH: self.last.depth + 1, **extra}
+        return tip_meta(self.hint, self.last.time, self.last.depth, **extra)
 
     def take(self) -> dict[ObjectId, bytes]:
         """Hand over the pending objects (the batch keeps building on its tip)."""
@@ -535,7 +545,10 @@ class Plumbing:
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
-        return self.history.hint_from_path(self.history.path_via(cid, list(tips)))
+        tips = list(tips)
+        if not tips:
+            return self.history.hint_for(cid)
+        return self.history.hint_from_path(self.history.path_via(cid, tips))
 
     def ref_meta_at(self, cid: str, tips: Iterable[tuple[str, Hint | None]] = (),
                     tipref: RefValue | None = None, **extra: Any) -> dict[str, Any]:
@@ -550,8 +563,7 @@ class Plumbing:
         else:
             hint, objs = self.hint_at(cid, tips)
         self.write(objs)
-        c = self.history.commit(cid)
-        return {**hint.to_meta(), META_TIME: time.time(), META_LENGTH: c.depth + 1, **extra}
+        return tip_meta(hint, time.time(), self.history.commit(cid).depth, **extra)
 
     # -- batches ---------------------------------------------------------------------------
     def batch(self, tip: str | None, tipref: RefValue | None = None) -> Batch:
@@ -641,5 +653,6 @@ __all__ = [
     "scope_ref",
     "session_prefix",
     "symbolic_to",
+    "tip_meta",
     "valid_segment",
 ]

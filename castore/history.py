@@ -14,7 +14,7 @@ and ignored when they do not fit, so a stale or missing hint only costs speed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +116,7 @@ class History:
                 return None
             below = self._segments(idx)
         full = below + tail  # type: ignore[operator]
-        return full if _is_chain(full) else None
+        return full if is_chain(full) else None
 
     def _path_by_walking(self, tip: str) -> list[tuple[str, Commit]]:
         c = self.commit(tip)
@@ -134,7 +134,7 @@ class History:
                 raise IntegrityError(o.hex_id(c.index), "expected an index")
             below = self._segments(idx)
         full = below + tail
-        if not _is_chain(full):
+        if not is_chain(full):
             # An index that does not fit its commit: fall back to the slow, sure walk.
             return self.walk(tip)
         return full
@@ -221,7 +221,7 @@ class History:
         suffix = [(t, got.get(t)) for t in hint.tail]
         idx = got.get(hint.index) if hint.index else Index()
         if any(not isinstance(c, Commit) for _, c in suffix) or not isinstance(idx, Index) \
-                or not _is_chain(suffix, start=suffix[0][1].depth if suffix else 0):  # type: ignore[union-attr]
+                or not is_chain(suffix, start=suffix[0][1].depth if suffix else 0):  # type: ignore[union-attr]
             yield self.path(tip, hint)
             return
         segs = list(idx.segments)
@@ -232,7 +232,7 @@ class History:
             j = max(0, i - batch)
             loaded = self._segments(Index(segments=tuple(segs[j:i])))
             longer = loaded + suffix
-            if not _is_chain(longer, start=j * K) or longer[-1][0] != tip:  # type: ignore[operator]
+            if not is_chain(longer, start=j * K) or longer[-1][0] != tip:  # type: ignore[operator]
                 yield self.path(tip, hint)
                 return
             suffix = longer  # type: ignore[assignment]
@@ -339,7 +339,39 @@ class History:
         return Hint(iid, []), new
 
 
-def _is_chain(path: list[tuple[str, Commit]], start: int = 0) -> bool:
+def hint_tail(hint: Hint, got: Mapping[str, Any]) -> list[tuple[str, Commit]] | None:
+    """The hint's tail commits (read into ``got``) when they can be the top block of a path:
+    all commits, the first at a block boundary, each the first parent of the next, and the
+    hint's index (when named) an index. None when the hint does not fit.
+    """
+    tail = [(t, got.get(t)) for t in hint.tail]
+    if not tail or any(not isinstance(c, Commit) for _, c in tail):
+        return None
+    run: list[tuple[str, Commit]] = tail  # type: ignore[assignment]  # checked just above
+    if run[0][1].depth % K != 0 or not is_chain(run, start=run[0][1].depth):
+        return None
+    if hint.index and not isinstance(got.get(hint.index), Index):
+        return None
+    return run
+
+
+def merge_depth(id_at_a: Callable[[int], str], id_at_b: Callable[[int], str], depth_a: int, depth_b: int) -> int:
+    """The depth of the deepest commit on two first-parent paths (-1: unrelated roots).
+
+    A binary search: paths that share a commit share every commit below it.
+    ``id_at_x(d)`` is the id at depth ``d`` of path x, whose tip is at ``depth_x``.
+    """
+    lo, hi = -1, min(depth_a, depth_b)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if id_at_a(mid) == id_at_b(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def is_chain(path: list[tuple[str, Commit]], start: int = 0) -> bool:
     """Whether ``path`` is a first-parent chain whose first commit has depth ``start``
     (a root when ``start`` is 0)."""
     prev: str | None = None
@@ -379,4 +411,4 @@ def split_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
     return base, steps
 
 
-__all__ = ["History", "Hint", "K", "split_revision", "ObjectNotFound"]
+__all__ = ["History", "Hint", "K", "split_revision", "hint_tail", "is_chain", "merge_depth", "ObjectNotFound"]

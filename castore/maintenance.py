@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import objects as o
-from .errors import CastoreError, IntegrityError, ObjectNotFound
+from .branches import HEADS, head_segment, parse_ref_name, real_name
+from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore import object_key
 from .refs import PREFIX as REFS_PREFIX
-from .refs import parse
+from .refs import RefValue, parse
 from .store import Store
 
 #: two weeks, as git's default prune age
@@ -116,6 +117,7 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
     out: list[_Todo] = []
     keys = store.storage.list(REFS_PREFIX)
     got = store.storage.read_many(keys)
+    keyset = set(keys)
     for key in keys:
         name = key[len(REFS_PREFIX) + 1:]
         raw = got.get(key)
@@ -130,6 +132,9 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
             continue
         if report is not None:
             report.refs += 1
+            problem = _ref_problem(name, value, keyset)
+            if problem is not None:
+                report.bad_refs.append((name, problem))
         if value.symbolic is not None:
             continue
         out.append((value.target, f"ref {name}", (Commit,)))
@@ -140,6 +145,24 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
                 out.append((hint.index, f"ref {name} (read hint)", (Index,)))
             out.extend((t, f"ref {name} (read hint)", (Commit,)) for t in hint.tail)
     return out
+
+
+def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
+    """What is wrong with a ref that parses: a name castore never writes, or a HEAD that
+    names no branch, or a missing one while the session has branches (what a lost
+    checkout/delete race used to leave; a session with no branch at all is only unborn)."""
+    if parse_ref_name(name) is None:
+        return "not a ref name castore writes (a foreign or hostile key)"
+    if value.symbolic is None:
+        return None
+    try:
+        seg = head_segment(value)
+    except CorruptRef as e:
+        return e.reason
+    heads = f"{REFS_PREFIX}/{name.rsplit('/', 1)[0]}/{HEADS}/"
+    if heads + seg not in keys and any(k.startswith(heads) for k in keys):
+        return f"HEAD names branch {real_name(seg, value.meta)!r}, which does not exist"
+    return None
 
 
 def _links(obj: Any) -> Iterator[tuple[str, tuple[type, ...]]]:

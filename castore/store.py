@@ -24,9 +24,11 @@ from .branches import (
     Plumbing,
     RetryPolicy,
     ScopePlan,
+    SessionRefs,
     real_name,
     scope_ref,
     session_prefix,
+    valid_segment,
 )
 from .errors import (
     CastoreError,
@@ -211,8 +213,11 @@ class Store:
             user_segs = self.refs.list_dir(f"sessions/{app_seg}")
         heads: list[str] = []
         for useg in user_segs:
+            if not valid_segment(useg):
+                continue  # not a name castore writes (a foreign or hostile key): never read
             for sseg in self.refs.list_dir(f"sessions/{app_seg}/{useg}"):
-                heads.append(f"sessions/{app_seg}/{useg}/{sseg}/HEAD")
+                if valid_segment(sseg):
+                    heads.append(SessionRefs(f"sessions/{app_seg}/{useg}/{sseg}").head)
         got = self._read_refs_skipping_damage(heads)
         branch_refs = {}
         for h, v in got.items():
@@ -224,7 +229,8 @@ class Store:
             if v is None:
                 continue
             _, aseg, useg, sseg, _ = h.split("/")
-            nm = v.meta.get(META_NAMES, {})
+            nm = v.meta.get(META_NAMES)
+            nm = nm if isinstance(nm, dict) else {}
             tipv = tips.get(branch_refs[h]) if h in branch_refs else v
             head = tipv.target if tipv is not None and not tipv.symbolic else None
             branch = v.symbolic.split("/", 1)[1] if v.symbolic else None
@@ -233,9 +239,10 @@ class Store:
             meta = tipv.meta if tipv is not None else {}
             out.append(
                 SessionInfo(
-                    app=nm.get("app") or _decode(aseg),
-                    user=nm.get("user") or _decode(useg),
-                    session=nm.get("session") or _decode(sseg),
+                    # names come from the keys; HEAD's copy only fills in a digest it matches
+                    app=real_name(aseg, {"name": nm.get("app")}),
+                    user=real_name(useg, {"name": nm.get("user")}),
+                    session=real_name(sseg, {"name": nm.get("session")}),
                     head=head,
                     branch=branch,
                     updated=float(meta.get(META_TIME, v.meta.get(META_TIME, 0.0))),
@@ -265,7 +272,7 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
-        return [_decode(a) for a in self.refs.list_dir("sessions")]
+        return [real_name(a, None) for a in self.refs.list_dir("sessions") if valid_segment(a)]
 
     def delete_session(self, app: str, user: str, session_id: str) -> None:
         """Delete a session's refs (its objects go at the next ``gc``).
@@ -279,7 +286,7 @@ class Store:
         if not found:
             raise SessionNotFound((app, user, session_id))
         for name in sorted(found, key=lambda n: n.endswith("/HEAD")):
-            self.refs.delete(name)
+            self.plumbing.delete(name)
 
     # -- app- and user-scoped state ----------------------------------------------------------
     def scope_head(self, app: str, user: str | None = None) -> str | None:
@@ -473,13 +480,6 @@ class Store:
 
     def __repr__(self) -> str:
         return f"<castore.Store {self.url}>"
-
-
-def _decode(seg: str) -> str:
-    try:
-        return names.decode(seg)
-    except Exception:  # noqa: BLE001 - a hashed or foreign segment is shown as is
-        return seg
 
 
 def open(url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:  # noqa: A001

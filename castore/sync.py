@@ -31,16 +31,31 @@ from typing import Any, NamedTuple
 
 from . import names
 from . import objects as o
+from .branches import (
+    META_NAMES,
+    META_WRITE_ID,
+    REMOTES,
+    SESSIONS,
+    STATE,
+    RefName,
+    head_segment,
+    parse_ref_name,
+    real_name,
+    scope_ref,
+    session_prefix,
+    tip_meta,
+)
 from .errors import (
     CastoreError,
+    CorruptRef,
     IntegrityError,
     InvalidName,
     ObjectNotFound,
     RefConflict,
 )
-from .history import Hint, K
+from .history import Hint, K, hint_tail, is_chain, merge_depth
 from .objects import Commit, Index, Segment, Tree
-from .refs import RefValue
+from .refs import SYMBOLIC, RefValue
 from .store import Store
 
 #: objects copied per batch (each batch is one concurrent read and one concurrent write)
@@ -72,6 +87,9 @@ class SyncReport:
         refs_kept_as_remote: (pull) ``remotes/<remote>/<branch>`` refs written because
             both sides had moved.
         refs_up_to_date: refs that already matched.
+        refs_skipped: ref names found on the source (or the destination) that are not
+            refs castore writes (``..``, foreign characters, extra levels), each with the
+            reason; they were not read, copied or joined into any path.
     """
 
     objects_sent: int = 0
@@ -80,6 +98,7 @@ class SyncReport:
     refs_refused: list[Refusal] = field(default_factory=list)
     refs_kept_as_remote: list[str] = field(default_factory=list)
     refs_up_to_date: int = 0
+    refs_skipped: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -95,6 +114,7 @@ class SyncReport:
             "refs_refused": [r._asdict() for r in self.refs_refused],
             "refs_kept_as_remote": list(self.refs_kept_as_remote),
             "refs_up_to_date": self.refs_up_to_date,
+            "refs_skipped": [list(x) for x in self.refs_skipped],
         }
 
 
@@ -192,45 +212,37 @@ def open_remote(store: Store, remote: str, **options: Any) -> tuple[str, Store]:
 def _selection(sel: Selection) -> tuple[str, list[str] | None, str | None]:
     """(session ref prefix, fixed scope ref names or None, scope prefix to list or None)."""
     if sel is None:
-        return "sessions", None, "state"
+        return SESSIONS, None, STATE
     if isinstance(sel, str):
         sel = (sel,)
     if not isinstance(sel, tuple) or not 1 <= len(sel) <= 3:
         raise CastoreError(f"bad selection {sel!r}: give an app, (app, user), (app, user, session) or None for all")
     app = names.encode(sel[0], "app name")
     if len(sel) == 1:
-        return f"sessions/{app}", None, f"state/{app}"
-    user = names.encode(sel[1], "user name")
-    scopes = [f"state/{app}/app", f"state/{app}/users/{user}"]
+        return f"{SESSIONS}/{app}", None, f"{STATE}/{app}"
+    scopes = [scope_ref(sel[0], None), scope_ref(sel[0], sel[1])]
     if len(sel) == 2:
-        return f"sessions/{app}/{user}", scopes, None
-    return f"sessions/{app}/{user}/{names.encode(sel[2], 'session id')}", scopes, None
+        return f"{SESSIONS}/{names.encode_key(sel[0], sel[1])}", scopes, None
+    return session_prefix(sel[0], sel[1], sel[2]), scopes, None
 
 
-def describe(ref: str) -> str:
+def describe(ref: str, meta: Mapping[str, Any] | None = None) -> str:
     """A ref name as a person reads it: ``branch 'main' of session app/user/s1``."""
-    parts = ref.split("/")
-
-    def dec(seg: str) -> str:
-        try:
-            return names.decode(seg)
-        except InvalidName:
-            return seg
-
-    if parts[0] == "sessions" and len(parts) >= 5:
-        key = "/".join(dec(p) for p in parts[1:4])
-        rest = parts[4:]
-        if rest[0] == "heads" and len(rest) == 2:
-            return f"branch {dec(rest[1])!r} of session {key}"
-        if rest[0] == "tags" and len(rest) == 2:
-            return f"label {dec(rest[1])!r} of session {key}"
-        return f"{'/'.join(rest)} of session {key}"
-    if parts[0] == "state" and len(parts) >= 3:
-        if parts[2] == "app":
-            return f"app state of {dec(parts[1])!r}"
-        if parts[2] == "users" and len(parts) == 4:
-            return f"user state of {dec(parts[3])!r} in {dec(parts[1])!r}"
-    return ref
+    p = parse_ref_name(ref)
+    if p is None:
+        return ref
+    if p.session is not None:
+        key = "/".join(real_name(x, None) for x in (p.app, p.user or "", p.session))
+        name = real_name(p.name, meta) if p.name else ""
+        if p.kind == "branch":
+            return f"branch {name!r} of session {key}"
+        if p.kind == "label":
+            return f"label {name!r} of session {key}"
+        return f"{ref.split('/', 4)[4]} of session {key}"
+    where = f" (remote {real_name(p.remote, None)!r})" if p.remote else ""
+    if p.kind == "app-state":
+        return f"app state of {real_name(p.app, None)!r}{where}"
+    return f"user state of {real_name(p.user or '', None)!r} in {real_name(p.app, None)!r}{where}"
 
 
 # -- reading a first-parent path in blocks ------------------------------------------------
@@ -268,18 +280,13 @@ class _Chain:
 
     def _load_hint(self, hint: Hint) -> bool:
         got = self._get_many(hint.tail + ([hint.index] if hint.index else []))
-        tail = [(t, got.get(t)) for t in hint.tail]
-        if any(not isinstance(c, Commit) for _, c in tail):
-            return False
-        start = tail[0][1].depth  # type: ignore[union-attr]
-        if start % K != 0 or not _linked(tail):  # type: ignore[arg-type]
-            return False
-        idx = got.get(hint.index) if hint.index else None
-        if hint.index and not isinstance(idx, Index):
+        tail = hint_tail(hint, got)
+        if tail is None:
             return False
         for cid, c in tail:
-            self.at_depth[c.depth] = (cid, c)  # type: ignore[union-attr]
-        self._use_index(hint.index, idx)  # type: ignore[arg-type]
+            self.at_depth[c.depth] = (cid, c)
+        idx = got.get(hint.index) if hint.index else None
+        self._use_index(hint.index, idx if isinstance(idx, Index) else None)
         return True
 
     def _load_closed(self, index_id: str) -> bool:
@@ -358,7 +365,7 @@ class _Chain:
                     c = self.objs.get(oid)
                     if isinstance(c, Commit):
                         run.append((oid, c))
-                if len(run) != K or not _linked(run) or run[0][1].depth != b * K:
+                if len(run) != K or not is_chain(run, start=b * K):
                     raise IntegrityError(sid, "segment does not hold a run of K commits")
                 for cid, c in run:
                     had = self.at_depth.setdefault(c.depth, (cid, c))
@@ -395,25 +402,6 @@ class _Chain:
         """The id of the segment of block ``b``, when the path's index has it."""
         segs = self.segments or []
         return segs[b] if b < len(segs) else None
-
-
-def _linked(run: list[tuple[str, Commit]]) -> bool:
-    for (pid, p), (_, c) in zip(run, run[1:], strict=False):
-        if c.depth != p.depth + 1 or not c.parents or o.hex_id(c.parents[0]) != pid:
-            return False
-    return True
-
-
-def _merge_depth(a: _Chain, b: _Chain) -> int:
-    """The depth of the deepest commit on both paths (-1: unrelated). Binary search."""
-    lo, hi = -1, min(a.depth, b.depth)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a.id_at(mid) == b.id_at(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 # -- the plan -----------------------------------------------------------------------------
@@ -488,25 +476,27 @@ class _Sync:
     # planning --------------------------------------------------------------------------
     def plan(self, sel: Selection) -> None:
         prefix, scope_refs, scope_prefix = _selection(sel)
-        src_names = [n for n in self.src.refs.list(prefix) if not _is_tracking(n)]
+        src_parsed = self._valid(self.src.refs.list(prefix), "the source")
+        src_names = [p.ref for p in src_parsed if not _is_tracking(p)]
         src_vals = self.src.refs.read_many(src_names)
-        dst_names = set(self.dst.refs.list(prefix))
+        dst_parsed = self._valid(self.dst.refs.list(prefix), "the destination")
+        dst_names = {p.ref for p in dst_parsed}
         sessions: dict[str, list[str]] = {}
-        for n in src_names:
-            parts = n.split("/")
-            if len(parts) >= 5:
-                sessions.setdefault("/".join(parts[:4]), []).append(n)
+        for p in src_parsed:
+            if p.session_prefix is not None and not _is_tracking(p):
+                sessions.setdefault(p.session_prefix, []).append(p.ref)
         # Only refs that exist on the destination, in sessions the source has, are read
         # (with their tokens, for the compare-and-swap).
-        self._read_dst([n for n in dst_names if "/".join(n.split("/")[:4]) in sessions
-                        and (not _is_tracking(n) or self.pull_remote)])
+        self._read_dst([p.ref for p in dst_parsed if p.session_prefix in sessions
+                        and (not _is_tracking(p) or self.pull_remote)])
         for n in src_names:
             self.dst_values.setdefault(n, None)
         for sprefix, refs in sorted(sessions.items()):
             self._plan_session(sprefix, refs, src_vals, dst_names)
         # Scope refs: the selection's, and every one that new session commits need.
         if scope_refs is None:
-            scope_refs = [n for n in self.src.refs.list(scope_prefix or "state") if not _is_tracking(n)]
+            listed = self._valid(self.src.refs.list(scope_prefix or STATE), "the source")
+            scope_refs = [p.ref for p in listed if not _is_tracking(p) and p.session is None]
         wanted = sorted(set(scope_refs) | set(self.scope_needs))
         src_scope = self.src.refs.read_many(wanted)
         self._read_dst(wanted)
@@ -518,6 +508,19 @@ class _Sync:
             self._plan_ref(ref, v, [], kind="scope", extra_tips=self.scope_needs.get(ref, set()))
         # Scope objects must land before the session commits that name them.
         self.steps = self.steps[scope_steps_start:] + self.steps[:scope_steps_start]
+
+    def _valid(self, listed: list[str], side: str) -> list[RefName]:
+        """The listed names that parse as refs castore writes; the others are reported, never used."""
+        out = []
+        for n in listed:
+            p = parse_ref_name(n)
+            if p is None:
+                if not n.endswith(".lock"):
+                    self.report.refs_skipped.append(
+                        (n, f"not a castore ref name (found on {side}): skipped, nothing read or written"))
+                continue
+            out.append(p)
+        return out
 
     def _plan_session(self, sprefix: str, refs: list[str], src_vals: Mapping[str, RefValue | None],
                       dst_names: set[str]) -> None:
@@ -533,7 +536,8 @@ class _Sync:
             kind = "branch" if ref.split("/")[4] == "heads" else "label"
             self._plan_ref(ref, v, candidates, kind=kind)
         if head is not None and self.dst_values.get(head_name) is None:
-            meta = {k: v for k, v in head.meta.items() if k != "w"}
+            meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
+            meta[META_NAMES] = _names_from_key(sprefix, meta.get(META_NAMES))
             if head.symbolic is None:  # a detached HEAD: its commit must travel too
                 self._plan_ref(head_name, head, candidates, kind="head")
             else:
@@ -545,7 +549,7 @@ class _Sync:
         dst_v = self.dst_values.get(ref)
         dst_tip = dst_v.target if dst_v is not None and not dst_v.symbolic else None
         display = describe(ref)
-        meta = {k: v for k, v in src_v.meta.items() if k != "w"}
+        meta = {k: v for k, v in src_v.meta.items() if k != META_WRITE_ID}
         if dst_tip == src_tip:
             self.report.refs_up_to_date += 1
             for t in (extra_tips or set()) - {src_tip}:
@@ -629,7 +633,7 @@ class _Sync:
                 other = _Chain(self.dst, t, self._dst_meta_for(t))
             except (o.IntegrityError, KeyError):
                 continue
-            best = max(best, _merge_depth(chain, other))
+            best = max(best, merge_depth(chain.id_at, other.id_at, chain.depth, other.depth))
         return best
 
     def _dst_meta_for(self, tip: str) -> Mapping[str, Any] | None:
@@ -682,15 +686,14 @@ class _Sync:
     def _checkpoint_meta(self, chain: _Chain, c: Commit) -> dict[str, Any]:
         start = (c.depth // K) * K
         tail = [cid for cid, _ in chain.range(start, c.depth)]
-        hint = Hint(o.hex_id(c.index) if c.index else None, tail)
-        return {**hint.to_meta(), "t": c.time, "n": c.depth + 1}
+        return tip_meta(Hint(o.hex_id(c.index) if c.index else None, tail), c.time, c.depth)
 
     @staticmethod
     def _scope_ref_of(ref: str, scope: str) -> str | None:
-        parts = ref.split("/")
-        if parts[0] != "sessions" or len(parts) < 4:
+        p = parse_ref_name(ref)
+        if p is None or p.session is None:
             return None
-        return f"state/{parts[1]}/app" if scope == "app" else f"state/{parts[1]}/users/{parts[2]}"
+        return f"{STATE}/{p.app}/app" if scope == "app" else f"{STATE}/{p.app}/users/{p.user}"
 
     def _closure(self, chain: _Chain, new: list[tuple[str, Commit]], base: Commit | None,
                  meta: Mapping[str, Any] | None) -> dict[str, int]:
@@ -815,8 +818,8 @@ class _Sync:
         for u in updates:  # a later checkpoint of a ref supersedes an earlier one
             last.pop(u.ref, None)
             last[u.ref] = u
-        direct = [u for u in last.values() if not u.target.startswith("ref: ")]
-        symbolic = [u for u in last.values() if u.target.startswith("ref: ")]
+        direct = [u for u in last.values() if not u.target.startswith(SYMBOLIC)]
+        symbolic = [u for u in last.values() if u.target.startswith(SYMBOLIC)]
         for group in (direct, symbolic):
             futures = [self.pool.submit(self._swap, u) for u in group]
             # Let every swap finish before reporting a failure: none may land after we return.
@@ -829,19 +832,24 @@ class _Sync:
         if u.ref in self._failed:
             return
         cur = self.dst_values.get(u.ref)
-        if u.target.startswith("ref: "):
+        if u.target.startswith(SYMBOLIC):
             # HEAD is only created, never moved, and only once its branch is there.
-            branch = u.ref.rsplit("/", 1)[0] + "/" + u.target[len("ref: "):]
+            head = RefValue(u.ref, u.target, u.meta)
+            try:
+                branch = f"{u.ref.rsplit('/', 1)[0]}/heads/{head_segment(head)}"
+            except CorruptRef as e:
+                self.report.refs_skipped.append((u.ref, str(e)))
+                return
             if self.dst_values.get(branch) is None:
                 return
             try:
-                self.dst_values[u.ref] = self.dst.refs.swap(u.ref, u.target, None, u.meta)
+                self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, None, u.meta)
             except RefConflict:
                 return
             self.report.refs_updated.append(u.ref)
             return
         try:
-            self.dst_values[u.ref] = self.dst.refs.swap(u.ref, u.target, cur, u.meta)
+            self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, cur, u.meta)
         except RefConflict as e:
             if e.actual == u.target and u.final:
                 self.report.refs_up_to_date += 1
@@ -861,6 +869,15 @@ class _Sync:
             (self.report.refs_kept_as_remote if u.kept else self.report.refs_updated).append(u.ref)
 
 
+def _names_from_key(sprefix: str, claimed: Any) -> dict[str, str]:
+    """A pulled HEAD's ``names``, rebuilt from its key: a claimed name is kept only where
+    the key's segment is a digest (it cannot be decoded) and the name hashes to it."""
+    claimed = claimed if isinstance(claimed, dict) else {}
+    segs = sprefix.split("/")[1:4]
+    return {part: real_name(seg, {"name": claimed.get(part)}) for part, seg in zip(("app", "user", "session"), segs,
+                                                                                  strict=True)}
+
+
 def _short(cid: str | None) -> str:
     return cid[:12] if cid else "(absent)"
 
@@ -872,19 +889,19 @@ def _refusal(display: str, src_tip: str, dst_tip: str, why: str, pulling: bool) 
             f"{_short(dst_tip)}); {hint}")
 
 
-def _is_tracking(ref: str) -> bool:
-    parts = ref.split("/")
-    return (parts[0] == "sessions" and len(parts) > 4 and parts[4] == "remotes") or (
-        parts[0] == "state" and len(parts) > 2 and parts[2] == "remotes")
+def _is_tracking(ref: RefName) -> bool:
+    return ref.remote is not None
 
 
 def _tracking_ref(ref: str, remote: str) -> str:
     """Where a pull keeps a remote tip that diverged from ours."""
     seg = names.encode(remote, "remote name")
-    parts = ref.split("/")
-    if parts[0] == "sessions":  # sessions/a/u/s/heads/<branch> -> sessions/a/u/s/remotes/<r>/<branch>
-        return "/".join(parts[:4] + ["remotes", seg, parts[5]])
-    return "/".join(parts[:2] + ["remotes", seg] + parts[2:])  # state/a/remotes/<r>/app|users/u
+    p = parse_ref_name(ref)
+    assert p is not None and p.remote is None, ref  # only names that parsed are planned
+    if p.session_prefix is not None:  # sessions/a/u/s/heads/<branch> -> sessions/a/u/s/remotes/<r>/<branch>
+        return f"{p.session_prefix}/{REMOTES}/{seg}/{p.name}"
+    rest = "app" if p.kind == "app-state" else f"users/{p.user}"
+    return f"{STATE}/{p.app}/{REMOTES}/{seg}/{rest}"  # state/a/remotes/<r>/app|users/u
 
 
 def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: ProgressFn | None,

@@ -1,25 +1,20 @@
-"""The layers of DESIGN.md, enforced: a module imports only its own layer and the ones below.
+"""The layers of castore, enforced: a module imports only its own layer and the ones below.
 
-    errors, names, aio                              bottom: importable by every module
-    storage/                                        bytes by URL
-    objects, zdict, objectstore, refs               the format (and its zstd dictionary), objects, refs
-    history, revisions, state, entries              paths, revisions, state trees, entry types
-    context                                         projection into a model's input (pure)
-    session, store                                  what an agent calls
-    sync, maintenance                               whole-store operations
-    adapters/, html/                                translations and views over sessions
-    cli/, __main__                                  the command line
+The list is :data:`LAYERS` below; the docstring of ``castore/__init__.py`` shows the same
+list (a test compares them).
 
 Third-party packages stay in their corner: click only in cli/; fsspec, s3fs, botocore and
 aiobotocore only in storage/; msgspec, blake3 and zstandard only in objects.py.
 ``castore/__init__.py`` (the curated public API) is exempt. Imports under
-``if TYPE_CHECKING:`` are exempt too: they exist for annotations and never run.
+``if TYPE_CHECKING:`` count like any other: a type-only import of a higher layer is a
+dependency cycle all the same (define a small Protocol below instead).
 A module with no layer fails the test until it is given one below.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -75,30 +70,12 @@ def rank_of(mod: list[str]) -> int | None:
     return RANK.get(a)
 
 
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    """Line numbers of statements under ``if TYPE_CHECKING:``."""
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            test = node.test
-            name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else None
-            if name == "TYPE_CHECKING":
-                for stmt in node.body:
-                    for sub in ast.walk(stmt):
-                        if hasattr(sub, "lineno"):
-                            lines.add(sub.lineno)
-    return lines
-
-
 def imports_of(source: str, mod: list[str], is_package: bool, root: Path = PACKAGE) -> list[tuple[int, str, str]]:
     """Every import in ``source`` as ``(line, imported module, as written)``, relative ones resolved."""
     tree = ast.parse(source)
-    skip = _type_checking_lines(tree)
     out: list[tuple[int, str, str]] = []
     package = mod if is_package else mod[:-1]
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in skip:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 out.append((node.lineno, alias.name, f"import {alias.name}"))
@@ -160,6 +137,25 @@ def test_every_module_imports_only_its_layer_and_below():
     assert not problems, "layer violations:\n" + "\n".join(problems)
 
 
+def _documented_layers() -> list[tuple[str, ...]]:
+    doc = (PACKAGE / "__init__.py").read_text(encoding="utf-8")
+    lines = doc.split("(``tests/test_layers.py`` enforces exactly this list)::\n\n", 1)[1].splitlines()
+    block = [line for line in itertools.takewhile(lambda line: line.startswith("    "), lines)]
+    return [tuple(n.strip() for n in line.strip().split("  ", 1)[0].split(",")) for line in block]
+
+
+def test_the_package_docstring_lists_exactly_the_enforced_layers():
+    assert _documented_layers() == LAYERS
+
+
+def test_no_reference_to_a_design_document_that_is_not_there():
+    cited = "DESIGN" + ".md"  # spelled apart so that this test does not find itself
+    for p in [*_sources(), Path(__file__)]:
+        text = p.read_text(encoding="utf-8")
+        if cited in text:
+            assert (PACKAGE.parent / cited).is_file(), f"{p} cites {cited}, which is not in the repository"
+
+
 def test_the_scan_sees_the_whole_package():
     found = {module_name(p)[1] for p in _sources() if len(module_name(p)) > 1}
     assert {"errors", "names", "storage", "objects", "objectstore", "refs", "history", "session", "store"} <= found
@@ -193,6 +189,8 @@ def _check(rel: str, source: str, tmp_path: Path) -> list[str]:
         ("objectstore.py", "import msgspec.msgpack\n", "msgspec may only be imported in castore/objects"),
         ("cli/main.py", "import blake3\n", "blake3"),
         ("newthing.py", "import os\n", "has no layer"),
+        ("context.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .session import LogEntry\n",
+         "castore.session"),
     ],
 )
 def test_the_checker_names_the_file_and_the_bad_import(tmp_path, rel, source, needle):
@@ -209,7 +207,6 @@ def test_the_checker_names_the_file_and_the_bad_import(tmp_path, rel, source, ne
         ("storage/s3.py", "import s3fs\nfrom botocore.exceptions import ClientError\nfrom ..errors import X\n"),
         ("objects.py", "import msgspec\nfrom blake3 import blake3\nimport zstandard\n"),
         ("cli/main.py", "import click\nimport castore\nfrom ..session import Session\n"),
-        ("context.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .session import LogEntry\n"),
         ("storage/local.py", "from ..errors import StorageError\nfrom .base import Storage\n"),
     ],
 )

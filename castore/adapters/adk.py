@@ -44,7 +44,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session as AdkSession
 from pydantic_core import to_jsonable_python
 
-from .. import names
+from ..branches import META_CREATED, META_NAMES, symbolic_to
 from ..entries import Custom, Event, Message
 from ..errors import RefConflict, SessionNotFound
 from ..session import LogEntry, Session
@@ -182,9 +182,9 @@ class CastoreSessionService(BaseSessionService):
         s = self.store.session(app_name, user_id, session_id or str(uuid.uuid4()))
         self.store.init()
         # Creating HEAD is the atomic "create if absent": of two creators of one id, one wins.
-        head = {"names": {"app": s.app, "user": s.user, "session": s.id}, "created": time.time()}
+        head = {META_NAMES: {"app": s.app, "user": s.user, "session": s.id}, META_CREATED: time.time()}
         try:
-            self.store.refs.swap(f"{s.prefix}/HEAD", "ref: heads/" + names.encode("main"), None, head)
+            self.store.plumbing.swap(s.refs.head, symbolic_to("main"), None, head)
         except RefConflict:
             raise AlreadyExistsError(f"Session {s.id} already exists.") from None
         delta = to_jsonable_python(dict(state or {}), inf_nan_mode="null")

@@ -46,6 +46,19 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import names
 from .. import objects as o
+from ..branches import (
+    META_HEAD_BRANCH,
+    META_NAMES,
+    META_CREATED,
+    META_WRITE_ID,
+    REAL_NAME_KEYS,
+    Make,
+    SessionRefs,
+    name_meta,
+    real_name,
+    session_prefix,
+    symbolic_to,
+)
 from ..errors import RefConflict, SessionNotFound
 from ..history import Hint, K
 from ..objects import Commit, Tree
@@ -55,7 +68,8 @@ from .langgraph_header import copy_header, decode_header, encode_header, is_plai
 from .langgraph_values import ChannelValues, remember
 
 WRITES_BRANCH = "writes"
-_RETRIES = 50
+#: names tried for a copied branch whose name is taken in the target thread (``x.copy``, ...)
+_COPY_NAMES = 50
 
 
 @dataclass
@@ -117,7 +131,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     # -- names ---------------------------------------------------------------------------
     def _prefix(self, thread_id: str) -> str:
-        return "sessions/" + names.encode_key(self.app, self.user, thread_id)
+        return session_prefix(self.app, self.user, thread_id)
 
     @staticmethod
     def _family(ns: str) -> str:
@@ -131,7 +145,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         return family if cpid is None else f"{family}@{cpid}"
 
     def _ref_name(self, prefix: str, branch: str) -> str:
-        return f"{prefix}/heads/{names.encode(branch, 'branch name')}"
+        return SessionRefs(prefix).branch(branch)
 
     # -- the view of a thread ----------------------------------------------------------------
     def _refresh(self, thread_id: str) -> _View:
@@ -181,8 +195,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     @staticmethod
     def _real(name: str, meta: Any) -> str:
         """The branch name behind a ref name (hashed segments keep it in the ref's metadata)."""
-        seg = name.rsplit("/", 1)[1]
-        return str((meta or {}).get("name", seg)) if names.is_hashed(seg) else names.decode(seg)
+        return real_name(name.rsplit("/", 1)[1], meta)
 
     def _ref_for_swap(self, name: str) -> RefValue | None:
         cached = self._tokens.get(name)
@@ -190,47 +203,22 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         return cached if cached is not None else current
 
     # -- writing commits on a branch ---------------------------------------------------------
-    def _hint(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[str, bytes]]:
-        hint = Hint.from_meta(tipref.meta) if tipref is not None else None
-        if hint is not None:
-            c = self.store.history.commit(tip)
-            ix = o.hex_id(c.index) if c.index else None
-            if hint.tail and hint.tail[-1] == tip and len(hint.tail) == c.depth % K + 1 and hint.index == ix:
-                return hint, {}
-            if not hint.tail and (c.depth + 1) % K == 0 and hint.index:
-                return hint, {}
-        return self.store.history.hint_for(tip)
-
     def _commit_on(self, ref_name: str, real: str, expect: RefValue | None, parent: str | None,
-                   make: Any, pending: dict[str, bytes], ref_meta: dict[str, Any]) -> tuple[str, RefValue]:
+                   make: Make, pending: dict[str, bytes], ref_meta: dict[str, Any]) -> tuple[str, RefValue]:
         """Write ``make(parents, depth, index)`` as a commit on ``ref_name`` (compare-and-swap).
 
         Raises:
             RefConflict: the ref is no longer ``expect``.
         """
-        history = self.store.history
-        if parent is not None:
-            pc = history.commit(parent)
-            tipref = expect if expect is not None and expect.target == parent else None
-            hint, extra = self._hint(parent, tipref)
-            depth = pc.depth + 1
-        else:
-            hint, extra, depth = Hint(), {}, 0
-        commit: Commit = make((o.raw_id(parent),) if parent else (), depth,
-                              o.raw_id(hint.index) if hint.index else None)
-        cid, canonical = o.encode(commit)
-        pending = {**extra, **pending, cid: canonical}
-        self.store.objects.cache(cid, commit)
+        plumbing = self.store.plumbing
+        batch = plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
+        batch.include(pending)
+        cid = batch.commit(make)
         self.store.init()
-        self.store.objects.put_encoded(pending.items())
-        hint, seg = history.advance(hint, cid, commit)
-        if seg:
-            self.store.objects.put_encoded(seg.items())
-        meta = {**hint.to_meta(), "t": commit.time, "n": depth + 1, **ref_meta}
-        if names.is_hashed(ref_name.rsplit("/", 1)[1]):
-            meta["name"] = real
+        plumbing.write(batch)
+        meta = batch.ref_meta(**ref_meta, **name_meta(ref_name, real))
         try:
-            new = self.store.refs.swap(ref_name, cid, expect, meta)
+            new = plumbing.swap(ref_name, cid, expect, meta)
         except RefConflict:
             self._tokens.pop(ref_name, None)
             raise
@@ -241,23 +229,20 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         if self._heads.get(thread_id) == branch:
             return
         self._heads[thread_id] = branch
-        head_name = f"{prefix}/HEAD"
-        target = "ref: heads/" + names.encode(branch, "branch name")
-        for _ in range(_RETRIES):
+        head_name = SessionRefs(prefix).head
+        target = symbolic_to(branch)
+
+        def attempt(_: int) -> None:
             head = self.store.refs.read(head_name)
             if head is not None and head.target == target:
                 return
-            meta = dict(head.meta) if head is not None else {}
-            meta.setdefault("names", {"app": self.app, "user": self.user, "session": thread_id})
-            meta.setdefault("created", time.time())
-            meta.pop("w", None)
-            if names.is_hashed(names.encode(branch)):
-                meta["branch"] = branch
-            try:
-                self.store.refs.swap(head_name, target, head, meta)
-                return
-            except RefConflict:
-                continue
+            meta = {k: v for k, v in (head.meta if head is not None else {}).items() if k != META_WRITE_ID}
+            meta.setdefault(META_NAMES, {"app": self.app, "user": self.user, "session": thread_id})
+            meta.setdefault(META_CREATED, time.time())
+            meta.update(name_meta(target, branch, META_HEAD_BRANCH))
+            self.store.plumbing.swap(head_name, target, head, meta)
+
+        self.store.plumbing.land(head_name, attempt)
 
     # -- BaseCheckpointSaver: writing ------------------------------------------------------------
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -297,15 +282,18 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                               time=now, meta=meta, depth=depth, index=index)
 
             family = self._family(ns)
-            for _ in range(_RETRIES):
+            views = [view]
+
+            def attempt(_: int) -> None:
+                view = views[-1]
                 name = self._branch_for(view, prefix, family, parent)
                 if name is not None:
                     expect = self._ref_for_swap(name)
                     if expect is None or expect.target != parent:
                         expect = self.store.refs.read(name)
                     if expect is None or expect.target != parent:
-                        view = self._refresh(thread_id)
-                        continue
+                        views.append(self._refresh(thread_id))
+                        raise RefConflict(name, parent, expect.target if expect is not None else None)
                     real = self._real(name, expect.meta)
                 else:
                     real = self._free_branch(view, prefix, family, checkpoint["id"])
@@ -314,21 +302,20 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     cid, _ = self._commit_on(name, real, expect, parent, make, pending,
                                              {"lg": {"ns": ns, "cp": checkpoint["id"]}})
                 except RefConflict:
-                    view = self._refresh(thread_id)
-                    continue
+                    views.append(self._refresh(thread_id))
+                    raise
                 view.add(cid, self.store.history.commit(cid))
                 view.targets[name] = cid
                 if not ns:
                     self._ensure_head(prefix, real, thread_id)
-                break
-            else:
-                raise RefConflict(prefix, parent, None, "too much contention on the thread's branches")
+
+            self.store.plumbing.land(prefix, attempt)
         return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
     def _branch_for(self, view: _View, prefix: str, family: str, parent: str | None) -> str | None:
         """The branch of ``family`` whose tip is ``parent`` (the family's first branch for a root)."""
-        fam = f"{prefix}/heads/{names.encode(family)}"
+        fam = SessionRefs(prefix).branch(family)
         if parent is None:
             return None
         found = sorted(n for n, t in view.targets.items() if t == parent)
@@ -486,20 +473,23 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
             prefix = self._prefix(thread_id)
             name = self._ref_name(prefix, WRITES_BRANCH)
-            for _ in range(_RETRIES):
+            views = [view]
+
+            def attempt(_: int) -> None:
+                view = views[-1]
                 expect = self._ref_for_swap(name) if name in view.targets else None
                 if expect is not None and expect.target != view.targets.get(name):
                     expect = self.store.refs.read(name)
                 try:
-                    cid, new = self._commit_on(name, WRITES_BRANCH, expect, expect.target if expect else None,
-                                               make, pending, {"lg": {"writes": True}})
+                    cid, _ = self._commit_on(name, WRITES_BRANCH, expect, expect.target if expect else None,
+                                             make, pending, {"lg": {"writes": True}})
                 except RefConflict:
-                    view = self._refresh(thread_id)
-                    continue
+                    views.append(self._refresh(thread_id))
+                    raise
                 view.add(cid, self.store.history.commit(cid))
                 view.targets[name] = cid
-                return
-            raise RefConflict(name, None, None, "too much contention on the writes branch")
+
+            self.store.plumbing.land(name, attempt)
 
     # -- reading ---------------------------------------------------------------------------------
     def _writes_of(self, view: _View, ns: str, cpid: str, decode: bool = True) -> list[tuple[str, int, str, Any, str]]:
@@ -634,19 +624,18 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     head_branch = v.symbolic
                     continue
                 rel = name[len(sp) + 1:]
-                meta = {k: val for k, val in v.meta.items() if k != "w"}
+                meta = {k: val for k, val in v.meta.items() if k != META_WRITE_ID}
                 if not rel.startswith("heads/"):
                     target = f"{dp}/{rel}"
                     if self.store.refs.read(target) is None:
-                        self.store.refs.swap(target, v.target, None, meta)
+                        self.store.plumbing.swap(target, v.target, None, meta)
                     continue
                 real = self._real(name, v.meta)
-                for _ in range(_RETRIES):
+                for _ in range(_COPY_NAMES):
                     target = self._ref_name(dp, real)
-                    if names.is_hashed(target.rsplit("/", 1)[1]):
-                        meta["name"] = real
+                    meta.update(name_meta(target, real))
                     try:
-                        self.store.refs.swap(target, v.target, None, meta)
+                        self.store.plumbing.swap(target, v.target, None, meta)
                         break
                     except RefConflict as e:
                         if e.actual == v.target:
@@ -706,7 +695,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         ancestor (or as a root); branches move to the new commits; objects are shared.
         """
         prefix = self._prefix(thread_id)
-        history, objs = self.store.history, self.store.objects
+        history, plumbing = self.store.history, self.store.plumbing
         order = sorted((cid for cid, c in view.commits.items() if c.kind == "checkpoint"),
                        key=lambda cid: view.commits[cid].depth)
         new_of: dict[str, str | None] = {}  # old commit -> itself rewritten, or its nearest kept ancestor
@@ -726,17 +715,10 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                       else {"c": list(self.serde.dumps_typed(header))})
             if old_parent is not None and "p" not in lg:
                 lg["p"] = view.commits[old_parent].meta.get("checkpoint_id")
-            index, depth = None, 0
-            if new_parent is not None:
-                hint, extra = history.hint_for(new_parent)
-                objs.put_encoded(extra.items())
-                index, depth = (o.raw_id(hint.index) if hint.index else None), view.commits[new_parent].depth + 1
-            nc = Commit(kind=c.kind, parents=(o.raw_id(new_parent),) if new_parent else (), state=c.state,
-                        author=c.author, time=c.time, meta={**c.meta, "lg": lg}, depth=depth, index=index)
-            nid, canonical = o.encode(nc)
-            objs.cache(nid, nc)
-            objs.put_encoded([(nid, canonical)])
-            view.commits[nid] = nc
+            batch = plumbing.batch(new_parent)
+            nid = batch.commit(_again(c, {**c.meta, "lg": lg}))
+            plumbing.write(batch)
+            view.commits[nid] = history.commit(nid)
             new_of[cid] = nid
         kept_cps = {(view.commits[c].meta.get("ns", ""), view.commits[c].meta["checkpoint_id"]) for c in keep}
         wanted: dict[str, str] = {}
@@ -760,7 +742,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             self._set_ref(writes_name, writes_tip)
         for name in view.targets:
             if name not in wanted and not (name == writes_name and writes_tip is not None):
-                self.store.refs.delete(name)
+                plumbing.delete(name)
                 self._tokens.pop(name, None)
         root = [(view.commits[t].meta["checkpoint_id"], n) for n, t in wanted.items() if not view.commits[t].meta.get("ns")]
         if root:
@@ -768,45 +750,28 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             self._ensure_head(prefix, self._real(name, self.store.refs.read(name).meta), thread_id)
         elif not wanted and writes_tip is None:
             try:
-                self.store.refs.delete(f"{prefix}/HEAD")
+                plumbing.delete(SessionRefs(prefix).head)
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self._forget(thread_id)
 
     def _rechain(self, wids: list[str], view: _View) -> str:
         """Write the writes commits ``wids`` again as one chain; return its tip."""
-        prev: str | None = None
-        hint = Hint()
-        for depth, wid in enumerate(wids):
+        batch = self.store.plumbing.batch(None)
+        for wid in wids:
             c = view.commits[wid]
-            nc = Commit(kind=c.kind, parents=(o.raw_id(prev),) if prev else (), state=c.state, author=c.author,
-                        time=c.time, meta=c.meta, depth=depth, index=o.raw_id(hint.index) if hint.index else None)
-            nid, canonical = o.encode(nc)
-            self.store.objects.cache(nid, nc)
-            self.store.objects.put_encoded([(nid, canonical)])
-            hint, seg = self.store.history.advance(hint, nid, nc)
-            if seg:
-                self.store.objects.put_encoded(seg.items())
-            prev = nid
-        assert prev is not None
-        return prev
+            batch.commit(_again(c, c.meta))
+        self.store.plumbing.write(batch)
+        assert batch.tip is not None
+        return batch.tip
 
     def _set_ref(self, name: str, target: str) -> None:
-        hint, extra = self.store.history.hint_for(target)
-        self.store.objects.put_encoded(extra.items())
         c = self.store.history.commit(target)
-        meta = {**hint.to_meta(), "t": time.time(), "n": c.depth + 1}
+        extra: dict[str, Any] = {}
         if c.kind == "checkpoint":
-            meta["lg"] = {"ns": c.meta.get("ns", ""), "cp": c.meta["checkpoint_id"]}
-        for _ in range(_RETRIES):
-            cur = self.store.refs.read(name)
-            if cur is not None:
-                meta.update({k: v for k, v in cur.meta.items() if k in ("name", "branch")})
-            try:
-                self._tokens[name] = self.store.refs.swap(name, target, cur, meta)
-                return
-            except RefConflict:
-                continue
+            extra["lg"] = {"ns": c.meta.get("ns", ""), "cp": c.meta["checkpoint_id"]}
+        meta = self.store.plumbing.ref_meta_at(target, **extra)
+        self._tokens[name] = self.store.plumbing.set(name, target, lambda _: meta, keep=REAL_NAME_KEYS)
 
     # -- async twins -----------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -845,6 +810,16 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async twin of :meth:`delete_for_runs` (runs in a worker thread)."""
         await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+
+def _again(c: Commit, meta: dict[str, Any]) -> Make:
+    """Make ``c`` again, with ``meta``, on whatever parent, depth and index a batch gives it."""
+
+    def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
+        return Commit(kind=c.kind, parents=parents, state=c.state, author=c.author, time=c.time, meta=meta,
+                      depth=depth, index=index)
+
+    return make
 
 
 def _copy_plain(x: Any) -> Any:

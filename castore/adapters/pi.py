@@ -39,6 +39,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -57,8 +58,7 @@ from ..entries import (
     body_of,
 )
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
-from ..history import Hint, K
-from ..objects import Blob, Commit, ObjectId, Value
+from ..objects import Blob
 
 if TYPE_CHECKING:
     from ..session import LogEntry, Session
@@ -334,66 +334,43 @@ def _blob(store: Store, oid: str) -> bytes:
 
 # -- import --------------------------------------------------------------------------------
 class _Writer:
-    """Builds commits with explicit parents and writes their objects in batches."""
+    """Builds commits with explicit parents through the store's plumbing; writes their
+    objects in batches of about :data:`BATCH_BYTES` (one object store call each)."""
 
     def __init__(self, store: Store) -> None:
-        self.store = store
-        self.objs = store.objects
-        self.history = store.history
-        self.pending: dict[ObjectId, bytes] = {}
+        self.plumbing = store.plumbing
+        self.batch = self.plumbing.batch(None)
         self.size = 0
         self.written = 0
-        self.tip: str | None = None
-        self.hint = Hint()
 
-    def add(self, oid: ObjectId, canonical: bytes) -> None:
-        if oid not in self.pending:
-            self.pending[oid] = canonical
-            self.size += len(canonical)
+    def _grew(self, before: int) -> None:
+        pending = self.batch.pending
+        new = len(pending) - before
+        self.size += sum(len(v) for v in itertools.islice(reversed(pending.values()), new))
         if self.size >= BATCH_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        if self.pending:
-            self.written += self.objs.put_encoded(self.pending.items())
-            self.pending, self.size = {}, 0
+        self.written += self.plumbing.write(self.batch)
+        self.size = 0
 
     def put_blob(self, data: bytes) -> str:
-        oid, canonical = o.encode(Blob(data=data))
-        self.add(oid, canonical)
+        before = len(self.batch.pending)
+        oid = self.batch.add(Blob(data=data))
+        self._grew(before)
         return oid
 
     def commit(self, kind: str, body: Any, author: str, meta: dict[str, Any], when: float,
                parent: tuple[str, int] | None) -> tuple[str, int]:
         """Write one commit after ``parent`` (``(commit id, depth)``); return its own."""
-        if parent is None:
-            hint, depth = Hint(), 0
-        elif parent[0] == self.tip:
-            hint, depth = self.hint, parent[1] + 1
-        else:  # a branch: the hint is rebuilt from the parent's block, which must be stored
+        if parent is None or parent[0] != self.batch.tip:
+            # a root, or a branch: the next batch builds on that parent (its block is stored first)
             self.flush()
-            hint, extra = self.history.hint_for(parent[0])
-            for oid, canonical in extra.items():
-                self.add(oid, canonical)
-            depth = parent[1] + 1
-        body_id = None
-        if body is not None:
-            bid, bbytes = o.encode(Value(body))
-            self.add(bid, bbytes)
-            body_id = o.raw_id(bid)
-        c = Commit(kind=kind, parents=(o.raw_id(parent[0]),) if parent else (), body=body_id, author=author,
-                   time=when, meta=meta, depth=depth, index=o.raw_id(hint.index) if hint.index else None)
-        cid, canonical = o.encode(c)
-        self.add(cid, canonical)
-        self.objs.cache(cid, c)
-        if (depth + 1) % K == 0:
-            self.flush()  # closing a block reads the block's commits and bodies back
-        self.hint, extra = self.history.advance(hint, cid, c)
-        for oid, canonical in extra.items():
-            self.add(oid, canonical)
-        self.tip = cid
-        return cid, depth
-
+            self.batch = self.plumbing.batch(parent[0] if parent else None)
+        before = len(self.batch.pending)
+        cid = self.batch.entry(kind, body, delta={}, unset=(), author=author, when=when, meta=meta)
+        self._grew(before)
+        return cid, self.batch.depth - 1
 
 def _new_id(seed: str, n: int, taken: set[str] | dict[str, Any]) -> str:
     for attempt in range(100):

@@ -1,0 +1,411 @@
+"""The plumbing layer (castore.branches): ref names, metadata keys, read hints, batches, landing.
+
+Shared-suite style: each store test runs on local disk and in memory (the ``plumbing_store``
+fixture); what only local disk has (ref lock files, several processes) runs there alone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import castore
+from castore import branches as b
+from castore.branches import RefContended, RetryPolicy, SessionRefs, parse_ref_name, real_name
+from castore.errors import CorruptRef, RefConflict, RefLocked
+from castore.history import K, Hint
+from castore.maintenance import fsck
+from conftest import make_backend
+
+ROOT = Path(__file__).resolve().parent.parent
+LONG = "ветка-" * 40  # a branch name whose segment is hashed (over names.MAX_SEGMENT bytes)
+
+
+@pytest.fixture(params=["local", "memory"])
+def plumbing_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[castore.Store]:
+    """An empty store on local disk and in memory in turn."""
+    backend = make_backend(request.param, request, tmp_path)
+    st = backend.open()
+    st.backend = backend  # type: ignore[attr-defined]  # tests reopen the same place
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+def _reopen(store: castore.Store) -> castore.Store:
+    return store.backend.open()  # type: ignore[attr-defined]
+
+
+def _msg(i: int) -> castore.Message:
+    return castore.Message(role="user", content=f"m{i}")
+
+
+# -- names ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, kind", [
+    ("sessions/app/u/s/HEAD", "head"),
+    ("sessions/app/u/s/heads/main", "branch"),
+    ("sessions/app/u/s/tags/v1", "label"),
+    ("sessions/app/u/s/remotes/origin/main", "remote"),
+    ("state/app/app", "app-state"),
+    ("state/app/users/u", "user-state"),
+    ("state/app/remotes/origin/users/u", "user-state"),
+    ("sessions/%41pp/u/s/heads/~" + "ab" * 32, "branch"),
+])
+def test_parse_accepts_what_castore_writes(name: str, kind: str) -> None:
+    parsed = parse_ref_name(name)
+    assert parsed is not None and parsed.kind == kind and parsed.ref == name
+
+
+@pytest.mark.parametrize("name", [
+    "sessions/app/u/s/heads/../../../../tmp/evil",
+    "sessions/app/u/s/heads/..",
+    "sessions/app/u/s/heads/.",
+    "sessions/app/u/s/heads/",
+    "sessions/app//s/HEAD",
+    "sessions/app/u/s/heads/a/b",
+    "sessions/app/u/s/heads/Main",  # upper case is always escaped by castore
+    "sessions/app/u/s/heads/a%2",
+    "sessions/app/u/s/heads/~zz",
+    "sessions/app/u/s/HEAD/x",
+    "sessions/app/u/s/heads/main.lock",
+    "sessions/app/u/s/other/main",
+    "sessions/app/u/s",
+    "state/app/users/../../x",
+    "state/app/app/x",
+    "elsewhere/x",
+    "sessions/app/u/s/heads/a\\b",
+    "",
+])
+def test_parse_refuses_anything_else(name: str) -> None:
+    assert parse_ref_name(name) is None
+
+
+def test_session_refs_build_names_that_parse_back() -> None:
+    refs = SessionRefs.of("my app", "Alice", "s/1")
+    for name in (refs.head, refs.branch("main"), refs.branch(LONG), refs.label("v 1"), refs.remote("origin", "main")):
+        parsed = parse_ref_name(name)
+        assert parsed is not None and parsed.session_prefix == refs.prefix
+
+
+def test_real_name_reads_both_keys_and_checks_the_digest() -> None:
+    seg = castore.names.encode(LONG)
+    assert castore.names.is_hashed(seg)
+    assert real_name(seg, {"name": LONG}) == LONG
+    assert real_name(seg, {"branch": LONG}) == LONG
+    # a claimed name that does not hash to the segment is not believed
+    assert real_name(seg, {"name": "someone-else"}) == seg
+    assert real_name("main", {"name": "other"}) == "main"
+
+
+def test_head_naming_no_branch_is_a_corrupt_ref(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    s.append(_msg(0))
+    for bad in ("ref: HEAD", "ref: heads/../x", "ref: tags/v1", "ref: heads/a/b"):
+        cur = plumbing_store.refs.read(s.refs.head)
+        plumbing_store.refs.swap(s.refs.head, bad, cur, dict(cur.meta))
+        with pytest.raises(CorruptRef) as e:
+            s.messages()
+        assert e.value.ref == s.refs.head
+        with pytest.raises(CorruptRef):
+            _ = s.current_branch
+        report = fsck(plumbing_store)
+        assert any(s.refs.head in str(x) for x in report.bad_refs), report
+
+
+# -- metadata keys -------------------------------------------------------------------------
+def test_hashed_branch_names_are_written_as_before(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    s.append(_msg(0))
+    s.checkout("main", create=LONG)
+    s.append(_msg(1))
+    head = plumbing_store.refs.read(s.refs.head)
+    branch = plumbing_store.refs.read(s.refs.branch(LONG))
+    assert head.meta["branch"] == LONG and "name" not in head.meta
+    assert branch.meta["name"] == LONG
+    assert s.current_branch == LONG and LONG in s.branches()
+
+
+def test_metadata_keys_read_in_old_and_new_form(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    s.append(_msg(0))
+    s.checkout("main", create=LONG)
+    s.append(_msg(1))
+    refs = plumbing_store.refs
+    # swap the keys: HEAD says ``name``, the branch says ``branch``; everything reads the same
+    head = refs.read(s.refs.head)
+    meta = {k: v for k, v in head.meta.items() if k not in ("w", "branch")}
+    refs.swap(s.refs.head, head.target, head, {**meta, "name": LONG})
+    br = refs.read(s.refs.branch(LONG))
+    meta = {k: v for k, v in br.meta.items() if k not in ("w", "name")}
+    refs.swap(s.refs.branch(LONG), br.target, br, {**meta, "branch": LONG})
+    again = _reopen(plumbing_store).session("a", "u", "s")
+    assert again.current_branch == LONG
+    assert set(again.branches()) == {"main", LONG}
+    assert [m.content for m in again.messages()] == ["m0", "m1"]
+    listed = plumbing_store.sessions("a")
+    assert listed[0].branch == LONG
+    assert fsck(plumbing_store).ok
+
+
+# -- hints ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [
+    {"tl": "not a list"},
+    {"tl": [1, 2]},
+    {"tl": ["ab" * 32], "ix": "zz"},
+    {"tl": [], "ix": "ab" * 32},
+    {},
+])
+def test_malformed_hint_is_ignored(plumbing_store: castore.Store, bad: dict[str, Any]) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    ids = s.append_many([_msg(i) for i in range(K + 5)])
+    ref = s.refs.branch("main")
+    cur = plumbing_store.refs.read(ref)
+    plumbing_store.refs.swap(ref, cur.target, cur, {**bad, "t": 1.0, "n": K + 5})
+    fresh = _reopen(plumbing_store).session("a", "u", "s")
+    assert [e.id for e in fresh.entries()] == ids
+    new = fresh.append(_msg(99))
+    assert [e.id for e in _reopen(plumbing_store).session("a", "u", "s").entries()] == [*ids, new]
+    assert fsck(plumbing_store).ok
+
+
+def test_stale_hint_of_another_path_is_checked_and_rebuilt(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    ids = s.append_many([_msg(i) for i in range(K + 3)])
+    other = plumbing_store.session("a", "u", "other")
+    other_ids = other.append_many([_msg(1000 + i) for i in range(K + 3)])
+    ref = s.refs.branch("main")
+    cur = plumbing_store.refs.read(ref)
+    theirs = plumbing_store.refs.read(other.refs.branch("main"))
+    # s's ref names s's tip but carries the other session's hint (a stale or forged hint)
+    plumbing_store.refs.swap(ref, cur.target, cur, {k: v for k, v in theirs.meta.items() if k != "w"})
+    plumbing = plumbing_store.plumbing
+    hint, _ = plumbing.hint(ids[-1], plumbing_store.refs.read(ref))
+    assert hint.tail[-1] == ids[-1] and not set(hint.tail) & set(other_ids)
+    fresh = _reopen(plumbing_store).session("a", "u", "s")
+    assert [e.id for e in fresh.entries()] == ids
+    fresh.append(_msg(7))
+    assert len(_reopen(plumbing_store).session("a", "u", "s").entries()) == K + 4
+
+
+def test_a_batch_crossing_blocks_writes_once(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    calls: list[int] = []
+    real = plumbing_store.objects.put_encoded
+
+    def counting(items: Any) -> int:
+        items = list(items)
+        calls.append(len(items))
+        return real(items)
+
+    plumbing_store.objects.put_encoded = counting  # type: ignore[method-assign]
+    ids = s.append_many([castore.Message(role="user", content="x" * 70000 + str(i)) for i in range(2 * K + 1)])
+    assert len(calls) == 1  # one object-store call for the whole landing, segments included
+    fresh = _reopen(plumbing_store).session("a", "u", "s")
+    assert [e.id for e in fresh.entries()] == ids
+    assert fsck(plumbing_store).ok
+
+
+# -- landing ---------------------------------------------------------------------------------
+def test_retry_gives_up_with_a_clear_error() -> None:
+    tries: list[int] = []
+
+    def attempt(n: int) -> None:
+        tries.append(n)
+        raise RefConflict("sessions/a/u/s/heads/main", "x" * 64, "y" * 64)
+
+    with pytest.raises(RefContended) as e:
+        b.retry("sessions/a/u/s/heads/main", attempt, RetryPolicy(max_attempts=4, base_delay=0.0))
+    assert tries == [0, 1, 2, 3]
+    assert e.value.attempts == 4 and e.value.ref == "sessions/a/u/s/heads/main"
+    assert "sessions/a/u/s/heads/main" in str(e.value) and "4 compare-and-swap attempts" in str(e.value)
+    assert isinstance(e.value, RefConflict)  # callers catching RefConflict still do
+
+
+def test_retry_gives_up_on_time_too() -> None:
+    def attempt(n: int) -> None:
+        time.sleep(0.02)
+        raise RefConflict("r", None, None)
+
+    with pytest.raises(RefContended) as e:
+        b.retry("r", attempt, RetryPolicy(max_attempts=10**6, max_seconds=0.1, base_delay=0.0))
+    assert 2 <= e.value.attempts < 100 and e.value.seconds >= 0.1
+
+
+def test_policy_is_checked_and_delays_stay_under_the_cap() -> None:
+    with pytest.raises(ValueError):
+        RetryPolicy(max_attempts=0)
+    p = RetryPolicy(base_delay=0.001, max_delay=0.05)
+    assert all(0 <= p.delay(n) <= 0.05 for n in range(100))
+
+
+def test_an_append_that_keeps_losing_gives_up_and_lands_nothing(plumbing_store: castore.Store) -> None:
+    url_store = _reopen(plumbing_store)
+    store = castore.Store(url_store.storage, retry=RetryPolicy(max_attempts=3, base_delay=0.0))
+    s = store.session("a", "u", "s")
+    s.append(_msg(0))
+    rival = _reopen(plumbing_store).session("a", "u", "s")
+    real_write = store.plumbing.write
+    rounds: list[int] = []
+
+    def write_then_lose(pending: Any) -> int:
+        rounds.append(1)
+        out = real_write(pending)
+        rival.append(_msg(100 + len(rounds)))  # the rival lands between our read and our swap
+        return out
+
+    store.plumbing.write = write_then_lose  # type: ignore[method-assign]
+    with pytest.raises(RefContended) as e:
+        s.append(_msg(1))
+    assert len(rounds) == 3 and e.value.attempts == 3
+    assert s.refs.branch("main") in str(e.value) or s.prefix in str(e.value)
+    contents = [m.content for m in _reopen(plumbing_store).session("a", "u", "s").messages()]
+    assert "m1" not in contents and contents[:1] == ["m0"] and len(contents) == 4
+
+
+def test_two_writers_racing_on_one_branch_lose_nothing(plumbing_store: castore.Store) -> None:
+    n = 25
+    stores = [_reopen(plumbing_store) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def run(w: int) -> None:
+        try:
+            s = stores[w].session("a", "u", "race")
+            for i in range(n):
+                s.append(castore.Message(role="user", content=f"w{w}-{i}"))
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    got = [m.content for m in _reopen(plumbing_store).session("a", "u", "race").messages()]
+    assert sorted(got) == sorted(f"w{w}-{i}" for w in range(2) for i in range(n))
+    for w in range(2):  # each writer's entries stay in its own order
+        mine = [c for c in got if c.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{i}" for i in range(n)]
+    assert fsck(plumbing_store).ok
+
+
+_WRITER = """
+import sys, castore
+store = castore.open(sys.argv[1])
+s = store.session("a", "u", "race")
+for i in range(int(sys.argv[3])):
+    s.append(castore.Message(role="user", content=f"{sys.argv[2]}-{i}"))
+"""
+
+
+def test_two_processes_racing_on_one_branch_lose_nothing(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    n = 20
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url, f"p{w}", str(n)], env=env) for w in range(2)]
+    assert [p.wait() for p in procs] == [0, 0]
+    with castore.open(url) as store:
+        got = [m.content for m in store.session("a", "u", "race").messages()]
+        assert sorted(got) == sorted(f"p{w}-{i}" for w in range(2) for i in range(n))
+        assert fsck(store).ok
+
+
+def test_a_stuck_lock_is_not_retried_like_a_race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import castore.storage.local as local
+
+    monkeypatch.setattr(local, "LOCK_TIMEOUT", 0.3)
+    with castore.open(str(tmp_path / "store")) as store:
+        s = store.session("a", "u", "s")
+        s.append(_msg(0))
+        lock = tmp_path / "store" / "refs" / (s.refs.branch("main") + ".lock")
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held by a live writer (this process)
+            os.write(fd, f"{os.getpid()} {local._HOST}\n".encode())
+            start = time.monotonic()
+            with pytest.raises(RefLocked) as e:
+                s.append(_msg(1))
+            took = time.monotonic() - start
+        finally:
+            os.close(fd)
+            os.unlink(lock)
+        assert not isinstance(e.value, RefContended)
+        assert str(lock) in str(e.value) and "castore fsck" in str(e.value)
+        assert took < 5 * 0.3 + 5  # one wait for the lock, not a retry loop of waits
+        assert [m.content for m in s.messages()] == ["m0"]
+        s.append(_msg(2))  # the lock gone, writing works again
+        assert [m.content for m in s.messages()] == ["m0", "m2"]
+
+
+# -- checkout and delete_branch --------------------------------------------------------------
+def test_checkout_racing_delete_branch_never_leaves_head_on_a_missing_branch(
+        plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    s.append(_msg(0))
+    for round_ in range(15):
+        name = f"b{round_}"
+        s.branch(name)
+        a = _reopen(plumbing_store).session("a", "u", "s")
+        d = _reopen(plumbing_store).session("a", "u", "s")
+        results: dict[str, Any] = {}
+
+        def co(a: castore.Session = a, name: str = name) -> None:
+            try:
+                results["checkout"] = a.checkout(name)
+            except (castore.BranchError, castore.RevisionNotFound) as e:  # deleted first: fine
+                results["checkout"] = e
+
+        def de(d: castore.Session = d, name: str = name) -> None:
+            try:
+                d.delete_branch(name, force=True)
+                results["delete"] = True
+            except castore.BranchError as e:
+                results["delete"] = e
+
+        ts = [threading.Thread(target=co), threading.Thread(target=de)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not (results["checkout"] == name and results["delete"] is True), results
+        cur = s.current_branch
+        assert cur is None or cur in s.branches(), (cur, results)
+        assert s.head is not None
+        if cur != "main":
+            s.checkout("main")
+        if name in s.branches():
+            s.delete_branch(name, force=True)
+    assert fsck(plumbing_store).ok
+
+
+def test_fsck_reports_head_naming_a_missing_branch(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    s.append(_msg(0))
+    s.checkout("main", create="side")
+    plumbing_store.refs.delete(s.refs.branch("side"))  # what a lost race used to leave
+    report = fsck(plumbing_store)
+    assert not report.ok
+    assert any(s.refs.head in str(x) and "side" in str(x) for x in report.bad_refs), report.bad_refs
+
+
+def test_hint_fits_is_what_the_saver_and_the_session_share(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    ids = s.append_many([_msg(i) for i in range(K - 1)])  # the next append closes a block
+    tipref = plumbing_store.refs.read(s.refs.branch("main"))
+    hint, extra = plumbing_store.plumbing.hint(ids[-1], tipref)
+    assert extra == {} and hint.tail == ids
+    batch = plumbing_store.plumbing.batch(ids[-1], tipref)
+    batch.entry("message", {"role": "user", "content": "last"}, delta={}, unset=(), author="user",
+                when=1.0, meta={})
+    assert batch.hint.tail == [] and batch.hint.index is not None  # closed: segment + index
+    assert isinstance(Hint.from_meta(batch.ref_meta()), Hint)
