@@ -153,8 +153,11 @@ class SessionRefs:
             raise InvalidName(branch_segment, "is not an encoded name segment", "branch segment")
         return f"{self.prefix}/{REMOTES}/{names.encode(remote, 'remote name')}/{branch_segment}"
 
-    def branch_of(self, head: RefValue | None) -> str | None:
+    def branch_of(self, head: RefValue | None, branch_meta: Mapping[str, Any] | None = None) -> str | None:
         """The branch a HEAD value names: ``main`` for a session without HEAD, None when detached.
+
+        A hashed branch segment is named by HEAD's metadata, else by the branch ref's own
+        (``branch_meta``; HEADs rewritten by older castores could lose the name).
 
         Raises:
             CorruptRef: HEAD is symbolic but names no ``heads/<branch>`` (``ref: HEAD``, a loop).
@@ -164,7 +167,10 @@ class SessionRefs:
         if head.symbolic is None:
             return None
         seg = head_segment(head)
-        return real_name(seg, head.meta)
+        name = real_name(seg, head.meta)
+        if name == seg and branch_meta is not None:
+            name = real_name(seg, branch_meta)
+        return name
 
     def branch_ref_of(self, head: RefValue) -> str:
         """The branch ref a symbolic HEAD value names.

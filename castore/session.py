@@ -165,7 +165,8 @@ class Session:
             return None, "main", self._refs.read(self.refs.branch("main"))
         if head.symbolic is None:
             return head, None, head
-        return head, self.refs.branch_of(head), self._refs.read(self.refs.branch_ref_of(head))
+        tipref = self._refs.read(self.refs.branch_ref_of(head))
+        return head, self.refs.branch_of(head, tipref.meta if tipref is not None else None), tipref
 
     @property
     def head(self) -> ObjectId | None:
@@ -179,9 +180,17 @@ class Session:
 
     @property
     def current_branch(self) -> str | None:
-        """The branch HEAD is on, or None when HEAD is detached."""
+        """The branch HEAD is on, or None when HEAD is detached.
+
+        Raises:
+            CorruptRef: HEAD names something that is not a branch. StorageError.
+        """
         head = self._refs.read(self.refs.head)
-        return self.refs.branch_of(head)
+        branch = self.refs.branch_of(head)
+        if head is not None and branch is not None and names.is_hashed(branch):
+            tipref = self._refs.read(self.refs.branch_ref_of(head))  # only for a lost long name
+            branch = self.refs.branch_of(head, tipref.meta if tipref is not None else None)
+        return branch
 
     def exists(self) -> bool:
         """Whether the session has any entry (a HEAD ref)."""
@@ -206,6 +215,8 @@ class Session:
             head = self._refs.read(self.refs.head)
             target, extra = (head.target, {}) if head else self._head_on("main")
             meta = self._head_meta(head, **extra)
+            if head is not None and META_HEAD_BRANCH in head.meta:  # same target: same branch name
+                meta[META_HEAD_BRANCH] = head.meta[META_HEAD_BRANCH]
             meta[META_INFO] = dict(info)
             self.plumbing.swap(self.refs.head, target, head, meta)
 
