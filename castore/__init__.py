@@ -27,6 +27,10 @@ Layers, bottom first: a module imports only its own layer and the ones below
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from .branches import RefContended, RetryPolicy
+from .context import Context
 from .entries import (
     DELETE,
     BranchSummary,
@@ -56,11 +60,32 @@ from .errors import (
     StorageError,
     StoreNotFound,
 )
+from .entries import LogEntry
 from .objects import ObjectId
-from .session import LogEntry, Session
+from .session import Session
 from .store import SessionInfo, Store, open
 
+if TYPE_CHECKING:
+    from .sync import SyncReport, clone, pull, push
+
 __version__ = "0.1.0"
+
+#: names imported on first use (``castore.push``...): sync pulls in a thread pool, and
+#: ``import castore`` stays fast for an agent that only appends
+_LAZY = {"push": "sync", "pull": "sync", "clone": "sync", "SyncReport": "sync"}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the sync entry points on first use (see ``_LAZY``)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'castore' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "open",
@@ -68,6 +93,7 @@ __all__ = [
     "Session",
     "SessionInfo",
     "LogEntry",
+    "Context",
     "ObjectId",
     "Message",
     "Event",
@@ -88,11 +114,17 @@ __all__ = [
     "RefNotFound",
     "RefConflict",
     "RefLocked",
+    "RefContended",
+    "RetryPolicy",
     "RevisionNotFound",
     "AmbiguousRevision",
     "SessionNotFound",
     "SessionExists",
     "BranchError",
     "AuditError",
+    "push",
+    "pull",
+    "clone",
+    "SyncReport",
     "__version__",
 ]

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from . import names
 from . import objects as o
-from .errors import CorruptRef, InvalidName, RefConflict, RefLocked
+from .errors import BranchError, CastoreError, CorruptRef, InvalidName, RefConflict, RefLocked, RefNotFound
 from .history import Hint, History, K
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore
@@ -350,6 +350,18 @@ class RefContended(RefConflict):
         self.seconds = seconds
 
 
+class NoSuchRef(BranchError, RefNotFound):
+    """A branch or label asked for by name does not exist (a :class:`BranchError` and a
+    :class:`~castore.errors.RefNotFound`, whose ``ref`` is the missing ref's name)."""
+
+    def __init__(self, ref: str, message: str) -> None:
+        CastoreError.__init__(self, message)
+        self.ref = ref
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def locked_error(err: RefLocked) -> RefLocked:
     """``err`` restated with what to do: a lock is not a race, it is not retried."""
     out = RefLocked(
@@ -649,6 +661,7 @@ __all__ = [
     "HEAD_KEEPS",
     "Plumbing",
     "RefContended",
+    "NoSuchRef",
     "RefName",
     "RetryPolicy",
     "ScopePlan",

@@ -30,6 +30,7 @@ from .branches import (
     META_TIME,
     META_WRITE_ID,
     Batch,
+    NoSuchRef,
     Plumbing,
     ScopePlan,
     SessionRefs,
@@ -568,13 +569,14 @@ class Session:
         (and this call fails) when HEAD names it by then.
 
         Raises:
-            BranchError: no such branch, it is checked out, or it holds unmerged work.
+            NoSuchRef: (a BranchError and a RefNotFound) no such branch.
+            BranchError: it is checked out, or it holds unmerged work.
             StorageError.
         """
         ref = self.refs.branch(name)
         v = self._refs.read(ref)
         if v is None:
-            raise BranchError(f"no branch {name!r}")
+            raise NoSuchRef(ref, f"no branch {name!r}")
         if self.current_branch == name:
             raise BranchError(f"cannot delete branch {name!r}: it is checked out")
         if not force:
@@ -664,11 +666,11 @@ class Session:
         """Remove a label.
 
         Raises:
-            BranchError: no such label. StorageError.
+            NoSuchRef: (a BranchError and a RefNotFound) no such label. StorageError.
         """
         v = self._refs.read(self.refs.label(name))
         if v is None:
-            raise BranchError(f"no label {name!r}")
+            raise NoSuchRef(self.refs.label(name), f"no label {name!r}")
         self.plumbing.delete(self.refs.label(name), v)
 
     def fork(self, new_session_id: str, at: str = "HEAD", *, user: str | None = None) -> Session:
