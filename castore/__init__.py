@@ -37,6 +37,7 @@ from .entries import (
     Compaction,
     Custom,
     Event,
+    LogEntry,
     Message,
     ModelChange,
 )
@@ -60,10 +61,9 @@ from .errors import (
     StorageError,
     StoreNotFound,
 )
-from .entries import LogEntry
 from .objects import ObjectId
 from .session import Session
-from .store import SessionInfo, Store, open
+from .store import SessionInfo, Store, open  # noqa: A004 - castore.open() is the entry point, as io.open
 
 if TYPE_CHECKING:
     from .sync import SyncReport, clone, pull, push

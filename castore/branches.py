@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import names
 from . import objects as o
@@ -76,6 +76,10 @@ HEAD = "HEAD"
 HEADS = "heads"
 TAGS = "tags"
 REMOTES = "remotes"
+#: a session's log of overwritten ref tips (see :meth:`Plumbing.record_move`)
+REFLOG = "reflog"
+#: commit kind of a reflog entry
+REFLOG_KIND = "reflog"
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -152,6 +156,11 @@ class SessionRefs:
         if not valid_segment(branch_segment):
             raise InvalidName(branch_segment, "is not an encoded name segment", "branch segment")
         return f"{self.prefix}/{REMOTES}/{names.encode(remote, 'remote name')}/{branch_segment}"
+
+    @property
+    def reflog(self) -> str:
+        """``.../reflog``: the chain of this session's recorded ref moves."""
+        return f"{self.prefix}/{REFLOG}"
 
     def branch_of(self, head: RefValue | None, branch_meta: Mapping[str, Any] | None = None) -> str | None:
         """The branch a HEAD value names: ``main`` for a session without HEAD, None when detached.
@@ -277,6 +286,8 @@ def parse_ref_name(ref: str) -> RefName | None:
         rest = parts[4:]
         if rest == [HEAD]:
             return RefName(ref, "head", app, user, sess)
+        if rest == [REFLOG]:
+            return RefName(ref, "reflog", app, user, sess)
         if len(rest) == 2 and rest[0] in (HEADS, TAGS) and valid_segment(rest[1]):
             return RefName(ref, "branch" if rest[0] == HEADS else "label", app, user, sess, rest[1])
         if len(rest) == 3 and rest[0] == REMOTES and valid_segment(rest[1]) and valid_segment(rest[2]):
@@ -456,9 +467,9 @@ class Batch:
         else:
             self.hint, self.depth, self.state, self.scopes = Hint(), 0, None, {}
 
-    def include(self, encoded: Mapping[ObjectId, bytes]) -> None:
+    def include(self, encoded: Mapping[str, bytes]) -> None:
         """Add objects already encoded elsewhere (an adapter's values) to the batch."""
-        self.pending.update(encoded)
+        self.pending.update(cast(Mapping[ObjectId, bytes], encoded))
 
     def add(self, obj: Any) -> ObjectId:
         """Encode an object into the batch; return its id.
@@ -606,6 +617,52 @@ class Plumbing:
             return 0
         return self.objects.put_encoded(items.items())
 
+    # -- the reflog ------------------------------------------------------------------------
+    def record_move(self, refs: SessionRefs, ref: str, old: str, new: str | None, why: str,
+                    policy: RetryPolicy | None = None) -> ObjectId:
+        """Record that ``ref`` moved from ``old`` to ``new`` (None: deleted) in the session's
+        reflog, keeping ``old`` reachable (``gc`` keeps it; ``castore reflog`` lists it).
+
+        A reflog entry is a commit of kind ``reflog`` on the reflog chain whose second parent
+        is the overwritten tip. Only moves that overwrite history are recorded (forced
+        branch moves, resets, forced pulls and pushes): a normal append costs nothing more.
+
+        Raises:
+            RefContended, RefLocked, StorageError.
+        """
+        when = time.time()
+        meta = {"ref": ref, "old": old, "new": new, "why": why}
+
+        def attempt(_n: int) -> ObjectId:
+            cur = self.refs.read(refs.reflog)
+            batch = self.batch(cur.target if cur else None, cur)
+            if cur is None:  # a root, so that every entry's first parent is the entry before
+                batch.commit(lambda parents, depth, index: Commit(kind=REFLOG_KIND, time=when, depth=depth))
+
+            def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
+                return Commit(kind=REFLOG_KIND, parents=(*parents, o.raw_id(old)), time=when, meta=meta,
+                              depth=depth, index=index)
+
+            cid = batch.commit(make)
+            self.write(batch)
+            self.swap(refs.reflog, cid, cur, batch.ref_meta())
+            return cid
+
+        return self.land(refs.reflog, attempt, policy)
+
+    def reflog(self, refs: SessionRefs, limit: int | None = None) -> list[tuple[ObjectId, Commit]]:
+        """The session's recorded ref moves, newest first (see :meth:`record_move`).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        cur = self.refs.read(refs.reflog)
+        if cur is None:
+            return []
+        path = self.history.path(cur.target, Hint.from_meta(cur.meta))
+        out = [(ObjectId(cid), c) for cid, c in reversed(path) if c.kind == REFLOG_KIND and len(c.parents) > 1]
+        return out[:limit] if limit else out
+
     # -- landing ---------------------------------------------------------------------------
     def land(self, what: str, attempt: Callable[[int], T], policy: RetryPolicy | None = None,
              final: Callable[[RefConflict], bool] | None = None,
@@ -662,6 +719,7 @@ __all__ = [
     "Plumbing",
     "RefContended",
     "NoSuchRef",
+    "REFLOG",
     "RefName",
     "RetryPolicy",
     "ScopePlan",

@@ -14,7 +14,7 @@ and ignored when they do not fit, so a stale or missing hint only costs speed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,11 +82,12 @@ class History:
         Raises:
             ObjectNotFound, IntegrityError, StorageError; RevisionNotFound for a non-commit.
         """
-        got = self.objs.get_many(cids)
-        for cid, obj in got.items():
+        out: dict[str, Commit] = {}
+        for cid, obj in self.objs.get_many(cids).items():
             if not isinstance(obj, Commit):
                 raise RevisionNotFound(cid, "not a commit")
-        return got  # type: ignore[return-value]
+            out[cid] = obj
+        return out
 
     # -- paths -------------------------------------------------------------------------
     def path(self, tip: str, hint: Hint | None = None) -> list[tuple[str, Commit]]:
@@ -106,16 +107,16 @@ class History:
     def _path_from_hint(self, tip: str, hint: Hint) -> list[tuple[str, Commit]] | None:
         want = list(hint.tail) + ([hint.index] if hint.index else [])
         got = self.objs.get_many(want, missing_ok=True)
-        if any(t not in got or not isinstance(got[t], Commit) for t in hint.tail):
+        tail = _commits(got, hint.tail)
+        if tail is None:
             return None
-        tail = [(t, got[t]) for t in hint.tail]
         below: list[tuple[str, Commit]] = []
         if hint.index:
             idx = got.get(hint.index)
             if not isinstance(idx, Index):
                 return None
             below = self._segments(idx)
-        full = below + tail  # type: ignore[operator]
+        full = below + tail
         return full if is_chain(full) else None
 
     def _path_by_walking(self, tip: str) -> list[tuple[str, Commit]]:
@@ -218,26 +219,26 @@ class History:
             return
         assert hint is not None
         got = self.objs.get_many(list(hint.tail) + ([hint.index] if hint.index else []), missing_ok=True)
-        suffix = [(t, got.get(t)) for t in hint.tail]
+        suffix = _commits(got, hint.tail)
         idx = got.get(hint.index) if hint.index else Index()
-        if any(not isinstance(c, Commit) for _, c in suffix) or not isinstance(idx, Index) \
-                or not is_chain(suffix, start=suffix[0][1].depth if suffix else 0):  # type: ignore[union-attr]
+        if suffix is None or not isinstance(idx, Index) \
+                or not is_chain(suffix, start=suffix[0][1].depth if suffix else 0):
             yield self.path(tip, hint)
             return
         segs = list(idx.segments)
         if suffix:
-            yield suffix  # type: ignore[misc]
+            yield suffix
         i = len(segs)
         while i > 0:
             j = max(0, i - batch)
             loaded = self._segments(Index(segments=tuple(segs[j:i])))
             longer = loaded + suffix
-            if not is_chain(longer, start=j * K) or longer[-1][0] != tip:  # type: ignore[operator]
+            if not is_chain(longer, start=j * K) or longer[-1][0] != tip:
                 yield self.path(tip, hint)
                 return
-            suffix = longer  # type: ignore[assignment]
+            suffix = longer
             i = j
-            yield suffix  # type: ignore[misc]
+            yield suffix
 
     def path_via(self, cid: str, tips: list[tuple[str, Hint | None]]) -> list[tuple[str, Commit]]:
         """The path root -> ``cid``, read as a prefix of a tip's path when one reaches it.
@@ -295,7 +296,7 @@ class History:
         return self.advance(hint, tip, c)
 
     def advance(self, hint: Hint, cid: str, commit: Commit,
-                pending: Mapping[str, bytes] | None = None) -> tuple[Hint, dict[ObjectId, bytes]]:
+                pending: Mapping[ObjectId, bytes] | None = None) -> tuple[Hint, dict[ObjectId, bytes]]:
         """The hint after appending ``cid`` to the path ``hint`` describes.
 
         Returns the new hint and any segment and index objects to write (by id).
@@ -312,7 +313,7 @@ class History:
         commits = self.commits(tail)
         bodies = [o.hex_id(c.body) for c in commits.values() if c.body is not None]
         wanted = tail + bodies
-        canon = {k: pending[k] for k in wanted if pending is not None and k in pending}
+        canon = {k: pending[ObjectId(k)] for k in wanted if pending is not None and k in pending}
         rest = [k for k in wanted if k not in canon]
         if rest:
             canon.update(self.objs.get_canonical_many(rest))
@@ -344,15 +345,25 @@ def hint_tail(hint: Hint, got: Mapping[str, Any]) -> list[tuple[str, Commit]] | 
     all commits, the first at a block boundary, each the first parent of the next, and the
     hint's index (when named) an index. None when the hint does not fit.
     """
-    tail = [(t, got.get(t)) for t in hint.tail]
-    if not tail or any(not isinstance(c, Commit) for _, c in tail):
+    run = _commits(got, hint.tail)
+    if not run:
         return None
-    run: list[tuple[str, Commit]] = tail  # type: ignore[assignment]  # checked just above
     if run[0][1].depth % K != 0 or not is_chain(run, start=run[0][1].depth):
         return None
     if hint.index and not isinstance(got.get(hint.index), Index):
         return None
     return run
+
+
+def _commits(got: Mapping[str, Any], ids: Sequence[str]) -> list[tuple[str, Commit]] | None:
+    """``[(id, commit)]`` for ``ids`` from ``got``; None when one is missing or not a commit."""
+    out = []
+    for cid in ids:
+        c = got.get(cid)
+        if not isinstance(c, Commit):
+            return None
+        out.append((cid, c))
+    return out
 
 
 def merge_depth(id_at_a: Callable[[int], str], id_at_b: Callable[[int], str], depth_a: int, depth_b: int) -> int:
@@ -371,7 +382,7 @@ def merge_depth(id_at_a: Callable[[int], str], id_at_b: Callable[[int], str], de
     return lo
 
 
-def is_chain(path: list[tuple[str, Commit]], start: int = 0) -> bool:
+def is_chain(path: Sequence[tuple[str, Commit]], start: int = 0) -> bool:
     """Whether ``path`` is a first-parent chain whose first commit has depth ``start``
     (a root when ``start`` is 0)."""
     prev: str | None = None

@@ -11,6 +11,7 @@ Ref names are relative to ``refs/``: ``sessions/<app>/<user>/<session>/heads/<br
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import time
@@ -115,7 +116,11 @@ class RefStore:
             IntegrityError, StorageError.
         """
         got = self.storage.read_many([ref_key(n) for n in names])
-        return {n: (parse(n, got[ref_key(n)]) if got.get(ref_key(n)) is not None else None) for n in names}  # type: ignore[arg-type]
+        out: dict[str, RefValue | None] = {}
+        for n in names:
+            raw = got.get(ref_key(n))
+            out[n] = parse(n, raw) if raw is not None else None
+        return out
 
     def resolve(self, name: str) -> tuple[str, RefValue | None]:
         """Follow symbolic refs from ``name``; return (final ref name, its value or None).
@@ -214,7 +219,7 @@ class RefStore:
         p = ref_key(prefix.rstrip("/"))
         return [k[len(PREFIX) + 1 :] for k in self.storage.list(p)]
 
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """Immediate children of the ref folder ``prefix``.
 
         Raises:

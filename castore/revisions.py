@@ -25,13 +25,14 @@ class Session(Protocol):
     plumbing: Plumbing
 
     @property
-    def key(self) -> tuple[str, str, str]: ...  # noqa: D102
+    def key(self) -> tuple[str, str, str]: ...
 
     @property
-    def head(self) -> ObjectId | None: ...  # noqa: D102
+    def head(self) -> ObjectId | None: ...
 
-    def exists(self) -> bool: ...  # noqa: D102
-    def tips(self) -> list[tuple[str, Hint | None]]: ...  # noqa: D102
+    def exists(self) -> bool: ...
+    def tips(self) -> list[tuple[str, Hint | None]]: ...
+    def reflog_tips(self) -> list[str]: ...
 
 #: ``~n`` steps up to this many are walked parent by parent; longer ones read the path
 _WALK_MAX = 16
@@ -97,6 +98,9 @@ def resolve_name(session: Session, name: str) -> ObjectId | None:
         v = refs.read(session.refs.branch(name))
         if v is None:
             v = refs.read(session.refs.label(name))
+        if v is None and name.startswith("remotes/") and name.count("/") >= 2:
+            _, remote, branch = name.split("/", 2)  # remotes/<remote>/<branch>
+            v = refs.read(session.refs.remote(remote, names.encode(branch, "branch name")))
     except names.InvalidName:
         v = None
     if v is not None:
@@ -147,7 +151,8 @@ def owns(session: Session, cid: str) -> bool:
     for tip, hint in session.tips():
         if history.is_ancestor(cid, tip, hint):
             return True
-    return False
+    # an overwritten tip the reflog keeps is still this session's
+    return any(history.is_ancestor(cid, tip) for tip in session.reflog_tips())
 
 
 def _check_owned(session: Session, rev: str, cid: str) -> None:

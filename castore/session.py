@@ -29,15 +29,18 @@ from .branches import (
     META_NAMES,
     META_TIME,
     META_WRITE_ID,
+    REMOTES,
     Batch,
     NoSuchRef,
     Plumbing,
     ScopePlan,
     SessionRefs,
     name_meta,
+    parse_ref_name,
     real_name,
     symbolic_to,
 )
+from .context import Context, estimate_tokens, project
 from .entries import (
     DELETE,
     BranchSummary,
@@ -59,7 +62,7 @@ from .errors import (
     SessionExists,
 )
 from .history import Hint, History
-from .objects import Commit, ObjectId
+from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore
 from .refs import RefStore, RefValue
 from .state import read_state, read_states
@@ -77,16 +80,16 @@ class SessionHost(Protocol):
     plumbing: Plumbing
 
     @property
-    def exists(self) -> bool: ...  # noqa: D102 - see Store.exists
+    def exists(self) -> bool: ...
 
-    def init(self) -> bool: ...  # noqa: D102
-    def require(self) -> None: ...  # noqa: D102
+    def init(self) -> bool: ...
+    def require(self) -> None: ...
     def prepare_scope_changes(self, app: str, user: str | None,
                               changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
-                              author: str = "") -> ScopePlan: ...  # noqa: D102
-    def publish_scope_changes(self, plan: ScopePlan) -> list[str]: ...  # noqa: D102
-    def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]: ...  # noqa: D102
-    def scope_states(self, commits: list[str | None]) -> list[dict[str, Any]]: ...  # noqa: D102
+                              author: str = "") -> ScopePlan: ...
+    def publish_scope_changes(self, plan: ScopePlan) -> list[str]: ...
+    def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]: ...
+    def scope_states(self, commits: list[str | None]) -> list[dict[str, Any]]: ...
 
 
 def _twin(method: Callable[..., T]) -> Callable[..., Any]:
@@ -226,7 +229,7 @@ class Session:
     # -- appending ---------------------------------------------------------------------
     def append(self, entry: Any, *, expect: str | None = None, author: str | None = None,
                meta: Mapping[str, Any] | None = None, state_delta: Mapping[str, Any] | None = None,
-               time: float | None = None) -> ObjectId:  # noqa: A002
+               time: float | None = None) -> ObjectId:
         """Append one entry on the current branch and return its commit id.
 
         Args:
@@ -247,7 +250,7 @@ class Session:
 
     def append_many(self, entries: Sequence[Any], *, expect: str | None = None, author: str | None = None,
                     meta: Mapping[str, Any] | None = None, state_delta: Mapping[str, Any] | None = None,
-                    time: float | None = None) -> list[ObjectId]:  # noqa: A002
+                    time: float | None = None) -> list[ObjectId]:
         """Append a whole turn: one commit per entry, landed together or not at all.
 
         The objects of every entry are written in one batch and the branch ref moves once.
@@ -387,7 +390,7 @@ class Session:
         got = self._objs.get_many(bodies)
         out = []
         for cid, c in path:
-            body = got[o.hex_id(c.body)].value if c.body is not None else None  # type: ignore[union-attr]
+            body = _value_of(got[o.hex_id(c.body)]) if c.body is not None else None
             out.append(self._entry(cid, c, body))
         return out
 
@@ -415,11 +418,11 @@ class Session:
         """
         # Only message and event commits carry messages: read just their bodies, and build
         # Message objects directly (no LogEntry per commit on this hot path).
-        path = [(cid, c) for cid, c in self._path(rev) if c.kind in ("message", "event") and c.body is not None]
-        got = self._objs.get_many([o.hex_id(c.body) for _, c in path])  # type: ignore[arg-type]
+        bodies = [o.hex_id(c.body) for _, c in self._path(rev) if c.kind in ("message", "event") and c.body is not None]
+        got = self._objs.get_many(bodies)
         out = []
-        for _, c in path:
-            body = got[o.hex_id(c.body)].value  # type: ignore[arg-type, union-attr]
+        for bid in bodies:
+            body = _value_of(got[bid])
             if body:
                 out.append(Message.from_dict(body))
         return out
@@ -432,7 +435,7 @@ class Session:
         """
         cid = self.resolve(rev)
         c = self._history.commit(cid)
-        body = self._objs.get(o.hex_id(c.body)).value if c.body is not None else None  # type: ignore[union-attr]
+        body = _value_of(self._objs.get(o.hex_id(c.body))) if c.body is not None else None
         return self._entry(cid, c, body)
 
     def state(self, rev: str = "HEAD", *, scopes: bool = True) -> dict[str, Any]:
@@ -503,6 +506,8 @@ class Session:
         names_ = self._refs.list(self.prefix)
         if not names_ and not self.store.exists:
             self.store.require()
+        # only names castore writes, and not the reflog (its commits are not the session's)
+        names_ = [n for n in names_ if (p := parse_ref_name(n)) is not None and p.kind != "reflog"]
         vals = self._refs.read_many(names_)
         for v in vals.values():
             if v is not None and v.symbolic is None:
@@ -537,6 +542,45 @@ class Session:
             out[real_name(name.rsplit("/", 1)[1], v.meta)] = ObjectId(v.target)
         return dict(sorted(out.items()))
 
+    def remote_branches(self) -> dict[str, ObjectId]:
+        """Remote-tracking branches (``<remote>/<branch>``: where a pull kept a diverged
+        remote tip) and their commits. Each is a revision as ``remotes/<remote>/<branch>``.
+
+        Raises:
+            StorageError, IntegrityError.
+        """
+        refs = self._refs.list(f"{self.prefix}/{REMOTES}")
+        out = {}
+        for name, v in self._refs.read_many(refs).items():
+            p = parse_ref_name(name)
+            if v is None or p is None or p.kind != "remote" or p.remote is None or p.name is None:
+                continue
+            out[f"{real_name(p.remote, None)}/{real_name(p.name, v.meta)}"] = ObjectId(v.target)
+        return dict(sorted(out.items()))
+
+    def reflog(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Recorded moves that overwrote a ref's tip, newest first: forced branch moves,
+        resets, forced pulls and pushes. Each overwritten tip stays reachable (``gc`` keeps
+        it) and is a revision by its id.
+
+        Returns:
+            ``[{"id", "time", "ref", "old", "new", "why"}]`` (``ref`` as stored, ``new``
+            None for a deletion).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        return [{"id": cid, "time": c.time, **{k: c.meta.get(k) for k in ("ref", "old", "new", "why")}}
+                for cid, c in self.plumbing.reflog(self.refs, limit)]
+
+    def reflog_tips(self) -> list[str]:
+        """The tips the reflog keeps (overwritten branch tips), newest first.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        return [o.hex_id(c.parents[1]) for _, c in self.plumbing.reflog(self.refs)]
+
     def _ref_meta_at(self, cid: str, **extra: Any) -> dict[str, Any]:
         """Metadata for a new ref at ``cid`` (the current tip's hint when it is there: no reads)."""
         _, _, tipref = self._read_tip()
@@ -544,21 +588,62 @@ class Session:
             return self.plumbing.ref_meta_at(cid, tipref=tipref, **extra)
         return self.plumbing.ref_meta_at(cid, self.tips(), **extra)
 
-    def branch(self, name: str, at: str = "HEAD") -> ObjectId:
+    def branch(self, name: str, at: str = "HEAD", *, force: bool = False) -> ObjectId:
         """Create branch ``name`` at revision ``at`` (O(1)); return its commit.
 
+        With ``force``, an existing branch is moved to ``at`` instead (as ``git branch -f``);
+        its old tip is recorded in the :meth:`reflog`, so nothing becomes unreachable.
+
         Raises:
-            BranchError: the branch exists.
+            BranchError: the branch exists (unless ``force``), or it is checked out (use
+                :meth:`reset` for that one).
             InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
         """
         ref = self.refs.branch(name)
         cid = self.resolve(at)
         meta = self._ref_meta_at(cid, **name_meta(ref, name))
+        if force:
+            if self.current_branch == name:
+                raise BranchError(f"cannot force branch {name!r}: it is checked out (use reset)")
+            self._move(ref, cid, meta, f"branch -f {name}")
+            return cid
         try:
             self.plumbing.swap(ref, cid, None, meta)
         except RefConflict:
             raise BranchError(f"branch {name!r} already exists") from None
         return cid
+
+    def reset(self, rev: str) -> ObjectId:
+        """Move the current branch (or a detached HEAD) to ``rev``, as ``git reset --soft``.
+
+        The old tip is recorded in the :meth:`reflog` and stays reachable.
+
+        Raises:
+            RevisionNotFound, AmbiguousRevision, SessionNotFound, StorageError.
+        """
+        cid = self.resolve(rev)
+        head, branch, _ = self._read_tip()
+        if branch is None:
+            assert head is not None
+            extra = {META_TIME: time.time(), META_LENGTH: self._history.commit(cid).depth + 1}
+            self._move(self.refs.head, cid, self._head_meta(head, **extra), f"reset {rev}")
+            return cid
+        ref = self.refs.branch_ref_of(head) if head is not None else self.refs.branch(branch)
+        self._move(ref, cid, self._ref_meta_at(cid, **name_meta(ref, branch)), f"reset {rev}")
+        if head is None:
+            self._create_head(branch)
+        return cid
+
+    def _move(self, ref: str, cid: str, meta: Mapping[str, Any], why: str) -> None:
+        """Set ``ref`` to ``cid`` whatever it holds, recording an overwritten tip first."""
+
+        def attempt(_n: int) -> None:
+            cur = self._refs.read(ref)
+            if cur is not None and cur.symbolic is None and cur.target != cid:
+                self.plumbing.record_move(self.refs, ref, cur.target, cid, why)
+            self.plumbing.swap(ref, cid, cur, meta)
+
+        self.plumbing.land(ref, attempt)
 
     def delete_branch(self, name: str, force: bool = False) -> None:
         """Delete a branch. Refuses the checked-out branch, and unmerged work unless forced.
@@ -689,8 +774,8 @@ class Session:
             self.plumbing.swap(new.refs.branch("main"), cid, None, meta)
         except RefConflict:
             raise SessionExists(new.key) from None
-        target, extra = new._head_on("main")  # noqa: SLF001 - same class
-        head_meta = new._head_meta(None, info={"forked_from": {  # noqa: SLF001 - same class
+        target, extra = new._head_on("main")
+        head_meta = new._head_meta(None, info={"forked_from": {
             "app": self.app, "user": self.user, "session": self.id, "commit": cid}}, **extra)
         try:
             self.plumbing.swap(new.refs.head, target, None, head_meta)
@@ -764,7 +849,8 @@ class Session:
 
     # -- context and compaction (see castore.context) ------------------------------------
     def context(self, rev: str = "HEAD", max_tokens: int | None = None, max_messages: int | None = None,
-                tool_output_limit: int | None = None, token_counter: Callable[[Message], int] | None = None):  # noqa: ANN201
+                tool_output_limit: int | None = None,
+                token_counter: Callable[[Message], int] | None = None) -> Context:
         """The messages to send to a model for the path ending at ``rev``; pure (reads only).
 
         See :func:`castore.context.project` for the rules.
@@ -772,9 +858,7 @@ class Session:
         Raises:
             ValueError: a negative budget. See also :meth:`entries`.
         """
-        from .context import project
-
-        opts = {"max_tokens": max_tokens, "max_messages": max_messages,
+        opts: dict[str, Any] = {"max_tokens": max_tokens, "max_messages": max_messages,
                 "tool_output_limit": tool_output_limit, "token_counter": token_counter}
         project([], **opts)  # a bad budget fails before anything is read
         if rev == "HEAD":
@@ -803,8 +887,6 @@ class Session:
         made (``compact`` does): then nothing before its first kept entry is needed, and
         the path is read backwards a few segments at a time until that entry.
         """
-        from .context import project
-
         _, _, tipref = self._read_tip()
         if tipref is None:
             return None
@@ -816,7 +898,8 @@ class Session:
             settings = comp.meta.get("context")
             if not isinstance(settings, dict):
                 return None
-            first = self._to_entries([suffix[last]])[0].entry.first_kept  # type: ignore[union-attr]
+            entry = self._to_entries([suffix[last]])[0].entry
+            first = entry.first_kept if isinstance(entry, Compaction) else None
             if first is None:
                 start = last
             else:
@@ -843,8 +926,6 @@ class Session:
             RevisionNotFound: ``keep_from`` is not on the current path (nothing is written).
             InvalidEntry, StorageError.
         """
-        from .context import estimate_tokens, project
-
         if not isinstance(summary, str):
             raise InvalidEntry("a compaction summary must be a string")
         kept = self.resolve(keep_from)
@@ -897,6 +978,11 @@ class Session:
     async def ahead(self) -> ObjectId | None:
         """Async twin of :attr:`head`."""
         return await to_thread(lambda: self.head)
+
+
+def _value_of(obj: object) -> Any:
+    """The value a body object holds (a body is a Value; anything else holds none)."""
+    return obj.value if isinstance(obj, Value) else None
 
 
 def _messages_of(entries: list[LogEntry]) -> list[Message]:

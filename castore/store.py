@@ -18,6 +18,7 @@ from . import names
 from . import objects as o
 from .aio import to_thread
 from .branches import (
+    HEADS,
     META_LENGTH,
     META_NAMES,
     META_TIME,
@@ -25,6 +26,7 @@ from .branches import (
     RetryPolicy,
     ScopePlan,
     SessionRefs,
+    head_segment,
     real_name,
     scope_ref,
     session_prefix,
@@ -32,6 +34,7 @@ from .branches import (
 )
 from .errors import (
     CastoreError,
+    CorruptRef,
     FormatError,
     IntegrityError,
     RefConflict,
@@ -119,7 +122,8 @@ class Store:
             raise FormatError(f"{self.url}/{CONFIG_KEY} is not a castore config ({e})") from e
         if not isinstance(fmt, int) or fmt > o.FORMAT:
             raise FormatError(
-                f"store {self.url} has format {fmt!r}; this castore reads format {o.FORMAT} and older. Upgrade castore.",
+                f"store {self.url} has format {fmt!r}; this castore reads format {o.FORMAT} and older. "
+                "Upgrade castore.",
                 found=fmt,
                 supported=o.FORMAT,
             )
@@ -219,10 +223,15 @@ class Store:
                 if valid_segment(sseg):
                     heads.append(SessionRefs(f"sessions/{app_seg}/{useg}/{sseg}").head)
         got = self._read_refs_skipping_damage(heads)
-        branch_refs = {}
+        branch_refs: dict[str, str] = {}
+        segs: dict[str, str] = {}
         for h, v in got.items():
             if v is not None and v.symbolic:
-                branch_refs[h] = h.rsplit("/", 1)[0] + "/" + v.symbolic
+                try:
+                    segs[h] = head_segment(v)
+                except CorruptRef:
+                    continue  # a HEAD naming no branch: listed without one (fsck reports it)
+                branch_refs[h] = f"{h.rsplit('/', 1)[0]}/{HEADS}/{segs[h]}"
         tips = self._read_refs_skipping_damage(list(branch_refs.values()))
         out: list[SessionInfo] = []
         for h, v in got.items():
@@ -231,11 +240,13 @@ class Store:
             _, aseg, useg, sseg, _ = h.split("/")
             nm = v.meta.get(META_NAMES)
             nm = nm if isinstance(nm, dict) else {}
-            tipv = tips.get(branch_refs[h]) if h in branch_refs else v
+            tipv = tips.get(branch_refs[h]) if h in branch_refs else (None if v.symbolic else v)
             head = tipv.target if tipv is not None and not tipv.symbolic else None
-            branch = v.symbolic.split("/", 1)[1] if v.symbolic else None
-            if branch is not None:
-                branch = real_name(branch, {**v.meta, **(tipv.meta if tipv else {})})
+            branch = None
+            if h in segs:
+                branch = real_name(segs[h], v.meta)
+                if branch == segs[h] and tipv is not None:
+                    branch = real_name(segs[h], tipv.meta)
             meta = tipv.meta if tipv is not None else {}
             out.append(
                 SessionInfo(
@@ -388,7 +399,8 @@ class Store:
         """
         a, u = scope_ref(app, None), scope_ref(app, user)
         got = self.refs.read_many([a, u])
-        return (got[a].target if got[a] else None, got[u].target if got[u] else None)  # type: ignore[union-attr]
+        app_v, user_v = got[a], got[u]
+        return (app_v.target if app_v else None, user_v.target if user_v else None)
 
     def scope_states(self, commits: list[str | None]) -> list[dict[str, Any]]:
         """The states of several scope commits (None: empty), read in shared batches.
@@ -482,7 +494,7 @@ class Store:
         return f"<castore.Store {self.url}>"
 
 
-def open(url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:  # noqa: A001
+def open(url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:  # noqa: A001 - castore.open(), as io.open
     """Open the store at ``url``; see :meth:`Store.open`."""
     return Store.open(url, durable=durable, **storage_options)
 

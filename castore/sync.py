@@ -38,6 +38,7 @@ from .branches import (
     SESSIONS,
     STATE,
     RefName,
+    SessionRefs,
     head_segment,
     parse_ref_name,
     real_name,
@@ -87,6 +88,8 @@ class SyncReport:
         refs_kept_as_remote: (pull) ``remotes/<remote>/<branch>`` refs written because
             both sides had moved.
         refs_up_to_date: refs that already matched.
+        refs_forced: ``(ref, old tip, new tip)`` of every ref a ``force`` overwrote; in a
+            session, the old tip is kept in the destination's reflog (``castore reflog``).
         refs_skipped: ref names found on the source (or the destination) that are not
             refs castore writes (``..``, foreign characters, extra levels), each with the
             reason; they were not read, copied or joined into any path.
@@ -98,6 +101,7 @@ class SyncReport:
     refs_refused: list[Refusal] = field(default_factory=list)
     refs_kept_as_remote: list[str] = field(default_factory=list)
     refs_up_to_date: int = 0
+    refs_forced: list[tuple[str, str, str]] = field(default_factory=list)
     refs_skipped: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -114,6 +118,7 @@ class SyncReport:
             "refs_refused": [r._asdict() for r in self.refs_refused],
             "refs_kept_as_remote": list(self.refs_kept_as_remote),
             "refs_up_to_date": self.refs_up_to_date,
+            "refs_forced": [list(x) for x in self.refs_forced],
             "refs_skipped": [list(x) for x in self.refs_skipped],
         }
 
@@ -367,10 +372,10 @@ class _Chain:
                         run.append((oid, c))
                 if len(run) != K or not is_chain(run, start=b * K):
                     raise IntegrityError(sid, "segment does not hold a run of K commits")
-                for cid, c in run:
-                    had = self.at_depth.setdefault(c.depth, (cid, c))
-                    if had[0] != cid:
-                        raise IntegrityError(sid, f"segment disagrees with commit {had[0][:12]} at depth {c.depth}")
+                for rid, rc in run:
+                    had = self.at_depth.setdefault(rc.depth, (rid, rc))
+                    if had[0] != rid:
+                        raise IntegrityError(sid, f"segment disagrees with commit {had[0][:12]} at depth {rc.depth}")
             self._verify_links()
             return
         # No segments for these depths: walk parents down from the lowest loaded commit.
@@ -384,7 +389,7 @@ class _Chain:
             self.at_depth[c.depth] = (cid, c)
 
     def _verify_links(self) -> None:
-        for d, (cid, c) in self.at_depth.items():
+        for d, (cid, _) in self.at_depth.items():
             up = self.at_depth.get(d + 1)
             if up is not None and (not up[1].parents or o.hex_id(up[1].parents[0]) != cid):
                 raise IntegrityError(up[0], "segment and commit parents disagree")
@@ -483,7 +488,7 @@ class _Sync:
         dst_names = {p.ref for p in dst_parsed}
         sessions: dict[str, list[str]] = {}
         for p in src_parsed:
-            if p.session_prefix is not None and not _is_tracking(p):
+            if p.session_prefix is not None and not _is_tracking(p) and p.kind != "reflog":
                 sessions.setdefault(p.session_prefix, []).append(p.ref)
         # Only refs that exist on the destination, in sessions the source has, are read
         # (with their tokens, for the compare-and-swap).
@@ -524,7 +529,7 @@ class _Sync:
 
     def _plan_session(self, sprefix: str, refs: list[str], src_vals: Mapping[str, RefValue | None],
                       dst_names: set[str]) -> None:
-        dst_direct = [n for n in dst_names if n.startswith(sprefix + "/")]
+        dst_direct = [n for n in dst_names if n.startswith(sprefix + "/") and n != SessionRefs(sprefix).reflog]
         candidates = [v.target for n in dst_direct if (v := self.dst_values.get(n)) is not None and not v.symbolic]
         head_name = f"{sprefix}/HEAD"
         head = src_vals.get(head_name)
@@ -731,8 +736,9 @@ class _Sync:
 
     def _segment_from_next_index(self, new: list[tuple[str, Commit]], i: int) -> str | None:
         # The segment of a block is listed last by the index the next block's commits name.
-        if i + 1 < len(new) and new[i + 1][1].index is not None:
-            iid = o.hex_id(new[i + 1][1].index)  # type: ignore[arg-type]
+        raw = new[i + 1][1].index if i + 1 < len(new) else None
+        if raw is not None:
+            iid = o.hex_id(raw)
             idx = self._src_objects([iid])[iid]
             if isinstance(idx, Index) and idx.segments:
                 return o.hex_id(idx.segments[-1])
@@ -828,6 +834,14 @@ class _Sync:
                 raise errors[0]
         self._tick()
 
+    def _keep_overwritten(self, ref: str, old: str, new: str) -> None:
+        """Before a forced swap: keep the tip it overwrites in the session's reflog."""
+        refs = _session_refs(ref)
+        if refs is not None:
+            why = f"{'pull' if self.pull_remote is not None else 'push'} --force"
+            self.dst.plumbing.record_move(refs, ref, old, new, why)
+        self.report.refs_forced.append((ref, old, new))
+
     def _swap(self, u: _Update) -> None:
         if u.ref in self._failed:
             return
@@ -849,6 +863,8 @@ class _Sync:
             self.report.refs_updated.append(u.ref)
             return
         try:
+            if u.force and not u.kept and cur is not None and not cur.symbolic and cur.target != u.target:
+                self._keep_overwritten(u.ref, cur.target, u.target)
             self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, cur, u.meta)
         except RefConflict as e:
             if e.actual == u.target and u.final:
@@ -876,6 +892,11 @@ def _names_from_key(sprefix: str, claimed: Any) -> dict[str, str]:
     segs = sprefix.split("/")[1:4]
     return {part: real_name(seg, {"name": claimed.get(part)}) for part, seg in zip(("app", "user", "session"), segs,
                                                                                   strict=True)}
+
+
+def _session_refs(ref: str) -> SessionRefs | None:
+    p = parse_ref_name(ref)
+    return SessionRefs(p.session_prefix) if p is not None and p.session_prefix is not None else None
 
 
 def _short(cid: str | None) -> str:

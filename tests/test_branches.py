@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_backend
 
 import castore
 from castore import branches as b
 from castore.branches import RefContended, RetryPolicy, SessionRefs, parse_ref_name, real_name
 from castore.errors import CorruptRef, RefConflict, RefLocked
-from castore.history import K, Hint
+from castore.history import Hint, K
 from castore.maintenance import fsck
-from conftest import make_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = "ветка-" * 40  # a branch name whose segment is hashed (over names.MAX_SEGMENT bytes)
@@ -359,13 +359,13 @@ def test_checkout_racing_delete_branch_never_leaves_head_on_a_missing_branch(
         d = _reopen(plumbing_store).session("a", "u", "s")
         results: dict[str, Any] = {}
 
-        def co(a: castore.Session = a, name: str = name) -> None:
+        def co(a: castore.Session = a, name: str = name, results: dict[str, Any] = results) -> None:
             try:
                 results["checkout"] = a.checkout(name)
             except (castore.BranchError, castore.RevisionNotFound) as e:  # deleted first: fine
                 results["checkout"] = e
 
-        def de(d: castore.Session = d, name: str = name) -> None:
+        def de(d: castore.Session = d, name: str = name, results: dict[str, Any] = results) -> None:
             try:
                 d.delete_branch(name, force=True)
                 results["delete"] = True
@@ -448,3 +448,15 @@ def test_a_store_written_before_the_plumbing_layer_reads_the_same_and_fscks_clea
         d.append(castore.Message(role="user", content="from detached"))
         assert fsck(store).ok
         assert s.messages()[-1].content == "after" and s.current_branch == maker.LONG
+
+
+def test_a_head_naming_itself_does_not_break_the_listing(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("a", "u", "s")
+    s.append(_msg(0))
+    ok = plumbing_store.session("a", "u", "fine")
+    ok.append(_msg(1))
+    cur = plumbing_store.refs.read(s.refs.head)
+    plumbing_store.refs.swap(s.refs.head, "ref: HEAD", cur, {})
+    listed = {x.session: x for x in plumbing_store.sessions("a")}
+    assert listed["s"].branch is None and listed["s"].head is None
+    assert listed["fine"].branch == "main" and listed["fine"].entries == 1

@@ -123,7 +123,8 @@ def violations(path: Path, source: str, root: Path = PACKAGE) -> list[str]:
             continue  # reported when that module itself is checked
         if theirs > own:
             problems.append(
-                f"{rel}:{line}: `{written}` - layer {LAYERS[own]} imports {target} from the higher layer {LAYERS[theirs]}"
+                f"{rel}:{line}: `{written}` - layer {LAYERS[own]} imports {target} "
+                f"from the higher layer {LAYERS[theirs]}"
             )
     return problems
 

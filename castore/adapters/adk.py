@@ -55,7 +55,7 @@ try:  # google-adk >= 1.2x names the stale-writer error; older releases raised V
     from google.adk.errors._stale_session_error import StaleSessionError
 except ImportError:  # pragma: no cover - depends on the installed google-adk
 
-    class StaleSessionError(ValueError):  # type: ignore[no-redef]
+    class StaleSessionError(ValueError):  # type: ignore[no-redef]  # only where ADK lacks it
         """The session was modified in storage since it was loaded."""
 
 
@@ -63,7 +63,7 @@ try:
     from google.adk.errors._invocation_not_found_error import InvocationNotFoundError
 except ImportError:  # pragma: no cover - depends on the installed google-adk
 
-    class InvocationNotFoundError(ValueError):  # type: ignore[no-redef]
+    class InvocationNotFoundError(ValueError):  # type: ignore[no-redef]  # only where ADK lacks it
         """No event of the session has this invocation id."""
 
 
@@ -309,14 +309,14 @@ class CastoreSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         cid = await asyncio.to_thread(self._append, session, event)
-        session._storage_update_marker = cid  # noqa: SLF001
+        session._storage_update_marker = cid  # noqa: SLF001 - ADK's slot for exactly this
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
 
     def _append(self, session: AdkSession, event: AdkEvent) -> str:
         s = self.store.session(session.app_name, session.user_id, session.id)
         entry = event_to_entry(event)
-        seen = session._storage_update_marker  # noqa: SLF001
+        seen = session._storage_update_marker  # noqa: SLF001 - ADK's slot for exactly this
         if seen is None:
             seen = self._marker_for_unmarked(s, session)
         try:

@@ -22,13 +22,14 @@ The mapping:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import hashlib
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -47,9 +48,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import names
 from .. import objects as o
 from ..branches import (
+    META_CREATED,
     META_HEAD_BRANCH,
     META_NAMES,
-    META_CREATED,
     META_WRITE_ID,
     REAL_NAME_KEYS,
     Make,
@@ -167,7 +168,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             view = _View()
             for name, tip in targets.items():
                 if tip not in view.commits:
-                    hint = Hint.from_meta(got[name].meta) if got[name] is not None else None
+                    hint = Hint.from_meta(v.meta) if (v := got[name]) is not None else None
                     for cid, c in self.store.history.path(tip, hint):
                         view.add(cid, c)
         else:
@@ -232,7 +233,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         head_name = SessionRefs(prefix).head
         target = symbolic_to(branch)
 
-        def attempt(_: int) -> None:
+        def attempt(_n: int) -> None:
             head = self.store.refs.read(head_name)
             if head is not None and head.target == target:
                 return
@@ -256,8 +257,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent_cp = conf.get("checkpoint_id")
-        header = dict(checkpoint)
-        values: dict[str, Any] = header.pop("channel_values")  # type: ignore[assignment]
+        header: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = header.pop("channel_values")
         md = get_checkpoint_metadata(config, metadata)
         with self._lock:
             prefix = self._prefix(thread_id)
@@ -284,7 +285,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             family = self._family(ns)
             views = [view]
 
-            def attempt(_: int) -> None:
+            def attempt(_n: int) -> None:
                 view = views[-1]
                 name = self._branch_for(view, prefix, family, parent)
                 if name is not None:
@@ -338,7 +339,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     def _state_tree(self, pending: dict[str, bytes], view: _View, ns: str, parent: str | None,
                     checkpoint: Checkpoint, values: dict[str, Any], new_versions: ChannelVersions) -> bytes | None:
         versions = checkpoint["channel_versions"]
-        base = self._vals.tree(view.commits[parent].state) if parent and view.commits[parent].state else None
+        base_id = view.commits[parent].state if parent else None
+        base = self._vals.tree(base_id) if base_id else None
         base_versions = self._versions(view, parent) if parent else {}
         parts: dict[str, dict[str, Any]] = {"values": {}, "refs": {}, "sub": {}}
         for k, ver in versions.items():
@@ -375,7 +377,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             return {"H": encode_header(header, None)}
         return {"h": encode_header(header, self._header(view, parent))}
 
-    def _store_md(self, md: dict[str, Any]) -> dict[str, Any]:
+    def _store_md(self, md: Mapping[str, Any]) -> dict[str, Any]:
         return {"mp": md} if is_plain(md) else {"m": list(self.serde.dumps_typed(md))}
 
     def _md(self, c: Commit) -> dict[str, Any]:
@@ -420,7 +422,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     def _find_version(self, view: _View, ns: str, channel: str, version: Any) -> Tree | None:
         """The state tree of a checkpoint of ``ns`` holding ``channel`` at ``version``, newest first."""
-        for (cns, cp), cid in sorted(view.cps.items(), key=lambda kv: kv[0][1], reverse=True):
+        for (cns, _), cid in sorted(view.cps.items(), key=lambda kv: kv[0][1], reverse=True):
             c = view.commits[cid]
             if cns != ns or c.state is None or self._versions(view, cid).get(channel) != version:
                 continue
@@ -475,7 +477,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             name = self._ref_name(prefix, WRITES_BRANCH)
             views = [view]
 
-            def attempt(_: int) -> None:
+            def attempt(_n: int) -> None:
                 view = views[-1]
                 expect = self._ref_for_swap(name) if name in view.targets else None
                 if expect is not None and expect.target != view.targets.get(name):
@@ -516,12 +518,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         parent_cp = lg.get("p")
         if parent_cp is None and c.parents:
             parent_cp = view.commits[o.hex_id(c.parents[0])].meta.get("checkpoint_id") \
-                if o.hex_id(c.parents[0]) in view.commits else self.store.history.commit(o.hex_id(c.parents[0])).meta.get("checkpoint_id")
+                if o.hex_id(c.parents[0]) in view.commits \
+                else self.store.history.commit(o.hex_id(c.parents[0])).meta.get("checkpoint_id")
         conf = {"thread_id": thread_id, "checkpoint_ns": ns}
         return CheckpointTuple(
             config={"configurable": {**conf, "checkpoint_id": cpid}},
-            checkpoint={**header, "channel_values": self._vals.read_record(c.state)},
-            metadata=self._md(c),
+            checkpoint=cast(Checkpoint, {**header, "channel_values": self._vals.read_record(c.state)}),
+            metadata=cast(CheckpointMetadata, self._md(c)),
             parent_config={"configurable": {**conf, "checkpoint_id": parent_cp}} if parent_cp else None,
             pending_writes=[(t, ch, v) for t, _, ch, v, _ in self._writes_of(view, ns, cpid)],
         )
@@ -542,7 +545,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 return None
             return self._tuple(conf["thread_id"], view, ns, cid)
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's signature
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first, by thread, namespace, metadata ``filter``, ``before``, ``limit``.
 
@@ -744,10 +747,12 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             if name not in wanted and not (name == writes_name and writes_tip is not None):
                 plumbing.delete(name)
                 self._tokens.pop(name, None)
-        root = [(view.commits[t].meta["checkpoint_id"], n) for n, t in wanted.items() if not view.commits[t].meta.get("ns")]
+        root = [(view.commits[t].meta["checkpoint_id"], n) for n, t in wanted.items()
+                if not view.commits[t].meta.get("ns")]
         if root:
             name = max(root)[1]
-            self._ensure_head(prefix, self._real(name, self.store.refs.read(name).meta), thread_id)
+            cur = self.store.refs.read(name)
+            self._ensure_head(prefix, self._real(name, cur.meta if cur is not None else None), thread_id)
         elif not wanted and writes_tip is None:
             try:
                 plumbing.delete(SessionRefs(prefix).head)
@@ -755,7 +760,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 pass
         self._forget(thread_id)
 
-    def _rechain(self, wids: list[str], view: _View) -> str:
+    def _rechain(self, wids: builtins.list[str], view: _View) -> str:
         """Write the writes commits ``wids`` again as one chain; return its tip."""
         batch = self.store.plumbing.batch(None)
         for wid in wids:
@@ -778,7 +783,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         """Async twin of :meth:`get_tuple` (runs in a worker thread)."""
         return await asyncio.to_thread(self.get_tuple, config)
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's signature
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
         """Async twin of :meth:`list` (the listing runs in a worker thread)."""
         items = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))

@@ -44,7 +44,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import objects as o
@@ -61,7 +61,8 @@ from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
 
 if TYPE_CHECKING:
-    from ..session import LogEntry, Session
+    from ..objects import ObjectId
+    from ..session import LogEntry, Session, SessionHost
     from ..store import Store
 
 #: base64 image data at least this long becomes a blob
@@ -167,7 +168,7 @@ def _time(ts: Any) -> float:
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
 
 
 # -- entry <-> castore ---------------------------------------------------------------------
@@ -324,7 +325,7 @@ def inline_images(store: Store, value: Any) -> Any:
     return _inline_images(value, lambda oid: _blob(store, oid))
 
 
-def _blob(store: Store, oid: str) -> bytes:
+def _blob(store: Store | SessionHost, oid: str) -> bytes:
     # Not through ObjectStore.get: its cache is bounded by count, and images are large.
     b = o.decode(oid, store.objects.get_canonical_many([oid])[oid])
     if not isinstance(b, Blob):
@@ -571,7 +572,8 @@ def _export(session: Session, rev: str, f: IO[str], whole: bool) -> int:
         header = {"type": "session", "version": CURRENT_VERSION, "id": session.id, "timestamp": _iso(first), "cwd": ""}
     f.write(_dumps(header))
     pi_ids: dict[str, str] = {}
-    taken: set[str] = {le.meta["pi"]["id"] for le in ordered if _imported(le) and isinstance(le.meta["pi"].get("id"), str)}
+    taken: set[str] = {le.meta["pi"]["id"] for le in ordered
+                       if _imported(le) and isinstance(le.meta["pi"].get("id"), str)}
     lines = 1
 
     def blob(oid: str) -> bytes:
@@ -598,7 +600,7 @@ def _imported(le: LogEntry) -> bool:
     return isinstance(le.meta.get("pi"), dict) and isinstance(le.meta.get("o"), int)
 
 
-def _parents_first(ordered: list[LogEntry], by_id: dict[str, LogEntry]) -> list[LogEntry]:
+def _parents_first(ordered: list[LogEntry], by_id: dict[ObjectId, LogEntry]) -> list[LogEntry]:
     out: list[LogEntry] = []
     done: set[str] = set()
     for le in ordered:
@@ -670,4 +672,5 @@ def _dumps(entry: dict[str, Any]) -> str:
     return json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-__all__ = ["import_session", "export_session", "inline_images", "ImportResult", "PiImportError", "IMAGE_MIN", "BLOB_KEY"]
+__all__ = ["import_session", "export_session", "inline_images", "ImportResult", "PiImportError", "IMAGE_MIN",
+           "BLOB_KEY"]

@@ -70,9 +70,9 @@ def _parse_event(raw: str) -> Event:
 def append_cmd(session: Session, role: str | None, event_json: str | None, text: str | None) -> None:
     """Append a message (--role ROLE TEXT) or an event (--event JSON).
 
-    The entry goes on the current branch. TEXT "-" reads the text from stdin. Prints the new commit id on stdout. The session
-    (and the store) are created by the first append. Appending on a detached HEAD starts
-    a new branch there.
+    The entry goes on the current branch. TEXT "-" reads the text from stdin. Prints the new
+    commit id on stdout. The session (and the store) are created by the first append.
+    Appending on a detached HEAD starts a new branch there.
     """
     if (role is None) == (event_json is None):
         raise click.UsageError("give exactly one of --role ROLE TEXT or --event JSON")
@@ -120,16 +120,22 @@ def checkout_cmd(session: Session, rev: str, new_branch: str | None) -> None:
 @click.argument("rev", required=False)
 @click.option("-d", "--delete", "delete", is_flag=True, help="Delete branch NAME; refuses unmerged work.")
 @click.option("-D", "force_delete", is_flag=True, help="Delete branch NAME even if its work is on no other ref.")
+@click.option("-f", "--force", is_flag=True,
+              help="Move an existing branch NAME to REV (its old tip goes to the reflog).")
+@click.option("-r", "--remotes", "remotes", is_flag=True, help="List the remote-tracking branches.")
+@click.option("-a", "--all", "all_", is_flag=True, help="List local and remote-tracking branches.")
 @json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current"}]}')
 @pass_session()
 def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool, force_delete: bool,
-               as_json: bool) -> None:
-    """List, create (NAME [REV]) or delete (-d/-D NAME) branches.
+               force: bool, remotes: bool, all_: bool, as_json: bool) -> None:
+    """List, create (NAME [REV]), move (-f NAME REV) or delete (-d/-D NAME) branches.
 
-    With no NAME, list them (the current one marked *). NAME [REV] creates a branch at REV
-    (default HEAD) without switching to it. -d refuses a branch whose tip is on no other branch, label or HEAD (its work would
-    only be reachable by id); -D deletes it anyway. The checked-out branch cannot be
-    deleted.
+    With no NAME, list them (the current one marked *); -r lists the remote-tracking
+    branches a pull kept (revisions as remotes/REMOTE/BRANCH), -a both. NAME [REV] creates
+    a branch at REV (default HEAD) without switching to it; -f moves an existing one there,
+    keeping its old tip in `castore reflog`. -d refuses a branch whose tip is on no other
+    branch, label or HEAD (its work would only be reachable by id); -D deletes it anyway.
+    The checked-out branch cannot be deleted or moved with -f (use `castore reset`).
     """
     if delete or force_delete:
         if name is None or rev is not None:
@@ -141,10 +147,17 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
     if name is not None:
         if as_json:
             raise click.UsageError("--json lists branches; it takes no NAME")
-        cid = session.branch(name, rev or "HEAD")
-        note(f"Created branch {name!r} at {short(cid)}")
+        was = session.branches().get(name) if force else None
+        cid = session.branch(name, rev or "HEAD", force=force)
+        if was is not None:
+            note(f"Moved branch {name!r} from {short(was)} to {short(cid)}")
+        else:
+            note(f"Created branch {name!r} at {short(cid)}")
         return
     branches, current, head = session.branches(), session.current_branch, session.head
+    if remotes or all_:
+        tracking = {f"remotes/{n}": c for n, c in session.remote_branches().items()}
+        branches = {**({} if remotes and not all_ else branches), **tracking}
     if as_json:
         print_json({
             "head": head,
@@ -206,15 +219,51 @@ def fork_cmd(session: Session, new_session: str, rev: str, user: str | None) -> 
     click.echo(key)
 
 
+@click.command("reset")
+@click.argument("rev")
+@pass_session()
+def reset_cmd(session: Session, rev: str) -> None:
+    """Move the current branch (or a detached HEAD) to REV, as `git reset --soft`.
+
+    Nothing is lost: the old tip is kept in `castore reflog` (and by gc), and is a
+    revision by its id.
+    """
+    was = session.head
+    cid = session.reset(rev)
+    where = session.current_branch
+    note(f"{'Branch ' + repr(where) if where else 'HEAD'} moved from {short(was)} to {short(cid)}")
+
+
+@click.command("reflog")
+@click.option("-n", "limit", type=click.IntRange(min=1), help="Show at most this many moves.")
+@json_option('{"reflog": [{"id", "time", "ref", "old", "new", "why"}]}')
+@pass_session()
+def reflog_cmd(session: Session, limit: int | None, as_json: bool) -> None:
+    """List the moves that overwrote a ref's tip (branch -f, reset, forced pull/push), newest first.
+
+    Each overwritten tip stays reachable: `castore branch -f NAME OLD` or `castore reset OLD`
+    brings it back.
+    """
+    entries = session.reflog(limit)
+    if as_json:
+        print_json({"reflog": entries})
+        return
+    for e in entries:
+        new = short(e["new"]) if e["new"] else "(deleted)"
+        click.echo(f"{click.style(short(e['old']), fg='yellow')} -> {new}  {e['why']}  {e['ref']}")
+
+
 def refs_of(session: Session) -> Refs:
-    """Where HEAD, the branches and the labels of a session point."""
-    return Refs(head=session.head, branch=session.current_branch,
-                branches=session.branches(), labels=session.labels())
+    """Where HEAD, the branches (remote-tracking ones as ``remotes/R/B``) and the labels point."""
+    branches: dict[str, str] = {**session.branches()}
+    branches.update({f"remotes/{n}": c for n, c in session.remote_branches().items()})
+    return Refs(head=session.head, branch=session.current_branch, branches=branches, labels={**session.labels()})
 
 
 def register(group: click.Group) -> None:
     """Add this module's commands to ``group``."""
-    for cmd in (init_cmd, append_cmd, checkout_cmd, branch_cmd, label_cmd, labels_cmd, fork_cmd):
+    for cmd in (init_cmd, append_cmd, checkout_cmd, branch_cmd, label_cmd, labels_cmd, fork_cmd, reset_cmd,
+                reflog_cmd):
         group.add_command(cmd)
 
 

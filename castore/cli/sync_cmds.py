@@ -17,7 +17,8 @@ from .common import CliState, json_option, note, open_store, print_json, split_k
 
 _SCHEMA = (
     '{"objects_sent": n, "bytes_sent": n, "refs_updated": [ref], "refs_refused": '
-    '[{"ref", "reason", "local", "remote"}], "refs_kept_as_remote": [ref], "refs_up_to_date": n}'
+    '[{"ref", "reason", "local", "remote"}], "refs_kept_as_remote": [ref], "refs_up_to_date": n, '
+    '"refs_forced": [[ref, old, new]], "refs_skipped": [[ref, reason]]}'
 )
 
 
@@ -111,6 +112,11 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
         for ref in report.refs_kept_as_remote:
             click.echo(f"kept     {ref}")
             note(f"both sides moved: the remote tip is kept as {ref}; nothing was overwritten")
+        for ref, old, new in report.refs_forced:
+            click.echo(f"forced   {ref}  {old[:12]} -> {new[:12]}")
+            note(f"overwrote {ref} (was {old[:12]}): the old tip is kept in `castore reflog`")
+        for ref, why in report.refs_skipped:
+            note(f"skipped {ref!r}: {why}")
     for r in report.refs_refused:
         note(f"refused: {r.reason}")
     if report.refs_refused:
@@ -266,9 +272,8 @@ def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | N
     from .common import store_url
 
     target = dest or store_url(ctx)
-    sel = tuple(split_key(selection, 1, 3, "SELECTION")) if selection else None
-    if sel is not None and len(sel) == 1:
-        sel = sel[0]
+    parts = tuple(split_key(selection, 1, 3, "SELECTION")) if selection else None
+    sel: sync.Selection = parts[0] if parts is not None and len(parts) == 1 else parts
     bar = _Bar("clone", quiet)
     try:
         report = sync.clone(url, target, sel, progress=bar, **parse_options(options))
