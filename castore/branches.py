@@ -419,7 +419,8 @@ def retry(what: str, attempt: Callable[[int], T], policy: RetryPolicy | None = N
         if n >= policy.max_attempts or elapsed >= policy.max_seconds:
             if give_up is not None:
                 raise give_up(n, elapsed) from last
-            raise RefContended(what, n, elapsed, last) from last
+            # name the ref that was actually contended when the attempt said which
+            raise RefContended(last.ref if last is not None and last.ref else what, n, elapsed, last) from last
         time.sleep(policy.delay(n - 1))
 
 

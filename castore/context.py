@@ -39,7 +39,6 @@ from typing import Any
 from .entries import BranchSummary, Compaction, Event, LogEntry, Message, ModelChange
 from .errors import InvalidEntry
 
-
 TokenCounter = Callable[[Message], int]
 
 #: fixed cost of one message (role, separators) in :func:`estimate_tokens`

@@ -22,6 +22,7 @@ from . import objects as o
 from .aio import to_thread
 from .branches import (
     HEAD_KEEPS,
+    HEADS,
     META_CREATED,
     META_HEAD_BRANCH,
     META_INFO,
@@ -30,6 +31,7 @@ from .branches import (
     META_TIME,
     META_WRITE_ID,
     REMOTES,
+    TAGS,
     Batch,
     NoSuchRef,
     Plumbing,
@@ -522,7 +524,7 @@ class Session:
         Raises:
             StorageError, IntegrityError.
         """
-        return self._named("heads")
+        return self._named(HEADS)
 
     def labels(self) -> dict[str, ObjectId]:
         """Label names and the commits they name.
@@ -530,10 +532,10 @@ class Session:
         Raises:
             StorageError, IntegrityError.
         """
-        return self._named("tags")
+        return self._named(TAGS)
 
     def _named(self, kind: str) -> dict[str, ObjectId]:
-        refs = self._refs.list(f"{self.prefix}/{kind}")
+        refs = [n for n in self._refs.list(f"{self.prefix}/{kind}") if parse_ref_name(n) is not None]
         vals = self._refs.read_many(refs)
         out = {}
         for name, v in vals.items():
@@ -681,7 +683,8 @@ class Session:
             raise BranchError(f"cannot delete branch {name!r}: it was checked out meanwhile")
 
     def _all_tips_except(self, ref: str) -> list[tuple[str, Hint | None]]:
-        refs = [r for r in self._refs.list(self.prefix) if r != ref]
+        refs = [r for r in self._refs.list(self.prefix)
+                if r != ref and (p := parse_ref_name(r)) is not None and p.kind != "reflog"]
         vals = self._refs.read_many(refs)
         return [(v.target, Hint.from_meta(v.meta)) for v in vals.values() if v is not None and not v.symbolic]
 

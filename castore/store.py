@@ -27,6 +27,7 @@ from .branches import (
     ScopePlan,
     SessionRefs,
     head_segment,
+    parse_ref_name,
     real_name,
     scope_ref,
     session_prefix,
@@ -293,7 +294,7 @@ class Store:
             InvalidName, StorageError.
         """
         prefix = session_prefix(app, user, session_id)
-        found = self.refs.list(prefix)
+        found = [n for n in self.refs.list(prefix) if parse_ref_name(n) is not None]  # never a foreign name
         if not found:
             raise SessionNotFound((app, user, session_id))
         for name in sorted(found, key=lambda n: n.endswith("/HEAD")):

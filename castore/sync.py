@@ -39,7 +39,6 @@ from .branches import (
     STATE,
     RefName,
     SessionRefs,
-    head_segment,
     parse_ref_name,
     real_name,
     scope_ref,
@@ -533,12 +532,13 @@ class _Sync:
         candidates = [v.target for n in dst_direct if (v := self.dst_values.get(n)) is not None and not v.symbolic]
         head_name = f"{sprefix}/HEAD"
         head = src_vals.get(head_name)
-        ordered = sorted((r for r in refs if r != head_name), key=lambda r: not r.split("/")[4] == "heads")
+        kinds = {r: p.kind for r in refs if (p := parse_ref_name(r)) is not None}
+        ordered = sorted((r for r in refs if kinds.get(r) in ("branch", "label")), key=lambda r: kinds[r] != "branch")
         for ref in ordered:
             v = src_vals.get(ref)
             if v is None or v.symbolic:
                 continue
-            kind = "branch" if ref.split("/")[4] == "heads" else "label"
+            kind = kinds[ref]
             self._plan_ref(ref, v, candidates, kind=kind)
         if head is not None and self.dst_values.get(head_name) is None:
             meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
@@ -850,7 +850,7 @@ class _Sync:
             # HEAD is only created, never moved, and only once its branch is there.
             head = RefValue(u.ref, u.target, u.meta)
             try:
-                branch = f"{u.ref.rsplit('/', 1)[0]}/heads/{head_segment(head)}"
+                branch = SessionRefs(u.ref.rsplit("/", 1)[0]).branch_ref_of(head)
             except CorruptRef as e:
                 self.report.refs_skipped.append((u.ref, str(e)))
                 return

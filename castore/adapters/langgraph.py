@@ -56,6 +56,7 @@ from ..branches import (
     Make,
     SessionRefs,
     name_meta,
+    parse_ref_name,
     real_name,
     session_prefix,
     symbolic_to,
@@ -152,7 +153,9 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     def _refresh(self, thread_id: str) -> _View:
         prefix = self._prefix(thread_id)
         refs = self.store.refs
-        listed = [n for n in refs.list(prefix) if not n.endswith("/HEAD") and not n.endswith(".lock")]
+        # branches, labels and remote-tracking refs (not HEAD, the reflog, or foreign names)
+        listed = [n for n in refs.list(prefix)
+                  if (p := parse_ref_name(n)) is not None and p.kind not in ("head", "reflog")]
         got = refs.read_many(listed)
         targets = {n: v.target for n, v in got.items() if v is not None and v.symbolic is None}
         view = self._views.get(thread_id)
