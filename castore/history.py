@@ -340,6 +340,178 @@ class History:
         return Hint(iid, []), new
 
 
+class BlockPath:
+    """The first-parent path ending at a tip, loaded lazily by depth, a block at a time.
+
+    What sync needs to compare two stores' paths without reading either whole: the commit
+    at any depth (a segment read per block), the segment of any block, containment and the
+    merge depth (:func:`merge_depth`). The ref's hint is checked like any hint
+    (:func:`hint_tail`) and ignored when it does not fit.
+
+    Args:
+        objs: the store the path is read from.
+        tip: the path's last commit.
+        meta: the metadata of a ref naming ``tip`` (its read hint), if any.
+        near: a store to read first (on a pull, the local store already holds most of a
+            remote path's commits, with the same ids and bytes).
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+
+    def __init__(self, objs: ObjectStore, tip: str, meta: Mapping[str, Any] | None = None,
+                 near: ObjectStore | None = None) -> None:
+        self.objs = objs
+        self.near = near
+        self.tip = tip
+        self.at_depth: dict[int, tuple[str, Commit]] = {}
+        self.segments: list[str] | None = None  # segment ids from the root, when known
+        self.index_id: str | None = None  # the index those segments come from
+        hint = Hint.from_meta(meta) if meta else None
+        if hint is not None and hint.tail and hint.tail[-1] == tip and self._load_hint(hint):
+            pass
+        elif hint is not None and not hint.tail and hint.index and self._load_closed(hint.index):
+            pass
+        else:
+            self._load_by_walking()
+        self.depth = max(self.at_depth)
+
+    # loading the top block
+    def _get_many(self, ids: list[str]) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        if self.near is not None:
+            got = self.near.get_many(ids, missing_ok=True)
+        rest = [i for i in ids if i not in got]
+        if rest:
+            got.update(self.objs.get_many(rest, missing_ok=True))
+        return got
+
+    def _load_hint(self, hint: Hint) -> bool:
+        got = self._get_many(hint.tail + ([hint.index] if hint.index else []))
+        tail = hint_tail(hint, got)
+        if tail is None:
+            return False
+        for cid, c in tail:
+            self.at_depth[c.depth] = (cid, c)
+        idx = got.get(hint.index) if hint.index else None
+        self._use_index(hint.index, idx if isinstance(idx, Index) else None)
+        return True
+
+    def _load_closed(self, index_id: str) -> bool:
+        # A tip that closes a block: its ref hint names the index that holds its block.
+        got = self._get_many([self.tip, index_id])
+        c, idx = got.get(self.tip), got.get(index_id)
+        if not isinstance(c, Commit) or not isinstance(idx, Index) or (c.depth + 1) % K or \
+                len(idx.segments) != (c.depth + 1) // K:
+            return False
+        self._use_index(index_id, idx)
+        try:  # the hint is only a hint: check that its last segment ends at the tip
+            self.load(c.depth, c.depth)
+        except (IntegrityError, ObjectNotFound):
+            self.at_depth.clear()
+            return False
+        if self.at_depth.get(c.depth, ("",))[0] != self.tip:
+            self.at_depth.clear()
+            return False
+        return True
+
+    def _load_by_walking(self) -> None:
+        cid = self.tip
+        c = self._commit(cid)
+        self.at_depth[c.depth] = (cid, c)
+        while c.depth % K != 0 and c.parents:
+            cid = o.hex_id(c.parents[0])
+            c = self._commit(cid)
+            self.at_depth[c.depth] = (cid, c)
+        if c.index is not None:
+            iid = o.hex_id(c.index)
+            idx = self._get_many([iid]).get(iid)
+            if not isinstance(idx, Index):
+                raise IntegrityError(iid, "expected an index")
+            self._use_index(iid, idx)
+
+    def _use_index(self, iid: str | None, idx: Index | None) -> None:
+        self.index_id = iid
+        self.segments = [o.hex_id(s) for s in idx.segments] if idx is not None else []
+
+    def _commit(self, cid: str) -> Commit:
+        c = self._get_many([cid]).get(cid)
+        if c is None:
+            raise ObjectNotFound(cid)
+        if not isinstance(c, Commit):
+            raise IntegrityError(cid, "expected a commit")
+        return c
+
+    # reading
+    def commit_at(self, d: int) -> tuple[str, Commit]:
+        """The commit at depth ``d`` of this path."""
+        if d not in self.at_depth:
+            self.load(d, d)
+        return self.at_depth[d]
+
+    def id_at(self, d: int) -> str:
+        """The commit id at depth ``d`` (0 <= d <= depth)."""
+        return self.commit_at(d)[0]
+
+    def load(self, lo: int, hi: int) -> None:
+        """Make every commit at depths ``lo..hi`` available (few batched reads)."""
+        missing = [d for d in range(max(lo, 0), hi + 1) if d not in self.at_depth]
+        if not missing:
+            return
+        segs = self.segments or []
+        blocks = sorted({d // K for d in missing})
+        if blocks[-1] < len(segs):
+            ids = [segs[b] for b in blocks]
+            got = self._get_many(ids)
+            for b, sid in zip(blocks, ids, strict=True):
+                seg = got.get(sid)
+                if not isinstance(seg, Segment) or seg.start != b * K:
+                    raise IntegrityError(sid, f"expected the segment of commits {b * K}..{b * K + K - 1}")
+                run = []
+                for canonical in seg.objects:
+                    oid = self.objs.add_known_canonical(canonical)
+                    c = self.objs.get(oid)
+                    if isinstance(c, Commit):
+                        run.append((oid, c))
+                if len(run) != K or not is_chain(run, start=b * K):
+                    raise IntegrityError(sid, "segment does not hold a run of K commits")
+                for rid, rc in run:
+                    had = self.at_depth.setdefault(rc.depth, (rid, rc))
+                    if had[0] != rid:
+                        raise IntegrityError(sid, f"segment disagrees with commit {had[0][:12]} at depth {rc.depth}")
+            self._verify_links()
+            return
+        # No segments for these depths: walk parents down from the lowest loaded commit.
+        low = min(self.at_depth)
+        cid, c = self.at_depth[low]
+        while c.depth > missing[0]:
+            if not c.parents:
+                raise IntegrityError(cid, f"commit at depth {c.depth} has no parent")
+            cid = o.hex_id(c.parents[0])
+            c = self._commit(cid)
+            self.at_depth[c.depth] = (cid, c)
+
+    def _verify_links(self) -> None:
+        for d, (cid, _) in self.at_depth.items():
+            up = self.at_depth.get(d + 1)
+            if up is not None and (not up[1].parents or o.hex_id(up[1].parents[0]) != cid):
+                raise IntegrityError(up[0], "segment and commit parents disagree")
+
+    def range(self, lo: int, hi: int) -> list[tuple[str, Commit]]:
+        """Commits at depths ``lo..hi``, oldest first."""
+        self.load(lo, hi)
+        return [self.at_depth[d] for d in range(lo, hi + 1)]
+
+    def contains(self, cid: str, depth: int) -> bool:
+        """Whether commit ``cid`` (at ``depth``) is on this path."""
+        return 0 <= depth <= self.depth and self.id_at(depth) == cid
+
+    def segment_for_block(self, b: int) -> str | None:
+        """The id of the segment of block ``b``, when the path's index has it."""
+        segs = self.segments or []
+        return segs[b] if b < len(segs) else None
+
+
 def hint_tail(hint: Hint, got: Mapping[str, Any]) -> list[tuple[str, Commit]] | None:
     """The hint's tail commits (read into ``got``) when they can be the top block of a path:
     all commits, the first at a block boundary, each the first parent of the next, and the
@@ -422,4 +594,5 @@ def split_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
     return base, steps
 
 
-__all__ = ["History", "Hint", "K", "split_revision", "hint_tail", "is_chain", "merge_depth", "ObjectNotFound"]
+__all__ = ["BlockPath", "History", "Hint", "K", "split_revision", "hint_tail", "is_chain", "merge_depth",
+           "ObjectNotFound"]

@@ -50,11 +50,10 @@ from .errors import (
     CorruptRef,
     IntegrityError,
     InvalidName,
-    ObjectNotFound,
     RefConflict,
 )
-from .history import Hint, K, hint_tail, is_chain, merge_depth
-from .objects import Commit, Index, Segment, Tree
+from .history import BlockPath, Hint, K, merge_depth
+from .objects import Commit, Index, Tree
 from .refs import SYMBOLIC, RefValue
 from .store import Store
 
@@ -249,165 +248,6 @@ def describe(ref: str, meta: Mapping[str, Any] | None = None) -> str:
     return f"user state of {real_name(p.user or '', None)!r} in {real_name(p.app, None)!r}{where}"
 
 
-# -- reading a first-parent path in blocks ------------------------------------------------
-class _Chain:
-    """The first-parent path ending at a tip, loaded lazily by depth, a block at a time."""
-
-    def __init__(self, store: Store, tip: str, meta: Mapping[str, Any] | None = None,
-                 near: Store | None = None) -> None:
-        self.objs = store.objects
-        # On a pull the local store already holds most of a remote path's commits (same ids,
-        # same bytes): read them there first and ask the remote only for the rest.
-        self.near = near.objects if near is not None else None
-        self.tip = tip
-        self.at_depth: dict[int, tuple[str, Commit]] = {}
-        self.segments: list[str] | None = None  # segment ids from the root, when known
-        self.index_id: str | None = None  # the index those segments come from
-        hint = Hint.from_meta(meta) if meta else None
-        if hint is not None and hint.tail and hint.tail[-1] == tip and self._load_hint(hint):
-            pass
-        elif hint is not None and not hint.tail and hint.index and self._load_closed(hint.index):
-            pass
-        else:
-            self._load_by_walking()
-        self.depth = max(self.at_depth)
-
-    # loading the top block
-    def _get_many(self, ids: list[str]) -> dict[str, Any]:
-        got: dict[str, Any] = {}
-        if self.near is not None:
-            got = self.near.get_many(ids, missing_ok=True)
-        rest = [i for i in ids if i not in got]
-        if rest:
-            got.update(self.objs.get_many(rest, missing_ok=True))
-        return got
-
-    def _load_hint(self, hint: Hint) -> bool:
-        got = self._get_many(hint.tail + ([hint.index] if hint.index else []))
-        tail = hint_tail(hint, got)
-        if tail is None:
-            return False
-        for cid, c in tail:
-            self.at_depth[c.depth] = (cid, c)
-        idx = got.get(hint.index) if hint.index else None
-        self._use_index(hint.index, idx if isinstance(idx, Index) else None)
-        return True
-
-    def _load_closed(self, index_id: str) -> bool:
-        # A tip that closes a block: its ref hint names the index that holds its block.
-        got = self._get_many([self.tip, index_id])
-        c, idx = got.get(self.tip), got.get(index_id)
-        if not isinstance(c, Commit) or not isinstance(idx, Index) or (c.depth + 1) % K or \
-                len(idx.segments) != (c.depth + 1) // K:
-            return False
-        self._use_index(index_id, idx)
-        try:  # the hint is only a hint: check that its last segment ends at the tip
-            self.load(c.depth, c.depth)
-        except (IntegrityError, ObjectNotFound):
-            self.at_depth.clear()
-            return False
-        if self.at_depth.get(c.depth, ("",))[0] != self.tip:
-            self.at_depth.clear()
-            return False
-        return True
-
-    def _load_by_walking(self) -> None:
-        cid = self.tip
-        c = self._commit(cid)
-        self.at_depth[c.depth] = (cid, c)
-        while c.depth % K != 0 and c.parents:
-            cid = o.hex_id(c.parents[0])
-            c = self._commit(cid)
-            self.at_depth[c.depth] = (cid, c)
-        if c.index is not None:
-            iid = o.hex_id(c.index)
-            idx = self._get_many([iid]).get(iid)
-            if not isinstance(idx, Index):
-                raise IntegrityError(iid, "expected an index")
-            self._use_index(iid, idx)
-
-    def _use_index(self, iid: str | None, idx: Index | None) -> None:
-        self.index_id = iid
-        self.segments = [o.hex_id(s) for s in idx.segments] if idx is not None else []
-
-    def _commit(self, cid: str) -> Commit:
-        c = self._get_many([cid]).get(cid)
-        if c is None:
-            raise ObjectNotFound(cid)
-        if not isinstance(c, Commit):
-            raise IntegrityError(cid, "expected a commit")
-        return c
-
-    # reading
-    def commit_at(self, d: int) -> tuple[str, Commit]:
-        """The commit at depth ``d`` of this path."""
-        if d not in self.at_depth:
-            self.load(d, d)
-        return self.at_depth[d]
-
-    def id_at(self, d: int) -> str:
-        """The commit id at depth ``d`` (0 <= d <= depth)."""
-        return self.commit_at(d)[0]
-
-    def load(self, lo: int, hi: int) -> None:
-        """Make every commit at depths ``lo..hi`` available (few batched reads)."""
-        missing = [d for d in range(max(lo, 0), hi + 1) if d not in self.at_depth]
-        if not missing:
-            return
-        segs = self.segments or []
-        blocks = sorted({d // K for d in missing})
-        if blocks[-1] < len(segs):
-            ids = [segs[b] for b in blocks]
-            got = self._get_many(ids)
-            for b, sid in zip(blocks, ids, strict=True):
-                seg = got.get(sid)
-                if not isinstance(seg, Segment) or seg.start != b * K:
-                    raise IntegrityError(sid, f"expected the segment of commits {b * K}..{b * K + K - 1}")
-                run = []
-                for canonical in seg.objects:
-                    oid = self.objs.add_known_canonical(canonical)
-                    c = self.objs.get(oid)
-                    if isinstance(c, Commit):
-                        run.append((oid, c))
-                if len(run) != K or not is_chain(run, start=b * K):
-                    raise IntegrityError(sid, "segment does not hold a run of K commits")
-                for rid, rc in run:
-                    had = self.at_depth.setdefault(rc.depth, (rid, rc))
-                    if had[0] != rid:
-                        raise IntegrityError(sid, f"segment disagrees with commit {had[0][:12]} at depth {rc.depth}")
-            self._verify_links()
-            return
-        # No segments for these depths: walk parents down from the lowest loaded commit.
-        low = min(self.at_depth)
-        cid, c = self.at_depth[low]
-        while c.depth > missing[0]:
-            if not c.parents:
-                raise IntegrityError(cid, f"commit at depth {c.depth} has no parent")
-            cid = o.hex_id(c.parents[0])
-            c = self._commit(cid)
-            self.at_depth[c.depth] = (cid, c)
-
-    def _verify_links(self) -> None:
-        for d, (cid, _) in self.at_depth.items():
-            up = self.at_depth.get(d + 1)
-            if up is not None and (not up[1].parents or o.hex_id(up[1].parents[0]) != cid):
-                raise IntegrityError(up[0], "segment and commit parents disagree")
-
-    def range(self, lo: int, hi: int) -> list[tuple[str, Commit]]:
-        """Commits at depths ``lo..hi``, oldest first."""
-        self.load(lo, hi)
-        return [self.at_depth[d] for d in range(lo, hi + 1)]
-
-    def contains(self, cid: str, depth: int) -> bool:
-        """Whether commit ``cid`` (at ``depth``) is on this path."""
-        return 0 <= depth <= self.depth and self.id_at(depth) == cid
-
-    def segment_for_block(self, b: int) -> str | None:
-        """The id of the segment of block ``b``, when the path's index has it."""
-        segs = self.segments or []
-        return segs[b] if b < len(segs) else None
-
-
 # -- the plan -----------------------------------------------------------------------------
 @dataclass
 class _Update:
@@ -444,6 +284,10 @@ class _Sync:
         self._failed: set[str] = set()
         self.near = dst if pull_remote is not None else None
         self._total = 0
+
+    @staticmethod
+    def _path_of(store: Store, tip: str, meta: Mapping[str, Any] | None, near: Store | None = None) -> BlockPath:
+        return BlockPath(store.objects, tip, meta, near.objects if near is not None else None)
 
     # reading refs --------------------------------------------------------------------
     def _read_dst(self, refs: Iterable[str]) -> None:
@@ -560,7 +404,7 @@ class _Sync:
             for t in (extra_tips or set()) - {src_tip}:
                 self._send_chain(ref, t, None, [src_tip], kind)
             return
-        chain = _Chain(self.src, src_tip, src_v.meta, self.near)
+        chain = self._path_of(self.src, src_tip, src_v.meta, self.near)
         known = [c for c in dict.fromkeys(([dst_tip] if dst_tip else []) + candidates)]
         self._depths(known)
         update_ref, force_it, kept = ref, False, False
@@ -614,10 +458,10 @@ class _Sync:
         sd = self.depth_cache.get(src_tip)
         if sd is None:
             return False
-        other = _Chain(self.dst, dst_tip, dst_v.meta if dst_v else None)
+        other = self._path_of(self.dst, dst_tip, dst_v.meta if dst_v else None)
         return other.contains(src_tip, sd)
 
-    def _base_depth(self, chain: _Chain, known: list[str]) -> int:
+    def _base_depth(self, chain: BlockPath, known: list[str]) -> int:
         """The deepest commit of ``chain`` whose whole history the destination has (-1: none)."""
         best = -1
         diverged = []
@@ -635,7 +479,7 @@ class _Sync:
             if self.depth_cache[t] <= best:
                 continue
             try:
-                other = _Chain(self.dst, t, self._dst_meta_for(t))
+                other = self._path_of(self.dst, t, self._dst_meta_for(t))
             except (o.IntegrityError, KeyError):
                 continue
             best = max(best, merge_depth(chain.id_at, other.id_at, chain.depth, other.depth))
@@ -647,13 +491,13 @@ class _Sync:
                 return v.meta
         return None
 
-    def _send_chain(self, ref: str, tip: str, chain: _Chain | None, known: list[str], kind: str,
+    def _send_chain(self, ref: str, tip: str, chain: BlockPath | None, known: list[str], kind: str,
                     meta: dict[str, Any] | None = None, force: bool = False, kept: bool = False,
                     display: str = "") -> None:
         """Plan the objects of ``tip``'s path the destination lacks, then (if ``meta`` is
         given) the swap of ``ref``; long histories get checkpoint swaps on the way."""
         if chain is None:
-            chain = _Chain(self.src, tip, None, self.near)
+            chain = self._path_of(self.src, tip, None, self.near)
         self._depths(known)
         base = self._base_depth(chain, known)
         new = chain.range(base + 1, chain.depth) if base < chain.depth else []
@@ -688,7 +532,7 @@ class _Sync:
                 self.steps.append(_Step(piece, updates))
                 piece = []
 
-    def _checkpoint_meta(self, chain: _Chain, c: Commit) -> dict[str, Any]:
+    def _checkpoint_meta(self, chain: BlockPath, c: Commit) -> dict[str, Any]:
         start = (c.depth // K) * K
         tail = [cid for cid, _ in chain.range(start, c.depth)]
         return tip_meta(Hint(o.hex_id(c.index) if c.index else None, tail), c.time, c.depth)
@@ -700,7 +544,7 @@ class _Sync:
             return None
         return f"{STATE}/{p.app}/app" if scope == "app" else f"{STATE}/{p.app}/users/{p.user}"
 
-    def _closure(self, chain: _Chain, new: list[tuple[str, Commit]], base: Commit | None,
+    def _closure(self, chain: BlockPath, new: list[tuple[str, Commit]], base: Commit | None,
                  meta: Mapping[str, Any] | None) -> dict[str, int]:
         """Every object the new commits add, mapped to the position of the first commit needing it."""
         owners: dict[str, int] = {}
