@@ -27,6 +27,7 @@ from .entries import (
     Message,
     ModelChange,
     Prepared,
+    check_value,
     entry_from,
     prepare,
 )
@@ -188,8 +189,10 @@ class Session:
         """Replace the session metadata (creates HEAD if the session is new).
 
         Raises:
+            InvalidEntry: ``info`` holds something that cannot be stored (nothing is written).
             StorageError.
         """
+        check_value(dict(info), "session info")
         self.store.init()
         while True:
             head = self._refs.read(self._head_name)

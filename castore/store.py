@@ -8,6 +8,7 @@ behind it raises :class:`~castore.errors.StoreNotFound`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 from . import names
 from . import objects as o
 from .aio import to_thread
+from .entries import check_state
 from .errors import (
     FormatError,
     IntegrityError,
@@ -217,7 +219,8 @@ class Store:
             if v is None:
                 continue
             _, aseg, useg, sseg, _ = h.split("/")
-            nm = v.meta.get("names", {})
+            nm = v.meta.get("names")
+            nm = nm if isinstance(nm, dict) else {}
             tipv = tips.get(branch_refs[h]) if h in branch_refs else v
             head = tipv.target if tipv is not None and not tipv.symbolic else None
             branch = v.symbolic.split("/", 1)[1] if v.symbolic else None
@@ -226,16 +229,19 @@ class Store:
             elif branch is not None:
                 branch = names.decode(branch)
             meta = tipv.meta if tipv is not None else {}
+            # Ref metadata is a display cache written by any client: a value of the wrong
+            # type reads as unknown rather than failing the whole listing.
+            info = v.meta.get("info", {})
             out.append(
                 SessionInfo(
-                    app=nm.get("app") or _decode(aseg),
-                    user=nm.get("user") or _decode(useg),
-                    session=nm.get("session") or _decode(sseg),
+                    app=_text(nm.get("app")) or _decode(aseg),
+                    user=_text(nm.get("user")) or _decode(useg),
+                    session=_text(nm.get("session")) or _decode(sseg),
                     head=head,
-                    branch=branch,
-                    updated=float(meta.get("t", v.meta.get("t", 0.0))),
-                    entries=int(meta.get("n", 0)),
-                    info=v.meta.get("info", {}),
+                    branch=branch if isinstance(branch, str) else None,
+                    updated=_number(meta.get("t", v.meta.get("t")), 0.0),
+                    entries=int(_number(meta.get("n"), 0)),
+                    info=info if isinstance(info, dict) else {},
                 )
             )
         out.sort(key=lambda s: s.updated, reverse=True)
@@ -336,6 +342,8 @@ class Store:
         Raises:
             InvalidName, InvalidEntry, StorageError.
         """
+        for delta, _unset in changes:
+            check_state(delta, author)
         self.init()
         ref = self._scope_ref(app, user)
         return self._scope_chain(ref, self.refs.read(ref), changes, author)
@@ -502,3 +510,15 @@ def open(url: str | None = None, *, durable: bool = True, **storage_options: Any
 from .session import Session  # noqa: E402  (circular: Session needs Store's type only)
 
 __all__ = ["Store", "SessionInfo", "open", "default_url", "ObjectId", "RefValue", "Session"]
+
+
+def _text(value: object) -> str | None:
+    """``value`` if it is a string (ref metadata is display data from any client)."""
+    return value if isinstance(value, str) else None
+
+
+def _number(value: object, default: float) -> float:
+    """``value`` as a finite float if it is a real number, else ``default``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return default
