@@ -5,13 +5,21 @@ are owned by their ``flock``, and human output cannot drive the reader's termina
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import castore
 from castore import maintenance
+from castore.cli import main
 from castore.entries import (
     MAX_DEPTH,
     BranchSummary,
@@ -21,9 +29,11 @@ from castore.entries import (
     Message,
     ModelChange,
 )
-from castore.errors import InvalidEntry
+from castore.errors import InvalidEntry, InvalidName, RefLocked, StorageError
+from castore.storage import local as local_mod
 
 MSG = {"role": "user", "content": "hi"}
+CRASH_WRITER = str(Path(__file__).parent / "crash_writer.py")
 
 
 def _nested(depth: int) -> Any:
@@ -162,10 +172,6 @@ def test_listing_survives_a_session_whose_ref_metadata_has_wrong_types(local_sto
     infos = {i.session: i for i in local_store.sessions("app")}
     assert set(infos) == {"good", "bad"}
     assert infos["bad"].updated == 0.0 and infos["bad"].entries == 0 and infos["bad"].info == {}
-    from click.testing import CliRunner
-
-    from castore.cli import main
-
     r = CliRunner().invoke(main, ["--store", local_store.storage.root, "sessions", "app"])
     assert r.exit_code == 0, r.output
     assert "app/alice/bad" in r.stdout and "app/alice/good" in r.stdout
@@ -177,3 +183,231 @@ def test_stored_entry_with_wrong_field_types_reads_as_a_custom_record(local_stor
 
     e = entry_from("compaction", {"summary": 5}, "", {}, {})
     assert e == Custom("compaction", {"summary": 5})
+
+
+# -- 18.1: a storage key never resolves outside the store ------------------------------------
+
+BAD_KEYS = ["../escape", "refs/../../escape", "/tmp/escape", "refs//x", "refs/./x", "refs/x\0y", "refs/..", "", "a/"]
+
+
+@pytest.fixture(params=["local", "memory"])
+def plain_storage(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    from castore.storage import open_storage
+
+    if request.param == "local":
+        (tmp_path / "root" / "store").mkdir(parents=True)
+        return open_storage(str(tmp_path / "root" / "store"))
+    return open_storage(f"memory://hostile-{uuid.uuid4().hex}")
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_storage_refuses_keys_that_could_leave_its_root(plain_storage: Any, key: str, tmp_path: Path) -> None:
+    st = plain_storage
+    for call in (lambda: st.write(key, b"x"), lambda: st.write_many({"ok/a": b"1", key: b"x"}),
+                 lambda: st.swap(key, b"x", None), lambda: st.delete(key), lambda: st.delete(key, expect="t")):
+        with pytest.raises(InvalidName, match="storage key"):
+            call()
+    if st.url.startswith("memory://"):
+        assert st.list("") == []
+    else:
+        for call in (lambda: st.read(key), lambda: st.read_versioned(key), lambda: st.exists(key)):
+            with pytest.raises(InvalidName, match="storage key"):
+                call()
+        assert [p.name for p in (tmp_path / "root").iterdir()] == ["store"]
+        assert list((tmp_path / "root" / "store").iterdir()) == []
+        assert not (tmp_path / "escape").exists() and not Path("/tmp/escape").exists()
+
+
+def test_ref_names_with_dot_dot_cannot_write_outside_a_local_store(local_store: castore.Store, tmp_path: Path) -> None:
+    # What a hostile remote's listing would hand to the refs layer.
+    outside = tmp_path / "outside"
+    name = "sessions/app/u/s/heads/../../../../../../outside/evil"
+    with pytest.raises(InvalidName):
+        local_store.refs.swap(name, "0" * 64, None, {"x": "$(touch /tmp/pwned)"})
+    assert not outside.exists()
+    assert local_store.storage.list("") == []
+
+
+def test_local_storage_refuses_to_follow_a_symlink_out_of_the_store(local_store: castore.Store, tmp_path: Path) -> None:
+    s = local_store.session("app", "alice", "s1")
+    s.append(MSG)
+    root = Path(local_store.storage.root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_bytes(b"keep me")
+    (root / "refs" / "sessions" / "evil").symlink_to(outside)
+    fresh = castore.open(str(root))
+    with pytest.raises(InvalidName, match="outside the store"):
+        fresh.storage.write("refs/sessions/evil/planted", b"x")
+    with pytest.raises(InvalidName, match="outside the store"):
+        fresh.storage.delete("refs/sessions/evil/victim")
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert (outside / "victim").read_bytes() == b"keep me"
+    fresh.session("app", "alice", "s1").append(MSG)  # the rest of the store still works
+
+
+# -- 18.4: a lock is owned by its flock, waits are bounded, lock failures are castore errors ---
+
+
+def _plant_lock(store: castore.Store, ref: str, owner: str) -> Path:
+    lock = Path(store.storage.root, *f"refs/{ref}.lock".split("/"))
+    lock.write_text(owner)
+    return lock
+
+
+def test_lock_naming_a_live_pid_but_held_by_no_flock_is_stale(local_store: castore.Store) -> None:
+    # A restarted container reuses pid 1: the recorded pid is alive, but nobody holds the lock.
+    s = local_store.session("app", "alice", "s1")
+    s.append(MSG)
+    ref = "sessions/app/alice/s1/heads/main"
+    _plant_lock(local_store, ref, f"{os.getpid()} {os.uname().nodename}\n")
+    r = maintenance.fsck(local_store)
+    assert r.stale_locks == [f"refs/{ref}.lock"] and not r.ok
+    assert maintenance.gc(local_store, grace=0).locks_cleared == [f"refs/{ref}.lock"]
+    assert maintenance.fsck(local_store).ok
+    _plant_lock(local_store, ref, "1 some-other-host\n")
+    t0 = time.monotonic()
+    s.append(MSG)  # the next writer clears it at once instead of waiting for it
+    assert time.monotonic() - t0 < local_mod.LOCK_TIMEOUT
+    assert len(s.log()) == 2
+
+
+def test_a_lock_held_by_a_live_writer_ends_the_wait_with_ref_locked_naming_the_file(
+    local_store: castore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_store.session("app", "alice", "s1")
+    s.append(MSG)
+    ref = "refs/sessions/app/alice/s1/heads/main"
+    child = subprocess.Popen([sys.executable, CRASH_WRITER, "hold-lock", local_store.storage.root, ref],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        monkeypatch.setattr(local_mod, "LOCK_TIMEOUT", 0.2)
+        with pytest.raises(RefLocked) as info:
+            local_store.refs.swap("sessions/app/alice/s1/heads/main", "1" * 64, local_store.refs.read(
+                "sessions/app/alice/s1/heads/main"))
+        msg = str(info.value)
+        assert f"{ref}.lock" in msg and f"process {child.pid}" in msg and "stop it" in msg
+        assert maintenance.fsck(local_store).stale_locks == []  # a held lock is not stale
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()  # type: ignore[union-attr]
+    assert local_mod.LOCK_TIMEOUT <= 10
+
+
+def test_a_lock_file_that_cannot_be_created_is_a_storage_error_not_a_traceback(local_store: castore.Store) -> None:
+    # The lock of a 255-byte name is 260 bytes: the file system refuses it (ENAMETOOLONG).
+    long = "x" * 255
+    with pytest.raises(StorageError, match="cannot create lock file"):
+        local_store.storage.swap(f"refs/{long}", b"x", None)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores folder permissions")
+def test_an_unwritable_refs_folder_is_one_cli_error(local_store: castore.Store) -> None:
+    local_store.session("app", "alice", "s1").append(MSG)
+    heads = Path(local_store.storage.root, "refs", "sessions", "app", "alice", "s1", "heads")
+    heads.chmod(0o555)
+    try:
+        r = CliRunner().invoke(main, ["--store", local_store.storage.root, "append", "-s", "app/alice/s1", "user", "x"])
+    finally:
+        heads.chmod(0o755)
+    assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "main.lock" in r.stderr
+
+
+def test_a_store_in_proc_fails_at_once_with_an_error_line() -> None:
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    r = CliRunner().invoke(main, ["--store", "/proc/", "init"])
+    assert r.exit_code == 1
+    assert r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+# -- 18.6: no existence oracle, no raw tracebacks ----------------------------------------------
+
+
+def test_another_tenants_body_id_answers_exactly_like_an_unknown_revision(local_store: castore.Store) -> None:
+    from castore import objects as o
+    from castore.objects import Value
+
+    local_store.session("app", "bob", "s").append({"role": "user", "content": "bob's secret"})
+    eve = local_store.session("app", "eve", "t")
+    eve.append(MSG)
+    body_id, _ = o.encode(Value({"role": "user", "content": "bob's secret"}))
+    bob_commit = local_store.session("app", "bob", "s").head
+    assert local_store.objects.get(body_id)  # it is stored
+    unknown = ("f" if body_id[0] != "f" else "e") + body_id[1:]
+    answers = []
+    for rev in (body_id, unknown, body_id[:10], unknown[:10], bob_commit[:10], "0" * 10):
+        with pytest.raises(castore.RevisionNotFound) as info:
+            eve.resolve(rev)
+        answers.append(str(info.value).replace(rev, "REV"))
+        r = CliRunner().invoke(main, ["--store", local_store.storage.root, "-s", "app/eve/t", "show", rev])
+        assert r.exit_code == 1
+        answers.append(r.stderr.replace(rev, "REV"))
+    assert len(set(answers[0::2])) == 1 and len(set(answers[1::2])) == 1, answers
+
+
+def test_a_huge_step_count_is_a_short_revision_not_found(local_store: castore.Store) -> None:
+    s = local_store.session("app", "alice", "s1")
+    s.append(MSG)
+    rev = "HEAD~" + "9" * 5000
+    with pytest.raises(castore.RevisionNotFound) as info:
+        s.resolve(rev)
+    assert len(str(info.value)) < 200
+    r = CliRunner().invoke(main, ["--store", local_store.storage.root, "-s", "app/alice/s1", "show", rev])
+    assert r.exit_code == 1 and r.stderr.startswith("Error: unknown revision") and len(r.stderr) < 200
+    with pytest.raises(castore.RevisionNotFound, match="only 0 commits"):
+        s.resolve("HEAD~" + "9" * 18)
+
+
+def test_serve_opens_every_session_it_lists_even_with_odd_names(local_store: castore.Store) -> None:
+    import html as html_mod
+    import http.client
+    import re as re_mod
+    import threading
+
+    from castore.html.server import make_server
+
+    odd = ["nul\0name", "a/../b", "..x", "dots..", "tab\tand\x1b[31mesc"]
+    for sid in odd:
+        local_store.session("app", "alice", sid).append(MSG)
+    srv = make_server(castore.open(local_store.storage.root), "127.0.0.1", 0)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        def get(path: str) -> tuple[int, str]:
+            conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=30)
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read().decode("utf-8", "replace")
+            conn.close()
+            return resp.status, body
+
+        status, index = get("/")
+        assert status == 200
+        links = [html_mod.unescape(h) for h in re_mod.findall(r'href="(/s/[^"]+)"', index)]
+        assert len(links) == len(odd)
+        for link in links:
+            assert get(link)[0] == 200, link
+        assert get("/s/app/alice/..")[0] == 404
+        assert get("/s/app/alice/no-such")[0] == 404
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_openai_adapter_names_the_limit_it_was_given() -> None:
+    pytest.importorskip("agents")
+    import asyncio
+
+    from castore.adapters.openai_agents import CastoreSession
+
+    s = CastoreSession("lim", store=f"memory://oa-{uuid.uuid4().hex}")
+    asyncio.run(s.add_items([{"role": "user", "content": "hi"}]))
+    for bad in (1.5, "2", True):
+        with pytest.raises(InvalidEntry, match=re.escape(f"limit must be a whole number or None, not {bad!r}")):
+            asyncio.run(s.get_items(limit=bad))  # type: ignore[arg-type]
+    s2 = CastoreSession("lim", store=s.store, session_settings={"limit": 2.5})
+    with pytest.raises(InvalidEntry, match=r"session_settings.limit .* not 2.5"):
+        asyncio.run(s2.get_items())
