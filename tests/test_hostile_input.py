@@ -411,3 +411,70 @@ def test_openai_adapter_names_the_limit_it_was_given() -> None:
     s2 = CastoreSession("lim", store=s.store, session_settings={"limit": 2.5})
     with pytest.raises(InvalidEntry, match=r"session_settings.limit .* not 2.5"):
         asyncio.run(s2.get_items())
+
+
+# -- 18.5: what a model wrote cannot drive the reader's terminal ------------------------------
+
+EVIL = "A\x1b]52;c;cm0gLXJmIH4=\x07B\x1b[2J\rC\x08D\x9b31mE\u202eF\u2066G\x7fH"
+RAW_CONTROLS = ["\x1b", "\x07", "\x08", "\r", "\x9b", "\u202e", "\u2066", "\x7f"]
+
+
+def _hostile_session(store: castore.Store) -> castore.Session:
+    from castore.entries import Compaction as Comp
+
+    s = store.session("app" + EVIL, "user" + EVIL, "sess" + EVIL)
+    s.append({"role": "user", "content": "hello " + EVIL + "\nsecond line " + EVIL})
+    s.append(Event(author="bot" + EVIL, message=Message("assistant", content=EVIL,
+                                                           tool_calls=[{"id": "c1", "function": {"name": "f" + EVIL,
+                                                                                                  "arguments": EVIL}}])),
+             state_delta={"key" + EVIL: "value" + EVIL})
+    s.append(Custom("type" + EVIL, {"d": EVIL}))
+    s.append(Comp(summary="summary " + EVIL))
+    s.branch("br" + EVIL)
+    s.label("HEAD~1", "lab" + EVIL)
+    return s
+
+
+def _human_commands(s: castore.Session) -> list[list[str]]:
+    return [["log"], ["log", "--oneline"], ["log", "--graph", "--all"], ["show"], ["show", "HEAD~2"],
+            ["context"], ["diff", "HEAD~3", "HEAD"], ["branch"], ["labels"], ["sessions"], ["fsck"]]
+
+
+@pytest.mark.parametrize("color", [False, True])
+def test_human_output_escapes_control_characters_from_stored_data(local_store: castore.Store, color: bool) -> None:
+    from castore.cli.common import format_key
+
+    s = _hostile_session(local_store)
+    base = ["--store", local_store.storage.root, "-s", format_key(*s.key)]
+    for cmd in _human_commands(s):
+        r = CliRunner().invoke(main, [*base, *cmd], color=color)
+        assert r.exit_code == 0, (cmd, r.output)
+        out = r.stdout + r.stderr
+        if color:  # castore's own colours stay; the data's escape sequences do not
+            out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+        for ch in RAW_CONTROLS:
+            assert ch not in out, (cmd, ch, out)
+        if cmd[0] not in ("fsck", "branch", "labels", "sessions"):
+            assert "\\x1b]52;c;" in out, (cmd, out)
+    assert "\\u202e" in CliRunner().invoke(main, [*base, "branch"]).stdout
+    assert "\\x9b31m" in CliRunner().invoke(main, [*base, "labels"]).stdout
+
+
+def test_json_output_keeps_the_stored_text_exactly(local_store: castore.Store) -> None:
+    import json
+
+    from castore.cli.common import format_key
+
+    s = _hostile_session(local_store)
+    base = ["--store", local_store.storage.root, "-s", format_key(*s.key)]
+    doc = json.loads(CliRunner().invoke(main, [*base, "show", "HEAD~3", "--json"]).stdout)
+    assert doc["entry"]["content"] == "hello " + EVIL + "\nsecond line " + EVIL
+    doc = json.loads(CliRunner().invoke(main, [*base, "labels", "--json"]).stdout)
+    assert doc["labels"][0]["name"] == "lab" + EVIL
+
+
+def test_an_error_quoting_a_name_is_escaped_too(local_store: castore.Store) -> None:
+    local_store.session("app", "alice", "s1").append(MSG)
+    r = CliRunner().invoke(main, ["--store", local_store.storage.root, "-s", "app/alice/x\x1b]52;c;YQ==\x07", "log"])
+    assert r.exit_code == 1 and r.stderr.startswith("Error: ")
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr and "\\x1b]52;c;YQ==\\a" in r.stderr
