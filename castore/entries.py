@@ -323,6 +323,32 @@ def entry_from(kind: str, body: Any, author: str, delta: dict[str, Any], meta: d
     return Custom(kind, body)
 
 
+_BODY_KINDS = ("message", "event", "compaction", "branch_summary", "model_change", "custom")
+
+
+def stored_problem(commit: o.Commit, body: Any = None, has_body: bool = False) -> str | None:
+    """Why a stored commit (and its body, when ``has_body``) is not what :func:`prepare`
+    would have written, or None: for ``castore fsck``, since readers tolerate such objects
+    (written by older versions or other tools) rather than fail on them.
+    """
+    try:
+        _need(math.isfinite(commit.time), "time", "a finite number", commit.time)
+        check_value(commit.delta, "state change")
+        check_value(commit.meta, "meta")
+        if not has_body or commit.kind not in _BODY_KINDS:
+            return None
+        check_value(body, f"{commit.kind} body")
+        if commit.kind in ("message", "event"):
+            if commit.kind == "message" or body is not None:
+                _check_message(Message.from_dict(body), f"{commit.kind} message")
+        elif isinstance(entry_from(commit.kind, body, "", {}, {}), Custom) and (
+                commit.kind != "custom" or not isinstance(body, dict) or not isinstance(body.get("type", ""), str)):
+            return f"its {commit.kind} body has fields of the wrong types: {_show(body)}"
+    except InvalidEntry as e:
+        return str(e)
+    return None
+
+
 def entry_fields(entry: EntryType) -> dict[str, Any]:
     """An entry as a plain dict of its fields, by kind (a message is its dict form)."""
     if isinstance(entry, Message):

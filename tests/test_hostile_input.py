@@ -478,3 +478,43 @@ def test_an_error_quoting_a_name_is_escaped_too(local_store: castore.Store) -> N
     r = CliRunner().invoke(main, ["--store", local_store.storage.root, "-s", "app/alice/x\x1b]52;c;YQ==\x07", "log"])
     assert r.exit_code == 1 and r.stderr.startswith("Error: ")
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr and "\\x1b]52;c;YQ==\\a" in r.stderr
+
+
+# -- fsck reports what older versions (or other tools) could store --------------------------
+
+
+def _store_raw_commit(store: castore.Store, sid: str, commit_kw: dict[str, Any], body: Any = None) -> str:
+    from castore import objects as o
+    from castore.objects import Commit, Value
+
+    pending = {}
+    body_id = None
+    if body is not None:
+        bid, data = o.encode(Value(body))
+        pending[bid] = data
+        body_id = o.raw_id(bid)
+    cid, data = o.encode(Commit(body=body_id, **commit_kw))
+    pending[cid] = data
+    store.objects.put_encoded(pending.items())
+    store.init()
+    store.refs.swap(f"sessions/app/alice/{sid}/heads/main", cid, None, {"t": 1.0, "n": 1})
+    store.refs.swap(f"sessions/app/alice/{sid}/HEAD", "ref: heads/main", None, {})
+    return cid
+
+
+def test_fsck_reports_entries_an_append_would_refuse_and_readers_survive_them(local_store: castore.Store) -> None:
+    local_store.session("app", "alice", "fine").append(MSG)
+    assert maintenance.fsck(local_store).ok
+    _store_raw_commit(local_store, "c1", {"kind": "compaction", "time": 1.0}, {"summary": 5})
+    _store_raw_commit(local_store, "c2", {"kind": "message", "time": math.inf}, MSG)
+    _store_raw_commit(local_store, "c3", {"kind": "message", "time": 1.0, "delta": {"k": math.nan}}, MSG)
+    _store_raw_commit(local_store, "c4", {"kind": "message", "time": 1.0}, {**MSG, "tool_calls": 5})
+    r = maintenance.fsck(local_store)
+    reasons = " | ".join(why for _, why in r.corrupt)
+    assert not r.ok and len(r.corrupt) == 4, reasons
+    assert "compaction body" in reasons and "time" in reasons and "non-finite" in reasons and "tool_calls" in reasons
+    assert {s.session for s in local_store.sessions("app")} == {"fine", "c1", "c2", "c3", "c4"}
+    e = local_store.session("app", "alice", "c1").log()[0]
+    assert e.entry == Custom("compaction", {"summary": 5})
+    rr = CliRunner().invoke(main, ["--store", local_store.storage.root, "fsck"])
+    assert rr.exit_code == 1 and "compaction body" in rr.stdout
