@@ -518,3 +518,25 @@ def test_fsck_reports_entries_an_append_would_refuse_and_readers_survive_them(lo
     assert e.entry == Custom("compaction", {"summary": 5})
     rr = CliRunner().invoke(main, ["--store", local_store.storage.root, "fsck"])
     assert rr.exit_code == 1 and "compaction body" in rr.stdout
+
+
+def test_append_and_checkout_do_not_retry_a_held_lock_as_a_lost_race(
+    local_store: castore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = local_store.session("app", "alice", "s1")
+    s.append(MSG)
+    s.branch("other")
+    monkeypatch.setattr(local_mod, "LOCK_TIMEOUT", 0.2)
+    for ref, call in (("refs/sessions/app/alice/s1/heads/main", lambda: s.append(MSG)),
+                      ("refs/sessions/app/alice/s1/HEAD", lambda: s.checkout("other"))):
+        child = subprocess.Popen([sys.executable, CRASH_WRITER, "hold-lock", local_store.storage.root, ref],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+            with pytest.raises(RefLocked, match=re.escape(f"{ref}.lock")):
+                call()  # before: RefConflict "too much contention" after 200 waits (checkout: never)
+        finally:
+            child.kill()
+            child.wait()
+            child.stdout.close()  # type: ignore[union-attr]
+    assert len(s.log()) == 1
