@@ -223,11 +223,14 @@ class Store:
             nm = nm if isinstance(nm, dict) else {}
             tipv = tips.get(branch_refs[h]) if h in branch_refs else v
             head = tipv.target if tipv is not None and not tipv.symbolic else None
-            branch = v.symbolic.split("/", 1)[1] if v.symbolic else None
+            # A HEAD naming something other than a branch (``ref: HEAD``, written by another
+            # tool) is listed without a branch; fsck reports it.
+            sym = v.symbolic or ""
+            branch = sym[len("heads/"):] if sym.startswith("heads/") and len(sym) > len("heads/") else None
             if branch is not None and names.is_hashed(branch):
                 branch = (tipv.meta.get("name") if tipv else None) or branch
             elif branch is not None:
-                branch = names.decode(branch)
+                branch = _decode(branch)
             meta = tipv.meta if tipv is not None else {}
             # Ref metadata is a display cache written by any client: a value of the wrong
             # type reads as unknown rather than failing the whole listing.

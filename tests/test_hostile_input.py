@@ -540,3 +540,14 @@ def test_append_and_checkout_do_not_retry_a_held_lock_as_a_lost_race(
             child.wait()
             child.stdout.close()  # type: ignore[union-attr]
     assert len(s.log()) == 1
+
+
+def test_listing_survives_a_head_that_names_no_branch(local_store: castore.Store) -> None:
+    local_store.session("app", "alice", "good").append(MSG)
+    local_store.session("app", "alice", "bad").append(MSG)
+    head = local_store.refs.read("sessions/app/alice/bad/HEAD")
+    local_store.refs.swap("sessions/app/alice/bad/HEAD", "ref: HEAD", head, {})
+    infos = {i.session: i for i in local_store.sessions("app")}
+    assert set(infos) == {"good", "bad"} and infos["bad"].branch is None and infos["good"].branch == "main"
+    r = CliRunner().invoke(main, ["--store", local_store.storage.root, "sessions"])
+    assert r.exit_code == 0 and "app/alice/good" in r.stdout
