@@ -551,3 +551,25 @@ def test_listing_survives_a_head_that_names_no_branch(local_store: castore.Store
     assert set(infos) == {"good", "bad"} and infos["bad"].branch is None and infos["good"].branch == "main"
     r = CliRunner().invoke(main, ["--store", local_store.storage.root, "sessions"])
     assert r.exit_code == 0 and "app/alice/good" in r.stdout
+
+
+def test_serve_log_escapes_control_characters_of_the_request_line(local_store: castore.Store) -> None:
+    import socket
+    import threading
+
+    from castore.html.server import make_server
+
+    lines: list[str] = []
+    srv = make_server(castore.open(local_store.storage.root), "127.0.0.1", 0, log=lines.append)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        with socket.create_connection(srv.server_address[:2], timeout=30) as sock:
+            sock.sendall(b"GET /\x1b]52;c;YQ==\x07 HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            while sock.recv(65536):
+                pass
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert lines and all("\x1b" not in line and "\x07" not in line for line in lines), lines
+    assert any("\\x1b]52;c;YQ==\\x07" in line for line in lines), lines

@@ -76,7 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         if self.server.log is not None:
-            self.server.log(f"{self.address_string()} {format % args}")
+            # The request line is the client's text: escape its controls, as the base class does.
+            self.server.log(f"{self.address_string()} {(format % args).translate(self._control_char_table)}")
 
     def _send(self, status: HTTPStatus, body: str, policy: str | None = None, allow: bool = False,
               head: bool = False) -> None:
