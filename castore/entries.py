@@ -46,14 +46,44 @@ def _is_int(value: object) -> bool:
 def check_value(value: Any, what: str) -> None:
     """Check that ``value`` can be stored as it will be read back.
 
-    Lists, tuples and dicts may nest at most :data:`MAX_DEPTH` deep, dict keys must be
-    strings, floats must be finite (NaN and infinities do not survive JSON output and break
-    equality in audits), and a container may not contain itself.
+    Lists, tuples, sets and dicts may nest at most :data:`MAX_DEPTH` deep (a container
+    that holds itself counts as too deep), dict keys must be strings, and floats must be
+    finite (NaN and infinities do not survive JSON output and break equality in audits).
+    Anything else (a datetime, a msgspec struct) is left to the encoder.
 
     Raises:
         InvalidEntry: naming ``what`` and the problem.
     """
-    _walk(value, what, 0, set())
+    # Breadth first, one level at a time: no call per node, and a self-containing value
+    # stops at the depth limit. This runs on every append, hence the C-level extend/map.
+    level = [value]
+    depth = 0
+    while level:
+        deeper: list[Any] = []
+        for v in level:
+            if isinstance(v, dict):
+                if not set(map(type, v)) <= _STR_TYPE:
+                    for k in v:
+                        if not isinstance(k, str):
+                            raise InvalidEntry(f"{what} has a non-string key {_show(k)}")
+                children: Any = v.values()
+            elif isinstance(v, _SEQUENCES):
+                children = v
+            elif isinstance(v, float):
+                if not math.isfinite(v):
+                    raise InvalidEntry(f"{what} holds a non-finite number ({v!r}): only finite numbers can be stored")
+                continue
+            else:
+                continue
+            if depth >= MAX_DEPTH:
+                raise InvalidEntry(f"{what} nests lists or dicts deeper than {MAX_DEPTH} levels")
+            deeper.extend(children)
+        level = deeper
+        depth += 1
+
+
+_STR_TYPE = {str}
+_SEQUENCES = (list, tuple, set, frozenset)
 
 
 def check_state(delta: Mapping[str, Any], author: str = "") -> None:
@@ -68,31 +98,6 @@ def check_state(delta: Mapping[str, Any], author: str = "") -> None:
     for k, v in delta.items():
         _need(isinstance(k, str), "a state key", "a string", k)
         check_value(v, f"state key {k!r}")
-
-
-def _walk(v: Any, what: str, depth: int, path: set[int]) -> None:
-    if v is None or isinstance(v, (str, bytes, bool, int)):
-        return
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise InvalidEntry(f"{what} holds a non-finite number ({v!r}): only finite numbers can be stored")
-        return
-    if isinstance(v, (list, tuple, dict, set, frozenset)):
-        if depth >= MAX_DEPTH:
-            raise InvalidEntry(f"{what} nests lists or dicts deeper than {MAX_DEPTH} levels")
-        if id(v) in path:
-            raise InvalidEntry(f"{what} contains itself")
-        path.add(id(v))
-        if isinstance(v, dict):
-            for k, x in v.items():
-                if not isinstance(k, str):
-                    raise InvalidEntry(f"{what} has a non-string key {_show(k)}")
-                _walk(x, what, depth + 1, path)
-        else:
-            for x in v:
-                _walk(x, what, depth + 1, path)
-        path.discard(id(v))
-    # anything else (a datetime, a msgspec struct) is left to the encoder to accept or refuse
 
 
 @dataclass(frozen=True)
