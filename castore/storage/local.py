@@ -197,7 +197,7 @@ class LocalStorage(Storage):
         self._ensure_dir(os.path.dirname(path))
         deadline = time.monotonic() + LOCK_TIMEOUT
         delay = 0.0005
-        remade = False
+        remade = 0
         while True:
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -211,10 +211,11 @@ class LocalStorage(Storage):
                 continue
             except FileNotFoundError as e:
                 # The folder was pruned by another handle after its last file went: make it
-                # again, once; a folder that cannot be made is not worth spinning on.
-                if remade:
+                # again, a few times; a folder that never holds a file (``/proc``) is not
+                # worth spinning on.
+                if remade >= 5:
                     raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
-                remade = True
+                remade += 1
                 self._made_dirs.discard(os.path.dirname(path))
                 self._ensure_dir(os.path.dirname(path))
                 continue
@@ -423,6 +424,6 @@ def _held_message(lock: str) -> str:
     except OSError:
         owner = []
     who = f"process {owner[0]} on {owner[1]}" if len(owner) >= 2 else "another process"
-    return (f"{lock} is held by {who}, which still holds its lock after {LOCK_TIMEOUT:.0f}s; "
+    return (f"{lock} is held by {who}, which still holds its lock after {LOCK_TIMEOUT:g}s; "
             "wait for that writer to finish or stop it (a lock of a dead process is cleared "
             "by the next writer and by `castore gc`)")
