@@ -9,6 +9,7 @@ that identical content is stored once across every session, and per-call *proven
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -30,9 +31,12 @@ def _need(ok: bool, what: str, expected: str, value: object) -> None:
 
 
 def _show(value: object) -> str:
-    text = repr(value)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    # reprlib: bounded in length and depth (a plain repr of 5,000 nested lists overflows)
+    return f"{_REPR.repr(value)} ({type(value).__name__})"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
 
 
 def _opt_str(value: object) -> bool:
@@ -123,7 +127,7 @@ class Message:
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str) or not self.role:
-            raise InvalidEntry(f"a message needs a non-empty string role, got {self.role!r}")
+            raise InvalidEntry(f"a message needs a non-empty string role, got {_show(self.role)}")
 
     def to_dict(self) -> dict[str, Any]:
         """The message as a plain dict (unset optional fields left out)."""

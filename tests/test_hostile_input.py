@@ -573,3 +573,17 @@ def test_serve_log_escapes_control_characters_of_the_request_line(local_store: c
         srv.server_close()
     assert lines and all("\x1b" not in line and "\x07" not in line for line in lines), lines
     assert any("\\x1b]52;c;YQ==\\x07" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("field", ["role", "name", "tool_calls", "author", "time"])
+def test_a_deep_value_in_a_scalar_field_is_an_invalid_entry_with_a_short_message(
+    local_store: castore.Store, field: str
+) -> None:
+    deep = _nested(5000)
+    s = local_store.session("app", "alice", "s1")
+    with pytest.raises(InvalidEntry, match=field) as info:
+        if field in ("author", "time"):
+            s.append(MSG, **{field: deep})
+        else:
+            s.append({"role": "user", "content": "x", field: deep})
+    assert len(str(info.value)) < 200
