@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -303,16 +304,31 @@ def test_a_lock_file_that_cannot_be_created_is_a_storage_error_not_a_traceback(l
         local_store.storage.swap(f"refs/{long}", b"x", None)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores folder permissions")
+def _without_root_powers() -> list[str]:
+    """A command prefix under which folder permissions apply (root ignores them)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: folder permissions would not apply")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}", "--"]
+
+
 def test_an_unwritable_refs_folder_is_one_cli_error(local_store: castore.Store) -> None:
     local_store.session("app", "alice", "s1").append(MSG)
     heads = Path(local_store.storage.root, "refs", "sessions", "app", "alice", "s1", "heads")
+    cmd = [*_without_root_powers(), sys.executable, "-c", "from castore.cli import main; main()",
+           "--store", local_store.storage.root, "-s", "app/alice/s1", "append", "--role", "user", "x"]
     heads.chmod(0o555)
     try:
-        r = CliRunner().invoke(main, ["--store", local_store.storage.root, "append", "-s", "app/alice/s1", "user", "x"])
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(castore.__file__).parent.parent)})
     finally:
         heads.chmod(0o755)
-    assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "main.lock" in r.stderr
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
+    assert "main.lock" in r.stderr and "Permission denied" in r.stderr
+    assert len(local_store.session("app", "alice", "s1").log()) == 1
 
 
 def test_a_store_in_proc_fails_at_once_with_an_error_line() -> None:
