@@ -340,11 +340,13 @@ def stored_problem(commit: o.Commit, body: Any = None, has_body: bool = False) -
     would have written, or None: for ``castore fsck``, since readers tolerate such objects
     (written by older versions or other tools) rather than fail on them.
     """
+    if commit.kind not in _BODY_KINDS and commit.kind != "state":
+        return None  # an adapter's own kind (a LangGraph checkpoint): its rules, not these
     try:
         _need(math.isfinite(commit.time), "time", "a finite number", commit.time)
         check_value(commit.delta, "state change")
         check_value(commit.meta, "meta")
-        if not has_body or commit.kind not in _BODY_KINDS:
+        if not has_body or commit.kind == "state":
             return None
         check_value(body, f"{commit.kind} body")
         if commit.kind in ("message", "event"):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import objects as o
-from .entries import check_value, stored_problem
+from .entries import stored_problem
 from .errors import CastoreError, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
@@ -237,11 +237,6 @@ def _check_stored(oid: str, obj: Any, bodies: dict[str, Commit], report: FsckRep
         problem = stored_problem(obj)
     elif isinstance(obj, Value) and oid in bodies:
         problem = stored_problem(bodies.pop(oid), obj.value, has_body=True)
-    elif isinstance(obj, (Value, Tree)):
-        try:
-            check_value(obj.value if isinstance(obj, Value) else obj.values, "state value")
-        except CastoreError as e:
-            problem = str(e)
     if problem is not None:
         report.corrupt.append((oid, problem))
 
