@@ -8,6 +8,8 @@ that identical content is stored once across every session, and per-call *proven
 
 from __future__ import annotations
 
+import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -16,6 +18,90 @@ from . import objects as o
 from .errors import InvalidEntry
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+#: how deeply lists and dicts may nest in a stored value (content, details, data, state,
+#: meta); deeper input is refused with :class:`InvalidEntry` rather than overflowing the
+#: encoder's (and every reader's) recursion
+MAX_DEPTH = 100
+
+
+def _need(ok: bool, what: str, expected: str, value: object) -> None:
+    if not ok:
+        raise InvalidEntry(f"{what} must be {expected}, got {_show(value)}")
+
+
+def _show(value: object) -> str:
+    # reprlib: bounded in length and depth (a plain repr of 5,000 nested lists overflows)
+    return f"{_REPR.repr(value)} ({type(value).__name__})"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def _opt_str(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_value(value: Any, what: str) -> None:
+    """Check that ``value`` can be stored as it will be read back.
+
+    Lists, tuples, sets and dicts may nest at most :data:`MAX_DEPTH` deep (a container
+    that holds itself counts as too deep), dict keys must be strings, and floats must be
+    finite (NaN and infinities do not survive JSON output and break equality in audits).
+    Anything else (a datetime, a msgspec struct) is left to the encoder.
+
+    Raises:
+        InvalidEntry: naming ``what`` and the problem.
+    """
+    # Breadth first, one level at a time: no call per node, and a self-containing value
+    # stops at the depth limit. This runs on every append, hence the C-level extend/map.
+    level = [value]
+    depth = 0
+    while level:
+        deeper: list[Any] = []
+        for v in level:
+            if isinstance(v, dict):
+                if not set(map(type, v)) <= _STR_TYPE:
+                    for k in v:
+                        if not isinstance(k, str):
+                            raise InvalidEntry(f"{what} has a non-string key {_show(k)}")
+                children: Any = v.values()
+            elif isinstance(v, _SEQUENCES):
+                children = v
+            elif isinstance(v, float):
+                if not math.isfinite(v):
+                    raise InvalidEntry(f"{what} holds a non-finite number ({v!r}): only finite numbers can be stored")
+                continue
+            else:
+                continue
+            if depth >= MAX_DEPTH:
+                raise InvalidEntry(f"{what} nests lists or dicts deeper than {MAX_DEPTH} levels")
+            deeper.extend(children)
+        level = deeper
+        depth += 1
+
+
+_STR_TYPE = {str}
+_SEQUENCES = (list, tuple, set, frozenset)
+
+
+def check_state(delta: Mapping[str, Any], author: str = "") -> None:
+    """Check a state change given directly to a scope (app or user state).
+
+    Raises:
+        InvalidEntry: ``delta`` is not a mapping with string keys and storable values, or
+            ``author`` is not a string.
+    """
+    _need(isinstance(delta, Mapping), "a state change", "a mapping", delta)
+    _need(isinstance(author, str), "author", "a string", author)
+    for k, v in delta.items():
+        _need(isinstance(k, str), "a state key", "a string", k)
+        check_value(v, f"state key {k!r}")
 
 
 @dataclass(frozen=True)
@@ -41,7 +127,7 @@ class Message:
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str) or not self.role:
-            raise InvalidEntry(f"a message needs a non-empty string role, got {self.role!r}")
+            raise InvalidEntry(f"a message needs a non-empty string role, got {_show(self.role)}")
 
     def to_dict(self) -> dict[str, Any]:
         """The message as a plain dict (unset optional fields left out)."""
@@ -124,10 +210,13 @@ class Event:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.author, str):
-            raise InvalidEntry(f"an event's author must be a string, got {self.author!r}")
+        _need(isinstance(self.author, str), "an event's author", "a string", self.author)
+        _need(self.message is None or isinstance(self.message, Message), "an event's message",
+              "a Message or None", self.message)
         if not isinstance(self.state_delta, dict) or not all(isinstance(k, str) for k in self.state_delta):
             raise InvalidEntry("state_delta must be a dict with string keys")
+        if not isinstance(self.meta, dict) or not all(isinstance(k, str) for k in self.meta):
+            raise InvalidEntry("an event's meta must be a dict with string keys")
 
 
 @dataclass(frozen=True)
@@ -143,6 +232,11 @@ class Compaction:
     tokens_before: int = 0
     details: Any = None
 
+    def __post_init__(self) -> None:
+        _need(isinstance(self.summary, str), "Compaction.summary", "a string", self.summary)
+        _need(_opt_str(self.first_kept), "Compaction.first_kept", "a commit id string or None", self.first_kept)
+        _need(_is_int(self.tokens_before), "Compaction.tokens_before", "an integer", self.tokens_before)
+
 
 @dataclass(frozen=True)
 class BranchSummary:
@@ -152,6 +246,10 @@ class BranchSummary:
     summary: str
     from_id: str | None = None
     details: Any = None
+
+    def __post_init__(self) -> None:
+        _need(isinstance(self.summary, str), "BranchSummary.summary", "a string", self.summary)
+        _need(_opt_str(self.from_id), "BranchSummary.from_id", "a commit id string or None", self.from_id)
 
 
 @dataclass(frozen=True)
@@ -163,6 +261,10 @@ class ModelChange:
     provider: str | None = None
     thinking_level: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("model", "provider", "thinking_level"):
+            _need(_opt_str(getattr(self, name)), f"ModelChange.{name}", "a string or None", getattr(self, name))
+
 
 @dataclass(frozen=True)
 class Custom:
@@ -171,6 +273,9 @@ class Custom:
     kind: ClassVar[str] = "custom"
     type: str
     data: Any = None
+
+    def __post_init__(self) -> None:
+        _need(isinstance(self.type, str), "Custom.type", "a string", self.type)
 
 
 EntryType = Message | Event | Compaction | BranchSummary | ModelChange | Custom
@@ -198,21 +303,61 @@ def body_of(entry: EntryType) -> dict[str, Any] | None:
 
 
 def entry_from(kind: str, body: Any, author: str, delta: dict[str, Any], meta: dict[str, Any]) -> EntryType:
-    """Rebuild a typed entry from its stored parts. Unknown kinds become :class:`Custom`."""
+    """Rebuild a typed entry from its stored parts. Unknown kinds become :class:`Custom`.
+
+    A stored body whose fields have the wrong types (written before they were checked, or
+    by another tool) is read as a :class:`Custom` of its kind holding the body verbatim,
+    so that one odd entry never makes a history unreadable.
+
+    Raises:
+        InvalidEntry: a message body without a usable role.
+    """
     b = body if isinstance(body, dict) else {}
     if kind == "message":
         return Message.from_dict(b)
-    if kind == "event":
-        return Event(author=author, message=Message.from_dict(b) if b else None, state_delta=dict(delta), meta=dict(meta))
-    if kind == "compaction":
-        return Compaction(b.get("summary", ""), b.get("first_kept"), b.get("tokens_before", 0), b.get("details"))
-    if kind == "branch_summary":
-        return BranchSummary(b.get("summary", ""), b.get("from_id"), b.get("details"))
-    if kind == "model_change":
-        return ModelChange(b.get("model"), b.get("provider"), b.get("thinking_level"))
-    if kind == "custom":
-        return Custom(b.get("type", ""), b.get("data"))
+    try:
+        if kind == "event":
+            return Event(author=author, message=Message.from_dict(b) if b else None,
+                         state_delta=dict(delta), meta=dict(meta))
+        if kind == "compaction":
+            return Compaction(b.get("summary", ""), b.get("first_kept"), b.get("tokens_before", 0), b.get("details"))
+        if kind == "branch_summary":
+            return BranchSummary(b.get("summary", ""), b.get("from_id"), b.get("details"))
+        if kind == "model_change":
+            return ModelChange(b.get("model"), b.get("provider"), b.get("thinking_level"))
+        if kind == "custom" and isinstance(b.get("type", ""), str):
+            return Custom(b.get("type", ""), b.get("data"))
+    except InvalidEntry:
+        pass
     return Custom(kind, body)
+
+
+_BODY_KINDS = ("message", "event", "compaction", "branch_summary", "model_change", "custom")
+
+
+def stored_problem(commit: o.Commit, body: Any = None, has_body: bool = False) -> str | None:
+    """Why a stored commit (and its body, when ``has_body``) is not what :func:`prepare`
+    would have written, or None: for ``castore fsck``, since readers tolerate such objects
+    (written by older versions or other tools) rather than fail on them.
+    """
+    if commit.kind not in _BODY_KINDS and commit.kind != "state":
+        return None  # an adapter's own kind (a LangGraph checkpoint): its rules, not these
+    try:
+        _need(math.isfinite(commit.time), "time", "a finite number", commit.time)
+        check_value(commit.delta, "state change")
+        check_value(commit.meta, "meta")
+        if not has_body or commit.kind == "state":
+            return None
+        check_value(body, f"{commit.kind} body")
+        if commit.kind in ("message", "event"):
+            if commit.kind == "message" or body is not None:
+                _check_message(Message.from_dict(body), f"{commit.kind} message")
+        elif isinstance(entry_from(commit.kind, body, "", {}, {}), Custom) and (
+                commit.kind != "custom" or not isinstance(body, dict) or not isinstance(body.get("type", ""), str)):
+            return f"its {commit.kind} body has fields of the wrong types: {_show(body)}"
+    except InvalidEntry as e:
+        return str(e)
+    return None
 
 
 def entry_fields(entry: EntryType) -> dict[str, Any]:
@@ -275,15 +420,23 @@ class Prepared:
 
 def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | None = None,
             state_delta: Mapping[str, Any] | None = None, at: float | None = None) -> Prepared:
-    """Split an entry into body, provenance and per-scope state changes; encode-check all.
+    """Split an entry into body, provenance and per-scope state changes; check all of it.
 
     ``temp:`` keys are set aside (never stored); ``app:`` and ``user:`` keys go to their
-    scopes without the prefix; a value of :data:`DELETE` becomes an unset.
+    scopes without the prefix; a value of :data:`DELETE` becomes an unset. Everything that
+    will be stored is checked here, before anything is written: field types, the author
+    and time, string keys, finite numbers, nesting depth (see :func:`check_value`), and that
+    msgpack can encode it.
 
     Raises:
-        InvalidEntry: not an entry, or something in it msgpack cannot encode.
+        InvalidEntry: not an entry, or a field that cannot be stored as given (the message
+            names the field).
     """
     e = coerce(entry)
+    if isinstance(e, Message):
+        _check_message(e, "message")
+    elif isinstance(e, Event) and e.message is not None:
+        _check_message(e.message, "event message")
     body = body_of(e)
     if isinstance(e, Event):
         author_, meta_, delta_in = e.author, dict(e.meta), dict(e.state_delta)
@@ -291,16 +444,28 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
         author_ = e.role if isinstance(e, Message) else ""
         meta_, delta_in = {}, {}
     if author is not None:
+        _need(isinstance(author, str), "author", "a string", author)
         author_ = author
+    if at is not None:
+        _need(isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at),
+              "time", "a finite number of seconds since the epoch", at)
+        at = float(at)
     if meta:
+        _need(isinstance(meta, Mapping), "meta", "a mapping", meta)
         meta_.update(meta)
     if state_delta:
+        _need(isinstance(state_delta, Mapping), "state_delta", "a mapping", state_delta)
         delta_in.update(state_delta)
+    if isinstance(body, dict):
+        for k, v in body.items():
+            check_value(v, f"{e.kind} field {k!r}")
+    for k, v in meta_.items():
+        _need(isinstance(k, str), "a meta key", "a string", k)
+        check_value(v, f"meta[{k!r}]")
     parts: dict[str, tuple[dict[str, Any], list[str]]] = {"": ({}, []), "app:": ({}, []), "user:": ({}, [])}
     temp: dict[str, Any] = {}
     for k, v in delta_in.items():
-        if not isinstance(k, str):
-            raise InvalidEntry(f"state keys must be strings, got {k!r}")
+        _need(isinstance(k, str), "a state key", "a string", k)
         if k.startswith("temp:"):
             temp[k] = v
             continue
@@ -309,6 +474,7 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
         if v is DELETE:
             parts[scope][1].append(key)
         else:
+            check_value(v, f"state key {k!r}")
             parts[scope][0][key] = v
     # Encode now, so that bad input fails before anything is written.
     o.pack(body)
@@ -318,6 +484,16 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
     return Prepared(e.kind, body, author_, meta_, parts[""][0], tuple(parts[""][1]),
                     parts["app:"][0], tuple(parts["app:"][1]), parts["user:"][0],
                     tuple(parts["user:"][1]), temp, at)
+
+
+def _check_message(m: Message, what: str) -> None:
+    """The fields of a message that readers rely on have their documented types."""
+    _need(m.tool_calls is None or (isinstance(m.tool_calls, (list, tuple))
+                                   and all(isinstance(c, dict) for c in m.tool_calls)),
+          f"{what} tool_calls", "a list of dicts or None", m.tool_calls)
+    _need(_opt_str(m.tool_call_id), f"{what} tool_call_id", "a string or None", m.tool_call_id)
+    _need(_opt_str(m.name), f"{what} name", "a string or None", m.name)
+    _need(isinstance(m.extra, dict), f"{what} extra", "a dict", m.extra)
 
 
 @dataclass(frozen=True)

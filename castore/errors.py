@@ -129,8 +129,24 @@ class RefConflict(CastoreError):
         self.actual = actual
 
 
-class RefLocked(RefConflict):
-    """A local ref is locked by another live writer and the wait ran out."""
+class RefLocked(CastoreError):
+    """A local ref is locked by another live writer and the wait ran out.
+
+    Not a :class:`RefConflict`: nothing was lost to a rival, and retrying at once would
+    only wait again, so the retry loops that handle lost races let it through. The
+    message names the lock file, its owner and what to do.
+
+    Attributes:
+        ref: the ref (or storage path) whose lock is held.
+        expected, actual: as on :class:`RefConflict` (None: not known).
+    """
+
+    def __init__(self, ref: str, expected: str | None = None, actual: str | None = None,
+                 message: str | None = None) -> None:
+        super().__init__(message or f"ref {ref!r} is locked by another writer")
+        self.ref = ref
+        self.expected = expected
+        self.actual = actual
 
 
 class RevisionNotFound(CastoreError, KeyError):

@@ -590,6 +590,9 @@ def split_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
     steps: list[tuple[str, int]] = []
     for part in re.findall(r"[~^]\d*", suffix):
         op, num = part[0], part[1:]
+        if len(num) > 18:  # more steps than any history has (and int() refuses 4,300+ digits)
+            shown = rev if len(rev) <= 60 else rev[:40] + "..." + rev[-8:]
+            raise RevisionNotFound(shown, "no history is that deep")
         steps.append((op, int(num) if num else 1))
     return base, steps
 

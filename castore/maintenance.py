@@ -24,6 +24,7 @@ from typing import Any
 
 from . import objects as o
 from .branches import HEADS, head_segment, parse_ref_name, real_name
+from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
@@ -208,6 +209,7 @@ def _walk(store: Store, report: FsckReport | None,
           progress: Callable[[int], None] | None = None) -> set[str]:
     """Every reachable id; with ``report``, damage is recorded there instead of raised."""
     seen: set[str] = set()
+    bodies: dict[str, Commit] = {}  # body id -> a commit naming it (fsck checks the pair)
     todo: deque[_Todo] = deque(_roots(store, report))
     while todo:
         batch: dict[str, _Todo] = {}
@@ -240,10 +242,26 @@ def _walk(store: Store, report: FsckReport | None,
                     report.bad_refs.append((src[4:], f"names {oid}, a {found}, not a {wanted}"))
                 else:
                     report.corrupt.append((oid, f"is a {found} where {src} needs a {wanted}"))
+            if report is not None:
+                _check_stored(oid, obj, bodies, report)
             todo.extend((child, oid, k) for child, k in _links(obj) if child not in seen)
         if progress is not None:
             progress(len(seen))
     return seen
+
+
+def _check_stored(oid: str, obj: Any, bodies: dict[str, Commit], report: FsckReport) -> None:
+    """Report a commit, or a body with its commit, that holds what an append refuses
+    (wrong field types, non-finite numbers, nesting too deep): readers tolerate them."""
+    problem = None
+    if isinstance(obj, Commit):
+        if obj.body is not None:
+            bodies[o.hex_id(obj.body)] = obj
+        problem = stored_problem(obj)
+    elif isinstance(obj, Value) and oid in bodies:
+        problem = stored_problem(bodies.pop(oid), obj.value, has_body=True)
+    if problem is not None:
+        report.corrupt.append((oid, problem))
 
 
 def reachable(store: Store, report: FsckReport | None = None,

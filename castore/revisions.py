@@ -78,7 +78,7 @@ def resolve_name(session: Session, name: str) -> ObjectId | None:
 
     Raises:
         AmbiguousRevision: a short id matches several commits.
-        RevisionNotFound: an id names an object that is not a commit, or HEAD has no entries.
+        RevisionNotFound: HEAD has no entries.
         SessionNotFound: ``HEAD`` of a session that does not exist.
     """
     if name == "HEAD":
@@ -117,9 +117,11 @@ def resolve_name(session: Session, name: str) -> ObjectId | None:
             raise AmbiguousRevision(name, commits) from None
         except RevisionNotFound:
             return None
-        if not is_commit(session, cid):
-            raise RevisionNotFound(name, "that object is not a commit")
-        _check_owned(session, name, cid)
+        # An object that is not a commit of this session answers exactly as an unknown id:
+        # body ids are hashes of guessable text, and saying "not a commit" (or "not yours")
+        # would tell anyone whether some tenant stored that text.
+        if not is_commit(session, cid) or not owns(session, cid):
+            return None
         return cid
     return None
 
@@ -154,7 +156,3 @@ def owns(session: Session, cid: str) -> bool:
     # an overwritten tip the reflog keeps is still this session's
     return any(history.is_ancestor(cid, tip) for tip in session.reflog_tips())
 
-
-def _check_owned(session: Session, rev: str, cid: str) -> None:
-    if not owns(session, cid):
-        raise RevisionNotFound(rev, "no commit of this session has that id")

@@ -52,6 +52,7 @@ from .entries import (
     Message,
     ModelChange,
     Prepared,
+    check_value,
     entry_from,
     prepare,
 )
@@ -212,9 +213,11 @@ class Session:
         """Replace the session metadata (creates HEAD if the session is new).
 
         Raises:
+            InvalidEntry: ``info`` holds something that cannot be stored (nothing is written).
             RefContended: HEAD kept changing (see :class:`~castore.branches.RetryPolicy`).
             StorageError.
         """
+        check_value(dict(info), "session info")
         self.store.init()
 
         def attempt(_: int) -> None:

@@ -8,6 +8,7 @@ behind it raises :class:`~castore.errors.StoreNotFound`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from .branches import (
     session_prefix,
     valid_segment,
 )
+from .entries import check_state
 from .errors import (
     CastoreError,
     CorruptRef,
@@ -249,6 +251,9 @@ class Store:
                 if branch == segs[h] and tipv is not None:
                     branch = real_name(segs[h], tipv.meta)
             meta = tipv.meta if tipv is not None else {}
+            # Ref metadata is a display cache written by any client: a value of the wrong
+            # type reads as unknown rather than failing the whole listing.
+            info = v.meta.get("info", {})
             out.append(
                 SessionInfo(
                     # names come from the keys; HEAD's copy only fills in a digest it matches
@@ -257,9 +262,9 @@ class Store:
                     session=real_name(sseg, {"name": nm.get("session")}),
                     head=head,
                     branch=branch,
-                    updated=float(meta.get(META_TIME, v.meta.get(META_TIME, 0.0))),
-                    entries=int(meta.get(META_LENGTH, 0)),
-                    info=v.meta.get("info", {}),
+                    updated=_number(meta.get(META_TIME, v.meta.get(META_TIME)), 0.0),
+                    entries=int(_number(meta.get(META_LENGTH), 0)),
+                    info=info if isinstance(info, dict) else {},
                 )
             )
         out.sort(key=lambda s: s.updated, reverse=True)
@@ -356,6 +361,8 @@ class Store:
         Raises:
             InvalidName, InvalidEntry, StorageError.
         """
+        for delta, _unset in changes:
+            check_state(delta, author)
         self.init()
         ref = scope_ref(app, user)
         return self._scope_chain(ref, self.refs.read(ref), changes, author)
@@ -505,3 +512,10 @@ class ConfigContended(CastoreError):
 
 
 __all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "ObjectId", "RefValue", "Session"]
+
+
+def _number(value: object, default: float) -> float:
+    """``value`` as a finite float if it is a real number, else ``default``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return default

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..entries import Custom, Message
+from ..errors import InvalidEntry
 from ..session import LogEntry, Session
 from ..store import Store
 
@@ -112,11 +113,17 @@ class CastoreSession:
                 0: none; negative: all, as in the SDK's ``SQLiteSession``).
 
         Raises:
+            InvalidEntry: ``limit`` (or the settings' limit) is not a whole number or None.
             IntegrityError, StorageError.
         """
+        what = "limit"
         if limit is None and self.session_settings is not None:
             settings = self.session_settings
             limit = settings.get("limit") if isinstance(settings, Mapping) else getattr(settings, "limit", None)
+            what = "session_settings.limit"
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            # checked here: the window widening below would report another number than given
+            raise InvalidEntry(f"{what} must be a whole number or None, not {limit!r}")
         return await asyncio.to_thread(self._items, limit)
 
     def _items(self, limit: int | None) -> list[Any]:

@@ -59,8 +59,11 @@ def _state(ctx: click.Context) -> CliState:
 
 # -- errors ----------------------------------------------------------------------------
 def error_line(exc: BaseException) -> str:
-    """The one-line message for a library error (newlines folded)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """The one-line message for a library error (newlines folded, controls escaped: an
+    error may quote a name or a ref read from a remote)."""
+    from .render import safe  # render imports this module
+
+    return safe(" ".join(str(exc).split())) or type(exc).__name__
 
 
 @contextmanager

@@ -143,14 +143,14 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
                     "entries2": [r.commit_json(e, refs) for e in d["entries2"]]})
         return
     click.echo(f"common ancestor: {r.short(d['base']) if d['base'] else '(none)'}")
-    changes = ([click.style(f"+ {k} = {r.fmt_value(v)}", fg="green") for k, v in d["added"].items()]
-               + [click.style(f"- {k} = {r.fmt_value(v)}", fg="red") for k, v in d["removed"].items()]
-               + [f"~ {k}: {r.fmt_value(a)} -> {r.fmt_value(b)}" for k, (a, b) in d["changed"].items()])
+    changes = ([click.style(f"+ {r.safe(k)} = {r.fmt_value(v)}", fg="green") for k, v in d["added"].items()]
+               + [click.style(f"- {r.safe(k)} = {r.fmt_value(v)}", fg="red") for k, v in d["removed"].items()]
+               + [f"~ {r.safe(k)}: {r.fmt_value(a)} -> {r.fmt_value(b)}" for k, (a, b) in d["changed"].items()])
     click.echo("state:" + ("" if changes else " no change"))
     for c in changes:
         click.echo("  " + c)
     for label, rev, entries in (("only on", rev1, d["entries1"]), ("only on", rev2, d["entries2"])):
-        click.echo(f"{label} {rev} ({len(entries)}):")
+        click.echo(f"{label} {r.safe(rev)} ({len(entries)}):")
         for e in entries:
             click.echo("  " + r.oneline(e, refs))
 
@@ -189,7 +189,7 @@ def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages
     for m in messages:
         if isinstance(m, dict) and m.get("role"):
             msg = Message.from_dict(m)
-            click.echo(click.style(f"[{msg.role}]", bold=True) + " " + r.message_text(msg))
+            click.echo(click.style(f"[{r.safe(msg.role)}]", bold=True) + " " + r.safe_block(r.message_text(msg)))
         else:
             click.echo(r.fmt_value(m))
     note(f"({len(messages)} messages" + (f", ~{tokens} tokens" if tokens is not None else "")

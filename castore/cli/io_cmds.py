@@ -18,6 +18,7 @@ from .common import (
     print_json,
     split_key,
 )
+from .render import safe
 
 _DEFAULT_APP, _DEFAULT_USER = "pi", "local"
 
@@ -67,7 +68,7 @@ def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip
         r = import_session(store, path, app=app, user=user, session_id=sid, skip_bad_lines=skip_bad_lines)
         key = format_key(*r.key)
         for line, reason in r.skipped:
-            note(f"{path}:{line}: skipped: {reason}")
+            note(f"{path}:{line}: skipped: {safe(reason)}")
         if as_json:
             doc = dataclasses.asdict(r)
             doc["session"] = key
@@ -79,7 +80,7 @@ def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip
             extra += f", upgraded from v{r.upgraded_from}" if r.upgraded_from else ""
             extra += f", {len(r.skipped)} skipped" if r.skipped else ""
             head = r.head[:8] if r.head else "(no entries)"
-            click.echo(f"{key}: {r.entries} entries, HEAD {head}{extra}")
+            click.echo(f"{safe(key)}: {r.entries} entries, HEAD {head}{extra}")
     if as_json:
         print_json(docs)
 

@@ -10,6 +10,7 @@ from .. import maintenance
 from ..errors import CastoreError
 from ..maintenance import FsckReport, GcReport
 from .common import json_option, note, open_store, print_json
+from .render import safe
 
 _FSCK_SCHEMA = (
     '{"ok": bool, "objects": n, "refs": n, "reachable": n, "missing": [{"id", "from"}], '
@@ -44,7 +45,7 @@ def _render_fsck(r: FsckReport) -> None:
     ]
     for title, lines in sections:
         for line in lines[:_SHOWN]:
-            click.echo(f"{title}: {line}")
+            click.echo(f"{title}: {safe(line)}")
         if len(lines) > _SHOWN:
             click.echo(f"{title}: ... and {len(lines) - _SHOWN} more (see --json)")
     if r.stale_temps:
@@ -94,7 +95,7 @@ def _render_gc(r: GcReport, grace: str) -> None:
     if r.kept_young:
         click.echo(f"kept {r.kept_young} unreachable objects younger than {grace} (a writer may still need them)")
     for lock in r.locks_cleared:
-        click.echo(f"cleared stale lock {lock}")
+        click.echo(f"cleared stale lock {safe(lock)}")
     if r.temps_cleared:
         click.echo(f"removed {len(r.temps_cleared)} temporary files left by cut-short writes")
 

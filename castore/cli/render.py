@@ -39,6 +39,35 @@ def plain(text: str, **_: Any) -> str:
     return text
 
 
+# -- terminal safety -----------------------------------------------------------------------
+# What a model wrote (and names, authors, keys from any client) reaches the reader's terminal:
+# ESC starts colour and OSC sequences (OSC 52 writes the clipboard), CR and backspace
+# overwrite what was shown, C1 controls act as ESC on some terminals, and bidi overrides
+# reorder text. Like git quoting a path, human output shows them as visible escapes.
+_NAMED = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+          }
+_UNSAFE = [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F,
+           *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_LINE = {c: _NAMED.get(c) or (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _UNSAFE}
+_BLOCK = {c: v for c, v in _LINE.items() if c not in (0x09, 0x0A)}
+
+
+def safe(text: object) -> str:
+    """``text`` for one line of human output: every control character (C0 including
+    newline and tab, DEL, C1) and every bidi control written as a visible escape
+    (``\\x1b``, ``\\r``, ``\\x9b``, ``\\u202e``). Other text, backslashes included, is kept.
+
+    Apply it to data (names, authors, keys, message text), never to castore's own colour
+    codes: ``style(safe(name), fg="green")``. ``--json`` output is not escaped this way.
+    """
+    return str(text).translate(_LINE)
+
+
+def safe_block(text: object) -> str:
+    """Like :func:`safe`, for multi-line text: newlines and tabs are kept as they are."""
+    return str(text).translate(_BLOCK)
+
+
 # -- small pieces --------------------------------------------------------------------------
 def short(oid: str | None) -> str:
     """The short form of an id (8 hex characters)."""
@@ -51,8 +80,8 @@ def fmt_time(t: float) -> str:
 
 
 def fmt_value(v: Any) -> str:
-    """A state value on one line, as JSON."""
-    return json.dumps(o.to_builtins(v), ensure_ascii=False, sort_keys=True)
+    """A state value on one line, as JSON (terminal-safe: see :func:`safe`)."""
+    return safe(json.dumps(o.to_builtins(v), ensure_ascii=False, sort_keys=True))
 
 
 def one_line(text: str, width: int = 72) -> str:
@@ -84,36 +113,39 @@ def message_text(m: Message) -> str:
 
 def _message_label(m: Message) -> str:
     if m.role == "tool" and m.name:
-        return f"tool {m.name}"
-    return m.role
+        return f"tool {safe(m.name)}"
+    return safe(m.role)
 
 
 def delta_text(delta: Mapping[str, Any], unset: Sequence[str] = ()) -> str:
     """``{key=value, -gone}``, or empty when nothing changed."""
-    items = [f"{k}={fmt_value(v)}" for k, v in delta.items()] + [f"-{k}" for k in unset]
+    items = [f"{safe(k)}={fmt_value(v)}" for k, v in delta.items()] + [f"-{safe(k)}" for k in unset]
     return "{" + ", ".join(items) + "}" if items else ""
 
 
 def summary(e: LogEntry, width: int = 72) -> str:
-    """One line saying what the entry is: ``role: text``, ``author: text {key=value}``, ..."""
+    """One line saying what the entry is: ``role: text``, ``author: text {key=value}``, ...
+
+    Terminal-safe (see :func:`safe`): whitespace is folded, other controls escaped.
+    """
     entry = e.entry
     if isinstance(entry, Message):
-        text = f"{_message_label(entry)}: {message_text(entry)}"
+        text = f"{_message_label(entry)}: {safe_block(message_text(entry))}"
     elif isinstance(entry, Event):
-        said = message_text(entry.message) if entry.message is not None else "(event)"
-        text = f"{entry.author or 'event'}: {said}"
+        said = safe_block(message_text(entry.message)) if entry.message is not None else "(event)"
+        text = f"{safe(entry.author) or 'event'}: {said}"
     elif isinstance(entry, Compaction):
-        text = f"compaction: {entry.summary}"
+        text = f"compaction: {safe_block(entry.summary)}"
     elif isinstance(entry, BranchSummary):
-        text = f"branch summary: {entry.summary}"
+        text = f"branch summary: {safe_block(entry.summary)}"
     elif isinstance(entry, ModelChange):
-        text = f"model -> {entry.model or '?'}" + (f" ({entry.provider})" if entry.provider else "")
+        text = f"model -> {safe(entry.model or '?')}" + (f" ({safe(entry.provider)})" if entry.provider else "")
     elif isinstance(entry, Custom) and e.kind == "custom":
-        text = f"custom {entry.type}"
+        text = f"custom {safe(entry.type)}"
     elif isinstance(entry, Custom):  # a commit kind of an adapter's (a LangGraph checkpoint...)
-        text = f"{e.kind} by {e.author}" if e.author else e.kind
+        text = f"{safe(e.kind)} by {safe(e.author)}" if e.author else safe(e.kind)
     else:
-        text = e.kind
+        text = safe(e.kind)
     changes = delta_text(e.delta, e.unset)
     out = one_line(text, width)
     return f"{out} {changes}" if changes else out
@@ -145,11 +177,11 @@ class Refs:
         if r["head"]:
             if self.branch is not None and self.branch in branches:
                 branches.remove(self.branch)
-                parts.append(style("HEAD -> ", fg="cyan", bold=True) + style(self.branch, fg="green", bold=True))
+                parts.append(style("HEAD -> ", fg="cyan", bold=True) + style(safe(self.branch), fg="green", bold=True))
             else:
                 parts.append(style("HEAD", fg="cyan", bold=True))
-        parts += [style(b, fg="green", bold=True) for b in branches]
-        parts += [style(f"tag: {n}", fg="yellow", bold=True) for n in r["labels"]]
+        parts += [style(safe(b), fg="green", bold=True) for b in branches]
+        parts += [style(f"tag: {safe(n)}", fg="yellow", bold=True) for n in r["labels"]]
         return "(" + ", ".join(parts) + ")" if parts else ""
 
 
@@ -228,41 +260,41 @@ def object_json(oid: str, obj: Any) -> dict[str, Any]:
 # -- text blocks ---------------------------------------------------------------------------
 def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> list[str]:
     """One line per session: key, entry count, branch, last activity."""
-    keys = [format_key(s.app, s.user, s.session) for s in infos]
+    keys = [safe(format_key(s.app, s.user, s.session)) for s in infos]
     w = max((len(k) for k in keys), default=0)
     out = []
     for k, s in zip(keys, infos, strict=True):
-        branch = s.branch if s.branch is not None else f"(detached at {short(s.head)})"
+        branch = safe(s.branch) if s.branch is not None else f"(detached at {short(s.head)})"
         out.append(f"{style(k.ljust(w), bold=True)}  {s.entries:>6} entries  "
                    f"{style(branch, fg='green')}  {fmt_time(s.updated)}")
     return out
 
 
 def body_lines(e: LogEntry) -> list[str]:
-    """The entry's full content, for ``show`` and the long ``log`` format."""
+    """The entry's full content, for ``show`` and the long ``log`` format (terminal-safe)."""
     entry = e.entry
     if isinstance(entry, Message):
-        head = f"[{_message_label(entry)}]" + (f" (answers {entry.tool_call_id})" if entry.tool_call_id else "")
-        return [head, *message_text(entry).splitlines()]
+        head = f"[{_message_label(entry)}]" + (f" (answers {safe(entry.tool_call_id)})" if entry.tool_call_id else "")
+        return [head, *safe_block(message_text(entry)).splitlines()]
     if isinstance(entry, Event):
         if entry.message is None:
-            return [f"[event by {entry.author}]"]
-        return [f"[{entry.author or entry.message.role}]", *message_text(entry.message).splitlines()]
+            return [f"[event by {safe(entry.author)}]"]
+        return [f"[{safe(entry.author or entry.message.role)}]", *safe_block(message_text(entry.message)).splitlines()]
     if isinstance(entry, Compaction):
-        return [f"[compaction: keeps from {short(entry.first_kept)}, {entry.tokens_before} tokens before]",
-                *entry.summary.splitlines()]
+        return [f"[compaction: keeps from {safe(short(entry.first_kept))}, {entry.tokens_before} tokens before]",
+                *safe_block(entry.summary).splitlines()]
     if isinstance(entry, BranchSummary):
-        return [f"[branch summary of {short(entry.from_id)}]", *entry.summary.splitlines()]
+        return [f"[branch summary of {safe(short(entry.from_id))}]", *safe_block(entry.summary).splitlines()]
     if isinstance(entry, ModelChange):
-        return [f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip()]
+        return [safe(f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip())]
     if isinstance(entry, Custom):
-        return [f"[custom {entry.type}]", fmt_value(entry.data)]
-    return [f"[{e.kind}]"]
+        return [f"[custom {safe(entry.type)}]", fmt_value(entry.data)]
+    return [f"[{safe(e.kind)}]"]
 
 
 def state_change_lines(delta: Mapping[str, Any], unset: Sequence[str]) -> list[str]:
     """``+ key = value`` and ``- key`` lines."""
-    return [f"+ {k} = {fmt_value(v)}" for k, v in delta.items()] + [f"- {k}" for k in unset]
+    return [f"+ {safe(k)} = {fmt_value(v)}" for k, v in delta.items()] + [f"- {safe(k)}" for k in unset]
 
 
 def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = click.style) -> list[str]:
@@ -272,7 +304,7 @@ def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = 
     lines = [style(f"commit {cid}", fg="yellow") + (f" {deco}" if deco else "")]
     if full:
         lines.append("Parents: " + (" ".join(e.parents) if e.parents else "(root)"))
-    lines.append(f"Kind:    {e.kind}" + (f" by {e.author}" if e.author else ""))
+    lines.append(f"Kind:    {safe(e.kind)}" + (f" by {safe(e.author)}" if e.author else ""))
     lines.append(f"Date:    {fmt_time(e.time)}")
     if full and e.meta:
         lines.append("Meta:    " + fmt_value(dict(e.meta)))
@@ -423,6 +455,8 @@ def context_messages(result: Iterable[Any]) -> list[dict[str, Any]]:
 
 __all__ = [
     "Refs",
+    "safe",
+    "safe_block",
     "plain",
     "short",
     "fmt_time",

@@ -13,7 +13,7 @@ from ..errors import InvalidEntry
 from ..session import Session
 from ..store import Store
 from .common import format_key, json_option, note, pass_session, print_json, store_url
-from .render import Refs, short
+from .render import Refs, safe, short
 
 
 @click.command("init")
@@ -165,12 +165,14 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
             "branches": [{"name": b, "commit": c, "current": b == current} for b, c in branches.items()],
         })
         return
-    width = max((len(b) for b in branches), default=0)
+    shown_names = {b: safe(b) for b in branches}
+    width = max((len(b) for b in shown_names.values()), default=0)
     if current is None:
         click.echo(f"* {click.style(f'(HEAD detached at {short(head)})', fg='red')}")
     for b, c in branches.items():
         mark = "*" if b == current else " "
-        shown = click.style(b.ljust(width), fg="green") if b == current else b.ljust(width)
+        name = shown_names[b].ljust(width)
+        shown = click.style(name, fg="green") if b == current else name
         click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}")
 
 
@@ -197,9 +199,10 @@ def labels_cmd(session: Session, as_json: bool) -> None:
     if as_json:
         print_json({"labels": [{"name": n, "commit": c} for n, c in labels.items()]})
         return
-    width = max((len(n) for n in labels), default=0)
+    shown = {n: safe(n) for n in labels}
+    width = max((len(n) for n in shown.values()), default=0)
     for n, c in labels.items():
-        click.echo(f"{n.ljust(width)}  {click.style(short(c), fg='yellow')}")
+        click.echo(f"{shown[n].ljust(width)}  {click.style(short(c), fg='yellow')}")
 
 
 @click.command("fork")

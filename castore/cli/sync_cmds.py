@@ -14,6 +14,7 @@ from .. import sync
 from ..errors import CastoreError
 from ..store import Store
 from .common import CliState, json_option, note, open_store, print_json, split_key
+from .render import safe
 
 _SCHEMA = (
     '{"objects_sent": n, "bytes_sent": n, "refs_updated": [ref], "refs_refused": '
@@ -108,17 +109,17 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
         note(f"{verb} {where}: {report.objects_sent} objects ({size}), {len(report.refs_updated)} refs updated, "
              f"{report.refs_up_to_date} up to date")
         for ref in report.refs_updated:
-            click.echo(f"updated  {ref}")
+            click.echo(f"updated  {safe(ref)}")
         for ref in report.refs_kept_as_remote:
-            click.echo(f"kept     {ref}")
-            note(f"both sides moved: the remote tip is kept as {ref}; nothing was overwritten")
+            click.echo(f"kept     {safe(ref)}")
+            note(f"both sides moved: the remote tip is kept as {safe(ref)}; nothing was overwritten")
         for ref, old, new in report.refs_forced:
-            click.echo(f"forced   {ref}  {old[:12]} -> {new[:12]}")
-            note(f"overwrote {ref} (was {old[:12]}): the old tip is kept in `castore reflog`")
+            click.echo(f"forced   {safe(ref)}  {old[:12]} -> {new[:12]}")
+            note(f"overwrote {safe(ref)} (was {old[:12]}): the old tip is kept in `castore reflog`")
         for ref, why in report.refs_skipped:
-            note(f"skipped {ref!r}: {why}")
+            note(f"skipped {safe(repr(ref))}: {safe(why)}")
     for r in report.refs_refused:
-        note(f"refused: {r.reason}")
+        note(f"refused: {safe(r.reason)}")
     if report.refs_refused:
         raise click.exceptions.Exit(1)
 
@@ -159,7 +160,7 @@ def remote_list(ctx: click.Context, as_json: bool) -> None:
         return
     for name, entry in sorted(remotes.items()):
         opts = " ".join(f"{k}={v}" for k, v in sorted(entry["options"].items()) if v != _HIDDEN)
-        click.echo(f"{name}\t{entry['url']}" + (f"\t{opts}" if opts else ""))
+        click.echo(f"{safe(name)}\t{safe(entry['url'])}" + (f"\t{safe(opts)}" if opts else ""))
 
 
 _HIDDEN = "***"

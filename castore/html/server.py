@@ -2,9 +2,10 @@
 
 Routes: ``GET /`` lists the sessions by app and user; ``GET /s/<app>/<user>/<session>``
 (each part percent-encoded) is that session's view (:func:`castore.html.render_session`).
-Nothing else exists: a write method gets 405, any other path 404, and a key part that is
-``.``/``..`` or holds ``../`` gets 404 (names never reach the file system here anyway: the
-store encodes them). Requests whose ``Host`` is not the bound loopback name are refused
+Nothing else exists: a write method gets 405, any other path 404, and so does a key part
+that is ``.``/``..`` (names never reach the file system here anyway: the store encodes
+them, and its storage refuses any key that would leave it). A request that fails on a
+damaged object gets a 500 page, never a dropped connection. Requests whose ``Host`` is not the bound loopback name are refused
 (400), so a web page cannot reach the server through DNS rebinding.
 """
 
@@ -53,13 +54,18 @@ class ViewServer(ThreadingHTTPServer):
 
 
 def _split_key(path: str) -> tuple[str, str, str] | None:
+    """The ``(app, user, session)`` of a view path, or None when it cannot name one.
+
+    Every name the index lists must open (a NUL, ``/`` or ``../`` inside a name is fine:
+    the store encodes names into single path segments and refuses keys that leave it).
+    Only ``.`` and ``..`` are refused, since browsers resolve those segments away.
+    """
     parts = path.split("/")
     if len(parts) != 3:
         return None
     key = [unquote(p, errors="strict") for p in parts]
-    for p in key:
-        if p in ("", ".", "..") or "../" in p or "..\\" in p or p.endswith("/..") or "\x00" in p:
-            return None
+    if any(p in ("", ".", "..") for p in key):
+        return None
     return key[0], key[1], key[2]
 
 
@@ -70,7 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         if self.server.log is not None:
-            self.server.log(f"{self.address_string()} {format % args}")
+            # The request line is the client's text: escape its controls, as the base class does.
+            self.server.log(f"{self.address_string()} {(format % args).translate(self._control_char_table)}")
 
     def _send(self, status: HTTPStatus, body: str, policy: str | None = None, allow: bool = False,
               head: bool = False) -> None:
@@ -126,6 +133,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, "no such session", head)
         except CastoreError as e:
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, " ".join(str(e).split()), head)
+        except Exception as e:  # noqa: BLE001 - one damaged object must not drop the connection
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"cannot show this: {type(e).__name__}", head)
 
     def _index(self) -> str:
         store = self.server.store

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from ..errors import CastoreError
+from ..errors import CastoreError, InvalidName
 
 Token = str
 
@@ -41,6 +41,36 @@ class PreconditionFailed(CastoreError):
         super().__init__(f"{key}: condition failed (expected {'absent' if expected is None else expected})")
         self.key = key
         self.expected = expected
+
+
+def check_key(key: str, prefix: bool = False) -> str:
+    """Check that ``key`` is a relative key that stays inside the store's root.
+
+    A key is ``/``-separated segments, none empty, ``.`` or ``..``, with no NUL; it does not
+    start with ``/``. A folder ``prefix`` may also be empty or end with one ``/`` (dropped).
+    Every backend calls this, whatever its caller, so that no name read from a remote or a
+    listing can make a backend touch a file outside its root.
+
+    Returns:
+        The key (a prefix without its trailing ``/``).
+
+    Raises:
+        InvalidName: naming the key and what is wrong with it.
+    """
+    if not isinstance(key, str):
+        raise InvalidName(key, "a storage key must be a string", "storage key")
+    if prefix:
+        if not key:
+            return key
+        if key.endswith("/"):
+            key = key[:-1]
+    if not key or key[0] == "/" or "//" in key or key[-1] == "/":
+        raise InvalidName(key, "not a relative path of non-empty segments", "storage key")
+    if "\0" in key:
+        raise InvalidName(key, "contains a NUL character", "storage key")
+    if "." in key and any(seg in (".", "..") for seg in key.split("/")):
+        raise InvalidName(key, "'.' and '..' segments could leave the store", "storage key")
+    return key
 
 
 class Storage(ABC):

@@ -4,25 +4,25 @@ Writes go to a temporary file in the same folder, are fsynced (when ``durable``)
 renamed into place; the folder is fsynced after the rename so the new name survives a power
 loss. A conditional write (:meth:`LocalStorage.swap`) takes ``<key>.lock`` exclusively
 (``O_CREAT | O_EXCL``), checks the current version, writes, renames, and removes the lock.
-A lock left behind by a dead process is cleared: the holder writes its pid and host into
-the lock, and also holds an ``flock`` on it, which the kernel drops when the process dies.
+A lock left behind by a dead process is cleared: the holder holds an ``flock`` on it, which
+the kernel drops when the process dies; the pid and host it records are for messages only.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import os
 import time
 from collections.abc import Mapping
 
-from ..errors import RefLocked, StorageError
-from .base import PreconditionFailed, Storage, Token, Versioned
+from ..errors import InvalidName, RefLocked, StorageError
+from .base import PreconditionFailed, Storage, Token, Versioned, check_key
 
 _HOST = os.uname().nodename
-#: how long a writer waits for a live rival's lock before giving up
-LOCK_TIMEOUT = 30.0
+#: how long a writer waits for a live rival's lock before giving up (a writer holds it for
+#: one read, write and fsync: milliseconds)
+LOCK_TIMEOUT = 10.0
 #: a lock file with no owner written yet is treated as stale after this many seconds
 EMPTY_LOCK_GRACE = 5.0
 
@@ -39,14 +39,37 @@ class LocalStorage(Storage):
         self.url = root
         self.durable = durable
         self._made_dirs: set[str] = set()
+        self._real_root: str | None = None
 
     # -- helpers -------------------------------------------------------------------
-    def _path(self, key: str) -> str:
-        return os.path.join(self.root, *key.split("/"))
+    def _path(self, key: str, prefix: bool = False) -> str:
+        """The file of ``key`` below the root; a key that could leave the root is refused.
+
+        Raises:
+            InvalidName: see :func:`~castore.storage.base.check_key`.
+        """
+        key = check_key(key, prefix)
+        return os.path.join(self.root, *key.split("/")) if key else self.root
+
+    def _check_inside(self, d: str) -> None:
+        """Refuse to write or delete below ``d`` when a symlink takes it outside the root.
+
+        Checked once per folder and handle (with :meth:`_ensure_dir`'s cache), so cheap.
+
+        Raises:
+            InvalidName: naming the folder (relative to the root) and where it leads.
+        """
+        if self._real_root is None:
+            self._real_root = os.path.realpath(self.root)
+        real = os.path.realpath(d)
+        if real != self._real_root and not real.startswith(self._real_root + os.sep):
+            rel = os.path.relpath(d, self.root).replace(os.sep, "/")
+            raise InvalidName(rel, f"a symlink takes it to {real}, outside the store", "storage folder")
 
     def _ensure_dir(self, d: str) -> None:
         if d in self._made_dirs:
             return
+        self._check_inside(d)
         missing = []
         up = d
         while not os.path.isdir(up) and os.path.dirname(up) != up:
@@ -137,8 +160,8 @@ class LocalStorage(Storage):
     def write_many(self, items: Mapping[str, bytes]) -> None:
         """Write several keys, then sync each touched folder once."""
         dirs: set[str] = set()
-        for k, v in items.items():
-            path = self._path(k)
+        paths = [(self._path(k), v) for k, v in items.items()]  # refuse a bad key before writing any
+        for path, v in paths:
             self._write_file(path, v)
             dirs.add(os.path.dirname(path))
         for d in dirs:
@@ -159,10 +182,22 @@ class LocalStorage(Storage):
 
     # -- locks and conditional writes --------------------------------------------------
     def _lock(self, path: str) -> int:
+        """Take ``<path>.lock``: create it exclusively, ``flock`` it, record the owner.
+
+        A lock whose ``flock`` nobody holds is stale and cleared at once (see
+        :func:`_check_stale`); a live holder is waited for at most :data:`LOCK_TIMEOUT`.
+
+        Raises:
+            RefLocked: a live process held the lock for the whole wait (names the lock file,
+                its owner and what to do); not a lost race, so not worth retrying at once.
+            StorageError: the lock file cannot be created (a read-only or unwritable folder,
+                a file system without locks).
+        """
         lock = path + ".lock"
         self._ensure_dir(os.path.dirname(path))
         deadline = time.monotonic() + LOCK_TIMEOUT
         delay = 0.0005
+        remade = 0
         while True:
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -170,18 +205,28 @@ class LocalStorage(Storage):
                 if self._clear_if_stale(lock):
                     continue
                 if time.monotonic() > deadline:
-                    raise RefLocked(
-                        path, None, None, f"{lock} is held by another writer (waited {LOCK_TIMEOUT:.0f}s)"
-                    ) from None
+                    raise RefLocked(path, None, None, _held_message(lock)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
                 continue
-            except FileNotFoundError:
+            except FileNotFoundError as e:
+                # The folder was pruned by another handle after its last file went: make it
+                # again, a few times; a folder that never holds a file (``/proc``) is not
+                # worth spinning on.
+                if remade >= 5:
+                    raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
+                remade += 1
                 self._made_dirs.discard(os.path.dirname(path))
                 self._ensure_dir(os.path.dirname(path))
                 continue
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
+            except OSError as e:
+                raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
+            except OSError as e:
+                self._unlock(path, fd)
+                raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
             return fd
 
     @staticmethod
@@ -243,6 +288,8 @@ class LocalStorage(Storage):
     def delete(self, key: str, expect: Token | None = None) -> None:
         """Delete ``key`` (under its lock when ``expect`` is given)."""
         path = self._path(key)
+        if os.path.dirname(path) not in self._made_dirs:
+            self._check_inside(os.path.dirname(path))
         if expect is None:
             try:
                 os.unlink(path)
@@ -276,7 +323,7 @@ class LocalStorage(Storage):
     # -- listing ---------------------------------------------------------------------
     def list(self, prefix: str) -> list[str]:
         """Every key below ``prefix``, skipping temporary files and locks."""
-        base = self._path(prefix) if prefix else self.root
+        base = self._path(prefix, prefix=True)
         out: list[str] = []
         for dirpath, _dirs, files in os.walk(base):
             rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
@@ -289,7 +336,7 @@ class LocalStorage(Storage):
     def list_dir(self, prefix: str) -> list[str]:
         """Immediate children of ``prefix`` (files and folders), skipping temporaries."""
         try:
-            names = os.listdir(self._path(prefix) if prefix else self.root)
+            names = os.listdir(self._path(prefix, prefix=True))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as e:
@@ -327,20 +374,23 @@ class LocalStorage(Storage):
 
     def list_locks(self, prefix: str) -> list[str]:
         """Lock files below ``prefix`` (for fsck), relative to the root."""
-        base = self._path(prefix) if prefix else self.root
+        base = self._path(prefix, prefix=True)
         out = []
         for dirpath, _dirs, files in os.walk(base):
             rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            out.extend(f"{rel}/{f}" for f in files if f.endswith(".lock"))
+            out.extend(f if rel == "." else f"{rel}/{f}" for f in files if f.endswith(".lock"))
         return out
 
 
 def _check_stale(lock: str, remove: bool) -> bool | None:
     """Whether no live process holds ``lock``; with ``remove``, delete it if so.
 
-    A live writer holds an exclusive ``flock`` from just after creating the lock file until
-    the file is gone; a writer caught between the two has written nothing yet (a young,
-    empty file) or its pid is alive on this host. Returns None when the file vanished.
+    Ownership is the ``flock``, never the recorded pid (a restarted container reuses pid 1,
+    and another host's pids mean nothing here): a writer holds an exclusive ``flock`` from
+    just after creating the lock file until the file is gone, and the kernel drops it when
+    the writer dies. Only a writer caught between creating the file and locking it holds
+    no ``flock``, and it has written nothing yet, so a young empty file is not stale.
+    Returns None when the file vanished.
     """
     try:
         fd = os.open(lock, os.O_RDONLY)
@@ -357,12 +407,8 @@ def _check_stale(lock: str, remove: bool) -> bool | None:
                 return None  # replaced meanwhile
         except FileNotFoundError:
             return None
-        owner = os.pread(fd, 200, 0).decode(errors="replace").split()
-        if not owner:
-            if time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
-                return False
-        elif len(owner) >= 2 and owner[0].isdigit() and owner[1] == _HOST and _pid_alive(int(owner[0])):
-            return False  # alive, between O_EXCL and flock
+        if st.st_size == 0 and time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
+            return False  # its creator may be about to flock it
         if remove:
             os.unlink(lock)
         return True
@@ -370,13 +416,14 @@ def _check_stale(lock: str, remove: bool) -> bool | None:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def _held_message(lock: str) -> str:
+    """What a writer says when a live process kept ``lock`` for the whole wait."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError as e:
-        return e.errno != errno.ESRCH
-    return True
+        with open(lock, "rb") as f:
+            owner = f.read(200).decode(errors="replace").split()
+    except OSError:
+        owner = []
+    who = f"process {owner[0]} on {owner[1]}" if len(owner) >= 2 else "another process"
+    return (f"{lock} is held by {who}, which still holds its lock after {LOCK_TIMEOUT:g}s; "
+            "wait for that writer to finish or stop it (a lock of a dead process is cleared "
+            "by the next writer and by `castore gc`)")

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from .base import PreconditionFailed, Storage, Token, Versioned
+from .base import PreconditionFailed, Storage, Token, Versioned, check_key
 
 _ROOTS: dict[str, dict[str, tuple[bytes, int, float]]] = {}
 _ROOTS_LOCK = threading.Lock()
@@ -42,12 +42,15 @@ class MemoryStorage(Storage):
             self._put(key, data)
 
     def write_many(self, items: Mapping[str, bytes]) -> None:
-        """Store several keys under one lock."""
+        """Store several keys under one lock (none if one key is invalid)."""
+        for k in items:
+            check_key(k)
         with self._lock:
             for k, v in items.items():
                 self._put(k, v)
 
     def _put(self, key: str, data: bytes) -> int:
+        check_key(key)  # the same keys as on disk, so that a test here holds there
         version = next(_VERSIONS)
         self._data[key] = (bytes(data), version, time.time())
         return version
@@ -65,6 +68,7 @@ class MemoryStorage(Storage):
 
     def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
         """Replace ``key`` if its token is ``expect``; see :meth:`Storage.swap`."""
+        check_key(key)
         with self._lock:
             if self._token(key) != expect:
                 raise PreconditionFailed(key, expect)
@@ -75,6 +79,7 @@ class MemoryStorage(Storage):
 
     def delete(self, key: str, expect: Token | None = None) -> None:
         """Delete ``key``; with ``expect``, only if its token matches."""
+        check_key(key)
         with self._lock:
             if expect is not None and self._token(key) != expect:
                 raise PreconditionFailed(key, expect)
