@@ -131,8 +131,16 @@ def test_fork_shows_in_castore_log_graph(saver: CastoreSaver, local_store: casto
                                       "log", "--graph", "--all", "-n", "0", "--oneline"])
     assert result.exit_code == 0, result.output
     assert "/" in result.stdout and "main@" in result.stdout
-    assert "checkpoint by loop" in result.stdout and "checkpoint by input" in result.stdout
-    assert "writes by ~__pregel_pull, agent" in result.stdout
+    assert "checkpoint step -1 · input" in result.stdout
+    assert "checkpoint step 1 · loop · agent → messages, turns" in result.stdout
+    assert "checkpoint step 2 · update → messages" in result.stdout
+    # the task writes are bookkeeping: on their own branch, shown only when asked
+    assert "writes" not in result.stdout
+    result = CliRunner().invoke(cli, ["--store", local_store.url, "-s", "langgraph/default/t1",
+                                      "log", "--graph", "--all", "--internal", "-n", "0", "--oneline"])
+    assert result.exit_code == 0, result.output
+    assert "(writes) writes of review: resume, verdict" in result.stdout
+    assert "writes of agent: messages, turns" in result.stdout
 
 
 def test_async_graph_runs_on_the_async_methods(saver: CastoreSaver) -> None:
@@ -382,3 +390,77 @@ def test_lists_stored_in_the_first_layout_still_read_and_grow(local_store: casto
     grown = fresh.store_list(pending, items + ["one more"], old_root.hex())
     _put(local_store, pending)
     assert _values(castore.open(local_store.url)).read_list(grown) == items + ["one more"]
+
+
+# -- reading a thread in the CLI and the viewer ------------------------------------------------------
+def _cli(store: castore.Store, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from castore.cli import main as cli
+
+    result = CliRunner().invoke(cli, ["--store", store.url, "-s", "langgraph/default/t1", *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_state_shows_decoded_channel_values(saver: CastoreSaver, local_store: castore.Store) -> None:
+    import json
+
+    g, _ = scenario(saver)
+    doc = json.loads(_cli(local_store, "state").stdout)
+    assert doc == {"messages": [{"type": "human", "content": "hello", "id": "h1"},
+                                {"type": "ai", "content": "reply 1 to hello", "id": "ai-1-h1"},
+                                {"type": "human", "content": "edited", "id": "h3"}],
+                   "turns": 1, "verdict": "late"}
+    assert [m["content"] for m in doc["messages"]] == [m.content for m in g.get_state(THREAD).values["messages"]]
+    assert json.loads(_cli(local_store, "state", "HEAD", "verdict").stdout) == "late"
+    # time travel: the input checkpoint of the first turn holds only the input, on __start__
+    root = local_store.session("langgraph", "default", "t1").log("HEAD", limit=0)[-1]
+    assert json.loads(_cli(local_store, "state", root.id).stdout) == {
+        "__start__": {"messages": [{"type": "human", "content": "hello", "id": "h1"}]}}
+
+
+def test_state_without_langgraph_says_what_the_values_are(saver: CastoreSaver, local_store: castore.Store,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    scenario(saver)
+    monkeypatch.setitem(sys.modules, "langgraph.checkpoint.serde.jsonplus", None)  # import fails
+    doc = json.loads(_cli(local_store, "state").stdout)
+    assert doc == {"messages": "<list of 3 serialized values: install langgraph to decode>",
+                   "turns": "<msgpack value, 1 byte: install langgraph to decode>",
+                   "verdict": "<msgpack value, 5 bytes: install langgraph to decode>"}
+
+
+def test_show_and_log_name_the_step_node_and_updated_values(saver: CastoreSaver, local_store: castore.Store) -> None:
+    scenario(saver)
+    out = _cli(local_store, "show", "HEAD").stdout
+    assert "[LangGraph checkpoint step 3 · loop · review → verdict]" in out
+    assert 'Values:  verdict = "late"' in out
+    out = _cli(local_store, "log", "-n", "0", "--oneline").stdout
+    assert "checkpoint step 0 · loop · __start__ → messages" in out and "by loop" not in out
+
+
+def test_branch_and_log_hide_the_writes_branch_unless_asked(saver: CastoreSaver, local_store: castore.Store) -> None:
+    import json
+
+    scenario(saver)
+    listed = json.loads(_cli(local_store, "branch", "--json").stdout)["branches"]
+    assert "writes" not in {b["name"] for b in listed} and len(listed) == 3
+    listed = json.loads(_cli(local_store, "branch", "--json", "--internal").stdout)["branches"]
+    assert "writes" in {b["name"] for b in listed}
+    commits = json.loads(_cli(local_store, "log", "--all", "-n", "0", "--json").stdout)["commits"]
+    assert commits and {c["kind"] for c in commits} == {"checkpoint"}
+    assert all("writes" not in c["refs"]["branches"] for c in commits)
+    assert len(json.loads(_cli(local_store, "log", "--all", "-n", "5", "--json").stdout)["commits"]) == 5
+    every = json.loads(_cli(local_store, "log", "--all", "--internal", "-n", "0", "--json").stdout)["commits"]
+    assert {c["kind"] for c in every} == {"checkpoint", "writes"}
+
+
+def test_a_branch_named_writes_in_another_session_is_not_hidden(local_store: castore.Store) -> None:
+    from castore.adapters.langgraph_view import internal_branches
+
+    s = local_store.session("app", "u", "plain")
+    s.append(castore.Message(role="user", content="hi"))
+    s.branch("writes")
+    assert internal_branches(s) == set()

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from .. import objects as o
+from ..adapters import langgraph_view as lg
 from ..entries import (
     BranchSummary,
     Compaction,
@@ -111,7 +112,7 @@ def summary(e: LogEntry, width: int = 72) -> str:
     elif isinstance(entry, Custom) and e.kind == "custom":
         text = f"custom {entry.type}"
     elif isinstance(entry, Custom):  # a commit kind of an adapter's (a LangGraph checkpoint...)
-        text = f"{e.kind} by {e.author}" if e.author else e.kind
+        text = lg.describe_entry(e) or (f"{e.kind} by {e.author}" if e.author else e.kind)
     else:
         text = e.kind
     changes = delta_text(e.delta, e.unset)
@@ -255,6 +256,10 @@ def body_lines(e: LogEntry) -> list[str]:
         return [f"[branch summary of {short(entry.from_id)}]", *entry.summary.splitlines()]
     if isinstance(entry, ModelChange):
         return [f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip()]
+    doc = lg.entry_doc(e)
+    if doc is not None:
+        ids = [f"{k.replace('_', ' ')}: {doc[k]}" for k in ("checkpoint_id", "task_id") if doc.get(k)]
+        return [f"[LangGraph {lg.describe_entry(e)}]", *ids]
     if isinstance(entry, Custom):
         return [f"[custom {entry.type}]", fmt_value(entry.data)]
     return [f"[{e.kind}]"]

@@ -120,10 +120,12 @@ def checkout_cmd(session: Session, rev: str, new_branch: str | None) -> None:
 @click.argument("rev", required=False)
 @click.option("-d", "--delete", "delete", is_flag=True, help="Delete branch NAME; refuses unmerged work.")
 @click.option("-D", "force_delete", is_flag=True, help="Delete branch NAME even if its work is on no other ref.")
+@click.option("--internal", is_flag=True,
+              help="List an adapter's bookkeeping branches too (a LangGraph thread's task writes).")
 @json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current"}]}')
 @pass_session()
 def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool, force_delete: bool,
-               as_json: bool) -> None:
+               internal: bool, as_json: bool) -> None:
     """List, create (NAME [REV]) or delete (-d/-D NAME) branches.
 
     With no NAME, list them (the current one marked *). NAME [REV] creates a branch at REV
@@ -145,6 +147,11 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
         note(f"Created branch {name!r} at {short(cid)}")
         return
     branches, current, head = session.branches(), session.current_branch, session.head
+    if not internal:
+        from ..adapters.langgraph_view import internal_branches
+
+        for hidden in internal_branches(session, branches):
+            branches.pop(hidden)
     if as_json:
         print_json({
             "head": head,
