@@ -464,3 +464,73 @@ def test_a_branch_named_writes_in_another_session_is_not_hidden(local_store: cas
     s.append(castore.Message(role="user", content="hi"))
     s.branch("writes")
     assert internal_branches(s) == set()
+
+
+def _replayed(nodes: list[dict[str, Any]], i: int) -> dict[str, Any]:
+    """The state the viewer rebuilds at node i (as assets.py's stateAt does)."""
+    path, j = [], i
+    while True:
+        path.append(j)
+        if not nodes[j]["p"]:
+            break
+        j = nodes[j]["p"][0]
+    state: dict[str, Any] = {}
+    for j in reversed(path):
+        state.update(nodes[j]["d"])
+        for k, items in nodes[j].get("x", {}).items():
+            state[k] = [*state.get(k, []), *items]
+        for k in nodes[j]["u"]:
+            state.pop(k, None)
+    return state
+
+
+def test_viewer_model_shows_decoded_checkpoints_without_the_writes(saver: CastoreSaver,
+                                                                    local_store: castore.Store) -> None:
+    import json
+
+    from castore.adapters.langgraph_view import state_at
+    from castore.html import build_model
+
+    scenario(saver)
+    s = local_store.session("langgraph", "default", "t1")
+    model = build_model(s)
+    nodes = model["nodes"]
+    assert {n["k"] for n in nodes} == {"checkpoint"} and "writes" not in model["refs"]["branches"]
+    assert len(nodes) == len(list(saver.list(THREAD)))
+    for i, n in enumerate(nodes):
+        assert _replayed(nodes, i) == state_at(s, n["id"]), n["e"]["summary"]
+    head = nodes[model["refs"]["head"]]
+    assert head["e"]["summary"] == "step 3 · loop · review → verdict" and head["d"] == {"verdict": "late"}
+    # each message is embedded once, however many checkpoints hold it
+    assert json.dumps(model).count('"reply 1 to hello"') == 1
+    every = build_model(s, internal=True)
+    assert {n["k"] for n in every["nodes"]} == {"checkpoint", "writes"} and "writes" in every["refs"]["branches"]
+
+
+def test_viewer_script_rebuilds_each_checkpoints_decoded_state(saver: CastoreSaver, local_store: castore.Store,
+                                                               tmp_path: Any) -> None:
+    """The page's own stateAt and summary functions, run by Node on the embedded data."""
+    import json
+    import re
+    import shutil
+
+    from castore.adapters.langgraph_view import state_at
+    from castore.html import build_model
+    from castore.html.assets import JS
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed")
+    scenario(saver)
+    s = local_store.session("langgraph", "default", "t1")
+    model = build_model(s)
+    wanted = ["contentText", "callName", "callArgs", "messageSummary", "summary", "pathTo", "stateAt"]
+    funcs = [re.search(rf"^function {f}\(.*?^}}$", JS, re.M | re.S).group(0) for f in wanted]
+    consts = re.findall(r"^const (?:CALLS|TOOLROLES) = .*$", JS, re.M)
+    script = tmp_path / "run.js"
+    script.write_text("\n".join([f"const N = {json.dumps(model['nodes'])};", *consts, *funcs,
+                                 "console.log(JSON.stringify(N.map((x, i) => [stateAt(i), summary(x)])));"]))
+    out = json.loads(subprocess.run([node, str(script)], capture_output=True, text=True, check=True).stdout)
+    for (state, text), n in zip(out, model["nodes"], strict=True):
+        assert state == state_at(s, n["id"])
+        assert text == "checkpoint " + n["e"]["summary"]
