@@ -534,3 +534,25 @@ def test_viewer_script_rebuilds_each_checkpoints_decoded_state(saver: CastoreSav
     for (state, text), n in zip(out, model["nodes"], strict=True):
         assert state == state_at(s, n["id"])
         assert text == "checkpoint " + n["e"]["summary"]
+
+
+def test_diff_compares_decoded_channel_values(saver: CastoreSaver, local_store: castore.Store) -> None:
+    import json
+
+    scenario(saver)
+    d = json.loads(_cli(local_store, "diff", "main", "HEAD", "--json").stdout)
+    assert d["changed"]["verdict"] == ["no", "late"] and d["changed"]["turns"] == [2, 1]
+    old, new = d["changed"]["messages"]
+    assert [m["content"] for m in old][-1] == "reply 2 to again" and new[-1]["content"] == "edited"
+    assert d["added"] == {} and d["removed"] == {}
+    assert all(c["kind"] == "checkpoint" for c in d["entries1"] + d["entries2"])
+
+
+def test_export_html_leaves_the_writes_out_unless_internal(saver: CastoreSaver, local_store: castore.Store,
+                                                           tmp_path: Any) -> None:
+    scenario(saver)
+    plain, full = tmp_path / "t.html", tmp_path / "t-internal.html"
+    _cli(local_store, "export", "html", "-o", str(plain))
+    _cli(local_store, "export", "html", "--internal", "-o", str(full))
+    assert '"k":"writes"' not in plain.read_text() and '"k":"checkpoint"' in plain.read_text()
+    assert '"k":"writes"' in full.read_text()

@@ -315,6 +315,26 @@ def state_at(session: Session, rev: str = "HEAD", decode: bool = True) -> dict[s
     return decode_state(session.store, commit.state, decode)
 
 
+def diff_states(session: Session, rev1: str, rev2: str, decode: bool = True) -> dict[str, Any] | None:
+    """``{"added", "removed", "changed": {channel: [old, new]}}`` between the decoded channel
+    values of two LangGraph checkpoints, or None when either commit is not one.
+
+    Raises:
+        RevisionNotFound, AmbiguousRevision, ObjectNotFound, IntegrityError, StorageError.
+    """
+    reader = StateReader(session.store, decode)
+    states = []
+    for rev in (rev1, rev2):
+        commit = session.store.history.commit(session.resolve(rev))
+        if not is_checkpoint(commit.kind, commit.meta):
+            return None
+        states.append(reader.state(commit.state))
+    a, b = states
+    return {"added": {k: v for k, v in b.items() if k not in a},
+            "removed": {k: v for k, v in a.items() if k not in b},
+            "changed": {k: [a[k], b[k]] for k in a if k in b and a[k] != b[k]}}
+
+
 __all__ = [
     "WRITES_BRANCH",
     "KINDS",
@@ -330,4 +350,5 @@ __all__ = [
     "visible",
     "decode_state",
     "state_at",
+    "diff_states",
 ]

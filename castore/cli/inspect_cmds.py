@@ -161,7 +161,10 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
     are listed.
     """
     d = session.diff(rev1, rev2)
-    refs = refs_of(session)
+    decoded = lg.diff_states(session, rev1, rev2)  # LangGraph checkpoints: their channel values
+    if decoded is not None:
+        d.update(decoded)
+    refs = visible_refs(session)
     if as_json:
         print_json({**{k: d[k] for k in ("base", "added", "removed", "changed")},
                     "entries1": [r.commit_json(e, refs) for e in d["entries1"]],
