@@ -556,3 +556,20 @@ def test_export_html_leaves_the_writes_out_unless_internal(saver: CastoreSaver, 
     _cli(local_store, "export", "html", "--internal", "-o", str(full))
     assert '"k":"writes"' not in plain.read_text() and '"k":"checkpoint"' in plain.read_text()
     assert '"k":"writes"' in full.read_text()
+
+
+def test_show_of_a_task_writes_commit_decodes_what_it_wrote(saver: CastoreSaver, local_store: castore.Store) -> None:
+    from castore.adapters.langgraph_view import writes_at
+
+    scenario(saver)
+    s = local_store.session("langgraph", "default", "t1")
+    writes = [e for e in s.log("writes", limit=0) if e.kind == "writes"]
+    agent_write = next(e for e in writes if e.author.endswith(", agent"))
+    got = dict(writes_at(s, agent_write.id))
+    assert got["messages"][0]["type"] == "ai" and got["messages"][0]["content"].startswith("reply ")
+    interrupt = next(e for e in writes if [w[1] for w in e.meta["w"]] == ["__interrupt__"])
+    (channel, value), = writes_at(s, interrupt.id)
+    assert channel == "__interrupt__" and value[0]["value"]["question"] == "ok?"
+    assert writes_at(s, "HEAD") is None  # a checkpoint is not a writes commit
+    out = _cli(local_store, "show", agent_write.id).stdout
+    assert "[LangGraph writes of agent: messages, turns]" in out and "Writes:  messages = [" in out

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import objects as o
 from ..errors import CastoreError
-from ..objects import Tree
+from ..objects import Commit, Tree
 
 if TYPE_CHECKING:
     from ..session import LogEntry, Session
@@ -233,6 +233,20 @@ class StateReader:
             out[k] = self._one(lambda ref=ref: self._vals.read_list(ref), self._list_what(ref))
         return dict(sorted(out.items()))
 
+    def writes(self, commit: Commit) -> list[tuple[str, Any]]:
+        """``(channel, value)`` for each write of a task's writes commit, values as JSON-ready
+        data (described instead of decoded without langgraph, or when unreadable).
+
+        Raises:
+            ObjectNotFound, IntegrityError: an object of the commit is missing or malformed.
+        """
+        channels = [str(w[1]) if isinstance(w, list) and len(w) > 1 else "?" for w in commit.meta.get("w", [])]
+        what = "written value"
+        values = self._one(lambda: self._vals.write_values(commit), what)
+        if not isinstance(values, list) or len(values) != len(channels):
+            values = [values] * len(channels)
+        return list(zip(channels, values, strict=True))
+
     def _list_what(self, ref: bytes) -> str:
         try:
             root = self.store.objects.get(o.hex_id(ref))
@@ -315,6 +329,19 @@ def state_at(session: Session, rev: str = "HEAD", decode: bool = True) -> dict[s
     return decode_state(session.store, commit.state, decode)
 
 
+def writes_at(session: Session, rev: str, decode: bool = True) -> list[tuple[str, Any]] | None:
+    """``(channel, value)`` of each write in the task's writes commit at ``rev`` (see
+    :meth:`StateReader.writes`), or None when the commit there is not one.
+
+    Raises:
+        RevisionNotFound, AmbiguousRevision, ObjectNotFound, IntegrityError, StorageError.
+    """
+    commit = session.store.history.commit(session.resolve(rev))
+    if not is_writes(commit.kind, commit.meta):
+        return None
+    return StateReader(session.store, decode).writes(commit)
+
+
 def diff_states(session: Session, rev1: str, rev2: str, decode: bool = True) -> dict[str, Any] | None:
     """``{"added", "removed", "changed": {channel: [old, new]}}`` between the decoded channel
     values of two LangGraph checkpoints, or None when either commit is not one.
@@ -351,4 +378,5 @@ __all__ = [
     "decode_state",
     "state_at",
     "diff_states",
+    "writes_at",
 ]

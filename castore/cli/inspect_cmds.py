@@ -112,6 +112,8 @@ def show_cmd(session: Session, rev: str, as_json: bool) -> None:
         updated = [k for k in lg.checkpoint_doc(e.meta)["updated"] if k in values]
         for i, k in enumerate(updated):
             click.echo(("Values:  " if i == 0 else "         ") + f"{k} = {r.fmt_value(values[k])}")
+    for i, (channel, value) in enumerate(lg.writes_at(session, e.id) or []):  # a task's writes
+        click.echo(("Writes:  " if i == 0 else "         ") + f"{channel} = {r.fmt_value(value)}")
 
 
 @click.command("state")
