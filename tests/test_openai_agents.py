@@ -316,7 +316,9 @@ def test_dict_settings_become_sdk_settings_like_sqlite_session(store: castore.St
     assert type(mine.session_settings) is type(ref.session_settings) is SessionSettings
     assert mine.session_settings == ref.session_settings == SessionSettings(limit=2)
     ref.close()
-    assert CastoreSession("none", store).session_settings is None
+    ref = SQLiteSession("none")
+    assert CastoreSession("none", store).session_settings == ref.session_settings == SessionSettings()
+    ref.close()
 
 
 def test_unknown_or_wrong_settings_raise_type_error_like_the_sdk(store: castore.Store) -> None:

@@ -72,22 +72,20 @@ def entry_to_item(entry: LogEntry) -> Any:
 
 
 def coerce_settings(settings: Any) -> Any:
-    """The SDK's ``SessionSettings`` for ``settings`` (None stays None), as ``SQLiteSession``
-    converts them: settings pass as they are, a dict becomes settings.
+    """The SDK's ``SessionSettings`` for ``settings``, as ``SQLiteSession`` converts them:
+    settings pass as they are, a dict becomes settings, None the default settings.
 
-    Without the SDK installed a dict becomes an object with the same fields (``limit``).
+    Without the SDK installed the result is an object with the same fields (``limit``).
 
     Raises:
         TypeError: ``settings`` is neither settings nor a dict, or a dict names an unknown
             setting (the SDK's own error).
     """
-    if settings is None:
-        return None
     try:
-        from agents.memory.session_settings import coerce_session_settings
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
     except ImportError:  # the SDK is what calls this session; without it keep the same rules
-        return _Settings.coerce(settings)
-    return coerce_session_settings(settings)
+        return _Settings() if settings is None else _Settings.coerce(settings)
+    return SessionSettings() if settings is None else coerce_session_settings(settings)
 
 
 @dataclass(frozen=True)
