@@ -417,3 +417,35 @@ def test_budget_never_starts_the_context_with_an_orphan_tool_result():
 
 def is_orphan_start(msgs: list[Message]) -> bool:
     return bool(msgs) and msgs[0].role == "tool"
+
+
+def test_viewer_context_leaves_out_the_orphan_of_a_stored_compaction_too(local_store, tmp_path):
+    """The HTML view's own contextAt (run by Node) agrees with project on an old compaction."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    from castore.html import build_model
+    from castore.html.assets import JS
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed")
+    s = _readme_session(local_store)
+    tool = s.resolve("HEAD~1")
+    s.append(Compaction("S", first_kept=tool))  # as an older castore stored it: at the result
+    s.append(Message(role="user", content="next"))
+    want = s.context()
+    assert [m.role for m in want] == ["user", "assistant", "user"]
+    model = build_model(s)
+    names = ["contentText", "callName", "callArgs", "isToolResult", "jsonLen", "estimate", "pyJson", "pathTo",
+             "contextAt"]
+    funcs = [re.search(rf"^function {f}\(.*?^}}$", JS, re.M | re.S).group(0) for f in names]
+    consts = re.findall(r"^const (?:CALLS|TOOLROLES|clen) = .*$", JS, re.M)
+    head = model["refs"]["head"]
+    script = tmp_path / "ctx.js"
+    script.write_text("\n".join([f"const D = {json.dumps(model)}; const N = D.nodes;", *consts, *funcs,
+                                 f"console.log(JSON.stringify(contextAt({head}).messages));"]))
+    got = json.loads(subprocess.run([node, str(script)], capture_output=True, text=True, check=True).stdout)
+    assert [(m["role"], m.get("content")) for m in got] == [(m.role, m.content) for m in want]
