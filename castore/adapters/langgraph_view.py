@@ -60,7 +60,7 @@ def is_langgraph(e: LogEntry) -> bool:
 
 # -- what a commit is --------------------------------------------------------------------------
 def _internal(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__") or name.startswith(("branch:", "~"))
+    return (name.startswith("__") and name.endswith("__")) or name.startswith(("branch:", "~"))
 
 
 def _node_of(task_path: str) -> str:
