@@ -13,10 +13,9 @@ Rules, in order:
    summary becomes a user message, followed by the entries from its ``first_kept`` commit
    up to the compaction, then the entries after it. Earlier compactions are superseded.
    When ``first_kept`` is not on the path, nothing before the compaction is kept (Pi does
-   the same). The kept part never opens with a tool result whose call was compacted away
-   (model APIs reject it): :meth:`castore.Session.compact` moves ``first_kept`` back to the
-   assistant message holding the call (see :func:`keep_start`), and tool results at the start
-   of the kept part of a compaction stored otherwise are left out.
+   the same). A compaction is read as stored, as Pi reads it; the ones castore makes never
+   keep a tool result without its call (model APIs reject that): :meth:`castore.Session.compact`
+   moves ``first_kept`` back to the assistant message holding the call (see :func:`keep_start`).
 3. Messages. :class:`~castore.entries.Message` entries contribute themselves, events
    their message, non-empty branch summaries a user message where they stand. Labels,
    model changes and custom records contribute nothing.
@@ -282,10 +281,6 @@ def project(
                 emit(le)
         for le in entries[last_compaction + 1 :]:
             emit(le)
-        # A compaction stored with its first kept entry at a tool result (by an older castore
-        # or another tool) would open the kept part with results whose call was summarized.
-        while len(msgs) > 1 and is_tool_result(msgs[1]):
-            del msgs[1], commits[1]
     else:
         for le in entries:
             emit(le)

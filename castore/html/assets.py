@@ -297,8 +297,6 @@ function contextAt(i) {
     let keeping = false;
     for (const j of path.slice(0, last)) { keeping = keeping || N[j].id === comp.e.first_kept; if (keeping) emit(j); }
     for (const j of path.slice(last + 1)) emit(j);
-    // as castore.context.project: no tool result right after the summary (its call was summarized)
-    while (msgs.length > 1 && isToolResult(msgs[1])) { msgs.splice(1, 1); from.splice(1, 1); }
   } else path.forEach(emit);
   return { messages: msgs, from: from, model: model, provider: provider, thinking: thinking,
            tokens: msgs.reduce((t, m) => t + estimate(m), 0) };
