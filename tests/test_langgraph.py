@@ -449,6 +449,14 @@ def test_branch_and_log_hide_the_writes_branch_unless_asked(saver: CastoreSaver,
     assert "writes" not in {b["name"] for b in listed} and len(listed) == 3
     listed = json.loads(_cli(local_store, "branch", "--json", "--internal").stdout)["branches"]
     assert "writes" in {b["name"] for b in listed}
+    # each fork says where it came from: the replay from step 4 and the update at step 1
+    s = local_store.session("langgraph", "default", "t1")
+    at = {e.meta["lg"]["mp"]["step"]: e.id[:8] for e in s.log("main", limit=0) if e.meta["lg"]["mp"]["step"] in (1, 4)}
+    lines = _cli(local_store, "branch").stdout.splitlines()
+    assert len(lines) == 3 and not any("writes" in line for line in lines)
+    assert lines[0].split()[0] == "main" and lines[0].endswith("step 6 · loop · review → verdict")
+    assert lines[1].endswith(f"step 7 · loop · review → verdict; forked from {at[4]} at step 4")
+    assert lines[2].startswith("* main@") and lines[2].endswith(f"; forked from {at[1]} at step 1")
     commits = json.loads(_cli(local_store, "log", "--all", "-n", "0", "--json").stdout)["commits"]
     assert commits and {c["kind"] for c in commits} == {"checkpoint"}
     assert all("writes" not in c["refs"]["branches"] for c in commits)

@@ -165,6 +165,40 @@ def internal_branches(session: Session, branches: Mapping[str, str] | None = Non
     return {WRITES_BRANCH} if is_writes(e.kind, e.meta) else set()
 
 
+def branch_notes(session: Session, branches: Mapping[str, str] | None = None) -> dict[str, str]:
+    """For each branch whose tip is a LangGraph checkpoint, what it is: its tip's summary and,
+    for a fork (a branch ``<family>@<checkpoint id>``, named by the saver after its first
+    checkpoint), the checkpoint it forked from (``step 5 · update; forked from 83d53535 at step 1``).
+
+    Raises:
+        StorageError, IntegrityError: reading a commit failed.
+    """
+    history = session.store.history
+    head = session.head
+    if head is None or not is_checkpoint(history.commit(head).kind, history.commit(head).meta):
+        return {}  # not a LangGraph thread: no commit read per branch
+    branches = session.branches() if branches is None else branches
+    out: dict[str, str] = {}
+    for name, tip in branches.items():
+        c = history.commit(tip)
+        if not is_checkpoint(c.kind, c.meta):
+            continue
+        note = _summary({"kind": "checkpoint", **checkpoint_doc(c.meta)})
+        first = name.split("@", 1)[1] if "@" in name else None
+        cur: Commit | None = c
+        while first is not None and cur is not None and cur.meta.get("checkpoint_id") != first:
+            # the saver names a fork after its first checkpoint, with ".2", ".3"... when taken
+            if "." in first and cur.meta.get("checkpoint_id") == first.rsplit(".", 1)[0]:
+                break
+            cur = history.commit(o.hex_id(cur.parents[0])) if cur.parents else None
+        if first is not None and cur is not None and cur.parents:
+            pid = o.hex_id(cur.parents[0])
+            step = checkpoint_doc(history.commit(pid).meta)["step"]
+            note += f"; forked from {pid[:8]}" + (f" at step {step}" if step is not None else "")
+        out[name] = note
+    return out
+
+
 def visible(entries: Iterable[LogEntry]) -> list[LogEntry]:
     """``entries`` without the saver's writes commits (they live on the internal branch only)."""
     return [e for e in entries if not is_writes(e.kind, e.meta)]
@@ -375,6 +409,7 @@ __all__ = [
     "describe_entry",
     "internal_branches",
     "visible",
+    "branch_notes",
     "decode_state",
     "state_at",
     "diff_states",

@@ -147,9 +147,9 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
         note(f"Created branch {name!r} at {short(cid)}")
         return
     branches, current, head = session.branches(), session.current_branch, session.head
-    if not internal:
-        from ..adapters.langgraph_view import internal_branches
+    from ..adapters.langgraph_view import branch_notes, internal_branches
 
+    if not internal:
         for hidden in internal_branches(session, branches):
             branches.pop(hidden)
     if as_json:
@@ -159,13 +159,14 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
             "branches": [{"name": b, "commit": c, "current": b == current} for b, c in branches.items()],
         })
         return
+    notes = branch_notes(session, branches)  # a LangGraph thread: what each branch is
     width = max((len(b) for b in branches), default=0)
     if current is None:
         click.echo(f"* {click.style(f'(HEAD detached at {short(head)})', fg='red')}")
     for b, c in branches.items():
         mark = "*" if b == current else " "
         shown = click.style(b.ljust(width), fg="green") if b == current else b.ljust(width)
-        click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}")
+        click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}" + (f"  {notes[b]}" if b in notes else ""))
 
 
 @click.command("label")
