@@ -78,10 +78,10 @@ def checkpoint_doc(meta: Mapping[str, Any]) -> dict[str, Any]:
         updated (LangGraph's own trigger channels left out). Every field comes from the
         commit's metadata: nothing is decoded.
     """
-    lg = meta.get("lg") if isinstance(meta.get("lg"), Mapping) else {}
-    md = lg.get("mp") if isinstance(lg.get("mp"), Mapping) else {}
-    header = lg.get("h") if isinstance(lg.get("h"), Mapping) else lg.get("H") if isinstance(lg.get("H"), Mapping) else {}
-    seen = header.get("vs") if "h" in lg and isinstance(header.get("vs"), Mapping) else {}
+    lg = _mapping(meta.get("lg"))
+    md = _mapping(lg.get("mp"))
+    header = _mapping(lg.get("h")) or _mapping(lg.get("H"))
+    seen = _mapping(header.get("vs")) if "h" in lg else {}
     updated = header.get("uc")
     if not isinstance(updated, list):  # an update_state: the channels whose version moved
         versions = header.get("cv") if "h" in lg else None
@@ -94,6 +94,10 @@ def checkpoint_doc(meta: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": sorted(str(n) for n in seen if n != "__interrupt__" and n != "__input__"),
         "updated": [str(c) for c in updated if not _internal(str(c))],
     }
+
+
+def _mapping(x: Any) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else {}
 
 
 def writes_doc(author: str, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,7 +238,7 @@ class StateReader:
 
     def __init__(self, store: Store, decode: bool = True) -> None:
         self.store = store
-        self._vals = _decoder(store) if decode else None
+        self._vals: Any = _decoder(store) if decode else None
         self._why = "install langgraph to decode" if decode else "not decoded"
         self._plain: dict[int, tuple[Any, Any]] = {}  # id(shared object) -> (object, plain form)
 

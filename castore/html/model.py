@@ -146,7 +146,7 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
         if lg.is_checkpoint(e.kind, e.meta):
             channels[e.id] = reader.state(c.state)
             before: Mapping[str, Any] = {}
-            if pc is not None and lg.is_checkpoint(pc.kind, pc.meta):
+            if first is not None and pc is not None and lg.is_checkpoint(pc.kind, pc.meta):
                 if first not in channels:  # a parent stamped later than its child (clock skew)
                     channels[first] = reader.state(pc.state)
                 before = channels[first]
