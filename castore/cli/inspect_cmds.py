@@ -66,8 +66,11 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     """
     if all_ and rev != "HEAD":
         raise click.UsageError("--all shows every branch; give no REV with it")
-    refs = visible_refs(session, internal)
-    if all_ and not internal:
+    refs = refs_of(session)
+    hidden = set() if internal else lg.internal_branches(session, refs.branches)
+    for name in hidden:
+        refs.branches.pop(name)
+    if all_ and hidden:  # a LangGraph thread: its task writes are left out before the limit applies
         entries = lg.visible(session.log(all_branches=True))[:limit or None]
     else:
         entries = session.log(rev, limit=limit or None, all_branches=all_)
