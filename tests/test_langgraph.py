@@ -581,3 +581,22 @@ def test_show_of_a_task_writes_commit_decodes_what_it_wrote(saver: CastoreSaver,
     assert writes_at(s, "HEAD") is None  # a checkpoint is not a writes commit
     out = _cli(local_store, "show", agent_write.id).stdout
     assert "[LangGraph writes of agent: messages, turns]" in out and "Writes:  messages = [" in out
+
+
+def test_viewer_model_of_a_rewritten_message_list_carries_the_whole_list(saver: CastoreSaver,
+                                                                         local_store: castore.Store) -> None:
+    from castore.adapters.langgraph_view import state_at
+    from castore.html import build_model
+
+    g = build().compile(checkpointer=saver)
+    g.invoke({"messages": [HumanMessage("hello", id="h1")]}, THREAD)
+    # add_messages replaces a message with the same id: the list is rewritten, not grown
+    g.update_state(THREAD, {"messages": [AIMessage(content="rewritten", id="ai-1-h1")]})
+    s = local_store.session("langgraph", "default", "t1")
+    nodes = build_model(s)["nodes"]
+    last = nodes[-1]
+    assert "x" not in last and [m["content"] for m in last["d"]["messages"]] == ["hello", "rewritten"]
+    grown = [n for n in nodes if "messages" in n.get("x", {})]
+    assert grown and all(len(n["x"]["messages"]) == 1 for n in grown)  # each turn adds one message
+    for i, n in enumerate(nodes):
+        assert _replayed(nodes, i) == state_at(s, n["id"])

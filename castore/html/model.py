@@ -62,28 +62,6 @@ def _scope_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: 
     unset.extend(prefix + k for k in before if k not in after)
 
 
-def _channel_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[dict[str, Any], list[str],
-                                                                                   dict[str, list[Any]]]:
-    """``(d, u, x)`` from one decoded checkpoint state to the next: changed values, removed
-    channels, and the items appended to a list that kept its old items as a prefix."""
-    d: dict[str, Any] = {}
-    x: dict[str, list[Any]] = {}
-    for k, v in after.items():
-        old = before.get(k, _ABSENT)
-        if old is v:
-            continue
-        if isinstance(old, list) and isinstance(v, list) and len(v) >= len(old) \
-                and all(a is b or a == b for a, b in zip(old, v)):
-            if len(v) > len(old):
-                x[k] = v[len(old):]
-        elif old != v:
-            d[k] = v
-    return d, [k for k in before if k not in after], x
-
-
-_ABSENT = object()
-
-
 def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
     """Read a whole session into the JSON-ready data of its HTML view (see the module doc).
 
@@ -126,7 +104,6 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
         for name in lg.internal_branches(session, branches):
             branches.pop(name)
     reader = lg.StateReader(store)
-    channels: dict[str, dict[str, Any]] = {}  # checkpoint id -> its decoded channel values
     labels = session.labels()
     nodes: list[dict[str, Any]] = []
     parents: list[list[int]] = []
@@ -144,13 +121,8 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
         node = {"id": e.id, "p": ps, "k": e.kind, "a": e.author, "t": e.time, "n": e.depth,
                 "m": dict(e.meta), "d": delta, "u": unset, "e": entry_doc(e)}
         if lg.is_checkpoint(e.kind, e.meta):
-            channels[e.id] = reader.state(c.state)
-            before: Mapping[str, Any] = {}
-            if first is not None and pc is not None and lg.is_checkpoint(pc.kind, pc.meta):
-                if first not in channels:  # a parent stamped later than its child (clock skew)
-                    channels[first] = reader.state(pc.state)
-                before = channels[first]
-            node["d"], node["u"], appended = _channel_changes(before, channels[e.id])
+            before = pc.state if pc is not None and lg.is_checkpoint(pc.kind, pc.meta) else None
+            node["d"], node["u"], appended = reader.changes(before, c.state)
             if appended:
                 node["x"] = appended
         nodes.append(node)
