@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 WRITES_BRANCH = "writes"
 #: commit kinds the saver writes
 KINDS = frozenset({"checkpoint", "writes"})
+#: how many commits :func:`branch_notes` reads back from a fork's tip to find where it began
+FORK_WALK = 512
 #: how an undecodable value is described; ``{what}`` is e.g. "msgpack value, 5 bytes"
 UNDECODED = "<{what}: {why}>"
 
@@ -190,9 +192,14 @@ def branch_notes(session: Session, branches: Mapping[str, str] | None = None) ->
         note = _summary({"kind": "checkpoint", **checkpoint_doc(c.meta)})
         first = name.split("@", 1)[1] if "@" in name else None
         cur: Commit | None = c
+        walked = 0
         while first is not None and cur is not None and cur.meta.get("checkpoint_id") != first:
             # the saver names a fork after its first checkpoint, with ".2", ".3"... when taken
             if "." in first and cur.meta.get("checkpoint_id") == first.rsplit(".", 1)[0]:
+                break
+            walked += 1
+            if walked > FORK_WALK:
+                cur = None  # a long fork: its origin is left unsaid rather than read commit by commit
                 break
             cur = history.commit(o.hex_id(cur.parents[0])) if cur.parents else None
         if first is not None and cur is not None and cur.parents:
