@@ -13,15 +13,18 @@ Rules, in order:
    summary becomes a user message, followed by the entries from its ``first_kept`` commit
    up to the compaction, then the entries after it. Earlier compactions are superseded.
    When ``first_kept`` is not on the path, nothing before the compaction is kept (Pi does
-   the same).
+   the same). A compaction is read as stored, as Pi reads it; the ones castore makes never
+   keep a tool result without its call (model APIs reject that): :meth:`castore.Session.compact`
+   moves ``first_kept`` back to the assistant message holding the call (see :func:`keep_start`).
 3. Messages. :class:`~castore.entries.Message` entries contribute themselves, events
    their message, non-empty branch summaries a user message where they stand. Labels,
    model changes and custom records contribute nothing.
 4. Placeholders. A tool output longer than ``tool_output_limit`` tokens is replaced by a
    short text naming the commit that holds the full output.
 5. Budget. With ``max_tokens`` or ``max_messages``, whole units are dropped from the
-   oldest side: an assistant message that calls tools and the tool results that follow it
-   are one unit. System messages and the latest user message are never dropped; when they
+   oldest side: a message and the tool results that follow it are one unit (an assistant
+   message that calls tools goes with its results), so a budget never leaves a tool result
+   at the start without its call. System messages and the latest user message are never dropped; when they
    alone exceed the budget they are still returned.
 
 The summary wording follows Pi's (``convertToLlm``), so that an imported Pi session gives
@@ -164,6 +167,44 @@ def calls_tools(m: Message) -> bool:
     return False
 
 
+def _message_of(entry: Any) -> Message | None:
+    """The message an entry contributes to a context, if any (see rule 3)."""
+    if isinstance(entry, Message):
+        return entry
+    if isinstance(entry, Event):
+        return entry.message
+    if isinstance(entry, BranchSummary) and entry.summary:
+        return branch_summary_message(entry.summary)
+    return None
+
+
+def keep_start(entries: Sequence[LogEntry], i: int) -> int:
+    """Where a context that keeps ``entries[i:]`` must start so it has no orphan tool result.
+
+    When the first message at or after ``i`` is a tool result, this is the index of the
+    message that called the tool (found by walking back over tool results and entries
+    that contribute no message), so that the call and its results stay together; else ``i``
+    (also when no call precedes the result: then the history itself has the orphan).
+
+    Raises:
+        IndexError: ``i`` is not an index of ``entries``.
+    """
+    if not 0 <= i < len(entries):
+        raise IndexError(f"entry index {i} is out of range (0..{len(entries) - 1})")
+    j = i
+    while j < len(entries) and _message_of(entries[j].entry) is None:
+        j += 1
+    first = _message_of(entries[j].entry) if j < len(entries) else None
+    if first is None or not is_tool_result(first):
+        return i
+    for k in range(j - 1, -1, -1):
+        m = _message_of(entries[k].entry)
+        if m is None or is_tool_result(m):
+            continue
+        return k if calls_tools(m) else i
+    return i
+
+
 def _check_budget(name: str, value: int | None) -> None:
     if value is None:
         return
@@ -220,14 +261,7 @@ def project(
     commits: list[str] = []
 
     def emit(le: LogEntry) -> None:
-        e = le.entry
-        m: Message | None = None
-        if isinstance(e, Message):
-            m = e
-        elif isinstance(e, Event):
-            m = e.message
-        elif isinstance(e, BranchSummary) and e.summary:
-            m = branch_summary_message(e.summary)
+        m = _message_of(le.entry)
         if m is not None:
             msgs.append(m)
             commits.append(le.id)
@@ -279,17 +313,14 @@ def _trim(msgs: list[Message], sizes: list[int], max_tokens: int | None, max_mes
     n = len(msgs)
     if (max_tokens is None or sum(sizes) <= max_tokens) and (max_messages is None or n <= max_messages):
         return list(range(n))
-    # Units: an assistant that calls tools plus the tool results that follow it; else one message.
+    # Units: a message plus the tool results that follow it (an assistant that calls tools and
+    # its results), so dropping whole units never leaves a result first without its call.
     units: list[list[int]] = []
-    i = 0
-    while i < n:
-        unit = [i]
-        if calls_tools(msgs[i]):
-            while i + 1 < n and is_tool_result(msgs[i + 1]):
-                i += 1
-                unit.append(i)
-        units.append(unit)
-        i += 1
+    for i in range(n):
+        if units and is_tool_result(msgs[i]):
+            units[-1].append(i)
+        else:
+            units.append([i])
     last_user = max((j for j, m in enumerate(msgs) if m.role == "user"), default=-1)
     pinned = [any(msgs[j].role in _SYSTEM_ROLES or j == last_user for j in u) for u in units]
     tokens, count = sum(sizes), n
@@ -313,6 +344,7 @@ __all__ = [
     "branch_summary_message",
     "is_tool_result",
     "calls_tools",
+    "keep_start",
     "MESSAGE_OVERHEAD",
     "IMAGE_TOKENS",
 ]

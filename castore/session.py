@@ -42,7 +42,7 @@ from .branches import (
     real_name,
     symbolic_to,
 )
-from .context import Context, estimate_tokens, project
+from .context import Context, estimate_tokens, keep_start, project
 from .entries import (
     DELETE,
     BranchSummary,
@@ -926,7 +926,10 @@ class Session:
     def compact(self, summary: str, keep_from: str, details: Any = None) -> ObjectId:
         """Append a compaction: ``summary`` replaces everything before ``keep_from`` in the context.
 
-        Nothing is deleted; the full history stays readable.
+        Nothing is deleted; the full history stays readable. When the first message kept
+        would be a tool result, the kept part starts instead at the assistant message that
+        called the tool (model APIs reject a result whose call is gone): the compaction's
+        ``first_kept`` is that message's commit.
 
         Raises:
             RevisionNotFound: ``keep_from`` is not on the current path (nothing is written).
@@ -939,7 +942,9 @@ class Session:
         ids = [e.id for e in path]
         if kept not in ids:
             raise RevisionNotFound(keep_from, "not on the current branch's path")
-        before = sum(estimate_tokens(m) for m in _messages_of(path[: ids.index(kept)]))
+        start = keep_start(path, ids.index(kept))
+        kept = ids[start]
+        before = sum(estimate_tokens(m) for m in _messages_of(path[:start]))
         now = project(path)
         # The settings in force now let a later context() skip everything before keep_from.
         settings = {"model": now.model, "provider": now.provider, "thinking_level": now.thinking_level}

@@ -516,3 +516,79 @@ def test_service_opened_from_a_url_closes_its_store(tmp_path: Any) -> None:
         assert len((await again.get_session(app_name=APP, user_id=USER, session_id="u")).events) == 1
 
     run(go())
+
+
+# -- ids and repeated appends, checked against ADK's own in-memory service -----------------------------
+@pytest.fixture(params=["in-memory", "castore"])
+def either(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """ADK's InMemorySessionService and the castore service, for behaviour both must share."""
+    if request.param == "in-memory":
+        yield InMemorySessionService()
+        return
+    st = make_backend("local", request, tmp_path).open()
+    try:
+        yield CastoreSessionService(st)
+    finally:
+        st.close()
+
+
+def test_session_ids_are_stripped(either: Any) -> None:
+    async def go() -> None:
+        s = await either.create_session(app_name=APP, user_id=USER, session_id="  abc  ")
+        assert s.id == "abc"
+        with pytest.raises(AlreadyExistsError):
+            await either.create_session(app_name=APP, user_id=USER, session_id="abc ")
+        got = await either.get_session(app_name=APP, user_id=USER, session_id=" abc")
+        assert got is not None and got.id == "abc"
+        await either.delete_session(app_name=APP, user_id=USER, session_id="abc\t")
+        assert await either.get_session(app_name=APP, user_id=USER, session_id="abc") is None
+
+    run(go())
+
+
+def test_blank_session_id_gets_a_generated_one(either: Any) -> None:
+    async def go() -> None:
+        a = await either.create_session(app_name=APP, user_id=USER, session_id="   ")
+        b = await either.create_session(app_name=APP, user_id=USER, session_id="")
+        assert a.id.strip() and b.id.strip() and a.id != b.id
+        assert (await either.get_session(app_name=APP, user_id=USER, session_id=a.id)).id == a.id
+
+    run(go())
+
+
+def test_the_same_event_appended_twice_is_stored_once(either: Any) -> None:
+    async def go() -> None:
+        s = await either.create_session(app_name=APP, user_id=USER, session_id="twice", state={"n": 0})
+        e = ev(delta={"n": 1})
+        assert await either.append_event(s, e) is e
+        assert await either.append_event(s, e) is e
+        assert await either.append_event(s, copy.deepcopy(e)) is not None
+        got = await either.get_session(app_name=APP, user_id=USER, session_id="twice")
+        assert [x.id for x in got.events] == [e.id] and got.state["n"] == 1
+        assert [x.id for x in s.events] == [e.id]
+        # a stale copy retrying the same event changes nothing either
+        stale = copy.deepcopy(s)
+        await either.append_event(s, ev(delta={"n": 2}))
+        await either.append_event(stale, copy.deepcopy(e))
+        got = await either.get_session(app_name=APP, user_id=USER, session_id="twice")
+        assert len(got.events) == 2 and got.state["n"] == 2
+        # an event reusing an id with other fields is a different event, and is kept
+        other = ev(delta={"n": 3})
+        other.id = e.id
+        await either.append_event(s, other)
+        got = await either.get_session(app_name=APP, user_id=USER, session_id="twice")
+        assert len(got.events) == 3 and got.state["n"] == 3
+
+    run(go())
+
+
+def test_repeated_event_writes_no_commit(svc: CastoreSessionService) -> None:
+    async def go() -> None:
+        s = await svc.create_session(app_name=APP, user_id=USER, session_id="once")
+        e = ev(delta={"k": "v"})
+        await svc.append_event(s, e)
+        await svc.append_event(s, e)
+        await svc.append_event(copy.deepcopy(s), copy.deepcopy(e))
+        assert len(svc.castore_session(APP, USER, "once").log(limit=0)) == 2  # creation + one event
+
+    run(go())

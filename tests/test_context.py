@@ -337,3 +337,86 @@ def test_context_read_backwards_equals_the_projection_of_the_whole_path(back: in
         ctx = st.session("app", "u", "s").context()
         assert ctx == whole
         assert (ctx.model, ctx.provider, ctx.thinking_level) == ("m2", None, "high")
+
+
+# -- no orphan tool result at the start of a context ---------------------------------------------
+def _readme_session(store: castore.Store) -> castore.Session:
+    """The README's library example up to its compaction."""
+    s = store.session("weather-app", "alice", "orphan")
+    s.append(Message(role="user", content="Weather in Beijing?"))
+    s.append_many([Message(role="assistant", tool_calls=[{"id": "c1", "name": "get_weather",
+                                                          "arguments": {"city": "Beijing"}}]),
+                   Message(role="tool", tool_call_id="c1", content='{"temp_c": 25}')])
+    s.append(Event(author="assistant", message=Message(role="assistant", content="Sunny, 25°C")))
+    return s
+
+
+def test_readme_compaction_at_a_tool_result_keeps_its_call(local_store):
+    s = _readme_session(local_store)
+    call_id = s.resolve("HEAD~2")
+    cid = s.compact("The user asked about Beijing.", keep_from="HEAD~1")
+    comp = s.show(cid).entry
+    assert comp.first_kept == call_id  # moved back from the tool result to its call
+    assert comp.tokens_before == estimate_tokens(Message(role="user", content="Weather in Beijing?"))
+    ctx = s.context()
+    assert [m.role for m in ctx] == ["user", "assistant", "tool", "assistant"]
+    assert ctx[1].tool_calls[0]["id"] == ctx[2].tool_call_id == "c1"
+    assert ctx.commits[1] == call_id
+    # the path read from the start gives the same context as the quick read from the tip
+    assert s.context("main").messages == ctx.messages
+
+
+def test_compaction_keep_from_a_label_before_a_result_snaps_to_the_call(local_store):
+    s = local_store.session("app", "u", "label-between")
+    s.append(Message(role="user", content="q"))
+    c = s.append(call("k"))
+    s.append(Custom("note", {"x": 1}))  # contributes no message
+    s.append(result("k", "r"))
+    s.append(Message(role="assistant", content="a"))
+    s.compact("S", keep_from="HEAD~2")
+    assert s.show("HEAD").entry.first_kept == c
+    assert [m.role for m in s.context()] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_compaction_keep_from_a_plain_message_is_unchanged(local_store):
+    s = _readme_session(local_store)
+    last = s.head
+    s.compact("S", keep_from="HEAD")
+    assert s.show("HEAD").entry.first_kept == last
+
+
+def test_a_stored_compaction_is_read_as_written_like_pi_reads_it():
+    # only compactions castore makes are moved to the call; one stored at a result (by Pi's
+    # file format, say) gives what Pi would send (see tests/test_pi.py)
+    entries = [le(Message(role="user", content="q"), 0), le(call("k"), 1), le(result("k", "r"), 2),
+               le(Message(role="assistant", content="a"), 3), le(Compaction("S", first_kept=f"{2:064x}"), 4)]
+    assert view(project(entries)) == [("user", summary_text("S")), ("tool", "r"), ("assistant", "a")]
+
+
+def test_keep_start_walks_back_over_results_to_the_call():
+    from castore.context import keep_start
+
+    entries = [le(Message(role="user", content="q"), 0), le(call("k"), 1), le(result("k", "r1"), 2),
+               le(result("k", "r2"), 3), le(Message(role="user", content="u"), 4), le(result("z", "o"), 5)]
+    assert [keep_start(entries, i) for i in range(6)] == [0, 1, 1, 1, 4, 5]
+    with pytest.raises(IndexError):
+        keep_start(entries, 6)
+
+
+def test_budget_never_starts_the_context_with_an_orphan_tool_result():
+    # an orphan result after a user message (no call before it) goes with that message
+    msgs = [Message(role="system", content="sys"), Message(role="user", content="u1"), result("x", "o" * 80),
+            call("b"), result("b", "r"), Message(role="user", content="last")]
+    entries = [le(m, i) for i, m in enumerate(msgs)]
+    for budget in range(0, project(entries).tokens + 1):
+        ctx = project(entries, max_tokens=budget)
+        rest = [m for m in ctx if m.role != "system"]
+        assert not is_orphan_start(rest), (budget, view(ctx))
+    for n in range(len(msgs) + 1):
+        rest = [m for m in project(entries, max_messages=n) if m.role != "system"]
+        assert not is_orphan_start(rest), n
+
+
+def is_orphan_start(msgs: list[Message]) -> bool:
+    return bool(msgs) and msgs[0].role == "tool"
+

@@ -131,8 +131,16 @@ def test_fork_shows_in_castore_log_graph(saver: CastoreSaver, local_store: casto
                                       "log", "--graph", "--all", "-n", "0", "--oneline"])
     assert result.exit_code == 0, result.output
     assert "/" in result.stdout and "main@" in result.stdout
-    assert "checkpoint by loop" in result.stdout and "checkpoint by input" in result.stdout
-    assert "writes by ~__pregel_pull, agent" in result.stdout
+    assert "checkpoint step -1 · input" in result.stdout
+    assert "checkpoint step 1 · loop · agent → messages, turns" in result.stdout
+    assert "checkpoint step 2 · update → messages" in result.stdout
+    # the task writes are bookkeeping: on their own branch, shown only when asked
+    assert "writes" not in result.stdout
+    result = CliRunner().invoke(cli, ["--store", local_store.url, "-s", "langgraph/default/t1",
+                                      "log", "--graph", "--all", "--internal", "-n", "0", "--oneline"])
+    assert result.exit_code == 0, result.output
+    assert "(writes) writes of review: resume, verdict" in result.stdout
+    assert "writes of agent: messages, turns" in result.stdout
 
 
 def test_async_graph_runs_on_the_async_methods(saver: CastoreSaver) -> None:
@@ -382,3 +390,213 @@ def test_lists_stored_in_the_first_layout_still_read_and_grow(local_store: casto
     grown = fresh.store_list(pending, items + ["one more"], old_root.hex())
     _put(local_store, pending)
     assert _values(castore.open(local_store.url)).read_list(grown) == items + ["one more"]
+
+
+# -- reading a thread in the CLI and the viewer ------------------------------------------------------
+def _cli(store: castore.Store, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from castore.cli import main as cli
+
+    result = CliRunner().invoke(cli, ["--store", store.url, "-s", "langgraph/default/t1", *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_state_shows_decoded_channel_values(saver: CastoreSaver, local_store: castore.Store) -> None:
+    import json
+
+    g, _ = scenario(saver)
+    doc = json.loads(_cli(local_store, "state").stdout)
+    assert doc == {"messages": [{"type": "human", "content": "hello", "id": "h1"},
+                                {"type": "ai", "content": "reply 1 to hello", "id": "ai-1-h1"},
+                                {"type": "human", "content": "edited", "id": "h3"}],
+                   "turns": 1, "verdict": "late"}
+    assert [m["content"] for m in doc["messages"]] == [m.content for m in g.get_state(THREAD).values["messages"]]
+    assert json.loads(_cli(local_store, "state", "HEAD", "verdict").stdout) == "late"
+    # time travel: the input checkpoint of the first turn holds only the input, on __start__
+    root = local_store.session("langgraph", "default", "t1").log("HEAD", limit=0)[-1]
+    assert json.loads(_cli(local_store, "state", root.id).stdout) == {
+        "__start__": {"messages": [{"type": "human", "content": "hello", "id": "h1"}]}}
+
+
+def test_state_without_langgraph_says_what_the_values_are(saver: CastoreSaver, local_store: castore.Store,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    scenario(saver)
+    monkeypatch.setitem(sys.modules, "langgraph.checkpoint.serde.jsonplus", None)  # import fails
+    doc = json.loads(_cli(local_store, "state").stdout)
+    assert doc == {"messages": "<list of 3 serialized values: install langgraph to decode>",
+                   "turns": "<msgpack value, 1 byte: install langgraph to decode>",
+                   "verdict": "<msgpack value, 5 bytes: install langgraph to decode>"}
+
+
+def test_show_and_log_name_the_step_node_and_updated_values(saver: CastoreSaver, local_store: castore.Store) -> None:
+    scenario(saver)
+    out = _cli(local_store, "show", "HEAD").stdout
+    assert "[LangGraph checkpoint step 3 · loop · review → verdict]" in out
+    assert 'Values:  verdict = "late"' in out
+    out = _cli(local_store, "log", "-n", "0", "--oneline").stdout
+    assert "checkpoint step 0 · loop · __start__ → messages" in out and "by loop" not in out
+
+
+def test_branch_and_log_hide_the_writes_branch_unless_asked(saver: CastoreSaver, local_store: castore.Store) -> None:
+    import json
+
+    scenario(saver)
+    listed = json.loads(_cli(local_store, "branch", "--json").stdout)["branches"]
+    assert "writes" not in {b["name"] for b in listed} and len(listed) == 3
+    listed = json.loads(_cli(local_store, "branch", "--json", "--internal").stdout)["branches"]
+    assert "writes" in {b["name"] for b in listed}
+    # each fork says where it came from: the replay from step 4 and the update at step 1
+    s = local_store.session("langgraph", "default", "t1")
+    at = {e.meta["lg"]["mp"]["step"]: e.id[:8] for e in s.log("main", limit=0) if e.meta["lg"]["mp"]["step"] in (1, 4)}
+    lines = _cli(local_store, "branch").stdout.splitlines()
+    assert len(lines) == 3 and not any("writes" in line for line in lines)
+    assert lines[0].split()[0] == "main" and lines[0].endswith("step 6 · loop · review → verdict")
+    assert lines[1].endswith(f"step 7 · loop · review → verdict; forked from {at[4]} at step 4")
+    assert lines[2].startswith("* main@") and lines[2].endswith(f"; forked from {at[1]} at step 1")
+    commits = json.loads(_cli(local_store, "log", "--all", "-n", "0", "--json").stdout)["commits"]
+    assert commits and {c["kind"] for c in commits} == {"checkpoint"}
+    assert all("writes" not in c["refs"]["branches"] for c in commits)
+    assert len(json.loads(_cli(local_store, "log", "--all", "-n", "5", "--json").stdout)["commits"]) == 5
+    every = json.loads(_cli(local_store, "log", "--all", "--internal", "-n", "0", "--json").stdout)["commits"]
+    assert {c["kind"] for c in every} == {"checkpoint", "writes"}
+
+
+def test_a_branch_named_writes_in_another_session_is_not_hidden(local_store: castore.Store) -> None:
+    from castore.adapters.langgraph_view import internal_branches
+
+    s = local_store.session("app", "u", "plain")
+    s.append(castore.Message(role="user", content="hi"))
+    s.branch("writes")
+    assert internal_branches(s) == set()
+
+
+def _replayed(nodes: list[dict[str, Any]], i: int) -> dict[str, Any]:
+    """The state the viewer rebuilds at node i (as assets.py's stateAt does)."""
+    path, j = [], i
+    while True:
+        path.append(j)
+        if not nodes[j]["p"]:
+            break
+        j = nodes[j]["p"][0]
+    state: dict[str, Any] = {}
+    for j in reversed(path):
+        state.update(nodes[j]["d"])
+        for k, items in nodes[j].get("x", {}).items():
+            state[k] = [*state.get(k, []), *items]
+        for k in nodes[j]["u"]:
+            state.pop(k, None)
+    return state
+
+
+def test_viewer_model_shows_decoded_checkpoints_without_the_writes(saver: CastoreSaver,
+                                                                    local_store: castore.Store) -> None:
+    import json
+
+    from castore.adapters.langgraph_view import state_at
+    from castore.html import build_model
+
+    scenario(saver)
+    s = local_store.session("langgraph", "default", "t1")
+    model = build_model(s)
+    nodes = model["nodes"]
+    assert {n["k"] for n in nodes} == {"checkpoint"} and "writes" not in model["refs"]["branches"]
+    assert len(nodes) == len(list(saver.list(THREAD)))
+    for i, n in enumerate(nodes):
+        assert _replayed(nodes, i) == state_at(s, n["id"]), n["e"]["summary"]
+    head = nodes[model["refs"]["head"]]
+    assert head["e"]["summary"] == "step 3 · loop · review → verdict" and head["d"] == {"verdict": "late"}
+    # each message is embedded once, however many checkpoints hold it
+    assert json.dumps(model).count('"reply 1 to hello"') == 1
+    every = build_model(s, internal=True)
+    assert {n["k"] for n in every["nodes"]} == {"checkpoint", "writes"} and "writes" in every["refs"]["branches"]
+
+
+def test_viewer_script_rebuilds_each_checkpoints_decoded_state(saver: CastoreSaver, local_store: castore.Store,
+                                                               tmp_path: Any) -> None:
+    """The page's own stateAt and summary functions, run by Node on the embedded data."""
+    import json
+    import re
+    import shutil
+
+    from castore.adapters.langgraph_view import state_at
+    from castore.html import build_model
+    from castore.html.assets import JS
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed")
+    scenario(saver)
+    s = local_store.session("langgraph", "default", "t1")
+    model = build_model(s)
+    wanted = ["contentText", "callName", "callArgs", "messageSummary", "summary", "pathTo", "stateAt"]
+    funcs = [re.search(rf"^function {f}\(.*?^}}$", JS, re.M | re.S).group(0) for f in wanted]
+    consts = re.findall(r"^const (?:CALLS|TOOLROLES) = .*$", JS, re.M)
+    script = tmp_path / "run.js"
+    script.write_text("\n".join([f"const N = {json.dumps(model['nodes'])};", *consts, *funcs,
+                                 "console.log(JSON.stringify(N.map((x, i) => [stateAt(i), summary(x)])));"]))
+    out = json.loads(subprocess.run([node, str(script)], capture_output=True, text=True, check=True).stdout)
+    for (state, text), n in zip(out, model["nodes"], strict=True):
+        assert state == state_at(s, n["id"])
+        assert text == "checkpoint " + n["e"]["summary"]
+
+
+def test_diff_compares_decoded_channel_values(saver: CastoreSaver, local_store: castore.Store) -> None:
+    import json
+
+    scenario(saver)
+    d = json.loads(_cli(local_store, "diff", "main", "HEAD", "--json").stdout)
+    assert d["changed"]["verdict"] == ["no", "late"] and d["changed"]["turns"] == [2, 1]
+    old, new = d["changed"]["messages"]
+    assert [m["content"] for m in old][-1] == "reply 2 to again" and new[-1]["content"] == "edited"
+    assert d["added"] == {} and d["removed"] == {}
+    assert all(c["kind"] == "checkpoint" for c in d["entries1"] + d["entries2"])
+
+
+def test_export_html_leaves_the_writes_out_unless_internal(saver: CastoreSaver, local_store: castore.Store,
+                                                           tmp_path: Any) -> None:
+    scenario(saver)
+    plain, full = tmp_path / "t.html", tmp_path / "t-internal.html"
+    _cli(local_store, "export", "html", "-o", str(plain))
+    _cli(local_store, "export", "html", "--internal", "-o", str(full))
+    assert '"k":"writes"' not in plain.read_text() and '"k":"checkpoint"' in plain.read_text()
+    assert '"k":"writes"' in full.read_text()
+
+
+def test_show_of_a_task_writes_commit_decodes_what_it_wrote(saver: CastoreSaver, local_store: castore.Store) -> None:
+    from castore.adapters.langgraph_view import writes_at
+
+    scenario(saver)
+    s = local_store.session("langgraph", "default", "t1")
+    writes = [e for e in s.log("writes", limit=0) if e.kind == "writes"]
+    agent_write = next(e for e in writes if e.author.endswith(", agent"))
+    got = dict(writes_at(s, agent_write.id))
+    assert got["messages"][0]["type"] == "ai" and got["messages"][0]["content"].startswith("reply ")
+    interrupt = next(e for e in writes if [w[1] for w in e.meta["w"]] == ["__interrupt__"])
+    (channel, value), = writes_at(s, interrupt.id)
+    assert channel == "__interrupt__" and value[0]["value"]["question"] == "ok?"
+    assert writes_at(s, "HEAD") is None  # a checkpoint is not a writes commit
+    out = _cli(local_store, "show", agent_write.id).stdout
+    assert "[LangGraph writes of agent: messages, turns]" in out and "Writes:  messages = [" in out
+
+
+def test_viewer_model_of_a_rewritten_message_list_carries_the_whole_list(saver: CastoreSaver,
+                                                                         local_store: castore.Store) -> None:
+    from castore.adapters.langgraph_view import state_at
+    from castore.html import build_model
+
+    g = build().compile(checkpointer=saver)
+    g.invoke({"messages": [HumanMessage("hello", id="h1")]}, THREAD)
+    # add_messages replaces a message with the same id: the list is rewritten, not grown
+    g.update_state(THREAD, {"messages": [AIMessage(content="rewritten", id="ai-1-h1")]})
+    s = local_store.session("langgraph", "default", "t1")
+    nodes = build_model(s)["nodes"]
+    last = nodes[-1]
+    assert "x" not in last and [m["content"] for m in last["d"]["messages"]] == ["hello", "rewritten"]
+    grown = [n for n in nodes if "messages" in n.get("x", {})]
+    assert grown and all(len(n["x"]["messages"]) == 1 for n in grown)  # each turn adds one message
+    for i, n in enumerate(nodes):
+        assert _replayed(nodes, i) == state_at(s, n["id"])

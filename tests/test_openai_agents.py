@@ -307,3 +307,48 @@ def test_runner_on_castore_keeps_the_same_history_as_on_sqlite(
     assert "What did I ask?" not in str(model.inputs[0])
     cs = mine.castore
     assert len(cs.branches()) == 2 and len(cs.messages("main")) == 4  # main still has the old turn
+
+
+# -- session settings given as a dict, as the SDK's SQLiteSession takes them ------------------------------------
+def test_dict_settings_become_sdk_settings_like_sqlite_session(store: castore.Store) -> None:
+    mine = CastoreSession("dict", store, session_settings={"limit": 2})
+    ref = SQLiteSession("dict", session_settings={"limit": 2})
+    assert type(mine.session_settings) is type(ref.session_settings) is SessionSettings
+    assert mine.session_settings == ref.session_settings == SessionSettings(limit=2)
+    ref.close()
+    ref = SQLiteSession("none")
+    assert CastoreSession("none", store).session_settings == ref.session_settings == SessionSettings()
+    ref.close()
+
+
+def test_unknown_or_wrong_settings_raise_type_error_like_the_sdk(store: castore.Store) -> None:
+    for bad in ({"limit": 2, "lmit": 3}, ["limit", 2], 2):
+        with pytest.raises(TypeError) as want:
+            SQLiteSession("bad", session_settings=bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError) as got:
+            CastoreSession("bad", store, session_settings=bad)
+        assert str(got.value) == str(want.value)
+
+
+def test_runner_with_dict_settings_sees_the_same_history_as_on_sqlite(
+    store: castore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-dummy-no-network")
+    ref = SQLiteSession("limited", session_settings={"limit": 2})
+    want_out, want_model = run(converse(ref))
+    ref.close()
+    got_out, got_model = run(converse(CastoreSession("limited", store, session_settings={"limit": 2})))
+    assert got_out == want_out
+    assert got_model.inputs == want_model.inputs  # the limit of 2 items applied the same way
+    assert len(got_model.inputs[-1]) < 6
+
+
+def test_settings_without_the_sdk_keep_its_rules() -> None:
+    from castore.adapters.openai_agents import _Settings
+
+    assert _Settings.coerce({"limit": 3}).limit == 3
+    assert _Settings.coerce({}).limit is None
+    with pytest.raises(TypeError, match="Unknown session settings: lmit"):
+        _Settings.coerce({"lmit": 3})
+    with pytest.raises(TypeError, match="got list"):
+        _Settings.coerce(["limit"])

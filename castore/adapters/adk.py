@@ -119,6 +119,11 @@ def entry_to_event(entry: LogEntry) -> AdkEvent | None:
     return AdkEvent.model_validate(d)
 
 
+def _strip(session_id: str | None) -> str | None:
+    """A session id as ADK's in-memory service keys it: without surrounding whitespace."""
+    return session_id.strip() if isinstance(session_id, str) else session_id
+
+
 # -- the service --------------------------------------------------------------------------------
 class CastoreSessionService(BaseSessionService):
     """An ADK ``BaseSessionService`` that keeps sessions in a castore store.
@@ -171,6 +176,9 @@ class CastoreSessionService(BaseSessionService):
                              session_id: str | None = None) -> AdkSession:
         """Create a session; its initial ``state`` may hold ``app:`` and ``user:`` keys.
 
+        As in ADK's in-memory service, ``session_id`` is stripped of surrounding whitespace,
+        and a missing or blank one is replaced by a generated id.
+
         Raises:
             AlreadyExistsError: a session with this id exists (nothing is written).
             InvalidName, StorageError.
@@ -179,7 +187,7 @@ class CastoreSessionService(BaseSessionService):
 
     def _create(self, app_name: str, user_id: str, state: dict[str, Any] | None,
                 session_id: str | None) -> AdkSession:
-        s = self.store.session(app_name, user_id, session_id or str(uuid.uuid4()))
+        s = self.store.session(app_name, user_id, _strip(session_id) or str(uuid.uuid4()))
         self.store.init()
         # Creating HEAD is the atomic "create if absent": of two creators of one id, one wins.
         head = {META_NAMES: {"app": s.app, "user": s.user, "session": s.id}, META_CREATED: time.time()}
@@ -208,7 +216,7 @@ class CastoreSessionService(BaseSessionService):
 
     def _get(self, app_name: str, user_id: str, session_id: str,
              config: GetSessionConfig | None) -> AdkSession | None:
-        s = self.store.session(app_name, user_id, session_id)
+        s = self.store.session(app_name, user_id, _strip(session_id))
         if not s.exists():
             return None
         n = config.num_recent_events if config else None
@@ -279,7 +287,7 @@ class CastoreSessionService(BaseSessionService):
 
     def _delete(self, app_name: str, user_id: str, session_id: str) -> None:
         try:
-            self.store.delete_session(app_name, user_id, session_id)
+            self.store.delete_session(app_name, user_id, _strip(session_id))
         except SessionNotFound:
             pass
 
@@ -298,6 +306,9 @@ class CastoreSessionService(BaseSessionService):
         ``temp:`` keys of its state delta reach ``session.state`` only; ``app:`` and ``user:``
         keys go to the shared scopes. On success ``session`` is updated in place.
 
+        An event equal to one already stored with the same id (a retried call) is not stored
+        again, as in ADK's in-memory service: the call returns it and changes nothing.
+
         Raises:
             StaleSessionError: the session's branch moved since ``session`` was read (a
                 ``ValueError``; nothing is written). Reload it with :meth:`get_session`.
@@ -306,24 +317,49 @@ class CastoreSessionService(BaseSessionService):
         """
         if event.partial:
             return event
+        if any(e.id == event.id and e == event for e in session.events) and await asyncio.to_thread(
+                self._is_stored, session, event):
+            return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         cid = await asyncio.to_thread(self._append, session, event)
-        session._storage_update_marker = cid  # noqa: SLF001 - ADK's slot for exactly this
+        if cid is None:  # stored already, by a call whose session object this is not
+            return event
+        session._storage_update_marker = cid  # noqa: SLF001
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
 
-    def _append(self, session: AdkSession, event: AdkEvent) -> str:
+    def _append(self, session: AdkSession, event: AdkEvent) -> str | None:
+        """The commit of the appended event; None when an equal event is stored already."""
         s = self.store.session(session.app_name, session.user_id, session.id)
         entry = event_to_entry(event)
         seen = session._storage_update_marker  # noqa: SLF001 - ADK's slot for exactly this
         if seen is None:
+            if self._is_stored(session, event):
+                return None
             seen = self._marker_for_unmarked(s, session)
         try:
             return s.append(entry, expect=seen, time=event.timestamp)
         except RefConflict as e:
+            # A retry from another session object (or after a lost reply) finds its event there.
+            if self._is_stored(session, event):
+                return None
             self._raise_stale(s, seen, e.actual)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _is_stored(self, session: AdkSession, event: AdkEvent) -> bool:
+        """Whether the session's current branch holds an event equal to ``event`` with its id.
+
+        Reads the path (newest first) only on this rare path: a retried or repeated append.
+        """
+        s = self.store.session(session.app_name, session.user_id, session.id)
+        if not s.exists():
+            return False
+        for e in reversed(s.entries()):
+            got = entry_to_event(e)
+            if got is not None and got.id == event.id and got == event:
+                return True
+        return False
 
     def _raise_stale(self, s: Session, seen: str | None, now: str | None) -> None:
         if not s.exists():
@@ -364,7 +400,7 @@ class CastoreSessionService(BaseSessionService):
 
     def _branch_before(self, app_name: str, user_id: str, session_id: str, invocation_id: str,
                        branch: str) -> AdkSession:
-        s = self.store.session(app_name, user_id, session_id)
+        s = self.store.session(app_name, user_id, _strip(session_id))
         if not s.exists():
             raise SessionNotFoundError(f"Session {session_id} not found.")
         for e in s.entries():

@@ -27,6 +27,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..entries import Custom, Message
@@ -71,6 +72,41 @@ def entry_to_item(entry: LogEntry) -> Any:
     return None
 
 
+def coerce_settings(settings: Any) -> Any:
+    """The SDK's ``SessionSettings`` for ``settings``, as ``SQLiteSession`` converts them:
+    settings pass as they are, a dict becomes settings, None the default settings.
+
+    Without the SDK installed the result is an object with the same fields (``limit``).
+
+    Raises:
+        TypeError: ``settings`` is neither settings nor a dict, or a dict names an unknown
+            setting (the SDK's own error).
+    """
+    try:
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+    except ImportError:  # the SDK is what calls this session; without it keep the same rules
+        return _Settings() if settings is None else _Settings.coerce(settings)
+    return SessionSettings() if settings is None else coerce_session_settings(settings)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """``SessionSettings``' fields, for when the SDK is not installed."""
+
+    limit: int | None = None
+
+    @classmethod
+    def coerce(cls, value: Any) -> _Settings:
+        if isinstance(value, cls) or (hasattr(value, "limit") and not isinstance(value, Mapping)):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"session must be a SessionSettings instance or a dict, got {type(value).__name__}")
+        unknown = sorted(str(k) for k in value if k not in {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"Unknown session settings: {', '.join(unknown)}")
+        return cls(**value)
+
+
 class CastoreSession:
     """The Agents SDK ``Session`` protocol over one castore session.
 
@@ -80,12 +116,14 @@ class CastoreSession:
             ``./.castore``). A store opened from a URL is closed by :meth:`close`.
         app: the castore app the conversation is filed under.
         user: the castore user the conversation is filed under.
-        session_settings: the SDK's ``SessionSettings`` (its ``limit`` is the default for
-            :meth:`get_items`).
+        session_settings: the SDK's ``SessionSettings``, or a dict of its fields converted as
+            the SDK's ``SQLiteSession`` does (its ``limit`` is the default for :meth:`get_items`).
         **storage_options: for the backend, when ``store`` is a URL.
 
     Raises:
         InvalidName: a part of the key is not a valid name.
+        TypeError: ``session_settings`` is neither settings nor a dict, or names an unknown
+            setting.
 
     Every method runs castore's blocking I/O in a worker thread, off the event loop.
     """
@@ -97,7 +135,7 @@ class CastoreSession:
         else:
             self.store, self._owns_store = Store.open(store, **storage_options), True
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = coerce_settings(session_settings)
         self.castore: Session = self.store.session(app, user, session_id)
         """The castore session: branch, checkout, label, log, fork, verify."""
 
@@ -118,8 +156,7 @@ class CastoreSession:
         """
         what = "limit"
         if limit is None and self.session_settings is not None:
-            settings = self.session_settings
-            limit = settings.get("limit") if isinstance(settings, Mapping) else getattr(settings, "limit", None)
+            limit = self.session_settings.limit
             what = "session_settings.limit"
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             # checked here: the window widening below would report another number than given
@@ -235,4 +272,4 @@ class CastoreSession:
             self.store.close()
 
 
-__all__ = ["CastoreSession", "item_to_entry", "entry_to_item", "ITEM", "CLEARED", "STARTED"]
+__all__ = ["CastoreSession", "coerce_settings", "item_to_entry", "entry_to_item", "ITEM", "CLEARED", "STARTED"]

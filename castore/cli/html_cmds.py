@@ -16,8 +16,10 @@ DEFAULT_PORT = 8765
               help="The session to export (default: the global -s / $CASTORE_SESSION).")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write to FILE instead of stdout.")
+@click.option("--internal", is_flag=True,
+              help="Also an adapter's bookkeeping commits (a LangGraph thread's task writes).")
 @click.pass_context
-def export_html(ctx: click.Context, spec: str | None, output: str | None) -> None:
+def export_html(ctx: click.Context, spec: str | None, output: str | None, internal: bool) -> None:
     """Write a session as one self-contained HTML file (its tree, entries and states).
 
     The file needs no network: scripts, styles and data are inline. It draws every
@@ -29,7 +31,7 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None) -> Non
     from .common import get_session
 
     session = get_session(ctx, spec=spec)
-    page = render_session(session)
+    page = render_session(session, internal=internal)
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(page)

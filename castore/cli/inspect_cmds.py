@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..adapters import langgraph_view as lg
 from ..entries import Message
 from ..session import Session
 from ..store import Store
@@ -50,11 +51,14 @@ def sessions_cmd(store: Store, prefix: str | None, as_json: bool) -> None:
 @click.option("--all", "all_", is_flag=True, help="Every commit of every branch and label, not just the path to REV.")
 @click.option("-n", "limit", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Show at most N commits, newest first; 0 shows all.")
+@click.option("--internal", is_flag=True,
+              help="With --all, also an adapter's bookkeeping branches (a LangGraph thread's task writes).")
 @json_option('{"session": {"key", "app", "user", "session"}, "head": ID|null, "branch": NAME|null, '
              f'"commits": [{_COMMIT_FIELDS}], "graph": [LINE] (with --graph only)}}; commits are newest '
              'first (with --graph, in the order drawn)')
 @pass_session()
-def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, limit: int, as_json: bool) -> None:
+def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, limit: int, internal: bool,
+            as_json: bool) -> None:
     """Show history, newest first; --all: every branch, --graph: the tree.
 
     Without --all: the path from the root to REV (default HEAD). Like `llm logs`, the last 10 entries by default (-n 0 for all). With --all, every
@@ -62,8 +66,14 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     """
     if all_ and rev != "HEAD":
         raise click.UsageError("--all shows every branch; give no REV with it")
-    entries = session.log(rev, limit=limit or None, all_branches=all_)
     refs = refs_of(session)
+    hidden = set() if internal else lg.internal_branches(session, refs.branches)
+    for name in hidden:
+        refs.branches.pop(name)
+    if all_ and hidden:  # a LangGraph thread: its task writes are left out before the limit applies
+        entries = lg.visible(session.log(all_branches=True))[:limit or None]
+    else:
+        entries = session.log(rev, limit=limit or None, all_branches=all_)
     if graph:
         entries = r.topo_order(entries)
     if as_json:
@@ -94,12 +104,19 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
 def show_cmd(session: Session, rev: str, as_json: bool) -> None:
     """Show one commit: its entry, metadata, state delta and parents."""
     e = session.show(rev)
-    refs = refs_of(session)
+    refs = visible_refs(session, internal=True)
     if as_json:
         print_json(r.commit_json(e, refs))
         return
     for line in r.commit_block(e, refs, full=True):
         click.echo(line)
+    if lg.is_checkpoint(e.kind, e.meta):  # the values of the channels this checkpoint updated
+        values = lg.state_at(session, e.id) or {}
+        updated = [k for k in lg.checkpoint_doc(e.meta)["updated"] if k in values]
+        for i, k in enumerate(updated):
+            click.echo(("Values:  " if i == 0 else "         ") + f"{k} = {r.fmt_value(values[k])}")
+    for i, (channel, value) in enumerate(lg.writes_at(session, e.id) or []):  # a task's writes
+        click.echo(("Writes:  " if i == 0 else "         ") + f"{channel} = {r.fmt_value(value)}")
 
 
 @click.command("state")
@@ -111,15 +128,28 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
     """Print the state at REV (default HEAD) as JSON, or the value of KEY.
 
     Time travel: at any revision the state is exactly what it was after that commit,
-    app: and user: keys included.
+    app: and user: keys included. At a LangGraph checkpoint: its channel values, decoded
+    when langgraph is installed.
     """
-    state = session.state(rev)
+    state = lg.state_at(session, rev)
+    if state is None:
+        state = session.state(rev)
     if key is None:
         print_json(state)
         return
     if key not in state:
         raise click.ClickException(f"no key {key!r} in the state at {rev}")
     print_json(state[key])
+
+
+def visible_refs(session: Session, internal: bool = False) -> r.Refs:
+    """Where HEAD, the branches and the labels point, without an adapter's bookkeeping
+    branches (a LangGraph thread's ``writes``) unless ``internal``."""
+    refs = refs_of(session)
+    if not internal:
+        for name in lg.internal_branches(session, refs.branches):
+            refs.branches.pop(name, None)
+    return refs
 
 
 @click.command("diff")
@@ -136,7 +166,10 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
     are listed.
     """
     d = session.diff(rev1, rev2)
-    refs = refs_of(session)
+    decoded = lg.diff_states(session, rev1, rev2)  # LangGraph checkpoints: their channel values
+    if decoded is not None:
+        d.update(decoded)
+    refs = visible_refs(session)
     if as_json:
         print_json({**{k: d[k] for k in ("base", "added", "removed", "changed")},
                     "entries1": [r.commit_json(e, refs) for e in d["entries1"]],

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from .. import objects as o
+from ..adapters import langgraph_view as lg
 from ..entries import (
     BranchSummary,
     Compaction,
@@ -143,7 +144,7 @@ def summary(e: LogEntry, width: int = 72) -> str:
     elif isinstance(entry, Custom) and e.kind == "custom":
         text = f"custom {safe(entry.type)}"
     elif isinstance(entry, Custom):  # a commit kind of an adapter's (a LangGraph checkpoint...)
-        text = f"{safe(e.kind)} by {safe(e.author)}" if e.author else safe(e.kind)
+        text = safe(lg.describe_entry(e) or (f"{e.kind} by {e.author}" if e.author else e.kind))
     else:
         text = safe(e.kind)
     changes = delta_text(e.delta, e.unset)
@@ -287,6 +288,10 @@ def body_lines(e: LogEntry) -> list[str]:
         return [f"[branch summary of {safe(short(entry.from_id))}]", *safe_block(entry.summary).splitlines()]
     if isinstance(entry, ModelChange):
         return [safe(f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip())]
+    doc = lg.entry_doc(e)
+    if doc is not None:
+        ids = [f"{k.replace('_', ' ')}: {safe(doc[k])}" for k in ("checkpoint_id", "task_id") if doc.get(k)]
+        return [f"[LangGraph {safe(lg.describe_entry(e))}]", *ids]
     if isinstance(entry, Custom):
         return [f"[custom {safe(entry.type)}]", fmt_value(entry.data)]
     return [f"[{safe(e.kind)}]"]

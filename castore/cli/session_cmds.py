@@ -124,10 +124,12 @@ def checkout_cmd(session: Session, rev: str, new_branch: str | None) -> None:
               help="Move an existing branch NAME to REV (its old tip goes to the reflog).")
 @click.option("-r", "--remotes", "remotes", is_flag=True, help="List the remote-tracking branches.")
 @click.option("-a", "--all", "all_", is_flag=True, help="List local and remote-tracking branches.")
+@click.option("--internal", is_flag=True,
+              help="List an adapter's bookkeeping branches too (a LangGraph thread's task writes).")
 @json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current"}]}')
 @pass_session()
 def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool, force_delete: bool,
-               force: bool, remotes: bool, all_: bool, as_json: bool) -> None:
+               force: bool, remotes: bool, all_: bool, internal: bool, as_json: bool) -> None:
     """List, create (NAME [REV]), move (-f NAME REV) or delete (-d/-D NAME) branches.
 
     With no NAME, list them (the current one marked *); -r lists the remote-tracking
@@ -155,6 +157,11 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
             note(f"Created branch {name!r} at {short(cid)}")
         return
     branches, current, head = session.branches(), session.current_branch, session.head
+    from ..adapters.langgraph_view import branch_notes, internal_branches
+
+    if not internal:
+        for hidden in internal_branches(session, branches):
+            branches.pop(hidden)
     if remotes or all_:
         tracking = {f"remotes/{n}": c for n, c in session.remote_branches().items()}
         branches = {**({} if remotes and not all_ else branches), **tracking}
@@ -165,6 +172,7 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
             "branches": [{"name": b, "commit": c, "current": b == current} for b, c in branches.items()],
         })
         return
+    notes = branch_notes(session, branches)  # a LangGraph thread: what each branch is
     shown_names = {b: safe(b) for b in branches}
     width = max((len(b) for b in shown_names.values()), default=0)
     if current is None:
@@ -173,7 +181,7 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
         mark = "*" if b == current else " "
         name = shown_names[b].ljust(width)
         shown = click.style(name, fg="green") if b == current else name
-        click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}")
+        click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}" + (f"  {safe(notes[b])}" if b in notes else ""))
 
 
 @click.command("label")

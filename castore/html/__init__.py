@@ -15,14 +15,15 @@ from .model import build_model
 from .page import index_page, session_page
 
 
-def render_session(session: Session) -> str:
-    """The self-contained HTML view of ``session`` (see the module doc).
+def render_session(session: Session, internal: bool = False) -> str:
+    """The self-contained HTML view of ``session`` (see the module doc); ``internal`` keeps
+    an adapter's bookkeeping commits (a LangGraph thread's task writes).
 
     Raises:
         SessionNotFound: the session has no entries.
         ObjectNotFound, IntegrityError, StorageError: reading failed.
     """
-    return session_page(build_model(session))
+    return session_page(build_model(session, internal=internal))
 
 
 __all__ = ["render_session", "build_model", "session_page", "index_page"]

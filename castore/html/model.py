@@ -17,6 +17,12 @@ Shape (``v`` 1)::
 
 Nodes are ordered oldest first. ``d``/``u`` hold the session keys the commit changed,
 plus the ``app:``/``user:`` keys whose scoped state differs from the parent commit's.
+
+A LangGraph thread (see :mod:`castore.adapters.langgraph_view`) shows as LangGraph sees it:
+a checkpoint's ``e`` says its step, node and updated channels (``e.summary``), its ``d``/``u``
+hold the decoded channel values that changed, and ``x`` (``{channel: [items]}``) the items
+appended to a list channel such as ``messages`` (so each message is embedded once, not once
+per checkpoint). The saver's task writes and their branch are left out unless ``internal``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from .. import context as ctx
 from .. import objects as o
+from ..adapters import langgraph_view as lg
 from ..entries import Event, entry_fields
 from ..session import LogEntry, Session
 from ..state import read_states
@@ -35,7 +42,11 @@ FORMAT = 1
 
 
 def entry_doc(e: LogEntry) -> dict[str, Any]:
-    """The entry of one commit as a JSON-ready dict (an event's delta and meta are on the node)."""
+    """The entry of one commit as a JSON-ready dict (an event's delta and meta are on the node;
+    a LangGraph commit is described by :func:`castore.adapters.langgraph_view.entry_doc`)."""
+    described = lg.entry_doc(e)
+    if described is not None:
+        return described
     doc = entry_fields(e.entry)
     if isinstance(e.entry, Event):
         doc.pop("state_delta", None)
@@ -51,8 +62,13 @@ def _scope_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: 
     unset.extend(prefix + k for k in before if k not in after)
 
 
-def build_model(session: Session) -> dict[str, Any]:
+def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
     """Read a whole session into the JSON-ready data of its HTML view (see the module doc).
+
+    Args:
+        session: the session.
+        internal: keep an adapter's bookkeeping commits and branches (a LangGraph thread's
+            task writes), which are left out by default.
 
     Raises:
         SessionNotFound: the session has no entries.
@@ -64,6 +80,8 @@ def build_model(session: Session) -> dict[str, Any]:
         raise SessionNotFound(session.key)
     store = session.store
     entries = session.log(all_branches=True)
+    if not internal:
+        entries = lg.visible(entries)
     entries.sort(key=lambda e: (e.time, e.depth, e.id))
     index = {e.id: i for i, e in enumerate(entries)}
     commits = store.history.commits([e.id for e in entries]) if entries else {}
@@ -82,6 +100,10 @@ def build_model(session: Session) -> dict[str, Any]:
 
     head = session.head
     branches = session.branches()
+    if not internal:
+        for name in lg.internal_branches(session, branches):
+            branches.pop(name)
+    reader = lg.StateReader(store)
     labels = session.labels()
     nodes: list[dict[str, Any]] = []
     parents: list[list[int]] = []
@@ -96,10 +118,14 @@ def build_model(session: Session) -> dict[str, Any]:
         for scope in ("app", "user"):
             if (pc.scopes.get(scope) if pc else None) != c.scopes.get(scope):
                 _scope_changes(scoped(first, scope), scoped(e.id, scope), scope + ":", delta, unset)
-        nodes.append({
-            "id": e.id, "p": ps, "k": e.kind, "a": e.author, "t": e.time, "n": e.depth,
-            "m": dict(e.meta), "d": delta, "u": unset, "e": entry_doc(e),
-        })
+        node = {"id": e.id, "p": ps, "k": e.kind, "a": e.author, "t": e.time, "n": e.depth,
+                "m": dict(e.meta), "d": delta, "u": unset, "e": entry_doc(e)}
+        if lg.is_checkpoint(e.kind, e.meta):
+            before = pc.state if pc is not None and lg.is_checkpoint(pc.kind, pc.meta) else None
+            node["d"], node["u"], appended = reader.changes(before, c.state)
+            if appended:
+                node["x"] = appended
+        nodes.append(node)
 
     keep = {index[t] for t in [*branches.values(), *labels.values()] if t in index}
     if head in index:

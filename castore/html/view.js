@@ -74,7 +74,7 @@ function summary(x) {
     case "branch_summary": return "branch summary: " + e.summary;
     case "model_change": return "model \u2192 " + (e.model || "?") + (e.provider ? " (" + e.provider + ")" : "");
     case "custom": return "custom " + e.type;
-    default: return x.k;
+    default: return e.summary ? (x.k === "checkpoint" ? "checkpoint " : "") + e.summary : x.k;
   }
 }
 
@@ -170,6 +170,7 @@ function stateAt(i) {
   for (const j of pathTo(i)) {
     const x = N[j];
     for (const k in x.d) s[k] = x.d[k];
+    for (const k in (x.x || {})) s[k] = (Array.isArray(s[k]) ? s[k] : []).concat(x.x[k]);
     for (const k of x.u) delete s[k];
   }
   return s;
