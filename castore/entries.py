@@ -43,6 +43,12 @@ def _opt_str(value: object) -> bool:
     return value is None or isinstance(value, str)
 
 
+def _is_time(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return _is_int(value) and -(2**53) <= value <= 2**53  # type: ignore[operator]
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -447,9 +453,7 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
         _need(isinstance(author, str), "author", "a string", author)
         author_ = author
     if at is not None:
-        _need(isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at),
-              "time", "a finite number of seconds since the epoch", at)
-        at = float(at)
+        _need(_is_time(at), "time", "a finite number of seconds since the epoch", at)
     if meta:
         _need(isinstance(meta, Mapping), "meta", "a mapping", meta)
         meta_.update(meta)

@@ -58,6 +58,7 @@ def _stored_files(store: castore.Store) -> list[str]:
         ({"time": True}, "time"),
         ({"time": math.nan}, "time"),
         ({"time": math.inf}, "time"),
+        ({"time": 10**400}, "time"),
         ({"author": 5}, "author"),
         ({"author": b"x"}, "author"),
         ({"meta": {1: "x"}}, "meta key"),
