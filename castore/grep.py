@@ -17,7 +17,8 @@ Encrypted reasoning, signatures and image data are never searched (they are not 
 The walk reads each session's refs, then the commits of every branch path (a commit shared
 by several branches, or by a fork and its parent session, is read and reported once, naming
 every branch that holds it), then the bodies in batches, each body once. Matches stream out
-in session order (newest session first), root to tip within a session.
+in session order (by app, user, session id), root to tip within a session; a commit
+several sessions share is reported with the first of them (the others under ``also``).
 
 The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 
@@ -302,7 +303,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     for app in store.apps():
         if not _glob_any(app, app_globs):
             continue
-        for si in store.sessions(app):
+        for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
             key = (si.app, si.user, si.session)
             if session_globs and not any(
                     fnmatch.fnmatchcase(_key(key) if "/" in g else si.session, g) for g in session_globs):
