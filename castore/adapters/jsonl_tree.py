@@ -261,23 +261,39 @@ def blob_id(raw: bytes) -> str:
     return o.encode(Blob(data=raw))[0]
 
 
-def export_lines(session: Session, key: str) -> Iterator[bytes]:
+def archived_rows(session: Session, key: str, file: str | None = None) -> list[tuple[int, str, str]]:
+    """``(line number, raw blob id, commit)`` of a session's archived lines, in file order.
+
+    Args:
+        session: the session.
+        key: the adapter's metadata key.
+        file: only lines whose metadata names this file (``f``); a fork shares commits
+            of its parent's file, which are not its own lines.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    rows = []
+    for le in session.log(all_branches=True):
+        m = le.meta.get(key)
+        if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str) \
+                and (file is None or m.get("f") == file):
+            rows.append((m["o"], m["raw"], le.id))
+    rows.sort()
+    return rows
+
+
+def export_lines(session: Session, key: str, file: str | None = None) -> Iterator[bytes]:
     """The archived lines of a session (metadata under ``key``), in file order, as bytes.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    entries = session.log(all_branches=True)
-    rows = []
-    for le in entries:
-        m = le.meta.get(key)
-        if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str):
-            rows.append((m["o"], m["raw"]))
-    rows.sort()
+    rows = archived_rows(session, key, file)
     for i in range(0, len(rows), 512):
         chunk = rows[i:i + 512]
-        data = read_blobs(session.store, [r for _, r in chunk])
-        for _, r in chunk:
+        data = read_blobs(session.store, [r for _, r, _ in chunk])
+        for _, r, _ in chunk:
             yield data[r]
 
 

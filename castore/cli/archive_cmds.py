@@ -92,6 +92,44 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
     note(f"wrote {len(written)} file(s) under {dest}")
 
 
+@click.command("codex")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
+@click.option("--user", default="local", show_default=True, help="The user name of the sessions.")
+@json_option(_IMPORT_JSON)
+@click.pass_context
+def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, as_json: bool) -> None:
+    """Archive Codex CLI rollouts: a rollout file, or a folder such as ~/.codex/sessions.
+
+    One session per thread (APP/USER/THREAD-ID). A fork shares its parent's history, a
+    rollback keeps the dropped turns on a branch, a subagent thread names its parent.
+    Importing again reads only what was added; files deleted upstream stay in the archive.
+    """
+    from ..adapters.codex import import_codex
+
+    store = open_store(ctx, must_exist=False)
+    _echo_results(import_codex(store, path, app=app, user=user), as_json)
+
+
+@click.command("codex")
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
+@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+              help="Only this session (repeatable; default: every archived one).")
+@click.pass_context
+def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
+    """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte."""
+    from ..adapters.codex import export_codex
+    from .common import get_session
+
+    store = open_store(ctx)
+    sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
+    written = export_codex(store, dest, app=app, sessions=sessions)
+    for rel in written:
+        click.echo(rel)
+    note(f"wrote {len(written)} file(s) under {dest}")
+
+
 # -- grep ----------------------------------------------------------------------------------------
 def _when(value: str | None, what: str) -> float | None:
     if value is None:
@@ -226,9 +264,11 @@ def _highlight(text: str, spans: tuple[tuple[int, int], ...]) -> str:
 
 
 def register(group: click.Group) -> None:
-    """Add ``import claude``, ``export claude`` and ``grep`` to the ``castore`` group."""
+    """Add ``import claude|codex``, ``export claude|codex`` and ``grep`` to the ``castore`` group."""
     for name, cmd, doc in (("import", import_claude_cmd, "Import sessions from other agents' files."),
-                           ("export", export_claude_cmd, "Export sessions to other agents' files.")):
+                           ("import", import_codex_cmd, "Import sessions from other agents' files."),
+                           ("export", export_claude_cmd, "Export sessions to other agents' files."),
+                           ("export", export_codex_cmd, "Export sessions to other agents' files.")):
         sub = group.commands.get(name)
         if not isinstance(sub, click.Group):
             sub = CastoreGroup(name, help=doc)
