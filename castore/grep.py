@@ -249,7 +249,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
          roles: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
          tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
          apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
-         limit: int | None = None, context: int = 0) -> Iterator[Match]:
+         limit: int | None = None, context: int = 0, index: bool | None = None) -> Iterator[Match]:
     """Search the text of every entry on every branch of every session of ``store``.
 
     Args:
@@ -270,12 +270,16 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         since, until: only entries at or after / before these times (seconds since the epoch).
         limit: stop after this many matches.
         context: also give this many entries before and after each match on its branch.
+        index: search through the local index (:mod:`castore.grepindex`, brought up to date
+            first) rather than by reading every object; None: for every store but ``memory://``.
+            Both give the same matches.
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
 
     Raises:
         GrepError: a bad pattern, kind or limit.
+        IndexError_: the index folder cannot be written.
         StorageError, IntegrityError: the store cannot be read.
     """
     rx = compile_pattern(pattern, ignore_case=ignore_case, fixed=fixed, word=word)
@@ -297,16 +301,30 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     app_globs = tuple(apps) if apps else None
     if limit == 0 or not store.exists:
         return
+    if index is None:
+        index = not str(getattr(store.storage, "url", "")).startswith("memory://")
+
+    def keep(key: tuple[str, str, str], role: str, bkind: str, tool: str | None, when: float) -> bool:
+        if bkind not in want_kinds or (role_set is not None and role not in role_set):
+            return False
+        if tool_globs is not None and not _glob_any(tool, tool_globs):
+            return False
+        if (since is not None and when < since) or (until is not None and when >= until):
+            return False
+        return _session_ok(key, session_globs, app_globs)
+
+    if index:
+        yield from _grep_index(store, rx, keep, limit, context, want_kinds)
+        return
     # 1. sessions and the commits of each branch path (commits are small and packed)
     where: dict[str, list[tuple[tuple[str, str, str], str]]] = {}
     plans: list[tuple[tuple[str, str, str], list[tuple[str, Commit]], dict[str, list[str]]]] = []
-    for app in store.apps():
+    for app in sorted(store.apps()):
         if not _glob_any(app, app_globs):
             continue
         for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
             key = (si.app, si.user, si.session)
-            if session_globs and not any(
-                    fnmatch.fnmatchcase(_key(key) if "/" in g else si.session, g) for g in session_globs):
+            if not _session_ok(key, session_globs, None):
                 continue
             s = store.session(*key)
             tips = dict(s.branches())
@@ -351,11 +369,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
                         continue
                     if not text or rx.search(text) is None:
                         continue
-                    lines = []
-                    for n, line in enumerate(text.split("\n"), 1):
-                        spans = tuple(m.span() for m in rx.finditer(line) if m.end() > m.start())
-                        if spans:
-                            lines.append(LineMatch(n, line, spans))
+                    lines = _line_matches(rx, text)
                     if not lines:
                         continue
                     refs = where[cid]
@@ -368,11 +382,64 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
                     after: tuple[tuple[str, str, str], ...] = ()
                     if context:
                         before, after = _context(store, paths[mine[0]], cid, context)
-                    yield Match(cid, key, mine, role, bkind, tool, when, tuple(lines),
+                    yield Match(cid, key, mine, role, bkind, tool, when, lines,
                                 tuple((k, tuple(b)) for k, b in others.items()), before, after, context)
                     found += 1
                     if limit is not None and found >= limit:
                         return
+
+
+def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,
+                app_globs: tuple[str, ...] | None) -> bool:
+    if app_globs and not _glob_any(key[0], app_globs):
+        return False
+    return not session_globs or any(fnmatch.fnmatchcase(_key(key) if "/" in g else key[2], g) for g in session_globs)
+
+
+def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
+    lines = []
+    for n, line in enumerate(text.split("\n"), 1):
+        spans = tuple(m.span() for m in rx.finditer(line) if m.end() > m.start())
+        if spans:
+            lines.append(LineMatch(n, line, spans))
+    return tuple(lines)
+
+
+def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, context: int,
+                kinds: set[str]) -> Iterator[Match]:
+    from .grepindex import open_index
+
+    ix = open_index(store)
+    firsts: dict[tuple[str, int], int] = {}  # (commit, block) -> position in found
+    found: list[list[Any]] = []
+    for i in ix.find(rx, kinds):
+        r = ix.record(i)
+        key = ix.key(r.session)
+        if not keep(key, r.role, r.kind, r.tool, r.time):
+            continue
+        at = firsts.get((r.commit, r.block))
+        if at is not None:
+            if found[at][1] != key:
+                found[at][3].setdefault(key, list(r.branches))
+            continue
+        lines = _line_matches(rx, ix.block_text(i))
+        if not lines:
+            continue
+        firsts[(r.commit, r.block)] = len(found)
+        found.append([r, key, lines, {}])
+    n = 0
+    for r, key, lines, also in found:
+        before: tuple[tuple[str, str, str], ...] = ()
+        after: tuple[tuple[str, str, str], ...] = ()
+        if context:
+            s = store.session(*key)
+            tip = s.head if r.branches[0] == "HEAD" else s.branches()[r.branches[0]]
+            before, after = _context(store, store.history.path_ids(tip), r.commit, context)
+        yield Match(r.commit, key, r.branches, r.role, r.kind, r.tool, r.time, lines,
+                    tuple((k, tuple(b)) for k, b in also.items()), before, after, context)
+        n += 1
+        if limit is not None and n >= limit:
+            return
 
 
 def _context(store: Store, path: list[str], cid: str, n: int

@@ -16,6 +16,11 @@ from castore.grep import GrepError, grep
 T0 = 1_760_000_000.0
 
 
+@pytest.fixture(autouse=True)
+def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> castore.Store:
     st = castore.open(str(tmp_path / "store"), durable=False)
@@ -152,3 +157,37 @@ def test_cli_exit_codes_and_outputs(cli) -> None:  # noqa: ANN001
     assert [d["tool"] for d in json.loads(r.stdout)["matches"]] == ["Bash", "Bash"]
     r = cli("another", "-C", "1")
     assert r.exit_code == 0 and r.stdout.rstrip().endswith("--")
+
+
+QUERIES: list[dict] = [
+    {"pattern": "parser"}, {"pattern": "Parser"}, {"pattern": "parse", "kinds": ["tool_result"]},
+    {"pattern": "parser", "tools": ["mcp__*"]}, {"pattern": "parser", "roles": ["assistant"]},
+    {"pattern": "parser", "since": T0 + 250}, {"pattern": "parser", "sessions": ["s2"]},
+    {"pattern": "another", "context": 1}, {"pattern": "parser", "limit": 2}, {"pattern": "nothing", "apps": ["other"]},
+    {"pattern": "c2lnbmF0dXJl", "kinds": ["text", "thinking", "tool_call", "tool_result"]},
+]
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=[str(i) for i in range(len(QUERIES))])
+def test_index_gives_the_same_matches_as_a_scan(store: castore.Store, query: dict) -> None:
+    q = dict(query)
+    pattern = q.pop("pattern")
+    assert list(grep(store, pattern, index=True, **q)) == list(grep(store, pattern, index=False, **q))
+
+
+def test_index_follows_the_store_and_rebuilds_only_what_moved(store: castore.Store, tmp_path: Path) -> None:
+    from castore.grepindex import open_index
+
+    ix = open_index(store)
+    assert len(ix.rebuilt) == 3
+    assert open_index(store).rebuilt == []
+    store.session("bot", "ann", "s2").append({"role": "user", "content": "late zebra"})
+    ix = open_index(store)
+    assert ix.rebuilt == [("bot", "ann", "s2")]
+    assert [m.lines[0].text for m in grep(store, "zebra")] == ["late zebra"]
+    store.delete_session("bot", "ann", "s2")
+    assert list(grep(store, "zebra")) == []
+    for f in (tmp_path / "index").rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"garbage")  # a damaged index is rebuilt, never trusted
+    assert len(list(grep(store, "parser"))) == len(list(grep(store, "parser", index=False)))

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("history", "revisions", "state", "entries"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "grep"),
+    ("sync", "maintenance", "grep", "grepindex"),
     ("adapters", "html"),
     ("cli", "__main__"),
 ]

@@ -62,6 +62,7 @@ def test_readme_archive_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     for k, v in s3server._env().items():  # noqa: SLF001 - the fake credentials moto takes
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("CASTORE_STORE", str(tmp_path / "store"))
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
     monkeypatch.chdir(tmp_path)
     subst = {"~/.claude/projects": str(projects), "~/.codex/sessions": str(tmp_path / "codex" / "sessions"),
              "s3://bucket/agents": f"s3://{bucket}/agents",

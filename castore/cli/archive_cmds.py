@@ -175,13 +175,16 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
 @click.option("-C", "--context", "context", type=click.IntRange(min=0), default=0, metavar="N",
               help="Show N entries before and after each match, on its branch.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Stop after N matches.")
+@click.option("--no-index", is_flag=True,
+              help="Read every object instead of the local search index (~/.cache/castore/grep, "
+                   "$CASTORE_GREP_INDEX; derived data, brought up to date before each search).")
 @click.option("--json", "as_json", is_flag=True, help=f"Print {_GREP_JSON}.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Print one MATCH document (as in --json) per line, streaming.")
 @click.pass_context
 def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: bool, word: bool,
              roles: tuple[str, ...], kinds: tuple[str, ...], all_kinds: bool, tools: tuple[str, ...],
              sessions: tuple[str, ...], apps: tuple[str, ...], since: str | None, until: str | None,
-             list_sessions: bool, count: bool, context: int, limit: int | None, as_json: bool,
+             list_sessions: bool, count: bool, context: int, limit: int | None, no_index: bool, as_json: bool,
              as_jsonl: bool) -> None:
     """Search every session and branch of the store for PATTERN (a Python regex).
 
@@ -197,7 +200,7 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
         it = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles or None,
                   kinds=KINDS if all_kinds else (kinds or None), tools=tools or None, sessions=sessions or None,
                   apps=apps or None, since=_when(since, "--since"), until=_when(until, "--until"),
-                  limit=limit, context=context)
+                  limit=limit, context=context, index=False if no_index else None)
         found = _render(it, list_sessions, count, as_json, as_jsonl)
     except CastoreError as e:
         click.echo(f"Error: {error_line(e)}", err=True)
