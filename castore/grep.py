@@ -40,8 +40,8 @@ import fnmatch
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import objects as o
@@ -116,7 +116,7 @@ def _key(k: tuple[str, str, str]) -> str:
 def _iso(t: float | None) -> str | None:
     if t is None:
         return None
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
 
 
 def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: bool = False,
@@ -181,12 +181,13 @@ def blocks(body: Any, kind: str, calls: dict[str, str]) -> Iterator[tuple[str, s
         return
     if kind not in ("message", "event"):
         return
-    role = body.get("role") if isinstance(body.get("role"), str) else ""
+    role: str = body["role"] if isinstance(body.get("role"), str) else ""
     is_result = role in _TOOL_ROLES
-    result_tool = None
+    result_tool: str | None = None
     if is_result:
         cid = body.get("tool_call_id") or body.get("toolCallId")
-        result_tool = body.get("toolName") or body.get("name") or (calls.get(cid) if isinstance(cid, str) else None)
+        named = body.get("toolName") or body.get("name")
+        result_tool = named if isinstance(named, str) else (calls.get(cid) if isinstance(cid, str) else None)
     content = body.get("content")
     if isinstance(content, str):
         yield role, ("tool_result" if is_result else "text"), result_tool, content
@@ -219,8 +220,8 @@ def blocks(body: Any, kind: str, calls: dict[str, str]) -> Iterator[tuple[str, s
                 yield role, "tool_result", tool, _result_text(b.get("content", b.get("output")))
     for tc in body.get("tool_calls") or ():
         if isinstance(tc, dict):
-            fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
-            name = fn.get("name") if isinstance(fn.get("name"), str) else None
+            fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"), dict) else tc
+            name = fn["name"] if isinstance(fn.get("name"), str) else None
             if isinstance(tc.get("id"), str) and name:
                 calls[tc["id"]] = name
             yield role, "tool_call", name, f"{name or ''} {_json_text(fn.get('arguments', ''))}".strip()
@@ -433,8 +434,9 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
         after: tuple[tuple[str, str, str], ...] = ()
         if context:
             s = store.session(*key)
-            tip = s.head if r.branches[0] == "HEAD" else s.branches()[r.branches[0]]
-            before, after = _context(store, store.history.path_ids(tip), r.commit, context)
+            tip = s.head if r.branches[0] == "HEAD" else s.branches().get(r.branches[0])
+            if tip is not None:
+                before, after = _context(store, store.history.path_ids(tip), r.commit, context)
         yield Match(r.commit, key, r.branches, r.role, r.kind, r.tool, r.time, lines,
                     tuple((k, tuple(b)) for k, b in also.items()), before, after, context)
         n += 1
@@ -459,4 +461,4 @@ def _context(store: Store, path: list[str], cid: str, n: int
     return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
 
 
-__all__ = ["grep", "Match", "LineMatch", "GrepError", "compile_pattern", "blocks", "KINDS", "DEFAULT_KINDS"]
+__all__ = ["DEFAULT_KINDS", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep"]

@@ -50,7 +50,7 @@ _BATCH = 256
 Key = tuple[str, str, str]
 
 
-class IndexError_(CastoreError, OSError):  # noqa: N801 - IndexError is a builtin
+class IndexError_(CastoreError, OSError):
     """The search index cannot be written (its folder is not writable)."""
 
 
@@ -84,7 +84,7 @@ def _session_refs(store: Store) -> dict[Key, dict[str, str]]:
     """Every session's refs (name -> target; HEAD too when detached), by key."""
     names_ = store.refs.list("sessions")
     vals = store.refs.read_many(names_)
-    out: dict[Key, dict[str, str]] = {}
+    out: dict[str, dict[str, str]] = {}
     keys: dict[str, Key] = {}
     for name, v in vals.items():
         if v is None:
@@ -98,8 +98,8 @@ def _session_refs(store: Store) -> dict[Key, dict[str, str]]:
             if all(isinstance(nm.get(k), str) for k in ("app", "user", "session")):
                 keys[folder] = (nm["app"], nm["user"], nm["session"])
         if v.symbolic is None:
-            out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target  # type: ignore[index]
-    return {keys[f]: refs for f, refs in out.items() if f in keys}  # type: ignore[index]
+            out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
+    return {keys[f]: refs for f, refs in out.items() if f in keys}
 
 
 def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
@@ -307,4 +307,4 @@ def open_index(store: Store, folder: str | None = None) -> Index:
     return Index(store, folder).refresh()
 
 
-__all__ = ["open_index", "Index", "Record", "index_dir", "IndexError_"]
+__all__ = ["Index", "IndexError_", "Record", "index_dir", "open_index"]

@@ -43,10 +43,7 @@ n = sum(1 for _ in grep(store, sys.argv[2], kinds=kinds, index=sys.argv[4] == "i
 print(json.dumps({"seconds": time.perf_counter() - t, "matches": n}))
 """
 
-WORDS = ("parser token buffer index query cache socket thread module function variable import export build "
-         "deploy config schema migrate render layout widget handler route request response client server "
-         "stream channel message queue worker retry timeout error warning logger metric trace span commit "
-         "branch merge rebase patch diff review test fixture assert mock stub coverage lint format").split()
+WORDS = ["parser", "token", "buffer", "index", "query", "cache", "socket", "thread", "module", "function", "variable", "import", "export", "build", "deploy", "config", "schema", "migrate", "render", "layout", "widget", "handler", "route", "request", "response", "client", "server", "stream", "channel", "message", "queue", "worker", "retry", "timeout", "error", "warning", "logger", "metric", "trace", "span", "commit", "branch", "merge", "rebase", "patch", "diff", "review", "test", "fixture", "assert", "mock", "stub", "coverage", "lint", "format"]
 RARE = "zanzibarquux"
 COMMON = "parser"
 
@@ -97,14 +94,13 @@ def build(work: str, data: list[list[dict]]) -> tuple[str, str, float]:
     store.close()
     for i, msgs in enumerate(data):
         with open(os.path.join(jsonl_dir, f"s{i:05d}.jsonl"), "w") as f:
-            for m in msgs:
-                f.write(json.dumps(m) + "\n")
+            f.writelines(json.dumps(m) + "\n" for m in msgs)
     return store_dir, jsonl_dir, took
 
 
 def _gnu(jsonl_dir: str, word: str) -> tuple[float, int]:
     t = time.perf_counter()
-    p = subprocess.run(["grep", "-r", "-c", word, jsonl_dir], capture_output=True, text=True)
+    p = subprocess.run(["grep", "-r", "-c", word, jsonl_dir], capture_output=True, text=True, check=False)
     took = time.perf_counter() - t
     n = sum(int(line.rsplit(":", 1)[1]) for line in p.stdout.splitlines())
     return took, n
@@ -113,7 +109,7 @@ def _gnu(jsonl_dir: str, word: str) -> tuple[float, int]:
 def _castore(store_dir: str, word: str, which: str, mode: str, index_dir: str) -> tuple[float, int]:
     env = dict(os.environ, PYTHONPATH=ROOT, CASTORE_GREP_INDEX=index_dir)
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", CHILD, store_dir, word, which, mode], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", CHILD, store_dir, word, which, mode], capture_output=True, text=True, check=False,
                        env=env)
     took = time.perf_counter() - t
     if p.returncode != 0:

@@ -16,7 +16,7 @@ if not DATA.exists():
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared Claude Code / Codex data not available")
 
 
-def _cli(tmp_path: Path, *args: str):  # noqa: ANN202
+def _cli(tmp_path: Path, *args: str):
     return CliRunner().invoke(main, ["--store", str(tmp_path / "store"), *args])
 
 

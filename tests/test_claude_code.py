@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore.adapters.claude_code import export_claude, find_sessions, follow_claude, import_claude
+from castore.adapters.claude_code import (
+    export_claude,
+    find_sessions,
+    follow_claude,
+    import_claude,
+)
 from castore.adapters.jsonl_tree import ArchiveError, safe_join
 
 DATA = Path("/work/shared/data/claude-code")

@@ -159,7 +159,7 @@ def test_rollback_keeps_dropped_turns_on_a_branch(store: castore.Store, sessions
 
 
 def test_fork_shares_the_parent_history(store: castore.Store, sessions_dir: Any) -> None:
-    root, parent, fork, _ = sessions_dir
+    root, *_ = sessions_dir
     import_codex(store, root)
     p = store.session("codex", "local", PARENT)
     f = store.session("codex", "local", FORK)

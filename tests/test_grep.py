@@ -131,13 +131,13 @@ def test_json_schema_is_stable(store: castore.Store) -> None:
 
 
 @pytest.fixture
-def cli(store: castore.Store, tmp_path: Path):  # noqa: ANN201
-    def run(*args: str):  # noqa: ANN202
+def cli(store: castore.Store, tmp_path: Path):
+    def run(*args: str):
         return CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "grep", *args])
     return run
 
 
-def test_cli_exit_codes_and_outputs(cli) -> None:  # noqa: ANN001
+def test_cli_exit_codes_and_outputs(cli) -> None:
     r = cli("parser")
     assert r.exit_code == 0 and "bot/ann/s1@main,retry" in r.stdout
     r = cli("zzz-not-there")

@@ -13,7 +13,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_library_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = README.read_text()
-    block = re.search(r"## Use it as a library\n\n```python\n(.*?)```", text, re.S)
+    block = re.search(r"## Use it as a library\n\n```python\n(.*?)```", text, re.DOTALL)
     assert block, "the README lost its library example"
     monkeypatch.setenv("CASTORE_STORE", str(tmp_path / "store"))
     scope: dict[str, Any] = {}
@@ -38,10 +38,10 @@ def test_readme_archive_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     import shutil
     import uuid
 
+    import s3server
     from click.testing import CliRunner
 
     from castore.cli.main import main
-    import s3server
 
     data = Path("/work/shared/data")
     if not data.exists():
@@ -49,7 +49,7 @@ def test_readme_archive_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     if not data.exists():
         pytest.skip("shared Claude Code / Codex data not available")
     text = README.read_text()
-    block = re.search(r"## Archive your coding-agent sessions\n.*?```\n(.*?)```", text, re.S)
+    block = re.search(r"## Archive your coding-agent sessions\n.*?```\n(.*?)```", text, re.DOTALL)
     assert block, "the README lost its archive example"
     projects = tmp_path / "claude" / "projects"
     shutil.copytree(data / "claude-code" / "session-share", projects / "-home-me-app",
@@ -59,7 +59,7 @@ def test_readme_archive_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     shutil.copy(data / "codex" / "sample_codex_session.jsonl", codex / "rollout-2025-12-28T12-18-30-x.jsonl")
     bucket = f"t-{uuid.uuid4().hex[:20]}"
     s3server.make_bucket(moto_server.endpoint_url, bucket)
-    for k, v in s3server._env().items():  # noqa: SLF001 - the fake credentials moto takes
+    for k, v in s3server._env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("CASTORE_STORE", str(tmp_path / "store"))
     monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))

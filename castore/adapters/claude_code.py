@@ -37,6 +37,7 @@ from ..entries import Event, Message
 from ..errors import CastoreError, InvalidEntry
 from .jsonl_tree import (
     ArchiveError,
+    as_dict,
     FileResult,
     TreeWriter,
     blob_id,
@@ -171,7 +172,7 @@ class _State:
 
     @classmethod
     def of(cls, info: dict[str, Any]) -> _State:
-        c = info.get(KEY) if isinstance(info.get(KEY), dict) else {}
+        c = as_dict(info.get(KEY))
         try:
             return cls(int(c.get("offset", 0)), int(c.get("lines", 0)), c.get("digest"), c.get("cursor"),
                        list(c.get("reach", [])))
@@ -213,7 +214,7 @@ class _Importer:
             res.notes.append(f"the first {st.offset} bytes changed since the last import (file rewritten?): "
                              "archived lines kept, the file imported again as a new session")
             return self._changed(f, res)
-        c = self.info.get(KEY) if isinstance(self.info.get(KEY), dict) else {}
+        c = as_dict(self.info.get(KEY))
         if not self.session.exists():
             self.uuids = {}
         elif st.cursor is not None and isinstance(c.get("cursor_commit"), str):
@@ -250,16 +251,16 @@ class _Importer:
                 parent = cursor
             else:
                 parent = uuids[p]
-            if turn:
+            if turn and u is not None:
                 reach = {u}
             elif parent == cursor:
                 if u:
                     reach.add(u)
             else:
-                reach = {x for x in (p, u) if x}
+                reach = {x for x in (p, u) if x is not None}
             msg = _message(d) if turn else None
             when = parse_time(d.get("timestamp"))
-            meta = {KEY: {"o": n, "raw": blob_id(raw), **({"uuid": u} if u else {}),
+            meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), **({"uuid": u} if u else {}),
                           **({"type": t} if t else {})}}
             if when is not None:
                 meta["time"] = when
@@ -422,7 +423,7 @@ def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
     if not s.exists():
         return
     stem = imp.src.session_id.rsplit(".", 1)[-1]
-    agent = stem[len("agent-"):] if stem.startswith("agent-") else stem
+    agent = stem.removeprefix("agent-")
     link = links.get(agent)
     info = s.info
     if link is None or (info.get("spawned_by") or {}).get("commit") == link["commit"]:
@@ -506,8 +507,7 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         out = safe_join(root, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "wb") as f:
-            for raw in export_lines(s, KEY):
-                f.write(raw)
+            f.writelines(export_lines(s, KEY))
         written.append(rel)
         files = c.get("files") or {}
         if files:
@@ -521,5 +521,12 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
     return written
 
 
-__all__ = ["import_claude", "export_claude", "follow_claude", "find_sessions", "archived_sessions",
-           "ArchiveError", "FileResult"]
+__all__ = [
+    "ArchiveError",
+    "FileResult",
+    "archived_sessions",
+    "export_claude",
+    "find_sessions",
+    "follow_claude",
+    "import_claude",
+]

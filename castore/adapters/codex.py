@@ -36,6 +36,7 @@ from ..entries import Event, Message
 from ..errors import CastoreError, InvalidEntry
 from .jsonl_tree import (
     ArchiveError,
+    as_dict,
     FileResult,
     TreeWriter,
     archived_rows,
@@ -129,7 +130,7 @@ def _message(d: dict[str, Any]) -> Message | None:
                            for b in content]
             return Message(p["role"] or "user", content)
         if pt == "reasoning":
-            parts = [s.get("text") for s in (p.get("summary") or []) + (p.get("content") or [])
+            parts = [str(s.get("text")) for s in (p.get("summary") or []) + (p.get("content") or [])
                      if isinstance(s, dict) and isinstance(s.get("text"), str)]
             return Message("assistant", [{"type": "reasoning", "text": "\n".join(parts)}]) if parts else None
         if pt in ("function_call", "custom_tool_call", "local_shell_call"):
@@ -185,17 +186,17 @@ class _Importer:
         meta = meta_d.get("payload") if isinstance(meta_d, dict) and meta_d.get("type") == "session_meta" else None
         meta = meta if isinstance(meta, dict) else {}
         stem = os.path.basename(self.src.path)[: -len(".jsonl")]
-        sid = meta.get("id") if isinstance(meta.get("id"), str) and meta.get("id") else stem
+        sid = str(meta["id"]) if isinstance(meta.get("id"), str) and meta["id"] else stem
         try:
             session = self.store.session(self.app, self.user, sid)
         except CastoreError as e:
             raise ArchiveError(self.src.path, f"cannot name a session after it: {e}") from e
         info = session.info if session.exists() else {}
-        c = info.get(KEY) if isinstance(info.get(KEY), dict) else {}
+        c = as_dict(info.get(KEY))
         if c and c.get("path") != self.src.rel:  # another file with the same thread id
             session = self.store.session(self.app, self.user, f"{sid}.{stem}")
             info = session.info if session.exists() else {}
-            c = info.get(KEY) if isinstance(info.get(KEY), dict) else {}
+            c = as_dict(info.get(KEY))
         res = FileResult(self.src.path, session.key)
         size = os.fstat(f.fileno()).st_size
         st = _State(int(c.get("offset", 0)), int(c.get("lines", 0)), c.get("digest"), c.get("cursor"),
@@ -407,10 +408,8 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         out = safe_join(root, c["path"])
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         with open(out, "wb") as f:
-            for raw in _prefix_lines(s, c.get("prefix") or []):
-                f.write(raw)
-            for raw in export_lines(s, KEY, s.id):
-                f.write(raw)
+            f.writelines(_prefix_lines(s, c.get("prefix") or []))
+            f.writelines(export_lines(s, KEY, s.id))
         written.append(c["path"])
     return written
 
@@ -437,4 +436,4 @@ def _prefix_lines(s: Session, prefix: list[dict[str, Any]]) -> list[bytes]:
     return out
 
 
-__all__ = ["import_codex", "export_codex", "find_rollouts"]
+__all__ = ["export_codex", "find_rollouts", "import_codex"]

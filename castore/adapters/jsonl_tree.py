@@ -82,6 +82,11 @@ class FileResult:
     notes: list[str] = field(default_factory=list)
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a dict, else an empty one (for fields of untrusted JSON)."""
+    return value if isinstance(value, dict) else {}
+
+
 def parse_time(ts: Any) -> float | None:
     """Seconds since the epoch of an ISO 8601 timestamp, or None."""
     if not isinstance(ts, str):
@@ -273,7 +278,7 @@ def archived_rows(session: Session, key: str, file: str | None = None) -> list[t
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    rows = []
+    rows: list[tuple[int, str, str]] = []
     for le in session.log(all_branches=True):
         m = le.meta.get(key)
         if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str) \

@@ -9,13 +9,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from ..errors import CastoreError
-from .common import CastoreGroup, error_line, format_key, json_option, note, open_store, print_json
+from .common import (
+    CastoreGroup,
+    error_line,
+    format_key,
+    json_option,
+    note,
+    open_store,
+    print_json,
+)
 
 
 def _result_doc(r: Any) -> dict[str, Any]:
@@ -140,7 +148,7 @@ def _when(value: str | None, what: str) -> float | None:
         raise click.BadParameter(f"{value!r} is not a date or time (YYYY-MM-DD[THH:MM[:SS]])", param_hint=what) \
             from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 
