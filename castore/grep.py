@@ -250,7 +250,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
          roles: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
          tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
          apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
-         limit: int | None = None, context: int = 0, index: bool | None = None) -> Iterator[Match]:
+         limit: int | None = None, context: int = 0, index: bool | None = None,
+         check_index: bool = True) -> Iterator[Match]:
     """Search the text of every entry on every branch of every session of ``store``.
 
     Args:
@@ -274,6 +275,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         index: search through the local index (:mod:`castore.grepindex`, brought up to date
             first) rather than by reading every object; None: for every store but ``memory://``.
             Both give the same matches.
+        check_index: compare the index with the store's refs first (False: trust it as the
+            last import or search left it, which skips reading every session's refs).
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
@@ -315,7 +318,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         return _session_ok(key, session_globs, app_globs)
 
     if index:
-        yield from _grep_index(store, rx, keep, limit, context, want_kinds)
+        yield from _grep_index(store, rx, keep, limit, context, want_kinds, check_index)
         return
     # 1. sessions and the commits of each branch path (commits are small and packed)
     where: dict[str, list[tuple[tuple[str, str, str], str]]] = {}
@@ -407,10 +410,10 @@ def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
 
 
 def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, context: int,
-                kinds: set[str]) -> Iterator[Match]:
+                kinds: set[str], check: bool) -> Iterator[Match]:
     from .grepindex import open_index
 
-    ix = open_index(store)
+    ix = open_index(store, check=check)
     firsts: dict[tuple[str, int], int] = {}  # (commit, block) -> position in found
     found: list[list[Any]] = []
     for i in ix.find(rx, kinds):

@@ -14,6 +14,8 @@ store's refs (one listing and one batch read), re-extracts the sessions whose re
   character is replaced by a space inside a text);
 * ``records``: one JSON array per block, ``[commit, session index, role, kind, tool, time,
   branches, block number within the commit]``;
+* ``lower``: ``text`` in lower case when that keeps every offset (else empty), for fast
+  case-insensitive searches;
 * ``kinds``: one byte per block, its kind (0 text, 1 thinking, 2 tool call, 3 tool result);
 * ``offsets``: little-endian 64-bit integers: for each block, the character offset of its
   text and the byte offset of its record (and one past the last);
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
 
     from .store import Store
 
-VERSION = 2
+VERSION = 3
 SEP = "\x1e"
 _KINDS = ("text", "thinking", "tool_call", "tool_result")
 _BATCH = 256
@@ -145,6 +147,7 @@ class Index:
         self.offsets: array.array[int] = array.array("q")
         self._records: bytes = b""
         self.kinds: bytes = b""
+        self._lower: str | None = None
         self.rebuilt: list[Key] = []
 
     # -- reading --------------------------------------------------------------------------
@@ -189,12 +192,35 @@ class Index:
         k = self.sessions[session]["key"]
         return (k[0], k[1], k[2])
 
+    def _lowered(self) -> str | None:
+        """The text in lower case, when lowering kept every offset (else None)."""
+        if self._lower is None:
+            try:
+                with open(os.path.join(self.folder, "lower"), encoding="utf-8", newline="") as f:
+                    self._lower = f.read()
+            except OSError:
+                self._lower = ""
+        return self._lower if len(self._lower) == len(self.text) else None
+
     def find(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[int]:
-        """The blocks (of these kinds) with a match of ``rx``, in order."""
+        """The blocks (of these kinds) with a match of ``rx``, in order.
+
+        A case-insensitive pattern with no backslash runs case-sensitively, lowered, over
+        the lowered text (Python's case-insensitive search is many times slower); the
+        caller matches the blocks found again with ``rx`` itself.
+        """
+        import re as re_
+
         starts = self.offsets[0::2]
         want = None if kinds is None else bytes(i for i, k in enumerate(_KINDS) if k in kinds)
         out: list[int] = []
-        text, pos, end = self.text, 0, len(self.text)
+        text = self.text
+        if rx.flags & re_.IGNORECASE and "\\" not in rx.pattern and (low := self._lowered()) is not None:
+            try:
+                rx, text = re_.compile(rx.pattern.lower(), rx.flags & ~re_.IGNORECASE), low
+            except re_.error:
+                pass
+        pos, end = 0, len(text)
         search = rx.search
         while pos < end:
             m = search(text, pos)
@@ -210,14 +236,20 @@ class Index:
         return out
 
     # -- keeping it fresh ----------------------------------------------------------------
-    def refresh(self) -> Index:
+    def refresh(self, check: bool = True) -> Index:
         """Load the index and bring it up to date with the store's refs (rebuilding what moved).
+
+        Args:
+            check: compare with the store's refs (False: trust an index that loads, as the
+                last import or search left it; build one only when there is none).
 
         Raises:
             IndexError_: the index folder cannot be written.
             StorageError, IntegrityError: the store cannot be read.
         """
         loaded = self._load()
+        if loaded and not check:
+            return self
         current = _session_refs(self.store)
         old = {tuple(s["key"]): (i, s) for i, s in enumerate(self.sessions)} if loaded else {}
         keys = sorted(current, key=lambda k: (k[0], k[1], k[2]))
@@ -278,6 +310,9 @@ class Index:
             _write(self.folder, "records", self._records)
             _write(self.folder, "offsets", disk.tobytes())
             _write(self.folder, "kinds", self.kinds)
+            low = self.text.lower()
+            self._lower = low if len(low) == len(self.text) else ""
+            _write(self.folder, "lower", self._lower.encode("utf-8"))
             _write(self.folder, "state.json", json.dumps({"version": VERSION, "url": _url(self.store),
                                                          "sessions": sessions}).encode())
         except OSError as e:
@@ -298,13 +333,25 @@ def _write(folder: str, name: str, data: bytes) -> None:
         raise
 
 
-def open_index(store: Store, folder: str | None = None) -> Index:
-    """The fresh index of ``store`` (built or updated as needed).
+def open_index(store: Store, folder: str | None = None, *, check: bool = True) -> Index:
+    """The fresh index of ``store`` (built or updated as needed; see :meth:`Index.refresh`).
 
     Raises:
         IndexError_, StorageError, IntegrityError.
     """
-    return Index(store, folder).refresh()
+    return Index(store, folder).refresh(check)
+
+
+def update_if_present(store: Store) -> bool:
+    """Bring ``store``'s index up to date if it has one (what an import calls); True if it did.
+
+    Raises:
+        IndexError_, StorageError, IntegrityError.
+    """
+    if not os.path.exists(os.path.join(index_dir(store), "state.json")):
+        return False
+    open_index(store)
+    return True
 
 
 __all__ = ["Index", "IndexError_", "Record", "index_dir", "open_index"]

@@ -191,3 +191,19 @@ def test_index_follows_the_store_and_rebuilds_only_what_moved(store: castore.Sto
         if f.is_file():
             f.write_bytes(b"garbage")  # a damaged index is rebuilt, never trusted
     assert len(list(grep(store, "parser"))) == len(list(grep(store, "parser", index=False)))
+
+
+def test_cached_index_is_trusted_until_an_import_updates_it(store: castore.Store, tmp_path: Path) -> None:
+    assert list(grep(store, "walrus")) == []  # builds the index
+    store.session("bot", "ann", "s1").append({"role": "user", "content": "a walrus"})
+    assert list(grep(store, "walrus", check_index=False)) == []  # trusted as it was
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "import", "codex",
+                                  str(Path(__file__).parent / "test_grep.py")])  # not a rollout: still updates
+    assert r.exit_code == 0 and "search index updated" in r.stderr
+    assert [m.lines[0].text for m in grep(store, "walrus", check_index=False)] == ["a walrus"]
+
+
+def test_case_insensitive_search_over_text_whose_lower_case_is_longer(store: castore.Store) -> None:
+    store.session("bot", "ann", "s3").append({"role": "user", "content": "İstanbul and PARSER"})
+    for index in (True, False):
+        assert [m.lines[0].spans for m in grep(store, "parser", sessions=["s3"], index=index)] == [((13, 19),)]

@@ -48,6 +48,14 @@ def _echo_results(results: list[Any], as_json: bool) -> None:
     note(f"{len(results)} file(s), {new} new line(s)")
 
 
+def _update_index(store: Any) -> None:
+    """Bring the search index up to date, if the store has one (grep made it)."""
+    from ..grepindex import update_if_present
+
+    if update_if_present(store):
+        note("search index updated")
+
+
 _IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines": NEW, "total": N, '
                 '"offset": BYTES, "branches": [NEW BRANCH, ...], "head": ID, "torn": BYTES, "notes": [...]}')
 
@@ -72,6 +80,7 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     store = open_store(ctx, must_exist=False)
     if not follow:
         _echo_results(import_claude(store, path, app=app), as_json)
+        _update_index(store)
         return
     note(f"following {path} (Ctrl-C to stop)")
     try:
@@ -79,6 +88,7 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
                       on_result=lambda r: _echo_results([r], as_json))
     except KeyboardInterrupt:
         note("stopped")
+    _update_index(store)
 
 
 @click.command("claude")
@@ -117,6 +127,7 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, as_json
 
     store = open_store(ctx, must_exist=False)
     _echo_results(import_codex(store, path, app=app, user=user), as_json)
+    _update_index(store)
 
 
 @click.command("codex")
@@ -186,14 +197,17 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
 @click.option("--no-index", is_flag=True,
               help="Read every object instead of the local search index (~/.cache/castore/grep, "
                    "$CASTORE_GREP_INDEX; derived data, brought up to date before each search).")
+@click.option("--cached", is_flag=True,
+              help="Trust the index as the last import or search left it (skips reading every session's refs; "
+                   "changes made since by other commands are missed).")
 @click.option("--json", "as_json", is_flag=True, help=f"Print {_GREP_JSON}.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Print one MATCH document (as in --json) per line, streaming.")
 @click.pass_context
 def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: bool, word: bool,
              roles: tuple[str, ...], kinds: tuple[str, ...], all_kinds: bool, tools: tuple[str, ...],
              sessions: tuple[str, ...], apps: tuple[str, ...], since: str | None, until: str | None,
-             list_sessions: bool, count: bool, context: int, limit: int | None, no_index: bool, as_json: bool,
-             as_jsonl: bool) -> None:
+             list_sessions: bool, count: bool, context: int, limit: int | None, no_index: bool, cached: bool,
+             as_json: bool, as_jsonl: bool) -> None:
     """Search every session and branch of the store for PATTERN (a Python regex).
 
     Each matching entry is reported once, naming the branches that hold it. Tool results
@@ -208,7 +222,7 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
         it = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles or None,
                   kinds=KINDS if all_kinds else (kinds or None), tools=tools or None, sessions=sessions or None,
                   apps=apps or None, since=_when(since, "--since"), until=_when(until, "--until"),
-                  limit=limit, context=context, index=False if no_index else None)
+                  limit=limit, context=context, index=False if no_index else None, check_index=not cached)
         found = _render(it, list_sessions, count, as_json, as_jsonl)
     except CastoreError as e:
         click.echo(f"Error: {error_line(e)}", err=True)
