@@ -54,6 +54,7 @@ OPTIONAL_COMMAND_MODULES = [
     "castore.cli.maintenance_cmds",
     "castore.cli.io_cmds",
     "castore.cli.html_cmds",
+    "castore.cli.archive_cmds",
 ]
 
 

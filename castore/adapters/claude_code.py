@@ -1,0 +1,532 @@
+"""Import and export Claude Code sessions (``~/.claude/projects/<project>/<session>.jsonl``).
+
+Each session file becomes a castore session ``claude/<project>/<session>``; each file under
+``<session>/`` that is JSONL (subagents, workflows) becomes its own session
+``claude/<project>/<session>.<path with dots>`` (``…/subagents/agent-a1.jsonl`` ->
+``<session>.subagents.agent-a1``), linked in its info to the session and commit that
+spawned it; any other file under ``<session>/`` (``agent-*.meta.json``, ``tool-results/``)
+is kept as a blob named in the session's info. See :mod:`castore.adapters.jsonl_tree` for
+how lines are kept byte for byte and imported incrementally.
+
+The tree is Claude Code's: a line's parent is the line its ``parentUuid`` (or, for a
+compact boundary, ``logicalParentUuid``) names, so a rewind (a second prompt after the same
+parent) is a branch. Lines that are not turns of the conversation (no ``uuid``, or a type
+other than ``user``/``assistant``: snapshots, progress, system notes, queue operations) are
+threaded where they were written: a turn whose parent is a line before them is placed after
+them, so they do not make a branch each. A line whose parent is unknown (a resumed
+session's first line) or that has none follows the line before it. The branch holding the
+last ``user``/``assistant`` line is checked out (HEAD: the leaf the agent was on); other
+leaves keep a branch ``line-<n>`` (n: the 0-based line number where the branch starts).
+Compact boundaries get a label ``compact-<n>``; ``summary``/``custom-title``/``ai-title``
+lines name the session (``info["name"]``).
+
+Bodies: a ``user``/``assistant`` line's body is its message (role and content), with
+thinking signatures and base64 image data left out (they stay in the raw line, never
+searched); other lines have no body.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from ..entries import Event, Message
+from ..errors import CastoreError, InvalidEntry
+from .jsonl_tree import (
+    ArchiveError,
+    as_dict,
+    FileResult,
+    TreeWriter,
+    blob_id,
+    export_lines,
+    parse_time,
+    prefix_digest,
+    put_blobs,
+    read_blobs,
+    read_lines,
+    safe_join,
+)
+
+if TYPE_CHECKING:
+    from ..session import Session
+    from ..store import Store
+
+APP = "claude"
+KEY = "claude"
+_TURNS = ("user", "assistant")
+_TITLES = ("summary", "custom-title", "ai-title")
+
+
+# -- finding files ---------------------------------------------------------------------------
+@dataclass
+class _Source:
+    """One session file to import: its project, session id and path relative to the root."""
+
+    path: str
+    project: str
+    session_id: str
+    rel: str
+    parent_id: str | None = None  # the main session of a subagent file
+    side_files: dict[str, str] = field(default_factory=dict)  # rel -> path (main sessions only)
+
+
+def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
+    """The session files under ``path``: one ``.jsonl`` file, a project folder, or a projects tree.
+
+    Raises:
+        ArchiveError: the path does not exist, or holds no session file.
+    """
+    p = os.path.abspath(os.fspath(path))
+    if os.path.isfile(p):
+        proj_dir, name = os.path.split(p)
+        if not name.endswith(".jsonl"):
+            raise ArchiveError(p, "not a .jsonl session file")
+        return _project_sources(proj_dir, only=name)
+    if not os.path.isdir(p):
+        raise ArchiveError(p, "no such file or folder")
+    if any(n.endswith(".jsonl") and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p)):
+        return _project_sources(p)
+    out: list[_Source] = []
+    for n in sorted(os.listdir(p)):
+        d = os.path.join(p, n)
+        if os.path.isdir(d) and not os.path.islink(d):
+            out.extend(_project_sources(d))
+    if not out:
+        raise ArchiveError(p, "no Claude Code session file (*.jsonl) in this folder or its project folders")
+    return out
+
+
+def _project_sources(proj_dir: str, only: str | None = None) -> list[_Source]:
+    project = os.path.basename(proj_dir)
+    out: list[_Source] = []
+    for name in sorted(os.listdir(proj_dir)):
+        if not name.endswith(".jsonl") or (only is not None and name != only):
+            continue
+        fpath = os.path.join(proj_dir, name)
+        if not os.path.isfile(fpath):
+            continue
+        sid = name[: -len(".jsonl")]
+        main = _Source(fpath, project, sid, f"{project}/{name}")
+        out.append(main)
+        sdir = os.path.join(proj_dir, sid)
+        if os.path.isdir(sdir) and not os.path.islink(sdir):
+            for root, dirs, files in os.walk(sdir):
+                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
+                for fn in sorted(files):
+                    full = os.path.join(root, fn)
+                    if os.path.islink(full) or not os.path.isfile(full):
+                        continue
+                    inner = os.path.relpath(full, sdir).replace(os.sep, "/")
+                    rel = f"{project}/{sid}/{inner}"
+                    if fn.endswith(".jsonl"):
+                        sub_id = sid + "." + inner[: -len(".jsonl")].replace("/", ".")
+                        out.append(_Source(full, project, sub_id, rel, parent_id=sid))
+                    else:
+                        main.side_files[rel] = full
+    return out
+
+
+# -- lines -----------------------------------------------------------------------------------
+def _clean(content: Any) -> Any:
+    """A message's content without signatures and base64 image data (kept in the raw line)."""
+    if not isinstance(content, list):
+        return content
+    out = []
+    for b in content:
+        if isinstance(b, dict):
+            b = {k: v for k, v in b.items() if k != "signature"}
+            if b.get("type") == "redacted_thinking":
+                b.pop("data", None)
+            src = b.get("source")
+            if isinstance(src, dict) and "data" in src:
+                b["source"] = {k: v for k, v in src.items() if k != "data"}
+            if b.get("type") == "tool_result" and isinstance(b.get("content"), list):
+                b["content"] = _clean(b["content"])
+        out.append(b)
+    return out
+
+
+def _message(d: dict[str, Any]) -> Message | None:
+    m = d.get("message")
+    if not isinstance(m, dict):
+        return None
+    role = m.get("role") if isinstance(m.get("role"), str) and m.get("role") else d.get("type")
+    try:
+        return Message.from_dict({"role": role, "content": _clean(m.get("content"))})
+    except InvalidEntry:
+        return None
+
+
+@dataclass
+class _State:
+    """Where the previous import of a file stopped (kept in the session's info)."""
+
+    offset: int = 0
+    lines: int = 0
+    digest: str | None = None
+    cursor: int | None = None  # ordinal of the last line
+    reach: list[str] = field(default_factory=list)  # uuids whose children follow the cursor
+
+    @classmethod
+    def of(cls, info: dict[str, Any]) -> _State:
+        c = as_dict(info.get(KEY))
+        try:
+            return cls(int(c.get("offset", 0)), int(c.get("lines", 0)), c.get("digest"), c.get("cursor"),
+                       list(c.get("reach", [])))
+        except (TypeError, ValueError):
+            return cls()
+
+
+class _Importer:
+    """Imports one file into one session, from where the last import stopped."""
+
+    def __init__(self, store: Store, src: _Source, app: str) -> None:
+        self.store = store
+        self.src = src
+        self.session = store.session(app, src.project, src.session_id)
+        self.info = self.session.info if self.session.exists() else {}
+        self.state = _State.of(self.info)
+        self.uuids: dict[str, int] | None = None  # loaded from the store when first needed
+        self.known: dict[int, str] = {}
+
+    def _load_known(self) -> None:
+        """Map the archived lines' uuids and ordinals to commits (a parent far back)."""
+        self.uuids, self.known = {}, {}
+        if not self.session.exists():
+            return
+        for le in self.session.log(all_branches=True):
+            m = le.meta.get(KEY)
+            if isinstance(m, dict) and isinstance(m.get("o"), int):
+                self.known[m["o"]] = le.id
+                u = m.get("uuid")
+                if isinstance(u, str):
+                    self.uuids[u] = min(m["o"], self.uuids.get(u, m["o"]))
+
+    def run(self, f: IO[bytes]) -> FileResult:
+        key = "/".join(self.session.key)
+        res = FileResult(self.src.path, self.session.key)
+        size = os.fstat(f.fileno()).st_size
+        st = self.state
+        if st.offset and (size < st.offset or prefix_digest(f, st.offset) != st.digest):
+            res.notes.append(f"the first {st.offset} bytes changed since the last import (file rewritten?): "
+                             "archived lines kept, the file imported again as a new session")
+            return self._changed(f, res)
+        c = as_dict(self.info.get(KEY))
+        if not self.session.exists():
+            self.uuids = {}
+        elif st.cursor is not None and isinstance(c.get("cursor_commit"), str):
+            self.known[st.cursor] = c["cursor_commit"]
+        else:
+            self._load_known()
+        w = TreeWriter(self.session, self.known, key)
+        uuids: dict[str, int] = dict(self.uuids or {})
+        cursor, reach = st.cursor, set(st.reach)
+        n = st.lines
+        offset = st.offset
+        titles: str | None = None
+        for end, raw in read_lines(f, st.offset):
+            d: Any
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                d = None
+                res.notes.append(f"line {n + 1}: not JSON, kept as is")
+            if not isinstance(d, dict):
+                d = {}
+            t = d.get("type") if isinstance(d.get("type"), str) else None
+            u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
+            p = d.get("parentUuid") if isinstance(d.get("parentUuid"), str) else None
+            if p is None and isinstance(d.get("logicalParentUuid"), str):
+                p = d["logicalParentUuid"]
+            turn = t in _TURNS and u is not None
+            if p is not None and p not in reach and p not in uuids and self.uuids is None:
+                self._load_known()  # a parent further back than the last import's last line
+                assert self.uuids is not None
+                w.cid.update(self.known)
+                uuids = {**uuids, **self.uuids}  # the earliest line of a uuid wins
+            if p is None or p in reach or p not in uuids:
+                parent = cursor
+            else:
+                parent = uuids[p]
+            if turn and u is not None:
+                reach = {u}
+            elif parent == cursor:
+                if u:
+                    reach.add(u)
+            else:
+                reach = {x for x in (p, u) if x is not None}
+            msg = _message(d) if turn else None
+            when = parse_time(d.get("timestamp"))
+            meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), **({"uuid": u} if u else {}),
+                          **({"type": t} if t else {})}}
+            if when is not None:
+                meta["time"] = when
+            author = (msg.role if msg else t) or "line"
+            w.add(n, parent, raw, Event(author=author, message=msg, meta=meta), turn)
+            if u is not None:
+                uuids.setdefault(u, n)
+            if t == "system" and d.get("subtype") == "compact_boundary":
+                w.label(n, f"compact-{n}")
+            if t in _TITLES:
+                title = d.get("summary") if t == "summary" else d.get("customTitle", d.get("aiTitle", d.get("title")))
+                if isinstance(title, str) and title.strip():
+                    titles = title.strip()
+            cursor = n
+            n += 1
+            offset = end
+        res.torn = size - offset
+        res.lines = n - st.lines
+        w.flush()
+        res.branches = w.created
+        if res.lines == 0 and self.session.exists() and not self._side_files_changed():
+            res.total, res.offset, res.head = n, offset, self.session.head
+            return res
+        res.head = w.finish()
+        info = dict(self.info)
+        c = dict(info.get(KEY) or {})
+        c.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
+                  "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
+                  "reach": sorted(reach)[:64]})
+        c.update(self._side_files())
+        info[KEY] = c
+        if titles:
+            info["name"] = titles
+        if self.session.exists() or res.lines:
+            self.session.set_info(info)
+        res.total, res.offset = n, offset
+        return res
+
+    def _side_files(self) -> dict[str, Any]:
+        if not self.src.side_files:
+            return {}
+        rels = sorted(self.src.side_files)
+        datas = []
+        for rel in rels:
+            with open(self.src.side_files[rel], "rb") as fh:
+                datas.append(fh.read())
+        ids = put_blobs(self.store, datas)
+        old = dict((self.info.get(KEY) or {}).get("files") or {})
+        old.update(dict(zip(rels, ids, strict=True)))  # a side file deleted upstream stays
+        return {"files": old}
+
+    def _side_files_changed(self) -> bool:
+        if not self.src.side_files:
+            return False
+        old = (self.info.get(KEY) or {}).get("files") or {}
+        for rel, full in self.src.side_files.items():
+            with open(full, "rb") as fh:
+                if old.get(rel) != blob_id(fh.read()):
+                    return True
+        return False
+
+    def _changed(self, f: IO[bytes], res: FileResult) -> FileResult:
+        k = 2
+        while self.store.session(self.session.app, self.src.project, f"{self.src.session_id}.v{k}").exists():
+            k += 1
+        src = _Source(self.src.path, self.src.project, f"{self.src.session_id}.v{k}", self.src.rel,
+                      self.src.parent_id, self.src.side_files)
+        sub = _Importer(self.store, src, self.session.app)
+        out = sub.run(f)
+        sub.session.set_info({**sub.session.info, KEY: {**sub.session.info[KEY], "version": k,
+                                                      "supersedes": self.session.id}})
+        out.notes[:0] = res.notes
+        return out
+
+
+# -- import ----------------------------------------------------------------------------------
+def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP) -> list[FileResult]:
+    """Import (or bring up to date) Claude Code sessions: a file, a project folder, or a tree.
+
+    Each file is read from where the previous import stopped: only new lines are read and
+    written, a torn last line is left for next time, a file deleted upstream stays in the
+    archive, and a file whose imported part changed is imported again as a new session
+    (``<session>.v2``, ...), leaving the archived one as it was.
+
+    Args:
+        store: the store.
+        path: a ``.jsonl`` session file, a project folder, or ``~/.claude/projects``.
+        app: the app name of the sessions.
+
+    Returns:
+        One :class:`FileResult` per file, main sessions before their subagents.
+
+    Raises:
+        ArchiveError: no session file at ``path``; a file or folder name that is not a
+            valid castore name (nothing of that file is written).
+        StorageError, OSError.
+    """
+    sources = find_sessions(path)
+    store.init()
+    results: list[FileResult] = []
+    links: dict[str, dict[str, Any]] = {}
+    for src in sources:
+        try:
+            imp = _Importer(store, src, app)
+        except CastoreError as e:
+            raise ArchiveError(src.path, f"cannot name a session after it: {e}") from e
+        with open(src.path, "rb") as f:
+            r = imp.run(f)
+        results.append(r)
+        if src.parent_id is None:
+            links = _agent_links(imp) if r.lines or imp.session.exists() else {}
+        else:
+            _link_subagent(imp, links)
+    return results
+
+
+def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
+    """agentId -> where the main session spawned it (kept in its info, found once)."""
+    s = imp.session
+    if not s.exists():
+        return {}
+    info = s.info
+    c = info.get(KEY) or {}
+    have = dict(c.get("agents") or {})
+    if c.get("agents_at") == c.get("lines"):
+        return have
+    by_raw: dict[str, str] = {}
+    by_o: dict[int, str] = {}
+    for le in s.log(all_branches=True):
+        m = le.meta.get(KEY)
+        if isinstance(m, dict) and isinstance(m.get("raw"), str) and m.get("type") == "user":
+            by_raw[m["raw"]] = le.id
+            by_o[m["o"]] = le.id
+    raws = read_blobs(s.store, list(by_raw))
+    for rid, raw in raws.items():
+        if b'"agentId"' not in raw:
+            continue
+        try:
+            d = json.loads(raw)
+        except ValueError:
+            continue
+        tur = d.get("toolUseResult") if isinstance(d, dict) else None
+        if isinstance(tur, dict) and isinstance(tur.get("agentId"), str):
+            tool_use_id = None
+            content = (d.get("message") or {}).get("content") if isinstance(d.get("message"), dict) else None
+            if isinstance(content, list):
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_result":
+                        tool_use_id = b.get("tool_use_id")
+            have[tur["agentId"]] = {"commit": by_raw[rid], "tool_use_id": tool_use_id}
+    c = dict(c)
+    c["agents"] = have
+    c["agents_at"] = c.get("lines")
+    s.set_info({**info, KEY: c})
+    return have
+
+
+def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
+    s = imp.session
+    if not s.exists():
+        return
+    stem = imp.src.session_id.rsplit(".", 1)[-1]
+    agent = stem.removeprefix("agent-")
+    link = links.get(agent)
+    info = s.info
+    if link is None or (info.get("spawned_by") or {}).get("commit") == link["commit"]:
+        return
+    main = s.store.session(s.app, imp.src.project, imp.src.parent_id or "")
+    s.set_info({**info, "spawned_by": {"app": main.app, "user": main.user, "session": main.id, **link}})
+
+
+def follow_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP, interval: float = 1.0,
+                  stop: Any = None, on_result: Any = None) -> int:
+    """Keep importing ``path`` as the agent writes, until ``stop()`` is true or interrupted.
+
+    Args:
+        store, path, app: as :func:`import_claude`.
+        interval: seconds between polls.
+        stop: a callable polled between rounds (e.g. ``threading.Event().is_set``).
+        on_result: called with each :class:`FileResult` that imported lines.
+
+    Returns:
+        The number of lines imported.
+
+    Raises:
+        as :func:`import_claude`.
+    """
+    import time
+
+    total = 0
+    while True:
+        for r in import_claude(store, path, app=app):
+            if r.lines:
+                total += r.lines
+                if on_result is not None:
+                    on_result(r)
+        if stop is not None and stop():
+            return total
+        time.sleep(interval)
+
+
+# -- export ----------------------------------------------------------------------------------
+def archived_sessions(store: Store, app: str = APP) -> Iterator[Session]:
+    """The sessions of ``app`` that hold an archived Claude Code file."""
+    if app not in store.apps():
+        return
+    for si in store.sessions(app):
+        if isinstance(si.info.get(KEY), dict) and isinstance(si.info[KEY].get("path"), str):
+            yield store.session(si.app, si.user, si.session)
+
+
+def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
+                  sessions: list[Session] | None = None) -> list[str]:
+    """Write archived Claude Code sessions back under ``dest`` as Claude Code lays them out.
+
+    Every file comes back byte for byte (``dest/<project>/<session>.jsonl``, its subagent
+    files and side files). Of several versions of one file (a rewritten file), the newest
+    is written.
+
+    Args:
+        store: the store.
+        dest: the folder to write into (``~/.claude/projects`` to restore).
+        app: the app name of the sessions.
+        sessions: only these sessions (default: every archived one of ``app``).
+
+    Returns:
+        The files written, relative to ``dest``.
+
+    Raises:
+        ArchiveError: a session's recorded path would leave ``dest``.
+        ObjectNotFound, IntegrityError, StorageError, OSError.
+    """
+    root = os.fspath(dest)
+    chosen: dict[str, tuple[int, Session, dict[str, Any]]] = {}
+    for s in sessions if sessions is not None else list(archived_sessions(store, app)):
+        c = s.info.get(KEY)
+        if not isinstance(c, dict) or not isinstance(c.get("path"), str):
+            raise ArchiveError("/".join(s.key), "not an archived Claude Code session")
+        v = int(c.get("version", 1))
+        if c["path"] not in chosen or chosen[c["path"]][0] < v:
+            chosen[c["path"]] = (v, s, c)
+    written: list[str] = []
+    for rel, (_, s, c) in sorted(chosen.items()):
+        out = safe_join(root, rel)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "wb") as f:
+            f.writelines(export_lines(s, KEY))
+        written.append(rel)
+        files = c.get("files") or {}
+        if files:
+            data = read_blobs(store, list(files.values()))
+            for frel, oid in sorted(files.items()):
+                fout = safe_join(root, frel)
+                os.makedirs(os.path.dirname(fout), exist_ok=True)
+                with open(fout, "wb") as f:
+                    f.write(data[oid])
+                written.append(frel)
+    return written
+
+
+__all__ = [
+    "ArchiveError",
+    "FileResult",
+    "archived_sessions",
+    "export_claude",
+    "find_sessions",
+    "follow_claude",
+    "import_claude",
+]

@@ -1,0 +1,439 @@
+"""Import and export Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``).
+
+Each rollout file becomes a castore session ``codex/<user>/<thread id>`` (the id of its
+``session_meta`` line; the file name when it has none). Lines are kept byte for byte and
+imported incrementally as in :mod:`castore.adapters.jsonl_tree`.
+
+The tree: a rollout is a list of records with no parent links, so each line follows the
+one before it, except
+
+* a rollback (``event_msg`` ``thread_rolled_back{num_turns: N}``) hangs after the line
+  before the N-th last user turn: the dropped turns stay on the branch that held them and
+  the rollback starts a branch ``line-<n>``, checked out (HEAD follows the agent);
+* a fork (``session_meta.forked_from_id`` naming a thread already in the archive) starts
+  as a castore fork of its parent at the last record it copied: the copied records are
+  matched by content (type and payload; their timestamps differ) and stored as references
+  to the parent's lines plus their new timestamps, so the copy costs next to nothing. The
+  fork's own records follow;
+* a subagent thread (``source.subagent.thread_spawn.parent_thread_id``) names its parent
+  thread in ``info["spawned_by"]``.
+
+Compactions (``compacted``) get a label ``compact-<n>``. Bodies: messages, reasoning
+summaries (never ``encrypted_content``), function and custom tool calls and their outputs
+become messages that ``grep``, ``log`` and the HTML view read; ``event_msg`` copies of the
+same content and everything else have no body (their bytes are kept all the same).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from ..entries import Event, Message
+from ..errors import CastoreError, InvalidEntry
+from .jsonl_tree import (
+    ArchiveError,
+    as_dict,
+    FileResult,
+    TreeWriter,
+    archived_rows,
+    blob_id,
+    export_lines,
+    parse_time,
+    prefix_digest,
+    put_blobs,
+    read_blobs,
+    read_lines,
+    safe_join,
+)
+
+if TYPE_CHECKING:
+    from ..session import Session
+    from ..store import Store
+
+APP = "codex"
+KEY = "codex"
+_DATE_DIRS = re.compile(r"^\d{4}$|^\d{2}$")
+_SCAFFOLD = ("<environment_context>", "# AGENTS.md", "<user_instructions>", "<permissions", "<INSTRUCTIONS>")
+
+
+@dataclass
+class _Source:
+    path: str
+    rel: str
+
+
+def find_rollouts(path: str | os.PathLike[str]) -> list[_Source]:
+    """The rollout files under ``path`` (a file, or a folder searched recursively), with the
+    path each is exported to (``YYYY/MM/DD/<name>`` when it lives in such folders).
+
+    Raises:
+        ArchiveError: nothing there, or no ``.jsonl`` file.
+    """
+    p = os.path.abspath(os.fspath(path))
+    if os.path.isfile(p):
+        parts = p.split(os.sep)
+        keep = 1
+        while keep < 4 and len(parts) > keep and _DATE_DIRS.match(parts[-1 - keep]):
+            keep += 1
+        return [_Source(p, "/".join(parts[-keep:] if keep == 4 else parts[-1:]))]
+    if not os.path.isdir(p):
+        raise ArchiveError(p, "no such file or folder")
+    out = []
+    for root, dirs, files in os.walk(p):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
+        for fn in sorted(files):
+            full = os.path.join(root, fn)
+            if fn.endswith(".jsonl") and os.path.isfile(full) and not os.path.islink(full):
+                out.append(_Source(full, os.path.relpath(full, p).replace(os.sep, "/")))
+    if not out:
+        raise ArchiveError(p, "no Codex rollout file (*.jsonl) here")
+    return out
+
+
+# -- records -------------------------------------------------------------------------------------
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+def _is_turn(d: dict[str, Any]) -> bool:
+    p = d.get("payload")
+    if d.get("type") != "response_item" or not isinstance(p, dict):
+        return False
+    if p.get("type") != "message" or p.get("role") != "user":
+        return False
+    return not _text_of(p.get("content")).lstrip().startswith(_SCAFFOLD)
+
+
+def _message(d: dict[str, Any]) -> Message | None:
+    """What castore understands of a record: a message, or None."""
+    p = d.get("payload")
+    if not isinstance(p, dict):
+        return None
+    t, pt = d.get("type"), p.get("type")
+    try:
+        if t == "compacted" and isinstance(p.get("message"), str):
+            return Message("system", [{"type": "text", "text": p["message"]}])
+        if t != "response_item":
+            return None
+        if pt == "message" and isinstance(p.get("role"), str):
+            content = p.get("content")
+            if isinstance(content, list):
+                content = [{k: v for k, v in b.items() if k != "image_url"} if isinstance(b, dict) else b
+                           for b in content]
+            return Message(p["role"] or "user", content)
+        if pt == "reasoning":
+            parts = [str(s.get("text")) for s in (p.get("summary") or []) + (p.get("content") or [])
+                     if isinstance(s, dict) and isinstance(s.get("text"), str)]
+            return Message("assistant", [{"type": "reasoning", "text": "\n".join(parts)}]) if parts else None
+        if pt in ("function_call", "custom_tool_call", "local_shell_call"):
+            name = p.get("name") or ("local_shell" if pt == "local_shell_call" else None)
+            args = p.get("arguments", p.get("input", p.get("action")))
+            return Message("assistant", [{"type": "function_call", "name": name, "arguments": args,
+                                          "call_id": p.get("call_id")}])
+        if pt in ("function_call_output", "custom_tool_call_output"):
+            out = p.get("output")
+            if isinstance(out, dict):
+                out = out.get("content", out)
+            return Message("tool", [{"type": "function_call_output", "call_id": p.get("call_id"), "output": out}])
+    except InvalidEntry:
+        return None
+    return None
+
+
+def _item(raw: bytes) -> Any:
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        return None
+    return (d.get("type"), d.get("payload")) if isinstance(d, dict) else None
+
+
+def _retime(raw: bytes, old: Any, new: Any) -> bytes | None:
+    if not isinstance(old, str) or not isinstance(new, str):
+        return None
+    a = b'"timestamp":"' + old.encode() + b'"'
+    return raw.replace(a, b'"timestamp":"' + new.encode() + b'"', 1) if a in raw else None
+
+
+@dataclass
+class _State:
+    offset: int = 0
+    lines: int = 0
+    digest: str | None = None
+    cursor: int | None = None
+    turns: list[list[Any]] = field(default_factory=list)  # [start line, line before it, its commit]
+
+
+class _Importer:
+    def __init__(self, store: Store, src: _Source, app: str, user: str) -> None:
+        self.store, self.src, self.app, self.user = store, src, app, user
+
+    def run(self, f: IO[bytes]) -> FileResult:
+        first = f.readline()
+        meta_d: Any = None
+        try:
+            meta_d = json.loads(first) if first else None
+        except ValueError:
+            meta_d = None
+        meta = meta_d.get("payload") if isinstance(meta_d, dict) and meta_d.get("type") == "session_meta" else None
+        meta = meta if isinstance(meta, dict) else {}
+        stem = os.path.basename(self.src.path)[: -len(".jsonl")]
+        sid = str(meta["id"]) if isinstance(meta.get("id"), str) and meta["id"] else stem
+        try:
+            session = self.store.session(self.app, self.user, sid)
+        except CastoreError as e:
+            raise ArchiveError(self.src.path, f"cannot name a session after it: {e}") from e
+        info = session.info if session.exists() else {}
+        c = as_dict(info.get(KEY))
+        if c and c.get("path") != self.src.rel:  # another file with the same thread id
+            session = self.store.session(self.app, self.user, f"{sid}.{stem}")
+            info = session.info if session.exists() else {}
+            c = as_dict(info.get(KEY))
+        res = FileResult(self.src.path, session.key)
+        size = os.fstat(f.fileno()).st_size
+        st = _State(int(c.get("offset", 0)), int(c.get("lines", 0)), c.get("digest"), c.get("cursor"),
+                    [list(t) for t in c.get("turns", [])])
+        if st.offset and (size < st.offset or prefix_digest(f, st.offset) != st.digest):
+            res.notes.append(f"the first {st.offset} bytes changed since the last import: skipped, the archived "
+                             "lines are kept (move the file aside, or import it into another store, to keep both)")
+            res.total, res.offset = st.lines, st.offset
+            return res
+        known: dict[int, str] = {}
+        if st.cursor is not None and isinstance(c.get("cursor_commit"), str):
+            known[st.cursor] = c["cursor_commit"]
+        for t in st.turns:
+            if t[1] is not None and isinstance(t[2], str):
+                known[t[1]] = t[2]
+        prefix: list[dict[str, Any]] = []
+        fork: dict[str, Any] | None = None
+        if not session.exists() and isinstance(meta.get("forked_from_id"), str):
+            fork = self._fork(session, f, meta["forked_from_id"], known, st, prefix)
+            if fork is not None:
+                info = session.info
+        w = TreeWriter(session, known, "/".join(session.key))
+        n, cursor, offset = st.lines, st.cursor, st.offset
+        for end, raw in read_lines(f, st.offset):
+            d: Any
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                d = None
+                res.notes.append(f"line {n + 1}: not JSON, kept as is")
+            d = d if isinstance(d, dict) else {}
+            p = d.get("payload") if isinstance(d.get("payload"), dict) else {}
+            parent = cursor
+            if d.get("type") == "event_msg" and p.get("type") == "thread_rolled_back":
+                k = p.get("num_turns")
+                if isinstance(k, int) and not isinstance(k, bool) and 0 < k <= len(st.turns) \
+                        and st.turns[-k][1] is not None:
+                    parent = st.turns[-k][1]
+                    del st.turns[-k:]
+            if _is_turn(d):
+                st.turns.append([n, parent, None])
+            msg = _message(d)
+            m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session.id,
+                                       **({"type": d["type"]} if isinstance(d.get("type"), str) else {})}}
+            when = parse_time(d.get("timestamp"))
+            if when is not None:
+                m["time"] = when
+            author = msg.role if msg else (p.get("type") or d.get("type") or "line")
+            w.add(n, parent, raw, Event(author=str(author), message=msg, meta=m), True)
+            if d.get("type") == "compacted":
+                w.label(n, f"compact-{n}")
+            cursor, n, offset = n, n + 1, end
+        res.torn = size - offset
+        res.lines = n - st.lines
+        w.flush()
+        res.branches = w.created
+        res.total, res.offset = n, offset
+        if res.lines == 0 and fork is None:
+            res.head = session.head if session.exists() else None
+            return res
+        res.head = w.finish()
+        for t in st.turns:
+            if t[1] is not None:
+                t[2] = w.cid.get(t[1], t[2])
+        new = dict(info)
+        cc = dict(new.get(KEY) or {})
+        cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
+                   "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
+                   "turns": st.turns[-256:]})
+        if prefix:
+            cc["prefix"] = prefix
+        new[KEY] = cc
+        src_ = meta.get("source")
+        spawn = src_.get("subagent") if isinstance(src_, dict) else None
+        spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
+        if isinstance(spawn, dict) and isinstance(spawn.get("parent_thread_id"), str):
+            new["spawned_by"] = {"app": self.app, "user": self.user, "session": spawn["parent_thread_id"]}
+        if session.exists():
+            session.set_info(new)
+        return res
+
+    def _fork(self, session: Session, f: IO[bytes], parent_id: str, known: dict[int, str], st: _State,
+              prefix: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Start ``session`` as a fork of its parent thread at the last record it copied."""
+        parent = self.store.session(self.app, self.user, parent_id)
+        if not parent.exists():
+            return None
+        rows = archived_rows(parent, KEY, parent.id)
+        raws = read_blobs(self.store, [r for _, r, _ in rows])
+        f.seek(0)
+        mine: list[bytes] = []
+        pos = 0
+        j = 0
+        matched: list[tuple[int, bytes, int]] = []  # (F line, F raw, parent row)
+        for end, raw in read_lines(f, 0):
+            if not mine:
+                mine.append(raw)
+                pos = end
+                continue
+            it = _item(raw)
+            while j < len(rows) and it != _item(raws[rows[j][1]]) and \
+                    (_item(raws[rows[j][1]]) or ("",))[0] == "session_meta":
+                j += 1
+            if it is None or j >= len(rows) or it != _item(raws[rows[j][1]]):
+                break
+            matched.append((len(mine), raw, j))
+            mine.append(raw)
+            pos = end
+            j += 1
+        if not matched:
+            return None
+        at = rows[matched[-1][2]][2]
+        parent.fork(session.id, at=at, user=self.user)
+        prefix.append({"raw": put_blobs(self.store, [mine[0]])[0]})
+        known[0] = rows[matched[0][2] - 1][2] if matched[0][2] > 0 else at
+        for fn, raw, pj in matched:
+            prow = rows[pj]
+            ts_f = json.loads(raw).get("timestamp")
+            ts_p = json.loads(raws[prow[1]]).get("timestamp")
+            if _retime(raws[prow[1]], ts_p, ts_f) == raw:
+                prefix.append({"from": prow[0], "ts": ts_f})
+            else:
+                prefix.append({"raw": put_blobs(self.store, [raw])[0]})
+            known[fn] = prow[2]
+            if _is_turn(json.loads(raw)):
+                st.turns.append([fn, fn - 1, known.get(fn - 1)])
+        st.offset, st.lines, st.cursor = pos, len(mine), len(mine) - 1
+        info = session.info
+        session.set_info({**info, KEY: {"path": self.src.rel, "prefix": prefix}})
+        return {"parent": parent.id, "at": at}
+
+
+def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, user: str = "local"
+                 ) -> list[FileResult]:
+    """Import (or bring up to date) Codex rollouts: a file, or a folder such as ``~/.codex/sessions``.
+
+    Forks are imported after their parents (when both are given), so that they share the
+    parent's history. Re-importing reads only new lines; a torn last line waits; a file
+    deleted upstream stays in the archive.
+
+    Args:
+        store: the store.
+        path: a rollout file or a folder of them.
+        app, user: the app and user of the sessions.
+
+    Returns:
+        One :class:`FileResult` per file.
+
+    Raises:
+        ArchiveError: no rollout at ``path``, a thread id that is not a valid name. (A file
+            whose imported part changed is skipped with a note in its result.)
+        StorageError, OSError.
+    """
+    sources = find_rollouts(path)
+    store.init()
+    metas: dict[str, tuple[str | None, str | None]] = {}
+    for s in sources:
+        with open(s.path, "rb") as f:
+            first = f.readline()
+        try:
+            d = json.loads(first)
+            p = d.get("payload") if isinstance(d, dict) else None
+            metas[s.path] = (p.get("id"), p.get("forked_from_id")) if isinstance(p, dict) else (None, None)
+        except ValueError:
+            metas[s.path] = (None, None)
+    ids = {v[0]: k for k, v in metas.items() if v[0]}
+    done: set[str] = set()
+    ordered: list[_Source] = []
+
+    def visit(s: _Source, depth: int = 0) -> None:
+        if s.path in done:
+            return
+        done.add(s.path)
+        parent = metas[s.path][1]
+        if parent in ids and depth < 1000:
+            visit(next(x for x in sources if x.path == ids[parent]), depth + 1)
+        ordered.append(s)
+
+    for s in sources:
+        visit(s)
+    out = []
+    for s in ordered:
+        with open(s.path, "rb") as f:
+            out.append(_Importer(store, s, app, user).run(f))
+    return out
+
+
+def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
+                 sessions: list[Session] | None = None) -> list[str]:
+    """Write archived Codex rollouts back under ``dest`` (``~/.codex/sessions`` layout), byte for byte.
+
+    Returns:
+        The files written, relative to ``dest``.
+
+    Raises:
+        ArchiveError: a session is not an archived rollout, or its path would leave ``dest``.
+        ObjectNotFound, IntegrityError, StorageError, OSError.
+    """
+    root = os.fspath(dest)
+    if sessions is None:
+        sessions = [store.session(si.app, si.user, si.session) for si in store.sessions(app)] \
+            if app in store.apps() else []
+        sessions = [s for s in sessions if isinstance(s.info.get(KEY), dict)]
+    written = []
+    for s in sessions:
+        c = s.info.get(KEY)
+        if not isinstance(c, dict) or not isinstance(c.get("path"), str):
+            raise ArchiveError("/".join(s.key), "not an archived Codex rollout")
+        out = safe_join(root, c["path"])
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "wb") as f:
+            f.writelines(_prefix_lines(s, c.get("prefix") or []))
+            f.writelines(export_lines(s, KEY, s.id))
+        written.append(c["path"])
+    return written
+
+
+def _prefix_lines(s: Session, prefix: list[dict[str, Any]]) -> list[bytes]:
+    if not prefix:
+        return []
+    ff = s.info.get("forked_from") or {}
+    parent = s.store.session(ff.get("app", s.app), ff.get("user", s.user), ff.get("session", ""))
+    rows = {o: r for o, r, _ in archived_rows(parent, KEY, parent.id)}
+    want = [rows[p["from"]] for p in prefix if "from" in p] + [p["raw"] for p in prefix if "raw" in p]
+    data = read_blobs(s.store, want)
+    out = []
+    for p in prefix:
+        if "raw" in p:
+            out.append(data[p["raw"]])
+        else:
+            praw = data[rows[p["from"]]]
+            d = json.loads(praw)
+            got = _retime(praw, d.get("timestamp"), p["ts"])
+            if got is None:
+                raise ArchiveError("/".join(s.key), f"cannot rebuild copied line from parent line {p['from']}")
+            out.append(got)
+    return out
+
+
+__all__ = ["export_codex", "find_rollouts", "import_codex"]

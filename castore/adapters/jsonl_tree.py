@@ -1,0 +1,317 @@
+"""The shared engine of the coding-agent archives (Claude Code, Codex): JSONL files kept byte
+for byte, imported incrementally, as a tree of commits.
+
+Every line of a file becomes one commit (an :class:`~castore.entries.Event`) whose metadata
+names the line's position in the file (``o``) and a blob holding its exact bytes (``raw``);
+export writes those blobs back in file order, so the file comes back byte for byte whatever
+the line holds (unknown types, key order, spacing, lines that are not JSON). The body of a
+commit is what castore understands of the line (a message), so that ``log``, ``context``,
+the HTML view and ``grep`` work on archived sessions as on any other.
+
+Where a line hangs in the tree is the adapter's business (:class:`TreeWriter` takes a parent
+line per line); the writer groups lines that follow each other into one ``append_many``,
+starts a branch where a line's parent is not a branch tip, and checks out the branch of the
+line the agent was on last. Only the public :class:`~castore.Session` API is used.
+
+Incremental state (how far the file was read, a digest of the imported prefix, the last
+line's place in the tree) is kept in the session's info under the adapter's key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, TYPE_CHECKING, Any
+
+from .. import objects as o
+from ..entries import Event
+from ..errors import CastoreError, InvalidEntry
+from ..objects import Blob
+
+if TYPE_CHECKING:
+    from ..session import Session
+    from ..store import Store
+
+#: flush a run of lines once its raw bytes add up to this much
+RUN_BYTES = 8 << 20
+#: the digest of an imported prefix covers its length and its first and last WINDOW bytes
+WINDOW = 64 << 10
+
+
+class ArchiveError(CastoreError, ValueError):
+    """A coding-agent session file or tree cannot be imported or exported.
+
+    Attributes:
+        path: the file or folder at fault.
+        reason: what is wrong.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass
+class FileResult:
+    """What importing one file did.
+
+    Attributes:
+        path: the file read.
+        session: the session's ``(app, user, session)``.
+        lines: lines imported by this call (0: nothing new).
+        total: lines of the file now in the archive.
+        offset: bytes of the file now in the archive.
+        branches: branches created by this call.
+        head: the commit HEAD is on (the line the agent was on last).
+        torn: bytes at the end left for next time (a line still being written).
+        notes: what was noticed (a changed prefix, lines that are not JSON).
+    """
+
+    path: str
+    session: tuple[str, str, str]
+    lines: int = 0
+    total: int = 0
+    offset: int = 0
+    branches: list[str] = field(default_factory=list)
+    head: str | None = None
+    torn: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a dict, else an empty one (for fields of untrusted JSON)."""
+    return value if isinstance(value, dict) else {}
+
+
+def parse_time(ts: Any) -> float | None:
+    """Seconds since the epoch of an ISO 8601 timestamp, or None."""
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def prefix_digest(f: IO[bytes], length: int) -> str:
+    """A digest of the file's first ``length`` bytes: its length, first and last WINDOW bytes.
+
+    Reading the whole prefix again at every poll would make following a long session
+    quadratic; an agent only appends, and a rewrite shows in the first or last bytes.
+    """
+    h = hashlib.sha256(str(length).encode() + b"\0")
+    f.seek(0)
+    h.update(f.read(min(length, WINDOW)))
+    if length > WINDOW:
+        f.seek(max(WINDOW, length - WINDOW))
+        h.update(f.read(length - max(WINDOW, length - WINDOW)))
+    return h.hexdigest()
+
+
+def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(end offset, line bytes with its newline)`` for each complete line after ``offset``.
+
+    A last line without a newline is yielded only when it parses as JSON (a file that simply
+    does not end with a newline); otherwise it is a line the agent is still writing, and is
+    left for next time.
+    """
+    import json
+
+    f.seek(offset)
+    pos = offset
+    while True:
+        raw = f.readline()
+        if not raw:
+            return
+        if not raw.endswith(b"\n"):
+            try:
+                json.loads(raw)
+            except ValueError:
+                return
+        pos += len(raw)
+        yield pos, raw
+
+
+def put_blobs(store: Store, raws: list[bytes]) -> list[str]:
+    """Store each bytes as a blob (content-addressed: a line seen before costs nothing)."""
+    enc = [o.encode(Blob(data=r)) for r in raws]
+    store.objects.put_encoded(enc)
+    return [oid for oid, _ in enc]
+
+
+def read_blobs(store: Store, oids: list[str]) -> dict[str, bytes]:
+    """The bytes of blobs, by id.
+
+    Raises:
+        ObjectNotFound, IntegrityError, InvalidEntry: an id that is not a blob.
+    """
+    got = store.objects.get_canonical_many(list(dict.fromkeys(oids)))
+    out = {}
+    for oid, canonical in got.items():
+        b = o.decode(oid, canonical)
+        if not isinstance(b, Blob):
+            raise InvalidEntry(f"object {oid} is not a blob")
+        out[oid] = b.data
+    return out
+
+
+@dataclass
+class _Pending:
+    n: int
+    raw: bytes
+    entry: Event
+    active: bool
+
+
+class TreeWriter:
+    """Appends lines to a session as a tree through the public Session API.
+
+    ``add(n, parent, ...)`` names each line by its ordinal ``n`` and its parent by ordinal
+    (None: a root, only for the very first line). Lines whose parent is the previous line
+    are appended together; a line whose parent is a branch tip extends that branch; any other
+    parent starts a branch named by ``branch_name(n)``.
+    """
+
+    def __init__(self, session: Session, known: dict[int, str], key: str) -> None:
+        self.session = session
+        self.key = key
+        self.cid: dict[int, str] = dict(known)  # ordinal -> commit
+        branches = session.branches() if session.exists() else {}
+        self.tips: dict[str, str] = {}
+        for name, tip in branches.items():
+            self.tips.setdefault(tip, name)
+        self.current = session.current_branch if session.exists() else "main"
+        self.active = self.current
+        self.run: list[_Pending] = []
+        self.run_parent: int | None = None
+        self.run_bytes = 0
+        self.created: list[str] = []
+        self.branch_name = lambda n: f"line-{n}"
+        self.labels: list[tuple[int, str]] = []
+
+    def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool) -> None:
+        """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows."""
+        if self.run and (parent != self.run[-1].n or self.run_bytes >= RUN_BYTES):
+            self.flush()
+        if not self.run:
+            self.run_parent = parent
+        self.run.append(_Pending(n, raw, entry, active))
+        self.run_bytes += len(raw)
+
+    def label(self, n: int, name: str) -> None:
+        """Put label ``name`` on line ``n`` at :meth:`finish` (a bad name is skipped)."""
+        self.labels.append((n, name))
+
+    def flush(self) -> None:
+        """Append the queued run."""
+        if not self.run:
+            return
+        s = self.session
+        put_blobs(s.store, [p.raw for p in self.run])
+        parent = self.cid[self.run_parent] if self.run_parent is not None else None
+        expect = parent
+        if parent is None:
+            if s.exists() and s.head is not None:
+                raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
+        else:
+            branch = self.tips.get(parent)
+            if branch is None:
+                branch = self.branch_name(self.run[0].n)
+                s.checkout(parent, create=branch)
+                self.created.append(branch)
+            elif branch != self.current:
+                s.checkout(branch)
+            self.current = branch
+        ids = s.append_many([p.entry for p in self.run], expect=expect,
+                            time=self.run[-1].entry.meta.get("time"))
+        if parent is not None:
+            self.tips.pop(parent, None)
+        self.tips[ids[-1]] = self.current or "main"
+        for p, cid in zip(self.run, ids, strict=True):
+            self.cid[p.n] = cid
+        if any(p.active for p in self.run):
+            self.active = self.current
+        self.run, self.run_bytes = [], 0
+
+    def finish(self) -> str | None:
+        """Flush, put the labels, check out the branch the agent was on; return HEAD's commit."""
+        self.flush()
+        s = self.session
+        if not s.exists():
+            return None
+        for n, name in self.labels:
+            if n in self.cid:
+                try:
+                    s.label(self.cid[n], name, force=True)
+                except CastoreError:
+                    pass  # a summary that is not a valid label name stays in the line itself
+        if self.active and self.active != s.current_branch:
+            s.checkout(self.active)
+        return s.head
+
+
+def meta_of(n: int, raw_id: str, when: float | None, **extra: Any) -> dict[str, Any]:
+    """The commit metadata of an archived line."""
+    m: dict[str, Any] = {"o": n, "raw": raw_id}
+    m.update({k: v for k, v in extra.items() if v is not None})
+    return m
+
+
+def blob_id(raw: bytes) -> str:
+    """The id the blob of these bytes has."""
+    return o.encode(Blob(data=raw))[0]
+
+
+def archived_rows(session: Session, key: str, file: str | None = None) -> list[tuple[int, str, str]]:
+    """``(line number, raw blob id, commit)`` of a session's archived lines, in file order.
+
+    Args:
+        session: the session.
+        key: the adapter's metadata key.
+        file: only lines whose metadata names this file (``f``); a fork shares commits
+            of its parent's file, which are not its own lines.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    rows: list[tuple[int, str, str]] = []
+    for le in session.log(all_branches=True):
+        m = le.meta.get(key)
+        if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str) \
+                and (file is None or m.get("f") == file):
+            rows.append((m["o"], m["raw"], le.id))
+    rows.sort()
+    return rows
+
+
+def export_lines(session: Session, key: str, file: str | None = None) -> Iterator[bytes]:
+    """The archived lines of a session (metadata under ``key``), in file order, as bytes.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    rows = archived_rows(session, key, file)
+    for i in range(0, len(rows), 512):
+        chunk = rows[i:i + 512]
+        data = read_blobs(session.store, [r for _, r, _ in chunk])
+        for _, r, _ in chunk:
+            yield data[r]
+
+
+def safe_join(root: str, rel: str) -> str:
+    """``root/rel`` for a relative path that stays inside ``root``.
+
+    Raises:
+        ArchiveError: ``rel`` is absolute, empty, or has a ``..``, ``.`` or empty part.
+    """
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
+        raise ArchiveError(rel, "not a safe relative path: refusing to write outside the destination")
+    out = os.path.join(root, *parts)
+    if os.path.commonpath([os.path.abspath(root), os.path.abspath(out)]) != os.path.abspath(root):
+        raise ArchiveError(rel, "not a safe relative path: refusing to write outside the destination")
+    return out

@@ -1,0 +1,302 @@
+"""The coding-agent archive: ``import claude|codex``, ``export claude|codex`` and ``grep``.
+
+``import`` and ``export`` are groups that :mod:`castore.cli.io_cmds` may already have made
+(with ``pi``); the commands here are added to them, or to new ones of the same names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from ..errors import CastoreError
+from .common import (
+    CastoreGroup,
+    error_line,
+    format_key,
+    json_option,
+    note,
+    open_store,
+    print_json,
+)
+
+
+def _result_doc(r: Any) -> dict[str, Any]:
+    d = dataclasses.asdict(r)
+    d["session"] = format_key(*r.session)
+    return d
+
+
+def _echo_results(results: list[Any], as_json: bool) -> None:
+    if as_json:
+        print_json([_result_doc(r) for r in results])
+        return
+    for r in results:
+        for n in r.notes:
+            note(f"{r.path}: {n}")
+        if r.lines or r.branches:
+            extra = f", {len(r.branches)} new branch(es)" if r.branches else ""
+            extra += f", {r.torn} bytes left for next time" if r.torn else ""
+            click.echo(f"{format_key(*r.session)}: +{r.lines} lines ({r.total} in all), "
+                       f"HEAD {r.head[:8] if r.head else '-'}{extra}")
+    new = sum(r.lines for r in results)
+    note(f"{len(results)} file(s), {new} new line(s)")
+
+
+def _update_index(store: Any) -> None:
+    """Bring the search index up to date, if the store has one (grep made it)."""
+    from ..grepindex import update_if_present
+
+    if update_if_present(store):
+        note("search index updated")
+
+
+_IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines": NEW, "total": N, '
+                '"offset": BYTES, "branches": [NEW BRANCH, ...], "head": ID, "torn": BYTES, "notes": [...]}')
+
+
+@click.command("claude")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
+@click.option("--follow", is_flag=True, help="Keep importing as the agent writes, until interrupted (Ctrl-C).")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+              help="Seconds between polls with --follow.")
+@json_option(_IMPORT_JSON)
+@click.pass_context
+def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float, as_json: bool) -> None:
+    """Archive Claude Code sessions: a session file, a project folder, or ~/.claude/projects.
+
+    One session per file (APP/PROJECT/SESSION; subagent files become SESSION.subagents.agent-ID,
+    linked to the turn that spawned them). Importing again reads only what was added; a torn
+    last line waits for the next import; files deleted upstream stay in the archive.
+    """
+    from ..adapters.claude_code import follow_claude, import_claude
+
+    store = open_store(ctx, must_exist=False)
+    if not follow:
+        _echo_results(import_claude(store, path, app=app), as_json)
+        _update_index(store)
+        return
+    note(f"following {path} (Ctrl-C to stop)")
+    try:
+        follow_claude(store, path, app=app, interval=interval,
+                      on_result=lambda r: _echo_results([r], as_json))
+    except KeyboardInterrupt:
+        note("stopped")
+    _update_index(store)
+
+
+@click.command("claude")
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
+@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+              help="Only this session (repeatable; default: every archived one).")
+@click.pass_context
+def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
+    """Write archived Claude Code sessions back under DEST, byte for byte, as Claude Code lays them out."""
+    from ..adapters.claude_code import export_claude
+    from .common import get_session
+
+    store = open_store(ctx)
+    sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
+    written = export_claude(store, dest, app=app, sessions=sessions)
+    for rel in written:
+        click.echo(rel)
+    note(f"wrote {len(written)} file(s) under {dest}")
+
+
+@click.command("codex")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
+@click.option("--user", default="local", show_default=True, help="The user name of the sessions.")
+@json_option(_IMPORT_JSON)
+@click.pass_context
+def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, as_json: bool) -> None:
+    """Archive Codex CLI rollouts: a rollout file, or a folder such as ~/.codex/sessions.
+
+    One session per thread (APP/USER/THREAD-ID). A fork shares its parent's history, a
+    rollback keeps the dropped turns on a branch, a subagent thread names its parent.
+    Importing again reads only what was added; files deleted upstream stay in the archive.
+    """
+    from ..adapters.codex import import_codex
+
+    store = open_store(ctx, must_exist=False)
+    _echo_results(import_codex(store, path, app=app, user=user), as_json)
+    _update_index(store)
+
+
+@click.command("codex")
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
+@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+              help="Only this session (repeatable; default: every archived one).")
+@click.pass_context
+def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
+    """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte."""
+    from ..adapters.codex import export_codex
+    from .common import get_session
+
+    store = open_store(ctx)
+    sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
+    written = export_codex(store, dest, app=app, sessions=sessions)
+    for rel in written:
+        click.echo(rel)
+    note(f"wrote {len(written)} file(s) under {dest}")
+
+
+# -- grep ----------------------------------------------------------------------------------------
+def _when(value: str | None, what: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date or time (YYYY-MM-DD[THH:MM[:SS]])", param_hint=what) \
+            from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+_GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": ID, \"session\": "
+              "\"APP/USER/SESSION\", \"branches\": [NAME, ...], \"also\": [{\"session\": ..., \"branches\": [...]}], "
+              "\"role\": ROLE, \"kind\": \"text|thinking|tool_call|tool_result\", \"tool\": NAME|null, "
+              "\"time\": ISO|null, \"lines\": [{\"line\": N, \"text\": LINE, \"spans\": [[START, END], ...]}], "
+              "\"context\": {\"before\": [...], \"after\": [...]} (with -C)}")
+
+
+@click.command("grep")
+@click.argument("pattern")
+@click.option("-i", "--ignore-case", "ignore_case", flag_value=True, default=None,
+              help="Ignore case (default: smart case, i.e. ignore case unless PATTERN has an upper-case letter).")
+@click.option("--case-sensitive", "ignore_case", flag_value=False, help="Match case even for a lower-case PATTERN.")
+@click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is a plain string, not a regex.")
+@click.option("-w", "--word-regexp", "word", is_flag=True, help="Match whole words only.")
+@click.option("--role", "roles", multiple=True, metavar="ROLE",
+              help="Only messages of this role (user, assistant, system, tool; repeatable).")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["text", "thinking", "tool_call", "tool_result"]),
+              help="Only this kind of block (repeatable; default: text, thinking, tool_call).")
+@click.option("-a", "--all-kinds", is_flag=True, help="Every kind, tool results included.")
+@click.option("--tool", "tools", multiple=True, metavar="GLOB",
+              help="Only calls and results of tools whose name matches (e.g. Bash, 'mcp__*'; repeatable).")
+@click.option("--session", "sessions", multiple=True, metavar="GLOB",
+              help="Only sessions matching APP/USER/SESSION, or SESSION when the glob has no '/' (repeatable).")
+@click.option("--app", "apps", multiple=True, metavar="GLOB", help="Only sessions of these apps (repeatable).")
+@click.option("--since", metavar="TIME", help="Only entries at or after TIME (ISO 8601, UTC unless given).")
+@click.option("--until", metavar="TIME", help="Only entries before TIME.")
+@click.option("-l", "--files-with-matches", "list_sessions", is_flag=True, help="Print only the sessions that match.")
+@click.option("-c", "--count", is_flag=True, help="Print the number of matches per session.")
+@click.option("-C", "--context", "context", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Show N entries before and after each match, on its branch.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Stop after N matches.")
+@click.option("--no-index", is_flag=True,
+              help="Read every object instead of the local search index (~/.cache/castore/grep, "
+                   "$CASTORE_GREP_INDEX; derived data, brought up to date before each search).")
+@click.option("--cached", is_flag=True,
+              help="Trust the index as the last import or search left it (skips reading every session's refs; "
+                   "changes made since by other commands are missed).")
+@click.option("--json", "as_json", is_flag=True, help=f"Print {_GREP_JSON}.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="Print one MATCH document (as in --json) per line, streaming.")
+@click.pass_context
+def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: bool, word: bool,
+             roles: tuple[str, ...], kinds: tuple[str, ...], all_kinds: bool, tools: tuple[str, ...],
+             sessions: tuple[str, ...], apps: tuple[str, ...], since: str | None, until: str | None,
+             list_sessions: bool, count: bool, context: int, limit: int | None, no_index: bool, cached: bool,
+             as_json: bool, as_jsonl: bool) -> None:
+    """Search every session and branch of the store for PATTERN (a Python regex).
+
+    Each matching entry is reported once, naming the branches that hold it. Tool results
+    are left out unless asked for (--kind tool_result, -a, or --tool). Encrypted reasoning,
+    signatures and images are never searched. Exit status: 0 when something matched, 1
+    when nothing did, 2 on an error (grep's).
+    """
+    from ..grep import KINDS, grep
+
+    try:
+        store = open_store(ctx)
+        it = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles or None,
+                  kinds=KINDS if all_kinds else (kinds or None), tools=tools or None, sessions=sessions or None,
+                  apps=apps or None, since=_when(since, "--since"), until=_when(until, "--until"),
+                  limit=limit, context=context, index=False if no_index else None, check_index=not cached)
+        found = _render(it, list_sessions, count, as_json, as_jsonl)
+    except CastoreError as e:
+        click.echo(f"Error: {error_line(e)}", err=True)
+        ctx.exit(2)
+    except click.BadParameter as e:
+        click.echo(f"Error: {e.format_message()}", err=True)
+        ctx.exit(2)
+    ctx.exit(0 if found else 1)
+
+
+def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: bool) -> int:
+    found = 0
+    counts: dict[str, int] = {}
+    docs: list[dict[str, Any]] = []
+    for m in it:
+        found += 1
+        key = format_key(*m.session)
+        if list_sessions:
+            if key not in counts:
+                click.echo(key)
+            counts[key] = 1
+            continue
+        if count:
+            counts[key] = counts.get(key, 0) + 1
+            continue
+        if as_jsonl:
+            click.echo(json.dumps(m.to_json(), ensure_ascii=False))
+            continue
+        if as_json:
+            docs.append(m.to_json())
+            continue
+        where = f"{key}@{','.join(m.branches)}"
+        if m.also:
+            where += " (+" + ", ".join(format_key(*k) for k, _ in m.also) + ")"
+        what = f"{m.role}/{m.kind}" + (f"[{m.tool}]" if m.tool else "")
+        when = m.to_json()["time"] or "-"
+        for c, role, text in m.before:
+            click.echo(f"{where} {c[:8]} - {role}: {text}")
+        for lm in m.lines:
+            click.echo(f"{where} {m.commit[:8]} {when[:19]} {what}:{lm.line}: {_highlight(lm.text, lm.spans)}")
+        for c, role, text in m.after:
+            click.echo(f"{where} {c[:8]} - {role}: {text}")
+        if m.context:
+            click.echo("--")
+    if count:
+        for key, n in counts.items():
+            click.echo(f"{key}:{n}")
+    if as_json:
+        sys.stdout.flush()
+        click.echo(json.dumps({"matches": docs}, indent=2, ensure_ascii=False))
+    return found
+
+
+def _highlight(text: str, spans: tuple[tuple[int, int], ...]) -> str:
+    if not sys.stdout.isatty():
+        return text
+    out, pos = [], 0
+    for s, e in spans:
+        out.append(text[pos:s])
+        out.append(click.style(text[s:e], fg="red", bold=True))
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def register(group: click.Group) -> None:
+    """Add ``import claude|codex``, ``export claude|codex`` and ``grep`` to the ``castore`` group."""
+    for name, cmd, doc in (("import", import_claude_cmd, "Import sessions from other agents' files."),
+                           ("import", import_codex_cmd, "Import sessions from other agents' files."),
+                           ("export", export_claude_cmd, "Export sessions to other agents' files."),
+                           ("export", export_codex_cmd, "Export sessions to other agents' files.")):
+        sub = group.commands.get(name)
+        if not isinstance(sub, click.Group):
+            sub = CastoreGroup(name, help=doc)
+            group.add_command(sub)
+        sub.add_command(cmd)
+    group.add_command(grep_cmd)

@@ -1,0 +1,467 @@
+"""Search every session and branch of a store: :func:`grep`.
+
+What is searched is the text of each entry's body, block by block, each block with a kind:
+
+=============== ==========================================================================
+``text``        message text (Anthropic ``text``, OpenAI ``input_text``/``output_text``,
+                a string content), compaction and branch summaries
+``thinking``    reasoning the model showed (``thinking`` blocks, reasoning summaries)
+``tool_call``   a tool call: its name and arguments (``tool_use``, ``toolCall``,
+                ``function_call``, OpenAI ``tool_calls``)
+``tool_result`` what a tool returned (``tool_result`` blocks, ``role: tool``/``toolResult``
+                messages, ``function_call_output``); searched only when asked for
+=============== ==========================================================================
+
+Encrypted reasoning, signatures and image data are never searched (they are not text).
+
+The walk reads each session's refs, then the commits of every branch path (a commit shared
+by several branches, or by a fork and its parent session, is read and reported once, naming
+every branch that holds it), then the bodies in batches, each body once. Matches stream out
+in session order (by app, user, session id), root to tip within a session; a commit
+several sessions share is reported with the first of them (the others under ``also``).
+
+The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
+
+    {"commit": ID, "session": "APP/USER/SESSION", "branches": [NAME, ...],
+     "also": [{"session": "APP/USER/SESSION", "branches": [NAME, ...]}, ...],
+     "role": ROLE, "kind": "text|thinking|tool_call|tool_result", "tool": NAME|null,
+     "time": "YYYY-MM-DDTHH:MM:SS.mmmZ"|null,
+     "lines": [{"line": N, "text": LINE, "spans": [[START, END], ...]}, ...],
+     "context": {"before": [ENTRY, ...], "after": [ENTRY, ...]}}   (only with context > 0)
+
+where ``line`` counts from 1 within the block, spans are character offsets in ``text``, and
+a context ENTRY is ``{"commit": ID, "role": ROLE, "text": TEXT}``. A session that is
+detached shows its HEAD as the branch ``HEAD``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from . import objects as o
+from .errors import CastoreError
+from .objects import Commit, Value
+
+if TYPE_CHECKING:
+    from .store import Store
+
+KINDS = ("text", "thinking", "tool_call", "tool_result")
+#: kinds searched unless told otherwise: tool results are most of the text, and rarely wanted
+DEFAULT_KINDS = ("text", "thinking", "tool_call")
+_BATCH = 256
+_TOOL_ROLES = ("tool", "toolResult", "function", "tool_result")
+
+
+class GrepError(CastoreError, ValueError):
+    """A search cannot run: a bad pattern or filter."""
+
+
+@dataclass(frozen=True)
+class LineMatch:
+    """One matching line of a block: its 1-based number, its text and the match spans."""
+
+    line: int
+    text: str
+    spans: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Match:
+    """One block of one commit that matched (see the module docstring for its JSON form)."""
+
+    commit: str
+    session: tuple[str, str, str]
+    branches: tuple[str, ...]
+    role: str
+    kind: str
+    tool: str | None
+    time: float | None
+    lines: tuple[LineMatch, ...]
+    also: tuple[tuple[tuple[str, str, str], tuple[str, ...]], ...] = ()
+    before: tuple[tuple[str, str, str], ...] = ()
+    after: tuple[tuple[str, str, str], ...] = ()
+    context: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The match as the stable JSON document of the module docstring."""
+        d: dict[str, Any] = {
+            "commit": self.commit,
+            "session": _key(self.session),
+            "branches": list(self.branches),
+            "also": [{"session": _key(k), "branches": list(b)} for k, b in self.also],
+            "role": self.role,
+            "kind": self.kind,
+            "tool": self.tool,
+            "time": _iso(self.time),
+            "lines": [{"line": lm.line, "text": lm.text, "spans": [list(s) for s in lm.spans]} for lm in self.lines],
+        }
+        if self.context:
+            d["context"] = {
+                "before": [{"commit": c, "role": r, "text": t} for c, r, t in self.before],
+                "after": [{"commit": c, "role": r, "text": t} for c, r, t in self.after],
+            }
+        return d
+
+
+def _key(k: tuple[str, str, str]) -> str:
+    return "/".join(p.replace("/", "%2F") for p in k)
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
+
+
+def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: bool = False,
+                    word: bool = False) -> re.Pattern[str]:
+    """The regex :func:`grep` uses: smart case unless ``ignore_case`` is given.
+
+    Raises:
+        GrepError: not a valid regular expression, or empty.
+    """
+    if not isinstance(pattern, str) or pattern == "":
+        raise GrepError("the pattern must be a non-empty string")
+    src = re.escape(pattern) if fixed else pattern
+    if word:
+        src = rf"\b(?:{src})\b"
+    if ignore_case is None:
+        ignore_case = not any(ch.isupper() for ch in pattern)
+    try:
+        return re.compile(src, re.IGNORECASE if ignore_case else 0)
+    except re.error as e:
+        raise GrepError(f"bad regular expression {pattern!r}: {e}") from e
+
+
+# -- what a body holds -------------------------------------------------------------------------
+def _json_text(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    try:
+        return json.dumps(v, ensure_ascii=False, sort_keys=False)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _result_text(c: Any) -> str:
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        parts = []
+        for b in c:
+            if isinstance(b, str):
+                parts.append(b)
+            elif isinstance(b, dict) and isinstance(b.get("text"), str) and b.get("type") in (None, "text",
+                                                                                             "input_text",
+                                                                                             "output_text"):
+                parts.append(b["text"])
+        return "\n".join(parts)
+    if isinstance(c, dict) and isinstance(c.get("text"), str):
+        return c["text"]
+    return ""
+
+
+def blocks(body: Any, kind: str, calls: dict[str, str]) -> Iterator[tuple[str, str, str | None, str]]:
+    """``(role, kind, tool, text)`` for each searchable block of a commit's body.
+
+    ``calls`` maps tool-call ids to tool names; calls seen here are added, so that a
+    later result names its tool.
+    """
+    if not isinstance(body, dict):
+        return
+    if kind in ("compaction", "branch_summary"):
+        if isinstance(body.get("summary"), str):
+            yield "system", "text", None, body["summary"]
+        return
+    if kind not in ("message", "event"):
+        return
+    role: str = body["role"] if isinstance(body.get("role"), str) else ""
+    is_result = role in _TOOL_ROLES
+    result_tool: str | None = None
+    if is_result:
+        cid = body.get("tool_call_id") or body.get("toolCallId")
+        named = body.get("toolName") or body.get("name")
+        result_tool = named if isinstance(named, str) else (calls.get(cid) if isinstance(cid, str) else None)
+    content = body.get("content")
+    if isinstance(content, str):
+        yield role, ("tool_result" if is_result else "text"), result_tool, content
+    elif isinstance(content, list):
+        for b in content:
+            if isinstance(b, str):
+                yield role, ("tool_result" if is_result else "text"), result_tool, b
+                continue
+            if not isinstance(b, dict):
+                continue
+            t = b.get("type")
+            if t in ("text", "input_text", "output_text") and isinstance(b.get("text"), str):
+                yield role, ("tool_result" if is_result else "text"), result_tool, b["text"]
+            elif t == "thinking" and isinstance(b.get("thinking"), str):
+                yield role, "thinking", None, b["thinking"]
+            elif t == "reasoning":
+                txt = b.get("text") if isinstance(b.get("text"), str) else _result_text(b.get("summary"))
+                if txt:
+                    yield role, "thinking", None, txt
+            elif t in ("tool_use", "toolCall", "function_call", "server_tool_use", "custom_tool_call"):
+                name = b.get("name") if isinstance(b.get("name"), str) else None
+                cid = b.get("id") or b.get("call_id")
+                if isinstance(cid, str) and name:
+                    calls[cid] = name
+                args = b.get("input", b.get("arguments"))
+                yield role, "tool_call", name, f"{name or ''} {_json_text(args) if args is not None else ''}".strip()
+            elif t in ("tool_result", "function_call_output", "toolResult", "custom_tool_call_output"):
+                cid = b.get("tool_use_id") or b.get("call_id") or b.get("toolCallId")
+                tool = calls.get(cid) if isinstance(cid, str) else None
+                yield role, "tool_result", tool, _result_text(b.get("content", b.get("output")))
+    for tc in body.get("tool_calls") or ():
+        if isinstance(tc, dict):
+            fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"), dict) else tc
+            name = fn["name"] if isinstance(fn.get("name"), str) else None
+            if isinstance(tc.get("id"), str) and name:
+                calls[tc["id"]] = name
+            yield role, "tool_call", name, f"{name or ''} {_json_text(fn.get('arguments', ''))}".strip()
+
+
+def _preview(body: Any, kind: str) -> tuple[str, str]:
+    calls: dict[str, str] = {}
+    for role, _, _, text in blocks(body, kind, calls):
+        return role, " ".join(text.split())[:200]
+    return (body.get("role", "") if isinstance(body, dict) else ""), ""
+
+
+# -- the walk ----------------------------------------------------------------------------------
+def _glob_any(value: str | None, globs: tuple[str, ...] | None) -> bool:
+    if not globs:
+        return True
+    return value is not None and any(fnmatch.fnmatchcase(value, g) for g in globs)
+
+
+def _time_of(c: Commit) -> float:
+    t = c.meta.get("time") if isinstance(c.meta, dict) else None
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else c.time
+
+
+def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: bool = False, word: bool = False,
+         roles: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
+         tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
+         apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
+         limit: int | None = None, context: int = 0, index: bool | None = None,
+         check_index: bool = True) -> Iterator[Match]:
+    """Search the text of every entry on every branch of every session of ``store``.
+
+    Args:
+        store: the store.
+        pattern: a regular expression (Python syntax), or a fixed string with ``fixed``.
+        ignore_case: True/False; None: smart case (insensitive unless the pattern has an
+            upper-case letter).
+        fixed: ``pattern`` is a plain string.
+        word: match whole words only.
+        roles: only blocks of messages with one of these roles (``tool`` also matches
+            ``toolResult``).
+        kinds: only these kinds (:data:`KINDS`; default :data:`DEFAULT_KINDS`). Asking for
+            ``tool_result``, or naming ``tools``, adds tool results.
+        tools: only tool calls and results of a tool whose name matches one of these globs.
+        sessions: only sessions whose ``APP/USER/SESSION`` matches one of these globs (a glob
+            without a ``/`` is matched against the session id alone).
+        apps: only these apps (globs).
+        since, until: only entries at or after / before these times (seconds since the epoch).
+        limit: stop after this many matches.
+        context: also give this many entries before and after each match on its branch.
+        index: search through the local index (:mod:`castore.grepindex`, brought up to date
+            first) rather than by reading every object; None: for every store but ``memory://``.
+            Both give the same matches.
+        check_index: compare the index with the store's refs first (False: trust it as the
+            last import or search left it, which skips reading every session's refs).
+
+    Yields:
+        :class:`Match`, one per matching block, each commit once.
+
+    Raises:
+        GrepError: a bad pattern, kind or limit.
+        IndexError_: the index folder cannot be written.
+        StorageError, IntegrityError: the store cannot be read.
+    """
+    rx = compile_pattern(pattern, ignore_case=ignore_case, fixed=fixed, word=word)
+    want_kinds = set(kinds) if kinds else set(DEFAULT_KINDS)
+    tool_globs = tuple(tools) if tools else None
+    if tool_globs and not kinds:
+        want_kinds = {"tool_call", "tool_result"}
+    bad = want_kinds - set(KINDS)
+    if bad:
+        raise GrepError(f"unknown kind(s) {sorted(bad)}: use {', '.join(KINDS)}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise GrepError(f"limit must be a whole number >= 0, not {limit!r}")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise GrepError(f"context must be a whole number >= 0, not {context!r}")
+    role_set = set(roles) if roles else None
+    if role_set and "tool" in role_set:
+        role_set |= set(_TOOL_ROLES)
+    session_globs = tuple(sessions) if sessions else None
+    app_globs = tuple(apps) if apps else None
+    if limit == 0 or not store.exists:
+        return
+    if index is None:
+        index = not str(getattr(store.storage, "url", "")).startswith("memory://")
+
+    def keep(key: tuple[str, str, str], role: str, bkind: str, tool: str | None, when: float) -> bool:
+        if bkind not in want_kinds or (role_set is not None and role not in role_set):
+            return False
+        if tool_globs is not None and not _glob_any(tool, tool_globs):
+            return False
+        if (since is not None and when < since) or (until is not None and when >= until):
+            return False
+        return _session_ok(key, session_globs, app_globs)
+
+    if index:
+        yield from _grep_index(store, rx, keep, limit, context, want_kinds, check_index)
+        return
+    # 1. sessions and the commits of each branch path (commits are small and packed)
+    where: dict[str, list[tuple[tuple[str, str, str], str]]] = {}
+    plans: list[tuple[tuple[str, str, str], list[tuple[str, Commit]], dict[str, list[str]]]] = []
+    for app in sorted(store.apps()):
+        if not _glob_any(app, app_globs):
+            continue
+        for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
+            key = (si.app, si.user, si.session)
+            if not _session_ok(key, session_globs, None):
+                continue
+            s = store.session(*key)
+            tips = dict(s.branches())
+            if s.current_branch is None and s.head is not None:
+                tips["HEAD"] = s.head
+            order: list[tuple[str, Commit]] = []
+            paths: dict[str, list[str]] = {}
+            local: set[str] = set()
+            for bname, tip in tips.items():
+                path = store.history.path(tip)
+                paths[bname] = [cid for cid, _ in path]
+                for cid, c in path:
+                    refs = where.setdefault(cid, [])
+                    refs.append((key, bname))
+                    if cid not in local:
+                        local.add(cid)
+                        if refs[0][0] == key:  # a commit shared with a session before: done there
+                            order.append((cid, c))
+            order.sort(key=lambda x: x[1].depth)
+            plans.append((key, order, paths))
+    # 2. bodies, in batches, each once; report each commit once
+    found = 0
+    for key, order, paths in plans:
+        calls: dict[str, str] = {}
+        for i in range(0, len(order), _BATCH):
+            batch = order[i:i + _BATCH]
+            body_ids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))
+            bodies = store.objects.get_many(body_ids, missing_ok=True) if body_ids else {}
+            for cid, c in batch:
+                if c.body is None:
+                    continue
+                v = bodies.get(o.hex_id(c.body))
+                body = v.value if isinstance(v, Value) else None
+                when = _time_of(c)
+                in_time = (since is None or when >= since) and (until is None or when < until)
+                for role, bkind, tool, text in blocks(body, c.kind, calls):
+                    if not in_time or bkind not in want_kinds:
+                        continue
+                    if role_set is not None and role not in role_set:
+                        continue
+                    if tool_globs is not None and not _glob_any(tool, tool_globs):
+                        continue
+                    if not text or rx.search(text) is None:
+                        continue
+                    lines = _line_matches(rx, text)
+                    if not lines:
+                        continue
+                    refs = where[cid]
+                    mine = tuple(b for k, b in refs if k == key)
+                    others: dict[tuple[str, str, str], list[str]] = {}
+                    for k, b in refs:
+                        if k != key:
+                            others.setdefault(k, []).append(b)
+                    before: tuple[tuple[str, str, str], ...] = ()
+                    after: tuple[tuple[str, str, str], ...] = ()
+                    if context:
+                        before, after = _context(store, paths[mine[0]], cid, context)
+                    yield Match(cid, key, mine, role, bkind, tool, when, lines,
+                                tuple((k, tuple(b)) for k, b in others.items()), before, after, context)
+                    found += 1
+                    if limit is not None and found >= limit:
+                        return
+
+
+def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,
+                app_globs: tuple[str, ...] | None) -> bool:
+    if app_globs and not _glob_any(key[0], app_globs):
+        return False
+    return not session_globs or any(fnmatch.fnmatchcase(_key(key) if "/" in g else key[2], g) for g in session_globs)
+
+
+def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
+    lines = []
+    for n, line in enumerate(text.split("\n"), 1):
+        spans = tuple(m.span() for m in rx.finditer(line) if m.end() > m.start())
+        if spans:
+            lines.append(LineMatch(n, line, spans))
+    return tuple(lines)
+
+
+def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, context: int,
+                kinds: set[str], check: bool) -> Iterator[Match]:
+    from .grepindex import open_index
+
+    ix = open_index(store, check=check)
+    firsts: dict[tuple[str, int], int] = {}  # (commit, block) -> position in found
+    found: list[list[Any]] = []
+    for i in ix.find(rx, kinds):
+        r = ix.record(i)
+        key = ix.key(r.session)
+        if not keep(key, r.role, r.kind, r.tool, r.time):
+            continue
+        at = firsts.get((r.commit, r.block))
+        if at is not None:
+            if found[at][1] != key:
+                found[at][3].setdefault(key, list(r.branches))
+            continue
+        lines = _line_matches(rx, ix.block_text(i))
+        if not lines:
+            continue
+        firsts[(r.commit, r.block)] = len(found)
+        found.append([r, key, lines, {}])
+    n = 0
+    for r, key, lines, also in found:
+        before: tuple[tuple[str, str, str], ...] = ()
+        after: tuple[tuple[str, str, str], ...] = ()
+        if context:
+            s = store.session(*key)
+            tip = s.head if r.branches[0] == "HEAD" else s.branches().get(r.branches[0])
+            if tip is not None:
+                before, after = _context(store, store.history.path_ids(tip), r.commit, context)
+        yield Match(r.commit, key, r.branches, r.role, r.kind, r.tool, r.time, lines,
+                    tuple((k, tuple(b)) for k, b in also.items()), before, after, context)
+        n += 1
+        if limit is not None and n >= limit:
+            return
+
+
+def _context(store: Store, path: list[str], cid: str, n: int
+             ) -> tuple[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]:
+    i = path.index(cid)
+    ids = path[max(0, i - n):i] + path[i + 1:i + 1 + n]
+    commits = store.history.commits(ids) if ids else {}
+    bids = [o.hex_id(c.body) for c in commits.values() if c.body is not None]
+    bodies = store.objects.get_many(bids, missing_ok=True) if bids else {}
+
+    def one(x: str) -> tuple[str, str, str]:
+        c = commits[x]
+        v = bodies.get(o.hex_id(c.body)) if c.body is not None else None
+        role, text = _preview(v.value if isinstance(v, Value) else None, c.kind)
+        return x, role or c.author or c.kind, text
+
+    return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
+
+
+__all__ = ["DEFAULT_KINDS", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep"]

@@ -1,0 +1,54 @@
+"""The archive commands: import/export claude and codex through the CLI, errors as one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from castore.cli.main import main
+
+DATA = Path("/work/shared/data")
+if not DATA.exists():
+    DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared Claude Code / Codex data not available")
+
+
+def _cli(tmp_path: Path, *args: str):
+    return CliRunner().invoke(main, ["--store", str(tmp_path / "store"), *args])
+
+
+def test_import_claude_json_then_again_adds_nothing(tmp_path: Path) -> None:
+    src = str(DATA / "claude-code" / "claude-code-log")
+    r = _cli(tmp_path, "import", "claude", src, "--json")
+    assert r.exit_code == 0, r.output
+    docs = json.loads(r.stdout)
+    assert {d["session"] for d in docs} >= {"claude/claude-code-log/session_b"}
+    assert all(d["lines"] == d["total"] > 0 for d in docs)
+    r = _cli(tmp_path, "import", "claude", src, "--json")
+    assert all(d["lines"] == 0 for d in json.loads(r.stdout))
+    r = _cli(tmp_path, "export", "claude", str(tmp_path / "out"), "-s", "claude/claude-code-log/session_b")
+    assert r.exit_code == 0 and r.stdout.splitlines() == ["claude-code-log/session_b.jsonl"]
+    assert (tmp_path / "out" / "claude-code-log" / "session_b.jsonl").read_bytes() == \
+        (DATA / "claude-code" / "claude-code-log" / "session_b.jsonl").read_bytes()
+
+
+def test_import_codex_and_export_codex(tmp_path: Path) -> None:
+    r = _cli(tmp_path, "import", "codex", str(DATA / "codex" / "sample_codex_session.jsonl"))
+    assert r.exit_code == 0 and r.stdout.startswith("codex/local/019b64e5")
+    r = _cli(tmp_path, "export", "codex", str(tmp_path / "out"))
+    assert r.exit_code == 0
+    assert (tmp_path / "out" / "sample_codex_session.jsonl").read_bytes() == \
+        (DATA / "codex" / "sample_codex_session.jsonl").read_bytes()
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    r = _cli(tmp_path, "import", "claude", str(tmp_path / "empty"))
+    assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "no Claude Code session" in r.stderr
+    r = _cli(tmp_path, "import", "codex", str(tmp_path / "empty"))
+    assert r.exit_code == 1 and "no Codex rollout" in r.stderr
+    r = _cli(tmp_path, "export", "claude", str(tmp_path / "out"))
+    assert r.exit_code == 1 and r.stderr.startswith("Error: ")  # no store yet

@@ -1,0 +1,272 @@
+"""Claude Code sessions: byte-for-byte round trips of the real files, the tree, incremental
+import, following a live file, and hostile input."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore.adapters.claude_code import (
+    export_claude,
+    find_sessions,
+    follow_claude,
+    import_claude,
+)
+from castore.adapters.jsonl_tree import ArchiveError, safe_join
+
+DATA = Path("/work/shared/data/claude-code")
+if not DATA.exists():  # CI: the same files may live beside the worktree
+    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-code"
+SHARE = DATA / "session-share"
+SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared Claude Code data not available")
+
+
+def _same_tree(a: Path, b: Path, skip: tuple[str, ...] = ("LICENSE", "README.md")) -> None:
+    """Every file under ``a`` (but ``skip``) is in ``b`` with the same bytes, and nothing else."""
+    want = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file() and p.name not in skip)
+    got = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+    assert got == want
+    for rel in want:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+@pytest.fixture(autouse=True)
+def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> castore.Store:
+    return castore.open(str(tmp_path / "store"), durable=False)
+
+
+def _shape(s: castore.Session) -> set[tuple[int, int | None, str | None]]:
+    """The tree as (line, parent line, body) triples: what must not depend on how it was imported."""
+    les = s.log(all_branches=True)
+    o_of = {le.id: le.meta["claude"]["o"] for le in les}
+    return {(le.meta["claude"]["o"], o_of.get(le.parents[0]) if le.parents else None,
+             json.dumps(le.entry.message.to_dict(), sort_keys=True) if le.entry.message else None) for le in les}
+
+
+def test_real_files_round_trip_byte_for_byte(store: castore.Store, tmp_path: Path) -> None:
+    import_claude(store, DATA)  # the whole tree: two project folders
+    out = tmp_path / "out"
+    written = export_claude(store, out)
+    assert f"session-share/{SID}/subagents/agent-a5bdbc1.jsonl" in written
+    _same_tree(DATA, out)
+
+
+def test_session_tree_rewinds_and_parallel_calls_are_branches_head_is_last_turn(store: castore.Store) -> None:
+    import_claude(store, SHARE / f"{SID}.jsonl")
+    s = store.session("claude", "session-share", SID)
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines()
+    assert len(s.log(all_branches=True)) == len(lines)
+    # HEAD: the branch holding the last assistant line (line 84, parented to line 83),
+    # followed by the summary line written after it
+    assert s.show("HEAD").meta["claude"]["o"] == 85
+    assert s.show("HEAD~1").meta["claude"]["uuid"] == json.loads(lines[84])["uuid"]
+    # line 81 is a second child of the turn_duration line 32: a branch starting there
+    assert "line-81" in s.branches()
+    b = s.entries("line-81")
+    assert b[-1].meta["claude"]["o"] == 82 and b[-3].meta["claude"]["o"] == 32
+    # snapshots and queue operations do not make branches: they sit on the path
+    on_path = {le.meta["claude"]["o"] for le in s.entries("HEAD")}
+    assert {0, 12, 20, 58} <= on_path
+    # the title of the session comes from its summary line
+    assert s.info["name"] == json.loads(lines[85])["summary"]
+    # messages are readable as messages; signatures are not in the body
+    msgs = [le.entry.message for le in s.entries("HEAD") if le.kind == "event" and le.entry.message]
+    assert msgs[0].role == "user"
+    assert all("signature" not in json.dumps(m.to_dict()) for m in msgs)
+
+
+def test_subagents_are_sessions_linked_to_the_spawning_turn(store: castore.Store) -> None:
+    import_claude(store, SHARE)
+    sub = store.session("claude", "session-share", f"{SID}.subagents.agent-a5bdbc1")
+    link = sub.info["spawned_by"]
+    assert link["session"] == SID
+    main = store.session("claude", "session-share", SID)
+    spawned = main.show(link["commit"])
+    raw = json.loads([ln for ln in (SHARE / f"{SID}.jsonl").read_bytes().splitlines()
+                      if spawned.meta["claude"]["uuid"].encode() in ln][0])
+    assert raw["toolUseResult"]["agentId"] == "a5bdbc1"
+    assert link["tool_use_id"] == raw["message"]["content"][0]["tool_use_id"]
+
+
+def test_reimport_is_idempotent_and_incremental(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    src = (SHARE / f"{SID}.jsonl").read_bytes()
+    lines = src.splitlines(keepends=True)
+    f = proj / "s1.jsonl"
+    f.write_bytes(b"".join(lines[:40]))
+    r1 = import_claude(store, proj)[0]
+    assert (r1.lines, r1.total) == (40, 40)
+    s = store.session("claude", "proj", "s1")
+    head1, ids1 = s.head, {le.id for le in s.log(all_branches=True)}
+    r2 = import_claude(store, proj)[0]
+    assert r2.lines == 0 and s.head == head1
+    f.write_bytes(b"".join(lines))
+    r3 = import_claude(store, proj)[0]
+    assert (r3.lines, r3.total, r3.offset) == (len(lines) - 40, len(lines), len(src))
+    ids3 = {le.id for le in s.log(all_branches=True)}
+    assert ids1 <= ids3 and len(ids3) == len(lines)
+    # the same tree as importing the whole file at once
+    other = castore.open(str(tmp_path / "other"), durable=False)
+    import_claude(other, proj)
+    o = other.session("claude", "proj", "s1")
+    assert _shape(o) == _shape(s)
+    assert o.show("HEAD").meta["claude"] == s.show("HEAD").meta["claude"]
+    assert sorted(o.branches()) == sorted(s.branches())
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "s1.jsonl").read_bytes() == src
+
+
+def test_torn_last_line_is_left_for_next_time(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
+    f = proj / "s.jsonl"
+    torn = lines[10][: len(lines[10]) // 2]
+    f.write_bytes(b"".join(lines[:10]) + torn)
+    r = import_claude(store, proj)[0]
+    assert (r.lines, r.torn) == (10, len(torn))
+    f.write_bytes(b"".join(lines[:12]))
+    r = import_claude(store, proj)[0]
+    assert (r.lines, r.total, r.torn) == (2, 12, 0)
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(lines[:12])
+
+
+def test_file_deleted_upstream_stays_in_the_archive(store: castore.Store, tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    shutil.copytree(SHARE, projects / "p")
+    import_claude(store, projects)
+    (projects / "p" / f"{SID}.jsonl").unlink()
+    shutil.rmtree(projects / "p" / SID)
+    (projects / "q").mkdir()
+    (projects / "q" / "new.jsonl").write_bytes((DATA / "claude-code-log" / "session_b.jsonl").read_bytes())
+    import_claude(store, projects)
+    assert store.session("claude", "p", SID).exists()
+    out = tmp_path / "out"
+    export_claude(store, out)
+    _same_tree(SHARE, out / "p")
+
+
+def test_changed_prefix_is_reported_and_kept_beside(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
+    f = proj / "s.jsonl"
+    f.write_bytes(b"".join(lines[:20]))
+    import_claude(store, proj)
+    old = store.session("claude", "proj", "s")
+    old_head = old.head
+    f.write_bytes(b"".join(lines[1:30]))  # the first line went away: a rewritten file
+    r = import_claude(store, proj)[0]
+    assert "changed" in r.notes[0] and r.session == ("claude", "proj", "s.v2")
+    assert old.head == old_head and len(old.log(all_branches=True)) == 20
+    out = tmp_path / "out"
+    export_claude(store, out)  # the newest version of the file is written
+    assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(lines[1:30])
+
+
+def test_hostile_lines_are_kept_byte_for_byte(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    huge = json.dumps({"type": "user", "uuid": "h1", "parentUuid": None, "timestamp": "2026-01-01T00:00:00Z",
+                       "message": {"role": "user", "content": "x" * (3 << 20)}}).encode() + b"\n"
+    body = (b"not json at all\n" + b"\xff\xfe binary\n" + b"[1, 2]\n" + b"\n" + huge
+            + b'{"type":"assistant","uuid":"h2","parentUuid":"h1","message":{"role":"assistant","content":"ok"}}\n')
+    (proj / "s.jsonl").write_bytes(body)
+    r = import_claude(store, proj)[0]
+    assert r.total == 6 and any("not JSON" in n for n in r.notes)
+    s = store.session("claude", "proj", "s")
+    assert s.show("HEAD").entry.message.content == "ok"
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "s.jsonl").read_bytes() == body
+
+
+def test_dotdot_project_names_stay_inside_the_store_and_the_destination(store: castore.Store, tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    projects.mkdir()
+    for name in ("-home-..-x", "..x", "a..b"):
+        (projects / name).mkdir()
+        (projects / name / "s.jsonl").write_bytes((DATA / "claude-code-log" / "session_b.jsonl").read_bytes())
+    import_claude(store, projects)
+    users = {si.user for si in store.sessions("claude")}
+    assert users == {"-home-..-x", "..x", "a..b"}
+    for p in (tmp_path / "store").rglob("*"):
+        assert p.resolve().is_relative_to((tmp_path / "store").resolve())
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert sorted(p.name for p in out.iterdir()) == ["-home-..-x", "..x", "a..b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "projects", "store"]
+
+
+def test_export_refuses_a_path_that_leaves_the_destination(store: castore.Store, tmp_path: Path) -> None:
+    for bad in ("../x.jsonl", "/etc/x.jsonl", "a/../../x.jsonl", "a/./b.jsonl", ""):
+        with pytest.raises(ArchiveError):
+            safe_join(str(tmp_path), bad)
+    import_claude(store, DATA / "claude-code-log" / "session_b.jsonl")
+    s = store.session("claude", "claude-code-log", "session_b")
+    s.set_info({**s.info, "claude": {**s.info["claude"], "path": "../../escape.jsonl"}})
+    with pytest.raises(ArchiveError):
+        export_claude(store, tmp_path / "out")
+    assert not (tmp_path / "escape.jsonl").exists()
+
+
+def test_missing_path_is_a_clear_error(store: castore.Store, tmp_path: Path) -> None:
+    with pytest.raises(ArchiveError, match="no such file"):
+        find_sessions(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ArchiveError, match="no Claude Code session"):
+        import_claude(store, tmp_path / "empty")
+
+
+def test_follow_imports_lines_as_they_are_written(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
+    f = proj / "live.jsonl"
+    f.write_bytes(b"".join(lines[:5]))
+    seen: list[int] = []
+    done = threading.Event()
+    wrote_all = threading.Event()
+
+    def writer() -> None:
+        with open(f, "ab") as fh:
+            for ln in lines[5:30]:
+                fh.write(ln[:10])  # a torn line first, then the rest
+                fh.flush()
+                fh.write(ln[10:])
+                fh.flush()
+        wrote_all.set()
+
+    def on_result(r: object) -> None:
+        seen.append(r.total)  # type: ignore[attr-defined]
+        if wrote_all.is_set() and r.total == 30:  # type: ignore[attr-defined]
+            done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    n = follow_claude(store, proj, interval=0.01, stop=lambda: done.is_set() or (wrote_all.is_set() and seen and seen[-1] == 30),
+                      on_result=on_result)
+    t.join()
+    assert n == 30 and seen[-1] == 30
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "live.jsonl").read_bytes() == b"".join(lines[:30])
+    assert filecmp.cmp(f, out / "proj" / "live.jsonl", shallow=False)
+    assert os.path.getsize(f) == sum(len(ln) for ln in lines[:30])
