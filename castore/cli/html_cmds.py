@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .common import CastoreGroup, note, store_url
+from .common import CastoreGroup, note, open_store
 
 DEFAULT_PORT = 8765
 
@@ -31,8 +31,11 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None) -> Non
     session = get_session(ctx, spec=spec)
     page = render_session(session)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(page)
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(page)
+        except OSError as e:
+            raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from e
         note(f"wrote {len(page.encode('utf-8'))} bytes to {output}")
     else:
         sys.stdout.write(page)
@@ -56,8 +59,11 @@ def serve(ctx: click.Context, url: str | None, port: int, host: str, quiet: bool
     from ..html.server import make_server
     from ..store import Store
 
-    store = Store.open(url or store_url(ctx))
-    ctx.call_on_close(store.close)
+    if url:
+        store = Store.open(url)
+        ctx.call_on_close(store.close)
+    else:
+        store = open_store(ctx, must_exist=False)
     store.require()
     try:
         server = make_server(store, host, port, log=None if quiet else note)

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..errors import CastoreError
 from .common import (
     CastoreGroup,
     CliState,
@@ -15,6 +16,7 @@ from .common import (
     json_option,
     note,
     open_store,
+    plural,
     print_json,
     split_key,
 )
@@ -107,8 +109,13 @@ def export_pi(ctx: click.Context, rev: str, spec: str | None, output: str | None
 
     session = get_session(ctx, spec=spec)
     if output:
-        n = export_session(session, rev, out=output, whole=not path_only)
-        note(f"wrote {n} lines to {output}")
+        try:
+            n = export_session(session, rev, out=output, whole=not path_only)
+        except OSError as e:
+            if isinstance(e, CastoreError):
+                raise
+            raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from e
+        note(f"wrote {plural(n, 'line')} to {output}")
     else:
         export_session(session, rev, out=sys.stdout, whole=not path_only)
 

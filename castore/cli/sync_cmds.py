@@ -22,7 +22,7 @@ _SCHEMA = (
 
 
 # -- options ----------------------------------------------------------------------------
-def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+def parse_options(pairs: tuple[str, ...], param_hint: str = "'--option'") -> dict[str, Any]:
     """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed.
 
     Raises:
@@ -32,7 +32,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     for pair in pairs:
         key, eq, raw = pair.partition("=")
         if not eq or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'--option'")
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=param_hint)
         try:
             value: Any = json.loads(raw)
             if not isinstance(value, (bool, int, float)) and value is not None:
@@ -44,7 +44,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
         for p in path:
             where = where.setdefault(p, {})
             if not isinstance(where, dict):
-                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint="'--option'")
+                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint=param_hint)
         where[last] = value
     return out
 
