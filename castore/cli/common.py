@@ -58,6 +58,8 @@ class CliState:
     session_spec: str | None = None
     store_options: dict[str, Any] = field(default_factory=dict)
     pager: bool = True
+    #: whether --store was typed on the command line (not taken from $CASTORE_STORE)
+    store_given: bool = False
     _store: Store | None = field(default=None, repr=False)
 
 

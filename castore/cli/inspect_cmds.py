@@ -214,7 +214,7 @@ def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages
             click.echo(click.style(f"[{msg.role}]", bold=True) + " " + r.message_text(msg))
         else:
             click.echo(r.fmt_value(m))
-    note(f"({len(messages)} messages" + (f", ~{tokens} tokens" if tokens is not None else "")
+    note(f"({plural(len(messages), 'message')}" + (f", ~{tokens} tokens" if tokens is not None else "")
          + (f", {dropped} left out by the budget" if dropped else "") + ")")
 
 
@@ -244,7 +244,7 @@ def verify_cmd(session: Session, rev: str, as_json: bool) -> None:
     if as_json:
         print_json({"ok": True, **res})
         return
-    click.echo(f"OK: {res['commits']} commits up to {r.short(res['head'])} verified "
+    click.echo(f"OK: {plural(res['commits'], 'commit')} up to {r.short(res['head'])} verified "
                "(objects re-hashed, replayed state equals every snapshot)")
 
 

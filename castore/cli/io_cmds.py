@@ -76,12 +76,17 @@ def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip
             del doc["key"]
             docs.append(doc)
         else:
-            extra = f", {len(r.branches) - 1} other branch(es)" if len(r.branches) > 1 else ""
-            extra += f", {len(r.labels)} label(s)" if r.labels else ""
+            extra = f", {plural(len(r.branches) - 1, 'other branch', 'other branches')}" if len(r.branches) > 1 else ""
+            extra += f", {plural(len(r.labels), 'label')}" if r.labels else ""
             extra += f", upgraded from v{r.upgraded_from}" if r.upgraded_from else ""
             extra += f", {len(r.skipped)} skipped" if r.skipped else ""
-            head = r.head[:8] if r.head else "(no entries)"
-            click.echo(f"{key}: {r.entries} entries, HEAD {head}{extra}")
+            if r.head:
+                on_path = store.session(*r.key).show(r.head).depth + 1
+                # `sessions` counts the path to HEAD; say both when other branches hold more
+                path = "" if on_path == r.entries else f" ({on_path} on its path, as `sessions` counts)"
+                click.echo(f"{key}: {plural(r.entries, 'entry')}, HEAD {r.head[:8]}{path}{extra}")
+            else:
+                click.echo(f"{key}: no entries{extra}")
     if as_json:
         print_json(docs)
 

@@ -96,9 +96,10 @@ def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ..
 
     if no_color():
         ctx.color = False
+    given = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
     ctx.obj = CliState(store_url=store_url, session_spec=session_spec,
                        store_options=parse_options(store_options, "'-o' / '--store-option'"),
-                       pager=not no_pager)
+                       pager=not no_pager, store_given=given)
 
 
 def _set_global(name: str) -> Any:
@@ -116,6 +117,8 @@ def _set_global(name: str) -> Any:
             st.store_options = {**st.store_options, **parse_options(value, "'-o' / '--store-option'")}
         elif name == "no_pager":
             st.pager = False
+        elif name == "store_url":
+            st.store_url, st.store_given = value, True
         else:
             setattr(st, name, value)
 

@@ -12,7 +12,7 @@ from ..entries import DELETE, Event, Message
 from ..errors import InvalidEntry
 from ..session import Session
 from ..store import Store
-from .common import format_key, json_option, note, pass_session, print_json, store_url
+from .common import format_key, json_option, note, pass_session, print_json, store_options, store_url
 from .render import Refs, short
 
 
@@ -23,10 +23,15 @@ def init_cmd(ctx: click.Context, url: str | None) -> None:
     """Create a store at URL (default: the --store option).
 
     Doing it twice is harmless. Writing to a store that does not exist yet creates it
-    too, so this is only needed to make an empty one.
+    too, so this is only needed to make an empty one, or an S3 bucket: on s3://BUCKET/...
+    a missing bucket is created first (options from the global -o).
     """
     target = url or store_url(ctx)
-    with Store.open(target) as store:
+    with Store.open(target, **store_options(ctx)) as store:
+        storage = store.storage
+        if hasattr(storage, "create_bucket") and not storage.bucket_exists():
+            storage.create_bucket()
+            note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
         created = store.init()
         note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}")
 
