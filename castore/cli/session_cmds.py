@@ -11,7 +11,8 @@ from .. import objects as o
 from ..entries import DELETE, Event, Message
 from ..errors import InvalidEntry
 from ..session import Session
-from ..store import Store
+from ..storage import open_storage, split_url
+from ..store import Store, check_url
 from .common import format_key, json_option, note, pass_session, print_json, store_options, store_url
 from .render import Refs, short
 
@@ -27,11 +28,16 @@ def init_cmd(ctx: click.Context, url: str | None) -> None:
     a missing bucket is created first (options from the global -o).
     """
     target = url or store_url(ctx)
+    check_url(target)
+    if split_url(target)[0] in ("s3", "s3a"):  # the bucket first: a store cannot even be opened without it
+        storage = open_storage(target, **store_options(ctx))
+        try:
+            if not storage.bucket_exists():
+                storage.create_bucket()
+                note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
+        finally:
+            storage.close()
     with Store.open(target, **store_options(ctx)) as store:
-        storage = store.storage
-        if hasattr(storage, "create_bucket") and not storage.bucket_exists():
-            storage.create_bucket()
-            note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
         created = store.init()
         note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}")
 
