@@ -100,7 +100,8 @@ def check_url(url: str) -> None:
         scheme = m.group(1)
         fixed = f"{scheme}://{url[len(scheme) + 1 :].lstrip('/')}"
         raise StorageError(
-            f"{url!r} looks like a mistyped URL: did you mean {fixed!r}? (for a local folder, write ./{url})", url
+            f"{url!r} looks like a mistyped URL: did you mean {fixed!r}? (for a local folder, write ./{url})",
+            url,
         )
 
 

@@ -72,6 +72,11 @@ def fails(result: Result, code: int = 1) -> str:
 @pytest.fixture
 def seeded(url: str) -> Seeded:
     """main: q1 -> a1 (label good, last_city=Beijing) -> q2 -> a2 (last_city=Shanghai); retry: q1 -> r."""
+    return seed(url)
+
+
+def seed(url: str) -> Seeded:
+    """Write the ``seeded`` fixture's session into the store at ``url`` (other test modules use it too)."""
     store = castore.open(url)
     s = store.session("app", "alice", "s1")
     q1 = s.append(castore.Message(role="user", content="Weather in Beijing?"))

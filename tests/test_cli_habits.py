@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import s3server
-from test_cli import KEY, Seeded, fails, ok, run, seeded, url  # noqa: F401 - fixtures
+from test_cli import KEY, Seeded, fails, ok, run, seed
 
 import castore
 from castore.errors import StorageError
@@ -64,6 +64,17 @@ def on_terminal(*args: str, cwd: Path, env: dict[str, str]) -> str:
     os.close(leader)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def seeded(url: str) -> Seeded:
+    """As in test_cli: main q1 -> a1 (label good) -> q2 -> a2, and branch retry from q1."""
+    return seed(url)
 
 
 # -- the store is found as git finds .git ------------------------------------------------------------------
@@ -312,7 +323,7 @@ def test_counts_agree_in_number(seeded: Seeded) -> None:
     assert "OK: 1 commit up to" in ok(run(seeded.url, "verify", session="app/alice/one")).stdout
 
 
-def test_a_session_name_with_a_newline_stays_one_row(url: str) -> None:  # noqa: F811
+def test_a_session_name_with_a_newline_stays_one_row(url: str) -> None:
     with castore.open(url) as store:
         store.session("app", "alice", "two\nlines").append(castore.Message(role="user", content="hi"))
         store.session("app", "alice", "plain").append(castore.Message(role="user", content="hi"))
@@ -320,7 +331,7 @@ def test_a_session_name_with_a_newline_stays_one_row(url: str) -> None:  # noqa:
     assert len(rows) == 2 and any("two\\nlines" in row for row in rows)
 
 
-def test_import_pi_says_how_many_entries_are_on_heads_path(tmp_path: Path, url: str) -> None:  # noqa: F811
+def test_import_pi_says_how_many_entries_are_on_heads_path(tmp_path: Path, url: str) -> None:
     pi_file = tmp_path / "s.jsonl"
     header = {"type": "session", "version": 3, "id": "p1", "timestamp": "2026-01-01T00:00:00Z", "cwd": "/"}
     lines = [header]

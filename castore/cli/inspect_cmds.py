@@ -153,8 +153,8 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
 def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
     """State changes from REV1 to REV2 (default HEAD), and the entries since they forked.
 
-    `castore diff REV` compares REV with HEAD, as git does. The fork point is the common ancestor of the two; the entries after it on each side
-    are listed.
+    `castore diff REV` compares REV with HEAD, as git does. The fork point is the common
+    ancestor of the two; the entries after it on each side are listed.
     """
     d = session.diff(rev1, rev2)
     refs = refs_of(session)

@@ -30,7 +30,7 @@ def init_cmd(ctx: click.Context, url: str | None) -> None:
     target = url or store_url(ctx)
     check_url(target)
     if split_url(target)[0] in ("s3", "s3a"):  # the bucket first: a store cannot even be opened without it
-        storage = open_storage(target, **store_options(ctx))
+        storage: Any = open_storage(target, **store_options(ctx))  # S3Storage (behind RetryingStorage)
         try:
             if not storage.bucket_exists():
                 storage.create_bucket()
