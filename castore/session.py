@@ -663,28 +663,33 @@ class Session:
             except RefConflict:
                 continue
 
-    def label(self, name: str, *old_order: Any, at: str = "HEAD", force: bool = False) -> ObjectId:
+    def label(self, name: str, *old_order: Any, at: str = "HEAD", force: bool = False,
+              rev: str | None = None) -> ObjectId:
         """Put label ``name`` on the commit ``at`` names (default HEAD); return the commit.
 
         As ``git tag NAME [REV]`` and like :meth:`branch`. The old order
-        ``label(rev, name[, force])`` still works, with a :class:`DeprecationWarning`.
+        ``label(rev, name[, force])`` (and ``rev=`` as a keyword) still works, with a
+        :class:`DeprecationWarning`.
 
         Raises:
             BranchError: the label exists (unless ``force``).
             InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
         """
-        if old_order:
-            if len(old_order) > 2:
-                raise TypeError("label(name, at='HEAD', force=False) takes one positional argument")
+        if old_order or rev is not None:
+            if len(old_order) > 2 or at != "HEAD" or (rev is not None and old_order):
+                raise TypeError("label(name, at='HEAD', force=False): give the revision once, as at=")
             import warnings
 
             warnings.warn(
                 "Session.label(rev, name) is deprecated: call label(name, at=rev), as branch(name, at=rev)",
                 DeprecationWarning, stacklevel=2,
             )
-            name, at = old_order[0], name
-            if len(old_order) == 2:
-                force = bool(old_order[1])
+            if rev is not None:
+                at = rev
+            else:
+                name, at = old_order[0], name
+                if len(old_order) == 2:
+                    force = bool(old_order[1])
         cid = self.resolve(at)
         ref = self._label_ref(name)
         meta = {"name": name} if names.is_hashed(names.encode(name)) else {}

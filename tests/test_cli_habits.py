@@ -127,6 +127,11 @@ def test_use_sets_the_default_session_and_status_shows_it(seeded: Seeded) -> Non
     # -s wins over the default
     doc = json.loads(ok(run(seeded.url, "status", "--json", session="app/alice/other")).stdout)
     assert doc["session"] == "app/alice/other" and doc["session_from"] == "-s" and doc["exists"] is False
+    doc = json.loads(ok(run(seeded.url, "status", "--json", session=None, env={"CASTORE_SESSION": KEY})).stdout)
+    assert doc["session_from"] == "$CASTORE_SESSION" and doc["entries"] == 4
+    doc = json.loads(ok(run(seeded.url, "status", "--json", "-s", "app/alice/x", session=None,
+                            env={"CASTORE_SESSION": KEY})).stdout)
+    assert doc["session"] == "app/alice/x" and doc["session_from"] == "-s"
     ok(run(seeded.url, "use", "--unset", session=None))
     assert "no default session" in fails(run(seeded.url, "use", session=None))
 
@@ -163,6 +168,10 @@ def test_library_label_takes_name_then_at_and_the_old_order_warns(seeded: Seeded
     with pytest.warns(DeprecationWarning):
         assert s.label("HEAD", "v3", True) == seeded.a2  # force, positionally, as before
     assert s.labels()["v3"] == seeded.a2
+    with pytest.warns(DeprecationWarning):
+        assert s.label(rev="HEAD~2", name="v4") == seeded.a1  # the old keyword names
+    with pytest.raises(TypeError):
+        s.label("v5", "HEAD", at="HEAD~1")
 
 
 def test_state_key_reads_heads_value_and_a_revision_still_wins(seeded: Seeded) -> None:

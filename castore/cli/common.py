@@ -60,6 +60,8 @@ class CliState:
     pager: bool = True
     #: whether --store was typed on the command line (not taken from $CASTORE_STORE)
     store_given: bool = False
+    #: where session_spec came from: "-s" or "$CASTORE_SESSION"
+    session_from: str = "-s"
     _store: Store | None = field(default=None, repr=False)
 
 
@@ -224,13 +226,9 @@ def default_session(store: Store) -> str | None:
 
 
 def session_source(ctx: click.Context) -> str:
-    """Where the session of this invocation comes from: ``-s``, the environment, ``castore use``, or nowhere."""
+    """Where the session of this invocation comes from: ``-s``, ``$CASTORE_SESSION`` or ``castore use``."""
     st = _state(ctx)
-    if st.session_spec:
-        root = ctx.find_root()
-        src = root.get_parameter_source("session_spec") if root.command.name == "main" else None
-        return f"${SESSION_ENV}" if src is click.core.ParameterSource.ENVIRONMENT else "-s"
-    return "castore use"
+    return st.session_from if st.session_spec else "castore use"
 
 
 def pass_session(must_exist: bool = True) -> Callable[[F], F]:

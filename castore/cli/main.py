@@ -100,6 +100,8 @@ def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ..
     ctx.obj = CliState(store_url=store_url, session_spec=session_spec,
                        store_options=parse_options(store_options, "'-o' / '--store-option'"),
                        pager=not no_pager, store_given=given)
+    if ctx.get_parameter_source("session_spec") is click.core.ParameterSource.ENVIRONMENT:
+        ctx.obj.session_from = f"${SESSION_ENV}"
 
 
 def _set_global(name: str) -> Any:
@@ -119,6 +121,8 @@ def _set_global(name: str) -> Any:
             st.pager = False
         elif name == "store_url":
             st.store_url, st.store_given = value, True
+        elif name == "session_spec":
+            st.session_spec, st.session_from = value, "-s"
         else:
             setattr(st, name, value)
 
