@@ -353,3 +353,41 @@ def test_import_pi_says_how_many_entries_are_on_heads_path(tmp_path: Path, url: 
     out = ok(run(url, "import", "pi", str(pi_file), session=None)).stdout
     assert "4 entries, HEAD" in out and "(3 on its path, as `sessions` counts)" in out and "1 other branch" in out
     assert "3 entries" in ok(run(url, "sessions", session=None)).stdout
+
+
+# -- scripts/demo installs castore alone; scripts/test everything -------------------------------------------------
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for python3 and the .venv's python: records pip calls instead of installing.
+if [ "$1 $2" = "-m venv" ]; then
+    mkdir -p "$3/bin" && cp "$0" "$3/bin/python"
+    printf '#!/bin/sh\\necho "castore $*" >> "$LOG"\\n' > "$3/bin/castore" && chmod +x "$3/bin/castore"
+    exit 0
+fi
+echo "$*" >> "$LOG"
+"""
+
+
+def test_demo_installs_castore_alone_and_a_dev_install_covers_it(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    for name in ("setup", "demo"):
+        (checkout / "scripts" / name).write_bytes((ROOT / "scripts" / name).read_bytes())
+        (checkout / "scripts" / name).chmod(0o755)
+    (checkout / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    log = tmp_path / "log"
+    env = {**os.environ, "PYTHON": str(fake), "LOG": str(log)}
+    env.pop("CASTORE_EXTRAS", None)
+
+    def calls(*cmd: str) -> list[str]:
+        log.write_text("")
+        subprocess.run(list(cmd), cwd=checkout, env=env, check=True, capture_output=True)
+        return log.read_text().splitlines()
+
+    assert calls("scripts/demo") == ["-m pip install -q --disable-pip-version-check -e .", "castore demo"]
+    assert calls("scripts/demo") == ["castore demo"]  # installed: nothing to do
+    dev = calls("scripts/setup")  # what scripts/test runs
+    assert dev[-1] == "-m pip install -q --disable-pip-version-check -e .[dev]"
+    assert calls("scripts/demo") == ["castore demo"]  # the dev install holds everything the demo needs
