@@ -43,7 +43,7 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None) -> Non
 
 @click.command("serve")
 @click.option("--store", "url", metavar="URL",
-              help="The store to show (default: the global --store / $CASTORE_STORE / ./.castore).")
+              help="The store to show (default: the global --store and -o, $CASTORE_STORE, the nearest .castore).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="The TCP port (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True,

@@ -62,7 +62,8 @@ OPTIONAL_COMMAND_MODULES = [
 @click.group(cls=CastoreGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 88})
 @click.option(
     "--store", "store_url", envvar=STORE_ENV, metavar="URL",
-    help=f"The store: a path, memory://NAME or s3://BUCKET/PREFIX [env {STORE_ENV}; default ./.castore].",
+    help=f"The store: a path, memory://NAME or s3://BUCKET/PREFIX [env {STORE_ENV}; default: the nearest "
+         ".castore here or above, else ./.castore].",
 )
 @click.option(
     "-o", "--store-option", "store_options", multiple=True, metavar="KEY=VALUE",
