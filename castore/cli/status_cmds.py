@@ -36,8 +36,8 @@ from .render import short
 def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
     """Make APP/USER/SESSION this store's default session (no -s needed after it).
 
-    Kept in the store's castore.json. -s and $CASTORE_SESSION still win over it. With no
-    argument, print the default session.
+    Kept in the store's castore.json, so everyone using this store (an S3 one too) gets
+    it. -s and $CASTORE_SESSION still win over it. With no argument, print it.
     """
     store = open_store(ctx, must_exist=False)
     if unset:
