@@ -738,14 +738,34 @@ class Session:
             raise BranchError(f"branch {branch!r} was deleted while HEAD moved to it; HEAD is left where it was")
         return branch
 
-    def label(self, rev: str, name: str, force: bool = False) -> ObjectId:
-        """Put label ``name`` on the commit ``rev`` names; return the commit.
+    def label(self, name: str, *old_order: Any, at: str = "HEAD", force: bool = False,
+              rev: str | None = None) -> ObjectId:
+        """Put label ``name`` on the commit ``at`` names (default HEAD); return the commit.
+
+        As ``git tag NAME [REV]`` and like :meth:`branch`. The old order
+        ``label(rev, name[, force])`` (and ``rev=`` as a keyword) still works, with a
+        :class:`DeprecationWarning`.
 
         Raises:
             BranchError: the label exists (unless ``force``).
             InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
         """
-        cid = self.resolve(rev)
+        if old_order or rev is not None:
+            if len(old_order) > 2 or at != "HEAD" or (rev is not None and old_order):
+                raise TypeError("label(name, at='HEAD', force=False): give the revision once, as at=")
+            import warnings
+
+            warnings.warn(
+                "Session.label(rev, name) is deprecated: call label(name, at=rev), as branch(name, at=rev)",
+                DeprecationWarning, stacklevel=2,
+            )
+            if rev is not None:
+                at = rev
+            else:
+                name, at = old_order[0], name
+                if len(old_order) == 2:
+                    force = bool(old_order[1])
+        cid = self.resolve(at)
         ref = self.refs.label(name)
         cur = self._refs.read(ref)
         if cur is not None and not force:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from .errors import (
     IntegrityError,
     RefConflict,
     SessionNotFound,
+    StorageError,
     StoreNotFound,
 )
 from .history import History
@@ -71,9 +73,49 @@ class SessionInfo:
     info: Mapping[str, Any]
 
 
-def default_url() -> str:
-    """``$CASTORE_STORE``, or ``./.castore``."""
-    return os.environ.get("CASTORE_STORE") or DEFAULT_URL
+def default_url(start: str | None = None) -> str:
+    """The store used when none is named, found the way git finds ``.git``.
+
+    ``$CASTORE_STORE`` if set; else the nearest ``.castore`` folder holding a store
+    (a ``castore.json``) in ``start`` (default: the current directory) or a folder above
+    it; else ``./.castore`` (created by the first write). So a command run from a
+    subfolder uses the project's store rather than silently starting a new one.
+    """
+    env = os.environ.get("CASTORE_STORE")
+    if env:
+        return env
+    here = os.path.abspath(start or os.getcwd())
+    first = here
+    while True:
+        candidate = os.path.join(here, ".castore")
+        if os.path.isfile(os.path.join(candidate, CONFIG_KEY)):
+            return DEFAULT_URL if here == first and start is None else candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            return DEFAULT_URL if start is None else os.path.join(first, ".castore")
+        here = parent
+
+
+def check_url(url: str) -> None:
+    """Refuse a store URL that looks like a mistyped URL (``s3:/bucket``, ``s3:bucket``).
+
+    A scheme followed by ``:`` but not ``://`` would otherwise be taken as a local folder
+    named ``s3:``, and writes would land there silently.
+
+    Raises:
+        StorageError: the URL looks mistyped.
+    """
+    m = _MISTYPED.match(url)
+    if m and "://" not in url:
+        scheme = m.group(1)
+        fixed = f"{scheme}://{url[len(scheme) + 1 :].lstrip('/')}"
+        raise StorageError(
+            f"{url!r} looks like a mistyped URL: did you mean {fixed!r}? (for a local folder, write ./{url})",
+            url,
+        )
+
+
+_MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
 
 class Store:
@@ -110,7 +152,14 @@ class Store:
             FormatError: the store was written by a newer castore.
             StorageError: the backend cannot be reached.
         """
-        return cls(open_storage(url or default_url(), durable=durable, **storage_options))
+        url = url or default_url()
+        check_url(url)
+        try:
+            return cls(open_storage(url, durable=durable, **storage_options))
+        except (StorageError, FormatError):
+            raise
+        except OSError as e:  # e.g. an fsspec backend that connects at once: unknown host, refused
+            raise StorageError(f"cannot open store {url}: {e.strerror or e}", url) from e
 
     def _load_config(self) -> None:
         try:
@@ -503,7 +552,12 @@ class Store:
 
 
 def open(url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:  # noqa: A001 - castore.open(), as io.open
-    """Open the store at ``url``; see :meth:`Store.open`."""
+    """Open the store at ``url`` (default: see :func:`default_url`); see :meth:`Store.open`.
+
+    Raises:
+        StorageError: the URL looks mistyped (``s3:/bucket``) or the backend cannot be reached.
+        FormatError: the store was written by a newer castore.
+    """
     return Store.open(url, durable=durable, **storage_options)
 
 
@@ -511,7 +565,7 @@ class ConfigContended(CastoreError):
     """``castore.json`` kept changing under a writer until the retry policy ran out."""
 
 
-__all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "ObjectId", "RefValue", "Session"]
+__all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "check_url", "ObjectId", "RefValue", "Session"]
 
 
 def _number(value: object, default: float) -> float:

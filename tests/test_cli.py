@@ -72,6 +72,11 @@ def fails(result: Result, code: int = 1) -> str:
 @pytest.fixture
 def seeded(url: str) -> Seeded:
     """main: q1 -> a1 (label good, last_city=Beijing) -> q2 -> a2 (last_city=Shanghai); retry: q1 -> r."""
+    return seed(url)
+
+
+def seed(url: str) -> Seeded:
+    """Write the ``seeded`` fixture's session into the store at ``url`` (other test modules use it too)."""
     store = castore.open(url)
     s = store.session("app", "alice", "s1")
     q1 = s.append(castore.Message(role="user", content="Weather in Beijing?"))
@@ -80,7 +85,7 @@ def seeded(url: str) -> Seeded:
     q2 = s.append(castore.Message(role="user", content="And Shanghai?"))
     a2 = s.append(castore.Event(author="agent", message=castore.Message(role="assistant", content="Cloudy"),
                                 state_delta={"last_city": "Shanghai", "n": 2}))
-    s.label(a1, "good")
+    s.label("good", at=a1)
     s.checkout(q1, create="retry")
     retry = s.append(castore.Event(author="agent", message=castore.Message(role="assistant", content="Rainy"),
                                    state_delta={"last_city": "Beijing", "retried": True}))
@@ -345,14 +350,15 @@ def test_branch_d_deletes_merged_branch_and_refuses_the_current_one(seeded: Seed
 
 
 def test_label_and_labels(seeded: Seeded) -> None:
-    r = ok(run(seeded.url, "label", "HEAD", "final"))
+    r = ok(run(seeded.url, "label", "final"))  # as git tag NAME: at HEAD
     assert "Labelled" in r.stderr and r.stdout == ""
     assert ok(run(seeded.url, "labels")).stdout.splitlines() == [
         f"final  {seeded.a2[:8]}", f"good   {seeded.a1[:8]}"]
     assert json.loads(ok(run(seeded.url, "labels", "--json")).stdout) == {"labels": [
         {"name": "final", "commit": seeded.a2}, {"name": "good", "commit": seeded.a1}]}
-    assert "already exists" in fails(run(seeded.url, "label", "HEAD", "good"))
-    ok(run(seeded.url, "label", "-f", "HEAD", "good"))
+    assert "already exists" in fails(run(seeded.url, "label", "good", "HEAD"))
+    r = ok(run(seeded.url, "label", "-f", "HEAD", "good"))  # the old order REV NAME still works, with a note
+    assert "old order" in r.stderr
     assert seeded.store.session("app", "alice", "s1").labels()["good"] == seeded.a2
 
 
@@ -491,8 +497,9 @@ def test_audit_failure_is_an_error(seeded: Seeded) -> None:
     ["log", "-n", "-1"],
     ["log", "-n", "many"],
     ["show", "a", "b"],
-    ["diff", "HEAD"],
+    ["diff", "a", "b", "c"],
     ["label", "HEAD"],
+    ["label", "-d"],
 ])
 def test_usage_mistakes_exit_2(seeded: Seeded, args: list[str]) -> None:
     assert "Usage:" in fails(run(seeded.url, *args), 2)

@@ -223,7 +223,7 @@ def test_fsck_cli_on_healthy_store_says_ok(local_store: castore.Store) -> None:
     result = run_cli(local_store.url, "fsck")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().endswith("ok")
-    assert "1 unreachable objects" in result.stdout
+    assert "1 unreachable object " in result.stdout
 
 
 def test_fsck_cli_without_store_is_an_error(tmp_path: Path) -> None:
@@ -397,9 +397,9 @@ def test_gc_cli_json_and_text(local_store: castore.Store) -> None:
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout)["ids"] == [orphan] and json.loads(dry.stdout)["dry_run"] is True
     kept = run_cli(local_store.url, "gc")
-    assert kept.exit_code == 0 and "kept 1 unreachable objects younger than 2w" in kept.stdout
+    assert kept.exit_code == 0 and "kept 1 unreachable object younger than 2w" in kept.stdout
     done = run_cli(local_store.url, "gc", "--grace=0s")
-    assert done.exit_code == 0 and "deleted 1 unreachable objects" in done.stdout
+    assert done.exit_code == 0 and "deleted 1 unreachable object " in done.stdout
     assert not local_store.storage.exists(object_key(orphan))
     bad = run_cli(local_store.url, "gc", "--grace", "soon")
     assert bad.exit_code == 2 and "not a duration" in bad.stderr
@@ -431,7 +431,7 @@ def test_gc_removes_temporary_files_of_cut_short_writes_but_not_recent_ones(loca
     r = maintenance.fsck(local_store)
     assert r.ok and r.stale_temps == [rel]  # harmless, listed, not damage
     out = CliRunner().invoke(main, ["--store", local_store.url, "fsck"])
-    assert out.exit_code == 0 and "1 temporary files left by cut-short writes" in out.output
+    assert out.exit_code == 0 and "1 temporary file left by cut-short writes" in out.output
     assert maintenance.gc(local_store, grace=0, dry_run=True).temps_cleared == [] and old.exists()
     assert maintenance.gc(local_store, grace=0).temps_cleared == [rel]
     assert not old.exists() and fresh.exists()

@@ -21,7 +21,12 @@ Conventions: data goes to stdout, messages to stderr (:func:`note`); a
 from __future__ import annotations
 
 import functools
+import io
 import json
+import os
+import shlex
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +44,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: the environment variables behind ``--store`` and ``--session``
 STORE_ENV = "CASTORE_STORE"
 SESSION_ENV = "CASTORE_SESSION"
+#: the pager for long output (then ``$PAGER``, then ``less``); empty or ``cat``: no pager
+PAGER_ENV = "CASTORE_PAGER"
+#: the key in ``castore.json`` holding the default session (``castore use``)
+SESSION_CONFIG_KEY = "session"
 
 
 @dataclass
@@ -47,6 +56,12 @@ class CliState:
 
     store_url: str | None = None
     session_spec: str | None = None
+    store_options: dict[str, Any] = field(default_factory=dict)
+    pager: bool = True
+    #: whether --store was typed on the command line (not taken from $CASTORE_STORE)
+    store_given: bool = False
+    #: where session_spec came from: "-s" or "$CASTORE_SESSION"
+    session_from: str = "-s"
     _store: Store | None = field(default=None, repr=False)
 
 
@@ -77,6 +92,17 @@ def cli_errors() -> Iterator[None]:
         yield
     except CastoreError as e:
         raise click.ClickException(error_line(e)) from e
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        # a file the user named (export -o, import): one line, not a traceback
+        raise click.ClickException(os_error_line(e)) from e
+
+
+def os_error_line(e: OSError) -> str:
+    """``cannot write /x/y: No such file or directory`` for an error on a file the user named."""
+    what = e.strerror or error_line(e)
+    return f"{e.filename}: {what}" if e.filename else what
 
 
 class CastoreGroup(click.Group):
@@ -94,6 +120,11 @@ def store_url(ctx: click.Context) -> str:
     return _state(ctx).store_url or default_url()
 
 
+def store_options(ctx: click.Context) -> dict[str, Any]:
+    """The storage options given with ``--store`` (``-o KEY=VALUE``)."""
+    return dict(_state(ctx).store_options)
+
+
 def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> Store:
     """The store named by ``--store`` (opened once per invocation, closed at its end).
 
@@ -107,7 +138,7 @@ def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> 
     ctx = ctx or click.get_current_context()
     st = _state(ctx)
     if st._store is None:  # noqa: SLF001
-        store = Store.open(store_url(ctx))
+        store = Store.open(store_url(ctx), **st.store_options)
         st._store = store  # noqa: SLF001
         ctx.find_root().call_on_close(store.close)
     if must_exist:
@@ -174,9 +205,14 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, sp
     """
     ctx = ctx or click.get_current_context()
     spec = spec or _state(ctx).session_spec
+    store = None
+    if not spec:
+        store = open_store(ctx, must_exist=False)
+        spec = default_session(store)
     if not spec:
         raise click.UsageError(
-            f"this command needs a session: pass -s APP/USER/SESSION or set {SESSION_ENV}", ctx=ctx
+            f"this command needs a session: pass -s APP/USER/SESSION, set {SESSION_ENV}, "
+            f"or choose one with `castore use APP/USER/SESSION`", ctx=ctx
         )
     app, user, sid = split_key(spec, 3, 3, "'-s' / '--session'")
     store = open_store(ctx, must_exist=must_exist)
@@ -184,6 +220,18 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, sp
     if must_exist and not session.exists():
         raise SessionNotFound(session.key)
     return session
+
+
+def default_session(store: Store) -> str | None:
+    """The session chosen with ``castore use`` for this store (``APP/USER/SESSION``), if any."""
+    value = store.config.get(SESSION_CONFIG_KEY) if store.exists else None
+    return value if isinstance(value, str) and value else None
+
+
+def session_source(ctx: click.Context) -> str:
+    """Where the session of this invocation comes from: ``-s``, ``$CASTORE_SESSION`` or ``castore use``."""
+    st = _state(ctx)
+    return st.session_from if st.session_spec else "castore use"
 
 
 def pass_session(must_exist: bool = True) -> Callable[[F], F]:
@@ -240,6 +288,90 @@ def note(message: str) -> None:
     click.echo(message, err=True)
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 entry``, ``2 entries``, ``0 objects``: a count with its noun agreeing."""
+    if n == 1:
+        return f"1 {word}"
+    if words is None:
+        words = word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou" else word + "s"
+    return f"{n} {words}"
+
+
+# -- terminal: colors and the pager -----------------------------------------------------
+def no_color() -> bool:
+    """Whether ``$NO_COLOR`` asks for no colors (any non-empty value, see no-color.org)."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def pager_command() -> list[str] | None:
+    """The pager to run (``$CASTORE_PAGER``, ``$PAGER``, else ``less``), or None for none."""
+    for var in (PAGER_ENV, "PAGER"):
+        if var in os.environ:
+            cmd = os.environ[var].strip()
+            return None if cmd in ("", "cat") else shlex.split(cmd)
+    return ["less"]
+
+
+def _should_page(ctx: click.Context) -> bool:
+    return _state(ctx).pager and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def _run_pager(cmd: list[str], text: str) -> None:
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")  # as git: quit if one screen, keep colors, leave the text on screen
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env)
+    except OSError as e:  # the pager named does not exist: print as if there were none
+        note(f"castore: cannot run pager {shlex.join(cmd)!r} ({e.strerror or e}); printing instead")
+        sys.stdout.write(text)
+        return
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(text.encode("utf-8", "replace"))
+        proc.stdin.close()
+    except BrokenPipeError:  # the reader quit early (q in less)
+        pass
+    proc.wait()
+
+
+def paged(f: F) -> F:
+    """Decorator: send what the command prints to stdout through a pager, on a terminal only.
+
+    Off with ``--no-pager``, ``CASTORE_PAGER=cat`` (or ``PAGER=cat``), and whenever stdout
+    or stdin is not a terminal (pipes and scripts see plain output). Colors are kept for
+    the pager unless ``NO_COLOR`` is set.
+    """
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        cmd = pager_command()
+        if cmd is None or not _should_page(ctx):
+            return f(*args, **kwargs)
+        buf, real = io.StringIO(), sys.stdout
+        root = ctx.find_root()
+        old_color = root.color
+        if root.color is None:
+            root.color = True  # the pager shows colors (less -R)
+        sys.stdout = buf
+        try:
+            result = f(*args, **kwargs)
+        except BaseException:
+            sys.stdout = real
+            root.color = old_color
+            real.write(buf.getvalue())
+            raise
+        sys.stdout = real
+        root.color = old_color
+        text = buf.getvalue()
+        if text:
+            real.flush()
+            _run_pager(cmd, text)
+        return result
+
+    return wrapper  # type: ignore[return-value]
+
+
 __all__ = [
     "CliState",
     "CastoreGroup",
@@ -258,6 +390,16 @@ __all__ = [
     "print_json",
     "to_jsonable",
     "note",
+    "plural",
+    "paged",
+    "no_color",
+    "pager_command",
+    "store_options",
+    "default_session",
+    "session_source",
+    "os_error_line",
+    "SESSION_CONFIG_KEY",
+    "PAGER_ENV",
     "STORE_ENV",
     "SESSION_ENV",
 ]

@@ -54,7 +54,7 @@ def record(store: Store, sid: str) -> tuple[Session, Session]:
     s.append(Message(role="user", content="What's the weather in Beijing?"))
     _, result1, a1 = _turn(s, "call_1", "Beijing", {"city": "Beijing", "temp_c": 25, "sky": "sunny"},
                            "It's sunny in Beijing, 25°C.", "model-a")
-    s.label(a1, "first-answer")
+    s.label("first-answer", at=a1)
     s.append(Message(role="user", content="And in Shanghai?"))
     _turn(s, "call_2", "Shanghai", {"city": "Shanghai", "temp_c": 22, "sky": "cloudy"},
           "Shanghai is cloudy, 22°C.", "model-a")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .common import CastoreGroup, note, store_url
+from .common import CastoreGroup, note, open_store
 
 DEFAULT_PORT = 8765
 
@@ -33,8 +33,11 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None, intern
     session = get_session(ctx, spec=spec)
     page = render_session(session, internal=internal)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(page)
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(page)
+        except OSError as e:
+            raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from e
         note(f"wrote {len(page.encode('utf-8'))} bytes to {output}")
     else:
         sys.stdout.write(page)
@@ -42,7 +45,7 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None, intern
 
 @click.command("serve")
 @click.option("--store", "url", metavar="URL",
-              help="The store to show (default: the global --store / $CASTORE_STORE / ./.castore).")
+              help="The store to show (default: the global --store and -o, $CASTORE_STORE, the nearest .castore).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="The TCP port (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -58,8 +61,11 @@ def serve(ctx: click.Context, url: str | None, port: int, host: str, quiet: bool
     from ..html.server import make_server
     from ..store import Store
 
-    store = Store.open(url or store_url(ctx))
-    ctx.call_on_close(store.close)
+    if url:
+        store = Store.open(url)
+        ctx.call_on_close(store.close)
+    else:
+        store = open_store(ctx, must_exist=False)
     store.require()
     try:
         server = make_server(store, host, port, log=None if quiet else note)

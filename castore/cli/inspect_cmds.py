@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..adapters import langgraph_view as lg
 from ..entries import Message
+from ..errors import RevisionNotFound
 from ..session import Session
 from ..store import Store
 from . import render as r
-from .common import json_option, note, pass_session, pass_store, print_json, split_key
+from .common import json_option, note, paged, pass_session, pass_store, plural, print_json, split_key
 from .session_cmds import refs_of
 
 _COMMIT_FIELDS = (
@@ -24,6 +27,7 @@ _COMMIT_FIELDS = (
 @json_option('{"sessions": [{"key": "APP/USER/SESSION", "app", "user", "session", "head": ID|null, '
              '"branch": NAME|null, "entries": N, "updated": Unix seconds, "info": {...}}]}')
 @pass_store()
+@paged
 def sessions_cmd(store: Store, prefix: str | None, as_json: bool) -> None:
     """List sessions, newest first: entry count, branch, last activity.
 
@@ -57,6 +61,7 @@ def sessions_cmd(store: Store, prefix: str | None, as_json: bool) -> None:
              f'"commits": [{_COMMIT_FIELDS}], "graph": [LINE] (with --graph only)}}; commits are newest '
              'first (with --graph, in the order drawn)')
 @pass_session()
+@paged
 def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, limit: int, internal: bool,
             as_json: bool) -> None:
     """Show history, newest first; --all: every branch, --graph: the tree.
@@ -90,17 +95,18 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     else:
         lines = []
         for e in entries:
-            lines += [*r.commit_block(e, refs), ""]
+            lines += [*r.commit_block(e, refs, body_limit=r.LOG_BODY_LINES), ""]
     for line in lines:
         click.echo(line)
     if not all_ and limit and entries and entries[0].depth + 1 > len(entries):
-        note(f"(the last {len(entries)} of {entries[0].depth + 1} entries; -n 0 shows all)")
+        note(f"(the last {len(entries)} of {plural(entries[0].depth + 1, 'entry')}; -n 0 shows all)")
 
 
 @click.command("show")
 @click.argument("rev", default="HEAD")
 @json_option(_COMMIT_FIELDS)
 @pass_session()
+@paged
 def show_cmd(session: Session, rev: str, as_json: bool) -> None:
     """Show one commit: its entry, metadata, state delta and parents."""
     e = session.show(rev)
@@ -123,17 +129,36 @@ def show_cmd(session: Session, rev: str, as_json: bool) -> None:
 @click.argument("rev", default="HEAD")
 @click.argument("key", required=False)
 @json_option("the output is JSON anyway (the state object, or the value of KEY); accepted for uniformity")
+@paged
 @pass_session()
 def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> None:
     """Print the state at REV (default HEAD) as JSON, or the value of KEY.
 
-    Time travel: at any revision the state is exactly what it was after that commit,
-    app: and user: keys included. At a LangGraph checkpoint: its channel values, decoded
-    when langgraph is installed.
+    `castore state KEY` is HEAD's KEY when KEY is not a revision. Time travel: at any
+    revision the state is exactly what it was after that commit, app: and user: keys
+    included. At a LangGraph checkpoint: its channel values, decoded when langgraph is
+    installed.
     """
-    state = lg.state_at(session, rev)
-    if state is None:
-        state = session.state(rev)
+
+    def state_of(r: str) -> dict[str, Any]:
+        got = lg.state_at(session, r)
+        return session.state(r) if got is None else got
+
+    if key is None and rev != "HEAD":
+        try:
+            state = state_of(rev)
+        except RevisionNotFound:
+            head_state = state_of("HEAD")
+            if rev not in head_state:
+                raise RevisionNotFound(rev, "neither a revision nor a key of HEAD's state") from None
+            print_json(head_state[rev])
+            return
+        if rev in state_of("HEAD"):
+            note(f"{safe(repr(rev))} is a revision and a state key: this is the state at the revision; "
+                 f"for the key write `castore state HEAD {safe(rev)}`")
+        print_json(state)
+        return
+    state = state_of(rev)
     if key is None:
         print_json(state)
         return
@@ -154,16 +179,17 @@ def visible_refs(session: Session, internal: bool = False) -> r.Refs:
 
 @click.command("diff")
 @click.argument("rev1")
-@click.argument("rev2")
+@click.argument("rev2", default="HEAD")
 @json_option('{"base": ID|null (the common ancestor), "added": {KEY: VALUE}, "removed": {KEY: VALUE}, '
              '"changed": {KEY: [OLD, NEW]}, "entries1": [COMMIT], "entries2": [COMMIT]} '
              '(entriesN: the commits after the base up to REVN, oldest first, fields as in `log --json`)')
 @pass_session()
+@paged
 def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
-    """State changes from REV1 to REV2, and the entries since they forked.
+    """State changes from REV1 to REV2 (default HEAD), and the entries since they forked.
 
-    The fork point is the common ancestor of the two; the entries after it on each side
-    are listed.
+    `castore diff REV` compares REV with HEAD, as git does. The fork point is the common
+    ancestor of the two; the entries after it on each side are listed.
     """
     d = session.diff(rev1, rev2)
     decoded = lg.diff_states(session, rev1, rev2)  # LangGraph checkpoints: their channel values
@@ -198,6 +224,7 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
 @json_option('{"rev": REV, "model": NAME|null, "tokens": N|null, "dropped": N, '
              '"messages": [{"role", "content", ...}], "commits": [ID] (the commit each message comes from)}')
 @pass_session()
+@paged
 def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages: int | None,
                 tool_output_limit: int | None, as_json: bool) -> None:
     """Print the messages a model would be sent for the path ending at REV.
@@ -225,7 +252,7 @@ def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages
             click.echo(click.style(f"[{r.safe(msg.role)}]", bold=True) + " " + r.safe_block(r.message_text(msg)))
         else:
             click.echo(r.fmt_value(m))
-    note(f"({len(messages)} messages" + (f", ~{tokens} tokens" if tokens is not None else "")
+    note(f"({plural(len(messages), 'message')}" + (f", ~{tokens} tokens" if tokens is not None else "")
          + (f", {dropped} left out by the budget" if dropped else "") + ")")
 
 
@@ -255,7 +282,7 @@ def verify_cmd(session: Session, rev: str, as_json: bool) -> None:
     if as_json:
         print_json({"ok": True, **res})
         return
-    click.echo(f"OK: {res['commits']} commits up to {r.short(res['head'])} verified "
+    click.echo(f"OK: {plural(res['commits'], 'commit')} up to {r.short(res['head'])} verified "
                "(objects re-hashed, replayed state equals every snapshot)")
 
 
@@ -266,6 +293,9 @@ def verify_cmd(session: Session, rev: str, as_json: bool) -> None:
 @pass_store()
 def cat_object_cmd(store: Store, object_id: str, as_json: bool) -> None:
     """Print a stored object by id or unique prefix (4+ hex characters)."""
+    if not 4 <= len(object_id) <= 64 or any(c not in "0123456789abcdefABCDEF" for c in object_id):
+        raise click.ClickException(f"{object_id!r} is not an object id: give 4 to 64 hex characters (0-9, a-f), "
+                                   "e.g. a commit id from `castore log`")
     oid = store.objects.resolve_prefix(object_id)
     print_json(r.object_json(oid, store.objects.get(oid)))
 

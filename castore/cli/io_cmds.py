@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..errors import CastoreError
 from .common import (
     CastoreGroup,
     CliState,
@@ -15,6 +16,7 @@ from .common import (
     json_option,
     note,
     open_store,
+    plural,
     print_json,
     split_key,
 )
@@ -75,12 +77,17 @@ def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip
             del doc["key"]
             docs.append(doc)
         else:
-            extra = f", {len(r.branches) - 1} other branch(es)" if len(r.branches) > 1 else ""
-            extra += f", {len(r.labels)} label(s)" if r.labels else ""
+            extra = f", {plural(len(r.branches) - 1, 'other branch', 'other branches')}" if len(r.branches) > 1 else ""
+            extra += f", {plural(len(r.labels), 'label')}" if r.labels else ""
             extra += f", upgraded from v{r.upgraded_from}" if r.upgraded_from else ""
             extra += f", {len(r.skipped)} skipped" if r.skipped else ""
-            head = r.head[:8] if r.head else "(no entries)"
-            click.echo(f"{safe(key)}: {r.entries} entries, HEAD {head}{extra}")
+            if r.head:
+                on_path = store.session(*r.key).show(r.head).depth + 1
+                # `sessions` counts the path to HEAD; say both when other branches hold more
+                path = "" if on_path == r.entries else f" ({on_path} on its path, as `sessions` counts)"
+                click.echo(f"{safe(key)}: {plural(r.entries, 'entry')}, HEAD {r.head[:8]}{path}{extra}")
+            else:
+                click.echo(f"{safe(key)}: no entries{extra}")
     if as_json:
         print_json(docs)
 
@@ -108,8 +115,13 @@ def export_pi(ctx: click.Context, rev: str, spec: str | None, output: str | None
 
     session = get_session(ctx, spec=spec)
     if output:
-        n = export_session(session, rev, out=output, whole=not path_only)
-        note(f"wrote {n} lines to {output}")
+        try:
+            n = export_session(session, rev, out=output, whole=not path_only)
+        except OSError as e:
+            if isinstance(e, CastoreError):
+                raise
+            raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from e
+        note(f"wrote {plural(n, 'line')} to {output}")
     else:
         export_session(session, rev, out=sys.stdout, whole=not path_only)
 

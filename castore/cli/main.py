@@ -34,16 +34,18 @@ is an error (a broken command module must not go unnoticed).
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
 from .. import __version__
-from .common import SESSION_ENV, STORE_ENV, CastoreGroup, CliState
+from .common import SESSION_ENV, STORE_ENV, CastoreGroup, CliState, no_color
 
 #: command modules that ship with the CLI
 COMMAND_MODULES = [
     "castore.cli.session_cmds",
     "castore.cli.inspect_cmds",
+    "castore.cli.status_cmds",
     "castore.cli.demo",
 ]
 
@@ -61,25 +63,99 @@ OPTIONAL_COMMAND_MODULES = [
 @click.group(cls=CastoreGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 88})
 @click.option(
     "--store", "store_url", envvar=STORE_ENV, metavar="URL",
-    help=f"The store: a path, memory://NAME or s3://BUCKET/PREFIX [env {STORE_ENV}; default ./.castore].",
+    help=f"The store: a path, memory://NAME or s3://BUCKET/PREFIX [env {STORE_ENV}; default: the nearest "
+         ".castore here or above, else ./.castore].",
+)
+@click.option(
+    "-o", "--store-option", "store_options", multiple=True, metavar="KEY=VALUE",
+    help="A storage option for --store, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable; as `remote add -o`).",
 )
 @click.option(
     "-s", "--session", "session_spec", envvar=SESSION_ENV, metavar="APP/USER/SESSION",
-    help=f"The session to work on; write a '/' inside a name as %2F [env {SESSION_ENV}].",
+    help=f"The session to work on; write a '/' inside a name as %2F [env {SESSION_ENV}; "
+         "default: the one chosen with `castore use`].",
 )
+@click.option("--no-pager", is_flag=True, help="Never page long output (it is paged only on a terminal).")
 @click.version_option(__version__, "--version", prog_name="castore")
 @click.pass_context
-def main(ctx: click.Context, store_url: str | None, session_spec: str | None) -> None:
+def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ...], session_spec: str | None,
+         no_pager: bool) -> None:
     """castore: agent session history stored the way git stores code.
 
     Browse sessions, branch, time-travel and audit them. Revisions are what git takes:
     a full or short commit id (4+ hex characters), a branch, a label, HEAD, HEAD~2,
     main~1, REV^.
 
+    The store is --store, else $CASTORE_STORE, else the nearest .castore folder in the
+    current directory or above it (as git finds .git), else ./.castore. The global
+    options may also follow the command (`castore log -s APP/USER/SESSION`).
+
     Data goes to stdout and messages to stderr. Errors print one line, `Error: ...`,
-    and exit with status 1; usage mistakes exit with status 2.
+    and exit with status 1; usage mistakes exit with status 2. Long output goes through
+    a pager on a terminal ($CASTORE_PAGER, $PAGER, less); colors honour NO_COLOR.
     """
-    ctx.obj = CliState(store_url=store_url, session_spec=session_spec)
+    from .sync_cmds import parse_options
+
+    if no_color():
+        ctx.color = False
+    given = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
+    ctx.obj = CliState(store_url=store_url, session_spec=session_spec,
+                       store_options=parse_options(store_options, "'-o' / '--store-option'"),
+                       pager=not no_pager, store_given=given)
+    if ctx.get_parameter_source("session_spec") is click.core.ParameterSource.ENVIRONMENT:
+        ctx.obj.session_from = f"${SESSION_ENV}"
+
+
+def _set_global(name: str) -> Any:
+    """A callback storing a global option given after the subcommand into the invocation's state."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or value is False or value == ():
+            return
+        st = ctx.find_object(CliState)
+        if st is None:
+            st = ctx.ensure_object(CliState)
+        if name == "store_options":
+            from .sync_cmds import parse_options
+
+            st.store_options = {**st.store_options, **parse_options(value, "'-o' / '--store-option'")}
+        elif name == "no_pager":
+            st.pager = False
+        elif name == "store_url":
+            st.store_url, st.store_given = value, True
+        elif name == "session_spec":
+            st.session_spec, st.session_from = value, "-s"
+        else:
+            setattr(st, name, value)
+
+    return callback
+
+
+def _late_globals(cmd: click.Command) -> list[click.Option]:
+    """Hidden copies of the global options for ``cmd``, except the names it already uses itself."""
+    taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
+    out = []
+    for decls, name, kw in (
+        (("--store",), "store_url", {"metavar": "URL"}),
+        (("-s", "--session"), "session_spec", {"metavar": "APP/USER/SESSION"}),
+        (("-o", "--store-option"), "store_options", {"multiple": True, "metavar": "KEY=VALUE"}),
+        (("--no-pager",), "no_pager", {"is_flag": True}),
+    ):
+        free = [d for d in decls if d not in taken]
+        if not free or (name == "store_options" and "-o" in taken):
+            continue  # the command's own -o (clone, remote add) means its own thing
+        out.append(click.Option(free, hidden=True, expose_value=False, callback=_set_global(name),
+                                is_eager=True, help=f"As `castore {decls[-1]}` (global option).", **kw))
+    return out
+
+
+def _add_late_globals(group: click.Group) -> None:
+    """Let the global options follow any subcommand too (``castore log -s A/U/S``), as git does."""
+    for cmd in group.commands.values():
+        if isinstance(cmd, click.Group):
+            _add_late_globals(cmd)
+        else:
+            cmd.params.extend(_late_globals(cmd))
 
 
 def _register_all(group: click.Group) -> None:
@@ -96,6 +172,7 @@ def _register_all(group: click.Group) -> None:
 
 
 _register_all(main)
+_add_late_globals(main)
 
 #: the same group under a second name
 cli = main

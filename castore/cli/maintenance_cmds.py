@@ -9,7 +9,7 @@ import click
 from .. import maintenance
 from ..errors import CastoreError
 from ..maintenance import FsckReport, GcReport
-from .common import json_option, note, open_store, print_json
+from .common import json_option, note, open_store, plural, print_json
 from .render import safe
 
 _FSCK_SCHEMA = (
@@ -35,7 +35,7 @@ def _progress(enabled: bool):  # noqa: ANN202
 
 
 def _render_fsck(r: FsckReport) -> None:
-    click.echo(f"{r.objects} objects, {r.reachable} reachable from {r.refs} refs")
+    click.echo(f"{plural(r.objects, 'object')}, {r.reachable} reachable from {plural(r.refs, 'ref')}")
     sections = [
         ("missing", [f"{oid}  (named by {src})" for oid, src in r.missing]),
         ("corrupt", [f"{oid}  {why}" for oid, why in r.corrupt]),
@@ -49,15 +49,16 @@ def _render_fsck(r: FsckReport) -> None:
         if len(lines) > _SHOWN:
             click.echo(f"{title}: ... and {len(lines) - _SHOWN} more (see --json)")
     if r.stale_temps:
-        click.echo(f"{len(r.stale_temps)} temporary files left by cut-short writes: harmless; `castore gc` removes them")
+        click.echo(f"{plural(len(r.stale_temps), 'temporary file')} left by cut-short writes: harmless; "
+                   "`castore gc` removes them")
     if r.unreachable:
-        click.echo(f"{len(r.unreachable)} unreachable objects ({len(r.dangling)} dangling): "
+        click.echo(f"{plural(len(r.unreachable), 'unreachable object')} ({len(r.dangling)} dangling): "
                    "harmless; `castore gc` removes them")
     if r.ok:
         click.echo("ok")
     else:
         click.echo(f"damaged: {len(r.missing)} missing, {len(r.corrupt)} corrupt, "
-                   f"{len(r.bad_refs)} bad refs, {len(r.stale_locks)} stale locks")
+                   f"{plural(len(r.bad_refs), 'bad ref')}, {plural(len(r.stale_locks), 'stale lock')}")
 
 
 @click.command("fsck")
@@ -91,13 +92,14 @@ def _grace(ctx: click.Context, param: click.Parameter, value: str) -> float:
 
 def _render_gc(r: GcReport, grace: str) -> None:
     verb = "would delete" if r.dry_run else "deleted"
-    click.echo(f"{verb} {len(r.deleted)} unreachable objects ({r.bytes_freed} bytes)")
+    click.echo(f"{verb} {plural(len(r.deleted), 'unreachable object')} ({plural(r.bytes_freed, 'byte')})")
     if r.kept_young:
-        click.echo(f"kept {r.kept_young} unreachable objects younger than {grace} (a writer may still need them)")
+        click.echo(f"kept {plural(r.kept_young, 'unreachable object')} younger than {grace} "
+                   "(a writer may still need them)")
     for lock in r.locks_cleared:
         click.echo(f"cleared stale lock {safe(lock)}")
     if r.temps_cleared:
-        click.echo(f"removed {len(r.temps_cleared)} temporary files left by cut-short writes")
+        click.echo(f"removed {plural(len(r.temps_cleared), 'temporary file')} left by cut-short writes")
 
 
 @click.command("gc")

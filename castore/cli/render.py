@@ -266,7 +266,7 @@ def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> 
     out = []
     for k, s in zip(keys, infos, strict=True):
         branch = safe(s.branch) if s.branch is not None else f"(detached at {short(s.head)})"
-        out.append(f"{style(k.ljust(w), bold=True)}  {s.entries:>6} entries  "
+        out.append(f"{style(k.ljust(w), bold=True)}  {s.entries:>6} {'entry  ' if s.entries == 1 else 'entries'}  "
                    f"{style(branch, fg='green')}  {fmt_time(s.updated)}")
     return out
 
@@ -302,8 +302,31 @@ def state_change_lines(delta: Mapping[str, Any], unset: Sequence[str]) -> list[s
     return [f"+ {safe(k)} = {fmt_value(v)}" for k, v in delta.items()] + [f"- {safe(k)}" for k in unset]
 
 
-def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = click.style) -> list[str]:
-    """A git-like multi-line view of a commit (``log`` and ``show``)."""
+#: ``log`` shows at most this many lines of an entry's body (``show`` shows all of it)
+LOG_BODY_LINES = 12
+#: ... and cuts each line at this many characters
+LOG_LINE_CHARS = 240
+
+
+def cut_body(lines: list[str], cid: str, max_lines: int = LOG_BODY_LINES,
+             max_chars: int = LOG_LINE_CHARS) -> list[str]:
+    """``lines`` cut to ``max_lines`` lines of at most ``max_chars`` characters, saying what was left out."""
+    out = [ln if len(ln) <= max_chars else ln[: max_chars - 1] + "…" for ln in lines[:max_lines]]
+    cut_chars = sum(len(ln) > max_chars for ln in lines[:max_lines])
+    more = len(lines) - len(out)
+    if more or cut_chars:
+        what = f"{more} more line{'s' if more != 1 else ''}" if more else "long lines cut"
+        out.append(f"[… {what}; `castore show {cid}` shows it all]")
+    return out
+
+
+def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = click.style,
+                 body_limit: int | None = None) -> list[str]:
+    """A git-like multi-line view of a commit (``log`` and ``show``).
+
+    ``body_limit``: show at most that many lines of the entry's body (``log``), each cut
+    at :data:`LOG_LINE_CHARS` characters, with a pointer to ``castore show``.
+    """
     deco = refs.decoration(e.id, style)
     cid = e.id if full else e.short
     lines = [style(f"commit {cid}", fg="yellow") + (f" {deco}" if deco else "")]
@@ -318,7 +341,10 @@ def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = 
         lines.append("State:   " + changes[0])
         lines += ["         " + c for c in changes[1:]]
     lines.append("")
-    lines += ["    " + line for line in body_lines(e)]
+    body = body_lines(e)
+    if body_limit is not None:
+        body = cut_body(body, e.short, body_limit)
+    lines += ["    " + line for line in body]
     return lines
 
 

@@ -11,8 +11,9 @@ from .. import objects as o
 from ..entries import DELETE, Event, Message
 from ..errors import InvalidEntry
 from ..session import Session
-from ..store import Store
-from .common import format_key, json_option, note, pass_session, print_json, store_url
+from ..storage import open_storage, split_url
+from ..store import Store, check_url
+from .common import format_key, json_option, note, pass_session, print_json, store_options, store_url
 from .render import Refs, safe, short
 
 
@@ -23,10 +24,20 @@ def init_cmd(ctx: click.Context, url: str | None) -> None:
     """Create a store at URL (default: the --store option).
 
     Doing it twice is harmless. Writing to a store that does not exist yet creates it
-    too, so this is only needed to make an empty one.
+    too, so this is only needed to make an empty one, or an S3 bucket: on s3://BUCKET/...
+    a missing bucket is created first (options from the global -o).
     """
     target = url or store_url(ctx)
-    with Store.open(target) as store:
+    check_url(target)
+    if split_url(target)[0] in ("s3", "s3a"):  # the bucket first: a store cannot even be opened without it
+        storage: Any = open_storage(target, **store_options(ctx))  # S3Storage (behind RetryingStorage)
+        try:
+            if not storage.bucket_exists():
+                storage.create_bucket()
+                note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
+        finally:
+            storage.close()
+    with Store.open(target, **store_options(ctx)) as store:
         created = store.init()
         note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}")
 
@@ -185,24 +196,60 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
 
 
 @click.command("label")
-@click.argument("rev")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.argument("rev", required=False)
 @click.option("-f", "--force", is_flag=True, help="Move the label if it already exists.")
+@click.option("-d", "--delete", "delete", is_flag=True, help="Delete label NAME (the commit stays).")
 @pass_session()
-def label_cmd(session: Session, rev: str, name: str, force: bool) -> None:
-    """Put label NAME on the commit REV names (like a git tag).
+def label_cmd(session: Session, name: str | None, rev: str | None, force: bool, delete: bool) -> None:
+    """Put label NAME on REV (default HEAD), as `git tag NAME [REV]`; -d deletes it.
 
-    A label is a revision too: `castore show NAME`, `castore state NAME`.
+    A label is a revision too: `castore show NAME`, `castore state NAME`. With no NAME,
+    list the labels (as `castore labels`).
     """
-    cid = session.label(rev, name, force=force)
+    if delete:
+        if name is None or rev is not None or force:
+            raise click.UsageError("label -d takes exactly one NAME")
+        was = session.labels().get(name)
+        session.delete_label(name)
+        note(f"Deleted label {name!r} (was {short(was)})")
+        return
+    if name is None:
+        if rev is not None or force:
+            raise click.UsageError("give the label's NAME")
+        _list_labels(session, False)
+        return
+    if name == "HEAD" and rev is None:
+        raise click.UsageError("HEAD is not a label name: `castore label NAME [REV]`")
+    if rev is not None and _old_label_order(session, name, rev):
+        note(f"note: `castore label REV NAME` is the old order; write `castore label {rev} {name}` (as git tag)")
+        name, rev = rev, name
+    cid = session.label(name, at=rev or "HEAD", force=force)
     note(f"Labelled {short(cid)} {name!r}")
 
 
-@click.command("labels")
-@json_option('{"labels": [{"name", "commit"}]}')
-@pass_session()
-def labels_cmd(session: Session, as_json: bool) -> None:
-    """List the session's labels and the commits they name."""
+def _old_label_order(session: Session, name: str, rev: str) -> bool:
+    """Whether ``label NAME REV`` was typed in the old order (REV NAME).
+
+    So it was when NAME is a revision and REV is not one, or REV is a label and NAME
+    is a revision but no label (``label -f HEAD good``, moving label good).
+    """
+    from ..errors import AmbiguousRevision, RevisionNotFound
+
+    def resolves(r: str) -> bool:
+        try:
+            session.resolve(r)
+            return True
+        except (RevisionNotFound, AmbiguousRevision):
+            return False
+
+    if not resolves(name):
+        return False
+    labels = session.labels()
+    return not resolves(rev) or (rev in labels and name not in labels)
+
+
+def _list_labels(session: Session, as_json: bool) -> None:
     labels = session.labels()
     if as_json:
         print_json({"labels": [{"name": n, "commit": c} for n, c in labels.items()]})
@@ -211,6 +258,14 @@ def labels_cmd(session: Session, as_json: bool) -> None:
     width = max((len(n) for n in shown.values()), default=0)
     for n, c in labels.items():
         click.echo(f"{shown[n].ljust(width)}  {click.style(short(c), fg='yellow')}")
+
+
+@click.command("labels")
+@json_option('{"labels": [{"name", "commit"}]}')
+@pass_session()
+def labels_cmd(session: Session, as_json: bool) -> None:
+    """List the session's labels and the commits they name."""
+    _list_labels(session, as_json)
 
 
 @click.command("fork")

@@ -13,7 +13,7 @@ import click
 from .. import sync
 from ..errors import CastoreError
 from ..store import Store
-from .common import CliState, json_option, note, open_store, print_json, split_key
+from .common import CliState, json_option, note, open_store, plural, print_json, split_key
 from .render import safe
 
 _SCHEMA = (
@@ -24,7 +24,7 @@ _SCHEMA = (
 
 
 # -- options ----------------------------------------------------------------------------
-def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+def parse_options(pairs: tuple[str, ...], param_hint: str = "'--option'") -> dict[str, Any]:
     """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed.
 
     Raises:
@@ -34,7 +34,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     for pair in pairs:
         key, eq, raw = pair.partition("=")
         if not eq or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'--option'")
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=param_hint)
         try:
             value: Any = json.loads(raw)
             if not isinstance(value, (bool, int, float)) and value is not None:
@@ -46,7 +46,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
         for p in path:
             where = where.setdefault(p, {})
             if not isinstance(where, dict):
-                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint="'--option'")
+                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint=param_hint)
         where[last] = value
     return out
 
@@ -105,9 +105,9 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
     if as_json:
         print_json(report.to_dict())
     elif not quiet:
-        size = f"{report.bytes_sent / 1e6:.2f} MB" if report.bytes_sent >= 1e5 else f"{report.bytes_sent} bytes"
-        note(f"{verb} {where}: {report.objects_sent} objects ({size}), {len(report.refs_updated)} refs updated, "
-             f"{report.refs_up_to_date} up to date")
+        size = f"{report.bytes_sent / 1e6:.2f} MB" if report.bytes_sent >= 1e5 else plural(report.bytes_sent, "byte")
+        note(f"{verb} {where}: {plural(report.objects_sent, 'object')} ({size}), "
+             f"{plural(len(report.refs_updated), 'ref')} updated, {report.refs_up_to_date} up to date")
         for ref in report.refs_updated:
             click.echo(f"updated  {safe(ref)}")
         for ref in report.refs_kept_as_remote:
@@ -255,6 +255,14 @@ def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
     _render(report, "pulled from", name, as_json, quiet)
 
 
+def _same_place(a: str, b: str | None) -> bool:
+    """Whether two store URLs or paths name the same place."""
+    if b is None:
+        return False
+    norm = [u.rstrip("/") if "://" in u else os.path.abspath(os.path.expanduser(u)) for u in (a, b)]
+    return norm[0] == norm[1]
+
+
 @click.command("clone")
 @click.argument("url")
 @click.argument("dest", required=False)
@@ -268,10 +276,18 @@ def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | N
               quiet: bool, as_json: bool) -> None:
     """Copy the store at URL (all of it, or APP[/USER[/SESSION]]) into a new store DEST.
 
-    DEST defaults to --store (or ./.castore). URL is recorded as remote origin.
+    As `git clone URL DIR`: `castore clone s3://bucket/agents ./copy weather-app`.
+    DEST defaults to the store (--store, $CASTORE_STORE or ./.castore); when --store is
+    typed, it is the destination and the argument after URL is the selection
+    (`castore --store ./copy clone URL weather-app`). URL is recorded as remote origin.
     """
     from .common import store_url
 
+    state = ctx.find_object(CliState)
+    if state is not None and state.store_given and dest is not None and not _same_place(dest, state.store_url):
+        if selection is not None:
+            raise click.UsageError(f"two destinations: --store {state.store_url} and DEST {dest}; give one", ctx=ctx)
+        dest, selection = None, dest  # --store names the destination: the next argument selects
     target = dest or store_url(ctx)
     parts = tuple(split_key(selection, 1, 3, "SELECTION")) if selection else None
     sel: sync.Selection = parts[0] if parts is not None and len(parts) == 1 else parts

@@ -14,6 +14,7 @@ retried. Tokens are ETags in their quoted form (``"abc..."``), as S3 returns the
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -103,8 +104,13 @@ class S3Storage(Storage):
         ck.setdefault("retries", {"total_max_attempts": 2, "mode": "standard"})
         ck.setdefault("connect_timeout", 5)
         retries = opts.pop("retries", 2)  # s3fs's own retry count (a class attribute there)
+        #: the endpoint requests go to, as botocore picks it: the option, else the environment
         self.endpoint: str = (
-            opts.get("endpoint_url") or (opts.get("client_kwargs") or {}).get("endpoint_url") or "the AWS default endpoint"
+            opts.get("endpoint_url")
+            or (opts.get("client_kwargs") or {}).get("endpoint_url")
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or "the AWS default endpoint"
         )
         self.request_count = 0
         self._hooked: set[int] = set()
@@ -157,7 +163,8 @@ class S3Storage(Storage):
         elif code in _DENIED or status == 403 or (isinstance(e, PermissionError) and not code):
             msg = f"access denied by S3 ({what} {where}): check the credentials and permissions ({code or e})"
         elif code == "NoSuchBucket":
-            msg = f"bucket {self.bucket!r} does not exist at {self.endpoint} ({what} {where})"
+            msg = (f"bucket {self.bucket!r} does not exist at {self.endpoint} ({what} {where}): create it, "
+                   f"or run `castore init` on this URL, which creates it")
         else:
             msg = f"S3 {what} {where} failed: {code + ': ' if code else ''}{e}"
         return StorageError(msg, where)
@@ -424,6 +431,50 @@ class S3Storage(Storage):
         except Exception as e:
             raise self._error(e, "list", prefix) from e
         return sorted({n for n in keys + dirs if n and "/" not in n})
+
+    # ---------------------------------------------------------------- the bucket
+
+    def bucket_exists(self) -> bool:
+        """Whether the bucket exists and answers (one HEAD on the bucket).
+
+        Raises:
+            StorageError: S3 failed (unreachable, access denied).
+        """
+        try:
+            self._run(lambda: self._s3("head_bucket"))
+            return True
+        except Exception as e:
+            code, status = _code(e)
+            if code in ("NoSuchBucket", "404", "NotFound") or status == 404:
+                return False
+            raise self._error(e, "check bucket", None) from e
+
+    def create_bucket(self) -> bool:
+        """Create the bucket (in the client's region); return False if it already was there.
+
+        Raises:
+            StorageError: S3 refused (access denied, a name owned by someone else, unreachable).
+        """
+
+        async def create() -> Any:
+            client = await self._fs.get_s3(self.bucket)
+            region = client.meta.region_name
+            kw: dict[str, Any] = {}
+            if region and region != "us-east-1":  # S3 wants the region named, except the default one
+                kw["CreateBucketConfiguration"] = {"LocationConstraint": region}
+            return await self._s3("create_bucket", **kw)
+
+        try:
+            self._run(create)
+            return True
+        except Exception as e:
+            code, _ = _code(e)
+            if code == "BucketAlreadyOwnedByYou":
+                return False
+            if code == "BucketAlreadyExists":
+                raise StorageError(f"bucket {self.bucket!r} is taken at {self.endpoint} (owned by another account): "
+                                   "choose another name", self.url) from e
+            raise self._error(e, "create bucket", None) from e
 
     def close(self) -> None:
         """Close the S3 client and its connections."""

@@ -1,0 +1,173 @@
+"""Commands for the everyday loop: use, status, compact, delete-session."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .. import sync
+from ..errors import SessionNotFound
+from ..session import Session
+from ..store import Store
+from .common import (
+    SESSION_CONFIG_KEY,
+    default_session,
+    format_key,
+    get_session,
+    json_option,
+    note,
+    open_store,
+    pass_session,
+    plural,
+    print_json,
+    session_source,
+    split_key,
+    store_url,
+)
+from .render import short
+
+
+@click.command("use")
+@click.argument("session_key", metavar="[APP/USER/SESSION]", required=False)
+@click.option("--unset", is_flag=True, help="Forget the default session.")
+@click.pass_context
+def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
+    """Make APP/USER/SESSION this store's default session (no -s needed after it).
+
+    Kept in the store's castore.json, so everyone using this store (an S3 one too) gets
+    it. -s and $CASTORE_SESSION still win over it. With no argument, print it.
+    """
+    store = open_store(ctx, must_exist=False)
+    if unset:
+        if session_key is not None:
+            raise click.UsageError("--unset takes no APP/USER/SESSION")
+        if store.exists:
+            store.update_config(lambda cfg: {k: v for k, v in cfg.items() if k != SESSION_CONFIG_KEY})
+        note("no default session")
+        return
+    if session_key is None:
+        current = default_session(store)
+        if current is None:
+            raise click.ClickException("no default session: choose one with `castore use APP/USER/SESSION`")
+        click.echo(current)
+        return
+    app, user, sid = split_key(session_key, 3, 3, "APP/USER/SESSION")
+    session = store.session(app, user, sid)  # validates the names
+    spec = format_key(*session.key)
+    store.update_config(lambda cfg: {**cfg, SESSION_CONFIG_KEY: spec})
+    note(f"Using session {spec}" + ("" if session.exists() else " (it has no entries yet)"))
+
+
+def _remote_refs(session: Session) -> dict[str, str]:
+    """The ``remotes/<remote>/<branch>`` refs kept in a session, and their commits."""
+    refs = session.store.refs
+    names = refs.list(f"{session.prefix}/remotes")
+    values = refs.read_many(names)
+    cut = len(session.prefix) + 1
+    return {n[cut:]: v.target for n, v in sorted(values.items()) if v is not None}
+
+
+@click.command("status")
+@json_option('{"store": URL, "store_exists": BOOL, "session": KEY|null, "session_from": "-s"|"$CASTORE_SESSION"|'
+             '"castore use"|null, "exists": BOOL, "head": ID|null, "branch": NAME|null, "entries": N, '
+             '"branches": N, "labels": N, "remotes": {NAME: URL}, "kept_from_remotes": {REF: ID}}')
+@click.pass_context
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Show the store, the session, HEAD, its branch, the entries and the remotes' state.
+
+    Nothing is sent over the network: the remote state is what the last pull left
+    (remotes/REMOTE/BRANCH refs, kept when both sides moved).
+    """
+    store = open_store(ctx, must_exist=False)
+    doc: dict[str, Any] = {"store": store.url, "store_exists": store.exists, "session": None, "session_from": None,
+                           "exists": False, "head": None, "branch": None, "entries": 0, "branches": 0, "labels": 0,
+                           "remotes": {}, "kept_from_remotes": {}}
+    if store.exists:
+        doc["remotes"] = {n: e.get("url") for n, e in sorted(sync.list_remotes(store).items())}
+    try:
+        session: Session | None = get_session(ctx, must_exist=False)
+    except click.UsageError:
+        session = None
+    if session is not None:
+        doc["session"] = format_key(*session.key)
+        doc["session_from"] = session_source(ctx)
+        head = session.head
+        if head is not None:
+            doc.update(exists=True, head=head, branch=session.current_branch,
+                       entries=session.show("HEAD").depth + 1, branches=len(session.branches()),
+                       labels=len(session.labels()), kept_from_remotes=_remote_refs(session))
+    if as_json:
+        print_json(doc)
+        return
+    shown = doc["store"] if doc["store"] == store_url(ctx) else f"{doc['store']} ({store_url(ctx)})"
+    click.echo(f"store:    {shown}" + ("" if doc["store_exists"] else " (not created yet: the first write creates it)"))
+    if session is None:
+        click.echo("session:  none (pass -s APP/USER/SESSION, set $CASTORE_SESSION, or `castore use APP/USER/SESSION`)")
+    else:
+        click.echo(f"session:  {doc['session']} (from {doc['session_from']})")
+        if not doc["exists"]:
+            click.echo("HEAD:     none yet (the session has no entries; `castore append` starts it)")
+        else:
+            where = f"on branch {doc['branch']}" if doc["branch"] else click.style("detached", fg="red")
+            click.echo(f"HEAD:     {click.style(short(doc['head']), fg='yellow')} {where}")
+            click.echo(f"entries:  {doc['entries']} on the path to HEAD, "
+                       f"{plural(doc['branches'], 'branch', 'branches')}, {plural(doc['labels'], 'label')}")
+    if not doc["remotes"]:
+        click.echo("remotes:  none (`castore remote add NAME URL`)")
+    for name, url in doc["remotes"].items():
+        click.echo(f"remote:   {name} {url}")
+    for ref, cid in doc["kept_from_remotes"].items():
+        click.echo(f"kept:     {ref} at {short(cid)} (both sides moved; compare with `castore log --all`)")
+
+
+@click.command("compact")
+@click.argument("summary")
+@click.option("--keep-from", "keep_from", required=True, metavar="REV",
+              help="The first entry kept as is; the summary stands for everything before it.")
+@pass_session()
+def compact_cmd(session: Session, summary: str, keep_from: str) -> None:
+    """Append a compaction: SUMMARY replaces the entries before --keep-from in the context.
+
+    Nothing is deleted: `castore log` still shows every entry, and `castore context`
+    shows what a model is sent now. SUMMARY "-" reads it from stdin. Prints the new
+    commit id.
+    """
+    text = sys.stdin.read() if summary == "-" else summary
+    cid = session.compact(text, keep_from=keep_from)
+    note(f"Compacted: the context now starts with the summary, then {keep_from}")
+    click.echo(cid)
+
+
+@click.command("delete-session")
+@click.argument("session_key", metavar="APP/USER/SESSION")
+@click.pass_context
+def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
+    """Delete session APP/USER/SESSION: its branches, labels and HEAD.
+
+    Its content stays in the store until `castore gc` (after the grace period, and
+    only what no other session shares). The session must be named in full: the default
+    session is never deleted implicitly.
+    """
+    store: Store = open_store(ctx)
+    app, user, sid = split_key(session_key, 3, 3, "APP/USER/SESSION")
+    session = store.session(app, user, sid)
+    head = session.head
+    if head is None and not session.exists():
+        raise SessionNotFound(session.key)
+    store.delete_session(app, user, sid)
+    key = format_key(*session.key)
+    if default_session(store) == key:
+        store.update_config(lambda cfg: {k: v for k, v in cfg.items() if k != SESSION_CONFIG_KEY})
+        note(f"{key} was the default session (`castore use`): no default now")
+    note(f"Deleted session {key} (HEAD was {short(head)}; `castore gc` frees what only it held)")
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    for cmd in (use_cmd, status_cmd, compact_cmd, delete_session_cmd):
+        group.add_command(cmd)
+
+
+__all__ = ["register"]
