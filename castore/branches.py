@@ -311,6 +311,10 @@ def tip_meta(hint: Hint, when: float, depth: int, **extra: Any) -> dict[str, Any
     return {**hint.to_meta(), META_TIME: when, META_LENGTH: depth + 1, **extra}
 
 
+class BadRetryPolicy(CastoreError, ValueError):
+    """A :class:`RetryPolicy` with limits that cannot work (no attempt, no time, negative delays)."""
+
+
 # -- the retry policy -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -330,7 +334,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.max_seconds <= 0 or self.base_delay < 0 or self.max_delay < 0:
-            raise ValueError(f"bad retry policy {self!r}: attempts >= 1, seconds > 0, delays >= 0")
+            raise BadRetryPolicy(f"bad retry policy {self!r}: attempts >= 1, seconds > 0, delays >= 0")
 
     def delay(self, attempt: int) -> float:
         """The sleep after the ``attempt``-th lost race (0-based), jittered."""
