@@ -246,7 +246,7 @@ class TreeWriter:
         for n, name in self.labels:
             if n in self.cid:
                 try:
-                    s.label(self.cid[n], name, force=True)
+                    s.label(name, at=self.cid[n], force=True)
                 except CastoreError:
                     pass  # a summary that is not a valid label name stays in the line itself
         if self.active and self.active != s.current_branch:

@@ -240,7 +240,7 @@ class CastoreSession:
         entry, item = newest[0]
         s = self.castore
         if s.current_branch is None and not self._on_a_branch(entry.id):
-            s.label(entry.id, f"popped-{entry.id[:12]}", force=True)
+            s.label(f"popped-{entry.id[:12]}", at=entry.id, force=True)
         if entry.parents:
             s.checkout(entry.parents[0])
         else:  # a root item (a conversation not started here): hide it behind a marker

@@ -512,7 +512,7 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             if lab is None or target not in ids:
                 continue
             try:
-                result.labels[lab] = session.label(ids[target][0], lab, force=True)
+                result.labels[lab] = session.label(lab, at=ids[target][0], force=True)
             except InvalidName as err:
                 skipped.append((line, f"label {lab!r} on {target} not kept as a castore label: {err}"))
     info: dict[str, Any] = {"pi": {"header": header}}
