@@ -49,7 +49,9 @@ MESSAGE_OVERHEAD = 4
 #: tokens counted for one image block in :func:`estimate_tokens`
 IMAGE_TOKENS = 1200
 
-COMPACTION_PREFIX = "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
+COMPACTION_PREFIX = (
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
+)
 COMPACTION_SUFFIX = "\n</summary>"
 BRANCH_PREFIX = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
 BRANCH_SUFFIX = "</summary>"

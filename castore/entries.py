@@ -403,7 +403,8 @@ def coerce(entry: Any) -> EntryType:
         return entry
     if isinstance(entry, dict):
         return Message.from_dict(entry)
-    raise InvalidEntry(f"cannot append {type(entry).__name__}: pass a Message, Event, Compaction, ... or a message dict")
+    raise InvalidEntry(
+        f"cannot append {type(entry).__name__}: pass a Message, Event, Compaction, ... or a message dict")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, NewType, Union
+from typing import Any, NewType
 
 import msgspec
 import zstandard
@@ -127,7 +127,7 @@ class Index(_Object, tag="i"):
     segments: tuple[bytes, ...] = ()
 
 
-AnyObject = Union[Blob, Value, Tree, Commit, Segment, Index]
+AnyObject = Blob | Value | Tree | Commit | Segment | Index
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
 _decoder = msgspec.msgpack.Decoder(AnyObject)
 # zstd contexts are not thread-safe: one set per thread. The digested dictionary is shared

@@ -17,9 +17,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import s3server  # noqa: E402
+import s3server
 
-import castore  # noqa: E402
+import castore
 
 BACKENDS = ["local", "memory", "s3"]
 

@@ -16,27 +16,27 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from google.adk.agents import LlmAgent  # noqa: E402
-from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
-from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
-from google.adk.events.event import Event  # noqa: E402
-from google.adk.events.event_actions import EventActions  # noqa: E402
-from google.adk.models.base_llm import BaseLlm  # noqa: E402
-from google.adk.models.llm_response import LlmResponse  # noqa: E402
-from google.adk.runners import Runner  # noqa: E402
-from google.adk.sessions import InMemorySessionService  # noqa: E402
-from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
-from google.adk.tools.tool_context import ToolContext  # noqa: E402
-from google.genai import types  # noqa: E402
+from conftest import make_backend
+from google.adk.agents import LlmAgent
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.tools.tool_context import ToolContext
+from google.genai import types
 
-import castore  # noqa: E402
-from castore.adapters.adk import (  # noqa: E402
+import castore
+from castore.adapters.adk import (
     CREATED,
     CastoreSessionService,
     InvocationNotFoundError,
     StaleSessionError,
 )
-from conftest import make_backend  # noqa: E402
 
 APP, USER = "my_app", "user"
 

@@ -282,7 +282,7 @@ def test_two_writers_racing_on_one_branch_lose_nothing(plumbing_store: castore.S
             s = stores[w].session("a", "u", "race")
             for i in range(n):
                 s.append(castore.Message(role="user", content=f"w{w}-{i}"))
-        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(w,)) for w in range(2)]

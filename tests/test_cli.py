@@ -16,8 +16,7 @@ from click.testing import CliRunner, Result
 
 import castore
 from castore import objects as o
-from castore.cli import main
-from castore.cli import reference
+from castore.cli import main, reference
 from castore.cli.render import Refs, graph_rows, topo_order
 from castore.session import LogEntry
 

@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("langgraph")
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.graph.message import add_messages  # noqa: E402
-from langgraph.types import Command, interrupt  # noqa: E402
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, interrupt
 
-import castore  # noqa: E402
-from castore.adapters.langgraph import CastoreSaver  # noqa: E402
+import castore
+from castore.adapters.langgraph import CastoreSaver
 
 THREAD = {"configurable": {"thread_id": "t1"}}
 
@@ -338,7 +338,7 @@ def test_small_writes_live_in_the_commit_and_written_lists_share_the_channel_obj
     # one commit, one tree naming the elements, one value for the long message (no list root)
     assert kinds[:3] == ["Commit", "Tree", "Value"], kinds
     view = CastoreSaver(castore.open(local_store.url))._refresh("w")
-    writes = saver._writes_of(view, "", "cp-1")  # noqa: SLF001 - no public read of writes without a checkpoint
+    writes = saver._writes_of(view, "", "cp-1")
     assert [(t, c, v) for t, _, c, v, _ in writes] == [
         ("task-a", "turn", 3), ("task-a", "flag", None), ("task-b", "messages", [msg, "short"])]
     assert [p for *_, p in writes] == ["", "", "path-b"]
@@ -383,7 +383,7 @@ def test_lists_stored_in_the_first_layout_still_read_and_grow(local_store: casto
     pending: dict[str, bytes] = {}
     items = [f"message {i} " + "y" * 120 for i in range(75)]
     state = vals.list_state(vals.store_list(pending, items, None).hex())
-    old_root = vals._blocks_tree(pending, state.tops, len(items))  # noqa: SLF001 - the first layout, as stored before
+    old_root = vals._blocks_tree(pending, state.tops, len(items))
     _put(local_store, pending)
     fresh = _values(castore.open(local_store.url))
     assert fresh.read_list(old_root) == items

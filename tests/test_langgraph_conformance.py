@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.conformance")
 
-import s3server  # noqa: E402
-from conftest import Backend, make_backend  # noqa: E402
-from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
-from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
+import s3server
+from conftest import Backend, make_backend
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
-from castore.adapters.langgraph import CastoreSaver  # noqa: E402
+from castore.adapters.langgraph import CastoreSaver
 
 
 @pytest.mark.parametrize("kind", ["local", "s3"])
@@ -33,7 +33,7 @@ def test_castore_saver_passes_every_base_and_extended_capability(kind: str, requ
         return Backend("s3", f"s3://{bucket}/store", server.storage_options)
 
     @checkpointer_test(name=f"CastoreSaver-{kind}")
-    async def factory():  # noqa: ANN202 - an async generator, as the suite expects
+    async def factory():
         # a fresh store per capability suite: nothing is shared through caches
         store = fresh_backend().open()
         stores.append(store)

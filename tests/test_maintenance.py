@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 import castore
-from castore import maintenance, objects as o
+from castore import maintenance
+from castore import objects as o
 from castore.cli import main
 from castore.objects import Blob, Value
 from castore.objectstore import object_key

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import msgspec
-import zstandard
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,8 +90,8 @@ def test_equal_values_give_equal_ids_across_processes():
     import subprocess
 
     code = (
-        "import sys; sys.path.insert(0, %r); import make_golden; "
-        "print(make_golden.golden()[5]['id'])" % str(GOLDEN_DIR)
+        f"import sys; sys.path.insert(0, {str(GOLDEN_DIR)!r}); import make_golden; "
+        "print(make_golden.golden()[5]['id'])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

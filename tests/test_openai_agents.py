@@ -17,24 +17,24 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.memory import SQLiteSession  # noqa: E402
-from agents.memory.session import Session as SessionProtocol  # noqa: E402
-from agents.memory.session_settings import SessionSettings  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from openai.types.responses import (  # noqa: E402
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.items import ModelResponse
+from agents.memory import SQLiteSession
+from agents.memory.session import Session as SessionProtocol
+from agents.memory.session_settings import SessionSettings
+from agents.models.interface import Model
+from agents.usage import Usage
+from conftest import make_backend
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
 
-import castore  # noqa: E402
-from castore.adapters.openai_agents import CLEARED, CastoreSession  # noqa: E402
-from conftest import make_backend  # noqa: E402
+import castore
+from castore.adapters.openai_agents import CLEARED, CastoreSession
 
 set_tracing_disabled(True)
 

@@ -96,7 +96,7 @@ def _castore_on_path(bin_dir: Path) -> None:
 
 def _run_python(body: str, line: int, scope: dict[str, Any]) -> None:
     code = compile(body, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    result = eval(code, scope)  # noqa: S307 - our own README
+    result = eval(code, scope)
     if inspect.iscoroutine(result):
         asyncio.run(result)
 
@@ -211,7 +211,7 @@ def test_readme_library_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert block, "the README lost its library example"
     monkeypatch.setenv("CASTORE_STORE", str(tmp_path / "store"))
     scope: dict[str, Any] = {}
-    exec(compile(block.group(1), "README.md", "exec"), scope)  # noqa: S102 - our own README
+    exec(compile(block.group(1), "README.md", "exec"), scope)
     s = scope["s"]
     assert s.current_branch == "retry"
     assert s.state(scope["q"]) == {}

@@ -263,7 +263,7 @@ def _race_rounds(refs_per_thread: list[RefStore], name: str, rounds: int) -> lis
                     with lock:
                         winners[r].append(t)
                 barrier.wait()
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+        except BaseException as e:
             errors.append(e)
             barrier.abort()
 
@@ -455,7 +455,7 @@ def test_a_live_lock_holder_makes_writers_wait_not_steal(local_refs):
     def writer() -> None:
         try:
             outcome.append(local_refs.swap("s/heads/main", C2, v))
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             outcome.append(e)
         done.set()
 
@@ -613,7 +613,7 @@ def test_metadata_that_is_not_json_is_refused_before_writing(refs):
     assert refs.read("r") is None
 
 
-def test_local_durable_writes_sync_the_parents_of_new_folders(tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_durable_writes_sync_the_parents_of_new_folders(tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from castore.storage.local import LocalStorage
 
     synced: list[str] = []

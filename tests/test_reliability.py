@@ -429,7 +429,7 @@ def test_random_bytes_as_refs_give_clear_errors(reference: tuple[str, list[casto
             storage.write(key, saved)
 
 
-@pytest.mark.parametrize("data", [b"\xff\xfe\xfd", "ab".encode() * 32 + b"\n\xc3\x28\n", b"ref: heads/\xe2\x82\n{}",
+@pytest.mark.parametrize("data", [b"\xff\xfe\xfd", b"ab" * 32 + b"\n\xc3\x28\n", b"ref: heads/\xe2\x82\n{}",
                                   b"\x00" * 64, b""])
 def test_invalid_utf8_in_ref_file_is_a_clear_error(local_store: castore.Store, data: bytes) -> None:
     s = local_store.session(*KEY)

@@ -11,10 +11,10 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from castore.errors import StorageError  # noqa: E402
-from castore.storage import open_storage  # noqa: E402
-from castore.storage.base import PreconditionFailed  # noqa: E402
-from castore.storage.s3 import S3Storage  # noqa: E402
+from castore.errors import StorageError
+from castore.storage import open_storage
+from castore.storage.base import PreconditionFailed
+from castore.storage.s3 import S3Storage
 
 try:
     from . import s3server
@@ -193,7 +193,9 @@ def _run_race(stores: list[S3Storage], rounds: int = 20) -> None:
         errors: list[BaseException] = []
         lock = threading.Lock()
 
-        def worker(i: int, expect: str = tok) -> None:
+        def worker(i: int, expect: str = tok, barrier: threading.Barrier = barrier, rnd: int = rnd,
+                   lock: threading.Lock = lock, wins: list = wins, losses: list = losses,
+                   errors: list = errors) -> None:
             barrier.wait()
             try:
                 new = stores[i].swap(key, f"{rnd}:{i}".encode(), expect)

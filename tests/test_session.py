@@ -550,7 +550,7 @@ def test_threads_appending_to_one_session_lose_nothing(s: castore.Session) -> No
         try:
             for i in range(50):
                 s.append(Message(role="user", content=f"{t}:{i}"))
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]

@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from conftest import BACKENDS, Backend, make_backend
 
 from castore.errors import CastoreError
 from castore.storage import PreconditionFailed, Storage, Versioned, open_storage
 from castore.storage.fsspec_generic import FsspecStorage
-from conftest import BACKENDS, Backend, make_backend
 
 
 @pytest.fixture(params=[*BACKENDS, "fsspec"])

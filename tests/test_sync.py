@@ -9,7 +9,6 @@ remote consistent and a resumed one sends the rest; racing pushers; clear errors
 from __future__ import annotations
 
 import json
-
 import os
 import subprocess
 import sys
@@ -20,18 +19,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+import s3server
 from click.testing import CliRunner
 
 import castore
 from castore import CastoreError, Event, Message, StorageError, sync
 from castore import objects as o
 from castore.cli import main as cli
-from castore.history import K, Hint
+from castore.history import Hint, K
 from castore.objects import Commit, Index, Segment, Tree
 from castore.storage import Storage
 from castore.store import Store
-
-import s3server
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -145,7 +143,7 @@ def reachable_count(st: Store) -> int:
         batch = [x for x in dict.fromkeys(todo) if x not in seen]
         todo = []
         seen.update(batch)
-        for oid, obj in fresh.objects.get_many(batch).items():
+        for obj in fresh.objects.get_many(batch).values():
             if isinstance(obj, Commit):
                 todo += [o.hex_id(p) for p in obj.parents]
                 todo += [o.hex_id(r) for r in (obj.body, obj.state, obj.index) if r is not None]

@@ -36,10 +36,10 @@ from ..entries import Event, Message
 from ..errors import CastoreError, InvalidEntry
 from .jsonl_tree import (
     ArchiveError,
-    as_dict,
     FileResult,
     TreeWriter,
     archived_rows,
+    as_dict,
     blob_id,
     export_lines,
     parse_time,

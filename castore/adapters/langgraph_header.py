@@ -13,10 +13,10 @@ stored whole through LangGraph's serializer instead (see :mod:`castore.adapters.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 #: header keys whose values are dicts stored as per-key differences
 _DICTS = {"channel_versions": "cv", "versions_seen": "vs"}

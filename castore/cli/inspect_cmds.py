@@ -66,7 +66,8 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
             as_json: bool) -> None:
     """Show history, newest first; --all: every branch, --graph: the tree.
 
-    Without --all: the path from the root to REV (default HEAD). Like `llm logs`, the last 10 entries by default (-n 0 for all). With --all, every
+    Without --all: the path from the root to REV (default HEAD). Like `llm logs`, the last
+    10 entries by default (-n 0 for all). With --all, every
     branch; with --graph, the tree drawn with | * / as git does.
     """
     if all_ and rev != "HEAD":
@@ -154,8 +155,8 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
             print_json(head_state[rev])
             return
         if rev in state_of("HEAD"):
-            note(f"{safe(repr(rev))} is a revision and a state key: this is the state at the revision; "
-                 f"for the key write `castore state HEAD {safe(rev)}`")
+            note(f"{r.safe(repr(rev))} is a revision and a state key: this is the state at the revision; "
+                 f"for the key write `castore state HEAD {r.safe(rev)}`")
         print_json(state)
         return
     state = state_of(rev)

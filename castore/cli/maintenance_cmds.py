@@ -24,7 +24,7 @@ _GC_SCHEMA = (
 _SHOWN = 20  # problems listed per kind in the text summary
 
 
-def _progress(enabled: bool):  # noqa: ANN202
+def _progress(enabled: bool):
     if not enabled:
         return None
 

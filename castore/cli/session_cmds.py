@@ -192,7 +192,8 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
         mark = "*" if b == current else " "
         name = shown_names[b].ljust(width)
         shown = click.style(name, fg="green") if b == current else name
-        click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}" + (f"  {safe(notes[b])}" if b in notes else ""))
+        note_text = f"  {safe(notes[b])}" if b in notes else ""
+        click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}{note_text}")
 
 
 @click.command("label")

@@ -5,8 +5,8 @@ Routes: ``GET /`` lists the sessions by app and user; ``GET /s/<app>/<user>/<ses
 Nothing else exists: a write method gets 405, any other path 404, and so does a key part
 that is ``.``/``..`` (names never reach the file system here anyway: the store encodes
 them, and its storage refuses any key that would leave it). A request that fails on a
-damaged object gets a 500 page, never a dropped connection. Requests whose ``Host`` is not the bound loopback name are refused
-(400), so a web page cannot reach the server through DNS rebinding.
+damaged object gets a 500 page, never a dropped connection. Requests whose ``Host`` is not
+the bound loopback name are refused (400), so a web page cannot reach the server through DNS rebinding.
 """
 
 from __future__ import annotations
@@ -145,16 +145,16 @@ class _Handler(BaseHTTPRequestHandler):
                     rows.append((s.app, s.user, s.session, s.entries, s.branch, s.updated))
         return index_page(store.url, rows)
 
-    def do_GET(self) -> None:  # noqa: N802 - the base class's naming
+    def do_GET(self) -> None:
         self._get(head=False)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._get(head=True)
 
     def _refuse(self) -> None:
         self._error(HTTPStatus.METHOD_NOT_ALLOWED, "this server is read-only", allow=True)
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
 
 def make_server(store: Store, host: str = "127.0.0.1", port: int = 0,

@@ -195,7 +195,7 @@ class Storage(ABC):
         """
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         """Release what the backend holds (connections, threads)."""
 
     def __enter__(self) -> Storage:

@@ -33,7 +33,7 @@ class FsspecStorage(Storage):
             return self.fs.cat_file(self._p(key))
         except FileNotFoundError:
             raise FileNotFoundError(key) from None
-        except Exception as e:  # noqa: BLE001 - backend errors vary by protocol
+        except Exception as e:
             raise StorageError(f"cannot read {key} from {self.url}: {e}", self.url) from e
 
     def write(self, key: str, data: bytes) -> None:
@@ -41,7 +41,7 @@ class FsspecStorage(Storage):
         try:
             self.fs.makedirs(self._p(key).rsplit("/", 1)[0], exist_ok=True)
             self.fs.pipe_file(self._p(key), data)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise StorageError(f"cannot write {key} to {self.url}: {e}", self.url) from e
 
     def read_versioned(self, key: str) -> Versioned | None:
@@ -70,7 +70,7 @@ class FsspecStorage(Storage):
             self.fs.rm_file(self._p(key))
         except FileNotFoundError:
             return
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise StorageError(f"cannot delete {key} from {self.url}: {e}", self.url) from e
         self._prune(key)
 
@@ -99,7 +99,7 @@ class FsspecStorage(Storage):
             info = self.fs.info(self._p(key))
         except FileNotFoundError:
             return None
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise StorageError(f"cannot stat {key} on {self.url}: {e}", self.url) from e
         for name in ("mtime", "LastModified", "last_modified", "created"):
             v = info.get(name)

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from castore import objects as o  # noqa: E402
+from castore import objects as o
 
 
 def _id(n: int) -> bytes:
