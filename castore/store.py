@@ -26,7 +26,7 @@ from .errors import (
 )
 from .history import History
 from .objects import Commit, ObjectId
-from .objectstore import ObjectStore
+from .objectstore import DEFAULT_FORMAT, STORE_FORMAT, ObjectStore
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
 from .state import StateWriter, read_state, read_states
@@ -72,7 +72,7 @@ class Store:
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, storage: Storage, *, compress: bool = True) -> None:
+    def __init__(self, storage: Storage, *, compress: bool = True, format: int | None = None) -> None:  # noqa: A002
         self.storage = storage
         self.url = storage.url
         self.objects = ObjectStore(storage, compress=compress)
@@ -80,11 +80,17 @@ class Store:
         self.history = History(self.objects)
         self._config: dict[str, Any] | None = None
         self._initialized = False
+        self._new_format = DEFAULT_FORMAT if format is None else format
+        self.objects.set_format(self._new_format)  # refuses an unknown format
         self._load_config()
+        if format is not None and self._initialized and self.objects.format < format:
+            self.update_config(lambda c: {**c, "format": max(c.get("format", 1), format)})
+            self._load_config()
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
-    def open(cls, url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:
+    def open(cls, url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A002
+             **storage_options: Any) -> Store:
         """Open the store at ``url`` (default: ``$CASTORE_STORE`` or ``./.castore``).
 
         Args:
@@ -92,13 +98,15 @@ class Store:
                 fsspec URL.
             durable: when False, local writes skip fsync (faster; a power loss may lose
                 the last appends, never the store's consistency).
+            format: the storage format (docs/FORMAT.md) a new store is created with; an
+                existing store of a lower format is raised to it (2: packs). Default: 1.
             **storage_options: for the backend (``endpoint_url``, ``key``, ``secret``...).
 
         Raises:
             FormatError: the store was written by a newer castore.
             StorageError: the backend cannot be reached.
         """
-        return cls(open_storage(url or default_url(), durable=durable, **storage_options))
+        return cls(open_storage(url or default_url(), durable=durable, **storage_options), format=format)
 
     def _load_config(self) -> None:
         try:
@@ -111,12 +119,14 @@ class Store:
             fmt = cfg["format"]
         except (ValueError, KeyError, TypeError) as e:
             raise FormatError(f"{self.url}/{CONFIG_KEY} is not a castore config ({e})") from e
-        if not isinstance(fmt, int) or fmt > o.FORMAT:
+        if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt > STORE_FORMAT or fmt < 1:
             raise FormatError(
-                f"store {self.url} has format {fmt!r}; this castore reads format {o.FORMAT} and older. Upgrade castore.",
+                f"store {self.url} has format {fmt!r}; this castore reads format {STORE_FORMAT} and older. "
+                "Upgrade castore.",
                 found=fmt,
-                supported=o.FORMAT,
+                supported=STORE_FORMAT,
             )
+        self.objects.set_format(fmt)
         self._config = cfg
         self._initialized = True
 
@@ -140,7 +150,7 @@ class Store:
         """
         if self._initialized:
             return False
-        cfg = {"format": o.FORMAT, "created": time.time(), "remotes": {}}
+        cfg = {"format": self._new_format, "created": time.time(), "remotes": {}}
         from .storage import PreconditionFailed
 
         try:
@@ -438,7 +448,8 @@ class Store:
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Release the backend's resources."""
+        """Release the backend's resources (and this handle's pack log)."""
+        self.objects.close()
         self.storage.close()
 
     def __enter__(self) -> Store:
@@ -494,9 +505,10 @@ def _decode(seg: str) -> str:
         return seg
 
 
-def open(url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:  # noqa: A001
+def open(url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A001,A002
+         **storage_options: Any) -> Store:
     """Open the store at ``url``; see :meth:`Store.open`."""
-    return Store.open(url, durable=durable, **storage_options)
+    return Store.open(url, durable=durable, format=format, **storage_options)
 
 
 from .session import Session  # noqa: E402  (circular: Session needs Store's type only)

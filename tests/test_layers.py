@@ -2,7 +2,7 @@
 
     errors, names, aio                              bottom: importable by every module
     storage/                                        bytes by URL
-    objects, zdict, objectstore, refs               the format (and its zstd dictionary), objects, refs
+    objects, zdict, packs, objectstore, refs        the format (and its zstd dictionary), objects, refs
     history, revisions, state, entries              paths, revisions, state trees, entry types
     context                                         projection into a model's input (pure)
     session, store                                  what an agent calls
@@ -29,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "names", "aio"),
     ("storage",),
-    ("objects", "zdict", "objectstore", "refs"),
+    ("objects", "zdict", "packs", "objectstore", "refs"),
     ("history", "revisions", "state", "entries"),
     ("context",),
     ("session", "store"),
