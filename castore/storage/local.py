@@ -423,11 +423,20 @@ class _LocalAppender(Appender):
         self.storage = storage
         self.key = key
         path = storage._path(key)
-        storage._ensure_dir(os.path.dirname(path))
-        try:
-            self._fd: int | None = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o644)
-        except OSError as e:
-            raise StorageError(f"cannot create {key}: {e.strerror or e}", storage.url) from e
+        d = os.path.dirname(path)
+        self._fd: int | None = None
+        for attempt in (0, 1):
+            storage._ensure_dir(d)
+            try:
+                self._fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o644)
+                break
+            except FileNotFoundError as e:
+                storage._made_dirs.discard(d)  # pruned by a gc since we made it: make it again
+                if attempt:
+                    raise StorageError(f"cannot create {key}: {e.strerror or e}", storage.url) from e
+            except OSError as e:
+                raise StorageError(f"cannot create {key}: {e.strerror or e}", storage.url) from e
+        assert self._fd is not None
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         storage._fsync_dir(os.path.dirname(path))  # the log's name survives a crash
         self.size = 0
