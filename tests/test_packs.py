@@ -216,3 +216,44 @@ def test_gc_keeps_a_pack_inside_the_grace_period_and_one_a_writer_holds(tmp_path
 def test_geometric_repack_merges_the_small_packs_only():
     assert maintenance._geometric([("a", 100), ("b", 1), ("c", 1), ("d", 3)]) == ["b", "c", "d"]
     assert maintenance._geometric([("a", 100), ("b", 10), ("c", 1)]) == []
+
+
+def test_cli_init_format_2_and_repack(tmp_path):
+    from click.testing import CliRunner
+
+    from castore.cli import main
+
+    url = str(tmp_path / "st")
+    runner = CliRunner(env={"CASTORE_STORE": None, "CASTORE_SESSION": None})
+    assert runner.invoke(main, ["init", url, "--format", "2"]).exit_code == 0
+    assert json.loads((tmp_path / "st" / "castore.json").read_text())["format"] == 2
+    st = castore.open(url)
+    for i in range(3):
+        w = castore.open(url)
+        w.session("app", "u", f"s{i}").append_many(_msgs(4))
+        w.close()
+    # logs nobody holds are merged only once idle (LOG_IDLE): here every log is fresh
+    res = runner.invoke(main, ["--store", url, "repack", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["new_pack"] is None
+    bad = runner.invoke(main, ["init", url, "--format", "3"])
+    assert bad.exit_code == 2
+    assert [m.content for m in st.session("app", "u", "s2").messages()] == [f"m {i}" for i in range(4)]
+
+
+def test_repack_merges_idle_logs_and_readers_follow(tmp_path, monkeypatch):
+    monkeypatch.setattr(maintenance, "LOG_IDLE", 0.0)
+    url = str(tmp_path / "st")
+    for i in range(4):
+        w = castore.open(url, format=2)
+        w.session("app", "u", f"s{i}").append_many(_msgs(3, f"s{i}"))
+        w.close()
+    reader = castore.open(url)
+    assert reader.session("app", "u", "s0").messages()[0].content == "s0 0"  # pack map loaded
+    rep = maintenance.repack(reader)
+    assert len(rep.packs_merged) == 4 and rep.new_pack
+    assert {p.name for p in (tmp_path / "st" / "packs").iterdir()} == {f"{rep.new_pack}.pack", f"{rep.new_pack}.idx"}
+    other = castore.open(url)
+    for i in range(4):
+        assert [m.content for m in other.session("app", "u", f"s{i}").messages()] == [f"s{i} {j}" for j in range(3)]
+    assert maintenance.fsck(other).ok

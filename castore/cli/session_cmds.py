@@ -18,15 +18,17 @@ from .render import Refs, short
 
 @click.command("init")
 @click.argument("url", required=False)
+@click.option("--format", "fmt", type=click.IntRange(1, 2), default=None,
+              help="Storage format: 1 (one file per object, the default) or 2 (packs; docs/FORMAT.md).")
 @click.pass_context
-def init_cmd(ctx: click.Context, url: str | None) -> None:
+def init_cmd(ctx: click.Context, url: str | None, fmt: int | None) -> None:
     """Create a store at URL (default: the --store option).
 
     Doing it twice is harmless. Writing to a store that does not exist yet creates it
-    too, so this is only needed to make an empty one.
+    too, so this is only needed to make an empty one (or to choose its format).
     """
     target = url or store_url(ctx)
-    with Store.open(target) as store:
+    with Store.open(target, format=fmt) as store:
         created = store.init()
         note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}")
 
