@@ -257,3 +257,50 @@ def test_repack_merges_idle_logs_and_readers_follow(tmp_path, monkeypatch):
     for i in range(4):
         assert [m.content for m in other.session("app", "u", f"s{i}").messages()] == [f"s{i} {j}" for j in range(3)]
     assert maintenance.fsck(other).ok
+
+
+# -- kill -9 ------------------------------------------------------------------------------------
+_REPACK_LOOP = """
+import sys, castore
+from castore import maintenance
+maintenance.LOG_IDLE = 0.5
+store = castore.open(sys.argv[1])
+print("ready", flush=True)
+while True:
+    r = maintenance.repack(store, all_packs=True)
+    print("repacked", len(r.packs_merged), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kills", [6, pytest.param(30, marks=pytest.mark.slow)])
+def test_kill_9_during_appends_and_during_repack_loses_no_acknowledged_append(tmp_path, kills):
+    import random
+    import signal
+    import subprocess
+    import time
+
+    from test_reliability import KEY, run_crashes  # the writer-kill loop of the reliability tests
+
+    url = str(tmp_path / "store")
+    castore.open(url, format=2).init()
+    rng = random.Random(kills)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    acked: dict[str, str] = {}
+    merged = 0
+    for k in range(kills):
+        packer = subprocess.Popen([sys.executable, "-c", _REPACK_LOOP, url], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert packer.stdout is not None and packer.stdout.readline() == "ready\n"
+        got, _ = run_crashes(url, 1, seed=kills * 100 + k)
+        acked.update({f"{c}#{k}": cid for c, cid in got.items()})
+        time.sleep(rng.uniform(0.0, 0.2))
+        packer.send_signal(signal.SIGKILL)
+        out, err = packer.communicate()
+        assert "Traceback" not in err, err
+        merged += sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("repacked "))
+    store = castore.open(url)
+    report = maintenance.fsck(store)
+    assert not report.damaged, report.to_dict()
+    ids = {e.id for e in store.session(*KEY).entries()}
+    assert [c for c, cid in acked.items() if cid not in ids] == []
+    assert store.objects.pack_names() and merged > 0  # writers wrote packs, the packer merged some
