@@ -371,6 +371,9 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     if not grace >= 0:
         raise CastoreError(f"the grace period must not be negative ({grace})")
     store.require()
+    restore = getattr(store.storage, "restore_aside", None)
+    if restore is not None and not dry_run:
+        restore()  # a gc killed mid-delete left an object renamed aside: put it back first
     report = FsckReport()
     live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
     if report.damaged:

@@ -124,3 +124,18 @@ def test_gc_processes_racing_writer_processes_lose_no_acknowledged_append(tmp_pa
     time.sleep(1.1)
     maintenance.gc(fresh, grace=1)
     assert maintenance.fsck(castore.open(url)).ok
+
+
+def test_gc_puts_back_an_object_a_killed_gc_had_renamed_aside(tmp_path):
+    url = str(tmp_path / "st")
+    st = castore.open(url)
+    s = st.session("app", "u", "s")
+    s.append(castore.Message(role="user", content="kept"))
+    root = tmp_path / "st"
+    victim = next(p for p in (root / "objects").rglob("*") if p.is_file())
+    aside = victim.with_name(victim.name + ".tmp-gc-0123456789abcdef")
+    victim.rename(aside)  # what a gc killed between its rename and its check leaves
+    assert not maintenance.fsck(castore.open(url)).ok
+    maintenance.gc(castore.open(url), grace=3600)
+    assert victim.exists() and not aside.exists()
+    assert maintenance.fsck(castore.open(url)).ok

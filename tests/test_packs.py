@@ -304,3 +304,30 @@ def test_kill_9_during_appends_and_during_repack_loses_no_acknowledged_append(tm
     ids = {e.id for e in store.session(*KEY).entries()}
     assert [c for c, cid in acked.items() if cid not in ids] == []
     assert store.objects.pack_names() and merged > 0  # writers wrote packs, the packer merged some
+
+
+# -- the storage calls format 2 uses, on every backend ------------------------------------------
+def test_storage_read_range_delete_if_older_and_appenders(backend):
+    import time
+
+    st = open_storage(backend.url, **backend.options)
+    st.write("packs/x.pack", b"0123456789")
+    assert st.read_range("packs/x.pack", 2, 3) == b"234"
+    assert st.read_range("packs/x.pack", 8, 10) == b"89"
+    with pytest.raises(FileNotFoundError):
+        st.read_range("packs/missing.pack", 0, 1)
+    assert st.delete_if_older("packs/x.pack", time.time() - 3600) is False  # young: kept
+    assert st.read("packs/x.pack") == b"0123456789"
+    assert st.delete_if_older("packs/missing.pack", time.time() + 3600) is False
+    if st.mtime("packs/x.pack") is not None:
+        assert st.delete_if_older("packs/x.pack", time.time() + 3600) is True
+        assert not st.exists("packs/x.pack")
+    log = st.open_appender("packs/w-log.pack")
+    if backend.name == "local":
+        assert log is not None and st.is_held("packs/w-log.pack")
+        assert log.append(b"ab") == 0 and log.append(b"cd") == 2
+        assert st.read("packs/w-log.pack") == b"abcd"
+        log.close()
+        assert not st.is_held("packs/w-log.pack")
+    else:
+        assert log is None and not st.is_held("packs/w-log.pack")

@@ -414,6 +414,28 @@ class LocalStorage(Storage):
         self._prune_dirs(os.path.dirname(path))
         return True
 
+    def restore_aside(self) -> list[str]:
+        """Put back the files :meth:`delete_if_older` had renamed aside when its process died
+        (their real name is missing; a file already back there wins). Returns their keys."""
+        restored = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for f in files:
+                real, sep, _ = f.partition(".tmp-gc-")
+                if not sep:
+                    continue
+                aside, path = os.path.join(dirpath, f), os.path.join(dirpath, real)
+                try:
+                    if os.path.exists(path):
+                        os.unlink(aside)
+                    else:
+                        os.rename(aside, path)
+                        restored.append(os.path.relpath(path, self.root).replace(os.sep, "/"))
+                except FileNotFoundError:
+                    continue
+                except OSError as e:
+                    raise StorageError(f"cannot restore {aside}: {e.strerror or e}", self.url) from e
+        return sorted(restored)
+
 
 class _LocalAppender(Appender):
     """A log file created with ``O_EXCL``, written with ``O_APPEND`` and one ``fdatasync``
