@@ -43,6 +43,8 @@ CACHE_SIZE = 200_000
 CACHE_MAX_OBJECT = 1 << 20
 #: the canonical bytes kept for recent writes (segments are built from them), at most
 RECENT_BYTES = 32 << 20
+#: bytes of scanned packs kept in memory, so reading their frames costs no further I/O
+PACK_DATA_BYTES = 64 << 20
 
 
 def object_key(oid: str) -> str:
@@ -95,6 +97,8 @@ class ObjectStore:
         self._log_pid = 0
         self._no_append = False
         self._new_packs: list[str] = []
+        self._pack_data: OrderedDict[str, bytes] = OrderedDict()  # pack name -> bytes read by a scan
+        self._pack_data_bytes = 0
 
     def set_format(self, fmt: int) -> None:
         """Write in storage format ``fmt`` from now on (reading covers every format).
@@ -323,9 +327,21 @@ class ObjectStore:
         except FileNotFoundError:
             return False
         where, end = packs.scan(memoryview(data)[start:], start) if start else packs.scan(data)
+        self._keep_pack_data(name, data)
         # a batch or repack pack is complete when written; a log may still grow
         self._add(name, where, sealed=has_index or not name.startswith("w-"), scanned=end)
         return len(self._packs[name].where) > before
+
+    def _keep_pack_data(self, name: str, data: bytes) -> None:
+        old = self._pack_data.pop(name, None)
+        if old is not None:
+            self._pack_data_bytes -= len(old)
+        if len(data) > PACK_DATA_BYTES // 4:
+            return
+        self._pack_data[name] = data
+        self._pack_data_bytes += len(data)
+        while self._pack_data_bytes > PACK_DATA_BYTES:
+            self._pack_data_bytes -= len(self._pack_data.popitem(last=False)[1])
 
     def _from_pack(self, oid: str) -> bytes | None:
         """The stored frame of ``oid`` from the pack the map names, or None."""
@@ -333,6 +349,9 @@ class ObjectStore:
         if hit is None:
             return None
         name, loc = hit
+        data = self._pack_data.get(name)
+        if data is not None and loc.offset + loc.size <= len(data):
+            return data[loc.offset:loc.offset + loc.size]  # packs never change below their end
         try:
             return self.storage.read_range(pack_key(name), loc.offset, loc.size)
         except FileNotFoundError:
