@@ -66,13 +66,14 @@ class _Pack:
     """What this handle knows of one pack: its frames, whether it is sealed (complete),
     and how far a growing log has been scanned."""
 
-    __slots__ = ("name", "where", "sealed", "scanned")
+    __slots__ = ("name", "where", "sealed", "scanned", "mtime")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.where: dict[str, Location] = {}
         self.sealed = False
         self.scanned = 0
+        self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
 
 
 class ObjectStore:
@@ -298,39 +299,68 @@ class ObjectStore:
                     listed[stem] = listed.get(stem, False) or "." + ext == packs.INDEX_SUFFIX
             for name in [n for n in self._packs if n not in listed and n != self._log_name]:
                 self._drop(name)
-            grew = False
+            todo = []
             for name, has_index in sorted(listed.items()):
                 pack = self._packs.get(name)
                 if pack is not None and pack.sealed:
                     continue
                 if name == self._log_name and self._log is not None:
-                    continue  # ours: the map already has every record
-                grew |= self._load_pack(name, has_index)
-            return grew
+                    continue  # ours: already mapped
+                if pack is not None and not has_index and pack.mtime is not None \
+                        and self.storage.mtime(pack_key(name)) == pack.mtime:
+                    continue  # a log that has not changed since its last scan
+                todo.append((name, has_index))
+            return self._load_packs(todo)
 
-    def _load_pack(self, name: str, has_index: bool) -> bool:
-        """Read a pack's index, or scan it; True if new frames were found."""
-        before = len(self._packs[name].where) if name in self._packs else -1
-        if has_index:
-            try:
-                size, where = packs.decode_index(self.storage.read(index_key(name)))
-                self._add(name, where, sealed=True, scanned=size)
-                return len(where) > before
-            except FileNotFoundError:
-                return False  # deleted by a repack since the listing
-            except IntegrityError:
-                pass  # the pack is the truth: scan it
-        pack = self._packs.get(name)
-        start = pack.scanned if pack is not None else 0
-        try:
-            data = self.storage.read(pack_key(name))  # a log is at most about SEAL_BYTES
-        except FileNotFoundError:
+    def load_packs(self, names: Sequence[str]) -> bool:
+        """Load the frames of the named packs without listing ``packs/`` (for a reader that
+        knows them, e.g. from a ref's read hint); unknown or missing names are skipped.
+        Returns True when something new was found.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        with self._lock:
+            todo = [(n, True) for n in names if packs.is_pack_name(n)
+                    and not (n in self._packs and self._packs[n].sealed)]
+            return self._load_packs(todo)
+
+    def _load_packs(self, todo: Sequence[tuple[str, bool]]) -> bool:
+        """Read the indexes of ``(name, has_index)`` packs, and scan the others (and those
+        whose index is missing or damaged), each group in one concurrent batch. True if new
+        frames were found."""
+        if not todo:
             return False
-        where, end = packs.scan(memoryview(data)[start:], start) if start else packs.scan(data)
-        self._keep_pack_data(name, data)
-        # a batch or repack pack is complete when written; a log may still grow
-        self._add(name, where, sealed=has_index or not name.startswith("w-"), scanned=end)
-        return len(self._packs[name].where) > before
+        before = sum(len(self._packs[n].where) for n, _ in todo if n in self._packs)
+        scan: list[str] = []
+        wanted = [n for n, has_index in todo if has_index]
+        got = self.storage.read_many([index_key(n) for n in wanted]) if wanted else {}
+        for name, has_index in todo:
+            raw = got.get(index_key(name)) if has_index else None
+            if raw is not None:
+                try:
+                    size, where = packs.decode_index(raw)
+                    self._add(name, where, sealed=True, scanned=size)
+                    continue
+                except IntegrityError:
+                    pass  # the pack is the truth: scan it
+            scan.append(name)
+        # a log's mtime is taken before reading it: a record appended after the read changes it
+        mtimes = {n: self.storage.mtime(pack_key(n)) for n in scan if n.startswith("w-")}
+        datas = self.storage.read_many([pack_key(n) for n in scan]) if scan else {}
+        for name in scan:
+            data = datas.get(pack_key(name))
+            if data is None:
+                continue  # deleted by a repack since the listing, or never existed
+            pack = self._packs.get(name)
+            start = pack.scanned if pack is not None else 0
+            where, end = packs.scan(memoryview(data)[start:], start) if start else packs.scan(data)
+            self._keep_pack_data(name, data)
+            # a batch or repack pack is complete when written; a log may still grow
+            self._add(name, where, sealed=not name.startswith("w-"), scanned=end)
+            # a torn tail may be a record still being written: scan again next time
+            self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
+        return sum(len(self._packs[n].where) for n, _ in todo if n in self._packs) > before
 
     def _keep_pack_data(self, name: str, data: bytes) -> None:
         old = self._pack_data.pop(name, None)
