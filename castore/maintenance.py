@@ -423,16 +423,17 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
         if progress is not None:
             progress("deleted", len(out.deleted))
     if doomed_packs:
-        _gc_packs(store, doomed_packs, live, out)
+        _gc_packs(store, doomed_packs, live, out, cutoff)
     if not dry_run:
         out.locks_cleared = clear_stale_locks(store)
         out.temps_cleared = clear_stale_temps(store)
     return out
 
 
-def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport) -> None:
+def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cutoff: float) -> None:
     """Rewrite the packs ``names`` with only their reachable objects (one new pack), then
-    delete them. The new pack is complete and durable before anything is deleted."""
+    delete them, each age re-checked against ``cutoff`` right before. The new pack is
+    complete and durable before anything is deleted."""
     objs = store.objects
     keep: dict[str, bytes] = {}
     dead: dict[str, int] = {}
@@ -452,7 +453,10 @@ def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport) -> 
     if keep:
         objs.write_pack(sorted(keep.items()))
     for name in names:
-        objs.delete_pack(name)
+        if not objs.delete_pack(name, cutoff):
+            # written again since we looked: it stays, and so do its objects
+            for oid in objs.pack_contents(name):
+                dead.pop(oid, None)
     out.deleted.extend(sorted(dead))
     out.bytes_freed += sum(dead.values())
 

@@ -718,16 +718,24 @@ class ObjectStore:
             self._add(name, where, sealed=True, scanned=len(data))
         return name
 
-    def delete_pack(self, name: str) -> None:
-        """Delete a pack and its index (repack and gc only).
+    def delete_pack(self, name: str, cutoff: float | None = None) -> bool:
+        """Delete a pack and its index (repack and gc only); with ``cutoff``, only if the pack
+        was last written before that POSIX time, checked right before the deletion (a batch
+        pack written again with the same bytes is young again). True if deleted.
 
         Raises:
             StorageError: the backend failed.
         """
-        self.storage.delete(index_key(name))
-        self.storage.delete(pack_key(name))
+        if cutoff is not None:
+            if not self.storage.delete_if_older(pack_key(name), cutoff):
+                return False
+            self.storage.delete(index_key(name))
+        else:
+            self.storage.delete(index_key(name))
+            self.storage.delete(pack_key(name))
         with self._lock:
             self._drop(name)
+        return True
 
 
 __all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN", "STORE_FORMAT",
