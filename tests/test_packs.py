@@ -331,3 +331,14 @@ def test_storage_read_range_delete_if_older_and_appenders(backend):
         assert not st.is_held("packs/w-log.pack")
     else:
         assert log is None and not st.is_held("packs/w-log.pack")
+
+
+def test_delete_pack_with_a_cutoff_spares_a_pack_written_since(tmp_path):
+    import time
+
+    objs = ObjectStore(open_storage(str(tmp_path)), format=2)
+    name = objs.write_pack([(o.digest(b"p"), o.to_stored(b"p"))])
+    assert objs.delete_pack(name, time.time() - 3600) is False  # young: kept, index too
+    assert {p.name for p in (tmp_path / "packs").iterdir()} == {f"{name}.pack", f"{name}.idx"}
+    assert objs.delete_pack(name, time.time() + 3600) is True
+    assert not (tmp_path / "packs").exists() or list((tmp_path / "packs").iterdir()) == []
