@@ -342,3 +342,23 @@ def test_delete_pack_with_a_cutoff_spares_a_pack_written_since(tmp_path):
     assert {p.name for p in (tmp_path / "packs").iterdir()} == {f"{name}.pack", f"{name}.idx"}
     assert objs.delete_pack(name, time.time() + 3600) is True
     assert not (tmp_path / "packs").exists() or list((tmp_path / "packs").iterdir()) == []
+
+
+def test_an_append_to_a_log_removed_meanwhile_fails_clearly_and_the_next_one_works(tmp_path):
+    from castore.errors import StorageError
+
+    url = str(tmp_path / "st")
+    st = castore.open(url, format=2)
+    s = st.session("app", "u", "s")
+    s.append(castore.Message(role="user", content="one"))
+    for p in (tmp_path / "st" / "packs").iterdir():
+        p.unlink()  # what a gc with --grace 0 does to a log it should not have taken
+    with pytest.raises(StorageError, match="removed meanwhile"):
+        s.append(castore.Message(role="user", content="two"))
+    assert s.head is not None
+    s.append(castore.Message(role="user", content="three"))  # a new log
+    # "one" was lost with its log (grace 0 on a store in use); "three" is stored and readable
+    fresh = castore.open(url)
+    with pytest.raises(ObjectNotFound):
+        fresh.session("app", "u", "s").messages()
+    assert fresh.objects.contains(fresh.session("app", "u", "s").head)

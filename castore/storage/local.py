@@ -475,9 +475,16 @@ class _LocalAppender(Appender):
                 view = view[n:]
             if self.storage.durable:
                 os.fdatasync(self._fd)
+            gone = os.fstat(self._fd).st_nlink == 0
         except OSError as e:
             self.close()
             raise StorageError(f"cannot append to {self.key}: {e.strerror or e}", self.storage.url) from e
+        if gone:
+            # a gc or repack removed the log (it only takes logs idle for longer than its grace):
+            # what was just written is in no file any more, so this append must not count
+            self.close()
+            raise StorageError(f"cannot append to {self.key}: it was removed meanwhile (gc or repack); "
+                               "nothing was stored, try again", self.storage.url)
         self.size = at + len(data)
         return at
 
