@@ -28,7 +28,7 @@ from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
-from .objectstore import object_key
+from .objectstore import LOOSE_MIN, object_key
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
 from .store import Store
@@ -186,15 +186,15 @@ def _links(obj: Any) -> Iterator[tuple[str, tuple[type, ...]]]:
 
 
 def _load(store: Store, oids: list[str]) -> dict[str, Any]:
-    """Read, verify and decode objects, bypassing every cache.
+    """Read, verify and decode objects (loose or packed), bypassing every cache.
 
     Returns a dict from id to the decoded object, to None (missing), or to the
     IntegrityError met.
     """
-    got = store.storage.read_many([object_key(x) for x in oids])
+    got = store.objects.read_stored_many(oids)
     out: dict[str, Any] = {}
     for oid in oids:
-        stored = got.get(object_key(oid))
+        stored = got.get(oid)
         if stored is None:
             out[oid] = None
             continue
@@ -387,8 +387,15 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
 
     Deleting a session and then running ``gc`` removes the content only that session held;
     content shared with other sessions stays. Objects whose age the backend cannot tell
-    are kept unless ``grace`` is 0. Stale ref locks and temporary files over an hour old
-    are cleared too (not in a dry run).
+    are kept unless ``grace`` is 0. Loose objects are deleted one by one, each age checked
+    again right before its deletion (atomically on local disk); a pack older than the grace
+    period that holds unreachable objects is rewritten with only its reachable ones (a pack
+    a live writer still appends to is never touched). Stale ref locks and temporary files
+    over an hour old are cleared too (not in a dry run).
+
+    The grace period is a guarantee for writers (docs/FORMAT.md, 9.1) as long as it is
+    longer than a writer takes between storing its objects and moving its ref; ``grace=0``
+    means no writer is running.
 
     Args:
         store: the store to clean.
@@ -402,9 +409,12 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
             corrupt reachable objects, or unreadable refs): run fsck.
         StoreNotFound, StorageError.
     """
-    if grace < 0:
+    if not grace >= 0:
         raise CastoreError(f"the grace period must not be negative ({grace})")
     store.require()
+    restore = getattr(store.storage, "restore_aside", None)
+    if restore is not None and not dry_run:
+        restore()  # a gc killed mid-delete left an object renamed aside: put it back first
     report = FsckReport()
     live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
     if report.damaged:
@@ -413,38 +423,186 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
             f"{len(report.bad_refs)} bad refs); run `castore fsck`"
         )
     now = time.time()
+    # grace 0: everything unreachable goes, whatever its age (no writer is running)
+    cutoff = now - grace if grace > 0 else float("inf")
     out = GcReport(dry_run=dry_run)
+    objs = store.objects
     candidates = []
-    for oid in list(store.objects.iter_ids()):
+    for oid in list(objs.iter_loose_ids()):
         if oid in live:
             continue
-        mtime = store.storage.mtime(object_key(oid))
-        if grace > 0 and (mtime is None or now - mtime < grace):
+        mtime = objs.mtime(oid)
+        if grace > 0 and (mtime is None or mtime >= cutoff):
             out.kept_young += 1
             continue
         candidates.append(oid)
-    if candidates and not dry_run:
+    doomed_packs: list[str] = []
+    for name in objs.pack_names():
+        contents = objs.pack_contents(name)
+        dead = [x for x in contents if x not in live]
+        if not dead:
+            continue
+        mtime, _sealed, held = objs.pack_info(name)
+        if held or (grace > 0 and (mtime is None or mtime >= cutoff)):
+            out.kept_young += len(dead)
+            continue
+        doomed_packs.append(name)
+    if (candidates or doomed_packs) and not dry_run:
         # A writer may have made some of them reachable while we walked: walk again and
         # spare anything that is reachable now.
-        live2 = _walk(store, None)
-        candidates = [x for x in candidates if x not in live2]
+        live = live | _walk(store, None)
+        candidates = [x for x in candidates if x not in live]
     for oid in candidates:
-        try:
-            size = len(store.storage.read(object_key(oid)))
-        except FileNotFoundError:
+        stored = objs.read_stored_many([oid]).get(oid)
+        if stored is None:
             continue  # deleted meanwhile (another gc)
-        if not dry_run:
-            store.objects.delete(oid)
+        if not dry_run and not objs.delete_if_older(oid, cutoff):
+            out.kept_young += 1  # freshened by a writer since we looked
+            continue
         out.deleted.append(oid)
-        out.bytes_freed += size
+        out.bytes_freed += len(stored)
         if progress is not None:
             progress("deleted", len(out.deleted))
+    if doomed_packs:
+        _gc_packs(store, doomed_packs, live, out, cutoff)
     if not dry_run:
         out.locks_cleared = clear_stale_locks(store)
         out.temps_cleared = clear_stale_temps(store)
     return out
 
 
-__all__ = ["FsckReport", "GcReport", "fsck", "gc", "reachable", "stale_locks", "clear_stale_locks",
+def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cutoff: float) -> None:
+    """Rewrite the packs ``names`` with only their reachable objects (one new pack), then
+    delete them, each age re-checked against ``cutoff`` right before. The new pack is
+    complete and durable before anything is deleted."""
+    objs = store.objects
+    keep: dict[str, bytes] = {}
+    dead: dict[str, int] = {}
+    for name in names:
+        for oid, loc in objs.pack_contents(name).items():
+            if oid in live:
+                if oid not in keep:
+                    frame = objs.read_frame(name, loc)
+                    o.from_stored(oid, frame)  # never carry damage into a new pack
+                    keep[oid] = frame
+            else:
+                dead[oid] = loc.size
+    if out.dry_run:
+        out.deleted.extend(sorted(dead))
+        out.bytes_freed += sum(dead.values())
+        return
+    if keep:
+        objs.write_pack(sorted(keep.items()))
+    for name in names:
+        if not objs.delete_pack(name, cutoff):
+            # written again since we looked: it stays, and so do its objects
+            for oid in objs.pack_contents(name):
+                dead.pop(oid, None)
+    out.deleted.extend(sorted(dead))
+    out.bytes_freed += sum(dead.values())
+
+
+# -- repack --------------------------------------------------------------------------------
+#: a log nobody holds is merged only when it has not changed for this long (its writer may
+#: be between creating it and taking its lock)
+LOG_IDLE = 60.0
+
+
+@dataclass
+class RepackReport:
+    """What ``repack`` merged."""
+
+    packs_merged: list[str] = field(default_factory=list)
+    loose_packed: int = 0
+    objects: int = 0
+    new_pack: str | None = None
+    bytes_written: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {"packs_merged": list(self.packs_merged), "loose_packed": self.loose_packed,
+                "objects": self.objects, "new_pack": self.new_pack, "bytes_written": self.bytes_written}
+
+
+def _geometric(sizes: list[tuple[str, int]]) -> list[str]:
+    """The smallest packs to merge so that each remaining pack is at least twice the size of
+    all smaller ones together (git's ``repack --geometric=2``)."""
+    sizes = sorted(sizes, key=lambda x: (x[1], x[0]))
+    total, cut = 0, 0
+    for i, (_, n) in enumerate(sizes):
+        if n < 2 * total:
+            cut = i + 1
+        total += n
+    return [name for name, _ in sizes[:cut]] if cut > 1 else []
+
+
+def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackReport:
+    """Merge packs and small loose objects into one new pack, then delete what was merged.
+
+    Raises the store to format 2 first (docs/FORMAT.md, 8). Merges the packs the geometric
+    rule picks (every sealed pack with ``all_packs``), logs that no writer holds and that
+    have been idle for :data:`LOG_IDLE` seconds, and, with ``loose``, every loose object
+    small enough to be packed. Reachability does not matter here: every merged object is
+    in the new pack before its old copy is deleted, so a kill at any point loses nothing.
+
+    Raises:
+        IntegrityError: a merged object is corrupt (nothing is deleted).
+        StoreNotFound, StorageError.
+    """
+    store.require()
+    if store.objects.format < 2:
+        store.update_config(lambda c: {**c, "format": max(2, c.get("format", 1))})
+        store.objects.set_format(2)
+    objs = store.objects
+    now = time.time()
+    sealed_sizes: list[tuple[str, int]] = []
+    chosen: list[str] = []
+    for name in objs.pack_names():
+        mtime, sealed, held = objs.pack_info(name)
+        if held:
+            continue
+        size = sum(loc.size for loc in objs.pack_contents(name).values())
+        if not sealed and name.startswith("w-"):
+            if mtime is not None and now - mtime > LOG_IDLE:
+                chosen.append(name)
+            continue
+        sealed_sizes.append((name, size))
+    chosen += [n for n, _ in sealed_sizes] if all_packs else _geometric(sealed_sizes + [(n, 0) for n in chosen])
+    chosen = sorted(set(chosen))
+    frames: dict[str, bytes] = {}
+    for name in chosen:
+        for oid, loc in objs.pack_contents(name).items():
+            if oid not in frames:
+                frame = objs.read_frame(name, loc)
+                o.from_stored(oid, frame)
+                frames[oid] = frame
+    loose_moved: list[str] = []
+    if loose:
+        ids = [x for x in objs.iter_loose_ids() if x not in frames]
+        for i in range(0, len(ids), _BATCH):
+            chunk = ids[i:i + _BATCH]
+            for oid, stored in objs.read_stored_many(chunk).items():
+                if stored is None:
+                    continue
+                if len(o.from_stored(oid, stored)) <= LOOSE_MIN:
+                    frames[oid] = stored
+                    loose_moved.append(oid)
+    out = RepackReport()
+    if len(chosen) < 2 and not loose_moved:
+        return out  # nothing to merge
+    out.new_pack = objs.write_pack(sorted(frames.items()))
+    out.objects = len(frames)
+    out.bytes_written = sum(len(f) for f in frames.values())
+    for name in chosen:
+        if name != out.new_pack:
+            objs.delete_pack(name)
+    for oid in loose_moved:
+        objs.delete(oid)
+    out.packs_merged = chosen
+    out.loose_packed = len(loose_moved)
+    return out
+
+
+__all__ = ["FsckReport", "GcReport", "RepackReport", "fsck", "gc", "repack", "reachable", "stale_locks", "clear_stale_locks",
            "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",
            "parse_duration", "DEFAULT_GRACE"]

@@ -231,6 +231,11 @@ def digest(canonical: bytes) -> ObjectId:
     return ObjectId(blake3(canonical).hexdigest())
 
 
+def checksum(data: bytes) -> bytes:
+    """The first 16 bytes of the blake3 digest of ``data`` (the check of pack records and indexes)."""
+    return blake3(data).digest()[:16]
+
+
 def encode(obj: _Object) -> tuple[ObjectId, bytes]:
     """Encode an object canonically and return ``(id, canonical bytes)``.
 

@@ -48,7 +48,7 @@ from .errors import (
 )
 from .history import History
 from .objects import Commit, ObjectId
-from .objectstore import ObjectStore
+from .objectstore import DEFAULT_FORMAT, STORE_FORMAT, ObjectStore
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
 from .session import Session
@@ -124,7 +124,8 @@ class Store:
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None,
+                 format: int | None = None) -> None:  # noqa: A002 - the store's format, as in castore init --format
         self.storage = storage
         self.url = storage.url
         self.objects = ObjectStore(storage, compress=compress)
@@ -134,11 +135,17 @@ class Store:
         self.plumbing = Plumbing(self.objects, self.refs, self.history, *([retry] if retry else []))
         self._config: dict[str, Any] | None = None
         self._initialized = False
+        self._new_format = DEFAULT_FORMAT if format is None else format
+        self.objects.set_format(self._new_format)  # refuses an unknown format
         self._load_config()
+        if format is not None and self._initialized and self.objects.format < format:
+            self.update_config(lambda c: {**c, "format": max(c.get("format", 1), format)})
+            self._load_config()
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
-    def open(cls, url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:
+    def open(cls, url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A002
+             **storage_options: Any) -> Store:
         """Open the store at ``url`` (default: ``$CASTORE_STORE`` or ``./.castore``).
 
         Args:
@@ -146,6 +153,8 @@ class Store:
                 fsspec URL.
             durable: when False, local writes skip fsync (faster; a power loss may lose
                 the last appends, never the store's consistency).
+            format: the storage format (docs/FORMAT.md) a new store is created with; an
+                existing store of a lower format is raised to it (2: packs). Default: 1.
             **storage_options: for the backend (``endpoint_url``, ``key``, ``secret``...).
 
         Raises:
@@ -155,7 +164,7 @@ class Store:
         url = url or default_url()
         check_url(url)
         try:
-            return cls(open_storage(url, durable=durable, **storage_options))
+            return cls(open_storage(url, durable=durable, **storage_options), format=format)
         except (StorageError, FormatError):
             raise
         except OSError as e:  # e.g. an fsspec backend that connects at once: unknown host, refused
@@ -172,13 +181,14 @@ class Store:
             fmt = cfg["format"]
         except (ValueError, KeyError, TypeError) as e:
             raise FormatError(f"{self.url}/{CONFIG_KEY} is not a castore config ({e})") from e
-        if not isinstance(fmt, int) or fmt > o.FORMAT:
+        if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt > STORE_FORMAT or fmt < 1:
             raise FormatError(
-                f"store {self.url} has format {fmt!r}; this castore reads format {o.FORMAT} and older. "
+                f"store {self.url} has format {fmt!r}; this castore reads format {STORE_FORMAT} and older. "
                 "Upgrade castore.",
                 found=fmt,
-                supported=o.FORMAT,
+                supported=STORE_FORMAT,
             )
+        self.objects.set_format(fmt)
         self._config = cfg
         self._initialized = True
 
@@ -202,7 +212,7 @@ class Store:
         """
         if self._initialized:
             return False
-        cfg = {"format": o.FORMAT, "created": time.time(), "remotes": {}}
+        cfg = {"format": self._new_format, "created": time.time(), "remotes": {}}
         try:
             self.storage.swap(CONFIG_KEY, json.dumps(cfg, indent=1).encode(), None)
             created = True
@@ -502,7 +512,8 @@ class Store:
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Release the backend's resources."""
+        """Release the backend's resources (and this handle's pack log)."""
+        self.objects.close()
         self.storage.close()
 
     def __enter__(self) -> Store:
@@ -551,14 +562,15 @@ class Store:
         return f"<castore.Store {self.url}>"
 
 
-def open(url: str | None = None, *, durable: bool = True, **storage_options: Any) -> Store:  # noqa: A001 - castore.open(), as io.open
+def open(url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A001,A002 - as io.open
+         **storage_options: Any) -> Store:
     """Open the store at ``url`` (default: see :func:`default_url`); see :meth:`Store.open`.
 
     Raises:
         StorageError: the URL looks mistyped (``s3:/bucket``) or the backend cannot be reached.
         FormatError: the store was written by a newer castore.
     """
-    return Store.open(url, durable=durable, **storage_options)
+    return Store.open(url, durable=durable, format=format, **storage_options)
 
 
 class ConfigContended(CastoreError):

@@ -1,4 +1,4 @@
-"""Maintenance commands: fsck (check the whole store) and gc (remove unreachable objects)."""
+"""Maintenance commands: fsck (check the whole store), gc (remove unreachable objects), repack."""
 
 from __future__ import annotations
 
@@ -125,6 +125,31 @@ def gc_cmd(grace: float, dry_run: bool, as_json: bool) -> None:
             note("dry run: nothing was deleted")
 
 
+_REPACK_SCHEMA = '{"packs_merged": [name], "loose_packed": n, "objects": n, "new_pack": name | null, "bytes_written": n}'
+
+
+@click.command("repack")
+@click.option("--all", "all_packs", is_flag=True, help="Merge every pack, not only the small ones.")
+@json_option(_REPACK_SCHEMA)
+def repack_cmd(all_packs: bool, as_json: bool) -> None:
+    """Merge small packs and small loose objects into one pack (storage format 2).
+
+    A format-1 store is raised to format 2 first (docs/FORMAT.md); older castore
+    versions then refuse it with a clear message. By default packs are merged
+    geometrically (each remaining pack at least twice all smaller ones together).
+    Nothing is deleted before its objects are safely in the new pack.
+    """
+    store = open_store()
+    report = maintenance.repack(store, all_packs=all_packs)
+    if as_json:
+        print_json(report.to_dict())
+    elif report.new_pack is None:
+        click.echo("nothing to repack")
+    else:
+        click.echo(f"packed {report.objects} objects into {report.new_pack} "
+                   f"({len(report.packs_merged)} packs merged, {report.loose_packed} loose objects packed)")
+
+
 def _human(seconds: float) -> str:
     for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
@@ -136,6 +161,7 @@ def register(group: click.Group) -> None:
     """Add this module's commands to ``group``."""
     group.add_command(fsck_cmd)
     group.add_command(gc_cmd)
+    group.add_command(repack_cmd)
 
 
 __all__ = ["register"]

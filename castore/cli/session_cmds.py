@@ -19,13 +19,16 @@ from .render import Refs, safe, short
 
 @click.command("init")
 @click.argument("url", required=False)
+@click.option("--format", "fmt", type=click.IntRange(1, 2), default=None,
+              help="Storage format: 1 (one file per object, the default) or 2 (packs; docs/FORMAT.md).")
 @click.pass_context
-def init_cmd(ctx: click.Context, url: str | None) -> None:
+def init_cmd(ctx: click.Context, url: str | None, fmt: int | None) -> None:
     """Create a store at URL (default: the --store option).
 
     Doing it twice is harmless. Writing to a store that does not exist yet creates it
     too, so this is only needed to make an empty one, or an S3 bucket: on s3://BUCKET/...
-    a missing bucket is created first (options from the global -o).
+    a missing bucket is created first (options from the global -o). --format chooses the
+    storage format of a new store (2: packs, see docs/FORMAT.md).
     """
     target = url or store_url(ctx)
     check_url(target)
@@ -37,7 +40,7 @@ def init_cmd(ctx: click.Context, url: str | None) -> None:
                 note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
         finally:
             storage.close()
-    with Store.open(target, **store_options(ctx)) as store:
+    with Store.open(target, format=fmt, **store_options(ctx)) as store:
         created = store.init()
         note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}")
 

@@ -12,9 +12,9 @@ import os
 from typing import Any
 
 from ..errors import StorageError
-from .base import PreconditionFailed, Storage, Token, Versioned
+from .base import Appender, PreconditionFailed, Storage, Token, Versioned
 
-__all__ = ["open_storage", "Storage", "PreconditionFailed", "Token", "Versioned", "split_url"]
+__all__ = ["open_storage", "Storage", "Appender", "PreconditionFailed", "Token", "Versioned", "split_url"]
 
 
 def split_url(url: str) -> tuple[str, str]:

@@ -73,6 +73,27 @@ def check_key(key: str, prefix: bool = False) -> str:
     return key
 
 
+class Appender(ABC):
+    """An append-only log that one writer owns: each :meth:`append` is durable on return
+    (when the storage is durable) and lands whole or is ignored by readers as a torn tail."""
+
+    key: str
+    #: the log's size in bytes, which is where the next append starts
+    size: int
+
+    @abstractmethod
+    def append(self, data: bytes) -> int:
+        """Append ``data``; return the offset it starts at.
+
+        Raises:
+            StorageError: the write failed (the log must not be appended to again).
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the log (it is not appended to again)."""
+
+
 class Storage(ABC):
     """Bytes by key under one root URL. See the module docstring for the contract."""
 
@@ -185,6 +206,45 @@ class Storage(ABC):
             self.read(key)
         except FileNotFoundError:
             return False
+        return True
+
+    def read_range(self, key: str, offset: int, size: int) -> bytes:
+        """Return ``size`` bytes of ``key`` from ``offset`` (fewer if the file is shorter).
+
+        Raises:
+            FileNotFoundError: nothing is stored there.
+            StorageError: the backend failed.
+        """
+        return self.read(key)[offset:offset + size]
+
+    def open_appender(self, key: str) -> Appender | None:
+        """Create ``key`` as an append-only log owned by this handle, or None if the backend
+        cannot append (object stores: write whole packs instead).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return None
+
+    def is_held(self, key: str) -> bool:
+        """Whether a live :class:`Appender` still owns the log at ``key`` (never, where the
+        backend has no appenders)."""
+        return False
+
+    def delete_if_older(self, key: str, cutoff: float) -> bool:
+        """Delete ``key`` only if it was last written before the POSIX time ``cutoff``,
+        checking its age right before the deletion; True if it was deleted.
+
+        Backends without an atomic way to do this leave a window of one call between the
+        check and the deletion.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        t = self.mtime(key)
+        if t is None or t >= cutoff:
+            return False
+        self.delete(key)
         return True
 
     def mtime(self, key: str) -> float | None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 
 from ..errors import InvalidName, RefLocked, StorageError
-from .base import PreconditionFailed, Storage, Token, Versioned, check_key
+from .base import Appender, PreconditionFailed, Storage, Token, Versioned, check_key
 
 _HOST = os.uname().nodename
 #: how long a writer waits for a live rival's lock before giving up (a writer holds it for
@@ -164,8 +164,7 @@ class LocalStorage(Storage):
         for path, v in paths:
             self._write_file(path, v)
             dirs.add(os.path.dirname(path))
-        for d in dirs:
-            self._fsync_dir(d)
+        self._sync_written_dirs(dirs, items)
 
     def exists(self, key: str) -> bool:
         """Whether a file is stored at ``key``."""
@@ -380,6 +379,167 @@ class LocalStorage(Storage):
             rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             out.extend(f if rel == "." else f"{rel}/{f}" for f in files if f.endswith(".lock"))
         return out
+
+    # -- format 2: ranged reads, append-only logs, age-checked deletes ------------------
+    def _sync_written_dirs(self, dirs: set[str], items: Mapping[str, bytes]) -> None:
+        """Sync each folder written into; one that vanished meanwhile (gc pruned it after
+        deleting its last file, our file with it) is made again and its files rewritten."""
+        for d in dirs:
+            for attempt in range(3):
+                if os.path.isdir(d):
+                    try:
+                        self._fsync_dir(d)
+                        break
+                    except StorageError as e:
+                        if not isinstance(e.__cause__, FileNotFoundError) or attempt == 2:
+                            raise
+                if attempt == 2:
+                    raise StorageError(f"cannot sync folder {d}: it keeps vanishing (a gc running?)", self.url)
+                self._made_dirs.discard(d)
+                for k, v in items.items():
+                    path = self._path(k)
+                    if os.path.dirname(path) == d:
+                        self._write_file(path, v)
+
+    def read_range(self, key: str, offset: int, size: int) -> bytes:
+        """``size`` bytes of ``key`` from ``offset``; see :meth:`Storage.read_range`."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(key) from None
+        except OSError as e:
+            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        try:
+            return os.pread(fd, size, offset)
+        except OSError as e:
+            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        finally:
+            os.close(fd)
+
+    def open_appender(self, key: str) -> Appender | None:
+        """Create ``key`` (it must not exist) as a log held under an exclusive ``flock``."""
+        return _LocalAppender(self, key)
+
+    def is_held(self, key: str) -> bool:
+        """Whether a live writer holds the ``flock`` of the log at ``key``."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops our shared lock
+        return False
+
+    def delete_if_older(self, key: str, cutoff: float) -> bool:
+        """Delete ``key`` if last written before ``cutoff``, atomically against writers.
+
+        The file is first renamed aside, then its age is read there: a writer that rewrote
+        (freshened) it before the rename makes it young, and it is renamed back (the bytes
+        are the same: a content-addressed file); a writer after the rename finds no file
+        and writes a new one, which this call never touches.
+        """
+        path = self._path(key)
+        aside = f"{path}.tmp-gc-{os.urandom(8).hex()}"
+        try:
+            os.rename(path, aside)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as e:
+            raise StorageError(f"cannot delete {key}: {e.strerror or e}", self.url) from e
+        try:
+            young = os.stat(aside).st_mtime >= cutoff
+            if young:
+                os.replace(aside, path)
+                return False
+            os.unlink(aside)
+        except OSError as e:
+            raise StorageError(f"cannot delete {key}: {e.strerror or e}", self.url) from e
+        self._prune_dirs(os.path.dirname(path))
+        return True
+
+    def restore_aside(self) -> list[str]:
+        """Put back the files :meth:`delete_if_older` had renamed aside when its process died
+        (their real name is missing; a file already back there wins). Returns their keys."""
+        restored = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for f in files:
+                real, sep, _ = f.partition(".tmp-gc-")
+                if not sep:
+                    continue
+                aside, path = os.path.join(dirpath, f), os.path.join(dirpath, real)
+                try:
+                    if os.path.exists(path):
+                        os.unlink(aside)
+                    else:
+                        os.rename(aside, path)
+                        restored.append(os.path.relpath(path, self.root).replace(os.sep, "/"))
+                except FileNotFoundError:
+                    continue
+                except OSError as e:
+                    raise StorageError(f"cannot restore {aside}: {e.strerror or e}", self.url) from e
+        return sorted(restored)
+
+
+class _LocalAppender(Appender):
+    """A log file created with ``O_EXCL``, written with ``O_APPEND`` and one ``fdatasync``
+    per append, under an exclusive ``flock`` held until :meth:`close` (or the process dies)."""
+
+    def __init__(self, storage: LocalStorage, key: str) -> None:
+        self.storage = storage
+        self.key = key
+        path = storage._path(key)
+        d = os.path.dirname(path)
+        self._fd: int | None = None
+        for attempt in (0, 1):
+            storage._ensure_dir(d)
+            try:
+                self._fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o644)
+                break
+            except FileNotFoundError as e:
+                storage._made_dirs.discard(d)  # pruned by a gc since we made it: make it again
+                if attempt:
+                    raise StorageError(f"cannot create {key}: {e.strerror or e}", storage.url) from e
+            except OSError as e:
+                raise StorageError(f"cannot create {key}: {e.strerror or e}", storage.url) from e
+        assert self._fd is not None
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        storage._fsync_dir(os.path.dirname(path))  # the log's name survives a crash
+        self.size = 0
+
+    def append(self, data: bytes) -> int:
+        """Append ``data`` durably; see :meth:`Appender.append`."""
+        if self._fd is None:
+            raise StorageError(f"{self.key}: the log is closed", self.storage.url)
+        at = self.size
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            if self.storage.durable:
+                os.fdatasync(self._fd)
+            gone = os.fstat(self._fd).st_nlink == 0
+        except OSError as e:
+            self.close()
+            raise StorageError(f"cannot append to {self.key}: {e.strerror or e}", self.storage.url) from e
+        if gone:
+            # a gc or repack removed the log (it only takes logs idle for longer than its grace):
+            # what was just written is in no file any more, so this append must not count
+            self.close()
+            raise StorageError(f"cannot append to {self.key}: it was removed meanwhile (gc or repack); "
+                               "nothing was stored, try again", self.storage.url)
+        self.size = at + len(data)
+        return at
+
+    def close(self) -> None:
+        """Release the log and its ``flock``."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _check_stale(lock: str, remove: bool) -> bool | None:

@@ -1,0 +1,187 @@
+"""Storage format 1 (loose objects) against format 2 (packs), side by side in one run.
+
+    PYTHONPATH=. python scripts/bench_packs.py [--n 500] [--s3-n 40]
+
+Local disk, durable (fsync), one session per format, N appends of one ~500-byte message with
+a state delta, alternated step by step with a durable SQLite insert of the same message
+(WAL, synchronous=FULL), so the machine's noise hits all three alike. Counted per append:
+new files, fsync + fdatasync calls (os.fsync and os.fdatasync are wrapped in this process),
+time (median); at the end, disk use (allocated blocks) against the bytes stored (object
+frames) and the raw message bytes. On S3 (moto on 127.0.0.1, from tests/s3server.py): the
+HTTP requests per append, by method, read from moto's request log, after a warm-up append.
+Prints a markdown report on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import castore  # noqa: E402
+
+_WORDS = [f"w{i}" for i in range(2000)]
+_fsyncs = {"n": 0}
+_real_fsync, _real_fdatasync = os.fsync, os.fdatasync
+
+
+def _count_fsync(fd: int) -> None:
+    _fsyncs["n"] += 1
+    _real_fsync(fd)
+
+
+def _count_fdatasync(fd: int) -> None:
+    _fsyncs["n"] += 1
+    _real_fdatasync(fd)
+
+
+os.fsync = _count_fsync  # type: ignore[assignment]
+os.fdatasync = _count_fdatasync  # type: ignore[assignment]
+
+
+def message(i: int, rng: random.Random) -> str:
+    """About 500 bytes of Zipf-ish words (the BENCHMARKS.md workload's shape)."""
+    out: list[str] = []
+    while sum(len(w) + 1 for w in out) < 500:
+        out.append(_WORDS[min(int(rng.paretovariate(1.1)) - 1, len(_WORDS) - 1)])
+    return f"{i}: " + " ".join(out)
+
+
+def files_and_blocks(root: str) -> tuple[int, int, int]:
+    """(files, allocated bytes, apparent bytes) under ``root``."""
+    n = alloc = size = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            st = os.stat(os.path.join(dirpath, f))
+            n += 1
+            alloc += st.st_blocks * 512
+            size += st.st_size
+    return n, alloc, size
+
+
+def stored_bytes(root: str) -> int:
+    """Bytes of objects as stored (loose files and pack files; refs and config excluded)."""
+    total = 0
+    for sub in ("objects", "packs"):
+        for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
+            total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
+    return total
+
+
+def local(n: int) -> list[str]:
+    tmp = tempfile.mkdtemp(prefix="bench-packs-")
+    rng = random.Random(7)
+    msgs = [message(i, rng) for i in range(n)]
+    raw = sum(len(m.encode()) for m in msgs)
+    roots = {1: os.path.join(tmp, "f1"), 2: os.path.join(tmp, "f2")}
+    stores = {f: castore.open(r, format=f) for f, r in roots.items()}
+    sessions = {f: s.session("app", "u", "s") for f, s in stores.items()}
+    db = sqlite3.connect(os.path.join(tmp, "sqlite.db"), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, role TEXT, content TEXT, turn INTEGER)")
+    times: dict[str, list[float]] = {"format 1": [], "format 2": [], "sqlite": []}
+    fsyncs: dict[str, int] = {"format 1": 0, "format 2": 0, "sqlite": 0}
+    warm = min(20, n // 10)
+    files_after_warm: dict[int, int] = {}
+    for i, text in enumerate(msgs):
+        role = "user" if i % 2 == 0 else "assistant"
+        for f in (1, 2):
+            before = _fsyncs["n"]
+            t0 = time.perf_counter()
+            sessions[f].append(castore.Message(role=role, content=text), state_delta={"turn": i, "topic": text[:8]})
+            dt = time.perf_counter() - t0
+            if i >= warm:
+                times[f"format {f}"].append(dt)
+                fsyncs[f"format {f}"] += _fsyncs["n"] - before
+        before = _fsyncs["n"]
+        t0 = time.perf_counter()
+        db.execute("INSERT INTO m (session, role, content, turn) VALUES (?, ?, ?, ?)", ("s", role, text, i))
+        dt = time.perf_counter() - t0
+        if i >= warm:
+            times["sqlite"].append(dt)
+            fsyncs["sqlite"] += _fsyncs["n"] - before  # sqlite's own fsyncs are not Python calls: see note
+        if i == warm - 1:
+            files_after_warm = {f: files_and_blocks(r)[0] for f, r in roots.items()}
+    measured = n - warm
+    out = [f"### Local disk, durable, N = {n} appends (first {warm} not timed)", "",
+           "| | files per append | fsyncs per append | median append | vs SQLite | disk / stored | stored / raw |",
+           "|---|---|---|---|---|---|---|"]
+    sql_med = statistics.median(times["sqlite"])
+    for f in (1, 2):
+        nfiles, alloc, _size = files_and_blocks(roots[f])
+        stored = stored_bytes(roots[f])
+        med = statistics.median(times[f"format {f}"])
+        out.append(f"| format {f} | {(nfiles - files_after_warm[f]) / measured:.3f} | "
+                   f"{fsyncs[f'format {f}'] / measured:.2f} | {med * 1000:.2f} ms | {med / sql_med:.1f}x | "
+                   f"{alloc / stored:.1f}x | {stored / raw:.2f}x |")
+    out.append(f"| SQLite (WAL, synchronous=FULL) | - | 1 (in C, not counted here) | {sql_med * 1000:.2f} ms | 1.0x | - | - |")
+    # read back in a fresh handle
+    for f in (1, 2):
+        t0 = time.perf_counter()
+        got = castore.open(roots[f]).session("app", "u", "s").messages()
+        assert len(got) == n and got[-1].content == msgs[-1]
+        out.append(f"\nformat {f}: read back {n} messages in a fresh handle in {(time.perf_counter() - t0) * 1000:.0f} ms")
+    for s in stores.values():
+        s.close()
+    return out
+
+
+def s3(n: int) -> list[str]:
+    import s3server
+
+    server = s3server.start_moto_server()
+    out = [f"### S3 (moto on 127.0.0.1), requests per append, {n} appends after one warm-up append", "",
+           "| | requests per append | PUT | GET | HEAD | other |", "|---|---|---|---|---|---|"]
+    try:
+        for f in (1, 2):
+            bucket = f"bench-packs-{f}"
+            s3server.make_bucket(server.endpoint_url, bucket)
+            st = castore.open(f"s3://{bucket}/store", format=f, **server.storage_options)
+            s = st.session("app", "u", "s")
+            s.append(castore.Message(role="user", content="warm-up"))
+            start = os.path.getsize(server.log)
+            rng = random.Random(3)
+            for i in range(n):
+                s.append(castore.Message(role="user", content=message(i, rng)), state_delta={"turn": i})
+            time.sleep(0.3)  # let moto flush its log
+            with open(server.log, errors="replace") as fh:
+                fh.seek(start)
+                lines = [ln for ln in fh if '" ' in ln and "HTTP/1." in ln]
+            by = {m: sum(1 for ln in lines if f'"{m} ' in ln) for m in ("PUT", "GET", "HEAD")}
+            other = len(lines) - sum(by.values())
+            out.append(f"| format {f} | {len(lines) / n:.2f} | {by['PUT'] / n:.2f} | {by['GET'] / n:.2f} | "
+                       f"{by['HEAD'] / n:.2f} | {other / n:.2f} |")
+            st.close()
+    finally:
+        server.stop()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--s3-n", type=int, default=40)
+    ap.add_argument("--no-s3", action="store_true")
+    args = ap.parse_args()
+    t0 = time.time()
+    lines = [f"## Packs: format 1 against format 2 (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
+    lines += local(args.n)
+    if not args.no_s3:
+        lines += [""] + s3(args.s3_n)
+    lines += ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
