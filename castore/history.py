@@ -76,7 +76,7 @@ class History:
             raise RevisionNotFound(cid, f"object is a {type(obj).__name__.lower()}, not a commit")
         return obj
 
-    def commits(self, cids: list[str]) -> dict[str, Commit]:
+    def commits(self, cids: Sequence[str]) -> dict[str, Commit]:
         """Read several commits in one batch.
 
         Raises:

@@ -28,7 +28,7 @@ from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
-from .objectstore import LOOSE_MIN, object_key
+from .objectstore import LOOSE_MIN
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
 from .store import Store
@@ -40,7 +40,9 @@ TEMP_MIN_AGE = 3600.0
 #: objects read per batch (one concurrent read on S3)
 _BATCH = 256
 
-_KIND_NAMES = {Commit: "commit", Tree: "tree", Value: "value", Blob: "blob", Index: "index", Segment: "segment"}
+_KIND_NAMES: dict[type, str] = {
+    Commit: "commit", Tree: "tree", Value: "value", Blob: "blob", Index: "index", Segment: "segment",
+}
 _ANY: tuple[type, ...] = (Commit, Tree, Value, Blob, Index, Segment)
 
 
@@ -298,7 +300,7 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
     report.reachable = len(live)
     present = list(store.objects.iter_ids())
     report.objects = len(present)
-    unreachable = sorted(set(present) - live)
+    unreachable: list[str] = sorted(set(present) - live)
     named: set[str] = set()
     for i in range(0, len(unreachable), _BATCH):
         chunk = unreachable[i:i + _BATCH]
@@ -603,6 +605,6 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
     return out
 
 
-__all__ = ["FsckReport", "GcReport", "RepackReport", "fsck", "gc", "repack", "reachable", "stale_locks", "clear_stale_locks",
-           "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",
+__all__ = ["FsckReport", "GcReport", "RepackReport", "fsck", "gc", "repack", "reachable", "stale_locks",
+           "clear_stale_locks", "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",
            "parse_duration", "DEFAULT_GRACE"]

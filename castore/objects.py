@@ -66,19 +66,19 @@ class _Object(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="k"):
     pass
 
 
-class Blob(_Object, tag="b"):
+class Blob(_Object, tag="b", frozen=True):
     """Opaque bytes (an image, a file, a large tool output)."""
 
     data: bytes
 
 
-class Value(_Object, tag="v"):
+class Value(_Object, tag="v", frozen=True):
     """One msgpack value: an entry's body, or a large state value."""
 
     value: Any
 
 
-class Tree(_Object, tag="t"):
+class Tree(_Object, tag="t", frozen=True):
     """A state snapshot: small values inline, large ones by the id of a :class:`Value`.
 
     A large state is split by key hash: ``sub`` maps one hex digit to a child tree.
@@ -89,7 +89,7 @@ class Tree(_Object, tag="t"):
     sub: dict[str, bytes] = {}
 
 
-class Commit(_Object, tag="c"):
+class Commit(_Object, tag="c", frozen=True):
     """One entry of a history, the state after it, and its parents.
 
     ``body`` names the :class:`Value` holding the entry's shareable content (a message,
@@ -114,14 +114,14 @@ class Commit(_Object, tag="c"):
     index: bytes | None = None
 
 
-class Segment(_Object, tag="s"):
+class Segment(_Object, tag="s", frozen=True):
     """K consecutive commits of a path and their bodies, as stored canonical bytes."""
 
     start: int
     objects: tuple[bytes, ...]
 
 
-class Index(_Object, tag="i"):
+class Index(_Object, tag="i", frozen=True):
     """The segments of a path from its root, in order."""
 
     segments: tuple[bytes, ...] = ()
@@ -231,7 +231,7 @@ def digest(canonical: bytes) -> ObjectId:
     return ObjectId(blake3(canonical).hexdigest())
 
 
-def checksum(data: bytes) -> bytes:
+def checksum(data: bytes | memoryview) -> bytes:
     """The first 16 bytes of the blake3 digest of ``data`` (the check of pack records and indexes)."""
     return blake3(data).digest()[:16]
 

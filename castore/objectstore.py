@@ -604,9 +604,9 @@ class ObjectStore:
             seen.add(oid)
             yield oid
         self.refresh()
-        for oid in list(self._where):
-            if oid not in seen:
-                yield ObjectId(oid)
+        for key in list(self._where):
+            if key not in seen:
+                yield ObjectId(key)
 
     def resolve_prefix(self, prefix: str) -> ObjectId:
         """The one object id starting with ``prefix`` (4 or more hex characters).

@@ -78,7 +78,7 @@ def encode_pack(frames: Iterable[tuple[str, bytes]]) -> tuple[bytes, dict[str, L
     return PACK_MAGIC + rec, where
 
 
-def scan(data: bytes, base: int = 0) -> tuple[dict[str, Location], int]:
+def scan(data: bytes | memoryview, base: int = 0) -> tuple[dict[str, Location], int]:
     """Every frame of the valid records in ``data``: a pack's bytes from pack offset ``base``.
 
     Reading stops at the first record that is incomplete or fails its check: the end of

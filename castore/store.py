@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import names
-from . import objects as o
 from .aio import to_thread
 from .branches import (
     HEADS,

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, overload
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
@@ -117,6 +117,14 @@ def entry_to_event(entry: LogEntry) -> AdkEvent | None:
             c["parts"] = msg.content
         d["content"] = c
     return AdkEvent.model_validate(d)
+
+
+@overload
+def _strip(session_id: str) -> str: ...
+
+
+@overload
+def _strip(session_id: str | None) -> str | None: ...
 
 
 def _strip(session_id: str | None) -> str | None:

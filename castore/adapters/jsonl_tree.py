@@ -32,8 +32,7 @@ from ..errors import CastoreError, InvalidEntry
 from ..objects import Blob
 
 if TYPE_CHECKING:
-    from ..session import Session
-    from ..store import Store
+    from ..session import Session, SessionHost
 
 #: flush a run of lines once its raw bytes add up to this much
 RUN_BYTES = 8 << 20
@@ -136,14 +135,14 @@ def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
         yield pos, raw
 
 
-def put_blobs(store: Store, raws: list[bytes]) -> list[str]:
+def put_blobs(store: SessionHost, raws: list[bytes]) -> list[str]:
     """Store each bytes as a blob (content-addressed: a line seen before costs nothing)."""
     enc = [o.encode(Blob(data=r)) for r in raws]
     store.objects.put_encoded(enc)
     return [oid for oid, _ in enc]
 
 
-def read_blobs(store: Store, oids: list[str]) -> dict[str, bytes]:
+def read_blobs(store: SessionHost, oids: list[str]) -> dict[str, bytes]:
     """The bytes of blobs, by id.
 
     Raises:

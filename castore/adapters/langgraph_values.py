@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import objects as o
 from ..objects import Commit, Tree, Value
-from ..store import Store
+
+if TYPE_CHECKING:
+    from ..session import SessionHost
 
 #: fan-out of the persistent lists: complete blocks hold R**k elements
 R = 8
@@ -81,7 +83,7 @@ class ChannelValues:
         serde: the saver's LangGraph serializer.
     """
 
-    def __init__(self, store: Store, serde: SerializerProtocol) -> None:
+    def __init__(self, store: SessionHost, serde: SerializerProtocol) -> None:
         self.store = store
         self.serde = serde
         self._decoded: OrderedDict[str, Any] = OrderedDict()  # Value id -> shared decoded value
@@ -255,7 +257,8 @@ class ChannelValues:
             IntegrityError: a part of the list is missing or not a tree.
         """
         if root.values.get("f") == 2:
-            tops, m = [], 0
+            tops: list[Top] = []
+            m = 0
             if "p" in root.sub:
                 prefix = self.tree(root.sub["p"])
                 tops, m = self._tops(prefix), int(prefix.values.get("n", 0))
@@ -267,7 +270,7 @@ class ChannelValues:
                 raise o.IntegrityError(o.encode(root)[0], f"list root lacks element {e}") from e
             return tops
         sizes = _block_sizes(int(root.values.get("n", 0)))
-        tops: list[Top] = []
+        tops = []
         for j, size in enumerate(sizes):
             k = str(j)
             if k in root.sub:

@@ -32,8 +32,7 @@ from ..errors import CastoreError
 from ..objects import Commit, Tree
 
 if TYPE_CHECKING:
-    from ..session import LogEntry, Session
-    from ..store import Store
+    from ..session import LogEntry, Session, SessionHost
 
 #: the branch the saver keeps task writes on (``castore.adapters.langgraph.WRITES_BRANCH``)
 WRITES_BRANCH = "writes"
@@ -216,7 +215,7 @@ def visible(entries: Iterable[LogEntry]) -> list[LogEntry]:
 
 
 # -- channel values ------------------------------------------------------------------------------
-def _decoder(store: Store) -> Any:
+def _decoder(store: SessionHost) -> Any:
     """LangGraph's value reader with its default serializer, or None without langgraph."""
     try:
         from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -243,7 +242,7 @@ class StateReader:
         decode: use LangGraph's serializer when it is installed (False: only describe).
     """
 
-    def __init__(self, store: Store, decode: bool = True) -> None:
+    def __init__(self, store: SessionHost, decode: bool = True) -> None:
         self.store = store
         self._vals: Any = _decoder(store) if decode else None
         self._why = "install langgraph to decode" if decode else "not decoded"
@@ -407,7 +406,7 @@ class StateReader:
         return repr(value)
 
 
-def decode_state(store: Store, tree_id: bytes | str | None, decode: bool = True) -> dict[str, Any]:
+def decode_state(store: SessionHost, tree_id: bytes | str | None, decode: bool = True) -> dict[str, Any]:
     """The channel values of a checkpoint's state tree as JSON-ready data (see :class:`StateReader`).
 
     Raises:

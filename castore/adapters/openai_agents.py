@@ -167,7 +167,7 @@ class CastoreSession:
         if limit == 0 or not self.store.exists:
             return []
         if limit is None or limit < 0:
-            items = []
+            items: list[Any] = []
             for e in self.castore.entries():
                 item = entry_to_item(e)
                 if item is _BOUNDARY:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..entries import Event, Message
+from ..objects import ObjectId
 from ..session import Session
 from ..store import Store, default_url
 from . import render as r
@@ -25,7 +26,7 @@ def _call(call_id: str, city: str) -> dict[str, Any]:
 
 
 def _turn(s: Session, call_id: str, city: str, weather: dict[str, Any], answer: str, model: str,
-          **state: Any) -> list[str]:
+          **state: Any) -> list[ObjectId]:
     """One agent turn, appended whole: the tool call, its result, the answer (an Event)."""
     return s.append_many([
         Message(role="assistant", tool_calls=[_call(call_id, city)]),

@@ -83,7 +83,7 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     if graph:
         entries = r.topo_order(entries)
     if as_json:
-        doc = {"session": r.session_json(session.key), "head": refs.head, "branch": refs.branch,
+        doc: dict[str, Any] = {"session": r.session_json(session.key), "head": refs.head, "branch": refs.branch,
                "commits": [r.commit_json(e, refs) for e in entries]}
         if graph:
             doc["graph"] = r.graph_lines(entries, refs, r.plain)

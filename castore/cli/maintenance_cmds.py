@@ -125,7 +125,8 @@ def gc_cmd(grace: float, dry_run: bool, as_json: bool) -> None:
             note("dry run: nothing was deleted")
 
 
-_REPACK_SCHEMA = '{"packs_merged": [name], "loose_packed": n, "objects": n, "new_pack": name | null, "bytes_written": n}'
+_REPACK_SCHEMA = ('{"packs_merged": [name], "loose_packed": n, "objects": n, "new_pack": name | null, '
+                  '"bytes_written": n}')
 
 
 @click.command("repack")

@@ -94,7 +94,8 @@ def one_line(text: str, width: int = 72) -> str:
 def _tool_call(call: Any) -> str:
     if not isinstance(call, Mapping):
         return str(call)
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    function = call.get("function")
+    fn = function if isinstance(function, Mapping) else call
     name = fn.get("name", "?")
     args = fn.get("arguments", fn.get("args", fn.get("input", "")))
     if not isinstance(args, str):

@@ -59,7 +59,7 @@ def layout(parents: Sequence[Sequence[int]], prefer: Sequence[int] = (), keep: S
     n = len(parents)
     first = [p[0] if p and 0 <= p[0] < n else -1 for p in parents]
     children: list[list[int]] = [[] for _ in range(n)]
-    roots = []
+    roots: list[int] = []
     for i, p in enumerate(first):
         (children[p] if p >= 0 else roots).append(i)
 

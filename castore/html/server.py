@@ -25,6 +25,9 @@ from .page import INDEX_CSS, csp, index_page, session_page
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _ANY = {"0.0.0.0", "::", ""}
+#: what a log line escapes: the C0 and C1 controls and the backslash, as the base handler does
+#: (its own table, ``_control_char_table``, is private)
+_CONTROL_CHARS = str.maketrans({c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {ord("\\"): "\\\\"})
 
 
 class ViewServer(ThreadingHTTPServer):
@@ -49,6 +52,7 @@ class ViewServer(ThreadingHTTPServer):
     def url(self) -> str:
         """``http://host:port/`` of the running server."""
         host, port = self.server_address[:2]
+        assert isinstance(host, str)  # getsockname() names an AF_INET or AF_INET6 host as text
         host = f"[{host}]" if ":" in str(host) else host
         return f"http://{host}:{port}/"
 
@@ -77,7 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         if self.server.log is not None:
             # The request line is the client's text: escape its controls, as the base class does.
-            self.server.log(f"{self.address_string()} {(format % args).translate(self._control_char_table)}")
+            self.server.log(f"{self.address_string()} {(format % args).translate(_CONTROL_CHARS)}")
 
     def _send(self, status: HTTPStatus, body: str, policy: str | None = None, allow: bool = False,
               head: bool = False) -> None:

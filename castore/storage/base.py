@@ -13,6 +13,7 @@ Every backend (local disk, memory, S3, any other fsspec file system) implements
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
@@ -187,7 +188,7 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """List the immediate children names (files and folders) of the folder ``prefix``.
 
         Returns an empty list when the folder does not exist.

@@ -17,6 +17,7 @@ Every fault is counted in :attr:`FaultyStorage.injected` by kind and in
 
 from __future__ import annotations
 
+import builtins
 import random
 import threading
 import time
@@ -166,7 +167,7 @@ class FaultyStorage(Storage):
         """See :meth:`Storage.list`; may raise an injected StorageError."""
         return self._call("list", prefix, lambda: self.inner.list(prefix))
 
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """See :meth:`Storage.list_dir`; may raise an injected StorageError."""
         return self._call("list_dir", prefix, lambda: self.inner.list_dir(prefix))
 

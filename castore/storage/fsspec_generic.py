@@ -7,6 +7,7 @@ disk, memory or S3 where several writers share a store.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from typing import Any
 
@@ -119,7 +120,7 @@ class FsspecStorage(Storage):
         n = len(self.root) + 1
         return sorted(p[n:] for p in found)
 
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """Immediate children of ``prefix``."""
         try:
             found = self.fs.ls(self._p(prefix), detail=False)

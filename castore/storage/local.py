@@ -10,6 +10,7 @@ the kernel drops when the process dies; the pid and host it records are for mess
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import hashlib
 import os
@@ -332,7 +333,7 @@ class LocalStorage(Storage):
                 out.append(f if rel == "." else f"{rel}/{f}")
         return sorted(out)
 
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """Immediate children of ``prefix`` (files and folders), skipping temporaries."""
         try:
             names = os.listdir(self._path(prefix, prefix=True))
@@ -342,7 +343,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot list {prefix}: {e.strerror}", self.url) from e
         return sorted(n for n in names if ".tmp-" not in n and not n.endswith(".lock"))
 
-    def stale_temps(self, min_age: float) -> list[str]:
+    def stale_temps(self, min_age: float) -> builtins.list[str]:
         """Temporary files (``*.tmp-*``) last changed over ``min_age`` seconds ago: writes
         that a crash cut short before their rename. Paths are relative to the root."""
         now, out = time.time(), []
@@ -358,7 +359,7 @@ class LocalStorage(Storage):
                     continue  # renamed or removed meanwhile
         return sorted(out)
 
-    def clear_stale_temps(self, min_age: float) -> list[str]:
+    def clear_stale_temps(self, min_age: float) -> builtins.list[str]:
         """Remove what :meth:`stale_temps` finds; return what was removed."""
         removed = []
         for rel in self.stale_temps(min_age):
@@ -371,10 +372,10 @@ class LocalStorage(Storage):
                 raise StorageError(f"cannot remove {rel}: {e.strerror or e}", self.url) from e
         return removed
 
-    def list_locks(self, prefix: str) -> list[str]:
+    def list_locks(self, prefix: str) -> builtins.list[str]:
         """Lock files below ``prefix`` (for fsck), relative to the root."""
         base = self._path(prefix, prefix=True)
-        out = []
+        out: list[str] = []
         for dirpath, _dirs, files in os.walk(base):
             rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             out.extend(f if rel == "." else f"{rel}/{f}" for f in files if f.endswith(".lock"))
@@ -418,7 +419,33 @@ class LocalStorage(Storage):
 
     def open_appender(self, key: str) -> Appender | None:
         """Create ``key`` (it must not exist) as a log held under an exclusive ``flock``."""
-        return _LocalAppender(self, key)
+        return _LocalAppender(self, key, self._create_log(key))
+
+    def _create_log(self, key: str) -> int:
+        """Create ``key`` with ``O_EXCL`` for appending, take its exclusive ``flock`` and
+        sync its folder; return the open descriptor.
+
+        Raises:
+            StorageError: the file exists or cannot be created.
+        """
+        path = self._path(key)
+        d = os.path.dirname(path)
+        fd: int | None = None
+        for attempt in (0, 1):
+            self._ensure_dir(d)
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o644)
+                break
+            except FileNotFoundError as e:
+                self._made_dirs.discard(d)  # pruned by a gc since we made it: make it again
+                if attempt:
+                    raise StorageError(f"cannot create {key}: {e.strerror or e}", self.url) from e
+            except OSError as e:
+                raise StorageError(f"cannot create {key}: {e.strerror or e}", self.url) from e
+        assert fd is not None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._fsync_dir(os.path.dirname(path))  # the log's name survives a crash
+        return fd
 
     def is_held(self, key: str) -> bool:
         """Whether a live writer holds the ``flock`` of the log at ``key``."""
@@ -461,7 +488,7 @@ class LocalStorage(Storage):
         self._prune_dirs(os.path.dirname(path))
         return True
 
-    def restore_aside(self) -> list[str]:
+    def restore_aside(self) -> builtins.list[str]:
         """Put back the files :meth:`delete_if_older` had renamed aside when its process died
         (their real name is missing; a file already back there wins). Returns their keys."""
         restored = []
@@ -488,26 +515,11 @@ class _LocalAppender(Appender):
     """A log file created with ``O_EXCL``, written with ``O_APPEND`` and one ``fdatasync``
     per append, under an exclusive ``flock`` held until :meth:`close` (or the process dies)."""
 
-    def __init__(self, storage: LocalStorage, key: str) -> None:
+    def __init__(self, storage: LocalStorage, key: str, fd: int) -> None:
+        """Wrap ``fd``, the log at ``key`` as :meth:`LocalStorage._create_log` opened it."""
         self.storage = storage
         self.key = key
-        path = storage._path(key)
-        d = os.path.dirname(path)
-        self._fd: int | None = None
-        for attempt in (0, 1):
-            storage._ensure_dir(d)
-            try:
-                self._fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_APPEND, 0o644)
-                break
-            except FileNotFoundError as e:
-                storage._made_dirs.discard(d)  # pruned by a gc since we made it: make it again
-                if attempt:
-                    raise StorageError(f"cannot create {key}: {e.strerror or e}", storage.url) from e
-            except OSError as e:
-                raise StorageError(f"cannot create {key}: {e.strerror or e}", storage.url) from e
-        assert self._fd is not None
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        storage._fsync_dir(os.path.dirname(path))  # the log's name survives a crash
+        self._fd: int | None = fd
         self.size = 0
 
     def append(self, data: bytes) -> int:

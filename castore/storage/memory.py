@@ -6,6 +6,7 @@ system does); tests isolate themselves by using a fresh name. Nothing survives t
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import threading
 import time
@@ -91,7 +92,7 @@ class MemoryStorage(Storage):
         with self._lock:
             return sorted(k for k in self._data if k.startswith(p))
 
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """Immediate children of ``prefix``."""
         p = prefix.rstrip("/") + "/" if prefix else ""
         with self._lock:

@@ -16,6 +16,7 @@ are raised at once.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import random
 import time
@@ -117,7 +118,7 @@ class RetryingStorage(Storage):
         """See :meth:`Storage.list` (retried)."""
         return self._retry(lambda: self.inner.list(prefix))
 
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """See :meth:`Storage.list_dir` (retried)."""
         return self._retry(lambda: self.inner.list_dir(prefix))
 

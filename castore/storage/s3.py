@@ -14,6 +14,7 @@ retried. Tokens are ETags in their quoted form (``"abc..."``), as S3 returns the
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import random
 import time
@@ -418,7 +419,7 @@ class S3Storage(Storage):
         p = prefix.strip("/")
         return sorted(f"{p}/{k}" if p else k for k in keys if k and not k.endswith("/"))
 
-    def list_dir(self, prefix: str) -> list[str]:
+    def list_dir(self, prefix: str) -> builtins.list[str]:
         """List the immediate children (files and folders) of the folder ``prefix``, sorted.
 
         Returns an empty list when the folder does not exist.

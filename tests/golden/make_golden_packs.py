@@ -15,9 +15,10 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from castore import objects as o  # noqa: E402
-from castore import packs  # noqa: E402
-from make_golden import golden_objects  # noqa: E402
+from make_golden import golden_objects
+
+from castore import objects as o
+from castore import packs
 
 
 def golden() -> dict[str, object]:
