@@ -449,7 +449,7 @@ def _hostile_session(store: castore.Store) -> castore.Session:
     s.append(Custom("type" + EVIL, {"d": EVIL}))
     s.append(Comp(summary="summary " + EVIL))
     s.branch("br" + EVIL)
-    s.label("HEAD~1", "lab" + EVIL)
+    s.label("lab" + EVIL, at="HEAD~1")
     return s
 
 

@@ -47,7 +47,7 @@ def _build_demo(store: castore.Store) -> castore.Session:
     u2 = s.entries()[-4].id  # "And in Shanghai?"
     s.compact("The user asked about the weather in Beijing (sunny, 25°C).", keep_from=u2)
     s.append(castore.Message(role="user", content=MARKUP), state_delta={"user:tz": "Asia/Shanghai"})
-    s.label("HEAD", "<b>markup</b>")
+    s.label("<b>markup</b>", at="HEAD")
     return s
 
 

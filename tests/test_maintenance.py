@@ -42,7 +42,7 @@ def rich_store(store: castore.Store) -> None:
     """Sessions with branches, labels, forks, app and user state, and a closed segment block."""
     s = fill(store, "s1", 70)
     s.branch("retry", at="HEAD~3")
-    s.label("HEAD~1", "v1")
+    s.label("v1", at="HEAD~1")
     s.checkout("retry")
     s.append(castore.Message(role="assistant", content="again"), state_delta={"app:theme": "dark", "user:lang": "fr"})
     s.fork("s2", at="HEAD~2")

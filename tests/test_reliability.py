@@ -471,7 +471,7 @@ def test_random_names_work_or_are_refused_clearly(reference: tuple[str, list[cas
     s.append(castore.Message(role="user", content="named"))
     try:
         s.branch(branch)
-        s.label("HEAD", branch, force=True)
+        s.label(branch, at="HEAD", force=True)
     except castore.InvalidName:
         pass
     except castore.BranchError:
@@ -571,7 +571,7 @@ def tenants(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[castore.
     store = make_backend(request.param, request, tmp_path).open()
     s = store.session("app", "alice", "s1")
     s.append(castore.Message(role="user", content="alice's secret"), state_delta={"user:card": "4111"})
-    s.label("HEAD", "v1")
+    s.label("v1", at="HEAD")
     store.session("app", "alice", "s2").append(castore.Message(role="user", content="alice two"))
     yield store
     store.close()

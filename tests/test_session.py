@@ -295,14 +295,14 @@ def test_fork_onto_an_existing_session_is_refused_and_writes_nothing(s: castore.
 
 def test_labels_name_commits(s: castore.Session) -> None:
     ids = linear(s, 4)
-    assert s.label("HEAD~2", "v1") == ids[1]
-    s.label(ids[3], "release/2024 ✓")
+    assert s.label("v1", at="HEAD~2") == ids[1]
+    s.label("release/2024 ✓", at=ids[3])
     assert s.labels() == {"release/2024 ✓": ids[3], "v1": ids[1]}
     assert s.resolve("v1") == ids[1]
     assert s.resolve("v1~1") == ids[0]
     with pytest.raises(BranchError):
-        s.label("HEAD", "v1")
-    s.label("HEAD", "v1", force=True)
+        s.label("v1", at="HEAD")
+    s.label("v1", at="HEAD", force=True)
     assert s.labels()["v1"] == ids[3]
     s.delete_label("v1")
     assert "v1" not in s.labels()
@@ -634,7 +634,7 @@ def test_delete_session_removes_it_from_listings(store: castore.Store) -> None:
     s1 = store.session(APP, "alice", "s1")
     linear(s1, 3)
     s1.branch("x")
-    s1.label("HEAD", "l")
+    s1.label("l", at="HEAD")
     store.session(APP, "alice", "s2").append(msg(0))
     store.delete_session(APP, "alice", "s1")
     assert [x.session for x in store.sessions(APP, "alice")] == ["s2"]
@@ -667,7 +667,7 @@ def test_async_twins_work_under_asyncio(store: castore.Store) -> None:
             assert await sess.aresolve("HEAD~2") == first
             await sess.abranch("b", at=first)
             assert set(await sess.abranches()) == {"b", "main"}
-            await sess.alabel(first, "l")
+            await sess.alabel("l", at=first)
             assert await sess.alabels() == {"l": first}
             assert await sess.acheckout("b") == "b"
             f = await sess.afork("f")
@@ -708,14 +708,14 @@ def test_bad_input_raises_a_clear_error_and_writes_nothing(store: castore.Store)
         (InvalidEntry, lambda: sess.append_many(msg(1))),  # type: ignore[arg-type]
         (RevisionNotFound, lambda: sess.checkout("no-such-rev")),
         (RevisionNotFound, lambda: sess.branch("b2", at="HEAD~10")),
-        (RevisionNotFound, lambda: sess.label("nope", "l")),
+        (RevisionNotFound, lambda: sess.label("l", at="nope")),
         (RevisionNotFound, lambda: sess.fork("f", at="nope")),
         (RevisionNotFound, lambda: sess.state("nope")),
         (RevisionNotFound, lambda: sess.messages("abc")),
         (BranchError, lambda: sess.branch("side")),
         (BranchError, lambda: sess.delete_branch("main")),
         (InvalidName, lambda: sess.branch("")),
-        (InvalidName, lambda: sess.label("HEAD", "")),
+        (InvalidName, lambda: sess.label("", at="HEAD")),
         (InvalidName, lambda: sess.fork("")),
         (InvalidName, lambda: sess.fork("x" * 256)),
         (InvalidName, lambda: store.session("", "alice", "s1")),

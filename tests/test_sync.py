@@ -176,7 +176,7 @@ def test_push_copies_sessions_between_backends(make_store, src_kind: str, dst_ki
     # From local disk, a history longer than a segment block; from S3 a short one (moto is slow).
     fill(src, KEY, K + 6 if src_kind == "local" else 16)
     s = src.session(*KEY)
-    s.label("HEAD~3", "checkpoint")
+    s.label("checkpoint", at="HEAD~3")
     s.branch("retry", at="HEAD~10")
     s.checkout("retry")
     s.append(Message(role="user", content="on the retry branch"))
@@ -348,9 +348,9 @@ def test_pull_with_both_sides_moved_keeps_the_remote_tip_as_a_remote_ref(make_st
 def test_labels_that_differ_are_refused_and_never_kept(make_store) -> None:
     local, remote = make_store("local"), make_store("local")
     fill(local, KEY, 4)
-    local.session(*KEY).label("HEAD~1", "v1")
+    local.session(*KEY).label("v1", at="HEAD~1")
     sync.push(local, remote)
-    Store(remote.storage).session(*KEY).label("HEAD~3", "v1", force=True)
+    Store(remote.storage).session(*KEY).label("v1", at="HEAD~3", force=True)
     r = sync.pull(remote, local)
     assert [x.ref for x in r.refs_refused] == ["sessions/weather/alice/s1/tags/v1"]
     assert "label 'v1'" in r.refs_refused[0].reason and not r.refs_kept_as_remote

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,14 +101,8 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
 def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Claude Code sessions back under DEST, byte for byte, as Claude Code lays them out."""
     from ..adapters.claude_code import export_claude
-    from .common import get_session
 
-    store = open_store(ctx)
-    sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
-    written = export_claude(store, dest, app=app, sessions=sessions)
-    for rel in written:
-        click.echo(rel)
-    note(f"wrote {len(written)} file(s) under {dest}")
+    _export(ctx, export_claude, dest, app, specs)
 
 
 @click.command("codex")
@@ -139,11 +134,18 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, as_json
 def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte."""
     from ..adapters.codex import export_codex
+
+    _export(ctx, export_codex, dest, app, specs)
+
+
+def _export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, app: str,
+            specs: tuple[str, ...]) -> None:
+    """Run one archive exporter over the chosen sessions (default: all of ``app``) and list the files."""
     from .common import get_session
 
     store = open_store(ctx)
     sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
-    written = export_codex(store, dest, app=app, sessions=sessions)
+    written = exporter(store, dest, app=app, sessions=sessions)
     for rel in written:
         click.echo(rel)
     note(f"wrote {len(written)} file(s) under {dest}")

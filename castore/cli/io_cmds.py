@@ -34,7 +34,7 @@ def _session_spec(ctx: click.Context, local: str | None) -> str | None:
 
 @click.group("import", cls=CastoreGroup)
 def import_group() -> None:
-    """Import sessions from other agents' files (Pi JSONL)."""
+    """Import sessions from other agents' files (Pi JSONL, Claude Code, Codex CLI)."""
 
 
 @import_group.command("pi")
@@ -94,7 +94,7 @@ def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip
 
 @click.group("export", cls=CastoreGroup)
 def export_group() -> None:
-    """Export a session: to a Pi JSONL file, or to a self-contained HTML view."""
+    """Export sessions: to Pi JSONL, Claude Code or Codex CLI files, or to a self-contained HTML view."""
 
 
 @export_group.command("pi")
