@@ -353,44 +353,53 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     found = 0
     for key, order, paths in plans:
         calls: dict[str, str] = {}
-        for i in range(0, len(order), _BATCH):
-            batch = order[i:i + _BATCH]
-            body_ids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))
-            bodies = store.objects.get_many(body_ids, missing_ok=True) if body_ids else {}
-            for cid, c in batch:
-                if c.body is None:
+        for cid, c, body in bodies_of(store, order):
+            when = _time_of(c)
+            in_time = (since is None or when >= since) and (until is None or when < until)
+            for role, bkind, tool, text in blocks(body, c.kind, calls):
+                if not in_time or bkind not in want_kinds:
                     continue
+                if role_set is not None and role not in role_set:
+                    continue
+                if tool_globs is not None and not _glob_any(tool, tool_globs):
+                    continue
+                if not text or rx.search(text) is None:
+                    continue
+                lines = _line_matches(rx, text)
+                if not lines:
+                    continue
+                refs = where[cid]
+                mine = tuple(b for k, b in refs if k == key)
+                others: dict[tuple[str, str, str], list[str]] = {}
+                for k, b in refs:
+                    if k != key:
+                        others.setdefault(k, []).append(b)
+                before: tuple[tuple[str, str, str], ...] = ()
+                after: tuple[tuple[str, str, str], ...] = ()
+                if context:
+                    before, after = _context(store, paths[mine[0]], cid, context)
+                yield Match(cid, key, mine, role, bkind, tool, when, lines,
+                            tuple((k, tuple(b)) for k, b in others.items()), before, after, context)
+                found += 1
+                if limit is not None and found >= limit:
+                    return
+
+
+def bodies_of(store: Store, order: list[tuple[str, Commit]]) -> Iterator[tuple[str, Commit, Any]]:
+    """Each commit of ``order`` that has a body, with the body's value (None when it is missing
+    or not a value), reading the bodies in batches and each shared body once.
+
+    Raises:
+        IntegrityError, StorageError: reading a body failed.
+    """
+    for i in range(0, len(order), _BATCH):
+        batch = order[i:i + _BATCH]
+        body_ids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))
+        bodies = store.objects.get_many(body_ids, missing_ok=True) if body_ids else {}
+        for cid, c in batch:
+            if c.body is not None:
                 v = bodies.get(o.hex_id(c.body))
-                body = v.value if isinstance(v, Value) else None
-                when = _time_of(c)
-                in_time = (since is None or when >= since) and (until is None or when < until)
-                for role, bkind, tool, text in blocks(body, c.kind, calls):
-                    if not in_time or bkind not in want_kinds:
-                        continue
-                    if role_set is not None and role not in role_set:
-                        continue
-                    if tool_globs is not None and not _glob_any(tool, tool_globs):
-                        continue
-                    if not text or rx.search(text) is None:
-                        continue
-                    lines = _line_matches(rx, text)
-                    if not lines:
-                        continue
-                    refs = where[cid]
-                    mine = tuple(b for k, b in refs if k == key)
-                    others: dict[tuple[str, str, str], list[str]] = {}
-                    for k, b in refs:
-                        if k != key:
-                            others.setdefault(k, []).append(b)
-                    before: tuple[tuple[str, str, str], ...] = ()
-                    after: tuple[tuple[str, str, str], ...] = ()
-                    if context:
-                        before, after = _context(store, paths[mine[0]], cid, context)
-                    yield Match(cid, key, mine, role, bkind, tool, when, lines,
-                                tuple((k, tuple(b)) for k, b in others.items()), before, after, context)
-                    found += 1
-                    if limit is not None and found >= limit:
-                        return
+                yield cid, c, (v.value if isinstance(v, Value) else None)
 
 
 def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,

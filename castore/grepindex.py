@@ -35,9 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import objects as o
 from .errors import CastoreError
-from .objects import Value
 
 if TYPE_CHECKING:
     import re
@@ -47,7 +45,6 @@ if TYPE_CHECKING:
 VERSION = 3
 SEP = "\x1e"
 _KINDS = ("text", "thinking", "tool_call", "tool_result")
-_BATCH = 256
 
 Key = tuple[str, str, str]
 
@@ -106,7 +103,7 @@ def _session_refs(store: Store) -> dict[Key, dict[str, str]]:
 
 def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
     """Every searchable block of one session, each commit once, root to tip."""
-    from .grep import _time_of, blocks
+    from .grep import _time_of, blocks, bodies_of
 
     s = store.session(*key)
     tips = dict(s.branches())
@@ -122,18 +119,10 @@ def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
             member[cid].append(bname)
     order.sort(key=lambda x: x[1].depth)
     calls: dict[str, str] = {}
-    for i in range(0, len(order), _BATCH):
-        batch = order[i:i + _BATCH]
-        bids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))
-        bodies = store.objects.get_many(bids, missing_ok=True) if bids else {}
-        for cid, c in batch:
-            if c.body is None:
-                continue
-            v = bodies.get(o.hex_id(c.body))
-            body = v.value if isinstance(v, Value) else None
-            for j, (role, kind, tool, text) in enumerate(blocks(body, c.kind, calls)):
-                if text:
-                    yield Record(cid, 0, role, kind, tool, _time_of(c), tuple(member[cid]), j), text
+    for cid, c, body in bodies_of(store, order):
+        for j, (role, kind, tool, text) in enumerate(blocks(body, c.kind, calls)):
+            if text:
+                yield Record(cid, 0, role, kind, tool, _time_of(c), tuple(member[cid]), j), text
 
 
 class Index:
