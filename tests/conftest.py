@@ -101,3 +101,20 @@ def local_store(tmp_path: Any) -> Iterator[castore.Store]:
         yield st
     finally:
         st.close()
+
+
+#: S3 variants of tests whose local and memory variants stay in the default run: each takes
+#: 20-30 s against the loopback S3 server, so they run with `scripts/test -m slow`
+SLOW_ON_S3 = (
+    "tests/test_session.py::test_time_travel_to_every_commit_of_a_200_commit_history[s3]",
+    "tests/test_session.py::test_replay_equals_snapshot_at_every_commit[s3]",
+    "tests/test_refs.py::test_cas_race_32_threads_on_s3_has_exactly_one_winner_per_round",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark :data:`SLOW_ON_S3` slow before ``-m 'not slow'`` deselects by marker."""
+    for item in items:
+        if item.nodeid in SLOW_ON_S3:
+            item.add_marker(pytest.mark.slow)
