@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -78,6 +79,10 @@ META_CREATED = "created"
 HEAD_KEEPS = (META_NAMES, META_INFO, META_CREATED)
 #: the keys that may hold the real name behind a hashed segment, in the order they are read
 REAL_NAME_KEYS = (META_NAME, META_HEAD_BRANCH)
+
+#: how many refs a :class:`Plumbing` keeps the last written value of (least recently used
+#: go first; a ref not kept costs one read before its next write)
+KEPT_REFS = 4096
 
 # -- ref names ---------------------------------------------------------------------------------
 SESSIONS = "sessions"
@@ -563,7 +568,7 @@ class Plumbing:
         self.history = history
         self.policy = policy
         # ref -> the value this handle last wrote (or read to write on): see read_for_write
-        self._kept: dict[str, RefValue] = {}
+        self._kept: OrderedDict[str, RefValue] = OrderedDict()
         self._kept_lock = threading.Lock()
 
     # -- the refs this handle wrote ----------------------------------------------------------
@@ -583,6 +588,8 @@ class Plumbing:
         if not fresh:
             with self._kept_lock:
                 kept = self._kept.get(ref)
+                if kept is not None:
+                    self._kept.move_to_end(ref)
             if kept is not None:
                 return kept
         value = self.refs.read(ref)
@@ -595,6 +602,9 @@ class Plumbing:
                 self._kept.pop(ref, None)
             else:
                 self._kept[ref] = value
+                self._kept.move_to_end(ref)
+                while len(self._kept) > KEPT_REFS:  # a handle writing many sessions: memory stays bounded
+                    self._kept.popitem(last=False)
 
     def forget(self, ref: str | None = None) -> None:
         """Drop the kept value of ``ref`` (of every ref when None): the next write reads it."""

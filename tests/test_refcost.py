@@ -247,3 +247,17 @@ def test_a_bad_pack_list_in_a_hint_is_ignored_not_trusted() -> None:
     assert Hint.from_meta({"tl": tail, "pk": "b-" + "0" * 32}) == Hint(None, tail, [])
     ok = "b-" + "0" * 32
     assert Hint.from_meta({"tl": tail, "pk": [ok]}) == Hint(None, tail, [ok])
+
+
+def test_kept_values_are_bounded_and_an_evicted_ref_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from castore import branches
+
+    monkeypatch.setattr(branches, "KEPT_REFS", 4)
+    with castore.open(f"memory://refcost-{uuid.uuid4().hex}") as st:
+        sessions = [st.session("app", "u", f"s{i}") for i in range(6)]
+        for rnd in range(3):
+            for i, s in enumerate(sessions):
+                s.append(_msg(rnd, f"s{i}"))
+        assert len(st.plumbing._kept) <= 4
+        for i, s in enumerate(sessions):
+            assert [m.content for m in s.messages()] == [_msg(r, f"s{i}").content for r in range(3)]
