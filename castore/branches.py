@@ -27,14 +27,25 @@ ref. It owns four things:
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from . import names
 from . import objects as o
-from .errors import BranchError, CastoreError, CorruptRef, InvalidName, RefConflict, RefLocked, RefNotFound
+from .errors import (
+    BranchError,
+    CastoreError,
+    CorruptRef,
+    InvalidName,
+    RefConflict,
+    RefLocked,
+    RefNotFound,
+    StorageError,
+)
 from .history import Hint, History, K
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore
@@ -68,6 +79,10 @@ META_CREATED = "created"
 HEAD_KEEPS = (META_NAMES, META_INFO, META_CREATED)
 #: the keys that may hold the real name behind a hashed segment, in the order they are read
 REAL_NAME_KEYS = (META_NAME, META_HEAD_BRANCH)
+
+#: how many refs a :class:`Plumbing` keeps the last written value of (least recently used
+#: go first; a ref not kept costs one read before its next write)
+KEPT_REFS = 4096
 
 # -- ref names ---------------------------------------------------------------------------------
 SESSIONS = "sessions"
@@ -552,6 +567,71 @@ class Plumbing:
         self.refs = refs
         self.history = history
         self.policy = policy
+        # ref -> the value this handle last wrote (or read to write on): see read_for_write
+        self._kept: OrderedDict[str, RefValue] = OrderedDict()
+        self._kept_lock = threading.Lock()
+
+    # -- the refs this handle wrote ----------------------------------------------------------
+    def read_for_write(self, ref: str, fresh: bool = False) -> RefValue | None:
+        """The value of ``ref`` to build a write on, with no request when this handle kept it.
+
+        The value kept is the one this handle's last :meth:`swap` of ``ref`` wrote (or the
+        last one read here). A steady-state writer so moves a ref with one conditional
+        write and no read before it (on S3: If-Match the ETag of its own last write). Nothing
+        is weakened: the compare-and-swap still checks the kept token against the ref as it
+        is, a lost one makes :meth:`swap` forget the value, and the retry of the landing
+        reads afresh (``fresh=True``, or simply because nothing is kept any more).
+
+        Raises:
+            IntegrityError: the ref file is garbage. StorageError.
+        """
+        if not fresh:
+            with self._kept_lock:
+                kept = self._kept.get(ref)
+                if kept is not None:
+                    self._kept.move_to_end(ref)
+            if kept is not None:
+                return kept
+        value = self.refs.read(ref)
+        self._keep(ref, value)
+        return value
+
+    def _keep(self, ref: str, value: RefValue | None) -> None:
+        with self._kept_lock:
+            if value is None or value.token is None:
+                self._kept.pop(ref, None)
+            else:
+                self._kept[ref] = value
+                self._kept.move_to_end(ref)
+                while len(self._kept) > KEPT_REFS:  # a handle writing many sessions: memory stays bounded
+                    self._kept.popitem(last=False)
+
+    def forget(self, ref: str | None = None) -> None:
+        """Drop the kept value of ``ref`` (of every ref when None): the next write reads it."""
+        with self._kept_lock:
+            if ref is None:
+                self._kept.clear()
+            else:
+                self._kept.pop(ref, None)
+
+    def touch(self, ref: str, policy: RetryPolicy | None = None) -> None:
+        """Rewrite ``ref`` as it is (same target and metadata, a new write id), so that any
+        handle that kept its value (:meth:`read_for_write`) loses its next compare-and-swap
+        and reads again. Called after HEAD left the branch ``ref``: a writer that kept
+        HEAD's old value learns of the move at its next append. Retried until it lands (a
+        rival's write meanwhile may be one that kept the old HEAD). A missing ref or a
+        symbolic one is left alone.
+
+        Raises:
+            RefContended, RefLocked, StorageError.
+        """
+        def attempt(_n: int) -> None:
+            cur = self.refs.read(ref)
+            if cur is None or cur.symbolic is not None:
+                return
+            self.swap(ref, cur.target, cur, {k: v for k, v in cur.meta.items() if k != META_WRITE_ID})
+
+        self.land(ref, attempt, policy)
 
     # -- hints -----------------------------------------------------------------------------
     def hint(self, tip: str, tipref: RefValue | None) -> tuple[Hint, dict[ObjectId, bytes]]:
@@ -614,13 +694,22 @@ class Plumbing:
     def write(self, pending: Mapping[ObjectId, bytes] | Batch) -> int:
         """Store a batch's objects (or ``(id, bytes)`` pairs) with one call; return bytes written.
 
+        The packs a batch's objects went into are added to its read hint (``pk``), so a
+        cold reader of the ref loads them without listing ``packs/`` (docs/FORMAT.md, 6).
+
         Raises:
             StorageError: the backend failed.
         """
         items = pending.take() if isinstance(pending, Batch) else pending
         if not items:
             return 0
-        return self.objects.put_encoded(items.items())
+        if not isinstance(pending, Batch):
+            return self.objects.put_encoded(items.items())
+        self.objects.written_packs()  # drop names from writes outside batches (sync, repack)
+        n = self.objects.put_encoded(items.items())
+        # the ref naming the batch's tip names the packs its tail is in (read hint "pk")
+        pending.hint = pending.hint.with_packs(self.objects.written_packs())
+        return n
 
     # -- the reflog ------------------------------------------------------------------------
     def record_move(self, refs: SessionRefs, ref: str, old: str, new: str | None, why: str,
@@ -682,11 +771,20 @@ class Plumbing:
     def swap(self, ref: str, target: str, expect: RefValue | None, meta: Mapping[str, Any]) -> RefValue:
         """One compare-and-swap of ``ref`` (the only ref move of castore's writers).
 
+        The value written is kept for this handle's next write (:meth:`read_for_write`);
+        a lost swap, or one whose outcome is unknown, forgets it.
+
         Raises:
             RefConflict: ``ref`` no longer holds ``expect``.
             InvalidEntry: a bad target. StorageError.
         """
-        return self.refs.swap(ref, target, expect, meta)
+        try:
+            new = self.refs.swap(ref, target, expect, meta)
+        except (RefConflict, StorageError):
+            self.forget(ref)
+            raise
+        self._keep(ref, new)
+        return new
 
     def set(self, ref: str, target: str, meta_for: Callable[[RefValue | None], Mapping[str, Any]],
             policy: RetryPolicy | None = None, keep: Iterable[str] = ()) -> RefValue:
@@ -704,7 +802,7 @@ class Plumbing:
             meta = dict(meta_for(cur))
             if cur is not None:
                 meta.update({k: cur.meta[k] for k in keep if k in cur.meta and k not in meta})
-            return self.refs.swap(ref, target, cur, meta)
+            return self.swap(ref, target, cur, meta)
 
         return self.land(ref, attempt, policy)
 
@@ -714,6 +812,7 @@ class Plumbing:
         Raises:
             RefConflict: it changed since ``expect`` was read. StorageError.
         """
+        self.forget(ref)
         self.refs.delete(ref, expect)
 
 

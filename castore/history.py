@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import objects as o
+from . import packs as pk
 from .errors import IntegrityError, ObjectNotFound, RevisionNotFound
 from .objects import Commit, Index, ObjectId, Segment
 from .objectstore import ObjectStore
@@ -27,22 +28,33 @@ from .objectstore import ObjectStore
 K = 64
 #: bodies larger than this are not copied into segments (they are read on their own)
 SEGMENT_BODY_MAX = 16384
+#: at most this many pack names in a hint (one per append of the tail, and the index's)
+MAX_HINT_PACKS = K + 1
 
 _REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")
 
 
 @dataclass
 class Hint:
-    """What a reader of the path ending at a tip needs besides the tip: see the module doc."""
+    """What a reader of the path ending at a tip needs besides the tip: see the module doc.
+
+    ``packs`` (``pk`` in the metadata, format 2) names the packs that hold the tail's
+    commits and the index, oldest first: a cold reader loads exactly those instead of
+    listing ``packs/`` (docs/FORMAT.md, 6). It is only a hint too: a pack repacked away
+    since costs the listing it saves.
+    """
 
     index: str | None = None
     tail: list[str] = field(default_factory=list)
+    packs: list[str] = field(default_factory=list)
 
     def to_meta(self) -> dict[str, Any]:
         """The hint as ref metadata."""
         d: dict[str, Any] = {"tl": list(self.tail)}
         if self.index:
             d["ix"] = self.index
+        if self.packs:
+            d["pk"] = list(self.packs[-MAX_HINT_PACKS:])
         return d
 
     @classmethod
@@ -54,7 +66,27 @@ class Hint:
             return None
         if ix is not None and not (isinstance(ix, str) and o.is_hex_id(ix)):
             return None
-        return cls(ix, list(tail))
+        names = meta.get("pk")
+        if not isinstance(names, list) or not all(isinstance(n, str) and pk.is_pack_name(n) for n in names):
+            names = []  # a bad pack list costs a listing, not the hint
+        return cls(ix, list(tail), list(names[-MAX_HINT_PACKS:]))
+
+    def with_packs(self, names: Sequence[str]) -> Hint:
+        """This hint with ``names`` added to its packs (each once, oldest first)."""
+        out = [n for n in self.packs if n not in names] + list(dict.fromkeys(names))
+        return Hint(self.index, list(self.tail), out[-MAX_HINT_PACKS:])
+
+
+def load_hinted(objs: ObjectStore, hint: Hint, want: Sequence[str], near: ObjectStore | None = None) -> None:
+    """Load the packs ``hint`` names into ``objs`` when some of ``want`` is known neither
+    there nor in ``near``, so that reading them lists no folder (a cold reader on S3).
+    Missing packs (repacked away) are skipped: the reads then fall back to a listing.
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    if hint.packs and not all(objs.knows(x) or (near is not None and near.knows(x)) for x in want):
+        objs.load_packs(hint.packs)
 
 
 class History:
@@ -104,8 +136,18 @@ class History:
                 return got
         return self._path_by_walking(tip)
 
+    def load_hinted(self, hint: Hint, want: Sequence[str]) -> None:
+        """Load the packs ``hint`` names when some of ``want`` is not known here yet, so that
+        reading them lists no folder (a cold reader on S3). Missing packs are skipped.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        load_hinted(self.objs, hint, want)
+
     def _path_from_hint(self, tip: str, hint: Hint) -> list[tuple[str, Commit]] | None:
         want = list(hint.tail) + ([hint.index] if hint.index else [])
+        self.load_hinted(hint, want)
         got = self.objs.get_many(want, missing_ok=True)
         tail = _commits(got, hint.tail)
         if tail is None:
@@ -218,7 +260,9 @@ class History:
             yield self.path(tip, hint)
             return
         assert hint is not None
-        got = self.objs.get_many(list(hint.tail) + ([hint.index] if hint.index else []), missing_ok=True)
+        want = list(hint.tail) + ([hint.index] if hint.index else [])
+        self.load_hinted(hint, want)
+        got = self.objs.get_many(want, missing_ok=True)
         suffix = _commits(got, hint.tail)
         idx = got.get(hint.index) if hint.index else Index()
         if suffix is None or not isinstance(idx, Index) \
@@ -308,7 +352,7 @@ class History:
         """
         tail = hint.tail + [cid]
         if (commit.depth + 1) % K != 0:
-            return Hint(hint.index, tail), {}
+            return Hint(hint.index, tail, list(hint.packs)), {}
         # The block is full: pack it into a segment and extend the index.
         commits = self.commits(tail)
         bodies = [o.hex_id(c.body) for c in commits.values() if c.body is not None]
@@ -370,7 +414,7 @@ class BlockPath:
         hint = Hint.from_meta(meta) if meta else None
         if hint is not None and hint.tail and hint.tail[-1] == tip and self._load_hint(hint):
             pass
-        elif hint is not None and not hint.tail and hint.index and self._load_closed(hint.index):
+        elif hint is not None and not hint.tail and hint.index and self._load_closed(hint):
             pass
         else:
             self._load_by_walking()
@@ -387,7 +431,9 @@ class BlockPath:
         return got
 
     def _load_hint(self, hint: Hint) -> bool:
-        got = self._get_many(hint.tail + ([hint.index] if hint.index else []))
+        want = hint.tail + ([hint.index] if hint.index else [])
+        load_hinted(self.objs, hint, want, self.near)
+        got = self._get_many(want)
         tail = hint_tail(hint, got)
         if tail is None:
             return False
@@ -397,8 +443,11 @@ class BlockPath:
         self._use_index(hint.index, idx if isinstance(idx, Index) else None)
         return True
 
-    def _load_closed(self, index_id: str) -> bool:
+    def _load_closed(self, hint: Hint) -> bool:
         # A tip that closes a block: its ref hint names the index that holds its block.
+        assert hint.index is not None
+        index_id = hint.index
+        load_hinted(self.objs, hint, [self.tip, index_id], self.near)
         got = self._get_many([self.tip, index_id])
         c, idx = got.get(self.tip), got.get(index_id)
         if not isinstance(c, Commit) or not isinstance(idx, Index) or (c.depth + 1) % K or \

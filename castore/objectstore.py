@@ -317,13 +317,23 @@ class ObjectStore:
         knows them, e.g. from a ref's read hint); unknown or missing names are skipped.
         Returns True when something new was found.
 
+        A batch pack (``b-``) never has an index, so it is read whole at once (one GET on
+        S3); the others are looked up by index first. This handle's own live log is
+        already mapped and not read again.
+
         Raises:
             StorageError: the backend failed.
         """
         with self._lock:
-            todo = [(n, True) for n in names if packs.is_pack_name(n)
-                    and not (n in self._packs and self._packs[n].sealed)]
+            todo = [(n, not n.startswith("b-")) for n in dict.fromkeys(names) if packs.is_pack_name(n)
+                    and not (n in self._packs and self._packs[n].sealed)
+                    and not (n == self._log_name and self._log is not None)]
             return self._load_packs(todo)
+
+    def knows(self, oid: str) -> bool:
+        """Whether ``oid`` can be read without looking for it: decoded, or mapped to a pack
+        (no I/O; a loose object is not "known" until read)."""
+        return oid in self._cache or oid in self._canonical or oid in self._where
 
     def _load_packs(self, todo: Sequence[tuple[str, bool]]) -> bool:
         """Read the indexes of ``(name, has_index)`` packs, and scan the others (and those

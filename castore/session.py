@@ -59,6 +59,7 @@ from .entries import (
 from .errors import (
     AuditError,
     BranchError,
+    CorruptRef,
     InvalidEntry,
     RefConflict,
     RevisionNotFound,
@@ -174,6 +175,30 @@ class Session:
         if head.symbolic is None:
             return head, None, head
         tipref = self._refs.read(self.refs.branch_ref_of(head))
+        return head, self.refs.branch_of(head, tipref.meta if tipref is not None else None), tipref
+
+    def _tip_for_write(self, fresh: bool) -> tuple[RefValue | None, str | None, RefValue | None]:
+        """:meth:`_read_tip` for a writer: HEAD and its branch as this handle last wrote or
+        read them (no request in steady state; see :meth:`Plumbing.read_for_write`), read
+        afresh when ``fresh`` (a retry after a lost race).
+
+        A kept HEAD is safe to build on because the branch swap checks the branch, and a
+        checkout that moves HEAD off a branch rewrites that branch (:meth:`Plumbing.touch`):
+        a writer holding the old HEAD loses its swap and reads HEAD again. A detached HEAD
+        is always read afresh (its appends are not a steady state).
+
+        Raises:
+            CorruptRef: HEAD names something that is not a branch. IntegrityError, StorageError.
+        """
+        rw = self.plumbing.read_for_write
+        head = rw(self.refs.head, fresh)
+        if head is not None and head.symbolic is None and not fresh:
+            head = rw(self.refs.head, True)
+        if head is None:
+            return None, "main", rw(self.refs.branch("main"), fresh)
+        if head.symbolic is None:
+            return head, None, head
+        tipref = rw(self.refs.branch_ref_of(head), fresh)
         return head, self.refs.branch_of(head, tipref.meta if tipref is not None else None), tipref
 
     @property
@@ -293,8 +318,9 @@ class Session:
         # after the session's ref moved: a writer that loses the race changes no scope.
         plans, scopes = self._prepare_scopes(prepared)
 
-        def attempt(_: int) -> list[ObjectId]:
-            head, branch, tipref = self._read_tip()
+        def attempt(n: int) -> list[ObjectId]:
+            # the first attempt builds on what this handle last wrote; a retry reads afresh
+            head, branch, tipref = self._tip_for_write(fresh=n > 0 or expect is not None)
             tip = tipref.target if tipref is not None else None
             if expect is not None and tip != expect:
                 raise RefConflict(self.refs.branch(branch) if branch else self.refs.head, expect, tip)
@@ -728,6 +754,15 @@ class Session:
             return head, self.plumbing.swap(self.refs.head, target, head, self._head_meta(head, **extra))
 
         old, new = self.plumbing.land(self.refs.head, attempt)
+        if old is not None and old.symbolic is not None and old.target != new.target:
+            # handles that kept the old HEAD append to the branch it named until its ref
+            # changes under them: rewrite it so that their next swap fails and reads HEAD
+            try:
+                left = self.refs.branch_ref_of(old)
+            except CorruptRef:
+                left = None  # HEAD named no branch: no writer appended through it
+            if left is not None:
+                self.plumbing.touch(left)
         if branch is not None and self._refs.read(self.refs.branch(branch)) is None:
             # delete_branch won a race: never leave HEAD naming a missing branch
             if old is not None:

@@ -139,6 +139,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="N = 100, 200, 400 only")
     ap.add_argument("--dir", help="where to put the on-disk stores (default: a temporary folder)")
+    ap.add_argument("--format", type=int, default=1, choices=(1, 2), help="castore's storage format (2: packs)")
     args = ap.parse_args()
     marks = [100, 200, 400] if args.quick else [100, 200, 400, 800, 1600]
     root = args.dir or tempfile.mkdtemp(prefix="bench-langgraph-")
@@ -157,8 +158,9 @@ def main() -> None:
         print("DeltaChannel is not in this LangGraph version: row left out", file=sys.stderr)
     for label, durable in (("castore", True), ("castore durable=False", False)):
         path = os.path.join(root, label.replace(" ", "-").replace("=", ""))
-        store = castore.open(path, durable=durable)
-        results[label] = run(label, CastoreSaver(store), lambda p=path: dir_bytes(os.path.join(p, "objects")),
+        store = castore.open(path, durable=durable, format=args.format)
+        results[label] = run(label, CastoreSaver(store), lambda p=path: dir_bytes(os.path.join(p, "objects"))
+                             + (dir_bytes(os.path.join(p, "packs")) if os.path.isdir(os.path.join(p, "packs")) else 0),
                              False, marks)
         store.close()
 

@@ -168,12 +168,77 @@ def s3(n: int) -> list[str]:
     return out
 
 
+def local_ref_cost(n: int) -> list[str]:
+    """Where a durable format-2 append spends its time on local disk: the objects (one pack
+    record, one fdatasync), the ref swap (lock file written and fsynced, renamed, folder
+    fsynced) and the rest (building commits, hashing), alternated with a durable SQLite
+    insert of the same message. Medians over ``n`` appends after a warm-up."""
+    tmp = tempfile.mkdtemp(prefix="bench-refcost-")
+    rng = random.Random(11)
+    msgs = [message(i, rng) for i in range(n)]
+    st = castore.open(os.path.join(tmp, "f2"), format=2)
+    s = st.session("app", "u", "s")
+    parts = {"objects": 0.0, "ref": 0.0}
+    syncs = {"objects": 0, "ref": 0}
+
+    def timed(name: str, fn):  # type: ignore[no-untyped-def]
+        def run(*a, **kw):  # type: ignore[no-untyped-def]
+            f0, t0 = _fsyncs["n"], time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                parts[name] += time.perf_counter() - t0
+                syncs[name] += _fsyncs["n"] - f0
+        return run
+
+    st.objects.put_encoded = timed("objects", st.objects.put_encoded)  # type: ignore[method-assign]
+    st.refs.swap = timed("ref", st.refs.swap)  # type: ignore[method-assign]
+    db = sqlite3.connect(os.path.join(tmp, "sqlite.db"), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, role TEXT, content TEXT, turn INTEGER)")
+    rows: dict[str, list[float]] = {"append": [], "objects": [], "ref": [], "sqlite": []}
+    nsync = {"objects": 0, "ref": 0}
+    warm = min(20, n // 10)
+    for i, text in enumerate(msgs):
+        role = "user" if i % 2 == 0 else "assistant"
+        for k in parts:
+            parts[k], syncs[k] = 0.0, 0
+        t0 = time.perf_counter()
+        s.append(castore.Message(role=role, content=text), state_delta={"turn": i})
+        dt = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        db.execute("INSERT INTO m (session, role, content, turn) VALUES (?, ?, ?, ?)", ("s", role, text, i))
+        dq = time.perf_counter() - t1
+        if i >= warm:
+            rows["append"].append(dt)
+            rows["sqlite"].append(dq)
+            for k in parts:
+                rows[k].append(parts[k])
+                nsync[k] += syncs[k]
+    st.close()
+    m = {k: statistics.median(v) * 1000 for k, v in rows.items()}
+    measured = n - warm
+    return [f"### Local disk, format 2, durable: where an append's time goes (N = {n}, first {warm} not timed)", "",
+            "| part | median | fsyncs per append |", "|---|---|---|",
+            f"| objects: one pack record (put_encoded) | {m['objects']:.2f} ms | {nsync['objects'] / measured:.2f} |",
+            f"| ref: compare-and-swap (lock file, rename, folder) | {m['ref']:.2f} ms | "
+            f"{nsync['ref'] / measured:.2f} |",
+            f"| whole append | {m['append']:.2f} ms ({m['append'] / m['sqlite']:.1f}x SQLite) | "
+            f"{(nsync['objects'] + nsync['ref']) / measured:.2f} |",
+            f"| SQLite insert (WAL, synchronous=FULL) | {m['sqlite']:.2f} ms | 1 (in C, not counted) |"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--s3-n", type=int, default=40)
     ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--ref-cost", action="store_true", help="only the split of a local append's time (objects, ref)")
     args = ap.parse_args()
+    if args.ref_cost:
+        print("\n".join(local_ref_cost(args.n)))
+        return
     t0 = time.time()
     lines = [f"## Packs: format 1 against format 2 (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
     lines += local(args.n)
