@@ -140,11 +140,12 @@ def _build_many(local: Store, sessions: int, entries: int) -> None:
         s.append_many(msgs[entries // 2 :])
 
 
-def packs(server: s3server.Server, n: int, sessions: int, entries: int, tmp: str) -> dict[str, object]:
+def packs(server: s3server.Server, n: int, sessions: int, entries: int, tmp: str,
+          formats: tuple[int, ...] = (1, 2)) -> dict[str, object]:
     """Push sends packs: the same pushes from a format-1 store (objects, before) and a
     format-2 store (packs, after) into a new S3 store, which takes the source's format."""
     out: dict[str, object] = {"ref_threads": sync.REF_THREADS, "pack_bytes": sync.PACK_BYTES}
-    for fmt in (1, 2):
+    for fmt in formats:
         local = castore.open(os.path.join(tmp, f"long{fmt}"), durable=False, format=fmt)
         build_long(local, n)
         remote = castore.open(f"s3://{BUCKET}/{uuid.uuid4().hex}", **server.storage_options)
@@ -154,7 +155,7 @@ def packs(server: s3server.Server, n: int, sessions: int, entries: int, tmp: str
             "s": round(time.perf_counter() - t, 2), "requests": remote.storage.request_count,
             "objects": r.objects_sent, "packs": r.packs_sent, "loose": r.loose_sent,
             "requests_per_entry": round(remote.storage.request_count / n, 3)}
-    for fmt in (1, 2):
+    for fmt in formats:
         local = castore.open(os.path.join(tmp, f"many{fmt}"), durable=False, format=fmt)
         _build_many(local, sessions, entries)
         remote = castore.open(f"s3://{BUCKET}/{uuid.uuid4().hex}", **server.storage_options)
@@ -179,6 +180,7 @@ def main() -> None:
     ap.add_argument("--packs", action="store_true",
                     help="only the packs section: a 2,000-entry session and the first push of S sessions, "
                          "format 1 (objects) against format 2 (packs)")
+    ap.add_argument("--formats", default="1,2", help="with --packs: the source formats to push (default 1,2)")
     args = ap.parse_args()
     commits = args.commits or (1_000 if args.quick else 10_000)
     sessions = args.sessions or (20 if args.quick else 1_000)
@@ -188,7 +190,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="castore-bench-sync-") as tmp:
             if args.packs:
                 print(json.dumps({"latency_ms": args.latency_ms,
-                                  "packs": packs(server, args.commits or 2_000, sessions, args.entries, tmp)},
+                                  "packs": packs(server, args.commits or 2_000, sessions, args.entries, tmp,
+                                                 tuple(int(f) for f in args.formats.split(",")))},
                                  indent=2))
                 return
             result = {"latency_ms": args.latency_ms,
