@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 
 from . import objects as o
 from . import packs
@@ -746,6 +746,80 @@ class ObjectStore:
         with self._lock:
             self._drop(name)
         return True
+
+    # -- sync: frames in bulk ------------------------------------------------------------
+    def read_stored_packed(self, oids: Sequence[str]) -> dict[str, bytes]:
+        """Stored bytes of several objects, read a pack at a time (for sync); not verified
+        here: :meth:`put_stored_packed` verifies each on the receiving side.
+
+        A pack that holds two or more of them and is not in memory yet is read whole, once
+        (one request on an object store, where a range read costs as much), and kept in the
+        bounded pack cache; the others (loose objects, single frames) are read as
+        :meth:`read_stored_many` reads them.
+
+        Raises:
+            ObjectNotFound: one of them is not stored.
+            StorageError: the backend failed.
+        """
+        ids = list(dict.fromkeys(oids))
+        out: dict[str, bytes] = {}
+        with self._lock:
+            wanted: dict[str, int] = {}
+            for oid in ids:
+                hit = self._where.get(oid)
+                if hit is not None and hit[0] not in self._pack_data:
+                    wanted[hit[0]] = wanted.get(hit[0], 0) + 1
+            whole = [n for n, k in wanted.items() if k >= 2 and n in self._packs
+                     and 0 < self._packs[n].scanned <= PACK_DATA_BYTES // 4]
+        if whole:
+            datas = self.storage.read_many([pack_key(n) for n in whole])
+            with self._lock:
+                for name in whole:
+                    data = datas.get(pack_key(name))
+                    if data is not None and len(data) >= self._packs.get(name, _Pack(name)).scanned:
+                        self._keep_pack_data(name, data)
+        rest: list[str] = []
+        for oid in ids:
+            got = self._from_pack(oid) if oid in self._where else None
+            if got is None:
+                rest.append(oid)
+            else:
+                out[oid] = got
+        if rest:
+            for oid, stored in self._stored_many(rest).items():
+                if stored is None:
+                    raise ObjectNotFound(oid)
+                out[oid] = stored
+        return out
+
+    def put_stored_packed(self, items: dict[str, bytes], shared: Container[str] = ()) -> tuple[int, int]:
+        """Store raw stored bytes read from another store (sync) in as few writes as the
+        format allows; verify each. Returns ``(packed, loose)``: how many went each way.
+
+        Format 1: every object loose, as :meth:`put_stored`. Format 2: the objects of
+        ``shared`` (bodies and state values, which other sessions may hold too) whose
+        canonical bytes exceed :data:`LOOSE_MIN` are written loose, so they stay shared;
+        everything else (commits, trees, small bodies, and the segments and indexes of
+        the path, however large) goes into **one** pack record: one PUT on an object
+        store, one append to this handle's log on local disk.
+
+        Raises:
+            IntegrityError: some bytes do not hash to their id (nothing is written).
+            StorageError: the backend failed (the caller must not move a ref to them).
+        """
+        sizes = {oid: len(o.from_stored(oid, stored)) for oid, stored in items.items()}
+        if self.format < 2:
+            self._write_frames([(oid, stored, sizes[oid]) for oid, stored in items.items()])
+            return 0, len(items)
+        loose = {object_key(oid): stored for oid, stored in items.items()
+                 if oid in shared and sizes[oid] > LOOSE_MIN}
+        small = [(oid, stored) for oid, stored in items.items() if object_key(oid) not in loose]
+        if loose:
+            self.storage.write_many(loose)
+        if small:
+            self._write_record(small)
+        self._known.update(items)
+        return len(small), len(loose)
 
 
 __all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN", "STORE_FORMAT",

@@ -11,7 +11,10 @@ Like git, only what the other side lacks is sent, and refs move last, by compare
    selection; no object is probed.
 2. **Objects.** The new commits, their bodies, the parts of their state trees that differ
    from the parent's tree (compared by id), the segments their blocks complete and the
-   indexes they name are copied as stored bytes, verified, in concurrent batches.
+   indexes they name are copied as stored bytes, verified. The source is read a pack at a
+   time. Into a format-2 store they are written as one pack per :data:`PACK_BYTES` (one
+   PUT on S3), bodies over 4 KB loose so that they stay shared; into a format-1 store,
+   one file per object, in concurrent batches (docs/FORMAT.md, section 12).
 3. **Refs.** Each ref is swapped against the value read in step 1. A long history is
    checkpointed: after each batch the ref moves to the newest commit whose history is
    complete, so an interrupted push leaves the remote consistent and a resumed one sends
@@ -57,8 +60,12 @@ from .objects import Commit, Index, Tree
 from .refs import SYMBOLIC, RefValue
 from .store import Store
 
-#: objects copied per batch (each batch is one concurrent read and one concurrent write)
+#: objects read per batch (one concurrent read); into a format-1 store, also one write
+#: batch per BATCH objects (each object its own file)
 BATCH = 1024
+#: into a format-2 store, objects are written as one pack of about this many stored bytes
+#: (one PUT); refs move to the newest complete commit after each pack
+PACK_BYTES = 8 << 20
 #: threads for reading and swapping refs
 REF_THREADS = 16
 
@@ -81,6 +88,10 @@ class SyncReport:
     Attributes:
         objects_sent: objects copied to the destination.
         bytes_sent: their stored (compressed) size.
+        packs_sent: packs written on the destination (format 2: a few per push; each is
+            one PUT on S3, one record of the writer's log on local disk).
+        loose_sent: objects written as their own file (format 1: all of them; format 2:
+            bodies and state values over 4 KB, which stay shared across sessions).
         refs_updated: destination refs created or moved (stored ref names).
         refs_refused: refs left alone, with the reason and both tips.
         refs_kept_as_remote: (pull) ``remotes/<remote>/<branch>`` refs written because
@@ -95,6 +106,8 @@ class SyncReport:
 
     objects_sent: int = 0
     bytes_sent: int = 0
+    packs_sent: int = 0
+    loose_sent: int = 0
     refs_updated: list[str] = field(default_factory=list)
     refs_refused: list[Refusal] = field(default_factory=list)
     refs_kept_as_remote: list[str] = field(default_factory=list)
@@ -112,6 +125,8 @@ class SyncReport:
         return {
             "objects_sent": self.objects_sent,
             "bytes_sent": self.bytes_sent,
+            "packs_sent": self.packs_sent,
+            "loose_sent": self.loose_sent,
             "refs_updated": list(self.refs_updated),
             "refs_refused": [r._asdict() for r in self.refs_refused],
             "refs_kept_as_remote": list(self.refs_kept_as_remote),
@@ -284,6 +299,9 @@ class _Sync:
         self._failed: set[str] = set()
         self.near = dst if pull_remote is not None else None
         self._total = 0
+        self.shared: set[str] = set()  # bodies and state values: may be shared across sessions
+        self._pending: dict[str, bytes] = {}  # stored bytes read, not yet written
+        self._pending_bytes = 0
 
     @staticmethod
     def _path_of(store: Store, tip: str, meta: Mapping[str, Any] | None, near: Store | None = None) -> BlockPath:
@@ -560,6 +578,7 @@ class _Sync:
             own(cid, i)
             if c.body is not None:
                 own(o.hex_id(c.body), i)
+                self.shared.add(o.hex_id(c.body))
             if c.state is not None and c.state != prev_state:
                 pairs.append((i, o.hex_id(c.state), o.hex_id(prev_state) if prev_state else None))
             prev_state = c.state
@@ -608,6 +627,7 @@ class _Sync:
                 for raw in nt.refs.values():
                     if raw not in old_vals:
                         vid = o.hex_id(raw)
+                        self.shared.add(vid)
                         if out.get(vid, i + 1) > i:
                             out[vid] = i
                 for b, raw in nt.sub.items():
@@ -632,17 +652,22 @@ class _Sync:
             total += len(fresh)
         self._total = total
         self._tick()
+        packed = self.dst.objects.format >= 2
         buffer: list[str] = []
         ready: list[_Update] = []
         for step in self.steps:
             buffer.extend(step.objects)
             ready.extend(step.updates)
             if len(buffer) >= BATCH:
-                self._copy(buffer)
+                self._read(buffer)
                 buffer = []
-                self._apply(ready)
-                ready = []
-        self._copy(buffer)
+                if not packed or self._pending_bytes >= PACK_BYTES:
+                    # every object the ready updates name is written: they may move now
+                    self._flush()
+                    self._apply(ready)
+                    ready = []
+        self._read(buffer)
+        self._flush()
         self._apply(ready)
         self.pool.shutdown()
         return self.report
@@ -652,14 +677,28 @@ class _Sync:
             self.progress(SyncProgress(self.report.objects_sent, self._total, self.report.bytes_sent,
                                        len(self.report.refs_updated)))
 
-    def _copy(self, ids: list[str]) -> None:
+    def _read(self, ids: list[str]) -> None:
+        """Read the stored bytes of ``ids`` from the source (a pack at a time) into the
+        pending set; into a format-1 store, write each batch at once."""
         for i in range(0, len(ids), BATCH):
-            batch = ids[i : i + BATCH]
-            stored = self.src.objects.get_stored_many(batch)
-            self.dst.objects.put_stored(stored)
-            self.report.objects_sent += len(stored)
-            self.report.bytes_sent += sum(len(v) for v in stored.values())
-            self._tick()
+            got = self.src.objects.read_stored_packed(ids[i : i + BATCH])
+            self._pending.update(got)
+            self._pending_bytes += sum(len(v) for v in got.values())
+            if self.dst.objects.format < 2:
+                self._flush()
+
+    def _flush(self) -> None:
+        """Write the pending objects: into a format-2 store, as one pack (plus the large
+        bodies, loose); into a format-1 store, one file each."""
+        if not self._pending:
+            return
+        items, self._pending, self._pending_bytes = self._pending, {}, 0
+        packed, loose = self.dst.objects.put_stored_packed(items, self.shared)
+        self.report.packs_sent += 1 if packed else 0
+        self.report.loose_sent += loose
+        self.report.objects_sent += len(items)
+        self.report.bytes_sent += sum(len(v) for v in items.values())
+        self._tick()
 
     def _apply(self, updates: list[_Update]) -> None:
         if not updates:
@@ -772,7 +811,15 @@ def _tracking_ref(ref: str, remote: str) -> str:
 def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: ProgressFn | None,
           pull_remote: str | None) -> SyncReport:
     src.require()
+    if not dst.exists:
+        # A new destination takes the source's storage format (a format-2 store pushed to
+        # a new bucket stays packed; a format-1 one stays loose).
+        Store(dst.storage, format=src.objects.format).init()
     dst.init()
+    if src.objects.format >= 2:
+        # Map the source's packs up front: one listing, instead of a probe of the loose
+        # files for each object the plan reads first.
+        src.objects.refresh()
     job = _Sync(src, dst, force=force, pull_remote=pull_remote, progress=progress)
     try:
         job.plan(sessions)
@@ -835,13 +882,15 @@ def clone(url: str, dest: str, selection: Selection = None, *, remote_name: str 
         StoreNotFound: there is no store at ``url``.
         StorageError, FormatError, InvalidName.
     """
-    with Store.open(url, **options) as remote, Store.open(dest) as local:
+    with Store.open(url, **options) as remote:
         remote.require()
+        local = Store.open(dest, format=remote.objects.format)
         if local.exists:
             raise CastoreError(f"{local.url} already holds a castore store; pull into it instead")
-        local.init()
-        add_remote(local, remote_name, url, options)
-        return pull(remote, local, selection, progress=progress, remote_name=remote_name)
+        with local:
+            local.init()
+            add_remote(local, remote_name, url, options)
+            return pull(remote, local, selection, progress=progress, remote_name=remote_name)
 
 
 __all__ = [

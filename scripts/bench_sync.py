@@ -14,6 +14,10 @@ Usage::
     .venv/bin/python scripts/bench_sync.py            # N=10,000; S=1,000 x E=50 (long on moto)
     .venv/bin/python scripts/bench_sync.py --quick    # N=1,000; S=20 x E=50
     .venv/bin/python scripts/bench_sync.py --commits 10000 --sessions 100 --entries 50
+    .venv/bin/python scripts/bench_sync.py --packs    # format 1 (objects) vs 2 (packs): 2,000 entries; 1,000 x 50
+
+3. ``--packs``: the same pushes from a format-1 store (every object its own PUT) and a
+   format-2 store (a few packs), into a new S3 store that takes the source's format.
 """
 
 from __future__ import annotations
@@ -87,13 +91,7 @@ def many_sessions(server: s3server.Server, sessions: int, entries: int, tmp: str
     root = os.path.join(tmp, "many")
     local = castore.open(root, durable=False)
     t = time.perf_counter()
-    for k in range(sessions):
-        s = local.session("bench", f"user{k % 50}", f"s{k}")
-        msgs = [Message(role="system", content=SYSTEM)]
-        msgs += [Message(role="user" if i % 2 else "assistant", content=f"session {k} turn {i}: " + "q" * 200)
-                 for i in range(entries - 1)]
-        s.append_many(msgs[: entries // 2])
-        s.append_many(msgs[entries // 2 :])
+    _build_many(local, sessions, entries)
     build_s = time.perf_counter() - t
     files = []
     for dirpath, _, fnames in os.walk(root):
@@ -132,6 +130,45 @@ def many_sessions(server: s3server.Server, sessions: int, entries: int, tmp: str
     }
 
 
+def _build_many(local: Store, sessions: int, entries: int) -> None:
+    for k in range(sessions):
+        s = local.session("bench", f"user{k % 50}", f"s{k}")
+        msgs = [Message(role="system", content=SYSTEM)]
+        msgs += [Message(role="user" if i % 2 else "assistant", content=f"session {k} turn {i}: " + "q" * 200)
+                 for i in range(entries - 1)]
+        s.append_many(msgs[: entries // 2])
+        s.append_many(msgs[entries // 2 :])
+
+
+def packs(server: s3server.Server, n: int, sessions: int, entries: int, tmp: str,
+          formats: tuple[int, ...] = (1, 2)) -> dict[str, object]:
+    """Push sends packs: the same pushes from a format-1 store (objects, before) and a
+    format-2 store (packs, after) into a new S3 store, which takes the source's format."""
+    out: dict[str, object] = {"ref_threads": sync.REF_THREADS, "pack_bytes": sync.PACK_BYTES}
+    for fmt in formats:
+        local = castore.open(os.path.join(tmp, f"long{fmt}"), durable=False, format=fmt)
+        build_long(local, n)
+        remote = castore.open(f"s3://{BUCKET}/{uuid.uuid4().hex}", **server.storage_options)
+        t = time.perf_counter()
+        r = sync.push(local, remote)
+        out[f"push_{n}_entries_format{fmt}"] = {
+            "s": round(time.perf_counter() - t, 2), "requests": remote.storage.request_count,
+            "objects": r.objects_sent, "packs": r.packs_sent, "loose": r.loose_sent,
+            "requests_per_entry": round(remote.storage.request_count / n, 3)}
+    for fmt in formats:
+        local = castore.open(os.path.join(tmp, f"many{fmt}"), durable=False, format=fmt)
+        _build_many(local, sessions, entries)
+        remote = castore.open(f"s3://{BUCKET}/{uuid.uuid4().hex}", **server.storage_options)
+        t = time.perf_counter()
+        r = sync.push(local, remote)
+        push_s = time.perf_counter() - t
+        out[f"first_push_{sessions}x{entries}_format{fmt}"] = {
+            "s": round(push_s, 2), "requests": remote.storage.request_count, "objects": r.objects_sent,
+            "packs": r.packs_sent, "refs": len(r.refs_updated),
+            "requests_per_s": round(remote.storage.request_count / push_s, 1)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small numbers (a minute or two)")
@@ -140,6 +177,10 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=50, help="entries per session (default 50)")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="delay added to every S3 request")
     ap.add_argument("--sample", type=int, default=400, help="files uploaded sequentially for the baseline")
+    ap.add_argument("--packs", action="store_true",
+                    help="only the packs section: a 2,000-entry session and the first push of S sessions, "
+                         "format 1 (objects) against format 2 (packs)")
+    ap.add_argument("--formats", default="1,2", help="with --packs: the source formats to push (default 1,2)")
     args = ap.parse_args()
     commits = args.commits or (1_000 if args.quick else 10_000)
     sessions = args.sessions or (20 if args.quick else 1_000)
@@ -147,6 +188,12 @@ def main() -> None:
     try:
         s3server.make_bucket(server.endpoint_url, BUCKET)
         with tempfile.TemporaryDirectory(prefix="castore-bench-sync-") as tmp:
+            if args.packs:
+                print(json.dumps({"latency_ms": args.latency_ms,
+                                  "packs": packs(server, args.commits or 2_000, sessions, args.entries, tmp,
+                                                 tuple(int(f) for f in args.formats.split(",")))},
+                                 indent=2))
+                return
             result = {"latency_ms": args.latency_ms,
                       "incremental": incremental(server, commits, tmp),
                       "first_push": many_sessions(server, sessions, args.entries, tmp, args.sample)}

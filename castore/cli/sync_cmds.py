@@ -17,7 +17,7 @@ from .common import CliState, json_option, note, open_store, plural, print_json,
 from .render import safe
 
 _SCHEMA = (
-    '{"objects_sent": n, "bytes_sent": n, "refs_updated": [ref], "refs_refused": '
+    '{"objects_sent": n, "bytes_sent": n, "packs_sent": n, "loose_sent": n, "refs_updated": [ref], "refs_refused": '
     '[{"ref", "reason", "local", "remote"}], "refs_kept_as_remote": [ref], "refs_up_to_date": n, '
     '"refs_forced": [[ref, old, new]], "refs_skipped": [[ref, reason]]}'
 )
@@ -106,7 +106,8 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
         print_json(report.to_dict())
     elif not quiet:
         size = f"{report.bytes_sent / 1e6:.2f} MB" if report.bytes_sent >= 1e5 else plural(report.bytes_sent, "byte")
-        note(f"{verb} {where}: {plural(report.objects_sent, 'object')} ({size}), "
+        packs = f" in {plural(report.packs_sent, 'pack')}" if report.packs_sent else ""
+        note(f"{verb} {where}: {plural(report.objects_sent, 'object')} ({size}){packs}, "
              f"{plural(len(report.refs_updated), 'ref')} updated, {report.refs_up_to_date} up to date")
         for ref in report.refs_updated:
             click.echo(f"updated  {safe(ref)}")
