@@ -136,12 +136,20 @@ class ObjectStore:
         self.format = fmt
 
     def close(self) -> None:
-        """Wait for a background repack to finish, release this handle's log (readers and
-        repack then treat it as complete); safe to call twice. The next write opens a new log."""
+        """Wait for a background repack to finish, seal this handle's log (write its index,
+        so that repack may merge it at once) and release it; safe to call twice. The next
+        write opens a new log. A failure to write the index leaves the log unsealed (a
+        later repack merges it once it has been idle)."""
         self.wait_repack()
         with self._lock:
             if self._log is not None and self._log_pid == os.getpid():
-                self._log.close()
+                if self._log.size > packs.HEADER_SIZE and self._log_name in self._packs:
+                    try:
+                        self._seal()
+                    except StorageError:
+                        pass  # still a valid log: scanned by readers, merged by repack when idle
+                if self._log is not None:
+                    self._log.close()
             self._log = None
 
     # -- writing ---------------------------------------------------------------------

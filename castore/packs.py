@@ -230,11 +230,12 @@ def encode_content(objects: Iterable[tuple[str, bytes]]) -> tuple[bytes, dict[st
     return b"".join(parts), where
 
 
-def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int,
-                     level: int | None = None) -> tuple[bytes, dict[str, Slot]]:
+def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
+                     compress: bool = True) -> tuple[bytes, dict[str, Slot]]:
     """One version-2 record holding ``(hex id, canonical bytes)`` pairs, for a pack where it
     will start at ``at``: their content compressed as one frame (the built-in dictionary for
-    a small record, as objects.to_stored; plain zstd at ``level`` when given: a repacked block).
+    a small record, as objects.to_stored; plain zstd at ``level`` when given: a repacked block;
+    raw, header ``0x00``, without ``compress``).
 
     Returns the record's bytes and where each object will be.
 
@@ -242,7 +243,7 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int,
         IntegrityError: the record would exceed :data:`RECORD_MAX`.
     """
     content, spans = encode_content(objects)
-    payload = o.to_stored(content) if level is None else o.frame_block(content, level)
+    payload = o.to_stored(content, compress) if level is None or not compress else o.frame_block(content, level)
     if len(payload) >= RECORD_MAX or len(content) > o.MAX_OBJECT_SIZE:
         raise IntegrityError("pack record", f"{len(payload)} bytes is more than a record holds")
     offset = at + _REC.size
@@ -253,7 +254,7 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int,
 def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: int = 0,
                    level: int | None = None,
                    cut_after: Callable[[Sequence[tuple[str, bytes]]], bool] | None = None,
-                   ) -> tuple[bytes, dict[str, Slot]]:
+                   compress: bool = True) -> tuple[bytes, dict[str, Slot]]:
     """A whole version-2 pack. Each group of ``(hex id, canonical bytes)`` (one append's
     objects, in write order) goes whole into one record; with ``block_bytes``, consecutive
     groups share a record until it holds that many bytes and ``cut_after`` (when given)
@@ -272,7 +273,7 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: i
     def flush() -> None:
         nonlocal pos, held
         if block:
-            rec, w = encode_record_v2(block, pos, level)
+            rec, w = encode_record_v2(block, pos, level, compress)
             parts.append(rec)
             for oid, slot in w.items():
                 where.setdefault(oid, slot)
