@@ -99,10 +99,13 @@ class ObjectStore:
         #: merge small packs in a background thread when a log is sealed or after
         #: AUTO_REPACK_BATCHES batch packs (docs/FORMAT.md, 8)
         self.auto_repack = auto_repack
-        #: what the last background repack failed with (it never fails an append)
+        #: the last error a background repack met, if any (it never fails an append)
         self.repack_error: BaseException | None = None
         self._repacker: threading.Thread | None = None
         self._batches = 0
+        self._seq: dict[str, int] = {}  # packs this handle wrote -> the order it wrote them in
+        self._own: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()  # its batch packs' objects
+        self._sizes: dict[str, int] = {}  # sealed packs' sizes read from their indexes (they never change)
         self.format = 1
         self.set_format(format)
         self._cache: OrderedDict[str, AnyObject] = OrderedDict()
@@ -241,6 +244,9 @@ class ObjectStore:
                 self.storage.write(pack_key(name), data)
                 self._add(name, where, sealed=True, scanned=len(data), version=2)
                 size = len(data)
+                self._own[name] = list(small)  # a background repack merges it without reading it back
+                while len(self._own) > 4 * AUTO_REPACK_BATCHES:
+                    self._own.popitem(last=False)
                 self._batches += 1
                 batch = self._batches % AUTO_REPACK_BATCHES == 0
             else:
@@ -258,6 +264,7 @@ class ObjectStore:
                     batch = True
             if not self._new_packs or self._new_packs[-1] != name:
                 self._new_packs.append(name)
+            self._seq.setdefault(name, len(self._seq))
         if batch:
             self._start_repack()
         return size
@@ -835,9 +842,12 @@ class ObjectStore:
         self.storage.write(index_key(name), packs.encode_index(len(data), where))
         with self._lock:
             self._add(name, where, sealed=True, scanned=len(data), version=2)
+            self._seq.setdefault(name, len(self._seq))
+            self._sizes[name] = len(data)
         return name
 
-    def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = ()) -> str | None:
+    def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
+                    by_mtime: bool = True) -> str | None:
         """Merge packs, and ``extra`` ``(id, canonical bytes)`` objects, into one new pack with
         its index, then delete the merged packs (repack; docs/FORMAT.md, 8). Objects keep their
         write order (oldest pack first, record by record) and are compressed in blocks of about
@@ -848,27 +858,38 @@ class ObjectStore:
         deleted it had first written its objects into another pack), and a pack is deleted only
         after the new one is durable, so a kill at any point loses nothing. A sealed pack whose
         bytes stop short of a damaged record is left alone. Returns the new pack's name, or None
-        when there was nothing to merge.
+        when there was nothing to merge. Without ``by_mtime`` (an object store, where an age
+        costs a HEAD), packs this handle wrote keep their order and the others come first.
 
         Raises:
             IntegrityError: an object does not hash to its id (nothing is deleted).
             StorageError: the backend failed.
         """
         chosen = [n for n in dict.fromkeys(names) if packs.is_pack_name(n)]
-        mtimes = {n: self.storage.mtime(pack_key(n)) or 0.0 for n in chosen}
+        if by_mtime:
+            order = {n: (self.storage.mtime(pack_key(n)) or 0.0, n) for n in chosen}
+        else:
+            order = {n: (float(self._seq.get(n, -1)), n) for n in chosen}
+        with self._lock:
+            own = {n: self._own[n] for n in chosen if n in self._own}
         seen: set[str] = set()
         groups: list[list[tuple[str, bytes]]] = []
         for oid, canonical in extra:
             if oid not in seen:
                 seen.add(oid)
                 groups.append([(oid, canonical)])
-        datas = self.storage.read_many([pack_key(n) for n in chosen]) if chosen else {}
+        unread = [pack_key(n) for n in chosen if n not in own]
+        datas = self.storage.read_many(unread) if unread else {}
         done: list[str] = []
-        for name in sorted(chosen, key=lambda n: (mtimes[n], n)):
-            data = datas.get(pack_key(name))
-            if data is None:
-                continue  # merged or collected by someone else since it was chosen
-            found = self._pack_groups(name, data)
+        for name in sorted(chosen, key=lambda n: order[n]):
+            found: list[list[tuple[str, bytes]]] | None
+            if name in own:
+                found = [own[name]]  # written by this handle: its objects are still in memory
+            else:
+                data = datas.get(pack_key(name))
+                if data is None:
+                    continue  # merged or collected by someone else since it was chosen
+                found = self._pack_groups(name, data)
             if found is None:
                 continue
             done.append(name)
@@ -883,6 +904,9 @@ class ObjectStore:
         for name in done:
             if name != new:
                 self.delete_pack(name)
+        with self._lock:
+            for name in done:
+                self._own.pop(name, None)
         return new
 
     def _pack_groups(self, name: str, data: bytes) -> list[list[tuple[str, bytes]]] | None:
@@ -930,7 +954,6 @@ class ObjectStore:
     def _repack_quietly(self) -> None:
         try:
             self.auto_repack_once()
-            self.repack_error = None
         except Exception as e:  # noqa: BLE001 - a background merge must never fail an append; kept for the caller
             self.repack_error = e
 
@@ -959,17 +982,19 @@ class ObjectStore:
         with self._lock:
             live = self._log_name if self._log is not None else ""
         sealed = {n for n, has_index in listed.items() if n != live and (has_index or n.startswith("b-"))}
-        indexed = sorted(n for n in sealed if listed[n])
-        raw = self.storage.read_many([index_key(n) for n in indexed]) if indexed else {}
         sizes: dict[str, int] = {n: 0 for n in sealed if n.startswith("b-")}
-        for n in indexed:
+        indexed = sorted(n for n in sealed if listed[n])
+        unknown = [n for n in indexed if n not in self._sizes]  # sealed packs never change: read once
+        raw = self.storage.read_many([index_key(n) for n in unknown]) if unknown else {}
+        for n in unknown:
             got = raw.get(index_key(n))
             if got is None:
                 continue
             try:
-                sizes[n] = packs.decode_index(got)[0]
+                self._sizes[n] = packs.decode_index(got)[0]
             except IntegrityError:
                 continue  # a damaged index: left for an explicit repack or fsck
+        sizes.update((n, self._sizes[n]) for n in indexed if n in self._sizes)
         chosen = set(geometric(list(sizes.items()))) | {n for n in sizes if not n.startswith("r-")}
         take: list[str] = []
         total = 0
@@ -980,7 +1005,7 @@ class ObjectStore:
             total += sizes[n]
         if not take or (len(take) == 1 and take[0].startswith("r-")):
             return None
-        return self.merge_packs(take)
+        return self.merge_packs(take, by_mtime=not self._no_append)
 
     def delete_pack(self, name: str, cutoff: float | None = None) -> bool:
         """Delete a pack and its index (repack and gc only); with ``cutoff``, only if the pack
@@ -990,15 +1015,19 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
+        indexed = not name.startswith("b-")  # a batch pack never gets an index: no request for one
         if cutoff is not None:
             if not self.storage.delete_if_older(pack_key(name), cutoff):
                 return False
-            self.storage.delete(index_key(name))
+            if indexed:
+                self.storage.delete(index_key(name))
         else:
-            self.storage.delete(index_key(name))
+            if indexed:
+                self.storage.delete(index_key(name))
             self.storage.delete(pack_key(name))
         with self._lock:
             self._drop(name)
+            self._sizes.pop(name, None)
         return True
 
 

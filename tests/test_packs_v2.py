@@ -142,7 +142,7 @@ def test_a_version_1_pack_written_by_the_previous_castore_still_reads(tmp_path):
 
 def test_segments_are_packed_and_a_repacked_session_stores_less_than_its_raw_text(tmp_path):
     root = tmp_path / "st"
-    st, msgs, raw = _fill(str(root), 300, auto_repack=False)
+    st, msgs, raw = _fill(str(root), 200, auto_repack=False)
     assert not (root / "objects").exists() or not any((root / "objects").rglob("*"))  # segments packed too
     before = _stored(root)
     st.close()
@@ -156,14 +156,14 @@ def test_segments_are_packed_and_a_repacked_session_stores_less_than_its_raw_tex
 
 
 def test_background_repack_keeps_the_pack_count_logarithmic(tmp_path, monkeypatch):
-    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 8 * 1024)
+    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 4 * 1024)
     root = tmp_path / "st"
-    st, msgs, _ = _fill(str(root), 400)
+    st, msgs, _ = _fill(str(root), 200)
     st.objects.wait_repack()
     assert st.objects.repack_error is None
     names = [p.stem for p in _pack_files(root)]
     sealed_logs = [n for n in names if n.startswith("w-") and (root / "packs" / f"{n}.idx").exists()]
-    assert len(names) <= 6 and len(sealed_logs) <= 1, names  # ~25 logs were sealed; merged as they came
+    assert len(names) <= 6 and len(sealed_logs) <= 1, names  # ~30 logs were sealed; merged as they came
     assert any(n.startswith("r-") for n in names)
     st.close()
     fresh = castore.open(str(root))
@@ -172,13 +172,13 @@ def test_background_repack_keeps_the_pack_count_logarithmic(tmp_path, monkeypatc
 
 
 def test_background_repack_can_be_switched_off_by_open_or_by_castore_json(tmp_path, monkeypatch):
-    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 8 * 1024)
-    st, _, _ = _fill(str(tmp_path / "a"), 150, auto_repack=False)
+    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 2 * 1024)
+    st, _, _ = _fill(str(tmp_path / "a"), 40, auto_repack=False)
     st.close()
     assert not any(p.name.startswith("r-") for p in _pack_files(tmp_path / "a"))
     assert len(_pack_files(tmp_path / "a")) > 4
     castore.open(str(tmp_path / "b"), format=2).update_config(lambda c: {**c, "auto_repack": False})
-    st, _, _ = _fill(str(tmp_path / "b"), 150)
+    st, _, _ = _fill(str(tmp_path / "b"), 40)
     st.close()
     assert not any(p.name.startswith("r-") for p in _pack_files(tmp_path / "b"))
 
@@ -212,7 +212,7 @@ def test_an_object_store_writer_repacks_every_k_batch_packs_without_listing_per_
 def test_a_failing_background_repack_never_fails_an_append(tmp_path, monkeypatch):
     monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 4 * 1024)
 
-    def broken(self, names, extra=()):
+    def broken(self, names, extra=(), by_mtime=True):
         raise IntegrityError("pack", "boom")
 
     monkeypatch.setattr(ObjectStore, "merge_packs", broken)
@@ -263,24 +263,27 @@ for i in range(100000):
 """
 
 
-@pytest.mark.parametrize("kills", [5, pytest.param(25, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kills", [3, pytest.param(25, marks=pytest.mark.slow)])
 def test_kill_9_during_background_repack_loses_no_acknowledged_append(tmp_path, kills):
     url = str(tmp_path / "store")
     castore.open(url, format=2).init()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     rng = random.Random(kills)
     acked: dict[str, str] = {}
-    for k in range(kills):
+    k = 0
+    # at least `kills` runs, and more (up to 3x) until the writers' background repacks have run
+    while k < kills or (k < 3 * kills and not any(p.name.startswith("r-") for p in _pack_files(Path(url)))):
         child = subprocess.Popen([sys.executable, "-c", _BG_WRITER, url, f"run{k}"], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
-        time.sleep(rng.uniform(0.2, 0.8))
+        time.sleep(rng.uniform(0.3, 1.2))
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate()
         assert "Traceback" not in err, err
         for line in out.split("\n")[:-1]:
             i, cid = line.split()
             acked[f"run{k}-{i}"] = cid
+        k += 1
     store = castore.open(url)
     report = maintenance.fsck(store)
     assert not report.damaged, report.to_dict()
