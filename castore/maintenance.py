@@ -28,7 +28,8 @@ from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
-from .objectstore import LOOSE_MIN
+from .objectstore import LOOSE_MIN, PATH_OBJECT_MAX, geometric
+from .packs import Slot
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
 from .store import Store
@@ -488,13 +489,13 @@ def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cut
                     o.from_stored(oid, frame)  # never carry damage into a new pack
                     keep[oid] = frame
             else:
-                dead[oid] = loc.size
+                dead[oid] = loc.length if isinstance(loc, Slot) else loc.size
     if out.dry_run:
         out.deleted.extend(sorted(dead))
         out.bytes_freed += sum(dead.values())
         return
     if keep:
-        objs.write_pack(sorted(keep.items()))
+        objs.write_pack(list(keep.items()))  # write order: neighbours compress together
     for name in names:
         if not objs.delete_pack(name, cutoff):
             # written again since we looked: it stays, and so do its objects
@@ -529,23 +530,19 @@ class RepackReport:
 def _geometric(sizes: list[tuple[str, int]]) -> list[str]:
     """The smallest packs to merge so that each remaining pack is at least twice the size of
     all smaller ones together (git's ``repack --geometric=2``)."""
-    sizes = sorted(sizes, key=lambda x: (x[1], x[0]))
-    total, cut = 0, 0
-    for i, (_, n) in enumerate(sizes):
-        if n < 2 * total:
-            cut = i + 1
-        total += n
-    return [name for name, _ in sizes[:cut]] if cut > 1 else []
+    return geometric(sizes)
 
 
 def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackReport:
     """Merge packs and small loose objects into one new pack, then delete what was merged.
 
     Raises the store to format 2 first (docs/FORMAT.md, 8). Merges the packs the geometric
-    rule picks (every sealed pack with ``all_packs``), logs that no writer holds and that
-    have been idle for :data:`LOG_IDLE` seconds, and, with ``loose``, every loose object
-    small enough to be packed. Reachability does not matter here: every merged object is
-    in the new pack before its old copy is deleted, so a kill at any point loses nothing.
+    rule picks plus every sealed log and batch pack (every sealed pack with ``all_packs``),
+    logs that no writer holds and that have been idle for :data:`LOG_IDLE` seconds, and,
+    with ``loose``, every loose object small enough to be packed. The new pack keeps the
+    objects' write order in compressed blocks. Reachability does not matter here: every
+    merged object is in the new pack before its old copy is deleted, so a kill at any point
+    loses nothing.
 
     Raises:
         IntegrityError: a merged object is corrupt (nothing is deleted).
@@ -563,44 +560,44 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
         mtime, sealed, held = objs.pack_info(name)
         if held:
             continue
-        size = sum(loc.size for loc in objs.pack_contents(name).values())
         if not sealed and name.startswith("w-"):
             if mtime is not None and now - mtime > LOG_IDLE:
                 chosen.append(name)
             continue
-        sealed_sizes.append((name, size))
-    chosen += [n for n, _ in sealed_sizes] if all_packs else _geometric(sealed_sizes + [(n, 0) for n in chosen])
+        sealed_sizes.append((name, objs.pack_bytes(name)))
+    if all_packs:
+        chosen += [n for n, _ in sealed_sizes]
+    else:
+        # logs and batch packs were compressed record by record: always worth a block rewrite
+        chosen += _geometric(sealed_sizes + [(n, 0) for n in chosen])
+        chosen += [n for n, _ in sealed_sizes if not n.startswith("r-")]
     chosen = sorted(set(chosen))
-    frames: dict[str, bytes] = {}
-    for name in chosen:
-        for oid, loc in objs.pack_contents(name).items():
-            if oid not in frames:
-                frame = objs.read_frame(name, loc)
-                o.from_stored(oid, frame)
-                frames[oid] = frame
+    extra: list[tuple[str, bytes]] = []
     loose_moved: list[str] = []
     if loose:
-        ids = [x for x in objs.iter_loose_ids() if x not in frames]
+        ids = list(objs.iter_loose_ids())
         for i in range(0, len(ids), _BATCH):
             chunk = ids[i:i + _BATCH]
             for oid, stored in objs.read_stored_many(chunk).items():
                 if stored is None:
                     continue
-                if len(o.from_stored(oid, stored)) <= LOOSE_MIN:
-                    frames[oid] = stored
+                canonical = o.from_stored(oid, stored)
+                if len(canonical) <= LOOSE_MIN or (len(canonical) <= PATH_OBJECT_MAX and o.is_path_object(canonical)):
+                    extra.append((oid, canonical))
                     loose_moved.append(oid)
     out = RepackReport()
-    if len(chosen) < 2 and not loose_moved:
+    if not loose_moved and (not chosen or (len(chosen) == 1 and chosen[0].startswith("r-"))):
         return out  # nothing to merge
-    out.new_pack = objs.write_pack(sorted(frames.items()))
-    out.objects = len(frames)
-    out.bytes_written = sum(len(f) for f in frames.values())
-    for name in chosen:
-        if name != out.new_pack:
-            objs.delete_pack(name)
+    before = {n: objs.pack_contents(n) for n in chosen}
+    out.new_pack = objs.merge_packs(chosen, extra)
+    if out.new_pack is None:
+        return out
+    merged = objs.pack_contents(out.new_pack)
+    out.objects = len(merged)
+    out.bytes_written = objs.pack_bytes(out.new_pack)
     for oid in loose_moved:
         objs.delete(oid)
-    out.packs_merged = chosen
+    out.packs_merged = [n for n in chosen if n != out.new_pack and before[n] and not objs.pack_contents(n)]
     out.loose_packed = len(loose_moved)
     return out
 

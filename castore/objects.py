@@ -226,7 +226,7 @@ def is_hex_id(s: str) -> bool:
     return isinstance(s, str) and _HEX_ID.fullmatch(s) is not None
 
 
-def digest(canonical: bytes) -> ObjectId:
+def digest(canonical: bytes | memoryview) -> ObjectId:
     """The id of canonical bytes."""
     return ObjectId(blake3(canonical).hexdigest())
 
@@ -277,28 +277,60 @@ def from_stored(oid: str, stored: bytes) -> bytes:
         IntegrityError: unknown header, bad compression, a frame declaring no size or more
             than :data:`MAX_OBJECT_SIZE`, or a hash mismatch.
     """
-    if not stored:
-        raise IntegrityError(oid, "empty file")
-    head, body = stored[:1], stored[1:]
-    if head == _RAW:
-        canonical = body
-    elif head == _ZSTD or head == _ZDICT:
-        magicless = head == _ZDICT
-        try:
-            # a damaged size field must not make us allocate gigabytes before failing
-            size = zstandard.frame_content_size(_ZSTD_MAGIC + body[:_FRAME_HEADER_MAX] if magicless else body)
-            if size < 0 or size > MAX_OBJECT_SIZE:
-                raise IntegrityError(oid, f"compressed frame declares {size} bytes")
-            # one frame and nothing after it: what the writer made, byte for byte
-            canonical = (_zdctx() if magicless else _dctx()).decompress(body, allow_extra_data=False)
-        except zstandard.ZstdError as e:
-            raise IntegrityError(oid, f"bad compressed data ({e})") from e
-    else:
-        raise IntegrityError(oid, f"unknown header byte 0x{stored[0]:02x}")
+    canonical = unframe(stored, oid)
     actual = digest(canonical)
     if actual != oid:
         raise IntegrityError(oid, f"content hashes to {actual}")
     return canonical
+
+
+def unframe(stored: bytes | memoryview, what: str = "frame") -> bytes:
+    """Undo :func:`to_stored` or :func:`frame_block` without checking any id (a pack record's
+    content is checked by the ids of the objects it holds).
+
+    Raises:
+        IntegrityError: (naming ``what``) empty, unknown header, bad compression, or a frame
+            declaring no size or more than :data:`MAX_OBJECT_SIZE`.
+    """
+    if not stored:
+        raise IntegrityError(what, "empty file")
+    head, body = bytes(stored[:1]), stored[1:]
+    if head == _RAW:
+        return bytes(body)
+    if head == _ZSTD or head == _ZDICT:
+        magicless = head == _ZDICT
+        try:
+            # a damaged size field must not make us allocate gigabytes before failing
+            size = zstandard.frame_content_size(_ZSTD_MAGIC + bytes(body[:_FRAME_HEADER_MAX]) if magicless else body)
+            if size < 0 or size > MAX_OBJECT_SIZE:
+                raise IntegrityError(what, f"compressed frame declares {size} bytes")
+            # one frame and nothing after it: what the writer made, byte for byte
+            return (_zdctx() if magicless else _dctx()).decompress(body, allow_extra_data=False)
+        except zstandard.ZstdError as e:
+            raise IntegrityError(what, f"bad compressed data ({e})") from e
+    raise IntegrityError(what, f"unknown header byte 0x{stored[0]:02x}")
+
+
+def frame_block(data: bytes, level: int) -> bytes:
+    """Frame a block of many objects' bytes (a repacked pack record) as one plain zstd frame
+    at ``level`` (``0x01``), or raw when that does not shrink it. :func:`unframe` reads it.
+    """
+    c = getattr(_zstd, f"c{level}", None)
+    if c is None:
+        c = zstandard.ZstdCompressor(level=level)
+        setattr(_zstd, f"c{level}", c)
+    z = c.compress(data)
+    return _ZSTD + z if len(z) < len(data) else _RAW + data
+
+
+#: the first bytes after the map header of a canonical Segment or Index (the tag comes first)
+_PATH_TAGS = (b"\xa1k\xa1s", b"\xa1k\xa1i")
+
+
+def is_path_object(canonical: bytes) -> bool:
+    """Whether canonical bytes are a :class:`Segment` or an :class:`Index`: objects that belong
+    to one path, are shared with no other session, and repeat their neighbours' bytes."""
+    return 0x80 <= canonical[0] <= 0x8F and canonical[1:5] in _PATH_TAGS
 
 
 def decode(oid: str, canonical: bytes) -> AnyObject:

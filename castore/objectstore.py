@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from . import objects as o
 from . import packs
 from .errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound, StorageError
 from .objects import AnyObject, ObjectId
-from .packs import Location
+from .packs import Place, Slot
 from .storage import Appender, Storage
 
 PREFIX = "objects"
@@ -45,6 +45,18 @@ CACHE_MAX_OBJECT = 1 << 20
 RECENT_BYTES = 32 << 20
 #: bytes of scanned packs kept in memory, so reading their frames costs no further I/O
 PACK_DATA_BYTES = 64 << 20
+#: decompressed record contents kept in memory (a record is read whole, once)
+CONTENT_BYTES = 64 << 20
+#: a path object (segment, index) up to this size is packed even above LOOSE_MIN: it is shared
+#: with no other session, and in a repacked block it compresses against the objects it copies
+PATH_OBJECT_MAX = 4 << 20
+#: repack writes blocks of about this many content bytes, each one zstd frame at BLOCK_LEVEL
+BLOCK_BYTES = 256 << 10
+BLOCK_LEVEL = 9
+#: background repack: an S3 (no-append) writer runs one after this many batch packs
+AUTO_REPACK_BATCHES = 16
+#: background repack reads at most this many bytes of packs per run (the rest waits its turn)
+AUTO_REPACK_MAX_BYTES = 256 << 20
 
 
 def object_key(oid: str) -> str:
@@ -66,11 +78,12 @@ class _Pack:
     """What this handle knows of one pack: its frames, whether it is sealed (complete),
     and how far a growing log has been scanned."""
 
-    __slots__ = ("name", "where", "sealed", "scanned", "mtime")
+    __slots__ = ("name", "where", "sealed", "scanned", "mtime", "version")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.where: dict[str, Location] = {}
+        self.version = 0  # the pack's version (0: not known yet)
+        self.where: dict[str, Place] = {}
         self.sealed = False
         self.scanned = 0
         self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
@@ -79,9 +92,20 @@ class _Pack:
 class ObjectStore:
     """Content-addressed objects over a storage backend."""
 
-    def __init__(self, storage: Storage, compress: bool = True, format: int = 1) -> None:  # noqa: A002
+    def __init__(self, storage: Storage, compress: bool = True, format: int = 1,  # noqa: A002
+                 auto_repack: bool = True) -> None:
         self.storage = storage
         self.compress = compress
+        #: merge small packs in a background thread when a log is sealed or after
+        #: AUTO_REPACK_BATCHES batch packs (docs/FORMAT.md, 8)
+        self.auto_repack = auto_repack
+        #: the last error a background repack met, if any (it never fails an append)
+        self.repack_error: BaseException | None = None
+        self._repacker: threading.Thread | None = None
+        self._batches = 0
+        self._seq: dict[str, int] = {}  # packs this handle wrote -> the order it wrote them in
+        self._own: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()  # its batch packs' objects
+        self._sizes: dict[str, int] = {}  # sealed packs' sizes read from their indexes (they never change)
         self.format = 1
         self.set_format(format)
         self._cache: OrderedDict[str, AnyObject] = OrderedDict()
@@ -91,7 +115,9 @@ class ObjectStore:
         self._recent_bytes = 0
         # format 2: the pack map and this handle's log
         self._packs: dict[str, _Pack] = {}
-        self._where: dict[str, tuple[str, Location]] = {}
+        self._where: dict[str, tuple[str, Place]] = {}
+        self._contents: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # (pack, payload offset) -> content
+        self._contents_bytes = 0
         self._lock = threading.RLock()
         self._log: Appender | None = None
         self._log_name = ""
@@ -113,11 +139,20 @@ class ObjectStore:
         self.format = fmt
 
     def close(self) -> None:
-        """Release this handle's log (readers and repack then treat it as complete); safe
-        to call twice. The next write opens a new log."""
+        """Wait for a background repack to finish, seal this handle's log (write its index,
+        so that repack may merge it at once) and release it; safe to call twice. The next
+        write opens a new log. A failure to write the index leaves the log unsealed (a
+        later repack merges it once it has been idle)."""
+        self.wait_repack()
         with self._lock:
             if self._log is not None and self._log_pid == os.getpid():
-                self._log.close()
+                if self._log.size > packs.HEADER_SIZE and self._log_name in self._packs:
+                    try:
+                        self._seal()
+                    except StorageError:
+                        pass  # still a valid log: scanned by readers, merged by repack when idle
+                if self._log is not None:
+                    self._log.close()
             self._log = None
 
     # -- writing ---------------------------------------------------------------------
@@ -166,52 +201,73 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed (the caller must not move a ref to the batch).
         """
-        frames: list[tuple[str, bytes, int]] = []
+        items: list[tuple[str, bytes, bytes | None]] = []
         for oid, canonical in encoded:
             self._keep_recent(oid, canonical)
-            frames.append((oid, o.to_stored(canonical, self.compress), len(canonical)))
-        return self._write_frames(frames)
+            items.append((oid, canonical, None))
+        return self._write_objects(items)
 
-    def _write_frames(self, frames: Sequence[tuple[str, bytes, int]]) -> int:
-        """Write ``(id, frame, canonical size)`` triples: loose or packed by the format."""
+    def _packed(self, canonical: bytes) -> bool:
+        """Whether an object goes into a pack record (format 2) rather than a loose file."""
+        n = len(canonical)
+        return self.format >= 2 and (n <= LOOSE_MIN or (n <= PATH_OBJECT_MAX and o.is_path_object(canonical)))
+
+    def _write_objects(self, items: Sequence[tuple[str, bytes, bytes | None]]) -> int:
+        """Write ``(id, canonical bytes, stored frame or None)`` triples: loose or packed by
+        the format; return the bytes written."""
         loose: dict[str, bytes] = {}
         small: list[tuple[str, bytes]] = []
         ids: list[str] = []
-        for oid, frame, size in frames:
+        for oid, canonical, frame in items:
             ids.append(oid)
-            if self.format >= 2 and size <= LOOSE_MIN:
-                small.append((oid, frame))
+            if self._packed(canonical):
+                small.append((oid, canonical))
             else:
-                loose[object_key(oid)] = frame
+                loose[object_key(oid)] = frame if frame is not None else o.to_stored(canonical, self.compress)
         if loose:
             self.storage.write_many(loose)
+        written = sum(len(f) for f in loose.values())
         if small:
-            self._write_record(small)
+            written += self._write_record(small)
         self._known.update(ids)
-        return sum(len(f) for _, f, _ in frames)
+        return written
 
-    def _write_record(self, small: list[tuple[str, bytes]]) -> None:
-        """Append one record to this handle's log, or write it as a whole pack."""
+    def _write_record(self, small: list[tuple[str, bytes]]) -> int:
+        """Append one record (version 2) to this handle's log, or write it as a whole pack;
+        return its size."""
+        batch = False
         with self._lock:
             log = self._open_log()
             if log is None:
-                data, where = packs.encode_pack(small)
+                data, where = packs.encode_pack_v2([small])
                 name = packs.content_name("b", data)
                 self.storage.write(pack_key(name), data)
-                self._add(name, where, sealed=True, scanned=len(data))
+                self._add(name, where, sealed=True, scanned=len(data), version=2)
+                size = len(data)
+                self._own[name] = list(small)  # a background repack merges it without reading it back
+                while len(self._own) > 4 * AUTO_REPACK_BATCHES:
+                    self._own.popitem(last=False)
+                self._batches += 1
+                batch = self._batches % AUTO_REPACK_BATCHES == 0
             else:
-                rec, where = packs.encode_record(small, log.size)
+                rec, where = packs.encode_record_v2(small, log.size)
                 try:
                     log.append(rec)
                 except StorageError:
                     self._log = None  # abandoned: its torn tail is ignored; the next batch opens a new log
                     raise
                 name = self._log_name
-                self._add(name, where, sealed=False, scanned=log.size)
+                self._add(name, where, sealed=False, scanned=log.size, version=2)
+                size = len(rec)
                 if log.size >= SEAL_BYTES:
                     self._seal()
+                    batch = True
             if not self._new_packs or self._new_packs[-1] != name:
                 self._new_packs.append(name)
+            self._seq.setdefault(name, len(self._seq))
+        if batch:
+            self._start_repack()
+        return size
 
     def _open_log(self) -> Appender | None:
         """This handle's log, created if needed; None where the storage cannot append."""
@@ -226,7 +282,7 @@ class ObjectStore:
             self._no_append = True
             return None
         try:
-            log.append(packs.PACK_MAGIC)
+            log.append(packs.PACK_MAGIC_V2)
         except StorageError:
             log.close()
             raise
@@ -256,14 +312,21 @@ class ObjectStore:
             IntegrityError: some bytes do not hash to their id.
             StorageError: the backend failed.
         """
-        frames = [(oid, stored, len(o.from_stored(oid, stored))) for oid, stored in items.items()]
-        self._write_frames(frames)
+        todo: list[tuple[str, bytes, bytes | None]] = []
+        for oid, stored in items.items():
+            canonical = o.from_stored(oid, stored)
+            if stored[:1] == b"\x00" and self.compress:
+                stored = o.to_stored(canonical)  # read raw from a version-2 pack: compress it loose
+            todo.append((oid, canonical, stored))
+        self._write_objects(todo)
 
     # -- the pack map ----------------------------------------------------------------
-    def _add(self, name: str, where: dict[str, Location], sealed: bool, scanned: int) -> None:
+    def _add(self, name: str, where: Mapping[str, Place], sealed: bool, scanned: int, version: int = 0) -> None:
         pack = self._packs.get(name)
         if pack is None:
             pack = self._packs[name] = _Pack(name)
+        if version:
+            pack.version = version
         pack.where.update(where)
         pack.sealed = pack.sealed or sealed
         pack.scanned = max(pack.scanned, scanned)
@@ -271,6 +334,8 @@ class ObjectStore:
             self._where[oid] = (name, loc)
 
     def _drop(self, name: str) -> None:
+        for key in [k for k in self._contents if k[0] == name]:
+            self._contents_bytes -= len(self._contents.pop(key))
         pack = self._packs.pop(name, None)
         if pack is not None:
             for oid in pack.where:
@@ -350,7 +415,8 @@ class ObjectStore:
             if raw is not None:
                 try:
                     size, where = packs.decode_index(raw)
-                    self._add(name, where, sealed=True, scanned=size)
+                    self._add(name, where, sealed=True, scanned=size,
+                              version=2 if raw[:8] == packs.INDEX_MAGIC_V2 else 1)
                     continue
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
@@ -364,10 +430,18 @@ class ObjectStore:
                 continue  # deleted by a repack since the listing, or never existed
             pack = self._packs.get(name)
             start = pack.scanned if pack is not None else 0
-            where, end = packs.scan(memoryview(data)[start:], start) if start else packs.scan(data)
+            try:
+                version = packs.pack_version(data)
+            except IntegrityError:
+                continue  # not a pack: nothing in it can be read
+            contents: dict[int, bytes] = {}
+            where, end = packs.scan(memoryview(data)[start:], start, version, contents) if start \
+                else packs.scan(data, contents=contents)
             self._keep_pack_data(name, data)
+            for offset, content in contents.items():
+                self._keep_content(name, offset, content)
             # a batch or repack pack is complete when written; a log may still grow
-            self._add(name, where, sealed=not name.startswith("w-"), scanned=end)
+            self._add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
             # a torn tail may be a record still being written: scan again next time
             self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
         return sum(len(self._packs[n].where) for n, _ in todo if n in self._packs) > before
@@ -389,15 +463,43 @@ class ObjectStore:
         if hit is None:
             return None
         name, loc = hit
-        data = self._pack_data.get(name)
-        if data is not None and loc.offset + loc.size <= len(data):
-            return data[loc.offset:loc.offset + loc.size]  # packs never change below their end
         try:
-            return self.storage.read_range(pack_key(name), loc.offset, loc.size)
+            return self.read_frame(name, loc)
         except FileNotFoundError:
             with self._lock:
                 self._drop(name)  # repacked away: the caller looks elsewhere and refreshes
             return self._from_pack(oid)
+        except IntegrityError:
+            return None  # a damaged record: the object may be elsewhere (the caller looks)
+
+    def _keep_content(self, name: str, offset: int, content: bytes) -> None:
+        with self._lock:
+            key = (name, offset)
+            if key in self._contents or len(content) > CONTENT_BYTES // 4:
+                return
+            self._contents[key] = content
+            self._contents_bytes += len(content)
+            while self._contents_bytes > CONTENT_BYTES:
+                self._contents_bytes -= len(self._contents.popitem(last=False)[1])
+
+    def _content(self, name: str, loc: Slot) -> bytes:
+        """The decompressed content of the version-2 record at ``loc`` (read whole, once).
+
+        Raises:
+            FileNotFoundError: the pack is gone.
+            IntegrityError: the record does not decompress.
+        """
+        got = self._contents.get((name, loc.offset))
+        if got is not None:
+            return got
+        data = self._pack_data.get(name)
+        if data is not None and loc.offset + loc.size <= len(data):
+            payload = data[loc.offset:loc.offset + loc.size]  # packs never change below their end
+        else:
+            payload = self.storage.read_range(pack_key(name), loc.offset, loc.size)
+        content = o.unframe(payload, f"record at {loc.offset} of pack {name}")
+        self._keep_content(name, loc.offset, content)
+        return content
 
     def _stored(self, oid: str) -> bytes | None:
         """The stored frame of ``oid`` wherever it is (pack or loose), or None; not verified."""
@@ -682,11 +784,20 @@ class ObjectStore:
         with self._lock:
             return sorted(self._packs)
 
-    def pack_contents(self, name: str) -> dict[str, Location]:
-        """The frames of one pack as this handle knows them (call :meth:`refresh` first)."""
+    def pack_contents(self, name: str) -> dict[str, Place]:
+        """The objects of one pack as this handle knows them, in the order they were written
+        (call :meth:`refresh` first)."""
         with self._lock:
             pack = self._packs.get(name)
-            return dict(pack.where) if pack is not None else {}
+            if pack is None:
+                return {}
+            return dict(sorted(pack.where.items(), key=lambda kv: (kv[1].offset, kv[1][2:])))
+
+    def pack_bytes(self, name: str) -> int:
+        """The size of a pack as this handle knows it (0 if unknown)."""
+        with self._lock:
+            pack = self._packs.get(name)
+            return pack.scanned if pack is not None else 0
 
     def pack_info(self, name: str) -> tuple[float | None, bool, bool]:
         """``(mtime, sealed, held)`` of a pack: when it last changed, whether it has an index
@@ -702,31 +813,209 @@ class ObjectStore:
         held = ours or (name.startswith("w-") and not sealed and self.storage.is_held(pack_key(name)))
         return self.storage.mtime(pack_key(name)), sealed, held
 
-    def read_frame(self, name: str, loc: Location) -> bytes:
-        """One stored frame of a pack (not verified).
+    def read_frame(self, name: str, loc: Place) -> bytes:
+        """One stored frame of a pack (not verified): a version-1 frame as stored, or the
+        canonical bytes of an object in a version-2 record as a raw (``0x00``) frame.
 
         Raises:
             FileNotFoundError: the pack is gone.
+            IntegrityError: a version-2 record does not decompress.
             StorageError: the backend failed.
         """
+        if isinstance(loc, Slot):
+            content = self._content(name, loc)
+            if loc.start + loc.length > len(content):
+                raise IntegrityError(name, f"a record of {len(content)} bytes holds no object at {loc.start}")
+            return b"\x00" + content[loc.start:loc.start + loc.length]
+        data = self._pack_data.get(name)
+        if data is not None and loc.offset + loc.size <= len(data):
+            return data[loc.offset:loc.offset + loc.size]  # packs never change below their end
         return self.storage.read_range(pack_key(name), loc.offset, loc.size)
 
     def write_pack(self, frames: Sequence[tuple[str, bytes]]) -> str:
-        """Write frames as one new sealed pack with its index (repack); return its name.
-
-        The pack is written before its index, each atomically: a pack without its index
-        is still read (scanned); an index never names a pack that is not complete.
+        """Write stored frames as one new sealed pack (version 2, in the order given, in
+        compressed blocks) with its index (gc); return its name. Each frame is verified.
 
         Raises:
+            IntegrityError: a frame does not hash to its id (nothing is written).
             StorageError: the backend failed.
         """
-        data, where = packs.encode_pack(frames)
+        return self._write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames])
+
+    def _write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
+        """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks, then
+        its index, each atomically: a pack without its index is still read (scanned); an
+        index never names a pack that is not complete."""
+        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run)
         name = packs.content_name("r", data)
         self.storage.write(pack_key(name), data)
         self.storage.write(index_key(name), packs.encode_index(len(data), where))
         with self._lock:
-            self._add(name, where, sealed=True, scanned=len(data))
+            self._add(name, where, sealed=True, scanned=len(data), version=2)
+            self._seq.setdefault(name, len(self._seq))
+            self._sizes[name] = len(data)
         return name
+
+    def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
+                    by_mtime: bool = True) -> str | None:
+        """Merge packs, and ``extra`` ``(id, canonical bytes)`` objects, into one new pack with
+        its index, then delete the merged packs (repack; docs/FORMAT.md, 8). Objects keep their
+        write order (oldest pack first, record by record) and are compressed in blocks of about
+        :data:`BLOCK_BYTES`, so that neighbours (a segment and the commits it copies, one
+        message and the next) share their bytes. Every object is verified on the way.
+
+        Safe against a concurrent repack or gc: a pack gone meanwhile is skipped (whoever
+        deleted it had first written its objects into another pack), and a pack is deleted only
+        after the new one is durable, so a kill at any point loses nothing. A sealed pack whose
+        bytes stop short of a damaged record is left alone. Returns the new pack's name, or None
+        when there was nothing to merge. Without ``by_mtime`` (an object store, where an age
+        costs a HEAD), packs this handle wrote keep their order and the others come first.
+
+        Raises:
+            IntegrityError: an object does not hash to its id (nothing is deleted).
+            StorageError: the backend failed.
+        """
+        chosen = [n for n in dict.fromkeys(names) if packs.is_pack_name(n)]
+        if by_mtime:
+            order = {n: (self.storage.mtime(pack_key(n)) or 0.0, n) for n in chosen}
+        else:
+            order = {n: (float(self._seq.get(n, -1)), n) for n in chosen}
+        with self._lock:
+            own = {n: self._own[n] for n in chosen if n in self._own}
+        seen: set[str] = set()
+        groups: list[list[tuple[str, bytes]]] = []
+        for oid, canonical in extra:
+            if oid not in seen:
+                seen.add(oid)
+                groups.append([(oid, canonical)])
+        unread = [pack_key(n) for n in chosen if n not in own]
+        datas = self.storage.read_many(unread) if unread else {}
+        done: list[str] = []
+        for name in sorted(chosen, key=lambda n: order[n]):
+            found: list[list[tuple[str, bytes]]] | None
+            if name in own:
+                found = [own[name]]  # written by this handle: its objects are still in memory
+            else:
+                data = datas.get(pack_key(name))
+                if data is None:
+                    continue  # merged or collected by someone else since it was chosen
+                found = self._pack_groups(name, data)
+            if found is None:
+                continue
+            done.append(name)
+            for group in found:
+                fresh = [(oid, c) for oid, c in group if oid not in seen]
+                seen.update(oid for oid, _ in fresh)
+                if fresh:
+                    groups.append(fresh)
+        if not groups or (len(done) < 2 and not extra and done and done[0].startswith("r-")):
+            return None
+        new = self._write_groups(groups)
+        for name in done:
+            if name != new:
+                self.delete_pack(name)
+        with self._lock:
+            for name in done:
+                self._own.pop(name, None)
+        return new
+
+    def _pack_groups(self, name: str, data: bytes) -> list[list[tuple[str, bytes]]] | None:
+        """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
+        (one per version-2 record; one per object in a version-1 pack), each verified; None
+        for a sealed pack whose records stop short of its end (damage: left for fsck).
+
+        Raises:
+            IntegrityError: an object does not hash to its id.
+        """
+        try:
+            version = packs.pack_version(data)
+        except IntegrityError:
+            return None
+        if not version:
+            return []
+        contents: dict[int, bytes] = {}
+        where, end = packs.scan(data, contents=contents)
+        if end != len(data) and not (name.startswith("w-") and not self.storage.exists(index_key(name))):
+            return None  # a complete pack that does not scan to its end: do not drop what follows
+        if version == 2:
+            by_record: dict[int, list[tuple[int, str, bytes]]] = {}
+            for oid, loc in where.items():
+                assert isinstance(loc, Slot)
+                content = contents[loc.offset]
+                # the id was computed from these very bytes by the scan
+                by_record.setdefault(loc.offset, []).append((loc.start, oid, content[loc.start:loc.start + loc.length]))
+            return [[(oid, c) for _, oid, c in sorted(items)] for _, items in sorted(by_record.items())]
+        return [[(oid, o.from_stored(oid, bytes(data[loc.offset:loc.offset + loc.size])))]
+                for oid, loc in sorted(where.items(), key=lambda kv: kv[1].offset)]
+
+    # -- background repack ------------------------------------------------------------
+    def _start_repack(self) -> None:
+        """Run :meth:`auto_repack_once` in a background thread, unless one is running or
+        ``auto_repack`` is off. Never raises: an append must not fail because of it."""
+        if not self.auto_repack:
+            return
+        with self._lock:
+            if self._repacker is not None and self._repacker.is_alive():
+                return
+            t = threading.Thread(target=self._repack_quietly, name="castore-repack", daemon=True)
+            self._repacker = t
+        t.start()
+
+    def _repack_quietly(self) -> None:
+        try:
+            self.auto_repack_once()
+        except Exception as e:  # noqa: BLE001 - a background merge must never fail an append; kept for the caller
+            self.repack_error = e
+
+    def wait_repack(self) -> None:
+        """Wait for this handle's background repack, if one is running."""
+        t = self._repacker
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+    def auto_repack_once(self, max_bytes: int = AUTO_REPACK_MAX_BYTES) -> str | None:
+        """One bounded geometric repack of the sealed packs (what a writer runs in the
+        background; docs/FORMAT.md, 8): every sealed log and batch pack (their records were
+        compressed one by one) and the repacked packs the geometric rule picks, smallest
+        first, up to ``max_bytes``. A log without an index (a live writer's) is never
+        touched. One listing and one batch read of indexes; no lock held while reading or
+        writing. Returns the new pack's name, or None.
+
+        Raises:
+            IntegrityError, StorageError (see :meth:`merge_packs`).
+        """
+        listed: dict[str, bool] = {}
+        for n in self.storage.list_dir(PACKS):
+            stem, dot, ext = n.rpartition(".")
+            if dot and packs.is_pack_name(stem) and "." + ext in (packs.PACK_SUFFIX, packs.INDEX_SUFFIX):
+                listed[stem] = listed.get(stem, False) or "." + ext == packs.INDEX_SUFFIX
+        with self._lock:
+            live = self._log_name if self._log is not None else ""
+        sealed = {n for n, has_index in listed.items() if n != live and (has_index or n.startswith("b-"))}
+        sizes: dict[str, int] = {n: 0 for n in sealed if n.startswith("b-")}
+        indexed = sorted(n for n in sealed if listed[n])
+        unknown = [n for n in indexed if n not in self._sizes]  # sealed packs never change: read once
+        raw = self.storage.read_many([index_key(n) for n in unknown]) if unknown else {}
+        for n in unknown:
+            got = raw.get(index_key(n))
+            if got is None:
+                continue
+            try:
+                self._sizes[n] = packs.decode_index(got)[0]
+            except IntegrityError:
+                continue  # a damaged index: left for an explicit repack or fsck
+        sizes.update((n, self._sizes[n]) for n in indexed if n in self._sizes)
+        chosen = set(geometric(list(sizes.items()))) | {n for n in sizes if not n.startswith("r-")}
+        take: list[str] = []
+        total = 0
+        for n in sorted(chosen, key=lambda n: (sizes[n], n)):
+            if take and total + sizes[n] > max_bytes:
+                break
+            take.append(n)
+            total += sizes[n]
+        if not take or (len(take) == 1 and take[0].startswith("r-")):
+            return None
+        return self.merge_packs(take, by_mtime=not self._no_append)
 
     def delete_pack(self, name: str, cutoff: float | None = None) -> bool:
         """Delete a pack and its index (repack and gc only); with ``cutoff``, only if the pack
@@ -736,15 +1025,19 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
+        indexed = not name.startswith("b-")  # a batch pack never gets an index: no request for one
         if cutoff is not None:
             if not self.storage.delete_if_older(pack_key(name), cutoff):
                 return False
-            self.storage.delete(index_key(name))
+            if indexed:
+                self.storage.delete(index_key(name))
         else:
-            self.storage.delete(index_key(name))
+            if indexed:
+                self.storage.delete(index_key(name))
             self.storage.delete(pack_key(name))
         with self._lock:
             self._drop(name)
+            self._sizes.pop(name, None)
         return True
 
     # -- sync: frames in bulk ------------------------------------------------------------
@@ -792,35 +1085,44 @@ class ObjectStore:
                 out[oid] = stored
         return out
 
-    def put_stored_packed(self, items: dict[str, bytes], shared: Container[str] = ()) -> tuple[int, int]:
+    def put_stored_packed(self, items: dict[str, bytes]) -> tuple[int, int]:
         """Store raw stored bytes read from another store (sync) in as few writes as the
         format allows; verify each. Returns ``(packed, loose)``: how many went each way.
 
-        Format 1: every object loose, as :meth:`put_stored`. Format 2: the objects of
-        ``shared`` (bodies and state values, which other sessions may hold too) whose
-        canonical bytes exceed :data:`LOOSE_MIN` are written loose, so they stay shared;
-        everything else (commits, trees, small bodies, and the segments and indexes of
-        the path, however large) goes into **one** pack record: one PUT on an object
-        store, one append to this handle's log on local disk.
+        Placement is the write path's rule (:meth:`put_encoded`): format 1 writes every
+        object loose; format 2 packs small objects and the segments and indexes of a path
+        (one pack record: one PUT on an object store, one append to this handle's log on
+        local disk) and writes larger objects loose, so bodies stay shared across
+        sessions. A large object is written even if this store may hold it already, as the
+        grace rule of docs/FORMAT.md 9.1 requires.
 
         Raises:
             IntegrityError: some bytes do not hash to their id (nothing is written).
             StorageError: the backend failed (the caller must not move a ref to them).
         """
-        sizes = {oid: len(o.from_stored(oid, stored)) for oid, stored in items.items()}
-        if self.format < 2:
-            self._write_frames([(oid, stored, sizes[oid]) for oid, stored in items.items()])
-            return 0, len(items)
-        loose = {object_key(oid): stored for oid, stored in items.items()
-                 if oid in shared and sizes[oid] > LOOSE_MIN}
-        small = [(oid, stored) for oid, stored in items.items() if object_key(oid) not in loose]
-        if loose:
-            self.storage.write_many(loose)
-        if small:
-            self._write_record(small)
-        self._known.update(items)
-        return len(small), len(loose)
+        triples = [(oid, o.from_stored(oid, stored), stored) for oid, stored in items.items()]
+        packed = sum(1 for _, canonical, _ in triples if self._packed(canonical))
+        self._write_objects(triples)
+        return packed, len(triples) - packed
 
 
-__all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN", "STORE_FORMAT",
-           "DEFAULT_FORMAT", "FORMATS"]
+def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
+    """Whether a block may end after this group: one that holds a segment or an index (the
+    segment copies the commits before it, so a block ending there holds both)."""
+    return any(o.is_path_object(c) for _, c in group)
+
+
+def geometric(sizes: Sequence[tuple[str, int]]) -> list[str]:
+    """The smallest packs to merge so that each remaining pack is at least twice the size of
+    all smaller ones together (git's ``repack --geometric=2``); ``sizes`` are (name, bytes)."""
+    order = sorted(sizes, key=lambda x: (x[1], x[0]))
+    total, cut = 0, 0
+    for i, (_, n) in enumerate(order):
+        if n < 2 * total:
+            cut = i + 1
+        total += n
+    return [name for name, _ in order[:cut]] if cut > 1 else []
+
+
+__all__ = ["ObjectStore", "geometric", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN",
+           "STORE_FORMAT", "DEFAULT_FORMAT", "FORMATS"]

@@ -1,21 +1,36 @@
-"""Pack and pack-index bytes (format 2): many object frames in one file. No I/O.
+"""Pack and pack-index bytes (format 2): many objects in one file. No I/O.
 
 A pack is a header and a sequence of records; a record is one append's objects, checked
 as a unit (a torn record at the end of a log is ignored). An index lists, sorted by id,
-where each frame of a sealed pack starts. docs/FORMAT.md (sections 4 and 5) is the
-specification; this module is its only implementation.
+where each object of a sealed pack is. docs/FORMAT.md (sections 4 and 5) is the
+specification; this module is its only implementation. Two versions exist; readers read
+both forever, writers write version 2.
+
+Version 1 (each object its own frame, its id and size in front of it)::
 
     pack    = "CAPK" 0x01 0x00 0x00 0x00  record*
     record  = length:u32  check:16  payload        check = blake3(payload)[:16]
     payload = (id:32  size:u32  frame:size)+
     idx     = "CAIX" 0x01 0x00 0x00 0x00  pack_size:u64  count:u32  (id:32 offset:u64 size:u32)*  check:16
+
+Version 2 (a record's objects compressed together as one frame; ids are not stored in the
+pack: an object's id is the blake3 of its bytes, computed when the record is scanned)::
+
+    pack    = "CAPK" 0x02 0x00 0x00 0x00  record*
+    record  = length:u32  check:16  payload        check = blake3(payload)[:16]
+    payload = frame of content                     (a header byte and a zstd frame, objects.unframe)
+    content = (size:u32  canonical:size)+
+    idx     = "CAIX" 0x02 0x00 0x00 0x00  pack_size:u64  nrec:u32  count:u32
+              (offset:u64 size:u32){nrec}            each record's payload
+              (id:32 rec:u32 start:u32 length:u32){count}   canonical bytes at content[start:start+length]
+              check:16
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from . import objects as o
@@ -23,7 +38,14 @@ from .errors import IntegrityError
 
 PACK_MAGIC = b"CAPK\x01\x00\x00\x00"
 INDEX_MAGIC = b"CAIX\x01\x00\x00\x00"
+PACK_MAGIC_V2 = b"CAPK\x02\x00\x00\x00"
+INDEX_MAGIC_V2 = b"CAIX\x02\x00\x00\x00"
+_VERSIONS = {PACK_MAGIC: 1, PACK_MAGIC_V2: 2}
 HEADER_SIZE = len(PACK_MAGIC)
+_SIZE = struct.Struct(">I")  # version 2: an object's size in a record's content
+_IDX2_HEAD = struct.Struct(">8sQII")  # magic, pack size, records, count
+_REC2 = struct.Struct(">QI")  # a record's payload offset and size
+_ROW2 = struct.Struct(">32sIII")  # raw id, record number, start and length in its content
 _REC = struct.Struct(">I16s")  # record length, check
 _ENTRY = struct.Struct(">32sI")  # raw id, frame size
 _IDX_HEAD = struct.Struct(">8sQI")  # magic, pack size, count
@@ -35,10 +57,23 @@ INDEX_SUFFIX = ".idx"
 
 
 class Location(NamedTuple):
-    """Where one frame is: its offset in the pack and its size."""
+    """Where one frame is in a version-1 pack: its offset in the pack and its size."""
 
     offset: int
     size: int
+
+
+class Slot(NamedTuple):
+    """Where one object is in a version-2 pack: its record's payload (``offset``, ``size``
+    in the pack) and its canonical bytes in that record's content (``start``, ``length``)."""
+
+    offset: int
+    size: int
+    start: int
+    length: int
+
+
+Place = Location | Slot
 
 
 def encode_record(frames: Iterable[tuple[str, bytes]], at: int) -> tuple[bytes, dict[str, Location]]:
@@ -78,14 +113,32 @@ def encode_pack(frames: Iterable[tuple[str, bytes]]) -> tuple[bytes, dict[str, L
     return PACK_MAGIC + rec, where
 
 
-def scan(data: bytes | memoryview, base: int = 0) -> tuple[dict[str, Location], int]:
-    """Every frame of the valid records in ``data``: a pack's bytes from pack offset ``base``.
+def pack_version(data: bytes | memoryview) -> int:
+    """The version of a pack from its first bytes (0: the header is not written yet).
+
+    Raises:
+        IntegrityError: the bytes do not begin with a castore pack header.
+    """
+    if len(data) < HEADER_SIZE:
+        return 0
+    version = _VERSIONS.get(bytes(data[:HEADER_SIZE]))
+    if version is None:
+        raise IntegrityError("pack", f"not a castore pack (header {bytes(data[:HEADER_SIZE])!r})")
+    return version
+
+
+def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
+         contents: dict[int, bytes] | None = None) -> tuple[dict[str, Place], int]:
+    """Every object of the valid records in ``data``: a pack's bytes from pack offset ``base``.
 
     Reading stops at the first record that is incomplete or fails its check: the end of
-    a log that is still being written, or that a crash cut short.
+    a log that is still being written, or that a crash cut short. From offset 0 the version
+    comes from the header; a resumed scan (``base`` > 0) is told it. A version-2 record is
+    decompressed and each object in it hashed (that is its id); its content is put in
+    ``contents`` (by payload offset) when given, so that reading its objects costs nothing more.
 
     Returns:
-        The frames found (offsets relative to the start of the pack) and the pack offset
+        The objects found (offsets relative to the start of the pack) and the pack offset
         just after the last valid record (where the next scan of a growing log resumes).
 
     Raises:
@@ -93,12 +146,11 @@ def scan(data: bytes | memoryview, base: int = 0) -> tuple[dict[str, Location], 
     """
     off = 0
     if base == 0:
-        if len(data) < HEADER_SIZE:
+        version = pack_version(data)
+        if not version:
             return {}, 0  # a log whose header is not written yet
-        if data[:HEADER_SIZE] != PACK_MAGIC:
-            raise IntegrityError("pack", f"not a castore pack (header {bytes(data[:HEADER_SIZE])!r})")
         off = HEADER_SIZE
-    found: dict[str, Location] = {}
+    found: dict[str, Place] = {}
     view = memoryview(data)
     while off + _REC.size <= len(data):
         length, check = _REC.unpack_from(data, off)
@@ -108,12 +160,40 @@ def scan(data: bytes | memoryview, base: int = 0) -> tuple[dict[str, Location], 
         payload = view[body_at:body_at + length]
         if o.checksum(payload) != check:
             break
-        entries = _entries(payload, base + body_at)
+        entries: dict[str, Location] | dict[str, Slot] | None
+        if version == 1:
+            entries = _entries(payload, base + body_at)
+        else:
+            try:
+                content = o.unframe(payload, "pack record")
+            except IntegrityError:
+                break  # passed its check yet does not decompress: taken as the end
+            entries = content_slots(content, base + body_at, length)
+            if entries is not None and contents is not None:
+                contents[base + body_at] = content
         if entries is None:
             break
         found.update(entries)
         off = body_at + length
     return found, base + off
+
+
+def content_slots(content: bytes, offset: int, size: int) -> dict[str, Slot] | None:
+    """The objects of one version-2 record's ``content`` (its payload at pack ``offset``,
+    ``size`` bytes), each id computed from its bytes; None if the content does not parse."""
+    out: dict[str, Slot] = {}
+    pos, n = 0, len(content)
+    view = memoryview(content)
+    while pos < n:
+        if pos + _SIZE.size > n:
+            return None
+        (length,) = _SIZE.unpack_from(content, pos)
+        pos += _SIZE.size
+        if pos + length > n:
+            return None
+        out.setdefault(o.digest(view[pos:pos + length]), Slot(offset, size, pos, length))
+        pos += length
+    return out
 
 
 def _entries(payload: memoryview, at: int) -> dict[str, Location] | None:
@@ -133,32 +213,149 @@ def _entries(payload: memoryview, at: int) -> dict[str, Location] | None:
     return out
 
 
-def encode_index(pack_size: int, where: dict[str, Location]) -> bytes:
-    """The index of a sealed pack of ``pack_size`` bytes holding the frames ``where``."""
+def encode_content(objects: Iterable[tuple[str, bytes]]) -> tuple[bytes, dict[str, tuple[int, int]]]:
+    """The content of a version-2 record holding ``(hex id, canonical bytes)`` pairs (each
+    id once) and where each object's bytes are in it (start, length)."""
+    parts: list[bytes] = []
+    where: dict[str, tuple[int, int]] = {}
+    pos = 0
+    for oid, canonical in objects:
+        if oid in where:
+            continue
+        parts.append(_SIZE.pack(len(canonical)))
+        parts.append(canonical)
+        pos += _SIZE.size
+        where[oid] = (pos, len(canonical))
+        pos += len(canonical)
+    return b"".join(parts), where
+
+
+def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
+                     compress: bool = True) -> tuple[bytes, dict[str, Slot]]:
+    """One version-2 record holding ``(hex id, canonical bytes)`` pairs, for a pack where it
+    will start at ``at``: their content compressed as one frame (the built-in dictionary for
+    a small record, as objects.to_stored; plain zstd at ``level`` when given: a repacked block;
+    raw, header ``0x00``, without ``compress``).
+
+    Returns the record's bytes and where each object will be.
+
+    Raises:
+        IntegrityError: the record would exceed :data:`RECORD_MAX`.
+    """
+    content, spans = encode_content(objects)
+    payload = o.to_stored(content, compress) if level is None or not compress else o.frame_block(content, level)
+    if len(payload) >= RECORD_MAX or len(content) > o.MAX_OBJECT_SIZE:
+        raise IntegrityError("pack record", f"{len(payload)} bytes is more than a record holds")
+    offset = at + _REC.size
+    where = {oid: Slot(offset, len(payload), start, length) for oid, (start, length) in spans.items()}
+    return _REC.pack(len(payload), o.checksum(payload)) + payload, where
+
+
+def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: int = 0,
+                   level: int | None = None,
+                   cut_after: Callable[[Sequence[tuple[str, bytes]]], bool] | None = None,
+                   compress: bool = True) -> tuple[bytes, dict[str, Slot]]:
+    """A whole version-2 pack. Each group of ``(hex id, canonical bytes)`` (one append's
+    objects, in write order) goes whole into one record; with ``block_bytes``, consecutive
+    groups share a record until it holds that many bytes and ``cut_after`` (when given)
+    says the last group ends a run (a repacked pack: blocks compressed together, so that
+    neighbouring objects share their bytes; a block also ends at 4 x ``block_bytes``).
+
+    Raises:
+        IntegrityError: see :func:`encode_record_v2`.
+    """
+    parts = [PACK_MAGIC_V2]
+    where: dict[str, Slot] = {}
+    pos = HEADER_SIZE
+    block: list[tuple[str, bytes]] = []
+    held = 0
+
+    def flush() -> None:
+        nonlocal pos, held
+        if block:
+            rec, w = encode_record_v2(block, pos, level, compress)
+            parts.append(rec)
+            for oid, slot in w.items():
+                where.setdefault(oid, slot)
+            pos += len(rec)
+            block.clear()
+            held = 0
+
+    for group in groups:
+        block.extend(group)
+        held += sum(len(c) for _, c in group)
+        if held >= block_bytes and (cut_after is None or cut_after(group) or held >= 4 * block_bytes):
+            flush()
+    flush()
+    return b"".join(parts), where
+
+
+def encode_index(pack_size: int, where: Mapping[str, Place]) -> bytes:
+    """The index of a sealed pack of ``pack_size`` bytes holding the objects ``where``:
+    version 1 for frames (:class:`Location`), version 2 for a version-2 pack (:class:`Slot`)."""
+    if any(isinstance(loc, Slot) for loc in where.values()):
+        return _encode_index_v2(pack_size, where)
     rows = [_ROW.pack(bytes.fromhex(oid), loc.offset, loc.size) for oid, loc in sorted(where.items())]
     body = _IDX_HEAD.pack(INDEX_MAGIC, pack_size, len(rows)) + b"".join(rows)
     return body + o.checksum(body)
 
 
-def decode_index(data: bytes) -> tuple[int, dict[str, Location]]:
-    """Parse an index; return the size of the pack it covers and its frames.
+def _encode_index_v2(pack_size: int, where: Mapping[str, Place]) -> bytes:
+    recs = sorted({(s.offset, s.size) for s in where.values()})
+    number = {r: i for i, r in enumerate(recs)}
+    rows = []
+    for oid, s in sorted(where.items()):
+        if not isinstance(s, Slot):
+            raise IntegrityError("pack index", "a version-2 pack holds no version-1 frames")
+        rows.append(_ROW2.pack(bytes.fromhex(oid), number[(s.offset, s.size)], s.start, s.length))
+    body = (_IDX2_HEAD.pack(INDEX_MAGIC_V2, pack_size, len(recs), len(rows))
+            + b"".join(_REC2.pack(*r) for r in recs) + b"".join(rows))
+    return body + o.checksum(body)
+
+
+def decode_index(data: bytes) -> tuple[int, dict[str, Place]]:
+    """Parse an index (either version); return the size of the pack it covers and its objects.
 
     Raises:
         IntegrityError: not an index, truncated, or its check fails.
     """
-    if len(data) < _IDX_HEAD.size + 16 or data[:len(INDEX_MAGIC)] != INDEX_MAGIC:
+    if len(data) < _IDX_HEAD.size + 16 or data[:len(INDEX_MAGIC)] not in (INDEX_MAGIC, INDEX_MAGIC_V2):
         raise IntegrityError("pack index", "not a castore pack index")
     body, check = data[:-16], data[-16:]
     if o.checksum(body) != check:
         raise IntegrityError("pack index", "its check does not match (damaged or cut short)")
+    if data[:len(INDEX_MAGIC)] == INDEX_MAGIC_V2:
+        return _decode_index_v2(body)
     _, pack_size, count = _IDX_HEAD.unpack_from(body, 0)
     if len(body) != _IDX_HEAD.size + count * _ROW.size:
         raise IntegrityError("pack index", f"declares {count} rows but holds {len(body) - _IDX_HEAD.size} bytes")
-    out: dict[str, Location] = {}
+    out: dict[str, Place] = {}
     for raw, off, size in _ROW.iter_unpack(memoryview(body)[_IDX_HEAD.size:]):
         if off + size > pack_size:
             raise IntegrityError("pack index", f"a row points past the pack's end ({off}+{size} > {pack_size})")
         out[raw.hex()] = Location(off, size)
+    return pack_size, out
+
+
+def _decode_index_v2(body: bytes) -> tuple[int, dict[str, Place]]:
+    if len(body) < _IDX2_HEAD.size:
+        raise IntegrityError("pack index", "cut short")
+    _, pack_size, nrec, count = _IDX2_HEAD.unpack_from(body, 0)
+    rows_at = _IDX2_HEAD.size + nrec * _REC2.size
+    if len(body) != rows_at + count * _ROW2.size:
+        raise IntegrityError("pack index", f"declares {nrec} records and {count} rows but holds "
+                                           f"{len(body) - _IDX2_HEAD.size} bytes")
+    view = memoryview(body)
+    recs = list(_REC2.iter_unpack(view[_IDX2_HEAD.size:rows_at]))
+    for off, size in recs:
+        if off + size > pack_size:
+            raise IntegrityError("pack index", f"a record points past the pack's end ({off}+{size} > {pack_size})")
+    out: dict[str, Place] = {}
+    for raw, rec, start, length in _ROW2.iter_unpack(view[rows_at:]):
+        if rec >= nrec:
+            raise IntegrityError("pack index", f"a row names record {rec} of {nrec}")
+        off, size = recs[rec]
+        out[raw.hex()] = Slot(off, size, start, length)
     return pack_size, out
 
 
@@ -178,5 +375,7 @@ def is_pack_name(name: str) -> bool:
     return sep == "-" and head in ("w", "b", "r") and len(tail) == 32 and all(c in "0123456789abcdef" for c in tail)
 
 
-__all__ = ["Location", "encode_record", "encode_pack", "scan", "encode_index", "decode_index", "content_name",
-           "log_name", "is_pack_name", "PACK_MAGIC", "INDEX_MAGIC", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX"]
+__all__ = ["Location", "Slot", "Place", "encode_record", "encode_pack", "encode_content", "encode_record_v2",
+           "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index", "decode_index", "content_name",
+           "log_name", "is_pack_name", "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE",
+           "PACK_SUFFIX", "INDEX_SUFFIX"]

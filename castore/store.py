@@ -124,10 +124,12 @@ class Store:
     """
 
     def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None,
-                 format: int | None = None) -> None:  # noqa: A002 - the store's format, as in castore init --format
+                 format: int | None = None,  # noqa: A002 - the store's format, as in castore init --format
+                 auto_repack: bool | None = None) -> None:
         self.storage = storage
         self.url = storage.url
-        self.objects = ObjectStore(storage, compress=compress)
+        self._auto_repack = auto_repack
+        self.objects = ObjectStore(storage, compress=compress, auto_repack=auto_repack is not False)
         self.refs = RefStore(storage)
         self.history = History(self.objects)
         #: the one write path: every commit and ref move of this store goes through it
@@ -144,7 +146,7 @@ class Store:
     # -- opening -----------------------------------------------------------------------
     @classmethod
     def open(cls, url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A002
-             **storage_options: Any) -> Store:
+             auto_repack: bool | None = None, **storage_options: Any) -> Store:
         """Open the store at ``url`` (default: ``$CASTORE_STORE`` or ``./.castore``).
 
         Args:
@@ -154,6 +156,9 @@ class Store:
                 the last appends, never the store's consistency).
             format: the storage format (docs/FORMAT.md) a new store is created with; an
                 existing store of a lower format is raised to it (2: packs). Default: 1.
+            auto_repack: format 2: merge small packs in the background of normal writes
+                (docs/FORMAT.md, 8). Default: the store's ``auto_repack`` setting in
+                castore.json, else True.
             **storage_options: for the backend (``endpoint_url``, ``key``, ``secret``...).
 
         Raises:
@@ -163,7 +168,7 @@ class Store:
         url = url or default_url()
         check_url(url)
         try:
-            return cls(open_storage(url, durable=durable, **storage_options), format=format)
+            return cls(open_storage(url, durable=durable, **storage_options), format=format, auto_repack=auto_repack)
         except (StorageError, FormatError):
             raise
         except OSError as e:  # e.g. an fsspec backend that connects at once: unknown host, refused
@@ -188,6 +193,8 @@ class Store:
                 supported=STORE_FORMAT,
             )
         self.objects.set_format(fmt)
+        if self._auto_repack is None:
+            self.objects.auto_repack = cfg.get("auto_repack", True) is not False
         self._config = cfg
         self._initialized = True
 
@@ -562,14 +569,14 @@ class Store:
 
 
 def open(url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A001,A002 - as io.open
-         **storage_options: Any) -> Store:
+         auto_repack: bool | None = None, **storage_options: Any) -> Store:
     """Open the store at ``url`` (default: see :func:`default_url`); see :meth:`Store.open`.
 
     Raises:
         StorageError: the URL looks mistyped (``s3:/bucket``) or the backend cannot be reached.
         FormatError: the store was written by a newer castore.
     """
-    return Store.open(url, durable=durable, format=format, **storage_options)
+    return Store.open(url, durable=durable, format=format, auto_repack=auto_repack, **storage_options)
 
 
 class ConfigContended(CastoreError):

@@ -299,7 +299,6 @@ class _Sync:
         self._failed: set[str] = set()
         self.near = dst if pull_remote is not None else None
         self._total = 0
-        self.shared: set[str] = set()  # bodies and state values: may be shared across sessions
         self._pending: dict[str, bytes] = {}  # stored bytes read, not yet written
         self._pending_bytes = 0
 
@@ -578,7 +577,6 @@ class _Sync:
             own(cid, i)
             if c.body is not None:
                 own(o.hex_id(c.body), i)
-                self.shared.add(o.hex_id(c.body))
             if c.state is not None and c.state != prev_state:
                 pairs.append((i, o.hex_id(c.state), o.hex_id(prev_state) if prev_state else None))
             prev_state = c.state
@@ -627,7 +625,6 @@ class _Sync:
                 for raw in nt.refs.values():
                     if raw not in old_vals:
                         vid = o.hex_id(raw)
-                        self.shared.add(vid)
                         if out.get(vid, i + 1) > i:
                             out[vid] = i
                 for b, raw in nt.sub.items():
@@ -693,7 +690,7 @@ class _Sync:
         if not self._pending:
             return
         items, self._pending, self._pending_bytes = self._pending, {}, 0
-        packed, loose = self.dst.objects.put_stored_packed(items, self.shared)
+        packed, loose = self.dst.objects.put_stored_packed(items)
         self.report.packs_sent += 1 if packed else 0
         self.report.loose_sent += loose
         self.report.objects_sent += len(items)

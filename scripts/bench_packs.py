@@ -137,6 +137,56 @@ def local(n: int) -> list[str]:
     return out
 
 
+def _salad(rng: random.Random, size: int) -> str:
+    """scripts/bench_session.py's ``text``: ~``size`` bytes of word salad (its storage workload)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_session import text
+
+    return text(rng, size)
+
+
+def scale(n: int) -> list[str]:
+    """Bytes and packs after ``n`` appends to one format-2 session, background repack on and
+    off (local disk, not durable: bytes do not depend on fsync). Two workloads: this script's
+    Zipf messages (state delta {turn, topic}) and scripts/bench_session.py's storage workload
+    (word salad, delta {turn, last_city}). Raw payload = the messages' content bytes (UTF-8),
+    the definition both scripts use. Stored = every file under objects/ and packs/ (pack
+    indexes included); refs and castore.json excluded. Every step's full state is checked
+    reachable (``Session.verify``) before anything is measured; cold read = a fresh handle
+    reading every message, in this process."""
+    out = [f"### Bytes and packs at N = {n} appends (format 2, local disk)", "",
+           "| workload | background repack | stored / raw | loose files | pack files | packs | "
+           "new files per append | cold read |", "|---|---|---|---|---|---|---|---|"]
+    for workload in ("zipf", "salad"):
+        for auto in (True, False):
+            tmp = tempfile.mkdtemp(prefix="bench-packs-scale-")
+            root = os.path.join(tmp, "st")
+            st = castore.open(root, format=2, durable=False, auto_repack=auto)
+            s = st.session("app", "u", "s")
+            rng = random.Random(7)
+            raw = 0
+            for i in range(n):
+                text = message(i, rng) if workload == "zipf" else _salad(rng, 500)
+                raw += len(text.encode())
+                delta = {"turn": i, "topic": text[:8]} if workload == "zipf" else {"turn": i, "last_city": text[:6]}
+                s.append(castore.Message(role="user" if i % 2 == 0 else "assistant", content=text), state_delta=delta)
+            st.close()
+            fresh = castore.open(root)
+            t0 = time.perf_counter()
+            got = fresh.session("app", "u", "s").messages()
+            cold = time.perf_counter() - t0
+            assert len(got) == n
+            assert fresh.session("app", "u", "s").verify()["commits"] == n  # every step's state reachable
+            loose = sum(len(f) for _d, _s, f in os.walk(os.path.join(root, "objects")))
+            pack_files = os.listdir(os.path.join(root, "packs"))
+            stored = stored_bytes(root)
+            out.append(f"| {workload} | {'on' if auto else 'off'} | {stored / raw:.3f}x | {loose} | "
+                       f"{len(pack_files)} | {sum(1 for f in pack_files if f.endswith('.pack'))} | "
+                       f"{(loose + len(pack_files)) / n:.4f} | {cold * 1000:.0f} ms |")
+            fresh.close()
+    return out
+
+
 def s3(n: int) -> list[str]:
     import s3server
 
@@ -235,12 +285,17 @@ def main() -> None:
     ap.add_argument("--s3-n", type=int, default=40)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--ref-cost", action="store_true", help="only the split of a local append's time (objects, ref)")
+    ap.add_argument("--scale", type=int, default=0, help="only the bytes-and-packs table at this N (e.g. 10000)")
     args = ap.parse_args()
     if args.ref_cost:
         print("\n".join(local_ref_cost(args.n)))
         return
     t0 = time.time()
     lines = [f"## Packs: format 1 against format 2 (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
+    if args.scale:
+        lines += scale(args.scale) + ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
+        print("\n".join(lines))
+        return
     lines += local(args.n)
     if not args.no_s3:
         lines += [""] + s3(args.s3_n)

@@ -117,7 +117,7 @@ def test_every_backend_reads_back_a_format2_store(backend):
 
 def test_a_local_log_is_sealed_with_an_index_and_files_stay_few(tmp_path, monkeypatch):
     monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 64 * 1024)
-    st = castore.open(str(tmp_path / "st"), format=2)
+    st = castore.open(str(tmp_path / "st"), format=2, auto_repack=False)  # logs as written, not merged
     s = st.session("app", "u", "s")
     for i in range(300):
         s.append(castore.Message(role="user", content=f"{i} " + os.urandom(1200).hex()))
@@ -232,10 +232,11 @@ def test_cli_init_format_2_and_repack(tmp_path):
         w = castore.open(url)
         w.session("app", "u", f"s{i}").append_many(_msgs(4))
         w.close()
-    # logs nobody holds are merged only once idle (LOG_IDLE): here every log is fresh
+    # close() sealed each writer's log (its index is written), so repack merges them at once
+    # (a log nobody holds and nobody sealed, a dead writer's, waits until idle: LOG_IDLE)
     res = runner.invoke(main, ["--store", url, "repack", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["new_pack"] is None
+    assert json.loads(res.stdout)["new_pack"] is not None and len(json.loads(res.stdout)["packs_merged"]) == 3
     bad = runner.invoke(main, ["init", url, "--format", "3"])
     assert bad.exit_code == 2
     assert [m.content for m in st.session("app", "u", "s2").messages()] == [f"m {i}" for i in range(4)]
