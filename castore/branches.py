@@ -708,7 +708,7 @@ class Plumbing:
         self.objects.written_packs()  # drop names from writes outside batches (sync, repack)
         n = self.objects.put_encoded(items.items())
         # the ref naming the batch's tip names the packs its tail is in (read hint "pk")
-        pending.hint = pending.hint.with_packs(self.objects.written_packs())
+        pending.hint = pending.hint.with_packs(self.objects.written_packs(), self.objects.live_packs)
         return n
 
     # -- the reflog ------------------------------------------------------------------------

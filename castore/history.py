@@ -71,9 +71,13 @@ class Hint:
             names = []  # a bad pack list costs a listing, not the hint
         return cls(ix, list(tail), list(names[-MAX_HINT_PACKS:]))
 
-    def with_packs(self, names: Sequence[str]) -> Hint:
-        """This hint with ``names`` added to its packs (each once, oldest first)."""
+    def with_packs(self, names: Sequence[str],
+                   live: Callable[[Sequence[str]], list[str]] | None = None) -> Hint:
+        """This hint with ``names`` added to its packs (each once, oldest first); ``live``
+        maps the whole list to the packs that hold those objects now (after a repack)."""
         out = [n for n in self.packs if n not in names] + list(dict.fromkeys(names))
+        if live is not None:
+            out = live(out)
         return Hint(self.index, list(self.tail), out[-MAX_HINT_PACKS:])
 
 

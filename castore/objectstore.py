@@ -124,6 +124,7 @@ class ObjectStore:
         self._log_pid = 0
         self._no_append = False
         self._new_packs: list[str] = []
+        self._moved: OrderedDict[str, str] = OrderedDict()  # pack merged by this handle -> the pack it went into
         self._pack_data: OrderedDict[str, bytes] = OrderedDict()  # pack name -> bytes read by a scan
         self._pack_data_bytes = 0
 
@@ -917,7 +918,26 @@ class ObjectStore:
         with self._lock:
             for name in done:
                 self._own.pop(name, None)
+                if name != new:
+                    self._moved[name] = new
+            while len(self._moved) > 4096:
+                self._moved.popitem(last=False)
         return new
+
+    def live_packs(self, names: Sequence[str]) -> list[str]:
+        """``names`` (oldest first) with each pack that a repack by this handle merged
+        replaced by the pack it went into, each name once, at its newest place: what a read
+        hint should name after a background repack (docs/FORMAT.md, 6 and 8)."""
+        out: list[str] = []
+        with self._lock:
+            for name in names:
+                for _ in range(64):  # a chain of merges: r-1 merged into r-2 ...
+                    nxt = self._moved.get(name)
+                    if nxt is None:
+                        break
+                    name = nxt
+                out.append(name)
+        return list(reversed(dict.fromkeys(reversed(out))))
 
     def _pack_groups(self, name: str, data: bytes) -> list[list[tuple[str, bytes]]] | None:
         """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
