@@ -6,8 +6,14 @@
    disk usage against the raw payload (the messages' content bytes), every step's state
    reachable (verified).
 3. Fork, branch, checkout, label: time and bytes at a short and a long session.
+4. Reads (``--only reads``): ``import castore`` in fresh interpreters against ``python -c pass``;
+   a cold read of N entries (messages and state, import included, a new process each) on
+   format 1 and format 2 against parsing the same entries from a Pi-style JSONL file and
+   walking their parent ids (scripts/benchlib/cold.py's children); fork at the middle and
+   the state at the middle (fresh handle) at a short and a long session. Alternated, one run.
 
 Usage: .venv/bin/python scripts/bench_session.py [--appends 5000] [--turns 1600] [--dir DIR]
+       .venv/bin/python scripts/bench_session.py --only reads [--read-n 100,10000] [--reps 7]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 
 import castore  # noqa: E402
 from castore import Event, Message  # noqa: E402
@@ -144,15 +151,138 @@ def bench_ops(s: castore.Session, url: str, label: str) -> list[str]:
     return rows
 
 
+_IMPORT_ONLY = """import time; _t0 = time.perf_counter(); _c0 = time.process_time()
+import castore
+print('{"ms": %r, "cpu_ms": %r}' % ((time.perf_counter() - _t0) * 1e3, (time.process_time() - _c0) * 1e3))
+"""
+_PASS = "print('{}')"
+
+
+def _build_reads(workdir: str, n: int) -> dict[str, object]:
+    """A castore store per format and a Pi JSONL file with the same N steps (benchlib's workload)."""
+    import json
+
+    from benchlib.workload import steps
+
+    out: dict[str, object] = {}
+    work = steps(n)
+    for fmt in (1, 2):
+        url = os.path.join(workdir, f"reads-f{fmt}-{n}")
+        with castore.open(url, durable=False, format=fmt) as st:
+            s = st.session("bench", "u", "s")
+            out[f"ids{fmt}"] = [s.append(Message(role=w.role, content=w.content), state_delta=w.delta) for w in work]
+        out[f"url{fmt}"] = url
+    path = os.path.join(workdir, f"reads-pi-{n}.jsonl")
+    rng = random.Random(n)
+    parent = None
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"type": "session", "version": 3, "id": f"bench-{n}", "cwd": "/bench"}) + "\n")
+        for w in work:
+            eid = f"{rng.getrandbits(32):08x}"
+            f.write(json.dumps({"type": "message", "id": eid, "parentId": parent,
+                                "timestamp": f"2026-03-10T09:00:00.{w.i % 1000:03d}Z",
+                                "message": {"role": w.role, "content": [{"type": "text", "text": w.content}],
+                                            "timestamp": 1_773_133_200_000 + w.i * 1000},
+                                "stateDelta": w.delta}, separators=(",", ":")) + "\n")
+            parent = eid
+    out["pi"] = path
+    return out
+
+
+def _best_med(xs: list[float]) -> str:
+    return f"{min(xs):.1f} / {statistics.median(xs):.1f}"
+
+
+def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
+    """Import time, cold reads against Pi JSONL, fork and state at the middle (see the module doc)."""
+    from benchlib import cold
+
+    print("\n## Import (fresh interpreters, alternated; best / median of %d)" % (reps * 2))
+    walls: dict[str, list[float]] = {"python -c pass": [], "import castore": []}
+    inner: list[float] = []
+    cpu: list[float] = []
+    for _ in range(reps * 2):
+        walls["python -c pass"].append(cold.run(_PASS, [])["wall_ms"])
+        got = cold.run(_IMPORT_ONLY, [])
+        walls["import castore"].append(got["wall_ms"])
+        inner.append(got["ms"])
+        cpu.append(got["cpu_ms"])
+    print("| measure | ms (best / median) |")
+    print("|---|---|")
+    print(f"| `python -c pass`, process wall | {_best_med(walls['python -c pass'])} |")
+    print(f"| `python -c 'import castore'`, process wall | {_best_med(walls['import castore'])} |")
+    print(f"| `import castore` inside the process (wall) | {_best_med(inner)} |")
+    print(f"| `import castore` inside the process (CPU time) | {_best_med(cpu)} |")
+    builds = {n: _build_reads(workdir, n) for n in sizes}
+    print(f"\n## Cold read (new process each, import included; best / median of {reps}, alternated)")
+    print("| N | castore format 1 ms | format 2 ms | Pi JSONL ms | format 1 / Pi | format 2 / Pi |")
+    print("|---|---|---|---|---|---|")
+    for n, b in builds.items():
+        t: dict[str, list[float]] = {"1": [], "2": [], "pi": []}
+        for _ in range(reps):
+            for fmt in ("1", "2"):
+                got = cold.run(cold.CASTORE, [str(b[f"url{fmt}"]), "{}", "bench", "u", "s"])
+                assert got["n"] == n and got["turn"] == n - 1, got
+                t[fmt].append(got["ms"])
+            got = cold.run(cold.PI, [str(b["pi"])])
+            assert got["n"] == n and got["turn"] == n - 1, got
+            t["pi"].append(got["ms"])
+        pi = statistics.median(t["pi"])
+        print(f"| {n:,} | {_best_med(t['1'])} | {_best_med(t['2'])} | {_best_med(t['pi'])} | "
+              f"{statistics.median(t['1']) / pi:.2f}x | {statistics.median(t['2']) / pi:.2f}x |")
+    print(f"\n## Fork and state at the middle (fresh handle each; best / median of {reps})")
+    print("| N | format | fork at the middle ms | state at the middle ms |")
+    print("|---|---|---|---|")
+    per: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+    for n, b in builds.items():
+        for fmt in ("1", "2"):
+            ids = b[f"ids{fmt}"]
+            assert isinstance(ids, list)
+            mid = ids[n // 2]
+            forks: list[float] = []
+            states: list[float] = []
+            for r in range(reps):
+                with castore.open(str(b[f"url{fmt}"])) as st:
+                    s = st.session("bench", "u", "s")
+                    t0 = time.perf_counter()
+                    f = s.fork(f"fork-{r}", at=mid)
+                    forks.append((time.perf_counter() - t0) * 1e3)
+                    assert f.head == mid
+                with castore.open(str(b[f"url{fmt}"])) as st:
+                    s = st.session("bench", "u", "s")
+                    t0 = time.perf_counter()
+                    state = s.state(mid, scopes=False)
+                    states.append((time.perf_counter() - t0) * 1e3)
+                assert state["turn"] == n // 2
+            per[(fmt, n)] = (forks, states)
+            print(f"| {n:,} | {fmt} | {_best_med(forks)} | {_best_med(states)} |")
+    lo, hi = min(sizes), max(sizes)
+    if lo != hi:
+        for fmt in ("1", "2"):
+            f_lo, s_lo = per[(fmt, lo)]
+            f_hi, s_hi = per[(fmt, hi)]
+            print(f"\nformat {fmt}: N = {hi:,} against N = {lo:,} (medians): fork "
+                  f"{statistics.median(f_hi) / statistics.median(f_lo):.2f}x, state "
+                  f"{statistics.median(s_hi) / statistics.median(s_lo):.2f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--appends", type=int, default=5000)
     ap.add_argument("--turns", type=int, default=1600)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one, removed)")
+    ap.add_argument("--only", choices=("all", "writes", "reads"), default="all",
+                    help="writes: sections 1-3; reads: section 4 (default: all)")
+    ap.add_argument("--read-n", default="100,10000", help="session lengths of section 4 (comma-separated)")
+    ap.add_argument("--reps", type=int, default=7, help="repetitions of each read in section 4")
     args = ap.parse_args()
     workdir = args.dir or tempfile.mkdtemp(prefix="castore-bench-")
     try:
         print(f"# castore session benchmark (K={castore.history.K}, python {sys.version.split()[0]})")
+        if args.only in ("all", "reads"):
+            bench_reads(workdir, [int(x) for x in args.read_n.split(",")], args.reps)
+        if args.only == "reads":
+            return 0
         long_s, long_url = bench_append(workdir, args.appends)
         bench_storage(workdir, args.turns)
         bench_storage(workdir, args.turns, wide=True)
