@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -197,7 +198,7 @@ def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
     """Import time, cold reads against Pi JSONL, fork and state at the middle (see the module doc)."""
     from benchlib import cold
 
-    print("\n## Import (fresh interpreters, alternated; best / median of %d)" % (reps * 2))
+    print(f"\n## Import (fresh interpreters, alternated; best / median of {reps * 2})")
     walls: dict[str, list[float]] = {"python -c pass": [], "import castore": []}
     inner: list[float] = []
     cpu: list[float] = []
@@ -230,6 +231,25 @@ def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
         pi = statistics.median(t["pi"])
         print(f"| {n:,} | {_best_med(t['1'])} | {_best_med(t['2'])} | {_best_med(t['pi'])} | "
               f"{statistics.median(t['1']) / pi:.2f}x | {statistics.median(t['2']) / pi:.2f}x |")
+    print(f"\n## CLI startup (process wall, spawn to exit; best / median of {reps}, alternated)")
+    small = builds[min(sizes)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmds = {"`python -c pass`": [sys.executable, "-c", "pass"],
+            "`castore --help`": [sys.executable, "-m", "castore", "--help"],
+            f"`castore log` (N = {min(sizes):,}, format 1)": [sys.executable, "-m", "castore", "--store",
+                                                               str(small["url1"]), "log", "-s", "bench/u/s"]}
+    cli: dict[str, list[float]] = {k: [] for k in cmds}
+    for _ in range(reps):
+        for k, argv in cmds.items():
+            t0 = time.perf_counter()
+            subprocess.run(argv, check=True, capture_output=True, env=env, cwd=workdir)
+            cli[k].append((time.perf_counter() - t0) * 1e3)
+    print("| command | ms (best / median) |")
+    print("|---|---|")
+    for k, xs in cli.items():
+        print(f"| {k} | {_best_med(xs)} |")
     print(f"\n## Fork and state at the middle (fresh handle each; best / median of {reps})")
     print("| N | format | fork at the middle ms | state at the middle ms |")
     print("|---|---|---|---|")
