@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -216,21 +217,32 @@ def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
     print(f"| `import castore` inside the process (CPU time) | {_best_med(cpu)} |")
     builds = {n: _build_reads(workdir, n) for n in sizes}
     print(f"\n## Cold read (new process each, import included; best / median of {reps}, alternated)")
-    print("| N | castore format 1 ms | format 2 ms | Pi JSONL ms | format 1 / Pi | format 2 / Pi |")
-    print("|---|---|---|---|---|---|")
+    print("CPU: the child's whole CPU time (user + system, interpreter start included, the same for all), "
+          "steadier than wall time on a loaded machine.\n")
+    print("| N | castore format 1 ms | format 2 ms | Pi JSONL ms | format 1 / Pi | format 2 / Pi "
+          "| CPU f1 / Pi | CPU f2 / Pi |")
+    print("|---|---|---|---|---|---|---|---|")
     for n, b in builds.items():
         t: dict[str, list[float]] = {"1": [], "2": [], "pi": []}
+        c: dict[str, list[float]] = {"1": [], "2": [], "pi": []}
+
+        def timed(key: str, code: str, argv: list[str], n: int = n, t: dict[str, list[float]] = t,
+                  c: dict[str, list[float]] = c) -> None:
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            got = cold.run(code, argv)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            assert got["n"] == n and got["turn"] == n - 1, got
+            t[key].append(got["ms"])
+            c[key].append((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3)
+
         for _ in range(reps):
             for fmt in ("1", "2"):
-                got = cold.run(cold.CASTORE, [str(b[f"url{fmt}"]), "{}", "bench", "u", "s"])
-                assert got["n"] == n and got["turn"] == n - 1, got
-                t[fmt].append(got["ms"])
-            got = cold.run(cold.PI, [str(b["pi"])])
-            assert got["n"] == n and got["turn"] == n - 1, got
-            t["pi"].append(got["ms"])
-        pi = statistics.median(t["pi"])
+                timed(fmt, cold.CASTORE, [str(b[f"url{fmt}"]), "{}", "bench", "u", "s"])
+            timed("pi", cold.PI, [str(b["pi"])])
+        pi, cpi = statistics.median(t["pi"]), statistics.median(c["pi"])
         print(f"| {n:,} | {_best_med(t['1'])} | {_best_med(t['2'])} | {_best_med(t['pi'])} | "
-              f"{statistics.median(t['1']) / pi:.2f}x | {statistics.median(t['2']) / pi:.2f}x |")
+              f"{statistics.median(t['1']) / pi:.2f}x | {statistics.median(t['2']) / pi:.2f}x | "
+              f"{statistics.median(c['1']) / cpi:.2f}x | {statistics.median(c['2']) / cpi:.2f}x |")
     print(f"\n## CLI startup (process wall, spawn to exit; best / median of {reps}, alternated)")
     small = builds[min(sizes)]
     env = dict(os.environ)
