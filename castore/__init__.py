@@ -27,20 +27,8 @@ Layers, bottom first: a module imports only its own layer and the ones below
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
 
-from .branches import RefContended, RetryPolicy
-from .context import Context
-from .entries import (
-    DELETE,
-    BranchSummary,
-    Compaction,
-    Custom,
-    Event,
-    LogEntry,
-    Message,
-    ModelChange,
-)
 from .errors import (
     AmbiguousRevision,
     AuditError,
@@ -61,30 +49,66 @@ from .errors import (
     StorageError,
     StoreNotFound,
 )
-from .objects import ObjectId
-from .session import Session
-from .store import SessionInfo, Store, open  # noqa: A004 - castore.open() is the entry point, as io.open
 
+#: ``typing.TYPE_CHECKING`` without importing typing (mypy reads this name the same way)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
+    from .branches import RefContended, RetryPolicy
+    from .context import Context
+    from .entries import DELETE, BranchSummary, Compaction, Custom, Event, LogEntry, Message, ModelChange
+    from .objects import ObjectId
+    from .session import Session
+    from .store import SessionInfo, Store, open  # noqa: A004 - castore.open() is the entry point, as io.open
     from .sync import SyncReport, clone, pull, push
 
 __version__ = "0.1.0"
 
-#: names imported on first use (``castore.push``...): sync pulls in a thread pool, and
-#: ``import castore`` stays fast for an agent that only appends
-_LAZY = {"push": "sync", "pull": "sync", "clone": "sync", "SyncReport": "sync"}
+#: public names imported on first use, by module: ``import castore`` costs only the errors,
+#: and the object format (msgspec, blake3, zstandard), the write path and the entry
+#: types load when a program first touches ``castore.open``, ``castore.Message``...;
+#: sync (a thread pool) only when it pushes or pulls
+_LAZY = {
+    "RefContended": "branches", "RetryPolicy": "branches",
+    "Context": "context",
+    "DELETE": "entries", "BranchSummary": "entries", "Compaction": "entries", "Custom": "entries",
+    "Event": "entries", "LogEntry": "entries", "Message": "entries", "ModelChange": "entries",
+    "ObjectId": "objects",
+    "Session": "session",
+    "SessionInfo": "store", "Store": "store", "open": "store",
+    "push": "sync", "pull": "sync", "clone": "sync", "SyncReport": "sync",
+}
+
+#: submodules reachable as attributes (``castore.history.K``) without importing them first,
+#: as when ``import castore`` loaded them all
+_SUBMODULES = frozenset({
+    "adapters", "aio", "branches", "cli", "context", "entries", "grep", "grepindex", "history", "html",
+    "maintenance", "names", "objects", "objectstore", "packs", "refs", "revisions", "session", "state",
+    "storage", "store", "sync", "zdict",
+})
 
 
 def __getattr__(name: str) -> Any:
-    """Import the sync entry points on first use (see ``_LAZY``)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'castore' has no attribute {name!r}")
-    import importlib
+    """Import a public name (see ``_LAZY``) or a submodule on first use.
 
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    Raises:
+        AttributeError: castore has no such name.
+    """
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'castore' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included."""
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

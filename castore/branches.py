@@ -659,10 +659,7 @@ class Plumbing:
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
-        tips = list(tips)
-        if not tips:
-            return self.history.hint_for(cid)
-        return self.history.hint_from_path(self.history.path_via(cid, tips))
+        return self.history.hint_at(cid, list(tips))
 
     def ref_meta_at(self, cid: str, tips: Iterable[tuple[str, Hint | None]] = (),
                     tipref: RefValue | None = None, **extra: Any) -> dict[str, Any]:

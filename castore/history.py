@@ -204,11 +204,7 @@ class History:
             seg = segs[sid]
             if not isinstance(seg, Segment):
                 raise IntegrityError(sid, "expected a segment")
-            for canonical in seg.objects:
-                oid = self.objs.add_known_canonical(canonical)
-                c = self.objs.get(oid)
-                if isinstance(c, Commit):
-                    out.append((oid, c))
+            out.extend((oid, c) for oid, c in self.objs.adopt_canonical_many(seg.objects) if isinstance(c, Commit))
         return out
 
     def path_ids(self, tip: str, hint: Hint | None = None) -> list[str]:
@@ -316,11 +312,41 @@ class History:
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
-        tip, c = path[-1]
-        block_start = (c.depth // K) * K
-        first = path[block_start][1]
-        hint = Hint(o.hex_id(first.index) if first.index else None, [x for x, _ in path[block_start:-1]])
+        return self._hint_from_block(path[(path[-1][1].depth // K) * K:])
+
+    def _hint_from_block(self, block: list[tuple[str, Commit]]) -> tuple[Hint, dict[ObjectId, bytes]]:
+        # block: the commits of a path from its tip's block start to the tip, checked as a chain
+        tip, c = block[-1]
+        first = block[0][1]
+        hint = Hint(o.hex_id(first.index) if first.index else None, [x for x, _ in block[:-1]])
         return self.advance(hint, tip, c)
+
+    def hint_at(self, cid: str, tips: Sequence[tuple[str, Hint | None]]) -> tuple[Hint, dict[ObjectId, bytes]]:
+        """The hint for a new ref at the existing commit ``cid`` (a fork or a branch at the
+        middle of a path); also return objects to write (see :meth:`hint_for`).
+
+        Only ``cid``'s own block is read: through the first tip in ``tips`` whose path
+        reaches ``cid``, that block is the tip's hint tail or one segment of the tip's index
+        (:class:`BlockPath`: a few batched reads, checked link by link, whatever the path's
+        length). With no such tip, ``cid``'s parents are walked back to its block's start.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        c = self.commit(cid)
+        start = (c.depth // K) * K
+        for tip, hint in tips:
+            if hint is None:
+                continue
+            try:
+                path = BlockPath(self.objs, tip, hint.to_meta())
+                if path.depth < c.depth or path.id_at(c.depth) != cid:
+                    continue
+                block = path.range(start, c.depth)
+            except (ObjectNotFound, IntegrityError):
+                continue  # a tip whose path is damaged: another tip, or the walk below
+            return self._hint_from_block(block)
+        return self.hint_for(cid)
 
     def hint_for(self, tip: str) -> tuple[Hint, dict[ObjectId, bytes]]:
         """Compute the hint for ``tip`` by reading its block; also return objects to write.
@@ -520,12 +546,7 @@ class BlockPath:
                 seg = got.get(sid)
                 if not isinstance(seg, Segment) or seg.start != b * K:
                     raise IntegrityError(sid, f"expected the segment of commits {b * K}..{b * K + K - 1}")
-                run = []
-                for canonical in seg.objects:
-                    oid = self.objs.add_known_canonical(canonical)
-                    c = self.objs.get(oid)
-                    if isinstance(c, Commit):
-                        run.append((oid, c))
+                run = [(oid, c) for oid, c in self.objs.adopt_canonical_many(seg.objects) if isinstance(c, Commit)]
                 if len(run) != K or not is_chain(run, start=b * K):
                     raise IntegrityError(sid, "segment does not hold a run of K commits")
                 for rid, rc in run:

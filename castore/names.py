@@ -13,7 +13,6 @@ stores it in the ref's metadata), since a digest cannot be decoded.
 
 from __future__ import annotations
 
-import hashlib
 import string
 
 from .errors import InvalidName
@@ -58,6 +57,8 @@ def encode(name: str, what: str = "name") -> str:
             out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
     seg = "".join(out)
     if len(seg) > MAX_SEGMENT:
+        import hashlib  # here: OpenSSL's hashlib loads only for the rare over-long name
+
         return "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()
     return seg
 

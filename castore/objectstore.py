@@ -78,12 +78,13 @@ class _Pack:
     """What this handle knows of one pack: its frames, whether it is sealed (complete),
     and how far a growing log has been scanned."""
 
-    __slots__ = ("name", "where", "sealed", "scanned", "mtime", "version")
+    __slots__ = ("name", "where", "index", "sealed", "scanned", "mtime", "version")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.version = 0  # the pack's version (0: not known yet)
         self.where: dict[str, Place] = {}
+        self.index: packs.IndexView | None = None  # rows searched in place, not yet all in where
         self.sealed = False
         self.scanned = 0
         self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
@@ -116,6 +117,7 @@ class ObjectStore:
         # format 2: the pack map and this handle's log
         self._packs: dict[str, _Pack] = {}
         self._where: dict[str, tuple[str, Place]] = {}
+        self._lazy: dict[str, packs.IndexView] = {}  # sealed packs whose index rows are not in _where
         self._contents: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # (pack, payload offset) -> content
         self._contents_bytes = 0
         self._lock = threading.RLock()
@@ -337,6 +339,7 @@ class ObjectStore:
     def _drop(self, name: str) -> None:
         for key in [k for k in self._contents if k[0] == name]:
             self._contents_bytes -= len(self._contents.pop(key))
+        self._lazy.pop(name, None)  # rows found in it so far are in pack.where, dropped below
         pack = self._packs.pop(name, None)
         if pack is not None:
             for oid in pack.where:
@@ -407,7 +410,7 @@ class ObjectStore:
         frames were found."""
         if not todo:
             return False
-        before = sum(len(self._packs[n].where) for n, _ in todo if n in self._packs)
+        before = sum(self._frames(n) for n, _ in todo)
         scan: list[str] = []
         wanted = [n for n, has_index in todo if has_index]
         got = self.storage.read_many([index_key(n) for n in wanted]) if wanted else {}
@@ -415,12 +418,15 @@ class ObjectStore:
             raw = got.get(index_key(name)) if has_index else None
             if raw is not None:
                 try:
-                    size, where = packs.decode_index(raw)
-                    self._add(name, where, sealed=True, scanned=size,
-                              version=2 if raw[:8] == packs.INDEX_MAGIC_V2 else 1)
-                    continue
+                    view = packs.IndexView(raw)
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
+                else:
+                    # rows are looked up when needed (_locate): a reader of a few objects
+                    # does not decode every row of every index
+                    self._add(name, {}, sealed=True, scanned=view.pack_size, version=view.version)
+                    self._packs[name].index = self._lazy[name] = view
+                    continue
             scan.append(name)
         # a log's mtime is taken before reading it: a record appended after the read changes it
         mtimes = {n: self.storage.mtime(pack_key(n)) for n in scan if n.startswith("w-")}
@@ -445,7 +451,59 @@ class ObjectStore:
             self._add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
             # a torn tail may be a record still being written: scan again next time
             self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
-        return sum(len(self._packs[n].where) for n, _ in todo if n in self._packs) > before
+        return sum(self._frames(n) for n, _ in todo) > before
+
+    def _frames(self, name: str) -> int:
+        pack = self._packs.get(name)
+        if pack is None:
+            return 0
+        return max(len(pack.where), pack.index.count) if pack.index is not None else len(pack.where)
+
+    def _locate(self, oid: str) -> tuple[str, Place] | None:
+        """The pack and place of ``oid``'s frame as this handle knows them, or None: the
+        pack map, then a binary search of each index not yet decoded."""
+        hit = self._where.get(oid)
+        if hit is not None or not self._lazy:
+            return hit
+        try:
+            raw = bytes.fromhex(oid)
+        except ValueError:
+            return None
+        if len(raw) != 32:
+            return None
+        with self._lock:
+            for name, view in list(self._lazy.items()):
+                try:
+                    loc = view.find(raw)
+                except IntegrityError:
+                    self._unindex(name)  # a damaged row: the pack is the truth, scan it
+                    return self._where.get(oid)
+                if loc is not None:
+                    hit = self._where[oid] = (name, loc)
+                    self._packs[name].where[oid] = loc
+                    return hit
+        return None
+
+    def _unindex(self, name: str) -> None:
+        """Forget a damaged index and scan its pack instead."""
+        self._lazy.pop(name, None)
+        pack = self._packs.get(name)
+        if pack is not None:
+            pack.index, pack.sealed, pack.scanned = None, False, 0
+        self._load_packs([(name, False)])
+
+    def _materialize(self) -> None:
+        """Decode every index row not yet in the pack map (for what lists every frame)."""
+        with self._lock:
+            for name, view in list(self._lazy.items()):
+                try:
+                    where = view.rows()
+                except IntegrityError:
+                    self._unindex(name)
+                    continue
+                del self._lazy[name]
+                self._packs[name].index = None
+                self._add(name, where, sealed=True, scanned=view.pack_size)
 
     def _keep_pack_data(self, name: str, data: bytes) -> None:
         old = self._pack_data.pop(name, None)
@@ -460,7 +518,7 @@ class ObjectStore:
 
     def _from_pack(self, oid: str) -> bytes | None:
         """The stored frame of ``oid`` from the pack the map names, or None."""
-        hit = self._where.get(oid)
+        hit = self._locate(oid)
         if hit is None:
             return None
         name, loc = hit
@@ -511,7 +569,7 @@ class ObjectStore:
             return self.storage.read(object_key(oid))
         except FileNotFoundError:
             pass
-        if self.refresh() or oid in self._where:
+        if self.refresh() or self._locate(oid) is not None:
             return self._from_pack(oid)
         return None
 
@@ -533,7 +591,7 @@ class ObjectStore:
                 out[oid] = got
                 if got is None:
                     missing.append(oid)
-            if missing and (self.refresh() or any(m in self._where for m in missing)):
+            if missing and (self.refresh() or any(self._locate(m) is not None for m in missing)):
                 for oid in missing:
                     out[oid] = self._from_pack(oid)
         return out
@@ -629,6 +687,32 @@ class ObjectStore:
                 out[oid] = o.from_stored(oid, stored)
         return out
 
+    def adopt_canonical_many(self, canonicals: Iterable[bytes]) -> list[tuple[ObjectId, AnyObject]]:
+        """Ids and decoded objects of canonical bytes found inside a verified object (the
+        commits and bodies of a segment), in order: each is hashed once for its id, decoded
+        once (or taken from the cache) and cached. The bulk form of :meth:`add_known_canonical`
+        followed by :meth:`get`, for reading a long path.
+
+        Raises:
+            IntegrityError: some bytes are not a castore object.
+        """
+        out: list[tuple[ObjectId, AnyObject]] = []
+        cache, known, pending = self._cache, self._known, self._canonical
+        digest, decode = o.digest, o.decode
+        for canonical in canonicals:
+            oid = digest(canonical)
+            obj = cache.get(oid)
+            if obj is None:
+                obj = decode(oid, canonical)
+                pending.pop(oid, None)
+                if len(canonical) <= CACHE_MAX_OBJECT:
+                    cache[oid] = obj
+            known.add(oid)
+            out.append((oid, obj))
+        while len(cache) > CACHE_SIZE:
+            cache.popitem(last=False)
+        return out
+
     def add_known_canonical(self, canonical: bytes) -> ObjectId:
         """Register verified canonical bytes found inside a segment; return their id."""
         oid = o.digest(canonical)
@@ -679,10 +763,10 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
-        if oid in self._known or oid in self._where or self.storage.exists(object_key(oid)):
+        if oid in self._known or self._locate(oid) is not None or self.storage.exists(object_key(oid)):
             return True
         self.refresh()
-        return oid in self._where
+        return self._locate(oid) is not None
 
     def verify(self, oid: str) -> None:
         """Re-read and re-hash one object, bypassing the cache.
@@ -717,6 +801,7 @@ class ObjectStore:
             seen.add(oid)
             yield oid
         self.refresh()
+        self._materialize()
         for key in list(self._where):
             if key not in seen:
                 yield ObjectId(key)
@@ -738,6 +823,7 @@ class ObjectStore:
         names = self.storage.list_dir(f"{PREFIX}/{p[:2]}")
         found = {p[:2] + n for n in names if (p[:2] + n).startswith(p) and len(n) == 62}
         self.refresh()
+        self._materialize()
         found.update(x for x in self._where if x.startswith(p))
         if not found:
             raise RevisionNotFound(prefix, "no object id starts with it")
@@ -789,6 +875,7 @@ class ObjectStore:
         """The objects of one pack as this handle knows them, in the order they were written
         (call :meth:`refresh` first)."""
         with self._lock:
+            self._materialize()
             pack = self._packs.get(name)
             if pack is None:
                 return {}
@@ -1021,7 +1108,7 @@ class ObjectStore:
             if got is None:
                 continue
             try:
-                self._sizes[n] = packs.decode_index(got)[0]
+                self._sizes[n] = packs.IndexView(got).pack_size
             except IntegrityError:
                 continue  # a damaged index: left for an explicit repack or fsck
         sizes.update((n, self._sizes[n]) for n in indexed if n in self._sizes)

@@ -313,50 +313,105 @@ def _encode_index_v2(pack_size: int, where: Mapping[str, Place]) -> bytes:
     return body + o.checksum(body)
 
 
+class IndexView:
+    """An index (either version) checked once (magic, sizes, check) and searched in place:
+    its rows are sorted by id, so a reader that needs a few objects of a pack
+    binary-searches them (as git reads an ``.idx``) instead of decoding every row.
+
+    Raises:
+        IntegrityError: not an index, truncated, or its check fails (from the constructor).
+    """
+
+    __slots__ = ("data", "pack_size", "count", "version", "_rows_at", "_step", "_recs")
+
+    def __init__(self, data: bytes) -> None:
+        magic = data[:len(INDEX_MAGIC)]
+        if len(data) < _IDX_HEAD.size + 16 or magic not in (INDEX_MAGIC, INDEX_MAGIC_V2):
+            raise IntegrityError("pack index", "not a castore pack index")
+        if o.checksum(memoryview(data)[:-16]) != data[-16:]:
+            raise IntegrityError("pack index", "its check does not match (damaged or cut short)")
+        held = len(data) - 16
+        self._recs: list[tuple[int, int]] = []
+        if magic == INDEX_MAGIC_V2:
+            if held < _IDX2_HEAD.size:
+                raise IntegrityError("pack index", "cut short")
+            _, pack_size, nrec, count = _IDX2_HEAD.unpack_from(data, 0)
+            rows_at = _IDX2_HEAD.size + nrec * _REC2.size
+            if held != rows_at + count * _ROW2.size:
+                raise IntegrityError("pack index", f"declares {nrec} records and {count} rows but holds "
+                                                   f"{held - _IDX2_HEAD.size} bytes")
+            self._recs = list(_REC2.iter_unpack(memoryview(data)[_IDX2_HEAD.size:rows_at]))
+            for off, size in self._recs:
+                if off + size > pack_size:
+                    raise IntegrityError("pack index",
+                                         f"a record points past the pack's end ({off}+{size} > {pack_size})")
+            self.version, self._step = 2, _ROW2.size
+        else:
+            _, pack_size, count = _IDX_HEAD.unpack_from(data, 0)
+            rows_at = _IDX_HEAD.size
+            if held != rows_at + count * _ROW.size:
+                raise IntegrityError("pack index", f"declares {count} rows but holds {held - rows_at} bytes")
+            self.version, self._step = 1, _ROW.size
+        self.data = data
+        self.pack_size: int = pack_size
+        self.count: int = count
+        self._rows_at = rows_at
+
+    def _place(self, at: int) -> tuple[bytes, Place]:
+        if self.version == 2:
+            raw, rec, start, length = _ROW2.unpack_from(self.data, at)
+            if rec >= len(self._recs):
+                raise IntegrityError("pack index", f"a row names record {rec} of {len(self._recs)}")
+            off, size = self._recs[rec]
+            return raw, Slot(off, size, start, length)
+        raw, off, size = _ROW.unpack_from(self.data, at)
+        if off + size > self.pack_size:
+            raise IntegrityError("pack index", f"a row points past the pack's end ({off}+{size} > {self.pack_size})")
+        return raw, Location(off, size)
+
+    def find(self, raw: bytes) -> Place | None:
+        """Where the object with raw id ``raw`` is, or None when the pack lacks it.
+
+        Raises:
+            IntegrityError: its row points past the end of the pack or names no record.
+        """
+        data, base, step = self.data, self._rows_at, self._step
+        lo, hi = 0, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            at = base + mid * step
+            if data[at:at + 32] < raw:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == self.count:
+            return None
+        found, place = self._place(base + lo * step)
+        return place if found == raw else None
+
+    def rows(self) -> dict[str, Place]:
+        """Every object the index lists, by hex id.
+
+        Raises:
+            IntegrityError: a row points past the end of the pack or names no record.
+        """
+        base, step = self._rows_at, self._step
+        out: dict[str, Place] = {}
+        for i in range(self.count):
+            raw, place = self._place(base + i * step)
+            out[raw.hex()] = place
+        return out
+
+
 def decode_index(data: bytes) -> tuple[int, dict[str, Place]]:
     """Parse an index (either version); return the size of the pack it covers and its objects.
 
     Raises:
-        IntegrityError: not an index, truncated, or its check fails.
+        IntegrityError: not an index, truncated, its check fails, or a row points past the
+            pack's end.
     """
-    if len(data) < _IDX_HEAD.size + 16 or data[:len(INDEX_MAGIC)] not in (INDEX_MAGIC, INDEX_MAGIC_V2):
-        raise IntegrityError("pack index", "not a castore pack index")
-    body, check = data[:-16], data[-16:]
-    if o.checksum(body) != check:
-        raise IntegrityError("pack index", "its check does not match (damaged or cut short)")
-    if data[:len(INDEX_MAGIC)] == INDEX_MAGIC_V2:
-        return _decode_index_v2(body)
-    _, pack_size, count = _IDX_HEAD.unpack_from(body, 0)
-    if len(body) != _IDX_HEAD.size + count * _ROW.size:
-        raise IntegrityError("pack index", f"declares {count} rows but holds {len(body) - _IDX_HEAD.size} bytes")
-    out: dict[str, Place] = {}
-    for raw, off, size in _ROW.iter_unpack(memoryview(body)[_IDX_HEAD.size:]):
-        if off + size > pack_size:
-            raise IntegrityError("pack index", f"a row points past the pack's end ({off}+{size} > {pack_size})")
-        out[raw.hex()] = Location(off, size)
-    return pack_size, out
-
-
-def _decode_index_v2(body: bytes) -> tuple[int, dict[str, Place]]:
-    if len(body) < _IDX2_HEAD.size:
-        raise IntegrityError("pack index", "cut short")
-    _, pack_size, nrec, count = _IDX2_HEAD.unpack_from(body, 0)
-    rows_at = _IDX2_HEAD.size + nrec * _REC2.size
-    if len(body) != rows_at + count * _ROW2.size:
-        raise IntegrityError("pack index", f"declares {nrec} records and {count} rows but holds "
-                                           f"{len(body) - _IDX2_HEAD.size} bytes")
-    view = memoryview(body)
-    recs = list(_REC2.iter_unpack(view[_IDX2_HEAD.size:rows_at]))
-    for off, size in recs:
-        if off + size > pack_size:
-            raise IntegrityError("pack index", f"a record points past the pack's end ({off}+{size} > {pack_size})")
-    out: dict[str, Place] = {}
-    for raw, rec, start, length in _ROW2.iter_unpack(view[rows_at:]):
-        if rec >= nrec:
-            raise IntegrityError("pack index", f"a row names record {rec} of {nrec}")
-        off, size = recs[rec]
-        out[raw.hex()] = Slot(off, size, start, length)
-    return pack_size, out
+    view = IndexView(data)
+    return view.pack_size, view.rows()
 
 
 def content_name(prefix: str, data: bytes) -> str:
@@ -375,7 +430,7 @@ def is_pack_name(name: str) -> bool:
     return sep == "-" and head in ("w", "b", "r") and len(tail) == 32 and all(c in "0123456789abcdef" for c in tail)
 
 
-__all__ = ["Location", "Slot", "Place", "encode_record", "encode_pack", "encode_content", "encode_record_v2",
-           "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index", "decode_index", "content_name",
-           "log_name", "is_pack_name", "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE",
-           "PACK_SUFFIX", "INDEX_SUFFIX"]
+__all__ = ["Location", "Slot", "Place", "IndexView", "encode_record", "encode_pack", "encode_content",
+           "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
+           "decode_index", "content_name", "log_name", "is_pack_name", "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC",
+           "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX"]

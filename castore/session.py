@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import names, revisions
 from . import objects as o
@@ -42,7 +42,6 @@ from .branches import (
     real_name,
     symbolic_to,
 )
-from .context import Context, estimate_tokens, keep_start, project
 from .entries import (
     DELETE,
     BranchSummary,
@@ -70,6 +69,9 @@ from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore
 from .refs import RefStore, RefValue
 from .state import read_state, read_states
+
+if TYPE_CHECKING:
+    from .context import Context
 
 T = TypeVar("T")
 _VERIFY_BATCH = 512
@@ -920,6 +922,8 @@ class Session:
         Raises:
             ValueError: a negative budget. See also :meth:`entries`.
         """
+        from .context import project  # here: an agent that only appends and reads never loads it
+
         opts: dict[str, Any] = {"max_tokens": max_tokens, "max_messages": max_messages,
                 "tool_output_limit": tool_output_limit, "token_counter": token_counter}
         project([], **opts)  # a bad budget fails before anything is read
@@ -949,6 +953,8 @@ class Session:
         made (``compact`` does): then nothing before its first kept entry is needed, and
         the path is read backwards a few segments at a time until that entry.
         """
+        from .context import project
+
         _, _, tipref = self._read_tip()
         if tipref is None:
             return None
@@ -991,6 +997,8 @@ class Session:
             RevisionNotFound: ``keep_from`` is not on the current path (nothing is written).
             InvalidEntry, StorageError.
         """
+        from .context import estimate_tokens, keep_start, project
+
         if not isinstance(summary, str):
             raise InvalidEntry("a compaction summary must be a string")
         kept = self.resolve(keep_from)

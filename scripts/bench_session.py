@@ -6,8 +6,14 @@
    disk usage against the raw payload (the messages' content bytes), every step's state
    reachable (verified).
 3. Fork, branch, checkout, label: time and bytes at a short and a long session.
+4. Reads (``--only reads``): ``import castore`` in fresh interpreters against ``python -c pass``;
+   a cold read of N entries (messages and state, import included, a new process each) on
+   format 1 and format 2 against parsing the same entries from a Pi-style JSONL file and
+   walking their parent ids (scripts/benchlib/cold.py's children); fork at the middle and
+   the state at the middle (fresh handle) at a short and a long session. Alternated, one run.
 
 Usage: .venv/bin/python scripts/bench_session.py [--appends 5000] [--turns 1600] [--dir DIR]
+       .venv/bin/python scripts/bench_session.py --only reads [--read-n 100,10000] [--reps 7]
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 
 import castore  # noqa: E402
 from castore import Event, Message  # noqa: E402
@@ -144,15 +153,168 @@ def bench_ops(s: castore.Session, url: str, label: str) -> list[str]:
     return rows
 
 
+_IMPORT_ONLY = """import time; _t0 = time.perf_counter(); _c0 = time.process_time()
+import castore
+print('{"ms": %r, "cpu_ms": %r}' % ((time.perf_counter() - _t0) * 1e3, (time.process_time() - _c0) * 1e3))
+"""
+_PASS = "print('{}')"
+
+
+def _build_reads(workdir: str, n: int) -> dict[str, object]:
+    """A castore store per format and a Pi JSONL file with the same N steps (benchlib's workload)."""
+    import json
+
+    from benchlib.workload import steps
+
+    out: dict[str, object] = {}
+    work = steps(n)
+    for fmt in (1, 2):
+        url = os.path.join(workdir, f"reads-f{fmt}-{n}")
+        with castore.open(url, durable=False, format=fmt) as st:
+            s = st.session("bench", "u", "s")
+            out[f"ids{fmt}"] = [s.append(Message(role=w.role, content=w.content), state_delta=w.delta) for w in work]
+        out[f"url{fmt}"] = url
+    path = os.path.join(workdir, f"reads-pi-{n}.jsonl")
+    rng = random.Random(n)
+    parent = None
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"type": "session", "version": 3, "id": f"bench-{n}", "cwd": "/bench"}) + "\n")
+        for w in work:
+            eid = f"{rng.getrandbits(32):08x}"
+            f.write(json.dumps({"type": "message", "id": eid, "parentId": parent,
+                                "timestamp": f"2026-03-10T09:00:00.{w.i % 1000:03d}Z",
+                                "message": {"role": w.role, "content": [{"type": "text", "text": w.content}],
+                                            "timestamp": 1_773_133_200_000 + w.i * 1000},
+                                "stateDelta": w.delta}, separators=(",", ":")) + "\n")
+            parent = eid
+    out["pi"] = path
+    return out
+
+
+def _best_med(xs: list[float]) -> str:
+    return f"{min(xs):.1f} / {statistics.median(xs):.1f}"
+
+
+def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
+    """Import time, cold reads against Pi JSONL, fork and state at the middle (see the module doc)."""
+    from benchlib import cold
+
+    print(f"\n## Import (fresh interpreters, alternated; best / median of {reps * 2})")
+    walls: dict[str, list[float]] = {"python -c pass": [], "import castore": []}
+    inner: list[float] = []
+    cpu: list[float] = []
+    for _ in range(reps * 2):
+        walls["python -c pass"].append(cold.run(_PASS, [])["wall_ms"])
+        got = cold.run(_IMPORT_ONLY, [])
+        walls["import castore"].append(got["wall_ms"])
+        inner.append(got["ms"])
+        cpu.append(got["cpu_ms"])
+    print("| measure | ms (best / median) |")
+    print("|---|---|")
+    print(f"| `python -c pass`, process wall | {_best_med(walls['python -c pass'])} |")
+    print(f"| `python -c 'import castore'`, process wall | {_best_med(walls['import castore'])} |")
+    print(f"| `import castore` inside the process (wall) | {_best_med(inner)} |")
+    print(f"| `import castore` inside the process (CPU time) | {_best_med(cpu)} |")
+    builds = {n: _build_reads(workdir, n) for n in sizes}
+    print(f"\n## Cold read (new process each, import included; best / median of {reps}, alternated)")
+    print("CPU: the child's whole CPU time (user + system, interpreter start included, the same for all), "
+          "steadier than wall time on a loaded machine.\n")
+    print("| N | castore format 1 ms | format 2 ms | Pi JSONL ms | format 1 / Pi | format 2 / Pi "
+          "| CPU f1 / Pi | CPU f2 / Pi |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, b in builds.items():
+        t: dict[str, list[float]] = {"1": [], "2": [], "pi": []}
+        c: dict[str, list[float]] = {"1": [], "2": [], "pi": []}
+
+        def timed(key: str, code: str, argv: list[str], n: int = n, t: dict[str, list[float]] = t,
+                  c: dict[str, list[float]] = c) -> None:
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            got = cold.run(code, argv)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            assert got["n"] == n and got["turn"] == n - 1, got
+            t[key].append(got["ms"])
+            c[key].append((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3)
+
+        for _ in range(reps):
+            for fmt in ("1", "2"):
+                timed(fmt, cold.CASTORE, [str(b[f"url{fmt}"]), "{}", "bench", "u", "s"])
+            timed("pi", cold.PI, [str(b["pi"])])
+        pi, cpi = statistics.median(t["pi"]), statistics.median(c["pi"])
+        print(f"| {n:,} | {_best_med(t['1'])} | {_best_med(t['2'])} | {_best_med(t['pi'])} | "
+              f"{statistics.median(t['1']) / pi:.2f}x | {statistics.median(t['2']) / pi:.2f}x | "
+              f"{statistics.median(c['1']) / cpi:.2f}x | {statistics.median(c['2']) / cpi:.2f}x |")
+    print(f"\n## CLI startup (process wall, spawn to exit; best / median of {reps}, alternated)")
+    small = builds[min(sizes)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmds = {"`python -c pass`": [sys.executable, "-c", "pass"],
+            "`castore --help`": [sys.executable, "-m", "castore", "--help"],
+            f"`castore log` (N = {min(sizes):,}, format 1)": [sys.executable, "-m", "castore", "--store",
+                                                               str(small["url1"]), "log", "-s", "bench/u/s"]}
+    cli: dict[str, list[float]] = {k: [] for k in cmds}
+    for _ in range(reps):
+        for k, argv in cmds.items():
+            t0 = time.perf_counter()
+            subprocess.run(argv, check=True, capture_output=True, env=env, cwd=workdir)
+            cli[k].append((time.perf_counter() - t0) * 1e3)
+    print("| command | ms (best / median) |")
+    print("|---|---|")
+    for k, xs in cli.items():
+        print(f"| {k} | {_best_med(xs)} |")
+    print(f"\n## Fork and state at the middle (fresh handle each; best / median of {reps})")
+    print("| N | format | fork at the middle ms | state at the middle ms |")
+    print("|---|---|---|---|")
+    per: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+    for n, b in builds.items():
+        for fmt in ("1", "2"):
+            ids = b[f"ids{fmt}"]
+            assert isinstance(ids, list)
+            mid = ids[n // 2]
+            forks: list[float] = []
+            states: list[float] = []
+            for r in range(reps):
+                with castore.open(str(b[f"url{fmt}"])) as st:
+                    s = st.session("bench", "u", "s")
+                    t0 = time.perf_counter()
+                    f = s.fork(f"fork-{r}", at=mid)
+                    forks.append((time.perf_counter() - t0) * 1e3)
+                    assert f.head == mid
+                with castore.open(str(b[f"url{fmt}"])) as st:
+                    s = st.session("bench", "u", "s")
+                    t0 = time.perf_counter()
+                    state = s.state(mid, scopes=False)
+                    states.append((time.perf_counter() - t0) * 1e3)
+                assert state["turn"] == n // 2
+            per[(fmt, n)] = (forks, states)
+            print(f"| {n:,} | {fmt} | {_best_med(forks)} | {_best_med(states)} |")
+    lo, hi = min(sizes), max(sizes)
+    if lo != hi:
+        for fmt in ("1", "2"):
+            f_lo, s_lo = per[(fmt, lo)]
+            f_hi, s_hi = per[(fmt, hi)]
+            print(f"\nformat {fmt}: N = {hi:,} against N = {lo:,} (medians): fork "
+                  f"{statistics.median(f_hi) / statistics.median(f_lo):.2f}x, state "
+                  f"{statistics.median(s_hi) / statistics.median(s_lo):.2f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--appends", type=int, default=5000)
     ap.add_argument("--turns", type=int, default=1600)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one, removed)")
+    ap.add_argument("--only", choices=("all", "writes", "reads"), default="all",
+                    help="writes: sections 1-3; reads: section 4 (default: all)")
+    ap.add_argument("--read-n", default="100,10000", help="session lengths of section 4 (comma-separated)")
+    ap.add_argument("--reps", type=int, default=7, help="repetitions of each read in section 4")
     args = ap.parse_args()
     workdir = args.dir or tempfile.mkdtemp(prefix="castore-bench-")
     try:
         print(f"# castore session benchmark (K={castore.history.K}, python {sys.version.split()[0]})")
+        if args.only in ("all", "reads"):
+            bench_reads(workdir, [int(x) for x in args.read_n.split(",")], args.reps)
+        if args.only == "reads":
+            return 0
         long_s, long_url = bench_append(workdir, args.appends)
         bench_storage(workdir, args.turns)
         bench_storage(workdir, args.turns, wide=True)

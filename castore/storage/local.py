@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import builtins
 import fcntl
-import hashlib
 import os
 import time
 from collections.abc import Mapping
 
 from ..errors import InvalidName, RefLocked, StorageError
 from .base import Appender, PreconditionFailed, Storage, Token, Versioned, check_key
+
+try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without _blake2
+    from hashlib import blake2b
 
 _HOST = os.uname().nodename
 #: how long a writer waits for a live rival's lock before giving up (a writer holds it for
@@ -29,7 +33,7 @@ EMPTY_LOCK_GRACE = 5.0
 
 
 def _token(data: bytes) -> Token:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 class LocalStorage(Storage):

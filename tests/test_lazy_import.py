@@ -1,0 +1,76 @@
+"""``import castore`` loads only what a local store needs, when it needs it (issue 17).
+
+Each check runs in a fresh interpreter, since this test process has imported everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import castore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: never loaded by importing castore and using a local store: S3 and fsspec backends, asyncio
+#: (castore.aio imports it on first async call), OpenSSL's hashing, the CLI, sync's thread pool
+NOT_FOR_A_LOCAL_STORE = ["fsspec", "s3fs", "botocore", "aiobotocore", "asyncio", "ssl", "_hashlib", "click",
+                         "concurrent.futures", "castore.sync", "castore.cli", "castore.adapters",
+                         "castore.grep", "castore.maintenance", "castore.context"]
+
+
+def _modules_after(code: str, *args: str) -> list[str]:
+    """Run ``code`` in a new interpreter (castore from this checkout); return sys.modules after it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    src = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    p = subprocess.run([sys.executable, "-c", src, *args], capture_output=True, text=True, env=env, cwd=str(ROOT),
+                       check=False)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_import_castore_loads_only_the_errors() -> None:
+    mods = _modules_after("import castore")
+    assert "castore.errors" in mods
+    heavy = [m for m in mods if m.split(".")[0] in ("msgspec", "blake3", "zstandard")
+             or m in ("castore.store", "castore.session", "castore.objects")]
+    assert heavy == []
+
+
+def test_a_local_store_loads_no_remote_async_or_openssl_module(tmp_path: Path) -> None:
+    code = """
+import sys
+import castore
+st = castore.open(sys.argv[1])
+s = st.session("app", "u", "s")
+s.append(castore.Message(role="user", content="hello"), state_delta={"turn": 1})
+assert [m.content for m in s.messages()] == ["hello"]
+assert s.state()["turn"] == 1
+s.branch("b", at="HEAD"); s.fork("s2")
+st.close()
+"""
+    mods = _modules_after(code, str(tmp_path / "store"))
+    assert "castore.storage.local" in mods and "msgspec" in mods  # the code above did run
+    loaded = [m for m in NOT_FOR_A_LOCAL_STORE if m in mods or any(x.startswith(m + ".") for x in mods)]
+    assert loaded == []
+
+
+def test_every_public_name_resolves() -> None:
+    for name in castore.__all__:
+        assert getattr(castore, name) is not None, name
+    assert set(castore.__all__) <= set(dir(castore))
+    assert castore.open is castore.store.open
+    assert castore.Message is castore.entries.Message
+    assert castore.history.K > 0  # submodules as attributes, as when import castore loaded them
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        castore.nope  # noqa: B018
+    assert not hasattr(castore, "Sessionn")

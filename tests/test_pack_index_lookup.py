@@ -1,0 +1,94 @@
+"""A fresh reader of a format-2 store binary-searches pack indexes instead of decoding them
+(issue 17: reads at the middle of a long session stay flat in N)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore import maintenance, packs
+
+N = 100
+
+
+@pytest.fixture(scope="module")
+def sealed_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    url = str(tmp_path_factory.mktemp("lookup") / "st")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("castore.objectstore.SEAL_BYTES", 12 * 1024)
+        with castore.open(url, format=2, durable=False) as st:
+            s = st.session("app", "u", "s")
+            ids = [s.append(castore.Message(role="user", content=f"{i} " + os.urandom(300).hex()),
+                            state_delta={"turn": i}) for i in range(N)]
+    assert len(list(Path(url, "packs").glob("*.idx"))) >= 3
+    return url, ids
+
+
+def _count_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = packs.IndexView.rows
+
+    def counting(self: packs.IndexView) -> dict[str, packs.Location]:
+        calls.append(self.count)
+        return real(self)
+
+    monkeypatch.setattr(packs.IndexView, "rows", counting)
+    return calls
+
+
+def test_reading_a_few_objects_decodes_no_index(sealed_store: tuple[str, list[str]],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = sealed_store
+    calls = _count_rows(monkeypatch)
+    with castore.open(url) as st:
+        s = st.session("app", "u", "s")
+        assert s.state(ids[N // 2], scopes=False)["turn"] == N // 2
+        assert st.objects.contains(ids[3])
+        assert not st.objects.contains("0" * 64)
+        s.fork("f", at=ids[N // 2])
+        assert [m.content.split()[0] for m in s.messages()] == [str(i) for i in range(N)]
+    assert calls == []
+
+
+def test_listing_every_object_decodes_the_indexes(sealed_store: tuple[str, list[str]],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = sealed_store
+    with castore.open(url) as st:
+        st.objects.get(ids[0])
+        everything = set(st.objects.iter_ids())
+        assert st.objects.resolve_prefix(ids[42][:12]) == ids[42]
+    calls = _count_rows(monkeypatch)
+    with castore.open(url) as st:
+        st.objects.get(ids[0])  # one lookup first: rows found by search, then all of them
+        assert set(st.objects.iter_ids()) == everything
+        assert set(ids) <= everything
+        assert st.objects.resolve_prefix(ids[42][:12]) == ids[42]
+        assert maintenance.fsck(st).ok
+    assert calls
+
+
+def test_a_damaged_index_row_makes_the_reader_scan_the_pack(sealed_store: tuple[str, list[str]],
+                                                            tmp_path: Path) -> None:
+    url = str(tmp_path / "copy")
+    shutil.copytree(sealed_store[0], url)
+    idx = sorted(Path(url, "packs").glob("*.idx"))[0]
+    view = packs.IndexView(idx.read_bytes())
+    victim = next(iter(view.rows()))
+    # point the victim's row past the pack's end and recompute the check: a well-formed
+    # index that lies (the pack is the truth)
+    data = bytearray(idx.read_bytes())
+    raw = bytes.fromhex(victim)
+    row_at = data.find(raw)
+    data[row_at + 32:row_at + 40] = (view.pack_size + 10).to_bytes(8, "big")
+    body = bytes(data[:-16])
+    idx.write_bytes(body + castore.objects.checksum(body))
+    with pytest.raises(castore.IntegrityError):
+        packs.IndexView(idx.read_bytes()).find(raw)
+    with castore.open(url) as st:
+        assert st.objects.contains(victim)
+        st.objects.get(victim)  # found by scanning the pack, verified against its id
+        assert [m.content.split()[0] for m in st.session("app", "u", "s").messages()] == [str(i) for i in range(N)]
