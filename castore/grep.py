@@ -410,6 +410,9 @@ def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None
 
 
 def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
+    if "\n" not in text:  # one line (most blocks): no split
+        spans = tuple(m.span() for m in rx.finditer(text) if m.end() > m.start())
+        return (LineMatch(1, text, spans),) if spans else ()
     lines = []
     for n, line in enumerate(text.split("\n"), 1):
         spans = tuple(m.span() for m in rx.finditer(line) if m.end() > m.start())
@@ -423,25 +426,35 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
     from .grepindex import open_index
 
     ix = open_index(store, check=check)
-    firsts: dict[tuple[str, int], int] = {}  # (commit, block) -> position in found
+    try:
+        hits = ix.find(rx, kinds)
+    except ValueError:  # a damaged index file: not trusted, built again from the store
+        hits = ix.rebuild().find(rx, kinds)
+    firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
     found: list[list[Any]] = []
-    for i in ix.find(rx, kinds):
-        r = ix.record(i)
-        key = ix.key(r.session)
-        if not keep(key, r.role, r.kind, r.tool, r.time):
+    keys = [ix.key(si) for si in range(len(ix.sessions))]
+    for part, i in hits:
+        p = ix.part(part)
+        cn, si, blk, _, rn, tn, _, seq = p.rec[8 * i:8 * i + 8]
+        key = keys[si]
+        when = p.time[i]
+        role, tool = ix.strings[rn], (ix.strings[tn] if tn >= 0 else None)
+        kind = KINDS[p.rec[8 * i + 3]]
+        if not keep(key, role, kind, tool, when):
             continue
-        at = firsts.get((r.commit, r.block))
+        at = firsts.get((cn, blk))
         if at is not None:
             if found[at][1] != key:
-                found[at][3].setdefault(key, list(r.branches))
+                found[at][3].setdefault(key, list(ix.branch_sets[p.rec[8 * i + 6]]))
             continue
-        lines = _line_matches(rx, ix.block_text(i))
+        lines = _line_matches(rx, p.block(i))
         if not lines:
             continue
-        firsts[(r.commit, r.block)] = len(found)
-        found.append([r, key, lines, {}])
+        firsts[(cn, blk)] = len(found)
+        found.append([ix.record(part, i), key, lines, {}, (si, seq)])
+    found.sort(key=lambda x: x[4])  # session order, then root to tip, whichever part
     n = 0
-    for r, key, lines, also in found:
+    for r, key, lines, also, _ in found:
         before: tuple[tuple[str, str, str], ...] = ()
         after: tuple[tuple[str, str, str], ...] = ()
         if context:
