@@ -14,11 +14,16 @@ What is searched is the text of each entry's body, block by block, each block wi
 
 Encrypted reasoning, signatures and image data are never searched (they are not text).
 
-The walk reads each session's refs, then the commits of every branch path (a commit shared
-by several branches, or by a fork and its parent session, is read and reported once, naming
-every branch that holds it), then the bodies in batches, each body once. Matches stream out
-in session order (by app, user, session id), root to tip within a session; a commit
-several sessions share is reported with the first of them (the others under ``also``).
+Two ways give the same matches. By default (every store but ``memory://``) the search runs
+over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
+store's swap log says which refs moved since the index last looked (nothing moved: one
+``stat`` and no ref read), and only those sessions are read again. Without the index
+(``index=False``, ``--no-index``) the walk reads each session's refs, then the commits of
+every branch path (a commit shared by several branches, or by a fork and its parent
+session, is read and reported once, naming every branch that holds it), then the bodies in
+batches, each body once. Matches come in session order (by app, user, session id), root to
+tip within a session; a commit several sessions share is reported with the first of them
+(the others under ``also``).
 
 The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 
@@ -275,8 +280,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         index: search through the local index (:mod:`castore.grepindex`, brought up to date
             first) rather than by reading every object; None: for every store but ``memory://``.
             Both give the same matches.
-        check_index: compare the index with the store's refs first (False: trust it as the
-            last import or search left it, which skips reading every session's refs).
+        check_index: bring the index up to date with the store's refs first (False: trust it
+            as the last import or search left it, skipping even the swap log's ``stat``).
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
