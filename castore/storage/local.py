@@ -8,15 +8,16 @@ A lock left behind by a dead process is cleared: the holder holds an ``flock`` o
 the kernel drops when the process dies; the pid and host it records are for messages only.
 
 The swap log: every swap, conditional delete and delete of a key under ``refs/`` first
-appends ``<length> <key>\n`` to ``swaps.log`` at the root, while it holds the key's lock
-(one ``O_APPEND`` write, not synced). :meth:`LocalStorage.swaps_since` reads what was
-appended since a mark, so that a reader of derived data (the search index) learns which
-refs moved without reading them all. Why nothing is missed: a change lands (rename or
-unlink) only after its line was appended, under its lock; a reader that took its mark
-before reading a ref either finds the line after its mark next time, or the change was
-under way while it read, and then :meth:`LocalStorage.pending_swaps` (the lock files)
-names it. The log is not synced: a mark records the boot it was taken in, and after a
-reboot (a power loss can drop the log's tail, not a synced ref) everything is read again.
+appends ``<length> <key>\n`` to ``swaps.log`` at the root (after a header line naming the
+log by a random id), while it holds the key's lock (one ``O_APPEND`` write, not synced).
+:meth:`LocalStorage.swaps_since` reads what was appended since a mark, so that a reader of
+derived data (the search index) learns which refs moved without reading them all. Why
+nothing is missed: a change lands (rename or unlink) only after its line was appended,
+under its lock; a reader that took its mark before reading a ref either finds the line
+after its mark next time, or the change was under way while it read, and then
+:meth:`LocalStorage.pending_swaps` (the lock files) names it. The log is not synced: a
+mark records the boot it was taken in, and after a reboot (a power loss can drop the log's
+tail, not a synced ref) everything is read again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ EMPTY_LOCK_GRACE = 5.0
 SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = "refs/"
+_LOG_HEADER = "castore swap log "
 
 
 def _boot_id() -> str:
@@ -345,12 +347,29 @@ class LocalStorage(Storage):
     def _log_swap(self, key: str) -> None:
         """Append ``key`` to the swap log (called under the key's lock, before the change lands).
 
+        A new log starts with a header naming it by a random id, made whole and then linked
+        into place (never over another), so that a reader's mark cannot be mistaken for a
+        mark of a later log in a reused inode.
+
         Raises:
             StorageError: the log cannot be written (the change is then not made).
         """
+        path = os.path.join(self.root, SWAP_LOG)
         line = f"{len(key.encode())} {key}\n".encode()
         try:
-            fd = os.open(os.path.join(self.root, SWAP_LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            except FileNotFoundError:
+                tmp = f"{path}.tmp-{os.urandom(16).hex()}"
+                with open(tmp, "xb") as f:
+                    f.write(f"{_LOG_HEADER}{os.urandom(16).hex()}\n".encode())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass  # a rival made it first: append to theirs
+                finally:
+                    os.unlink(tmp)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             try:
                 os.write(fd, line)
             finally:
@@ -360,7 +379,7 @@ class LocalStorage(Storage):
                                self.url) from e
 
     def swaps_since(self, mark: str | None) -> tuple[str, builtins.list[str] | None] | None:
-        """The keys logged since ``mark`` (``BOOT:INODE:OFFSET``); see :meth:`Storage.swaps_since`."""
+        """The keys logged since ``mark`` (``BOOT:LOG ID:OFFSET``); see :meth:`Storage.swaps_since`."""
         boot = _boot_id()
         if not boot:
             return None
@@ -372,14 +391,19 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
         try:
-            st = os.fstat(fd)
-            now = f"{boot}:{st.st_ino}:{st.st_size}"
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, 64, 0)
+            nl = head.find(b"\n")
+            if not head.startswith(_LOG_HEADER.encode()) or nl < 0:
+                return f"{boot}:?:0", None  # not a log this castore wrote: never trusted
+            log_id = head[len(_LOG_HEADER):nl].decode("ascii", "replace")
+            now = f"{boot}:{log_id}:{size}"
             old = (mark or "").split(":")
-            if len(old) != 3 or old[0] != boot or old[1] != str(st.st_ino) or not old[2].isdigit() \
-                    or int(old[2]) > st.st_size:
+            if len(old) != 3 or old[0] != boot or old[1] != log_id or not old[2].isdigit() \
+                    or not nl < int(old[2]) <= size:
                 return now, None
             start = int(old[2])
-            data = os.pread(fd, st.st_size - start, start)
+            data = os.pread(fd, size - start, start)
         except OSError as e:
             raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
         finally:
@@ -391,7 +415,7 @@ class LocalStorage(Storage):
             if not n.isdigit() or int(n) != len(key):
                 return now, None  # a torn line (a failed write) with another after it: read everything
             keys.append(key.decode("utf-8", "replace"))
-        return f"{boot}:{st.st_ino}:{start + end}", keys
+        return f"{boot}:{log_id}:{start + end}", keys
 
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
         """Keys below ``prefix`` whose lock file exists (a swap under way or abandoned)."""
