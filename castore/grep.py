@@ -438,6 +438,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
     firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
     found: list[list[Any]] = []
     keys = [ix.key(si) for si in range(len(ix.sessions))]
+    hits.sort(key=lambda h: (keys[ix.order(*h)[0]], ix.order(*h)[1]))  # session order, root to tip
     for part, i in hits:
         p = ix.part(part)
         cn, si, blk, _, rn, tn, _, seq = p.rec[8 * i:8 * i + 8]
@@ -456,8 +457,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
         if not lines:
             continue
         firsts[(cn, blk)] = len(found)
-        found.append([ix.record(part, i), key, lines, {}, (si, seq)])
-    found.sort(key=lambda x: x[4])  # session order, then root to tip, whichever part
+        found.append([ix.record(part, i), key, lines, {}, seq])
     n = 0
     for r, key, lines, also, _ in found:
         before: tuple[tuple[str, str, str], ...] = ()

@@ -380,7 +380,7 @@ class Index:
         if loaded and not check:
             return self
         mark, read, folders = _changes(self.store, self.mark, loaded)
-        old = {tuple(s["key"]): (i, s) for i, s in enumerate(self.sessions)} if loaded else {}
+        old = {tuple(s["key"]): (i, s) for i, s in enumerate(self.sessions) if not s.get("gone")} if loaded else {}
         if folders is None:
             current = {k: v for k, v in read.items()}
         else:
@@ -412,16 +412,28 @@ class Index:
 
     def _rebuild(self, keys: list[Key], current: dict[Key, tuple[str, dict[str, str]]],
                  old: dict[Key, tuple[int, dict[str, Any]]], mark: str | None) -> None:
+        """Write the index for the sessions ``current``: the sessions of ``old`` whose refs did
+        not move are copied as they were (whole ranges, no per-block work), the others are
+        extracted from the store. Session numbers, commit numbers and strings stay as they
+        were (a gone session keeps its number, with no blocks), so copied records hold."""
         os.makedirs(self.folder, exist_ok=True)
+        if old:
+            sessions = [dict(x) for x in self.sessions]
+            commits = {self.commits[i:i + 32]: i // 32 for i in range(0, len(self.commits), 32)}
+            strings = {x: i for i, x in enumerate(self.strings)}
+            bsets = {x: i for i, x in enumerate(self.branch_sets)}
+        else:
+            sessions, commits, strings, bsets = [], {}, {}, {}
         olds = {name: [0] for name in PARTS}
-        for s in self.sessions if old else ():
+        for x in sessions:
             for name in PARTS:
-                olds[name].append(olds[name][-1] + s["n"][name])
-        commits: dict[bytes, int] = {}
-        strings: dict[str, int] = {}
-        bsets: dict[tuple[str, ...], int] = {}
+                olds[name].append(olds[name][-1] + x["n"][name])
+        number = {tuple(x["key"]): i for i, x in enumerate(sessions) if not x.get("gone")}
+        for key in keys:
+            if key not in number:
+                number[key] = len(sessions)
+                sessions.append({"key": list(key), "folder": "", "refs": None, "n": dict.fromkeys(PARTS, 0)})
         built: dict[str, tuple[list[str], list[str], _Part]] = {name: ([], [], _Part()) for name in PARTS}
-        sessions: list[dict[str, Any]] = []
         self.rebuilt = []
         seq = [0]
 
@@ -436,26 +448,41 @@ class Index:
             seq[0] += 1
             p.time.append(rec.time)
             low = text.lower()
-            texts.append(text)
-            lows.append(low)
+            texts.append(text + SEP)
+            lows.append(low + SEP)
             p.starts.append(p.starts[-1] + len(text) + 1)
             p.lstarts.append(p.lstarts[-1] + len(low) + 1)
             return name
 
-        for si, key in enumerate(keys):
-            n = dict.fromkeys(PARTS, 0)
+        for si, x in enumerate(sessions):
+            key = (x["key"][0], x["key"][1], x["key"][2])
+            if key not in current:
+                x.update(gone=True, refs=None, n=dict.fromkeys(PARTS, 0))
+                continue
             folder, refs = current[key]
-            if key in old and old[key][1]["refs"] == refs:
-                oi = old[key][0]
+            kept = key in old and old[key][1]["refs"] == refs
+            n = dict.fromkeys(PARTS, 0)
+            if kept:
                 for name in PARTS:
-                    for b in range(olds[name][oi], olds[name][oi + 1]):
-                        put(self.record(name, b), self.block_text(name, b), si)
-                        n[name] += 1
+                    a, b = olds[name][si], olds[name][si + 1]
+                    if a == b:
+                        continue
+                    texts, lows, p = built[name]
+                    q = self.part(name)
+                    texts.append(q.text[q.starts[a]:q.starts[b]])
+                    lows.append(q.low[q.lstarts[a]:q.lstarts[b]])
+                    base, lbase = p.starts[-1] - q.starts[a], p.lstarts[-1] - q.lstarts[a]
+                    p.starts.extend([v + base for v in q.starts[a + 1:b + 1]])
+                    p.lstarts.extend([v + lbase for v in q.lstarts[a + 1:b + 1]])
+                    p.rec.extend(q.rec[_W * a:_W * b])
+                    p.time.extend(q.time[a:b])
+                    n[name] = b - a
             else:
                 self.rebuilt.append(key)
                 for rec, text in _extract(self.store, key):
                     n[put(rec, text.replace(SEP, " "), si)] += 1
-            sessions.append({"key": list(key), "folder": folder, "refs": refs, "n": n})
+            x.update(folder=folder, refs=refs, n=n)
+            x.pop("gone", None)
         self.sessions = sessions
         self.mark = mark
         self.strings = list(strings)
@@ -464,8 +491,8 @@ class Index:
         self.parts = {}
         files: dict[str, bytes] = {"commits": self.commits}
         for name, (texts, lows, p) in built.items():
-            p.text = "".join(t + SEP for t in texts)
-            p.low = "".join(t + SEP for t in lows)
+            p.text = "".join(texts)
+            p.low = "".join(lows)
             offs = array.array("q", p.starts)
             offs.extend(p.lstarts)
             recs, times = array.array("i", p.rec), array.array("d", p.time)

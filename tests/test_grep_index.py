@@ -131,6 +131,10 @@ def test_every_kind_of_change_after_indexing_is_seen(store: castore.Store) -> No
     assert _texts(store, "walrus") == ["walrus two"]  # still held by the fork
     store.delete_session("bot", "ann", "s9")
     assert _texts(store, "walrus") == []
+    store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus again"})  # a new s0
+    store.session("bot", "ann", "a0").append({"role": "user", "content": "walrus first"})  # sorts first
+    assert _texts(store, "walrus") == ["walrus first", "walrus again"]
+    assert open_index(store).rebuilt == []
     assert list(grep(store, "parser", index=True)) == list(grep(store, "parser", index=False))
 
 
