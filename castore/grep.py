@@ -14,11 +14,16 @@ What is searched is the text of each entry's body, block by block, each block wi
 
 Encrypted reasoning, signatures and image data are never searched (they are not text).
 
-The walk reads each session's refs, then the commits of every branch path (a commit shared
-by several branches, or by a fork and its parent session, is read and reported once, naming
-every branch that holds it), then the bodies in batches, each body once. Matches stream out
-in session order (by app, user, session id), root to tip within a session; a commit
-several sessions share is reported with the first of them (the others under ``also``).
+Two ways give the same matches. By default (every store but ``memory://``) the search runs
+over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
+store's swap log says which refs moved since the index last looked (nothing moved: one
+``stat`` and no ref read), and only those sessions are read again. Without the index
+(``index=False``, ``--no-index``) the walk reads each session's refs, then the commits of
+every branch path (a commit shared by several branches, or by a fork and its parent
+session, is read and reported once, naming every branch that holds it), then the bodies in
+batches, each body once. Matches come in session order (by app, user, session id), root to
+tip within a session; a commit several sessions share is reported with the first of them
+(the others under ``also``).
 
 The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 
@@ -275,8 +280,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         index: search through the local index (:mod:`castore.grepindex`, brought up to date
             first) rather than by reading every object; None: for every store but ``memory://``.
             Both give the same matches.
-        check_index: compare the index with the store's refs first (False: trust it as the
-            last import or search left it, which skips reading every session's refs).
+        check_index: bring the index up to date with the store's refs first (False: trust it
+            as the last import or search left it, skipping even the swap log's ``stat``).
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
@@ -410,6 +415,9 @@ def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None
 
 
 def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
+    if "\n" not in text:  # one line (most blocks): no split
+        spans = tuple(m.span() for m in rx.finditer(text) if m.end() > m.start())
+        return (LineMatch(1, text, spans),) if spans else ()
     lines = []
     for n, line in enumerate(text.split("\n"), 1):
         spans = tuple(m.span() for m in rx.finditer(line) if m.end() > m.start())
@@ -423,25 +431,35 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
     from .grepindex import open_index
 
     ix = open_index(store, check=check)
-    firsts: dict[tuple[str, int], int] = {}  # (commit, block) -> position in found
+    try:
+        hits = ix.find(rx, kinds)
+    except ValueError:  # a damaged index file: not trusted, built again from the store
+        hits = ix.rebuild().find(rx, kinds)
+    firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
     found: list[list[Any]] = []
-    for i in ix.find(rx, kinds):
-        r = ix.record(i)
-        key = ix.key(r.session)
-        if not keep(key, r.role, r.kind, r.tool, r.time):
+    keys = [ix.key(si) for si in range(len(ix.sessions))]
+    hits.sort(key=lambda h: (keys[ix.order(*h)[0]], ix.order(*h)[1]))  # session order, root to tip
+    for part, i in hits:
+        p = ix.part(part)
+        cn, si, blk, _, rn, tn, _, seq = p.rec[8 * i:8 * i + 8]
+        key = keys[si]
+        when = p.time[i]
+        role, tool = ix.strings[rn], (ix.strings[tn] if tn >= 0 else None)
+        kind = KINDS[p.rec[8 * i + 3]]
+        if not keep(key, role, kind, tool, when):
             continue
-        at = firsts.get((r.commit, r.block))
+        at = firsts.get((cn, blk))
         if at is not None:
             if found[at][1] != key:
-                found[at][3].setdefault(key, list(r.branches))
+                found[at][3].setdefault(key, list(ix.branch_sets[p.rec[8 * i + 6]]))
             continue
-        lines = _line_matches(rx, ix.block_text(i))
+        lines = _line_matches(rx, p.block(i))
         if not lines:
             continue
-        firsts[(r.commit, r.block)] = len(found)
-        found.append([r, key, lines, {}])
+        firsts[(cn, blk)] = len(found)
+        found.append([ix.record(part, i), key, lines, {}, seq])
     n = 0
-    for r, key, lines, also in found:
+    for r, key, lines, also, _ in found:
         before: tuple[tuple[str, str, str], ...] = ()
         after: tuple[tuple[str, str, str], ...] = ()
         if context:

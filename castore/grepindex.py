@@ -1,25 +1,36 @@
 """The search index of :func:`castore.grep.grep`: derived data, rebuildable, kept fresh.
 
 The index is a local cache of every searchable block of a store (its text, and the commit,
-session, branches, role, kind, tool and time it belongs to), so that a search is one regex
-scan over one text file instead of reading every object. It lives outside the store, in
+session, branches, role, kind, tool and time it belongs to), so that a search is one scan
+over one text file instead of reading every object. It lives outside the store, in
 ``$CASTORE_GREP_INDEX`` or ``~/.cache/castore/grep/<digest of the store URL>/``; deleting
-it loses nothing (the next search rebuilds it).
+it loses nothing (the next search rebuilds it), and a file that fails its check (size and
+CRC-32 recorded in ``state.json``) is not trusted: the index is rebuilt.
 
-Freshness: the index records the refs of every session it covers. Each search reads the
-store's refs (one listing and one batch read), re-extracts the sessions whose refs moved
-(imported, appended, branched, deleted), and keeps the others as they were. Files:
+Freshness: the index records the refs of every session it covers and a *mark* of the
+store's swap log (:meth:`castore.storage.Storage.swaps_since`; local disk keeps one). A
+search asks the storage which refs moved since the mark (one ``stat`` and one read of the
+log's tail when nothing did), re-reads only the sessions those refs belong to, re-extracts
+the sessions whose refs really moved (imported, appended, branched, deleted) and keeps the
+others. Where the storage keeps no log (S3, memory), or cannot tell (a reboot since, a
+replaced log), every session's refs are read (one listing and one batch read) and compared.
 
-* ``text``: the blocks' text, UTF-8, each followed by ``\\x1e`` (a record separator; the
-  character is replaced by a space inside a text);
-* ``records``: one JSON array per block, ``[commit, session index, role, kind, tool, time,
-  branches, block number within the commit]``;
-* ``lower``: ``text`` in lower case when that keeps every offset (else empty), for fast
-  case-insensitive searches;
-* ``kinds``: one byte per block, its kind (0 text, 1 thinking, 2 tool call, 3 tool result);
-* ``offsets``: little-endian 64-bit integers: for each block, the character offset of its
-  text and the byte offset of its record (and one past the last);
-* ``state.json``: the version, the store URL, and per session its key, refs and blocks.
+Blocks are kept in two *parts*: ``main`` (text, thinking, tool calls: what a search reads
+by default) and ``res`` (tool results, most of the text, read only when asked). Per part:
+
+* ``P.txt``: the blocks' text, UTF-8, each followed by ``\\x1e`` (a record separator; the
+  character is replaced by a space inside a text); ``P.low``: the same blocks lower-cased,
+  for fast case-insensitive searches;
+* ``P.off``: little-endian int64: the character offset of each block in ``P.txt`` (and one
+  past the last), then the same for ``P.low``;
+* ``P.rec``: little-endian int32, 8 per block: commit number, session number, block number
+  within the commit, kind (0 text, 1 thinking, 2 tool call, 3 tool result), role, tool
+  (string numbers; -1: none), branch-set number, and the block's place in the index
+  (both parts counted: sessions in order, each root to tip); ``P.time``: float64 per block.
+
+``commits`` holds the 32-byte ids the commit numbers name; ``state.json`` the version, the
+store URL, the swap-log mark, the strings and branch sets, every file's size and CRC-32,
+and per session its key, ref folder, refs and block counts per part.
 """
 
 from __future__ import annotations
@@ -29,22 +40,26 @@ import bisect
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import CastoreError
 
 if TYPE_CHECKING:
-    import re
-
     from .store import Store
 
-VERSION = 3
+VERSION = 4
 SEP = "\x1e"
 _KINDS = ("text", "thinking", "tool_call", "tool_result")
+#: the parts of the index and the kinds each holds
+PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
+_W = 8  # int32 fields per block in P.rec
+_SESSIONS = "sessions"
 
 Key = tuple[str, str, str]
 
@@ -79,9 +94,13 @@ class Record:
     block: int = 0  # the block's number within its commit
 
 
-def _session_refs(store: Store) -> dict[Key, dict[str, str]]:
-    """Every session's refs (name -> target; HEAD too when detached), by key."""
-    names_ = store.refs.list("sessions")
+def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Key, tuple[str, dict[str, str]]]:
+    """Every session's ref folder and refs (name -> target; HEAD too when detached), by key;
+    only the sessions of these ref ``folders`` (``sessions/A/U/S``) when given."""
+    if folders is None:
+        names_ = store.refs.list(_SESSIONS)
+    else:
+        names_ = [n for f in sorted(set(folders)) for n in store.refs.list(f)]
     vals = store.refs.read_many(names_)
     out: dict[str, dict[str, str]] = {}
     keys: dict[str, Key] = {}
@@ -98,7 +117,7 @@ def _session_refs(store: Store) -> dict[Key, dict[str, str]]:
                 keys[folder] = (nm["app"], nm["user"], nm["session"])
         if v.symbolic is None:
             out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
-    return {keys[f]: refs for f, refs in out.items() if f in keys}
+    return {keys[f]: (f, refs) for f, refs in out.items() if f in keys}
 
 
 def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
@@ -125,6 +144,78 @@ def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
                 yield Record(cid, 0, role, kind, tool, _time_of(c), tuple(member[cid]), j), text
 
 
+def _changes(store: Store, mark: str | None, known: bool
+             ) -> tuple[str | None, dict[Key, tuple[str, dict[str, str]]], set[str] | None]:
+    """What moved since ``mark``: ``(new mark, refs read, folders read)``; folders None when
+    every session's refs were read (no usable mark, or a storage without a swap log).
+
+    The new mark is taken before any ref is read, and is None (read everything next time)
+    when a ref change was under way meanwhile (see :meth:`castore.storage.Storage.swaps_since`).
+    """
+    got = store.storage.swaps_since(mark if known else None)
+    if got is None:
+        return None, _session_refs(store), None
+    new, keys = got
+    if keys is None:
+        pending = store.storage.pending_swaps(f"refs/{_SESSIONS}")
+        return (None if pending else new), _session_refs(store), None
+    folders = set()
+    for k in keys:
+        parts = k.split("/")
+        if len(parts) >= 6 and parts[0] == "refs" and parts[1] == _SESSIONS:
+            folders.add("/".join(parts[1:5]))
+    if not folders:
+        return new, {}, set()
+    under_way = any(store.storage.pending_swaps(f"refs/{f}") for f in sorted(folders))
+    return (mark if under_way else new), _session_refs(store, folders), folders
+
+
+class _Part:
+    """One part of an index (see the module docstring), as loaded or as being built."""
+
+    def __init__(self) -> None:
+        self.raw = b""  # P.txt as read; decoded on first use of .text
+        self._text: str | None = ""
+        self.low = ""
+        self.starts: array.array[int] = array.array("q", [0])
+        self.lstarts: array.array[int] = array.array("q", [0])
+        self.rec: array.array[int] = array.array("i")
+        self.time: array.array[float] = array.array("d")
+
+    @property
+    def n(self) -> int:
+        return len(self.time)
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self.raw.decode("utf-8")
+        return self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self._text = value
+
+    def load_raw(self, raw: bytes) -> None:
+        """Take ``P.txt``'s bytes as read (decoded only when a search needs the whole text)."""
+        self.raw, self._text = raw, None
+
+    def block(self, i: int) -> str:
+        """Block ``i``'s text (sliced from the bytes when they are ASCII: no decoding of the rest)."""
+        a, b = self.starts[i], self.starts[i + 1] - 1
+        if self._text is None and self.starts[-1] == len(self.raw):  # as many bytes as characters
+            return self.raw[a:b].decode("ascii")
+        return self.text[a:b]
+
+
+def _literal(rx: re.Pattern[str]) -> str | None:
+    """The plain string ``rx`` matches, when its pattern is one (no regex syntax at all)."""
+    p = rx.pattern
+    if not p or any(ch in p for ch in "\\.^$*+?{}[]|()") or rx.flags & re.VERBOSE:
+        return None
+    return p
+
+
 class Index:
     """An open, fresh index of one store (see the module docstring)."""
 
@@ -132,96 +223,145 @@ class Index:
         self.store = store
         self.folder = folder or index_dir(store)
         self.sessions: list[dict[str, Any]] = []
-        self.text = ""
-        self.offsets: array.array[int] = array.array("q")
-        self._records: bytes = b""
-        self.kinds: bytes = b""
-        self._lower: str | None = None
+        self.mark: str | None = None
+        self.strings: list[str] = []
+        self.branch_sets: list[tuple[str, ...]] = []
+        self.commits = b""
+        self.files: dict[str, list[int]] = {}
+        self.parts: dict[str, _Part] = {}
         self.rebuilt: list[Key] = []
 
     # -- reading --------------------------------------------------------------------------
+    def _read(self, name: str) -> bytes:
+        """A file of the index, checked against its recorded size and CRC-32.
+
+        Raises:
+            ValueError: missing from the state, or the bytes do not match.
+            OSError: it cannot be read.
+        """
+        want = self.files[name]
+        with open(os.path.join(self.folder, name), "rb") as f:
+            data = f.read()
+        if len(data) != want[0] or zlib.crc32(data) != want[1]:
+            raise ValueError(f"{name} does not match its check")
+        return data
+
     def _load(self) -> bool:
         try:
             with open(os.path.join(self.folder, "state.json"), encoding="utf-8") as f:
                 state = json.load(f)
             if state.get("version") != VERSION or state.get("url") != _url(self.store):
                 return False
-            with open(os.path.join(self.folder, "text"), encoding="utf-8", newline="") as f:
-                self.text = f.read()
-            with open(os.path.join(self.folder, "records"), "rb") as f:
-                self._records = f.read()
-            with open(os.path.join(self.folder, "kinds"), "rb") as f:
-                self.kinds = f.read()
-            offs = array.array("q")
-            with open(os.path.join(self.folder, "offsets"), "rb") as f:
-                offs.frombytes(f.read())
-            if sys.byteorder != "little":
-                offs.byteswap()
+            self.files = {k: list(v) for k, v in state["files"].items()}
             self.sessions = state["sessions"]
-            n = sum(s["n"] for s in self.sessions)
-            if len(offs) != 2 * (n + 1) or len(self.kinds) != n:
-                return False
-            self.offsets = offs
-            return True
+            self.mark = state["mark"]
+            self.strings = list(state["strings"])
+            self.branch_sets = [tuple(b) for b in state["branch_sets"]]
+            self.commits = self._read("commits")
+            self.parts = {}
+            return len(self.commits) % 32 == 0
         except (OSError, ValueError, KeyError, TypeError):
             return False
 
-    def record(self, i: int) -> Record:
-        """Block ``i``'s record."""
-        a, b = self.offsets[2 * i + 1], self.offsets[2 * i + 3]
-        r = json.loads(self._records[a:b].decode("utf-8"))
-        return Record(r[0], r[1], r[2], r[3], r[4], r[5], tuple(r[6]), r[7])
+    def part(self, name: str) -> _Part:
+        """Part ``name`` (``main`` or ``res``), read and checked on first use.
 
-    def block_text(self, i: int) -> str:
-        """Block ``i``'s text."""
-        return self.text[self.offsets[2 * i]:self.offsets[2 * i + 2] - 1]
+        Raises:
+            ValueError: a file of it is damaged (the caller rebuilds the index).
+        """
+        got = self.parts.get(name)
+        if got is not None:
+            return got
+        p = _Part()
+        try:
+            p.load_raw(self._read(f"{name}.txt"))
+            p.low = self._read(f"{name}.low").decode("utf-8")
+            offs = array.array("q")
+            offs.frombytes(self._read(f"{name}.off"))
+            p.rec.frombytes(self._read(f"{name}.rec"))
+            p.time.frombytes(self._read(f"{name}.time"))
+            if sys.byteorder != "little":
+                offs.byteswap()
+                p.rec.byteswap()
+                p.time.byteswap()
+        except (OSError, UnicodeDecodeError, KeyError) as e:
+            raise ValueError(f"index part {name}: {e}") from e
+        n = len(p.time)
+        if len(offs) != 2 * (n + 1) or len(p.rec) != _W * n or offs[-1] != len(p.low) \
+                or not offs[n] <= len(p.raw) <= 4 * offs[n]:
+            raise ValueError(f"index part {name}: sizes do not agree")
+        p.starts, p.lstarts = offs[:n + 1], offs[n + 1:]
+        self.parts[name] = p
+        return p
+
+    def record(self, part: str, i: int) -> Record:
+        """Block ``i`` of ``part``'s record."""
+        r = self.part(part).rec[_W * i:_W * i + _W]
+        c = r[0] * 32
+        return Record(self.commits[c:c + 32].hex(), r[1], self.strings[r[4]], _KINDS[r[3]],
+                      self.strings[r[5]] if r[5] >= 0 else None, self.part(part).time[i],
+                      self.branch_sets[r[6]], r[2])
+
+    def order(self, part: str, i: int) -> tuple[int, int]:
+        """Where block ``i`` of ``part`` comes in the output: (session number, place)."""
+        rec = self.part(part).rec
+        return rec[_W * i + 1], rec[_W * i + 7]
+
+    def block_text(self, part: str, i: int) -> str:
+        """Block ``i`` of ``part``'s text."""
+        return self.part(part).block(i)
 
     def key(self, session: int) -> Key:
         """The key of session number ``session``."""
         k = self.sessions[session]["key"]
         return (k[0], k[1], k[2])
 
-    def _lowered(self) -> str | None:
-        """The text in lower case, when lowering kept every offset (else None)."""
-        if self._lower is None:
-            try:
-                with open(os.path.join(self.folder, "lower"), encoding="utf-8", newline="") as f:
-                    self._lower = f.read()
-            except OSError:
-                self._lower = ""
-        return self._lower if len(self._lower) == len(self.text) else None
-
-    def find(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[int]:
-        """The blocks (of these kinds) with a match of ``rx``, in order.
+    def find(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[tuple[str, int]]:
+        """The blocks (of these kinds) with a match of ``rx``, as ``(part, block)``, part by part.
 
         A case-insensitive pattern with no backslash runs case-sensitively, lowered, over
-        the lowered text (Python's case-insensitive search is many times slower); the
-        caller matches the blocks found again with ``rx`` itself.
-        """
-        import re as re_
+        the lowered text (Python's case-insensitive search is many times slower), and a
+        pattern with no regex syntax runs as a plain string search; the caller matches the
+        blocks found again with ``rx`` itself.
 
-        starts = self.offsets[0::2]
-        want = None if kinds is None else bytes(i for i, k in enumerate(_KINDS) if k in kinds)
-        out: list[int] = []
-        text = self.text
-        if rx.flags & re_.IGNORECASE and "\\" not in rx.pattern and (low := self._lowered()) is not None:
-            try:
-                rx, text = re_.compile(rx.pattern.lower(), rx.flags & ~re_.IGNORECASE), low
-            except re_.error:
-                pass
-        pos, end = 0, len(text)
-        search = rx.search
-        while pos < end:
-            m = search(text, pos)
-            if m is None:
-                break
-            i = bisect.bisect_right(starts, m.start()) - 1
-            nxt = starts[i + 1]
-            if m.end() < nxt and (want is None or self.kinds[i] in want):
-                out.append(i)
-                pos = nxt  # one hit per block is enough: its lines are matched later
-            else:
-                pos = m.start() + 1 if m.end() >= nxt else nxt
+        Raises:
+            ValueError: a part is damaged (the caller rebuilds the index).
+        """
+        out: list[tuple[str, int]] = []
+        for name, held in PARTS.items():
+            if kinds is not None and not kinds & set(held):
+                continue
+            p = self.part(name)
+            want = None if kinds is None else {i for i, k in enumerate(_KINDS) if k in kinds}
+            text, starts, prx = p.text, p.starts, rx
+            if rx.flags & re.IGNORECASE and "\\" not in rx.pattern:
+                try:
+                    prx = re.compile(rx.pattern.lower(), rx.flags & ~re.IGNORECASE)
+                    text, starts = p.low, p.lstarts
+                except re.error:
+                    pass
+            lit = _literal(prx) if not prx.flags & re.IGNORECASE else None
+            rec = p.rec
+            pos, end = 0, len(text)
+            search = prx.search
+            while pos < end:
+                if lit is not None:
+                    at = text.find(lit, pos)
+                    if at < 0:
+                        break
+                    mstart, mend = at, at + len(lit)
+                else:
+                    m = search(text, pos)
+                    if m is None:
+                        break
+                    mstart, mend = m.span()
+                i = bisect.bisect_right(starts, mstart) - 1
+                nxt = starts[i + 1]
+                if mend < nxt and (want is None or rec[_W * i + 3] in want):
+                    out.append((name, i))
+                    pos = nxt  # one hit per block is enough: its lines are matched later
+                else:
+                    pos = mstart + 1 if mend >= nxt else nxt
         return out
 
     # -- keeping it fresh ----------------------------------------------------------------
@@ -229,8 +369,8 @@ class Index:
         """Load the index and bring it up to date with the store's refs (rebuilding what moved).
 
         Args:
-            check: compare with the store's refs (False: trust an index that loads, as the
-                last import or search left it; build one only when there is none).
+            check: ask the store what moved (False: trust an index that loads, as the last
+                import or search left it; build one only when there is none).
 
         Raises:
             IndexError_: the index folder cannot be written.
@@ -239,71 +379,147 @@ class Index:
         loaded = self._load()
         if loaded and not check:
             return self
-        current = _session_refs(self.store)
-        old = {tuple(s["key"]): (i, s) for i, s in enumerate(self.sessions)} if loaded else {}
-        keys = sorted(current, key=lambda k: (k[0], k[1], k[2]))
-        if loaded and len(old) == len(keys) and all(k in old and old[k][1]["refs"] == current[k] for k in keys):
+        mark, read, folders = _changes(self.store, self.mark, loaded)
+        old = {tuple(s["key"]): (i, s) for i, s in enumerate(self.sessions) if not s.get("gone")} if loaded else {}
+        if folders is None:
+            current = {k: v for k, v in read.items()}
+        else:
+            current = {k: (s["folder"], s["refs"]) for k, (_, s) in old.items() if s["folder"] not in folders}
+            current.update(read)
+        keys = sorted(current)
+        same = loaded and len(old) == len(keys) and all(
+            k in old and old[k][1]["refs"] == current[k][1] for k in keys)
+        if same:
+            if mark != self.mark:
+                self.mark = mark
+                self._save_state()
             return self
-        self._rebuild(keys, current, old)
+        try:
+            self._rebuild(keys, current, old, mark)
+        except ValueError:  # a damaged part: everything from the store
+            self._rebuild(keys, current, {}, mark)
         return self
 
-    def _line(self, rec: Record, si: int) -> bytes:
-        return json.dumps([rec.commit, si, rec.role, rec.kind, rec.tool, rec.time, list(rec.branches), rec.block],
-                          ensure_ascii=False).encode() + b"\n"
+    def rebuild(self) -> Index:
+        """Build the index again from the store alone (what a damaged index file calls for).
 
-    def _rebuild(self, keys: list[Key], current: dict[Key, dict[str, str]],
-                 old: dict[Key, tuple[int, dict[str, Any]]]) -> None:
+        Raises:
+            IndexError_, StorageError, IntegrityError.
+        """
+        mark, read, _ = _changes(self.store, None, False)
+        self._rebuild(sorted(read), read, {}, mark)
+        return self
+
+    def _rebuild(self, keys: list[Key], current: dict[Key, tuple[str, dict[str, str]]],
+                 old: dict[Key, tuple[int, dict[str, Any]]], mark: str | None) -> None:
+        """Write the index for the sessions ``current``: the sessions of ``old`` whose refs did
+        not move are copied as they were (whole ranges, no per-block work), the others are
+        extracted from the store. Session numbers, commit numbers and strings stay as they
+        were (a gone session keeps its number, with no blocks), so copied records hold."""
         os.makedirs(self.folder, exist_ok=True)
-        starts_old = [0]
-        for s in self.sessions:
-            starts_old.append(starts_old[-1] + s["n"])
-        texts: list[str] = []
-        recs: list[bytes] = []
-        kinds = bytearray()
-        offs = array.array("q")
-        pos = bpos = 0
-        sessions: list[dict[str, Any]] = []
+        if old:
+            sessions = [dict(x) for x in self.sessions]
+            commits = {self.commits[i:i + 32]: i // 32 for i in range(0, len(self.commits), 32)}
+            strings = {x: i for i, x in enumerate(self.strings)}
+            bsets = {x: i for i, x in enumerate(self.branch_sets)}
+        else:
+            sessions, commits, strings, bsets = [], {}, {}, {}
+        olds = {name: [0] for name in PARTS}
+        for x in sessions:
+            for name in PARTS:
+                olds[name].append(olds[name][-1] + x["n"][name])
+        number = {tuple(x["key"]): i for i, x in enumerate(sessions) if not x.get("gone")}
+        for key in keys:
+            if key not in number:
+                number[key] = len(sessions)
+                sessions.append({"key": list(key), "folder": "", "refs": None, "n": dict.fromkeys(PARTS, 0)})
+        built: dict[str, tuple[list[str], list[str], _Part]] = {name: ([], [], _Part()) for name in PARTS}
         self.rebuilt = []
-        for si, key in enumerate(keys):
-            n = 0
-            if key in old and old[key][1]["refs"] == current[key]:
-                oi = old[key][0]
-                items: Iterator[tuple[Record, str]] = (
-                    (self.record(b), self.block_text(b)) for b in range(starts_old[oi], starts_old[oi + 1]))
+        seq = [0]
+
+        def put(rec: Record, text: str, si: int) -> str:
+            name = "res" if rec.kind == "tool_result" else "main"
+            texts, lows, p = built[name]
+            cn = commits.setdefault(bytes.fromhex(rec.commit), len(commits))
+            rn = strings.setdefault(rec.role, len(strings))
+            tn = strings.setdefault(rec.tool, len(strings)) if rec.tool is not None else -1
+            bn = bsets.setdefault(rec.branches, len(bsets))
+            p.rec.extend((cn, si, rec.block, _KINDS.index(rec.kind), rn, tn, bn, seq[0]))
+            seq[0] += 1
+            p.time.append(rec.time)
+            low = text.lower()
+            texts.append(text + SEP)
+            lows.append(low + SEP)
+            p.starts.append(p.starts[-1] + len(text) + 1)
+            p.lstarts.append(p.lstarts[-1] + len(low) + 1)
+            return name
+
+        for si, x in enumerate(sessions):
+            key = (x["key"][0], x["key"][1], x["key"][2])
+            if key not in current:
+                x.update(gone=True, refs=None, n=dict.fromkeys(PARTS, 0))
+                continue
+            folder, refs = current[key]
+            kept = key in old and old[key][1]["refs"] == refs
+            n = dict.fromkeys(PARTS, 0)
+            if kept:
+                for name in PARTS:
+                    a, b = olds[name][si], olds[name][si + 1]
+                    if a == b:
+                        continue
+                    texts, lows, p = built[name]
+                    q = self.part(name)
+                    texts.append(q.text[q.starts[a]:q.starts[b]])
+                    lows.append(q.low[q.lstarts[a]:q.lstarts[b]])
+                    base, lbase = p.starts[-1] - q.starts[a], p.lstarts[-1] - q.lstarts[a]
+                    p.starts.extend([v + base for v in q.starts[a + 1:b + 1]])
+                    p.lstarts.extend([v + lbase for v in q.lstarts[a + 1:b + 1]])
+                    p.rec.extend(q.rec[_W * a:_W * b])
+                    p.time.extend(q.time[a:b])
+                    n[name] = b - a
             else:
                 self.rebuilt.append(key)
-                items = ((rec, text.replace(SEP, " ")) for rec, text in _extract(self.store, key))
-            for rec, text in items:
-                line = self._line(rec, si)
-                offs.extend((pos, bpos))
-                texts.append(text + SEP)
-                recs.append(line)
-                kinds.append(_KINDS.index(rec.kind) if rec.kind in _KINDS else 255)
-                pos += len(text) + 1
-                bpos += len(line)
-                n += 1
-            sessions.append({"key": list(key), "refs": current[key], "n": n})
-        offs.extend((pos, bpos))
-        self.text = "".join(texts)
-        self._records = b"".join(recs)
-        self.kinds = bytes(kinds)
-        self.offsets = offs
+                for rec, text in _extract(self.store, key):
+                    n[put(rec, text.replace(SEP, " "), si)] += 1
+            x.update(folder=folder, refs=refs, n=n)
+            x.pop("gone", None)
         self.sessions = sessions
-        disk = array.array("q", offs)
-        if sys.byteorder != "little":
-            disk.byteswap()
+        self.mark = mark
+        self.strings = list(strings)
+        self.branch_sets = list(bsets)
+        self.commits = b"".join(commits)
+        self.parts = {}
+        files: dict[str, bytes] = {"commits": self.commits}
+        for name, (texts, lows, p) in built.items():
+            p.text = "".join(texts)
+            p.low = "".join(lows)
+            offs = array.array("q", p.starts)
+            offs.extend(p.lstarts)
+            recs, times = array.array("i", p.rec), array.array("d", p.time)
+            if sys.byteorder != "little":
+                offs.byteswap()
+                recs.byteswap()
+                times.byteswap()
+            files.update({f"{name}.txt": p.text.encode("utf-8"), f"{name}.low": p.low.encode("utf-8"),
+                          f"{name}.off": offs.tobytes(), f"{name}.rec": recs.tobytes(),
+                          f"{name}.time": times.tobytes()})
+            self.parts[name] = p
+        self.files = {k: [len(v), zlib.crc32(v)] for k, v in files.items()}
         try:
             if os.path.exists(os.path.join(self.folder, "state.json")):
                 os.unlink(os.path.join(self.folder, "state.json"))  # a torn update reads as no index
-            _write(self.folder, "text", self.text.encode("utf-8"))
-            _write(self.folder, "records", self._records)
-            _write(self.folder, "offsets", disk.tobytes())
-            _write(self.folder, "kinds", self.kinds)
-            low = self.text.lower()
-            self._lower = low if len(low) == len(self.text) else ""
-            _write(self.folder, "lower", self._lower.encode("utf-8"))
-            _write(self.folder, "state.json", json.dumps({"version": VERSION, "url": _url(self.store),
-                                                         "sessions": sessions}).encode())
+            for k, v in files.items():
+                _write(self.folder, k, v)
+        except OSError as e:
+            raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+        self._save_state()
+
+    def _save_state(self) -> None:
+        try:
+            _write(self.folder, "state.json", json.dumps({
+                "version": VERSION, "url": _url(self.store), "mark": self.mark, "files": self.files,
+                "strings": self.strings, "branch_sets": [list(b) for b in self.branch_sets],
+                "sessions": self.sessions}).encode())
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
 

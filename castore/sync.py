@@ -14,7 +14,7 @@ Like git, only what the other side lacks is sent, and refs move last, by compare
    indexes they name are copied as stored bytes, verified. The source is read a pack at a
    time. Into a format-2 store they are written as one pack per :data:`PACK_BYTES` (one
    PUT on S3), bodies over 4 KB loose so that they stay shared; into a format-1 store,
-   one file per object, in concurrent batches (docs/FORMAT.md, section 12).
+   one file per object, in concurrent batches (docs/FORMAT.md, section 13).
 3. **Refs.** Each ref is swapped against the value read in step 1. A long history is
    checkpointed: after each batch the ref moves to the newest commit whose history is
    complete, so an interrupted push leaves the remote consistent and a resumed one sends

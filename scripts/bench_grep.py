@@ -14,8 +14,12 @@ included):
   against the refs, and ``--cached``), and with tool results (``-a``) too;
 
 for a rare word and a common one, and prints a Markdown table with the ratio to GNU grep.
+A second table times the ``castore grep`` command through the index as a user runs it (``-c``,
+and every match printed to /dev/null), and a search right after one more append to one
+session (the index refreshes that session only), next to the same GNU grep figures.
 
     .venv/bin/python scripts/bench_grep.py [--sessions 1000] [--entries 100000] [--workdir DIR] [--repeat 3]
+                                           [--format 1|2]
 """
 
 from __future__ import annotations
@@ -81,13 +85,14 @@ def generate(sessions: int, entries: int, seed: int = 7) -> list[list[dict]]:
     return out
 
 
-def build(work: str, data: list[list[dict]]) -> tuple[str, str, float]:
-    """Write the store and the JSONL files; return their paths and the seconds the store took."""
+def build(work: str, data: list[list[dict]], fmt: int | None = None) -> tuple[str, str, float]:
+    """Write the store (in format ``fmt``; None: castore's default) and the JSONL files;
+    return their paths and the seconds the store took."""
     import castore
 
     store_dir, jsonl_dir = os.path.join(work, "store"), os.path.join(work, "jsonl")
     os.makedirs(jsonl_dir)
-    store = castore.open(store_dir, durable=False)
+    store = castore.open(store_dir, durable=False, format=fmt)
     t = time.perf_counter()
     for i, msgs in enumerate(data):
         store.session("bench", "u", f"s{i:05d}").append_many(msgs, time=1_760_000_000.0 + i)
@@ -118,12 +123,56 @@ def _castore(store_dir: str, word: str, which: str, mode: str, index_dir: str) -
     return took, json.loads(p.stdout)["matches"]
 
 
+def _cli(store_dir: str, args: list[str], index_dir: str) -> float:
+    """Seconds of one ``castore grep ARGS`` in a fresh process, its output thrown away."""
+    env = dict(os.environ, PYTHONPATH=ROOT, CASTORE_GREP_INDEX=index_dir)
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "castore", "--store", store_dir, "grep", *args],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False, env=env)
+    took = time.perf_counter() - t
+    if p.returncode not in (0, 1):
+        raise SystemExit(p.stderr)
+    return took
+
+
+def _append_one(store_dir: str, word: str) -> None:
+    """One more entry in the first session (another process), holding ``word``."""
+    code = ("import sys, castore; s = castore.open(sys.argv[1], durable=False).session('bench', 'u', 's00000'); "
+            "s.append({'role': 'user', 'content': 'one more ' + sys.argv[2]})")
+    subprocess.run([sys.executable, "-c", code, store_dir, word], check=True, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def index_costs(store_dir: str, jsonl_dir: str, index_dir: str, repeat: int) -> None:
+    """The second table: the command through the index (-c, all output to /dev/null), and a
+    search right after one append, each next to GNU grep in the same run."""
+    rows = []
+    for word in (RARE, COMMON):
+        g = statistics.median(_gnu(jsonl_dir, word)[0] for _ in range(repeat))
+        c = statistics.median(_cli(store_dir, ["-c", word], index_dir) for _ in range(repeat))
+        out = statistics.median(_cli(store_dir, [word], index_dir) for _ in range(repeat))
+        after = []
+        for _ in range(repeat):
+            _append_one(store_dir, word)
+            after.append(_cli(store_dir, ["-c", word], index_dir))
+        rows.append((word, g, [c, out, statistics.median(after)]))
+    print("\n### The command through the index\n")
+    print("`castore grep -c WORD` and `castore grep WORD > /dev/null` (every match formatted), each a fresh "
+          "process; \"after an append\": `-c` right after another process appended one entry to one session "
+          "(the index re-reads that session's refs and re-extracts it; the other sessions are kept).\n")
+    heads = ["GNU grep -r -c", "castore grep -c", "castore grep > /dev/null", "-c after an append"]
+    print("| pattern | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(heads))
+    for word, g, cells in rows:
+        print(f"| {word}, command | {g * 1000:.0f} ms | " + " | ".join(f"{x * 1000:.0f} ms, {x / g:.1f}x" for x in cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is shown)")
     ap.add_argument("--workdir", help="where to build (default: a temporary folder, removed after)")
+    ap.add_argument("--format", type=int, choices=(1, 2), help="the store's format (default: castore's default)")
     args = ap.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="bench-grep-")
     if os.path.exists(os.path.join(work, "store")):
@@ -133,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = generate(args.sessions, args.entries)
         entries = sum(len(m) for m in data)
-        store_dir, jsonl_dir, build_s = build(work, data)
+        store_dir, jsonl_dir, build_s = build(work, data, args.format)
         index_dir = os.path.join(work, "index")
         t = time.perf_counter()
         build_ix = _castore(store_dir, RARE, "default", "index", index_dir)  # the first search builds the index
@@ -160,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             out = [f"{cells[0][0] * 1000:.0f} ms ({cells[0][1]} lines)"]
             out += [f"{s * 1000:.0f} ms, {s / gs:.1f}x ({n})" for s, n in cells[1:]]
             print(f"| {word} | " + " | ".join(out) + " |")
+        index_costs(store_dir, jsonl_dir, index_dir, args.repeat)
         print(f"\nCommand: `{' '.join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else 'python', 'scripts/bench_grep.py'] + (argv if argv is not None else sys.argv[1:]))}`")
     finally:
         if not args.workdir:

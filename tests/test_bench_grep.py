@@ -31,6 +31,7 @@ def test_smoke_run_reports_every_mode_with_the_same_match_counts(tmp_path: Path)
         counts = re.findall(r"x \((\d+)\)", row)
         assert len(counts) == 4
         assert counts[0] == counts[1] == counts[3]  # scan, index and cached index agree
+    assert len([ln for ln in out.splitlines() if ln.startswith(("| zanzibarquux, command |", "| parser, command |"))]) == 2
 
 
 @pytest.mark.slow

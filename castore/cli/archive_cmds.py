@@ -200,8 +200,8 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
               help="Read every object instead of the local search index (~/.cache/castore/grep, "
                    "$CASTORE_GREP_INDEX; derived data, brought up to date before each search).")
 @click.option("--cached", is_flag=True,
-              help="Trust the index as the last import or search left it (skips reading every session's refs; "
-                   "changes made since by other commands are missed).")
+              help="Trust the index as the last import or search left it (skips the freshness check: one look at "
+                   "the swap log on local disk, every session's refs elsewhere; changes made since are missed).")
 @click.option("--json", "as_json", is_flag=True, help=f"Print {_GREP_JSON}.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Print one MATCH document (as in --json) per line, streaming.")
 @click.pass_context

@@ -256,6 +256,30 @@ class Storage(ABC):
         """
         return None
 
+    def swaps_since(self, mark: str | None) -> tuple[str, builtins.list[str] | None] | None:
+        """The keys that :meth:`swap` or :meth:`delete` changed since ``mark``, cheaply.
+
+        A derived-data reader (the search index) calls this instead of re-reading every ref
+        to learn that nothing changed. Returns ``(new mark, keys)``: keys swapped or deleted
+        after ``mark`` (``None`` when they cannot be told: no or a foreign ``mark``, a log
+        that was replaced, a reboot since; then read everything). A change whose conditional
+        write was under way at the call may be missing from ``keys``: such a key's lock is
+        held, so :meth:`pending_swaps` names it. None: this backend keeps no such log.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return None
+
+    def pending_swaps(self, prefix: str) -> builtins.list[str]:
+        """Keys below the folder ``prefix`` whose conditional write is under way (or was left
+        half-done by a dead writer): their change may not be in :meth:`swaps_since` yet.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         """Release what the backend holds (connections, threads)."""
 

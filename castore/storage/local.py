@@ -6,6 +6,18 @@ loss. A conditional write (:meth:`LocalStorage.swap`) takes ``<key>.lock`` exclu
 (``O_CREAT | O_EXCL``), checks the current version, writes, renames, and removes the lock.
 A lock left behind by a dead process is cleared: the holder holds an ``flock`` on it, which
 the kernel drops when the process dies; the pid and host it records are for messages only.
+
+The swap log: every swap, conditional delete and delete of a key under ``refs/`` first
+appends ``<length> <key>\n`` to ``swaps.log`` at the root (after a header line naming the
+log by a random id), while it holds the key's lock (one ``O_APPEND`` write, not synced).
+:meth:`LocalStorage.swaps_since` reads what was appended since a mark, so that a reader of
+derived data (the search index) learns which refs moved without reading them all. Why
+nothing is missed: a change lands (rename or unlink) only after its line was appended,
+under its lock; a reader that took its mark before reading a ref either finds the line
+after its mark next time, or the change was under way while it read, and then
+:meth:`LocalStorage.pending_swaps` (the lock files) names it. The log is not synced: a
+mark records the boot it was taken in, and after a reboot (a power loss can drop the log's
+tail, not a synced ref) everything is read again.
 """
 
 from __future__ import annotations
@@ -30,6 +42,20 @@ _HOST = os.uname().nodename
 LOCK_TIMEOUT = 10.0
 #: a lock file with no owner written yet is treated as stale after this many seconds
 EMPTY_LOCK_GRACE = 5.0
+#: the swap log (see the module docstring), at the root
+SWAP_LOG = "swaps.log"
+#: plain deletes of keys below this folder also take the lock and are logged
+_LOGGED_DELETES = "refs/"
+_LOG_HEADER = "castore swap log "
+
+
+def _boot_id() -> str:
+    """This boot's id (Linux), or "" where there is none (then no swap log is trusted)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _token(data: bytes) -> Token:
@@ -272,6 +298,7 @@ class LocalStorage(Storage):
             current = self.read_versioned(key)
             if (current.token if current else None) != expect:
                 raise PreconditionFailed(key, expect)
+            self._log_swap(key)
             # As git does: the new content goes into the lock file itself, which is then
             # renamed over the ref; the rename is the commit and releases the lock at once.
             try:
@@ -294,7 +321,7 @@ class LocalStorage(Storage):
         path = self._path(key)
         if os.path.dirname(path) not in self._made_dirs:
             self._check_inside(os.path.dirname(path))
-        if expect is None:
+        if expect is None and not key.startswith(_LOGGED_DELETES):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -303,16 +330,100 @@ class LocalStorage(Storage):
                 raise StorageError(f"cannot delete {key}: {e.strerror}", self.url) from e
             self._prune_dirs(os.path.dirname(path))
             return
+        if expect is None and not os.path.lexists(path):
+            return
         fd = self._lock(path)
         try:
             current = self.read_versioned(key)
-            if current is None or current.token != expect:
+            if expect is not None and (current is None or current.token != expect):
                 raise PreconditionFailed(key, expect)
-            os.unlink(path)
-            self._fsync_dir(os.path.dirname(path))
+            if current is not None:
+                self._log_swap(key)
+                try:
+                    os.unlink(path)
+                except OSError as e:
+                    raise StorageError(f"cannot delete {key}: {e.strerror}", self.url) from e
+                self._fsync_dir(os.path.dirname(path))
         finally:
             self._unlock(path, fd)
         self._prune_dirs(os.path.dirname(path))
+
+    def _log_swap(self, key: str) -> None:
+        """Append ``key`` to the swap log (called under the key's lock, before the change lands).
+
+        A new log starts with a header naming it by a random id, made whole and then linked
+        into place (never over another), so that a reader's mark cannot be mistaken for a
+        mark of a later log in a reused inode.
+
+        Raises:
+            StorageError: the log cannot be written (the change is then not made).
+        """
+        path = os.path.join(self.root, SWAP_LOG)
+        line = f"{len(key.encode())} {key}\n".encode()
+        try:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            except FileNotFoundError:
+                tmp = f"{path}.tmp-{os.urandom(16).hex()}"
+                with open(tmp, "xb") as f:
+                    f.write(f"{_LOG_HEADER}{os.urandom(16).hex()}\n".encode())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass  # a rival made it first: append to theirs
+                finally:
+                    os.unlink(tmp)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StorageError(f"cannot record the change of {key} in {SWAP_LOG}: {e.strerror or e}",
+                               self.url) from e
+
+    def swaps_since(self, mark: str | None) -> tuple[str, builtins.list[str] | None] | None:
+        """The keys logged since ``mark`` (``BOOT:LOG ID:OFFSET``); see :meth:`Storage.swaps_since`."""
+        boot = _boot_id()
+        if not boot:
+            return None
+        try:
+            fd = os.open(os.path.join(self.root, SWAP_LOG), os.O_RDONLY)
+        except FileNotFoundError:
+            absent = f"{boot}:-:0"
+            return absent, ([] if mark == absent else None)
+        except OSError as e:
+            raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, 64, 0)
+            nl = head.find(b"\n")
+            if not head.startswith(_LOG_HEADER.encode()) or nl < 0:
+                return f"{boot}:?:0", None  # not a log this castore wrote: never trusted
+            log_id = head[len(_LOG_HEADER):nl].decode("ascii", "replace")
+            now = f"{boot}:{log_id}:{size}"
+            old = (mark or "").split(":")
+            if len(old) != 3 or old[0] != boot or old[1] != log_id or not old[2].isdigit() \
+                    or not nl < int(old[2]) <= size:
+                return now, None
+            start = int(old[2])
+            data = os.pread(fd, size - start, start)
+        except OSError as e:
+            raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        keys: list[str] = []
+        for line in data[:end].split(b"\n")[:-1]:
+            n, _, key = line.partition(b" ")
+            if not n.isdigit() or int(n) != len(key):
+                return now, None  # a torn line (a failed write) with another after it: read everything
+            keys.append(key.decode("utf-8", "replace"))
+        return f"{boot}:{log_id}:{start + end}", keys
+
+    def pending_swaps(self, prefix: str) -> builtins.list[str]:
+        """Keys below ``prefix`` whose lock file exists (a swap under way or abandoned)."""
+        return [k[:-len(".lock")] for k in self.list_locks(prefix)]
 
     def _prune_dirs(self, d: str) -> None:
         """Remove empty folders up to the root (as git does for refs)."""

@@ -1,0 +1,174 @@
+"""The search index's freshness (the local swap log) and its files (rebuildable, checked)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore.grep import grep
+from castore.grepindex import index_dir, open_index
+from castore.storage import open_storage
+from castore.storage.local import SWAP_LOG, LocalStorage
+
+T0 = 1_760_000_000.0
+
+
+@pytest.fixture(autouse=True)
+def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> castore.Store:
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    for n in range(3):
+        st.session("bot", "ann", f"s{n}").append_many([
+            {"role": "user", "content": f"question {n} about the parser"},
+            {"role": "assistant", "content": [{"type": "text", "text": f"answer {n}"},
+                                              {"type": "tool_use", "id": f"t{n}", "name": "Bash",
+                                               "input": {"command": "ls parser"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "parser.py"}]},
+        ], time=T0 + n)
+    return st
+
+
+def _texts(store: castore.Store, pattern: str, **kw: object) -> list[str]:
+    return [m.lines[0].text for m in grep(store, pattern, **kw)]  # type: ignore[arg-type]
+
+
+# -- the swap log of local storage -------------------------------------------------------------
+def test_swap_log_names_every_swapped_and_deleted_key_since_a_mark(tmp_path: Path) -> None:
+    st = open_storage(str(tmp_path / "s"))
+    assert isinstance(st, LocalStorage)
+    absent, keys = st.swaps_since(None) or ("", [])
+    assert keys is None  # no mark: the caller reads everything
+    assert st.swaps_since(absent) == (absent, [])  # still no log: nothing moved
+    t = st.swap("refs/a/HEAD", b"1", None)
+    mark, keys = st.swaps_since(absent) or ("", [])
+    assert keys is None  # the log appeared: read everything once
+    t = st.swap("refs/a/HEAD", b"2", t)
+    st.swap("refs/a/HEAD", b"3", t)
+    st.swap("refs/b/x", b"1", None)
+    mark2, keys = st.swaps_since(mark) or ("", [])
+    assert keys == ["refs/a/HEAD", "refs/a/HEAD", "refs/b/x"]
+    assert st.swaps_since(mark2) == (mark2, [])  # nothing since: one stat and one short read
+    st.delete("refs/b/x")  # a plain delete of a ref is logged too (under its lock)
+    st.delete("refs/b/never")  # nothing there: nothing logged
+    mark3, keys = st.swaps_since(mark2) or ("", [])
+    assert keys == ["refs/b/x"]
+    st.write("objects/ab/cd", b"x")
+    st.delete("objects/ab/cd")  # objects are not refs: not logged
+    assert st.swaps_since(mark3) == (mark3, [])
+
+
+def test_swap_log_cannot_be_trusted_after_a_reboot_a_replaced_log_or_a_torn_line(tmp_path: Path) -> None:
+    st = open_storage(str(tmp_path / "s"))
+    assert isinstance(st, LocalStorage)
+    st.swap("refs/a/HEAD", b"1", None)
+    mark, _ = st.swaps_since(None) or ("", [])
+    boot, ino, off = mark.split(":")
+    assert st.swaps_since(f"other-boot:{ino}:{off}")[1] is None  # type: ignore[index]
+    assert st.swaps_since(f"{boot}:{ino}:{int(off) + 99}")[1] is None  # type: ignore[index]
+    log = tmp_path / "s" / SWAP_LOG
+    with open(log, "ab") as f:
+        f.write(b"12 refs/sess")  # a write that failed halfway, then a whole line after it
+    mark2, keys = st.swaps_since(mark) or ("", [])
+    assert keys == []  # the torn tail alone waits: it may still be being written
+    st.swap("refs/b/HEAD", b"1", None)
+    assert st.swaps_since(mark)[1] is None  # type: ignore[index]  # garbled: read everything
+    log.unlink()
+    log.write_bytes(b"")  # replaced (a new inode): the old mark means nothing
+    assert st.swaps_since(mark2)[1] is None  # type: ignore[index]
+
+
+def test_pending_swaps_are_the_keys_whose_lock_is_held(tmp_path: Path) -> None:
+    st = open_storage(str(tmp_path / "s"))
+    assert isinstance(st, LocalStorage)
+    st.swap("refs/sessions/a/u/s/HEAD", b"1", None)
+    assert st.pending_swaps("refs/sessions") == []
+    (tmp_path / "s" / "refs" / "sessions" / "a" / "u" / "s" / "HEAD.lock").write_bytes(b"")
+    assert st.pending_swaps("refs/sessions") == ["refs/sessions/a/u/s/HEAD"]
+
+
+# -- freshness of the index ----------------------------------------------------------------------
+def test_unchanged_store_is_searched_without_reading_any_ref(store: castore.Store,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import castore.grepindex as gi
+
+    assert len(_texts(store, "parser")) == 6  # builds the index
+    reads: list[object] = []
+    real = gi._session_refs
+
+    def counting(st: castore.Store, folders: object = None) -> dict:
+        reads.append(sorted(folders) if folders is not None else "all")  # type: ignore[call-overload]
+        return real(st, folders)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gi, "_session_refs", counting)
+    assert len(_texts(store, "parser")) == 6
+    assert reads == []  # nothing moved: no ref read at all
+    store.session("bot", "ann", "s1").append({"role": "user", "content": "a parser walrus"})
+    assert _texts(store, "walrus") == ["a parser walrus"]
+    assert reads == [["sessions/bot/ann/s1"]]  # only the moved session's refs
+    assert open_index(store).rebuilt == []
+
+
+def test_every_kind_of_change_after_indexing_is_seen(store: castore.Store) -> None:
+    assert _texts(store, "walrus") == []
+    s0 = store.session("bot", "ann", "s0")
+    s0.append({"role": "user", "content": "walrus one"})
+    assert _texts(store, "walrus") == ["walrus one"]
+    assert open_index(store).rebuilt == []
+    s0.checkout("HEAD~1", create="alt")  # a new branch: the old tip stays on main
+    s0.append({"role": "user", "content": "walrus two"})
+    assert sorted(_texts(store, "walrus")) == ["walrus one", "walrus two"]
+    s0.fork("s9")  # a new session sharing s0's commits: reported once, the other under "also"
+    ms = list(grep(store, "walrus two"))
+    assert len(ms) == 1 and ms[0].also and ms[0].also[0][0] == ("bot", "ann", "s9")
+    store.delete_session("bot", "ann", "s0")
+    assert _texts(store, "walrus") == ["walrus two"]  # still held by the fork
+    store.delete_session("bot", "ann", "s9")
+    assert _texts(store, "walrus") == []
+    store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus again"})  # a new s0
+    store.session("bot", "ann", "a0").append({"role": "user", "content": "walrus first"})  # sorts first
+    assert _texts(store, "walrus") == ["walrus first", "walrus again"]
+    assert open_index(store).rebuilt == []
+    assert list(grep(store, "parser", index=True)) == list(grep(store, "parser", index=False))
+
+
+def test_a_change_under_way_while_indexing_is_seen_next_time(store: castore.Store, tmp_path: Path) -> None:
+    st = store.storage
+    assert isinstance(st, LocalStorage)
+    store.session("bot", "ann", "s1").fork("s1x")
+    store.session("bot", "ann", "s1x").append({"role": "user", "content": "walrus"})
+    assert _texts(store, "walrus", sessions=["s1"]) == []
+    refs = tmp_path / "store" / "refs" / "sessions" / "bot" / "ann"
+    ref, lock = refs / "s1" / "heads" / "main", refs / "s1" / "heads" / "main.lock"
+    # A writer of s1 between logging its change and landing it: its line is in the log and
+    # its lock is held, but the ref still names the old tip while the index reads it.
+    st._log_swap("refs/sessions/bot/ann/s1/heads/main")
+    lock.write_bytes(ref.read_bytes())
+    assert _texts(store, "walrus", sessions=["s1"]) == []
+    # It lands (the rename that ends a swap): s1's main now names s1x's tip.
+    lock.write_bytes((refs / "s1x" / "heads" / "main").read_bytes())
+    os.replace(lock, ref)
+    assert _texts(store, "walrus", sessions=["s1"]) == ["walrus"]  # the mark did not pass it
+
+
+def test_index_is_rebuildable_from_scratch_and_damaged_files_are_rebuilt(store: castore.Store) -> None:
+    want = list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"], index=False))
+    assert list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"])) == want
+    folder = Path(index_dir(store))
+    for name in ("main.txt", "main.rec", "res.low", "commits", "state.json"):
+        f = folder / name
+        data = bytearray(f.read_bytes())
+        data[len(data) // 2] ^= 0x55  # one flipped bit pattern in the middle
+        f.write_bytes(bytes(data))
+        assert list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"])) == want, name
+    for f in folder.iterdir():
+        f.unlink()
+    folder.rmdir()
+    assert list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"])) == want
+    assert (folder / "state.json").exists()
