@@ -26,19 +26,15 @@ _n = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def moto() -> Iterator[s3server.Server]:
-    server = s3server.start_moto_server()
-    yield server
-    server.stop()
+def moto(moto_server: s3server.Server) -> s3server.Server:
+    """conftest's session server (one moto process for the suite); tests here use buckets of their own."""
+    return moto_server
 
 
 @pytest.fixture(scope="session")
-def seaweed() -> Iterator[s3server.Server]:
-    server = s3server.start_seaweedfs()
-    if server is None:
-        pytest.skip(f"SeaweedFS unavailable: {s3server.SEAWEED_SKIP_REASON}")
-    yield server
-    server.stop()
+def seaweed(seaweedfs: s3server.Server) -> s3server.Server:
+    """conftest's session SeaweedFS (skips when it cannot start)."""
+    return seaweedfs
 
 
 def _fresh(server: s3server.Server) -> S3Storage:
