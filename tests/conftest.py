@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import s3server
 
 import castore
+from castore.storage import memory as memory_storage
 
 BACKENDS = ["local", "memory", "s3"]
 
@@ -59,6 +60,30 @@ def seaweedfs() -> Iterator[s3server.Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _drop_memory_stores() -> Iterator[None]:
+    """Forget the ``memory://`` stores a test made once it ends.
+
+    castore's memory backend (and fsspec's) keep every store in a module-level dict for the
+    life of the process, and tests use a fresh name each: without this the whole suite's
+    data stays on the heap (GBs), and every full garbage collection, pytest's at exit
+    included, walks it. Stores that existed before the test (a module-scoped fixture's) stay.
+    """
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    roots = set(memory_storage._ROOTS)
+    fs_keys = set(MemoryFileSystem.store)
+    fs_dirs = set(MemoryFileSystem.pseudo_dirs)
+    yield
+    with memory_storage._ROOTS_LOCK:
+        for name in set(memory_storage._ROOTS) - roots:
+            memory_storage._ROOTS.pop(name, None)
+            memory_storage._LOCKS.pop(name, None)
+    for key in set(MemoryFileSystem.store) - fs_keys:
+        MemoryFileSystem.store.pop(key, None)
+    MemoryFileSystem.pseudo_dirs[:] = [d for d in MemoryFileSystem.pseudo_dirs if d in fs_dirs]
 
 
 def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Any) -> Backend:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -26,19 +28,15 @@ _n = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def moto() -> Iterator[s3server.Server]:
-    server = s3server.start_moto_server()
-    yield server
-    server.stop()
+def moto(moto_server: s3server.Server) -> s3server.Server:
+    """conftest's session server (one moto process for the suite); tests here use buckets of their own."""
+    return moto_server
 
 
 @pytest.fixture(scope="session")
-def seaweed() -> Iterator[s3server.Server]:
-    server = s3server.start_seaweedfs()
-    if server is None:
-        pytest.skip(f"SeaweedFS unavailable: {s3server.SEAWEED_SKIP_REASON}")
-    yield server
-    server.stop()
+def seaweed(seaweedfs: s3server.Server) -> s3server.Server:
+    """conftest's session SeaweedFS (skips when it cannot start)."""
+    return seaweedfs
 
 
 def _fresh(server: s3server.Server) -> S3Storage:
@@ -52,6 +50,18 @@ def st(moto: s3server.Server) -> Iterator[S3Storage]:
     s = _fresh(moto)
     yield s
     s.close()
+
+
+def test_a_storage_that_was_used_is_freed_once_dropped(moto: s3server.Server) -> None:
+    """The request-counting hook on the botocore client must not keep the storage (its file
+    system and botocore's parsed models) alive: s3fs's finalizer holds that client until exit."""
+    s = _fresh(moto)
+    s.write("k", b"v")
+    assert s.request_count >= 1
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None
 
 
 def test_url_and_open_storage(moto: s3server.Server) -> None:

@@ -749,7 +749,8 @@ def test_unmerged_branch_is_kept_without_force(store: castore.Store) -> None:
 
 
 # -- long paths on S3 ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("n,turn", [(130, 1), (2 * K, 32), (1000, 100)])
+# (1000, 100) takes ~20 s on moto: -m slow; 130 and 2K messages keep the bound in the default run
+@pytest.mark.parametrize("n,turn", [(130, 1), (2 * K, 32), pytest.param(1000, 100, marks=pytest.mark.slow)])
 def test_reading_a_long_path_on_s3_takes_a_few_sequential_round_trips(moto_server: Any, n: int,
                                                                        turn: int) -> None:
     import uuid

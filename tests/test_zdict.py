@@ -175,7 +175,7 @@ def test_a_store_writes_commits_with_the_dictionary_and_reads_them_back(tmp_path
     assert castore.open(str(tmp_path)).session("app", "u", "s1").messages()[0].content == "hello"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)  # 300 took ~13 s; 100 still covers all three shapes
 @given(st.one_of(st.binary(max_size=300), st.binary(min_size=o.DICT_MAX - 50, max_size=o.DICT_MAX + 50),
                  st.text(max_size=2000).map(str.encode)))
 def test_stored_is_never_more_than_one_byte_longer_than_raw(data):

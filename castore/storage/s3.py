@@ -18,6 +18,7 @@ import builtins
 import os
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -128,15 +129,28 @@ class S3Storage(Storage):
         key = key.strip("/")
         return f"{self.prefix}/{key}" if self.prefix and key else (self.prefix or key)
 
-    def _count(self, **_: Any) -> None:
-        self.request_count += 1
+    def _counter(self) -> Callable[..., None]:
+        """A botocore before-send hook that counts into this storage without keeping it alive.
+
+        s3fs's weakref.finalize holds the client until the file system is collected, and the
+        client holds its hooks: a bound method here would keep this storage, its file system
+        and botocore's parsed service models alive for the rest of the process.
+        """
+        ref = weakref.ref(self)
+
+        def count(**_: Any) -> None:
+            me = ref()
+            if me is not None:
+                me.request_count += 1
+
+        return count
 
     async def _s3(self, method: str, **kw: Any) -> Any:
         """One S3 API call (counted per HTTP request via botocore's before-send event)."""
         await self._fs.set_session()
         client = await self._fs.get_s3(self.bucket)
         if id(client) not in self._hooked:
-            client.meta.events.register("before-send.s3", self._count)
+            client.meta.events.register("before-send.s3", self._counter())
             self._hooked.add(id(client))
         return await self._fs._call_s3(method, Bucket=self.bucket, **kw)  # noqa: SLF001 - s3fs has no public call with retries
 
