@@ -32,8 +32,8 @@ PACKS = "packs"
 #: the storage formats this castore reads and writes (castore.json's "format")
 FORMATS = (1, 2)
 STORE_FORMAT = max(FORMATS)
-#: the format a new store gets unless told otherwise
-DEFAULT_FORMAT = 1
+#: the format a new store gets unless told otherwise (an existing store keeps its own)
+DEFAULT_FORMAT = 2
 #: in format 2, objects whose canonical bytes exceed this stay loose (shared, deduplicated)
 LOOSE_MIN = 4096
 #: a local log is sealed (given its index, no longer appended to) past this many bytes

@@ -120,7 +120,12 @@ _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 class Store:
     """Objects and refs under one root; the factory of :class:`~castore.session.Session`.
 
-    Use as a context manager, or call :meth:`close`.
+    A new store is created in storage format ``format`` (default: 2, packs; docs/FORMAT.md);
+    an existing store keeps the format its ``castore.json`` names unless ``format`` is
+    higher. Use as a context manager, or call :meth:`close`.
+
+    Raises:
+        FormatError: ``format`` is unknown, or the store was written by a newer castore.
     """
 
     def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None,
@@ -155,7 +160,8 @@ class Store:
             durable: when False, local writes skip fsync (faster; a power loss may lose
                 the last appends, never the store's consistency).
             format: the storage format (docs/FORMAT.md) a new store is created with; an
-                existing store of a lower format is raised to it (2: packs). Default: 1.
+                existing store of a lower format is raised to it. Default: 2 (packs) for a
+                new store; an existing store keeps its format (1: one file per object).
             auto_repack: format 2: merge small packs in the background of normal writes
                 (docs/FORMAT.md, 8). Default: the store's ``auto_repack`` setting in
                 castore.json, else True.

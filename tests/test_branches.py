@@ -448,6 +448,8 @@ def test_a_store_written_before_the_plumbing_layer_reads_the_same_and_fscks_clea
         d.append(castore.Message(role="user", content="from detached"))
         assert fsck(store).ok
         assert s.messages()[-1].content == "after" and s.current_branch == maker.LONG
+        # format 2 is the default for new stores only: this one stays format 1 (loose objects)
+        assert store.config["format"] == 1 and not (tmp_path / "store" / "packs").exists()
 
 
 def test_a_head_naming_itself_does_not_break_the_listing(plumbing_store: castore.Store) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import layout
 import pytest
 from click.testing import CliRunner, Result
 
@@ -429,11 +430,10 @@ def _ambiguous_prefix(store: castore.Store) -> tuple[str, list[str]]:
     raise AssertionError("no collision")
 
 
-def _corrupt(url: str, oid: str) -> None:
-    path = Path(url) / "objects" / oid[:2] / oid[2:]
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0xFF
-    path.write_bytes(bytes(data))
+def _corrupt(store: castore.Store, oid: str) -> None:
+    data = layout.stored(store, oid)
+    assert data is not None
+    layout.replace(store, oid, data[:-1] + bytes([data[-1] ^ 0xFF]))
 
 
 def test_bad_revision_is_one_error_line(seeded: Seeded) -> None:
@@ -472,7 +472,7 @@ def test_invalid_names_are_errors(seeded: Seeded) -> None:
 
 
 def test_corrupt_object_is_an_error(seeded: Seeded) -> None:
-    _corrupt(seeded.url, seeded.a1)
+    _corrupt(seeded.store, seeded.a1)
     for args in (["log"], ["verify"], ["cat-object", seeded.a1]):
         err = fails(run(seeded.url, *args, session=KEY))
         assert f"object {seeded.a1} is corrupt" in err
@@ -483,9 +483,9 @@ def test_audit_failure_is_an_error(seeded: Seeded) -> None:
     st = seeded.store
     a1 = st.history.commit(seeded.a1)
     a2 = st.history.commit(seeded.a2)
-    src = Path(seeded.url) / "objects" / o.hex_id(a2.state)[:2] / o.hex_id(a2.state)[2:]
-    dst = Path(seeded.url) / "objects" / o.hex_id(a1.state)[:2] / o.hex_id(a1.state)[2:]
-    dst.write_bytes(src.read_bytes())
+    content = layout.stored(st, o.hex_id(a2.state))
+    assert content is not None
+    layout.replace(st, o.hex_id(a1.state), content)
     err = fails(run(seeded.url, "verify"))
     assert "corrupt" in err or "audit failed" in err
 

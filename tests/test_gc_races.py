@@ -126,11 +126,12 @@ def test_gc_processes_racing_writer_processes_lose_no_acknowledged_append(tmp_pa
     assert maintenance.fsck(castore.open(url)).ok
 
 
-def test_gc_puts_back_an_object_a_killed_gc_had_renamed_aside(tmp_path):
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_gc_puts_back_an_object_a_killed_gc_had_renamed_aside(tmp_path, fmt):
     url = str(tmp_path / "st")
-    st = castore.open(url)
+    st = castore.open(url, format=fmt)
     s = st.session("app", "u", "s")
-    s.append(castore.Message(role="user", content="kept"))
+    s.append(castore.Message(role="user", content="kept " * 1000))  # over 4 KB: loose in format 2 too
     root = tmp_path / "st"
     victim = next(p for p in (root / "objects").rglob("*") if p.is_file())
     aside = victim.with_name(victim.name + ".tmp-gc-0123456789abcdef")

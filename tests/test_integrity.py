@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import layout
 import pytest
 
 import castore
 from castore import names
 from castore import objects as o
-from castore.objectstore import object_key
 from castore.refs import ref_key
 
 
@@ -60,8 +60,9 @@ def two_sessions(backend) -> Damaged:
 
 def _rewrite(d: Damaged, oid: str, change) -> None:
     with d.fresh() as st:
-        key = object_key(oid)
-        st.storage.write(key, change(st.storage.read(key)))
+        data = layout.stored(st, oid)
+        assert data is not None
+        layout.replace(st, oid, change(data))
 
 
 def _bystander_unharmed(d: Damaged) -> None:
@@ -117,7 +118,7 @@ def test_an_unknown_header_byte_is_named_in_the_error(two_sessions):
 def test_a_missing_object_is_object_not_found(two_sessions):
     d = two_sessions
     with d.fresh() as st:
-        st.storage.delete(object_key(d.victim_body))
+        layout.delete(st, d.victim_body)
     with d.fresh() as st:
         with pytest.raises(castore.ObjectNotFound) as ei:
             d.victim(st).messages()
@@ -132,7 +133,7 @@ def test_a_missing_object_is_object_not_found(two_sessions):
 def test_a_missing_commit_is_object_not_found(two_sessions):
     d = two_sessions
     with d.fresh() as st:
-        st.storage.delete(object_key(d.victim_commit))
+        layout.delete(st, d.victim_commit)
     with d.fresh() as st:
         with pytest.raises(castore.ObjectNotFound) as ei:
             d.victim(st).messages()

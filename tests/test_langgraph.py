@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("langgraph")
 
+import layout
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -209,8 +210,7 @@ def test_messages_channel_costs_constant_bytes_per_step() -> None:
     text = "lorem ipsum dolor sit amet " * 18  # ~500 bytes per message
 
     def stored() -> int:
-        keys = store.storage.list("objects")
-        return sum(len(v or b"") for v in store.storage.read_many(keys).values())
+        return layout.stored_bytes(store)
 
     per_turn = {}
     for i in range(1, 201):

@@ -20,9 +20,11 @@ from castore import maintenance
 from castore import objects as o
 from castore.cli import main
 from castore.objects import Blob, Value
-from castore.objectstore import object_key
 from castore.storage import Storage
 from castore.storage.local import LocalStorage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import layout
 
 HERE = Path(__file__).resolve().parent
 CHILD = str(HERE / "crash_writer.py")
@@ -61,9 +63,8 @@ def run_cli(url: str, *args: str) -> Any:
 
 
 def backdate(store: castore.Store, oids: list[str]) -> None:
-    """Make objects look old (local disk: set their mtime a month back)."""
-    for oid in oids:
-        os.utime(os.path.join(store.storage.root, *object_key(oid).split("/")), (OLD, OLD))
+    """Make objects look old (local disk: set their mtime, or their pack's, a month back)."""
+    layout.backdate(store, oids, OLD)
 
 
 # -- fsck ------------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ def test_fsck_reports_missing_object(local_store: castore.Store) -> None:
     s = fill(local_store)
     tip = s.head
     body = body_of(local_store, tip)
-    local_store.storage.delete(object_key(body))
+    layout.delete(local_store, body)
     r = maintenance.fsck(local_store)
     assert not r.ok
     assert r.missing == [(body, tip)]
@@ -90,17 +91,14 @@ def test_fsck_finds_missing_object_even_when_the_process_has_it_cached(local_sto
     s = fill(local_store)
     s.messages()  # every object of the path is now in this process's cache
     body = body_of(local_store, s.head)
-    local_store.storage.delete(object_key(body))
+    layout.delete(local_store, body)
     assert [oid for oid, _ in maintenance.fsck(local_store).missing] == [body]
 
 
 def test_fsck_reports_corrupt_object_by_rehashing(local_store: castore.Store) -> None:
     s = fill(local_store)
     cid = s.resolve("HEAD~2")
-    key = object_key(cid)
-    data = bytearray(local_store.storage.read(key))
-    data[-1] ^= 0x01
-    local_store.storage.write(key, bytes(data))
+    layout.corrupt(local_store, cid)
     r = maintenance.fsck(local_store)
     assert [oid for oid, _ in r.corrupt] == [cid]
     assert "hashes to" in r.corrupt[0][1] or "compressed" in r.corrupt[0][1]
@@ -109,7 +107,7 @@ def test_fsck_reports_corrupt_object_by_rehashing(local_store: castore.Store) ->
 def test_fsck_reports_corrupt_unreachable_object(local_store: castore.Store) -> None:
     fill(local_store)
     oid, canonical = o.encode(Blob(b"orphan"))
-    local_store.storage.write(object_key(oid), o.to_stored(canonical)[:-1] + b"?")
+    layout.replace(local_store, oid, o.to_stored(canonical)[:-1] + b"?")
     r = maintenance.fsck(local_store)
     assert [x for x, _ in r.corrupt] == [oid]
     assert oid in r.unreachable
@@ -205,7 +203,7 @@ def test_stale_lock_is_cleared_by_next_writer(local_store: castore.Store) -> Non
 def test_fsck_cli_exits_1_with_json_report_when_damaged(local_store: castore.Store) -> None:
     s = fill(local_store)
     body = body_of(local_store, s.head)
-    local_store.storage.delete(object_key(body))
+    layout.delete(local_store, body)
     local_store.storage.write("refs/sessions/app/alice/s1/tags/junk", b"garbage")
     result = run_cli(local_store.url, "fsck", "--json")
     assert result.exit_code == 1
@@ -236,13 +234,14 @@ def test_fsck_cli_without_store_is_an_error(tmp_path: Path) -> None:
 def test_gc_removes_only_unreachable_objects_older_than_grace(local_store: castore.Store) -> None:
     s = fill(local_store)
     before = s.messages()
-    young = local_store.objects.put(Value("young orphan"))
     old = local_store.objects.put(Value("old orphan"))
     backdate(local_store, [old, s.head])  # an old reachable object must stay too
+    young = local_store.objects.put(Value("young orphan"))  # format 2: in a pack of its own age
+    local_store.objects.close()  # the writer is idle (format 2: gc never takes a held log)
     r = maintenance.gc(local_store, grace=7 * 86400)
     assert r.deleted == [old] and r.kept_young == 1 and r.bytes_freed > 0
-    assert not local_store.storage.exists(object_key(old))
-    assert local_store.storage.exists(object_key(young))
+    assert old not in layout.stored_ids(local_store)
+    assert young in layout.stored_ids(local_store)
     assert castore.open(local_store.url).session("app", "alice", "s1").messages() == before
     assert maintenance.fsck(local_store).ok
 
@@ -250,9 +249,10 @@ def test_gc_removes_only_unreachable_objects_older_than_grace(local_store: casto
 def test_gc_dry_run_deletes_nothing(local_store: castore.Store) -> None:
     fill(local_store)
     orphan = local_store.objects.put(Value("orphan"))
+    local_store.objects.close()  # the writer is idle (format 2: gc never takes a held log)
     r = maintenance.gc(local_store, grace=0, dry_run=True)
     assert r.deleted == [orphan] and r.dry_run
-    assert local_store.storage.exists(object_key(orphan))
+    assert orphan in layout.stored_ids(local_store)
 
 
 class PausedSwaps(Storage):
@@ -351,10 +351,11 @@ def test_delete_session_then_gc_forgets_only_what_that_session_held(store: casto
     s1_objects = maintenance.reachable(store)
     s2_before = s2.messages()
     store.delete_session("app", "alice", "s1")
+    store.objects.close()  # the writer is idle (format 2: gc never takes a held log)
     r = maintenance.gc(store, grace=0)
     assert secret_body in r.deleted and secret in r.deleted
-    assert not store.storage.exists(object_key(secret_body))
-    assert store.storage.exists(object_key(shared_body))
+    assert secret_body not in layout.stored_ids(store)
+    assert shared_body in layout.stored_ids(store)
     left = set(store.objects.iter_ids())
     assert left == maintenance.reachable(store) and left < s1_objects | left
     fresh = castore.Store.open(store.url, **_options(store))
@@ -376,16 +377,18 @@ def _options(store: castore.Store) -> dict[str, Any]:
 
 def test_gc_refuses_damaged_store(local_store: castore.Store) -> None:
     s = fill(local_store)
-    local_store.storage.delete(object_key(body_of(local_store, s.head)))
+    layout.delete(local_store, body_of(local_store, s.head))
     orphan = local_store.objects.put(Value("orphan"))
+    local_store.objects.close()  # the writer is idle (format 2: gc never takes a held log)
     with pytest.raises(castore.CastoreError, match="run `castore fsck`"):
         maintenance.gc(local_store, grace=0)
-    assert local_store.storage.exists(object_key(orphan))
+    assert orphan in layout.stored_ids(local_store)
 
 
 def test_gc_keeps_objects_of_unknown_age_unless_grace_is_zero(local_store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
     fill(local_store)
     orphan = local_store.objects.put(Value("orphan"))
+    local_store.objects.close()  # the writer is idle (format 2: gc never takes a held log)
     monkeypatch.setattr(LocalStorage, "mtime", lambda self, key: None)
     assert maintenance.gc(local_store, grace=60).deleted == []
     assert maintenance.gc(local_store, grace=0).deleted == [orphan]
@@ -394,6 +397,7 @@ def test_gc_keeps_objects_of_unknown_age_unless_grace_is_zero(local_store: casto
 def test_gc_cli_json_and_text(local_store: castore.Store) -> None:
     fill(local_store)
     orphan = local_store.objects.put(Value("orphan"))
+    local_store.objects.close()  # the writer is idle (format 2: gc never takes a held log)
     dry = run_cli(local_store.url, "gc", "--grace", "0", "--dry-run", "--json")
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout)["ids"] == [orphan] and json.loads(dry.stdout)["dry_run"] is True
@@ -401,7 +405,7 @@ def test_gc_cli_json_and_text(local_store: castore.Store) -> None:
     assert kept.exit_code == 0 and "kept 1 unreachable object younger than 2w" in kept.stdout
     done = run_cli(local_store.url, "gc", "--grace=0s")
     assert done.exit_code == 0 and "deleted 1 unreachable object " in done.stdout
-    assert not local_store.storage.exists(object_key(orphan))
+    assert orphan not in layout.stored_ids(local_store)
     bad = run_cli(local_store.url, "gc", "--grace", "soon")
     assert bad.exit_code == 2 and "not a duration" in bad.stderr
 
@@ -421,7 +425,8 @@ def test_parse_duration_rejects_nonsense(text: str) -> None:
 def test_gc_removes_temporary_files_of_cut_short_writes_but_not_recent_ones(local_store: castore.Store) -> None:
     s = fill(local_store)
     root = Path(local_store.storage.root)
-    some = next(root.glob("objects/*/*"))
+    some = root / "objects" / "ab" / ("cd" * 31)  # where a loose object's write would put its temporary file
+    some.parent.mkdir(parents=True, exist_ok=True)
     old = some.with_name(some.name + ".tmp-" + "a" * 32)
     fresh = some.with_name(some.name + ".tmp-" + "b" * 32)
     old.write_bytes(b"half an object")

@@ -146,7 +146,7 @@ def test_a_reader_sees_records_a_live_writer_appends_later(tmp_path):
 # -- formats ---------------------------------------------------------------------------------------
 def test_a_format1_store_reads_takes_appends_and_forks_and_repack_converts_it(tmp_path):
     url = str(tmp_path / "st")
-    old = castore.open(url)  # format 1, as today's main writes
+    old = castore.open(url, format=1)  # format 1, as the main of before format 2 writes
     s = old.session("app", "u", "s")
     s.append_many(_msgs(40))
     assert old.config["format"] == 1 and not (tmp_path / "st" / "packs").exists()
@@ -154,6 +154,7 @@ def test_a_format1_store_reads_takes_appends_and_forks_and_repack_converts_it(tm
     st = castore.open(url)
     st.session("app", "u", "s").append(castore.Message(role="user", content="more"))
     st.session("app", "u", "s").fork("f", at="HEAD~5")
+    assert st.config["format"] == 1 and not (tmp_path / "st" / "packs").exists()  # opened: stays format 1
     assert maintenance.fsck(st).ok
     before = [m.content for m in st.session("app", "u", "s").messages()]
     rep = maintenance.repack(st)
