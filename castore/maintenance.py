@@ -418,6 +418,11 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     restore = getattr(store.storage, "restore_aside", None)
     if restore is not None and not dry_run:
         restore()  # a gc killed mid-delete left an object renamed aside: put it back first
+    if not dry_run:
+        # this handle's own log is held like any live writer's and would be spared: seal it
+        # (the next append opens a new log), so what a delete_session on this handle left
+        # unreachable is collected as format 1 collected it
+        store.objects.close()
     report = FsckReport()
     live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
     if report.damaged:

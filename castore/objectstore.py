@@ -573,9 +573,38 @@ class ObjectStore:
             return self._from_pack(oid)
         return None
 
+    def _prefetch_packs(self, oids: Sequence[str]) -> None:
+        """Read whole, in one batch, each pack (up to a quarter of the pack cache) that holds
+        two or more not-yet-read records of ``oids``, and keep it in the pack cache: one
+        request per pack instead of one per record (a cold reader of a path on S3)."""
+        with self._lock:
+            wanted: dict[str, set[int]] = {}
+            for oid in oids:
+                hit = self._locate(oid)
+                if hit is None or hit[0] in self._pack_data:
+                    continue
+                name, loc = hit
+                if isinstance(loc, Slot) and (name, loc.offset) in self._contents:
+                    continue
+                wanted.setdefault(name, set()).add(loc.offset)
+            whole = [n for n, recs in wanted.items() if len(recs) >= 2 and n in self._packs
+                     and 0 < self._packs[n].scanned <= PACK_DATA_BYTES // 4]
+        if not whole:
+            return
+        datas = self.storage.read_many([pack_key(n) for n in whole])
+        with self._lock:
+            for name in whole:
+                data = datas.get(pack_key(name))
+                pack = self._packs.get(name)
+                if data is not None and pack is not None and len(data) >= pack.scanned:
+                    self._keep_pack_data(name, data)
+
     def _stored_many(self, oids: Sequence[str]) -> dict[str, bytes | None]:
-        """Stored frames of several objects (None where missing), loose ones in one batch."""
+        """Stored frames of several objects (None where missing): packed ones a pack or a
+        record at a time, loose ones in one batch."""
         out: dict[str, bytes | None] = {}
+        if self._packs:
+            self._prefetch_packs(oids)
         loose = []
         for oid in oids:
             got = self._from_pack(oid)
@@ -1149,47 +1178,19 @@ class ObjectStore:
 
     # -- sync: frames in bulk ------------------------------------------------------------
     def read_stored_packed(self, oids: Sequence[str]) -> dict[str, bytes]:
-        """Stored bytes of several objects, read a pack at a time (for sync); not verified
-        here: :meth:`put_stored_packed` verifies each on the receiving side.
-
-        A pack that holds two or more of them and is not in memory yet is read whole, once
-        (one request on an object store, where a range read costs as much), and kept in the
-        bounded pack cache; the others (loose objects, single frames) are read as
-        :meth:`read_stored_many` reads them.
+        """Stored bytes of several objects (for sync), read as :meth:`read_stored_many` reads
+        them (a pack at a time where it holds several); not verified here:
+        :meth:`put_stored_packed` verifies each on the receiving side.
 
         Raises:
             ObjectNotFound: one of them is not stored.
             StorageError: the backend failed.
         """
-        ids = list(dict.fromkeys(oids))
         out: dict[str, bytes] = {}
-        with self._lock:
-            wanted: dict[str, int] = {}
-            for oid in ids:
-                hit = self._where.get(oid)
-                if hit is not None and hit[0] not in self._pack_data:
-                    wanted[hit[0]] = wanted.get(hit[0], 0) + 1
-            whole = [n for n, k in wanted.items() if k >= 2 and n in self._packs
-                     and 0 < self._packs[n].scanned <= PACK_DATA_BYTES // 4]
-        if whole:
-            datas = self.storage.read_many([pack_key(n) for n in whole])
-            with self._lock:
-                for name in whole:
-                    data = datas.get(pack_key(name))
-                    if data is not None and len(data) >= self._packs.get(name, _Pack(name)).scanned:
-                        self._keep_pack_data(name, data)
-        rest: list[str] = []
-        for oid in ids:
-            got = self._from_pack(oid) if oid in self._where else None
-            if got is None:
-                rest.append(oid)
-            else:
-                out[oid] = got
-        if rest:
-            for oid, stored in self._stored_many(rest).items():
-                if stored is None:
-                    raise ObjectNotFound(oid)
-                out[oid] = stored
+        for oid, stored in self._stored_many(list(dict.fromkeys(oids))).items():
+            if stored is None:
+                raise ObjectNotFound(oid)
+            out[oid] = stored
         return out
 
     def put_stored_packed(self, items: dict[str, bytes]) -> tuple[int, int]:

@@ -5,8 +5,8 @@ ones in packs. These helpers find an object wherever it is and change it there, 
 of fsck, gc or the read path checks the same behaviour on both layouts:
 
 * :func:`stored_ids`: every stored id, loose or packed (from a fresh handle: no cache);
-* :func:`stored` / :func:`replace`: an object's stored frame, and rewriting it with other
-  bytes (damage that the pack's record check no longer sees: only re-hashing catches it);
+* :func:`stored` / :func:`replace`: an object's stored frame, and storing other bytes under
+  its id (as a loose file: damage that only re-hashing catches);
 * :func:`corrupt`: flip the last byte of an object's frame;
 * :func:`delete`: remove one object (a pack is rewritten without it, as a repack that
   dropped it would leave it);
@@ -54,16 +54,13 @@ def stored(store: castore.Store, oid: str) -> bytes | None:
     return None
 
 
-def _rewrite_packs(store: castore.Store, oid: str, frame: bytes | None) -> bool:
-    """Rewrite every pack holding ``oid`` with its frame replaced by ``frame`` (or without
-    it when None); True if some pack held it."""
+def _rewrite_packs(store: castore.Store, oid: str) -> bool:
+    """Rewrite every pack holding ``oid`` without it; True if some pack held it."""
     objs = store.objects
     objs.close()  # never rewrite a log this handle still appends to
     names = _packs_holding(objs, oid)
     for name in names:
         frames = [(x, objs.read_frame(name, loc)) for x, loc in objs.pack_contents(name).items() if x != oid]
-        if frame is not None:
-            frames.append((oid, frame))
         if frames:
             objs.write_pack(sorted(frames))
         objs.delete_pack(name)
@@ -71,13 +68,12 @@ def _rewrite_packs(store: castore.Store, oid: str, frame: bytes | None) -> bool:
 
 
 def replace(store: castore.Store, oid: str, data: bytes) -> None:
-    """Make ``data`` the stored bytes of ``oid`` wherever it is stored (a loose file if it is
-    stored nowhere yet, as format 1 would keep it)."""
-    loose = store.storage.exists(object_key(oid))
-    if loose:
-        store.storage.write(object_key(oid), data)
-    if not _rewrite_packs(store, oid, data) and not loose:
-        store.storage.write(object_key(oid), data)
+    """Make ``data`` the stored bytes of ``oid``: a packed object leaves its packs and
+    ``data`` becomes its loose file (a version-2 pack computes ids from the bytes it holds,
+    so damaged bytes cannot sit in a pack under the id they no longer hash to; a loose file
+    can, and every read re-hashes it)."""
+    _rewrite_packs(store, oid)
+    store.storage.write(object_key(oid), data)
 
 
 def corrupt(store: castore.Store, oid: str) -> None:
@@ -91,7 +87,7 @@ def delete(store: castore.Store, oid: str) -> None:
     """Remove ``oid`` from the store, loose or packed (other objects stay)."""
     if store.storage.exists(object_key(oid)):
         store.storage.delete(object_key(oid))
-    _rewrite_packs(store, oid, None)
+    _rewrite_packs(store, oid)
 
 
 def backdate(store: castore.Store, oids: list[str], when: float) -> None:

@@ -78,12 +78,16 @@ def test_a_damaged_index_row_makes_the_reader_scan_the_pack(sealed_store: tuple[
     idx = sorted(Path(url, "packs").glob("*.idx"))[0]
     view = packs.IndexView(idx.read_bytes())
     victim = next(iter(view.rows()))
-    # point the victim's row past the pack's end and recompute the check: a well-formed
-    # index that lies (the pack is the truth)
+    # make the victim's row lie (version 1: an offset past the pack's end; version 2: a
+    # record number the index does not have) and recompute the check: a well-formed index
+    # that lies (the pack is the truth)
     data = bytearray(idx.read_bytes())
     raw = bytes.fromhex(victim)
     row_at = data.find(raw)
-    data[row_at + 32:row_at + 40] = (view.pack_size + 10).to_bytes(8, "big")
+    if view.version == 2:
+        data[row_at + 32:row_at + 36] = (0xFFFFFFFF).to_bytes(4, "big")
+    else:
+        data[row_at + 32:row_at + 40] = (view.pack_size + 10).to_bytes(8, "big")
     body = bytes(data[:-16])
     idx.write_bytes(body + castore.objects.checksum(body))
     with pytest.raises(castore.IntegrityError):

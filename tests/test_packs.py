@@ -316,6 +316,7 @@ def test_storage_read_range_delete_if_older_and_appenders(backend):
     st.write("packs/x.pack", b"0123456789")
     assert st.read_range("packs/x.pack", 2, 3) == b"234"
     assert st.read_range("packs/x.pack", 8, 10) == b"89"
+    assert st.read_range("packs/x.pack", 10, 4) == b"" and st.read_range("packs/x.pack", 30, 4) == b""
     with pytest.raises(FileNotFoundError):
         st.read_range("packs/missing.pack", 0, 1)
     assert st.delete_if_older("packs/x.pack", time.time() - 3600) is False  # young: kept
