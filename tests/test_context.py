@@ -145,6 +145,7 @@ def test_time_travel_gives_the_old_context_back(long_session):
 
 def test_context_writes_nothing(long_session):
     s, _ = long_session
+    s.store.objects.wait_repack()  # a background repack of the fixture's appends is not context's write
     before = sorted(s.store.storage.list(""))
     s.context(max_tokens=5, tool_output_limit=0)
     assert sorted(s.store.storage.list("")) == before
