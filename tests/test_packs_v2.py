@@ -292,3 +292,24 @@ def test_kill_9_during_background_repack_loses_no_acknowledged_append(tmp_path, 
     names = store.objects.pack_names()
     assert any(n.startswith("r-") for n in names)  # the writers' background repacks ran
     assert all(packs.pack_version(store.storage.read(pack_key(n))) == 2 for n in names)
+
+
+def test_an_object_store_writer_merges_only_the_packs_it_wrote():
+    import uuid
+
+    url = f"memory://own-{uuid.uuid4().hex}"
+    other = castore.open(url, format=2, auto_repack=False)
+    for i in range(20):
+        other.session("app", "u", "other").append(castore.Message(role="user", content=f"o {i}"))
+    theirs = set(other.objects.pack_names())
+    me = castore.open(url, format=2)
+    for i in range(40):  # two background runs
+        me.session("app", "u", "me").append(castore.Message(role="user", content=f"m {i}"))
+    me.objects.wait_repack()
+    assert me.objects.repack_error is None
+    left = set(castore.open(url).objects.pack_names())
+    assert theirs <= left  # the other writer's packs were not merged (nor GET, nor deleted)
+    assert any(n.startswith("r-") for n in left - theirs)  # this writer's own packs were
+    fresh = castore.open(url)
+    assert [m.content for m in fresh.session("app", "u", "other").messages()] == [f"o {i}" for i in range(20)]
+    assert [m.content for m in fresh.session("app", "u", "me").messages()][-1] == "m 39"
