@@ -28,10 +28,11 @@ from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
-from .objectstore import LOOSE_MIN, PATH_OBJECT_MAX, geometric
+from .objectstore import LOOSE_MIN, PATH_OBJECT_MAX
 from .packs import Slot
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
+from .repack import geometric
 from .store import Store
 
 #: two weeks, as git's default prune age

@@ -54,6 +54,18 @@ _ROW = struct.Struct(">32sQI")  # raw id, frame offset, frame size
 RECORD_MAX = 1 << 31
 PACK_SUFFIX = ".pack"
 INDEX_SUFFIX = ".idx"
+#: the folder of a store that holds its packs and their indexes
+PACKS = "packs"
+
+
+def pack_key(name: str) -> str:
+    """The storage key of a pack."""
+    return f"{PACKS}/{name}{PACK_SUFFIX}"
+
+
+def index_key(name: str) -> str:
+    """The storage key of a pack's index."""
+    return f"{PACKS}/{name}{INDEX_SUFFIX}"
 
 
 class Location(NamedTuple):
@@ -433,4 +445,4 @@ def is_pack_name(name: str) -> bool:
 __all__ = ["Location", "Slot", "Place", "IndexView", "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
            "decode_index", "content_name", "log_name", "is_pack_name", "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC",
-           "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX"]
+           "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX", "PACKS", "pack_key", "index_key"]
