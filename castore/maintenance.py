@@ -601,8 +601,7 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
     merged = objs.pack_contents(out.new_pack)
     out.objects = len(merged)
     out.bytes_written = objs.pack_bytes(out.new_pack)
-    for oid in loose_moved:
-        objs.delete(oid)
+    objs.delete_many(loose_moved)
     out.packs_merged = [n for n in chosen if n != out.new_pack and before[n] and not objs.pack_contents(n)]
     out.loose_packed = len(loose_moved)
     return out

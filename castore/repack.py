@@ -52,8 +52,8 @@ class Repacking:
     def _write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
         raise NotImplementedError  # ObjectStore's: writes one pack of blocks and its index
 
-    def delete_pack(self, name: str, cutoff: float | None = None) -> bool:
-        """Delete a pack and its index (ObjectStore's)."""
+    def delete_packs(self, names: Sequence[str]) -> None:
+        """Delete packs and their indexes in batches (ObjectStore's)."""
         raise NotImplementedError
 
     def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
@@ -111,9 +111,7 @@ class Repacking:
         if not groups or (len(done) < 2 and not extra and done and done[0].startswith("r-")):
             return None
         new = self._write_groups(groups)
-        for name in done:
-            if name != new:
-                self.delete_pack(name)
+        self.delete_packs([n for n in done if n != new])  # one batched delete, not one per pack
         with self._lock:
             for name in done:
                 self._own.pop(name, None)

@@ -280,3 +280,22 @@ def test_s3_hints_follow_the_writers_background_repack(s3b: Backend, moto_server
         methods = log.methods()
     assert [m.content for m in got] == [_msg(i).content for i in range(41)]
     assert methods.get("LIST", 0) == 0, methods
+
+
+def test_s3_repack_of_16_batch_packs_deletes_them_with_one_request(s3b: Backend, moto_server: Any) -> None:
+    with s3b.open(format=2, auto_repack=False) as st:
+        s = st.session("app", "u", "s")
+        for i in range(16):
+            s.append(_msg(i))
+        batch = [n for n in st.objects.pack_names() if n.startswith("b-")]
+        assert len(batch) == 16
+        log = MotoLog(moto_server, st)
+        new = st.objects.auto_repack_once()  # what the writer's background thread runs
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in log.lines()]
+        assert new is not None and new.startswith("r-")
+        st.objects.refresh()
+        assert st.objects.pack_names() == [new]
+    deletes = [ln for ln in lines if '"DELETE ' in ln or re.search(r'"POST \S*\?delete', ln)]
+    assert len(deletes) == 1 and '"POST ' in deletes[0], deletes  # one DeleteObjects, not 16 DELETEs
+    with s3b.open() as cold:
+        assert [m.content for m in cold.session("app", "u", "s").messages()] == [_msg(i).content for i in range(16)]

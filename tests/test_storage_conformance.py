@@ -16,8 +16,10 @@ import pytest
 from conftest import BACKENDS, Backend, make_backend
 
 from castore.errors import CastoreError
-from castore.storage import PreconditionFailed, Storage, Versioned, open_storage
+from castore.storage import DeleteIncomplete, PreconditionFailed, Storage, Versioned, open_storage
+from castore.storage.faulty import FaultyStorage
 from castore.storage.fsspec_generic import FsspecStorage
+from castore.storage.retrying import RetryingStorage
 
 
 @pytest.fixture(params=[*BACKENDS, "fsspec"])
@@ -249,6 +251,22 @@ def test_a_key_can_be_created_again_after_delete(storage):
     assert storage.read_versioned("refs/sessions/a/u/s/HEAD") == Versioned(b"two", t2)
 
 
+def test_delete_many_removes_every_key_and_ignores_missing_ones(storage):
+    keys = [f"packs/b-{i:032x}.pack" for i in range(20)]
+    storage.write_many({k: b"x" * 10 for k in keys})
+    storage.write("packs/keep.pack", b"k")
+    storage.delete_many([*keys, "packs/never.pack", keys[0]])
+    assert storage.list("packs") == ["packs/keep.pack"]
+    storage.delete_many([])
+
+
+def test_delete_many_with_a_key_that_leaves_the_root_deletes_nothing(storage):
+    storage.write("a/k", b"v")
+    with pytest.raises(CastoreError, match="outside|leave"):
+        storage.delete_many(["a/k", "a/../../outside"])
+    assert storage.read("a/k") == b"v"
+
+
 # -- listing --------------------------------------------------------------------------------
 
 
@@ -363,6 +381,38 @@ def test_local_writes_survive_a_folder_pruned_by_another_handle(tmp_path):
     a.write_many({"objects/ab/two": b"2", "objects/cd/three": b"3"})
     a.write("objects/ab/four", b"4")
     assert a.list("objects") == ["objects/ab/four", "objects/ab/two", "objects/cd/three"]
+
+
+def test_local_delete_many_that_fails_part_way_names_the_keys_left(tmp_path):
+    st = open_storage(str(tmp_path / "st"))
+    st.write_many({"k/1": b"1", "k/3": b"3", "k/2/inside": b"2"})  # k/2 is a folder: unlink fails
+    with pytest.raises(DeleteIncomplete) as e:
+        st.delete_many(["k/1", "k/2", "k/3"])
+    assert e.value.remaining == ["k/2", "k/3"] and "k/2" in str(e.value)
+    assert not st.exists("k/1") and st.read("k/3") == b"3" and st.read("k/2/inside") == b"2"
+
+
+def test_s3_delete_many_that_cannot_reach_s3_names_every_key_left():
+    st = open_storage("s3://b/p", endpoint_url="http://127.0.0.1:9", key="k", secret="s", retries=1)
+    with pytest.raises(DeleteIncomplete) as e:
+        st.delete_many(["a", "b"])
+    assert e.value.remaining == ["a", "b"] and "cannot reach" in str(e.value)
+
+
+def test_retrying_storage_retries_a_failed_delete_many_on_the_keys_left(tmp_path):
+    faulty = FaultyStorage(open_storage(str(tmp_path / "st")), rate=1.0, kinds={"fail": 1.0},
+                           methods=("delete_many",), seed=3)
+    keys = [f"k/{i}" for i in range(50)]
+    faulty.write_many({k: b"v" for k in keys})
+    with pytest.raises(DeleteIncomplete) as e:
+        faulty.delete_many(keys)
+    left = e.value.remaining
+    assert 0 < len(left) < 50 and left == keys[50 - len(left):]
+    assert sorted(faulty.list("k")) == sorted(left)
+    faulty.write_many({k: b"v" for k in keys})
+    retrying = RetryingStorage(faulty, sleep=lambda _: setattr(faulty, "rate", 0.0))  # fails once, then works
+    retrying.delete_many(keys)
+    assert faulty.list("k") == [] and retrying.retries == 1
 
 
 def test_local_delete_prunes_empty_folders_but_not_the_root(tmp_path):

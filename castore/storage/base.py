@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from ..errors import CastoreError, InvalidName
+from ..errors import CastoreError, InvalidName, StorageError
 
 Token = str
 
@@ -42,6 +42,20 @@ class PreconditionFailed(CastoreError):
         super().__init__(f"{key}: condition failed (expected {'absent' if expected is None else expected})")
         self.key = key
         self.expected = expected
+
+
+class DeleteIncomplete(StorageError):
+    """A :meth:`Storage.delete_many` that failed part-way: some keys may still be stored.
+
+    Attributes:
+        remaining: the keys that may still be stored (the failed ones and those not tried),
+            in the order given; every other key was deleted.
+    """
+
+    def __init__(self, url: str, remaining: list[str], reason: str) -> None:
+        shown = ", ".join(remaining[:5]) + (f" and {len(remaining) - 5} more" if len(remaining) > 5 else "")
+        super().__init__(f"deleting from {url} stopped with {len(remaining)} key(s) left ({shown}): {reason}", url)
+        self.remaining = remaining
 
 
 def check_key(key: str, prefix: bool = False) -> str:
@@ -178,6 +192,23 @@ class Storage(ABC):
             PreconditionFailed: ``expect`` was given and does not match (or the key is gone).
             StorageError: the backend failed.
         """
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete several keys (each once, missing ones ignored), in as few requests as the
+        backend allows: here one :meth:`delete` per key, in the order given; on S3 one
+        multi-object delete per 1,000 keys.
+
+        Raises:
+            InvalidName: a key is not a valid storage key (nothing is deleted).
+            DeleteIncomplete: the backend failed part-way; ``remaining`` names the keys that
+                may still be stored (every other key was deleted).
+        """
+        todo = [check_key(k) for k in dict.fromkeys(keys)]
+        for i, k in enumerate(todo):
+            try:
+                self.delete(k)
+            except StorageError as e:
+                raise DeleteIncomplete(self.url, todo[i:], str(e)) from e
 
     @abstractmethod
     def list(self, prefix: str) -> list[str]:

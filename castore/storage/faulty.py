@@ -26,14 +26,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from .base import Storage, Token, Versioned
+from .base import DeleteIncomplete, Storage, Token, Versioned
 
 _T = TypeVar("_T")
 
 KINDS = ("fail", "timeout", "lost")
 #: every method faults can be injected into
 METHODS = ("read", "read_many", "read_versioned", "write", "write_many", "swap", "delete",
-           "list", "list_dir", "exists", "mtime")
+           "delete_many", "list", "list_dir", "exists", "mtime")
 
 
 class InjectedFault(StorageError):
@@ -162,6 +162,23 @@ class FaultyStorage(Storage):
     def delete(self, key: str, expect: Token | None = None) -> None:
         """See :meth:`Storage.delete`; may raise an injected StorageError (deleted or not)."""
         self._call("delete", key, lambda: self.inner.delete(key, expect))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """See :meth:`Storage.delete_many`; a ``fail`` deletes a random first part of the keys
+        and raises DeleteIncomplete naming the rest, as a real backend failing part-way does."""
+        todo = list(dict.fromkeys(keys))
+        kind, u = self._draw("delete_many")
+        if kind is None:
+            return self.inner.delete_many(todo)
+        done = int(u * len(todo)) if kind == "fail" else 0
+        if kind == "fail" and done:
+            self.inner.delete_many(todo[:done])
+        elif kind == "timeout":
+            time.sleep(self.timeout)
+        elif kind == "lost":
+            self.inner.delete_many(todo)
+        fault = InjectedFault(kind, "delete_many", f"({len(todo)} keys)", kind == "lost", self.url)
+        raise DeleteIncomplete(self.url, todo[done:], str(fault)) from fault
 
     def list(self, prefix: str) -> list[str]:
         """See :meth:`Storage.list`; may raise an injected StorageError."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from .base import Storage, Token, Versioned
+from .base import DeleteIncomplete, Storage, Token, Versioned
 
 _T = TypeVar("_T")
 
@@ -140,6 +140,21 @@ class RetryingStorage(Storage):
         if expect is not None:
             return self.inner.delete(key, expect)
         return self._retry(lambda: self.inner.delete(key))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """See :meth:`Storage.delete_many` (retried on the keys that remain: deleting is
+        idempotent without a condition)."""
+        todo = list(dict.fromkeys(keys))
+        for attempt in range(self.attempts):
+            try:
+                return self.inner.delete_many(todo)
+            except DeleteIncomplete as e:
+                if attempt + 1 == self.attempts or not is_transient(e):
+                    raise
+                todo = e.remaining
+                self.retries += 1
+                delay = min(self.base_delay * 2**attempt, self.max_delay)
+                self._sleep(delay * (0.5 + random.random() / 2))
 
     def close(self) -> None:
         """Close the wrapped storage."""

@@ -3,7 +3,8 @@
 The only module that imports s3fs/botocore. Requests go straight to the S3 client
 (``S3FileSystem._call_s3``) so that no HEAD precedes a GET and no listing cache is
 consulted. Batches (:meth:`S3Storage.read_many`, :meth:`S3Storage.write_many`) run
-concurrently on s3fs's event loop, at most :data:`CONCURRENCY` requests in flight.
+concurrently on s3fs's event loop, at most :data:`CONCURRENCY` requests in flight;
+:meth:`S3Storage.delete_many` sends one multi-object DeleteObjects per 1,000 keys.
 
 Compare-and-swap uses ``If-None-Match: *`` (create) and ``If-Match: <etag>`` (replace);
 a lost condition arrives as HTTP 412 ``PreconditionFailed`` and becomes
@@ -34,12 +35,14 @@ from botocore.exceptions import (
 from fsspec.asyn import sync
 
 from ..errors import StorageError
-from .base import PreconditionFailed, Storage, Token, Versioned
+from .base import DeleteIncomplete, PreconditionFailed, Storage, Token, Versioned, check_key
 
 #: most requests in flight at once in a batch
 CONCURRENCY = 64
 #: attempts of a conditional write answered with 409 ConditionalRequestConflict
 CONFLICT_ATTEMPTS = 6
+#: keys per DeleteObjects request (S3's limit)
+DELETE_BATCH = 1000
 
 _T = TypeVar("_T")
 _DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled", "ExpiredToken", "403"}
@@ -427,6 +430,35 @@ class S3Storage(Storage):
             if expect is None and self._missing(e):
                 return
             raise self._error(e, "delete", key) from e
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete several keys with one DeleteObjects request per :data:`DELETE_BATCH` keys
+        (missing keys are not an error, as S3 reports them deleted).
+
+        s3fs's ``rm([...])`` batches the same way but lists each path first and drops the
+        per-key errors of the answer; this sends the request itself and reads them.
+
+        Raises:
+            InvalidName: a key is not a valid storage key (nothing is deleted).
+            DeleteIncomplete: a request failed, or S3 refused some keys; ``remaining`` names
+                the keys that may still be stored.
+        """
+        todo = [check_key(k) for k in dict.fromkeys(keys)]
+        full = {self._key(k): k for k in todo}
+        for i in range(0, len(todo), DELETE_BATCH):
+            chunk = todo[i:i + DELETE_BATCH]
+            objects = [{"Key": self._key(k)} for k in chunk]
+            try:
+                resp = self._run(lambda o=objects: self._s3("delete_objects", Delete={"Objects": o, "Quiet": True}))
+            except Exception as e:
+                reason = str(self._error(e, "delete", f"({len(chunk)} keys)"))
+                raise DeleteIncomplete(self.url, todo[i:], reason) from e
+            errors = [err for err in resp.get("Errors") or [] if err.get("Code") not in _MISSING]
+            if errors:
+                failed = [full.get(err.get("Key", ""), err.get("Key", "")) for err in errors]
+                first = errors[0]
+                reason = f"S3 refused {len(errors)} key(s): {first.get('Code', '?')}: {first.get('Message', '')}"
+                raise DeleteIncomplete(self.url, failed + todo[i + DELETE_BATCH:], reason)
 
     # ---------------------------------------------------------------- listing
 
