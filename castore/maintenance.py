@@ -67,16 +67,19 @@ class FsckReport:
     dangling: list[str] = field(default_factory=list)
     stale_locks: list[str] = field(default_factory=list)
     stale_temps: list[str] = field(default_factory=list)  # harmless leftovers of cut-short writes
+    #: (pack, offset, bytes) of damaged pack records: their objects cannot be read (ObjectStore.damaged_records)
+    damaged_records: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True when nothing is missing, corrupt or broken (stale locks count as damage)."""
-        return not (self.missing or self.corrupt or self.bad_refs or self.stale_locks)
+        return not (self.missing or self.corrupt or self.bad_refs or self.stale_locks or self.damaged_records)
 
     @property
     def damaged(self) -> bool:
-        """True when data is missing or corrupt or a ref is broken (stale locks aside)."""
-        return bool(self.missing or self.corrupt or self.bad_refs)
+        """True when data is missing or corrupt, a pack record is damaged, or a ref is
+        broken (stale locks aside)."""
+        return bool(self.missing or self.corrupt or self.bad_refs or self.damaged_records)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -92,6 +95,7 @@ class FsckReport:
             "dangling": list(self.dangling),
             "stale_locks": list(self.stale_locks),
             "stale_temps": list(self.stale_temps),
+            "damaged_records": [{"pack": p, "offset": off, "bytes": n} for p, off, n in self.damaged_records],
         }
 
 
@@ -315,6 +319,7 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
             progress("verified", i + len(chunk))
     report.unreachable = unreachable
     report.dangling = [x for x in unreachable if x not in named]
+    report.damaged_records = store.objects.damaged_records()
     report.stale_locks = stale_locks(store)
     report.stale_temps = stale_temps(store)
     return report

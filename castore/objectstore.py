@@ -66,7 +66,7 @@ class _Pack:
     """What this handle knows of one pack: its frames, whether it is sealed (complete),
     and how far a growing log has been scanned."""
 
-    __slots__ = ("name", "where", "index", "sealed", "scanned", "mtime", "version")
+    __slots__ = ("name", "where", "index", "sealed", "scanned", "mtime", "version", "damaged")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -76,6 +76,7 @@ class _Pack:
         self.sealed = False
         self.scanned = 0
         self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
+        self.damaged: list[tuple[int, int]] = []  # (offset, bytes) of damaged records a scan skipped
 
 
 class ObjectStore(Repacking):
@@ -430,13 +431,17 @@ class ObjectStore(Repacking):
             except IntegrityError:
                 continue  # not a pack: nothing in it can be read
             contents: dict[int, bytes] = {}
-            where, end = packs.scan(memoryview(data)[start:], start, version, contents) if start \
-                else packs.scan(data, contents=contents)
+            damaged: list[tuple[int, int]] = []
+            where, end = packs.scan(memoryview(data)[start:], start, version, contents, damaged) if start \
+                else packs.scan(data, contents=contents, damaged=damaged)
             self._keep_pack_data(name, data)
             for offset, content in contents.items():
                 self._keep_content(name, offset, content)
             # a batch or repack pack is complete when written; a log may still grow
             self._add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
+            if end < len(data) and not name.startswith("w-"):
+                damaged.append((end, len(data) - end))  # written whole, so a short scan is damage, not a tail
+            self._packs[name].damaged.extend(d for d in damaged if d not in self._packs[name].damaged)
             # a torn tail may be a record still being written: scan again next time
             self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
         return sum(self._frames(n) for n, _ in todo) > before
@@ -910,6 +915,19 @@ class ObjectStore(Repacking):
             if pack is None:
                 return {}
             return dict(sorted(pack.where.items(), key=lambda kv: (kv[1].offset, kv[1][2:])))
+
+    def damaged_records(self) -> list[tuple[str, int, int]]:
+        """``(pack, offset, bytes)`` of every damaged record the scans of unindexed packs
+        skipped (after a refresh): records that fail their check with a valid record after
+        them, unlike a log's torn tail, and the bad end of a pack written whole (a batch or
+        repack pack) (docs/FORMAT.md, 4). Their objects cannot be read; those after them can.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        self.refresh()
+        with self._lock:
+            return sorted((n, off, size) for n, p in self._packs.items() for off, size in p.damaged)
 
     def pack_bytes(self, name: str) -> int:
         """The size of a pack as this handle knows it (0 if unknown)."""

@@ -140,14 +140,19 @@ def pack_version(data: bytes | memoryview) -> int:
 
 
 def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
-         contents: dict[int, bytes] | None = None) -> tuple[dict[str, Place], int]:
+         contents: dict[int, bytes] | None = None,
+         damaged: list[tuple[int, int]] | None = None) -> tuple[dict[str, Place], int]:
     """Every object of the valid records in ``data``: a pack's bytes from pack offset ``base``.
 
-    Reading stops at the first record that is incomplete or fails its check: the end of
-    a log that is still being written, or that a crash cut short. From offset 0 the version
-    comes from the header; a resumed scan (``base`` > 0) is told it. A version-2 record is
-    decompressed and each object in it hashed (that is its id); its content is put in
-    ``contents`` (by payload offset) when given, so that reading its objects costs nothing more.
+    A record that is incomplete or fails its check ends the scan when no valid record
+    follows it: the *torn tail* of a log that is still being written, or that a crash cut
+    short. When a valid record does follow it (found by :func:`_resync`), it is a *damaged
+    record* in the middle: its span ``(pack offset, bytes)`` is appended to ``damaged`` and
+    the scan goes on, so the objects after it stay readable (docs/FORMAT.md, 4). From
+    offset 0 the version comes from the header; a resumed scan (``base`` > 0) is told it.
+    A version-2 record is decompressed and each object in it hashed (that is its id); its
+    content is put in ``contents`` (by payload offset) when given, so that reading its
+    objects costs nothing more.
 
     Returns:
         The objects found (offsets relative to the start of the pack) and the pack offset
@@ -165,29 +170,65 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     found: dict[str, Place] = {}
     view = memoryview(data)
     while off + _REC.size <= len(data):
-        length, check = _REC.unpack_from(data, off)
-        body_at = off + _REC.size
-        if length >= RECORD_MAX or body_at + length > len(data):
-            break
-        payload = view[body_at:body_at + length]
-        if o.checksum(payload) != check:
-            break
-        entries: dict[str, Location] | dict[str, Slot] | None
-        if version == 1:
-            entries = _entries(payload, base + body_at)
-        else:
-            try:
-                content = o.unframe(payload, "pack record")
-            except IntegrityError:
-                break  # passed its check yet does not decompress: taken as the end
-            entries = content_slots(content, base + body_at, length)
-            if entries is not None and contents is not None:
-                contents[base + body_at] = content
+        entries, nxt = _record(view, off, base, version, contents)
         if entries is None:
-            break
+            resumed = _resync(view, off, version)
+            if resumed is None:
+                break  # nothing valid follows: a torn tail
+            if damaged is not None:
+                damaged.append((base + off, resumed - off))
+            off = resumed
+            continue
         found.update(entries)
-        off = body_at + length
+        off = nxt
     return found, base + off
+
+
+def _checked(view: memoryview, off: int, version: int) -> int:
+    """The end of the record at ``off`` if its length fits and its check holds, else 0."""
+    length, check = _REC.unpack_from(view, off)
+    body_at = off + _REC.size
+    if not 0 < length < RECORD_MAX or body_at + length > len(view):
+        return 0
+    if version == 2 and view[body_at] > 2:  # a version-2 payload starts with a frame header (0-2)
+        return 0
+    return body_at + length if o.checksum(view[body_at:body_at + length]) == check else 0
+
+
+def _record(view: memoryview, off: int, base: int, version: int,
+            contents: dict[int, bytes] | None) -> tuple[dict[str, Location] | dict[str, Slot] | None, int]:
+    """The objects of the record at ``off`` and the offset after it; ``(None, 0)`` when the
+    record is incomplete, fails its check, or does not parse."""
+    end = _checked(view, off, version)
+    if not end:
+        return None, 0
+    body_at = off + _REC.size
+    payload = view[body_at:end]
+    if version == 1:
+        return _entries(payload, base + body_at), end
+    try:
+        content = o.unframe(payload, "pack record")
+    except IntegrityError:
+        return None, 0  # passed its check yet does not decompress
+    entries = content_slots(content, base + body_at, end - body_at)
+    if entries is not None and contents is not None:
+        contents[base + body_at] = content
+    return entries, end
+
+
+def _resync(view: memoryview, off: int, version: int) -> int | None:
+    """The offset of the first record after the bad one at ``off`` whose length fits and
+    whose check holds (a false match is a 128-bit checksum collision), or None: then the
+    bad record is a torn tail. Where the bad record's own length still leads to a valid
+    record (damage inside its payload), that is tried first; otherwise every later offset."""
+    length = _REC.unpack_from(view, off)[0]
+    after = off + _REC.size + length
+    if length and after + _REC.size <= len(view) and _checked(view, after, version):
+        return after
+    for at in range(off + 1, len(view) - _REC.size + 1):
+        if _checked(view, at, version):
+            return at
+    return None
 
 
 def content_slots(content: bytes, offset: int, size: int) -> dict[str, Slot] | None:

@@ -139,7 +139,8 @@ class Repacking:
     def _pack_groups(self, name: str, data: bytes) -> list[list[tuple[str, bytes]]] | None:
         """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
         (one per version-2 record; one per object in a version-1 pack), each verified; None
-        for a sealed pack whose records stop short of its end (damage: left for fsck).
+        for a pack with a damaged record, or a sealed one whose records stop short of its
+        end (damage: left for fsck).
 
         Raises:
             IntegrityError: an object does not hash to its id.
@@ -151,7 +152,10 @@ class Repacking:
         if not version:
             return []
         contents: dict[int, bytes] = {}
-        where, end = packs.scan(data, contents=contents)
+        damaged: list[tuple[int, int]] = []
+        where, end = packs.scan(data, contents=contents, damaged=damaged)
+        if damaged:
+            return None  # a damaged record: left whole for fsck and a human, never dropped
         if end != len(data) and not (name.startswith("w-") and not self.storage.exists(index_key(name))):
             return None  # a complete pack that does not scan to its end: do not drop what follows
         if version == 2:

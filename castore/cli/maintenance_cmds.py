@@ -15,7 +15,8 @@ from .render import safe
 _FSCK_SCHEMA = (
     '{"ok": bool, "objects": n, "refs": n, "reachable": n, "missing": [{"id", "from"}], '
     '"corrupt": [{"id", "reason"}], "bad_refs": [{"ref", "reason"}], "unreachable": [id], '
-    '"dangling": [id], "stale_locks": [path], "stale_temps": [path]}'
+    '"dangling": [id], "stale_locks": [path], "stale_temps": [path], '
+    '"damaged_records": [{"pack", "offset", "bytes"}]}'
 )
 _GC_SCHEMA = (
     '{"deleted": n, "kept_in_grace": n, "bytes_freed": n, "dry_run": bool, "ids": [id], '
@@ -40,6 +41,8 @@ def _render_fsck(r: FsckReport) -> None:
         ("missing", [f"{oid}  (named by {src})" for oid, src in r.missing]),
         ("corrupt", [f"{oid}  {why}" for oid, why in r.corrupt]),
         ("bad ref", [f"{ref}  {why}" for ref, why in r.bad_refs]),
+        ("damaged record", [f"packs/{pack}.pack at offset {off} ({n} bytes): its objects cannot be read"
+                            for pack, off, n in r.damaged_records]),
         ("stale lock", [f"{lock}  (its writer died; the next writer or `castore gc` clears it)"
                         for lock in r.stale_locks]),
     ]
@@ -58,7 +61,8 @@ def _render_fsck(r: FsckReport) -> None:
         click.echo("ok")
     else:
         click.echo(f"damaged: {len(r.missing)} missing, {len(r.corrupt)} corrupt, "
-                   f"{plural(len(r.bad_refs), 'bad ref')}, {plural(len(r.stale_locks), 'stale lock')}")
+                   f"{plural(len(r.bad_refs), 'bad ref')}, {plural(len(r.stale_locks), 'stale lock')}"
+                   + (f", {plural(len(r.damaged_records), 'damaged pack record')}" if r.damaged_records else ""))
 
 
 @click.command("fsck")
@@ -67,7 +71,8 @@ def fsck_cmd(as_json: bool) -> None:
     """Check the whole store: every object re-hashed, every ref and link followed.
 
     Reports missing and corrupt objects, refs that are garbage or name a missing commit,
-    stale locks left by a killed writer, and unreachable objects (harmless: a crash or a
+    damaged pack records (by pack and offset), stale locks left by a killed writer, and
+    unreachable objects (harmless: a crash or a
     deleted session leaves them; `castore gc` removes them). Exits with status 1 when
     anything is damaged.
     """

@@ -1,0 +1,111 @@
+"""A damaged record in the middle of an unindexed log (docs/FORMAT.md, 4): the scan tells it
+from a torn tail, so the records after it stay readable, fsck names it by pack and offset,
+and neither repack nor gc drops it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore import maintenance, packs
+from castore.errors import CastoreError
+
+
+def _text(k: int) -> str:
+    return f"message {k}: " + "the log keeps every record it was given " * 3
+
+
+def _record_offsets(data: bytes) -> list[int]:
+    """The offset of every record of a (valid) pack."""
+    out, off = [], packs.HEADER_SIZE
+    while off < len(data):
+        out.append(off)
+        off += 20 + int.from_bytes(data[off:off + 4], "big")
+    assert off == len(data)
+    return out
+
+
+def _dead_writer_log(root: Path, n: int = 8) -> tuple[str, Path, list[int]]:
+    """A local log of ``n`` appends (one session each, one record each) whose writer died
+    before sealing it: no index, no lock held."""
+    w = castore.open(str(root), format=2, auto_repack=False)
+    for k in range(n):
+        w.session("app", "u", f"s{k}").append(castore.Message(role="user", content=_text(k)))
+    name = w.objects._log_name
+    w.objects._log.close()  # the writer dies: its log stays as written, without an index
+    w.objects._log = None
+    path = root / "packs" / f"{name}.pack"
+    offsets = _record_offsets(path.read_bytes())
+    assert len(offsets) == n
+    return name, path, offsets
+
+
+@pytest.mark.parametrize("where", ["payload", "length"])
+def test_a_damaged_middle_record_hides_no_later_record_and_fsck_names_it(tmp_path, monkeypatch, where):
+    root = tmp_path / "st"
+    name, path, offsets = _dead_writer_log(root)
+    data = bytearray(path.read_bytes())
+    bad = offsets[3]
+    if where == "payload":
+        data[bad + 30] ^= 0xFF  # the record's length still leads to the next one
+    else:
+        data[bad:bad + 4] = (len(data)).to_bytes(4, "big")  # the length is wrong too: found by searching
+    path.write_bytes(bytes(data))
+
+    r = castore.open(str(root))
+    for k in [0, 1, 2, 4, 5, 6, 7]:
+        assert [m.content for m in r.session("app", "u", f"s{k}").messages()] == [_text(k)]
+    with pytest.raises(CastoreError):
+        r.session("app", "u", "s3").messages()  # its commit was in the damaged record
+
+    report = maintenance.fsck(r)
+    assert report.damaged_records == [(name, bad, offsets[4] - bad)]
+    assert not report.ok and report.damaged
+    assert report.to_dict()["damaged_records"] == [{"pack": name, "offset": bad, "bytes": offsets[4] - bad}]
+
+    # nothing stored is lost: repack leaves the damaged log whole, gc refuses to run
+    monkeypatch.setattr(maintenance, "LOG_IDLE", 0)
+    maintenance.repack(r)
+    assert path.read_bytes() == bytes(data)
+    with pytest.raises(CastoreError, match="damaged"):
+        maintenance.gc(r)
+    assert path.read_bytes() == bytes(data)
+    fresh = castore.open(str(root))
+    assert [m.content for m in fresh.session("app", "u", "s7").messages()] == [_text(7)]
+
+
+def test_a_torn_tail_is_still_a_tail_not_damage(tmp_path):
+    root = tmp_path / "st"
+    name, path, offsets = _dead_writer_log(root)
+    data = path.read_bytes()
+    path.write_bytes(data[:offsets[7] + 25])  # the last append was cut short
+    r = castore.open(str(root))
+    for k in range(7):
+        assert [m.content for m in r.session("app", "u", f"s{k}").messages()] == [_text(k)]
+    assert r.objects.damaged_records() == []
+
+
+def test_scan_reports_a_damaged_record_and_resumes_after_it():
+    objs = [[(f"{k:064x}", f"object {k} ".encode() * 20)] for k in range(5)]
+    data = bytearray(packs.PACK_MAGIC_V2)
+    starts = []
+    for group in objs:
+        starts.append(len(data))
+        rec, _ = packs.encode_record_v2([(oid, c) for oid, c in group], len(data))
+        data += rec
+    whole, _ = packs.scan(bytes(data))
+    data[starts[1] + 4] ^= 0x01  # a bit of record 1's check
+    damaged: list[tuple[int, int]] = []
+    where, end = packs.scan(bytes(data), damaged=damaged)
+    assert damaged == [(starts[1], starts[2] - starts[1])] and end == len(data)
+    assert len(where) == len(whole) - 1
+    # a resumed scan of a growing log finds it too, at its pack offset
+    damaged = []
+    where, end = packs.scan(memoryview(bytes(data))[starts[1]:], starts[1], 2, damaged=damaged)
+    assert damaged == [(starts[1], starts[2] - starts[1])] and len(where) == 3
+    # the same bad record at the end, with nothing valid after it, is a torn tail
+    damaged = []
+    _, end = packs.scan(bytes(data[:starts[2]]), damaged=damaged)
+    assert damaged == [] and end == starts[1]
