@@ -55,6 +55,8 @@ BLOCK_BYTES = 256 << 10
 BLOCK_LEVEL = 9
 #: background repack: an S3 (no-append) writer runs one after this many batch packs
 AUTO_REPACK_BATCHES = 16
+#: listings a refresh makes at most while the packs it listed keep vanishing (repacked meanwhile)
+REFRESH_RELISTS = 4
 
 
 def object_key(oid: str) -> str:
@@ -348,6 +350,17 @@ class ObjectStore(Repacking):
         Raises:
             StorageError: the backend failed.
         """
+        found = False
+        for _ in range(REFRESH_RELISTS):
+            gone: list[str] = []
+            found = self._refresh_once(gone) or found
+            if not gone:
+                break
+            # a pack listed a moment ago was gone when read: a repack merged it since the
+            # listing, and the pack it went into (written first) is in the next listing
+        return found
+
+    def _refresh_once(self, gone: list[str]) -> bool:
         names = self.storage.list_dir(PACKS)
         with self._lock:
             listed: dict[str, bool] = {}
@@ -368,7 +381,7 @@ class ObjectStore(Repacking):
                         and self.storage.mtime(pack_key(name)) == pack.mtime:
                     continue  # a log that has not changed since its last scan
                 todo.append((name, has_index))
-            return self._load_packs(todo)
+            return self._load_packs(todo, gone)
 
     def load_packs(self, names: Sequence[str]) -> bool:
         """Load the frames of the named packs without listing ``packs/`` (for a reader that
@@ -393,10 +406,10 @@ class ObjectStore(Repacking):
         (no I/O; a loose object is not "known" until read)."""
         return oid in self._cache or oid in self._canonical or oid in self._where
 
-    def _load_packs(self, todo: Sequence[tuple[str, bool]]) -> bool:
+    def _load_packs(self, todo: Sequence[tuple[str, bool]], gone: list[str] | None = None) -> bool:
         """Read the indexes of ``(name, has_index)`` packs, and scan the others (and those
         whose index is missing or damaged), each group in one concurrent batch. True if new
-        frames were found."""
+        frames were found. The packs found missing are added to ``gone``."""
         if not todo:
             return False
         before = sum(self._frames(n) for n, _ in todo)
@@ -423,6 +436,8 @@ class ObjectStore(Repacking):
         for name in scan:
             data = datas.get(pack_key(name))
             if data is None:
+                if gone is not None:
+                    gone.append(name)
                 continue  # deleted by a repack since the listing, or never existed
             pack = self._packs.get(name)
             start = pack.scanned if pack is not None else 0
