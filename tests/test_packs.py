@@ -169,7 +169,7 @@ def test_a_format1_store_reads_takes_appends_and_forks_and_repack_converts_it(tm
     assert [m.content for m in castore.open(url).session("app", "u", "s").messages()] == before
 
 
-@pytest.mark.parametrize("fmt", [3, 0, "2", True])
+@pytest.mark.parametrize("fmt", [4, 0, "2", True])
 def test_a_store_of_an_unknown_format_is_refused_clearly(tmp_path, fmt):
     root = tmp_path / "st"
     root.mkdir()

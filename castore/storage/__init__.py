@@ -12,9 +12,10 @@ import os
 from typing import Any
 
 from ..errors import StorageError
-from .base import Appender, PreconditionFailed, Storage, Token, Versioned
+from .base import Appender, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned
 
-__all__ = ["open_storage", "Storage", "Appender", "PreconditionFailed", "Token", "Versioned", "split_url"]
+__all__ = ["open_storage", "Storage", "Appender", "Journal", "PreconditionFailed", "RefIntent", "Token", "Versioned",
+           "split_url"]
 
 
 def split_url(url: str) -> tuple[str, str]:
