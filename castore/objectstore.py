@@ -134,6 +134,7 @@ class ObjectStore:
         # swaps between their intent and their rename, and per thread the log holding this
         # thread's objects record not yet synced
         self._journaled: set[str] = set()
+        self._synced_abandoned: set[str] = set()  # logs dropped after a failure, then synced
         self._inflight = 0
         self._tls = threading.local()
         # a power loss may have cut deferred ref swaps short: replay them before any ref is read
@@ -269,7 +270,7 @@ class ObjectStore:
                 try:
                     log.append(rec, sync=sync)
                 except StorageError:
-                    self._log = None  # abandoned: its torn tail is ignored; the next batch opens a new log
+                    self._abandon()  # its torn tail is ignored; the next batch opens a new log
                     raise
                 name = self._log_name
                 self._tls.pending = "" if sync else name
@@ -344,7 +345,8 @@ class ObjectStore:
             live = self._log is not None and self._log_pid == os.getpid() and self.format >= 3
             if pending and not (live and self._log_name == pending):
                 p = self._packs.get(pending)
-                if p is None or not p.sealed:  # sealing syncs a log: only a failed one is left
+                if (p is None or not p.sealed) and pending not in self._synced_abandoned:
+                    # sealing syncs a log: only a failed one whose sync failed too is left
                     raise StorageError(f"the objects of this append, in {pending}, were not made durable "
                                        "(the log failed); nothing was stored, try again", self.storage.url)
             if not live:
@@ -354,7 +356,7 @@ class ObjectStore:
             try:
                 log.append(packs.encode_intent(intent))
             except StorageError:
-                self._log = None  # abandoned, as in _write_record
+                self._abandon()
                 raise
             self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
             self._journaled.add(intent.key)
@@ -363,6 +365,18 @@ class ObjectStore:
                 self._tls.inflight = True
                 self._inflight += 1
         return True
+
+    def _abandon(self) -> None:
+        """Drop this handle's log after a failed append. In format 3 its records may not be
+        synced yet (they wait for a ref intent): they are synced by path, once, best effort;
+        a log that cannot be synced makes the swaps of its records fail (:meth:`journal`)."""
+        self._log = None
+        if self.format >= 3 and self.storage.durable:
+            try:
+                self.storage.sync_keys([pack_key(self._log_name)])
+            except StorageError:
+                return
+            self._synced_abandoned.add(self._log_name)
 
     def settle(self) -> None:
         """The ref swap that called :meth:`journal` in this thread is over (landed or not):

@@ -200,16 +200,23 @@ def _run_killed_writer(root: Path) -> None:
     assert list((root / "refs").rglob("*.lock"))  # it died holding the ref's lock
 
 
-def test_a_swap_cut_short_is_not_rolled_forward_once_another_writer_took_the_lock(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("who", ["next writer", "gc"])
+def test_a_swap_cut_short_is_not_rolled_forward_once_its_dead_lock_was_cleared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, who: str) -> None:
+    from castore.maintenance import clear_stale_locks
+
     root = tmp_path / "st"
     _run_killed_writer(root)
     st = castore.open(str(root))
-    st.session("app", "u", "s").append(castore.Message(role="user", content="next writer"))
+    if who == "gc":
+        assert clear_stale_locks(st) == ["refs/sessions/app/u/s/heads/main.lock"]
+    else:
+        st.session("app", "u", "s").append(castore.Message(role="user", content="next writer"))
     st.close()
     _reboot(monkeypatch)
     again = castore.open(str(root))
-    assert [m.content for m in again.session("app", "u", "s").messages()] == ["landed", "next writer"]
+    want = ["landed"] + (["next writer"] if who != "gc" else [])
+    assert [m.content for m in again.session("app", "u", "s").messages()] == want
     assert fsck(again).ok
 
 

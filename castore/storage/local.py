@@ -313,8 +313,19 @@ class LocalStorage(Storage):
         return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=False)]
 
     def clear_stale_locks(self, prefix: str = "") -> list[str]:
-        """Remove the lock files :meth:`stale_locks` finds; return their keys."""
-        return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=True) is True]
+        """Remove the lock files :meth:`stale_locks` finds; return their keys. A ref's is
+        cleared by taking the lock as a writer would, which records that the ref holds what
+        it holds (so that a recovery does not roll forward the dead writer's swap)."""
+        out = []
+        for k in self.list_locks(prefix):
+            lock = self._path(k)
+            if k.startswith(_LOGGED_DELETES) and self.durable and _check_stale(lock, remove=False) is True:
+                path = lock[:-len(".lock")]
+                self._unlock(path, self._lock(path))
+                out.append(k)
+            elif _check_stale(lock, remove=True) is True:
+                out.append(k)
+        return out
 
     def _unlock(self, path: str, fd: int) -> None:
         try:
