@@ -703,7 +703,9 @@ class Plumbing:
         if not isinstance(pending, Batch):
             return self.objects.put_encoded(items.items())
         self.objects.written_packs()  # drop names from writes outside batches (sync, repack)
-        n = self.objects.put_encoded(items.items())
+        # format 3: the record is synced by the intent of the swap that names it (one
+        # fdatasync per append, docs/FORMAT.md 12)
+        n = self.objects.put_encoded(items.items(), sync=not self.objects.defers_refs)
         # the ref naming the batch's tip names the packs its tail is in (read hint "pk")
         pending.hint = pending.hint.with_packs(self.objects.written_packs(), self.objects.live_packs)
         return n
@@ -769,17 +771,23 @@ class Plumbing:
         """One compare-and-swap of ``ref`` (the only ref move of castore's writers).
 
         The value written is kept for this handle's next write (:meth:`read_for_write`);
-        a lost swap, or one whose outcome is unknown, forgets it.
+        a lost swap, or one whose outcome is unknown, forgets it. On local disk in format 3
+        the swap's intent goes into this handle's log with the batch's objects, synced
+        once, and the ref is renamed into place unsynced (docs/FORMAT.md, 12).
 
         Raises:
             RefConflict: ``ref`` no longer holds ``expect``.
             InvalidEntry: a bad target. StorageError.
         """
+        journal = self.objects.journal if self.objects.defers_refs else None
         try:
-            new = self.refs.swap(ref, target, expect, meta)
+            new = self.refs.swap(ref, target, expect, meta, journal)
         except (RefConflict, StorageError):
             self.forget(ref)
             raise
+        finally:
+            if journal is not None:
+                self.objects.settle()
         self._keep(ref, new)
         return new
 

@@ -26,14 +26,15 @@ from .errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFou
 from .objects import AnyObject, ObjectId
 from .packs import PACKS, Place, Slot, index_key, pack_key
 from .repack import Repacking
-from .storage import Appender, DeleteIncomplete, Storage
+from .storage import Appender, DeleteIncomplete, RefIntent, Storage
 
 PREFIX = "objects"
-#: the storage formats this castore reads and writes (castore.json's "format")
-FORMATS = (1, 2)
+#: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
+#: deferred ref swaps on local disk (ref intents in the writers' logs, docs/FORMAT.md 12)
+FORMATS = (1, 2, 3)
 STORE_FORMAT = max(FORMATS)
 #: the format a new store gets unless told otherwise (an existing store keeps its own)
-DEFAULT_FORMAT = 2
+DEFAULT_FORMAT = 3
 #: in format 2, objects whose canonical bytes exceed this stay loose (shared, deduplicated)
 LOOSE_MIN = 4096
 #: a local log is sealed (given its index, no longer appended to) past this many bytes
@@ -120,6 +121,15 @@ class ObjectStore(Repacking):
         self._moved: OrderedDict[str, str] = OrderedDict()  # pack merged by this handle -> the pack it went into
         self._pack_data: OrderedDict[str, bytes] = OrderedDict()  # pack name -> bytes read by a scan
         self._pack_data_bytes = 0
+        # format 3: the refs whose intents are in this handle's log (synced before it is sealed),
+        # swaps between their intent and their rename, and per thread the log holding this
+        # thread's objects record not yet synced
+        self._journaled: set[str] = set()
+        self._synced_abandoned: set[str] = set()  # logs dropped after a failure, then synced
+        self._inflight = 0
+        self._tls = threading.local()
+        # a power loss may have cut deferred ref swaps short: replay them before any ref is read
+        storage.recover_refs(self.log_intents)
 
     def set_format(self, fmt: int) -> None:
         """Write in storage format ``fmt`` from now on (reading covers every format).
@@ -136,11 +146,12 @@ class ObjectStore(Repacking):
         """Wait for a background repack to finish, seal this handle's log (write its index,
         so that repack may merge it at once) and release it; safe to call twice. The next
         write opens a new log. A failure to write the index leaves the log unsealed (a
-        later repack merges it once it has been idle)."""
+        later repack merges it once it has been idle), and so does a ref swap of another
+        thread still under way (its intent must stay live)."""
         self.wait_repack()
         with self._lock:
             if self._log is not None and self._log_pid == os.getpid():
-                if self._log.size > packs.HEADER_SIZE and self._log_name in self._packs:
+                if self._log.size > packs.HEADER_SIZE and self._log_name in self._packs and not self._inflight:
                     try:
                         self._seal()
                     except StorageError:
@@ -184,13 +195,15 @@ class ObjectStore(Repacking):
             self._remember(oid, obj)
         return [oid for oid, _ in encoded]
 
-    def put_encoded(self, encoded: Iterable[tuple[str, bytes]]) -> int:
+    def put_encoded(self, encoded: Iterable[tuple[str, bytes]], sync: bool = True) -> int:
         """Store already-encoded ``(id, canonical bytes)`` pairs as one unit; return the
         stored bytes written. This is the one call the write path makes per append.
 
         Format 1: each object is a loose file (one batch; folders synced once). Format 2:
         objects above :data:`LOOSE_MIN` are loose files, the others one pack record.
-        Everything is durable when this returns (on a durable storage).
+        Everything is durable when this returns (on a durable storage), except, with
+        ``sync`` False, a record appended to this handle's log: the ref swap that names the
+        batch then makes it durable with its intent (:meth:`journal`; format 3).
 
         Raises:
             StorageError: the backend failed (the caller must not move a ref to the batch).
@@ -199,14 +212,14 @@ class ObjectStore(Repacking):
         for oid, canonical in encoded:
             self._keep_recent(oid, canonical)
             items.append((oid, canonical, None))
-        return self._write_objects(items)
+        return self._write_objects(items, sync)
 
     def _packed(self, canonical: bytes) -> bool:
         """Whether an object goes into a pack record (format 2) rather than a loose file."""
         n = len(canonical)
         return self.format >= 2 and (n <= LOOSE_MIN or (n <= PATH_OBJECT_MAX and o.is_path_object(canonical)))
 
-    def _write_objects(self, items: Sequence[tuple[str, bytes, bytes | None]]) -> int:
+    def _write_objects(self, items: Sequence[tuple[str, bytes, bytes | None]], sync: bool = True) -> int:
         """Write ``(id, canonical bytes, stored frame or None)`` triples: loose or packed by
         the format; return the bytes written."""
         loose: dict[str, bytes] = {}
@@ -222,13 +235,13 @@ class ObjectStore(Repacking):
             self.storage.write_many(loose)
         written = sum(len(f) for f in loose.values())
         if small:
-            written += self._write_record(small)
+            written += self._write_record(small, sync)
         self._known.update(ids)
         return written
 
-    def _write_record(self, small: list[tuple[str, bytes]]) -> int:
-        """Append one record (version 2) to this handle's log, or write it as a whole pack;
-        return its size."""
+    def _write_record(self, small: list[tuple[str, bytes]], sync: bool = True) -> int:
+        """Append one record (version 2) to this handle's log (not synced yet without
+        ``sync``), or write it as a whole pack; return its size."""
         batch = False
         with self._lock:
             log = self._open_log()
@@ -246,14 +259,15 @@ class ObjectStore(Repacking):
             else:
                 rec, where = packs.encode_record_v2(small, log.size)
                 try:
-                    log.append(rec)
+                    log.append(rec, sync=sync)
                 except StorageError:
-                    self._log = None  # abandoned: its torn tail is ignored; the next batch opens a new log
+                    self._abandon()  # its torn tail is ignored; the next batch opens a new log
                     raise
                 name = self._log_name
+                self._tls.pending = "" if sync else name
                 self._add(name, where, sealed=False, scanned=log.size, version=2)
                 size = len(rec)
-                if log.size >= SEAL_BYTES:
+                if log.size >= SEAL_BYTES and not self._inflight:
                     self._seal()
                     batch = True
             if not self._new_packs or self._new_packs[-1] != name:
@@ -281,17 +295,100 @@ class ObjectStore(Repacking):
             log.close()
             raise
         self._log, self._log_name, self._log_pid = log, name, os.getpid()
+        self._journaled = set()
         return log
 
     def _seal(self) -> None:
-        """Write the index of this handle's log and stop appending to it."""
+        """Write the index of this handle's log and stop appending to it. Its records are
+        synced first, and the refs its intents moved (format 3): once it has an index, no
+        recovery reads its intents (docs/FORMAT.md, 12)."""
         log, name = self._log, self._log_name
         assert log is not None
         pack = self._packs[name]
+        log.sync()
+        if self._journaled:
+            self.storage.sync_keys(sorted(self._journaled))
+            self._journaled = set()
         self.storage.write(index_key(name), packs.encode_index(log.size, pack.where))
         pack.sealed = True
         log.close()
         self._log = None
+
+    # -- format 3: ref intents in the log (docs/FORMAT.md, 12) ----------------------------
+    @property
+    def defers_refs(self) -> bool:
+        """Whether ref swaps may be journaled in this handle's log (format 3, durable storage
+        that can append): then an append's objects record is not synced on its own."""
+        return self.format >= 3 and self.storage.durable and not self._no_append
+
+    def journal(self, intent: RefIntent) -> bool:
+        """Append ``intent`` to this handle's log and sync it (which also makes this thread's
+        unsynced objects record durable: same file); True if done. False when this handle
+        has no open log (the swap is then made durable on its own). Called by the storage
+        under the ref's lock; :meth:`settle` is called once the swap is over.
+
+        Raises:
+            StorageError: the log cannot be written, or this thread's objects record went
+                into a log that failed before it was synced (the swap must not land).
+        """
+        pending = getattr(self._tls, "pending", "")
+        with self._lock:
+            live = self._log is not None and self._log_pid == os.getpid() and self.format >= 3
+            if pending and not (live and self._log_name == pending):
+                p = self._packs.get(pending)
+                if (p is None or not p.sealed) and pending not in self._synced_abandoned:
+                    # sealing syncs a log: only a failed one whose sync failed too is left
+                    raise StorageError(f"the objects of this append, in {pending}, were not made durable "
+                                       "(the log failed); nothing was stored, try again", self.storage.url)
+            if not live:
+                return False
+            log = self._log
+            assert log is not None
+            try:
+                log.append(packs.encode_intent(intent))
+            except StorageError:
+                self._abandon()
+                raise
+            self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
+            self._journaled.add(intent.key)
+            self._tls.pending = ""
+            if not getattr(self._tls, "inflight", False):
+                self._tls.inflight = True
+                self._inflight += 1
+        return True
+
+    def _abandon(self) -> None:
+        """Drop this handle's log after a failed append. In format 3 its records may not be
+        synced yet (they wait for a ref intent): they are synced by path, once, best effort;
+        a log that cannot be synced makes the swaps of its records fail (:meth:`journal`)."""
+        self._log = None
+        if self.format >= 3 and self.storage.durable:
+            try:
+                self.storage.sync_keys([pack_key(self._log_name)])
+            except StorageError:
+                return
+            self._synced_abandoned.add(self._log_name)
+
+    def settle(self) -> None:
+        """The ref swap that called :meth:`journal` in this thread is over (landed or not):
+        the log may be sealed again."""
+        if getattr(self._tls, "inflight", False):
+            self._tls.inflight = False
+            with self._lock:
+                self._inflight -= 1
+
+    def log_intents(self, boot: str) -> list[RefIntent]:
+        """The ref intents of ``boot`` in every log without an index (what a recovery after a
+        power loss replays; sealed logs' intents are no longer needed).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        listed = set(self.storage.list_dir(PACKS))
+        logs = sorted(n for n in listed if n.startswith("w-") and n.endswith(packs.PACK_SUFFIX)
+                      and n[:-len(packs.PACK_SUFFIX)] + packs.INDEX_SUFFIX not in listed)
+        got = self.storage.read_many([f"{PACKS}/{n}" for n in logs]) if logs else {}
+        return [i for data in got.values() if data is not None for i in packs.intents(data) if i.boot == boot]
 
     def written_packs(self) -> list[str]:
         """The packs this handle wrote into since the last call (for a ref's read hint)."""
@@ -1016,6 +1113,16 @@ class ObjectStore(Repacking):
             StorageError: the backend failed.
         """
         indexed = not name.startswith("b-")  # a batch pack never gets an index: no request for one
+        if name.startswith("w-") and not self.storage.exists(index_key(name)):
+            # a log that was never sealed (its writer died): the refs its intents moved are
+            # made durable before the intents go (docs/FORMAT.md, 12)
+            try:
+                data = self.storage.read(pack_key(name))
+            except FileNotFoundError:
+                data = b""
+            keys = sorted({i.key for i in packs.intents(data)})
+            if keys:
+                self.storage.sync_keys(keys)
         if cutoff is not None:
             if not self.storage.delete_if_older(pack_key(name), cutoff):
                 return False

@@ -24,17 +24,25 @@ pack: an object's id is the blake3 of its bytes, computed when the record is sca
               (offset:u64 size:u32){nrec}            each record's payload
               (id:32 rec:u32 start:u32 length:u32){count}   canonical bytes at content[start:start+length]
               check:16
+
+A local writer's log (version 2) may also hold *ref intents* (format 3, docs/FORMAT.md 12):
+records whose payload starts with the byte ``0x10`` instead of an object frame's header,
+followed by a JSON object ``{"k": key, "o": old token, "n": new token, "d": new bytes
+(latin-1), "b": boot id, "t": CLOCK_MONOTONIC ns}``. They hold no object: every reader of
+objects skips them; only the recovery of refs after a power loss reads them (:func:`intents`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from . import objects as o
 from .errors import IntegrityError
+from .storage import RefIntent
 
 PACK_MAGIC = b"CAPK\x01\x00\x00\x00"
 INDEX_MAGIC = b"CAIX\x01\x00\x00\x00"
@@ -52,6 +60,8 @@ _IDX_HEAD = struct.Struct(">8sQI")  # magic, pack size, count
 _ROW = struct.Struct(">32sQI")  # raw id, frame offset, frame size
 #: a record larger than this is refused when written and taken as damage when read
 RECORD_MAX = 1 << 31
+#: the first byte of a ref intent's payload (never an object frame's header: 0x00-0x02)
+INTENT_FRAME = b"\x10"
 PACK_SUFFIX = ".pack"
 INDEX_SUFFIX = ".idx"
 #: the folder of a store that holds its packs and their indexes
@@ -190,8 +200,8 @@ def _checked(view: memoryview, off: int, version: int) -> int:
     body_at = off + _REC.size
     if not 0 < length < RECORD_MAX or body_at + length > len(view):
         return 0
-    if version == 2 and view[body_at] > 2:  # a version-2 payload starts with a frame header (0-2)
-        return 0
+    if version == 2 and view[body_at] > 2 and view[body_at] != INTENT_FRAME[0]:
+        return 0  # a version-2 payload starts with a frame header (0-2) or is a ref intent
     return body_at + length if o.checksum(view[body_at:body_at + length]) == check else 0
 
 
@@ -206,6 +216,8 @@ def _record(view: memoryview, off: int, base: int, version: int,
     payload = view[body_at:end]
     if version == 1:
         return _entries(payload, base + body_at), end
+    if payload[:1] == INTENT_FRAME:
+        return {}, end  # a ref intent: no object in it
     try:
         content = o.unframe(payload, "pack record")
     except IntegrityError:
@@ -229,6 +241,61 @@ def _resync(view: memoryview, off: int, version: int) -> int | None:
         if _checked(view, at, version):
             return at
     return None
+
+
+def encode_intent(intent: RefIntent) -> bytes:
+    """One record of a version-2 log holding a ref intent (see the module docstring).
+
+    Raises:
+        IntegrityError: the intent would exceed :data:`RECORD_MAX`.
+    """
+    body = json.dumps({"k": intent.key, "o": intent.old, "n": intent.new,
+                       "d": None if intent.data is None else intent.data.decode("latin-1"),
+                       "b": intent.boot, "t": intent.stamp}, separators=(",", ":")).encode()
+    payload = INTENT_FRAME + body
+    if len(payload) >= RECORD_MAX:
+        raise IntegrityError("pack record", f"a ref intent of {len(payload)} bytes is more than a record holds")
+    return _REC.pack(len(payload), o.checksum(payload)) + payload
+
+
+def _valid_records(data: bytes | memoryview) -> Iterator[memoryview]:
+    """The payloads of the valid records of a version-2 pack's bytes (from its header on),
+    past a damaged record in the middle (as :func:`scan`), up to a torn tail."""
+    view = memoryview(data)
+    off = HEADER_SIZE
+    while off + _REC.size <= len(view):
+        end = _checked(view, off, 2)
+        if not end:
+            resumed = _resync(view, off, 2)
+            if resumed is None:
+                return
+            off = resumed
+            continue
+        yield view[off + _REC.size:end]
+        off = end
+
+
+def intents(data: bytes | memoryview) -> list[RefIntent]:
+    """The ref intents of a log's bytes, in the order written (none in a version-1 pack or
+    in bytes that are not a pack). An intent record that passed its check yet does not
+    parse is skipped (damage later than its writing)."""
+    try:
+        if pack_version(data) != 2:
+            return []
+    except IntegrityError:
+        return []
+    out: list[RefIntent] = []
+    for payload in _valid_records(data):
+        if payload[:1] != INTENT_FRAME:
+            continue
+        try:
+            r = json.loads(bytes(payload[1:]))
+            raw = r["d"]
+            out.append(RefIntent(str(r["k"]), r["o"], r["n"], None if raw is None else raw.encode("latin-1"),
+                                 str(r["b"]), int(r["t"])))
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
+            continue
+    return out
 
 
 def content_slots(content: bytes, offset: int, size: int) -> dict[str, Slot] | None:
@@ -485,5 +552,6 @@ def is_pack_name(name: str) -> bool:
 
 __all__ = ["Location", "Slot", "Place", "IndexView", "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
-           "decode_index", "content_name", "log_name", "is_pack_name", "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC",
-           "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX", "PACKS", "pack_key", "index_key"]
+           "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
+           "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX",
+           "PACKS", "pack_key", "index_key"]

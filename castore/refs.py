@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CastoreError, CorruptRef, InvalidEntry, RefConflict, StorageError
-from .storage import PreconditionFailed, Storage, Token
+from .storage import Journal, PreconditionFailed, Storage, Token
 
 PREFIX = "refs"
 SYMBOLIC = "ref: "
@@ -143,6 +143,7 @@ class RefStore:
         target: str,
         expect: RefValue | None,
         meta: Mapping[str, Any] | None = None,
+        journal: Journal | None = None,
     ) -> RefValue:
         """Set ``name`` to ``target`` if it still holds ``expect`` (None: if it is absent).
 
@@ -151,6 +152,9 @@ class RefStore:
             target: a commit id or ``ref: <name>``.
             expect: the value read before (its token is what is compared).
             meta: metadata to store with the ref (a write id is added).
+            journal: where the storage may keep the swap's intent durable instead of
+                syncing the ref (local disk, format 3: the writer's log; see
+                :meth:`~castore.storage.Storage.swap`).
 
         Returns:
             The new value, with its token.
@@ -170,7 +174,9 @@ class RefStore:
         last_error: Exception | None = None
         for attempt in range(_AMBIGUOUS_RETRIES):
             try:
-                token = self.storage.swap(key, data, exp_token)
+                # a backend written before journals existed takes no ``journal``: none is passed
+                token = self.storage.swap(key, data, exp_token) if journal is None \
+                    else self.storage.swap(key, data, exp_token, journal)
                 return RefValue(name, target, meta, token)
             except PreconditionFailed as e:
                 # Lost, or our own earlier attempt landed and only its response was lost.

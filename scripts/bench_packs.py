@@ -218,15 +218,17 @@ def s3(n: int) -> list[str]:
     return out
 
 
-def local_ref_cost(n: int) -> list[str]:
-    """Where a durable format-2 append spends its time on local disk: the objects (one pack
-    record, one fdatasync), the ref swap (lock file written and fsynced, renamed, folder
-    fsynced) and the rest (building commits, hashing), alternated with a durable SQLite
-    insert of the same message. Medians over ``n`` appends after a warm-up."""
+def local_ref_cost(n: int, fmt: int = 2) -> list[str]:
+    """Where a durable append spends its time on local disk: the objects (format 2: one pack
+    record, one fdatasync; format 3: the record, not synced), the ref swap (format 2: lock
+    file written and fsynced, renamed, folder fsynced; format 3: the ref intent appended to
+    the same log and fdatasynced, the rename not synced) and the rest (building commits,
+    hashing), alternated with a durable SQLite insert of the same message. Medians over
+    ``n`` appends after a warm-up."""
     tmp = tempfile.mkdtemp(prefix="bench-refcost-")
     rng = random.Random(11)
     msgs = [message(i, rng) for i in range(n)]
-    st = castore.open(os.path.join(tmp, "f2"), format=2)
+    st = castore.open(os.path.join(tmp, f"f{fmt}"), format=fmt)
     s = st.session("app", "u", "s")
     parts = {"objects": 0.0, "ref": 0.0}
     syncs = {"objects": 0, "ref": 0}
@@ -269,14 +271,58 @@ def local_ref_cost(n: int) -> list[str]:
     st.close()
     m = {k: statistics.median(v) * 1000 for k, v in rows.items()}
     measured = n - warm
-    return [f"### Local disk, format 2, durable: where an append's time goes (N = {n}, first {warm} not timed)", "",
-            "| part | median | fsyncs per append |", "|---|---|---|",
+    ref_how = "(lock file, rename, folder)" if fmt < 3 else "(intent in the log + fdatasync, rename)"
+    return [f"### Local disk, format {fmt}, durable: where an append's time goes (N = {n}, first {warm} not timed)",
+            "", "| part | median | fsyncs per append |", "|---|---|---|",
             f"| objects: one pack record (put_encoded) | {m['objects']:.2f} ms | {nsync['objects'] / measured:.2f} |",
-            f"| ref: compare-and-swap (lock file, rename, folder) | {m['ref']:.2f} ms | "
+            f"| ref: compare-and-swap {ref_how} | {m['ref']:.2f} ms | "
             f"{nsync['ref'] / measured:.2f} |",
             f"| whole append | {m['append']:.2f} ms ({m['append'] / m['sqlite']:.1f}x SQLite) | "
             f"{(nsync['objects'] + nsync['ref']) / measured:.2f} |",
             f"| SQLite insert (WAL, synchronous=FULL) | {m['sqlite']:.2f} ms | 1 (in C, not counted) |"]
+
+
+def durable_vs_sqlite(n: int) -> list[str]:
+    """A durable append to a format-2 store, to a format-3 store (ref swaps journaled in the
+    writer's log: one fdatasync per append) and a durable SQLite insert of the same message
+    (WAL, synchronous=FULL), alternated step by step in one run so that the machine's noise
+    hits the three alike. Medians and fsync + fdatasync calls per append, after a warm-up."""
+    tmp = tempfile.mkdtemp(prefix="bench-walref-")
+    rng = random.Random(13)
+    msgs = [message(i, rng) for i in range(n)]
+    sessions = {f: castore.open(os.path.join(tmp, f"f{f}"), format=f).session("app", "u", "s") for f in (2, 3)}
+    db = sqlite3.connect(os.path.join(tmp, "sqlite.db"), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, role TEXT, content TEXT, turn INTEGER)")
+    times: dict[str, list[float]] = {"format 2": [], "format 3": [], "sqlite": []}
+    syncs = {"format 2": 0, "format 3": 0}
+    warm = min(20, n // 10)
+    for i, text in enumerate(msgs):
+        role = "user" if i % 2 == 0 else "assistant"
+        order = (2, 3) if i % 2 == 0 else (3, 2)  # neither format always runs first
+        for f in order:
+            f0, t0 = _fsyncs["n"], time.perf_counter()
+            sessions[f].append(castore.Message(role=role, content=text), state_delta={"turn": i})
+            if i >= warm:
+                times[f"format {f}"].append(time.perf_counter() - t0)
+                syncs[f"format {f}"] += _fsyncs["n"] - f0
+        t0 = time.perf_counter()
+        db.execute("INSERT INTO m (session, role, content, turn) VALUES (?, ?, ?, ?)", ("s", role, text, i))
+        if i >= warm:
+            times["sqlite"].append(time.perf_counter() - t0)
+    for s in sessions.values():
+        s.store.close()
+    measured = n - warm
+    m = {k: statistics.median(v) * 1000 for k, v in times.items()}
+    return [f"### Durable append vs SQLite, alternated (local disk, N = {n}, first {warm} not timed)", "",
+            "| | median | vs SQLite | fsyncs per append |", "|---|---|---|---|",
+            f"| format 2 (ref: lock file fsync, rename, folder fsync) | {m['format 2']:.2f} ms | "
+            f"{m['format 2'] / m['sqlite']:.2f}x | {syncs['format 2'] / measured:.2f} |",
+            f"| format 3 (ref intent in the writer's log, one fdatasync) | {m['format 3']:.2f} ms | "
+            f"{m['format 3'] / m['sqlite']:.2f}x | {syncs['format 3'] / measured:.2f} |",
+            f"| SQLite insert (WAL, synchronous=FULL) | {m['sqlite']:.2f} ms | 1.00x | 1 (in C, not counted) |",
+            "", f"load: {os.getloadavg()[0]:.2f}"]
 
 
 def main() -> None:
@@ -288,7 +334,8 @@ def main() -> None:
     ap.add_argument("--scale", type=int, default=0, help="only the bytes-and-packs table at this N (e.g. 10000)")
     args = ap.parse_args()
     if args.ref_cost:
-        print("\n".join(local_ref_cost(args.n)))
+        print("\n".join(local_ref_cost(args.n) + [""] + local_ref_cost(args.n, fmt=3) + [""]
+                        + durable_vs_sqlite(args.n)))
         return
     t0 = time.time()
     lines = [f"## Packs: format 1 against format 2 (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]

@@ -202,10 +202,10 @@ def test_a_batch_crossing_blocks_writes_once(plumbing_store: castore.Store) -> N
     calls: list[int] = []
     real = plumbing_store.objects.put_encoded
 
-    def counting(items: Any) -> int:
+    def counting(items: Any, **kw: Any) -> int:
         items = list(items)
         calls.append(len(items))
-        return real(items)
+        return real(items, **kw)
 
     plumbing_store.objects.put_encoded = counting  # type: ignore[method-assign]
     ids = s.append_many([castore.Message(role="user", content="x" * 70000 + str(i)) for i in range(2 * K + 1)])

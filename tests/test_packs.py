@@ -169,7 +169,7 @@ def test_a_format1_store_reads_takes_appends_and_forks_and_repack_converts_it(tm
     assert [m.content for m in castore.open(url).session("app", "u", "s").messages()] == before
 
 
-@pytest.mark.parametrize("fmt", [3, 0, "2", True])
+@pytest.mark.parametrize("fmt", [4, 0, "2", True])
 def test_a_store_of_an_unknown_format_is_refused_clearly(tmp_path, fmt):
     root = tmp_path / "st"
     root.mkdir()
@@ -238,7 +238,7 @@ def test_cli_init_format_2_and_repack(tmp_path):
     res = runner.invoke(main, ["--store", url, "repack", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["new_pack"] is not None and len(json.loads(res.stdout)["packs_merged"]) == 3
-    bad = runner.invoke(main, ["init", url, "--format", "3"])
+    bad = runner.invoke(main, ["init", url, "--format", "4"])
     assert bad.exit_code == 2
     assert [m.content for m in st.session("app", "u", "s2").messages()] == [f"m {i}" for i in range(4)]
 

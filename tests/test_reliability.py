@@ -93,7 +93,7 @@ def check_writers(store: castore.Store, procs: int, count: int, acked: dict[str,
             entries_written=len(entries), lost=len(want) - len(entries), objects_reachable=report.reachable)
 
 
-@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize("fmt", [1, 2, 3])  # 3: ref swaps journaled in the writer's log (FORMAT.md 12)
 @pytest.mark.parametrize(("procs", "count"), [
     (4, 25),
     pytest.param(8, 200, marks=pytest.mark.slow),
@@ -144,7 +144,7 @@ def run_crashes(url: str, kills: int, seed: int) -> tuple[dict[str, str], int]:
     return acked, len(acked)
 
 
-@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize("fmt", [1, 2, 3])
 @pytest.mark.parametrize("kills", [10, pytest.param(50, marks=pytest.mark.slow)])
 def test_writer_killed_at_random_moments_loses_no_returned_append(tmp_path: Path, kills: int, fmt: int) -> None:
     url = str(tmp_path / "store")

@@ -12,9 +12,10 @@ import os
 from typing import Any
 
 from ..errors import StorageError
-from .base import Appender, DeleteIncomplete, PreconditionFailed, Storage, Token, Versioned
+from .base import Appender, DeleteIncomplete, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned
 
-__all__ = ["open_storage", "Storage", "Appender", "DeleteIncomplete", "PreconditionFailed", "Token", "Versioned",
+__all__ = ["open_storage", "Storage", "Appender", "DeleteIncomplete", "Journal", "PreconditionFailed", "RefIntent",
+           "Token", "Versioned",
            "split_url"]
 
 

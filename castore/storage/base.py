@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from ..errors import CastoreError, InvalidName, StorageError
@@ -28,6 +28,34 @@ class Versioned(NamedTuple):
 
     data: bytes
     token: Token
+
+
+class RefIntent(NamedTuple):
+    """A ref change about to be made by a swap whose rename is not synced (docs/FORMAT.md, 12):
+    the redo record a journal keeps durable before the change lands, or, with ``data`` None,
+    a delete (``new`` None) or a check that the ref still holds ``old`` (``new == old``).
+
+    Attributes:
+        key: the storage key of the ref (under ``refs/``).
+        old: the token the ref had when the change was decided (None: absent).
+        new: the token of ``data`` (None: the ref is deleted).
+        data: the bytes written (None for a delete or a check).
+        boot: the id of the boot the change was made in.
+        stamp: CLOCK_MONOTONIC nanoseconds, taken under the ref's lock (orders the changes
+            of one ref within a boot, across processes).
+    """
+
+    key: str
+    old: Token | None
+    new: Token | None
+    data: bytes | None
+    boot: str
+    stamp: int
+
+
+#: called by :meth:`Storage.swap` under the ref's lock, after the compare passed: keeps the
+#: intent durable (True), or declines (False: the swap is then made durable on its own)
+Journal = Callable[[RefIntent], bool]
 
 
 class PreconditionFailed(CastoreError):
@@ -97,11 +125,19 @@ class Appender(ABC):
     size: int
 
     @abstractmethod
-    def append(self, data: bytes) -> int:
-        """Append ``data``; return the offset it starts at.
+    def append(self, data: bytes, sync: bool = True) -> int:
+        """Append ``data``; return the offset it starts at. With ``sync`` False the append
+        is not made durable yet: a later synced append (or :meth:`sync`) covers it.
 
         Raises:
             StorageError: the write failed (the log must not be appended to again).
+        """
+
+    def sync(self) -> None:  # noqa: B027 - appenders without unsynced appends have nothing to do
+        """Make every append so far durable.
+
+        Raises:
+            StorageError: the sync failed (the log must not be appended to again).
         """
 
     @abstractmethod
@@ -169,10 +205,13 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """Atomically replace ``key`` with ``data`` if its token is ``expect``.
 
-        ``expect=None`` creates the file only if it does not exist.
+        ``expect=None`` creates the file only if it does not exist. ``journal``: where a
+        backend that can defer the durability of the change (local disk, format 3) keeps its
+        intent durable first (docs/FORMAT.md, 12); backends whose write is durable on its own
+        (a conditional PUT) ignore it.
 
         Returns:
             The new version token.
@@ -310,6 +349,25 @@ class Storage(ABC):
             StorageError: the backend failed.
         """
         return []
+
+    def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
+        """Replay the journaled ref changes of a boot that ended without making them durable
+        (a power loss), before anything reads a ref; ``intents_of(boot)`` returns the intents
+        the writers' logs hold for that boot. Returns how many refs were changed. Backends
+        without a journal have nothing to do.
+
+        Raises:
+            StorageError: the backend failed (the journal is kept for the next open).
+        """
+        return 0
+
+    def sync_keys(self, keys: Iterable[str]) -> None:  # noqa: B027 - durable-on-write backends
+        """Make the current state of ``keys`` durable (their files and folders synced), so that
+        the intents that moved them are no longer needed.
+
+        Raises:
+            StorageError: the backend failed.
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         """Release what the backend holds (connections, threads)."""

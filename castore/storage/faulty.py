@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from .base import DeleteIncomplete, Storage, Token, Versioned
+from .base import DeleteIncomplete, Journal, RefIntent, Storage, Token, Versioned
 
 _T = TypeVar("_T")
 
@@ -155,9 +155,17 @@ class FaultyStorage(Storage):
 
         self._call("write_many", f"({len(items)} keys)", lambda: self.inner.write_many(items), partial)
 
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """See :meth:`Storage.swap`; a ``lost`` fault lands the swap and still raises."""
-        return self._call("swap", key, lambda: self.inner.swap(key, data, expect))
+        return self._call("swap", key, lambda: self.inner.swap(key, data, expect, *([journal] if journal else [])))
+
+    def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
+        """See :meth:`Storage.recover_refs` (no faults injected: it runs once, at open)."""
+        return self.inner.recover_refs(intents_of)
+
+    def sync_keys(self, keys: Iterable[str]) -> None:
+        """See :meth:`Storage.sync_keys`."""
+        self.inner.sync_keys(keys)
 
     def delete(self, key: str, expect: Token | None = None) -> None:
         """See :meth:`Storage.delete`; may raise an injected StorageError (deleted or not)."""

@@ -12,7 +12,7 @@ import hashlib
 from typing import Any
 
 from ..errors import StorageError
-from .base import PreconditionFailed, Storage, Token, Versioned
+from .base import Journal, PreconditionFailed, Storage, Token, Versioned
 
 
 class FsspecStorage(Storage):
@@ -53,7 +53,7 @@ class FsspecStorage(Storage):
             return None
         return Versioned(data, hashlib.blake2b(data, digest_size=16).hexdigest())
 
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """Check then write (not atomic; see the module docstring)."""
         cur = self.read_versioned(key)
         if (cur.token if cur else None) != expect:

@@ -18,18 +18,29 @@ after its mark next time, or the change was under way while it read, and then
 :meth:`LocalStorage.pending_swaps` (the lock files) names it. The log is not synced: a
 mark records the boot it was taken in, and after a reboot (a power loss can drop the log's
 tail, not a synced ref) everything is read again.
+
+Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (the write
+path passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent`
+under the ref's lock, after the compare; when the journal has made it durable (one
+``fdatasync`` of the log, which also covers the append's objects record), the new value is
+written into the lock file and renamed over the ref with no fsync of file or folder. Before
+the first such swap of a boot, ``journal/<boot id>`` is created durably (the *marker*); while
+it exists, deletes of refs (and checks after a dead writer's lock was cleared) are recorded
+in it, synced, before they land. Opening a store after a power loss finds the marker of
+another boot and replays that boot's intents (:meth:`LocalStorage.recover_refs`).
 """
 
 from __future__ import annotations
 
 import builtins
 import fcntl
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import InvalidName, RefLocked, StorageError
-from .base import Appender, PreconditionFailed, Storage, Token, Versioned, check_key
+from .base import Appender, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
     from _blake2 import blake2b
@@ -47,6 +58,9 @@ SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = "refs/"
 _LOG_HEADER = "castore swap log "
+#: the folder of the boot markers of deferred ref swaps (see the module docstring)
+JOURNAL = "journal"
+_MARKER_HEADER = b"castore ref journal\n"
 
 
 def _boot_id() -> str:
@@ -71,6 +85,10 @@ class LocalStorage(Storage):
         self.durable = durable
         self._made_dirs: set[str] = set()
         self._real_root: str | None = None
+        self._marker = ""  # the boot whose marker this handle made sure of
+        #: test hook (simulated power loss): when a list, every rename made without a sync
+        #: is recorded as (path, the bytes it replaced or None); a folder sync drops its own
+        self.unsynced: builtins.list[tuple[str, bytes | None]] | None = None
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -119,6 +137,8 @@ class LocalStorage(Storage):
     def _fsync_dir(self, d: str) -> None:
         if not self.durable:
             return
+        if self.unsynced:
+            self.unsynced[:] = [(p, old) for p, old in self.unsynced if os.path.dirname(p) != d]
         try:
             fd = os.open(d, os.O_RDONLY)
             try:
@@ -228,11 +248,13 @@ class LocalStorage(Storage):
         deadline = time.monotonic() + LOCK_TIMEOUT
         delay = 0.0005
         remade = 0
+        cleared = False
         while True:
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 if self._clear_if_stale(lock):
+                    cleared = True
                     continue
                 if time.monotonic() > deadline:
                     raise RefLocked(path, None, None, _held_message(lock)) from None
@@ -257,7 +279,25 @@ class LocalStorage(Storage):
             except OSError as e:
                 self._unlock(path, fd)
                 raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
+            if cleared:
+                try:
+                    self._check_after_dead_writer(path)
+                except BaseException:
+                    self._unlock(path, fd)
+                    raise
             return fd
+
+    def _check_after_dead_writer(self, path: str) -> None:
+        """Under the lock of a ref whose previous holder died: record that the ref holds what
+        it holds now, so that a swap the dead writer journaled but never landed is not rolled
+        forward by a recovery after a later reboot (docs/FORMAT.md, 12)."""
+        key = os.path.relpath(path, self.root).replace(os.sep, "/")
+        boot = _boot_id()
+        if not (self.durable and boot and key.startswith(_LOGGED_DELETES) and self._has_marker(boot)):
+            return
+        current = self.read_versioned(key)
+        token = current.token if current is not None else None
+        self._record(boot, RefIntent(key, token, token, None, boot, time.monotonic_ns()))
 
     @staticmethod
     def _clear_if_stale(lock: str) -> bool:
@@ -273,8 +313,19 @@ class LocalStorage(Storage):
         return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=False)]
 
     def clear_stale_locks(self, prefix: str = "") -> list[str]:
-        """Remove the lock files :meth:`stale_locks` finds; return their keys."""
-        return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=True) is True]
+        """Remove the lock files :meth:`stale_locks` finds; return their keys. A ref's is
+        cleared by taking the lock as a writer would, which records that the ref holds what
+        it holds (so that a recovery does not roll forward the dead writer's swap)."""
+        out = []
+        for k in self.list_locks(prefix):
+            lock = self._path(k)
+            if k.startswith(_LOGGED_DELETES) and self.durable and _check_stale(lock, remove=False) is True:
+                path = lock[:-len(".lock")]
+                self._unlock(path, self._lock(path))
+                out.append(k)
+            elif _check_stale(lock, remove=True) is True:
+                out.append(k)
+        return out
 
     def _unlock(self, path: str, fd: int) -> None:
         try:
@@ -290,21 +341,35 @@ class LocalStorage(Storage):
             return None
         return Versioned(data, _token(data))
 
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
-        """Replace ``key`` under its lock if its token is ``expect``; see :meth:`Storage.swap`."""
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
+        """Replace ``key`` under its lock if its token is ``expect``; see :meth:`Storage.swap`.
+
+        With ``journal`` (a durable ref under ``refs/``), the change is deferred when the
+        journal keeps its intent durable: the boot's marker is made sure of, the journal
+        called, and the ref renamed into place with no sync (see the module docstring).
+        """
         path = self._path(key)
         fd = self._lock(path)
+        token = _token(data)
+        deferred = False
         try:
             current = self.read_versioned(key)
             if (current.token if current else None) != expect:
                 raise PreconditionFailed(key, expect)
+            if journal is not None and self.durable and key.startswith(_LOGGED_DELETES):
+                # called even where the change cannot be deferred (no boot id): its sync is
+                # what makes the append's objects record durable
+                boot = _boot_id()
+                if boot:
+                    self._ensure_marker(boot)
+                deferred = journal(RefIntent(key, expect, token, data, boot, time.monotonic_ns())) and bool(boot)
             self._log_swap(key)
             # As git does: the new content goes into the lock file itself, which is then
             # renamed over the ref; the rename is the commit and releases the lock at once.
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, data, 0)
-                if self.durable:
+                if self.durable and not deferred:
                     os.fsync(fd)
                 os.replace(path + ".lock", path)
             except OSError as e:
@@ -313,8 +378,196 @@ class LocalStorage(Storage):
             self._unlock(path, fd)
             raise
         os.close(fd)
-        self._fsync_dir(os.path.dirname(path))
-        return _token(data)
+        if not deferred:
+            self._fsync_dir(os.path.dirname(path))
+        elif self.unsynced is not None:
+            self.unsynced.append((path, current.data if current is not None else None))
+        return token
+
+    # -- deferred swaps: the boot marker, its records, recovery --------------------------
+    def _marker_path(self, boot: str) -> str:
+        return os.path.join(self.root, JOURNAL, boot)
+
+    def _has_marker(self, boot: str) -> bool:
+        return self._marker == boot or os.path.exists(self._marker_path(boot))
+
+    def _ensure_marker(self, boot: str) -> None:
+        """Make sure ``journal/<boot>`` exists durably (once per handle and boot): before the
+        first deferred swap of a boot, so that a recovery after a power loss knows to look.
+
+        Raises:
+            StorageError: it cannot be created or synced.
+        """
+        if self._marker == boot:
+            return
+        d = os.path.join(self.root, JOURNAL)
+        self._ensure_dir(d)
+        try:
+            fd = os.open(self._marker_path(boot), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise StorageError(f"cannot create {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
+        else:
+            try:
+                os.write(fd, _MARKER_HEADER)
+                os.fsync(fd)
+            except OSError as e:
+                raise StorageError(f"cannot write {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
+            finally:
+                os.close(fd)
+        # whoever made the folder or the file may not have synced them yet: sync both here
+        self._fsync_dir(d)
+        self._fsync_dir(self.root)
+        self._marker = boot
+
+    def _record(self, boot: str, intent: RefIntent) -> None:
+        """Append ``intent`` (a delete or a check: no data) to the boot's marker, synced.
+
+        Raises:
+            StorageError: it cannot be written (the change is then not made).
+        """
+        line = json.dumps({"k": intent.key, "o": intent.old, "n": intent.new, "t": intent.stamp},
+                          separators=(",", ":")).encode() + b"\n"
+        try:
+            fd = os.open(self._marker_path(boot), os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StorageError(f"cannot record the change of {intent.key} in {JOURNAL}/{boot}: "
+                               f"{e.strerror or e}", self.url) from e
+
+    @staticmethod
+    def _records(data: bytes, boot: str) -> builtins.list[RefIntent]:
+        """The records of a marker's bytes (a torn last line, cut by a crash, is skipped)."""
+        out = []
+        for line in data.split(b"\n")[1:]:
+            try:
+                r = json.loads(line)
+                out.append(RefIntent(str(r["k"]), r["o"], r["n"], None, boot, int(r["t"])))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
+        """Replay the deferred swaps of every other boot that left a marker; see
+        :meth:`Storage.recover_refs` and docs/FORMAT.md, 12. One listing when there is none.
+
+        Raises:
+            StorageError: a file cannot be read or written (the marker is kept).
+        """
+        try:
+            names = os.listdir(os.path.join(self.root, JOURNAL))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        except OSError as e:
+            raise StorageError(f"cannot list {JOURNAL}: {e.strerror or e}", self.url) from e
+        boot = _boot_id()
+        changed = 0
+        for name in sorted(names):
+            if name != boot and ".tmp-" not in name:
+                changed += self._recover_boot(name, intents_of)
+        return changed
+
+    def _recover_boot(self, boot: str, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
+        """Replay the marker ``boot`` under its exclusive ``flock`` (a rival opening the store
+        meanwhile waits, then finds it gone), then remove it."""
+        path = self._marker_path(boot)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return 0
+        except OSError as e:
+            raise StorageError(f"cannot open {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
+        durable, self.durable = self.durable, True  # a replay is always synced (it runs at open)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink == 0:
+                return 0  # replayed by another process while we waited
+            with os.fdopen(os.dup(fd), "rb") as f:
+                events = self._records(f.read(), boot)
+            events += [i for i in intents_of(boot) if i.boot == boot and i.key.startswith(_LOGGED_DELETES)]
+            by_key: dict[str, builtins.list[RefIntent]] = {}
+            for ev in events:
+                by_key.setdefault(ev.key, []).append(ev)
+            changed = sum(self._replay(key, sorted(evs, key=lambda i: i.stamp)) for key, evs in sorted(by_key.items()))
+            os.unlink(path)
+            self._fsync_dir(os.path.dirname(path))
+            return changed
+        except OSError as e:
+            raise StorageError(f"cannot recover {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
+        finally:
+            self.durable = durable
+            os.close(fd)
+
+    def _replay(self, key: str, events: builtins.list[RefIntent]) -> int:
+        """Bring ``key`` to the value its journaled changes (in stamp order) end at; 1 if it
+        changed. The ref holds the value after some change k; every change after k is in
+        ``events`` (a change that is not is durable, so the ref would hold it or a later
+        one), so the latest change whose old value is what the ref holds, from which every
+        later change follows on, leads to the last value. None such: the ref holds it. A
+        torn file (empty, zero-filled or cut short: its rename outlived its data) takes the
+        last change's value."""
+        current = self.read_versioned(key)
+        tok = current.token if current is not None else None
+        known = {e.new for e in events} | {e.old for e in events}
+        data_of = {e.new: e.data for e in events if e.data is not None}
+        final: Token | None = tok
+        if current is not None and tok not in known and _torn(current.data):
+            final = events[-1].new
+        else:
+            for j in range(len(events) - 1, -1, -1):
+                if events[j].old != tok:
+                    continue
+                state: Token | None = tok
+                for e in events[j:]:
+                    if e.old != state:
+                        break
+                    state = e.new
+                else:
+                    final = state
+                    break
+        if final == tok:
+            return 0
+        if final is None:
+            self.delete(key, tok)
+        elif final in data_of:
+            self.swap(key, data_of[final], tok)
+        else:
+            return 0  # a check of a value whose bytes no change here holds: nothing to write
+        return 1
+
+    def sync_keys(self, keys: Iterable[str]) -> None:
+        """Sync the files of ``keys`` (those that exist) and their folders; see
+        :meth:`Storage.sync_keys`.
+
+        Raises:
+            StorageError: a sync failed.
+        """
+        if not self.durable:
+            return
+        dirs: set[str] = set()
+        for key in keys:
+            path = self._path(key)
+            dirs.add(os.path.dirname(path))
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # deleted since: a delete syncs its folder
+            except OSError as e:
+                raise StorageError(f"cannot sync {key}: {e.strerror or e}", self.url) from e
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise StorageError(f"cannot sync {key}: {e.strerror or e}", self.url) from e
+            finally:
+                os.close(fd)
+        for d in sorted(dirs):
+            if os.path.isdir(d):
+                self._fsync_dir(d)
 
     def delete(self, key: str, expect: Token | None = None) -> None:
         """Delete ``key`` (under its lock when ``expect`` is given)."""
@@ -338,6 +591,11 @@ class LocalStorage(Storage):
             if expect is not None and (current is None or current.token != expect):
                 raise PreconditionFailed(key, expect)
             if current is not None:
+                boot = _boot_id()
+                if self.durable and boot and key.startswith(_LOGGED_DELETES) and self._has_marker(boot):
+                    # a deferred swap of this boot may have created the ref: without this
+                    # record a recovery would replay that swap over the delete
+                    self._record(boot, RefIntent(key, current.token, None, None, boot, time.monotonic_ns()))
                 self._log_swap(key)
                 try:
                     os.unlink(path)
@@ -636,9 +894,10 @@ class _LocalAppender(Appender):
         self.key = key
         self._fd: int | None = fd
         self.size = 0
+        self._dirty = False  # appended without a sync since the last one
 
-    def append(self, data: bytes) -> int:
-        """Append ``data`` durably; see :meth:`Appender.append`."""
+    def append(self, data: bytes, sync: bool = True) -> int:
+        """Append ``data`` (durably unless ``sync`` is False); see :meth:`Appender.append`."""
         if self._fd is None:
             raise StorageError(f"{self.key}: the log is closed", self.storage.url)
         at = self.size
@@ -647,8 +906,9 @@ class _LocalAppender(Appender):
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
-            if self.storage.durable:
+            if self.storage.durable and sync:
                 os.fdatasync(self._fd)
+            self._dirty = not sync
             gone = os.fstat(self._fd).st_nlink == 0
         except OSError as e:
             self.close()
@@ -662,11 +922,30 @@ class _LocalAppender(Appender):
         self.size = at + len(data)
         return at
 
+    def sync(self) -> None:
+        """Make the appends so far durable; see :meth:`Appender.sync`."""
+        if self._fd is None or not self._dirty:
+            return
+        try:
+            if self.storage.durable:
+                os.fdatasync(self._fd)
+        except OSError as e:
+            self.close()
+            raise StorageError(f"cannot sync {self.key}: {e.strerror or e}", self.storage.url) from e
+        self._dirty = False
+
     def close(self) -> None:
         """Release the log and its ``flock``."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _torn(data: bytes) -> bool:
+    """Whether a journaled file's bytes are not what any write left whole: empty, holding
+    zeros (blocks allocated but never written) or cut short (journaled values end with a
+    newline: ref files do)."""
+    return not data or b"\0" in data or not data.endswith(b"\n")
 
 
 def _check_stale(lock: str, remove: bool) -> bool | None:

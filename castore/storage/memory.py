@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from .base import PreconditionFailed, Storage, Token, Versioned, check_key
+from .base import Journal, PreconditionFailed, Storage, Token, Versioned, check_key
 
 _ROOTS: dict[str, dict[str, tuple[bytes, int, float]]] = {}
 _ROOTS_LOCK = threading.Lock()
@@ -67,8 +67,9 @@ class MemoryStorage(Storage):
         item = self._data.get(key)
         return None if item is None else str(item[1])
 
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
-        """Replace ``key`` if its token is ``expect``; see :meth:`Storage.swap`."""
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
+        """Replace ``key`` if its token is ``expect``; see :meth:`Storage.swap` (``journal`` is
+        ignored: nothing here is durable)."""
         check_key(key)
         with self._lock:
             if self._token(key) != expect:

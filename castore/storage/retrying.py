@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from .base import DeleteIncomplete, Storage, Token, Versioned
+from .base import DeleteIncomplete, Journal, RefIntent, Storage, Token, Versioned
 
 _T = TypeVar("_T")
 
@@ -131,9 +131,18 @@ class RetryingStorage(Storage):
         return self._retry(lambda: self.inner.mtime(key))
 
     # -- not retried: ambiguous after a lost response ----------------------------------------
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """See :meth:`Storage.swap`. Never retried here: the caller decides (see the module doc)."""
-        return self.inner.swap(key, data, expect)
+        return self.inner.swap(key, data, expect, *([journal] if journal else []))
+
+    def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
+        """See :meth:`Storage.recover_refs` (not retried: it is kept for the next open)."""
+        return self.inner.recover_refs(intents_of)
+
+    def sync_keys(self, keys: Iterable[str]) -> None:
+        """See :meth:`Storage.sync_keys` (retried: syncing again is harmless)."""
+        keys = list(keys)
+        self._retry(lambda: self.inner.sync_keys(keys))
 
     def delete(self, key: str, expect: Token | None = None) -> None:
         """See :meth:`Storage.delete`; retried only without ``expect`` (then idempotent)."""

@@ -35,7 +35,7 @@ from botocore.exceptions import (
 from fsspec.asyn import sync
 
 from ..errors import StorageError
-from .base import DeleteIncomplete, PreconditionFailed, Storage, Token, Versioned, check_key
+from .base import DeleteIncomplete, Journal, PreconditionFailed, Storage, Token, Versioned, check_key
 
 #: most requests in flight at once in a batch
 CONCURRENCY = 64
@@ -356,8 +356,9 @@ class S3Storage(Storage):
         if items:
             self._batch(one, [(k, bytes(v)) for k, v in items.items()], "write")
 
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """Replace ``key`` with ``data`` if its ETag is ``expect`` (None: only if absent).
+        ``journal`` is ignored: a conditional PUT is durable on its own.
 
         One conditional PUT (``If-None-Match: *`` or ``If-Match``), retried with backoff on
         409 ConditionalRequestConflict. A PUT whose answer is lost and that the client

@@ -1,0 +1,276 @@
+"""Deferred ref swaps on local disk (format 3, docs/FORMAT.md 12): the writer's log is the
+redo log of its ref swaps.
+
+A durable append is one objects record and one ref intent in the writer's log, synced by
+one ``fdatasync``, and a rename of the ref that is not synced. These tests count the syncs,
+simulate a power loss (the renames that were never synced are rolled back, or left torn,
+on disk; then a "new boot" opens the store) and check that recovery brings back every
+acknowledged append, that deletes are not undone by a replay, and that a writer killed
+between its intent and its rename is not rolled forward once another writer took the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import castore
+from castore import packs
+from castore.maintenance import fsck
+from castore.storage import RefIntent
+from castore.storage import local as local_mod
+from castore.storage.local import JOURNAL, LocalStorage
+
+GOLDEN = Path(__file__).parent / "golden" / "format3-intent.json"
+
+
+class _Syncs:
+    """Counts os.fsync + os.fdatasync calls (monkeypatched)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+        def fsync(fd: int) -> None:
+            self.n += 1
+            real_fsync(fd)
+
+        def fdatasync(fd: int) -> None:
+            self.n += 1
+            real_fdatasync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+
+def _syncs_per_append(monkeypatch: pytest.MonkeyPatch, root: Path, **open_args: Any) -> float:
+    st = castore.open(str(root), **open_args)
+    s = st.session("app", "u", "s")
+    for i in range(3):  # warm: the log, the marker, the ref folders are made
+        s.append(castore.Message(role="user", content=f"warm {i}"))
+    count = _Syncs(monkeypatch)
+    for i in range(20):
+        s.append(castore.Message(role="user", content=f"m {i} " + "x" * 300), state_delta={"turn": i})
+    n = count.n
+    monkeypatch.undo()
+    st.close()
+    return n / 20
+
+
+def test_a_durable_append_makes_one_fsync_in_format_3_and_three_in_format_2(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _syncs_per_append(monkeypatch, tmp_path / "f3") == 1.0  # the default for a new store
+    assert json.loads((tmp_path / "f3" / "castore.json").read_text())["format"] == 3
+    assert _syncs_per_append(monkeypatch, tmp_path / "f2", format=2) == 3.0  # unchanged
+    assert not (tmp_path / "f2" / JOURNAL).exists()
+    assert _syncs_per_append(monkeypatch, tmp_path / "nd", durable=False) == 0.0
+
+
+# -- simulated power loss ----------------------------------------------------------------------
+def _power_loss(storage: LocalStorage, torn: bool = False) -> int:
+    """Undo, on disk, every rename the storage made without syncing (newest first): the ref
+    gets back the bytes it replaced (or goes, if it was new). With ``torn``, the renames
+    survive but their data does not: each such ref is left empty. Returns how many."""
+    assert storage.unsynced is not None
+    undone = list(reversed(storage.unsynced))
+    for path, old in undone:
+        if torn:
+            with open(path, "wb"):
+                pass
+        elif old is None:
+            if os.path.exists(path):
+                os.unlink(path)
+        else:
+            with open(path, "wb") as f:
+                f.write(old)
+    storage.unsynced.clear()
+    return len({p for p, _ in undone})
+
+
+def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_mod, "_boot_id", lambda: "00000000-0000-0000-0000-00000000b007")
+
+
+def _write(root: Path) -> tuple[castore.Store, dict[str, list[str]]]:
+    """Appends to two sessions and a fork, on a store recording its unsynced renames; the
+    store is left open (a power loss does not close it)."""
+    st = castore.open(str(root))
+    assert isinstance(st.storage, LocalStorage)
+    st.storage.unsynced = []
+    want: dict[str, list[str]] = {}
+    for sid in ("s1", "s2"):
+        s = st.session("app", "u", sid)
+        for i in range(7):
+            s.append(castore.Message(role="user", content=f"{sid} {i}"), state_delta={"n": i})
+        want[sid] = [m.content for m in s.messages()]
+    f = st.session("app", "u", "s1").fork("s3", at="HEAD~3")
+    f.append(castore.Message(role="user", content="forked"))
+    want["s3"] = [m.content for m in f.messages()]
+    return st, want
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["rolled-back", "torn"])
+def test_a_power_loss_loses_no_acknowledged_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     torn: bool) -> None:
+    root = tmp_path / "st"
+    st, want = _write(root)
+    assert isinstance(st.storage, LocalStorage)
+    assert _power_loss(st.storage, torn) >= 3  # the refs really were behind on disk
+    if not torn:
+        # what the disk holds now, read without recovery: the appends are not there
+        raw = LocalStorage(str(root)).read_versioned("refs/sessions/app/u/s1/heads/main")
+        assert raw is None or json.loads(raw.data.split(b"\n")[1])["len"] < len(want["s1"])
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    for sid, msgs in want.items():
+        assert [m.content for m in again.session("app", "u", sid).messages()] == msgs, sid
+    assert fsck(again).ok
+    assert os.listdir(root / JOURNAL) == []  # the marker of the lost boot is gone once replayed
+    again.session("app", "u", "s1").append(castore.Message(role="user", content="after"))
+    assert again.session("app", "u", "s1").messages()[-1].content == "after"
+
+
+def test_a_clean_reboot_replays_nothing_that_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "st"
+    st, want = _write(root)  # no power loss: the renames are all there
+    before = {k: LocalStorage(str(root)).read(k) for k in LocalStorage(str(root)).list("refs")}
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    assert {k: again.storage.read(k) for k in again.storage.list("refs")} == before
+    assert os.listdir(root / JOURNAL) == []
+
+
+def test_a_replay_does_not_undo_a_delete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "st"
+    st = castore.open(str(root))
+    assert isinstance(st.storage, LocalStorage)
+    st.storage.unsynced = []
+    st.session("app", "u", "gone").append(castore.Message(role="user", content="x"))  # created by a deferred swap
+    st.session("app", "u", "kept").append(castore.Message(role="user", content="y"))
+    st.delete_session("app", "u", "gone")  # durable, and recorded in the boot's marker
+    _power_loss(st.storage)
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    assert [s.session for s in again.sessions("app")] == ["kept"]
+    assert fsck(again).ok
+
+
+def test_sealing_a_log_makes_its_refs_durable_first(tmp_path: Path) -> None:
+    st = castore.open(str(tmp_path / "st"))
+    assert isinstance(st.storage, LocalStorage)
+    st.storage.unsynced = []
+    s = st.session("app", "u", "s")
+    for i in range(3):
+        s.append(castore.Message(role="user", content=f"{i}"))
+    assert st.storage.unsynced
+    st.close()  # seals the log: its intents are no longer read by a recovery
+    assert st.storage.unsynced == []
+    logs = [n for n in os.listdir(tmp_path / "st" / "packs") if n.startswith("w-") and n.endswith(".pack")]
+    assert logs and all((tmp_path / "st" / "packs" / (n[:-5] + ".idx")).exists() for n in logs)
+
+
+def _killed_between_intent_and_rename(root: str) -> None:
+    """Child: one normal append, then an append that dies after its intent is synced and
+    before its rename (as a kill -9 there would)."""
+    st = castore.open(root)
+    s = st.session("app", "u", "s")
+    s.append(castore.Message(role="user", content="landed"))
+    real = os.replace
+
+    def die(src: str, dst: str) -> None:
+        if str(src).endswith(".lock"):
+            os._exit(0)
+        real(src, dst)
+
+    os.replace = die  # type: ignore[assignment]
+    s.append(castore.Message(role="user", content="never acknowledged"))
+
+
+def _run_killed_writer(root: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    p = ctx.Process(target=_killed_between_intent_and_rename, args=(str(root),))
+    p.start()
+    p.join()
+    assert p.exitcode == 0
+    assert list((root / "refs").rglob("*.lock"))  # it died holding the ref's lock
+
+
+@pytest.mark.parametrize("who", ["next writer", "gc"])
+def test_a_swap_cut_short_is_not_rolled_forward_once_its_dead_lock_was_cleared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, who: str) -> None:
+    from castore.maintenance import clear_stale_locks
+
+    root = tmp_path / "st"
+    _run_killed_writer(root)
+    st = castore.open(str(root))
+    if who == "gc":
+        assert clear_stale_locks(st) == ["refs/sessions/app/u/s/heads/main.lock"]
+    else:
+        st.session("app", "u", "s").append(castore.Message(role="user", content="next writer"))
+    st.close()
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    want = ["landed"] + (["next writer"] if who != "gc" else [])
+    assert [m.content for m in again.session("app", "u", "s").messages()] == want
+    assert fsck(again).ok
+
+
+def test_a_swap_cut_short_and_left_alone_is_rolled_forward_after_a_reboot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one anomaly (docs/FORMAT.md 12): as in SQLite, the synced intent is the commit
+    point, so a writer killed between it and its rename, whose ref nobody touched since,
+    has its append land at the next reboot, whole (its objects were synced with it)."""
+    root = tmp_path / "st"
+    _run_killed_writer(root)
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    assert [m.content for m in again.session("app", "u", "s").messages()] == ["landed", "never acknowledged"]
+    assert fsck(again).ok
+
+
+def test_a_format_2_store_keeps_its_format_and_swaps_as_before(tmp_path: Path) -> None:
+    st = castore.open(str(tmp_path / "st"), format=2)
+    st.session("app", "u", "s").append(castore.Message(role="user", content="x"))
+    st.close()
+    again = castore.open(str(tmp_path / "st"))
+    again.session("app", "u", "s").append(castore.Message(role="user", content="y"))
+    assert again.config["format"] == 2 and not (tmp_path / "st" / JOURNAL).exists()
+    for n in os.listdir(tmp_path / "st" / "packs"):
+        if n.endswith(".pack"):
+            assert packs.intents((tmp_path / "st" / "packs" / n).read_bytes()) == []
+    upgraded = castore.open(str(tmp_path / "st"), format=3)
+    assert upgraded.config["format"] == 3
+
+
+# -- the record kind -----------------------------------------------------------------------------
+def _golden_intents() -> list[RefIntent]:
+    return [RefIntent("refs/sessions/a/u/s/heads/main", None, "0" * 32,
+                      b"ref: heads/main\n{\"w\":\"\xc3\xa9\"}\n", "b00t", 12345678901),
+            RefIntent("refs/sessions/a/u/s/heads/main", "0" * 32, "1" * 32, b"x\n", "b00t", 12345678902)]
+
+
+def test_golden_intent_records_keep_their_bytes() -> None:
+    want = json.loads(GOLDEN.read_text())
+    assert [packs.encode_intent(i).hex() for i in _golden_intents()] == want["records"]
+    log = bytes.fromhex(want["log"])
+    assert packs.intents(log) == _golden_intents()
+
+
+def test_readers_of_objects_skip_intent_records() -> None:
+    from castore import objects as o
+
+    objs = [o.encode(o.Blob(data=f"blob {i}".encode())) for i in range(4)]
+    rec1, w1 = packs.encode_record_v2(objs[:2], packs.HEADER_SIZE)
+    intent = packs.encode_intent(_golden_intents()[0])
+    rec2, w2 = packs.encode_record_v2(objs[2:], packs.HEADER_SIZE + len(rec1) + len(intent))
+    log = packs.PACK_MAGIC_V2 + rec1 + intent + rec2
+    where, end = packs.scan(log)
+    assert end == len(log) and set(where) == {oid for oid, _ in objs}
+    assert packs.intents(log) == [_golden_intents()[0]]
+    torn = log[:-3]
+    assert packs.intents(torn) == [_golden_intents()[0]] and set(packs.scan(torn)[0]) == {objs[0][0], objs[1][0]}
