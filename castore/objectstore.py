@@ -15,6 +15,7 @@ per process (bounded) and shared between readers.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections import OrderedDict
@@ -72,6 +73,26 @@ def pack_key(name: str) -> str:
 def index_key(name: str) -> str:
     """The storage key of a pack's index."""
     return f"{PACKS}/{name}{packs.INDEX_SUFFIX}"
+
+
+class gc_paused:
+    """Pause Python's cyclic garbage collector for a bulk read (a ``with`` block).
+
+    Reading a long path allocates tens of thousands of objects that all stay alive (the
+    cache, the path): each allocation burst makes the collector walk every live object
+    again, for nothing (decoded objects hold no cycles). A pause nested in another, or
+    taken while the collector is off, leaves it as it was.
+    """
+
+    __slots__ = ("was",)
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was:
+            gc.enable()
 
 
 class _Pack:
@@ -667,11 +688,12 @@ class ObjectStore:
         """
         out: dict[str, AnyObject] = {}
         todo: list[str] = []
+        cached, pending = self._cache.get, self._canonical
         for oid in oids:
-            obj = self._cache.get(oid)
+            obj = cached(oid)
             if obj is not None:
                 out[oid] = obj
-            elif oid in self._canonical:
+            elif pending and oid in pending:
                 out[oid] = self.get(oid)
             else:
                 todo.append(oid)
@@ -716,7 +738,7 @@ class ObjectStore:
                 out[oid] = o.from_stored(oid, stored)
         return out
 
-    def adopt_canonical_many(self, canonicals: Iterable[bytes]) -> list[tuple[ObjectId, AnyObject]]:
+    def adopt_canonical_many(self, canonicals: Sequence[bytes]) -> list[tuple[ObjectId, AnyObject]]:
         """Ids and decoded objects of canonical bytes found inside a verified object (the
         commits and bodies of a segment), in order: each is hashed once for its id, decoded
         once (or taken from the cache) and cached. The bulk form of :meth:`add_known_canonical`
@@ -725,22 +747,25 @@ class ObjectStore:
         Raises:
             IntegrityError: some bytes are not a castore object.
         """
-        out: list[tuple[ObjectId, AnyObject]] = []
-        cache, known, pending = self._cache, self._known, self._canonical
-        digest, decode = o.digest, o.decode
-        for canonical in canonicals:
-            oid = digest(canonical)
-            obj = cache.get(oid)
-            if obj is None:
-                obj = decode(oid, canonical)
-                pending.pop(oid, None)
-                if len(canonical) <= CACHE_MAX_OBJECT:
-                    cache[oid] = obj
-            known.add(oid)
-            out.append((oid, obj))
-        while len(cache) > CACHE_SIZE:
-            cache.popitem(last=False)
-        return out
+        with gc_paused():
+            ids = o.digest_many(canonicals)
+            cache = self._cache
+            found = list(map(cache.get, ids))
+            fresh = [i for i, obj in enumerate(found) if obj is None]
+            if fresh:
+                decoded = o.decode_many([ids[i] for i in fresh], [canonicals[i] for i in fresh])
+                pending = self._canonical
+                for i, obj in zip(fresh, decoded, strict=True):
+                    oid = ids[i]
+                    found[i] = obj
+                    if pending:
+                        pending.pop(oid, None)
+                    if len(canonicals[i]) <= CACHE_MAX_OBJECT:
+                        cache[oid] = obj
+                while len(cache) > CACHE_SIZE:
+                    cache.popitem(last=False)
+            self._known.update(ids)
+            return list(zip(ids, found, strict=True))  # type: ignore[arg-type]  # every None was filled
 
     def add_known_canonical(self, canonical: bytes) -> ObjectId:
         """Register verified canonical bytes found inside a segment; return their id."""
