@@ -439,7 +439,9 @@ class ObjectStore:
             raw = got.get(index_key(name)) if has_index else None
             if raw is not None:
                 try:
-                    view = packs.IndexView(raw)
+                    # the check over every row waits until a miss or a bad object needs it
+                    # (_recheck): a reader of a few objects pays O(log n), not O(n)
+                    view = packs.IndexView(raw, check=False)
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
                 else:
@@ -506,12 +508,44 @@ class ObjectStore:
         return None
 
     def _unindex(self, name: str) -> None:
-        """Forget a damaged index and scan its pack instead."""
-        self._lazy.pop(name, None)
-        pack = self._packs.get(name)
-        if pack is not None:
-            pack.index, pack.sealed, pack.scanned = None, False, 0
+        """Forget a damaged index, and every row found through it, and scan its pack instead."""
+        self._drop(name)
         self._load_packs([(name, False)])
+
+    def _recheck(self, name: str | None = None) -> bool:
+        """Verify the not yet checked index of pack ``name`` (every one when None); drop each
+        damaged one and scan its pack instead. True when one was damaged (look again)."""
+        with self._lock:
+            damaged = False
+            for pack, view in list(self._lazy.items()):
+                if view.checked or (name is not None and pack != name):
+                    continue
+                try:
+                    view.verify()
+                except IntegrityError:
+                    self._unindex(pack)  # the pack is the truth: scan it
+                    damaged = True
+            return damaged
+
+    def _checked(self, oid: str, stored: bytes) -> tuple[bytes, bytes]:
+        """``(stored, canonical)``: :func:`objects.from_stored`, except that bytes failing their
+        id through an index not yet checked get that index checked first: a damaged index is
+        dropped, its pack scanned, and the object read again.
+
+        Raises:
+            IntegrityError: the stored bytes are corrupt.
+            ObjectNotFound: the object was only where the damaged index said.
+        """
+        try:
+            return stored, o.from_stored(oid, stored)
+        except IntegrityError:
+            hit = self._where.get(oid)
+            if hit is None or not self._recheck(hit[0]):
+                raise
+        again = self._stored(oid)
+        if again is None:
+            raise ObjectNotFound(oid)
+        return again, o.from_stored(oid, again)
 
     def _materialize(self) -> None:
         """Decode every index row not yet in the pack map (for what lists every frame)."""
@@ -591,8 +625,11 @@ class ObjectStore:
         except FileNotFoundError:
             pass
         if self.refresh() or self._locate(oid) is not None:
-            return self._from_pack(oid)
-        return None
+            got = self._from_pack(oid)
+            if got is not None:
+                return got
+        # a miss is trusted only once every index searched has passed its check
+        return self._from_pack(oid) if self._recheck() else None
 
     def _prefetch_packs(self, oids: Sequence[str]) -> None:
         """Read whole, in one batch, each pack (up to a quarter of the pack cache) that holds
@@ -644,6 +681,11 @@ class ObjectStore:
             if missing and (self.refresh() or any(self._locate(m) is not None for m in missing)):
                 for oid in missing:
                     out[oid] = self._from_pack(oid)
+            # a miss is trusted only once every index searched has passed its check
+            if any(out[m] is None for m in missing) and self._recheck():
+                for oid in missing:
+                    if out[oid] is None:
+                        out[oid] = self._from_pack(oid)
         return out
 
     # -- reading ---------------------------------------------------------------------
@@ -673,7 +715,7 @@ class ObjectStore:
             stored = self._stored(oid)
             if stored is None:
                 raise ObjectNotFound(oid)
-            canonical = o.from_stored(oid, stored)
+            canonical = self._checked(oid, stored)[1]
         obj = o.decode(oid, canonical)
         self._remember(oid, obj, size=len(canonical))
         return obj
@@ -705,7 +747,7 @@ class ObjectStore:
                     if missing_ok:
                         continue
                     raise ObjectNotFound(oid)
-                canonical = o.from_stored(oid, stored)
+                canonical = self._checked(oid, stored)[1]
                 obj = o.decode(oid, canonical)
                 self._remember(oid, obj, size=len(canonical))
                 out[oid] = obj
@@ -783,8 +825,7 @@ class ObjectStore:
         stored = self._stored(oid)
         if stored is None:
             raise ObjectNotFound(oid)
-        o.from_stored(oid, stored)
-        return stored
+        return self._checked(oid, stored)[0]
 
     def get_stored_many(self, oids: Sequence[str]) -> dict[str, bytes]:
         """Stored bytes of several objects in one batch, each verified.
@@ -798,8 +839,7 @@ class ObjectStore:
             stored = got.get(oid)
             if stored is None:
                 raise ObjectNotFound(oid)
-            o.from_stored(oid, stored)
-            out[oid] = stored
+            out[oid] = self._checked(oid, stored)[0]
         return out
 
     def read_stored_many(self, oids: Sequence[str]) -> dict[str, bytes | None]:
@@ -809,7 +849,27 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
-        return self._stored_many(oids)
+        return self._stored_many_rechecked(oids)
+
+    def _stored_many_rechecked(self, oids: Sequence[str]) -> dict[str, bytes | None]:
+        """:meth:`_stored_many` for callers that verify the bytes themselves (fsck, gc, sync):
+        a frame found through an index not checked yet is hashed here, and one that fails
+        gets its index checked (a damaged one is dropped, its pack scanned, the frame read
+        again), so that such a caller never takes a lying index row for a damaged object."""
+        got = self._stored_many(oids)
+        for oid, stored in got.items():
+            hit = self._where.get(oid)
+            if stored is None or hit is None:
+                continue
+            view = self._lazy.get(hit[0])
+            if view is None or view.checked:
+                continue
+            try:
+                o.from_stored(oid, stored)
+            except IntegrityError:
+                if self._recheck(hit[0]):
+                    got[oid] = self._stored(oid)
+        return got
 
     def contains(self, oid: str) -> bool:
         """Whether the object is stored (not verified).
@@ -820,7 +880,7 @@ class ObjectStore:
         if oid in self._known or self._locate(oid) is not None or self.storage.exists(object_key(oid)):
             return True
         self.refresh()
-        return self._locate(oid) is not None
+        return self._locate(oid) is not None or (self._recheck() and self._locate(oid) is not None)
 
     def verify(self, oid: str) -> None:
         """Re-read and re-hash one object, bypassing the cache.
@@ -1219,7 +1279,7 @@ class ObjectStore:
             StorageError: the backend failed.
         """
         out: dict[str, bytes] = {}
-        for oid, stored in self._stored_many(list(dict.fromkeys(oids))).items():
+        for oid, stored in self._stored_many_rechecked(list(dict.fromkeys(oids))).items():
             if stored is None:
                 raise ObjectNotFound(oid)
             out[oid] = stored
