@@ -372,10 +372,15 @@ class ObjectStore:
                             self._where[oid] = (other.name, other.where[oid])
                             break
 
-    def refresh(self) -> bool:
+    def refresh(self, need: Sequence[str] = ()) -> bool:
         """Bring the pack map up to date with ``packs/``: new indexes are read, packs without
         one (logs, batch packs) are scanned from where their last scan stopped, packs that
         are gone (repacked) are forgotten. Returns True when something new was found.
+
+        With ``need`` (the ids a reader is looking for), the packs without an index are
+        scanned only when the new indexes do not hold all of them: a reader at the middle of
+        a long session does not scan another writer's live log (up to :data:`SEAL_BYTES`,
+        every object hashed) for objects that sealed packs hold.
 
         Raises:
             StorageError: the backend failed.
@@ -400,6 +405,12 @@ class ObjectStore:
                         and self.storage.mtime(pack_key(name)) == pack.mtime:
                     continue  # a log that has not changed since its last scan
                 todo.append((name, has_index))
+            indexed = [t for t in todo if t[1]]
+            if need and indexed and len(indexed) < len(todo):
+                found = self._load_packs(indexed)
+                if all(self._locate(x) is not None for x in need):
+                    return found  # the others wait for an object no index holds
+                return self._load_packs([t for t in todo if not t[1]]) or found
             return self._load_packs(todo)
 
     def load_packs(self, names: Sequence[str]) -> bool:
@@ -624,7 +635,7 @@ class ObjectStore:
             return self.storage.read(object_key(oid))
         except FileNotFoundError:
             pass
-        if self.refresh() or self._locate(oid) is not None:
+        if self.refresh((oid,)) or self._locate(oid) is not None:
             got = self._from_pack(oid)
             if got is not None:
                 return got
@@ -678,7 +689,7 @@ class ObjectStore:
                 out[oid] = got
                 if got is None:
                     missing.append(oid)
-            if missing and (self.refresh() or any(self._locate(m) is not None for m in missing)):
+            if missing and (self.refresh(missing) or any(self._locate(m) is not None for m in missing)):
                 for oid in missing:
                     out[oid] = self._from_pack(oid)
             # a miss is trusted only once every index searched has passed its check
@@ -879,7 +890,7 @@ class ObjectStore:
         """
         if oid in self._known or self._locate(oid) is not None or self.storage.exists(object_key(oid)):
             return True
-        self.refresh()
+        self.refresh((oid,))
         return self._locate(oid) is not None or (self._recheck() and self._locate(oid) is not None)
 
     def verify(self, oid: str) -> None:

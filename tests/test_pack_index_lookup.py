@@ -154,3 +154,23 @@ def test_a_damaged_index_found_by_a_lookup_is_checked_and_its_pack_scanned(
         s = st.session("app", "u", "s")
         assert [m.content.split()[0] for m in s.messages()] == [str(i) for i in range(N)]
         assert maintenance.fsck(st).ok
+
+
+def test_a_reader_at_the_middle_does_not_scan_a_live_writers_log(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    url = str(tmp_path / "st")
+    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 12 * 1024)
+    writer = castore.open(url, format=2, durable=False, auto_repack=False)
+    s = writer.session("app", "u", "s")
+    ids = [s.append(castore.Message(role="user", content=f"{i} " + os.urandom(300).hex()),
+                    state_delta={"turn": i}) for i in range(N)]
+    live = writer.objects._log_name  # the writer keeps appending to it: no index yet
+    assert live and not Path(url, "packs", live + ".idx").exists()
+    with castore.open(url) as st:
+        assert st.session("app", "u", "s").state(ids[5], scopes=False)["turn"] == 5
+        assert st.objects.pack_bytes(live) == 0  # its objects were all in sealed packs
+        assert st.objects.get(ids[-1])  # only in the live log: found by scanning it
+        assert st.objects.pack_bytes(live) > 0
+    with castore.open(url) as st:
+        assert [m.content.split()[0] for m in st.session("app", "u", "s").messages()] == [str(i) for i in range(N)]
+    writer.close()
