@@ -12,7 +12,8 @@
    (castore's floor); a cold read of N entries (messages and state, import included, a new process each) on
    format 1 and format 2 against parsing the same entries from a Pi-style JSONL file and
    walking their parent ids (scripts/benchlib/cold.py's children); fork at the middle and
-   the state at the middle (fresh handle) at a short and a long session. Alternated, one run.
+   the state at the middle (fresh handle) at a short and a long session, also while another
+   writer holds an unsealed log (format 2). Alternated, one run.
 
 Usage: .venv/bin/python scripts/bench_session.py [--appends 5000] [--turns 1600] [--dir DIR]
        .venv/bin/python scripts/bench_session.py --only reads [--read-n 100,10000] [--reps 7]
@@ -344,6 +345,47 @@ def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
             print(f"\nformat {fmt}: N = {hi:,} against N = {lo:,} (medians): fork "
                   f"{statistics.median(f_hi) / statistics.median(f_lo):.2f}x, state "
                   f"{statistics.median(s_hi) / statistics.median(s_lo):.2f}x")
+    bench_state_with_live_writer(builds, reps)
+
+
+def bench_state_with_live_writer(builds: dict[int, dict[str, object]], reps: int, appends: int = 800) -> None:
+    """State at the middle of each format-2 session (fresh handle each) while another writer
+    holds an unsealed log of ``appends`` entries of another session (not yet indexed)."""
+    from benchlib.workload import step
+
+    print(f"\n## State at the middle while another writer holds a live log (format 2, fresh handle each; "
+          f"best / median of {reps})")
+    print("| N | live log bytes | state at the middle ms |")
+    print("|---|---|---|")
+    per: dict[int, list[float]] = {}
+    for n, b in builds.items():
+        url = str(b["url2"])
+        ids = b["ids2"]
+        assert isinstance(ids, list)
+        mid = ids[n // 2]
+        with castore.open(url, durable=False, auto_repack=False) as writer:
+            other = writer.session("bench", "u", f"live-{n}")
+            for i in range(appends):
+                w = step(i)
+                other.append(Message(role=w.role, content=w.content), state_delta=w.delta)
+            folder = os.path.join(url, "packs")
+            live = [f for f in os.listdir(folder) if f.startswith("w-") and f.endswith(".pack")
+                    and not os.path.exists(os.path.join(folder, f[:-5] + ".idx"))]
+            assert len(live) == 1, live  # the writer's log, not sealed yet
+            size = os.path.getsize(os.path.join(folder, live[0]))
+            times: list[float] = []
+            for _ in range(reps):
+                with castore.open(url) as st:
+                    t0 = time.perf_counter()
+                    state = st.session("bench", "u", "s").state(mid, scopes=False)
+                    times.append((time.perf_counter() - t0) * 1e3)
+                assert state["turn"] == n // 2
+        per[n] = times
+        print(f"| {n:,} | {size:,} | {_best_med(times)} |")
+    lo, hi = min(per), max(per)
+    if lo != hi:
+        print(f"\nN = {hi:,} against N = {lo:,} (medians): "
+              f"{statistics.median(per[hi]) / statistics.median(per[lo]):.2f}x")
 
 
 def main() -> int:
