@@ -199,13 +199,14 @@ class History:
     def _segments(self, idx: Index) -> list[tuple[str, Commit]]:
         seg_ids = [o.hex_id(s) for s in idx.segments]
         segs = self.objs.get_many(seg_ids)
-        out: list[tuple[str, Commit]] = []
+        held: list[bytes] = []
         for sid in seg_ids:
             seg = segs[sid]
             if not isinstance(seg, Segment):
                 raise IntegrityError(sid, "expected a segment")
-            out.extend((oid, c) for oid, c in self.objs.adopt_canonical_many(seg.objects) if isinstance(c, Commit))
-        return out
+            held.extend(seg.objects)
+        # one bulk adoption for the whole path: a Python loop per object is what reading costs
+        return [(oid, c) for oid, c in self.objs.adopt_canonical_many(held) if type(c) is Commit]
 
     def path_ids(self, tip: str, hint: Hint | None = None) -> list[str]:
         """Ids of the path root -> tip.
@@ -638,7 +639,7 @@ def is_chain(path: Sequence[tuple[str, Commit]], start: int = 0) -> bool:
         if prev is None:
             if start == 0 and c.parents:
                 return False
-        elif not c.parents or o.hex_id(c.parents[0]) != prev:
+        elif not c.parents or c.parents[0].hex() != prev:
             return False
         prev = cid
     return True

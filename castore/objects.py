@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Sequence
 from typing import Any, NewType
 
 import msgspec
@@ -62,7 +63,7 @@ if _found != ZDICT_BLAKE3:
     )
 
 
-class _Object(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="k"):
+class _Object(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="k", gc=False):
     pass
 
 
@@ -231,6 +232,12 @@ def digest(canonical: bytes | memoryview) -> ObjectId:
     return ObjectId(blake3(canonical).hexdigest())
 
 
+def digest_many(canonicals: Sequence[bytes]) -> list[ObjectId]:
+    """The ids of many canonical bytes, in order (:func:`digest` of each, without a Python
+    call per object: reading a long path hashes every commit and body it holds once)."""
+    return [blake3(c).hexdigest() for c in canonicals]  # type: ignore[misc]
+
+
 def checksum(data: bytes | memoryview) -> bytes:
     """The first 16 bytes of the blake3 digest of ``data`` (the check of pack records and indexes)."""
     return blake3(data).digest()[:16]
@@ -343,6 +350,19 @@ def decode(oid: str, canonical: bytes) -> AnyObject:
         return _decoder.decode(canonical)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise IntegrityError(oid, f"not a castore object ({e})") from e
+
+
+def decode_many(oids: Sequence[str], canonicals: Sequence[bytes]) -> list[AnyObject]:
+    """:func:`decode` of many canonical bytes (already verified), in order.
+
+    Raises:
+        IntegrityError: naming the first one that is not a format-1 object.
+    """
+    dec = _decoder.decode
+    try:
+        return [dec(c) for c in canonicals]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [decode(oid, c) for oid, c in zip(oids, canonicals, strict=True)]  # raises for the bad one
 
 
 def pack(value: Any) -> bytes:

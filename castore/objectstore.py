@@ -15,6 +15,7 @@ per process (bounded) and shared between readers.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections import OrderedDict
@@ -63,6 +64,26 @@ REFRESH_RELISTS = 4
 def object_key(oid: str) -> str:
     """The storage key of a loose object."""
     return f"{PREFIX}/{oid[:2]}/{oid[2:]}"
+
+
+class gc_paused:
+    """Pause Python's cyclic garbage collector for a bulk read (a ``with`` block).
+
+    Reading a long path allocates tens of thousands of objects that all stay alive (the
+    cache, the path): each allocation burst makes the collector walk every live object
+    again, for nothing (decoded objects hold no cycles). A pause nested in another, or
+    taken while the collector is off, leaves it as it was.
+    """
+
+    __slots__ = ("was",)
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was:
+            gc.enable()
 
 
 class _Pack:
@@ -439,10 +460,15 @@ class ObjectStore(Repacking):
                             self._where[oid] = (other.name, other.where[oid])
                             break
 
-    def refresh(self) -> bool:
+    def refresh(self, need: Sequence[str] = ()) -> bool:
         """Bring the pack map up to date with ``packs/``: new indexes are read, packs without
         one (logs, batch packs) are scanned from where their last scan stopped, packs that
         are gone (repacked) are forgotten. Returns True when something new was found.
+
+        With ``need`` (the ids a reader is looking for), the packs without an index are
+        scanned only when the new indexes do not hold all of them: a reader at the middle of
+        a long session does not scan another writer's live log (up to :data:`SEAL_BYTES`,
+        every object hashed) for objects that sealed packs hold.
 
         Raises:
             StorageError: the backend failed.
@@ -450,14 +476,14 @@ class ObjectStore(Repacking):
         found = False
         for _ in range(REFRESH_RELISTS):
             gone: list[str] = []
-            found = self._refresh_once(gone) or found
+            found = self._refresh_once(gone, need) or found
             if not gone:
                 break
             # a pack listed a moment ago was gone when read: a repack merged it since the
             # listing, and the pack it went into (written first) is in the next listing
         return found
 
-    def _refresh_once(self, gone: list[str]) -> bool:
+    def _refresh_once(self, gone: list[str], need: Sequence[str] = ()) -> bool:
         names = self.storage.list_dir(PACKS)
         with self._lock:
             listed: dict[str, bool] = {}
@@ -478,6 +504,12 @@ class ObjectStore(Repacking):
                         and self.storage.mtime(pack_key(name)) == pack.mtime:
                     continue  # a log that has not changed since its last scan
                 todo.append((name, has_index))
+            indexed = [t for t in todo if t[1]]
+            if need and indexed and len(indexed) < len(todo):
+                found = self._load_packs(indexed, gone)
+                if all(self._locate(x) is not None for x in need):
+                    return found  # the others wait for an object no index holds
+                return self._load_packs([t for t in todo if not t[1]], gone) or found
             return self._load_packs(todo, gone)
 
     def load_packs(self, names: Sequence[str]) -> bool:
@@ -517,7 +549,9 @@ class ObjectStore(Repacking):
             raw = got.get(index_key(name)) if has_index else None
             if raw is not None:
                 try:
-                    view = packs.IndexView(raw)
+                    # the check over every row waits until a miss or a bad object needs it
+                    # (_recheck): a reader of a few objects pays O(log n), not O(n)
+                    view = packs.IndexView(raw, check=False)
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
                 else:
@@ -590,12 +624,44 @@ class ObjectStore(Repacking):
         return None
 
     def _unindex(self, name: str) -> None:
-        """Forget a damaged index and scan its pack instead."""
-        self._lazy.pop(name, None)
-        pack = self._packs.get(name)
-        if pack is not None:
-            pack.index, pack.sealed, pack.scanned = None, False, 0
+        """Forget a damaged index, and every row found through it, and scan its pack instead."""
+        self._drop(name)
         self._load_packs([(name, False)])
+
+    def _recheck(self, name: str | None = None) -> bool:
+        """Verify the not yet checked index of pack ``name`` (every one when None); drop each
+        damaged one and scan its pack instead. True when one was damaged (look again)."""
+        with self._lock:
+            damaged = False
+            for pack, view in list(self._lazy.items()):
+                if view.checked or (name is not None and pack != name):
+                    continue
+                try:
+                    view.verify()
+                except IntegrityError:
+                    self._unindex(pack)  # the pack is the truth: scan it
+                    damaged = True
+            return damaged
+
+    def _checked(self, oid: str, stored: bytes) -> tuple[bytes, bytes]:
+        """``(stored, canonical)``: :func:`objects.from_stored`, except that bytes failing their
+        id through an index not yet checked get that index checked first: a damaged index is
+        dropped, its pack scanned, and the object read again.
+
+        Raises:
+            IntegrityError: the stored bytes are corrupt.
+            ObjectNotFound: the object was only where the damaged index said.
+        """
+        try:
+            return stored, o.from_stored(oid, stored)
+        except IntegrityError:
+            hit = self._where.get(oid)
+            if hit is None or not self._recheck(hit[0]):
+                raise
+        again = self._stored(oid)
+        if again is None:
+            raise ObjectNotFound(oid)
+        return again, o.from_stored(oid, again)
 
     def _materialize(self) -> None:
         """Decode every index row not yet in the pack map (for what lists every frame)."""
@@ -674,9 +740,12 @@ class ObjectStore(Repacking):
             return self.storage.read(object_key(oid))
         except FileNotFoundError:
             pass
-        if self.refresh() or self._locate(oid) is not None:
-            return self._from_pack(oid)
-        return None
+        if self.refresh((oid,)) or self._locate(oid) is not None:
+            got = self._from_pack(oid)
+            if got is not None:
+                return got
+        # a miss is trusted only once every index searched has passed its check
+        return self._from_pack(oid) if self._recheck() else None
 
     def _prefetch_packs(self, oids: Sequence[str]) -> None:
         """Read whole, in one batch, each pack (up to a quarter of the pack cache) that holds
@@ -725,9 +794,14 @@ class ObjectStore(Repacking):
                 out[oid] = got
                 if got is None:
                     missing.append(oid)
-            if missing and (self.refresh() or any(self._locate(m) is not None for m in missing)):
+            if missing and (self.refresh(missing) or any(self._locate(m) is not None for m in missing)):
                 for oid in missing:
                     out[oid] = self._from_pack(oid)
+            # a miss is trusted only once every index searched has passed its check
+            if any(out[m] is None for m in missing) and self._recheck():
+                for oid in missing:
+                    if out[oid] is None:
+                        out[oid] = self._from_pack(oid)
         return out
 
     # -- reading ---------------------------------------------------------------------
@@ -757,7 +831,7 @@ class ObjectStore(Repacking):
             stored = self._stored(oid)
             if stored is None:
                 raise ObjectNotFound(oid)
-            canonical = o.from_stored(oid, stored)
+            canonical = self._checked(oid, stored)[1]
         obj = o.decode(oid, canonical)
         self._remember(oid, obj, size=len(canonical))
         return obj
@@ -772,11 +846,12 @@ class ObjectStore(Repacking):
         """
         out: dict[str, AnyObject] = {}
         todo: list[str] = []
+        cached, pending = self._cache.get, self._canonical
         for oid in oids:
-            obj = self._cache.get(oid)
+            obj = cached(oid)
             if obj is not None:
                 out[oid] = obj
-            elif oid in self._canonical:
+            elif pending and oid in pending:
                 out[oid] = self.get(oid)
             else:
                 todo.append(oid)
@@ -788,7 +863,7 @@ class ObjectStore(Repacking):
                     if missing_ok:
                         continue
                     raise ObjectNotFound(oid)
-                canonical = o.from_stored(oid, stored)
+                canonical = self._checked(oid, stored)[1]
                 obj = o.decode(oid, canonical)
                 self._remember(oid, obj, size=len(canonical))
                 out[oid] = obj
@@ -821,7 +896,7 @@ class ObjectStore(Repacking):
                 out[oid] = o.from_stored(oid, stored)
         return out
 
-    def adopt_canonical_many(self, canonicals: Iterable[bytes]) -> list[tuple[ObjectId, AnyObject]]:
+    def adopt_canonical_many(self, canonicals: Sequence[bytes]) -> list[tuple[ObjectId, AnyObject]]:
         """Ids and decoded objects of canonical bytes found inside a verified object (the
         commits and bodies of a segment), in order: each is hashed once for its id, decoded
         once (or taken from the cache) and cached. The bulk form of :meth:`add_known_canonical`
@@ -830,22 +905,25 @@ class ObjectStore(Repacking):
         Raises:
             IntegrityError: some bytes are not a castore object.
         """
-        out: list[tuple[ObjectId, AnyObject]] = []
-        cache, known, pending = self._cache, self._known, self._canonical
-        digest, decode = o.digest, o.decode
-        for canonical in canonicals:
-            oid = digest(canonical)
-            obj = cache.get(oid)
-            if obj is None:
-                obj = decode(oid, canonical)
-                pending.pop(oid, None)
-                if len(canonical) <= CACHE_MAX_OBJECT:
-                    cache[oid] = obj
-            known.add(oid)
-            out.append((oid, obj))
-        while len(cache) > CACHE_SIZE:
-            cache.popitem(last=False)
-        return out
+        with gc_paused():
+            ids = o.digest_many(canonicals)
+            cache = self._cache
+            found = list(map(cache.get, ids))
+            fresh = [i for i, obj in enumerate(found) if obj is None]
+            if fresh:
+                decoded = o.decode_many([ids[i] for i in fresh], [canonicals[i] for i in fresh])
+                pending = self._canonical
+                for i, obj in zip(fresh, decoded, strict=True):
+                    oid = ids[i]
+                    found[i] = obj
+                    if pending:
+                        pending.pop(oid, None)
+                    if len(canonicals[i]) <= CACHE_MAX_OBJECT:
+                        cache[oid] = obj
+                while len(cache) > CACHE_SIZE:
+                    cache.popitem(last=False)
+            self._known.update(ids)
+            return list(zip(ids, found, strict=True))  # type: ignore[arg-type]  # every None was filled
 
     def add_known_canonical(self, canonical: bytes) -> ObjectId:
         """Register verified canonical bytes found inside a segment; return their id."""
@@ -863,8 +941,7 @@ class ObjectStore(Repacking):
         stored = self._stored(oid)
         if stored is None:
             raise ObjectNotFound(oid)
-        o.from_stored(oid, stored)
-        return stored
+        return self._checked(oid, stored)[0]
 
     def get_stored_many(self, oids: Sequence[str]) -> dict[str, bytes]:
         """Stored bytes of several objects in one batch, each verified.
@@ -878,8 +955,7 @@ class ObjectStore(Repacking):
             stored = got.get(oid)
             if stored is None:
                 raise ObjectNotFound(oid)
-            o.from_stored(oid, stored)
-            out[oid] = stored
+            out[oid] = self._checked(oid, stored)[0]
         return out
 
     def read_stored_many(self, oids: Sequence[str]) -> dict[str, bytes | None]:
@@ -889,7 +965,27 @@ class ObjectStore(Repacking):
         Raises:
             StorageError: the backend failed.
         """
-        return self._stored_many(oids)
+        return self._stored_many_rechecked(oids)
+
+    def _stored_many_rechecked(self, oids: Sequence[str]) -> dict[str, bytes | None]:
+        """:meth:`_stored_many` for callers that verify the bytes themselves (fsck, gc, sync):
+        a frame found through an index not checked yet is hashed here, and one that fails
+        gets its index checked (a damaged one is dropped, its pack scanned, the frame read
+        again), so that such a caller never takes a lying index row for a damaged object."""
+        got = self._stored_many(oids)
+        for oid, stored in got.items():
+            hit = self._where.get(oid)
+            if stored is None or hit is None:
+                continue
+            view = self._lazy.get(hit[0])
+            if view is None or view.checked:
+                continue
+            try:
+                o.from_stored(oid, stored)
+            except IntegrityError:
+                if self._recheck(hit[0]):
+                    got[oid] = self._stored(oid)
+        return got
 
     def contains(self, oid: str) -> bool:
         """Whether the object is stored (not verified).
@@ -899,8 +995,8 @@ class ObjectStore(Repacking):
         """
         if oid in self._known or self._locate(oid) is not None or self.storage.exists(object_key(oid)):
             return True
-        self.refresh()
-        return self._locate(oid) is not None
+        self.refresh((oid,))
+        return self._locate(oid) is not None or (self._recheck() and self._locate(oid) is not None)
 
     def verify(self, oid: str) -> None:
         """Re-read and re-hash one object, bypassing the cache.
@@ -1175,7 +1271,7 @@ class ObjectStore(Repacking):
             StorageError: the backend failed.
         """
         out: dict[str, bytes] = {}
-        for oid, stored in self._stored_many(list(dict.fromkeys(oids))).items():
+        for oid, stored in self._stored_many_rechecked(list(dict.fromkeys(oids))).items():
             if stored is None:
                 raise ObjectNotFound(oid)
             out[oid] = stored

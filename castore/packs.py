@@ -438,18 +438,25 @@ class IndexView:
     its rows are sorted by id, so a reader that needs a few objects of a pack
     binary-searches them (as git reads an ``.idx``) instead of decoding every row.
 
+    With ``check=False`` the check over the whole index (a blake3 of every row: O(n) for a
+    reader of one object) is left for :meth:`verify`; the layout is still checked. A reader
+    that does so must call :meth:`verify` before trusting a miss or a row whose object does
+    not hash to its id (docs/FORMAT.md, 7); :meth:`rows` verifies first.
+
     Raises:
         IntegrityError: not an index, truncated, or its check fails (from the constructor).
     """
 
-    __slots__ = ("data", "pack_size", "count", "version", "_rows_at", "_step", "_recs")
+    __slots__ = ("data", "pack_size", "count", "version", "checked", "_rows_at", "_step", "_recs")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, check: bool = True) -> None:
         magic = data[:len(INDEX_MAGIC)]
         if len(data) < _IDX_HEAD.size + 16 or magic not in (INDEX_MAGIC, INDEX_MAGIC_V2):
             raise IntegrityError("pack index", "not a castore pack index")
-        if o.checksum(memoryview(data)[:-16]) != data[-16:]:
-            raise IntegrityError("pack index", "its check does not match (damaged or cut short)")
+        self.data = data
+        self.checked = False
+        if check:
+            self.verify()
         held = len(data) - 16
         self._recs: list[tuple[int, int]] = []
         if magic == INDEX_MAGIC_V2:
@@ -472,10 +479,20 @@ class IndexView:
             if held != rows_at + count * _ROW.size:
                 raise IntegrityError("pack index", f"declares {count} rows but holds {held - rows_at} bytes")
             self.version, self._step = 1, _ROW.size
-        self.data = data
         self.pack_size: int = pack_size
         self.count: int = count
         self._rows_at = rows_at
+
+    def verify(self) -> None:
+        """Check the index's check (once).
+
+        Raises:
+            IntegrityError: it does not match (damaged or cut short).
+        """
+        if not self.checked:
+            if o.checksum(memoryview(self.data)[:-16]) != self.data[-16:]:
+                raise IntegrityError("pack index", "its check does not match (damaged or cut short)")
+            self.checked = True
 
     def _place(self, at: int) -> tuple[bytes, Place]:
         if self.version == 2:
@@ -513,8 +530,10 @@ class IndexView:
         """Every object the index lists, by hex id.
 
         Raises:
-            IntegrityError: a row points past the end of the pack or names no record.
+            IntegrityError: the index's check fails, or a row points past the end of the
+                pack or names no record.
         """
+        self.verify()
         base, step = self._rows_at, self._step
         out: dict[str, Place] = {}
         for i in range(self.count):

@@ -53,6 +53,7 @@ from .entries import (
     Prepared,
     check_value,
     entry_from,
+    message_from_body,
     prepare,
 )
 from .errors import (
@@ -66,7 +67,7 @@ from .errors import (
 )
 from .history import Hint, History
 from .objects import Commit, ObjectId, Value
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, gc_paused
 from .refs import RefStore, RefValue
 from .state import read_state, read_states
 
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _VERIFY_BATCH = 512
+_MESSAGE_KINDS = ("message", "event")
 
 
 class SessionHost(Protocol):
@@ -452,13 +454,15 @@ class Session:
         """
         # Only message and event commits carry messages: read just their bodies, and build
         # Message objects directly (no LogEntry per commit on this hot path).
-        bodies = [o.hex_id(c.body) for _, c in self._path(rev) if c.kind in ("message", "event") and c.body is not None]
+        bodies = [c.body.hex() for _, c in self._path(rev) if c.body is not None and c.kind in _MESSAGE_KINDS]
         got = self._objs.get_many(bodies)
         out = []
-        for bid in bodies:
-            body = _value_of(got[bid])
-            if body:
-                out.append(Message.from_dict(body))
+        with gc_paused():
+            for bid in bodies:
+                v = got[bid]
+                body = v.value if type(v) is Value else None
+                if body:
+                    out.append(message_from_body(body))
         return out
 
     def show(self, rev: str = "HEAD") -> LogEntry:

@@ -6,11 +6,14 @@
    disk usage against the raw payload (the messages' content bytes), every step's state
    reachable (verified).
 3. Fork, branch, checkout, label: time and bytes at a short and a long session.
-4. Reads (``--only reads``): ``import castore`` in fresh interpreters against ``python -c pass``;
-   a cold read of N entries (messages and state, import included, a new process each) on
+4. Reads (``--only reads``): castore's bytecode is compiled first (as an install does);
+   ``import castore`` in fresh interpreters against ``python -c pass``; what opening a
+   local store and reading a short session imports, against msgspec + blake3 + zstandard
+   (castore's floor); a cold read of N entries (messages and state, import included, a new process each) on
    format 1 and format 2 against parsing the same entries from a Pi-style JSONL file and
    walking their parent ids (scripts/benchlib/cold.py's children); fork at the middle and
-   the state at the middle (fresh handle) at a short and a long session. Alternated, one run.
+   the state at the middle (fresh handle) at a short and a long session, also while another
+   writer holds an unsealed log (format 2). Alternated, one run.
 
 Usage: .venv/bin/python scripts/bench_session.py [--appends 5000] [--turns 1600] [--dir DIR]
        .venv/bin/python scripts/bench_session.py --only reads [--read-n 100,10000] [--reps 7]
@@ -158,6 +161,50 @@ import castore
 print('{"ms": %r, "cpu_ms": %r}' % ((time.perf_counter() - _t0) * 1e3, (time.process_time() - _c0) * 1e3))
 """
 _PASS = "print('{}')"
+#: open a local store and read a short session (messages and state): what a cold reader
+#: imports beyond ``import castore``, the read itself costing little at N = 100
+_OPEN_READ = """import time; _t0 = time.perf_counter(); _c0 = time.process_time()
+import sys
+import castore
+s = castore.open(sys.argv[1]).session("bench", "u", "s"); s.messages(); s.state()
+print('{"ms": %r, "cpu_ms": %r, "modules": %d}' % ((time.perf_counter() - _t0) * 1e3,
+      (time.process_time() - _c0) * 1e3, len(sys.modules)))
+"""
+#: the third-party modules castore cannot read without: its floor
+_FLOOR = """import time; _t0 = time.perf_counter(); _c0 = time.process_time()
+import msgspec, blake3, zstandard
+import sys
+print('{"ms": %r, "cpu_ms": %r, "modules": %d}' % ((time.perf_counter() - _t0) * 1e3,
+      (time.process_time() - _c0) * 1e3, len(sys.modules)))
+"""
+
+
+def compile_castore() -> None:
+    """Compile castore's bytecode once, as installing the package does. Without it (a fresh
+    checkout, or PYTHONDONTWRITEBYTECODE set) every child would compile castore from source,
+    which no installed castore pays."""
+    import compileall
+
+    compileall.compile_dir(os.path.dirname(os.path.abspath(castore.__file__)), quiet=1)
+
+
+def bench_open_read_imports(url: str, n: int, reps: int) -> None:
+    """What opening a local store and reading a short session imports, in fresh interpreters:
+    against ``import castore`` alone and against msgspec + blake3 + zstandard (castore's floor)."""
+    from benchlib import cold
+
+    print(f"\n## Open + read imports (fresh interpreters, alternated; best / median of {reps * 2})")
+    read = f"open a local store + read N = {n:,} (messages, state)"
+    runs: dict[str, list[dict[str, float]]] = {"import castore": [], "msgspec + blake3 + zstandard": [], read: []}
+    for _ in range(reps * 2):
+        runs["import castore"].append(cold.run(_IMPORT_ONLY, []))
+        runs["msgspec + blake3 + zstandard"].append(cold.run(_FLOOR, []))
+        runs[read].append(cold.run(_OPEN_READ, [url]))
+    print("| in a fresh process | wall ms | CPU ms | modules loaded |")
+    print("|---|---|---|---|")
+    for k, xs in runs.items():
+        mods = xs[0].get("modules", "-")
+        print(f"| {k} | {_best_med([x['ms'] for x in xs])} | {_best_med([x['cpu_ms'] for x in xs])} | {mods} |")
 
 
 def _build_reads(workdir: str, n: int) -> dict[str, object]:
@@ -199,6 +246,7 @@ def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
     """Import time, cold reads against Pi JSONL, fork and state at the middle (see the module doc)."""
     from benchlib import cold
 
+    compile_castore()
     print(f"\n## Import (fresh interpreters, alternated; best / median of {reps * 2})")
     walls: dict[str, list[float]] = {"python -c pass": [], "import castore": []}
     inner: list[float] = []
@@ -216,6 +264,7 @@ def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
     print(f"| `import castore` inside the process (wall) | {_best_med(inner)} |")
     print(f"| `import castore` inside the process (CPU time) | {_best_med(cpu)} |")
     builds = {n: _build_reads(workdir, n) for n in sizes}
+    bench_open_read_imports(str(builds[min(sizes)]["url2"]), min(sizes), reps)
     print(f"\n## Cold read (new process each, import included; best / median of {reps}, alternated)")
     print("CPU: the child's whole CPU time (user + system, interpreter start included, the same for all), "
           "steadier than wall time on a loaded machine.\n")
@@ -296,6 +345,47 @@ def bench_reads(workdir: str, sizes: list[int], reps: int) -> None:
             print(f"\nformat {fmt}: N = {hi:,} against N = {lo:,} (medians): fork "
                   f"{statistics.median(f_hi) / statistics.median(f_lo):.2f}x, state "
                   f"{statistics.median(s_hi) / statistics.median(s_lo):.2f}x")
+    bench_state_with_live_writer(builds, reps)
+
+
+def bench_state_with_live_writer(builds: dict[int, dict[str, object]], reps: int, appends: int = 800) -> None:
+    """State at the middle of each format-2 session (fresh handle each) while another writer
+    holds an unsealed log of ``appends`` entries of another session (not yet indexed)."""
+    from benchlib.workload import step
+
+    print(f"\n## State at the middle while another writer holds a live log (format 2, fresh handle each; "
+          f"best / median of {reps})")
+    print("| N | live log bytes | state at the middle ms |")
+    print("|---|---|---|")
+    per: dict[int, list[float]] = {}
+    for n, b in builds.items():
+        url = str(b["url2"])
+        ids = b["ids2"]
+        assert isinstance(ids, list)
+        mid = ids[n // 2]
+        with castore.open(url, durable=False, auto_repack=False) as writer:
+            other = writer.session("bench", "u", f"live-{n}")
+            for i in range(appends):
+                w = step(i)
+                other.append(Message(role=w.role, content=w.content), state_delta=w.delta)
+            folder = os.path.join(url, "packs")
+            live = [f for f in os.listdir(folder) if f.startswith("w-") and f.endswith(".pack")
+                    and not os.path.exists(os.path.join(folder, f[:-5] + ".idx"))]
+            assert len(live) == 1, live  # the writer's log, not sealed yet
+            size = os.path.getsize(os.path.join(folder, live[0]))
+            times: list[float] = []
+            for _ in range(reps):
+                with castore.open(url) as st:
+                    t0 = time.perf_counter()
+                    state = st.session("bench", "u", "s").state(mid, scopes=False)
+                    times.append((time.perf_counter() - t0) * 1e3)
+                assert state["turn"] == n // 2
+        per[n] = times
+        print(f"| {n:,} | {size:,} | {_best_med(times)} |")
+    lo, hi = min(per), max(per)
+    if lo != hi:
+        print(f"\nN = {hi:,} against N = {lo:,} (medians): "
+              f"{statistics.median(per[hi]) / statistics.median(per[lo]):.2f}x")
 
 
 def main() -> int:
