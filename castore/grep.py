@@ -41,15 +41,17 @@ detached shows its HEAD as the branch ``HEAD``.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import objects as o
+from . import packs
 from .errors import CastoreError
 from .objects import Commit, Value
 
@@ -256,7 +258,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
          tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
          apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
          limit: int | None = None, context: int = 0, index: bool | None = None,
-         check_index: bool = True) -> Iterator[Match]:
+         check_index: bool = True, scan: bool | None = None) -> Iterator[Match]:
     """Search the text of every entry on every branch of every session of ``store``.
 
     Args:
@@ -282,6 +284,9 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
             Both give the same matches.
         check_index: bring the index up to date with the store's refs first (False: trust it
             as the last import or search left it, skipping even the swap log's ``stat``).
+        scan: without the index, read every stored object once, store-wide, rather than
+            walking each session's branches (None: for a format-2 store). Both give the same
+            matches.
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
@@ -325,6 +330,12 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     if index:
         yield from _grep_index(store, rx, keep, limit, context, want_kinds, check_index)
         return
+    if scan is None:
+        scan = store.objects.format >= 2
+    if scan:
+        yield from _grep_scan(store, rx, keep, limit, context, want_kinds, role_set, since, until, app_globs,
+                              session_globs)
+        return
     # 1. sessions and the commits of each branch path (commits are small and packed)
     where: dict[str, list[tuple[tuple[str, str, str], str]]] = {}
     plans: list[tuple[tuple[str, str, str], list[tuple[str, Commit]], dict[str, list[str]]]] = []
@@ -350,8 +361,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
                     refs.append((key, bname))
                     if cid not in local:
                         local.add(cid)
-                        if refs[0][0] == key:  # a commit shared with a session before: done there
-                            order.append((cid, c))
+                        order.append((cid, c))
             order.sort(key=lambda x: x[1].depth)
             plans.append((key, order, paths))
     # 2. bodies, in batches, each once; report each commit once
@@ -360,7 +370,9 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         calls: dict[str, str] = {}
         for cid, c, body in bodies_of(store, order):
             when = _time_of(c)
-            in_time = (since is None or when >= since) and (until is None or when < until)
+            # a commit shared with a session before is reported there (its tool calls still
+            # name the tools of this session's results, as in the index)
+            in_time = where[cid][0][0] == key and (since is None or when >= since) and (until is None or when < until)
             for role, bkind, tool, text in blocks(body, c.kind, calls):
                 if not in_time or bkind not in want_kinds:
                     continue
@@ -489,6 +501,333 @@ def _context(store: Store, path: list[str], cid: str, n: int
         return x, role or c.author or c.kind, text
 
     return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
+
+
+# -- the store-wide scan (format 2) ----------------------------------------------------------
+#: characters that JSON or ``repr`` write around or between string values (a needle holding
+#: one may come from a tool call's arguments rather than from a string's own bytes)
+_STRUCTURAL = frozenset("\"'\\{}[],:")
+#: characters of JSON/repr numbers and literals (true, false, null, NaN, Infinity, None)
+_TOKEN = frozenset("0123456789.-+eEinfityaruslNoTF".lower())
+#: characters that may end an escape sequence (``\\n``, ``\\u001f``, ``\\x1f``)
+_ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
+#: UTF-8 of the non-ASCII letters Python's case-insensitive matching equates with i, s and k
+_FOLDS = (b"\xc4\xb0", b"\xc4\xb1", b"\xc5\xbf", b"\xe2\x84\xaa")
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+
+
+def _required_literal(rx: re.Pattern[str]) -> str | None:
+    """The longest run of plain characters every match of ``rx`` contains, or None."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    try:
+        tree = _parser.parse(rx.pattern, rx.flags)
+    except Exception:  # noqa: BLE001 - the pattern compiled; a parser quirk only costs the prefilter
+        return None
+    best = ""
+    run: list[str] = []
+
+    def flush() -> None:
+        nonlocal best
+        if len(run) > len(best):
+            best = "".join(run)
+        run.clear()
+
+    def walk(items: Any) -> None:
+        for op, av in items:
+            name = str(op)
+            if name == "LITERAL":
+                run.append(chr(av))
+            elif name == "AT":
+                continue  # zero-width: the characters on either side are still adjacent
+            elif name == "SUBPATTERN" and not av[1] and not av[2]:
+                walk(av[3])
+            elif name in _REPEATS and av[0] >= 1:
+                flush()
+                walk(av[2])
+                flush()
+            else:
+                flush()
+
+    walk(tree)
+    flush()
+    return best or None
+
+
+def needle(rx: re.Pattern[str]) -> tuple[bytes, bool] | None:
+    """A byte string that the stored bytes of every body with a match of ``rx`` contain, and
+    whether to look for it in lower-cased bytes; None when there is none to rely on.
+
+    A block's text is a string of the body (stored as its UTF-8 bytes), strings joined by a
+    newline, or a tool call's name and its arguments as JSON. So a needle is taken from the
+    pattern's required literal only when it has no whitespace and no JSON punctuation, is
+    not made of number or literal characters alone, and has lost the leading characters an
+    escape sequence could end with; case-insensitively, only when it is ASCII.
+    """
+    lit = _required_literal(rx)
+    if not lit or any(c in _STRUCTURAL or c.isspace() or ord(c) < 0x20 for c in lit):
+        return None
+    if all(c.lower() in _TOKEN for c in lit):
+        return None
+    i = 0
+    while i < len(lit) and lit[i].lower() in _ESCAPE_TAIL:
+        i += 1
+    lit = lit[i:]
+    if not lit:
+        return None
+    if rx.flags & re.IGNORECASE:
+        return (lit.lower().encode(), True) if lit.isascii() else None
+    return lit.encode("utf-8"), False
+
+
+def _body_marker() -> bytes:
+    """The bytes in front of a commit's body id in its canonical bytes."""
+    probe = bytes(range(1, 33))
+    _, canonical = o.encode(Commit(kind="message", body=probe))
+    marker = o.pack("body") + o.pack(bytes(32))[:-32]
+    if canonical.find(marker + probe) < 0:  # the codec changed: found out here, not by a miss
+        raise AssertionError("a commit's body is not stored as expected")
+    return marker
+
+
+def _holding(hay: bytes, text: bytes, at: int, spans: list[tuple[int, int]], starts: list[int]) -> set[int]:
+    """The numbers of the objects (``spans``, their ``starts``) that hold ``text`` whole, from
+    its first occurrence ``at`` in ``hay`` on."""
+    out: set[int] = set()
+    while at >= 0:
+        i = bisect.bisect_right(starts, at) - 1
+        if i >= 0 and at + len(text) <= sum(spans[i]):
+            out.add(i)
+            at = hay.find(text, sum(spans[i]))
+        else:
+            at = hay.find(text, at + 1)
+    return out
+
+
+class _Scan:
+    """What one pass over every stored object found: the bodies that may match (by raw id)
+    and the commits naming them (``(id, commit)``)."""
+
+    def __init__(self, store: Store, rx: re.Pattern[str]) -> None:
+        self.store = store
+        self.rx = rx
+        self.needle = needle(rx)
+        self.bodies: dict[bytes, Any] = {}
+        self.commits: dict[str, Commit] = {}
+        self.unresolved: set[bytes] = set()
+        self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
+
+    def run(self) -> None:
+        for content, is_record in self.store.objects.iter_contents():
+            self._unit(content, is_record)
+        late = self.unresolved & self.bodies.keys()
+        if late:  # a commit stored before its body (sync can do that): a second pass for those
+            for content, is_record in self.store.objects.iter_contents():
+                self._commits_in(content, is_record, late, None)
+
+    def _unit(self, content: bytes, is_record: bool) -> None:
+        spans = None
+        if self.needle is None:
+            spans = packs.content_spans(content) if is_record else [(0, len(content))]
+            if spans is not None:
+                self._keep_bodies(content, spans, range(len(spans)))
+        else:
+            text, folded = self.needle
+            hay = content.lower() if folded else content
+            at = hay.find(text)
+            # i, s and k also match four non-ASCII letters case-insensitively: objects holding
+            # one of those are read too (random id bytes make a few of them)
+            folds = [f for f in _FOLDS if f in content] if folded and any(c in text for c in b"isk") else []
+            if at >= 0 or folds:
+                spans = packs.content_spans(content) if is_record else [(0, len(content))]
+                if spans is not None:
+                    starts = [s for s, _ in spans]
+                    picked = _holding(hay, text, at, spans, starts)
+                    for f in folds:
+                        picked |= _holding(content, f, content.find(f), spans, starts)
+                    self._keep_bodies(content, spans, sorted(picked))
+        refs = self.marker.findall(content)
+        if not refs:
+            return
+        known = [r for r in refs if r in self.bodies]
+        if len(known) < len(refs):
+            self.unresolved.update(r for r in refs if r not in self.bodies)
+        if known:
+            self._commits_in(content, is_record, set(known), spans)
+
+    def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
+        """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
+        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
+        for oid, obj in objs:
+            if isinstance(obj, Value):
+                self.bodies[o.raw_id(oid)] = obj.value
+
+    def _commits_in(self, content: bytes, is_record: bool, wanted: set[bytes],
+                    spans: list[tuple[int, int]] | None) -> None:
+        """Decode the commits of ``content`` whose body is one of ``wanted``."""
+        marker = self.marker
+        hits = [m.start() for m in marker.finditer(content) if m.group(1) in wanted]
+        if not hits:
+            return
+        if spans is None:
+            spans = packs.content_spans(content) if is_record else [(0, len(content))]
+            if spans is None:
+                return
+        starts = [s for s, _ in spans]
+        picked = dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
+        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
+        for oid, obj in objs:
+            if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
+                self.commits[oid] = obj
+
+
+class _Calls(dict[str, str]):
+    """A tool-call map that notes a lookup it could not answer (a result whose call is in an
+    earlier commit of its session)."""
+
+    missed = False
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self.missed = True
+        return super().get(key, default)
+
+
+def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None
+                  ) -> list[tuple[tuple[str, str, str], list[tuple[str, str, dict[str, Any]]]]]:
+    """The sessions a search covers, in session order, each with its branches (name, tip and
+    ref metadata; ``HEAD`` when detached), as :meth:`Session.branches` names them; every ref
+    read in one batch."""
+    from .branches import parse_ref_name, real_name, session_prefix
+
+    infos = []
+    for app in sorted(store.apps()):
+        if not _glob_any(app, app_globs):
+            continue
+        for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
+            if _session_ok((si.app, si.user, si.session), session_globs, None):
+                infos.append(si)
+    if not infos:
+        return []
+    parsed = {n: p for n in store.refs.list("sessions") if (p := parse_ref_name(n)) is not None and p.kind == "branch"}
+    heads: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
+    for n, v in store.refs.read_many(list(parsed)).items():
+        p = parsed[n]
+        if v is None or v.symbolic is not None or p.name is None or p.session_prefix is None:
+            continue
+        heads.setdefault(p.session_prefix, {})[real_name(p.name, v.meta)] = (v.target, dict(v.meta))
+    out = []
+    for si in infos:
+        got = heads.get(session_prefix(si.app, si.user, si.session), {})
+        tips = [(b, t, m) for b, (t, m) in sorted(got.items())]
+        if si.branch is None and si.head is not None:
+            tips.append(("HEAD", si.head, {}))
+        out.append(((si.app, si.user, si.session), tips))
+    return out
+
+
+def _calls_before(store: Store, tips: list[tuple[str, str, dict[str, Any]]], cid: str) -> dict[str, str]:
+    """The tool calls a session's commits before ``cid`` made (in the order the walk reads
+    them), for naming the tool of a result whose call is not in its own body."""
+    seen: set[str] = set()
+    order: list[tuple[str, Commit]] = []
+    for _, tip, _ in tips:
+        for x, c in store.history.path(tip):
+            if x not in seen:
+                seen.add(x)
+                order.append((x, c))
+    order.sort(key=lambda x: x[1].depth)
+    calls: dict[str, str] = {}
+    for x, c, body in bodies_of(store, order):
+        if x == cid:
+            break
+        for _ in blocks(body, c.kind, calls):
+            pass
+    return calls
+
+
+def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, context: int,
+               want_kinds: set[str], role_set: set[str] | None, since: float | None, until: float | None,
+               app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None) -> Iterator[Match]:
+    """:func:`grep` by one pass over every stored object (format 2): see the module docstring."""
+    scan = _Scan(store, rx)
+    scan.run()
+    # 1. the blocks that match, before knowing where their commits are
+    found: dict[str, list[tuple[int, str, str, str | None, tuple[LineMatch, ...], bool]]] = {}
+    for cid, c in scan.commits.items():
+        assert c.body is not None
+        when = _time_of(c)
+        if (since is not None and when < since) or (until is not None and when >= until):
+            continue
+        calls = _Calls()
+        for j, (role, bkind, tool, text) in enumerate(blocks(scan.bodies[c.body], c.kind, calls)):
+            missed, calls.missed = calls.missed, False
+            if bkind not in want_kinds or (role_set is not None and role not in role_set):
+                continue
+            if not text or rx.search(text) is None:
+                continue
+            lines = _line_matches(rx, text)
+            if lines:
+                found.setdefault(cid, []).append((j, role, bkind, tool, lines, missed and tool is None))
+    if not found:
+        return
+    # 2. where those commits are: the branches whose path holds them
+    targets = {cid: scan.commits[cid].depth for cid in found}
+    sessions = _session_tips(store, app_globs, session_globs)
+    where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
+    for sn, (_, tips) in enumerate(sessions):
+        for bn, (bname, tip, meta) in enumerate(tips):
+            length = meta.get("length")
+            top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
+            near = {x: d for x, d in targets.items() if top is None or d <= top}
+            if not near:
+                continue
+            from .history import BlockPath
+
+            bp = BlockPath(store.objects, tip, meta)
+            if len(near) > 64:
+                held = {x for x, _ in bp.range(0, bp.depth)} & near.keys()
+            else:
+                held = {x for x, d in near.items() if bp.contains(x, d)}
+            for x in held:
+                where.setdefault(x, []).append((sn, bname, bn))
+    # 3. each commit reported once, with the first session holding it, in the walk's order
+    out: list[tuple[tuple[int, int, int, int], Match]] = []  # (session, depth, branch, block), match
+    calls_of: dict[tuple[int, str], dict[str, str]] = {}
+    for cid, blks in found.items():
+        refs = where.get(cid)
+        if not refs:
+            continue
+        sn = refs[0][0]
+        key, tips = sessions[sn]
+        c = scan.commits[cid]
+        mine = tuple(b for s, b, _ in refs if s == sn)
+        others: dict[tuple[str, str, str], list[str]] = {}
+        for s, b, _ in refs:
+            if s != sn:
+                others.setdefault(sessions[s][0], []).append(b)
+        first_branch = min(bn for s, _, bn in refs if s == sn)
+        when = _time_of(c)
+        for j, role, bkind, tool, lines, unnamed in blks:
+            if unnamed:
+                if (sn, cid) not in calls_of:
+                    calls_of[(sn, cid)] = _calls_before(store, tips, cid)
+                assert c.body is not None
+                named = list(blocks(scan.bodies[c.body], c.kind, dict(calls_of[(sn, cid)])))
+                tool = named[j][2]
+            if not keep(key, role, bkind, tool, when):
+                continue
+            out.append(((sn, c.depth, first_branch, j),
+                        Match(cid, key, mine, role, bkind, tool, when, lines,
+                              tuple((k, tuple(b)) for k, b in others.items()), context=context)))
+    out.sort(key=lambda x: x[0])
+    for n, ((sn, _, bn, _), m) in enumerate(out):
+        if limit is not None and n >= limit:
+            return
+        if context:
+            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
+            m = replace(m, before=before, after=after)
+        yield m
 
 
 __all__ = ["DEFAULT_KINDS", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep"]
