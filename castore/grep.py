@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from . import objects as o
 from . import packs
 from .errors import CastoreError
-from .objects import Commit, Value
+from .objects import Commit, Segment, Value
 
 if TYPE_CHECKING:
     from .store import Store
@@ -511,8 +511,6 @@ _STRUCTURAL = frozenset("\"'\\{}[],:")
 _TOKEN = frozenset("0123456789.-+eEinfityaruslNoTF".lower())
 #: characters that may end an escape sequence (``\\n``, ``\\u001f``, ``\\x1f``)
 _ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
-#: UTF-8 of the non-ASCII letters Python's case-insensitive matching equates with i, s and k
-_FOLDS = (b"\xc4\xb0", b"\xc4\xb1", b"\xc5\xbf", b"\xe2\x84\xaa")
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 
 
@@ -590,17 +588,28 @@ def _body_marker() -> bytes:
     return marker
 
 
-def _holding(hay: bytes, text: bytes, at: int, spans: list[tuple[int, int]], starts: list[int]) -> set[int]:
-    """The numbers of the objects (``spans``, their ``starts``) that hold ``text`` whole, from
-    its first occurrence ``at`` in ``hay`` on."""
-    out: set[int] = set()
-    while at >= 0:
-        i = bisect.bisect_right(starts, at) - 1
-        if i >= 0 and at + len(text) <= sum(spans[i]):
-            out.add(i)
-            at = hay.find(text, sum(spans[i]))
+def _needle_rx(text: bytes, folded: bool) -> re.Pattern[bytes]:
+    """The search for a needle: in lower-cased bytes (``folded``) i, s and k also stand for the
+    four non-ASCII letters Python's case-insensitive matching equates with them."""
+    if not folded:
+        return re.compile(re.escape(text))
+    alts = {ord("i"): b"(?:i|\xc4\xb0|\xc4\xb1)", ord("s"): b"(?:s|\xc5\xbf)", ord("k"): b"(?:k|\xe2\x84\xaa)"}
+    return re.compile(b"".join(alts.get(c) or re.escape(bytes([c])) for c in text))
+
+
+def _holding(hay: bytes, nrx: re.Pattern[bytes], m: re.Match[bytes] | None, spans: list[tuple[int, int]]
+             ) -> list[int]:
+    """The numbers of the objects (``spans``) that hold a match of ``nrx`` in ``hay`` whole,
+    from its first match ``m`` on."""
+    starts = [s for s, _ in spans]
+    out: list[int] = []
+    while m is not None:
+        i = bisect.bisect_right(starts, m.start()) - 1
+        if i >= 0 and m.end() <= sum(spans[i]):
+            out.append(i)
+            m = nrx.search(hay, sum(spans[i]))
         else:
-            at = hay.find(text, at + 1)
+            m = nrx.search(hay, m.start() + 1)
     return out
 
 
@@ -612,12 +621,17 @@ class _Scan:
         self.store = store
         self.rx = rx
         self.needle = needle(rx)
+        self.nrx = _needle_rx(*self.needle) if self.needle is not None else None
         self.bodies: dict[bytes, Any] = {}
         self.commits: dict[str, Commit] = {}
+        self.canonical: dict[str, bytes] = {}  # the commits' bytes
         self.unresolved: set[bytes] = set()
         self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
+        _, probe = o.encode(Commit(kind="message"))
+        self.commit_head = probe[1:5]  # after a map's header byte: the tag of a commit
 
     def run(self) -> None:
+        """Read every stored object once (twice only for a commit stored before its body)."""
         for content, is_record in self.store.objects.iter_contents():
             self._unit(content, is_record)
         late = self.unresolved & self.bodies.keys()
@@ -626,32 +640,29 @@ class _Scan:
                 self._commits_in(content, is_record, late, None)
 
     def _unit(self, content: bytes, is_record: bool) -> None:
-        spans = None
-        if self.needle is None:
-            spans = packs.content_spans(content) if is_record else [(0, len(content))]
-            if spans is not None:
-                self._keep_bodies(content, spans, range(len(spans)))
+        spans = packs.content_spans(content) if is_record else [(0, len(content))]
+        if spans is None:
+            return
+        # the commits' bytes go to the object store as read: the paths that attribute the
+        # matches then read no commit again
+        head, add = self.commit_head, self.store.objects.add_known_canonical
+        for s, n in spans:
+            if content[s + 1:s + 1 + len(head)] == head and 0x80 <= content[s] <= 0x8F:
+                add(content[s:s + n])
+        if self.needle is None or self.nrx is None:
+            self._keep_bodies(content, spans, range(len(spans)))
         else:
-            text, folded = self.needle
-            hay = content.lower() if folded else content
-            at = hay.find(text)
-            # i, s and k also match four non-ASCII letters case-insensitively: objects holding
-            # one of those are read too (random id bytes make a few of them)
-            folds = [f for f in _FOLDS if f in content] if folded and any(c in text for c in b"isk") else []
-            if at >= 0 or folds:
-                spans = packs.content_spans(content) if is_record else [(0, len(content))]
-                if spans is not None:
-                    starts = [s for s, _ in spans]
-                    picked = _holding(hay, text, at, spans, starts)
-                    for f in folds:
-                        picked |= _holding(content, f, content.find(f), spans, starts)
-                    self._keep_bodies(content, spans, sorted(picked))
+            hay = content.lower() if self.needle[1] else content
+            m = self.nrx.search(hay)
+            if m is not None:
+                self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
         refs = self.marker.findall(content)
         if not refs:
             return
-        known = [r for r in refs if r in self.bodies]
+        bodies = self.bodies
+        known = [r for r in refs if r in bodies]
         if len(known) < len(refs):
-            self.unresolved.update(r for r in refs if r not in self.bodies)
+            self.unresolved.update(r for r in refs if r not in bodies)
         if known:
             self._commits_in(content, is_record, set(known), spans)
 
@@ -676,9 +687,27 @@ class _Scan:
         starts = [s for s, _ in spans]
         picked = dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
         objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
-        for oid, obj in objs:
+        for (oid, obj), i in zip(objs, picked, strict=True):
             if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
                 self.commits[oid] = obj
+                self.canonical[oid] = content[spans[i][0]:sum(spans[i])]
+
+
+def _holds(bp: Any, cid: str, depth: int, canonical: bytes, segs: dict[str, Any]) -> bool:
+    """Whether the path ``bp`` (a :class:`castore.history.BlockPath`) holds commit ``cid`` at
+    ``depth``: in its top block as loaded, below by the commit's bytes among the block's
+    segment's (read in ``segs``, verified by its id; not hashed again object by object)."""
+    from .history import K
+
+    if depth > bp.depth:
+        return False
+    got = bp.at_depth.get(depth)
+    if got is not None:
+        return bool(got[0] == cid)
+    seg = segs.get(bp.segment_for_block(depth // K) or "")
+    if isinstance(seg, frozenset):
+        return canonical in seg  # a commit's bytes hold its depth: the same bytes, the same commit
+    return bool(bp.contains(cid, depth))  # no segment (or not one that fits): as the path reads it
 
 
 class _Calls(dict[str, str]):
@@ -775,22 +804,46 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
     targets = {cid: scan.commits[cid].depth for cid in found}
     sessions = _session_tips(store, app_globs, session_globs)
     where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
+    from .history import BlockPath, Hint, K
+
+    want: list[str] = []  # what the paths start from, in one batch (each BlockPath then finds it read)
+    for _, tips in sessions:
+        for _, tip, meta in tips:
+            hint = Hint.from_meta(meta) if meta else None
+            want.append(tip)
+            if hint is not None:
+                want.extend(hint.tail)
+                if hint.index:
+                    want.append(hint.index)
+    store.objects.refresh()  # the pack map first: a cold handle would look for each one loose
+    store.objects.get_many(list(dict.fromkeys(want)), missing_ok=True)
+    deepest = max(targets.values())
+    paths: list[tuple[int, str, int, Any, dict[str, int]]] = []
     for sn, (_, tips) in enumerate(sessions):
         for bn, (bname, tip, meta) in enumerate(tips):
             length = meta.get("length")
             top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
-            near = {x: d for x, d in targets.items() if top is None or d <= top}
-            if not near:
-                continue
-            from .history import BlockPath
-
-            bp = BlockPath(store.objects, tip, meta)
-            if len(near) > 64:
-                held = {x for x, _ in bp.range(0, bp.depth)} & near.keys()
-            else:
-                held = {x for x, d in near.items() if bp.contains(x, d)}
-            for x in held:
+            near = targets if top is None or top >= deepest else {x: d for x, d in targets.items() if d <= top}
+            if near:
+                paths.append((sn, bname, bn, BlockPath(store.objects, tip, meta), near))
+    # a path with fewer commits than there are matches is read whole; otherwise the blocks
+    # below each tip's own are read as segments (one batch) and each match found by its bytes
+    whole = [p for p in paths if len(p[4]) > 4 * (p[3].depth + 1)]
+    few = [p for p in paths if len(p[4]) <= 4 * (p[3].depth + 1)]
+    blocks_of = {sid: d // K for _, _, _, bp, near in few for d in near.values()
+                 if d not in bp.at_depth and (sid := bp.segment_for_block(d // K)) is not None}
+    segs = {sid: frozenset(seg.objects) for sid, seg in store.objects.get_many(list(blocks_of), missing_ok=True).items()
+            if isinstance(seg, Segment) and seg.start == blocks_of[sid] * K}
+    for sn, bname, bn, bp, near in whole:
+        for x, _ in bp.range(0, bp.depth):
+            if x in near:
                 where.setdefault(x, []).append((sn, bname, bn))
+    for sn, bname, bn, bp, near in few:
+        for x, d in near.items():
+            if _holds(bp, x, d, scan.canonical[x], segs):
+                where.setdefault(x, []).append((sn, bname, bn))
+    for held in where.values():
+        held.sort(key=lambda r: (r[0], r[2]))  # session order, then branch order, as the walk lists them
     # 3. each commit reported once, with the first session holding it, in the walk's order
     out: list[tuple[tuple[int, int, int, int], Match]] = []  # (session, depth, branch, block), match
     calls_of: dict[tuple[int, str], dict[str, str]] = {}

@@ -936,8 +936,8 @@ class ObjectStore:
         packs read whole, ``batch`` packs per concurrent read. Yields ``(bytes, is_record)``:
         a version-2 record's decompressed content (``is_record``: its objects are found with
         :func:`castore.packs.content_spans`; it is also kept in the content cache, so that
-        reading its objects again costs no I/O), or one object's canonical bytes (a loose
-        object, a version-1 frame). Objects are not
+        reading its objects again costs no I/O, as are the pack's bytes), or one object's
+        canonical bytes (a loose object, a version-1 frame). Objects are not
         verified here: an object's id is the hash of its bytes, which a caller that needs the
         id computes. A damaged loose object or record is skipped (``fsck`` reports it).
 
@@ -963,6 +963,8 @@ class ObjectStore:
                 data = datas.pop(key, None)
                 if data is None:
                     continue  # repacked away since the listing: its objects are in a newer pack
+                with self._lock:
+                    self._keep_pack_data(name, data)  # reading its objects again costs no I/O
                 try:
                     records = list(packs.payloads(data))
                 except IntegrityError:
