@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from . import objects as o
 from . import packs
 from .errors import CastoreError
-from .objects import Commit, Segment, Value
+from .objects import Commit, Index, Segment, Value
 
 if TYPE_CHECKING:
     from .store import Store
@@ -512,6 +512,8 @@ _TOKEN = frozenset("0123456789.-+eEinfityaruslNoTF".lower())
 #: characters that may end an escape sequence (``\\n``, ``\\u001f``, ``\\x1f``)
 _ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+#: bytes of commits, indexes and segments a scan hands to the object store (beyond: read again)
+_KEEP_PATHS = 256 << 20
 
 
 def _required_literal(rx: re.Pattern[str]) -> str | None:
@@ -627,8 +629,9 @@ class _Scan:
         self.canonical: dict[str, bytes] = {}  # the commits' bytes
         self.unresolved: set[bytes] = set()
         self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
-        _, probe = o.encode(Commit(kind="message"))
-        self.commit_head = probe[1:5]  # after a map's header byte: the tag of a commit
+        # after a map's header byte, the tag of a commit, an index, a segment
+        self.path_heads = {o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))}
+        self.kept = 0
 
     def run(self) -> None:
         """Read every stored object once (twice only for a commit stored before its body)."""
@@ -643,12 +646,14 @@ class _Scan:
         spans = packs.content_spans(content) if is_record else [(0, len(content))]
         if spans is None:
             return
-        # the commits' bytes go to the object store as read: the paths that attribute the
-        # matches then read no commit again
-        head, add = self.commit_head, self.store.objects.add_known_canonical
-        for s, n in spans:
-            if content[s + 1:s + 1 + len(head)] == head and 0x80 <= content[s] <= 0x8F:
-                add(content[s:s + n])
+        # the bytes of commits, indexes and segments go to the object store as read: the paths
+        # that attribute the matches then read none of them again
+        heads, add = self.path_heads, self.store.objects.add_known_canonical
+        if self.kept < _KEEP_PATHS:
+            for s, n in spans:
+                if content[s + 1:s + 5] in heads and 0x80 <= content[s] <= 0x8F:
+                    add(content[s:s + n])
+                    self.kept += n
         if self.needle is None or self.nrx is None:
             self._keep_bodies(content, spans, range(len(spans)))
         else:
@@ -693,23 +698,6 @@ class _Scan:
                 self.canonical[oid] = content[spans[i][0]:sum(spans[i])]
 
 
-def _holds(bp: Any, cid: str, depth: int, canonical: bytes, segs: dict[str, Any]) -> bool:
-    """Whether the path ``bp`` (a :class:`castore.history.BlockPath`) holds commit ``cid`` at
-    ``depth``: in its top block as loaded, below by the commit's bytes among the block's
-    segment's (read in ``segs``, verified by its id; not hashed again object by object)."""
-    from .history import K
-
-    if depth > bp.depth:
-        return False
-    got = bp.at_depth.get(depth)
-    if got is not None:
-        return bool(got[0] == cid)
-    seg = segs.get(bp.segment_for_block(depth // K) or "")
-    if isinstance(seg, frozenset):
-        return canonical in seg  # a commit's bytes hold its depth: the same bytes, the same commit
-    return bool(bp.contains(cid, depth))  # no segment (or not one that fits): as the path reads it
-
-
 class _Calls(dict[str, str]):
     """A tool-call map that notes a lookup it could not answer (a result whose call is in an
     earlier commit of its session)."""
@@ -725,8 +713,8 @@ class _Calls(dict[str, str]):
 def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None
                   ) -> list[tuple[tuple[str, str, str], list[tuple[str, str, dict[str, Any]]]]]:
     """The sessions a search covers, in session order, each with its branches (name, tip and
-    ref metadata; ``HEAD`` when detached), as :meth:`Session.branches` names them; every ref
-    read in one batch."""
+    ref metadata; ``HEAD`` when detached), as :meth:`Session.branches` names them: the
+    current branch as :meth:`Store.sessions` read it, the others in one batch."""
     from .branches import parse_ref_name, real_name, session_prefix
 
     infos = []
@@ -738,13 +726,22 @@ def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs
                 infos.append(si)
     if not infos:
         return []
-    parsed = {n: p for n in store.refs.list("sessions") if (p := parse_ref_name(n)) is not None and p.kind == "branch"}
+    current = {session_prefix(si.app, si.user, si.session): si for si in infos if si.branch is not None}
+    parsed: dict[str, Any] = {}
     heads: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
+    for n in store.refs.list("sessions"):
+        p = parse_ref_name(n)
+        if p is None or p.kind != "branch" or p.name is None or p.session_prefix is None:
+            continue
+        cur = current.get(p.session_prefix)
+        if cur is not None and cur.head is not None and cur.branch is not None and real_name(p.name, None) == cur.branch:
+            heads.setdefault(p.session_prefix, {})[cur.branch] = (cur.head, {})  # read by sessions() already
+        else:
+            parsed[n] = p
     for n, v in store.refs.read_many(list(parsed)).items():
         p = parsed[n]
-        if v is None or v.symbolic is not None or p.name is None or p.session_prefix is None:
-            continue
-        heads.setdefault(p.session_prefix, {})[real_name(p.name, v.meta)] = (v.target, dict(v.meta))
+        if v is not None and v.symbolic is None:
+            heads.setdefault(p.session_prefix, {})[real_name(p.name, v.meta)] = (v.target, dict(v.meta))
     out = []
     for si in infos:
         got = heads.get(session_prefix(si.app, si.user, si.session), {})
@@ -804,44 +801,35 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
     targets = {cid: scan.commits[cid].depth for cid in found}
     sessions = _session_tips(store, app_globs, session_globs)
     where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
-    from .history import BlockPath, Hint, K
+    from .history import BlockPath, K
 
-    want: list[str] = []  # what the paths start from, in one batch (each BlockPath then finds it read)
-    for _, tips in sessions:
-        for _, tip, meta in tips:
-            hint = Hint.from_meta(meta) if meta else None
-            want.append(tip)
-            if hint is not None:
-                want.extend(hint.tail)
-                if hint.index:
-                    want.append(hint.index)
     store.objects.refresh()  # the pack map first: a cold handle would look for each one loose
-    store.objects.get_many(list(dict.fromkeys(want)), missing_ok=True)
-    deepest = max(targets.values())
-    paths: list[tuple[int, str, int, Any, dict[str, int]]] = []
+    shallowest = min(targets.values())
+    paths: list[tuple[int, str, int, Any]] = []
     for sn, (_, tips) in enumerate(sessions):
         for bn, (bname, tip, meta) in enumerate(tips):
             length = meta.get("length")
             top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
-            near = targets if top is None or top >= deepest else {x: d for x, d in targets.items() if d <= top}
-            if near:
-                paths.append((sn, bname, bn, BlockPath(store.objects, tip, meta), near))
-    # a path with fewer commits than there are matches is read whole; otherwise the blocks
-    # below each tip's own are read as segments (one batch) and each match found by its bytes
-    whole = [p for p in paths if len(p[4]) > 4 * (p[3].depth + 1)]
-    few = [p for p in paths if len(p[4]) <= 4 * (p[3].depth + 1)]
-    blocks_of = {sid: d // K for _, _, _, bp, near in few for d in near.values()
-                 if d not in bp.at_depth and (sid := bp.segment_for_block(d // K)) is not None}
-    segs = {sid: frozenset(seg.objects) for sid, seg in store.objects.get_many(list(blocks_of), missing_ok=True).items()
-            if isinstance(seg, Segment) and seg.start == blocks_of[sid] * K}
-    for sn, bname, bn, bp, near in whole:
-        for x, _ in bp.range(0, bp.depth):
-            if x in near:
-                where.setdefault(x, []).append((sn, bname, bn))
-    for sn, bname, bn, bp, near in few:
-        for x, d in near.items():
-            if _holds(bp, x, d, scan.canonical[x], segs):
-                where.setdefault(x, []).append((sn, bname, bn))
+            if top is None or top >= shallowest:
+                paths.append((sn, bname, bn, BlockPath(store.objects, tip, meta)))
+    # below each tip's own block the path is its segments (read in one batch, each verified
+    # by its id): a match is there when its bytes are (a commit's bytes hold its depth)
+    wanted = {sid: blk for _, _, _, bp in paths for blk, sid in enumerate(bp.segments or ())}
+    segs = {sid: frozenset(seg.objects) for sid, seg in store.objects.get_many(list(wanted), missing_ok=True).items()
+            if isinstance(seg, Segment) and seg.start == wanted[sid] * K}
+    by_bytes = {scan.canonical[x]: x for x in targets}
+    for sn, bname, bn, bp in paths:
+        held = [x for x, _ in bp.at_depth.values() if x in targets]
+        for blk, sid in enumerate(bp.segments or ()):
+            if min(bp.at_depth) <= blk * K:
+                break  # the top block is loaded already
+            got = segs.get(sid)
+            if got is None:  # not a segment of this block: read the block as the path reads it
+                held.extend(x for x, _ in bp.range(blk * K, blk * K + K - 1) if x in targets)
+            else:
+                held.extend(by_bytes[c] for c in got & by_bytes.keys())
+        for x in held:
+            where.setdefault(x, []).append((sn, bname, bn))
     for held in where.values():
         held.sort(key=lambda r: (r[0], r[2]))  # session order, then branch order, as the walk lists them
     # 3. each commit reported once, with the first session holding it, in the walk's order
