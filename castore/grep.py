@@ -734,7 +734,8 @@ def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs
         if p is None or p.kind != "branch" or p.name is None or p.session_prefix is None:
             continue
         cur = current.get(p.session_prefix)
-        if cur is not None and cur.head is not None and cur.branch is not None and real_name(p.name, None) == cur.branch:
+        if cur is not None and cur.head is not None and cur.branch is not None \
+                and real_name(p.name, None) == cur.branch:
             heads.setdefault(p.session_prefix, {})[cur.branch] = (cur.head, {})  # read by sessions() already
         else:
             parsed[n] = p
