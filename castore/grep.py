@@ -428,7 +428,7 @@ def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None
 
 def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
     if "\n" not in text:  # one line (most blocks): no split
-        spans = tuple(m.span() for m in rx.finditer(text) if m.end() > m.start())
+        spans = tuple([s for m in rx.finditer(text) if (s := m.span())[1] > s[0]])
         return (LineMatch(1, text, spans),) if spans else ()
     lines = []
     for n, line in enumerate(text.split("\n"), 1):
@@ -449,37 +449,44 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
         hits = ix.rebuild().find(rx, kinds)
     firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
     found: list[list[Any]] = []
-    keys = [ix.key(si) for si in range(len(ix.sessions))]
-    hits.sort(key=lambda h: (keys[ix.order(*h)[0]], ix.order(*h)[1]))  # session order, root to tip
+    nsess = len(ix.sessions)
+    keys = [ix.key(si) for si in range(nsess)]
+    rank = [0] * nsess
+    for r, si in enumerate(sorted(range(nsess), key=keys.__getitem__)):
+        rank[si] = r
+    parts = {name: ix.part(name) for name in {h[0] for h in hits}}
+    recs = {name: p.rec for name, p in parts.items()}
+    # session order, root to tip (a block's place counts both parts)
+    hits.sort(key=lambda h: (rank[recs[h[0]][8 * h[1] + 1]], recs[h[0]][8 * h[1] + 7]))
+    strings, bsets, commits = ix.strings, ix.branch_sets, ix.commits
     for part, i in hits:
-        p = ix.part(part)
-        cn, si, blk, _, rn, tn, _, seq = p.rec[8 * i:8 * i + 8]
+        p = parts[part]
+        cn, si, blk, kn, rn, tn, bn, _ = p.rec[8 * i:8 * i + 8]
         key = keys[si]
         when = p.time[i]
-        role, tool = ix.strings[rn], (ix.strings[tn] if tn >= 0 else None)
-        kind = KINDS[p.rec[8 * i + 3]]
+        role, tool, kind = strings[rn], (strings[tn] if tn >= 0 else None), KINDS[kn]
         if not keep(key, role, kind, tool, when):
             continue
         at = firsts.get((cn, blk))
         if at is not None:
             if found[at][1] != key:
-                found[at][3].setdefault(key, list(ix.branch_sets[p.rec[8 * i + 6]]))
+                found[at][8].setdefault(key, bsets[bn])
             continue
         lines = _line_matches(rx, p.block(i))
         if not lines:
             continue
         firsts[(cn, blk)] = len(found)
-        found.append([ix.record(part, i), key, lines, {}, seq])
+        found.append([commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], role, kind, tool, when, lines, {}])
     n = 0
-    for r, key, lines, also, _ in found:
+    for cid, key, branches, role, kind, tool, when, lines, also in found:
         before: tuple[tuple[str, str, str], ...] = ()
         after: tuple[tuple[str, str, str], ...] = ()
         if context:
             s = store.session(*key)
-            tip = s.head if r.branches[0] == "HEAD" else s.branches().get(r.branches[0])
+            tip = s.head if branches[0] == "HEAD" else s.branches().get(branches[0])
             if tip is not None:
-                before, after = _context(store, store.history.path_ids(tip), r.commit, context)
-        yield Match(r.commit, key, r.branches, r.role, r.kind, r.tool, r.time, lines,
+                before, after = _context(store, store.history.path_ids(tip), cid, context)
+        yield Match(cid, key, branches, role, kind, tool, when, lines,
                     tuple((k, tuple(b)) for k, b in also.items()), before, after, context)
         n += 1
         if limit is not None and n >= limit:
