@@ -41,17 +41,19 @@ detached shows its HEAD as the branch ``HEAD``.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import objects as o
+from . import packs
 from .errors import CastoreError
-from .objects import Commit, Value
+from .objects import Commit, Index, Segment, Value
 
 if TYPE_CHECKING:
     from .store import Store
@@ -256,7 +258,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
          tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
          apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
          limit: int | None = None, context: int = 0, index: bool | None = None,
-         check_index: bool = True) -> Iterator[Match]:
+         check_index: bool = True, scan: bool | None = None) -> Iterator[Match]:
     """Search the text of every entry on every branch of every session of ``store``.
 
     Args:
@@ -282,6 +284,9 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
             Both give the same matches.
         check_index: bring the index up to date with the store's refs first (False: trust it
             as the last import or search left it, skipping even the swap log's ``stat``).
+        scan: without the index, read every stored object once, store-wide, rather than
+            walking each session's branches (None: for a format-2 store). Both give the same
+            matches.
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
@@ -325,6 +330,12 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     if index:
         yield from _grep_index(store, rx, keep, limit, context, want_kinds, check_index)
         return
+    if scan is None:
+        scan = store.objects.format >= 2
+    if scan:
+        yield from _grep_scan(store, rx, keep, limit, context, want_kinds, role_set, since, until, app_globs,
+                              session_globs)
+        return
     # 1. sessions and the commits of each branch path (commits are small and packed)
     where: dict[str, list[tuple[tuple[str, str, str], str]]] = {}
     plans: list[tuple[tuple[str, str, str], list[tuple[str, Commit]], dict[str, list[str]]]] = []
@@ -350,8 +361,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
                     refs.append((key, bname))
                     if cid not in local:
                         local.add(cid)
-                        if refs[0][0] == key:  # a commit shared with a session before: done there
-                            order.append((cid, c))
+                        order.append((cid, c))
             order.sort(key=lambda x: x[1].depth)
             plans.append((key, order, paths))
     # 2. bodies, in batches, each once; report each commit once
@@ -360,7 +370,9 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         calls: dict[str, str] = {}
         for cid, c, body in bodies_of(store, order):
             when = _time_of(c)
-            in_time = (since is None or when >= since) and (until is None or when < until)
+            # a commit shared with a session before is reported there (its tool calls still
+            # name the tools of this session's results, as in the index)
+            in_time = where[cid][0][0] == key and (since is None or when >= since) and (until is None or when < until)
             for role, bkind, tool, text in blocks(body, c.kind, calls):
                 if not in_time or bkind not in want_kinds:
                     continue
@@ -416,7 +428,7 @@ def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None
 
 def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
     if "\n" not in text:  # one line (most blocks): no split
-        spans = tuple(m.span() for m in rx.finditer(text) if m.end() > m.start())
+        spans = tuple([s for m in rx.finditer(text) if (s := m.span())[1] > s[0]])
         return (LineMatch(1, text, spans),) if spans else ()
     lines = []
     for n, line in enumerate(text.split("\n"), 1):
@@ -437,37 +449,44 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
         hits = ix.rebuild().find(rx, kinds)
     firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
     found: list[list[Any]] = []
-    keys = [ix.key(si) for si in range(len(ix.sessions))]
-    hits.sort(key=lambda h: (keys[ix.order(*h)[0]], ix.order(*h)[1]))  # session order, root to tip
+    nsess = len(ix.sessions)
+    keys = [ix.key(si) for si in range(nsess)]
+    rank = [0] * nsess
+    for r, si in enumerate(sorted(range(nsess), key=keys.__getitem__)):
+        rank[si] = r
+    parts = {name: ix.part(name) for name in {h[0] for h in hits}}
+    recs = {name: p.rec for name, p in parts.items()}
+    # session order, root to tip (a block's place counts both parts)
+    hits.sort(key=lambda h: (rank[recs[h[0]][8 * h[1] + 1]], recs[h[0]][8 * h[1] + 7]))
+    strings, bsets, commits = ix.strings, ix.branch_sets, ix.commits
     for part, i in hits:
-        p = ix.part(part)
-        cn, si, blk, _, rn, tn, _, seq = p.rec[8 * i:8 * i + 8]
+        p = parts[part]
+        cn, si, blk, kn, rn, tn, bn, _ = p.rec[8 * i:8 * i + 8]
         key = keys[si]
         when = p.time[i]
-        role, tool = ix.strings[rn], (ix.strings[tn] if tn >= 0 else None)
-        kind = KINDS[p.rec[8 * i + 3]]
+        role, tool, kind = strings[rn], (strings[tn] if tn >= 0 else None), KINDS[kn]
         if not keep(key, role, kind, tool, when):
             continue
         at = firsts.get((cn, blk))
         if at is not None:
             if found[at][1] != key:
-                found[at][3].setdefault(key, list(ix.branch_sets[p.rec[8 * i + 6]]))
+                found[at][8].setdefault(key, bsets[bn])
             continue
         lines = _line_matches(rx, p.block(i))
         if not lines:
             continue
         firsts[(cn, blk)] = len(found)
-        found.append([ix.record(part, i), key, lines, {}, seq])
+        found.append([commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], role, kind, tool, when, lines, {}])
     n = 0
-    for r, key, lines, also, _ in found:
+    for cid, key, branches, role, kind, tool, when, lines, also in found:
         before: tuple[tuple[str, str, str], ...] = ()
         after: tuple[tuple[str, str, str], ...] = ()
         if context:
             s = store.session(*key)
-            tip = s.head if r.branches[0] == "HEAD" else s.branches().get(r.branches[0])
+            tip = s.head if branches[0] == "HEAD" else s.branches().get(branches[0])
             if tip is not None:
-                before, after = _context(store, store.history.path_ids(tip), r.commit, context)
-        yield Match(r.commit, key, r.branches, r.role, r.kind, r.tool, r.time, lines,
+                before, after = _context(store, store.history.path_ids(tip), cid, context)
+        yield Match(cid, key, branches, role, kind, tool, when, lines,
                     tuple((k, tuple(b)) for k, b in also.items()), before, after, context)
         n += 1
         if limit is not None and n >= limit:
@@ -489,6 +508,375 @@ def _context(store: Store, path: list[str], cid: str, n: int
         return x, role or c.author or c.kind, text
 
     return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
+
+
+# -- the store-wide scan (format 2) ----------------------------------------------------------
+#: characters that JSON or ``repr`` write around or between string values (a needle holding
+#: one may come from a tool call's arguments rather than from a string's own bytes)
+_STRUCTURAL = frozenset("\"'\\{}[],:")
+#: characters of JSON/repr numbers and literals (true, false, null, NaN, Infinity, None)
+_TOKEN = frozenset("0123456789.-+eEinfityaruslNoTF".lower())
+#: characters that may end an escape sequence (``\\n``, ``\\u001f``, ``\\x1f``)
+_ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+#: bytes of commits, indexes and segments a scan hands to the object store (beyond: read again)
+_KEEP_PATHS = 256 << 20
+
+
+def _required_literal(rx: re.Pattern[str]) -> str | None:
+    """The longest run of plain characters every match of ``rx`` contains, or None."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    try:
+        tree = _parser.parse(rx.pattern, rx.flags)
+    except Exception:  # noqa: BLE001 - the pattern compiled; a parser quirk only costs the prefilter
+        return None
+    best = ""
+    run: list[str] = []
+
+    def flush() -> None:
+        nonlocal best
+        if len(run) > len(best):
+            best = "".join(run)
+        run.clear()
+
+    def walk(items: Any) -> None:
+        for op, av in items:
+            name = str(op)
+            if name == "LITERAL":
+                run.append(chr(av))
+            elif name == "AT":
+                continue  # zero-width: the characters on either side are still adjacent
+            elif name == "SUBPATTERN" and not av[1] and not av[2]:
+                walk(av[3])
+            elif name in _REPEATS and av[0] >= 1:
+                flush()
+                walk(av[2])
+                flush()
+            else:
+                flush()
+
+    walk(tree)
+    flush()
+    return best or None
+
+
+def needle(rx: re.Pattern[str]) -> tuple[bytes, bool] | None:
+    """A byte string that the stored bytes of every body with a match of ``rx`` contain, and
+    whether to look for it in lower-cased bytes; None when there is none to rely on.
+
+    A block's text is a string of the body (stored as its UTF-8 bytes), strings joined by a
+    newline, or a tool call's name and its arguments as JSON. So a needle is taken from the
+    pattern's required literal only when it has no whitespace and no JSON punctuation, is
+    not made of number or literal characters alone, and has lost the leading characters an
+    escape sequence could end with; case-insensitively, only when it is ASCII.
+    """
+    lit = _required_literal(rx)
+    if not lit or any(c in _STRUCTURAL or c.isspace() or ord(c) < 0x20 for c in lit):
+        return None
+    if all(c.lower() in _TOKEN for c in lit):
+        return None
+    i = 0
+    while i < len(lit) and lit[i].lower() in _ESCAPE_TAIL:
+        i += 1
+    lit = lit[i:]
+    if not lit:
+        return None
+    if rx.flags & re.IGNORECASE:
+        return (lit.lower().encode(), True) if lit.isascii() else None
+    return lit.encode("utf-8"), False
+
+
+def _body_marker() -> bytes:
+    """The bytes in front of a commit's body id in its canonical bytes."""
+    probe = bytes(range(1, 33))
+    _, canonical = o.encode(Commit(kind="message", body=probe))
+    marker = o.pack("body") + o.pack(bytes(32))[:-32]
+    if canonical.find(marker + probe) < 0:  # the codec changed: found out here, not by a miss
+        raise AssertionError("a commit's body is not stored as expected")
+    return marker
+
+
+def _needle_rx(text: bytes, folded: bool) -> re.Pattern[bytes]:
+    """The search for a needle: in lower-cased bytes (``folded``) i, s and k also stand for the
+    four non-ASCII letters Python's case-insensitive matching equates with them."""
+    if not folded:
+        return re.compile(re.escape(text))
+    alts = {ord("i"): b"(?:i|\xc4\xb0|\xc4\xb1)", ord("s"): b"(?:s|\xc5\xbf)", ord("k"): b"(?:k|\xe2\x84\xaa)"}
+    return re.compile(b"".join(alts.get(c) or re.escape(bytes([c])) for c in text))
+
+
+def _holding(hay: bytes, nrx: re.Pattern[bytes], m: re.Match[bytes] | None, spans: list[tuple[int, int]]
+             ) -> list[int]:
+    """The numbers of the objects (``spans``) that hold a match of ``nrx`` in ``hay`` whole,
+    from its first match ``m`` on."""
+    starts = [s for s, _ in spans]
+    out: list[int] = []
+    while m is not None:
+        i = bisect.bisect_right(starts, m.start()) - 1
+        if i >= 0 and m.end() <= sum(spans[i]):
+            out.append(i)
+            m = nrx.search(hay, sum(spans[i]))
+        else:
+            m = nrx.search(hay, m.start() + 1)
+    return out
+
+
+class _Scan:
+    """What one pass over every stored object found: the bodies that may match (by raw id)
+    and the commits naming them (``(id, commit)``)."""
+
+    def __init__(self, store: Store, rx: re.Pattern[str]) -> None:
+        self.store = store
+        self.rx = rx
+        self.needle = needle(rx)
+        self.nrx = _needle_rx(*self.needle) if self.needle is not None else None
+        self.bodies: dict[bytes, Any] = {}
+        self.commits: dict[str, Commit] = {}
+        self.canonical: dict[str, bytes] = {}  # the commits' bytes
+        self.unresolved: set[bytes] = set()
+        self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
+        # after a map's header byte, the tag of a commit, an index, a segment
+        self.path_heads = {o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))}
+        self.kept = 0
+
+    def run(self) -> None:
+        """Read every stored object once (twice only for a commit stored before its body)."""
+        for content, is_record in self.store.objects.iter_contents():
+            self._unit(content, is_record)
+        late = self.unresolved & self.bodies.keys()
+        if late:  # a commit stored before its body (sync can do that): a second pass for those
+            for content, is_record in self.store.objects.iter_contents():
+                self._commits_in(content, is_record, late, None)
+
+    def _unit(self, content: bytes, is_record: bool) -> None:
+        spans = packs.content_spans(content) if is_record else [(0, len(content))]
+        if spans is None:
+            return
+        # the bytes of commits, indexes and segments go to the object store as read: the paths
+        # that attribute the matches then read none of them again
+        heads, add = self.path_heads, self.store.objects.add_known_canonical
+        if self.kept < _KEEP_PATHS:
+            for s, n in spans:
+                if content[s + 1:s + 5] in heads and 0x80 <= content[s] <= 0x8F:
+                    add(content[s:s + n])
+                    self.kept += n
+        if self.needle is None or self.nrx is None:
+            self._keep_bodies(content, spans, range(len(spans)))
+        else:
+            hay = content.lower() if self.needle[1] else content
+            m = self.nrx.search(hay)
+            if m is not None:
+                self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
+        refs = self.marker.findall(content)
+        if not refs:
+            return
+        bodies = self.bodies
+        known = [r for r in refs if r in bodies]
+        if len(known) < len(refs):
+            self.unresolved.update(r for r in refs if r not in bodies)
+        if known:
+            self._commits_in(content, is_record, set(known), spans)
+
+    def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
+        """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
+        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
+        for oid, obj in objs:
+            if isinstance(obj, Value):
+                self.bodies[o.raw_id(oid)] = obj.value
+
+    def _commits_in(self, content: bytes, is_record: bool, wanted: set[bytes],
+                    spans: list[tuple[int, int]] | None) -> None:
+        """Decode the commits of ``content`` whose body is one of ``wanted``."""
+        marker = self.marker
+        hits = [m.start() for m in marker.finditer(content) if m.group(1) in wanted]
+        if not hits:
+            return
+        if spans is None:
+            spans = packs.content_spans(content) if is_record else [(0, len(content))]
+            if spans is None:
+                return
+        starts = [s for s, _ in spans]
+        picked = dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
+        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
+        for (oid, obj), i in zip(objs, picked, strict=True):
+            if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
+                self.commits[oid] = obj
+                self.canonical[oid] = content[spans[i][0]:sum(spans[i])]
+
+
+class _Calls(dict[str, str]):
+    """A tool-call map that notes a lookup it could not answer (a result whose call is in an
+    earlier commit of its session)."""
+
+    missed = False
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self.missed = True
+        return super().get(key, default)
+
+
+def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None
+                  ) -> list[tuple[tuple[str, str, str], list[tuple[str, str, dict[str, Any]]]]]:
+    """The sessions a search covers, in session order, each with its branches (name, tip and
+    ref metadata; ``HEAD`` when detached), as :meth:`Session.branches` names them: the
+    current branch as :meth:`Store.sessions` read it, the others in one batch."""
+    from .branches import parse_ref_name, real_name, session_prefix
+
+    infos = []
+    for app in sorted(store.apps()):
+        if not _glob_any(app, app_globs):
+            continue
+        for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
+            if _session_ok((si.app, si.user, si.session), session_globs, None):
+                infos.append(si)
+    if not infos:
+        return []
+    current = {session_prefix(si.app, si.user, si.session): si for si in infos if si.branch is not None}
+    parsed: dict[str, Any] = {}
+    heads: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
+    for n in store.refs.list("sessions"):
+        p = parse_ref_name(n)
+        if p is None or p.kind != "branch" or p.name is None or p.session_prefix is None:
+            continue
+        cur = current.get(p.session_prefix)
+        if cur is not None and cur.head is not None and cur.branch is not None \
+                and real_name(p.name, None) == cur.branch:
+            heads.setdefault(p.session_prefix, {})[cur.branch] = (cur.head, {})  # read by sessions() already
+        else:
+            parsed[n] = p
+    for n, v in store.refs.read_many(list(parsed)).items():
+        p = parsed[n]
+        if v is not None and v.symbolic is None:
+            heads.setdefault(p.session_prefix, {})[real_name(p.name, v.meta)] = (v.target, dict(v.meta))
+    out = []
+    for si in infos:
+        got = heads.get(session_prefix(si.app, si.user, si.session), {})
+        tips = [(b, t, m) for b, (t, m) in sorted(got.items())]
+        if si.branch is None and si.head is not None:
+            tips.append(("HEAD", si.head, {}))
+        out.append(((si.app, si.user, si.session), tips))
+    return out
+
+
+def _calls_before(store: Store, tips: list[tuple[str, str, dict[str, Any]]], cid: str) -> dict[str, str]:
+    """The tool calls a session's commits before ``cid`` made (in the order the walk reads
+    them), for naming the tool of a result whose call is not in its own body."""
+    seen: set[str] = set()
+    order: list[tuple[str, Commit]] = []
+    for _, tip, _ in tips:
+        for x, c in store.history.path(tip):
+            if x not in seen:
+                seen.add(x)
+                order.append((x, c))
+    order.sort(key=lambda x: x[1].depth)
+    calls: dict[str, str] = {}
+    for x, c, body in bodies_of(store, order):
+        if x == cid:
+            break
+        for _ in blocks(body, c.kind, calls):
+            pass
+    return calls
+
+
+def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, context: int,
+               want_kinds: set[str], role_set: set[str] | None, since: float | None, until: float | None,
+               app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None) -> Iterator[Match]:
+    """:func:`grep` by one pass over every stored object (format 2): see the module docstring."""
+    scan = _Scan(store, rx)
+    scan.run()
+    # 1. the blocks that match, before knowing where their commits are
+    found: dict[str, list[tuple[int, str, str, str | None, tuple[LineMatch, ...], bool]]] = {}
+    for cid, c in scan.commits.items():
+        assert c.body is not None
+        when = _time_of(c)
+        if (since is not None and when < since) or (until is not None and when >= until):
+            continue
+        calls = _Calls()
+        for j, (role, bkind, tool, text) in enumerate(blocks(scan.bodies[c.body], c.kind, calls)):
+            missed, calls.missed = calls.missed, False
+            if bkind not in want_kinds or (role_set is not None and role not in role_set):
+                continue
+            if not text or rx.search(text) is None:
+                continue
+            lines = _line_matches(rx, text)
+            if lines:
+                found.setdefault(cid, []).append((j, role, bkind, tool, lines, missed and tool is None))
+    if not found:
+        return
+    # 2. where those commits are: the branches whose path holds them
+    targets = {cid: scan.commits[cid].depth for cid in found}
+    sessions = _session_tips(store, app_globs, session_globs)
+    where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
+    from .history import BlockPath, K
+
+    store.objects.refresh()  # the pack map first: a cold handle would look for each one loose
+    shallowest = min(targets.values())
+    paths: list[tuple[int, str, int, Any]] = []
+    for sn, (_, tips) in enumerate(sessions):
+        for bn, (bname, tip, meta) in enumerate(tips):
+            length = meta.get("length")
+            top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
+            if top is None or top >= shallowest:
+                paths.append((sn, bname, bn, BlockPath(store.objects, tip, meta)))
+    # below each tip's own block the path is its segments (read in one batch, each verified
+    # by its id): a match is there when its bytes are (a commit's bytes hold its depth)
+    wanted = {sid: blk for _, _, _, bp in paths for blk, sid in enumerate(bp.segments or ())}
+    segs = {sid: frozenset(seg.objects) for sid, seg in store.objects.get_many(list(wanted), missing_ok=True).items()
+            if isinstance(seg, Segment) and seg.start == wanted[sid] * K}
+    by_bytes = {scan.canonical[x]: x for x in targets}
+    for sn, bname, bn, bp in paths:
+        held = [x for x, _ in bp.at_depth.values() if x in targets]
+        for blk, sid in enumerate(bp.segments or ()):
+            if min(bp.at_depth) <= blk * K:
+                break  # the top block is loaded already
+            got = segs.get(sid)
+            if got is None:  # not a segment of this block: read the block as the path reads it
+                held.extend(x for x, _ in bp.range(blk * K, blk * K + K - 1) if x in targets)
+            else:
+                held.extend(by_bytes[c] for c in got & by_bytes.keys())
+        for x in held:
+            where.setdefault(x, []).append((sn, bname, bn))
+    for held in where.values():
+        held.sort(key=lambda r: (r[0], r[2]))  # session order, then branch order, as the walk lists them
+    # 3. each commit reported once, with the first session holding it, in the walk's order
+    out: list[tuple[tuple[int, int, int, int], Match]] = []  # (session, depth, branch, block), match
+    calls_of: dict[tuple[int, str], dict[str, str]] = {}
+    for cid, blks in found.items():
+        refs = where.get(cid)
+        if not refs:
+            continue
+        sn = refs[0][0]
+        key, tips = sessions[sn]
+        c = scan.commits[cid]
+        mine = tuple(b for s, b, _ in refs if s == sn)
+        others: dict[tuple[str, str, str], list[str]] = {}
+        for s, b, _ in refs:
+            if s != sn:
+                others.setdefault(sessions[s][0], []).append(b)
+        first_branch = min(bn for s, _, bn in refs if s == sn)
+        when = _time_of(c)
+        for j, role, bkind, tool, lines, unnamed in blks:
+            if unnamed:
+                if (sn, cid) not in calls_of:
+                    calls_of[(sn, cid)] = _calls_before(store, tips, cid)
+                assert c.body is not None
+                named = list(blocks(scan.bodies[c.body], c.kind, dict(calls_of[(sn, cid)])))
+                tool = named[j][2]
+            if not keep(key, role, bkind, tool, when):
+                continue
+            out.append(((sn, c.depth, first_branch, j),
+                        Match(cid, key, mine, role, bkind, tool, when, lines,
+                              tuple((k, tuple(b)) for k, b in others.items()), context=context)))
+    out.sort(key=lambda x: x[0])
+    for n, ((sn, _, bn, _), m) in enumerate(out):
+        if limit is not None and n >= limit:
+            return
+        if context:
+            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
+            m = replace(m, before=before, after=after)
+        yield m
 
 
 __all__ = ["DEFAULT_KINDS", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep"]

@@ -1157,6 +1157,61 @@ class ObjectStore(Repacking):
         held = ours or (name.startswith("w-") and not sealed and self.storage.is_held(pack_key(name)))
         return self.storage.mtime(pack_key(name)), sealed, held
 
+    def iter_contents(self, batch: int = 8) -> Iterator[tuple[bytes, bool]]:
+        """Every stored object's canonical bytes, store-wide, each stored unit read once (what
+        a search of every object reads): first the loose objects, then each pack record, the
+        packs read whole, ``batch`` packs per concurrent read. Yields ``(bytes, is_record)``:
+        a version-2 record's decompressed content (``is_record``: its objects are found with
+        :func:`castore.packs.content_spans`; it is also kept in the content cache, so that
+        reading its objects again costs no I/O, as are the pack's bytes), or one object's
+        canonical bytes (a loose object, a version-1 frame). Objects are not
+        verified here: an object's id is the hash of its bytes, which a caller that needs the
+        id computes. A damaged loose object or record is skipped (``fsck`` reports it).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        loose = [object_key(oid) for oid in self.iter_loose_ids()]
+        for i in range(0, len(loose), 256):
+            for raw in self.storage.read_many(loose[i:i + 256]).values():
+                if raw is None:
+                    continue  # collected since the listing
+                try:
+                    canonical = o.unframe(raw)
+                except IntegrityError:
+                    continue
+                yield canonical, False
+        names = sorted({n.rpartition(".")[0] for n in self.storage.list_dir(PACKS)
+                        if n.endswith(packs.PACK_SUFFIX) and packs.is_pack_name(n.rpartition(".")[0])})
+        for i in range(0, len(names), batch):
+            keys = [pack_key(n) for n in names[i:i + batch]]
+            datas = self.storage.read_many(keys)
+            for name, key in zip(names[i:i + batch], keys, strict=True):
+                data = datas.pop(key, None)
+                if data is None:
+                    continue  # repacked away since the listing: its objects are in a newer pack
+                with self._lock:
+                    self._keep_pack_data(name, data)  # reading its objects again costs no I/O
+                try:
+                    records = list(packs.payloads(data))
+                except IntegrityError:
+                    continue  # not a pack
+                for version, offset, payload in records:
+                    if version == 1:
+                        for _, frame in packs.frames_v1(payload) or ():
+                            try:
+                                canonical = o.unframe(frame)
+                            except IntegrityError:
+                                continue
+                            yield canonical, False
+                        continue
+                    try:
+                        content = o.unframe(payload, f"record at {offset} of pack {name}")
+                    except IntegrityError:
+                        continue
+                    self._keep_content(name, offset, content)
+                    yield content, True
+
     def read_frame(self, name: str, loc: Place) -> bytes:
         """One stored frame of a pack (not verified): a version-1 frame as stored, or the
         canonical bytes of an object in a version-2 record as a raw (``0x00``) frame.

@@ -316,6 +316,58 @@ def content_slots(content: bytes, offset: int, size: int) -> dict[str, Slot] | N
     return out
 
 
+def payloads(data: bytes | memoryview) -> Iterator[tuple[int, int, memoryview]]:
+    """``(version, payload offset, payload)`` of each valid record of a whole pack's bytes, in
+    order; stops, as :func:`scan` does, at the first record that is incomplete or fails its
+    check (nothing is decompressed or hashed here).
+
+    Raises:
+        IntegrityError: the bytes do not begin with a pack header.
+    """
+    version = pack_version(data)
+    if not version:
+        return
+    view = memoryview(data)
+    off = HEADER_SIZE
+    while off + _REC.size <= len(data):
+        length, check = _REC.unpack_from(data, off)
+        body_at = off + _REC.size
+        if length >= RECORD_MAX or body_at + length > len(data):
+            return
+        payload = view[body_at:body_at + length]
+        if o.checksum(payload) != check:
+            return
+        yield version, body_at, payload
+        off = body_at + length
+
+
+def content_spans(content: bytes) -> list[tuple[int, int]] | None:
+    """``(start, length)`` of each object in a version-2 record's ``content``, in order, without
+    hashing them; None if the content does not parse."""
+    out: list[tuple[int, int]] = []
+    pos, n = 0, len(content)
+    unpack = _SIZE.unpack_from
+    while pos < n:
+        if pos + _SIZE.size > n:
+            return None
+        (length,) = unpack(content, pos)
+        pos += _SIZE.size
+        if pos + length > n:
+            return None
+        out.append((pos, length))
+        pos += length
+    return out
+
+
+def frames_v1(payload: memoryview) -> list[tuple[str, memoryview]] | None:
+    """``(hex id, frame)`` of each object of one checked version-1 record payload; None if it
+    does not parse."""
+    entries = _entries(payload, 0)
+    if entries is None:
+        return None
+    return [(oid, payload[loc.offset:loc.offset + loc.size]) for oid, loc in entries.items()]
+
+
 def _entries(payload: memoryview, at: int) -> dict[str, Location] | None:
     """The frames of one checked record payload that starts at pack offset ``at``."""
     out: dict[str, Location] = {}
@@ -569,7 +621,8 @@ def is_pack_name(name: str) -> bool:
     return sep == "-" and head in ("w", "b", "r") and len(tail) == 32 and all(c in "0123456789abcdef" for c in tail)
 
 
-__all__ = ["Location", "Slot", "Place", "IndexView", "encode_record", "encode_pack", "encode_content",
+__all__ = ["Location", "Slot", "Place", "IndexView", "payloads", "content_spans", "frames_v1",
+           "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
            "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
            "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX",

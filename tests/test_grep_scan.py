@@ -1,0 +1,127 @@
+"""The store-wide scan of castore grep (format 2): the same matches as the walk of every branch."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore.entries import Compaction
+from castore.grep import grep, needle
+
+T0 = 1_760_000_000.0
+
+
+@pytest.fixture(autouse=True)
+def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> castore.Store:
+    """Forks sharing commits, a rewind, a detached HEAD, tool calls whose results come in a
+    later append, a large (loose) body, JSON arguments, non-ASCII case folds."""
+    st = castore.open(str(tmp_path_factory.mktemp("scan") / "store"), durable=False)
+    s = st.session("bot", "ann", "s1")
+    s.append_many([
+        {"role": "user", "content": "Please fix the Parser bug"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "the parser drops tokens", "signature": "c2lnbmF0dXJlcGFyc2Vy"},
+            {"type": "text", "text": "Looking at parser.py"},
+            {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "grep -n parse src/parser.py",
+                                                                       "count": 42, "dry": True}},
+        ]},
+    ], time=T0)
+    s.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                           "content": "12: def parse(x):\n\ttoken tab"}]}, time=T0 + 50)
+    s.append({"role": "assistant", "content": "fixed the parser",
+              "tool_calls": [{"id": "c9", "type": "function",
+                              "function": {"name": "mcp__git__commit", "arguments": "{\"msg\": \"parser fix\"}"}}]},
+             time=T0 + 100)
+    s.append({"role": "tool", "tool_call_id": "c9", "content": "committed parser fix " + "x" * 6000}, time=T0 + 200)
+    s.checkout("HEAD~2", create="retry")
+    s.append({"role": "assistant", "content": [
+        {"type": "text", "text": "another parser idea"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "cGFyc2VycGFyc2Vy"}},
+        {"type": "reasoning", "encrypted_content": "parserparserparser"},
+    ]}, time=T0 + 300)
+    s.append(Compaction("summary: the parser was discussed"), time=T0 + 400)
+    s.fork("s2", at="main~2")
+    s2 = st.session("bot", "ann", "s2")
+    s2.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "parse again"}]},
+              time=T0 + 500)
+    s2.append_many([{"role": "user", "content": f"line {i} of a long parser talk"} for i in range(150)], time=T0 + 600)
+    s.fork("s3", at="main")
+    st.session("bot", "ann", "s3").checkout("HEAD~1")  # detached
+    for i in range(5):
+        st.session("other", "bob", f"x{i}").append({"role": "user", "content": f"nothing {i} to see, Kelvin"},
+                                                   time=T0 + i)
+    st.close()
+    return castore.open(str(st.url), durable=False)
+
+
+QUERIES: list[dict] = [
+    {"pattern": "parser"}, {"pattern": "Parser"}, {"pattern": "parse", "kinds": ["tool_result"]},
+    {"pattern": "parse", "tools": ["Bash"]}, {"pattern": "parser", "tools": ["mcp__*"]},
+    {"pattern": "parser", "roles": ["assistant"]}, {"pattern": "parser", "roles": ["tool"], "kinds": ["tool_result"]},
+    {"pattern": "parser", "since": T0 + 250}, {"pattern": "parser", "until": T0 + 250},
+    {"pattern": "parser", "sessions": ["s2"]}, {"pattern": "parser", "apps": ["bot"]},
+    {"pattern": "another", "context": 1}, {"pattern": "talk", "context": 2, "limit": 3},
+    {"pattern": "parser", "limit": 2}, {"pattern": "nothing", "apps": ["other"]},
+    {"pattern": "c2lnbmF0dXJl", "kinds": ["text", "thinking", "tool_call", "tool_result"]},
+    {"pattern": "42"}, {"pattern": "true"}, {"pattern": "oken"}, {"pattern": "token", "kinds": ["tool_result"]},
+    {"pattern": '"count": 42'}, {"pattern": "PARSER", "ignore_case": True}, {"pattern": "kelvin"},
+    {"pattern": r"pars\w+ (idea|bug)"}, {"pattern": r"^line 1\d\b"}, {"pattern": "x{50}", "kinds": ["tool_result"]},
+    {"pattern": "parser", "word": True}, {"pattern": "parser.py", "fixed": True}, {"pattern": "zzz-none"},
+]
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=[str(i) for i in range(len(QUERIES))])
+def test_scan_finds_exactly_what_the_walk_finds(store: castore.Store, query: dict) -> None:
+    q = dict(query)
+    pattern = q.pop("pattern")
+    walk = [m.to_json() for m in grep(store, pattern, index=False, scan=False, **q)]
+    scan = [m.to_json() for m in grep(store, pattern, index=False, scan=True, **q)]
+    assert scan == walk
+    if not pattern.startswith("^"):  # the index searches its text as one string: anchors are its known gap
+        assert [m.to_json() for m in grep(store, pattern, index=True, **q)] == walk
+
+
+def test_scan_matches_case_folds_the_walk_matches(tmp_path: Path) -> None:
+    st = castore.open(str(tmp_path / "folds"), durable=False)
+    st.session("a", "u", "s").append_many([{"role": "user", "content": "the parſer and the Kelvin"},
+                                          {"role": "user", "content": "plain"}])
+    for pattern in ("parser", "kelvin"):
+        walk = [m.to_json() for m in grep(st, pattern, index=False, scan=False)]
+        assert walk and [m.to_json() for m in grep(st, pattern, index=False, scan=True)] == walk
+
+
+def test_scan_reports_a_shared_commit_once_naming_every_branch_and_session(store: castore.Store) -> None:
+    got = [m for m in grep(store, "Looking at", index=False, scan=True)]
+    assert len(got) == 1
+    m = got[0]
+    assert m.session == ("bot", "ann", "s1") and m.branches == ("main", "retry")
+    assert {k[2] for k, _ in m.also} == {"s2", "s3"}
+    assert dict((k[2], b) for k, b in m.also)["s3"] == ("main", "HEAD")
+
+
+def test_scan_names_the_tool_of_a_result_whose_call_came_earlier(store: castore.Store) -> None:
+    got = [m for m in grep(store, "def parse", kinds=["tool_result"], index=False, scan=True)]
+    assert [m.tool for m in got] == ["Bash"]
+
+
+def test_scan_reads_a_large_loose_body(store: castore.Store) -> None:
+    got = [m for m in grep(store, "committed parser", kinds=["tool_result"], index=False, scan=True)]
+    assert len(got) == 1 and got[0].tool == "mcp__git__commit"
+
+
+@pytest.mark.parametrize(("pattern", "flags", "want"), [
+    ("parser", re.I, (b"parser", True)), ("Parser", 0, (b"Parser", False)),
+    ("token", 0, (b"oken", False)),  # t may end an escape (\t): the needle starts after it
+    ("42", 0, None), ("true", 0, None), ("a b", 0, None), ('"x"', 0, None), ("beef", 0, None),
+    (r"foo\d+barbaz", 0, (b"z", False)), (r"foo\d+barzoo", 0, (b"zoo", False)), ("(?:ab|cd)", 0, None), ("é", re.I, None), ("é", 0, ("é".encode(), False)),
+])
+def test_needle_is_only_what_every_matching_body_holds(pattern: str, flags: int, want: object) -> None:
+    assert needle(re.compile(pattern, flags)) == want
