@@ -172,10 +172,14 @@ class TreeWriter:
     ``add(n, parent, ...)`` names each line by its ordinal ``n`` and its parent by ordinal
     (None: a root, only for the very first line). Lines whose parent is the previous line
     are appended together; a line whose parent is a branch tip extends that branch; any other
-    parent starts a branch named by ``branch_name(n)``.
+    parent starts a branch named by ``branch_name(n)``. Appends go to the branch they extend
+    without checking it out (``append_many(branch=...)``); :meth:`finish` checks out the
+    branch of the last line the agent was on. Each commit takes its line's time (``time`` in
+    the entry's meta); a line without one takes the time of the line before it, so that the
+    same file gives the same commits wherever it is imported.
     """
 
-    def __init__(self, session: Session, known: dict[int, str], key: str) -> None:
+    def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None) -> None:
         self.session = session
         self.key = key
         self.cid: dict[int, str] = dict(known)  # ordinal -> commit
@@ -191,6 +195,9 @@ class TreeWriter:
         self.created: list[str] = []
         self.branch_name = lambda n: f"line-{n}"
         self.labels: list[tuple[int, str]] = []
+        #: the time of the last line that had one (for the lines after it that have none)
+        self.last_time = last_time
+        self._times: list[float | None] = []
 
     def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool) -> None:
         """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows."""
@@ -198,7 +205,11 @@ class TreeWriter:
             self.flush()
         if not self.run:
             self.run_parent = parent
+        when = entry.meta.get("time")
+        if isinstance(when, (int, float)) and not isinstance(when, bool):
+            self.last_time = float(when)
         self.run.append(_Pending(n, raw, entry, active))
+        self._times.append(self.last_time)
         self.run_bytes += len(raw)
 
     def label(self, n: int, name: str) -> None:
@@ -212,29 +223,27 @@ class TreeWriter:
         s = self.session
         put_blobs(s.store, [p.raw for p in self.run])
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
-        expect = parent
         if parent is None:
             if s.exists() and s.head is not None:
                 raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
+            branch = self.current or "main"
         else:
-            branch = self.tips.get(parent)
-            if branch is None:
+            got = self.tips.get(parent)
+            if got is None:
                 branch = self.branch_name(self.run[0].n)
-                s.checkout(parent, create=branch)
+                s.branch(branch, at=parent)
                 self.created.append(branch)
-            elif branch != self.current:
-                s.checkout(branch)
-            self.current = branch
-        ids = s.append_many([p.entry for p in self.run], expect=expect,
-                            time=self.run[-1].entry.meta.get("time"))
+            else:
+                branch = got
+        ids = s.append_many([p.entry for p in self.run], expect=parent, branch=branch, times=self._times)
         if parent is not None:
             self.tips.pop(parent, None)
-        self.tips[ids[-1]] = self.current or "main"
+        self.tips[ids[-1]] = branch
         for p, cid in zip(self.run, ids, strict=True):
             self.cid[p.n] = cid
         if any(p.active for p in self.run):
-            self.active = self.current
-        self.run, self.run_bytes = [], 0
+            self.active = branch
+        self.run, self.run_bytes, self._times = [], 0, []
 
     def finish(self) -> str | None:
         """Flush, put the labels, check out the branch the agent was on; return HEAD's commit."""
