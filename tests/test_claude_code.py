@@ -20,6 +20,7 @@ from castore.adapters.claude_code import (
     import_claude,
 )
 from castore.adapters.jsonl_tree import ArchiveError, safe_join
+from castore.grep import grep
 
 DATA = Path("/work/shared/data/claude-code")
 if not DATA.exists():  # CI: the same files may live beside the worktree
@@ -270,3 +271,27 @@ def test_follow_imports_lines_as_they_are_written(store: castore.Store, tmp_path
     assert (out / "proj" / "live.jsonl").read_bytes() == b"".join(lines[:30])
     assert filecmp.cmp(f, out / "proj" / "live.jsonl", shallow=False)
     assert os.path.getsize(f) == sum(len(ln) for ln in lines[:30])
+
+
+def test_lines_claude_code_wrote_are_flagged_and_grep_typed_leaves_them_out(store: castore.Store) -> None:
+    import_claude(store, SHARE)
+    s = store.session("claude", "session-share", SID)
+    flags = {le.meta["claude"]["o"]: le.meta.get("injected") for le in s.log(all_branches=True)
+             if le.meta["claude"].get("type") == "user" and le.meta.get("injected") != "tool_result"}
+    # the three prompts a human typed, and what the CLI wrote into user turns around them
+    assert [o for o, why in sorted(flags.items()) if why is None] == [1, 73, 81]
+    assert {flags[o] for o in (35, 39, 44, 70)} == {"meta"}
+    assert flags[21] == flags[59] == "task-notification" and flags[37] == "local-command-stdout"
+    assert flags[36] == "command-name" and flags[43] == "command-message" and flags[82] == "interrupt"
+    sub = store.session("claude", "session-share", f"{SID}.subagents.agent-a5bdbc1")
+    said = [le for le in sub.entries() if le.entry.message is not None and le.entry.message.role == "assistant"]
+    assert said and all(le.meta.get("injected") is None for le in said)  # the subagent's answers
+    assert sub.entries()[0].meta["injected"] == "sidechain"  # its prompt, written by the main agent
+    for index in (False, None):
+        every = list(grep(store, "curry", roles=["user"], index=index))
+        assert len(every) == 9  # the prompt, three task notifications, five subagent prompts
+        typed = list(grep(store, "curry", roles=["user"], typed=True, index=index))
+        assert [(m.session[2], s.show(m.commit).meta["claude"]["o"]) for m in typed] == [(SID, 1)]
+        answers = list(grep(store, "curry", typed=True, index=index))
+        assert {m.role for m in answers} == {"user", "assistant"} and len(answers) < len(list(grep(store, "curry")))
+        assert len(list(grep(store, "curry", typed=True, index=index, limit=2))) == 2

@@ -211,3 +211,22 @@ def test_find_rollouts_errors(tmp_path: Path) -> None:
         find_rollouts(tmp_path / "missing")
     with pytest.raises(ArchiveError):
         find_rollouts(tmp_path)
+
+
+def test_scaffolding_is_flagged_and_grep_typed_finds_only_the_prompt(store: castore.Store, sessions_dir: Any) -> None:
+    import_codex(store, SAMPLE)
+    s = store.session("codex", "local", "019b64e5-57fa-7463-b644-fba7e456f905")
+    flags = [le.meta.get("injected") for le in s.entries() if le.entry.message is not None]
+    assert flags[:3] == ["agents_md", "environment_context", None]  # the third is the human's prompt
+    assert list(grep(store, "AGENTS", typed=True)) == [] and list(grep(store, "AGENTS"))
+    assert [m.lines[0].text[:12] for m in grep(store, "analyse", typed=True)] == ["can you anal"]
+    root, *_ = sessions_dir
+    import_codex(store, root)
+    # a subagent's prompt is written by its parent agent; its answer is the agent's
+    child = store.session("codex", "local", CHILD)
+    assert [le.meta.get("injected") for le in child.entries() if le.entry.message is not None
+            and le.entry.message.role == "user"] == ["subagent"]
+    assert list(grep(store, "subagent looks", typed=True)) == []
+    assert len(list(grep(store, "answer 7", typed=True))) == 1
+    # the compaction summary is Codex's, the answers around it the model's
+    assert list(grep(store, "needles one and four", typed=True)) == [] and list(grep(store, "needles one and four"))

@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import Event, Message
 from ..errors import CastoreError, InvalidEntry
+from ..grep import INJECTED
 from .jsonl_tree import (
     ArchiveError,
     FileResult,
@@ -57,7 +58,12 @@ if TYPE_CHECKING:
 APP = "codex"
 KEY = "codex"
 _DATE_DIRS = re.compile(r"^\d{4}$|^\d{2}$")
-_SCAFFOLD = ("<environment_context>", "# AGENTS.md", "<user_instructions>", "<permissions", "<INSTRUCTIONS>")
+#: how the user messages Codex writes itself start, and what they are
+_SCAFFOLD = {"<environment_context>": "environment_context", "# AGENTS.md": "agents_md",
+             "<user_instructions>": "user_instructions", "<permissions": "permissions",
+             "<INSTRUCTIONS>": "instructions",
+             "<user_shell_command>": "user_shell_command", "<turn_aborted>": "turn_aborted",
+             "<subagent_notification>": "subagent_notification"}
 
 
 @dataclass
@@ -103,13 +109,41 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def _scaffold(text: str) -> str | None:
+    t = text.lstrip()
+    return next((why for start, why in _SCAFFOLD.items() if t.startswith(start)), None)
+
+
 def _is_turn(d: dict[str, Any]) -> bool:
     p = d.get("payload")
     if d.get("type") != "response_item" or not isinstance(p, dict):
         return False
     if p.get("type") != "message" or p.get("role") != "user":
         return False
-    return not _text_of(p.get("content")).lstrip().startswith(_SCAFFOLD)
+    return _scaffold(_text_of(p.get("content"))) is None
+
+
+def injected(d: dict[str, Any], subagent: bool = False) -> str | None:
+    """What a record that has a body is when Codex wrote it rather than a human typing it
+    or the model answering (None: typed, or answered).
+
+    A user message that starts as Codex's scaffolding does (``environment_context``,
+    ``agents_md``, ``user_instructions``, ``permissions``, ...), a ``developer`` or
+    ``system`` message (``developer``, ``system``), a compaction summary (``compacted``),
+    or, in a subagent thread (``subagent``), a user message: the parent agent wrote it.
+    """
+    p = as_dict(d.get("payload"))
+    if d.get("type") == "compacted":
+        return "compacted"
+    if d.get("type") != "response_item" or p.get("type") != "message":
+        return None
+    role = p.get("role")
+    if role in ("developer", "system"):
+        return str(role)
+    if role != "user":
+        return None
+    why = _scaffold(_text_of(p.get("content")))
+    return why if why is not None else ("subagent" if subagent else None)
 
 
 def _message(d: dict[str, Any]) -> Message | None:
@@ -218,6 +252,8 @@ class _Importer:
             fork = self._fork(session, f, meta["forked_from_id"], known, st, prefix)
             if fork is not None:
                 info = session.info
+        src_ = meta.get("source")
+        subagent = isinstance(src_, dict) and isinstance(src_.get("subagent"), dict)
         w = TreeWriter(session, known, "/".join(session.key))
         n, cursor, offset = st.lines, st.cursor, st.offset
         for end, raw in read_lines(f, st.offset):
@@ -244,6 +280,9 @@ class _Importer:
             when = parse_time(d.get("timestamp"))
             if when is not None:
                 m["time"] = when
+            why = injected(d, subagent) if msg is not None else None
+            if why is not None:
+                m[INJECTED] = why
             author = msg.role if msg else (p.get("type") or d.get("type") or "line")
             w.add(n, parent, raw, Event(author=str(author), message=msg, meta=m), True)
             if d.get("type") == "compacted":
@@ -269,7 +308,6 @@ class _Importer:
         if prefix:
             cc["prefix"] = prefix
         new[KEY] = cc
-        src_ = meta.get("source")
         spawn = src_.get("subagent") if isinstance(src_, dict) else None
         spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
         if isinstance(spawn, dict) and isinstance(spawn.get("parent_thread_id"), str):

@@ -189,6 +189,10 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
 @click.option("--session", "sessions", multiple=True, metavar="GLOB",
               help="Only sessions matching APP/USER/SESSION, or SESSION when the glob has no '/' (repeatable).")
 @click.option("--app", "apps", multiple=True, metavar="GLOB", help="Only sessions of these apps (repeatable).")
+@click.option("--typed", is_flag=True,
+              help="Only what a human typed or the agent wrote: user text and assistant blocks, leaving out tool "
+                   "results, system/developer messages and what the agent's CLI injected (environment context, "
+                   "AGENTS.md, command wrappers, system reminders; flagged by the importers).")
 @click.option("--since", metavar="TIME", help="Only entries at or after TIME (ISO 8601, UTC unless given).")
 @click.option("--until", metavar="TIME", help="Only entries before TIME.")
 @click.option("-l", "--files-with-matches", "list_sessions", is_flag=True, help="Print only the sessions that match.")
@@ -207,7 +211,7 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
 @click.pass_context
 def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: bool, word: bool,
              roles: tuple[str, ...], kinds: tuple[str, ...], all_kinds: bool, tools: tuple[str, ...],
-             sessions: tuple[str, ...], apps: tuple[str, ...], since: str | None, until: str | None,
+             sessions: tuple[str, ...], apps: tuple[str, ...], typed: bool, since: str | None, until: str | None,
              list_sessions: bool, count: bool, context: int, limit: int | None, no_index: bool, cached: bool,
              as_json: bool, as_jsonl: bool) -> None:
     """Search every session and branch of the store for PATTERN (a Python regex).
@@ -224,7 +228,8 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
         it = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles or None,
                   kinds=KINDS if all_kinds else (kinds or None), tools=tools or None, sessions=sessions or None,
                   apps=apps or None, since=_when(since, "--since"), until=_when(until, "--until"),
-                  limit=limit, context=context, index=False if no_index else None, check_index=not cached)
+                  limit=limit, context=context, index=False if no_index else None, check_index=not cached,
+                  typed=typed)
         found = _render(it, list_sessions, count, as_json, as_jsonl)
     except CastoreError as e:
         click.echo(f"Error: {error_line(e)}", err=True)
