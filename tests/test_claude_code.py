@@ -295,3 +295,105 @@ def test_lines_claude_code_wrote_are_flagged_and_grep_typed_leaves_them_out(stor
         answers = list(grep(store, "curry", typed=True, index=index))
         assert {m.role for m in answers} == {"user", "assistant"} and len(answers) < len(list(grep(store, "curry")))
         assert len(list(grep(store, "curry", typed=True, index=index, limit=2))) == 2
+
+
+# -- the old layout: subagents' lines inside the main file ------------------------------------
+def _cc(uuid: str, parent: str | None, type_: str, content: object, i: int, side: bool = False,
+        **extra: object) -> bytes:
+    """A Claude Code 2.0.x line: its envelope as that version wrote it (claude-code-log's
+    sidechain_integrated.jsonl has the shape), ``isSidechain`` true for a subagent's lines."""
+    d = {"parentUuid": parent, "isSidechain": side, "userType": "external", "cwd": "/home/me/app",
+         "sessionId": "old-1", "version": "2.0.46", "uuid": uuid, "timestamp": f"2025-11-19T22:{i // 60:02d}:{i % 60:02d}.000Z",
+         "type": type_, "message": {"role": type_, "content": content}, **extra}
+    if type_ == "assistant":
+        d["message"] = {"id": f"msg_{uuid}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                        "content": content, "stop_reason": None}
+    return json.dumps(d).encode() + b"\n"
+
+
+def _task(tid: str, prompt: str) -> dict:
+    return {"type": "tool_use", "id": tid, "name": "Task",
+            "input": {"subagent_type": "general-purpose", "description": prompt[:20], "prompt": prompt}}
+
+
+def _old_layout() -> list[bytes]:
+    """A main file where two subagents ran in parallel, their lines interleaved with each
+    other's and written before the trunk's tool results: agent A's lines name it (agentId),
+    agent B's do not (2.0.x wrote some without)."""
+    pa, pb = "Find where borders are coloured.", "List the CSS classes."
+    res = lambda tid, text: [{"type": "tool_result", "tool_use_id": tid, "content": [{"type": "text", "text": text}]}]  # noqa: E731
+    return [
+        _cc("u1", None, "user", "research the borders please", 0),
+        _cc("a1", "u1", "assistant", [_task("toolu_A", pa)], 1),
+        _cc("a2", "a1", "assistant", [_task("toolu_B", pb)], 2),
+        _cc("sa1", None, "user", pa, 3, True, agentId="agA"),
+        _cc("sb1", None, "user", pb, 4, True),
+        _cc("sa2", "sa1", "assistant", [{"type": "tool_use", "id": "toolu_g", "name": "Grep",
+                                         "input": {"pattern": "data-border-color"}}], 5, True, agentId="agA"),
+        _cc("sb2", "sb1", "assistant", [{"type": "text", "text": "classes: .card .hint"}], 6, True),
+        _cc("sa3", "sa2", "user", res("toolu_g", "src/a.css:3 data-border-color"), 7, True, agentId="agA"),
+        b'{"type":"file-history-snapshot","messageId":"a2","snapshot":{}}\n',
+        _cc("sa4", "sa3", "assistant", [{"type": "text", "text": "borders come from data-border-color"}], 8, True,
+            agentId="agA"),
+        _cc("r1", "a2", "user", res("toolu_A", "borders come from data-border-color"), 9, agentId="agA",
+            toolUseResult={"status": "completed"}),
+        _cc("r2", "r1", "user", res("toolu_B", "classes: .card .hint"), 10, toolUseResult={"status": "completed"}),
+        _cc("a3", "r2", "assistant", [{"type": "text", "text": "Both subagents are done."}], 11),
+        # late lines whose parents are not in the file (a truncated file): by agent, else the last chain
+        _cc("sa5", "gone-1", "assistant", [{"type": "text", "text": "one more thing"}], 12, True, agentId="agA"),
+        _cc("sx1", "gone-2", "assistant", [{"type": "text", "text": "and another"}], 13, True),
+    ]
+
+
+def test_old_layout_sidechains_are_sessions_linked_to_their_spawner(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "projects" / "app"
+    proj.mkdir(parents=True)
+    lines = _old_layout()
+    (proj / "old-1.jsonl").write_bytes(b"".join(lines))
+    r = import_claude(store, proj)[0]
+    assert r.total == len(lines) and sorted(r.sidechains) == ["old-1.sidechains.agent-agA",
+                                                              "old-1.sidechains.line-4"]
+    main = store.session("claude", "app", "old-1")
+    o = lambda s, rev="HEAD": [le.meta["claude"]["o"] for le in s.entries(rev)]  # noqa: E731
+    assert o(main) == [0, 1, 2, 8, 10, 11, 12] and main.branches() == {"main": main.head}
+    a = store.session("claude", "app", "old-1.sidechains.agent-agA")
+    b = store.session("claude", "app", "old-1.sidechains.line-4")
+    assert o(a) == [3, 5, 7, 9, 13, 14] and o(b) == [4, 6]
+    assert a.info["claude"] == {"sidechain_of": "old-1", "line": 3, "agent": "agA"}
+    # A names its agent, so it links as a subagent file does: to the trunk's result line;
+    # B names none: it links to the Task call whose prompt it got
+    la, lb = a.info["spawned_by"], b.info["spawned_by"]
+    assert (la["session"], main.show(la["commit"]).meta["claude"]["o"], la["tool_use_id"]) == ("old-1", 10, "toolu_A")
+    assert (lb["session"], main.show(lb["commit"]).meta["claude"]["o"], lb["tool_use_id"]) == ("old-1", 2, "toolu_B")
+    # a subagent's prompt was written by the main agent
+    assert a.entries()[0].meta["injected"] == "sidechain" and a.entries()[-1].meta.get("injected") is None
+    # the main file comes back with every line where it was, from the main session or a chain
+    out = tmp_path / "out"
+    assert export_claude(store, out) == ["app/old-1.jsonl"]
+    assert (out / "app" / "old-1.jsonl").read_bytes() == b"".join(lines)
+    out2 = tmp_path / "out2"
+    assert export_claude(store, out2, sessions=[b]) == ["app/old-1.jsonl"]  # a chain names its main file
+    assert (out2 / "app" / "old-1.jsonl").read_bytes() == b"".join(lines)
+
+
+@pytest.mark.parametrize("cuts", [(4,), (6, 9), (3, 5, 8, 11, 14)])
+def test_old_layout_sidechains_import_incrementally_as_at_once(store: castore.Store, tmp_path: Path,
+                                                               cuts: tuple[int, ...]) -> None:
+    lines = _old_layout()
+    whole = castore.open(str(tmp_path / "whole"), durable=False)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "old-1.jsonl").write_bytes(b"".join(lines))
+    import_claude(whole, tmp_path / "w")
+    proj = tmp_path / "p" / "w"
+    proj.mkdir(parents=True)
+    for cut in (*cuts, len(lines)):
+        (proj / "old-1.jsonl").write_bytes(b"".join(lines[:cut]))
+        import_claude(store, proj)
+    for sid in ("old-1", "old-1.sidechains.agent-agA", "old-1.sidechains.line-4"):
+        got, want = store.session("claude", "w", sid), whole.session("claude", "w", sid)
+        assert _shape(got) == _shape(want), sid
+        assert {k: v for k, v in got.info.items() if k != "claude"} == \
+            {k: v for k, v in want.info.items() if k != "claude"} or sid == "old-1"
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "w" / "old-1.jsonl").read_bytes() == b"".join(lines)

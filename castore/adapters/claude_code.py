@@ -8,6 +8,14 @@ spawned it; any other file under ``<session>/`` (``agent-*.meta.json``, ``tool-r
 is kept as a blob named in the session's info. See :mod:`castore.adapters.jsonl_tree` for
 how lines are kept byte for byte and imported incrementally.
 
+Before subagents got files of their own (Claude Code 2.0.x), their lines were written into
+the main file among the main session's, marked ``isSidechain: true``. Each such chain
+becomes a session ``<session>.sidechains.agent-<agentId>`` (``.line-<n>`` when its first
+line names no agent; :class:`_Sidechains` says how lines find their chain), linked in its
+info (``spawned_by``) as a subagent file is: to the trunk line that names its agent, else
+to the Task call that spawned it. Its lines keep their place in the main file, and
+``export`` writes them back there.
+
 The tree is Claude Code's: a line's parent is the line its ``parentUuid`` (or, for a
 compact boundary, ``logicalParentUuid``) names, so a rewind (a second prompt after the same
 parent) is a branch. Lines that are not turns of the conversation (no ``uuid``, or a type
@@ -219,6 +227,189 @@ def _message(d: dict[str, Any]) -> Message | None:
         return None
 
 
+def _entry(n: int, raw: bytes, d: dict[str, Any]) -> Event:
+    """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object)."""
+    t = d.get("type") if isinstance(d.get("type"), str) else None
+    u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
+    msg = _message(d) if t in _TURNS and u is not None else None
+    when = parse_time(d.get("timestamp"))
+    meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), **({"uuid": u} if u else {}),
+                                  **({"type": t} if t else {})}}
+    if when is not None:
+        meta["time"] = when
+    why = injected(d) if msg is not None else None
+    if why is not None:
+        meta[INJECTED] = why
+    return Event(author=(msg.role if msg else t) or "line", message=msg, meta=meta)
+
+
+_SPAWNERS = ("Task", "Agent")
+
+
+def _prompt_digest(text: Any) -> str | None:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16] if isinstance(text, str) and text else None
+
+
+@dataclass
+class _Thread:
+    """One old-layout sidechain of a main file: its session and where its import stands."""
+
+    session: Session
+    root: int  # the line it starts at
+    cursor: int | None = None  # its last line
+    cursor_commit: str | None = None
+    agent: str | None = None
+    spawn: dict[str, Any] = field(default_factory=dict)  # {"o": line, "tool_use_id": id} of the Task call
+    time: float | None = None
+    writer: TreeWriter | None = None
+
+
+class _Sidechains:
+    """The old layout's subagents: lines with ``isSidechain: true`` inside a main file, each
+    chain imported as its own session ``<session>.sidechains.agent-<agentId>`` (or
+    ``.line-<n>`` when its first line names no agent), linked to the turn that spawned it.
+
+    A line joins the chain its ``parentUuid`` is in; a line with no parent starts a chain;
+    a line whose parent is unknown joins the chain of its ``agentId``, else the last chain
+    (else starts one). The lines keep their place in the file (``o``), so the main file is
+    written back with every line where it was.
+    """
+
+    def __init__(self, imp: _Importer, state: dict[str, Any]) -> None:
+        self.imp = imp
+        self.threads: dict[str, _Thread] = {}
+        for sid, t in as_dict(state.get("threads")).items():
+            t = as_dict(t)
+            try:
+                self.threads[sid] = _Thread(imp.store.session(imp.session.app, imp.src.project, sid),
+                                            int(t.get("root", 0)), t.get("cursor"), t.get("cursor_commit"),
+                                            t.get("agent"), as_dict(t.get("spawn")), t.get("time"))
+            except (CastoreError, TypeError, ValueError):
+                continue  # a damaged entry of the state: that chain is not continued
+        self.last: str | None = state.get("last") if state.get("last") in self.threads else None
+        self.tasks: list[list[Any]] = [list(x) for x in state.get("tasks") or [] if isinstance(x, list)]
+        self.uuids: dict[str, tuple[str, int]] = {}
+        self.loaded = False
+        imp.sidechains = self
+
+    def saw_task(self, n: int, d: dict[str, Any]) -> None:
+        """Note the Task/Agent calls of main line ``n`` (what a chain starting later was spawned by)."""
+        content = as_dict(d.get("message")).get("content")
+        for b in content if isinstance(content, list) else ():
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in _SPAWNERS:
+                self.tasks.append([n, b.get("id"), _prompt_digest(as_dict(b.get("input")).get("prompt"))])
+        del self.tasks[:-32]
+
+    def _load(self) -> None:
+        """Map the uuids of the chains' archived lines to their chain and line (a parent far back)."""
+        self.loaded = True
+        for sid, th in self.threads.items():
+            if not th.session.exists():
+                continue
+            known = self._writer(sid).cid
+            for le in th.session.log(all_branches=True):
+                m = le.meta.get(KEY)
+                if isinstance(m, dict) and isinstance(m.get("o"), int):
+                    known[m["o"]] = le.id
+                    if isinstance(m.get("uuid"), str):
+                        self.uuids.setdefault(m["uuid"], (sid, m["o"]))
+
+    def _writer(self, sid: str) -> TreeWriter:
+        th = self.threads[sid]
+        if th.writer is None:
+            known = {th.cursor: th.cursor_commit} if th.cursor is not None and th.cursor_commit else {}
+            th.writer = TreeWriter(th.session, known, "/".join(th.session.key), last_time=th.time)
+        return th.writer
+
+    def _start(self, n: int, d: dict[str, Any]) -> str:
+        base = self.imp.src.session_id
+        agent = d.get("agentId") if isinstance(d.get("agentId"), str) else None
+        sid = f"{base}.sidechains.agent-{agent}" if agent else f"{base}.sidechains.line-{n}"
+        try:
+            session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
+        except CastoreError:  # an agent id that is not a valid name
+            sid = f"{base}.sidechains.line-{n}"
+            session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
+        if sid in self.threads or session.exists():  # the same agent again: a chain of its own
+            sid = f"{base}.sidechains.line-{n}"
+            session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
+        self.threads[sid] = _Thread(session, n, agent=agent, spawn=self._spawner(d))
+        return sid
+
+    def _spawner(self, d: dict[str, Any]) -> dict[str, Any]:
+        """The Task call a chain starting with ``d`` was spawned by: the one whose prompt is
+        its first text, else the last one no chain claimed, else the last one."""
+        if not self.tasks:
+            return {}
+        msg = as_dict(d.get("message"))
+        texts = _texts(msg.get("content")) if d.get("type") == "user" else []
+        want = _prompt_digest(texts[0]) if texts else None
+        claimed = {th.spawn.get("tool_use_id") for th in self.threads.values()}
+        pick = next((t for t in reversed(self.tasks) if want is not None and t[2] == want), None) \
+            or next((t for t in reversed(self.tasks) if t[1] not in claimed), None) or self.tasks[-1]
+        return {"o": pick[0], "tool_use_id": pick[1]}
+
+    def add(self, n: int, raw: bytes, d: dict[str, Any], main_uuids: dict[str, int] | None) -> None:
+        """Import sidechain line ``n`` into its chain's session."""
+        u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
+        p = d.get("parentUuid") if isinstance(d.get("parentUuid"), str) else None
+        agent = d.get("agentId") if isinstance(d.get("agentId"), str) else None
+        if p is not None and p not in self.uuids and not self.loaded and self.threads:
+            self._load()
+        parent: int | None
+        if p is not None and p in self.uuids:
+            sid, parent = self.uuids[p]
+        else:
+            by_agent = next((k for k, th in self.threads.items() if agent and th.agent == agent), None)
+            if p is not None and by_agent is not None:
+                sid = by_agent
+            elif p is not None and self.last is not None and (main_uuids is None or p not in main_uuids):
+                sid = self.last
+            else:
+                sid = self._start(n, d)
+            parent = self.threads[sid].cursor
+        th = self.threads[sid]
+        if agent and th.agent is None:
+            th.agent = agent
+        t = d.get("type")
+        self._writer(sid).add(n, parent, raw, _entry(n, raw, d), t in _TURNS and u is not None)
+        if u is not None:
+            self.uuids.setdefault(u, (sid, n))
+        th.cursor = n
+        self.last = sid
+
+    def finish(self) -> list[str]:
+        """Write the chains' queued lines and their info; return the ids of the sessions written."""
+        main = self.imp.session
+        out = []
+        for sid, th in self.threads.items():
+            if th.writer is None:
+                continue
+            th.writer.finish()
+            if th.cursor is not None:
+                th.cursor_commit = th.writer.cid.get(th.cursor, th.cursor_commit)
+            th.time = th.writer.last_time
+            info = th.session.info
+            info[KEY] = {"sidechain_of": main.id, "line": th.root, **({"agent": th.agent} if th.agent else {})}
+            if th.spawn and "spawned_by" not in info:
+                cid = self.imp.commit_of(th.spawn["o"])
+                if cid is not None:
+                    info["spawned_by"] = {"app": main.app, "user": main.user, "session": main.id, "commit": cid,
+                                          "tool_use_id": th.spawn.get("tool_use_id")}
+            th.session.set_info(info)
+            out.append(sid)
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """What the next import needs to continue the chains (kept in the main session's info)."""
+        return {"threads": {sid: {"root": th.root, "cursor": th.cursor, "cursor_commit": th.cursor_commit,
+                                  "agent": th.agent, "spawn": th.spawn, "time": th.time}
+                            for sid, th in self.threads.items()},
+                "last": self.last, "tasks": self.tasks}
+
+
 @dataclass
 class _State:
     """Where the previous import of a file stopped (kept in the session's info)."""
@@ -250,6 +441,16 @@ class _Importer:
         self.state = _State.of(self.info)
         self.uuids: dict[str, int] | None = None  # loaded from the store when first needed
         self.known: dict[int, str] = {}
+        self.main_cid: dict[int, str] = {}  # line -> commit of the main session's lines written by run()
+        self.sidechains: _Sidechains | None = None
+
+    def commit_of(self, n: int) -> str | None:
+        """The commit of line ``n`` of the main session (this import's, or an earlier one's)."""
+        if n in self.main_cid:
+            return self.main_cid[n]
+        if n not in self.known:
+            self._load_known()
+        return self.known.get(n)
 
     def _load_known(self) -> None:
         """Map the archived lines' uuids and ordinals to commits (a parent far back)."""
@@ -280,7 +481,9 @@ class _Importer:
             self.known[st.cursor] = c["cursor_commit"]
         else:
             self._load_known()
-        w = TreeWriter(self.session, self.known, key)
+        w = TreeWriter(self.session, self.known, key, last_time=c.get("time"))
+        # a main file of the old layout holds its subagents' lines (isSidechain) among its own
+        side = _Sidechains(self, as_dict(c.get("sidechains"))) if self.src.parent_id is None else None
         uuids: dict[str, int] = dict(self.uuids or {})
         cursor, reach = st.cursor, set(st.reach)
         n = st.lines
@@ -295,6 +498,10 @@ class _Importer:
                 res.notes.append(f"line {n + 1}: not JSON, kept as is")
             if not isinstance(d, dict):
                 d = {}
+            if side is not None and d.get("isSidechain") is True:
+                side.add(n, raw, d, uuids if self.uuids is not None else None)
+                n, offset = n + 1, end
+                continue
             t = d.get("type") if isinstance(d.get("type"), str) else None
             u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
             p = d.get("parentUuid") if isinstance(d.get("parentUuid"), str) else None
@@ -317,17 +524,9 @@ class _Importer:
                     reach.add(u)
             else:
                 reach = {x for x in (p, u) if x is not None}
-            msg = _message(d) if turn else None
-            when = parse_time(d.get("timestamp"))
-            meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), **({"uuid": u} if u else {}),
-                          **({"type": t} if t else {})}}
-            if when is not None:
-                meta["time"] = when
-            why = injected(d) if msg is not None else None
-            if why is not None:
-                meta[INJECTED] = why
-            author = (msg.role if msg else t) or "line"
-            w.add(n, parent, raw, Event(author=author, message=msg, meta=meta), turn)
+            w.add(n, parent, raw, _entry(n, raw, d), turn)
+            if side is not None and t == "assistant":
+                side.saw_task(n, d)
             if u is not None:
                 uuids.setdefault(u, n)
             if t == "system" and d.get("subtype") == "compact_boundary":
@@ -347,11 +546,15 @@ class _Importer:
             res.total, res.offset, res.head = n, offset, self.session.head
             return res
         res.head = w.finish()
+        self.main_cid = w.cid
         info = dict(self.info)
         c = dict(info.get(KEY) or {})
         c.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                   "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                  "reach": sorted(reach)[:64]})
+                  "reach": sorted(reach)[:64], "time": w.last_time})
+        if side is not None and (side.threads or side.tasks):
+            res.sidechains = side.finish()
+            c["sidechains"] = side.state()
         c.update(self._side_files())
         info[KEY] = c
         if titles:
@@ -434,6 +637,7 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
         results.append(r)
         if src.parent_id is None:
             links = _agent_links(imp) if r.lines or imp.session.exists() else {}
+            _link_sidechains(imp, links)
         else:
             _link_subagent(imp, links)
     return results
@@ -464,20 +668,40 @@ def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
             d = json.loads(raw)
         except ValueError:
             continue
-        tur = d.get("toolUseResult") if isinstance(d, dict) else None
-        if isinstance(tur, dict) and isinstance(tur.get("agentId"), str):
+        if not isinstance(d, dict):
+            continue
+        tur = as_dict(d.get("toolUseResult"))
+        # the current layout names the agent in the tool's result, the old one on the line
+        agent = tur.get("agentId") if isinstance(tur.get("agentId"), str) else d.get("agentId")
+        if isinstance(agent, str):
             tool_use_id = None
             content = (d.get("message") or {}).get("content") if isinstance(d.get("message"), dict) else None
             if isinstance(content, list):
                 for b in content:
                     if isinstance(b, dict) and b.get("type") == "tool_result":
                         tool_use_id = b.get("tool_use_id")
-            have[tur["agentId"]] = {"commit": by_raw[rid], "tool_use_id": tool_use_id}
+            have[agent] = {"commit": by_raw[rid], "tool_use_id": tool_use_id}
     c = dict(c)
     c["agents"] = have
     c["agents_at"] = c.get("lines")
     s.set_info({**info, KEY: c})
     return have
+
+
+def _link_sidechains(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
+    """Link each old-layout sidechain whose agent the main session names (as
+    :func:`_link_subagent` links a subagent file); the others keep their Task-call link."""
+    if imp.sidechains is None:
+        return
+    main = imp.session
+    for th in imp.sidechains.threads.values():
+        link = links.get(th.agent or "")
+        if link is None or not th.session.exists():
+            continue
+        info = th.session.info
+        if as_dict(info.get("spawned_by")).get("commit") != link["commit"]:
+            th.session.set_info({**info, "spawned_by": {"app": main.app, "user": main.user, "session": main.id,
+                                                        **link}})
 
 
 def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
@@ -539,8 +763,9 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
     """Write archived Claude Code sessions back under ``dest`` as Claude Code lays them out.
 
     Every file comes back byte for byte (``dest/<project>/<session>.jsonl``, its subagent
-    files and side files). Of several versions of one file (a rewritten file), the newest
-    is written.
+    files and side files; the old layout's sidechain lines, kept in sessions of their own,
+    go back to their places in the main file). Of several versions of one file (a
+    rewritten file), the newest is written. Naming a sidechain's session writes its main file.
 
     Args:
         store: the store.
@@ -559,6 +784,9 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
     chosen: dict[str, tuple[int, Session, dict[str, Any]]] = {}
     for s in sessions if sessions is not None else list(archived_sessions(store, app)):
         c = s.info.get(KEY)
+        if isinstance(c, dict) and isinstance(c.get("sidechain_of"), str):  # lives in its main file
+            s = store.session(s.app, s.user, c["sidechain_of"])
+            c = s.info.get(KEY)
         if not isinstance(c, dict) or not isinstance(c.get("path"), str):
             raise ArchiveError("/".join(s.key), "not an archived Claude Code session")
         v = int(c.get("version", 1))
@@ -568,8 +796,9 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
     for rel, (_, s, c) in sorted(chosen.items()):
         out = safe_join(root, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)
+        sides = [store.session(s.app, s.user, sid) for sid in as_dict(as_dict(c.get("sidechains")).get("threads"))]
         with open(out, "wb") as f:
-            f.writelines(export_lines(s, KEY))
+            f.writelines(export_lines(s, KEY, also=sides))
         written.append(rel)
         files = c.get("files") or {}
         if files:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -68,6 +68,8 @@ class FileResult:
         head: the commit HEAD is on (the line the agent was on last).
         torn: bytes at the end left for next time (a line still being written).
         notes: what was noticed (a changed prefix, lines that are not JSON).
+        sidechains: the ids of the sessions that got lines of subagents kept inside this
+            file (Claude Code's old layout).
     """
 
     path: str
@@ -79,6 +81,7 @@ class FileResult:
     head: str | None = None
     torn: int = 0
     notes: list[str] = field(default_factory=list)
+    sidechains: list[str] = field(default_factory=list)
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -296,13 +299,21 @@ def archived_rows(session: Session, key: str, file: str | None = None) -> list[t
     return rows
 
 
-def export_lines(session: Session, key: str, file: str | None = None) -> Iterator[bytes]:
+def export_lines(session: Session, key: str, file: str | None = None,
+                 also: Sequence[Session] = ()) -> Iterator[bytes]:
     """The archived lines of a session (metadata under ``key``), in file order, as bytes.
+
+    ``also``: sessions holding more lines of the same file (numbered in the same file), merged
+    in by their place in it.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
     rows = archived_rows(session, key, file)
+    for other in also:
+        if other.exists():
+            rows.extend(archived_rows(other, key))
+    rows.sort()
     for i in range(0, len(rows), 512):
         chunk = rows[i:i + 512]
         data = read_blobs(session.store, [r for _, r, _ in chunk])

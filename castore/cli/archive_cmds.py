@@ -58,7 +58,8 @@ def _update_index(store: Any) -> None:
 
 
 _IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines": NEW, "total": N, '
-                '"offset": BYTES, "branches": [NEW BRANCH, ...], "head": ID, "torn": BYTES, "notes": [...]}')
+                '"offset": BYTES, "branches": [NEW BRANCH, ...], "head": ID, "torn": BYTES, "notes": [...], '
+                '"sidechains": [SESSION ID, ...]}')
 
 
 @click.command("claude")
@@ -73,8 +74,10 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     """Archive Claude Code sessions: a session file, a project folder, or ~/.claude/projects.
 
     One session per file (APP/PROJECT/SESSION; subagent files become SESSION.subagents.agent-ID,
-    linked to the turn that spawned them). Importing again reads only what was added; a torn
-    last line waits for the next import; files deleted upstream stay in the archive.
+    and subagents kept inside the main file (isSidechain lines, Claude Code 2.0) become
+    SESSION.sidechains.agent-ID, linked to the turn that spawned them). Importing again reads
+    only what was added; a torn last line waits for the next import; files deleted upstream
+    stay in the archive.
     """
     from ..adapters.claude_code import follow_claude, import_claude
 
