@@ -397,3 +397,68 @@ def test_old_layout_sidechains_import_incrementally_as_at_once(store: castore.St
     out = tmp_path / "out"
     export_claude(store, out)
     assert (out / "w" / "old-1.jsonl").read_bytes() == b"".join(lines)
+
+
+# -- castore's own commits on an imported session ----------------------------------------------
+def _append_turn(s: castore.Session) -> list[str]:
+    from castore import Compaction, Message
+
+    return s.append_many([
+        Message("user", "castore asks: one more curry?"),
+        Message("assistant", [{"type": "text", "text": "Yes: massaman."}],
+                tool_calls=[{"id": "call_1", "type": "function", "function": {"name": "Bash",
+                                                                           "arguments": '{"command": "ls"}'}}]),
+        Message("tool", "poems.md", tool_call_id="call_1"),
+        Compaction(summary="Four curries so far."),
+    ], times=[1.8e9, 1.8e9 + 1, 1.8e9 + 2, 1.8e9 + 3])
+
+
+def test_entries_appended_with_castore_are_exported_as_lines_and_come_back(store: castore.Store,
+                                                                          tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    shutil.copytree(SHARE, projects / "p")
+    import_claude(store, projects)
+    s = store.session("claude", "p", SID)
+    leaf, was = s.show("HEAD"), s.current_branch
+    ids = _append_turn(s)
+    out = tmp_path / "out"
+    export_claude(store, out)
+    orig = (SHARE / f"{SID}.jsonl").read_bytes()
+    got = (out / "p" / f"{SID}.jsonl").read_bytes()
+    assert got.startswith(orig)  # the imported part: byte for byte
+    lines = [json.loads(ln) for ln in got[len(orig):].splitlines()]
+    assert [d["castoreCommit"] for d in lines] == ids and [d["type"] for d in lines] == [
+        "user", "assistant", "user", "user"]
+    assert lines[3]["isCompactSummary"] is True
+    # chained to the leaf the commits were made on (the summary line has no uuid: its parent's)
+    last_turn = json.loads(orig.splitlines()[84])
+    assert lines[0]["parentUuid"] == last_turn["uuid"] and leaf.meta["claude"]["o"] == 85
+    assert [d["parentUuid"] for d in lines[1:]] == [d["uuid"] for d in lines[:-1]]
+    assert lines[0]["sessionId"] == SID and lines[0]["cwd"] == last_turn["cwd"]
+    assert lines[1]["message"]["content"][1] == {"type": "tool_use", "id": "call_1", "name": "Bash",
+                                                 "input": {"command": "ls"}}
+    # into another store: the appended entries come back as lines of the file
+    other = castore.open(str(tmp_path / "other"), durable=False)
+    import_claude(other, out / "p")
+    back = other.session("claude", "p", SID).entries("HEAD")[-4:]
+    msgs = [le.entry.message for le in back]
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "user"]
+    assert msgs[0].content == "castore asks: one more curry?"
+    assert msgs[1].content[0]["text"] == "Yes: massaman." and msgs[1].content[1]["name"] == "Bash"
+    assert msgs[2].content[0]["tool_use_id"] == "call_1"
+    assert msgs[3].content == "Four curries so far." and back[3].meta["injected"] == "compact_summary"
+    assert [le.time for le in back] == [1.8e9, 1.8e9 + 1, 1.8e9 + 2, 1.8e9 + 3]
+    # into the same store, once the file upstream is the exported one: the lines are taken as
+    # the commits they were written from (nothing added), and the agent continues after them
+    n_before = len(s.log(all_branches=True))
+    more = json.dumps({"parentUuid": lines[2]["uuid"], "type": "user", "uuid": "after-1",
+                       "timestamp": "2027-01-01T00:00:00.000Z",
+                       "message": {"role": "user", "content": "and then?"}}).encode() + b"\n"
+    (projects / "p" / f"{SID}.jsonl").write_bytes(got + more)
+    r = import_claude(store, projects / "p")[0]
+    assert r.lines == 5 and len(s.log(all_branches=True)) == n_before + 1
+    assert s.show("HEAD").entry.message.content == "and then?" and s.show("HEAD").parents == (ids[2],)
+    # it follows the tool result, not the compaction: a branch, as a rewind is
+    assert r.branches == ["line-90"] and s.current_branch == "line-90" and s.branches()[was] == ids[-1]
+    export_claude(store, tmp_path / "out2")
+    assert (tmp_path / "out2" / "p" / f"{SID}.jsonl").read_bytes() == got + more

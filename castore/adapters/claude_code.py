@@ -49,9 +49,14 @@ from .jsonl_tree import (
     ArchiveError,
     FileResult,
     TreeWriter,
+    appended,
+    archived_rows,
     as_dict,
     blob_id,
+    entry_text,
     export_lines,
+    iso_time,
+    own_commits,
     parse_time,
     prefix_digest,
     put_blobs,
@@ -61,6 +66,7 @@ from .jsonl_tree import (
 )
 
 if TYPE_CHECKING:
+    from ..entries import LogEntry
     from ..session import Session
     from ..store import Store
 
@@ -443,6 +449,7 @@ class _Importer:
         self.known: dict[int, str] = {}
         self.main_cid: dict[int, str] = {}  # line -> commit of the main session's lines written by run()
         self.sidechains: _Sidechains | None = None
+        self.own: set[str] | None = None  # the session's commits, read when a line names one
 
     def commit_of(self, n: int) -> str | None:
         """The commit of line ``n`` of the main session (this import's, or an earlier one's)."""
@@ -464,6 +471,16 @@ class _Importer:
                 u = m.get("uuid")
                 if isinstance(u, str):
                     self.uuids[u] = min(m["o"], self.uuids.get(u, m["o"]))
+        for o_, v in as_dict(as_dict(self.info.get(KEY)).get("adopted")).items():
+            if isinstance(v, list) and v and isinstance(v[0], str) and o_.isdigit():
+                self.known[int(o_)] = v[0]
+                if len(v) > 2 and isinstance(v[2], str):
+                    self.uuids.setdefault(v[2], int(o_))
+
+    def _own(self) -> set[str]:
+        if self.own is None:
+            self.own = own_commits(self.session)
+        return self.own
 
     def run(self, f: IO[bytes]) -> FileResult:
         key = "/".join(self.session.key)
@@ -489,6 +506,7 @@ class _Importer:
         n = st.lines
         offset = st.offset
         titles: str | None = None
+        adopted: dict[str, list[str]] = {}
         for end, raw in read_lines(f, st.offset):
             d: Any
             try:
@@ -508,6 +526,17 @@ class _Importer:
             if p is None and isinstance(d.get("logicalParentUuid"), str):
                 p = d["logicalParentUuid"]
             turn = t in _TURNS and u is not None
+            mark = d.get(MARK)
+            if isinstance(mark, str) and mark in self._own():  # castore's own commit, as export wrote it
+                w.flush()
+                put_blobs(self.store, [raw])
+                adopted[str(n)] = [mark, blob_id(raw), *([u] if u else [])]
+                w.cid[n] = mark
+                if u is not None:
+                    uuids.setdefault(u, n)
+                    reach = {u}
+                cursor, n, offset = n, n + 1, end
+                continue
             if p is not None and p not in reach and p not in uuids and self.uuids is None:
                 self._load_known()  # a parent further back than the last import's last line
                 assert self.uuids is not None
@@ -552,6 +581,8 @@ class _Importer:
         c.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                   "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
                   "reach": sorted(reach)[:64], "time": w.last_time})
+        if adopted:
+            c["adopted"] = {**as_dict(c.get("adopted")), **adopted}
         if side is not None and (side.threads or side.tasks):
             res.sidechains = side.finish()
             c["sidechains"] = side.state()
@@ -748,6 +779,117 @@ def follow_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP,
         time.sleep(interval)
 
 
+# -- castore's own commits as lines -----------------------------------------------------------
+#: the key of a line written for a castore commit (its id): the import takes the line as it
+MARK = "castoreCommit"
+#: what a written line copies from the last archived turn of its file
+_ENVELOPE = ("isSidechain", "userType", "cwd", "sessionId", "version", "gitBranch", "agentId")
+
+
+def _uuid_of(cid: str) -> str:
+    return f"{cid[0:8]}-{cid[8:12]}-{cid[12:16]}-{cid[16:20]}-{cid[20:32]}"
+
+
+def _input_of(args: Any) -> Any:
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            return {"arguments": args}
+    return args if args is not None else {}
+
+
+def _blocks(msg: Message) -> list[Any]:
+    """A castore message's content as Anthropic blocks (OpenAI-shaped blocks and tool calls mapped)."""
+    content = msg.content
+    out: list[Any] = []
+    for b in [content] if isinstance(content, str) else content if isinstance(content, list) else []:
+        if isinstance(b, str):
+            out.append({"type": "text", "text": b})
+        elif not isinstance(b, dict):
+            continue
+        elif b.get("type") in ("input_text", "output_text"):
+            out.append({"type": "text", "text": b.get("text", "")})
+        elif b.get("type") == "function_call":
+            out.append({"type": "tool_use", "id": b.get("call_id"), "name": b.get("name"),
+                        "input": _input_of(b.get("arguments"))})
+        elif b.get("type") == "reasoning":
+            out.append({"type": "thinking", "thinking": b.get("text", "")})
+        else:
+            out.append(b)
+    for tc in msg.tool_calls or ():
+        fn = tc["function"] if isinstance(tc.get("function"), dict) else tc
+        out.append({"type": "tool_use", "id": tc.get("id"), "name": fn.get("name"),
+                    "input": _input_of(fn.get("arguments"))})
+    return out
+
+
+def _result_text(content: Any) -> Any:
+    if isinstance(content, (str, list)):
+        return content
+    return "" if content is None else json.dumps(content, ensure_ascii=False, default=str)
+
+
+def written_line(le: LogEntry, uuid: str, parent: str | None, envelope: dict[str, Any]) -> bytes:
+    """The Claude Code line for castore commit ``le``: a ``user``/``assistant`` line for a
+    user, assistant or tool message (a tool result is a user line's ``tool_result``), a
+    compaction's summary as a ``user`` line with ``isCompactSummary``, a ``system`` line
+    (``subtype: castore``, the entry's fields as its ``content``) for anything else;
+    ``parentUuid`` chains it to its parent, :data:`MARK` names the commit."""
+    e = le.entry
+    msg = e if isinstance(e, Message) else e.message if isinstance(e, Event) else None
+    d: dict[str, Any] = {"parentUuid": parent, **envelope}
+    if msg is not None and msg.role in ("user", "assistant", "tool"):
+        if msg.role == "tool":
+            d["type"] = "user"
+            d["message"] = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": msg.tool_call_id,
+                                                         "content": _result_text(msg.content)}]}
+        elif msg.role == "assistant":
+            d["type"] = "assistant"
+            model = le.meta.get("model")
+            d["message"] = {"id": f"msg_castore_{le.id[:24]}", "type": "message", "role": "assistant",
+                            "model": model if isinstance(model, str) else "castore", "content": _blocks(msg),
+                            "stop_reason": None}
+        else:
+            d["type"] = "user"
+            d["message"] = {"role": "user", "content": msg.content if isinstance(msg.content, str) else _blocks(msg)}
+    elif le.kind == "compaction":  # as Claude Code writes the summary after a compaction
+        d.update({"type": "user", "isCompactSummary": True, "message": {"role": "user", "content": entry_text(le)}})
+    else:
+        d.update({"type": "system", "subtype": "castore", "content": entry_text(le), "level": "info"})
+    d.update({"uuid": uuid, "timestamp": iso_time(le.time), MARK: le.id})
+    return json.dumps(d, ensure_ascii=False, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+def _written_lines(s: Session, rows: list[tuple[int, str, str]], log: list[LogEntry]) -> list[bytes]:
+    """Lines for the commits castore made on top of archived session ``s``, after its file's bytes."""
+    rest = appended(log, KEY, rows)
+    if not rest:
+        return []
+    by_id: dict[str, LogEntry] = {le.id: le for le in log}
+    uuid_of: dict[str, str] = {}
+    for le in log:
+        m = le.meta.get(KEY)
+        if isinstance(m, dict) and isinstance(m.get("uuid"), str):
+            uuid_of[le.id] = m["uuid"]
+    for v in as_dict(as_dict(s.info.get(KEY)).get("adopted")).values():
+        if isinstance(v, list) and len(v) > 2 and isinstance(v[0], str) and isinstance(v[2], str):
+            uuid_of[v[0]] = v[2]
+    envelope: dict[str, Any] = {"isSidechain": False, "userType": "external", "sessionId": s.id}
+    turns = [r for r in rows if r[2] in by_id and as_dict(by_id[r[2]].meta.get(KEY)).get("type") in _TURNS]
+    if turns:
+        last = json.loads(read_blobs(s.store, [turns[-1][1]])[turns[-1][1]])
+        envelope.update({k: last[k] for k in _ENVELOPE if isinstance(last, dict) and k in last})
+    out = []
+    for le in rest:
+        p = le.parents[0] if le.parents else None
+        while p is not None and p not in uuid_of:  # lines without a uuid are no link of the chain
+            p = by_id[p].parents[0] if p in by_id and by_id[p].parents else None
+        uuid_of[le.id] = _uuid_of(le.id)
+        out.append(written_line(le, uuid_of[le.id], uuid_of[p] if p is not None else None, envelope))
+    return out
+
+
 # -- export ----------------------------------------------------------------------------------
 def archived_sessions(store: Store, app: str = APP) -> Iterator[Session]:
     """The sessions of ``app`` that hold an archived Claude Code file."""
@@ -764,7 +906,9 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
 
     Every file comes back byte for byte (``dest/<project>/<session>.jsonl``, its subagent
     files and side files; the old layout's sidechain lines, kept in sessions of their own,
-    go back to their places in the main file). Of several versions of one file (a
+    go back to their places in the main file). Entries castore appended to an archived
+    session (on any of its branches) follow the file's bytes as lines Claude Code reads
+    (:func:`written_line`); importing the file again takes them as those commits. Of several versions of one file (a
     rewritten file), the newest is written. Naming a sidechain's session writes its main file.
 
     Args:
@@ -797,8 +941,11 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         out = safe_join(root, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         sides = [store.session(s.app, s.user, sid) for sid in as_dict(as_dict(c.get("sidechains")).get("threads"))]
+        log = s.log(all_branches=True)
+        rows = archived_rows(s, KEY, log=log)
         with open(out, "wb") as f:
-            f.writelines(export_lines(s, KEY, also=sides))
+            f.writelines(export_lines(s, KEY, also=sides, rows=rows))
+            f.writelines(_written_lines(s, rows, log))
         written.append(rel)
         files = c.get("files") or {}
         if files:
@@ -813,6 +960,7 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
 
 
 __all__ = [
+    "MARK",
     "ArchiveError",
     "FileResult",
     "archived_sessions",
@@ -820,4 +968,6 @@ __all__ = [
     "find_sessions",
     "follow_claude",
     "import_claude",
+    "injected",
+    "written_line",
 ]

@@ -42,7 +42,10 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    entry_text,
     export_lines,
+    iso_time,
+    own_commits,
     parse_time,
     prefix_digest,
     put_blobs,
@@ -52,6 +55,7 @@ from .jsonl_tree import (
 )
 
 if TYPE_CHECKING:
+    from ..entries import LogEntry
     from ..session import Session
     from ..store import Store
 
@@ -254,8 +258,16 @@ class _Importer:
                 info = session.info
         src_ = meta.get("source")
         subagent = isinstance(src_, dict) and isinstance(src_.get("subagent"), dict)
-        w = TreeWriter(session, known, "/".join(session.key))
+        w = TreeWriter(session, known, "/".join(session.key), last_time=c.get("time"))
         n, cursor, offset = st.lines, st.cursor, st.offset
+        adopted: dict[str, list[str]] = {}
+        owned: list[set[str]] = []
+
+        def own() -> set[str]:
+            if not owned:
+                owned.append(own_commits(session))
+            return owned[0]
+
         for end, raw in read_lines(f, st.offset):
             d: Any
             try:
@@ -266,6 +278,16 @@ class _Importer:
             d = d if isinstance(d, dict) else {}
             p = d.get("payload") if isinstance(d.get("payload"), dict) else {}
             parent = cursor
+            mark = d.get(MARK)
+            if isinstance(mark, str) and mark in own():  # castore's own commit, as export wrote it
+                w.flush()
+                put_blobs(self.store, [raw])
+                adopted[str(n)] = [mark, blob_id(raw)]
+                if _is_turn(d):
+                    st.turns.append([n, parent, None])
+                w.cid[n] = mark
+                cursor, n, offset = n, n + 1, end
+                continue
             if d.get("type") == "event_msg" and p.get("type") == "thread_rolled_back":
                 k = p.get("num_turns")
                 if isinstance(k, int) and not isinstance(k, bool) and 0 < k <= len(st.turns) \
@@ -304,7 +326,9 @@ class _Importer:
         cc = dict(new.get(KEY) or {})
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                    "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                   "turns": st.turns[-256:]})
+                   "turns": st.turns[-256:], "time": w.last_time})
+        if adopted:
+            cc["adopted"] = {**as_dict(cc.get("adopted")), **adopted}
         if prefix:
             cc["prefix"] = prefix
         new[KEY] = cc
@@ -426,6 +450,10 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
                  sessions: list[Session] | None = None) -> list[str]:
     """Write archived Codex rollouts back under ``dest`` (``~/.codex/sessions`` layout), byte for byte.
 
+    Entries castore appended to an archived thread on the path to its HEAD follow the file's
+    bytes as rollout records (:func:`written_lines`); importing the file again takes them as
+    those commits. Entries on other branches are not written (a rollout is one line of turns).
+
     Returns:
         The files written, relative to ``dest``.
 
@@ -445,11 +473,96 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
             raise ArchiveError("/".join(s.key), "not an archived Codex rollout")
         out = safe_join(root, c["path"])
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        rows = archived_rows(s, KEY, s.id)
         with open(out, "wb") as f:
             f.writelines(_prefix_lines(s, c.get("prefix") or []))
-            f.writelines(export_lines(s, KEY, s.id))
+            f.writelines(export_lines(s, KEY, s.id, rows=rows))
+            f.writelines(_written_lines(s, rows))
         written.append(c["path"])
     return written
+
+
+#: the key of a record written for a castore commit (its id): the import takes the record as it
+MARK = "castore_commit"
+
+
+def _texts_of(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return [] if content is None else [json.dumps(content, ensure_ascii=False, default=str)]
+    return [b if isinstance(b, str) else str(b.get("text")) for b in content
+            if isinstance(b, str) or (isinstance(b, dict) and b.get("type") in ("text", "input_text", "output_text")
+                                      and isinstance(b.get("text"), str))]
+
+
+def _args(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v if v is not None else {}, ensure_ascii=False, default=str)
+
+
+def written_lines(le: LogEntry) -> list[bytes]:
+    """The rollout records for castore commit ``le`` (:data:`MARK` names it on each): a
+    message's reasoning, text and tool calls as ``response_item`` records (``reasoning``,
+    ``message``, ``function_call``), a tool result as ``function_call_output``, a compaction
+    as ``compacted``, anything else as an ``event_msg`` of type ``castore_entry``."""
+    e = le.entry
+    msg = e if isinstance(e, Message) else e.message if isinstance(e, Event) else None
+    items: list[tuple[str, dict[str, Any]]] = []
+    if msg is not None and msg.role == "tool":
+        items.append(("response_item", {"type": "function_call_output", "call_id": msg.tool_call_id,
+                                        "output": "\n".join(_texts_of(msg.content))}))
+    elif msg is not None:
+        reasoning: list[str] = []
+        calls: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for b in msg.content if isinstance(msg.content, list) else ():
+            if not isinstance(b, dict):
+                continue
+            t = b.get("type")
+            said = b.get("text", b.get("thinking"))
+            if t in ("reasoning", "thinking") and isinstance(said, str):
+                reasoning.append(said)
+            elif t in ("function_call", "tool_use"):
+                calls.append({"type": "function_call", "name": b.get("name"),
+                              "arguments": _args(b.get("arguments", b.get("input"))),
+                              "call_id": b.get("call_id", b.get("id"))})
+            elif t in ("function_call_output", "tool_result"):
+                results.append({"type": "function_call_output", "call_id": b.get("call_id", b.get("tool_use_id")),
+                                "output": "\n".join(_texts_of(b.get("output", b.get("content"))))})
+        for tc in msg.tool_calls or ():
+            fn = tc["function"] if isinstance(tc.get("function"), dict) else tc
+            calls.append({"type": "function_call", "name": fn.get("name"), "arguments": _args(fn.get("arguments")),
+                          "call_id": tc.get("id")})
+        if reasoning:
+            items.append(("response_item", {"type": "reasoning", "summary": [{"type": "summary_text", "text": r}
+                                                                              for r in reasoning],
+                                            "content": None, "encrypted_content": None}))
+        texts = _texts_of(msg.content)
+        if texts or not (reasoning or calls or results):
+            kind = "output_text" if msg.role == "assistant" else "input_text"
+            items.append(("response_item", {"type": "message", "role": msg.role,
+                                            "content": [{"type": kind, "text": t} for t in texts]}))
+        items += [("response_item", c) for c in calls + results]
+    elif isinstance(getattr(e, "summary", None), str) and le.kind == "compaction":
+        items.append(("compacted", {"message": e.summary}))  # type: ignore[union-attr]
+    else:
+        items.append(("event_msg", {"type": "castore_entry", "kind": le.kind, "text": entry_text(le)}))
+    ts = iso_time(le.time)
+    return [json.dumps({"timestamp": ts, "type": t, "payload": p, MARK: le.id}, ensure_ascii=False,
+                       separators=(",", ":"), default=str).encode() + b"\n" for t, p in items]
+
+
+def _written_lines(s: Session, rows: list[tuple[int, str, str]]) -> list[bytes]:
+    """Records for the commits castore made on top of archived thread ``s`` (on HEAD's path)."""
+    if s.head is None:
+        return []
+    lines = {cid for _, _, cid in rows}
+    out: list[bytes] = []
+    for le in s.entries("HEAD"):
+        m = le.meta.get(KEY)
+        if le.id not in lines and not (isinstance(m, dict) and isinstance(m.get("o"), int)):
+            out.extend(written_lines(le))
+    return out
 
 
 def _prefix_lines(s: Session, prefix: list[dict[str, Any]]) -> list[bytes]:
@@ -474,4 +587,4 @@ def _prefix_lines(s: Session, prefix: list[dict[str, Any]]) -> list[bytes]:
     return out
 
 
-__all__ = ["export_codex", "find_rollouts", "import_codex"]
+__all__ = ["MARK", "export_codex", "find_rollouts", "import_codex", "injected", "written_lines"]

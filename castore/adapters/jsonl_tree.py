@@ -32,6 +32,7 @@ from ..errors import CastoreError, InvalidEntry
 from ..objects import Blob
 
 if TYPE_CHECKING:
+    from ..entries import LogEntry
     from ..session import Session, SessionHost
 
 #: flush a run of lines once its raw bytes add up to this much
@@ -277,39 +278,69 @@ def blob_id(raw: bytes) -> str:
     return o.encode(Blob(data=raw))[0]
 
 
-def archived_rows(session: Session, key: str, file: str | None = None) -> list[tuple[int, str, str]]:
+def archived_rows(session: Session, key: str, file: str | None = None,
+                  log: list[LogEntry] | None = None) -> list[tuple[int, str, str]]:
     """``(line number, raw blob id, commit)`` of a session's archived lines, in file order.
+
+    The lines of castore's own commits that an import found again in the file (written by
+    an export, see :func:`adopt`) are among them, named by their commit.
 
     Args:
         session: the session.
         key: the adapter's metadata key.
         file: only lines whose metadata names this file (``f``); a fork shares commits
             of its parent's file, which are not its own lines.
+        log: the session's log on every branch, when the caller has read it already.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
     rows: list[tuple[int, str, str]] = []
-    for le in session.log(all_branches=True):
+    for le in log if log is not None else session.log(all_branches=True):
         m = le.meta.get(key)
         if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str) \
                 and (file is None or m.get("f") == file):
             rows.append((m["o"], m["raw"], le.id))
+    if file is None or file == session.id:
+        rows.extend(adopted_rows(session.info, key))
     rows.sort()
     return rows
 
 
-def export_lines(session: Session, key: str, file: str | None = None,
-                 also: Sequence[Session] = ()) -> Iterator[bytes]:
+def adopted_rows(info: dict[str, Any], key: str) -> list[tuple[int, str, str]]:
+    """``(line number, raw blob id, commit)`` of the lines of a file that are castore's own
+    commits written out by an export (kept in the session's info under ``key``)."""
+    out = []
+    for o_, v in as_dict(as_dict(info.get(key)).get("adopted")).items():
+        if isinstance(v, list) and len(v) >= 2 and isinstance(v[0], str) and isinstance(v[1], str):
+            try:
+                out.append((int(o_), v[1], v[0]))
+            except ValueError:
+                continue
+    return out
+
+
+def appended(log: list[LogEntry], key: str, rows: list[tuple[int, str, str]]) -> list[LogEntry]:
+    """The entries of ``log`` that are no line of the file: commits castore made on top of an
+    imported session, parents before children (by depth, then time)."""
+    lines = {cid for _, _, cid in rows}
+    out = [le for le in log if le.id not in lines
+           and not (isinstance(le.meta.get(key), dict) and isinstance(le.meta[key].get("o"), int))]
+    out.sort(key=lambda le: (le.depth, le.time, le.id))
+    return out
+
+
+def export_lines(session: Session, key: str, file: str | None = None, also: Sequence[Session] = (),
+                 rows: list[tuple[int, str, str]] | None = None) -> Iterator[bytes]:
     """The archived lines of a session (metadata under ``key``), in file order, as bytes.
 
     ``also``: sessions holding more lines of the same file (numbered in the same file), merged
-    in by their place in it.
+    in by their place in it. ``rows``: the session's rows when the caller has them.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    rows = archived_rows(session, key, file)
+    rows = list(rows) if rows is not None else archived_rows(session, key, file)
     for other in also:
         if other.exists():
             rows.extend(archived_rows(other, key))
@@ -319,6 +350,38 @@ def export_lines(session: Session, key: str, file: str | None = None,
         data = read_blobs(session.store, [r for _, r, _ in chunk])
         for _, r, _ in chunk:
             yield data[r]
+
+
+def own_commits(session: Session) -> set[str]:
+    """The ids of every commit of a session (empty for a new one): what a line's mark of a
+    castore commit is checked against before the line is taken as that commit.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    return {le.id for le in session.log(all_branches=True)} if session.exists() else set()
+
+
+def entry_text(le: LogEntry) -> str:
+    """A one-piece text of an entry that is no message (a compaction's summary, else its fields)."""
+    import dataclasses
+    import json
+
+    e = le.entry
+    summary = getattr(e, "summary", None)
+    if isinstance(summary, str):
+        return summary
+    try:
+        return json.dumps(dataclasses.asdict(e), ensure_ascii=False, default=str)
+    except TypeError:
+        return str(e)
+
+
+def iso_time(t: float) -> str:
+    """``t`` (seconds since the epoch) as the agents write times: ``2026-01-02T10:00:00.000Z``."""
+    from datetime import UTC
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
 
 
 def safe_join(root: str, rel: str) -> str:
