@@ -462,3 +462,25 @@ def test_entries_appended_with_castore_are_exported_as_lines_and_come_back(store
     assert r.branches == ["line-90"] and s.current_branch == "line-90" and s.branches()[was] == ids[-1]
     export_claude(store, tmp_path / "out2")
     assert (tmp_path / "out2" / "p" / f"{SID}.jsonl").read_bytes() == got + more
+
+
+def test_hostile_sidechain_and_mark_fields_are_kept_and_named_safely(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = [json.dumps({"type": "user", "uuid": "u1", "parentUuid": None,
+                         "message": {"role": "user", "content": "hi"}}).encode() + b"\n"]
+    for i, agent in enumerate(["../../x", "a\x00b", "z" * 3000, "", 5, None, "ok-1", "ok-1"]):
+        lines.append(json.dumps({"type": "user", "uuid": f"s{i}", "parentUuid": None, "isSidechain": True,
+                                 "agentId": agent, "message": {"role": "user", "content": f"p{i}"}}).encode() + b"\n")
+    # marks that name no commit of this session are ordinary lines
+    lines.append(json.dumps({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "castoreCommit": "ab" * 32,
+                             "message": {"role": "assistant", "content": "ok"}}).encode() + b"\n")
+    lines.append(json.dumps({"type": "assistant", "uuid": "a2", "parentUuid": "a1", "castoreCommit": ["x"],
+                             "message": {"role": "assistant", "content": "ok"}}).encode() + b"\n")
+    (proj / "s.jsonl").write_bytes(b"".join(lines))
+    r = import_claude(store, proj)[0]
+    assert r.sidechains == [f"s.sidechains.line-{n}" for n in range(1, 7)] + ["s.sidechains.agent-ok-1",
+                                                                             "s.sidechains.line-8"]
+    assert [le.meta["claude"]["o"] for le in store.session("claude", "proj", "s").entries()] == [0, 9, 10]
+    export_claude(store, tmp_path / "out")
+    assert (tmp_path / "out" / "proj" / "s.jsonl").read_bytes() == b"".join(lines)

@@ -250,6 +250,7 @@ def _entry(n: int, raw: bytes, d: dict[str, Any]) -> Event:
 
 
 _SPAWNERS = ("Task", "Agent")
+_AGENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _prompt_digest(text: Any) -> str | None:
@@ -332,12 +333,9 @@ class _Sidechains:
     def _start(self, n: int, d: dict[str, Any]) -> str:
         base = self.imp.src.session_id
         agent = d.get("agentId") if isinstance(d.get("agentId"), str) else None
-        sid = f"{base}.sidechains.agent-{agent}" if agent else f"{base}.sidechains.line-{n}"
-        try:
-            session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
-        except CastoreError:  # an agent id that is not a valid name
-            sid = f"{base}.sidechains.line-{n}"
-            session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
+        named = agent is not None and _AGENT_ID.fullmatch(agent) is not None  # else not fit for a name
+        sid = f"{base}.sidechains.agent-{agent}" if named else f"{base}.sidechains.line-{n}"
+        session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
         if sid in self.threads or session.exists():  # the same agent again: a chain of its own
             sid = f"{base}.sidechains.line-{n}"
             session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
