@@ -395,7 +395,8 @@ class Session:
         """
         rw = self.plumbing.read_for_write
         tipref = rw(ref, fresh)
-        head = rw(self.refs.head, fresh) if tipref is None else None
+        # read afresh: a kept "no HEAD" that went stale would start a second root on the branch
+        head = rw(self.refs.head, True) if tipref is None else None
         if tipref is None and head is not None:
             raise NoSuchRef(ref, f"no branch {name!r} in session {'/'.join(self.key)} "
                                  "(create it with branch() first)")
