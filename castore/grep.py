@@ -13,6 +13,10 @@ What is searched is the text of each entry's body, block by block, each block wi
 =============== ==========================================================================
 
 Encrypted reasoning, signatures and image data are never searched (they are not text).
+``typed=True`` (``--typed``) keeps only what a human typed or the agent wrote
+(:func:`typed_block`): entries whose metadata says ``injected`` (what an archive importer saw
+the agent's program write into the conversation) are left out, with tool results and
+system messages.
 
 Two ways give the same matches. By default (every store but ``memory://``) the search runs
 over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
@@ -258,7 +262,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
          tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
          apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
          limit: int | None = None, context: int = 0, index: bool | None = None,
-         check_index: bool = True, scan: bool | None = None) -> Iterator[Match]:
+         check_index: bool = True, scan: bool | None = None, typed: bool = False) -> Iterator[Match]:
     """Search the text of every entry on every branch of every session of ``store``.
 
     Args:
@@ -287,6 +291,9 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         scan: without the index, read every stored object once, store-wide, rather than
             walking each session's branches (None: for a format-2 store). Both give the same
             matches.
+        typed: only what a human typed or the agent wrote (:func:`typed_block`): user text
+            and assistant blocks of entries whose metadata does not flag them ``injected``
+            (the archive importers flag what the agent's CLI wrote into the conversation).
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
@@ -296,6 +303,13 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         IndexError_: the index folder cannot be written.
         StorageError, IntegrityError: the store cannot be read.
     """
+    if typed:  # a filter on the matches: the inner search counts no limit it could not keep
+        some = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+        inner = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles, kinds=kinds,
+                     tools=tools, sessions=sessions, apps=apps, since=since, until=until, context=context,
+                     index=index, check_index=check_index, scan=scan, limit=None if some else limit)
+        yield from _only_typed(store, inner, limit)
+        return
     rx = compile_pattern(pattern, ignore_case=ignore_case, fixed=fixed, word=word)
     want_kinds = set(kinds) if kinds else set(DEFAULT_KINDS)
     tool_globs = tuple(tools) if tools else None
@@ -400,6 +414,43 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
                 found += 1
                 if limit is not None and found >= limit:
                     return
+
+
+#: the commit metadata key that marks an entry as written by the agent's program, not typed
+#: by a human nor answered by the model (its value says what it is, e.g. ``environment_context``)
+INJECTED = "injected"
+_TYPED_ROLES = ("user", "assistant")
+
+
+def typed_block(role: str, kind: str, meta: Any) -> bool:
+    """Whether a block is what a human typed or the agent wrote (``grep(typed=True)``):
+    user text, or any assistant block, of an entry whose ``meta`` has no :data:`INJECTED`."""
+    if role not in _TYPED_ROLES or (role == "user" and kind != "text"):
+        return False
+    return not (isinstance(meta, dict) and meta.get(INJECTED))
+
+
+def _only_typed(store: Store, matches: Iterator[Match], limit: int | None) -> Iterator[Match]:
+    """The typed matches of ``matches`` (reading their commits' metadata in small batches),
+    at most ``limit``."""
+    n = 0
+    batch: list[Match] = []
+    pending = True
+    while pending:
+        m = next(matches, None)
+        pending = m is not None
+        if m is not None and m.role in _TYPED_ROLES:
+            batch.append(m)
+        if batch and (len(batch) >= 64 or not pending):
+            commits = store.history.commits(list(dict.fromkeys(x.commit for x in batch)))
+            for x in batch:
+                c = commits.get(x.commit)
+                if c is not None and typed_block(x.role, x.kind, c.meta):
+                    yield x
+                    n += 1
+                    if limit is not None and n >= limit:
+                        return
+            batch = []
 
 
 def bodies_of(store: Store, order: list[tuple[str, Commit]]) -> Iterator[tuple[str, Commit, Any]]:
@@ -879,4 +930,5 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
         yield m
 
 
-__all__ = ["DEFAULT_KINDS", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep"]
+__all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep",
+           "typed_block"]

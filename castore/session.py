@@ -264,8 +264,8 @@ class Session:
     # -- appending ---------------------------------------------------------------------
     def append(self, entry: Any, *, expect: str | None = None, author: str | None = None,
                meta: Mapping[str, Any] | None = None, state_delta: Mapping[str, Any] | None = None,
-               time: float | None = None) -> ObjectId:
-        """Append one entry on the current branch and return its commit id.
+               time: float | None = None, branch: str | None = None) -> ObjectId:
+        """Append one entry on the current branch (or on ``branch``) and return its commit id.
 
         Args:
             entry: a :class:`Message`, :class:`Event`, :class:`Compaction`, ... or a
@@ -274,31 +274,52 @@ class Session:
                 :class:`RefConflict` instead of appending after the new tip.
             author, meta, state_delta: override or extend the entry's provenance.
             time: the entry's timestamp (default: now).
+            branch: append to this branch without checking it out (see :meth:`append_many`).
 
         Raises:
             InvalidEntry: the entry cannot be stored (nothing is written).
             RefConflict: ``expect`` was given and the branch is elsewhere.
+            NoSuchRef: ``branch`` names no branch of an existing session.
             StorageError: the backend failed.
         """
         return self.append_many([entry], expect=expect, author=author, meta=meta,
-                                state_delta=state_delta, time=time)[0]
+                                state_delta=state_delta, time=time, branch=branch)[0]
 
     def append_many(self, entries: Sequence[Any], *, expect: str | None = None, author: str | None = None,
                     meta: Mapping[str, Any] | None = None, state_delta: Mapping[str, Any] | None = None,
-                    time: float | None = None) -> list[ObjectId]:
+                    time: float | None = None, times: Sequence[float | None] | None = None,
+                    metas: Sequence[Mapping[str, Any] | None] | None = None,
+                    branch: str | None = None) -> list[ObjectId]:
         """Append a whole turn: one commit per entry, landed together or not at all.
 
         The objects of every entry are written in one batch and the branch ref moves once.
-        ``author``/``meta``/``time`` apply to every entry; ``state_delta`` to the last.
-        A lost race with another writer re-reads the tip and retries (unless ``expect``).
-        Appending while HEAD is detached starts a new branch there (named ``branch-<id>``).
+        ``author``/``meta``/``time`` apply to every entry; ``times``/``metas`` give each entry
+        its own (one item per entry; a None item falls back to ``time``/``meta``; an entry's
+        ``metas`` item extends ``meta`` and wins on a shared key); ``state_delta`` applies to
+        the last entry. A lost race with another writer re-reads the tip and retries (unless
+        ``expect``). Appending while HEAD is detached starts a new branch there (named
+        ``branch-<id>``).
+
+        Args:
+            entries: the entries, as for :meth:`append`.
+            expect: the commit the caller expects the branch to be at (see :meth:`append`).
+            author, meta, state_delta, time: as for :meth:`append`, for every entry.
+            times: per-entry timestamps, as many as ``entries``.
+            metas: per-entry provenance, as many as ``entries``.
+            branch: append to this branch, whether or not HEAD is on it; HEAD does not move
+                (nor does a detached HEAD start a branch). In a session with no entries yet,
+                the first append makes the branch and puts HEAD on it.
 
         Returns:
             The new commit ids, in order.
 
         Raises:
-            InvalidEntry: an entry cannot be stored (nothing is written).
+            InvalidEntry: an entry cannot be stored, or ``times``/``metas`` do not give one
+                item per entry (nothing is written).
             RefConflict: ``expect`` was given and the branch is elsewhere.
+            NoSuchRef: ``branch`` names no branch of a session that has entries (a
+                :class:`BranchError`; create it with :meth:`branch` first).
+            InvalidName: ``branch`` is not a valid branch name.
             StorageError: the backend failed. (Failing while moving app/user state after the
                 entries landed, it leaves the entries and loses that state change.)
         """
@@ -307,16 +328,20 @@ class Session:
         entries = list(entries)
         if not entries:
             return []
+        times_ = _per_entry(times, len(entries), "times")
+        metas_ = _per_entry(metas, len(entries), "metas")
         prepared = [
-            prepare(e, author, meta, state_delta if i == len(entries) - 1 else None, time)
+            prepare(e, author, _merged(meta, metas_[i]), state_delta if i == len(entries) - 1 else None,
+                    times_[i] if times_[i] is not None else time)
             for i, e in enumerate(entries)
         ]
-        if expect is not None:
+        on = self.refs.branch(branch) if branch is not None else None
+        if expect is not None or on is not None:
             # Fail before the app/user state is touched: a refused append writes nothing.
-            _, branch, tipref = self._read_tip()
-            if (tipref.target if tipref is not None else None) != expect:
-                raise RefConflict(self.refs.branch(branch) if branch else self.refs.head, expect,
-                                  tipref.target if tipref is not None else None)
+            tipref = self._branch_tip(on, branch, fresh=expect is not None)[2] \
+                if on is not None and branch is not None else self._read_tip()[2]
+            if expect is not None and (tipref.target if tipref is not None else None) != expect:
+                raise RefConflict(on or self._write_ref(), expect, tipref.target if tipref is not None else None)
         self.store.init()
         # App and user changes are written first (the commits name them) but published only
         # after the session's ref moved: a writer that loses the race changes no scope.
@@ -324,19 +349,24 @@ class Session:
 
         def attempt(n: int) -> list[ObjectId]:
             # the first attempt builds on what this handle last wrote; a retry reads afresh
-            head, branch, tipref = self._tip_for_write(fresh=n > 0 or expect is not None)
+            fresh = n > 0 or expect is not None
+            name: str | None
+            if on is not None and branch is not None:
+                head, name, tipref = self._branch_tip(on, branch, fresh)
+            else:
+                head, name, tipref = self._tip_for_write(fresh)
             tip = tipref.target if tipref is not None else None
             if expect is not None and tip != expect:
-                raise RefConflict(self.refs.branch(branch) if branch else self.refs.head, expect, tip)
+                raise RefConflict(on or (self.refs.branch(name) if name else self.refs.head), expect, tip)
             batch = self._build(prepared, tip, tipref, scopes)
             self.plumbing.write(batch)
-            if branch is None:
+            if name is None:
                 self._start_branch_from_detached(head, batch)
             else:
-                ref = self.refs.branch_ref_of(head) if head is not None else self.refs.branch(branch)
-                self.plumbing.swap(ref, batch.ids[-1], tipref, batch.ref_meta(**name_meta(ref, branch)))
+                ref = on or (self.refs.branch_ref_of(head) if head is not None else self.refs.branch(name))
+                self.plumbing.swap(ref, batch.ids[-1], tipref, batch.ref_meta(**name_meta(ref, name)))
                 if head is None:
-                    self._create_head(branch)
+                    self._create_head(name)
             return batch.ids
 
         ids = self.plumbing.land(self.refs.prefix, attempt, final=lambda _: expect is not None)
@@ -349,6 +379,30 @@ class Session:
                 else:
                     self.temp[k] = v
         return ids
+
+    def _write_ref(self) -> str:
+        """The ref an append without ``branch`` moves (as last read): HEAD's branch, or HEAD."""
+        _, name, _ = self._read_tip()
+        return self.refs.branch(name) if name else self.refs.head
+
+    def _branch_tip(self, ref: str, name: str, fresh: bool) -> tuple[RefValue | None, str, RefValue | None]:
+        """(HEAD, ``name``, the branch's value) for an append to a named branch.
+
+        HEAD is read only to tell a new session (no HEAD: the branch may start here) from a
+        missing branch of an existing one.
+
+        Raises:
+            NoSuchRef: the session has entries and no such branch.
+            StorageError.
+        """
+        rw = self.plumbing.read_for_write
+        tipref = rw(ref, fresh)
+        # read afresh: a kept "no HEAD" that went stale would start a second root on the branch
+        head = rw(self.refs.head, True) if tipref is None else None
+        if tipref is None and head is not None:
+            raise NoSuchRef(ref, f"no branch {name!r} in session {'/'.join(self.key)} "
+                                 "(create it with branch() first)")
+        return head, name, tipref
 
     def _prepare_scopes(self, prepared: list[Prepared]) -> tuple[list[ScopePlan], list[dict[str, bytes]]]:
         """Write the entries' app and user changes as commits; return the plans to publish
@@ -1057,6 +1111,32 @@ class Session:
     async def ahead(self) -> ObjectId | None:
         """Async twin of :attr:`head`."""
         return await to_thread(lambda: self.head)
+
+
+def _per_entry(items: Sequence[Any] | None, n: int, what: str) -> list[Any]:
+    """``items`` as a list of ``n`` (None items when not given).
+
+    Raises:
+        InvalidEntry: not a sequence of ``n`` items.
+    """
+    if items is None:
+        return [None] * n
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence) or len(items) != n:
+        raise InvalidEntry(f"{what} must be a list with one item per entry ({n}), not {items!r:.80}")
+    return list(items)
+
+
+def _merged(meta: Mapping[str, Any] | None, own: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The batch's ``meta`` extended by an entry's own (the entry's wins on a shared key).
+
+    Raises:
+        InvalidEntry: ``own`` is not a mapping.
+    """
+    if own is None:
+        return meta
+    if not isinstance(own, Mapping):
+        raise InvalidEntry(f"metas items must be mappings or None, not {type(own).__name__}")
+    return {**(meta or {}), **own}
 
 
 def _value_of(obj: object) -> Any:

@@ -52,3 +52,14 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "no Codex rollout" in r.stderr
     r = _cli(tmp_path, "export", "claude", str(tmp_path / "out"))
     assert r.exit_code == 1 and r.stderr.startswith("Error: ")  # no store yet
+
+
+def test_grep_typed_leaves_out_what_the_cli_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+    assert _cli(tmp_path, "import", "claude", str(DATA / "claude-code" / "session-share")).exit_code == 0
+    r = _cli(tmp_path, "grep", "curry", "--role", "user", "-c")
+    assert r.exit_code == 0 and sum(int(ln.rsplit(":", 1)[1]) for ln in r.stdout.splitlines()) == 9
+    r = _cli(tmp_path, "grep", "curry", "--role", "user", "--typed", "--json")
+    docs = json.loads(r.stdout)["matches"]
+    assert r.exit_code == 0 and [d["lines"][0]["text"][:12] for d in docs] == ["Spaw sub-age"]
+    assert _cli(tmp_path, "grep", "task-notification", "--typed").exit_code == 1  # found only untyped

@@ -20,6 +20,7 @@ from castore.adapters.claude_code import (
     import_claude,
 )
 from castore.adapters.jsonl_tree import ArchiveError, safe_join
+from castore.grep import grep
 
 DATA = Path("/work/shared/data/claude-code")
 if not DATA.exists():  # CI: the same files may live beside the worktree
@@ -270,3 +271,216 @@ def test_follow_imports_lines_as_they_are_written(store: castore.Store, tmp_path
     assert (out / "proj" / "live.jsonl").read_bytes() == b"".join(lines[:30])
     assert filecmp.cmp(f, out / "proj" / "live.jsonl", shallow=False)
     assert os.path.getsize(f) == sum(len(ln) for ln in lines[:30])
+
+
+def test_lines_claude_code_wrote_are_flagged_and_grep_typed_leaves_them_out(store: castore.Store) -> None:
+    import_claude(store, SHARE)
+    s = store.session("claude", "session-share", SID)
+    flags = {le.meta["claude"]["o"]: le.meta.get("injected") for le in s.log(all_branches=True)
+             if le.meta["claude"].get("type") == "user" and le.meta.get("injected") != "tool_result"}
+    # the three prompts a human typed, and what the CLI wrote into user turns around them
+    assert [o for o, why in sorted(flags.items()) if why is None] == [1, 73, 81]
+    assert {flags[o] for o in (35, 39, 44, 70)} == {"meta"}
+    assert flags[21] == flags[59] == "task-notification" and flags[37] == "local-command-stdout"
+    assert flags[36] == "command-name" and flags[43] == "command-message" and flags[82] == "interrupt"
+    sub = store.session("claude", "session-share", f"{SID}.subagents.agent-a5bdbc1")
+    said = [le for le in sub.entries() if le.entry.message is not None and le.entry.message.role == "assistant"]
+    assert said and all(le.meta.get("injected") is None for le in said)  # the subagent's answers
+    assert sub.entries()[0].meta["injected"] == "sidechain"  # its prompt, written by the main agent
+    for index in (False, None):
+        every = list(grep(store, "curry", roles=["user"], index=index))
+        assert len(every) == 9  # the prompt, three task notifications, five subagent prompts
+        typed = list(grep(store, "curry", roles=["user"], typed=True, index=index))
+        assert [(m.session[2], s.show(m.commit).meta["claude"]["o"]) for m in typed] == [(SID, 1)]
+        answers = list(grep(store, "curry", typed=True, index=index))
+        assert {m.role for m in answers} == {"user", "assistant"} and len(answers) < len(list(grep(store, "curry")))
+        assert len(list(grep(store, "curry", typed=True, index=index, limit=2))) == 2
+
+
+# -- the old layout: subagents' lines inside the main file ------------------------------------
+def _cc(uuid: str, parent: str | None, type_: str, content: object, i: int, side: bool = False,
+        **extra: object) -> bytes:
+    """A Claude Code 2.0.x line: its envelope as that version wrote it (claude-code-log's
+    sidechain_integrated.jsonl has the shape), ``isSidechain`` true for a subagent's lines."""
+    d = {"parentUuid": parent, "isSidechain": side, "userType": "external", "cwd": "/home/me/app",
+         "sessionId": "old-1", "version": "2.0.46", "uuid": uuid, "timestamp": f"2025-11-19T22:{i // 60:02d}:{i % 60:02d}.000Z",
+         "type": type_, "message": {"role": type_, "content": content}, **extra}
+    if type_ == "assistant":
+        d["message"] = {"id": f"msg_{uuid}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                        "content": content, "stop_reason": None}
+    return json.dumps(d).encode() + b"\n"
+
+
+def _task(tid: str, prompt: str) -> dict:
+    return {"type": "tool_use", "id": tid, "name": "Task",
+            "input": {"subagent_type": "general-purpose", "description": prompt[:20], "prompt": prompt}}
+
+
+def _old_layout() -> list[bytes]:
+    """A main file where two subagents ran in parallel, their lines interleaved with each
+    other's and written before the trunk's tool results: agent A's lines name it (agentId),
+    agent B's do not (2.0.x wrote some without)."""
+    pa, pb = "Find where borders are coloured.", "List the CSS classes."
+    res = lambda tid, text: [{"type": "tool_result", "tool_use_id": tid, "content": [{"type": "text", "text": text}]}]  # noqa: E731
+    return [
+        _cc("u1", None, "user", "research the borders please", 0),
+        _cc("a1", "u1", "assistant", [_task("toolu_A", pa)], 1),
+        _cc("a2", "a1", "assistant", [_task("toolu_B", pb)], 2),
+        _cc("sa1", None, "user", pa, 3, True, agentId="agA"),
+        _cc("sb1", None, "user", pb, 4, True),
+        _cc("sa2", "sa1", "assistant", [{"type": "tool_use", "id": "toolu_g", "name": "Grep",
+                                         "input": {"pattern": "data-border-color"}}], 5, True, agentId="agA"),
+        _cc("sb2", "sb1", "assistant", [{"type": "text", "text": "classes: .card .hint"}], 6, True),
+        _cc("sa3", "sa2", "user", res("toolu_g", "src/a.css:3 data-border-color"), 7, True, agentId="agA"),
+        b'{"type":"file-history-snapshot","messageId":"a2","snapshot":{}}\n',
+        _cc("sa4", "sa3", "assistant", [{"type": "text", "text": "borders come from data-border-color"}], 8, True,
+            agentId="agA"),
+        _cc("r1", "a2", "user", res("toolu_A", "borders come from data-border-color"), 9, agentId="agA",
+            toolUseResult={"status": "completed"}),
+        _cc("r2", "r1", "user", res("toolu_B", "classes: .card .hint"), 10, toolUseResult={"status": "completed"}),
+        _cc("a3", "r2", "assistant", [{"type": "text", "text": "Both subagents are done."}], 11),
+        # late lines whose parents are not in the file (a truncated file): by agent, else the last chain
+        _cc("sa5", "gone-1", "assistant", [{"type": "text", "text": "one more thing"}], 12, True, agentId="agA"),
+        _cc("sx1", "gone-2", "assistant", [{"type": "text", "text": "and another"}], 13, True),
+    ]
+
+
+def test_old_layout_sidechains_are_sessions_linked_to_their_spawner(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "projects" / "app"
+    proj.mkdir(parents=True)
+    lines = _old_layout()
+    (proj / "old-1.jsonl").write_bytes(b"".join(lines))
+    r = import_claude(store, proj)[0]
+    assert r.total == len(lines) and sorted(r.sidechains) == ["old-1.sidechains.agent-agA",
+                                                              "old-1.sidechains.line-4"]
+    main = store.session("claude", "app", "old-1")
+    o = lambda s, rev="HEAD": [le.meta["claude"]["o"] for le in s.entries(rev)]  # noqa: E731
+    assert o(main) == [0, 1, 2, 8, 10, 11, 12] and main.branches() == {"main": main.head}
+    a = store.session("claude", "app", "old-1.sidechains.agent-agA")
+    b = store.session("claude", "app", "old-1.sidechains.line-4")
+    assert o(a) == [3, 5, 7, 9, 13, 14] and o(b) == [4, 6]
+    assert a.info["claude"] == {"sidechain_of": "old-1", "line": 3, "agent": "agA"}
+    # A names its agent, so it links as a subagent file does: to the trunk's result line;
+    # B names none: it links to the Task call whose prompt it got
+    la, lb = a.info["spawned_by"], b.info["spawned_by"]
+    assert (la["session"], main.show(la["commit"]).meta["claude"]["o"], la["tool_use_id"]) == ("old-1", 10, "toolu_A")
+    assert (lb["session"], main.show(lb["commit"]).meta["claude"]["o"], lb["tool_use_id"]) == ("old-1", 2, "toolu_B")
+    # a subagent's prompt was written by the main agent
+    assert a.entries()[0].meta["injected"] == "sidechain" and a.entries()[-1].meta.get("injected") is None
+    # the main file comes back with every line where it was, from the main session or a chain
+    out = tmp_path / "out"
+    assert export_claude(store, out) == ["app/old-1.jsonl"]
+    assert (out / "app" / "old-1.jsonl").read_bytes() == b"".join(lines)
+    out2 = tmp_path / "out2"
+    assert export_claude(store, out2, sessions=[b]) == ["app/old-1.jsonl"]  # a chain names its main file
+    assert (out2 / "app" / "old-1.jsonl").read_bytes() == b"".join(lines)
+
+
+@pytest.mark.parametrize("cuts", [(4,), (6, 9), (3, 5, 8, 11, 14)])
+def test_old_layout_sidechains_import_incrementally_as_at_once(store: castore.Store, tmp_path: Path,
+                                                               cuts: tuple[int, ...]) -> None:
+    lines = _old_layout()
+    whole = castore.open(str(tmp_path / "whole"), durable=False)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "old-1.jsonl").write_bytes(b"".join(lines))
+    import_claude(whole, tmp_path / "w")
+    proj = tmp_path / "p" / "w"
+    proj.mkdir(parents=True)
+    for cut in (*cuts, len(lines)):
+        (proj / "old-1.jsonl").write_bytes(b"".join(lines[:cut]))
+        import_claude(store, proj)
+    for sid in ("old-1", "old-1.sidechains.agent-agA", "old-1.sidechains.line-4"):
+        got, want = store.session("claude", "w", sid), whole.session("claude", "w", sid)
+        assert _shape(got) == _shape(want), sid
+        assert {k: v for k, v in got.info.items() if k != "claude"} == \
+            {k: v for k, v in want.info.items() if k != "claude"} or sid == "old-1"
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "w" / "old-1.jsonl").read_bytes() == b"".join(lines)
+
+
+# -- castore's own commits on an imported session ----------------------------------------------
+def _append_turn(s: castore.Session) -> list[str]:
+    from castore import Compaction, Message
+
+    return s.append_many([
+        Message("user", "castore asks: one more curry?"),
+        Message("assistant", [{"type": "text", "text": "Yes: massaman."}],
+                tool_calls=[{"id": "call_1", "type": "function", "function": {"name": "Bash",
+                                                                           "arguments": '{"command": "ls"}'}}]),
+        Message("tool", "poems.md", tool_call_id="call_1"),
+        Compaction(summary="Four curries so far."),
+    ], times=[1.8e9, 1.8e9 + 1, 1.8e9 + 2, 1.8e9 + 3])
+
+
+def test_entries_appended_with_castore_are_exported_as_lines_and_come_back(store: castore.Store,
+                                                                          tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    shutil.copytree(SHARE, projects / "p")
+    import_claude(store, projects)
+    s = store.session("claude", "p", SID)
+    leaf, was = s.show("HEAD"), s.current_branch
+    ids = _append_turn(s)
+    out = tmp_path / "out"
+    export_claude(store, out)
+    orig = (SHARE / f"{SID}.jsonl").read_bytes()
+    got = (out / "p" / f"{SID}.jsonl").read_bytes()
+    assert got.startswith(orig)  # the imported part: byte for byte
+    lines = [json.loads(ln) for ln in got[len(orig):].splitlines()]
+    assert [d["castoreCommit"] for d in lines] == ids and [d["type"] for d in lines] == [
+        "user", "assistant", "user", "user"]
+    assert lines[3]["isCompactSummary"] is True
+    # chained to the leaf the commits were made on (the summary line has no uuid: its parent's)
+    last_turn = json.loads(orig.splitlines()[84])
+    assert lines[0]["parentUuid"] == last_turn["uuid"] and leaf.meta["claude"]["o"] == 85
+    assert [d["parentUuid"] for d in lines[1:]] == [d["uuid"] for d in lines[:-1]]
+    assert lines[0]["sessionId"] == SID and lines[0]["cwd"] == last_turn["cwd"]
+    assert lines[1]["message"]["content"][1] == {"type": "tool_use", "id": "call_1", "name": "Bash",
+                                                 "input": {"command": "ls"}}
+    # into another store: the appended entries come back as lines of the file
+    other = castore.open(str(tmp_path / "other"), durable=False)
+    import_claude(other, out / "p")
+    back = other.session("claude", "p", SID).entries("HEAD")[-4:]
+    msgs = [le.entry.message for le in back]
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "user"]
+    assert msgs[0].content == "castore asks: one more curry?"
+    assert msgs[1].content[0]["text"] == "Yes: massaman." and msgs[1].content[1]["name"] == "Bash"
+    assert msgs[2].content[0]["tool_use_id"] == "call_1"
+    assert msgs[3].content == "Four curries so far." and back[3].meta["injected"] == "compact_summary"
+    assert [le.time for le in back] == [1.8e9, 1.8e9 + 1, 1.8e9 + 2, 1.8e9 + 3]
+    # into the same store, once the file upstream is the exported one: the lines are taken as
+    # the commits they were written from (nothing added), and the agent continues after them
+    n_before = len(s.log(all_branches=True))
+    more = json.dumps({"parentUuid": lines[2]["uuid"], "type": "user", "uuid": "after-1",
+                       "timestamp": "2027-01-01T00:00:00.000Z",
+                       "message": {"role": "user", "content": "and then?"}}).encode() + b"\n"
+    (projects / "p" / f"{SID}.jsonl").write_bytes(got + more)
+    r = import_claude(store, projects / "p")[0]
+    assert r.lines == 5 and len(s.log(all_branches=True)) == n_before + 1
+    assert s.show("HEAD").entry.message.content == "and then?" and s.show("HEAD").parents == (ids[2],)
+    # it follows the tool result, not the compaction: a branch, as a rewind is
+    assert r.branches == ["line-90"] and s.current_branch == "line-90" and s.branches()[was] == ids[-1]
+    export_claude(store, tmp_path / "out2")
+    assert (tmp_path / "out2" / "p" / f"{SID}.jsonl").read_bytes() == got + more
+
+
+def test_hostile_sidechain_and_mark_fields_are_kept_and_named_safely(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = [json.dumps({"type": "user", "uuid": "u1", "parentUuid": None,
+                         "message": {"role": "user", "content": "hi"}}).encode() + b"\n"]
+    for i, agent in enumerate(["../../x", "a\x00b", "z" * 3000, "", 5, None, "ok-1", "ok-1"]):
+        lines.append(json.dumps({"type": "user", "uuid": f"s{i}", "parentUuid": None, "isSidechain": True,
+                                 "agentId": agent, "message": {"role": "user", "content": f"p{i}"}}).encode() + b"\n")
+    # marks that name no commit of this session are ordinary lines
+    lines.append(json.dumps({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "castoreCommit": "ab" * 32,
+                             "message": {"role": "assistant", "content": "ok"}}).encode() + b"\n")
+    lines.append(json.dumps({"type": "assistant", "uuid": "a2", "parentUuid": "a1", "castoreCommit": ["x"],
+                             "message": {"role": "assistant", "content": "ok"}}).encode() + b"\n")
+    (proj / "s.jsonl").write_bytes(b"".join(lines))
+    r = import_claude(store, proj)[0]
+    assert r.sidechains == [f"s.sidechains.line-{n}" for n in range(1, 7)] + ["s.sidechains.agent-ok-1",
+                                                                             "s.sidechains.line-8"]
+    assert [le.meta["claude"]["o"] for le in store.session("claude", "proj", "s").entries()] == [0, 9, 10]
+    export_claude(store, tmp_path / "out")
+    assert (tmp_path / "out" / "proj" / "s.jsonl").read_bytes() == b"".join(lines)

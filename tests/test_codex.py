@@ -211,3 +211,68 @@ def test_find_rollouts_errors(tmp_path: Path) -> None:
         find_rollouts(tmp_path / "missing")
     with pytest.raises(ArchiveError):
         find_rollouts(tmp_path)
+
+
+def test_scaffolding_is_flagged_and_grep_typed_finds_only_the_prompt(store: castore.Store, sessions_dir: Any) -> None:
+    import_codex(store, SAMPLE)
+    s = store.session("codex", "local", "019b64e5-57fa-7463-b644-fba7e456f905")
+    flags = [le.meta.get("injected") for le in s.entries() if le.entry.message is not None]
+    assert flags[:3] == ["agents_md", "environment_context", None]  # the third is the human's prompt
+    assert list(grep(store, "AGENTS", typed=True)) == [] and list(grep(store, "AGENTS"))
+    assert [m.lines[0].text[:12] for m in grep(store, "analyse", typed=True)] == ["can you anal"]
+    root, *_ = sessions_dir
+    import_codex(store, root)
+    # a subagent's prompt is written by its parent agent; its answer is the agent's
+    child = store.session("codex", "local", CHILD)
+    assert [le.meta.get("injected") for le in child.entries() if le.entry.message is not None
+            and le.entry.message.role == "user"] == ["subagent"]
+    assert list(grep(store, "subagent looks", typed=True)) == []
+    assert len(list(grep(store, "answer 7", typed=True))) == 1
+    # the compaction summary is Codex's, the answers around it the model's
+    assert list(grep(store, "needles one and four", typed=True)) == [] and list(grep(store, "needles one and four"))
+
+
+def test_entries_appended_with_castore_are_exported_as_records_and_come_back(store: castore.Store,
+                                                                            tmp_path: Path) -> None:
+    from castore import Compaction, Message
+
+    f = tmp_path / "in" / SAMPLE.name
+    f.parent.mkdir()
+    f.write_bytes(SAMPLE.read_bytes())
+    r = import_codex(store, f)[0]
+    s = store.session(*r.session)
+    ids = s.append_many([
+        Message("user", [{"type": "input_text", "text": "castore asks: is the plan clear?"}]),
+        Message("assistant", [{"type": "reasoning", "text": "check the MD files"},
+                              {"type": "output_text", "text": "Mostly; two gaps."}],
+                tool_calls=[{"id": "call_9", "function": {"name": "shell", "arguments": '{"command": ["ls"]}'}}]),
+        Message("tool", "PLAN.md", tool_call_id="call_9"),
+        Compaction(summary="The plan has two gaps."),
+    ], times=[1.8e9, 1.8e9 + 1, 1.8e9 + 2, 1.8e9 + 3])
+    out = tmp_path / "out"
+    export_codex(store, out)
+    got = (out / SAMPLE.name).read_bytes()
+    orig = SAMPLE.read_bytes()
+    assert got.startswith(orig)
+    recs = [json.loads(ln) for ln in got[len(orig):].splitlines()]
+    assert [(d["type"], d["payload"].get("type")) for d in recs] == [
+        ("response_item", "message"), ("response_item", "reasoning"), ("response_item", "message"),
+        ("response_item", "function_call"), ("response_item", "function_call_output"), ("compacted", None)]
+    assert [d["castore_commit"] for d in recs] == [ids[0], ids[1], ids[1], ids[1], ids[2], ids[3]]
+    assert recs[0]["timestamp"] == "2027-01-15T08:00:00.000Z" and list(recs[0])[:3] == ["timestamp", "type", "payload"]
+    # another store reads them as Codex records
+    other = castore.open(str(tmp_path / "other"), durable=False)
+    import_codex(other, out)
+    msgs = [le.entry.message for le in other.session(*r.session).entries("HEAD")[-6:]]
+    assert msgs[0].content[0]["text"] == "castore asks: is the plan clear?"
+    assert msgs[1].content[0]["text"] == "check the MD files" and msgs[2].content[0]["text"] == "Mostly; two gaps."
+    assert msgs[3].content[0]["name"] == "shell" and msgs[4].content[0]["output"] == "PLAN.md"
+    assert msgs[5].content[0]["text"] == "The plan has two gaps."
+    assert len(list(grep(other, "two gaps", typed=True))) == 1  # the answer, not the compaction
+    # the same store, with the exported file upstream: the records are those commits, nothing is added
+    n_before = len(s.log(all_branches=True))
+    f.write_bytes(got)
+    r2 = import_codex(store, f)[0]
+    assert r2.lines == 6 and len(s.log(all_branches=True)) == n_before and s.head == ids[-1]
+    export_codex(store, tmp_path / "out2")
+    assert (tmp_path / "out2" / SAMPLE.name).read_bytes() == got

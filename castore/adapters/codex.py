@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import Event, Message
 from ..errors import CastoreError, InvalidEntry
+from ..grep import INJECTED
 from .jsonl_tree import (
     ArchiveError,
     FileResult,
@@ -41,7 +42,10 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    entry_text,
     export_lines,
+    iso_time,
+    own_commits,
     parse_time,
     prefix_digest,
     put_blobs,
@@ -51,13 +55,19 @@ from .jsonl_tree import (
 )
 
 if TYPE_CHECKING:
+    from ..entries import LogEntry
     from ..session import Session
     from ..store import Store
 
 APP = "codex"
 KEY = "codex"
 _DATE_DIRS = re.compile(r"^\d{4}$|^\d{2}$")
-_SCAFFOLD = ("<environment_context>", "# AGENTS.md", "<user_instructions>", "<permissions", "<INSTRUCTIONS>")
+#: how the user messages Codex writes itself start, and what they are
+_SCAFFOLD = {"<environment_context>": "environment_context", "# AGENTS.md": "agents_md",
+             "<user_instructions>": "user_instructions", "<permissions": "permissions",
+             "<INSTRUCTIONS>": "instructions",
+             "<user_shell_command>": "user_shell_command", "<turn_aborted>": "turn_aborted",
+             "<subagent_notification>": "subagent_notification"}
 
 
 @dataclass
@@ -103,13 +113,41 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def _scaffold(text: str) -> str | None:
+    t = text.lstrip()
+    return next((why for start, why in _SCAFFOLD.items() if t.startswith(start)), None)
+
+
 def _is_turn(d: dict[str, Any]) -> bool:
     p = d.get("payload")
     if d.get("type") != "response_item" or not isinstance(p, dict):
         return False
     if p.get("type") != "message" or p.get("role") != "user":
         return False
-    return not _text_of(p.get("content")).lstrip().startswith(_SCAFFOLD)
+    return _scaffold(_text_of(p.get("content"))) is None
+
+
+def injected(d: dict[str, Any], subagent: bool = False) -> str | None:
+    """What a record that has a body is when Codex wrote it rather than a human typing it
+    or the model answering (None: typed, or answered).
+
+    A user message that starts as Codex's scaffolding does (``environment_context``,
+    ``agents_md``, ``user_instructions``, ``permissions``, ...), a ``developer`` or
+    ``system`` message (``developer``, ``system``), a compaction summary (``compacted``),
+    or, in a subagent thread (``subagent``), a user message: the parent agent wrote it.
+    """
+    p = as_dict(d.get("payload"))
+    if d.get("type") == "compacted":
+        return "compacted"
+    if d.get("type") != "response_item" or p.get("type") != "message":
+        return None
+    role = p.get("role")
+    if role in ("developer", "system"):
+        return str(role)
+    if role != "user":
+        return None
+    why = _scaffold(_text_of(p.get("content")))
+    return why if why is not None else ("subagent" if subagent else None)
 
 
 def _message(d: dict[str, Any]) -> Message | None:
@@ -218,8 +256,18 @@ class _Importer:
             fork = self._fork(session, f, meta["forked_from_id"], known, st, prefix)
             if fork is not None:
                 info = session.info
-        w = TreeWriter(session, known, "/".join(session.key))
+        src_ = meta.get("source")
+        subagent = isinstance(src_, dict) and isinstance(src_.get("subagent"), dict)
+        w = TreeWriter(session, known, "/".join(session.key), last_time=c.get("time"))
         n, cursor, offset = st.lines, st.cursor, st.offset
+        adopted: dict[str, list[str]] = {}
+        owned: list[set[str]] = []
+
+        def own() -> set[str]:
+            if not owned:
+                owned.append(own_commits(session))
+            return owned[0]
+
         for end, raw in read_lines(f, st.offset):
             d: Any
             try:
@@ -230,6 +278,16 @@ class _Importer:
             d = d if isinstance(d, dict) else {}
             p = d.get("payload") if isinstance(d.get("payload"), dict) else {}
             parent = cursor
+            mark = d.get(MARK)
+            if isinstance(mark, str) and mark in own():  # castore's own commit, as export wrote it
+                w.flush()
+                put_blobs(self.store, [raw])
+                adopted[str(n)] = [mark, blob_id(raw)]
+                if _is_turn(d):
+                    st.turns.append([n, parent, None])
+                w.cid[n] = mark
+                cursor, n, offset = n, n + 1, end
+                continue
             if d.get("type") == "event_msg" and p.get("type") == "thread_rolled_back":
                 k = p.get("num_turns")
                 if isinstance(k, int) and not isinstance(k, bool) and 0 < k <= len(st.turns) \
@@ -244,6 +302,9 @@ class _Importer:
             when = parse_time(d.get("timestamp"))
             if when is not None:
                 m["time"] = when
+            why = injected(d, subagent) if msg is not None else None
+            if why is not None:
+                m[INJECTED] = why
             author = msg.role if msg else (p.get("type") or d.get("type") or "line")
             w.add(n, parent, raw, Event(author=str(author), message=msg, meta=m), True)
             if d.get("type") == "compacted":
@@ -265,11 +326,12 @@ class _Importer:
         cc = dict(new.get(KEY) or {})
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                    "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                   "turns": st.turns[-256:]})
+                   "turns": st.turns[-256:], "time": w.last_time})
+        if adopted:
+            cc["adopted"] = {**as_dict(cc.get("adopted")), **adopted}
         if prefix:
             cc["prefix"] = prefix
         new[KEY] = cc
-        src_ = meta.get("source")
         spawn = src_.get("subagent") if isinstance(src_, dict) else None
         spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
         if isinstance(spawn, dict) and isinstance(spawn.get("parent_thread_id"), str):
@@ -388,6 +450,10 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
                  sessions: list[Session] | None = None) -> list[str]:
     """Write archived Codex rollouts back under ``dest`` (``~/.codex/sessions`` layout), byte for byte.
 
+    Entries castore appended to an archived thread on the path to its HEAD follow the file's
+    bytes as rollout records (:func:`written_lines`); importing the file again takes them as
+    those commits. Entries on other branches are not written (a rollout is one line of turns).
+
     Returns:
         The files written, relative to ``dest``.
 
@@ -407,11 +473,96 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
             raise ArchiveError("/".join(s.key), "not an archived Codex rollout")
         out = safe_join(root, c["path"])
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        rows = archived_rows(s, KEY, s.id)
         with open(out, "wb") as f:
             f.writelines(_prefix_lines(s, c.get("prefix") or []))
-            f.writelines(export_lines(s, KEY, s.id))
+            f.writelines(export_lines(s, KEY, s.id, rows=rows))
+            f.writelines(_written_lines(s, rows))
         written.append(c["path"])
     return written
+
+
+#: the key of a record written for a castore commit (its id): the import takes the record as it
+MARK = "castore_commit"
+
+
+def _texts_of(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return [] if content is None else [json.dumps(content, ensure_ascii=False, default=str)]
+    return [b if isinstance(b, str) else str(b.get("text")) for b in content
+            if isinstance(b, str) or (isinstance(b, dict) and b.get("type") in ("text", "input_text", "output_text")
+                                      and isinstance(b.get("text"), str))]
+
+
+def _args(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v if v is not None else {}, ensure_ascii=False, default=str)
+
+
+def written_lines(le: LogEntry) -> list[bytes]:
+    """The rollout records for castore commit ``le`` (:data:`MARK` names it on each): a
+    message's reasoning, text and tool calls as ``response_item`` records (``reasoning``,
+    ``message``, ``function_call``), a tool result as ``function_call_output``, a compaction
+    as ``compacted``, anything else as an ``event_msg`` of type ``castore_entry``."""
+    e = le.entry
+    msg = e if isinstance(e, Message) else e.message if isinstance(e, Event) else None
+    items: list[tuple[str, dict[str, Any]]] = []
+    if msg is not None and msg.role == "tool":
+        items.append(("response_item", {"type": "function_call_output", "call_id": msg.tool_call_id,
+                                        "output": "\n".join(_texts_of(msg.content))}))
+    elif msg is not None:
+        reasoning: list[str] = []
+        calls: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for b in msg.content if isinstance(msg.content, list) else ():
+            if not isinstance(b, dict):
+                continue
+            t = b.get("type")
+            said = b.get("text", b.get("thinking"))
+            if t in ("reasoning", "thinking") and isinstance(said, str):
+                reasoning.append(said)
+            elif t in ("function_call", "tool_use"):
+                calls.append({"type": "function_call", "name": b.get("name"),
+                              "arguments": _args(b.get("arguments", b.get("input"))),
+                              "call_id": b.get("call_id", b.get("id"))})
+            elif t in ("function_call_output", "tool_result"):
+                results.append({"type": "function_call_output", "call_id": b.get("call_id", b.get("tool_use_id")),
+                                "output": "\n".join(_texts_of(b.get("output", b.get("content"))))})
+        for tc in msg.tool_calls or ():
+            fn = tc["function"] if isinstance(tc.get("function"), dict) else tc
+            calls.append({"type": "function_call", "name": fn.get("name"), "arguments": _args(fn.get("arguments")),
+                          "call_id": tc.get("id")})
+        if reasoning:
+            items.append(("response_item", {"type": "reasoning", "summary": [{"type": "summary_text", "text": r}
+                                                                              for r in reasoning],
+                                            "content": None, "encrypted_content": None}))
+        texts = _texts_of(msg.content)
+        if texts or not (reasoning or calls or results):
+            kind = "output_text" if msg.role == "assistant" else "input_text"
+            items.append(("response_item", {"type": "message", "role": msg.role,
+                                            "content": [{"type": kind, "text": t} for t in texts]}))
+        items += [("response_item", c) for c in calls + results]
+    elif isinstance(getattr(e, "summary", None), str) and le.kind == "compaction":
+        items.append(("compacted", {"message": e.summary}))  # type: ignore[union-attr]
+    else:
+        items.append(("event_msg", {"type": "castore_entry", "kind": le.kind, "text": entry_text(le)}))
+    ts = iso_time(le.time)
+    return [json.dumps({"timestamp": ts, "type": t, "payload": p, MARK: le.id}, ensure_ascii=False,
+                       separators=(",", ":"), default=str).encode() + b"\n" for t, p in items]
+
+
+def _written_lines(s: Session, rows: list[tuple[int, str, str]]) -> list[bytes]:
+    """Records for the commits castore made on top of archived thread ``s`` (on HEAD's path)."""
+    if s.head is None:
+        return []
+    lines = {cid for _, _, cid in rows}
+    out: list[bytes] = []
+    for le in s.entries("HEAD"):
+        m = le.meta.get(KEY)
+        if le.id not in lines and not (isinstance(m, dict) and isinstance(m.get("o"), int)):
+            out.extend(written_lines(le))
+    return out
 
 
 def _prefix_lines(s: Session, prefix: list[dict[str, Any]]) -> list[bytes]:
@@ -436,4 +587,4 @@ def _prefix_lines(s: Session, prefix: list[dict[str, Any]]) -> list[bytes]:
     return out
 
 
-__all__ = ["export_codex", "find_rollouts", "import_codex"]
+__all__ = ["MARK", "export_codex", "find_rollouts", "import_codex", "injected", "written_lines"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from ..errors import CastoreError, InvalidEntry
 from ..objects import Blob
 
 if TYPE_CHECKING:
+    from ..entries import LogEntry
     from ..session import Session, SessionHost
 
 #: flush a run of lines once its raw bytes add up to this much
@@ -68,6 +69,8 @@ class FileResult:
         head: the commit HEAD is on (the line the agent was on last).
         torn: bytes at the end left for next time (a line still being written).
         notes: what was noticed (a changed prefix, lines that are not JSON).
+        sidechains: the ids of the sessions that got lines of subagents kept inside this
+            file (Claude Code's old layout).
     """
 
     path: str
@@ -79,6 +82,7 @@ class FileResult:
     head: str | None = None
     torn: int = 0
     notes: list[str] = field(default_factory=list)
+    sidechains: list[str] = field(default_factory=list)
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -172,10 +176,14 @@ class TreeWriter:
     ``add(n, parent, ...)`` names each line by its ordinal ``n`` and its parent by ordinal
     (None: a root, only for the very first line). Lines whose parent is the previous line
     are appended together; a line whose parent is a branch tip extends that branch; any other
-    parent starts a branch named by ``branch_name(n)``.
+    parent starts a branch named by ``branch_name(n)``. Appends go to the branch they extend
+    without checking it out (``append_many(branch=...)``); :meth:`finish` checks out the
+    branch of the last line the agent was on. Each commit takes its line's time (``time`` in
+    the entry's meta); a line without one takes the time of the line before it, so that the
+    same file gives the same commits wherever it is imported.
     """
 
-    def __init__(self, session: Session, known: dict[int, str], key: str) -> None:
+    def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None) -> None:
         self.session = session
         self.key = key
         self.cid: dict[int, str] = dict(known)  # ordinal -> commit
@@ -191,6 +199,9 @@ class TreeWriter:
         self.created: list[str] = []
         self.branch_name = lambda n: f"line-{n}"
         self.labels: list[tuple[int, str]] = []
+        #: the time of the last line that had one (for the lines after it that have none)
+        self.last_time = last_time
+        self._times: list[float | None] = []
 
     def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool) -> None:
         """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows."""
@@ -198,7 +209,11 @@ class TreeWriter:
             self.flush()
         if not self.run:
             self.run_parent = parent
+        when = entry.meta.get("time")
+        if isinstance(when, (int, float)) and not isinstance(when, bool):
+            self.last_time = float(when)
         self.run.append(_Pending(n, raw, entry, active))
+        self._times.append(self.last_time)
         self.run_bytes += len(raw)
 
     def label(self, n: int, name: str) -> None:
@@ -212,29 +227,27 @@ class TreeWriter:
         s = self.session
         put_blobs(s.store, [p.raw for p in self.run])
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
-        expect = parent
         if parent is None:
             if s.exists() and s.head is not None:
                 raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
+            branch = self.current or "main"
         else:
-            branch = self.tips.get(parent)
-            if branch is None:
+            got = self.tips.get(parent)
+            if got is None:
                 branch = self.branch_name(self.run[0].n)
-                s.checkout(parent, create=branch)
+                s.branch(branch, at=parent)
                 self.created.append(branch)
-            elif branch != self.current:
-                s.checkout(branch)
-            self.current = branch
-        ids = s.append_many([p.entry for p in self.run], expect=expect,
-                            time=self.run[-1].entry.meta.get("time"))
+            else:
+                branch = got
+        ids = s.append_many([p.entry for p in self.run], expect=parent, branch=branch, times=self._times)
         if parent is not None:
             self.tips.pop(parent, None)
-        self.tips[ids[-1]] = self.current or "main"
+        self.tips[ids[-1]] = branch
         for p, cid in zip(self.run, ids, strict=True):
             self.cid[p.n] = cid
         if any(p.active for p in self.run):
-            self.active = self.current
-        self.run, self.run_bytes = [], 0
+            self.active = branch
+        self.run, self.run_bytes, self._times = [], 0, []
 
     def finish(self) -> str | None:
         """Flush, put the labels, check out the branch the agent was on; return HEAD's commit."""
@@ -265,40 +278,110 @@ def blob_id(raw: bytes) -> str:
     return o.encode(Blob(data=raw))[0]
 
 
-def archived_rows(session: Session, key: str, file: str | None = None) -> list[tuple[int, str, str]]:
+def archived_rows(session: Session, key: str, file: str | None = None,
+                  log: list[LogEntry] | None = None) -> list[tuple[int, str, str]]:
     """``(line number, raw blob id, commit)`` of a session's archived lines, in file order.
+
+    The lines of castore's own commits that an import found again in the file (written by
+    an export, see :func:`adopt`) are among them, named by their commit.
 
     Args:
         session: the session.
         key: the adapter's metadata key.
         file: only lines whose metadata names this file (``f``); a fork shares commits
             of its parent's file, which are not its own lines.
+        log: the session's log on every branch, when the caller has read it already.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
     rows: list[tuple[int, str, str]] = []
-    for le in session.log(all_branches=True):
+    for le in log if log is not None else session.log(all_branches=True):
         m = le.meta.get(key)
         if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str) \
                 and (file is None or m.get("f") == file):
             rows.append((m["o"], m["raw"], le.id))
+    if file is None or file == session.id:
+        rows.extend(adopted_rows(session.info, key))
     rows.sort()
     return rows
 
 
-def export_lines(session: Session, key: str, file: str | None = None) -> Iterator[bytes]:
+def adopted_rows(info: dict[str, Any], key: str) -> list[tuple[int, str, str]]:
+    """``(line number, raw blob id, commit)`` of the lines of a file that are castore's own
+    commits written out by an export (kept in the session's info under ``key``)."""
+    out = []
+    for o_, v in as_dict(as_dict(info.get(key)).get("adopted")).items():
+        if isinstance(v, list) and len(v) >= 2 and isinstance(v[0], str) and isinstance(v[1], str):
+            try:
+                out.append((int(o_), v[1], v[0]))
+            except ValueError:
+                continue
+    return out
+
+
+def appended(log: list[LogEntry], key: str, rows: list[tuple[int, str, str]]) -> list[LogEntry]:
+    """The entries of ``log`` that are no line of the file: commits castore made on top of an
+    imported session, parents before children (by depth, then time)."""
+    lines = {cid for _, _, cid in rows}
+    out = [le for le in log if le.id not in lines
+           and not (isinstance(le.meta.get(key), dict) and isinstance(le.meta[key].get("o"), int))]
+    out.sort(key=lambda le: (le.depth, le.time, le.id))
+    return out
+
+
+def export_lines(session: Session, key: str, file: str | None = None, also: Sequence[Session] = (),
+                 rows: list[tuple[int, str, str]] | None = None) -> Iterator[bytes]:
     """The archived lines of a session (metadata under ``key``), in file order, as bytes.
+
+    ``also``: sessions holding more lines of the same file (numbered in the same file), merged
+    in by their place in it. ``rows``: the session's rows when the caller has them.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    rows = archived_rows(session, key, file)
+    rows = list(rows) if rows is not None else archived_rows(session, key, file)
+    for other in also:
+        if other.exists():
+            rows.extend(archived_rows(other, key))
+    rows.sort()
     for i in range(0, len(rows), 512):
         chunk = rows[i:i + 512]
         data = read_blobs(session.store, [r for _, r, _ in chunk])
         for _, r, _ in chunk:
             yield data[r]
+
+
+def own_commits(session: Session) -> set[str]:
+    """The ids of every commit of a session (empty for a new one): what a line's mark of a
+    castore commit is checked against before the line is taken as that commit.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    return {le.id for le in session.log(all_branches=True)} if session.exists() else set()
+
+
+def entry_text(le: LogEntry) -> str:
+    """A one-piece text of an entry that is no message (a compaction's summary, else its fields)."""
+    import dataclasses
+    import json
+
+    e = le.entry
+    summary = getattr(e, "summary", None)
+    if isinstance(summary, str):
+        return summary
+    try:
+        return json.dumps(dataclasses.asdict(e), ensure_ascii=False, default=str)
+    except TypeError:
+        return str(e)
+
+
+def iso_time(t: float) -> str:
+    """``t`` (seconds since the epoch) as the agents write times: ``2026-01-02T10:00:00.000Z``."""
+    from datetime import UTC
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
 
 
 def safe_join(root: str, rel: str) -> str:

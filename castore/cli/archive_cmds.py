@@ -58,7 +58,8 @@ def _update_index(store: Any) -> None:
 
 
 _IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines": NEW, "total": N, '
-                '"offset": BYTES, "branches": [NEW BRANCH, ...], "head": ID, "torn": BYTES, "notes": [...]}')
+                '"offset": BYTES, "branches": [NEW BRANCH, ...], "head": ID, "torn": BYTES, "notes": [...], '
+                '"sidechains": [SESSION ID, ...]}')
 
 
 @click.command("claude")
@@ -73,8 +74,10 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     """Archive Claude Code sessions: a session file, a project folder, or ~/.claude/projects.
 
     One session per file (APP/PROJECT/SESSION; subagent files become SESSION.subagents.agent-ID,
-    linked to the turn that spawned them). Importing again reads only what was added; a torn
-    last line waits for the next import; files deleted upstream stay in the archive.
+    and subagents kept inside the main file (isSidechain lines, Claude Code 2.0) become
+    SESSION.sidechains.agent-ID, linked to the turn that spawned them). Importing again reads
+    only what was added; a torn last line waits for the next import; files deleted upstream
+    stay in the archive.
     """
     from ..adapters.claude_code import follow_claude, import_claude
 
@@ -189,6 +192,10 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
 @click.option("--session", "sessions", multiple=True, metavar="GLOB",
               help="Only sessions matching APP/USER/SESSION, or SESSION when the glob has no '/' (repeatable).")
 @click.option("--app", "apps", multiple=True, metavar="GLOB", help="Only sessions of these apps (repeatable).")
+@click.option("--typed", is_flag=True,
+              help="Only what a human typed or the agent wrote: user text and assistant blocks, leaving out tool "
+                   "results, system/developer messages and what the agent's CLI injected (environment context, "
+                   "AGENTS.md, command wrappers, system reminders; flagged by the importers).")
 @click.option("--since", metavar="TIME", help="Only entries at or after TIME (ISO 8601, UTC unless given).")
 @click.option("--until", metavar="TIME", help="Only entries before TIME.")
 @click.option("-l", "--files-with-matches", "list_sessions", is_flag=True, help="Print only the sessions that match.")
@@ -207,7 +214,7 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
 @click.pass_context
 def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: bool, word: bool,
              roles: tuple[str, ...], kinds: tuple[str, ...], all_kinds: bool, tools: tuple[str, ...],
-             sessions: tuple[str, ...], apps: tuple[str, ...], since: str | None, until: str | None,
+             sessions: tuple[str, ...], apps: tuple[str, ...], typed: bool, since: str | None, until: str | None,
              list_sessions: bool, count: bool, context: int, limit: int | None, no_index: bool, cached: bool,
              as_json: bool, as_jsonl: bool) -> None:
     """Search every session and branch of the store for PATTERN (a Python regex).
@@ -224,7 +231,8 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
         it = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles or None,
                   kinds=KINDS if all_kinds else (kinds or None), tools=tools or None, sessions=sessions or None,
                   apps=apps or None, since=_when(since, "--since"), until=_when(until, "--until"),
-                  limit=limit, context=context, index=False if no_index else None, check_index=not cached)
+                  limit=limit, context=context, index=False if no_index else None, check_index=not cached,
+                  typed=typed)
         found = _render(it, list_sessions, count, as_json, as_jsonl)
     except CastoreError as e:
         click.echo(f"Error: {error_line(e)}", err=True)
