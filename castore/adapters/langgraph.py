@@ -16,7 +16,14 @@ The mapping:
 * pending writes are commits too (kind ``writes``, on the thread's ``writes`` branch), each
   naming the checkpoint it belongs to: a task's writes may land before or after the next
   checkpoint, and everything stays reachable for ``gc`` and ``sync``. Small writes live in
-  the commit itself; the elements of a written list share their objects with the channel.
+  the commit itself; the elements of a written list share their objects with the channel;
+* ``put`` and ``put_writes`` return once what they stored is durable (on a durable store),
+  and the calls in flight together are written as one group: LangGraph saves checkpoints
+  and task writes from background threads, so while one group is being written the next
+  calls queue, and the next group stores all their objects with one write (one pack record,
+  one ``fdatasync``) and moves each ref once (the ``writes`` branch once for all the task
+  writes queued). A LangGraph turn of three checkpoints and two task writes so costs about
+  3.7 object writes and 4 ref swaps instead of 5 and 5 (``scripts/langgraph_bytes.py``).
 """
 
 from __future__ import annotations
@@ -107,18 +114,19 @@ class _View:
             self.writes[(ns, cp)].append(cid)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Job:
     """One ``put`` or ``put_writes`` call waiting for its group commit."""
 
     thread_id: str
     prefix: str  # the thread's ref prefix
     stage: Callable[[_Group, _Job], None]  # builds the call's commit into a group (under the saver's lock)
-    done: bool = False
+    done: bool = False  # no longer queued: landed, or failed with ``error``
+    landed: bool = False  # stored and durable (or nothing to store)
     error: BaseException | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Move:
     """One ref's move in a group commit: the value it had and the commits chained on it."""
 
@@ -382,6 +390,11 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         if jobs:
             try:
                 self._commit_jobs(jobs)
+            except BaseException as e:  # interrupted: a call not known to have landed must not look stored
+                for j in jobs:
+                    if not j.landed and j.error is None:
+                        j.error = e
+                raise
             finally:
                 with self._cond:
                     for j in jobs:
@@ -390,6 +403,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     self._cond.notify_all()
         if job.error is not None:
             raise job.error
+        assert job.landed
 
     def _commit_jobs(self, jobs: builtins.list[_Job]) -> None:
         """Write ``jobs`` as groups until none lost a race (each job's error set on it)."""
@@ -436,6 +450,10 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             lost.extend(j for m in group.drop(prefix) for j in m.jobs)
             self._views.pop(thread_id, None)
         moves = builtins.list(group.moves.values())
+        moving = {id(j) for m in moves for j in m.jobs}
+        for job in jobs:
+            if job.error is None and id(job) not in moving and job not in lost:
+                job.landed = True  # nothing to store (writes stored before)
         if moves:
             try:
                 self._write_moves(moves)
@@ -450,17 +468,25 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             assert m.batch.tip is not None
             try:
                 self._tokens[m.name] = self.store.plumbing.swap(m.name, m.batch.tip, m.expect, meta)
-                if m.head is not None:
-                    self._ensure_head(*m.head)
             except RefConflict:
                 self._tokens.pop(m.name, None)
                 self._views.pop(m.thread_id, None)
                 lost.extend(m.jobs)
+                continue
             except Exception as e:  # noqa: BLE001 - this ref's calls fail; the other refs' landed
                 self._tokens.pop(m.name, None)
                 self._views.pop(m.thread_id, None)
                 for j in m.jobs:
                     j.error = e
+                continue
+            for j in m.jobs:
+                j.landed = True
+            if m.head is not None:
+                try:
+                    self._ensure_head(*m.head)
+                except Exception as e:  # noqa: BLE001 - stored, but the thread's HEAD did not follow: say so
+                    for j in m.jobs:
+                        j.error = e
         return lost
 
     def _write_moves(self, moves: builtins.list[_Move]) -> None:
