@@ -37,7 +37,7 @@ class Held:
     """Holds the saver's first object write until ``release``, counting writes and swaps."""
 
     def __init__(self, store: castore.Store, monkeypatch: pytest.MonkeyPatch,
-                 fail: Callable[[int], bool] = lambda n: False) -> None:
+                 fail: Callable[[int], BaseException | None] = lambda n: None) -> None:
         self.release = threading.Event()
         self.writes: list[int] = []  # objects per write
         self.swaps: list[str] = []
@@ -48,8 +48,9 @@ class Held:
             self.writes.append(len(pending))
             if len(self.writes) == 1:
                 self.release.wait()
-            if fail(len(self.writes)):
-                raise StorageError("disk full (test)", store.url)
+            err = fail(len(self.writes))
+            if err is not None:
+                raise err
             return real_write(pending)
 
         def swap(ref: str, *a: Any, **k: Any) -> Any:
@@ -161,7 +162,8 @@ def test_a_failed_group_write_fails_every_call_in_it_and_moves_no_ref(
         threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
         monkeypatch: pytest.MonkeyPatch) -> None:
     saver, first = threads
-    held = Held(local_store, monkeypatch, fail=lambda n: n == 2)
+    held = Held(local_store, monkeypatch,
+                fail=lambda n: StorageError("disk full (test)", local_store.url) if n == 2 else None)
     nxt = checkpoint(1)
     calls: list[Callable[[], Any]] = [
         lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 1)], "task-a"),
@@ -180,3 +182,26 @@ def test_a_failed_group_write_fails_every_call_in_it_and_moves_no_ref(
     assert tup is not None and tup.checkpoint["id"] == nxt["id"]
     old = saver.get_tuple(cfg("b", first["b"]))
     assert old is not None and [w[2] for w in old.pending_writes] == [2]
+
+
+
+class Stop(BaseException):
+    """An interruption of the thread writing a group (as KeyboardInterrupt would be)."""
+
+
+def test_calls_in_a_group_whose_writer_was_interrupted_fail_instead_of_looking_stored(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    saver, first = threads
+    held = Held(local_store, monkeypatch, fail=lambda n: Stop() if n == 2 else None)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 1)], "task-a"),
+        lambda: saver.put_writes(cfg("b", first["b"]), [("turns", 2)], "task-b"),
+        lambda: saver.put_writes(cfg("c", first["c"]), [("turns", 3)], "task-c"),
+    ]
+    errors = run_all(calls, saver, held)
+    assert errors[0] is None
+    assert all(isinstance(e, Stop) for e in errors[1:]), errors  # the writer's and the one it wrote for
+    for t in "bc":
+        tup = saver.get_tuple(cfg(t, first[t]))
+        assert tup is not None and tup.pending_writes == []
