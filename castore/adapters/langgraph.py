@@ -16,7 +16,14 @@ The mapping:
 * pending writes are commits too (kind ``writes``, on the thread's ``writes`` branch), each
   naming the checkpoint it belongs to: a task's writes may land before or after the next
   checkpoint, and everything stays reachable for ``gc`` and ``sync``. Small writes live in
-  the commit itself; the elements of a written list share their objects with the channel.
+  the commit itself; the elements of a written list share their objects with the channel;
+* ``put`` and ``put_writes`` return once what they stored is durable (on a durable store),
+  and the calls in flight together are written as one group: LangGraph saves checkpoints
+  and task writes from background threads, so while one group is being written the next
+  calls queue, and the next group stores all their objects with one write (one pack record,
+  one ``fdatasync``) and moves each ref once (the ``writes`` branch once for all the task
+  writes queued). A LangGraph turn of three checkpoints and two task writes so costs about
+  3.7 object writes and 4 ref swaps instead of 5 and 5 (``scripts/langgraph_bytes.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -53,7 +60,9 @@ from ..branches import (
     META_NAMES,
     META_WRITE_ID,
     REAL_NAME_KEYS,
+    Batch,
     Make,
+    Plumbing,
     SessionRefs,
     name_meta,
     parse_ref_name,
@@ -105,6 +114,74 @@ class _View:
             self.writes[(ns, cp)].append(cid)
 
 
+@dataclass(eq=False)
+class _Job:
+    """One ``put`` or ``put_writes`` call waiting for its group commit."""
+
+    thread_id: str
+    prefix: str  # the thread's ref prefix
+    stage: Callable[[_Group, _Job], None]  # builds the call's commit into a group (under the saver's lock)
+    done: bool = False  # no longer queued: landed, or failed with ``error``
+    landed: bool = False  # stored and durable (or nothing to store)
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class _Move:
+    """One ref's move in a group commit: the value it had and the commits chained on it."""
+
+    name: str
+    real: str  # the branch name behind the ref name
+    expect: RefValue | None
+    batch: Batch
+    thread_id: str
+    extra: dict[str, Any] = field(default_factory=dict)  # ref metadata besides hint and name
+    jobs: list[_Job] = field(default_factory=list)
+    head: tuple[str, str, str] | None = None  # (prefix, branch, thread): HEAD must name the branch
+
+    def add(self, job: _Job, view: _View, make: Make, pending: dict[str, bytes], extra: dict[str, Any]) -> None:
+        """Chain the commit ``make`` builds for ``job`` on this move, with the objects it
+        needs; the view shows it at once (a later call of the group builds on it), and is
+        dropped if the move does not land."""
+        if job not in self.jobs:
+            self.jobs.append(job)
+        self.batch.include(pending)
+        cid = self.batch.commit(make)
+        assert self.batch.last is not None
+        view.add(cid, self.batch.last)
+        view.targets[self.name] = cid
+        self.extra = extra
+
+
+class _Group:
+    """The refs a group commit moves, each with the commits chained on it."""
+
+    def __init__(self, plumbing: Plumbing) -> None:
+        self.plumbing = plumbing
+        self.moves: dict[str, _Move] = {}
+
+    def start(self, job: _Job, name: str, real: str, expect: RefValue | None, parent: str | None) -> _Move:
+        """A new move of ``name`` (a ref of ``job``'s thread) from ``expect`` (whose target is ``parent``).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: reading the parent failed.
+        """
+        batch = self.plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
+        move = self.moves[name] = _Move(name, real, expect, batch, job.thread_id)
+        return move
+
+    def touches(self, prefix: str) -> bool:
+        """Whether a move of this group is under the ref prefix of a thread."""
+        return any(n.startswith(prefix + "/") for n in self.moves)
+
+    def drop(self, prefix: str) -> list[_Move]:
+        """Take out the moves of one thread (it failed to stage)."""
+        out = [m for n, m in self.moves.items() if n.startswith(prefix + "/")]
+        for m in out:
+            del self.moves[m.name]
+        return out
+
+
 class CastoreSaver(BaseCheckpointSaver[int]):
     """A LangGraph checkpoint saver storing threads as castore sessions.
 
@@ -125,6 +202,9 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         self.app = names.validate(app, "app name")
         self.user = names.validate(user, "user name")
         self._lock = threading.RLock()
+        self._cond = threading.Condition()  # guards the group commit's queue
+        self._queue: builtins.list[_Job] = []
+        self._leading = False  # a caller is writing a group
         self._views: dict[str, _View] = {}
         self._tokens: dict[str, RefValue] = {}  # ref values (with tokens) from our own swaps
         self._heads: dict[str, str] = {}  # thread -> the branch its HEAD is known to name
@@ -206,29 +286,6 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         current = self.store.refs.read(name) if cached is None else None
         return cached if cached is not None else current
 
-    # -- writing commits on a branch ---------------------------------------------------------
-    def _commit_on(self, ref_name: str, real: str, expect: RefValue | None, parent: str | None,
-                   make: Make, pending: dict[str, bytes], ref_meta: dict[str, Any]) -> tuple[str, RefValue]:
-        """Write ``make(parents, depth, index)`` as a commit on ``ref_name`` (compare-and-swap).
-
-        Raises:
-            RefConflict: the ref is no longer ``expect``.
-        """
-        plumbing = self.store.plumbing
-        batch = plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
-        batch.include(pending)
-        cid = batch.commit(make)
-        self.store.init()
-        plumbing.write(batch)
-        meta = batch.ref_meta(**ref_meta, **name_meta(ref_name, real))
-        try:
-            new = plumbing.swap(ref_name, cid, expect, meta)
-        except RefConflict:
-            self._tokens.pop(ref_name, None)
-            raise
-        self._tokens[ref_name] = new
-        return cid, new
-
     def _ensure_head(self, prefix: str, branch: str, thread_id: str) -> None:
         if self._heads.get(thread_id) == branch:
             return
@@ -251,7 +308,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     # -- BaseCheckpointSaver: writing ------------------------------------------------------------
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        """Store a checkpoint as a commit; see the module docstring.
+        """Store a checkpoint as a commit; see the module docstring. It is durable (on a
+        durable store) when this returns; calls in flight together share one write.
 
         Raises:
             InvalidName: the thread id is not a valid castore session name.
@@ -263,12 +321,14 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         header: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = header.pop("channel_values")
         md = get_checkpoint_metadata(config, metadata)
-        with self._lock:
-            prefix = self._prefix(thread_id)
+        prefix = self._prefix(thread_id)
+        family = self._family(ns)
+
+        def stage(group: _Group, job: _Job) -> None:
             # A writer trusts its cached view: a stale one only makes a compare-and-swap fail.
             view = self._views.get(thread_id) or self._refresh(thread_id)
             parent = view.cps.get((ns, parent_cp)) if parent_cp else None
-            if parent_cp and parent is None:
+            if parent_cp and parent is None and not group.touches(prefix):
                 view = self._refresh(thread_id)
                 parent = view.cps.get((ns, parent_cp))
             pending: dict[str, bytes] = {}
@@ -285,37 +345,168 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 return Commit(kind="checkpoint", parents=parents, state=tree, author=str(md.get("source") or ""),
                               time=now, meta=meta, depth=depth, index=index)
 
-            family = self._family(ns)
-            views = [view]
-
-            def attempt(_n: int) -> None:
-                view = views[-1]
-                name = self._branch_for(view, prefix, family, parent)
-                if name is not None:
+            name = self._branch_for(view, prefix, family, parent)
+            if name is not None:
+                move = group.moves.get(name)
+                if move is None:
                     expect = self._ref_for_swap(name)
                     if expect is None or expect.target != parent:
                         expect = self.store.refs.read(name)
                     if expect is None or expect.target != parent:
-                        views.append(self._refresh(thread_id))
                         raise RefConflict(name, parent, expect.target if expect is not None else None)
-                    real = self._real(name, expect.meta)
-                else:
-                    real = self._free_branch(view, prefix, family, checkpoint["id"])
-                    name, expect = self._ref_name(prefix, real), None
-                try:
-                    cid, _ = self._commit_on(name, real, expect, parent, make, pending,
-                                             {"lg": {"ns": ns, "cp": checkpoint["id"]}})
-                except RefConflict:
-                    views.append(self._refresh(thread_id))
-                    raise
-                view.add(cid, self.store.history.commit(cid))
-                view.targets[name] = cid
-                if not ns:
-                    self._ensure_head(prefix, real, thread_id)
+                    move = group.start(job, name, self._real(name, expect.meta), expect, parent)
+            else:
+                real = self._free_branch(view, prefix, family, checkpoint["id"])
+                name = self._ref_name(prefix, real)
+                move = group.start(job, name, real, None, parent)
+            move.add(job, view, make, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}})
+            if not ns:
+                move.head = (prefix, move.real, thread_id)
 
-            self.store.plumbing.land(prefix, attempt)
+        self._land(_Job(thread_id, prefix, stage))
         return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
+
+    # -- group commit ----------------------------------------------------------------------------
+    def _land(self, job: _Job) -> None:
+        """Store ``job`` and return once it is durable: together with the calls in flight
+        (LangGraph saves checkpoints and task writes from background threads), in one object
+        write and one compare-and-swap per ref moved.
+
+        The first caller to find no group being written writes everything queued so far; the
+        others wait for it (and the next one leads the calls queued meanwhile).
+
+        Raises:
+            what staging or writing the job raised.
+        """
+        with self._cond:
+            self._queue.append(job)
+            while self._leading and not job.done:
+                self._cond.wait()
+            jobs: builtins.list[_Job] = []
+            if not job.done:
+                self._leading = True
+                jobs, self._queue = self._queue, []
+        if jobs:
+            try:
+                self._commit_jobs(jobs)
+            except BaseException as e:  # interrupted: a call not known to have landed must not look stored
+                for j in jobs:
+                    if not j.landed and j.error is None:
+                        j.error = e
+                raise
+            finally:
+                with self._cond:
+                    for j in jobs:
+                        j.done = True
+                    self._leading = False
+                    self._cond.notify_all()
+        if job.error is not None:
+            raise job.error
+        assert job.landed
+
+    def _commit_jobs(self, jobs: builtins.list[_Job]) -> None:
+        """Write ``jobs`` as groups until none lost a race (each job's error set on it)."""
+        todo = jobs
+
+        def attempt(_n: int) -> None:
+            nonlocal todo
+            lost = self._commit_group(todo)
+            if lost:
+                todo = lost
+                raise RefConflict(lost[0].prefix, None, None, "a ref moved under a group commit")
+
+        with self._lock:
+            try:
+                self.store.plumbing.land(todo[0].prefix, attempt)
+            except Exception as e:  # noqa: BLE001 - handed to the callers that lost every retry
+                for j in todo:
+                    if j.error is None:
+                        j.error = e
+
+    def _commit_group(self, jobs: builtins.list[_Job]) -> builtins.list[_Job]:
+        """Stage ``jobs`` in order, write all their objects at once, then move each ref once.
+
+        Returns the jobs that lost a race (their threads' views are dropped, so that the
+        retry reads the refs afresh); other failures are set on the jobs.
+        """
+        group = _Group(self.store.plumbing)
+        lost: builtins.list[_Job] = []
+        failed: dict[str, str] = {}  # ref prefix -> thread, of threads with a job that did not stage
+        for job in jobs:
+            if job.prefix in failed:
+                lost.append(job)
+                continue
+            try:
+                job.stage(group, job)
+            except Exception as e:  # noqa: BLE001 - one call's failure is its own, not the group's
+                failed[job.prefix] = job.thread_id
+                if isinstance(e, RefConflict):
+                    lost.append(job)
+                else:
+                    job.error = e
+        for prefix, thread_id in failed.items():
+            # the staged jobs of a thread that failed to stage go again with a fresh view
+            lost.extend(j for m in group.drop(prefix) for j in m.jobs)
+            self._views.pop(thread_id, None)
+        moves = builtins.list(group.moves.values())
+        moving = {id(j) for m in moves for j in m.jobs}
+        for job in jobs:
+            if job.error is None and id(job) not in moving and job not in lost:
+                job.landed = True  # nothing to store (writes stored before)
+        if moves:
+            try:
+                self._write_moves(moves)
+            except Exception as e:  # noqa: BLE001 - nothing moved: every staged call fails alike
+                for m in moves:
+                    self._views.pop(m.thread_id, None)
+                    for j in m.jobs:
+                        j.error = e
+                return lost
+        for m in moves:
+            meta = m.batch.ref_meta(**m.extra, **name_meta(m.name, m.real))
+            assert m.batch.tip is not None
+            try:
+                self._tokens[m.name] = self.store.plumbing.swap(m.name, m.batch.tip, m.expect, meta)
+            except RefConflict:
+                self._tokens.pop(m.name, None)
+                self._views.pop(m.thread_id, None)
+                lost.extend(m.jobs)
+                continue
+            except Exception as e:  # noqa: BLE001 - this ref's calls fail; the other refs' landed
+                self._tokens.pop(m.name, None)
+                self._views.pop(m.thread_id, None)
+                for j in m.jobs:
+                    j.error = e
+                continue
+            for j in m.jobs:
+                j.landed = True
+            if m.head is not None:
+                try:
+                    self._ensure_head(*m.head)
+                except Exception as e:  # noqa: BLE001 - stored, but the thread's HEAD did not follow: say so
+                    for j in m.jobs:
+                        j.error = e
+        return lost
+
+    def _write_moves(self, moves: builtins.list[_Move]) -> None:
+        """Write the objects of every move with one call (one record, one sync), and name
+        the packs they went into in each move's read hint, as ``Plumbing.write`` does for
+        one batch.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        objs, plumbing = self.store.objects, self.store.plumbing
+        pending: dict[o.ObjectId, bytes] = {}
+        for m in moves:
+            pending.update(m.batch.take())
+        self.store.init()
+        objs.written_packs()  # drop names from writes outside these batches
+        plumbing.write(pending)
+        written = objs.written_packs()
+        for m in moves:
+            m.batch.hint = m.batch.hint.with_packs(written, objs.live_packs)
 
     def _branch_for(self, view: _View, prefix: str, family: str, parent: str | None) -> str | None:
         """The branch of ``family`` whose tip is ``parent`` (the family's first branch for a root)."""
@@ -436,7 +627,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        """Store a task's writes for a checkpoint, as one commit on the ``writes`` branch.
+        """Store a task's writes for a checkpoint, as one commit on the ``writes`` branch. It is
+        durable (on a durable store) when this returns; calls in flight together share one write.
 
         A write already stored for the same task and index is not stored again; special
         writes (errors, interrupts, resumes) replace the earlier one.
@@ -446,7 +638,10 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         """
         conf = config["configurable"]
         thread_id, ns, cpid = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        with self._lock:
+        prefix = self._prefix(thread_id)
+        name = self._ref_name(prefix, WRITES_BRANCH)
+
+        def stage(group: _Group, job: _Job) -> None:
             view = self._views.get(thread_id) or self._refresh(thread_id)
             have = {(t, i) for t, i, _, _, _ in self._writes_of(view, ns, cpid, decode=False)}
             todo = []
@@ -476,25 +671,15 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 return Commit(kind="writes", parents=parents, state=tree, author=task_path,
                               time=now, meta=meta, depth=depth, index=index)
 
-            prefix = self._prefix(thread_id)
-            name = self._ref_name(prefix, WRITES_BRANCH)
-            views = [view]
-
-            def attempt(_n: int) -> None:
-                view = views[-1]
+            move = group.moves.get(name)
+            if move is None:
                 expect = self._ref_for_swap(name) if name in view.targets else None
                 if expect is not None and expect.target != view.targets.get(name):
                     expect = self.store.refs.read(name)
-                try:
-                    cid, _ = self._commit_on(name, WRITES_BRANCH, expect, expect.target if expect else None,
-                                             make, pending, {"lg": {"writes": True}})
-                except RefConflict:
-                    views.append(self._refresh(thread_id))
-                    raise
-                view.add(cid, self.store.history.commit(cid))
-                view.targets[name] = cid
+                move = group.start(job, name, WRITES_BRANCH, expect, expect.target if expect else None)
+            move.add(job, view, make, pending, {"lg": {"writes": True}})
 
-            self.store.plumbing.land(name, attempt)
+        self._land(_Job(thread_id, prefix, stage))
 
     # -- reading ---------------------------------------------------------------------------------
     def _writes_of(self, view: _View, ns: str, cpid: str, decode: bool = True) -> list[tuple[str, int, str, Any, str]]:

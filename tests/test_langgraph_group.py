@@ -1,0 +1,207 @@
+"""CastoreSaver's group commit: ``put`` and ``put_writes`` calls in flight together (LangGraph
+saves from background threads) share one object write and one compare-and-swap per ref."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+import castore
+from castore.adapters.langgraph import CastoreSaver
+from castore.errors import StorageError
+
+
+def cfg(thread: str, cpid: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if cpid is not None:
+        conf["checkpoint_id"] = cpid
+    return {"configurable": conf}
+
+
+def checkpoint(step: int) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"turns": step}
+    cp["channel_versions"] = {"turns": step + 1}
+    return create_checkpoint(cp, None, step)
+
+
+class Held:
+    """Holds the saver's first object write until ``release``, counting writes and swaps."""
+
+    def __init__(self, store: castore.Store, monkeypatch: pytest.MonkeyPatch,
+                 fail: Callable[[int], BaseException | None] = lambda n: None) -> None:
+        self.release = threading.Event()
+        self.writes: list[int] = []  # objects per write
+        self.swaps: list[str] = []
+        plumbing = store.plumbing
+        real_write, real_swap = plumbing.write, plumbing.swap
+
+        def write(pending: Any) -> int:
+            self.writes.append(len(pending))
+            if len(self.writes) == 1:
+                self.release.wait()
+            err = fail(len(self.writes))
+            if err is not None:
+                raise err
+            return real_write(pending)
+
+        def swap(ref: str, *a: Any, **k: Any) -> Any:
+            self.swaps.append(ref)
+            return real_swap(ref, *a, **k)
+
+        monkeypatch.setattr(plumbing, "write", write)
+        monkeypatch.setattr(plumbing, "swap", swap)
+
+
+def run_all(calls: list[Callable[[], Any]], saver: CastoreSaver, held: Held) -> list[BaseException | None]:
+    """Run ``calls[0]`` (it leads and is held in its write), then the others, each in its own
+    thread, and let the leader go once they all wait behind it."""
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def go(i: int) -> None:
+        try:
+            calls[i]()
+        except BaseException as e:  # checked by the test
+            errors[i] = e
+
+    threads = [threading.Thread(target=go, args=(0,))]
+    threads[0].start()
+    while not held.writes:
+        time.sleep(0.005)
+    threads += [threading.Thread(target=go, args=(i,)) for i in range(1, len(calls))]
+    for t in threads[1:]:
+        t.start()
+    while len(saver._queue) < len(calls) - 1:
+        time.sleep(0.005)
+    held.release.set()
+    for t in threads:
+        t.join()
+    return errors
+
+
+@pytest.fixture
+def threads(local_store: castore.Store) -> Iterator[tuple[CastoreSaver, dict[str, str]]]:
+    """A saver with threads a, b, c holding one checkpoint each (their ids by thread)."""
+    saver = CastoreSaver(local_store)
+    first = {t: saver.put(cfg(t), checkpoint(0), {"source": "input", "step": 0}, {"turns": 1})
+             ["configurable"]["checkpoint_id"] for t in "abc"}
+    yield saver, first
+
+
+def test_calls_in_flight_together_share_one_write_and_one_swap_per_ref(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    saver, first = threads
+    held = Held(local_store, monkeypatch)
+    second = {t: checkpoint(1) for t in "bc"}
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 5)], "task-a0"),
+        lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 6)], "task-a1"),
+        lambda: saver.put_writes(cfg("b", first["b"]), [("turns", 7)], "task-b"),
+        lambda: saver.put(cfg("b", first["b"]), second["b"], {"source": "loop", "step": 1}, {"turns": 2}),
+        lambda: saver.put_writes(cfg("c", first["c"]), [("turns", 8)], "task-c"),
+        lambda: saver.put(cfg("c", first["c"]), second["c"], {"source": "loop", "step": 1}, {"turns": 2}),
+    ]
+    assert run_all(calls, saver, held) == [None] * len(calls)
+    # the leader's write, then one write for the five calls queued behind it
+    assert len(held.writes) == 2
+    later = held.swaps[1:]
+    assert len(later) == len(set(later)) == 5  # a's writes, b's and c's writes and main: once each
+    fresh = CastoreSaver(castore.open(local_store.url))  # reads what is stored, not this saver's caches
+    try:
+        got = fresh.get_tuple(cfg("a", first["a"]))
+        assert got is not None and sorted(w[2] for w in got.pending_writes) == [5, 6]
+        for t in "bc":
+            tup = fresh.get_tuple(cfg(t))
+            assert tup is not None and tup.checkpoint["id"] == second[t]["id"]
+            assert tup.parent_config is not None and tup.parent_config["configurable"]["checkpoint_id"] == first[t]
+            old = fresh.get_tuple(cfg(t, first[t]))
+            assert old is not None and [w[2] for w in old.pending_writes] == [7 if t == "b" else 8]
+    finally:
+        fresh.store.close()
+
+
+def test_a_call_whose_ref_moved_under_its_group_retries_and_the_others_land(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    saver, first = threads
+    # another process moves b's branch: this saver's kept value of it is now stale
+    other_store = castore.open(local_store.url)
+    rival = CastoreSaver(other_store)
+    theirs = checkpoint(1)
+    rival.put(cfg("b", first["b"]), theirs, {"source": "loop", "step": 1}, {"turns": 2})
+    other_store.close()
+    held = Held(local_store, monkeypatch)
+    mine = checkpoint(1)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put_writes(cfg("c", first["c"]), [("turns", 1)], "task-c0"),
+        lambda: saver.put(cfg("b", first["b"]), mine, {"source": "loop", "step": 1}, {"turns": 2}),
+        lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 9)], "task-a"),
+    ]
+    assert run_all(calls, saver, held) == [None, None, None]
+    got_a = saver.get_tuple(cfg("a", first["a"]))
+    assert got_a is not None and [w[2] for w in got_a.pending_writes] == [9]
+    # both children of b's first checkpoint are kept: the rival's on main, this one on a fork
+    for cp in (theirs, mine):
+        tup = saver.get_tuple(cfg("b", cp["id"]))
+        assert tup is not None and tup.parent_config is not None
+        assert tup.parent_config["configurable"]["checkpoint_id"] == first["b"]
+    branches = set(local_store.session("langgraph", "default", "b").branches())
+    assert "main" in branches and f"main@{mine['id']}" in branches
+
+
+def test_a_failed_group_write_fails_every_call_in_it_and_moves_no_ref(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    saver, first = threads
+    held = Held(local_store, monkeypatch,
+                fail=lambda n: StorageError("disk full (test)", local_store.url) if n == 2 else None)
+    nxt = checkpoint(1)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 1)], "task-a"),
+        lambda: saver.put_writes(cfg("b", first["b"]), [("turns", 2)], "task-b"),
+        lambda: saver.put(cfg("b", first["b"]), nxt, {"source": "loop", "step": 1}, {"turns": 2}),
+    ]
+    errors = run_all(calls, saver, held)
+    assert errors[0] is None
+    assert all(isinstance(e, StorageError) and "disk full" in str(e) for e in errors[1:]), errors
+    tup = saver.get_tuple(cfg("b"))
+    assert tup is not None and tup.checkpoint["id"] == first["b"] and tup.pending_writes == []
+    # nothing was lost for good: the same calls succeed once the disk is back
+    saver.put_writes(cfg("b", first["b"]), [("turns", 2)], "task-b")
+    saver.put(cfg("b", first["b"]), nxt, {"source": "loop", "step": 1}, {"turns": 2})
+    tup = saver.get_tuple(cfg("b"))
+    assert tup is not None and tup.checkpoint["id"] == nxt["id"]
+    old = saver.get_tuple(cfg("b", first["b"]))
+    assert old is not None and [w[2] for w in old.pending_writes] == [2]
+
+
+
+class Stop(BaseException):
+    """An interruption of the thread writing a group (as KeyboardInterrupt would be)."""
+
+
+def test_calls_in_a_group_whose_writer_was_interrupted_fail_instead_of_looking_stored(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    saver, first = threads
+    held = Held(local_store, monkeypatch, fail=lambda n: Stop() if n == 2 else None)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 1)], "task-a"),
+        lambda: saver.put_writes(cfg("b", first["b"]), [("turns", 2)], "task-b"),
+        lambda: saver.put_writes(cfg("c", first["c"]), [("turns", 3)], "task-c"),
+    ]
+    errors = run_all(calls, saver, held)
+    assert errors[0] is None
+    assert all(isinstance(e, Stop) for e in errors[1:]), errors  # the writer's and the one it wrote for
+    for t in "bc":
+        tup = saver.get_tuple(cfg(t, first[t]))
+        assert tup is not None and tup.pending_writes == []
