@@ -218,6 +218,8 @@ def test_scaffolding_is_flagged_and_grep_typed_finds_only_the_prompt(store: cast
     s = store.session("codex", "local", "019b64e5-57fa-7463-b644-fba7e456f905")
     flags = [le.meta.get("injected") for le in s.entries() if le.entry.message is not None]
     assert flags[:3] == ["agents_md", "environment_context", None]  # the third is the human's prompt
+    assert {le.meta.get("injected") for le in s.entries() if le.meta["codex"].get("type") == "turn_context"} == {
+        "turn_context"}
     assert list(grep(store, "AGENTS", typed=True)) == [] and list(grep(store, "AGENTS"))
     assert [m.lines[0].text[:12] for m in grep(store, "analyse", typed=True)] == ["can you anal"]
     root, *_ = sessions_dir

@@ -134,11 +134,12 @@ def injected(d: dict[str, Any], subagent: bool = False) -> str | None:
     A user message that starts as Codex's scaffolding does (``environment_context``,
     ``agents_md``, ``user_instructions``, ``permissions``, ...), a ``developer`` or
     ``system`` message (``developer``, ``system``), a compaction summary (``compacted``),
-    or, in a subagent thread (``subagent``), a user message: the parent agent wrote it.
+    a turn's settings (``turn_context``, no text), or, in a subagent thread (``subagent``),
+    a user message: the parent agent wrote it.
     """
     p = as_dict(d.get("payload"))
-    if d.get("type") == "compacted":
-        return "compacted"
+    if d.get("type") in ("compacted", "turn_context"):
+        return str(d["type"])
     if d.get("type") != "response_item" or p.get("type") != "message":
         return None
     role = p.get("role")
@@ -302,7 +303,7 @@ class _Importer:
             when = parse_time(d.get("timestamp"))
             if when is not None:
                 m["time"] = when
-            why = injected(d, subagent) if msg is not None else None
+            why = injected(d, subagent)
             if why is not None:
                 m[INJECTED] = why
             author = msg.role if msg else (p.get("type") or d.get("type") or "line")

@@ -15,6 +15,13 @@ line the agent was on last. Only the public :class:`~castore.Session` API is use
 
 Incremental state (how far the file was read, a digest of the imported prefix, the last
 line's place in the tree) is kept in the session's info under the adapter's key.
+
+Commits castore makes on top of an imported session (an agent continuing it through the
+library) are no line of the file: export writes them after the file's bytes as lines of the
+vendor's format (:func:`appended` finds them; each adapter renders them), each line naming
+its commit. When an import meets such a line naming a commit the session holds, it keeps the
+line's bytes and records it (``adopted``: line number -> commit, blob) instead of adding a
+copy, so that exporting, letting the agent go on, and importing again gives one history.
 """
 
 from __future__ import annotations
@@ -283,7 +290,8 @@ def archived_rows(session: Session, key: str, file: str | None = None,
     """``(line number, raw blob id, commit)`` of a session's archived lines, in file order.
 
     The lines of castore's own commits that an import found again in the file (written by
-    an export, see :func:`adopt`) are among them, named by their commit.
+    an export, recorded in the session's info under ``key``, ``adopted``) are among them,
+    named by their commit.
 
     Args:
         session: the session.

@@ -102,7 +102,12 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
               help="Only this session (repeatable; default: every archived one).")
 @click.pass_context
 def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
-    """Write archived Claude Code sessions back under DEST, byte for byte, as Claude Code lays them out."""
+    """Write archived Claude Code sessions back under DEST, byte for byte, as Claude Code lays them out.
+
+    Entries appended with castore to an archived session follow the imported bytes as
+    generated user/assistant lines (each naming its commit: importing the file again
+    takes them as those commits).
+    """
     from ..adapters.claude_code import export_claude
 
     _export(ctx, export_claude, dest, app, specs)
@@ -135,7 +140,12 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, as_json
               help="Only this session (repeatable; default: every archived one).")
 @click.pass_context
 def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
-    """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte."""
+    """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte.
+
+    Entries appended with castore on HEAD's path follow the imported bytes as generated
+    response_item records (each naming its commit: importing the file again takes them as
+    those commits).
+    """
     from ..adapters.codex import export_codex
 
     _export(ctx, export_codex, dest, app, specs)
