@@ -63,13 +63,19 @@ JOURNAL = "journal"
 _MARKER_HEADER = b"castore ref journal\n"
 
 
+_BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
+
+
 def _boot_id() -> str:
-    """This boot's id (Linux), or "" where there is none (then no swap log is trusted)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+    """This boot's id (Linux), or "" where there is none (then no swap log is trusted and
+    no ref swap is deferred)."""
+    if not _BOOT:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                _BOOT.append(f.read().strip())
+        except OSError:
+            _BOOT.append("")
+    return _BOOT[0]
 
 
 def _token(data: bytes) -> Token:
