@@ -448,9 +448,11 @@ class LocalStorage(Storage):
 
     @staticmethod
     def _records(data: bytes, boot: str) -> builtins.list[RefIntent]:
-        """The records of a marker's bytes (a torn last line, cut by a crash, is skipped)."""
+        """The records of a marker's bytes: every line that parses (not the header line, nor
+        a torn last line cut by a crash; a marker whose creator died before its header still
+        has its records read)."""
         out = []
-        for line in data.split(b"\n")[1:]:
+        for line in data.split(b"\n"):
             try:
                 r = json.loads(line)
                 out.append(RefIntent(str(r["k"]), r["o"], r["n"], None, boot, int(r["t"])))
