@@ -274,3 +274,49 @@ def test_readers_of_objects_skip_intent_records() -> None:
     assert packs.intents(log) == [_golden_intents()[0]]
     torn = log[:-3]
     assert packs.intents(torn) == [_golden_intents()[0]] and set(packs.scan(torn)[0]) == {objs[0][0], objs[1][0]}
+
+
+# -- the replay rule, change by change ---------------------------------------------------------------
+A, B, C, D = (f"{x}\n".encode() for x in "ABCD")
+
+
+def _replayed(tmp_path: Path, holds: bytes | None, changes: list[tuple[bytes | None, bytes | None]]) -> bytes | None:
+    """What ``refs/r`` holds after a recovery of a lost boot whose known changes were
+    ``changes`` (old bytes or None, new bytes or None: a delete, recorded in the marker; the
+    others are intents in a log), in stamp order, when the disk held ``holds`` at the crash."""
+    st = LocalStorage(str(tmp_path / "st"))
+    if holds is not None:
+        st.write("refs/r", holds)
+    tok = local_mod._token
+    intents = [RefIntent("refs/r", None if a is None else tok(a), None if b is None else tok(b), b, "lost", t)
+               for t, (a, b) in enumerate(changes)]
+    os.makedirs(tmp_path / "st" / JOURNAL, exist_ok=True)
+    with open(tmp_path / "st" / JOURNAL / "lost", "wb") as f:
+        f.write(b"castore ref journal\n")
+        for c in intents:
+            if c.data is None:
+                f.write(json.dumps({"k": c.key, "o": c.old, "n": c.new, "t": c.stamp}).encode() + b"\n")
+    st.recover_refs(lambda boot: [c for c in intents if c.data is not None] if boot == "lost" else [])
+    assert not (tmp_path / "st" / JOURNAL / "lost").exists()
+    got = st.read_versioned("refs/r")
+    return None if got is None else got.data
+
+
+@pytest.mark.parametrize(("holds", "changes", "want"), [
+    # every change in the list: the ref is brought to the last value from wherever it stopped
+    (None, [(None, A), (A, B), (B, C)], C),
+    (B, [(None, A), (A, B), (B, C)], C),
+    (C, [(None, A), (A, B), (B, C)], C),
+    (b"", [(None, A), (A, B), (B, C)], C),  # torn: the rename outlived its data
+    # a change missing in the middle (its log was sealed: the ref was synced at B or later)
+    (B, [(None, A), (B, C)], C),
+    # create, (sealed) move, delete: the ref is durably absent; the create is not replayed
+    (None, [(None, A), (B, None)], None),
+    # ... then created again by a change the power loss undid
+    (None, [(None, A), (B, None), (None, C)], C),
+    # a value this boot's changes do not lead from (a durable swap after them): left alone
+    (D, [(None, A), (A, B)], D),
+], ids=["from-absent", "from-middle", "at-end", "torn", "gap", "deleted", "recreated", "durable-after"])
+def test_a_replay_brings_a_ref_to_its_last_value(tmp_path: Path, holds: bytes | None, changes: Any,
+                                                want: bytes | None) -> None:
+    assert _replayed(tmp_path, holds, changes) == want

@@ -817,11 +817,11 @@ def test_a_writer_that_loses_the_race_changes_no_app_or_user_state(tmp_path: Any
 
         before: Any = None
 
-        def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        def swap(self, key: str, data: bytes, expect: Token | None, journal: Any = None) -> Token:
             hook, self.before = self.before, None
             if hook is not None and "/heads/" in key:
                 hook()
-            return super().swap(key, data, expect)
+            return super().swap(key, data, expect, journal)
 
     storage = InterleavingLocal(str(tmp_path / "store"))
     store = castore.Store(storage)

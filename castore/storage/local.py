@@ -63,13 +63,19 @@ JOURNAL = "journal"
 _MARKER_HEADER = b"castore ref journal\n"
 
 
+_BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
+
+
 def _boot_id() -> str:
-    """This boot's id (Linux), or "" where there is none (then no swap log is trusted)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+    """This boot's id (Linux), or "" where there is none (then no swap log is trusted and
+    no ref swap is deferred)."""
+    if not _BOOT:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                _BOOT.append(f.read().strip())
+        except OSError:
+            _BOOT.append("")
+    return _BOOT[0]
 
 
 def _token(data: bytes) -> Token:
@@ -442,9 +448,11 @@ class LocalStorage(Storage):
 
     @staticmethod
     def _records(data: bytes, boot: str) -> builtins.list[RefIntent]:
-        """The records of a marker's bytes (a torn last line, cut by a crash, is skipped)."""
+        """The records of a marker's bytes: every line that parses (not the header line, nor
+        a torn last line cut by a crash; a marker whose creator died before its header still
+        has its records read)."""
         out = []
-        for line in data.split(b"\n")[1:]:
+        for line in data.split(b"\n"):
             try:
                 r = json.loads(line)
                 out.append(RefIntent(str(r["k"]), r["o"], r["n"], None, boot, int(r["t"])))
