@@ -1,0 +1,81 @@
+"""The cold read's fast paths (issue 17) give exactly what the plain paths give."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore import objects as o
+from castore.entries import Message, message_from_body
+from castore.objectstore import ObjectStore, gc_paused
+from castore.storage import open_storage
+
+BODIES = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": [{"type": "text", "text": "x"}], "tool_calls": [{"id": "c1"}]},
+    {"role": "tool", "content": "42", "tool_call_id": "c1", "name": "calc"},
+    {"role": "user", "content": None, "vendor": {"a": 1}},  # an unknown field goes to extra
+    {"role": "user"},
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_a_message_read_back_fast_equals_the_one_from_dict(body: dict[str, object]) -> None:
+    fast, plain = message_from_body(body), Message.from_dict(body)
+    assert fast == plain and repr(fast) == repr(plain)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.role = "system"  # type: ignore[misc]
+    assert dataclasses.replace(fast, content="new").content == "new"
+
+
+@pytest.mark.parametrize("body", [{"role": ""}, {"content": "no role"}, {"role": 3}, ["role", "user"], None])
+def test_a_body_without_a_usable_role_is_refused_as_before(body: object) -> None:
+    with pytest.raises(castore.InvalidEntry):
+        Message.from_dict(body)  # type: ignore[arg-type]
+    with pytest.raises(castore.InvalidEntry):
+        message_from_body(body)
+
+
+def test_gc_paused_leaves_the_collector_as_it_found_it() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_bulk_adoption_hashes_decodes_and_caches_each_object(tmp_path: Path) -> None:
+    objs = ObjectStore(open_storage(str(tmp_path / "st")))
+    items = [o.Value(value={"role": "user", "content": str(i)}) for i in range(5)] + [o.Commit(kind="message")]
+    canon = [o.encode(x) for x in items]
+    got = objs.adopt_canonical_many([c for _, c in canon])
+    assert [oid for oid, _ in got] == [oid for oid, _ in canon]
+    assert [obj for _, obj in got] == items
+    assert all(objs.knows(oid) for oid, _ in canon)
+    assert not any(gc.is_tracked(obj) for _, obj in got)  # gc=False structs: no cycles, not walked
+
+
+def test_bulk_adoption_names_the_object_that_is_not_castore_bytes(tmp_path: Path) -> None:
+    objs = ObjectStore(open_storage(str(tmp_path / "st")))
+    good = o.encode(o.Value(value=1))[1]
+    bad = o.pack({"k": "zz"})  # msgpack, but no castore kind
+    with pytest.raises(castore.IntegrityError) as e:
+        objs.adopt_canonical_many([good, bad])
+    assert e.value.args and o.digest(bad) in str(e.value)
