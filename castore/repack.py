@@ -10,7 +10,7 @@ in the old and the new, never in neither. Which packs to merge follows git's
 and the packs a reader lists stay O(log n).
 
 :class:`Repacking` is the part of :class:`~castore.objectstore.ObjectStore` that does it:
-the merge (:meth:`~Repacking.merge_packs`, also what ``castore repack`` and gc call) and
+the merge (:meth:`~Repacking.merge_packs`, also what ``castore repack`` calls) and
 the background repack of normal writes (:meth:`~Repacking.auto_repack_once`, run in a
 thread of the handle, like git's ``gc --auto`` or Delta Lake's checkpoint). The attributes
 declared on the class are the store's state it reads and updates.

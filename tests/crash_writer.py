@@ -8,7 +8,10 @@ Usage::
 
 ``append`` prints ``ready`` once the store is open, then ``<i> <commit id>`` after each
 append returns (flushed at once, so a parent that kills this process knows every append
-that was acknowledged), then ``done``. Entry ``i`` is the message ``PREFIX-i``.
+that was acknowledged), then ``done``, and ``lost_races <n>`` on stderr (the compare-and-swaps
+it lost and retried). Entry ``i`` is the message ``PREFIX-i``. ``OPTIONS_JSON`` goes to
+``castore.open``, except ``"retry"``: the fields of the writer's
+:class:`~castore.branches.RetryPolicy`.
 
 ``churn`` makes garbage for gc races: each round appends a few entries to a new session
 (``PREFIX-<round>``) and deletes that session; it prints ``done`` at the end.
@@ -26,9 +29,22 @@ import time
 
 def append(url: str, key: str, prefix: str, start: int, count: int, options: dict) -> None:
     import castore
+    from castore.branches import RetryPolicy
 
+    lost = [0]
+
+    class CountingPolicy(RetryPolicy):
+        """The retry policy the run asked for, counting the lost compare-and-swaps."""
+
+        def delay(self, attempt: int) -> float:
+            lost[0] += 1  # called once after each lost race
+            return super().delay(attempt)
+
+    options = dict(options)
+    policy = CountingPolicy(**options.pop("retry", {}))  # RetryPolicy's fields; its defaults otherwise
     app, user, sid = key.split("/")
     store = castore.open(url, **options)
+    store.plumbing.policy = policy
     session = store.session(app, user, sid)
     print("ready", flush=True)
     for i in range(start, start + count):
@@ -36,6 +52,7 @@ def append(url: str, key: str, prefix: str, start: int, count: int, options: dic
         sys.stdout.write(f"{i} {cid}\n")
         sys.stdout.flush()
     print("done", flush=True)
+    sys.stderr.write(f"lost_races {lost[0]}\n")
     store.close()
 
 

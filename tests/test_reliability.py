@@ -62,14 +62,25 @@ def check_linear(session: castore.Session, expected_contents: set[str]) -> list[
 
 
 # -- many writers ---------------------------------------------------------------------------
-def run_writers(url: str, options: dict[str, Any], procs: int, count: int) -> dict[str, str]:
-    """``procs`` processes append ``count`` entries each to one session; return content -> acked id."""
+@dataclass
+class WriterRun:
+    """What the writer processes acknowledged, and what it took."""
+
+    acked: dict[str, str]  # content -> acknowledged commit id
+    lost_races: int  # compare-and-swaps lost and retried, all writers together
+    seconds: float
+
+
+def run_writers(url: str, options: dict[str, Any], procs: int, count: int) -> WriterRun:
+    """``procs`` processes append ``count`` entries each to one session."""
+    began = time.monotonic()
     children = [
         subprocess.Popen([sys.executable, CHILD, "append", url, "/".join(KEY), f"w{p}", "0", str(count),
                           json.dumps(options)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for p in range(procs)
     ]
     acked: dict[str, str] = {}
+    races = 0
     for p, child in enumerate(children):
         out, err = child.communicate(timeout=3600)
         assert child.returncode == 0, err[-3000:]
@@ -78,19 +89,21 @@ def run_writers(url: str, options: dict[str, Any], procs: int, count: int) -> di
         for line in lines[1:-2]:
             i, cid = line.split()
             acked[f"w{p}-{i}"] = cid
-    return acked
+        races += sum(int(line.split()[1]) for line in err.splitlines() if line.startswith("lost_races "))
+    return WriterRun(acked, races, time.monotonic() - began)
 
 
-def check_writers(store: castore.Store, procs: int, count: int, acked: dict[str, str]) -> None:
+def check_writers(store: castore.Store, procs: int, count: int, run: WriterRun) -> None:
     want = {f"w{p}-{i}" for p in range(procs) for i in range(count)}
-    assert set(acked) == want
+    assert set(run.acked) == want
     entries = check_linear(store.session(*KEY), want)
-    assert {e.entry.content: e.id for e in entries} == acked
+    assert {e.entry.content: e.id for e in entries} == run.acked
     report = maintenance.fsck(store)
     assert report.ok, report.to_dict()
     where = store.url.split("://")[0] if "://" in store.url else "local disk"
     figures(f"{procs} writers x {count} appends on {where}, format {store.config['format']}",
-            entries_written=len(entries), lost=len(want) - len(entries), objects_reachable=report.reachable)
+            entries_written=len(entries), lost=len(want) - len(entries), objects_reachable=report.reachable,
+            lost_races_retried=run.lost_races, seconds=round(run.seconds, 1))
 
 
 @pytest.mark.parametrize("fmt", [1, 2, 3])  # 3: ref swaps journaled in the writer's log (FORMAT.md 12)
@@ -101,10 +114,10 @@ def check_writers(store: castore.Store, procs: int, count: int, acked: dict[str,
 def test_concurrent_processes_append_to_one_session_on_local_disk(tmp_path: Path, procs: int, count: int,
                                                                   fmt: int) -> None:
     url = str(tmp_path / "store")
-    acked = run_writers(url, {"format": fmt}, procs, count)
+    run = run_writers(url, {"format": fmt}, procs, count)
     store = castore.open(url)
     assert store.config["format"] == fmt
-    check_writers(store, procs, count, acked)
+    check_writers(store, procs, count, run)
 
 
 @pytest.mark.parametrize("fmt", [1, 2])
@@ -115,10 +128,13 @@ def test_concurrent_processes_append_to_one_session_on_local_disk(tmp_path: Path
 def test_concurrent_processes_append_to_one_session_on_seaweedfs(seaweedfs: Any, procs: int, count: int,
                                                                  fmt: int) -> None:
     url = f"s3://castore-tests/{uuid.uuid4().hex}"
-    acked = run_writers(url, {**seaweedfs.storage_options, "format": fmt}, procs, count)
+    # Every writer appends to the one same session: a deliberately contended ref, so each
+    # waits as long as the whole run may take instead of the default minute (RetryPolicy).
+    retry = {"max_attempts": 100_000, "max_seconds": 1800.0, "max_delay": 0.5}
+    run = run_writers(url, {**seaweedfs.storage_options, "format": fmt, "retry": retry}, procs, count)
     with castore.open(url, **seaweedfs.storage_options) as store:
         assert store.config["format"] == fmt
-        check_writers(store, procs, count, acked)
+        check_writers(store, procs, count, run)
 
 
 # -- crashes --------------------------------------------------------------------------------
