@@ -14,16 +14,30 @@ What is searched is the text of each entry's body, block by block, each block wi
 
 Encrypted reasoning, signatures and image data are never searched (they are not text).
 
-Two ways give the same matches. By default (every store but ``memory://``) the search runs
+Three ways give the same matches. By default (every store but ``memory://``) the search runs
 over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
 store's swap log says which refs moved since the index last looked (nothing moved: one
-``stat`` and no ref read), and only those sessions are read again. Without the index
-(``index=False``, ``--no-index``) the walk reads each session's refs, then the commits of
-every branch path (a commit shared by several branches, or by a fork and its parent
-session, is read and reported once, naming every branch that holds it), then the bodies in
-batches, each body once. Matches come in session order (by app, user, session id), root to
-tip within a session; a commit several sessions share is reported with the first of them
-(the others under ``also``).
+``stat`` and no ref read), and only those sessions are read again.
+
+Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned*: every
+stored object is read once, store-wide (loose objects, then each pack read whole, record by
+record: one zstd frame decompressed once). A record is searched, as bytes, for a *needle*
+(:func:`needle`: the pattern's required literal, where the stored bytes of every matching
+body must hold it; without one every object is decoded), and only the objects holding it are
+decoded; the commits naming a body that may match are found in the same records (the bytes
+in front of a commit's body id). Only then are those commits attributed: each session's
+branches are read (one batch), each branch's top block from its commits (handed to the object
+store by the scan as it read them: no commit is read twice), the blocks below by intersecting
+the matching commits' bytes with the branch's segments (read once, in one batch). Role, kind,
+tool and time filters are applied there; a tool result whose call is in an earlier commit is
+named from its session's earlier calls. A format-1 store (one file per object) is *walked*
+instead (``scan=False`` forces it): each session's refs, the commits of every branch path,
+the bodies in batches, each body once.
+
+Either way a commit shared by several branches, or by a fork and its parent session, is
+read and reported once, naming every branch that holds it. Matches come in session order (by
+app, user, session id), root to tip within a session; a commit several sessions share is
+reported with the first of them (the others under ``also``).
 
 The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 
@@ -879,4 +893,4 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
         yield m
 
 
-__all__ = ["DEFAULT_KINDS", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep"]
+__all__ = ["DEFAULT_KINDS", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep", "needle"]
