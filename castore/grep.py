@@ -58,6 +58,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -535,6 +536,8 @@ _ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 #: bytes of commits, indexes and segments a scan hands to the object store (beyond: read again)
 _KEEP_PATHS = 256 << 20
+#: a commit, index or segment larger than this is not taken from a scan (read as usual)
+_PATH_OBJECT_MAX = 4 << 20
 
 
 def _required_literal(rx: re.Pattern[str]) -> str | None:
@@ -650,8 +653,11 @@ class _Scan:
         self.canonical: dict[str, bytes] = {}  # the commits' bytes
         self.unresolved: set[bytes] = set()
         self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
-        # after a map's header byte, the tag of a commit, an index, a segment
-        self.path_heads = {o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))}
+        # the tag of a commit, an index or a segment, after a map's header byte
+        tags = sorted({o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))})
+        common: bytes = os.path.commonprefix(tags) or b""  # a literal prefix keeps the search fast
+        self.path_tag = re.compile(re.escape(common) + b"(?:" + b"|".join(re.escape(t[len(common):]) for t in tags)
+                                   + b")")
         self.kept = 0
 
     def run(self) -> None:
@@ -664,24 +670,34 @@ class _Scan:
                 self._commits_in(content, is_record, late, None)
 
     def _unit(self, content: bytes, is_record: bool) -> None:
-        spans = packs.content_spans(content) if is_record else [(0, len(content))]
-        if spans is None:
-            return
-        # the bytes of commits, indexes and segments go to the object store as read: the paths
-        # that attribute the matches then read none of them again
-        heads, add = self.path_heads, self.store.objects.add_known_canonical
+        # the bytes of commits, indexes and segments go to the object store as read, found by
+        # their tag after a size (no walk of every object): the paths that attribute the matches
+        # then read none of them again. An id is the hash of the bytes, so bytes taken for an
+        # object that are not one are never asked for: a wrong guess costs a hash, not a result.
         if self.kept < _KEEP_PATHS:
-            for s, n in spans:
-                if content[s + 1:s + 5] in heads and 0x80 <= content[s] <= 0x8F:
-                    add(content[s:s + n])
-                    self.kept += n
+            add, n = self.store.objects.add_known_canonical, len(content)
+            if not is_record:
+                if self.path_tag.match(content, 1) and 0x80 <= content[0] <= 0x8F:
+                    add(content)
+            else:
+                for tag in self.path_tag.finditer(content, 5):
+                    s = tag.start() - 1
+                    size = int.from_bytes(content[s - 4:s], "big")
+                    if 0x80 <= content[s] <= 0x8F and size <= _PATH_OBJECT_MAX and s + size <= n:
+                        add(content[s:s + size])
+                        self.kept += size
+        spans = None
         if self.needle is None or self.nrx is None:
-            self._keep_bodies(content, spans, range(len(spans)))
+            spans = packs.content_spans(content) if is_record else [(0, len(content))]
+            if spans is not None:
+                self._keep_bodies(content, spans, range(len(spans)))
         else:
             hay = content.lower() if self.needle[1] else content
             m = self.nrx.search(hay)
             if m is not None:
-                self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
+                spans = packs.content_spans(content) if is_record else [(0, len(content))]
+                if spans is not None:
+                    self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
         refs = self.marker.findall(content)
         if not refs:
             return
