@@ -125,3 +125,17 @@ def test_scan_reads_a_large_loose_body(store: castore.Store) -> None:
 ])
 def test_needle_is_only_what_every_matching_body_holds(pattern: str, flags: int, want: object) -> None:
     assert needle(re.compile(pattern, flags)) == want
+
+
+def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> None:
+    from castore import objects as o
+    from castore import packs
+
+    seen: list[str] = []
+    for content, is_record in store.objects.iter_contents():
+        spans = packs.content_spans(content) if is_record else [(0, len(content))]
+        assert spans is not None
+        seen.extend(o.digest(content[s:s + n]) for s, n in spans)
+    assert len(seen) == len(set(seen))
+    assert set(seen) == set(store.objects.iter_ids())
+    assert any(not is_record for _, is_record in store.objects.iter_contents())  # the large body is loose
