@@ -858,9 +858,10 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
     by_bytes = {scan.canonical[x]: x for x in targets}
     for sn, bname, bn, bp in paths:
         held = [x for x, _ in bp.at_depth.values() if x in targets]
+        loaded = min(bp.at_depth)  # the top block is loaded already (a fallback below loads more)
         for blk, sid in enumerate(bp.segments or ()):
-            if min(bp.at_depth) <= blk * K:
-                break  # the top block is loaded already
+            if loaded <= blk * K:
+                break
             got = segs.get(sid)
             if got is None:  # not a segment of this block: read the block as the path reads it
                 held.extend(x for x, _ in bp.range(blk * K, blk * K + K - 1) if x in targets)
