@@ -57,10 +57,11 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import functools
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -441,13 +442,48 @@ def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None
     return not session_globs or any(fnmatch.fnmatchcase(_key(key) if "/" in g else key[2], g) for g in session_globs)
 
 
+_SYNTAX = frozenset("\\.^$*+?{}[]|()")
+
+
+@functools.lru_cache(maxsize=16)
+def _finder(rx: re.Pattern[str]) -> Callable[[str], list[tuple[int, int]]]:
+    """The spans of ``rx``'s (non-empty) matches in a line. A pattern with no regex syntax is
+    found with ``str.find``, case-insensitively in the lower-cased line when the line is ASCII
+    (the same spans: ASCII case folding is one to one), as Python's case-insensitive search is
+    many times slower; any other line or pattern goes through ``rx``."""
+    def by_rx(line: str) -> list[tuple[int, int]]:
+        return [s for m in rx.finditer(line) if (s := m.span())[1] > s[0]]
+
+    p = rx.pattern
+    if not p or rx.flags & re.VERBOSE or any(c in _SYNTAX for c in p):
+        return by_rx
+    folded = bool(rx.flags & re.IGNORECASE)
+    if folded and not p.isascii():
+        return by_rx
+    lit, n = (p.lower() if folded else p), len(p)
+
+    def by_find(line: str) -> list[tuple[int, int]]:
+        if folded:
+            if not line.isascii():
+                return by_rx(line)
+            line = line.lower()
+        out, at = [], line.find(lit)
+        while at >= 0:
+            out.append((at, at + n))
+            at = line.find(lit, at + n)
+        return out
+
+    return by_find
+
+
 def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
+    spans_of = _finder(rx)
     if "\n" not in text:  # one line (most blocks): no split
-        spans = tuple([s for m in rx.finditer(text) if (s := m.span())[1] > s[0]])
+        spans = tuple(spans_of(text))
         return (LineMatch(1, text, spans),) if spans else ()
     lines = []
     for n, line in enumerate(text.split("\n"), 1):
-        spans = tuple(m.span() for m in rx.finditer(line) if m.end() > m.start())
+        spans = tuple(spans_of(line))
         if spans:
             lines.append(LineMatch(n, line, spans))
     return tuple(lines)

@@ -139,3 +139,13 @@ def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> N
     assert len(seen) == len(set(seen))
     assert set(seen) == set(store.objects.iter_ids())
     assert any(not is_record for _, is_record in store.objects.iter_contents())  # the large body is loose
+
+
+@pytest.mark.parametrize(("pattern", "flags"), [("parser", re.I), ("Parser", 0), ("aa", re.I), ("ab", re.I), ("é", re.I),
+                                                ("a.b", 0), ("k", re.I), ("s", re.I)])
+def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> None:
+    from castore.grep import _finder
+
+    rx = re.compile(pattern, flags)
+    for line in ("The PARSER parser, ParSer", "aaaaa", "ſab AB \u212a", "a.b axb", "Écrire é É", ""):
+        assert _finder(rx)(line) == [m.span() for m in rx.finditer(line)]
