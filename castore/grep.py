@@ -18,16 +18,30 @@ Encrypted reasoning, signatures and image data are never searched (they are not 
 the agent's program write into the conversation) are left out, with tool results and
 system messages.
 
-Two ways give the same matches. By default (every store but ``memory://``) the search runs
+Three ways give the same matches. By default (every store but ``memory://``) the search runs
 over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
 store's swap log says which refs moved since the index last looked (nothing moved: one
-``stat`` and no ref read), and only those sessions are read again. Without the index
-(``index=False``, ``--no-index``) the walk reads each session's refs, then the commits of
-every branch path (a commit shared by several branches, or by a fork and its parent
-session, is read and reported once, naming every branch that holds it), then the bodies in
-batches, each body once. Matches come in session order (by app, user, session id), root to
-tip within a session; a commit several sessions share is reported with the first of them
-(the others under ``also``).
+``stat`` and no ref read), and only those sessions are read again.
+
+Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned*: every
+stored object is read once, store-wide (loose objects, then each pack read whole, record by
+record: one zstd frame decompressed once). A record is searched, as bytes, for a *needle*
+(:func:`needle`: the pattern's required literal, where the stored bytes of every matching
+body must hold it; without one every object is decoded), and only the objects holding it are
+decoded; the commits naming a body that may match are found in the same records (the bytes
+in front of a commit's body id). Only then are those commits attributed: each session's
+branches are read (one batch), each branch's top block from its commits (handed to the object
+store by the scan as it read them: no commit is read twice), the blocks below by intersecting
+the matching commits' bytes with the branch's segments (read once, in one batch). Role, kind,
+tool and time filters are applied there; a tool result whose call is in an earlier commit is
+named from its session's earlier calls. A format-1 store (one file per object) is *walked*
+instead (``scan=False`` forces it): each session's refs, the commits of every branch path,
+the bodies in batches, each body once.
+
+Either way a commit shared by several branches, or by a fork and its parent session, is
+read and reported once, naming every branch that holds it. Matches come in session order (by
+app, user, session id), root to tip within a session; a commit several sessions share is
+reported with the first of them (the others under ``also``).
 
 The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 
@@ -47,9 +61,11 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import functools
 import json
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -477,13 +493,48 @@ def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None
     return not session_globs or any(fnmatch.fnmatchcase(_key(key) if "/" in g else key[2], g) for g in session_globs)
 
 
+_SYNTAX = frozenset("\\.^$*+?{}[]|()")
+
+
+@functools.lru_cache(maxsize=16)
+def _finder(rx: re.Pattern[str]) -> Callable[[str], list[tuple[int, int]]]:
+    """The spans of ``rx``'s (non-empty) matches in a line. A pattern with no regex syntax is
+    found with ``str.find``, case-insensitively in the lower-cased line when the line is ASCII
+    (the same spans: ASCII case folding is one to one), as Python's case-insensitive search is
+    many times slower; any other line or pattern goes through ``rx``."""
+    def by_rx(line: str) -> list[tuple[int, int]]:
+        return [s for m in rx.finditer(line) if (s := m.span())[1] > s[0]]
+
+    p = rx.pattern
+    if not p or rx.flags & re.VERBOSE or any(c in _SYNTAX for c in p):
+        return by_rx
+    folded = bool(rx.flags & re.IGNORECASE)
+    if folded and not p.isascii():
+        return by_rx
+    lit, n = (p.lower() if folded else p), len(p)
+
+    def by_find(line: str) -> list[tuple[int, int]]:
+        if folded:
+            if not line.isascii():
+                return by_rx(line)
+            line = line.lower()
+        out, at = [], line.find(lit)
+        while at >= 0:
+            out.append((at, at + n))
+            at = line.find(lit, at + n)
+        return out
+
+    return by_find
+
+
 def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
+    spans_of = _finder(rx)
     if "\n" not in text:  # one line (most blocks): no split
-        spans = tuple([s for m in rx.finditer(text) if (s := m.span())[1] > s[0]])
+        spans = tuple(spans_of(text))
         return (LineMatch(1, text, spans),) if spans else ()
     lines = []
     for n, line in enumerate(text.split("\n"), 1):
-        spans = tuple(m.span() for m in rx.finditer(line) if m.end() > m.start())
+        spans = tuple(spans_of(line))
         if spans:
             lines.append(LineMatch(n, line, spans))
     return tuple(lines)
@@ -572,6 +623,8 @@ _ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 #: bytes of commits, indexes and segments a scan hands to the object store (beyond: read again)
 _KEEP_PATHS = 256 << 20
+#: a commit, index or segment larger than this is not taken from a scan (read as usual)
+_PATH_OBJECT_MAX = 4 << 20
 
 
 def _required_literal(rx: re.Pattern[str]) -> str | None:
@@ -687,8 +740,11 @@ class _Scan:
         self.canonical: dict[str, bytes] = {}  # the commits' bytes
         self.unresolved: set[bytes] = set()
         self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
-        # after a map's header byte, the tag of a commit, an index, a segment
-        self.path_heads = {o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))}
+        # the tag of a commit, an index or a segment, after a map's header byte
+        tags = sorted({o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))})
+        common: bytes = os.path.commonprefix(tags) or b""  # a literal prefix keeps the search fast
+        self.path_tag = re.compile(re.escape(common) + b"(?:" + b"|".join(re.escape(t[len(common):]) for t in tags)
+                                   + b")")
         self.kept = 0
 
     def run(self) -> None:
@@ -701,24 +757,34 @@ class _Scan:
                 self._commits_in(content, is_record, late, None)
 
     def _unit(self, content: bytes, is_record: bool) -> None:
-        spans = packs.content_spans(content) if is_record else [(0, len(content))]
-        if spans is None:
-            return
-        # the bytes of commits, indexes and segments go to the object store as read: the paths
-        # that attribute the matches then read none of them again
-        heads, add = self.path_heads, self.store.objects.add_known_canonical
+        # the bytes of commits, indexes and segments go to the object store as read, found by
+        # their tag after a size (no walk of every object): the paths that attribute the matches
+        # then read none of them again. An id is the hash of the bytes, so bytes taken for an
+        # object that are not one are never asked for: a wrong guess costs a hash, not a result.
         if self.kept < _KEEP_PATHS:
-            for s, n in spans:
-                if content[s + 1:s + 5] in heads and 0x80 <= content[s] <= 0x8F:
-                    add(content[s:s + n])
-                    self.kept += n
+            add, n = self.store.objects.add_known_canonical, len(content)
+            if not is_record:
+                if self.path_tag.match(content, 1) and 0x80 <= content[0] <= 0x8F:
+                    add(content)
+            else:
+                for tag in self.path_tag.finditer(content, 5):
+                    s = tag.start() - 1
+                    size = int.from_bytes(content[s - 4:s], "big")
+                    if 0x80 <= content[s] <= 0x8F and size <= _PATH_OBJECT_MAX and s + size <= n:
+                        add(content[s:s + size])
+                        self.kept += size
+        spans = None
         if self.needle is None or self.nrx is None:
-            self._keep_bodies(content, spans, range(len(spans)))
+            spans = packs.content_spans(content) if is_record else [(0, len(content))]
+            if spans is not None:
+                self._keep_bodies(content, spans, range(len(spans)))
         else:
             hay = content.lower() if self.needle[1] else content
             m = self.nrx.search(hay)
             if m is not None:
-                self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
+                spans = packs.content_spans(content) if is_record else [(0, len(content))]
+                if spans is not None:
+                    self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
         refs = self.marker.findall(content)
         if not refs:
             return
@@ -879,9 +945,10 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
     by_bytes = {scan.canonical[x]: x for x in targets}
     for sn, bname, bn, bp in paths:
         held = [x for x, _ in bp.at_depth.values() if x in targets]
+        loaded = min(bp.at_depth)  # the top block is loaded already (a fallback below loads more)
         for blk, sid in enumerate(bp.segments or ()):
-            if min(bp.at_depth) <= blk * K:
-                break  # the top block is loaded already
+            if loaded <= blk * K:
+                break
             got = segs.get(sid)
             if got is None:  # not a segment of this block: read the block as the path reads it
                 held.extend(x for x, _ in bp.range(blk * K, blk * K + K - 1) if x in targets)
@@ -931,4 +998,4 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
 
 
 __all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep",
-           "typed_block"]
+           "needle", "typed_block"]

@@ -60,6 +60,8 @@ _KINDS = ("text", "thinking", "tool_call", "tool_result")
 PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
 _W = 8  # int32 fields per block in P.rec
 _SESSIONS = "sessions"
+#: what anchors a pattern to the start or end of the text it searches
+_ANCHORS = ("^", "$", "\\A", "\\Z")
 
 Key = tuple[str, str, str]
 
@@ -321,8 +323,9 @@ class Index:
 
         A case-insensitive pattern with no backslash runs case-sensitively, lowered, over
         the lowered text (Python's case-insensitive search is many times slower), and a
-        pattern with no regex syntax runs as a plain string search; the caller matches the
-        blocks found again with ``rx`` itself.
+        pattern with no regex syntax runs as a plain string search; a pattern with an anchor
+        (``^``, ``$``, ``\\A``, ``\\Z``) runs block by block. The caller matches the blocks
+        found again with ``rx`` itself.
 
         Raises:
             ValueError: a part is damaged (the caller rebuilds the index).
@@ -333,6 +336,13 @@ class Index:
                 continue
             p = self.part(name)
             want = None if kinds is None else {i for i, k in enumerate(_KINDS) if k in kinds}
+            if any(a in rx.pattern for a in _ANCHORS):
+                # an anchor means the start or end of a block (or line), not of the whole text:
+                # each block is searched on its own
+                rec, search = p.rec, rx.search
+                out.extend((name, i) for i in range(p.n)
+                           if (want is None or rec[_W * i + 3] in want) and search(p.block(i)) is not None)
+                continue
             text, starts, prx = p.text, p.starts, rx
             if rx.flags & re.IGNORECASE and "\\" not in rx.pattern:
                 try:

@@ -73,7 +73,7 @@ QUERIES: list[dict] = [
     {"pattern": "c2lnbmF0dXJl", "kinds": ["text", "thinking", "tool_call", "tool_result"]},
     {"pattern": "42"}, {"pattern": "true"}, {"pattern": "oken"}, {"pattern": "token", "kinds": ["tool_result"]},
     {"pattern": '"count": 42'}, {"pattern": "PARSER", "ignore_case": True}, {"pattern": "kelvin"},
-    {"pattern": r"pars\w+ (idea|bug)"}, {"pattern": r"^line 1\d\b"}, {"pattern": "x{50}", "kinds": ["tool_result"]},
+    {"pattern": r"pars\w+ (idea|bug)"}, {"pattern": r"^line 1\d\b"}, {"pattern": r"talk$"}, {"pattern": "x{50}", "kinds": ["tool_result"]},
     {"pattern": "parser", "word": True}, {"pattern": "parser.py", "fixed": True}, {"pattern": "zzz-none"},
 ]
 
@@ -85,8 +85,7 @@ def test_scan_finds_exactly_what_the_walk_finds(store: castore.Store, query: dic
     walk = [m.to_json() for m in grep(store, pattern, index=False, scan=False, **q)]
     scan = [m.to_json() for m in grep(store, pattern, index=False, scan=True, **q)]
     assert scan == walk
-    if not pattern.startswith("^"):  # the index searches its text as one string: anchors are its known gap
-        assert [m.to_json() for m in grep(store, pattern, index=True, **q)] == walk
+    assert [m.to_json() for m in grep(store, pattern, index=True, **q)] == walk
 
 
 def test_scan_matches_case_folds_the_walk_matches(tmp_path: Path) -> None:
@@ -125,3 +124,27 @@ def test_scan_reads_a_large_loose_body(store: castore.Store) -> None:
 ])
 def test_needle_is_only_what_every_matching_body_holds(pattern: str, flags: int, want: object) -> None:
     assert needle(re.compile(pattern, flags)) == want
+
+
+def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> None:
+    from castore import objects as o
+    from castore import packs
+
+    seen: list[str] = []
+    for content, is_record in store.objects.iter_contents():
+        spans = packs.content_spans(content) if is_record else [(0, len(content))]
+        assert spans is not None
+        seen.extend(o.digest(content[s:s + n]) for s, n in spans)
+    assert len(seen) == len(set(seen))
+    assert set(seen) == set(store.objects.iter_ids())
+    assert any(not is_record for _, is_record in store.objects.iter_contents())  # the large body is loose
+
+
+@pytest.mark.parametrize(("pattern", "flags"), [("parser", re.I), ("Parser", 0), ("aa", re.I), ("ab", re.I), ("é", re.I),
+                                                ("a.b", 0), ("k", re.I), ("s", re.I)])
+def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> None:
+    from castore.grep import _finder
+
+    rx = re.compile(pattern, flags)
+    for line in ("The PARSER parser, ParSer", "aaaaa", "ſab AB \u212a", "a.b axb", "Écrire é É", ""):
+        assert _finder(rx)(line) == [m.span() for m in rx.finditer(line)]

@@ -214,8 +214,9 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
               help="Show N entries before and after each match, on its branch.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Stop after N matches.")
 @click.option("--no-index", is_flag=True,
-              help="Read every object instead of the local search index (~/.cache/castore/grep, "
-                   "$CASTORE_GREP_INDEX; derived data, brought up to date before each search).")
+              help="Read every stored object once (pack by pack) instead of the local search index "
+                   "(~/.cache/castore/grep, $CASTORE_GREP_INDEX; derived data, brought up to date before each "
+                   "search).")
 @click.option("--cached", is_flag=True,
               help="Trust the index as the last import or search left it (skips the freshness check: one look at "
                    "the swap log on local disk, every session's refs elsewhere; changes made since are missed).")
