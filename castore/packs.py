@@ -258,23 +258,6 @@ def encode_intent(intent: RefIntent) -> bytes:
     return _REC.pack(len(payload), o.checksum(payload)) + payload
 
 
-def _valid_records(data: bytes | memoryview) -> Iterator[memoryview]:
-    """The payloads of the valid records of a version-2 pack's bytes (from its header on),
-    past a damaged record in the middle (as :func:`scan`), up to a torn tail."""
-    view = memoryview(data)
-    off = HEADER_SIZE
-    while off + _REC.size <= len(view):
-        end = _checked(view, off, 2)
-        if not end:
-            resumed = _resync(view, off, 2)
-            if resumed is None:
-                return
-            off = resumed
-            continue
-        yield view[off + _REC.size:end]
-        off = end
-
-
 def intents(data: bytes | memoryview) -> list[RefIntent]:
     """The ref intents of a log's bytes, in the order written (none in a version-1 pack or
     in bytes that are not a pack). An intent record that passed its check yet does not
@@ -285,7 +268,7 @@ def intents(data: bytes | memoryview) -> list[RefIntent]:
     except IntegrityError:
         return []
     out: list[RefIntent] = []
-    for payload in _valid_records(data):
+    for _, payload in _records(data, 2):
         if payload[:1] != INTENT_FRAME:
             continue
         try:
@@ -317,9 +300,10 @@ def content_slots(content: bytes, offset: int, size: int) -> dict[str, Slot] | N
 
 
 def payloads(data: bytes | memoryview) -> Iterator[tuple[int, int, memoryview]]:
-    """``(version, payload offset, payload)`` of each valid record of a whole pack's bytes, in
-    order; stops, as :func:`scan` does, at the first record that is incomplete or fails its
-    check (nothing is decompressed or hashed here).
+    """``(version, payload offset, payload)`` of each valid object record of a whole pack's
+    bytes, in order: past a damaged record in the middle and up to a torn tail, as
+    :func:`scan` reads them; ref intents are not object records and are left out (nothing
+    is decompressed or hashed here but the records' checks).
 
     Raises:
         IntegrityError: the bytes do not begin with a pack header.
@@ -327,18 +311,26 @@ def payloads(data: bytes | memoryview) -> Iterator[tuple[int, int, memoryview]]:
     version = pack_version(data)
     if not version:
         return
+    for off, payload in _records(data, version):
+        if version == 1 or payload[:1] != INTENT_FRAME:
+            yield version, off, payload
+
+
+def _records(data: bytes | memoryview, version: int) -> Iterator[tuple[int, memoryview]]:
+    """``(payload offset, payload)`` of every record that passes its check, resynchronising
+    past a damaged one (:func:`_resync`) and stopping at a torn tail."""
     view = memoryview(data)
     off = HEADER_SIZE
-    while off + _REC.size <= len(data):
-        length, check = _REC.unpack_from(data, off)
-        body_at = off + _REC.size
-        if length >= RECORD_MAX or body_at + length > len(data):
-            return
-        payload = view[body_at:body_at + length]
-        if o.checksum(payload) != check:
-            return
-        yield version, body_at, payload
-        off = body_at + length
+    while off + _REC.size <= len(view):
+        end = _checked(view, off, version)
+        if not end:
+            resumed = _resync(view, off, version)
+            if resumed is None:
+                return
+            off = resumed
+            continue
+        yield off + _REC.size, view[off + _REC.size:end]
+        off = end
 
 
 def content_spans(content: bytes) -> list[tuple[int, int]] | None:
