@@ -205,3 +205,26 @@ def test_calls_in_a_group_whose_writer_was_interrupted_fail_instead_of_looking_s
     for t in "bc":
         tup = saver.get_tuple(cfg(t, first[t]))
         assert tup is not None and tup.pending_writes == []
+
+
+def test_a_checkpoint_whose_parent_is_unknown_lands_beside_the_calls_staged_before_it(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    saver, first = threads
+    held = Held(local_store, monkeypatch)
+    orphan = checkpoint(1)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put_writes(cfg("c", first["c"]), [("turns", 1)], "task-c"),
+        lambda: saver.put_writes(cfg("a", first["a"]), [("turns", 4)], "task-a"),
+        # its parent was never stored here (pruned, or from another store): the saver re-reads
+        # the thread, keeping what the group staged for it, and stores it as a root naming it
+        lambda: saver.put(cfg("a", "1ef00000-0000-6000-8000-000000000000"), orphan,
+                          {"source": "loop", "step": 1}, {"turns": 2}),
+    ]
+    assert run_all(calls, saver, held) == [None, None, None]
+    assert len(held.writes) == 2
+    tup = saver.get_tuple(cfg("a", orphan["id"]))
+    assert tup is not None and tup.parent_config is not None
+    assert tup.parent_config["configurable"]["checkpoint_id"] == "1ef00000-0000-6000-8000-000000000000"
+    old = saver.get_tuple(cfg("a", first["a"]))
+    assert old is not None and [w[2] for w in old.pending_writes] == [4]

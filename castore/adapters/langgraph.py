@@ -71,7 +71,7 @@ from ..branches import (
     symbolic_to,
 )
 from ..errors import RefConflict, SessionNotFound
-from ..history import Hint, K
+from ..history import Hint, History, K
 from ..objects import Commit, Tree
 from ..refs import RefValue
 from ..store import Store
@@ -170,9 +170,18 @@ class _Group:
         move = self.moves[name] = _Move(name, real, expect, batch, job.thread_id)
         return move
 
-    def touches(self, prefix: str) -> bool:
-        """Whether a move of this group is under the ref prefix of a thread."""
-        return any(n.startswith(prefix + "/") for n in self.moves)
+    def overlay(self, view: _View, prefix: str, history: History) -> None:
+        """Show in a freshly read ``view`` of a thread the commits this group staged for it.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: a staged commit could not be read back
+                (they are cached by the batch: no read in practice).
+        """
+        for name, move in self.moves.items():
+            if name.startswith(prefix + "/") and move.batch.tip is not None:
+                for cid in move.batch.ids:
+                    view.add(cid, history.commit(cid))
+                view.targets[name] = move.batch.tip
 
     def drop(self, prefix: str) -> list[_Move]:
         """Take out the moves of one thread (it failed to stage)."""
@@ -328,8 +337,9 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             # A writer trusts its cached view: a stale one only makes a compare-and-swap fail.
             view = self._views.get(thread_id) or self._refresh(thread_id)
             parent = view.cps.get((ns, parent_cp)) if parent_cp else None
-            if parent_cp and parent is None and not group.touches(prefix):
+            if parent_cp and parent is None:
                 view = self._refresh(thread_id)
+                group.overlay(view, prefix, self.store.history)  # what this group staged stays in view
                 parent = view.cps.get((ns, parent_cp))
             pending: dict[str, bytes] = {}
             tree = self._state_tree(pending, view, ns, parent, checkpoint, values, new_versions)
