@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -697,17 +697,31 @@ class Plumbing:
         Raises:
             StorageError: the backend failed.
         """
-        items = pending.take() if isinstance(pending, Batch) else pending
+        if isinstance(pending, Batch):
+            return self.write_many([pending])
+        return self.objects.put_encoded(pending.items()) if pending else 0
+
+    def write_many(self, batches: Sequence[Batch]) -> int:
+        """Store the objects of several batches with one call (one pack record, one sync: a
+        group commit of appends to several refs); return bytes written. Each batch's read
+        hint names the packs the objects went into, as :meth:`write` does for one.
+
+        Raises:
+            StorageError: the backend failed (no ref may move to these batches).
+        """
+        items: dict[ObjectId, bytes] = {}
+        for b in batches:
+            items.update(b.take())
         if not items:
             return 0
-        if not isinstance(pending, Batch):
-            return self.objects.put_encoded(items.items())
         self.objects.written_packs()  # drop names from writes outside batches (sync, repack)
         # format 3: the record is synced by the intent of the swap that names it (one
         # fdatasync per append, docs/FORMAT.md 12)
         n = self.objects.put_encoded(items.items(), sync=not self.objects.defers_refs)
-        # the ref naming the batch's tip names the packs its tail is in (read hint "pk")
-        pending.hint = pending.hint.with_packs(self.objects.written_packs(), self.objects.live_packs)
+        # the ref naming a batch's tip names the packs its tail is in (read hint "pk")
+        written = self.objects.written_packs()
+        for b in batches:
+            b.hint = b.hint.with_packs(written, self.objects.live_packs)
         return n
 
     # -- the reflog ------------------------------------------------------------------------

@@ -291,7 +291,11 @@ def test_kill_9_during_background_repack_loses_no_acknowledged_append(tmp_path, 
     assert len(acked) > kills and [c for c, cid in acked.items() if cid not in ids] == []
     names = store.objects.pack_names()
     assert any(n.startswith("r-") for n in names)  # the writers' background repacks ran
-    assert all(packs.pack_version(store.storage.read(pack_key(n))) == 2 for n in names)
+    # a writer killed between creating its log and writing the log's header leaves an empty
+    # log (no record, nothing acknowledged): every pack with bytes is version 2
+    versions = {n: packs.pack_version(store.storage.read(pack_key(n))) for n in names}
+    assert {n: v for n, v in versions.items() if v or not n.startswith("w-")} == \
+        {n: 2 for n, v in versions.items() if v or not n.startswith("w-")}
 
 
 def test_an_object_store_writer_merges_only_the_packs_it_wrote():

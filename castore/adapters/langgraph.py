@@ -500,23 +500,14 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         return lost
 
     def _write_moves(self, moves: builtins.list[_Move]) -> None:
-        """Write the objects of every move with one call (one record, one sync), and name
-        the packs they went into in each move's read hint, as ``Plumbing.write`` does for
-        one batch.
+        """Write the objects of every move with one call (one record, one sync; the packs they
+        went into named in each move's read hint): ``Plumbing.write_many``.
 
         Raises:
             StorageError: the backend failed.
         """
-        objs, plumbing = self.store.objects, self.store.plumbing
-        pending: dict[o.ObjectId, bytes] = {}
-        for m in moves:
-            pending.update(m.batch.take())
         self.store.init()
-        objs.written_packs()  # drop names from writes outside these batches
-        plumbing.write(pending)
-        written = objs.written_packs()
-        for m in moves:
-            m.batch.hint = m.batch.hint.with_packs(written, objs.live_packs)
+        self.store.plumbing.write_many([m.batch for m in moves])
 
     def _branch_for(self, view: _View, prefix: str, family: str, parent: str | None) -> str | None:
         """The branch of ``family`` whose tip is ``parent`` (the family's first branch for a root)."""
