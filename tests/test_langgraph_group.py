@@ -42,22 +42,22 @@ class Held:
         self.writes: list[int] = []  # objects per write
         self.swaps: list[str] = []
         plumbing = store.plumbing
-        real_write, real_swap = plumbing.write, plumbing.swap
+        real_write, real_swap = plumbing.write_many, plumbing.swap
 
-        def write(pending: Any) -> int:
-            self.writes.append(len(pending))
+        def write(batches: Any) -> int:
+            self.writes.append(sum(len(b.pending) for b in batches))
             if len(self.writes) == 1:
                 self.release.wait()
             err = fail(len(self.writes))
             if err is not None:
                 raise err
-            return real_write(pending)
+            return real_write(batches)
 
         def swap(ref: str, *a: Any, **k: Any) -> Any:
             self.swaps.append(ref)
             return real_swap(ref, *a, **k)
 
-        monkeypatch.setattr(plumbing, "write", write)
+        monkeypatch.setattr(plumbing, "write_many", write)
         monkeypatch.setattr(plumbing, "swap", swap)
 
 
