@@ -254,13 +254,29 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
     ctx.exit(0 if found else 1)
 
 
+#: output lines written at once (one write per batch rather than per line; a pipe still streams)
+_OUT_BATCH = 2048
+
+
 def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: bool) -> int:
+    from ..grep import iso_time
+
     found = 0
     counts: dict[str, int] = {}
     docs: list[dict[str, Any]] = []
+    keys: dict[tuple[str, str, str], str] = {}  # a session's key as printed, formatted once
+    tty = sys.stdout.isatty()
+    out: list[str] = []
+
+    def key_of(k: tuple[str, str, str]) -> str:
+        got = keys.get(k)
+        if got is None:
+            got = keys[k] = format_key(*k)
+        return got
+
     for m in it:
         found += 1
-        key = format_key(*m.session)
+        key = key_of(m.session)
         if list_sessions:
             if key not in counts:
                 click.echo(key)
@@ -270,27 +286,31 @@ def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: 
             counts[key] = counts.get(key, 0) + 1
             continue
         if as_jsonl:
-            click.echo(json.dumps(m.to_json(), ensure_ascii=False))
-            continue
-        if as_json:
+            out.append(json.dumps(m.to_json(), ensure_ascii=False))
+        elif as_json:
             docs.append(m.to_json())
             continue
-        where = f"{key}@{','.join(m.branches)}"
-        if m.also:
-            where += " (+" + ", ".join(format_key(*k) for k, _ in m.also) + ")"
-        what = f"{m.role}/{m.kind}" + (f"[{m.tool}]" if m.tool else "")
-        when = m.to_json()["time"] or "-"
-        for c, role, text in m.before:
-            click.echo(f"{where} {c[:8]} - {role}: {text}")
-        for lm in m.lines:
-            click.echo(f"{where} {m.commit[:8]} {when[:19]} {what}:{lm.line}: {_highlight(lm.text, lm.spans)}")
-        for c, role, text in m.after:
-            click.echo(f"{where} {c[:8]} - {role}: {text}")
-        if m.context:
-            click.echo("--")
-    if count:
-        for key, n in counts.items():
-            click.echo(f"{key}:{n}")
+        else:
+            where = f"{key}@{','.join(m.branches)}"
+            if m.also:
+                where += " (+" + ", ".join(key_of(k) for k, _ in m.also) + ")"
+            what = f"{m.role}/{m.kind}" + (f"[{m.tool}]" if m.tool else "")
+            head = f"{where} {m.commit[:8]} {(iso_time(m.time) or '-')[:19]} {what}:"
+            for c, role, text in m.before:
+                out.append(f"{where} {c[:8]} - {role}: {text}")
+            for lm in m.lines:
+                out.append(f"{head}{lm.line}: {_highlight(lm.text, lm.spans) if tty else lm.text}")
+            for c, role, text in m.after:
+                out.append(f"{where} {c[:8]} - {role}: {text}")
+            if m.context:
+                out.append("--")
+        if len(out) >= _OUT_BATCH:
+            click.echo("\n".join(out))  # click strips ANSI codes off a non-terminal line by line as before
+            out = []
+    if out:
+        click.echo("\n".join(out))
+    if count and counts:
+        click.echo("\n".join(f"{key}:{n}" for key, n in counts.items()))
     if as_json:
         sys.stdout.flush()
         click.echo(json.dumps({"matches": docs}, indent=2, ensure_ascii=False))
