@@ -568,7 +568,8 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     except ValueError:  # a damaged index file: not trusted, built again from the store
         hits = ix.rebuild().find(rx, kinds)
     firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
-    found: list[list[Any]] = []
+    found: list[Match] = []
+    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # position in found -> other sessions
     nsess = len(ix.sessions)
     keys = [ix.key(si) for si in range(nsess)]
     rank = [0] * nsess
@@ -602,29 +603,40 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         key = keys[si]
         at = firsts.get((cn, blk))
         if at is not None:
-            if found[at][1] != key:
-                found[at][8].setdefault(key, bsets[bn])
+            if found[at].session != key:
+                also.setdefault(at, {}).setdefault(key, bsets[bn])
             continue
         lines = _line_matches(rx, p.block(i), finder)
         if not lines:
             continue
         firsts[(cn, blk)] = len(found)
-        found.append([commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
-                      strings[tn] if tn >= 0 else None, when, lines, {}])
-    n = 0
-    for cid, key, branches, role, kind, tool, when, lines, also in found:
-        before: tuple[tuple[str, str, str], ...] = ()
-        after: tuple[tuple[str, str, str], ...] = ()
-        if context:
-            s = store.session(*key)
-            tip = s.head if branches[0] == "HEAD" else s.branches().get(branches[0])
-            if tip is not None:
-                before, after = _context(store, store.history.path_ids(tip), cid, context)
-        yield Match(cid, key, branches, role, kind, tool, when, lines,
-                    tuple((k, tuple(b)) for k, b in also.items()), before, after, context)
-        n += 1
+        found.append(_match(commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
+                            strings[tn] if tn >= 0 else None, when, lines, context))
+    for n, m in enumerate(found):
         if limit is not None and n >= limit:
             return
+        more = also.get(n)
+        if more:
+            m = replace(m, also=tuple((k, tuple(b)) for k, b in more.items()))
+        if context:
+            s = store.session(*m.session)
+            tip = s.head if m.branches[0] == "HEAD" else s.branches().get(m.branches[0])
+            if tip is not None:
+                before, after = _context(store, store.history.path_ids(tip), m.commit, context)
+                m = replace(m, before=before, after=after)
+        yield m
+
+
+def _match(commit: str, session: tuple[str, str, str], branches: tuple[str, ...], role: str, kind: str,
+           tool: str | None, time: float | None, lines: tuple[LineMatch, ...], context: int) -> Match:
+    """A :class:`Match` with no ``also`` nor context entries, built as its ``__init__`` would but
+    without its field-by-field ``object.__setattr__`` (a search through the index builds tens of
+    thousands)."""
+    m = object.__new__(Match)
+    object.__setattr__(m, "__dict__", {
+        "commit": commit, "session": session, "branches": branches, "role": role, "kind": kind, "tool": tool,
+        "time": time, "lines": lines, "also": (), "before": (), "after": (), "context": context})
+    return m
 
 
 def _context(store: Store, path: list[str], cid: str, n: int

@@ -352,6 +352,15 @@ class Index:
                     pass
             lit = _literal(prx) if not prx.flags & re.IGNORECASE else None
             rec = p.rec
+            if lit is not None and SEP not in lit:
+                # a plain string never spans two blocks: one C-level pass finds the first hit of
+                # each block (the match runs on to the block's end, so the next starts at the
+                # following block), and the offsets map to blocks by bisect
+                bis = bisect.bisect_right
+                at_ = [m.start() for m in re.finditer(re.escape(lit) + "[^" + SEP + "]*", text)]
+                blocks_ = [bis(starts, a) - 1 for a in at_]
+                out.extend((name, i) for i in blocks_ if want is None or rec[_W * i + 3] in want)
+                continue
             pos, end = 0, len(text)
             search = prx.search
             while pos < end:
