@@ -335,7 +335,7 @@ class Index:
             if kinds is not None and not kinds & set(held):
                 continue
             p = self.part(name)
-            want = None if kinds is None else {i for i, k in enumerate(_KINDS) if k in kinds}
+            want = None if kinds is None or set(held) <= kinds else {i for i, k in enumerate(_KINDS) if k in kinds}
             if any(a in rx.pattern for a in _ANCHORS):
                 # an anchor means the start or end of a block (or line), not of the whole text:
                 # each block is searched on its own
@@ -358,7 +358,8 @@ class Index:
                 # following block), and the offsets map to blocks by bisect
                 bis = bisect.bisect_right
                 at_ = [m.start() for m in re.finditer(re.escape(lit) + "[^" + SEP + "]*", text)]
-                blocks_ = [bis(starts, a) - 1 for a in at_]
+                bounds = starts.tolist() if len(at_) > 64 else starts  # a list bisects without making ints
+                blocks_ = [bis(bounds, a) - 1 for a in at_]
                 out.extend((name, i) for i in blocks_ if want is None or rec[_W * i + 3] in want)
                 continue
             pos, end = 0, len(text)
