@@ -140,10 +140,22 @@ def _key(k: tuple[str, str, str]) -> str:
     return "/".join(p.replace("/", "%2F") for p in k)
 
 
-def _iso(t: float | None) -> str | None:
+def iso_time(t: float | None) -> str | None:
+    """``t`` (seconds since the epoch) as a match's JSON ``time``: ``YYYY-MM-DDTHH:MM:SS.mmmZ``
+    (None for None).
+
+    Raises:
+        OverflowError, ValueError, OSError: ``t`` is out of the range of dates.
+    """
     if t is None:
         return None
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
+    d = datetime.fromtimestamp(t, UTC)
+    # isoformat is faster than strftime, and the same from year 1000 on (%Y does not pad)
+    head = d.isoformat(timespec="seconds")[:19] + "." if d.year >= 1000 else d.strftime("%Y-%m-%dT%H:%M:%S.")
+    return f"{head}{int(t * 1000) % 1000:03d}Z"
+
+
+_iso = iso_time
 
 
 def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: bool = False,
@@ -348,17 +360,20 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     if index is None:
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
 
-    def keep(key: tuple[str, str, str], role: str, bkind: str, tool: str | None, when: float) -> bool:
+    def keep_block(key: tuple[str, str, str], role: str, bkind: str, tool: str | None) -> bool:
         if bkind not in want_kinds or (role_set is not None and role not in role_set):
             return False
         if tool_globs is not None and not _glob_any(tool, tool_globs):
             return False
-        if (since is not None and when < since) or (until is not None and when >= until):
-            return False
         return _session_ok(key, session_globs, app_globs)
 
+    def keep(key: tuple[str, str, str], role: str, bkind: str, tool: str | None, when: float) -> bool:
+        if (since is not None and when < since) or (until is not None and when >= until):
+            return False
+        return keep_block(key, role, bkind, tool)
+
     if index:
-        yield from _grep_index(store, rx, keep, limit, context, want_kinds, check_index)
+        yield from _grep_index(store, rx, keep_block, since, until, limit, context, want_kinds, check_index)
         return
     if scan is None:
         scan = store.objects.format >= 2
@@ -527,8 +542,10 @@ def _finder(rx: re.Pattern[str]) -> Callable[[str], list[tuple[int, int]]]:
     return by_find
 
 
-def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
-    spans_of = _finder(rx)
+def _line_matches(rx: re.Pattern[str], text: str,
+                  spans_of: Callable[[str], list[tuple[int, int]]] | None = None) -> tuple[LineMatch, ...]:
+    if spans_of is None:
+        spans_of = _finder(rx)
     if "\n" not in text:  # one line (most blocks): no split
         spans = tuple(spans_of(text))
         return (LineMatch(1, text, spans),) if spans else ()
@@ -540,8 +557,9 @@ def _line_matches(rx: re.Pattern[str], text: str) -> tuple[LineMatch, ...]:
     return tuple(lines)
 
 
-def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, context: int,
-                kinds: set[str], check: bool) -> Iterator[Match]:
+def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool], since: float | None,
+                until: float | None, limit: int | None, context: int, kinds: set[str], check: bool
+                ) -> Iterator[Match]:
     from .grepindex import open_index
 
     ix = open_index(store, check=check)
@@ -550,49 +568,75 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None,
     except ValueError:  # a damaged index file: not trusted, built again from the store
         hits = ix.rebuild().find(rx, kinds)
     firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
-    found: list[list[Any]] = []
+    found: list[Match] = []
+    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # position in found -> other sessions
     nsess = len(ix.sessions)
     keys = [ix.key(si) for si in range(nsess)]
     rank = [0] * nsess
     for r, si in enumerate(sorted(range(nsess), key=keys.__getitem__)):
         rank[si] = r
     parts = {name: ix.part(name) for name in {h[0] for h in hits}}
-    recs = {name: p.rec for name, p in parts.items()}
-    # session order, root to tip (a block's place counts both parts)
-    hits.sort(key=lambda h: (rank[recs[h[0]][8 * h[1] + 1]], recs[h[0]][8 * h[1] + 7]))
+    # session order, root to tip (a block's place counts both parts, so it is unique): one
+    # integer key per hit
+    span = 1 + max((max(p.rec[7::8], default=0) for p in parts.values()), default=0)
+    order: list[tuple[int, str, int]] = []
+    for name, p in parts.items():
+        rec = p.rec
+        order.extend((rank[rec[8 * i + 1]] * span + rec[8 * i + 7], name, i) for _, i in
+                     (h for h in hits if h[0] == name))
+    order.sort()
     strings, bsets, commits = ix.strings, ix.branch_sets, ix.commits
-    for part, i in hits:
+    kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
+    finder = _finder(rx)
+    for _, part, i in order:
         p = parts[part]
         cn, si, blk, kn, rn, tn, bn, _ = p.rec[8 * i:8 * i + 8]
-        key = keys[si]
         when = p.time[i]
-        role, tool, kind = strings[rn], (strings[tn] if tn >= 0 else None), KINDS[kn]
-        if not keep(key, role, kind, tool, when):
+        if (since is not None and when < since) or (until is not None and when >= until):
             continue
+        ok = kept.get((si, rn, kn, tn))
+        if ok is None:
+            ok = kept[(si, rn, kn, tn)] = keep_block(keys[si], strings[rn], KINDS[kn],
+                                                     strings[tn] if tn >= 0 else None)
+        if not ok:
+            continue
+        key = keys[si]
         at = firsts.get((cn, blk))
         if at is not None:
-            if found[at][1] != key:
-                found[at][8].setdefault(key, bsets[bn])
+            if found[at].session != key:
+                also.setdefault(at, {}).setdefault(key, bsets[bn])
             continue
-        lines = _line_matches(rx, p.block(i))
+        lines = _line_matches(rx, p.block(i), finder)
         if not lines:
             continue
         firsts[(cn, blk)] = len(found)
-        found.append([commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], role, kind, tool, when, lines, {}])
-    n = 0
-    for cid, key, branches, role, kind, tool, when, lines, also in found:
-        before: tuple[tuple[str, str, str], ...] = ()
-        after: tuple[tuple[str, str, str], ...] = ()
-        if context:
-            s = store.session(*key)
-            tip = s.head if branches[0] == "HEAD" else s.branches().get(branches[0])
-            if tip is not None:
-                before, after = _context(store, store.history.path_ids(tip), cid, context)
-        yield Match(cid, key, branches, role, kind, tool, when, lines,
-                    tuple((k, tuple(b)) for k, b in also.items()), before, after, context)
-        n += 1
+        found.append(_match(commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
+                            strings[tn] if tn >= 0 else None, when, lines, context))
+    for n, m in enumerate(found):
         if limit is not None and n >= limit:
             return
+        more = also.get(n)
+        if more:
+            m = replace(m, also=tuple((k, tuple(b)) for k, b in more.items()))
+        if context:
+            s = store.session(*m.session)
+            tip = s.head if m.branches[0] == "HEAD" else s.branches().get(m.branches[0])
+            if tip is not None:
+                before, after = _context(store, store.history.path_ids(tip), m.commit, context)
+                m = replace(m, before=before, after=after)
+        yield m
+
+
+def _match(commit: str, session: tuple[str, str, str], branches: tuple[str, ...], role: str, kind: str,
+           tool: str | None, time: float | None, lines: tuple[LineMatch, ...], context: int) -> Match:
+    """A :class:`Match` with no ``also`` nor context entries, built as its ``__init__`` would but
+    without its field-by-field ``object.__setattr__`` (a search through the index builds tens of
+    thousands)."""
+    m = object.__new__(Match)
+    object.__setattr__(m, "__dict__", {
+        "commit": commit, "session": session, "branches": branches, "role": role, "kind": kind, "tool": tool,
+        "time": time, "lines": lines, "also": (), "before": (), "after": (), "context": context})
+    return m
 
 
 def _context(store: Store, path: list[str], cid: str, n: int
@@ -998,4 +1042,4 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
 
 
 __all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep",
-           "needle", "typed_block"]
+           "iso_time", "needle", "typed_block"]

@@ -335,7 +335,7 @@ class Index:
             if kinds is not None and not kinds & set(held):
                 continue
             p = self.part(name)
-            want = None if kinds is None else {i for i, k in enumerate(_KINDS) if k in kinds}
+            want = None if kinds is None or set(held) <= kinds else {i for i, k in enumerate(_KINDS) if k in kinds}
             if any(a in rx.pattern for a in _ANCHORS):
                 # an anchor means the start or end of a block (or line), not of the whole text:
                 # each block is searched on its own
@@ -352,6 +352,16 @@ class Index:
                     pass
             lit = _literal(prx) if not prx.flags & re.IGNORECASE else None
             rec = p.rec
+            if lit is not None and SEP not in lit:
+                # a plain string never spans two blocks: one C-level pass finds the first hit of
+                # each block (the match runs on to the block's end, so the next starts at the
+                # following block), and the offsets map to blocks by bisect
+                bis = bisect.bisect_right
+                at_ = [m.start() for m in re.finditer(re.escape(lit) + "[^" + SEP + "]*", text)]
+                bounds = starts.tolist() if len(at_) > 64 else starts  # a list bisects without making ints
+                blocks_ = [bis(bounds, a) - 1 for a in at_]
+                out.extend((name, i) for i in blocks_ if want is None or rec[_W * i + 3] in want)
+                continue
             pos, end = 0, len(text)
             search = prx.search
             while pos < end:

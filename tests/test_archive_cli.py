@@ -63,3 +63,21 @@ def test_grep_typed_leaves_out_what_the_cli_wrote(tmp_path: Path, monkeypatch: p
     docs = json.loads(r.stdout)["matches"]
     assert r.exit_code == 0 and [d["lines"][0]["text"][:12] for d in docs] == ["Spaw sub-age"]
     assert _cli(tmp_path, "grep", "task-notification", "--typed").exit_code == 1  # found only untyped
+
+
+def test_grep_json_writer_is_json_dumps_indent_2() -> None:
+    """grep --json's writer gives json.dumps(indent=2, ensure_ascii=False)'s text exactly,
+    and leaves what it does not know to json itself."""
+    import json
+
+    from castore.cli.archive_cmds import _indented_json
+
+    docs: list[object] = [
+        {}, [], {"matches": []}, "s", 3, None, (1, (2,)), {1: "int key"}, [None, True, "a", 1],
+        {"a": [1, 2.5, -0.0, 1e300, float("nan"), float("inf"), True, False, None,
+               'q"\\\n\x01é\u2028😀', [], {}, [[1, 2], [3]], {"k": {"z": ()}, "n": None, "i": 5}]},
+    ]
+    for doc in docs:
+        assert _indented_json(doc) == json.dumps(doc, indent=2, ensure_ascii=False)
+    with pytest.raises(TypeError):
+        _indented_json({"a": object()})

@@ -172,3 +172,18 @@ def test_index_is_rebuildable_from_scratch_and_damaged_files_are_rebuilt(store: 
     folder.rmdir()
     assert list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"])) == want
     assert (folder / "state.json").exists()
+
+
+def test_fast_match_equals_a_built_match() -> None:
+    """The index path's Match builder gives what Match(...) gives: same fields, equal, frozen."""
+    import dataclasses
+
+    from castore.grep import LineMatch, Match, _match
+
+    lines = (LineMatch(1, "a parser here", ((2, 8),)),)
+    fast = _match("ab" * 32, ("app", "u", "s"), ("main",), "user", "text", None, 1.5, lines, 2)
+    built = Match("ab" * 32, ("app", "u", "s"), ("main",), "user", "text", None, 1.5, lines, context=2)
+    assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(Match)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.role = "assistant"  # type: ignore[misc]

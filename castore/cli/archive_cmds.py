@@ -254,13 +254,29 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
     ctx.exit(0 if found else 1)
 
 
+#: output lines written at once (one write per batch rather than per line; a pipe still streams)
+_OUT_BATCH = 2048
+
+
 def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: bool) -> int:
+    from ..grep import iso_time
+
     found = 0
     counts: dict[str, int] = {}
     docs: list[dict[str, Any]] = []
+    keys: dict[tuple[str, str, str], str] = {}  # a session's key as printed, formatted once
+    tty = sys.stdout.isatty()
+    out: list[str] = []
+
+    def key_of(k: tuple[str, str, str]) -> str:
+        got = keys.get(k)
+        if got is None:
+            got = keys[k] = format_key(*k)
+        return got
+
     for m in it:
         found += 1
-        key = format_key(*m.session)
+        key = key_of(m.session)
         if list_sessions:
             if key not in counts:
                 click.echo(key)
@@ -270,31 +286,110 @@ def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: 
             counts[key] = counts.get(key, 0) + 1
             continue
         if as_jsonl:
-            click.echo(json.dumps(m.to_json(), ensure_ascii=False))
-            continue
-        if as_json:
+            out.append(json.dumps(m.to_json(), ensure_ascii=False))
+        elif as_json:
             docs.append(m.to_json())
             continue
-        where = f"{key}@{','.join(m.branches)}"
-        if m.also:
-            where += " (+" + ", ".join(format_key(*k) for k, _ in m.also) + ")"
-        what = f"{m.role}/{m.kind}" + (f"[{m.tool}]" if m.tool else "")
-        when = m.to_json()["time"] or "-"
-        for c, role, text in m.before:
-            click.echo(f"{where} {c[:8]} - {role}: {text}")
-        for lm in m.lines:
-            click.echo(f"{where} {m.commit[:8]} {when[:19]} {what}:{lm.line}: {_highlight(lm.text, lm.spans)}")
-        for c, role, text in m.after:
-            click.echo(f"{where} {c[:8]} - {role}: {text}")
-        if m.context:
-            click.echo("--")
-    if count:
-        for key, n in counts.items():
-            click.echo(f"{key}:{n}")
+        else:
+            where = f"{key}@{','.join(m.branches)}"
+            if m.also:
+                where += " (+" + ", ".join(key_of(k) for k, _ in m.also) + ")"
+            what = f"{m.role}/{m.kind}" + (f"[{m.tool}]" if m.tool else "")
+            head = f"{where} {m.commit[:8]} {(iso_time(m.time) or '-')[:19]} {what}:"
+            for c, role, text in m.before:
+                out.append(f"{where} {c[:8]} - {role}: {text}")
+            for lm in m.lines:
+                out.append(f"{head}{lm.line}: {_highlight(lm.text, lm.spans) if tty else lm.text}")
+            for c, role, text in m.after:
+                out.append(f"{where} {c[:8]} - {role}: {text}")
+            if m.context:
+                out.append("--")
+        if len(out) >= _OUT_BATCH:
+            click.echo("\n".join(out))  # click strips ANSI codes off a non-terminal line by line as before
+            out = []
+    if out:
+        click.echo("\n".join(out))
+    if count and counts:
+        click.echo("\n".join(f"{key}:{n}" for key, n in counts.items()))
     if as_json:
         sys.stdout.flush()
-        click.echo(json.dumps({"matches": docs}, indent=2, ensure_ascii=False))
+        click.echo(_indented_json({"matches": docs}))
     return found
+
+
+def _indented_json(doc: Any) -> str:
+    """``json.dumps(doc, indent=2, ensure_ascii=False)``, the same text, several times faster:
+    Python's JSON encoder is in Python once ``indent`` is given (a search's JSON holds tens of
+    thousands of matches). Anything but dicts with string keys, lists, tuples, strings,
+    numbers, booleans and None goes to ``json.dumps`` itself."""
+    out: list[str] = []
+    try:
+        _json_into(doc, out, "\n")
+    except TypeError:
+        return json.dumps(doc, indent=2, ensure_ascii=False)
+    return "".join(out)
+
+
+_encode_str = json.encoder.encode_basestring  # ensure_ascii=False's
+
+
+def _json_into(v: Any, out: list[str], nl: str) -> None:
+    """Append ``v`` as ``json.dumps(indent=2, ensure_ascii=False)`` writes it at the depth whose
+    line break and indent is ``nl``; TypeError for what :func:`_indented_json` leaves to json."""
+    if isinstance(v, str):
+        out.append(_encode_str(v))
+    elif v is None:
+        out.append("null")
+    elif v is True:
+        out.append("true")
+    elif v is False:
+        out.append("false")
+    elif isinstance(v, int):
+        out.append(int.__repr__(v))
+    elif isinstance(v, float):
+        out.append(json.dumps(v))
+    elif isinstance(v, (list, tuple)):
+        if not v:
+            out.append("[]")
+            return
+        inner = nl + "  "
+        out.append("[" + inner)
+        sep = "," + inner
+        for n, x in enumerate(v):
+            # the common leaves written here: one call less per string or number
+            t = type(x)
+            if t is str:
+                out.append(sep + _encode_str(x) if n else _encode_str(x))
+            elif t is int:
+                out.append(sep + int.__repr__(x) if n else int.__repr__(x))
+            else:
+                if n:
+                    out.append(sep)
+                _json_into(x, out, inner)
+        out.append(nl + "]")
+    elif isinstance(v, dict):
+        if not v:
+            out.append("{}")
+            return
+        inner = nl + "  "
+        out.append("{" + inner)
+        for n, (k, x) in enumerate(v.items()):
+            if not isinstance(k, str):
+                raise TypeError("a key that is not a string")
+            head = ("," + inner if n else "") + _encode_str(k) + ": "
+            t = type(x)
+            if t is str:
+                out.append(head + _encode_str(x))
+            elif x is None:
+                out.append(head + "null")
+            elif t is int:
+                out.append(head + int.__repr__(x))
+            else:
+                out.append(head)
+                _json_into(x, out, inner)
+        out.append(nl + "}")
+    else:
+        raise TypeError(f"not JSON by itself: {type(v).__name__}")
 
 
 def _highlight(text: str, spans: tuple[tuple[int, int], ...]) -> str:
