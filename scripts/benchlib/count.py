@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from castore.storage.base import Storage, Token, Versioned
+from castore.storage.base import Journal, Storage, Token, Versioned
 
 
 class Meter:
@@ -79,8 +79,13 @@ class CountingStorage(Storage):
     def read_versioned(self, key: str) -> Versioned | None:
         return self._call("read_versioned", key)
 
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
-        return self._call("swap", key, data, expect)
+    def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
+        if journal is None:
+            return self._call("swap", key, data, expect)
+        return self._call("swap", key, data, expect, journal)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self._call("delete_many", list(keys))
 
     def delete(self, key: str, expect: Token | None = None) -> None:
         self._call("delete", key, expect)
