@@ -137,7 +137,9 @@ class ObjectStore(Repacking):
         self._log: Appender | None = None
         self._log_name = ""
         self._log_pid = 0
-        self._no_append = False
+        # a backend that keeps Storage's open_appender cannot append (object stores): known
+        # before the first write, so that no swap hands such a backend a journal (format 3)
+        self._no_append = type(storage).open_appender is Storage.open_appender
         self._new_packs: list[str] = []
         self._moved: OrderedDict[str, str] = OrderedDict()  # pack merged by this handle -> the pack it went into
         self._pack_data: OrderedDict[str, bytes] = OrderedDict()  # pack name -> bytes read by a scan

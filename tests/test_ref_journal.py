@@ -320,3 +320,40 @@ def _replayed(tmp_path: Path, holds: bytes | None, changes: list[tuple[bytes | N
 def test_a_replay_brings_a_ref_to_its_last_value(tmp_path: Path, holds: bytes | None, changes: Any,
                                                 want: bytes | None) -> None:
     assert _replayed(tmp_path, holds, changes) == want
+
+
+class _PlainWrapper(castore.storage.Storage):
+    """A backend written before journals: its swap takes no journal, and it keeps Storage's
+    open_appender (it cannot append), as object stores and users' wrappers do."""
+
+    def __init__(self, inner: LocalStorage) -> None:
+        self.inner, self.url, self.durable = inner, inner.url, inner.durable
+
+    def read(self, key: str) -> bytes:
+        return self.inner.read(key)
+
+    def write(self, key: str, data: bytes) -> None:
+        self.inner.write(key, data)
+
+    def read_versioned(self, key: str) -> Any:
+        return self.inner.read_versioned(key)
+
+    def swap(self, key: str, data: bytes, expect: Any) -> Any:
+        return self.inner.swap(key, data, expect)
+
+    def delete(self, key: str, expect: Any = None) -> None:
+        self.inner.delete(key, expect)
+
+    def list(self, prefix: str) -> list[str]:
+        return self.inner.list(prefix)
+
+    def list_dir(self, prefix: str) -> list[str]:
+        return self.inner.list_dir(prefix)
+
+
+def test_a_backend_that_cannot_append_is_never_handed_a_journal(tmp_path: Path) -> None:
+    store = castore.Store(_PlainWrapper(LocalStorage(str(tmp_path / "s"))))
+    assert store.objects.format == 3 and not store.objects.defers_refs
+    s = store.session("app", "u", "s")
+    ids = [s.append(castore.Message(role="user", content=f"m{i}")) for i in range(3)]
+    assert [e.id for e in castore.Store(LocalStorage(str(tmp_path / "s"))).session("app", "u", "s").entries()] == ids
