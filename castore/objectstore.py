@@ -35,7 +35,7 @@ PREFIX = "objects"
 FORMATS = (1, 2, 3)
 STORE_FORMAT = max(FORMATS)
 #: the format a new store gets unless told otherwise (an existing store keeps its own)
-DEFAULT_FORMAT = 3
+DEFAULT_FORMAT = 2
 #: in format 2, objects whose canonical bytes exceed this stay loose (shared, deduplicated)
 LOOSE_MIN = 4096
 #: a local log is sealed (given its index, no longer appended to) past this many bytes

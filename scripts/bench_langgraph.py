@@ -171,8 +171,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="N = 100, 200, 400 only")
     ap.add_argument("--dir", help="where to put the on-disk stores (default: a temporary folder)")
-    ap.add_argument("--format", type=int, default=3, choices=(1, 2, 3),
-                    help="castore's storage format (default 3, the default of new stores: packs, one fsync per append)")
+    ap.add_argument("--format", type=int, default=2, choices=(1, 2, 3),
+                    help="castore's storage format (default 2, the default of new stores; 3: one fsync per append)")
     ap.add_argument("--reads-max", type=int, default=None, metavar="N",
                     help="measure the other savers' get_state, get_state_history and list() only up to N "
                          "(they grow with N squared: InMemorySaver's and SqliteSaver's take minutes at 1,600 on "

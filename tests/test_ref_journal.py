@@ -49,7 +49,7 @@ class _Syncs:
 
 
 def _syncs_per_append(monkeypatch: pytest.MonkeyPatch, root: Path, **open_args: Any) -> float:
-    st = castore.open(str(root), **open_args)
+    st = castore.open(str(root), **{"format": 3, **open_args})
     s = st.session("app", "u", "s")
     for i in range(3):  # warm: the log, the marker, the ref folders are made
         s.append(castore.Message(role="user", content=f"warm {i}"))
@@ -64,7 +64,7 @@ def _syncs_per_append(monkeypatch: pytest.MonkeyPatch, root: Path, **open_args: 
 
 def test_a_durable_append_makes_one_fsync_in_format_3_and_three_in_format_2(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _syncs_per_append(monkeypatch, tmp_path / "f3") == 1.0  # the default for a new store
+    assert _syncs_per_append(monkeypatch, tmp_path / "f3") == 1.0
     assert json.loads((tmp_path / "f3" / "castore.json").read_text())["format"] == 3
     assert _syncs_per_append(monkeypatch, tmp_path / "f2", format=2) == 3.0  # unchanged
     assert not (tmp_path / "f2" / JOURNAL).exists()
@@ -99,7 +99,7 @@ def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
 def _write(root: Path) -> tuple[castore.Store, dict[str, list[str]]]:
     """Appends to two sessions and a fork, on a store recording its unsynced renames; the
     store is left open (a power loss does not close it)."""
-    st = castore.open(str(root))
+    st = castore.open(str(root), format=3)
     assert isinstance(st.storage, LocalStorage)
     st.storage.unsynced = []
     want: dict[str, list[str]] = {}
@@ -147,7 +147,7 @@ def test_a_clean_reboot_replays_nothing_that_changes(tmp_path: Path, monkeypatch
 
 def test_a_replay_does_not_undo_a_delete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "st"
-    st = castore.open(str(root))
+    st = castore.open(str(root), format=3)
     assert isinstance(st.storage, LocalStorage)
     st.storage.unsynced = []
     st.session("app", "u", "gone").append(castore.Message(role="user", content="x"))  # created by a deferred swap
@@ -161,7 +161,7 @@ def test_a_replay_does_not_undo_a_delete(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_sealing_a_log_makes_its_refs_durable_first(tmp_path: Path) -> None:
-    st = castore.open(str(tmp_path / "st"))
+    st = castore.open(str(tmp_path / "st"), format=3)
     assert isinstance(st.storage, LocalStorage)
     st.storage.unsynced = []
     s = st.session("app", "u", "s")
@@ -177,7 +177,7 @@ def test_sealing_a_log_makes_its_refs_durable_first(tmp_path: Path) -> None:
 def _killed_between_intent_and_rename(root: str) -> None:
     """Child: one normal append, then an append that dies after its intent is synced and
     before its rename (as a kill -9 there would)."""
-    st = castore.open(root)
+    st = castore.open(root, format=3)
     s = st.session("app", "u", "s")
     s.append(castore.Message(role="user", content="landed"))
     real = os.replace
@@ -207,7 +207,7 @@ def test_a_swap_cut_short_is_not_rolled_forward_once_its_dead_lock_was_cleared(
 
     root = tmp_path / "st"
     _run_killed_writer(root)
-    st = castore.open(str(root))
+    st = castore.open(str(root), format=3)
     if who == "gc":
         assert clear_stale_locks(st) == ["refs/sessions/app/u/s/heads/main.lock"]
     else:
@@ -352,7 +352,7 @@ class _PlainWrapper(castore.storage.Storage):
 
 
 def test_a_backend_that_cannot_append_is_never_handed_a_journal(tmp_path: Path) -> None:
-    store = castore.Store(_PlainWrapper(LocalStorage(str(tmp_path / "s"))))
+    store = castore.Store(_PlainWrapper(LocalStorage(str(tmp_path / "s"))), format=3)
     assert store.objects.format == 3 and not store.objects.defers_refs
     s = store.session("app", "u", "s")
     ids = [s.append(castore.Message(role="user", content=f"m{i}")) for i in range(3)]
