@@ -145,9 +145,10 @@ class ObjectStore(Repacking):
         self._pack_data: OrderedDict[str, bytes] = OrderedDict()  # pack name -> bytes read by a scan
         self._pack_data_bytes = 0
         # format 3: the refs whose intents are in this handle's log (synced before it is sealed),
-        # swaps between their intent and their rename, and per thread the log holding this
-        # thread's objects record not yet synced
-        self._journaled: set[str] = set()
+        # each with the token and bytes its latest intent there wrote (the base of the next
+        # one's delta), swaps between their intent and their rename, and per thread the log
+        # holding this thread's objects record not yet synced
+        self._journaled: dict[str, tuple[str | None, bytes | None]] = {}
         self._synced_abandoned: set[str] = set()  # logs dropped after a failure, then synced
         self._inflight = 0
         self._tls = threading.local()
@@ -318,7 +319,7 @@ class ObjectStore(Repacking):
             log.close()
             raise
         self._log, self._log_name, self._log_pid = log, name, os.getpid()
-        self._journaled = set()
+        self._journaled = {}  # a new log: its first intent of each ref holds the whole value
         return log
 
     def _seal(self) -> None:
@@ -331,7 +332,7 @@ class ObjectStore(Repacking):
         log.sync()
         if self._journaled:
             self.storage.sync_keys(sorted(self._journaled))
-            self._journaled = set()
+            self._journaled = {}
         self.storage.write(index_key(name), packs.encode_index(log.size, pack.where))
         pack.sealed = True
         log.close()
@@ -367,13 +368,17 @@ class ObjectStore(Repacking):
                 return False
             log = self._log
             assert log is not None
+            # a delta only of the value this log's previous intent of the ref wrote: a
+            # recovery then rebuilds it from this log alone (docs/FORMAT.md, 12)
+            tok, base = self._journaled.get(intent.key, (None, None))
+            record = packs.encode_intent(intent, base if tok is not None and tok == intent.old else None)
             try:
-                log.append(packs.encode_intent(intent))
+                log.append(record)
             except StorageError:
                 self._abandon()
                 raise
             self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
-            self._journaled.add(intent.key)
+            self._journaled[intent.key] = (intent.new, intent.data)
             self._tls.pending = ""
             if not getattr(self._tls, "inflight", False):
                 self._tls.inflight = True

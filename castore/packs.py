@@ -28,8 +28,12 @@ pack: an object's id is the blake3 of its bytes, computed when the record is sca
 A local writer's log (version 2) may also hold *ref intents* (format 3, docs/FORMAT.md 12):
 records whose payload starts with the byte ``0x10`` instead of an object frame's header,
 followed by a JSON object ``{"k": key, "o": old token, "n": new token, "d": new bytes
-(latin-1), "b": boot id, "t": CLOCK_MONOTONIC ns}``. They hold no object: every reader of
-objects skips them; only the recovery of refs after a power loss reads them (:func:`intents`).
+(latin-1), "b": boot id, "t": CLOCK_MONOTONIC ns}``, or, in place of ``"d"``, ``"x"``: the
+new bytes as a delta of the value the same log's previous intent for that key wrote (whose
+``"n"`` is this one's ``"o"``; see :func:`ref_delta`). The first intent of a key in a log
+always carries the whole value, so a log's intents rebuild every value from that log alone.
+They hold no object: every reader of objects skips them; only the recovery of refs after a
+power loss reads them (:func:`intents`).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ _ROW = struct.Struct(">32sQI")  # raw id, frame offset, frame size
 RECORD_MAX = 1 << 31
 #: the first byte of a ref intent's payload (never an object frame's header: 0x00-0x02)
 INTENT_FRAME = b"\x10"
+_DELTA_CUT = b'"'  # where a ref delta cuts values into pieces (ref_delta)
 PACK_SUFFIX = ".pack"
 INDEX_SUFFIX = ".idx"
 #: the folder of a store that holds its packs and their indexes
@@ -243,41 +248,114 @@ def _resync(view: memoryview, off: int, version: int) -> int | None:
     return None
 
 
-def encode_intent(intent: RefIntent) -> bytes:
+def ref_delta(base: bytes, new: bytes) -> list[list[int] | str] | None:
+    """``new`` as a delta of ``base``, or None when the delta would not be smaller.
+
+    Both are cut at every ``"`` (ref values are JSON: a change rewrites a few of its strings
+    and appends one to a list, the others come back unchanged); the delta lists, in order,
+    ``[start, count]`` (that many pieces of ``base`` from ``start``) and strings (pieces that
+    ``base`` does not hold, latin-1, joined by ``"``). :func:`apply_ref_delta` undoes it.
+    """
+    pieces = base.split(_DELTA_CUT)
+    first: dict[bytes, int] = {}
+    for i, piece in enumerate(pieces):
+        first.setdefault(piece, i)
+    ops: list[list[int] | str] = []
+    literal = 0
+    for piece in new.split(_DELTA_CUT):
+        last = ops[-1] if ops else None
+        if isinstance(last, list) and last[0] + last[1] < len(pieces) and pieces[last[0] + last[1]] == piece:
+            last[1] += 1
+        elif piece in first:
+            ops.append([first[piece], 1])
+        elif isinstance(last, str):
+            ops[-1] = last + '"' + piece.decode("latin-1")
+            literal += len(piece) + 1
+        else:
+            ops.append(piece.decode("latin-1"))
+            literal += len(piece)
+    if literal + 12 * len(ops) >= len(new):
+        return None
+    return ops
+
+
+def apply_ref_delta(base: bytes, delta: object) -> bytes:
+    """The bytes :func:`ref_delta` made ``delta`` of, from ``base``.
+
+    Raises:
+        ValueError: ``delta`` is not such a delta of ``base`` (a piece out of range, a bad op).
+    """
+    pieces = base.split(_DELTA_CUT)
+    out: list[bytes] = []
+    if not isinstance(delta, list):
+        raise ValueError("a ref delta is a list")
+    for op in delta:
+        if isinstance(op, str):
+            out.extend(op.encode("latin-1").split(_DELTA_CUT))
+        elif (isinstance(op, list) and len(op) == 2 and all(type(v) is int for v in op)
+              and 0 <= op[0] and 0 < op[1] and op[0] + op[1] <= len(pieces)):
+            out.extend(pieces[op[0]:op[0] + op[1]])
+        else:
+            raise ValueError(f"bad op {op!r} in a ref delta")
+    return _DELTA_CUT.join(out)
+
+
+def encode_intent(intent: RefIntent, base: bytes | None = None) -> bytes:
     """One record of a version-2 log holding a ref intent (see the module docstring).
+
+    ``base``: the bytes of ``intent.old``, given only when the same log's previous intent
+    for ``intent.key`` wrote them (its ``new`` is ``intent.old``); the value is then stored
+    as a delta of them where that is smaller. Without it the whole value is stored.
 
     Raises:
         IntegrityError: the intent would exceed :data:`RECORD_MAX`.
     """
-    body = json.dumps({"k": intent.key, "o": intent.old, "n": intent.new,
-                       "d": None if intent.data is None else intent.data.decode("latin-1"),
-                       "b": intent.boot, "t": intent.stamp}, separators=(",", ":")).encode()
-    payload = INTENT_FRAME + body
+    fields: dict[str, object] = {"k": intent.key, "o": intent.old, "n": intent.new}
+    delta = None if base is None or intent.data is None or intent.old is None else ref_delta(base, intent.data)
+    if delta is not None:
+        fields["x"] = delta
+    else:
+        fields["d"] = None if intent.data is None else intent.data.decode("latin-1")
+    fields["b"], fields["t"] = intent.boot, intent.stamp
+    payload = INTENT_FRAME + json.dumps(fields, separators=(",", ":")).encode()
     if len(payload) >= RECORD_MAX:
         raise IntegrityError("pack record", f"a ref intent of {len(payload)} bytes is more than a record holds")
     return _REC.pack(len(payload), o.checksum(payload)) + payload
 
 
 def intents(data: bytes | memoryview) -> list[RefIntent]:
-    """The ref intents of a log's bytes, in the order written (none in a version-1 pack or
-    in bytes that are not a pack). An intent record that passed its check yet does not
-    parse is skipped (damage later than its writing)."""
+    """The ref intents of a log's bytes, in the order written, each with its whole new value
+    (a delta is applied to the value of the log's previous intent for that key; none in a
+    version-1 pack or in bytes that are not a pack). An intent record that passed its check
+    yet does not parse is skipped (damage later than its writing), and so is a delta whose
+    base is not the key's previous intent in this log (that one was damaged)."""
     try:
         if pack_version(data) != 2:
             return []
     except IntegrityError:
         return []
     out: list[RefIntent] = []
+    last: dict[str, tuple[str | None, bytes | None]] = {}  # key -> token and bytes of its latest intent here
     for _, payload in _records(data, 2):
         if payload[:1] != INTENT_FRAME:
             continue
         try:
             r = json.loads(bytes(payload[1:]))
-            raw = r["d"]
-            out.append(RefIntent(str(r["k"]), r["o"], r["n"], None if raw is None else raw.encode("latin-1"),
-                                 str(r["b"]), int(r["t"])))
+            key = str(r["k"])
+            if "x" in r:
+                tok, base = last.get(key, (None, None))
+                if base is None or r["o"] is None or tok != r["o"]:
+                    last.pop(key, None)  # its chain is broken: so is every later delta of it
+                    continue
+                value: bytes | None = apply_ref_delta(base, r["x"])
+            else:
+                raw = r["d"]
+                value = None if raw is None else raw.encode("latin-1")
+            intent = RefIntent(key, r["o"], r["n"], value, str(r["b"]), int(r["t"]))
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
             continue
+        last[key] = (intent.new, value)
+        out.append(intent)
     return out
 
 
@@ -617,5 +695,6 @@ __all__ = ["Location", "Slot", "Place", "IndexView", "payloads", "content_spans"
            "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
            "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
+           "ref_delta", "apply_ref_delta",
            "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX",
            "PACKS", "pack_key", "index_key"]

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
 
 import castore
 from castore import packs
@@ -27,6 +29,7 @@ from castore.storage import local as local_mod
 from castore.storage.local import JOURNAL, LocalStorage
 
 GOLDEN = Path(__file__).parent / "golden" / "format3-intent.json"
+GOLDEN_DELTA = Path(__file__).parent / "golden" / "format3-delta-intent.json"
 
 
 class _Syncs:
@@ -92,6 +95,16 @@ def _power_loss(storage: LocalStorage, torn: bool = False) -> int:
     return len({p for p, _ in undone})
 
 
+def _intent_fields(root: Path) -> list[dict[str, Any]]:
+    """The JSON of every intent record in the store's logs, sealed or not (log by log)."""
+    out = []
+    for n in sorted(os.listdir(root / "packs")):
+        if n.startswith("w-") and n.endswith(".pack"):
+            data = (root / "packs" / n).read_bytes()
+            out += [json.loads(bytes(p[1:])) for _, p in packs._records(data, 2) if p[:1] == packs.INTENT_FRAME]
+    return out
+
+
 def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local_mod, "_boot_id", lambda: "00000000-0000-0000-0000-00000000b007")
 
@@ -125,6 +138,8 @@ def test_a_power_loss_loses_no_acknowledged_append(tmp_path: Path, monkeypatch: 
         # what the disk holds now, read without recovery: the appends are not there
         raw = LocalStorage(str(root)).read_versioned("refs/sessions/app/u/s1/heads/main")
         assert raw is None or json.loads(raw.data.split(b"\n")[1])["len"] < len(want["s1"])
+    # the branches' intents after their first are deltas: the replay must rebuild them
+    assert sum("x" in r for r in _intent_fields(root)) >= 12
     _reboot(monkeypatch)
     again = castore.open(str(root))
     for sid, msgs in want.items():
@@ -320,6 +335,123 @@ def _replayed(tmp_path: Path, holds: bytes | None, changes: list[tuple[bytes | N
 def test_a_replay_brings_a_ref_to_its_last_value(tmp_path: Path, holds: bytes | None, changes: Any,
                                                 want: bytes | None) -> None:
     assert _replayed(tmp_path, holds, changes) == want
+
+
+# -- intents stored as deltas ----------------------------------------------------------------------
+def _replays_after_power_loss(root: Path, st: castore.Store, want: dict[str, list[str]],
+                              monkeypatch: pytest.MonkeyPatch, torn: bool) -> None:
+    """Lose the unsynced renames of ``st`` (rolled back or torn), reboot, and check that every
+    session in ``want`` reads back whole and the store is sound."""
+    assert isinstance(st.storage, LocalStorage)
+    assert _power_loss(st.storage, torn) >= 1
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    for sid, msgs in want.items():
+        assert [m.content for m in again.session("app", "u", sid).messages()] == msgs, sid
+    assert fsck(again).ok
+    assert os.listdir(root / JOURNAL) == []
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["rolled-back", "torn"])
+def test_a_ref_moved_by_another_writer_gets_a_whole_value_then_deltas_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torn: bool) -> None:
+    """Two handles take turns on one branch: each one's first intent after the other's
+    holds the whole value (its old value is not one its log wrote), the next ones deltas;
+    a power loss replays the chain across both logs."""
+    root = tmp_path / "st"
+    one, two = castore.open(str(root), format=3), castore.open(str(root), format=3)
+    assert isinstance(one.storage, LocalStorage) and isinstance(two.storage, LocalStorage)
+    one.storage.unsynced = two.storage.unsynced = []  # one list: undone newest first
+    for turn, st in enumerate([one, two, one, two]):
+        s = st.session("app", "u", "s")
+        for i in range(3):
+            s.append(castore.Message(role="user", content=f"{turn} {i}"), state_delta={"t": turn})
+    want = {"s": [m.content for m in one.session("app", "u", "s").messages()]}
+    main = [r for r in _intent_fields(root) if r["k"].endswith("/heads/main")]
+    whole_of_moved = [r for r in main if "d" in r and r["o"] is not None]
+    assert len(whole_of_moved) >= 3 and sum("x" in r for r in main) >= 8
+    _replays_after_power_loss(root, one, want, monkeypatch, torn)
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["rolled-back", "torn"])
+def test_a_log_sealed_mid_session_leaves_the_next_log_a_whole_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torn: bool) -> None:
+    """The first intent of a ref in a new log holds its whole value, though the ref's last
+    intent (in the sealed log before) wrote its old value: a recovery no longer reads a
+    sealed log's intents."""
+    root = tmp_path / "st"
+    st = castore.open(str(root), format=3, auto_repack=False)
+    assert isinstance(st.storage, LocalStorage)
+    st.storage.unsynced = []
+    s = st.session("app", "u", "s")
+    for i in range(12):
+        s.append(castore.Message(role="user", content=f"m {i}"))
+        if i in (4, 8):
+            st.objects.close()  # seals the log; the next append opens another
+    want = {"s": [m.content for m in s.messages()]}
+    names = sorted(n[:-5] for n in os.listdir(root / "packs") if n.endswith(".pack"))
+    live = [n for n in names if not (root / "packs" / f"{n}.idx").exists()]
+    assert len(live) == 1 and len(names) == 3
+    data = (root / "packs" / f"{live[0]}.pack").read_bytes()
+    mine = [json.loads(bytes(p[1:])) for _, p in packs._records(data, 2) if p[:1] == packs.INTENT_FRAME]
+    main = [r for r in mine if r["k"].endswith("/heads/main")]
+    assert "d" in main[0] and main[0]["o"] is not None and all("x" in r for r in main[1:]) and len(main) == 3
+    _replays_after_power_loss(root, st, want, monkeypatch, torn)
+
+
+def test_a_log_of_whole_value_intents_still_replays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logs written before intents were deltas (every intent a whole value) replay as before."""
+    real = packs.encode_intent
+    monkeypatch.setattr(packs, "encode_intent", lambda intent, base=None: real(intent))
+    root = tmp_path / "st"
+    st, want = _write(root)
+    monkeypatch.undo()
+    assert _intent_fields(root) and all("d" in r for r in _intent_fields(root))
+    _replays_after_power_loss(root, st, want, monkeypatch, torn=True)
+
+
+def _golden_delta_intents() -> list[RefIntent]:
+    key, tail = "refs/sessions/a/u/s/heads/main", [f"{i:064x}" for i in range(1, 6)]
+    first = b"%064x\n" % 7 + json.dumps({"n": 5, "tl": tail, "w": "\u00e9"}).encode() + b"\n"
+    second = b"%064x\n" % 8 + json.dumps({"n": 6, "tl": tail + [f"{8:064x}"], "w": "w2"}).encode() + b"\n"
+    return [RefIntent(key, None, "2" * 32, first, "b00t", 12345678911),
+            RefIntent(key, "2" * 32, "3" * 32, second, "b00t", 12345678912)]
+
+
+def test_golden_delta_intent_records_keep_their_bytes() -> None:
+    want = json.loads(GOLDEN_DELTA.read_text())
+    first, second = _golden_delta_intents()
+    records = [packs.encode_intent(first), packs.encode_intent(second, first.data)]
+    assert [r.hex() for r in records] == want["records"]
+    assert b'"x":' in records[1] and len(records[1]) < len(packs.encode_intent(second)) * 0.6
+    assert packs.intents(bytes.fromhex(want["log"])) == [first, second]
+
+
+def test_a_delta_whose_base_is_lost_is_skipped_with_the_rest_of_its_chain() -> None:
+    first, second = _golden_delta_intents()
+    third = RefIntent(first.key, second.new, "4" * 32, second.data.replace(b"w2", b"w3"), "b00t", second.stamp + 1)
+    other = RefIntent("refs/other", None, "5" * 32, b"o\n", "b00t", second.stamp + 2)
+    records = [packs.encode_intent(first), packs.encode_intent(second, first.data),
+               packs.encode_intent(third, second.data), packs.encode_intent(other)]
+    assert packs.intents(packs.PACK_MAGIC_V2 + b"".join(records)) == [first, second, third, other]
+    damaged = bytearray(records[0])
+    damaged[-5] ^= 1  # fails its check: the whole value the deltas build on is gone
+    assert packs.intents(packs.PACK_MAGIC_V2 + bytes(damaged) + b"".join(records[1:])) == [other]
+    # a delta of a value another log wrote (its "o" is not this log's last "n" of the key)
+    assert packs.intents(packs.PACK_MAGIC_V2 + records[2] + records[3]) == [other]
+
+
+_VALUES = hs.binary(max_size=300) | hs.lists(hs.sampled_from([b'"', b",", b"ab", b"\xff", b"x" * 40, b"\n"]),
+                                             max_size=60).map(b"".join)
+
+
+@given(_VALUES, _VALUES)
+def test_a_ref_delta_rebuilds_the_value_it_was_made_of(base: bytes, new: bytes) -> None:
+    delta = packs.ref_delta(base, new)
+    if delta is not None:
+        assert packs.apply_ref_delta(base, json.loads(json.dumps(delta))) == new
+    grown = base + b'"' + new
+    assert packs.ref_delta(base, grown) is None or packs.apply_ref_delta(base, packs.ref_delta(base, grown)) == grown
 
 
 class _PlainWrapper(castore.storage.Storage):
