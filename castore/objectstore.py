@@ -145,10 +145,10 @@ class ObjectStore(Repacking):
         self._pack_data: OrderedDict[str, bytes] = OrderedDict()  # pack name -> bytes read by a scan
         self._pack_data_bytes = 0
         # format 3: the refs whose intents are in this handle's log (synced before it is sealed),
-        # each with the token and bytes its latest intent there wrote (the base of the next
-        # one's delta), swaps between their intent and their rename, and per thread the log
-        # holding this thread's objects record not yet synced
-        self._journaled: dict[str, tuple[str | None, bytes | None]] = {}
+        # each with its latest intent there (the base of the next one's delta), swaps between
+        # their intent and their rename, and per thread the log holding this thread's objects
+        # record not yet synced
+        self._journaled: dict[str, RefIntent] = {}
         self._synced_abandoned: set[str] = set()  # logs dropped after a failure, then synced
         self._inflight = 0
         self._tls = threading.local()
@@ -370,15 +370,16 @@ class ObjectStore(Repacking):
             assert log is not None
             # a delta only of the value this log's previous intent of the ref wrote: a
             # recovery then rebuilds it from this log alone (docs/FORMAT.md, 12)
-            tok, base = self._journaled.get(intent.key, (None, None))
-            record = packs.encode_intent(intent, base if tok is not None and tok == intent.old else None)
+            base = self._journaled.get(intent.key)
+            ok = base is not None and base.new is not None and base.new == intent.old and base.boot == intent.boot
+            record = packs.encode_intent(intent, base if ok else None)
             try:
                 log.append(record)
             except StorageError:
                 self._abandon()
                 raise
             self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
-            self._journaled[intent.key] = (intent.new, intent.data)
+            self._journaled[intent.key] = intent
             self._tls.pending = ""
             if not getattr(self._tls, "inflight", False):
                 self._tls.inflight = True

@@ -30,8 +30,9 @@ records whose payload starts with the byte ``0x10`` instead of an object frame's
 followed by a JSON object ``{"k": key, "o": old token, "n": new token, "d": new bytes
 (latin-1), "b": boot id, "t": CLOCK_MONOTONIC ns}``, or, in place of ``"d"``, ``"x"``: the
 new bytes as a delta of the value the same log's previous intent for that key wrote (whose
-``"n"`` is this one's ``"o"``; see :func:`ref_delta`). The first intent of a key in a log
-always carries the whole value, so a log's intents rebuild every value from that log alone.
+``"n"`` is this one's ``"o"``; see :func:`ref_delta`); a delta intent has no ``"k"`` and
+``"b"``: they are its base's. The first intent of a key in a log always carries the whole
+value, so a log's intents rebuild every value from that log alone.
 They hold no object: every reader of objects skips them; only the recovery of refs after a
 power loss reads them (:func:`intents`).
 """
@@ -252,11 +253,12 @@ def ref_delta(base: bytes, new: bytes) -> list[list[int] | str] | None:
     """``new`` as a delta of ``base``, or None when the delta would not be smaller.
 
     Both are cut at every ``"`` (ref values are JSON: a change rewrites a few of its strings
-    and appends one to a list, the others come back unchanged); the delta lists, in order,
+    and appends one to a list, the others come back unchanged). The delta lists, in order,
     ``[start, count]`` (that many pieces of ``base`` from ``start``) and strings (pieces that
     ``base`` does not hold, latin-1, joined by ``"``). :func:`apply_ref_delta` undoes it.
     """
     pieces = base.split(_DELTA_CUT)
+    n = len(pieces)
     first: dict[bytes, int] = {}
     for i, piece in enumerate(pieces):
         first.setdefault(piece, i)
@@ -264,7 +266,7 @@ def ref_delta(base: bytes, new: bytes) -> list[list[int] | str] | None:
     literal = 0
     for piece in new.split(_DELTA_CUT):
         last = ops[-1] if ops else None
-        if isinstance(last, list) and last[0] + last[1] < len(pieces) and pieces[last[0] + last[1]] == piece:
+        if isinstance(last, list) and last[0] + last[1] < n and pieces[last[0] + last[1]] == piece:
             last[1] += 1
         elif piece in first:
             ops.append([first[piece], 1])
@@ -286,37 +288,48 @@ def apply_ref_delta(base: bytes, delta: object) -> bytes:
         ValueError: ``delta`` is not such a delta of ``base`` (a piece out of range, a bad op).
     """
     pieces = base.split(_DELTA_CUT)
+    n = len(pieces)
     out: list[bytes] = []
     if not isinstance(delta, list):
         raise ValueError("a ref delta is a list")
     for op in delta:
         if isinstance(op, str):
             out.extend(op.encode("latin-1").split(_DELTA_CUT))
-        elif (isinstance(op, list) and len(op) == 2 and all(type(v) is int for v in op)
-              and 0 <= op[0] and 0 < op[1] and op[0] + op[1] <= len(pieces)):
-            out.extend(pieces[op[0]:op[0] + op[1]])
-        else:
+            continue
+        if not (isinstance(op, list) and len(op) == 2 and type(op[0]) is int and type(op[1]) is int):
             raise ValueError(f"bad op {op!r} in a ref delta")
+        at, count = op
+        if not (0 <= at and 0 < count and at + count <= n):
+            raise ValueError(f"op {op!r} of a ref delta is out of range")
+        out.extend(pieces[at:at + count])
     return _DELTA_CUT.join(out)
 
 
-def encode_intent(intent: RefIntent, base: bytes | None = None) -> bytes:
+def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
     """One record of a version-2 log holding a ref intent (see the module docstring).
 
-    ``base``: the bytes of ``intent.old``, given only when the same log's previous intent
-    for ``intent.key`` wrote them (its ``new`` is ``intent.old``); the value is then stored
-    as a delta of them where that is smaller. Without it the whole value is stored.
+    ``base``: the same log's previous intent of ``intent.key`` (same boot), given only when
+    it wrote ``intent.old`` (its ``new`` is ``intent.old``); the value is then stored as a
+    delta of its bytes where that is smaller, and the key and boot are taken from it when
+    read. Without it the whole value is stored.
 
     Raises:
-        IntegrityError: the intent would exceed :data:`RECORD_MAX`.
+        IntegrityError: the intent would exceed :data:`RECORD_MAX`; ``base`` is not such an
+            intent.
     """
-    fields: dict[str, object] = {"k": intent.key, "o": intent.old, "n": intent.new}
-    delta = None if base is None or intent.data is None or intent.old is None else ref_delta(base, intent.data)
+    delta = None
+    if base is not None and intent.data is not None and intent.old is not None:
+        if (base.key, base.new, base.boot) != (intent.key, intent.old, intent.boot) or base.data is None:
+            raise IntegrityError("ref intent", f"{intent.key}: a delta's base must be the intent "
+                                               "that wrote its old value")
+        delta = ref_delta(base.data, intent.data)
+    fields: dict[str, object]
     if delta is not None:
-        fields["x"] = delta
+        fields = {"o": intent.old, "n": intent.new, "x": delta, "t": intent.stamp}
     else:
-        fields["d"] = None if intent.data is None else intent.data.decode("latin-1")
-    fields["b"], fields["t"] = intent.boot, intent.stamp
+        fields = {"k": intent.key, "o": intent.old, "n": intent.new,
+                  "d": None if intent.data is None else intent.data.decode("latin-1"),
+                  "b": intent.boot, "t": intent.stamp}
     payload = INTENT_FRAME + json.dumps(fields, separators=(",", ":")).encode()
     if len(payload) >= RECORD_MAX:
         raise IntegrityError("pack record", f"a ref intent of {len(payload)} bytes is more than a record holds")
@@ -325,36 +338,42 @@ def encode_intent(intent: RefIntent, base: bytes | None = None) -> bytes:
 
 def intents(data: bytes | memoryview) -> list[RefIntent]:
     """The ref intents of a log's bytes, in the order written, each with its whole new value
-    (a delta is applied to the value of the log's previous intent for that key; none in a
-    version-1 pack or in bytes that are not a pack). An intent record that passed its check
-    yet does not parse is skipped (damage later than its writing), and so is a delta whose
-    base is not the key's previous intent in this log (that one was damaged)."""
+    (none in a version-1 pack or in bytes that are not a pack). A delta is applied to the
+    value of the intent it names by its ``"o"``, which must be the latest intent of its key
+    so far in this log (it gives the key and boot too). An intent record that passed its
+    check yet does not parse is skipped (damage later than its writing), and so is a delta
+    whose base is not there (that record was damaged), and with it the rest of its chain."""
     try:
         if pack_version(data) != 2:
             return []
     except IntegrityError:
         return []
     out: list[RefIntent] = []
-    last: dict[str, tuple[str | None, bytes | None]] = {}  # key -> token and bytes of its latest intent here
+    latest: dict[str, RefIntent] = {}  # key -> its latest intent in this log so far
+    by_token: dict[str, RefIntent] = {}  # the new token of each of those -> it
     for _, payload in _records(data, 2):
         if payload[:1] != INTENT_FRAME:
             continue
         try:
             r = json.loads(bytes(payload[1:]))
-            key = str(r["k"])
             if "x" in r:
-                tok, base = last.get(key, (None, None))
-                if base is None or r["o"] is None or tok != r["o"]:
-                    last.pop(key, None)  # its chain is broken: so is every later delta of it
-                    continue
-                value: bytes | None = apply_ref_delta(base, r["x"])
+                base = by_token.get(r["o"]) if isinstance(r["o"], str) else None
+                if base is None or base.data is None:
+                    continue  # its base was damaged: so is every later delta of that ref
+                intent = RefIntent(base.key, r["o"], r["n"], apply_ref_delta(base.data, r["x"]), base.boot,
+                                   int(r["t"]))
             else:
                 raw = r["d"]
-                value = None if raw is None else raw.encode("latin-1")
-            intent = RefIntent(key, r["o"], r["n"], value, str(r["b"]), int(r["t"]))
+                intent = RefIntent(str(r["k"]), r["o"], r["n"], None if raw is None else raw.encode("latin-1"),
+                                   str(r["b"]), int(r["t"]))
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
             continue
-        last[key] = (intent.new, value)
+        was = latest.get(intent.key)
+        if was is not None and was.new is not None:
+            by_token.pop(was.new, None)
+        latest[intent.key] = intent
+        if intent.new is not None:
+            by_token[intent.new] = intent
         out.append(intent)
     return out
 

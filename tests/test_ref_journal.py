@@ -23,6 +23,7 @@ from hypothesis import strategies as hs
 
 import castore
 from castore import packs
+from castore.errors import IntegrityError
 from castore.maintenance import fsck
 from castore.storage import RefIntent
 from castore.storage import local as local_mod
@@ -95,13 +96,20 @@ def _power_loss(storage: LocalStorage, torn: bool = False) -> int:
     return len({p for p, _ in undone})
 
 
+def _log_fields(data: bytes) -> list[dict[str, Any]]:
+    """The JSON of every intent record of a log, each with the key of the intent it is read
+    as (``"key"``; a delta has no ``"k"`` of its own)."""
+    raw = [json.loads(bytes(p[1:])) for _, p in packs._records(data, 2) if p[:1] == packs.INTENT_FRAME]
+    read = packs.intents(data)
+    return [{**r, "key": i.key} for r, i in zip(raw, read, strict=True)]
+
+
 def _intent_fields(root: Path) -> list[dict[str, Any]]:
-    """The JSON of every intent record in the store's logs, sealed or not (log by log)."""
+    """:func:`_log_fields` of every log of the store, sealed or not (log by log)."""
     out = []
     for n in sorted(os.listdir(root / "packs")):
         if n.startswith("w-") and n.endswith(".pack"):
-            data = (root / "packs" / n).read_bytes()
-            out += [json.loads(bytes(p[1:])) for _, p in packs._records(data, 2) if p[:1] == packs.INTENT_FRAME]
+            out += _log_fields((root / "packs" / n).read_bytes())
     return out
 
 
@@ -367,7 +375,7 @@ def test_a_ref_moved_by_another_writer_gets_a_whole_value_then_deltas_again(
         for i in range(3):
             s.append(castore.Message(role="user", content=f"{turn} {i}"), state_delta={"t": turn})
     want = {"s": [m.content for m in one.session("app", "u", "s").messages()]}
-    main = [r for r in _intent_fields(root) if r["k"].endswith("/heads/main")]
+    main = [r for r in _intent_fields(root) if r["key"].endswith("/heads/main")]
     whole_of_moved = [r for r in main if "d" in r and r["o"] is not None]
     assert len(whole_of_moved) >= 3 and sum("x" in r for r in main) >= 8
     _replays_after_power_loss(root, one, want, monkeypatch, torn)
@@ -393,8 +401,7 @@ def test_a_log_sealed_mid_session_leaves_the_next_log_a_whole_value(
     live = [n for n in names if not (root / "packs" / f"{n}.idx").exists()]
     assert len(live) == 1 and len(names) == 3
     data = (root / "packs" / f"{live[0]}.pack").read_bytes()
-    mine = [json.loads(bytes(p[1:])) for _, p in packs._records(data, 2) if p[:1] == packs.INTENT_FRAME]
-    main = [r for r in mine if r["k"].endswith("/heads/main")]
+    main = [r for r in _log_fields(data) if r["key"].endswith("/heads/main")]
     assert "d" in main[0] and main[0]["o"] is not None and all("x" in r for r in main[1:]) and len(main) == 3
     _replays_after_power_loss(root, st, want, monkeypatch, torn)
 
@@ -421,7 +428,7 @@ def _golden_delta_intents() -> list[RefIntent]:
 def test_golden_delta_intent_records_keep_their_bytes() -> None:
     want = json.loads(GOLDEN_DELTA.read_text())
     first, second = _golden_delta_intents()
-    records = [packs.encode_intent(first), packs.encode_intent(second, first.data)]
+    records = [packs.encode_intent(first), packs.encode_intent(second, first)]
     assert [r.hex() for r in records] == want["records"]
     assert b'"x":' in records[1] and len(records[1]) < len(packs.encode_intent(second)) * 0.6
     assert packs.intents(bytes.fromhex(want["log"])) == [first, second]
@@ -431,14 +438,16 @@ def test_a_delta_whose_base_is_lost_is_skipped_with_the_rest_of_its_chain() -> N
     first, second = _golden_delta_intents()
     third = RefIntent(first.key, second.new, "4" * 32, second.data.replace(b"w2", b"w3"), "b00t", second.stamp + 1)
     other = RefIntent("refs/other", None, "5" * 32, b"o\n", "b00t", second.stamp + 2)
-    records = [packs.encode_intent(first), packs.encode_intent(second, first.data),
-               packs.encode_intent(third, second.data), packs.encode_intent(other)]
+    records = [packs.encode_intent(first), packs.encode_intent(second, first),
+               packs.encode_intent(third, second), packs.encode_intent(other)]
     assert packs.intents(packs.PACK_MAGIC_V2 + b"".join(records)) == [first, second, third, other]
     damaged = bytearray(records[0])
     damaged[-5] ^= 1  # fails its check: the whole value the deltas build on is gone
     assert packs.intents(packs.PACK_MAGIC_V2 + bytes(damaged) + b"".join(records[1:])) == [other]
     # a delta of a value another log wrote (its "o" is not this log's last "n" of the key)
     assert packs.intents(packs.PACK_MAGIC_V2 + records[2] + records[3]) == [other]
+    with pytest.raises(IntegrityError):  # a base that did not write the intent's old value
+        packs.encode_intent(third, first)
 
 
 _VALUES = hs.binary(max_size=300) | hs.lists(hs.sampled_from([b'"', b",", b"ab", b"\xff", b"x" * 40, b"\n"]),

@@ -26,7 +26,7 @@ def golden(delta: bool = False) -> dict[str, object]:
     ``delta``, the second stores its value as a delta of the first's."""
     if delta:
         first, second = _golden_delta_intents()
-        records = [packs.encode_intent(first), packs.encode_intent(second, first.data)]
+        records = [packs.encode_intent(first), packs.encode_intent(second, first)]
     else:
         records = [packs.encode_intent(i) for i in _golden_intents()]
     return {"format": 3, "records": [r.hex() for r in records], "log": (packs.PACK_MAGIC_V2 + b"".join(records)).hex()}
