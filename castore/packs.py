@@ -28,20 +28,22 @@ pack: an object's id is the blake3 of its bytes, computed when the record is sca
 A local writer's log (version 2) may also hold *ref intents* (format 3, docs/FORMAT.md 12):
 records whose payload starts with the byte ``0x10`` instead of an object frame's header,
 followed by a JSON object ``{"k": key, "o": old token, "n": new token, "d": new bytes
-(latin-1), "b": boot id, "t": CLOCK_MONOTONIC ns}``, or, in place of ``"d"``, ``"x"``: the
-new bytes as a delta of the value the same log's previous intent for that key wrote (whose
-``"n"`` is this one's ``"o"``; see :func:`ref_delta`); a delta intent has no ``"k"`` and
-``"b"``: they are its base's. The first intent of a key in a log always carries the whole
-value, so a log's intents rebuild every value from that log alone.
-They hold no object: every reader of objects skips them; only the recovery of refs after a
-power loss reads them (:func:`intents`).
+(latin-1), "b": boot id, "t": CLOCK_MONOTONIC ns}``, or ``{"o", "n", "z", "t"}``: ``"z"``
+the new bytes as a delta (base64, :func:`ref_delta`) of the value the same log's previous
+intent for that key wrote (whose ``"n"`` is this one's ``"o"``), whose key and boot it
+has. The first intent of a key in a log always carries the whole value, so a log's intents
+rebuild every value from that log alone. They hold no object: every reader of objects
+skips them; only the recovery of refs after a power loss reads them (:func:`intents`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import struct
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
@@ -67,7 +69,6 @@ _ROW = struct.Struct(">32sQI")  # raw id, frame offset, frame size
 RECORD_MAX = 1 << 31
 #: the first byte of a ref intent's payload (never an object frame's header: 0x00-0x02)
 INTENT_FRAME = b"\x10"
-_DELTA_CUT = b'"'  # where a ref delta cuts values into pieces (ref_delta)
 PACK_SUFFIX = ".pack"
 INDEX_SUFFIX = ".idx"
 #: the folder of a store that holds its packs and their indexes
@@ -249,60 +250,33 @@ def _resync(view: memoryview, off: int, version: int) -> int | None:
     return None
 
 
-def ref_delta(base: bytes, new: bytes) -> list[list[int] | str] | None:
-    """``new`` as a delta of ``base``, or None when the delta would not be smaller.
+def ref_delta(base: bytes, new: bytes) -> bytes | None:
+    """``new`` as a delta of ``base``, or None when that would not be smaller than ``new``.
 
-    Both are cut at every ``"`` (ref values are JSON: a change rewrites a few of its strings
-    and appends one to a list, the others come back unchanged). The delta lists, in order,
-    ``[start, count]`` (that many pieces of ``base`` from ``start``) and strings (pieces that
-    ``base`` does not hold, latin-1, joined by ``"``). :func:`apply_ref_delta` undoes it.
+    The delta is ``new`` compressed by zlib (raw deflate, level 1) with ``base`` as its
+    preset dictionary: what an append leaves unchanged in a ref value (most of it) costs a
+    few bytes of back references, what it changes (the tip, the time, the write id, one id
+    added to the tail) costs its entropy. :func:`apply_ref_delta` undoes it.
     """
-    pieces = base.split(_DELTA_CUT)
-    n = len(pieces)
-    first: dict[bytes, int] = {}
-    for i, piece in enumerate(pieces):
-        first.setdefault(piece, i)
-    ops: list[list[int] | str] = []
-    literal = 0
-    for piece in new.split(_DELTA_CUT):
-        last = ops[-1] if ops else None
-        if isinstance(last, list) and last[0] + last[1] < n and pieces[last[0] + last[1]] == piece:
-            last[1] += 1
-        elif piece in first:
-            ops.append([first[piece], 1])
-        elif isinstance(last, str):
-            ops[-1] = last + '"' + piece.decode("latin-1")
-            literal += len(piece) + 1
-        else:
-            ops.append(piece.decode("latin-1"))
-            literal += len(piece)
-    if literal + 12 * len(ops) >= len(new):
-        return None
-    return ops
+    c = zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, zdict=base)
+    out = c.compress(new) + c.flush()
+    return out if (len(out) + 2) // 3 * 4 < len(new) else None  # stored as base64
 
 
-def apply_ref_delta(base: bytes, delta: object) -> bytes:
+def apply_ref_delta(base: bytes, delta: bytes) -> bytes:
     """The bytes :func:`ref_delta` made ``delta`` of, from ``base``.
 
     Raises:
-        ValueError: ``delta`` is not such a delta of ``base`` (a piece out of range, a bad op).
+        ValueError: ``delta`` is not a whole delta of ``base``.
     """
-    pieces = base.split(_DELTA_CUT)
-    n = len(pieces)
-    out: list[bytes] = []
-    if not isinstance(delta, list):
-        raise ValueError("a ref delta is a list")
-    for op in delta:
-        if isinstance(op, str):
-            out.extend(op.encode("latin-1").split(_DELTA_CUT))
-            continue
-        if not (isinstance(op, list) and len(op) == 2 and type(op[0]) is int and type(op[1]) is int):
-            raise ValueError(f"bad op {op!r} in a ref delta")
-        at, count = op
-        if not (0 <= at and 0 < count and at + count <= n):
-            raise ValueError(f"op {op!r} of a ref delta is out of range")
-        out.extend(pieces[at:at + count])
-    return _DELTA_CUT.join(out)
+    d = zlib.decompressobj(-15, zdict=base)
+    try:
+        out = d.decompress(delta) + d.flush()
+    except zlib.error as e:
+        raise ValueError(f"not a ref delta: {e}") from None
+    if not d.eof or d.unused_data:
+        raise ValueError("not a whole ref delta")
+    return out
 
 
 def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
@@ -325,7 +299,7 @@ def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
         delta = ref_delta(base.data, intent.data)
     fields: dict[str, object]
     if delta is not None:
-        fields = {"o": intent.old, "n": intent.new, "x": delta, "t": intent.stamp}
+        fields = {"o": intent.old, "n": intent.new, "z": base64.b64encode(delta).decode("ascii"), "t": intent.stamp}
     else:
         fields = {"k": intent.key, "o": intent.old, "n": intent.new,
                   "d": None if intent.data is None else intent.data.decode("latin-1"),
@@ -356,17 +330,17 @@ def intents(data: bytes | memoryview) -> list[RefIntent]:
             continue
         try:
             r = json.loads(bytes(payload[1:]))
-            if "x" in r:
+            if "z" in r:
                 base = by_token.get(r["o"]) if isinstance(r["o"], str) else None
                 if base is None or base.data is None:
                     continue  # its base was damaged: so is every later delta of that ref
-                intent = RefIntent(base.key, r["o"], r["n"], apply_ref_delta(base.data, r["x"]), base.boot,
-                                   int(r["t"]))
+                value = apply_ref_delta(base.data, base64.b64decode(r["z"], validate=True))
+                intent = RefIntent(base.key, r["o"], r["n"], value, base.boot, int(r["t"]))
             else:
                 raw = r["d"]
                 intent = RefIntent(str(r["k"]), r["o"], r["n"], None if raw is None else raw.encode("latin-1"),
                                    str(r["b"]), int(r["t"]))
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError, binascii.Error):
             continue
         was = latest.get(intent.key)
         if was is not None and was.new is not None:
