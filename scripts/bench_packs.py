@@ -145,23 +145,25 @@ def _salad(rng: random.Random, size: int) -> str:
     return text(rng, size)
 
 
-def scale(n: int) -> list[str]:
-    """Bytes and packs after ``n`` appends to one format-2 session, background repack on and
-    off (local disk, not durable: bytes do not depend on fsync). Two workloads: this script's
+def scale(n: int, fmt: int = 2) -> list[str]:
+    """Bytes and packs after ``n`` appends to one session of format ``fmt``, background repack
+    on and off (local disk; format 2 not durable: its bytes do not depend on fsync; format 3
+    durable, since only a durable swap writes a ref intent into the log). Two workloads: this script's
     Zipf messages (state delta {turn, topic}) and scripts/bench_session.py's storage workload
     (word salad, delta {turn, last_city}). Raw payload = the messages' content bytes (UTF-8),
     the definition both scripts use. Stored = every file under objects/ and packs/ (pack
     indexes included); refs and castore.json excluded. Every step's full state is checked
     reachable (``Session.verify``) before anything is measured; cold read = a fresh handle
     reading every message, in this process."""
-    out = [f"### Bytes and packs at N = {n} appends (format 2, local disk)", "",
+    durable = fmt >= 3
+    out = [f"### Bytes and packs at N = {n} appends (format {fmt}, local disk{', durable' if durable else ''})", "",
            "| workload | background repack | stored / raw | loose files | pack files | packs | "
            "new files per append | cold read |", "|---|---|---|---|---|---|---|---|"]
     for workload in ("zipf", "salad"):
         for auto in (True, False):
             tmp = tempfile.mkdtemp(prefix="bench-packs-scale-")
             root = os.path.join(tmp, "st")
-            st = castore.open(root, format=2, durable=False, auto_repack=auto)
+            st = castore.open(root, format=fmt, durable=durable, auto_repack=auto)
             s = st.session("app", "u", "s")
             rng = random.Random(7)
             raw = 0
@@ -332,6 +334,8 @@ def main() -> None:
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--ref-cost", action="store_true", help="only the split of a local append's time (objects, ref)")
     ap.add_argument("--scale", type=int, default=0, help="only the bytes-and-packs table at this N (e.g. 10000)")
+    ap.add_argument("--format", type=int, default=2, choices=(2, 3),
+                    help="the storage format of --scale's stores (3: durable, with ref intents)")
     args = ap.parse_args()
     if args.ref_cost:
         print("\n".join(local_ref_cost(args.n) + [""] + local_ref_cost(args.n, fmt=3) + [""]
@@ -340,7 +344,7 @@ def main() -> None:
     t0 = time.time()
     lines = [f"## Packs: format 1 against format 2 (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
     if args.scale:
-        lines += scale(args.scale) + ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
+        lines += scale(args.scale, args.format) + ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
         print("\n".join(lines))
         return
     lines += local(args.n)
