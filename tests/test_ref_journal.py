@@ -27,7 +27,8 @@ from castore.errors import IntegrityError
 from castore.maintenance import fsck
 from castore.storage import RefIntent
 from castore.storage import local as local_mod
-from castore.storage.local import JOURNAL, LocalStorage
+from castore.storage.journal import JOURNAL
+from castore.storage.local import LocalStorage
 
 GOLDEN = Path(__file__).parent / "golden" / "format3-intent.json"
 GOLDEN_DELTA = Path(__file__).parent / "golden" / "format3-delta-intent.json"

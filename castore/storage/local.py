@@ -27,20 +27,21 @@ written into the lock file and renamed over the ref with no fsync of file or fol
 the first such swap of a boot, ``journal/<boot id>`` is created durably (the *marker*); while
 it exists, deletes of refs (and checks after a dead writer's lock was cleared) are recorded
 in it, synced, before they land. Opening a store after a power loss finds the marker of
-another boot and replays that boot's intents (:meth:`LocalStorage.recover_refs`).
+another boot and replays that boot's intents (:meth:`LocalStorage.recover_refs`); the
+markers and the replay are in :mod:`castore.storage.journal`.
 """
 
 from __future__ import annotations
 
 import builtins
 import fcntl
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import InvalidName, RefLocked, StorageError
 from .base import Appender, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
+from .journal import BootMarkers
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
     from _blake2 import blake2b
@@ -58,9 +59,6 @@ SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = "refs/"
 _LOG_HEADER = "castore swap log "
-#: the folder of the boot markers of deferred ref swaps (see the module docstring)
-JOURNAL = "journal"
-_MARKER_HEADER = b"castore ref journal\n"
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -91,7 +89,7 @@ class LocalStorage(Storage):
         self.durable = durable
         self._made_dirs: set[str] = set()
         self._real_root: str | None = None
-        self._marker = ""  # the boot whose marker this handle made sure of
+        self._markers = BootMarkers(self, root, self._ensure_dir, self._fsync_dir)
         #: test hook (simulated power loss): when a list, every rename made without a sync
         #: is recorded as (path, the bytes it replaced or None); a folder sync drops its own
         self.unsynced: builtins.list[tuple[str, bytes | None]] | None = None
@@ -299,11 +297,11 @@ class LocalStorage(Storage):
         forward by a recovery after a later reboot (docs/FORMAT.md, 12)."""
         key = os.path.relpath(path, self.root).replace(os.sep, "/")
         boot = _boot_id()
-        if not (self.durable and boot and key.startswith(_LOGGED_DELETES) and self._has_marker(boot)):
+        if not (self.durable and boot and key.startswith(_LOGGED_DELETES) and self._markers.has(boot)):
             return
         current = self.read_versioned(key)
         token = current.token if current is not None else None
-        self._record(boot, RefIntent(key, token, token, None, boot, time.monotonic_ns()))
+        self._markers.record(boot, RefIntent(key, token, token, None, boot, time.monotonic_ns()))
 
     @staticmethod
     def _clear_if_stale(lock: str) -> bool:
@@ -367,7 +365,7 @@ class LocalStorage(Storage):
                 # what makes the append's objects record durable
                 boot = _boot_id()
                 if boot:
-                    self._ensure_marker(boot)
+                    self._markers.ensure(boot)
                 deferred = journal(RefIntent(key, expect, token, data, boot, time.monotonic_ns())) and bool(boot)
             self._log_swap(key)
             # As git does: the new content goes into the lock file itself, which is then
@@ -390,163 +388,16 @@ class LocalStorage(Storage):
             self.unsynced.append((path, current.data if current is not None else None))
         return token
 
-    # -- deferred swaps: the boot marker, its records, recovery --------------------------
-    def _marker_path(self, boot: str) -> str:
-        return os.path.join(self.root, JOURNAL, boot)
-
-    def _has_marker(self, boot: str) -> bool:
-        return self._marker == boot or os.path.exists(self._marker_path(boot))
-
-    def _ensure_marker(self, boot: str) -> None:
-        """Make sure ``journal/<boot>`` exists durably (once per handle and boot): before the
-        first deferred swap of a boot, so that a recovery after a power loss knows to look.
-
-        Raises:
-            StorageError: it cannot be created or synced.
-        """
-        if self._marker == boot:
-            return
-        d = os.path.join(self.root, JOURNAL)
-        self._ensure_dir(d)
-        try:
-            fd = os.open(self._marker_path(boot), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            pass
-        except OSError as e:
-            raise StorageError(f"cannot create {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
-        else:
-            try:
-                os.write(fd, _MARKER_HEADER)
-                os.fsync(fd)
-            except OSError as e:
-                raise StorageError(f"cannot write {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
-            finally:
-                os.close(fd)
-        # whoever made the folder or the file may not have synced them yet: sync both here
-        self._fsync_dir(d)
-        self._fsync_dir(self.root)
-        self._marker = boot
-
-    def _record(self, boot: str, intent: RefIntent) -> None:
-        """Append ``intent`` (a delete or a check: no data) to the boot's marker, synced.
-
-        Raises:
-            StorageError: it cannot be written (the change is then not made).
-        """
-        line = json.dumps({"k": intent.key, "o": intent.old, "n": intent.new, "t": intent.stamp},
-                          separators=(",", ":")).encode() + b"\n"
-        try:
-            fd = os.open(self._marker_path(boot), os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, line)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise StorageError(f"cannot record the change of {intent.key} in {JOURNAL}/{boot}: "
-                               f"{e.strerror or e}", self.url) from e
-
-    @staticmethod
-    def _records(data: bytes, boot: str) -> builtins.list[RefIntent]:
-        """The records of a marker's bytes: every line that parses (not the header line, nor
-        a torn last line cut by a crash; a marker whose creator died before its header still
-        has its records read)."""
-        out = []
-        for line in data.split(b"\n"):
-            try:
-                r = json.loads(line)
-                out.append(RefIntent(str(r["k"]), r["o"], r["n"], None, boot, int(r["t"])))
-            except (ValueError, KeyError, TypeError):
-                continue
-        return out
-
+    # -- deferred swaps: recovery (journal.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
         """Replay the deferred swaps of every other boot that left a marker; see
-        :meth:`Storage.recover_refs` and docs/FORMAT.md, 12. One listing when there is none.
+        :meth:`Storage.recover_refs`, :meth:`~castore.storage.journal.BootMarkers.recover`
+        and docs/FORMAT.md, 12. One listing when there is none.
 
         Raises:
             StorageError: a file cannot be read or written (the marker is kept).
         """
-        try:
-            names = os.listdir(os.path.join(self.root, JOURNAL))
-        except (FileNotFoundError, NotADirectoryError):
-            return 0
-        except OSError as e:
-            raise StorageError(f"cannot list {JOURNAL}: {e.strerror or e}", self.url) from e
-        boot = _boot_id()
-        changed = 0
-        for name in sorted(names):
-            if name != boot and ".tmp-" not in name:
-                changed += self._recover_boot(name, intents_of)
-        return changed
-
-    def _recover_boot(self, boot: str, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
-        """Replay the marker ``boot`` under its exclusive ``flock`` (a rival opening the store
-        meanwhile waits, then finds it gone), then remove it."""
-        path = self._marker_path(boot)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return 0
-        except OSError as e:
-            raise StorageError(f"cannot open {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
-        durable, self.durable = self.durable, True  # a replay is always synced (it runs at open)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_nlink == 0:
-                return 0  # replayed by another process while we waited
-            with os.fdopen(os.dup(fd), "rb") as f:
-                events = self._records(f.read(), boot)
-            events += [i for i in intents_of(boot) if i.boot == boot and i.key.startswith(_LOGGED_DELETES)]
-            by_key: dict[str, builtins.list[RefIntent]] = {}
-            for ev in events:
-                by_key.setdefault(ev.key, []).append(ev)
-            changed = sum(self._replay(key, sorted(evs, key=lambda i: i.stamp)) for key, evs in sorted(by_key.items()))
-            os.unlink(path)
-            self._fsync_dir(os.path.dirname(path))
-            return changed
-        except OSError as e:
-            raise StorageError(f"cannot recover {JOURNAL}/{boot}: {e.strerror or e}", self.url) from e
-        finally:
-            self.durable = durable
-            os.close(fd)
-
-    def _replay(self, key: str, events: builtins.list[RefIntent]) -> int:
-        """Bring ``key`` to the value its journaled changes (in stamp order) end at; 1 if it
-        changed. The ref holds the value after some change k; every change after k is in
-        ``events`` (a change that is not is durable, so the ref would hold it or a later
-        one), so the latest change whose old value is what the ref holds, from which every
-        later change follows on, leads to the last value. None such: the ref holds it. A
-        torn file (empty, zero-filled or cut short: its rename outlived its data) takes the
-        last change's value."""
-        current = self.read_versioned(key)
-        tok = current.token if current is not None else None
-        known = {e.new for e in events} | {e.old for e in events}
-        data_of = {e.new: e.data for e in events if e.data is not None}
-        final: Token | None = tok
-        if current is not None and tok not in known and _torn(current.data):
-            final = events[-1].new
-        else:
-            for j in range(len(events) - 1, -1, -1):
-                if events[j].old != tok:
-                    continue
-                state: Token | None = tok
-                for e in events[j:]:
-                    if e.old != state:
-                        break
-                    state = e.new
-                else:
-                    final = state
-                    break
-        if final == tok:
-            return 0
-        if final is None:
-            self.delete(key, tok)
-        elif final in data_of:
-            self.swap(key, data_of[final], tok)
-        else:
-            return 0  # a check of a value whose bytes no change here holds: nothing to write
-        return 1
+        return self._markers.recover(_boot_id(), intents_of)
 
     def sync_keys(self, keys: Iterable[str]) -> None:
         """Sync the files of ``keys`` (those that exist) and their folders; see
@@ -600,10 +451,10 @@ class LocalStorage(Storage):
                 raise PreconditionFailed(key, expect)
             if current is not None:
                 boot = _boot_id()
-                if self.durable and boot and key.startswith(_LOGGED_DELETES) and self._has_marker(boot):
+                if self.durable and boot and key.startswith(_LOGGED_DELETES) and self._markers.has(boot):
                     # a deferred swap of this boot may have created the ref: without this
                     # record a recovery would replay that swap over the delete
-                    self._record(boot, RefIntent(key, current.token, None, None, boot, time.monotonic_ns()))
+                    self._markers.record(boot, RefIntent(key, current.token, None, None, boot, time.monotonic_ns()))
                 self._log_swap(key)
                 try:
                     os.unlink(path)
@@ -947,13 +798,6 @@ class _LocalAppender(Appender):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _torn(data: bytes) -> bool:
-    """Whether a journaled file's bytes are not what any write left whole: empty, holding
-    zeros (blocks allocated but never written) or cut short (journaled values end with a
-    newline: ref files do)."""
-    return not data or b"\0" in data or not data.endswith(b"\n")
 
 
 def _check_stale(lock: str, remove: bool) -> bool | None:
