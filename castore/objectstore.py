@@ -148,7 +148,7 @@ class ObjectStore(Repacking):
         # each with its latest intent there (the base of the next one's delta), swaps between
         # their intent and their rename, and per thread the log holding this thread's objects
         # record not yet synced
-        self._journaled: dict[str, RefIntent] = {}
+        self._journaled = packs.DeltaBases()
         self._synced_abandoned: set[str] = set()  # logs dropped after a failure, then synced
         self._inflight = 0
         self._tls = threading.local()
@@ -319,7 +319,7 @@ class ObjectStore(Repacking):
             log.close()
             raise
         self._log, self._log_name, self._log_pid = log, name, os.getpid()
-        self._journaled = {}  # a new log: its first intent of each ref holds the whole value
+        self._journaled = packs.DeltaBases()  # a new log: its first intent of a ref holds the whole value
         return log
 
     def _seal(self) -> None:
@@ -331,8 +331,8 @@ class ObjectStore(Repacking):
         pack = self._packs[name]
         log.sync()
         if self._journaled:
-            self.storage.sync_keys(sorted(self._journaled))
-            self._journaled = {}
+            self.storage.sync_keys(self._journaled.keys())
+            self._journaled = packs.DeltaBases()
         self.storage.write(index_key(name), packs.encode_index(log.size, pack.where))
         pack.sealed = True
         log.close()
@@ -370,8 +370,8 @@ class ObjectStore(Repacking):
             assert log is not None
             # a delta only of the value this log's previous intent of the ref wrote: a
             # recovery then rebuilds it from this log alone (docs/FORMAT.md, 12)
-            base = self._journaled.get(intent.key)
-            ok = base is not None and base.new is not None and base.new == intent.old and base.boot == intent.boot
+            base = self._journaled.base(intent.old)
+            ok = base is not None and base.key == intent.key and base.boot == intent.boot
             record = packs.encode_intent(intent, base if ok else None)
             try:
                 log.append(record)
@@ -379,7 +379,7 @@ class ObjectStore(Repacking):
                 self._abandon()
                 raise
             self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
-            self._journaled[intent.key] = intent
+            self._journaled.add(intent)
             self._tls.pending = ""
             if not getattr(self._tls, "inflight", False):
                 self._tls.inflight = True

@@ -279,13 +279,46 @@ def apply_ref_delta(base: bytes, delta: bytes) -> bytes:
     return out
 
 
+class DeltaBases:
+    """What a delta intent of a log may be based on: the latest intent of each key so far in
+    the log, found by its new token. A token that is the latest of two keys at once (two refs
+    holding the same bytes) is no base for anything until the log ends. The writer (which
+    decides to write a delta) and :func:`intents` (which rebuilds it) keep one each, fed the
+    log's intents in the same order, so they always agree on a delta's base."""
+
+    def __init__(self) -> None:
+        """No intent yet (a new log)."""
+        self._latest: dict[str, RefIntent] = {}
+        self._by_token: dict[str, RefIntent | None] = {}  # None: ambiguous
+
+    def base(self, old: object) -> RefIntent | None:
+        """The intent whose new token is ``old`` and which is still its key's latest, or None."""
+        return self._by_token.get(old) if isinstance(old, str) else None
+
+    def add(self, intent: RefIntent) -> None:
+        """``intent`` is the latest of its key from now on."""
+        was = self._latest.get(intent.key)
+        if was is not None and was.new is not None and self._by_token.get(was.new) is was:
+            del self._by_token[was.new]
+        self._latest[intent.key] = intent
+        if intent.new is not None:
+            self._by_token[intent.new] = None if intent.new in self._by_token else intent
+
+    def keys(self) -> list[str]:
+        """The keys of the intents added so far, sorted."""
+        return sorted(self._latest)
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+
 def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
     """One record of a version-2 log holding a ref intent (see the module docstring).
 
     ``base``: the same log's previous intent of ``intent.key`` (same boot), given only when
-    it wrote ``intent.old`` (its ``new`` is ``intent.old``); the value is then stored as a
-    delta of its bytes where that is smaller, and the key and boot are taken from it when
-    read. Without it the whole value is stored.
+    it wrote ``intent.old`` and the log's :class:`DeltaBases` gives it for that token; the
+    value is then stored as a delta of its bytes where that is smaller, and the key and boot
+    are taken from it when read. Without it the whole value is stored.
 
     Raises:
         IntegrityError: the intent would exceed :data:`RECORD_MAX`; ``base`` is not such an
@@ -313,8 +346,8 @@ def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
 def intents(data: bytes | memoryview) -> list[RefIntent]:
     """The ref intents of a log's bytes, in the order written, each with its whole new value
     (none in a version-1 pack or in bytes that are not a pack). A delta is applied to the
-    value of the intent it names by its ``"o"``, which must be the latest intent of its key
-    so far in this log (it gives the key and boot too). An intent record that passed its
+    value of the intent its ``"o"`` names in the log's :class:`DeltaBases` (which gives the
+    key and boot too). An intent record that passed its
     check yet does not parse is skipped (damage later than its writing), and so is a delta
     whose base is not there (that record was damaged), and with it the rest of its chain."""
     try:
@@ -323,15 +356,14 @@ def intents(data: bytes | memoryview) -> list[RefIntent]:
     except IntegrityError:
         return []
     out: list[RefIntent] = []
-    latest: dict[str, RefIntent] = {}  # key -> its latest intent in this log so far
-    by_token: dict[str, RefIntent] = {}  # the new token of each of those -> it
+    bases = DeltaBases()
     for _, payload in _records(data, 2):
         if payload[:1] != INTENT_FRAME:
             continue
         try:
             r = json.loads(bytes(payload[1:]))
             if "z" in r:
-                base = by_token.get(r["o"]) if isinstance(r["o"], str) else None
+                base = bases.base(r["o"])
                 if base is None or base.data is None:
                     continue  # its base was damaged: so is every later delta of that ref
                 value = apply_ref_delta(base.data, base64.b64decode(r["z"], validate=True))
@@ -342,12 +374,7 @@ def intents(data: bytes | memoryview) -> list[RefIntent]:
                                    str(r["b"]), int(r["t"]))
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError, binascii.Error):
             continue
-        was = latest.get(intent.key)
-        if was is not None and was.new is not None:
-            by_token.pop(was.new, None)
-        latest[intent.key] = intent
-        if intent.new is not None:
-            by_token[intent.new] = intent
+        bases.add(intent)
         out.append(intent)
     return out
 
@@ -688,6 +715,6 @@ __all__ = ["Location", "Slot", "Place", "IndexView", "payloads", "content_spans"
            "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
            "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
-           "ref_delta", "apply_ref_delta",
+           "DeltaBases", "ref_delta", "apply_ref_delta",
            "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX",
            "PACKS", "pack_key", "index_key"]

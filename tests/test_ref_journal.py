@@ -451,6 +451,23 @@ def test_a_delta_whose_base_is_lost_is_skipped_with_the_rest_of_its_chain() -> N
         packs.encode_intent(third, first)
 
 
+def test_a_value_two_refs_hold_is_no_base_for_a_delta() -> None:
+    """Two refs whose latest intents wrote the same bytes (one token): a delta of that token
+    is neither written (the writer's bases give none) nor, in a log that holds one anyway,
+    read as a change of either ref."""
+    first, second = _golden_delta_intents()
+    twin = RefIntent("refs/sessions/a/u/t/heads/main", None, first.new, first.data, "b00t", first.stamp + 1)
+    bases = packs.DeltaBases()
+    bases.add(first)
+    assert bases.base(first.new) == first
+    bases.add(twin)
+    assert bases.base(first.new) is None
+    log = packs.PACK_MAGIC_V2 + packs.encode_intent(first) + packs.encode_intent(twin) + packs.encode_intent(second, first)
+    assert packs.intents(log) == [first, twin]
+    alone = packs.PACK_MAGIC_V2 + packs.encode_intent(first) + packs.encode_intent(second, first)
+    assert packs.intents(alone) == [first, second]
+
+
 _VALUES = hs.binary(max_size=300) | hs.lists(hs.sampled_from([b'"', b",", b"ab", b"\xff", b"x" * 40, b"\n"]),
                                              max_size=60).map(b"".join)
 
