@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -196,6 +196,31 @@ def message_from_body(body: Any) -> Message:
                                  "tool_call_id": body.get("tool_call_id"), "name": body.get("name"), "extra": {}})
             return m
     return Message.from_dict(body)
+
+
+def messages_from_bodies(bodies: Iterable[Any]) -> list[Message]:
+    """:func:`message_from_body` of each stored message body, in order: the loop of a cold
+    read of a long session, with no Python call per common body.
+
+    Raises:
+        InvalidEntry: as :meth:`Message.from_dict` (a body that is not a mapping or has no
+            usable role).
+    """
+    out: list[Message] = []
+    add = out.append
+    keys = _MESSAGE_KEYS
+    for body in bodies:
+        if type(body) is dict and body.keys() <= keys:
+            role = body.get("role")
+            if type(role) is str and role:
+                m = _new(Message)
+                # the instance dict, filled in place: what __init__ would set (frozen: not via setattr)
+                m.__dict__.update(role=role, content=body.get("content"), tool_calls=body.get("tool_calls"),
+                                  tool_call_id=body.get("tool_call_id"), name=body.get("name"), extra={})
+                add(m)
+                continue
+        add(Message.from_dict(body))
+    return out
 
 
 def content_text(content: Any) -> str:

@@ -22,7 +22,7 @@ from . import objects as o
 from . import packs as pk
 from .errors import IntegrityError, ObjectNotFound, RevisionNotFound
 from .objects import Commit, Index, ObjectId, Segment
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, gc_paused
 
 #: commits per segment
 K = 64
@@ -133,12 +133,15 @@ class History:
             ObjectNotFound: a commit on the path is missing.
             IntegrityError, StorageError.
         """
-        # A hint with no tail says the tip closed a block: its index ends with the tip.
-        if hint is not None and ((hint.tail and hint.tail[-1] == tip) or (not hint.tail and hint.index)):
-            got = self._path_from_hint(tip, hint)
-            if got and got[-1][0] == tip:
-                return got
-        return self._path_by_walking(tip)
+        # The collector is paused meanwhile: a long path allocates tens of thousands of
+        # objects that all stay alive (gc_paused).
+        with gc_paused():
+            # A hint with no tail says the tip closed a block: its index ends with the tip.
+            if hint is not None and ((hint.tail and hint.tail[-1] == tip) or (not hint.tail and hint.index)):
+                got = self._path_from_hint(tip, hint)
+                if got and got[-1][0] == tip:
+                    return got
+            return self._path_by_walking(tip)
 
     def load_hinted(self, hint: Hint, want: Sequence[str]) -> None:
         """Load the packs ``hint`` names when some of ``want`` is not known here yet, so that

@@ -10,7 +10,7 @@ import pytest
 
 import castore
 from castore import objects as o
-from castore.entries import Message, message_from_body
+from castore.entries import Message, message_from_body, messages_from_bodies
 from castore.objectstore import ObjectStore, gc_paused
 from castore.storage import open_storage
 
@@ -33,12 +33,23 @@ def test_a_message_read_back_fast_equals_the_one_from_dict(body: dict[str, objec
     assert dataclasses.replace(fast, content="new").content == "new"
 
 
+def test_messages_read_back_in_bulk_equal_the_ones_from_dict() -> None:
+    fast, plain = messages_from_bodies(BODIES), [Message.from_dict(b) for b in BODIES]
+    assert fast == plain and [repr(m) for m in fast] == [repr(m) for m in plain]
+    assert [dataclasses.asdict(m) for m in fast] == [dataclasses.asdict(m) for m in plain]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast[0].role = "system"  # type: ignore[misc]
+    assert dataclasses.replace(fast[1], content="new").content == "new"
+
+
 @pytest.mark.parametrize("body", [{"role": ""}, {"content": "no role"}, {"role": 3}, ["role", "user"], None])
 def test_a_body_without_a_usable_role_is_refused_as_before(body: object) -> None:
     with pytest.raises(castore.InvalidEntry):
         Message.from_dict(body)  # type: ignore[arg-type]
     with pytest.raises(castore.InvalidEntry):
         message_from_body(body)
+    with pytest.raises(castore.InvalidEntry):
+        messages_from_bodies([{"role": "user"}, body])
 
 
 def test_gc_paused_leaves_the_collector_as_it_found_it() -> None:
@@ -79,3 +90,34 @@ def test_bulk_adoption_names_the_object_that_is_not_castore_bytes(tmp_path: Path
     with pytest.raises(castore.IntegrityError) as e:
         objs.adopt_canonical_many([good, bad])
     assert e.value.args and o.digest(bad) in str(e.value)
+
+
+def test_reading_a_long_session_does_not_run_the_cyclic_collector(tmp_path: Path) -> None:
+    # every object a read allocates stays alive: each collection during it walks them all for
+    # nothing (1,500 entries: 3 collections in messages(), 14 in entries() before the pause)
+    url = str(tmp_path / "st")
+    with castore.open(url, durable=False) as st:
+        s = st.session("a", "u", "s")
+        for j in range(0, 1500, 100):
+            s.append_many([Message(role="user", content=f"m{i}") for i in range(j, j + 100)],
+                          state_delta={"turn": j})
+    runs: list[str] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            runs.append(phase)
+
+    with castore.open(url) as st:
+        s = st.session("a", "u", "s")
+        gc.collect()
+        gc.callbacks.append(seen)
+        try:
+            msgs = s.messages()
+            during_messages = len(runs)
+            entries = s.entries()
+            during_entries = len(runs) - during_messages
+        finally:
+            gc.callbacks.remove(seen)
+    assert len(msgs) == len(entries) == 1500 and msgs[-1].content == "m1499"
+    # at most the one collection of the young objects when the collector resumes
+    assert during_messages <= 1 and during_entries <= 1
