@@ -910,6 +910,19 @@ class ObjectStore(Repacking):
         with gc_paused():
             ids = o.digest_many(canonicals)
             cache = self._cache
+            if cache.keys().isdisjoint(ids) and max(map(len, canonicals), default=0) <= CACHE_MAX_OBJECT:
+                # the usual cold read: nothing cached yet, nothing too big to cache; no loop
+                # in Python per object
+                decoded = o.decode_many(ids, canonicals)
+                pending = self._canonical
+                if pending:
+                    for oid in ids:
+                        pending.pop(oid, None)
+                cache.update(zip(ids, decoded, strict=True))
+                while len(cache) > CACHE_SIZE:
+                    cache.popitem(last=False)
+                self._known.update(ids)
+                return list(zip(ids, decoded, strict=True))
             found = list(map(cache.get, ids))
             fresh = [i for i, obj in enumerate(found) if obj is None]
             if fresh:
