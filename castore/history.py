@@ -209,7 +209,8 @@ class History:
                 raise IntegrityError(sid, "expected a segment")
             held.extend(seg.objects)
         # one bulk adoption for the whole path: a Python loop per object is what reading costs
-        return [(oid, c) for oid, c in self.objs.adopt_canonical_many(held) if type(c) is Commit]
+        return [pair for pair in self.objs.adopt_canonical_many(held)  # type: ignore[misc]  # the filter keeps commits
+                if type(pair[1]) is Commit]
 
     def path_ids(self, tip: str, hint: Hint | None = None) -> list[str]:
         """Ids of the path root -> tip.

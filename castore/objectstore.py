@@ -846,6 +846,13 @@ class ObjectStore(Repacking):
             IntegrityError: one is corrupt.
             StorageError: the backend failed.
         """
+        if not isinstance(oids, (list, tuple)):
+            oids = list(oids)
+        try:
+            # everything decoded already (the bodies of a path just read): no loop in Python
+            return dict(zip(oids, map(self._cache.__getitem__, oids), strict=True))
+        except KeyError:
+            pass
         out: dict[str, AnyObject] = {}
         todo: list[str] = []
         cached, pending = self._cache.get, self._canonical
