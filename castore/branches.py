@@ -26,6 +26,7 @@ ref. It owns four things:
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -223,11 +224,17 @@ def valid_segment(seg: str) -> bool:
     """Whether ``seg`` is a segment castore writes: a canonical encoded name or a digest."""
     if names.is_hashed(seg):
         return len(seg) == 65 and all(c in _HEX for c in seg[1:])
+    return _decoded(seg) is not None
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded(seg: str) -> str | None:
+    """``names.decode(seg)``, or None when ``seg`` is not a canonical encoded name; cached:
+    every append decodes its HEAD's branch segment several times."""
     try:
-        names.decode(seg)
+        return names.decode(seg)
     except InvalidName:
-        return False
-    return True
+        return None
 
 
 def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
@@ -245,10 +252,8 @@ def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
             except InvalidName:
                 continue
         return segment
-    try:
-        return names.decode(segment)
-    except InvalidName:
-        return segment
+    decoded = _decoded(segment)
+    return segment if decoded is None else decoded
 
 
 def name_meta(ref: str, name: str, key: str = META_NAME) -> dict[str, Any]:

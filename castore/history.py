@@ -32,6 +32,20 @@ SEGMENT_BODY_MAX = 16384
 MAX_HINT_PACKS = K + 1
 
 _REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")
+_ID_LENGTH = {64}
+
+
+def _all_hex_ids(items: list[Any]) -> bool:
+    """Whether every item is a full 64-character lowercase hex id (:func:`objects.is_hex_id`
+    of each, checked in C over their join: a writer checks its hint's tail, up to K ids, at
+    every append)."""
+    try:
+        joined = "".join(items)  # TypeError: not all strings
+        raw = bytes.fromhex(joined)  # ValueError: not hex
+    except (TypeError, ValueError):
+        return False
+    # fromhex also takes upper case and skips whitespace: neither is in an id
+    return len(raw) * 2 == len(joined) and joined == joined.lower() and set(map(len, items)) <= _ID_LENGTH
 
 
 @dataclass
@@ -62,7 +76,7 @@ class Hint:
         """Read a hint from ref metadata; None when absent or malformed."""
         tail = meta.get("tl")
         ix = meta.get("ix")
-        if not isinstance(tail, list) or not all(isinstance(t, str) and o.is_hex_id(t) for t in tail):
+        if not isinstance(tail, list) or not _all_hex_ids(tail):
             return None
         if ix is not None and not (isinstance(ix, str) and o.is_hex_id(ix)):
             return None

@@ -121,3 +121,20 @@ def test_reading_a_long_session_does_not_run_the_cyclic_collector(tmp_path: Path
     assert len(msgs) == len(entries) == 1500 and msgs[-1].content == "m1499"
     # at most the one collection of the young objects when the collector resumes
     assert during_messages <= 1 and during_entries <= 1
+
+
+_ID = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize("tail", [
+    [], [_ID], [_ID, _ID[::-1]], [_ID[:63]], [_ID + "0"], [_ID[:32], _ID + _ID[:32]], [_ID.upper()],
+    [_ID[:62] + "A1"], [_ID[:62] + " 1"], [_ID[:62] + "\n1"], [_ID[:63] + "g"], [_ID[:63] + "\u0661"],
+    [_ID, 7], [None], [_ID, [_ID]], ["", _ID + _ID],
+])
+def test_a_hint_tail_is_read_only_when_every_id_is_full_lowercase_hex(tail: list[object]) -> None:
+    from castore.history import Hint
+
+    got = Hint.from_meta({"tl": tail})
+    ok = all(isinstance(t, str) and o.is_hex_id(t) for t in tail)
+    assert (got is not None) == ok
+    assert got is None or got.tail == tail
