@@ -20,6 +20,7 @@ from typing import Any
 
 from . import objects as o
 from . import packs as pk
+from .entries import Record
 from .errors import IntegrityError, ObjectNotFound, RevisionNotFound
 from .objects import Commit, Index, ObjectId, Segment
 from .objectstore import ObjectStore, gc_paused
@@ -48,8 +49,8 @@ def _all_hex_ids(items: list[Any]) -> bool:
     return len(raw) * 2 == len(joined) and joined == joined.lower() and set(map(len, items)) <= _ID_LENGTH
 
 
-@dataclass
-class Hint:
+@dataclass(repr=False, eq=False)
+class Hint(Record):
     """What a reader of the path ending at a tip needs besides the tip: see the module doc.
 
     ``packs`` (``pk`` in the metadata, format 2) names the packs that hold the tail's
@@ -61,6 +62,7 @@ class Hint:
     index: str | None = None
     tail: list[str] = field(default_factory=list)
     packs: list[str] = field(default_factory=list)
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq: not hashable
 
     def to_meta(self) -> dict[str, Any]:
         """The hint as ref metadata."""

@@ -138,3 +138,50 @@ def test_a_hint_tail_is_read_only_when_every_id_is_full_lowercase_hex(tail: list
     ok = all(isinstance(t, str) and o.is_hex_id(t) for t in tail)
     assert (got is not None) == ok
     assert got is None or got.tail == tail
+
+
+def _samples() -> list[object]:
+    from castore.branches import RetryPolicy, SessionRefs, parse_ref_name
+    from castore.entries import BranchSummary, Compaction, Custom, Event, LogEntry, ModelChange, prepare
+    from castore.history import Hint
+
+    m = Message(role="user", content=[{"type": "text", "text": "hi"}], extra={"vendor": 1})
+    return [
+        m, Message("tool", "42", None, "c1", "calc"), Event("agent", m, {"x": 1}, {"model": "m"}),
+        Compaction("sum", "ab" * 32, 12, {"d": 1}), BranchSummary("left", None), ModelChange("m", "p"),
+        Custom("t", [1, 2]), prepare(m, state_delta={"k": 1}),
+        LogEntry(o.ObjectId("ab" * 32), "message", m, (), "user", 1.5, {"a": 1}, {"k": 1}, ("u",), 3),
+        SessionRefs("sessions/a/u/s"), parse_ref_name("sessions/a/u/s/heads/main"), RetryPolicy(),
+        Hint("cd" * 32, ["ab" * 32], ["w-" + "0" * 32]),
+    ]
+
+
+@pytest.mark.parametrize("obj", _samples(), ids=lambda x: type(x).__name__)
+def test_value_types_behave_as_the_dataclass_methods_they_no_longer_compile(obj: object) -> None:
+    from castore.entries import Record
+
+    cls = type(obj)
+    assert isinstance(obj, Record) and "__eq__" not in vars(cls) and "__repr__" not in vars(cls)
+    fields = dataclasses.fields(obj)  # type: ignore[arg-type]
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
+    twin_cls = dataclasses.make_dataclass(cls.__name__, [(f.name, f.type) for f in fields], frozen=params.frozen)
+    values = {f.name: getattr(obj, f.name) for f in fields}
+    twin = twin_cls(**values)
+    assert repr(obj) == repr(twin)
+    copy = dataclasses.replace(obj, **values)  # type: ignore[type-var]
+    assert copy == obj and copy is not obj and not (copy != obj) and obj != twin
+    first = values[fields[0].name]
+    other = {**values, fields[0].name: first + (1 if isinstance(first, int) else "x")}
+    assert dataclasses.replace(obj, **other) != obj and twin_cls(**other) != twin  # type: ignore[type-var]
+    try:
+        expect: object = hash(twin)
+    except TypeError as e:
+        expect = type(e)
+    try:
+        got: object = hash(obj)
+    except TypeError as e:
+        got = type(e)
+    assert got == expect
+    if params.frozen:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, fields[0].name, None)
