@@ -26,6 +26,7 @@ ref. It owns four things:
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -36,6 +37,7 @@ from typing import Any, TypeVar, cast
 
 from . import names
 from . import objects as o
+from .entries import Record
 from .errors import (
     BranchError,
     CastoreError,
@@ -126,8 +128,8 @@ def symbolic_to(branch: str) -> str:
     return f"{SYMBOLIC}{HEADS}/{names.encode(branch, 'branch name')}"
 
 
-@dataclass(frozen=True)
-class SessionRefs:
+@dataclass(frozen=True, repr=False, eq=False)
+class SessionRefs(Record):
     """The ref names of one session (relative to ``refs/``)."""
 
     prefix: str
@@ -223,11 +225,17 @@ def valid_segment(seg: str) -> bool:
     """Whether ``seg`` is a segment castore writes: a canonical encoded name or a digest."""
     if names.is_hashed(seg):
         return len(seg) == 65 and all(c in _HEX for c in seg[1:])
+    return _decoded(seg) is not None
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded(seg: str) -> str | None:
+    """``names.decode(seg)``, or None when ``seg`` is not a canonical encoded name; cached:
+    every append decodes its HEAD's branch segment several times."""
     try:
-        names.decode(seg)
+        return names.decode(seg)
     except InvalidName:
-        return False
-    return True
+        return None
 
 
 def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
@@ -245,10 +253,8 @@ def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
             except InvalidName:
                 continue
         return segment
-    try:
-        return names.decode(segment)
-    except InvalidName:
-        return segment
+    decoded = _decoded(segment)
+    return segment if decoded is None else decoded
 
 
 def name_meta(ref: str, name: str, key: str = META_NAME) -> dict[str, Any]:
@@ -256,8 +262,8 @@ def name_meta(ref: str, name: str, key: str = META_NAME) -> dict[str, Any]:
     return {key: name} if names.is_hashed(ref.rsplit("/", 1)[-1]) else {}
 
 
-@dataclass(frozen=True)
-class RefName:
+@dataclass(frozen=True, repr=False, eq=False)
+class RefName(Record):
     """A ref name parsed against castore's layout (segments still encoded).
 
     ``kind`` is ``head``, ``branch``, ``label`` or ``remote`` for a session's refs (then
@@ -331,8 +337,8 @@ class BadRetryPolicy(CastoreError, ValueError):
 
 
 # -- the retry policy -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RetryPolicy:
+@dataclass(frozen=True, repr=False, eq=False)
+class RetryPolicy(Record):
     """How long a writer that lost a compare-and-swap race keeps trying.
 
     After the n-th lost race the writer sleeps a random part (full jitter) of
@@ -443,8 +449,8 @@ def retry(what: str, attempt: Callable[[int], T], policy: RetryPolicy | None = N
         time.sleep(policy.delay(n - 1))
 
 
-@dataclass(frozen=True)
-class ScopePlan:
+@dataclass(frozen=True, repr=False, eq=False)
+class ScopePlan(Record):
     """App or user state changes written as commits, waiting for their ref to move."""
 
     ref: str

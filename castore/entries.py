@@ -8,9 +8,11 @@ that identical content is stored once across every session, and per-call *proven
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import operator
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -23,6 +25,43 @@ _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 #: meta); deeper input is refused with :class:`InvalidEntry` rather than overflowing the
 #: encoder's (and every reader's) recursion
 MAX_DEPTH = 100
+
+
+class Record:
+    """The ``__repr__``, ``__eq__`` and ``__hash__`` of a frozen dataclass, written once.
+
+    A base for dataclasses declared ``@dataclass(frozen=True, repr=False, eq=False)``:
+    instances behave as the methods ``dataclass`` would generate (the class name and every
+    field in the repr; equal when of the same class with equal fields; the hash of the
+    fields), and stay dataclasses (``fields``, ``replace``, ``asdict``, frozen). Why: the
+    decorator compiles each generated method from source, and castore's ~15 dataclasses
+    were a third of what importing castore costs (a cold read imports them all).
+    """
+
+    __slots__ = ()
+
+    def _fields_key(self) -> tuple[Any, ...]:
+        cls = type(self)
+        get: Callable[[Any], tuple[Any, ...]] | None = cls.__dict__.get("_record_key")
+        if get is None:
+            names = [f.name for f in dataclasses.fields(cls) if f.compare]  # type: ignore[arg-type]
+            get = operator.attrgetter(*names) if len(names) > 1 else lambda obj: tuple(getattr(obj, n) for n in names)
+            type.__setattr__(cls, "_record_key", get)
+        return get(self)
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}"
+                          for f in dataclasses.fields(self) if f.repr)  # type: ignore[arg-type]
+        return f"{type(self).__qualname__}({shown})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._fields_key() == other._fields_key()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields_key())
 
 
 def _need(ok: bool, what: str, expected: str, value: object) -> None:
@@ -110,8 +149,8 @@ def check_state(delta: Mapping[str, Any], author: str = "") -> None:
         check_value(v, f"state key {k!r}")
 
 
-@dataclass(frozen=True)
-class Message:
+@dataclass(frozen=True, repr=False, eq=False)
+class Message(Record):
     """A chat message in the common shape (OpenAI/Anthropic-like).
 
     Attributes:
@@ -198,6 +237,31 @@ def message_from_body(body: Any) -> Message:
     return Message.from_dict(body)
 
 
+def messages_from_bodies(bodies: Iterable[Any]) -> list[Message]:
+    """:func:`message_from_body` of each stored message body, in order: the loop of a cold
+    read of a long session, with no Python call per common body.
+
+    Raises:
+        InvalidEntry: as :meth:`Message.from_dict` (a body that is not a mapping or has no
+            usable role).
+    """
+    out: list[Message] = []
+    add = out.append
+    keys = _MESSAGE_KEYS
+    for body in bodies:
+        if type(body) is dict and body.keys() <= keys:
+            role = body.get("role")
+            if type(role) is str and role:
+                m = _new(Message)
+                # the instance dict, filled in place: what __init__ would set (frozen: not via setattr)
+                m.__dict__.update(role=role, content=body.get("content"), tool_calls=body.get("tool_calls"),
+                                  tool_call_id=body.get("tool_call_id"), name=body.get("name"), extra={})
+                add(m)
+                continue
+        add(Message.from_dict(body))
+    return out
+
+
 def content_text(content: Any) -> str:
     """Plain text of message content: a string, or the text parts of content blocks."""
     if content is None:
@@ -220,8 +284,8 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
-@dataclass(frozen=True)
-class Event:
+@dataclass(frozen=True, repr=False, eq=False)
+class Event(Record):
     """An agent event (as in ADK and trpc-agent-go): who acted, what was said, what changed.
 
     Attributes:
@@ -249,8 +313,8 @@ class Event:
             raise InvalidEntry("an event's meta must be a dict with string keys")
 
 
-@dataclass(frozen=True)
-class Compaction:
+@dataclass(frozen=True, repr=False, eq=False)
+class Compaction(Record):
     """A summary that replaces, in the model's context, every entry before ``first_kept``.
 
     Nothing is deleted: the full history stays readable.
@@ -268,8 +332,8 @@ class Compaction:
         _need(_is_int(self.tokens_before), "Compaction.tokens_before", "an integer", self.tokens_before)
 
 
-@dataclass(frozen=True)
-class BranchSummary:
+@dataclass(frozen=True, repr=False, eq=False)
+class BranchSummary(Record):
     """A summary of a branch the agent left (Pi's ``/tree``), shown where it stands."""
 
     kind: ClassVar[str] = "branch_summary"
@@ -282,8 +346,8 @@ class BranchSummary:
         _need(_opt_str(self.from_id), "BranchSummary.from_id", "a commit id string or None", self.from_id)
 
 
-@dataclass(frozen=True)
-class ModelChange:
+@dataclass(frozen=True, repr=False, eq=False)
+class ModelChange(Record):
     """The model (and optionally provider and thinking level) used from here on."""
 
     kind: ClassVar[str] = "model_change"
@@ -296,8 +360,8 @@ class ModelChange:
             _need(_opt_str(getattr(self, name)), f"ModelChange.{name}", "a string or None", getattr(self, name))
 
 
-@dataclass(frozen=True)
-class Custom:
+@dataclass(frozen=True, repr=False, eq=False)
+class Custom(Record):
     """An application record a model never sees; ``data`` is kept verbatim."""
 
     kind: ClassVar[str] = "custom"
@@ -431,8 +495,8 @@ def coerce(entry: Any) -> EntryType:
         f"cannot append {type(entry).__name__}: pass a Message, Event, Compaction, ... or a message dict")
 
 
-@dataclass(frozen=True)
-class Prepared:
+@dataclass(frozen=True, repr=False, eq=False)
+class Prepared(Record):
     """An entry split into what its commit stores, checked to be encodable."""
 
     kind: str
@@ -525,8 +589,8 @@ def _check_message(m: Message, what: str) -> None:
     _need(isinstance(m.extra, dict), f"{what} extra", "a dict", m.extra)
 
 
-@dataclass(frozen=True)
-class LogEntry:
+@dataclass(frozen=True, repr=False, eq=False)
+class LogEntry(Record):
     """One commit of a session as read back: the entry and its provenance."""
 
     id: o.ObjectId

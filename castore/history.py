@@ -20,9 +20,10 @@ from typing import Any
 
 from . import objects as o
 from . import packs as pk
+from .entries import Record
 from .errors import IntegrityError, ObjectNotFound, RevisionNotFound
 from .objects import Commit, Index, ObjectId, Segment
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, gc_paused
 
 #: commits per segment
 K = 64
@@ -32,10 +33,24 @@ SEGMENT_BODY_MAX = 16384
 MAX_HINT_PACKS = K + 1
 
 _REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")
+_ID_LENGTH = {64}
 
 
-@dataclass
-class Hint:
+def _all_hex_ids(items: list[Any]) -> bool:
+    """Whether every item is a full 64-character lowercase hex id (:func:`objects.is_hex_id`
+    of each, checked in C over their join: a writer checks its hint's tail, up to K ids, at
+    every append)."""
+    try:
+        joined = "".join(items)  # TypeError: not all strings
+        raw = bytes.fromhex(joined)  # ValueError: not hex
+    except (TypeError, ValueError):
+        return False
+    # fromhex also takes upper case and skips whitespace: neither is in an id
+    return len(raw) * 2 == len(joined) and joined == joined.lower() and set(map(len, items)) <= _ID_LENGTH
+
+
+@dataclass(repr=False, eq=False)
+class Hint(Record):
     """What a reader of the path ending at a tip needs besides the tip: see the module doc.
 
     ``packs`` (``pk`` in the metadata, format 2) names the packs that hold the tail's
@@ -47,6 +62,7 @@ class Hint:
     index: str | None = None
     tail: list[str] = field(default_factory=list)
     packs: list[str] = field(default_factory=list)
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq: not hashable
 
     def to_meta(self) -> dict[str, Any]:
         """The hint as ref metadata."""
@@ -62,7 +78,7 @@ class Hint:
         """Read a hint from ref metadata; None when absent or malformed."""
         tail = meta.get("tl")
         ix = meta.get("ix")
-        if not isinstance(tail, list) or not all(isinstance(t, str) and o.is_hex_id(t) for t in tail):
+        if not isinstance(tail, list) or not _all_hex_ids(tail):
             return None
         if ix is not None and not (isinstance(ix, str) and o.is_hex_id(ix)):
             return None
@@ -133,12 +149,15 @@ class History:
             ObjectNotFound: a commit on the path is missing.
             IntegrityError, StorageError.
         """
-        # A hint with no tail says the tip closed a block: its index ends with the tip.
-        if hint is not None and ((hint.tail and hint.tail[-1] == tip) or (not hint.tail and hint.index)):
-            got = self._path_from_hint(tip, hint)
-            if got and got[-1][0] == tip:
-                return got
-        return self._path_by_walking(tip)
+        # The collector is paused meanwhile: a long path allocates tens of thousands of
+        # objects that all stay alive (gc_paused).
+        with gc_paused():
+            # A hint with no tail says the tip closed a block: its index ends with the tip.
+            if hint is not None and ((hint.tail and hint.tail[-1] == tip) or (not hint.tail and hint.index)):
+                got = self._path_from_hint(tip, hint)
+                if got and got[-1][0] == tip:
+                    return got
+            return self._path_by_walking(tip)
 
     def load_hinted(self, hint: Hint, want: Sequence[str]) -> None:
         """Load the packs ``hint`` names when some of ``want`` is not known here yet, so that
@@ -206,7 +225,8 @@ class History:
                 raise IntegrityError(sid, "expected a segment")
             held.extend(seg.objects)
         # one bulk adoption for the whole path: a Python loop per object is what reading costs
-        return [(oid, c) for oid, c in self.objs.adopt_canonical_many(held) if type(c) is Commit]
+        return [pair for pair in self.objs.adopt_canonical_many(held)  # type: ignore[misc]  # the filter keeps commits
+                if type(pair[1]) is Commit]
 
     def path_ids(self, tip: str, hint: Hint | None = None) -> list[str]:
         """Ids of the path root -> tip.

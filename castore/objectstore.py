@@ -852,6 +852,13 @@ class ObjectStore(Repacking):
             IntegrityError: one is corrupt.
             StorageError: the backend failed.
         """
+        if not isinstance(oids, (list, tuple)):
+            oids = list(oids)
+        try:
+            # everything decoded already (the bodies of a path just read): no loop in Python
+            return dict(zip(oids, map(self._cache.__getitem__, oids), strict=True))
+        except KeyError:
+            pass
         out: dict[str, AnyObject] = {}
         todo: list[str] = []
         cached, pending = self._cache.get, self._canonical
@@ -916,6 +923,19 @@ class ObjectStore(Repacking):
         with gc_paused():
             ids = o.digest_many(canonicals)
             cache = self._cache
+            if cache.keys().isdisjoint(ids) and max(map(len, canonicals), default=0) <= CACHE_MAX_OBJECT:
+                # the usual cold read: nothing cached yet, nothing too big to cache; no loop
+                # in Python per object
+                decoded = o.decode_many(ids, canonicals)
+                pending = self._canonical
+                if pending:
+                    for oid in ids:
+                        pending.pop(oid, None)
+                cache.update(zip(ids, decoded, strict=True))
+                while len(cache) > CACHE_SIZE:
+                    cache.popitem(last=False)
+                self._known.update(ids)
+                return list(zip(ids, decoded, strict=True))
             found = list(map(cache.get, ids))
             fresh = [i for i, obj in enumerate(found) if obj is None]
             if fresh:

@@ -53,7 +53,7 @@ from .entries import (
     Prepared,
     check_value,
     entry_from,
-    message_from_body,
+    messages_from_bodies,
     prepare,
 )
 from .errors import (
@@ -498,7 +498,8 @@ class Session:
             RevisionNotFound, AmbiguousRevision, StoreNotFound, ObjectNotFound,
             IntegrityError, StorageError.
         """
-        return self._to_entries(self._path(rev))
+        with gc_paused():
+            return self._to_entries(self._path(rev))
 
     def messages(self, rev: str = "HEAD") -> list[Message]:
         """The linear view: the messages on the path root -> ``rev`` (events' messages too).
@@ -507,17 +508,14 @@ class Session:
             see :meth:`entries`.
         """
         # Only message and event commits carry messages: read just their bodies, and build
-        # Message objects directly (no LogEntry per commit on this hot path).
-        bodies = [c.body.hex() for _, c in self._path(rev) if c.body is not None and c.kind in _MESSAGE_KINDS]
-        got = self._objs.get_many(bodies)
-        out = []
+        # Message objects directly (no LogEntry per commit on this hot path). The collector
+        # is paused for the whole read: every object it allocates stays alive.
         with gc_paused():
-            for bid in bodies:
-                v = got[bid]
-                body = v.value if type(v) is Value else None
-                if body:
-                    out.append(message_from_body(body))
-        return out
+            kinds = _MESSAGE_KINDS
+            bodies = [c.body.hex() for _, c in self._path(rev) if c.body is not None and c.kind in kinds]
+            got = self._objs.get_many(bodies)
+            values = [v.value if type(v) is Value else None for v in map(got.__getitem__, bodies)]
+            return messages_from_bodies([v for v in values if v])
 
     def show(self, rev: str = "HEAD") -> LogEntry:
         """The one commit named by ``rev``.
