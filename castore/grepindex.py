@@ -19,8 +19,8 @@ Blocks are kept in two *parts*: ``main`` (text, thinking, tool calls: what a sea
 by default) and ``res`` (tool results, most of the text, read only when asked). Per part:
 
 * ``P.txt``: the blocks' text, UTF-8, each followed by ``\\x1e`` (a record separator; the
-  character is replaced by a space inside a text); ``P.low``: the same blocks lower-cased,
-  for fast case-insensitive searches;
+  character is replaced by a space inside a text); ``P.low``: the same blocks lower-cased
+  (and ſ, ı as s, i), for fast case-insensitive searches of an ASCII pattern;
 * ``P.off``: little-endian int64: the character offset of each block in ``P.txt`` (and one
   past the last), then the same for ``P.low``, then the byte offsets of the same in ``P.txt``
   and in ``P.low`` (a plain string is searched in the bytes: no decoding of the whole text);
@@ -61,6 +61,9 @@ _KINDS = ("text", "thinking", "tool_call", "tool_result")
 PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
 _W = 8  # int32 fields per block in P.rec
 _SESSIONS = "sessions"
+#: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
+#: ASCII letter (Python's re: ſ is s, dotless ı is i): P.low holds the letter instead
+_FOLD = {0x17F: "s", 0x131: "i"}
 #: what anchors a pattern to the start or end of the text it searches
 _ANCHORS = ("^", "$", "\\A", "\\Z")
 
@@ -343,7 +346,7 @@ class Index:
         """The blocks (of these kinds) with a match of ``rx``: per part searched, their numbers
         in increasing order.
 
-        A case-insensitive pattern with no backslash runs case-sensitively, lowered, over
+        A case-insensitive ASCII pattern with no backslash runs case-sensitively, lowered, over
         the lowered text (Python's case-insensitive search is many times slower), and a
         pattern with no regex syntax runs as a plain string search; a pattern with an anchor
         (``^``, ``$``, ``\\A``, ``\\Z``) runs block by block. The caller matches the blocks
@@ -367,7 +370,7 @@ class Index:
                            if (want is None or rec[_W * i + 3] in want) and search(p.block(i)) is not None)
                 continue
             prx, lowered = rx, False
-            if rx.flags & re.IGNORECASE and "\\" not in rx.pattern:
+            if rx.flags & re.IGNORECASE and "\\" not in rx.pattern and rx.pattern.isascii():
                 try:
                     prx, lowered = re.compile(rx.pattern.lower(), rx.flags & ~re.IGNORECASE), True
                 except re.error:
@@ -496,7 +499,7 @@ class Index:
             p.rec.extend((cn, si, rec.block, _KINDS.index(rec.kind), rn, tn, bn, seq[0]))
             seq[0] += 1
             p.time.append(rec.time)
-            low = text.lower()
+            low = text.lower().translate(_FOLD)
             btext, blow = (text + SEP).encode("utf-8"), (low + SEP).encode("utf-8")
             texts.append(btext)
             lows.append(blow)

@@ -228,3 +228,13 @@ def test_iso_time_by_arithmetic_is_what_datetime_writes() -> None:
     times += [rng.randrange(0, 2 ** 34) + 0.9999994 + rng.random() * 2e-7 for _ in range(20000)]
     assert [iso_time(t) for t in times] == [_iso_by_datetime(t) for t in times]
     assert iso_time(-1.5) == "1969-12-31T23:59:58.500Z" and iso_time(None) is None
+
+
+def test_case_insensitive_ascii_pattern_finds_long_s_and_dotless_i(store: castore.Store) -> None:
+    """Python's case-insensitive s matches ſ and i matches ı, whose lower case is themselves:
+    the index finds them as the scan does."""
+    store.session("bot", "ann", "s8").append_many([{"role": "user", "content": "a parſer"},
+                                                   {"role": "user", "content": "the ınput"}], time=T0)
+    for pattern in ("parser", "input", "in.ut", "ſ"):
+        got = list(grep(store, pattern, sessions=["s8"], index=True))
+        assert got == list(grep(store, pattern, sessions=["s8"], index=False)) and got, pattern
