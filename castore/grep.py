@@ -853,6 +853,7 @@ class _Scan:
         self.path_tag = re.compile(re.escape(common) + b"(?:" + b"|".join(re.escape(t[len(common):]) for t in tags)
                                    + b")")
         self.kept = 0
+        self.value_tag, self.commit_tag = (o.encode(x)[1][1:5] for x in (Value(value=0), Commit(kind="message")))
 
     def run(self) -> None:
         """Read every stored object once (twice only for a commit stored before its body)."""
@@ -904,7 +905,10 @@ class _Scan:
 
     def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
         """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
-        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
+        # only values can be bodies: a segment holding a hit (its copies of bodies) is not decoded
+        tag = self.value_tag
+        objs = self.store.objects.adopt_canonical_many([content[a:a + n] for a, n in (spans[i] for i in picked)
+                                                        if content[a + 1:a + 5] == tag])
         for oid, obj in objs:
             if isinstance(obj, Value):
                 self.bodies[o.raw_id(oid)] = obj.value
@@ -921,7 +925,10 @@ class _Scan:
             if spans is None:
                 return
         starts = [s for s, _ in spans]
-        picked = dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
+        # only commits: the copies of commits in a segment are not decoded
+        tag = self.commit_tag
+        picked = [i for i in dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
+                  if content[spans[i][0] + 1:spans[i][0] + 5] == tag]
         objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
         for (oid, obj), i in zip(objs, picked, strict=True):
             if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
@@ -1008,6 +1015,27 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
                want_kinds: set[str], role_set: set[str] | None, since: float | None, until: float | None,
                app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None) -> Iterator[Match]:
     """:func:`grep` by one pass over every stored object (format 2): see the module docstring."""
+    # everything is found before the first match is given out: a pass that keeps hundreds of
+    # thousands of objects alive (the caches, the bodies), each burst of allocations a walk of
+    # all of them by the cyclic collector, for nothing
+    with gc_paused():
+        out, sessions = _scan_matches(store, rx, keep, context, want_kinds, role_set, since, until, app_globs,
+                                      session_globs)
+    for n, ((sn, _, bn, _), m) in enumerate(out):
+        if limit is not None and n >= limit:
+            return
+        if context:
+            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
+            m = replace(m, before=before, after=after)
+        yield m
+
+
+def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, want_kinds: set[str],
+                  role_set: set[str] | None, since: float | None, until: float | None,
+                  app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None
+                  ) -> tuple[list[tuple[tuple[int, int, int, int], Match]],
+                             list[tuple[tuple[str, str, str], list[tuple[str, str, dict[str, Any]]]]]]:
+    """The matches of :func:`_grep_scan` in their order, with their sort keys, and the sessions."""
     scan = _Scan(store, rx)
     scan.run()
     # 1. the blocks that match, before knowing where their commits are
@@ -1028,7 +1056,7 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
             if lines:
                 found.setdefault(cid, []).append((j, role, bkind, tool, lines, missed and tool is None))
     if not found:
-        return
+        return [], []
     # 2. where those commits are: the branches whose path holds them
     targets = {cid: scan.commits[cid].depth for cid in found}
     sessions = _session_tips(store, app_globs, session_globs)
@@ -1095,13 +1123,7 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
                         Match(cid, key, mine, role, bkind, tool, when, lines,
                               tuple((k, tuple(b)) for k, b in others.items()), context=context)))
     out.sort(key=lambda x: x[0])
-    for n, ((sn, _, bn, _), m) in enumerate(out):
-        if limit is not None and n >= limit:
-            return
-        if context:
-            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
-            m = replace(m, before=before, after=after)
-        yield m
+    return out, sessions
 
 
 __all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep",
