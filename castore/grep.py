@@ -62,6 +62,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import functools
+import itertools
 import json
 import os
 import re
@@ -74,6 +75,7 @@ from . import objects as o
 from . import packs
 from .errors import CastoreError
 from .objects import Commit, Index, Segment, Value
+from .objectstore import gc_paused
 
 if TYPE_CHECKING:
     from .store import Store
@@ -149,6 +151,32 @@ def iso_time(t: float | None) -> str | None:
     """
     if t is None:
         return None
+    if 0.0 <= t < _ISO_FAST_END:
+        # datetime.fromtimestamp's own arithmetic (microseconds rounded half to even, a carry
+        # into the seconds), the text up to the minute made once per minute: a search prints
+        # tens of thousands of times
+        sec = int(t)
+        frac = t - sec  # exact, as math.modf
+        if frac >= 0.9999994 and round(frac * 1e6) >= 1_000_000:
+            sec += 1
+        minute = _ISO_MINUTES.get(sec // 60)
+        if minute is None:
+            if len(_ISO_MINUTES) >= 1 << 16:
+                _ISO_MINUTES.clear()
+            minute = _ISO_MINUTES[sec // 60] = datetime.fromtimestamp(sec // 60 * 60, UTC).isoformat()[:17]
+        return minute + _ISO_SECONDS[sec % 60] + _ISO_MILLIS[int(t * 1000) % 1000]
+    return _iso_by_datetime(t)
+
+
+#: the times :func:`iso_time` formats by arithmetic (from the epoch to the end of year 9998)
+_ISO_FAST_END = 253370764800.0
+_ISO_MINUTES: dict[int, str] = {}
+_ISO_SECONDS = [f"{n:02d}." for n in range(60)]
+_ISO_MILLIS = [f"{n:03d}Z" for n in range(1000)]
+
+
+def _iso_by_datetime(t: float) -> str:
+    """:func:`iso_time` through :mod:`datetime` (any time it can represent)."""
     d = datetime.fromtimestamp(t, UTC)
     # isoformat is faster than strftime, and the same from year 1000 on (%Y does not pad)
     head = d.isoformat(timespec="seconds")[:19] + "." if d.year >= 1000 else d.strftime("%Y-%m-%dT%H:%M:%S.")
@@ -373,7 +401,9 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         return keep_block(key, role, bkind, tool)
 
     if index:
-        yield from _grep_index(store, rx, keep_block, since, until, limit, context, want_kinds, check_index)
+        filtered = role_set is not None or tool_globs is not None or session_globs is not None or app_globs is not None
+        yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
+                               check_index)
         return
     if scan is None:
         scan = store.objects.format >= 2
@@ -557,61 +587,87 @@ def _line_matches(rx: re.Pattern[str], text: str,
     return tuple(lines)
 
 
-def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool], since: float | None,
+def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool] | None, since: float | None,
                 until: float | None, limit: int | None, context: int, kinds: set[str], check: bool
                 ) -> Iterator[Match]:
+    """:func:`grep` through the index; ``keep_block`` None: no role, tool, session or app filter."""
     from .grepindex import open_index
 
     ix = open_index(store, check=check)
     try:
-        hits = ix.find(rx, kinds)
+        hits = ix.find_blocks(rx, kinds)
     except ValueError:  # a damaged index file: not trusted, built again from the store
-        hits = ix.rebuild().find(rx, kinds)
-    firsts: dict[tuple[int, int], int] = {}  # (commit number, block) -> position in found
-    found: list[Match] = []
-    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # position in found -> other sessions
+        hits = ix.rebuild().find_blocks(rx, kinds)
     nsess = len(ix.sessions)
     keys = [ix.key(si) for si in range(nsess)]
-    rank = [0] * nsess
-    for r, si in enumerate(sorted(range(nsess), key=keys.__getitem__)):
-        rank[si] = r
-    parts = {name: ix.part(name) for name in {h[0] for h in hits}}
-    # session order, root to tip (a block's place counts both parts, so it is unique): one
-    # integer key per hit
-    span = 1 + max((max(p.rec[7::8], default=0) for p in parts.values()), default=0)
-    order: list[tuple[int, str, int]] = []
-    for name, p in parts.items():
-        rec = p.rec
-        order.extend((rank[rec[8 * i + 1]] * span + rec[8 * i + 7], name, i) for _, i in
-                     (h for h in hits if h[0] == name))
-    order.sort()
+    by_rank = sorted(range(nsess), key=keys.__getitem__)
+    parts = {name: ix.part(name) for name in hits}
+    # a block's place counts both parts in session-number order, root to tip; when the session
+    # numbers are in session order (an index built at once) the places are the output order
+    if by_rank == list(range(nsess)):
+        if len(hits) == 1:
+            runs = list(hits.items())
+        else:
+            placed = sorted((parts[name].rec[8 * i + 7], name, i) for name, idx in hits.items() for i in idx)
+            runs = [(name, [i for _, _, i in g]) for name, g in itertools.groupby(placed, key=lambda x: x[1])]
+    else:
+        rank = [0] * nsess
+        for r, si in enumerate(by_rank):
+            rank[si] = r
+        span = 1 + max((max(p.rec[7::8], default=0) for p in parts.values()), default=0)
+        keyed = sorted((rank[parts[name].rec[8 * i + 1]] * span + parts[name].rec[8 * i + 7], name, i)
+                       for name, idx in hits.items() for i in idx)
+        runs = [(name, [i for _, _, i in g]) for name, g in itertools.groupby(keyed, key=lambda x: x[1])]
     strings, bsets, commits = ix.strings, ix.branch_sets, ix.commits
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
     finder = _finder(rx)
-    for _, part, i in order:
-        p = parts[part]
-        cn, si, blk, kn, rn, tn, bn, _ = p.rec[8 * i:8 * i + 8]
-        when = p.time[i]
-        if (since is not None and when < since) or (until is not None and when >= until):
-            continue
-        ok = kept.get((si, rn, kn, tn))
-        if ok is None:
-            ok = kept[(si, rn, kn, tn)] = keep_block(keys[si], strings[rn], KINDS[kn],
-                                                     strings[tn] if tn >= 0 else None)
-        if not ok:
-            continue
-        key = keys[si]
-        at = firsts.get((cn, blk))
-        if at is not None:
-            if found[at].session != key:
-                also.setdefault(at, {}).setdefault(key, bsets[bn])
-            continue
-        lines = _line_matches(rx, p.block(i), finder)
-        if not lines:
-            continue
-        firsts[(cn, blk)] = len(found)
-        found.append(_match(commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
-                            strings[tn] if tn >= 0 else None, when, lines, context))
+    # a commit's blocks are told apart by one integer: commit number * (most blocks + 1) + block
+    bspan = 1 + max((max(p.rec[2::8], default=0) for p in parts.values()), default=0)
+    firsts: dict[int, int] = {}  # commit and block -> position in found
+    found: list[Match] = []
+    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # position in found -> other sessions
+    timed = since is not None or until is not None
+    lo = since if since is not None else float("-inf")
+    hi = until if until is not None else float("inf")
+    # the matches are built before the first is given out: tens of thousands of objects that all
+    # stay alive, each burst of them a walk of every live object by the cyclic collector, for nothing
+    with gc_paused():
+        for name, idx in runs:
+            p = parts[name]
+            rec, times = p.rec, p.time
+            raw, bstarts = p.raw, p.bstarts
+            for i in idx:
+                r = 8 * i
+                cn, si, blk, kn, rn, tn, bn, _ = rec[r:r + 8]
+                when = times[i]
+                if timed and (when < lo or when >= hi):
+                    continue
+                if keep_block is not None:
+                    ok = kept.get((si, rn, kn, tn))
+                    if ok is None:
+                        ok = kept[(si, rn, kn, tn)] = keep_block(keys[si], strings[rn], KINDS[kn],
+                                                                 strings[tn] if tn >= 0 else None)
+                    if not ok:
+                        continue
+                key = keys[si]
+                at = firsts.get(cn * bspan + blk)
+                if at is not None:
+                    if found[at].session != key:
+                        also.setdefault(at, {}).setdefault(key, bsets[bn])
+                    continue
+                text = raw[bstarts[i]:bstarts[i + 1] - 1].decode("utf-8")
+                if "\n" in text:
+                    lines = _line_matches(rx, text, finder)
+                    if not lines:
+                        continue
+                else:  # one line (most blocks): no split
+                    spans = finder(text)
+                    if not spans:
+                        continue
+                    lines = (_line_match(1, text, tuple(spans)),)
+                firsts[cn * bspan + blk] = len(found)
+                found.append(_match(commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
+                                    strings[tn] if tn >= 0 else None, when, lines, context))
     for n, m in enumerate(found):
         if limit is not None and n >= limit:
             return
@@ -637,6 +693,13 @@ def _match(commit: str, session: tuple[str, str, str], branches: tuple[str, ...]
         "commit": commit, "session": session, "branches": branches, "role": role, "kind": kind, "tool": tool,
         "time": time, "lines": lines, "also": (), "before": (), "after": (), "context": context})
     return m
+
+
+def _line_match(line: int, text: str, spans: tuple[tuple[int, int], ...]) -> LineMatch:
+    """A :class:`LineMatch`, built as :func:`_match` builds a Match."""
+    lm = object.__new__(LineMatch)
+    object.__setattr__(lm, "__dict__", {"line": line, "text": text, "spans": spans})
+    return lm
 
 
 def _context(store: Store, path: list[str], cid: str, n: int
@@ -790,6 +853,7 @@ class _Scan:
         self.path_tag = re.compile(re.escape(common) + b"(?:" + b"|".join(re.escape(t[len(common):]) for t in tags)
                                    + b")")
         self.kept = 0
+        self.value_tag, self.commit_tag = (o.encode(x)[1][1:5] for x in (Value(value=0), Commit(kind="message")))
 
     def run(self) -> None:
         """Read every stored object once (twice only for a commit stored before its body)."""
@@ -841,7 +905,10 @@ class _Scan:
 
     def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
         """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
-        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
+        # only values can be bodies: a segment holding a hit (its copies of bodies) is not decoded
+        tag = self.value_tag
+        objs = self.store.objects.adopt_canonical_many([content[a:a + n] for a, n in (spans[i] for i in picked)
+                                                        if content[a + 1:a + 5] == tag])
         for oid, obj in objs:
             if isinstance(obj, Value):
                 self.bodies[o.raw_id(oid)] = obj.value
@@ -858,7 +925,10 @@ class _Scan:
             if spans is None:
                 return
         starts = [s for s, _ in spans]
-        picked = dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
+        # only commits: the copies of commits in a segment are not decoded
+        tag = self.commit_tag
+        picked = [i for i in dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
+                  if content[spans[i][0] + 1:spans[i][0] + 5] == tag]
         objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
         for (oid, obj), i in zip(objs, picked, strict=True):
             if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
@@ -945,6 +1015,27 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
                want_kinds: set[str], role_set: set[str] | None, since: float | None, until: float | None,
                app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None) -> Iterator[Match]:
     """:func:`grep` by one pass over every stored object (format 2): see the module docstring."""
+    # everything is found before the first match is given out: a pass that keeps hundreds of
+    # thousands of objects alive (the caches, the bodies), each burst of allocations a walk of
+    # all of them by the cyclic collector, for nothing
+    with gc_paused():
+        out, sessions = _scan_matches(store, rx, keep, context, want_kinds, role_set, since, until, app_globs,
+                                      session_globs)
+    for n, ((sn, _, bn, _), m) in enumerate(out):
+        if limit is not None and n >= limit:
+            return
+        if context:
+            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
+            m = replace(m, before=before, after=after)
+        yield m
+
+
+def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, want_kinds: set[str],
+                  role_set: set[str] | None, since: float | None, until: float | None,
+                  app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None
+                  ) -> tuple[list[tuple[tuple[int, int, int, int], Match]],
+                             list[tuple[tuple[str, str, str], list[tuple[str, str, dict[str, Any]]]]]]:
+    """The matches of :func:`_grep_scan` in their order, with their sort keys, and the sessions."""
     scan = _Scan(store, rx)
     scan.run()
     # 1. the blocks that match, before knowing where their commits are
@@ -965,7 +1056,7 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
             if lines:
                 found.setdefault(cid, []).append((j, role, bkind, tool, lines, missed and tool is None))
     if not found:
-        return
+        return [], []
     # 2. where those commits are: the branches whose path holds them
     targets = {cid: scan.commits[cid].depth for cid in found}
     sessions = _session_tips(store, app_globs, session_globs)
@@ -1032,13 +1123,7 @@ def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, 
                         Match(cid, key, mine, role, bkind, tool, when, lines,
                               tuple((k, tuple(b)) for k, b in others.items()), context=context)))
     out.sort(key=lambda x: x[0])
-    for n, ((sn, _, bn, _), m) in enumerate(out):
-        if limit is not None and n >= limit:
-            return
-        if context:
-            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
-            m = replace(m, before=before, after=after)
-        yield m
+    return out, sessions
 
 
 __all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep",

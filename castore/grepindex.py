@@ -19,10 +19,11 @@ Blocks are kept in two *parts*: ``main`` (text, thinking, tool calls: what a sea
 by default) and ``res`` (tool results, most of the text, read only when asked). Per part:
 
 * ``P.txt``: the blocks' text, UTF-8, each followed by ``\\x1e`` (a record separator; the
-  character is replaced by a space inside a text); ``P.low``: the same blocks lower-cased,
-  for fast case-insensitive searches;
+  character is replaced by a space inside a text); ``P.low``: the same blocks lower-cased
+  (and ſ, ı as s, i), for fast case-insensitive searches of an ASCII pattern;
 * ``P.off``: little-endian int64: the character offset of each block in ``P.txt`` (and one
-  past the last), then the same for ``P.low``;
+  past the last), then the same for ``P.low``, then the byte offsets of the same in ``P.txt``
+  and in ``P.low`` (a plain string is searched in the bytes: no decoding of the whole text);
 * ``P.rec``: little-endian int32, 8 per block: commit number, session number, block number
   within the commit, kind (0 text, 1 thinking, 2 tool call, 3 tool result), role, tool
   (string numbers; -1: none), branch-set number, and the block's place in the index
@@ -53,13 +54,16 @@ from .errors import CastoreError
 if TYPE_CHECKING:
     from .store import Store
 
-VERSION = 4
+VERSION = 5
 SEP = "\x1e"
 _KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: the parts of the index and the kinds each holds
 PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
 _W = 8  # int32 fields per block in P.rec
 _SESSIONS = "sessions"
+#: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
+#: ASCII letter (Python's re: ſ is s, dotless ı is i): P.low holds the letter instead
+_FOLD = {0x17F: "s", 0x131: "i"}
 #: what anchors a pattern to the start or end of the text it searches
 _ANCHORS = ("^", "$", "\\A", "\\Z")
 
@@ -173,14 +177,19 @@ def _changes(store: Store, mark: str | None, known: bool
 
 
 class _Part:
-    """One part of an index (see the module docstring), as loaded or as being built."""
+    """One part of an index (see the module docstring), as loaded or as being built: the
+    bytes of ``P.txt`` and ``P.low``, decoded only when a search needs the whole text (a
+    plain string is searched in the bytes, and only the blocks found are decoded)."""
 
     def __init__(self) -> None:
-        self.raw = b""  # P.txt as read; decoded on first use of .text
-        self._text: str | None = ""
-        self.low = ""
-        self.starts: array.array[int] = array.array("q", [0])
-        self.lstarts: array.array[int] = array.array("q", [0])
+        self.raw = b""  # P.txt
+        self.lowraw = b""  # P.low
+        self._text: str | None = None
+        self._low: str | None = None
+        self.starts: array.array[int] = array.array("q", [0])  # characters, in P.txt
+        self.lstarts: array.array[int] = array.array("q", [0])  # characters, in P.low
+        self.bstarts: array.array[int] = array.array("q", [0])  # bytes, in P.txt
+        self.lbstarts: array.array[int] = array.array("q", [0])  # bytes, in P.low
         self.rec: array.array[int] = array.array("i")
         self.time: array.array[float] = array.array("d")
 
@@ -190,24 +199,29 @@ class _Part:
 
     @property
     def text(self) -> str:
+        """``P.txt`` decoded (on first use).
+
+        Raises:
+            ValueError: the bytes are not UTF-8 (a damaged file).
+        """
         if self._text is None:
             self._text = self.raw.decode("utf-8")
         return self._text
 
-    @text.setter
-    def text(self, value: str) -> None:
-        self._text = value
+    @property
+    def low(self) -> str:
+        """``P.low`` decoded (on first use).
 
-    def load_raw(self, raw: bytes) -> None:
-        """Take ``P.txt``'s bytes as read (decoded only when a search needs the whole text)."""
-        self.raw, self._text = raw, None
+        Raises:
+            ValueError: the bytes are not UTF-8 (a damaged file).
+        """
+        if self._low is None:
+            self._low = self.lowraw.decode("utf-8")
+        return self._low
 
     def block(self, i: int) -> str:
-        """Block ``i``'s text (sliced from the bytes when they are ASCII: no decoding of the rest)."""
-        a, b = self.starts[i], self.starts[i + 1] - 1
-        if self._text is None and self.starts[-1] == len(self.raw):  # as many bytes as characters
-            return self.raw[a:b].decode("ascii")
-        return self.text[a:b]
+        """Block ``i``'s text (its bytes decoded alone)."""
+        return self.raw[self.bstarts[i]:self.bstarts[i + 1] - 1].decode("utf-8")
 
 
 def _literal(rx: re.Pattern[str]) -> str | None:
@@ -276,8 +290,8 @@ class Index:
             return got
         p = _Part()
         try:
-            p.load_raw(self._read(f"{name}.txt"))
-            p.low = self._read(f"{name}.low").decode("utf-8")
+            p.raw = self._read(f"{name}.txt")
+            p.lowraw = self._read(f"{name}.low")
             offs = array.array("q")
             offs.frombytes(self._read(f"{name}.off"))
             p.rec.frombytes(self._read(f"{name}.rec"))
@@ -286,13 +300,14 @@ class Index:
                 offs.byteswap()
                 p.rec.byteswap()
                 p.time.byteswap()
-        except (OSError, UnicodeDecodeError, KeyError) as e:
+        except (OSError, KeyError) as e:
             raise ValueError(f"index part {name}: {e}") from e
         n = len(p.time)
-        if len(offs) != 2 * (n + 1) or len(p.rec) != _W * n or offs[-1] != len(p.low) \
-                or not offs[n] <= len(p.raw) <= 4 * offs[n]:
+        if len(offs) != 4 * (n + 1) or len(p.rec) != _W * n or offs[3 * (n + 1) - 1] != len(p.raw) \
+                or offs[-1] != len(p.lowraw):
             raise ValueError(f"index part {name}: sizes do not agree")
-        p.starts, p.lstarts = offs[:n + 1], offs[n + 1:]
+        m = n + 1
+        p.starts, p.lstarts, p.bstarts, p.lbstarts = offs[:m], offs[m:2 * m], offs[2 * m:3 * m], offs[3 * m:]
         self.parts[name] = p
         return p
 
@@ -319,9 +334,19 @@ class Index:
         return (k[0], k[1], k[2])
 
     def find(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[tuple[str, int]]:
-        """The blocks (of these kinds) with a match of ``rx``, as ``(part, block)``, part by part.
+        """The blocks (of these kinds) with a match of ``rx``, as ``(part, block)``, part by part
+        (:meth:`find_blocks`, flattened).
 
-        A case-insensitive pattern with no backslash runs case-sensitively, lowered, over
+        Raises:
+            ValueError: a part is damaged (the caller rebuilds the index).
+        """
+        return [(name, i) for name, idx in self.find_blocks(rx, kinds).items() for i in idx]
+
+    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> dict[str, list[int]]:
+        """The blocks (of these kinds) with a match of ``rx``: per part searched, their numbers
+        in increasing order.
+
+        A case-insensitive ASCII pattern with no backslash runs case-sensitively, lowered, over
         the lowered text (Python's case-insensitive search is many times slower), and a
         pattern with no regex syntax runs as a plain string search; a pattern with an anchor
         (``^``, ``$``, ``\\A``, ``\\Z``) runs block by block. The caller matches the blocks
@@ -330,38 +355,45 @@ class Index:
         Raises:
             ValueError: a part is damaged (the caller rebuilds the index).
         """
-        out: list[tuple[str, int]] = []
+        out: dict[str, list[int]] = {}
         for name, held in PARTS.items():
             if kinds is not None and not kinds & set(held):
                 continue
             p = self.part(name)
+            got = out[name] = []
             want = None if kinds is None or set(held) <= kinds else {i for i, k in enumerate(_KINDS) if k in kinds}
             if any(a in rx.pattern for a in _ANCHORS):
                 # an anchor means the start or end of a block (or line), not of the whole text:
                 # each block is searched on its own
                 rec, search = p.rec, rx.search
-                out.extend((name, i) for i in range(p.n)
+                got.extend(i for i in range(p.n)
                            if (want is None or rec[_W * i + 3] in want) and search(p.block(i)) is not None)
                 continue
-            text, starts, prx = p.text, p.starts, rx
-            if rx.flags & re.IGNORECASE and "\\" not in rx.pattern:
+            prx, lowered = rx, False
+            if rx.flags & re.IGNORECASE and "\\" not in rx.pattern and rx.pattern.isascii():
                 try:
-                    prx = re.compile(rx.pattern.lower(), rx.flags & ~re.IGNORECASE)
-                    text, starts = p.low, p.lstarts
+                    prx, lowered = re.compile(rx.pattern.lower(), rx.flags & ~re.IGNORECASE), True
                 except re.error:
                     pass
             lit = _literal(prx) if not prx.flags & re.IGNORECASE else None
             rec = p.rec
             if lit is not None and SEP not in lit:
-                # a plain string never spans two blocks: one C-level pass finds the first hit of
+                # a plain string never spans two blocks, and its UTF-8 bytes are found exactly where
+                # it is (UTF-8 synchronises): one C-level pass over the bytes finds the first hit of
                 # each block (the match runs on to the block's end, so the next starts at the
-                # following block), and the offsets map to blocks by bisect
+                # following block), and the byte offsets map to blocks by bisect
+                raw, bounds = (p.lowraw, p.lbstarts) if lowered else (p.raw, p.bstarts)
                 bis = bisect.bisect_right
-                at_ = [m.start() for m in re.finditer(re.escape(lit) + "[^" + SEP + "]*", text)]
-                bounds = starts.tolist() if len(at_) > 64 else starts  # a list bisects without making ints
+                at_ = [m.start() for m in re.finditer(re.escape(lit.encode("utf-8")) + b"[^\x1e]*", raw)]
+                if len(at_) > 64:
+                    bounds = bounds.tolist()  # type: ignore[assignment]  # a list bisects without making ints
                 blocks_ = [bis(bounds, a) - 1 for a in at_]
-                out.extend((name, i) for i in blocks_ if want is None or rec[_W * i + 3] in want)
+                got.extend(blocks_ if want is None else [i for i in blocks_ if rec[_W * i + 3] in want])
                 continue
+            try:
+                text, starts = (p.low, p.lstarts) if lowered else (p.text, p.starts)
+            except UnicodeDecodeError as e:
+                raise ValueError(f"index part {name}: {e}") from e
             pos, end = 0, len(text)
             search = prx.search
             while pos < end:
@@ -378,7 +410,7 @@ class Index:
                 i = bisect.bisect_right(starts, mstart) - 1
                 nxt = starts[i + 1]
                 if mend < nxt and (want is None or rec[_W * i + 3] in want):
-                    out.append((name, i))
+                    got.append(i)
                     pos = nxt  # one hit per block is enough: its lines are matched later
                 else:
                     pos = mstart + 1 if mend >= nxt else nxt
@@ -453,7 +485,7 @@ class Index:
             if key not in number:
                 number[key] = len(sessions)
                 sessions.append({"key": list(key), "folder": "", "refs": None, "n": dict.fromkeys(PARTS, 0)})
-        built: dict[str, tuple[list[str], list[str], _Part]] = {name: ([], [], _Part()) for name in PARTS}
+        built: dict[str, tuple[list[bytes], list[bytes], _Part]] = {name: ([], [], _Part()) for name in PARTS}
         self.rebuilt = []
         seq = [0]
 
@@ -467,11 +499,14 @@ class Index:
             p.rec.extend((cn, si, rec.block, _KINDS.index(rec.kind), rn, tn, bn, seq[0]))
             seq[0] += 1
             p.time.append(rec.time)
-            low = text.lower()
-            texts.append(text + SEP)
-            lows.append(low + SEP)
+            low = text.lower().translate(_FOLD)
+            btext, blow = (text + SEP).encode("utf-8"), (low + SEP).encode("utf-8")
+            texts.append(btext)
+            lows.append(blow)
             p.starts.append(p.starts[-1] + len(text) + 1)
             p.lstarts.append(p.lstarts[-1] + len(low) + 1)
+            p.bstarts.append(p.bstarts[-1] + len(btext))
+            p.lbstarts.append(p.lbstarts[-1] + len(blow))
             return name
 
         for si, x in enumerate(sessions):
@@ -489,11 +524,12 @@ class Index:
                         continue
                     texts, lows, p = built[name]
                     q = self.part(name)
-                    texts.append(q.text[q.starts[a]:q.starts[b]])
-                    lows.append(q.low[q.lstarts[a]:q.lstarts[b]])
-                    base, lbase = p.starts[-1] - q.starts[a], p.lstarts[-1] - q.lstarts[a]
-                    p.starts.extend([v + base for v in q.starts[a + 1:b + 1]])
-                    p.lstarts.extend([v + lbase for v in q.lstarts[a + 1:b + 1]])
+                    texts.append(q.raw[q.bstarts[a]:q.bstarts[b]])
+                    lows.append(q.lowraw[q.lbstarts[a]:q.lbstarts[b]])
+                    for mine, theirs in ((p.starts, q.starts), (p.lstarts, q.lstarts), (p.bstarts, q.bstarts),
+                                         (p.lbstarts, q.lbstarts)):
+                        base = mine[-1] - theirs[a]
+                        mine.extend([v + base for v in theirs[a + 1:b + 1]])
                     p.rec.extend(q.rec[_W * a:_W * b])
                     p.time.extend(q.time[a:b])
                     n[name] = b - a
@@ -511,16 +547,17 @@ class Index:
         self.parts = {}
         files: dict[str, bytes] = {"commits": self.commits}
         for name, (texts, lows, p) in built.items():
-            p.text = "".join(texts)
-            p.low = "".join(lows)
+            p.raw = b"".join(texts)
+            p.lowraw = b"".join(lows)
             offs = array.array("q", p.starts)
-            offs.extend(p.lstarts)
+            for more in (p.lstarts, p.bstarts, p.lbstarts):
+                offs.extend(more)
             recs, times = array.array("i", p.rec), array.array("d", p.time)
             if sys.byteorder != "little":
                 offs.byteswap()
                 recs.byteswap()
                 times.byteswap()
-            files.update({f"{name}.txt": p.text.encode("utf-8"), f"{name}.low": p.low.encode("utf-8"),
+            files.update({f"{name}.txt": p.raw, f"{name}.low": p.lowraw,
                           f"{name}.off": offs.tobytes(), f"{name}.rec": recs.tobytes(),
                           f"{name}.time": times.tobytes()})
             self.parts[name] = p

@@ -131,7 +131,7 @@ def test_every_kind_of_change_after_indexing_is_seen(store: castore.Store) -> No
     assert _texts(store, "walrus") == ["walrus two"]  # still held by the fork
     store.delete_session("bot", "ann", "s9")
     assert _texts(store, "walrus") == []
-    store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus again"})  # a new s0
+    store.session("bot", "ann", "s05").append({"role": "user", "content": "walrus again"})  # a new s0
     store.session("bot", "ann", "a0").append({"role": "user", "content": "walrus first"})  # sorts first
     assert _texts(store, "walrus") == ["walrus first", "walrus again"]
     assert open_index(store).rebuilt == []
@@ -187,3 +187,54 @@ def test_fast_match_equals_a_built_match() -> None:
     assert set(vars(fast)) == {f.name for f in dataclasses.fields(Match)}
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.role = "assistant"  # type: ignore[misc]
+
+
+def test_index_order_holds_when_sessions_are_numbered_out_of_session_order(store: castore.Store) -> None:
+    """A session added after the index was built gets the next number but may sort first; a
+    fork shares commits: the index gives the scan's matches, in its order, over both parts."""
+    open_index(store)
+    store.session("aaa", "zed", "first").append({"role": "user", "content": "an early parser"}, time=T0 - 5)
+    store.session("bot", "ann", "s1").fork("s05", at="HEAD~1")
+    store.session("bot", "ann", "s05").append({"role": "user", "content": "the fork's parser"}, time=T0 + 9)
+    for kinds in (None, ["text", "thinking", "tool_call", "tool_result"], ["tool_result"]):
+        got = list(grep(store, "parser", kinds=kinds, index=True))
+        assert got == list(grep(store, "parser", kinds=kinds, index=False))
+        assert got and (got[0].session == ("aaa", "zed", "first")) == (kinds != ["tool_result"])
+
+
+def test_plain_string_found_in_the_bytes_of_non_ascii_text(store: castore.Store) -> None:
+    """Blocks whose bytes outnumber their characters: the plain-string search runs over the
+    bytes and maps them to the right blocks and spans, case-sensitively or not."""
+    s = store.session("bot", "ann", "s9")
+    s.append_many([{"role": "user", "content": "ééé ПАРСЕР parser"}, {"role": "user", "content": "plain parser"},
+                   {"role": "user", "content": "日本語\nthen Parser, ſparser"}], time=T0)
+    for pattern in ("parser", "Parser", "парсер", "ПАРСЕР", "語"):
+        got = list(grep(store, pattern, sessions=["s9"], index=True))
+        assert got == list(grep(store, pattern, sessions=["s9"], index=False)), pattern
+        assert got and all(lm.text[a:b].lower() == pattern.lower() for m in got for lm in m.lines for a, b in lm.spans)
+
+
+def test_iso_time_by_arithmetic_is_what_datetime_writes() -> None:
+    """The match time as text: the arithmetic of iso_time gives datetime's own text, around
+    second, minute, day and year ends and where microseconds round up into the next second."""
+    import random
+
+    from castore.grep import _iso_by_datetime, iso_time
+
+    rng = random.Random(5)
+    times = [0.0, 5e-324, 0.4999999e-6, 0.5e-6, 1.5e-6, 0.9999994, 0.9999995, 0.99999949, 59.9999996, 86399.9999995,
+             T0, T0 + 0.123, T0 + 0.9995, 951782399.9999996, 253370764799.9999]
+    times += [rng.uniform(0, 253370764800.0) for _ in range(20000)]
+    times += [rng.randrange(0, 2 ** 34) + 0.9999994 + rng.random() * 2e-7 for _ in range(20000)]
+    assert [iso_time(t) for t in times] == [_iso_by_datetime(t) for t in times]
+    assert iso_time(-1.5) == "1969-12-31T23:59:58.500Z" and iso_time(None) is None
+
+
+def test_case_insensitive_ascii_pattern_finds_long_s_and_dotless_i(store: castore.Store) -> None:
+    """Python's case-insensitive s matches ſ and i matches ı, whose lower case is themselves:
+    the index finds them as the scan does."""
+    store.session("bot", "ann", "s8").append_many([{"role": "user", "content": "a parſer"},
+                                                   {"role": "user", "content": "the ınput"}], time=T0)
+    for pattern in ("parser", "input", "in.ut", "ſ"):
+        got = list(grep(store, pattern, sessions=["s8"], index=True))
+        assert got == list(grep(store, pattern, sessions=["s8"], index=False)) and got, pattern

@@ -265,6 +265,7 @@ def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: 
     counts: dict[str, int] = {}
     docs: list[dict[str, Any]] = []
     keys: dict[tuple[str, str, str], str] = {}  # a session's key as printed, formatted once
+    wheres: dict[Any, str] = {}
     tty = sys.stdout.isatty()
     out: list[str] = []
 
@@ -291,15 +292,24 @@ def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: 
             docs.append(m.to_json())
             continue
         else:
-            where = f"{key}@{','.join(m.branches)}"
-            if m.also:
-                where += " (+" + ", ".join(key_of(k) for k, _ in m.also) + ")"
-            what = f"{m.role}/{m.kind}" + (f"[{m.tool}]" if m.tool else "")
-            head = f"{where} {m.commit[:8]} {(iso_time(m.time) or '-')[:19]} {what}:"
+            place = (m.session, m.branches, m.also)  # the text before the commit, made once per place
+            where = wheres.get(place)
+            if where is None:
+                where = f"{key}@{','.join(m.branches)}"
+                if m.also:
+                    where += " (+" + ", ".join(key_of(k) for k, _ in m.also) + ")"
+                wheres[place] = where
+            tool = m.tool
+            what = f"{m.role}/{m.kind}[{tool}]:" if tool else f"{m.role}/{m.kind}:"
+            head = f"{where} {m.commit[:8]} {(iso_time(m.time) or '-')[:19]} {what}"
             for c, role, text in m.before:
                 out.append(f"{where} {c[:8]} - {role}: {text}")
-            for lm in m.lines:
-                out.append(f"{head}{lm.line}: {_highlight(lm.text, lm.spans) if tty else lm.text}")
+            if tty:
+                for lm in m.lines:
+                    out.append(f"{head}{lm.line}: {_highlight(lm.text, lm.spans)}")
+            else:
+                for lm in m.lines:
+                    out.append(f"{head}{lm.line}: {lm.text}")
             for c, role, text in m.after:
                 out.append(f"{where} {c[:8]} - {role}: {text}")
             if m.context:
