@@ -578,12 +578,12 @@ def _line_matches(rx: re.Pattern[str], text: str,
         spans_of = _finder(rx)
     if "\n" not in text:  # one line (most blocks): no split
         spans = tuple(spans_of(text))
-        return (LineMatch(1, text, spans),) if spans else ()
+        return (_line_match(1, text, spans),) if spans else ()
     lines = []
     for n, line in enumerate(text.split("\n"), 1):
         spans = tuple(spans_of(line))
         if spans:
-            lines.append(LineMatch(n, line, spans))
+            lines.append(_line_match(n, line, spans))
     return tuple(lines)
 
 
@@ -875,12 +875,16 @@ class _Scan:
                 if self.path_tag.match(content, 1) and 0x80 <= content[0] <= 0x8F:
                     add(content)
             else:
-                for tag in self.path_tag.finditer(content, 5):
+                search, pos = self.path_tag.search, 5
+                while (tag := search(content, pos)) is not None:
                     s = tag.start() - 1
                     size = int.from_bytes(content[s - 4:s], "big")
                     if 0x80 <= content[s] <= 0x8F and size <= _PATH_OBJECT_MAX and s + size <= n:
                         add(content[s:s + size])
                         self.kept += size
+                        pos = s + size  # past it: a segment's copies of commits are not looked at
+                    else:
+                        pos = tag.end()
         spans = None
         if self.needle is None or self.nrx is None:
             spans = packs.content_spans(content) if is_record else [(0, len(content))]
@@ -1121,7 +1125,8 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
                 continue
             out.append(((sn, c.depth, first_branch, j),
                         Match(cid, key, mine, role, bkind, tool, when, lines,
-                              tuple((k, tuple(b)) for k, b in others.items()), context=context)))
+                              tuple((k, tuple(b)) for k, b in others.items()), context=context) if others
+                        else _match(cid, key, mine, role, bkind, tool, when, lines, context)))
     out.sort(key=lambda x: x[0])
     return out, sessions
 

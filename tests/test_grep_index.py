@@ -187,6 +187,11 @@ def test_fast_match_equals_a_built_match() -> None:
     assert set(vars(fast)) == {f.name for f in dataclasses.fields(Match)}
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.role = "assistant"  # type: ignore[misc]
+    from castore.grep import _line_match
+
+    line = _line_match(3, "x parser", ((2, 8),))
+    assert line == LineMatch(3, "x parser", ((2, 8),)) and hash(line) == hash(LineMatch(3, "x parser", ((2, 8),)))
+    assert repr(line) == repr(LineMatch(3, "x parser", ((2, 8),)))
 
 
 def test_index_order_holds_when_sessions_are_numbered_out_of_session_order(store: castore.Store) -> None:
