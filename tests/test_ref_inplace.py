@@ -4,6 +4,7 @@ a whole one; plain ref files (format 2, durable swaps) read and swap as before."
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -220,3 +221,11 @@ def test_an_empty_value_written_in_place_swaps_on(tmp_path: Path) -> None:
     assert st.storage.read("refs/x/e") == b""
     t = _deferred_swap(st, "refs/x/e", b"again\n", t)  # compared against the empty value's token
     assert st.storage.read("refs/x/e") == b"again\n"
+
+
+def test_the_header_of_a_ref_written_in_place_keeps_its_bytes() -> None:
+    # the on-disk layout (docs/FORMAT.md 12): magic, length (big endian), blake2b-128, value
+    value = b"ref: heads/main\n{}\n"
+    assert frame(value).hex() == ("ff00726566" + "00000013" + hashlib.blake2b(value, digest_size=16).hexdigest()
+                                  + value.hex())
+    assert journal_mod.unframe(frame(value) + b"old tail") == value
