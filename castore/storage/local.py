@@ -423,6 +423,15 @@ class LocalStorage(Storage):
             data = data if value is None else value
         return Versioned(data, _token(data))
 
+    def _read_locked(self, key: str) -> Versioned | None:
+        """What a swap or delete compares, under the key's lock: :meth:`read_versioned`, and
+        for a torn ref written in place (a power loss; the replay then replaces it) the file
+        as it lies (:meth:`read_ref_file`)."""
+        try:
+            return self.read_versioned(key)
+        except CorruptRef:
+            return self.read_ref_file(key)
+
     def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """Replace ``key`` under its lock if its token is ``expect``; see :meth:`Storage.swap`.
 
@@ -437,7 +446,7 @@ class LocalStorage(Storage):
         token = _token(data)
         deferred = False
         try:
-            current = self.read_ref_file(key)
+            current = self._read_locked(key)
             if (current.token if current else None) != expect:
                 raise PreconditionFailed(key, expect)
             if journal is not None and self.durable and key.startswith(_LOGGED_DELETES):
@@ -555,7 +564,7 @@ class LocalStorage(Storage):
             return
         fd = self._lock(path)
         try:
-            current = self.read_ref_file(key)
+            current = self._read_locked(key)
             if expect is not None and (current is None or current.token != expect):
                 raise PreconditionFailed(key, expect)
             if current is not None:
