@@ -200,18 +200,16 @@ def test_sealing_a_log_makes_its_refs_durable_first(tmp_path: Path) -> None:
 
 def _killed_between_intent_and_rename(root: str) -> None:
     """Child: one normal append, then an append that dies after its intent is synced and
-    before its rename (as a kill -9 there would)."""
+    before it writes the ref (in place, or into the lock file to rename; as a kill -9 there
+    would)."""
     st = castore.open(root, format=3)
     s = st.session("app", "u", "s")
     s.append(castore.Message(role="user", content="landed"))
-    real = os.replace
 
-    def die(src: str, dst: str) -> None:
-        if str(src).endswith(".lock"):
-            os._exit(0)
-        real(src, dst)
+    def die(fd: int, data: bytes, offset: int) -> int:
+        os._exit(0)  # the ref's new bytes are written only with pwrite, after the intent
 
-    os.replace = die  # type: ignore[assignment]
+    os.pwrite = die  # type: ignore[assignment]
     s.append(castore.Message(role="user", content="never acknowledged"))
 
 

@@ -21,11 +21,22 @@ from typing import Protocol
 from ..errors import StorageError
 from .base import RefIntent, Token, Versioned
 
+try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without _blake2
+    from hashlib import blake2b
+
 #: the folder of the boot markers, at the root of a local store
 JOURNAL = "journal"
 _MARKER_HEADER = b"castore ref journal\n"
 #: only refs are journaled (the keys a replay may change)
 _REFS = "refs/"
+#: the header of a ref file written in place by a deferred swap (docs/FORMAT.md 12): this
+#: magic (0xff starts no ref value: those are ASCII), the value's length (4 bytes, big
+#: endian) and its 16-byte blake2b, then the value; bytes past the length are a longer old
+#: value's tail
+INPLACE_MAGIC = b"\xff\0ref"
+_INPLACE_HEAD = len(INPLACE_MAGIC) + 4 + 16
 
 
 class RefFiles(Protocol):
@@ -34,8 +45,10 @@ class RefFiles(Protocol):
     url: str
     durable: bool
 
-    def read_versioned(self, key: str) -> Versioned | None:
-        """The bytes of ``key`` and their token, or None when it is missing."""
+    def read_ref_file(self, key: str) -> Versioned | None:
+        """The value of ``key`` and its token as its file holds them now, or None when it is
+        missing; a file written in place that fails its check gives its bytes as they are
+        (which :func:`torn` reports)."""
 
     def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
         """Replace ``key`` with ``data`` if its token is ``expect``; the new token."""
@@ -194,7 +207,7 @@ class BootMarkers:
         torn file (empty, zero-filled or cut short: its rename outlived its data) takes the
         last change's value."""
         storage = self.storage
-        current = storage.read_versioned(key)
+        current = storage.read_ref_file(key)
         tok = current.token if current is not None else None
         known = {e.new for e in events} | {e.old for e in events}
         data_of = {e.new: e.data for e in events if e.data is not None}
@@ -226,9 +239,27 @@ class BootMarkers:
 
 def torn(data: bytes) -> bool:
     """Whether a journaled file's bytes are not what any write left whole: empty, holding
-    zeros (blocks allocated but never written) or cut short (journaled values end with a
-    newline: ref files do)."""
-    return not data or b"\0" in data or not data.endswith(b"\n")
+    zeros (blocks allocated but never written), cut short (journaled values end with a
+    newline: ref files do), or a file written in place that failed its check (a value that
+    passed it is read without its header)."""
+    return not data or b"\0" in data or not data.endswith(b"\n") or data.startswith(INPLACE_MAGIC)
 
 
-__all__ = ["JOURNAL", "BootMarkers", "RefFiles", "torn"]
+def frame(value: bytes) -> bytes:
+    """``value`` with the header of a ref file written in place (see :data:`INPLACE_MAGIC`)."""
+    return INPLACE_MAGIC + len(value).to_bytes(4, "big") + blake2b(value, digest_size=16).digest() + value
+
+
+def unframe(data: bytes) -> bytes | None:
+    """The value of a file that :func:`frame` wrote (bytes past its length ignored), or None
+    when it fails its check: a read that met a write in place, or one a crash cut short."""
+    if len(data) < _INPLACE_HEAD or not data.startswith(INPLACE_MAGIC):
+        return None
+    n = int.from_bytes(data[len(INPLACE_MAGIC):len(INPLACE_MAGIC) + 4], "big")
+    value = data[_INPLACE_HEAD:_INPLACE_HEAD + n]
+    if len(value) != n or blake2b(value, digest_size=16).digest() != data[_INPLACE_HEAD - 16:_INPLACE_HEAD]:
+        return None
+    return value
+
+
+__all__ = ["INPLACE_MAGIC", "JOURNAL", "BootMarkers", "RefFiles", "frame", "torn", "unframe"]

@@ -39,9 +39,9 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from ..errors import InvalidName, RefLocked, StorageError
+from ..errors import CorruptRef, InvalidName, RefLocked, StorageError
 from .base import Appender, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
-from .journal import BootMarkers
+from .journal import INPLACE_MAGIC, BootMarkers, frame, unframe
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
     from _blake2 import blake2b
@@ -59,6 +59,9 @@ SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = "refs/"
 _LOG_HEADER = "castore swap log "
+#: how many times a reader reads again a ref written in place that failed its check while
+#: its lock exists (a write under way), before calling it torn
+_TORN_READS = 64
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -78,6 +81,13 @@ def _boot_id() -> str:
 
 def _token(data: bytes) -> Token:
     return blake2b(data, digest_size=16).hexdigest()
+
+
+def _as_stored(key: str, data: bytes) -> bytes:
+    """The bytes to store for ``data`` at ``key``: a ref value that starts with the header of
+    a ref written in place (none that castore writes) is framed too, so that it reads back
+    as itself."""
+    return frame(data) if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES) else data
 
 
 class LocalStorage(Storage):
@@ -197,7 +207,52 @@ class LocalStorage(Storage):
 
     # -- plain reads and writes ------------------------------------------------------
     def read(self, key: str) -> bytes:
-        """Return the bytes at ``key``; see :meth:`Storage.read`."""
+        """Return the bytes at ``key``; see :meth:`Storage.read`. A ref written in place is
+        read without its header; one caught mid-write is read again.
+
+        Raises:
+            FileNotFoundError: nothing is stored there.
+            CorruptRef: a ref written in place is torn (see :meth:`_settled`).
+            StorageError: the read failed.
+        """
+        data = self._read_file(key)
+        if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES):
+            return self._settled(key, data)
+        return data
+
+    def _settled(self, key: str, data: bytes) -> bytes:
+        """The value of the ref file ``key`` written in place, whose bytes were ``data``.
+
+        A read that met a write in place fails the check: it is read again while the ref's
+        lock exists (briefly), and once more after the lock went (the write may have ended
+        between the read and the look at the lock).
+
+        Raises:
+            CorruptRef: the file still fails its check (a power loss cut its write short and
+                no recovery has run yet, or it was damaged).
+        """
+        lock = self._path(key) + ".lock"
+        delay, unlocked = 0.0001, 0
+        for _ in range(_TORN_READS):
+            value = unframe(data)
+            if value is not None:
+                return value
+            if os.path.exists(lock):
+                time.sleep(delay)
+                delay = min(delay * 2, 0.005)
+            else:
+                unlocked += 1
+                if unlocked > 1:
+                    break
+            data = self._read_file(key)
+            if not data.startswith(INPLACE_MAGIC):
+                return data  # replaced meanwhile by a rename (a durable swap)
+        raise CorruptRef(key[len(_LOGGED_DELETES):], "torn: its write in place was cut short (a power loss?) "
+                         "and no recovery has replaced it; open the store with castore to replay "
+                         "the writers' logs, or delete the ref")
+
+    def _read_file(self, key: str) -> bytes:
+        """The bytes of the file of ``key`` as they are."""
         try:
             with open(self._path(key), "rb") as f:
                 return f.read()
@@ -210,12 +265,12 @@ class LocalStorage(Storage):
 
     def write(self, key: str, data: bytes) -> None:
         """Atomically replace ``key``; see :meth:`Storage.write`."""
-        self._atomic_write(self._path(key), data)
+        self._atomic_write(self._path(key), _as_stored(key, data))
 
     def write_many(self, items: Mapping[str, bytes]) -> None:
         """Write several keys, then sync each touched folder once."""
         dirs: set[str] = set()
-        paths = [(self._path(k), v) for k, v in items.items()]  # refuse a bad key before writing any
+        paths = [(self._path(k), _as_stored(k, v)) for k, v in items.items()]  # refuse a bad key before writing any
         for path, v in paths:
             self._write_file(path, v)
             dirs.add(os.path.dirname(path))
@@ -299,7 +354,7 @@ class LocalStorage(Storage):
         boot = _boot_id()
         if not (self.durable and boot and key.startswith(_LOGGED_DELETES) and self._markers.has(boot)):
             return
-        current = self.read_versioned(key)
+        current = self.read_ref_file(key)
         token = current.token if current is not None else None
         self._markers.record(boot, RefIntent(key, token, token, None, boot, time.monotonic_ns()))
 
@@ -338,26 +393,60 @@ class LocalStorage(Storage):
             os.close(fd)
 
     def read_versioned(self, key: str) -> Versioned | None:
-        """Read ``key`` with its token (a digest of its bytes); None when missing."""
+        """Read ``key`` with its token (a digest of its bytes, of the value only for a ref
+        written in place); None when missing.
+
+        Raises:
+            CorruptRef: a ref written in place is torn (see :meth:`read`).
+            StorageError: the read failed.
+        """
         try:
             data = self.read(key)
         except FileNotFoundError:
             return None
         return Versioned(data, _token(data))
 
+    def read_ref_file(self, key: str) -> Versioned | None:
+        """``key`` with its token as its file holds it now, with no wait: a ref written in
+        place that fails its check gives its bytes as they are (header included) and their
+        digest. Under the ref's lock (no write in place under way) and in a recovery.
+
+        Raises:
+            StorageError: the read failed.
+        """
+        try:
+            data = self._read_file(key)
+        except FileNotFoundError:
+            return None
+        if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES):
+            value = unframe(data)
+            data = data if value is None else value
+        return Versioned(data, _token(data))
+
+    def _read_locked(self, key: str) -> Versioned | None:
+        """What a swap or delete compares, under the key's lock: :meth:`read_versioned`, and
+        for a torn ref written in place (a power loss; the replay then replaces it) the file
+        as it lies (:meth:`read_ref_file`)."""
+        try:
+            return self.read_versioned(key)
+        except CorruptRef:
+            return self.read_ref_file(key)
+
     def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """Replace ``key`` under its lock if its token is ``expect``; see :meth:`Storage.swap`.
 
         With ``journal`` (a durable ref under ``refs/``), the change is deferred when the
         journal keeps its intent durable: the boot's marker is made sure of, the journal
-        called, and the ref renamed into place with no sync (see the module docstring).
+        called, and the ref written with no sync, in place over a ref already written so
+        (with a header that checks the value, see :func:`~castore.storage.journal.frame`),
+        else renamed into place with that header (see the module docstring).
         """
         path = self._path(key)
         fd = self._lock(path)
         token = _token(data)
         deferred = False
         try:
-            current = self.read_versioned(key)
+            current = self._read_locked(key)
             if (current.token if current else None) != expect:
                 raise PreconditionFailed(key, expect)
             if journal is not None and self.durable and key.startswith(_LOGGED_DELETES):
@@ -368,9 +457,20 @@ class LocalStorage(Storage):
                     self._markers.ensure(boot)
                 deferred = journal(RefIntent(key, expect, token, data, boot, time.monotonic_ns())) and bool(boot)
             self._log_swap(key)
-            # As git does: the new content goes into the lock file itself, which is then
-            # renamed over the ref; the rename is the commit and releases the lock at once.
+            # framed when deferred, so that a later swap may write it in place and a reader
+            # can tell a write in place it met
+            data = frame(data) if deferred else _as_stored(key, data)
             try:
+                if deferred and self._write_in_place(path, data):
+                    # the intent in the log holds the whole value: a power loss that tears
+                    # this write is replayed; renaming over the ref would make ext4
+                    # (auto_da_alloc) start writing its data at once
+                    self._unlock(path, fd)
+                    if self.unsynced is not None:
+                        self.unsynced.append((path, current.data if current is not None else None))
+                    return token
+                # As git does: the new content goes into the lock file itself, which is then
+                # renamed over the ref; the rename is the commit and releases the lock at once.
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, data, 0)
                 if self.durable and not deferred:
@@ -387,6 +487,24 @@ class LocalStorage(Storage):
         elif self.unsynced is not None:
             self.unsynced.append((path, current.data if current is not None else None))
         return token
+
+    @staticmethod
+    def _write_in_place(path: str, data: bytes) -> bool:
+        """Overwrite the ref file ``path`` with the framed ``data`` (then cut any longer old
+        tail); False, writing nothing, when it is missing or not framed (a plain file read
+        mid-overwrite could not be told from a whole one)."""
+        try:
+            ref = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            if os.pread(ref, len(INPLACE_MAGIC), 0) != INPLACE_MAGIC:
+                return False
+            os.pwrite(ref, data, 0)
+            os.ftruncate(ref, len(data))
+        finally:
+            os.close(ref)
+        return True
 
     # -- deferred swaps: recovery (journal.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
@@ -446,7 +564,7 @@ class LocalStorage(Storage):
             return
         fd = self._lock(path)
         try:
-            current = self.read_versioned(key)
+            current = self._read_locked(key)
             if expect is not None and (current is None or current.token != expect):
                 raise PreconditionFailed(key, expect)
             if current is not None:
@@ -632,7 +750,7 @@ class LocalStorage(Storage):
                 for k, v in items.items():
                     path = self._path(k)
                     if os.path.dirname(path) == d:
-                        self._write_file(path, v)
+                        self._write_file(path, _as_stored(k, v))
 
     def read_range(self, key: str, offset: int, size: int) -> bytes:
         """``size`` bytes of ``key`` from ``offset``; see :meth:`Storage.read_range`."""
