@@ -224,7 +224,7 @@ def local_ref_cost(n: int, fmt: int = 2) -> list[str]:
     """Where a durable append spends its time on local disk: the objects (format 2: one pack
     record, one fdatasync; format 3: the record, not synced), the ref swap (format 2: lock
     file written and fsynced, renamed, folder fsynced; format 3: the ref intent appended to
-    the same log and fdatasynced, the rename not synced) and the rest (building commits,
+    the same log and fdatasynced, the ref file then written in place, not synced) and the rest (building commits,
     hashing), alternated with a durable SQLite insert of the same message. Medians over
     ``n`` appends after a warm-up."""
     tmp = tempfile.mkdtemp(prefix="bench-refcost-")
@@ -273,7 +273,7 @@ def local_ref_cost(n: int, fmt: int = 2) -> list[str]:
     st.close()
     m = {k: statistics.median(v) * 1000 for k, v in rows.items()}
     measured = n - warm
-    ref_how = "(lock file, rename, folder)" if fmt < 3 else "(intent in the log + fdatasync, rename)"
+    ref_how = "(lock file, rename, folder)" if fmt < 3 else "(intent in the log + fdatasync, ref written in place)"
     return [f"### Local disk, format {fmt}, durable: where an append's time goes (N = {n}, first {warm} not timed)",
             "", "| part | median | fsyncs per append |", "|---|---|---|",
             f"| objects: one pack record (put_encoded) | {m['objects']:.2f} ms | {nsync['objects'] / measured:.2f} |",
