@@ -16,6 +16,13 @@ background repack is done (the bytes at rest).
     python scripts/bench_langgraph.py            # N = 100, 200, 400, 800, 1600
     python scripts/bench_langgraph.py --quick    # N = 100, 200, 400
     python scripts/bench_langgraph.py --workload noisy   # only the second workload
+    python scripts/bench_langgraph.py --workload race    # per-turn time only, turns alternated
+
+The default workloads run one saver after another, so a change of machine load between them
+shows up as a difference between savers. ``--workload race`` measures only the per-turn time
+of SqliteSaver and castore (durable, format 2 and format 3) with their turns interleaved: turn
+i of every saver before turn i + 1 of any, the order rotated each turn, so all three see the
+same load. It reports the median per window of N and the ratio to SqliteSaver.
 """
 
 from __future__ import annotations
@@ -177,13 +184,17 @@ def main() -> None:
                     help="measure the other savers' get_state, get_state_history and list() only up to N "
                          "(they grow with N squared: InMemorySaver's and SqliteSaver's take minutes at 1,600 on "
                          "a loaded machine); castore's are always measured")
-    ap.add_argument("--workload", choices=("all", "text", "noisy"), default="all",
+    ap.add_argument("--workload", choices=("all", "text", "noisy", "race"), default="all",
                     help="text: every saver on compressible messages; noisy: DeltaChannel(50) and castore "
-                         "on messages that do not compress well")
+                         "on messages that do not compress well; race: per-turn time of SqliteSaver and castore "
+                         "(formats 2 and 3) with turns interleaved")
     args = ap.parse_args()
     marks = [100, 200, 400] if args.quick else [100, 200, 400, 800, 1600]
     root = args.dir or tempfile.mkdtemp(prefix="bench-langgraph-")
     os.makedirs(root, exist_ok=True)
+    if args.workload == "race":
+        race_workload(root, marks)
+        return
     if args.workload in ("all", "text"):
         text_workload(root, marks, args.format, True if args.reads_max is None else args.reads_max)
     if args.workload in ("all", "noisy"):
@@ -232,6 +243,55 @@ def text_workload(root: str, marks: list[int], fmt: int, reads: bool | int = Tru
             print(f"| {name} | {n} | {r['bytes'] / 1e6:.2f} | {r['bytes'] / b['bytes']:.1f} | {r['turn'] * 1e3:.2f} | "
                   f"{r['turn'] / b['turn']:.2f} | {got} |")
     targets(results, marks)
+
+
+def race_workload(root: str, marks: list[int]) -> None:
+    """Per-turn time of SqliteSaver and castore (durable; formats 2 and 3), turns interleaved
+    so that every saver sees the same machine load: the fair test of "per turn at or below
+    SqliteSaver's"."""
+    db = os.path.join(root, "race.sqlite")
+    conn = sqlite3.connect(db, check_same_thread=False)
+    stores = {f: castore.open(os.path.join(root, f"race-format{f}"), durable=True, format=f) for f in (2, 3)}
+    graphs: dict[str, Any] = {"SqliteSaver": build(False).compile(checkpointer=SqliteSaver(conn))}
+    for f, store in stores.items():
+        graphs[f"castore format {f}"] = build(False).compile(checkpointer=CastoreSaver(store))
+    names = list(graphs)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(1, marks[-1] + 1):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            t = time.perf_counter()
+            graphs[name].invoke({"turn": i}, THREAD)
+            times[name].append(time.perf_counter() - t)
+        if i in marks:
+            lo = marks[marks.index(i) - 1] if marks.index(i) else 0
+            print(f"  N={i:<5} " + "  ".join(f"{name} {statistics.median(ts[lo:i]) * 1e3:7.2f} ms"
+                                            for name, ts in times.items()), file=sys.stderr, flush=True)
+    for name, g in graphs.items():
+        assert len(g.get_state(THREAD).values["messages"]) == marks[-1], name
+    for store in stores.values():
+        store.close()
+    conn.close()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print("\nOne thread, one ~500-byte message per turn, durable savers, turns interleaved "
+          f"(load average {load:.2f} at the end). Median ms per turn over the turns since the previous N; "
+          "x = saver / SqliteSaver.\n")
+    print("| N | " + " | ".join(f"{name} ms | x" for name in names) + " |")
+    print("|---|" + "---|---|" * len(names))
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    for n in marks:
+        lo = marks[marks.index(n) - 1] if marks.index(n) else 0
+        med = {name: statistics.median(ts[lo:n]) for name, ts in times.items()}
+        cells = []
+        for name in names:
+            ratios[name].append(med[name] / med["SqliteSaver"])
+            cells.append(f"{med[name] * 1e3:.2f} | {med[name] / med['SqliteSaver']:.2f}")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+    print("\nTargets:")
+    for name in names[1:]:
+        slow = [n for n, r in zip(marks, ratios[name], strict=True) if r > 1]
+        print(f"- {name} per turn at or below SqliteSaver's: {', '.join(f'{r:.2f}' for r in ratios[name])} -> "
+              f"{'met' if not slow else f'NOT met at N={slow}'}")
 
 
 def noisy_workload(root: str, marks: list[int], fmt: int) -> None:
