@@ -302,10 +302,13 @@ def trained_dict(samples: list[Sample], size: int) -> bytes:
     return zstandard.train_dictionary(size, data, level=o.ZDICT_LEVEL, steps=64, threads=-1).as_bytes()
 
 
+_plain = zstandard.ZstdCompressor(level=3)
+
+
 def old_codec(canonical: bytes) -> int:
     """Stored size under the codec before the dictionary: zstd level 3 from 128 bytes when it saves 8."""
     if len(canonical) >= 128:
-        z = o._cctx().compress(canonical)
+        z = _plain.compress(canonical)
         if len(z) < len(canonical) - 8:
             return 1 + len(z)
     return 1 + len(canonical)
@@ -319,7 +322,7 @@ def dict_codec(dict_bytes: bytes, dict_type: int):
         n = len(canonical)
         if n < o.COMPRESS_MIN:
             return 1 + n
-        z = c.compress(canonical) if n <= o.DICT_MAX else o._cctx().compress(canonical)
+        z = c.compress(canonical) if n <= o.DICT_MAX else _plain.compress(canonical)
         return 1 + min(n, len(z))
 
     return size

@@ -64,7 +64,7 @@ def test_golden_bytes_hash_to_their_id_and_decode_to_the_object(name):
 def test_golden_stored_frames_of_both_kinds_verify():
     for g in GOLDEN["objects"]:
         canonical = bytes.fromhex(g["canonical"])
-        for stored in (o.to_stored(canonical, compress=False), o._ZSTD + o._cctx().compress(canonical)):
+        for stored in (o.to_stored(canonical, compress=False), o._ZSTD + zstandard.ZstdCompressor(level=3).compress(canonical)):
             assert o.from_stored(g["id"], stored) == canonical
 
 
@@ -320,3 +320,53 @@ def test_a_damaged_frame_size_is_refused_before_decompressing():
     assert zstandard.frame_content_size(header + (1 << 62).to_bytes(8, "little") + b"\x00" * 8) == 1 << 62
     with pytest.raises(IntegrityError, match="declares"):
         o.from_stored(oid, b"\x01" + header + (1 << 62).to_bytes(8, "little") + big[9:])
+
+
+def test_zstd_contexts_outlive_the_threads_that_used_them():
+    """A short-lived thread (LangGraph runs each checkpoint write in a new one) takes a zstd
+    context another thread made and gives it back, instead of building its own: building
+    one costs several times a small compress."""
+    import threading
+
+    oid, canonical = o.encode(o.Blob(data=b"the agent called the weather tool " * 20))
+    assert o.to_stored(canonical)[:1] == o._ZDICT
+    o.from_stored(oid, o.to_stored(canonical))  # one context of each kind exists now
+    made: list[object] = []
+    pools = (o._dict_compressors, o._dict_decompressors)
+    reals = [pool._make for pool in pools]
+    for pool, real in zip(pools, reals, strict=True):
+        pool._make = lambda real=real: made.append(real) or real()
+    try:
+        out: list[bytes] = []
+        for _ in range(5):
+            t = threading.Thread(target=lambda: out.append(o.from_stored(oid, o.to_stored(canonical))))
+            t.start()
+            t.join()
+    finally:
+        for pool, real in zip(pools, reals, strict=True):
+            pool._make = real
+    assert out == [canonical] * 5
+    assert made == []
+
+
+def test_zstd_contexts_are_never_shared_by_two_threads_at_once():
+    """Eight threads compressing and decompressing at once (zstd contexts are not
+    thread-safe): every object comes back whole."""
+    import threading
+
+    blobs = [o.encode(o.Blob(data=(f"{i} parser token buffer " * (5 + i % 300)).encode()))[1] for i in range(400)]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for c in blobs[k::8] * 5:
+                assert o.from_stored(o.digest(c), o.to_stored(c)) == c
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

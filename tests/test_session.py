@@ -512,39 +512,8 @@ def test_append_with_expect_raises_ref_conflict_when_the_branch_moved(s: castore
     assert store.app_state(APP) == {}
 
 
-class _LockedCodec:
-    """Serialises calls to a zstd (de)compressor, whose instances are not thread-safe."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.lock = threading.Lock()
-
-    def compress(self, data: bytes) -> bytes:
-        with self.lock:
-            return self.inner.compress(data)
-
-    def decompress(self, data: bytes) -> bytes:
-        with self.lock:
-            return self.inner.decompress(data)
-
-
-@pytest.fixture
-def thread_safe_zstd(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Work around castore/objects.py sharing one ZstdCompressor between threads (reported).
-
-    A no-op once objects.py no longer keeps module-level zstd contexts.
-    """
-    import zstandard
-
-    for name in ("_cctx", "_dctx"):
-        inner = getattr(o, name, None)
-        if isinstance(inner, (zstandard.ZstdCompressor, zstandard.ZstdDecompressor)):
-            monkeypatch.setattr(o, name, _LockedCodec(inner))
-
-
 @pytest.mark.parametrize("backend", ["local", "memory", pytest.param("s3", marks=pytest.mark.slow)],
                          indirect=True)
-@pytest.mark.usefixtures("thread_safe_zstd")
 def test_threads_appending_to_one_session_lose_nothing(s: castore.Session) -> None:
     s.append(msg(-1))
     errors: list[BaseException] = []
