@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import CorruptRef, InvalidName, RefLocked, StorageError
 from .base import Appender, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
-from .journal import INPLACE_MAGIC, BootMarkers, frame, unframe
+from .journal import INPLACE_MAGIC, BootMarkers, frame, framed_token, unframe
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
     from _blake2 import blake2b
@@ -62,6 +62,7 @@ _LOG_HEADER = "castore swap log "
 #: how many times a reader reads again a ref written in place that failed its check while
 #: its lock exists (a write under way), before calling it torn
 _TORN_READS = 64
+_READ_CHUNK = 1 << 16
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -81,6 +82,19 @@ def _boot_id() -> str:
 
 def _token(data: bytes) -> Token:
     return blake2b(data, digest_size=16).hexdigest()
+
+
+def _read_all(fd: int) -> bytes:
+    """The bytes of the open regular file ``fd`` from its offset to its end: one ``read`` for
+    a small file (a short read of a regular file is its end)."""
+    chunk = os.read(fd, _READ_CHUNK)
+    if len(chunk) < _READ_CHUNK:
+        return chunk
+    parts = [chunk]
+    while chunk:
+        chunk = os.read(fd, _READ_CHUNK)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _as_stored(key: str, data: bytes) -> bytes:
@@ -251,17 +265,22 @@ class LocalStorage(Storage):
                          "and no recovery has replaced it; open the store with castore to replay "
                          "the writers' logs, or delete the ref")
 
-    def _read_file(self, key: str) -> bytes:
-        """The bytes of the file of ``key`` as they are."""
+    def _read_file(self, key: str, path: str | None = None) -> bytes:
+        """The bytes of the file of ``key`` (at ``path`` when the caller has it) as they are."""
         try:
-            with open(self._path(key), "rb") as f:
-                return f.read()
-        except (FileNotFoundError, NotADirectoryError):
+            fd = os.open(path or self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise FileNotFoundError(key) from None
+        except OSError as e:
+            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        try:
+            return _read_all(fd)
         except IsADirectoryError:
             raise FileNotFoundError(key) from None
         except OSError as e:
             raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        finally:
+            os.close(fd)
 
     def write(self, key: str, data: bytes) -> None:
         """Atomically replace ``key``; see :meth:`Storage.write`."""
@@ -445,11 +464,18 @@ class LocalStorage(Storage):
         fd = self._lock(path)
         token = _token(data)
         deferred = False
+        may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
+        ref: int | None = None  # the ref file, open for a write in place (a framed one)
+        size = 0  # its size as read
         try:
-            current = self._read_locked(key)
+            if may_defer:
+                current, ref, size = self._open_locked(key, path)
+            else:
+                current = self._read_locked(key)
             if (current.token if current else None) != expect:
                 raise PreconditionFailed(key, expect)
-            if journal is not None and self.durable and key.startswith(_LOGGED_DELETES):
+            if may_defer:
+                assert journal is not None
                 # called even where the change cannot be deferred (no boot id): its sync is
                 # what makes the append's objects record durable
                 boot = _boot_id()
@@ -461,10 +487,15 @@ class LocalStorage(Storage):
             # can tell a write in place it met
             data = frame(data) if deferred else _as_stored(key, data)
             try:
-                if deferred and self._write_in_place(path, data):
+                if deferred and ref is not None:
                     # the intent in the log holds the whole value: a power loss that tears
                     # this write is replayed; renaming over the ref would make ext4
                     # (auto_da_alloc) start writing its data at once
+                    os.pwrite(ref, data, 0)
+                    if len(data) < size:  # else the write itself set the size
+                        os.ftruncate(ref, len(data))
+                    os.close(ref)
+                    ref = None
                     self._unlock(path, fd)
                     if self.unsynced is not None:
                         self.unsynced.append((path, current.data if current is not None else None))
@@ -479,8 +510,12 @@ class LocalStorage(Storage):
             except OSError as e:
                 raise StorageError(f"cannot write {key}: {e.strerror or e}", self.url) from e
         except BaseException:
+            if ref is not None:
+                os.close(ref)
             self._unlock(path, fd)
             raise
+        if ref is not None:
+            os.close(ref)
         os.close(fd)
         if not deferred:
             self._fsync_dir(os.path.dirname(path))
@@ -488,23 +523,37 @@ class LocalStorage(Storage):
             self.unsynced.append((path, current.data if current is not None else None))
         return token
 
-    @staticmethod
-    def _write_in_place(path: str, data: bytes) -> bool:
-        """Overwrite the ref file ``path`` with the framed ``data`` (then cut any longer old
-        tail); False, writing nothing, when it is missing or not framed (a plain file read
-        mid-overwrite could not be told from a whole one)."""
+    def _open_locked(self, key: str, path: str) -> tuple[Versioned | None, int | None, int]:
+        """Under the lock of the ref ``key`` (file ``path``), before a swap that may be
+        deferred: what :meth:`_read_locked` gives, and the file itself, left open for
+        writing, when it is framed (only such a file is written in place: a plain file read
+        mid-overwrite could not be told from a whole one; None when it is not framed, is
+        missing or cannot be opened for writing), and its size.
+
+        Raises:
+            StorageError: the file cannot be read.
+        """
         try:
             ref = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            return False
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None, None, 0
+        except OSError:
+            return self._read_locked(key), None, 0  # not writable here: the swap renames
         try:
-            if os.pread(ref, len(INPLACE_MAGIC), 0) != INPLACE_MAGIC:
-                return False
-            os.pwrite(ref, data, 0)
-            os.ftruncate(ref, len(data))
-        finally:
+            raw = _read_all(ref)
+        except OSError as e:
             os.close(ref)
-        return True
+            if isinstance(e, IsADirectoryError):
+                return None, None, 0
+            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        if not raw.startswith(INPLACE_MAGIC):
+            os.close(ref)
+            return Versioned(raw, _token(raw)), None, len(raw)
+        # no write in place is under way (the lock is ours): a file failing its check is
+        # torn, compared as it lies (read_ref_file)
+        value = unframe(raw)
+        return (Versioned(raw, _token(raw)) if value is None else Versioned(value, framed_token(raw))), \
+            ref, len(raw)
 
     # -- deferred swaps: recovery (journal.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
