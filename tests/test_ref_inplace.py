@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -302,3 +303,72 @@ def test_a_swap_over_a_torn_ref_compares_it_at_once_without_waiting_out_its_own_
     got = st.storage.read_versioned(BRANCH)
     assert got is not None and got.data == b"y\n" and got.token == new
     st.close()
+
+
+def test_a_deferred_swap_locks_the_ref_with_a_link_of_its_handles_lock_file(tmp_path: Path) -> None:
+    st = castore.open(str(tmp_path / "st"), format=3)
+    assert isinstance(st.storage, LocalStorage)
+    key = "refs/x/linked"
+    lock = tmp_path / "st" / (key + ".lock")
+    seen: list[tuple[int, int, bytes]] = []
+
+    def journal(intent: object) -> bool:
+        s = lock.stat()
+        seen.append((s.st_ino, s.st_nlink, lock.read_bytes()))
+        return st.objects.journal(intent)  # type: ignore[arg-type]
+
+    t = None
+    for value in (b"one\n", b"two\n", b"three\n"):
+        st.objects.put_encoded([o.encode(o.Blob(data=os.urandom(16)))], sync=False)
+        try:
+            t = st.storage.swap(key, value, t, journal=journal)
+        finally:
+            st.objects.settle()
+    (own,) = os.listdir(tmp_path / "st" / local_mod.LOCKS)
+    ino = (tmp_path / "st" / local_mod.LOCKS / own).stat().st_ino
+    # the same file each time, linked (no lock file made per swap), naming its owner
+    assert seen == [(ino, 2, f"{os.getpid()} {os.uname().nodename}\n".encode())] * 3
+    assert not lock.exists()
+    assert st.storage.read(key) == b"three\n"
+    st.close()
+    assert os.listdir(tmp_path / "st" / local_mod.LOCKS) == []  # removed on close
+
+
+_DIES_HOLDING_A_LINKED_LOCK = """
+import os, sys, time
+import castore
+st = castore.open(sys.argv[1], format=3)
+path = st.storage._path("refs/x/held")
+st.storage._lock(path, link=True)  # held, never released
+child = os.fork()
+if child == 0:  # a child that outlives its parent must not keep the lock alive
+    os.closerange(0, 3)
+    time.sleep(60)
+    os._exit(0)
+print("locked", child, flush=True)
+os._exit(0)
+"""
+
+
+def test_a_linked_lock_of_a_dead_writer_is_cleared_though_its_forked_child_lives(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = tmp_path / "st"
+    castore.open(str(root), format=3).close()
+    out = subprocess.run([sys.executable, "-c", _DIES_HOLDING_A_LINKED_LOCK, str(root)], capture_output=True,
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    word, child = out.stdout.split()
+    assert word == "locked"
+    lock = root / "refs" / "x" / "held.lock"
+    try:
+        assert lock.exists() and lock.stat().st_nlink == 2
+        assert local_mod._check_stale(str(lock), remove=False) is True
+        st = castore.open(str(root), format=3)
+        t = _deferred_swap(st, "refs/x/held", b"mine\n", None)  # clears the dead writer's lock
+        assert st.storage.read_versioned("refs/x/held") == (b"mine\n", t)
+        # making its own lock file removed the dead writer's
+        assert len(os.listdir(root / local_mod.LOCKS)) == 1
+        st.close()
+    finally:
+        os.kill(int(child), signal.SIGKILL)

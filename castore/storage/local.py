@@ -23,7 +23,9 @@ Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (th
 path passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent`
 under the ref's lock, after the compare; when the journal has made it durable (one
 ``fdatasync`` of the log, which also covers the append's objects record), the new value is
-written into the lock file and renamed over the ref with no fsync of file or folder. Before
+written in place (a framed ref) or renamed over the ref, with no fsync of file or folder.
+Such a swap's lock is this handle's lock file under ``locks/`` hard-linked as
+``<key>.lock`` (no file made per swap; see :meth:`LocalStorage._lock`). Before
 the first such swap of a boot, ``journal/<boot id>`` is created durably (the *marker*); while
 it exists, deletes of refs (and checks after a dead writer's lock was cleared) are recorded
 in it, synced, before they land. Opening a store after a power loss finds the marker of
@@ -37,6 +39,7 @@ import builtins
 import fcntl
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import CorruptRef, InvalidName, RefLocked, StorageError
@@ -58,6 +61,9 @@ EMPTY_LOCK_GRACE = 5.0
 SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = "refs/"
+#: the folder of the handles' lock files that deferred swaps link as ``<ref>.lock``
+#: (docs/FORMAT.md 12), at the root
+LOCKS = "locks"
 _LOG_HEADER = "castore swap log "
 #: how many times a reader reads again a ref written in place that failed its check while
 #: its lock exists (a write under way), before calling it torn
@@ -117,6 +123,10 @@ class LocalStorage(Storage):
         #: test hook (simulated power loss): when a list, every rename made without a sync
         #: is recorded as (path, the bytes it replaced or None); a folder sync drops its own
         self.unsynced: builtins.list[tuple[str, bytes | None]] | None = None
+        # this process's lock file under locks/, flocked for the handle's life (path, fd,
+        # the finalizer that removes it); see _linked_lock
+        self._link_from: tuple[str, int, weakref.finalize] | None = None
+        self._no_links = False  # hard links failed here: every lock is a new file
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -176,8 +186,9 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot sync folder {d}: {e.strerror or e}", self.url) from e
 
-    def _write_file(self, path: str, data: bytes) -> None:
-        """Write ``data`` to a temporary file beside ``path`` and rename it into place.
+    def _write_file(self, path: str, data: bytes, sync: bool = True) -> None:
+        """Write ``data`` to a temporary file beside ``path`` (synced when durable, unless
+        not ``sync``) and rename it into place.
 
         A folder that vanished meanwhile (another handle pruned it after deleting its last
         file) is made again, once. The caller syncs the folder.
@@ -192,7 +203,7 @@ class LocalStorage(Storage):
             try:
                 with open(tmp, "wb") as f:
                     f.write(data)
-                    if self.durable:
+                    if self.durable and sync:
                         f.flush()  # fsync sees only what left Python's buffer
                         os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -309,8 +320,13 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot stat {key}: {e.strerror or e}", self.url) from e
 
     # -- locks and conditional writes --------------------------------------------------
-    def _lock(self, path: str) -> int:
-        """Take ``<path>.lock``: create it exclusively, ``flock`` it, record the owner.
+    def _lock(self, path: str, link: bool = False) -> int:
+        """Take ``<path>.lock``: create it exclusively, ``flock`` it, record the owner; return
+        its descriptor. With ``link`` (a swap that may be deferred), the lock is this handle's
+        lock file under ``locks/`` hard-linked as ``<path>.lock`` (its ``flock`` held and its
+        owner written once): no file is made per lock. Returns -1 then (the link is not
+        renamed over the ref: :meth:`swap` writes the ref in place or renames a temporary
+        file, then unlinks the lock).
 
         A lock whose ``flock`` nobody holds is stale and cleared at once (see
         :func:`_check_stale`); a live holder is waited for at most :data:`LOCK_TIMEOUT`.
@@ -323,13 +339,18 @@ class LocalStorage(Storage):
         """
         lock = path + ".lock"
         self._ensure_dir(os.path.dirname(path))
+        source = self._linked_lock() if link else None
         deadline = time.monotonic() + LOCK_TIMEOUT
         delay = 0.0005
         remade = 0
         cleared = False
         while True:
             try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                if source is not None:
+                    os.link(source, lock)
+                    fd = -1
+                else:
+                    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 if self._clear_if_stale(lock):
                     cleared = True
@@ -346,17 +367,29 @@ class LocalStorage(Storage):
                 if remade >= 5:
                     raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
                 remade += 1
+                if source is not None and not os.path.exists(source):
+                    self._drop_linked_lock()  # removed by hand: make another
+                    source = self._linked_lock()
+                    continue
                 self._made_dirs.discard(os.path.dirname(path))
                 self._ensure_dir(os.path.dirname(path))
                 continue
             except OSError as e:
+                if source is not None:
+                    # no hard links here (another file system under the root, FUSE...): lock
+                    # files are made per lock, as before
+                    self._no_links = True
+                    self._drop_linked_lock()
+                    source = None
+                    continue
                 raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
-            except OSError as e:
-                self._unlock(path, fd)
-                raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
+            if fd >= 0:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
+                except OSError as e:
+                    self._unlock(path, fd)
+                    raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
             if cleared:
                 try:
                     self._check_after_dead_writer(path)
@@ -364,6 +397,63 @@ class LocalStorage(Storage):
                     self._unlock(path, fd)
                     raise
             return fd
+
+    def _linked_lock(self) -> str | None:
+        """This process's lock file under ``locks/`` (made, ``flock``ed and its owner written
+        the first time), which :meth:`_lock` links as ``<ref>.lock``; None where hard links
+        are not used. Making it also removes the lock files there of dead processes."""
+        if self._no_links:
+            return None
+        if self._link_from is not None:
+            if self._link_from[2].alive:
+                return self._link_from[0]
+            self._link_from = None  # a forked child: the parent's is not ours
+        d = os.path.join(self.root, LOCKS)
+        path = os.path.join(d, os.urandom(16).hex())
+        try:
+            self._ensure_dir(d)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except (OSError, StorageError, InvalidName):
+            self._no_links = True
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
+        except OSError:
+            _release_lock_file(path, fd, os.getpid())
+            self._no_links = True
+            return None
+        self._link_from = (path, fd, weakref.finalize(self, _release_lock_file, path, fd, os.getpid()))
+        _LINKED.add(self)
+        try:
+            names = os.listdir(d)
+        except OSError:
+            names = []
+        for name in names:
+            if os.path.join(d, name) != path:
+                _check_stale(os.path.join(d, name), remove=True)
+        return path
+
+    def _drop_linked_lock(self) -> None:
+        """Remove this handle's lock file under ``locks/`` (a lock linked from it stays)."""
+        if self._link_from is not None:
+            self._link_from[2]()
+            self._link_from = None
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: let go of the parent's lock file (its ``flock`` must die with
+        the parent, or a lock the parent leaves would look alive)."""
+        if self._link_from is not None:
+            self._link_from[2].detach()
+            try:
+                os.close(self._link_from[1])
+            except OSError:
+                pass
+            self._link_from = None
+
+    def close(self) -> None:
+        """Remove this handle's lock file under ``locks/``, if it made one."""
+        self._drop_linked_lock()
 
     def _check_after_dead_writer(self, path: str) -> None:
         """Under the lock of a ref whose previous holder died: record that the ref holds what
@@ -409,7 +499,8 @@ class LocalStorage(Storage):
         try:
             os.unlink(path + ".lock")
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
 
     def read_versioned(self, key: str) -> Versioned | None:
         """Read ``key`` with its token (a digest of its bytes, of the value only for a ref
@@ -461,10 +552,10 @@ class LocalStorage(Storage):
         else renamed into place with that header (see the module docstring).
         """
         path = self._path(key)
-        fd = self._lock(path)
+        may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
+        fd = self._lock(path, link=may_defer)  # -1: a linked lock (see _lock)
         token = _token(data)
         deferred = False
-        may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
         ref: int | None = None  # the ref file, open for a write in place (a framed one)
         size = 0  # its size as read
         try:
@@ -500,13 +591,16 @@ class LocalStorage(Storage):
                     if self.unsynced is not None:
                         self.unsynced.append((path, current.data if current is not None else None))
                     return token
-                # As git does: the new content goes into the lock file itself, which is then
-                # renamed over the ref; the rename is the commit and releases the lock at once.
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, data, 0)
-                if self.durable and not deferred:
-                    os.fsync(fd)
-                os.replace(path + ".lock", path)
+                if fd < 0:  # a linked lock: a temporary file is renamed, then the lock unlinked
+                    self._write_file(path, data, sync=not deferred)
+                else:
+                    # As git does: the new content goes into the lock file itself, which is then
+                    # renamed over the ref; the rename is the commit and releases the lock at once.
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, data, 0)
+                    if self.durable and not deferred:
+                        os.fsync(fd)
+                    os.replace(path + ".lock", path)
             except OSError as e:
                 raise StorageError(f"cannot write {key}: {e.strerror or e}", self.url) from e
         except BaseException:
@@ -516,7 +610,10 @@ class LocalStorage(Storage):
             raise
         if ref is not None:
             os.close(ref)
-        os.close(fd)
+        if fd < 0:
+            self._unlock(path, fd)
+        else:
+            os.close(fd)
         if not deferred:
             self._fsync_dir(os.path.dirname(path))
         elif self.unsynced is not None:
@@ -965,6 +1062,31 @@ class _LocalAppender(Appender):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+_LINKED: weakref.WeakSet[LocalStorage] = weakref.WeakSet()  # handles holding a lock file under locks/
+
+
+def _release_lock_file(path: str, fd: int, pid: int) -> None:
+    """Remove a handle's lock file under ``locks/`` and close it (in the process that made it)."""
+    if os.getpid() != pid:
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _forget_linked_locks_in_child() -> None:
+    for storage in list(_LINKED):
+        storage.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_linked_locks_in_child)
 
 
 def _check_stale(lock: str, remove: bool) -> bool | None:
