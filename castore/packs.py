@@ -312,6 +312,11 @@ class DeltaBases:
         return len(self._latest)
 
 
+def _plain(token: str | None) -> bool:
+    """Whether ``token`` is ASCII letters and digits (json.dumps leaves it as it is)."""
+    return token is not None and token.isascii() and token.isalnum()
+
+
 def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
     """One record of a version-2 log holding a ref intent (see the module docstring).
 
@@ -331,13 +336,20 @@ def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
                                                "that wrote its old value")
         delta = ref_delta(base.data, intent.data)
     fields: dict[str, object]
-    if delta is not None:
+    if delta is not None and type(intent.stamp) is int and _plain(intent.old) and _plain(intent.new):
+        # the bytes json.dumps makes of these fields (nothing in them to escape), without its
+        # encoder: an append writes one of these
+        text = f'{{"o":"{intent.old}","n":"{intent.new}","z":"{base64.b64encode(delta).decode("ascii")}",' \
+               f'"t":{intent.stamp}}}'
+    elif delta is not None:
         fields = {"o": intent.old, "n": intent.new, "z": base64.b64encode(delta).decode("ascii"), "t": intent.stamp}
+        text = json.dumps(fields, separators=(",", ":"))
     else:
         fields = {"k": intent.key, "o": intent.old, "n": intent.new,
                   "d": None if intent.data is None else intent.data.decode("latin-1"),
                   "b": intent.boot, "t": intent.stamp}
-    payload = INTENT_FRAME + json.dumps(fields, separators=(",", ":")).encode()
+        text = json.dumps(fields, separators=(",", ":"))
+    payload = INTENT_FRAME + text.encode()
     if len(payload) >= RECORD_MAX:
         raise IntegrityError("pack record", f"a ref intent of {len(payload)} bytes is more than a record holds")
     return _REC.pack(len(payload), o.checksum(payload)) + payload

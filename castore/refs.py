@@ -53,10 +53,13 @@ def ref_key(name: str) -> str:
     return f"{PREFIX}/{name}"
 
 
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
 def _valid_target(target: str) -> bool:
     if target.startswith(SYMBOLIC):
         return len(target) > len(SYMBOLIC) and not any(c in target for c in "\n\r\0")
-    return len(target) == 64 and all(c in "0123456789abcdef" for c in target)
+    return len(target) == 64 and _HEX_DIGITS.issuperset(target)
 
 
 def _serialize(target: str, meta: Mapping[str, Any]) -> bytes:

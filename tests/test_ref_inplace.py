@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -229,3 +230,145 @@ def test_the_header_of_a_ref_written_in_place_keeps_its_bytes() -> None:
     assert frame(value).hex() == ("ff00726566" + "00000013" + hashlib.blake2b(value, digest_size=16).hexdigest()
                                   + value.hex())
     assert journal_mod.unframe(frame(value) + b"old tail") == value
+
+
+def _calls_on(monkeypatch: pytest.MonkeyPatch, path: Path, *names: str) -> dict[str, int]:
+    """Count the calls of ``os.<name>`` (open: those naming ``path``; the others: on a file
+    descriptor of ``path``) made from castore.storage.local."""
+    counts = dict.fromkeys(names, 0)
+    fds: set[int] = set()
+    real_open, real_close = os.open, os.close
+
+    def opened(p: str, *a: object, **kw: object) -> int:
+        fd = real_open(p, *a, **kw)  # type: ignore[arg-type]
+        if os.fspath(p) == str(path):
+            counts["open"] = counts.get("open", 0) + 1
+            fds.add(fd)
+        return fd
+
+    def closed(fd: int) -> None:
+        fds.discard(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(local_mod.os, "open", opened)
+    monkeypatch.setattr(local_mod.os, "close", closed)
+    for name in names:
+        if name == "open":
+            continue
+        real = getattr(os, name)
+
+        def counted(fd: int, *a: object, _real: object = real, _name: str = name) -> object:
+            if fd in fds:
+                counts[_name] += 1
+            return _real(fd, *a)  # type: ignore[operator]
+
+        monkeypatch.setattr(local_mod.os, name, counted)
+    return counts
+
+
+def test_a_deferred_swap_opens_the_ref_once_and_cuts_it_only_when_it_shrinks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st = castore.open(str(tmp_path / "st"), format=3)
+    key = "refs/x/grows"
+    ref = tmp_path / "st" / key
+    t = _deferred_swap(st, key, b"a" * 100 + b"\n", None)  # renamed into place (a new ref)
+    calls = _calls_on(monkeypatch, ref, "open", "ftruncate", "pread")
+    t = _deferred_swap(st, key, b"b" * 300 + b"\n", t)  # grows: the write sets the size
+    assert calls == {"open": 1, "ftruncate": 0, "pread": 0}
+    assert ref.stat().st_size == len(frame(b"b" * 300 + b"\n"))
+    t = _deferred_swap(st, key, b"c" * 10 + b"\n", t)  # shrinks: cut
+    assert calls == {"open": 2, "ftruncate": 1, "pread": 0}
+    monkeypatch.undo()
+    assert ref.read_bytes() == frame(b"c" * 10 + b"\n")
+    got = st.storage.read_versioned(key)
+    assert got is not None and got.data == b"c" * 10 + b"\n" and got.token == t
+    st.close()
+
+
+def test_a_swap_over_a_torn_ref_compares_it_at_once_without_waiting_out_its_own_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    st = castore.open(str(tmp_path / "st"), format=3)
+    _append(st, "one")
+    _append(st, "two")
+    ref = tmp_path / "st" / BRANCH
+    _flip(ref)
+    torn = ref.read_bytes()
+    slept: list[float] = []
+    monkeypatch.setattr(local_mod.time, "sleep", slept.append)
+    token = hashlib.blake2b(torn, digest_size=16).hexdigest()  # the file as it lies
+    with pytest.raises(local_mod.PreconditionFailed):
+        _deferred_swap(st, BRANCH, b"x\n", "0" * 32)
+    new = _deferred_swap(st, BRANCH, b"y\n", token)
+    assert slept == []  # under its own lock no write in place is under way: nothing to wait for
+    got = st.storage.read_versioned(BRANCH)
+    assert got is not None and got.data == b"y\n" and got.token == new
+    st.close()
+
+
+def test_a_deferred_swap_locks_the_ref_with_a_link_of_its_handles_lock_file(tmp_path: Path) -> None:
+    st = castore.open(str(tmp_path / "st"), format=3)
+    assert isinstance(st.storage, LocalStorage)
+    key = "refs/x/linked"
+    lock = tmp_path / "st" / (key + ".lock")
+    seen: list[tuple[int, int, bytes]] = []
+
+    def journal(intent: object) -> bool:
+        s = lock.stat()
+        seen.append((s.st_ino, s.st_nlink, lock.read_bytes()))
+        return st.objects.journal(intent)  # type: ignore[arg-type]
+
+    t = None
+    for value in (b"one\n", b"two\n", b"three\n"):
+        st.objects.put_encoded([o.encode(o.Blob(data=os.urandom(16)))], sync=False)
+        try:
+            t = st.storage.swap(key, value, t, journal=journal)
+        finally:
+            st.objects.settle()
+    (own,) = os.listdir(tmp_path / "st" / local_mod.LOCKS)
+    ino = (tmp_path / "st" / local_mod.LOCKS / own).stat().st_ino
+    # the same file each time, linked (no lock file made per swap), naming its owner
+    assert seen == [(ino, 2, f"{os.getpid()} {os.uname().nodename}\n".encode())] * 3
+    assert not lock.exists()
+    assert st.storage.read(key) == b"three\n"
+    st.close()
+    assert os.listdir(tmp_path / "st" / local_mod.LOCKS) == []  # removed on close
+
+
+_DIES_HOLDING_A_LINKED_LOCK = """
+import os, sys, time
+import castore
+st = castore.open(sys.argv[1], format=3)
+path = st.storage._path("refs/x/held")
+st.storage._lock(path, link=True)  # held, never released
+child = os.fork()
+if child == 0:  # a child that outlives its parent must not keep the lock alive
+    os.closerange(0, 3)
+    time.sleep(60)
+    os._exit(0)
+print("locked", child, flush=True)
+os._exit(0)
+"""
+
+
+def test_a_linked_lock_of_a_dead_writer_is_cleared_though_its_forked_child_lives(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = tmp_path / "st"
+    castore.open(str(root), format=3).close()
+    out = subprocess.run([sys.executable, "-c", _DIES_HOLDING_A_LINKED_LOCK, str(root)], capture_output=True,
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    word, child = out.stdout.split()
+    assert word == "locked"
+    lock = root / "refs" / "x" / "held.lock"
+    try:
+        assert lock.exists() and lock.stat().st_nlink == 2
+        assert local_mod._check_stale(str(lock), remove=False) is True
+        st = castore.open(str(root), format=3)
+        t = _deferred_swap(st, "refs/x/held", b"mine\n", None)  # clears the dead writer's lock
+        assert st.storage.read_versioned("refs/x/held") == (b"mine\n", t)
+        # making its own lock file removed the dead writer's
+        assert len(os.listdir(root / local_mod.LOCKS)) == 1
+        st.close()
+    finally:
+        os.kill(int(child), signal.SIGKILL)

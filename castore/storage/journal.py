@@ -262,4 +262,10 @@ def unframe(data: bytes) -> bytes | None:
     return value
 
 
-__all__ = ["INPLACE_MAGIC", "JOURNAL", "BootMarkers", "RefFiles", "frame", "torn", "unframe"]
+def framed_token(data: bytes) -> str:
+    """The hex of the digest in the header of ``data``, a file :func:`frame` wrote that passed
+    :func:`unframe`: the token of its value (``blake2b(value, digest_size=16)``), unhashed."""
+    return data[_INPLACE_HEAD - 16:_INPLACE_HEAD].hex()
+
+
+__all__ = ["INPLACE_MAGIC", "JOURNAL", "BootMarkers", "RefFiles", "frame", "framed_token", "torn", "unframe"]

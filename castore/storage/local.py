@@ -23,7 +23,9 @@ Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (th
 path passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent`
 under the ref's lock, after the compare; when the journal has made it durable (one
 ``fdatasync`` of the log, which also covers the append's objects record), the new value is
-written into the lock file and renamed over the ref with no fsync of file or folder. Before
+written in place (a framed ref) or renamed over the ref, with no fsync of file or folder.
+Such a swap's lock is this handle's lock file under ``locks/`` hard-linked as
+``<key>.lock`` (no file made per swap; see :meth:`LocalStorage._lock`). Before
 the first such swap of a boot, ``journal/<boot id>`` is created durably (the *marker*); while
 it exists, deletes of refs (and checks after a dead writer's lock was cleared) are recorded
 in it, synced, before they land. Opening a store after a power loss finds the marker of
@@ -37,11 +39,12 @@ import builtins
 import fcntl
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import CorruptRef, InvalidName, RefLocked, StorageError
 from .base import Appender, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
-from .journal import INPLACE_MAGIC, BootMarkers, frame, unframe
+from .journal import INPLACE_MAGIC, BootMarkers, frame, framed_token, unframe
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
     from _blake2 import blake2b
@@ -58,10 +61,14 @@ EMPTY_LOCK_GRACE = 5.0
 SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = "refs/"
+#: the folder of the handles' lock files that deferred swaps link as ``<ref>.lock``
+#: (docs/FORMAT.md 12), at the root
+LOCKS = "locks"
 _LOG_HEADER = "castore swap log "
 #: how many times a reader reads again a ref written in place that failed its check while
 #: its lock exists (a write under way), before calling it torn
 _TORN_READS = 64
+_READ_CHUNK = 1 << 16
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -81,6 +88,19 @@ def _boot_id() -> str:
 
 def _token(data: bytes) -> Token:
     return blake2b(data, digest_size=16).hexdigest()
+
+
+def _read_all(fd: int) -> bytes:
+    """The bytes of the open regular file ``fd`` from its offset to its end: one ``read`` for
+    a small file (a short read of a regular file is its end)."""
+    chunk = os.read(fd, _READ_CHUNK)
+    if len(chunk) < _READ_CHUNK:
+        return chunk
+    parts = [chunk]
+    while chunk:
+        chunk = os.read(fd, _READ_CHUNK)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _as_stored(key: str, data: bytes) -> bytes:
@@ -103,6 +123,10 @@ class LocalStorage(Storage):
         #: test hook (simulated power loss): when a list, every rename made without a sync
         #: is recorded as (path, the bytes it replaced or None); a folder sync drops its own
         self.unsynced: builtins.list[tuple[str, bytes | None]] | None = None
+        # this process's lock file under locks/, flocked for the handle's life (path, fd,
+        # the finalizer that removes it); see _linked_lock
+        self._link_from: tuple[str, int, weakref.finalize] | None = None
+        self._no_links = False  # hard links failed here: every lock is a new file
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -162,8 +186,9 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot sync folder {d}: {e.strerror or e}", self.url) from e
 
-    def _write_file(self, path: str, data: bytes) -> None:
-        """Write ``data`` to a temporary file beside ``path`` and rename it into place.
+    def _write_file(self, path: str, data: bytes, sync: bool = True) -> None:
+        """Write ``data`` to a temporary file beside ``path`` (synced when durable, unless
+        not ``sync``) and rename it into place.
 
         A folder that vanished meanwhile (another handle pruned it after deleting its last
         file) is made again, once. The caller syncs the folder.
@@ -178,7 +203,7 @@ class LocalStorage(Storage):
             try:
                 with open(tmp, "wb") as f:
                     f.write(data)
-                    if self.durable:
+                    if self.durable and sync:
                         f.flush()  # fsync sees only what left Python's buffer
                         os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -251,17 +276,22 @@ class LocalStorage(Storage):
                          "and no recovery has replaced it; open the store with castore to replay "
                          "the writers' logs, or delete the ref")
 
-    def _read_file(self, key: str) -> bytes:
-        """The bytes of the file of ``key`` as they are."""
+    def _read_file(self, key: str, path: str | None = None) -> bytes:
+        """The bytes of the file of ``key`` (at ``path`` when the caller has it) as they are."""
         try:
-            with open(self._path(key), "rb") as f:
-                return f.read()
-        except (FileNotFoundError, NotADirectoryError):
+            fd = os.open(path or self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise FileNotFoundError(key) from None
+        except OSError as e:
+            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        try:
+            return _read_all(fd)
         except IsADirectoryError:
             raise FileNotFoundError(key) from None
         except OSError as e:
             raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        finally:
+            os.close(fd)
 
     def write(self, key: str, data: bytes) -> None:
         """Atomically replace ``key``; see :meth:`Storage.write`."""
@@ -290,8 +320,13 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot stat {key}: {e.strerror or e}", self.url) from e
 
     # -- locks and conditional writes --------------------------------------------------
-    def _lock(self, path: str) -> int:
-        """Take ``<path>.lock``: create it exclusively, ``flock`` it, record the owner.
+    def _lock(self, path: str, link: bool = False) -> int:
+        """Take ``<path>.lock``: create it exclusively, ``flock`` it, record the owner; return
+        its descriptor. With ``link`` (a swap that may be deferred), the lock is this handle's
+        lock file under ``locks/`` hard-linked as ``<path>.lock`` (its ``flock`` held and its
+        owner written once): no file is made per lock. Returns -1 then (the link is not
+        renamed over the ref: :meth:`swap` writes the ref in place or renames a temporary
+        file, then unlinks the lock).
 
         A lock whose ``flock`` nobody holds is stale and cleared at once (see
         :func:`_check_stale`); a live holder is waited for at most :data:`LOCK_TIMEOUT`.
@@ -304,13 +339,18 @@ class LocalStorage(Storage):
         """
         lock = path + ".lock"
         self._ensure_dir(os.path.dirname(path))
+        source = self._linked_lock() if link else None
         deadline = time.monotonic() + LOCK_TIMEOUT
         delay = 0.0005
         remade = 0
         cleared = False
         while True:
             try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                if source is not None:
+                    os.link(source, lock)
+                    fd = -1
+                else:
+                    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 if self._clear_if_stale(lock):
                     cleared = True
@@ -327,17 +367,29 @@ class LocalStorage(Storage):
                 if remade >= 5:
                     raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
                 remade += 1
+                if source is not None and not os.path.exists(source):
+                    self._drop_linked_lock()  # removed by hand: make another
+                    source = self._linked_lock()
+                    continue
                 self._made_dirs.discard(os.path.dirname(path))
                 self._ensure_dir(os.path.dirname(path))
                 continue
             except OSError as e:
+                if source is not None:
+                    # no hard links here (another file system under the root, FUSE...): lock
+                    # files are made per lock, as before
+                    self._no_links = True
+                    self._drop_linked_lock()
+                    source = None
+                    continue
                 raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
-            except OSError as e:
-                self._unlock(path, fd)
-                raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
+            if fd >= 0:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
+                except OSError as e:
+                    self._unlock(path, fd)
+                    raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
             if cleared:
                 try:
                     self._check_after_dead_writer(path)
@@ -345,6 +397,63 @@ class LocalStorage(Storage):
                     self._unlock(path, fd)
                     raise
             return fd
+
+    def _linked_lock(self) -> str | None:
+        """This process's lock file under ``locks/`` (made, ``flock``ed and its owner written
+        the first time), which :meth:`_lock` links as ``<ref>.lock``; None where hard links
+        are not used. Making it also removes the lock files there of dead processes."""
+        if self._no_links:
+            return None
+        if self._link_from is not None:
+            if self._link_from[2].alive:
+                return self._link_from[0]
+            self._link_from = None  # a forked child: the parent's is not ours
+        d = os.path.join(self.root, LOCKS)
+        path = os.path.join(d, os.urandom(16).hex())
+        try:
+            self._ensure_dir(d)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except (OSError, StorageError, InvalidName):
+            self._no_links = True
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
+        except OSError:
+            _release_lock_file(path, fd, os.getpid())
+            self._no_links = True
+            return None
+        self._link_from = (path, fd, weakref.finalize(self, _release_lock_file, path, fd, os.getpid()))
+        _LINKED.add(self)
+        try:
+            names = os.listdir(d)
+        except OSError:
+            names = []
+        for name in names:
+            if os.path.join(d, name) != path:
+                _check_stale(os.path.join(d, name), remove=True)
+        return path
+
+    def _drop_linked_lock(self) -> None:
+        """Remove this handle's lock file under ``locks/`` (a lock linked from it stays)."""
+        if self._link_from is not None:
+            self._link_from[2]()
+            self._link_from = None
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: let go of the parent's lock file (its ``flock`` must die with
+        the parent, or a lock the parent leaves would look alive)."""
+        if self._link_from is not None:
+            self._link_from[2].detach()
+            try:
+                os.close(self._link_from[1])
+            except OSError:
+                pass
+            self._link_from = None
+
+    def close(self) -> None:
+        """Remove this handle's lock file under ``locks/``, if it made one."""
+        self._drop_linked_lock()
 
     def _check_after_dead_writer(self, path: str) -> None:
         """Under the lock of a ref whose previous holder died: record that the ref holds what
@@ -390,7 +499,8 @@ class LocalStorage(Storage):
         try:
             os.unlink(path + ".lock")
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
 
     def read_versioned(self, key: str) -> Versioned | None:
         """Read ``key`` with its token (a digest of its bytes, of the value only for a ref
@@ -442,14 +552,21 @@ class LocalStorage(Storage):
         else renamed into place with that header (see the module docstring).
         """
         path = self._path(key)
-        fd = self._lock(path)
+        may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
+        fd = self._lock(path, link=may_defer)  # -1: a linked lock (see _lock)
         token = _token(data)
         deferred = False
+        ref: int | None = None  # the ref file, open for a write in place (a framed one)
+        size = 0  # its size as read
         try:
-            current = self._read_locked(key)
+            if may_defer:
+                current, ref, size = self._open_locked(key, path)
+            else:
+                current = self._read_locked(key)
             if (current.token if current else None) != expect:
                 raise PreconditionFailed(key, expect)
-            if journal is not None and self.durable and key.startswith(_LOGGED_DELETES):
+            if may_defer:
+                assert journal is not None
                 # called even where the change cannot be deferred (no boot id): its sync is
                 # what makes the append's objects record durable
                 boot = _boot_id()
@@ -461,50 +578,79 @@ class LocalStorage(Storage):
             # can tell a write in place it met
             data = frame(data) if deferred else _as_stored(key, data)
             try:
-                if deferred and self._write_in_place(path, data):
+                if deferred and ref is not None:
                     # the intent in the log holds the whole value: a power loss that tears
                     # this write is replayed; renaming over the ref would make ext4
                     # (auto_da_alloc) start writing its data at once
+                    os.pwrite(ref, data, 0)
+                    if len(data) < size:  # else the write itself set the size
+                        os.ftruncate(ref, len(data))
+                    os.close(ref)
+                    ref = None
                     self._unlock(path, fd)
                     if self.unsynced is not None:
                         self.unsynced.append((path, current.data if current is not None else None))
                     return token
-                # As git does: the new content goes into the lock file itself, which is then
-                # renamed over the ref; the rename is the commit and releases the lock at once.
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, data, 0)
-                if self.durable and not deferred:
-                    os.fsync(fd)
-                os.replace(path + ".lock", path)
+                if fd < 0:  # a linked lock: a temporary file is renamed, then the lock unlinked
+                    self._write_file(path, data, sync=not deferred)
+                else:
+                    # As git does: the new content goes into the lock file itself, which is then
+                    # renamed over the ref; the rename is the commit and releases the lock at once.
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, data, 0)
+                    if self.durable and not deferred:
+                        os.fsync(fd)
+                    os.replace(path + ".lock", path)
             except OSError as e:
                 raise StorageError(f"cannot write {key}: {e.strerror or e}", self.url) from e
         except BaseException:
+            if ref is not None:
+                os.close(ref)
             self._unlock(path, fd)
             raise
-        os.close(fd)
+        if ref is not None:
+            os.close(ref)
+        if fd < 0:
+            self._unlock(path, fd)
+        else:
+            os.close(fd)
         if not deferred:
             self._fsync_dir(os.path.dirname(path))
         elif self.unsynced is not None:
             self.unsynced.append((path, current.data if current is not None else None))
         return token
 
-    @staticmethod
-    def _write_in_place(path: str, data: bytes) -> bool:
-        """Overwrite the ref file ``path`` with the framed ``data`` (then cut any longer old
-        tail); False, writing nothing, when it is missing or not framed (a plain file read
-        mid-overwrite could not be told from a whole one)."""
+    def _open_locked(self, key: str, path: str) -> tuple[Versioned | None, int | None, int]:
+        """Under the lock of the ref ``key`` (file ``path``), before a swap that may be
+        deferred: what :meth:`_read_locked` gives, and the file itself, left open for
+        writing, when it is framed (only such a file is written in place: a plain file read
+        mid-overwrite could not be told from a whole one; None when it is not framed, is
+        missing or cannot be opened for writing), and its size.
+
+        Raises:
+            StorageError: the file cannot be read.
+        """
         try:
             ref = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            return False
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None, None, 0
+        except OSError:
+            return self._read_locked(key), None, 0  # not writable here: the swap renames
         try:
-            if os.pread(ref, len(INPLACE_MAGIC), 0) != INPLACE_MAGIC:
-                return False
-            os.pwrite(ref, data, 0)
-            os.ftruncate(ref, len(data))
-        finally:
+            raw = _read_all(ref)
+        except OSError as e:
             os.close(ref)
-        return True
+            if isinstance(e, IsADirectoryError):
+                return None, None, 0
+            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
+        if not raw.startswith(INPLACE_MAGIC):
+            os.close(ref)
+            return Versioned(raw, _token(raw)), None, len(raw)
+        # no write in place is under way (the lock is ours): a file failing its check is
+        # torn, compared as it lies (read_ref_file)
+        value = unframe(raw)
+        return (Versioned(raw, _token(raw)) if value is None else Versioned(value, framed_token(raw))), \
+            ref, len(raw)
 
     # -- deferred swaps: recovery (journal.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
@@ -916,6 +1062,31 @@ class _LocalAppender(Appender):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+_LINKED: weakref.WeakSet[LocalStorage] = weakref.WeakSet()  # handles holding a lock file under locks/
+
+
+def _release_lock_file(path: str, fd: int, pid: int) -> None:
+    """Remove a handle's lock file under ``locks/`` and close it (in the process that made it)."""
+    if os.getpid() != pid:
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _forget_linked_locks_in_child() -> None:
+    for storage in list(_LINKED):
+        storage.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_linked_locks_in_child)
 
 
 def _check_stale(lock: str, remove: bool) -> bool | None:
