@@ -34,8 +34,12 @@ PREFIX = "objects"
 #: deferred ref swaps on local disk (ref intents in the writers' logs, docs/FORMAT.md 12)
 FORMATS = (1, 2, 3)
 STORE_FORMAT = max(FORMATS)
-#: the format a new store gets unless told otherwise (an existing store keeps its own)
-DEFAULT_FORMAT = 2
+#: the format a new store gets unless told otherwise (an existing store keeps its own), on
+#: storage that can append (local disk: ref swaps journaled in the writer's log)
+DEFAULT_FORMAT = 3
+#: ... and on storage that cannot (object stores, memory), where format 3 would write format
+#: 2's bytes: such a store stays readable by a castore that knows format 2 only
+DEFAULT_FORMAT_NO_APPEND = 2
 #: in format 2, objects whose canonical bytes exceed this stay loose (shared, deduplicated)
 LOOSE_MIN = 4096
 #: a local log is sealed (given its index, no longer appended to) past this many bytes
@@ -154,6 +158,13 @@ class ObjectStore(Repacking):
         self._tls = threading.local()
         # a power loss may have cut deferred ref swaps short: replay them before any ref is read
         storage.recover_refs(self.log_intents)
+
+    @property
+    def default_format(self) -> int:
+        """The format a new store on this storage gets unless told otherwise:
+        :data:`DEFAULT_FORMAT` where the storage can append, else
+        :data:`DEFAULT_FORMAT_NO_APPEND`."""
+        return DEFAULT_FORMAT_NO_APPEND if self._no_append else DEFAULT_FORMAT
 
     def set_format(self, fmt: int) -> None:
         """Write in storage format ``fmt`` from now on (reading covers every format).
@@ -1438,4 +1449,4 @@ def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
 
 
 __all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN",
-           "STORE_FORMAT", "DEFAULT_FORMAT", "FORMATS"]
+           "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "FORMATS"]

@@ -618,3 +618,18 @@ def test_a_backend_that_cannot_append_is_never_handed_a_journal(tmp_path: Path) 
     s = store.session("app", "u", "s")
     ids = [s.append(castore.Message(role="user", content=f"m{i}")) for i in range(3)]
     assert [e.id for e in castore.Store(LocalStorage(str(tmp_path / "s"))).session("app", "u", "s").entries()] == ids
+
+
+def test_a_new_local_store_is_format_3_and_a_new_memory_store_format_2(tmp_path: Path) -> None:
+    """The default format of a new store (docs/FORMAT.md 2): 3 where the storage can append
+    (local disk), 2 where it cannot (memory, S3: format 3 would write format 2's bytes);
+    an existing store keeps its own."""
+    local = castore.open(str(tmp_path / "st"))
+    local.session("app", "u", "s").append(castore.Message(role="user", content="x"))
+    assert json.loads((tmp_path / "st" / "castore.json").read_text())["format"] == 3
+    old = castore.open(str(tmp_path / "old"), format=2)
+    old.init()
+    assert castore.open(str(tmp_path / "old")).config["format"] == 2
+    mem = castore.open(f"memory://default-format-{os.getpid()}")
+    mem.init()
+    assert mem.config["format"] == 2
