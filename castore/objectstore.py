@@ -34,8 +34,12 @@ PREFIX = "objects"
 #: deferred ref swaps on local disk (ref intents in the writers' logs, docs/FORMAT.md 12)
 FORMATS = (1, 2, 3)
 STORE_FORMAT = max(FORMATS)
-#: the format a new store gets unless told otherwise (an existing store keeps its own)
-DEFAULT_FORMAT = 2
+#: the format a new store gets unless told otherwise (an existing store keeps its own), on
+#: storage that can append (local disk: ref swaps journaled in the writer's log)
+DEFAULT_FORMAT = 3
+#: ... and on storage that cannot (object stores, memory), where format 3 would write format
+#: 2's bytes: such a store stays readable by a castore that knows format 2 only
+DEFAULT_FORMAT_NO_APPEND = 2
 #: in format 2, objects whose canonical bytes exceed this stay loose (shared, deduplicated)
 LOOSE_MIN = 4096
 #: a local log is sealed (given its index, no longer appended to) past this many bytes
@@ -155,6 +159,13 @@ class ObjectStore(Repacking):
         # a power loss may have cut deferred ref swaps short: replay them before any ref is read
         storage.recover_refs(self.log_intents)
 
+    @property
+    def default_format(self) -> int:
+        """The format a new store on this storage gets unless told otherwise:
+        :data:`DEFAULT_FORMAT` where the storage can append, else
+        :data:`DEFAULT_FORMAT_NO_APPEND`."""
+        return DEFAULT_FORMAT_NO_APPEND if self._no_append else DEFAULT_FORMAT
+
     def set_format(self, fmt: int) -> None:
         """Write in storage format ``fmt`` from now on (reading covers every format).
 
@@ -169,16 +180,21 @@ class ObjectStore(Repacking):
     def close(self) -> None:
         """Wait for a background repack to finish, seal this handle's log (write its index,
         so that repack may merge it at once) and release it; safe to call twice. The next
-        write opens a new log. A failure to write the index leaves the log unsealed (a
-        later repack merges it once it has been idle), and so does a ref swap of another
-        thread still under way (its intent must stay live)."""
+        write opens a new log. A log that holds ref intents (format 3) is merged instead
+        into a pack of blocks without them (:meth:`_merge_log`). A failure to write the
+        index or the pack leaves the log unsealed (a later repack merges it once it has
+        been idle), and so does a ref swap of another thread still under way (its intent
+        must stay live)."""
         self.wait_repack()
         with self._lock:
             if self._log is not None and self._log_pid == os.getpid():
                 if self._log.size > packs.HEADER_SIZE and self._log_name in self._packs and not self._inflight:
                     try:
-                        self._seal()
-                    except StorageError:
+                        if self._journaled:
+                            self._merge_log()
+                        else:
+                            self._seal()
+                    except (StorageError, IntegrityError):
                         pass  # still a valid log: scanned by readers, merged by repack when idle
                 if self._log is not None:
                     self._log.close()
@@ -337,6 +353,51 @@ class ObjectStore(Repacking):
         pack.sealed = True
         log.close()
         self._log = None
+
+    def _merge_log(self) -> None:
+        """Close, format 3: merge this handle's log into a new pack of blocks with its index
+        (:meth:`merge_packs`, as the background repack does, which leaves out its intent
+        records), then delete the log (docs/FORMAT.md, 12: "Dropping the intents at close").
+        The log is synced first, then the refs its intents moved (before the log goes); its
+        objects are taken from memory when this handle still holds them all (else the log
+        is read back and the merge finds the refs in its intents). The
+        log stays held (``flock``) until it is deleted. Should the merge leave it (nothing
+        to merge), it is sealed instead.
+
+        Raises:
+            StorageError, IntegrityError: the merge failed; the log is left unsealed and
+                whole (its refs may have been synced), and closed.
+        """
+        log, name = self._log, self._log_name
+        assert log is not None
+        try:
+            log.sync()
+            self._log = None  # no append from here on: the next write opens a new log
+            # another thread's objects record in it, not yet named by an intent, is durable
+            # and is merged: its swap, finding no live log, is made durable on its own
+            self._synced_abandoned.add(name)
+            keys, self._journaled = self._journaled.keys(), packs.DeltaBases()
+            groups = self._log_groups(name)
+            if groups is not None:
+                self.storage.sync_keys(keys)  # read back instead, the merge syncs them itself
+            if self.merge_packs([name], by_mtime=False, held=None if groups is None else {name: groups}) is None:
+                self.storage.sync_keys(keys)
+                self.storage.write(index_key(name), packs.encode_index(log.size, self._packs[name].where))
+                self._packs[name].sealed = True
+        finally:
+            log.close()
+
+    def _log_groups(self, name: str) -> list[list[tuple[str, bytes]]] | None:
+        """The objects of this handle's log ``name``, one group per record in write order,
+        from the canonical bytes it keeps of recent writes (their ids were computed from
+        them); None if any is no longer kept."""
+        by_record: dict[int, list[tuple[int, str, bytes]]] = {}
+        for oid, loc in self._packs[name].where.items():
+            canonical = self._recent.get(oid)
+            if canonical is None or not isinstance(loc, Slot):
+                return None
+            by_record.setdefault(loc.offset, []).append((loc.start, oid, canonical))
+        return [[(oid, c) for _, oid, c in sorted(items)] for _, items in sorted(by_record.items())]
 
     # -- format 3: ref intents in the log (docs/FORMAT.md, 12) ----------------------------
     @property
@@ -1388,4 +1449,4 @@ def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
 
 
 __all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN",
-           "STORE_FORMAT", "DEFAULT_FORMAT", "FORMATS"]
+           "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "FORMATS"]

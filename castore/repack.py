@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from . import objects as o
 from . import packs
@@ -57,7 +57,8 @@ class Repacking:
         raise NotImplementedError
 
     def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
-                    by_mtime: bool = True) -> str | None:
+                    by_mtime: bool = True,
+                    held: Mapping[str, Sequence[Sequence[tuple[str, bytes]]]] | None = None) -> str | None:
         """Merge packs, and ``extra`` ``(id, canonical bytes)`` objects, into one new pack with
         its index, then delete the merged packs (repack; docs/FORMAT.md, 8). Objects keep their
         write order (oldest pack first, record by record) and are compressed in blocks of about
@@ -70,6 +71,9 @@ class Repacking:
         bytes stop short of a damaged record is left alone. Returns the new pack's name, or None
         when there was nothing to merge. Without ``by_mtime`` (an object store, where an age
         costs a HEAD), packs this handle wrote keep their order and the others come first.
+        ``held`` gives the objects of some of the packs, as groups in write order, that the
+        caller has in memory (its own log at close): those are not read back, and the caller
+        has synced the refs of their intents.
 
         Raises:
             IntegrityError: an object does not hash to its id (nothing is deleted).
@@ -81,7 +85,8 @@ class Repacking:
         else:
             order = {n: (float(self._seq.get(n, -1)), n) for n in chosen}
         with self._lock:
-            own = {n: self._own[n] for n in chosen if n in self._own}
+            own = {n: [self._own[n]] for n in chosen if n in self._own}
+        own.update((n, [list(g) for g in held[n]]) for n in chosen if held and n in held)
         seen: set[str] = set()
         groups: list[list[tuple[str, bytes]]] = []
         for oid, canonical in extra:
@@ -94,7 +99,7 @@ class Repacking:
         for name in sorted(chosen, key=lambda n: order[n]):
             found: list[list[tuple[str, bytes]]] | None
             if name in own:
-                found = [own[name]]  # written by this handle: its objects are still in memory
+                found = own[name]  # written by this handle: its objects are still in memory
             else:
                 data = datas.get(pack_key(name))
                 if data is None:
@@ -110,6 +115,7 @@ class Repacking:
                     groups.append(fresh)
         if not groups or (len(done) < 2 and not extra and done and done[0].startswith("r-")):
             return None
+        self._sync_intent_refs([n for n in done if n.startswith("w-") and n not in own], datas)
         new = self._write_groups(groups)
         self.delete_packs([n for n in done if n != new])  # one batched delete, not one per pack
         with self._lock:
@@ -120,6 +126,24 @@ class Repacking:
             while len(self._moved) > 4096:
                 self._moved.popitem(last=False)
         return new
+
+    def _sync_intent_refs(self, names: Sequence[str], datas: Mapping[str, bytes | None]) -> None:
+        """Make durable the refs that the intents of the logs ``names`` moved, for each of
+        them that was never sealed (no index: a dead writer's, or this handle's own at
+        close when it was read back), before the merge deletes it: its intents may be the only durable record of
+        swaps whose ref writes were not synced (format 3; docs/FORMAT.md, 12). A sealed
+        log's refs were synced when it was sealed.
+
+        Raises:
+            StorageError: a sync failed (nothing is deleted).
+        """
+        keys: set[str] = set()
+        for name in names:
+            data = datas.get(pack_key(name))
+            if data is not None and not self.storage.exists(index_key(name)):
+                keys.update(i.key for i in packs.intents(data))
+        if keys:
+            self.storage.sync_keys(sorted(keys))
 
     def live_packs(self, names: Sequence[str]) -> list[str]:
         """``names`` (oldest first) with each pack that a repack by this handle merged

@@ -47,7 +47,7 @@ from .errors import (
 )
 from .history import History
 from .objects import Commit, ObjectId
-from .objectstore import DEFAULT_FORMAT, STORE_FORMAT, ObjectStore
+from .objectstore import STORE_FORMAT, ObjectStore
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
 from .session import Session
@@ -120,7 +120,9 @@ _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 class Store:
     """Objects and refs under one root; the factory of :class:`~castore.session.Session`.
 
-    A new store is created in storage format ``format`` (default: 2, packs; docs/FORMAT.md);
+    A new store is created in storage format ``format`` (default: 3 on local disk, packs
+    with ref swaps journaled in the writer's log; 2, packs, on object storage and memory;
+    docs/FORMAT.md);
     an existing store keeps the format its ``castore.json`` names unless ``format`` is
     higher. Use as a context manager, or call :meth:`close`.
 
@@ -141,7 +143,7 @@ class Store:
         self.plumbing = Plumbing(self.objects, self.refs, self.history, *([retry] if retry else []))
         self._config: dict[str, Any] | None = None
         self._initialized = False
-        self._new_format = DEFAULT_FORMAT if format is None else format
+        self._new_format = self.objects.default_format if format is None else format
         self.objects.set_format(self._new_format)  # refuses an unknown format
         self._load_config()
         if format is not None and self._initialized and self.objects.format < format:
@@ -160,8 +162,9 @@ class Store:
             durable: when False, local writes skip fsync (faster; a power loss may lose
                 the last appends, never the store's consistency).
             format: the storage format (docs/FORMAT.md) a new store is created with; an
-                existing store of a lower format is raised to it. Default: 2 (packs) for a
-                new store; an existing store keeps its format (1: one file per object).
+                existing store of a lower format is raised to it. Default for a new store:
+                3 on local disk (packs, ref swaps journaled in the writer's log), 2 (packs)
+                elsewhere; an existing store keeps its format (1: one file per object).
             auto_repack: format 2: merge small packs in the background of normal writes
                 (docs/FORMAT.md, 8). Default: the store's ``auto_repack`` setting in
                 castore.json, else True.

@@ -184,18 +184,118 @@ def test_a_replay_does_not_undo_a_delete(tmp_path: Path, monkeypatch: pytest.Mon
     assert fsck(again).ok
 
 
-def test_sealing_a_log_makes_its_refs_durable_first(tmp_path: Path) -> None:
-    st = castore.open(str(tmp_path / "st"), format=3)
+def _pack_files(root: Path) -> list[str]:
+    return sorted(n for n in os.listdir(root / "packs") if n.endswith(".pack"))
+
+
+@pytest.mark.parametrize("read_back", [False, True], ids=["from-memory", "read-back"])
+def test_closing_a_log_makes_its_refs_durable_then_drops_its_intents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    read_back: bool) -> None:
+    """Close merges the handle's log into a pack of blocks without its intent records
+    (docs/FORMAT.md 12, "Dropping the intents at close"), after syncing the refs they moved:
+    a power loss after it replays nothing and loses nothing. The log's objects come from
+    the handle's memory, or, once it no longer holds them all, from the log read back."""
+    root = tmp_path / "st"
+    st, want = _write(root)
     assert isinstance(st.storage, LocalStorage)
-    st.storage.unsynced = []
-    s = st.session("app", "u", "s")
-    for i in range(3):
-        s.append(castore.Message(role="user", content=f"{i}"))
-    assert st.storage.unsynced
-    st.close()  # seals the log: its intents are no longer read by a recovery
+    assert st.storage.unsynced and _intent_fields(root)
+    if read_back:
+        st.objects._recent.clear()
+    st.close()
+    assert st.storage.unsynced == []  # every ref its intents moved was synced before they went
+    names = _pack_files(root)
+    assert names and all(n.startswith("r-") and (root / "packs" / f"{n[:-5]}.idx").exists() for n in names)
+    assert all(packs.intents((root / "packs" / n).read_bytes()) == [] for n in names)
+    assert _power_loss(st.storage) == 0
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    for sid, msgs in want.items():
+        assert [m.content for m in again.session("app", "u", sid).messages()] == msgs, sid
+    assert fsck(again).ok
+    assert os.listdir(root / JOURNAL) == []
+
+
+class _Cut(BaseException):
+    """A crash in the middle of a close (no handler of castore catches it)."""
+
+
+@pytest.mark.parametrize(("method", "when", "key"), [
+    ("sync_keys", "before", ""), ("write", "before", ".pack"), ("write", "before", ".idx"),
+    ("delete_many", "before", ""), ("delete", "after", ".pack"),
+], ids=["before-ref-sync", "before-pack", "before-index", "before-log-delete", "after-log-delete"])
+def test_a_power_loss_during_close_loses_no_acknowledged_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                method: str, when: str, key: str) -> None:
+    """A close cut at each of its steps, then a power loss (every rename not synced undone):
+    the log's intents are there to replay until the refs they moved are durable."""
+    root = tmp_path / "st"
+    st, want = _write(root)
+    assert isinstance(st.storage, LocalStorage)
+    real = getattr(st.storage, method)
+    hit = []
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        mine = not key or (args and str(args[0]).startswith("packs/") and str(args[0]).endswith(key))
+        if mine and when == "before":
+            hit.append(1)
+            raise _Cut
+        out = real(*args, **kwargs)
+        if mine:
+            hit.append(1)
+            raise _Cut
+        return out
+
+    monkeypatch.setattr(st.storage, method, cut)
+    with pytest.raises(_Cut):
+        st.close()
+    monkeypatch.undo()
+    assert hit
+    _power_loss(st.storage)
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    for sid, msgs in want.items():
+        assert [m.content for m in again.session("app", "u", sid).messages()] == msgs, sid
+    assert fsck(again).ok
+
+
+def test_repack_of_a_dead_writers_log_makes_its_refs_durable_first(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``castore repack`` merging a log that its writer never sealed (it died: its
+    ``flock`` is free) syncs the refs of the log's intents before deleting the log."""
+    from castore import maintenance
+
+    root = tmp_path / "st"
+    st, want = _write(root)
+    assert isinstance(st.storage, LocalStorage)
+    log = st.objects._log
+    assert log is not None and st.storage.unsynced
+    log.close()  # the writer dies: its log stays unsealed, its flock is released
+    st.objects._log = None
+    monkeypatch.setattr(maintenance, "LOG_IDLE", -1.0)
+    assert maintenance.repack(st).new_pack is not None
+    assert not [n for n in _pack_files(root) if n.startswith("w-")]
     assert st.storage.unsynced == []
-    logs = [n for n in os.listdir(tmp_path / "st" / "packs") if n.startswith("w-") and n.endswith(".pack")]
-    assert logs and all((tmp_path / "st" / "packs" / (n[:-5] + ".idx")).exists() for n in logs)
+    _power_loss(st.storage)
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    for sid, msgs in want.items():
+        assert [m.content for m in again.session("app", "u", sid).messages()] == msgs, sid
+    assert fsck(again).ok
+
+
+def test_a_closed_format_3_store_takes_no_more_bytes_than_format_2(tmp_path: Path) -> None:
+    """The intents (~200-300 bytes an append) are gone after close: a short session in format 3
+    stores no more than in format 2 (whose log keeps its records compressed one by one)."""
+    sizes = {}
+    for fmt in (2, 3):
+        root = tmp_path / f"f{fmt}"
+        with castore.open(str(root), format=fmt) as st:
+            s = st.session("app", "u", "s")
+            for i in range(100):
+                s.append(castore.Message(role="user", content=f"message {i} " + "lorem ipsum " * (i % 40)),
+                         state_delta={"turn": i})
+        sizes[fmt] = sum(os.path.getsize(root / "packs" / n) for n in os.listdir(root / "packs"))
+        assert [m.content[:11] for m in castore.open(str(root)).session("app", "u", "s").messages()][-1] == "message 99 "
+    assert sizes[3] <= sizes[2], sizes
 
 
 def _killed_between_intent_and_rename(root: str) -> None:
@@ -518,3 +618,18 @@ def test_a_backend_that_cannot_append_is_never_handed_a_journal(tmp_path: Path) 
     s = store.session("app", "u", "s")
     ids = [s.append(castore.Message(role="user", content=f"m{i}")) for i in range(3)]
     assert [e.id for e in castore.Store(LocalStorage(str(tmp_path / "s"))).session("app", "u", "s").entries()] == ids
+
+
+def test_a_new_local_store_is_format_3_and_a_new_memory_store_format_2(tmp_path: Path) -> None:
+    """The default format of a new store (docs/FORMAT.md 2): 3 where the storage can append
+    (local disk), 2 where it cannot (memory, S3: format 3 would write format 2's bytes);
+    an existing store keeps its own."""
+    local = castore.open(str(tmp_path / "st"))
+    local.session("app", "u", "s").append(castore.Message(role="user", content="x"))
+    assert json.loads((tmp_path / "st" / "castore.json").read_text())["format"] == 3
+    old = castore.open(str(tmp_path / "old"), format=2)
+    old.init()
+    assert castore.open(str(tmp_path / "old")).config["format"] == 2
+    mem = castore.open(f"memory://default-format-{os.getpid()}")
+    mem.init()
+    assert mem.config["format"] == 2

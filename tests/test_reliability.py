@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import castore
-from castore import maintenance, names
+from castore import maintenance, names, packs
 from castore import objects as o
 from castore.errors import CorruptRef
 from castore.refs import RefStore
@@ -185,6 +185,91 @@ def test_writer_killed_at_random_moments_loses_no_returned_append(tmp_path: Path
     figures(f"{kills} SIGKILLs of a writer on local disk, format {fmt}", crashes_survived=kills, entries_acked=len(acked),
             entries_stored=len(entries), lost=len(lost), unreachable_after=len(report.unreachable),
             stale_locks_after_last_kill=len(stale))
+
+
+#: the steps of a format-3 close (docs/FORMAT.md 12, "Dropping the intents at close"): the
+#: LocalStorage method a writer is killed at, whether before or after it runs, and which key
+#: it must be called with (a prefix and a suffix)
+CLOSE_STEPS = {
+    "before the refs are synced": ("sync_keys", "before", "", ""),
+    "after the refs, before the pack": ("write", "before", "packs/r-", ".pack"),
+    "after the pack, before its index": ("write", "before", "packs/r-", ".idx"),
+    "after the index, before the log goes": ("delete_many", "before", "", ""),
+    "after the log is gone": ("delete", "after", "packs/w-", ".pack"),
+}
+
+
+def _killed_in_close(url: str, step: str, acked_path: str) -> None:
+    """Child: appends to two sessions (each acknowledged append written to ``acked_path``
+    at once), then closes the store and is killed with SIGKILL at ``step`` of the close."""
+    from castore.storage.local import LocalStorage
+
+    st = castore.open(url, format=3)
+    fd = os.open(acked_path, os.O_WRONLY | os.O_APPEND)
+    for i in range(12):
+        sid = f"s{i % 2}"
+        cid = st.session("app", "alice", sid).append(castore.Message(role="user", content=f"{sid}-{i}"))
+        os.write(fd, f"{sid} {sid}-{i} {cid}\n".encode())
+    method, when, prefix, suffix = CLOSE_STEPS[step]
+    real = getattr(LocalStorage, method)
+
+    def hooked(self: LocalStorage, *args: Any, **kwargs: Any) -> Any:
+        first = args[0] if args else None
+        hit = not prefix or (isinstance(first, str) and first.startswith(prefix) and first.endswith(suffix))
+        if hit and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        out = real(self, *args, **kwargs)
+        if hit:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    setattr(LocalStorage, method, hooked)
+    st.close()
+    os._exit(3)  # the close never reached the step: the test would prove nothing
+
+
+@pytest.mark.parametrize("step", list(CLOSE_STEPS))
+def test_writer_killed_during_close_loses_no_returned_append(tmp_path: Path, step: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Format 3: close merges the writer's log into a pack without its ref intents. A
+    SIGKILL at any step of it leaves every acknowledged append readable and fsck clean,
+    in the same boot and after a reboot (whose recovery replays what logs are left), and
+    a later repack merges whatever the kill left behind."""
+    import multiprocessing
+
+    from castore.storage import local as local_mod
+
+    url, acked_path = str(tmp_path / "store"), str(tmp_path / "acked")
+    open(acked_path, "w").close()
+    child = multiprocessing.get_context("fork").Process(target=_killed_in_close, args=(url, step, acked_path))
+    child.start()
+    child.join()
+    assert child.exitcode == -signal.SIGKILL
+    acked: dict[str, list[str]] = {}
+    for line in Path(acked_path).read_text().splitlines():
+        sid, content, _cid = line.split()
+        acked.setdefault(sid, []).append(content)
+    assert sum(len(v) for v in acked.values()) == 12
+
+    def check() -> castore.Store:
+        store = castore.open(url)
+        for sid, contents in acked.items():
+            assert [m.content for m in store.session("app", "alice", sid).messages()] == contents, (step, sid)
+        report = maintenance.fsck(store)
+        assert report.ok, report.to_dict()
+        return store
+
+    check().close()
+    monkeypatch.setattr(local_mod, "_boot_id", lambda: "00000000-0000-0000-0000-00000000b007")
+    store = check()  # a new boot: the recovery reads the intents of any log the kill left
+    monkeypatch.setattr(maintenance, "LOG_IDLE", -1.0)
+    maintenance.repack(store)
+    store.close()
+    store = check()
+    assert all(n.startswith("r-") for n in os.listdir(os.path.join(url, "packs")))
+    assert all(packs.intents(Path(url, "packs", n).read_bytes()) == []
+               for n in os.listdir(os.path.join(url, "packs")))
+    store.close()
 
 
 # -- storage faults -------------------------------------------------------------------------

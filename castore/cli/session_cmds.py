@@ -20,9 +20,9 @@ from .render import Refs, safe, short
 @click.command("init")
 @click.argument("url", required=False)
 @click.option("--format", "fmt", type=click.IntRange(1, 3), default=None,
-              help="Storage format of a new store: 2 (packs; the default), 3 (packs, ref swaps journaled in "
-                   "the writer's log on local disk: one fsync per append) or 1 (one file per object); "
-                   "docs/FORMAT.md.")
+              help="Storage format of a new store: 3 (packs, ref swaps journaled in the writer's log: one "
+                   "fsync per append; the default on local disk), 2 (packs; the default on S3, where 3 "
+                   "writes the same bytes) or 1 (one file per object); docs/FORMAT.md.")
 @click.pass_context
 def init_cmd(ctx: click.Context, url: str | None, fmt: int | None) -> None:
     """Create a store at URL (default: the --store option).
@@ -30,8 +30,8 @@ def init_cmd(ctx: click.Context, url: str | None, fmt: int | None) -> None:
     Doing it twice is harmless. Writing to a store that does not exist yet creates it
     too, so this is only needed to make an empty one, or an S3 bucket: on s3://BUCKET/...
     a missing bucket is created first (options from the global -o). --format chooses the
-    storage format of a new store (default 2: packs; 3: packs and journaled ref swaps; 1: one
-    file per object; see docs/FORMAT.md).
+    storage format of a new store (default 3 on local disk: packs and journaled ref swaps;
+    2 on S3: packs; 1: one file per object; see docs/FORMAT.md).
     """
     target = url or store_url(ctx)
     check_url(target)

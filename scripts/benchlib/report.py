@@ -208,7 +208,7 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
 _HOW = [
     "## How each system is run",
     "",
-    "- **castore local**: `castore.open(path)` (durable default: every object and ref fsynced), one "
+    "- **castore local**: `castore.open(path)` (durable default, format 3 on a new local store: each append made durable by one fdatasync of the writer's log, ref swaps journaled in it), one "
     "`session.append(Message(...), state_delta=...)` per step. Time travel `state(id)` + `messages(id)`, log "
     "`log()`, fork `fork(name, at=id)`, each on a freshly opened store.",
     "- **castore S3**: the same calls on `s3://bucket/prefix` through s3fs to a moto server on 127.0.0.1 that "
