@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""State and fork at the middle of a session (fresh handle each), this checkout against an
+anchor checkout (e.g. the integrator's main), alternated child by child in one run (not a test).
+
+Each child imports castore from one checkout, opens the store afresh ``--reps`` times and
+times ``Session.state(middle)`` (and, with ``--fork``, a fork at the middle); the children of
+the two checkouts alternate, so load changes hit both. Prints best / median per N and
+checkout, the N_max / N_min ratios, and the load average before and after.
+
+Usage: .venv/bin/python scripts/bench_middle.py --anchor /work/main [--read-n 100,10000]
+       [--rounds 6] [--reps 5] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+_CHILD = r"""
+import json, sys, time
+import castore
+url, mid, reps, fork = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+states, forks = [], []
+for r in range(reps):
+    with castore.open(url) as st:
+        s = st.session("bench", "u", "s")
+        t0 = time.perf_counter()
+        state = s.state(mid, scopes=False)
+        states.append((time.perf_counter() - t0) * 1e3)
+    if fork:
+        with castore.open(url) as st:
+            s = st.session("bench", "u", "s")
+            t0 = time.perf_counter()
+            s.fork(f"fork-{time.time_ns()}", at=mid)
+            forks.append((time.perf_counter() - t0) * 1e3)
+print(json.dumps({"state": states, "fork": forks, "turn": state["turn"]}))
+"""
+
+
+def _build(workdir: str, n: int) -> tuple[str, str]:
+    """A format-2 store of ``n`` steps (bench_session's workload), built once; (url, middle id)."""
+    url = os.path.join(workdir, f"middle-f2-{n}")
+    meta = url + ".json"
+    if os.path.exists(meta):
+        with open(meta) as f:
+            return url, json.load(f)["mid"]
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, HERE)
+    from benchlib.workload import steps
+
+    import castore
+
+    with castore.open(url, durable=False, format=2) as st:
+        s = st.session("bench", "u", "s")
+        ids = [s.append(castore.Message(role=w.role, content=w.content), state_delta=w.delta) for w in steps(n)]
+    with open(meta, "w") as f:
+        json.dump({"mid": ids[n // 2]}, f)
+    return url, ids[n // 2]
+
+
+def _child(code_root: str, url: str, mid: str, reps: int, fork: bool) -> dict[str, list[float]]:
+    env = dict(os.environ, PYTHONPATH=code_root)
+    out = subprocess.run([sys.executable, "-c", _CHILD, url, mid, str(reps), "1" if fork else "0"],
+                         check=True, capture_output=True, text=True, env=env, cwd=code_root)
+    got: dict[str, list[float]] = json.loads(out.stdout)
+    return got
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--anchor", required=True, help="the other checkout (its castore is imported)")
+    ap.add_argument("--read-n", default="100,10000")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=5, help="fresh handles per child")
+    ap.add_argument("--fork", action="store_true", help="also time a fork at the middle")
+    ap.add_argument("--dir", default=None, help="work folder (kept; stores are reused)")
+    args = ap.parse_args()
+    workdir = args.dir or tempfile.mkdtemp(prefix="castore-middle-")
+    sizes = [int(x) for x in args.read_n.split(",")]
+    stores = {n: _build(workdir, n) for n in sizes}
+    roots = {"this": ROOT, "anchor": os.path.abspath(args.anchor)}
+    res: dict[tuple[str, int], dict[str, list[float]]] = {
+        (k, n): {"state": [], "fork": []} for k in roots for n in sizes}
+    load0 = os.getloadavg()
+    for _ in range(args.rounds):
+        for n in sizes:
+            for k, root in roots.items():
+                got = _child(root, stores[n][0], stores[n][1], args.reps, args.fork)
+                assert got["turn"] == n // 2, got
+                res[(k, n)]["state"] += got["state"]
+                res[(k, n)]["fork"] += got["fork"]
+    load1 = os.getloadavg()
+    print(f"# state at the middle (fresh handle each; best / median of {args.rounds * args.reps}); "
+          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
+    print(f"this = {roots['this']}, anchor = {roots['anchor']}\n")
+    print("| N | checkout | state ms | fork ms |")
+    print("|---|---|---|---|")
+    for n in sizes:
+        for k in roots:
+            r = res[(k, n)]
+            fk = f"{min(r['fork']):.2f} / {statistics.median(r['fork']):.2f}" if r["fork"] else "-"
+            print(f"| {n:,} | {k} | {min(r['state']):.2f} / {statistics.median(r['state']):.2f} | {fk} |")
+    lo, hi = min(sizes), max(sizes)
+    if lo != hi:
+        print()
+        for k in roots:
+            a, b = res[(k, lo)]["state"], res[(k, hi)]["state"]
+            print(f"{k}: state N = {hi:,} / N = {lo:,}: best {min(b) / min(a):.2f}x, "
+                  f"median {statistics.median(b) / statistics.median(a):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
