@@ -582,7 +582,9 @@ INDEX_HEAD = 16 << 10
 #: a ranged view reads its whole index once it has read this fraction of it in windows, or
 #: made INDEX_RANGE_READS reads: a reader of many objects pays one whole read, not thousands
 INDEX_RANGE_SHARE = 4
-INDEX_RANGE_READS = 24
+INDEX_RANGE_READS = 8
+#: a ranged view reads its whole index in reads of at most this many bytes
+INDEX_CHUNK = 8 << 20
 
 
 class IndexView:
@@ -647,7 +649,8 @@ class IndexView:
             self.verify()
 
     def _whole(self, data: bytes) -> None:
-        """Take ``data`` as the whole index: its size and record table are checked."""
+        """Take ``data`` as the whole index: its size is checked (a record's entry is checked
+        when a row names it, :meth:`_record`)."""
         held = len(data) - 16
         if held != self.size - 16:
             if self.version == 2:
@@ -666,8 +669,18 @@ class IndexView:
         read = self._read
         if read is None:
             return
-        data = read(0, self.size + 1)  # one byte more: an index longer than declared is damaged
-        self._whole(data)
+        # one byte more than declared (an index longer than that is damaged), in reads of at
+        # most INDEX_CHUNK: a damaged header declaring terabytes allocates no more than the file
+        parts: list[bytes] = []
+        held = 0
+        while held <= self.size:
+            want = min(INDEX_CHUNK, self.size + 1 - held)
+            got = read(held, want)
+            parts.append(got)
+            held += len(got)
+            if len(got) < want:
+                break
+        self._whole(b"".join(parts))
 
     def _range(self, off: int, size: int) -> bytes:
         """``size`` bytes of the index from ``off``, from memory or by one ranged read.

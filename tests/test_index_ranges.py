@@ -266,3 +266,15 @@ def test_a_block_prefix_is_the_start_of_the_frame_and_damage_is_caught() -> None
         castore.objects.BlockPrefix(frame[:len(frame) // 2], "block").upto(10 << 20)
     with pytest.raises(castore.IntegrityError, match="not a plain zstd frame"):
         castore.objects.BlockPrefix(b"\x00" + content, "block")
+
+
+def test_a_header_declaring_a_huge_index_reads_only_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    data, where = _index(2)
+    lying = bytearray(data)
+    lying[20:24] = (0xFFFFFFFF).to_bytes(4, "big")  # count: ~190 GB of rows
+    read = _Counting(bytes(lying))
+    monkeypatch.setattr(packs, "INDEX_CHUNK", 1 << 20)
+    view = packs.IndexView(bytes(lying[:packs.INDEX_HEAD]), check=False, read=read)
+    with pytest.raises(castore.IntegrityError, match="declares"):
+        view.verify()
+    assert read.bytes == len(data)  # read in chunks up to the file's end, nothing allocated past it
