@@ -16,6 +16,7 @@ per process (bounded) and shared between readers.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import threading
 from collections import OrderedDict
@@ -127,7 +128,9 @@ class ObjectStore(Repacking):
         self._sizes: dict[str, int] = {}  # sealed packs' sizes read from their indexes (they never change)
         self.format = 1
         self.set_format(format)
-        self._cache: OrderedDict[str, AnyObject] = OrderedDict()
+        # decoded objects, oldest first (a plain dict: a cold read of a long path puts and
+        # looks up tens of thousands at once, 4-7x faster than in an OrderedDict)
+        self._cache: dict[str, AnyObject] = {}
         self._canonical: dict[str, bytes] = {}  # bytes known from segments, not yet decoded
         self._known: set[str] = set()  # ids known to be stored (written or read here)
         self._recent: OrderedDict[str, bytes] = OrderedDict()  # canonical bytes of recent writes
@@ -878,7 +881,16 @@ class ObjectStore(Repacking):
         cache = self._cache
         cache[oid] = obj
         if len(cache) > CACHE_SIZE:
-            cache.popitem(last=False)
+            self._trim_cache()
+
+    def _trim_cache(self) -> None:
+        """Drop the oldest decoded objects past :data:`CACHE_SIZE`, and a tenth more at once (a
+        dict finds its oldest key by scanning past the slots freed before it: once per batch)."""
+        cache = self._cache
+        excess = len(cache) - CACHE_SIZE
+        if excess > 0:
+            for oid in list(itertools.islice(cache, excess + CACHE_SIZE // 10)):
+                del cache[oid]
 
     def get(self, oid: str) -> AnyObject:
         """Read, verify and decode one object.
@@ -989,8 +1001,7 @@ class ObjectStore(Repacking):
                     for oid in ids:
                         pending.pop(oid, None)
                 cache.update(zip(ids, decoded, strict=True))
-                while len(cache) > CACHE_SIZE:
-                    cache.popitem(last=False)
+                self._trim_cache()
                 self._known.update(ids)
                 return list(zip(ids, decoded, strict=True))
             found = list(map(cache.get, ids))
@@ -1005,8 +1016,7 @@ class ObjectStore(Repacking):
                         pending.pop(oid, None)
                     if len(canonicals[i]) <= CACHE_MAX_OBJECT:
                         cache[oid] = obj
-                while len(cache) > CACHE_SIZE:
-                    cache.popitem(last=False)
+                self._trim_cache()
             self._known.update(ids)
             return list(zip(ids, found, strict=True))  # type: ignore[arg-type]  # every None was filled
 
