@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """State and fork at the middle of a session (fresh handle each), this checkout against an
-anchor checkout (e.g. the integrator's main), alternated child by child in one run (not a test).
+anchor checkout (e.g. the integrator's main), alternated child by child in one run (not a test);
+with ``--cold``, also the cold read of each session (a new process each, import included:
+benchlib/cold.py's child) against parsing the same entries from a Pi JSONL file.
 
 Each child imports castore from one checkout, opens the store afresh ``--reps`` times and
 times ``Session.state(middle)`` (and, with ``--fork``, a fork at the middle); the children of
@@ -8,7 +10,7 @@ the two checkouts alternate, so load changes hit both. Prints best / median per 
 checkout, the N_max / N_min ratios, and the load average before and after.
 
 Usage: .venv/bin/python scripts/bench_middle.py --anchor /work/main [--read-n 100,10000]
-       [--rounds 6] [--reps 5] [--dir DIR]
+       [--rounds 6] [--reps 5] [--fork] [--cold] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,9 +64,33 @@ def _build(workdir: str, n: int) -> tuple[str, str]:
     with castore.open(url, durable=False, format=2) as st:
         s = st.session("bench", "u", "s")
         ids = [s.append(castore.Message(role=w.role, content=w.content), state_delta=w.delta) for w in steps(n)]
+    with open(url + ".jsonl", "w", encoding="utf-8") as f:  # the same steps as Pi JSONL (bench_session)
+        f.write(json.dumps({"type": "session", "version": 3, "id": f"bench-{n}", "cwd": "/bench"}) + "\n")
+        parent = None
+        for i, w in enumerate(steps(n)):
+            eid = f"{i:08x}"
+            f.write(json.dumps({"type": "message", "id": eid, "parentId": parent,
+                                "timestamp": f"2026-03-10T09:00:00.{w.i % 1000:03d}Z",
+                                "message": {"role": w.role, "content": [{"type": "text", "text": w.content}],
+                                            "timestamp": 1_773_133_200_000 + w.i * 1000},
+                                "stateDelta": w.delta}, separators=(",", ":")) + "\n")
+            parent = eid
     with open(meta, "w") as f:
         json.dump({"mid": ids[n // 2]}, f)
     return url, ids[n // 2]
+
+
+def _cold(code_root: str | None, url: str, n: int) -> tuple[float, float]:
+    """One cold read in a fresh process (castore from ``code_root``, or Pi JSONL when None):
+    (wall ms inside the child, the child's CPU ms)."""
+    from benchlib import cold
+
+    os.environ["PYTHONPATH"] = code_root or ""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    got = cold.run(cold.CASTORE, [url, "{}", "bench", "u", "s"]) if code_root else cold.run(cold.PI, [url + ".jsonl"])
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert got["n"] == n and got["turn"] == n - 1, got
+    return got["ms"], (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3
 
 
 def _child(code_root: str, url: str, mid: str, reps: int, fork: bool) -> dict[str, list[float]]:
@@ -81,6 +108,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=5, help="fresh handles per child")
     ap.add_argument("--fork", action="store_true", help="also time a fork at the middle")
+    ap.add_argument("--cold", action="store_true", help="also the cold read of each session against Pi JSONL")
     ap.add_argument("--dir", default=None, help="work folder (kept; stores are reused)")
     args = ap.parse_args()
     workdir = args.dir or tempfile.mkdtemp(prefix="castore-middle-")
@@ -89,6 +117,7 @@ def main() -> int:
     roots = {"this": ROOT, "anchor": os.path.abspath(args.anchor)}
     res: dict[tuple[str, int], dict[str, list[float]]] = {
         (k, n): {"state": [], "fork": []} for k in roots for n in sizes}
+    cold: dict[tuple[str, int], list[tuple[float, float]]] = {(k, n): [] for k in [*roots, "pi"] for n in sizes}
     load0 = os.getloadavg()
     for _ in range(args.rounds):
         for n in sizes:
@@ -97,6 +126,9 @@ def main() -> int:
                 assert got["turn"] == n // 2, got
                 res[(k, n)]["state"] += got["state"]
                 res[(k, n)]["fork"] += got["fork"]
+            if args.cold:
+                for k, root in [*roots.items(), ("pi", None)]:
+                    cold[(k, n)].append(_cold(root, stores[n][0], n))
     load1 = os.getloadavg()
     print(f"# state at the middle (fresh handle each; best / median of {args.rounds * args.reps}); "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
@@ -115,6 +147,19 @@ def main() -> int:
             a, b = res[(k, lo)]["state"], res[(k, hi)]["state"]
             print(f"{k}: state N = {hi:,} / N = {lo:,}: best {min(b) / min(a):.2f}x, "
                   f"median {statistics.median(b) / statistics.median(a):.2f}x")
+    if args.cold:
+        print(f"\n# cold read, import included (a new process each; best / median of {args.rounds})")
+        print("| N | checkout | wall ms | CPU ms | wall / Pi (medians) | CPU / Pi (medians) |")
+        print("|---|---|---|---|---|---|")
+        for n in sizes:
+            pw = statistics.median(x[0] for x in cold[("pi", n)])
+            pc = statistics.median(x[1] for x in cold[("pi", n)])
+            for k in [*roots, "pi"]:
+                w = [x[0] for x in cold[(k, n)]]
+                c = [x[1] for x in cold[(k, n)]]
+                print(f"| {n:,} | {k} | {min(w):.1f} / {statistics.median(w):.1f} | {min(c):.1f} / "
+                      f"{statistics.median(c):.1f} | {statistics.median(w) / pw:.2f}x | "
+                      f"{statistics.median(c) / pc:.2f}x |")
     return 0
 
 
