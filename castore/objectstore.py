@@ -565,14 +565,17 @@ class ObjectStore(Repacking):
         wanted = [n for n, has_index in todo if has_index]
         # the first bytes of each index (all of a small one); a lookup reads the rows it
         # needs by range: a fresh reader of a few objects reads O(log n) of each index
-        got = self.storage.read_heads([index_key(n) for n in wanted], packs.INDEX_HEAD) if wanted else {}
+        # (on object storage a ranged GET is a round trip: a larger head, few window reads)
+        head, reads = ((packs.INDEX_HEAD_REMOTE, packs.INDEX_RANGE_READS_REMOTE) if self._no_append
+                       else (packs.INDEX_HEAD, packs.INDEX_RANGE_READS))
+        got = self.storage.read_heads([index_key(n) for n in wanted], head) if wanted else {}
         for name, has_index in todo:
             raw = got.get(index_key(name)) if has_index else None
             if raw is not None:
                 try:
                     # the check over every row waits until a miss or a bad object needs it
                     # (_recheck): a reader of a few objects pays O(log n), not O(n)
-                    view = packs.IndexView(raw, check=False, read=self._index_reader(name))
+                    view = packs.IndexView(raw, check=False, read=self._index_reader(name), max_reads=reads)
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
                 else:

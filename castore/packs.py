@@ -583,6 +583,10 @@ INDEX_HEAD = 16 << 10
 #: made INDEX_RANGE_READS reads: a reader of many objects pays one whole read, not thousands
 INDEX_RANGE_SHARE = 4
 INDEX_RANGE_READS = 8
+#: on object storage (a ranged GET costs a round trip, whatever its size up to a few hundred
+#: KiB): the first bytes read, and the window reads made before the whole index is read
+INDEX_HEAD_REMOTE = 256 << 10
+INDEX_RANGE_READS_REMOTE = 2
 #: a ranged view reads its whole index in reads of at most this many bytes
 INDEX_CHUNK = 8 << 20
 
@@ -599,7 +603,7 @@ class IndexView:
     around the place its id's first bytes predict, and narrows by windows (an interpolated
     step, then a halving one) when the id is not in it: O(log n) reads at worst, and one
     ~16 KiB read for 30,000 rows. A view that has read a quarter of its index, or made
-    :data:`INDEX_RANGE_READS` reads, reads the rest whole.
+    ``max_reads`` reads (default :data:`INDEX_RANGE_READS`), reads the rest whole.
 
     With ``check=False`` the check over the whole index (a blake3 of every byte: O(n) for a
     reader of one object, and for a ranged view a read of the whole index) is left for
@@ -614,9 +618,10 @@ class IndexView:
     """
 
     __slots__ = ("data", "pack_size", "count", "version", "checked", "size", "reads", "fetched",
-                 "_rows_at", "_step", "_recs", "_nrec", "_read", "_half")
+                 "_rows_at", "_step", "_recs", "_nrec", "_read", "_half", "_max_reads")
 
-    def __init__(self, data: bytes, check: bool = True, read: Callable[[int, int], bytes] | None = None) -> None:
+    def __init__(self, data: bytes, check: bool = True, read: Callable[[int, int], bytes] | None = None,
+                 max_reads: int | None = None) -> None:
         magic = data[:len(INDEX_MAGIC)]
         if len(data) < _IDX_HEAD.size + 16 or magic not in (INDEX_MAGIC, INDEX_MAGIC_V2):
             raise IntegrityError("pack index", "not a castore pack index")
@@ -641,6 +646,7 @@ class IndexView:
         #: the index's size as its header declares it
         self.size = rows_at + count * self._step + 16
         self._half = math.isqrt(count) + 16
+        self._max_reads = INDEX_RANGE_READS if max_reads is None else max_reads
         self.data = data
         self._read = read if read is not None and len(data) < self.size else None
         if self._read is None:
@@ -745,7 +751,7 @@ class IndexView:
                 the index is cut short.
         """
         if self._read is not None:
-            if self.reads >= INDEX_RANGE_READS or self.fetched * INDEX_RANGE_SHARE >= self.size:
+            if self.reads >= self._max_reads or self.fetched * INDEX_RANGE_SHARE >= self.size:
                 self._fetch_whole()
             else:
                 return self._find_ranged(raw)
@@ -844,7 +850,8 @@ def is_pack_name(name: str) -> bool:
     return sep == "-" and head in ("w", "b", "r") and len(tail) == 32 and not tail.strip("0123456789abcdef")
 
 
-__all__ = ["Location", "Slot", "Place", "IndexView", "INDEX_HEAD", "payloads", "content_spans", "frames_v1",
+__all__ = ["Location", "Slot", "Place", "IndexView", "INDEX_HEAD", "INDEX_HEAD_REMOTE",
+           "payloads", "content_spans", "frames_v1",
            "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
            "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
