@@ -7,7 +7,8 @@ benchlib/cold.py's child) against parsing the same entries from a Pi JSONL file.
 Each child imports castore from one checkout, opens the store afresh ``--reps`` times and
 times ``Session.state(middle)`` (and, with ``--fork``, a fork at the middle); the children of
 the two checkouts alternate, so load changes hit both. Prints best / median per N and
-checkout, the N_max / N_min ratios, and the load average before and after.
+checkout (wall time and the thread's CPU time, steadier on a loaded machine), the N_max / N_min
+ratios, and the load average before and after.
 
 Usage: .venv/bin/python scripts/bench_middle.py --anchor /work/main [--read-n 100,10000]
        [--rounds 6] [--reps 5] [--fork] [--cold] [--dir DIR]
@@ -31,20 +32,21 @@ _CHILD = r"""
 import json, sys, time
 import castore
 url, mid, reps, fork = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-states, forks = [], []
+states, cpus, forks = [], [], []
 for r in range(reps):
     with castore.open(url) as st:
         s = st.session("bench", "u", "s")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         state = s.state(mid, scopes=False)
         states.append((time.perf_counter() - t0) * 1e3)
+        cpus.append((time.thread_time() - c0) * 1e3)
     if fork:
         with castore.open(url) as st:
             s = st.session("bench", "u", "s")
             t0 = time.perf_counter()
             s.fork(f"fork-{time.time_ns()}", at=mid)
             forks.append((time.perf_counter() - t0) * 1e3)
-print(json.dumps({"state": states, "fork": forks, "turn": state["turn"]}))
+print(json.dumps({"state": states, "cpu": cpus, "fork": forks, "turn": state["turn"]}))
 """
 
 
@@ -116,7 +118,7 @@ def main() -> int:
     stores = {n: _build(workdir, n) for n in sizes}
     roots = {"this": ROOT, "anchor": os.path.abspath(args.anchor)}
     res: dict[tuple[str, int], dict[str, list[float]]] = {
-        (k, n): {"state": [], "fork": []} for k in roots for n in sizes}
+        (k, n): {"state": [], "cpu": [], "fork": []} for k in roots for n in sizes}
     cold: dict[tuple[str, int], list[tuple[float, float]]] = {(k, n): [] for k in [*roots, "pi"] for n in sizes}
     load0 = os.getloadavg()
     for _ in range(args.rounds):
@@ -124,8 +126,8 @@ def main() -> int:
             for k, root in roots.items():
                 got = _child(root, stores[n][0], stores[n][1], args.reps, args.fork)
                 assert got["turn"] == n // 2, got
-                res[(k, n)]["state"] += got["state"]
-                res[(k, n)]["fork"] += got["fork"]
+                for m in ("state", "cpu", "fork"):
+                    res[(k, n)][m] += got[m]
             if args.cold:
                 for k, root in [*roots.items(), ("pi", None)]:
                     cold[(k, n)].append(_cold(root, stores[n][0], n))
@@ -133,20 +135,22 @@ def main() -> int:
     print(f"# state at the middle (fresh handle each; best / median of {args.rounds * args.reps}); "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
     print(f"this = {roots['this']}, anchor = {roots['anchor']}\n")
-    print("| N | checkout | state ms | fork ms |")
-    print("|---|---|---|---|")
+    print("| N | checkout | state ms (wall) | state ms (thread CPU) | fork ms |")
+    print("|---|---|---|---|---|")
     for n in sizes:
         for k in roots:
             r = res[(k, n)]
             fk = f"{min(r['fork']):.2f} / {statistics.median(r['fork']):.2f}" if r["fork"] else "-"
-            print(f"| {n:,} | {k} | {min(r['state']):.2f} / {statistics.median(r['state']):.2f} | {fk} |")
+            print(f"| {n:,} | {k} | {min(r['state']):.2f} / {statistics.median(r['state']):.2f} | "
+                  f"{min(r['cpu']):.2f} / {statistics.median(r['cpu']):.2f} | {fk} |")
     lo, hi = min(sizes), max(sizes)
     if lo != hi:
         print()
         for k in roots:
-            a, b = res[(k, lo)]["state"], res[(k, hi)]["state"]
-            print(f"{k}: state N = {hi:,} / N = {lo:,}: best {min(b) / min(a):.2f}x, "
-                  f"median {statistics.median(b) / statistics.median(a):.2f}x")
+            for m in ("state", "cpu"):
+                a, b = res[(k, lo)][m], res[(k, hi)][m]
+                print(f"{k}: {'wall' if m == 'state' else 'CPU'} N = {hi:,} / N = {lo:,}: best "
+                      f"{min(b) / min(a):.2f}x, median {statistics.median(b) / statistics.median(a):.2f}x")
     if args.cold:
         print(f"\n# cold read, import included (a new process each; best / median of {args.rounds})")
         print("| N | checkout | wall ms | CPU ms | wall / Pi (medians) | CPU / Pi (medians) |")
