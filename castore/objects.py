@@ -332,6 +332,58 @@ def unframe(stored: bytes | memoryview, what: str = "frame") -> bytes:
     raise IntegrityError(what, f"unknown header byte 0x{stored[0]:02x}")
 
 
+class BlockPrefix:
+    """The content of a plain zstd frame (``0x01``: a repacked pack's block) decompressed only
+    as far as its readers ask: a reader of one object near the start of a 256 KiB block stops
+    after the zstd blocks (up to 128 KiB each) that hold it, and a later reader of the same
+    frame goes on from there. No id is checked here (the objects read from it are).
+
+    Raises:
+        IntegrityError: (from the constructor, naming ``what``) not a ``0x01`` frame, or one
+            declaring no size or more than :data:`MAX_OBJECT_SIZE`.
+    """
+
+    __slots__ = ("size", "data", "what", "_reader")
+
+    def __init__(self, stored: bytes | memoryview, what: str = "frame") -> None:
+        if bytes(stored[:1]) != _ZSTD:
+            raise IntegrityError(what, "not a plain zstd frame")
+        body = bytes(stored[1:])
+        try:
+            size = zstandard.frame_content_size(body)
+        except zstandard.ZstdError as e:
+            raise IntegrityError(what, f"bad compressed data ({e})") from e
+        if size < 0 or size > MAX_OBJECT_SIZE:
+            raise IntegrityError(what, f"compressed frame declares {size} bytes")
+        self.size: int = size
+        self.data = b""
+        self.what = what
+        # its own context: a stream left open must not share the thread's decompressor
+        self._reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=False)
+
+    def upto(self, n: int) -> bytes:
+        """At least the first ``n`` bytes of the content (all of it when ``n`` is not less).
+
+        Raises:
+            IntegrityError: the frame does not decompress, or ends before its declared size.
+        """
+        want = min(n, self.size)
+        parts = [self.data]
+        held = len(self.data)
+        try:
+            while held < want:
+                more = self._reader.read(want - held)
+                if not more:
+                    raise IntegrityError(self.what, f"compressed frame ends at {held} of {self.size} bytes")
+                parts.append(more)
+                held += len(more)
+        except zstandard.ZstdError as e:
+            raise IntegrityError(self.what, f"bad compressed data ({e})") from e
+        if len(parts) > 1:
+            self.data = b"".join(parts)
+        return self.data
+
+
 def frame_block(data: bytes, level: int) -> bytes:
     """Frame a block of many objects' bytes (a repacked pack record) as one plain zstd frame
     at ``level`` (``0x01``), or raw when that does not shrink it. :func:`unframe` reads it.

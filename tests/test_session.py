@@ -80,6 +80,15 @@ class CountingStorage(Storage):
         self._rt()
         return self.inner.read_versioned(key)
 
+    def read_range(self, key: str, offset: int, size: int) -> bytes:
+        self._rt()
+        return self.inner.read_range(key, offset, size)
+
+    def read_heads(self, keys: Iterable[str], size: int) -> dict[str, bytes | None]:
+        keys = list(keys)  # concurrent, as read_many
+        self._rt(len(keys))
+        return self.inner.read_heads(keys, size)
+
     def write(self, key: str, data: bytes) -> None:
         self._rt()
         self.inner.write(key, data)

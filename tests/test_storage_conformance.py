@@ -114,6 +114,16 @@ def test_read_many_of_nothing_is_empty(storage):
     assert storage.read_many([]) == {}
 
 
+def test_read_heads_gives_the_first_bytes_of_each_key_and_none_for_missing_ones(storage):
+    storage.write("packs/a.idx", bytes(range(200)))
+    storage.write("packs/b.idx", b"short")
+    storage.write("packs/e.idx", b"")
+    got = storage.read_heads(["packs/a.idx", "packs/b.idx", "packs/e.idx", "packs/none.idx"], 64)
+    assert got == {"packs/a.idx": bytes(range(64)), "packs/b.idx": b"short", "packs/e.idx": b"",
+                   "packs/none.idx": None}
+    assert storage.read_heads([], 64) == {}
+
+
 def test_write_many_of_nothing_writes_nothing(storage):
     storage.write_many({})
     assert storage.list("") == []

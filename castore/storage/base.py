@@ -288,6 +288,24 @@ class Storage(ABC):
         """
         return self.read(key)[offset:offset + size]
 
+    def read_heads(self, keys: Iterable[str], size: int) -> dict[str, bytes | None]:
+        """The first ``size`` bytes of several keys (all of a shorter one), concurrently where
+        the backend allows: one ranged read each (:meth:`read_range`).
+
+        Returns:
+            A dict from each key to its first bytes, or None where nothing is stored.
+
+        Raises:
+            StorageError: the backend failed for a reason other than a missing key.
+        """
+        out: dict[str, bytes | None] = {}
+        for k in keys:
+            try:
+                out[k] = self.read_range(k, 0, size)
+            except FileNotFoundError:
+                out[k] = None
+        return out
+
     def open_appender(self, key: str) -> Appender | None:
         """Create ``key`` as an append-only log owned by this handle, or None if the backend
         cannot append (object stores: write whole packs instead).

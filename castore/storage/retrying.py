@@ -101,6 +101,16 @@ class RetryingStorage(Storage):
         keys = list(keys)
         return self._retry(lambda: self.inner.read_many(keys))
 
+    def read_range(self, key: str, offset: int, size: int) -> bytes:
+        """See :meth:`Storage.read_range` (retried; the inner backend's ranged read, not a
+        whole read sliced)."""
+        return self._retry(lambda: self.inner.read_range(key, offset, size))
+
+    def read_heads(self, keys: Iterable[str], size: int) -> dict[str, bytes | None]:
+        """See :meth:`Storage.read_heads` (retried)."""
+        keys = list(keys)
+        return self._retry(lambda: self.inner.read_heads(keys, size))
+
     def read_versioned(self, key: str) -> Versioned | None:
         """See :meth:`Storage.read_versioned` (retried)."""
         return self._retry(lambda: self.inner.read_versioned(key))

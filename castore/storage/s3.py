@@ -276,6 +276,34 @@ class S3Storage(Storage):
 
         return dict(zip(keys, self._batch(one, [(k,) for k in keys], "read"), strict=True)) if keys else {}
 
+    def read_heads(self, keys: Iterable[str], size: int) -> dict[str, bytes | None]:
+        """The first ``size`` bytes of several keys concurrently, one ranged GET each.
+
+        Returns:
+            A dict from each key to its first bytes, or None where nothing is stored.
+
+        Raises:
+            StorageError: S3 failed for a reason other than a missing key.
+        """
+        keys = list(dict.fromkeys(keys))
+
+        async def one(k: str) -> bytes | None:
+            try:
+                resp = await self._s3("get_object", Key=self._key(k), Range=f"bytes=0-{size - 1}")
+                try:
+                    return bytes(await resp["Body"].read())
+                finally:
+                    resp["Body"].close()
+            except Exception as e:
+                if self._missing(e):
+                    return None
+                if _code(e)[1] == 416:  # an empty object
+                    return b""
+                raise self._error(e, "read", k) from e
+
+        return dict(zip(keys, self._batch(one, [(k,) for k in keys], "read"), strict=True)) if keys and size > 0 \
+            else {k: b"" for k in keys}
+
     def read_versioned(self, key: str) -> Versioned | None:
         """Read a mutable file and its ETag with one GET (no listing cache).
 

@@ -1,0 +1,171 @@
+#!/usr/bin/env python
+"""State and fork at the middle of a session (fresh handle each), this checkout against an
+anchor checkout (e.g. the integrator's main), alternated child by child in one run (not a test);
+with ``--cold``, also the cold read of each session (a new process each, import included:
+benchlib/cold.py's child) against parsing the same entries from a Pi JSONL file.
+
+Each child imports castore from one checkout, opens the store afresh ``--reps`` times and
+times ``Session.state(middle)`` (and, with ``--fork``, a fork at the middle); the children of
+the two checkouts alternate, so load changes hit both. Prints best / median per N and
+checkout (wall time and the thread's CPU time, steadier on a loaded machine), the N_max / N_min
+ratios, and the load average before and after.
+
+Usage: .venv/bin/python scripts/bench_middle.py --anchor /work/main [--read-n 100,10000]
+       [--rounds 6] [--reps 5] [--fork] [--cold] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+_CHILD = r"""
+import json, sys, time
+import castore
+url, mid, reps, fork = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+states, cpus, forks = [], [], []
+for r in range(reps):
+    with castore.open(url) as st:
+        s = st.session("bench", "u", "s")
+        t0, c0 = time.perf_counter(), time.thread_time()
+        state = s.state(mid, scopes=False)
+        states.append((time.perf_counter() - t0) * 1e3)
+        cpus.append((time.thread_time() - c0) * 1e3)
+    if fork:
+        with castore.open(url) as st:
+            s = st.session("bench", "u", "s")
+            t0 = time.perf_counter()
+            s.fork(f"fork-{time.time_ns()}", at=mid)
+            forks.append((time.perf_counter() - t0) * 1e3)
+print(json.dumps({"state": states, "cpu": cpus, "fork": forks, "turn": state["turn"]}))
+"""
+
+
+def _build(workdir: str, n: int) -> tuple[str, str]:
+    """A format-2 store of ``n`` steps (bench_session's workload), built once; (url, middle id)."""
+    url = os.path.join(workdir, f"middle-f2-{n}")
+    meta = url + ".json"
+    if os.path.exists(meta):
+        with open(meta) as f:
+            return url, json.load(f)["mid"]
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, HERE)
+    from benchlib.workload import steps
+
+    import castore
+
+    with castore.open(url, durable=False, format=2) as st:
+        s = st.session("bench", "u", "s")
+        ids = [s.append(castore.Message(role=w.role, content=w.content), state_delta=w.delta) for w in steps(n)]
+    with open(url + ".jsonl", "w", encoding="utf-8") as f:  # the same steps as Pi JSONL (bench_session)
+        f.write(json.dumps({"type": "session", "version": 3, "id": f"bench-{n}", "cwd": "/bench"}) + "\n")
+        parent = None
+        for i, w in enumerate(steps(n)):
+            eid = f"{i:08x}"
+            f.write(json.dumps({"type": "message", "id": eid, "parentId": parent,
+                                "timestamp": f"2026-03-10T09:00:00.{w.i % 1000:03d}Z",
+                                "message": {"role": w.role, "content": [{"type": "text", "text": w.content}],
+                                            "timestamp": 1_773_133_200_000 + w.i * 1000},
+                                "stateDelta": w.delta}, separators=(",", ":")) + "\n")
+            parent = eid
+    with open(meta, "w") as f:
+        json.dump({"mid": ids[n // 2]}, f)
+    return url, ids[n // 2]
+
+
+def _cold(code_root: str | None, url: str, n: int) -> tuple[float, float]:
+    """One cold read in a fresh process (castore from ``code_root``, or Pi JSONL when None):
+    (wall ms inside the child, the child's CPU ms)."""
+    from benchlib import cold
+
+    os.environ["PYTHONPATH"] = code_root or ""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    got = cold.run(cold.CASTORE, [url, "{}", "bench", "u", "s"]) if code_root else cold.run(cold.PI, [url + ".jsonl"])
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert got["n"] == n and got["turn"] == n - 1, got
+    return got["ms"], (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3
+
+
+def _child(code_root: str, url: str, mid: str, reps: int, fork: bool) -> dict[str, list[float]]:
+    env = dict(os.environ, PYTHONPATH=code_root)
+    out = subprocess.run([sys.executable, "-c", _CHILD, url, mid, str(reps), "1" if fork else "0"],
+                         check=True, capture_output=True, text=True, env=env, cwd=code_root)
+    got: dict[str, list[float]] = json.loads(out.stdout)
+    return got
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--anchor", required=True, help="the other checkout (its castore is imported)")
+    ap.add_argument("--read-n", default="100,10000")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=5, help="fresh handles per child")
+    ap.add_argument("--fork", action="store_true", help="also time a fork at the middle")
+    ap.add_argument("--cold", action="store_true", help="also the cold read of each session against Pi JSONL")
+    ap.add_argument("--dir", default=None, help="work folder (kept; stores are reused)")
+    args = ap.parse_args()
+    workdir = args.dir or tempfile.mkdtemp(prefix="castore-middle-")
+    sizes = [int(x) for x in args.read_n.split(",")]
+    stores = {n: _build(workdir, n) for n in sizes}
+    roots = {"this": ROOT, "anchor": os.path.abspath(args.anchor)}
+    res: dict[tuple[str, int], dict[str, list[float]]] = {
+        (k, n): {"state": [], "cpu": [], "fork": []} for k in roots for n in sizes}
+    cold: dict[tuple[str, int], list[tuple[float, float]]] = {(k, n): [] for k in [*roots, "pi"] for n in sizes}
+    load0 = os.getloadavg()
+    for _ in range(args.rounds):
+        for n in sizes:
+            for k, root in roots.items():
+                got = _child(root, stores[n][0], stores[n][1], args.reps, args.fork)
+                assert got["turn"] == n // 2, got
+                for m in ("state", "cpu", "fork"):
+                    res[(k, n)][m] += got[m]
+            if args.cold:
+                for k, root in [*roots.items(), ("pi", None)]:
+                    cold[(k, n)].append(_cold(root, stores[n][0], n))
+    load1 = os.getloadavg()
+    print(f"# state at the middle (fresh handle each; best / median of {args.rounds * args.reps}); "
+          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
+    print(f"this = {roots['this']}, anchor = {roots['anchor']}\n")
+    print("| N | checkout | state ms (wall) | state ms (thread CPU) | fork ms |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        for k in roots:
+            r = res[(k, n)]
+            fk = f"{min(r['fork']):.2f} / {statistics.median(r['fork']):.2f}" if r["fork"] else "-"
+            print(f"| {n:,} | {k} | {min(r['state']):.2f} / {statistics.median(r['state']):.2f} | "
+                  f"{min(r['cpu']):.2f} / {statistics.median(r['cpu']):.2f} | {fk} |")
+    lo, hi = min(sizes), max(sizes)
+    if lo != hi:
+        print()
+        for k in roots:
+            for m in ("state", "cpu"):
+                a, b = res[(k, lo)][m], res[(k, hi)][m]
+                print(f"{k}: {'wall' if m == 'state' else 'CPU'} N = {hi:,} / N = {lo:,}: best "
+                      f"{min(b) / min(a):.2f}x, median {statistics.median(b) / statistics.median(a):.2f}x")
+    if args.cold:
+        print(f"\n# cold read, import included (a new process each; best / median of {args.rounds})")
+        print("| N | checkout | wall ms | CPU ms | wall / Pi (medians) | CPU / Pi (medians) |")
+        print("|---|---|---|---|---|---|")
+        for n in sizes:
+            pw = statistics.median(x[0] for x in cold[("pi", n)])
+            pc = statistics.median(x[1] for x in cold[("pi", n)])
+            for k in [*roots, "pi"]:
+                w = [x[0] for x in cold[(k, n)]]
+                c = [x[1] for x in cold[(k, n)]]
+                print(f"| {n:,} | {k} | {min(w):.1f} / {statistics.median(w):.1f} | {min(c):.1f} / "
+                      f"{statistics.median(c):.1f} | {statistics.median(w) / pw:.2f}x | "
+                      f"{statistics.median(c) / pc:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""A pack index read by range (issue 17: the state at the middle of a long session stays flat
+in N): a lookup reads the index's first bytes and a window of rows, not the whole index, and
+the whole-index check still guards every miss, every listing and every object that fails
+its id (docs/FORMAT.md, 7)."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore import maintenance, packs
+from castore.storage.local import LocalStorage
+from castore.storage.retrying import RetryingStorage
+
+ROWS = 30_000  # about the index of a 10,000-entry session (1.3 MB)
+
+
+class _Counting:
+    """``read(offset, size)`` over an index's bytes, counting the reads and bytes (a file's
+    ``pread``: fewer bytes at its end)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.reads = 0
+        self.bytes = 0
+
+    def __call__(self, offset: int, size: int) -> bytes:
+        got = self.data[offset:offset + size]
+        self.reads += 1
+        self.bytes += len(got)
+        return got
+
+
+def _index(version: int, rows: int = ROWS, seed: int = 1) -> tuple[bytes, dict[str, packs.Place]]:
+    rng = random.Random(seed)
+    where: dict[str, packs.Place] = {}
+    for i in range(rows):
+        oid = rng.randbytes(32).hex()
+        rec = i // 190  # a repacked block holds ~190 objects
+        where[oid] = (packs.Slot(8 + rec * 70_000, 60_000, (i % 190) * 300, 290) if version == 2
+                      else packs.Location(8 + i * 300, 290))
+    size = 8 + (rows // 190 + 1) * 70_000 if version == 2 else 8 + rows * 300
+    return packs.encode_index(size, where), where
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_lookup_reads_a_window_of_the_index_not_all_of_it(version: int) -> None:
+    data, where = _index(version)
+    whole = packs.IndexView(data)
+    rng = random.Random(7)
+    present = rng.sample(sorted(where), 20)
+    absent = [rng.randbytes(32) for _ in range(20)]
+    # the smallest id and the largest: the ends of the search
+    ends = [min(where), max(where)]
+    for oid in present + ends:
+        read = _Counting(data)
+        view = packs.IndexView(data[:packs.INDEX_HEAD], check=False, read=read)
+        assert view.find(bytes.fromhex(oid)) == where[oid] == whole.find(bytes.fromhex(oid))
+        # one window of ~2 sqrt(n) rows, at most a few when the first one misses:
+        # O(log n) reads, a few percent of the index's bytes
+        assert read.reads <= 2 * math.log2(ROWS), read.reads
+        assert read.bytes <= 4 * (2 * (math.isqrt(ROWS) + 16) + 1) * 48, read.bytes
+        assert read.bytes < len(data) / 20
+    for raw in absent:
+        read = _Counting(data)
+        view = packs.IndexView(data[:packs.INDEX_HEAD], check=False, read=read)
+        assert view.find(raw) is None
+        assert read.bytes < len(data) / 20
+    assert not view.checked
+
+
+def test_a_reader_of_many_objects_reads_its_index_whole_once() -> None:
+    data, where = _index(2)
+    read = _Counting(data)
+    view = packs.IndexView(data[:packs.INDEX_HEAD], check=False, read=read)
+    for oid in sorted(where)[::50]:
+        assert view.find(bytes.fromhex(oid)) == where[oid]
+    # windows until a quarter of the index (or INDEX_RANGE_READS reads), then the rest whole:
+    # never much more than one whole read
+    assert read.bytes <= len(data) * 1.3 + packs.INDEX_HEAD
+    assert view.data == data
+    view.verify()
+    assert view.rows() == where
+
+
+def test_a_small_index_is_read_whole_in_its_first_bytes() -> None:
+    data, where = _index(2, rows=200)
+    assert len(data) < packs.INDEX_HEAD
+    read = _Counting(data)
+    view = packs.IndexView(data, check=False, read=read)
+    assert all(view.find(bytes.fromhex(x)) == where[x] for x in where)
+    assert read.reads == 0
+
+
+def test_a_ranged_view_checks_the_whole_index_before_a_verdict_on_it() -> None:
+    data, where = _index(2)
+    victim = sorted(where)[ROWS // 2]
+    at = data.find(bytes.fromhex(victim))
+    damaged = bytearray(data)
+    damaged[at + 31] ^= 1  # the row's id: a lookup misses it
+    view = packs.IndexView(bytes(damaged[:packs.INDEX_HEAD]), check=False, read=_Counting(bytes(damaged)))
+    assert view.find(bytes.fromhex(victim)) is None
+    with pytest.raises(castore.IntegrityError, match="check does not match"):
+        view.verify()  # what a reader does before it trusts the miss
+    # cut short: a window past the end is damage, not a miss
+    cut = data[:len(data) // 2]
+    view = packs.IndexView(cut[:packs.INDEX_HEAD], check=False, read=_Counting(cut))
+    with pytest.raises(castore.IntegrityError, match="cut short"):
+        for oid in sorted(where)[ROWS // 2 + 100:]:
+            view.find(bytes.fromhex(oid))
+    # longer than its header declares: its windows read fine, its check does not
+    longer = data + b"\0" * 44
+    view = packs.IndexView(longer[:packs.INDEX_HEAD], check=False, read=_Counting(longer))
+    assert view.find(bytes.fromhex(victim)) == where[victim]
+    with pytest.raises(castore.IntegrityError, match="declares"):
+        view.verify()
+
+
+class CountingStorage(LocalStorage):
+    """Local disk, counting the bytes read from pack indexes (whole reads and ranges)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.index_bytes = 0
+        self.whole: list[str] = []
+
+    def read(self, key: str) -> bytes:
+        got = super().read(key)
+        self.whole.append(key)
+        if key.endswith(packs.INDEX_SUFFIX):
+            self.index_bytes += len(got)
+        return got
+
+    def read_range(self, key: str, offset: int, size: int) -> bytes:
+        got = super().read_range(key, offset, size)
+        if key.endswith(packs.INDEX_SUFFIX):
+            self.index_bytes += len(got)
+        return got
+
+
+N = 120
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    url = str(tmp_path_factory.mktemp("ranges") / "st")
+    with castore.open(url, format=2, durable=False) as st:
+        s = st.session("app", "u", "s")
+        ids = [s.append(castore.Message(role="user", content=f"{i} " + os.urandom(300).hex()),
+                        state_delta={"turn": i}) for i in range(N)]
+    with castore.open(url) as st:  # the writer's log sealed, now merged: one pack of blocks
+        maintenance.repack(st, all_packs=True)
+    assert [p.name[:2] for p in Path(url, "packs").glob("*.idx")] == ["r-"]
+    return url, ids
+
+
+def _sizes(url: str) -> int:
+    return sum(p.stat().st_size for p in Path(url, "packs").glob("*.idx"))
+
+
+def test_a_fresh_reader_at_the_middle_reads_a_few_windows_of_each_index(
+        store: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = store
+    # this store's indexes are small: read them by range
+    monkeypatch.setattr(packs, "INDEX_HEAD", 256, raising=False)
+    storage = CountingStorage(url)
+    with castore.Store(storage) as st:
+        assert st.session("app", "u", "s").state(ids[N // 2], scopes=False)["turn"] == N // 2
+    total = _sizes(url)
+    assert 0 < storage.index_bytes < total / 2, (storage.index_bytes, total)
+    storage = CountingStorage(url)
+    with castore.Store(storage) as st:  # a miss reads every index whole (its check first)
+        assert not st.objects.contains("0" * 64)
+    assert storage.index_bytes >= total
+
+
+def _damage(url: str, edit: str) -> str:
+    idx = max(Path(url, "packs").glob("*.idx"), key=lambda p: p.stat().st_size)
+    data = bytearray(idx.read_bytes())
+    view = packs.IndexView(bytes(data))
+    victim = sorted(view.rows())[view.count // 2]
+    at = data.find(bytes.fromhex(victim))
+    if edit == "id":
+        data[at + 31] ^= 0x01  # a lookup misses it
+    elif edit == "span":
+        start = int.from_bytes(data[at + 36:at + 40], "big")
+        data[at + 36:at + 40] = (start + 1).to_bytes(4, "big")  # a lookup finds other bytes
+    else:  # "cut": the index cut short past the victim's row
+        del data[at + 44:]
+    idx.write_bytes(bytes(data))
+    return victim
+
+
+@pytest.mark.parametrize("edit", ["id", "span", "cut"])
+def test_a_damaged_index_read_by_range_is_dropped_and_its_pack_scanned(
+        store: tuple[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str) -> None:
+    url = str(tmp_path / "copy")
+    shutil.copytree(store[0], url)
+    victim = _damage(url, edit)
+    monkeypatch.setattr(packs, "INDEX_HEAD", 256)
+    with castore.open(url) as st:
+        obj = st.objects.get(victim)
+        assert castore.objects.encode(obj)[0] == victim
+    with castore.open(url) as st:
+        s = st.session("app", "u", "s")
+        assert [m.content.split()[0] for m in s.messages()] == [str(i) for i in range(N)]
+        assert s.state(store[1][N // 2], scopes=False)["turn"] == N // 2
+        assert maintenance.fsck(st).ok
+
+
+def test_the_retrying_wrapper_reads_a_range_not_the_whole_file(tmp_path: Path) -> None:
+    inner = CountingStorage(str(tmp_path))
+    inner.write("packs/x.pack", bytes(range(256)) * 64)
+    st = RetryingStorage(inner)  # what open_storage wraps an S3 store in
+    assert st.read_range("packs/x.pack", 300, 10) == (bytes(range(256)) * 64)[300:310]
+    assert st.read_heads(["packs/x.pack"], 5) == {"packs/x.pack": bytes(range(5))}
+    assert inner.whole == []  # the inner backend's ranged read (a ranged GET on S3), not a whole GET
+
+
+def test_one_object_of_a_repacked_block_is_decompressed_only_up_to_it(
+        store: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = store
+    whole: list[int] = []
+    real = castore.objects.unframe
+
+    def counting(stored: bytes | memoryview, what: str = "frame") -> bytes:
+        out = real(stored, what)
+        if what.startswith("record at"):  # a pack record decompressed whole (not a loose object)
+            whole.append(len(out))
+        return out
+
+    monkeypatch.setattr(castore.objects, "unframe", counting)
+    with castore.open(url) as st:
+        c = st.objects.get(ids[3])  # near the start of the one block: its prefix only
+        assert castore.objects.encode(c)[0] == ids[3]
+        assert whole == []
+        assert st.session("app", "u", "s").state(ids[4], scopes=False)["turn"] == 4
+        assert whole == []
+        # the rest of the block, read on from where the first reader stopped
+        assert [m.content.split()[0] for m in st.session("app", "u", "s").messages()] == [str(i) for i in range(N)]
+        assert whole == []
+    with castore.open(url) as st:  # an object in the block's second half: the block in one call
+        assert castore.objects.encode(st.objects.get(ids[-1]))[0] == ids[-1]
+        assert whole
+
+
+def test_a_block_prefix_is_the_start_of_the_frame_and_damage_is_caught() -> None:
+    content = b"".join(f"{i:08d} ".encode() * 40 for i in range(2000))  # ~720 KB, several zstd blocks
+    frame = castore.objects.frame_block(content, 9)
+    p = castore.objects.BlockPrefix(frame, "block")
+    first = p.upto(100)
+    assert content.startswith(first) and 100 <= len(first) < len(content)
+    assert p.upto(300_000) == content[:len(p.upto(300_000))] and len(p.data) >= 300_000
+    assert p.upto(10 << 20) == content
+    bad = bytearray(frame)
+    bad[len(bad) // 2] ^= 0xFF
+    with pytest.raises(castore.IntegrityError):
+        castore.objects.BlockPrefix(bytes(bad), "block").upto(10 << 20)
+    with pytest.raises(castore.IntegrityError, match="ends at"):
+        castore.objects.BlockPrefix(frame[:len(frame) // 2], "block").upto(10 << 20)
+    with pytest.raises(castore.IntegrityError, match="not a plain zstd frame"):
+        castore.objects.BlockPrefix(b"\x00" + content, "block")
+
+
+def test_a_header_declaring_a_huge_index_reads_only_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    data, where = _index(2)
+    lying = bytearray(data)
+    lying[20:24] = (0xFFFFFFFF).to_bytes(4, "big")  # count: ~190 GB of rows
+    read = _Counting(bytes(lying))
+    monkeypatch.setattr(packs, "INDEX_CHUNK", 1 << 20)
+    view = packs.IndexView(bytes(lying[:packs.INDEX_HEAD]), check=False, read=read)
+    with pytest.raises(castore.IntegrityError, match="declares"):
+        view.verify()
+    assert read.bytes == len(data)  # read in chunks up to the file's end, nothing allocated past it
