@@ -9,7 +9,8 @@ import pytest
 
 import castore
 from castore.entries import Compaction
-from castore.grep import grep, needle
+from castore.grep import grep
+from castore.grepscan import needle
 
 T0 = 1_760_000_000.0
 
