@@ -6,13 +6,17 @@ The scan (:func:`grep_scan`) reads every stored object once, store-wide (loose o
 each pack read whole, record by record: one zstd frame decompressed once). A record is
 searched, as bytes, for a *needle* (:func:`needle`: the pattern's required literal, where the
 stored bytes of every matching body must hold it; without one every object is decoded), and
-only the objects holding it are decoded; the commits naming a body that may match are found
-in the same records (the bytes in front of a commit's body id). Only then are those commits
-attributed: each session's branches are read (one batch), each branch's top block from its
-commits (handed to the object store by the scan as it read them: no commit is read twice),
-the blocks below by intersecting the matching commits' bytes with the branch's segments (read
-once, in one batch). Role, kind, tool and time filters are applied there; a tool result whose
-call is in an earlier commit is named from its session's earlier calls.
+only the objects holding it are decoded. The bytes of every commit, index and segment are
+kept as read (found by their tag after a size, not by a walk of every object) and hashed
+in one batch: an id is the hash of its bytes, so bytes taken for an object that is not one
+are never asked for. Once every body that may match is known, the records are searched
+again, in memory, for the commits naming one (the bytes in front of a commit's body id; a
+few bodies by their ids in one regex). Only then are those commits attributed: each
+session's branches are read (one batch), each branch's top block followed from its tip by
+parent links through the kept commits (decoding only those), the blocks below by the
+segments of the index its bottom commit names (each decoded once, shared by forks): a match
+is there when its bytes are. Role, kind, tool and time filters are applied there; a tool
+result whose call is in an earlier commit is named from its session's earlier calls.
 
 The walk (:func:`grep_walk`, ``scan=False`` forces it) reads each session's refs, the commits
 of every branch path, the bodies in batches, each body once.
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import objects as o
 from . import packs
+from .errors import IntegrityError, ObjectNotFound
 from .grep import (
     LineMatch,
     Match,
@@ -40,6 +45,7 @@ from .grep import (
     _time_of,
     blocks,
 )
+from .history import K
 from .objects import Commit, Index, Segment, Value
 from .objectstore import gc_paused
 
@@ -151,10 +157,14 @@ _TOKEN = frozenset("0123456789.-+eEinfityaruslNoTF".lower())
 #: characters that may end an escape sequence (``\\n``, ``\\u001f``, ``\\x1f``)
 _ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
-#: bytes of commits, indexes and segments a scan hands to the object store (beyond: read again)
+#: bytes of commits, indexes and segments a scan keeps for attributing (beyond: read from the store)
 _KEEP_PATHS = 256 << 20
 #: a commit, index or segment larger than this is not taken from a scan (read as usual)
 _PATH_OBJECT_MAX = 4 << 20
+#: decompressed records a scan keeps for its search of commits (beyond: read a second time)
+_KEEP_CONTENTS = 1 << 30
+#: up to this many bodies that may match, commits are found by those bodies' ids (else by a set)
+_FEW_BODIES = 512
 
 
 def _required_literal(rx: re.Pattern[str]) -> str | None:
@@ -268,7 +278,6 @@ class _Scan:
         self.bodies: dict[bytes, Any] = {}
         self.commits: dict[str, Commit] = {}
         self.canonical: dict[str, bytes] = {}  # the commits' bytes
-        self.unresolved: set[bytes] = set()
         self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
         # the tag of a commit, an index or a segment, after a map's header byte
         tags = sorted({o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))})
@@ -276,24 +285,51 @@ class _Scan:
         self.path_tag = re.compile(re.escape(common) + b"(?:" + b"|".join(re.escape(t[len(common):]) for t in tags)
                                    + b")")
         self.kept = 0
+        self.paths: list[bytes] = []  # the bytes of what may be commits, indexes and segments
         self.value_tag, self.commit_tag = (o.encode(x)[1][1:5] for x in (Value(value=0), Commit(kind="message")))
 
     def run(self) -> None:
-        """Read every stored object once (twice only for a commit stored before its body)."""
+        """Read every stored object once (twice only in a store whose records exceed
+        :data:`_KEEP_CONTENTS` decompressed): first the bodies that may match, then the commits
+        naming them."""
+        kept: list[tuple[bytes, bool]] | None = []
+        size = 0
         for content, is_record in self.store.objects.iter_contents():
             self._unit(content, is_record)
-        late = self.unresolved & self.bodies.keys()
-        if late:  # a commit stored before its body (sync can do that): a second pass for those
-            for content, is_record in self.store.objects.iter_contents():
-                self._commits_in(content, is_record, late, None)
+            if kept is not None:
+                size += len(content)
+                if size <= _KEEP_CONTENTS:
+                    kept.append((content, is_record))
+                else:
+                    kept = None
+        if not self.bodies:
+            return
+        # the commits are looked for once every body is known (a commit may be stored before its
+        # body: sync can do that): a few bodies by their ids, in C; many, by every body reference
+        # and a set
+        marker = _body_marker()
+        if len(self.bodies) <= _FEW_BODIES:
+            few = re.compile(re.escape(marker) + b"(?:" + b"|".join(re.escape(b) for b in self.bodies) + b")")
+
+            def hits(content: bytes) -> list[int]:
+                return [m.start() for m in few.finditer(content)]
+        else:
+            bodies = self.bodies
+
+            def hits(content: bytes) -> list[int]:
+                return [m.start() for m in self.marker.finditer(content) if m.group(1) in bodies]
+        for content, is_record in (kept if kept is not None else self.store.objects.iter_contents()):
+            at = hits(content)
+            if at:
+                self._commits_in(content, is_record, at)
 
     def _unit(self, content: bytes, is_record: bool) -> None:
-        # the bytes of commits, indexes and segments go to the object store as read, found by
-        # their tag after a size (no walk of every object): the paths that attribute the matches
-        # then read none of them again. An id is the hash of the bytes, so bytes taken for an
-        # object that are not one are never asked for: a wrong guess costs a hash, not a result.
+        # the bytes of commits, indexes and segments are kept as read, found by their tag after
+        # a size (no walk of every object): the paths that attribute the matches then read none
+        # of them again. An id is the hash of the bytes, so bytes taken for an object that are
+        # not one are never asked for: a wrong guess costs a hash, not a result.
         if self.kept < _KEEP_PATHS:
-            add, n = self.store.objects.add_known_canonical, len(content)
+            add, n = self.paths.append, len(content)
             if not is_record:
                 if self.path_tag.match(content, 1) and 0x80 <= content[0] <= 0x8F:
                     add(content)
@@ -320,15 +356,6 @@ class _Scan:
                 spans = packs.content_spans(content) if is_record else [(0, len(content))]
                 if spans is not None:
                     self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
-        refs = self.marker.findall(content)
-        if not refs:
-            return
-        bodies = self.bodies
-        known = [r for r in refs if r in bodies]
-        if len(known) < len(refs):
-            self.unresolved.update(r for r in refs if r not in bodies)
-        if known:
-            self._commits_in(content, is_record, set(known), spans)
 
     def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
         """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
@@ -340,17 +367,11 @@ class _Scan:
             if isinstance(obj, Value):
                 self.bodies[o.raw_id(oid)] = obj.value
 
-    def _commits_in(self, content: bytes, is_record: bool, wanted: set[bytes],
-                    spans: list[tuple[int, int]] | None) -> None:
-        """Decode the commits of ``content`` whose body is one of ``wanted``."""
-        marker = self.marker
-        hits = [m.start() for m in marker.finditer(content) if m.group(1) in wanted]
-        if not hits:
-            return
+    def _commits_in(self, content: bytes, is_record: bool, hits: list[int]) -> None:
+        """Decode the commits of ``content`` that hold a body reference at one of ``hits``."""
+        spans = packs.content_spans(content) if is_record else [(0, len(content))]
         if spans is None:
-            spans = packs.content_spans(content) if is_record else [(0, len(content))]
-            if spans is None:
-                return
+            return
         starts = [s for s, _ in spans]
         # only commits: the copies of commits in a segment are not decoded
         tag = self.commit_tag
@@ -361,6 +382,90 @@ class _Scan:
             if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
                 self.commits[oid] = obj
                 self.canonical[oid] = content[spans[i][0]:sum(spans[i])]
+
+
+class _Paths:
+    """The commits, indexes and segments a scan found, by id (each id the hash of the bytes it
+    names: the bytes taken for an object that is not one are never asked for), decoded when
+    asked for; one not found (beyond :data:`_KEEP_PATHS`, or not found by its tag) is read
+    from the store, verified there."""
+
+    def __init__(self, store: Store, found: list[bytes]) -> None:
+        self.store = store
+        self.canonical: dict[str, bytes] = dict(zip(o.digest_many(found), found, strict=True))
+        self.decoded: dict[str, Any] = {}
+        self.members: dict[str, frozenset[bytes] | None] = {}  # a segment's objects (None: not the block's)
+
+    def get(self, oid: str) -> Any:
+        """The object ``oid`` (None when it is missing)."""
+        obj = self.decoded.get(oid)
+        if obj is None:
+            raw = self.canonical.get(oid)
+            if raw is not None:
+                obj = o.decode(oid, raw)
+            else:
+                if not self.decoded:
+                    self.store.objects.refresh()  # the pack map first: a cold handle looks loose
+                obj = self.store.objects.get_many([oid], missing_ok=True).get(oid)
+            self.decoded[oid] = obj
+        return obj
+
+    def commit(self, oid: str) -> Commit:
+        """The commit ``oid``.
+
+        Raises:
+            ObjectNotFound: it is missing.
+            IntegrityError: it is not a commit.
+        """
+        c = self.get(oid)
+        if c is None:
+            raise ObjectNotFound(oid)
+        if not isinstance(c, Commit):
+            raise IntegrityError(oid, "expected a commit")
+        return c
+
+    def held(self, tip: str, targets: dict[str, int], shallowest: int, by_bytes: dict[bytes, str]) -> list[str]:
+        """The commits of ``targets`` (id: depth, the shallowest at ``shallowest``; by their
+        bytes in ``by_bytes``) on the first-parent path ending at ``tip``: its top block by its
+        parent links, the blocks below by the segments of the index its bottom commit names.
+
+        Raises:
+            ObjectNotFound, IntegrityError: a commit of the path is missing or not a commit.
+        """
+        out: list[str] = []
+        cid, c = tip, self.commit(tip)
+        if cid in targets:
+            out.append(cid)
+        # the top block: up to K - 1 parent links from the tip
+        while c.depth % K != 0 and c.parents and c.depth > shallowest:
+            cid = o.hex_id(c.parents[0])
+            c = self.commit(cid)
+            if cid in targets:
+                out.append(cid)
+        if c.depth <= shallowest or not c.parents:
+            return out
+        idx = self.get(o.hex_id(c.index)) if c.index is not None else None
+        segs = [o.hex_id(x) for x in idx.segments] if isinstance(idx, Index) else []
+        blocks = {d // K for d in targets.values() if d < c.depth}
+        for blk in sorted(blocks, reverse=True):
+            members = self._segment(segs[blk], blk) if blk < len(segs) else None
+            if members is not None:
+                out.extend(by_bytes[x] for x in members & by_bytes.keys())
+                continue
+            # not a segment of this block: walk down to it from the lowest commit read
+            while c.depth > blk * K and c.parents:
+                cid = o.hex_id(c.parents[0])
+                c = self.commit(cid)
+                if cid in targets and blk * K <= c.depth < blk * K + K:
+                    out.append(cid)
+        return out
+
+    def _segment(self, sid: str, blk: int) -> frozenset[bytes] | None:
+        """The objects of segment ``sid`` when it is the segment of block ``blk``."""
+        if sid not in self.members:
+            seg = self.get(sid)
+            self.members[sid] = frozenset(seg.objects) if isinstance(seg, Segment) and seg.start == blk * K else None
+        return self.members[sid]
 
 
 class _Calls(dict[str, str]):
@@ -492,36 +597,16 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
     targets = {cid: scan.commits[cid].depth for cid in found}
     sessions = _session_tips(store, app_globs, session_globs)
     where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
-    from .history import BlockPath, K
-
-    store.objects.refresh()  # the pack map first: a cold handle would look for each one loose
+    known = _Paths(store, scan.paths)
     shallowest = min(targets.values())
-    paths: list[tuple[int, str, int, Any]] = []
+    by_bytes = {scan.canonical[x]: x for x in targets}
     for sn, (_, tips) in enumerate(sessions):
         for bn, (bname, tip, meta) in enumerate(tips):
             length = meta.get("length")
             top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
             if top is None or top >= shallowest:
-                paths.append((sn, bname, bn, BlockPath(store.objects, tip, meta)))
-    # below each tip's own block the path is its segments (read in one batch, each verified
-    # by its id): a match is there when its bytes are (a commit's bytes hold its depth)
-    wanted = {sid: blk for _, _, _, bp in paths for blk, sid in enumerate(bp.segments or ())}
-    segs = {sid: frozenset(seg.objects) for sid, seg in store.objects.get_many(list(wanted), missing_ok=True).items()
-            if isinstance(seg, Segment) and seg.start == wanted[sid] * K}
-    by_bytes = {scan.canonical[x]: x for x in targets}
-    for sn, bname, bn, bp in paths:
-        held = [x for x, _ in bp.at_depth.values() if x in targets]
-        loaded = min(bp.at_depth)  # the top block is loaded already (a fallback below loads more)
-        for blk, sid in enumerate(bp.segments or ()):
-            if loaded <= blk * K:
-                break
-            got = segs.get(sid)
-            if got is None:  # not a segment of this block: read the block as the path reads it
-                held.extend(x for x, _ in bp.range(blk * K, blk * K + K - 1) if x in targets)
-            else:
-                held.extend(by_bytes[c] for c in got & by_bytes.keys())
-        for x in held:
-            where.setdefault(x, []).append((sn, bname, bn))
+                for x in known.held(tip, targets, shallowest, by_bytes):
+                    where.setdefault(x, []).append((sn, bname, bn))
     for held in where.values():
         held.sort(key=lambda r: (r[0], r[2]))  # session order, then branch order, as the walk lists them
     # 3. each commit reported once, with the first session holding it, in the walk's order

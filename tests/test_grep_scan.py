@@ -149,3 +149,30 @@ def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> Non
     rx = re.compile(pattern, flags)
     for line in ("The PARSER parser, ParSer", "aaaaa", "ſab AB \u212a", "a.b axb", "Écrire é É", ""):
         assert _finder(rx)(line) == [m.span() for m in rx.finditer(line)]
+
+
+#: the scan's other ways, each forced: commits found by every body reference and a set (many
+#: bodies), the records read a second time (too many to keep), every commit, index and segment
+#: read from the store (none kept from the scan), every block below the top one walked by
+#: parent links (no segment taken)
+OTHER_WAYS = {
+    "many-bodies": ("_FEW_BODIES", 0),
+    "records-read-twice": ("_KEEP_CONTENTS", 0),
+    "paths-from-the-store": ("_KEEP_PATHS", 0),
+}
+
+
+@pytest.mark.parametrize("way", [*OTHER_WAYS, "blocks-walked"])
+def test_every_way_of_the_scan_finds_what_the_walk_finds(store: castore.Store, way: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from castore import grepscan
+
+    if way == "blocks-walked":
+        monkeypatch.setattr(grepscan._Paths, "_segment", lambda self, sid, blk: None)
+    else:
+        monkeypatch.setattr(grepscan, *OTHER_WAYS[way])
+    for query in QUERIES:
+        q = dict(query)
+        pattern = q.pop("pattern")
+        walk = [m.to_json() for m in grep(store, pattern, index=False, scan=False, **q)]
+        assert [m.to_json() for m in grep(store, pattern, index=False, scan=True, **q)] == walk, query
