@@ -388,10 +388,14 @@ class _Paths:
     """The commits, indexes and segments a scan found, by id (each id the hash of the bytes it
     names: the bytes taken for an object that is not one are never asked for), decoded when
     asked for; one not found (beyond :data:`_KEEP_PATHS`, or not found by its tag) is read
-    from the store, verified there."""
+    from the store, verified there. :meth:`held` tells which of the matching commits
+    (``targets``, id: depth, and the same by their bytes) a path holds."""
 
-    def __init__(self, store: Store, found: list[bytes]) -> None:
+    def __init__(self, store: Store, found: list[bytes], targets: dict[str, int], by_bytes: dict[bytes, str]) -> None:
         self.store = store
+        self.targets, self.by_bytes = targets, by_bytes
+        self.shallowest = min(targets.values(), default=0)
+        self.blocks = sorted({d // K for d in targets.values()})  # the blocks that hold a target
         self.canonical: dict[str, bytes] = dict(zip(o.digest_many(found), found, strict=True))
         self.decoded: dict[str, Any] = {}
         self.members: dict[str, frozenset[bytes] | None] = {}  # a segment's objects (None: not the block's)
@@ -424,14 +428,15 @@ class _Paths:
             raise IntegrityError(oid, "expected a commit")
         return c
 
-    def held(self, tip: str, targets: dict[str, int], shallowest: int, by_bytes: dict[bytes, str]) -> list[str]:
-        """The commits of ``targets`` (id: depth, the shallowest at ``shallowest``; by their
-        bytes in ``by_bytes``) on the first-parent path ending at ``tip``: its top block by its
-        parent links, the blocks below by the segments of the index its bottom commit names.
+    def held(self, tip: str) -> list[str]:
+        """The commits of ``targets`` (id: depth; by their bytes in ``by_bytes``) on the
+        first-parent path ending at ``tip``: its top block by its parent links, the blocks
+        below by the segments of the index its bottom commit names.
 
         Raises:
             ObjectNotFound, IntegrityError: a commit of the path is missing or not a commit.
         """
+        targets, by_bytes, shallowest = self.targets, self.by_bytes, self.shallowest
         out: list[str] = []
         cid, c = tip, self.commit(tip)
         if cid in targets:
@@ -446,11 +451,11 @@ class _Paths:
             return out
         idx = self.get(o.hex_id(c.index)) if c.index is not None else None
         segs = [o.hex_id(x) for x in idx.segments] if isinstance(idx, Index) else []
-        blocks = {d // K for d in targets.values() if d < c.depth}
-        for blk in sorted(blocks, reverse=True):
+        below = self.blocks
+        for blk in reversed(below[:bisect.bisect_left(below, c.depth // K)]):
             members = self._segment(segs[blk], blk) if blk < len(segs) else None
             if members is not None:
-                out.extend(by_bytes[x] for x in members & by_bytes.keys())
+                out.extend(by_bytes[x] for x in members if x in by_bytes)
                 continue
             # not a segment of this block: walk down to it from the lowest commit read
             while c.depth > blk * K and c.parents:
@@ -597,15 +602,14 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
     targets = {cid: scan.commits[cid].depth for cid in found}
     sessions = _session_tips(store, app_globs, session_globs)
     where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
-    known = _Paths(store, scan.paths)
-    shallowest = min(targets.values())
-    by_bytes = {scan.canonical[x]: x for x in targets}
+    known = _Paths(store, scan.paths, targets, {scan.canonical[x]: x for x in targets})
+    shallowest = known.shallowest
     for sn, (_, tips) in enumerate(sessions):
         for bn, (bname, tip, meta) in enumerate(tips):
             length = meta.get("length")
             top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
             if top is None or top >= shallowest:
-                for x in known.held(tip, targets, shallowest, by_bytes):
+                for x in known.held(tip):
                     where.setdefault(x, []).append((sn, bname, bn))
     for held in where.values():
         held.sort(key=lambda r: (r[0], r[2]))  # session order, then branch order, as the walk lists them

@@ -141,6 +141,20 @@ def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> N
     assert any(not is_record for _, is_record in store.objects.iter_contents())  # the large body is loose
 
 
+
+@pytest.mark.parametrize("n", [1, 2, 9])
+def test_records_decompressed_ahead_come_in_order_a_damaged_one_as_none(n: int) -> None:
+    from castore import objects as o
+    from castore.objectstore import _unframed
+
+    datas: list[bytes | None] = [(b"record %d " % i) * 50 for i in range(n)]
+    records = [(2, 100 * i, memoryview(o.frame_block(d, 3))) for i, d in enumerate(datas) if d is not None]
+    records.insert(1, (1, 7, memoryview(b"a version-1 record: not decompressed here")))
+    if n > 2:
+        records[3] = (2, 200, memoryview(b"\x01 not zstd"))
+        datas[2] = None
+    assert list(_unframed(records, "p")) == datas
+
 @pytest.mark.parametrize(("pattern", "flags"), [("parser", re.I), ("Parser", 0), ("aa", re.I), ("ab", re.I), ("é", re.I),
                                                 ("a.b", 0), ("k", re.I), ("s", re.I)])
 def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> None:
