@@ -292,14 +292,14 @@ class _Scan:
         """Read every stored object once (twice only in a store whose records exceed
         :data:`_KEEP_CONTENTS` decompressed): first the bodies that may match, then the commits
         naming them."""
-        kept: list[tuple[bytes, bool]] | None = []
+        kept: list[tuple[bytes, bool, list[tuple[int, int]] | None]] | None = []
         size = 0
         for content, is_record in self.store.objects.iter_contents():
-            self._unit(content, is_record)
+            spans = self._unit(content, is_record)
             if kept is not None:
                 size += len(content)
                 if size <= _KEEP_CONTENTS:
-                    kept.append((content, is_record))
+                    kept.append((content, is_record, spans))
                 else:
                     kept = None
         if not self.bodies:
@@ -318,12 +318,15 @@ class _Scan:
 
             def hits(content: bytes) -> list[int]:
                 return [m.start() for m in self.marker.finditer(content) if m.group(1) in bodies]
-        for content, is_record in (kept if kept is not None else self.store.objects.iter_contents()):
+        again = ((content, is_record, None) for content, is_record in self.store.objects.iter_contents())
+        for content, is_record, spans in (kept if kept is not None else again):
             at = hits(content)
             if at:
-                self._commits_in(content, is_record, at)
+                self._commits_in(content, is_record, at, spans)
 
-    def _unit(self, content: bytes, is_record: bool) -> None:
+    def _unit(self, content: bytes, is_record: bool) -> list[tuple[int, int]] | None:
+        """Keep what ``content`` holds of paths and of bodies that may match; return its objects'
+        spans when they were needed."""
         # the bytes of commits, indexes and segments are kept as read, found by their tag after
         # a size (no walk of every object): the paths that attribute the matches then read none
         # of them again. An id is the hash of the bytes, so bytes taken for an object that are
@@ -356,6 +359,7 @@ class _Scan:
                 spans = packs.content_spans(content) if is_record else [(0, len(content))]
                 if spans is not None:
                     self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
+        return spans
 
     def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
         """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
@@ -367,11 +371,14 @@ class _Scan:
             if isinstance(obj, Value):
                 self.bodies[o.raw_id(oid)] = obj.value
 
-    def _commits_in(self, content: bytes, is_record: bool, hits: list[int]) -> None:
-        """Decode the commits of ``content`` that hold a body reference at one of ``hits``."""
-        spans = packs.content_spans(content) if is_record else [(0, len(content))]
+    def _commits_in(self, content: bytes, is_record: bool, hits: list[int],
+                    spans: list[tuple[int, int]] | None) -> None:
+        """Decode the commits of ``content`` (its objects at ``spans``, None: not found yet) that
+        hold a body reference at one of ``hits``."""
         if spans is None:
-            return
+            spans = packs.content_spans(content) if is_record else [(0, len(content))]
+            if spans is None:
+                return
         starts = [s for s, _ in spans]
         # only commits: the copies of commits in a segment are not decoded
         tag = self.commit_tag
