@@ -23,20 +23,9 @@ over the local index of :mod:`castore.grepindex`, first brought up to date: on l
 store's swap log says which refs moved since the index last looked (nothing moved: one
 ``stat`` and no ref read), and only those sessions are read again.
 
-Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned*: every
-stored object is read once, store-wide (loose objects, then each pack read whole, record by
-record: one zstd frame decompressed once). A record is searched, as bytes, for a *needle*
-(:func:`needle`: the pattern's required literal, where the stored bytes of every matching
-body must hold it; without one every object is decoded), and only the objects holding it are
-decoded; the commits naming a body that may match are found in the same records (the bytes
-in front of a commit's body id). Only then are those commits attributed: each session's
-branches are read (one batch), each branch's top block from its commits (handed to the object
-store by the scan as it read them: no commit is read twice), the blocks below by intersecting
-the matching commits' bytes with the branch's segments (read once, in one batch). Role, kind,
-tool and time filters are applied there; a tool result whose call is in an earlier commit is
-named from its session's earlier calls. A format-1 store (one file per object) is *walked*
-instead (``scan=False`` forces it): each session's refs, the commits of every branch path,
-the bodies in batches, each body once.
+Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned* (every
+stored object read once, store-wide) and a format-1 store is *walked* (each session's
+branches; ``scan=False`` forces it): :mod:`castore.grepscan`.
 
 Either way a commit shared by several branches, or by a fork and its parent session, is
 read and reported once, naming every branch that holds it. Matches come in session order (by
@@ -59,12 +48,10 @@ detached shows its HEAD as the branch ``HEAD``.
 
 from __future__ import annotations
 
-import bisect
 import fnmatch
 import functools
 import itertools
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -72,9 +59,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import objects as o
-from . import packs
 from .errors import CastoreError
-from .objects import Commit, Index, Segment, Value
+from .objects import Commit, Value
 from .objectstore import gc_paused
 
 if TYPE_CHECKING:
@@ -83,7 +69,6 @@ if TYPE_CHECKING:
 KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: kinds searched unless told otherwise: tool results are most of the text, and rarely wanted
 DEFAULT_KINDS = ("text", "thinking", "tool_call")
-_BATCH = 256
 _TOOL_ROLES = ("tool", "toolResult", "function", "tool_result")
 
 
@@ -405,76 +390,16 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
                                check_index)
         return
+    from .grepscan import grep_scan, grep_walk
+
     if scan is None:
         scan = store.objects.format >= 2
     if scan:
-        yield from _grep_scan(store, rx, keep, limit, context, want_kinds, role_set, since, until, app_globs,
-                              session_globs)
-        return
-    # 1. sessions and the commits of each branch path (commits are small and packed)
-    where: dict[str, list[tuple[tuple[str, str, str], str]]] = {}
-    plans: list[tuple[tuple[str, str, str], list[tuple[str, Commit]], dict[str, list[str]]]] = []
-    for app in sorted(store.apps()):
-        if not _glob_any(app, app_globs):
-            continue
-        for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
-            key = (si.app, si.user, si.session)
-            if not _session_ok(key, session_globs, None):
-                continue
-            s = store.session(*key)
-            tips = dict(s.branches())
-            if s.current_branch is None and s.head is not None:
-                tips["HEAD"] = s.head
-            order: list[tuple[str, Commit]] = []
-            paths: dict[str, list[str]] = {}
-            local: set[str] = set()
-            for bname, tip in tips.items():
-                path = store.history.path(tip)
-                paths[bname] = [cid for cid, _ in path]
-                for cid, c in path:
-                    refs = where.setdefault(cid, [])
-                    refs.append((key, bname))
-                    if cid not in local:
-                        local.add(cid)
-                        order.append((cid, c))
-            order.sort(key=lambda x: x[1].depth)
-            plans.append((key, order, paths))
-    # 2. bodies, in batches, each once; report each commit once
-    found = 0
-    for key, order, paths in plans:
-        calls: dict[str, str] = {}
-        for cid, c, body in bodies_of(store, order):
-            when = _time_of(c)
-            # a commit shared with a session before is reported there (its tool calls still
-            # name the tools of this session's results, as in the index)
-            in_time = where[cid][0][0] == key and (since is None or when >= since) and (until is None or when < until)
-            for role, bkind, tool, text in blocks(body, c.kind, calls):
-                if not in_time or bkind not in want_kinds:
-                    continue
-                if role_set is not None and role not in role_set:
-                    continue
-                if tool_globs is not None and not _glob_any(tool, tool_globs):
-                    continue
-                if not text or rx.search(text) is None:
-                    continue
-                lines = _line_matches(rx, text)
-                if not lines:
-                    continue
-                refs = where[cid]
-                mine = tuple(b for k, b in refs if k == key)
-                others: dict[tuple[str, str, str], list[str]] = {}
-                for k, b in refs:
-                    if k != key:
-                        others.setdefault(k, []).append(b)
-                before: tuple[tuple[str, str, str], ...] = ()
-                after: tuple[tuple[str, str, str], ...] = ()
-                if context:
-                    before, after = _context(store, paths[mine[0]], cid, context)
-                yield Match(cid, key, mine, role, bkind, tool, when, lines,
-                            tuple((k, tuple(b)) for k, b in others.items()), before, after, context)
-                found += 1
-                if limit is not None and found >= limit:
-                    return
+        yield from grep_scan(store, rx, keep, limit, context, want_kinds, role_set, since, until, app_globs,
+                             session_globs)
+    else:
+        yield from grep_walk(store, rx, limit, context, want_kinds, role_set, tool_globs, since, until, app_globs,
+                             session_globs)
 
 
 #: the commit metadata key that marks an entry as written by the agent's program, not typed
@@ -512,23 +437,6 @@ def _only_typed(store: Store, matches: Iterator[Match], limit: int | None) -> It
                     if limit is not None and n >= limit:
                         return
             batch = []
-
-
-def bodies_of(store: Store, order: list[tuple[str, Commit]]) -> Iterator[tuple[str, Commit, Any]]:
-    """Each commit of ``order`` that has a body, with the body's value (None when it is missing
-    or not a value), reading the bodies in batches and each shared body once.
-
-    Raises:
-        IntegrityError, StorageError: reading a body failed.
-    """
-    for i in range(0, len(order), _BATCH):
-        batch = order[i:i + _BATCH]
-        body_ids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))
-        bodies = store.objects.get_many(body_ids, missing_ok=True) if body_ids else {}
-        for cid, c in batch:
-            if c.body is not None:
-                v = bodies.get(o.hex_id(c.body))
-                yield cid, c, (v.value if isinstance(v, Value) else None)
 
 
 def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,
@@ -719,417 +627,5 @@ def _context(store: Store, path: list[str], cid: str, n: int
     return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
 
 
-# -- the store-wide scan (format 2) ----------------------------------------------------------
-#: characters that JSON or ``repr`` write around or between string values (a needle holding
-#: one may come from a tool call's arguments rather than from a string's own bytes)
-_STRUCTURAL = frozenset("\"'\\{}[],:")
-#: characters of JSON/repr numbers and literals (true, false, null, NaN, Infinity, None)
-_TOKEN = frozenset("0123456789.-+eEinfityaruslNoTF".lower())
-#: characters that may end an escape sequence (``\\n``, ``\\u001f``, ``\\x1f``)
-_ESCAPE_TAIL = frozenset("bfnrtux0123456789abcdef")
-_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
-#: bytes of commits, indexes and segments a scan hands to the object store (beyond: read again)
-_KEEP_PATHS = 256 << 20
-#: a commit, index or segment larger than this is not taken from a scan (read as usual)
-_PATH_OBJECT_MAX = 4 << 20
-
-
-def _required_literal(rx: re.Pattern[str]) -> str | None:
-    """The longest run of plain characters every match of ``rx`` contains, or None."""
-    from re import _parser  # type: ignore[attr-defined]
-
-    try:
-        tree = _parser.parse(rx.pattern, rx.flags)
-    except Exception:  # noqa: BLE001 - the pattern compiled; a parser quirk only costs the prefilter
-        return None
-    best = ""
-    run: list[str] = []
-
-    def flush() -> None:
-        nonlocal best
-        if len(run) > len(best):
-            best = "".join(run)
-        run.clear()
-
-    def walk(items: Any) -> None:
-        for op, av in items:
-            name = str(op)
-            if name == "LITERAL":
-                run.append(chr(av))
-            elif name == "AT":
-                continue  # zero-width: the characters on either side are still adjacent
-            elif name == "SUBPATTERN" and not av[1] and not av[2]:
-                walk(av[3])
-            elif name in _REPEATS and av[0] >= 1:
-                flush()
-                walk(av[2])
-                flush()
-            else:
-                flush()
-
-    walk(tree)
-    flush()
-    return best or None
-
-
-def needle(rx: re.Pattern[str]) -> tuple[bytes, bool] | None:
-    """A byte string that the stored bytes of every body with a match of ``rx`` contain, and
-    whether to look for it in lower-cased bytes; None when there is none to rely on.
-
-    A block's text is a string of the body (stored as its UTF-8 bytes), strings joined by a
-    newline, or a tool call's name and its arguments as JSON. So a needle is taken from the
-    pattern's required literal only when it has no whitespace and no JSON punctuation, is
-    not made of number or literal characters alone, and has lost the leading characters an
-    escape sequence could end with; case-insensitively, only when it is ASCII.
-    """
-    lit = _required_literal(rx)
-    if not lit or any(c in _STRUCTURAL or c.isspace() or ord(c) < 0x20 for c in lit):
-        return None
-    if all(c.lower() in _TOKEN for c in lit):
-        return None
-    i = 0
-    while i < len(lit) and lit[i].lower() in _ESCAPE_TAIL:
-        i += 1
-    lit = lit[i:]
-    if not lit:
-        return None
-    if rx.flags & re.IGNORECASE:
-        return (lit.lower().encode(), True) if lit.isascii() else None
-    return lit.encode("utf-8"), False
-
-
-def _body_marker() -> bytes:
-    """The bytes in front of a commit's body id in its canonical bytes."""
-    probe = bytes(range(1, 33))
-    _, canonical = o.encode(Commit(kind="message", body=probe))
-    marker = o.pack("body") + o.pack(bytes(32))[:-32]
-    if canonical.find(marker + probe) < 0:  # the codec changed: found out here, not by a miss
-        raise AssertionError("a commit's body is not stored as expected")
-    return marker
-
-
-def _needle_rx(text: bytes, folded: bool) -> re.Pattern[bytes]:
-    """The search for a needle: in lower-cased bytes (``folded``) i, s and k also stand for the
-    four non-ASCII letters Python's case-insensitive matching equates with them."""
-    if not folded:
-        return re.compile(re.escape(text))
-    alts = {ord("i"): b"(?:i|\xc4\xb0|\xc4\xb1)", ord("s"): b"(?:s|\xc5\xbf)", ord("k"): b"(?:k|\xe2\x84\xaa)"}
-    return re.compile(b"".join(alts.get(c) or re.escape(bytes([c])) for c in text))
-
-
-def _holding(hay: bytes, nrx: re.Pattern[bytes], m: re.Match[bytes] | None, spans: list[tuple[int, int]]
-             ) -> list[int]:
-    """The numbers of the objects (``spans``) that hold a match of ``nrx`` in ``hay`` whole,
-    from its first match ``m`` on."""
-    starts = [s for s, _ in spans]
-    out: list[int] = []
-    while m is not None:
-        i = bisect.bisect_right(starts, m.start()) - 1
-        if i >= 0 and m.end() <= sum(spans[i]):
-            out.append(i)
-            m = nrx.search(hay, sum(spans[i]))
-        else:
-            m = nrx.search(hay, m.start() + 1)
-    return out
-
-
-class _Scan:
-    """What one pass over every stored object found: the bodies that may match (by raw id)
-    and the commits naming them (``(id, commit)``)."""
-
-    def __init__(self, store: Store, rx: re.Pattern[str]) -> None:
-        self.store = store
-        self.rx = rx
-        self.needle = needle(rx)
-        self.nrx = _needle_rx(*self.needle) if self.needle is not None else None
-        self.bodies: dict[bytes, Any] = {}
-        self.commits: dict[str, Commit] = {}
-        self.canonical: dict[str, bytes] = {}  # the commits' bytes
-        self.unresolved: set[bytes] = set()
-        self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
-        # the tag of a commit, an index or a segment, after a map's header byte
-        tags = sorted({o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))})
-        common: bytes = os.path.commonprefix(tags) or b""  # a literal prefix keeps the search fast
-        self.path_tag = re.compile(re.escape(common) + b"(?:" + b"|".join(re.escape(t[len(common):]) for t in tags)
-                                   + b")")
-        self.kept = 0
-        self.value_tag, self.commit_tag = (o.encode(x)[1][1:5] for x in (Value(value=0), Commit(kind="message")))
-
-    def run(self) -> None:
-        """Read every stored object once (twice only for a commit stored before its body)."""
-        for content, is_record in self.store.objects.iter_contents():
-            self._unit(content, is_record)
-        late = self.unresolved & self.bodies.keys()
-        if late:  # a commit stored before its body (sync can do that): a second pass for those
-            for content, is_record in self.store.objects.iter_contents():
-                self._commits_in(content, is_record, late, None)
-
-    def _unit(self, content: bytes, is_record: bool) -> None:
-        # the bytes of commits, indexes and segments go to the object store as read, found by
-        # their tag after a size (no walk of every object): the paths that attribute the matches
-        # then read none of them again. An id is the hash of the bytes, so bytes taken for an
-        # object that are not one are never asked for: a wrong guess costs a hash, not a result.
-        if self.kept < _KEEP_PATHS:
-            add, n = self.store.objects.add_known_canonical, len(content)
-            if not is_record:
-                if self.path_tag.match(content, 1) and 0x80 <= content[0] <= 0x8F:
-                    add(content)
-            else:
-                search, pos = self.path_tag.search, 5
-                while (tag := search(content, pos)) is not None:
-                    s = tag.start() - 1
-                    size = int.from_bytes(content[s - 4:s], "big")
-                    if 0x80 <= content[s] <= 0x8F and size <= _PATH_OBJECT_MAX and s + size <= n:
-                        add(content[s:s + size])
-                        self.kept += size
-                        pos = s + size  # past it: a segment's copies of commits are not looked at
-                    else:
-                        pos = tag.end()
-        spans = None
-        if self.needle is None or self.nrx is None:
-            spans = packs.content_spans(content) if is_record else [(0, len(content))]
-            if spans is not None:
-                self._keep_bodies(content, spans, range(len(spans)))
-        else:
-            hay = content.lower() if self.needle[1] else content
-            m = self.nrx.search(hay)
-            if m is not None:
-                spans = packs.content_spans(content) if is_record else [(0, len(content))]
-                if spans is not None:
-                    self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
-        refs = self.marker.findall(content)
-        if not refs:
-            return
-        bodies = self.bodies
-        known = [r for r in refs if r in bodies]
-        if len(known) < len(refs):
-            self.unresolved.update(r for r in refs if r not in bodies)
-        if known:
-            self._commits_in(content, is_record, set(known), spans)
-
-    def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
-        """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
-        # only values can be bodies: a segment holding a hit (its copies of bodies) is not decoded
-        tag = self.value_tag
-        objs = self.store.objects.adopt_canonical_many([content[a:a + n] for a, n in (spans[i] for i in picked)
-                                                        if content[a + 1:a + 5] == tag])
-        for oid, obj in objs:
-            if isinstance(obj, Value):
-                self.bodies[o.raw_id(oid)] = obj.value
-
-    def _commits_in(self, content: bytes, is_record: bool, wanted: set[bytes],
-                    spans: list[tuple[int, int]] | None) -> None:
-        """Decode the commits of ``content`` whose body is one of ``wanted``."""
-        marker = self.marker
-        hits = [m.start() for m in marker.finditer(content) if m.group(1) in wanted]
-        if not hits:
-            return
-        if spans is None:
-            spans = packs.content_spans(content) if is_record else [(0, len(content))]
-            if spans is None:
-                return
-        starts = [s for s, _ in spans]
-        # only commits: the copies of commits in a segment are not decoded
-        tag = self.commit_tag
-        picked = [i for i in dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
-                  if content[spans[i][0] + 1:spans[i][0] + 5] == tag]
-        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
-        for (oid, obj), i in zip(objs, picked, strict=True):
-            if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
-                self.commits[oid] = obj
-                self.canonical[oid] = content[spans[i][0]:sum(spans[i])]
-
-
-class _Calls(dict[str, str]):
-    """A tool-call map that notes a lookup it could not answer (a result whose call is in an
-    earlier commit of its session)."""
-
-    missed = False
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key not in self:
-            self.missed = True
-        return super().get(key, default)
-
-
-def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None
-                  ) -> list[tuple[tuple[str, str, str], list[tuple[str, str, dict[str, Any]]]]]:
-    """The sessions a search covers, in session order, each with its branches (name, tip and
-    ref metadata; ``HEAD`` when detached), as :meth:`Session.branches` names them: the
-    current branch as :meth:`Store.sessions` read it, the others in one batch."""
-    from .branches import parse_ref_name, real_name, session_prefix
-
-    infos = []
-    for app in sorted(store.apps()):
-        if not _glob_any(app, app_globs):
-            continue
-        for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
-            if _session_ok((si.app, si.user, si.session), session_globs, None):
-                infos.append(si)
-    if not infos:
-        return []
-    current = {session_prefix(si.app, si.user, si.session): si for si in infos if si.branch is not None}
-    parsed: dict[str, Any] = {}
-    heads: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
-    for n in store.refs.list("sessions"):
-        p = parse_ref_name(n)
-        if p is None or p.kind != "branch" or p.name is None or p.session_prefix is None:
-            continue
-        cur = current.get(p.session_prefix)
-        if cur is not None and cur.head is not None and cur.branch is not None \
-                and real_name(p.name, None) == cur.branch:
-            heads.setdefault(p.session_prefix, {})[cur.branch] = (cur.head, {})  # read by sessions() already
-        else:
-            parsed[n] = p
-    for n, v in store.refs.read_many(list(parsed)).items():
-        p = parsed[n]
-        if v is not None and v.symbolic is None:
-            heads.setdefault(p.session_prefix, {})[real_name(p.name, v.meta)] = (v.target, dict(v.meta))
-    out = []
-    for si in infos:
-        got = heads.get(session_prefix(si.app, si.user, si.session), {})
-        tips = [(b, t, m) for b, (t, m) in sorted(got.items())]
-        if si.branch is None and si.head is not None:
-            tips.append(("HEAD", si.head, {}))
-        out.append(((si.app, si.user, si.session), tips))
-    return out
-
-
-def _calls_before(store: Store, tips: list[tuple[str, str, dict[str, Any]]], cid: str) -> dict[str, str]:
-    """The tool calls a session's commits before ``cid`` made (in the order the walk reads
-    them), for naming the tool of a result whose call is not in its own body."""
-    seen: set[str] = set()
-    order: list[tuple[str, Commit]] = []
-    for _, tip, _ in tips:
-        for x, c in store.history.path(tip):
-            if x not in seen:
-                seen.add(x)
-                order.append((x, c))
-    order.sort(key=lambda x: x[1].depth)
-    calls: dict[str, str] = {}
-    for x, c, body in bodies_of(store, order):
-        if x == cid:
-            break
-        for _ in blocks(body, c.kind, calls):
-            pass
-    return calls
-
-
-def _grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, context: int,
-               want_kinds: set[str], role_set: set[str] | None, since: float | None, until: float | None,
-               app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None) -> Iterator[Match]:
-    """:func:`grep` by one pass over every stored object (format 2): see the module docstring."""
-    # everything is found before the first match is given out: a pass that keeps hundreds of
-    # thousands of objects alive (the caches, the bodies), each burst of allocations a walk of
-    # all of them by the cyclic collector, for nothing
-    with gc_paused():
-        out, sessions = _scan_matches(store, rx, keep, context, want_kinds, role_set, since, until, app_globs,
-                                      session_globs)
-    for n, ((sn, _, bn, _), m) in enumerate(out):
-        if limit is not None and n >= limit:
-            return
-        if context:
-            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
-            m = replace(m, before=before, after=after)
-        yield m
-
-
-def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, want_kinds: set[str],
-                  role_set: set[str] | None, since: float | None, until: float | None,
-                  app_globs: tuple[str, ...] | None, session_globs: tuple[str, ...] | None
-                  ) -> tuple[list[tuple[tuple[int, int, int, int], Match]],
-                             list[tuple[tuple[str, str, str], list[tuple[str, str, dict[str, Any]]]]]]:
-    """The matches of :func:`_grep_scan` in their order, with their sort keys, and the sessions."""
-    scan = _Scan(store, rx)
-    scan.run()
-    # 1. the blocks that match, before knowing where their commits are
-    found: dict[str, list[tuple[int, str, str, str | None, tuple[LineMatch, ...], bool]]] = {}
-    for cid, c in scan.commits.items():
-        assert c.body is not None
-        when = _time_of(c)
-        if (since is not None and when < since) or (until is not None and when >= until):
-            continue
-        calls = _Calls()
-        for j, (role, bkind, tool, text) in enumerate(blocks(scan.bodies[c.body], c.kind, calls)):
-            missed, calls.missed = calls.missed, False
-            if bkind not in want_kinds or (role_set is not None and role not in role_set):
-                continue
-            if not text or rx.search(text) is None:
-                continue
-            lines = _line_matches(rx, text)
-            if lines:
-                found.setdefault(cid, []).append((j, role, bkind, tool, lines, missed and tool is None))
-    if not found:
-        return [], []
-    # 2. where those commits are: the branches whose path holds them
-    targets = {cid: scan.commits[cid].depth for cid in found}
-    sessions = _session_tips(store, app_globs, session_globs)
-    where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
-    from .history import BlockPath, K
-
-    store.objects.refresh()  # the pack map first: a cold handle would look for each one loose
-    shallowest = min(targets.values())
-    paths: list[tuple[int, str, int, Any]] = []
-    for sn, (_, tips) in enumerate(sessions):
-        for bn, (bname, tip, meta) in enumerate(tips):
-            length = meta.get("length")
-            top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
-            if top is None or top >= shallowest:
-                paths.append((sn, bname, bn, BlockPath(store.objects, tip, meta)))
-    # below each tip's own block the path is its segments (read in one batch, each verified
-    # by its id): a match is there when its bytes are (a commit's bytes hold its depth)
-    wanted = {sid: blk for _, _, _, bp in paths for blk, sid in enumerate(bp.segments or ())}
-    segs = {sid: frozenset(seg.objects) for sid, seg in store.objects.get_many(list(wanted), missing_ok=True).items()
-            if isinstance(seg, Segment) and seg.start == wanted[sid] * K}
-    by_bytes = {scan.canonical[x]: x for x in targets}
-    for sn, bname, bn, bp in paths:
-        held = [x for x, _ in bp.at_depth.values() if x in targets]
-        loaded = min(bp.at_depth)  # the top block is loaded already (a fallback below loads more)
-        for blk, sid in enumerate(bp.segments or ()):
-            if loaded <= blk * K:
-                break
-            got = segs.get(sid)
-            if got is None:  # not a segment of this block: read the block as the path reads it
-                held.extend(x for x, _ in bp.range(blk * K, blk * K + K - 1) if x in targets)
-            else:
-                held.extend(by_bytes[c] for c in got & by_bytes.keys())
-        for x in held:
-            where.setdefault(x, []).append((sn, bname, bn))
-    for held in where.values():
-        held.sort(key=lambda r: (r[0], r[2]))  # session order, then branch order, as the walk lists them
-    # 3. each commit reported once, with the first session holding it, in the walk's order
-    out: list[tuple[tuple[int, int, int, int], Match]] = []  # (session, depth, branch, block), match
-    calls_of: dict[tuple[int, str], dict[str, str]] = {}
-    for cid, blks in found.items():
-        refs = where.get(cid)
-        if not refs:
-            continue
-        sn = refs[0][0]
-        key, tips = sessions[sn]
-        c = scan.commits[cid]
-        mine = tuple(b for s, b, _ in refs if s == sn)
-        others: dict[tuple[str, str, str], list[str]] = {}
-        for s, b, _ in refs:
-            if s != sn:
-                others.setdefault(sessions[s][0], []).append(b)
-        first_branch = min(bn for s, _, bn in refs if s == sn)
-        when = _time_of(c)
-        for j, role, bkind, tool, lines, unnamed in blks:
-            if unnamed:
-                if (sn, cid) not in calls_of:
-                    calls_of[(sn, cid)] = _calls_before(store, tips, cid)
-                assert c.body is not None
-                named = list(blocks(scan.bodies[c.body], c.kind, dict(calls_of[(sn, cid)])))
-                tool = named[j][2]
-            if not keep(key, role, bkind, tool, when):
-                continue
-            out.append(((sn, c.depth, first_branch, j),
-                        Match(cid, key, mine, role, bkind, tool, when, lines,
-                              tuple((k, tuple(b)) for k, b in others.items()), context=context) if others
-                        else _match(cid, key, mine, role, bkind, tool, when, lines, context)))
-    out.sort(key=lambda x: x[0])
-    return out, sessions
-
-
 __all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep",
-           "iso_time", "needle", "typed_block"]
+           "iso_time", "typed_block"]

@@ -128,7 +128,8 @@ def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Ke
 
 def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
     """Every searchable block of one session, each commit once, root to tip."""
-    from .grep import _time_of, blocks, bodies_of
+    from .grep import _time_of, blocks
+    from .grepscan import bodies_of
 
     s = store.session(*key)
     tips = dict(s.branches())

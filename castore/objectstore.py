@@ -1355,6 +1355,7 @@ class ObjectStore(Repacking):
                     records = list(packs.payloads(data))
                 except IntegrityError:
                     continue  # not a pack
+                contents = _unframed(records, name)
                 for version, offset, payload in records:
                     if version == 1:
                         for _, frame in packs.frames_v1(payload) or ():
@@ -1364,9 +1365,8 @@ class ObjectStore(Repacking):
                                 continue
                             yield canonical, False
                         continue
-                    try:
-                        content = o.unframe(payload, f"record at {offset} of pack {name}")
-                    except IntegrityError:
+                    content = next(contents)
+                    if content is None:
                         continue
                     self._keep_content(name, offset, content)
                     yield content, True
@@ -1524,3 +1524,35 @@ def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
 
 __all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN",
            "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "FORMATS"]
+
+
+#: version-2 records of one pack decompressed ahead of the one a scan is at (zstd releases
+#: the GIL: the next records decompress on another core while the caller searches one)
+_UNFRAME_AHEAD = 4
+
+
+def _unframed(records: list[tuple[int, int, memoryview]], name: str) -> Iterator[bytes | None]:
+    """The content of each version-2 record of ``records`` in order (None: it does not
+    decompress), decompressed in a worker thread up to :data:`_UNFRAME_AHEAD` ahead."""
+    def one(offset: int, payload: memoryview) -> bytes | None:
+        try:
+            return o.unframe(payload, f"record at {offset} of pack {name}")
+        except IntegrityError:
+            return None
+
+    todo = [(offset, payload) for version, offset, payload in records if version != 1]
+    if len(todo) < 2:
+        for offset, payload in todo:
+            yield one(offset, payload)
+        return
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="castore-unframe") as pool:
+        ahead: deque[Future[bytes | None]] = deque()
+        at = 0
+        while at < len(todo) or ahead:
+            while at < len(todo) and len(ahead) < _UNFRAME_AHEAD:
+                ahead.append(pool.submit(one, *todo[at]))
+                at += 1
+            yield ahead.popleft().result()

@@ -9,7 +9,8 @@ import pytest
 
 import castore
 from castore.entries import Compaction
-from castore.grep import grep, needle
+from castore.grep import grep
+from castore.grepscan import needle
 
 T0 = 1_760_000_000.0
 
@@ -140,6 +141,20 @@ def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> N
     assert any(not is_record for _, is_record in store.objects.iter_contents())  # the large body is loose
 
 
+
+@pytest.mark.parametrize("n", [1, 2, 9])
+def test_records_decompressed_ahead_come_in_order_a_damaged_one_as_none(n: int) -> None:
+    from castore import objects as o
+    from castore.objectstore import _unframed
+
+    datas: list[bytes | None] = [(b"record %d " % i) * 50 for i in range(n)]
+    records = [(2, 100 * i, memoryview(o.frame_block(d, 3))) for i, d in enumerate(datas) if d is not None]
+    records.insert(1, (1, 7, memoryview(b"a version-1 record: not decompressed here")))
+    if n > 2:
+        records[3] = (2, 200, memoryview(b"\x01 not zstd"))
+        datas[2] = None
+    assert list(_unframed(records, "p")) == datas
+
 @pytest.mark.parametrize(("pattern", "flags"), [("parser", re.I), ("Parser", 0), ("aa", re.I), ("ab", re.I), ("é", re.I),
                                                 ("a.b", 0), ("k", re.I), ("s", re.I)])
 def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> None:
@@ -148,3 +163,30 @@ def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> Non
     rx = re.compile(pattern, flags)
     for line in ("The PARSER parser, ParSer", "aaaaa", "ſab AB \u212a", "a.b axb", "Écrire é É", ""):
         assert _finder(rx)(line) == [m.span() for m in rx.finditer(line)]
+
+
+#: the scan's other ways, each forced: commits found by every body reference and a set (many
+#: bodies), the records read a second time (too many to keep), every commit, index and segment
+#: read from the store (none kept from the scan), every block below the top one walked by
+#: parent links (no segment taken)
+OTHER_WAYS = {
+    "many-bodies": ("_FEW_BODIES", 0),
+    "records-read-twice": ("_KEEP_CONTENTS", 0),
+    "paths-from-the-store": ("_KEEP_PATHS", 0),
+}
+
+
+@pytest.mark.parametrize("way", [*OTHER_WAYS, "blocks-walked"])
+def test_every_way_of_the_scan_finds_what_the_walk_finds(store: castore.Store, way: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from castore import grepscan
+
+    if way == "blocks-walked":
+        monkeypatch.setattr(grepscan._Paths, "_segment", lambda self, sid, blk: None)
+    else:
+        monkeypatch.setattr(grepscan, *OTHER_WAYS[way])
+    for query in QUERIES:
+        q = dict(query)
+        pattern = q.pop("pattern")
+        walk = [m.to_json() for m in grep(store, pattern, index=False, scan=False, **q)]
+        assert [m.to_json() for m in grep(store, pattern, index=False, scan=True, **q)] == walk, query

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("branches", "revisions"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "grep", "grepindex"),
+    ("sync", "maintenance", "grep", "grepscan", "grepindex"),
     ("adapters", "html"),
     ("cli", "__main__"),
 ]
