@@ -1522,10 +1522,6 @@ def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
     return any(o.is_path_object(c) for _, c in group)
 
 
-__all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN",
-           "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "FORMATS"]
-
-
 #: version-2 records of one pack decompressed ahead of the one a scan is at (zstd releases
 #: the GIL: the next records decompress on another core while the caller searches one)
 _UNFRAME_AHEAD = 4
@@ -1556,3 +1552,7 @@ def _unframed(records: list[tuple[int, int, memoryview]], name: str) -> Iterator
                 ahead.append(pool.submit(one, *todo[at]))
                 at += 1
             yield ahead.popleft().result()
+
+
+__all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN",
+           "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "FORMATS"]
