@@ -83,12 +83,13 @@ def test_branch_force_and_reset_move_branches_and_record_the_old_tip(tmp_path: P
     assert s.current_branch is None and s.head == second
 
 
-def test_a_normal_append_never_touches_the_reflog(tmp_path: Path) -> None:
-    st = castore.open(str(tmp_path / "s"))
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_a_normal_append_never_touches_the_reflog(tmp_path: Path, fmt: int) -> None:
+    st = castore.open(str(tmp_path / "s"), format=fmt)
     s = st.session("app", "u", "s")
     s.append(_msg("one"))
     seen: list[str] = []
-    real_read, real_versioned = st.storage.read_many, st.storage.read_versioned
+    real_read, real_versioned, real_swap = st.storage.read_many, st.storage.read_versioned, st.storage.swap
 
     def read_many(keys: Any) -> Any:
         seen.extend(keys)
@@ -98,8 +99,13 @@ def test_a_normal_append_never_touches_the_reflog(tmp_path: Path) -> None:
         seen.append(key)
         return real_versioned(key)
 
+    def swap(key: str, *args: Any, **kw: Any) -> Any:  # format 3 reads the ref it swaps in the swap
+        seen.append(key)
+        return real_swap(key, *args, **kw)
+
     st.storage.read_many = read_many  # type: ignore[method-assign]
     st.storage.read_versioned = read_versioned  # type: ignore[method-assign]
+    st.storage.swap = swap  # type: ignore[method-assign]
     s.append(_msg("two"))
     assert seen and not any("reflog" in k for k in seen)
     assert st.refs.read(s.refs.reflog) is None
