@@ -232,6 +232,22 @@ def _literal(rx: re.Pattern[str]) -> str | None:
     return p
 
 
+def search_plan(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool, str | None]:
+    """How :meth:`Index.find_blocks` runs ``rx`` (with no anchor): the pattern it searches with,
+    whether over the lowered text (``P.low``), and the plain string that pattern is, if it is one.
+
+    A case-insensitive ASCII pattern with no backslash runs case-sensitively, lowered, over the
+    lowered text (Python's case-insensitive search is many times slower).
+    """
+    prx, lowered = rx, False
+    if rx.flags & re.IGNORECASE and "\\" not in rx.pattern and rx.pattern.isascii():
+        try:
+            prx, lowered = re.compile(rx.pattern.lower(), rx.flags & ~re.IGNORECASE), True
+        except re.error:
+            pass
+    return prx, lowered, (_literal(prx) if not prx.flags & re.IGNORECASE else None)
+
+
 class Index:
     """An open, fresh index of one store (see the module docstring)."""
 
@@ -369,13 +385,7 @@ class Index:
                 got.extend(i for i in range(p.n)
                            if (want is None or rec[_W * i + 3] in want) and search(p.block(i)) is not None)
                 continue
-            prx, lowered = rx, False
-            if rx.flags & re.IGNORECASE and "\\" not in rx.pattern and rx.pattern.isascii():
-                try:
-                    prx, lowered = re.compile(rx.pattern.lower(), rx.flags & ~re.IGNORECASE), True
-                except re.error:
-                    pass
-            lit = _literal(prx) if not prx.flags & re.IGNORECASE else None
+            prx, lowered, lit = search_plan(rx)
             rec = p.rec
             if lit is not None and SEP not in lit:
                 # a plain string never spans two blocks, and its UTF-8 bytes are found exactly where
@@ -616,4 +626,4 @@ def update_if_present(store: Store) -> bool:
     return True
 
 
-__all__ = ["Index", "IndexError_", "Record", "index_dir", "open_index"]
+__all__ = ["Index", "IndexError_", "Record", "index_dir", "open_index", "search_plan"]
