@@ -719,8 +719,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     strings, bsets, commits = ix.strings, ix.branch_sets, ix.commits
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
     finder = _finder(rx)
-    # a commit's blocks are told apart by one integer: commit number * (most blocks + 1) + block
-    bspan = 1 + max((max(p.rec[2::8], default=0) for p in parts.values()), default=0)
+    # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
     timed = since is not None or until is not None
     lo = since if since is not None else float("-inf")
     hi = until if until is not None else float("inf")
@@ -748,7 +747,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                                                                  strings[tn] if tn >= 0 else None)
                     if not ok:
                         continue
-                b = cn * bspan + blk
+                b = cn << 31 | blk
                 if b in seen:
                     continue
                 if not (sure and (not lowered or bstarts[i + 1] - bstarts[i] == starts[i + 1] - starts[i])):
@@ -790,7 +789,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                     if not ok:
                         continue
                 key = keys[si]
-                at = firsts.get(cn * bspan + blk)
+                at = firsts.get(cn << 31 | blk)
                 if at is not None:
                     if found[at][1] != key if rows else found[at].session != key:
                         also.setdefault(at, {}).setdefault(key, bsets[bn])
@@ -812,7 +811,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                         lm = new(LineMatch)
                         put(lm, "__dict__", {"line": 1, "text": text, "spans": tuple(spans)})
                         lines = (lm,)
-                firsts[cn * bspan + blk] = len(found)
+                firsts[cn << 31 | blk] = len(found)
                 if rows:
                     found.append((commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
                                   strings[tn] if tn >= 0 else None, when, lines, (), (), (), 0))

@@ -43,7 +43,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -205,7 +204,7 @@ class _Part:
             ValueError: the bytes are not UTF-8 (a damaged file).
         """
         if self._text is None:
-            self._text = self.raw.decode("utf-8")
+            self._text = str(self.raw, "utf-8")
         return self._text
 
     @property
@@ -216,7 +215,7 @@ class _Part:
             ValueError: the bytes are not UTF-8 (a damaged file).
         """
         if self._low is None:
-            self._low = self.lowraw.decode("utf-8")
+            self._low = str(self.lowraw, "utf-8")
         return self._low
 
     def block(self, i: int) -> str:
@@ -278,6 +277,28 @@ class Index:
             raise ValueError(f"{name} does not match its check")
         return data
 
+    def _map(self, name: str) -> bytes:
+        """A text file of the index as :meth:`_read` checks it, mapped rather than read: a search
+        reads a few blocks of it (no copy of the whole file made first). The mapping is a
+        read-only :class:`mmap.mmap` (sliced, searched and decoded as bytes are), or the
+        bytes themselves where the file is empty or cannot be mapped.
+
+        Raises:
+            ValueError: missing from the state, or the bytes do not match.
+            OSError: it cannot be read.
+        """
+        import mmap
+
+        want = self.files[name]
+        with open(os.path.join(self.folder, name), "rb") as f:
+            try:
+                data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if want[0] else b""
+            except (OSError, ValueError):
+                return self._read(name)
+        if len(data) != want[0] or zlib.crc32(data) != want[1]:
+            raise ValueError(f"{name} does not match its check")
+        return data
+
     def _load(self) -> bool:
         try:
             with open(os.path.join(self.folder, "state.json"), encoding="utf-8") as f:
@@ -306,8 +327,8 @@ class Index:
             return got
         p = _Part()
         try:
-            p.raw = self._read(f"{name}.txt")
-            p.lowraw = self._read(f"{name}.low")
+            p.raw = self._map(f"{name}.txt")
+            p.lowraw = self._map(f"{name}.low")
             offs = array.array("q")
             offs.frombytes(self._read(f"{name}.off"))
             p.rec.frombytes(self._read(f"{name}.rec"))
@@ -592,6 +613,8 @@ class Index:
 
 
 def _write(folder: str, name: str, data: bytes) -> None:
+    import tempfile  # only a build writes: a search need not import it (nor random, shutil)
+
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
     try:
         with os.fdopen(fd, "wb") as f:
