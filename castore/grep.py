@@ -55,6 +55,11 @@ The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 where ``line`` counts from 1 within the block, spans are character offsets in ``text``, and
 a context ENTRY is ``{"commit": ID, "role": ROLE, "text": TEXT}``. A session that is
 detached shows its HEAD as the branch ``HEAD``.
+
+:func:`grep_rows` gives the same matches as tuples (:data:`Row`) and :func:`grep_counts` their
+number per session: through the index neither builds a :class:`Match` (what ``castore grep``
+prints, ``-c`` and ``-l`` use them), and a count does not even decode a block a plain string
+was found in when the block is ASCII.
 """
 
 from __future__ import annotations
