@@ -44,6 +44,11 @@ The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 where ``line`` counts from 1 within the block, spans are character offsets in ``text``, and
 a context ENTRY is ``{"commit": ID, "role": ROLE, "text": TEXT}``. A session that is
 detached shows its HEAD as the branch ``HEAD``.
+
+:func:`grep_rows` gives the same matches as tuples (:data:`Row`) and :func:`grep_counts` their
+number per session: through the index neither builds a :class:`Match` (what ``castore grep``
+prints, ``-c`` and ``-l`` use them), and a count does not even decode a block a plain string
+was found in when the block is ASCII.
 """
 
 from __future__ import annotations
@@ -298,6 +303,127 @@ def _time_of(c: Commit) -> float:
     return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else c.time
 
 
+#: what :func:`_grep_index` gives: Match objects, rows (:data:`Row`), or a count per session
+_MATCHES, _ROWS, _COUNTS = 0, 1, 2
+
+#: a match as :func:`grep_rows` gives it: the fields of a :class:`Match` in their order, each
+#: line a ``(line, text, spans)`` tuple
+Row = tuple[str, tuple[str, str, str], tuple[str, ...], str, str, str | None, float | None,
+            tuple[tuple[int, str, tuple[tuple[int, int], ...]], ...],
+            tuple[tuple[tuple[str, str, str], tuple[str, ...]], ...], tuple[tuple[str, str, str], ...],
+            tuple[tuple[str, str, str], ...], int]
+
+
+def _options(pattern: str, *, ignore_case: bool | None = None, fixed: bool = False, word: bool = False,
+             roles: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
+             tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
+             apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
+             limit: int | None = None, context: int = 0) -> tuple[Any, ...]:
+    """:func:`grep`'s options checked: ``(rx, kinds, roles, session globs, app globs, keep_block,
+    keep, filtered)``; ``filtered``: a role, tool, session or app filter is given.
+
+    Raises:
+        GrepError: a bad pattern, kind, limit or context.
+    """
+    rx = compile_pattern(pattern, ignore_case=ignore_case, fixed=fixed, word=word)
+    want_kinds = set(kinds) if kinds else set(DEFAULT_KINDS)
+    tool_globs = tuple(tools) if tools else None
+    if tool_globs and not kinds:
+        want_kinds = {"tool_call", "tool_result"}
+    bad = want_kinds - set(KINDS)
+    if bad:
+        raise GrepError(f"unknown kind(s) {sorted(bad)}: use {', '.join(KINDS)}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise GrepError(f"limit must be a whole number >= 0, not {limit!r}")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise GrepError(f"context must be a whole number >= 0, not {context!r}")
+    role_set = set(roles) if roles else None
+    if role_set and "tool" in role_set:
+        role_set |= set(_TOOL_ROLES)
+    session_globs = tuple(sessions) if sessions else None
+    app_globs = tuple(apps) if apps else None
+
+    def keep_block(key: tuple[str, str, str], role: str, bkind: str, tool: str | None) -> bool:
+        if bkind not in want_kinds or (role_set is not None and role not in role_set):
+            return False
+        if tool_globs is not None and not _glob_any(tool, tool_globs):
+            return False
+        return _session_ok(key, session_globs, app_globs)
+
+    def keep(key: tuple[str, str, str], role: str, bkind: str, tool: str | None, when: float) -> bool:
+        if (since is not None and when < since) or (until is not None and when >= until):
+            return False
+        return keep_block(key, role, bkind, tool)
+
+    filtered = role_set is not None or tool_globs is not None or session_globs is not None or app_globs is not None
+    return rx, want_kinds, role_set, session_globs, app_globs, keep_block, keep, filtered
+
+
+#: the options of :func:`grep` that choose how it searches, not what it finds
+_HOW = ("index", "check_index", "scan", "typed")
+
+
+def _by_index(store: Store, pattern: str, options: dict[str, Any], form: int) -> Iterator[Any] | None:
+    """The rows or counts of ``grep(store, pattern, **options)`` straight from the index (no
+    :class:`Match` built), or None when that search does not go through the index alone (no
+    index, context entries, ``typed``)."""
+    unknown = set(options) - set(_HOW) - {"ignore_case", "fixed", "word", "roles", "kinds", "tools", "sessions",
+                                          "apps", "since", "until", "limit", "context"}
+    if unknown:
+        raise TypeError(f"unexpected option(s) {sorted(unknown)}")
+    index = options.get("index")
+    if index is None:
+        index = not str(getattr(store.storage, "url", "")).startswith("memory://")
+    if not index or options.get("context") or options.get("typed"):
+        return None
+    what = {k: v for k, v in options.items() if k not in _HOW}
+    rx, want_kinds, _, _, _, keep_block, _, filtered = _options(pattern, **what)
+    limit = what.get("limit")
+    if limit == 0 or not store.exists:
+        return iter(())
+    return _grep_index(store, rx, keep_block if filtered else None, what.get("since"), what.get("until"), limit, 0,
+                       want_kinds, options.get("check_index", True), form)
+
+
+def _row(m: Match) -> Row:
+    return (m.commit, m.session, m.branches, m.role, m.kind, m.tool, m.time,
+            tuple((lm.line, lm.text, lm.spans) for lm in m.lines), m.also, m.before, m.after, m.context)
+
+
+def grep_rows(store: Store, pattern: str, **options: Any) -> Iterator[Row]:
+    """The matches of ``grep(store, pattern, **options)``, in the same order, as tuples
+    (:data:`Row`: a :class:`Match`'s fields, each line as ``(line, text, spans)``): through the
+    index no Match is built (what printing tens of thousands of matches wants).
+
+    Raises:
+        as :func:`grep`; TypeError: an option :func:`grep` does not take.
+    """
+    fast = _by_index(store, pattern, options, _ROWS)
+    if fast is not None:
+        yield from fast
+        return
+    for m in grep(store, pattern, **options):
+        yield _row(m)
+
+
+def grep_counts(store: Store, pattern: str, **options: Any) -> dict[tuple[str, str, str], int]:
+    """How many matches ``grep(store, pattern, **options)`` gives per session (a match counts
+    for its ``session``), in the order of each session's first match. Through the index no
+    match is built, and a block found by a plain string is not even decoded when its text is
+    ASCII (it holds the string, so it matches).
+
+    Raises:
+        as :func:`grep`; TypeError: an option :func:`grep` does not take.
+    """
+    fast = _by_index(store, pattern, options, _COUNTS)
+    if fast is not None:
+        return dict(fast)
+    counts: dict[tuple[str, str, str], int] = {}
+    for m in grep(store, pattern, **options):
+        counts[m.session] = counts.get(m.session, 0) + 1
+    return counts
+
+
 def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: bool = False, word: bool = False,
          roles: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
          tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
@@ -351,44 +477,18 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
                      index=index, check_index=check_index, scan=scan, limit=None if some else limit)
         yield from _only_typed(store, inner, limit)
         return
-    rx = compile_pattern(pattern, ignore_case=ignore_case, fixed=fixed, word=word)
-    want_kinds = set(kinds) if kinds else set(DEFAULT_KINDS)
+    rx, want_kinds, role_set, session_globs, app_globs, keep_block, keep, filtered = _options(
+        pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles, kinds=kinds, tools=tools,
+        sessions=sessions, apps=apps, since=since, until=until, limit=limit, context=context)
     tool_globs = tuple(tools) if tools else None
-    if tool_globs and not kinds:
-        want_kinds = {"tool_call", "tool_result"}
-    bad = want_kinds - set(KINDS)
-    if bad:
-        raise GrepError(f"unknown kind(s) {sorted(bad)}: use {', '.join(KINDS)}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise GrepError(f"limit must be a whole number >= 0, not {limit!r}")
-    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
-        raise GrepError(f"context must be a whole number >= 0, not {context!r}")
-    role_set = set(roles) if roles else None
-    if role_set and "tool" in role_set:
-        role_set |= set(_TOOL_ROLES)
-    session_globs = tuple(sessions) if sessions else None
-    app_globs = tuple(apps) if apps else None
     if limit == 0 or not store.exists:
         return
     if index is None:
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
 
-    def keep_block(key: tuple[str, str, str], role: str, bkind: str, tool: str | None) -> bool:
-        if bkind not in want_kinds or (role_set is not None and role not in role_set):
-            return False
-        if tool_globs is not None and not _glob_any(tool, tool_globs):
-            return False
-        return _session_ok(key, session_globs, app_globs)
-
-    def keep(key: tuple[str, str, str], role: str, bkind: str, tool: str | None, when: float) -> bool:
-        if (since is not None and when < since) or (until is not None and when >= until):
-            return False
-        return keep_block(key, role, bkind, tool)
-
     if index:
-        filtered = role_set is not None or tool_globs is not None or session_globs is not None or app_globs is not None
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
-                               check_index)
+                               check_index, _MATCHES)
         return
     from .grepscan import grep_scan, grep_walk
 
@@ -496,10 +596,13 @@ def _line_matches(rx: re.Pattern[str], text: str,
 
 
 def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool] | None, since: float | None,
-                until: float | None, limit: int | None, context: int, kinds: set[str], check: bool
-                ) -> Iterator[Match]:
-    """:func:`grep` through the index; ``keep_block`` None: no role, tool, session or app filter."""
-    from .grepindex import open_index
+                until: float | None, limit: int | None, context: int, kinds: set[str], check: bool,
+                form: int = _MATCHES) -> Iterator[Any]:
+    """:func:`grep` through the index; ``keep_block`` None: no role, tool, session or app filter.
+    ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
+    context), :data:`_COUNTS` ``(session, matches)`` pairs in the order of the sessions' first
+    match (the first ``limit`` matches counted)."""
+    from .grepindex import open_index, search_plan
 
     ix = open_index(store, check=check)
     try:
@@ -529,14 +632,55 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     strings, bsets, commits = ix.strings, ix.branch_sets, ix.commits
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
     finder = _finder(rx)
-    # a commit's blocks are told apart by one integer: commit number * (most blocks + 1) + block
-    bspan = 1 + max((max(p.rec[2::8], default=0) for p in parts.values()), default=0)
-    firsts: dict[int, int] = {}  # commit and block -> position in found
-    found: list[Match] = []
-    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # position in found -> other sessions
+    # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
     timed = since is not None or until is not None
     lo = since if since is not None else float("-inf")
     hi = until if until is not None else float("inf")
+    if form == _COUNTS:
+        # a plain string with no newline that the index found in a block is on one of its lines:
+        # the block matches without being looked at, when the search was case-sensitive or the
+        # block is ASCII (its lowered text is then its text lower-cased, as the match looks at it)
+        _, lowered, lit = search_plan(rx)
+        sure = lit is not None and "\n" not in lit
+        counts: dict[tuple[str, str, str], int] = {}
+        seen: set[int] = set()
+        n = 0
+        for name, idx in runs:
+            p = parts[name]
+            rec, times, raw, bstarts, starts = p.rec, p.time, p.raw, p.bstarts, p.starts
+            for i in idx:
+                r = 8 * i
+                cn, si, blk, kn, rn, tn, _, _ = rec[r:r + 8]
+                if timed and (times[i] < lo or times[i] >= hi):
+                    continue
+                if keep_block is not None:
+                    ok = kept.get((si, rn, kn, tn))
+                    if ok is None:
+                        ok = kept[(si, rn, kn, tn)] = keep_block(keys[si], strings[rn], KINDS[kn],
+                                                                 strings[tn] if tn >= 0 else None)
+                    if not ok:
+                        continue
+                b = cn << 31 | blk
+                if b in seen:
+                    continue
+                if not (sure and (not lowered or bstarts[i + 1] - bstarts[i] == starts[i + 1] - starts[i])):
+                    text = raw[bstarts[i]:bstarts[i + 1] - 1].decode("utf-8")
+                    if not any(finder(line) for line in text.split("\n")):
+                        continue
+                seen.add(b)
+                key = keys[si]
+                counts[key] = counts.get(key, 0) + 1
+                n += 1
+                if limit is not None and n >= limit:
+                    yield from counts.items()
+                    return
+        yield from counts.items()
+        return
+    rows = form == _ROWS
+    firsts: dict[int, int] = {}  # commit and block -> position in found
+    found: list[Any] = []
+    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # position in found -> other sessions
+    new, put = object.__new__, object.__setattr__
     # the matches are built before the first is given out: tens of thousands of objects that all
     # stay alive, each burst of them a walk of every live object by the cyclic collector, for nothing
     with gc_paused():
@@ -558,30 +702,49 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                     if not ok:
                         continue
                 key = keys[si]
-                at = firsts.get(cn * bspan + blk)
+                at = firsts.get(cn << 31 | blk)
                 if at is not None:
-                    if found[at].session != key:
+                    if found[at][1] != key if rows else found[at].session != key:
                         also.setdefault(at, {}).setdefault(key, bsets[bn])
                     continue
                 text = raw[bstarts[i]:bstarts[i + 1] - 1].decode("utf-8")
                 if "\n" in text:
-                    lines = _line_matches(rx, text, finder)
+                    lines: tuple[Any, ...] = _line_tuples(text, finder)
                     if not lines:
                         continue
+                    if not rows:
+                        lines = tuple(_line_match(*t) for t in lines)
                 else:  # one line (most blocks): no split
                     spans = finder(text)
                     if not spans:
                         continue
-                    lines = (_line_match(1, text, tuple(spans)),)
-                firsts[cn * bspan + blk] = len(found)
-                found.append(_match(commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
-                                    strings[tn] if tn >= 0 else None, when, lines, context))
+                    if rows:
+                        lines = ((1, text, tuple(spans)),)
+                    else:
+                        lm = new(LineMatch)
+                        put(lm, "__dict__", {"line": 1, "text": text, "spans": tuple(spans)})
+                        lines = (lm,)
+                firsts[cn << 31 | blk] = len(found)
+                if rows:
+                    found.append((commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
+                                  strings[tn] if tn >= 0 else None, when, lines, (), (), (), 0))
+                else:
+                    m = new(Match)
+                    put(m, "__dict__", {
+                        "commit": commits[32 * cn:32 * cn + 32].hex(), "session": key, "branches": bsets[bn],
+                        "role": strings[rn], "kind": KINDS[kn], "tool": strings[tn] if tn >= 0 else None,
+                        "time": when, "lines": lines, "also": (), "before": (), "after": (), "context": context})
+                    found.append(m)
+    if limit is not None:
+        del found[limit:]
+    if not also and not context:
+        yield from found
+        return
     for n, m in enumerate(found):
-        if limit is not None and n >= limit:
-            return
         more = also.get(n)
         if more:
-            m = replace(m, also=tuple((k, tuple(b)) for k, b in more.items()))
+            got = tuple((k, tuple(b)) for k, b in more.items())
+            m = m[:8] + (got,) + m[9:] if rows else replace(m, also=got)
         if context:
             s = store.session(*m.session)
             tip = s.head if m.branches[0] == "HEAD" else s.branches().get(m.branches[0])
@@ -589,6 +752,17 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 before, after = _context(store, store.history.path_ids(tip), m.commit, context)
                 m = replace(m, before=before, after=after)
         yield m
+
+
+def _line_tuples(text: str, spans_of: Callable[[str], list[tuple[int, int]]]
+                 ) -> tuple[tuple[int, str, tuple[tuple[int, int], ...]], ...]:
+    """The matching lines of ``text``: ``(line, text, spans)`` each."""
+    out = []
+    for n, line in enumerate(text.split("\n"), 1):
+        spans = spans_of(line)
+        if spans:
+            out.append((n, line, tuple(spans)))
+    return tuple(out)
 
 
 def _match(commit: str, session: tuple[str, str, str], branches: tuple[str, ...], role: str, kind: str,
@@ -627,5 +801,5 @@ def _context(store: Store, path: list[str], cid: str, n: int
     return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
 
 
-__all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "blocks", "compile_pattern", "grep",
-           "iso_time", "typed_block"]
+__all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "Row", "blocks", "compile_pattern",
+           "grep", "grep_counts", "grep_rows", "iso_time", "typed_block"]

@@ -235,16 +235,24 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
     signatures and images are never searched. Exit status: 0 when something matched, 1
     when nothing did, 2 on an error (grep's).
     """
-    from ..grep import KINDS, grep
+    from ..grep import KINDS, grep, grep_counts, grep_rows
 
     try:
         store = open_store(ctx)
-        it = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles or None,
-                  kinds=KINDS if all_kinds else (kinds or None), tools=tools or None, sessions=sessions or None,
-                  apps=apps or None, since=_when(since, "--since"), until=_when(until, "--until"),
-                  limit=limit, context=context, index=False if no_index else None, check_index=not cached,
-                  typed=typed)
-        found = _render(it, list_sessions, count, as_json, as_jsonl)
+        options: dict[str, Any] = {
+            "ignore_case": ignore_case, "fixed": fixed, "word": word, "roles": roles or None,
+            "kinds": KINDS if all_kinds else (kinds or None), "tools": tools or None, "sessions": sessions or None,
+            "apps": apps or None, "since": _when(since, "--since"), "until": _when(until, "--until"),
+            "limit": limit, "context": context, "index": False if no_index else None, "check_index": not cached,
+            "typed": typed}
+        if list_sessions or count:
+            found = _render_counts(grep_counts(store, pattern, **options), list_sessions, count)
+        elif as_json or as_jsonl:
+            found = _render_json(grep(store, pattern, **options), as_json, as_jsonl)
+        else:
+            found = _render_rows(grep_rows(store, pattern, **options))
+        if as_json and (list_sessions or count):
+            click.echo(_indented_json({"matches": []}))  # what --json adds to -l and -c: no match document
     except CastoreError as e:
         click.echo(f"Error: {error_line(e)}", err=True)
         ctx.exit(2)
@@ -258,14 +266,51 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
 _OUT_BATCH = 2048
 
 
-def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: bool) -> int:
+def _render_counts(counts: dict[tuple[str, str, str], int], list_sessions: bool, count: bool) -> int:
+    """``-l`` (the sessions) and ``-c`` (``SESSION:MATCHES``; with ``-l`` each counts 1); the number of matches."""
+    keys = [format_key(*k) for k in counts]
+    if list_sessions:
+        for key in keys:
+            click.echo(key)
+    if count and keys:
+        click.echo("\n".join(f"{key}:{1 if list_sessions else n}" for key, n in zip(keys, counts.values(),
+                                                                                   strict=True)))
+    return sum(counts.values())
+
+
+def _render_json(it: Any, as_json: bool, as_jsonl: bool) -> int:
+    """``--jsonl`` (a document per match, streaming) or ``--json`` (one document; with ``--jsonl``
+    too, it holds no match); the number of matches."""
+    found = 0
+    docs: list[dict[str, Any]] = []
+    out: list[str] = []
+    for m in it:
+        found += 1
+        if as_jsonl:
+            out.append(json.dumps(m.to_json(), ensure_ascii=False))
+            if len(out) >= _OUT_BATCH:
+                click.echo("\n".join(out))
+                out = []
+        else:
+            docs.append(m.to_json())
+    if out:
+        click.echo("\n".join(out))
+    if as_json:
+        sys.stdout.flush()
+        click.echo(_indented_json({"matches": docs}))
+    return found
+
+
+def _render_rows(rows: Any) -> int:
+    """Every match as grep prints it (a line per matching line, the context entries around it);
+    the number of matches. ``rows``: :func:`castore.grep.grep_rows`."""
     from ..grep import iso_time
 
     found = 0
-    counts: dict[str, int] = {}
-    docs: list[dict[str, Any]] = []
     keys: dict[tuple[str, str, str], str] = {}  # a session's key as printed, formatted once
     wheres: dict[Any, str] = {}
+    whats: dict[tuple[str, str, str | None], str] = {}
+    times: dict[float | None, str] = {}
     tty = sys.stdout.isatty()
     out: list[str] = []
 
@@ -275,55 +320,39 @@ def _render(it: Any, list_sessions: bool, count: bool, as_json: bool, as_jsonl: 
             got = keys[k] = format_key(*k)
         return got
 
-    for m in it:
+    for commit, session, branches, role, kind, tool, time, lines, also, before, after, context in rows:
         found += 1
-        key = key_of(m.session)
-        if list_sessions:
-            if key not in counts:
-                click.echo(key)
-            counts[key] = 1
-            continue
-        if count:
-            counts[key] = counts.get(key, 0) + 1
-            continue
-        if as_jsonl:
-            out.append(json.dumps(m.to_json(), ensure_ascii=False))
-        elif as_json:
-            docs.append(m.to_json())
-            continue
+        place = (session, branches, also)  # the text before the commit, made once per place
+        where = wheres.get(place)
+        if where is None:
+            where = f"{key_of(session)}@{','.join(branches)}"
+            if also:
+                where += " (+" + ", ".join(key_of(k) for k, _ in also) + ")"
+            wheres[place] = where
+        what = whats.get((role, kind, tool))
+        if what is None:
+            what = whats[(role, kind, tool)] = f"{role}/{kind}[{tool}]:" if tool else f"{role}/{kind}:"
+        when = times.get(time)
+        if when is None:
+            when = times[time] = (iso_time(time) or "-")[:19]
+        head = f"{where} {commit[:8]} {when} {what}"
+        for c, crole, text in before:
+            out.append(f"{where} {c[:8]} - {crole}: {text}")
+        if tty:
+            for line, text, spans in lines:
+                out.append(f"{head}{line}: {_highlight(text, spans)}")
         else:
-            place = (m.session, m.branches, m.also)  # the text before the commit, made once per place
-            where = wheres.get(place)
-            if where is None:
-                where = f"{key}@{','.join(m.branches)}"
-                if m.also:
-                    where += " (+" + ", ".join(key_of(k) for k, _ in m.also) + ")"
-                wheres[place] = where
-            tool = m.tool
-            what = f"{m.role}/{m.kind}[{tool}]:" if tool else f"{m.role}/{m.kind}:"
-            head = f"{where} {m.commit[:8]} {(iso_time(m.time) or '-')[:19]} {what}"
-            for c, role, text in m.before:
-                out.append(f"{where} {c[:8]} - {role}: {text}")
-            if tty:
-                for lm in m.lines:
-                    out.append(f"{head}{lm.line}: {_highlight(lm.text, lm.spans)}")
-            else:
-                for lm in m.lines:
-                    out.append(f"{head}{lm.line}: {lm.text}")
-            for c, role, text in m.after:
-                out.append(f"{where} {c[:8]} - {role}: {text}")
-            if m.context:
-                out.append("--")
+            for line, text, _ in lines:
+                out.append(f"{head}{line}: {text}")
+        for c, crole, text in after:
+            out.append(f"{where} {c[:8]} - {crole}: {text}")
+        if context:
+            out.append("--")
         if len(out) >= _OUT_BATCH:
             click.echo("\n".join(out))  # click strips ANSI codes off a non-terminal line by line as before
             out = []
     if out:
         click.echo("\n".join(out))
-    if count and counts:
-        click.echo("\n".join(f"{key}:{n}" for key, n in counts.items()))
-    if as_json:
-        sys.stdout.flush()
-        click.echo(_indented_json({"matches": docs}))
     return found
 
 

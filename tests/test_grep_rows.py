@@ -1,0 +1,145 @@
+"""grep_rows and grep_counts: the matches of grep() as tuples and as counts per session, built
+straight from the search index (no Match objects), and the CLI that prints them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import castore
+from castore.cli.main import main
+from castore.grep import Match, grep, grep_counts, grep_rows
+
+T0 = 1_760_000_000.0
+
+
+@pytest.fixture(autouse=True)
+def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> castore.Store:
+    """Sessions in two apps, a fork sharing commits with its parent, a second branch, multi-line
+    and non-ASCII blocks (ſ, ı, K, İ, Cyrillic), tool calls and results, times an hour apart."""
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    for n in range(3):
+        st.session("bot", "ann", f"s{n}").append_many([
+            {"role": "user", "content": f"question {n} about the parser\nand the Parser again, parser"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "a parſer? the ınput parser"},
+                                              {"type": "text", "text": f"answer {n}: PARSER done"},
+                                              {"type": "tool_use", "id": f"t{n}", "name": "Bash",
+                                               "input": {"command": "ls parser"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "parser.py"}]},
+            {"role": "user", "content": "İnput КЕЛЬВИН parser, ПАРСЕР\nno match here\nparser at the end"},
+        ], time=T0 + 3600 * n)
+    st.session("aaa", "zed", "z").append({"role": "user", "content": "an early parser"}, time=T0 - 5)
+    st.session("bot", "ann", "s1").fork("s05", at="HEAD~1")
+    st.session("bot", "ann", "s05").append({"role": "user", "content": "the fork's parser"}, time=T0 + 9)
+    s2 = st.session("bot", "ann", "s2")
+    s2.branch("side", at="HEAD~2")
+    s2.checkout("side")
+    s2.append({"role": "assistant", "content": "on the side: parser"}, time=T0 + 99)
+    return st
+
+
+def _row(m: Match) -> tuple[Any, ...]:
+    return (m.commit, m.session, m.branches, m.role, m.kind, m.tool, m.time,
+            tuple((lm.line, lm.text, lm.spans) for lm in m.lines), m.also, m.before, m.after, m.context)
+
+
+def _counts(matches: list[Match]) -> dict[tuple[str, str, str], int]:
+    out: dict[tuple[str, str, str], int] = {}
+    for m in matches:
+        out[m.session] = out.get(m.session, 0) + 1
+    return out
+
+
+OPTIONS: list[dict[str, Any]] = [
+    {}, {"ignore_case": False}, {"ignore_case": True}, {"fixed": True}, {"word": True}, {"roles": ["user"]},
+    {"roles": ["tool"], "kinds": ["tool_result"]}, {"kinds": ["thinking"]}, {"tools": ["Ba*"]},
+    {"sessions": ["s0*"]}, {"apps": ["aaa"]}, {"since": T0 + 3600}, {"until": T0 + 3600}, {"limit": 3},
+    {"limit": 1}, {"kinds": ["text", "thinking", "tool_call", "tool_result"]}, {"typed": True}, {"context": 1},
+]
+PATTERNS = ["parser", "Parser", "PARSER", "par.er", "^parser", "parser$", "input", "ſ", "кельвин", "ПАРСЕР",
+            "parser, p", "nothing-like-it", "(?i:PARSER)", "parser\nand"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_rows_and_counts_are_what_grep_gives(store: castore.Store, pattern: str) -> None:
+    """Through the index, with no index, and for every filter: the rows are grep's matches
+    field by field in the same order, and the counts are its matches per session."""
+    for options in OPTIONS:
+        for index in (True, False):
+            matches = list(grep(store, pattern, index=index, **options))
+            rows = list(grep_rows(store, pattern, index=index, **options))
+            assert rows == [_row(m) for m in matches], (pattern, options, index)
+            counts = grep_counts(store, pattern, index=index, **options)
+            assert counts == _counts(matches) and list(counts) == list(_counts(matches)), (pattern, options, index)
+
+
+def test_rows_name_every_session_holding_a_shared_commit(store: castore.Store) -> None:
+    """A commit a fork shares with its parent: one row, under the session that sorts first (the
+    fork s05), the parent s1 under ``also``."""
+    rows = list(grep_rows(store, "question 1"))
+    assert len(rows) == 1 and rows[0][1] == ("bot", "ann", "s05") and rows[0][8] == ((("bot", "ann", "s1"), ("main",)),)
+    assert grep_counts(store, "question 1") == {("bot", "ann", "s05"): 1}
+
+
+def test_rows_and_counts_take_only_grep_options(store: castore.Store) -> None:
+    with pytest.raises(TypeError):
+        list(grep_rows(store, "parser", colour=True))
+    with pytest.raises(TypeError):
+        grep_counts(store, "parser", colour=True)
+
+
+def _cli(store: castore.Store, *args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["--store", store.url, "grep", *args])
+    return r.exit_code, r.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["-c"], ["-l"], ["-l", "-c"], ["-c", "--json"], ["-a"], ["--limit", "2", "-c"],
+                                  ["--json", "--jsonl"], ["-C", "1"], ["--no-index", "-c"], ["-i", "-l"]])
+def test_cli_prints_from_rows_and_counts_what_it_printed_from_matches(store: castore.Store, args: list[str]) -> None:
+    """The lines the command prints from rows and counts are the ones made from grep's matches
+    (the format of the text output, -c and -l, as before)."""
+    code, out = _cli(store, *args, "parser")
+    kinds = ["text", "thinking", "tool_call", "tool_result"] if "-a" in args else None
+    limit = int(args[args.index("--limit") + 1]) if "--limit" in args else None
+    matches = list(grep(store, "parser", kinds=kinds, limit=limit, context=1 if "-C" in args else 0,
+                        ignore_case=True if "-i" in args else None))
+    assert code == 0 and matches
+    keys = list(dict.fromkeys("/".join(m.session) for m in matches))
+    if "-l" in args or "-c" in args:
+        want = keys if "-l" in args else []
+        if "-c" in args:
+            counts = _counts(matches)
+            want += [f"{k}:{1 if '-l' in args else counts[tuple(k.split('/'))]}" for k in keys]  # type: ignore[index]
+        assert out.splitlines()[:len(want)] == want
+        assert out.splitlines()[len(want):] == (['{', '  "matches": []', '}'] if "--json" in args else [])
+        return
+    if "--jsonl" in args:
+        assert len(out.splitlines()) == len(matches) + 3  # the documents, then {"matches": []} over 3 lines
+        return
+    want = []
+    for m in matches:
+        where = f"{'/'.join(m.session)}@{','.join(m.branches)}"
+        if m.also:
+            where += " (+" + ", ".join("/".join(k) for k, _ in m.also) + ")"
+        want += [f"{where} {c[:8]} - {r}: {t}" for c, r, t in m.before]
+        what = f"{m.role}/{m.kind}[{m.tool}]:" if m.tool else f"{m.role}/{m.kind}:"
+        from castore.grep import iso_time
+
+        want += [f"{where} {m.commit[:8]} {(iso_time(m.time) or '-')[:19]} {what}{lm.line}: {lm.text}" for lm in m.lines]
+        want += [f"{where} {c[:8]} - {r}: {t}" for c, r, t in m.after]
+        if m.context:
+            want.append("--")
+    assert out.splitlines() == want
+
+
+def test_cli_exit_status_without_a_match(store: castore.Store) -> None:
+    for args in ([], ["-c"], ["-l"]):
+        assert _cli(store, *args, "nothing-like-it") == (1, "")
