@@ -162,7 +162,10 @@ class ObjectStore(Repacking):
         # their intent and their rename, and per thread the log holding this thread's objects
         # record not yet synced
         self._journaled = packs.DeltaBases()
-        self._synced_abandoned: set[str] = set()  # logs dropped after a failure, then synced
+        # logs this handle stopped appending to once they were synced (sealed, merged at close,
+        # or dropped after a failure and then synced): a record in one is durable even after a
+        # background repack has merged the log away
+        self._synced_logs: set[str] = set()
         self._inflight = 0
         self._tls = threading.local()
         # a power loss may have cut deferred ref swaps short: replay them before any ref is read
@@ -355,6 +358,7 @@ class ObjectStore(Repacking):
         assert log is not None
         pack = self._packs[name]
         log.sync()
+        self._synced_logs.add(name)
         if self._journaled:
             self.storage.sync_keys(self._journaled.keys())
             self._journaled = packs.DeltaBases()
@@ -384,7 +388,7 @@ class ObjectStore(Repacking):
             self._log = None  # no append from here on: the next write opens a new log
             # another thread's objects record in it, not yet named by an intent, is durable
             # and is merged: its swap, finding no live log, is made durable on its own
-            self._synced_abandoned.add(name)
+            self._synced_logs.add(name)
             keys, self._journaled = self._journaled.keys(), packs.DeltaBases()
             groups = self._log_groups(name)
             if groups is not None:
@@ -430,8 +434,9 @@ class ObjectStore(Repacking):
             live = self._log is not None and self._log_pid == os.getpid() and self.format >= 3
             if pending and not (live and self._log_name == pending):
                 p = self._packs.get(pending)
-                if (p is None or not p.sealed) and pending not in self._synced_abandoned:
-                    # sealing syncs a log: only a failed one whose sync failed too is left
+                if (p is None or not p.sealed) and pending not in self._synced_logs:
+                    # sealing syncs a log (a repack may have merged it since: p is None):
+                    # only a failed one whose sync failed too is left
                     raise StorageError(f"the objects of this append, in {pending}, were not made durable "
                                        "(the log failed); nothing was stored, try again", self.storage.url)
             if not live:
@@ -466,7 +471,7 @@ class ObjectStore(Repacking):
                 self.storage.sync_keys([pack_key(self._log_name)])
             except StorageError:
                 return
-            self._synced_abandoned.add(self._log_name)
+            self._synced_logs.add(self._log_name)
 
     def settle(self) -> None:
         """The ref swap that called :meth:`journal` in this thread is over (landed or not):

@@ -372,3 +372,25 @@ def test_a_linked_lock_of_a_dead_writer_is_cleared_though_its_forked_child_lives
         st.close()
     finally:
         os.kill(int(child), signal.SIGKILL)
+
+
+def test_a_swap_lands_when_a_repack_merged_its_sealed_log_before_it(tmp_path: Path) -> None:
+    """The objects record that fills the log seals it (synced) and starts a background
+    repack; when that repack has merged the log away before the swap journals its intent,
+    the swap still lands (its objects are durable, in the merged pack), made durable on its
+    own. It used to fail with "not made durable (the log failed)"."""
+    st = castore.open(str(tmp_path / "st"), format=3)
+    key = "refs/x/r"
+    token = _deferred_swap(st, key, b"one\n", None)
+    big = [o.encode(o.Blob(data=os.urandom(3000))) for _ in range(400)]  # one record past SEAL_BYTES
+    st.objects.put_encoded(big, sync=False)
+    st.objects.wait_repack()
+    pending = st.objects._tls.pending
+    assert pending and pending not in st.objects._packs  # sealed, then merged away
+    try:
+        token = st.storage.swap(key, b"two\n", token, journal=st.objects.journal)
+    finally:
+        st.objects.settle()
+    assert st.storage.read(key) == b"two\n"
+    assert {oid for oid, _ in big} <= set(st.objects.get_many([oid for oid, _ in big]))
+    st.close()
