@@ -39,7 +39,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from .common import SESSION_ENV, STORE_ENV, CastoreGroup, CliState, no_color
+from .common import SESSION_ENV, STORE_ENV, CastoreGroup, CliState, no_color, parse_options
 
 #: command modules that ship with the CLI
 COMMAND_MODULES = [
@@ -94,8 +94,6 @@ def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ..
     and exit with status 1; usage mistakes exit with status 2. Long output goes through
     a pager on a terminal ($CASTORE_PAGER, $PAGER, less); colors honour NO_COLOR.
     """
-    from .sync_cmds import parse_options
-
     if no_color():
         ctx.color = False
     given = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
@@ -116,8 +114,6 @@ def _set_global(name: str) -> Any:
         if st is None:
             st = ctx.ensure_object(CliState)
         if name == "store_options":
-            from .sync_cmds import parse_options
-
             st.store_options = {**st.store_options, **parse_options(value, "'-o' / '--store-option'")}
         elif name == "no_pager":
             st.pager = False
