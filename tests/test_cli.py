@@ -151,6 +151,14 @@ def test_a_command_imports_only_the_modules_it_comes_from(seeded: Seeded) -> Non
     ]
 
 
+def test_a_mistyped_command_gets_a_suggestion_before_any_module_is_loaded() -> None:
+    # in a fresh process: the suggestion must not depend on which commands happen to be loaded already
+    out = subprocess.run([sys.executable, "-c", "from castore.cli import main; main(['expor'], prog_name='castore')"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2
+    assert out.stderr.endswith("Error: No such command 'expor'. Did you mean 'export'?\n"), out.stderr
+
+
 def test_a_listed_module_that_fails_to_import_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "castore_broken_cmds.py").write_text("import castore_no_such_dependency\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
