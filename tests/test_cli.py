@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import layout
 import pytest
 from click.testing import CliRunner, Result
@@ -99,6 +100,79 @@ def test_every_command_and_option_has_help() -> None:
     names = set(main.list_commands(None))  # type: ignore[arg-type]
     assert {"init", "sessions", "log", "show", "checkout", "branch", "label", "labels", "fork", "state",
             "diff", "context", "append", "replay", "verify", "cat-object", "demo"} <= names
+
+
+def test_the_command_table_names_what_each_module_registers() -> None:
+    # importing every listed module here is also what keeps a broken command module from going unnoticed
+    cli_main = importlib.import_module("castore.cli.main")
+    tables = {**cli_main.COMMAND_MODULES, **cli_main.OPTIONAL_COMMAND_MODULES}
+    assert len(tables) == len(cli_main.COMMAND_MODULES) + len(cli_main.OPTIONAL_COMMAND_MODULES)
+    for module, names in tables.items():
+        scratch = click.Group()
+        importlib.import_module(module).register(scratch)
+        assert sorted(scratch.commands) == sorted(names), module
+    assert main.list_commands(None) == sorted(cli_main.command_modules())  # type: ignore[arg-type]
+
+
+_LAZY_PROBE = """
+import sys
+from click.testing import CliRunner
+from castore.cli import main
+mods = lambda: sorted(m for m in sys.modules if m.startswith("castore.cli.") and m.endswith(("_cmds", "demo")))
+print(mods())
+r = CliRunner().invoke(main, ["--store", sys.argv[1], "-s", "app/alice/s1", "log", "-n", "1"])
+assert r.exit_code == 0, r.output
+print(mods())
+r = CliRunner().invoke(main, ["--store", sys.argv[1], "grep", "-c", "Beijing"])
+assert r.exit_code == 0, r.output
+print(mods())
+print(sorted(main.get_command(None, "export").list_commands(None)))
+print(mods())
+r = CliRunner().invoke(main, ["--help"])
+print(mods())
+"""
+
+
+def test_a_command_imports_only_the_modules_it_comes_from(seeded: Seeded) -> None:
+    seeded.store.close()  # sealed, so the other process sees the session
+    out = subprocess.run([sys.executable, "-c", _LAZY_PROBE, seeded.url], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout.splitlines()
+    every = sorted(m for m in {**importlib.import_module("castore.cli.main").COMMAND_MODULES,
+                               **importlib.import_module("castore.cli.main").OPTIONAL_COMMAND_MODULES})
+    assert out == [
+        "[]",
+        "['castore.cli.inspect_cmds', 'castore.cli.session_cmds']",  # inspect_cmds imports refs_of from it
+        "['castore.cli.archive_cmds', 'castore.cli.inspect_cmds', 'castore.cli.session_cmds']",
+        # grep was loaded first; export still gets the subcommands of all three modules that add to it
+        "['claude', 'codex', 'html', 'pi']",
+        "['castore.cli.archive_cmds', 'castore.cli.html_cmds', 'castore.cli.inspect_cmds', 'castore.cli.io_cmds', "
+        "'castore.cli.session_cmds']",
+        str(every),
+    ]
+
+
+def test_a_mistyped_command_gets_a_suggestion_before_any_module_is_loaded() -> None:
+    # in a fresh process: the suggestion must not depend on which commands happen to be loaded already
+    out = subprocess.run([sys.executable, "-c", "from castore.cli import main; main(['expor'], prog_name='castore')"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2
+    assert out.stderr.endswith("Error: No such command 'expor'. Did you mean 'export'?\n"), out.stderr
+
+
+def test_a_listed_module_that_fails_to_import_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "castore_broken_cmds.py").write_text("import castore_no_such_dependency\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    optional = importlib.import_module("castore.cli.main").OPTIONAL_COMMAND_MODULES
+    monkeypatch.setitem(optional, "castore_broken_cmds", ("broken",))
+    monkeypatch.setitem(optional, "castore_unwritten_cmds", ("unwritten",))
+    names = main.list_commands(None)  # type: ignore[arg-type]
+    assert "broken" in names and "unwritten" not in names
+    assert main.get_command(None, "unwritten") is None  # type: ignore[arg-type]
+    result = CliRunner().invoke(main, ["broken"])
+    assert isinstance(result.exception, ModuleNotFoundError)
+    assert result.exception.name == "castore_no_such_dependency"
+    with pytest.raises(ModuleNotFoundError):
+        main.get_command(None, "broken")  # type: ignore[arg-type]
 
 
 def test_readme_cli_reference_is_current() -> None:

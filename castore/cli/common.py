@@ -114,6 +114,34 @@ class CastoreGroup(click.Group):
             return super().invoke(ctx)
 
 
+# -- options ----------------------------------------------------------------------------
+def parse_options(pairs: tuple[str, ...], param_hint: str = "'--option'") -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed.
+
+    Raises:
+        click.BadParameter: a pair without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=param_hint)
+        try:
+            value: Any = json.loads(raw)
+            if not isinstance(value, (bool, int, float)) and value is not None:
+                value = raw
+        except ValueError:
+            value = raw
+        where = out
+        *path, last = key.split(".")
+        for p in path:
+            where = where.setdefault(p, {})
+            if not isinstance(where, dict):
+                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint=param_hint)
+        where[last] = value
+    return out
+
+
 # -- the store -------------------------------------------------------------------------
 def store_url(ctx: click.Context) -> str:
     """The store URL this invocation uses: ``--store``, ``$CASTORE_STORE``, or ``./.castore``."""
@@ -373,6 +401,7 @@ def paged(f: F) -> F:
 
 
 __all__ = [
+    "parse_options",
     "CliState",
     "CastoreGroup",
     "cli_errors",

@@ -27,6 +27,13 @@ Rules for command modules (see :mod:`castore.cli.common` for the helpers):
 * every command (and option) has help text: the README reference is generated from it
   by ``scripts/gen_cli_reference`` and a test fails when it is missing or out of date.
 
+Each module is listed with the names of the commands its ``register`` adds (the table below
+is the only place that says which module a command comes from; a test checks it against what
+the modules register). A module is imported only when one of its commands is run or its
+help is shown, so ``castore log`` does not pay for importing ``serve`` or ``grep``; a command
+name that several modules extend (``import``, ``export``) loads all of them, in the order
+listed.
+
 A module listed here that does not exist is skipped; one that exists but fails to import
 is an error (a broken command module must not go unnoticed).
 """
@@ -34,33 +41,121 @@ is an error (a broken command module must not go unnoticed).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 import click
 
 from .. import __version__
-from .common import SESSION_ENV, STORE_ENV, CastoreGroup, CliState, no_color
+from .common import SESSION_ENV, STORE_ENV, CastoreGroup, CliState, no_color, parse_options
 
-#: command modules that ship with the CLI
-COMMAND_MODULES = [
-    "castore.cli.session_cmds",
-    "castore.cli.inspect_cmds",
-    "castore.cli.status_cmds",
-    "castore.cli.demo",
-]
+#: command modules that ship with the CLI, each with the commands its ``register`` adds
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "castore.cli.session_cmds": ("init", "append", "checkout", "branch", "label", "labels", "fork", "reset",
+                                 "reflog"),
+    "castore.cli.inspect_cmds": ("sessions", "log", "show", "state", "diff", "context", "replay", "verify",
+                                 "cat-object"),
+    "castore.cli.status_cmds": ("use", "status", "compact", "delete-session"),
+    "castore.cli.demo": ("demo",),
+}
 
-#: command modules added by other areas; each is imported if it exists and must expose
-#: ``register(group)``
-OPTIONAL_COMMAND_MODULES = [
-    "castore.cli.sync_cmds",
-    "castore.cli.maintenance_cmds",
-    "castore.cli.io_cmds",
-    "castore.cli.html_cmds",
-    "castore.cli.archive_cmds",
-]
+#: command modules added by other areas, with the commands each adds; each is used if it
+#: exists and must expose ``register(group)``
+OPTIONAL_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "castore.cli.sync_cmds": ("remote", "push", "pull", "clone"),
+    "castore.cli.maintenance_cmds": ("fsck", "gc", "repack"),
+    "castore.cli.io_cmds": ("import", "export"),
+    "castore.cli.html_cmds": ("export", "serve"),
+    "castore.cli.archive_cmds": ("import", "export", "grep"),
+}
 
 
-@click.group(cls=CastoreGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 88})
+def command_modules() -> dict[str, tuple[str, ...]]:
+    """Every command name of the ``castore`` group with the modules that add to it, in load order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for module, names in (*COMMAND_MODULES.items(), *OPTIONAL_COMMAND_MODULES.items()):
+        for name in names:
+            out[name] = (*out.get(name, ()), module)
+    return out
+
+
+def _module_exists(module: str) -> bool:
+    if module in COMMAND_MODULES:
+        return True  # a required module that is missing fails loudly when imported
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _import_command_module(module: str) -> Any:
+    """The module, or None for an optional one that does not exist; other import errors propagate."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module and module not in COMMAND_MODULES:  # not written (yet): nothing to plug in
+            return None
+        raise
+
+
+def load_command(name: str) -> click.Command | None:
+    """Import the modules that add command ``name`` and return it (None: no such module exists).
+
+    The modules register into a fresh group, in the order listed, so the command comes out
+    the same whichever command was loaded before it.
+
+    Raises:
+        ImportError: a listed module exists but fails to import.
+        LookupError: the modules listed for ``name`` do not register it (the table is wrong).
+    """
+    modules = command_modules().get(name, ())
+    scratch = click.Group()
+    loaded = []
+    for module in modules:
+        mod = _import_command_module(module)
+        if mod is not None:
+            mod.register(scratch)
+            loaded.append(module)
+    if not loaded:
+        return None
+    cmd = scratch.commands.get(name)
+    if cmd is None:
+        raise LookupError(f"{', '.join(loaded)} register no command {name!r}: fix the table in {__name__}")
+    _add_late_globals(cmd)
+    return cmd
+
+
+class LazyGroup(CastoreGroup):
+    """The ``castore`` group: it knows its command names and imports a command's modules on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, sorted: those added directly and those of the modules that exist."""
+        lazy = {name for name, modules in command_modules().items() if any(map(_module_exists, modules))}
+        return sorted(set(self.commands) | lazy)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, importing its modules the first time (None: no such command).
+
+        Raises:
+            ImportError, LookupError: as :func:`load_command`.
+        """
+        if cmd_name not in self.commands:
+            cmd = load_command(cmd_name)
+            if cmd is not None:
+                self.add_command(cmd, cmd_name)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                           list[str]]:
+        """As click's, but an unknown name is matched against every command, loaded or not ("Did you mean")."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as e:
+            raise click.exceptions.NoSuchCommand(e.command_name, possibilities=self.list_commands(ctx),
+                                                 ctx=ctx) from None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 88})
 @click.option(
     "--store", "store_url", envvar=STORE_ENV, metavar="URL",
     help=f"The store: a path, memory://NAME or s3://BUCKET/PREFIX [env {STORE_ENV}; default: the nearest "
@@ -94,8 +189,6 @@ def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ..
     and exit with status 1; usage mistakes exit with status 2. Long output goes through
     a pager on a terminal ($CASTORE_PAGER, $PAGER, less); colors honour NO_COLOR.
     """
-    from .sync_cmds import parse_options
-
     if no_color():
         ctx.color = False
     given = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
@@ -116,8 +209,6 @@ def _set_global(name: str) -> Any:
         if st is None:
             st = ctx.ensure_object(CliState)
         if name == "store_options":
-            from .sync_cmds import parse_options
-
             st.store_options = {**st.store_options, **parse_options(value, "'-o' / '--store-option'")}
         elif name == "no_pager":
             st.pager = False
@@ -149,32 +240,19 @@ def _late_globals(cmd: click.Command) -> list[click.Option]:
     return out
 
 
-def _add_late_globals(group: click.Group) -> None:
-    """Let the global options follow any subcommand too (``castore log -s A/U/S``), as git does."""
-    for cmd in group.commands.values():
-        if isinstance(cmd, click.Group):
-            _add_late_globals(cmd)
-        else:
-            cmd.params.extend(_late_globals(cmd))
+def _add_late_globals(cmd: click.Command) -> None:
+    """Let the global options follow ``cmd`` (or any command under it) too (``castore log -s A/U/S``), as git does.
 
+    Running it twice on a command adds nothing more: the options it added are taken names then.
+    """
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _add_late_globals(sub)
+    else:
+        cmd.params.extend(_late_globals(cmd))
 
-def _register_all(group: click.Group) -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(group)
-    for name in OPTIONAL_COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # not written (yet): nothing to plug in
-                continue
-            raise
-        module.register(group)
-
-
-_register_all(main)
-_add_late_globals(main)
 
 #: the same group under a second name
 cli = main
 
-__all__ = ["main", "cli", "COMMAND_MODULES", "OPTIONAL_COMMAND_MODULES"]
+__all__ = ["main", "cli", "COMMAND_MODULES", "OPTIONAL_COMMAND_MODULES", "command_modules", "load_command", "LazyGroup"]

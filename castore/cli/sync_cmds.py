@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -13,7 +12,7 @@ import click
 from .. import sync
 from ..errors import CastoreError
 from ..store import Store
-from .common import CliState, json_option, note, open_store, plural, print_json, split_key
+from .common import CliState, json_option, note, open_store, parse_options, plural, print_json, split_key
 from .render import safe
 
 _SCHEMA = (
@@ -21,34 +20,6 @@ _SCHEMA = (
     '[{"ref", "reason", "local", "remote"}], "refs_kept_as_remote": [ref], "refs_up_to_date": n, '
     '"refs_forced": [[ref, old, new]], "refs_skipped": [[ref, reason]]}'
 )
-
-
-# -- options ----------------------------------------------------------------------------
-def parse_options(pairs: tuple[str, ...], param_hint: str = "'--option'") -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed.
-
-    Raises:
-        click.BadParameter: a pair without ``=``.
-    """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, eq, raw = pair.partition("=")
-        if not eq or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=param_hint)
-        try:
-            value: Any = json.loads(raw)
-            if not isinstance(value, (bool, int, float)) and value is not None:
-                value = raw
-        except ValueError:
-            value = raw
-        where = out
-        *path, last = key.split(".")
-        for p in path:
-            where = where.setdefault(p, {})
-            if not isinstance(where, dict):
-                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint=param_hint)
-        where[last] = value
-    return out
 
 
 def _selection(ctx: click.Context, session: str | None, app: str | None, user: str | None,
@@ -306,4 +277,4 @@ def register(group: click.Group) -> None:
         group.add_command(cmd)
 
 
-__all__ = ["register", "parse_options"]
+__all__ = ["register"]
