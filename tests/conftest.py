@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,6 +61,14 @@ def seaweedfs() -> Iterator[s3server.Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _grep_index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test keeps the search index of its stores (``castore grep``, and the importers,
+    which update it) under its own ``tmp_path / "index"``, never in the user's
+    ``~/.cache/castore/grep``."""
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
 
 
 @pytest.fixture(autouse=True)

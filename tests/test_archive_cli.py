@@ -54,8 +54,7 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 1 and r.stderr.startswith("Error: ")  # no store yet
 
 
-def test_grep_typed_leaves_out_what_the_cli_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+def test_grep_typed_leaves_out_what_the_cli_wrote(tmp_path: Path) -> None:
     assert _cli(tmp_path, "import", "claude", str(DATA / "claude-code" / "session-share")).exit_code == 0
     r = _cli(tmp_path, "grep", "curry", "--role", "user", "-c")
     assert r.exit_code == 0 and sum(int(ln.rsplit(":", 1)[1]) for ln in r.stdout.splitlines()) == 9

@@ -39,11 +39,6 @@ def _same_tree(a: Path, b: Path, skip: tuple[str, ...] = ("LICENSE", "README.md"
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
 
 
-@pytest.fixture(autouse=True)
-def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> castore.Store:
     return castore.open(str(tmp_path / "store"), durable=False)

@@ -111,11 +111,6 @@ def sessions_dir(tmp_path: Path) -> tuple[Path, list[bytes], list[bytes], list[b
     return tmp_path / "sessions", parent, fork, child
 
 
-@pytest.fixture(autouse=True)
-def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> castore.Store:
     return castore.open(str(tmp_path / "store"), durable=False)

@@ -16,11 +16,6 @@ from castore.storage.local import SWAP_LOG, LocalStorage
 T0 = 1_760_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> castore.Store:
     st = castore.open(str(tmp_path / "store"), durable=False)

@@ -16,11 +16,6 @@ from castore.grep import Match, grep, grep_counts, grep_rows
 T0 = 1_760_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> castore.Store:
     """Sessions in two apps, a fork sharing commits with its parent, a second branch, multi-line

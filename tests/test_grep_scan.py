@@ -15,11 +15,6 @@ from castore.grepscan import needle
 T0 = 1_760_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> castore.Store:
     """Forks sharing commits, a rewind, a detached HEAD, tool calls whose results come in a

@@ -14,8 +14,7 @@ from castore.grep import INJECTED, grep, typed_block
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> castore.Store:
-    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+def store(tmp_path: Path) -> castore.Store:
     st = castore.open(str(tmp_path / "store"), durable=False)
     s = st.session("app", "u", "s")
     s.append_many([
