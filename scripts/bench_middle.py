@@ -59,7 +59,7 @@ def _build(workdir: str, n: int) -> tuple[str, str]:
             return url, json.load(f)["mid"]
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
-    from benchlib.workload import steps
+    from benchlib.workload import pi_line, steps
 
     import castore
 
@@ -71,11 +71,7 @@ def _build(workdir: str, n: int) -> tuple[str, str]:
         parent = None
         for i, w in enumerate(steps(n)):
             eid = f"{i:08x}"
-            f.write(json.dumps({"type": "message", "id": eid, "parentId": parent,
-                                "timestamp": f"2026-03-10T09:00:00.{w.i % 1000:03d}Z",
-                                "message": {"role": w.role, "content": [{"type": "text", "text": w.content}],
-                                            "timestamp": 1_773_133_200_000 + w.i * 1000},
-                                "stateDelta": w.delta}, separators=(",", ":")) + "\n")
+            f.write(pi_line(w, eid, parent))
             parent = eid
     with open(meta, "w") as f:
         json.dump({"mid": ids[n // 2]}, f)

@@ -211,7 +211,7 @@ def _build_reads(workdir: str, n: int) -> dict[str, object]:
     """A castore store per format and a Pi JSONL file with the same N steps (benchlib's workload)."""
     import json
 
-    from benchlib.workload import steps
+    from benchlib.workload import pi_line, steps
 
     out: dict[str, object] = {}
     work = steps(n)
@@ -228,11 +228,7 @@ def _build_reads(workdir: str, n: int) -> dict[str, object]:
         f.write(json.dumps({"type": "session", "version": 3, "id": f"bench-{n}", "cwd": "/bench"}) + "\n")
         for w in work:
             eid = f"{rng.getrandbits(32):08x}"
-            f.write(json.dumps({"type": "message", "id": eid, "parentId": parent,
-                                "timestamp": f"2026-03-10T09:00:00.{w.i % 1000:03d}Z",
-                                "message": {"role": w.role, "content": [{"type": "text", "text": w.content}],
-                                            "timestamp": 1_773_133_200_000 + w.i * 1000},
-                                "stateDelta": w.delta}, separators=(",", ":")) + "\n")
+            f.write(pi_line(w, eid, parent))
             parent = eid
     out["pi"] = path
     return out

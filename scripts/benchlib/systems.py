@@ -13,7 +13,7 @@ import shutil
 from typing import Any
 
 from . import cold, fsize
-from .workload import Step
+from .workload import Step, pi_line
 
 APP, USER, SESSION = "bench", "u", "s"
 
@@ -193,13 +193,7 @@ class PiJsonl(System):
 
     def _append(self, path: str, parent: str | None, s: Step) -> str:
         eid = f"{self.rng.getrandbits(32):08x}"
-        ts = 1_773_133_200_000 + s.i * 1000
-        line = json.dumps({"type": "message", "id": eid, "parentId": parent,
-                           "timestamp": f"2026-03-10T09:00:00.{s.i % 1000:03d}Z",
-                           "message": {"role": s.role, "content": [{"type": "text", "text": s.content}],
-                                       "timestamp": ts},
-                           "stateDelta": s.delta}, separators=(",", ":")) + "\n"
-        self._write(path, line)
+        self._write(path, pi_line(s, eid, parent))
         return eid
 
     def sizes(self) -> tuple[int, int]:

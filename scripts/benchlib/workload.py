@@ -7,6 +7,7 @@ ten-word loop). Everything is a pure function of the step number.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from functools import lru_cache
@@ -71,6 +72,16 @@ def step(i: int) -> Step:
 def steps(n: int) -> list[Step]:
     """Steps 0..n-1."""
     return [step(i) for i in range(n)]
+
+
+def pi_line(s: Step, eid: str, parent: str | None) -> str:
+    """Step ``s`` as a line of a Pi session file: a ``message`` entry ``eid`` under
+    ``parent``, the step's state delta on it (``stateDelta``)."""
+    return json.dumps({"type": "message", "id": eid, "parentId": parent,
+                       "timestamp": f"2026-03-10T09:00:00.{s.i % 1000:03d}Z",
+                       "message": {"role": s.role, "content": [{"type": "text", "text": s.content}],
+                                   "timestamp": 1_773_133_200_000 + s.i * 1000},
+                       "stateDelta": s.delta}, separators=(",", ":")) + "\n"
 
 
 def payload(n: int) -> int:
