@@ -25,10 +25,10 @@ of every branch path, the bodies in batches, each body once.
 from __future__ import annotations
 
 import bisect
-import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from . import objects as o
@@ -267,8 +267,9 @@ def _holding(hay: bytes, nrx: re.Pattern[bytes], m: re.Match[bytes] | None, span
 
 
 class _Scan:
-    """What one pass over every stored object found: the bodies that may match (by raw id)
-    and the commits naming them (``(id, commit)``)."""
+    """What one pass over every stored object found: the bodies that may match (by raw id),
+    the commits naming them (``(id, commit)``) and the bytes of every commit, index and
+    segment by id (``paths``)."""
 
     def __init__(self, store: Store, rx: re.Pattern[str]) -> None:
         self.store = store
@@ -278,20 +279,24 @@ class _Scan:
         self.bodies: dict[bytes, Any] = {}
         self.commits: dict[str, Commit] = {}
         self.canonical: dict[str, bytes] = {}  # the commits' bytes
-        self.marker = re.compile(re.escape(_body_marker()) + b"(.{32})", re.DOTALL)
-        # the tag of a commit, an index or a segment, after a map's header byte
-        tags = sorted({o.encode(x)[1][1:5] for x in (Commit(kind="message"), Index(), Segment(start=0, objects=()))})
-        common: bytes = os.path.commonprefix(tags) or b""  # a literal prefix keeps the search fast
-        self.path_tag = re.compile(re.escape(common) + b"(?:" + b"|".join(re.escape(t[len(common):]) for t in tags)
-                                   + b")")
+        # a body reference is the marker and 32 bytes; only the marker is consumed (it cannot
+        # overlap itself), so bytes that merely look like one never hide the next
+        self.marker = re.compile(re.escape(_body_marker()) + b"(?=(.{32}))", re.DOTALL)
+        # the tags of a commit, an index and a segment, after a map's header byte
+        kinds = (Value(value=0), Commit(kind="message"), Index(), Segment(start=0, objects=()))
+        self.value_tag, self.commit_tag, index_tag, segment_tag = (o.encode(x)[1][1:5] for x in kinds)
+        self.path_tags = frozenset((self.commit_tag, index_tag, segment_tag))
         self.kept = 0
-        self.paths: list[bytes] = []  # the bytes of what may be commits, indexes and segments
-        self.value_tag, self.commit_tag = (o.encode(x)[1][1:5] for x in (Value(value=0), Commit(kind="message")))
+        self.found: list[bytes] = []  # the bytes of every commit, index and segment, as read
+        #: whether ``found`` holds every commit of every unit read (none too large, the budget
+        #: not spent): then the commits naming a body are looked for there alone
+        self.complete = True
+        self.paths: dict[str, bytes] = {}  # ``found`` by id, once hashed
 
     def run(self) -> None:
-        """Read every stored object once (twice only in a store whose records exceed
-        :data:`_KEEP_CONTENTS` decompressed): first the bodies that may match, then the commits
-        naming them."""
+        """Read every stored object once (twice only when some commit was not kept and the
+        store's records exceed :data:`_KEEP_CONTENTS` decompressed): first the bodies that
+        may match, then the commits naming them."""
         kept: list[tuple[bytes, bool, list[tuple[int, int]] | None]] | None = []
         size = 0
         for content, is_record in self.store.objects.iter_contents():
@@ -304,12 +309,15 @@ class _Scan:
                     kept = None
         if not self.bodies:
             return
+        # every id is the hash of the bytes it names: bytes taken for an object that is not
+        # one are never asked for
+        self.paths = dict(zip(o.digest_many(self.found), self.found, strict=True))
         # the commits are looked for once every body is known (a commit may be stored before its
         # body: sync can do that): a few bodies by their ids, in C; many, by every body reference
         # and a set
         marker = _body_marker()
         if len(self.bodies) <= _FEW_BODIES:
-            few = re.compile(re.escape(marker) + b"(?:" + b"|".join(re.escape(b) for b in self.bodies) + b")")
+            few = re.compile(re.escape(marker) + b"(?=" + b"|".join(re.escape(b) for b in self.bodies) + b")")
 
             def hits(content: bytes) -> list[int]:
                 return [m.start() for m in few.finditer(content)]
@@ -318,6 +326,9 @@ class _Scan:
 
             def hits(content: bytes) -> list[int]:
                 return [m.start() for m in self.marker.finditer(content) if m.group(1) in bodies]
+        if self.complete:
+            self._commits_kept(hits)
+            return
         again = ((content, is_record, None) for content, is_record in self.store.objects.iter_contents())
         for content, is_record, spans in (kept if kept is not None else again):
             at = hits(content)
@@ -325,40 +336,31 @@ class _Scan:
                 self._commits_in(content, is_record, at, spans)
 
     def _unit(self, content: bytes, is_record: bool) -> list[tuple[int, int]] | None:
-        """Keep what ``content`` holds of paths and of bodies that may match; return its objects'
-        spans when they were needed."""
-        # the bytes of commits, indexes and segments are kept as read, found by their tag after
-        # a size (no walk of every object): the paths that attribute the matches then read none
-        # of them again. An id is the hash of the bytes, so bytes taken for an object that are
-        # not one are never asked for: a wrong guess costs a hash, not a result.
+        """Keep what ``content`` holds of paths and of bodies that may match; return its
+        objects' spans (None: it does not parse)."""
+        spans = packs.content_spans(content) if is_record else [(0, len(content))]
+        if spans is None:
+            return None
+        # the bytes of commits, indexes and segments are kept as read: the paths that
+        # attribute the matches then read none of them again
         if self.kept < _KEEP_PATHS:
-            add, n = self.paths.append, len(content)
-            if not is_record:
-                if self.path_tag.match(content, 1) and 0x80 <= content[0] <= 0x8F:
-                    add(content)
-            else:
-                search, pos = self.path_tag.search, 5
-                while (tag := search(content, pos)) is not None:
-                    s = tag.start() - 1
-                    size = int.from_bytes(content[s - 4:s], "big")
-                    if 0x80 <= content[s] <= 0x8F and size <= _PATH_OBJECT_MAX and s + size <= n:
-                        add(content[s:s + size])
-                        self.kept += size
-                        pos = s + size  # past it: a segment's copies of commits are not looked at
-                    else:
-                        pos = tag.end()
-        spans = None
+            tags = self.path_tags
+            got = [content[a:a + n] for a, n in spans if content[a + 1:a + 5] in tags]
+            if got:
+                if max(map(len, got)) > _PATH_OBJECT_MAX:
+                    got = [x for x in got if len(x) <= _PATH_OBJECT_MAX]
+                    self.complete = False
+                self.found.extend(got)
+                self.kept += sum(map(len, got))
+        else:
+            self.complete = False
         if self.needle is None or self.nrx is None:
-            spans = packs.content_spans(content) if is_record else [(0, len(content))]
-            if spans is not None:
-                self._keep_bodies(content, spans, range(len(spans)))
+            self._keep_bodies(content, spans, range(len(spans)))
         else:
             hay = content.lower() if self.needle[1] else content
             m = self.nrx.search(hay)
             if m is not None:
-                spans = packs.content_spans(content) if is_record else [(0, len(content))]
-                if spans is not None:
-                    self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
+                self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
         return spans
 
     def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
@@ -370,6 +372,17 @@ class _Scan:
         for oid, obj in objs:
             if isinstance(obj, Value):
                 self.bodies[o.raw_id(oid)] = obj.value
+
+    def _commits_kept(self, hits: Callable[[bytes], list[int]]) -> None:
+        """Decode the kept commits that hold a body reference ``hits`` finds (searched as one
+        string: a reference is inside one commit, and a hit that is not one is dropped when the
+        commit does not name that body)."""
+        tag = self.commit_tag
+        ids = [oid for oid, raw in self.paths.items() if raw[1:5] == tag]
+        raws = [self.paths[oid] for oid in ids]
+        ends = list(accumulate(map(len, raws)))
+        picked = list(dict.fromkeys(bisect.bisect_right(ends, at) for at in hits(b"".join(raws))))
+        self._adopt([ids[i] for i in picked], [raws[i] for i in picked])
 
     def _commits_in(self, content: bytes, is_record: bool, hits: list[int],
                     spans: list[tuple[int, int]] | None) -> None:
@@ -384,11 +397,15 @@ class _Scan:
         tag = self.commit_tag
         picked = [i for i in dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
                   if content[spans[i][0] + 1:spans[i][0] + 5] == tag]
-        objs = self.store.objects.adopt_canonical_many([content[spans[i][0]:sum(spans[i])] for i in picked])
-        for (oid, obj), i in zip(objs, picked, strict=True):
+        raws = [content[spans[i][0]:sum(spans[i])] for i in picked]
+        self._adopt(o.digest_many(raws), raws)
+
+    def _adopt(self, ids: Sequence[str], raws: Sequence[bytes]) -> None:
+        """Keep the commits ``raws`` (by their ``ids``) that name a body that may match."""
+        for oid, obj, raw in zip(ids, o.decode_many(ids, raws), raws, strict=True):
             if isinstance(obj, Commit) and obj.body is not None and obj.body in self.bodies:
                 self.commits[oid] = obj
-                self.canonical[oid] = content[spans[i][0]:sum(spans[i])]
+                self.canonical[oid] = raw
 
 
 class _Paths:
@@ -398,12 +415,13 @@ class _Paths:
     from the store, verified there. :meth:`held` tells which of the matching commits
     (``targets``, id: depth, and the same by their bytes) a path holds."""
 
-    def __init__(self, store: Store, found: list[bytes], targets: dict[str, int], by_bytes: dict[bytes, str]) -> None:
+    def __init__(self, store: Store, found: dict[str, bytes], targets: dict[str, int], by_bytes: dict[bytes, str]
+                 ) -> None:
         self.store = store
         self.targets, self.by_bytes = targets, by_bytes
         self.shallowest = min(targets.values(), default=0)
         self.blocks = sorted({d // K for d in targets.values()})  # the blocks that hold a target
-        self.canonical: dict[str, bytes] = dict(zip(o.digest_many(found), found, strict=True))
+        self.canonical = found
         self.decoded: dict[str, Any] = {}
         self.members: dict[str, frozenset[bytes] | None] = {}  # a segment's objects (None: not the block's)
 

@@ -161,13 +161,15 @@ def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> Non
 
 
 #: the scan's other ways, each forced: commits found by every body reference and a set (many
-#: bodies), the records read a second time (too many to keep), every commit, index and segment
-#: read from the store (none kept from the scan), every block below the top one walked by
-#: parent links (no segment taken)
+#: bodies), every commit, index and segment read from the store (none kept from the scan) and
+#: then the records read a second time (too many to keep), the commits naming a body looked
+#: for in the records (some commit too large to keep), every block below the top one walked
+#: by parent links (no segment taken)
 OTHER_WAYS = {
     "many-bodies": ("_FEW_BODIES", 0),
     "records-read-twice": ("_KEEP_CONTENTS", 0),
     "paths-from-the-store": ("_KEEP_PATHS", 0),
+    "commits-in-the-records": ("_PATH_OBJECT_MAX", 0),
 }
 
 
@@ -178,6 +180,9 @@ def test_every_way_of_the_scan_finds_what_the_walk_finds(store: castore.Store, w
 
     if way == "blocks-walked":
         monkeypatch.setattr(grepscan._Paths, "_segment", lambda self, sid, blk: None)
+    elif way == "records-read-twice":
+        monkeypatch.setattr(grepscan, "_KEEP_PATHS", 0)  # the records are only searched again for an incomplete scan
+        monkeypatch.setattr(grepscan, *OTHER_WAYS[way])
     else:
         monkeypatch.setattr(grepscan, *OTHER_WAYS[way])
     for query in QUERIES:
