@@ -453,27 +453,62 @@ class _Paths:
             raise IntegrityError(oid, "expected a commit")
         return c
 
-    def held(self, tip: str) -> list[str]:
-        """The commits of ``targets`` (id: depth; by their bytes in ``by_bytes``) on the
-        first-parent path ending at ``tip``: its top block by its parent links, the blocks
-        below by the segments of the index its bottom commit names.
+    def commits(self, oids: list[str]) -> list[Commit]:
+        """The commits ``oids``, in order (those kept by the scan decoded in one batch).
 
         Raises:
-            ObjectNotFound, IntegrityError: a commit of the path is missing or not a commit.
+            ObjectNotFound: one is missing.
+            IntegrityError: one is not a commit.
         """
-        targets, by_bytes, shallowest = self.targets, self.by_bytes, self.shallowest
-        out: list[str] = []
-        cid, c = tip, self.commit(tip)
-        if cid in targets:
-            out.append(cid)
-        # the top block: up to K - 1 parent links from the tip
-        while c.depth % K != 0 and c.parents and c.depth > shallowest:
-            cid = o.hex_id(c.parents[0])
-            c = self.commit(cid)
-            if cid in targets:
-                out.append(cid)
-        if c.depth <= shallowest or not c.parents:
-            return out
+        decoded = self.decoded
+        got = [decoded.get(x) for x in oids]
+        fresh = [i for i, c in enumerate(got) if c is None]
+        if fresh:
+            ids = [oids[i] for i in fresh]
+            raws = [self.canonical.get(x) for x in ids]
+            if None in raws:
+                objs = [self.get(x) for x in ids]  # some from the store
+            else:
+                objs = o.decode_many(ids, raws)  # type: ignore[arg-type]
+                decoded.update(zip(ids, objs, strict=True))
+            for i, obj in zip(fresh, objs, strict=True):
+                got[i] = obj
+        out: list[Commit] = []
+        for x, c in zip(oids, got, strict=True):
+            if not isinstance(c, Commit):
+                raise ObjectNotFound(x) if c is None else IntegrityError(x, "expected a commit")
+            out.append(c)
+        return out
+
+    def held(self, tips: list[str]) -> list[list[str]]:
+        """For each of ``tips``, the commits of ``targets`` (id: depth; by their bytes in
+        ``by_bytes``) on the first-parent path ending there: its top block by its parent links
+        (every path a step at a time, each step one batch), the blocks below by the segments
+        of the index its bottom commit names.
+
+        Raises:
+            ObjectNotFound, IntegrityError: a commit of a path is missing or not a commit.
+        """
+        targets, shallowest = self.targets, self.shallowest
+        outs: list[list[str]] = [[tip] if tip in targets else [] for tip in tips]
+        cs = self.commits(tips)
+        # the top blocks: up to K - 1 parent links from each tip
+        on = [i for i, c in enumerate(cs) if c.depth % K != 0 and c.parents and c.depth > shallowest]
+        while on:
+            ids = [cs[i].parents[0].hex() for i in on]
+            for i, cid, c in zip(on, ids, self.commits(ids), strict=True):
+                cs[i] = c
+                if cid in targets:
+                    outs[i].append(cid)
+            on = [i for i in on if (c := cs[i]).depth % K != 0 and c.parents and c.depth > shallowest]
+        for out, c in zip(outs, cs, strict=True):
+            if c.depth > shallowest and c.parents:
+                self._below(c, out)
+        return outs
+
+    def _below(self, c: Commit, out: list[str]) -> None:
+        """Add to ``out`` the targets on the path below ``c``, the bottom commit of a top block."""
+        targets, by_bytes = self.targets, self.by_bytes
         idx = self.get(o.hex_id(c.index)) if c.index is not None else None
         segs = [o.hex_id(x) for x in idx.segments] if isinstance(idx, Index) else []
         below = self.blocks
@@ -488,7 +523,6 @@ class _Paths:
                 c = self.commit(cid)
                 if cid in targets and blk * K <= c.depth < blk * K + K:
                     out.append(cid)
-        return out
 
     def _segment(self, sid: str, blk: int) -> frozenset[bytes] | None:
         """The objects of segment ``sid`` when it is the segment of block ``blk``."""
@@ -629,13 +663,18 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
     where: dict[str, list[tuple[int, str, int]]] = {}  # commit -> (session number, branch, branch number)
     known = _Paths(store, scan.paths, targets, {scan.canonical[x]: x for x in targets})
     shallowest = known.shallowest
+    asked: list[tuple[int, str, int]] = []
+    tip_ids: list[str] = []
     for sn, (_, tips) in enumerate(sessions):
         for bn, (bname, tip, meta) in enumerate(tips):
             length = meta.get("length")
             top = int(length) - 1 if isinstance(length, int) and not isinstance(length, bool) else None
             if top is None or top >= shallowest:
-                for x in known.held(tip):
-                    where.setdefault(x, []).append((sn, bname, bn))
+                asked.append((sn, bname, bn))
+                tip_ids.append(tip)
+    for ref, on_path in zip(asked, known.held(tip_ids), strict=True):
+        for x in on_path:
+            where.setdefault(x, []).append(ref)
     for held in where.values():
         held.sort(key=lambda r: (r[0], r[2]))  # session order, then branch order, as the walk lists them
     # 3. each commit reported once, with the first session holding it, in the walk's order
