@@ -423,7 +423,8 @@ class _Paths:
         self.blocks = sorted({d // K for d in targets.values()})  # the blocks that hold a target
         self.canonical = found
         self.decoded: dict[str, Any] = {}
-        self.members: dict[str, frozenset[bytes] | None] = {}  # a segment's objects (None: not the block's)
+        self.members: dict[str, list[str] | None] = {}  # a segment's targets (None: not the block's)
+        self.sizes = frozenset(map(len, by_bytes))
 
     def get(self, oid: str) -> Any:
         """The object ``oid`` (None when it is missing)."""
@@ -508,14 +509,14 @@ class _Paths:
 
     def _below(self, c: Commit, out: list[str]) -> None:
         """Add to ``out`` the targets on the path below ``c``, the bottom commit of a top block."""
-        targets, by_bytes = self.targets, self.by_bytes
+        targets = self.targets
         idx = self.get(o.hex_id(c.index)) if c.index is not None else None
         segs = [o.hex_id(x) for x in idx.segments] if isinstance(idx, Index) else []
         below = self.blocks
         for blk in reversed(below[:bisect.bisect_left(below, c.depth // K)]):
             members = self._segment(segs[blk], blk) if blk < len(segs) else None
             if members is not None:
-                out.extend(by_bytes[x] for x in members if x in by_bytes)
+                out.extend(members)
                 continue
             # not a segment of this block: walk down to it from the lowest commit read
             while c.depth > blk * K and c.parents:
@@ -524,11 +525,17 @@ class _Paths:
                 if cid in targets and blk * K <= c.depth < blk * K + K:
                     out.append(cid)
 
-    def _segment(self, sid: str, blk: int) -> frozenset[bytes] | None:
-        """The objects of segment ``sid`` when it is the segment of block ``blk``."""
+    def _segment(self, sid: str, blk: int) -> list[str] | None:
+        """The targets segment ``sid`` holds when it is the segment of block ``blk``."""
         if sid not in self.members:
             seg = self.get(sid)
-            self.members[sid] = frozenset(seg.objects) if isinstance(seg, Segment) and seg.start == blk * K else None
+            self.decoded.pop(sid, None)  # its copies are not kept: what it holds is
+            if isinstance(seg, Segment) and seg.start == blk * K:
+                # by length first: hashing every copy for a set would cost as much as the decoding
+                by_bytes, sizes = self.by_bytes, self.sizes
+                self.members[sid] = [by_bytes[x] for x in seg.objects if len(x) in sizes and x in by_bytes]
+            else:
+                self.members[sid] = None
         return self.members[sid]
 
 
