@@ -367,9 +367,13 @@ class _Scan:
         """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
         # only values can be bodies: a segment holding a hit (its copies of bodies) is not decoded
         tag = self.value_tag
-        objs = self.store.objects.adopt_canonical_many([content[a:a + n] for a, n in (spans[i] for i in picked)
-                                                        if content[a + 1:a + 5] == tag])
-        for oid, obj in objs:
+        raws = [content[a:a + n] for a, n in (spans[i] for i in picked) if content[a + 1:a + 5] == tag]
+        if not raws:
+            return
+        # hashed for their ids and decoded here, not through the store's cache: a common word
+        # makes most bodies candidates, and the scan keeps what it needs of them itself
+        ids = o.digest_many(raws)
+        for oid, obj in zip(ids, o.decode_many(ids, raws), strict=True):
             if isinstance(obj, Value):
                 self.bodies[o.raw_id(oid)] = obj.value
 
