@@ -3,20 +3,39 @@ format-2/3 store and the per-session *walk* of a format-1 store. Both give the s
 as the index (``tests/test_grep_scan.py``).
 
 The scan (:func:`grep_scan`) reads every stored object once, store-wide (loose objects, then
-each pack read whole, record by record: one zstd frame decompressed once). A record is
-searched, as bytes, for a *needle* (:func:`needle`: the pattern's required literal, where the
-stored bytes of every matching body must hold it; without one every object is decoded), and
-only the objects holding it are decoded. The bytes of every commit, index and segment are
-kept as read (found by their tag after a size, not by a walk of every object) and hashed
-in one batch: an id is the hash of its bytes, so bytes taken for an object that is not one
-are never asked for. Once every body that may match is known, the records are searched
-again, in memory, for the commits naming one (the bytes in front of a commit's body id; a
-few bodies by their ids in one regex). Only then are those commits attributed: each
-session's branches are read (one batch), each branch's top block followed from its tip by
-parent links through the kept commits (decoding only those), the blocks below by the
-segments of the index its bottom commit names (each decoded once, shared by forks): a match
-is there when its bytes are. Role, kind, tool and time filters are applied there; a tool
-result whose call is in an earlier commit is named from its session's earlier calls.
+each pack read whole, record by record: one zstd frame decompressed once, in a worker thread
+ahead of the search). A record's content is searched, as bytes, for a *needle*
+(:func:`needle`: the pattern's required literal, where the stored bytes of every matching
+body must hold it; without one every object is decoded): msgpack keeps a string as its UTF-8
+bytes, so a hit is a candidate, and only the values holding one are decoded; every filter
+and the pattern itself then run on the decoded blocks, so what a needle cannot see (a match
+across two fields, a case fold, encrypted reasoning, a signature or an image) is never
+reported from the bytes alone. The bytes of every commit, index and segment are kept as
+read (found by the record's object sizes, never guessed) and hashed once, in one batch, for
+their ids. Once every body that may match is known, the kept commits (as one string) are
+searched for a reference to one (the bytes in front of a commit's body id; a few bodies by
+their ids in one regex), and only those are decoded: a hit that is not a reference is
+dropped when its commit does not name that body. Only then are those commits attributed:
+each session's branches are read (one batch), each branch's top block followed from its tip
+by parent links through the kept commits (every branch a step at a time, each step one
+batch), the blocks below by the segments of the index its bottom commit names (each decoded
+once, shared by forks, a target found in it by its bytes): a match is there when its bytes
+are. Role, kind, tool and time filters are applied there; a tool result whose call is in an
+earlier commit is named from its session's earlier calls. A scan that could not keep every
+commit (one larger than :data:`_PATH_OBJECT_MAX`, or beyond :data:`_KEEP_PATHS`) looks for
+the commits in the records instead, read a second time (no record is kept in memory: a scan
+that keeps every commit does not need them), and reads from the store what attribution needs
+and it did not keep.
+
+Ids are never taken on trust. A version-2 record stores no ids (docs/FORMAT.md 4): its
+16-byte check only says the payload is the one written, and an id is the blake3 of an
+object's canonical bytes, so the scan learns an object's id by hashing the bytes it has, and
+a match is reported under the id of the very bytes it was found in: the hashing that gives
+the ids is also the check that no content is reported under a wrong id. Bytes taken for a
+commit, an index or a segment are only ever looked up by an id some commit or ref names.
+A pack index's rows would give ids without hashing, but only for sealed packs and at a
+lookup per object, which costs more than one batch of hashes (attributing through the
+store's reads instead took 1.8 s against 0.3 s at 100,000 entries, ``scripts/bench_grep.py``).
 
 The walk (:func:`grep_walk`, ``scan=False`` forces it) reads each session's refs, the commits
 of every branch path, the bodies in batches, each body once.
@@ -161,8 +180,6 @@ _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 _KEEP_PATHS = 256 << 20
 #: a commit, index or segment larger than this is not taken from a scan (read as usual)
 _PATH_OBJECT_MAX = 4 << 20
-#: decompressed records a scan keeps for its search of commits (beyond: read a second time)
-_KEEP_CONTENTS = 1 << 30
 #: up to this many bodies that may match, commits are found by those bodies' ids (else by a set)
 _FEW_BODIES = 512
 
@@ -294,19 +311,10 @@ class _Scan:
         self.paths: dict[str, bytes] = {}  # ``found`` by id, once hashed
 
     def run(self) -> None:
-        """Read every stored object once (twice only when some commit was not kept and the
-        store's records exceed :data:`_KEEP_CONTENTS` decompressed): first the bodies that
-        may match, then the commits naming them."""
-        kept: list[tuple[bytes, bool, list[tuple[int, int]] | None]] | None = []
-        size = 0
+        """Read every stored object once (twice only when some commit could not be kept):
+        first the bodies that may match, then the commits naming them."""
         for content, is_record in self.store.objects.iter_contents():
-            spans = self._unit(content, is_record)
-            if kept is not None:
-                size += len(content)
-                if size <= _KEEP_CONTENTS:
-                    kept.append((content, is_record, spans))
-                else:
-                    kept = None
+            self._unit(content, is_record)
         if not self.bodies:
             return
         # every id is the hash of the bytes it names: bytes taken for an object that is not
@@ -329,18 +337,16 @@ class _Scan:
         if self.complete:
             self._commits_kept(hits)
             return
-        again = ((content, is_record, None) for content, is_record in self.store.objects.iter_contents())
-        for content, is_record, spans in (kept if kept is not None else again):
+        for content, is_record in self.store.objects.iter_contents():
             at = hits(content)
             if at:
-                self._commits_in(content, is_record, at, spans)
+                self._commits_in(content, is_record, at)
 
-    def _unit(self, content: bytes, is_record: bool) -> list[tuple[int, int]] | None:
-        """Keep what ``content`` holds of paths and of bodies that may match; return its
-        objects' spans (None: it does not parse)."""
+    def _unit(self, content: bytes, is_record: bool) -> None:
+        """Keep what ``content`` holds of paths and of bodies that may match."""
         spans = packs.content_spans(content) if is_record else [(0, len(content))]
         if spans is None:
-            return None
+            return
         # the bytes of commits, indexes and segments are kept as read: the paths that
         # attribute the matches then read none of them again
         if self.kept < _KEEP_PATHS:
@@ -361,7 +367,6 @@ class _Scan:
             m = self.nrx.search(hay)
             if m is not None:
                 self._keep_bodies(content, spans, _holding(hay, self.nrx, m, spans))
-        return spans
 
     def _keep_bodies(self, content: bytes, spans: list[tuple[int, int]], picked: Iterable[int]) -> None:
         """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
@@ -388,14 +393,11 @@ class _Scan:
         picked = list(dict.fromkeys(bisect.bisect_right(ends, at) for at in hits(b"".join(raws))))
         self._adopt([ids[i] for i in picked], [raws[i] for i in picked])
 
-    def _commits_in(self, content: bytes, is_record: bool, hits: list[int],
-                    spans: list[tuple[int, int]] | None) -> None:
-        """Decode the commits of ``content`` (its objects at ``spans``, None: not found yet) that
-        hold a body reference at one of ``hits``."""
+    def _commits_in(self, content: bytes, is_record: bool, hits: list[int]) -> None:
+        """Decode the commits of ``content`` that hold a body reference at one of ``hits``."""
+        spans = packs.content_spans(content) if is_record else [(0, len(content))]
         if spans is None:
-            spans = packs.content_spans(content) if is_record else [(0, len(content))]
-            if spans is None:
-                return
+            return
         starts = [s for s, _ in spans]
         # only commits: the copies of commits in a segment are not decoded
         tag = self.commit_tag
@@ -415,7 +417,7 @@ class _Scan:
 class _Paths:
     """The commits, indexes and segments a scan found, by id (each id the hash of the bytes it
     names: the bytes taken for an object that is not one are never asked for), decoded when
-    asked for; one not found (beyond :data:`_KEEP_PATHS`, or not found by its tag) is read
+    asked for; one not kept (beyond :data:`_KEEP_PATHS` or :data:`_PATH_OBJECT_MAX`) is read
     from the store, verified there. :meth:`held` tells which of the matching commits
     (``targets``, id: depth, and the same by their bytes) a path holds."""
 
@@ -651,11 +653,13 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
     scan.run()
     # 1. the blocks that match, before knowing where their commits are
     found: dict[str, list[tuple[int, str, str, str | None, tuple[LineMatch, ...], bool]]] = {}
+    timed = since is not None or until is not None
     for cid, c in scan.commits.items():
         assert c.body is not None
-        when = _time_of(c)
-        if (since is not None and when < since) or (until is not None and when >= until):
-            continue
+        if timed:
+            when = _time_of(c)
+            if (since is not None and when < since) or (until is not None and when >= until):
+                continue
         calls = _Calls()
         for j, (role, bkind, tool, text) in enumerate(blocks(scan.bodies[c.body], c.kind, calls)):
             missed, calls.missed = calls.missed, False
