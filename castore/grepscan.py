@@ -180,8 +180,9 @@ _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 _KEEP_PATHS = 256 << 20
 #: a commit, index or segment larger than this is not taken from a scan (read as usual)
 _PATH_OBJECT_MAX = 4 << 20
-#: up to this many bodies that may match, commits are found by those bodies' ids (else by a set)
-_FEW_BODIES = 512
+#: up to this many bodies that may match, commits are found by those bodies' ids (else by a set:
+#: at 100,000 commits one regex of 66 ids takes 0.02 s, of 512 ids 0.25 s, the set 0.05 s)
+_FEW_BODIES = 100
 
 
 def _required_literal(rx: re.Pattern[str]) -> str | None:
