@@ -384,16 +384,33 @@ class BlockPrefix:
         return self.data
 
 
-def frame_block(data: bytes, level: int) -> bytes:
+def frame_block(data: bytes, level: int, cuts: Sequence[int] = ()) -> bytes:
     """Frame a block of many objects' bytes (a repacked pack record) as one plain zstd frame
     at ``level`` (``0x01``), or raw when that does not shrink it. :func:`unframe` reads it.
+
+    ``cuts``: offsets into ``data`` (ascending) at which a zstd block ends (zstd's block
+    flush: the frame and its window go on, the next block may still copy from the earlier
+    ones), so that a reader of a prefix (:class:`BlockPrefix`) decodes only the blocks up to
+    the bytes it needs, not up to 128 KiB more. The content is the same either way.
     """
     pool = _level_compressors.get(level)
     if pool is None:
         pool = _level_compressors.setdefault(level, _Pool(lambda: zstandard.ZstdCompressor(level=level)))
     c = pool.take()
     try:
-        z = c.compress(data)
+        if not cuts:
+            z = c.compress(data)
+        else:
+            co = c.compressobj(size=len(data))
+            parts, at = [], 0
+            for cut in cuts:
+                if at < cut < len(data):
+                    parts.append(co.compress(data[at:cut]))
+                    parts.append(co.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+                    at = cut
+            parts.append(co.compress(data[at:]))
+            parts.append(co.flush())
+            z = b"".join(parts)
     finally:
         pool.give(c)
     return _ZSTD + z if len(z) < len(data) else _RAW + data
@@ -407,6 +424,16 @@ def is_path_object(canonical: bytes) -> bool:
     """Whether canonical bytes are a :class:`Segment` or an :class:`Index`: objects that belong
     to one path, are shared with no other session, and repeat their neighbours' bytes."""
     return 0x80 <= canonical[0] <= 0x8F and canonical[1:5] in _PATH_TAGS
+
+
+def kind_tag(canonical: bytes | memoryview) -> str:
+    """The tag of the object whose canonical bytes these are (``"c"`` a :class:`Commit`,
+    ``"t"`` a :class:`Tree`, ``"v"`` a :class:`Value`, ``"b"`` a :class:`Blob`, ``"s"`` a
+    :class:`Segment`, ``"i"`` an :class:`Index`), read from its first bytes (msgspec writes
+    the tag first), without decoding it; ``""`` when they do not start like an object's."""
+    if len(canonical) >= 5 and 0x80 <= canonical[0] <= 0x8F and canonical[1:4] == b"\xa1k\xa1":
+        return chr(canonical[4])
+    return ""
 
 
 def decode(oid: str, canonical: bytes) -> AnyObject:

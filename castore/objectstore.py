@@ -1413,7 +1413,7 @@ class ObjectStore(Repacking):
         """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks, then
         its index, each atomically: a pack without its index is still read (scanned); an
         index never names a pack that is not complete."""
-        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run)
+        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)
         name = packs.content_name("r", data)
         self.storage.write(pack_key(name), data)
         self.storage.write(index_key(name), packs.encode_index(len(data), where))
