@@ -335,15 +335,20 @@ def unframe(stored: bytes | memoryview, what: str = "frame") -> bytes:
 class BlockPrefix:
     """The content of a plain zstd frame (``0x01``: a repacked pack's block) decompressed only
     as far as its readers ask: a reader of one object near the start of a 256 KiB block stops
-    after the zstd blocks (up to 128 KiB each) that hold it, and a later reader of the same
-    frame goes on from there. No id is checked here (the objects read from it are).
+    after the zstd blocks (up to 128 KiB each, or up to a cut of a block laid out by kind)
+    that hold it, and a later reader of the same frame goes on from there. No id is checked
+    here (the objects read from it are).
+
+    While the frame is read in part, the prefix holds a decompression context of the pool
+    :func:`unframe` uses (a new one costs ~20 us); it goes back once the whole frame is read
+    or :meth:`close` is called.
 
     Raises:
         IntegrityError: (from the constructor, naming ``what``) not a ``0x01`` frame, or one
             declaring no size or more than :data:`MAX_OBJECT_SIZE`.
     """
 
-    __slots__ = ("size", "data", "what", "_reader")
+    __slots__ = ("size", "data", "what", "_reader", "_ctx")
 
     def __init__(self, stored: bytes | memoryview, what: str = "frame") -> None:
         if bytes(stored[:1]) != _ZSTD:
@@ -358,18 +363,22 @@ class BlockPrefix:
         self.size: int = size
         self.data = b""
         self.what = what
-        # its own context: a stream left open must not share the thread's decompressor
-        self._reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=False)
+        # a context of its own until it is done: a stream left open is not shared
+        self._ctx: zstandard.ZstdDecompressor | None = _decompressors.take()
+        self._reader: Any = self._ctx.stream_reader(body, read_across_frames=False)
 
     def upto(self, n: int) -> bytes:
         """At least the first ``n`` bytes of the content (all of it when ``n`` is not less).
 
         Raises:
             IntegrityError: the frame does not decompress, or ends before its declared size.
+            ValueError: more than was read is asked of a closed prefix.
         """
         want = min(n, self.size)
         parts = [self.data]
         held = len(self.data)
+        if held < want and self._reader is None:
+            raise ValueError(f"{self.what}: a closed block prefix holds {held} of {self.size} bytes")
         try:
             while held < want:
                 more = self._reader.read(want - held)
@@ -378,10 +387,23 @@ class BlockPrefix:
                 parts.append(more)
                 held += len(more)
         except zstandard.ZstdError as e:
+            self._ctx = None  # its state is that of a failed stream: not given back
             raise IntegrityError(self.what, f"bad compressed data ({e})") from e
         if len(parts) > 1:
             self.data = b"".join(parts)
+        if held >= self.size:
+            self.close()
         return self.data
+
+    def close(self) -> None:
+        """Read no further: the decompression context goes back to the pool (what was read
+        stays in :attr:`data`). Safe to call twice."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+            if self._ctx is not None:
+                _decompressors.give(self._ctx)
+        self._ctx = None
 
 
 def frame_block(data: bytes, level: int, cuts: Sequence[int] = ()) -> bytes:

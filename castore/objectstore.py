@@ -196,7 +196,8 @@ class ObjectStore(Repacking):
         into a pack of blocks without them (:meth:`_merge_log`). A failure to write the
         index or the pack leaves the log unsealed (a later repack merges it once it has
         been idle), and so does a ref swap of another thread still under way (its intent
-        must stay live)."""
+        must stay live). Blocks read in part are dropped (their decompression contexts go
+        back to the pool)."""
         self.wait_repack()
         with self._lock:
             if self._log is not None and self._log_pid == os.getpid():
@@ -211,6 +212,8 @@ class ObjectStore(Repacking):
                 if self._log is not None:
                     self._log.close()
             self._log = None
+            while self._prefixes:  # their decompression contexts go back to the pool
+                self._prefixes.popitem()[1].close()
 
     # -- writing ---------------------------------------------------------------------
     def prepare(self, obj: AnyObject) -> tuple[ObjectId, bytes]:
@@ -532,7 +535,7 @@ class ObjectStore(Repacking):
         for key in [k for k in self._contents if k[0] == name]:
             self._contents_bytes -= len(self._contents.pop(key))
         for key in [k for k in self._prefixes if k[0] == name]:
-            del self._prefixes[key]
+            self._prefixes.pop(key).close()
         self._lazy.pop(name, None)  # rows found in it so far are in pack.where, dropped below
         pack = self._packs.pop(name, None)
         if pack is not None:
@@ -864,7 +867,7 @@ class ObjectStore(Repacking):
             else:
                 self._prefixes[key] = part
                 while len(self._prefixes) > PREFIXES:
-                    self._prefixes.popitem(last=False)
+                    self._prefixes.popitem(last=False)[1].close()
         return content
 
     def _stored(self, oid: str) -> bytes | None:

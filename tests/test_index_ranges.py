@@ -281,6 +281,14 @@ def test_a_block_prefix_is_the_start_of_the_frame_and_damage_is_caught() -> None
     assert content.startswith(first) and 100 <= len(first) < len(content)
     assert p.upto(300_000) == content[:len(p.upto(300_000))] and len(p.data) >= 300_000
     assert p.upto(10 << 20) == content
+    assert p.upto(10 << 20) == content  # read whole: its context went back, its content stays
+    closed = castore.objects.BlockPrefix(frame, "block")
+    head = closed.upto(100)
+    closed.close()
+    closed.close()
+    assert closed.upto(len(head)) == head
+    with pytest.raises(ValueError, match="closed"):
+        closed.upto(len(head) + 1)
     bad = bytearray(frame)
     bad[len(bad) // 2] ^= 0xFF
     with pytest.raises(castore.IntegrityError):
