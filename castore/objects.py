@@ -341,14 +341,15 @@ class BlockPrefix:
 
     While the frame is read in part, the prefix holds a decompression context of the pool
     :func:`unframe` uses (a new one costs ~20 us); it goes back once the whole frame is read
-    or :meth:`close` is called.
+    or :meth:`close` is called. A closed prefix asked for more than it holds decompresses
+    again from the start of the frame (a reader that took it before another closed it).
 
     Raises:
         IntegrityError: (from the constructor, naming ``what``) not a ``0x01`` frame, or one
             declaring no size or more than :data:`MAX_OBJECT_SIZE`.
     """
 
-    __slots__ = ("size", "data", "what", "_reader", "_ctx")
+    __slots__ = ("size", "data", "what", "_body", "_reader", "_ctx")
 
     def __init__(self, stored: bytes | memoryview, what: str = "frame") -> None:
         if bytes(stored[:1]) != _ZSTD:
@@ -363,22 +364,28 @@ class BlockPrefix:
         self.size: int = size
         self.data = b""
         self.what = what
+        self._body = body
+        self._ctx: zstandard.ZstdDecompressor | None = None
+        self._reader: Any = None
+        self._open()
+
+    def _open(self) -> None:
         # a context of its own until it is done: a stream left open is not shared
-        self._ctx: zstandard.ZstdDecompressor | None = _decompressors.take()
-        self._reader: Any = self._ctx.stream_reader(body, read_across_frames=False)
+        self._ctx = _decompressors.take()
+        self._reader = self._ctx.stream_reader(self._body, read_across_frames=False)
 
     def upto(self, n: int) -> bytes:
         """At least the first ``n`` bytes of the content (all of it when ``n`` is not less).
 
         Raises:
             IntegrityError: the frame does not decompress, or ends before its declared size.
-            ValueError: more than was read is asked of a closed prefix.
         """
         want = min(n, self.size)
         parts = [self.data]
         held = len(self.data)
         if held < want and self._reader is None:
-            raise ValueError(f"{self.what}: a closed block prefix holds {held} of {self.size} bytes")
+            self._open()  # closed meanwhile: from the start again
+            parts, held = [], 0
         try:
             while held < want:
                 more = self._reader.read(want - held)
@@ -389,15 +396,15 @@ class BlockPrefix:
         except zstandard.ZstdError as e:
             self._ctx = None  # its state is that of a failed stream: not given back
             raise IntegrityError(self.what, f"bad compressed data ({e})") from e
-        if len(parts) > 1:
+        if held != len(self.data):
             self.data = b"".join(parts)
         if held >= self.size:
             self.close()
         return self.data
 
     def close(self) -> None:
-        """Read no further: the decompression context goes back to the pool (what was read
-        stays in :attr:`data`). Safe to call twice."""
+        """Read no further for now: the decompression context goes back to the pool (what
+        was read stays in :attr:`data`). Safe to call twice."""
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.close()

@@ -287,8 +287,9 @@ def test_a_block_prefix_is_the_start_of_the_frame_and_damage_is_caught() -> None
     closed.close()
     closed.close()
     assert closed.upto(len(head)) == head
-    with pytest.raises(ValueError, match="closed"):
-        closed.upto(len(head) + 1)
+    more = closed.upto(200_000)  # closed before (another reader evicted it): from the start again
+    assert len(more) >= 200_000 and content.startswith(more)
+    assert closed.upto(10 << 20) == content
     bad = bytearray(frame)
     bad[len(bad) // 2] ^= 0xFF
     with pytest.raises(castore.IntegrityError):
