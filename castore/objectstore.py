@@ -1413,9 +1413,10 @@ class ObjectStore(Repacking):
         return self._write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames])
 
     def _write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
-        """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks, then
-        its index, each atomically: a pack without its index is still read (scanned); an
-        index never names a pack that is not complete."""
+        """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks (each
+        laid out by kind, :func:`castore.packs.block_layout`), then its index, each
+        atomically: a pack without its index is still read (scanned); an index never names
+        a pack that is not complete."""
         data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)
         name = packs.content_name("r", data)
         self.storage.write(pack_key(name), data)
