@@ -335,15 +335,21 @@ def unframe(stored: bytes | memoryview, what: str = "frame") -> bytes:
 class BlockPrefix:
     """The content of a plain zstd frame (``0x01``: a repacked pack's block) decompressed only
     as far as its readers ask: a reader of one object near the start of a 256 KiB block stops
-    after the zstd blocks (up to 128 KiB each) that hold it, and a later reader of the same
-    frame goes on from there. No id is checked here (the objects read from it are).
+    after the zstd blocks (up to 128 KiB each, or up to a cut of a block laid out by kind)
+    that hold it, and a later reader of the same frame goes on from there. No id is checked
+    here (the objects read from it are).
+
+    While the frame is read in part, the prefix holds a decompression context of the pool
+    :func:`unframe` uses (a new one costs ~20 us); it goes back once the whole frame is read
+    or :meth:`close` is called. A closed prefix asked for more than it holds decompresses
+    again from the start of the frame (a reader that took it before another closed it).
 
     Raises:
         IntegrityError: (from the constructor, naming ``what``) not a ``0x01`` frame, or one
             declaring no size or more than :data:`MAX_OBJECT_SIZE`.
     """
 
-    __slots__ = ("size", "data", "what", "_reader")
+    __slots__ = ("size", "data", "what", "_body", "_reader", "_ctx")
 
     def __init__(self, stored: bytes | memoryview, what: str = "frame") -> None:
         if bytes(stored[:1]) != _ZSTD:
@@ -358,8 +364,15 @@ class BlockPrefix:
         self.size: int = size
         self.data = b""
         self.what = what
-        # its own context: a stream left open must not share the thread's decompressor
-        self._reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=False)
+        self._body = body
+        self._ctx: zstandard.ZstdDecompressor | None = None
+        self._reader: Any = None
+        self._open()
+
+    def _open(self) -> None:
+        # a context of its own until it is done: a stream left open is not shared
+        self._ctx = _decompressors.take()
+        self._reader = self._ctx.stream_reader(self._body, read_across_frames=False)
 
     def upto(self, n: int) -> bytes:
         """At least the first ``n`` bytes of the content (all of it when ``n`` is not less).
@@ -370,6 +383,9 @@ class BlockPrefix:
         want = min(n, self.size)
         parts = [self.data]
         held = len(self.data)
+        if held < want and self._reader is None:
+            self._open()  # closed meanwhile: from the start again
+            parts, held = [], 0
         try:
             while held < want:
                 more = self._reader.read(want - held)
@@ -378,22 +394,52 @@ class BlockPrefix:
                 parts.append(more)
                 held += len(more)
         except zstandard.ZstdError as e:
+            self._ctx = None  # its state is that of a failed stream: not given back
             raise IntegrityError(self.what, f"bad compressed data ({e})") from e
-        if len(parts) > 1:
+        if held != len(self.data):
             self.data = b"".join(parts)
+        if held >= self.size:
+            self.close()
         return self.data
 
+    def close(self) -> None:
+        """Read no further for now: the decompression context goes back to the pool (what
+        was read stays in :attr:`data`). Safe to call twice."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+            if self._ctx is not None:
+                _decompressors.give(self._ctx)
+        self._ctx = None
 
-def frame_block(data: bytes, level: int) -> bytes:
+
+def frame_block(data: bytes, level: int, cuts: Sequence[int] = ()) -> bytes:
     """Frame a block of many objects' bytes (a repacked pack record) as one plain zstd frame
     at ``level`` (``0x01``), or raw when that does not shrink it. :func:`unframe` reads it.
+
+    ``cuts``: offsets into ``data`` (ascending) at which a zstd block ends (zstd's block
+    flush: the frame and its window go on, the next block may still copy from the earlier
+    ones), so that a reader of a prefix (:class:`BlockPrefix`) decodes only the blocks up to
+    the bytes it needs, not up to 128 KiB more. The content is the same either way.
     """
     pool = _level_compressors.get(level)
     if pool is None:
         pool = _level_compressors.setdefault(level, _Pool(lambda: zstandard.ZstdCompressor(level=level)))
     c = pool.take()
     try:
-        z = c.compress(data)
+        if not cuts:
+            z = c.compress(data)
+        else:
+            co = c.compressobj(size=len(data))
+            parts, at = [], 0
+            for cut in cuts:
+                if at < cut < len(data):
+                    parts.append(co.compress(data[at:cut]))
+                    parts.append(co.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+                    at = cut
+            parts.append(co.compress(data[at:]))
+            parts.append(co.flush())
+            z = b"".join(parts)
     finally:
         pool.give(c)
     return _ZSTD + z if len(z) < len(data) else _RAW + data
@@ -407,6 +453,16 @@ def is_path_object(canonical: bytes) -> bool:
     """Whether canonical bytes are a :class:`Segment` or an :class:`Index`: objects that belong
     to one path, are shared with no other session, and repeat their neighbours' bytes."""
     return 0x80 <= canonical[0] <= 0x8F and canonical[1:5] in _PATH_TAGS
+
+
+def kind_tag(canonical: bytes | memoryview) -> str:
+    """The tag of the object whose canonical bytes these are (``"c"`` a :class:`Commit`,
+    ``"t"`` a :class:`Tree`, ``"v"`` a :class:`Value`, ``"b"`` a :class:`Blob`, ``"s"`` a
+    :class:`Segment`, ``"i"`` an :class:`Index`), read from its first bytes (msgspec writes
+    the tag first), without decoding it; ``""`` when they do not start like an object's."""
+    if len(canonical) >= 5 and 0x80 <= canonical[0] <= 0x8F and canonical[1:4] == b"\xa1k\xa1":
+        return chr(canonical[4])
+    return ""
 
 
 def decode(oid: str, canonical: bytes) -> AnyObject:

@@ -196,7 +196,8 @@ class ObjectStore(Repacking):
         into a pack of blocks without them (:meth:`_merge_log`). A failure to write the
         index or the pack leaves the log unsealed (a later repack merges it once it has
         been idle), and so does a ref swap of another thread still under way (its intent
-        must stay live)."""
+        must stay live). Blocks read in part are dropped (their decompression contexts go
+        back to the pool)."""
         self.wait_repack()
         with self._lock:
             if self._log is not None and self._log_pid == os.getpid():
@@ -211,6 +212,8 @@ class ObjectStore(Repacking):
                 if self._log is not None:
                     self._log.close()
             self._log = None
+            while self._prefixes:  # their decompression contexts go back to the pool
+                self._prefixes.popitem()[1].close()
 
     # -- writing ---------------------------------------------------------------------
     def prepare(self, obj: AnyObject) -> tuple[ObjectId, bytes]:
@@ -532,7 +535,7 @@ class ObjectStore(Repacking):
         for key in [k for k in self._contents if k[0] == name]:
             self._contents_bytes -= len(self._contents.pop(key))
         for key in [k for k in self._prefixes if k[0] == name]:
-            del self._prefixes[key]
+            self._prefixes.pop(key).close()
         self._lazy.pop(name, None)  # rows found in it so far are in pack.where, dropped below
         pack = self._packs.pop(name, None)
         if pack is not None:
@@ -864,7 +867,7 @@ class ObjectStore(Repacking):
             else:
                 self._prefixes[key] = part
                 while len(self._prefixes) > PREFIXES:
-                    self._prefixes.popitem(last=False)
+                    self._prefixes.popitem(last=False)[1].close()
         return content
 
     def _stored(self, oid: str) -> bytes | None:
@@ -1410,10 +1413,11 @@ class ObjectStore(Repacking):
         return self._write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames])
 
     def _write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
-        """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks, then
-        its index, each atomically: a pack without its index is still read (scanned); an
-        index never names a pack that is not complete."""
-        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run)
+        """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks (each
+        laid out by kind, :func:`castore.packs.block_layout`), then its index, each
+        atomically: a pack without its index is still read (scanned); an index never names
+        a pack that is not complete."""
+        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)
         name = packs.content_name("r", data)
         self.storage.write(pack_key(name), data)
         self.storage.write(index_key(name), packs.encode_index(len(data), where))

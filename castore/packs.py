@@ -505,20 +505,68 @@ def encode_content(objects: Iterable[tuple[str, bytes]]) -> tuple[bytes, dict[st
     return b"".join(parts), where
 
 
+#: a repacked block (``by_kind``) ends a zstd block at least every this many content bytes
+BLOCK_CUT = 32 << 10
+#: the part of a repacked block each kind of object goes to, in this order: commits and
+#: trees (what a reader of one revision needs: the state at the middle), then bodies and
+#: the rest, then segments and indexes (what copies the commits and bodies before them)
+_BLOCK_PARTS = {"c": 0, "t": 0, "s": 2, "i": 2}
+
+
+def block_layout(objects: Sequence[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], list[int]]:
+    """The order of a repacked block's objects and where its zstd blocks end (docs/FORMAT.md,
+    4): commits and trees first, then bodies and other objects, then segments and indexes,
+    each part in the order given (write order); a cut (an offset into the record's content,
+    as :func:`encode_content` lays it out) where a part starts and at the first object
+    boundary at or after every :data:`BLOCK_CUT` bytes of a part. So a reader of one commit
+    of a long session decodes at most the commits and trees before it (about a sixth of a
+    block), in zstd blocks of about 32 KiB, not up to 128 KiB of bodies and segments."""
+    parts: list[list[tuple[str, bytes]]] = [[], [], []]
+    for item in objects:
+        parts[_BLOCK_PARTS.get(o.kind_tag(item[1]), 1)].append(item)
+    ordered: list[tuple[str, bytes]] = []
+    cuts: list[int] = []
+    seen: set[str] = set()
+    pos = 0
+    for part in parts:
+        since = -1  # a part starts a zstd block
+        for oid, canonical in part:
+            if oid in seen:
+                continue  # encode_content keeps the first
+            seen.add(oid)
+            if since < 0 or since >= BLOCK_CUT:
+                if pos:
+                    cuts.append(pos)
+                since = 0
+            ordered.append((oid, canonical))
+            step = _SIZE.size + len(canonical)
+            pos += step
+            since += step
+    return ordered, cuts
+
+
 def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
-                     compress: bool = True) -> tuple[bytes, dict[str, Slot]]:
+                     compress: bool = True, by_kind: bool = False) -> tuple[bytes, dict[str, Slot]]:
     """One version-2 record holding ``(hex id, canonical bytes)`` pairs, for a pack where it
     will start at ``at``: their content compressed as one frame (the built-in dictionary for
     a small record, as objects.to_stored; plain zstd at ``level`` when given: a repacked block;
-    raw, header ``0x00``, without ``compress``).
+    raw, header ``0x00``, without ``compress``). With ``by_kind`` (a repacked block), the
+    objects are laid out by :func:`block_layout` and a plain zstd frame ends a zstd block at
+    each of its cuts.
 
     Returns the record's bytes and where each object will be.
 
     Raises:
         IntegrityError: the record would exceed :data:`RECORD_MAX`.
     """
+    cuts: list[int] = []
+    if by_kind:
+        objects, cuts = block_layout(list(objects))
     content, spans = encode_content(objects)
-    payload = o.to_stored(content, compress) if level is None or not compress else o.frame_block(content, level)
+    if level is None or not compress:
+        payload = o.to_stored(content, compress)
+    else:
+        payload = o.frame_block(content, level, cuts)
     if len(payload) >= RECORD_MAX or len(content) > o.MAX_OBJECT_SIZE:
         raise IntegrityError("pack record", f"{len(payload)} bytes is more than a record holds")
     offset = at + _REC.size
@@ -529,12 +577,13 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
 def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: int = 0,
                    level: int | None = None,
                    cut_after: Callable[[Sequence[tuple[str, bytes]]], bool] | None = None,
-                   compress: bool = True) -> tuple[bytes, dict[str, Slot]]:
+                   compress: bool = True, by_kind: bool = False) -> tuple[bytes, dict[str, Slot]]:
     """A whole version-2 pack. Each group of ``(hex id, canonical bytes)`` (one append's
     objects, in write order) goes whole into one record; with ``block_bytes``, consecutive
     groups share a record until it holds that many bytes and ``cut_after`` (when given)
     says the last group ends a run (a repacked pack: blocks compressed together, so that
     neighbouring objects share their bytes; a block also ends at 4 x ``block_bytes``).
+    ``by_kind``: each record laid out by kind (:func:`block_layout`; what repack writes).
 
     Raises:
         IntegrityError: see :func:`encode_record_v2`.
@@ -548,7 +597,7 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: i
     def flush() -> None:
         nonlocal pos, held
         if block:
-            rec, w = encode_record_v2(block, pos, level, compress)
+            rec, w = encode_record_v2(block, pos, level, compress, by_kind)
             parts.append(rec)
             for oid, slot in w.items():
                 where.setdefault(oid, slot)
@@ -865,7 +914,8 @@ def is_pack_name(name: str) -> bool:
 __all__ = ["Location", "Slot", "Place", "IndexView", "INDEX_HEAD", "INDEX_HEAD_REMOTE",
            "payloads", "content_spans", "frames_v1",
            "encode_record", "encode_pack", "encode_content",
-           "encode_record_v2", "encode_pack_v2", "scan", "content_slots", "pack_version", "encode_index",
+           "encode_record_v2", "encode_pack_v2", "block_layout", "BLOCK_CUT",
+           "scan", "content_slots", "pack_version", "encode_index",
            "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
            "DeltaBases", "ref_delta", "apply_ref_delta",
            "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX",

@@ -3,7 +3,8 @@
 A writer's small packs (a local writer's sealed logs, an object-store writer's batch packs,
 one per append) are compressed record by record. A *repack* reads a set of packs (and,
 from ``castore repack``, small loose objects), writes every object they hold, once, in
-write order, as one new version-2 pack of zstd blocks with its index, and only then
+write order, as one new version-2 pack of zstd blocks (each laid out by kind inside:
+:func:`castore.packs.block_layout`) with its index, and only then
 deletes the packs it merged: a kill at any point leaves the objects in the old packs, or
 in the old and the new, never in neither. Which packs to merge follows git's
 ``repack --geometric=2`` (:func:`geometric`), so each byte is rewritten O(log n) times
@@ -63,7 +64,9 @@ class Repacking:
         its index, then delete the merged packs (repack; docs/FORMAT.md, 8). Objects keep their
         write order (oldest pack first, record by record) and are compressed in blocks of about
         :data:`BLOCK_BYTES`, so that neighbours (a segment and the commits it copies, one
-        message and the next) share their bytes. Every object is verified on the way.
+        message and the next) share their bytes; inside a block they are laid out by kind
+        (commits and trees first: :func:`castore.packs.block_layout`). Every object is
+        verified on the way.
 
         Safe against a concurrent repack or gc: a pack gone meanwhile is skipped (whoever
         deleted it had first written its objects into another pack), and a pack is deleted only
@@ -162,7 +165,8 @@ class Repacking:
 
     def _pack_groups(self, name: str, data: bytes) -> list[list[tuple[str, bytes]]] | None:
         """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
-        (one per version-2 record; one per object in a version-1 pack), each verified; None
+        (one per version-2 record, in the order of its content: a repacked block's is by kind,
+        stable when laid out again; one per object in a version-1 pack), each verified; None
         for a pack with a damaged record, or a sealed one whose records stop short of its
         end (damage: left for fsck).
 

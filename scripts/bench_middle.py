@@ -8,10 +8,12 @@ Each child imports castore from one checkout, opens the store afresh ``--reps`` 
 times ``Session.state(middle)`` (and, with ``--fork``, a fork at the middle); the children of
 the two checkouts alternate, so load changes hit both. Prints best / median per N and
 checkout (wall time and the thread's CPU time, steadier on a loaded machine), the N_max / N_min
-ratios, and the load average before and after.
+ratios, the bytes of each store, and the load average before and after. The stores are
+written by this checkout and read by both; with ``--own-stores`` each checkout writes its own
+(in a child) and reads it, which is how a change of what repack writes is measured.
 
 Usage: .venv/bin/python scripts/bench_middle.py --anchor /work/main [--read-n 100,10000]
-       [--rounds 6] [--reps 5] [--fork] [--cold] [--dir DIR]
+       [--rounds 6] [--reps 5] [--fork] [--cold] [--own-stores] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -50,32 +52,46 @@ print(json.dumps({"state": states, "cpu": cpus, "fork": forks, "turn": state["tu
 """
 
 
-def _build(workdir: str, n: int) -> tuple[str, str]:
-    """A format-2 store of ``n`` steps (bench_session's workload), built once; (url, middle id)."""
-    url = os.path.join(workdir, f"middle-f2-{n}")
+_BUILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[3])
+from benchlib.workload import pi_line, steps
+import castore
+url, n = sys.argv[1], int(sys.argv[2])
+with castore.open(url, durable=False, format=2) as st:
+    s = st.session("bench", "u", "s")
+    ids = [s.append(castore.Message(role=w.role, content=w.content), state_delta=w.delta) for w in steps(n)]
+with open(url + ".jsonl", "w", encoding="utf-8") as f:  # the same steps as Pi JSONL (bench_session)
+    f.write(json.dumps({"type": "session", "version": 3, "id": f"bench-{n}", "cwd": "/bench"}) + "\n")
+    parent = None
+    for i, w in enumerate(steps(n)):
+        eid = f"{i:08x}"
+        f.write(pi_line(w, eid, parent))
+        parent = eid
+with open(url + ".json", "w") as f:
+    json.dump({"mid": ids[n // 2]}, f)
+"""
+
+
+def _build(workdir: str, n: int, code_root: str, tag: str = "") -> tuple[str, str]:
+    """A format-2 store of ``n`` steps (bench_session's workload) written by the castore of
+    ``code_root`` (in a child), built once; (url, middle id)."""
+    url = os.path.join(workdir, f"middle-f2-{n}{tag}")
     meta = url + ".json"
-    if os.path.exists(meta):
-        with open(meta) as f:
-            return url, json.load(f)["mid"]
-    sys.path.insert(0, ROOT)
-    sys.path.insert(0, HERE)
-    from benchlib.workload import pi_line, steps
+    if not os.path.exists(meta):
+        env = dict(os.environ, PYTHONPATH=code_root)
+        subprocess.run([sys.executable, "-c", _BUILD, url, str(n), HERE], check=True, env=env, cwd=code_root)
+    with open(meta) as f:
+        return url, json.load(f)["mid"]
 
-    import castore
 
-    with castore.open(url, durable=False, format=2) as st:
-        s = st.session("bench", "u", "s")
-        ids = [s.append(castore.Message(role=w.role, content=w.content), state_delta=w.delta) for w in steps(n)]
-    with open(url + ".jsonl", "w", encoding="utf-8") as f:  # the same steps as Pi JSONL (bench_session)
-        f.write(json.dumps({"type": "session", "version": 3, "id": f"bench-{n}", "cwd": "/bench"}) + "\n")
-        parent = None
-        for i, w in enumerate(steps(n)):
-            eid = f"{i:08x}"
-            f.write(pi_line(w, eid, parent))
-            parent = eid
-    with open(meta, "w") as f:
-        json.dump({"mid": ids[n // 2]}, f)
-    return url, ids[n // 2]
+def _stored_bytes(url: str) -> int:
+    """Bytes of every file under a store's objects/ and packs/ (indexes included)."""
+    total = 0
+    for sub in ("objects", "packs"):
+        for dirpath, _, files in os.walk(os.path.join(url, sub)):
+            total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
+    return total
 
 
 def _cold(code_root: str | None, url: str, n: int) -> tuple[float, float]:
@@ -108,29 +124,41 @@ def main() -> int:
     ap.add_argument("--fork", action="store_true", help="also time a fork at the middle")
     ap.add_argument("--cold", action="store_true", help="also the cold read of each session against Pi JSONL")
     ap.add_argument("--dir", default=None, help="work folder (kept; stores are reused)")
+    ap.add_argument("--own-stores", action="store_true",
+                    help="each checkout reads stores its own code wrote (to measure a change of layout "
+                         "with the code that writes it); default: both read the stores this checkout wrote")
     args = ap.parse_args()
     workdir = args.dir or tempfile.mkdtemp(prefix="castore-middle-")
     sizes = [int(x) for x in args.read_n.split(",")]
-    stores = {n: _build(workdir, n) for n in sizes}
     roots = {"this": ROOT, "anchor": os.path.abspath(args.anchor)}
+    stores = {(k, n): _build(workdir, n, root, f"-{k}" if args.own_stores else "")
+              for k, root in (roots.items() if args.own_stores else [("this", ROOT)]) for n in sizes}
+    if not args.own_stores:
+        stores.update({("anchor", n): stores[("this", n)] for n in sizes})
     res: dict[tuple[str, int], dict[str, list[float]]] = {
         (k, n): {"state": [], "cpu": [], "fork": []} for k in roots for n in sizes}
     cold: dict[tuple[str, int], list[tuple[float, float]]] = {(k, n): [] for k in [*roots, "pi"] for n in sizes}
+    import compileall
+
+    for root in roots.values():  # as installing castore does: no child compiles it from source
+        compileall.compile_dir(os.path.join(root, "castore"), quiet=1)
     load0 = os.getloadavg()
     for _ in range(args.rounds):
         for n in sizes:
             for k, root in roots.items():
-                got = _child(root, stores[n][0], stores[n][1], args.reps, args.fork)
+                got = _child(root, stores[(k, n)][0], stores[(k, n)][1], args.reps, args.fork)
                 assert got["turn"] == n // 2, got
                 for m in ("state", "cpu", "fork"):
                     res[(k, n)][m] += got[m]
             if args.cold:
                 for k, root in [*roots.items(), ("pi", None)]:
-                    cold[(k, n)].append(_cold(root, stores[n][0], n))
+                    cold[(k, n)].append(_cold(root, stores[(k if root else "this", n)][0], n))
     load1 = os.getloadavg()
     print(f"# state at the middle (fresh handle each; best / median of {args.rounds * args.reps}); "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
-    print(f"this = {roots['this']}, anchor = {roots['anchor']}\n")
+    print(f"this = {roots['this']}, anchor = {roots['anchor']}")
+    print("stores: " + ("each checkout's own" if args.own_stores else "this checkout's, read by both") + "; bytes "
+          + ", ".join(f"{k} N = {n:,}: {_stored_bytes(stores[(k, n)][0]):,}" for k in roots for n in sizes) + "\n")
     print("| N | checkout | state ms (wall) | state ms (thread CPU) | fork ms |")
     print("|---|---|---|---|---|")
     for n in sizes:

@@ -245,9 +245,32 @@ def test_one_object_of_a_repacked_block_is_decompressed_only_up_to_it(
         # the rest of the block, read on from where the first reader stopped
         assert [m.content.split()[0] for m in st.session("app", "u", "s").messages()] == [str(i) for i in range(N)]
         assert whole == []
-    with castore.open(url) as st:  # an object in the block's second half: the block in one call
-        assert castore.objects.encode(st.objects.get(ids[-1]))[0] == ids[-1]
+    with castore.open(url) as st:  # the last commit: with the commits, at the start of the block
+        last = st.objects.get(ids[-1])
+        assert castore.objects.encode(last)[0] == ids[-1]
+        assert whole == []
+    with castore.open(url) as st:  # an object in the block's second half (a body): the block in one call
+        body = castore.objects.hex_id(last.body)
+        assert castore.objects.encode(st.objects.get(body))[0] == body
         assert whole
+
+
+def test_the_state_at_the_middle_decodes_only_the_commits_and_trees_of_its_block(
+        store: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = store
+    asked: list[tuple[int, int]] = []
+    real = castore.objects.BlockPrefix.upto
+
+    def upto(self: castore.objects.BlockPrefix, n: int) -> bytes:
+        asked.append((n, self.size))
+        return real(self, n)
+
+    monkeypatch.setattr(castore.objects.BlockPrefix, "upto", upto)
+    with castore.open(url) as st:
+        assert st.session("app", "u", "s").state(ids[N // 2], scopes=False)["turn"] == N // 2
+    # a repacked block starts with its commits and trees (docs/FORMAT.md, 4): the rest of it,
+    # the bodies and the segment that copies them, is not decoded
+    assert asked and all(n * 4 < size for n, size in asked), asked
 
 
 def test_a_block_prefix_is_the_start_of_the_frame_and_damage_is_caught() -> None:
@@ -258,6 +281,15 @@ def test_a_block_prefix_is_the_start_of_the_frame_and_damage_is_caught() -> None
     assert content.startswith(first) and 100 <= len(first) < len(content)
     assert p.upto(300_000) == content[:len(p.upto(300_000))] and len(p.data) >= 300_000
     assert p.upto(10 << 20) == content
+    assert p.upto(10 << 20) == content  # read whole: its context went back, its content stays
+    closed = castore.objects.BlockPrefix(frame, "block")
+    head = closed.upto(100)
+    closed.close()
+    closed.close()
+    assert closed.upto(len(head)) == head
+    more = closed.upto(200_000)  # closed before (another reader evicted it): from the start again
+    assert len(more) >= 200_000 and content.startswith(more)
+    assert closed.upto(10 << 20) == content
     bad = bytearray(frame)
     bad[len(bad) // 2] ^= 0xFF
     with pytest.raises(castore.IntegrityError):

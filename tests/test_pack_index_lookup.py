@@ -18,12 +18,17 @@ N = 100
 @pytest.fixture(scope="module")
 def sealed_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
     url = str(tmp_path_factory.mktemp("lookup") / "st")
+    ids: list[str] = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("castore.objectstore.SEAL_BYTES", 12 * 1024)
-        with castore.open(url, format=2, durable=False) as st:
-            s = st.session("app", "u", "s")
-            ids = [s.append(castore.Message(role="user", content=f"{i} " + os.urandom(300).hex()),
-                            state_delta={"turn": i}) for i in range(N)]
+        # repacked packs (how many the geometric rule leaves depends on their sizes), then
+        # sealed logs that no repack merges: several indexes whatever the sizes
+        for seal, repack, n in ((12, True, 80), (4, False, N - 80)):
+            mp.setattr("castore.objectstore.SEAL_BYTES", seal * 1024)
+            with castore.open(url, format=2, durable=False, auto_repack=repack) as st:
+                s = st.session("app", "u", "s")
+                ids += [s.append(castore.Message(role="user", content=f"{i} " + os.urandom(300).hex()),
+                                 state_delta={"turn": i}) for i in range(len(ids), len(ids) + n)]
+    assert len(list(Path(url, "packs").glob("r-*.idx"))) >= 1
     assert len(list(Path(url, "packs").glob("*.idx"))) >= 3
     return url, ids
 

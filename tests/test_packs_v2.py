@@ -4,6 +4,7 @@ normal writes (FORMAT.md, 8). Version-1 packs stay readable (tests/test_packs.py
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -62,6 +63,74 @@ def test_golden_v2_packs_keep_their_bytes_and_read_back():
     assert bend == len(blocks) and set(bwhere) == set(where)
     assert packs.decode_index(bytes.fromhex(want["blocks_index"])) == (len(blocks), bwhere)
     assert len({s.offset for s in bwhere.values()}) > 1  # several blocks
+    kinds = bytes.fromhex(want["kind_block_pack"])
+    kwhere, kend = packs.scan(kinds)
+    assert kend == len(kinds) and set(kwhere) == set(where)
+    assert packs.decode_index(bytes.fromhex(want["kind_block_index"])) == (len(kinds), kwhere)
+    order = [o.kind_tag(_read_slot(kinds, s)) for s in sorted(kwhere.values(), key=lambda s: s.start)]
+    assert order == ["t", "t", "c", "c", "c", "b", "b", "b", "v", "v", "v", "s", "i", "i"]
+
+
+def _zstd_block_ends(frame: bytes) -> list[int]:
+    """How many content bytes a zstd frame has given out after each of its zstd blocks, read
+    block by block (a block header is 3 bytes: last flag, type, size; RLE blocks hold 1 byte)."""
+    import zstandard
+
+    pos = zstandard.frame_header_size(frame)
+    d = zstandard.ZstdDecompressor().decompressobj()
+    out, ends, last = 0, [], False
+    while not last:
+        head = int.from_bytes(frame[pos:pos + 3], "little")
+        last, kind, size = bool(head & 1), (head >> 1) & 3, head >> 3
+        nxt = pos + 3 + (1 if kind == 1 else size)
+        out += len(d.decompress(frame[pos if ends else 0:nxt]))
+        ends.append(out)
+        pos = nxt
+    return ends
+
+
+def test_a_repacked_block_is_laid_out_by_kind_with_a_zstd_block_at_each_cut():
+    rng = random.Random(3)
+    groups: list[list[tuple[str, bytes]]] = []
+    copied: list[bytes] = []
+    for i in range(400):  # appends: a body, a tree, a commit; a segment of the last 64 every 64
+        body = o.encode(o.Value({"role": "user", "content": f"{i} " + rng.randbytes(60).hex()}))
+        tree = o.encode(o.Tree(values={"turn": i}))
+        commit = o.encode(o.Commit(kind="message", body=o.raw_id(body[0]), state=o.raw_id(tree[0]),
+                                   time=float(i), depth=i, meta={"x": rng.randbytes(40).hex()}))
+        group = [body, tree, commit]
+        copied += [commit[1], body[1]]
+        if i % 64 == 63:
+            group.append(o.encode(o.Segment(start=i - 63, objects=tuple(copied))))
+            copied = []
+        groups.append(group)
+    objs = [x for g in groups for x in g]
+    ordered, cuts = packs.block_layout(objs + objs[:5])  # an object given twice is laid out once
+    part = {"c": 0, "t": 0, "s": 2, "i": 2}
+    ranks = [part.get(o.kind_tag(c), 1) for _, c in ordered]
+    assert ranks == sorted(ranks) and sorted(ordered) == sorted(objs)
+    for r in (0, 1, 2):  # write order within each part
+        assert [x for x in ordered if part.get(o.kind_tag(x[1]), 1) == r] == \
+               [x for x in objs if part.get(o.kind_tag(x[1]), 1) == r]
+    content, spans = packs.encode_content(ordered)
+    starts = [spans[oid][0] - 4 for oid, _ in ordered]
+    assert set(cuts) <= set(starts) and cuts == sorted(cuts)
+    assert starts[ranks.index(1)] in cuts and starts[ranks.index(2)] in cuts  # each part starts a block
+    spine = [0, *(c for c in cuts if c <= starts[ranks.index(1)])]  # the commits and trees: ~95 KB
+    assert len(spine) >= 3 and all(b - a <= packs.BLOCK_CUT + 1024 for a, b in itertools.pairwise(spine))
+    rec, where = packs.encode_record_v2(objs, packs.HEADER_SIZE, level=9, by_kind=True)
+    data = packs.PACK_MAGIC_V2 + rec
+    assert packs.scan(data)[0] == where
+    for oid, canonical in objs:
+        assert _read_slot(data, where[oid]) == canonical
+    payload = data[where[objs[0][0]].offset:][:where[objs[0][0]].size]
+    assert payload[:1] == b"\x01" and o.unframe(payload) == content
+    assert set(cuts) <= set(_zstd_block_ends(payload[1:]))  # a reader of a prefix stops at a cut
+    # the same objects in write order, one frame with no cuts: laid out by kind is not larger
+    plain, _ = packs.encode_record_v2(objs, packs.HEADER_SIZE, level=9)
+    assert len(rec) < len(plain)
+    assert packs.block_layout([]) == ([], [])
+    assert o.kind_tag(b"") == o.kind_tag(b"\x93abc") == ""
 
 
 def test_the_version_1_golden_fixtures_are_untouched():

@@ -25,7 +25,9 @@ from castore import packs
 
 def golden() -> dict[str, object]:
     """A log of two version-2 records (the golden objects split in two), its index, a batch
-    pack of one record and a repacked pack of two blocks."""
+    pack of one record, a repacked pack of two blocks in write order (what repack wrote
+    before blocks were laid out by kind) and one block of every golden object laid out by
+    kind (what repack writes: commits and trees, then the rest, then segments and indexes)."""
     objs = [o.encode(obj) for obj in golden_objects().values()]
     half = len(objs) // 2
     rec1, where1 = packs.encode_record_v2(objs[:half], packs.HEADER_SIZE, compress=False)
@@ -33,6 +35,7 @@ def golden() -> dict[str, object]:
     log = packs.PACK_MAGIC_V2 + rec1 + rec2
     batch, _ = packs.encode_pack_v2([objs[:3]], compress=False)
     blocks, bwhere = packs.encode_pack_v2([[x] for x in objs], block_bytes=200, compress=False)
+    kinds, kwhere = packs.encode_pack_v2([objs], block_bytes=1 << 20, compress=False, by_kind=True)
     where = {**where1, **where2}
     return {
         "format": 2,
@@ -43,6 +46,8 @@ def golden() -> dict[str, object]:
         "batch_pack_name": packs.content_name("b", batch),
         "blocks_pack": blocks.hex(),
         "blocks_index": packs.encode_index(len(blocks), bwhere).hex(),
+        "kind_block_pack": kinds.hex(),
+        "kind_block_index": packs.encode_index(len(kinds), kwhere).hex(),
         "slots": {oid: list(slot) for oid, slot in sorted(where.items())},
     }
 
