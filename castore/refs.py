@@ -195,7 +195,7 @@ class RefStore:
 
         Raises:
             InvalidEntry: a target is neither a 64-hex id nor ``ref: <name>`` (nothing moved).
-            StorageError: the backend failed before any ref moved (none did).
+            RefLocked: a live process held a ref's lock for the whole wait (nothing moved).
         """
         prepared: list[tuple[str, bytes, Token | None, dict[str, Any]]] = []
         for name, target, expect, meta in moves:
@@ -204,7 +204,11 @@ class RefStore:
             if expect is not None and exp_token is None:
                 raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
             prepared.append((ref_key(name), _serialize(target, m), exp_token, m))
-        firsts = self.storage.swap_many([(k, d, t) for k, d, t, _ in prepared], journal)
+        firsts: Sequence[Token | Exception]
+        try:
+            firsts = self.storage.swap_many([(k, d, t) for k, d, t, _ in prepared], journal)
+        except StorageError as e:  # none landed (a failed journal): each is retried alone, as by swap
+            firsts = [e] * len(prepared)
         single: Journal | None = None if journal is None else (lambda intent: journal((intent,)))
         out: list[RefValue | Exception] = []
         for (name, target, expect, _), (_, data, _, m), first in zip(moves, prepared, firsts, strict=True):

@@ -426,6 +426,31 @@ def test_a_swap_of_two_refs_lands_the_one_whose_compare_holds(tmp_path: Path) ->
                 if n.endswith(".lock")]  # the lost compare let go of its lock
 
 
+def test_a_swap_of_two_refs_whose_log_fails_lets_go_of_every_lock_and_lands_each_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from castore.errors import StorageError
+
+    root = tmp_path / "st"
+    st = castore.open(str(root), format=3)
+    st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
+    cur = _swap_pairs(st, range(2), {})
+    log = st.objects._log
+    assert log is not None
+
+    def broken(data: bytes, sync: bool = True) -> int:
+        raise StorageError("disk full (test)", "test")
+
+    monkeypatch.setattr(log, "append", broken)
+    syncs = _Syncs(monkeypatch)
+    out = st.plumbing.swap_many([(n, _target(n, 2), cur[n], {}) for n in _PAIR])
+    assert all(not isinstance(v, Exception) for v in out), out
+    # the intents could not be journaled: the log was dropped and each ref swapped durably
+    assert st.objects._log is None and syncs.n >= 4
+    monkeypatch.undo()
+    assert {n: st.refs.read(n).target for n in _PAIR} == {n: _target(n, 2) for n in _PAIR}  # type: ignore[union-attr]
+    assert not [p for p in root.rglob("*.lock")]
+
+
 def test_a_format_2_store_keeps_its_format_and_swaps_as_before(tmp_path: Path) -> None:
     st = castore.open(str(tmp_path / "st"), format=2)
     st.session("app", "u", "s").append(castore.Message(role="user", content="x"))
