@@ -19,18 +19,20 @@ after its mark next time, or the change was under way while it read, and then
 mark records the boot it was taken in, and after a reboot (a power loss can drop the log's
 tail, not a synced ref) everything is read again.
 
-Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (the write
-path passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent`
-under the ref's lock, after the compare; when the journal has made it durable (one
-``fdatasync`` of the log, which also covers the append's objects record), the new value is
-written in place (a framed ref) or renamed over the ref, with no fsync of file or folder.
-Such a swap's lock is this handle's lock file under ``locks/`` hard-linked as
-``<key>.lock`` (no file made per swap; see :meth:`LocalStorage._lock`). Before
-the first such swap of a boot, ``journal/<boot id>`` is created durably (the *marker*); while
-it exists, deletes of refs (and checks after a dead writer's lock was cleared) are recorded
-in it, synced, before they land. Opening a store after a power loss finds the marker of
-another boot and replays that boot's intents (:meth:`LocalStorage.recover_refs`); the
-markers and the replay are in :mod:`castore.storage.journal`.
+Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (the write path
+passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent` under
+the ref's lock, after the compare; when the journal has made it durable (one ``fdatasync``
+of the log, which also covers the append's objects record), the new value is written in
+place (a framed ref, when the new frame fits one page: :data:`INPLACE_MAX`) or renamed over
+the ref, with no fsync of file or folder. :meth:`LocalStorage.swap_many` does the same for
+several refs, their intents journaled at once. Such a swap's lock is this handle's lock file
+under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
+:meth:`LocalStorage._lock`). Before the first such swap of a boot, ``journal/<boot id>`` is
+created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
+writer's lock was cleared) are recorded in it, synced, before they land. Opening a store
+after a power loss finds the marker of another boot and replays that boot's intents
+(:meth:`LocalStorage.recover_refs`); the markers and the replay are in
+:mod:`castore.storage.journal`.
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ _LOG_HEADER = "castore swap log "
 #: how many times a reader reads again a ref written in place that failed its check while
 #: its lock exists (a write under way), before calling it torn
 _TORN_READS = 64
+#: the most bytes a ref is written in place with (docs/FORMAT.md 12): one page, since the
+#: kernel checks for a fatal signal before copying each page of a write, so a writer killed
+#: (SIGKILL) during a write of two pages can leave the first written and not the second:
+#: a torn ref in the same boot, which readers cannot repair
+INPLACE_MAX = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_CHUNK = 1 << 16
 
 
@@ -665,10 +672,11 @@ class LocalStorage(Storage):
             # can tell a write in place it met
             data = frame(data) if deferred else _as_stored(key, data)
             try:
-                if deferred and ref is not None:
+                if deferred and ref is not None and len(data) <= INPLACE_MAX:
                     # the intent in the log holds the whole value: a power loss that tears
                     # this write is replayed; renaming over the ref would make ext4
-                    # (auto_da_alloc) start writing its data at once
+                    # (auto_da_alloc) start writing its data at once. One page at offset 0:
+                    # a kill cannot cut it (INPLACE_MAX)
                     os.pwrite(ref, data, 0)
                     if len(data) < size:  # else the write itself set the size
                         os.ftruncate(ref, len(data))
