@@ -811,6 +811,32 @@ class Plumbing:
         self._keep(ref, new)
         return new
 
+    def swap_many(self, moves: Sequence[tuple[str, str, RefValue | None, Mapping[str, Any]]]
+                  ) -> list[RefValue | Exception]:
+        """:meth:`swap` each ``(ref, target, expect, meta)`` (distinct refs) at once: on local
+        disk in format 3 every ref is locked and compared, their intents go into this
+        handle's log with one sync, then each is written (docs/FORMAT.md, 12). Returns per
+        move, in order, the new value or what :meth:`swap` would have raised for it alone
+        (``RefConflict``, ``StorageError``; the others land regardless).
+
+        Raises:
+            InvalidEntry: a bad target (nothing moved). RefLocked, StorageError: the
+                backend failed before any ref moved.
+        """
+        journal = self.objects.journal_many if self.objects.defers_refs else None
+        try:
+            out = self.refs.swap_many(moves, journal)
+        except (RefConflict, StorageError):
+            for ref, *_ in moves:
+                self.forget(ref)
+            raise
+        finally:
+            if journal is not None:
+                self.objects.settle()
+        for (ref, *_), new in zip(moves, out, strict=True):
+            self._keep(ref, None if isinstance(new, Exception) else new)
+        return out
+
     def set(self, ref: str, target: str, meta_for: Callable[[RefValue | None], Mapping[str, Any]],
             policy: RetryPolicy | None = None, keep: Iterable[str] = ()) -> RefValue:
         """Move ``ref`` to ``target`` whatever it holds now (re-read on each lost race).

@@ -432,6 +432,16 @@ class ObjectStore(Repacking):
             StorageError: the log cannot be written, or this thread's objects record went
                 into a log that failed before it was synced (the swap must not land).
         """
+        return self.journal_many((intent,))
+
+    def journal_many(self, intents: Sequence[RefIntent]) -> bool:
+        """:meth:`journal` for the intents of one :meth:`~castore.storage.Storage.swap_many`
+        (distinct refs, all locked): one record each, appended with one write and synced
+        once; True if done, False when this handle has no open log.
+
+        Raises:
+            StorageError: as :meth:`journal` (none of the swaps may land).
+        """
         pending = getattr(self._tls, "pending", "")
         with self._lock:
             live = self._log is not None and self._log_pid == os.getpid() and self.format >= 3
@@ -446,18 +456,22 @@ class ObjectStore(Repacking):
                 return False
             log = self._log
             assert log is not None
-            # a delta only of the value this log's previous intent of the ref wrote: a
-            # recovery then rebuilds it from this log alone (docs/FORMAT.md, 12)
-            base = self._journaled.base(intent.old)
-            ok = base is not None and base.key == intent.key and base.boot == intent.boot
-            record = packs.encode_intent(intent, base if ok else None)
+            records: list[bytes] = []
+            for intent in intents:
+                # a delta only of the value this log's previous intent of the ref wrote: a
+                # recovery then rebuilds it from this log alone (docs/FORMAT.md, 12)
+                base = self._journaled.base(intent.old)
+                ok = base is not None and base.key == intent.key and base.boot == intent.boot
+                # (the refs are distinct: no intent of the batch is another's base)
+                records.append(packs.encode_intent(intent, base if ok else None))
             try:
-                log.append(record)
+                log.append(records[0] if len(records) == 1 else b"".join(records))
             except StorageError:
                 self._abandon()
                 raise
             self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
-            self._journaled.add(intent)
+            for intent in intents:
+                self._journaled.add(intent)
             self._tls.pending = ""
             if not getattr(self._tls, "inflight", False):
                 self._tls.inflight = True

@@ -15,12 +15,12 @@ import builtins
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CastoreError, CorruptRef, InvalidEntry, RefConflict, StorageError
-from .storage import Journal, PreconditionFailed, Storage, Token
+from .storage import Journal, JournalMany, PreconditionFailed, Storage, Token
 
 PREFIX = "refs"
 SYMBOLIC = "ref: "
@@ -174,12 +174,72 @@ class RefStore:
         exp_token = expect.token if expect is not None else None
         if expect is not None and exp_token is None:
             raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
+        first: Token | Exception
+        try:
+            # a backend written before journals existed takes no ``journal``: none is passed
+            first = self.storage.swap(key, data, exp_token) if journal is None \
+                else self.storage.swap(key, data, exp_token, journal)
+        except (PreconditionFailed, StorageError) as e:
+            first = e
+        return self._settle(name, target, expect, meta, data, first, journal)
+
+    def swap_many(
+        self,
+        moves: Sequence[tuple[str, str, RefValue | None, Mapping[str, Any] | None]],
+        journal: JournalMany | None = None,
+    ) -> builtins.list[RefValue | Exception]:
+        """:meth:`swap` each ``(name, target, expect, meta)`` (distinct names), in one
+        :meth:`~castore.storage.Storage.swap_many` (on local disk in format 3: all the
+        intents synced at once); return, per move in order, its new value or the exception
+        :meth:`swap` would have raised for it alone (:class:`RefConflict`, ``StorageError``).
+
+        Raises:
+            InvalidEntry: a target is neither a 64-hex id nor ``ref: <name>`` (nothing moved).
+            RefLocked: a live process held a ref's lock for the whole wait (nothing moved).
+        """
+        prepared: list[tuple[str, bytes, Token | None, dict[str, Any]]] = []
+        for name, target, expect, meta in moves:
+            m = {**(meta or {}), "w": os.urandom(16).hex()}
+            exp_token = expect.token if expect is not None else None
+            if expect is not None and exp_token is None:
+                raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
+            prepared.append((ref_key(name), _serialize(target, m), exp_token, m))
+        firsts: Sequence[Token | Exception]
+        try:
+            firsts = self.storage.swap_many([(k, d, t) for k, d, t, _ in prepared], journal)
+        except StorageError as e:  # none landed (a failed journal): each is retried alone, as by swap
+            firsts = [e] * len(prepared)
+        single: Journal | None = None if journal is None else (lambda intent: journal((intent,)))
+        out: list[RefValue | Exception] = []
+        for (name, target, expect, _), (_, data, _, m), first in zip(moves, prepared, firsts, strict=True):
+            try:
+                out.append(self._settle(name, target, expect, m, data, first, single))
+            except (RefConflict, StorageError) as e:
+                out.append(e)
+        return out
+
+    def _settle(self, name: str, target: str, expect: RefValue | None, meta: dict[str, Any], data: bytes,
+                first: Token | Exception, journal: Journal | None) -> RefValue:
+        """The outcome of a swap of ``name`` to ``data`` whose first attempt gave ``first``
+        (the token, or what it raised): a lost compare is checked against our own write id
+        (an earlier attempt that landed), a failed write is retried.
+
+        Raises:
+            RefConflict, StorageError: as :meth:`swap`.
+        """
+        key = ref_key(name)
+        exp_token = expect.token if expect is not None else None
+        write_id = meta["w"]
         last_error: Exception | None = None
         for attempt in range(_AMBIGUOUS_RETRIES):
             try:
-                # a backend written before journals existed takes no ``journal``: none is passed
-                token = self.storage.swap(key, data, exp_token) if journal is None \
-                    else self.storage.swap(key, data, exp_token, journal)
+                if attempt == 0:
+                    if isinstance(first, Exception):
+                        raise first
+                    token = first
+                else:
+                    token = self.storage.swap(key, data, exp_token) if journal is None \
+                        else self.storage.swap(key, data, exp_token, journal)
                 return RefValue(name, target, meta, token)
             except PreconditionFailed as e:
                 # Lost, or our own earlier attempt landed and only its response was lost.

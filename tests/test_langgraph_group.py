@@ -42,7 +42,7 @@ class Held:
         self.writes: list[int] = []  # objects per write
         self.swaps: list[str] = []
         plumbing = store.plumbing
-        real_write, real_swap = plumbing.write_many, plumbing.swap
+        real_write, real_swap, real_swap_many = plumbing.write_many, plumbing.swap, plumbing.swap_many
 
         def write(batches: Any) -> int:
             self.writes.append(sum(len(b.pending) for b in batches))
@@ -57,8 +57,13 @@ class Held:
             self.swaps.append(ref)
             return real_swap(ref, *a, **k)
 
+        def swap_many(moves: Any) -> Any:  # a group's refs, at once
+            self.swaps.extend(m[0] for m in moves)
+            return real_swap_many(moves)
+
         monkeypatch.setattr(plumbing, "write_many", write)
         monkeypatch.setattr(plumbing, "swap", swap)
+        monkeypatch.setattr(plumbing, "swap_many", swap_many)
 
 
 def run_all(calls: list[Callable[[], Any]], saver: CastoreSaver, held: Held) -> list[BaseException | None]:

@@ -21,7 +21,7 @@ from castore.maintenance import fsck
 from castore.storage import journal as journal_mod
 from castore.storage import local as local_mod
 from castore.storage.journal import INPLACE_MAGIC, frame
-from castore.storage.local import LocalStorage
+from castore.storage.local import INPLACE_MAX, LocalStorage
 
 BRANCH = "refs/sessions/app/u/s/heads/main"
 
@@ -136,6 +136,27 @@ def test_a_ref_torn_by_a_power_loss_takes_its_last_value_at_recovery(tmp_path: P
     assert not os.listdir(root / journal_mod.JOURNAL)  # the other boot's marker is replayed and gone
 
 
+def test_a_value_longer_than_a_page_is_renamed_not_written_in_place(tmp_path: Path) -> None:
+    # a SIGKILL between the pages of a write leaves the first written and not the second (a
+    # torn ref in the same boot): only what fits one page is written in place
+    st = castore.open(str(tmp_path / "st"), format=3)
+    key = "refs/x/grows"
+    path = tmp_path / "st" / key
+    fits = INPLACE_MAX - len(frame(b""))
+    t = _deferred_swap(st, key, b"a" * 100 + b"\n", None)  # new: renamed, framed
+    ino = path.stat().st_ino
+    t = _deferred_swap(st, key, b"b" * (fits - 1) + b"\n", t)  # the frame fills the page exactly
+    assert path.stat().st_ino == ino and path.stat().st_size == INPLACE_MAX
+    t = _deferred_swap(st, key, b"c" * fits + b"\n", t)  # one byte more: renamed
+    assert path.stat().st_ino != ino and path.read_bytes().startswith(INPLACE_MAGIC)
+    ino = path.stat().st_ino
+    t = _deferred_swap(st, key, b"d" * 10 + b"\n", t)  # short again: in place, cut
+    assert path.stat().st_ino == ino and path.stat().st_size == len(frame(b"d" * 10 + b"\n"))
+    got = st.storage.read_versioned(key)
+    assert got is not None and got.data == b"d" * 10 + b"\n" and got.token == t
+    st.close()
+
+
 def test_a_reader_never_sees_a_write_in_place_half_done(tmp_path: Path) -> None:
     # on tmpfs an fdatasync costs nothing, so the writes in place follow each other fast
     # enough for the reader to meet many of them mid-copy (without the check it then reads
@@ -151,8 +172,9 @@ def test_a_reader_never_sees_a_write_in_place_half_done(tmp_path: Path) -> None:
 def _reader_meets_writes_in_place(root: Path) -> None:
     st = castore.open(str(root), format=3)
     key = "refs/x/busy"
-    # values that differ in every byte: any mix of two is none of them
-    values = [f"{i:07d}\n".encode() * (32768 + 61 * (i % 7)) for i in range(400)]
+    # values that differ in every byte: any mix of two is none of them; written in place
+    # only up to a page (INPLACE_MAX)
+    values = [f"{i:07d}\n".encode() * ((INPLACE_MAX - 64) // 8 - 61 * (i % 7)) for i in range(400)]
     token = _deferred_swap(st, key, values[0], None)
     written = {values[0]}
     done = threading.Event()

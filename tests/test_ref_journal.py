@@ -11,6 +11,7 @@ between its intent and its rename is not rolled forward once another writer took
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -353,6 +354,101 @@ def test_a_swap_cut_short_and_left_alone_is_rolled_forward_after_a_reboot(
     again = castore.open(str(root))
     assert [m.content for m in again.session("app", "u", "s").messages()] == ["landed", "never acknowledged"]
     assert fsck(again).ok
+
+
+# -- a swap of several refs (a LangGraph group commit): every intent under one sync ---------------
+_PAIR = ["sessions/app/u/x/heads/main", "sessions/app/u/y/heads/main"]
+
+
+def _target(name: str, i: int) -> str:
+    return hashlib.sha256(f"{name} {i}".encode()).hexdigest()
+
+
+def _swap_pairs(st: castore.Store, turns: range, cur: dict[str, Any]) -> dict[str, Any]:
+    """Move both refs of :data:`_PAIR` once per turn with one ``swap_many``; return their values."""
+    for i in turns:
+        out = st.plumbing.swap_many([(n, _target(n, i), cur.get(n), {"turn": i}) for n in _PAIR])
+        assert all(not isinstance(v, Exception) for v in out), out
+        cur = dict(zip(_PAIR, out, strict=True))
+    return cur
+
+
+@pytest.mark.parametrize("fmt, syncs", [(3, 1), (2, 4)])
+def test_a_swap_of_two_refs_journals_both_intents_under_one_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 fmt: int, syncs: int) -> None:
+    st = castore.open(str(tmp_path / "st"), format=fmt)
+    st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
+    cur = _swap_pairs(st, range(2), {})  # the refs and their folders are made
+    count = _Syncs(monkeypatch)
+    cur = _swap_pairs(st, range(2, 12), cur)
+    assert count.n == 10 * syncs  # format 2: each ref alone, lock file and folder synced
+    monkeypatch.undo()
+    if fmt == 3:
+        # a pair's intents are two records side by side in the log, the second ref's a delta too
+        fields = _intent_fields(tmp_path / "st")[-20:]
+        assert [f["key"] for f in fields] == ["refs/" + n for n in _PAIR] * 10
+        assert all("z" in f for f in fields)
+    again = castore.open(str(tmp_path / "st"))
+    assert {n: again.refs.read(n).target for n in _PAIR} == {n: _target(n, 11) for n in _PAIR}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["rolled-back", "torn"])
+def test_a_power_loss_after_a_swap_of_two_refs_replays_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           torn: bool) -> None:
+    root = tmp_path / "st"
+    st = castore.open(str(root), format=3)
+    assert isinstance(st.storage, LocalStorage)
+    st.storage.unsynced = []
+    st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
+    _swap_pairs(st, range(5), {})
+    assert _power_loss(st.storage, torn) >= 2
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    assert {n: again.refs.read(n).target for n in _PAIR} == {n: _target(n, 4) for n in _PAIR}  # type: ignore[union-attr]
+    assert os.listdir(root / JOURNAL) == []
+
+
+def test_a_swap_of_two_refs_lands_the_one_whose_compare_holds(tmp_path: Path) -> None:
+    from castore.errors import RefConflict
+
+    st = castore.open(str(tmp_path / "st"), format=3)
+    assert isinstance(st.storage, LocalStorage)
+    st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
+    cur = _swap_pairs(st, range(2), {})
+    other = castore.open(str(tmp_path / "st"))
+    x, y = _PAIR
+    other.refs.swap(y, _target(y, 99), cur[y])  # y moves under the writer
+    out = st.plumbing.swap_many([(x, _target(x, 2), cur[x], {}), (y, _target(y, 2), cur[y], {})])
+    assert isinstance(out[1], RefConflict) and not isinstance(out[0], Exception)
+    assert st.refs.read(x).target == _target(x, 2)  # type: ignore[union-attr]
+    assert st.refs.read(y).target == _target(y, 99)  # type: ignore[union-attr]
+    assert not [n for n in os.listdir(tmp_path / "st" / "refs" / "sessions" / "app" / "u" / "y" / "heads")
+                if n.endswith(".lock")]  # the lost compare let go of its lock
+
+
+def test_a_swap_of_two_refs_whose_log_fails_lets_go_of_every_lock_and_lands_each_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from castore.errors import StorageError
+
+    root = tmp_path / "st"
+    st = castore.open(str(root), format=3)
+    st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
+    cur = _swap_pairs(st, range(2), {})
+    log = st.objects._log
+    assert log is not None
+
+    def broken(data: bytes, sync: bool = True) -> int:
+        raise StorageError("disk full (test)", "test")
+
+    monkeypatch.setattr(log, "append", broken)
+    syncs = _Syncs(monkeypatch)
+    out = st.plumbing.swap_many([(n, _target(n, 2), cur[n], {}) for n in _PAIR])
+    assert all(not isinstance(v, Exception) for v in out), out
+    # the intents could not be journaled: the log was dropped and each ref swapped durably
+    assert st.objects._log is None and syncs.n >= 4
+    monkeypatch.undo()
+    assert {n: st.refs.read(n).target for n in _PAIR} == {n: _target(n, 2) for n in _PAIR}  # type: ignore[union-attr]
+    assert not [p for p in root.rglob("*.lock")]
 
 
 def test_a_format_2_store_keeps_its_format_and_swaps_as_before(tmp_path: Path) -> None:

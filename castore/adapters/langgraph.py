@@ -473,22 +473,28 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     for j in m.jobs:
                         j.error = e
                 return lost
+        swaps = []
         for m in moves:
-            meta = m.batch.ref_meta(**m.extra, **name_meta(m.name, m.real))
             assert m.batch.tip is not None
-            try:
-                self._tokens[m.name] = self.store.plumbing.swap(m.name, m.batch.tip, m.expect, meta)
-            except RefConflict:
+            swaps.append((m.name, m.batch.tip, m.expect, m.batch.ref_meta(**m.extra, **name_meta(m.name, m.real))))
+        try:
+            # every ref at once: on local disk in format 3 their intents share one sync
+            results = self.store.plumbing.swap_many(swaps)
+        except Exception as e:  # noqa: BLE001 - no ref moved: every staged call fails alike
+            results = [e] * len(moves)
+        for m, new in zip(moves, results, strict=True):
+            if isinstance(new, RefConflict):
                 self._tokens.pop(m.name, None)
                 self._views.pop(m.thread_id, None)
                 lost.extend(m.jobs)
                 continue
-            except Exception as e:  # noqa: BLE001 - this ref's calls fail; the other refs' landed
+            if isinstance(new, Exception):  # this ref's calls fail; the other refs' landed
                 self._tokens.pop(m.name, None)
                 self._views.pop(m.thread_id, None)
                 for j in m.jobs:
-                    j.error = e
+                    j.error = new
                 continue
+            self._tokens[m.name] = new
             for j in m.jobs:
                 j.landed = True
             if m.head is not None:

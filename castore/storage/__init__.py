@@ -12,10 +12,20 @@ import os
 from typing import Any
 
 from ..errors import StorageError
-from .base import Appender, DeleteIncomplete, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned
+from .base import (
+    Appender,
+    DeleteIncomplete,
+    Journal,
+    JournalMany,
+    PreconditionFailed,
+    RefIntent,
+    Storage,
+    Token,
+    Versioned,
+)
 
-__all__ = ["open_storage", "Storage", "Appender", "DeleteIncomplete", "Journal", "PreconditionFailed", "RefIntent",
-           "Token", "Versioned",
+__all__ = ["open_storage", "Storage", "Appender", "DeleteIncomplete", "Journal", "JournalMany", "PreconditionFailed",
+           "RefIntent", "Token", "Versioned",
            "split_url"]
 
 

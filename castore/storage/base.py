@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from ..errors import CastoreError, InvalidName, StorageError
@@ -56,6 +56,9 @@ class RefIntent(NamedTuple):
 #: called by :meth:`Storage.swap` under the ref's lock, after the compare passed: keeps the
 #: intent durable (True), or declines (False: the swap is then made durable on its own)
 Journal = Callable[[RefIntent], bool]
+#: called by :meth:`Storage.swap_many` under the locks of all its refs, after their compares
+#: passed: keeps all their intents durable at once (True), or declines (False)
+JournalMany = Callable[[Sequence[RefIntent]], bool]
 
 
 class PreconditionFailed(CastoreError):
@@ -220,6 +223,28 @@ class Storage(ABC):
             PreconditionFailed: the file is not in the expected state.
             StorageError: the backend failed; the write may or may not have landed.
         """
+
+    def swap_many(self, items: Sequence[tuple[str, bytes, Token | None]],
+                  journal: JournalMany | None = None) -> builtins.list[Token | Exception]:
+        """:meth:`swap` each ``(key, data, expect)`` (distinct keys); return, per item in
+        order, the new token or the exception its swap raised (:class:`PreconditionFailed`,
+        :class:`~castore.errors.StorageError`: as :meth:`swap`, each item alone). Here one
+        :meth:`swap` after the other, each intent journaled on its own; local disk takes
+        every lock first and journals all the intents with one sync (docs/FORMAT.md, 12).
+
+        Raises:
+            StorageError: the backend failed before any item was swapped (none landed).
+        """
+        out: builtins.list[Token | Exception] = []
+        for key, data, expect in items:
+            try:
+                if journal is None:
+                    out.append(self.swap(key, data, expect))
+                else:
+                    out.append(self.swap(key, data, expect, lambda intent: journal((intent,))))
+            except (PreconditionFailed, StorageError) as e:
+                out.append(e)
+        return out
 
     @abstractmethod
     def delete(self, key: str, expect: Token | None = None) -> None:

@@ -19,18 +19,20 @@ after its mark next time, or the change was under way while it read, and then
 mark records the boot it was taken in, and after a reboot (a power loss can drop the log's
 tail, not a synced ref) everything is read again.
 
-Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (the write
-path passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent`
-under the ref's lock, after the compare; when the journal has made it durable (one
-``fdatasync`` of the log, which also covers the append's objects record), the new value is
-written in place (a framed ref) or renamed over the ref, with no fsync of file or folder.
-Such a swap's lock is this handle's lock file under ``locks/`` hard-linked as
-``<key>.lock`` (no file made per swap; see :meth:`LocalStorage._lock`). Before
-the first such swap of a boot, ``journal/<boot id>`` is created durably (the *marker*); while
-it exists, deletes of refs (and checks after a dead writer's lock was cleared) are recorded
-in it, synced, before they land. Opening a store after a power loss finds the marker of
-another boot and replays that boot's intents (:meth:`LocalStorage.recover_refs`); the
-markers and the replay are in :mod:`castore.storage.journal`.
+Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (the write path
+passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent` under
+the ref's lock, after the compare; when the journal has made it durable (one ``fdatasync``
+of the log, which also covers the append's objects record), the new value is written in
+place (a framed ref, when the new frame fits one page: :data:`INPLACE_MAX`) or renamed over
+the ref, with no fsync of file or folder. :meth:`LocalStorage.swap_many` does the same for
+several refs, their intents journaled at once. Such a swap's lock is this handle's lock file
+under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
+:meth:`LocalStorage._lock`). Before the first such swap of a boot, ``journal/<boot id>`` is
+created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
+writer's lock was cleared) are recorded in it, synced, before they land. Opening a store
+after a power loss finds the marker of another boot and replays that boot's intents
+(:meth:`LocalStorage.recover_refs`); the markers and the replay are in
+:mod:`castore.storage.journal`.
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ import fcntl
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import CorruptRef, InvalidName, RefLocked, StorageError
-from .base import Appender, Journal, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
+from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
 from .journal import INPLACE_MAGIC, BootMarkers, frame, framed_token, unframe
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
@@ -68,6 +70,11 @@ _LOG_HEADER = "castore swap log "
 #: how many times a reader reads again a ref written in place that failed its check while
 #: its lock exists (a write under way), before calling it torn
 _TORN_READS = 64
+#: the most bytes a ref is written in place with (docs/FORMAT.md 12): one page, since the
+#: kernel checks for a fatal signal before copying each page of a write, so a writer killed
+#: (SIGKILL) during a write of two pages can leave the first written and not the second:
+#: a torn ref in the same boot, which readers cannot repair
+INPLACE_MAX = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_CHUNK = 1 << 16
 
 
@@ -573,15 +580,103 @@ class LocalStorage(Storage):
                 if boot:
                     self._markers.ensure(boot)
                 deferred = journal(RefIntent(key, expect, token, data, boot, time.monotonic_ns())) and bool(boot)
+        except BaseException:
+            if ref is not None:
+                os.close(ref)
+            self._unlock(path, fd)
+            raise
+        self._land_locked(key, path, fd, data, current, ref, size, deferred)
+        return token
+
+    def swap_many(self, items: Sequence[tuple[str, bytes, Token | None]],
+                  journal: JournalMany | None = None) -> builtins.list[Token | Exception]:
+        """:meth:`swap` each ``(key, data, expect)``; see :meth:`Storage.swap_many`.
+
+        With ``journal`` and two or more durable refs: every ref's lock is taken (in key
+        order, so that two such calls cannot wait on each other) and compared, then the
+        intents of those that passed go to the journal at once (one sync for all), then each
+        ref is written as :meth:`swap` writes it and its lock released. An item whose compare
+        fails gets its :class:`PreconditionFailed` and its lock back at once; a write that
+        fails after the journal took the intents gets its :class:`StorageError` (the others
+        still land). Otherwise one :meth:`swap` after the other.
+
+        Raises:
+            RefLocked: a live process held one of the locks for the whole wait (none landed).
+            StorageError: a ref cannot be read or the journal failed (none landed).
+        """
+        keys = [key for key, _, _ in items]
+        if journal is None or not self.durable or len(items) < 2 or len(set(keys)) < len(keys) \
+                or not all(k.startswith(_LOGGED_DELETES) for k in keys):
+            return super().swap_many(items, journal)
+        out: builtins.list[Token | Exception | None] = [None] * len(items)
+        held: builtins.list[tuple[int, str, int, Versioned | None, int | None, int]] = []
+        try:
+            for i in sorted(range(len(items)), key=keys.__getitem__):
+                key, _, expect = items[i]
+                path = self._path(key)
+                fd = self._lock(path, link=True)
+                try:
+                    current, ref, size = self._open_locked(key, path)
+                except BaseException:
+                    self._unlock(path, fd)
+                    raise
+                if (current.token if current else None) != expect:
+                    if ref is not None:
+                        os.close(ref)
+                    self._unlock(path, fd)
+                    out[i] = PreconditionFailed(key, expect)
+                    continue
+                held.append((i, path, fd, current, ref, size))
+            deferred = False
+            if held:
+                boot = _boot_id()
+                if boot:
+                    self._markers.ensure(boot)
+                intents = [RefIntent(keys[i], items[i][2], _token(items[i][1]), items[i][1], boot, time.monotonic_ns())
+                           for i, *_ in held]
+                deferred = journal(intents) and bool(boot)
+        except BaseException:
+            for _, path, fd, _, ref, _ in held:
+                if ref is not None:
+                    os.close(ref)
+                self._unlock(path, fd)
+            raise
+        for n, (i, path, fd, current, ref, size) in enumerate(held):
+            try:
+                self._land_locked(keys[i], path, fd, items[i][1], current, ref, size, deferred)
+                out[i] = _token(items[i][1])
+            except StorageError as e:
+                out[i] = e
+            except BaseException:
+                for _, path2, fd2, _, ref2, _ in held[n + 1:]:  # interrupted: let go of the rest
+                    if ref2 is not None:
+                        os.close(ref2)
+                    self._unlock(path2, fd2)
+                raise
+        return [r for r in out if r is not None]
+
+    def _land_locked(self, key: str, path: str, fd: int, data: bytes, current: Versioned | None,
+                     ref: int | None, size: int, deferred: bool) -> None:
+        """Write ``data`` as the ref ``key`` (file ``path``) whose lock :meth:`swap` holds
+        (``fd``: the lock file, -1 a linked lock) and whose compare passed (``current``: what
+        it held; ``ref``, ``size``: the framed file left open by :meth:`_open_locked`),
+        then release the lock. ``deferred``: the journal keeps the intent durable, so the
+        write is not synced (in place over a framed file, else a framed file renamed).
+
+        Raises:
+            StorageError: the swap log or the ref cannot be written (the lock is released).
+        """
+        try:
             self._log_swap(key)
             # framed when deferred, so that a later swap may write it in place and a reader
             # can tell a write in place it met
             data = frame(data) if deferred else _as_stored(key, data)
             try:
-                if deferred and ref is not None:
+                if deferred and ref is not None and len(data) <= INPLACE_MAX:
                     # the intent in the log holds the whole value: a power loss that tears
                     # this write is replayed; renaming over the ref would make ext4
-                    # (auto_da_alloc) start writing its data at once
+                    # (auto_da_alloc) start writing its data at once. One page at offset 0:
+                    # a kill cannot cut it (INPLACE_MAX)
                     os.pwrite(ref, data, 0)
                     if len(data) < size:  # else the write itself set the size
                         os.ftruncate(ref, len(data))
@@ -590,7 +685,7 @@ class LocalStorage(Storage):
                     self._unlock(path, fd)
                     if self.unsynced is not None:
                         self.unsynced.append((path, current.data if current is not None else None))
-                    return token
+                    return
                 if fd < 0:  # a linked lock: a temporary file is renamed, then the lock unlinked
                     self._write_file(path, data, sync=not deferred)
                 else:
@@ -618,7 +713,6 @@ class LocalStorage(Storage):
             self._fsync_dir(os.path.dirname(path))
         elif self.unsynced is not None:
             self.unsynced.append((path, current.data if current is not None else None))
-        return token
 
     def _open_locked(self, key: str, path: str) -> tuple[Versioned | None, int | None, int]:
         """Under the lock of the ref ``key`` (file ``path``), before a swap that may be
