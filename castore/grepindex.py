@@ -700,10 +700,10 @@ class Index:
             bsets = {x: i for i, x in enumerate(self.branch_sets)}
             kept_segs = [] if full else self.segs[:1]
             segments = [] if full else self.segments[:1]
-            commits = {bytes(self.commits[i:i + 32]): i // 32 for i in range(0, len(self.commits), 32)}
-            first = 32 * sum(g["commits"] for g in segments)  # the new segment's commits start here
+            commits = _Numbers([seg.commits for seg in self.segs])
+            first = sum(g["commits"] for g in segments)  # the new segment's commits start here
         else:
-            sessions, strings, bsets, kept_segs, segments, commits, first = [], {}, {}, [], [], {}, 0
+            sessions, strings, bsets, kept_segs, segments, commits, first = [], {}, {}, [], [], _Numbers([]), 0
         by_name = {s.name: s for s in self.segs} if old else {}
         number = {tuple(x["key"]): i for i, x in enumerate(sessions) if x.get("seg") is not None}
         for key in keys:
@@ -731,10 +731,15 @@ class Index:
                     n[pname] = x["n"][pname]
             else:
                 self.rebuilt.append(key)
+                was = by_name.get(x.get("seg") or "") if old else None
+                if was is not None:  # its commits from before keep their numbers
+                    for pname in PARTS:
+                        a = x["at"][pname]
+                        commits.hint(was.parts[pname].cols[0][a:a + x["n"][pname]])
                 place = 0
                 for cid, role, kind, tool, when, branches, blk, text in _extract(self.store, key):
                     pname = "res" if kind == "tool_result" else "main"
-                    cn = commits.setdefault(bytes.fromhex(cid), len(commits))
+                    cn = commits.number(bytes.fromhex(cid))
                     rn = strings.setdefault(role, len(strings))
                     tn = strings.setdefault(tool, len(strings)) if tool is not None else -1
                     bn = bsets.setdefault(branches, len(bsets))
@@ -746,8 +751,7 @@ class Index:
         for x in sessions:
             if tuple(x["key"]) not in current:
                 x.update(seg=None, refs=None, at=dict.fromkeys(PARTS, 0), n=dict.fromkeys(PARTS, 0))
-        all_commits = b"".join(commits)  # dicts keep their order: by number
-        files: dict[str, bytes] = {"commits": all_commits[first:]}
+        files: dict[str, bytes] = {"commits": commits.table(first)}
         for p in built.values():
             files.update(p.files())
         try:
@@ -756,14 +760,14 @@ class Index:
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
         segments = [*segments, {"name": name, "n": {pname: built[pname].n for pname in PARTS},
-                                "commits": (len(all_commits) - first) // 32, "files": record}]
-        seg = _Segment(name, first // 32)
+                                "commits": len(files["commits"]) // 32, "files": record}]
+        seg = _Segment(name, first)
         seg.commits, seg.parts = files["commits"], built
         gone = [s.name for s in self.segs if s.name not in kept_names] if old else []
         self.sessions, self.mark, self.strings = sessions, mark, list(strings)
         self.branch_sets = list(bsets)
         self.segments, self.segs = segments, [*kept_segs, seg]
-        self._commits = all_commits
+        self._commits = None
         self._save_state()
         self._remove_unused(gone)
 
@@ -797,6 +801,73 @@ class Index:
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
         self._stat = _stat_of(os.path.join(self.folder, "state.json"))
+
+
+class _Numbers:
+    """Commit ids to commit numbers: those of an index (its segments' tables of ids, in order) and
+    the ones given out since. An id is looked up among the numbers hinted (a re-extracted
+    session's own), then found in the tables (``mmap.find``, at memchr speed: an append brings a
+    few new commits), and past a few such finds in a dict of every id's first 8 bytes (made in C
+    from the tables)."""
+
+    _FINDS = 32
+
+    def __init__(self, tables: list[Any]) -> None:
+        self._tables = tables
+        self._bases = list(itertools.accumulate((len(t) // 32 for t in tables), initial=0))
+        self._n = self._bases[-1]
+        self._known: dict[bytes, int] = {}
+        self._by_head: dict[int, int] | None = None
+        self._exact: dict[bytes, int] | None = None
+        self._finds = 0
+        self._new: dict[bytes, int] = {}
+
+    def _id(self, c: int) -> bytes:
+        k = bisect.bisect_right(self._bases, c) - 1
+        at = 32 * (c - self._bases[k])
+        return bytes(self._tables[k][at:at + 32])
+
+    def hint(self, numbers: Iterable[int]) -> None:
+        """Commit numbers the next lookups are likely to ask for."""
+        self._known.update((self._id(c), c) for c in set(numbers))
+
+    def _lookup(self, cid: bytes) -> int | None:
+        got = self._known.get(cid)
+        if got is not None or not self._n:
+            return got
+        if self._finds < self._FINDS:
+            self._finds += 1
+            for base, t in zip(self._bases, self._tables, strict=False):
+                at = t.find(cid)
+                while at >= 0 and at % 32:
+                    at = t.find(cid, at + 1)
+                if at >= 0:
+                    return base + at // 32
+            return None
+        if self._by_head is None and self._exact is None:
+            heads = [h for t in self._tables if len(t) for h in memoryview(t).cast("Q")[::4].tolist()]
+            self._by_head = dict(zip(heads, range(self._n), strict=True))
+            if len(self._by_head) != self._n:  # two ids with the same first 8 bytes: by the whole id
+                self._exact = {self._id(c): c for c in range(self._n)}
+        if self._exact is not None:
+            return self._exact.get(cid)
+        assert self._by_head is not None
+        got = self._by_head.get(int.from_bytes(cid[:8], sys.byteorder))
+        return got if got is not None and self._id(got) == cid else None
+
+    def number(self, cid: bytes) -> int:
+        """The number of commit ``cid`` (32 bytes): its own, or the next one free."""
+        got = self._new.get(cid)
+        if got is None:
+            got = self._lookup(cid)
+        if got is None:
+            got = self._new[cid] = self._n + len(self._new)
+        return got
+
+    def table(self, start: int) -> bytes:
+        """The ids of the tables from number ``start`` (where one begins) on, then the new ones."""
+        k = self._bases.index(start)
+        return b"".join([*(bytes(t) for t in self._tables[k:]), *self._new])
 
 
 def _stat_of(path: str) -> tuple[int, int, int] | None:
