@@ -50,8 +50,11 @@ asked). Per segment ``G`` and part ``P``:
 ``G.commits`` holds the 32-byte ids of the commits first numbered in segment ``G`` (commit
 numbers run on across the segments, in order; a segment written from others keeps their
 numbers); ``state.json`` the version, the store URL, the swap-log mark, the strings and
-branch sets, the segments (their block and commit counts and files), and per session its
-key, ref folder, refs, segment and block range per part.
+branch sets, the segments (their block and commit counts and files), and per session number
+``[app, user, session, segment, first block and blocks in main, the same in res]`` (a gone
+session: no segment); ``rN.refs`` (named in ``state.json``, a new file per update) each live
+session's ref folder and refs, read only when something moved: a search of an index nothing
+moved since reads ``state.json`` and the files of the parts it searches, nothing else.
 """
 
 from __future__ import annotations
@@ -255,6 +258,13 @@ class _Part:
         get = itemgetter(*idx)
         return [get(self.cols[c]) for c in cols]
 
+    def listed(self) -> None:
+        """Hold the numbers as lists rather than views of the files (what many lookups want:
+        a list gives its ints without making them)."""
+        if not isinstance(self.time, list):
+            self.cols = [c.tolist() for c in self.cols]
+            self.time, self.bstarts = self.time.tolist(), self.bstarts.tolist()
+
     # -- building -------------------------------------------------------------------------
     def add(self, values: tuple[int, ...], when: float, text: str) -> None:
         """Append one block (``values``: its record's columns but the flags)."""
@@ -359,20 +369,17 @@ def _hits(p: _Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
         # is (UTF-8 synchronises): the bytes are searched (mmap.find: memchr speed), each hit's
         # block skipped to its end (one hit per block is enough: its lines are matched later)
         raw, bounds = (p.lowraw, p.lbstarts) if lowered else (p.raw, p.bstarts)
-        needle, find = lit.encode("utf-8"), raw.find
-        at, pos = [], 0
+        needle, find, bis = lit.encode("utf-8"), raw.find, bisect.bisect_right
+        pos, listed = 0, False
         while True:
             x = find(needle, pos)
             if x < 0:
                 break
-            at.append(x)
-            pos = find(b"\x1e", x) + 1
-            if pos == 0:
-                raise ValueError(f"index part {p.name}: a block with no separator")
-        if len(at) > 256:
-            bounds = bounds.tolist()  # a list bisects without making ints
-        bis = bisect.bisect_right
-        got = [bis(bounds, a) - 1 for a in at]
+            i = bis(bounds, x) - 1
+            got.append(i)
+            pos = bounds[i + 1]
+            if not listed and len(got) > 256:
+                bounds, listed = bounds.tolist(), True  # a list bisects without making ints
         return got if want is None else [i for i in got if kinds[i] in want]
     try:
         text, starts = (p.low, p.lstarts) if lowered else (p.text, p.starts)
@@ -419,7 +426,11 @@ class Index:
     def __init__(self, store: Store, folder: str | None = None) -> None:
         self.store = store
         self.folder = folder or index_dir(store)
-        self.sessions: list[dict[str, Any]] = []
+        #: per session number: ``[app, user, session, segment name or None, first block in main,
+        #: blocks in main, first block in res, blocks in res]``
+        self.rows: list[list[Any]] = []
+        self._sessions: list[dict[str, Any]] | None = None
+        self._refs_file: tuple[str, list[int]] | None = None
         self.mark: str | None = None
         self.strings: list[str] = []
         self.branch_sets: list[tuple[str, ...]] = []
@@ -488,7 +499,9 @@ class Index:
         if state.get("version") != VERSION or state.get("url") != _url(self.store):
             return False
         self._stat = (st.st_ino, st.st_mtime_ns, st.st_size)
-        self.sessions = state["sessions"]
+        self.rows = state["sessions"]
+        self._refs_file = (state["refs"][0], state["refs"][1]) if state.get("refs") else None
+        self._sessions = None
         self.mark = state["mark"]
         self.strings = list(state["strings"])
         self.branch_sets = [tuple(b) for b in state["branch_sets"]]
@@ -532,8 +545,30 @@ class Index:
 
     def key(self, session: int) -> Key:
         """The key of session number ``session``."""
-        k = self.sessions[session]["key"]
-        return (k[0], k[1], k[2])
+        r = self.rows[session]
+        return (r[0], r[1], r[2])
+
+    @property
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session as a dict: ``key``, ``folder``, ``refs``, ``seg``, ``at`` and ``n`` (per
+        part), the refs read from their file on first use (an update's business: a search of an
+        index that nothing moved since does not read them).
+
+        Raises:
+            ValueError: the refs file does not match its check.
+            OSError: it cannot be read.
+        """
+        if self._sessions is None:
+            refs: list[Any] = [None] * len(self.rows)
+            if self._refs_file is not None:
+                refs = json.loads(bytes(self._open(*self._refs_file)))
+                if len(refs) != len(self.rows):
+                    raise ValueError("the refs do not agree with the sessions")
+            self._sessions = [
+                {"key": r[:3], "seg": r[3], "at": {"main": r[4], "res": r[6]}, "n": {"main": r[5], "res": r[7]},
+                 "folder": f[0] if f else "", "refs": f[1] if f else None}
+                for r, f in zip(self.rows, refs, strict=True)]
+        return self._sessions
 
     def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[tuple[_Part, list[int]]]:
         """The blocks (of these kinds) with a match of ``rx``, in output order (sessions in
@@ -554,11 +589,12 @@ class Index:
         runs: dict[int, list[tuple[_Part, list[int]]]] = {}  # session -> its runs
         for seg in self.segs:
             ranges: dict[str, list[tuple[int, int, int]]] = {name: [] for name in names}
-            for si, x in enumerate(self.sessions):
-                if x.get("seg") == seg.name:
+            for si, r in enumerate(self.rows):
+                if r[3] == seg.name:
                     for name in names:
-                        if x["n"][name]:
-                            ranges[name].append((x["at"][name], x["at"][name] + x["n"][name], si))
+                        at, n = (r[4], r[5]) if name == "main" else (r[6], r[7])
+                        if n:
+                            ranges[name].append((at, at + n, si))
             for name in names:
                 if not ranges[name]:
                     continue
@@ -573,7 +609,7 @@ class Index:
                     if i < j:
                         runs.setdefault(si, []).append((p, got[i:j]))
         out: list[tuple[_Part, list[int]]] = []
-        for si in sorted(runs, key=lambda s: self.sessions[s]["key"]):
+        for si in sorted(runs, key=self.key):
             mine = runs[si]
             if len(mine) == 1:
                 out.append(mine[0])
@@ -623,7 +659,13 @@ class Index:
         """What an update needs: ``(mark, keys, current refs)``, or None when the index is fresh
         (only a new mark to save, saved here)."""
         mark, read, folders = _changes(self.store, self.mark, loaded)
-        old = {tuple(s["key"]): s for s in self.sessions if s.get("seg") is not None} if loaded else {}
+        if loaded and folders is not None and not folders:  # nothing moved: no session looked at
+            self._save_mark(mark)
+            return None
+        try:
+            old = {tuple(s["key"]): s for s in self.sessions if s.get("seg") is not None} if loaded else {}
+        except (OSError, ValueError):  # the refs cannot be read: everything again
+            loaded, old = False, {}
         if folders is None:
             current = dict(read)
         else:
@@ -633,12 +675,16 @@ class Index:
         same = loaded and len(old) == len(keys) and all(k in old and old[k]["refs"] == current[k][1] for k in keys)
         if not same:
             return mark, keys, current
+        self._save_mark(mark)
+        return None
+
+    def _save_mark(self, mark: str | None) -> None:
+        """Save a new mark of the swap log (nothing else moved), unless another writer saved a state meanwhile."""
         if mark != self.mark:
             with self._locked():
                 if self._stat == _stat_of(os.path.join(self.folder, "state.json")):
                     self.mark = mark
                     self._save_state()
-        return None
 
     def rebuild(self) -> Index:
         """Build the index again from the store alone (what a damaged index file calls for).
@@ -764,7 +810,8 @@ class Index:
         seg = _Segment(name, first)
         seg.commits, seg.parts = files["commits"], built
         gone = [s.name for s in self.segs if s.name not in kept_names] if old else []
-        self.sessions, self.mark, self.strings = sessions, mark, list(strings)
+        self._set_sessions(sessions)
+        self.mark, self.strings = mark, list(strings)
         self.branch_sets = list(bsets)
         self.segments, self.segs = segments, [*kept_segs, seg]
         self._commits = None
@@ -780,24 +827,43 @@ class Index:
         """Remove the files of segments no longer in the state, and any other segment's left by a
         writer that stopped before saving its state (best effort)."""
         keep = {g["name"] for g in self.segments}
+        if self._refs_file is not None:
+            keep.add(self._refs_file[0].split(".", 1)[0])
         try:
             entries = os.listdir(self.folder)
         except OSError:
             return
         for f in entries:
             seg = f.split(".", 1)[0]
-            if seg[:1] == "g" and seg[1:].isdigit() and seg not in keep and "." in f:
+            if seg[:1] in "gr" and seg[1:].isdigit() and seg not in keep and "." in f:
                 try:
                     os.unlink(os.path.join(self.folder, f))
                 except OSError:
                     pass
+
+    def _set_sessions(self, sessions: list[dict[str, Any]]) -> None:
+        """Take ``sessions`` (as :attr:`sessions` gives them) and write their refs to a new file.
+
+        Raises:
+            IndexError_: it cannot be written.
+        """
+        self.rows = [[*x["key"], x["seg"], x["at"]["main"], x["n"]["main"], x["at"]["res"], x["n"]["res"]]
+                     for x in sessions]
+        last = self._refs_file[0] if self._refs_file else "r0.refs"
+        name = f"r{int(last[1:].split('.')[0]) + 1}.refs"
+        data = json.dumps([[x["folder"], x["refs"]] if x["seg"] is not None else None for x in sessions]).encode()
+        try:
+            self._refs_file = (name, _write(self.folder, name, data))
+        except OSError as e:
+            raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+        self._sessions = sessions
 
     def _save_state(self) -> None:
         try:
             _write(self.folder, "state.json", json.dumps({
                 "version": VERSION, "url": _url(self.store), "mark": self.mark, "strings": self.strings,
                 "branch_sets": [list(b) for b in self.branch_sets], "segments": self.segments,
-                "sessions": self.sessions}).encode())
+                "refs": list(self._refs_file) if self._refs_file else None, "sessions": self.rows}).encode())
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
         self._stat = _stat_of(os.path.join(self.folder, "state.json"))
