@@ -268,7 +268,9 @@ class _Part:
     # -- building -------------------------------------------------------------------------
     def add(self, values: tuple[int, ...], when: float, text: str) -> None:
         """Append one block (``values``: its record's columns but the flags)."""
-        low = text.lower().translate(_FOLD)
+        low = text.lower()
+        if not low.isascii():
+            low = low.translate(_FOLD)
         btext, blow = (text + SEP).encode("utf-8"), (low + SEP).encode("utf-8")
         self._texts.append(btext)
         self._lows.append(blow)
@@ -500,6 +502,8 @@ class Index:
             return False
         self._stat = (st.st_ino, st.st_mtime_ns, st.st_size)
         self.rows = state["sessions"]
+        if not all(type(r) is list and len(r) == 8 for r in self.rows):
+            raise ValueError("sessions are not rows")
         self._refs_file = (state["refs"][0], state["refs"][1]) if state.get("refs") else None
         self._sessions = None
         self.mark = state["mark"]
