@@ -610,9 +610,6 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         runs = ix.find_blocks(rx, kinds)
     except ValueError:  # a damaged index file: not trusted, built again from the store
         runs = ix.rebuild().find_blocks(rx, kinds)
-    if sum(len(idx) for _, idx in runs) > 4096:  # many lookups: numbers as lists (~1 ms per 100,000)
-        for p in {id(p): p for p, _ in runs}.values():
-            p.listed()
     strings, bsets = ix.strings, ix.branch_sets
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
     finder = _finder(rx)

@@ -258,13 +258,6 @@ class _Part:
         get = itemgetter(*idx)
         return [get(self.cols[c]) for c in cols]
 
-    def listed(self) -> None:
-        """Hold the numbers as lists rather than views of the files (what many lookups want:
-        a list gives its ints without making them)."""
-        if not isinstance(self.time, list):
-            self.cols = [c.tolist() for c in self.cols]
-            self.time, self.bstarts = self.time.tolist(), self.bstarts.tolist()
-
     # -- building -------------------------------------------------------------------------
     def add(self, values: tuple[int, ...], when: float, text: str) -> None:
         """Append one block (``values``: its record's columns but the flags)."""
