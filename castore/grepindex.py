@@ -434,6 +434,7 @@ class Index:
         self.rebuilt: list[Key] = []
         self._commits: Any = None
         self._stat: tuple[int, int, int] | None = None  # state.json's as loaded
+        self._held = False  # the writers' lock
 
     # -- reading --------------------------------------------------------------------------
     def _open(self, name: str, want: list[int]) -> Any:
@@ -695,7 +696,9 @@ class Index:
         return self
 
     def _locked(self) -> Any:
-        """The writers' lock of the index folder (made if need be), as a context manager.
+        """The writers' lock of the index folder (made if need be), as a context manager; taken
+        again inside itself it is already held (``flock`` on a second descriptor would wait for
+        the first).
 
         Raises:
             IndexError_: the folder cannot be made or locked.
@@ -705,6 +708,9 @@ class Index:
 
         @contextlib.contextmanager
         def held() -> Iterator[None]:
+            if self._held:
+                yield
+                return
             try:
                 os.makedirs(self.folder, exist_ok=True)
                 fd = os.open(os.path.join(self.folder, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -712,8 +718,10 @@ class Index:
                 raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                self._held = True
                 yield
             finally:
+                self._held = False
                 os.close(fd)
 
         return held()

@@ -354,3 +354,22 @@ def test_the_index_is_checked_by_crc_only_when_a_file_was_written_since(store: c
     f = next(Path(index_dir(store)).glob("g*.main.rec"))
     os.utime(f, ns=(0, 0))  # touched, same bytes: its CRC is read, and it passes
     assert _texts(store, "parser") == want and crcs == [f.stat().st_size]
+
+
+def test_a_writer_that_finds_the_index_updated_by_another_looks_again(store: castore.Store) -> None:
+    """Two searches after an append: the one that takes the writers' lock second finds the state
+    written meanwhile, loads it, and saves only its newer mark (taking the lock it holds again)."""
+    import castore.grepindex as gi
+
+    open_index(store)
+    store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus"})
+    late = gi.Index(store)
+    assert late._load() and late._plan(True) is not None  # it sees s0 moved, and waits for the lock
+    first = open_index(store)  # another search updates the index meanwhile
+    assert first.rebuilt == [("bot", "ann", "s0")]
+    store.storage.swap("refs/other", b"1", None)  # an unrelated ref moves: the swap log's mark moves on
+    with late._locked():
+        assert late._stat != gi._stat_of(os.path.join(late.folder, "state.json"))
+        assert late._load() and late._plan(True) is None  # nothing to extract: only the mark saved
+    assert late.rebuilt == [] and late.mark == open_index(store).mark
+    assert _texts(store, "walrus") == ["walrus"]
