@@ -21,7 +21,8 @@ system messages.
 Three ways give the same matches. By default (every store but ``memory://``) the search runs
 over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
 store's swap log says which refs moved since the index last looked (nothing moved: one
-``stat`` and no ref read), and only those sessions are read again.
+``stat`` and no ref read), and only those sessions are read again and written to the
+index's small second segment (the rest of the index is not rewritten).
 
 Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned* (every
 stored object read once, store-wide) and a format-1 store is *walked* (each session's

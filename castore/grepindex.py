@@ -814,33 +814,33 @@ class Index:
                                 "commits": len(files["commits"]) // 32, "files": record}]
         seg = _Segment(name, first)
         seg.commits, seg.parts = files["commits"], built
-        gone = [s.name for s in self.segs if s.name not in kept_names] if old else []
         self._set_sessions(sessions)
         self.mark, self.strings = mark, list(strings)
         self.branch_sets = list(bsets)
         self.segments, self.segs = segments, [*kept_segs, seg]
         self._commits = None
         self._save_state()
-        self._remove_unused(gone)
+        self._remove_unused()
 
     def _new_name(self) -> str:
         """A name for a new segment: one more than the last, and free in the folder."""
         last = max((int(g["name"][1:]) for g in self.segments if g["name"][1:].isdigit()), default=0)
         return f"g{last + 1}"
 
-    def _remove_unused(self, names: list[str]) -> None:
-        """Remove the files of segments no longer in the state, and any other segment's left by a
-        writer that stopped before saving its state (best effort)."""
-        keep = {g["name"] for g in self.segments}
+    def _remove_unused(self) -> None:
+        """Remove every file of the folder the state does not name (best effort, under the writers'
+        lock): the segments and refs an update replaced, what a writer that stopped before saving
+        its state left, and the files of an index of an older version."""
+        keep = {"state.json", "lock"}
+        keep.update(f"{g['name']}.{k}" for g in self.segments for k in g["files"])
         if self._refs_file is not None:
-            keep.add(self._refs_file[0].split(".", 1)[0])
+            keep.add(self._refs_file[0])
         try:
             entries = os.listdir(self.folder)
         except OSError:
             return
         for f in entries:
-            seg = f.split(".", 1)[0]
-            if seg[:1] in "gr" and seg[1:].isdigit() and seg not in keep and "." in f:
+            if f not in keep:
                 try:
                     os.unlink(os.path.join(self.folder, f))
                 except OSError:

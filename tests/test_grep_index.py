@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -373,3 +374,15 @@ def test_a_writer_that_finds_the_index_updated_by_another_looks_again(store: cas
         assert late._load() and late._plan(True) is None  # nothing to extract: only the mark saved
     assert late.rebuilt == [] and late.mark == open_index(store).mark
     assert _texts(store, "walrus") == ["walrus"]
+
+
+def test_files_of_an_older_index_are_removed_when_it_is_rebuilt(store: castore.Store) -> None:
+    folder = Path(index_dir(store))
+    folder.mkdir(parents=True)
+    (folder / "state.json").write_text('{"version": 5}')
+    (folder / "main.txt").write_bytes(b"an index of an older castore")
+    want = list(grep(store, "parser", index=False))
+    assert list(grep(store, "parser")) == want
+    state = json.loads((folder / "state.json").read_text())
+    named = {f"{g['name']}.{k}" for g in state["segments"] for k in g["files"]} | {state["refs"][0]}
+    assert {f.name for f in folder.iterdir()} == named | {"state.json", "lock"}
