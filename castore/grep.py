@@ -604,7 +604,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
     context), :data:`_COUNTS` ``(session, matches)`` pairs in the order of the sessions' first
     match (the first ``limit`` matches counted)."""
-    from .grepindex import open_index, search_plan
+    from .grepindex import hits, open_index, search_plan
 
     ix = open_index(store, check=check)
     try:
@@ -627,22 +627,27 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         counts: dict[tuple[str, str, str], int] = {}
         seen: set[int] = set()
         n = 0
-        for p, idx in runs:
-            si = p.cols[1][idx[0]]  # a run is one session's
+        for session_runs in runs:
+            p0, idx0 = session_runs[0]
+            si = p0.cols[1][idx0[0]]
             key = ix.key(si)
-            cns, blks, kns, rns, tns, fls = p.fields(idx, (0, 2, 3, 4, 5, 8))
-            if (not timed and keep_block is None and sure and (not lowered or 0 not in fls)
-                    and (limit is None or n + len(idx) < limit)):
-                # every block matches: counted at once, unless another session's match had one
-                ids = set(map(operator.or_, map(operator.lshift, cns, itertools.repeat(31)), blks))
-                if seen.isdisjoint(ids):
-                    seen |= ids
-                    counts[key] = counts.get(key, 0) + len(idx)
-                    n += len(idx)
-                    continue
-            raw, bstarts, times = p.raw, p.bstarts, p.time
-            for i, cn, blk, kn, rn, tn, fl in zip(idx, cns, blks, kns, rns, tns, fls, strict=True):
-                if timed and (times[i] < lo or times[i] >= hi):
+            todo = []
+            for p, idx in session_runs:
+                cns, blks, fls = p.fields(idx, (0, 2, 8))
+                if (not timed and keep_block is None and sure and (not lowered or 0 not in fls)
+                        and (limit is None or n + len(idx) < limit)):
+                    # every block matches: counted at once, unless another session's match had one
+                    ids = set(map(operator.or_, map(operator.lshift, cns, itertools.repeat(31)), blks))
+                    if seen.isdisjoint(ids):
+                        seen |= ids
+                        counts[key] = counts.get(key, 0) + len(idx)
+                        n += len(idx)
+                        continue
+                todo.append((p, idx))
+            if not todo:
+                continue
+            for _, p, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
+                if timed and (when < lo or when >= hi):
                     continue
                 if keep_block is not None:
                     ok = kept.get((si, rn, kn, tn))
@@ -655,7 +660,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 if b in seen:
                     continue
                 if not (sure and (not lowered or fl)):
-                    text = raw[bstarts[i]:bstarts[i + 1] - 1].decode("utf-8")
+                    text = p.raw[head:end - 1].decode("utf-8")
                     if not any(finder(line) for line in text.split("\n")):
                         continue
                 seen.add(b)
@@ -675,16 +680,11 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     # the matches are built before the first is given out: tens of thousands of objects that all
     # stay alive, each burst of them a walk of every live object by the cyclic collector, for nothing
     with gc_paused():
-        for p, idx in runs:
-            si = p.cols[1][idx[0]]  # a run is one session's
+        for session_runs in runs:
+            p0, idx0 = session_runs[0]
+            si = p0.cols[1][idx0[0]]
             key = ix.key(si)
-            cns, blks, kns, rns, tns, bns = p.fields(idx, (0, 2, 3, 4, 5, 6))
-            get = operator.itemgetter(*idx) if len(idx) > 1 else lambda v, i=idx[0]: (v[i],)
-            whens, heads = get(p.time), get(p.bstarts)
-            ends = operator.itemgetter(*map((1).__add__, idx))(p.bstarts) if len(idx) > 1 else (p.bstarts[idx[0] + 1],)
-            raw = p.raw
-            for cn, blk, kn, rn, tn, bn, when, head, end in zip(cns, blks, kns, rns, tns, bns, whens, heads, ends,
-                                                               strict=True):
+            for _, p, cn, blk, kn, rn, tn, bn, _, when, head, end in hits(session_runs):
                 if timed and (when < lo or when >= hi):
                     continue
                 if keep_block is not None:
@@ -699,7 +699,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                     if found[at][1] != key if rows else found[at].session != key:
                         also.setdefault(at, {}).setdefault(key, bsets[bn])
                     continue
-                text = raw[head:end - 1].decode("utf-8")
+                text = p.raw[head:end - 1].decode("utf-8")
                 if "\n" in text:
                     lines: tuple[Any, ...] = _line_tuples(text, finder)
                     if not lines:

@@ -315,6 +315,31 @@ class _Part:
                 f"{p}.rec": recs.tobytes(), f"{p}.time": times.tobytes()}
 
 
+#: the columns of a hit as :func:`hits` gives them (after its place and its part)
+HIT_COLS = (0, 2, 3, 4, 5, 6, 8)
+
+
+def hits(runs: list[tuple[_Part, list[int]]]) -> Iterable[tuple[Any, ...]]:
+    """One session's hits (its runs, as :meth:`Index.find_blocks` gives them) in order, root to
+    tip: ``(place, part, commit, block, kind, role, tool, branch set, flags, time, byte offset,
+    byte end)`` each, the numbers read column by column in C; both parts merged by place."""
+    out: list[Any] = []
+    for p, idx in runs:
+        if len(idx) == 1:
+            i = idx[0]
+            got: Any = [((p.cols[7][i], p, *(p.cols[c][i] for c in HIT_COLS), p.time[i], p.bstarts[i],
+                          p.bstarts[i + 1]))]
+        else:
+            get = itemgetter(*idx)
+            got = zip(get(p.cols[7]), itertools.repeat(p), *(get(p.cols[c]) for c in HIT_COLS), get(p.time),
+                      get(p.bstarts), itemgetter(*map((1).__add__, idx))(p.bstarts), strict=False)
+        if len(runs) == 1:
+            return got
+        out.extend(got)
+    out.sort(key=itemgetter(0))
+    return out
+
+
 def _bytes_of(v: Any) -> Any:
     """The bytes of an array or a typed memoryview (for ``array.frombytes``)."""
     return v.cast("B") if isinstance(v, memoryview) else v.tobytes()
@@ -568,10 +593,11 @@ class Index:
                 for r, f in zip(self.rows, refs, strict=True)]
         return self._sessions
 
-    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[tuple[_Part, list[int]]]:
-        """The blocks (of these kinds) with a match of ``rx``, in output order (sessions in
-        session order, root to tip): runs of ``(part, block numbers)``, each run within one
-        session and one part. Blocks no live session covers (dead) are left out.
+    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[list[tuple[_Part, list[int]]]]:
+        """The blocks (of these kinds) with a match of ``rx``, per session in session order: the
+        session's runs of ``(part, block numbers)``, one per part searched that has any (root to
+        tip within each; :func:`hits` gives them merged in order). Blocks no live session covers
+        (dead) are left out.
 
         A case-insensitive ASCII pattern with no backslash runs case-sensitively, lowered, over
         the lowered text (Python's case-insensitive search is many times slower), and a
@@ -606,17 +632,7 @@ class Index:
                     i, j = lo(got, a), lo(got, b)
                     if i < j:
                         runs.setdefault(si, []).append((p, got[i:j]))
-        out: list[tuple[_Part, list[int]]] = []
-        for si in sorted(runs, key=self.key):
-            mine = runs[si]
-            if len(mine) == 1:
-                out.append(mine[0])
-                continue
-            # both parts: merged by the blocks' places in the session
-            placed = sorted((p.cols[7][i], n, i) for n, (p, idx) in enumerate(mine) for i in idx)
-            for n, g in itertools.groupby(placed, key=lambda x: x[1]):
-                out.append((mine[n][0], [i for _, _, i in g]))
-        return out
+        return [runs[si] for si in sorted(runs, key=self.key)]
 
     # -- keeping it fresh ----------------------------------------------------------------
     def refresh(self, check: bool = True) -> Index:
@@ -823,7 +839,8 @@ class Index:
         self._remove_unused()
 
     def _new_name(self) -> str:
-        """A name for a new segment: one more than the last, and free in the folder."""
+        """A name for a new segment: one more than the last in the state (a file of that name left
+        by a writer that stopped before saving its state is replaced)."""
         last = max((int(g["name"][1:]) for g in self.segments if g["name"][1:].isdigit()), default=0)
         return f"g{last + 1}"
 
@@ -991,4 +1008,4 @@ def update_if_present(store: Store) -> bool:
     return True
 
 
-__all__ = ["COMPACT", "Index", "IndexError_", "index_dir", "open_index", "search_plan"]
+__all__ = ["COMPACT", "HIT_COLS", "Index", "IndexError_", "hits", "index_dir", "open_index", "search_plan"]
