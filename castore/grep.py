@@ -21,7 +21,8 @@ system messages.
 Three ways give the same matches. By default (every store but ``memory://``) the search runs
 over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
 store's swap log says which refs moved since the index last looked (nothing moved: one
-``stat`` and no ref read), and only those sessions are read again.
+``stat`` and no ref read), and only those sessions are read again and written to the
+index's small second segment (the rest of the index is not rewritten).
 
 Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned* (every
 stored object read once, store-wide) and a format-1 store is *walked* (each session's
@@ -57,6 +58,7 @@ import fnmatch
 import functools
 import itertools
 import json
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -602,34 +604,14 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
     context), :data:`_COUNTS` ``(session, matches)`` pairs in the order of the sessions' first
     match (the first ``limit`` matches counted)."""
-    from .grepindex import open_index, search_plan
+    from .grepindex import hits, open_index, search_plan
 
     ix = open_index(store, check=check)
     try:
-        hits = ix.find_blocks(rx, kinds)
+        runs = ix.find_blocks(rx, kinds)
     except ValueError:  # a damaged index file: not trusted, built again from the store
-        hits = ix.rebuild().find_blocks(rx, kinds)
-    nsess = len(ix.sessions)
-    keys = [ix.key(si) for si in range(nsess)]
-    by_rank = sorted(range(nsess), key=keys.__getitem__)
-    parts = {name: ix.part(name) for name in hits}
-    # a block's place counts both parts in session-number order, root to tip; when the session
-    # numbers are in session order (an index built at once) the places are the output order
-    if by_rank == list(range(nsess)):
-        if len(hits) == 1:
-            runs = list(hits.items())
-        else:
-            placed = sorted((parts[name].rec[8 * i + 7], name, i) for name, idx in hits.items() for i in idx)
-            runs = [(name, [i for _, _, i in g]) for name, g in itertools.groupby(placed, key=lambda x: x[1])]
-    else:
-        rank = [0] * nsess
-        for r, si in enumerate(by_rank):
-            rank[si] = r
-        span = 1 + max((max(p.rec[7::8], default=0) for p in parts.values()), default=0)
-        keyed = sorted((rank[parts[name].rec[8 * i + 1]] * span + parts[name].rec[8 * i + 7], name, i)
-                       for name, idx in hits.items() for i in idx)
-        runs = [(name, [i for _, _, i in g]) for name, g in itertools.groupby(keyed, key=lambda x: x[1])]
-    strings, bsets, commits = ix.strings, ix.branch_sets, ix.commits
+        runs = ix.rebuild().find_blocks(rx, kinds)
+    strings, bsets = ix.strings, ix.branch_sets
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
     finder = _finder(rx)
     # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
@@ -645,30 +627,43 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         counts: dict[tuple[str, str, str], int] = {}
         seen: set[int] = set()
         n = 0
-        for name, idx in runs:
-            p = parts[name]
-            rec, times, raw, bstarts, starts = p.rec, p.time, p.raw, p.bstarts, p.starts
-            for i in idx:
-                r = 8 * i
-                cn, si, blk, kn, rn, tn, _, _ = rec[r:r + 8]
-                if timed and (times[i] < lo or times[i] >= hi):
+        for session_runs in runs:
+            p0, idx0 = session_runs[0]
+            si = p0.cols[1][idx0[0]]
+            key = ix.key(si)
+            todo = []
+            for p, idx in session_runs:
+                cns, blks, fls = p.fields(idx, (0, 2, 8))
+                if (not timed and keep_block is None and sure and (not lowered or 0 not in fls)
+                        and (limit is None or n + len(idx) < limit)):
+                    # every block matches: counted at once, unless another session's match had one
+                    ids = set(map(operator.or_, map(operator.lshift, cns, itertools.repeat(31)), blks))
+                    if seen.isdisjoint(ids):
+                        seen |= ids
+                        counts[key] = counts.get(key, 0) + len(idx)
+                        n += len(idx)
+                        continue
+                todo.append((p, idx))
+            if not todo:
+                continue
+            for _, p, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
+                if timed and (when < lo or when >= hi):
                     continue
                 if keep_block is not None:
                     ok = kept.get((si, rn, kn, tn))
                     if ok is None:
-                        ok = kept[(si, rn, kn, tn)] = keep_block(keys[si], strings[rn], KINDS[kn],
+                        ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn],
                                                                  strings[tn] if tn >= 0 else None)
                     if not ok:
                         continue
                 b = cn << 31 | blk
                 if b in seen:
                     continue
-                if not (sure and (not lowered or bstarts[i + 1] - bstarts[i] == starts[i + 1] - starts[i])):
-                    text = raw[bstarts[i]:bstarts[i + 1] - 1].decode("utf-8")
+                if not (sure and (not lowered or fl)):
+                    text = p.raw[head:end - 1].decode("utf-8")
                     if not any(finder(line) for line in text.split("\n")):
                         continue
                 seen.add(b)
-                key = keys[si]
                 counts[key] = counts.get(key, 0) + 1
                 n += 1
                 if limit is not None and n >= limit:
@@ -676,6 +671,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                     return
         yield from counts.items()
         return
+    commits = ix.commits
     rows = form == _ROWS
     firsts: dict[int, int] = {}  # commit and block -> position in found
     found: list[Any] = []
@@ -684,30 +680,26 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     # the matches are built before the first is given out: tens of thousands of objects that all
     # stay alive, each burst of them a walk of every live object by the cyclic collector, for nothing
     with gc_paused():
-        for name, idx in runs:
-            p = parts[name]
-            rec, times = p.rec, p.time
-            raw, bstarts = p.raw, p.bstarts
-            for i in idx:
-                r = 8 * i
-                cn, si, blk, kn, rn, tn, bn, _ = rec[r:r + 8]
-                when = times[i]
+        for session_runs in runs:
+            p0, idx0 = session_runs[0]
+            si = p0.cols[1][idx0[0]]
+            key = ix.key(si)
+            for _, p, cn, blk, kn, rn, tn, bn, _, when, head, end in hits(session_runs):
                 if timed and (when < lo or when >= hi):
                     continue
                 if keep_block is not None:
                     ok = kept.get((si, rn, kn, tn))
                     if ok is None:
-                        ok = kept[(si, rn, kn, tn)] = keep_block(keys[si], strings[rn], KINDS[kn],
+                        ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn],
                                                                  strings[tn] if tn >= 0 else None)
                     if not ok:
                         continue
-                key = keys[si]
                 at = firsts.get(cn << 31 | blk)
                 if at is not None:
                     if found[at][1] != key if rows else found[at].session != key:
                         also.setdefault(at, {}).setdefault(key, bsets[bn])
                     continue
-                text = raw[bstarts[i]:bstarts[i + 1] - 1].decode("utf-8")
+                text = p.raw[head:end - 1].decode("utf-8")
                 if "\n" in text:
                     lines: tuple[Any, ...] = _line_tuples(text, finder)
                     if not lines:

@@ -4,8 +4,12 @@ The index is a local cache of every searchable block of a store (its text, and t
 session, branches, role, kind, tool and time it belongs to), so that a search is one scan
 over one text file instead of reading every object. It lives outside the store, in
 ``$CASTORE_GREP_INDEX`` or ``~/.cache/castore/grep/<digest of the store URL>/``; deleting
-it loses nothing (the next search rebuilds it), and a file that fails its check (size and
-CRC-32 recorded in ``state.json``) is not trusted: the index is rebuilt.
+it loses nothing (the next search rebuilds it), and a file that fails its check is not
+trusted: the index is rebuilt. Each file's size, CRC-32, modification time (ns) and inode
+are recorded in ``state.json`` when it is written; a search compares the size and the
+``fstat`` of each file it opens, and reads the whole file for its CRC only when the
+modification time or inode differ (a file written, copied or replaced since; a CRC of
+every text file would cost a search more than its search of the text).
 
 Freshness: the index records the refs of every session it covers and a *mark* of the
 store's swap log (:meth:`castore.storage.Storage.swaps_since`; local disk keeps one). A
@@ -15,36 +19,56 @@ the sessions whose refs really moved (imported, appended, branched, deleted) and
 others. Where the storage keeps no log (S3, memory), or cannot tell (a reboot since, a
 replaced log), every session's refs are read (one listing and one batch read) and compared.
 
-Blocks are kept in two *parts*: ``main`` (text, thinking, tool calls: what a search reads
-by default) and ``res`` (tool results, most of the text, read only when asked). Per part:
+Segments: the blocks are kept in at most two *segments*, each written once and never
+changed (new files, then ``state.json`` replaced): the *base*, and a *delta* holding the
+sessions extracted since the base was written. An update extracts only the sessions that
+moved, into a new delta (with the sessions of the old delta that did not move, copied);
+their blocks in the base are left there, dead (no live session's range covers them). When
+the dead blocks and the delta together pass a quarter of the base (:data:`COMPACT`), the
+update writes one new base instead, copying every live session. A session's blocks are
+in one segment, contiguous per part, root to tip; each segment holds its sessions in
+session order. Writers take ``lock`` (``flock``) and look at ``state.json`` again once
+they hold it; readers take no lock (they open the files ``state.json`` names, trying
+again if an update removed them meanwhile).
 
-* ``P.txt``: the blocks' text, UTF-8, each followed by ``\\x1e`` (a record separator; the
-  character is replaced by a space inside a text); ``P.low``: the same blocks lower-cased
+Blocks are kept in two *parts* per segment: ``main`` (text, thinking, tool calls: what a
+search reads by default) and ``res`` (tool results, most of the text, read only when
+asked). Per segment ``G`` and part ``P``:
+
+* ``G.P.txt``: the blocks' text, UTF-8, each followed by ``\\x1e`` (a record separator; the
+  character is replaced by a space inside a text); ``G.P.low``: the same blocks lower-cased
   (and ſ, ı as s, i), for fast case-insensitive searches of an ASCII pattern;
-* ``P.off``: little-endian int64: the character offset of each block in ``P.txt`` (and one
+* ``G.P.off``: little-endian int64: the character offset of each block in ``P.txt`` (and one
   past the last), then the same for ``P.low``, then the byte offsets of the same in ``P.txt``
   and in ``P.low`` (a plain string is searched in the bytes: no decoding of the whole text);
-* ``P.rec``: little-endian int32, 8 per block: commit number, session number, block number
-  within the commit, kind (0 text, 1 thinking, 2 tool call, 3 tool result), role, tool
-  (string numbers; -1: none), branch-set number, and the block's place in the index
-  (both parts counted: sessions in order, each root to tip); ``P.time``: float64 per block.
+* ``G.P.rec``: little-endian int32, 9 columns of one value per block (column after column):
+  commit number, session number, block number within the commit, kind (0 text, 1 thinking,
+  2 tool call, 3 tool result), role, tool (string numbers; -1: none), branch-set number, the
+  block's place within its session (both parts counted, root to tip), and flags (1: the
+  text is ASCII); ``G.P.time``: float64 per block.
 
-``commits`` holds the 32-byte ids the commit numbers name; ``state.json`` the version, the
-store URL, the swap-log mark, the strings and branch sets, every file's size and CRC-32,
-and per session its key, ref folder, refs and block counts per part.
+``G.commits`` holds the 32-byte ids of the commits first numbered in segment ``G`` (commit
+numbers run on across the segments, in order; a segment written from others keeps their
+numbers); ``state.json`` the version, the store URL, the swap-log mark, the strings and
+branch sets, the segments (their block and commit counts and files), and per session number
+``[app, user, session, segment, first block and blocks in main, the same in res]`` (a gone
+session: no segment); ``rN.refs`` (named in ``state.json``, a new file per update) each live
+session's ref folder and refs, read only when something moved: a search of an index nothing
+moved since reads ``state.json`` and the files of the parts it searches, nothing else.
 """
 
 from __future__ import annotations
 
 import array
 import bisect
+import itertools
 import json
 import os
 import re
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from .errors import CastoreError
@@ -52,12 +76,16 @@ from .errors import CastoreError
 if TYPE_CHECKING:
     from .store import Store
 
-VERSION = 5
+VERSION = 6
 SEP = "\x1e"
 _KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: the parts of the index and the kinds each holds
 PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
-_W = 8  # int32 fields per block in P.rec
+_COLS = 9  # int32 columns of P.rec
+_ASCII = 1  # the flag of a block whose text is ASCII
+#: the share of the base that dead blocks and the delta may reach before an update writes a
+#: new base (see the module docstring)
+COMPACT = 0.25
 _SESSIONS = "sessions"
 #: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
 #: ASCII letter (Python's re: ſ is s, dotless ı is i): P.low holds the letter instead
@@ -97,20 +125,6 @@ def _url(store: Store) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
-@dataclass
-class Record:
-    """One searchable block as the index keeps it."""
-
-    commit: str
-    session: int
-    role: str
-    kind: str
-    tool: str | None
-    time: float
-    branches: tuple[str, ...]
-    block: int = 0  # the block's number within its commit
-
-
 def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Key, tuple[str, dict[str, str]]]:
     """Every session's ref folder and refs (name -> target; HEAD too when detached), by key;
     only the sessions of these ref ``folders`` (``sessions/A/U/S``) when given."""
@@ -137,8 +151,9 @@ def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Ke
     return {keys[f]: (f, refs) for f, refs in out.items() if f in keys}
 
 
-def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
-    """Every searchable block of one session, each commit once, root to tip."""
+def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None, float, tuple[str, ...], int, str]]:
+    """Every searchable block of one session, each commit once, root to tip: ``(commit, role,
+    kind, tool, time, branches, block number within the commit, text)``."""
     from .grep import _time_of, blocks
     from .grepscan import bodies_of
 
@@ -159,7 +174,7 @@ def _extract(store: Store, key: Key) -> Iterator[tuple[Record, str]]:
     for cid, c, body in bodies_of(store, order):
         for j, (role, kind, tool, text) in enumerate(blocks(body, c.kind, calls)):
             if text:
-                yield Record(cid, 0, role, kind, tool, _time_of(c), tuple(member[cid]), j), text
+                yield cid, role, kind, tool, _time_of(c), tuple(member[cid]), j, text
 
 
 def _changes(store: Store, mark: str | None, known: bool
@@ -189,21 +204,22 @@ def _changes(store: Store, mark: str | None, known: bool
 
 
 class _Part:
-    """One part of an index (see the module docstring), as loaded or as being built: the
-    bytes of ``P.txt`` and ``P.low``, decoded only when a search needs the whole text (a
-    plain string is searched in the bytes, and only the blocks found are decoded)."""
+    """One part of one segment of an index (see the module docstring), as loaded or as being
+    built: the bytes of ``P.txt`` and ``P.low``, decoded only when a search needs the whole text
+    (a plain string is searched in the bytes, and only the blocks found are decoded)."""
 
-    def __init__(self) -> None:
-        self.raw = b""  # P.txt
-        self.lowraw = b""  # P.low
+    def __init__(self, name: str = "main") -> None:
+        self.name = name  # main or res
+        self.raw: Any = b""  # P.txt
+        self.lowraw: Any = b""  # P.low
         self._text: str | None = None
         self._low: str | None = None
-        self.starts: array.array[int] = array.array("q", [0])  # characters, in P.txt
-        self.lstarts: array.array[int] = array.array("q", [0])  # characters, in P.low
-        self.bstarts: array.array[int] = array.array("q", [0])  # bytes, in P.txt
-        self.lbstarts: array.array[int] = array.array("q", [0])  # bytes, in P.low
-        self.rec: array.array[int] = array.array("i")
-        self.time: array.array[float] = array.array("d")
+        self.starts: Any = array.array("q", [0])  # characters, in P.txt
+        self.lstarts: Any = array.array("q", [0])  # characters, in P.low
+        self.bstarts: Any = array.array("q", [0])  # bytes, in P.txt
+        self.lbstarts: Any = array.array("q", [0])  # bytes, in P.low
+        self.cols: list[Any] = [array.array("i") for _ in range(_COLS)]
+        self.time: Any = array.array("d")
 
     @property
     def n(self) -> int:
@@ -235,6 +251,99 @@ class _Part:
         """Block ``i``'s text (its bytes decoded alone)."""
         return self.raw[self.bstarts[i]:self.bstarts[i + 1] - 1].decode("utf-8")
 
+    def fields(self, idx: list[int], cols: Iterable[int]) -> list[tuple[int, ...]]:
+        """Columns ``cols`` of the blocks ``idx``: a tuple of values per column (one C-level pass each)."""
+        if len(idx) == 1:
+            return [(self.cols[c][idx[0]],) for c in cols]
+        get = itemgetter(*idx)
+        return [get(self.cols[c]) for c in cols]
+
+    # -- building -------------------------------------------------------------------------
+    def add(self, values: tuple[int, ...], when: float, text: str) -> None:
+        """Append one block (``values``: its record's columns but the flags)."""
+        low = text.lower()
+        if not low.isascii():
+            low = low.translate(_FOLD)
+        btext, blow = (text + SEP).encode("utf-8"), (low + SEP).encode("utf-8")
+        self._texts.append(btext)
+        self._lows.append(blow)
+        for col, v in zip(self.cols, values, strict=False):
+            col.append(v)
+        self.cols[8].append(_ASCII if len(btext) == len(text) + 1 else 0)
+        self.time.append(when)
+        self.starts.append(self.starts[-1] + len(text) + 1)
+        self.lstarts.append(self.lstarts[-1] + len(low) + 1)
+        self.bstarts.append(self.bstarts[-1] + len(btext))
+        self.lbstarts.append(self.lbstarts[-1] + len(blow))
+
+    def copy(self, q: _Part, a: int, b: int) -> None:
+        """Append blocks ``a`` to ``b`` of part ``q`` as they are (whole ranges, no per-block decoding)."""
+        if a == b:
+            return
+        self._texts.append(q.raw[q.bstarts[a]:q.bstarts[b]])
+        self._lows.append(q.lowraw[q.lbstarts[a]:q.lbstarts[b]])
+        for mine, theirs in ((self.starts, q.starts), (self.lstarts, q.lstarts), (self.bstarts, q.bstarts),
+                             (self.lbstarts, q.lbstarts)):
+            base = mine[-1] - theirs[a]
+            mine.extend([v + base for v in theirs[a + 1:b + 1]])
+        for mine, theirs in zip(self.cols, q.cols, strict=True):
+            mine.frombytes(_bytes_of(theirs[a:b]))
+        self.time.frombytes(_bytes_of(q.time[a:b]))
+
+    def begin(self) -> _Part:
+        """Make this (empty) part one being built."""
+        self._texts: list[bytes] = []
+        self._lows: list[bytes] = []
+        return self
+
+    def files(self) -> dict[str, bytes]:
+        """The part's files as built (names without the segment), little-endian."""
+        self.raw, self.lowraw = b"".join(self._texts), b"".join(self._lows)
+        offs = array.array("q", self.starts)
+        for more in (self.lstarts, self.bstarts, self.lbstarts):
+            offs.extend(more)
+        recs = array.array("i")
+        for col in self.cols:
+            recs.extend(col)
+        times = array.array("d", self.time)
+        if sys.byteorder != "little":
+            offs.byteswap()
+            recs.byteswap()
+            times.byteswap()
+        p = self.name
+        return {f"{p}.txt": self.raw, f"{p}.low": self.lowraw, f"{p}.off": offs.tobytes(),
+                f"{p}.rec": recs.tobytes(), f"{p}.time": times.tobytes()}
+
+
+#: the columns of a hit as :func:`hits` gives them (after its place and its part)
+HIT_COLS = (0, 2, 3, 4, 5, 6, 8)
+
+
+def hits(runs: list[tuple[_Part, list[int]]]) -> Iterable[tuple[Any, ...]]:
+    """One session's hits (its runs, as :meth:`Index.find_blocks` gives them) in order, root to
+    tip: ``(place, part, commit, block, kind, role, tool, branch set, flags, time, byte offset,
+    byte end)`` each, the numbers read column by column in C; both parts merged by place."""
+    out: list[Any] = []
+    for p, idx in runs:
+        if len(idx) == 1:
+            i = idx[0]
+            got: Any = [((p.cols[7][i], p, *(p.cols[c][i] for c in HIT_COLS), p.time[i], p.bstarts[i],
+                          p.bstarts[i + 1]))]
+        else:
+            get = itemgetter(*idx)
+            got = zip(get(p.cols[7]), itertools.repeat(p), *(get(p.cols[c]) for c in HIT_COLS), get(p.time),
+                      get(p.bstarts), itemgetter(*map((1).__add__, idx))(p.bstarts), strict=False)
+        if len(runs) == 1:
+            return got
+        out.extend(got)
+    out.sort(key=itemgetter(0))
+    return out
+
+
+def _bytes_of(v: Any) -> Any:
+    """The bytes of an array or a typed memoryview (for ``array.frombytes``)."""
+    return v.cast("B") if isinstance(v, memoryview) else v.tobytes()
+
 
 def _literal(rx: re.Pattern[str]) -> str | None:
     """The plain string ``rx`` matches, when its pattern is one (no regex syntax at all)."""
@@ -260,141 +369,235 @@ def search_plan(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool, str | None]
     return prx, lowered, (_literal(prx) if not prx.flags & re.IGNORECASE else None)
 
 
+def _hits(p: _Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
+    """The blocks of part ``p`` (of these kind numbers) with a match of ``rx``, in increasing order
+    (see :meth:`Index.find_blocks`).
+
+    Raises:
+        ValueError: the part is damaged.
+    """
+    kinds = p.cols[3]
+    if any(a in rx.pattern for a in _ANCHORS):
+        # an anchor means the start or end of a block (or line), not of the whole text:
+        # each block is searched on its own
+        search = rx.search
+        return [i for i in range(p.n) if (want is None or kinds[i] in want) and search(p.block(i)) is not None]
+    prx, lowered, lit = search_plan(rx)
+    got: list[int] = []
+    if lit is not None and SEP not in lit:
+        # a plain string never spans two blocks, and its UTF-8 bytes are found exactly where it
+        # is (UTF-8 synchronises): the bytes are searched (mmap.find: memchr speed), each hit's
+        # block skipped to its end (one hit per block is enough: its lines are matched later)
+        raw, bounds = (p.lowraw, p.lbstarts) if lowered else (p.raw, p.bstarts)
+        needle, find, bis = lit.encode("utf-8"), raw.find, bisect.bisect_right
+        pos, listed = 0, False
+        while True:
+            x = find(needle, pos)
+            if x < 0:
+                break
+            i = bis(bounds, x) - 1
+            got.append(i)
+            pos = bounds[i + 1]
+            if not listed and len(got) > 256:
+                bounds, listed = bounds.tolist(), True  # a list bisects without making ints
+        return got if want is None else [i for i in got if kinds[i] in want]
+    try:
+        text, starts = (p.low, p.lstarts) if lowered else (p.text, p.starts)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"index part {p.name}: {e}") from e
+    if len(starts) > 256:
+        starts = starts.tolist()
+    pos, end = 0, len(text)
+    search = prx.search
+    while pos < end:
+        if lit is not None:
+            at_ = text.find(lit, pos)
+            if at_ < 0:
+                break
+            mstart, mend = at_, at_ + len(lit)
+        else:
+            m = search(text, pos)
+            if m is None:
+                break
+            mstart, mend = m.span()
+        i = bisect.bisect_right(starts, mstart) - 1
+        nxt = starts[i + 1]
+        if mend < nxt and (want is None or kinds[i] in want):
+            got.append(i)
+            pos = nxt  # one hit per block is enough: its lines are matched later
+        else:
+            pos = mstart + 1 if mend >= nxt else nxt
+    return got
+
+
+class _Segment:
+    """One segment as loaded: its parts and its commits (see the module docstring)."""
+
+    def __init__(self, name: str, base: int) -> None:
+        self.name = name
+        self.base = base  # the number of its first commit
+        self.commits: Any = b""
+        self.parts: dict[str, _Part] = {}
+
+
 class Index:
     """An open, fresh index of one store (see the module docstring)."""
 
     def __init__(self, store: Store, folder: str | None = None) -> None:
         self.store = store
         self.folder = folder or index_dir(store)
-        self.sessions: list[dict[str, Any]] = []
+        #: per session number: ``[app, user, session, segment name or None, first block in main,
+        #: blocks in main, first block in res, blocks in res]``
+        self.rows: list[list[Any]] = []
+        self._sessions: list[dict[str, Any]] | None = None
+        self._refs_file: tuple[str, list[int]] | None = None
         self.mark: str | None = None
         self.strings: list[str] = []
         self.branch_sets: list[tuple[str, ...]] = []
-        self.commits = b""
-        self.files: dict[str, list[int]] = {}
-        self.parts: dict[str, _Part] = {}
+        self.segments: list[dict[str, Any]] = []
+        self.segs: list[_Segment] = []
         self.rebuilt: list[Key] = []
+        self._commits: Any = None
+        self._stat: tuple[int, int, int] | None = None  # state.json's as loaded
+        self._held = False  # the writers' lock
 
     # -- reading --------------------------------------------------------------------------
-    def _read(self, name: str) -> bytes:
-        """A file of the index, checked against its recorded size and CRC-32.
+    def _open(self, name: str, want: list[int]) -> Any:
+        """A file of the index, mapped (a read-only :class:`mmap.mmap`, sliced and searched as bytes
+        are; the bytes themselves where it is empty or cannot be mapped), checked against its
+        recorded ``[size, crc, mtime_ns, inode]``: the size always, the CRC when the file's
+        modification time or inode are not the ones recorded.
 
         Raises:
-            ValueError: missing from the state, or the bytes do not match.
-            OSError: it cannot be read.
-        """
-        want = self.files[name]
-        with open(os.path.join(self.folder, name), "rb") as f:
-            data = f.read()
-        if len(data) != want[0] or zlib.crc32(data) != want[1]:
-            raise ValueError(f"{name} does not match its check")
-        return data
-
-    def _map(self, name: str) -> bytes:
-        """A text file of the index as :meth:`_read` checks it, mapped rather than read: a search
-        reads a few blocks of it (no copy of the whole file made first). The mapping is a
-        read-only :class:`mmap.mmap` (sliced, searched and decoded as bytes are), or the
-        bytes themselves where the file is empty or cannot be mapped.
-
-        Raises:
-            ValueError: missing from the state, or the bytes do not match.
-            OSError: it cannot be read.
+            ValueError: the file does not match.
+            OSError: it cannot be read (FileNotFoundError: an update removed it meanwhile).
         """
         import mmap
 
-        want = self.files[name]
         with open(os.path.join(self.folder, name), "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size != want[0]:
+                raise ValueError(f"{name} does not match its check")
             try:
                 data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if want[0] else b""
             except (OSError, ValueError):
-                return self._read(name)
-        if len(data) != want[0] or zlib.crc32(data) != want[1]:
+                data = f.read()
+        if (st.st_mtime_ns, st.st_ino) != (want[2], want[3]) and (len(data) != want[0] or zlib.crc32(data) != want[1]):
             raise ValueError(f"{name} does not match its check")
         return data
 
+    def _view(self, name: str, want: list[int], code: str) -> Any:
+        """A file of numbers (``code``: an :mod:`array` type code), checked as :meth:`_open` does:
+        a view of the mapping where the machine is little-endian, else a byte-swapped copy."""
+        data = self._open(name, want)
+        size = array.array(code).itemsize
+        if len(data) % size:
+            raise ValueError(f"{name}: a size that is not a whole number of values")
+        if sys.byteorder == "little":
+            return memoryview(data).cast(code)  # type: ignore[call-overload]
+        arr = array.array(code)
+        arr.frombytes(data)
+        arr.byteswap()
+        return arr
+
     def _load(self) -> bool:
-        try:
-            with open(os.path.join(self.folder, "state.json"), encoding="utf-8") as f:
-                state = json.load(f)
-            if state.get("version") != VERSION or state.get("url") != _url(self.store):
+        """Read ``state.json`` and open every file it names; False when there is no usable index.
+        A file an update removed meanwhile: ``state.json`` is read again (a few times)."""
+        for _ in range(3):
+            try:
+                return self._load_once()
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError, TypeError, IndexError):
                 return False
-            self.files = {k: list(v) for k, v in state["files"].items()}
-            self.sessions = state["sessions"]
-            self.mark = state["mark"]
-            self.strings = list(state["strings"])
-            self.branch_sets = [tuple(b) for b in state["branch_sets"]]
-            self.commits = self._read("commits")
-            self.parts = {}
-            return len(self.commits) % 32 == 0
-        except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+    def _load_once(self) -> bool:
+        path = os.path.join(self.folder, "state.json")
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            state = json.loads(f.read())
+        if state.get("version") != VERSION or state.get("url") != _url(self.store):
             return False
+        self._stat = (st.st_ino, st.st_mtime_ns, st.st_size)
+        self.rows = state["sessions"]
+        if not all(type(r) is list and len(r) == 8 for r in self.rows):
+            raise ValueError("sessions are not rows")
+        self._refs_file = (state["refs"][0], state["refs"][1]) if state.get("refs") else None
+        self._sessions = None
+        self.mark = state["mark"]
+        self.strings = list(state["strings"])
+        self.branch_sets = [tuple(b) for b in state["branch_sets"]]
+        self.segments = state["segments"]
+        self.segs = []
+        self._commits = None
+        base = 0
+        for g in self.segments:
+            seg = _Segment(g["name"], base)
+            files = g["files"]
+            seg.commits = self._open(f"{g['name']}.commits", files["commits"])
+            if len(seg.commits) != 32 * g["commits"]:
+                raise ValueError("commits do not agree")
+            base += g["commits"]
+            for pname in PARTS:
+                p = _Part(pname)
+                pre = f"{g['name']}.{pname}"
+                p.raw = self._open(f"{pre}.txt", files[f"{pname}.txt"])
+                p.lowraw = self._open(f"{pre}.low", files[f"{pname}.low"])
+                offs = self._view(f"{pre}.off", files[f"{pname}.off"], "q")
+                rec = self._view(f"{pre}.rec", files[f"{pname}.rec"], "i")
+                p.time = self._view(f"{pre}.time", files[f"{pname}.time"], "d")
+                n = g["n"][pname]
+                if len(p.time) != n or len(offs) != 4 * (n + 1) or len(rec) != _COLS * n \
+                        or offs[3 * (n + 1) - 1] != len(p.raw) or offs[-1] != len(p.lowraw):
+                    raise ValueError(f"index part {pre}: sizes do not agree")
+                m = n + 1
+                p.starts, p.lstarts, p.bstarts, p.lbstarts = offs[:m], offs[m:2 * m], offs[2 * m:3 * m], offs[3 * m:]
+                p.cols = [rec[c * n:(c + 1) * n] for c in range(_COLS)]
+                seg.parts[pname] = p
+            self.segs.append(seg)
+        return True
 
-    def part(self, name: str) -> _Part:
-        """Part ``name`` (``main`` or ``res``), read and checked on first use.
-
-        Raises:
-            ValueError: a file of it is damaged (the caller rebuilds the index).
-        """
-        got = self.parts.get(name)
-        if got is not None:
-            return got
-        p = _Part()
-        try:
-            p.raw = self._map(f"{name}.txt")
-            p.lowraw = self._map(f"{name}.low")
-            offs = array.array("q")
-            offs.frombytes(self._read(f"{name}.off"))
-            p.rec.frombytes(self._read(f"{name}.rec"))
-            p.time.frombytes(self._read(f"{name}.time"))
-            if sys.byteorder != "little":
-                offs.byteswap()
-                p.rec.byteswap()
-                p.time.byteswap()
-        except (OSError, KeyError) as e:
-            raise ValueError(f"index part {name}: {e}") from e
-        n = len(p.time)
-        if len(offs) != 4 * (n + 1) or len(p.rec) != _W * n or offs[3 * (n + 1) - 1] != len(p.raw) \
-                or offs[-1] != len(p.lowraw):
-            raise ValueError(f"index part {name}: sizes do not agree")
-        m = n + 1
-        p.starts, p.lstarts, p.bstarts, p.lbstarts = offs[:m], offs[m:2 * m], offs[2 * m:3 * m], offs[3 * m:]
-        self.parts[name] = p
-        return p
-
-    def record(self, part: str, i: int) -> Record:
-        """Block ``i`` of ``part``'s record."""
-        r = self.part(part).rec[_W * i:_W * i + _W]
-        c = r[0] * 32
-        return Record(self.commits[c:c + 32].hex(), r[1], self.strings[r[4]], _KINDS[r[3]],
-                      self.strings[r[5]] if r[5] >= 0 else None, self.part(part).time[i],
-                      self.branch_sets[r[6]], r[2])
-
-    def order(self, part: str, i: int) -> tuple[int, int]:
-        """Where block ``i`` of ``part`` comes in the output: (session number, place)."""
-        rec = self.part(part).rec
-        return rec[_W * i + 1], rec[_W * i + 7]
-
-    def block_text(self, part: str, i: int) -> str:
-        """Block ``i`` of ``part``'s text."""
-        return self.part(part).block(i)
+    @property
+    def commits(self) -> Any:
+        """The 32-byte ids of every commit number, in order (every segment's, joined)."""
+        if self._commits is None:
+            self._commits = self.segs[0].commits if len(self.segs) == 1 else b"".join(
+                bytes(s.commits) for s in self.segs)
+        return self._commits
 
     def key(self, session: int) -> Key:
         """The key of session number ``session``."""
-        k = self.sessions[session]["key"]
-        return (k[0], k[1], k[2])
+        r = self.rows[session]
+        return (r[0], r[1], r[2])
 
-    def find(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[tuple[str, int]]:
-        """The blocks (of these kinds) with a match of ``rx``, as ``(part, block)``, part by part
-        (:meth:`find_blocks`, flattened).
+    @property
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session as a dict: ``key``, ``folder``, ``refs``, ``seg``, ``at`` and ``n`` (per
+        part), the refs read from their file on first use (an update's business: a search of an
+        index that nothing moved since does not read them).
 
         Raises:
-            ValueError: a part is damaged (the caller rebuilds the index).
+            ValueError: the refs file does not match its check.
+            OSError: it cannot be read.
         """
-        return [(name, i) for name, idx in self.find_blocks(rx, kinds).items() for i in idx]
+        if self._sessions is None:
+            refs: list[Any] = [None] * len(self.rows)
+            if self._refs_file is not None:
+                refs = json.loads(bytes(self._open(*self._refs_file)))
+                if len(refs) != len(self.rows):
+                    raise ValueError("the refs do not agree with the sessions")
+            self._sessions = [
+                {"key": r[:3], "seg": r[3], "at": {"main": r[4], "res": r[6]}, "n": {"main": r[5], "res": r[7]},
+                 "folder": f[0] if f else "", "refs": f[1] if f else None}
+                for r, f in zip(self.rows, refs, strict=True)]
+        return self._sessions
 
-    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> dict[str, list[int]]:
-        """The blocks (of these kinds) with a match of ``rx``: per part searched, their numbers
-        in increasing order.
+    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[list[tuple[_Part, list[int]]]]:
+        """The blocks (of these kinds) with a match of ``rx``, per session in session order: the
+        session's runs of ``(part, block numbers)``, one per part searched that has any (root to
+        tip within each; :func:`hits` gives them merged in order). Blocks no live session covers
+        (dead) are left out.
 
         A case-insensitive ASCII pattern with no backslash runs case-sensitively, lowered, over
         the lowered text (Python's case-insensitive search is many times slower), and a
@@ -405,64 +608,35 @@ class Index:
         Raises:
             ValueError: a part is damaged (the caller rebuilds the index).
         """
-        out: dict[str, list[int]] = {}
-        for name, held in PARTS.items():
-            if kinds is not None and not kinds & set(held):
-                continue
-            p = self.part(name)
-            got = out[name] = []
-            want = None if kinds is None or set(held) <= kinds else {i for i, k in enumerate(_KINDS) if k in kinds}
-            if any(a in rx.pattern for a in _ANCHORS):
-                # an anchor means the start or end of a block (or line), not of the whole text:
-                # each block is searched on its own
-                rec, search = p.rec, rx.search
-                got.extend(i for i in range(p.n)
-                           if (want is None or rec[_W * i + 3] in want) and search(p.block(i)) is not None)
-                continue
-            prx, lowered, lit = search_plan(rx)
-            rec = p.rec
-            if lit is not None and SEP not in lit:
-                # a plain string never spans two blocks, and its UTF-8 bytes are found exactly where
-                # it is (UTF-8 synchronises): one C-level pass over the bytes finds the first hit of
-                # each block (the match runs on to the block's end, so the next starts at the
-                # following block), and the byte offsets map to blocks by bisect
-                raw, bounds = (p.lowraw, p.lbstarts) if lowered else (p.raw, p.bstarts)
-                bis = bisect.bisect_right
-                at_ = [m.start() for m in re.finditer(re.escape(lit.encode("utf-8")) + b"[^\x1e]*", raw)]
-                if len(at_) > 64:
-                    bounds = bounds.tolist()  # type: ignore[assignment]  # a list bisects without making ints
-                blocks_ = [bis(bounds, a) - 1 for a in at_]
-                got.extend(blocks_ if want is None else [i for i in blocks_ if rec[_W * i + 3] in want])
-                continue
-            try:
-                text, starts = (p.low, p.lstarts) if lowered else (p.text, p.starts)
-            except UnicodeDecodeError as e:
-                raise ValueError(f"index part {name}: {e}") from e
-            pos, end = 0, len(text)
-            search = prx.search
-            while pos < end:
-                if lit is not None:
-                    at = text.find(lit, pos)
-                    if at < 0:
-                        break
-                    mstart, mend = at, at + len(lit)
-                else:
-                    m = search(text, pos)
-                    if m is None:
-                        break
-                    mstart, mend = m.span()
-                i = bisect.bisect_right(starts, mstart) - 1
-                nxt = starts[i + 1]
-                if mend < nxt and (want is None or rec[_W * i + 3] in want):
-                    got.append(i)
-                    pos = nxt  # one hit per block is enough: its lines are matched later
-                else:
-                    pos = mstart + 1 if mend >= nxt else nxt
-        return out
+        names = [name for name, held in PARTS.items() if kinds is None or kinds & set(held)]
+        want = None if kinds is None else {i for i, k in enumerate(_KINDS) if k in kinds}
+        runs: dict[int, list[tuple[_Part, list[int]]]] = {}  # session -> its runs
+        for seg in self.segs:
+            ranges: dict[str, list[tuple[int, int, int]]] = {name: [] for name in names}
+            for si, r in enumerate(self.rows):
+                if r[3] == seg.name:
+                    for name in names:
+                        at, n = (r[4], r[5]) if name == "main" else (r[6], r[7])
+                        if n:
+                            ranges[name].append((at, at + n, si))
+            for name in names:
+                if not ranges[name]:
+                    continue
+                p = seg.parts[name]
+                held = PARTS[name]
+                got = _hits(p, rx, None if want is None or set(held) <= kinds else want)  # type: ignore[operator]
+                if not got:
+                    continue
+                lo = bisect.bisect_left
+                for a, b, si in ranges[name]:
+                    i, j = lo(got, a), lo(got, b)
+                    if i < j:
+                        runs.setdefault(si, []).append((p, got[i:j]))
+        return [runs[si] for si in sorted(runs, key=self.key)]
 
     # -- keeping it fresh ----------------------------------------------------------------
     def refresh(self, check: bool = True) -> Index:
-        """Load the index and bring it up to date with the store's refs (rebuilding what moved).
+        """Load the index and bring it up to date with the store's refs (extracting what moved).
 
         Args:
             check: ask the store what moved (False: trust an index that loads, as the last
@@ -475,26 +649,56 @@ class Index:
         loaded = self._load()
         if loaded and not check:
             return self
+        plan = self._plan(loaded)
+        if plan is None:
+            return self
+        with self._locked():
+            if self._stat != _stat_of(os.path.join(self.folder, "state.json")):
+                # another writer updated the index meanwhile: look again from what it wrote
+                loaded = self._load()
+                plan = self._plan(loaded)
+                if plan is None:
+                    return self
+            mark, keys, current = plan
+            if not loaded:
+                self._write(keys, current, mark, full=True, old=False)
+                return self
+            try:
+                self._update(keys, current, mark)
+            except ValueError:  # a damaged part: everything from the store
+                self._write(keys, current, mark, full=True, old=False)
+        return self
+
+    def _plan(self, loaded: bool) -> tuple[str | None, list[Key], dict[Key, tuple[str, dict[str, str]]]] | None:
+        """What an update needs: ``(mark, keys, current refs)``, or None when the index is fresh
+        (only a new mark to save, saved here)."""
         mark, read, folders = _changes(self.store, self.mark, loaded)
-        old = {tuple(s["key"]): (i, s) for i, s in enumerate(self.sessions) if not s.get("gone")} if loaded else {}
+        if loaded and folders is not None and not folders:  # nothing moved: no session looked at
+            self._save_mark(mark)
+            return None
+        try:
+            old = {tuple(s["key"]): s for s in self.sessions if s.get("seg") is not None} if loaded else {}
+        except (OSError, ValueError):  # the refs cannot be read: everything again
+            loaded, old = False, {}
         if folders is None:
-            current = {k: v for k, v in read.items()}
+            current = dict(read)
         else:
-            current = {k: (s["folder"], s["refs"]) for k, (_, s) in old.items() if s["folder"] not in folders}
+            current = {k: (s["folder"], s["refs"]) for k, s in old.items() if s["folder"] not in folders}
             current.update(read)
         keys = sorted(current)
-        same = loaded and len(old) == len(keys) and all(
-            k in old and old[k][1]["refs"] == current[k][1] for k in keys)
-        if same:
-            if mark != self.mark:
-                self.mark = mark
-                self._save_state()
-            return self
-        try:
-            self._rebuild(keys, current, old, mark)
-        except ValueError:  # a damaged part: everything from the store
-            self._rebuild(keys, current, {}, mark)
-        return self
+        same = loaded and len(old) == len(keys) and all(k in old and old[k]["refs"] == current[k][1] for k in keys)
+        if not same:
+            return mark, keys, current
+        self._save_mark(mark)
+        return None
+
+    def _save_mark(self, mark: str | None) -> None:
+        """Save a new mark of the swap log (nothing else moved), unless another writer saved a state meanwhile."""
+        if mark != self.mark:
+            with self._locked():
+                if self._stat == _stat_of(os.path.join(self.folder, "state.json")):
+                    self.mark = mark
+                    self._save_state()
 
     def rebuild(self) -> Index:
         """Build the index again from the store alone (what a damaged index file calls for).
@@ -503,135 +707,276 @@ class Index:
             IndexError_, StorageError, IntegrityError.
         """
         mark, read, _ = _changes(self.store, None, False)
-        self._rebuild(sorted(read), read, {}, mark)
+        with self._locked():
+            self._write(sorted(read), read, mark, full=True, old=False)
         return self
 
-    def _rebuild(self, keys: list[Key], current: dict[Key, tuple[str, dict[str, str]]],
-                 old: dict[Key, tuple[int, dict[str, Any]]], mark: str | None) -> None:
-        """Write the index for the sessions ``current``: the sessions of ``old`` whose refs did
-        not move are copied as they were (whole ranges, no per-block work), the others are
-        extracted from the store. Session numbers, commit numbers and strings stay as they
-        were (a gone session keeps its number, with no blocks), so copied records hold."""
-        os.makedirs(self.folder, exist_ok=True)
+    def _locked(self) -> Any:
+        """The writers' lock of the index folder (made if need be), as a context manager; taken
+        again inside itself it is already held (``flock`` on a second descriptor would wait for
+        the first).
+
+        Raises:
+            IndexError_: the folder cannot be made or locked.
+        """
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def held() -> Iterator[None]:
+            if self._held:
+                yield
+                return
+            try:
+                os.makedirs(self.folder, exist_ok=True)
+                fd = os.open(os.path.join(self.folder, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as e:
+                raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._held = True
+                yield
+            finally:
+                self._held = False
+                os.close(fd)
+
+        return held()
+
+    def _update(self, keys: list[Key], current: dict[Key, tuple[str, dict[str, str]]], mark: str | None) -> None:
+        """Write a new delta, or a new base when the dead blocks and the delta would pass
+        :data:`COMPACT` of the base (see the module docstring)."""
+        old = {tuple(s["key"]): s for s in self.sessions if s.get("seg") is not None}
+        moved = {k for k in old if k not in current or old[k]["refs"] != current[k][1]}
+        base = self.segments[0]
+        size = sum(base["n"].values())
+        live = sum(sum(s["n"].values()) for k, s in old.items() if s["seg"] == base["name"] and k not in moved)
+        rest = sum(sum(s["n"].values()) for k, s in old.items() if s["seg"] != base["name"] or k in moved)
+        full = len(self.segments) == 0 or (size - live) + rest > COMPACT * size
+        self._write(keys, current, mark, full=full, old=True)
+
+    def _write(self, keys: list[Key], current: dict[Key, tuple[str, dict[str, str]]], mark: str | None, *,
+               full: bool, old: bool) -> None:
+        """Write one segment and the new state: with ``full`` a new base holding every session
+        of ``current`` (else a delta holding the sessions outside the base), each copied from the
+        index where its refs did not move (``old``: the loaded index may be used), else extracted
+        from the store. Session numbers, commit numbers and strings stay as they were (a gone
+        session keeps its number, with no blocks), so copied records hold."""
         if old:
             sessions = [dict(x) for x in self.sessions]
-            commits = {self.commits[i:i + 32]: i // 32 for i in range(0, len(self.commits), 32)}
             strings = {x: i for i, x in enumerate(self.strings)}
             bsets = {x: i for i, x in enumerate(self.branch_sets)}
+            kept_segs = [] if full else self.segs[:1]
+            segments = [] if full else self.segments[:1]
+            commits = _Numbers([seg.commits for seg in self.segs])
+            first = sum(g["commits"] for g in segments)  # the new segment's commits start here
         else:
-            sessions, commits, strings, bsets = [], {}, {}, {}
-        olds = {name: [0] for name in PARTS}
-        for x in sessions:
-            for name in PARTS:
-                olds[name].append(olds[name][-1] + x["n"][name])
-        number = {tuple(x["key"]): i for i, x in enumerate(sessions) if not x.get("gone")}
+            sessions, strings, bsets, kept_segs, segments, commits, first = [], {}, {}, [], [], _Numbers([]), 0
+        by_name = {s.name: s for s in self.segs} if old else {}
+        number = {tuple(x["key"]): i for i, x in enumerate(sessions) if x.get("seg") is not None}
         for key in keys:
             if key not in number:
                 number[key] = len(sessions)
-                sessions.append({"key": list(key), "folder": "", "refs": None, "n": dict.fromkeys(PARTS, 0)})
-        built: dict[str, tuple[list[bytes], list[bytes], _Part]] = {name: ([], [], _Part()) for name in PARTS}
+                sessions.append({"key": list(key), "folder": "", "refs": None, "seg": None,
+                                 "at": dict.fromkeys(PARTS, 0), "n": dict.fromkeys(PARTS, 0)})
+        name = self._new_name()
+        built = {pname: _Part(pname).begin() for pname in PARTS}
         self.rebuilt = []
-        seq = [0]
-
-        def put(rec: Record, text: str, si: int) -> str:
-            name = "res" if rec.kind == "tool_result" else "main"
-            texts, lows, p = built[name]
-            cn = commits.setdefault(bytes.fromhex(rec.commit), len(commits))
-            rn = strings.setdefault(rec.role, len(strings))
-            tn = strings.setdefault(rec.tool, len(strings)) if rec.tool is not None else -1
-            bn = bsets.setdefault(rec.branches, len(bsets))
-            p.rec.extend((cn, si, rec.block, _KINDS.index(rec.kind), rn, tn, bn, seq[0]))
-            seq[0] += 1
-            p.time.append(rec.time)
-            low = text.lower().translate(_FOLD)
-            btext, blow = (text + SEP).encode("utf-8"), (low + SEP).encode("utf-8")
-            texts.append(btext)
-            lows.append(blow)
-            p.starts.append(p.starts[-1] + len(text) + 1)
-            p.lstarts.append(p.lstarts[-1] + len(low) + 1)
-            p.bstarts.append(p.bstarts[-1] + len(btext))
-            p.lbstarts.append(p.lbstarts[-1] + len(blow))
-            return name
-
-        for si, x in enumerate(sessions):
-            key = (x["key"][0], x["key"][1], x["key"][2])
-            if key not in current:
-                x.update(gone=True, refs=None, n=dict.fromkeys(PARTS, 0))
-                continue
+        kept_names = {s.name for s in kept_segs}
+        for key in keys:  # session order: each segment holds its sessions in order
+            si = number[key]
+            x = sessions[si]
             folder, refs = current[key]
-            kept = key in old and old[key][1]["refs"] == refs
+            if x.get("seg") in kept_names and x["refs"] == refs:
+                continue  # stays in the base, where it is
+            src = by_name.get(x.get("seg") or "") if old and x["refs"] == refs else None
+            at = {pname: built[pname].n for pname in PARTS}
             n = dict.fromkeys(PARTS, 0)
-            if kept:
-                for name in PARTS:
-                    a, b = olds[name][si], olds[name][si + 1]
-                    if a == b:
-                        continue
-                    texts, lows, p = built[name]
-                    q = self.part(name)
-                    texts.append(q.raw[q.bstarts[a]:q.bstarts[b]])
-                    lows.append(q.lowraw[q.lbstarts[a]:q.lbstarts[b]])
-                    for mine, theirs in ((p.starts, q.starts), (p.lstarts, q.lstarts), (p.bstarts, q.bstarts),
-                                         (p.lbstarts, q.lbstarts)):
-                        base = mine[-1] - theirs[a]
-                        mine.extend([v + base for v in theirs[a + 1:b + 1]])
-                    p.rec.extend(q.rec[_W * a:_W * b])
-                    p.time.extend(q.time[a:b])
-                    n[name] = b - a
+            if src is not None:
+                for pname in PARTS:
+                    a = x["at"][pname]
+                    built[pname].copy(src.parts[pname], a, a + x["n"][pname])
+                    n[pname] = x["n"][pname]
             else:
                 self.rebuilt.append(key)
-                for rec, text in _extract(self.store, key):
-                    n[put(rec, text.replace(SEP, " "), si)] += 1
-            x.update(folder=folder, refs=refs, n=n)
-            x.pop("gone", None)
-        self.sessions = sessions
-        self.mark = mark
-        self.strings = list(strings)
-        self.branch_sets = list(bsets)
-        self.commits = b"".join(commits)
-        self.parts = {}
-        files: dict[str, bytes] = {"commits": self.commits}
-        for name, (texts, lows, p) in built.items():
-            p.raw = b"".join(texts)
-            p.lowraw = b"".join(lows)
-            offs = array.array("q", p.starts)
-            for more in (p.lstarts, p.bstarts, p.lbstarts):
-                offs.extend(more)
-            recs, times = array.array("i", p.rec), array.array("d", p.time)
-            if sys.byteorder != "little":
-                offs.byteswap()
-                recs.byteswap()
-                times.byteswap()
-            files.update({f"{name}.txt": p.raw, f"{name}.low": p.lowraw,
-                          f"{name}.off": offs.tobytes(), f"{name}.rec": recs.tobytes(),
-                          f"{name}.time": times.tobytes()})
-            self.parts[name] = p
-        self.files = {k: [len(v), zlib.crc32(v)] for k, v in files.items()}
+                was = by_name.get(x.get("seg") or "") if old else None
+                if was is not None:  # its commits from before keep their numbers
+                    for pname in PARTS:
+                        a = x["at"][pname]
+                        commits.hint(was.parts[pname].cols[0][a:a + x["n"][pname]])
+                place = 0
+                for cid, role, kind, tool, when, branches, blk, text in _extract(self.store, key):
+                    pname = "res" if kind == "tool_result" else "main"
+                    cn = commits.number(bytes.fromhex(cid))
+                    rn = strings.setdefault(role, len(strings))
+                    tn = strings.setdefault(tool, len(strings)) if tool is not None else -1
+                    bn = bsets.setdefault(branches, len(bsets))
+                    built[pname].add((cn, si, blk, _KINDS.index(kind), rn, tn, bn, place), when,
+                                     text.replace(SEP, " "))
+                    place += 1
+                    n[pname] += 1
+            x.update(folder=folder, refs=refs, seg=name, at=at, n=n)
+        for x in sessions:
+            if tuple(x["key"]) not in current:
+                x.update(seg=None, refs=None, at=dict.fromkeys(PARTS, 0), n=dict.fromkeys(PARTS, 0))
+        files: dict[str, bytes] = {"commits": commits.table(first)}
+        for p in built.values():
+            files.update(p.files())
         try:
-            if os.path.exists(os.path.join(self.folder, "state.json")):
-                os.unlink(os.path.join(self.folder, "state.json"))  # a torn update reads as no index
-            for k, v in files.items():
-                _write(self.folder, k, v)
+            os.makedirs(self.folder, exist_ok=True)
+            record = {k: _write(self.folder, f"{name}.{k}", v) for k, v in files.items()}
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+        segments = [*segments, {"name": name, "n": {pname: built[pname].n for pname in PARTS},
+                                "commits": len(files["commits"]) // 32, "files": record}]
+        seg = _Segment(name, first)
+        seg.commits, seg.parts = files["commits"], built
+        self._set_sessions(sessions)
+        self.mark, self.strings = mark, list(strings)
+        self.branch_sets = list(bsets)
+        self.segments, self.segs = segments, [*kept_segs, seg]
+        self._commits = None
         self._save_state()
+        self._remove_unused()
+
+    def _new_name(self) -> str:
+        """A name for a new segment: one more than the last in the state (a file of that name left
+        by a writer that stopped before saving its state is replaced)."""
+        last = max((int(g["name"][1:]) for g in self.segments if g["name"][1:].isdigit()), default=0)
+        return f"g{last + 1}"
+
+    def _remove_unused(self) -> None:
+        """Remove every file of the folder the state does not name (best effort, under the writers'
+        lock): the segments and refs an update replaced, what a writer that stopped before saving
+        its state left, and the files of an index of an older version."""
+        keep = {"state.json", "lock"}
+        keep.update(f"{g['name']}.{k}" for g in self.segments for k in g["files"])
+        if self._refs_file is not None:
+            keep.add(self._refs_file[0])
+        try:
+            entries = os.listdir(self.folder)
+        except OSError:
+            return
+        for f in entries:
+            if f not in keep:
+                try:
+                    os.unlink(os.path.join(self.folder, f))
+                except OSError:
+                    pass
+
+    def _set_sessions(self, sessions: list[dict[str, Any]]) -> None:
+        """Take ``sessions`` (as :attr:`sessions` gives them) and write their refs to a new file.
+
+        Raises:
+            IndexError_: it cannot be written.
+        """
+        self.rows = [[*x["key"], x["seg"], x["at"]["main"], x["n"]["main"], x["at"]["res"], x["n"]["res"]]
+                     for x in sessions]
+        last = self._refs_file[0] if self._refs_file else "r0.refs"
+        name = f"r{int(last[1:].split('.')[0]) + 1}.refs"
+        data = json.dumps([[x["folder"], x["refs"]] if x["seg"] is not None else None for x in sessions]).encode()
+        try:
+            self._refs_file = (name, _write(self.folder, name, data))
+        except OSError as e:
+            raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+        self._sessions = sessions
 
     def _save_state(self) -> None:
         try:
             _write(self.folder, "state.json", json.dumps({
-                "version": VERSION, "url": _url(self.store), "mark": self.mark, "files": self.files,
-                "strings": self.strings, "branch_sets": [list(b) for b in self.branch_sets],
-                "sessions": self.sessions}).encode())
+                "version": VERSION, "url": _url(self.store), "mark": self.mark, "strings": self.strings,
+                "branch_sets": [list(b) for b in self.branch_sets], "segments": self.segments,
+                "refs": list(self._refs_file) if self._refs_file else None, "sessions": self.rows}).encode())
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+        self._stat = _stat_of(os.path.join(self.folder, "state.json"))
 
 
-def _write(folder: str, name: str, data: bytes) -> None:
-    import tempfile  # only a build writes: a search need not import it (nor random, shutil)
+class _Numbers:
+    """Commit ids to commit numbers: those of an index (its segments' tables of ids, in order) and
+    the ones given out since. An id is looked up among the numbers hinted (a re-extracted
+    session's own), then found in the tables (``mmap.find``, at memchr speed: an append brings a
+    few new commits), and past a few such finds in a dict of every id's first 8 bytes (made in C
+    from the tables)."""
 
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+    _FINDS = 32
+
+    def __init__(self, tables: list[Any]) -> None:
+        self._tables = tables
+        self._bases = list(itertools.accumulate((len(t) // 32 for t in tables), initial=0))
+        self._n = self._bases[-1]
+        self._known: dict[bytes, int] = {}
+        self._by_head: dict[int, int] | None = None
+        self._exact: dict[bytes, int] | None = None
+        self._finds = 0
+        self._new: dict[bytes, int] = {}
+
+    def _id(self, c: int) -> bytes:
+        k = bisect.bisect_right(self._bases, c) - 1
+        at = 32 * (c - self._bases[k])
+        return bytes(self._tables[k][at:at + 32])
+
+    def hint(self, numbers: Iterable[int]) -> None:
+        """Commit numbers the next lookups are likely to ask for."""
+        self._known.update((self._id(c), c) for c in set(numbers))
+
+    def _lookup(self, cid: bytes) -> int | None:
+        got = self._known.get(cid)
+        if got is not None or not self._n:
+            return got
+        if self._finds < self._FINDS:
+            self._finds += 1
+            for base, t in zip(self._bases, self._tables, strict=False):
+                at = t.find(cid)
+                while at >= 0 and at % 32:
+                    at = t.find(cid, at + 1)
+                if at >= 0:
+                    return base + at // 32
+            return None
+        if self._by_head is None and self._exact is None:
+            heads = [h for t in self._tables if len(t) for h in memoryview(t).cast("Q")[::4].tolist()]
+            self._by_head = dict(zip(heads, range(self._n), strict=True))
+            if len(self._by_head) != self._n:  # two ids with the same first 8 bytes: by the whole id
+                self._exact = {self._id(c): c for c in range(self._n)}
+        if self._exact is not None:
+            return self._exact.get(cid)
+        assert self._by_head is not None
+        got = self._by_head.get(int.from_bytes(cid[:8], sys.byteorder))
+        return got if got is not None and self._id(got) == cid else None
+
+    def number(self, cid: bytes) -> int:
+        """The number of commit ``cid`` (32 bytes): its own, or the next one free."""
+        got = self._new.get(cid)
+        if got is None:
+            got = self._lookup(cid)
+        if got is None:
+            got = self._new[cid] = self._n + len(self._new)
+        return got
+
+    def table(self, start: int) -> bytes:
+        """The ids of the tables from number ``start`` (where one begins) on, then the new ones."""
+        k = self._bases.index(start)
+        return b"".join([*(bytes(t) for t in self._tables[k:]), *self._new])
+
+
+def _stat_of(path: str) -> tuple[int, int, int] | None:
+    """``(inode, mtime_ns, size)`` of a file, or None when it is not there."""
     try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _write(folder: str, name: str, data: bytes) -> list[int]:
+    """Write file ``name`` of the index (a new file renamed into place); its ``[size, crc,
+    mtime_ns, inode]`` as :meth:`Index._open` checks them."""
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            st = os.fstat(f.fileno())
         os.replace(tmp, os.path.join(folder, name))
     except BaseException:
         try:
@@ -639,6 +984,7 @@ def _write(folder: str, name: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+    return [len(data), zlib.crc32(data), st.st_mtime_ns, st.st_ino]
 
 
 def open_index(store: Store, folder: str | None = None, *, check: bool = True) -> Index:
@@ -662,4 +1008,4 @@ def update_if_present(store: Store) -> bool:
     return True
 
 
-__all__ = ["Index", "IndexError_", "Record", "index_dir", "open_index", "search_plan"]
+__all__ = ["COMPACT", "HIT_COLS", "Index", "IndexError_", "hits", "index_dir", "open_index", "search_plan"]

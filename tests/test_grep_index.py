@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -157,7 +159,7 @@ def test_index_is_rebuildable_from_scratch_and_damaged_files_are_rebuilt(store: 
     assert list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"])) == want
     folder = Path(index_dir(store))
     for name in ("main.txt", "main.rec", "res.low", "commits", "state.json"):
-        f = folder / name
+        f = folder / name if name == "state.json" else next(folder.glob(f"g*.{name}"))  # the segment's
         data = bytearray(f.read_bytes())
         data[len(data) // 2] ^= 0x55  # one flipped bit pattern in the middle
         f.write_bytes(bytes(data))
@@ -238,3 +240,149 @@ def test_case_insensitive_ascii_pattern_finds_long_s_and_dotless_i(store: castor
     for pattern in ("parser", "input", "in.ut", "ſ"):
         got = list(grep(store, pattern, sessions=["s8"], index=True))
         assert got == list(grep(store, pattern, sessions=["s8"], index=False)) and got, pattern
+
+
+# -- segments: an update writes the sessions that moved, not the whole index ---------------------
+def _segments(store: castore.Store) -> list[str]:
+    return [g["name"] for g in open_index(store).segments]
+
+
+def _same_as_scan(store: castore.Store) -> None:
+    for kinds in (None, ["text", "thinking", "tool_call", "tool_result"], ["tool_result"]):
+        for pattern in ("parser", "walrus", "PARSER", "answer [0-9]", "^question"):
+            got = list(grep(store, pattern, kinds=kinds, index=True))
+            assert got == list(grep(store, pattern, kinds=kinds, index=False)), (pattern, kinds)
+
+
+def test_updates_go_to_a_delta_and_stay_correct_through_every_kind_of_change(
+        store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import castore.grepindex as gi
+
+    monkeypatch.setattr(gi, "COMPACT", 100.0)  # never a new base: every update is a delta
+    for n in range(3, 8):
+        store.session("bot", "ann", f"s{n}").append({"role": "user", "content": f"parser {n}"}, time=T0 + n)
+    base = _segments(store)
+    assert len(base) == 1
+    s1 = store.session("bot", "ann", "s1")
+    s1.append({"role": "user", "content": "a walrus parser"})
+    ix = open_index(store)
+    assert ix.rebuilt == [("bot", "ann", "s1")] and [g["name"] for g in ix.segments][0] == base[0]
+    assert len(ix.segments) == 2  # the base kept, s1 in a delta
+    _same_as_scan(store)
+    steps = [
+        lambda: s1.append({"role": "assistant", "content": "walrus two"}),  # the delta's own session moves
+        lambda: store.session("bot", "ann", "s4").append({"role": "user", "content": "walrus four"}),
+        lambda: s1.checkout("HEAD~2", create="alt"),
+        lambda: s1.append({"role": "user", "content": "walrus on alt"}),
+        lambda: s1.fork("s15"),  # a new session sharing s1's commits (reported once, with "also")
+        lambda: store.delete_session("bot", "ann", "s4"),  # its old blocks in the base and the delta dead
+        lambda: store.session("aaa", "bob", "first").append({"role": "user", "content": "walrus first parser"}),
+        lambda: store.delete_session("bot", "ann", "s1"),
+        lambda: store.session("bot", "ann", "s4").append({"role": "user", "content": "walrus again"}),  # back
+    ]
+    for n, step in enumerate(steps):
+        step()
+        _same_as_scan(store)
+        if n == 4:
+            assert any(m.also for m in grep(store, "walrus on alt"))
+        names = _segments(store)
+        assert len(names) == 2 and names[0] == base[0]
+    folder = Path(index_dir(store))
+    live = {f.name.split(".", 1)[0] for f in folder.iterdir() if f.name.startswith("g")}
+    assert live == set(_segments(store))  # the replaced deltas' files are gone
+    assert open_index(store).rebuilt == []
+
+
+def test_a_new_base_when_the_dead_blocks_and_the_delta_pass_compact(
+        store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import castore.grepindex as gi
+
+    for n in range(3, 12):
+        store.session("bot", "ann", f"s{n}").append_many([{"role": "user", "content": f"parser {n}.{k}"}
+                                                          for k in range(4)], time=T0 + n)
+    first = _segments(store)  # 48 blocks
+    monkeypatch.setattr(gi, "COMPACT", 0.25)
+    store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus"})
+    after_one = _segments(store)
+    # s0's 4 blocks dead in the base and 5 in the delta: under a quarter of the base, a delta
+    assert len(after_one) == 2 and after_one[0] == first[0]
+    for n in (1, 2, 3):
+        store.session("bot", "ann", f"s{n}").append({"role": "user", "content": "walrus"})
+    names = _segments(store)
+    assert len(names) == 1 and names != first  # past a quarter: everything in one new base
+    _same_as_scan(store)
+    assert [m.lines[0].text for m in grep(store, "walrus")] == ["walrus"] * 4
+
+
+def test_a_search_reading_an_index_that_an_update_replaces_meanwhile(store: castore.Store) -> None:
+    """A reader opens the files state.json names when it loads; an update that removes them
+    afterwards does not disturb it (mapped files stay readable), and one that removes them
+    before the reader opens them sends it back to state.json."""
+    import castore.grepindex as gi
+
+    open_index(store)
+    reader = gi.Index(store)
+    assert reader._load()
+    store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus"})
+    ix = open_index(store)  # three sessions: s0 is a third: a new base, the old files removed
+    assert len(ix.segments) == 1 and ix.segments[0]["name"] != reader.segments[0]["name"]
+    assert [i for _, idx in reader.find_blocks(re.compile("parser")) for i in idx]  # still reads its own
+    late = gi.Index(store)
+    real = late._load_once
+    calls = []
+
+    def racing() -> bool:
+        if not calls:  # the first try finds a state whose files are gone
+            calls.append(1)
+            raise FileNotFoundError("g0.main.txt")
+        calls.append(2)
+        return real()
+
+    late._load_once = racing  # type: ignore[method-assign]
+    assert late._load() and calls == [1, 2]
+
+
+def test_the_index_is_checked_by_crc_only_when_a_file_was_written_since(store: castore.Store,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import zlib
+
+    import castore.grepindex as gi
+
+    want = _texts(store, "parser")
+    crcs: list[int] = []
+    monkeypatch.setattr(gi, "zlib", type("Z", (), {"crc32": staticmethod(lambda d: crcs.append(len(d)) or zlib.crc32(d))}))
+    assert _texts(store, "parser") == want and crcs == []  # as written: size and fstat only
+    f = next(Path(index_dir(store)).glob("g*.main.rec"))
+    os.utime(f, ns=(0, 0))  # touched, same bytes: its CRC is read, and it passes
+    assert _texts(store, "parser") == want and crcs == [f.stat().st_size]
+
+
+def test_a_writer_that_finds_the_index_updated_by_another_looks_again(store: castore.Store) -> None:
+    """Two searches after an append: the one that takes the writers' lock second finds the state
+    written meanwhile, loads it, and saves only its newer mark (taking the lock it holds again)."""
+    import castore.grepindex as gi
+
+    open_index(store)
+    store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus"})
+    late = gi.Index(store)
+    assert late._load() and late._plan(True) is not None  # it sees s0 moved, and waits for the lock
+    first = open_index(store)  # another search updates the index meanwhile
+    assert first.rebuilt == [("bot", "ann", "s0")]
+    store.storage.swap("refs/other", b"1", None)  # an unrelated ref moves: the swap log's mark moves on
+    with late._locked():
+        assert late._stat != gi._stat_of(os.path.join(late.folder, "state.json"))
+        assert late._load() and late._plan(True) is None  # nothing to extract: only the mark saved
+    assert late.rebuilt == [] and late.mark == open_index(store).mark
+    assert _texts(store, "walrus") == ["walrus"]
+
+
+def test_files_of_an_older_index_are_removed_when_it_is_rebuilt(store: castore.Store) -> None:
+    folder = Path(index_dir(store))
+    folder.mkdir(parents=True)
+    (folder / "state.json").write_text('{"version": 5}')
+    (folder / "main.txt").write_bytes(b"an index of an older castore")
+    want = list(grep(store, "parser", index=False))
+    assert list(grep(store, "parser")) == want
+    state = json.loads((folder / "state.json").read_text())
+    named = {f"{g['name']}.{k}" for g in state["segments"] for k in g["files"]} | {state["refs"][0]}
+    assert {f.name for f in folder.iterdir()} == named | {"state.json", "lock"}
