@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 
+from benchlib.fsize import stored_bytes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -83,15 +85,6 @@ def _build(workdir: str, n: int, code_root: str, tag: str = "") -> tuple[str, st
         subprocess.run([sys.executable, "-c", _BUILD, url, str(n), HERE], check=True, env=env, cwd=code_root)
     with open(meta) as f:
         return url, json.load(f)["mid"]
-
-
-def _stored_bytes(url: str) -> int:
-    """Bytes of every file under a store's objects/ and packs/ (indexes included)."""
-    total = 0
-    for sub in ("objects", "packs"):
-        for dirpath, _, files in os.walk(os.path.join(url, sub)):
-            total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
-    return total
 
 
 def _cold(code_root: str | None, url: str, n: int) -> tuple[float, float]:
@@ -158,7 +151,7 @@ def main() -> int:
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
     print(f"this = {roots['this']}, anchor = {roots['anchor']}")
     print("stores: " + ("each checkout's own" if args.own_stores else "this checkout's, read by both") + "; bytes "
-          + ", ".join(f"{k} N = {n:,}: {_stored_bytes(stores[(k, n)][0]):,}" for k in roots for n in sizes) + "\n")
+          + ", ".join(f"{k} N = {n:,}: {stored_bytes(stores[(k, n)][0]):,}" for k in roots for n in sizes) + "\n")
     print("| N | checkout | state ms (wall) | state ms (thread CPU) | fork ms |")
     print("|---|---|---|---|---|")
     for n in sizes:

@@ -27,6 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchlib.fsize import stored_bytes  # noqa: E402
 
 import castore  # noqa: E402
 
@@ -67,15 +70,6 @@ def files_and_blocks(root: str) -> tuple[int, int, int]:
             alloc += st.st_blocks * 512
             size += st.st_size
     return n, alloc, size
-
-
-def stored_bytes(root: str) -> int:
-    """Bytes of objects as stored (loose files and pack files; refs and config excluded)."""
-    total = 0
-    for sub in ("objects", "packs"):
-        for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
-            total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
-    return total
 
 
 def local(n: int) -> list[str]:

@@ -33,3 +33,13 @@ def files(paths: Iterable[str]) -> tuple[int, int]:
             size += st.st_size
             blocks += st.st_blocks * 512
     return size, blocks
+
+
+def stored_bytes(root: str) -> int:
+    """Bytes of a local store's objects as stored: every file under ``objects/`` and ``packs/``
+    (loose objects, packs and their indexes; refs, logs of live writers and config excluded)."""
+    total = 0
+    for sub in ("objects", "packs"):
+        for dirpath, _dirs, names in os.walk(os.path.join(root, sub)):
+            total += sum(os.path.getsize(os.path.join(dirpath, name)) for name in names)
+    return total
