@@ -55,41 +55,33 @@ branch sets, the segments (their block and commit counts and files), and per ses
 session: no segment); ``rN.refs`` (named in ``state.json``, a new file per update) each live
 session's ref folder and refs, read only when something moved: a search of an index nothing
 moved since reads ``state.json`` and the files of the parts it searches, nothing else.
+
+The files of a segment (its parts as loaded or built, their writing and their checks) and
+the commit numbering of an update are in :mod:`castore.grepfiles`.
 """
 
 from __future__ import annotations
 
-import array
 import bisect
 import itertools
 import json
 import os
 import re
-import sys
-import zlib
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from .errors import CastoreError
+from .grepfiles import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open_file, stat_of, write_file
 
 if TYPE_CHECKING:
     from .store import Store
 
 VERSION = 6
-SEP = "\x1e"
-_KINDS = ("text", "thinking", "tool_call", "tool_result")
-#: the parts of the index and the kinds each holds
-PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
-_COLS = 9  # int32 columns of P.rec
-_ASCII = 1  # the flag of a block whose text is ASCII
 #: the share of the base that dead blocks and the delta may reach before an update writes a
 #: new base (see the module docstring)
 COMPACT = 0.25
 _SESSIONS = "sessions"
-#: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
-#: ASCII letter (Python's re: ſ is s, dotless ı is i): P.low holds the letter instead
-_FOLD = {0x17F: "s", 0x131: "i"}
 #: what anchors a pattern to the start or end of the text it searches
 _ANCHORS = ("^", "$", "\\A", "\\Z")
 
@@ -203,123 +195,11 @@ def _changes(store: Store, mark: str | None, known: bool
     return (mark if under_way else new), _session_refs(store, folders), folders
 
 
-class _Part:
-    """One part of one segment of an index (see the module docstring), as loaded or as being
-    built: the bytes of ``P.txt`` and ``P.low``, decoded only when a search needs the whole text
-    (a plain string is searched in the bytes, and only the blocks found are decoded)."""
-
-    def __init__(self, name: str = "main") -> None:
-        self.name = name  # main or res
-        self.raw: Any = b""  # P.txt
-        self.lowraw: Any = b""  # P.low
-        self._text: str | None = None
-        self._low: str | None = None
-        self.starts: Any = array.array("q", [0])  # characters, in P.txt
-        self.lstarts: Any = array.array("q", [0])  # characters, in P.low
-        self.bstarts: Any = array.array("q", [0])  # bytes, in P.txt
-        self.lbstarts: Any = array.array("q", [0])  # bytes, in P.low
-        self.cols: list[Any] = [array.array("i") for _ in range(_COLS)]
-        self.time: Any = array.array("d")
-
-    @property
-    def n(self) -> int:
-        return len(self.time)
-
-    @property
-    def text(self) -> str:
-        """``P.txt`` decoded (on first use).
-
-        Raises:
-            ValueError: the bytes are not UTF-8 (a damaged file).
-        """
-        if self._text is None:
-            self._text = str(self.raw, "utf-8")
-        return self._text
-
-    @property
-    def low(self) -> str:
-        """``P.low`` decoded (on first use).
-
-        Raises:
-            ValueError: the bytes are not UTF-8 (a damaged file).
-        """
-        if self._low is None:
-            self._low = str(self.lowraw, "utf-8")
-        return self._low
-
-    def block(self, i: int) -> str:
-        """Block ``i``'s text (its bytes decoded alone)."""
-        return self.raw[self.bstarts[i]:self.bstarts[i + 1] - 1].decode("utf-8")
-
-    def fields(self, idx: list[int], cols: Iterable[int]) -> list[tuple[int, ...]]:
-        """Columns ``cols`` of the blocks ``idx``: a tuple of values per column (one C-level pass each)."""
-        if len(idx) == 1:
-            return [(self.cols[c][idx[0]],) for c in cols]
-        get = itemgetter(*idx)
-        return [get(self.cols[c]) for c in cols]
-
-    # -- building -------------------------------------------------------------------------
-    def add(self, values: tuple[int, ...], when: float, text: str) -> None:
-        """Append one block (``values``: its record's columns but the flags)."""
-        low = text.lower()
-        if not low.isascii():
-            low = low.translate(_FOLD)
-        btext, blow = (text + SEP).encode("utf-8"), (low + SEP).encode("utf-8")
-        self._texts.append(btext)
-        self._lows.append(blow)
-        for col, v in zip(self.cols, values, strict=False):
-            col.append(v)
-        self.cols[8].append(_ASCII if len(btext) == len(text) + 1 else 0)
-        self.time.append(when)
-        self.starts.append(self.starts[-1] + len(text) + 1)
-        self.lstarts.append(self.lstarts[-1] + len(low) + 1)
-        self.bstarts.append(self.bstarts[-1] + len(btext))
-        self.lbstarts.append(self.lbstarts[-1] + len(blow))
-
-    def copy(self, q: _Part, a: int, b: int) -> None:
-        """Append blocks ``a`` to ``b`` of part ``q`` as they are (whole ranges, no per-block decoding)."""
-        if a == b:
-            return
-        self._texts.append(q.raw[q.bstarts[a]:q.bstarts[b]])
-        self._lows.append(q.lowraw[q.lbstarts[a]:q.lbstarts[b]])
-        for mine, theirs in ((self.starts, q.starts), (self.lstarts, q.lstarts), (self.bstarts, q.bstarts),
-                             (self.lbstarts, q.lbstarts)):
-            base = mine[-1] - theirs[a]
-            mine.extend([v + base for v in theirs[a + 1:b + 1]])
-        for mine, theirs in zip(self.cols, q.cols, strict=True):
-            mine.frombytes(_bytes_of(theirs[a:b]))
-        self.time.frombytes(_bytes_of(q.time[a:b]))
-
-    def begin(self) -> _Part:
-        """Make this (empty) part one being built."""
-        self._texts: list[bytes] = []
-        self._lows: list[bytes] = []
-        return self
-
-    def files(self) -> dict[str, bytes]:
-        """The part's files as built (names without the segment), little-endian."""
-        self.raw, self.lowraw = b"".join(self._texts), b"".join(self._lows)
-        offs = array.array("q", self.starts)
-        for more in (self.lstarts, self.bstarts, self.lbstarts):
-            offs.extend(more)
-        recs = array.array("i")
-        for col in self.cols:
-            recs.extend(col)
-        times = array.array("d", self.time)
-        if sys.byteorder != "little":
-            offs.byteswap()
-            recs.byteswap()
-            times.byteswap()
-        p = self.name
-        return {f"{p}.txt": self.raw, f"{p}.low": self.lowraw, f"{p}.off": offs.tobytes(),
-                f"{p}.rec": recs.tobytes(), f"{p}.time": times.tobytes()}
-
-
 #: the columns of a hit as :func:`hits` gives them (after its place and its part)
 HIT_COLS = (0, 2, 3, 4, 5, 6, 8)
 
 
-def hits(runs: list[tuple[_Part, list[int]]]) -> Iterable[tuple[Any, ...]]:
+def hits(runs: list[tuple[Part, list[int]]]) -> Iterable[tuple[Any, ...]]:
     """One session's hits (its runs, as :meth:`Index.find_blocks` gives them) in order, root to
     tip: ``(place, part, commit, block, kind, role, tool, branch set, flags, time, byte offset,
     byte end)`` each, the numbers read column by column in C; both parts merged by place."""
@@ -338,11 +218,6 @@ def hits(runs: list[tuple[_Part, list[int]]]) -> Iterable[tuple[Any, ...]]:
         out.extend(got)
     out.sort(key=itemgetter(0))
     return out
-
-
-def _bytes_of(v: Any) -> Any:
-    """The bytes of an array or a typed memoryview (for ``array.frombytes``)."""
-    return v.cast("B") if isinstance(v, memoryview) else v.tobytes()
 
 
 def _literal(rx: re.Pattern[str]) -> str | None:
@@ -369,7 +244,7 @@ def search_plan(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool, str | None]
     return prx, lowered, (_literal(prx) if not prx.flags & re.IGNORECASE else None)
 
 
-def _hits(p: _Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
+def _hits(p: Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
     """The blocks of part ``p`` (of these kind numbers) with a match of ``rx``, in increasing order
     (see :meth:`Index.find_blocks`).
 
@@ -430,16 +305,6 @@ def _hits(p: _Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
     return got
 
 
-class _Segment:
-    """One segment as loaded: its parts and its commits (see the module docstring)."""
-
-    def __init__(self, name: str, base: int) -> None:
-        self.name = name
-        self.base = base  # the number of its first commit
-        self.commits: Any = b""
-        self.parts: dict[str, _Part] = {}
-
-
 class Index:
     """An open, fresh index of one store (see the module docstring)."""
 
@@ -455,51 +320,13 @@ class Index:
         self.strings: list[str] = []
         self.branch_sets: list[tuple[str, ...]] = []
         self.segments: list[dict[str, Any]] = []
-        self.segs: list[_Segment] = []
+        self.segs: list[Segment] = []
         self.rebuilt: list[Key] = []
         self._commits: Any = None
         self._stat: tuple[int, int, int] | None = None  # state.json's as loaded
         self._held = False  # the writers' lock
 
     # -- reading --------------------------------------------------------------------------
-    def _open(self, name: str, want: list[int]) -> Any:
-        """A file of the index, mapped (a read-only :class:`mmap.mmap`, sliced and searched as bytes
-        are; the bytes themselves where it is empty or cannot be mapped), checked against its
-        recorded ``[size, crc, mtime_ns, inode]``: the size always, the CRC when the file's
-        modification time or inode are not the ones recorded.
-
-        Raises:
-            ValueError: the file does not match.
-            OSError: it cannot be read (FileNotFoundError: an update removed it meanwhile).
-        """
-        import mmap
-
-        with open(os.path.join(self.folder, name), "rb") as f:
-            st = os.fstat(f.fileno())
-            if st.st_size != want[0]:
-                raise ValueError(f"{name} does not match its check")
-            try:
-                data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if want[0] else b""
-            except (OSError, ValueError):
-                data = f.read()
-        if (st.st_mtime_ns, st.st_ino) != (want[2], want[3]) and (len(data) != want[0] or zlib.crc32(data) != want[1]):
-            raise ValueError(f"{name} does not match its check")
-        return data
-
-    def _view(self, name: str, want: list[int], code: str) -> Any:
-        """A file of numbers (``code``: an :mod:`array` type code), checked as :meth:`_open` does:
-        a view of the mapping where the machine is little-endian, else a byte-swapped copy."""
-        data = self._open(name, want)
-        size = array.array(code).itemsize
-        if len(data) % size:
-            raise ValueError(f"{name}: a size that is not a whole number of values")
-        if sys.byteorder == "little":
-            return memoryview(data).cast(code)  # type: ignore[call-overload]
-        arr = array.array(code)
-        arr.frombytes(data)
-        arr.byteswap()
-        return arr
-
     def _load(self) -> bool:
         """Read ``state.json`` and open every file it names; False when there is no usable index.
         A file an update removed meanwhile: ``state.json`` is read again (a few times)."""
@@ -533,29 +360,8 @@ class Index:
         self._commits = None
         base = 0
         for g in self.segments:
-            seg = _Segment(g["name"], base)
-            files = g["files"]
-            seg.commits = self._open(f"{g['name']}.commits", files["commits"])
-            if len(seg.commits) != 32 * g["commits"]:
-                raise ValueError("commits do not agree")
+            self.segs.append(load_segment(self.folder, g, base))
             base += g["commits"]
-            for pname in PARTS:
-                p = _Part(pname)
-                pre = f"{g['name']}.{pname}"
-                p.raw = self._open(f"{pre}.txt", files[f"{pname}.txt"])
-                p.lowraw = self._open(f"{pre}.low", files[f"{pname}.low"])
-                offs = self._view(f"{pre}.off", files[f"{pname}.off"], "q")
-                rec = self._view(f"{pre}.rec", files[f"{pname}.rec"], "i")
-                p.time = self._view(f"{pre}.time", files[f"{pname}.time"], "d")
-                n = g["n"][pname]
-                if len(p.time) != n or len(offs) != 4 * (n + 1) or len(rec) != _COLS * n \
-                        or offs[3 * (n + 1) - 1] != len(p.raw) or offs[-1] != len(p.lowraw):
-                    raise ValueError(f"index part {pre}: sizes do not agree")
-                m = n + 1
-                p.starts, p.lstarts, p.bstarts, p.lbstarts = offs[:m], offs[m:2 * m], offs[2 * m:3 * m], offs[3 * m:]
-                p.cols = [rec[c * n:(c + 1) * n] for c in range(_COLS)]
-                seg.parts[pname] = p
-            self.segs.append(seg)
         return True
 
     @property
@@ -584,7 +390,7 @@ class Index:
         if self._sessions is None:
             refs: list[Any] = [None] * len(self.rows)
             if self._refs_file is not None:
-                refs = json.loads(bytes(self._open(*self._refs_file)))
+                refs = json.loads(bytes(open_file(self.folder, *self._refs_file)))
                 if len(refs) != len(self.rows):
                     raise ValueError("the refs do not agree with the sessions")
             self._sessions = [
@@ -593,7 +399,7 @@ class Index:
                 for r, f in zip(self.rows, refs, strict=True)]
         return self._sessions
 
-    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[list[tuple[_Part, list[int]]]]:
+    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[list[tuple[Part, list[int]]]]:
         """The blocks (of these kinds) with a match of ``rx``, per session in session order: the
         session's runs of ``(part, block numbers)``, one per part searched that has any (root to
         tip within each; :func:`hits` gives them merged in order). Blocks no live session covers
@@ -609,8 +415,8 @@ class Index:
             ValueError: a part is damaged (the caller rebuilds the index).
         """
         names = [name for name, held in PARTS.items() if kinds is None or kinds & set(held)]
-        want = None if kinds is None else {i for i, k in enumerate(_KINDS) if k in kinds}
-        runs: dict[int, list[tuple[_Part, list[int]]]] = {}  # session -> its runs
+        want = None if kinds is None else {i for i, k in enumerate(KINDS) if k in kinds}
+        runs: dict[int, list[tuple[Part, list[int]]]] = {}  # session -> its runs
         for seg in self.segs:
             ranges: dict[str, list[tuple[int, int, int]]] = {name: [] for name in names}
             for si, r in enumerate(self.rows):
@@ -653,7 +459,7 @@ class Index:
         if plan is None:
             return self
         with self._locked():
-            if self._stat != _stat_of(os.path.join(self.folder, "state.json")):
+            if self._stat != stat_of(os.path.join(self.folder, "state.json")):
                 # another writer updated the index meanwhile: look again from what it wrote
                 loaded = self._load()
                 plan = self._plan(loaded)
@@ -696,7 +502,7 @@ class Index:
         """Save a new mark of the swap log (nothing else moved), unless another writer saved a state meanwhile."""
         if mark != self.mark:
             with self._locked():
-                if self._stat == _stat_of(os.path.join(self.folder, "state.json")):
+                if self._stat == stat_of(os.path.join(self.folder, "state.json")):
                     self.mark = mark
                     self._save_state()
 
@@ -767,10 +573,10 @@ class Index:
             bsets = {x: i for i, x in enumerate(self.branch_sets)}
             kept_segs = [] if full else self.segs[:1]
             segments = [] if full else self.segments[:1]
-            commits = _Numbers([seg.commits for seg in self.segs])
+            commits = Numbers([seg.commits for seg in self.segs])
             first = sum(g["commits"] for g in segments)  # the new segment's commits start here
         else:
-            sessions, strings, bsets, kept_segs, segments, commits, first = [], {}, {}, [], [], _Numbers([]), 0
+            sessions, strings, bsets, kept_segs, segments, commits, first = [], {}, {}, [], [], Numbers([]), 0
         by_name = {s.name: s for s in self.segs} if old else {}
         number = {tuple(x["key"]): i for i, x in enumerate(sessions) if x.get("seg") is not None}
         for key in keys:
@@ -779,7 +585,7 @@ class Index:
                 sessions.append({"key": list(key), "folder": "", "refs": None, "seg": None,
                                  "at": dict.fromkeys(PARTS, 0), "n": dict.fromkeys(PARTS, 0)})
         name = self._new_name()
-        built = {pname: _Part(pname).begin() for pname in PARTS}
+        built = {pname: Part(pname).begin() for pname in PARTS}
         self.rebuilt = []
         kept_names = {s.name for s in kept_segs}
         for key in keys:  # session order: each segment holds its sessions in order
@@ -810,7 +616,7 @@ class Index:
                     rn = strings.setdefault(role, len(strings))
                     tn = strings.setdefault(tool, len(strings)) if tool is not None else -1
                     bn = bsets.setdefault(branches, len(bsets))
-                    built[pname].add((cn, si, blk, _KINDS.index(kind), rn, tn, bn, place), when,
+                    built[pname].add((cn, si, blk, KINDS.index(kind), rn, tn, bn, place), when,
                                      text.replace(SEP, " "))
                     place += 1
                     n[pname] += 1
@@ -823,12 +629,12 @@ class Index:
             files.update(p.files())
         try:
             os.makedirs(self.folder, exist_ok=True)
-            record = {k: _write(self.folder, f"{name}.{k}", v) for k, v in files.items()}
+            record = {k: write_file(self.folder, f"{name}.{k}", v) for k, v in files.items()}
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
         segments = [*segments, {"name": name, "n": {pname: built[pname].n for pname in PARTS},
                                 "commits": len(files["commits"]) // 32, "files": record}]
-        seg = _Segment(name, first)
+        seg = Segment(name, first)
         seg.commits, seg.parts = files["commits"], built
         self._set_sessions(sessions)
         self.mark, self.strings = mark, list(strings)
@@ -875,116 +681,20 @@ class Index:
         name = f"r{int(last[1:].split('.')[0]) + 1}.refs"
         data = json.dumps([[x["folder"], x["refs"]] if x["seg"] is not None else None for x in sessions]).encode()
         try:
-            self._refs_file = (name, _write(self.folder, name, data))
+            self._refs_file = (name, write_file(self.folder, name, data))
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
         self._sessions = sessions
 
     def _save_state(self) -> None:
         try:
-            _write(self.folder, "state.json", json.dumps({
+            write_file(self.folder, "state.json", json.dumps({
                 "version": VERSION, "url": _url(self.store), "mark": self.mark, "strings": self.strings,
                 "branch_sets": [list(b) for b in self.branch_sets], "segments": self.segments,
                 "refs": list(self._refs_file) if self._refs_file else None, "sessions": self.rows}).encode())
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
-        self._stat = _stat_of(os.path.join(self.folder, "state.json"))
-
-
-class _Numbers:
-    """Commit ids to commit numbers: those of an index (its segments' tables of ids, in order) and
-    the ones given out since. An id is looked up among the numbers hinted (a re-extracted
-    session's own), then found in the tables (``mmap.find``, at memchr speed: an append brings a
-    few new commits), and past a few such finds in a dict of every id's first 8 bytes (made in C
-    from the tables)."""
-
-    _FINDS = 32
-
-    def __init__(self, tables: list[Any]) -> None:
-        self._tables = tables
-        self._bases = list(itertools.accumulate((len(t) // 32 for t in tables), initial=0))
-        self._n = self._bases[-1]
-        self._known: dict[bytes, int] = {}
-        self._by_head: dict[int, int] | None = None
-        self._exact: dict[bytes, int] | None = None
-        self._finds = 0
-        self._new: dict[bytes, int] = {}
-
-    def _id(self, c: int) -> bytes:
-        k = bisect.bisect_right(self._bases, c) - 1
-        at = 32 * (c - self._bases[k])
-        return bytes(self._tables[k][at:at + 32])
-
-    def hint(self, numbers: Iterable[int]) -> None:
-        """Commit numbers the next lookups are likely to ask for."""
-        self._known.update((self._id(c), c) for c in set(numbers))
-
-    def _lookup(self, cid: bytes) -> int | None:
-        got = self._known.get(cid)
-        if got is not None or not self._n:
-            return got
-        if self._finds < self._FINDS:
-            self._finds += 1
-            for base, t in zip(self._bases, self._tables, strict=False):
-                at = t.find(cid)
-                while at >= 0 and at % 32:
-                    at = t.find(cid, at + 1)
-                if at >= 0:
-                    return base + at // 32
-            return None
-        if self._by_head is None and self._exact is None:
-            heads = [h for t in self._tables if len(t) for h in memoryview(t).cast("Q")[::4].tolist()]
-            self._by_head = dict(zip(heads, range(self._n), strict=True))
-            if len(self._by_head) != self._n:  # two ids with the same first 8 bytes: by the whole id
-                self._exact = {self._id(c): c for c in range(self._n)}
-        if self._exact is not None:
-            return self._exact.get(cid)
-        assert self._by_head is not None
-        got = self._by_head.get(int.from_bytes(cid[:8], sys.byteorder))
-        return got if got is not None and self._id(got) == cid else None
-
-    def number(self, cid: bytes) -> int:
-        """The number of commit ``cid`` (32 bytes): its own, or the next one free."""
-        got = self._new.get(cid)
-        if got is None:
-            got = self._lookup(cid)
-        if got is None:
-            got = self._new[cid] = self._n + len(self._new)
-        return got
-
-    def table(self, start: int) -> bytes:
-        """The ids of the tables from number ``start`` (where one begins) on, then the new ones."""
-        k = self._bases.index(start)
-        return b"".join([*(bytes(t) for t in self._tables[k:]), *self._new])
-
-
-def _stat_of(path: str) -> tuple[int, int, int] | None:
-    """``(inode, mtime_ns, size)`` of a file, or None when it is not there."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def _write(folder: str, name: str, data: bytes) -> list[int]:
-    """Write file ``name`` of the index (a new file renamed into place); its ``[size, crc,
-    mtime_ns, inode]`` as :meth:`Index._open` checks them."""
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            st = os.fstat(f.fileno())
-        os.replace(tmp, os.path.join(folder, name))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return [len(data), zlib.crc32(data), st.st_mtime_ns, st.st_ino]
+        self._stat = stat_of(os.path.join(self.folder, "state.json"))
 
 
 def open_index(store: Store, folder: str | None = None, *, check: bool = True) -> Index:

@@ -11,6 +11,7 @@ import pytest
 
 import castore
 from castore.grep import grep
+from castore.grepfiles import stat_of
 from castore.grepindex import index_dir, open_index
 from castore.storage import open_storage
 from castore.storage.local import SWAP_LOG, LocalStorage
@@ -346,11 +347,11 @@ def test_the_index_is_checked_by_crc_only_when_a_file_was_written_since(store: c
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import zlib
 
-    import castore.grepindex as gi
+    import castore.grepfiles as gf
 
     want = _texts(store, "parser")
     crcs: list[int] = []
-    monkeypatch.setattr(gi, "zlib", type("Z", (), {"crc32": staticmethod(lambda d: crcs.append(len(d)) or zlib.crc32(d))}))
+    monkeypatch.setattr(gf, "zlib", type("Z", (), {"crc32": staticmethod(lambda d: crcs.append(len(d)) or zlib.crc32(d))}))
     assert _texts(store, "parser") == want and crcs == []  # as written: size and fstat only
     f = next(Path(index_dir(store)).glob("g*.main.rec"))
     os.utime(f, ns=(0, 0))  # touched, same bytes: its CRC is read, and it passes
@@ -370,7 +371,7 @@ def test_a_writer_that_finds_the_index_updated_by_another_looks_again(store: cas
     assert first.rebuilt == [("bot", "ann", "s0")]
     store.storage.swap("refs/other", b"1", None)  # an unrelated ref moves: the swap log's mark moves on
     with late._locked():
-        assert late._stat != gi._stat_of(os.path.join(late.folder, "state.json"))
+        assert late._stat != stat_of(os.path.join(late.folder, "state.json"))
         assert late._load() and late._plan(True) is None  # nothing to extract: only the mark saved
     assert late.rebuilt == [] and late.mark == open_index(store).mark
     assert _texts(store, "walrus") == ["walrus"]

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("branches", "revisions"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "grep", "grepscan", "grepindex"),
+    ("sync", "maintenance", "grep", "grepscan", "grepindex", "grepfiles"),
     ("adapters", "html"),
     ("cli", "__main__"),
 ]
