@@ -20,7 +20,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     branches, revisions                 the one write path (plumbing); revisions as typed
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
-    sync, maintenance, grep, grepscan, grepindex, grepfiles  push/pull, fsck/gc, grep across sessions (scan, index)
+    sync, maintenance, grep, grepscan, grepindex, grepfiles, grepmatch, grepblocks  push/pull, fsck/gc, search sessions
     adapters, html                      LangGraph, Pi, ADK, OpenAI Agents; the viewer
     cli, __main__                       the ``castore`` command
 """

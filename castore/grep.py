@@ -50,24 +50,31 @@ detached shows its HEAD as the branch ``HEAD``.
 number per session: through the index neither builds a :class:`Match` (what ``castore grep``
 prints, ``-c`` and ``-l`` use them), and a count does not even decode a block a plain string
 was found in when the block is ASCII.
+
+What a match is and how one is built (shared with the scan): :mod:`castore.grepmatch`; the
+searchable blocks of a body and the context around a match: :mod:`castore.grepblocks`.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import functools
 import itertools
-import json
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import objects as o
 from .errors import CastoreError
-from .objects import Commit, Value
+from .grepblocks import TOOL_ROLES, blocks, context_entries
+from .grepmatch import (
+    LineMatch,
+    Match,
+    glob_any,
+    iso_time,
+    make_line_match,
+    session_ok,
+    spans_finder,
+)
 from .objectstore import gc_paused
 
 if TYPE_CHECKING:
@@ -76,106 +83,10 @@ if TYPE_CHECKING:
 KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: kinds searched unless told otherwise: tool results are most of the text, and rarely wanted
 DEFAULT_KINDS = ("text", "thinking", "tool_call")
-_TOOL_ROLES = ("tool", "toolResult", "function", "tool_result")
 
 
 class GrepError(CastoreError, ValueError):
     """A search cannot run: a bad pattern or filter."""
-
-
-@dataclass(frozen=True)
-class LineMatch:
-    """One matching line of a block: its 1-based number, its text and the match spans."""
-
-    line: int
-    text: str
-    spans: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True)
-class Match:
-    """One block of one commit that matched (see the module docstring for its JSON form)."""
-
-    commit: str
-    session: tuple[str, str, str]
-    branches: tuple[str, ...]
-    role: str
-    kind: str
-    tool: str | None
-    time: float | None
-    lines: tuple[LineMatch, ...]
-    also: tuple[tuple[tuple[str, str, str], tuple[str, ...]], ...] = ()
-    before: tuple[tuple[str, str, str], ...] = ()
-    after: tuple[tuple[str, str, str], ...] = ()
-    context: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        """The match as the stable JSON document of the module docstring."""
-        d: dict[str, Any] = {
-            "commit": self.commit,
-            "session": _key(self.session),
-            "branches": list(self.branches),
-            "also": [{"session": _key(k), "branches": list(b)} for k, b in self.also],
-            "role": self.role,
-            "kind": self.kind,
-            "tool": self.tool,
-            "time": _iso(self.time),
-            "lines": [{"line": lm.line, "text": lm.text, "spans": [list(s) for s in lm.spans]} for lm in self.lines],
-        }
-        if self.context:
-            d["context"] = {
-                "before": [{"commit": c, "role": r, "text": t} for c, r, t in self.before],
-                "after": [{"commit": c, "role": r, "text": t} for c, r, t in self.after],
-            }
-        return d
-
-
-def _key(k: tuple[str, str, str]) -> str:
-    return "/".join(p.replace("/", "%2F") for p in k)
-
-
-def iso_time(t: float | None) -> str | None:
-    """``t`` (seconds since the epoch) as a match's JSON ``time``: ``YYYY-MM-DDTHH:MM:SS.mmmZ``
-    (None for None).
-
-    Raises:
-        OverflowError, ValueError, OSError: ``t`` is out of the range of dates.
-    """
-    if t is None:
-        return None
-    if 0.0 <= t < _ISO_FAST_END:
-        # datetime.fromtimestamp's own arithmetic (microseconds rounded half to even, a carry
-        # into the seconds), the text up to the minute made once per minute: a search prints
-        # tens of thousands of times
-        sec = int(t)
-        frac = t - sec  # exact, as math.modf
-        if frac >= 0.9999994 and round(frac * 1e6) >= 1_000_000:
-            sec += 1
-        minute = _ISO_MINUTES.get(sec // 60)
-        if minute is None:
-            if len(_ISO_MINUTES) >= 1 << 16:
-                _ISO_MINUTES.clear()
-            minute = _ISO_MINUTES[sec // 60] = datetime.fromtimestamp(sec // 60 * 60, UTC).isoformat()[:17]
-        return minute + _ISO_SECONDS[sec % 60] + _ISO_MILLIS[int(t * 1000) % 1000]
-    return _iso_by_datetime(t)
-
-
-#: the times :func:`iso_time` formats by arithmetic (from the epoch to the end of year 9998)
-_ISO_FAST_END = 253370764800.0
-_ISO_MINUTES: dict[int, str] = {}
-_ISO_SECONDS = [f"{n:02d}." for n in range(60)]
-_ISO_MILLIS = [f"{n:03d}Z" for n in range(1000)]
-
-
-def _iso_by_datetime(t: float) -> str:
-    """:func:`iso_time` through :mod:`datetime` (any time it can represent)."""
-    d = datetime.fromtimestamp(t, UTC)
-    # isoformat is faster than strftime, and the same from year 1000 on (%Y does not pad)
-    head = d.isoformat(timespec="seconds")[:19] + "." if d.year >= 1000 else d.strftime("%Y-%m-%dT%H:%M:%S.")
-    return f"{head}{int(t * 1000) % 1000:03d}Z"
-
-
-_iso = iso_time
 
 
 def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: bool = False,
@@ -196,113 +107,6 @@ def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: boo
         return re.compile(src, re.IGNORECASE if ignore_case else 0)
     except re.error as e:
         raise GrepError(f"bad regular expression {pattern!r}: {e}") from e
-
-
-# -- what a body holds -------------------------------------------------------------------------
-def _json_text(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    try:
-        return json.dumps(v, ensure_ascii=False, sort_keys=False)
-    except (TypeError, ValueError):
-        return str(v)
-
-
-def _result_text(c: Any) -> str:
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):
-        parts = []
-        for b in c:
-            if isinstance(b, str):
-                parts.append(b)
-            elif isinstance(b, dict) and isinstance(b.get("text"), str) and b.get("type") in (None, "text",
-                                                                                             "input_text",
-                                                                                             "output_text"):
-                parts.append(b["text"])
-        return "\n".join(parts)
-    if isinstance(c, dict) and isinstance(c.get("text"), str):
-        return c["text"]
-    return ""
-
-
-def blocks(body: Any, kind: str, calls: dict[str, str]) -> Iterator[tuple[str, str, str | None, str]]:
-    """``(role, kind, tool, text)`` for each searchable block of a commit's body.
-
-    ``calls`` maps tool-call ids to tool names; calls seen here are added, so that a
-    later result names its tool.
-    """
-    if not isinstance(body, dict):
-        return
-    if kind in ("compaction", "branch_summary"):
-        if isinstance(body.get("summary"), str):
-            yield "system", "text", None, body["summary"]
-        return
-    if kind not in ("message", "event"):
-        return
-    role: str = body["role"] if isinstance(body.get("role"), str) else ""
-    is_result = role in _TOOL_ROLES
-    result_tool: str | None = None
-    if is_result:
-        cid = body.get("tool_call_id") or body.get("toolCallId")
-        named = body.get("toolName") or body.get("name")
-        result_tool = named if isinstance(named, str) else (calls.get(cid) if isinstance(cid, str) else None)
-    content = body.get("content")
-    if isinstance(content, str):
-        yield role, ("tool_result" if is_result else "text"), result_tool, content
-    elif isinstance(content, list):
-        for b in content:
-            if isinstance(b, str):
-                yield role, ("tool_result" if is_result else "text"), result_tool, b
-                continue
-            if not isinstance(b, dict):
-                continue
-            t = b.get("type")
-            if t in ("text", "input_text", "output_text") and isinstance(b.get("text"), str):
-                yield role, ("tool_result" if is_result else "text"), result_tool, b["text"]
-            elif t == "thinking" and isinstance(b.get("thinking"), str):
-                yield role, "thinking", None, b["thinking"]
-            elif t == "reasoning":
-                txt = b.get("text") if isinstance(b.get("text"), str) else _result_text(b.get("summary"))
-                if txt:
-                    yield role, "thinking", None, txt
-            elif t in ("tool_use", "toolCall", "function_call", "server_tool_use", "custom_tool_call"):
-                name = b.get("name") if isinstance(b.get("name"), str) else None
-                cid = b.get("id") or b.get("call_id")
-                if isinstance(cid, str) and name:
-                    calls[cid] = name
-                args = b.get("input", b.get("arguments"))
-                yield role, "tool_call", name, f"{name or ''} {_json_text(args) if args is not None else ''}".strip()
-            elif t in ("tool_result", "function_call_output", "toolResult", "custom_tool_call_output"):
-                cid = b.get("tool_use_id") or b.get("call_id") or b.get("toolCallId")
-                tool = calls.get(cid) if isinstance(cid, str) else None
-                yield role, "tool_result", tool, _result_text(b.get("content", b.get("output")))
-    for tc in body.get("tool_calls") or ():
-        if isinstance(tc, dict):
-            fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"), dict) else tc
-            name = fn["name"] if isinstance(fn.get("name"), str) else None
-            if isinstance(tc.get("id"), str) and name:
-                calls[tc["id"]] = name
-            yield role, "tool_call", name, f"{name or ''} {_json_text(fn.get('arguments', ''))}".strip()
-
-
-def _preview(body: Any, kind: str) -> tuple[str, str]:
-    calls: dict[str, str] = {}
-    for role, _, _, text in blocks(body, kind, calls):
-        return role, " ".join(text.split())[:200]
-    return (body.get("role", "") if isinstance(body, dict) else ""), ""
-
-
-# -- the walk ----------------------------------------------------------------------------------
-def _glob_any(value: str | None, globs: tuple[str, ...] | None) -> bool:
-    if not globs:
-        return True
-    return value is not None and any(fnmatch.fnmatchcase(value, g) for g in globs)
-
-
-def _time_of(c: Commit) -> float:
-    t = c.meta.get("time") if isinstance(c.meta, dict) else None
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else c.time
 
 
 #: what :func:`_grep_index` gives: Match objects, rows (:data:`Row`), or a count per session
@@ -341,16 +145,16 @@ def _options(pattern: str, *, ignore_case: bool | None = None, fixed: bool = Fal
         raise GrepError(f"context must be a whole number >= 0, not {context!r}")
     role_set = set(roles) if roles else None
     if role_set and "tool" in role_set:
-        role_set |= set(_TOOL_ROLES)
+        role_set |= set(TOOL_ROLES)
     session_globs = tuple(sessions) if sessions else None
     app_globs = tuple(apps) if apps else None
 
     def keep_block(key: tuple[str, str, str], role: str, bkind: str, tool: str | None) -> bool:
         if bkind not in want_kinds or (role_set is not None and role not in role_set):
             return False
-        if tool_globs is not None and not _glob_any(tool, tool_globs):
+        if tool_globs is not None and not glob_any(tool, tool_globs):
             return False
-        return _session_ok(key, session_globs, app_globs)
+        return session_ok(key, session_globs, app_globs)
 
     def keep(key: tuple[str, str, str], role: str, bkind: str, tool: str | None, when: float) -> bool:
         if (since is not None and when < since) or (until is not None and when >= until):
@@ -541,62 +345,6 @@ def _only_typed(store: Store, matches: Iterator[Match], limit: int | None) -> It
             batch = []
 
 
-def _session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,
-                app_globs: tuple[str, ...] | None) -> bool:
-    if app_globs and not _glob_any(key[0], app_globs):
-        return False
-    return not session_globs or any(fnmatch.fnmatchcase(_key(key) if "/" in g else key[2], g) for g in session_globs)
-
-
-_SYNTAX = frozenset("\\.^$*+?{}[]|()")
-
-
-@functools.lru_cache(maxsize=16)
-def _finder(rx: re.Pattern[str]) -> Callable[[str], list[tuple[int, int]]]:
-    """The spans of ``rx``'s (non-empty) matches in a line. A pattern with no regex syntax is
-    found with ``str.find``, case-insensitively in the lower-cased line when the line is ASCII
-    (the same spans: ASCII case folding is one to one), as Python's case-insensitive search is
-    many times slower; any other line or pattern goes through ``rx``."""
-    def by_rx(line: str) -> list[tuple[int, int]]:
-        return [s for m in rx.finditer(line) if (s := m.span())[1] > s[0]]
-
-    p = rx.pattern
-    if not p or rx.flags & re.VERBOSE or any(c in _SYNTAX for c in p):
-        return by_rx
-    folded = bool(rx.flags & re.IGNORECASE)
-    if folded and not p.isascii():
-        return by_rx
-    lit, n = (p.lower() if folded else p), len(p)
-
-    def by_find(line: str) -> list[tuple[int, int]]:
-        if folded:
-            if not line.isascii():
-                return by_rx(line)
-            line = line.lower()
-        out, at = [], line.find(lit)
-        while at >= 0:
-            out.append((at, at + n))
-            at = line.find(lit, at + n)
-        return out
-
-    return by_find
-
-
-def _line_matches(rx: re.Pattern[str], text: str,
-                  spans_of: Callable[[str], list[tuple[int, int]]] | None = None) -> tuple[LineMatch, ...]:
-    if spans_of is None:
-        spans_of = _finder(rx)
-    if "\n" not in text:  # one line (most blocks): no split
-        spans = tuple(spans_of(text))
-        return (_line_match(1, text, spans),) if spans else ()
-    lines = []
-    for n, line in enumerate(text.split("\n"), 1):
-        spans = tuple(spans_of(line))
-        if spans:
-            lines.append(_line_match(n, line, spans))
-    return tuple(lines)
-
-
 def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool] | None, since: float | None,
                 until: float | None, limit: int | None, context: int, kinds: set[str], check: bool,
                 form: int = _MATCHES) -> Iterator[Any]:
@@ -613,7 +361,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         runs = ix.rebuild().find_blocks(rx, kinds)
     strings, bsets = ix.strings, ix.branch_sets
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
-    finder = _finder(rx)
+    finder = spans_finder(rx)
     # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
     timed = since is not None or until is not None
     lo = since if since is not None else float("-inf")
@@ -705,7 +453,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                     if not lines:
                         continue
                     if not rows:
-                        lines = tuple(_line_match(*t) for t in lines)
+                        lines = tuple(make_line_match(*t) for t in lines)
                 else:  # one line (most blocks): no split
                     spans = finder(text)
                     if not spans:
@@ -741,7 +489,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
             s = store.session(*m.session)
             tip = s.head if m.branches[0] == "HEAD" else s.branches().get(m.branches[0])
             if tip is not None:
-                before, after = _context(store, store.history.path_ids(tip), m.commit, context)
+                before, after = context_entries(store, store.history.path_ids(tip), m.commit, context)
                 m = replace(m, before=before, after=after)
         yield m
 
@@ -755,42 +503,6 @@ def _line_tuples(text: str, spans_of: Callable[[str], list[tuple[int, int]]]
         if spans:
             out.append((n, line, tuple(spans)))
     return tuple(out)
-
-
-def _match(commit: str, session: tuple[str, str, str], branches: tuple[str, ...], role: str, kind: str,
-           tool: str | None, time: float | None, lines: tuple[LineMatch, ...], context: int) -> Match:
-    """A :class:`Match` with no ``also`` nor context entries, built as its ``__init__`` would but
-    without its field-by-field ``object.__setattr__`` (a search through the index builds tens of
-    thousands)."""
-    m = object.__new__(Match)
-    object.__setattr__(m, "__dict__", {
-        "commit": commit, "session": session, "branches": branches, "role": role, "kind": kind, "tool": tool,
-        "time": time, "lines": lines, "also": (), "before": (), "after": (), "context": context})
-    return m
-
-
-def _line_match(line: int, text: str, spans: tuple[tuple[int, int], ...]) -> LineMatch:
-    """A :class:`LineMatch`, built as :func:`_match` builds a Match."""
-    lm = object.__new__(LineMatch)
-    object.__setattr__(lm, "__dict__", {"line": line, "text": text, "spans": spans})
-    return lm
-
-
-def _context(store: Store, path: list[str], cid: str, n: int
-             ) -> tuple[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]:
-    i = path.index(cid)
-    ids = path[max(0, i - n):i] + path[i + 1:i + 1 + n]
-    commits = store.history.commits(ids) if ids else {}
-    bids = [o.hex_id(c.body) for c in commits.values() if c.body is not None]
-    bodies = store.objects.get_many(bids, missing_ok=True) if bids else {}
-
-    def one(x: str) -> tuple[str, str, str]:
-        c = commits[x]
-        v = bodies.get(o.hex_id(c.body)) if c.body is not None else None
-        role, text = _preview(v.value if isinstance(v, Value) else None, c.kind)
-        return x, role or c.author or c.kind, text
-
-    return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
 
 
 __all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "Row", "blocks", "compile_pattern",

@@ -146,7 +146,7 @@ def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Ke
 def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None, float, tuple[str, ...], int, str]]:
     """Every searchable block of one session, each commit once, root to tip: ``(commit, role,
     kind, tool, time, branches, block number within the commit, text)``."""
-    from .grep import _time_of, blocks
+    from .grepblocks import blocks, time_of
     from .grepscan import bodies_of
 
     s = store.session(*key)
@@ -166,7 +166,7 @@ def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None
     for cid, c, body in bodies_of(store, order):
         for j, (role, kind, tool, text) in enumerate(blocks(body, c.kind, calls)):
             if text:
-                yield cid, role, kind, tool, _time_of(c), tuple(member[cid]), j, text
+                yield cid, role, kind, tool, time_of(c), tuple(member[cid]), j, text
 
 
 def _changes(store: Store, mark: str | None, known: bool

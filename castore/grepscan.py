@@ -53,17 +53,8 @@ from typing import TYPE_CHECKING, Any
 from . import objects as o
 from . import packs
 from .errors import IntegrityError, ObjectNotFound
-from .grep import (
-    LineMatch,
-    Match,
-    _context,
-    _glob_any,
-    _line_matches,
-    _match,
-    _session_ok,
-    _time_of,
-    blocks,
-)
+from .grepblocks import blocks, context_entries, time_of
+from .grepmatch import LineMatch, Match, glob_any, line_matches, make_match, session_ok
 from .history import K
 from .objects import Commit, Index, Segment, Value
 from .objectstore import gc_paused
@@ -88,11 +79,11 @@ def grep_walk(store: Store, rx: re.Pattern[str], limit: int | None, context: int
     where: dict[str, list[tuple[tuple[str, str, str], str]]] = {}
     plans: list[tuple[tuple[str, str, str], list[tuple[str, Commit]], dict[str, list[str]]]] = []
     for app in sorted(store.apps()):
-        if not _glob_any(app, app_globs):
+        if not glob_any(app, app_globs):
             continue
         for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
             key = (si.app, si.user, si.session)
-            if not _session_ok(key, session_globs, None):
+            if not session_ok(key, session_globs, None):
                 continue
             s = store.session(*key)
             tips = dict(s.branches())
@@ -117,7 +108,7 @@ def grep_walk(store: Store, rx: re.Pattern[str], limit: int | None, context: int
     for key, order, paths in plans:
         calls: dict[str, str] = {}
         for cid, c, body in bodies_of(store, order):
-            when = _time_of(c)
+            when = time_of(c)
             # a commit shared with a session before is reported there (its tool calls still
             # name the tools of this session's results, as in the index)
             in_time = where[cid][0][0] == key and (since is None or when >= since) and (until is None or when < until)
@@ -126,11 +117,11 @@ def grep_walk(store: Store, rx: re.Pattern[str], limit: int | None, context: int
                     continue
                 if role_set is not None and role not in role_set:
                     continue
-                if tool_globs is not None and not _glob_any(tool, tool_globs):
+                if tool_globs is not None and not glob_any(tool, tool_globs):
                     continue
                 if not text or rx.search(text) is None:
                     continue
-                lines = _line_matches(rx, text)
+                lines = line_matches(rx, text)
                 if not lines:
                     continue
                 refs = where[cid]
@@ -142,7 +133,7 @@ def grep_walk(store: Store, rx: re.Pattern[str], limit: int | None, context: int
                 before: tuple[tuple[str, str, str], ...] = ()
                 after: tuple[tuple[str, str, str], ...] = ()
                 if context:
-                    before, after = _context(store, paths[mine[0]], cid, context)
+                    before, after = context_entries(store, paths[mine[0]], cid, context)
                 yield Match(cid, key, mine, role, bkind, tool, when, lines,
                             tuple((k, tuple(b)) for k, b in others.items()), before, after, context)
                 found += 1
@@ -567,10 +558,10 @@ def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs
 
     infos = []
     for app in sorted(store.apps()):
-        if not _glob_any(app, app_globs):
+        if not glob_any(app, app_globs):
             continue
         for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
-            if _session_ok((si.app, si.user, si.session), session_globs, None):
+            if session_ok((si.app, si.user, si.session), session_globs, None):
                 infos.append(si)
     if not infos:
         return []
@@ -639,7 +630,7 @@ def grep_scan(store: Store, rx: re.Pattern[str], keep: Any, limit: int | None, c
         if limit is not None and n >= limit:
             return
         if context:
-            before, after = _context(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
+            before, after = context_entries(store, store.history.path_ids(sessions[sn][1][bn][1]), m.commit, context)
             m = replace(m, before=before, after=after)
         yield m
 
@@ -658,7 +649,7 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
     for cid, c in scan.commits.items():
         assert c.body is not None
         if timed:
-            when = _time_of(c)
+            when = time_of(c)
             if (since is not None and when < since) or (until is not None and when >= until):
                 continue
         calls = _Calls()
@@ -668,7 +659,7 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
                 continue
             if not text or rx.search(text) is None:
                 continue
-            lines = _line_matches(rx, text)
+            lines = line_matches(rx, text)
             if lines:
                 found.setdefault(cid, []).append((j, role, bkind, tool, lines, missed and tool is None))
     if not found:
@@ -709,7 +700,7 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
             if s != sn:
                 others.setdefault(sessions[s][0], []).append(b)
         first_branch = min(bn for s, _, bn in refs if s == sn)
-        when = _time_of(c)
+        when = time_of(c)
         for j, role, bkind, tool, lines, unnamed in blks:
             if unnamed:
                 if (sn, cid) not in calls_of:
@@ -722,7 +713,7 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
             out.append(((sn, c.depth, first_branch, j),
                         Match(cid, key, mine, role, bkind, tool, when, lines,
                               tuple((k, tuple(b)) for k, b in others.items()), context=context) if others
-                        else _match(cid, key, mine, role, bkind, tool, when, lines, context)))
+                        else make_match(cid, key, mine, role, bkind, tool, when, lines, context)))
     out.sort(key=lambda x: x[0])
     return out, sessions
 

@@ -176,18 +176,18 @@ def test_fast_match_equals_a_built_match() -> None:
     """The index path's Match builder gives what Match(...) gives: same fields, equal, frozen."""
     import dataclasses
 
-    from castore.grep import LineMatch, Match, _match
+    from castore.grepmatch import LineMatch, Match, make_match
 
     lines = (LineMatch(1, "a parser here", ((2, 8),)),)
-    fast = _match("ab" * 32, ("app", "u", "s"), ("main",), "user", "text", None, 1.5, lines, 2)
+    fast = make_match("ab" * 32, ("app", "u", "s"), ("main",), "user", "text", None, 1.5, lines, 2)
     built = Match("ab" * 32, ("app", "u", "s"), ("main",), "user", "text", None, 1.5, lines, context=2)
     assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
     assert set(vars(fast)) == {f.name for f in dataclasses.fields(Match)}
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.role = "assistant"  # type: ignore[misc]
-    from castore.grep import _line_match
+    from castore.grepmatch import make_line_match
 
-    line = _line_match(3, "x parser", ((2, 8),))
+    line = make_line_match(3, "x parser", ((2, 8),))
     assert line == LineMatch(3, "x parser", ((2, 8),)) and hash(line) == hash(LineMatch(3, "x parser", ((2, 8),)))
     assert repr(line) == repr(LineMatch(3, "x parser", ((2, 8),)))
 
@@ -222,7 +222,7 @@ def test_iso_time_by_arithmetic_is_what_datetime_writes() -> None:
     second, minute, day and year ends and where microseconds round up into the next second."""
     import random
 
-    from castore.grep import _iso_by_datetime, iso_time
+    from castore.grepmatch import _iso_by_datetime, iso_time
 
     rng = random.Random(5)
     times = [0.0, 5e-324, 0.4999999e-6, 0.5e-6, 1.5e-6, 0.9999994, 0.9999995, 0.99999949, 59.9999996, 86399.9999995,

@@ -162,11 +162,11 @@ def test_records_decompressed_ahead_come_in_order_a_damaged_one_as_none(n: int) 
 @pytest.mark.parametrize(("pattern", "flags"), [("parser", re.I), ("Parser", 0), ("aa", re.I), ("ab", re.I), ("é", re.I),
                                                 ("a.b", 0), ("k", re.I), ("s", re.I)])
 def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> None:
-    from castore.grep import _finder
+    from castore.grepmatch import spans_finder
 
     rx = re.compile(pattern, flags)
     for line in ("The PARSER parser, ParSer", "aaaaa", "ſab AB \u212a", "a.b axb", "Écrire é É", ""):
-        assert _finder(rx)(line) == [m.span() for m in rx.finditer(line)]
+        assert spans_finder(rx)(line) == [m.span() for m in rx.finditer(line)]
 
 
 #: the scan's other ways, each forced: commits found by every body reference and a set (many

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("branches", "revisions"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "grep", "grepscan", "grepindex", "grepfiles"),
+    ("sync", "maintenance", "grep", "grepscan", "grepindex", "grepfiles", "grepmatch", "grepblocks"),
     ("adapters", "html"),
     ("cli", "__main__"),
 ]
