@@ -10,7 +10,8 @@ durable; a log holding intents is merged at close into an ``r-`` pack of blocks 
 the logs without an index (:meth:`~WriterLog.log_intents`).
 
 :class:`WriterLog` is the part of :class:`~castore.objectstore.ObjectStore` that does it; it
-merges through :class:`~castore.repack.Repacking`. The attributes declared on the class are
+records its appends in the pack map (:class:`~castore.packreader.PackReader`) and merges
+through :class:`~castore.repack.Repacking`. The attributes declared on the class are
 the store's state it reads and updates.
 """
 
@@ -19,39 +20,27 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from . import packs
 from .errors import StorageError
-from .packs import PACKS, Place, Slot, index_key, pack_key
+from .packreader import PackReader
+from .packs import PACKS, Slot, index_key, pack_key
 from .repack import Repacking
 from .storage import Appender, RefIntent
 
 
-class LoggedPack(Protocol):
-    """What the log needs of its entry in the store's pack map: its objects' places and
-    whether it is sealed."""
-
-    where: dict[str, Place]
-    sealed: bool
-
-
-class WriterLog(Repacking):
+class WriterLog(PackReader, Repacking):
     """This handle's log: appending to it, sealing it, journaling ref intents in it (format 3)
     and merging it away at close."""
 
     # the object store's state this part uses (set by ObjectStore.__init__)
     format: int
-    _packs: Mapping[str, LoggedPack]
     _recent: Mapping[str, bytes]
     _log_pid: int
     _journaled: packs.DeltaBases
     _synced_logs: set[str]
     _inflight: int
     _tls: threading.local
-
-    def _add(self, name: str, where: Mapping[str, Place], sealed: bool, scanned: int, version: int = 0) -> None:
-        raise NotImplementedError  # ObjectStore's: records a pack's objects in the pack map
 
     def _open_log(self) -> Appender | None:
         """This handle's log, created if needed; None where the storage cannot append."""
