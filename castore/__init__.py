@@ -15,7 +15,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
 
     errors, names, aio                  errors, safe names, async helpers
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
-    objects, zdict, packs, repack, objectstore, refs  the object format, packs, their merging, their store, refs and CAS
+    objects, zdict, packs, repack, packreader, writerlog, objectstore, refs  objects, packs, the object store, refs, CAS
     history, state, entries             paths, state trees, entry types
     branches, revisions                 the one write path (plumbing); revisions as typed
     context                             the model's view of a path (pure)

@@ -6,6 +6,9 @@ objects of each batch as one record of a pack (``packs/<name>.pack``): on local 
 append to this handle's log, elsewhere one whole pack per batch. Reading is the same for
 both formats: the pack map (id -> pack, offset), the loose files, then a refresh of the
 pack map. Nothing above this module knows whether an object is loose or packed.
+The pack map and the reads of packs are :mod:`castore.packreader`'s, the writer's log and
+its ref intents :mod:`castore.writerlog`'s, the merge of packs :mod:`castore.repack`'s: the
+parts of :class:`ObjectStore`, which is their one public face.
 
 Writing an object that exists is harmless; every batch writes all its objects (rewriting
 a loose object refreshes its age, which is what makes gc's grace period a guarantee).
@@ -20,15 +23,15 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from . import objects as o
 from . import packs
 from .errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound, StorageError
 from .objects import AnyObject, ObjectId
-from .packs import PACKS, Place, Slot, index_key, pack_key
-from .repack import Repacking
-from .storage import Appender, DeleteIncomplete, RefIntent, Storage
+from .packs import PACKS, Place, index_key, pack_key
+from .storage import Appender, DeleteIncomplete, Storage
+from .writerlog import WriterLog
 
 PREFIX = "objects"
 #: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
@@ -50,25 +53,14 @@ CACHE_SIZE = 200_000
 CACHE_MAX_OBJECT = 1 << 20
 #: the canonical bytes kept for recent writes (segments are built from them), at most
 RECENT_BYTES = 32 << 20
-#: bytes of scanned packs kept in memory, so reading their frames costs no further I/O
-PACK_DATA_BYTES = 64 << 20
-#: decompressed record contents kept in memory (a record is read whole, once)
-CONTENT_BYTES = 64 << 20
 #: a path object (segment, index) up to this size is packed even above LOOSE_MIN: it is shared
 #: with no other session, and in a repacked block it compresses against the objects it copies
 PATH_OBJECT_MAX = 4 << 20
 #: repack writes blocks of about this many content bytes, each one zstd frame at BLOCK_LEVEL
 BLOCK_BYTES = 256 << 10
 BLOCK_LEVEL = 9
-#: a record whose compressed payload is at least this large (a repacked block) is decompressed
-#: only as far as a reader of one object in its first half needs (objects.BlockPrefix)
-PREFIX_MIN = 16 << 10
-#: blocks kept decompressed in part, at most
-PREFIXES = 4
 #: background repack: an S3 (no-append) writer runs one after this many batch packs
 AUTO_REPACK_BATCHES = 16
-#: listings a refresh makes at most while the packs it listed keep vanishing (repacked meanwhile)
-REFRESH_RELISTS = 4
 
 
 def object_key(oid: str) -> str:
@@ -96,25 +88,10 @@ class gc_paused:
             gc.enable()
 
 
-class _Pack:
-    """What this handle knows of one pack: its frames, whether it is sealed (complete),
-    and how far a growing log has been scanned."""
-
-    __slots__ = ("name", "where", "index", "sealed", "scanned", "mtime", "version", "damaged")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.version = 0  # the pack's version (0: not known yet)
-        self.where: dict[str, Place] = {}
-        self.index: packs.IndexView | None = None  # rows searched in place, not yet all in where
-        self.sealed = False
-        self.scanned = 0
-        self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
-        self.damaged: list[tuple[int, int]] = []  # (offset, bytes) of damaged records a scan skipped
-
-
-class ObjectStore(Repacking):
-    """Content-addressed objects over a storage backend (merging its packs: :class:`~castore.repack.Repacking`)."""
+class ObjectStore(WriterLog):
+    """Content-addressed objects over a storage backend (its pack map and the reads of packs:
+    :class:`~castore.packreader.PackReader`; its writer's log: :class:`~castore.writerlog.WriterLog`;
+    merging its packs: :class:`~castore.repack.Repacking`)."""
 
     def __init__(self, storage: Storage, compress: bool = True, format: int = 1,  # noqa: A002
                  auto_repack: bool = True) -> None:
@@ -140,7 +117,7 @@ class ObjectStore(Repacking):
         self._recent: OrderedDict[str, bytes] = OrderedDict()  # canonical bytes of recent writes
         self._recent_bytes = 0
         # format 2: the pack map and this handle's log
-        self._packs: dict[str, _Pack] = {}
+        self._packs = {}
         self._where: dict[str, tuple[str, Place]] = {}
         self._lazy: dict[str, packs.IndexView] = {}  # sealed packs whose index rows are not in _where
         self._contents: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # (pack, payload offset) -> content
@@ -332,185 +309,6 @@ class ObjectStore(Repacking):
             self._start_repack()
         return size
 
-    def _open_log(self) -> Appender | None:
-        """This handle's log, created if needed; None where the storage cannot append."""
-        if self._log is not None and self._log_pid == os.getpid():
-            return self._log
-        self._log = None  # a forked child never appends to its parent's log
-        if self._no_append:
-            return None
-        name = packs.log_name()
-        log = self.storage.open_appender(pack_key(name))
-        if log is None:
-            self._no_append = True
-            return None
-        try:
-            log.append(packs.PACK_MAGIC_V2)
-        except StorageError:
-            log.close()
-            raise
-        self._log, self._log_name, self._log_pid = log, name, os.getpid()
-        self._journaled = packs.DeltaBases()  # a new log: its first intent of a ref holds the whole value
-        return log
-
-    def _seal(self) -> None:
-        """Write the index of this handle's log and stop appending to it. Its records are
-        synced first, and the refs its intents moved (format 3): once it has an index, no
-        recovery reads its intents (docs/FORMAT.md, 12)."""
-        log, name = self._log, self._log_name
-        assert log is not None
-        pack = self._packs[name]
-        log.sync()
-        self._synced_logs.add(name)
-        if self._journaled:
-            self.storage.sync_keys(self._journaled.keys())
-            self._journaled = packs.DeltaBases()
-        self.storage.write(index_key(name), packs.encode_index(log.size, pack.where))
-        pack.sealed = True
-        log.close()
-        self._log = None
-
-    def _merge_log(self) -> None:
-        """Close, format 3: merge this handle's log into a new pack of blocks with its index
-        (:meth:`merge_packs`, as the background repack does, which leaves out its intent
-        records), then delete the log (docs/FORMAT.md, 12: "Dropping the intents at close").
-        The log is synced first, then the refs its intents moved (before the log goes); its
-        objects are taken from memory when this handle still holds them all (else the log
-        is read back and the merge finds the refs in its intents). The
-        log stays held (``flock``) until it is deleted. Should the merge leave it (nothing
-        to merge), it is sealed instead.
-
-        Raises:
-            StorageError, IntegrityError: the merge failed; the log is left unsealed and
-                whole (its refs may have been synced), and closed.
-        """
-        log, name = self._log, self._log_name
-        assert log is not None
-        try:
-            log.sync()
-            self._log = None  # no append from here on: the next write opens a new log
-            # another thread's objects record in it, not yet named by an intent, is durable
-            # and is merged: its swap, finding no live log, is made durable on its own
-            self._synced_logs.add(name)
-            keys, self._journaled = self._journaled.keys(), packs.DeltaBases()
-            groups = self._log_groups(name)
-            if groups is not None:
-                self.storage.sync_keys(keys)  # read back instead, the merge syncs them itself
-            if self.merge_packs([name], by_mtime=False, held=None if groups is None else {name: groups}) is None:
-                self.storage.sync_keys(keys)
-                self.storage.write(index_key(name), packs.encode_index(log.size, self._packs[name].where))
-                self._packs[name].sealed = True
-        finally:
-            log.close()
-
-    def _log_groups(self, name: str) -> list[list[tuple[str, bytes]]] | None:
-        """The objects of this handle's log ``name``, one group per record in write order,
-        from the canonical bytes it keeps of recent writes (their ids were computed from
-        them); None if any is no longer kept."""
-        by_record: dict[int, list[tuple[int, str, bytes]]] = {}
-        for oid, loc in self._packs[name].where.items():
-            canonical = self._recent.get(oid)
-            if canonical is None or not isinstance(loc, Slot):
-                return None
-            by_record.setdefault(loc.offset, []).append((loc.start, oid, canonical))
-        return [[(oid, c) for _, oid, c in sorted(items)] for _, items in sorted(by_record.items())]
-
-    # -- format 3: ref intents in the log (docs/FORMAT.md, 12) ----------------------------
-    @property
-    def defers_refs(self) -> bool:
-        """Whether ref swaps may be journaled in this handle's log (format 3, durable storage
-        that can append): then an append's objects record is not synced on its own."""
-        return self.format >= 3 and self.storage.durable and not self._no_append
-
-    def journal(self, intent: RefIntent) -> bool:
-        """Append ``intent`` to this handle's log and sync it (which also makes this thread's
-        unsynced objects record durable: same file); True if done. False when this handle
-        has no open log (the swap is then made durable on its own). Called by the storage
-        under the ref's lock; :meth:`settle` is called once the swap is over.
-
-        Raises:
-            StorageError: the log cannot be written, or this thread's objects record went
-                into a log that failed before it was synced (the swap must not land).
-        """
-        return self.journal_many((intent,))
-
-    def journal_many(self, intents: Sequence[RefIntent]) -> bool:
-        """:meth:`journal` for the intents of one :meth:`~castore.storage.Storage.swap_many`
-        (distinct refs, all locked): one record each, appended with one write and synced
-        once; True if done, False when this handle has no open log.
-
-        Raises:
-            StorageError: as :meth:`journal` (none of the swaps may land).
-        """
-        pending = getattr(self._tls, "pending", "")
-        with self._lock:
-            live = self._log is not None and self._log_pid == os.getpid() and self.format >= 3
-            if pending and not (live and self._log_name == pending):
-                p = self._packs.get(pending)
-                if (p is None or not p.sealed) and pending not in self._synced_logs:
-                    # sealing syncs a log (a repack may have merged it since: p is None):
-                    # only a failed one whose sync failed too is left
-                    raise StorageError(f"the objects of this append, in {pending}, were not made durable "
-                                       "(the log failed); nothing was stored, try again", self.storage.url)
-            if not live:
-                return False
-            log = self._log
-            assert log is not None
-            records: list[bytes] = []
-            for intent in intents:
-                # a delta only of the value this log's previous intent of the ref wrote: a
-                # recovery then rebuilds it from this log alone (docs/FORMAT.md, 12)
-                base = self._journaled.base(intent.old)
-                ok = base is not None and base.key == intent.key and base.boot == intent.boot
-                # (the refs are distinct: no intent of the batch is another's base)
-                records.append(packs.encode_intent(intent, base if ok else None))
-            try:
-                log.append(records[0] if len(records) == 1 else b"".join(records))
-            except StorageError:
-                self._abandon()
-                raise
-            self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
-            for intent in intents:
-                self._journaled.add(intent)
-            self._tls.pending = ""
-            if not getattr(self._tls, "inflight", False):
-                self._tls.inflight = True
-                self._inflight += 1
-        return True
-
-    def _abandon(self) -> None:
-        """Drop this handle's log after a failed append. In format 3 its records may not be
-        synced yet (they wait for a ref intent): they are synced by path, once, best effort;
-        a log that cannot be synced makes the swaps of its records fail (:meth:`journal`)."""
-        self._log = None
-        if self.format >= 3 and self.storage.durable:
-            try:
-                self.storage.sync_keys([pack_key(self._log_name)])
-            except StorageError:
-                return
-            self._synced_logs.add(self._log_name)
-
-    def settle(self) -> None:
-        """The ref swap that called :meth:`journal` in this thread is over (landed or not):
-        the log may be sealed again."""
-        if getattr(self._tls, "inflight", False):
-            self._tls.inflight = False
-            with self._lock:
-                self._inflight -= 1
-
-    def log_intents(self, boot: str) -> list[RefIntent]:
-        """The ref intents of ``boot`` in every log without an index (what a recovery after a
-        power loss replays; sealed logs' intents are no longer needed).
-
-        Raises:
-            StorageError: the backend failed.
-        """
-        listed = set(self.storage.list_dir(PACKS))
-        logs = sorted(n for n in listed if n.startswith("w-") and n.endswith(packs.PACK_SUFFIX)
-                      and n[:-len(packs.PACK_SUFFIX)] + packs.INDEX_SUFFIX not in listed)
-        got = self.storage.read_many([f"{PACKS}/{n}" for n in logs]) if logs else {}
-        return [i for data in got.values() if data is not None for i in packs.intents(data) if i.boot == boot]
-
     def written_packs(self) -> list[str]:
         """The packs this handle wrote into since the last call (for a ref's read hint)."""
         with self._lock:
@@ -532,237 +330,10 @@ class ObjectStore(Repacking):
             todo.append((oid, canonical, stored))
         self._write_objects(todo)
 
-    # -- the pack map ----------------------------------------------------------------
-    def _add(self, name: str, where: Mapping[str, Place], sealed: bool, scanned: int, version: int = 0) -> None:
-        pack = self._packs.get(name)
-        if pack is None:
-            pack = self._packs[name] = _Pack(name)
-        if version:
-            pack.version = version
-        pack.where.update(where)
-        pack.sealed = pack.sealed or sealed
-        pack.scanned = max(pack.scanned, scanned)
-        for oid, loc in where.items():
-            self._where[oid] = (name, loc)
-
-    def _drop(self, name: str) -> None:
-        for key in [k for k in self._contents if k[0] == name]:
-            self._contents_bytes -= len(self._contents.pop(key))
-        for key in [k for k in self._prefixes if k[0] == name]:
-            self._prefixes.pop(key).close()
-        self._lazy.pop(name, None)  # rows found in it so far are in pack.where, dropped below
-        pack = self._packs.pop(name, None)
-        if pack is not None:
-            for oid in pack.where:
-                if self._where.get(oid, ("",))[0] == name:
-                    del self._where[oid]
-                    # the object may also be in another pack we know
-                    for other in self._packs.values():
-                        if oid in other.where:
-                            self._where[oid] = (other.name, other.where[oid])
-                            break
-
-    def refresh(self, need: Sequence[str] = ()) -> bool:
-        """Bring the pack map up to date with ``packs/``: new indexes are read, packs without
-        one (logs, batch packs) are scanned from where their last scan stopped, packs that
-        are gone (repacked) are forgotten. Returns True when something new was found.
-
-        With ``need`` (the ids a reader is looking for), the packs without an index are
-        scanned only when the new indexes do not hold all of them: a reader at the middle of
-        a long session does not scan another writer's live log (up to :data:`SEAL_BYTES`,
-        every object hashed) for objects that sealed packs hold.
-
-        Raises:
-            StorageError: the backend failed.
-        """
-        found = False
-        for _ in range(REFRESH_RELISTS):
-            gone: list[str] = []
-            found = self._refresh_once(gone, need) or found
-            if not gone:
-                break
-            # a pack listed a moment ago was gone when read: a repack merged it since the
-            # listing, and the pack it went into (written first) is in the next listing
-        return found
-
-    def _refresh_once(self, gone: list[str], need: Sequence[str] = ()) -> bool:
-        names = self.storage.list_dir(PACKS)
-        with self._lock:
-            listed: dict[str, bool] = {}
-            for n in names:
-                stem, dot, ext = n.rpartition(".")
-                if dot and packs.is_pack_name(stem) and "." + ext in (packs.PACK_SUFFIX, packs.INDEX_SUFFIX):
-                    listed[stem] = listed.get(stem, False) or "." + ext == packs.INDEX_SUFFIX
-            for name in [n for n in self._packs if n not in listed and n != self._log_name]:
-                self._drop(name)
-            todo = []
-            for name, has_index in sorted(listed.items()):
-                pack = self._packs.get(name)
-                if pack is not None and pack.sealed:
-                    continue
-                if name == self._log_name and self._log is not None:
-                    continue  # ours: already mapped
-                if pack is not None and not has_index and pack.mtime is not None \
-                        and self.storage.mtime(pack_key(name)) == pack.mtime:
-                    continue  # a log that has not changed since its last scan
-                todo.append((name, has_index))
-            indexed = [t for t in todo if t[1]]
-            if need and indexed and len(indexed) < len(todo):
-                found = self._load_packs(indexed, gone)
-                if all(self._locate(x) is not None for x in need):
-                    return found  # the others wait for an object no index holds
-                return self._load_packs([t for t in todo if not t[1]], gone) or found
-            return self._load_packs(todo, gone)
-
-    def load_packs(self, names: Sequence[str]) -> bool:
-        """Load the frames of the named packs without listing ``packs/`` (for a reader that
-        knows them, e.g. from a ref's read hint); unknown or missing names are skipped.
-        Returns True when something new was found.
-
-        A batch pack (``b-``) never has an index, so it is read whole at once (one GET on
-        S3); the others are looked up by index first. This handle's own live log is
-        already mapped and not read again.
-
-        Raises:
-            StorageError: the backend failed.
-        """
-        with self._lock:
-            todo = [(n, not n.startswith("b-")) for n in dict.fromkeys(names) if packs.is_pack_name(n)
-                    and not (n in self._packs and self._packs[n].sealed)
-                    and not (n == self._log_name and self._log is not None)]
-            return self._load_packs(todo)
-
     def knows(self, oid: str) -> bool:
         """Whether ``oid`` can be read without looking for it: decoded, or mapped to a pack
         (no I/O; a loose object is not "known" until read)."""
         return oid in self._cache or oid in self._canonical or oid in self._where
-
-    def _load_packs(self, todo: Sequence[tuple[str, bool]], gone: list[str] | None = None) -> bool:
-        """Read the indexes of ``(name, has_index)`` packs, and scan the others (and those
-        whose index is missing or damaged), each group in one concurrent batch. True if new
-        frames were found. The packs found missing are added to ``gone``."""
-        if not todo:
-            return False
-        before = sum(self._frames(n) for n, _ in todo)
-        scan: list[str] = []
-        wanted = [n for n, has_index in todo if has_index]
-        # the first bytes of each index (all of a small one); a lookup reads the rows it
-        # needs by range: a fresh reader of a few objects reads O(log n) of each index
-        # (on object storage a ranged GET is a round trip: a larger head, few window reads)
-        head, reads = ((packs.INDEX_HEAD_REMOTE, packs.INDEX_RANGE_READS_REMOTE) if self._no_append
-                       else (packs.INDEX_HEAD, packs.INDEX_RANGE_READS))
-        got = self.storage.read_heads([index_key(n) for n in wanted], head) if wanted else {}
-        for name, has_index in todo:
-            raw = got.get(index_key(name)) if has_index else None
-            if raw is not None:
-                try:
-                    # the check over every row waits until a miss or a bad object needs it
-                    # (_recheck): a reader of a few objects pays O(log n), not O(n)
-                    view = packs.IndexView(raw, check=False, read=self._index_reader(name), max_reads=reads)
-                except IntegrityError:
-                    pass  # the pack is the truth: scan it
-                else:
-                    # rows are looked up when needed (_locate): a reader of a few objects
-                    # does not decode every row of every index
-                    self._add(name, {}, sealed=True, scanned=view.pack_size, version=view.version)
-                    self._packs[name].index = self._lazy[name] = view
-                    continue
-            scan.append(name)
-        # a log's mtime is taken before reading it: a record appended after the read changes it
-        mtimes = {n: self.storage.mtime(pack_key(n)) for n in scan if n.startswith("w-")}
-        datas = self.storage.read_many([pack_key(n) for n in scan]) if scan else {}
-        for name in scan:
-            data = datas.get(pack_key(name))
-            if data is None:
-                if gone is not None:
-                    gone.append(name)
-                continue  # deleted by a repack since the listing, or never existed
-            pack = self._packs.get(name)
-            start = pack.scanned if pack is not None else 0
-            try:
-                version = packs.pack_version(data)
-            except IntegrityError:
-                continue  # not a pack: nothing in it can be read
-            contents: dict[int, bytes] = {}
-            damaged: list[tuple[int, int]] = []
-            where, end = packs.scan(memoryview(data)[start:], start, version, contents, damaged) if start \
-                else packs.scan(data, contents=contents, damaged=damaged)
-            self._keep_pack_data(name, data)
-            for offset, content in contents.items():
-                self._keep_content(name, offset, content)
-            # a batch or repack pack is complete when written; a log may still grow
-            self._add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
-            if end < len(data) and not name.startswith("w-"):
-                damaged.append((end, len(data) - end))  # written whole, so a short scan is damage, not a tail
-            self._packs[name].damaged.extend(d for d in damaged if d not in self._packs[name].damaged)
-            # a torn tail may be a record still being written: scan again next time
-            self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
-        return sum(self._frames(n) for n, _ in todo) > before
-
-    def _index_reader(self, name: str) -> Callable[[int, int], bytes]:
-        """``read(offset, size)`` of pack ``name``'s index, for a ranged :class:`packs.IndexView`."""
-        key = index_key(name)
-
-        def read(offset: int, size: int) -> bytes:
-            try:
-                return self.storage.read_range(key, offset, size)
-            except FileNotFoundError:
-                # repacked away since its first bytes were read: the index is dropped
-                # (IntegrityError) and its pack looked for, found gone, and the map refreshed
-                raise IntegrityError("pack index", f"{key} is gone") from None
-
-        return read
-
-    def _frames(self, name: str) -> int:
-        pack = self._packs.get(name)
-        if pack is None:
-            return 0
-        return max(len(pack.where), pack.index.count) if pack.index is not None else len(pack.where)
-
-    def _locate(self, oid: str) -> tuple[str, Place] | None:
-        """The pack and place of ``oid``'s frame as this handle knows them, or None: the
-        pack map, then a binary search of each index not yet decoded."""
-        hit = self._where.get(oid)
-        if hit is not None or not self._lazy:
-            return hit
-        try:
-            raw = bytes.fromhex(oid)
-        except ValueError:
-            return None
-        if len(raw) != 32:
-            return None
-        with self._lock:
-            for name, view in list(self._lazy.items()):
-                try:
-                    loc = view.find(raw)
-                except IntegrityError:
-                    self._unindex(name)  # a damaged row: the pack is the truth, scan it
-                    return self._where.get(oid)
-                if loc is not None:
-                    hit = self._where[oid] = (name, loc)
-                    self._packs[name].where[oid] = loc
-                    return hit
-        return None
-
-    def _unindex(self, name: str) -> None:
-        """Forget a damaged index, and every row found through it, and scan its pack instead."""
-        self._drop(name)
-        self._load_packs([(name, False)])
-
-    def _recheck(self, name: str | None = None) -> bool:
-        """Verify the not yet checked index of pack ``name`` (every one when None); drop each
-        damaged one and scan its pack instead. True when one was damaged (look again)."""
-        with self._lock:
-            damaged = False
-            for pack, view in list(self._lazy.items()):
-                if view.checked or (name is not None and pack != name):
-                    continue
-                try:
-                    view.verify()
-                except IntegrityError:
-                    self._unindex(pack)  # the pack is the truth: scan it
-                    damaged = True
-            return damaged
 
     def _checked(self, oid: str, stored: bytes) -> tuple[bytes, bytes]:
         """``(stored, canonical)``: :func:`objects.from_stored`, except that bytes failing their
@@ -784,106 +355,6 @@ class ObjectStore(Repacking):
             raise ObjectNotFound(oid)
         return again, o.from_stored(oid, again)
 
-    def _materialize(self) -> None:
-        """Decode every index row not yet in the pack map (for what lists every frame)."""
-        with self._lock:
-            for name, view in list(self._lazy.items()):
-                try:
-                    where = view.rows()
-                except IntegrityError:
-                    self._unindex(name)
-                    continue
-                del self._lazy[name]
-                self._packs[name].index = None
-                self._add(name, where, sealed=True, scanned=view.pack_size)
-
-    def _keep_pack_data(self, name: str, data: bytes) -> None:
-        old = self._pack_data.pop(name, None)
-        if old is not None:
-            self._pack_data_bytes -= len(old)
-        if len(data) > PACK_DATA_BYTES // 4:
-            return
-        self._pack_data[name] = data
-        self._pack_data_bytes += len(data)
-        while self._pack_data_bytes > PACK_DATA_BYTES:
-            self._pack_data_bytes -= len(self._pack_data.popitem(last=False)[1])
-
-    def _from_pack(self, oid: str, alone: bool = False) -> bytes | None:
-        """The stored frame of ``oid`` from the pack the map names, or None (``alone``: the
-        only object its reader asks for, see :meth:`_content`)."""
-        hit = self._locate(oid)
-        if hit is None:
-            return None
-        name, loc = hit
-        try:
-            return self._frame(name, loc, alone)
-        except FileNotFoundError:
-            with self._lock:
-                self._drop(name)  # repacked away: the caller looks elsewhere and refreshes
-            return self._from_pack(oid, alone)
-        except IntegrityError:
-            return None  # a damaged record: the object may be elsewhere (the caller looks)
-
-    def _keep_content(self, name: str, offset: int, content: bytes) -> None:
-        with self._lock:
-            key = (name, offset)
-            if key in self._contents or len(content) > CONTENT_BYTES // 4:
-                return
-            self._contents[key] = content
-            self._contents_bytes += len(content)
-            while self._contents_bytes > CONTENT_BYTES:
-                self._contents_bytes -= len(self._contents.popitem(last=False)[1])
-
-    def _content(self, name: str, loc: Slot, alone: bool = False) -> bytes:
-        """The decompressed content of the version-2 record at ``loc`` (read whole, once), or
-        (``alone``: a reader of this one object, and a repacked block it is in the first half
-        of) a prefix of it holding the object.
-
-        Raises:
-            FileNotFoundError: the pack is gone.
-            IntegrityError: the record does not decompress.
-        """
-        key = (name, loc.offset)
-        got = self._contents.get(key)
-        if got is not None:
-            return got
-        need = loc.start + loc.length
-        with self._lock:
-            part = self._prefixes.get(key)
-            if part is not None and len(part.data) >= need:
-                return part.data
-        fresh = part is None
-        if part is None:
-            data = self._pack_data.get(name)
-            if data is not None and loc.offset + loc.size <= len(data):
-                payload = data[loc.offset:loc.offset + loc.size]  # packs never change below their end
-            else:
-                payload = self.storage.read_range(pack_key(name), loc.offset, loc.size)
-            what = f"record at {loc.offset} of pack {name}"
-            if not alone or payload[:1] != b"\x01" or loc.size < PREFIX_MIN:
-                content = o.unframe(payload, what)
-                self._keep_content(name, loc.offset, content)
-                return content
-            part = o.BlockPrefix(payload, what)
-            if need * 2 > part.size:
-                content = o.unframe(payload, what)  # most of it: in one call
-                self._keep_content(name, loc.offset, content)
-                return content
-        # a reader of one object of a repacked block decompresses it only up to that object
-        # (the state at the middle of a long session reads a commit and its tree out of a
-        # 256 KiB block); the next reader of the block that needs more decompresses the rest
-        # (a bulk reader of the block then pays one more call, not one per object)
-        with self._lock:
-            part = self._prefixes.pop(key, part)
-            content = part.upto(need if fresh else part.size)
-            if len(content) == part.size:
-                self._keep_content(name, loc.offset, content)
-            else:
-                self._prefixes[key] = part
-                while len(self._prefixes) > PREFIXES:
-                    self._prefixes.popitem(last=False)[1].close()
-        return content
-
     def _stored(self, oid: str) -> bytes | None:
         """The stored frame of ``oid`` wherever it is (pack or loose), or None; not verified."""
         got = self._from_pack(oid, True)
@@ -899,32 +370,6 @@ class ObjectStore(Repacking):
                 return got
         # a miss is trusted only once every index searched has passed its check
         return self._from_pack(oid, True) if self._recheck() else None
-
-    def _prefetch_packs(self, oids: Sequence[str]) -> None:
-        """Read whole, in one batch, each pack (up to a quarter of the pack cache) that holds
-        two or more not-yet-read records of ``oids``, and keep it in the pack cache: one
-        request per pack instead of one per record (a cold reader of a path on S3)."""
-        with self._lock:
-            wanted: dict[str, set[int]] = {}
-            for oid in oids:
-                hit = self._locate(oid)
-                if hit is None or hit[0] in self._pack_data:
-                    continue
-                name, loc = hit
-                if isinstance(loc, Slot) and (name, loc.offset) in self._contents:
-                    continue
-                wanted.setdefault(name, set()).add(loc.offset)
-            whole = [n for n, recs in wanted.items() if len(recs) >= 2 and n in self._packs
-                     and 0 < self._packs[n].scanned <= PACK_DATA_BYTES // 4]
-        if not whole:
-            return
-        datas = self.storage.read_many([pack_key(n) for n in whole])
-        with self._lock:
-            for name in whole:
-                data = datas.get(pack_key(name))
-                pack = self._packs.get(name)
-                if data is not None and pack is not None and len(data) >= pack.scanned:
-                    self._keep_pack_data(name, data)
 
     def _stored_many(self, oids: Sequence[str]) -> dict[str, bytes | None]:
         """Stored frames of several objects (None where missing): packed ones a pack or a
@@ -1285,59 +730,6 @@ class ObjectStore(Repacking):
         return self.storage.mtime(object_key(oid))
 
     # -- packs, for repack and gc ------------------------------------------------------
-    def pack_names(self) -> list[str]:
-        """Every pack in the store (after a refresh).
-
-        Raises:
-            StorageError: the backend failed.
-        """
-        self.refresh()
-        with self._lock:
-            return sorted(self._packs)
-
-    def pack_contents(self, name: str) -> dict[str, Place]:
-        """The objects of one pack as this handle knows them, in the order they were written
-        (call :meth:`refresh` first)."""
-        with self._lock:
-            self._materialize()
-            pack = self._packs.get(name)
-            if pack is None:
-                return {}
-            return dict(sorted(pack.where.items(), key=lambda kv: (kv[1].offset, kv[1][2:])))
-
-    def damaged_records(self) -> list[tuple[str, int, int]]:
-        """``(pack, offset, bytes)`` of every damaged record the scans of unindexed packs
-        skipped (after a refresh): records that fail their check with a valid record after
-        them, unlike a log's torn tail, and the bad end of a pack written whole (a batch or
-        repack pack) (docs/FORMAT.md, 4). Their objects cannot be read; those after them can.
-
-        Raises:
-            StorageError: the backend failed.
-        """
-        self.refresh()
-        with self._lock:
-            return sorted((n, off, size) for n, p in self._packs.items() for off, size in p.damaged)
-
-    def pack_bytes(self, name: str) -> int:
-        """The size of a pack as this handle knows it (0 if unknown)."""
-        with self._lock:
-            pack = self._packs.get(name)
-            return pack.scanned if pack is not None else 0
-
-    def pack_info(self, name: str) -> tuple[float | None, bool, bool]:
-        """``(mtime, sealed, held)`` of a pack: when it last changed, whether it has an index
-        or cannot grow, and whether a live writer still appends to it.
-
-        Raises:
-            StorageError: the backend failed.
-        """
-        with self._lock:
-            pack = self._packs.get(name)
-            sealed = pack is not None and pack.sealed
-            ours = name == self._log_name and self._log is not None
-        held = ours or (name.startswith("w-") and not sealed and self.storage.is_held(pack_key(name)))
-        return self.storage.mtime(pack_key(name)), sealed, held
-
     def iter_contents(self, batch: int = 8) -> Iterator[tuple[bytes, bool]]:
         """Every stored object's canonical bytes, store-wide, each stored unit read once (what
         a search of every object reads): first the loose objects, then each pack record, the
@@ -1392,29 +784,6 @@ class ObjectStore(Repacking):
                         continue
                     self._keep_content(name, offset, content)
                     yield content, True
-
-    def read_frame(self, name: str, loc: Place) -> bytes:
-        """One stored frame of a pack (not verified): a version-1 frame as stored, or the
-        canonical bytes of an object in a version-2 record as a raw (``0x00``) frame.
-
-        Raises:
-            FileNotFoundError: the pack is gone.
-            IntegrityError: a version-2 record does not decompress.
-            StorageError: the backend failed.
-        """
-        return self._frame(name, loc)
-
-    def _frame(self, name: str, loc: Place, alone: bool = False) -> bytes:
-        """:meth:`read_frame`; ``alone``: see :meth:`_content`."""
-        if isinstance(loc, Slot):
-            content = self._content(name, loc, alone)
-            if loc.start + loc.length > len(content):
-                raise IntegrityError(name, f"a record of {len(content)} bytes holds no object at {loc.start}")
-            return b"\x00" + content[loc.start:loc.start + loc.length]
-        data = self._pack_data.get(name)
-        if data is not None and loc.offset + loc.size <= len(data):
-            return data[loc.offset:loc.offset + loc.size]  # packs never change below their end
-        return self.storage.read_range(pack_key(name), loc.offset, loc.size)
 
     def write_pack(self, frames: Sequence[tuple[str, bytes]]) -> str:
         """Write stored frames as one new sealed pack (version 2, in the order given, in

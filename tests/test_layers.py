@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "names", "aio"),
     ("storage",),
-    ("objects", "zdict", "packs", "repack", "objectstore", "refs"),
+    ("objects", "zdict", "packs", "repack", "packreader", "writerlog", "objectstore", "refs"),
     ("history", "state", "entries"),
     ("branches", "revisions"),
     ("context",),

@@ -1,0 +1,505 @@
+"""The pack map: which pack holds each object, and reading frames out of packs (docs/FORMAT.md, 3-7).
+
+A handle keeps one entry per pack it knows (``_Pack``): the places of its objects, whether
+it is sealed (complete), how far a growing log has been scanned. A refresh lists ``packs/``
+(:meth:`PackReader.refresh`): a sealed pack's index is read by its first bytes and searched
+in place by ranged reads (:class:`castore.packs.IndexView`, checked in full only once a
+miss or a bad object needs it), a pack without an index (a log, a batch pack) is scanned
+from where its last scan stopped, and a pack gone (repacked) is forgotten. A frame is read
+from the pack bytes a scan kept, or by a ranged read; a version-2 record is decompressed
+whole, once, and kept, or (a reader of one object in the first half of a repacked block)
+only as far as that object (:class:`castore.objects.BlockPrefix`).
+
+:class:`PackReader` is the part of :class:`~castore.objectstore.ObjectStore` that does it;
+the loose objects, the caches of decoded objects and the write path stay there. The
+attributes declared on the class are the store's state it reads and updates.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+from . import objects as o
+from . import packs
+from .errors import IntegrityError
+from .packs import PACKS, Place, Slot, index_key, pack_key
+from .storage import Appender, Storage
+
+#: bytes of scanned packs kept in memory, so reading their frames costs no further I/O
+PACK_DATA_BYTES = 64 << 20
+#: decompressed record contents kept in memory (a record is read whole, once)
+CONTENT_BYTES = 64 << 20
+#: a record whose compressed payload is at least this large (a repacked block) is decompressed
+#: only as far as a reader of one object in its first half needs (objects.BlockPrefix)
+PREFIX_MIN = 16 << 10
+#: blocks kept decompressed in part, at most
+PREFIXES = 4
+#: listings a refresh makes at most while the packs it listed keep vanishing (repacked meanwhile)
+REFRESH_RELISTS = 4
+
+
+class _Pack:
+    """What this handle knows of one pack: its frames, whether it is sealed (complete),
+    and how far a growing log has been scanned."""
+
+    __slots__ = ("name", "where", "index", "sealed", "scanned", "mtime", "version", "damaged")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.version = 0  # the pack's version (0: not known yet)
+        self.where: dict[str, Place] = {}
+        self.index: packs.IndexView | None = None  # rows searched in place, not yet all in where
+        self.sealed = False
+        self.scanned = 0
+        self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
+        self.damaged: list[tuple[int, int]] = []  # (offset, bytes) of damaged records a scan skipped
+
+
+class PackReader:
+    """The pack map of an object store and the reads of frames out of its packs."""
+
+    # the object store's state this part uses (set by ObjectStore.__init__)
+    storage: Storage
+    _lock: threading.RLock
+    _packs: dict[str, _Pack]
+    _where: dict[str, tuple[str, Place]]
+    _lazy: dict[str, packs.IndexView]
+    _contents: OrderedDict[tuple[str, int], bytes]
+    _contents_bytes: int
+    _prefixes: OrderedDict[tuple[str, int], o.BlockPrefix]
+    _pack_data: OrderedDict[str, bytes]
+    _pack_data_bytes: int
+    _log: Appender | None
+    _log_name: str
+    _no_append: bool
+
+    # -- the pack map ----------------------------------------------------------------
+    def _add(self, name: str, where: Mapping[str, Place], sealed: bool, scanned: int, version: int = 0) -> None:
+        pack = self._packs.get(name)
+        if pack is None:
+            pack = self._packs[name] = _Pack(name)
+        if version:
+            pack.version = version
+        pack.where.update(where)
+        pack.sealed = pack.sealed or sealed
+        pack.scanned = max(pack.scanned, scanned)
+        for oid, loc in where.items():
+            self._where[oid] = (name, loc)
+
+    def _drop(self, name: str) -> None:
+        for key in [k for k in self._contents if k[0] == name]:
+            self._contents_bytes -= len(self._contents.pop(key))
+        for key in [k for k in self._prefixes if k[0] == name]:
+            self._prefixes.pop(key).close()
+        self._lazy.pop(name, None)  # rows found in it so far are in pack.where, dropped below
+        pack = self._packs.pop(name, None)
+        if pack is not None:
+            for oid in pack.where:
+                if self._where.get(oid, ("",))[0] == name:
+                    del self._where[oid]
+                    # the object may also be in another pack we know
+                    for other in self._packs.values():
+                        if oid in other.where:
+                            self._where[oid] = (other.name, other.where[oid])
+                            break
+
+    def refresh(self, need: Sequence[str] = ()) -> bool:
+        """Bring the pack map up to date with ``packs/``: new indexes are read, packs without
+        one (logs, batch packs) are scanned from where their last scan stopped, packs that
+        are gone (repacked) are forgotten. Returns True when something new was found.
+
+        With ``need`` (the ids a reader is looking for), the packs without an index are
+        scanned only when the new indexes do not hold all of them: a reader at the middle of
+        a long session does not scan another writer's live log (up to :data:`SEAL_BYTES`,
+        every object hashed) for objects that sealed packs hold.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        found = False
+        for _ in range(REFRESH_RELISTS):
+            gone: list[str] = []
+            found = self._refresh_once(gone, need) or found
+            if not gone:
+                break
+            # a pack listed a moment ago was gone when read: a repack merged it since the
+            # listing, and the pack it went into (written first) is in the next listing
+        return found
+
+    def _refresh_once(self, gone: list[str], need: Sequence[str] = ()) -> bool:
+        names = self.storage.list_dir(PACKS)
+        with self._lock:
+            listed: dict[str, bool] = {}
+            for n in names:
+                stem, dot, ext = n.rpartition(".")
+                if dot and packs.is_pack_name(stem) and "." + ext in (packs.PACK_SUFFIX, packs.INDEX_SUFFIX):
+                    listed[stem] = listed.get(stem, False) or "." + ext == packs.INDEX_SUFFIX
+            for name in [n for n in self._packs if n not in listed and n != self._log_name]:
+                self._drop(name)
+            todo = []
+            for name, has_index in sorted(listed.items()):
+                pack = self._packs.get(name)
+                if pack is not None and pack.sealed:
+                    continue
+                if name == self._log_name and self._log is not None:
+                    continue  # ours: already mapped
+                if pack is not None and not has_index and pack.mtime is not None \
+                        and self.storage.mtime(pack_key(name)) == pack.mtime:
+                    continue  # a log that has not changed since its last scan
+                todo.append((name, has_index))
+            indexed = [t for t in todo if t[1]]
+            if need and indexed and len(indexed) < len(todo):
+                found = self._load_packs(indexed, gone)
+                if all(self._locate(x) is not None for x in need):
+                    return found  # the others wait for an object no index holds
+                return self._load_packs([t for t in todo if not t[1]], gone) or found
+            return self._load_packs(todo, gone)
+
+    def load_packs(self, names: Sequence[str]) -> bool:
+        """Load the frames of the named packs without listing ``packs/`` (for a reader that
+        knows them, e.g. from a ref's read hint); unknown or missing names are skipped.
+        Returns True when something new was found.
+
+        A batch pack (``b-``) never has an index, so it is read whole at once (one GET on
+        S3); the others are looked up by index first. This handle's own live log is
+        already mapped and not read again.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        with self._lock:
+            todo = [(n, not n.startswith("b-")) for n in dict.fromkeys(names) if packs.is_pack_name(n)
+                    and not (n in self._packs and self._packs[n].sealed)
+                    and not (n == self._log_name and self._log is not None)]
+            return self._load_packs(todo)
+
+    def _load_packs(self, todo: Sequence[tuple[str, bool]], gone: list[str] | None = None) -> bool:
+        """Read the indexes of ``(name, has_index)`` packs, and scan the others (and those
+        whose index is missing or damaged), each group in one concurrent batch. True if new
+        frames were found. The packs found missing are added to ``gone``."""
+        if not todo:
+            return False
+        before = sum(self._frames(n) for n, _ in todo)
+        scan: list[str] = []
+        wanted = [n for n, has_index in todo if has_index]
+        # the first bytes of each index (all of a small one); a lookup reads the rows it
+        # needs by range: a fresh reader of a few objects reads O(log n) of each index
+        # (on object storage a ranged GET is a round trip: a larger head, few window reads)
+        head, reads = ((packs.INDEX_HEAD_REMOTE, packs.INDEX_RANGE_READS_REMOTE) if self._no_append
+                       else (packs.INDEX_HEAD, packs.INDEX_RANGE_READS))
+        got = self.storage.read_heads([index_key(n) for n in wanted], head) if wanted else {}
+        for name, has_index in todo:
+            raw = got.get(index_key(name)) if has_index else None
+            if raw is not None:
+                try:
+                    # the check over every row waits until a miss or a bad object needs it
+                    # (_recheck): a reader of a few objects pays O(log n), not O(n)
+                    view = packs.IndexView(raw, check=False, read=self._index_reader(name), max_reads=reads)
+                except IntegrityError:
+                    pass  # the pack is the truth: scan it
+                else:
+                    # rows are looked up when needed (_locate): a reader of a few objects
+                    # does not decode every row of every index
+                    self._add(name, {}, sealed=True, scanned=view.pack_size, version=view.version)
+                    self._packs[name].index = self._lazy[name] = view
+                    continue
+            scan.append(name)
+        # a log's mtime is taken before reading it: a record appended after the read changes it
+        mtimes = {n: self.storage.mtime(pack_key(n)) for n in scan if n.startswith("w-")}
+        datas = self.storage.read_many([pack_key(n) for n in scan]) if scan else {}
+        for name in scan:
+            data = datas.get(pack_key(name))
+            if data is None:
+                if gone is not None:
+                    gone.append(name)
+                continue  # deleted by a repack since the listing, or never existed
+            pack = self._packs.get(name)
+            start = pack.scanned if pack is not None else 0
+            try:
+                version = packs.pack_version(data)
+            except IntegrityError:
+                continue  # not a pack: nothing in it can be read
+            contents: dict[int, bytes] = {}
+            damaged: list[tuple[int, int]] = []
+            where, end = packs.scan(memoryview(data)[start:], start, version, contents, damaged) if start \
+                else packs.scan(data, contents=contents, damaged=damaged)
+            self._keep_pack_data(name, data)
+            for offset, content in contents.items():
+                self._keep_content(name, offset, content)
+            # a batch or repack pack is complete when written; a log may still grow
+            self._add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
+            if end < len(data) and not name.startswith("w-"):
+                damaged.append((end, len(data) - end))  # written whole, so a short scan is damage, not a tail
+            self._packs[name].damaged.extend(d for d in damaged if d not in self._packs[name].damaged)
+            # a torn tail may be a record still being written: scan again next time
+            self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
+        return sum(self._frames(n) for n, _ in todo) > before
+
+    def _index_reader(self, name: str) -> Callable[[int, int], bytes]:
+        """``read(offset, size)`` of pack ``name``'s index, for a ranged :class:`packs.IndexView`."""
+        key = index_key(name)
+
+        def read(offset: int, size: int) -> bytes:
+            try:
+                return self.storage.read_range(key, offset, size)
+            except FileNotFoundError:
+                # repacked away since its first bytes were read: the index is dropped
+                # (IntegrityError) and its pack looked for, found gone, and the map refreshed
+                raise IntegrityError("pack index", f"{key} is gone") from None
+
+        return read
+
+    def _frames(self, name: str) -> int:
+        pack = self._packs.get(name)
+        if pack is None:
+            return 0
+        return max(len(pack.where), pack.index.count) if pack.index is not None else len(pack.where)
+
+    def _locate(self, oid: str) -> tuple[str, Place] | None:
+        """The pack and place of ``oid``'s frame as this handle knows them, or None: the
+        pack map, then a binary search of each index not yet decoded."""
+        hit = self._where.get(oid)
+        if hit is not None or not self._lazy:
+            return hit
+        try:
+            raw = bytes.fromhex(oid)
+        except ValueError:
+            return None
+        if len(raw) != 32:
+            return None
+        with self._lock:
+            for name, view in list(self._lazy.items()):
+                try:
+                    loc = view.find(raw)
+                except IntegrityError:
+                    self._unindex(name)  # a damaged row: the pack is the truth, scan it
+                    return self._where.get(oid)
+                if loc is not None:
+                    hit = self._where[oid] = (name, loc)
+                    self._packs[name].where[oid] = loc
+                    return hit
+        return None
+
+    def _unindex(self, name: str) -> None:
+        """Forget a damaged index, and every row found through it, and scan its pack instead."""
+        self._drop(name)
+        self._load_packs([(name, False)])
+
+    def _recheck(self, name: str | None = None) -> bool:
+        """Verify the not yet checked index of pack ``name`` (every one when None); drop each
+        damaged one and scan its pack instead. True when one was damaged (look again)."""
+        with self._lock:
+            damaged = False
+            for pack, view in list(self._lazy.items()):
+                if view.checked or (name is not None and pack != name):
+                    continue
+                try:
+                    view.verify()
+                except IntegrityError:
+                    self._unindex(pack)  # the pack is the truth: scan it
+                    damaged = True
+            return damaged
+
+    def _materialize(self) -> None:
+        """Decode every index row not yet in the pack map (for what lists every frame)."""
+        with self._lock:
+            for name, view in list(self._lazy.items()):
+                try:
+                    where = view.rows()
+                except IntegrityError:
+                    self._unindex(name)
+                    continue
+                del self._lazy[name]
+                self._packs[name].index = None
+                self._add(name, where, sealed=True, scanned=view.pack_size)
+
+    def _keep_pack_data(self, name: str, data: bytes) -> None:
+        old = self._pack_data.pop(name, None)
+        if old is not None:
+            self._pack_data_bytes -= len(old)
+        if len(data) > PACK_DATA_BYTES // 4:
+            return
+        self._pack_data[name] = data
+        self._pack_data_bytes += len(data)
+        while self._pack_data_bytes > PACK_DATA_BYTES:
+            self._pack_data_bytes -= len(self._pack_data.popitem(last=False)[1])
+
+    def _from_pack(self, oid: str, alone: bool = False) -> bytes | None:
+        """The stored frame of ``oid`` from the pack the map names, or None (``alone``: the
+        only object its reader asks for, see :meth:`_content`)."""
+        hit = self._locate(oid)
+        if hit is None:
+            return None
+        name, loc = hit
+        try:
+            return self._frame(name, loc, alone)
+        except FileNotFoundError:
+            with self._lock:
+                self._drop(name)  # repacked away: the caller looks elsewhere and refreshes
+            return self._from_pack(oid, alone)
+        except IntegrityError:
+            return None  # a damaged record: the object may be elsewhere (the caller looks)
+
+    def _keep_content(self, name: str, offset: int, content: bytes) -> None:
+        with self._lock:
+            key = (name, offset)
+            if key in self._contents or len(content) > CONTENT_BYTES // 4:
+                return
+            self._contents[key] = content
+            self._contents_bytes += len(content)
+            while self._contents_bytes > CONTENT_BYTES:
+                self._contents_bytes -= len(self._contents.popitem(last=False)[1])
+
+    def _content(self, name: str, loc: Slot, alone: bool = False) -> bytes:
+        """The decompressed content of the version-2 record at ``loc`` (read whole, once), or
+        (``alone``: a reader of this one object, and a repacked block it is in the first half
+        of) a prefix of it holding the object.
+
+        Raises:
+            FileNotFoundError: the pack is gone.
+            IntegrityError: the record does not decompress.
+        """
+        key = (name, loc.offset)
+        got = self._contents.get(key)
+        if got is not None:
+            return got
+        need = loc.start + loc.length
+        with self._lock:
+            part = self._prefixes.get(key)
+            if part is not None and len(part.data) >= need:
+                return part.data
+        fresh = part is None
+        if part is None:
+            data = self._pack_data.get(name)
+            if data is not None and loc.offset + loc.size <= len(data):
+                payload = data[loc.offset:loc.offset + loc.size]  # packs never change below their end
+            else:
+                payload = self.storage.read_range(pack_key(name), loc.offset, loc.size)
+            what = f"record at {loc.offset} of pack {name}"
+            if not alone or payload[:1] != b"\x01" or loc.size < PREFIX_MIN:
+                content = o.unframe(payload, what)
+                self._keep_content(name, loc.offset, content)
+                return content
+            part = o.BlockPrefix(payload, what)
+            if need * 2 > part.size:
+                content = o.unframe(payload, what)  # most of it: in one call
+                self._keep_content(name, loc.offset, content)
+                return content
+        # a reader of one object of a repacked block decompresses it only up to that object
+        # (the state at the middle of a long session reads a commit and its tree out of a
+        # 256 KiB block); the next reader of the block that needs more decompresses the rest
+        # (a bulk reader of the block then pays one more call, not one per object)
+        with self._lock:
+            part = self._prefixes.pop(key, part)
+            content = part.upto(need if fresh else part.size)
+            if len(content) == part.size:
+                self._keep_content(name, loc.offset, content)
+            else:
+                self._prefixes[key] = part
+                while len(self._prefixes) > PREFIXES:
+                    self._prefixes.popitem(last=False)[1].close()
+        return content
+
+    def _prefetch_packs(self, oids: Sequence[str]) -> None:
+        """Read whole, in one batch, each pack (up to a quarter of the pack cache) that holds
+        two or more not-yet-read records of ``oids``, and keep it in the pack cache: one
+        request per pack instead of one per record (a cold reader of a path on S3)."""
+        with self._lock:
+            wanted: dict[str, set[int]] = {}
+            for oid in oids:
+                hit = self._locate(oid)
+                if hit is None or hit[0] in self._pack_data:
+                    continue
+                name, loc = hit
+                if isinstance(loc, Slot) and (name, loc.offset) in self._contents:
+                    continue
+                wanted.setdefault(name, set()).add(loc.offset)
+            whole = [n for n, recs in wanted.items() if len(recs) >= 2 and n in self._packs
+                     and 0 < self._packs[n].scanned <= PACK_DATA_BYTES // 4]
+        if not whole:
+            return
+        datas = self.storage.read_many([pack_key(n) for n in whole])
+        with self._lock:
+            for name in whole:
+                data = datas.get(pack_key(name))
+                pack = self._packs.get(name)
+                if data is not None and pack is not None and len(data) >= pack.scanned:
+                    self._keep_pack_data(name, data)
+
+    def pack_names(self) -> list[str]:
+        """Every pack in the store (after a refresh).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        self.refresh()
+        with self._lock:
+            return sorted(self._packs)
+
+    def pack_contents(self, name: str) -> dict[str, Place]:
+        """The objects of one pack as this handle knows them, in the order they were written
+        (call :meth:`refresh` first)."""
+        with self._lock:
+            self._materialize()
+            pack = self._packs.get(name)
+            if pack is None:
+                return {}
+            return dict(sorted(pack.where.items(), key=lambda kv: (kv[1].offset, kv[1][2:])))
+
+    def damaged_records(self) -> list[tuple[str, int, int]]:
+        """``(pack, offset, bytes)`` of every damaged record the scans of unindexed packs
+        skipped (after a refresh): records that fail their check with a valid record after
+        them, unlike a log's torn tail, and the bad end of a pack written whole (a batch or
+        repack pack) (docs/FORMAT.md, 4). Their objects cannot be read; those after them can.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        self.refresh()
+        with self._lock:
+            return sorted((n, off, size) for n, p in self._packs.items() for off, size in p.damaged)
+
+    def pack_bytes(self, name: str) -> int:
+        """The size of a pack as this handle knows it (0 if unknown)."""
+        with self._lock:
+            pack = self._packs.get(name)
+            return pack.scanned if pack is not None else 0
+
+    def pack_info(self, name: str) -> tuple[float | None, bool, bool]:
+        """``(mtime, sealed, held)`` of a pack: when it last changed, whether it has an index
+        or cannot grow, and whether a live writer still appends to it.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        with self._lock:
+            pack = self._packs.get(name)
+            sealed = pack is not None and pack.sealed
+            ours = name == self._log_name and self._log is not None
+        held = ours or (name.startswith("w-") and not sealed and self.storage.is_held(pack_key(name)))
+        return self.storage.mtime(pack_key(name)), sealed, held
+
+    def read_frame(self, name: str, loc: Place) -> bytes:
+        """One stored frame of a pack (not verified): a version-1 frame as stored, or the
+        canonical bytes of an object in a version-2 record as a raw (``0x00``) frame.
+
+        Raises:
+            FileNotFoundError: the pack is gone.
+            IntegrityError: a version-2 record does not decompress.
+            StorageError: the backend failed.
+        """
+        return self._frame(name, loc)
+
+    def _frame(self, name: str, loc: Place, alone: bool = False) -> bytes:
+        """:meth:`read_frame`; ``alone``: see :meth:`_content`."""
+        if isinstance(loc, Slot):
+            content = self._content(name, loc, alone)
+            if loc.start + loc.length > len(content):
+                raise IntegrityError(name, f"a record of {len(content)} bytes holds no object at {loc.start}")
+            return b"\x00" + content[loc.start:loc.start + loc.length]
+        data = self._pack_data.get(name)
+        if data is not None and loc.offset + loc.size <= len(data):
+            return data[loc.offset:loc.offset + loc.size]  # packs never change below their end
+        return self.storage.read_range(pack_key(name), loc.offset, loc.size)
