@@ -6,6 +6,7 @@ loss. A conditional write (:meth:`LocalStorage.swap`) takes ``<key>.lock`` exclu
 (``O_CREAT | O_EXCL``), checks the current version, writes, renames, and removes the lock.
 A lock left behind by a dead process is cleared: the holder holds an ``flock`` on it, which
 the kernel drops when the process dies; the pid and host it records are for messages only.
+The lock protocol is :mod:`castore.storage.locks`.
 
 The swap log: every swap, conditional delete and delete of a key under ``refs/`` first
 appends ``<length> <key>\n`` to ``swaps.log`` at the root (after a header line naming the
@@ -27,8 +28,8 @@ place (a framed ref, when the new frame fits one page: :data:`INPLACE_MAX`) or r
 the ref, with no fsync of file or folder. :meth:`LocalStorage.swap_many` does the same for
 several refs, their intents journaled at once. Such a swap's lock is this handle's lock file
 under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
-:meth:`LocalStorage._lock`). Before the first such swap of a boot, ``journal/<boot id>`` is
-created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
+:class:`~castore.storage.locks.HandleLockFile`). Before the first such swap of a boot,
+``journal/<boot id>`` is created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
 writer's lock was cleared) are recorded in it, synced, before they land. Opening a store
 after a power loss finds the marker of another boot and replays that boot's intents
 (:meth:`LocalStorage.recover_refs`); the markers and the replay are in
@@ -41,31 +42,22 @@ import builtins
 import fcntl
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..errors import CorruptRef, InvalidName, RefLocked, StorageError
+from ..errors import CorruptRef, InvalidName, StorageError
 from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
 from .journal import INPLACE_MAGIC, BootMarkers, frame, framed_token, unframe
+from .locks import HandleLockFile, check_stale, take_lock, unlock
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - a Python built without _blake2
     from hashlib import blake2b
 
-_HOST = os.uname().nodename
-#: how long a writer waits for a live rival's lock before giving up (a writer holds it for
-#: one read, write and fsync: milliseconds)
-LOCK_TIMEOUT = 10.0
-#: a lock file with no owner written yet is treated as stale after this many seconds
-EMPTY_LOCK_GRACE = 5.0
 #: the swap log (see the module docstring), at the root
 SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = "refs/"
-#: the folder of the handles' lock files that deferred swaps link as ``<ref>.lock``
-#: (docs/FORMAT.md 12), at the root
-LOCKS = "locks"
 _LOG_HEADER = "castore swap log "
 #: how many times a reader reads again a ref written in place that failed its check while
 #: its lock exists (a write under way), before calling it torn
@@ -130,10 +122,7 @@ class LocalStorage(Storage):
         #: test hook (simulated power loss): when a list, every rename made without a sync
         #: is recorded as (path, the bytes it replaced or None); a folder sync drops its own
         self.unsynced: builtins.list[tuple[str, bytes | None]] | None = None
-        # this process's lock file under locks/, flocked for the handle's life (path, fd,
-        # the finalizer that removes it); see _linked_lock
-        self._link_from: tuple[str, int, weakref.finalize] | None = None
-        self._no_links = False  # hard links failed here: every lock is a new file
+        self._lock_file = HandleLockFile(root)  # linked as <ref>.lock by deferred swaps
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -328,139 +317,30 @@ class LocalStorage(Storage):
 
     # -- locks and conditional writes --------------------------------------------------
     def _lock(self, path: str, link: bool = False) -> int:
-        """Take ``<path>.lock``: create it exclusively, ``flock`` it, record the owner; return
-        its descriptor. With ``link`` (a swap that may be deferred), the lock is this handle's
-        lock file under ``locks/`` hard-linked as ``<path>.lock`` (its ``flock`` held and its
-        owner written once): no file is made per lock. Returns -1 then (the link is not
-        renamed over the ref: :meth:`swap` writes the ref in place or renames a temporary
-        file, then unlinks the lock).
-
-        A lock whose ``flock`` nobody holds is stale and cleared at once (see
-        :func:`_check_stale`); a live holder is waited for at most :data:`LOCK_TIMEOUT`.
+        """Take ``<path>.lock`` (see :func:`~castore.storage.locks.take_lock`); with ``link``
+        (a swap that may be deferred) by linking this handle's lock file under ``locks/``,
+        and -1 is returned. A stale lock cleared on the way is followed by
+        :meth:`_check_after_dead_writer`.
 
         Raises:
-            RefLocked: a live process held the lock for the whole wait (names the lock file,
-                its owner and what to do); not a lost race, so not worth retrying at once.
-            StorageError: the lock file cannot be created (a read-only or unwritable folder,
-                a file system without locks).
+            RefLocked: a live process held the lock for the whole wait.
+            StorageError: the lock file cannot be created.
         """
-        lock = path + ".lock"
-        self._ensure_dir(os.path.dirname(path))
-        source = self._linked_lock() if link else None
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        delay = 0.0005
-        remade = 0
-        cleared = False
-        while True:
-            try:
-                if source is not None:
-                    os.link(source, lock)
-                    fd = -1
-                else:
-                    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if self._clear_if_stale(lock):
-                    cleared = True
-                    continue
-                if time.monotonic() > deadline:
-                    raise RefLocked(path, None, None, _held_message(lock)) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-                continue
-            except FileNotFoundError as e:
-                # The folder was pruned by another handle after its last file went: make it
-                # again, a few times; a folder that never holds a file (``/proc``) is not
-                # worth spinning on.
-                if remade >= 5:
-                    raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
-                remade += 1
-                if source is not None and not os.path.exists(source):
-                    self._drop_linked_lock()  # removed by hand: make another
-                    source = self._linked_lock()
-                    continue
-                self._made_dirs.discard(os.path.dirname(path))
-                self._ensure_dir(os.path.dirname(path))
-                continue
-            except OSError as e:
-                if source is not None:
-                    # no hard links here (another file system under the root, FUSE...): lock
-                    # files are made per lock, as before
-                    self._no_links = True
-                    self._drop_linked_lock()
-                    source = None
-                    continue
-                raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
-            if fd >= 0:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
-                except OSError as e:
-                    self._unlock(path, fd)
-                    raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
-            if cleared:
-                try:
-                    self._check_after_dead_writer(path)
-                except BaseException:
-                    self._unlock(path, fd)
-                    raise
-            return fd
+        return take_lock(path, self._lock_file if link else None, self._ensure_dir, self._remake_dir,
+                         self._check_after_dead_writer, self.url)
 
-    def _linked_lock(self) -> str | None:
-        """This process's lock file under ``locks/`` (made, ``flock``ed and its owner written
-        the first time), which :meth:`_lock` links as ``<ref>.lock``; None where hard links
-        are not used. Making it also removes the lock files there of dead processes."""
-        if self._no_links:
-            return None
-        if self._link_from is not None:
-            if self._link_from[2].alive:
-                return self._link_from[0]
-            self._link_from = None  # a forked child: the parent's is not ours
-        d = os.path.join(self.root, LOCKS)
-        path = os.path.join(d, os.urandom(16).hex())
-        try:
-            self._ensure_dir(d)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except (OSError, StorageError, InvalidName):
-            self._no_links = True
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
-        except OSError:
-            _release_lock_file(path, fd, os.getpid())
-            self._no_links = True
-            return None
-        self._link_from = (path, fd, weakref.finalize(self, _release_lock_file, path, fd, os.getpid()))
-        _LINKED.add(self)
-        try:
-            names = os.listdir(d)
-        except OSError:
-            names = []
-        for name in names:
-            if os.path.join(d, name) != path:
-                _check_stale(os.path.join(d, name), remove=True)
-        return path
-
-    def _drop_linked_lock(self) -> None:
-        """Remove this handle's lock file under ``locks/`` (a lock linked from it stays)."""
-        if self._link_from is not None:
-            self._link_from[2]()
-            self._link_from = None
+    def _remake_dir(self, d: str) -> None:
+        self._made_dirs.discard(d)
+        self._ensure_dir(d)
 
     def after_fork_in_child(self) -> None:
         """In a forked child: let go of the parent's lock file (its ``flock`` must die with
         the parent, or a lock the parent leaves would look alive)."""
-        if self._link_from is not None:
-            self._link_from[2].detach()
-            try:
-                os.close(self._link_from[1])
-            except OSError:
-                pass
-            self._link_from = None
+        self._lock_file.after_fork_in_child()
 
     def close(self) -> None:
         """Remove this handle's lock file under ``locks/``, if it made one."""
-        self._drop_linked_lock()
+        self._lock_file.drop()
 
     def _check_after_dead_writer(self, path: str) -> None:
         """Under the lock of a ref whose previous holder died: record that the ref holds what
@@ -474,18 +354,13 @@ class LocalStorage(Storage):
         token = current.token if current is not None else None
         self._markers.record(boot, RefIntent(key, token, token, None, boot, time.monotonic_ns()))
 
-    @staticmethod
-    def _clear_if_stale(lock: str) -> bool:
-        """Remove ``lock`` if its owner is dead; True if it was removed (or vanished)."""
-        return _check_stale(lock, remove=True) is not False
-
     def stale_locks(self, prefix: str = "") -> list[str]:
         """Lock files below ``prefix`` that no live process holds (keys relative to the root).
 
         A writer killed while holding a lock leaves its file behind; the next writer of
         that key clears it (and so does :meth:`clear_stale_locks`).
         """
-        return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=False)]
+        return [k for k in self.list_locks(prefix) if check_stale(self._path(k), remove=False)]
 
     def clear_stale_locks(self, prefix: str = "") -> list[str]:
         """Remove the lock files :meth:`stale_locks` finds; return their keys. A ref's is
@@ -494,20 +369,13 @@ class LocalStorage(Storage):
         out = []
         for k in self.list_locks(prefix):
             lock = self._path(k)
-            if k.startswith(_LOGGED_DELETES) and self.durable and _check_stale(lock, remove=False) is True:
+            if k.startswith(_LOGGED_DELETES) and self.durable and check_stale(lock, remove=False) is True:
                 path = lock[:-len(".lock")]
-                self._unlock(path, self._lock(path))
+                unlock(path, self._lock(path))
                 out.append(k)
-            elif _check_stale(lock, remove=True) is True:
+            elif check_stale(lock, remove=True) is True:
                 out.append(k)
         return out
-
-    def _unlock(self, path: str, fd: int) -> None:
-        try:
-            os.unlink(path + ".lock")
-        finally:
-            if fd >= 0:
-                os.close(fd)
 
     def read_versioned(self, key: str) -> Versioned | None:
         """Read ``key`` with its token (a digest of its bytes, of the value only for a ref
@@ -583,7 +451,7 @@ class LocalStorage(Storage):
         except BaseException:
             if ref is not None:
                 os.close(ref)
-            self._unlock(path, fd)
+            unlock(path, fd)
             raise
         self._land_locked(key, path, fd, data, current, ref, size, deferred)
         return token
@@ -618,12 +486,12 @@ class LocalStorage(Storage):
                 try:
                     current, ref, size = self._open_locked(key, path)
                 except BaseException:
-                    self._unlock(path, fd)
+                    unlock(path, fd)
                     raise
                 if (current.token if current else None) != expect:
                     if ref is not None:
                         os.close(ref)
-                    self._unlock(path, fd)
+                    unlock(path, fd)
                     out[i] = PreconditionFailed(key, expect)
                     continue
                 held.append((i, path, fd, current, ref, size))
@@ -639,7 +507,7 @@ class LocalStorage(Storage):
             for _, path, fd, _, ref, _ in held:
                 if ref is not None:
                     os.close(ref)
-                self._unlock(path, fd)
+                unlock(path, fd)
             raise
         for n, (i, path, fd, current, ref, size) in enumerate(held):
             try:
@@ -651,7 +519,7 @@ class LocalStorage(Storage):
                 for _, path2, fd2, _, ref2, _ in held[n + 1:]:  # interrupted: let go of the rest
                     if ref2 is not None:
                         os.close(ref2)
-                    self._unlock(path2, fd2)
+                    unlock(path2, fd2)
                 raise
         return [r for r in out if r is not None]
 
@@ -682,7 +550,7 @@ class LocalStorage(Storage):
                         os.ftruncate(ref, len(data))
                     os.close(ref)
                     ref = None
-                    self._unlock(path, fd)
+                    unlock(path, fd)
                     if self.unsynced is not None:
                         self.unsynced.append((path, current.data if current is not None else None))
                     return
@@ -701,12 +569,12 @@ class LocalStorage(Storage):
         except BaseException:
             if ref is not None:
                 os.close(ref)
-            self._unlock(path, fd)
+            unlock(path, fd)
             raise
         if ref is not None:
             os.close(ref)
         if fd < 0:
-            self._unlock(path, fd)
+            unlock(path, fd)
         else:
             os.close(fd)
         if not deferred:
@@ -820,7 +688,7 @@ class LocalStorage(Storage):
                     raise StorageError(f"cannot delete {key}: {e.strerror}", self.url) from e
                 self._fsync_dir(os.path.dirname(path))
         finally:
-            self._unlock(path, fd)
+            unlock(path, fd)
         self._prune_dirs(os.path.dirname(path))
 
     def _log_swap(self, key: str) -> None:
@@ -1156,75 +1024,3 @@ class _LocalAppender(Appender):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-_LINKED: weakref.WeakSet[LocalStorage] = weakref.WeakSet()  # handles holding a lock file under locks/
-
-
-def _release_lock_file(path: str, fd: int, pid: int) -> None:
-    """Remove a handle's lock file under ``locks/`` and close it (in the process that made it)."""
-    if os.getpid() != pid:
-        return
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
-def _forget_linked_locks_in_child() -> None:
-    for storage in list(_LINKED):
-        storage.after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_forget_linked_locks_in_child)
-
-
-def _check_stale(lock: str, remove: bool) -> bool | None:
-    """Whether no live process holds ``lock``; with ``remove``, delete it if so.
-
-    Ownership is the ``flock``, never the recorded pid (a restarted container reuses pid 1,
-    and another host's pids mean nothing here): a writer holds an exclusive ``flock`` from
-    just after creating the lock file until the file is gone, and the kernel drops it when
-    the writer dies. Only a writer caught between creating the file and locking it holds
-    no ``flock``, and it has written nothing yet, so a young empty file is not stale.
-    Returns None when the file vanished.
-    """
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # a live process holds it
-        st = os.fstat(fd)
-        try:
-            if os.stat(lock).st_ino != st.st_ino:
-                return None  # replaced meanwhile
-        except FileNotFoundError:
-            return None
-        if st.st_size == 0 and time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
-            return False  # its creator may be about to flock it
-        if remove:
-            os.unlink(lock)
-        return True
-    finally:
-        os.close(fd)
-
-
-def _held_message(lock: str) -> str:
-    """What a writer says when a live process kept ``lock`` for the whole wait."""
-    try:
-        with open(lock, "rb") as f:
-            owner = f.read(200).decode(errors="replace").split()
-    except OSError:
-        owner = []
-    who = f"process {owner[0]} on {owner[1]}" if len(owner) >= 2 else "another process"
-    return (f"{lock} is held by {who}, which still holds its lock after {LOCK_TIMEOUT:g}s; "
-            "wait for that writer to finish or stop it (a lock of a dead process is cleared "
-            "by the next writer and by `castore gc`)")
