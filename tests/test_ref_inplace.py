@@ -22,7 +22,8 @@ from castore.storage import journal as journal_mod
 from castore.storage import local as local_mod
 from castore.storage import locks as locks_mod
 from castore.storage.journal import INPLACE_MAGIC, frame
-from castore.storage.local import INPLACE_MAX, LocalStorage
+from castore.storage.local import LocalStorage
+from castore.storage.reffiles import INPLACE_MAX
 
 BRANCH = "refs/sessions/app/u/s/heads/main"
 

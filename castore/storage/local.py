@@ -24,8 +24,9 @@ Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (th
 passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent` under
 the ref's lock, after the compare; when the journal has made it durable (one ``fdatasync``
 of the log, which also covers the append's objects record), the new value is written in
-place (a framed ref, when the new frame fits one page: :data:`INPLACE_MAX`) or renamed over
-the ref, with no fsync of file or folder. :meth:`LocalStorage.swap_many` does the same for
+place (a framed ref, when the new frame fits one page: :data:`~.reffiles.INPLACE_MAX`) or
+renamed over the ref, with no fsync of file or folder (the framed files' reading and writing
+are :mod:`castore.storage.reffiles`). :meth:`LocalStorage.swap_many` does the same for
 several refs, their intents journaled at once. Such a swap's lock is this handle's lock file
 under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
 :class:`~castore.storage.locks.HandleLockFile`). Before the first such swap of a boot,
@@ -46,28 +47,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import CorruptRef, InvalidName, StorageError
 from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
-from .journal import INPLACE_MAGIC, BootMarkers, frame, framed_token, unframe
+from .journal import BootMarkers, frame
 from .locks import HandleLockFile, check_stale, take_lock, unlock
-
-try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - a Python built without _blake2
-    from hashlib import blake2b
+from .reffiles import (
+    INPLACE_MAX,
+    REFS,
+    as_stored,
+    file_value,
+    is_framed,
+    open_locked,
+    read_all,
+    settle,
+    token,
+    write_in_place,
+)
 
 #: the swap log (see the module docstring), at the root
 SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
-_LOGGED_DELETES = "refs/"
+_LOGGED_DELETES = REFS
 _LOG_HEADER = "castore swap log "
-#: how many times a reader reads again a ref written in place that failed its check while
-#: its lock exists (a write under way), before calling it torn
-_TORN_READS = 64
-#: the most bytes a ref is written in place with (docs/FORMAT.md 12): one page, since the
-#: kernel checks for a fatal signal before copying each page of a write, so a writer killed
-#: (SIGKILL) during a write of two pages can leave the first written and not the second:
-#: a torn ref in the same boot, which readers cannot repair
-INPLACE_MAX = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_READ_CHUNK = 1 << 16
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -83,30 +82,6 @@ def _boot_id() -> str:
         except OSError:
             _BOOT.append("")
     return _BOOT[0]
-
-
-def _token(data: bytes) -> Token:
-    return blake2b(data, digest_size=16).hexdigest()
-
-
-def _read_all(fd: int) -> bytes:
-    """The bytes of the open regular file ``fd`` from its offset to its end: one ``read`` for
-    a small file (a short read of a regular file is its end)."""
-    chunk = os.read(fd, _READ_CHUNK)
-    if len(chunk) < _READ_CHUNK:
-        return chunk
-    parts = [chunk]
-    while chunk:
-        chunk = os.read(fd, _READ_CHUNK)
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def _as_stored(key: str, data: bytes) -> bytes:
-    """The bytes to store for ``data`` at ``key``: a ref value that starts with the header of
-    a ref written in place (none that castore writes) is framed too, so that it reads back
-    as itself."""
-    return frame(data) if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES) else data
 
 
 class LocalStorage(Storage):
@@ -233,44 +208,13 @@ class LocalStorage(Storage):
 
         Raises:
             FileNotFoundError: nothing is stored there.
-            CorruptRef: a ref written in place is torn (see :meth:`_settled`).
+            CorruptRef: a ref written in place is torn (see :func:`~castore.storage.reffiles.settle`).
             StorageError: the read failed.
         """
         data = self._read_file(key)
-        if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES):
-            return self._settled(key, data)
+        if is_framed(key, data):
+            return settle(key, data, self._path(key) + ".lock", lambda: self._read_file(key))
         return data
-
-    def _settled(self, key: str, data: bytes) -> bytes:
-        """The value of the ref file ``key`` written in place, whose bytes were ``data``.
-
-        A read that met a write in place fails the check: it is read again while the ref's
-        lock exists (briefly), and once more after the lock went (the write may have ended
-        between the read and the look at the lock).
-
-        Raises:
-            CorruptRef: the file still fails its check (a power loss cut its write short and
-                no recovery has run yet, or it was damaged).
-        """
-        lock = self._path(key) + ".lock"
-        delay, unlocked = 0.0001, 0
-        for _ in range(_TORN_READS):
-            value = unframe(data)
-            if value is not None:
-                return value
-            if os.path.exists(lock):
-                time.sleep(delay)
-                delay = min(delay * 2, 0.005)
-            else:
-                unlocked += 1
-                if unlocked > 1:
-                    break
-            data = self._read_file(key)
-            if not data.startswith(INPLACE_MAGIC):
-                return data  # replaced meanwhile by a rename (a durable swap)
-        raise CorruptRef(key[len(_LOGGED_DELETES):], "torn: its write in place was cut short (a power loss?) "
-                         "and no recovery has replaced it; open the store with castore to replay "
-                         "the writers' logs, or delete the ref")
 
     def _read_file(self, key: str, path: str | None = None) -> bytes:
         """The bytes of the file of ``key`` (at ``path`` when the caller has it) as they are."""
@@ -281,7 +225,7 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
         try:
-            return _read_all(fd)
+            return read_all(fd)
         except IsADirectoryError:
             raise FileNotFoundError(key) from None
         except OSError as e:
@@ -291,12 +235,12 @@ class LocalStorage(Storage):
 
     def write(self, key: str, data: bytes) -> None:
         """Atomically replace ``key``; see :meth:`Storage.write`."""
-        self._atomic_write(self._path(key), _as_stored(key, data))
+        self._atomic_write(self._path(key), as_stored(key, data))
 
     def write_many(self, items: Mapping[str, bytes]) -> None:
         """Write several keys, then sync each touched folder once."""
         dirs: set[str] = set()
-        paths = [(self._path(k), _as_stored(k, v)) for k, v in items.items()]  # refuse a bad key before writing any
+        paths = [(self._path(k), as_stored(k, v)) for k, v in items.items()]  # refuse a bad key before writing any
         for path, v in paths:
             self._write_file(path, v)
             dirs.add(os.path.dirname(path))
@@ -351,8 +295,8 @@ class LocalStorage(Storage):
         if not (self.durable and boot and key.startswith(_LOGGED_DELETES) and self._markers.has(boot)):
             return
         current = self.read_ref_file(key)
-        token = current.token if current is not None else None
-        self._markers.record(boot, RefIntent(key, token, token, None, boot, time.monotonic_ns()))
+        held = current.token if current is not None else None
+        self._markers.record(boot, RefIntent(key, held, held, None, boot, time.monotonic_ns()))
 
     def stale_locks(self, prefix: str = "") -> list[str]:
         """Lock files below ``prefix`` that no live process holds (keys relative to the root).
@@ -389,7 +333,7 @@ class LocalStorage(Storage):
             data = self.read(key)
         except FileNotFoundError:
             return None
-        return Versioned(data, _token(data))
+        return Versioned(data, token(data))
 
     def read_ref_file(self, key: str) -> Versioned | None:
         """``key`` with its token as its file holds it now, with no wait: a ref written in
@@ -403,10 +347,8 @@ class LocalStorage(Storage):
             data = self._read_file(key)
         except FileNotFoundError:
             return None
-        if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES):
-            value = unframe(data)
-            data = data if value is None else value
-        return Versioned(data, _token(data))
+        data = file_value(key, data)
+        return Versioned(data, token(data))
 
     def _read_locked(self, key: str) -> Versioned | None:
         """What a swap or delete compares, under the key's lock: :meth:`read_versioned`, and
@@ -429,13 +371,13 @@ class LocalStorage(Storage):
         path = self._path(key)
         may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
         fd = self._lock(path, link=may_defer)  # -1: a linked lock (see _lock)
-        token = _token(data)
+        new = token(data)
         deferred = False
         ref: int | None = None  # the ref file, open for a write in place (a framed one)
         size = 0  # its size as read
         try:
             if may_defer:
-                current, ref, size = self._open_locked(key, path)
+                current, ref, size = open_locked(key, path, self._read_locked, self.url)
             else:
                 current = self._read_locked(key)
             if (current.token if current else None) != expect:
@@ -447,14 +389,14 @@ class LocalStorage(Storage):
                 boot = _boot_id()
                 if boot:
                     self._markers.ensure(boot)
-                deferred = journal(RefIntent(key, expect, token, data, boot, time.monotonic_ns())) and bool(boot)
+                deferred = journal(RefIntent(key, expect, new, data, boot, time.monotonic_ns())) and bool(boot)
         except BaseException:
             if ref is not None:
                 os.close(ref)
             unlock(path, fd)
             raise
         self._land_locked(key, path, fd, data, current, ref, size, deferred)
-        return token
+        return new
 
     def swap_many(self, items: Sequence[tuple[str, bytes, Token | None]],
                   journal: JournalMany | None = None) -> builtins.list[Token | Exception]:
@@ -484,7 +426,7 @@ class LocalStorage(Storage):
                 path = self._path(key)
                 fd = self._lock(path, link=True)
                 try:
-                    current, ref, size = self._open_locked(key, path)
+                    current, ref, size = open_locked(key, path, self._read_locked, self.url)
                 except BaseException:
                     unlock(path, fd)
                     raise
@@ -500,7 +442,7 @@ class LocalStorage(Storage):
                 boot = _boot_id()
                 if boot:
                     self._markers.ensure(boot)
-                intents = [RefIntent(keys[i], items[i][2], _token(items[i][1]), items[i][1], boot, time.monotonic_ns())
+                intents = [RefIntent(keys[i], items[i][2], token(items[i][1]), items[i][1], boot, time.monotonic_ns())
                            for i, *_ in held]
                 deferred = journal(intents) and bool(boot)
         except BaseException:
@@ -512,7 +454,7 @@ class LocalStorage(Storage):
         for n, (i, path, fd, current, ref, size) in enumerate(held):
             try:
                 self._land_locked(keys[i], path, fd, items[i][1], current, ref, size, deferred)
-                out[i] = _token(items[i][1])
+                out[i] = token(items[i][1])
             except StorageError as e:
                 out[i] = e
             except BaseException:
@@ -527,7 +469,8 @@ class LocalStorage(Storage):
                      ref: int | None, size: int, deferred: bool) -> None:
         """Write ``data`` as the ref ``key`` (file ``path``) whose lock :meth:`swap` holds
         (``fd``: the lock file, -1 a linked lock) and whose compare passed (``current``: what
-        it held; ``ref``, ``size``: the framed file left open by :meth:`_open_locked`),
+        it held; ``ref``, ``size``: the framed file left open by
+        :func:`~castore.storage.reffiles.open_locked`),
         then release the lock. ``deferred``: the journal keeps the intent durable, so the
         write is not synced (in place over a framed file, else a framed file renamed).
 
@@ -538,17 +481,14 @@ class LocalStorage(Storage):
             self._log_swap(key)
             # framed when deferred, so that a later swap may write it in place and a reader
             # can tell a write in place it met
-            data = frame(data) if deferred else _as_stored(key, data)
+            data = frame(data) if deferred else as_stored(key, data)
             try:
                 if deferred and ref is not None and len(data) <= INPLACE_MAX:
                     # the intent in the log holds the whole value: a power loss that tears
                     # this write is replayed; renaming over the ref would make ext4
                     # (auto_da_alloc) start writing its data at once. One page at offset 0:
                     # a kill cannot cut it (INPLACE_MAX)
-                    os.pwrite(ref, data, 0)
-                    if len(data) < size:  # else the write itself set the size
-                        os.ftruncate(ref, len(data))
-                    os.close(ref)
+                    write_in_place(ref, data, size)
                     ref = None
                     unlock(path, fd)
                     if self.unsynced is not None:
@@ -581,38 +521,6 @@ class LocalStorage(Storage):
             self._fsync_dir(os.path.dirname(path))
         elif self.unsynced is not None:
             self.unsynced.append((path, current.data if current is not None else None))
-
-    def _open_locked(self, key: str, path: str) -> tuple[Versioned | None, int | None, int]:
-        """Under the lock of the ref ``key`` (file ``path``), before a swap that may be
-        deferred: what :meth:`_read_locked` gives, and the file itself, left open for
-        writing, when it is framed (only such a file is written in place: a plain file read
-        mid-overwrite could not be told from a whole one; None when it is not framed, is
-        missing or cannot be opened for writing), and its size.
-
-        Raises:
-            StorageError: the file cannot be read.
-        """
-        try:
-            ref = os.open(path, os.O_RDWR)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None, None, 0
-        except OSError:
-            return self._read_locked(key), None, 0  # not writable here: the swap renames
-        try:
-            raw = _read_all(ref)
-        except OSError as e:
-            os.close(ref)
-            if isinstance(e, IsADirectoryError):
-                return None, None, 0
-            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
-        if not raw.startswith(INPLACE_MAGIC):
-            os.close(ref)
-            return Versioned(raw, _token(raw)), None, len(raw)
-        # no write in place is under way (the lock is ours): a file failing its check is
-        # torn, compared as it lies (read_ref_file)
-        value = unframe(raw)
-        return (Versioned(raw, _token(raw)) if value is None else Versioned(value, framed_token(raw))), \
-            ref, len(raw)
 
     # -- deferred swaps: recovery (journal.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
@@ -858,7 +766,7 @@ class LocalStorage(Storage):
                 for k, v in items.items():
                     path = self._path(k)
                     if os.path.dirname(path) == d:
-                        self._write_file(path, _as_stored(k, v))
+                        self._write_file(path, as_stored(k, v))
 
     def read_range(self, key: str, offset: int, size: int) -> bytes:
         """``size`` bytes of ``key`` from ``offset``; see :meth:`Storage.read_range`."""
