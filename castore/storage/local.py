@@ -8,9 +8,10 @@ A lock left behind by a dead process is cleared: the holder holds an ``flock`` o
 the kernel drops when the process dies; the pid and host it records are for messages only.
 The lock protocol is :mod:`castore.storage.locks`.
 
-The swap log: every swap, conditional delete and delete of a key under ``refs/`` first
-appends ``<length> <key>\n`` to ``swaps.log`` at the root (after a header line naming the
-log by a random id), while it holds the key's lock (one ``O_APPEND`` write, not synced).
+The swap log (:mod:`castore.storage.swaplog`): every swap, conditional delete and delete of
+a key under ``refs/`` first appends ``<length> <key>\n`` to ``swaps.log`` at the root (after
+a header line naming the log by a random id), while it holds the key's lock (one
+``O_APPEND`` write, not synced).
 :meth:`LocalStorage.swaps_since` reads what was appended since a mark, so that a reader of
 derived data (the search index) learns which refs moved without reading them all. Why
 nothing is missed: a change lands (rename or unlink) only after its line was appended,
@@ -46,6 +47,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import CorruptRef, InvalidName, StorageError
+from . import swaplog
 from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
 from .journal import BootMarkers, frame
 from .locks import HandleLockFile, check_stale, take_lock, unlock
@@ -62,11 +64,8 @@ from .reffiles import (
     write_in_place,
 )
 
-#: the swap log (see the module docstring), at the root
-SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = REFS
-_LOG_HEADER = "castore swap log "
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -478,7 +477,7 @@ class LocalStorage(Storage):
             StorageError: the swap log or the ref cannot be written (the lock is released).
         """
         try:
-            self._log_swap(key)
+            swaplog.log_swap(self.root, key, self.url)
             # framed when deferred, so that a later swap may write it in place and a reader
             # can tell a write in place it met
             data = frame(data) if deferred else as_stored(key, data)
@@ -589,7 +588,7 @@ class LocalStorage(Storage):
                     # a deferred swap of this boot may have created the ref: without this
                     # record a recovery would replay that swap over the delete
                     self._markers.record(boot, RefIntent(key, current.token, None, None, boot, time.monotonic_ns()))
-                self._log_swap(key)
+                swaplog.log_swap(self.root, key, self.url)
                 try:
                     os.unlink(path)
                 except OSError as e:
@@ -599,78 +598,9 @@ class LocalStorage(Storage):
             unlock(path, fd)
         self._prune_dirs(os.path.dirname(path))
 
-    def _log_swap(self, key: str) -> None:
-        """Append ``key`` to the swap log (called under the key's lock, before the change lands).
-
-        A new log starts with a header naming it by a random id, made whole and then linked
-        into place (never over another), so that a reader's mark cannot be mistaken for a
-        mark of a later log in a reused inode.
-
-        Raises:
-            StorageError: the log cannot be written (the change is then not made).
-        """
-        path = os.path.join(self.root, SWAP_LOG)
-        line = f"{len(key.encode())} {key}\n".encode()
-        try:
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            except FileNotFoundError:
-                tmp = f"{path}.tmp-{os.urandom(16).hex()}"
-                with open(tmp, "xb") as f:
-                    f.write(f"{_LOG_HEADER}{os.urandom(16).hex()}\n".encode())
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass  # a rival made it first: append to theirs
-                finally:
-                    os.unlink(tmp)
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise StorageError(f"cannot record the change of {key} in {SWAP_LOG}: {e.strerror or e}",
-                               self.url) from e
-
     def swaps_since(self, mark: str | None) -> tuple[str, builtins.list[str] | None] | None:
-        """The keys logged since ``mark`` (``BOOT:LOG ID:OFFSET``); see :meth:`Storage.swaps_since`."""
-        boot = _boot_id()
-        if not boot:
-            return None
-        try:
-            fd = os.open(os.path.join(self.root, SWAP_LOG), os.O_RDONLY)
-        except FileNotFoundError:
-            absent = f"{boot}:-:0"
-            return absent, ([] if mark == absent else None)
-        except OSError as e:
-            raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
-        try:
-            size = os.fstat(fd).st_size
-            head = os.pread(fd, 64, 0)
-            nl = head.find(b"\n")
-            if not head.startswith(_LOG_HEADER.encode()) or nl < 0:
-                return f"{boot}:?:0", None  # not a log this castore wrote: never trusted
-            log_id = head[len(_LOG_HEADER):nl].decode("ascii", "replace")
-            now = f"{boot}:{log_id}:{size}"
-            old = (mark or "").split(":")
-            if len(old) != 3 or old[0] != boot or old[1] != log_id or not old[2].isdigit() \
-                    or not nl < int(old[2]) <= size:
-                return now, None
-            start = int(old[2])
-            data = os.pread(fd, size - start, start)
-        except OSError as e:
-            raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
-        finally:
-            os.close(fd)
-        end = data.rfind(b"\n") + 1  # a line still being written is read next time
-        keys: list[str] = []
-        for line in data[:end].split(b"\n")[:-1]:
-            n, _, key = line.partition(b" ")
-            if not n.isdigit() or int(n) != len(key):
-                return now, None  # a torn line (a failed write) with another after it: read everything
-            keys.append(key.decode("utf-8", "replace"))
-        return f"{boot}:{log_id}:{start + end}", keys
+        """The keys logged since ``mark``; see :func:`~castore.storage.swaplog.swaps_since`."""
+        return swaplog.swaps_since(self.root, _boot_id(), mark, self.url)
 
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
         """Keys below ``prefix`` whose lock file exists (a swap under way or abandoned)."""
