@@ -321,9 +321,9 @@ def test_two_processes_racing_on_one_branch_lose_nothing(tmp_path: Path) -> None
 
 
 def test_a_stuck_lock_is_not_retried_like_a_race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import castore.storage.local as local
+    import castore.storage.locks as locks
 
-    monkeypatch.setattr(local, "LOCK_TIMEOUT", 0.3)
+    monkeypatch.setattr(locks, "LOCK_TIMEOUT", 0.3)
     with castore.open(str(tmp_path / "store")) as store:
         s = store.session("a", "u", "s")
         s.append(_msg(0))
@@ -331,7 +331,7 @@ def test_a_stuck_lock_is_not_retried_like_a_race(tmp_path: Path, monkeypatch: py
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # held by a live writer (this process)
-            os.write(fd, f"{os.getpid()} {local._HOST}\n".encode())
+            os.write(fd, f"{os.getpid()} {locks.HOST}\n".encode())
             start = time.monotonic()
             with pytest.raises(RefLocked) as e:
                 s.append(_msg(1))

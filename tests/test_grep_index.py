@@ -13,8 +13,9 @@ import castore
 from castore.grep import grep
 from castore.grepfiles import stat_of
 from castore.grepindex import index_dir, open_index
-from castore.storage import open_storage
-from castore.storage.local import SWAP_LOG, LocalStorage
+from castore.storage import open_storage, swaplog
+from castore.storage.local import LocalStorage
+from castore.storage.swaplog import SWAP_LOG
 
 T0 = 1_760_000_000.0
 
@@ -146,7 +147,7 @@ def test_a_change_under_way_while_indexing_is_seen_next_time(store: castore.Stor
     ref, lock = refs / "s1" / "heads" / "main", refs / "s1" / "heads" / "main.lock"
     # A writer of s1 between logging its change and landing it: its line is in the log and
     # its lock is held, but the ref still names the old tip while the index reads it.
-    st._log_swap("refs/sessions/bot/ann/s1/heads/main")
+    swaplog.log_swap(st.root, "refs/sessions/bot/ann/s1/heads/main", st.url)
     lock.write_bytes(ref.read_bytes())
     assert _texts(store, "walrus", sessions=["s1"]) == []
     # It lands (the rename that ends a swap): s1's main now names s1x's tip.

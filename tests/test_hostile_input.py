@@ -31,7 +31,7 @@ from castore.entries import (
     ModelChange,
 )
 from castore.errors import InvalidEntry, InvalidName, RefLocked, StorageError
-from castore.storage import local as local_mod
+from castore.storage import locks as locks_mod
 
 MSG = {"role": "user", "content": "hi"}
 CRASH_WRITER = str(Path(__file__).parent / "crash_writer.py")
@@ -270,7 +270,7 @@ def test_lock_naming_a_live_pid_but_held_by_no_flock_is_stale(local_store: casto
     _plant_lock(local_store, ref, "1 some-other-host\n")
     t0 = time.monotonic()
     s.append(MSG)  # the next writer clears it at once instead of waiting for it
-    assert time.monotonic() - t0 < local_mod.LOCK_TIMEOUT
+    assert time.monotonic() - t0 < locks_mod.LOCK_TIMEOUT
     assert len(s.log()) == 2
 
 
@@ -284,7 +284,7 @@ def test_a_lock_held_by_a_live_writer_ends_the_wait_with_ref_locked_naming_the_f
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "locked"
-        monkeypatch.setattr(local_mod, "LOCK_TIMEOUT", 0.2)
+        monkeypatch.setattr(locks_mod, "LOCK_TIMEOUT", 0.2)
         with pytest.raises(RefLocked) as info:
             local_store.refs.swap("sessions/app/alice/s1/heads/main", "1" * 64, local_store.refs.read(
                 "sessions/app/alice/s1/heads/main"))
@@ -295,7 +295,7 @@ def test_a_lock_held_by_a_live_writer_ends_the_wait_with_ref_locked_naming_the_f
         child.kill()
         child.wait()
         child.stdout.close()  # type: ignore[union-attr]
-    assert local_mod.LOCK_TIMEOUT <= 10
+    assert locks_mod.LOCK_TIMEOUT <= 10
 
 
 def test_a_lock_file_that_cannot_be_created_is_a_storage_error_not_a_traceback(local_store: castore.Store) -> None:
@@ -544,7 +544,7 @@ def test_append_and_checkout_do_not_retry_a_held_lock_as_a_lost_race(
     s = local_store.session("app", "alice", "s1")
     s.append(MSG)
     s.branch("other")
-    monkeypatch.setattr(local_mod, "LOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr(locks_mod, "LOCK_TIMEOUT", 0.2)
     for ref, call in (("refs/sessions/app/alice/s1/heads/main", lambda: s.append(MSG)),
                       ("refs/sessions/app/alice/s1/HEAD", lambda: s.checkout("other"))):
         child = subprocess.Popen([sys.executable, CRASH_WRITER, "hold-lock", local_store.storage.root, ref],

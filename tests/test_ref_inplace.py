@@ -20,8 +20,10 @@ from castore.errors import CorruptRef
 from castore.maintenance import fsck
 from castore.storage import journal as journal_mod
 from castore.storage import local as local_mod
+from castore.storage import locks as locks_mod
 from castore.storage.journal import INPLACE_MAGIC, frame
-from castore.storage.local import INPLACE_MAX, LocalStorage
+from castore.storage.local import LocalStorage
+from castore.storage.reffiles import INPLACE_MAX
 
 BRANCH = "refs/sessions/app/u/s/heads/main"
 
@@ -346,14 +348,14 @@ def test_a_deferred_swap_locks_the_ref_with_a_link_of_its_handles_lock_file(tmp_
             t = st.storage.swap(key, value, t, journal=journal)
         finally:
             st.objects.settle()
-    (own,) = os.listdir(tmp_path / "st" / local_mod.LOCKS)
-    ino = (tmp_path / "st" / local_mod.LOCKS / own).stat().st_ino
+    (own,) = os.listdir(tmp_path / "st" / locks_mod.LOCKS)
+    ino = (tmp_path / "st" / locks_mod.LOCKS / own).stat().st_ino
     # the same file each time, linked (no lock file made per swap), naming its owner
     assert seen == [(ino, 2, f"{os.getpid()} {os.uname().nodename}\n".encode())] * 3
     assert not lock.exists()
     assert st.storage.read(key) == b"three\n"
     st.close()
-    assert os.listdir(tmp_path / "st" / local_mod.LOCKS) == []  # removed on close
+    assert os.listdir(tmp_path / "st" / locks_mod.LOCKS) == []  # removed on close
 
 
 _DIES_HOLDING_A_LINKED_LOCK = """
@@ -385,12 +387,12 @@ def test_a_linked_lock_of_a_dead_writer_is_cleared_though_its_forked_child_lives
     lock = root / "refs" / "x" / "held.lock"
     try:
         assert lock.exists() and lock.stat().st_nlink == 2
-        assert local_mod._check_stale(str(lock), remove=False) is True
+        assert locks_mod.check_stale(str(lock), remove=False) is True
         st = castore.open(str(root), format=3)
         t = _deferred_swap(st, "refs/x/held", b"mine\n", None)  # clears the dead writer's lock
         assert st.storage.read_versioned("refs/x/held") == (b"mine\n", t)
         # making its own lock file removed the dead writer's
-        assert len(os.listdir(root / local_mod.LOCKS)) == 1
+        assert len(os.listdir(root / locks_mod.LOCKS)) == 1
         st.close()
     finally:
         os.kill(int(child), signal.SIGKILL)

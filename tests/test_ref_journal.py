@@ -26,7 +26,7 @@ import castore
 from castore import packs
 from castore.errors import IntegrityError
 from castore.maintenance import fsck
-from castore.storage import RefIntent
+from castore.storage import RefIntent, reffiles
 from castore.storage import local as local_mod
 from castore.storage.journal import JOURNAL
 from castore.storage.local import LocalStorage
@@ -505,7 +505,7 @@ def _replayed(tmp_path: Path, holds: bytes | None, changes: list[tuple[bytes | N
     st = LocalStorage(str(tmp_path / "st"))
     if holds is not None:
         st.write("refs/r", holds)
-    tok = local_mod._token
+    tok = reffiles.token
     intents = [RefIntent("refs/r", None if a is None else tok(a), None if b is None else tok(b), b, "lost", t)
                for t, (a, b) in enumerate(changes)]
     os.makedirs(tmp_path / "st" / JOURNAL, exist_ok=True)

@@ -14,7 +14,7 @@ import pytest
 from castore.errors import IntegrityError, RefConflict, RefLocked, StorageError
 from castore.refs import RefStore, RefValue, ref_key
 from castore.storage import Storage, Token, Versioned, open_storage
-from castore.storage import local as local_mod
+from castore.storage import locks as locks_mod
 
 C1 = "1" * 64
 C2 = "2" * 64
@@ -394,7 +394,7 @@ def _hold_lock(lock_path: str, ready, release, write_owner: bool = True) -> None
     fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     if write_owner:
-        os.write(fd, f"{os.getpid()} {local_mod._HOST}\n".encode())
+        os.write(fd, f"{os.getpid()} {locks_mod.HOST}\n".encode())
     ready.set()
     release.wait()
     os.unlink(lock_path)
@@ -438,7 +438,7 @@ def test_an_empty_lock_left_by_a_process_killed_before_writing_its_pid_is_recove
     os.kill(p.pid, signal.SIGKILL)
     p.join()
     lock = _lock_path(local_refs, "s/heads/main")
-    old = os.stat(lock).st_mtime - local_mod.EMPTY_LOCK_GRACE - 1
+    old = os.stat(lock).st_mtime - locks_mod.EMPTY_LOCK_GRACE - 1
     os.utime(lock, (old, old))  # older than the grace period for a creator to write its pid
     local_refs.swap("s/heads/main", C2, local_refs.read("s/heads/main"))
     assert local_refs.read("s/heads/main").target == C2
@@ -472,7 +472,7 @@ def test_a_live_lock_holder_makes_writers_wait_not_steal(local_refs):
 
 
 def test_a_writer_gives_up_on_a_live_lock_with_ref_locked(local_refs, monkeypatch):
-    monkeypatch.setattr(local_mod, "LOCK_TIMEOUT", 0.3)
+    monkeypatch.setattr(locks_mod, "LOCK_TIMEOUT", 0.3)
     p, release = _start_holder(local_refs, "s/heads/main")
     try:
         with pytest.raises(RefLocked):

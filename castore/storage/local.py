@@ -6,10 +6,12 @@ loss. A conditional write (:meth:`LocalStorage.swap`) takes ``<key>.lock`` exclu
 (``O_CREAT | O_EXCL``), checks the current version, writes, renames, and removes the lock.
 A lock left behind by a dead process is cleared: the holder holds an ``flock`` on it, which
 the kernel drops when the process dies; the pid and host it records are for messages only.
+The lock protocol is :mod:`castore.storage.locks`.
 
-The swap log: every swap, conditional delete and delete of a key under ``refs/`` first
-appends ``<length> <key>\n`` to ``swaps.log`` at the root (after a header line naming the
-log by a random id), while it holds the key's lock (one ``O_APPEND`` write, not synced).
+The swap log (:mod:`castore.storage.swaplog`): every swap, conditional delete and delete of
+a key under ``refs/`` first appends ``<length> <key>\n`` to ``swaps.log`` at the root (after
+a header line naming the log by a random id), while it holds the key's lock (one
+``O_APPEND`` write, not synced).
 :meth:`LocalStorage.swaps_since` reads what was appended since a mark, so that a reader of
 derived data (the search index) learns which refs moved without reading them all. Why
 nothing is missed: a change lands (rename or unlink) only after its line was appended,
@@ -23,12 +25,13 @@ Deferred ref swaps (format 3, docs/FORMAT.md 12): a swap given a ``journal`` (th
 passes its writer's log) hands the journal a :class:`~castore.storage.base.RefIntent` under
 the ref's lock, after the compare; when the journal has made it durable (one ``fdatasync``
 of the log, which also covers the append's objects record), the new value is written in
-place (a framed ref, when the new frame fits one page: :data:`INPLACE_MAX`) or renamed over
-the ref, with no fsync of file or folder. :meth:`LocalStorage.swap_many` does the same for
+place (a framed ref, when the new frame fits one page: :data:`~.reffiles.INPLACE_MAX`) or
+renamed over the ref, with no fsync of file or folder (the framed files' reading and writing
+are :mod:`castore.storage.reffiles`). :meth:`LocalStorage.swap_many` does the same for
 several refs, their intents journaled at once. Such a swap's lock is this handle's lock file
 under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
-:meth:`LocalStorage._lock`). Before the first such swap of a boot, ``journal/<boot id>`` is
-created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
+:class:`~castore.storage.locks.HandleLockFile`). Before the first such swap of a boot,
+``journal/<boot id>`` is created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
 writer's lock was cleared) are recorded in it, synced, before they land. Opening a store
 after a power loss finds the marker of another boot and replays that boot's intents
 (:meth:`LocalStorage.recover_refs`); the markers and the replay are in
@@ -41,41 +44,28 @@ import builtins
 import fcntl
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..errors import CorruptRef, InvalidName, RefLocked, StorageError
+from ..errors import CorruptRef, InvalidName, StorageError
+from . import swaplog
 from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
-from .journal import INPLACE_MAGIC, BootMarkers, frame, framed_token, unframe
+from .journal import BootMarkers, frame
+from .locks import HandleLockFile, check_stale, take_lock, unlock
+from .reffiles import (
+    INPLACE_MAX,
+    REFS,
+    as_stored,
+    file_value,
+    is_framed,
+    open_locked,
+    read_all,
+    settle,
+    token,
+    write_in_place,
+)
 
-try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - a Python built without _blake2
-    from hashlib import blake2b
-
-_HOST = os.uname().nodename
-#: how long a writer waits for a live rival's lock before giving up (a writer holds it for
-#: one read, write and fsync: milliseconds)
-LOCK_TIMEOUT = 10.0
-#: a lock file with no owner written yet is treated as stale after this many seconds
-EMPTY_LOCK_GRACE = 5.0
-#: the swap log (see the module docstring), at the root
-SWAP_LOG = "swaps.log"
 #: plain deletes of keys below this folder also take the lock and are logged
-_LOGGED_DELETES = "refs/"
-#: the folder of the handles' lock files that deferred swaps link as ``<ref>.lock``
-#: (docs/FORMAT.md 12), at the root
-LOCKS = "locks"
-_LOG_HEADER = "castore swap log "
-#: how many times a reader reads again a ref written in place that failed its check while
-#: its lock exists (a write under way), before calling it torn
-_TORN_READS = 64
-#: the most bytes a ref is written in place with (docs/FORMAT.md 12): one page, since the
-#: kernel checks for a fatal signal before copying each page of a write, so a writer killed
-#: (SIGKILL) during a write of two pages can leave the first written and not the second:
-#: a torn ref in the same boot, which readers cannot repair
-INPLACE_MAX = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_READ_CHUNK = 1 << 16
+_LOGGED_DELETES = REFS
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -93,30 +83,6 @@ def _boot_id() -> str:
     return _BOOT[0]
 
 
-def _token(data: bytes) -> Token:
-    return blake2b(data, digest_size=16).hexdigest()
-
-
-def _read_all(fd: int) -> bytes:
-    """The bytes of the open regular file ``fd`` from its offset to its end: one ``read`` for
-    a small file (a short read of a regular file is its end)."""
-    chunk = os.read(fd, _READ_CHUNK)
-    if len(chunk) < _READ_CHUNK:
-        return chunk
-    parts = [chunk]
-    while chunk:
-        chunk = os.read(fd, _READ_CHUNK)
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def _as_stored(key: str, data: bytes) -> bytes:
-    """The bytes to store for ``data`` at ``key``: a ref value that starts with the header of
-    a ref written in place (none that castore writes) is framed too, so that it reads back
-    as itself."""
-    return frame(data) if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES) else data
-
-
 class LocalStorage(Storage):
     """Files under ``root``; see the module docstring."""
 
@@ -130,10 +96,7 @@ class LocalStorage(Storage):
         #: test hook (simulated power loss): when a list, every rename made without a sync
         #: is recorded as (path, the bytes it replaced or None); a folder sync drops its own
         self.unsynced: builtins.list[tuple[str, bytes | None]] | None = None
-        # this process's lock file under locks/, flocked for the handle's life (path, fd,
-        # the finalizer that removes it); see _linked_lock
-        self._link_from: tuple[str, int, weakref.finalize] | None = None
-        self._no_links = False  # hard links failed here: every lock is a new file
+        self._lock_file = HandleLockFile(root)  # linked as <ref>.lock by deferred swaps
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -244,44 +207,13 @@ class LocalStorage(Storage):
 
         Raises:
             FileNotFoundError: nothing is stored there.
-            CorruptRef: a ref written in place is torn (see :meth:`_settled`).
+            CorruptRef: a ref written in place is torn (see :func:`~castore.storage.reffiles.settle`).
             StorageError: the read failed.
         """
         data = self._read_file(key)
-        if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES):
-            return self._settled(key, data)
+        if is_framed(key, data):
+            return settle(key, data, self._path(key) + ".lock", lambda: self._read_file(key))
         return data
-
-    def _settled(self, key: str, data: bytes) -> bytes:
-        """The value of the ref file ``key`` written in place, whose bytes were ``data``.
-
-        A read that met a write in place fails the check: it is read again while the ref's
-        lock exists (briefly), and once more after the lock went (the write may have ended
-        between the read and the look at the lock).
-
-        Raises:
-            CorruptRef: the file still fails its check (a power loss cut its write short and
-                no recovery has run yet, or it was damaged).
-        """
-        lock = self._path(key) + ".lock"
-        delay, unlocked = 0.0001, 0
-        for _ in range(_TORN_READS):
-            value = unframe(data)
-            if value is not None:
-                return value
-            if os.path.exists(lock):
-                time.sleep(delay)
-                delay = min(delay * 2, 0.005)
-            else:
-                unlocked += 1
-                if unlocked > 1:
-                    break
-            data = self._read_file(key)
-            if not data.startswith(INPLACE_MAGIC):
-                return data  # replaced meanwhile by a rename (a durable swap)
-        raise CorruptRef(key[len(_LOGGED_DELETES):], "torn: its write in place was cut short (a power loss?) "
-                         "and no recovery has replaced it; open the store with castore to replay "
-                         "the writers' logs, or delete the ref")
 
     def _read_file(self, key: str, path: str | None = None) -> bytes:
         """The bytes of the file of ``key`` (at ``path`` when the caller has it) as they are."""
@@ -292,7 +224,7 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
         try:
-            return _read_all(fd)
+            return read_all(fd)
         except IsADirectoryError:
             raise FileNotFoundError(key) from None
         except OSError as e:
@@ -302,12 +234,12 @@ class LocalStorage(Storage):
 
     def write(self, key: str, data: bytes) -> None:
         """Atomically replace ``key``; see :meth:`Storage.write`."""
-        self._atomic_write(self._path(key), _as_stored(key, data))
+        self._atomic_write(self._path(key), as_stored(key, data))
 
     def write_many(self, items: Mapping[str, bytes]) -> None:
         """Write several keys, then sync each touched folder once."""
         dirs: set[str] = set()
-        paths = [(self._path(k), _as_stored(k, v)) for k, v in items.items()]  # refuse a bad key before writing any
+        paths = [(self._path(k), as_stored(k, v)) for k, v in items.items()]  # refuse a bad key before writing any
         for path, v in paths:
             self._write_file(path, v)
             dirs.add(os.path.dirname(path))
@@ -328,139 +260,30 @@ class LocalStorage(Storage):
 
     # -- locks and conditional writes --------------------------------------------------
     def _lock(self, path: str, link: bool = False) -> int:
-        """Take ``<path>.lock``: create it exclusively, ``flock`` it, record the owner; return
-        its descriptor. With ``link`` (a swap that may be deferred), the lock is this handle's
-        lock file under ``locks/`` hard-linked as ``<path>.lock`` (its ``flock`` held and its
-        owner written once): no file is made per lock. Returns -1 then (the link is not
-        renamed over the ref: :meth:`swap` writes the ref in place or renames a temporary
-        file, then unlinks the lock).
-
-        A lock whose ``flock`` nobody holds is stale and cleared at once (see
-        :func:`_check_stale`); a live holder is waited for at most :data:`LOCK_TIMEOUT`.
+        """Take ``<path>.lock`` (see :func:`~castore.storage.locks.take_lock`); with ``link``
+        (a swap that may be deferred) by linking this handle's lock file under ``locks/``,
+        and -1 is returned. A stale lock cleared on the way is followed by
+        :meth:`_check_after_dead_writer`.
 
         Raises:
-            RefLocked: a live process held the lock for the whole wait (names the lock file,
-                its owner and what to do); not a lost race, so not worth retrying at once.
-            StorageError: the lock file cannot be created (a read-only or unwritable folder,
-                a file system without locks).
+            RefLocked: a live process held the lock for the whole wait.
+            StorageError: the lock file cannot be created.
         """
-        lock = path + ".lock"
-        self._ensure_dir(os.path.dirname(path))
-        source = self._linked_lock() if link else None
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        delay = 0.0005
-        remade = 0
-        cleared = False
-        while True:
-            try:
-                if source is not None:
-                    os.link(source, lock)
-                    fd = -1
-                else:
-                    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if self._clear_if_stale(lock):
-                    cleared = True
-                    continue
-                if time.monotonic() > deadline:
-                    raise RefLocked(path, None, None, _held_message(lock)) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-                continue
-            except FileNotFoundError as e:
-                # The folder was pruned by another handle after its last file went: make it
-                # again, a few times; a folder that never holds a file (``/proc``) is not
-                # worth spinning on.
-                if remade >= 5:
-                    raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
-                remade += 1
-                if source is not None and not os.path.exists(source):
-                    self._drop_linked_lock()  # removed by hand: make another
-                    source = self._linked_lock()
-                    continue
-                self._made_dirs.discard(os.path.dirname(path))
-                self._ensure_dir(os.path.dirname(path))
-                continue
-            except OSError as e:
-                if source is not None:
-                    # no hard links here (another file system under the root, FUSE...): lock
-                    # files are made per lock, as before
-                    self._no_links = True
-                    self._drop_linked_lock()
-                    source = None
-                    continue
-                raise StorageError(f"cannot create lock file {lock}: {e.strerror or e}", self.url) from e
-            if fd >= 0:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
-                except OSError as e:
-                    self._unlock(path, fd)
-                    raise StorageError(f"cannot lock {lock}: {e.strerror or e}", self.url) from e
-            if cleared:
-                try:
-                    self._check_after_dead_writer(path)
-                except BaseException:
-                    self._unlock(path, fd)
-                    raise
-            return fd
+        return take_lock(path, self._lock_file if link else None, self._ensure_dir, self._remake_dir,
+                         self._check_after_dead_writer, self.url)
 
-    def _linked_lock(self) -> str | None:
-        """This process's lock file under ``locks/`` (made, ``flock``ed and its owner written
-        the first time), which :meth:`_lock` links as ``<ref>.lock``; None where hard links
-        are not used. Making it also removes the lock files there of dead processes."""
-        if self._no_links:
-            return None
-        if self._link_from is not None:
-            if self._link_from[2].alive:
-                return self._link_from[0]
-            self._link_from = None  # a forked child: the parent's is not ours
-        d = os.path.join(self.root, LOCKS)
-        path = os.path.join(d, os.urandom(16).hex())
-        try:
-            self._ensure_dir(d)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except (OSError, StorageError, InvalidName):
-            self._no_links = True
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
-        except OSError:
-            _release_lock_file(path, fd, os.getpid())
-            self._no_links = True
-            return None
-        self._link_from = (path, fd, weakref.finalize(self, _release_lock_file, path, fd, os.getpid()))
-        _LINKED.add(self)
-        try:
-            names = os.listdir(d)
-        except OSError:
-            names = []
-        for name in names:
-            if os.path.join(d, name) != path:
-                _check_stale(os.path.join(d, name), remove=True)
-        return path
-
-    def _drop_linked_lock(self) -> None:
-        """Remove this handle's lock file under ``locks/`` (a lock linked from it stays)."""
-        if self._link_from is not None:
-            self._link_from[2]()
-            self._link_from = None
+    def _remake_dir(self, d: str) -> None:
+        self._made_dirs.discard(d)
+        self._ensure_dir(d)
 
     def after_fork_in_child(self) -> None:
         """In a forked child: let go of the parent's lock file (its ``flock`` must die with
         the parent, or a lock the parent leaves would look alive)."""
-        if self._link_from is not None:
-            self._link_from[2].detach()
-            try:
-                os.close(self._link_from[1])
-            except OSError:
-                pass
-            self._link_from = None
+        self._lock_file.after_fork_in_child()
 
     def close(self) -> None:
         """Remove this handle's lock file under ``locks/``, if it made one."""
-        self._drop_linked_lock()
+        self._lock_file.drop()
 
     def _check_after_dead_writer(self, path: str) -> None:
         """Under the lock of a ref whose previous holder died: record that the ref holds what
@@ -471,13 +294,8 @@ class LocalStorage(Storage):
         if not (self.durable and boot and key.startswith(_LOGGED_DELETES) and self._markers.has(boot)):
             return
         current = self.read_ref_file(key)
-        token = current.token if current is not None else None
-        self._markers.record(boot, RefIntent(key, token, token, None, boot, time.monotonic_ns()))
-
-    @staticmethod
-    def _clear_if_stale(lock: str) -> bool:
-        """Remove ``lock`` if its owner is dead; True if it was removed (or vanished)."""
-        return _check_stale(lock, remove=True) is not False
+        held = current.token if current is not None else None
+        self._markers.record(boot, RefIntent(key, held, held, None, boot, time.monotonic_ns()))
 
     def stale_locks(self, prefix: str = "") -> list[str]:
         """Lock files below ``prefix`` that no live process holds (keys relative to the root).
@@ -485,7 +303,7 @@ class LocalStorage(Storage):
         A writer killed while holding a lock leaves its file behind; the next writer of
         that key clears it (and so does :meth:`clear_stale_locks`).
         """
-        return [k for k in self.list_locks(prefix) if _check_stale(self._path(k), remove=False)]
+        return [k for k in self.list_locks(prefix) if check_stale(self._path(k), remove=False)]
 
     def clear_stale_locks(self, prefix: str = "") -> list[str]:
         """Remove the lock files :meth:`stale_locks` finds; return their keys. A ref's is
@@ -494,20 +312,13 @@ class LocalStorage(Storage):
         out = []
         for k in self.list_locks(prefix):
             lock = self._path(k)
-            if k.startswith(_LOGGED_DELETES) and self.durable and _check_stale(lock, remove=False) is True:
+            if k.startswith(_LOGGED_DELETES) and self.durable and check_stale(lock, remove=False) is True:
                 path = lock[:-len(".lock")]
-                self._unlock(path, self._lock(path))
+                unlock(path, self._lock(path))
                 out.append(k)
-            elif _check_stale(lock, remove=True) is True:
+            elif check_stale(lock, remove=True) is True:
                 out.append(k)
         return out
-
-    def _unlock(self, path: str, fd: int) -> None:
-        try:
-            os.unlink(path + ".lock")
-        finally:
-            if fd >= 0:
-                os.close(fd)
 
     def read_versioned(self, key: str) -> Versioned | None:
         """Read ``key`` with its token (a digest of its bytes, of the value only for a ref
@@ -521,7 +332,7 @@ class LocalStorage(Storage):
             data = self.read(key)
         except FileNotFoundError:
             return None
-        return Versioned(data, _token(data))
+        return Versioned(data, token(data))
 
     def read_ref_file(self, key: str) -> Versioned | None:
         """``key`` with its token as its file holds it now, with no wait: a ref written in
@@ -535,10 +346,8 @@ class LocalStorage(Storage):
             data = self._read_file(key)
         except FileNotFoundError:
             return None
-        if data.startswith(INPLACE_MAGIC) and key.startswith(_LOGGED_DELETES):
-            value = unframe(data)
-            data = data if value is None else value
-        return Versioned(data, _token(data))
+        data = file_value(key, data)
+        return Versioned(data, token(data))
 
     def _read_locked(self, key: str) -> Versioned | None:
         """What a swap or delete compares, under the key's lock: :meth:`read_versioned`, and
@@ -561,13 +370,13 @@ class LocalStorage(Storage):
         path = self._path(key)
         may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
         fd = self._lock(path, link=may_defer)  # -1: a linked lock (see _lock)
-        token = _token(data)
+        new = token(data)
         deferred = False
         ref: int | None = None  # the ref file, open for a write in place (a framed one)
         size = 0  # its size as read
         try:
             if may_defer:
-                current, ref, size = self._open_locked(key, path)
+                current, ref, size = open_locked(key, path, self._read_locked, self.url)
             else:
                 current = self._read_locked(key)
             if (current.token if current else None) != expect:
@@ -579,14 +388,14 @@ class LocalStorage(Storage):
                 boot = _boot_id()
                 if boot:
                     self._markers.ensure(boot)
-                deferred = journal(RefIntent(key, expect, token, data, boot, time.monotonic_ns())) and bool(boot)
+                deferred = journal(RefIntent(key, expect, new, data, boot, time.monotonic_ns())) and bool(boot)
         except BaseException:
             if ref is not None:
                 os.close(ref)
-            self._unlock(path, fd)
+            unlock(path, fd)
             raise
         self._land_locked(key, path, fd, data, current, ref, size, deferred)
-        return token
+        return new
 
     def swap_many(self, items: Sequence[tuple[str, bytes, Token | None]],
                   journal: JournalMany | None = None) -> builtins.list[Token | Exception]:
@@ -616,14 +425,14 @@ class LocalStorage(Storage):
                 path = self._path(key)
                 fd = self._lock(path, link=True)
                 try:
-                    current, ref, size = self._open_locked(key, path)
+                    current, ref, size = open_locked(key, path, self._read_locked, self.url)
                 except BaseException:
-                    self._unlock(path, fd)
+                    unlock(path, fd)
                     raise
                 if (current.token if current else None) != expect:
                     if ref is not None:
                         os.close(ref)
-                    self._unlock(path, fd)
+                    unlock(path, fd)
                     out[i] = PreconditionFailed(key, expect)
                     continue
                 held.append((i, path, fd, current, ref, size))
@@ -632,26 +441,26 @@ class LocalStorage(Storage):
                 boot = _boot_id()
                 if boot:
                     self._markers.ensure(boot)
-                intents = [RefIntent(keys[i], items[i][2], _token(items[i][1]), items[i][1], boot, time.monotonic_ns())
+                intents = [RefIntent(keys[i], items[i][2], token(items[i][1]), items[i][1], boot, time.monotonic_ns())
                            for i, *_ in held]
                 deferred = journal(intents) and bool(boot)
         except BaseException:
             for _, path, fd, _, ref, _ in held:
                 if ref is not None:
                     os.close(ref)
-                self._unlock(path, fd)
+                unlock(path, fd)
             raise
         for n, (i, path, fd, current, ref, size) in enumerate(held):
             try:
                 self._land_locked(keys[i], path, fd, items[i][1], current, ref, size, deferred)
-                out[i] = _token(items[i][1])
+                out[i] = token(items[i][1])
             except StorageError as e:
                 out[i] = e
             except BaseException:
                 for _, path2, fd2, _, ref2, _ in held[n + 1:]:  # interrupted: let go of the rest
                     if ref2 is not None:
                         os.close(ref2)
-                    self._unlock(path2, fd2)
+                    unlock(path2, fd2)
                 raise
         return [r for r in out if r is not None]
 
@@ -659,7 +468,8 @@ class LocalStorage(Storage):
                      ref: int | None, size: int, deferred: bool) -> None:
         """Write ``data`` as the ref ``key`` (file ``path``) whose lock :meth:`swap` holds
         (``fd``: the lock file, -1 a linked lock) and whose compare passed (``current``: what
-        it held; ``ref``, ``size``: the framed file left open by :meth:`_open_locked`),
+        it held; ``ref``, ``size``: the framed file left open by
+        :func:`~castore.storage.reffiles.open_locked`),
         then release the lock. ``deferred``: the journal keeps the intent durable, so the
         write is not synced (in place over a framed file, else a framed file renamed).
 
@@ -667,22 +477,19 @@ class LocalStorage(Storage):
             StorageError: the swap log or the ref cannot be written (the lock is released).
         """
         try:
-            self._log_swap(key)
+            swaplog.log_swap(self.root, key, self.url)
             # framed when deferred, so that a later swap may write it in place and a reader
             # can tell a write in place it met
-            data = frame(data) if deferred else _as_stored(key, data)
+            data = frame(data) if deferred else as_stored(key, data)
             try:
                 if deferred and ref is not None and len(data) <= INPLACE_MAX:
                     # the intent in the log holds the whole value: a power loss that tears
                     # this write is replayed; renaming over the ref would make ext4
                     # (auto_da_alloc) start writing its data at once. One page at offset 0:
                     # a kill cannot cut it (INPLACE_MAX)
-                    os.pwrite(ref, data, 0)
-                    if len(data) < size:  # else the write itself set the size
-                        os.ftruncate(ref, len(data))
-                    os.close(ref)
+                    write_in_place(ref, data, size)
                     ref = None
-                    self._unlock(path, fd)
+                    unlock(path, fd)
                     if self.unsynced is not None:
                         self.unsynced.append((path, current.data if current is not None else None))
                     return
@@ -701,50 +508,18 @@ class LocalStorage(Storage):
         except BaseException:
             if ref is not None:
                 os.close(ref)
-            self._unlock(path, fd)
+            unlock(path, fd)
             raise
         if ref is not None:
             os.close(ref)
         if fd < 0:
-            self._unlock(path, fd)
+            unlock(path, fd)
         else:
             os.close(fd)
         if not deferred:
             self._fsync_dir(os.path.dirname(path))
         elif self.unsynced is not None:
             self.unsynced.append((path, current.data if current is not None else None))
-
-    def _open_locked(self, key: str, path: str) -> tuple[Versioned | None, int | None, int]:
-        """Under the lock of the ref ``key`` (file ``path``), before a swap that may be
-        deferred: what :meth:`_read_locked` gives, and the file itself, left open for
-        writing, when it is framed (only such a file is written in place: a plain file read
-        mid-overwrite could not be told from a whole one; None when it is not framed, is
-        missing or cannot be opened for writing), and its size.
-
-        Raises:
-            StorageError: the file cannot be read.
-        """
-        try:
-            ref = os.open(path, os.O_RDWR)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None, None, 0
-        except OSError:
-            return self._read_locked(key), None, 0  # not writable here: the swap renames
-        try:
-            raw = _read_all(ref)
-        except OSError as e:
-            os.close(ref)
-            if isinstance(e, IsADirectoryError):
-                return None, None, 0
-            raise StorageError(f"cannot read {key}: {e.strerror or e}", self.url) from e
-        if not raw.startswith(INPLACE_MAGIC):
-            os.close(ref)
-            return Versioned(raw, _token(raw)), None, len(raw)
-        # no write in place is under way (the lock is ours): a file failing its check is
-        # torn, compared as it lies (read_ref_file)
-        value = unframe(raw)
-        return (Versioned(raw, _token(raw)) if value is None else Versioned(value, framed_token(raw))), \
-            ref, len(raw)
 
     # -- deferred swaps: recovery (journal.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
@@ -813,88 +588,19 @@ class LocalStorage(Storage):
                     # a deferred swap of this boot may have created the ref: without this
                     # record a recovery would replay that swap over the delete
                     self._markers.record(boot, RefIntent(key, current.token, None, None, boot, time.monotonic_ns()))
-                self._log_swap(key)
+                swaplog.log_swap(self.root, key, self.url)
                 try:
                     os.unlink(path)
                 except OSError as e:
                     raise StorageError(f"cannot delete {key}: {e.strerror}", self.url) from e
                 self._fsync_dir(os.path.dirname(path))
         finally:
-            self._unlock(path, fd)
+            unlock(path, fd)
         self._prune_dirs(os.path.dirname(path))
 
-    def _log_swap(self, key: str) -> None:
-        """Append ``key`` to the swap log (called under the key's lock, before the change lands).
-
-        A new log starts with a header naming it by a random id, made whole and then linked
-        into place (never over another), so that a reader's mark cannot be mistaken for a
-        mark of a later log in a reused inode.
-
-        Raises:
-            StorageError: the log cannot be written (the change is then not made).
-        """
-        path = os.path.join(self.root, SWAP_LOG)
-        line = f"{len(key.encode())} {key}\n".encode()
-        try:
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            except FileNotFoundError:
-                tmp = f"{path}.tmp-{os.urandom(16).hex()}"
-                with open(tmp, "xb") as f:
-                    f.write(f"{_LOG_HEADER}{os.urandom(16).hex()}\n".encode())
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass  # a rival made it first: append to theirs
-                finally:
-                    os.unlink(tmp)
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise StorageError(f"cannot record the change of {key} in {SWAP_LOG}: {e.strerror or e}",
-                               self.url) from e
-
     def swaps_since(self, mark: str | None) -> tuple[str, builtins.list[str] | None] | None:
-        """The keys logged since ``mark`` (``BOOT:LOG ID:OFFSET``); see :meth:`Storage.swaps_since`."""
-        boot = _boot_id()
-        if not boot:
-            return None
-        try:
-            fd = os.open(os.path.join(self.root, SWAP_LOG), os.O_RDONLY)
-        except FileNotFoundError:
-            absent = f"{boot}:-:0"
-            return absent, ([] if mark == absent else None)
-        except OSError as e:
-            raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
-        try:
-            size = os.fstat(fd).st_size
-            head = os.pread(fd, 64, 0)
-            nl = head.find(b"\n")
-            if not head.startswith(_LOG_HEADER.encode()) or nl < 0:
-                return f"{boot}:?:0", None  # not a log this castore wrote: never trusted
-            log_id = head[len(_LOG_HEADER):nl].decode("ascii", "replace")
-            now = f"{boot}:{log_id}:{size}"
-            old = (mark or "").split(":")
-            if len(old) != 3 or old[0] != boot or old[1] != log_id or not old[2].isdigit() \
-                    or not nl < int(old[2]) <= size:
-                return now, None
-            start = int(old[2])
-            data = os.pread(fd, size - start, start)
-        except OSError as e:
-            raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", self.url) from e
-        finally:
-            os.close(fd)
-        end = data.rfind(b"\n") + 1  # a line still being written is read next time
-        keys: list[str] = []
-        for line in data[:end].split(b"\n")[:-1]:
-            n, _, key = line.partition(b" ")
-            if not n.isdigit() or int(n) != len(key):
-                return now, None  # a torn line (a failed write) with another after it: read everything
-            keys.append(key.decode("utf-8", "replace"))
-        return f"{boot}:{log_id}:{start + end}", keys
+        """The keys logged since ``mark``; see :func:`~castore.storage.swaplog.swaps_since`."""
+        return swaplog.swaps_since(self.root, _boot_id(), mark, self.url)
 
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
         """Keys below ``prefix`` whose lock file exists (a swap under way or abandoned)."""
@@ -990,7 +696,7 @@ class LocalStorage(Storage):
                 for k, v in items.items():
                     path = self._path(k)
                     if os.path.dirname(path) == d:
-                        self._write_file(path, _as_stored(k, v))
+                        self._write_file(path, as_stored(k, v))
 
     def read_range(self, key: str, offset: int, size: int) -> bytes:
         """``size`` bytes of ``key`` from ``offset``; see :meth:`Storage.read_range`."""
@@ -1156,75 +862,3 @@ class _LocalAppender(Appender):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-_LINKED: weakref.WeakSet[LocalStorage] = weakref.WeakSet()  # handles holding a lock file under locks/
-
-
-def _release_lock_file(path: str, fd: int, pid: int) -> None:
-    """Remove a handle's lock file under ``locks/`` and close it (in the process that made it)."""
-    if os.getpid() != pid:
-        return
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
-def _forget_linked_locks_in_child() -> None:
-    for storage in list(_LINKED):
-        storage.after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_forget_linked_locks_in_child)
-
-
-def _check_stale(lock: str, remove: bool) -> bool | None:
-    """Whether no live process holds ``lock``; with ``remove``, delete it if so.
-
-    Ownership is the ``flock``, never the recorded pid (a restarted container reuses pid 1,
-    and another host's pids mean nothing here): a writer holds an exclusive ``flock`` from
-    just after creating the lock file until the file is gone, and the kernel drops it when
-    the writer dies. Only a writer caught between creating the file and locking it holds
-    no ``flock``, and it has written nothing yet, so a young empty file is not stale.
-    Returns None when the file vanished.
-    """
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # a live process holds it
-        st = os.fstat(fd)
-        try:
-            if os.stat(lock).st_ino != st.st_ino:
-                return None  # replaced meanwhile
-        except FileNotFoundError:
-            return None
-        if st.st_size == 0 and time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
-            return False  # its creator may be about to flock it
-        if remove:
-            os.unlink(lock)
-        return True
-    finally:
-        os.close(fd)
-
-
-def _held_message(lock: str) -> str:
-    """What a writer says when a live process kept ``lock`` for the whole wait."""
-    try:
-        with open(lock, "rb") as f:
-            owner = f.read(200).decode(errors="replace").split()
-    except OSError:
-        owner = []
-    who = f"process {owner[0]} on {owner[1]}" if len(owner) >= 2 else "another process"
-    return (f"{lock} is held by {who}, which still holds its lock after {LOCK_TIMEOUT:g}s; "
-            "wait for that writer to finish or stop it (a lock of a dead process is cleared "
-            "by the next writer and by `castore gc`)")

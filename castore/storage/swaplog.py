@@ -1,0 +1,99 @@
+"""The swap log of local-disk storage: ``swaps.log`` at the root, one line per ref change.
+
+Every swap, conditional delete and delete of a key under ``refs/`` first appends
+``<length> <key>\n`` (:func:`log_swap`, after a header line naming the log by a random id),
+while it holds the key's lock (one ``O_APPEND`` write, not synced). :func:`swaps_since`
+reads what was appended since a mark; why nothing is missed is in the docstring of
+:mod:`castore.storage.local`, which calls both.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import StorageError
+
+#: the swap log, at the root
+SWAP_LOG = "swaps.log"
+_LOG_HEADER = "castore swap log "
+
+
+def log_swap(root: str, key: str, url: str) -> None:
+    """Append ``key`` to the swap log at ``root`` (called under the key's lock, before the
+    change lands).
+
+    A new log starts with a header naming it by a random id, made whole and then linked
+    into place (never over another), so that a reader's mark cannot be mistaken for a
+    mark of a later log in a reused inode.
+
+    Raises:
+        StorageError: the log cannot be written (the change is then not made).
+    """
+    path = os.path.join(root, SWAP_LOG)
+    line = f"{len(key.encode())} {key}\n".encode()
+    try:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except FileNotFoundError:
+            tmp = f"{path}.tmp-{os.urandom(16).hex()}"
+            with open(tmp, "xb") as f:
+                f.write(f"{_LOG_HEADER}{os.urandom(16).hex()}\n".encode())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # a rival made it first: append to theirs
+            finally:
+                os.unlink(tmp)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise StorageError(f"cannot record the change of {key} in {SWAP_LOG}: {e.strerror or e}",
+                           url) from e
+
+
+def swaps_since(root: str, boot: str, mark: str | None, url: str) -> tuple[str, list[str] | None] | None:
+    """The keys logged in the swap log at ``root`` since ``mark`` (``BOOT:LOG ID:OFFSET``),
+    ``boot`` being this boot's id ("" where there is none: None then); see
+    :meth:`~castore.storage.base.Storage.swaps_since`.
+
+    Raises:
+        StorageError: the log cannot be read (names it and ``url``).
+    """
+    if not boot:
+        return None
+    try:
+        fd = os.open(os.path.join(root, SWAP_LOG), os.O_RDONLY)
+    except FileNotFoundError:
+        absent = f"{boot}:-:0"
+        return absent, ([] if mark == absent else None)
+    except OSError as e:
+        raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", url) from e
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, 64, 0)
+        nl = head.find(b"\n")
+        if not head.startswith(_LOG_HEADER.encode()) or nl < 0:
+            return f"{boot}:?:0", None  # not a log this castore wrote: never trusted
+        log_id = head[len(_LOG_HEADER):nl].decode("ascii", "replace")
+        now = f"{boot}:{log_id}:{size}"
+        old = (mark or "").split(":")
+        if len(old) != 3 or old[0] != boot or old[1] != log_id or not old[2].isdigit() \
+                or not nl < int(old[2]) <= size:
+            return now, None
+        start = int(old[2])
+        data = os.pread(fd, size - start, start)
+    except OSError as e:
+        raise StorageError(f"cannot read {SWAP_LOG}: {e.strerror or e}", url) from e
+    finally:
+        os.close(fd)
+    end = data.rfind(b"\n") + 1  # a line still being written is read next time
+    keys: list[str] = []
+    for line in data[:end].split(b"\n")[:-1]:
+        n, _, key = line.partition(b" ")
+        if not n.isdigit() or int(n) != len(key):
+            return now, None  # a torn line (a failed write) with another after it: read everything
+        keys.append(key.decode("utf-8", "replace"))
+    return f"{boot}:{log_id}:{start + end}", keys
