@@ -19,7 +19,7 @@ from castore.adapters.claude_code import (
     follow_claude,
     import_claude,
 )
-from castore.adapters.jsonl_tree import ArchiveError, safe_join
+from castore.adapters.jsonl_tree import ArchiveError, parse_time, safe_join
 from castore.grep import grep
 
 DATA = Path("/work/shared/data/claude-code")
@@ -479,3 +479,42 @@ def test_hostile_sidechain_and_mark_fields_are_kept_and_named_safely(store: cast
     assert [le.meta["claude"]["o"] for le in store.session("claude", "proj", "s").entries()] == [0, 9, 10]
     export_claude(store, tmp_path / "out")
     assert (tmp_path / "out" / "proj" / "s.jsonl").read_bytes() == b"".join(lines)
+
+
+def test_the_same_files_give_the_same_commits_in_every_store(tmp_path: Path) -> None:
+    """Two machines archiving the same sessions get the same ids (so a push of one archive
+    into a bucket the other filled is a fast-forward, not a second history): no commit time
+    may come from the clock of the import, also for a leading line without a timestamp (the
+    session-share file opens with a ``file-history-snapshot`` line whose only time is inside
+    its ``snapshot``)."""
+    heads = []
+    for name in ("one", "two"):
+        st = castore.open(str(tmp_path / name), durable=False)
+        import_claude(st, DATA)
+        heads.append({(i.user, i.session): (i.head, st.session(i.app, i.user, i.session).branches())
+                      for i in st.sessions("claude")})
+    assert heads[0] == heads[1]
+    s = castore.open(str(tmp_path / "one"), durable=False).session("claude", "session-share", SID)
+    first = next(le for le in s.log(all_branches=True) if le.meta["claude"]["o"] == 0)
+    assert first.meta["claude"]["type"] == "file-history-snapshot"
+    assert first.time == parse_time("2026-01-22T19:38:12.042Z")
+
+
+def test_a_leading_line_without_any_time_takes_the_epoch_not_the_clock(tmp_path: Path) -> None:
+    """A line before any line with a time (a ``summary`` line opening a resumed session) gets
+    0.0, the same in every import; the lines after it keep their own times."""
+    proj = tmp_path / "projects" / "p"
+    proj.mkdir(parents=True)
+    lines = [{"type": "summary", "summary": "earlier work", "leafUuid": "u0"},
+             {"type": "user", "uuid": "u1", "parentUuid": None, "timestamp": "2026-01-22T19:38:13.000Z",
+              "message": {"role": "user", "content": "hello"}}]
+    (proj / "s1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    heads, times = [], []
+    for name in ("one", "two"):
+        st = castore.open(str(tmp_path / name), durable=False)
+        import_claude(st, proj / "s1.jsonl")
+        s = st.session("claude", "p", "s1")
+        heads.append(s.head)
+        times.append(sorted(le.time for le in s.log(all_branches=True)))
+    assert heads[0] == heads[1]
+    assert times[0] == times[1] == [0.0, parse_time("2026-01-22T19:38:13.000Z")]

@@ -239,6 +239,8 @@ def _entry(n: int, raw: bytes, d: dict[str, Any]) -> Event:
     u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
     msg = _message(d) if t in _TURNS and u is not None else None
     when = parse_time(d.get("timestamp"))
+    if when is None and isinstance(d.get("snapshot"), dict):  # a file-history-snapshot line
+        when = parse_time(d["snapshot"].get("timestamp"))
     meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), **({"uuid": u} if u else {}),
                                   **({"type": t} if t else {})}}
     if when is not None:

@@ -186,8 +186,9 @@ class TreeWriter:
     parent starts a branch named by ``branch_name(n)``. Appends go to the branch they extend
     without checking it out (``append_many(branch=...)``); :meth:`finish` checks out the
     branch of the last line the agent was on. Each commit takes its line's time (``time`` in
-    the entry's meta); a line without one takes the time of the line before it, so that the
-    same file gives the same commits wherever it is imported.
+    the entry's meta); a line without one takes the time of the line before it, and a line
+    before any line with a time takes 0.0 (the epoch: unknown), never the clock's, so that the
+    same file gives the same commits wherever and whenever it is imported.
     """
 
     def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None) -> None:
@@ -220,7 +221,7 @@ class TreeWriter:
         if isinstance(when, (int, float)) and not isinstance(when, bool):
             self.last_time = float(when)
         self.run.append(_Pending(n, raw, entry, active))
-        self._times.append(self.last_time)
+        self._times.append(self.last_time if self.last_time is not None else 0.0)
         self.run_bytes += len(raw)
 
     def label(self, n: int, name: str) -> None:
