@@ -103,6 +103,7 @@ class ObjectStore(WriterLog):
         #: the last error a background repack met, if any (it never fails an append)
         self.repack_error: BaseException | None = None
         self._repacker: threading.Thread | None = None
+        self._repack_again = False
         self._batches = 0
         self._seq: dict[str, int] = {}  # packs this handle wrote -> the order it wrote them in
         self._own: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()  # its batch packs' objects

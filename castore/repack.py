@@ -41,6 +41,7 @@ class Repacking:
     auto_repack: bool
     repack_error: BaseException | None
     _repacker: threading.Thread | None
+    _repack_again: bool
     _lock: threading.RLock
     _own: OrderedDict[str, list[tuple[str, bytes]]]
     _seq: dict[str, int]
@@ -204,20 +205,31 @@ class Repacking:
         if not self.auto_repack:
             return
         with self._lock:
-            if self._repacker is not None and self._repacker.is_alive():
+            if self._repacker is not None and self._repacker.is_alive():  # (not alive: a forked child's)
+                # a run is going: it runs once more when done, for the packs written since it
+                # listed (dropping this request left up to twice the batch packs behind)
+                self._repack_again = True
                 return
             t = threading.Thread(target=self._repack_quietly, name="castore-repack", daemon=True)
             self._repacker = t
+            self._repack_again = False
         t.start()
 
     def _repack_quietly(self) -> None:
-        try:
-            self.auto_repack_once()
-        except Exception as e:  # noqa: BLE001 - a background merge must never fail an append; kept for the caller
-            self.repack_error = e
+        while True:
+            try:
+                self.auto_repack_once()
+            except Exception as e:  # noqa: BLE001 - a background merge must never fail an append; kept for the caller
+                self.repack_error = e
+            with self._lock:
+                if not self._repack_again or self.repack_error is not None:
+                    self._repacker = None  # under the lock: a request after this starts a new run
+                    return
+                self._repack_again = False
 
     def wait_repack(self) -> None:
-        """Wait for this handle's background repack, if one is running."""
+        """Wait for this handle's background repack, if one is running (with the run it owes
+        for appends made while it ran)."""
         t = self._repacker
         if t is not None and t is not threading.current_thread():
             t.join()
