@@ -217,12 +217,13 @@ class Repacking:
 
     def _repack_quietly(self) -> None:
         while True:
+            failed = False
             try:
                 self.auto_repack_once()
             except Exception as e:  # noqa: BLE001 - a background merge must never fail an append; kept for the caller
-                self.repack_error = e
+                self.repack_error, failed = e, True
             with self._lock:
-                if not self._repack_again or self.repack_error is not None:
+                if failed or not self._repack_again:  # a failed run is not repeated at once
                     self._repacker = None  # under the lock: a request after this starts a new run
                     return
                 self._repack_again = False
