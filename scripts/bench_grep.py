@@ -19,12 +19,17 @@ set, or a checkout's sources newer than their ``__pycache__``, each fresh proces
 castore and its dependencies from source (~0.2 s here) which no installed copy pays; the
 children keep their bytecode in the work folder (``PYTHONPYCACHEPREFIX``), written by the
 first search (the one that builds the index) and a first command, both untimed.
+With ``--cold-cache`` every timed run starts with its data out of the page cache: before each
+run the files that run reads (GNU grep's JSONL files; castore's store and its index folder) are
+synced and dropped with ``posix_fadvise(POSIX_FADV_DONTNEED)``, so each side reads its data
+from the disk, as the first search of the day does. The programs themselves (the grep binary,
+the interpreter, castore's bytecode) stay cached, as they would for anyone who used them today.
 A second table times the ``castore grep`` command through the index as a user runs it (``-c``,
 and every match printed to /dev/null), and a search right after one more append to one
 session (the index refreshes that session only), next to the same GNU grep figures.
 
     .venv/bin/python scripts/bench_grep.py [--sessions 1000] [--entries 100000] [--workdir DIR] [--repeat 3]
-                                           [--format 1|2]
+                                           [--format 1|2] [--cold-cache]
 """
 
 from __future__ import annotations
@@ -109,7 +114,32 @@ def build(work: str, data: list[list[dict]], fmt: int | None = None) -> tuple[st
     return store_dir, jsonl_dir, took
 
 
+COLD = False  # --cold-cache: drop each timed run's data files from the page cache first
+
+
+def evict(*dirs: str) -> None:
+    """Drop every file under ``dirs`` from the page cache (synced first: dirty pages stay)."""
+    os.sync()
+    for top in dirs:
+        for folder, _subdirs, files in os.walk(top):
+            for name in files:
+                try:
+                    fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+                except OSError:
+                    continue
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+
+
+def _cold(*dirs: str) -> None:
+    if COLD:
+        evict(*dirs)
+
+
 def _gnu(jsonl_dir: str, word: str) -> tuple[float, int]:
+    _cold(jsonl_dir)
     t = time.perf_counter()
     p = subprocess.run(["grep", "-r", "-c", word, jsonl_dir], capture_output=True, text=True, check=False)
     took = time.perf_counter() - t
@@ -127,6 +157,7 @@ def _env(index_dir: str) -> dict[str, str]:
 
 def _castore(store_dir: str, word: str, which: str, mode: str, index_dir: str) -> tuple[float, int]:
     env = _env(index_dir)
+    _cold(store_dir, index_dir)
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", CHILD, store_dir, word, which, mode], capture_output=True, text=True, check=False,
                        env=env)
@@ -139,6 +170,7 @@ def _castore(store_dir: str, word: str, which: str, mode: str, index_dir: str) -
 def _cli(store_dir: str, args: list[str], index_dir: str) -> float:
     """Seconds of one ``castore grep ARGS`` in a fresh process, its output thrown away."""
     env = _env(index_dir)
+    _cold(store_dir, index_dir)
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "castore", "--store", store_dir, "grep", *args],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False, env=env)
@@ -186,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is shown)")
     ap.add_argument("--workdir", help="where to build (default: a temporary folder, removed after)")
     ap.add_argument("--format", type=int, choices=(1, 2), help="the store's format (default: castore's default)")
+    ap.add_argument("--cold-cache", action="store_true",
+                    help="drop each run's data files from the page cache before it (both sides)")
     args = ap.parse_args(argv)
+    global COLD
+    COLD = args.cold_cache
     work = args.workdir or tempfile.mkdtemp(prefix="bench-grep-")
     if os.path.exists(os.path.join(work, "store")):
         shutil.rmtree(os.path.join(work, "store"))
@@ -208,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             for which, mode in (("default", "scan"), ("default", "index"), ("all", "index"), ("default", "cached")):
                 runs.append([_castore(store_dir, word, which, mode, index_dir) for _ in range(args.repeat)])
             rows.append((word, [(statistics.median(x[0] for x in r), r[0][1]) for r in runs]))
-        print(f"## castore grep vs GNU grep: {entries} entries in {len(data)} sessions\n")
+        cache = "data files dropped from the page cache before each run" if COLD else "data files in the page cache"
+        print(f"## castore grep vs GNU grep: {entries} entries in {len(data)} sessions ({cache})\n")
         print(f"Store built in {build_s:.1f} s (append_many, one session per file); the search index built by the "
               f"first search in {build_ix_s:.1f} s ({build_ix[1]} matches). Each figure is the median of "
               f"{args.repeat} fresh processes (Python start, imports from compiled bytecode and store opening included); "
