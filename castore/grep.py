@@ -394,7 +394,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 todo.append((p, idx))
             if not todo:
                 continue
-            for _, p, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
+            for _, p, _, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
                 if timed and (when < lo or when >= hi):
                     continue
                 if keep_block is not None:
@@ -419,79 +419,133 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                     return
         yield from counts.items()
         return
-    commits = ix.commits
-    rows = form == _ROWS
-    firsts: dict[int, int] = {}  # commit and block -> position in found
-    found: list[Any] = []
-    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # position in found -> other sessions
-    new, put = object.__new__, object.__setattr__
-    # the matches are built before the first is given out: tens of thousands of objects that all
-    # stay alive, each burst of them a walk of every live object by the cyclic collector, for nothing
-    with gc_paused():
-        for session_runs in runs:
-            p0, idx0 = session_runs[0]
-            si = p0.cols[1][idx0[0]]
-            key = ix.key(si)
-            for _, p, cn, blk, kn, rn, tn, bn, _, when, head, end in hits(session_runs):
-                if timed and (when < lo or when >= hi):
+    # the candidate blocks first (each commit's block once, in order, the other sessions that hold
+    # it under also), then the matches built from them: a block is decoded and its lines matched
+    # only once it is given out (none for what a limit leaves out)
+    groups: list[tuple[tuple[str, str, str], Any, bool]] = []  # (session, its hits or its runs, runs?)
+    # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
+    owner: dict[int, tuple[str, str, str]] = {}  # block -> the session it is reported under
+    also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # block -> the other sessions
+    for session_runs in runs:
+        p0, idx0 = session_runs[0]
+        si = p0.cols[1][idx0[0]]
+        key = ix.key(si)
+        if not timed and keep_block is None:
+            bids: list[int] = []
+            for p, idx in session_runs:
+                cns, blks = p.fields(idx, (0, 2))
+                bids.extend(map(operator.or_, map(operator.lshift, cns, itertools.repeat(31)), blks))
+            if owner.keys().isdisjoint(bids):  # no block an earlier session holds (a session holds each once)
+                owner.update(zip(bids, itertools.repeat(key), strict=False))
+                groups.append((key, session_runs, True))  # its hits made as they are given out
+                continue
+        picked = []
+        for h in hits(session_runs):
+            _, _, _, cn, blk, kn, rn, tn, bn, _, when = h[:11]
+            if timed and (when < lo or when >= hi):
+                continue
+            if keep_block is not None:
+                ok = kept.get((si, rn, kn, tn))
+                if ok is None:
+                    ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn],
+                                                             strings[tn] if tn >= 0 else None)
+                if not ok:
                     continue
-                if keep_block is not None:
-                    ok = kept.get((si, rn, kn, tn))
-                    if ok is None:
-                        ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn],
-                                                                 strings[tn] if tn >= 0 else None)
-                    if not ok:
-                        continue
-                at = firsts.get(cn << 31 | blk)
-                if at is not None:
-                    if found[at][1] != key if rows else found[at].session != key:
-                        also.setdefault(at, {}).setdefault(key, bsets[bn])
-                    continue
-                text = p.raw[head:end - 1].decode("utf-8")
-                if "\n" in text:
-                    lines: tuple[Any, ...] = _line_tuples(text, finder)
-                    if not lines:
-                        continue
-                    if not rows:
-                        lines = tuple(make_line_match(*t) for t in lines)
-                else:  # one line (most blocks): no split
-                    spans = finder(text)
-                    if not spans:
-                        continue
-                    if rows:
-                        lines = ((1, text, tuple(spans)),)
-                    else:
-                        lm = new(LineMatch)
-                        put(lm, "__dict__", {"line": 1, "text": text, "spans": tuple(spans)})
-                        lines = (lm,)
-                firsts[cn << 31 | blk] = len(found)
-                if rows:
-                    found.append((commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn],
-                                  strings[tn] if tn >= 0 else None, when, lines, (), (), (), 0))
-                else:
-                    m = new(Match)
-                    put(m, "__dict__", {
-                        "commit": commits[32 * cn:32 * cn + 32].hex(), "session": key, "branches": bsets[bn],
-                        "role": strings[rn], "kind": KINDS[kn], "tool": strings[tn] if tn >= 0 else None,
-                        "time": when, "lines": lines, "also": (), "before": (), "after": (), "context": context})
-                    found.append(m)
-    if limit is not None:
-        del found[limit:]
-    if not also and not context:
-        yield from found
-        return
-    for n, m in enumerate(found):
-        more = also.get(n)
-        if more:
-            got = tuple((k, tuple(b)) for k, b in more.items())
-            m = m[:8] + (got,) + m[9:] if rows else replace(m, also=got)
-        if context:
+            b = cn << 31 | blk
+            was = owner.get(b)
+            if was is not None:
+                if was != key:
+                    also.setdefault(b, {}).setdefault(key, bsets[bn])
+                continue
+            owner[b] = key
+            picked.append(h)
+        groups.append((key, picked, False))
+    built = _built(groups, also, ix.commits, strings, bsets, rx, finder, limit, context, form == _ROWS)
+    while True:
+        # tens of thousands of objects a caller may keep: each burst of them would make the cyclic
+        # collector walk every live object, for nothing (they hold no cycles)
+        with gc_paused():
+            batch = list(itertools.islice(built, _BATCH))
+        if not batch:
+            return
+        if not context:
+            yield from batch
+            continue
+        for m in batch:
             s = store.session(*m.session)
             tip = s.head if m.branches[0] == "HEAD" else s.branches().get(m.branches[0])
             if tip is not None:
                 before, after = context_entries(store, store.history.path_ids(tip), m.commit, context)
                 m = replace(m, before=before, after=after)
-        yield m
+            yield m
+
+
+#: matches built at once by :func:`_grep_index` (with the cyclic collector paused)
+_BATCH = 1024
+
+
+def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
+           also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]], commits: Any, strings: list[str],
+           bsets: list[tuple[str, ...]], rx: re.Pattern[str], finder: Callable[[str], list[tuple[int, int]]],
+           limit: int | None, context: int, rows: bool) -> Iterator[Any]:
+    """The matches of the candidate blocks of ``groups`` (``(session, hits, False)`` or ``(session,
+    runs, True)``: :func:`castore.grepindex.hits`), in order, at most ``limit``: rows (:data:`Row`)
+    or :class:`Match` objects (no context entries yet); a block with no matching line is left out;
+    ``also``: the other sessions of a block, by block."""
+    from .grepindex import hits, search_plan
+
+    _, lowered, lit = search_plan(rx)
+    # a plain string with no newline that the index found in an ASCII block, over the lowered
+    # text: its spans are where it is in the block's lowered bytes (the same offsets as the text's)
+    low_spans = lowered and lit is not None and "\n" not in lit
+    needle = lit.encode("utf-8") if low_spans and lit is not None else b""
+    k = len(needle)
+    tools: list[str | None] = [*strings, None]  # tool -1: none
+    new, put = object.__new__, object.__setattr__
+    n = 0
+    for key, got, lazy in groups:
+        for _, p, i, cn, blk, kn, rn, tn, bn, fl, when, head, end in (hits(got) if lazy else got):
+            text = p.raw[head:end - 1].decode("utf-8")
+            if "\n" in text:
+                lines: tuple[Any, ...] = _line_tuples(text, finder)
+                if not lines:
+                    continue
+                if not rows:
+                    lines = tuple(make_line_match(*t) for t in lines)
+            else:  # one line (most blocks): no split
+                if low_spans and fl:
+                    a, b = p.lbstarts[i], p.lbstarts[i + 1] - 1
+                    find = p.lowraw.find
+                    spans = []
+                    at = find(needle, a, b)
+                    while at >= 0:
+                        spans.append((at - a, at - a + k))
+                        at = find(needle, at + k, b)
+                else:
+                    spans = finder(text)
+                    if not spans:
+                        continue
+                if rows:
+                    lines = ((1, text, tuple(spans)),)
+                else:
+                    lm = new(LineMatch)
+                    put(lm, "__dict__", {"line": 1, "text": text, "spans": tuple(spans)})
+                    lines = (lm,)
+            more = also.get(cn << 31 | blk) if also else None
+            others = tuple((x, tuple(y)) for x, y in more.items()) if more else ()
+            if rows:
+                yield (commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn], tools[tn], when,
+                       lines, others, (), (), 0)
+            else:
+                m = new(Match)
+                put(m, "__dict__", {
+                    "commit": commits[32 * cn:32 * cn + 32].hex(), "session": key, "branches": bsets[bn],
+                    "role": strings[rn], "kind": KINDS[kn], "tool": tools[tn], "time": when, "lines": lines,
+                    "also": others, "before": (), "after": (), "context": context})
+                yield m
+            n += 1
+            if n == limit:
+                return
 
 
 def _line_tuples(text: str, spans_of: Callable[[str], list[tuple[int, int]]]
