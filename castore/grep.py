@@ -394,7 +394,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 todo.append((p, idx))
             if not todo:
                 continue
-            for _, p, _, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
+            for _, p, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
                 if timed and (when < lo or when >= hi):
                     continue
                 if keep_block is not None:
@@ -441,7 +441,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 continue
         picked = []
         for h in hits(session_runs):
-            _, _, _, cn, blk, kn, rn, tn, bn, _, when = h[:11]
+            _, _, cn, blk, kn, rn, tn, bn, _, when = h[:10]
             if timed and (when < lo or when >= hi):
                 continue
             if keep_block is not None:
@@ -495,16 +495,16 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     from .grepindex import hits, search_plan
 
     _, lowered, lit = search_plan(rx)
-    # a plain string with no newline that the index found in an ASCII block, over the lowered
-    # text: its spans are where it is in the block's lowered bytes (the same offsets as the text's)
-    low_spans = lowered and lit is not None and "\n" not in lit
-    needle = lit.encode("utf-8") if low_spans and lit is not None else b""
-    k = len(needle)
+    # a plain string's spans in a line, found here rather than by ``finder`` (the same search, less
+    # a call per block): in the line itself when case counts, else in its lower case when it is ASCII
+    # (the index's flag 1), as ASCII case folding is one to one
+    plain = lit if lit is not None and "\n" not in lit else None
+    k = len(plain) if plain is not None else 0
     tools: list[str | None] = [*strings, None]  # tool -1: none
     new, put = object.__new__, object.__setattr__
     n = 0
     for key, got, lazy in groups:
-        for _, p, i, cn, blk, kn, rn, tn, bn, fl, when, head, end in (hits(got) if lazy else got):
+        for _, p, cn, blk, kn, rn, tn, bn, fl, when, head, end in (hits(got) if lazy else got):
             text = p.raw[head:end - 1].decode("utf-8")
             if "\n" in text:
                 lines: tuple[Any, ...] = _line_tuples(text, finder)
@@ -513,18 +513,17 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
                 if not rows:
                     lines = tuple(make_line_match(*t) for t in lines)
             else:  # one line (most blocks): no split
-                if low_spans and fl:
-                    a, b = p.lbstarts[i], p.lbstarts[i + 1] - 1
-                    find = p.lowraw.find
+                if plain is not None and (fl or not lowered):
+                    line = text.lower() if lowered else text
                     spans = []
-                    at = find(needle, a, b)
+                    at = line.find(plain)
                     while at >= 0:
-                        spans.append((at - a, at - a + k))
-                        at = find(needle, at + k, b)
+                        spans.append((at, at + k))
+                        at = line.find(plain, at + k)
                 else:
                     spans = finder(text)
-                    if not spans:
-                        continue
+                if not spans:
+                    continue
                 if rows:
                     lines = ((1, text, tuple(spans)),)
                 else:

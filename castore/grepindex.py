@@ -195,24 +195,23 @@ def _changes(store: Store, mark: str | None, known: bool
     return (mark if under_way else new), _session_refs(store, folders), folders
 
 
-#: the columns of a hit as :func:`hits` gives them (after its place, its part and its block number)
+#: the columns of a hit as :func:`hits` gives them (after its place and its part)
 HIT_COLS = (0, 2, 3, 4, 5, 6, 8)
 
 
-def hits(runs: list[tuple[Part, list[int]]]) -> list[tuple[Any, ...]] | Iterable[tuple[Any, ...]]:
+def hits(runs: list[tuple[Part, list[int]]]) -> Iterable[tuple[Any, ...]]:
     """One session's hits (its runs, as :meth:`Index.find_blocks` gives them) in order, root to
-    tip: ``(place, part, block number in the part, commit, block, kind, role, tool, branch set,
-    flags, time, byte offset, byte end)`` each, the numbers read column by column in C; both
-    parts merged by place."""
+    tip: ``(place, part, commit, block, kind, role, tool, branch set, flags, time, byte offset,
+    byte end)`` each, the numbers read column by column in C; both parts merged by place."""
     out: list[Any] = []
     for p, idx in runs:
         if len(idx) == 1:
             i = idx[0]
-            got: Any = [((p.cols[7][i], p, i, *(p.cols[c][i] for c in HIT_COLS), p.time[i], p.bstarts[i],
+            got: Any = [((p.cols[7][i], p, *(p.cols[c][i] for c in HIT_COLS), p.time[i], p.bstarts[i],
                           p.bstarts[i + 1]))]
         else:
             get = itemgetter(*idx)
-            got = zip(get(p.cols[7]), itertools.repeat(p), idx, *(get(p.cols[c]) for c in HIT_COLS), get(p.time),
+            got = zip(get(p.cols[7]), itertools.repeat(p), *(get(p.cols[c]) for c in HIT_COLS), get(p.time),
                       get(p.bstarts), itemgetter(*map((1).__add__, idx))(p.bstarts), strict=False)
         if len(runs) == 1:
             return got
