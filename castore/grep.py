@@ -515,20 +515,27 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
             else:  # one line (most blocks): no split
                 if plain is not None and (fl or not lowered):
                     line = text.lower() if lowered else text
-                    spans = []
                     at = line.find(plain)
-                    while at >= 0:
-                        spans.append((at, at + k))
-                        at = line.find(plain, at + k)
+                    if at < 0:
+                        continue
+                    nxt = line.find(plain, at + k)
+                    if nxt < 0:  # once (most lines)
+                        spans: Any = ((at, at + k),)
+                    else:
+                        more_spans = [(at, at + k)]
+                        while nxt >= 0:
+                            more_spans.append((nxt, nxt + k))
+                            nxt = line.find(plain, nxt + k)
+                        spans = tuple(more_spans)
                 else:
-                    spans = finder(text)
-                if not spans:
-                    continue
+                    spans = tuple(finder(text))
+                    if not spans:
+                        continue
                 if rows:
-                    lines = ((1, text, tuple(spans)),)
+                    lines = ((1, text, spans),)
                 else:
                     lm = new(LineMatch)
-                    put(lm, "__dict__", {"line": 1, "text": text, "spans": tuple(spans)})
+                    put(lm, "__dict__", {"line": 1, "text": text, "spans": spans})
                     lines = (lm,)
             more = also.get(cn << 31 | blk) if also else None
             others = tuple((x, tuple(y)) for x, y in more.items()) if more else ()
