@@ -13,17 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(tmp_path: Path, sessions: int, entries: int) -> str:
+def _run(tmp_path: Path, sessions: int, entries: int, *more: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_grep.py"), "--sessions", str(sessions),
-                        "--entries", str(entries), "--repeat", "1", "--workdir", str(tmp_path / "w")],
+                        "--entries", str(entries), "--repeat", "1", "--workdir", str(tmp_path / "w"), *more],
                        capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 
 
 def test_smoke_run_reports_every_mode_with_the_same_match_counts(tmp_path: Path) -> None:
-    out = _run(tmp_path, 5, 60)
+    page = tmp_path / "bench.md"
+    out = _run(tmp_path, 5, 60, "--markdown", str(page))
     assert "castore grep vs GNU grep: 60 entries in 5 sessions" in out
     rows = [ln for ln in out.splitlines() if ln.startswith("| zanzibarquux |") or ln.startswith("| parser |")]
     assert len(rows) == 2
@@ -32,6 +33,16 @@ def test_smoke_run_reports_every_mode_with_the_same_match_counts(tmp_path: Path)
         assert len(counts) == 4
         assert counts[0] == counts[1] == counts[3]  # scan, index and cached index agree
     assert len([ln for ln in out.splitlines() if ln.startswith(("| zanzibarquux, command |", "| parser, command |"))]) == 2
+    # --markdown: the same run as a page, a row per figure (4 searches and 3 commands per pattern)
+    text = page.read_text()
+    assert text.startswith("# castore grep vs GNU grep\n") and "--markdown" in text and " UTC" in text
+    assert "load average" in text and "CPUs" in text and "entries 60; sessions 5" in text
+    table = [ln for ln in text.splitlines() if ln.startswith(("| zanzibarquux |", "| parser |"))]
+    assert len(table) == 14
+    for ln in table:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        gnu, ours, ratio, within = float(cells[2][:-3]), float(cells[3][:-3]), float(cells[4][:-1]), cells[5]
+        assert within == ("yes" if ratio <= 3 else "no") and ours > 0 and gnu >= 0
 
 
 @pytest.mark.slow
