@@ -320,15 +320,20 @@ def _render_rows(rows: Any) -> int:
             got = keys[k] = format_key(*k)
         return got
 
+    last: Any = (None, None, None, "")  # the last place and its text: the rows of a session follow each other
     for commit, session, branches, role, kind, tool, time, lines, also, before, after, context in rows:
         found += 1
-        place = (session, branches, also)  # the text before the commit, made once per place
-        where = wheres.get(place)
-        if where is None:
-            where = f"{key_of(session)}@{','.join(branches)}"
-            if also:
-                where += " (+" + ", ".join(key_of(k) for k, _ in also) + ")"
-            wheres[place] = where
+        if session is last[0] and branches is last[1] and also is last[2]:
+            where = last[3]
+        else:
+            place = (session, branches, also)  # the text before the commit, made once per place
+            where = wheres.get(place)
+            if where is None:
+                where = f"{key_of(session)}@{','.join(branches)}"
+                if also:
+                    where += " (+" + ", ".join(key_of(k) for k, _ in also) + ")"
+                wheres[place] = where
+            last = (session, branches, also, where)
         what = whats.get((role, kind, tool))
         if what is None:
             what = whats[(role, kind, tool)] = f"{role}/{kind}[{tool}]:" if tool else f"{role}/{kind}:"
