@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ..errors import CorruptRef, StorageError
 from .base import Token, Versioned
@@ -41,6 +42,22 @@ _READ_CHUNK = 1 << 16
 def token(data: bytes) -> Token:
     """The token of a value on local disk: its 16-byte blake2b digest, in hex. Raises nothing."""
     return blake2b(data, digest_size=16).hexdigest()
+
+
+def digest(data: bytes) -> bytes:
+    """The 16-byte blake2b digest of ``data``: its :func:`token` unhexed, and what the header
+    of its frame holds (:func:`~castore.storage.journal.frame`). Raises nothing."""
+    return blake2b(data, digest_size=16).digest()
+
+
+class Landed(NamedTuple):
+    """What a handle last wrote as a framed ref: the file's bytes, the value and its token.
+    A file read back byte for byte equal to ``framed`` holds ``value`` (its check passed
+    when it was made), so its check need not be computed again."""
+
+    framed: bytes
+    value: bytes
+    token: Token
 
 
 def read_all(fd: int) -> bytes:
@@ -115,12 +132,13 @@ def file_value(key: str, data: bytes) -> bytes:
 
 
 def open_locked(key: str, path: str, read_locked: Callable[[str], Versioned | None],
-                url: str) -> tuple[Versioned | None, int | None, int]:
+                url: str, landed: Landed | None = None) -> tuple[Versioned | None, int | None, int]:
     """Under the lock of the ref ``key`` (file ``path``), before a swap that may be
     deferred: what ``read_locked`` gives, and the file itself, left open for writing, when
     it is framed (only such a file is written in place: a plain file read mid-overwrite
     could not be told from a whole one; None when it is not framed, is missing or cannot be
-    opened for writing), and its size.
+    opened for writing), and its size. ``landed``: what this handle last wrote there; a
+    file that still holds exactly those bytes is not checked again.
 
     Raises:
         StorageError: the file cannot be read (names ``key`` and ``url``).
@@ -138,6 +156,8 @@ def open_locked(key: str, path: str, read_locked: Callable[[str], Versioned | No
         if isinstance(e, IsADirectoryError):
             return None, None, 0
         raise StorageError(f"cannot read {key}: {e.strerror or e}", url) from e
+    if landed is not None and raw == landed.framed:
+        return Versioned(landed.value, landed.token), ref, len(raw)
     if not raw.startswith(INPLACE_MAGIC):
         os.close(ref)
         return Versioned(raw, token(raw)), None, len(raw)
