@@ -70,6 +70,8 @@ from .reffiles import (
 _LOGGED_DELETES = REFS
 #: how many refs a handle remembers its last framed write of (LocalStorage._landed)
 _LANDED_KEPT = 256
+#: how many keys a handle keeps the checked file path of (LocalStorage._path)
+_PATHS_KEPT = 4096
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -104,6 +106,7 @@ class LocalStorage(Storage):
         #: key -> what this handle's last deferred swap wrote there (a framed file): the next
         #: swap that reads back those very bytes skips their check (open_locked)
         self._landed: dict[str, Landed] = {}
+        self._paths: dict[str, str] = {}  # key -> its file (checked keys only)
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -112,8 +115,20 @@ class LocalStorage(Storage):
         Raises:
             InvalidName: see :func:`~castore.storage.base.check_key`.
         """
-        key = check_key(key, prefix)
-        return os.path.join(self.root, *key.split("/")) if key else self.root
+        keep = not prefix and type(key) is str
+        if keep:
+            # the keys a writer touches on every append (its refs, its log) come back: their
+            # check and join are kept (bounded)
+            path = self._paths.get(key)
+            if path is not None:
+                return path
+        checked = check_key(key, prefix)
+        path = os.path.join(self.root, *checked.split("/")) if checked else self.root
+        if keep:
+            if len(self._paths) >= _PATHS_KEPT:
+                self._paths.clear()
+            self._paths[key] = path
+        return path
 
     def _check_inside(self, d: str) -> None:
         """Refuse to write or delete below ``d`` when a symlink takes it outside the root.
