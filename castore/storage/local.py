@@ -57,6 +57,7 @@ from .reffiles import (
     Landed,
     as_stored,
     digest,
+    exchange,
     file_value,
     is_framed,
     open_locked,
@@ -107,6 +108,7 @@ class LocalStorage(Storage):
         #: swap that reads back those very bytes skips their check (open_locked)
         self._landed: dict[str, Landed] = {}
         self._paths: dict[str, str] = {}  # key -> its file (checked keys only)
+        self._no_exchange = False  # renameat2's RENAME_EXCHANGE failed here: renames only
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -178,9 +180,12 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot sync folder {d}: {e.strerror or e}", self.url) from e
 
-    def _write_file(self, path: str, data: bytes, sync: bool = True) -> None:
+    def _write_file(self, path: str, data: bytes, sync: bool = True, swap: bool = False) -> None:
         """Write ``data`` to a temporary file beside ``path`` (synced when durable, unless
-        not ``sync``) and rename it into place.
+        not ``sync``) and rename it into place. With ``swap`` (an unsynced write over a
+        regular file at ``path`` whose lock the caller holds), the two are exchanged
+        instead and the old file, now at the temporary name, removed
+        (:func:`~castore.storage.reffiles.exchange`: what a reader sees is the same).
 
         A folder that vanished meanwhile (another handle pruned it after deleting its last
         file) is made again, once. The caller syncs the folder.
@@ -198,6 +203,16 @@ class LocalStorage(Storage):
                     if self.durable and sync:
                         f.flush()  # fsync sees only what left Python's buffer
                         os.fsync(f.fileno())
+                if swap and not self._no_exchange:
+                    try:
+                        swapped = exchange(tmp, path)
+                    except OSError:
+                        swapped = None  # the rename below says what is wrong, if anything
+                    if swapped:
+                        self._discard(tmp)  # the old file (a kill here leaves it as a stale temporary)
+                        return
+                    if swapped is False:
+                        self._no_exchange = True
                 os.replace(tmp, path)
                 return
             except FileNotFoundError as e:
@@ -522,7 +537,8 @@ class LocalStorage(Storage):
                         self.unsynced.append((path, current.data if current is not None else None))
                     return
                 if fd < 0:  # a linked lock: a temporary file is renamed, then the lock unlinked
-                    self._write_file(path, stored, sync=not deferred)
+                    # (exchanged with the ref, when deferred over a framed ref held open here)
+                    self._write_file(path, stored, sync=not deferred, swap=deferred and ref is not None)
                     if deferred:
                         self._keep_landed(key, Landed(stored, data, dg.hex()))
                 else:
