@@ -15,7 +15,7 @@ import builtins
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,11 +66,63 @@ def _serialize(target: str, meta: Mapping[str, Any]) -> bytes:
     # checked before writing: a ref we wrote must never read back as garbage
     if not isinstance(target, str) or not _valid_target(target):
         raise InvalidEntry(f"bad ref target {target!r}: not a 64-hex commit id or 'ref: <name>'")
+    fast = _fast_json(meta)
+    if fast is not None:
+        return b"".join((target.encode(), b"\n", fast, b"\n"))
     try:
         text = json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidEntry(f"ref metadata is not JSON-able: {e}") from e
     return (target + "\n" + text + "\n").encode()
+
+
+_SCALARS = frozenset((str, int, bool, type(None)))
+_STR = frozenset((str,))
+_JSON_ENCODER: list[Any] = []  # msgspec's, made at the first write (a reader never needs it)
+
+
+def _plain_json(v: Any) -> bool:
+    """Whether ``v`` is made only of dicts with str keys, lists, tuples, str, int, bool, None
+    and floats that ``repr`` writes without an exponent (0 and 1e-4 <= |x| < 1e16): values
+    that msgspec's JSON encoder writes as ``json.dumps`` does, but for string escapes."""
+    t = type(v)
+    if t in _SCALARS:
+        return True
+    if t is float:
+        return v == 0.0 or 1e-4 <= abs(v) < 1e16
+    if t is dict:
+        return set(map(type, v)) <= _STR and _plain_items(v.values())
+    if t is list or t is tuple:
+        return _plain_items(v)
+    return False
+
+
+def _plain_items(items: Collection[object]) -> bool:
+    return set(map(type, items)) <= _SCALARS or all(map(_plain_json, items))
+
+
+def _fast_json(meta: Mapping[str, Any]) -> bytes | None:
+    """The bytes ``json.dumps(meta, sort_keys=True, separators=(",", ":"))`` makes, made
+    by msgspec (several times faster on a ref's hint), or None where they might differ: a
+    value of another type, a float ``repr`` writes with an exponent, or a string json would
+    escape (msgspec escapes fewer: any backslash, DEL or non-ASCII byte in its output sends
+    the meta to json)."""
+    try:
+        if type(meta) is not dict or not _plain_json(meta):
+            return None
+    except RecursionError:  # nested too deep, or a cycle: json says which
+        return None
+    if not _JSON_ENCODER:
+        import msgspec.json
+
+        _JSON_ENCODER.append(msgspec.json.Encoder(order="sorted"))
+    try:
+        out: bytes = _JSON_ENCODER[0].encode(meta)
+    except Exception:  # noqa: BLE001 - whatever msgspec refuses, json judges
+        return None
+    if not out.isascii() or b"\\" in out or b"\x7f" in out:
+        return None
+    return out
 
 
 def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:

@@ -159,6 +159,56 @@ def test_a_value_longer_than_a_page_is_renamed_not_written_in_place(tmp_path: Pa
     st.close()
 
 
+def test_a_long_value_over_a_long_one_is_exchanged_and_leaves_no_temporary(tmp_path: Path) -> None:
+    # a value longer than a page goes into a new file that takes the ref's name in one step
+    # (renameat2 RENAME_EXCHANGE where there is one, else a rename): a reader holding the
+    # old file reads the old value whole, nothing else is left in the folder
+    st = castore.open(str(tmp_path / "st"), format=3)
+    key = "refs/x/long"
+    path = tmp_path / "st" / key
+    before = b"a" * 100 + b"\n"
+    t = _deferred_swap(st, key, before, None)
+    for i in range(6):
+        old = path.open("rb")
+        value = f"{i}".encode() * (2 * INPLACE_MAX) + b"\n"
+        t = _deferred_swap(st, key, value, t)
+        assert path.stat().st_ino != os.fstat(old.fileno()).st_ino  # another file took the name
+        assert old.read() == frame(before)  # the file a reader had open still holds the old value
+        old.close()
+        before = value
+        got = st.storage.read_versioned(key)
+        assert got is not None and got.data == value and got.token == t
+        assert sorted(p.name for p in path.parent.iterdir()) == ["long"]
+    fresh = LocalStorage(str(tmp_path / "st"))
+    got = fresh.read_versioned(key)
+    assert got is not None and got.token == t
+    st.close()
+
+
+def test_where_names_cannot_be_exchanged_a_long_value_is_renamed(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # a file system without RENAME_EXCHANGE (exchange says False): renamed, and not tried again
+    calls: list[str] = []
+
+    def no_exchange(src: str, dst: str) -> bool:
+        calls.append(dst)
+        return False
+
+    monkeypatch.setattr(local_mod, "exchange", no_exchange)
+    st = castore.open(str(tmp_path / "st"), format=3)
+    key = "refs/x/long"
+    path = tmp_path / "st" / key
+    t = _deferred_swap(st, key, b"a" * 100 + b"\n", None)
+    for i in range(3):
+        value = f"{i}".encode() * (2 * INPLACE_MAX) + b"\n"
+        t = _deferred_swap(st, key, value, t)
+        got = st.storage.read_versioned(key)
+        assert got is not None and got.data == value and got.token == t
+        assert sorted(p.name for p in path.parent.iterdir()) == ["long"]
+    assert len(calls) == 1
+    st.close()
+
+
 def test_a_reader_never_sees_a_write_in_place_half_done(tmp_path: Path) -> None:
     # on tmpfs an fdatasync costs nothing, so the writes in place follow each other fast
     # enough for the reader to meet many of them mid-copy (without the check it then reads

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import queue
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from castore.errors import IntegrityError, RefConflict, RefLocked, StorageError
+from castore.errors import IntegrityError, InvalidEntry, RefConflict, RefLocked, StorageError
 from castore.refs import RefStore, RefValue, ref_key
 from castore.storage import Storage, Token, Versioned, open_storage
 from castore.storage import locks as locks_mod
@@ -78,6 +79,33 @@ def test_create_then_read_gives_target_meta_and_token(refs):
     assert got.token == made.token
     assert got.write_id == made.write_id and got.write_id
     assert got.symbolic is None
+
+
+_TRICKY_METAS = [
+    {"n": 1, "t": 1796234599.3713665, "tl": [CX, C1], "pk": ["w-ab"], "names": {"app": "a", "user": "u"}},
+    {"b": [1, 2.5, None, True, False], "a": {"z": "x", "y": [{}, ()]}, "B": -0.0, "_": 0.0},
+    {"f": 1e16}, {"f": 9999999999999998.0}, {"f": 1e-5}, {"f": 0.0001}, {"f": 9.999999999999999e-05},
+    {"f": -123456789.123}, {"n": 10**30}, {"n": -2**63}, {"tuple": (1, "x")},
+    {"s": "é"}, {"s": "\x7f"}, {"s": 'q"uote'}, {"s": "back\\slash"}, {"s": "line\nbreak"}, {"s": "\u2028"},
+    {"s": "</script>&'"}, {"k": {1: 2, 10: 3, 9: 4}}, {"é": 1, "e": 2}, {"bytes-like": "\x00"},
+]
+
+
+@pytest.mark.parametrize("meta", _TRICKY_METAS, ids=range(len(_TRICKY_METAS)))
+def test_ref_metadata_is_stored_as_json_dumps_writes_it(storage, meta):
+    # the bytes of a ref are format: the metadata line is json.dumps(sort_keys, compact,
+    # ASCII) of it, whichever encoder made it
+    refs = RefStore(storage)
+    made = refs.swap("sessions/a/u/s/heads/main", C1, None, meta=meta)
+    expected = {**meta, "w": made.write_id}
+    line = json.dumps(expected, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    assert storage.read(ref_key("sessions/a/u/s/heads/main")) == f"{C1}\n{line}\n".encode()
+
+
+@pytest.mark.parametrize("bad", [{"f": float("nan")}, {"f": float("inf")}, {"s": {1, 2}}, {"b": b"x"}])
+def test_ref_metadata_that_json_refuses_is_refused(refs, bad):
+    with pytest.raises(InvalidEntry):
+        refs.swap("r", C1, None, meta=bad)
 
 
 def test_create_fails_when_the_ref_exists(refs):

@@ -245,9 +245,12 @@ def torn(data: bytes) -> bool:
     return not data or b"\0" in data or not data.endswith(b"\n") or data.startswith(INPLACE_MAGIC)
 
 
-def frame(value: bytes) -> bytes:
-    """``value`` with the header of a ref file written in place (see :data:`INPLACE_MAGIC`)."""
-    return INPLACE_MAGIC + len(value).to_bytes(4, "big") + blake2b(value, digest_size=16).digest() + value
+def frame(value: bytes, digest: bytes | None = None) -> bytes:
+    """``value`` with the header of a ref file written in place (see :data:`INPLACE_MAGIC`);
+    ``digest``: ``blake2b(value, digest_size=16).digest()`` when the caller has it already."""
+    if digest is None:
+        digest = blake2b(value, digest_size=16).digest()
+    return INPLACE_MAGIC + len(value).to_bytes(4, "big") + digest + value
 
 
 def unframe(data: bytes) -> bytes | None:

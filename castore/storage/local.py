@@ -54,7 +54,10 @@ from .locks import HandleLockFile, check_stale, take_lock, unlock
 from .reffiles import (
     INPLACE_MAX,
     REFS,
+    Landed,
     as_stored,
+    digest,
+    exchange,
     file_value,
     is_framed,
     open_locked,
@@ -66,6 +69,10 @@ from .reffiles import (
 
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = REFS
+#: how many refs a handle remembers its last framed write of (LocalStorage._landed)
+_LANDED_KEPT = 256
+#: how many keys a handle keeps the checked file path of (LocalStorage._path)
+_PATHS_KEPT = 4096
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -97,6 +104,11 @@ class LocalStorage(Storage):
         #: is recorded as (path, the bytes it replaced or None); a folder sync drops its own
         self.unsynced: builtins.list[tuple[str, bytes | None]] | None = None
         self._lock_file = HandleLockFile(root)  # linked as <ref>.lock by deferred swaps
+        #: key -> what this handle's last deferred swap wrote there (a framed file): the next
+        #: swap that reads back those very bytes skips their check (open_locked)
+        self._landed: dict[str, Landed] = {}
+        self._paths: dict[str, str] = {}  # key -> its file (checked keys only)
+        self._no_exchange = False  # renameat2's RENAME_EXCHANGE failed here: renames only
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, key: str, prefix: bool = False) -> str:
@@ -105,8 +117,20 @@ class LocalStorage(Storage):
         Raises:
             InvalidName: see :func:`~castore.storage.base.check_key`.
         """
-        key = check_key(key, prefix)
-        return os.path.join(self.root, *key.split("/")) if key else self.root
+        keep = not prefix and type(key) is str
+        if keep:
+            # the keys a writer touches on every append (its refs, its log) come back: their
+            # check and join are kept (bounded)
+            path = self._paths.get(key)
+            if path is not None:
+                return path
+        checked = check_key(key, prefix)
+        path = os.path.join(self.root, *checked.split("/")) if checked else self.root
+        if keep:
+            if len(self._paths) >= _PATHS_KEPT:
+                self._paths.clear()
+            self._paths[key] = path
+        return path
 
     def _check_inside(self, d: str) -> None:
         """Refuse to write or delete below ``d`` when a symlink takes it outside the root.
@@ -156,9 +180,12 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot sync folder {d}: {e.strerror or e}", self.url) from e
 
-    def _write_file(self, path: str, data: bytes, sync: bool = True) -> None:
+    def _write_file(self, path: str, data: bytes, sync: bool = True, swap: bool = False) -> None:
         """Write ``data`` to a temporary file beside ``path`` (synced when durable, unless
-        not ``sync``) and rename it into place.
+        not ``sync``) and rename it into place. With ``swap`` (an unsynced write over a
+        regular file at ``path`` whose lock the caller holds), the two are exchanged
+        instead and the old file, now at the temporary name, removed
+        (:func:`~castore.storage.reffiles.exchange`: what a reader sees is the same).
 
         A folder that vanished meanwhile (another handle pruned it after deleting its last
         file) is made again, once. The caller syncs the folder.
@@ -176,6 +203,16 @@ class LocalStorage(Storage):
                     if self.durable and sync:
                         f.flush()  # fsync sees only what left Python's buffer
                         os.fsync(f.fileno())
+                if swap and not self._no_exchange:
+                    try:
+                        swapped = exchange(tmp, path)
+                    except OSError:
+                        swapped = None  # the rename below says what is wrong, if anything
+                    if swapped:
+                        self._discard(tmp)  # the old file (a kill here leaves it as a stale temporary)
+                        return
+                    if swapped is False:
+                        self._no_exchange = True
                 os.replace(tmp, path)
                 return
             except FileNotFoundError as e:
@@ -370,13 +407,14 @@ class LocalStorage(Storage):
         path = self._path(key)
         may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
         fd = self._lock(path, link=may_defer)  # -1: a linked lock (see _lock)
-        new = token(data)
+        dg = digest(data)
+        new = dg.hex()
         deferred = False
         ref: int | None = None  # the ref file, open for a write in place (a framed one)
         size = 0  # its size as read
         try:
             if may_defer:
-                current, ref, size = open_locked(key, path, self._read_locked, self.url)
+                current, ref, size = open_locked(key, path, self._read_locked, self.url, self._landed.get(key))
             else:
                 current = self._read_locked(key)
             if (current.token if current else None) != expect:
@@ -394,7 +432,7 @@ class LocalStorage(Storage):
                 os.close(ref)
             unlock(path, fd)
             raise
-        self._land_locked(key, path, fd, data, current, ref, size, deferred)
+        self._land_locked(key, path, fd, data, current, ref, size, deferred, dg)
         return new
 
     def swap_many(self, items: Sequence[tuple[str, bytes, Token | None]],
@@ -425,7 +463,8 @@ class LocalStorage(Storage):
                 path = self._path(key)
                 fd = self._lock(path, link=True)
                 try:
-                    current, ref, size = open_locked(key, path, self._read_locked, self.url)
+                    current, ref, size = open_locked(key, path, self._read_locked, self.url,
+                                                     self._landed.get(key))
                 except BaseException:
                     unlock(path, fd)
                     raise
@@ -441,7 +480,8 @@ class LocalStorage(Storage):
                 boot = _boot_id()
                 if boot:
                     self._markers.ensure(boot)
-                intents = [RefIntent(keys[i], items[i][2], token(items[i][1]), items[i][1], boot, time.monotonic_ns())
+                digests = {i: digest(items[i][1]) for i, *_ in held}
+                intents = [RefIntent(keys[i], items[i][2], digests[i].hex(), items[i][1], boot, time.monotonic_ns())
                            for i, *_ in held]
                 deferred = journal(intents) and bool(boot)
         except BaseException:
@@ -452,8 +492,8 @@ class LocalStorage(Storage):
             raise
         for n, (i, path, fd, current, ref, size) in enumerate(held):
             try:
-                self._land_locked(keys[i], path, fd, items[i][1], current, ref, size, deferred)
-                out[i] = token(items[i][1])
+                self._land_locked(keys[i], path, fd, items[i][1], current, ref, size, deferred, digests[i])
+                out[i] = digests[i].hex()
             except StorageError as e:
                 out[i] = e
             except BaseException:
@@ -465,13 +505,14 @@ class LocalStorage(Storage):
         return [r for r in out if r is not None]
 
     def _land_locked(self, key: str, path: str, fd: int, data: bytes, current: Versioned | None,
-                     ref: int | None, size: int, deferred: bool) -> None:
+                     ref: int | None, size: int, deferred: bool, dg: bytes) -> None:
         """Write ``data`` as the ref ``key`` (file ``path``) whose lock :meth:`swap` holds
         (``fd``: the lock file, -1 a linked lock) and whose compare passed (``current``: what
         it held; ``ref``, ``size``: the framed file left open by
         :func:`~castore.storage.reffiles.open_locked`),
         then release the lock. ``deferred``: the journal keeps the intent durable, so the
         write is not synced (in place over a framed file, else a framed file renamed).
+        ``dg``: the :func:`~castore.storage.reffiles.digest` of ``data``.
 
         Raises:
             StorageError: the swap log or the ref cannot be written (the lock is released).
@@ -480,26 +521,31 @@ class LocalStorage(Storage):
             swaplog.log_swap(self.root, key, self.url)
             # framed when deferred, so that a later swap may write it in place and a reader
             # can tell a write in place it met
-            data = frame(data) if deferred else as_stored(key, data)
+            stored = frame(data, dg) if deferred else as_stored(key, data)
+            self._landed.pop(key, None)
             try:
-                if deferred and ref is not None and len(data) <= INPLACE_MAX:
+                if deferred and ref is not None and len(stored) <= INPLACE_MAX:
                     # the intent in the log holds the whole value: a power loss that tears
                     # this write is replayed; renaming over the ref would make ext4
                     # (auto_da_alloc) start writing its data at once. One page at offset 0:
                     # a kill cannot cut it (INPLACE_MAX)
-                    write_in_place(ref, data, size)
+                    write_in_place(ref, stored, size)
                     ref = None
+                    self._keep_landed(key, Landed(stored, data, dg.hex()))
                     unlock(path, fd)
                     if self.unsynced is not None:
                         self.unsynced.append((path, current.data if current is not None else None))
                     return
                 if fd < 0:  # a linked lock: a temporary file is renamed, then the lock unlinked
-                    self._write_file(path, data, sync=not deferred)
+                    # (exchanged with the ref, when deferred over a framed ref held open here)
+                    self._write_file(path, stored, sync=not deferred, swap=deferred and ref is not None)
+                    if deferred:
+                        self._keep_landed(key, Landed(stored, data, dg.hex()))
                 else:
                     # As git does: the new content goes into the lock file itself, which is then
                     # renamed over the ref; the rename is the commit and releases the lock at once.
                     os.ftruncate(fd, 0)
-                    os.pwrite(fd, data, 0)
+                    os.pwrite(fd, stored, 0)
                     if self.durable and not deferred:
                         os.fsync(fd)
                     os.replace(path + ".lock", path)
@@ -520,6 +566,12 @@ class LocalStorage(Storage):
             self._fsync_dir(os.path.dirname(path))
         elif self.unsynced is not None:
             self.unsynced.append((path, current.data if current is not None else None))
+
+    def _keep_landed(self, key: str, landed: Landed) -> None:
+        """Remember ``landed`` as this handle's last write of ``key`` (a bounded number)."""
+        if len(self._landed) >= _LANDED_KEPT:
+            self._landed.pop(next(iter(self._landed)), None)
+        self._landed[key] = landed
 
     # -- deferred swaps: recovery (journal.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
