@@ -1,15 +1,18 @@
-"""Storage format 1 (loose objects) against format 2 (packs), side by side in one run.
+"""Storage formats 1 (loose objects), 2 (packs) and 3 (packs, ref swaps journaled in the
+writer's log: the default on local disk), side by side in one run.
 
-    PYTHONPATH=. python scripts/bench_packs.py [--n 500] [--s3-n 40]
+    PYTHONPATH=. python scripts/bench_packs.py [--n 500] [--s3-n 40] [--markdown FILE]
 
 Local disk, durable (fsync), one session per format, N appends of one ~500-byte message with
 a state delta, alternated step by step with a durable SQLite insert of the same message
-(WAL, synchronous=FULL), so the machine's noise hits all three alike. Counted per append:
+(WAL, synchronous=FULL), so the machine's noise hits all four alike. Counted per append:
 new files, fsync + fdatasync calls (os.fsync and os.fdatasync are wrapped in this process),
 time (median); at the end, disk use (allocated blocks) against the bytes stored (object
 frames) and the raw message bytes. On S3 (moto on 127.0.0.1, from tests/s3server.py): the
-HTTP requests per append, by method, read from moto's request log, after a warm-up append.
-Prints a markdown report on stdout.
+HTTP requests per append, by method, read from moto's request log, after a warm-up append
+(format 3 needs a storage that appends: S3 stores are format 2). Prints a markdown report on
+stdout; ``--markdown FILE`` also writes it as a page (BENCHMARKS-packs.md), with the durable
+append against SQLite and, with ``--scale N``, the bytes-and-packs table.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from benchlib.fsize import stored_bytes  # noqa: E402
 import castore  # noqa: E402
 
 _WORDS = [f"w{i}" for i in range(2000)]
+#: the local formats compared (3 is the default on local disk)
+FORMATS = (1, 2, 3)
 _fsyncs = {"n": 0}
 _real_fsync, _real_fdatasync = os.fsync, os.fdatasync
 
@@ -77,20 +82,20 @@ def local(n: int) -> list[str]:
     rng = random.Random(7)
     msgs = [message(i, rng) for i in range(n)]
     raw = sum(len(m.encode()) for m in msgs)
-    roots = {1: os.path.join(tmp, "f1"), 2: os.path.join(tmp, "f2")}
+    roots = {f: os.path.join(tmp, f"f{f}") for f in FORMATS}
     stores = {f: castore.open(r, format=f) for f, r in roots.items()}
     sessions = {f: s.session("app", "u", "s") for f, s in stores.items()}
     db = sqlite3.connect(os.path.join(tmp, "sqlite.db"), isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, role TEXT, content TEXT, turn INTEGER)")
-    times: dict[str, list[float]] = {"format 1": [], "format 2": [], "sqlite": []}
-    fsyncs: dict[str, int] = {"format 1": 0, "format 2": 0, "sqlite": 0}
+    times: dict[str, list[float]] = {f"format {f}": [] for f in FORMATS} | {"sqlite": []}
+    fsyncs: dict[str, int] = {f"format {f}": 0 for f in FORMATS} | {"sqlite": 0}
     warm = min(20, n // 10)
     files_after_warm: dict[int, int] = {}
     for i, text in enumerate(msgs):
         role = "user" if i % 2 == 0 else "assistant"
-        for f in (1, 2):
+        for f in FORMATS[i % len(FORMATS):] + FORMATS[:i % len(FORMATS)]:  # the order rotated
             before = _fsyncs["n"]
             t0 = time.perf_counter()
             sessions[f].append(castore.Message(role=role, content=text), state_delta={"turn": i, "topic": text[:8]})
@@ -112,7 +117,7 @@ def local(n: int) -> list[str]:
            "| | files per append | fsyncs per append | median append | vs SQLite | disk / stored | stored / raw |",
            "|---|---|---|---|---|---|---|"]
     sql_med = statistics.median(times["sqlite"])
-    for f in (1, 2):
+    for f in FORMATS:
         nfiles, alloc, _size = files_and_blocks(roots[f])
         stored = stored_bytes(roots[f])
         med = statistics.median(times[f"format {f}"])
@@ -121,7 +126,7 @@ def local(n: int) -> list[str]:
                    f"{alloc / stored:.1f}x | {stored / raw:.2f}x |")
     out.append(f"| SQLite (WAL, synchronous=FULL) | - | 1 (in C, not counted here) | {sql_med * 1000:.2f} ms | 1.0x | - | - |")
     # read back in a fresh handle
-    for f in (1, 2):
+    for f in FORMATS:
         t0 = time.perf_counter()
         got = castore.open(roots[f]).session("app", "u", "s").messages()
         assert len(got) == n and got[-1].content == msgs[-1]
@@ -321,31 +326,68 @@ def durable_vs_sqlite(n: int) -> list[str]:
             "", f"load: {os.getloadavg()[0]:.2f}"]
 
 
+def _page(body: list[str], argv: list[str], started: float, load_before: str) -> list[str]:
+    """``body`` as a page of its own: the command, the commit, the machine and the load around it."""
+    import platform
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    took = time.time() - started
+    return ["# Benchmarks: storage formats 1, 2 and 3 on local disk and S3 (issue 17)", "",
+            f"Written by `PYTHONPATH=. python scripts/bench_packs.py {' '.join(argv)}` at commit {commit}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, in {took / 60:.1f} minutes, on "
+            f"{os.cpu_count()} cores ({platform.machine()}, Linux {platform.release()}); load average "
+            f"{load_before} before the run, {' '.join(f'{x:.2f}' for x in os.getloadavg())} after. "
+            "Other sessions share the machine: absolute times are noisy, the systems are alternated "
+            "append by append, so compare ratios within a table. Format 3 is the default for a new "
+            "store on local disk, format 2 on S3 (docs/FORMAT.md). The module docstring of "
+            "scripts/bench_packs.py says what each table measures.", ""] + body + [
+            "", "Notes:",
+            "- fsyncs are counted by wrapping os.fsync and os.fdatasync in the benchmark process; SQLite's "
+            "fsync happens in C and is not counted (WAL with synchronous=FULL does one per commit).",
+            "- disk / stored: allocated blocks against the bytes stored; format 1 puts every object in a file "
+            "of its own (a 4 KB block each).", ""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--s3-n", type=int, default=40)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--ref-cost", action="store_true", help="only the split of a local append's time (objects, ref)")
-    ap.add_argument("--scale", type=int, default=0, help="only the bytes-and-packs table at this N (e.g. 10000)")
+    ap.add_argument("--scale", type=int, default=0, help="only the bytes-and-packs table at this N (e.g. 10000); "
+                    "with --markdown: that table too")
     ap.add_argument("--format", type=int, default=2, choices=(2, 3),
                     help="the storage format of --scale's stores (3: durable, with ref intents)")
+    ap.add_argument("--markdown", metavar="FILE", help="also write everything as a page (e.g. BENCHMARKS-packs.md): "
+                    "the formats side by side, the durable append against SQLite, --scale's table if given")
     args = ap.parse_args()
     if args.ref_cost:
         print("\n".join(local_ref_cost(args.n) + [""] + local_ref_cost(args.n, fmt=3) + [""]
                         + durable_vs_sqlite(args.n)))
         return
     t0 = time.time()
-    lines = [f"## Packs: format 1 against format 2 (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
-    if args.scale:
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    if args.scale and not args.markdown:
+        lines = [f"## Bytes and packs (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
         lines += scale(args.scale, args.format) + ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
         print("\n".join(lines))
         return
-    lines += local(args.n)
+    lines = ["## Formats 1, 2 and 3 side by side", ""] + local(args.n)
     if not args.no_s3:
         lines += [""] + s3(args.s3_n)
+    if args.markdown:
+        lines += ["", "## The durable append against SQLite", ""] + durable_vs_sqlite(args.n)
+        if args.scale:
+            lines += ["", "## Bytes and packs at scale", ""] + scale(args.scale, args.format)
     lines += ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
     print("\n".join(lines))
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(_page(lines[:-2], sys.argv[1:], t0, load_before)))
 
 
 if __name__ == "__main__":
