@@ -507,6 +507,18 @@ def to_builtins(value: Any) -> Any:
     return msgspec.to_builtins(value)
 
 
+_SORTED_JSON = msgspec.json.Encoder(order="sorted")
+
+
+def json_dumps_sorted(value: Any) -> bytes:
+    """``value`` as compact JSON with every dict's keys sorted (msgspec's encoder).
+
+    Raises:
+        TypeError, ValueError, OverflowError: what msgspec cannot encode (see msgspec's docs).
+    """
+    return _SORTED_JSON.encode(value)
+
+
 def json_loads(text: str | bytes) -> Any:
     """Parse JSON text.
 

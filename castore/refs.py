@@ -78,7 +78,6 @@ def _serialize(target: str, meta: Mapping[str, Any]) -> bytes:
 
 _SCALARS = frozenset((str, int, bool, type(None)))
 _STR = frozenset((str,))
-_JSON_ENCODER: list[Any] = []  # msgspec's, made at the first write (a reader never needs it)
 
 
 def _plain_json(v: Any) -> bool:
@@ -112,12 +111,10 @@ def _fast_json(meta: Mapping[str, Any]) -> bytes | None:
             return None
     except RecursionError:  # nested too deep, or a cycle: json says which
         return None
-    if not _JSON_ENCODER:
-        import msgspec.json
+    from .objects import json_dumps_sorted  # lazily: a reader of refs never needs it
 
-        _JSON_ENCODER.append(msgspec.json.Encoder(order="sorted"))
     try:
-        out: bytes = _JSON_ENCODER[0].encode(meta)
+        out = json_dumps_sorted(meta)
     except Exception:  # noqa: BLE001 - whatever msgspec refuses, json judges
         return None
     if not out.isascii() or b"\\" in out or b"\x7f" in out:
