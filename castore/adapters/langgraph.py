@@ -33,7 +33,7 @@ import builtins
 import hashlib
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -73,12 +73,16 @@ from ..branches import (
 from ..errors import RefConflict, SessionNotFound
 from ..history import Hint, History, K
 from ..objects import Commit, Tree
-from ..refs import RefValue
+from ..refs import PREFIX as REFS_PREFIX
+from ..refs import RefValue, ref_key
 from ..store import Store
 from .langgraph_header import copy_header, decode_header, encode_header, is_plain
 from .langgraph_values import ChannelValues, remember
 
 WRITES_BRANCH = "writes"
+#: seconds a group of task writes only may wait for the ``put`` of the checkpoint they belong to
+#: (LangGraph submits it before the tasks run: it comes once the previous ``put`` has returned)
+_LINGER = 0.002
 #: names tried for a copied branch whose name is taken in the target thread (``x.copy``, ...)
 _COPY_NAMES = 50
 
@@ -92,6 +96,8 @@ class _View:
     cps: dict[tuple[str, str], str] = field(default_factory=dict)
     latest: dict[str, str] = field(default_factory=dict)
     writes: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    mark: str | None = None  # the store's swap log when the refs were last read (None: read them next time)
+    ours: Counter[str] = field(default_factory=Counter)  # keys of this saver's swaps of branches since ``mark``
 
     def writes_refs(self, main: str) -> list[str]:
         """Names of refs whose tip is a writes commit (``main`` and any copies)."""
@@ -121,6 +127,8 @@ class _Job:
     thread_id: str
     prefix: str  # the thread's ref prefix
     stage: Callable[[_Group, _Job], None]  # builds the call's commit into a group (under the saver's lock)
+    checkpoint: bool = False  # a ``put``
+    awaits: tuple[str, str] | None = None  # a ``put_writes``: (namespace, checkpoint id) it belongs to
     done: bool = False  # no longer queued: landed, or failed with ``error``
     landed: bool = False  # stored and durable (or nothing to store)
     error: BaseException | None = None
@@ -240,16 +248,36 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     # -- the view of a thread ----------------------------------------------------------------
     def _refresh(self, thread_id: str) -> _View:
+        """The view of a thread, brought up to date with its refs.
+
+        Where the store keeps a swap log (local disk), a view whose refs moved only by this
+        saver's own swaps since it was read is current as it is: reading the log's tail
+        replaces listing and reading the thread's refs.
+
+        Raises:
+            InvalidName, StorageError, IntegrityError.
+        """
         prefix = self._prefix(thread_id)
-        refs = self.store.refs
+        refs, storage = self.store.refs, self.store.storage
+        view = self._views.get(thread_id)
+        log = storage.swaps_since(view.mark if view is not None else None)
+        if view is not None and view.mark is not None and log is not None and log[1] is not None:
+            if Counter(k for k in log[1] if _is_branch_key(k, prefix)) == view.ours:
+                view.mark = log[0]
+                view.ours.clear()
+                return view
         # branches, labels and remote-tracking refs (not HEAD, the reflog, or foreign names)
         listed = [n for n in refs.list(prefix)
                   if (p := parse_ref_name(n)) is not None and p.kind not in ("head", "reflog")]
         got = refs.read_many(listed)
         targets = {n: v.target for n, v in got.items() if v is not None and v.symbolic is None}
-        view = self._views.get(thread_id)
+        # a swap under way may have logged its key before ``log`` was read and land after the
+        # refs were: then the log cannot tell what this read missed
+        mark = log[0] if log is not None and not storage.pending_swaps(ref_key(prefix)) else None
         if view is not None:
             if targets == view.targets:
+                view.mark = mark
+                view.ours.clear()
                 return view
             gone = view.targets.keys() - targets.keys()
             moved_back = any(n in view.targets and view.targets[n] != t and t in view.commits
@@ -267,6 +295,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             for name, tip in targets.items():
                 self._walk_new(view, tip, got[name])
         view.targets = targets
+        view.mark = mark
+        view.ours.clear()
         self._views[thread_id] = view
         return view
 
@@ -373,7 +403,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             if not ns:
                 move.head = (prefix, move.real, thread_id)
 
-        self._land(_Job(thread_id, prefix, stage))
+        self._land(_Job(thread_id, prefix, stage, checkpoint=True))
         return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -391,11 +421,16 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         """
         with self._cond:
             self._queue.append(job)
+            if job.checkpoint:
+                self._cond.notify_all()  # a leader may be waiting for it
+            waited = self._leading
             while self._leading and not job.done:
                 self._cond.wait()
             jobs: builtins.list[_Job] = []
             if not job.done:
                 self._leading = True
+                if waited:  # calls from other threads are in flight: the awaited put may be one
+                    self._linger()
                 jobs, self._queue = self._queue, []
         if jobs:
             try:
@@ -415,6 +450,25 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             raise job.error
         assert job.landed
 
+    def _linger(self) -> None:
+        """Wait (at most ``_LINGER`` seconds, holding ``self._cond``) while the queue holds task
+        writes for a checkpoint not stored yet and no ``put`` of their thread: LangGraph has
+        that ``put`` in flight (it is submitted before the tasks run), and writing the writes
+        alone would make it wait for their group, one more write and sync on the turn's path."""
+        deadline = None
+        while True:
+            puts = {j.thread_id for j in self._queue if j.checkpoint}
+            if not any(j.awaits is not None and j.thread_id not in puts
+                       and (view := self._views.get(j.thread_id)) is not None and j.awaits not in view.cps
+                       for j in self._queue):
+                return
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + _LINGER
+            elif now >= deadline:
+                return
+            self._cond.wait(deadline - now)
+
     def _commit_jobs(self, jobs: builtins.list[_Job]) -> None:
         """Write ``jobs`` as groups until none lost a race (each job's error set on it)."""
         todo = jobs
@@ -433,6 +487,10 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 for j in todo:
                     if j.error is None:
                         j.error = e
+            except BaseException:  # interrupted: the views may show commits staged but not landed
+                for j in jobs:
+                    self._views.pop(j.thread_id, None)
+                raise
 
     def _commit_group(self, jobs: builtins.list[_Job]) -> builtins.list[_Job]:
         """Stage ``jobs`` in order, write all their objects at once, then move each ref once.
@@ -495,6 +553,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     j.error = new
                 continue
             self._tokens[m.name] = new
+            if (view := self._views.get(m.thread_id)) is not None:
+                view.ours[ref_key(m.name)] += 1  # in the swap log: not a change from elsewhere
             for j in m.jobs:
                 j.landed = True
             if m.head is not None:
@@ -686,7 +746,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 move = group.start(job, name, WRITES_BRANCH, expect, expect.target if expect else None)
             move.add(job, view, make, pending, {"lg": {"writes": True}})
 
-        self._land(_Job(thread_id, prefix, stage))
+        self._land(_Job(thread_id, prefix, stage, awaits=(ns, cpid)))
 
     # -- reading ---------------------------------------------------------------------------------
     def _writes_of(self, view: _View, ns: str, cpid: str, decode: bool = True) -> list[tuple[str, int, str, Any, str]]:
@@ -1010,6 +1070,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async twin of :meth:`delete_for_runs` (runs in a worker thread)."""
         await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+
+def _is_branch_key(key: str, prefix: str) -> bool:
+    """Whether the storage key ``key`` is a ref of the thread ``prefix`` a view holds (not HEAD or the reflog)."""
+    name = key[len(REFS_PREFIX) + 1:]
+    return key.startswith(REFS_PREFIX + "/") and name.startswith(prefix + "/") \
+        and (p := parse_ref_name(name)) is not None and p.kind not in ("head", "reflog")
 
 
 def _again(c: Commit, meta: dict[str, Any]) -> Make:
