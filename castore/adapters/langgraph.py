@@ -147,10 +147,10 @@ class _Move:
     jobs: list[_Job] = field(default_factory=list)
     head: tuple[str, str, str] | None = None  # (prefix, branch, thread): HEAD must name the branch
 
-    def add(self, job: _Job, view: _View, make: Make, pending: dict[str, bytes], extra: dict[str, Any]) -> None:
+    def add(self, job: _Job, view: _View, make: Make, pending: dict[str, bytes], extra: dict[str, Any]) -> str:
         """Chain the commit ``make`` builds for ``job`` on this move, with the objects it
-        needs; the view shows it at once (a later call of the group builds on it), and is
-        dropped if the move does not land."""
+        needs; return its id. The view shows it at once (a later call of the group builds
+        on it), and is dropped if the move does not land."""
         if job not in self.jobs:
             self.jobs.append(job)
         self.batch.include(pending)
@@ -159,6 +159,7 @@ class _Move:
         view.add(cid, self.batch.last)
         view.targets[self.name] = cid
         self.extra = extra
+        return cid
 
 
 class _Group:
@@ -168,13 +169,18 @@ class _Group:
         self.plumbing = plumbing
         self.moves: dict[str, _Move] = {}
 
-    def start(self, job: _Job, name: str, real: str, expect: RefValue | None, parent: str | None) -> _Move:
-        """A new move of ``name`` (a ref of ``job``'s thread) from ``expect`` (whose target is ``parent``).
+    def start(self, job: _Job, name: str, real: str, expect: RefValue | None, parent: str | None,
+              hint: Hint | None = None) -> _Move:
+        """A new move of ``name`` (a ref of ``job``'s thread) from ``expect`` (whose target is
+        ``parent``); ``hint``: the read hint of ``parent`` when known (the batch that made it).
 
         Raises:
             ObjectNotFound, IntegrityError, StorageError: reading the parent failed.
         """
-        batch = self.plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
+        if hint is not None and parent is not None:
+            batch = Batch(self.plumbing, parent, hint)
+        else:
+            batch = self.plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
         move = self.moves[name] = _Move(name, real, expect, batch, job.thread_id)
         return move
 
@@ -224,13 +230,21 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         self._leading = False  # a caller is writing a group
         self._views: dict[str, _View] = {}
         self._tokens: dict[str, RefValue] = {}  # ref values (with tokens) from our own swaps
+        # ref name -> (the value our swap gave it, the read hint of its tip: the batch's)
+        self._hints: dict[str, tuple[RefValue, Hint]] = {}
+        self._prefixes: OrderedDict[str, str] = OrderedDict()  # thread id -> ref prefix
+        self._ref_names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (prefix, branch) -> ref name
         self._heads: dict[str, str] = {}  # thread -> the branch its HEAD is known to name
         self._vals = ChannelValues(store, self.serde)
         self._headers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # commit id -> checkpoint header
 
     # -- names ---------------------------------------------------------------------------
     def _prefix(self, thread_id: str) -> str:
-        return session_prefix(self.app, self.user, thread_id)
+        got = self._prefixes.get(thread_id)
+        if got is None:
+            got = session_prefix(self.app, self.user, thread_id)
+            remember(self._prefixes, thread_id, got)
+        return got
 
     @staticmethod
     def _family(ns: str) -> str:
@@ -244,7 +258,11 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         return family if cpid is None else f"{family}@{cpid}"
 
     def _ref_name(self, prefix: str, branch: str) -> str:
-        return SessionRefs(prefix).branch(branch)
+        got = self._ref_names.get((prefix, branch))
+        if got is None:
+            got = SessionRefs(prefix).branch(branch)
+            remember(self._ref_names, (prefix, branch), got)
+        return got
 
     # -- the view of a thread ----------------------------------------------------------------
     def _refresh(self, thread_id: str) -> _View:
@@ -325,6 +343,12 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         current = self.store.refs.read(name) if cached is None else None
         return cached if cached is not None else current
 
+    def _known_hint(self, name: str, expect: RefValue | None) -> Hint | None:
+        """The read hint of ``expect``'s tip when ``expect`` is what this saver's own swap of
+        ``name`` gave it (the batch that made the tip had it: no need to parse the ref's)."""
+        got = self._hints.get(name)
+        return got[1] if got is not None and expect is not None and got[0] is expect else None
+
     def _ensure_head(self, prefix: str, branch: str, thread_id: str) -> None:
         if self._heads.get(thread_id) == branch:
             return
@@ -375,6 +399,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             tree = self._state_tree(pending, view, ns, parent, checkpoint, values, new_versions)
             meta: dict[str, Any] = {"checkpoint_id": checkpoint["id"],
                                     "lg": {**self._store_header(view, parent, header), **self._store_md(md)}}
+            copy_plain = _copy_plain(header) if "c" not in meta["lg"] else None
             if ns:
                 meta["ns"] = ns
             if parent_cp and parent is None:
@@ -394,12 +419,15 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                         expect = self.store.refs.read(name)
                     if expect is None or expect.target != parent:
                         raise RefConflict(name, parent, expect.target if expect is not None else None)
-                    move = group.start(job, name, self._real(name, expect.meta), expect, parent)
+                    move = group.start(job, name, self._real(name, expect.meta), expect, parent,
+                                       self._known_hint(name, expect))
             else:
                 real = self._free_branch(view, prefix, family, checkpoint["id"])
                 name = self._ref_name(prefix, real)
                 move = group.start(job, name, real, None, parent)
-            move.add(job, view, make, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}})
+            cid = move.add(job, view, make, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}})
+            if "c" not in meta["lg"]:  # plain: the next checkpoint's difference needs no decoding
+                remember(self._headers, cid, copy_plain)
             if not ns:
                 move.head = (prefix, move.real, thread_id)
 
@@ -553,6 +581,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     j.error = new
                 continue
             self._tokens[m.name] = new
+            self._hints[m.name] = (new, m.batch.hint)
             if (view := self._views.get(m.thread_id)) is not None:
                 view.ours[ref_key(m.name)] += 1  # in the swap log: not a change from elsewhere
             for j in m.jobs:
@@ -577,10 +606,12 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     def _branch_for(self, view: _View, prefix: str, family: str, parent: str | None) -> str | None:
         """The branch of ``family`` whose tip is ``parent`` (the family's first branch for a root)."""
-        fam = SessionRefs(prefix).branch(family)
         if parent is None:
             return None
         found = sorted(n for n, t in view.targets.items() if t == parent)
+        if len(found) == 1:
+            return found[0]
+        fam = self._ref_name(prefix, family)
         for n in found:
             if n == fam or n.startswith(f"{prefix}/heads/{names.encode(family + '@')}"):
                 return n
@@ -743,7 +774,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 expect = self._ref_for_swap(name) if name in view.targets else None
                 if expect is not None and expect.target != view.targets.get(name):
                     expect = self.store.refs.read(name)
-                move = group.start(job, name, WRITES_BRANCH, expect, expect.target if expect else None)
+                move = group.start(job, name, WRITES_BRANCH, expect, expect.target if expect else None,
+                                   self._known_hint(name, expect))
             move.add(job, view, make, pending, {"lg": {"writes": True}})
 
         self._land(_Job(thread_id, prefix, stage, awaits=(ns, cpid)))
@@ -859,6 +891,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         prefix = self._prefix(thread_id) + "/"
         for name in [n for n in self._tokens if n.startswith(prefix)]:
             del self._tokens[name]
+        for name in [n for n in self._hints if n.startswith(prefix)]:
+            del self._hints[name]
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Make ``target`` a fork of ``source`` in O(1): its refs name the same commits.

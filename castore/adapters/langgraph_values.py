@@ -15,6 +15,7 @@ channels are treated as immutable once checkpointed, as LangGraph's reducers tre
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,7 @@ class _ListState:
     prefix: tuple[int, bytes] | None = None  # (elements covered, id) of the root's prefix tree
 
 
-def remember(cache: OrderedDict, key: str, value: Any) -> None:
+def remember(cache: OrderedDict, key: Hashable, value: Any) -> None:
     """Put ``key`` in a bounded cache, dropping the oldest entry when it is full."""
     cache[key] = value
     if len(cache) > _CACHE_MAX:
