@@ -76,7 +76,7 @@ from ..objects import Commit, Tree
 from ..refs import PREFIX as REFS_PREFIX
 from ..refs import RefValue, ref_key
 from ..store import Store
-from .langgraph_header import copy_header, decode_header, encode_header, is_plain
+from .langgraph_header import NotPlain, copy_header, decode_header, encode_header, is_plain, plain_copy
 from .langgraph_values import ChannelValues, remember
 
 WRITES_BRANCH = "writes"
@@ -397,9 +397,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 parent = view.cps.get((ns, parent_cp))
             pending: dict[str, bytes] = {}
             tree = self._state_tree(pending, view, ns, parent, checkpoint, values, new_versions)
+            try:
+                plain: dict[str, Any] | None = plain_copy(header)
+            except NotPlain:
+                plain = None
             meta: dict[str, Any] = {"checkpoint_id": checkpoint["id"],
-                                    "lg": {**self._store_header(view, parent, header), **self._store_md(md)}}
-            copy_plain = _copy_plain(header) if "c" not in meta["lg"] else None
+                                    "lg": {**self._store_header(view, parent, header, plain is not None),
+                                           **self._store_md(md)}}
             if ns:
                 meta["ns"] = ns
             if parent_cp and parent is None:
@@ -426,8 +430,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 name = self._ref_name(prefix, real)
                 move = group.start(job, name, real, None, parent)
             cid = move.add(job, view, make, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}})
-            if "c" not in meta["lg"]:  # plain: the next checkpoint's difference needs no decoding
-                remember(self._headers, cid, copy_plain)
+            if plain is not None:  # the next checkpoint's difference needs no decoding
+                remember(self._headers, cid, plain)
             if not ns:
                 move.head = (prefix, move.real, thread_id)
 
@@ -660,10 +664,11 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         return False
 
     # -- checkpoint headers and metadata ---------------------------------------------------------
-    def _store_header(self, view: _View, parent: str | None, header: dict[str, Any]) -> dict[str, Any]:
-        """The ``lg`` entries holding ``header``: a difference from the parent's (``h``), whole
-        (``H``, at a root and every K commits), or through the serializer (``c``)."""
-        if not is_plain(header):
+    def _store_header(self, view: _View, parent: str | None, header: dict[str, Any], plain: bool) -> dict[str, Any]:
+        """The ``lg`` entries holding ``header`` (``plain``: it :func:`is_plain`): a difference
+        from the parent's (``h``), whole (``H``, at a root and every K commits), or through the
+        serializer (``c``)."""
+        if not plain:
             return {"c": list(self.serde.dumps_typed(header))}
         if parent is None or (view.commits[parent].depth + 1) % K == 0:
             return {"H": encode_header(header, None)}

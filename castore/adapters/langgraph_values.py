@@ -33,6 +33,8 @@ R = 8
 #: serialized values up to this size are kept inside the tree that names them
 INLINE_MAX = 96
 _CACHE_MAX = 200_000
+#: elements whose serialized entry is kept (by object identity), newest last
+_RECENT_MAX = 64
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), BaseMessage)
 
 Entry = Any  # an element as stored: 32 raw id bytes (a Value) or a (type, data) tuple
@@ -91,6 +93,9 @@ class ChannelValues:
         self._nodes: OrderedDict[str, tuple[Entry, ...]] = OrderedDict()  # node id -> entries
         self._node_objs: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # node id -> shared elements
         self._lists: OrderedDict[str, _ListState] = OrderedDict()  # root id -> state
+        # id(element) -> (element, its entry, its Value's canonical bytes): a message a task
+        # wrote is stored again as the new element of the channel it went to (same object)
+        self._recent: OrderedDict[int, tuple[Any, Entry, bytes | None]] = OrderedDict()
 
     # -- small caches ----------------------------------------------------------------------
     def loads(self, typed: Any) -> Any:
@@ -120,13 +125,25 @@ class ChannelValues:
         return o.raw_id(oid)
 
     def _entry(self, pending: dict[str, bytes], obj: Any) -> Entry:
+        got = self._recent.get(id(obj))
+        if got is not None and got[0] is obj:
+            if got[2] is not None:
+                pending[o.hex_id(got[1])] = got[2]
+            return got[1]
         typ, data = self.serde.dumps_typed(obj)
         if len(data) <= INLINE_MAX:
-            return (typ, data)
-        raw = self.put_obj(pending, Value([typ, data]))
+            entry: Entry = (typ, data)
+            canonical = None
+        else:
+            entry = self.put_obj(pending, Value([typ, data]))
+            canonical = pending[o.hex_id(entry)]
         if _shareable(obj):
-            remember(self._decoded, o.hex_id(raw), obj)
-        return raw
+            if canonical is not None:
+                remember(self._decoded, o.hex_id(entry), obj)
+            self._recent[id(obj)] = (obj, entry, canonical)
+            if len(self._recent) > _RECENT_MAX:
+                self._recent.popitem(last=False)
+        return entry
 
     @staticmethod
     def _place(tree: dict[str, dict[str, Any]], key: str, kind: str, ref: Any) -> None:
