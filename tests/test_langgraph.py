@@ -448,6 +448,22 @@ def test_persistent_lists_read_back_through_appends_edits_and_truncations(local_
         assert _values(castore.open(local_store.url)).read_list(root) == items, step
 
 
+def test_a_stored_list_reads_back_from_its_writer_equal_and_with_its_mutable_elements_fresh(
+        local_store: castore.Store) -> None:
+    vals = _values(local_store)
+    pending: dict[str, bytes] = {}
+    texts = [f"m{i} " + "x" * 200 for i in range(20)]
+    root = vals.store_list(pending, texts, None)
+    mixed = texts + [{"tool": "weather", "args": {"city": "Beijing"}}]
+    grown = vals.store_list(pending, mixed, root.hex())
+    _put(local_store, pending)
+    assert vals.read_list(root) == texts
+    got = vals.read_list(grown)
+    assert got == mixed and got is not mixed
+    mixed[-1]["args"]["city"] = "Paris"  # the caller's dict: what was stored does not follow it
+    assert vals.read_list(grown)[-1] == {"tool": "weather", "args": {"city": "Beijing"}}
+
+
 def test_lists_stored_in_the_first_layout_still_read_and_grow(local_store: castore.Store) -> None:
     vals = _values(local_store)
     pending: dict[str, bytes] = {}

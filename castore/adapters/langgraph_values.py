@@ -69,6 +69,7 @@ class _ListState:
     entries: list[Entry]
     tops: list[Top]
     prefix: tuple[int, bytes] | None = None  # (elements covered, id) of the root's prefix tree
+    shareable: bool = False  # every element is immutable: ``items`` may be handed out as the list
 
 
 def remember(cache: OrderedDict, key: Hashable, value: Any) -> None:
@@ -206,7 +207,8 @@ class ChannelValues:
         for j, (_, kind, ref) in enumerate(tops[len(blocks):]):
             self._place(parts, f"t{j}", kind, ref)
         root = self.put_obj(pending, Tree(**parts))
-        remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops, prefix))
+        shareable = (state is None or state.shareable) and all(_shareable(x) for x in value[start:])
+        remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops, prefix, shareable))
         return root
 
     def _blocks_tree(self, pending: dict[str, bytes], tops: list[Top], n: int) -> bytes:
@@ -323,6 +325,9 @@ class ChannelValues:
         Raises:
             ObjectNotFound, IntegrityError.
         """
+        known = self._lists.get(o.hex_id(root_raw))
+        if known is not None and known.shareable:
+            return list(known.items)
         out: list[Any] = []
         for top in self._tops(self.tree(root_raw)):
             out.extend(self._block_objs(top))
@@ -347,7 +352,7 @@ class ChannelValues:
         prefix = None
         if root.values.get("f") == 2 and "p" in root.sub:
             prefix = (int(self.tree(root.sub["p"]).values.get("n", 0)), root.sub["p"])
-        state = _ListState(items, entries, tops, prefix)
+        state = _ListState(items, entries, tops, prefix, all(_shareable(x) for x in items))
         remember(self._lists, root_hex, state)
         return state
 
