@@ -484,15 +484,15 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     def _linger(self) -> None:
         """Wait (at most ``_LINGER`` seconds, holding ``self._cond``) while the queue holds task
-        writes for a checkpoint not stored yet and no ``put`` of their thread: LangGraph has
-        that ``put`` in flight (it is submitted before the tasks run), and writing the writes
-        alone would make it wait for their group, one more write and sync on the turn's path."""
+        writes for a checkpoint not stored yet and no ``put``: LangGraph has that checkpoint's
+        ``put`` in flight (it is submitted before the tasks run), and writing the writes alone
+        would make it wait for their group, one more write and sync on the turn's path. Any
+        ``put`` ends the wait (one of another thread must not wait for this one's)."""
         deadline = None
         while True:
-            puts = {j.thread_id for j in self._queue if j.checkpoint}
-            if not any(j.awaits is not None and j.thread_id not in puts
-                       and (view := self._views.get(j.thread_id)) is not None and j.awaits not in view.cps
-                       for j in self._queue):
+            if any(j.checkpoint for j in self._queue) or not any(
+                    j.awaits is not None and (view := self._views.get(j.thread_id)) is not None
+                    and j.awaits not in view.cps for j in self._queue):
                 return
             now = time.monotonic()
             if deadline is None:
