@@ -284,7 +284,9 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         view = self._views.get(thread_id)
         log = storage.swaps_since(view.mark if view is not None else None)
         if view is not None and view.mark is not None and log is not None and log[1] is not None:
-            if Counter(k for k in log[1] if _is_branch_key(k, prefix)) == view.ours:
+            below = f"{REFS_PREFIX}/{prefix}/"
+            moved = Counter(k for k in log[1] if k.startswith(below))
+            if moved == view.ours or Counter(k for k in moved.elements() if _is_branch_key(k, prefix)) == view.ours:
                 view.mark = log[0]
                 view.ours.clear()
                 return view
