@@ -397,3 +397,30 @@ def test_a_swap_under_way_while_a_saver_reads_a_thread_is_seen_once_it_lands(
         go.set()
         put.join()
         other_store.close()
+
+
+def test_a_call_interrupted_while_waiting_for_a_put_leaves_the_saver_working(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lg, "_LINGER", 600.0)
+    saver, first = threads
+    held = Held(local_store, monkeypatch)
+    real_wait = saver._cond.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        if timeout is not None:  # the wait for a put only
+            raise Stop()
+        return real_wait(timeout)
+
+    saver._cond.wait = wait  # type: ignore[method-assign]
+    one, two = checkpoint(1), checkpoint(2)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put(cfg("a", first["a"]), one, {"source": "loop", "step": 1}, {"turns": 2}),
+        lambda: saver.put_writes(cfg("a", two["id"]), [("turns", 7)], "task-2"),
+    ]
+    errors = run_all(calls, saver, held)
+    assert errors[0] is None and isinstance(errors[1], Stop)
+    assert not saver._leading and saver._queue == []
+    saver.put(cfg("a", one["id"]), two, {"source": "loop", "step": 2}, {"turns": 3})
+    tup = saver.get_tuple(cfg("a"))
+    assert tup is not None and tup.checkpoint["id"] == two["id"] and tup.pending_writes == []

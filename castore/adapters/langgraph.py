@@ -468,7 +468,14 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             if not job.done:
                 self._leading = True
                 if waited:  # calls from other threads are in flight: the awaited put may be one
-                    self._linger()
+                    try:
+                        self._linger()
+                    except BaseException:  # interrupted while waiting: this call is not stored, others go on
+                        self._queue.remove(job)
+                        job.done = True
+                        self._leading = False
+                        self._cond.notify_all()
+                        raise
                 jobs, self._queue = self._queue, []
         if jobs:
             try:
