@@ -2,14 +2,16 @@
 
 Runs ``scripts/bench_langgraph.py``'s graph (one ~500-byte message per turn; ``--noisy``:
 messages that do not compress well) through CastoreSaver into a fresh local store, counting
-per turn (after a warm-up of 20 turns): the saver's calls, the object writes (one log
-append each in format 2), the ref compare-and-swaps, the fsyncs and fdatasyncs, and the
+per turn (after a warm-up of 20 turns): the saver's calls, its group commits' object writes
+(one log append each in format 2; the objects in them), its ref swap calls (the refs moved
+by them: one compare-and-swap each), the fsyncs and fdatasyncs, and the
 objects and canonical bytes written. Then it reads every stored object back and sums its
 canonical size by kind (checkpoint and writes commits apart), with the size of each
 compressed alone; format 2 packs compress neighbours together, so the store's bytes at rest
 (after the background repack) are printed too.
 
     python scripts/langgraph_bytes.py            # 200 turns, durable, format 2
+    python scripts/langgraph_bytes.py 100 --format 3   # the default format on local disk
     python scripts/langgraph_bytes.py 400 --no-durable --noisy
 """
 
@@ -56,7 +58,7 @@ def main() -> None:
     ap.add_argument("turns", nargs="?", type=int, default=200)
     ap.add_argument("--no-durable", dest="durable", action="store_false", help="no fsync (castore.open(durable=False))")
     ap.add_argument("--noisy", action="store_true", help="messages that do not compress well")
-    ap.add_argument("--format", type=int, default=2, choices=(1, 2))
+    ap.add_argument("--format", type=int, default=2, choices=(1, 2, 3))
     args = ap.parse_args()
     if args.noisy:
         bench._text = bench.noisy_text
@@ -71,11 +73,11 @@ def main() -> None:
     undo = [counting(counts, sizes, os, "fsync", "fsync"), counting(counts, sizes, os, "fdatasync", "fdatasync"),
             counting(counts, sizes, saver, "put", "put calls"), counting(counts, sizes, saver, "put_writes",
                                                                          "put_writes calls"),
-            counting(counts, sizes, store.plumbing, "write", "object writes (appends)",
-                     lambda pending: len(getattr(pending, "pending", pending))),  # a Batch or a mapping
-            counting(counts, sizes, store.plumbing, "swap", "ref compare-and-swaps"),
+            counting(counts, sizes, store.plumbing, "write_many", "object writes (appends)",
+                     lambda batches: sum(len(b.pending) for b in batches)),  # one group commit's objects
+            counting(counts, sizes, store.plumbing, "swap_many", "ref swap calls", len),  # and the refs moved
             counting(counts, sizes, store.objects, "put_encoded", "canonical bytes written",
-                     lambda enc: sum(len(b) for _, b in enc))]
+                     lambda enc, **_: sum(len(b) for _, b in enc))]
     turns = max(args.turns - WARM, 1)
     t = time.perf_counter()
     for i in range(WARM + 1, WARM + turns + 1):
@@ -86,7 +88,7 @@ def main() -> None:
     print(f"{turns} turns after {WARM}, durable={args.durable}, format {args.format}"
           f"{', noisy messages' if args.noisy else ''}: {took / turns * 1e3:.2f} ms per turn\n")
     print("| per turn | count | objects or bytes |\n|---|---:|---:|")
-    for key in ("put calls", "put_writes calls", "object writes (appends)", "ref compare-and-swaps", "fsync",
+    for key in ("put calls", "put_writes calls", "object writes (appends)", "ref swap calls", "fsync",
                 "fdatasync", "canonical bytes written"):
         extra = f"{sizes[key] / turns:,.1f}" if key in sizes else ""
         print(f"| {key} | {counts[key] / turns:.2f} | {extra} |")

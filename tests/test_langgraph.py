@@ -186,6 +186,34 @@ def test_prune_rejects_an_unknown_strategy(saver: CastoreSaver) -> None:
         saver.prune(["t1"], strategy="shrink")
 
 
+def test_a_message_a_task_wrote_is_serialized_once_for_its_write_and_its_channel(local_store: castore.Store) -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Counting(JsonPlusSerializer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[Any] = []
+
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            self.seen.append(obj)
+            return super().dumps_typed(obj)
+
+    serde = Counting()
+    saver = CastoreSaver(local_store, serde=serde)
+    b = StateGraph(State)
+    b.add_node(agent)
+    b.add_edge(START, "agent")
+    b.add_edge("agent", END)
+    g = b.compile(checkpointer=saver)
+    g.invoke({"messages": [HumanMessage("hello", id="h1")]}, THREAD)
+    reply = g.get_state(THREAD).values["messages"][-1]
+    assert reply.content == "reply 1 to hello"
+    assert sum(1 for x in serde.seen if isinstance(x, AIMessage)) == 1
+    cold = CastoreSaver(castore.open(local_store.url)).get_tuple(THREAD)
+    assert cold is not None and cold.checkpoint["channel_values"]["messages"][-1] == reply
+    assert cold.pending_writes == []
+
+
 def test_a_second_saver_on_the_same_store_sees_the_thread(saver: CastoreSaver, local_store: castore.Store) -> None:
     g, _ = scenario(saver)
     other = castore.open(local_store.url)
@@ -234,7 +262,14 @@ def test_importing_castore_does_not_need_langgraph() -> None:
 
 
 # -- thin headers and writes -------------------------------------------------------------------
-from castore.adapters.langgraph_header import copy_header, decode_header, encode_header, is_plain  # noqa: E402
+from castore.adapters.langgraph_header import (  # noqa: E402
+    NotPlain,
+    copy_header,
+    decode_header,
+    encode_header,
+    is_plain,
+    plain_copy,
+)
 
 BASE = {"v": 4, "id": "a", "ts": "2026-11-30T04:54:04.079819+00:00",
         "channel_versions": {"__start__": 2, "messages": 3, "old": 1},
@@ -268,6 +303,40 @@ def test_a_header_difference_holds_only_what_changed() -> None:
 def test_tuples_and_odd_keys_are_not_plain() -> None:
     assert not is_plain({"a": (1, 2)}) and not is_plain({1: "a"}) and not is_plain({"a": 1 << 70})
     assert is_plain({"a": [1, {"b": None, "c": 1.5, "d": True}]})
+
+
+class _Name(str):
+    """A str subclass: plain (msgpack stores it as a str)."""
+
+
+@pytest.mark.parametrize("value", [
+    BASE, {"a": [1, {"b": None, "c": 1.5, "d": True}]}, {"a": (1, 2)}, {1: "a"}, {"a": 1 << 70}, [[1 << 70]],
+    {"a": [{"b": (1,)}]}, {"a": _Name("x"), "b": [_Name("y"), True, -(1 << 63)]}, "s", 3, None, (1,), {"a": object()},
+])
+def test_a_plain_copy_is_equal_new_and_refused_exactly_where_is_plain_fails(value: Any) -> None:
+    if not is_plain(value):
+        with pytest.raises(NotPlain):
+            plain_copy(value)
+        return
+    got = plain_copy(value)
+    assert got == value
+    if isinstance(value, dict):
+        assert got is not value and all(got[k] is not v for k, v in value.items() if isinstance(v, (dict, list)))
+
+
+def test_the_writing_saver_returns_the_headers_a_cold_one_reads_even_when_the_caller_changes_its_own(
+        local_store: castore.Store) -> None:
+    saver = CastoreSaver(local_store)
+    put = _put_chain(saver, 70)
+    for cp, _ in put:  # the caller's dicts change after put: what was stored must not
+        cp["channel_versions"]["messages"] = -1
+        cp["versions_seen"]["agent"]["messages"] = -1
+    cold = CastoreSaver(castore.open(local_store.url))
+    config = {"configurable": {"thread_id": "chain"}}
+    mine = [{k: v for k, v in t.checkpoint.items() if k != "channel_values"} for t in saver.list(config)]
+    theirs = [{k: v for k, v in t.checkpoint.items() if k != "channel_values"} for t in cold.list(config)]
+    assert mine == theirs and len(mine) == 70
+    assert all(h["channel_versions"]["messages"] > 0 for h in mine)
 
 
 def _put_chain(saver: CastoreSaver, n: int, thread: str = "chain") -> list[tuple[dict, dict]]:
@@ -377,6 +446,22 @@ def test_persistent_lists_read_back_through_appends_edits_and_truncations(local_
         root = vals.store_list(pending, items, root.hex() if root else None)
         _put(local_store, pending)
         assert _values(castore.open(local_store.url)).read_list(root) == items, step
+
+
+def test_a_stored_list_reads_back_from_its_writer_equal_and_with_its_mutable_elements_fresh(
+        local_store: castore.Store) -> None:
+    vals = _values(local_store)
+    pending: dict[str, bytes] = {}
+    texts = [f"m{i} " + "x" * 200 for i in range(20)]
+    root = vals.store_list(pending, texts, None)
+    mixed = texts + [{"tool": "weather", "args": {"city": "Beijing"}}]
+    grown = vals.store_list(pending, mixed, root.hex())
+    _put(local_store, pending)
+    assert vals.read_list(root) == texts
+    got = vals.read_list(grown)
+    assert got == mixed and got is not mixed
+    mixed[-1]["args"]["city"] = "Paris"  # the caller's dict: what was stored does not follow it
+    assert vals.read_list(grown)[-1] == {"tool": "weather", "args": {"city": "Beijing"}}
 
 
 def test_lists_stored_in_the_first_layout_still_read_and_grow(local_store: castore.Store) -> None:

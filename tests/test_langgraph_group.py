@@ -15,8 +15,10 @@ pytest.importorskip("langgraph")
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
 import castore
+import castore.adapters.langgraph as lg
 from castore.adapters.langgraph import CastoreSaver
 from castore.errors import StorageError
+from castore.storage import swaplog
 
 
 def cfg(thread: str, cpid: str | None = None) -> dict[str, Any]:
@@ -233,3 +235,192 @@ def test_a_checkpoint_whose_parent_is_unknown_lands_beside_the_calls_staged_befo
     assert tup.parent_config["configurable"]["checkpoint_id"] == "1ef00000-0000-6000-8000-000000000000"
     old = saver.get_tuple(cfg("a", first["a"]))
     assert old is not None and [w[2] for w in old.pending_writes] == [4]
+
+
+def test_task_writes_queued_for_a_checkpoint_not_stored_yet_wait_for_its_put_and_share_its_write(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # LangGraph's order in a turn: the put of checkpoint 2 is submitted before the task
+    # writing for it runs, but reaches the saver only once the put of checkpoint 1 returned
+    monkeypatch.setattr(lg, "_LINGER", 600.0)  # so long that only the put can end the wait
+    saver, first = threads
+    held = Held(local_store, monkeypatch)
+    one, two = checkpoint(1), checkpoint(2)
+    errors: list[BaseException] = []
+
+    def go(call: Callable[[], Any]) -> threading.Thread:
+        def run() -> None:
+            try:
+                call()
+            except BaseException as e:  # checked by the test
+                errors.append(e)
+        t = threading.Thread(target=run)
+        t.start()
+        return t
+
+    lead = go(lambda: saver.put(cfg("a", first["a"]), one, {"source": "loop", "step": 1}, {"turns": 2}))
+    while not held.writes:
+        time.sleep(0.005)
+    task = go(lambda: saver.put_writes(cfg("a", two["id"]), [("turns", 7)], "task-2"))
+    while len(saver._queue) < 1:
+        time.sleep(0.005)
+    held.release.set()
+    lead.join()
+    while not (saver._leading or len(held.writes) > 1):  # the task's call leads, or wrote alone
+        time.sleep(0.005)
+    put = go(lambda: saver.put(cfg("a", one["id"]), two, {"source": "loop", "step": 2}, {"turns": 3}))
+    task.join()
+    put.join()
+    assert errors == []
+    assert len(held.writes) == 2  # the first put's write, then the task's writes with the second put
+    tup = saver.get_tuple(cfg("a"))
+    assert tup is not None and tup.checkpoint["id"] == two["id"]
+    assert [w[2] for w in tup.pending_writes] == [7]
+
+
+def test_task_writes_whose_checkpoint_is_never_put_land_all_the_same(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lg, "_LINGER", 0.01)
+    saver, first = threads
+    held = Held(local_store, monkeypatch)
+    one, later = checkpoint(1), checkpoint(2)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put(cfg("a", first["a"]), one, {"source": "loop", "step": 1}, {"turns": 2}),
+        lambda: saver.put_writes(cfg("a", later["id"]), [("turns", 3)], "task-x"),  # its put never comes
+    ]
+    assert run_all(calls, saver, held) == [None, None]
+    fresh = CastoreSaver(castore.open(local_store.url))  # what is on disk
+    try:
+        fresh.put(cfg("a", one["id"]), later, {"source": "loop", "step": 2}, {"turns": 3})
+        tup = fresh.get_tuple(cfg("a"))
+        assert tup is not None and tup.checkpoint["id"] == later["id"]
+        assert [w[2] for w in tup.pending_writes] == [3]
+    finally:
+        fresh.store.close()
+
+
+def test_a_caller_alone_never_waits_for_a_put(threads: tuple[CastoreSaver, dict[str, str]]) -> None:
+    # one thread calling put_writes before the put of the same checkpoint (as LangGraph's
+    # threads may): with no call in flight there is no put to wait for
+    saver, first = threads
+    waits: list[float | None] = []
+    real_wait = saver._cond.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        return real_wait(timeout)
+
+    saver._cond.wait = wait  # type: ignore[method-assign]
+    nxt = checkpoint(1)
+    saver.put_writes(cfg("a", nxt["id"]), [("turns", 4)], "task-1")
+    saver.put(cfg("a", first["a"]), nxt, {"source": "loop", "step": 1}, {"turns": 2})
+    assert waits == []
+    tup = saver.get_tuple(cfg("a"))
+    assert tup is not None and [w[2] for w in tup.pending_writes] == [4]
+
+
+def test_a_saver_reads_no_ref_while_only_its_own_swaps_moved_them(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    saver, first = threads
+    assert local_store.storage.swaps_since(None) is not None  # local disk keeps a swap log
+    listed: list[str] = []
+    real_list = local_store.refs.list
+
+    def count_list(prefix: str) -> list[str]:
+        listed.append(prefix)
+        return real_list(prefix)
+
+    saver.get_tuple(cfg("a"))  # the refs as they are now (the store's swap log was started after a's view)
+    monkeypatch.setattr(local_store.refs, "list", count_list)
+    nxt = checkpoint(1)
+    saver.put_writes(cfg("a", first["a"]), [("turns", 4)], "task-1")
+    saver.put(cfg("a", first["a"]), nxt, {"source": "loop", "step": 1}, {"turns": 2})
+    tup = saver.get_tuple(cfg("a"))
+    assert tup is not None and tup.checkpoint["id"] == nxt["id"]
+    assert listed == []
+
+
+def test_a_saver_sees_what_another_handle_changed_in_a_thread_it_holds(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store) -> None:
+    saver, first = threads
+    assert saver.get_tuple(cfg("a")) is not None  # a's view is held
+    other_store = castore.open(local_store.url)  # as another process would
+    try:
+        rival = CastoreSaver(other_store)
+        theirs = checkpoint(1)
+        rival.put_writes(cfg("a", first["a"]), [("turns", 6)], "task-r")
+        rival.put(cfg("a", first["a"]), theirs, {"source": "loop", "step": 1}, {"turns": 2})
+        tup = saver.get_tuple(cfg("a"))
+        assert tup is not None and tup.checkpoint["id"] == theirs["id"]
+        old = saver.get_tuple(cfg("a", first["a"]))
+        assert old is not None and [w[2] for w in old.pending_writes] == [6]
+        rival.delete_thread("a")
+        assert saver.get_tuple(cfg("a")) is None
+    finally:
+        other_store.close()
+
+
+def test_a_swap_under_way_while_a_saver_reads_a_thread_is_seen_once_it_lands(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rival's swap logs its key, then stops before its change lands: a reader that took
+    # the log's mark after that line and read the old ref must not trust its mark
+    saver, first = threads
+    other_store = castore.open(local_store.url)
+    rival = CastoreSaver(other_store)
+    logged, go = threading.Event(), threading.Event()
+    real_log = swaplog.log_swap
+
+    def log_swap(root: str, key: str, url: str) -> None:
+        real_log(root, key, url)
+        if threading.current_thread().name == "rival" and key.endswith("/heads/main"):
+            logged.set()
+            go.wait()
+
+    monkeypatch.setattr(swaplog, "log_swap", log_swap)
+    theirs = checkpoint(1)
+    put = threading.Thread(name="rival", target=lambda: rival.put(
+        cfg("a", first["a"]), theirs, {"source": "loop", "step": 1}, {"turns": 2}))
+    try:
+        put.start()
+        logged.wait()
+        fresh = CastoreSaver(local_store)  # reads the thread for the first time, mid-swap
+        tup = fresh.get_tuple(cfg("a"))
+        assert tup is not None and tup.checkpoint["id"] == first["a"]
+        go.set()
+        put.join()
+        tup = fresh.get_tuple(cfg("a"))
+        assert tup is not None and tup.checkpoint["id"] == theirs["id"]
+    finally:
+        go.set()
+        put.join()
+        other_store.close()
+
+
+def test_a_call_interrupted_while_waiting_for_a_put_leaves_the_saver_working(
+        threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lg, "_LINGER", 600.0)
+    saver, first = threads
+    held = Held(local_store, monkeypatch)
+    real_wait = saver._cond.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        if timeout is not None:  # the wait for a put only
+            raise Stop()
+        return real_wait(timeout)
+
+    saver._cond.wait = wait  # type: ignore[method-assign]
+    one, two = checkpoint(1), checkpoint(2)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.put(cfg("a", first["a"]), one, {"source": "loop", "step": 1}, {"turns": 2}),
+        lambda: saver.put_writes(cfg("a", two["id"]), [("turns", 7)], "task-2"),
+    ]
+    errors = run_all(calls, saver, held)
+    assert errors[0] is None and isinstance(errors[1], Stop)
+    assert not saver._leading and saver._queue == []
+    saver.put(cfg("a", one["id"]), two, {"source": "loop", "step": 2}, {"turns": 3})
+    tup = saver.get_tuple(cfg("a"))
+    assert tup is not None and tup.checkpoint["id"] == two["id"] and tup.pending_writes == []

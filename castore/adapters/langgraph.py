@@ -22,8 +22,12 @@ The mapping:
   and task writes from background threads, so while one group is being written the next
   calls queue, and the next group stores all their objects with one write (one pack record,
   one ``fdatasync``) and moves each ref once (the ``writes`` branch once for all the task
-  writes queued). A LangGraph turn of three checkpoints and two task writes so costs about
-  3.7 object writes and 4 ref swaps instead of 5 and 5 (``scripts/langgraph_bytes.py``).
+  writes queued). Task writes queued for a checkpoint not stored yet wait (at most 2 ms)
+  for its ``put``, which LangGraph has in flight, and share its write. A LangGraph
+  turn of three checkpoints and two task writes so costs about 3.0-3.2 object writes (3.5-3.7
+  on a loaded machine) instead of 5 (``scripts/langgraph_bytes.py``);
+* a thread's refs are read again only when the store's swap log shows a change that is not
+  this saver's own swap (local disk keeps such a log), so ``get_tuple`` lists and reads no ref.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import builtins
 import hashlib
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -73,12 +77,16 @@ from ..branches import (
 from ..errors import RefConflict, SessionNotFound
 from ..history import Hint, History, K
 from ..objects import Commit, Tree
-from ..refs import RefValue
+from ..refs import PREFIX as REFS_PREFIX
+from ..refs import RefValue, ref_key
 from ..store import Store
-from .langgraph_header import copy_header, decode_header, encode_header, is_plain
+from .langgraph_header import NotPlain, copy_header, decode_header, encode_header, is_plain, plain_copy
 from .langgraph_values import ChannelValues, remember
 
 WRITES_BRANCH = "writes"
+#: seconds a group of task writes only may wait for the ``put`` of the checkpoint they belong to
+#: (LangGraph submits it before the tasks run: it comes once the previous ``put`` has returned)
+_LINGER = 0.002
 #: names tried for a copied branch whose name is taken in the target thread (``x.copy``, ...)
 _COPY_NAMES = 50
 
@@ -92,6 +100,8 @@ class _View:
     cps: dict[tuple[str, str], str] = field(default_factory=dict)
     latest: dict[str, str] = field(default_factory=dict)
     writes: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    mark: str | None = None  # the store's swap log when the refs were last read (None: read them next time)
+    ours: Counter[str] = field(default_factory=Counter)  # keys of this saver's swaps of branches since ``mark``
 
     def writes_refs(self, main: str) -> list[str]:
         """Names of refs whose tip is a writes commit (``main`` and any copies)."""
@@ -121,6 +131,8 @@ class _Job:
     thread_id: str
     prefix: str  # the thread's ref prefix
     stage: Callable[[_Group, _Job], None]  # builds the call's commit into a group (under the saver's lock)
+    checkpoint: bool = False  # a ``put``
+    awaits: tuple[str, str] | None = None  # a ``put_writes``: (namespace, checkpoint id) it belongs to
     done: bool = False  # no longer queued: landed, or failed with ``error``
     landed: bool = False  # stored and durable (or nothing to store)
     error: BaseException | None = None
@@ -139,10 +151,10 @@ class _Move:
     jobs: list[_Job] = field(default_factory=list)
     head: tuple[str, str, str] | None = None  # (prefix, branch, thread): HEAD must name the branch
 
-    def add(self, job: _Job, view: _View, make: Make, pending: dict[str, bytes], extra: dict[str, Any]) -> None:
+    def add(self, job: _Job, view: _View, make: Make, pending: dict[str, bytes], extra: dict[str, Any]) -> str:
         """Chain the commit ``make`` builds for ``job`` on this move, with the objects it
-        needs; the view shows it at once (a later call of the group builds on it), and is
-        dropped if the move does not land."""
+        needs; return its id. The view shows it at once (a later call of the group builds
+        on it), and is dropped if the move does not land."""
         if job not in self.jobs:
             self.jobs.append(job)
         self.batch.include(pending)
@@ -151,6 +163,7 @@ class _Move:
         view.add(cid, self.batch.last)
         view.targets[self.name] = cid
         self.extra = extra
+        return cid
 
 
 class _Group:
@@ -160,13 +173,18 @@ class _Group:
         self.plumbing = plumbing
         self.moves: dict[str, _Move] = {}
 
-    def start(self, job: _Job, name: str, real: str, expect: RefValue | None, parent: str | None) -> _Move:
-        """A new move of ``name`` (a ref of ``job``'s thread) from ``expect`` (whose target is ``parent``).
+    def start(self, job: _Job, name: str, real: str, expect: RefValue | None, parent: str | None,
+              hint: Hint | None = None) -> _Move:
+        """A new move of ``name`` (a ref of ``job``'s thread) from ``expect`` (whose target is
+        ``parent``); ``hint``: the read hint of ``parent`` when known (the batch that made it).
 
         Raises:
             ObjectNotFound, IntegrityError, StorageError: reading the parent failed.
         """
-        batch = self.plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
+        if hint is not None and parent is not None:
+            batch = Batch(self.plumbing, parent, hint)
+        else:
+            batch = self.plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
         move = self.moves[name] = _Move(name, real, expect, batch, job.thread_id)
         return move
 
@@ -216,13 +234,21 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         self._leading = False  # a caller is writing a group
         self._views: dict[str, _View] = {}
         self._tokens: dict[str, RefValue] = {}  # ref values (with tokens) from our own swaps
+        # ref name -> (the value our swap gave it, the read hint of its tip: the batch's)
+        self._hints: dict[str, tuple[RefValue, Hint]] = {}
+        self._prefixes: OrderedDict[str, str] = OrderedDict()  # thread id -> ref prefix
+        self._ref_names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (prefix, branch) -> ref name
         self._heads: dict[str, str] = {}  # thread -> the branch its HEAD is known to name
         self._vals = ChannelValues(store, self.serde)
         self._headers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # commit id -> checkpoint header
 
     # -- names ---------------------------------------------------------------------------
     def _prefix(self, thread_id: str) -> str:
-        return session_prefix(self.app, self.user, thread_id)
+        got = self._prefixes.get(thread_id)
+        if got is None:
+            got = session_prefix(self.app, self.user, thread_id)
+            remember(self._prefixes, thread_id, got)
+        return got
 
     @staticmethod
     def _family(ns: str) -> str:
@@ -236,20 +262,46 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         return family if cpid is None else f"{family}@{cpid}"
 
     def _ref_name(self, prefix: str, branch: str) -> str:
-        return SessionRefs(prefix).branch(branch)
+        got = self._ref_names.get((prefix, branch))
+        if got is None:
+            got = SessionRefs(prefix).branch(branch)
+            remember(self._ref_names, (prefix, branch), got)
+        return got
 
     # -- the view of a thread ----------------------------------------------------------------
     def _refresh(self, thread_id: str) -> _View:
+        """The view of a thread, brought up to date with its refs.
+
+        Where the store keeps a swap log (local disk), a view whose refs moved only by this
+        saver's own swaps since it was read is current as it is: reading the log's tail
+        replaces listing and reading the thread's refs.
+
+        Raises:
+            InvalidName, StorageError, IntegrityError.
+        """
         prefix = self._prefix(thread_id)
-        refs = self.store.refs
+        refs, storage = self.store.refs, self.store.storage
+        view = self._views.get(thread_id)
+        log = storage.swaps_since(view.mark if view is not None else None)
+        if view is not None and view.mark is not None and log is not None and log[1] is not None:
+            below = f"{REFS_PREFIX}/{prefix}/"
+            moved = Counter(k for k in log[1] if k.startswith(below))
+            if moved == view.ours or Counter(k for k in moved.elements() if _is_branch_key(k, prefix)) == view.ours:
+                view.mark = log[0]
+                view.ours.clear()
+                return view
         # branches, labels and remote-tracking refs (not HEAD, the reflog, or foreign names)
         listed = [n for n in refs.list(prefix)
                   if (p := parse_ref_name(n)) is not None and p.kind not in ("head", "reflog")]
         got = refs.read_many(listed)
         targets = {n: v.target for n, v in got.items() if v is not None and v.symbolic is None}
-        view = self._views.get(thread_id)
+        # a swap under way may have logged its key before ``log`` was read and land after the
+        # refs were: then the log cannot tell what this read missed
+        mark = log[0] if log is not None and not storage.pending_swaps(ref_key(prefix)) else None
         if view is not None:
             if targets == view.targets:
+                view.mark = mark
+                view.ours.clear()
                 return view
             gone = view.targets.keys() - targets.keys()
             moved_back = any(n in view.targets and view.targets[n] != t and t in view.commits
@@ -267,6 +319,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             for name, tip in targets.items():
                 self._walk_new(view, tip, got[name])
         view.targets = targets
+        view.mark = mark
+        view.ours.clear()
         self._views[thread_id] = view
         return view
 
@@ -294,6 +348,12 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         cached = self._tokens.get(name)
         current = self.store.refs.read(name) if cached is None else None
         return cached if cached is not None else current
+
+    def _known_hint(self, name: str, expect: RefValue | None) -> Hint | None:
+        """The read hint of ``expect``'s tip when ``expect`` is what this saver's own swap of
+        ``name`` gave it (the batch that made the tip had it: no need to parse the ref's)."""
+        got = self._hints.get(name)
+        return got[1] if got is not None and expect is not None and got[0] is expect else None
 
     def _ensure_head(self, prefix: str, branch: str, thread_id: str) -> None:
         if self._heads.get(thread_id) == branch:
@@ -343,8 +403,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 parent = view.cps.get((ns, parent_cp))
             pending: dict[str, bytes] = {}
             tree = self._state_tree(pending, view, ns, parent, checkpoint, values, new_versions)
+            try:
+                plain: dict[str, Any] | None = plain_copy(header)
+            except NotPlain:
+                plain = None
             meta: dict[str, Any] = {"checkpoint_id": checkpoint["id"],
-                                    "lg": {**self._store_header(view, parent, header), **self._store_md(md)}}
+                                    "lg": {**self._store_header(view, parent, header, plain is not None),
+                                           **self._store_md(md)}}
             if ns:
                 meta["ns"] = ns
             if parent_cp and parent is None:
@@ -364,16 +429,19 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                         expect = self.store.refs.read(name)
                     if expect is None or expect.target != parent:
                         raise RefConflict(name, parent, expect.target if expect is not None else None)
-                    move = group.start(job, name, self._real(name, expect.meta), expect, parent)
+                    move = group.start(job, name, self._real(name, expect.meta), expect, parent,
+                                       self._known_hint(name, expect))
             else:
                 real = self._free_branch(view, prefix, family, checkpoint["id"])
                 name = self._ref_name(prefix, real)
                 move = group.start(job, name, real, None, parent)
-            move.add(job, view, make, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}})
+            cid = move.add(job, view, make, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}})
+            if plain is not None:  # the next checkpoint's difference needs no decoding
+                remember(self._headers, cid, plain)
             if not ns:
                 move.head = (prefix, move.real, thread_id)
 
-        self._land(_Job(thread_id, prefix, stage))
+        self._land(_Job(thread_id, prefix, stage, checkpoint=True))
         return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -391,11 +459,23 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         """
         with self._cond:
             self._queue.append(job)
+            if job.checkpoint:
+                self._cond.notify_all()  # a leader may be waiting for it
+            waited = self._leading
             while self._leading and not job.done:
                 self._cond.wait()
             jobs: builtins.list[_Job] = []
             if not job.done:
                 self._leading = True
+                if waited:  # calls from other threads are in flight: the awaited put may be one
+                    try:
+                        self._linger()
+                    except BaseException:  # interrupted while waiting: this call is not stored, others go on
+                        self._queue.remove(job)
+                        job.done = True
+                        self._leading = False
+                        self._cond.notify_all()
+                        raise
                 jobs, self._queue = self._queue, []
         if jobs:
             try:
@@ -415,6 +495,25 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             raise job.error
         assert job.landed
 
+    def _linger(self) -> None:
+        """Wait (at most ``_LINGER`` seconds, holding ``self._cond``) while the queue holds task
+        writes for a checkpoint not stored yet and no ``put``: LangGraph has that checkpoint's
+        ``put`` in flight (it is submitted before the tasks run), and writing the writes alone
+        would make it wait for their group, one more write and sync on the turn's path. Any
+        ``put`` ends the wait (one of another thread must not wait for this one's)."""
+        deadline = None
+        while True:
+            if any(j.checkpoint for j in self._queue) or not any(
+                    j.awaits is not None and (view := self._views.get(j.thread_id)) is not None
+                    and j.awaits not in view.cps for j in self._queue):
+                return
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + _LINGER
+            elif now >= deadline:
+                return
+            self._cond.wait(deadline - now)
+
     def _commit_jobs(self, jobs: builtins.list[_Job]) -> None:
         """Write ``jobs`` as groups until none lost a race (each job's error set on it)."""
         todo = jobs
@@ -433,6 +532,10 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 for j in todo:
                     if j.error is None:
                         j.error = e
+            except BaseException:  # interrupted: the views may show commits staged but not landed
+                for j in jobs:
+                    self._views.pop(j.thread_id, None)
+                raise
 
     def _commit_group(self, jobs: builtins.list[_Job]) -> builtins.list[_Job]:
         """Stage ``jobs`` in order, write all their objects at once, then move each ref once.
@@ -495,6 +598,9 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     j.error = new
                 continue
             self._tokens[m.name] = new
+            self._hints[m.name] = (new, m.batch.hint)
+            if (view := self._views.get(m.thread_id)) is not None:
+                view.ours[ref_key(m.name)] += 1  # in the swap log: not a change from elsewhere
             for j in m.jobs:
                 j.landed = True
             if m.head is not None:
@@ -517,10 +623,12 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     def _branch_for(self, view: _View, prefix: str, family: str, parent: str | None) -> str | None:
         """The branch of ``family`` whose tip is ``parent`` (the family's first branch for a root)."""
-        fam = SessionRefs(prefix).branch(family)
         if parent is None:
             return None
         found = sorted(n for n, t in view.targets.items() if t == parent)
+        if len(found) == 1:
+            return found[0]
+        fam = self._ref_name(prefix, family)
         for n in found:
             if n == fam or n.startswith(f"{prefix}/heads/{names.encode(family + '@')}"):
                 return n
@@ -569,10 +677,11 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         return False
 
     # -- checkpoint headers and metadata ---------------------------------------------------------
-    def _store_header(self, view: _View, parent: str | None, header: dict[str, Any]) -> dict[str, Any]:
-        """The ``lg`` entries holding ``header``: a difference from the parent's (``h``), whole
-        (``H``, at a root and every K commits), or through the serializer (``c``)."""
-        if not is_plain(header):
+    def _store_header(self, view: _View, parent: str | None, header: dict[str, Any], plain: bool) -> dict[str, Any]:
+        """The ``lg`` entries holding ``header`` (``plain``: it :func:`is_plain`): a difference
+        from the parent's (``h``), whole (``H``, at a root and every K commits), or through the
+        serializer (``c``)."""
+        if not plain:
             return {"c": list(self.serde.dumps_typed(header))}
         if parent is None or (view.commits[parent].depth + 1) % K == 0:
             return {"H": encode_header(header, None)}
@@ -683,10 +792,11 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 expect = self._ref_for_swap(name) if name in view.targets else None
                 if expect is not None and expect.target != view.targets.get(name):
                     expect = self.store.refs.read(name)
-                move = group.start(job, name, WRITES_BRANCH, expect, expect.target if expect else None)
+                move = group.start(job, name, WRITES_BRANCH, expect, expect.target if expect else None,
+                                   self._known_hint(name, expect))
             move.add(job, view, make, pending, {"lg": {"writes": True}})
 
-        self._land(_Job(thread_id, prefix, stage))
+        self._land(_Job(thread_id, prefix, stage, awaits=(ns, cpid)))
 
     # -- reading ---------------------------------------------------------------------------------
     def _writes_of(self, view: _View, ns: str, cpid: str, decode: bool = True) -> list[tuple[str, int, str, Any, str]]:
@@ -799,6 +909,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         prefix = self._prefix(thread_id) + "/"
         for name in [n for n in self._tokens if n.startswith(prefix)]:
             del self._tokens[name]
+        for name in [n for n in self._hints if n.startswith(prefix)]:
+            del self._hints[name]
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Make ``target`` a fork of ``source`` in O(1): its refs name the same commits.
@@ -1010,6 +1122,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async twin of :meth:`delete_for_runs` (runs in a worker thread)."""
         await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+
+def _is_branch_key(key: str, prefix: str) -> bool:
+    """Whether the storage key ``key`` is a ref of the thread ``prefix`` a view holds (not HEAD or the reflog)."""
+    name = key[len(REFS_PREFIX) + 1:]
+    return key.startswith(REFS_PREFIX + "/") and name.startswith(prefix + "/") \
+        and (p := parse_ref_name(name)) is not None and p.kind not in ("head", "reflog")
 
 
 def _again(c: Commit, meta: dict[str, Any]) -> Make:

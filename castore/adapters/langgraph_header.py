@@ -36,6 +36,37 @@ def is_plain(x: Any) -> bool:
     return False
 
 
+class NotPlain(ValueError):
+    """A value that is not plain data (see :func:`is_plain`)."""
+
+
+_INT_MIN, _INT_END = -(1 << 63), 1 << 64
+
+
+def plain_copy(x: Any) -> Any:
+    """A copy of ``x`` whose dicts and lists are new objects, when :func:`is_plain` holds
+    for it (one walk for both).
+
+    Raises:
+        NotPlain: ``x`` is not plain data.
+    """
+    t = type(x)
+    if t is dict:
+        out = {}
+        for k, v in x.items():
+            if type(k) is not str:
+                raise NotPlain(k)
+            tv = type(v)
+            out[k] = v if tv is str or tv is float or tv is bool or v is None \
+                or (tv is int and _INT_MIN <= v < _INT_END) else plain_copy(v)
+        return out
+    if t is list:
+        return [v if type(v) is str or v is None else plain_copy(v) for v in x]
+    if is_plain(x):  # a scalar (or a subclass of one)
+        return x
+    raise NotPlain(x)
+
+
 def _ts_encode(ts: Any) -> tuple[str, Any]:
     """``("tsu", microseconds)`` when the ISO timestamp rebuilds exactly from them."""
     if isinstance(ts, str):

@@ -15,6 +15,7 @@ channels are treated as immutable once checkpointed, as LangGraph's reducers tre
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ R = 8
 #: serialized values up to this size are kept inside the tree that names them
 INLINE_MAX = 96
 _CACHE_MAX = 200_000
+#: elements whose serialized entry is kept (by object identity), newest last
+_RECENT_MAX = 64
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), BaseMessage)
 
 Entry = Any  # an element as stored: 32 raw id bytes (a Value) or a (type, data) tuple
@@ -66,9 +69,10 @@ class _ListState:
     entries: list[Entry]
     tops: list[Top]
     prefix: tuple[int, bytes] | None = None  # (elements covered, id) of the root's prefix tree
+    shareable: bool = False  # every element is immutable: ``items`` may be handed out as the list
 
 
-def remember(cache: OrderedDict, key: str, value: Any) -> None:
+def remember(cache: OrderedDict, key: Hashable, value: Any) -> None:
     """Put ``key`` in a bounded cache, dropping the oldest entry when it is full."""
     cache[key] = value
     if len(cache) > _CACHE_MAX:
@@ -90,6 +94,9 @@ class ChannelValues:
         self._nodes: OrderedDict[str, tuple[Entry, ...]] = OrderedDict()  # node id -> entries
         self._node_objs: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # node id -> shared elements
         self._lists: OrderedDict[str, _ListState] = OrderedDict()  # root id -> state
+        # id(element) -> (element, its entry, its Value's canonical bytes): a message a task
+        # wrote is stored again as the new element of the channel it went to (same object)
+        self._recent: OrderedDict[int, tuple[Any, Entry, bytes | None]] = OrderedDict()
 
     # -- small caches ----------------------------------------------------------------------
     def loads(self, typed: Any) -> Any:
@@ -119,13 +126,25 @@ class ChannelValues:
         return o.raw_id(oid)
 
     def _entry(self, pending: dict[str, bytes], obj: Any) -> Entry:
+        got = self._recent.get(id(obj))
+        if got is not None and got[0] is obj:
+            if got[2] is not None:
+                pending[o.hex_id(got[1])] = got[2]
+            return got[1]
         typ, data = self.serde.dumps_typed(obj)
         if len(data) <= INLINE_MAX:
-            return (typ, data)
-        raw = self.put_obj(pending, Value([typ, data]))
+            entry: Entry = (typ, data)
+            canonical = None
+        else:
+            entry = self.put_obj(pending, Value([typ, data]))
+            canonical = pending[o.hex_id(entry)]
         if _shareable(obj):
-            remember(self._decoded, o.hex_id(raw), obj)
-        return raw
+            if canonical is not None:
+                remember(self._decoded, o.hex_id(entry), obj)
+            self._recent[id(obj)] = (obj, entry, canonical)
+            if len(self._recent) > _RECENT_MAX:
+                self._recent.popitem(last=False)
+        return entry
 
     @staticmethod
     def _place(tree: dict[str, dict[str, Any]], key: str, kind: str, ref: Any) -> None:
@@ -188,7 +207,8 @@ class ChannelValues:
         for j, (_, kind, ref) in enumerate(tops[len(blocks):]):
             self._place(parts, f"t{j}", kind, ref)
         root = self.put_obj(pending, Tree(**parts))
-        remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops, prefix))
+        shareable = (state is None or state.shareable) and all(_shareable(x) for x in value[start:])
+        remember(self._lists, o.hex_id(root), _ListState(list(value), entries, tops, prefix, shareable))
         return root
 
     def _blocks_tree(self, pending: dict[str, bytes], tops: list[Top], n: int) -> bytes:
@@ -305,6 +325,9 @@ class ChannelValues:
         Raises:
             ObjectNotFound, IntegrityError.
         """
+        known = self._lists.get(o.hex_id(root_raw))
+        if known is not None and known.shareable:
+            return list(known.items)
         out: list[Any] = []
         for top in self._tops(self.tree(root_raw)):
             out.extend(self._block_objs(top))
@@ -329,7 +352,7 @@ class ChannelValues:
         prefix = None
         if root.values.get("f") == 2 and "p" in root.sub:
             prefix = (int(self.tree(root.sub["p"]).values.get("n", 0)), root.sub["p"])
-        state = _ListState(items, entries, tops, prefix)
+        state = _ListState(items, entries, tops, prefix, all(_shareable(x) for x in items))
         remember(self._lists, root_hex, state)
         return state
 
