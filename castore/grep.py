@@ -361,6 +361,15 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         runs = ix.rebuild().find_blocks(rx, kinds)
     strings, bsets = ix.strings, ix.branch_sets
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
+
+    def allowed(si: int, key: tuple[str, str, str], rn: int, kn: int, tn: int) -> bool:
+        """``keep_block``'s answer for a block of session ``si`` (``key``), asked once per
+        (session, role, kind, tool)."""
+        ok = kept.get((si, rn, kn, tn))
+        if ok is None:
+            assert keep_block is not None
+            ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn], strings[tn] if tn >= 0 else None)
+        return ok
     finder = spans_finder(rx)
     # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
     timed = since is not None or until is not None
@@ -397,13 +406,8 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
             for _, p, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
                 if timed and (when < lo or when >= hi):
                     continue
-                if keep_block is not None:
-                    ok = kept.get((si, rn, kn, tn))
-                    if ok is None:
-                        ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn],
-                                                                 strings[tn] if tn >= 0 else None)
-                    if not ok:
-                        continue
+                if keep_block is not None and not allowed(si, key, rn, kn, tn):
+                    continue
                 b = cn << 31 | blk
                 if b in seen:
                     continue
@@ -444,13 +448,8 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
             _, _, cn, blk, kn, rn, tn, bn, _, when = h[:10]
             if timed and (when < lo or when >= hi):
                 continue
-            if keep_block is not None:
-                ok = kept.get((si, rn, kn, tn))
-                if ok is None:
-                    ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn],
-                                                             strings[tn] if tn >= 0 else None)
-                if not ok:
-                    continue
+            if keep_block is not None and not allowed(si, key, rn, kn, tn):
+                continue
             b = cn << 31 | blk
             was = owner.get(b)
             if was is not None:

@@ -228,14 +228,10 @@ def _du(path: str) -> int:
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    """The CPU model name (scripts/benchlib/machine.py's)."""
+    from benchlib.machine import cpu_model
+
+    return cpu_model()
 
 
 def markdown(path: str, *, command: str, started: str, loads: tuple[tuple[float, ...], tuple[float, ...]],
