@@ -13,8 +13,9 @@ random bytes): DeltaChannel(50) and castore (durable) only, bytes and per-turn t
 history or list, which the first workload measures). castore's bytes are measured once its
 background repack is done (the bytes at rest).
 
-    python scripts/bench_langgraph.py            # N = 100, 200, 400, 800, 1600
+    python scripts/bench_langgraph.py            # N = 100, 200, 400, 800, 1600, every workload
     python scripts/bench_langgraph.py --quick    # N = 100, 200, 400
+    python scripts/bench_langgraph.py --reads-max 800 --markdown BENCHMARKS-langgraph.md   # the page
     python scripts/bench_langgraph.py --workload noisy   # only the second workload
     python scripts/bench_langgraph.py --workload race    # per-turn time only, turns alternated
 
@@ -22,24 +23,30 @@ The default workloads run one saver after another, so a change of machine load b
 shows up as a difference between savers. ``--workload race`` measures only the per-turn time
 of SqliteSaver and castore (durable, format 2 and format 3) with their turns interleaved: turn
 i of every saver before turn i + 1 of any, the order rotated each turn, so all three see the
-same load. It reports the median per window of N and the ratio to SqliteSaver.
+same load. It reports the median per window of N and the ratio to SqliteSaver. ``all`` (the
+default) runs the three workloads one after another; ``--markdown FILE`` also writes their
+tables, with the command, the commit, the time, the machine and its load, as a Markdown page.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import io
 import os
 import random
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypedDict
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 from langchain_core.messages import AIMessage, AnyMessage  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
@@ -174,12 +181,12 @@ def run(name: str, saver: Any, size: Callable[[], int], delta: bool, marks: list
 
 
 def main() -> None:
-    global _text
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="N = 100, 200, 400 only")
     ap.add_argument("--dir", help="where to put the on-disk stores (default: a temporary folder)")
-    ap.add_argument("--format", type=int, default=2, choices=(1, 2, 3),
-                    help="castore's storage format (default 2, the default of new stores; 3: one fsync per append)")
+    ap.add_argument("--format", type=int, default=3, choices=(1, 2, 3),
+                    help="castore's storage format in the text and noisy workloads (default 3, the default of "
+                         "new stores on local disk: one fsync per append; 2: packs, three)")
     ap.add_argument("--reads-max", type=int, default=None, metavar="N",
                     help="measure the other savers' get_state, get_state_history and list() only up to N "
                          "(they grow with N squared: InMemorySaver's and SqliteSaver's take minutes at 1,600 on "
@@ -187,22 +194,82 @@ def main() -> None:
     ap.add_argument("--workload", choices=("all", "text", "noisy", "race"), default="all",
                     help="text: every saver on compressible messages; noisy: DeltaChannel(50) and castore "
                          "on messages that do not compress well; race: per-turn time of SqliteSaver and castore "
-                         "(formats 2 and 3) with turns interleaved")
+                         "(formats 2 and 3) with turns interleaved; all (the default): the three")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the tables to FILE as a Markdown page")
     args = ap.parse_args()
     marks = [100, 200, 400] if args.quick else [100, 200, 400, 800, 1600]
     root = args.dir or tempfile.mkdtemp(prefix="bench-langgraph-")
     os.makedirs(root, exist_ok=True)
-    if args.workload == "race":
-        race_workload(root, marks)
+    if not args.markdown:
+        workloads(args, root, marks)
         return
+    started, load0 = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), os.getloadavg()
+    t0 = time.perf_counter()
+    tables = io.StringIO()
+    with contextlib.redirect_stdout(Tee(sys.stdout, tables)):
+        workloads(args, root, marks)
+    page(args.markdown, " ".join(["scripts/bench_langgraph.py", *sys.argv[1:]]), started,
+         time.perf_counter() - t0, (load0, os.getloadavg()), args.format, tables.getvalue())
+
+
+class Tee(io.TextIOBase):
+    """A text stream writing to each of its streams."""
+
+    def __init__(self, *streams: Any) -> None:
+        self.streams = streams
+
+    def write(self, s: str) -> int:
+        for stream in self.streams:
+            stream.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
+def page(path: str, command: str, started: str, seconds: float, loads: tuple[tuple[float, ...], ...],
+         fmt: int, tables: str) -> None:
+    """Write BENCHMARKS-langgraph.md's page of one run to ``path``: what was run, on what, then
+    the tables and targets the run printed."""
+    sys.path.insert(0, HERE)
+    from benchlib.machine import cpu_model, versions
+
+    def git(*a: str) -> str:
+        p = subprocess.run(["git", *a], cwd=HERE, capture_output=True, text=True)
+        return p.stdout.strip() if p.returncode == 0 else "unknown"
+
+    commit = git("rev-parse", "--short", "HEAD") + (" plus uncommitted changes" if git("status", "--porcelain",
+                                                                                        "--", "castore") else "")
+    vers = ", ".join(f"{k} {v}" for k, v in versions().items())
+    out = ["# LangGraph saver benchmark", "",
+           f"Written by `{command}` at commit {commit}, {started} UTC, {seconds / 60:.1f} min; castore's "
+           f"stores in format {fmt} in the first two tables (the race has formats 2 and 3 side by side). "
+           f"Machine: {os.cpu_count()} CPUs ({cpu_model()}); load average (1, 5, 15 min) "
+           + " before, ".join(", ".join(f"{v:.2f}" for v in x) for x in loads) + " after. " + vers + ".", "",
+           "The first table runs one saver after another (a change of load between them shows up as a "
+           "difference between savers); the race interleaves the turns of SqliteSaver and castore, so "
+           "that all see the same load: it is the figure for \"per turn at or below SqliteSaver's\". "
+           "Bytes: InMemorySaver's serialized bytes, SqliteSaver's database files, castore's files at rest "
+           "(after its background repack).", "", tables.strip(), ""]
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
+def workloads(args: argparse.Namespace, root: str, marks: list[int]) -> None:
+    """Run the workloads ``args.workload`` names, printing their tables."""
+    global _text
     if args.workload in ("all", "text"):
         text_workload(root, marks, args.format, True if args.reads_max is None else args.reads_max)
     if args.workload in ("all", "noisy"):
         if DeltaChannel is None:
             print("DeltaChannel is not in this LangGraph version: no noisy workload", file=sys.stderr)
-            return
-        _text = noisy_text
-        noisy_workload(os.path.join(root, "noisy"), marks, args.format)
+        else:
+            _text = noisy_text
+            noisy_workload(os.path.join(root, "noisy"), marks, args.format)
+    if args.workload in ("all", "race"):
+        _text = message_text
+        race_workload(os.path.join(root, "race"), marks)
 
 
 def text_workload(root: str, marks: list[int], fmt: int, reads: bool | int = True) -> None:
@@ -249,6 +316,7 @@ def race_workload(root: str, marks: list[int]) -> None:
     """Per-turn time of SqliteSaver and castore (durable; formats 2 and 3), turns interleaved
     so that every saver sees the same machine load: the fair test of "per turn at or below
     SqliteSaver's"."""
+    os.makedirs(root, exist_ok=True)
     db = os.path.join(root, "race.sqlite")
     conn = sqlite3.connect(db, check_same_thread=False)
     stores = {f: castore.open(os.path.join(root, f"race-format{f}"), durable=True, format=f) for f in (2, 3)}
