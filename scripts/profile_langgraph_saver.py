@@ -20,7 +20,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import random
 import sys
 import tempfile
 import threading
@@ -30,6 +29,7 @@ from typing import Annotated, Any, TypedDict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from bench_langgraph import message_text as text  # the bench's own turns (scripts/ is on sys.path)
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -39,21 +39,11 @@ from castore.adapters import langgraph as lg
 from castore.refs import RefStore
 from castore.writerlog import WriterLog
 
-WORDS = ("the agent called the weather tool for Beijing and got a forecast of light rain with "
-         "temperatures between twelve and eighteen degrees so it suggested an umbrella").split()
 THREAD = {"configurable": {"thread_id": "profile"}}
 cpu: dict[str, float] = {}
 syncs = [0]
 profiles: list[cProfile.Profile] = []
 _local = threading.local()
-
-
-def text(i: int) -> str:
-    rng = random.Random(i)
-    words: list[str] = []
-    while sum(len(w) + 1 for w in words) < 500:
-        words.append(rng.choice(WORDS))
-    return " ".join(words)[:500]
 
 
 class State(TypedDict, total=False):
