@@ -232,17 +232,24 @@ def is_hex_id(s: str) -> bool:
 
 def digest(canonical: bytes | memoryview) -> ObjectId:
     """The id of canonical bytes."""
-    return ObjectId(blake3(canonical).hexdigest())
+    return ObjectId(blake3(canonical).digest().hex())
 
 
 def digest_many(canonicals: Sequence[bytes]) -> list[ObjectId]:
-    """The ids of many canonical bytes, in order (:func:`digest` of each, without a Python
-    call per object: reading a long path hashes every commit and body it holds once)."""
-    # map over the type and the unbound method: no Python frame per object
-    return list(map(_hexdigest, map(blake3, canonicals)))  # type: ignore[arg-type]
-
-
-_hexdigest = blake3.hexdigest
+    """The ids of many canonical bytes, in order (:func:`digest` of each: reading a long
+    path hashes every commit and body it holds once)."""
+    # One hasher, reset after each object: making a hasher per object is a third of the
+    # cost of hashing a small one, and blake3's hexdigest is slower than bytes.hex of its
+    # digest (20,000 objects of 250-800 bytes: 12.9 ms against 17.6)
+    h = blake3()
+    update, final, reset = h.update, h.digest, h.reset
+    out: list[ObjectId] = []
+    add = out.append
+    for canonical in canonicals:
+        update(canonical)
+        add(final().hex())  # type: ignore[arg-type]  # an ObjectId is its hex string
+        reset()
+    return out
 
 
 def checksum(data: bytes | memoryview) -> bytes:
@@ -485,7 +492,7 @@ def decode_many(oids: Sequence[str], canonicals: Sequence[bytes]) -> list[AnyObj
     """
     dec = _decoder.decode
     try:
-        return [dec(c) for c in canonicals]
+        return list(map(dec, canonicals))
     except (msgspec.DecodeError, msgspec.ValidationError):
         return [decode(oid, c) for oid, c in zip(oids, canonicals, strict=True)]  # raises for the bad one
 
