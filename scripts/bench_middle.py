@@ -2,7 +2,9 @@
 """State and fork at the middle of a session (fresh handle each), this checkout against an
 anchor checkout (e.g. the integrator's main), alternated child by child in one run (not a test);
 with ``--cold``, also the cold read of each session (a new process each, import included:
-benchlib/cold.py's child) against parsing the same entries from a Pi JSONL file.
+benchlib/cold.py's child) against parsing the same entries from a Pi JSONL file: timed
+inside the child, in the child's CPU, and as the whole process (spawn to exit, as
+BENCHMARKS.md's target reads it), medians and their ratios to Pi's.
 
 Each child imports castore from one checkout, opens the store afresh ``--reps`` times and
 times ``Session.state(middle)`` (and, with ``--fork``, a fork at the middle); the children of
@@ -87,17 +89,19 @@ def _build(workdir: str, n: int, code_root: str, tag: str = "") -> tuple[str, st
         return url, json.load(f)["mid"]
 
 
-def _cold(code_root: str | None, url: str, n: int) -> tuple[float, float]:
+def _cold(code_root: str | None, url: str, n: int) -> tuple[float, float, float]:
     """One cold read in a fresh process (castore from ``code_root``, or Pi JSONL when None):
-    (wall ms inside the child, the child's CPU ms)."""
+    (wall ms inside the child, the child's CPU ms, the whole process's wall ms)."""
     from benchlib import cold
 
     os.environ["PYTHONPATH"] = code_root or ""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    got = cold.run(cold.CASTORE, [url, "{}", "bench", "u", "s"]) if code_root else cold.run(cold.PI, [url + ".jsonl"])
+    where = code_root or os.path.dirname(url)  # python -c finds castore in its working folder first
+    got = (cold.run(cold.CASTORE, [url, "{}", "bench", "u", "s"], cwd=where) if code_root
+           else cold.run(cold.PI, [url + ".jsonl"], cwd=where))
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert got["n"] == n and got["turn"] == n - 1, got
-    return got["ms"], (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3
+    return got["ms"], (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3, got["wall_ms"]
 
 
 def _child(code_root: str, url: str, mid: str, reps: int, fork: bool) -> dict[str, list[float]]:
@@ -130,13 +134,13 @@ def main() -> int:
         stores.update({("anchor", n): stores[("this", n)] for n in sizes})
     res: dict[tuple[str, int], dict[str, list[float]]] = {
         (k, n): {"state": [], "cpu": [], "fork": []} for k in roots for n in sizes}
-    cold: dict[tuple[str, int], list[tuple[float, float]]] = {(k, n): [] for k in [*roots, "pi"] for n in sizes}
+    cold: dict[tuple[str, int], list[tuple[float, float, float]]] = {(k, n): [] for k in [*roots, "pi"] for n in sizes}
     import compileall
 
     for root in roots.values():  # as installing castore does: no child compiles it from source
         compileall.compile_dir(os.path.join(root, "castore"), quiet=1)
     load0 = os.getloadavg()
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         for n in sizes:
             for k, root in roots.items():
                 got = _child(root, stores[(k, n)][0], stores[(k, n)][1], args.reps, args.fork)
@@ -144,7 +148,8 @@ def main() -> int:
                 for m in ("state", "cpu", "fork"):
                     res[(k, n)][m] += got[m]
             if args.cold:
-                for k, root in [*roots.items(), ("pi", None)]:
+                order = [*roots.items(), ("pi", None)]
+                for k, root in order[r % len(order):] + order[:r % len(order)]:  # who goes first rotates
                     cold[(k, n)].append(_cold(root, stores[(k if root else "this", n)][0], n))
     load1 = os.getloadavg()
     print(f"# state at the middle (fresh handle each; best / median of {args.rounds * args.reps}); "
@@ -170,17 +175,15 @@ def main() -> int:
                       f"{min(b) / min(a):.2f}x, median {statistics.median(b) / statistics.median(a):.2f}x")
     if args.cold:
         print(f"\n# cold read, import included (a new process each; best / median of {args.rounds})")
-        print("| N | checkout | wall ms | CPU ms | wall / Pi (medians) | CPU / Pi (medians) |")
-        print("|---|---|---|---|---|---|")
+        print("| N | checkout | wall ms | CPU ms | whole process ms | wall / Pi | CPU / Pi | whole / Pi |")
+        print("|---|---|---|---|---|---|---|---|")
         for n in sizes:
-            pw = statistics.median(x[0] for x in cold[("pi", n)])
-            pc = statistics.median(x[1] for x in cold[("pi", n)])
+            pi = [statistics.median(x[i] for x in cold[("pi", n)]) for i in range(3)]
             for k in [*roots, "pi"]:
-                w = [x[0] for x in cold[(k, n)]]
-                c = [x[1] for x in cold[(k, n)]]
-                print(f"| {n:,} | {k} | {min(w):.1f} / {statistics.median(w):.1f} | {min(c):.1f} / "
-                      f"{statistics.median(c):.1f} | {statistics.median(w) / pw:.2f}x | "
-                      f"{statistics.median(c) / pc:.2f}x |")
+                cols = [[x[i] for x in cold[(k, n)]] for i in range(3)]
+                shown = " | ".join(f"{min(c):.1f} / {statistics.median(c):.1f}" for c in cols)
+                ratios = " | ".join(f"{statistics.median(c) / p:.2f}x" for c, p in zip(cols, pi, strict=True))
+                print(f"| {n:,} | {k} | {shown} | {ratios} |")
     return 0
 
 

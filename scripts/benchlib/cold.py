@@ -155,8 +155,11 @@ def graph_module() -> dict[str, Any]:
     return mod.__dict__
 
 
-def run(code: str, args: list[str], timeout: float = 900) -> dict[str, Any]:
+def run(code: str, args: list[str], timeout: float = 900, cwd: str | None = None) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter; return its JSON line plus ``wall_ms`` (spawn to exit).
+
+    ``python -c`` puts its working folder first on ``sys.path``: a caller timing another
+    checkout's castore passes that checkout (or any folder without one) as ``cwd``.
 
     Raises:
         RuntimeError: the child failed.
@@ -164,7 +167,8 @@ def run(code: str, args: list[str], timeout: float = 900) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = _HERE + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                       cwd=cwd)
     wall = (time.perf_counter() - t) * 1e3
     if p.returncode != 0:
         raise RuntimeError(f"cold read failed ({p.returncode}): {p.stderr.strip()[-1500:]}")
