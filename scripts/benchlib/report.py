@@ -159,7 +159,8 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
         "### Cold read of the current path: messages and state, in a new process, import included",
         "",
         "Timed inside the child from its first statement (before any import) to the last message and the "
-        "state in hand; the interpreter's own start is left out (the same for all).",
+        "state in hand; the interpreter's own start is left out (the same for all). castore local, Pi JSONL and "
+        f"the floor: the median of {cfg.cold_reps} cold reads each, alternated; the others: of their read rounds.",
         "",
         *t.render(lambda name, n: med("cold_ms", name, n), ms),
         "",
