@@ -15,12 +15,12 @@ Layers, bottom first: a module imports only its own layer and the ones below
 
     errors, names, aio                  errors, safe names, async helpers
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
-    objects, zdict, packs, repack, packreader, writerlog, objectstore, refs  objects, packs, the object store, refs, CAS
+    objects, zdict, objectstore, refs   the object codec, the object store (packs, pack map, writer logs, repack), refs
     history, state, entries             paths, state trees, entry types
-    branches, revisions                 the one write path (plumbing); revisions as typed
+    plumbing, revisions                 the one write path: ref names, batches, landing; revisions as typed
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
-    sync, maintenance, grep, grepscan, grepindex, grepfiles, grepmatch, grepblocks  push/pull, fsck/gc, search sessions
+    sync, maintenance, grep             push/pull, fsck/gc, search sessions
     adapters, html                      LangGraph, Pi, ADK, OpenAI Agents; the viewer
     cli, __main__                       the ``castore`` command
 """
@@ -55,10 +55,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .branches import RefContended, RetryPolicy
     from .context import Context
     from .entries import DELETE, BranchSummary, Compaction, Custom, Event, LogEntry, Message, ModelChange
     from .objects import ObjectId
+    from .plumbing import RefContended, RetryPolicy
     from .session import Session
     from .store import SessionInfo, Store, open  # noqa: A004 - castore.open() is the entry point, as io.open
     from .sync import SyncReport, clone, pull, push
@@ -70,7 +70,7 @@ __version__ = "0.1.0"
 #: types load when a program first touches ``castore.open``, ``castore.Message``...;
 #: sync (a thread pool) only when it pushes or pulls
 _LAZY = {
-    "RefContended": "branches", "RetryPolicy": "branches",
+    "RefContended": "plumbing", "RetryPolicy": "plumbing",
     "Context": "context",
     "DELETE": "entries", "BranchSummary": "entries", "Compaction": "entries", "Custom": "entries",
     "Event": "entries", "LogEntry": "entries", "Message": "entries", "ModelChange": "entries",
@@ -83,8 +83,8 @@ _LAZY = {
 #: submodules reachable as attributes (``castore.history.K``) without importing them first,
 #: as when ``import castore`` loaded them all
 _SUBMODULES = frozenset({
-    "adapters", "aio", "branches", "cli", "context", "entries", "grep", "grepindex", "history", "html",
-    "maintenance", "names", "objects", "objectstore", "packs", "refs", "revisions", "session", "state",
+    "adapters", "aio", "cli", "context", "entries", "grep", "history", "html",
+    "maintenance", "names", "objects", "objectstore", "plumbing", "refs", "revisions", "session", "state",
     "storage", "store", "sync", "zdict",
 })
 

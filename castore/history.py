@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import objects as o
-from . import packs as pk
 from .entries import Record
 from .errors import IntegrityError, ObjectNotFound, RevisionNotFound
 from .objects import Commit, Index, ObjectId, Segment
 from .objectstore import ObjectStore, gc_paused
+from .objectstore import packs as pk
 
 #: commits per segment
 K = 64

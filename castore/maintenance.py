@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import objects as o
-from .branches import HEADS, head_segment, parse_ref_name, real_name
 from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore import LOOSE_MIN, PATH_OBJECT_MAX
-from .packs import Slot
+from .objectstore.packs import Slot
+from .objectstore.repack import geometric
+from .plumbing import HEADS, head_segment, parse_ref_name, real_name
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
-from .repack import geometric
 from .store import Store
 
 #: two weeks, as git's default prune age

@@ -12,10 +12,10 @@ from typing import Protocol
 
 from . import names
 from . import objects as o
-from .branches import Plumbing, SessionRefs
 from .errors import AmbiguousRevision, ObjectNotFound, RevisionNotFound, SessionNotFound
 from .history import Hint, split_revision
 from .objects import Commit, ObjectId
+from .plumbing import Plumbing, SessionRefs
 
 
 class Session(Protocol):

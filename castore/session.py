@@ -4,7 +4,7 @@ One session is the commit DAG reachable from its refs under
 ``refs/sessions/<app>/<user>/<session>/``: ``HEAD`` (the leaf pointer, usually symbolic:
 ``ref: heads/main``), ``heads/<branch>`` and ``tags/<label>``. Every append builds its
 commits in one batch, writes its objects first and then moves one branch ref by
-compare-and-swap, all through :mod:`castore.branches` (the one write path).
+compare-and-swap, all through :mod:`castore.plumbing` (the one write path).
 
 The store builds sessions; this module never imports it: a session gets what it needs
 through :class:`SessionHost`, which :class:`castore.Store` satisfies.
@@ -20,28 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from . import names, revisions
 from . import objects as o
 from .aio import to_thread
-from .branches import (
-    HEAD_KEEPS,
-    HEADS,
-    META_CREATED,
-    META_HEAD_BRANCH,
-    META_INFO,
-    META_LENGTH,
-    META_NAMES,
-    META_TIME,
-    META_WRITE_ID,
-    REMOTES,
-    TAGS,
-    Batch,
-    NoSuchRef,
-    Plumbing,
-    ScopePlan,
-    SessionRefs,
-    name_meta,
-    parse_ref_name,
-    real_name,
-    symbolic_to,
-)
 from .entries import (
     DELETE,
     BranchSummary,
@@ -68,6 +46,28 @@ from .errors import (
 from .history import Hint, History
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore, gc_paused
+from .plumbing import (
+    HEAD_KEEPS,
+    HEADS,
+    META_CREATED,
+    META_HEAD_BRANCH,
+    META_INFO,
+    META_LENGTH,
+    META_NAMES,
+    META_TIME,
+    META_WRITE_ID,
+    REMOTES,
+    TAGS,
+    Batch,
+    NoSuchRef,
+    Plumbing,
+    ScopePlan,
+    SessionRefs,
+    name_meta,
+    parse_ref_name,
+    real_name,
+    symbolic_to,
+)
 from .refs import RefStore, RefValue
 from .state import read_state, read_states
 
@@ -244,7 +244,7 @@ class Session:
 
         Raises:
             InvalidEntry: ``info`` holds something that cannot be stored (nothing is written).
-            RefContended: HEAD kept changing (see :class:`~castore.branches.RetryPolicy`).
+            RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
             StorageError.
         """
         check_value(dict(info), "session info")
@@ -789,7 +789,7 @@ class Session:
         Raises:
             RevisionNotFound, AmbiguousRevision, InvalidName, StorageError.
             BranchError: the branch was deleted while HEAD moved to it (HEAD is put back).
-            RefContended: HEAD kept changing (see :class:`~castore.branches.RetryPolicy`).
+            RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
         """
         if create is not None:
             self.branch(create, rev)

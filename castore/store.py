@@ -18,7 +18,21 @@ from typing import Any
 
 from . import names
 from .aio import to_thread
-from .branches import (
+from .entries import check_state
+from .errors import (
+    CastoreError,
+    CorruptRef,
+    FormatError,
+    IntegrityError,
+    RefConflict,
+    SessionNotFound,
+    StorageError,
+    StoreNotFound,
+)
+from .history import History
+from .objects import Commit, ObjectId
+from .objectstore import STORE_FORMAT, ObjectStore
+from .plumbing import (
     HEADS,
     META_LENGTH,
     META_NAMES,
@@ -34,20 +48,6 @@ from .branches import (
     session_prefix,
     valid_segment,
 )
-from .entries import check_state
-from .errors import (
-    CastoreError,
-    CorruptRef,
-    FormatError,
-    IntegrityError,
-    RefConflict,
-    SessionNotFound,
-    StorageError,
-    StoreNotFound,
-)
-from .history import History
-from .objects import Commit, ObjectId
-from .objectstore import STORE_FORMAT, ObjectStore
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
 from .session import Session
@@ -458,7 +458,7 @@ class Store:
             The commit ids the ref now reaches for the changes, in order.
 
         Raises:
-            RefContended: the scope kept changing (see :class:`~castore.branches.RetryPolicy`).
+            RefContended: the scope kept changing (see :class:`~castore.plumbing.RetryPolicy`).
             StorageError: the backend failed.
         """
         plans = [plan]

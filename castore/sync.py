@@ -34,7 +34,16 @@ from typing import Any, NamedTuple
 
 from . import names
 from . import objects as o
-from .branches import (
+from .errors import (
+    CastoreError,
+    CorruptRef,
+    IntegrityError,
+    InvalidName,
+    RefConflict,
+)
+from .history import BlockPath, Hint, K, merge_depth
+from .objects import Commit, Index, Tree
+from .plumbing import (
     META_NAMES,
     META_WRITE_ID,
     REMOTES,
@@ -48,15 +57,6 @@ from .branches import (
     session_prefix,
     tip_meta,
 )
-from .errors import (
-    CastoreError,
-    CorruptRef,
-    IntegrityError,
-    InvalidName,
-    RefConflict,
-)
-from .history import BlockPath, Hint, K, merge_depth
-from .objects import Commit, Index, Tree
 from .refs import SYMBOLIC, RefValue
 from .store import Store
 

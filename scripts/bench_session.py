@@ -35,8 +35,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import castore  # noqa: E402
-from castore import Event, Message  # noqa: E402
+import castore
+from castore import Event, Message
 
 _WORDS = (
     "the weather in beijing is sunny with a light breeze and temperatures around twenty degrees "
@@ -138,7 +138,7 @@ def bench_ops(s: castore.Session, url: str, label: str) -> list[str]:
     rows = []
     root = url
 
-    def measure(name: str, fn, reps: int = 10) -> None:  # noqa: ANN001
+    def measure(name: str, fn, reps: int = 10) -> None:
         before = sum(tree_size(root, sub)[0] for sub in ("objects", "refs"))
         t0 = time.perf_counter()
         for r in range(reps):

@@ -32,11 +32,11 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-import s3server  # noqa: E402
+import s3server
 
-import castore  # noqa: E402
-from castore import Message, sync  # noqa: E402
-from castore.store import Store  # noqa: E402
+import castore
+from castore import Message, sync
+from castore.store import Store
 
 BUCKET = "castore-bench"
 SYSTEM = "You are a helpful weather assistant. Answer briefly and cite the station. " * 4

@@ -29,11 +29,11 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import bench_langgraph as bench  # noqa: E402
+import bench_langgraph as bench
 
-import castore  # noqa: E402
-from castore import objects as o  # noqa: E402
-from castore.adapters.langgraph import CastoreSaver  # noqa: E402
+import castore
+from castore import objects as o
+from castore.adapters.langgraph import CastoreSaver
 
 WARM = 20
 

@@ -36,8 +36,8 @@ from langgraph.graph.message import add_messages
 
 import castore
 from castore.adapters import langgraph as lg
+from castore.objectstore.packlog import WriterLog
 from castore.refs import RefStore
-from castore.writerlog import WriterLog
 
 THREAD = {"configurable": {"thread_id": "profile"}}
 cpu: dict[str, float] = {}

@@ -1,4 +1,4 @@
-"""The plumbing layer (castore.branches): ref names, metadata keys, read hints, batches, landing.
+"""The plumbing layer (castore.plumbing): ref names, metadata keys, read hints, batches, landing.
 
 Shared-suite style: each store test runs on local disk and in memory (the ``plumbing_store``
 fixture); what only local disk has (ref lock files, several processes) runs there alone.
@@ -20,11 +20,11 @@ import pytest
 from conftest import make_backend
 
 import castore
-from castore import branches as b
-from castore.branches import RefContended, RetryPolicy, SessionRefs, parse_ref_name, real_name
+from castore import plumbing as b
 from castore.errors import CorruptRef, RefConflict, RefLocked
 from castore.history import Hint, K
 from castore.maintenance import fsck
+from castore.plumbing import RefContended, RetryPolicy, SessionRefs, parse_ref_name, real_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = "ветка-" * 40  # a branch name whose segment is hashed (over names.MAX_SEGMENT bytes)

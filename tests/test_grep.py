@@ -171,7 +171,7 @@ def test_index_gives_the_same_matches_as_a_scan(store: castore.Store, query: dic
 
 
 def test_index_follows_the_store_and_rebuilds_only_what_moved(store: castore.Store, tmp_path: Path) -> None:
-    from castore.grepindex import open_index
+    from castore.grep.index import open_index
 
     ix = open_index(store)
     assert len(ix.rebuilt) == 3

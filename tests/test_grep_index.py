@@ -11,11 +11,12 @@ import pytest
 
 import castore
 from castore.grep import grep
-from castore.grepfiles import stat_of
-from castore.grepindex import index_dir, open_index
-from castore.storage import open_storage, swaplog
+from castore.grep.files import stat_of
+from castore.grep.index import index_dir, open_index
+from castore.storage import open_storage
+from castore.storage import refchanges as swaplog
 from castore.storage.local import LocalStorage
-from castore.storage.swaplog import SWAP_LOG
+from castore.storage.refchanges import SWAP_LOG
 
 T0 = 1_760_000_000.0
 
@@ -95,7 +96,7 @@ def test_pending_swaps_are_the_keys_whose_lock_is_held(tmp_path: Path) -> None:
 # -- freshness of the index ----------------------------------------------------------------------
 def test_unchanged_store_is_searched_without_reading_any_ref(store: castore.Store,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import castore.grepindex as gi
+    import castore.grep.index as gi
 
     assert len(_texts(store, "parser")) == 6  # builds the index
     reads: list[object] = []
@@ -177,7 +178,7 @@ def test_fast_match_equals_a_built_match() -> None:
     """The index path's Match builder gives what Match(...) gives: same fields, equal, frozen."""
     import dataclasses
 
-    from castore.grepmatch import LineMatch, Match, make_match
+    from castore.grep.match import LineMatch, Match, make_match
 
     lines = (LineMatch(1, "a parser here", ((2, 8),)),)
     fast = make_match("ab" * 32, ("app", "u", "s"), ("main",), "user", "text", None, 1.5, lines, 2)
@@ -186,7 +187,7 @@ def test_fast_match_equals_a_built_match() -> None:
     assert set(vars(fast)) == {f.name for f in dataclasses.fields(Match)}
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.role = "assistant"  # type: ignore[misc]
-    from castore.grepmatch import make_line_match
+    from castore.grep.match import make_line_match
 
     line = make_line_match(3, "x parser", ((2, 8),))
     assert line == LineMatch(3, "x parser", ((2, 8),)) and hash(line) == hash(LineMatch(3, "x parser", ((2, 8),)))
@@ -223,7 +224,7 @@ def test_iso_time_by_arithmetic_is_what_datetime_writes() -> None:
     second, minute, day and year ends and where microseconds round up into the next second."""
     import random
 
-    from castore.grepmatch import _iso_by_datetime, iso_time
+    from castore.grep.match import _iso_by_datetime, iso_time
 
     rng = random.Random(5)
     times = [0.0, 5e-324, 0.4999999e-6, 0.5e-6, 1.5e-6, 0.9999994, 0.9999995, 0.99999949, 59.9999996, 86399.9999995,
@@ -258,7 +259,7 @@ def _same_as_scan(store: castore.Store) -> None:
 
 def test_updates_go_to_a_delta_and_stay_correct_through_every_kind_of_change(
         store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import castore.grepindex as gi
+    import castore.grep.index as gi
 
     monkeypatch.setattr(gi, "COMPACT", 100.0)  # never a new base: every update is a delta
     for n in range(3, 8):
@@ -297,7 +298,7 @@ def test_updates_go_to_a_delta_and_stay_correct_through_every_kind_of_change(
 
 def test_a_new_base_when_the_dead_blocks_and_the_delta_pass_compact(
         store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import castore.grepindex as gi
+    import castore.grep.index as gi
 
     for n in range(3, 12):
         store.session("bot", "ann", f"s{n}").append_many([{"role": "user", "content": f"parser {n}.{k}"}
@@ -320,7 +321,7 @@ def test_a_search_reading_an_index_that_an_update_replaces_meanwhile(store: cast
     """A reader opens the files state.json names when it loads; an update that removes them
     afterwards does not disturb it (mapped files stay readable), and one that removes them
     before the reader opens them sends it back to state.json."""
-    import castore.grepindex as gi
+    import castore.grep.index as gi
 
     open_index(store)
     reader = gi.Index(store)
@@ -348,7 +349,7 @@ def test_the_index_is_checked_by_crc_only_when_a_file_was_written_since(store: c
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import zlib
 
-    import castore.grepfiles as gf
+    import castore.grep.files as gf
 
     want = _texts(store, "parser")
     crcs: list[int] = []
@@ -362,7 +363,7 @@ def test_the_index_is_checked_by_crc_only_when_a_file_was_written_since(store: c
 def test_a_writer_that_finds_the_index_updated_by_another_looks_again(store: castore.Store) -> None:
     """Two searches after an append: the one that takes the writers' lock second finds the state
     written meanwhile, loads it, and saves only its newer mark (taking the lock it holds again)."""
-    import castore.grepindex as gi
+    import castore.grep.index as gi
 
     open_index(store)
     store.session("bot", "ann", "s0").append({"role": "user", "content": "walrus"})

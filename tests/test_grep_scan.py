@@ -10,7 +10,7 @@ import pytest
 import castore
 from castore.entries import Compaction
 from castore.grep import grep
-from castore.grepscan import needle
+from castore.grep.scan import needle
 
 T0 = 1_760_000_000.0
 
@@ -133,7 +133,7 @@ def test_needle_is_only_what_every_matching_body_holds(pattern: str, flags: int,
 
 def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> None:
     from castore import objects as o
-    from castore import packs
+    from castore.objectstore import packs
 
     seen: list[str] = []
     for content, is_record in store.objects.iter_contents():
@@ -162,7 +162,7 @@ def test_records_decompressed_ahead_come_in_order_a_damaged_one_as_none(n: int) 
 @pytest.mark.parametrize(("pattern", "flags"), [("parser", re.I), ("Parser", 0), ("aa", re.I), ("ab", re.I), ("é", re.I),
                                                 ("a.b", 0), ("k", re.I), ("s", re.I)])
 def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> None:
-    from castore.grepmatch import spans_finder
+    from castore.grep.match import spans_finder
 
     rx = re.compile(pattern, flags)
     for line in ("The PARSER parser, ParSer", "aaaaa", "ſab AB \u212a", "a.b axb", "Écrire é É", ""):
@@ -185,7 +185,7 @@ OTHER_WAYS: dict[str, tuple[tuple[str, int], ...]] = {
 @pytest.mark.parametrize("way", [*OTHER_WAYS, "blocks-walked"])
 def test_every_way_of_the_scan_finds_what_the_walk_finds(store: castore.Store, way: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from castore import grepscan
+    from castore.grep import scan as grepscan
 
     if way == "blocks-walked":
         monkeypatch.setattr(grepscan._Paths, "_segment", lambda self, sid, blk: None)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore import maintenance, packs
+from castore import maintenance
+from castore.objectstore import packs
 from castore.storage.local import LocalStorage
 from castore.storage.retrying import RetryingStorage
 

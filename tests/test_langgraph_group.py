@@ -18,7 +18,7 @@ import castore
 import castore.adapters.langgraph as lg
 from castore.adapters.langgraph import CastoreSaver
 from castore.errors import StorageError
-from castore.storage import swaplog
+from castore.storage import refchanges as swaplog
 
 
 def cfg(thread: str, cpid: str | None = None) -> dict[str, Any]:

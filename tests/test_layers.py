@@ -24,12 +24,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "names", "aio"),
     ("storage",),
-    ("objects", "zdict", "packs", "repack", "packreader", "writerlog", "objectstore", "refs"),
+    ("objects", "zdict", "objectstore", "refs"),
     ("history", "state", "entries"),
-    ("branches", "revisions"),
+    ("plumbing", "revisions"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "grep", "grepscan", "grepindex", "grepfiles", "grepmatch", "grepblocks"),
+    ("sync", "maintenance", "grep"),
     ("adapters", "html"),
     ("cli", "__main__"),
 ]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore import maintenance, packs
+from castore import maintenance
 from castore.errors import CastoreError
+from castore.objectstore import packs
 
 
 def _text(k: int) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore import maintenance, packs
+from castore import maintenance
+from castore.objectstore import packs
 
 N = 100
 

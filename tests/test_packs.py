@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore import maintenance, packs
+from castore import maintenance
 from castore import objects as o
 from castore.errors import FormatError, IntegrityError, ObjectNotFound
-from castore.objectstore import LOOSE_MIN, ObjectStore, object_key
+from castore.objectstore import LOOSE_MIN, ObjectStore, object_key, packs
 from castore.storage import open_storage
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore import maintenance, packs
+from castore import maintenance
 from castore import objects as o
 from castore.errors import IntegrityError
-from castore.objectstore import ObjectStore, pack_key
+from castore.objectstore import ObjectStore, pack_key, packs
 from castore.storage import open_storage
 
 GOLDEN = Path(__file__).parent / "golden"

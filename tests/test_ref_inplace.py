@@ -18,10 +18,10 @@ import castore
 from castore import objects as o
 from castore.errors import CorruptRef
 from castore.maintenance import fsck
-from castore.storage import journal as journal_mod
+from castore.storage import bootmarkers as journal_mod
 from castore.storage import local as local_mod
 from castore.storage import locks as locks_mod
-from castore.storage.journal import INPLACE_MAGIC, frame
+from castore.storage.bootmarkers import INPLACE_MAGIC, frame
 from castore.storage.local import LocalStorage
 from castore.storage.reffiles import INPLACE_MAX
 

@@ -23,12 +23,12 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 import castore
-from castore import packs
 from castore.errors import IntegrityError
 from castore.maintenance import fsck
+from castore.objectstore import packs
 from castore.storage import RefIntent, reffiles
 from castore.storage import local as local_mod
-from castore.storage.journal import JOURNAL
+from castore.storage.bootmarkers import JOURNAL
 from castore.storage.local import LocalStorage
 
 GOLDEN = Path(__file__).parent / "golden" / "format3-intent.json"

@@ -253,7 +253,7 @@ def test_a_bad_pack_list_in_a_hint_is_ignored_not_trusted() -> None:
 
 
 def test_kept_values_are_bounded_and_an_evicted_ref_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from castore import branches
+    from castore import plumbing as branches
 
     monkeypatch.setattr(branches, "KEPT_REFS", 4)
     with castore.open(f"memory://refcost-{uuid.uuid4().hex}") as st:

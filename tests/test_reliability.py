@@ -28,9 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import castore
-from castore import maintenance, names, packs
+from castore import maintenance, names
 from castore import objects as o
 from castore.errors import CorruptRef
+from castore.objectstore import packs
 from castore.refs import RefStore
 from castore.storage import open_storage
 from castore.storage.faulty import FaultyStorage, InjectedFault

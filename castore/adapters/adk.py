@@ -44,9 +44,9 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session as AdkSession
 from pydantic_core import to_jsonable_python
 
-from ..branches import META_CREATED, META_NAMES, symbolic_to
 from ..entries import Custom, Event, Message
 from ..errors import RefConflict, SessionNotFound
+from ..plumbing import META_CREATED, META_NAMES, symbolic_to
 from ..session import LogEntry, Session
 from ..state import read_state
 from ..store import SessionInfo, Store

@@ -58,7 +58,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import names
 from .. import objects as o
-from ..branches import (
+from ..errors import RefConflict, SessionNotFound
+from ..history import Hint, History, K
+from ..objects import Commit, Tree
+from ..plumbing import (
     META_CREATED,
     META_HEAD_BRANCH,
     META_NAMES,
@@ -74,9 +77,6 @@ from ..branches import (
     session_prefix,
     symbolic_to,
 )
-from ..errors import RefConflict, SessionNotFound
-from ..history import Hint, History, K
-from ..objects import Commit, Tree
 from ..refs import PREFIX as REFS_PREFIX
 from ..refs import RefValue, ref_key
 from ..store import Store

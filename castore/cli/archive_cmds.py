@@ -51,7 +51,7 @@ def _echo_results(results: list[Any], as_json: bool) -> None:
 
 def _update_index(store: Any) -> None:
     """Bring the search index up to date, if the store has one (grep made it)."""
-    from ..grepindex import update_if_present
+    from ..grep.index import update_if_present
 
     if update_if_present(store):
         note("search index updated")

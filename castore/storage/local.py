@@ -8,7 +8,7 @@ A lock left behind by a dead process is cleared: the holder holds an ``flock`` o
 the kernel drops when the process dies; the pid and host it records are for messages only.
 The lock protocol is :mod:`castore.storage.locks`.
 
-The swap log (:mod:`castore.storage.swaplog`): every swap, conditional delete and delete of
+The swap log (:mod:`castore.storage.refchanges`): every swap, conditional delete and delete of
 a key under ``refs/`` first appends ``<length> <key>\n`` to ``swaps.log`` at the root (after
 a header line naming the log by a random id), while it holds the key's lock (one
 ``O_APPEND`` write, not synced).
@@ -35,7 +35,7 @@ under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
 writer's lock was cleared) are recorded in it, synced, before they land. Opening a store
 after a power loss finds the marker of another boot and replays that boot's intents
 (:meth:`LocalStorage.recover_refs`); the markers and the replay are in
-:mod:`castore.storage.journal`.
+:mod:`castore.storage.bootmarkers`.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import CorruptRef, InvalidName, StorageError
-from . import swaplog
+from . import refchanges
 from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
-from .journal import BootMarkers, frame
+from .bootmarkers import BootMarkers, frame
 from .locks import HandleLockFile, check_stale, take_lock, unlock
 from .reffiles import (
     INPLACE_MAX,
@@ -401,7 +401,7 @@ class LocalStorage(Storage):
         With ``journal`` (a durable ref under ``refs/``), the change is deferred when the
         journal keeps its intent durable: the boot's marker is made sure of, the journal
         called, and the ref written with no sync, in place over a ref already written so
-        (with a header that checks the value, see :func:`~castore.storage.journal.frame`),
+        (with a header that checks the value, see :func:`~castore.storage.bootmarkers.frame`),
         else renamed into place with that header (see the module docstring).
         """
         path = self._path(key)
@@ -518,7 +518,7 @@ class LocalStorage(Storage):
             StorageError: the swap log or the ref cannot be written (the lock is released).
         """
         try:
-            swaplog.log_swap(self.root, key, self.url)
+            refchanges.log_swap(self.root, key, self.url)
             # framed when deferred, so that a later swap may write it in place and a reader
             # can tell a write in place it met
             stored = frame(data, dg) if deferred else as_stored(key, data)
@@ -573,10 +573,10 @@ class LocalStorage(Storage):
             self._landed.pop(next(iter(self._landed)), None)
         self._landed[key] = landed
 
-    # -- deferred swaps: recovery (journal.py) -------------------------------------------
+    # -- deferred swaps: recovery (bootmarkers.py) -------------------------------------------
     def recover_refs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> int:
         """Replay the deferred swaps of every other boot that left a marker; see
-        :meth:`Storage.recover_refs`, :meth:`~castore.storage.journal.BootMarkers.recover`
+        :meth:`Storage.recover_refs`, :meth:`~castore.storage.bootmarkers.BootMarkers.recover`
         and docs/FORMAT.md, 12. One listing when there is none.
 
         Raises:
@@ -640,7 +640,7 @@ class LocalStorage(Storage):
                     # a deferred swap of this boot may have created the ref: without this
                     # record a recovery would replay that swap over the delete
                     self._markers.record(boot, RefIntent(key, current.token, None, None, boot, time.monotonic_ns()))
-                swaplog.log_swap(self.root, key, self.url)
+                refchanges.log_swap(self.root, key, self.url)
                 try:
                     os.unlink(path)
                 except OSError as e:
@@ -651,8 +651,8 @@ class LocalStorage(Storage):
         self._prune_dirs(os.path.dirname(path))
 
     def swaps_since(self, mark: str | None) -> tuple[str, builtins.list[str] | None] | None:
-        """The keys logged since ``mark``; see :func:`~castore.storage.swaplog.swaps_since`."""
-        return swaplog.swaps_since(self.root, _boot_id(), mark, self.url)
+        """The keys logged since ``mark``; see :func:`~castore.storage.refchanges.swaps_since`."""
+        return refchanges.swaps_since(self.root, _boot_id(), mark, self.url)
 
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
         """Keys below ``prefix`` whose lock file exists (a swap under way or abandoned)."""

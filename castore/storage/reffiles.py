@@ -1,7 +1,7 @@
 """Ref files on local disk as their bytes lie: plain, or framed and written in place.
 
 A ref that a deferred swap (format 3, docs/FORMAT.md 12) wrote is *framed*
-(:func:`~castore.storage.journal.frame`: a header that checks the value), so that a later
+(:func:`~castore.storage.bootmarkers.frame`: a header that checks the value), so that a later
 deferred swap may overwrite it in place (one ``pwrite`` of at most :data:`INPLACE_MAX`
 bytes, no rename) and a reader can tell a write in place it met from a whole value. This
 module reads such files (:func:`settle` reads again a ref caught mid-write,
@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from ..errors import CorruptRef, StorageError
 from .base import Token, Versioned
-from .journal import INPLACE_MAGIC, frame, framed_token, unframe
+from .bootmarkers import INPLACE_MAGIC, frame, framed_token, unframe
 
 try:  # hashlib's own blake2b, without importing OpenSSL's _hashlib (import time of a local store)
     from _blake2 import blake2b
@@ -48,7 +48,7 @@ def token(data: bytes) -> Token:
 
 def digest(data: bytes) -> bytes:
     """The 16-byte blake2b digest of ``data``: its :func:`token` unhexed, and what the header
-    of its frame holds (:func:`~castore.storage.journal.frame`). Raises nothing."""
+    of its frame holds (:func:`~castore.storage.bootmarkers.frame`). Raises nothing."""
     return blake2b(data, digest_size=16).digest()
 
 

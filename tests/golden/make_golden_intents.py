@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from test_ref_journal import _golden_delta_intents, _golden_intents
 
-from castore import packs
+from castore.objectstore import packs
 
 
 def golden(delta: bool = False) -> dict[str, object]:

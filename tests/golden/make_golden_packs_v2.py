@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from make_golden import golden_objects
 
 from castore import objects as o
-from castore import packs
+from castore.objectstore import packs
 
 
 def golden() -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The files of the search index (:mod:`castore.grepindex` describes the index and the format
+"""The files of the search index (:mod:`castore.grep.index` describes the index and the format
 of each file): a segment's parts as loaded or built, the commit numbering of an update, and
 the writing and checking of each file.
 
@@ -33,7 +33,7 @@ _FOLD = {0x17F: "s", 0x131: "i"}
 
 
 class Part:
-    """One part of one segment of an index (see :mod:`castore.grepindex`), as loaded or as being
+    """One part of one segment of an index (see :mod:`castore.grep.index`), as loaded or as being
     built: the bytes of ``P.txt`` and ``P.low``, decoded only when a search needs the whole text
     (a plain string is searched in the bytes, and only the blocks found are decoded)."""
 
@@ -150,7 +150,7 @@ def _bytes_of(v: Any) -> Any:
 
 
 class Segment:
-    """One segment as loaded: its parts and its commits (see :mod:`castore.grepindex`)."""
+    """One segment as loaded: its parts and its commits (see :mod:`castore.grep.index`)."""
 
     def __init__(self, name: str, base: int) -> None:
         self.name = name

@@ -1,5 +1,5 @@
 """What a match of :func:`castore.grep.grep` is and how one is built, shared by the search
-through the index (:mod:`castore.grep`) and the scan and walk (:mod:`castore.grepscan`):
+through the index (:mod:`castore.grep`) and the scan and walk (:mod:`castore.grep.scan`):
 :class:`Match` and :class:`LineMatch` (re-exported by :mod:`castore.grep`, whose docstring
 gives their JSON form), the lines of a block that match a pattern, the session and tool
 filters, and the JSON time of a match.

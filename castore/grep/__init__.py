@@ -19,14 +19,14 @@ the agent's program write into the conversation) are left out, with tool results
 system messages.
 
 Three ways give the same matches. By default (every store but ``memory://``) the search runs
-over the local index of :mod:`castore.grepindex`, first brought up to date: on local disk the
+over the local index of :mod:`castore.grep.index`, first brought up to date: on local disk the
 store's swap log says which refs moved since the index last looked (nothing moved: one
 ``stat`` and no ref read), and only those sessions are read again and written to the
 index's small second segment (the rest of the index is not rewritten).
 
 Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned* (every
 stored object read once, store-wide) and a format-1 store is *walked* (each session's
-branches; ``scan=False`` forces it): :mod:`castore.grepscan`.
+branches; ``scan=False`` forces it): :mod:`castore.grep.scan`.
 
 Either way a commit shared by several branches, or by a fork and its parent session, is
 read and reported once, naming every branch that holds it. Matches come in session order (by
@@ -51,8 +51,8 @@ number per session: through the index neither builds a :class:`Match` (what ``ca
 prints, ``-c`` and ``-l`` use them), and a count does not even decode a block a plain string
 was found in when the block is ASCII.
 
-What a match is and how one is built (shared with the scan): :mod:`castore.grepmatch`; the
-searchable blocks of a body and the context around a match: :mod:`castore.grepblocks`.
+What a match is and how one is built (shared with the scan): :mod:`castore.grep.match`; the
+searchable blocks of a body and the context around a match: :mod:`castore.grep.blocks`.
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import CastoreError
-from .grepblocks import TOOL_ROLES, blocks, context_entries
-from .grepmatch import (
+from ..errors import CastoreError
+from ..objectstore import gc_paused
+from .blocks import TOOL_ROLES, blocks, context_entries
+from .match import (
     LineMatch,
     Match,
     glob_any,
@@ -75,10 +76,9 @@ from .grepmatch import (
     session_ok,
     spans_finder,
 )
-from .objectstore import gc_paused
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
 KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: kinds searched unless told otherwise: tool results are most of the text, and rarely wanted
@@ -256,7 +256,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         since, until: only entries at or after / before these times (seconds since the epoch).
         limit: stop after this many matches.
         context: also give this many entries before and after each match on its branch.
-        index: search through the local index (:mod:`castore.grepindex`, brought up to date
+        index: search through the local index (:mod:`castore.grep.index`, brought up to date
             first) rather than by reading every object; None: for every store but ``memory://``.
             Both give the same matches.
         check_index: bring the index up to date with the store's refs first (False: trust it
@@ -296,7 +296,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
                                check_index, _MATCHES)
         return
-    from .grepscan import grep_scan, grep_walk
+    from .scan import grep_scan, grep_walk
 
     if scan is None:
         scan = store.objects.format >= 2
@@ -352,7 +352,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
     context), :data:`_COUNTS` ``(session, matches)`` pairs in the order of the sessions' first
     match (the first ``limit`` matches counted)."""
-    from .grepindex import hits, open_index, search_plan
+    from .index import hits, open_index, search_plan
 
     ix = open_index(store, check=check)
     try:
@@ -488,10 +488,10 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
            bsets: list[tuple[str, ...]], rx: re.Pattern[str], finder: Callable[[str], list[tuple[int, int]]],
            limit: int | None, context: int, rows: bool) -> Iterator[Any]:
     """The matches of the candidate blocks of ``groups`` (``(session, hits, False)`` or ``(session,
-    runs, True)``: :func:`castore.grepindex.hits`), in order, at most ``limit``: rows (:data:`Row`)
+    runs, True)``: :func:`castore.grep.index.hits`), in order, at most ``limit``: rows (:data:`Row`)
     or :class:`Match` objects (no context entries yet); a block with no matching line is left out;
     ``also``: the other sessions of a block, by block."""
-    from .grepindex import hits, search_plan
+    from .index import hits, search_plan
 
     _, lowered, lit = search_plan(rx)
     # a plain string's spans in a line, found here rather than by ``finder`` (the same search, less

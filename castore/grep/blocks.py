@@ -1,7 +1,7 @@
 """The searchable blocks of a commit's body (the kinds :mod:`castore.grep` describes), the time
 of a commit, and the context entries around a match: what the search through the index
-(:mod:`castore.grepindex`, which extracts the blocks), the scan and walk
-(:mod:`castore.grepscan`) and :func:`castore.grep.grep` share.
+(:mod:`castore.grep.index`, which extracts the blocks), the scan and walk
+(:mod:`castore.grep.scan`) and :func:`castore.grep.grep` share.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import objects as o
-from .objects import Commit, Value
+from .. import objects as o
+from ..objects import Commit, Value
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
 #: the roles of a message that is a tool's result
 TOOL_ROLES = ("tool", "toolResult", "function", "tool_result")

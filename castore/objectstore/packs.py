@@ -48,9 +48,9 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from . import objects as o
-from .errors import IntegrityError
-from .storage import RefIntent
+from .. import objects as o
+from ..errors import IntegrityError
+from ..storage import RefIntent
 
 PACK_MAGIC = b"CAPK\x01\x00\x00\x00"
 INDEX_MAGIC = b"CAIX\x01\x00\x00\x00"

@@ -6,8 +6,8 @@ objects of each batch as one record of a pack (``packs/<name>.pack``): on local 
 append to this handle's log, elsewhere one whole pack per batch. Reading is the same for
 both formats: the pack map (id -> pack, offset), the loose files, then a refresh of the
 pack map. Nothing above this module knows whether an object is loose or packed.
-The pack map and the reads of packs are :mod:`castore.packreader`'s, the writer's log and
-its ref intents :mod:`castore.writerlog`'s, the merge of packs :mod:`castore.repack`'s: the
+The pack map and the reads of packs are :mod:`castore.objectstore.packmap`'s, the writer's log and
+its ref intents :mod:`castore.objectstore.packlog`'s, the merge of packs :mod:`castore.objectstore.repack`'s: the
 parts of :class:`ObjectStore`, which is their one public face.
 
 Writing an object that exists is harmless; every batch writes all its objects (rewriting
@@ -25,13 +25,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 
-from . import objects as o
+from .. import objects as o
+from ..errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound, StorageError
+from ..objects import AnyObject, ObjectId
+from ..storage import Appender, DeleteIncomplete, Storage
 from . import packs
-from .errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound, StorageError
-from .objects import AnyObject, ObjectId
+from .packlog import WriterLog
 from .packs import PACKS, Place, index_key, pack_key
-from .storage import Appender, DeleteIncomplete, Storage
-from .writerlog import WriterLog
 
 PREFIX = "objects"
 #: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
@@ -90,8 +90,8 @@ class gc_paused:
 
 class ObjectStore(WriterLog):
     """Content-addressed objects over a storage backend (its pack map and the reads of packs:
-    :class:`~castore.packreader.PackReader`; its writer's log: :class:`~castore.writerlog.WriterLog`;
-    merging its packs: :class:`~castore.repack.Repacking`)."""
+    :class:`~castore.objectstore.packmap.PackReader`; its writer's log: :class:`~castore.objectstore.packlog.WriterLog`;
+    merging its packs: :class:`~castore.objectstore.repack.Repacking`)."""
 
     def __init__(self, storage: Storage, compress: bool = True, format: int = 1,  # noqa: A002
                  auto_repack: bool = True) -> None:
@@ -736,7 +736,7 @@ class ObjectStore(WriterLog):
         a search of every object reads): first the loose objects, then each pack record, the
         packs read whole, ``batch`` packs per concurrent read. Yields ``(bytes, is_record)``:
         a version-2 record's decompressed content (``is_record``: its objects are found with
-        :func:`castore.packs.content_spans`; it is also kept in the content cache, so that
+        :func:`castore.objectstore.packs.content_spans`; it is also kept in the content cache, so that
         reading its objects again costs no I/O, as are the pack's bytes), or one object's
         canonical bytes (a loose object, a version-1 frame). Objects are not
         verified here: an object's id is the hash of its bytes, which a caller that needs the
@@ -798,7 +798,7 @@ class ObjectStore(WriterLog):
 
     def _write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
         """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks (each
-        laid out by kind, :func:`castore.packs.block_layout`), then its index, each
+        laid out by kind, :func:`castore.objectstore.packs.block_layout`), then its index, each
         atomically: a pack without its index is still read (scanned); an index never names
         a pack that is not complete."""
         data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)

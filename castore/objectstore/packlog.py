@@ -10,8 +10,8 @@ durable; a log holding intents is merged at close into an ``r-`` pack of blocks 
 the logs without an index (:meth:`~WriterLog.log_intents`).
 
 :class:`WriterLog` is the part of :class:`~castore.objectstore.ObjectStore` that does it; it
-records its appends in the pack map (:class:`~castore.packreader.PackReader`) and merges
-through :class:`~castore.repack.Repacking`. The attributes declared on the class are
+records its appends in the pack map (:class:`~castore.objectstore.packmap.PackReader`) and merges
+through :class:`~castore.objectstore.repack.Repacking`. The attributes declared on the class are
 the store's state it reads and updates.
 """
 
@@ -21,12 +21,12 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 
+from ..errors import StorageError
+from ..storage import Appender, RefIntent
 from . import packs
-from .errors import StorageError
-from .packreader import PackReader
+from .packmap import PackReader
 from .packs import PACKS, Slot, index_key, pack_key
 from .repack import Repacking
-from .storage import Appender, RefIntent
 
 
 class WriterLog(PackReader, Repacking):

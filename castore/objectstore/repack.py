@@ -4,7 +4,7 @@ A writer's small packs (a local writer's sealed logs, an object-store writer's b
 one per append) are compressed record by record. A *repack* reads a set of packs (and,
 from ``castore repack``, small loose objects), writes every object they hold, once, in
 write order, as one new version-2 pack of zstd blocks (each laid out by kind inside:
-:func:`castore.packs.block_layout`) with its index, and only then
+:func:`castore.objectstore.packs.block_layout`) with its index, and only then
 deletes the packs it merged: a kill at any point leaves the objects in the old packs, or
 in the old and the new, never in neither. Which packs to merge follows git's
 ``repack --geometric=2`` (:func:`geometric`), so each byte is rewritten O(log n) times
@@ -23,11 +23,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 
-from . import objects as o
+from .. import objects as o
+from ..errors import IntegrityError
+from ..storage import Appender, Storage
 from . import packs
-from .errors import IntegrityError
 from .packs import PACKS, Slot, index_key, pack_key
-from .storage import Appender, Storage
 
 #: background repack reads at most this many bytes of packs per run (the rest waits its turn)
 AUTO_REPACK_MAX_BYTES = 256 << 20
@@ -66,7 +66,7 @@ class Repacking:
         write order (oldest pack first, record by record) and are compressed in blocks of about
         :data:`BLOCK_BYTES`, so that neighbours (a segment and the commits it copies, one
         message and the next) share their bytes; inside a block they are laid out by kind
-        (commits and trees first: :func:`castore.packs.block_layout`). Every object is
+        (commits and trees first: :func:`castore.objectstore.packs.block_layout`). Every object is
         verified on the way.
 
         Safe against a concurrent repack or gc: a pack gone meanwhile is skipped (whoever

@@ -3,7 +3,7 @@
 A handle keeps one entry per pack it knows (``_Pack``): the places of its objects, whether
 it is sealed (complete), how far a growing log has been scanned. A refresh lists ``packs/``
 (:meth:`PackReader.refresh`): a sealed pack's index is read by its first bytes and searched
-in place by ranged reads (:class:`castore.packs.IndexView`, checked in full only once a
+in place by ranged reads (:class:`castore.objectstore.packs.IndexView`, checked in full only once a
 miss or a bad object needs it), a pack without an index (a log, a batch pack) is scanned
 from where its last scan stopped, and a pack gone (repacked) is forgotten. A frame is read
 from the pack bytes a scan kept, or by a ranged read; a version-2 record is decompressed
@@ -21,11 +21,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
-from . import objects as o
+from .. import objects as o
+from ..errors import IntegrityError
+from ..storage import Appender, Storage
 from . import packs
-from .errors import IntegrityError
 from .packs import PACKS, Place, Slot, index_key, pack_key
-from .storage import Appender, Storage
 
 #: bytes of scanned packs kept in memory, so reading their frames costs no further I/O
 PACK_DATA_BYTES = 64 << 20

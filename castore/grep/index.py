@@ -57,7 +57,7 @@ session's ref folder and refs, read only when something moved: a search of an in
 moved since reads ``state.json`` and the files of the parts it searches, nothing else.
 
 The files of a segment (its parts as loaded or built, their writing and their checks) and
-the commit numbering of an update are in :mod:`castore.grepfiles`.
+the commit numbering of an update are in :mod:`castore.grep.files`.
 """
 
 from __future__ import annotations
@@ -71,11 +71,11 @@ from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from .errors import CastoreError
-from .grepfiles import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open_file, stat_of, write_file
+from ..errors import CastoreError
+from .files import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open_file, stat_of, write_file
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
 VERSION = 6
 #: the share of the base that dead blocks and the delta may reach before an update writes a
@@ -146,8 +146,8 @@ def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Ke
 def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None, float, tuple[str, ...], int, str]]:
     """Every searchable block of one session, each commit once, root to tip: ``(commit, role,
     kind, tool, time, branches, block number within the commit, text)``."""
-    from .grepblocks import blocks, time_of
-    from .grepscan import bodies_of
+    from .blocks import blocks, time_of
+    from .scan import bodies_of
 
     s = store.session(*key)
     tips = dict(s.branches())

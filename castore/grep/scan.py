@@ -50,17 +50,16 @@ from dataclasses import replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from . import objects as o
-from . import packs
-from .errors import IntegrityError, ObjectNotFound
-from .grepblocks import blocks, context_entries, time_of
-from .grepmatch import LineMatch, Match, glob_any, line_matches, make_match, session_ok
-from .history import K
-from .objects import Commit, Index, Segment, Value
-from .objectstore import gc_paused
+from .. import objects as o
+from ..errors import IntegrityError, ObjectNotFound
+from ..history import K
+from ..objects import Commit, Index, Segment, Value
+from ..objectstore import gc_paused, packs
+from .blocks import blocks, context_entries, time_of
+from .match import LineMatch, Match, glob_any, line_matches, make_match, session_ok
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
 _BATCH = 256
 
@@ -554,7 +553,7 @@ def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs
     """The sessions a search covers, in session order, each with its branches (name, tip and
     ref metadata; ``HEAD`` when detached), as :meth:`Session.branches` names them: the
     current branch as :meth:`Store.sessions` read it, the others in one batch."""
-    from .branches import parse_ref_name, real_name, session_prefix
+    from ..plumbing import parse_ref_name, real_name, session_prefix
 
     infos = []
     for app in sorted(store.apps()):
