@@ -10,10 +10,7 @@ from click.testing import CliRunner
 
 from castore.cli.main import main
 
-DATA = Path("/work/shared/data")
-if not DATA.exists():
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared Claude Code / Codex data not available")
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def _cli(tmp_path: Path, *args: str):

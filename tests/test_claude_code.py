@@ -22,12 +22,9 @@ from castore.adapters.claude_code import (
 from castore.adapters.jsonl_tree import ArchiveError, parse_time, safe_join
 from castore.grep import grep
 
-DATA = Path("/work/shared/data/claude-code")
-if not DATA.exists():  # CI: the same files may live beside the worktree
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-code"
+DATA = Path(__file__).resolve().parent / "data" / "claude-code"
 SHARE = DATA / "session-share"
 SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared Claude Code data not available")
 
 
 def _same_tree(a: Path, b: Path, skip: tuple[str, ...] = ("LICENSE", "README.md")) -> None:

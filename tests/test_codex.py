@@ -16,9 +16,7 @@ from castore.adapters.codex import export_codex, find_rollouts, import_codex
 from castore.adapters.jsonl_tree import ArchiveError
 from castore.grep import grep
 
-DATA = Path("/work/shared/data/codex")
-if not DATA.exists():
-    DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "codex"
+DATA = Path(__file__).resolve().parent / "data" / "codex"
 SAMPLE = DATA / "sample_codex_session.jsonl"
 
 
@@ -32,7 +30,7 @@ def _line(i: int, type_: str, payload: dict[str, Any]) -> bytes:
 
 
 def _meta(tid: str, **extra: Any) -> dict[str, Any]:
-    return {"id": tid, "timestamp": _ts(0), "cwd": "/work/demo", "originator": "codex_cli_rs", "cli_version": "0.90.0",
+    return {"id": tid, "timestamp": _ts(0), "cwd": "/home/me/demo", "originator": "codex_cli_rs", "cli_version": "0.90.0",
             "source": "cli", "model_provider": "openai", "base_instructions": {"text": "You are Codex."}, **extra}
 
 
@@ -40,7 +38,7 @@ def _turn(i: int, k: int, text: str, model: str = "gpt-5-codex") -> list[bytes]:
     """One user turn: the prompt (response item and its event copy), reasoning, a shell call and its output, an answer."""
     call = f"call_{k}"
     return [
-        _line(i, "turn_context", {"cwd": "/work/demo", "approval_policy": "on-request", "model": model,
+        _line(i, "turn_context", {"cwd": "/home/me/demo", "approval_policy": "on-request", "model": model,
                                   "summary": "auto"}),
         _line(i + 1, "response_item", {"type": "message", "role": "user",
                                        "content": [{"type": "input_text", "text": text}]}),
@@ -65,7 +63,7 @@ def _turn(i: int, k: int, text: str, model: str = "gpt-5-codex") -> list[bytes]:
 
 def _env(i: int) -> bytes:
     return _line(i, "response_item", {"type": "message", "role": "user", "content": [
-        {"type": "input_text", "text": "<environment_context>\n  <cwd>/work/demo</cwd>\n</environment_context>"}]})
+        {"type": "input_text", "text": "<environment_context>\n  <cwd>/home/me/demo</cwd>\n</environment_context>"}]})
 
 
 PARENT = "0199aaaa-0000-7000-8000-000000000001"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import lzma
 import random
 import uuid
 from pathlib import Path
@@ -18,11 +19,23 @@ from castore.adapters import pi
 from castore.context import BRANCH_PREFIX, BRANCH_SUFFIX, COMPACTION_PREFIX, COMPACTION_SUFFIX
 from castore.objects import Blob
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pi"
-REAL = [DATA / "large-session.jsonl", DATA / "before-compaction.jsonl"]
-if not DATA.exists():  # the checkout may sit elsewhere than /work/main
-    DATA = Path("/work/shared/data/pi")
-    REAL = [DATA / "large-session.jsonl", DATA / "before-compaction.jsonl"]
+DATA = Path(__file__).resolve().parent / "data" / "pi"
+REAL = ["large-session.jsonl", "before-compaction.jsonl"]
+
+
+@pytest.fixture(scope="session")
+def real_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The real Pi files (kept xz-compressed in tests/data/pi), unpacked as recorded."""
+    out = tmp_path_factory.mktemp("pi-data")
+    for name in REAL:
+        (out / name).write_bytes(lzma.decompress((DATA / f"{name}.xz").read_bytes()))
+    return {name: out / name for name in REAL}
+
+
+@pytest.fixture
+def path(request: pytest.FixtureRequest, real_files: dict[str, Path]) -> Path:
+    """One real Pi file, by the name the test is parametrized with."""
+    return real_files[request.param]
 
 
 @pytest.fixture
@@ -102,7 +115,7 @@ def castore_context(store: castore.Store, session: castore.Session) -> list[Any]
 
 
 # -- the real files -------------------------------------------------------------------------
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", REAL, indirect=True)
 def test_real_file_imports_exports_and_reimports_to_the_same_commits(mem_store, tmp_path, path):
     r = pi.import_session(mem_store, path)
     original = lines_of(path.read_text())
@@ -130,11 +143,12 @@ def test_real_file_imports_exports_and_reimports_to_the_same_commits(mem_store, 
     assert castore_context(mem_store, s) == pi_context(exported[1:])
 
 
-def test_real_compacted_file_context_starts_with_the_latest_summary(mem_store):
-    r = pi.import_session(mem_store, REAL[1])
+def test_real_compacted_file_context_starts_with_the_latest_summary(mem_store, real_files):
+    compacted = real_files["before-compaction.jsonl"]
+    r = pi.import_session(mem_store, compacted)
     s = mem_store.session(*r.key)
     ctx = s.context()
-    comps = [e for e in lines_of(REAL[1].read_text()) if e.get("type") == "compaction"]
+    comps = [e for e in lines_of(compacted.read_text()) if e.get("type") == "compaction"]
     assert ctx[0].content == COMPACTION_PREFIX + comps[-1]["summary"] + COMPACTION_SUFFIX
     assert ctx.model == "claude-opus-4-5" and ctx.thinking_level == "off"
     assert len(ctx) < len(s.messages()) and len(s.messages()) == 990  # nothing deleted

@@ -121,14 +121,10 @@ def _run_serve(cmd: str, env: dict[str, str], cwd: Path) -> None:
 
 def _agent_home(home: Path) -> Path:
     """A home folder holding what the archive section imports: copies of the real Claude Code
-    and Codex files in ../shared/data (never the originals), where the agents keep them."""
+    and Codex files in tests/data (never the originals), where the agents keep them."""
     import shutil
 
-    data = ROOT.parent / "shared" / "data"
-    if not data.exists():
-        data = Path("/work/shared/data")
-    if not data.exists():
-        pytest.skip("the shared Claude Code / Codex data is not beside the checkout")
+    data = ROOT / "tests" / "data"
     shutil.copytree(data / "claude-code" / "session-share", home / ".claude" / "projects" / "-home-me-app",
                     ignore=shutil.ignore_patterns("LICENSE"))
     codex = home / ".codex" / "sessions" / "2025" / "12" / "28"
