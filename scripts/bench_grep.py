@@ -58,11 +58,17 @@ import castore
 from castore.grep import grep, KINDS
 store = castore.open(sys.argv[1])
 kinds = KINDS if sys.argv[3] == "all" else None
-n = sum(1 for _ in grep(store, sys.argv[2], kinds=kinds, index=sys.argv[4] != "scan", check_index=sys.argv[4] != "cached"))
+n = sum(1 for _ in grep(store, sys.argv[2], kinds=kinds, index=sys.argv[4] != "scan",
+                        check_index=sys.argv[4] != "cached"))
 print(json.dumps({"seconds": time.perf_counter() - t, "matches": n}))
 """
 
-WORDS = ["parser", "token", "buffer", "index", "query", "cache", "socket", "thread", "module", "function", "variable", "import", "export", "build", "deploy", "config", "schema", "migrate", "render", "layout", "widget", "handler", "route", "request", "response", "client", "server", "stream", "channel", "message", "queue", "worker", "retry", "timeout", "error", "warning", "logger", "metric", "trace", "span", "commit", "branch", "merge", "rebase", "patch", "diff", "review", "test", "fixture", "assert", "mock", "stub", "coverage", "lint", "format"]
+WORDS = ["parser", "token", "buffer", "index", "query", "cache", "socket", "thread", "module", "function",
+         "variable", "import", "export", "build", "deploy", "config", "schema", "migrate", "render", "layout",
+         "widget", "handler", "route", "request", "response", "client", "server", "stream", "channel", "message",
+         "queue", "worker", "retry", "timeout", "error", "warning", "logger", "metric", "trace", "span", "commit",
+         "branch", "merge", "rebase", "patch", "diff", "review", "test", "fixture", "assert", "mock", "stub",
+         "coverage", "lint", "format"]
 RARE = "zanzibarquux"
 COMMON = "parser"
 
@@ -77,7 +83,7 @@ def generate(sessions: int, entries: int, seed: int = 7) -> list[list[dict]]:
     per = max(1, entries // sessions)
     out = []
     call = 0
-    for s in range(sessions):
+    for _ in range(sessions):
         msgs: list[dict] = []
         while len(msgs) < per:
             k = len(msgs) % 3
@@ -214,7 +220,8 @@ def index_costs(store_dir: str, jsonl_dir: str, index_dir: str, repeat: int) -> 
     print("| pattern | " + " | ".join(heads) + " |")
     print("|---|" + "---|" * len(heads))
     for word, g, cells in rows:
-        print(f"| {word}, command | {g * 1000:.0f} ms | " + " | ".join(f"{x * 1000:.0f} ms, {x / g:.1f}x" for x in cells) + " |")
+        shares = " | ".join(f"{x * 1000:.0f} ms, {x / g:.1f}x" for x in cells)
+        print(f"| {word}, command | {g * 1000:.0f} ms | {shares} |")
     return rows
 
 
@@ -306,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## castore grep vs GNU grep: {entries} entries in {len(data)} sessions ({cache})\n")
         print(f"Store built in {build_s:.1f} s (append_many, one session per file); the search index built by the "
               f"first search in {build_ix_s:.1f} s ({build_ix[1]} matches). Each figure is the median of "
-              f"{args.repeat} fresh processes (Python start, imports from compiled bytecode and store opening included); "
+              f"{args.repeat} fresh processes (Python start, imports from compiled bytecode and store opening "
+              "included); "
               "\"scan\" reads "
               "every object (`--no-index`), \"index\" reads every session's refs and then scans the index (the "
               "default), \"cached\" trusts the index as the last import left it (`--cached`); -a adds tool results. "

@@ -84,6 +84,12 @@ TEXTS: dict[str, Callable[[int], str]] = {"text": message_text, "noisy": noisy_t
 _text = message_text  # the workload being run
 
 
+def use_text(kind: str) -> None:
+    """Make the graph's agent write the messages of workload ``kind`` (a key of :data:`TEXTS`)."""
+    global _text
+    _text = TEXTS[kind]
+
+
 def agent(state: dict[str, Any]) -> dict[str, Any]:
     i = state["turn"]
     return {"messages": [AIMessage(content=_text(i), id=f"ai-{i}")]}

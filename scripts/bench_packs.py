@@ -124,13 +124,15 @@ def local(n: int) -> list[str]:
         out.append(f"| format {f} | {(nfiles - files_after_warm[f]) / measured:.3f} | "
                    f"{fsyncs[f'format {f}'] / measured:.2f} | {med * 1000:.2f} ms | {med / sql_med:.1f}x | "
                    f"{alloc / stored:.1f}x | {stored / raw:.2f}x |")
-    out.append(f"| SQLite (WAL, synchronous=FULL) | - | 1 (in C, not counted here) | {sql_med * 1000:.2f} ms | 1.0x | - | - |")
+    out.append(f"| SQLite (WAL, synchronous=FULL) | - | 1 (in C, not counted here) | {sql_med * 1000:.2f} ms "
+               "| 1.0x | - | - |")
     # read back in a fresh handle
     for f in FORMATS:
         t0 = time.perf_counter()
         got = castore.open(roots[f]).session("app", "u", "s").messages()
         assert len(got) == n and got[-1].content == msgs[-1]
-        out.append(f"\nformat {f}: read back {n} messages in a fresh handle in {(time.perf_counter() - t0) * 1000:.0f} ms")
+        ms = (time.perf_counter() - t0) * 1000
+        out.append(f"\nformat {f}: read back {n} messages in a fresh handle in {ms:.0f} ms")
     for s in stores.values():
         s.close()
     return out
@@ -373,8 +375,10 @@ def main() -> None:
     t0 = time.time()
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     if args.scale and not args.markdown:
-        lines = [f"## Bytes and packs (scripts/bench_packs.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
-        lines += scale(args.scale, args.format) + ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        lines = [f"## Bytes and packs (scripts/bench_packs.py, {when})", ""]
+        lines += scale(args.scale, args.format)
+        lines += ["", f"run took {time.time() - t0:.0f} s; load: {os.getloadavg()[0]:.2f}"]
         print("\n".join(lines))
         return
     lines = ["## Formats 1, 2 and 3 side by side", ""] + local(args.n)

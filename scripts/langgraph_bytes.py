@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--format", type=int, default=2, choices=(1, 2, 3))
     args = ap.parse_args()
     if args.noisy:
-        bench._text = bench.noisy_text
+        bench.use_text("noisy")
     root = tempfile.mkdtemp(prefix="langgraph-bytes-")
     store = castore.open(root, durable=args.durable, format=args.format)
     saver = CastoreSaver(store)

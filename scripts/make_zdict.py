@@ -139,8 +139,8 @@ def langgraph_run(store: castore.Store, rng: random.Random, thread: str, turns: 
     from castore.adapters.langgraph import CastoreSaver
 
     # functional form: the class form's annotations would be looked up as module globals
-    State = TypedDict("State", {"messages": Annotated[list[AnyMessage], add_messages], "step": int,
-                                "status": str}, total=False)
+    State = TypedDict(  # noqa: UP013
+        "State", {"messages": Annotated[list[AnyMessage], add_messages], "step": int, "status": str}, total=False)
 
     def agent(state: dict[str, Any]) -> dict[str, Any]:
         n = state.get("step", 0) + 1
@@ -316,7 +316,8 @@ def old_codec(canonical: bytes) -> int:
 
 def dict_codec(dict_bytes: bytes, dict_type: int):
     """Stored size under :func:`castore.objects.to_stored` if it used ``dict_bytes``."""
-    c = o._dict_compressor(o._digest_dict(dict_bytes, dict_type))
+    # castore's own codec with a candidate dictionary: what the objects module would store
+    c = o._dict_compressor(o._digest_dict(dict_bytes, dict_type))  # noqa: SLF001
 
     def size(canonical: bytes) -> int:
         n = len(canonical)

@@ -75,7 +75,7 @@ def _once(cfg: argparse.Namespace, s: System, what: str) -> bool:
         return False
     if what == "reads":
         return bool(getattr(s, "seeded", False))
-    return isinstance(s, lg._LangGraph)
+    return isinstance(s, lg.LangGraph)
 
 
 def run_n(n: int, systems: list[System], cfg: argparse.Namespace, res: Results) -> None:
@@ -119,7 +119,7 @@ def run_n(n: int, systems: list[System], cfg: argparse.Namespace, res: Results) 
             if getattr(s, "last_counts", None):
                 res.add("tt_counts", s.name, n, s.last_counts)
         for s in order:
-            if isinstance(s, Floor) or (isinstance(s, lg._LangGraph) and n >= 1000 and r > 0) \
+            if isinstance(s, Floor) or (isinstance(s, lg.LangGraph) and n >= 1000 and r > 0) \
                     or (r > 0 and _once(cfg, s, "reads")):
                 continue  # LangGraph's history is O(N^2) to read: one run at N >= 1,000
             count, ms = _timed(s.full_log)
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             s3sys = s3.CastoreS3(workdir, server)
         if cfg.quick:
             for s in systems:
-                if isinstance(s, lg._LangGraph):
+                if isinstance(s, lg.LangGraph):
                     s.max_n, s.max_n_reason = 100, "--quick runs LangGraph at N=100 only (run scripts/bench for 1,000)"
         for n in cfg.sizes:
             active = [s for s in systems if s.max_n is None or n <= s.max_n]

@@ -30,7 +30,7 @@ def has_delta_channel() -> bool:
     return True
 
 
-class _LangGraph(System):
+class LangGraph(System):
     delta = False
     max_n = 1000
     max_n_reason = ("a full snapshot of the messages at every step: O(N²) bytes, about 100× the N = 1,000 "
@@ -87,7 +87,7 @@ class _LangGraph(System):
         return self.logical_bytes() - before
 
 
-class InMemory(_LangGraph):
+class InMemory(LangGraph):
     """``InMemorySaver``: nothing on disk, nothing survives the process."""
 
     name = "LangGraph InMemorySaver"
@@ -110,7 +110,7 @@ class InMemory(_LangGraph):
         return n + sum(len(b[1]) for b in self.saver.blobs.values()), None
 
 
-class Sqlite(_LangGraph):
+class Sqlite(LangGraph):
     """``SqliteSaver`` on a file with its defaults (WAL, synchronous=FULL: durable)."""
 
     name = "LangGraph SqliteSaver"
@@ -137,7 +137,8 @@ class Sqlite(_LangGraph):
         # The file sizes do not move when SQLite reuses free pages or the WAL: count the rows' bytes.
         conn = sqlite3.connect(self.db)
         try:
-            a = conn.execute("SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints").fetchone()
+            a = conn.execute(
+                "SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints").fetchone()
             b = conn.execute("SELECT coalesce(sum(length(value)), 0) FROM writes").fetchone()
         finally:
             conn.close()

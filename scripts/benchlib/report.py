@@ -115,7 +115,8 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
         "| package | version |",
         "|---|---|",
         *[f"| {k} | {v} |" for k, v in vers.items()],
-        f"| LangGraph DeltaChannel | {'present (langgraph.channels.delta)' if has_delta else 'absent in this version'} |",
+        f"| LangGraph DeltaChannel | {'present (langgraph.channels.delta)' if has_delta else 'absent in this version'}"
+        " |",
         "",
         "## Workload",
         "",
@@ -211,7 +212,8 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
 _HOW = [
     "## How each system is run",
     "",
-    "- **castore local**: `castore.open(path)` (durable default, format 3 on a new local store: each append made durable by one fdatasync of the writer's log, ref swaps journaled in it), one "
+    "- **castore local**: `castore.open(path)` (durable default, format 3 on a new local store: each append made "
+    "durable by one fdatasync of the writer's log, ref swaps journaled in it), one "
     "`session.append(Message(...), state_delta=...)` per step. Time travel `state(id)` + `messages(id)`, log "
     "`log()`, fork `fork(name, at=id)`, each on a freshly opened store.",
     "- **castore S3**: the same calls on `s3://bucket/prefix` through s3fs to a moto server on 127.0.0.1 that "
