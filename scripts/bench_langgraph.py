@@ -15,7 +15,7 @@ background repack is done (the bytes at rest).
 
     python scripts/bench_langgraph.py            # N = 100, 200, 400, 800, 1600, every workload
     python scripts/bench_langgraph.py --quick    # N = 100, 200, 400
-    python scripts/bench_langgraph.py --reads-max 800 --markdown BENCHMARKS-langgraph.md   # the page
+    python scripts/bench_langgraph.py --reads-max 800 --markdown docs/benchmarks/BENCHMARKS-langgraph.md   # the page
     python scripts/bench_langgraph.py --workload noisy   # only the second workload
     python scripts/bench_langgraph.py --workload race    # per-turn time only, turns alternated
 
@@ -236,7 +236,7 @@ class Tee(io.TextIOBase):
 
 def page(path: str, command: str, started: str, seconds: float, loads: tuple[tuple[float, ...], ...],
          fmt: int, tables: str) -> None:
-    """Write BENCHMARKS-langgraph.md's page of one run to ``path``: what was run, on what, then
+    """Write docs/benchmarks/BENCHMARKS-langgraph.md's page of one run to ``path``: what was run, on what, then
     the tables and targets the run printed."""
     sys.path.insert(0, HERE)
     from benchlib.machine import cpu_model, versions

@@ -4,7 +4,7 @@ anchor checkout (e.g. the integrator's main), alternated child by child in one r
 with ``--cold``, also the cold read of each session (a new process each, import included:
 benchlib/cold.py's child) against parsing the same entries from a Pi JSONL file: timed
 inside the child, in the child's CPU, and as the whole process (spawn to exit, as
-BENCHMARKS.md's target reads it), medians and their ratios to Pi's.
+docs/benchmarks/BENCHMARKS.md's target reads it), medians and their ratios to Pi's.
 
 Each child imports castore from one checkout, opens the store afresh ``--reps`` times and
 times ``Session.state(middle)`` (and, with ``--fork``, a fork at the middle); the children of

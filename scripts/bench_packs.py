@@ -11,7 +11,7 @@ time (median); at the end, disk use (allocated blocks) against the bytes stored 
 frames) and the raw message bytes. On S3 (moto on 127.0.0.1, from tests/s3server.py): the
 HTTP requests per append, by method, read from moto's request log, after a warm-up append
 (format 3 needs a storage that appends: S3 stores are format 2). Prints a markdown report on
-stdout; ``--markdown FILE`` also writes it as a page (BENCHMARKS-packs.md), with the durable
+stdout; ``--markdown FILE`` also writes it as a page (docs/benchmarks/BENCHMARKS-packs.md), with the durable
 append against SQLite and, with ``--scale N``, the bytes-and-packs table.
 """
 
@@ -58,7 +58,7 @@ os.fdatasync = _count_fdatasync  # type: ignore[assignment]
 
 
 def message(i: int, rng: random.Random) -> str:
-    """About 500 bytes of Zipf-ish words (the BENCHMARKS.md workload's shape)."""
+    """About 500 bytes of Zipf-ish words (the docs/benchmarks/BENCHMARKS.md workload's shape)."""
     out: list[str] = []
     while sum(len(w) + 1 for w in out) < 500:
         out.append(_WORDS[min(int(rng.paretovariate(1.1)) - 1, len(_WORDS) - 1)])
@@ -365,8 +365,9 @@ def main() -> None:
                     "with --markdown: that table too")
     ap.add_argument("--format", type=int, default=2, choices=(2, 3),
                     help="the storage format of --scale's stores (3: durable, with ref intents)")
-    ap.add_argument("--markdown", metavar="FILE", help="also write everything as a page (e.g. BENCHMARKS-packs.md): "
-                    "the formats side by side, the durable append against SQLite, --scale's table if given")
+    ap.add_argument("--markdown", metavar="FILE",
+                    help="also write everything as a page (e.g. docs/benchmarks/BENCHMARKS-packs.md): the formats "
+                    "side by side, the durable append against SQLite, --scale's table if given")
     args = ap.parse_args()
     if args.ref_cost:
         print("\n".join(local_ref_cost(args.n) + [""] + local_ref_cost(args.n, fmt=3) + [""]

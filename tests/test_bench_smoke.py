@@ -19,7 +19,7 @@ SECTIONS = ["Append: median time per step", "Append growth", "Bytes stored", "Di
             "Time travel", "Full log", "Fork at the middle step: bytes written", "Fork at the middle step: time"]
 
 
-PUBLISHED = os.path.join(ROOT, "BENCHMARKS.md")
+PUBLISHED = os.path.join(ROOT, "docs", "benchmarks", "BENCHMARKS.md")
 
 
 def _mtime() -> int | None:

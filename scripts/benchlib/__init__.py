@@ -11,6 +11,6 @@ Modules (each small, none imported by castore itself):
 * :mod:`.s3` - castore on S3 through moto with added latency;
 * :mod:`.cold` - cold reads in fresh processes;
 * :mod:`.machine` - machine, versions and load;
-* :mod:`.report` - BENCHMARKS.md and the targets;
+* :mod:`.report` - docs/benchmarks/BENCHMARKS.md and the targets;
 * :mod:`.__main__` - the command line and the schedule (systems alternated in every round).
 """

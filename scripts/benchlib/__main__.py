@@ -1,4 +1,4 @@
-"""``scripts/bench``: run every comparison in one process run and write BENCHMARKS.md.
+"""``scripts/bench``: run every comparison in one process run and write docs/benchmarks/BENCHMARKS.md.
 
 Schedule, for each N: every local system starts an empty session; then step by step,
 every system appends the same step, in an order that rotates at every step (drift on a
@@ -205,7 +205,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="N = 100 and 1,000 (under two minutes on an idle machine)")
     mode.add_argument("--smoke", action="store_true", help="N = 100, local systems, one round, to a temporary file")
-    ap.add_argument("--out", help="where to write the report (default: BENCHMARKS.md; --smoke: a temporary file)")
+    ap.add_argument("--out", help="where to write the report (default: docs/benchmarks/BENCHMARKS.md; "
+                    "--smoke: a temporary file)")
     ap.add_argument("--sizes", help="comma-separated N values (overrides the mode's)")
     ap.add_argument("--reps", type=int, help="read rounds per N (default: 3; smoke 1)")
     ap.add_argument("--cold-reps", type=int,
@@ -234,7 +235,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse(sys.argv[1:] if argv is None else argv)
     out = cfg.out or (os.path.join(tempfile.mkdtemp(prefix="castore-bench-smoke-"), "BENCHMARKS.md") if cfg.smoke
-                      else os.path.join(REPO, "BENCHMARKS.md"))
+                      else os.path.join(REPO, "docs", "benchmarks", "BENCHMARKS.md"))
     workdir = cfg.workdir or tempfile.mkdtemp(prefix="castore-bench-")
     os.makedirs(workdir, exist_ok=True)
     started, load_before = time.time(), machine.uptime()

@@ -1,4 +1,4 @@
-"""The writer fleet on SeaweedFS, for BENCHMARKS.md: ``scripts/bench_fleet.py`` run in a child.
+"""The writer fleet on SeaweedFS, for docs/benchmarks/BENCHMARKS.md: ``scripts/bench_fleet.py`` run in a child.
 
 The fleet is its own program (it starts SeaweedFS and spawns its writer processes), so
 ``scripts/bench`` runs it as a child process and renders the JSON it prints.

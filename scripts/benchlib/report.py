@@ -1,4 +1,4 @@
-"""BENCHMARKS.md: the tables (median of the runs, ratio to castore local) and the targets."""
+"""docs/benchmarks/BENCHMARKS.md: the tables (median of the runs, ratio to castore local) and the targets."""
 
 from __future__ import annotations
 
