@@ -94,7 +94,7 @@ def seed(url: str) -> Seeded:
     return Seeded(url, store, q1, a1, q2, a2, retry)
 
 
-# -- help and the README reference ----------------------------------------------------------
+# -- help and the CLI reference page --------------------------------------------------------
 def test_every_command_and_option_has_help() -> None:
     assert reference.missing_help() == []
     names = set(main.list_commands(None))  # type: ignore[arg-type]
@@ -175,11 +175,21 @@ def test_a_listed_module_that_fails_to_import_is_an_error(tmp_path: Path, monkey
         main.get_command(None, "broken")  # type: ignore[arg-type]
 
 
-def test_readme_cli_reference_is_current() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert reference.splice(readme, reference.reference_markdown()) == readme, (
-        "README.md's CLI reference is out of date: run scripts/gen_cli_reference"
+def test_cli_reference_page_is_current() -> None:
+    page = reference.default_page()
+    assert page == ROOT / "docs" / "cli.md"
+    assert page.read_text(encoding="utf-8") == reference.reference_markdown(), (
+        "docs/cli.md is out of date: run scripts/gen_cli_reference"
     )
+    assert reference.run(["--check", str(page)]) == 0
+
+
+def test_cli_reference_check_fails_on_a_stale_page_and_the_rewrite_fixes_it(tmp_path: Path) -> None:
+    page = tmp_path / "cli.md"
+    page.write_text(reference.reference_markdown().replace("## `castore log`", "## `castore lg`"))
+    assert reference.run(["--check", str(page)]) == 1
+    assert reference.run([str(page)]) == 0
+    assert reference.run(["--check", str(page)]) == 0 and page.read_text() == reference.reference_markdown()
 
 
 def test_missing_help_is_detected() -> None:
@@ -208,7 +218,7 @@ def test_reference_is_what_help_prints_on_an_88_column_terminal(
             main.main([*path.split()[1:], "--help"], prog_name="castore")
         assert exit_.value.code == 0
         out = capsys.readouterr().out
-        assert f"### `{path}`\n\n```text\n{out.rstrip()}\n```" in block
+        assert f"## `{path}`\n\n```text\n{out.rstrip()}\n```" in block
 
 
 # -- init and sessions ----------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""The README's CLI reference, generated from every command's ``--help``.
+"""The CLI reference, docs/cli.md, generated from every command's ``--help``.
 
-``scripts/gen_cli_reference`` rewrites the block between :data:`START` and :data:`END` in
-README.md with :func:`reference_markdown`; a test fails when the block is out of date or a
-command (or option) has no help text. Run as ``python -m castore.cli.reference [--check] [README]``.
+``scripts/gen_cli_reference`` writes :func:`reference_markdown` to docs/cli.md; a test fails
+when the page is out of date or a command (or option) has no help text. Run as
+``python -m castore.cli.reference [--check] [PAGE]``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import click
 
 from .main import main
 
-START = "<!-- CLI-REFERENCE:START -->"
-END = "<!-- CLI-REFERENCE:END -->"
 #: help is rendered as on a terminal of 88 columns or more (the group caps help at 88 columns,
-#: and click keeps 2 of them free), so the README does not depend on the terminal it is made on
+#: and click keeps 2 of them free), so the page does not depend on the terminal it is made on
 WIDTH = 86
 
 
@@ -49,53 +47,53 @@ def missing_help(group: click.Command = main) -> list[str]:
 
 
 def reference_markdown(group: click.Command = main) -> str:
-    """The CLI reference block, markers included."""
+    """The whole CLI reference page: a list of the commands, then each command's help."""
+    commands = list(iter_commands(group))
     parts = [
-        START,
-        "## CLI reference",
+        "# CLI reference",
         "",
-        "Generated from `--help` by `scripts/gen_cli_reference`; do not edit by hand.",
+        "Generated from `--help` by `scripts/gen_cli_reference`; do not edit by hand "
+        "(a test fails when this page is out of date).",
         "",
     ]
-    for path, cmd, ctx in iter_commands(group):
-        parts += [f"### `{path}`", "", "```text", cmd.get_help(ctx).rstrip(), "```", ""]
-    parts.append(END)
+    parts += [f"- [`{path}`](#{_anchor(path)})" for path, _, _ in commands[1:]]
+    parts.append("")
+    for path, cmd, ctx in commands:
+        parts += [f"## `{path}`", "", "```text", cmd.get_help(ctx).rstrip(), "```", ""]
     return "\n".join(parts)
 
 
-def splice(readme: str, block: str) -> str:
-    """``readme`` with the text between the markers (inclusive) replaced by ``block``.
+def _anchor(path: str) -> str:
+    """The anchor GitHub gives a heading of ``path`` in backquotes."""
+    return "".join(c for c in path.lower().replace(" ", "-") if c.isalnum() or c in "-_")
 
-    Raises:
-        ValueError: the markers are missing or out of order.
-    """
-    a, b = readme.find(START), readme.find(END)
-    if a < 0 or b < a:
-        raise ValueError(f"README has no {START} ... {END} block")
-    return readme[:a] + block + readme[b + len(END):]
+
+def default_page() -> Path:
+    """Where the reference lives in a checkout: docs/cli.md."""
+    return Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def run(argv: list[str]) -> int:
-    """Rewrite (or with ``--check``, only compare) the README block; return the exit status."""
+    """Rewrite (or with ``--check``, only compare) the reference page; return the exit status."""
     check = "--check" in argv
     paths = [a for a in argv if a != "--check"]
-    readme = Path(paths[0] if paths else Path(__file__).resolve().parents[2] / "README.md")
-    text = readme.read_text(encoding="utf-8")
+    page = Path(paths[0]) if paths else default_page()
     lacking = missing_help()
     if lacking:
         print("commands or options without help: " + ", ".join(lacking), file=sys.stderr)
         return 1
-    new = splice(text, reference_markdown())
+    new = reference_markdown()
+    old = page.read_text(encoding="utf-8") if page.exists() else None
     if check:
-        if new != text:
-            print(f"{readme}: the CLI reference is out of date; run scripts/gen_cli_reference", file=sys.stderr)
+        if new != old:
+            print(f"{page}: the CLI reference is out of date; run scripts/gen_cli_reference", file=sys.stderr)
             return 1
         return 0
-    if new != text:
-        readme.write_text(new, encoding="utf-8")
-        print(f"{readme}: CLI reference updated", file=sys.stderr)
+    if new != old:
+        page.write_text(new, encoding="utf-8")
+        print(f"{page}: CLI reference updated", file=sys.stderr)
     else:
-        print(f"{readme}: CLI reference already current", file=sys.stderr)
+        print(f"{page}: CLI reference already current", file=sys.stderr)
     return 0
 
 
