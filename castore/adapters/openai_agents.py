@@ -18,6 +18,11 @@ How the SDK's ``Session`` protocol maps onto castore:
 * ``clear_session`` starts a new branch at the leaf whose first commit is an
   ``openai.cleared`` marker: ``get_items`` stops at the newest marker, and the history before it
   stays readable (``castore log``, the old branch);
+* the SDK's ``OpenAIResponsesCompactionSession`` replaces the newest items it compacted (a
+  suffix) with the model's compacted output, as over the SDK's ``SQLiteSession``: castore
+  appends an ``openai.replaced`` marker naming the first replaced item, then the output, in one
+  append that lands only if the leaf has not moved since the items were read; ``get_items``
+  skips the replaced items, which stay readable in ``castore log``;
 * branches of the conversation are castore branches: see :attr:`CastoreSession.castore`.
 """
 
@@ -26,12 +31,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ..entries import Custom, Message
-from ..errors import InvalidEntry
+from ..errors import InvalidEntry, RefConflict
 from ..session import LogEntry, Session
 from ..store import Store
 
@@ -41,8 +46,18 @@ ITEM = "openai.item"
 CLEARED = "openai.cleared"
 #: Custom entry type of the first commit of a conversation (the point a full pop returns to)
 STARTED = "openai.session"
+#: Custom entry type of the marker a compaction writes: the items from the commit it names
+#: (``{"from": id}``) up to the marker are replaced by the items after it
+REPLACED = "openai.replaced"
 
 _BOUNDARY = object()
+
+
+@dataclass(frozen=True)
+class _Replaced:
+    """What :func:`entry_to_item` gives for a ``REPLACED`` marker: where the replaced items start."""
+
+    start: str
 
 
 def item_to_entry(item: Any) -> Message | Custom:
@@ -60,7 +75,8 @@ def item_to_entry(item: Any) -> Message | Custom:
 
 
 def entry_to_item(entry: LogEntry) -> Any:
-    """The input item a commit holds; ``None`` for other commits; a boundary for a marker."""
+    """The input item a commit holds; ``None`` for other commits; a private marker object for
+    a ``CLEARED`` or ``REPLACED`` marker (see :meth:`CastoreSession.get_items`)."""
     e = entry.entry
     if isinstance(e, Message):
         return e.to_dict()
@@ -69,6 +85,8 @@ def entry_to_item(entry: LogEntry) -> Any:
             return e.data
         if e.type == CLEARED:
             return _BOUNDARY
+        if e.type == REPLACED and isinstance(e.data, dict) and isinstance(e.data.get("from"), str):
+            return _Replaced(e.data["from"])
     return None
 
 
@@ -166,40 +184,95 @@ class CastoreSession:
     def _items(self, limit: int | None) -> list[Any]:
         if limit == 0 or not self.store.exists:
             return []
-        if limit is None or limit < 0:
-            items: list[Any] = []
-            for e in self.castore.entries():
-                item = entry_to_item(e)
-                if item is _BOUNDARY:
-                    items = []
-                elif item is not None:
-                    items.append(item)
-            return items
-        return [item for _, item in self._newest(limit)]
+        return [item for _, item in self._newest(None if limit is None or limit < 0 else limit)]
 
-    def _newest(self, n: int) -> list[tuple[LogEntry, Any]]:
-        """Up to ``n`` newest items since the last clear, oldest first, with their commits.
+    def _newest(self, n: int | None, rev: str = "HEAD") -> list[tuple[LogEntry, Any]]:
+        """Up to ``n`` newest items (None: all) on the path to ``rev``, oldest first, with their
+        commits: the items since the last clear, less those a compaction replaced.
 
         Reads the bodies of the newest commits only, widening the window when other commits
-        (labels, compactions, markers) sit between the items.
+        (labels, markers, replaced items) sit between the items.
         """
-        window = n + 1
+        window = None if n is None else n + 1
         while True:
-            log = self.castore.log(limit=window)
+            log = list(reversed(self.castore.entries(rev))) if window is None \
+                else self.castore.log(rev, limit=window)
             found: list[tuple[LogEntry, Any]] = []
+            skip_to: str | None = None  # inside a replaced run: skip back through this commit
+            done = False
             for e in log:
                 item = entry_to_item(e)
                 if item is _BOUNDARY:
+                    done = True
                     break
-                if item is not None:
+                if skip_to is not None:
+                    skip_to = None if e.id == skip_to else skip_to
+                elif isinstance(item, _Replaced):
+                    skip_to = item.start
+                elif item is not None:
                     found.append((e, item))
                     if len(found) == n:
+                        done = True
                         break
-            else:
-                if len(log) == window:
-                    window *= 4
-                    continue
+            if not done and window is not None and len(log) == window:
+                window *= 4
+                continue
             return list(reversed(found))
+
+    # -- compaction (the SDK's OpenAIResponsesCompactionSession) ----------------------------
+    async def _get_compaction_snapshot(self, limit: int, *,
+                                       prune_prefix: Callable[[Any], bool] | None = None) -> Any:
+        """The newest ``limit`` items with an atomic replacement of a suffix of them: the hook
+        the SDK's ``OpenAIResponsesCompactionSession`` uses on stores that keep older history
+        while it compacts the newest items (as it does over ``SQLiteSession``).
+
+        Reads past ``session_settings.limit`` (as ``SQLiteSession`` does): the compaction session
+        decides what to compact from the stored history, not from one retrieval's default.
+        ``prune_prefix`` (expired encrypted items, from the SDK's ``EncryptedSession``) is
+        accepted and not acted on: castore keeps history, and those items stay unreadable
+        envelopes that ``EncryptedSession`` skips on reading.
+
+        Returns:
+            The SDK's ``_CompactionSnapshot``, or None (the compaction session then needs the
+            whole history to match) for a subclass, which may transform items on their way in
+            and out (``SQLiteSession``'s rule), or an SDK without the hook.
+
+        Raises:
+            IntegrityError, StorageError.
+        """
+        del prune_prefix
+        try:
+            from agents.memory.session import _await_mutation, _CompactionSnapshot
+        except ImportError:  # an SDK before suffix compaction: it never calls this
+            return None
+        if type(self) is not CastoreSession:
+            return None
+        rows, complete, tip = await asyncio.to_thread(self._snapshot, limit)
+
+        async def replace_suffix(start: int, output: list[Any]) -> bool:
+            if not rows[start:] or tip is None:
+                return False
+            entries = [item_to_entry(i) for i in output]
+            return await _await_mutation(asyncio.to_thread(self._replace, rows[start][0].id, tip, entries))
+
+        return _CompactionSnapshot([item for _, item in rows], complete, replace_suffix)
+
+    def _snapshot(self, limit: int) -> tuple[list[tuple[LogEntry, Any]], bool, str | None]:
+        """The newest ``limit`` items at the leaf, whether they are all the items, and the leaf."""
+        tip = self.castore.head if self.store.exists else None
+        if tip is None or limit <= 0:
+            return [], tip is None, tip
+        rows = self._newest(limit + 1, tip)
+        return rows[-limit:], len(rows) <= limit, tip
+
+    def _replace(self, start: str, tip: str, entries: list[Message | Custom]) -> bool:
+        """Replace the items from commit ``start`` to the leaf by ``entries``, if the leaf is
+        still ``tip``: one append of a ``REPLACED`` marker and the entries."""
+        try:
+            self.castore.append_many([Custom(REPLACED, {"from": start}), *entries], expect=tip)
+        except RefConflict:
+            return False
+        return True
 
     # -- writing ----------------------------------------------------------------------------
     async def add_items(self, items: list[Any]) -> None:
@@ -272,4 +345,5 @@ class CastoreSession:
             self.store.close()
 
 
-__all__ = ["CastoreSession", "coerce_settings", "item_to_entry", "entry_to_item", "ITEM", "CLEARED", "STARTED"]
+__all__ = ["CastoreSession", "coerce_settings", "item_to_entry", "entry_to_item", "ITEM", "CLEARED", "STARTED",
+           "REPLACED"]
