@@ -1085,6 +1085,22 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         meta = self.store.plumbing.ref_meta_at(target, **extra)
         self._tokens[name] = self.store.plumbing.set(name, target, lambda _: meta, keep=REAL_NAME_KEYS)
 
+    # -- context manager (``with saver:`` / ``async with saver:``, as LangGraph's savers) -------
+    def __enter__(self) -> CastoreSaver:
+        """Use the saver in a ``with`` block; returns the saver itself."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Leave the block: the saver opened nothing to close (the store is the caller's, and
+        stays open), so the saver remains usable, as ``InMemorySaver`` does. Raises nothing."""
+
+    async def __aenter__(self) -> CastoreSaver:
+        """Use the saver in an ``async with`` block; returns the saver itself."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leave the block, as :meth:`__exit__`. Raises nothing."""
+
     # -- async twins -----------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async twin of :meth:`get_tuple` (runs in a worker thread)."""
