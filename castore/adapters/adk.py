@@ -18,6 +18,14 @@ How ADK maps onto castore:
   ``_storage_update_marker``); appending from it is a compare-and-swap against that commit, so
   a stale session object gets ADK's ``StaleSessionError`` (a ``ValueError``) instead of
   writing after history it has not seen;
+* ``get_session`` returns events in the order they were appended, as ADK's
+  ``InMemorySessionService`` does, whatever their timestamps. ADK's SQL services sort by
+  timestamp instead and break ties by row or event id (``DatabaseSessionService``: by id, which
+  is random for ADK's own events). castore keeps append order because it is what happened: a
+  coarse clock can give a tool call and its response one timestamp, and an id order would put
+  the response first at random. The SQL services sort to make their reads stable; a castore
+  path already reads the same on every read, and its tip (the stale-session check) is the last
+  event in that order;
 * ADK reads the session's current branch (castore ``HEAD``): check out another castore branch
   and ADK continues from there. ADK's own rewind (``Runner.rewind_async``) appends a rewind
   event like any other; :meth:`CastoreSessionService.branch_before_invocation` is the castore
