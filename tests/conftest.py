@@ -117,6 +117,18 @@ def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
     return make_backend(request.param, request, tmp_path)
 
 
+def backend_on(*kinds: str) -> Any:
+    """A ``backend`` fixture over ``kinds`` only, for a module to take in place of the one
+    above (``backend = backend_on("local", "s3")``): its tests' :func:`store` is then opened
+    on each of those in turn."""
+
+    @pytest.fixture(params=list(kinds), name="backend")
+    def _backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
+        return make_backend(request.param, request, tmp_path)
+
+    return _backend
+
+
 @pytest.fixture
 def store(backend: Backend) -> Iterator[castore.Store]:
     """An open, empty store on each backend in turn."""

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("google.adk")
 
-from conftest import make_backend
+from conftest import backend_on, make_backend
 from google.adk.agents import LlmAgent
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
@@ -41,14 +41,7 @@ from castore.adapters.adk import (
 APP, USER = "my_app", "user"
 
 
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    """An empty store on local disk and on the loopback S3 server."""
-    st = make_backend(request.param, request, tmp_path).open()
-    try:
-        yield st
-    finally:
-        st.close()
+backend = backend_on("local", "s3")  # each test's store: on local disk, then on the loopback S3 server
 
 
 def run(coro: Any) -> Any:

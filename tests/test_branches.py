@@ -10,7 +10,6 @@ import fcntl
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import make_backend
+from helpers.threads import race, run_threads
 
 import castore
 from castore import plumbing as b
@@ -275,21 +275,13 @@ def test_an_append_that_keeps_losing_gives_up_and_lands_nothing(plumbing_store: 
 def test_two_writers_racing_on_one_branch_lose_nothing(plumbing_store: castore.Store) -> None:
     n = 25
     stores = [_reopen(plumbing_store) for _ in range(2)]
-    errors: list[BaseException] = []
 
     def run(w: int) -> None:
-        try:
-            s = stores[w].session("a", "u", "race")
-            for i in range(n):
-                s.append(castore.Message(role="user", content=f"w{w}-{i}"))
-        except BaseException as e:
-            errors.append(e)
+        s = stores[w].session("a", "u", "race")
+        for i in range(n):
+            s.append(castore.Message(role="user", content=f"w{w}-{i}"))
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = race(run, 2)
     assert not errors
     got = [m.content for m in _reopen(plumbing_store).session("a", "u", "race").messages()]
     assert sorted(got) == sorted(f"w{w}-{i}" for w in range(2) for i in range(n))
@@ -372,11 +364,8 @@ def test_checkout_racing_delete_branch_never_leaves_head_on_a_missing_branch(
             except castore.BranchError as e:
                 results["delete"] = e
 
-        ts = [threading.Thread(target=co), threading.Thread(target=de)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        errors = run_threads(co, de)
+        assert not errors, errors
         assert not (results["checkout"] == name and results["delete"] is True), results
         cur = s.current_branch
         assert cur is None or cur in s.branches(), (cur, results)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers.viewer import replayed_state
 
 import castore
 from castore.cli.demo import record
@@ -118,17 +119,7 @@ def test_embedded_deltas_replay_to_each_commits_full_state(demo: castore.Session
     data = build_model(demo)
     nodes = data["nodes"]
     for i, node in enumerate(nodes):
-        path, j = [], i
-        while True:
-            path.append(j)
-            if not nodes[j]["p"]:
-                break
-            j = nodes[j]["p"][0]
-        state: dict[str, Any] = {}
-        for j in reversed(path):
-            state.update(nodes[j]["d"])
-            for k in nodes[j]["u"]:
-                state.pop(k, None)
+        state = replayed_state(nodes, i)
         assert state == demo.state(node["id"]), node["id"]
     assert any("user:tz" in n["d"] for n in nodes)
 

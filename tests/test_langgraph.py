@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("langgraph")
 
 import layout
+from helpers.viewer import replayed_state
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -560,24 +561,6 @@ def test_a_branch_named_writes_in_another_session_is_not_hidden(local_store: cas
     assert internal_branches(s) == set()
 
 
-def _replayed(nodes: list[dict[str, Any]], i: int) -> dict[str, Any]:
-    """The state the viewer rebuilds at node i (as assets.py's stateAt does)."""
-    path, j = [], i
-    while True:
-        path.append(j)
-        if not nodes[j]["p"]:
-            break
-        j = nodes[j]["p"][0]
-    state: dict[str, Any] = {}
-    for j in reversed(path):
-        state.update(nodes[j]["d"])
-        for k, items in nodes[j].get("x", {}).items():
-            state[k] = [*state.get(k, []), *items]
-        for k in nodes[j]["u"]:
-            state.pop(k, None)
-    return state
-
-
 def test_viewer_model_shows_decoded_checkpoints_without_the_writes(saver: CastoreSaver,
                                                                     local_store: castore.Store) -> None:
     import json
@@ -592,7 +575,7 @@ def test_viewer_model_shows_decoded_checkpoints_without_the_writes(saver: Castor
     assert {n["k"] for n in nodes} == {"checkpoint"} and "writes" not in model["refs"]["branches"]
     assert len(nodes) == len(list(saver.list(THREAD)))
     for i, n in enumerate(nodes):
-        assert _replayed(nodes, i) == state_at(s, n["id"]), n["e"]["summary"]
+        assert replayed_state(nodes, i) == state_at(s, n["id"]), n["e"]["summary"]
     head = nodes[model["refs"]["head"]]
     assert head["e"]["summary"] == "step 3 · loop · review → verdict" and head["d"] == {"verdict": "late"}
     # each message is embedded once, however many checkpoints hold it
@@ -685,4 +668,4 @@ def test_viewer_model_of_a_rewritten_message_list_carries_the_whole_list(saver: 
     grown = [n for n in nodes if "messages" in n.get("x", {})]
     assert grown and all(len(n["x"]["messages"]) == 1 for n in grown)  # each turn adds one message
     for i, n in enumerate(nodes):
-        assert _replayed(nodes, i) == state_at(s, n["id"])
+        assert replayed_state(nodes, i) == state_at(s, n["id"])

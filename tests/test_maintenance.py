@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers.storage import PassThrough
 
 import castore
 from castore import maintenance
@@ -255,21 +256,15 @@ def test_gc_dry_run_deletes_nothing(local_store: castore.Store) -> None:
     assert orphan in layout.stored_ids(local_store)
 
 
-class PausedSwaps(Storage):
+class PausedSwaps(PassThrough):
     """A storage whose ref swaps wait for a signal: a writer caught between objects and ref."""
 
     def __init__(self, inner: Storage) -> None:
-        self.inner, self.url, self.durable = inner, inner.url, inner.durable
+        super().__init__(inner)
         self.entered, self.release = threading.Event(), threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-    def read(self, key: str) -> bytes:
-        return self.inner.read(key)
-
-    def write(self, key: str, data: bytes) -> None:
-        self.inner.write(key, data)
 
     def write_many(self, items: Any) -> None:
         self.inner.write_many(items)
@@ -277,23 +272,11 @@ class PausedSwaps(Storage):
     def read_many(self, keys: Any) -> Any:
         return self.inner.read_many(keys)
 
-    def read_versioned(self, key: str) -> Any:
-        return self.inner.read_versioned(key)
-
     def swap(self, key: str, data: bytes, expect: Any) -> Any:
         if key.startswith("refs/sessions/"):
             self.entered.set()
             assert self.release.wait(60)
         return self.inner.swap(key, data, expect)
-
-    def delete(self, key: str, expect: Any = None) -> None:
-        self.inner.delete(key, expect)
-
-    def list(self, prefix: str) -> list[str]:
-        return self.inner.list(prefix)
-
-    def list_dir(self, prefix: str) -> list[str]:
-        return self.inner.list_dir(prefix)
 
     def mtime(self, key: str) -> float | None:
         return self.inner.mtime(key)

@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import zstandard
+from helpers.threads import race
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -352,21 +353,11 @@ def test_zstd_contexts_outlive_the_threads_that_used_them():
 def test_zstd_contexts_are_never_shared_by_two_threads_at_once():
     """Eight threads compressing and decompressing at once (zstd contexts are not
     thread-safe): every object comes back whole."""
-    import threading
-
     blobs = [o.encode(o.Blob(data=(f"{i} parser token buffer " * (5 + i % 300)).encode()))[1] for i in range(400)]
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        try:
-            for c in blobs[k::8] * 5:
-                assert o.from_stored(o.digest(c), o.to_stored(c)) == c
-        except BaseException as e:
-            errors.append(e)
+        for c in blobs[k::8] * 5:
+            assert o.from_stored(o.digest(c), o.to_stored(c)) == c
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = race(work, 8)
     assert errors == []

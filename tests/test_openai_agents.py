@@ -24,7 +24,7 @@ from agents.memory.session import Session as SessionProtocol
 from agents.memory.session_settings import SessionSettings
 from agents.models.interface import Model
 from agents.usage import Usage
-from conftest import make_backend
+from conftest import backend_on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import (
@@ -39,14 +39,7 @@ from castore.adapters.openai_agents import CLEARED, CastoreSession
 set_tracing_disabled(True)
 
 
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    """An empty store on local disk and on the loopback S3 server."""
-    st_ = make_backend(request.param, request, tmp_path).open()
-    try:
-        yield st_
-    finally:
-        st_.close()
+backend = backend_on("local", "s3")  # each test's store: on local disk, then on the loopback S3 server
 
 
 def run(coro: Any) -> Any:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.storage import PassThrough
 from hypothesis import given
 from hypothesis import strategies as hs
 
@@ -679,33 +680,9 @@ def test_a_ref_delta_rebuilds_the_value_it_was_made_of(base: bytes, new: bytes) 
             packs.apply_ref_delta(base, delta[:-1])  # cut short: not a whole delta
 
 
-class _PlainWrapper(castore.storage.Storage):
+class _PlainWrapper(PassThrough):
     """A backend written before journals: its swap takes no journal, and it keeps Storage's
     open_appender (it cannot append), as object stores and users' wrappers do."""
-
-    def __init__(self, inner: LocalStorage) -> None:
-        self.inner, self.url, self.durable = inner, inner.url, inner.durable
-
-    def read(self, key: str) -> bytes:
-        return self.inner.read(key)
-
-    def write(self, key: str, data: bytes) -> None:
-        self.inner.write(key, data)
-
-    def read_versioned(self, key: str) -> Any:
-        return self.inner.read_versioned(key)
-
-    def swap(self, key: str, data: bytes, expect: Any) -> Any:
-        return self.inner.swap(key, data, expect)
-
-    def delete(self, key: str, expect: Any = None) -> None:
-        self.inner.delete(key, expect)
-
-    def list(self, prefix: str) -> list[str]:
-        return self.inner.list(prefix)
-
-    def list_dir(self, prefix: str) -> list[str]:
-        return self.inner.list_dir(prefix)
 
 
 def test_a_backend_that_cannot_append_is_never_handed_a_journal(tmp_path: Path) -> None:

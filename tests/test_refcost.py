@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 import uuid
 from typing import Any
 
 import pytest
 from conftest import Backend, make_backend
+from helpers.threads import race
 
 import castore
 from castore import maintenance
@@ -144,23 +144,15 @@ def test_s3_stale_etag_rereads_once_and_then_needs_no_read_again(s3b: Backend, m
 
 def _race(b: Backend, writers: int, each: int) -> None:
     stores = [b.open(format=2) for _ in range(writers)]
-    errors: list[BaseException] = []
 
     def run(w: int) -> None:
-        try:
-            s = stores[w].session("app", "u", "race")
-            for i in range(each):
-                s.append(castore.Message(role="user", content=f"{w}:{i}"))
-        except BaseException as e:
-            errors.append(e)
+        s = stores[w].session("app", "u", "race")
+        for i in range(each):
+            s.append(castore.Message(role="user", content=f"{w}:{i}"))
 
     s0 = stores[0].session("app", "u", "race")
     s0.append(castore.Message(role="user", content="root"))
-    ts = [threading.Thread(target=run, args=(w,)) for w in range(writers)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    errors = race(run, writers)
     assert not errors, errors
     for st in stores:
         st.close()

@@ -11,6 +11,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from helpers.storage import PassThrough
+from helpers.threads import race
 
 from castore.errors import IntegrityError, InvalidEntry, RefConflict, RefLocked, StorageError
 from castore.refs import RefStore, RefValue, ref_key
@@ -273,7 +275,6 @@ def _race_rounds(refs_per_thread: list[RefStore], name: str, rounds: int) -> lis
     barrier = threading.Barrier(n)
     winners: list[list[int]] = [[] for _ in range(rounds)]
     conflicts: list[list[RefConflict]] = [[] for _ in range(rounds)]
-    errors: list[BaseException] = []
     lock = threading.Lock()
 
     def worker(t: int) -> None:
@@ -291,15 +292,11 @@ def _race_rounds(refs_per_thread: list[RefStore], name: str, rounds: int) -> lis
                     with lock:
                         winners[r].append(t)
                 barrier.wait()
-        except BaseException as e:
-            errors.append(e)
-            barrier.abort()
+        except BaseException:
+            barrier.abort()  # the others stop waiting for this one
+            raise
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    errors = race(worker, n)
     if errors:
         raise errors[0]
     for r in range(rounds):
@@ -347,21 +344,16 @@ def test_cas_race_on_create_has_exactly_one_winner(kind, request, tmp_path):
     try:
         refs = [RefStore(st) for _ in range(16)]
         winners = []
-        barrier = threading.Barrier(16)
 
         def go(t: int) -> None:
-            barrier.wait()
             try:
                 refs[t].swap("new/heads/main", cid(t + 1), None)
                 winners.append(t)
             except RefConflict:
                 pass
 
-        threads = [threading.Thread(target=go, args=(t,)) for t in range(16)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        errors = race(go, 16, together=True)
+        assert not errors, errors
         assert len(winners) == 1
         assert refs[0].read("new/heads/main").target == cid(winners[0] + 1)
     finally:
@@ -515,22 +507,15 @@ def test_a_writer_gives_up_on_a_live_lock_with_ref_locked(local_refs, monkeypatc
 # -- lost responses ----------------------------------------------------------------------------
 
 
-class LossyStorage(Storage):
+class LossyStorage(PassThrough):
     """Wraps a storage; chosen calls do their work and then 'lose' the response."""
 
     def __init__(self, inner: Storage, lose_swaps: int = 0, drop_swaps: int = 0, lose_reads: int = 0) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.lose_swaps = lose_swaps  # write lands, then StorageError
         self.drop_swaps = drop_swaps  # StorageError before anything is written
         self.lose_reads = lose_reads
         self.swap_calls = 0
-
-    def read(self, key: str) -> bytes:
-        return self.inner.read(key)
-
-    def write(self, key: str, data: bytes) -> None:
-        self.inner.write(key, data)
 
     def read_versioned(self, key: str) -> Versioned | None:
         if self.lose_reads:
@@ -548,15 +533,6 @@ class LossyStorage(Storage):
             self.lose_swaps -= 1
             raise StorageError("connection reset; response lost", self.url)
         return token
-
-    def delete(self, key: str, expect: Token | None = None) -> None:
-        self.inner.delete(key, expect)
-
-    def list(self, prefix: str) -> list[str]:
-        return self.inner.list(prefix)
-
-    def list_dir(self, prefix: str) -> list[str]:
-        return self.inner.list_dir(prefix)
 
 
 def test_a_swap_whose_response_is_lost_counts_as_success(storage):

@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
+from helpers.threads import race
+
 from castore.errors import StorageError
 from castore.storage import open_storage
 from castore.storage.base import PreconditionFailed
@@ -197,16 +199,12 @@ def _run_race(stores: list[S3Storage], rounds: int = 20) -> None:
     key = "refs/heads/race"
     tok = stores[0].swap(key, b"start", None)
     for rnd in range(rounds):
-        barrier = threading.Barrier(n)
         wins: list[tuple[int, str]] = []
         losses: list[int] = []
-        errors: list[BaseException] = []
         lock = threading.Lock()
 
-        def worker(i: int, expect: str = tok, barrier: threading.Barrier = barrier, rnd: int = rnd,
-                   lock: threading.Lock = lock, wins: list = wins, losses: list = losses,
-                   errors: list = errors) -> None:
-            barrier.wait()
+        def worker(i: int, expect: str = tok, rnd: int = rnd, lock: threading.Lock = lock, wins: list = wins,
+                   losses: list = losses) -> None:
             try:
                 new = stores[i].swap(key, f"{rnd}:{i}".encode(), expect)
                 with lock:
@@ -214,15 +212,8 @@ def _run_race(stores: list[S3Storage], rounds: int = 20) -> None:
             except PreconditionFailed:
                 with lock:
                     losses.append(i)
-            except BaseException as e:  # pragma: no cover - reported below
-                with lock:
-                    errors.append(e)
 
-        ts = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        errors = race(worker, n, together=True)
         assert not errors, errors
         assert len(wins) == 1, f"round {rnd}: {len(wins)} winners"
         assert len(losses) == n - 1

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import layout
 import pytest
+from helpers.storage import PassThrough
+from helpers.threads import race
 
 import castore
 from castore import (
@@ -47,7 +48,7 @@ APP = "weather-app"
 
 
 # -- helpers -----------------------------------------------------------------------------
-class CountingStorage(Storage):
+class CountingStorage(PassThrough):
     """Delegates to a real backend and counts what a reader cares about.
 
     ``round_trips`` counts sequential I/O calls (each ``read_many`` is one round trip, its
@@ -55,9 +56,7 @@ class CountingStorage(Storage):
     """
 
     def __init__(self, inner: Storage, fail_swaps: bool = False) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.durable = inner.durable
+        super().__init__(inner)
         self.round_trips = 0
         self.requests = 0
         self.swaps: list[str] = []
@@ -525,20 +524,12 @@ def test_append_with_expect_raises_ref_conflict_when_the_branch_moved(s: castore
                          indirect=True)
 def test_threads_appending_to_one_session_lose_nothing(s: castore.Session) -> None:
     s.append(msg(-1))
-    errors: list[BaseException] = []
 
     def work(t: int) -> None:
-        try:
-            for i in range(50):
-                s.append(Message(role="user", content=f"{t}:{i}"))
-        except BaseException as e:
-            errors.append(e)
+        for i in range(50):
+            s.append(Message(role="user", content=f"{t}:{i}"))
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = race(work, 8)
     assert not errors
     contents = [m.content for m in s.messages()[1:]]
     assert len(contents) == 400 and len(set(contents)) == 400

@@ -22,6 +22,8 @@ import layout
 import pytest
 import s3server
 from click.testing import CliRunner
+from helpers.storage import PassThrough
+from helpers.threads import run_threads
 
 import castore
 from castore import CastoreError, Event, Message, StorageError, sync
@@ -400,12 +402,11 @@ def test_a_new_branch_sends_only_the_commits_after_its_fork_point(make_store) ->
 
 
 # -- interrupted pushes ---------------------------------------------------------------------
-class FailingStorage(Storage):
+class FailingStorage(PassThrough):
     """Delegates to another storage and fails after ``budget`` object writes (some land)."""
 
     def __init__(self, inner: Storage, budget: int, fail_swaps_after: int | None = None) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.budget = budget
         self.written = 0
         self.swaps_left = fail_swaps_after
@@ -433,23 +434,8 @@ class FailingStorage(Storage):
                 self.swaps_left -= 1
         return self.inner.swap(key, data, expect)
 
-    def read(self, key: str) -> bytes:
-        return self.inner.read(key)
-
     def read_many(self, keys: Any) -> dict[str, bytes | None]:
         return self.inner.read_many(keys)
-
-    def read_versioned(self, key: str) -> Any:
-        return self.inner.read_versioned(key)
-
-    def delete(self, key: str, expect: Any = None) -> None:
-        self.inner.delete(key, expect)
-
-    def list(self, prefix: str) -> list[str]:
-        return self.inner.list(prefix)
-
-    def list_dir(self, prefix: str) -> list[str]:
-        return self.inner.list_dir(prefix)
 
 
 def _assert_remote_is_a_prefix(local: Store, remote: Store) -> None:
@@ -591,12 +577,8 @@ def test_two_pushers_racing_for_a_branch_exactly_one_wins(make_store, request: p
     def run(name: str, src: Store) -> None:
         reports[name] = sync.push(src, Store(BarrierStorage(reopen_remote().storage, barrier)))
 
-    threads = [threading.Thread(target=run, args=(n, s)) for n, s in (("a", a), ("b", b))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert set(reports) == {"a", "b"}
+    errors = run_threads(lambda: run("a", a), lambda: run("b", b))
+    assert set(reports) == {"a", "b"}, errors
     winners = [n for n, r in reports.items() if r.ok]
     assert len(winners) == 1
     loser = reports["b" if winners == ["a"] else "a"]

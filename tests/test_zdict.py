@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import layout
 import pytest
 import zstandard
 from blake3 import blake3
+from helpers.threads import run_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,23 +194,13 @@ def test_incompressible_small_objects_are_stored_raw():
 
 def test_threads_compress_and_decompress_at_once():
     objs = [o.encode(o.Value({"n": i, "text": f"message {i} " * (i % 50)}))[1] for i in range(200)]
-    barrier = threading.Barrier(8)
-    errors: list[BaseException] = []
 
     def work() -> None:
-        try:
-            barrier.wait()
-            for _ in range(5):
-                for c in objs:
-                    assert o.from_stored(o.digest(c), o.to_stored(c)) == c
-        except Exception as e:
-            errors.append(e)
+        for _ in range(5):
+            for c in objs:
+                assert o.from_stored(o.digest(c), o.to_stored(c)) == c
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(*[work] * 8, together=True)
     assert not errors, errors
 
 

@@ -1,0 +1,4 @@
+"""What several test modules share, each once: :mod:`.threads` (run calls on threads at once and
+collect what they raise), :mod:`.storage` (a pass-through :class:`~castore.storage.Storage`
+wrapper to override one call of), :mod:`.viewer` (the HTML viewer's state replay). The store
+fixtures live in ``tests/conftest.py``."""
