@@ -149,7 +149,7 @@ def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> N
 @pytest.mark.parametrize("n", [1, 2, 9])
 def test_records_decompressed_ahead_come_in_order_a_damaged_one_as_none(n: int) -> None:
     from castore import objects as o
-    from castore.objectstore import _unframed
+    from castore.objectstore.packmap import _unframed
 
     datas: list[bytes | None] = [(b"record %d " % i) * 50 for i in range(n)]
     records = [(2, 100 * i, memoryview(o.frame_block(d, 3))) for i, d in enumerate(datas) if d is not None]

@@ -34,9 +34,10 @@ def _dead_writer_log(root: Path, n: int = 8) -> tuple[str, Path, list[int]]:
     w = castore.open(str(root), format=2, auto_repack=False)
     for k in range(n):
         w.session("app", "u", f"s{k}").append(castore.Message(role="user", content=_text(k)))
-    name = w.objects._log_name
-    w.objects._log.close()  # the writer dies: its log stays as written, without an index
-    w.objects._log = None
+    log = w.objects.writer_log
+    name = log.name
+    log._log.close()  # the writer dies: its log stays as written, without an index
+    log._drop_log()
     path = root / "packs" / f"{name}.pack"
     offsets = _record_offsets(path.read_bytes())
     assert len(offsets) == n

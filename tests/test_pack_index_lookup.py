@@ -24,7 +24,7 @@ def sealed_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[st
         # repacked packs (how many the geometric rule leaves depends on their sizes), then
         # sealed logs that no repack merges: several indexes whatever the sizes
         for seal, repack, n in ((12, True, 80), (4, False, N - 80)):
-            mp.setattr("castore.objectstore.SEAL_BYTES", seal * 1024)
+            mp.setattr("castore.objectstore.packlog.SEAL_BYTES", seal * 1024)
             with castore.open(url, format=2, durable=False, auto_repack=repack) as st:
                 s = st.session("app", "u", "s")
                 ids += [s.append(castore.Message(role="user", content=f"{i} " + os.urandom(300).hex()),
@@ -165,12 +165,12 @@ def test_a_damaged_index_found_by_a_lookup_is_checked_and_its_pack_scanned(
 def test_a_reader_at_the_middle_does_not_scan_a_live_writers_log(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     url = str(tmp_path / "st")
-    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 12 * 1024)
+    monkeypatch.setattr("castore.objectstore.packlog.SEAL_BYTES", 12 * 1024)
     writer = castore.open(url, format=2, durable=False, auto_repack=False)
     s = writer.session("app", "u", "s")
     ids = [s.append(castore.Message(role="user", content=f"{i} " + os.urandom(300).hex()),
                     state_delta={"turn": i}) for i in range(N)]
-    live = writer.objects._log_name  # the writer keeps appending to it: no index yet
+    live = writer.objects.writer_log.name  # the writer keeps appending to it: no index yet
     assert live and not Path(url, "packs", live + ".idx").exists()
     with castore.open(url) as st:
         assert st.session("app", "u", "s").state(ids[5], scopes=False)["turn"] == 5

@@ -116,7 +116,7 @@ def test_every_backend_reads_back_a_format2_store(backend):
 
 
 def test_a_local_log_is_sealed_with_an_index_and_files_stay_few(tmp_path, monkeypatch):
-    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 64 * 1024)
+    monkeypatch.setattr("castore.objectstore.packlog.SEAL_BYTES", 64 * 1024)
     st = castore.open(str(tmp_path / "st"), format=2, auto_repack=False)  # logs as written, not merged
     s = st.session("app", "u", "s")
     for i in range(300):

@@ -21,6 +21,7 @@ from castore import maintenance
 from castore import objects as o
 from castore.errors import IntegrityError
 from castore.objectstore import ObjectStore, pack_key, packs
+from castore.objectstore.repack import Repacker
 from castore.storage import open_storage
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -225,7 +226,7 @@ def test_segments_are_packed_and_a_repacked_session_stores_less_than_its_raw_tex
 
 
 def test_background_repack_keeps_the_pack_count_logarithmic(tmp_path, monkeypatch):
-    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 4 * 1024)
+    monkeypatch.setattr("castore.objectstore.packlog.SEAL_BYTES", 4 * 1024)
     root = tmp_path / "st"
     st, msgs, _ = _fill(str(root), 200)
     st.objects.wait_repack()
@@ -241,7 +242,7 @@ def test_background_repack_keeps_the_pack_count_logarithmic(tmp_path, monkeypatc
 
 
 def test_background_repack_can_be_switched_off_by_open_or_by_castore_json(tmp_path, monkeypatch):
-    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 2 * 1024)
+    monkeypatch.setattr("castore.objectstore.packlog.SEAL_BYTES", 2 * 1024)
     st, _, _ = _fill(str(tmp_path / "a"), 40, auto_repack=False)
     st.close()
     assert not any(p.name.startswith("r-") for p in _pack_files(tmp_path / "a"))
@@ -279,12 +280,12 @@ def test_an_object_store_writer_repacks_every_k_batch_packs_without_listing_per_
 
 
 def test_a_failing_background_repack_never_fails_an_append(tmp_path, monkeypatch):
-    monkeypatch.setattr("castore.objectstore.SEAL_BYTES", 4 * 1024)
+    monkeypatch.setattr("castore.objectstore.packlog.SEAL_BYTES", 4 * 1024)
 
     def broken(self, names, extra=(), by_mtime=True):
         raise IntegrityError("pack", "boom")
 
-    monkeypatch.setattr(ObjectStore, "merge_packs", broken)
+    monkeypatch.setattr(Repacker, "merge_packs", broken)
     st, msgs, _ = _fill(str(tmp_path / "st"), 60)
     st.objects.wait_repack()
     assert isinstance(st.objects.repack_error, IntegrityError)
@@ -320,7 +321,7 @@ def test_two_repacks_merging_the_same_packs_at_once_lose_nothing(tmp_path):
 
 _BG_WRITER = """
 import sys, castore
-import castore.objectstore as os_
+import castore.objectstore.packlog as os_
 os_.SEAL_BYTES = 3000  # seal every few appends: background repacks run all the time
 store = castore.open(sys.argv[1])
 s = store.session("app", "u", "s")

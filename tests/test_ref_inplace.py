@@ -459,8 +459,8 @@ def test_a_swap_lands_when_a_repack_merged_its_sealed_log_before_it(tmp_path: Pa
     big = [o.encode(o.Blob(data=os.urandom(3000))) for _ in range(400)]  # one record past SEAL_BYTES
     st.objects.put_encoded(big, sync=False)
     st.objects.wait_repack()
-    pending = st.objects._tls.pending
-    assert pending and pending not in st.objects._packs  # sealed, then merged away
+    pending = st.objects.writer_log._tls.pending
+    assert pending and pending not in st.objects.packmap  # sealed, then merged away
     try:
         token = st.storage.swap(key, b"two\n", token, journal=st.objects.journal)
     finally:

@@ -268,10 +268,10 @@ def test_repack_of_a_dead_writers_log_makes_its_refs_durable_first(tmp_path: Pat
     root = tmp_path / "st"
     st, want = _write(root)
     assert isinstance(st.storage, LocalStorage)
-    log = st.objects._log
+    log = st.objects.writer_log._log
     assert log is not None and st.storage.unsynced
     log.close()  # the writer dies: its log stays unsealed, its flock is released
-    st.objects._log = None
+    st.objects.writer_log._drop_log()
     monkeypatch.setattr(maintenance, "LOG_IDLE", -1.0)
     assert maintenance.repack(st).new_pack is not None
     assert not [n for n in _pack_files(root) if n.startswith("w-")]
@@ -435,7 +435,7 @@ def test_a_swap_of_two_refs_whose_log_fails_lets_go_of_every_lock_and_lands_each
     st = castore.open(str(root), format=3)
     st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
     cur = _swap_pairs(st, range(2), {})
-    log = st.objects._log
+    log = st.objects.writer_log._log
     assert log is not None
 
     def broken(data: bytes, sync: bool = True) -> int:
@@ -446,7 +446,7 @@ def test_a_swap_of_two_refs_whose_log_fails_lets_go_of_every_lock_and_lands_each
     out = st.plumbing.swap_many([(n, _target(n, 2), cur[n], {}) for n in _PAIR])
     assert all(not isinstance(v, Exception) for v in out), out
     # the intents could not be journaled: the log was dropped and each ref swapped durably
-    assert st.objects._log is None and syncs.n >= 4
+    assert st.objects.writer_log._log is None and syncs.n >= 4
     monkeypatch.undo()
     assert {n: st.refs.read(n).target for n in _PAIR} == {n: _target(n, 2) for n in _PAIR}  # type: ignore[union-attr]
     assert not [p for p in root.rglob("*.lock")]

@@ -6,9 +6,20 @@ objects of each batch as one record of a pack (``packs/<name>.pack``): on local 
 append to this handle's log, elsewhere one whole pack per batch. Reading is the same for
 both formats: the pack map (id -> pack, offset), the loose files, then a refresh of the
 pack map. Nothing above this module knows whether an object is loose or packed.
-The pack map and the reads of packs are :mod:`castore.objectstore.packmap`'s, the writer's log and
-its ref intents :mod:`castore.objectstore.packlog`'s, the merge of packs :mod:`castore.objectstore.repack`'s: the
-parts of :class:`ObjectStore`, which is their one public face.
+
+:class:`ObjectStore` is the one public face. It keeps the loose objects, the caches of
+decoded objects and the rule of what goes loose or into a pack, and composes separate
+parts, each handed what it needs at construction (in parentheses) and nothing else::
+
+    packs.py    the pack and index codec: bytes only (docs/FORMAT.md, 4-5)
+    packmap.py  PackMap(storage)                   which pack holds each object: refresh of
+                                                   packs/, reads of records and frames; owns
+                                                   the lock of the pack state
+    repack.py   Repacker(storage, packmap)         merging packs (geometric, merge_packs, the
+                                                   background repack), writing and deleting
+                                                   whole packs
+    packlog.py  WriterLog(storage, packmap,        this handle's log: append, seal, index,
+                repacker, recent writes)           ref intents (format 3), merge at close
 
 Writing an object that exists is harmless; every batch writes all its objects (rewriting
 a loose object refreshes its age, which is what makes gc's grace period a guarantee).
@@ -20,18 +31,18 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
-import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 
 from .. import objects as o
-from ..errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound, StorageError
+from ..errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound
 from ..objects import AnyObject, ObjectId
-from ..storage import Appender, DeleteIncomplete, Storage
+from ..storage import RefIntent, Storage
 from . import packs
 from .packlog import WriterLog
+from .packmap import PackMap
 from .packs import PACKS, Place, index_key, pack_key
+from .repack import AUTO_REPACK_MAX_BYTES, Repacker
 
 PREFIX = "objects"
 #: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
@@ -46,8 +57,6 @@ DEFAULT_FORMAT = 3
 DEFAULT_FORMAT_NO_APPEND = 2
 #: in format 2, objects whose canonical bytes exceed this stay loose (shared, deduplicated)
 LOOSE_MIN = 4096
-#: a local log is sealed (given its index, no longer appended to) past this many bytes
-SEAL_BYTES = 1 << 20
 CACHE_SIZE = 200_000
 #: decoded objects larger than this (canonical bytes) are not cached: memory stays bounded
 CACHE_MAX_OBJECT = 1 << 20
@@ -56,11 +65,6 @@ RECENT_BYTES = 32 << 20
 #: a path object (segment, index) up to this size is packed even above LOOSE_MIN: it is shared
 #: with no other session, and in a repacked block it compresses against the objects it copies
 PATH_OBJECT_MAX = 4 << 20
-#: repack writes blocks of about this many content bytes, each one zstd frame at BLOCK_LEVEL
-BLOCK_BYTES = 256 << 10
-BLOCK_LEVEL = 9
-#: background repack: an S3 (no-append) writer runs one after this many batch packs
-AUTO_REPACK_BATCHES = 16
 
 
 def object_key(oid: str) -> str:
@@ -88,28 +92,24 @@ class gc_paused:
             gc.enable()
 
 
-class ObjectStore(WriterLog):
-    """Content-addressed objects over a storage backend (its pack map and the reads of packs:
-    :class:`~castore.objectstore.packmap.PackReader`; its writer's log: :class:`~castore.objectstore.packlog.WriterLog`;
-    merging its packs: :class:`~castore.objectstore.repack.Repacking`)."""
+class ObjectStore:
+    """Content-addressed objects over a storage backend: the one public face of the object
+    store. It keeps the loose objects, the caches of decoded objects and bytes, and the rule
+    of what goes loose or into a pack; it composes three parts, each handed what it needs:
+
+    - :attr:`packmap`, a :class:`~castore.objectstore.packmap.PackMap`: which pack holds each
+      object, and the reads of frames out of packs; it owns the lock of the pack state;
+    - :attr:`repacker`, a :class:`~castore.objectstore.repack.Repacker` (the storage and the
+      pack map): merging packs, in the foreground or in a background thread;
+    - :attr:`writer_log`, a :class:`~castore.objectstore.packlog.WriterLog` (the storage, the
+      pack map, the repacker, the canonical bytes of recent writes): this handle's log of
+      batches and its ref intents.
+    """
 
     def __init__(self, storage: Storage, compress: bool = True, format: int = 1,  # noqa: A002
                  auto_repack: bool = True) -> None:
         self.storage = storage
         self.compress = compress
-        #: merge small packs in a background thread when a log is sealed or after
-        #: AUTO_REPACK_BATCHES batch packs (docs/FORMAT.md, 8)
-        self.auto_repack = auto_repack
-        #: the last error a background repack met, if any (it never fails an append)
-        self.repack_error: BaseException | None = None
-        self._repacker: threading.Thread | None = None
-        self._repack_again = False
-        self._batches = 0
-        self._seq: dict[str, int] = {}  # packs this handle wrote -> the order it wrote them in
-        self._own: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()  # its batch packs' objects
-        self._sizes: dict[str, int] = {}  # sealed packs' sizes read from their indexes (they never change)
-        self.format = 1
-        self.set_format(format)
         # decoded objects, oldest first (a plain dict: a cold read of a long path puts and
         # looks up tens of thousands at once, 4-7x faster than in an OrderedDict)
         self._cache: dict[str, AnyObject] = {}
@@ -117,44 +117,37 @@ class ObjectStore(WriterLog):
         self._known: set[str] = set()  # ids known to be stored (written or read here)
         self._recent: OrderedDict[str, bytes] = OrderedDict()  # canonical bytes of recent writes
         self._recent_bytes = 0
-        # format 2: the pack map and this handle's log
-        self._packs = {}
-        self._where: dict[str, tuple[str, Place]] = {}
-        self._lazy: dict[str, packs.IndexView] = {}  # sealed packs whose index rows are not in _where
-        self._contents: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # (pack, payload offset) -> content
-        self._contents_bytes = 0
-        self._prefixes: OrderedDict[tuple[str, int], o.BlockPrefix] = OrderedDict()  # blocks read in part
-        self._lock = threading.RLock()
-        self._log: Appender | None = None
-        self._log_name = ""
-        self._log_pid = 0
         # a backend that keeps Storage's open_appender cannot append (object stores): known
         # before the first write, so that no swap hands such a backend a journal (format 3)
-        self._no_append = type(storage).open_appender is Storage.open_appender
-        self._new_packs: list[str] = []
-        self._moved: OrderedDict[str, str] = OrderedDict()  # pack merged by this handle -> the pack it went into
-        self._pack_data: OrderedDict[str, bytes] = OrderedDict()  # pack name -> bytes read by a scan
-        self._pack_data_bytes = 0
-        # format 3: the refs whose intents are in this handle's log (synced before it is sealed),
-        # each with its latest intent there (the base of the next one's delta), swaps between
-        # their intent and their rename, and per thread the log holding this thread's objects
-        # record not yet synced
-        self._journaled = packs.DeltaBases()
-        # logs this handle stopped appending to once they were synced (sealed, merged at close,
-        # or dropped after a failure and then synced): a record in one is durable even after a
-        # background repack has merged the log away
-        self._synced_logs: set[str] = set()
-        self._inflight = 0
-        self._tls = threading.local()
+        self.packmap = PackMap(storage, no_append=type(storage).open_appender is Storage.open_appender)
+        self.repacker = Repacker(storage, self.packmap, auto=auto_repack)
+        self.writer_log = WriterLog(storage, self.packmap, self.repacker, recent=self._recent)
+        self.format = 1
+        self.set_format(format)
         # a power loss may have cut deferred ref swaps short: replay them before any ref is read
-        storage.recover_refs(self.log_intents)
+        storage.recover_refs(self.writer_log.log_intents)
+
+    @property
+    def auto_repack(self) -> bool:
+        """Whether small packs are merged in a background thread when a log is sealed or after
+        :data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES` batch packs (docs/FORMAT.md, 8)."""
+        return self.repacker.auto
+
+    @auto_repack.setter
+    def auto_repack(self, on: bool) -> None:
+        self.repacker.auto = on
+
+    @property
+    def repack_error(self) -> BaseException | None:
+        """The last error a background repack met, if any (it never fails an append)."""
+        return self.repacker.error
 
     @property
     def default_format(self) -> int:
         """The format a new store on this storage gets unless told otherwise:
         :data:`DEFAULT_FORMAT` where the storage can append, else
         :data:`DEFAULT_FORMAT_NO_APPEND`."""
-        return DEFAULT_FORMAT_NO_APPEND if self._no_append else DEFAULT_FORMAT
+        return DEFAULT_FORMAT_NO_APPEND if self.packmap.no_append else DEFAULT_FORMAT
 
     def set_format(self, fmt: int) -> None:
         """Write in storage format ``fmt`` from now on (reading covers every format).
@@ -166,32 +159,19 @@ class ObjectStore(WriterLog):
             raise FormatError(f"unknown storage format {fmt!r} (this castore has {FORMATS})", found=fmt,
                               supported=STORE_FORMAT)
         self.format = fmt
+        self.writer_log.journals = fmt >= 3
 
     def close(self) -> None:
         """Wait for a background repack to finish, seal this handle's log (write its index,
         so that repack may merge it at once) and release it; safe to call twice. The next
         write opens a new log. A log that holds ref intents (format 3) is merged instead
-        into a pack of blocks without them (:meth:`_merge_log`). A failure to write the
-        index or the pack leaves the log unsealed (a later repack merges it once it has
-        been idle), and so does a ref swap of another thread still under way (its intent
-        must stay live). Blocks read in part are dropped (their decompression contexts go
-        back to the pool)."""
-        self.wait_repack()
-        with self._lock:
-            if self._log is not None and self._log_pid == os.getpid():
-                if self._log.size > packs.HEADER_SIZE and self._log_name in self._packs and not self._inflight:
-                    try:
-                        if self._journaled:
-                            self._merge_log()
-                        else:
-                            self._seal()
-                    except (StorageError, IntegrityError):
-                        pass  # still a valid log: scanned by readers, merged by repack when idle
-                if self._log is not None:
-                    self._log.close()
-            self._log = None
-            while self._prefixes:  # their decompression contexts go back to the pool
-                self._prefixes.popitem()[1].close()
+        into a pack of blocks without them; a log that cannot be sealed or merged stays a
+        valid log (:meth:`~castore.objectstore.packlog.WriterLog.close`). Blocks read in part
+        are dropped (their decompression contexts go back to the pool)."""
+        self.repacker.wait()
+        with self.packmap.lock:
+            self.writer_log.close()
+            self.packmap.close()
 
     # -- writing ---------------------------------------------------------------------
     def prepare(self, obj: AnyObject) -> tuple[ObjectId, bytes]:
@@ -268,53 +248,13 @@ class ObjectStore(WriterLog):
             self.storage.write_many(loose)
         written = sum(len(f) for f in loose.values())
         if small:
-            written += self._write_record(small, sync)
+            written += self.writer_log.append(small, sync)
         self._known.update(ids)
         return written
 
-    def _write_record(self, small: list[tuple[str, bytes]], sync: bool = True) -> int:
-        """Append one record (version 2) to this handle's log (not synced yet without
-        ``sync``), or write it as a whole pack; return its size."""
-        batch = False
-        with self._lock:
-            log = self._open_log()
-            if log is None:
-                data, where = packs.encode_pack_v2([small])
-                name = packs.content_name("b", data)
-                self.storage.write(pack_key(name), data)
-                self._add(name, where, sealed=True, scanned=len(data), version=2)
-                size = len(data)
-                self._own[name] = list(small)  # a background repack merges it without reading it back
-                while len(self._own) > 4 * AUTO_REPACK_BATCHES:
-                    self._own.popitem(last=False)
-                self._batches += 1
-                batch = self._batches % AUTO_REPACK_BATCHES == 0
-            else:
-                rec, where = packs.encode_record_v2(small, log.size)
-                try:
-                    log.append(rec, sync=sync)
-                except StorageError:
-                    self._abandon()  # its torn tail is ignored; the next batch opens a new log
-                    raise
-                name = self._log_name
-                self._tls.pending = "" if sync else name
-                self._add(name, where, sealed=False, scanned=log.size, version=2)
-                size = len(rec)
-                if log.size >= SEAL_BYTES and not self._inflight:
-                    self._seal()
-                    batch = True
-            if not self._new_packs or self._new_packs[-1] != name:
-                self._new_packs.append(name)
-            self._seq.setdefault(name, len(self._seq))
-        if batch:
-            self._start_repack()
-        return size
-
     def written_packs(self) -> list[str]:
         """The packs this handle wrote into since the last call (for a ref's read hint)."""
-        with self._lock:
-            out, self._new_packs = self._new_packs, []
-        return out
+        return self.writer_log.written_packs()
 
     def put_stored(self, items: dict[str, bytes]) -> None:
         """Store raw stored bytes by id, as read from another store (sync). Verifies each.
@@ -334,7 +274,7 @@ class ObjectStore(WriterLog):
     def knows(self, oid: str) -> bool:
         """Whether ``oid`` can be read without looking for it: decoded, or mapped to a pack
         (no I/O; a loose object is not "known" until read)."""
-        return oid in self._cache or oid in self._canonical or oid in self._where
+        return oid in self._cache or oid in self._canonical or self.packmap.mapped(oid)
 
     def _checked(self, oid: str, stored: bytes) -> tuple[bytes, bytes]:
         """``(stored, canonical)``: :func:`objects.from_stored`, except that bytes failing their
@@ -348,8 +288,7 @@ class ObjectStore(WriterLog):
         try:
             return stored, o.from_stored(oid, stored)
         except IntegrityError:
-            hit = self._where.get(oid)
-            if hit is None or not self._recheck(hit[0]):
+            if not self.packmap.recheck_object(oid):
                 raise
         again = self._stored(oid)
         if again is None:
@@ -358,30 +297,29 @@ class ObjectStore(WriterLog):
 
     def _stored(self, oid: str) -> bytes | None:
         """The stored frame of ``oid`` wherever it is (pack or loose), or None; not verified."""
-        got = self._from_pack(oid, True)
+        got = self.packmap.read_packed(oid, True)
         if got is not None:
             return got
         try:
             return self.storage.read(object_key(oid))
         except FileNotFoundError:
             pass
-        if self.refresh((oid,)) or self._locate(oid) is not None:
-            got = self._from_pack(oid, True)
+        if self.packmap.refresh((oid,)) or self.packmap.locate(oid) is not None:
+            got = self.packmap.read_packed(oid, True)
             if got is not None:
                 return got
         # a miss is trusted only once every index searched has passed its check
-        return self._from_pack(oid, True) if self._recheck() else None
+        return self.packmap.read_packed(oid, True) if self.packmap.recheck() else None
 
     def _stored_many(self, oids: Sequence[str]) -> dict[str, bytes | None]:
         """Stored frames of several objects (None where missing): packed ones a pack or a
         record at a time, loose ones in one batch."""
         out: dict[str, bytes | None] = {}
         alone = len(oids) == 1
-        if self._packs:
-            self._prefetch_packs(oids)
+        self.packmap.prefetch(oids)
         loose = []
         for oid in oids:
-            got = self._from_pack(oid, alone)
+            got = self.packmap.read_packed(oid, alone)
             if got is not None:
                 out[oid] = got
             else:
@@ -394,14 +332,14 @@ class ObjectStore(WriterLog):
                 out[oid] = got
                 if got is None:
                     missing.append(oid)
-            if missing and (self.refresh(missing) or any(self._locate(m) is not None for m in missing)):
+            if missing and (self.packmap.refresh(missing) or any(self.packmap.locate(m) is not None for m in missing)):
                 for oid in missing:
-                    out[oid] = self._from_pack(oid, alone)
+                    out[oid] = self.packmap.read_packed(oid, alone)
             # a miss is trusted only once every index searched has passed its check
-            if any(out[m] is None for m in missing) and self._recheck():
+            if any(out[m] is None for m in missing) and self.packmap.recheck():
                 for oid in missing:
                     if out[oid] is None:
-                        out[oid] = self._from_pack(oid, alone)
+                        out[oid] = self.packmap.read_packed(oid, alone)
         return out
 
     # -- reading ---------------------------------------------------------------------
@@ -601,16 +539,12 @@ class ObjectStore(WriterLog):
         again), so that such a caller never takes a lying index row for a damaged object."""
         got = self._stored_many(oids)
         for oid, stored in got.items():
-            hit = self._where.get(oid)
-            if stored is None or hit is None:
-                continue
-            view = self._lazy.get(hit[0])
-            if view is None or view.checked:
+            if stored is None or not self.packmap.unchecked(oid):
                 continue
             try:
                 o.from_stored(oid, stored)
             except IntegrityError:
-                if self._recheck(hit[0]):
+                if self.packmap.recheck_object(oid):
                     got[oid] = self._stored(oid)
         return got
 
@@ -620,10 +554,10 @@ class ObjectStore(WriterLog):
         Raises:
             StorageError: the backend failed.
         """
-        if oid in self._known or self._locate(oid) is not None or self.storage.exists(object_key(oid)):
+        if oid in self._known or self.packmap.locate(oid) is not None or self.storage.exists(object_key(oid)):
             return True
-        self.refresh((oid,))
-        return self._locate(oid) is not None or (self._recheck() and self._locate(oid) is not None)
+        self.packmap.refresh((oid,))
+        return self.packmap.locate(oid) is not None or (self.packmap.recheck() and self.packmap.locate(oid) is not None)
 
     def verify(self, oid: str) -> None:
         """Re-read and re-hash one object, bypassing the cache.
@@ -657,9 +591,8 @@ class ObjectStore(WriterLog):
         for oid in self.iter_loose_ids():
             seen.add(oid)
             yield oid
-        self.refresh()
-        self._materialize()
-        for key in list(self._where):
+        self.packmap.refresh()
+        for key in self.packmap.packed_ids():
             if key not in seen:
                 yield ObjectId(key)
 
@@ -679,9 +612,8 @@ class ObjectStore(WriterLog):
             raise RevisionNotFound(prefix, "no such object")
         names = self.storage.list_dir(f"{PREFIX}/{p[:2]}")
         found = {p[:2] + n for n in names if (p[:2] + n).startswith(p) and len(n) == 62}
-        self.refresh()
-        self._materialize()
-        found.update(x for x in self._where if x.startswith(p))
+        self.packmap.refresh()
+        found.update(x for x in self.packmap.packed_ids() if x.startswith(p))
         if not found:
             raise RevisionNotFound(prefix, "no object id starts with it")
         if len(found) > 1:
@@ -755,36 +687,7 @@ class ObjectStore(WriterLog):
                 except IntegrityError:
                     continue
                 yield canonical, False
-        names = sorted({n.rpartition(".")[0] for n in self.storage.list_dir(PACKS)
-                        if n.endswith(packs.PACK_SUFFIX) and packs.is_pack_name(n.rpartition(".")[0])})
-        for i in range(0, len(names), batch):
-            keys = [pack_key(n) for n in names[i:i + batch]]
-            datas = self.storage.read_many(keys)
-            for name, key in zip(names[i:i + batch], keys, strict=True):
-                data = datas.pop(key, None)
-                if data is None:
-                    continue  # repacked away since the listing: its objects are in a newer pack
-                with self._lock:
-                    self._keep_pack_data(name, data)  # reading its objects again costs no I/O
-                try:
-                    records = list(packs.payloads(data))
-                except IntegrityError:
-                    continue  # not a pack
-                contents = _unframed(records, name)
-                for version, offset, payload in records:
-                    if version == 1:
-                        for _, frame in packs.frames_v1(payload) or ():
-                            try:
-                                canonical = o.unframe(frame)
-                            except IntegrityError:
-                                continue
-                            yield canonical, False
-                        continue
-                    content = next(contents)
-                    if content is None:
-                        continue
-                    self._keep_content(name, offset, content)
-                    yield content, True
+        yield from self.packmap.iter_pack_contents(batch)
 
     def write_pack(self, frames: Sequence[tuple[str, bytes]]) -> str:
         """Write stored frames as one new sealed pack (version 2, in the order given, in
@@ -794,82 +697,169 @@ class ObjectStore(WriterLog):
             IntegrityError: a frame does not hash to its id (nothing is written).
             StorageError: the backend failed.
         """
-        return self._write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames])
-
-    def _write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
-        """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks (each
-        laid out by kind, :func:`castore.objectstore.packs.block_layout`), then its index, each
-        atomically: a pack without its index is still read (scanned); an index never names
-        a pack that is not complete."""
-        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)
-        name = packs.content_name("r", data)
-        self.storage.write(pack_key(name), data)
-        self.storage.write(index_key(name), packs.encode_index(len(data), where))
-        with self._lock:
-            self._add(name, where, sealed=True, scanned=len(data), version=2)
-            self._seq.setdefault(name, len(self._seq))
-            self._sizes[name] = len(data)
-        return name
+        return self.repacker.write_pack(frames)
 
     def delete_pack(self, name: str, cutoff: float | None = None) -> bool:
         """Delete a pack and its index (repack and gc only); with ``cutoff``, only if the pack
-        was last written before that POSIX time, checked right before the deletion (a batch
-        pack written again with the same bytes is young again). True if deleted.
+        was last written before that POSIX time (:meth:`Repacker.delete_pack
+        <castore.objectstore.repack.Repacker.delete_pack>`). True if deleted.
 
         Raises:
             StorageError: the backend failed.
         """
-        indexed = not name.startswith("b-")  # a batch pack never gets an index: no request for one
-        if name.startswith("w-") and not self.storage.exists(index_key(name)):
-            # a log that was never sealed (its writer died): the refs its intents moved are
-            # made durable before the intents go (docs/FORMAT.md, 12)
-            try:
-                data = self.storage.read(pack_key(name))
-            except FileNotFoundError:
-                data = b""
-            keys = sorted({i.key for i in packs.intents(data)})
-            if keys:
-                self.storage.sync_keys(keys)
-        if cutoff is not None:
-            if not self.storage.delete_if_older(pack_key(name), cutoff):
-                return False
-            if indexed:
-                self.storage.delete(index_key(name))
-        else:
-            if indexed:
-                self.storage.delete(index_key(name))
-            self.storage.delete(pack_key(name))
-        with self._lock:
-            self._drop(name)
-            self._sizes.pop(name, None)
-        return True
+        return self.repacker.delete_pack(name, cutoff)
 
     def delete_packs(self, names: Sequence[str]) -> None:
-        """Delete packs and their indexes (repack): every index first, then every pack, each
-        set in one batched delete (on S3 one request per 1,000 keys), so that a failure or
-        kill in between leaves packs without an index (scanned by readers), never an index
-        without its pack.
+        """Delete packs and their indexes (repack) in batched deletes, every index first
+        (:meth:`Repacker.delete_packs <castore.objectstore.repack.Repacker.delete_packs>`).
 
         Raises:
             DeleteIncomplete: the backend failed part-way; ``remaining`` names the keys that
                 may still be stored (the packs it names are still whole).
         """
-        names = list(dict.fromkeys(names))
-        gone = set(names)
-        try:
-            indexes = [index_key(n) for n in names if not n.startswith("b-")]  # a batch pack has none
-            if indexes:
-                self.storage.delete_many(indexes)
-            self.storage.delete_many([pack_key(n) for n in names])
-        except DeleteIncomplete as e:
-            left = set(e.remaining)
-            gone = {n for n in names if pack_key(n) not in left and index_key(n) not in left}
-            raise
-        finally:
-            with self._lock:
-                for name in gone:
-                    self._drop(name)
-                    self._sizes.pop(name, None)
+        self.repacker.delete_packs(names)
+
+    # -- the pack map, for readers with a hint, repack, gc and fsck ----------------------
+    def refresh(self, need: Sequence[str] = ()) -> bool:
+        """Bring the pack map up to date with ``packs/``; True when something new was found
+        (:meth:`PackMap.refresh <castore.objectstore.packmap.PackMap.refresh>`: with ``need``,
+        another writer's live log is scanned only if the indexes lack those ids).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.packmap.refresh(need)
+
+    def load_packs(self, names: Sequence[str]) -> bool:
+        """Load the frames of the named packs without listing ``packs/`` (for a reader that
+        knows them, e.g. from a ref's read hint); unknown or missing names are skipped.
+        True when something new was found.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.packmap.load_packs(names)
+
+    def pack_names(self) -> list[str]:
+        """Every pack in the store (after a refresh).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.packmap.pack_names()
+
+    def pack_contents(self, name: str) -> dict[str, Place]:
+        """The objects of one pack as this handle knows them, in the order they were written
+        (call :meth:`refresh` first)."""
+        return self.packmap.pack_contents(name)
+
+    def damaged_records(self) -> list[tuple[str, int, int]]:
+        """``(pack, offset, bytes)`` of every damaged record the scans of unindexed packs
+        skipped (after a refresh; :meth:`PackMap.damaged_records
+        <castore.objectstore.packmap.PackMap.damaged_records>`).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.packmap.damaged_records()
+
+    def pack_bytes(self, name: str) -> int:
+        """The size of a pack as this handle knows it (0 if unknown)."""
+        return self.packmap.pack_bytes(name)
+
+    def pack_info(self, name: str) -> tuple[float | None, bool, bool]:
+        """``(mtime, sealed, held)`` of a pack: when it last changed, whether it has an index
+        or cannot grow, and whether a live writer still appends to it.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.packmap.pack_info(name)
+
+    def read_frame(self, name: str, loc: Place) -> bytes:
+        """One stored frame of a pack at ``loc``, not verified
+        (:meth:`PackMap.read_frame <castore.objectstore.packmap.PackMap.read_frame>`).
+
+        Raises:
+            FileNotFoundError: the pack is gone.
+            IntegrityError, StorageError: the record or the backend failed.
+        """
+        return self.packmap.read_frame(name, loc)
+
+    # -- repack ------------------------------------------------------------------------
+    def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
+                    by_mtime: bool = True) -> str | None:
+        """Merge packs, and ``extra`` ``(id, canonical bytes)`` objects, into one new pack with
+        its index, then delete the merged packs; return its name, or None when there was
+        nothing to merge (:meth:`Repacker.merge_packs
+        <castore.objectstore.repack.Repacker.merge_packs>`; docs/FORMAT.md, 8).
+
+        Raises:
+            IntegrityError: an object does not hash to its id (nothing is deleted).
+            StorageError: the backend failed.
+        """
+        return self.repacker.merge_packs(names, extra, by_mtime)
+
+    def auto_repack_once(self, max_bytes: int = AUTO_REPACK_MAX_BYTES) -> str | None:
+        """One bounded geometric repack of the sealed packs, what a writer runs in the
+        background (:meth:`Repacker.auto_repack_once
+        <castore.objectstore.repack.Repacker.auto_repack_once>`); the new pack's name, or None.
+
+        Raises:
+            IntegrityError, StorageError (see :meth:`merge_packs`).
+        """
+        return self.repacker.auto_repack_once(max_bytes)
+
+    def wait_repack(self) -> None:
+        """Wait for this handle's background repack, if one is running (with the run it owes
+        for appends made while it ran)."""
+        self.repacker.wait()
+
+    def live_packs(self, names: Sequence[str]) -> list[str]:
+        """``names`` (oldest first) with each pack that a repack by this handle merged
+        replaced by the pack it went into, each name once: what a read hint should name
+        after a background repack (docs/FORMAT.md, 6 and 8)."""
+        return self.repacker.live_packs(names)
+
+    # -- format 3: ref intents in the writer's log (docs/FORMAT.md, 12) ----------------
+    @property
+    def defers_refs(self) -> bool:
+        """Whether ref swaps may be journaled in this handle's log (format 3, durable storage
+        that can append): then an append's objects record is not synced on its own."""
+        return self.writer_log.defers_refs
+
+    def journal(self, intent: RefIntent) -> bool:
+        """Journal a ref swap's intent in this handle's log and sync it; True if done, False
+        when this handle has no open log (:meth:`WriterLog.journal
+        <castore.objectstore.packlog.WriterLog.journal>`). :meth:`settle` follows the swap.
+
+        Raises:
+            StorageError: the log cannot be written, or this thread's objects record went
+                into a log that failed before it was synced (the swap must not land).
+        """
+        return self.writer_log.journal_many((intent,))
+
+    def journal_many(self, intents: Sequence[RefIntent]) -> bool:
+        """:meth:`journal` for the intents of one :meth:`~castore.storage.Storage.swap_many`,
+        appended with one write and synced once.
+
+        Raises:
+            StorageError: as :meth:`journal` (none of the swaps may land).
+        """
+        return self.writer_log.journal_many(intents)
+
+    def settle(self) -> None:
+        """The ref swap that called :meth:`journal` in this thread is over (landed or not)."""
+        self.writer_log.settle()
+
+    def log_intents(self, boot: str) -> list[RefIntent]:
+        """The ref intents of ``boot`` in every log without an index (what a recovery after a
+        power loss replays).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.writer_log.log_intents(boot)
 
     # -- sync: frames in bulk ------------------------------------------------------------
     def read_stored_packed(self, oids: Sequence[str]) -> dict[str, bytes]:
@@ -909,43 +899,5 @@ class ObjectStore(WriterLog):
         return packed, len(triples) - packed
 
 
-def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
-    """Whether a block may end after this group: one that holds a segment or an index (the
-    segment copies the commits before it, so a block ending there holds both)."""
-    return any(o.is_path_object(c) for _, c in group)
-
-
-#: version-2 records of one pack decompressed ahead of the one a scan is at (zstd releases
-#: the GIL: the next records decompress on another core while the caller searches one)
-_UNFRAME_AHEAD = 4
-
-
-def _unframed(records: list[tuple[int, int, memoryview]], name: str) -> Iterator[bytes | None]:
-    """The content of each version-2 record of ``records`` in order (None: it does not
-    decompress), decompressed in a worker thread up to :data:`_UNFRAME_AHEAD` ahead."""
-    def one(offset: int, payload: memoryview) -> bytes | None:
-        try:
-            return o.unframe(payload, f"record at {offset} of pack {name}")
-        except IntegrityError:
-            return None
-
-    todo = [(offset, payload) for version, offset, payload in records if version != 1]
-    if len(todo) < 2:
-        for offset, payload in todo:
-            yield one(offset, payload)
-        return
-    from collections import deque
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1, thread_name_prefix="castore-unframe") as pool:
-        ahead: deque[Future[bytes | None]] = deque()
-        at = 0
-        while at < len(todo) or ahead:
-            while at < len(todo) and len(ahead) < _UNFRAME_AHEAD:
-                ahead.append(pool.submit(one, *todo[at]))
-                at += 1
-            yield ahead.popleft().result()
-
-
-__all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "IntegrityError", "LOOSE_MIN",
+__all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "PACKS", "packs", "IntegrityError", "LOOSE_MIN",
            "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "FORMATS"]

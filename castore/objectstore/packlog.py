@@ -1,18 +1,23 @@
-"""The writer's log: a local handle's pack file that batches are appended to (docs/FORMAT.md, 4 and 12).
+"""The writer's log: where a handle's batches go (docs/FORMAT.md, 4 and 12).
 
 On storage that can append (local disk), each handle writes the small objects of every batch
-as one record appended to its own log, ``packs/w-<...>.pack`` (:meth:`WriterLog._open_log`).
-Past :data:`~castore.objectstore.SEAL_BYTES` the log is *sealed*: synced and given its index
-(:meth:`~WriterLog._seal`). In format 3 a ref swap is journaled in the log as an *intent*
-record (:meth:`~WriterLog.journal`), whose sync also makes the objects record before it
-durable; a log holding intents is merged at close into an ``r-`` pack of blocks without them
+as one record appended to its own log, ``packs/w-<...>.pack`` (:meth:`WriterLog.append`);
+elsewhere each batch is written as one whole batch pack, ``packs/b-<...>.pack``. Past
+:data:`SEAL_BYTES` the log is *sealed*: synced and given its index (:meth:`~WriterLog._seal`).
+In format 3 a ref swap is journaled in the log as an *intent* record
+(:meth:`~WriterLog.journal`), whose sync also makes the objects record before it durable; a
+log holding intents is merged at close into an ``r-`` pack of blocks without them
 (:meth:`~WriterLog._merge_log`), and a recovery after a power loss replays the intents of
 the logs without an index (:meth:`~WriterLog.log_intents`).
 
-:class:`WriterLog` is the part of :class:`~castore.objectstore.ObjectStore` that does it; it
-records its appends in the pack map (:class:`~castore.objectstore.packmap.PackReader`) and merges
-through :class:`~castore.objectstore.repack.Repacking`. The attributes declared on the class are
-the store's state it reads and updates.
+:class:`WriterLog` is the part of :class:`~castore.objectstore.ObjectStore` that does it,
+handed the storage, the pack map (:class:`~castore.objectstore.packmap.PackMap`: it records
+each append there, names its open log in :attr:`~castore.objectstore.packmap.PackMap.live`,
+and takes its lock), the repacker (:class:`~castore.objectstore.repack.Repacker`: it notes
+the packs written, starts a background repack once a log is sealed or after
+:data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES` batch packs, and merges the log at
+close), and the store's canonical bytes of recent writes (what the merge at close takes the
+log's objects from).
 """
 
 from __future__ import annotations
@@ -21,38 +26,118 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 
-from ..errors import StorageError
-from ..storage import Appender, RefIntent
+from ..errors import IntegrityError, StorageError
+from ..storage import Appender, RefIntent, Storage
 from . import packs
-from .packmap import PackReader
+from .packmap import PackMap
 from .packs import PACKS, Slot, index_key, pack_key
-from .repack import Repacking
+from .repack import AUTO_REPACK_BATCHES, Repacker
+
+#: a local log is sealed (given its index, no longer appended to) past this many bytes
+SEAL_BYTES = 1 << 20
 
 
-class WriterLog(PackReader, Repacking):
-    """This handle's log: appending to it, sealing it, journaling ref intents in it (format 3)
-    and merging it away at close."""
+class WriterLog:
+    """This handle's log: appending to it (or writing batch packs), sealing it, journaling
+    ref intents in it (format 3) and merging it away at close."""
 
-    # the object store's state this part uses (set by ObjectStore.__init__)
-    format: int
-    _recent: Mapping[str, bytes]
-    _log_pid: int
-    _journaled: packs.DeltaBases
-    _synced_logs: set[str]
-    _inflight: int
-    _tls: threading.local
+    def __init__(self, storage: Storage, packmap: PackMap, repacker: Repacker, recent: Mapping[str, bytes]) -> None:
+        self.storage = storage
+        self.packmap = packmap
+        self.repacker = repacker
+        self._recent = recent  # the store's canonical bytes of recent writes, by id (read only)
+        #: format 3: ref swaps are journaled in this log (the store sets it with its format)
+        self.journals = False
+        # all under packmap.lock:
+        self._log: Appender | None = None
+        self._log_name = ""
+        self._log_pid = 0
+        self._batches = 0  # batch packs written (object storage): a background repack every AUTO_REPACK_BATCHES
+        self._new_packs: list[str] = []  # packs written into since written_packs() was last called
+        # format 3: the refs whose intents are in this log (synced before it is sealed), each
+        # with its latest intent there (the base of the next one's delta), swaps between their
+        # intent and their rename, and per thread the log holding this thread's objects record
+        # not yet synced
+        self._journaled = packs.DeltaBases()
+        # logs this handle stopped appending to once they were synced (sealed, merged at close,
+        # or dropped after a failure and then synced): a record in one is durable even after a
+        # background repack has merged the log away
+        self._synced_logs: set[str] = set()
+        self._inflight = 0
+        self._tls = threading.local()
+
+    @property
+    def name(self) -> str:
+        """The name of this handle's current (or last) log ("" before the first)."""
+        return self._log_name
+
+    def _drop_log(self) -> None:
+        """Stop appending to the log: the next write opens a new one."""
+        self._log = None
+        self.packmap.live = ""
+
+    def append(self, small: list[tuple[str, bytes]], sync: bool = True) -> int:
+        """Append ``(id, canonical bytes)`` pairs as one record (version 2) to this handle's
+        log (not synced yet without ``sync``: the ref intent that names it syncs it), or,
+        where the storage cannot append, write them as one whole batch pack; return the
+        bytes written. A log past :data:`SEAL_BYTES` is sealed; a background repack is
+        started then, and after every :data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES`
+        batch packs.
+
+        Raises:
+            StorageError: the backend failed (a log that failed is dropped: the next batch
+                opens a new one).
+        """
+        batch = False
+        with self.packmap.lock:
+            log = self._open_log()
+            if log is None:
+                data, where = packs.encode_pack_v2([small])
+                name = packs.content_name("b", data)
+                self.storage.write(pack_key(name), data)
+                self.packmap.add(name, where, sealed=True, scanned=len(data), version=2)
+                size = len(data)
+                self.repacker.note_written(name, small)  # a background repack merges it without reading it back
+                self._batches += 1
+                batch = self._batches % AUTO_REPACK_BATCHES == 0
+            else:
+                rec, where = packs.encode_record_v2(small, log.size)
+                try:
+                    log.append(rec, sync=sync)
+                except StorageError:
+                    self._abandon()  # its torn tail is ignored; the next batch opens a new log
+                    raise
+                name = self._log_name
+                self._tls.pending = "" if sync else name
+                self.packmap.add(name, where, sealed=False, scanned=log.size, version=2)
+                self.repacker.note_written(name)
+                size = len(rec)
+                if log.size >= SEAL_BYTES and not self._inflight:
+                    self._seal()
+                    batch = True
+            if not self._new_packs or self._new_packs[-1] != name:
+                self._new_packs.append(name)
+        if batch:
+            self.repacker.start()
+        return size
+
+    def written_packs(self) -> list[str]:
+        """The packs this handle wrote into since the last call (for a ref's read hint)."""
+        with self.packmap.lock:
+            out, self._new_packs = self._new_packs, []
+        return out
 
     def _open_log(self) -> Appender | None:
         """This handle's log, created if needed; None where the storage cannot append."""
         if self._log is not None and self._log_pid == os.getpid():
             return self._log
-        self._log = None  # a forked child never appends to its parent's log
-        if self._no_append:
+        self._drop_log()  # a forked child never appends to its parent's log
+        if self.packmap.no_append:
             return None
         name = packs.log_name()
         log = self.storage.open_appender(pack_key(name))
         if log is None:
-            self._no_append = True
+            self.packmap.no_append = True
             return None
         try:
             log.append(packs.PACK_MAGIC_V2)
@@ -60,8 +145,30 @@ class WriterLog(PackReader, Repacking):
             log.close()
             raise
         self._log, self._log_name, self._log_pid = log, name, os.getpid()
+        self.packmap.live = name
         self._journaled = packs.DeltaBases()  # a new log: its first intent of a ref holds the whole value
         return log
+
+    def close(self) -> None:
+        """Seal this handle's log (write its index, so that repack may merge it at once) and
+        release it; a log that holds ref intents (format 3) is merged instead into a pack of
+        blocks without them (:meth:`_merge_log`). A failure to write the index or the pack
+        leaves the log unsealed (a later repack merges it once it has been idle), and so does
+        a ref swap of another thread still under way (its intent must stay live). The next
+        write opens a new log."""
+        with self.packmap.lock:
+            if self._log is not None and self._log_pid == os.getpid():
+                if self._log.size > packs.HEADER_SIZE and self._log_name in self.packmap and not self._inflight:
+                    try:
+                        if self._journaled:
+                            self._merge_log()
+                        else:
+                            self._seal()
+                    except (StorageError, IntegrityError):
+                        pass  # still a valid log: scanned by readers, merged by repack when idle
+                if self._log is not None:
+                    self._log.close()
+            self._drop_log()
 
     def _seal(self) -> None:
         """Write the index of this handle's log and stop appending to it. Its records are
@@ -69,16 +176,16 @@ class WriterLog(PackReader, Repacking):
         recovery reads its intents (docs/FORMAT.md, 12)."""
         log, name = self._log, self._log_name
         assert log is not None
-        pack = self._packs[name]
+        where = self.packmap.places(name)
         log.sync()
         self._synced_logs.add(name)
         if self._journaled:
             self.storage.sync_keys(self._journaled.keys())
             self._journaled = packs.DeltaBases()
-        self.storage.write(index_key(name), packs.encode_index(log.size, pack.where))
-        pack.sealed = True
+        self.storage.write(index_key(name), packs.encode_index(log.size, where))
+        self.packmap.mark_sealed(name)
         log.close()
-        self._log = None
+        self._drop_log()
 
     def _merge_log(self) -> None:
         """Close, format 3: merge this handle's log into a new pack of blocks with its index
@@ -98,7 +205,7 @@ class WriterLog(PackReader, Repacking):
         assert log is not None
         try:
             log.sync()
-            self._log = None  # no append from here on: the next write opens a new log
+            self._drop_log()  # no append from here on: the next write opens a new log
             # another thread's objects record in it, not yet named by an intent, is durable
             # and is merged: its swap, finding no live log, is made durable on its own
             self._synced_logs.add(name)
@@ -106,10 +213,11 @@ class WriterLog(PackReader, Repacking):
             groups = self._log_groups(name)
             if groups is not None:
                 self.storage.sync_keys(keys)  # read back instead, the merge syncs them itself
-            if self.merge_packs([name], by_mtime=False, held=None if groups is None else {name: groups}) is None:
+            held = None if groups is None else {name: groups}
+            if self.repacker.merge_packs([name], by_mtime=False, held=held) is None:
                 self.storage.sync_keys(keys)
-                self.storage.write(index_key(name), packs.encode_index(log.size, self._packs[name].where))
-                self._packs[name].sealed = True
+                self.storage.write(index_key(name), packs.encode_index(log.size, self.packmap.places(name)))
+                self.packmap.mark_sealed(name)
         finally:
             log.close()
 
@@ -118,7 +226,7 @@ class WriterLog(PackReader, Repacking):
         from the canonical bytes it keeps of recent writes (their ids were computed from
         them); None if any is no longer kept."""
         by_record: dict[int, list[tuple[int, str, bytes]]] = {}
-        for oid, loc in self._packs[name].where.items():
+        for oid, loc in self.packmap.places(name).items():
             canonical = self._recent.get(oid)
             if canonical is None or not isinstance(loc, Slot):
                 return None
@@ -130,7 +238,7 @@ class WriterLog(PackReader, Repacking):
     def defers_refs(self) -> bool:
         """Whether ref swaps may be journaled in this handle's log (format 3, durable storage
         that can append): then an append's objects record is not synced on its own."""
-        return self.format >= 3 and self.storage.durable and not self._no_append
+        return self.journals and self.storage.durable and not self.packmap.no_append
 
     def journal(self, intent: RefIntent) -> bool:
         """Append ``intent`` to this handle's log and sync it (which also makes this thread's
@@ -153,11 +261,10 @@ class WriterLog(PackReader, Repacking):
             StorageError: as :meth:`journal` (none of the swaps may land).
         """
         pending = getattr(self._tls, "pending", "")
-        with self._lock:
-            live = self._log is not None and self._log_pid == os.getpid() and self.format >= 3
+        with self.packmap.lock:
+            live = self._log is not None and self._log_pid == os.getpid() and self.journals
             if pending and not (live and self._log_name == pending):
-                p = self._packs.get(pending)
-                if (p is None or not p.sealed) and pending not in self._synced_logs:
+                if not self.packmap.is_sealed(pending) and pending not in self._synced_logs:
                     # sealing syncs a log (a repack may have merged it since: p is None):
                     # only a failed one whose sync failed too is left
                     raise StorageError(f"the objects of this append, in {pending}, were not made durable "
@@ -179,7 +286,7 @@ class WriterLog(PackReader, Repacking):
             except StorageError:
                 self._abandon()
                 raise
-            self._add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
+            self.packmap.add(self._log_name, {}, sealed=False, scanned=log.size, version=2)
             for intent in intents:
                 self._journaled.add(intent)
             self._tls.pending = ""
@@ -192,8 +299,8 @@ class WriterLog(PackReader, Repacking):
         """Drop this handle's log after a failed append. In format 3 its records may not be
         synced yet (they wait for a ref intent): they are synced by path, once, best effort;
         a log that cannot be synced makes the swaps of its records fail (:meth:`journal`)."""
-        self._log = None
-        if self.format >= 3 and self.storage.durable:
+        self._drop_log()
+        if self.journals and self.storage.durable:
             try:
                 self.storage.sync_keys([pack_key(self._log_name)])
             except StorageError:
@@ -205,7 +312,7 @@ class WriterLog(PackReader, Repacking):
         the log may be sealed again."""
         if getattr(self._tls, "inflight", False):
             self._tls.inflight = False
-            with self._lock:
+            with self.packmap.lock:
                 self._inflight -= 1
 
     def log_intents(self, boot: str) -> list[RefIntent]:
@@ -220,3 +327,6 @@ class WriterLog(PackReader, Repacking):
                       and n[:-len(packs.PACK_SUFFIX)] + packs.INDEX_SUFFIX not in listed)
         got = self.storage.read_many([f"{PACKS}/{n}" for n in logs]) if logs else {}
         return [i for data in got.values() if data is not None for i in packs.intents(data) if i.boot == boot]
+
+
+__all__ = ["WriterLog", "SEAL_BYTES"]

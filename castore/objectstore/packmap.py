@@ -2,7 +2,7 @@
 
 A handle keeps one entry per pack it knows (``_Pack``): the places of its objects, whether
 it is sealed (complete), how far a growing log has been scanned. A refresh lists ``packs/``
-(:meth:`PackReader.refresh`): a sealed pack's index is read by its first bytes and searched
+(:meth:`PackMap.refresh`): a sealed pack's index is read by its first bytes and searched
 in place by ranged reads (:class:`castore.objectstore.packs.IndexView`, checked in full only once a
 miss or a bad object needs it), a pack without an index (a log, a batch pack) is scanned
 from where its last scan stopped, and a pack gone (repacked) is forgotten. A frame is read
@@ -10,20 +10,24 @@ from the pack bytes a scan kept, or by a ranged read; a version-2 record is deco
 whole, once, and kept, or (a reader of one object in the first half of a repacked block)
 only as far as that object (:class:`castore.objects.BlockPrefix`).
 
-:class:`PackReader` is the part of :class:`~castore.objectstore.ObjectStore` that does it;
-the loose objects, the caches of decoded objects and the write path stay there. The
-attributes declared on the class are the store's state it reads and updates.
+:class:`PackMap` is one handle's map, a part of :class:`~castore.objectstore.ObjectStore`
+(which keeps the loose objects, the caches of decoded objects and the write path's rule). It
+owns the lock of the handle's pack state; the writer's log
+(:class:`~castore.objectstore.packlog.WriterLog`) records its appends here and sets
+:attr:`PackMap.live`, the repacker (:class:`~castore.objectstore.repack.Repacker`) records the
+packs it writes and deletes. What a scan knows of each pack (its places, how far a growing log
+was read, its mtime then) is kept in one place, ``PackMap._packs``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from .. import objects as o
 from ..errors import IntegrityError
-from ..storage import Appender, Storage
+from ..storage import Storage
 from . import packs
 from .packs import PACKS, Place, Slot, index_key, pack_key
 
@@ -57,53 +61,98 @@ class _Pack:
         self.damaged: list[tuple[int, int]] = []  # (offset, bytes) of damaged records a scan skipped
 
 
-class PackReader:
-    """The pack map of an object store and the reads of frames out of its packs."""
+class PackMap:
+    """Which pack holds each object of a store, as one handle knows it, and the reads of
+    frames out of packs.
 
-    # the object store's state this part uses (set by ObjectStore.__init__)
-    storage: Storage
-    _lock: threading.RLock
-    _packs: dict[str, _Pack]
-    _where: dict[str, tuple[str, Place]]
-    _lazy: dict[str, packs.IndexView]
-    _contents: OrderedDict[tuple[str, int], bytes]
-    _contents_bytes: int
-    _prefixes: OrderedDict[tuple[str, int], o.BlockPrefix]
-    _pack_data: OrderedDict[str, bytes]
-    _pack_data_bytes: int
-    _log: Appender | None
-    _log_name: str
-    _no_append: bool
+    It owns the lock of the handle's pack state (:attr:`lock`): the writer's log and the
+    repacker, which are handed this map, take the same lock for their own state.
+    """
+
+    def __init__(self, storage: Storage, no_append: bool) -> None:
+        self.storage = storage
+        #: the one lock of a handle's pack state: this map's, the writer's log's, the repacker's
+        self.lock = threading.RLock()
+        #: whether the storage cannot append (object storage: a ranged read is a round trip,
+        #: and a writer writes whole batch packs); the writer's log sets it when its storage
+        #: refuses a log
+        self.no_append = no_append
+        #: this handle's own log while it is open ("" when none): mapped by its appends, so
+        #: never scanned or listed away here (the writer's log sets it)
+        self.live = ""
+        # the scan state, one entry per pack known (_Pack: its places, sealed or not, how far
+        # a growing log was scanned, its mtime then), the map id -> (pack, place), and the
+        # sealed packs whose index rows are looked up in place, not yet all in _where
+        self._packs: dict[str, _Pack] = {}
+        self._where: dict[str, tuple[str, Place]] = {}
+        self._lazy: dict[str, packs.IndexView] = {}
+        # bytes read, kept: whole packs read by a scan, decompressed records, blocks read in part
+        self._pack_data: OrderedDict[str, bytes] = OrderedDict()
+        self._pack_data_bytes = 0
+        self._contents: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # (pack, payload offset) -> content
+        self._contents_bytes = 0
+        self._prefixes: OrderedDict[tuple[str, int], o.BlockPrefix] = OrderedDict()
 
     # -- the pack map ----------------------------------------------------------------
-    def _add(self, name: str, where: Mapping[str, Place], sealed: bool, scanned: int, version: int = 0) -> None:
-        pack = self._packs.get(name)
-        if pack is None:
-            pack = self._packs[name] = _Pack(name)
-        if version:
-            pack.version = version
-        pack.where.update(where)
-        pack.sealed = pack.sealed or sealed
-        pack.scanned = max(pack.scanned, scanned)
-        for oid, loc in where.items():
-            self._where[oid] = (name, loc)
+    def add(self, name: str, where: Mapping[str, Place], sealed: bool, scanned: int, version: int = 0) -> None:
+        """Record frames of pack ``name`` (written or read by this handle): their places,
+        whether the pack is sealed (complete), and how far it is known (its bytes)."""
+        with self.lock:
+            pack = self._packs.get(name)
+            if pack is None:
+                pack = self._packs[name] = _Pack(name)
+            if version:
+                pack.version = version
+            pack.where.update(where)
+            pack.sealed = pack.sealed or sealed
+            pack.scanned = max(pack.scanned, scanned)
+            for oid, loc in where.items():
+                self._where[oid] = (name, loc)
 
-    def _drop(self, name: str) -> None:
-        for key in [k for k in self._contents if k[0] == name]:
-            self._contents_bytes -= len(self._contents.pop(key))
-        for key in [k for k in self._prefixes if k[0] == name]:
-            self._prefixes.pop(key).close()
-        self._lazy.pop(name, None)  # rows found in it so far are in pack.where, dropped below
-        pack = self._packs.pop(name, None)
-        if pack is not None:
-            for oid in pack.where:
-                if self._where.get(oid, ("",))[0] == name:
-                    del self._where[oid]
-                    # the object may also be in another pack we know
-                    for other in self._packs.values():
-                        if oid in other.where:
-                            self._where[oid] = (other.name, other.where[oid])
-                            break
+    def drop(self, name: str) -> None:
+        """Forget pack ``name`` (deleted, or repacked away) and every byte kept of it; an
+        object it held that another known pack holds too is mapped there."""
+        with self.lock:
+            for key in [k for k in self._contents if k[0] == name]:
+                self._contents_bytes -= len(self._contents.pop(key))
+            for key in [k for k in self._prefixes if k[0] == name]:
+                self._prefixes.pop(key).close()
+            self._lazy.pop(name, None)  # rows found in it so far are in pack.where, dropped below
+            pack = self._packs.pop(name, None)
+            if pack is not None:
+                for oid in pack.where:
+                    if self._where.get(oid, ("",))[0] == name:
+                        del self._where[oid]
+                        # the object may also be in another pack we know
+                        for other in self._packs.values():
+                            if oid in other.where:
+                                self._where[oid] = (other.name, other.where[oid])
+                                break
+
+    def __contains__(self, name: object) -> bool:
+        """Whether this handle knows pack ``name``."""
+        return name in self._packs
+
+    def is_sealed(self, name: str) -> bool:
+        """Whether pack ``name`` is known and sealed (indexed, or complete when written)."""
+        pack = self._packs.get(name)
+        return pack is not None and pack.sealed
+
+    def mark_sealed(self, name: str) -> None:
+        """Pack ``name`` (this handle's log, just given its index) is complete."""
+        with self.lock:
+            self._packs[name].sealed = True
+
+    def places(self, name: str) -> dict[str, Place]:
+        """The places of pack ``name``'s objects found so far, as the map holds them (no copy:
+        read under :attr:`lock`; no I/O: a pack read through its index holds only the rows
+        looked up, this handle's log all of them)."""
+        pack = self._packs.get(name)
+        return pack.where if pack is not None else {}
+
+    def mapped(self, oid: str) -> bool:
+        """Whether ``oid`` is in the map (no I/O: index rows not yet looked up are not)."""
+        return oid in self._where
 
     def refresh(self, need: Sequence[str] = ()) -> bool:
         """Bring the pack map up to date with ``packs/``: new indexes are read, packs without
@@ -112,8 +161,9 @@ class PackReader:
 
         With ``need`` (the ids a reader is looking for), the packs without an index are
         scanned only when the new indexes do not hold all of them: a reader at the middle of
-        a long session does not scan another writer's live log (up to :data:`SEAL_BYTES`,
-        every object hashed) for objects that sealed packs hold.
+        a long session does not scan another writer's live log (up to
+        :data:`~castore.objectstore.packlog.SEAL_BYTES`, every object hashed) for objects
+        that sealed packs hold.
 
         Raises:
             StorageError: the backend failed.
@@ -130,20 +180,20 @@ class PackReader:
 
     def _refresh_once(self, gone: list[str], need: Sequence[str] = ()) -> bool:
         names = self.storage.list_dir(PACKS)
-        with self._lock:
+        with self.lock:
             listed: dict[str, bool] = {}
             for n in names:
                 stem, dot, ext = n.rpartition(".")
                 if dot and packs.is_pack_name(stem) and "." + ext in (packs.PACK_SUFFIX, packs.INDEX_SUFFIX):
                     listed[stem] = listed.get(stem, False) or "." + ext == packs.INDEX_SUFFIX
-            for name in [n for n in self._packs if n not in listed and n != self._log_name]:
-                self._drop(name)
+            for name in [n for n in self._packs if n not in listed and n != self.live]:
+                self.drop(name)
             todo = []
             for name, has_index in sorted(listed.items()):
                 pack = self._packs.get(name)
                 if pack is not None and pack.sealed:
                     continue
-                if name == self._log_name and self._log is not None:
+                if name == self.live:
                     continue  # ours: already mapped
                 if pack is not None and not has_index and pack.mtime is not None \
                         and self.storage.mtime(pack_key(name)) == pack.mtime:
@@ -152,7 +202,7 @@ class PackReader:
             indexed = [t for t in todo if t[1]]
             if need and indexed and len(indexed) < len(todo):
                 found = self._load_packs(indexed, gone)
-                if all(self._locate(x) is not None for x in need):
+                if all(self.locate(x) is not None for x in need):
                     return found  # the others wait for an object no index holds
                 return self._load_packs([t for t in todo if not t[1]], gone) or found
             return self._load_packs(todo, gone)
@@ -169,10 +219,10 @@ class PackReader:
         Raises:
             StorageError: the backend failed.
         """
-        with self._lock:
+        with self.lock:
             todo = [(n, not n.startswith("b-")) for n in dict.fromkeys(names) if packs.is_pack_name(n)
                     and not (n in self._packs and self._packs[n].sealed)
-                    and not (n == self._log_name and self._log is not None)]
+                    and n != self.live]
             return self._load_packs(todo)
 
     def _load_packs(self, todo: Sequence[tuple[str, bool]], gone: list[str] | None = None) -> bool:
@@ -187,7 +237,7 @@ class PackReader:
         # the first bytes of each index (all of a small one); a lookup reads the rows it
         # needs by range: a fresh reader of a few objects reads O(log n) of each index
         # (on object storage a ranged GET is a round trip: a larger head, few window reads)
-        head, reads = ((packs.INDEX_HEAD_REMOTE, packs.INDEX_RANGE_READS_REMOTE) if self._no_append
+        head, reads = ((packs.INDEX_HEAD_REMOTE, packs.INDEX_RANGE_READS_REMOTE) if self.no_append
                        else (packs.INDEX_HEAD, packs.INDEX_RANGE_READS))
         got = self.storage.read_heads([index_key(n) for n in wanted], head) if wanted else {}
         for name, has_index in todo:
@@ -195,14 +245,14 @@ class PackReader:
             if raw is not None:
                 try:
                     # the check over every row waits until a miss or a bad object needs it
-                    # (_recheck): a reader of a few objects pays O(log n), not O(n)
+                    # (:meth:`recheck`): a reader of a few objects pays O(log n), not O(n)
                     view = packs.IndexView(raw, check=False, read=self._index_reader(name), max_reads=reads)
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
                 else:
-                    # rows are looked up when needed (_locate): a reader of a few objects
+                    # rows are looked up when needed (:meth:`locate`): a reader of a few objects
                     # does not decode every row of every index
-                    self._add(name, {}, sealed=True, scanned=view.pack_size, version=view.version)
+                    self.add(name, {}, sealed=True, scanned=view.pack_size, version=view.version)
                     self._packs[name].index = self._lazy[name] = view
                     continue
             scan.append(name)
@@ -229,7 +279,7 @@ class PackReader:
             for offset, content in contents.items():
                 self._keep_content(name, offset, content)
             # a batch or repack pack is complete when written; a log may still grow
-            self._add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
+            self.add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
             if end < len(data) and not name.startswith("w-"):
                 damaged.append((end, len(data) - end))  # written whole, so a short scan is damage, not a tail
             self._packs[name].damaged.extend(d for d in damaged if d not in self._packs[name].damaged)
@@ -257,7 +307,7 @@ class PackReader:
             return 0
         return max(len(pack.where), pack.index.count) if pack.index is not None else len(pack.where)
 
-    def _locate(self, oid: str) -> tuple[str, Place] | None:
+    def locate(self, oid: str) -> tuple[str, Place] | None:
         """The pack and place of ``oid``'s frame as this handle knows them, or None: the
         pack map, then a binary search of each index not yet decoded."""
         hit = self._where.get(oid)
@@ -269,7 +319,7 @@ class PackReader:
             return None
         if len(raw) != 32:
             return None
-        with self._lock:
+        with self.lock:
             for name, view in list(self._lazy.items()):
                 try:
                     loc = view.find(raw)
@@ -284,13 +334,13 @@ class PackReader:
 
     def _unindex(self, name: str) -> None:
         """Forget a damaged index, and every row found through it, and scan its pack instead."""
-        self._drop(name)
+        self.drop(name)
         self._load_packs([(name, False)])
 
-    def _recheck(self, name: str | None = None) -> bool:
+    def recheck(self, name: str | None = None) -> bool:
         """Verify the not yet checked index of pack ``name`` (every one when None); drop each
         damaged one and scan its pack instead. True when one was damaged (look again)."""
-        with self._lock:
+        with self.lock:
             damaged = False
             for pack, view in list(self._lazy.items()):
                 if view.checked or (name is not None and pack != name):
@@ -304,7 +354,7 @@ class PackReader:
 
     def _materialize(self) -> None:
         """Decode every index row not yet in the pack map (for what lists every frame)."""
-        with self._lock:
+        with self.lock:
             for name, view in list(self._lazy.items()):
                 try:
                     where = view.rows()
@@ -313,7 +363,29 @@ class PackReader:
                     continue
                 del self._lazy[name]
                 self._packs[name].index = None
-                self._add(name, where, sealed=True, scanned=view.pack_size)
+                self.add(name, where, sealed=True, scanned=view.pack_size)
+
+    def unchecked(self, oid: str) -> bool:
+        """Whether ``oid`` was mapped through an index not checked in full yet (a row that
+        may lie: :meth:`recheck_object` tells)."""
+        hit = self._where.get(oid)
+        if hit is None:
+            return False
+        view = self._lazy.get(hit[0])
+        return view is not None and not view.checked
+
+    def recheck_object(self, oid: str) -> bool:
+        """:meth:`recheck` the index that mapped ``oid``; True when it was damaged (dropped,
+        its pack scanned: look again)."""
+        hit = self._where.get(oid)
+        return hit is not None and self.recheck(hit[0])
+
+    def packed_ids(self) -> list[str]:
+        """Every object id of every pack known (each index decoded in full: for what lists
+        every object; call :meth:`refresh` first)."""
+        with self.lock:
+            self._materialize()
+            return list(self._where)
 
     def _keep_pack_data(self, name: str, data: bytes) -> None:
         old = self._pack_data.pop(name, None)
@@ -326,24 +398,24 @@ class PackReader:
         while self._pack_data_bytes > PACK_DATA_BYTES:
             self._pack_data_bytes -= len(self._pack_data.popitem(last=False)[1])
 
-    def _from_pack(self, oid: str, alone: bool = False) -> bytes | None:
+    def read_packed(self, oid: str, alone: bool = False) -> bytes | None:
         """The stored frame of ``oid`` from the pack the map names, or None (``alone``: the
         only object its reader asks for, see :meth:`_content`)."""
-        hit = self._locate(oid)
+        hit = self.locate(oid)
         if hit is None:
             return None
         name, loc = hit
         try:
             return self._frame(name, loc, alone)
         except FileNotFoundError:
-            with self._lock:
-                self._drop(name)  # repacked away: the caller looks elsewhere and refreshes
-            return self._from_pack(oid, alone)
+            with self.lock:
+                self.drop(name)  # repacked away: the caller looks elsewhere and refreshes
+            return self.read_packed(oid, alone)
         except IntegrityError:
             return None  # a damaged record: the object may be elsewhere (the caller looks)
 
     def _keep_content(self, name: str, offset: int, content: bytes) -> None:
-        with self._lock:
+        with self.lock:
             key = (name, offset)
             if key in self._contents or len(content) > CONTENT_BYTES // 4:
                 return
@@ -366,7 +438,7 @@ class PackReader:
         if got is not None:
             return got
         need = loc.start + loc.length
-        with self._lock:
+        with self.lock:
             part = self._prefixes.get(key)
             if part is not None and len(part.data) >= need:
                 return part.data
@@ -391,7 +463,7 @@ class PackReader:
         # (the state at the middle of a long session reads a commit and its tree out of a
         # 256 KiB block); the next reader of the block that needs more decompresses the rest
         # (a bulk reader of the block then pays one more call, not one per object)
-        with self._lock:
+        with self.lock:
             part = self._prefixes.pop(key, part)
             content = part.upto(need if fresh else part.size)
             if len(content) == part.size:
@@ -402,14 +474,16 @@ class PackReader:
                     self._prefixes.popitem(last=False)[1].close()
         return content
 
-    def _prefetch_packs(self, oids: Sequence[str]) -> None:
+    def prefetch(self, oids: Sequence[str]) -> None:
         """Read whole, in one batch, each pack (up to a quarter of the pack cache) that holds
         two or more not-yet-read records of ``oids``, and keep it in the pack cache: one
         request per pack instead of one per record (a cold reader of a path on S3)."""
-        with self._lock:
+        if not self._packs:
+            return
+        with self.lock:
             wanted: dict[str, set[int]] = {}
             for oid in oids:
-                hit = self._locate(oid)
+                hit = self.locate(oid)
                 if hit is None or hit[0] in self._pack_data:
                     continue
                 name, loc = hit
@@ -421,12 +495,59 @@ class PackReader:
         if not whole:
             return
         datas = self.storage.read_many([pack_key(n) for n in whole])
-        with self._lock:
+        with self.lock:
             for name in whole:
                 data = datas.get(pack_key(name))
                 pack = self._packs.get(name)
                 if data is not None and pack is not None and len(data) >= pack.scanned:
                     self._keep_pack_data(name, data)
+
+    def close(self) -> None:
+        """Drop the blocks read in part (their decompression contexts go back to the pool)."""
+        with self.lock:
+            while self._prefixes:
+                self._prefixes.popitem()[1].close()
+
+    def iter_pack_contents(self, batch: int = 8) -> Iterator[tuple[bytes, bool]]:
+        """Every pack's objects, each pack read whole once, ``batch`` packs per concurrent
+        read: as :meth:`castore.objectstore.ObjectStore.iter_contents` yields them (a
+        version-2 record's decompressed content, kept in the content cache, or one object's
+        canonical bytes). The packs' bytes are kept too: reading their objects again costs no
+        I/O. A damaged record is skipped.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        names = sorted({n.rpartition(".")[0] for n in self.storage.list_dir(PACKS)
+                        if n.endswith(packs.PACK_SUFFIX) and packs.is_pack_name(n.rpartition(".")[0])})
+        for i in range(0, len(names), batch):
+            keys = [pack_key(n) for n in names[i:i + batch]]
+            datas = self.storage.read_many(keys)
+            for name, key in zip(names[i:i + batch], keys, strict=True):
+                data = datas.pop(key, None)
+                if data is None:
+                    continue  # repacked away since the listing: its objects are in a newer pack
+                with self.lock:
+                    self._keep_pack_data(name, data)  # reading its objects again costs no I/O
+                try:
+                    records = list(packs.payloads(data))
+                except IntegrityError:
+                    continue  # not a pack
+                contents = _unframed(records, name)
+                for version, offset, payload in records:
+                    if version == 1:
+                        for _, frame in packs.frames_v1(payload) or ():
+                            try:
+                                canonical = o.unframe(frame)
+                            except IntegrityError:
+                                continue
+                            yield canonical, False
+                        continue
+                    content = next(contents)
+                    if content is None:
+                        continue
+                    self._keep_content(name, offset, content)
+                    yield content, True
 
     def pack_names(self) -> list[str]:
         """Every pack in the store (after a refresh).
@@ -435,13 +556,13 @@ class PackReader:
             StorageError: the backend failed.
         """
         self.refresh()
-        with self._lock:
+        with self.lock:
             return sorted(self._packs)
 
     def pack_contents(self, name: str) -> dict[str, Place]:
         """The objects of one pack as this handle knows them, in the order they were written
         (call :meth:`refresh` first)."""
-        with self._lock:
+        with self.lock:
             self._materialize()
             pack = self._packs.get(name)
             if pack is None:
@@ -458,12 +579,12 @@ class PackReader:
             StorageError: the backend failed.
         """
         self.refresh()
-        with self._lock:
+        with self.lock:
             return sorted((n, off, size) for n, p in self._packs.items() for off, size in p.damaged)
 
     def pack_bytes(self, name: str) -> int:
         """The size of a pack as this handle knows it (0 if unknown)."""
-        with self._lock:
+        with self.lock:
             pack = self._packs.get(name)
             return pack.scanned if pack is not None else 0
 
@@ -474,10 +595,10 @@ class PackReader:
         Raises:
             StorageError: the backend failed.
         """
-        with self._lock:
+        with self.lock:
             pack = self._packs.get(name)
             sealed = pack is not None and pack.sealed
-            ours = name == self._log_name and self._log is not None
+            ours = name == self.live
         held = ours or (name.startswith("w-") and not sealed and self.storage.is_held(pack_key(name)))
         return self.storage.mtime(pack_key(name)), sealed, held
 
@@ -503,3 +624,35 @@ class PackReader:
         if data is not None and loc.offset + loc.size <= len(data):
             return data[loc.offset:loc.offset + loc.size]  # packs never change below their end
         return self.storage.read_range(pack_key(name), loc.offset, loc.size)
+
+
+#: version-2 records of one pack decompressed ahead of the one a scan is at (zstd releases
+#: the GIL: the next records decompress on another core while the caller searches one)
+_UNFRAME_AHEAD = 4
+
+
+def _unframed(records: list[tuple[int, int, memoryview]], name: str) -> Iterator[bytes | None]:
+    """The content of each version-2 record of ``records`` in order (None: it does not
+    decompress), decompressed in a worker thread up to :data:`_UNFRAME_AHEAD` ahead."""
+    def one(offset: int, payload: memoryview) -> bytes | None:
+        try:
+            return o.unframe(payload, f"record at {offset} of pack {name}")
+        except IntegrityError:
+            return None
+
+    todo = [(offset, payload) for version, offset, payload in records if version != 1]
+    if len(todo) < 2:
+        for offset, payload in todo:
+            yield one(offset, payload)
+        return
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="castore-unframe") as pool:
+        ahead: deque[Future[bytes | None]] = deque()
+        at = 0
+        while at < len(todo) or ahead:
+            while at < len(todo) and len(ahead) < _UNFRAME_AHEAD:
+                ahead.append(pool.submit(one, *todo[at]))
+                at += 1
+            yield ahead.popleft().result()

@@ -10,11 +10,14 @@ in the old and the new, never in neither. Which packs to merge follows git's
 ``repack --geometric=2`` (:func:`geometric`), so each byte is rewritten O(log n) times
 and the packs a reader lists stay O(log n).
 
-:class:`Repacking` is the part of :class:`~castore.objectstore.ObjectStore` that does it:
-the merge (:meth:`~Repacking.merge_packs`, also what ``castore repack`` calls) and
-the background repack of normal writes (:meth:`~Repacking.auto_repack_once`, run in a
-thread of the handle, like git's ``gc --auto`` or Delta Lake's checkpoint). The attributes
-declared on the class are the store's state it reads and updates.
+:class:`Repacker` is the part of :class:`~castore.objectstore.ObjectStore` that does it,
+handed the storage and the pack map (:class:`~castore.objectstore.packmap.PackMap`, whose
+lock it takes): the merge (:meth:`~Repacker.merge_packs`, also what ``castore repack``
+calls), the writes and deletions of whole packs for repack and gc, and the background
+repack of normal writes (:meth:`~Repacker.auto_repack_once`, run in a thread of the handle,
+like git's ``gc --auto`` or Delta Lake's checkpoint), which the writer's log starts. It keeps
+what this handle wrote (:meth:`~Repacker.note_written`): a merge on object storage takes
+only those packs, in their write order.
 """
 
 from __future__ import annotations
@@ -25,38 +28,49 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .. import objects as o
 from ..errors import IntegrityError
-from ..storage import Appender, Storage
+from ..storage import DeleteIncomplete, Storage
 from . import packs
+from .packmap import PackMap
 from .packs import PACKS, Slot, index_key, pack_key
 
+#: repack writes blocks of about this many content bytes, each one zstd frame at BLOCK_LEVEL
+BLOCK_BYTES = 256 << 10
+BLOCK_LEVEL = 9
+#: background repack: an S3 (no-append) writer runs one after this many batch packs
+AUTO_REPACK_BATCHES = 16
 #: background repack reads at most this many bytes of packs per run (the rest waits its turn)
 AUTO_REPACK_MAX_BYTES = 256 << 20
 
 
-class Repacking:
-    """Merging packs, in the foreground or in a background thread of an object store."""
+class Repacker:
+    """Merging packs, in the foreground or in a background thread of an object store, and
+    writing and deleting whole packs (repack, gc)."""
 
-    # the object store's state this part uses (set by ObjectStore.__init__)
-    storage: Storage
-    auto_repack: bool
-    repack_error: BaseException | None
-    _repacker: threading.Thread | None
-    _repack_again: bool
-    _lock: threading.RLock
-    _own: OrderedDict[str, list[tuple[str, bytes]]]
-    _seq: dict[str, int]
-    _sizes: dict[str, int]
-    _moved: OrderedDict[str, str]
-    _log: Appender | None
-    _log_name: str
-    _no_append: bool
+    def __init__(self, storage: Storage, packmap: PackMap, auto: bool = True) -> None:
+        self.storage = storage
+        self.packmap = packmap
+        #: merge small packs in a background thread when a log is sealed or after
+        #: AUTO_REPACK_BATCHES batch packs (docs/FORMAT.md, 8)
+        self.auto = auto
+        #: the last error a background repack met, if any (it never fails an append)
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._again = False
+        # all under packmap.lock:
+        self._seq: dict[str, int] = {}  # packs this handle wrote -> the order it wrote them in
+        self._own: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()  # its batch packs' objects
+        self._sizes: dict[str, int] = {}  # sealed packs' sizes read from their indexes (they never change)
+        self._moved: OrderedDict[str, str] = OrderedDict()  # pack merged by this handle -> the pack it went into
 
-    def _write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
-        raise NotImplementedError  # ObjectStore's: writes one pack of blocks and its index
-
-    def delete_packs(self, names: Sequence[str]) -> None:
-        """Delete packs and their indexes in batches (ObjectStore's)."""
-        raise NotImplementedError
+    def note_written(self, name: str, objects: Sequence[tuple[str, bytes]] | None = None) -> None:
+        """Record that this handle wrote into pack ``name`` (its log, or with ``objects`` a
+        batch pack holding them: a background repack merges it without reading it back)."""
+        with self.packmap.lock:
+            self._seq.setdefault(name, len(self._seq))
+            if objects is not None:
+                self._own[name] = list(objects)
+                while len(self._own) > 4 * AUTO_REPACK_BATCHES:
+                    self._own.popitem(last=False)
 
     def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
                     by_mtime: bool = True,
@@ -88,7 +102,7 @@ class Repacking:
             order = {n: (self.storage.mtime(pack_key(n)) or 0.0, n) for n in chosen}
         else:
             order = {n: (float(self._seq.get(n, -1)), n) for n in chosen}
-        with self._lock:
+        with self.packmap.lock:
             own = {n: [self._own[n]] for n in chosen if n in self._own}
         own.update((n, [list(g) for g in held[n]]) for n in chosen if held and n in held)
         seen: set[str] = set()
@@ -120,9 +134,9 @@ class Repacking:
         if not groups or (len(done) < 2 and not extra and done and done[0].startswith("r-")):
             return None
         self._sync_intent_refs([n for n in done if n.startswith("w-") and n not in own], datas)
-        new = self._write_groups(groups)
+        new = self.write_groups(groups)
         self.delete_packs([n for n in done if n != new])  # one batched delete, not one per pack
-        with self._lock:
+        with self.packmap.lock:
             for name in done:
                 self._own.pop(name, None)
                 if name != new:
@@ -130,6 +144,91 @@ class Repacking:
             while len(self._moved) > 4096:
                 self._moved.popitem(last=False)
         return new
+
+    def write_pack(self, frames: Sequence[tuple[str, bytes]]) -> str:
+        """Write stored frames as one new sealed pack (version 2, in the order given, in
+        compressed blocks) with its index (gc); return its name. Each frame is verified.
+
+        Raises:
+            IntegrityError: a frame does not hash to its id (nothing is written).
+            StorageError: the backend failed.
+        """
+        return self.write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames])
+
+    def write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
+        """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks (each
+        laid out by kind, :func:`castore.objectstore.packs.block_layout`), then its index, each
+        atomically: a pack without its index is still read (scanned); an index never names
+        a pack that is not complete."""
+        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)
+        name = packs.content_name("r", data)
+        self.storage.write(pack_key(name), data)
+        self.storage.write(index_key(name), packs.encode_index(len(data), where))
+        with self.packmap.lock:
+            self.packmap.add(name, where, sealed=True, scanned=len(data), version=2)
+            self._seq.setdefault(name, len(self._seq))
+            self._sizes[name] = len(data)
+        return name
+
+    def delete_pack(self, name: str, cutoff: float | None = None) -> bool:
+        """Delete a pack and its index (repack and gc only); with ``cutoff``, only if the pack
+        was last written before that POSIX time, checked right before the deletion (a batch
+        pack written again with the same bytes is young again). True if deleted.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        indexed = not name.startswith("b-")  # a batch pack never gets an index: no request for one
+        if name.startswith("w-") and not self.storage.exists(index_key(name)):
+            # a log that was never sealed (its writer died): the refs its intents moved are
+            # made durable before the intents go (docs/FORMAT.md, 12)
+            try:
+                data = self.storage.read(pack_key(name))
+            except FileNotFoundError:
+                data = b""
+            keys = sorted({i.key for i in packs.intents(data)})
+            if keys:
+                self.storage.sync_keys(keys)
+        if cutoff is not None:
+            if not self.storage.delete_if_older(pack_key(name), cutoff):
+                return False
+            if indexed:
+                self.storage.delete(index_key(name))
+        else:
+            if indexed:
+                self.storage.delete(index_key(name))
+            self.storage.delete(pack_key(name))
+        with self.packmap.lock:
+            self.packmap.drop(name)
+            self._sizes.pop(name, None)
+        return True
+
+    def delete_packs(self, names: Sequence[str]) -> None:
+        """Delete packs and their indexes (repack): every index first, then every pack, each
+        set in one batched delete (on S3 one request per 1,000 keys), so that a failure or
+        kill in between leaves packs without an index (scanned by readers), never an index
+        without its pack.
+
+        Raises:
+            DeleteIncomplete: the backend failed part-way; ``remaining`` names the keys that
+                may still be stored (the packs it names are still whole).
+        """
+        names = list(dict.fromkeys(names))
+        gone = set(names)
+        try:
+            indexes = [index_key(n) for n in names if not n.startswith("b-")]  # a batch pack has none
+            if indexes:
+                self.storage.delete_many(indexes)
+            self.storage.delete_many([pack_key(n) for n in names])
+        except DeleteIncomplete as e:
+            left = set(e.remaining)
+            gone = {n for n in names if pack_key(n) not in left and index_key(n) not in left}
+            raise
+        finally:
+            with self.packmap.lock:
+                for name in gone:
+                    self.packmap.drop(name)
+                    self._sizes.pop(name, None)
 
     def _sync_intent_refs(self, names: Sequence[str], datas: Mapping[str, bytes | None]) -> None:
         """Make durable the refs that the intents of the logs ``names`` moved, for each of
@@ -154,7 +253,7 @@ class Repacking:
         replaced by the pack it went into, each name once, at its newest place: what a read
         hint should name after a background repack (docs/FORMAT.md, 6 and 8)."""
         out: list[str] = []
-        with self._lock:
+        with self.packmap.lock:
             for name in names:
                 for _ in range(64):  # a chain of merges: r-1 merged into r-2 ...
                     nxt = self._moved.get(name)
@@ -199,20 +298,20 @@ class Repacking:
                 for oid, loc in sorted(where.items(), key=lambda kv: kv[1].offset)]
 
     # -- background repack ------------------------------------------------------------
-    def _start_repack(self) -> None:
+    def start(self) -> None:
         """Run :meth:`auto_repack_once` in a background thread, unless one is running or
-        ``auto_repack`` is off. Never raises: an append must not fail because of it."""
-        if not self.auto_repack:
+        :attr:`auto` is off. Never raises: an append must not fail because of it."""
+        if not self.auto:
             return
-        with self._lock:
-            if self._repacker is not None and self._repacker.is_alive():  # (not alive: a forked child's)
+        with self.packmap.lock:
+            if self._thread is not None and self._thread.is_alive():  # (not alive: a forked child's)
                 # a run is going: it runs once more when done, for the packs written since it
                 # listed (dropping this request left up to twice the batch packs behind)
-                self._repack_again = True
+                self._again = True
                 return
             t = threading.Thread(target=self._repack_quietly, name="castore-repack", daemon=True)
-            self._repacker = t
-            self._repack_again = False
+            self._thread = t
+            self._again = False
         t.start()
 
     def _repack_quietly(self) -> None:
@@ -221,17 +320,17 @@ class Repacking:
             try:
                 self.auto_repack_once()
             except Exception as e:  # noqa: BLE001 - a background merge must never fail an append; kept for the caller
-                self.repack_error, failed = e, True
-            with self._lock:
-                if failed or not self._repack_again:  # a failed run is not repeated at once
-                    self._repacker = None  # under the lock: a request after this starts a new run
+                self.error, failed = e, True
+            with self.packmap.lock:
+                if failed or not self._again:  # a failed run is not repeated at once
+                    self._thread = None  # under the lock: a request after this starts a new run
                     return
-                self._repack_again = False
+                self._again = False
 
-    def wait_repack(self) -> None:
+    def wait(self) -> None:
         """Wait for this handle's background repack, if one is running (with the run it owes
         for appends made while it ran)."""
-        t = self._repacker
+        t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
 
@@ -252,10 +351,9 @@ class Repacking:
             stem, dot, ext = n.rpartition(".")
             if dot and packs.is_pack_name(stem) and "." + ext in (packs.PACK_SUFFIX, packs.INDEX_SUFFIX):
                 listed[stem] = listed.get(stem, False) or "." + ext == packs.INDEX_SUFFIX
-        with self._lock:
-            live = self._log_name if self._log is not None else ""
+        live = self.packmap.live
         sealed = {n for n, has_index in listed.items() if n != live and (has_index or n.startswith("b-"))}
-        if self._no_append:
+        if self.packmap.no_append:
             # object storage: only the packs this handle wrote (its batch packs are still in
             # memory). Writers merging each other's packs GET, rewrite and DELETE the same
             # packs over and over: ~19 extra requests per append for 16 writers
@@ -284,7 +382,13 @@ class Repacking:
             total += sizes[n]
         if not take or (len(take) == 1 and take[0].startswith("r-")):
             return None
-        return self.merge_packs(take, by_mtime=not self._no_append)
+        return self.merge_packs(take, by_mtime=not self.packmap.no_append)
+
+
+def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
+    """Whether a block may end after this group: one that holds a segment or an index (the
+    segment copies the commits before it, so a block ending there holds both)."""
+    return any(o.is_path_object(c) for _, c in group)
 
 
 def geometric(sizes: Sequence[tuple[str, int]]) -> list[str]:
@@ -299,4 +403,4 @@ def geometric(sizes: Sequence[tuple[str, int]]) -> list[str]:
     return [name for name, _ in order[:cut]] if cut > 1 else []
 
 
-__all__ = ["Repacking", "geometric", "AUTO_REPACK_MAX_BYTES"]
+__all__ = ["Repacker", "geometric", "AUTO_REPACK_BATCHES", "AUTO_REPACK_MAX_BYTES", "BLOCK_BYTES", "BLOCK_LEVEL"]
