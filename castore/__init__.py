@@ -16,8 +16,8 @@ Layers, bottom first: a module imports only its own layer and the ones below
     errors, names, aio                  errors, safe names, async helpers
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
     objects, zdict, objectstore, refs   the object codec, the object store (packs, pack map, writer logs, repack), refs
-    history, state, entries             paths, state trees, entry types
-    plumbing, revisions                 the one write path: ref names, batches, landing; revisions as typed
+    history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
+    plumbing, revisions, pathview       the one write path; revisions as typed; a handle's kept view of its path
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
     sync, maintenance, grep             push/pull, fsck/gc, search sessions

@@ -35,12 +35,25 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .entries import BranchSummary, Compaction, Event, LogEntry, Message, ModelChange
+from .entries import Compaction, LogEntry, Message
 from .errors import InvalidEntry
+from .pathfacts import (
+    BRANCH_PREFIX,
+    BRANCH_SUFFIX,
+    MAX_FACT_NAME,
+    MAX_FACT_SYSTEMS,
+    SYSTEM_ROLES,
+    PathFacts,
+    Settings,
+    branch_summary_message,
+    facts_of,
+    message_of,
+    settings_after,
+)
 
 TokenCounter = Callable[[Message], int]
 
@@ -53,12 +66,9 @@ COMPACTION_PREFIX = (
     "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
 )
 COMPACTION_SUFFIX = "\n</summary>"
-BRANCH_PREFIX = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
-BRANCH_SUFFIX = "</summary>"
 
 _TOOL_ROLES = frozenset({"tool", "toolResult", "tool_result", "function"})
 _CALL_BLOCKS = frozenset({"toolCall", "tool_use", "function_call"})
-_SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 @dataclass(frozen=True)
@@ -150,11 +160,6 @@ def summary_message(summary: str) -> Message:
     return Message(role="user", content=COMPACTION_PREFIX + summary + COMPACTION_SUFFIX)
 
 
-def branch_summary_message(summary: str) -> Message:
-    """The user message that stands for a branch summary."""
-    return Message(role="user", content=BRANCH_PREFIX + summary + BRANCH_SUFFIX)
-
-
 def is_tool_result(m: Message) -> bool:
     """Whether a message carries a tool's output (OpenAI ``tool``, Pi ``toolResult``, ...)."""
     return m.role in _TOOL_ROLES or m.tool_call_id is not None or "toolCallId" in m.extra
@@ -167,17 +172,6 @@ def calls_tools(m: Message) -> bool:
     if isinstance(m.content, list):
         return any(isinstance(b, dict) and b.get("type") in _CALL_BLOCKS for b in m.content)
     return False
-
-
-def _message_of(entry: Any) -> Message | None:
-    """The message an entry contributes to a context, if any (see rule 3)."""
-    if isinstance(entry, Message):
-        return entry
-    if isinstance(entry, Event):
-        return entry.message
-    if isinstance(entry, BranchSummary) and entry.summary:
-        return branch_summary_message(entry.summary)
-    return None
 
 
 def keep_start(entries: Sequence[LogEntry], i: int) -> int:
@@ -194,13 +188,13 @@ def keep_start(entries: Sequence[LogEntry], i: int) -> int:
     if not 0 <= i < len(entries):
         raise IndexError(f"entry index {i} is out of range (0..{len(entries) - 1})")
     j = i
-    while j < len(entries) and _message_of(entries[j].entry) is None:
+    while j < len(entries) and message_of(entries[j].entry) is None:
         j += 1
-    first = _message_of(entries[j].entry) if j < len(entries) else None
+    first = message_of(entries[j].entry) if j < len(entries) else None
     if first is None or not is_tool_result(first):
         return i
     for k in range(j - 1, -1, -1):
-        m = _message_of(entries[k].entry)
+        m = message_of(entries[k].entry)
         if m is None or is_tool_result(m):
             continue
         return k if calls_tools(m) else i
@@ -243,27 +237,19 @@ def project(
     _check_budget("tool_output_limit", tool_output_limit)
     count = token_counter or estimate_tokens
 
-    model = provider = thinking = None
+    settings: Settings = (None, None, None)
     last_compaction = -1
     for i, le in enumerate(entries):
-        e = le.entry
-        if isinstance(e, ModelChange):
-            if e.model is not None:
-                model, provider = e.model, e.provider
-            if e.thinking_level is not None:
-                thinking = e.thinking_level
-        elif isinstance(e, Message) and e.role == "assistant" and isinstance(e.extra.get("model"), str):
-            model = e.extra["model"]
-            p = e.extra.get("provider")
-            provider = p if isinstance(p, str) else None
-        elif isinstance(e, Compaction):
+        settings = settings_after(settings, le.entry)
+        if isinstance(le.entry, Compaction):
             last_compaction = i
+    model, provider, thinking = settings
 
     msgs: list[Message] = []
     commits: list[str] = []
 
     def emit(le: LogEntry) -> None:
-        m = _message_of(le.entry)
+        m = message_of(le.entry)
         if m is not None:
             msgs.append(m)
             commits.append(le.id)
@@ -285,9 +271,7 @@ def project(
             emit(le)
 
     if tool_output_limit is not None:
-        for i, m in enumerate(msgs):
-            if is_tool_result(m) and count(m) > tool_output_limit:
-                msgs[i] = _placeholder(m, commits[i], count(m))
+        msgs = [_limited(m, c, tool_output_limit, count) for m, c in zip(msgs, commits, strict=True)]
 
     sizes = [count(m) for m in msgs]
     kept = _trim(msgs, sizes, max_tokens, max_messages)
@@ -301,6 +285,165 @@ def project(
         thinking_level=thinking,
         dropped=len(msgs) - len(kept),
     )
+
+
+#: reads the entries at depths ``lo..hi`` of a path (both included), oldest first
+EntryReader = Callable[[int, int], Sequence[LogEntry]]
+
+
+def project_from_tip(
+    facts: PathFacts,
+    read: EntryReader,
+    max_tokens: int | None = None,
+    max_messages: int | None = None,
+    tool_output_limit: int | None = None,
+    token_counter: TokenCounter | None = None,
+) -> Context | None:
+    """:func:`project` of a whole path, reading it from the tip backwards until the budget is full.
+
+    ``facts`` describe the path (its tip is at ``facts.depth``) and ``read`` returns its
+    entries by depth. Besides the newest messages, only the units (rule 5) a budget never
+    drops are read, wherever they are. The result equals :func:`project` of every entry.
+
+    Returns:
+        The :class:`Context`, or None without a budget (the whole path is needed then).
+
+    Raises:
+        InvalidEntry: a budget or limit is negative or not an int.
+    """
+    _check_budget("max_tokens", max_tokens)
+    _check_budget("max_messages", max_messages)
+    _check_budget("tool_output_limit", tool_output_limit)
+    if max_tokens is None and max_messages is None:
+        return None
+    return _FromTip(facts, read, max_tokens, max_messages, tool_output_limit,
+                    token_counter or estimate_tokens).run()
+
+
+_Item = tuple[Message, str, int]  # a message, its commit, its size
+_BLOCK = 64
+
+
+class _FromTip:
+    """One run of :func:`project_from_tip`. Positions are depths; the compaction summary,
+    first of all messages, is at position -1."""
+
+    def __init__(self, facts: PathFacts, read: EntryReader, max_tokens: int | None, max_messages: int | None,
+                 limit: int | None, count: TokenCounter) -> None:
+        self.facts, self.read = facts, read
+        self.max_tokens, self.max_messages, self.limit, self.count = max_tokens, max_messages, limit, count
+        self.entries: dict[int, LogEntry] = {}
+        self.items: dict[int, _Item | None] = {}
+        self.low = facts.depth + 1  # entries at depths low..tip are read
+        self._first: int | None = None
+
+    def fits(self, tokens: int, n: int) -> bool:
+        return (self.max_tokens is None or tokens <= self.max_tokens) and \
+            (self.max_messages is None or n <= self.max_messages)
+
+    def load(self, d: int) -> None:
+        """Read the entry at depth ``d``: next to what was read from the tip, the sweep goes
+        on (at least as far again: few, growing reads); further down, its block alone."""
+        if d in self.entries:
+            return
+        if d >= self.low - _BLOCK:
+            lo = max(self.facts.start, min(d, self.low - max(_BLOCK, self.facts.depth + 1 - self.low)))
+            hi, self.low = self.low - 1, lo
+        else:
+            lo = max(self.facts.start, d - d % _BLOCK)
+            hi = min(lo + _BLOCK - 1, self.low - 1)
+        for le in self.read(lo, hi):
+            self.entries.setdefault(le.depth, le)
+
+    def item(self, pos: int) -> _Item | None:
+        if pos in self.items:
+            return self.items[pos]
+        if pos < 0:
+            self.load(self.facts.compaction)
+            comp = self.entries[self.facts.compaction]
+            assert isinstance(comp.entry, Compaction)
+            m: Message | None = summary_message(comp.entry.summary)
+            cid = comp.id
+        else:
+            self.load(pos)
+            le = self.entries[pos]
+            m, cid = message_of(le.entry), le.id
+        out = None
+        if m is not None:
+            m = _limited(m, cid, self.limit, self.count)
+            out = (m, cid, self.count(m))
+        self.items[pos] = out
+        return out
+
+    def first(self) -> int:
+        """The position of the first message of all."""
+        if self._first is None:
+            pos = -1 if self.facts.compaction >= 0 else self.facts.start
+            while self.item(pos) is None:
+                pos += 1
+            self._first = pos
+        return self._first
+
+    def is_head(self, pos: int) -> bool:
+        """Whether the message at ``pos`` starts a unit."""
+        it = self.item(pos)
+        return it is not None and (not is_tool_result(it[0]) or pos == self.first())
+
+    def unit(self, pos: int, below: int) -> list[int]:
+        """The positions of the unit holding the message at ``pos`` (all before ``below``)."""
+        head = pos
+        while not self.is_head(head):
+            head = head - 1 if head > self.facts.start else -1
+        out = [head]
+        nxt = max(head + 1, self.facts.start)
+        while nxt < below and (self.item(nxt) is None or not self.is_head(nxt)):
+            if self.item(nxt) is not None:
+                out.append(nxt)
+            nxt += 1
+        return out
+
+    def run(self) -> Context:
+        f = self.facts
+        pinned = [*f.system]
+        if f.user >= 0:
+            pinned.append(f.user)
+        elif f.compaction >= 0:
+            pinned.append(-1)
+        tokens = n = 0  # of the units from the candidate head to the tip
+        order = [*range(f.depth, f.start - 1, -1), *([-1] if f.compaction >= 0 else [])]
+        for pos in order:
+            it = self.item(pos)
+            if it is None:
+                continue
+            tokens, n = tokens + it[2], n + 1
+            if self.is_head(pos):
+                before = sorted({q for p in pinned if p < pos for q in self.unit(p, pos)})
+                sizes = [self.items[q][2] for q in before]  # type: ignore[index]
+                if not self.fits(tokens + sum(sizes), n + len(before)):
+                    return self.result([*before, *(q for q in reversed(order) if q >= pos)])
+        return self.result(reversed(order))
+
+    def result(self, positions: Iterable[int]) -> Context:
+        got = [it for p in positions if (it := self.item(p)) is not None]
+        msgs, sizes = [m for m, _, _ in got], [s for _, _, s in got]
+        kept = _trim(msgs, sizes, self.max_tokens, self.max_messages)
+        f = self.facts
+        return Context(
+            messages=[msgs[i] for i in kept],
+            commits=[got[i][1] for i in kept],
+            tokens=sum(sizes[i] for i in kept),
+            model=f.model, provider=f.provider, thinking_level=f.thinking_level,
+            dropped=f.messages + (f.compaction >= 0) - len(kept),
+        )
+
+
+def _limited(m: Message, commit: str, limit: int | None, count: TokenCounter) -> Message:
+    """``m``, or its placeholder when it is a tool output over ``limit`` tokens (rule 4)."""
+    if limit is not None and is_tool_result(m):
+        n = count(m)
+        if n > limit:
+            return _placeholder(m, commit, n)
+    return m
 
 
 def _placeholder(m: Message, commit: str, tokens: int) -> Message:
@@ -324,7 +467,7 @@ def _trim(msgs: list[Message], sizes: list[int], max_tokens: int | None, max_mes
         else:
             units.append([i])
     last_user = max((j for j, m in enumerate(msgs) if m.role == "user"), default=-1)
-    pinned = [any(msgs[j].role in _SYSTEM_ROLES or j == last_user for j in u) for u in units]
+    pinned = [any(msgs[j].role in SYSTEM_ROLES or j == last_user for j in u) for u in units]
     tokens, count = sum(sizes), n
     dropped: set[int] = set()
     for ui, unit in enumerate(units):
@@ -347,6 +490,13 @@ __all__ = [
     "is_tool_result",
     "calls_tools",
     "keep_start",
+    "PathFacts",
+    "facts_of",
+    "project_from_tip",
     "MESSAGE_OVERHEAD",
     "IMAGE_TOKENS",
+    "BRANCH_PREFIX",
+    "BRANCH_SUFFIX",
+    "MAX_FACT_NAME",
+    "MAX_FACT_SYSTEMS",
 ]

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import objects as o
-from .entries import Record
-from .errors import IntegrityError, ObjectNotFound, RevisionNotFound
+from .entries import Record, entry_from
+from .errors import CastoreError, IntegrityError, ObjectNotFound, RevisionNotFound
 from .objects import Commit, Index, ObjectId, Segment
 from .objectstore import ObjectStore, gc_paused
 from .objectstore import packs as pk
+from .pathfacts import PathFacts
 
 #: commits per segment
 K = 64
@@ -34,6 +35,8 @@ MAX_HINT_PACKS = K + 1
 
 _REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")
 _ID_LENGTH = {64}
+#: the commit kinds whose entries can contribute a message or set the model (PathFacts)
+_FACT_KINDS = frozenset({"message", "event", "branch_summary", "model_change", "compaction"})
 
 
 def _all_hex_ids(items: list[Any]) -> bool:
@@ -62,6 +65,9 @@ class Hint(Record):
     index: str | None = None
     tail: list[str] = field(default_factory=list)
     packs: list[str] = field(default_factory=list)
+    #: what a budgeted context needs to know about the whole path (``cx``: see
+    #: :class:`~castore.context.PathFacts`); None when not known
+    facts: PathFacts | None = None
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq: not hashable
 
     def to_meta(self) -> dict[str, Any]:
@@ -71,6 +77,9 @@ class Hint(Record):
             d["ix"] = self.index
         if self.packs:
             d["pk"] = list(self.packs[-MAX_HINT_PACKS:])
+        facts = self.facts.to_meta() if self.facts is not None else None
+        if facts is not None:
+            d["cx"] = facts
         return d
 
     @classmethod
@@ -85,7 +94,7 @@ class Hint(Record):
         names = meta.get("pk")
         if not isinstance(names, list) or not all(isinstance(n, str) and pk.is_pack_name(n) for n in names):
             names = []  # a bad pack list costs a listing, not the hint
-        return cls(ix, list(tail), list(names[-MAX_HINT_PACKS:]))
+        return cls(ix, list(tail), list(names[-MAX_HINT_PACKS:]), PathFacts.from_meta(meta.get("cx")))
 
     def with_packs(self, names: Sequence[str],
                    live: Callable[[Sequence[str]], list[str]] | None = None) -> Hint:
@@ -94,7 +103,7 @@ class Hint(Record):
         out = [n for n in self.packs if n not in names] + list(dict.fromkeys(names))
         if live is not None:
             out = live(out)
-        return Hint(self.index, list(self.tail), out[-MAX_HINT_PACKS:])
+        return Hint(self.index, list(self.tail), out[-MAX_HINT_PACKS:], self.facts)
 
 
 def load_hinted(objs: ObjectStore, hint: Hint, want: Sequence[str], near: ObjectStore | None = None) -> None:
@@ -402,8 +411,9 @@ class History:
             ObjectNotFound, IntegrityError, StorageError.
         """
         tail = hint.tail + [cid]
+        facts = self._facts_after(hint.facts if commit.depth else PathFacts(), cid, commit, pending)
         if (commit.depth + 1) % K != 0:
-            return Hint(hint.index, tail, list(hint.packs)), {}
+            return Hint(hint.index, tail, list(hint.packs), facts), {}
         # The block is full: pack it into a segment and extend the index.
         commits = self.commits(tail)
         bodies = [o.hex_id(c.body) for c in commits.values() if c.body is not None]
@@ -432,7 +442,26 @@ class History:
         new[iid] = ibytes
         # A batch that crosses two block boundaries reads this index before it is stored.
         self.objs.cache(iid, index)
-        return Hint(iid, []), new
+        return Hint(iid, [], facts=facts), new
+
+    def _facts_after(self, facts: PathFacts | None, cid: str, commit: Commit,
+                     pending: Mapping[ObjectId, bytes] | None) -> PathFacts | None:
+        """The path facts once ``commit`` is appended (None: not known without reading the path)."""
+        if facts is None or facts.depth != commit.depth - 1:
+            return None
+        if commit.kind not in _FACT_KINDS:
+            return facts.after(None, commit.depth)  # contributes neither a message nor settings
+        body: Any = None
+        try:
+            if commit.body is not None:
+                bid = o.hex_id(commit.body)
+                canon = pending.get(ObjectId(bid)) if pending is not None else None
+                obj = o.decode(bid, canon) if canon is not None else self.objs.get(bid)
+                body = obj.value if isinstance(obj, o.Value) else None
+            entry = entry_from(commit.kind, body, commit.author, commit.delta, commit.meta)
+        except CastoreError:
+            return None  # an entry a reader cannot type: it reads the whole path
+        return facts.after(entry, commit.depth)
 
 
 class BlockPath:
@@ -574,7 +603,8 @@ class BlockPath:
                     had = self.at_depth.setdefault(rc.depth, (rid, rc))
                     if had[0] != rid:
                         raise IntegrityError(sid, f"segment disagrees with commit {had[0][:12]} at depth {rc.depth}")
-            self._verify_links()
+            # inside a segment the run is a chain: check where each block meets its neighbours
+            self._verify_links([d for b in blocks for d in (b * K - 1, b * K + K - 1)])
             return
         # No segments for these depths: walk parents down from the lowest loaded commit.
         low = min(self.at_depth)
@@ -586,8 +616,12 @@ class BlockPath:
             c = self._commit(cid)
             self.at_depth[c.depth] = (cid, c)
 
-    def _verify_links(self) -> None:
-        for d, (cid, _) in self.at_depth.items():
+    def _verify_links(self, depths: Sequence[int]) -> None:
+        for d in depths:
+            held = self.at_depth.get(d)
+            if held is None:
+                continue
+            cid = held[0]
             up = self.at_depth.get(d + 1)
             if up is not None and (not up[1].parents or o.hex_id(up[1].parents[0]) != cid):
                 raise IntegrityError(up[0], "segment and commit parents disagree")

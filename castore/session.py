@@ -30,7 +30,6 @@ from .entries import (
     ModelChange,
     Prepared,
     check_value,
-    entry_from,
     messages_from_bodies,
     prepare,
 )
@@ -46,6 +45,7 @@ from .errors import (
 from .history import Hint, History
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore, gc_paused
+from .pathview import PathView, log_entries, log_entry, value_of
 from .plumbing import (
     HEAD_KEEPS,
     HEADS,
@@ -132,6 +132,7 @@ class Session:
         self._objs = store.objects
         self._refs = store.refs
         self.temp: dict[str, Any] = {}
+        self._view: PathView | None = None  # the path this handle read last (castore.pathview)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -464,32 +465,35 @@ class Session:
         return revisions.resolve(self, rev)
 
     # -- reading -----------------------------------------------------------------------
+    def _head_view(self) -> PathView | None:
+        """The view of the path at HEAD, carried over from the last one this handle read
+        (see :mod:`castore.pathview`); None for a session with no entries.
+
+        Raises:
+            StoreNotFound, CorruptRef, ObjectNotFound, IntegrityError, StorageError.
+        """
+        _, _, tipref = self._read_tip()
+        if tipref is None:
+            if not self.store.exists:
+                self.store.require()
+            return None
+        view = self._view
+        view = view.moved(tipref.target, tipref.meta) if view is not None \
+            else PathView(self._objs, tipref.target, tipref.meta)
+        self._view = view
+        return view
+
     def _path(self, rev: str) -> list[tuple[str, Commit]]:
         if rev == "HEAD":
-            _, _, tipref = self._read_tip()
-            if tipref is None:
-                if not self.store.exists:
-                    self.store.require()
-                return []
-            hint = Hint.from_meta(tipref.meta)
-            return self._history.path(tipref.target, hint)
+            view = self._head_view()
+            return view.path() if view is not None else []
         return self._history.path_via(self.resolve(rev), self.tips())
 
     def _to_entries(self, path: list[tuple[str, Commit]]) -> list[LogEntry]:
-        bodies = [o.hex_id(c.body) for _, c in path if c.body is not None]
-        got = self._objs.get_many(bodies)
-        out = []
-        for cid, c in path:
-            body = _value_of(got[o.hex_id(c.body)]) if c.body is not None else None
-            out.append(self._entry(cid, c, body))
-        return out
+        return log_entries(self._objs, path)
 
     def _entry(self, cid: str, c: Commit, body: Any) -> LogEntry:
-        return LogEntry(
-            id=ObjectId(cid), kind=c.kind, entry=entry_from(c.kind, body, c.author, c.delta, c.meta),
-            parents=tuple(ObjectId(o.hex_id(p)) for p in c.parents), author=c.author, time=c.time,
-            meta=c.meta, delta=c.delta, unset=c.unset, depth=c.depth,
-        )
+        return log_entry(cid, c, body)
 
     def entries(self, rev: str = "HEAD") -> list[LogEntry]:
         """Every entry on the path from the root to ``rev``, oldest first.
@@ -525,7 +529,7 @@ class Session:
         """
         cid = self.resolve(rev)
         c = self._history.commit(cid)
-        body = _value_of(self._objs.get(o.hex_id(c.body))) if c.body is not None else None
+        body = value_of(self._objs.get(o.hex_id(c.body))) if c.body is not None else None
         return self._entry(cid, c, body)
 
     def state(self, rev: str = "HEAD", *, scopes: bool = True) -> dict[str, Any]:
@@ -571,6 +575,10 @@ class Session:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidEntry(f"limit must be a whole number >= 0, not {limit!r}")
         if not all_branches:
+            view = self._head_view() if rev == "HEAD" and limit else None
+            if view is not None:  # the newest entries only: reads what it returns
+                with gc_paused():
+                    return list(reversed(view.entries(view.depth + 1 - limit, view.depth)))  # type: ignore[operator]
             path = self._path(rev)
             if limit:
                 path = path[-limit:]
@@ -978,11 +986,23 @@ class Session:
         Raises:
             ValueError: a negative budget. See also :meth:`entries`.
         """
-        from .context import project  # here: an agent that only appends and reads never loads it
+        from .context import project, project_from_tip
 
         opts: dict[str, Any] = {"max_tokens": max_tokens, "max_messages": max_messages,
                 "tool_output_limit": tool_output_limit, "token_counter": token_counter}
         project([], **opts)  # a bad budget fails before anything is read
+        if rev == "HEAD" and (max_tokens is not None or max_messages is not None):
+            view = self._head_view()
+            if view is None:
+                return project([], **opts)
+            if view.facts is None and not view.whole:
+                # no facts kept by the writer: a compaction can still spare reading it all
+                quick = self._context_after_compaction(opts)
+                if quick is not None:
+                    return quick
+            out = project_from_tip(view.path_facts(), view.entries, **opts)
+            assert out is not None  # a budget is given
+            return out
         if rev == "HEAD":
             quick = self._context_after_compaction(opts)
             if quick is not None:
@@ -1135,11 +1155,6 @@ def _merged(meta: Mapping[str, Any] | None, own: Mapping[str, Any] | None) -> Ma
     if not isinstance(own, Mapping):
         raise InvalidEntry(f"metas items must be mappings or None, not {type(own).__name__}")
     return {**(meta or {}), **own}
-
-
-def _value_of(obj: object) -> Any:
-    """The value a body object holds (a body is a Value; anything else holds none)."""
-    return obj.value if isinstance(obj, Value) else None
 
 
 def _messages_of(entries: list[LogEntry]) -> list[Message]:

@@ -1,0 +1,172 @@
+"""A session handle's view of the path it reads: entries by depth, read from the tip down
+only as far as a call needs, and kept between calls.
+
+What an agent reads every turn (the budgeted context, the newest entries, ``log -n``)
+lies at the end of a path that may hold a hundred thousand entries. A :class:`PathView`
+reads a path through :class:`~castore.history.BlockPath` (the tip's block from the ref's
+read hint, then whole segments, by depth), so a read costs what it touches. The view is
+kept by the handle, keyed by its tip; when the ref names another tip the view is carried
+over (:meth:`PathView.moved`):
+
+- the new tip descends from the view's tip (this handle or another process appended):
+  the new path's commit at the old tip's depth is read (its block: one read at most) and,
+  when it is the old tip, everything read below it is kept; the path facts roll forward
+  over the new entries;
+- the new tip is on the view's path (a reset back): the prefix is kept;
+- anything else (a checkout of another branch, a rewrite): a new view.
+
+Every commit a view holds was checked like any path read (hashes on read, parent links
+between neighbours), so keeping them costs no trust. The facts a budgeted context needs
+about the whole path (:class:`~castore.context.PathFacts`) come from the ref's read hint
+when the writer kept them there, or from one read of the whole path, then roll forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import objects as o
+from .entries import LogEntry, entry_from
+from .errors import IntegrityError, ObjectNotFound
+from .history import BlockPath, Hint
+from .objects import Commit, ObjectId, Value
+from .objectstore import ObjectStore, gc_paused
+from .pathfacts import PathFacts, facts_of
+
+#: a view rolls its facts forward over at most this many new entries (more: computed again)
+ROLL_MAX = 4096
+
+
+def log_entries(objs: ObjectStore, path: Sequence[tuple[str, Commit]]) -> list[LogEntry]:
+    """The entries of ``path`` (commit pairs), their bodies read in one batch.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError; InvalidEntry for an unreadable message.
+    """
+    bodies = [o.hex_id(c.body) for _, c in path if c.body is not None]
+    got = objs.get_many(bodies)
+    out = []
+    for cid, c in path:
+        body = value_of(got[o.hex_id(c.body)]) if c.body is not None else None
+        out.append(log_entry(cid, c, body))
+    return out
+
+
+def log_entry(cid: str, c: Commit, body: Any) -> LogEntry:
+    """The :class:`LogEntry` of commit ``cid`` whose body value is ``body``."""
+    return LogEntry(
+        id=ObjectId(cid), kind=c.kind, entry=entry_from(c.kind, body, c.author, c.delta, c.meta),
+        parents=tuple(ObjectId(o.hex_id(p)) for p in c.parents), author=c.author, time=c.time,
+        meta=c.meta, delta=c.delta, unset=c.unset, depth=c.depth,
+    )
+
+
+def value_of(obj: object) -> Any:
+    """The value a body object holds (a body is a :class:`Value`; anything else holds none)."""
+    return obj.value if isinstance(obj, Value) else None
+
+
+class PathView:
+    """The first-parent path ending at ``tip``, read lazily by depth and kept.
+
+    Args:
+        objs: the store the path is read from.
+        tip: the path's last commit.
+        meta: the metadata of the ref naming ``tip`` (its read hint), if any.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+
+    def __init__(self, objs: ObjectStore, tip: str, meta: Mapping[str, Any] | None = None) -> None:
+        self.objs = objs
+        self.tip = tip
+        self.meta = meta
+        self.blocks = BlockPath(objs, tip, meta)
+        self.depth = self.blocks.depth
+        hint = Hint.from_meta(meta) if meta else None
+        self.facts: PathFacts | None = hint.facts if hint is not None and hint.facts is not None \
+            and hint.facts.depth == self.depth else None
+        self.whole = False  # every commit of the path is held
+
+    # reading
+    def pairs(self, lo: int, hi: int) -> list[tuple[str, Commit]]:
+        """The commits at depths ``lo..hi`` (clipped to the path), oldest first.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        lo, hi = max(lo, 0), min(hi, self.depth)
+        if lo > hi:
+            return []
+        with gc_paused():
+            return self.blocks.range(lo, hi)
+
+    def entries(self, lo: int, hi: int) -> list[LogEntry]:
+        """The entries at depths ``lo..hi`` (clipped to the path), oldest first.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        with gc_paused():
+            return log_entries(self.objs, self.pairs(lo, hi))
+
+    def path(self) -> list[tuple[str, Commit]]:
+        """The whole path, root first (read once, then kept)."""
+        out = self.pairs(0, self.depth)
+        self.whole = True
+        return out
+
+    def path_facts(self) -> PathFacts:
+        """The :class:`PathFacts` of the path: kept, or computed from the whole path once.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        if self.facts is None:
+            self.facts = facts_of(self.entries(0, self.depth))
+            self.whole = True
+        return self.facts
+
+    # following the ref
+    def moved(self, tip: str, meta: Mapping[str, Any] | None) -> PathView:
+        """The view of the path ending at ``tip`` (the ref's new value), keeping what this
+        view read when the two paths share it (see the module doc).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        if tip == self.tip:
+            if meta != self.meta:
+                hint = Hint.from_meta(meta) if meta else None
+                if self.facts is None and hint is not None and hint.facts is not None \
+                        and hint.facts.depth == self.depth:
+                    self.facts = hint.facts
+                self.meta = meta
+            return self
+        new = PathView(self.objs, tip, meta)
+        try:
+            if new.depth >= self.depth and new.blocks.id_at(self.depth) == self.tip:
+                keep = self.depth
+            elif new.depth < self.depth and self.blocks.id_at(new.depth) == tip:
+                keep = new.depth
+            else:
+                return new
+        except (ObjectNotFound, IntegrityError):
+            return new  # one of the two paths is damaged here: read the new one afresh
+        have = new.blocks.at_depth
+        for d, pair in self.blocks.at_depth.items():
+            if d <= keep:
+                have.setdefault(d, pair)
+        new.whole = self.whole
+        if new.facts is None and self.facts is not None and keep == self.depth \
+                and new.depth - self.depth <= ROLL_MAX:
+            facts: PathFacts | None = self.facts
+            for le in new.entries(self.depth + 1, new.depth):
+                facts = facts.after(le.entry, le.depth) if facts is not None else None
+            new.facts = facts
+        return new
+
+
+__all__ = ["PathView", "log_entries", "log_entry", "value_of"]
