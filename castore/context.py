@@ -410,18 +410,27 @@ class _FromTip:
         elif f.compaction >= 0:
             pinned.append(-1)
         tokens = n = 0  # of the units from the candidate head to the tip
-        order = [*range(f.depth, f.start - 1, -1), *([-1] if f.compaction >= 0 else [])]
-        for pos in order:
+        seen: list[int] = []  # positions of the messages met, newest first
+        pos, floor = f.depth, (-1 if f.compaction >= 0 else f.start)
+        while pos >= floor:
+            if pos >= 0 and (pos < f.start or len(seen) == f.messages + (f.compaction >= 0)):
+                # every message of the path is met: the summary is what is left
+                if f.compaction < 0 or seen[-1:] == [-1]:
+                    break
+                pos = -1
             it = self.item(pos)
-            if it is None:
-                continue
-            tokens, n = tokens + it[2], n + 1
-            if self.is_head(pos):
-                before = sorted({q for p in pinned if p < pos for q in self.unit(p, pos)})
-                sizes = [self.items[q][2] for q in before]  # type: ignore[index]
-                if not self.fits(tokens + sum(sizes), n + len(before)):
-                    return self.result([*before, *(q for q in reversed(order) if q >= pos)])
-        return self.result(reversed(order))
+            if it is not None:
+                seen.append(pos)
+                if len(seen) == f.messages + (f.compaction >= 0) and self._first is None:
+                    self._first = pos if f.compaction < 0 else -1
+                tokens, n = tokens + it[2], n + 1
+                if self.is_head(pos):
+                    before = sorted({q for p in pinned if p < pos for q in self.unit(p, pos)})
+                    sizes = [self.items[q][2] for q in before]  # type: ignore[index]
+                    if not self.fits(tokens + sum(sizes), n + len(before)):
+                        return self.result([*before, *(q for q in reversed(seen) if q >= pos)])
+            pos -= 1
+        return self.result(reversed(seen))
 
     def result(self, positions: Iterable[int]) -> Context:
         got = [it for p in positions if (it := self.item(p)) is not None]

@@ -492,11 +492,14 @@ class BlockPath:
         self.segments: list[str] | None = None  # segment ids from the root, when known
         self.index_id: str | None = None  # the index those segments come from
         hint = Hint.from_meta(meta) if meta else None
+        #: whether the ref's hint fitted the tip (and was used)
+        self.hinted = True
         if hint is not None and hint.tail and hint.tail[-1] == tip and self._load_hint(hint):
             pass
         elif hint is not None and not hint.tail and hint.index and self._load_closed(hint):
             pass
         else:
+            self.hinted = False
             self._load_by_walking()
         self.depth = max(self.at_depth)
 

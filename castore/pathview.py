@@ -23,17 +23,19 @@ when the writer kept them there, or from one read of the whole path, then roll f
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import objects as o
 from .entries import LogEntry, entry_from
 from .errors import IntegrityError, ObjectNotFound
-from .history import BlockPath, Hint
+from .history import BlockPath, Hint, History
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore, gc_paused
 from .pathfacts import PathFacts, facts_of
 
+_HANDOVER = threading.Lock()
 #: a view rolls its facts forward over at most this many new entries (more: computed again)
 ROLL_MAX = 4096
 
@@ -86,9 +88,11 @@ class PathView:
         self.blocks = BlockPath(objs, tip, meta)
         self.depth = self.blocks.depth
         hint = Hint.from_meta(meta) if meta else None
-        self.facts: PathFacts | None = hint.facts if hint is not None and hint.facts is not None \
-            and hint.facts.depth == self.depth else None
+        # facts only from a hint that fits this tip (the one its writer kept with it)
+        self.facts: PathFacts | None = hint.facts if hint is not None and self.blocks.hinted \
+            and hint.facts is not None and hint.facts.depth == self.depth else None
         self.whole = False  # every commit of the path is held
+        self.handed = False  # a view of a longer path took over the commits read here
 
     # reading
     def pairs(self, lo: int, hi: int) -> list[tuple[str, Commit]]:
@@ -113,8 +117,19 @@ class PathView:
             return log_entries(self.objs, self.pairs(lo, hi))
 
     def path(self) -> list[tuple[str, Commit]]:
-        """The whole path, root first (read once, then kept)."""
-        out = self.pairs(0, self.depth)
+        """The whole path, root first (read once, then kept).
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError.
+        """
+        if self.whole or len(self.blocks.at_depth) > self.depth // 2:
+            out = self.pairs(0, self.depth)
+        else:  # most of it unread: all segments in one bulk read (History.path), then kept
+            hint = Hint.from_meta(self.meta) if self.meta else None
+            out = History(self.objs).path(self.tip, hint)
+            have = self.blocks.at_depth
+            for pair in out:
+                have.setdefault(pair[1].depth, pair)
         self.whole = True
         return out
 
@@ -138,13 +153,7 @@ class PathView:
             ObjectNotFound, IntegrityError, StorageError.
         """
         if tip == self.tip:
-            if meta != self.meta:
-                hint = Hint.from_meta(meta) if meta else None
-                if self.facts is None and hint is not None and hint.facts is not None \
-                        and hint.facts.depth == self.depth:
-                    self.facts = hint.facts
-                self.meta = meta
-            return self
+            return self  # the same path (a new hint for it, after a repack, changes nothing read)
         new = PathView(self.objs, tip, meta)
         try:
             if new.depth >= self.depth and new.blocks.id_at(self.depth) == self.tip:
@@ -155,18 +164,34 @@ class PathView:
                 return new
         except (ObjectNotFound, IntegrityError):
             return new  # one of the two paths is damaged here: read the new one afresh
-        have = new.blocks.at_depth
-        for d, pair in self.blocks.at_depth.items():
-            if d <= keep:
-                have.setdefault(d, pair)
-        new.whole = self.whole
-        if new.facts is None and self.facts is not None and keep == self.depth \
-                and new.depth - self.depth <= ROLL_MAX:
-            facts: PathFacts | None = self.facts
-            for le in new.entries(self.depth + 1, new.depth):
+        return new.kept_from(self, keep)
+
+    def kept_from(self, old: PathView, keep: int) -> PathView:
+        """This view, given what ``old`` read at depths up to ``keep`` (both paths hold
+        ``old``'s commit at depth ``keep``, so they share everything below it)."""
+        with _HANDOVER:
+            handover = keep == old.depth and not old.handed
+            old.handed = old.handed or handover
+        if handover:
+            # The old path is a prefix of this one: take its commits over whole (no copy of a
+            # long path per append), with what this view read above it. Only one view takes
+            # them over: two threads that saw two different new tips must not mix their paths.
+            have = old.blocks.at_depth
+            have.update((d, pair) for d, pair in self.blocks.at_depth.items() if d > keep)
+            self.blocks.at_depth = have
+        else:
+            have = self.blocks.at_depth
+            for d, pair in old.blocks.at_depth.items():
+                if d <= keep:
+                    have.setdefault(d, pair)
+        self.whole = old.whole
+        if self.facts is None and old.facts is not None and keep == old.depth \
+                and self.depth - old.depth <= ROLL_MAX:
+            facts: PathFacts | None = old.facts
+            for le in self.entries(old.depth + 1, self.depth):
                 facts = facts.after(le.entry, le.depth) if facts is not None else None
-            new.facts = facts
-        return new
+            self.facts = facts
+        return self
 
 
 __all__ = ["PathView", "log_entries", "log_entry", "value_of"]

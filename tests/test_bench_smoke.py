@@ -66,6 +66,15 @@ def test_smoke_run_writes_every_table_with_a_row_per_system_and_the_targets(smok
     assert "castore S3: not run" in text  # smoke is local only
 
 
+def test_smoke_run_writes_the_turn_section_with_every_read(smoke):
+    sec = smoke[0][smoke[0].index("## The turn: what an agent reads every turn"):]
+    for read in ("`context(max_tokens=8,000)`", "`log(limit=20)`", "newest 100 entries", "`get_items(limit=20)`",
+                 "`get_session(num_recent_events=20)`", "`get_tuple`"):
+        assert re.search(r"\| [^|]*" + re.escape(read) + r"[^|]*\| fresh \| [\d.,]+ ms \|", sec), (read, sec)
+    assert re.search(r"\| `context\(max_tokens=8,000\)` \| warm \| [\d.,]+ ms \|", sec), sec
+    assert "| Pi JSONL: parse the session (anchor) | fresh |" in sec and "Beside a live writer" in sec
+
+
 def test_smoke_run_writes_its_own_file_not_the_published_benchmarks(smoke):
     _, before, after = smoke
     assert before == after

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from . import cold, fleet, lg, machine, report
+from . import cold, fleet, lg, machine, report, turn
 from .systems import CastoreLocal, Floor, PiJsonl, System
 from .workload import step
 
@@ -40,6 +40,8 @@ class Results:
         self.skipped: dict[tuple[str, int], str] = {}
         self.loads: list[tuple[str, str]] = []
         self.fleet: dict[str, Any] | str | None = None  # the fleet's figures, or why it did not run
+        self.turn: dict[tuple[str, str, str, int], list[float]] = {}  # the turn's figures (benchlib.turn)
+        self.turn_sizes: list[int] = []
 
     def add(self, fig: str, system: str, n: int, value: Any) -> None:
         self.samples[(fig, system, n)].append(value)
@@ -214,6 +216,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--no-s3", action="store_true", help="leave out castore on S3 (no moto server)")
     ap.add_argument("--window", type=int, help="S3 appends in the append probe, at N and on a new session (default 10)")
     ap.add_argument("--workdir", help="where the stores go (default: a temporary folder, removed)")
+    ap.add_argument("--turn-sizes", help="comma-separated N values of the turn section (default: 100,10000,100000; "
+                    "--quick 100,10000; --smoke 100); 0 leaves it out")
+    ap.add_argument("--turn-reps", type=int, help="timed calls per read, handle and N in the turn section (default 9)")
     ap.add_argument("--no-fleet", action="store_true",
                     help="leave out the writer fleet on SeaweedFS (scripts/bench_fleet.py; full: 16 x 100 sessions)")
     cfg = ap.parse_args(argv)
@@ -228,6 +233,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     cfg.s3_push_max = 0 if cfg.quick else 1000
     # the fleet: 16 writer processes; --quick gives each 10 sessions instead of 100
     cfg.fleet = None if (cfg.no_fleet or cfg.smoke) else (16, 10 if cfg.quick else 100, 3)
+    turn_sizes = {"smoke": "100", "quick": "100,10000", "full": "100,10000,100000"}[cfg.mode]
+    cfg.turn_sizes = [int(x) for x in (cfg.turn_sizes or turn_sizes).split(",") if int(x) > 0]
+    cfg.turn_reps = cfg.turn_reps or (3 if cfg.smoke else 9)
     cfg.argv = argv
     return cfg
 
@@ -275,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
                 run_cold_only(n, s3sys, cfg, res)
             if n != cfg.sizes[-1] or cfg.fleet:
                 write(f"**Partial: written after N = {n:,}; the run goes on.**")
+        if cfg.turn_sizes:
+            res.turn_sizes = cfg.turn_sizes
+            # the 100,000-entry store takes minutes to build: built once, kept in a cache folder
+            res.turn = turn.run(cfg.turn_sizes, workdir, cfg.turn_reps, 100_000, log)
+            if cfg.fleet:
+                write("**Partial: written after the turn section; the run goes on.**")
         if cfg.fleet:
             log("fleet: {} writer processes x {} sessions x {} turns on SeaweedFS".format(*cfg.fleet))
             res.fleet = fleet.run(REPO, *cfg.fleet)

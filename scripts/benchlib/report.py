@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .fleet import section as fleet_section
+from .turn import section as turn_section
 from .workload import MESSAGE_BYTES, compressibility, payload
 
 BASE = "castore local"
@@ -197,6 +198,7 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
         "",
         *_s3_section(res, sizes, names),
         *fleet_section(getattr(res, "fleet", None)),
+        *turn_section(getattr(res, "turn", None), getattr(res, "turn_sizes", [])),
         *_targets(res, sizes, app, grow),
         "",
         "## Not run",
