@@ -48,11 +48,10 @@ from .pathfacts import (
     MAX_FACT_SYSTEMS,
     SYSTEM_ROLES,
     PathFacts,
-    Settings,
     branch_summary_message,
     facts_of,
     message_of,
-    settings_after,
+    settings_and_compaction,
 )
 
 TokenCounter = Callable[[Message], int]
@@ -237,13 +236,7 @@ def project(
     _check_budget("tool_output_limit", tool_output_limit)
     count = token_counter or estimate_tokens
 
-    settings: Settings = (None, None, None)
-    last_compaction = -1
-    for i, le in enumerate(entries):
-        settings = settings_after(settings, le.entry)
-        if isinstance(le.entry, Compaction):
-            last_compaction = i
-    model, provider, thinking = settings
+    (model, provider, thinking), last_compaction = settings_and_compaction(entries)
 
     msgs: list[Message] = []
     commits: list[str] = []

@@ -142,14 +142,21 @@ class PathFacts:
         return cls(d, 0, -1, n, tuple(s), u, *names)
 
 
-def facts_of(entries: Sequence[LogEntry]) -> PathFacts:
-    """The :class:`PathFacts` of a whole path (its entries, oldest first, depths 0, 1, ...)."""
+def settings_and_compaction(entries: Sequence[LogEntry]) -> tuple[Settings, int]:
+    """The settings in force after ``entries`` (rule 1) and the index of the latest
+    compaction among them (-1: none)."""
     settings: Settings = (None, None, None)
     last_compaction = -1
     for i, le in enumerate(entries):
         settings = settings_after(settings, le.entry)
         if isinstance(le.entry, Compaction):
             last_compaction = i
+    return settings, last_compaction
+
+
+def facts_of(entries: Sequence[LogEntry]) -> PathFacts:
+    """The :class:`PathFacts` of a whole path (its entries, oldest first, depths 0, 1, ...)."""
+    settings, last_compaction = settings_and_compaction(entries)
     start = 0
     if last_compaction >= 0:
         comp = entries[last_compaction].entry
@@ -168,5 +175,6 @@ def facts_of(entries: Sequence[LogEntry]) -> PathFacts:
     return PathFacts(len(entries) - 1, start, last_compaction, messages, tuple(system), user, *settings)
 
 
-__all__ = ["PathFacts", "facts_of", "message_of", "settings_after", "branch_summary_message", "SYSTEM_ROLES",
-           "BRANCH_PREFIX", "BRANCH_SUFFIX", "MAX_FACT_SYSTEMS", "MAX_FACT_NAME"]
+__all__ = ["PathFacts", "facts_of", "settings_and_compaction", "message_of", "settings_after",
+           "branch_summary_message", "SYSTEM_ROLES", "BRANCH_PREFIX", "BRANCH_SUFFIX", "MAX_FACT_SYSTEMS",
+           "MAX_FACT_NAME"]
