@@ -17,7 +17,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
     objects, zdict, objectstore, refs   the object codec, the object store (packs, pack map, writer logs, repack), refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
-    plumbing, revisions, pathview       the one write path; revisions as typed; a handle's kept view of its path
+    plumbing, groupcommit, revisions, pathview  the write path, group commit; typed revisions; a handle's path view
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
     sync, maintenance, grep             push/pull, fsck/gc, search sessions

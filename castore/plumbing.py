@@ -547,6 +547,35 @@ class Batch:
 
         return self.commit(make)
 
+    def record(self, kind: str, *, state: bytes | None, author: str, when: float,
+               meta: Mapping[str, Any]) -> ObjectId:
+        """Add a commit of a writer's own ``kind`` (an adapter's checkpoint, its task writes):
+        no body, the state tree ``state`` (its objects added with :meth:`include`), provenance.
+
+        Raises:
+            InvalidEntry: it cannot be encoded.
+            ObjectNotFound, IntegrityError, StorageError: closing a block read the block.
+        """
+        def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
+            return Commit(kind=kind, parents=parents, state=state, author=author, time=when, meta=dict(meta),
+                          depth=depth, index=index)
+
+        return self.commit(make)
+
+    def again(self, commit: Commit, meta: Mapping[str, Any]) -> ObjectId:
+        """Add ``commit`` again on the batch's tip (history rewritten: its kind, body, state,
+        author and time), with ``meta``.
+
+        Raises:
+            InvalidEntry, ObjectNotFound, IntegrityError, StorageError: as :meth:`commit`.
+        """
+        def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
+            return Commit(kind=commit.kind, parents=parents, body=commit.body, state=commit.state,
+                          delta=commit.delta, unset=commit.unset, scopes=commit.scopes, author=commit.author,
+                          time=commit.time, meta=dict(meta), depth=depth, index=index)
+
+        return self.commit(make)
+
     def ref_meta(self, **extra: Any) -> dict[str, Any]:
         """Metadata for a ref naming the batch's tip: read hint, time, path length, ``extra``."""
         assert self.last is not None, "an empty batch names no tip"
@@ -683,14 +712,17 @@ class Plumbing:
         return tip_meta(hint, time.time(), self.history.commit(cid).depth, **extra)
 
     # -- batches ---------------------------------------------------------------------------
-    def batch(self, tip: str | None, tipref: RefValue | None = None) -> Batch:
-        """A new batch of commits on ``tip`` (None: a root), its hint checked against ``tipref``.
+    def batch(self, tip: str | None, tipref: RefValue | None = None, hint: Hint | None = None) -> Batch:
+        """A new batch of commits on ``tip`` (None: a root), its hint checked against ``tipref``;
+        ``hint``: the tip's read hint when the writer knows it (it wrote the tip: no check).
 
         Raises:
             ObjectNotFound, IntegrityError, StorageError: reading the tip failed.
         """
         if tip is None:
             return Batch(self, None)
+        if hint is not None:
+            return Batch(self, tip, hint)
         hint, extra = self.hint(tip, tipref)
         return Batch(self, tip, hint, extra)
 

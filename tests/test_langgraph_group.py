@@ -15,7 +15,7 @@ pytest.importorskip("langgraph")
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
 import castore
-import castore.adapters.langgraph as lg
+import castore.groupcommit as groupcommit
 from castore.adapters.langgraph import CastoreSaver
 from castore.errors import StorageError
 from castore.storage import refchanges as swaplog
@@ -86,7 +86,7 @@ def run_all(calls: list[Callable[[], Any]], saver: CastoreSaver, held: Held) -> 
     threads += [threading.Thread(target=go, args=(i,)) for i in range(1, len(calls))]
     for t in threads[1:]:
         t.start()
-    while len(saver._queue) < len(calls) - 1:
+    while len(saver._group_commit._queue) < len(calls) - 1:
         time.sleep(0.005)
     held.release.set()
     for t in threads:
@@ -242,7 +242,7 @@ def test_task_writes_queued_for_a_checkpoint_not_stored_yet_wait_for_its_put_and
         monkeypatch: pytest.MonkeyPatch) -> None:
     # LangGraph's order in a turn: the put of checkpoint 2 is submitted before the task
     # writing for it runs, but reaches the saver only once the put of checkpoint 1 returned
-    monkeypatch.setattr(lg, "_LINGER", 600.0)  # so long that only the put can end the wait
+    monkeypatch.setattr(groupcommit, "LINGER", 600.0)  # so long that only the put can end the wait
     saver, first = threads
     held = Held(local_store, monkeypatch)
     one, two = checkpoint(1), checkpoint(2)
@@ -262,11 +262,11 @@ def test_task_writes_queued_for_a_checkpoint_not_stored_yet_wait_for_its_put_and
     while not held.writes:
         time.sleep(0.005)
     task = go(lambda: saver.put_writes(cfg("a", two["id"]), [("turns", 7)], "task-2"))
-    while len(saver._queue) < 1:
+    while len(saver._group_commit._queue) < 1:
         time.sleep(0.005)
     held.release.set()
     lead.join()
-    while not (saver._leading or len(held.writes) > 1):  # the task's call leads, or wrote alone
+    while not (saver._group_commit._leading or len(held.writes) > 1):  # the task's call leads, or wrote alone
         time.sleep(0.005)
     put = go(lambda: saver.put(cfg("a", one["id"]), two, {"source": "loop", "step": 2}, {"turns": 3}))
     task.join()
@@ -281,7 +281,7 @@ def test_task_writes_queued_for_a_checkpoint_not_stored_yet_wait_for_its_put_and
 def test_task_writes_whose_checkpoint_is_never_put_land_all_the_same(
         threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lg, "_LINGER", 0.01)
+    monkeypatch.setattr(groupcommit, "LINGER", 0.01)
     saver, first = threads
     held = Held(local_store, monkeypatch)
     one, later = checkpoint(1), checkpoint(2)
@@ -305,13 +305,13 @@ def test_a_caller_alone_never_waits_for_a_put(threads: tuple[CastoreSaver, dict[
     # threads may): with no call in flight there is no put to wait for
     saver, first = threads
     waits: list[float | None] = []
-    real_wait = saver._cond.wait
+    real_wait = saver._group_commit._cond.wait
 
     def wait(timeout: float | None = None) -> bool:
         waits.append(timeout)
         return real_wait(timeout)
 
-    saver._cond.wait = wait  # type: ignore[method-assign]
+    saver._group_commit._cond.wait = wait  # type: ignore[method-assign]
     nxt = checkpoint(1)
     saver.put_writes(cfg("a", nxt["id"]), [("turns", 4)], "task-1")
     saver.put(cfg("a", first["a"]), nxt, {"source": "loop", "step": 1}, {"turns": 2})
@@ -402,17 +402,17 @@ def test_a_swap_under_way_while_a_saver_reads_a_thread_is_seen_once_it_lands(
 def test_a_call_interrupted_while_waiting_for_a_put_leaves_the_saver_working(
         threads: tuple[CastoreSaver, dict[str, str]], local_store: castore.Store,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lg, "_LINGER", 600.0)
+    monkeypatch.setattr(groupcommit, "LINGER", 600.0)
     saver, first = threads
     held = Held(local_store, monkeypatch)
-    real_wait = saver._cond.wait
+    real_wait = saver._group_commit._cond.wait
 
     def wait(timeout: float | None = None) -> bool:
         if timeout is not None:  # the wait for a put only
             raise Stop()
         return real_wait(timeout)
 
-    saver._cond.wait = wait  # type: ignore[method-assign]
+    saver._group_commit._cond.wait = wait  # type: ignore[method-assign]
     one, two = checkpoint(1), checkpoint(2)
     calls: list[Callable[[], Any]] = [
         lambda: saver.put(cfg("a", first["a"]), one, {"source": "loop", "step": 1}, {"turns": 2}),
@@ -420,7 +420,7 @@ def test_a_call_interrupted_while_waiting_for_a_put_leaves_the_saver_working(
     ]
     errors = run_all(calls, saver, held)
     assert errors[0] is None and isinstance(errors[1], Stop)
-    assert not saver._leading and saver._queue == []
+    assert not saver._group_commit._leading and saver._group_commit._queue == []
     saver.put(cfg("a", one["id"]), two, {"source": "loop", "step": 2}, {"turns": 3})
     tup = saver.get_tuple(cfg("a"))
     assert tup is not None and tup.checkpoint["id"] == two["id"] and tup.pending_writes == []

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("storage",),
     ("objects", "zdict", "objectstore", "refs"),
     ("history", "state", "entries", "pathfacts"),
-    ("plumbing", "revisions", "pathview"),
+    ("plumbing", "groupcommit", "revisions", "pathview"),
     ("context",),
     ("session", "store"),
     ("sync", "maintenance", "grep"),

@@ -22,8 +22,8 @@ The mapping:
   and task writes from background threads, so while one group is being written the next
   calls queue, and the next group stores all their objects with one write (one pack record,
   one ``fdatasync``) and moves each ref once (the ``writes`` branch once for all the task
-  writes queued). Task writes queued for a checkpoint not stored yet wait (at most 2 ms)
-  for its ``put``, which LangGraph has in flight, and share its write. A LangGraph
+  writes queued): :mod:`castore.groupcommit`. Task writes queued for a checkpoint not stored
+  yet wait (at most 2 ms) for its ``put``, which LangGraph has in flight, and share its write. A LangGraph
   turn of three checkpoints and two task writes so costs about 3.0-3.2 object writes (3.5-3.7
   on a loaded machine) instead of 5 (``scripts/langgraph_bytes.py``);
 * a thread's refs are read again only when the store's swap log shows a change that is not
@@ -59,7 +59,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import names
 from .. import objects as o
 from ..errors import RefConflict, SessionNotFound
-from ..history import Hint, History, K
+from ..groupcommit import Group, GroupCommit, Job, Move
+from ..history import Hint, K
 from ..objects import Commit, Tree
 from ..plumbing import (
     META_CREATED,
@@ -67,9 +68,6 @@ from ..plumbing import (
     META_NAMES,
     META_WRITE_ID,
     REAL_NAME_KEYS,
-    Batch,
-    Make,
-    Plumbing,
     SessionRefs,
     name_meta,
     parse_ref_name,
@@ -84,9 +82,6 @@ from .langgraph_header import NotPlain, copy_header, decode_header, encode_heade
 from .langgraph_values import ChannelValues, remember
 
 WRITES_BRANCH = "writes"
-#: seconds a group of task writes only may wait for the ``put`` of the checkpoint they belong to
-#: (LangGraph submits it before the tasks run: it comes once the previous ``put`` has returned)
-_LINGER = 0.002
 #: names tried for a copied branch whose name is taken in the target thread (``x.copy``, ...)
 _COPY_NAMES = 50
 
@@ -124,91 +119,6 @@ class _View:
             self.writes[(ns, cp)].append(cid)
 
 
-@dataclass(eq=False)
-class _Job:
-    """One ``put`` or ``put_writes`` call waiting for its group commit."""
-
-    thread_id: str
-    prefix: str  # the thread's ref prefix
-    stage: Callable[[_Group, _Job], None]  # builds the call's commit into a group (under the saver's lock)
-    checkpoint: bool = False  # a ``put``
-    awaits: tuple[str, str] | None = None  # a ``put_writes``: (namespace, checkpoint id) it belongs to
-    done: bool = False  # no longer queued: landed, or failed with ``error``
-    landed: bool = False  # stored and durable (or nothing to store)
-    error: BaseException | None = None
-
-
-@dataclass(eq=False)
-class _Move:
-    """One ref's move in a group commit: the value it had and the commits chained on it."""
-
-    name: str
-    real: str  # the branch name behind the ref name
-    expect: RefValue | None
-    batch: Batch
-    thread_id: str
-    extra: dict[str, Any] = field(default_factory=dict)  # ref metadata besides hint and name
-    jobs: list[_Job] = field(default_factory=list)
-    head: tuple[str, str, str] | None = None  # (prefix, branch, thread): HEAD must name the branch
-
-    def add(self, job: _Job, view: _View, make: Make, pending: dict[str, bytes], extra: dict[str, Any]) -> str:
-        """Chain the commit ``make`` builds for ``job`` on this move, with the objects it
-        needs; return its id. The view shows it at once (a later call of the group builds
-        on it), and is dropped if the move does not land."""
-        if job not in self.jobs:
-            self.jobs.append(job)
-        self.batch.include(pending)
-        cid = self.batch.commit(make)
-        assert self.batch.last is not None
-        view.add(cid, self.batch.last)
-        view.targets[self.name] = cid
-        self.extra = extra
-        return cid
-
-
-class _Group:
-    """The refs a group commit moves, each with the commits chained on it."""
-
-    def __init__(self, plumbing: Plumbing) -> None:
-        self.plumbing = plumbing
-        self.moves: dict[str, _Move] = {}
-
-    def start(self, job: _Job, name: str, real: str, expect: RefValue | None, parent: str | None,
-              hint: Hint | None = None) -> _Move:
-        """A new move of ``name`` (a ref of ``job``'s thread) from ``expect`` (whose target is
-        ``parent``); ``hint``: the read hint of ``parent`` when known (the batch that made it).
-
-        Raises:
-            ObjectNotFound, IntegrityError, StorageError: reading the parent failed.
-        """
-        if hint is not None and parent is not None:
-            batch = Batch(self.plumbing, parent, hint)
-        else:
-            batch = self.plumbing.batch(parent, expect if expect is not None and expect.target == parent else None)
-        move = self.moves[name] = _Move(name, real, expect, batch, job.thread_id)
-        return move
-
-    def overlay(self, view: _View, prefix: str, history: History) -> None:
-        """Show in a freshly read ``view`` of a thread the commits this group staged for it.
-
-        Raises:
-            ObjectNotFound, IntegrityError, StorageError: a staged commit could not be read back
-                (they are cached by the batch: no read in practice).
-        """
-        for name, move in self.moves.items():
-            if name.startswith(prefix + "/") and move.batch.tip is not None:
-                for cid in move.batch.ids:
-                    view.add(cid, history.commit(cid))
-                view.targets[name] = move.batch.tip
-
-    def drop(self, prefix: str) -> list[_Move]:
-        """Take out the moves of one thread (it failed to stage)."""
-        out = [m for n, m in self.moves.items() if n.startswith(prefix + "/")]
-        for m in out:
-            del self.moves[m.name]
-        return out
-
-
 class CastoreSaver(BaseCheckpointSaver[int]):
     """A LangGraph checkpoint saver storing threads as castore sessions.
 
@@ -229,9 +139,8 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         self.app = names.validate(app, "app name")
         self.user = names.validate(user, "user name")
         self._lock = threading.RLock()
-        self._cond = threading.Condition()  # guards the group commit's queue
-        self._queue: builtins.list[_Job] = []
-        self._leading = False  # a caller is writing a group
+        # the calls in flight together land as one group, staged under the saver's lock
+        self._group_commit = GroupCommit(store.plumbing, self._lock)
         self._views: dict[str, _View] = {}
         self._tokens: dict[str, RefValue] = {}  # ref values (with tokens) from our own swaps
         # ref name -> (the value our swap gave it, the read hint of its tip: the batch's)
@@ -393,13 +302,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         prefix = self._prefix(thread_id)
         family = self._family(ns)
 
-        def stage(group: _Group, job: _Job) -> None:
+        def stage(group: Group, job: Job) -> None:
             # A writer trusts its cached view: a stale one only makes a compare-and-swap fail.
             view = self._views.get(thread_id) or self._refresh(thread_id)
             parent = view.cps.get((ns, parent_cp)) if parent_cp else None
             if parent_cp and parent is None:
                 view = self._refresh(thread_id)
-                group.overlay(view, prefix, self.store.history)  # what this group staged stays in view
+                self._overlay(group, view, prefix)  # what this group staged stays in view
                 parent = view.cps.get((ns, parent_cp))
             pending: dict[str, bytes] = {}
             tree = self._state_tree(pending, view, ns, parent, checkpoint, values, new_versions)
@@ -414,12 +323,6 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 meta["ns"] = ns
             if parent_cp and parent is None:
                 meta["lg"]["p"] = parent_cp
-            now = time.time()
-
-            def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
-                return Commit(kind="checkpoint", parents=parents, state=tree, author=str(md.get("source") or ""),
-                              time=now, meta=meta, depth=depth, index=index)
-
             name = self._branch_for(view, prefix, family, parent)
             if name is not None:
                 move = group.moves.get(name)
@@ -429,197 +332,99 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                         expect = self.store.refs.read(name)
                     if expect is None or expect.target != parent:
                         raise RefConflict(name, parent, expect.target if expect is not None else None)
-                    move = group.start(job, name, self._real(name, expect.meta), expect, parent,
+                    move = self._start(group, job, thread_id, name, self._real(name, expect.meta), expect,
                                        self._known_hint(name, expect))
             else:
                 real = self._free_branch(view, prefix, family, checkpoint["id"])
                 name = self._ref_name(prefix, real)
-                move = group.start(job, name, real, None, parent)
-            cid = move.add(job, view, make, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}})
+                move = self._start(group, job, thread_id, name, real, None, parent=parent)
+            cid = self._stage(move, job, view, pending, {"lg": {"ns": ns, "cp": checkpoint["id"]}},
+                              "checkpoint", tree, str(md.get("source") or ""), meta)
             if plain is not None:  # the next checkpoint's difference needs no decoding
                 remember(self._headers, cid, plain)
-            if not ns:
-                move.head = (prefix, move.real, thread_id)
+            if not ns:  # HEAD names the root namespace's branch once it moved
+                real = self._real(move.name, move.meta)
+                move.then.append(lambda _: self._ensure_head(prefix, real, thread_id))
 
-        self._land(_Job(thread_id, prefix, stage, checkpoint=True))
+        self._land(Job(prefix, stage, awaited=True, forget=self._forgets(thread_id)))
         return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
-    # -- group commit ----------------------------------------------------------------------------
-    def _land(self, job: _Job) -> None:
-        """Store ``job`` and return once it is durable: together with the calls in flight
-        (LangGraph saves checkpoints and task writes from background threads), in one object
-        write and one compare-and-swap per ref moved.
-
-        The first caller to find no group being written writes everything queued so far; the
-        others wait for it (and the next one leads the calls queued meanwhile).
+    # -- group commit (castore.groupcommit) -------------------------------------------------------
+    def _land(self, job: Job) -> None:
+        """Store ``job`` with the calls in flight and return once it is durable (one object
+        write and one compare-and-swap per ref moved for the group; see
+        :class:`~castore.groupcommit.GroupCommit`).
 
         Raises:
             what staging or writing the job raised.
         """
-        with self._cond:
-            self._queue.append(job)
-            if job.checkpoint:
-                self._cond.notify_all()  # a leader may be waiting for it
-            waited = self._leading
-            while self._leading and not job.done:
-                self._cond.wait()
-            jobs: builtins.list[_Job] = []
-            if not job.done:
-                self._leading = True
-                if waited:  # calls from other threads are in flight: the awaited put may be one
-                    try:
-                        self._linger()
-                    except BaseException:  # interrupted while waiting: this call is not stored, others go on
-                        self._queue.remove(job)
-                        job.done = True
-                        self._leading = False
-                        self._cond.notify_all()
-                        raise
-                jobs, self._queue = self._queue, []
-        if jobs:
-            try:
-                self._commit_jobs(jobs)
-            except BaseException as e:  # interrupted: a call not known to have landed must not look stored
-                for j in jobs:
-                    if not j.landed and j.error is None:
-                        j.error = e
-                raise
-            finally:
-                with self._cond:
-                    for j in jobs:
-                        j.done = True
-                    self._leading = False
-                    self._cond.notify_all()
-        if job.error is not None:
-            raise job.error
-        assert job.landed
+        self.store.init()
+        self._group_commit.land(job)
 
-    def _linger(self) -> None:
-        """Wait (at most ``_LINGER`` seconds, holding ``self._cond``) while the queue holds task
-        writes for a checkpoint not stored yet and no ``put``: LangGraph has that checkpoint's
-        ``put`` in flight (it is submitted before the tasks run), and writing the writes alone
-        would make it wait for their group, one more write and sync on the turn's path. Any
-        ``put`` ends the wait (one of another thread must not wait for this one's)."""
-        deadline = None
-        while True:
-            if any(j.checkpoint for j in self._queue) or not any(
-                    j.awaits is not None and (view := self._views.get(j.thread_id)) is not None
-                    and j.awaits not in view.cps for j in self._queue):
-                return
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + _LINGER
-            elif now >= deadline:
-                return
-            self._cond.wait(deadline - now)
-
-    def _commit_jobs(self, jobs: builtins.list[_Job]) -> None:
-        """Write ``jobs`` as groups until none lost a race (each job's error set on it)."""
-        todo = jobs
-
-        def attempt(_n: int) -> None:
-            nonlocal todo
-            lost = self._commit_group(todo)
-            if lost:
-                todo = lost
-                raise RefConflict(lost[0].prefix, None, None, "a ref moved under a group commit")
-
-        with self._lock:
-            try:
-                self.store.plumbing.land(todo[0].prefix, attempt)
-            except Exception as e:  # noqa: BLE001 - handed to the callers that lost every retry
-                for j in todo:
-                    if j.error is None:
-                        j.error = e
-            except BaseException:  # interrupted: the views may show commits staged but not landed
-                for j in jobs:
-                    self._views.pop(j.thread_id, None)
-                raise
-
-    def _commit_group(self, jobs: builtins.list[_Job]) -> builtins.list[_Job]:
-        """Stage ``jobs`` in order, write all their objects at once, then move each ref once.
-
-        Returns the jobs that lost a race (their threads' views are dropped, so that the
-        retry reads the refs afresh); other failures are set on the jobs.
-        """
-        group = _Group(self.store.plumbing)
-        lost: builtins.list[_Job] = []
-        failed: dict[str, str] = {}  # ref prefix -> thread, of threads with a job that did not stage
-        for job in jobs:
-            if job.prefix in failed:
-                lost.append(job)
-                continue
-            try:
-                job.stage(group, job)
-            except Exception as e:  # noqa: BLE001 - one call's failure is its own, not the group's
-                failed[job.prefix] = job.thread_id
-                if isinstance(e, RefConflict):
-                    lost.append(job)
-                else:
-                    job.error = e
-        for prefix, thread_id in failed.items():
-            # the staged jobs of a thread that failed to stage go again with a fresh view
-            lost.extend(j for m in group.drop(prefix) for j in m.jobs)
+    def _forgets(self, thread_id: str) -> Callable[[str | None], None]:
+        """What a dropped call of ``thread_id`` makes the saver forget: the thread's view (it
+        may show commits staged but not landed) and the value kept of the ref that lost."""
+        def forget(ref: str | None) -> None:
             self._views.pop(thread_id, None)
-        moves = builtins.list(group.moves.values())
-        moving = {id(j) for m in moves for j in m.jobs}
-        for job in jobs:
-            if job.error is None and id(job) not in moving and job not in lost:
-                job.landed = True  # nothing to store (writes stored before)
-        if moves:
-            try:
-                self._write_moves(moves)
-            except Exception as e:  # noqa: BLE001 - nothing moved: every staged call fails alike
-                for m in moves:
-                    self._views.pop(m.thread_id, None)
-                    for j in m.jobs:
-                        j.error = e
-                return lost
-        swaps = []
-        for m in moves:
-            assert m.batch.tip is not None
-            swaps.append((m.name, m.batch.tip, m.expect, m.batch.ref_meta(**m.extra, **name_meta(m.name, m.real))))
-        try:
-            # every ref at once: on local disk in format 3 their intents share one sync
-            results = self.store.plumbing.swap_many(swaps)
-        except Exception as e:  # noqa: BLE001 - no ref moved: every staged call fails alike
-            results = [e] * len(moves)
-        for m, new in zip(moves, results, strict=True):
-            if isinstance(new, RefConflict):
-                self._tokens.pop(m.name, None)
-                self._views.pop(m.thread_id, None)
-                lost.extend(m.jobs)
-                continue
-            if isinstance(new, Exception):  # this ref's calls fail; the other refs' landed
-                self._tokens.pop(m.name, None)
-                self._views.pop(m.thread_id, None)
-                for j in m.jobs:
-                    j.error = new
-                continue
-            self._tokens[m.name] = new
-            self._hints[m.name] = (new, m.batch.hint)
-            if (view := self._views.get(m.thread_id)) is not None:
-                view.ours[ref_key(m.name)] += 1  # in the swap log: not a change from elsewhere
-            for j in m.jobs:
-                j.landed = True
-            if m.head is not None:
-                try:
-                    self._ensure_head(*m.head)
-                except Exception as e:  # noqa: BLE001 - stored, but the thread's HEAD did not follow: say so
-                    for j in m.jobs:
-                        j.error = e
-        return lost
+            if ref is not None:
+                self._tokens.pop(ref, None)
 
-    def _write_moves(self, moves: builtins.list[_Move]) -> None:
-        """Write the objects of every move with one call (one record, one sync; the packs they
-        went into named in each move's read hint): ``Plumbing.write_many``.
+        return forget
+
+    def _start(self, group: Group, job: Job, thread_id: str, name: str, real: str, expect: RefValue | None,
+               hint: Hint | None = None, parent: str | None = None) -> Move:
+        """A new move of ``name`` (branch ``real`` of ``job``'s thread) from ``expect`` (or a new
+        ref on ``parent``); ``hint``: the read hint of ``expect``'s target when known (the batch
+        that made it). Once it lands the saver keeps its new value and read hint.
 
         Raises:
-            StorageError: the backend failed.
+            ObjectNotFound, IntegrityError, StorageError: reading the parent failed.
         """
-        self.store.init()
-        self.store.plumbing.write_many([m.batch for m in moves])
+        tip = expect.target if expect is not None else parent
+        batch = self.store.plumbing.batch(tip, expect, hint)
+        move = group.start(job, name, expect, batch, name_meta(name, real))
+
+        def landed(new: RefValue) -> None:
+            self._tokens[name] = new
+            self._hints[name] = (new, batch.hint)
+            if (view := self._views.get(thread_id)) is not None:
+                view.ours[ref_key(name)] += 1  # in the swap log: not a change from elsewhere
+
+        move.then.append(landed)
+        return move
+
+    @staticmethod
+    def _stage(move: Move, job: Job, view: _View, pending: dict[str, bytes], extra: dict[str, Any],
+               kind: str, tree: bytes | None, author: str, meta: dict[str, Any]) -> str:
+        """Chain ``job``'s commit (of ``kind``) on ``move``, with the objects it needs; return its
+        id. The view shows it at once (a later call of the group builds on it), and is dropped
+        if the move does not land. ``extra``: the ref metadata the saver keeps besides the hint.
+
+        Raises:
+            InvalidEntry, ObjectNotFound, IntegrityError, StorageError: as ``Batch.record``.
+        """
+        batch = move.join(job)
+        batch.include(pending)
+        cid = batch.record(kind, state=tree, author=author, when=time.time(), meta=meta)
+        assert batch.last is not None
+        view.add(cid, batch.last)
+        view.targets[move.name] = cid
+        move.meta.update(extra)
+        return cid
+
+    def _overlay(self, group: Group, view: _View, prefix: str) -> None:
+        """Show in a freshly read ``view`` of a thread the commits ``group`` staged for it.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: a staged commit could not be read back
+                (they are cached by the batch: no read in practice).
+        """
+        for name, move in group.moves.items():
+            if name.startswith(prefix + "/") and move.batch.tip is not None:
+                for cid in move.batch.ids:
+                    view.add(cid, self.store.history.commit(cid))
+                view.targets[name] = move.batch.tip
 
     def _branch_for(self, view: _View, prefix: str, family: str, parent: str | None) -> str | None:
         """The branch of ``family`` whose tip is ``parent`` (the family's first branch for a root)."""
@@ -757,7 +562,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         prefix = self._prefix(thread_id)
         name = self._ref_name(prefix, WRITES_BRANCH)
 
-        def stage(group: _Group, job: _Job) -> None:
+        def stage(group: Group, job: Job) -> None:
             view = self._views.get(thread_id) or self._refresh(thread_id)
             have = {(t, i) for t, i, _, _, _ in self._writes_of(view, ns, cpid, decode=False)}
             todo = []
@@ -781,22 +586,19 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                 meta["v"] = parts["values"]
             if ns:
                 meta["ns"] = ns
-            now = time.time()
-
-            def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
-                return Commit(kind="writes", parents=parents, state=tree, author=task_path,
-                              time=now, meta=meta, depth=depth, index=index)
-
             move = group.moves.get(name)
             if move is None:
                 expect = self._ref_for_swap(name) if name in view.targets else None
                 if expect is not None and expect.target != view.targets.get(name):
                     expect = self.store.refs.read(name)
-                move = group.start(job, name, WRITES_BRANCH, expect, expect.target if expect else None,
-                                   self._known_hint(name, expect))
-            move.add(job, view, make, pending, {"lg": {"writes": True}})
+                move = self._start(group, job, thread_id, name, WRITES_BRANCH, expect, self._known_hint(name, expect))
+            self._stage(move, job, view, pending, {"lg": {"writes": True}}, "writes", tree, task_path, meta)
 
-        self._land(_Job(thread_id, prefix, stage, awaits=(ns, cpid)))
+        def awaiting() -> bool:  # the checkpoint's put is not stored yet: LangGraph has it in flight
+            view = self._views.get(thread_id)
+            return view is not None and (ns, cpid) not in view.cps
+
+        self._land(Job(prefix, stage, awaiting=awaiting, forget=self._forgets(thread_id)))
 
     # -- reading ---------------------------------------------------------------------------------
     def _writes_of(self, view: _View, ns: str, cpid: str, decode: bool = True) -> list[tuple[str, int, str, Any, str]]:
@@ -1026,7 +828,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             if old_parent is not None and "p" not in lg:
                 lg["p"] = view.commits[old_parent].meta.get("checkpoint_id")
             batch = plumbing.batch(new_parent)
-            nid = batch.commit(_again(c, {**c.meta, "lg": lg}))
+            nid = batch.again(c, {**c.meta, "lg": lg})
             plumbing.write(batch)
             view.commits[nid] = history.commit(nid)
             new_of[cid] = nid
@@ -1072,7 +874,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         batch = self.store.plumbing.batch(None)
         for wid in wids:
             c = view.commits[wid]
-            batch.commit(_again(c, c.meta))
+            batch.again(c, c.meta)
         self.store.plumbing.write(batch)
         assert batch.tip is not None
         return batch.tip
@@ -1145,16 +947,6 @@ def _is_branch_key(key: str, prefix: str) -> bool:
     name = key[len(REFS_PREFIX) + 1:]
     return key.startswith(REFS_PREFIX + "/") and name.startswith(prefix + "/") \
         and (p := parse_ref_name(name)) is not None and p.kind not in ("head", "reflog")
-
-
-def _again(c: Commit, meta: dict[str, Any]) -> Make:
-    """Make ``c`` again, with ``meta``, on whatever parent, depth and index a batch gives it."""
-
-    def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
-        return Commit(kind=c.kind, parents=parents, state=c.state, author=c.author, time=c.time, meta=meta,
-                      depth=depth, index=index)
-
-    return make
 
 
 def _copy_plain(x: Any) -> Any:

@@ -1,0 +1,321 @@
+"""Group commit: the write calls in flight together land as one group.
+
+A writer used from several threads of one process (the appends of a store's sessions, a
+LangGraph saver's background saves) hands each call to a :class:`GroupCommit` as a
+:class:`Job`. The first caller to find no group being written leads: it stages every call
+queued so far, stores all their objects with one :meth:`Plumbing.write_many` (one pack
+record, one sync) and moves each ref once (:meth:`Plumbing.swap`, or
+:meth:`Plumbing.swap_many` for several refs: on local disk in format 3 their intents share
+one sync). The other callers wait and return once their call landed or failed; the next
+one leads the calls queued meanwhile. A caller alone pays one lock and one queue.
+
+Staging a call builds its commits onto the :class:`Move` of the ref it extends (calls on
+one ref chain, in queue order, onto one batch). A call that lost a compare-and-swap race is
+staged again on a fresh read by the same leader, under the retry policy of
+:meth:`Plumbing.land`; a call marked ``final`` (an append that named the commit it expects)
+fails with the :class:`~castore.errors.RefConflict` instead. One call's failure is its own:
+the others of the group land. A failed object write or an interrupted leader fails every
+call staged in the group, and no ref moves to their commits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import RefConflict
+from .plumbing import Batch, Plumbing
+from .refs import RefValue
+
+#: seconds, at most, a leader waits for a call that queued calls are ``awaiting`` (one of
+#: another thread, in flight: writing the queued calls alone would make it wait for their
+#: group, one more write and sync on its path)
+LINGER = 0.002
+
+
+@dataclass(eq=False)
+class Job:
+    """One call waiting for its group commit.
+
+    Attributes:
+        lane: the ref folder the call writes under (a session's prefix); a lost race is
+            named by it, and a call that fails to stage sends the calls of its lane staged
+            before it to a fresh attempt.
+        stage: builds the call's commits into a group (with the writer's lock held); raises
+            :class:`~castore.errors.RefConflict` when it lost a race (it is staged again),
+            anything else to fail the call.
+        final: a lost race fails the call with its conflict instead of staging it again.
+        awaited: other calls may be ``awaiting`` this one: its arrival ends a leader's wait.
+        awaiting: while it returns True the call belongs with one still in flight, and a
+            leader lingers for that one (at most :data:`LINGER` seconds).
+        forget: called when what the call staged is dropped (lost or failed), with the ref
+            whose value the writer kept is now stale (None: only the staged commits are):
+            the writer drops what it cached.
+        tries: how many times the call was staged (0 on the first: a retry reads afresh).
+        result: what ``stage`` left for the caller (:meth:`GroupCommit.land` returns it).
+    """
+
+    lane: str
+    stage: Callable[[Group, Job], None]
+    final: bool = False
+    awaited: bool = False
+    awaiting: Callable[[], bool] | None = None
+    forget: Callable[[str | None], None] | None = None
+    tries: int = 0
+    result: Any = None
+    conflict: RefConflict | None = None  # the race it lost last
+    done: bool = False  # no longer queued: landed, or failed with ``error``
+    landed: bool = False  # stored and durable (or nothing to store)
+    error: BaseException | None = None
+
+    def dropped(self, ref: str | None = None) -> None:
+        """Tell the writer that what this call staged was dropped (see ``forget``)."""
+        if self.forget is not None:
+            self.forget(ref)
+
+
+@dataclass(eq=False)
+class Move:
+    """One ref's move in a group: the value it had and the commits chained on it.
+
+    Attributes:
+        name: the ref.
+        expect: its value when read (None: it must not exist).
+        batch: the commits of every call on this ref, in queue order.
+        meta: ref metadata besides the read hint, time and length (a hashed segment's real
+            name, a writer's own keys); a call may update it.
+        jobs: the calls whose commits are in ``batch``.
+        then: called in order with the ref's new value once it moved (HEAD follows a new
+            branch, a writer keeps the value); an error fails the move's calls (stored).
+    """
+
+    name: str
+    expect: RefValue | None
+    batch: Batch
+    meta: dict[str, Any] = field(default_factory=dict)
+    jobs: list[Job] = field(default_factory=list)
+    then: list[Callable[[RefValue], None]] = field(default_factory=list)
+
+    def join(self, job: Job) -> Batch:
+        """Count ``job`` among the calls of this move; return the batch to build its commits on."""
+        if job not in self.jobs:
+            self.jobs.append(job)
+        return self.batch
+
+
+class Group:
+    """The refs one group commit moves, each with the commits chained on it."""
+
+    def __init__(self) -> None:
+        self.moves: dict[str, Move] = {}
+
+    def start(self, job: Job, name: str, expect: RefValue | None, batch: Batch,
+              meta: dict[str, Any] | None = None) -> Move:
+        """A new move of ``name`` from ``expect`` onto ``batch`` (built on ``expect``'s target),
+        with ``job`` among its calls."""
+        move = self.moves[name] = Move(name, expect, batch, dict(meta or {}), [job])
+        return move
+
+    def drop(self, lane: str) -> list[Move]:
+        """Take out the moves of the refs under ``lane`` (a call of that lane failed to stage)."""
+        out = [m for n, m in self.moves.items() if n.startswith(lane + "/")]
+        for m in out:
+            del self.moves[m.name]
+        return out
+
+
+class GroupCommit:
+    """Lands the calls in flight together as one group; see the module docstring.
+
+    Args:
+        plumbing: the store's write path.
+        lock: held while a group is staged and landed (a writer's lock over what staging
+            reads and changes: its caches of refs and commits).
+    """
+
+    def __init__(self, plumbing: Plumbing, lock: AbstractContextManager[Any] | None = None) -> None:
+        self.plumbing = plumbing
+        self._lock: AbstractContextManager[Any] = lock if lock is not None else nullcontext()
+        self._cond = threading.Condition()  # guards the queue
+        self._queue: list[Job] = []
+        self._leading = False  # a caller is writing a group
+
+    def land(self, job: Job) -> Any:
+        """Store ``job`` together with the calls in flight and return its ``result`` once it is
+        durable (on a durable store).
+
+        Raises:
+            what staging or writing the job raised; RefContended when it lost every retry,
+            RefConflict when it was ``final`` and lost, RefLocked.
+        """
+        with self._cond:
+            self._queue.append(job)
+            if job.awaited:
+                self._cond.notify_all()  # a leader may be waiting for it
+            waited = self._leading
+            while self._leading and not job.done:
+                self._cond.wait()
+            jobs: list[Job] = []
+            if not job.done:
+                self._leading = True
+                if waited:  # calls from other threads are in flight: an awaited one may be among them
+                    try:
+                        self._linger()
+                    except BaseException:  # interrupted while waiting: this call is not stored, others go on
+                        self._queue.remove(job)
+                        job.done = True
+                        self._leading = False
+                        self._cond.notify_all()
+                        raise
+                jobs, self._queue = self._queue, []
+        if jobs:
+            try:
+                self._commit_jobs(jobs)
+            except BaseException as e:  # interrupted: a call not known to have landed must not look stored
+                for j in jobs:
+                    if not j.landed and j.error is None:
+                        j.error = e
+                raise
+            finally:
+                with self._cond:
+                    for j in jobs:
+                        j.done = True
+                    self._leading = False
+                    self._cond.notify_all()
+        if job.error is not None:
+            raise job.error
+        assert job.landed
+        return job.result
+
+    def _linger(self) -> None:
+        """Wait (at most :data:`LINGER` seconds, holding ``self._cond``) while a queued call is
+        ``awaiting`` one not queued yet and no ``awaited`` call is queued: any awaited call
+        ends the wait (one of another thread must not wait for this one's)."""
+        deadline = None
+        while True:
+            if any(j.awaited for j in self._queue) or not any(
+                    j.awaiting is not None and j.awaiting() for j in self._queue):
+                return
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + LINGER
+            elif now >= deadline:
+                return
+            self._cond.wait(deadline - now)
+
+    def _commit_jobs(self, jobs: list[Job]) -> None:
+        """Write ``jobs`` as groups until none lost a race (each job's error set on it)."""
+        todo = jobs
+
+        def attempt(_n: int) -> None:
+            nonlocal todo
+            lost = self._commit_group(todo)
+            if lost:
+                todo = lost
+                # the race a call lost, so that giving up names its ref
+                raise next((j.conflict for j in lost if j.conflict is not None), None) \
+                    or RefConflict(lost[0].lane, None, None, "a ref moved under a group commit")
+
+        with self._lock:
+            try:
+                self.plumbing.land(todo[0].lane, attempt)
+            except Exception as e:  # noqa: BLE001 - handed to the callers that lost every retry
+                for j in todo:
+                    if j.error is None:
+                        j.error = e
+            except BaseException:  # interrupted: the writers' caches may show commits staged but not landed
+                for j in jobs:
+                    j.dropped()
+                raise
+
+    def _commit_group(self, jobs: list[Job]) -> list[Job]:
+        """Stage ``jobs`` in order, write all their objects at once, then move each ref once.
+
+        Returns the jobs that lost a race (to be staged again); other failures are set on the jobs.
+        """
+        group = Group()
+        lost: list[Job] = []
+        failed: set[str] = set()  # lanes with a job that did not stage
+        for job in jobs:
+            if job.lane in failed:
+                lost.append(job)
+                continue
+            job.conflict = None
+            try:
+                job.stage(group, job)
+            except Exception as e:  # noqa: BLE001 - one call's failure is its own, not the group's
+                failed.add(job.lane)
+                job.dropped()
+                if isinstance(e, RefConflict):
+                    _lose(job, e, lost)
+                else:
+                    job.error = e
+            finally:
+                job.tries += 1
+        for lane in failed:
+            # the staged jobs of a lane that failed to stage go again, on a fresh read
+            lost.extend(j for m in group.drop(lane) for j in m.jobs)
+        moves = list(group.moves.values())
+        moving = {id(j) for m in moves for j in m.jobs}
+        for job in jobs:
+            if job.error is None and id(job) not in moving and job not in lost:
+                job.landed = True  # nothing to store (stored before)
+        if not moves:
+            return lost
+        try:
+            self.plumbing.write_many([m.batch for m in moves])
+        except Exception as e:  # noqa: BLE001 - nothing moved: every staged call fails alike
+            for m in moves:
+                for j in m.jobs:
+                    j.error = e
+                    j.dropped()
+            return lost
+        results = self._swap(moves)
+        for m, new in zip(moves, results, strict=True):
+            if isinstance(new, Exception):
+                for j in m.jobs:
+                    j.dropped(m.name)
+                    if isinstance(new, RefConflict):
+                        _lose(j, new, lost)
+                    else:  # this ref's calls fail; the other refs' landed
+                        j.error = new
+                continue
+            for j in m.jobs:
+                j.landed = True
+            try:
+                for then in m.then:
+                    then(new)
+            except Exception as e:  # noqa: BLE001 - stored, but what follows the ref did not: say so
+                for j in m.jobs:
+                    j.error = e
+        return lost
+
+    def _swap(self, moves: list[Move]) -> list[RefValue | Exception]:
+        """Move every ref of a group: per move, its new value or what failed it."""
+        swaps = []
+        for m in moves:
+            assert m.batch.tip is not None
+            swaps.append((m.name, m.batch.tip, m.expect, m.batch.ref_meta(**m.meta)))
+        try:
+            if len(swaps) == 1:  # a lone append moves its ref as it always did
+                return [self.plumbing.swap(*swaps[0])]
+            # every ref at once: on local disk in format 3 their intents share one sync
+            return self.plumbing.swap_many(swaps)
+        except Exception as e:  # noqa: BLE001 - no ref moved: every staged call fails alike
+            return [e] * len(moves)
+
+
+def _lose(job: Job, conflict: RefConflict, lost: list[Job]) -> None:
+    """``job`` lost a race: stage it again, or fail it when it is ``final``."""
+    if job.final:
+        job.error = conflict
+    else:
+        job.conflict = conflict
+        lost.append(job)
+
+
+__all__ = ["LINGER", "Group", "GroupCommit", "Job", "Move"]
