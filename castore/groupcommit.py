@@ -27,8 +27,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import RefConflict
-from .plumbing import Batch, Plumbing
+from .errors import RefConflict, RefLocked
+from .plumbing import Batch, Plumbing, locked_error
 from .refs import RefValue
 
 #: seconds, at most, a leader waits for a call that queued calls are ``awaiting`` (one of
@@ -282,7 +282,7 @@ class GroupCommit:
                     if isinstance(new, RefConflict):
                         _lose(j, new, lost)
                     else:  # this ref's calls fail; the other refs' landed
-                        j.error = new
+                        j.error = _restated(new)
                 continue
             for j in m.jobs:
                 j.landed = True
@@ -307,6 +307,16 @@ class GroupCommit:
             return self.plumbing.swap_many(swaps)
         except Exception as e:  # noqa: BLE001 - no ref moved: every staged call fails alike
             return [e] * len(moves)
+
+
+def _restated(err: Exception) -> Exception:
+    """``err`` as a caller should see it: a ref lock that could not be taken says what to do
+    (it is not a lost race: not retried)."""
+    if not isinstance(err, RefLocked):
+        return err
+    out = locked_error(err)
+    out.__cause__ = err
+    return out
 
 
 def _lose(job: Job, conflict: RefConflict, lost: list[Job]) -> None:

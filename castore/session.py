@@ -42,6 +42,7 @@ from .errors import (
     RevisionNotFound,
     SessionExists,
 )
+from .groupcommit import Group, GroupCommit, Job
 from .history import Hint, History
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore, gc_paused
@@ -86,6 +87,7 @@ class SessionHost(Protocol):
     refs: RefStore
     history: History
     plumbing: Plumbing
+    group_commit: GroupCommit
 
     @property
     def exists(self) -> bool: ...
@@ -348,29 +350,38 @@ class Session:
         # after the session's ref moved: a writer that loses the race changes no scope.
         plans, scopes = self._prepare_scopes(prepared)
 
-        def attempt(n: int) -> list[ObjectId]:
+        def stage(group: Group, job: Job) -> None:
             # the first attempt builds on what this handle last wrote; a retry reads afresh
-            fresh = n > 0 or expect is not None
+            fresh = job.tries > 0 or expect is not None
             name: str | None
             if on is not None and branch is not None:
                 head, name, tipref = self._branch_tip(on, branch, fresh)
             else:
                 head, name, tipref = self._tip_for_write(fresh)
-            tip = tipref.target if tipref is not None else None
+            ref = None if name is None else \
+                on or (self.refs.branch_ref_of(head) if head is not None else self.refs.branch(name))
+            # appends of other threads to this branch, staged in this group, come first
+            move = group.moves.get(ref) if ref is not None else None
+            tip = move.batch.tip if move is not None else tipref.target if tipref is not None else None
             if expect is not None and tip != expect:
                 raise RefConflict(on or (self.refs.branch(name) if name else self.refs.head), expect, tip)
-            batch = self._build(prepared, tip, tipref, scopes)
-            self.plumbing.write(batch)
-            if name is None:
-                self._start_branch_from_detached(head, batch)
-            else:
-                ref = on or (self.refs.branch_ref_of(head) if head is not None else self.refs.branch(name))
-                self.plumbing.swap(ref, batch.ids[-1], tipref, batch.ref_meta(**name_meta(ref, name)))
-                if head is None:
-                    self._create_head(name)
-            return batch.ids
+            batch = move.join(job) if move is not None else self.plumbing.batch(tip, tipref)
+            start = len(batch.ids)
+            self._build(batch, prepared, scopes)
+            job.result = batch.ids[start:]
+            if move is not None:
+                return
+            if ref is None or name is None:  # detached: a new branch there, and HEAD on it once it landed
+                new = f"branch-{batch.ids[0][:8]}"
+                move = group.start(job, self.refs.branch(new), None, batch)
+                move.then.append(lambda _: self._head_to_new_branch(head, new))
+                return
+            move = group.start(job, ref, tipref, batch, name_meta(ref, name))
+            if head is None:
+                created = name
+                move.then.append(lambda _: self._create_head(created))
 
-        ids = self.plumbing.land(self.refs.prefix, attempt, final=lambda _: expect is not None)
+        ids: list[ObjectId] = self.store.group_commit.land(Job(self.refs.prefix, stage, final=expect is not None))
         for plan in plans:
             self.store.publish_scope_changes(plan)
         for p in prepared:
@@ -424,14 +435,12 @@ class Session:
                     out[i][scope] = o.raw_id(cid)
         return plans, out
 
-    def _build(self, prepared: list[Prepared], tip: str | None, tipref: RefValue | None,
-               scopes: list[dict[str, bytes]]) -> Batch:
-        batch = self.plumbing.batch(tip, tipref)
+    @staticmethod
+    def _build(batch: Batch, prepared: list[Prepared], scopes: list[dict[str, bytes]]) -> None:
         now = time.time()
         for p, p_scopes in zip(prepared, scopes, strict=True):
             batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
                         when=p.time if p.time is not None else now, meta=p.meta, scopes=p_scopes)
-        return batch
 
     def _create_head(self, branch: str) -> None:
         target, extra = self._head_on(branch)
@@ -440,10 +449,9 @@ class Session:
         except RefConflict:
             pass  # another writer created it first: fine
 
-    def _start_branch_from_detached(self, head: RefValue | None, batch: Batch) -> None:
+    def _head_to_new_branch(self, head: RefValue | None, name: str) -> None:
+        """Put the detached ``head`` on the branch ``name`` just started where it was."""
         assert head is not None
-        name = f"branch-{batch.ids[0][:8]}"
-        self.plumbing.swap(self.refs.branch(name), batch.ids[-1], None, batch.ref_meta())
         target, extra = self._head_on(name)
         try:
             self.plumbing.swap(self.refs.head, target, head, self._head_meta(head, **extra))

@@ -29,6 +29,7 @@ from .errors import (
     StorageError,
     StoreNotFound,
 )
+from .groupcommit import GroupCommit
 from .history import History
 from .objects import Commit, ObjectId
 from .objectstore import STORE_FORMAT, ObjectStore
@@ -141,6 +142,8 @@ class Store:
         self.history = History(self.objects)
         #: the one write path: every commit and ref move of this store goes through it
         self.plumbing = Plumbing(self.objects, self.refs, self.history, *([retry] if retry else []))
+        #: the appends of this handle's sessions in flight together land as one group
+        self.group_commit = GroupCommit(self.plumbing)
         self._config: dict[str, Any] | None = None
         self._initialized = False
         self._new_format = self.objects.default_format if format is None else format

@@ -254,7 +254,7 @@ def test_an_append_that_keeps_losing_gives_up_and_lands_nothing(plumbing_store: 
     s = store.session("a", "u", "s")
     s.append(_msg(0))
     rival = _reopen(plumbing_store).session("a", "u", "s")
-    real_write = store.plumbing.write
+    real_write = store.plumbing.write_many  # an append's objects go in one write_many (its group commit)
     rounds: list[int] = []
 
     def write_then_lose(pending: Any) -> int:
@@ -263,7 +263,7 @@ def test_an_append_that_keeps_losing_gives_up_and_lands_nothing(plumbing_store: 
         rival.append(_msg(100 + len(rounds)))  # the rival lands between our read and our swap
         return out
 
-    store.plumbing.write = write_then_lose  # type: ignore[method-assign]
+    store.plumbing.write_many = write_then_lose  # type: ignore[method-assign]
     with pytest.raises(RefContended) as e:
         s.append(_msg(1))
     assert len(rounds) == 3 and e.value.attempts == 3
