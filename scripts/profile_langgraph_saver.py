@@ -36,7 +36,9 @@ from langgraph.graph.message import add_messages
 
 import castore
 from castore.adapters import langgraph as lg
+from castore.groupcommit import GroupCommit
 from castore.objectstore.packlog import WriterLog
+from castore.plumbing import Plumbing
 from castore.refs import RefStore
 
 THREAD = {"configurable": {"thread_id": "profile"}}
@@ -95,9 +97,10 @@ def main() -> None:
             cpu["fdatasync"] = cpu.get("fdatasync", 0.0) + time.thread_time() - t
 
     os.fdatasync = counted
-    for cls, name, key in ((lg.CastoreSaver, "_commit_group", "group commit"),
-                           (lg.CastoreSaver, "_write_moves", "  objects record"),
+    for cls, name, key in ((GroupCommit, "_commit_group", "group commit"),
+                           (Plumbing, "write_many", "  objects record"),
                            (RefStore, "swap_many", "  ref swaps"),
+                           (RefStore, "swap", "  ref swaps"),  # a group of one ref
                            (WriterLog, "journal_many", "    journal append")):
         setattr(cls, name, timed(getattr(cls, name), key))
 
