@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("langgraph")
 
+from held import Held, run_queued
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
 import castore
@@ -35,63 +36,10 @@ def checkpoint(step: int) -> Any:
     return create_checkpoint(cp, None, step)
 
 
-class Held:
-    """Holds the saver's first object write until ``release``, counting writes and swaps."""
-
-    def __init__(self, store: castore.Store, monkeypatch: pytest.MonkeyPatch,
-                 fail: Callable[[int], BaseException | None] = lambda n: None) -> None:
-        self.release = threading.Event()
-        self.writes: list[int] = []  # objects per write
-        self.swaps: list[str] = []
-        plumbing = store.plumbing
-        real_write, real_swap, real_swap_many = plumbing.write_many, plumbing.swap, plumbing.swap_many
-
-        def write(batches: Any) -> int:
-            self.writes.append(sum(len(b.pending) for b in batches))
-            if len(self.writes) == 1:
-                self.release.wait()
-            err = fail(len(self.writes))
-            if err is not None:
-                raise err
-            return real_write(batches)
-
-        def swap(ref: str, *a: Any, **k: Any) -> Any:
-            self.swaps.append(ref)
-            return real_swap(ref, *a, **k)
-
-        def swap_many(moves: Any) -> Any:  # a group's refs, at once
-            self.swaps.extend(m[0] for m in moves)
-            return real_swap_many(moves)
-
-        monkeypatch.setattr(plumbing, "write_many", write)
-        monkeypatch.setattr(plumbing, "swap", swap)
-        monkeypatch.setattr(plumbing, "swap_many", swap_many)
-
-
 def run_all(calls: list[Callable[[], Any]], saver: CastoreSaver, held: Held) -> list[BaseException | None]:
-    """Run ``calls[0]`` (it leads and is held in its write), then the others, each in its own
-    thread, and let the leader go once they all wait behind it."""
-    errors: list[BaseException | None] = [None] * len(calls)
-
-    def go(i: int) -> None:
-        try:
-            calls[i]()
-        except BaseException as e:  # checked by the test
-            errors[i] = e
-
-    threads = [threading.Thread(target=go, args=(0,))]
-    threads[0].start()
-    while not held.writes:
-        time.sleep(0.005)
-    threads += [threading.Thread(target=go, args=(i,)) for i in range(1, len(calls))]
-    for t in threads[1:]:
-        t.start()
-    while len(saver._group_commit._queue) < len(calls) - 1:
-        time.sleep(0.005)
-    held.release.set()
-    for t in threads:
-        t.join()
-    return errors
+    """Run ``calls[0]`` (it leads and is held in its write), then the others, queued in order
+    behind it; return what each raised."""
+    return run_queued(calls, lambda: saver._group_commit._queue, held)[1]
 
 
 @pytest.fixture
