@@ -235,8 +235,17 @@ class GroupCommit:
     def _commit_group(self, jobs: list[Job]) -> list[Job]:
         """Stage ``jobs`` in order, write all their objects at once, then move each ref once.
 
-        Returns the jobs that lost a race (to be staged again); other failures are set on the jobs.
+        Returns the jobs that lost a race, in queue order (to be staged again); other
+        failures are set on the jobs.
         """
+        lost = self._stage_and_land(jobs)
+        if len(lost) < 2:
+            return lost
+        ids = {id(j) for j in lost}
+        return [j for j in jobs if id(j) in ids]
+
+    def _stage_and_land(self, jobs: list[Job]) -> list[Job]:
+        """:meth:`_commit_group`, returning the jobs that lost in the order they were found."""
         group = Group()
         lost: list[Job] = []
         failed: set[str] = set()  # lanes with a job that did not stage
@@ -258,7 +267,7 @@ class GroupCommit:
                 job.tries += 1
         for lane in failed:
             # the staged jobs of a lane that failed to stage go again, on a fresh read
-            lost.extend(j for m in group.drop(lane) for j in m.jobs)
+            lost.extend(j for m in group.drop(lane) for j in m.jobs if j.error is None and j not in lost)
         moves = list(group.moves.values())
         moving = {id(j) for m in moves for j in m.jobs}
         for job in jobs:

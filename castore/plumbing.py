@@ -21,7 +21,9 @@ ref. It owns four things:
   a :class:`RetryPolicy` (jittered exponential backoff, a cap on attempts and on total
   time). Giving up raises :class:`RefContended`, naming the ref, the attempts and the time
   spent. A ref lock that cannot be taken (:class:`~castore.errors.RefLocked`) is not a lost
-  race: it is raised at once, naming the lock file and what to do.
+  race: it is raised at once, naming the lock file and what to do. The calls of several
+  threads in flight together land as one group (one object write, one swap per ref):
+  :mod:`castore.groupcommit`, beside this module.
 """
 
 from __future__ import annotations

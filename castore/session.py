@@ -295,7 +295,9 @@ class Session:
                     branch: str | None = None) -> list[ObjectId]:
         """Append a whole turn: one commit per entry, landed together or not at all.
 
-        The objects of every entry are written in one batch and the branch ref moves once.
+        The objects of every entry are written in one batch and the branch ref moves once;
+        the appends other threads of this store handle have in flight at the same time are
+        written with it (one object write, one swap per branch: :mod:`castore.groupcommit`).
         ``author``/``meta``/``time`` apply to every entry; ``times``/``metas`` give each entry
         its own (one item per entry; a None item falls back to ``time``/``meta``; an entry's
         ``metas`` item extends ``meta`` and wins on a shared key); ``state_delta`` applies to
