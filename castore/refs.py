@@ -345,6 +345,46 @@ class RefStore:
         """
         return self.storage.list_dir(ref_key(prefix.rstrip("/")))
 
+    def changes_since(self, prefix: str, mark: str | None) -> tuple[str | None, builtins.list[str] | None]:
+        """Which refs below the folder ``prefix`` changed since ``mark``, without reading any:
+        what a reader of derived data (the search index, a saver's cached view) asks instead
+        of listing and reading every ref again.
+
+        Built on the storage's ref-change log (:meth:`~castore.storage.Storage.swaps_since`;
+        local disk keeps one, object storage and memory do not). Returns ``(mark, names)``:
+
+        * ``names``: the ref names below ``prefix`` swapped or deleted since ``mark``, one per
+          change, in the order they were logged; None when that cannot be told (no such log,
+          ``mark`` None or not of this log, the log replaced, a reboot since): then every ref
+          below ``prefix`` must be read.
+        * ``mark``: what to pass next time, once the refs named (all of them when ``names``
+          is None) have been read. It is taken before any ref is read, so a change made
+          meanwhile is told next time. None when the storage keeps no log, or when a change
+          told (or, with ``names`` None, any below ``prefix``) is a swap still under way (its
+          lock held: logged, perhaps not landed when the caller reads): the next call then
+          cannot tell either, and every ref is read again.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        got = self.storage.swaps_since(mark)
+        if got is None:
+            return None, None
+        new, keys = got
+        folder = ref_key(prefix.strip("/"))
+        if keys is None:
+            return (None if self.storage.pending_swaps(folder) else new), None
+        below = folder.rstrip("/") + "/"
+        moved = [k for k in keys if k.startswith(below)]
+        if moved:
+            # a swap that has not logged its key yet lands after the new mark: only the keys
+            # logged can have landed after the caller's read
+            logged = set(moved)
+            if any(k in logged for p in sorted({k.rsplit("/", 1)[0] for k in logged})
+                   for k in self.storage.pending_swaps(p)):
+                return None, [k[len(PREFIX) + 1 :] for k in moved]
+        return new, [k[len(PREFIX) + 1 :] for k in moved]
+
 
 def _sibling(name: str, target: str) -> str:
     """A symbolic target is relative to the folder of the ref that names it (``HEAD``'s)."""

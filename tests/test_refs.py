@@ -186,6 +186,45 @@ def test_list_and_list_dir_by_prefix(refs):
     assert refs.list("nothing") == [] and refs.list_dir("nothing") == []
 
 
+def test_changes_since_names_what_moved_below_a_prefix_or_says_it_cannot_tell(refs, backend):
+    refs.swap("sessions/a/u/s1/heads/main", C1, None)
+    mark, names = refs.changes_since("sessions", None)
+    assert names is None  # no mark: every ref is to be read
+    refs.swap("sessions/a/u/s1/heads/main", C2, refs.read("sessions/a/u/s1/heads/main"))
+    refs.swap("sessions/a/u/s10/HEAD", C1, None)
+    refs.swap("state/a/app", C1, None)
+    refs.delete("sessions/a/u/s10/HEAD")
+    new, names = refs.changes_since("sessions", mark)
+    if backend.name == "local":  # local disk logs every ref change
+        assert names == ["sessions/a/u/s1/heads/main", "sessions/a/u/s10/HEAD", "sessions/a/u/s10/HEAD"]
+        assert new is not None and new != mark
+        assert refs.changes_since("sessions", new) == (new, [])  # nothing since
+        assert refs.changes_since("sessions/a/u/s1", mark) == (new, ["sessions/a/u/s1/heads/main"])  # a folder
+        assert refs.changes_since("state/", mark) == (new, ["state/a/app"])
+        assert refs.changes_since("sessions", "another-boot:x:1") == (new, None)  # a foreign mark
+    else:  # memory and object storage keep no log of ref changes: cannot tell, ever
+        assert mark is None and (new, names) == (None, None)
+        assert refs.changes_since("sessions", "any-mark") == (None, None)
+
+
+def test_changes_since_tells_no_mark_past_a_change_still_under_way(local_refs, tmp_path):
+    mark, _ = local_refs.changes_since("s", None)
+    local_refs.swap("s/heads/main", C2, local_refs.read("s/heads/main"))
+    after, names = local_refs.changes_since("s", mark)
+    assert after is not None and names == ["s/heads/main"]
+    # A writer between logging its change of s/heads/main and landing it holds the ref's lock:
+    # a read now may miss its change, so no mark may pass it (the next call reads everything).
+    local_refs.swap("s/heads/main", C3, local_refs.read("s/heads/main"))
+    lock = tmp_path / "store" / "refs" / "s" / "heads" / "main.lock"
+    lock.write_bytes(b"")
+    assert local_refs.changes_since("s", after) == (None, ["s/heads/main"])
+    assert local_refs.changes_since("s", None)[0] is None
+    assert local_refs.changes_since("t", after)[0] is not None  # a lock elsewhere does not matter
+    lock.unlink()
+    landed, names = local_refs.changes_since("s", after)
+    assert landed is not None and names == ["s/heads/main"]
+
+
 def test_read_many_reads_present_and_absent_refs(refs):
     refs.swap("x/one", C1, None)
     got = refs.read_many(["x/one", "x/two"])

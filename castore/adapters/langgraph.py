@@ -189,14 +189,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             InvalidName, StorageError, IntegrityError.
         """
         prefix = self._prefix(thread_id)
-        refs, storage = self.store.refs, self.store.storage
+        refs = self.store.refs
         view = self._views.get(thread_id)
-        log = storage.swaps_since(view.mark if view is not None else None)
-        if view is not None and view.mark is not None and log is not None and log[1] is not None:
-            below = f"{REFS_PREFIX}/{prefix}/"
-            moved = Counter(k for k in log[1] if k.startswith(below))
+        mark, names = refs.changes_since(prefix, view.mark if view is not None else None)
+        if view is not None and view.mark is not None and names is not None:
+            moved = Counter(map(ref_key, names))
             if moved == view.ours or Counter(k for k in moved.elements() if _is_branch_key(k, prefix)) == view.ours:
-                view.mark = log[0]
+                view.mark = mark
                 view.ours.clear()
                 return view
         # branches, labels and remote-tracking refs (not HEAD, the reflog, or foreign names)
@@ -204,9 +203,6 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                   if (p := parse_ref_name(n)) is not None and p.kind not in ("head", "reflog")]
         got = refs.read_many(listed)
         targets = {n: v.target for n, v in got.items() if v is not None and v.symbolic is None}
-        # a swap under way may have logged its key before ``log`` was read and land after the
-        # refs were: then the log cannot tell what this read missed
-        mark = log[0] if log is not None and not storage.pending_swaps(ref_key(prefix)) else None
         if view is not None:
             if targets == view.targets:
                 view.mark = mark

@@ -12,9 +12,9 @@ modification time or inode differ (a file written, copied or replaced since; a C
 every text file would cost a search more than its search of the text).
 
 Freshness: the index records the refs of every session it covers and a *mark* of the
-store's swap log (:meth:`castore.storage.Storage.swaps_since`; local disk keeps one). A
-search asks the storage which refs moved since the mark (one ``stat`` and one read of the
-log's tail when nothing did), re-reads only the sessions those refs belong to, re-extracts
+store's ref changes (:meth:`castore.refs.RefStore.changes_since`; local disk logs them). A
+search asks which refs moved since the mark (one ``stat`` and one read of the log's tail
+when nothing did), re-reads only the sessions those refs belong to, re-extracts
 the sessions whose refs really moved (imported, appended, branched, deleted) and keeps the
 others. Where the storage keeps no log (S3, memory), or cannot tell (a reboot since, a
 replaced log), every session's refs are read (one listing and one batch read) and compared.
@@ -49,7 +49,7 @@ asked). Per segment ``G`` and part ``P``:
 
 ``G.commits`` holds the 32-byte ids of the commits first numbered in segment ``G`` (commit
 numbers run on across the segments, in order; a segment written from others keeps their
-numbers); ``state.json`` the version, the store URL, the swap-log mark, the strings and
+numbers); ``state.json`` the version, the store URL, the ref-change mark, the strings and
 branch sets, the segments (their block and commit counts and files), and per session number
 ``[app, user, session, segment, first block and blocks in main, the same in res]`` (a gone
 session: no segment); ``rN.refs`` (named in ``state.json``, a new file per update) each live
@@ -169,30 +169,18 @@ def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None
                 yield cid, role, kind, tool, time_of(c), tuple(member[cid]), j, text
 
 
-def _changes(store: Store, mark: str | None, known: bool
+def _changes(store: Store, mark: str | None
              ) -> tuple[str | None, dict[Key, tuple[str, dict[str, str]]], set[str] | None]:
-    """What moved since ``mark``: ``(new mark, refs read, folders read)``; folders None when
-    every session's refs were read (no usable mark, or a storage without a swap log).
-
-    The new mark is taken before any ref is read, and is None (read everything next time)
-    when a ref change was under way meanwhile (see :meth:`castore.storage.Storage.swaps_since`).
-    """
-    got = store.storage.swaps_since(mark if known else None)
-    if got is None:
-        return None, _session_refs(store), None
-    new, keys = got
-    if keys is None:
-        pending = store.storage.pending_swaps(f"refs/{_SESSIONS}")
-        return (None if pending else new), _session_refs(store), None
-    folders = set()
-    for k in keys:
-        parts = k.split("/")
-        if len(parts) >= 6 and parts[0] == "refs" and parts[1] == _SESSIONS:
-            folders.add("/".join(parts[1:5]))
+    """What moved since ``mark`` (:meth:`castore.refs.RefStore.changes_since`): ``(new mark, refs
+    read, folders read)``; folders None when every session's refs were read (no usable mark, or a
+    storage that cannot tell)."""
+    new, names = store.refs.changes_since(_SESSIONS, mark)
+    if names is None:
+        return new, _session_refs(store), None
+    folders = {"/".join(parts[:4]) for n in names if len(parts := n.split("/")) >= 5}
     if not folders:
         return new, {}, set()
-    under_way = any(store.storage.pending_swaps(f"refs/{f}") for f in sorted(folders))
-    return (mark if under_way else new), _session_refs(store, folders), folders
+    return new, _session_refs(store, folders), folders
 
 
 #: the columns of a hit as :func:`hits` gives them (after its place and its part)
@@ -478,7 +466,7 @@ class Index:
     def _plan(self, loaded: bool) -> tuple[str | None, list[Key], dict[Key, tuple[str, dict[str, str]]]] | None:
         """What an update needs: ``(mark, keys, current refs)``, or None when the index is fresh
         (only a new mark to save, saved here)."""
-        mark, read, folders = _changes(self.store, self.mark, loaded)
+        mark, read, folders = _changes(self.store, self.mark if loaded else None)
         if loaded and folders is not None and not folders:  # nothing moved: no session looked at
             self._save_mark(mark)
             return None
@@ -499,7 +487,7 @@ class Index:
         return None
 
     def _save_mark(self, mark: str | None) -> None:
-        """Save a new mark of the swap log (nothing else moved), unless another writer saved a state meanwhile."""
+        """Save a new mark of the ref changes (nothing else moved), unless another writer saved a state meanwhile."""
         if mark != self.mark:
             with self._locked():
                 if self._stat == stat_of(os.path.join(self.folder, "state.json")):
@@ -512,7 +500,7 @@ class Index:
         Raises:
             IndexError_, StorageError, IntegrityError.
         """
-        mark, read, _ = _changes(self.store, None, False)
+        mark, read, _ = _changes(self.store, None)
         with self._locked():
             self._write(sorted(read), read, mark, full=True, old=False)
         return self
