@@ -26,6 +26,11 @@ _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 #: encoder's (and every reader's) recursion
 MAX_DEPTH = 100
 
+#: the commit metadata key that marks an entry as written by the agent's program, not typed
+#: by a human nor answered by the model (its value says what it is, e.g.
+#: ``environment_context``): the archive importers set it, ``grep(typed=True)`` leaves it out
+INJECTED = "injected"
+
 
 class Record:
     """The ``__repr__``, ``__eq__`` and ``__hash__`` of a frozen dataclass, written once.

@@ -536,3 +536,68 @@ def json_loads(text: str | bytes) -> Any:
         return msgspec.json.decode(text)
     except msgspec.DecodeError as e:
         raise InvalidEntry(f"not valid JSON: {e}") from e
+
+
+# -- probes: what a scan of stored bytes may rely on, without decoding ---------------------------
+#: an object's kind tag lies at ``canonical[TAG_START:TAG_END]`` (msgspec writes the tag field
+#: first, after the map's header byte): compared with :func:`kind_tag_bytes`, it tells what a
+#: stored object is without decoding it
+TAG_START, TAG_END = 1, 5
+_TAG_FIELD = b"\xa1k\xa1"  # the tag field's name and the header of its one-letter value
+
+
+def kind_tag_bytes(cls: type[AnyObject]) -> bytes:
+    """``canonical[TAG_START:TAG_END]`` of every object of class ``cls`` (:class:`Commit`,
+    :class:`Value`, ...). Raises nothing."""
+    tag = cls.__struct_config__.tag
+    assert isinstance(tag, str) and len(tag) == 1  # every kind is tagged by one letter (above)
+    return _TAG_FIELD + tag.encode()
+
+
+_BODY_MARKER: list[bytes] = []
+
+
+def body_marker() -> bytes:
+    """The bytes in front of a commit's body id in its canonical bytes (the field's name and the
+    header of 32 raw bytes): a scan finds the bodies commits name by them, without decoding one.
+
+    Raises:
+        AssertionError: the codec no longer stores a commit's body so (found out here, not by
+            a scan that silently misses every commit).
+    """
+    if not _BODY_MARKER:
+        probe = bytes(range(1, 33))
+        marker = pack("body") + pack(bytes(32))[:-32]
+        if encode(Commit(kind="message", body=probe))[1].find(marker + probe) < 0:
+            raise AssertionError("a commit's body is not stored as expected")
+        _BODY_MARKER.append(marker)
+    return _BODY_MARKER[0]
+
+
+#: UTF-8 of the non-ASCII letters Python's case-insensitive matching equates with i, s and k
+_FOLDS = {ord("i"): b"(?:i|\xc4\xb0|\xc4\xb1)", ord("s"): b"(?:s|\xc5\xbf)", ord("k"): b"(?:k|\xe2\x84\xaa)"}
+
+
+def string_probe(utf8: bytes, fold_case: bool = False) -> re.Pattern[bytes]:
+    """The search, in canonical bytes, for a string holding the text ``utf8`` (its UTF-8 bytes).
+
+    Every object holding a string (a map key too) that contains the text matches, as the
+    codec keeps each string as its UTF-8 bytes, whole; a match is only a candidate (the bytes
+    may be part of a binary value). Numbers, booleans and null are stored in binary: text a
+    reader renders from them (as JSON does) is not in the bytes.
+
+    Args:
+        utf8: the text's UTF-8 bytes.
+        fold_case: ``utf8`` is lower-case ASCII and the pattern is searched in the bytes
+            lower-cased (``bytes.lower()``, which folds ASCII only); it then matches every
+            string holding the text in any case as ``re.IGNORECASE`` sees it: i, s and k also
+            stand for the UTF-8 of the four non-ASCII letters it equates with them.
+
+    Raises:
+        ValueError: ``fold_case`` with ``utf8`` that is not lower-case ASCII.
+    """
+    if not fold_case:
+        return re.compile(re.escape(utf8))
+    if not utf8.isascii() or utf8 != utf8.lower():
+        raise ValueError(f"a case-folded probe is lower-case ASCII, not {utf8!r}")
+    return re.compile(b"".join(_FOLDS.get(c) or re.escape(bytes([c])) for c in utf8))

@@ -10,7 +10,8 @@ import pytest
 
 import castore
 from castore import Event, Message
-from castore.grep import INJECTED, grep, typed_block
+from castore.entries import INJECTED
+from castore.grep import grep, typed_block
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -361,3 +362,44 @@ def test_zstd_contexts_are_never_shared_by_two_threads_at_once():
 
     errors = race(work, 8)
     assert errors == []
+
+
+# -- probes of canonical bytes (what a scan relies on without decoding) -------------------------
+def test_kind_tag_bytes_lie_where_the_codec_writes_the_tag() -> None:
+    samples = [o.Blob(data=b"x"), o.Value(value={"a": 1}), o.Tree(values={"k": 1}), o.Commit(kind="message"),
+               o.Segment(start=0, objects=()), o.Index()]
+    tags = {o.kind_tag_bytes(type(x)) for x in samples}
+    assert len(tags) == len(samples)
+    for x in samples:
+        canonical = o.encode(x)[1]
+        assert canonical[o.TAG_START:o.TAG_END] == o.kind_tag_bytes(type(x))
+        assert o.kind_tag_bytes(type(x))[-1:].decode() == o.kind_tag(canonical)
+
+
+def test_body_marker_is_in_front_of_every_commits_body_id() -> None:
+    for body in (bytes(32), b"\xff" * 32, bytes(range(32))):
+        for c in (o.Commit(kind="message", body=body), o.Commit(kind="event", body=body, parents=(body,), depth=3)):
+            canonical = o.encode(c)[1]
+            assert canonical.count(o.body_marker() + body) == 1
+    assert o.body_marker() not in o.encode(o.Commit(kind="message"))[1]
+
+
+@given(st.text(min_size=1, max_size=12), st.text(max_size=5), st.text(max_size=5))
+@settings(max_examples=200, deadline=None)
+def test_string_probe_finds_every_stored_string_holding_the_text(text: str, before: str, after: str) -> None:
+    canonical = o.encode(o.Value(value={"k": [1, before + text + after]}))[1]
+    assert o.string_probe(text.encode()).search(canonical)
+    if text.isascii():
+        folded = text.lower().encode()
+        assert o.string_probe(folded, fold_case=True).search(canonical.lower())
+
+
+def test_a_case_folded_probe_matches_the_letters_python_equates_with_i_s_and_k() -> None:
+    text = "\u212a\u0130SS \u0131\u017f"  # Kelvin sign, dotted capital I, dotless i, long s
+    assert re.search("kiss", text, re.IGNORECASE) and re.search("is", text, re.IGNORECASE)
+    canonical = o.encode(o.Value(value=text))[1].lower()
+    assert o.string_probe(b"kiss", fold_case=True).search(canonical)
+    assert o.string_probe(b"is", fold_case=True).search(canonical)
+    assert not o.string_probe(b"kiss").search(canonical)
+    with pytest.raises(ValueError, match="lower-case ASCII"):
+        o.string_probe("é".encode(), fold_case=True)

@@ -32,9 +32,8 @@ import re
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from ..entries import Event, Message
+from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
-from ..grep import INJECTED
 from .jsonl_tree import (
     ArchiveError,
     FileResult,

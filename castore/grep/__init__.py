@@ -20,9 +20,10 @@ system messages.
 
 Three ways give the same matches. By default (every store but ``memory://``) the search runs
 over the local index of :mod:`castore.grep.index`, first brought up to date: on local disk the
-store's swap log says which refs moved since the index last looked (nothing moved: one
-``stat`` and no ref read), and only those sessions are read again and written to the
-index's small second segment (the rest of the index is not rewritten).
+ref layer tells which refs moved since the index last looked
+(:meth:`castore.refs.RefStore.changes_since`; nothing moved: one ``stat`` and no ref read),
+and only those sessions are read again and written to the index's small second segment (the
+rest of the index is not rewritten).
 
 Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned* (every
 stored object read once, store-wide) and a format-1 store is *walked* (each session's
@@ -51,8 +52,23 @@ number per session: through the index neither builds a :class:`Match` (what ``ca
 prints, ``-c`` and ``-l`` use them), and a count does not even decode a block a plain string
 was found in when the block is ASCII.
 
-What a match is and how one is built (shared with the scan): :mod:`castore.grep.match`; the
-searchable blocks of a body and the context around a match: :mod:`castore.grep.blocks`.
+The package, top down (each module imports only those below it):
+
+=============== ==========================================================================
+``__init__``    the API: :func:`grep`, :func:`grep_rows`, :func:`grep_counts`, their options
+                checked, and the search through the index (matches built from its hits)
+``index.py``    the local index: what it holds, keeping it fresh, finding candidate blocks
+``files.py``    the index's files: a segment's parts, their writing and checks, commit numbers
+``scan.py``     the search without the index: the store-wide scan of stored bytes (format
+                2/3; the codec probes of :mod:`castore.objects`) and the walk (format 1)
+``blocks.py``   the searchable blocks of a body (bodies read in batches), a commit's time,
+                the context entries around a match
+``match.py``    what a match is (:class:`Match`, :class:`LineMatch`), line matching, the
+                session and tool filters, the JSON time
+=============== ==========================================================================
+
+The metadata key of injected entries (:data:`~castore.entries.INJECTED`) is defined with
+the entries; it is re-exported here.
 """
 
 from __future__ import annotations
@@ -64,9 +80,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..entries import INJECTED
 from ..errors import CastoreError
 from ..objectstore import gc_paused
 from .blocks import TOOL_ROLES, blocks, context_entries
+from .index import hits, open_index, search_plan
 from .match import (
     LineMatch,
     Match,
@@ -76,6 +94,7 @@ from .match import (
     session_ok,
     spans_finder,
 )
+from .scan import grep_scan, grep_walk
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -260,7 +279,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
             first) rather than by reading every object; None: for every store but ``memory://``.
             Both give the same matches.
         check_index: bring the index up to date with the store's refs first (False: trust it
-            as the last import or search left it, skipping even the swap log's ``stat``).
+            as the last import or search left it, skipping even the ref-change log's ``stat``).
         scan: without the index, read every stored object once, store-wide, rather than
             walking each session's branches (None: for a format-2 store). Both give the same
             matches.
@@ -296,8 +315,6 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
                                check_index, _MATCHES)
         return
-    from .scan import grep_scan, grep_walk
-
     if scan is None:
         scan = store.objects.format >= 2
     if scan:
@@ -308,9 +325,6 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
                              session_globs)
 
 
-#: the commit metadata key that marks an entry as written by the agent's program, not typed
-#: by a human nor answered by the model (its value says what it is, e.g. ``environment_context``)
-INJECTED = "injected"
 _TYPED_ROLES = ("user", "assistant")
 
 
@@ -352,8 +366,6 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
     context), :data:`_COUNTS` ``(session, matches)`` pairs in the order of the sessions' first
     match (the first ``limit`` matches counted)."""
-    from .index import hits, open_index, search_plan
-
     ix = open_index(store, check=check)
     try:
         runs = ix.find_blocks(rx, kinds)
@@ -491,8 +503,6 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     runs, True)``: :func:`castore.grep.index.hits`), in order, at most ``limit``: rows (:data:`Row`)
     or :class:`Match` objects (no context entries yet); a block with no matching line is left out;
     ``also``: the other sessions of a block, by block."""
-    from .index import hits, search_plan
-
     _, lowered, lit = search_plan(rx)
     # a plain string's spans in a line, found here rather than by ``finder`` (the same search, less
     # a call per block): in the line itself when case counts, else in its lower case when it is ASCII

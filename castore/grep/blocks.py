@@ -1,7 +1,7 @@
-"""The searchable blocks of a commit's body (the kinds :mod:`castore.grep` describes), the time
-of a commit, and the context entries around a match: what the search through the index
-(:mod:`castore.grep.index`, which extracts the blocks), the scan and walk
-(:mod:`castore.grep.scan`) and :func:`castore.grep.grep` share.
+"""The searchable blocks of a commit's body (the kinds :mod:`castore.grep` describes), the
+bodies of commits read in batches, the time of a commit, and the context entries around a
+match: what the search through the index (:mod:`castore.grep.index`, which extracts the
+blocks), the scan and walk (:mod:`castore.grep.scan`) and :func:`castore.grep.grep` share.
 """
 
 from __future__ import annotations
@@ -145,4 +145,25 @@ def context_entries(store: Store, path: list[str], cid: str, n: int
     return tuple(one(x) for x in path[max(0, i - n):i]), tuple(one(x) for x in path[i + 1:i + 1 + n])
 
 
-__all__ = ["TOOL_ROLES", "blocks", "context_entries", "time_of"]
+#: bodies read at once by :func:`bodies_of`
+_BODY_BATCH = 256
+
+
+def bodies_of(store: Store, order: list[tuple[str, Commit]]) -> Iterator[tuple[str, Commit, Any]]:
+    """Each commit of ``order`` that has a body, with the body's value (None when it is missing
+    or not a value), reading the bodies in batches and each shared body once.
+
+    Raises:
+        IntegrityError, StorageError: reading a body failed.
+    """
+    for i in range(0, len(order), _BODY_BATCH):
+        batch = order[i:i + _BODY_BATCH]
+        body_ids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))
+        bodies = store.objects.get_many(body_ids, missing_ok=True) if body_ids else {}
+        for cid, c in batch:
+            if c.body is not None:
+                v = bodies.get(o.hex_id(c.body))
+                yield cid, c, (v.value if isinstance(v, Value) else None)
+
+
+__all__ = ["TOOL_ROLES", "bodies_of", "blocks", "context_entries", "time_of"]

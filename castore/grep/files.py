@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import bisect
 import itertools
+import mmap
 import os
 import sys
 import zlib
@@ -265,8 +266,6 @@ def open_file(folder: str, name: str, want: list[int]) -> Any:
         ValueError: the file does not match.
         OSError: it cannot be read (FileNotFoundError: an update removed it meanwhile).
     """
-    import mmap
-
     with open(os.path.join(folder, name), "rb") as f:
         st = os.fstat(f.fileno())
         if st.st_size != want[0]:

@@ -63,6 +63,8 @@ the commit numbering of an update are in :mod:`castore.grep.files`.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -72,6 +74,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CastoreError
+from .blocks import blocks, bodies_of, time_of
 from .files import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open_file, stat_of, write_file
 
 if TYPE_CHECKING:
@@ -146,9 +149,6 @@ def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Ke
 def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None, float, tuple[str, ...], int, str]]:
     """Every searchable block of one session, each commit once, root to tip: ``(commit, role,
     kind, tool, time, branches, block number within the commit, text)``."""
-    from .blocks import blocks, time_of
-    from .scan import bodies_of
-
     s = store.session(*key)
     tips = dict(s.branches())
     if s.current_branch is None and s.head is not None:
@@ -513,9 +513,6 @@ class Index:
         Raises:
             IndexError_: the folder cannot be made or locked.
         """
-        import contextlib
-        import fcntl
-
         @contextlib.contextmanager
         def held() -> Iterator[None]:
             if self._held:

@@ -6,14 +6,15 @@ The scan (:func:`grep_scan`) reads every stored object once, store-wide (loose o
 each pack read whole, record by record: one zstd frame decompressed once, in a worker thread
 ahead of the search). A record's content is searched, as bytes, for a *needle*
 (:func:`needle`: the pattern's required literal, where the stored bytes of every matching
-body must hold it; without one every object is decoded): msgpack keeps a string as its UTF-8
-bytes, so a hit is a candidate, and only the values holding one are decoded; every filter
-and the pattern itself then run on the decoded blocks, so what a needle cannot see (a match
+body must hold it; without one every object is decoded): the codec keeps a string as its
+UTF-8 bytes (:func:`castore.objects.string_probe`), so a hit is a candidate, and only the
+values holding one are decoded; every filter and the pattern itself then run on the decoded
+blocks, so what a needle cannot see (a match
 across two fields, a case fold, encrypted reasoning, a signature or an image) is never
 reported from the bytes alone. The bytes of every commit, index and segment are kept as
 read (found by the record's object sizes, never guessed) and hashed once, in one batch, for
 their ids. Once every body that may match is known, the kept commits (as one string) are
-searched for a reference to one (the bytes in front of a commit's body id; a few bodies by
+searched for a reference to one (:func:`castore.objects.body_marker`; a few bodies by
 their ids in one regex), and only those are decoded: a hit that is not a reference is
 dropped when its commit does not name that body. Only then are those commits attributed:
 each session's branches are read (one batch), each branch's top block followed from its tip
@@ -55,13 +56,12 @@ from ..errors import IntegrityError, ObjectNotFound
 from ..history import K
 from ..objects import Commit, Index, Segment, Value
 from ..objectstore import gc_paused, packs
-from .blocks import blocks, context_entries, time_of
+from ..plumbing import parse_ref_name, real_name, session_prefix
+from .blocks import blocks, bodies_of, context_entries, time_of
 from .match import LineMatch, Match, glob_any, line_matches, make_match, session_ok
 
 if TYPE_CHECKING:
     from ..store import Store
-
-_BATCH = 256
 
 
 def grep_walk(store: Store, rx: re.Pattern[str], limit: int | None, context: int, want_kinds: set[str],
@@ -140,23 +140,6 @@ def grep_walk(store: Store, rx: re.Pattern[str], limit: int | None, context: int
                     return
 
 
-def bodies_of(store: Store, order: list[tuple[str, Commit]]) -> Iterator[tuple[str, Commit, Any]]:
-    """Each commit of ``order`` that has a body, with the body's value (None when it is missing
-    or not a value), reading the bodies in batches and each shared body once.
-
-    Raises:
-        IntegrityError, StorageError: reading a body failed.
-    """
-    for i in range(0, len(order), _BATCH):
-        batch = order[i:i + _BATCH]
-        body_ids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))
-        bodies = store.objects.get_many(body_ids, missing_ok=True) if body_ids else {}
-        for cid, c in batch:
-            if c.body is not None:
-                v = bodies.get(o.hex_id(c.body))
-                yield cid, c, (v.value if isinstance(v, Value) else None)
-
-
 # -- the store-wide scan (format 2) ----------------------------------------------------------
 #: characters that JSON or ``repr`` write around or between string values (a needle holding
 #: one may come from a tool call's arguments rather than from a string's own bytes)
@@ -173,6 +156,8 @@ _PATH_OBJECT_MAX = 4 << 20
 #: up to this many bodies that may match, commits are found by those bodies' ids (else by a set:
 #: at 100,000 commits one regex of 66 ids takes 0.02 s, of 512 ids 0.25 s, the set 0.05 s)
 _FEW_BODIES = 100
+#: where a stored object's kind tag lies in its canonical bytes (:func:`castore.objects.kind_tag_bytes`)
+_T0, _T1 = o.TAG_START, o.TAG_END
 
 
 def _required_literal(rx: re.Pattern[str]) -> str | None:
@@ -215,7 +200,8 @@ def _required_literal(rx: re.Pattern[str]) -> str | None:
 
 def needle(rx: re.Pattern[str]) -> tuple[bytes, bool] | None:
     """A byte string that the stored bytes of every body with a match of ``rx`` contain, and
-    whether to look for it in lower-cased bytes; None when there is none to rely on.
+    whether to look for it in lower-cased bytes (what :func:`castore.objects.string_probe`
+    searches for); None when there is none to rely on.
 
     A block's text is a string of the body (stored as its UTF-8 bytes), strings joined by a
     newline, or a tool call's name and its arguments as JSON. So a needle is taken from the
@@ -237,25 +223,6 @@ def needle(rx: re.Pattern[str]) -> tuple[bytes, bool] | None:
     if rx.flags & re.IGNORECASE:
         return (lit.lower().encode(), True) if lit.isascii() else None
     return lit.encode("utf-8"), False
-
-
-def _body_marker() -> bytes:
-    """The bytes in front of a commit's body id in its canonical bytes."""
-    probe = bytes(range(1, 33))
-    _, canonical = o.encode(Commit(kind="message", body=probe))
-    marker = o.pack("body") + o.pack(bytes(32))[:-32]
-    if canonical.find(marker + probe) < 0:  # the codec changed: found out here, not by a miss
-        raise AssertionError("a commit's body is not stored as expected")
-    return marker
-
-
-def _needle_rx(text: bytes, folded: bool) -> re.Pattern[bytes]:
-    """The search for a needle: in lower-cased bytes (``folded``) i, s and k also stand for the
-    four non-ASCII letters Python's case-insensitive matching equates with them."""
-    if not folded:
-        return re.compile(re.escape(text))
-    alts = {ord("i"): b"(?:i|\xc4\xb0|\xc4\xb1)", ord("s"): b"(?:s|\xc5\xbf)", ord("k"): b"(?:k|\xe2\x84\xaa)"}
-    return re.compile(b"".join(alts.get(c) or re.escape(bytes([c])) for c in text))
 
 
 def _holding(hay: bytes, nrx: re.Pattern[bytes], m: re.Match[bytes] | None, spans: list[tuple[int, int]]
@@ -283,16 +250,16 @@ class _Scan:
         self.store = store
         self.rx = rx
         self.needle = needle(rx)
-        self.nrx = _needle_rx(*self.needle) if self.needle is not None else None
+        self.nrx = o.string_probe(*self.needle) if self.needle is not None else None
         self.bodies: dict[bytes, Any] = {}
         self.commits: dict[str, Commit] = {}
         self.canonical: dict[str, bytes] = {}  # the commits' bytes
         # a body reference is the marker and 32 bytes; only the marker is consumed (it cannot
         # overlap itself), so bytes that merely look like one never hide the next
-        self.marker = re.compile(re.escape(_body_marker()) + b"(?=(.{32}))", re.DOTALL)
-        # the tags of a commit, an index and a segment, after a map's header byte
-        kinds = (Value(value=0), Commit(kind="message"), Index(), Segment(start=0, objects=()))
-        self.value_tag, self.commit_tag, index_tag, segment_tag = (o.encode(x)[1][1:5] for x in kinds)
+        self.marker = re.compile(re.escape(o.body_marker()) + b"(?=(.{32}))", re.DOTALL)
+        # the kind tags of a value, a commit, an index and a segment (at TAG_START:TAG_END)
+        tag = o.kind_tag_bytes
+        self.value_tag, self.commit_tag, index_tag, segment_tag = tag(Value), tag(Commit), tag(Index), tag(Segment)
         self.path_tags = frozenset((self.commit_tag, index_tag, segment_tag))
         self.kept = 0
         self.found: list[bytes] = []  # the bytes of every commit, index and segment, as read
@@ -314,7 +281,7 @@ class _Scan:
         # the commits are looked for once every body is known (a commit may be stored before its
         # body: sync can do that): a few bodies by their ids, in C; many, by every body reference
         # and a set
-        marker = _body_marker()
+        marker = o.body_marker()
         if len(self.bodies) <= _FEW_BODIES:
             few = re.compile(re.escape(marker) + b"(?=" + b"|".join(re.escape(b) for b in self.bodies) + b")")
 
@@ -342,7 +309,7 @@ class _Scan:
         # attribute the matches then read none of them again
         if self.kept < _KEEP_PATHS:
             tags = self.path_tags
-            got = [content[a:a + n] for a, n in spans if content[a + 1:a + 5] in tags]
+            got = [content[a:a + n] for a, n in spans if content[a + _T0:a + _T1] in tags]
             if got:
                 if max(map(len, got)) > _PATH_OBJECT_MAX:
                     got = [x for x in got if len(x) <= _PATH_OBJECT_MAX]
@@ -363,7 +330,7 @@ class _Scan:
         """Decode the objects ``picked`` (by number) of ``content`` and keep the values."""
         # only values can be bodies: a segment holding a hit (its copies of bodies) is not decoded
         tag = self.value_tag
-        raws = [content[a:a + n] for a, n in (spans[i] for i in picked) if content[a + 1:a + 5] == tag]
+        raws = [content[a:a + n] for a, n in (spans[i] for i in picked) if content[a + _T0:a + _T1] == tag]
         if not raws:
             return
         # hashed for their ids and decoded here, not through the store's cache: a common word
@@ -378,7 +345,7 @@ class _Scan:
         string: a reference is inside one commit, and a hit that is not one is dropped when the
         commit does not name that body)."""
         tag = self.commit_tag
-        ids = [oid for oid, raw in self.paths.items() if raw[1:5] == tag]
+        ids = [oid for oid, raw in self.paths.items() if raw[_T0:_T1] == tag]
         raws = [self.paths[oid] for oid in ids]
         ends = list(accumulate(map(len, raws)))
         picked = list(dict.fromkeys(bisect.bisect_right(ends, at) for at in hits(b"".join(raws))))
@@ -393,7 +360,7 @@ class _Scan:
         # only commits: the copies of commits in a segment are not decoded
         tag = self.commit_tag
         picked = [i for i in dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
-                  if content[spans[i][0] + 1:spans[i][0] + 5] == tag]
+                  if content[spans[i][0] + _T0:spans[i][0] + _T1] == tag]
         raws = [content[spans[i][0]:sum(spans[i])] for i in picked]
         self._adopt(o.digest_many(raws), raws)
 
@@ -553,8 +520,6 @@ def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs
     """The sessions a search covers, in session order, each with its branches (name, tip and
     ref metadata; ``HEAD`` when detached), as :meth:`Session.branches` names them: the
     current branch as :meth:`Store.sessions` read it, the others in one batch."""
-    from ..plumbing import parse_ref_name, real_name, session_prefix
-
     infos = []
     for app in sorted(store.apps()):
         if not glob_any(app, app_globs):
@@ -717,4 +682,4 @@ def _scan_matches(store: Store, rx: re.Pattern[str], keep: Any, context: int, wa
     return out, sessions
 
 
-__all__ = ["bodies_of", "grep_scan", "grep_walk", "needle"]
+__all__ = ["grep_scan", "grep_walk", "needle"]
