@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from held import Held, run_queued
+from helpers.held import Held, run_queued
 
 import castore
 from castore.errors import RefConflict

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("langgraph")
 
-from held import Held, run_queued
+from helpers.held import Held, run_queued
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
 import castore

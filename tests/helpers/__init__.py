@@ -1,4 +1,5 @@
-"""What several test modules share, each once: :mod:`.threads` (run calls on threads at once and
-collect what they raise), :mod:`.storage` (a pass-through :class:`~castore.storage.Storage`
-wrapper to override one call of), :mod:`.viewer` (the HTML viewer's state replay). The store
-fixtures live in ``tests/conftest.py``."""
+"""What several test modules share, each once: :mod:`.threads` (run calls on threads at once
+and collect what they raise), :mod:`.storage` (a pass-through
+:class:`~castore.storage.Storage` wrapper to override one call of), :mod:`.viewer` (the HTML
+viewer's state replay), :mod:`.held` (a group commit held open while calls queue behind it).
+The store fixtures live in ``tests/conftest.py``."""
