@@ -25,6 +25,7 @@ from .common import (
     open_store,
     print_json,
 )
+from .text import safe, safe_block, safe_json
 
 
 def _result_doc(r: Any) -> dict[str, Any]:
@@ -39,11 +40,11 @@ def _echo_results(results: list[Any], as_json: bool) -> None:
         return
     for r in results:
         for n in r.notes:
-            note(f"{r.path}: {n}")
+            note(safe(f"{r.path}: {n}"))
         if r.lines or r.branches:
             extra = f", {len(r.branches)} new branch(es)" if r.branches else ""
             extra += f", {r.torn} bytes left for next time" if r.torn else ""
-            click.echo(f"{format_key(*r.session)}: +{r.lines} lines ({r.total} in all), "
+            click.echo(f"{safe(format_key(*r.session))}: +{r.lines} lines ({r.total} in all), "
                        f"HEAD {r.head[:8] if r.head else '-'}{extra}")
     new = sum(r.lines for r in results)
     note(f"{len(results)} file(s), {new} new line(s)")
@@ -160,7 +161,7 @@ def _export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, a
     sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
     written = exporter(store, dest, app=app, sessions=sessions)
     for rel in written:
-        click.echo(rel)
+        click.echo(safe(rel))
     note(f"wrote {len(written)} file(s) under {dest}")
 
 
@@ -268,7 +269,7 @@ _OUT_BATCH = 2048
 
 def _render_counts(counts: dict[tuple[str, str, str], int], list_sessions: bool, count: bool) -> int:
     """``-l`` (the sessions) and ``-c`` (``SESSION:MATCHES``; with ``-l`` each counts 1); the number of matches."""
-    keys = [format_key(*k) for k in counts]
+    keys = [safe(format_key(*k)) for k in counts]
     if list_sessions:
         for key in keys:
             click.echo(key)
@@ -287,7 +288,7 @@ def _render_json(it: Any, as_json: bool, as_jsonl: bool) -> int:
     for m in it:
         found += 1
         if as_jsonl:
-            out.append(json.dumps(m.to_json(), ensure_ascii=False))
+            out.append(safe_json(json.dumps(m.to_json(), ensure_ascii=False)))
             if len(out) >= _OUT_BATCH:
                 click.echo("\n".join(out))
                 out = []
@@ -297,7 +298,7 @@ def _render_json(it: Any, as_json: bool, as_jsonl: bool) -> int:
         click.echo("\n".join(out))
     if as_json:
         sys.stdout.flush()
-        click.echo(_indented_json({"matches": docs}))
+        click.echo(safe_json(_indented_json({"matches": docs})))
     return found
 
 
@@ -317,7 +318,7 @@ def _render_rows(rows: Any) -> int:
     def key_of(k: tuple[str, str, str]) -> str:
         got = keys.get(k)
         if got is None:
-            got = keys[k] = format_key(*k)
+            got = keys[k] = safe(format_key(*k))
         return got
 
     last: Any = (None, None, None, "")  # the last place and its text: the rows of a session follow each other
@@ -329,28 +330,28 @@ def _render_rows(rows: Any) -> int:
             place = (session, branches, also)  # the text before the commit, made once per place
             where = wheres.get(place)
             if where is None:
-                where = f"{key_of(session)}@{','.join(branches)}"
+                where = f"{key_of(session)}@{safe(','.join(branches))}"
                 if also:
                     where += " (+" + ", ".join(key_of(k) for k, _ in also) + ")"
                 wheres[place] = where
             last = (session, branches, also, where)
         what = whats.get((role, kind, tool))
         if what is None:
-            what = whats[(role, kind, tool)] = f"{role}/{kind}[{tool}]:" if tool else f"{role}/{kind}:"
+            what = whats[(role, kind, tool)] = safe(f"{role}/{kind}[{tool}]:" if tool else f"{role}/{kind}:")
         when = times.get(time)
         if when is None:
             when = times[time] = (iso_time(time) or "-")[:19]
         head = f"{where} {commit[:8]} {when} {what}"
         for c, crole, text in before:
-            out.append(f"{where} {c[:8]} - {crole}: {text}")
+            out.append(f"{where} {c[:8]} - {safe(crole)}: {safe_block(text)}")
         if tty:
             for line, text, spans in lines:
                 out.append(f"{head}{line}: {_highlight(text, spans)}")
         else:
             for line, text, _ in lines:
-                out.append(f"{head}{line}: {text}")
+                out.append(f"{head}{line}: {safe_block(text)}")
         for c, crole, text in after:
-            out.append(f"{where} {c[:8]} - {crole}: {text}")
+            out.append(f"{where} {c[:8]} - {safe(crole)}: {safe_block(text)}")
         if context:
             out.append("--")
         if len(out) >= _OUT_BATCH:
@@ -438,13 +439,13 @@ def _json_into(v: Any, out: list[str], nl: str) -> None:
 
 def _highlight(text: str, spans: tuple[tuple[int, int], ...]) -> str:
     if not sys.stdout.isatty():
-        return text
+        return safe_block(text)
     out, pos = [], 0
-    for s, e in spans:
-        out.append(text[pos:s])
-        out.append(click.style(text[s:e], fg="red", bold=True))
+    for s, e in spans:  # escaped piece by piece: the spans count the characters as stored
+        out.append(safe_block(text[pos:s]))
+        out.append(click.style(safe_block(text[s:e]), fg="red", bold=True))
         pos = e
-    out.append(text[pos:])
+    out.append(safe_block(text[pos:]))
     return "".join(out)
 
 

@@ -36,6 +36,7 @@ from .. import objects as o
 from ..errors import CastoreError, SessionNotFound
 from ..session import Session
 from ..store import Store, default_url
+from .text import safe, safe_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,8 +75,6 @@ def _state(ctx: click.Context) -> CliState:
 def error_line(exc: BaseException) -> str:
     """The one-line message for a library error (newlines folded, controls escaped: an
     error may quote a name or a ref read from a remote)."""
-    from .render import safe  # render imports this module
-
     return safe(" ".join(str(exc).split())) or type(exc).__name__
 
 
@@ -305,8 +304,9 @@ def to_jsonable(value: Any) -> Any:
 
 
 def print_json(doc: Any) -> None:
-    """Print one JSON document on stdout (indented, UTF-8, stable key order as given)."""
-    click.echo(json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False))
+    """Print one JSON document on stdout (indented, UTF-8, stable key order as given; the
+    controls a terminal would act on as JSON escapes, see :func:`~castore.cli.text.safe_json`)."""
+    click.echo(safe_json(json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False)))
 
 
 def note(message: str) -> None:

@@ -31,6 +31,7 @@ from ..entries import (
 from ..session import LogEntry
 from ..store import SessionInfo
 from .common import format_key
+from .text import safe, safe_block
 
 Style = Callable[..., str]
 
@@ -38,35 +39,6 @@ Style = Callable[..., str]
 def plain(text: str, **_: Any) -> str:
     """A style that adds no colour (for JSON output)."""
     return text
-
-
-# -- terminal safety -----------------------------------------------------------------------
-# What a model wrote (and names, authors, keys from any client) reaches the reader's terminal:
-# ESC starts colour and OSC sequences (OSC 52 writes the clipboard), CR and backspace
-# overwrite what was shown, C1 controls act as ESC on some terminals, and bidi overrides
-# reorder text. Like git quoting a path, human output shows them as visible escapes.
-_NAMED = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
-          }
-_UNSAFE = [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F,
-           *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-_LINE = {c: _NAMED.get(c) or (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _UNSAFE}
-_BLOCK = {c: v for c, v in _LINE.items() if c not in (0x09, 0x0A)}
-
-
-def safe(text: object) -> str:
-    """``text`` for one line of human output: every control character (C0 including
-    newline and tab, DEL, C1) and every bidi control written as a visible escape
-    (``\\x1b``, ``\\r``, ``\\x9b``, ``\\u202e``). Other text, backslashes included, is kept.
-
-    Apply it to data (names, authors, keys, message text), never to castore's own colour
-    codes: ``style(safe(name), fg="green")``. ``--json`` output is not escaped this way.
-    """
-    return str(text).translate(_LINE)
-
-
-def safe_block(text: object) -> str:
-    """Like :func:`safe`, for multi-line text: newlines and tabs are kept as they are."""
-    return str(text).translate(_BLOCK)
 
 
 # -- small pieces --------------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""Terminal-safe text: the one escaping rule for everything castore prints for people.
+
+What a model wrote (and names, authors, keys, paths from any client or remote) reaches the
+reader's terminal: ESC starts colour and OSC sequences (OSC 52 writes the clipboard), CR
+and backspace overwrite what was shown, C1 controls (0x9B is CSI) act as ESC on some
+terminals, and bidi overrides (U+202E) reorder text. Like git quoting a path, human output
+shows them as visible escapes (``\\x1b``, ``\\r``, ``\\x9b``, ``\\u202e``).
+
+This module sits below :mod:`.common` and :mod:`.render` (both use it; it imports
+neither). ``--json`` output stays exact JSON: :func:`safe_json` writes the same characters
+as JSON escapes, so the document parses to the same value.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAMED = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r"}
+_UNSAFE = [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F,
+           *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_LINE = {c: _NAMED.get(c) or (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _UNSAFE}
+_BLOCK = {c: v for c, v in _LINE.items() if c not in (0x09, 0x0A)}
+#: what JSON text may still hold raw (json.dumps escapes C0 itself): DEL, C1, bidi controls
+_JSON = {c: f"\\u{c:04x}" for c in _UNSAFE if c >= 0x7F}
+
+
+def _finder(chars: dict[int, str]) -> re.Pattern[str]:
+    return re.compile("[" + "".join(re.escape(chr(c)) for c in chars) + "]")
+
+
+# a search first: most text holds none of these, and a regex scan is much faster than translate
+_ANY_LINE, _ANY_BLOCK, _ANY_JSON = _finder(_LINE), _finder(_BLOCK), _finder(_JSON)
+
+
+def safe(text: object) -> str:
+    """``text`` for one line of human output: every control character (C0 including
+    newline and tab, DEL, C1) and every bidi control written as a visible escape
+    (``\\x1b``, ``\\r``, ``\\x9b``, ``\\u202e``). Other text, backslashes included, is kept.
+
+    Apply it to data (names, authors, keys, message text), never to castore's own colour
+    codes: ``style(safe(name), fg="green")``.
+    """
+    s = str(text)
+    return s.translate(_LINE) if _ANY_LINE.search(s) else s
+
+
+def safe_block(text: object) -> str:
+    """Like :func:`safe`, for multi-line text: newlines and tabs are kept as they are."""
+    s = str(text)
+    return s.translate(_BLOCK) if _ANY_BLOCK.search(s) else s
+
+
+def safe_json(text: str) -> str:
+    """JSON text with DEL, C1 and bidi controls written as ``\\uXXXX`` escapes.
+
+    The document parses to the same value (those characters can only occur inside JSON
+    strings, where the escape means the character itself), and a terminal shows it
+    as written. ``json.dumps`` already escapes C0 controls.
+    """
+    return text.translate(_JSON) if _ANY_JSON.search(text) else text
+
+
+__all__ = ["safe", "safe_block", "safe_json"]
