@@ -20,7 +20,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     plumbing, groupcommit, revisions, pathview  the write path, group commit; typed revisions; a handle's path view
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
-    sync, maintenance, grep             push/pull, fsck/gc, search sessions
+    sync, maintenance, grep, views, porcelain  push/pull, fsck/gc, search; how commits read, what status computes
     adapters, html                      LangGraph, Pi, ADK, OpenAI Agents; the viewer
     cli, __main__                       the ``castore`` command
 """

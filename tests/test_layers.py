@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("plumbing", "groupcommit", "revisions", "pathview"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "grep"),
+    ("sync", "maintenance", "grep", "views", "porcelain"),
     ("adapters", "html"),
     ("cli", "__main__"),
 ]

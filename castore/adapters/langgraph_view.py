@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import objects as o
+from .. import views
 from ..errors import CastoreError
 from ..objects import Commit, Tree
 
@@ -462,7 +463,62 @@ def diff_states(session: Session, rev1: str, rev2: str, decode: bool = True) -> 
             "changed": {k: [a[k], b[k]] for k in a if k in b and a[k] != b[k]}}
 
 
+class LangGraphView(views.View):
+    """How the saver's commits read in generic listings (registered in :mod:`castore.views`)."""
+
+    kinds = KINDS
+
+    def describe(self, e: LogEntry) -> str | None:
+        """See :func:`describe_entry`."""
+        return describe_entry(e)
+
+    def body(self, e: LogEntry) -> list[str] | None:
+        """``[LangGraph checkpoint step 3 · ...]`` and the checkpoint's and task's ids."""
+        doc = entry_doc(e)
+        if doc is None:
+            return None
+        ids = [f"{k.replace('_', ' ')}: {doc[k]}" for k in ("checkpoint_id", "task_id") if doc.get(k)]
+        return [f"[LangGraph {describe_entry(e)}]", *ids]
+
+    def hidden(self, e: LogEntry) -> bool:
+        """A task's writes: they live on the internal branch only."""
+        return is_writes(e.kind, e.meta)
+
+    def internal_branches(self, session: Session, branches: Mapping[str, str]) -> set[str]:
+        """See :func:`internal_branches`."""
+        return internal_branches(session, branches)
+
+    def branch_notes(self, session: Session, branches: Mapping[str, str]) -> dict[str, str]:
+        """See :func:`branch_notes`."""
+        return branch_notes(session, branches)
+
+    def state_at(self, session: Session, rev: str) -> dict[str, Any] | None:
+        """See :func:`state_at`."""
+        return state_at(session, rev)
+
+    def details(self, session: Session, e: LogEntry) -> list[tuple[str, list[tuple[str, Any]]]]:
+        """A checkpoint's updated channels with their values (``Values``), a task's writes (``Writes``)."""
+        out: list[tuple[str, list[tuple[str, Any]]]] = []
+        if is_checkpoint(e.kind, e.meta):
+            values = state_at(session, e.id) or {}
+            updated = [k for k in checkpoint_doc(e.meta)["updated"] if k in values]
+            if updated:
+                out.append(("Values", [(k, values[k]) for k in updated]))
+        writes = writes_at(session, e.id) or []
+        if writes:
+            out.append(("Writes", list(writes)))
+        return out
+
+    def diff_states(self, session: Session, rev1: str, rev2: str) -> dict[str, Any] | None:
+        """See :func:`diff_states`."""
+        return diff_states(session, rev1, rev2)
+
+
+views.register(LangGraphView())
+
+
 __all__ = [
+    "LangGraphView",
     "WRITES_BRANCH",
     "KINDS",
     "StateReader",

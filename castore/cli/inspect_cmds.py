@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..adapters import langgraph_view as lg
+from .. import porcelain, views
 from ..entries import Message
 from ..errors import RevisionNotFound
 from ..session import Session
@@ -72,14 +72,8 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     """
     if all_ and rev != "HEAD":
         raise click.UsageError("--all shows every branch; give no REV with it")
-    refs = refs_of(session)
-    hidden = set() if internal else lg.internal_branches(session, refs.branches)
-    for name in hidden:
-        refs.branches.pop(name)
-    if all_ and hidden:  # a LangGraph thread: its task writes are left out before the limit applies
-        entries = lg.visible(session.log(all_branches=True))[:limit or None]
-    else:
-        entries = session.log(rev, limit=limit or None, all_branches=all_)
+    names, entries = porcelain.log(session, rev, limit=limit or None, all_branches=all_, internal=internal)
+    refs = r.Refs.from_names(names)
     if graph:
         entries = r.topo_order(entries)
     if as_json:
@@ -111,19 +105,16 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
 def show_cmd(session: Session, rev: str, as_json: bool) -> None:
     """Show one commit: its entry, metadata, state delta and parents."""
     e = session.show(rev)
-    refs = visible_refs(session, internal=True)
+    refs = refs_of(session, internal=True)
     if as_json:
         print_json(r.commit_json(e, refs))
         return
     for line in r.commit_block(e, refs, full=True):
         click.echo(line)
-    if lg.is_checkpoint(e.kind, e.meta):  # the values of the channels this checkpoint updated
-        values = lg.state_at(session, e.id) or {}
-        updated = [k for k in lg.checkpoint_doc(e.meta)["updated"] if k in values]
-        for i, k in enumerate(updated):
-            click.echo(("Values:  " if i == 0 else "         ") + f"{k} = {r.fmt_value(values[k])}")
-    for i, (channel, value) in enumerate(lg.writes_at(session, e.id) or []):  # a task's writes
-        click.echo(("Writes:  " if i == 0 else "         ") + f"{channel} = {r.fmt_value(value)}")
+    # what an adapter adds (a LangGraph checkpoint's updated channels, a task's writes)
+    for title, pairs in views.details(session, e):
+        for i, (k, v) in enumerate(pairs):
+            click.echo((f"{title}:".ljust(9) if i == 0 else " " * 9) + f"{r.safe(k)} = {r.fmt_value(v)}")
 
 
 @click.command("state")
@@ -141,9 +132,8 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
     installed.
     """
 
-    def state_of(r: str) -> dict[str, Any]:
-        got = lg.state_at(session, r)
-        return session.state(r) if got is None else got
+    def state_of(rev: str) -> dict[str, Any]:
+        return views.state_at(session, rev)  # a LangGraph checkpoint: its channel values, decoded
 
     if key is None and rev != "HEAD":
         try:
@@ -168,16 +158,6 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
     print_json(state[key])
 
 
-def visible_refs(session: Session, internal: bool = False) -> r.Refs:
-    """Where HEAD, the branches and the labels point, without an adapter's bookkeeping
-    branches (a LangGraph thread's ``writes``) unless ``internal``."""
-    refs = refs_of(session)
-    if not internal:
-        for name in lg.internal_branches(session, refs.branches):
-            refs.branches.pop(name, None)
-    return refs
-
-
 @click.command("diff")
 @click.argument("rev1")
 @click.argument("rev2", default="HEAD")
@@ -193,10 +173,10 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
     ancestor of the two; the entries after it on each side are listed.
     """
     d = session.diff(rev1, rev2)
-    decoded = lg.diff_states(session, rev1, rev2)  # LangGraph checkpoints: their channel values
+    decoded = views.diff_states(session, rev1, rev2)  # LangGraph checkpoints: their channel values
     if decoded is not None:
         d.update(decoded)
-    refs = visible_refs(session)
+    refs = refs_of(session)
     if as_json:
         print_json({**{k: d[k] for k in ("base", "added", "removed", "changed")},
                     "entries1": [r.commit_json(e, refs) for e in d["entries1"]],

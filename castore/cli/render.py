@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from .. import objects as o
-from ..adapters import langgraph_view as lg
+from .. import views
 from ..entries import (
     BranchSummary,
     Compaction,
@@ -28,6 +28,7 @@ from ..entries import (
     content_text,
     entry_fields,
 )
+from ..porcelain import RefNames
 from ..session import LogEntry
 from ..store import SessionInfo
 from .common import format_key
@@ -117,7 +118,7 @@ def summary(e: LogEntry, width: int = 72) -> str:
     elif isinstance(entry, Custom) and e.kind == "custom":
         text = f"custom {safe(entry.type)}"
     elif isinstance(entry, Custom):  # a commit kind of an adapter's (a LangGraph checkpoint...)
-        text = safe(lg.describe_entry(e) or (f"{e.kind} by {e.author}" if e.author else e.kind))
+        text = safe(views.describe(e) or (f"{e.kind} by {e.author}" if e.author else e.kind))
     else:
         text = safe(e.kind)
     changes = delta_text(e.delta, e.unset)
@@ -134,6 +135,11 @@ class Refs:
     branch: str | None = None
     branches: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_names(cls, names: RefNames) -> Refs:
+        """The names :func:`castore.porcelain.ref_names` found, for decorating."""
+        return cls(head=names.head, branch=names.branch, branches=dict(names.branches), labels=dict(names.labels))
 
     def of(self, cid: str) -> dict[str, Any]:
         """``{"head": bool, "branches": [...], "labels": [...]}`` for one commit."""
@@ -261,10 +267,9 @@ def body_lines(e: LogEntry) -> list[str]:
         return [f"[branch summary of {safe(short(entry.from_id))}]", *safe_block(entry.summary).splitlines()]
     if isinstance(entry, ModelChange):
         return [safe(f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip())]
-    doc = lg.entry_doc(e)
-    if doc is not None:
-        ids = [f"{k.replace('_', ' ')}: {safe(doc[k])}" for k in ("checkpoint_id", "task_id") if doc.get(k)]
-        return [f"[LangGraph {safe(lg.describe_entry(e))}]", *ids]
+    shown = views.body(e)  # an adapter's commit kind, as the adapter says
+    if shown is not None:
+        return [safe(line) for line in shown]
     if isinstance(entry, Custom):
         return [f"[custom {safe(entry.type)}]", fmt_value(entry.data)]
     return [f"[{safe(e.kind)}]"]

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from .. import objects as o
+from .. import porcelain
 from ..entries import DELETE, Event, Message
 from ..errors import InvalidEntry
 from ..session import Session
@@ -173,15 +174,9 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
         else:
             note(f"Created branch {name!r} at {short(cid)}")
         return
-    branches, current, head = session.branches(), session.current_branch, session.head
-    from ..adapters.langgraph_view import branch_notes, internal_branches
-
-    if not internal:
-        for hidden in internal_branches(session, branches):
-            branches.pop(hidden)
-    if remotes or all_:
-        tracking = {f"remotes/{n}": c for n, c in session.remote_branches().items()}
-        branches = {**({} if remotes and not all_ else branches), **tracking}
+    listing = porcelain.branch_list(session, local=all_ or not remotes, remotes=remotes or all_,
+                                    internal=internal, notes=not as_json)
+    branches, current, head, notes = listing.branches, listing.current, listing.head, listing.notes
     if as_json:
         print_json({
             "head": head,
@@ -189,7 +184,6 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
             "branches": [{"name": b, "commit": c, "current": b == current} for b, c in branches.items()],
         })
         return
-    notes = branch_notes(session, branches)  # a LangGraph thread: what each branch is
     shown_names = {b: safe(b) for b in branches}
     width = max((len(b) for b in shown_names.values()), default=0)
     if current is None:
@@ -326,11 +320,10 @@ def reflog_cmd(session: Session, limit: int | None, as_json: bool) -> None:
         click.echo(f"{click.style(short(e['old']), fg='yellow')} -> {new}  {e['why']}  {e['ref']}")
 
 
-def refs_of(session: Session) -> Refs:
-    """Where HEAD, the branches (remote-tracking ones as ``remotes/R/B``) and the labels point."""
-    branches: dict[str, str] = {**session.branches()}
-    branches.update({f"remotes/{n}": c for n, c in session.remote_branches().items()})
-    return Refs(head=session.head, branch=session.current_branch, branches=branches, labels={**session.labels()})
+def refs_of(session: Session, internal: bool = True) -> Refs:
+    """Where HEAD, the branches (remote-tracking ones as ``remotes/R/B``) and the labels point
+    (an adapter's bookkeeping branches only if ``internal``), for decorating commits."""
+    return Refs.from_names(porcelain.ref_names(session, internal=internal))
 
 
 def register(group: click.Group) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
 import click
 
-from .. import sync
+from .. import porcelain
 from ..errors import SessionNotFound
 from ..session import Session
 from ..store import Store
@@ -26,7 +27,7 @@ from .common import (
     split_key,
     store_url,
 )
-from .render import short
+from .render import safe, short
 
 
 @click.command("use")
@@ -60,15 +61,6 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
     note(f"Using session {spec}" + ("" if session.exists() else " (it has no entries yet)"))
 
 
-def _remote_refs(session: Session) -> dict[str, str]:
-    """The ``remotes/<remote>/<branch>`` refs kept in a session, and their commits."""
-    refs = session.store.refs
-    names = refs.list(f"{session.prefix}/remotes")
-    values = refs.read_many(names)
-    cut = len(session.prefix) + 1
-    return {n[cut:]: v.target for n, v in sorted(values.items()) if v is not None}
-
-
 @click.command("status")
 @json_option('{"store": URL, "store_exists": BOOL, "session": KEY|null, "session_from": "-s"|"$CASTORE_SESSION"|'
              '"castore use"|null, "exists": BOOL, "head": ID|null, "branch": NAME|null, "entries": N, '
@@ -81,23 +73,16 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     (remotes/REMOTE/BRANCH refs, kept when both sides moved).
     """
     store = open_store(ctx, must_exist=False)
-    doc: dict[str, Any] = {"store": store.url, "store_exists": store.exists, "session": None, "session_from": None,
-                           "exists": False, "head": None, "branch": None, "entries": 0, "branches": 0, "labels": 0,
-                           "remotes": {}, "kept_from_remotes": {}}
-    if store.exists:
-        doc["remotes"] = {n: e.get("url") for n, e in sorted(sync.list_remotes(store).items())}
     try:
         session: Session | None = get_session(ctx, must_exist=False)
     except click.UsageError:
         session = None
-    if session is not None:
-        doc["session"] = format_key(*session.key)
-        doc["session_from"] = session_source(ctx)
-        head = session.head
-        if head is not None:
-            doc.update(exists=True, head=head, branch=session.current_branch,
-                       entries=session.show("HEAD").depth + 1, branches=len(session.branches()),
-                       labels=len(session.labels()), kept_from_remotes=_remote_refs(session))
+    st = porcelain.status(store, session)
+    doc: dict[str, Any] = {"store": st.store, "store_exists": st.store_exists,
+                           "session": format_key(*st.session) if st.session else None,
+                           "session_from": session_source(ctx) if st.session else None,
+                           **{k: v for k, v in dataclasses.asdict(st).items()
+                              if k not in ("store", "store_exists", "session")}}
     if as_json:
         print_json(doc)
         return
@@ -106,20 +91,20 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     if session is None:
         click.echo("session:  none (pass -s APP/USER/SESSION, set $CASTORE_SESSION, or `castore use APP/USER/SESSION`)")
     else:
-        click.echo(f"session:  {doc['session']} (from {doc['session_from']})")
+        click.echo(f"session:  {safe(doc['session'])} (from {doc['session_from']})")
         if not doc["exists"]:
             click.echo("HEAD:     none yet (the session has no entries; `castore append` starts it)")
         else:
-            where = f"on branch {doc['branch']}" if doc["branch"] else click.style("detached", fg="red")
+            where = f"on branch {safe(doc['branch'])}" if doc["branch"] else click.style("detached", fg="red")
             click.echo(f"HEAD:     {click.style(short(doc['head']), fg='yellow')} {where}")
             click.echo(f"entries:  {doc['entries']} on the path to HEAD, "
                        f"{plural(doc['branches'], 'branch', 'branches')}, {plural(doc['labels'], 'label')}")
     if not doc["remotes"]:
         click.echo("remotes:  none (`castore remote add NAME URL`)")
     for name, url in doc["remotes"].items():
-        click.echo(f"remote:   {name} {url}")
+        click.echo(f"remote:   {safe(name)} {safe(url)}")
     for ref, cid in doc["kept_from_remotes"].items():
-        click.echo(f"kept:     {ref} at {short(cid)} (both sides moved; compare with `castore log --all`)")
+        click.echo(f"kept:     {safe(ref)} at {short(cid)} (both sides moved; compare with `castore log --all`)")
 
 
 @click.command("compact")

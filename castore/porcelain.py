@@ -1,0 +1,157 @@
+"""What the everyday commands compute, as data: ``status``, the branch listing, the names on commits.
+
+Each function here assembles several library calls into one small result that a front end
+(the ``castore`` CLI, a notebook, another tool) only has to print; none prints. The name
+is git's: the plumbing moves refs, the porcelain is what people call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import sync, views
+
+if TYPE_CHECKING:
+    from .entries import LogEntry
+    from .session import Session
+    from .store import Store
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a store and a session stand (see :func:`status`)."""
+
+    #: the store's URL, and whether a store is there yet
+    store: str
+    store_exists: bool
+    #: ``(app, user, session)``, or None when no session was named
+    session: tuple[str, str, str] | None = None
+    #: whether the session has entries
+    exists: bool = False
+    head: str | None = None
+    #: the branch HEAD is on; None when detached (or no entries)
+    branch: str | None = None
+    #: entries on the path to HEAD
+    entries: int = 0
+    branches: int = 0
+    labels: int = 0
+    #: remote name -> URL
+    remotes: dict[str, str | None] = field(default_factory=dict)
+    #: ``remotes/REMOTE/BRANCH`` -> commit: remote tips a pull kept because both sides moved
+    kept_from_remotes: dict[str, str] = field(default_factory=dict)
+
+
+def status(store: Store, session: Session | None = None) -> Status:
+    """The store, the session's HEAD, its branch and counts, the remotes and what pulls kept.
+
+    Nothing is sent over the network: the remote state is what the last pull left.
+
+    Raises:
+        StorageError, IntegrityError, FormatError.
+    """
+    exists = store.exists
+    remotes = {n: e.get("url") for n, e in sorted(sync.list_remotes(store).items())} if exists else {}
+    if session is None:
+        return Status(store.url, exists, remotes=remotes)
+    head = session.head
+    if head is None:
+        return Status(store.url, exists, session.key, remotes=remotes)
+    return Status(store.url, exists, session.key, exists=True, head=head, branch=session.current_branch,
+                  entries=session.show("HEAD").depth + 1, branches=len(session.branches()),
+                  labels=len(session.labels()), remotes=remotes,
+                  kept_from_remotes={f"remotes/{n}": c for n, c in session.remote_branches().items()})
+
+
+@dataclass(frozen=True)
+class RefNames:
+    """Which names point where in one session: HEAD, its branch, branches, labels."""
+
+    head: str | None
+    #: the branch HEAD is on (None: detached)
+    branch: str | None
+    #: branch name -> tip; remote-tracking ones as ``remotes/REMOTE/BRANCH``
+    branches: dict[str, str]
+    labels: dict[str, str]
+
+
+def ref_names(session: Session, internal: bool = False) -> RefNames:
+    """Where HEAD, the branches (remote-tracking ones as ``remotes/R/B``) and the labels point,
+    without an adapter's bookkeeping branches (a LangGraph thread's ``writes``) unless ``internal``.
+
+    Raises:
+        StorageError, IntegrityError.
+    """
+    return _ref_names(session, internal)[0]
+
+
+def _ref_names(session: Session, internal: bool) -> tuple[RefNames, set[str]]:
+    """:func:`ref_names`, and the bookkeeping branches it left out."""
+    branches: dict[str, str] = {**session.branches()}
+    branches.update({f"remotes/{n}": c for n, c in session.remote_branches().items()})
+    hidden = set() if internal else views.internal_branches(session, branches)
+    for name in hidden:
+        branches.pop(name, None)
+    return RefNames(session.head, session.current_branch, branches, {**session.labels()}), hidden
+
+
+def log(session: Session, rev: str = "HEAD", *, limit: int | None = None, all_branches: bool = False,
+        internal: bool = False) -> tuple[RefNames, list[LogEntry]]:
+    """The commits ``castore log`` shows, newest first, and the names on them.
+
+    Args:
+        rev: the path from the root to this revision (not with ``all_branches``).
+        limit: at most this many commits (None: all).
+        all_branches: every commit of every branch and label.
+        internal: keep an adapter's bookkeeping (a LangGraph thread's task writes): its
+            branches in the names, its commits in ``all_branches``.
+
+    Raises:
+        RevisionNotFound, AmbiguousRevision, StorageError, IntegrityError.
+    """
+    names, hidden = _ref_names(session, internal)
+    if all_branches and hidden:  # the bookkeeping commits are left out before the limit applies
+        return names, views.visible(session.log(all_branches=True))[:limit]
+    return names, session.log(rev, limit=limit, all_branches=all_branches)
+
+
+@dataclass(frozen=True)
+class BranchList:
+    """A session's branches as ``castore branch`` lists them (see :func:`branch_list`)."""
+
+    head: str | None
+    #: the branch HEAD is on (None: detached)
+    current: str | None
+    #: name -> tip, local ones first, then ``remotes/REMOTE/BRANCH``
+    branches: dict[str, str]
+    #: name -> what an adapter says the branch is (only when asked for)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def branch_list(session: Session, *, local: bool = True, remotes: bool = False, internal: bool = False,
+                notes: bool = False) -> BranchList:
+    """The session's branches: the local ones (without an adapter's bookkeeping branches
+    unless ``internal``) and/or the remote-tracking ones a pull kept.
+
+    Args:
+        local: list the local branches.
+        remotes: list the remote-tracking branches, as ``remotes/REMOTE/BRANCH``.
+        internal: keep an adapter's bookkeeping branches (a LangGraph thread's ``writes``).
+        notes: say what each branch is where an adapter knows (reads commits).
+
+    Raises:
+        StorageError, IntegrityError.
+    """
+    branches: dict[str, str] = dict(session.branches())
+    if not internal:
+        for hidden in views.internal_branches(session, branches):
+            branches.pop(hidden)
+    if not local:
+        branches = {}
+    if remotes:
+        branches.update({f"remotes/{n}": c for n, c in session.remote_branches().items()})
+    said = views.branch_notes(session, branches) if notes else {}
+    return BranchList(session.head, session.current_branch, branches, said)
+
+
+__all__ = ["Status", "status", "RefNames", "ref_names", "log", "BranchList", "branch_list"]

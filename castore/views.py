@@ -1,0 +1,208 @@
+"""How commits read for people: a registry that adapters fill, so generic readers need not know them.
+
+An adapter that writes commit kinds of its own (the LangGraph saver's ``checkpoint`` and
+``writes``) says how they read by subclassing :class:`View` and passing an instance to
+:func:`register` when its view module is imported. Generic readers (the CLI's ``log``,
+``show``, ``state``, ``diff``, ``branch``) ask the module functions below, which dispatch
+on a commit's kind and never name an adapter.
+
+Which module registers the view of a kind is listed in :data:`VIEW_MODULES` (a lazy table,
+as entry points would be, without their cost at start-up): a view module is imported the
+first time a commit of one of its kinds is read, or when a question about a whole session
+(its bookkeeping branches, what its branches are) has to ask every view. An adapter outside
+castore adds its kinds with :func:`register` (or to the table) before reading.
+
+Nothing here writes, and a kind with no view reads as castore's own entries do.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .entries import LogEntry
+    from .session import Session
+
+#: commit kind -> the module whose import registers its view
+VIEW_MODULES: dict[str, str] = {
+    "checkpoint": "castore.adapters.langgraph_view",
+    "writes": "castore.adapters.langgraph_view",
+}
+
+_views: dict[str, View] = {}
+_loaded: set[str] = set()
+
+
+class View:
+    """How one adapter's commits read. Override what applies; every default says nothing.
+
+    ``kinds`` are the commit kinds it reads. A method given a commit of another kind, or
+    one of its kinds written by someone else, returns its "nothing" (None, empty).
+    """
+
+    kinds: frozenset[str] = frozenset()
+
+    def describe(self, e: LogEntry) -> str | None:
+        """One line saying what the commit is (``checkpoint step 3 · loop``), or None."""
+        return None
+
+    def body(self, e: LogEntry) -> list[str] | None:
+        """The lines ``show`` prints for the commit's entry (unescaped text), or None."""
+        return None
+
+    def hidden(self, e: LogEntry) -> bool:
+        """Whether a listing of every branch leaves the commit out (bookkeeping)."""
+        return False
+
+    def internal_branches(self, session: Session, branches: Mapping[str, str]) -> set[str]:
+        """The branches (of ``branches``) that are the adapter's bookkeeping."""
+        return set()
+
+    def branch_notes(self, session: Session, branches: Mapping[str, str]) -> dict[str, str]:
+        """For the branches the adapter knows, one line saying what each is."""
+        return {}
+
+    def state_at(self, session: Session, rev: str) -> dict[str, Any] | None:
+        """The state at ``rev`` as the adapter reads it (decoded), or None to use the stored state."""
+        return None
+
+    def details(self, session: Session, e: LogEntry) -> list[tuple[str, list[tuple[str, Any]]]]:
+        """Extra ``(title, [(key, value)])`` sections ``show`` prints after the commit."""
+        return []
+
+    def diff_states(self, session: Session, rev1: str, rev2: str) -> dict[str, Any] | None:
+        """``{"added", "removed", "changed"}`` between two states as the adapter reads them, or None."""
+        return None
+
+
+def register(view: View) -> None:
+    """Make ``view`` the view of each of its kinds (a later registration of a kind wins)."""
+    for kind in view.kinds:
+        _views[kind] = view
+
+
+def _load(module: str) -> None:
+    if module not in _loaded:
+        _loaded.add(module)
+        importlib.import_module(module)
+
+
+def view_for(kind: str) -> View | None:
+    """The view registered for commit kind ``kind`` (importing its module first), or None.
+
+    Raises:
+        ImportError: the module listed for the kind fails to import.
+    """
+    if kind not in _views and kind in VIEW_MODULES:
+        _load(VIEW_MODULES[kind])
+    return _views.get(kind)
+
+
+def all_views() -> list[View]:
+    """Every view, each once (every module in :data:`VIEW_MODULES` imported first)."""
+    for module in dict.fromkeys(VIEW_MODULES.values()):
+        _load(module)
+    return list({id(v): v for v in _views.values()}.values())
+
+
+# -- what generic readers ask ----------------------------------------------------------------
+def describe(e: LogEntry) -> str | None:
+    """One line saying what an adapter's commit is, or None (see :meth:`View.describe`)."""
+    view = view_for(e.kind)
+    return view.describe(e) if view is not None else None
+
+
+def body(e: LogEntry) -> list[str] | None:
+    """The lines showing an adapter's commit, unescaped, or None (see :meth:`View.body`)."""
+    view = view_for(e.kind)
+    return view.body(e) if view is not None else None
+
+
+def visible(entries: Iterable[LogEntry]) -> list[LogEntry]:
+    """``entries`` without the commits an adapter keeps as bookkeeping (see :meth:`View.hidden`)."""
+    out = []
+    for e in entries:
+        view = view_for(e.kind)
+        if view is None or not view.hidden(e):
+            out.append(e)
+    return out
+
+
+def internal_branches(session: Session, branches: Mapping[str, str] | None = None) -> set[str]:
+    """The branches of ``session`` that are an adapter's bookkeeping (a LangGraph thread's ``writes``).
+
+    Raises:
+        StorageError, IntegrityError: reading a commit failed.
+    """
+    branches = session.branches() if branches is None else branches
+    out: set[str] = set()
+    for view in all_views():
+        out |= view.internal_branches(session, branches)
+    return out
+
+
+def branch_notes(session: Session, branches: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What each branch is, where an adapter says (a LangGraph fork: the checkpoint it came from).
+
+    Raises:
+        StorageError, IntegrityError: reading a commit failed.
+    """
+    branches = session.branches() if branches is None else branches
+    out: dict[str, str] = {}
+    for view in all_views():
+        out.update(view.branch_notes(session, branches))
+    return out
+
+
+def _kind_at(session: Session, rev: str) -> str:
+    return session.store.history.commit(session.resolve(rev)).kind
+
+
+def state_at(session: Session, rev: str = "HEAD") -> dict[str, Any]:
+    """The state at ``rev``: as the adapter of its commit reads it (a LangGraph checkpoint's
+    channel values), else :meth:`castore.Session.state`.
+
+    Raises:
+        RevisionNotFound, AmbiguousRevision, ObjectNotFound, IntegrityError, StorageError.
+    """
+    view = view_for(_kind_at(session, rev))
+    got = view.state_at(session, rev) if view is not None else None
+    return session.state(rev) if got is None else got
+
+
+def details(session: Session, e: LogEntry) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """The extra sections an adapter shows for a commit (see :meth:`View.details`)."""
+    view = view_for(e.kind)
+    return view.details(session, e) if view is not None else []
+
+
+def diff_states(session: Session, rev1: str, rev2: str) -> dict[str, Any] | None:
+    """The state change from ``rev1`` to ``rev2`` as their adapter reads it, or None when the
+    two commits are not both read by one view (then :meth:`castore.Session.diff` says it).
+
+    Raises:
+        RevisionNotFound, AmbiguousRevision, ObjectNotFound, IntegrityError, StorageError.
+    """
+    view = view_for(_kind_at(session, rev1))
+    if view is None or view_for(_kind_at(session, rev2)) is not view:
+        return None
+    return view.diff_states(session, rev1, rev2)
+
+
+__all__ = [
+    "VIEW_MODULES",
+    "View",
+    "register",
+    "view_for",
+    "all_views",
+    "describe",
+    "body",
+    "visible",
+    "internal_branches",
+    "branch_notes",
+    "state_at",
+    "details",
+    "diff_states",
+]
