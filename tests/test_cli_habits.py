@@ -205,12 +205,12 @@ def test_delete_session_and_compact_from_the_cli(seeded: Seeded) -> None:
     ctx = json.loads(ok(run(seeded.url, "context", "--json")).stdout)
     assert "Asked about two cities." in json.dumps(ctx["messages"][0])
     assert "not on the current branch" in fails(run(seeded.url, "compact", "x", "--keep-from", "retry"))
-    ok(run(seeded.url, "use", KEY))
+    ok(run(seeded.url, "use", KEY, session=None))
     r = ok(run(seeded.url, "delete-session", KEY, session=None))
     assert "Deleted session app/alice/s1" in r.stderr and "no default now" in r.stderr
     assert not seeded.store.session("app", "alice", "s1").exists()
-    assert "not found" in fails(run(seeded.url, "delete-session", KEY)).lower()
-    fails(run(seeded.url, "delete-session", "app/alice"), code=2)
+    assert "not found" in fails(run(seeded.url, "delete-session", KEY, session=None)).lower()
+    fails(run(seeded.url, "delete-session", "app/alice", session=None), code=2)
 
 
 # -- errors that were tracebacks -------------------------------------------------------------------------------
@@ -226,8 +226,8 @@ def test_unknown_or_unreachable_store_urls_are_one_error_line(tmp_path: Path) ->
 
 
 def test_cat_object_with_a_non_id_says_what_an_id_is(seeded: Seeded) -> None:
-    assert "not an object id" in fails(run(seeded.url, "cat-object", "zzzz"))
-    assert "no object id starts with it" in fails(run(seeded.url, "cat-object", "ffff0000"))
+    assert "not an object id" in fails(run(seeded.url, "cat-object", "zzzz", session=None))
+    assert "no object id starts with it" in fails(run(seeded.url, "cat-object", "ffff0000", session=None))
 
 
 # -- output on a terminal: the pager, colors, long bodies -------------------------------------------------------

@@ -21,6 +21,7 @@ from .common import (
     error_line,
     format_key,
     json_option,
+    limit_option,
     note,
     open_store,
     print_json,
@@ -197,10 +198,11 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
               help="Only messages of this role (user, assistant, system, tool; repeatable).")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["text", "thinking", "tool_call", "tool_result"]),
               help="Only this kind of block (repeatable; default: text, thinking, tool_call).")
-@click.option("-a", "--all-kinds", is_flag=True, help="Every kind, tool results included.")
+@click.option("-a", "--all", "--all-kinds", "all_kinds", is_flag=True,
+              help="Every kind of block, tool results included.")
 @click.option("--tool", "tools", multiple=True, metavar="GLOB",
               help="Only calls and results of tools whose name matches (e.g. Bash, 'mcp__*'; repeatable).")
-@click.option("--session", "sessions", multiple=True, metavar="GLOB",
+@click.option("--sessions", "sessions", multiple=True, metavar="GLOB",
               help="Only sessions matching APP/USER/SESSION, or SESSION when the glob has no '/' (repeatable).")
 @click.option("--app", "apps", multiple=True, metavar="GLOB", help="Only sessions of these apps (repeatable).")
 @click.option("--typed", is_flag=True,
@@ -213,7 +215,7 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
 @click.option("-c", "--count", is_flag=True, help="Print the number of matches per session.")
 @click.option("-C", "--context", "context", type=click.IntRange(min=0), default=0, metavar="N",
               help="Show N entries before and after each match, on its branch.")
-@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Stop after N matches.")
+@limit_option(what="matches (then stop)")
 @click.option("--no-index", is_flag=True,
               help="Read every stored object once (pack by pack) instead of the local search index "
                    "(~/.cache/castore/grep, $CASTORE_GREP_INDEX; derived data, brought up to date before each "
@@ -244,7 +246,7 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
             "ignore_case": ignore_case, "fixed": fixed, "word": word, "roles": roles or None,
             "kinds": KINDS if all_kinds else (kinds or None), "tools": tools or None, "sessions": sessions or None,
             "apps": apps or None, "since": _when(since, "--since"), "until": _when(until, "--until"),
-            "limit": limit, "context": context, "index": False if no_index else None, "check_index": not cached,
+            "limit": limit or None, "context": context, "index": False if no_index else None, "check_index": not cached,
             "typed": typed}
         if list_sessions or count:
             found = _render_counts(grep_counts(store, pattern, **options), list_sessions, count)

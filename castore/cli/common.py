@@ -61,6 +61,9 @@ class CliState:
     store_given: bool = False
     #: where session_spec came from: "-s" or "$CASTORE_SESSION"
     session_from: str = "-s"
+    #: whether -s was typed before the command (``castore -s A/U/S CMD``): a command that
+    #: works on no one session refuses it rather than ignoring it
+    session_typed: bool = False
     _store: Store | None = field(default=None, repr=False)
 
 
@@ -103,12 +106,32 @@ def os_error_line(e: OSError) -> str:
 
 
 class CastoreGroup(click.Group):
-    """A click group that reports library errors as one line, never as a traceback."""
+    """A click group that reports library errors as one line, never as a traceback, and
+    refuses a typed ``-s`` before a command that works on no one session."""
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand, mapping :class:`CastoreError` to exit status 1."""
         with cli_errors():
             return super().invoke(ctx)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                           list[str]]:
+        """As click's; then :func:`check_session_taken` (a nested group's commands)."""
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None:
+            check_session_taken(ctx, f"{ctx.command_path} {name}", cmd)
+        return name, cmd, rest
+
+
+def check_session_taken(ctx: click.Context, path: str, cmd: click.Command) -> None:
+    """Refuse ``castore -s A/U/S CMD`` when CMD works on no one session (it would ignore -s).
+
+    Raises:
+        click.UsageError: ``-s`` was typed before such a command (exit 2).
+    """
+    st = ctx.find_object(CliState)
+    if st is not None and st.session_typed and not isinstance(cmd, click.Group) and not takes_session(cmd):
+        raise click.UsageError(f"`{path}` works on no one session: -s/--session is not taken here", ctx=ctx)
 
 
 # -- options ----------------------------------------------------------------------------
@@ -259,6 +282,27 @@ def session_source(ctx: click.Context) -> str:
     return st.session_from if st.session_spec else "castore use"
 
 
+_USES_SESSION = "castore_uses_session"
+
+
+def uses_session(f: F) -> F:
+    """Decorator: mark a command that works on the session of ``-s`` (through :func:`get_session`).
+
+    Only such commands accept ``-s/--session`` (before or after their name);
+    :func:`pass_session` marks its commands itself.
+    """
+    setattr(f, _USES_SESSION, True)
+    return f
+
+
+def takes_session(cmd: click.Command) -> bool:
+    """Whether ``cmd`` works on the session of ``-s``: marked with :func:`uses_session` (or
+    :func:`pass_session`), or with a ``-s`` option of its own."""
+    if getattr(cmd.callback, _USES_SESSION, False):
+        return True
+    return any("-s" in p.opts and not getattr(p, "hidden", False) for p in cmd.params)
+
+
 def pass_session(must_exist: bool = True) -> Callable[[F], F]:
     """Decorator: call the command with ``session`` (see :func:`get_session`) as first argument."""
 
@@ -267,7 +311,7 @@ def pass_session(must_exist: bool = True) -> Callable[[F], F]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             return f(get_session(must_exist=must_exist), *args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return uses_session(wrapper)  # type: ignore[return-value]
 
     return deco
 
@@ -295,6 +339,17 @@ def json_option(schema: str) -> Callable[[F], F]:
     return click.option(
         "--json", "as_json", is_flag=True,
         help=f"Print one JSON document instead of text: {schema}",
+    )
+
+
+def limit_option(default: int | None = None, what: str = "items") -> Callable[[F], F]:
+    """Decorator: add ``-n/--limit N`` (passed as ``limit``): list at most N ``what``; 0 lists all.
+
+    Every listing command takes it with this meaning; the command applies ``limit or None``.
+    """
+    return click.option(
+        "-n", "--limit", "limit", type=click.IntRange(min=0), default=default, metavar="N",
+        show_default=default is not None, help=f"Show at most N {what}; 0 shows all.",
     )
 
 
@@ -413,6 +468,9 @@ __all__ = [
     "open_store",
     "get_session",
     "pass_session",
+    "uses_session",
+    "takes_session",
+    "limit_option",
     "pass_store",
     "split_key",
     "format_key",

@@ -12,7 +12,7 @@ from ..errors import RevisionNotFound
 from ..session import Session
 from ..store import Store
 from . import render as r
-from .common import json_option, note, paged, pass_session, pass_store, plural, print_json, split_key
+from .common import json_option, limit_option, note, paged, pass_session, pass_store, plural, print_json, split_key
 from .session_cmds import refs_of
 
 _COMMIT_FIELDS = (
@@ -24,11 +24,12 @@ _COMMIT_FIELDS = (
 
 @click.command("sessions")
 @click.argument("prefix", metavar="[APP[/USER]]", required=False)
+@limit_option(what="sessions")
 @json_option('{"sessions": [{"key": "APP/USER/SESSION", "app", "user", "session", "head": ID|null, '
              '"branch": NAME|null, "entries": N, "updated": Unix seconds, "info": {...}}]}')
 @pass_store()
 @paged
-def sessions_cmd(store: Store, prefix: str | None, as_json: bool) -> None:
+def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: bool) -> None:
     """List sessions, newest first: entry count, branch, last activity.
 
     Without an argument every app's sessions are listed; APP or APP/USER narrows it.
@@ -38,6 +39,7 @@ def sessions_cmd(store: Store, prefix: str | None, as_json: bool) -> None:
     else:
         infos = sorted((s for app in store.apps() for s in store.sessions(app)),
                        key=lambda s: s.updated, reverse=True)
+    infos = infos[:limit or None]
     if as_json:
         print_json({"sessions": [r.session_info_json(s) for s in infos]})
         return
@@ -53,8 +55,7 @@ def sessions_cmd(store: Store, prefix: str | None, as_json: bool) -> None:
 @click.option("--graph", is_flag=True,
               help="Draw the tree as `git log --graph` does, one line per commit; the current leaf is '@'.")
 @click.option("--all", "all_", is_flag=True, help="Every commit of every branch and label, not just the path to REV.")
-@click.option("-n", "limit", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
-              help="Show at most N commits, newest first; 0 shows all.")
+@limit_option(default=10, what="commits, newest first")
 @click.option("--internal", is_flag=True,
               help="With --all, also an adapter's bookkeeping branches (a LangGraph thread's task writes).")
 @json_option('{"session": {"key", "app", "user", "session"}, "head": ID|null, "branch": NAME|null, '

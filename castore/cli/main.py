@@ -47,7 +47,16 @@ from typing import Any
 import click
 
 from .. import __version__
-from .common import SESSION_ENV, STORE_ENV, CastoreGroup, CliState, no_color, parse_options
+from .common import (
+    SESSION_ENV,
+    STORE_ENV,
+    CastoreGroup,
+    CliState,
+    check_session_taken,
+    no_color,
+    parse_options,
+    takes_session,
+)
 
 #: command modules that ship with the CLI, each with the commands its ``register`` adds
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
@@ -195,8 +204,14 @@ def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ..
     ctx.obj = CliState(store_url=store_url, session_spec=session_spec,
                        store_options=parse_options(store_options, "'-o' / '--store-option'"),
                        pager=not no_pager, store_given=given)
-    if ctx.get_parameter_source("session_spec") is click.core.ParameterSource.ENVIRONMENT:
+    source = ctx.get_parameter_source("session_spec")
+    if source is click.core.ParameterSource.ENVIRONMENT:
         ctx.obj.session_from = f"${SESSION_ENV}"
+    ctx.obj.session_typed = source is click.core.ParameterSource.COMMANDLINE
+    sub = ctx.invoked_subcommand
+    cmd = ctx.command.get_command(ctx, sub) if sub and isinstance(ctx.command, click.Group) else None
+    if cmd is not None:  # a nested group checks its own commands (the state exists by then)
+        check_session_taken(ctx, f"{ctx.command_path} {sub}", cmd)
 
 
 def _set_global(name: str) -> Any:
@@ -223,8 +238,11 @@ def _set_global(name: str) -> Any:
 
 
 def _late_globals(cmd: click.Command) -> list[click.Option]:
-    """Hidden copies of the global options for ``cmd``, except the names it already uses itself."""
+    """Hidden copies of the global options for ``cmd``, except the names it already uses itself,
+    and ``-s/--session`` only for a command that works on a session (elsewhere it is an error)."""
     taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
+    if not takes_session(cmd):
+        taken |= {"-s", "--session"}
     out = []
     for decls, name, kw in (
         (("--store",), "store_url", {"metavar": "URL"}),

@@ -14,7 +14,7 @@ from ..errors import InvalidEntry
 from ..session import Session
 from ..storage import open_storage, split_url
 from ..store import Store, check_url
-from .common import format_key, json_option, note, pass_session, print_json, store_options, store_url
+from .common import format_key, json_option, limit_option, note, pass_session, print_json, store_options, store_url
 from .render import Refs, safe, short
 
 
@@ -144,10 +144,11 @@ def checkout_cmd(session: Session, rev: str, new_branch: str | None) -> None:
 @click.option("-a", "--all", "all_", is_flag=True, help="List local and remote-tracking branches.")
 @click.option("--internal", is_flag=True,
               help="List an adapter's bookkeeping branches too (a LangGraph thread's task writes).")
+@limit_option(what="branches")
 @json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current"}]}')
 @pass_session()
 def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool, force_delete: bool,
-               force: bool, remotes: bool, all_: bool, internal: bool, as_json: bool) -> None:
+               force: bool, remotes: bool, all_: bool, internal: bool, limit: int | None, as_json: bool) -> None:
     """List, create (NAME [REV]), move (-f NAME REV) or delete (-d/-D NAME) branches.
 
     With no NAME, list them (the current one marked *); -r lists the remote-tracking
@@ -157,6 +158,8 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
     branch, label or HEAD (its work would only be reachable by id); -D deletes it anyway.
     The checked-out branch cannot be deleted or moved with -f (use `castore reset`).
     """
+    if (name is not None or delete or force_delete) and (remotes or all_ or internal or limit is not None or as_json):
+        raise click.UsageError("-r, -a, --internal, -n and --json list branches; they take no NAME")
     if delete or force_delete:
         if name is None or rev is not None:
             raise click.UsageError("branch -d/-D takes exactly one NAME")
@@ -164,9 +167,9 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
         session.delete_branch(name, force=force_delete)
         note(f"Deleted branch {name!r} (was {short(was)})")
         return
+    if force and name is None:
+        raise click.UsageError("branch -f moves a branch: give its NAME (and REV)")
     if name is not None:
-        if as_json:
-            raise click.UsageError("--json lists branches; it takes no NAME")
         was = session.branches().get(name) if force else None
         cid = session.branch(name, rev or "HEAD", force=force)
         if was is not None:
@@ -177,6 +180,7 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
     listing = porcelain.branch_list(session, local=all_ or not remotes, remotes=remotes or all_,
                                     internal=internal, notes=not as_json)
     branches, current, head, notes = listing.branches, listing.current, listing.head, listing.notes
+    branches = dict(list(branches.items())[:limit or None])
     if as_json:
         print_json({
             "head": head,
@@ -201,13 +205,18 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
 @click.argument("rev", required=False)
 @click.option("-f", "--force", is_flag=True, help="Move the label if it already exists.")
 @click.option("-d", "--delete", "delete", is_flag=True, help="Delete label NAME (the commit stays).")
+@limit_option(what="labels (when listing)")
+@json_option('{"labels": [{"name", "commit"}]} (when listing)')
 @pass_session()
-def label_cmd(session: Session, name: str | None, rev: str | None, force: bool, delete: bool) -> None:
+def label_cmd(session: Session, name: str | None, rev: str | None, force: bool, delete: bool, limit: int | None,
+              as_json: bool) -> None:
     """Put label NAME on REV (default HEAD), as `git tag NAME [REV]`; -d deletes it.
 
     A label is a revision too: `castore show NAME`, `castore state NAME`. With no NAME,
     list the labels (as `castore labels`).
     """
+    if name is not None and (limit is not None or as_json):
+        raise click.UsageError("-n and --json list labels; they take no NAME")
     if delete:
         if name is None or rev is not None or force:
             raise click.UsageError("label -d takes exactly one NAME")
@@ -218,7 +227,7 @@ def label_cmd(session: Session, name: str | None, rev: str | None, force: bool, 
     if name is None:
         if rev is not None or force:
             raise click.UsageError("give the label's NAME")
-        _list_labels(session, False)
+        _list_labels(session, limit, as_json)
         return
     if name == "HEAD" and rev is None:
         raise click.UsageError("HEAD is not a label name: `castore label NAME [REV]`")
@@ -250,8 +259,8 @@ def _old_label_order(session: Session, name: str, rev: str) -> bool:
     return not resolves(rev) or (rev in labels and name not in labels)
 
 
-def _list_labels(session: Session, as_json: bool) -> None:
-    labels = session.labels()
+def _list_labels(session: Session, limit: int | None, as_json: bool) -> None:
+    labels = dict(list(session.labels().items())[:limit or None])
     if as_json:
         print_json({"labels": [{"name": n, "commit": c} for n, c in labels.items()]})
         return
@@ -262,11 +271,12 @@ def _list_labels(session: Session, as_json: bool) -> None:
 
 
 @click.command("labels")
+@limit_option(what="labels")
 @json_option('{"labels": [{"name", "commit"}]}')
 @pass_session()
-def labels_cmd(session: Session, as_json: bool) -> None:
+def labels_cmd(session: Session, limit: int | None, as_json: bool) -> None:
     """List the session's labels and the commits they name."""
-    _list_labels(session, as_json)
+    _list_labels(session, limit, as_json)
 
 
 @click.command("fork")
@@ -302,7 +312,7 @@ def reset_cmd(session: Session, rev: str) -> None:
 
 
 @click.command("reflog")
-@click.option("-n", "limit", type=click.IntRange(min=1), help="Show at most this many moves.")
+@limit_option(what="moves")
 @json_option('{"reflog": [{"id", "time", "ref", "old", "new", "why"}]}')
 @pass_session()
 def reflog_cmd(session: Session, limit: int | None, as_json: bool) -> None:
@@ -311,7 +321,7 @@ def reflog_cmd(session: Session, limit: int | None, as_json: bool) -> None:
     Each overwritten tip stays reachable: `castore branch -f NAME OLD` or `castore reset OLD`
     brings it back.
     """
-    entries = session.reflog(limit)
+    entries = session.reflog(limit or None)
     if as_json:
         print_json({"reflog": entries})
         return

@@ -26,6 +26,7 @@ from .common import (
     session_source,
     split_key,
     store_url,
+    uses_session,
 )
 from .render import safe, short
 
@@ -62,6 +63,7 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
 
 
 @click.command("status")
+@uses_session
 @json_option('{"store": URL, "store_exists": BOOL, "session": KEY|null, "session_from": "-s"|"$CASTORE_SESSION"|'
              '"castore use"|null, "exists": BOOL, "head": ID|null, "branch": NAME|null, "entries": N, '
              '"branches": N, "labels": N, "remotes": {NAME: URL}, "kept_from_remotes": {REF: ID}}')

@@ -12,7 +12,7 @@ import click
 from .. import sync
 from ..errors import CastoreError
 from ..store import Store
-from .common import CliState, json_option, note, open_store, parse_options, plural, print_json, split_key
+from .common import CliState, json_option, limit_option, note, open_store, parse_options, plural, print_json, split_key
 from .render import safe
 
 _SCHEMA = (
@@ -121,12 +121,13 @@ def remote_add(ctx: click.Context, name: str, url: str, options: tuple[str, ...]
 
 
 @remote_group.command("list")
+@limit_option(what="remotes")
 @json_option('{"NAME": {"url": URL, "options": {...}}}')
 @click.pass_context
-def remote_list(ctx: click.Context, as_json: bool) -> None:
+def remote_list(ctx: click.Context, limit: int | None, as_json: bool) -> None:
     """List the remotes and their URLs."""
     remotes = {name: {**entry, "options": _masked(entry.get("options", {}))}
-               for name, entry in sync.list_remotes(open_store(ctx, must_exist=False)).items()}
+               for name, entry in sorted(sync.list_remotes(open_store(ctx, must_exist=False)).items())[:limit or None]}
     if as_json:
         print_json(remotes)
         return
