@@ -56,7 +56,9 @@ from .state import read_state, read_states
 from .storage import PreconditionFailed, Storage, open_storage
 
 CONFIG_KEY = "castore.json"
-DEFAULT_URL = "./.castore"
+#: the folder holding a project's store, as ``.git`` holds a repository
+STORE_DIR = ".castore"
+DEFAULT_URL = f"./{STORE_DIR}"
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,11 @@ class SessionInfo:
 def default_url(start: str | None = None) -> str:
     """The store used when none is named, found the way git finds ``.git``.
 
-    ``$CASTORE_STORE`` if set; else the nearest ``.castore`` folder holding a store
-    (a ``castore.json``) in ``start`` (default: the current directory) or a folder above
-    it; else ``./.castore`` (created by the first write). So a command run from a
-    subfolder uses the project's store rather than silently starting a new one.
+    ``$CASTORE_STORE`` if set; else, from ``start`` (default: the current directory) up
+    to the root, the first folder that holds a store in its ``.castore`` folder, or is
+    itself a store folder (one holding ``castore.json``: inside ``.castore``, as git works
+    inside ``.git``); else ``./.castore`` (created by the first write). So a command run
+    from a subfolder uses the project's store rather than silently starting a new one.
     """
     env = os.environ.get("CASTORE_STORE")
     if env:
@@ -87,13 +90,23 @@ def default_url(start: str | None = None) -> str:
     here = os.path.abspath(start or os.getcwd())
     first = here
     while True:
-        candidate = os.path.join(here, ".castore")
+        candidate = os.path.join(here, STORE_DIR)
         if os.path.isfile(os.path.join(candidate, CONFIG_KEY)):
             return DEFAULT_URL if here == first and start is None else candidate
+        if os.path.isfile(os.path.join(here, CONFIG_KEY)):
+            return here
         parent = os.path.dirname(here)
         if parent == here:
-            return DEFAULT_URL if start is None else os.path.join(first, ".castore")
+            return DEFAULT_URL if start is None else os.path.join(first, STORE_DIR)
         here = parent
+
+
+def store_dir(folder: str) -> str:
+    """Where ``castore clone URL FOLDER`` puts the store: ``FOLDER/.castore`` (so commands run
+    in FOLDER find it), or FOLDER itself when it is a URL (``s3://...``) or a ``.castore`` folder."""
+    if "://" in folder or os.path.basename(os.path.normpath(folder)) == STORE_DIR:
+        return folder
+    return os.path.join(folder, STORE_DIR)
 
 
 def check_url(url: str) -> None:
@@ -595,7 +608,7 @@ class ConfigContended(CastoreError):
     """``castore.json`` kept changing under a writer until the retry policy ran out."""
 
 
-__all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "check_url", "ObjectId", "RefValue", "Session"]
+__all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_dir", "STORE_DIR", "check_url", "ObjectId", "RefValue", "Session"]
 
 
 def _number(value: object, default: float) -> float:

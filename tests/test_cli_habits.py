@@ -318,7 +318,7 @@ def test_clone_with_store_typed_takes_the_next_argument_as_the_selection(seeded:
         assert store.apps() == ["app"] and [i.session for i in store.sessions("app")] == ["s1"]
     git_like = tmp_path / "git-like"
     ok(run(None, "clone", seeded.url, str(git_like), "other", session=None))
-    with castore.open(str(git_like)) as store:
+    with castore.open(str(git_like / ".castore")) as store:  # as git clone URL DIR: the store in DIR/.castore
         assert store.apps() == ["other"]
     assert "two destinations" in fails(run(str(tmp_path / "a"), "clone", seeded.url, str(tmp_path / "b"), "app",
                                            session=None), code=2)

@@ -183,7 +183,7 @@ def test_readme_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert [m.role for m in s.messages("main")][:4] == ["user", "assistant", "tool", "assistant"]
     assert scope["result"].final_output and (work / "back.jsonl").is_file()
     assert (work / "session.html").read_text().startswith("<!DOCTYPE html>")
-    with castore.open(str(work / "copy")) as copy:
+    with castore.open(str(work / "copy" / ".castore")) as copy:  # clone DIR puts the store in DIR/.castore
         assert copy.apps() == ["weather-app"]
         assert {i.session for i in copy.sessions("weather-app")} >= {"s1"}
     with castore.open(str(work / ".castore")) as local:

@@ -11,8 +11,19 @@ import click
 
 from .. import sync
 from ..errors import CastoreError
-from ..store import Store
-from .common import CliState, json_option, limit_option, note, open_store, parse_options, plural, print_json, split_key
+from ..store import Store, store_dir
+from .common import (
+    CliState,
+    json_option,
+    limit_option,
+    note,
+    open_store,
+    parse_options,
+    plural,
+    print_json,
+    split_key,
+    store_url,
+)
 from .render import safe
 
 _SCHEMA = (
@@ -247,21 +258,25 @@ def _same_place(a: str, b: str | None) -> bool:
 @click.pass_context
 def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | None, options: tuple[str, ...],
               quiet: bool, as_json: bool) -> None:
-    """Copy the store at URL (all of it, or APP[/USER[/SESSION]]) into a new store DEST.
+    """Copy the store at URL (all of it, or APP[/USER[/SESSION]]) into folder DEST, as git clone does.
 
-    As `git clone URL DIR`: `castore clone s3://bucket/agents ./copy weather-app`.
-    DEST defaults to the store (--store, $CASTORE_STORE or ./.castore); when --store is
-    typed, it is the destination and the argument after URL is the selection
-    (`castore --store ./copy clone URL weather-app`). URL is recorded as remote origin.
+    As `git clone URL DIR`: `castore clone s3://bucket/agents ./copy weather-app` makes
+    the store ./copy/.castore, so commands run in ./copy (or below it) find it. A DEST
+    that is a URL (s3://...) or a .castore folder is the store itself. Without DEST: the
+    store (--store, $CASTORE_STORE or ./.castore). When --store is typed, it is the
+    destination and the argument after URL is the selection (`castore --store
+    ./copy/.castore clone URL weather-app`). URL is recorded as remote origin.
     """
-    from .common import store_url
-
     state = ctx.find_object(CliState)
-    if state is not None and state.store_given and dest is not None and not _same_place(dest, state.store_url):
-        if selection is not None:
-            raise click.UsageError(f"two destinations: --store {state.store_url} and DEST {dest}; give one", ctx=ctx)
-        dest, selection = None, dest  # --store names the destination: the next argument selects
-    target = dest or store_url(ctx)
+    if state is not None and state.store_given and dest is not None:
+        if _same_place(dest, state.store_url):
+            dest = None  # DEST repeats --store: the store named
+        else:
+            if selection is not None:
+                raise click.UsageError(f"two destinations: --store {state.store_url} and DEST {dest}; give one",
+                                       ctx=ctx)
+            dest, selection = None, dest  # --store names the destination: the next argument selects
+    target = store_dir(dest) if dest is not None else store_url(ctx)
     parts = tuple(split_key(selection, 1, 3, "SELECTION")) if selection else None
     sel: sync.Selection = parts[0] if parts is not None and len(parts) == 1 else parts
     bar = _Bar("clone", quiet)
