@@ -608,7 +608,8 @@ class ConfigContended(CastoreError):
     """``castore.json`` kept changing under a writer until the retry policy ran out."""
 
 
-__all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_dir", "STORE_DIR", "check_url", "ObjectId", "RefValue", "Session"]
+__all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_dir", "STORE_DIR", "check_url",
+           "ObjectId", "RefValue", "Session"]
 
 
 def _number(value: object, default: float) -> float:

@@ -11,6 +11,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import subprocess
 import sys
 import uuid
@@ -266,9 +267,10 @@ def test_colors_on_a_terminal_unless_no_color(long_session: Path) -> None:
 def test_log_cuts_long_bodies_and_show_prints_them_whole(long_session: Path) -> None:
     url = str(long_session / ".castore")
     out = ok(run(url, "log")).stdout
-    assert "line 10" in out and "line 11" not in out and "29 more lines; `castore show" in out
-    cid = out.split("29 more lines; `castore show ")[1].split("`")[0]
-    shown = ok(run(url, "show", cid)).stdout
+    # the hint repeats the --store and -s typed, so that it runs as printed
+    assert "line 10" in out and "line 11" not in out and f"29 more lines; `castore --store {url} -s {KEY} show" in out
+    printed = out.split("29 more lines; `")[1].split("`")[0]
+    shown = ok(run(None, *shlex.split(printed)[1:], session=None)).stdout
     assert "line 39" in shown and "more lines" not in shown
 
 

@@ -364,6 +364,27 @@ def print_json(doc: Any) -> None:
     click.echo(safe_json(json.dumps(to_jsonable(doc), indent=2, ensure_ascii=False)))
 
 
+def hint(args: str, ctx: click.Context | None = None, *, session: bool = True) -> str:
+    """A command to suggest, in backquotes, written so that it runs as printed
+    (``castore --store URL -s KEY ARGS``).
+
+    ``--store`` is added when it was typed, ``-s`` when the session came from a typed ``-s``
+    (with ``$CASTORE_SESSION`` or ``castore use`` the suggestion works as is); storage
+    options (``-o``) are never repeated (they may hold credentials). ``session=False``
+    for a command that works on no one session.
+    """
+    import shlex
+
+    ctx = ctx or click.get_current_context(silent=True)
+    st = _state(ctx) if ctx is not None else None
+    words = ["castore"]
+    if st is not None and st.store_given and st.store_url:
+        words += ["--store", shlex.quote(st.store_url)]
+    if session and st is not None and st.session_spec and st.session_from == "-s":
+        words += ["-s", shlex.quote(st.session_spec)]
+    return "`" + " ".join([*words, args]) + "`"
+
+
 def note(message: str) -> None:
     """A message for the person at the terminal: stderr, never stdout."""
     click.echo(message, err=True)
@@ -480,6 +501,7 @@ __all__ = [
     "print_json",
     "to_jsonable",
     "note",
+    "hint",
     "plural",
     "paged",
     "no_color",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import click
@@ -12,7 +13,18 @@ from ..errors import RevisionNotFound
 from ..session import Session
 from ..store import Store
 from . import render as r
-from .common import json_option, limit_option, note, paged, pass_session, pass_store, plural, print_json, split_key
+from .common import (
+    hint,
+    json_option,
+    limit_option,
+    note,
+    paged,
+    pass_session,
+    pass_store,
+    plural,
+    print_json,
+    split_key,
+)
 from .session_cmds import refs_of
 
 _COMMIT_FIELDS = (
@@ -91,7 +103,7 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     else:
         lines = []
         for e in entries:
-            lines += [*r.commit_block(e, refs, body_limit=r.LOG_BODY_LINES), ""]
+            lines += [*r.commit_block(e, refs, body_limit=r.LOG_BODY_LINES, show_hint=hint), ""]
     for line in lines:
         click.echo(line)
     if not all_ and limit and entries and entries[0].depth + 1 > len(entries):
@@ -147,7 +159,7 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
             return
         if rev in state_of("HEAD"):
             note(f"{r.safe(repr(rev))} is a revision and a state key: this is the state at the revision; "
-                 f"for the key write `castore state HEAD {r.safe(rev)}`")
+                 f"for the key write {r.safe(hint(f'state HEAD {shlex.quote(rev)}'))}")
         print_json(state)
         return
     state = state_of(rev)
@@ -277,7 +289,7 @@ def cat_object_cmd(store: Store, object_id: str, as_json: bool) -> None:
     """Print a stored object by id or unique prefix (4+ hex characters)."""
     if not 4 <= len(object_id) <= 64 or any(c not in "0123456789abcdefABCDEF" for c in object_id):
         raise click.ClickException(f"{object_id!r} is not an object id: give 4 to 64 hex characters (0-9, a-f), "
-                                   "e.g. a commit id from `castore log`")
+                                   f"e.g. a commit id from {hint('log -s APP/USER/SESSION', session=False)}")
     oid = store.objects.resolve_prefix(object_id)
     print_json(r.object_json(oid, store.objects.get(oid)))
 

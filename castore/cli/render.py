@@ -287,19 +287,23 @@ LOG_LINE_CHARS = 240
 
 
 def cut_body(lines: list[str], cid: str, max_lines: int = LOG_BODY_LINES,
-             max_chars: int = LOG_LINE_CHARS) -> list[str]:
-    """``lines`` cut to ``max_lines`` lines of at most ``max_chars`` characters, saying what was left out."""
+             max_chars: int = LOG_LINE_CHARS, show_hint: Callable[[str], str] | None = None) -> list[str]:
+    """``lines`` cut to ``max_lines`` lines of at most ``max_chars`` characters, saying what was left out.
+
+    ``show_hint``: how to write the ``show`` command to suggest (default: ```castore show ID```).
+    """
     out = [ln if len(ln) <= max_chars else ln[: max_chars - 1] + "…" for ln in lines[:max_lines]]
     cut_chars = sum(len(ln) > max_chars for ln in lines[:max_lines])
     more = len(lines) - len(out)
     if more or cut_chars:
         what = f"{more} more line{'s' if more != 1 else ''}" if more else "long lines cut"
-        out.append(f"[… {what}; `castore show {cid}` shows it all]")
+        show = show_hint(f"show {cid}") if show_hint is not None else f"`castore show {cid}`"
+        out.append(f"[… {what}; {safe(show)} shows it all]")
     return out
 
 
 def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = click.style,
-                 body_limit: int | None = None) -> list[str]:
+                 body_limit: int | None = None, show_hint: Callable[[str], str] | None = None) -> list[str]:
     """A git-like multi-line view of a commit (``log`` and ``show``).
 
     ``body_limit``: show at most that many lines of the entry's body (``log``), each cut
@@ -321,7 +325,7 @@ def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = 
     lines.append("")
     body = body_lines(e)
     if body_limit is not None:
-        body = cut_body(body, e.short, body_limit)
+        body = cut_body(body, e.short, body_limit, show_hint=show_hint)
     lines += ["    " + line for line in body]
     return lines
 

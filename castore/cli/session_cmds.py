@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -14,7 +15,17 @@ from ..errors import InvalidEntry
 from ..session import Session
 from ..storage import open_storage, split_url
 from ..store import Store, check_url
-from .common import format_key, json_option, limit_option, note, pass_session, print_json, store_options, store_url
+from .common import (
+    format_key,
+    hint,
+    json_option,
+    limit_option,
+    note,
+    pass_session,
+    print_json,
+    store_options,
+    store_url,
+)
 from .render import Refs, safe, short
 
 
@@ -110,22 +121,25 @@ def append_cmd(session: Session, role: str | None, event_json: str | None, text:
 
 
 @click.command("checkout")
-@click.argument("rev")
-@click.option("-b", "new_branch", metavar="NEW", help="Create branch NEW at REV and switch to it.")
+@click.argument("rev", required=False)
+@click.option("-b", "new_branch", metavar="NEW", help="Create branch NEW at REV (default HEAD) and switch to it.")
 @pass_session()
-def checkout_cmd(session: Session, rev: str, new_branch: str | None) -> None:
+def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> None:
     """Move HEAD (the leaf) to a branch, or detach it at a commit (REV).
 
     On a branch, new entries extend the branch. At any other revision HEAD is detached:
-    reading works as usual, and the next append starts a new branch there.
+    reading works as usual, and the next append starts a new branch there. `checkout -b
+    NEW` names the place HEAD is at (a detached HEAD too), as git does.
     """
-    branch = session.checkout(rev, create=new_branch)
+    if rev is None and new_branch is None:
+        raise click.UsageError("give the REV to check out (or -b NEW to start a branch at HEAD)")
+    branch = session.checkout(rev or "HEAD", create=new_branch)
     head = session.head
     if branch is None:
         note(
             f"HEAD is now detached at {short(head)} (not on any branch). Appending here starts a "
-            f"new branch; name it with `castore checkout -b NAME`, or go back with "
-            f"`castore checkout BRANCH`."
+            f"new branch; name it with {hint('checkout -b NAME')}, or go back with "
+            f"{hint('checkout BRANCH')}."
         )
     elif new_branch is not None:
         note(f"Switched to a new branch {branch!r} at {short(head)}")
@@ -230,9 +244,10 @@ def label_cmd(session: Session, name: str | None, rev: str | None, force: bool, 
         _list_labels(session, limit, as_json)
         return
     if name == "HEAD" and rev is None:
-        raise click.UsageError("HEAD is not a label name: `castore label NAME [REV]`")
+        raise click.UsageError(f"HEAD is not a label name: {hint('label NAME [REV]')}")
     if rev is not None and _old_label_order(session, name, rev):
-        note(f"note: `castore label REV NAME` is the old order; write `castore label {rev} {name}` (as git tag)")
+        note(f"note: `castore label REV NAME` is the old order; write "
+             f"{hint(f'label {shlex.quote(rev)} {shlex.quote(name)}')} (as git tag)")
         name, rev = rev, name
     cid = session.label(name, at=rev or "HEAD", force=force)
     note(f"Labelled {short(cid)} {name!r}")

@@ -17,6 +17,7 @@ from .common import (
     default_session,
     format_key,
     get_session,
+    hint,
     json_option,
     note,
     open_store,
@@ -95,18 +96,18 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     else:
         click.echo(f"session:  {safe(doc['session'])} (from {doc['session_from']})")
         if not doc["exists"]:
-            click.echo("HEAD:     none yet (the session has no entries; `castore append` starts it)")
+            click.echo(f"HEAD:     none yet (the session has no entries; {hint('append --role user TEXT')} starts it)")
         else:
             where = f"on branch {safe(doc['branch'])}" if doc["branch"] else click.style("detached", fg="red")
             click.echo(f"HEAD:     {click.style(short(doc['head']), fg='yellow')} {where}")
             click.echo(f"entries:  {doc['entries']} on the path to HEAD, "
                        f"{plural(doc['branches'], 'branch', 'branches')}, {plural(doc['labels'], 'label')}")
     if not doc["remotes"]:
-        click.echo("remotes:  none (`castore remote add NAME URL`)")
+        click.echo(f"remotes:  none ({hint('remote add NAME URL', session=False)})")
     for name, url in doc["remotes"].items():
         click.echo(f"remote:   {safe(name)} {safe(url)}")
     for ref, cid in doc["kept_from_remotes"].items():
-        click.echo(f"kept:     {safe(ref)} at {short(cid)} (both sides moved; compare with `castore log --all`)")
+        click.echo(f"kept:     {safe(ref)} at {short(cid)} (both sides moved; compare with {hint('log --all')})")
 
 
 @click.command("compact")
@@ -148,7 +149,7 @@ def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
     if default_session(store) == key:
         store.update_config(lambda cfg: {k: v for k, v in cfg.items() if k != SESSION_CONFIG_KEY})
         note(f"{key} was the default session (`castore use`): no default now")
-    note(f"Deleted session {key} (HEAD was {short(head)}; `castore gc` frees what only it held)")
+    note(f"Deleted session {key} (HEAD was {short(head)}; {hint('gc', session=False)} frees what only it held)")
 
 
 def register(group: click.Group) -> None:
