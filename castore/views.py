@@ -83,6 +83,12 @@ def register(view: View) -> None:
         _views[kind] = view
 
 
+def unregister(view: View) -> None:
+    """Forget ``view`` for each kind it is registered for (a kind then reads as castore's own)."""
+    for kind in [k for k, v in _views.items() if v is view]:
+        del _views[kind]
+
+
 def _load(module: str) -> None:
     if module not in _loaded:
         _loaded.add(module)
@@ -195,6 +201,7 @@ __all__ = [
     "VIEW_MODULES",
     "View",
     "register",
+    "unregister",
     "view_for",
     "all_views",
     "describe",

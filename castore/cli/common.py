@@ -260,7 +260,7 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, sp
     if not spec:
         raise click.UsageError(
             f"this command needs a session: pass -s APP/USER/SESSION, set {SESSION_ENV}, "
-            f"or choose one with `castore use APP/USER/SESSION`", ctx=ctx
+            f"or choose one with {hint('use APP/USER/SESSION', ctx, session=False)}", ctx=ctx
         )
     app, user, sid = split_key(spec, 3, 3, "'-s' / '--session'")
     store = open_store(ctx, must_exist=must_exist)

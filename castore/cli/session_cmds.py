@@ -342,7 +342,7 @@ def reflog_cmd(session: Session, limit: int | None, as_json: bool) -> None:
         return
     for e in entries:
         new = short(e["new"]) if e["new"] else "(deleted)"
-        click.echo(f"{click.style(short(e['old']), fg='yellow')} -> {new}  {e['why']}  {e['ref']}")
+        click.echo(f"{click.style(short(e['old']), fg='yellow')} -> {new}  {safe(e['why'])}  {safe(e['ref'])}")
 
 
 def refs_of(session: Session, internal: bool = True) -> Refs:

@@ -53,8 +53,8 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
     if session_key is None:
         current = default_session(store)
         if current is None:
-            raise click.ClickException("no default session: choose one with `castore use APP/USER/SESSION`")
-        click.echo(current)
+            raise click.ClickException(f"no default session: choose one with {hint('use APP/USER/SESSION')}")
+        click.echo(safe(current))  # from castore.json, which a shared (S3) store's users all write
         return
     app, user, sid = split_key(session_key, 3, 3, "APP/USER/SESSION")
     session = store.session(app, user, sid)  # validates the names
@@ -92,7 +92,8 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     shown = doc["store"] if doc["store"] == store_url(ctx) else f"{doc['store']} ({store_url(ctx)})"
     click.echo(f"store:    {shown}" + ("" if doc["store_exists"] else " (not created yet: the first write creates it)"))
     if session is None:
-        click.echo("session:  none (pass -s APP/USER/SESSION, set $CASTORE_SESSION, or `castore use APP/USER/SESSION`)")
+        click.echo("session:  none (pass -s APP/USER/SESSION, set $CASTORE_SESSION, or "
+                   f"{hint('use APP/USER/SESSION', session=False)})")
     else:
         click.echo(f"session:  {safe(doc['session'])} (from {doc['session_from']})")
         if not doc["exists"]:

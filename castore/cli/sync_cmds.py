@@ -13,7 +13,9 @@ from .. import sync
 from ..errors import CastoreError
 from ..store import Store, store_dir
 from .common import (
+    CastoreGroup,
     CliState,
+    hint,
     json_option,
     limit_option,
     note,
@@ -108,7 +110,7 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
 
 
 # -- remote -----------------------------------------------------------------------------
-@click.group("remote")
+@click.group("remote", cls=CastoreGroup)
 def remote_group() -> None:
     """Manage the remotes (other stores to push to and pull from) of this store."""
 
@@ -181,8 +183,8 @@ def _open_remote(store: Store, remote: str | None) -> tuple[str, Store]:
         elif len(remotes) == 1:
             remote = next(iter(remotes))
         else:
-            raise CastoreError("which remote? name one (see `castore remote list`)" if remotes
-                               else "no remote configured: `castore remote add NAME URL` first")
+            raise CastoreError(f"which remote? name one (see {hint('remote list', session=False)})" if remotes
+                               else f"no remote configured: {hint('remote add NAME URL', session=False)} first")
     return sync.open_remote(store, remote)
 
 
