@@ -140,7 +140,7 @@ def test_use_sets_the_default_session_and_status_shows_it(seeded: Seeded) -> Non
 def test_status_shows_the_remotes_and_what_a_pull_kept(seeded: Seeded, tmp_path: Path) -> None:
     s = seeded.store.session("app", "alice", "s1")
     seeded.store.refs.swap(f"{s.prefix}/remotes/origin/main", seeded.q2, None, {})
-    ok(run(seeded.url, "remote", "add", "origin", str(tmp_path / "elsewhere")))
+    ok(run(seeded.url, "remote", "add", "origin", str(tmp_path / "elsewhere"), session=None))
     out = ok(run(seeded.url, "status")).stdout
     assert f"remote:   origin {tmp_path / 'elsewhere'}" in out
     assert f"kept:     remotes/origin/main at {seeded.q2[:8]}" in out
@@ -268,8 +268,9 @@ def test_log_cuts_long_bodies_and_show_prints_them_whole(long_session: Path) -> 
     url = str(long_session / ".castore")
     out = ok(run(url, "log")).stdout
     # the hint repeats the --store and -s typed, so that it runs as printed
-    assert "line 10" in out and "line 11" not in out and f"29 more lines; `castore --store {url} -s {KEY} show" in out
+    assert "line 10" in out and "line 11" not in out and "29 more lines; `castore show" in out
     printed = out.split("29 more lines; `")[1].split("`")[0]
+    assert printed.endswith(f" --store {url} -s {KEY}")
     shown = ok(run(None, *shlex.split(printed)[1:], session=None)).stdout
     assert "line 39" in shown and "more lines" not in shown
 

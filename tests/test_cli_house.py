@@ -249,14 +249,14 @@ def test_every_hint_runs_as_printed(seeded: Seeded, tmp_path: Path) -> None:
     url = seeded.url
     # a detached checkout: name the place, or go back
     hints = _hints(ok(run(url, "checkout", "HEAD~1")).stderr)
-    assert hints == [f"castore --store {url} -s {KEY} checkout -b NAME", f"castore --store {url} -s {KEY} checkout BRANCH"]
+    assert hints == [f"castore checkout -b NAME --store {url} -s {KEY}", f"castore checkout BRANCH --store {url} -s {KEY}"]
     ok(_run_hint(hints[0]))
     ok(run(url, "checkout", "HEAD~1"))
     ok(_run_hint(hints[1]))
     assert seeded.store.session("app", "alice", "s1").current_branch == "main"
     # the old order of label
     hints = _hints(ok(run(url, "label", "HEAD~1", "old-order")).stderr)
-    assert shlex.split(hints[-1]) == ["castore", "--store", url, "-s", KEY, "label", "old-order", "HEAD~1"]
+    assert shlex.split(hints[-1]) == ["castore", "label", "old-order", "HEAD~1", "--store", url, "-s", KEY]
     ok(run(url, "label", "-d", "old-order"))
     ok(_run_hint(hints[-1]))
     # state: a revision that is also a key

@@ -366,7 +366,7 @@ def print_json(doc: Any) -> None:
 
 def hint(args: str, ctx: click.Context | None = None, *, session: bool = True) -> str:
     """A command to suggest, in backquotes, written so that it runs as printed
-    (``castore --store URL -s KEY ARGS``).
+    (``castore ARGS --store URL -s KEY``: the global options may follow the command).
 
     ``--store`` is added when it was typed, ``-s`` when the session came from a typed ``-s``
     (with ``$CASTORE_SESSION`` or ``castore use`` the suggestion works as is); storage
@@ -377,12 +377,12 @@ def hint(args: str, ctx: click.Context | None = None, *, session: bool = True) -
 
     ctx = ctx or click.get_current_context(silent=True)
     st = _state(ctx) if ctx is not None else None
-    words = ["castore"]
+    words = ["castore", args]
     if st is not None and st.store_given and st.store_url:
         words += ["--store", shlex.quote(st.store_url)]
     if session and st is not None and st.session_spec and st.session_from == "-s":
         words += ["-s", shlex.quote(st.session_spec)]
-    return "`" + " ".join([*words, args]) + "`"
+    return "`" + " ".join(words) + "`"
 
 
 def note(message: str) -> None:
