@@ -15,6 +15,7 @@ thread; weed: PR_SET_PDEATHSIG, so start it from the thread that will stop it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -74,7 +75,7 @@ class Server:
         return storage_options(self.endpoint_url)
 
     def stop(self) -> None:
-        """Stop the process and remove its data."""
+        """Stop the process and remove its data and its log (nothing of a run stays in /tmp)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -84,6 +85,9 @@ class Server:
                 self.proc.wait(10)
         if self.tmpdir:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
+        if self.log:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.log)
 
 
 def storage_options(endpoint_url: str, **extra: Any) -> dict[str, Any]:
