@@ -238,10 +238,18 @@ def test_replaced_items_stay_in_castore_history(make_session: Any) -> None:
     asyncio.run(scenario())
 
 
-def test_a_subclass_gets_no_snapshot(tmp_path: Any) -> None:
+def test_a_subclass_that_transforms_items_gets_no_snapshot(tmp_path: Any) -> None:
     class Transforming(CastoreSession):
-        pass
+        async def add_items(self, items: list[Any]) -> None:
+            await super().add_items([{**i, "tag": 1} for i in items])
+
+    class Configured(CastoreSession):  # only builds the session its own way
+        def __init__(self, session_id: str, url: str) -> None:
+            super().__init__(session_id, url, app="configured")
 
     with castore.open(str(tmp_path / "store")) as st:
-        s = Transforming("c", st)
-        assert asyncio.run(s._get_compaction_snapshot(3)) is None
+        assert asyncio.run(Transforming("c", st)._get_compaction_snapshot(3)) is None
+    s = Configured("c", str(tmp_path / "store"))
+    asyncio.run(s.add_items([user("a")]))
+    assert asyncio.run(s._get_compaction_snapshot(3)).items == [user("a")]
+    s.close()

@@ -51,6 +51,8 @@ STARTED = "openai.session"
 REPLACED = "openai.replaced"
 
 _BOUNDARY = object()
+#: the ``Session`` protocol's methods: a subclass overriding one gets no compaction snapshot
+_PROTOCOL = ("get_items", "add_items", "pop_item", "clear_session")
 
 
 @dataclass(frozen=True)
@@ -234,8 +236,9 @@ class CastoreSession:
 
         Returns:
             The SDK's ``_CompactionSnapshot``, or None (the compaction session then needs the
-            whole history to match) for a subclass, which may transform items on their way in
-            and out (``SQLiteSession``'s rule), or an SDK without the hook.
+            whole history to match) for a subclass that overrides a method of the ``Session``
+            protocol (it may transform items on their way in and out, which the snapshot would
+            bypass: ``SQLiteSession`` refuses every subclass for this), or an SDK without the hook.
 
         Raises:
             IntegrityError, StorageError.
@@ -245,7 +248,7 @@ class CastoreSession:
             from agents.memory.session import _await_mutation, _CompactionSnapshot
         except ImportError:  # an SDK before suffix compaction: it never calls this
             return None
-        if type(self) is not CastoreSession:
+        if any(getattr(type(self), m) is not getattr(CastoreSession, m) for m in _PROTOCOL):
             return None
         rows, complete, tip = await asyncio.to_thread(self._snapshot, limit)
 
