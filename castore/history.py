@@ -365,18 +365,32 @@ class History:
         """
         c = self.commit(cid)
         start = (c.depth // K) * K
+        path = self.block_path_via(cid, c, tips)
+        if path is not None:
+            try:
+                return self._hint_from_block(path.range(start, c.depth))
+            except (ObjectNotFound, IntegrityError):
+                pass  # the tip's path is damaged there: the walk below
+        return self.hint_for(cid)
+
+    def block_path_via(self, cid: str, c: Commit, tips: Sequence[tuple[str, Hint | None]]) -> BlockPath | None:
+        """The :class:`BlockPath` of the first tip in ``tips`` whose path reaches commit
+        ``cid`` (``c``), read through its hint (a few batched reads, whatever the path's
+        length); None when none does (tips whose path is damaged are passed over).
+
+        Raises:
+            StorageError.
+        """
         for tip, hint in tips:
             if hint is None:
                 continue
             try:
                 path = BlockPath(self.objs, tip, hint.to_meta())
-                if path.depth < c.depth or path.id_at(c.depth) != cid:
-                    continue
-                block = path.range(start, c.depth)
+                if path.depth >= c.depth and path.id_at(c.depth) == cid:
+                    return path
             except (ObjectNotFound, IntegrityError):
-                continue  # a tip whose path is damaged: another tip, or the walk below
-            return self._hint_from_block(block)
-        return self.hint_for(cid)
+                continue  # a tip whose path is damaged: another tip
+        return None
 
     def hint_for(self, tip: str) -> tuple[Hint, dict[ObjectId, bytes]]:
         """Compute the hint for ``tip`` by reading its block; also return objects to write.

@@ -13,7 +13,7 @@ from typing import Protocol
 from . import names
 from . import objects as o
 from .errors import AmbiguousRevision, ObjectNotFound, RevisionNotFound, SessionNotFound
-from .history import Hint, split_revision
+from .history import BlockPath, Hint, split_revision
 from .objects import Commit, ObjectId
 from .plumbing import Plumbing, SessionRefs
 
@@ -61,8 +61,8 @@ def resolve(session: Session, rev: str) -> ObjectId:
         if op == "~":
             if n > c.depth:
                 raise RevisionNotFound(rev, f"only {c.depth} commits before {cid[:8]}")
-            if n > _WALK_MAX:
-                cid = ObjectId(history.path_ids(cid)[c.depth - n])
+            if n > _WALK_MAX:  # the commit's block and the one segment that holds depth - n
+                cid = ObjectId(BlockPath(history.objs, cid).id_at(c.depth - n))
             else:
                 for _ in range(n):
                     cid = ObjectId(o.hex_id(history.commit(cid).parents[0]))

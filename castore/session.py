@@ -43,7 +43,7 @@ from .errors import (
     SessionExists,
 )
 from .groupcommit import Group, GroupCommit, Job
-from .history import Hint, History
+from .history import BlockPath, Hint, History
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore, gc_paused
 from .pathview import PathView, log_entries, log_entry, value_of
@@ -585,14 +585,17 @@ class Session:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidEntry(f"limit must be a whole number >= 0, not {limit!r}")
         if not all_branches:
-            view = self._head_view() if rev == "HEAD" and limit else None
-            if view is not None:  # the newest entries only: reads what it returns
+            if limit and rev == "HEAD":  # the newest entries only: reads what it returns
+                view = self._head_view()
+                return list(reversed(view.entries(view.depth + 1 - limit, view.depth))) if view else []
+            if limit:  # through a tip whose path reaches it: the blocks of those entries only
+                at = self.resolve(rev)
+                top = self._history.commit(at)
+                blocks = self._history.block_path_via(at, top, self.tips()) or BlockPath(self._objs, at)
                 with gc_paused():
-                    return list(reversed(view.entries(view.depth + 1 - limit, view.depth)))  # type: ignore[operator]
-            path = self._path(rev)
-            if limit:
-                path = path[-limit:]
-            return list(reversed(self._to_entries(path)))
+                    return list(reversed(log_entries(self._objs, blocks.range(max(0, top.depth + 1 - limit),
+                                                                                top.depth))))
+            return list(reversed(self._to_entries(self._path(rev))))
         seen: dict[str, Commit] = {}
         for tip, hint in self.tips():
             for cid, c in self._history.path(tip, hint):

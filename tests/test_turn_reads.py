@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -191,3 +192,22 @@ def test_a_warm_handle_sees_what_another_process_appended(tmp_path: Path) -> Non
         whole = s.entries()
         assert not same(before, after) and same(after, project(whole, max_tokens=300))
         assert after.model == "theirs" and s.log(limit=2)[0].kind == "model_change"
+
+
+def test_log_of_any_revision_and_long_parent_steps_equal_the_whole_path(backend: Any) -> None:
+    with backend.open() as store:
+        s = store.session("a", "u", "s")
+        ids = s.append_many([Message(role="user", content=f"m{i}") for i in range(3 * K + 7)])
+        s.branch("side", at=ids[K + 3])
+        s.checkout("side")
+        side = s.append_many([Message(role="user", content=f"side {i}") for i in range(5)])
+        s.checkout("main")
+        rng = random.Random(3)
+        for rev in [ids[0], ids[K], ids[2 * K + 1], ids[-1], side[-1], side[2], "side~3", "main~100", "HEAD~17",
+                    "HEAD~" + str(len(ids) - 1)]:
+            whole = s.entries(rev)
+            n = rng.randint(1, 2 * K)
+            assert [e.id for e in s.log(rev, limit=n)] == [e.id for e in reversed(whole[-n:])], rev
+            assert s.resolve(rev) == whole[-1].id
+        with pytest.raises(castore.RevisionNotFound):
+            s.log(f"HEAD~{len(ids)}", limit=3)
