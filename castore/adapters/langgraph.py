@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import hashlib
 import threading
 import time
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -898,6 +899,21 @@ class CastoreSaver(BaseCheckpointSaver[int]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         """Leave the block, as :meth:`__exit__`. Raises nothing."""
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> CastoreSaver:
+        """A saver on the same store whose serializer also admits ``extra_allowlist``'s types.
+
+        As LangGraph's savers: ``self`` when the serializer's allowlist does not change,
+        otherwise a saver of its own (its own caches of decoded values and views), so that
+        what the proxy decodes with the wider allowlist never reaches this saver's readers.
+        Both see every checkpoint either writes (the store is shared). Raises nothing.
+        """
+        proxy = super().with_allowlist(extra_allowlist)
+        if proxy is self:
+            return self
+        clone = copy.copy(self)  # a subclass's own attributes come along
+        CastoreSaver.__init__(clone, self.store, self.app, self.user, serde=proxy.serde)  # caches of its own
+        return clone
 
     # -- async twins -----------------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
