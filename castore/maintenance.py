@@ -400,7 +400,8 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     again right before its deletion (atomically on local disk); a pack older than the grace
     period that holds unreachable objects is rewritten with only its reachable ones (a pack
     a live writer still appends to is never touched). Stale ref locks and temporary files
-    over an hour old are cleared too (not in a dry run).
+    over an hour old are cleared too (not in a dry run), and so are the names of deleted
+    sessions in the logs of ref changes and in the search index (:func:`forget_deleted`).
 
     The grace period is a guarantee for writers (docs/FORMAT.md, 9.1) as long as it is
     longer than a writer takes between storing its objects and moving its ref; ``grace=0``
@@ -482,7 +483,24 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     if not dry_run:
         out.locks_cleared = clear_stale_locks(store)
         out.temps_cleared = clear_stale_temps(store)
+        forget_deleted(store)
     return out
+
+
+def forget_deleted(store: Store) -> None:
+    """Make sure no file castore keeps beside the objects names what was deleted: the
+    storage's logs of ref changes are compacted (local disk: ``swaps.log`` rotated, the boot
+    marker's needless records dropped) and the search index, where there is one, is brought
+    up to date (a deleted session's text and names leave it). ``gc`` calls it.
+
+    Raises:
+        StorageError: the backend failed.
+        IndexError_: the search index cannot be written.
+    """
+    from .grep.index import update_if_present  # the index is only needed where there is one
+
+    store.objects.compact_ref_logs()
+    update_if_present(store)
 
 
 def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cutoff: float) -> None:
@@ -614,4 +632,4 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
 
 __all__ = ["FsckReport", "GcReport", "RepackReport", "fsck", "gc", "repack", "reachable", "stale_locks",
            "clear_stale_locks", "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",
-           "parse_duration", "DEFAULT_GRACE"]
+           "parse_duration", "DEFAULT_GRACE", "forget_deleted"]

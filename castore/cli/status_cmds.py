@@ -145,7 +145,10 @@ def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
     head = session.head
     if head is None and not session.exists():
         raise SessionNotFound(session.key)
+    from ..grep.index import update_if_present
+
     store.delete_session(app, user, sid)
+    update_if_present(store)  # the search index forgets it now, not at the next search
     key = format_key(*session.key)
     if default_session(store) == key:
         store.update_config(lambda cfg: {k: v for k, v in cfg.items() if k != SESSION_CONFIG_KEY})

@@ -25,7 +25,9 @@ sessions extracted since the base was written. An update extracts only the sessi
 moved, into a new delta (with the sessions of the old delta that did not move, copied);
 their blocks in the base are left there, dead (no live session's range covers them). When
 the dead blocks and the delta together pass a quarter of the base (:data:`COMPACT`), the
-update writes one new base instead, copying every live session. A session's blocks are
+update writes one new base instead, copying every live session. When a session is gone
+(deleted), the update builds the whole index again from the store, into new files (the old
+ones removed): the text and names of a deleted session do not outlive it here. A session's blocks are
 in one segment, contiguous per part, root to tip; each segment holds its sessions in
 session order. Writers take ``lock`` (``flock``) and look at ``state.json`` again once
 they hold it; readers take no lock (they open the files ``state.json`` names, trying
@@ -535,8 +537,15 @@ class Index:
 
     def _update(self, keys: list[Key], current: dict[Key, tuple[str, dict[str, str]]], mark: str | None) -> None:
         """Write a new delta, or a new base when the dead blocks and the delta would pass
-        :data:`COMPACT` of the base (see the module docstring)."""
+        :data:`COMPACT` of the base (see the module docstring); when a session is gone
+        (deleted), a new index built from the store alone, so that none of its text or names
+        stays."""
         old = {tuple(s["key"]): s for s in self.sessions if s.get("seg") is not None}
+        if any(k not in current for k in old):
+            # a deleted session: nothing of it may stay (its blocks, its names in the state,
+            # its branch sets, its strings), so everything is built again from the store
+            self._write(keys, current, mark, full=True, old=False)
+            return
         moved = {k for k in old if k not in current or old[k]["refs"] != current[k][1]}
         base = self.segments[0]
         size = sum(base["n"].values())

@@ -127,6 +127,15 @@ class ObjectStore:
         # a power loss may have cut deferred ref swaps short: replay them before any ref is read
         storage.recover_refs(self.writer_log.log_intents)
 
+    def compact_ref_logs(self) -> None:
+        """Bound the storage's logs of ref changes and drop the names no replay needs
+        (:meth:`~castore.storage.Storage.compact_ref_logs`, with the writers' logs' intents).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        self.storage.compact_ref_logs(self.writer_log.log_intents)
+
     @property
     def auto_repack(self) -> bool:
         """Whether small packs are merged in a background thread when a log is sealed or after

@@ -404,6 +404,17 @@ class Storage(ABC):
         """
         return 0
 
+    def compact_ref_logs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> None:  # noqa: B027
+        """Bound the logs of ref changes the backend keeps beside the refs, and drop from them
+        the names no one needs any more (what ``gc`` calls, so that a deleted ref's name does
+        not outlive it): a reader's mark into a replaced log makes :meth:`swaps_since` say it
+        cannot tell. ``intents_of(boot)`` as for :meth:`recover_refs`. Backends without
+        such logs have nothing to do.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+
     def sync_keys(self, keys: Iterable[str]) -> None:  # noqa: B027 - durable-on-write backends
         """Make the current state of ``keys`` durable (their files and folders synced), so that
         the intents that moved them are no longer needed.

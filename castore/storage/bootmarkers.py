@@ -12,6 +12,7 @@ value its changes end at (:meth:`BootMarkers.recover`), then removes the marker.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -122,15 +123,82 @@ class BootMarkers:
         line = json.dumps({"k": intent.key, "o": intent.old, "n": intent.new, "t": intent.stamp},
                           separators=(",", ":")).encode() + b"\n"
         try:
-            fd = os.open(self.path(boot), os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, line)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
+            while True:
+                fd = os.open(self.path(boot), os.O_WRONLY | os.O_APPEND)
+                try:
+                    # shared: a compaction (exclusive) may replace the file meanwhile, and
+                    # then this record goes to the new one
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    if os.fstat(fd).st_nlink == 0:
+                        continue
+                    os.write(fd, line)
+                    os.fdatasync(fd)
+                    return
+                finally:
+                    os.close(fd)
         except OSError as e:
             raise StorageError(f"cannot record the change of {intent.key} in {JOURNAL}/{boot}: "
                                f"{e.strerror or e}", self.storage.url) from e
+
+    def compact(self, boot: str, intents_of: Callable[[str], list[RefIntent]]) -> int:
+        """Drop from the marker of ``boot`` (this boot's) the records no replay needs; returns
+        how many were dropped. A record (a delete, or a check after a dead writer) matters to
+        a replay only beside an intent of the same ref in a writer's unsealed log
+        (``intents_of(boot)``): alone, it brings a ref to where its synced delete, or its
+        durable value, already is. Holding the marker's exclusive ``flock`` (a record waits,
+        then writes to the new file), the records are read first and the intents after, so an
+        intent older than a dropped record cannot be missed; the new marker is made whole and
+        synced, then renamed over the old one. Keeps the marker's names of deleted refs from
+        outliving them (``gc``), and its size bounded.
+
+        Raises:
+            StorageError: a file cannot be read or written (the marker is then as it was).
+        """
+        path = self.path(boot)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return 0
+        except OSError as e:
+            raise StorageError(f"cannot open {JOURNAL}/{boot}: {e.strerror or e}", self.storage.url) from e
+        tmp = f"{path}.tmp-{os.urandom(16).hex()}"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink == 0:
+                return 0  # replaced by another compaction meanwhile
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read()
+            body = data[len(_MARKER_HEADER):] if data.startswith(_MARKER_HEADER) else data
+            lines = [line for line in body.split(b"\n") if line]
+            if not lines:
+                return 0
+            needed = {i.key for i in intents_of(boot) if i.boot == boot}
+            keep = [line for line, r in zip(lines, self._parsed(lines), strict=True)
+                    if r is None or r.key in needed]
+            if len(keep) == len(lines):
+                return 0
+            with open(tmp, "xb") as f:
+                f.write(_MARKER_HEADER + b"".join(line + b"\n" for line in keep))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            self._fsync_dir(os.path.dirname(path))
+            return len(lines) - len(keep)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StorageError(f"cannot compact {JOURNAL}/{boot}: {e.strerror or e}", self.storage.url) from e
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _parsed(lines: list[bytes]) -> list[RefIntent | None]:
+        """Each line as a record, or None when it does not parse (kept as it is)."""
+        out: list[RefIntent | None] = []
+        for line in lines:
+            got = BootMarkers._records(line, "")
+            out.append(got[0] if got else None)
+        return out
 
     @staticmethod
     def _records(data: bytes, boot: str) -> list[RefIntent]:

@@ -163,6 +163,10 @@ class FaultyStorage(Storage):
         """See :meth:`Storage.recover_refs` (no faults injected: it runs once, at open)."""
         return self.inner.recover_refs(intents_of)
 
+    def compact_ref_logs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> None:
+        """See :meth:`Storage.compact_ref_logs` (no faults injected)."""
+        self.inner.compact_ref_logs(intents_of)
+
     def sync_keys(self, keys: Iterable[str]) -> None:
         """See :meth:`Storage.sync_keys`."""
         self.inner.sync_keys(keys)

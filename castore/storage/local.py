@@ -654,6 +654,15 @@ class LocalStorage(Storage):
         """The keys logged since ``mark``; see :func:`~castore.storage.refchanges.swaps_since`."""
         return refchanges.swaps_since(self.root, _boot_id(), mark, self.url)
 
+    def compact_ref_logs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> None:
+        """Rotate ``swaps.log`` and drop from this boot's marker the records no replay needs
+        (:func:`~castore.storage.refchanges.rotate`, :meth:`BootMarkers.compact`); the markers
+        of other boots are replayed and removed when a store is opened."""
+        refchanges.rotate(self.root, self.url)
+        boot = _boot_id()
+        if boot:
+            self._markers.compact(boot, intents_of)
+
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
         """Keys below ``prefix`` whose lock file exists (a swap under way or abandoned)."""
         return [k[:-len(".lock")] for k in self.list_locks(prefix)]

@@ -5,10 +5,19 @@ Every swap, conditional delete and delete of a key under ``refs/`` first appends
 while it holds the key's lock (one ``O_APPEND`` write, not synced). :func:`swaps_since`
 reads what was appended since a mark; why nothing is missed is in the docstring of
 :mod:`castore.storage.local`, which calls both.
+
+The log stays bounded: once it passes :data:`ROTATE_BYTES`, the writer that appended the
+line past it replaces it by a new, empty log (:func:`rotate`, a new random id), and ``gc``
+rotates it too (a deleted session's names must not outlive it here). A reader's mark into a
+rotated log names another log id: it cannot tell (None), never a wrong "nothing moved". A
+writer that appended to the old log after the rotation still held its key's lock when the
+reader took its new mark, and a reader that cannot tell asks for those locks
+(:meth:`~castore.refs.RefStore.changes_since`), so its change is read all the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..errors import StorageError
@@ -16,6 +25,9 @@ from ..errors import StorageError
 #: the swap log, at the root
 SWAP_LOG = "swaps.log"
 _LOG_HEADER = "castore swap log "
+#: a log this long is replaced by an empty one (about 20,000 ref changes: a reader that
+#: cannot tell reads every ref once per rotation)
+ROTATE_BYTES = 1 << 20
 
 
 def log_swap(root: str, key: str, url: str) -> None:
@@ -24,7 +36,7 @@ def log_swap(root: str, key: str, url: str) -> None:
 
     A new log starts with a header naming it by a random id, made whole and then linked
     into place (never over another), so that a reader's mark cannot be mistaken for a
-    mark of a later log in a reused inode.
+    mark of a later log in a reused inode. A log past :data:`ROTATE_BYTES` is then rotated.
 
     Raises:
         StorageError: the log cannot be written (the change is then not made).
@@ -47,11 +59,35 @@ def log_swap(root: str, key: str, url: str) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, line)
+            full = os.fstat(fd).st_size > ROTATE_BYTES
         finally:
             os.close(fd)
     except OSError as e:
         raise StorageError(f"cannot record the change of {key} in {SWAP_LOG}: {e.strerror or e}",
                            url) from e
+    if full:
+        rotate(root, url)
+
+
+def rotate(root: str, url: str) -> None:
+    """Replace the swap log at ``root`` by an empty one with a new id (see the module
+    docstring for why no reader misses a change); nothing when there is no log.
+
+    Raises:
+        StorageError: the new log cannot be written.
+    """
+    path = os.path.join(root, SWAP_LOG)
+    if not os.path.exists(path):
+        return
+    tmp = f"{path}.tmp-{os.urandom(16).hex()}"
+    try:
+        with open(tmp, "xb") as f:
+            f.write(f"{_LOG_HEADER}{os.urandom(16).hex()}\n".encode())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise StorageError(f"cannot rotate {SWAP_LOG}: {e.strerror or e}", url) from e
 
 
 def swaps_since(root: str, boot: str, mark: str | None, url: str) -> tuple[str, list[str] | None] | None:

@@ -149,6 +149,10 @@ class RetryingStorage(Storage):
         """See :meth:`Storage.recover_refs` (not retried: it is kept for the next open)."""
         return self.inner.recover_refs(intents_of)
 
+    def compact_ref_logs(self, intents_of: Callable[[str], builtins.list[RefIntent]]) -> None:
+        """See :meth:`Storage.compact_ref_logs` (not retried: the next gc does it again)."""
+        self.inner.compact_ref_logs(intents_of)
+
     def sync_keys(self, keys: Iterable[str]) -> None:
         """See :meth:`Storage.sync_keys` (retried: syncing again is harmless)."""
         keys = list(keys)

@@ -1,0 +1,122 @@
+"""Deleted means gone (issue 37, item 9): after ``delete-session``, ``gc --grace 0`` and
+``repack --all`` no byte of the store, nor of its search index, names the deleted session,
+its branches or its messages; and an unreachable object's age survives a repack (item 10)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from click.testing import CliRunner
+from conftest import Backend, backend_on
+
+import castore
+from castore import maintenance
+from castore.cli import main
+from castore.grep import grep
+from castore.grep.index import index_dir
+
+backend = backend_on("local", "s3")
+
+#: the deleted session's text, name and branch: lower-case, so that local disk stores the
+#: names as they are (upper-case letters are escaped in file names)
+MARKER = b"qqmarker7"
+NAMES = (MARKER, b"doomedsess", b"doomedbranch")
+
+
+def fill(store: castore.Store) -> None:
+    """One session to keep, one to delete (two branches, the marker in both)."""
+    store.session("app", "alice", "keeper").append(castore.Message(role="user", content="ordinary words"))
+    s = store.session("app", "alice", "doomedsess")
+    s.append(castore.Message(role="user", content=f"{MARKER.decode()} secret text"))
+    s.branch("doomedbranch")
+    s.checkout("doomedbranch")
+    s.append(castore.Message(role="user", content=f"{MARKER.decode()} more"), state_delta={"k": "qqmarker7 state"})
+
+
+def traces(store: castore.Store, index: str) -> list[str]:
+    """Every key of the store and file of the index folder holding a byte string of NAMES."""
+    found = []
+    keys = store.storage.list("")
+    for key, data in store.storage.read_many(keys).items():
+        if data is not None:
+            found += [f"store {key}: {w!r}" for w in NAMES if w in data or w in key.encode()]
+    for dirpath, _dirs, files in os.walk(index):
+        for f in files:
+            with open(os.path.join(dirpath, f), "rb") as fh:
+                data = fh.read()
+            found += [f"index {f}: {w!r}" for w in NAMES if w in data]
+    return found
+
+
+def test_delete_gc_repack_leave_no_trace_in_the_store_nor_its_index(backend: Backend) -> None:
+    store = backend.open()
+    fill(store)
+    assert len(list(grep(store, MARKER.decode()))) == 2  # builds the index
+    index = index_dir(store)
+    assert traces(store, index)  # the test sees them while they are there
+    store.delete_session("app", "alice", "doomedsess")
+    maintenance.gc(store, grace=0)
+    maintenance.repack(store, all_packs=True)
+    assert traces(store, index) == []
+    assert [m.session for m in grep(store, "ordinary")] == [("app", "alice", "keeper")]  # the index still serves
+    store.close()
+
+
+def test_the_cli_delete_gc_repack_leave_no_trace_on_local_disk(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    store = castore.open(url)
+    fill(store)
+    store.close()
+
+    def run(*args: str) -> str:
+        r = CliRunner().invoke(main, ["--store", url, *args])
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    assert MARKER.decode() in run("grep", MARKER.decode())
+    store = castore.open(url)
+    index = index_dir(store)
+    assert traces(store, index)
+    run("delete-session", "app/alice/doomedsess")
+    assert not any(t.startswith("index") for t in traces(store, index))  # delete-session reaches the index
+    run("gc", "--grace", "0")
+    run("repack", "--all")
+    assert traces(store, index) == []
+    assert "ordinary" in run("grep", "ordinary")
+    store.close()
+
+
+def test_swap_log_rotates_past_its_bound_and_an_old_mark_cannot_tell(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from castore.storage import refchanges
+
+    monkeypatch.setattr(refchanges, "ROTATE_BYTES", 2000)
+    store = castore.open(str(tmp_path / "store"))
+    s = store.session("app", "alice", "s1")
+    s.append(castore.Message(role="user", content="first"))
+    mark, names = store.refs.changes_since("sessions", None)
+    assert mark is not None and names is None
+    log = tmp_path / "store" / refchanges.SWAP_LOG
+    for i in range(200):
+        s.append(castore.Message(role="user", content=f"m{i}"))
+        assert log.stat().st_size <= 2000 + 200
+    # the changes went to logs the mark does not name: it cannot tell, never "nothing moved"
+    again, names = store.refs.changes_since("sessions", mark)
+    assert names is None and again is not None
+    s.append(castore.Message(role="user", content="last"))
+    _, names = store.refs.changes_since("sessions", again)
+    assert names == ["sessions/app/alice/s1/heads/main"]
+    store.close()
+
+
+def test_gc_drops_the_boot_markers_records_of_deletes(tmp_path: Path) -> None:
+    store = castore.open(str(tmp_path / "store"))
+    for i in range(30):
+        store.session("app", "alice", f"gone{i}").append(castore.Message(role="user", content="x"))
+        store.delete_session("app", "alice", f"gone{i}")
+    markers = list((tmp_path / "store" / "journal").iterdir())
+    assert markers and all(b"gone" in m.read_bytes() for m in markers)
+    maintenance.gc(store, grace=0)
+    assert all(b"gone" not in m.read_bytes() for m in (tmp_path / "store" / "journal").iterdir())
+    store.close()
