@@ -278,7 +278,7 @@ def test_updates_go_to_a_delta_and_stay_correct_through_every_kind_of_change(
         lambda: s1.checkout("HEAD~2", create="alt"),
         lambda: s1.append({"role": "user", "content": "walrus on alt"}),
         lambda: s1.fork("s15"),  # a new session sharing s1's commits (reported once, with "also")
-        lambda: store.delete_session("bot", "ann", "s4"),  # its old blocks in the base and the delta dead
+        lambda: store.delete_session("bot", "ann", "s4"),  # the index built again, without it
         lambda: store.session("aaa", "bob", "first").append({"role": "user", "content": "walrus first parser"}),
         lambda: store.delete_session("bot", "ann", "s1"),
         lambda: store.session("bot", "ann", "s4").append({"role": "user", "content": "walrus again"}),  # back
@@ -289,6 +289,10 @@ def test_updates_go_to_a_delta_and_stay_correct_through_every_kind_of_change(
         if n == 4:
             assert any(m.also for m in grep(store, "walrus on alt"))
         names = _segments(store)
+        if n in (5, 7):  # a delete: nothing of the session may stay, so one new base
+            assert len(names) == 1 and names[0] != base[0]
+            base = names
+            continue
         assert len(names) == 2 and names[0] == base[0]
     folder = Path(index_dir(store))
     live = {f.name.split(".", 1)[0] for f in folder.iterdir() if f.name.startswith("g")}
