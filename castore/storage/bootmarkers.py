@@ -155,17 +155,11 @@ class BootMarkers:
             StorageError: a file cannot be read or written (the marker is then as it was).
         """
         path = self.path(boot)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+        fd = self._hold(boot)
+        if fd is None:
             return 0
-        except OSError as e:
-            raise StorageError(f"cannot open {JOURNAL}/{boot}: {e.strerror or e}", self.storage.url) from e
         tmp = f"{path}.tmp-{os.urandom(16).hex()}"
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_nlink == 0:
-                return 0  # replaced by another compaction meanwhile
             with os.fdopen(os.dup(fd), "rb") as f:
                 data = f.read()
             body = data[len(_MARKER_HEADER):] if data.startswith(_MARKER_HEADER) else data
@@ -190,6 +184,25 @@ class BootMarkers:
             raise StorageError(f"cannot compact {JOURNAL}/{boot}: {e.strerror or e}", self.storage.url) from e
         finally:
             os.close(fd)
+
+    def _hold(self, boot: str) -> int | None:
+        """The marker of ``boot`` opened under its exclusive ``flock``, or None when it is gone
+        (or was replayed or replaced by another process while this one waited)."""
+        try:
+            fd = os.open(self.path(boot), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageError(f"cannot open {JOURNAL}/{boot}: {e.strerror or e}", self.storage.url) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink > 0:
+                return fd
+        except OSError as e:
+            os.close(fd)
+            raise StorageError(f"cannot lock {JOURNAL}/{boot}: {e.strerror or e}", self.storage.url) from e
+        os.close(fd)
+        return None
 
     @staticmethod
     def _parsed(lines: list[bytes]) -> list[RefIntent | None]:
@@ -239,17 +252,11 @@ class BootMarkers:
         meanwhile waits, then finds it gone), then remove it."""
         storage = self.storage
         path = self.path(boot)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+        fd = self._hold(boot)
+        if fd is None:
             return 0
-        except OSError as e:
-            raise StorageError(f"cannot open {JOURNAL}/{boot}: {e.strerror or e}", storage.url) from e
         durable, storage.durable = storage.durable, True  # a replay is always synced (it runs at open)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_nlink == 0:
-                return 0  # replayed by another process while we waited
             with os.fdopen(os.dup(fd), "rb") as f:
                 events = self._records(f.read(), boot)
             events += [i for i in intents_of(boot) if i.boot == boot and i.key.startswith(_REFS)]
