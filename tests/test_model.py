@@ -84,9 +84,18 @@ class StoresMachine(RuleBasedStateMachine):
             self.handles[key] = self.stores[i].session(APP, USER, sid)
         return self.handles[key]
 
-    def existing(self, i: int, n: int) -> str | None:
+    def existing(self, i: int, n: int) -> tuple[str, SessionModel, castore.Session] | None:
+        """A session of store ``i`` (picked by ``n``): its id, model and handle; None if none."""
         names = sorted(self.model[i])
-        return _choose(names, n) if names else None
+        if not names:
+            return None
+        sid = _choose(names, n)
+        return sid, self.model[i][sid], self.handle(i, sid)
+
+    def at_head(self, i: int, n: int) -> tuple[SessionModel, castore.Session, Path] | None:
+        """A session of store ``i`` with a commit at HEAD: its model, handle and HEAD's path."""
+        got = self.existing(i, n)
+        return (got[1], got[2], got[1].head_path()) if got is not None and got[1].head_path() else None
 
     # -- sessions -----------------------------------------------------------------------------
     @rule(i=store_ix, n=pick, role=st.sampled_from(ROLES), text=words)
@@ -100,32 +109,28 @@ class StoresMachine(RuleBasedStateMachine):
 
     @rule(i=store_ix, n=pick, k=pick, name=st.sampled_from(BRANCHES), b=pick)
     def branch(self, i: int, n: int, k: int, name: str, b: int) -> None:
-        sid = self.existing(i, n)
-        if sid is None:
+        if (got := self.existing(i, n)) is None:
             return
-        m = self.model[i][sid]
+        _, m, s = got
         if not m.branches:
             return
         base = _choose(sorted(m.branches), b)
         path = m.branches[base]
         back = k % len(path)
-        s = self.handle(i, sid)
         if name in m.branches:
             with pytest.raises(castore.BranchError):
                 s.branch(name, at=f"{base}~{back}")
             return
-        got = s.branch(name, at=f"{base}~{back}")
+        tip = s.branch(name, at=f"{base}~{back}")
         m.branches[name] = path[:len(path) - back]
-        assert got == m.branches[name][-1]
+        assert tip == m.branches[name][-1]
 
     @rule(i=store_ix, n=pick, b=pick, k=pick, detach=st.booleans())
     def checkout(self, i: int, n: int, b: int, k: int, detach: bool) -> None:
-        sid = self.existing(i, n)
-        if sid is None:
+        if (got := self.existing(i, n)) is None:
             return
-        m = self.model[i][sid]
+        _, m, s = got
         name = _choose(sorted({*BRANCHES, *m.branches}), b)
-        s = self.handle(i, sid)
         if detach:
             commits = m.all_commits()
             if not commits:
@@ -142,25 +147,22 @@ class StoresMachine(RuleBasedStateMachine):
 
     @rule(i=store_ix, n=pick, k=pick)
     def reset(self, i: int, n: int, k: int) -> None:
-        sid = self.existing(i, n)
-        if sid is None:
+        if (got := self.existing(i, n)) is None:
             return
-        m = self.model[i][sid]
+        _, m, s = got
         commits = m.all_commits()
         if not commits:
             return
         cid = _choose(commits, k)
-        assert self.handle(i, sid).reset(cid) == cid
+        assert s.reset(cid) == cid
         m.set_head_path(self.commits.path[cid])
 
     @rule(i=store_ix, n=pick, b=pick)
     def delete_branch(self, i: int, n: int, b: int) -> None:
-        sid = self.existing(i, n)
-        if sid is None or not self.model[i][sid].branches:
+        if (got := self.existing(i, n)) is None or not got[1].branches:
             return
-        m = self.model[i][sid]
+        _, m, s = got
         name = _choose(sorted(m.branches), b)
-        s = self.handle(i, sid)
         if m.head == name:
             with pytest.raises(castore.BranchError):
                 s.delete_branch(name, force=True)
@@ -170,16 +172,11 @@ class StoresMachine(RuleBasedStateMachine):
 
     @rule(i=store_ix, n=pick, t=pick, k=pick)
     def fork(self, i: int, n: int, t: int, k: int) -> None:
-        sid = self.existing(i, n)
-        if sid is None:
+        if (got := self.at_head(i, n)) is None:
             return
-        m = self.model[i][sid]
-        path = m.head_path()
-        if not path:
-            return
+        m, s, path = got
         back = k % len(path)
         target = _choose(SESSIONS, t)
-        s = self.handle(i, sid)
         if target in self.model[i]:
             with pytest.raises(castore.SessionExists):
                 s.fork(target, at=f"HEAD~{back}")
@@ -189,15 +186,11 @@ class StoresMachine(RuleBasedStateMachine):
 
     @rule(i=store_ix, n=pick, k=pick, summary=words)
     def compact(self, i: int, n: int, k: int, summary: str) -> None:
-        sid = self.existing(i, n)
-        if sid is None:
+        if (got := self.at_head(i, n)) is None:
             return
-        m = self.model[i][sid]
-        path = m.head_path()
-        if not path:
-            return
+        m, s, path = got
         kept = _choose(list(path), k)
-        cid = self.handle(i, sid).compact(summary, keep_from=kept)
+        cid = s.compact(summary, keep_from=kept)
         m.extend(self.commits.add(cid, path, Compacted(summary, kept)))
 
     @rule(i=store_ix, n=pick)
