@@ -306,11 +306,14 @@ class History:
         while i > 0:
             j = max(0, i - batch)
             loaded = self._segments(Index(segments=tuple(segs[j:i])))
-            longer = loaded + suffix
-            if not is_chain(longer, start=j * K) or longer[-1][0] != tip:
+            # the new segments must be a chain that the suffix continues (checked where they
+            # meet: the suffix was checked before, and a whole check per step is quadratic)
+            meets = (suffix[0][1].parents[:1] == (o.raw_id(loaded[-1][0]),)) if suffix and loaded \
+                else bool(loaded) and loaded[-1][0] == tip
+            if not meets or not is_chain(loaded, start=j * K):
                 yield self.path(tip, hint)
                 return
-            suffix = longer
+            suffix = loaded + suffix
             i = j
             yield suffix
 

@@ -133,6 +133,14 @@ class PathView:
         self.whole = True
         return out
 
+    def adopt(self, path: Sequence[tuple[str, Commit]]) -> None:
+        """Keep ``path``, the whole path of this view's tip as read elsewhere (checked there)."""
+        if path and path[-1][0] == self.tip and path[0][1].depth == 0 and len(path) == self.depth + 1:
+            have = self.blocks.at_depth
+            for pair in path:
+                have.setdefault(pair[1].depth, pair)
+            self.whole = True
+
     def path_facts(self) -> PathFacts:
         """The :class:`PathFacts` of the path: kept, or computed from the whole path once.
 

@@ -1010,7 +1010,7 @@ class Session:
                 return project([], **opts)
             if view.facts is None and not view.whole:
                 # no facts kept by the writer: a compaction can still spare reading it all
-                quick = self._context_after_compaction(opts)
+                quick = self._context_after_compaction(opts, view)
                 if quick is not None:
                     return quick
             out = project_from_tip(view.path_facts(), view.entries, **opts)
@@ -1035,43 +1035,60 @@ class Session:
             wanted = sorted({*wanted, asst})
         return project(self._to_entries([path[i] for i in [*wanted, *range(start, len(path))]]), **opts)
 
-    def _context_after_compaction(self, opts: dict[str, Any]) -> Any:
+    def _context_after_compaction(self, opts: dict[str, Any], view: PathView | None = None) -> Any:
         """The context at HEAD read from the end of the path only, or None to read it all.
 
         Works when the latest compaction recorded the model settings in force when it was
         made (``compact`` does): then nothing before its first kept entry is needed, and
-        the path is read backwards a few segments at a time until that entry.
+        the path is read backwards a few segments at a time until that entry. The path of
+        ``view`` (HEAD's, read already) is read; a whole path read for nothing goes to it.
         """
         from .context import project
 
-        _, _, tipref = self._read_tip()
-        if tipref is None:
-            return None
-        for suffix in self._history.path_backwards(tipref.target, Hint.from_meta(tipref.meta)):
-            last = max((i for i, (_, c) in enumerate(suffix) if c.kind == "compaction"), default=-1)
-            if last < 0:
-                continue
-            cid, comp = suffix[last]
-            settings = comp.meta.get("context")
-            if not isinstance(settings, dict):
+        if view is not None:
+            tip, meta = view.tip, view.meta
+        else:
+            tipref = self._read_tip()[2]
+            if tipref is None:
                 return None
-            entry = self._to_entries([suffix[last]])[0].entry
-            first = entry.first_kept if isinstance(entry, Compaction) else None
-            if first is None:
-                start = last
-            else:
-                found = next((i for i in range(last, -1, -1) if suffix[i][0] == first), None)
-                if found is None:
-                    if suffix[0][1].depth == 0:
-                        start = last  # the first kept entry is not on the path: keep nothing before
-                    else:
-                        continue
-                else:
-                    start = found
-            baseline = LogEntry(id=ObjectId(cid), kind="model_change", parents=(),
+            tip, meta = tipref.target, tipref.meta
+        comp: tuple[str, Commit] | None = None  # the latest compaction, once met
+        first: str | None = None  # its first kept entry
+        settings: Any = None
+        scanned = -1  # the suffix's entries from this depth on were looked at (-1: none yet)
+        suffix: list[tuple[str, Commit]] = []
+        for suffix in self._history.path_backwards(tip, Hint.from_meta(meta) if meta else None):
+            # each suffix adds older entries: look at those only (a long path is not scanned again)
+            base = suffix[0][1].depth if suffix else 0
+            new = len(suffix) if scanned < 0 else scanned - base
+            scanned = base
+            start: int | None = None
+            if comp is None:
+                last = max((i for i in range(new) if suffix[i][1].kind == "compaction"), default=-1)
+                if last < 0:
+                    continue
+                comp = suffix[last]
+                settings = comp[1].meta.get("context")
+                if not isinstance(settings, dict):
+                    return None
+                entry = self._to_entries([comp])[0].entry
+                first = entry.first_kept if isinstance(entry, Compaction) else None
+                if first is None:
+                    start = last
+                new = last
+            if start is None:
+                start = next((i for i in range(new - 1, -1, -1) if suffix[i][0] == first), None)
+            if start is None:
+                if base > 0:
+                    continue
+                start = comp[1].depth  # the first kept entry is not on the path: keep nothing before
+            assert comp is not None and isinstance(settings, dict)
+            baseline = LogEntry(id=ObjectId(comp[0]), kind="model_change", parents=(),
                                 entry=ModelChange(settings.get("model"), settings.get("provider"),
                                                   settings.get("thinking_level")))
             return project([baseline, *self._to_entries(suffix[start:])], **opts)
+        if view is not None and suffix and suffix[0][1].depth == 0:
+            view.adopt(suffix)  # read whole and no compaction in it: kept for what comes next
         return None
 
     def compact(self, summary: str, keep_from: str, details: Any = None) -> ObjectId:

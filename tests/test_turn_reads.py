@@ -211,3 +211,22 @@ def test_log_of_any_revision_and_long_parent_steps_equal_the_whole_path(backend:
             assert s.resolve(rev) == whole[-1].id
         with pytest.raises(castore.RevisionNotFound):
             s.log(f"HEAD~{len(ids)}", limit=3)
+
+
+def test_a_store_written_without_path_facts_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = str(tmp_path / "store")
+    rng = random.Random(11)
+    with monkeypatch.context() as m:  # a writer that keeps no facts in the ref (an older castore)
+        m.setattr(PathFacts, "to_meta", lambda self: None)
+        with castore.open(url) as store:
+            s = store.session("a", "u", "s")
+            ids: list[str] = []
+            for _ in range(6):
+                ids.extend(s.append_many([random_entry(rng, ids) for _ in range(60)]))
+    for budget in BUDGETS:
+        with castore.open(url) as store:
+            s = store.session("a", "u", "s")
+            whole = s.entries()
+            fresh = store.session("a", "u", "s")
+            assert same(fresh.context(**budget), project(whole, **budget))
+            assert same(fresh.context(**budget), project(whole, **budget))  # warm
