@@ -506,7 +506,7 @@ class BlockPath:
         self.near = near
         self.tip = tip
         self.at_depth: dict[int, tuple[str, Commit]] = {}
-        self.segments: list[str] | None = None  # segment ids from the root, when known
+        self.segments: Sequence[str] | None = None  # segment ids from the root, when known
         self.index_id: str | None = None  # the index those segments come from
         hint = Hint.from_meta(meta) if meta else None
         #: whether the ref's hint fitted the tip (and was used)
@@ -581,7 +581,7 @@ class BlockPath:
 
     def _use_index(self, iid: str | None, idx: Index | None) -> None:
         self.index_id = iid
-        self.segments = [o.hex_id(s) for s in idx.segments] if idx is not None else []
+        self.segments = _HexIds(idx.segments) if idx is not None else []
 
     def _commit(self, cid: str) -> Commit:
         c = self._get_many([cid]).get(cid)
@@ -659,6 +659,22 @@ class BlockPath:
         """The id of the segment of block ``b``, when the path's index has it."""
         segs = self.segments or []
         return segs[b] if b < len(segs) else None
+
+
+class _HexIds(Sequence[str]):
+    """Raw ids read as hex ids one at a time (a reader of a long path's index turns into hex
+    only the few segment ids it reads, not all of them)."""
+
+    def __init__(self, raw: Sequence[bytes]) -> None:
+        self._raw = raw
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [o.hex_id(r) for r in self._raw[i]]
+        return o.hex_id(self._raw[i])
 
 
 def hint_tail(hint: Hint, got: Mapping[str, Any]) -> list[tuple[str, Commit]] | None:

@@ -643,7 +643,7 @@ INDEX_HEAD = 16 << 10
 #: a ranged view reads its whole index once it has read this fraction of it in windows, or
 #: made INDEX_RANGE_READS reads: a reader of many objects pays one whole read, not thousands
 INDEX_RANGE_SHARE = 4
-INDEX_RANGE_READS = 8
+INDEX_RANGE_READS = 256
 #: on object storage (a ranged GET costs a round trip, whatever its size up to a few hundred
 #: KiB): the first bytes read, and the window reads made before the whole index is read
 INDEX_HEAD_REMOTE = 256 << 10
