@@ -7,10 +7,12 @@ is git's: the plumbing moves refs, the porcelain is what people call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import sync, views
+from .objects import ObjectId
 
 if TYPE_CHECKING:
     from .entries import LogEntry
@@ -95,8 +97,53 @@ def _ref_names(session: Session, internal: bool) -> tuple[RefNames, set[str]]:
     return RefNames(session.head, session.current_branch, branches, {**session.labels()}), hidden
 
 
+def _past_bookkeeping(entries: Sequence[LogEntry]) -> tuple[list[LogEntry], Callable[[str], tuple[str, ...]]]:
+    """The entries views do not mark as bookkeeping, and where an id lands past the ones left
+    out (its nearest kept ancestors; an id not left out lands on itself)."""
+    left_out: dict[str, tuple[str, ...]] = {e.id: e.parents for e in entries if views.bookkeeping(e)}
+    seen: dict[str, tuple[str, ...]] = {}
+
+    def past(p: str) -> tuple[str, ...]:
+        if p not in left_out:
+            return (p,)
+        if p not in seen:
+            todo, out = [p], list[str]()
+            while todo:
+                q = todo.pop()
+                if q in seen:
+                    out += seen[q]
+                elif q in left_out:
+                    todo += reversed(left_out[q])
+                else:
+                    out.append(q)
+            seen[p] = tuple(dict.fromkeys(out))
+        return seen[p]
+
+    kept = [e if not any(p in left_out for p in e.parents)
+            else replace(e, parents=tuple(dict.fromkeys(ObjectId(q) for p in e.parents for q in past(p))))
+            for e in entries if e.id not in left_out]
+    return kept, past
+
+
+def readable(entries: Sequence[LogEntry]) -> list[LogEntry]:
+    """``entries`` without the bookkeeping lines views mark (see :func:`castore.views.bookkeeping`),
+    each kept commit's parents moved past the ones left out (so a graph stays connected)."""
+    return _past_bookkeeping(entries)[0]
+
+
+def _moved(names: RefNames, past: Callable[[str], tuple[str, ...]]) -> RefNames:
+    """``names`` with each name on a left-out commit moved to the commit shown in its place."""
+
+    def at(cid: str) -> str:
+        landed = past(cid)
+        return landed[0] if landed else cid
+
+    return RefNames(at(names.head) if names.head else None, names.branch,
+                    {b: at(c) for b, c in names.branches.items()}, {n: at(c) for n, c in names.labels.items()})
+
+
 def log(session: Session, rev: str = "HEAD", *, limit: int | None = None, all_branches: bool = False,
-        internal: bool = False) -> tuple[RefNames, list[LogEntry]]:
+        internal: bool = False, all_entries: bool = True) -> tuple[RefNames, list[LogEntry]]:
     """The commits ``castore log`` shows, newest first, and the names on them.
 
     Args:
@@ -105,14 +152,28 @@ def log(session: Session, rev: str = "HEAD", *, limit: int | None = None, all_br
         all_branches: every commit of every branch and label.
         internal: keep an adapter's bookkeeping (a LangGraph thread's task writes): its
             branches in the names, its commits in ``all_branches``.
+        all_entries: keep the bookkeeping lines of imported sessions (Claude Code's
+            ``progress``...); False leaves them out (see :func:`readable`) before the limit applies.
 
     Raises:
         RevisionNotFound, AmbiguousRevision, StorageError, IntegrityError.
     """
     names, hidden = _ref_names(session, internal)
-    if all_branches and hidden:  # the bookkeeping commits are left out before the limit applies
-        return names, views.visible(session.log(all_branches=True))[:limit]
-    return names, session.log(rev, limit=limit, all_branches=all_branches)
+    if all_entries and not (all_branches and hidden):
+        return names, session.log(rev, limit=limit, all_branches=all_branches)
+    if all_branches:  # left out before the limit applies
+        entries = session.log(all_branches=True)
+        entries = views.visible(entries) if hidden else entries
+        if all_entries:
+            return names, entries[:limit]
+        kept, past = _past_bookkeeping(entries)
+        return _moved(names, past), kept[:limit]
+    want = limit or None
+    while True:  # read more of the path until enough entries are left
+        kept, past = _past_bookkeeping(got := session.log(rev, limit=want))
+        if want is None or limit is None or len(kept) >= limit or len(got) < want:
+            return _moved(names, past), kept[:want and limit]
+        want *= 4
 
 
 @dataclass(frozen=True)
@@ -154,4 +215,4 @@ def branch_list(session: Session, *, local: bool = True, remotes: bool = False, 
     return BranchList(session.head, session.current_branch, branches, said)
 
 
-__all__ = ["Status", "status", "RefNames", "ref_names", "log", "BranchList", "branch_list"]
+__all__ = ["Status", "status", "RefNames", "ref_names", "readable", "log", "BranchList", "branch_list"]

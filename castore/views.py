@@ -22,13 +22,15 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .entries import LogEntry
+    from .entries import LogEntry, Message
     from .session import Session
 
 #: commit kind -> the module whose import registers its view
 VIEW_MODULES: dict[str, str] = {
     "checkpoint": "castore.adapters.langgraph_view",
     "writes": "castore.adapters.langgraph_view",
+    "event": "castore.adapters.transcript_view",
+    "message": "castore.adapters.transcript_view",
 }
 
 _views: dict[str, View] = {}
@@ -48,12 +50,24 @@ class View:
         """One line saying what the commit is (``checkpoint step 3 · loop``), or None."""
         return None
 
-    def body(self, e: LogEntry) -> list[str] | None:
-        """The lines ``show`` prints for the commit's entry (unescaped text), or None."""
+    def body(self, e: LogEntry, verbose: bool = False) -> list[str] | None:
+        """The lines ``show`` prints for the commit's entry (unescaped text), or None.
+
+        ``verbose``: all of it (a tool's whole output), where the short form leaves some out.
+        """
+        return None
+
+    def message(self, m: Message, verbose: bool = False) -> list[str] | None:
+        """The lines showing a message that comes with no commit (``context``), or None."""
         return None
 
     def hidden(self, e: LogEntry) -> bool:
         """Whether a listing of every branch leaves the commit out (bookkeeping)."""
+        return False
+
+    def bookkeeping(self, e: LogEntry) -> bool:
+        """Whether ``log`` leaves the commit out unless asked for every entry (a client's
+        bookkeeping line in an imported session: Claude Code's ``progress``, ...)."""
         return False
 
     def internal_branches(self, session: Session, branches: Mapping[str, str]) -> set[str]:
@@ -120,10 +134,25 @@ def describe(e: LogEntry) -> str | None:
     return view.describe(e) if view is not None else None
 
 
-def body(e: LogEntry) -> list[str] | None:
+def body(e: LogEntry, verbose: bool = False) -> list[str] | None:
     """The lines showing an adapter's commit, unescaped, or None (see :meth:`View.body`)."""
     view = view_for(e.kind)
-    return view.body(e) if view is not None else None
+    if view is None:
+        return None
+    return view.body(e, verbose) if verbose else view.body(e)  # a view written before ``verbose`` still reads
+
+
+def message(m: Message, verbose: bool = False) -> list[str] | None:
+    """The lines showing a message with no commit (``context``), unescaped, or None: as the
+    view of the ``message`` kind reads it (see :meth:`View.message`)."""
+    view = view_for(m.kind)
+    return view.message(m, verbose) if view is not None else None
+
+
+def bookkeeping(e: LogEntry) -> bool:
+    """Whether ``log`` leaves the commit out unless asked for every entry (see :meth:`View.bookkeeping`)."""
+    view = view_for(e.kind)
+    return view is not None and view.bookkeeping(e)
 
 
 def visible(entries: Iterable[LogEntry]) -> list[LogEntry]:
@@ -206,6 +235,8 @@ __all__ = [
     "all_views",
     "describe",
     "body",
+    "message",
+    "bookkeeping",
     "visible",
     "internal_branches",
     "branch_notes",

@@ -472,7 +472,7 @@ class LangGraphView(views.View):
         """See :func:`describe_entry`."""
         return describe_entry(e)
 
-    def body(self, e: LogEntry) -> list[str] | None:
+    def body(self, e: LogEntry, verbose: bool = False) -> list[str] | None:
         """``[LangGraph checkpoint step 3 · ...]`` and the checkpoint's and task's ids."""
         doc = entry_doc(e)
         if doc is None:

@@ -61,6 +61,11 @@ def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: b
         click.echo(line)
 
 
+_verbose_option = click.option(
+    "-v", "--verbose", is_flag=True,
+    help="Tool calls and results of imported sessions in full (else `→ Bash(ls …)` and `← 14 lines`).")
+
+
 @click.command("log")
 @click.argument("rev", default="HEAD")
 @click.option("--oneline", is_flag=True, help="One line per commit: short id, refs, summary.")
@@ -70,13 +75,17 @@ def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: b
 @limit_option(default=10, what="commits, newest first")
 @click.option("--internal", is_flag=True,
               help="With --all, also an adapter's bookkeeping branches (a LangGraph thread's task writes).")
+@click.option("--all-entries", is_flag=True,
+              help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
+                   "summary; Codex's turn_context, token_count), left out otherwise. --json lists them always.")
+@_verbose_option
 @json_option('{"session": {"key", "app", "user", "session"}, "head": ID|null, "branch": NAME|null, '
              f'"commits": [{_COMMIT_FIELDS}], "graph": [LINE] (with --graph only)}}; commits are newest '
              'first (with --graph, in the order drawn)')
 @pass_session()
 @paged
 def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, limit: int, internal: bool,
-            as_json: bool) -> None:
+            all_entries: bool, verbose: bool, as_json: bool) -> None:
     """Show history, newest first; --all: every branch, --graph: the tree.
 
     Without --all: the path from the root to REV (default HEAD). Like `llm logs`, the last
@@ -85,7 +94,8 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     """
     if all_ and rev != "HEAD":
         raise click.UsageError("--all shows every branch; give no REV with it")
-    names, entries = porcelain.log(session, rev, limit=limit or None, all_branches=all_, internal=internal)
+    names, entries = porcelain.log(session, rev, limit=limit or None, all_branches=all_, internal=internal,
+                                   all_entries=all_entries or as_json)
     refs = r.Refs.from_names(names)
     if graph:
         entries = r.topo_order(entries)
@@ -103,26 +113,28 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     else:
         lines = []
         for e in entries:
-            lines += [*r.commit_block(e, refs, body_limit=r.LOG_BODY_LINES, show_hint=hint), ""]
+            lines += [*r.commit_block(e, refs, body_limit=None if verbose else r.LOG_BODY_LINES, show_hint=hint,
+                                      verbose=verbose), ""]
     for line in lines:
         click.echo(line)
-    if not all_ and limit and entries and entries[0].depth + 1 > len(entries):
+    if not all_ and limit and len(entries) == limit and entries[0].depth + 1 > len(entries):
         note(f"(the last {len(entries)} of {plural(entries[0].depth + 1, 'entry')}; -n 0 shows all)")
 
 
 @click.command("show")
 @click.argument("rev", default="HEAD")
+@_verbose_option
 @json_option(_COMMIT_FIELDS)
 @pass_session()
 @paged
-def show_cmd(session: Session, rev: str, as_json: bool) -> None:
+def show_cmd(session: Session, rev: str, verbose: bool, as_json: bool) -> None:
     """Show one commit: its entry, metadata, state delta and parents."""
     e = session.show(rev)
     refs = refs_of(session, internal=True)
     if as_json:
         print_json(r.commit_json(e, refs))
         return
-    for line in r.commit_block(e, refs, full=True):
+    for line in r.commit_block(e, refs, full=True, verbose=verbose):
         click.echo(line)
     # what an adapter adds (a LangGraph checkpoint's updated channels, a task's writes)
     for title, pairs in views.details(session, e):
@@ -217,10 +229,11 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
               help="Replace tool outputs over N tokens by a placeholder naming their commit.")
 @json_option('{"rev": REV, "model": NAME|null, "tokens": N|null, "dropped": N, '
              '"messages": [{"role", "content", ...}], "commits": [ID] (the commit each message comes from)}')
+@_verbose_option
 @pass_session()
 @paged
 def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages: int | None,
-                tool_output_limit: int | None, as_json: bool) -> None:
+                tool_output_limit: int | None, verbose: bool, as_json: bool) -> None:
     """Print the messages a model would be sent for the path ending at REV.
 
     The latest compaction and the branch summaries on the path are honoured, budgets trim
@@ -242,8 +255,8 @@ def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages
         return
     for m in messages:
         if isinstance(m, dict) and m.get("role"):
-            msg = Message.from_dict(m)
-            click.echo(click.style(f"[{r.safe(msg.role)}]", bold=True) + " " + r.safe_block(r.message_text(msg)))
+            for line in r.context_lines(Message.from_dict(m), verbose):
+                click.echo(line)
         else:
             click.echo(r.fmt_value(m))
     note(f"({plural(len(messages), 'message')}" + (f", ~{tokens} tokens" if tokens is not None else "")

@@ -98,13 +98,18 @@ def delta_text(delta: Mapping[str, Any], unset: Sequence[str] = ()) -> str:
     return "{" + ", ".join(items) + "}" if items else ""
 
 
-def summary(e: LogEntry, width: int = 72) -> str:
+def summary(e: LogEntry, width: int = 72, *, read: bool = True) -> str:
     """One line saying what the entry is: ``role: text``, ``author: text {key=value}``, ...
 
+    ``read``: as the view of its kind reads it (an imported tool call: ``assistant: → Bash(ls)``);
+    False: castore's own reading (what ``--json`` has always written).
     Terminal-safe (see :func:`safe`): whitespace is folded, other controls escaped.
     """
     entry = e.entry
-    if isinstance(entry, Message):
+    said = views.describe(e) if read else None
+    if said is not None:
+        text = safe(said)
+    elif isinstance(entry, Message):
         text = f"{_message_label(entry)}: {safe_block(message_text(entry))}"
     elif isinstance(entry, Event):
         said = safe_block(message_text(entry.message)) if entry.message is not None else "(event)"
@@ -181,7 +186,7 @@ def commit_json(e: LogEntry, refs: Refs | None = None) -> dict[str, Any]:
         "depth": e.depth,
         "time": e.time,
         "author": e.author,
-        "summary": summary(e, 200),
+        "summary": summary(e, 200, read=False),
         "entry": entry_json(e),
         "delta": dict(e.delta),
         "unset": list(e.unset),
@@ -250,9 +255,19 @@ def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> 
     return out
 
 
-def body_lines(e: LogEntry) -> list[str]:
-    """The entry's full content, for ``show`` and the long ``log`` format (terminal-safe)."""
+def _safe_lines(lines: Iterable[str]) -> list[str]:
+    return [part for line in lines for part in (safe_block(line).splitlines() or [""])]
+
+
+def body_lines(e: LogEntry, verbose: bool = False) -> list[str]:
+    """The entry's full content, for ``show`` and the long ``log`` format (terminal-safe).
+
+    ``verbose``: what a view shortens in full (an imported tool's whole output).
+    """
     entry = e.entry
+    shown = views.body(e, verbose)  # as the view of its kind reads it (an imported tool call...)
+    if shown is not None:
+        return _safe_lines(shown)
     if isinstance(entry, Message):
         head = f"[{_message_label(entry)}]" + (f" (answers {safe(entry.tool_call_id)})" if entry.tool_call_id else "")
         return [head, *safe_block(message_text(entry)).splitlines()]
@@ -267,9 +282,6 @@ def body_lines(e: LogEntry) -> list[str]:
         return [f"[branch summary of {safe(short(entry.from_id))}]", *safe_block(entry.summary).splitlines()]
     if isinstance(entry, ModelChange):
         return [safe(f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip())]
-    shown = views.body(e)  # an adapter's commit kind, as the adapter says
-    if shown is not None:
-        return [safe(line) for line in shown]
     if isinstance(entry, Custom):
         return [f"[custom {safe(entry.type)}]", fmt_value(entry.data)]
     return [f"[{safe(e.kind)}]"]
@@ -303,8 +315,11 @@ def cut_body(lines: list[str], cid: str, max_lines: int = LOG_BODY_LINES,
 
 
 def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = click.style,
-                 body_limit: int | None = None, show_hint: Callable[[str], str] | None = None) -> list[str]:
+                 body_limit: int | None = None, show_hint: Callable[[str], str] | None = None,
+                 verbose: bool = False) -> list[str]:
     """A git-like multi-line view of a commit (``log`` and ``show``).
+
+    ``verbose``: the entry's body in full where a view shortens it (see :func:`body_lines`).
 
     ``body_limit``: show at most that many lines of the entry's body (``log``), each cut
     at :data:`LOG_LINE_CHARS` characters, with a pointer to ``castore show``.
@@ -323,7 +338,7 @@ def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = 
         lines.append("State:   " + changes[0])
         lines += ["         " + c for c in changes[1:]]
     lines.append("")
-    body = body_lines(e)
+    body = body_lines(e, verbose)
     if body_limit is not None:
         body = cut_body(body, e.short, body_limit, show_hint=show_hint)
     lines += ["    " + line for line in body]
@@ -453,6 +468,17 @@ def graph_lines(entries: Sequence[LogEntry], refs: Refs, style: Style = click.st
     return out
 
 
+def context_lines(m: Message, verbose: bool = False, style: Style = click.style) -> list[str]:
+    """One message of ``context``: ``[role] text``, read as the view of messages reads it
+    (an imported tool call: ``→ Bash(ls)``). Terminal-safe."""
+    label = style(f"[{safe(m.role)}]", bold=True)
+    shown = views.message(m, verbose)
+    if shown is None:
+        return [label + " " + safe_block(message_text(m))]
+    lines = _safe_lines(shown)
+    return [label + " " + lines[0], *lines[1:]] if lines else [label]
+
+
 def context_messages(result: Iterable[Any]) -> list[dict[str, Any]]:
     """What ``session.context()`` returned, as message dicts."""
     out = []
@@ -489,5 +515,6 @@ __all__ = [
     "topo_order",
     "graph_rows",
     "graph_lines",
+    "context_lines",
     "context_messages",
 ]

@@ -1,0 +1,230 @@
+"""How imported coding-agent sessions (Claude Code, Codex, Pi) read in ``log``, ``show`` and ``context``.
+
+The importers keep each line's message as the vendor wrote its content blocks: Claude's
+``tool_use``/``tool_result``/``thinking``/``image``, Codex's ``function_call``/
+``function_call_output``/``reasoning``, Pi's ``toolCall``/``thinking`` and ``toolResult``
+messages. Read as plain text, a tool call is empty. This view writes them as a person wants
+to scan them: a call as ``→ Bash(ls -la …)`` (the tool and a one-line, cut summary of its
+argument), a result as ``← 14 lines`` (all of it when asked), thinking folded to one line,
+an image as ``[image]``. Lines that are bookkeeping (Claude's ``progress``,
+``file-history-snapshot``, ``summary``, ``queue-operation``; Codex's ``turn_context`` and
+``token_count``) are marked so that ``log`` leaves them out unless asked for every entry.
+
+Registered for the ``event`` (Claude Code, Codex) and ``message`` (Pi) kinds; an entry whose
+content holds none of these blocks and that no importer wrote reads as castore's own. What
+is returned is unescaped: the CLI escapes it (one rule, ``castore.cli.text``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import views
+from ..entries import Event, Message
+
+if TYPE_CHECKING:
+    from ..entries import LogEntry
+
+#: the metadata key each importer files its lines under (the adapters' ``KEY``)
+IMPORTERS = ("claude", "codex", "pi")
+#: line types that are a client's bookkeeping, not what happened in the session
+BOOKKEEPING = frozenset({"progress", "file-history-snapshot", "summary", "queue-operation",
+                         "turn_context", "token_count"})
+#: a tool call's argument is cut to this many characters
+ARG_CHARS = 60
+#: the arguments that say best what a call does, first found wins
+_MAIN_ARGS = ("command", "cmd", "file_path", "path", "pattern", "url", "query", "description", "prompt",
+              "skill", "subject", "content")
+_CALLS = ("tool_use", "function_call", "custom_tool_call", "local_shell_call", "toolCall", "server_tool_use")
+_RESULTS = ("tool_result", "function_call_output", "custom_tool_call_output")
+_THINKING = ("thinking", "reasoning", "redacted_thinking")
+_IMAGES = ("image", "input_image", "image_url")
+_KNOWN = frozenset(_CALLS + _RESULTS + _THINKING + _IMAGES)
+
+
+def fold(text: str, width: int) -> str:
+    """``text`` on one line (whitespace folded), cut to ``width`` characters with ``…``."""
+    s = " ".join(text.split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _text(content: Any) -> str:
+    """The text of a result's content: a string, or the text parts of a list of blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for b in content:
+            if isinstance(b, str):
+                parts.append(b)
+            elif isinstance(b, Mapping) and b.get("type") in _IMAGES:
+                parts.append("[image]")
+            elif isinstance(b, Mapping) and isinstance(b.get("text"), str):
+                parts.append(b["text"])
+        return "\n".join(parts)
+    if isinstance(content, Mapping) and isinstance(content.get("text"), str):
+        return str(content["text"])
+    return json.dumps(content, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _args(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def arg_summary(raw: Any) -> str:
+    """What a tool call's argument says, on one line, uncut: its command, path, pattern, ...
+
+    ``raw``: the input object, or its JSON text (Codex), or a plain string.
+    """
+    args = _args(raw)
+    if isinstance(args, Mapping):
+        for key in _MAIN_ARGS:
+            v = args.get(key)
+            if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+                return " ".join(v[2:] if len(v) > 2 and v[1] in ("-lc", "-c") else v)
+            if isinstance(v, str) and v:
+                return v
+        args = {k: v for k, v in args.items() if v not in (None, "", [], {})}
+        if len(args) == 1 and isinstance(next(iter(args.values())), str):
+            return str(next(iter(args.values())))
+    if isinstance(args, str):
+        return args
+    return "" if args in (None, {}) else json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _lines_word(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
+def _result(content: Any, error: bool, verbose: bool, one: bool) -> list[str]:
+    text = _text(content)
+    lines = text.splitlines()
+    head = "← " + ("error, " if error else "") + (_lines_word(len(lines)) if lines else "(empty)")
+    if verbose and not one:
+        return [head, *("  " + ln for ln in lines)]
+    return [head + (": " + fold(text, ARG_CHARS) if lines else "")]
+
+
+def _call(name: Any, raw: Any, verbose: bool, one: bool) -> list[str]:
+    name = name if isinstance(name, str) and name else "?"
+    head = f"→ {name}({fold(arg_summary(raw), ARG_CHARS)})"
+    if not verbose or one:
+        return [head]
+    args = _args(raw)
+    full = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, indent=2, sort_keys=True,
+                                                         default=str)
+    return [head, *("  " + ln for ln in full.splitlines())]
+
+
+def block_lines(b: Any, verbose: bool = False, one: bool = False) -> list[str]:
+    """How one content block reads: text as it is, a call, a result, thinking, an image.
+
+    ``verbose``: a result's and a call's whole text; ``one``: one short line for the block.
+    """
+    if isinstance(b, str):
+        return b.splitlines() or [""]
+    if not isinstance(b, Mapping):
+        return [json.dumps(b, ensure_ascii=False, default=str)]
+    t = b.get("type")
+    if t in _CALLS:
+        raw = b.get("input", b.get("arguments", b.get("action")))
+        return _call(b.get("name") or ("local_shell" if t == "local_shell_call" else None), raw, verbose, one)
+    if t in _RESULTS:
+        return _result(b.get("content", b.get("output")), b.get("is_error") is True, verbose, one)
+    if t in _THINKING:
+        said = b.get("thinking", b.get("text"))
+        if not isinstance(said, str) or not said.strip():
+            return ["∴ (thinking)"]
+        return ["∴ " + said] if verbose and not one else ["∴ " + fold(said, ARG_CHARS + 20)]
+    if t in _IMAGES:
+        src = b.get("source")
+        mime = b.get("mimeType") or (src.get("media_type") if isinstance(src, Mapping) else None)
+        return [f"[image {mime}]" if isinstance(mime, str) and mime else "[image]"]
+    if isinstance(b.get("text"), str):
+        return b["text"].splitlines() or [""]
+    return [f"[{t}]" if isinstance(t, str) else json.dumps(b, ensure_ascii=False, sort_keys=True, default=str)]
+
+
+def _speaks(m: Message) -> bool:
+    """Whether the message holds a block this view reads (else castore's own reading is as good)."""
+    return m.role == "toolResult" or (isinstance(m.content, list) and any(
+        isinstance(b, Mapping) and b.get("type") in _KNOWN for b in m.content))
+
+
+def message_lines(m: Message, verbose: bool = False, one: bool = False) -> list[str] | None:
+    """How a coding agent's message reads (see the module), or None when castore's own reading
+    says it as well (no call, result, thinking or image in it)."""
+    if not _speaks(m):
+        return None
+    if m.role == "toolResult":  # Pi: the message itself is the result
+        return _result(m.content, m.extra.get("isError") is True, verbose, one)
+    blocks = m.content if isinstance(m.content, list) else [m.content]
+    out: list[str] = []
+    for b in blocks:
+        out += block_lines(b, verbose, one)
+    return out
+
+
+def _importer_line(e: LogEntry) -> Mapping[str, Any] | None:
+    for key in IMPORTERS:
+        got = e.meta.get(key)
+        if isinstance(got, Mapping):
+            return got
+    return None
+
+
+def _message(e: LogEntry) -> Message | None:
+    entry = e.entry
+    if isinstance(entry, Event):
+        return entry.message
+    return entry if isinstance(entry, Message) else None
+
+
+def _label(e: LogEntry, m: Message) -> str:
+    if m.role == "toolResult" or (isinstance(m.content, list) and m.content and all(
+            isinstance(b, Mapping) and b.get("type") in _RESULTS for b in m.content)):
+        return "tool"
+    return m.role
+
+
+class TranscriptView(views.View):
+    """Claude Code, Codex and Pi lines: calls, results, thinking, images; bookkeeping marked."""
+
+    kinds = frozenset({"event", "message"})
+
+    def describe(self, e: LogEntry) -> str | None:
+        """``assistant: → Bash(ls -la)``, ``tool: ← 14 lines: total 48``, or None."""
+        m = _message(e)
+        if m is None or (lines := message_lines(m, one=True)) is None:
+            return None
+        return f"{_label(e, m)}: " + " · ".join(fold(ln, 200) for ln in lines if ln.strip())
+
+    def body(self, e: LogEntry, verbose: bool = False) -> list[str] | None:
+        """``[assistant]`` and the message's blocks as :func:`message_lines` reads them, or None."""
+        m = _message(e)
+        if m is None or (lines := message_lines(m, verbose)) is None:
+            return None
+        return [f"[{_label(e, m)}]", *lines]
+
+    def message(self, m: Message, verbose: bool = False) -> list[str] | None:
+        """A message with no commit (``context``) as :func:`message_lines` reads it, or None."""
+        return message_lines(m, verbose)
+
+    def bookkeeping(self, e: LogEntry) -> bool:
+        """Whether an imported line is the client's bookkeeping (a ``progress`` line, ...)."""
+        line = _importer_line(e)
+        if line is None or _message(e) is not None:
+            return False
+        return line.get("type") in BOOKKEEPING or e.author in BOOKKEEPING
+
+
+views.register(TranscriptView())

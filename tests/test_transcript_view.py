@@ -1,0 +1,167 @@
+"""Imported coding-agent sessions read well in the terminal (issue 38, part 1): tool calls,
+results, thinking and images in ``log``/``show``/``context``/``log --graph``, bookkeeping
+lines left out unless ``--all-entries``, ``--json`` as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from castore.adapters import transcript_view as tv
+from castore.cli.main import main
+from castore.entries import Message
+
+DATA = Path(__file__).resolve().parent / "data"
+SHARE = DATA / "claude-code" / "session-share"
+SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
+KEY = f"claude/session-share/{SID}"
+CODEX = DATA / "codex" / "sample_codex_session.jsonl"
+CODEX_KEY = "codex/local/019b64e5-57fa-7463-b644-fba7e456f905"
+
+
+def _cli(store: Path, *args: str):
+    r = CliRunner().invoke(main, ["--store", str(store), *args])
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    s = tmp_path_factory.mktemp("transcripts") / "store"
+    _cli(s, "import", "claude", str(SHARE))
+    _cli(s, "import", "codex", str(CODEX))
+    return s
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _commits(store: Path, key: str) -> list[dict]:
+    return json.loads(_cli(store, "-s", key, "log", "--all", "-n", "0", "--json"))["commits"]
+
+
+def _by_uuid(store: Path, uuid: str) -> str:
+    return next(c["id"] for c in _commits(store, KEY) if c["meta"]["claude"].get("uuid") == uuid)
+
+
+def _bash_calls() -> list[tuple[str, str]]:
+    """(line uuid, command) of every Bash call in the main file."""
+    out = []
+    for d in _lines(SHARE / f"{SID}.jsonl"):
+        for b in (d.get("message") or {}).get("content") or []:
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") == "Bash":
+                out.append((d["uuid"], b["input"]["command"]))
+    return out
+
+
+def test_log_shows_every_bash_call_with_its_command(store: Path) -> None:
+    calls = _bash_calls()
+    assert calls
+    out = _cli(store, "-s", KEY, "log", "--all", "-n", "0")
+    for _, command in calls:
+        assert "→ Bash(" + tv.fold(command, tv.ARG_CHARS)[:40] in out
+    graph = _cli(store, "-s", KEY, "log", "--graph", "--all", "-n", "0")
+    assert "assistant: → Bash(" + tv.fold(calls[0][1], 200)[:20] in graph
+
+
+def test_show_of_a_tool_call_and_of_its_result(store: Path) -> None:
+    uuid, command = _bash_calls()[0]
+    cid = _by_uuid(store, uuid)
+    out = _cli(store, "-s", KEY, "show", cid)
+    assert "[assistant]" in out and "→ Bash(" in out and command not in out  # cut to one line
+    assert command in _cli(store, "-s", KEY, "show", "-v", cid)
+    # the result answering it: every line of its text with -v, a count without
+    def text_of(content: str | list) -> str:
+        return content if isinstance(content, str) else "\n".join(b["text"] for b in content if "text" in b)
+
+    results = [(d["uuid"], text_of(b["content"]).splitlines()) for d in _lines(SHARE / f"{SID}.jsonl")
+               for b in (d.get("message") or {}).get("content") or []
+               if isinstance(b, dict) and b.get("type") == "tool_result"]
+    uuid, text = max(results, key=lambda r: len(r[1]))
+    assert len(text) > 2
+    short = _cli(store, "-s", KEY, "show", _by_uuid(store, uuid))
+    assert f"← {len(text)} lines" in short and text[-1].strip() not in short
+    full = _cli(store, "-s", KEY, "show", "-v", _by_uuid(store, uuid))
+    assert all(ln in full for ln in text)
+
+
+def test_bookkeeping_lines_hidden_unless_all_entries(store: Path) -> None:
+    raw = _lines(SHARE / f"{SID}.jsonl")
+    kept = [d for d in raw if d.get("type") not in tv.BOOKKEEPING]
+    assert any(d.get("type") == "progress" for d in raw) and len(kept) < len(raw)
+    out = _cli(store, "-s", KEY, "log", "--all", "-n", "0", "--oneline")
+    assert "[event by progress]" not in out and "progress:" not in out and "file-history-snapshot" not in out
+    assert len(out.splitlines()) == len(kept)
+    every = _cli(store, "-s", KEY, "log", "--all", "-n", "0", "--oneline", "--all-entries")
+    assert "progress: (event)" in every and len(every.splitlines()) == len(raw)
+    assert "[event by progress]" in _cli(store, "-s", KEY, "log", "-n", "0", "--all-entries")
+    # the limit counts what is shown; HEAD's name moves to the newest entry shown
+    ten = _cli(store, "-s", KEY, "log", "--oneline")
+    assert len(ten.splitlines()) == 10 and "progress" not in ten
+    assert "(HEAD -> " in ten.splitlines()[0]
+
+
+def test_the_graph_stays_connected_without_the_bookkeeping(store: Path) -> None:
+    def widest(*flags: str) -> int:
+        out = _cli(store, "-s", KEY, "log", "--graph", "--all", "-n", "0", *flags)
+        return max(len(ln.split(" ", 1)[0]) for ln in out.splitlines() if ln.lstrip("|/_ \\*@"))
+
+    assert widest() <= widest("--all-entries")
+
+
+def test_codex_bookkeeping_hidden(store: Path) -> None:
+    out = _cli(store, "-s", CODEX_KEY, "log", "-n", "0", "--oneline")
+    raw = _lines(CODEX)
+    assert sum(d.get("type") == "turn_context" for d in raw) > 0
+    assert "turn_context" not in out and "user: can you analyse the MD files" in out
+    assert "turn_context" in _cli(store, "-s", CODEX_KEY, "log", "-n", "0", "--oneline", "--all-entries")
+
+
+def test_context_shows_calls(store: Path) -> None:
+    out = _cli(store, "-s", KEY, "context")
+    assert "[assistant] → Task(" in out and "← " in out and "[assistant] ∴ " in out
+
+
+def test_json_is_unchanged(store: Path) -> None:
+    plain = _cli(store, "-s", KEY, "log", "-n", "0", "--json")
+    assert plain == _cli(store, "-s", KEY, "log", "-n", "0", "--json", "--all-entries")
+    commits = json.loads(plain)["commits"]
+    assert any(c["author"] == "progress" for c in commits)
+    uuid, _ = _bash_calls()[0]
+    cid = _by_uuid(store, uuid)
+    assert json.loads(_cli(store, "-s", KEY, "show", cid, "--json"))["summary"] == "assistant:"
+
+
+def test_codex_and_pi_blocks_read_as_calls() -> None:
+    call = Message("assistant", [{"type": "function_call", "name": "shell",
+                                  "arguments": json.dumps({"command": ["bash", "-lc", "ls -la"]}), "call_id": "c1"}])
+    assert tv.message_lines(call) == ["→ shell(ls -la)"]
+    out = Message("tool", [{"type": "function_call_output", "call_id": "c1", "output": "a\nb\nc"}])
+    assert tv.message_lines(out) == ["← 3 lines: a b c"]
+    assert tv.message_lines(out, verbose=True) == ["← 3 lines", "  a", "  b", "  c"]
+    pi = Message("assistant", [{"type": "thinking", "thinking": "first\n\nthen"},
+                               {"type": "toolCall", "name": "read", "arguments": {"path": "x.py"}},
+                               {"type": "image", "data": "AAAA", "mimeType": "image/png"}])
+    assert tv.message_lines(pi) == ["∴ first then", "→ read(x.py)", "[image image/png]"]
+    assert tv.message_lines(Message("user", "plain text")) is None  # castore's own reading
+
+
+def test_a_hostile_tool_call_is_escaped(tmp_path: Path) -> None:
+    line = {"type": "assistant", "uuid": "u1", "parentUuid": None, "sessionId": "s1",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "Bash\x1b]52;c;eA==\x07",
+                 "input": {"command": "echo \x1b[2Jgone\u202e"}}]}}
+    src = tmp_path / "proj" / "s1.jsonl"
+    src.parent.mkdir()
+    src.write_text(json.dumps(line) + "\n")
+    store = tmp_path / "store"
+    _cli(store, "import", "claude", str(tmp_path / "proj"))
+    for args in (("log", "--oneline"), ("log",), ("show", "-v"), ("log", "--graph"), ("context", "-v")):
+        out = _cli(store, "-s", "claude/proj/s1", *args)
+        assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+        assert "\\x1b" in out
