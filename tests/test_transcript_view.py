@@ -165,3 +165,19 @@ def test_a_hostile_tool_call_is_escaped(tmp_path: Path) -> None:
         out = _cli(store, "-s", "claude/proj/s1", *args)
         assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
         assert "\\x1b" in out
+
+
+def test_a_real_pi_session_reads_its_calls_results_and_commands(tmp_path: Path) -> None:
+    import lzma
+
+    src = tmp_path / "before-compaction.jsonl"
+    src.write_bytes(lzma.decompress((DATA / "pi" / "before-compaction.jsonl.xz").read_bytes()))
+    raw = _lines(src)
+    bash = next(d["message"] for d in raw if (d.get("message") or {}).get("role") == "bashExecution")
+    store = tmp_path / "store"
+    _cli(store, "import", "pi", str(src))
+    key = next(ln.split()[0] for ln in _cli(store, "sessions").splitlines())
+    out = _cli(store, "-s", key, "log", "-n", "0", "--oneline")
+    assert f"bashExecution: $ {bash['command']} · ← {len(bash['output'].splitlines())} lines" in out
+    assert "assistant: → bash(" in out and "tool: ← " in out
+    assert "thinking level -> " in out

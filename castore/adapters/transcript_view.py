@@ -6,7 +6,8 @@ The importers keep each line's message as the vendor wrote its content blocks: C
 messages. Read as plain text, a tool call is empty. This view writes them as a person wants
 to scan them: a call as ``→ Bash(ls -la …)`` (the tool and a one-line, cut summary of its
 argument), a result as ``← 14 lines`` (all of it when asked), thinking folded to one line,
-an image as ``[image]``. Lines that are bookkeeping (Claude's ``progress``,
+an image as ``[image]``, a command Pi's user ran with ``!`` as ``$ ls`` and its output.
+Lines that are bookkeeping (Claude's ``progress``,
 ``file-history-snapshot``, ``summary``, ``queue-operation``; Codex's ``turn_context`` and
 ``token_count``) are marked so that ``log`` leaves them out unless asked for every entry.
 
@@ -154,10 +155,16 @@ def block_lines(b: Any, verbose: bool = False, one: bool = False) -> list[str]:
     return [f"[{t}]" if isinstance(t, str) else json.dumps(b, ensure_ascii=False, sort_keys=True, default=str)]
 
 
+def _failed(m: Message) -> str | None:
+    """The error of an assistant message that holds nothing (Pi: a request aborted), or None."""
+    said = m.extra.get("errorMessage")
+    return said if isinstance(said, str) and said and not m.content else None
+
+
 def _speaks(m: Message) -> bool:
     """Whether the message holds a block this view reads (else castore's own reading is as good)."""
-    return m.role == "toolResult" or (isinstance(m.content, list) and any(
-        isinstance(b, Mapping) and b.get("type") in _KNOWN for b in m.content))
+    return m.role in ("toolResult", "bashExecution") or _failed(m) is not None or (
+        isinstance(m.content, list) and any(isinstance(b, Mapping) and b.get("type") in _KNOWN for b in m.content))
 
 
 def message_lines(m: Message, verbose: bool = False, one: bool = False) -> list[str] | None:
@@ -167,6 +174,12 @@ def message_lines(m: Message, verbose: bool = False, one: bool = False) -> list[
         return None
     if m.role == "toolResult":  # Pi: the message itself is the result
         return _result(m.content, m.extra.get("isError") is True, verbose, one)
+    if m.role == "bashExecution":  # Pi: a command the user ran with `!`
+        code = m.extra.get("exitCode")
+        return [f"$ {fold(str(m.extra.get('command', '')), ARG_CHARS)}",
+                *_result(m.extra.get("output"), isinstance(code, int) and code != 0, verbose, one)]
+    if (error := _failed(m)) is not None:
+        return [f"(no answer: {fold(error, ARG_CHARS)})"]
     blocks = m.content if isinstance(m.content, list) else [m.content]
     out: list[str] = []
     for b in blocks:
@@ -189,7 +202,7 @@ def _message(e: LogEntry) -> Message | None:
     return entry if isinstance(entry, Message) else None
 
 
-def _label(e: LogEntry, m: Message) -> str:
+def _label(m: Message) -> str:
     if m.role == "toolResult" or (isinstance(m.content, list) and m.content and all(
             isinstance(b, Mapping) and b.get("type") in _RESULTS for b in m.content)):
         return "tool"
@@ -206,14 +219,14 @@ class TranscriptView(views.View):
         m = _message(e)
         if m is None or (lines := message_lines(m, one=True)) is None:
             return None
-        return f"{_label(e, m)}: " + " · ".join(fold(ln, 200) for ln in lines if ln.strip())
+        return f"{_label(m)}: " + " · ".join(fold(ln, 200) for ln in lines if ln.strip())
 
     def body(self, e: LogEntry, verbose: bool = False) -> list[str] | None:
         """``[assistant]`` and the message's blocks as :func:`message_lines` reads them, or None."""
         m = _message(e)
         if m is None or (lines := message_lines(m, verbose)) is None:
             return None
-        return [f"[{_label(e, m)}]", *lines]
+        return [f"[{_label(m)}]", *lines]
 
     def message(self, m: Message, verbose: bool = False) -> list[str] | None:
         """A message with no commit (``context``) as :func:`message_lines` reads it, or None."""

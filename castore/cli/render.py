@@ -118,6 +118,8 @@ def summary(e: LogEntry, width: int = 72, *, read: bool = True) -> str:
         text = f"compaction: {safe_block(entry.summary)}"
     elif isinstance(entry, BranchSummary):
         text = f"branch summary: {safe_block(entry.summary)}"
+    elif isinstance(entry, ModelChange) and read and entry.model is None and entry.thinking_level:
+        text = f"thinking level -> {safe(entry.thinking_level)}"
     elif isinstance(entry, ModelChange):
         text = f"model -> {safe(entry.model or '?')}" + (f" ({safe(entry.provider)})" if entry.provider else "")
     elif isinstance(entry, Custom) and e.kind == "custom":
@@ -281,7 +283,8 @@ def body_lines(e: LogEntry, verbose: bool = False) -> list[str]:
     if isinstance(entry, BranchSummary):
         return [f"[branch summary of {safe(short(entry.from_id))}]", *safe_block(entry.summary).splitlines()]
     if isinstance(entry, ModelChange):
-        return [safe(f"[model change] {entry.model} {entry.provider or ''} {entry.thinking_level or ''}".rstrip())]
+        said = [entry.model, entry.provider, entry.thinking_level and f"thinking {entry.thinking_level}"]
+        return [safe("[model change] " + " ".join(p for p in said if p))]
     if isinstance(entry, Custom):
         return [f"[custom {safe(entry.type)}]", fmt_value(entry.data)]
     return [f"[{safe(e.kind)}]"]
