@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import views
-from ..entries import Event, Message
+from ..entries import Event, Message, content_text
 
 if TYPE_CHECKING:
     from ..entries import LogEntry
@@ -52,21 +52,9 @@ def fold(text: str, width: int) -> str:
 
 
 def _text(content: Any) -> str:
-    """The text of a result's content: a string, or the text parts of a list of blocks."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for b in content:
-            if isinstance(b, str):
-                parts.append(b)
-            elif isinstance(b, Mapping) and b.get("type") in _IMAGES:
-                parts.append("[image]")
-            elif isinstance(b, Mapping) and isinstance(b.get("text"), str):
-                parts.append(b["text"])
-        return "\n".join(parts)
+    """The text of a result's content: a string, the text parts of a list of blocks, or JSON."""
+    if content is None or isinstance(content, (str, list)):
+        return content_text(content)
     if isinstance(content, Mapping) and isinstance(content.get("text"), str):
         return str(content["text"])
     return json.dumps(content, ensure_ascii=False, sort_keys=True, default=str)
