@@ -334,7 +334,7 @@ def json_option(schema: str) -> Callable[[F], F]:
     """Decorator: add ``--json`` (passed as ``as_json``), documenting the document's shape.
 
     Args:
-        schema: the shape of the JSON document, shown in ``--help`` (and so in the README).
+        schema: the shape of the JSON document, shown in ``--help`` (and so in docs/cli.md).
     """
     return click.option(
         "--json", "as_json", is_flag=True,

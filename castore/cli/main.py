@@ -24,7 +24,7 @@ Rules for command modules (see :mod:`castore.cli.common` for the helpers):
 * let :class:`~castore.errors.CastoreError` propagate: the group prints ``Error: ...``
   and exits 1 (also inside nested groups); raise :class:`click.UsageError` for usage
   mistakes (exit 2);
-* every command (and option) has help text: the README reference is generated from it
+* every command (and option) has help text: the CLI reference, docs/cli.md, is generated from it
   by ``scripts/gen_cli_reference`` and a test fails when it is missing or out of date.
 
 Each module is listed with the names of the commands its ``register`` adds (the table below

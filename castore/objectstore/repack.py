@@ -357,7 +357,7 @@ class Repacker:
             # object storage: only the packs this handle wrote (its batch packs are still in
             # memory). Writers merging each other's packs GET, rewrite and DELETE the same
             # packs over and over: ~19 extra requests per append for 16 writers
-            # (BENCHMARKS-fleet.md). Other writers' packs are theirs, or `castore repack`'s.
+            # (docs/benchmarks/BENCHMARKS-fleet.md). Other writers' packs are theirs, or `castore repack`'s.
             sealed &= self._seq.keys()
         sizes: dict[str, int] = {n: 0 for n in sealed if n.startswith("b-")}
         indexed = sorted(n for n in sealed if listed[n])
