@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -70,16 +71,18 @@ class StoresMachine(RuleBasedStateMachine):
         super().__init__()
         self.places = [type(self).new_place() for _ in range(2)]
         self.stores: list[castore.Store] = [castore.open(url, **opts) for url, opts in self.places]
+        #: a second handle open on each store, as another process: :meth:`switch` swaps them
+        self.twins: list[castore.Store] = [castore.open(url, **opts) for url, opts in self.places]
         for s in self.stores:
             s.init()
         self.model: list[StoreModel] = [{}, {}]
         self.commits = Commits()
         #: session handles kept between steps (their path views carry over, as an agent's do)
-        self.handles: dict[tuple[int, str], castore.Session] = {}
+        self.handles: dict[tuple[int, str], castore.Session] = {}  # by (id of the Store, session)
 
     # -- helpers ------------------------------------------------------------------------------
     def handle(self, i: int, sid: str) -> castore.Session:
-        key = (i, sid)
+        key = (id(self.stores[i]), sid)
         if key not in self.handles:
             self.handles[key] = self.stores[i].session(APP, USER, sid)
         return self.handles[key]
@@ -218,10 +221,15 @@ class StoresMachine(RuleBasedStateMachine):
         assert {_session_branch(r) for r in report.refs_kept_as_remote} == kept, report.to_dict()
 
     # -- maintenance --------------------------------------------------------------------------
-    @rule(i=store_ix, grace=st.sampled_from([0.0, 3600.0]))
+    @rule(i=store_ix, grace=st.sampled_from([0.0, 0.05, 3600.0]))
     def gc(self, i: int, grace: float) -> None:
+        """gc; with a short grace (no other writer runs here), after waiting it out: then
+        nothing unreachable stays."""
+        short = grace < 1
+        if short:
+            time.sleep(grace)
         maintenance.gc(self.stores[i], grace=grace)
-        if grace == 0:
+        if short:
             report = maintenance.fsck(self.stores[i])
             assert report.ok, report.to_dict()
             assert report.unreachable == [], report.to_dict()
@@ -232,10 +240,16 @@ class StoresMachine(RuleBasedStateMachine):
 
     @rule(i=store_ix)
     def reopen(self, i: int) -> None:
+        self.handles = {k: v for k, v in self.handles.items() if k[0] != id(self.stores[i])}
         self.stores[i].close()
         url, opts = self.places[i]
         self.stores[i] = castore.open(url, **opts)
-        self.handles = {k: v for k, v in self.handles.items() if k[0] != i}
+
+    @rule(i=store_ix)
+    def switch(self, i: int) -> None:
+        """Go on with the other open handle of store ``i``: what it kept (its sessions' path
+        views, caches) is stale by now, and must not show."""
+        self.stores[i], self.twins[i] = self.twins[i], self.stores[i]
 
     # -- the check after every step -----------------------------------------------------------
     @invariant()
@@ -252,10 +266,14 @@ class StoresMachine(RuleBasedStateMachine):
             head_path = m.head_path()
             assert info.branch == (m.head if isinstance(m.head, str) else None), (i, sid, info)
             assert info.head == (head_path[-1] if head_path else None), (i, sid, info)
+            assert info.entries == len(head_path), (i, sid, info)
             s = self.handle(i, sid)
             assert s.branches() == {b: p[-1] for b, p in m.branches.items()}, (i, sid)
             assert s.current_branch == (m.head if isinstance(m.head, str) else None)
             assert s.remote_branches() == m.tracking, (i, sid)
+            every = {c for p in [*m.branches.values(), head_path] for c in p}
+            every |= {c for t in m.tracking.values() for c in self.commits.path[t]}
+            assert {e.id for e in s.log(all_branches=True)} == every, (i, sid)
             for b, p in m.branches.items():
                 self.check_path(s, b, p)
             self.check_path(s, "HEAD", head_path)
@@ -276,7 +294,7 @@ class StoresMachine(RuleBasedStateMachine):
                 report = maintenance.fsck(store)
                 assert report.ok, report.to_dict()
         finally:
-            for store in self.stores:
+            for store in [*self.stores, *self.twins]:
                 store.close()
 
 
