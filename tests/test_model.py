@@ -110,6 +110,20 @@ class StoresMachine(RuleBasedStateMachine):
             m = self.model[i][sid] = SessionModel()
         m.extend(self.commits.add(cid, m.head_path(), Said(role, text)))
 
+    @rule(i=store_ix, n=pick, b=pick, text=words)
+    def append_to_branch(self, i: int, n: int, b: int, text: str) -> None:
+        """Append to a named branch, checked out or not (HEAD stays where it is)."""
+        if (got := self.existing(i, n)) is None:
+            return
+        _, m, s = got
+        name = _choose(sorted({*BRANCHES, *m.branches}), b)
+        if name not in m.branches:
+            with pytest.raises(castore.BranchError):
+                s.append(castore.Message(role="user", content=text), branch=name)
+            return
+        cid = s.append(castore.Message(role="user", content=text), branch=name)
+        m.branches[name] = self.commits.add(cid, m.branches[name], Said("user", text))
+
     @rule(i=store_ix, n=pick, k=pick, name=st.sampled_from(BRANCHES), b=pick)
     def branch(self, i: int, n: int, k: int, name: str, b: int) -> None:
         if (got := self.existing(i, n)) is None:
@@ -160,17 +174,23 @@ class StoresMachine(RuleBasedStateMachine):
         assert s.reset(cid) == cid
         m.set_head_path(self.commits.path[cid])
 
-    @rule(i=store_ix, n=pick, b=pick)
-    def delete_branch(self, i: int, n: int, b: int) -> None:
+    @rule(i=store_ix, n=pick, b=pick, force=st.booleans())
+    def delete_branch(self, i: int, n: int, b: int, force: bool) -> None:
+        """Delete a branch; without ``force`` only a merged one: its tip on the path of
+        another branch, the detached HEAD or a remote-tracking branch."""
         if (got := self.existing(i, n)) is None or not got[1].branches:
             return
         _, m, s = got
         name = _choose(sorted(m.branches), b)
-        if m.head == name:
+        tip = m.branches[name][-1]
+        others = [p for b_, p in m.branches.items() if b_ != name]
+        others += [m.head_path()] if not isinstance(m.head, str) else []
+        others += [self.commits.path[t] for t in m.tracking.values()]
+        if m.head == name or not (force or any(tip in p for p in others)):
             with pytest.raises(castore.BranchError):
-                s.delete_branch(name, force=True)
+                s.delete_branch(name, force=force)
             return
-        s.delete_branch(name, force=True)
+        s.delete_branch(name, force=force)
         del m.branches[name]
 
     @rule(i=store_ix, n=pick, t=pick, k=pick)
@@ -192,6 +212,11 @@ class StoresMachine(RuleBasedStateMachine):
         if (got := self.at_head(i, n)) is None:
             return
         m, s, path = got
+        off = [c for c in m.all_commits() if c not in path]
+        if off and k % 4 == 0:  # keep_from off the current path: refused, nothing written
+            with pytest.raises(castore.RevisionNotFound):
+                s.compact(summary, keep_from=_choose(off, k))
+            return
         kept = _choose(list(path), k)
         cid = s.compact(summary, keep_from=kept)
         m.extend(self.commits.add(cid, path, Compacted(summary, kept)))
