@@ -452,16 +452,23 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
             continue
         candidates.append(oid)
     doomed_packs: list[str] = []
+    born: dict[str, float] = {}  # unreachable objects of doomed packs -> when first written
     for name in objs.pack_names():
         contents = objs.pack_contents(name)
         dead = [x for x in contents if x not in live]
         if not dead:
             continue
         mtime, _sealed, held = objs.pack_info(name)
-        if held or (grace > 0 and (mtime is None or mtime >= cutoff)):
+        # a repacked pack's ages say when its objects were first written (docs/FORMAT.md, 8)
+        ages = objs.pack_ages(name)
+        when = {x: ages.of(x, contents[x].offset) if ages is not None else mtime for x in dead}
+        when = {x: mtime if t is None else t for x, t in when.items()}
+        if held or (grace > 0 and all(t is None or t >= cutoff for t in when.values())):
             out.kept_young += len(dead)
             continue
         doomed_packs.append(name)
+        # an age unknown: kept unless grace is 0
+        born.update((x, t if t is not None else (-float("inf") if grace == 0 else now)) for x, t in when.items())
     if (candidates or doomed_packs) and not dry_run:
         # A writer may have made some of them reachable while we walked: walk again and
         # spare anything that is reachable now.
@@ -479,7 +486,7 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
         if progress is not None:
             progress("deleted", len(out.deleted))
     if doomed_packs:
-        _gc_packs(store, doomed_packs, live, out, cutoff)
+        _gc_packs(store, doomed_packs, live, out, cutoff, born)
     if not dry_run:
         out.locks_cleared = clear_stale_locks(store)
         out.temps_cleared = clear_stale_temps(store)
@@ -503,16 +510,19 @@ def forget_deleted(store: Store) -> None:
     update_if_present(store)
 
 
-def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cutoff: float) -> None:
-    """Rewrite the packs ``names`` with only their reachable objects (one new pack), then
-    delete them, each age re-checked against ``cutoff`` right before. The new pack is
-    complete and durable before anything is deleted."""
+def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cutoff: float,
+              born: dict[str, float]) -> None:
+    """Rewrite the packs ``names`` with only their reachable objects and the unreachable
+    ones ``born`` (when first written) after ``cutoff`` (one new pack, whose ages keep those
+    times), then delete them, the age of a pack without ages re-checked against ``cutoff``
+    right before. The new pack is complete and durable before anything is deleted."""
     objs = store.objects
     keep: dict[str, bytes] = {}
     dead: dict[str, int] = {}
+    aged = {name for name in names if objs.pack_ages(name) is not None}
     for name in names:
         for oid, loc in objs.pack_contents(name).items():
-            if oid in live:
+            if oid in live or born.get(oid, cutoff) >= cutoff:
                 if oid not in keep:
                     frame = objs.read_frame(name, loc)
                     o.from_stored(oid, frame)  # never carry damage into a new pack
@@ -524,9 +534,11 @@ def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cut
         out.bytes_freed += sum(dead.values())
         return
     if keep:
-        objs.write_pack(list(keep.items()))  # write order: neighbours compress together
+        # write order: neighbours compress together; the unreachable kept keep their age
+        objs.write_pack(list(keep.items()), {x: born[x] for x in keep if x in born})
     for name in names:
-        if not objs.delete_pack(name, cutoff):
+        # a pack with ages is a repack's (no writer writes it again): its own time says nothing
+        if not objs.delete_pack(name, None if name in aged else cutoff):
             # written again since we looked: it stays, and so do its objects
             for oid in objs.pack_contents(name):
                 dead.pop(oid, None)
@@ -614,11 +626,13 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
                 if len(canonical) <= LOOSE_MIN or (len(canonical) <= PATH_OBJECT_MAX and o.is_path_object(canonical)):
                     extra.append((oid, canonical))
                     loose_moved.append(oid)
+    # a loose object's age goes with it into the pack (gc's grace runs from its first write)
+    born = {oid: t for oid in loose_moved if (t := objs.mtime(oid)) is not None}
     out = RepackReport()
     if not loose_moved and (not chosen or (len(chosen) == 1 and chosen[0].startswith("r-"))):
         return out  # nothing to merge
     before = {n: objs.pack_contents(n) for n in chosen}
-    out.new_pack = objs.merge_packs(chosen, extra)
+    out.new_pack = objs.merge_packs(chosen, extra, extra_born=born)
     if out.new_pack is None:
         return out
     merged = objs.pack_contents(out.new_pack)

@@ -20,6 +20,7 @@ first (its next write opens a new log).
 
 from __future__ import annotations
 
+import json
 import os
 
 import castore
@@ -92,7 +93,8 @@ def delete(store: castore.Store, oid: str) -> None:
 
 def backdate(store: castore.Store, oids: list[str], when: float) -> None:
     """Set the age gc sees of ``oids`` to ``when`` (local disk): a loose object's file, or
-    the whole pack holding a packed one (a pack has one age)."""
+    the whole pack holding a packed one (its file, and every time in its ages file, as if
+    all its objects were written then)."""
     root = store.storage.root  # type: ignore[attr-defined]
     objs = store.objects
     for oid in oids:
@@ -101,7 +103,14 @@ def backdate(store: castore.Store, oids: list[str], when: float) -> None:
         keys += [pack_key(name) for name in _packs_holding(objs, oid)]
         assert keys, f"{oid} is not stored"
         for key in keys:
-            os.utime(os.path.join(root, *key.split("/")), (when, when))
+            path = os.path.join(root, *key.split("/"))
+            ages = path[:-len(".pack")] + ".age"
+            if key.endswith(".pack") and os.path.exists(ages):
+                with open(ages) as f:
+                    offsets = [off for off, _ in json.load(f)["born"]]
+                with open(ages, "w") as f:
+                    json.dump({"born": [[off, when] for off in offsets]}, f)
+            os.utime(path, (when, when))
 
 
 def stored_bytes(store: castore.Store) -> int:

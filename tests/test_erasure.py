@@ -4,7 +4,9 @@ its branches or its messages; and an unreachable object's age survives a repack 
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -120,4 +122,56 @@ def test_gc_drops_the_boot_markers_records_of_deletes(tmp_path: Path) -> None:
     assert markers and all(b"gone" in m.read_bytes() for m in markers)
     maintenance.gc(store, grace=0)
     assert all(b"gone" not in m.read_bytes() for m in (tmp_path / "store" / "journal").iterdir())
+    store.close()
+
+
+# -- item 10: a repack keeps an object's age --------------------------------------------------
+def _doomed(store: castore.Store, sid: str) -> set[str]:
+    """Write a session, delete it: the ids it alone held."""
+    before = set(store.objects.iter_ids())
+    store.session("app", "alice", sid).append(castore.Message(role="user", content=f"{sid} to be erased"))
+    store.objects.close()  # sealed: a log of this handle would be spared
+    made = set(store.objects.iter_ids()) - before
+    store.delete_session("app", "alice", sid)
+    return made
+
+
+def test_repack_does_not_restart_the_grace_period_of_unreachable_objects(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    store = castore.open(url)
+    store.session("app", "alice", "keeper").append(castore.Message(role="user", content="kept"))
+    old = _doomed(store, "old")
+    week = 7 * 86400.0
+    then = time.time() - 30 * 86400
+    for f in (tmp_path / "store").rglob("*"):  # as if written a month ago
+        if f.is_file() and ("packs" in f.parts or "objects" in f.parts):
+            if f.suffix == ".age":
+                ages = json.loads(f.read_bytes())
+                f.write_text(json.dumps({"born": [[off, then] for off, _ in ages["born"]]}))
+            os.utime(f, (then, then))
+    young = _doomed(store, "young")  # written now: within any grace period
+    for _ in range(3):  # background repacks, as often as they like
+        maintenance.repack(store, all_packs=True)
+        store.objects.refresh()
+    report = maintenance.gc(store, grace=week)
+    assert old and old <= set(report.deleted)
+    assert young and not young & set(report.deleted) and young <= set(store.objects.iter_ids())
+    # the young ones were carried into a new pack by gc: still young there, and not forever
+    maintenance.repack(store, all_packs=True)
+    assert not young & set(maintenance.gc(store, grace=week).deleted)
+    assert young <= set(maintenance.gc(store, grace=0).deleted)
+    assert castore.maintenance.fsck(store).ok
+    store.close()
+
+
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)
+def test_repack_keeps_the_age_of_unreachable_objects_on_s3(backend: Backend) -> None:
+    store = backend.open()
+    store.session("app", "alice", "keeper").append(castore.Message(role="user", content="kept"))
+    old = _doomed(store, "old")
+    time.sleep(3)  # the objects are 3 s old: a grace of 2 s has passed for them
+    maintenance.repack(store, all_packs=True)
+    store.objects.refresh()
+    report = maintenance.gc(store, grace=2)
+    assert old and old <= set(report.deleted)
     store.close()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import gc
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .. import objects as o
 from ..errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound
@@ -42,7 +42,7 @@ from . import packs
 from .packlog import WriterLog
 from .packmap import PackMap
 from .packs import PACKS, Place, index_key, pack_key
-from .repack import AUTO_REPACK_MAX_BYTES, Repacker
+from .repack import AUTO_REPACK_MAX_BYTES, Ages, Repacker, age_key, parse_ages
 
 PREFIX = "objects"
 #: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
@@ -698,15 +698,16 @@ class ObjectStore:
                 yield canonical, False
         yield from self.packmap.iter_pack_contents(batch)
 
-    def write_pack(self, frames: Sequence[tuple[str, bytes]]) -> str:
+    def write_pack(self, frames: Sequence[tuple[str, bytes]], born: Mapping[str, float] | None = None) -> str:
         """Write stored frames as one new sealed pack (version 2, in the order given, in
-        compressed blocks) with its index (gc); return its name. Each frame is verified.
+        compressed blocks) with its index (gc); return its name. Each frame is verified;
+        ``born`` gives when objects were first written (the pack's ages; docs/FORMAT.md, 8).
 
         Raises:
             IntegrityError: a frame does not hash to its id (nothing is written).
             StorageError: the backend failed.
         """
-        return self.repacker.write_pack(frames)
+        return self.repacker.write_pack(frames, born)
 
     def delete_pack(self, name: str, cutoff: float | None = None) -> bool:
         """Delete a pack and its index (repack and gc only); with ``cutoff``, only if the pack
@@ -785,6 +786,17 @@ class ObjectStore:
         """
         return self.packmap.pack_info(name)
 
+    def pack_ages(self, name: str) -> Ages | None:
+        """When the objects of a repacked pack were first written (:class:`~castore.objectstore.
+        repack.Ages`; docs/FORMAT.md, 8), or None when the pack has no ages (its own time stands).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        if not name.startswith("r-"):
+            return None
+        return parse_ages(self.storage.read_many([age_key(name)]).get(age_key(name)))
+
     def read_frame(self, name: str, loc: Place) -> bytes:
         """One stored frame of a pack at ``loc``, not verified
         (:meth:`PackMap.read_frame <castore.objectstore.packmap.PackMap.read_frame>`).
@@ -797,7 +809,7 @@ class ObjectStore:
 
     # -- repack ------------------------------------------------------------------------
     def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
-                    by_mtime: bool = True) -> str | None:
+                    by_mtime: bool = True, extra_born: Mapping[str, float] | None = None) -> str | None:
         """Merge packs, and ``extra`` ``(id, canonical bytes)`` objects, into one new pack with
         its index, then delete the merged packs; return its name, or None when there was
         nothing to merge (:meth:`Repacker.merge_packs
@@ -807,7 +819,7 @@ class ObjectStore:
             IntegrityError: an object does not hash to its id (nothing is deleted).
             StorageError: the backend failed.
         """
-        return self.repacker.merge_packs(names, extra, by_mtime)
+        return self.repacker.merge_packs(names, extra, by_mtime, extra_born=extra_born)
 
     def auto_repack_once(self, max_bytes: int = AUTO_REPACK_MAX_BYTES) -> str | None:
         """One bounded geometric repack of the sealed packs, what a writer runs in the

@@ -22,7 +22,9 @@ only those packs, in their write order.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -40,6 +42,46 @@ BLOCK_LEVEL = 9
 AUTO_REPACK_BATCHES = 16
 #: background repack reads at most this many bytes of packs per run (the rest waits its turn)
 AUTO_REPACK_MAX_BYTES = 256 << 20
+#: the suffix of a repacked pack's ages (docs/FORMAT.md, 8): when its records' objects were
+#: first written, which gc reads in place of the pack's own, younger, time
+AGE_SUFFIX = ".age"
+
+
+def age_key(name: str) -> str:
+    """The storage key of the ages of pack ``name``."""
+    return f"{PACKS}/{name}{AGE_SUFFIX}"
+
+
+#: an object written this much before the latest of its record gets its own entry in the ages
+AGE_SLACK = 60.0
+
+
+class Ages:
+    """A repacked pack's ages: when the objects of each record were first written (the
+    latest of them), and the objects written over :data:`AGE_SLACK` seconds before the
+    latest of their record (a record mixing a young object with old ones)."""
+
+    def __init__(self, records: dict[int, float], objects: dict[str, float]) -> None:
+        self.records = records
+        self.objects = objects
+
+    def of(self, oid: str, offset: int) -> float | None:
+        """When object ``oid`` of the record at ``offset`` was first written, if known."""
+        t = self.objects.get(oid)
+        return t if t is not None else self.records.get(offset)
+
+
+def parse_ages(data: bytes | None) -> Ages | None:
+    """A pack's ages file, or None when there is none or it does not parse (then the pack's
+    own time stands: younger, never older)."""
+    if data is None:
+        return None
+    try:
+        got = json.loads(data)
+        return Ages({int(off): float(t) for off, t in got["born"]},
+                    {str(k): float(t) for k, t in got.get("objects", {}).items()})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 class Repacker:
@@ -74,7 +116,8 @@ class Repacker:
 
     def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
                     by_mtime: bool = True,
-                    held: Mapping[str, Sequence[Sequence[tuple[str, bytes]]]] | None = None) -> str | None:
+                    held: Mapping[str, Sequence[Sequence[tuple[str, bytes]]]] | None = None,
+                    extra_born: Mapping[str, float] | None = None) -> str | None:
         """Merge packs, and ``extra`` ``(id, canonical bytes)`` objects, into one new pack with
         its index, then delete the merged packs (repack; docs/FORMAT.md, 8). Objects keep their
         write order (oldest pack first, record by record) and are compressed in blocks of about
@@ -91,7 +134,9 @@ class Repacker:
         costs a HEAD), packs this handle wrote keep their order and the others come first.
         ``held`` gives the objects of some of the packs, as groups in write order, that the
         caller has in memory (its own log at close): those are not read back, and the caller
-        has synced the refs of their intents.
+        has synced the refs of their intents. ``extra_born`` gives when some of ``extra`` were
+        written (else: now). The new pack's ages file keeps when each merged record's objects
+        were first written (docs/FORMAT.md, 8), so that gc's grace period runs from then.
 
         Raises:
             IntegrityError: an object does not hash to its id (nothing is deleted).
@@ -112,29 +157,39 @@ class Repacker:
                 seen.add(oid)
                 groups.append([(oid, canonical)])
         unread = [pack_key(n) for n in chosen if n not in own]
-        datas = self.storage.read_many(unread) if unread else {}
+        datas = self.storage.read_many(unread + [age_key(n) for n in chosen if n.startswith("r-")]) if chosen else {}
         done: list[str] = []
+        # when each object was first written, kept across merges (docs/FORMAT.md, 8): a
+        # repack must not restart the grace period of the unreachable objects it carries
+        born = dict(extra_born or {})
+        now = time.time()
         for name in sorted(chosen, key=lambda n: order[n]):
             found: list[list[tuple[str, bytes]]] | None
+            offsets: list[int] = []
             if name in own:
                 found = own[name]  # written by this handle: its objects are still in memory
             else:
                 data = datas.get(pack_key(name))
                 if data is None:
                     continue  # merged or collected by someone else since it was chosen
-                found = self._pack_groups(name, data)
+                found = self._pack_groups(name, data, offsets)
             if found is None:
                 continue
             done.append(name)
-            for group in found:
+            ages = parse_ages(datas.get(age_key(name)))
+            mtime = order[name][0] if by_mtime and order[name][0] else self.storage.mtime(pack_key(name))
+            for i, group in enumerate(found):
                 fresh = [(oid, c) for oid, c in group if oid not in seen]
                 seen.update(oid for oid, _ in fresh)
                 if fresh:
                     groups.append(fresh)
+                    for oid, _ in fresh:
+                        t = ages.of(oid, offsets[i]) if ages is not None and i < len(offsets) else None
+                        born[oid] = t if t is not None else (mtime if mtime is not None else now)
         if not groups or (len(done) < 2 and not extra and done and done[0].startswith("r-")):
             return None
         self._sync_intent_refs([n for n in done if n.startswith("w-") and n not in own], datas)
-        new = self.write_groups(groups)
+        new = self.write_groups(groups, born)
         self.delete_packs([n for n in done if n != new])  # one batched delete, not one per pack
         with self.packmap.lock:
             for name in done:
@@ -145,24 +200,35 @@ class Repacker:
                 self._moved.popitem(last=False)
         return new
 
-    def write_pack(self, frames: Sequence[tuple[str, bytes]]) -> str:
+    def write_pack(self, frames: Sequence[tuple[str, bytes]], born: Mapping[str, float] | None = None) -> str:
         """Write stored frames as one new sealed pack (version 2, in the order given, in
         compressed blocks) with its index (gc); return its name. Each frame is verified.
+        ``born``: when objects were first written (see :meth:`write_groups`).
 
         Raises:
             IntegrityError: a frame does not hash to its id (nothing is written).
             StorageError: the backend failed.
         """
-        return self.write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames])
+        return self.write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames], born)
 
-    def write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]]) -> str:
+    def write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]],
+                     born: Mapping[str, float] | None = None) -> str:
         """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks (each
-        laid out by kind, :func:`castore.objectstore.packs.block_layout`), then its index, each
-        atomically: a pack without its index is still read (scanned); an index never names
-        a pack that is not complete."""
+        laid out by kind, :func:`castore.objectstore.packs.block_layout`), then its ages
+        (:class:`Ages` from ``born``, now for an object ``born`` does not name; docs/FORMAT.md,
+        8), then its index, each atomically: a pack without its index
+        is still read (scanned); an index never names a pack that is not complete, nor one
+        whose ages are not written."""
         data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)
         name = packs.content_name("r", data)
         self.storage.write(pack_key(name), data)
+        now = time.time()
+        when = {oid: min(now, (born or {}).get(oid, now)) for oid in where}
+        ages: dict[int, float] = {}
+        for oid, slot in where.items():
+            ages[slot.offset] = max(ages.get(slot.offset, when[oid]), when[oid])
+        older = {oid: t for oid, t in sorted(when.items()) if t < ages[where[oid].offset] - AGE_SLACK}
+        self.storage.write(age_key(name), json.dumps({"born": sorted(ages.items()), "objects": older}).encode())
         self.storage.write(index_key(name), packs.encode_index(len(data), where))
         with self.packmap.lock:
             self.packmap.add(name, where, sealed=True, scanned=len(data), version=2)
@@ -198,6 +264,8 @@ class Repacker:
             if indexed:
                 self.storage.delete(index_key(name))
             self.storage.delete(pack_key(name))
+        if name.startswith("r-"):
+            self.storage.delete(age_key(name))  # ages without their pack: read by no one
         with self.packmap.lock:
             self.packmap.drop(name)
             self._sizes.pop(name, None)
@@ -220,6 +288,9 @@ class Repacker:
             if indexes:
                 self.storage.delete_many(indexes)
             self.storage.delete_many([pack_key(n) for n in names])
+            ages = [age_key(n) for n in names if n.startswith("r-")]
+            if ages:
+                self.storage.delete_many(ages)  # ages without their pack: read by no one
         except DeleteIncomplete as e:
             left = set(e.remaining)
             gone = {n for n in names if pack_key(n) not in left and index_key(n) not in left}
@@ -263,10 +334,12 @@ class Repacker:
                 out.append(name)
         return list(reversed(dict.fromkeys(reversed(out))))
 
-    def _pack_groups(self, name: str, data: bytes) -> list[list[tuple[str, bytes]]] | None:
+    def _pack_groups(self, name: str, data: bytes, offsets: list[int] | None = None
+                     ) -> list[list[tuple[str, bytes]]] | None:
         """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
         (one per version-2 record, in the order of its content: a repacked block's is by kind,
-        stable when laid out again; one per object in a version-1 pack), each verified; None
+        stable when laid out again; one per object in a version-1 pack), each verified, each
+        group's offset in the pack appended to ``offsets`` when given; None
         for a pack with a damaged record, or a sealed one whose records stop short of its
         end (damage: left for fsck).
 
@@ -293,9 +366,13 @@ class Repacker:
                 content = contents[loc.offset]
                 # the id was computed from these very bytes by the scan
                 by_record.setdefault(loc.offset, []).append((loc.start, oid, content[loc.start:loc.start + loc.length]))
+            if offsets is not None:
+                offsets.extend(sorted(by_record))
             return [[(oid, c) for _, oid, c in sorted(items)] for _, items in sorted(by_record.items())]
-        return [[(oid, o.from_stored(oid, bytes(data[loc.offset:loc.offset + loc.size])))]
-                for oid, loc in sorted(where.items(), key=lambda kv: kv[1].offset)]
+        frames = sorted(where.items(), key=lambda kv: kv[1].offset)
+        if offsets is not None:
+            offsets.extend(loc.offset for _, loc in frames)
+        return [[(oid, o.from_stored(oid, bytes(data[loc.offset:loc.offset + loc.size])))] for oid, loc in frames]
 
     # -- background repack ------------------------------------------------------------
     def start(self) -> None:
