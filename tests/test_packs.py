@@ -254,7 +254,8 @@ def test_repack_merges_idle_logs_and_readers_follow(tmp_path, monkeypatch):
     assert reader.session("app", "u", "s0").messages()[0].content == "s0 0"  # pack map loaded
     rep = maintenance.repack(reader)
     assert len(rep.packs_merged) == 4 and rep.new_pack
-    assert {p.name for p in (tmp_path / "st" / "packs").iterdir()} == {f"{rep.new_pack}.pack", f"{rep.new_pack}.idx"}
+    assert {p.name for p in (tmp_path / "st" / "packs").iterdir()} == {f"{rep.new_pack}.pack", f"{rep.new_pack}.idx",
+                                                                    f"{rep.new_pack}.age"}
     other = castore.open(url)
     for i in range(4):
         assert [m.content for m in other.session("app", "u", f"s{i}").messages()] == [f"s{i} {j}" for j in range(3)]
@@ -344,7 +345,7 @@ def test_delete_pack_with_a_cutoff_spares_a_pack_written_since(tmp_path):
     objs = ObjectStore(open_storage(str(tmp_path)), format=2)
     name = objs.write_pack([(o.digest(b"p"), o.to_stored(b"p"))])
     assert objs.delete_pack(name, time.time() - 3600) is False  # young: kept, index too
-    assert {p.name for p in (tmp_path / "packs").iterdir()} == {f"{name}.pack", f"{name}.idx"}
+    assert {p.name for p in (tmp_path / "packs").iterdir()} == {f"{name}.pack", f"{name}.idx", f"{name}.age"}
     assert objs.delete_pack(name, time.time() + 3600) is True
     assert not (tmp_path / "packs").exists() or list((tmp_path / "packs").iterdir()) == []
 
