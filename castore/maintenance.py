@@ -24,13 +24,13 @@ from typing import Any
 
 from . import objects as o
 from .entries import stored_problem
-from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound
+from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound, RefConflict
 from .history import Hint
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore import LOOSE_MIN, PATH_OBJECT_MAX
 from .objectstore.packs import Slot
 from .objectstore.repack import geometric
-from .plumbing import HEADS, head_segment, parse_ref_name, real_name
+from .plumbing import HEADS, META_TIME, SessionRefs, head_segment, parse_ref_name, real_name, session_prefix
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
 from .store import Store
@@ -109,12 +109,18 @@ class GcReport:
     dry_run: bool = False
     locks_cleared: list[str] = field(default_factory=list)
     temps_cleared: list[str] = field(default_factory=list)
+    #: reflog entries dropped by the store's "reflog_expire" setting (per session)
+    reflog_expired: int = 0
+    #: sessions deleted by the store's "retention" setting
+    expired: ExpireReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {"deleted": len(self.deleted), "kept_in_grace": self.kept_young,
                 "bytes_freed": self.bytes_freed, "dry_run": self.dry_run, "ids": list(self.deleted),
-                "locks_cleared": list(self.locks_cleared), "temps_cleared": list(self.temps_cleared)}
+                "locks_cleared": list(self.locks_cleared), "temps_cleared": list(self.temps_cleared),
+                "reflog_expired": self.reflog_expired,
+                "sessions_expired": self.expired.to_dict()["expired"] if self.expired else []}
 
 
 # -- walking -------------------------------------------------------------------------------
@@ -402,6 +408,9 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     a live writer still appends to is never touched). Stale ref locks and temporary files
     over an hour old are cleared too (not in a dry run), and so are the names of deleted
     sessions in the logs of ref changes and in the search index (:func:`forget_deleted`).
+    First, the store's settings in ``castore.json`` are applied: ``"retention"`` deletes the
+    sessions not updated for that long (:func:`expire_sessions`), ``"reflog_expire"`` drops
+    older reflog entries (:func:`expire_reflogs`); a dry run only reports them.
 
     The grace period is a guarantee for writers (docs/FORMAT.md, 9.1) as long as it is
     longer than a writer takes between storing its objects and moving its ref; ``grace=0``
@@ -425,6 +434,12 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     restore = getattr(store.storage, "restore_aside", None)
     if restore is not None and not dry_run:
         restore()  # a gc killed mid-delete left an object renamed aside: put it back first
+    out = GcReport(dry_run=dry_run)
+    reflog_age, retention = expiry_settings(store)
+    if retention is not None:
+        out.expired = expire_sessions(store, retention, dry_run=dry_run)
+    if reflog_age is not None:
+        out.reflog_expired = sum(expire_reflogs(store, reflog_age, dry_run=dry_run).values())
     if not dry_run:
         # this handle's own log is held like any live writer's and would be spared: seal it
         # (the next append opens a new log), so what a delete_session on this handle left
@@ -440,7 +455,6 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     now = time.time()
     # grace 0: everything unreachable goes, whatever its age (no writer is running)
     cutoff = now - grace if grace > 0 else float("inf")
-    out = GcReport(dry_run=dry_run)
     objs = store.objects
     candidates = []
     for oid in list(objs.iter_loose_ids()):
@@ -546,6 +560,135 @@ def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cut
     out.bytes_freed += sum(dead.values())
 
 
+# -- expiry: reflog entries and whole sessions ----------------------------------------------
+#: ``castore.json`` keys gc applies: drop reflog entries, and delete sessions, older than this
+REFLOG_EXPIRE_KEY = "reflog_expire"
+RETENTION_KEY = "retention"
+
+
+@dataclass
+class ExpireReport:
+    """What :func:`expire_sessions` deleted (or would delete, in a dry run)."""
+
+    sessions: list[tuple[str, str, str, float]] = field(default_factory=list)  # app, user, session, updated
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {"expired": [{"app": a, "user": u, "session": s, "updated": t} for a, u, s, t in self.sessions],
+                "dry_run": self.dry_run}
+
+
+def expire_reflogs(store: Store, older_than: float, dry_run: bool = False,
+                   now: float | None = None) -> dict[tuple[str, str, str], int]:
+    """Drop every session's reflog entries recorded over ``older_than`` seconds ago (git's
+    ``reflog expire --all``; :meth:`~castore.plumbing.Plumbing.expire_reflog`); what only
+    they kept goes at the next ``gc``. Returns the entries dropped per session (``dry_run``:
+    that would be), sessions with none left out.
+
+    Raises:
+        CastoreError: ``older_than`` is negative.
+        StoreNotFound, StorageError, IntegrityError.
+    """
+    if not older_than >= 0:
+        raise CastoreError(f"the age must not be negative ({older_than})")
+    store.require()
+    cutoff = (time.time() if now is None else now) - older_than
+    out: dict[tuple[str, str, str], int] = {}
+    for name in store.refs.list("sessions"):
+        p = parse_ref_name(name)
+        if p is None or p.kind != "reflog" or p.session_prefix is None:
+            continue
+        n = store.plumbing.expire_reflog(SessionRefs(p.session_prefix), cutoff, dry_run)
+        if n:
+            out[(p.app, p.user or "", p.session or "")] = n
+    return out
+
+
+def _last_change(store: Store, prefix: str) -> tuple[float | None, dict[str, RefValue]]:
+    """When the session whose ref folder is ``prefix`` last changed (the newest time its
+    refs record, a commit's own time where a ref records none), and its refs as read; None
+    when no time can be told (the session is then never expired)."""
+    names_ = [n for n in store.refs.list(prefix) if parse_ref_name(n) is not None]
+    refs = {n: v for n, v in store.refs.read_many(names_).items() if v is not None}
+    times: list[float] = []
+    for n, v in refs.items():
+        if v.symbolic is not None or n.endswith("/reflog"):
+            continue
+        t = v.meta.get(META_TIME)
+        if not isinstance(t, (int, float)) or isinstance(t, bool):
+            t = store.history.commit(v.target).time
+        if isinstance(t, (int, float)):
+            times.append(float(t))
+    return (max(times) if times else None), refs
+
+
+def expire_sessions(store: Store, older_than: float, app: str | None = None, dry_run: bool = False,
+                    now: float | None = None) -> ExpireReport:
+    """Delete the sessions (of ``app``, or of every app) not updated for ``older_than``
+    seconds: no branch, label or HEAD of theirs moved since (retention; ``castore expire``).
+    Their content goes at the next ``gc``, as with ``delete-session``. Each ref is deleted
+    only if it still holds what was read (compare-and-swap): a session a writer updates
+    meanwhile is kept (its current branch is deleted first, so a write in between stops the
+    deletion before anything else goes).
+
+    Raises:
+        CastoreError: ``older_than`` is negative.
+        InvalidName: a bad app name.
+        StoreNotFound, StorageError, IntegrityError.
+    """
+    if not older_than >= 0:
+        raise CastoreError(f"the age must not be negative ({older_than})")
+    store.require()
+    cutoff = (time.time() if now is None else now) - older_than
+    report = ExpireReport(dry_run=dry_run)
+    for a in [app] if app is not None else store.apps():
+        for info in store.sessions(a):
+            prefix = session_prefix(info.app, info.user, info.session)
+            when, refs = _last_change(store, prefix)
+            if when is None or when >= cutoff:
+                continue
+            if not dry_run and not _delete_unchanged(store, prefix, refs):
+                continue
+            report.sessions.append((info.app, info.user, info.session, when))
+    return report
+
+
+def _delete_unchanged(store: Store, prefix: str, refs: dict[str, RefValue]) -> bool:
+    """Delete the refs ``refs`` of a session, each only if it holds what was read: the
+    branch HEAD names first, HEAD last. False when one had moved (what is left stays)."""
+    head = refs.get(f"{prefix}/HEAD")
+    first = f"{prefix}/{HEADS}/{head_segment(head)}" if head is not None and head.symbolic else None
+    order = sorted(refs, key=lambda n: (n != first, n.endswith("/HEAD"), n))
+    for name in order:
+        try:
+            store.plumbing.delete(name, refs[name])
+        except RefConflict:
+            return False
+    return True
+
+
+def expiry_settings(store: Store) -> tuple[float | None, float | None]:
+    """``(reflog expiry, retention)`` in seconds from ``castore.json`` (``"reflog_expire"``,
+    ``"retention"``: durations such as ``"90d"``), None where unset.
+
+    Raises:
+        CastoreError: a setting is not a duration.
+    """
+    cfg = store.config
+    out: list[float | None] = []
+    for key in (REFLOG_EXPIRE_KEY, RETENTION_KEY):
+        value = cfg.get(key)
+        if value is None:
+            out.append(None)
+            continue
+        try:
+            out.append(parse_duration(str(value)))
+        except CastoreError:
+            raise CastoreError(f"castore.json: {key} is not a duration: {value!r} (use e.g. 90d, 2w)") from None
+    return out[0], out[1]
+
+
 # -- repack --------------------------------------------------------------------------------
 #: a log nobody holds is merged only when it has not changed for this long (its writer may
 #: be between creating it and taking its lock)
@@ -646,4 +789,5 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
 
 __all__ = ["FsckReport", "GcReport", "RepackReport", "fsck", "gc", "repack", "reachable", "stale_locks",
            "clear_stale_locks", "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",
-           "parse_duration", "DEFAULT_GRACE", "forget_deleted"]
+           "parse_duration", "DEFAULT_GRACE", "forget_deleted", "ExpireReport", "expire_reflogs",
+           "expire_sessions", "expiry_settings", "REFLOG_EXPIRE_KEY", "RETENTION_KEY"]

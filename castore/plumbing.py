@@ -797,6 +797,43 @@ class Plumbing:
 
         return self.land(refs.reflog, attempt, policy)
 
+    def expire_reflog(self, refs: SessionRefs, cutoff: float, dry_run: bool = False,
+                      policy: RetryPolicy | None = None) -> int:
+        """Drop the session's reflog entries recorded before the POSIX time ``cutoff`` (git's
+        ``reflog expire``): the entries kept are written again as a new chain (same times,
+        moves and overwritten tips) and the reflog ref is swapped to it, or deleted when none
+        is kept, by compare-and-swap (a move recorded meanwhile makes it look again). What
+        only the dropped entries kept becomes unreachable, for ``gc``. Returns how many
+        entries were (with ``dry_run``: would be) dropped.
+
+        Raises:
+            RefContended, RefLocked, ObjectNotFound, IntegrityError, StorageError.
+        """
+        def attempt(_n: int) -> int:
+            cur = self.refs.read(refs.reflog)
+            if cur is None:
+                return 0
+            entries = [c for _, c in self.reflog(refs)]
+            keep = [c for c in entries if c.time is not None and c.time >= cutoff]
+            if dry_run or len(keep) == len(entries):
+                return len(entries) - len(keep)
+            if not keep:
+                self.delete(refs.reflog, cur)
+                return len(entries)
+            batch = self.batch(None)
+            first = keep[-1].time
+            batch.commit(lambda parents, depth, index: Commit(kind=REFLOG_KIND, time=first, depth=depth))
+            for c in reversed(keep):  # oldest first, each on the one before
+                def make(parents: tuple[bytes, ...], depth: int, index: bytes | None, c: Commit = c) -> Commit:
+                    return Commit(kind=REFLOG_KIND, parents=(*parents, c.parents[1]), time=c.time, meta=c.meta,
+                                  depth=depth, index=index)
+                cid = batch.commit(make)
+            self.write(batch)
+            self.swap(refs.reflog, cid, cur, batch.ref_meta())
+            return len(entries) - len(keep)
+
+        return self.land(refs.reflog, attempt, policy)
+
     def reflog(self, refs: SessionRefs, limit: int | None = None) -> list[tuple[ObjectId, Commit]]:
         """The session's recorded ref moves, newest first (see :meth:`record_move`).
 

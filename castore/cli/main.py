@@ -72,7 +72,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 #: exists and must expose ``register(group)``
 OPTIONAL_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "castore.cli.sync_cmds": ("remote", "push", "pull", "clone"),
-    "castore.cli.maintenance_cmds": ("fsck", "gc", "repack"),
+    "castore.cli.maintenance_cmds": ("fsck", "gc", "repack", "expire"),
     "castore.cli.io_cmds": ("import", "export"),
     "castore.cli.html_cmds": ("export", "serve"),
     "castore.cli.archive_cmds": ("import", "export", "grep"),

@@ -1,15 +1,18 @@
-"""Maintenance commands: fsck (check the whole store), gc (remove unreachable objects), repack."""
+"""Maintenance commands: fsck (check the whole store), gc (remove unreachable objects), repack,
+expire (retention: delete sessions not updated for a while), and the expiry of reflog entries
+(``castore reflog expire``)."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
 from .. import maintenance
 from ..errors import CastoreError
-from ..maintenance import FsckReport, GcReport
-from .common import json_option, note, open_store, plural, print_json
+from ..maintenance import ExpireReport, FsckReport, GcReport
+from .common import hint, json_option, note, open_store, plural, print_json
 from .render import safe
 
 _FSCK_SCHEMA = (
@@ -20,8 +23,11 @@ _FSCK_SCHEMA = (
 )
 _GC_SCHEMA = (
     '{"deleted": n, "kept_in_grace": n, "bytes_freed": n, "dry_run": bool, "ids": [id], '
-    '"locks_cleared": [path], "temps_cleared": [path]}'
+    '"locks_cleared": [path], "temps_cleared": [path], "reflog_expired": n, '
+    '"sessions_expired": [{"app", "user", "session", "updated"}]}'
 )
+_EXPIRE_SCHEMA = '{"expired": [{"app", "user", "session", "updated"}], "dry_run": bool}'
+_REFLOG_EXPIRE_SCHEMA = '{"expired": [{"app", "user", "session", "entries"}], "dry_run": bool}'
 _SHOWN = 20  # problems listed per kind in the text summary
 
 
@@ -97,6 +103,11 @@ def _grace(ctx: click.Context, param: click.Parameter, value: str) -> float:
 
 def _render_gc(r: GcReport, grace: str) -> None:
     verb = "would delete" if r.dry_run else "deleted"
+    if r.expired is not None and r.expired.sessions:
+        _render_expire(r.expired, "retention setting")
+    if r.reflog_expired:
+        entries = plural(r.reflog_expired, "reflog entry", "reflog entries")
+        click.echo(f"{'would drop' if r.dry_run else 'dropped'} {entries} (reflog_expire setting)")
     click.echo(f"{verb} {plural(len(r.deleted), 'unreachable object')} ({plural(r.bytes_freed, 'byte')})")
     if r.kept_young:
         click.echo(f"kept {plural(r.kept_young, 'unreachable object')} younger than {grace} "
@@ -118,7 +129,9 @@ def gc_cmd(grace: float, dry_run: bool, as_json: bool) -> None:
     Deleting a session and then running gc removes the content only that session held;
     content shared with other sessions stays. The grace period protects a writer that
     has stored its objects but not yet moved its ref. Refuses to run on a damaged
-    store (run `castore fsck`). Also clears stale locks.
+    store (run `castore fsck`). Also clears stale locks. First applies the store's
+    "retention" and "reflog_expire" settings in castore.json, if set (as `castore expire`
+    and `castore reflog expire`).
     """
     store = open_store()
     report = maintenance.gc(store, grace=grace, dry_run=dry_run)
@@ -156,6 +169,60 @@ def repack_cmd(all_packs: bool, as_json: bool) -> None:
                    f"({len(report.packs_merged)} packs merged, {report.loose_packed} loose objects packed)")
 
 
+def _render_expire(r: ExpireReport, why: str = "") -> None:
+    verb = "would delete" if r.dry_run else "deleted"
+    for app, user, sid, when in r.sessions:
+        stamp = time.strftime("%Y-%m-%d", time.gmtime(when))
+        click.echo(f"{verb} {safe(f'{app}/{user}/{sid}')} (last updated {stamp})" + (f" ({why})" if why else ""))
+
+
+@click.command("expire")
+@click.option("--older-than", "older_than", required=True, metavar="AGE", callback=_grace,
+              help="Delete the sessions not updated for this long (90d, 2w, 12h, ...).")
+@click.option("--app", default=None, metavar="APP", help="Only the sessions of this app.")
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@json_option(_EXPIRE_SCHEMA)
+def expire_cmd(older_than: float, app: str | None, dry_run: bool, as_json: bool) -> None:
+    """Delete the sessions no branch, label or HEAD of which moved for AGE (retention).
+
+    As `castore delete-session` for each: their content goes at the next `castore gc`. A
+    session written meanwhile is kept. To apply it at every gc, set "retention" in
+    castore.json (e.g. "retention": "90d"); "reflog_expire" does the same for reflogs.
+    """
+    store = open_store()
+    report = maintenance.expire_sessions(store, older_than, app=app, dry_run=dry_run)
+    if not dry_run and report.sessions:
+        from ..grep.index import update_if_present
+
+        update_if_present(store)  # the search index forgets them now
+    if as_json:
+        print_json(report.to_dict())
+        return
+    _render_expire(report)
+    if not report.sessions:
+        click.echo("nothing to expire")
+    elif dry_run:
+        note("dry run: nothing was deleted")
+
+
+def reflog_expire(older_than: float, dry_run: bool, as_json: bool) -> None:
+    """``castore reflog expire``: drop every session's reflog entries older than ``older_than``
+    seconds and print what was dropped."""
+    store = open_store()
+    dropped = maintenance.expire_reflogs(store, older_than, dry_run=dry_run)
+    if as_json:
+        print_json({"expired": [{"app": a, "user": u, "session": s, "entries": n}
+                                for (a, u, s), n in sorted(dropped.items())], "dry_run": dry_run})
+        return
+    verb = "would drop" if dry_run else "dropped"
+    for (a, u, s), n in sorted(dropped.items()):
+        click.echo(f"{verb} {plural(n, 'reflog entry', 'reflog entries')} of {safe(f'{a}/{u}/{s}')}")
+    if not dropped:
+        click.echo("nothing to expire")
+    else:
+        note(f"{hint('gc', session=False)} frees what only they kept")
+
+
 def _human(seconds: float) -> str:
     for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
@@ -168,6 +235,7 @@ def register(group: click.Group) -> None:
     group.add_command(fsck_cmd)
     group.add_command(gc_cmd)
     group.add_command(repack_cmd)
+    group.add_command(expire_cmd)
 
 
 __all__ = ["register"]

@@ -11,12 +11,13 @@ import click
 from .. import objects as o
 from .. import porcelain
 from ..entries import DELETE, Event, Message
-from ..errors import InvalidEntry
+from ..errors import CastoreError, InvalidEntry
 from ..session import Session
 from ..storage import open_storage, split_url
 from ..store import Store, check_url
 from .common import (
     format_key,
+    get_session,
     hint,
     json_option,
     limit_option,
@@ -25,6 +26,7 @@ from .common import (
     print_json,
     store_options,
     store_url,
+    uses_session,
 )
 from .render import Refs, safe, short
 
@@ -326,16 +328,42 @@ def reset_cmd(session: Session, rev: str) -> None:
     note(f"{'Branch ' + repr(where) if where else 'HEAD'} moved from {short(was)} to {short(cid)}")
 
 
+def _older_than(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    from ..maintenance import parse_duration
+
+    try:
+        return None if value is None else parse_duration(value)
+    except CastoreError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
 @click.command("reflog")
+@click.argument("action", required=False, type=click.Choice(["show", "expire"]), default="show")
+@click.option("--older-than", "older_than", metavar="AGE", callback=_older_than,
+              help="expire: drop the entries older than this (90d, 2w, 12h, ...), in every session.")
+@click.option("--dry-run", is_flag=True, help="expire: only list what would be dropped.")
 @limit_option(what="moves")
-@json_option('{"reflog": [{"id", "time", "ref", "old", "new", "why"}]}')
-@pass_session()
-def reflog_cmd(session: Session, limit: int | None, as_json: bool) -> None:
+@json_option('{"reflog": [{"id", "time", "ref", "old", "new", "why"}]}; expire: '
+             '{"expired": [{"app", "user", "session", "entries"}], "dry_run": bool}')
+@uses_session
+def reflog_cmd(action: str, older_than: float | None, dry_run: bool, limit: int | None, as_json: bool) -> None:
     """List the moves that overwrote a ref's tip (branch -f, reset, forced pull/push), newest first.
 
     Each overwritten tip stays reachable: `castore branch -f NAME OLD` or `castore reset OLD`
-    brings it back.
+    brings it back. `castore reflog expire --older-than AGE` (git's `reflog expire --all`)
+    drops the older entries of every session, so that `castore gc` can free what only they
+    kept; set "reflog_expire" in castore.json (e.g. "90d") to have every gc do it.
     """
+    if action == "expire":
+        from .maintenance_cmds import reflog_expire
+
+        if older_than is None:
+            raise click.UsageError("reflog expire needs --older-than AGE")
+        reflog_expire(older_than, dry_run, as_json)
+        return
+    if older_than is not None or dry_run:
+        raise click.UsageError("--older-than and --dry-run go with `reflog expire`")
+    session = get_session()
     entries = session.reflog(limit or None)
     if as_json:
         print_json({"reflog": entries})
