@@ -248,8 +248,9 @@ class StoresMachine(RuleBasedStateMachine):
     # -- maintenance --------------------------------------------------------------------------
     @rule(i=store_ix, grace=st.sampled_from([0.0, 0.05, 3600.0]))
     def gc(self, i: int, grace: float) -> None:
-        """gc; with a short grace (no other writer runs here), after waiting it out: then
-        nothing unreachable stays."""
+        """gc; with a short grace (no other writer runs here), after waiting it out. With
+        grace 0 nothing unreachable stays; with a grace, what sits in a writer log a live
+        handle still holds is kept (that pack is never touched), so only fsck is checked."""
         short = grace < 1
         if short:
             time.sleep(grace)
@@ -257,7 +258,8 @@ class StoresMachine(RuleBasedStateMachine):
         if short:
             report = maintenance.fsck(self.stores[i])
             assert report.ok, report.to_dict()
-            assert report.unreachable == [], report.to_dict()
+            if grace == 0:
+                assert report.unreachable == [], report.to_dict()
 
     @rule(i=store_ix, all_packs=st.booleans())
     def repack(self, i: int, all_packs: bool) -> None:
