@@ -248,13 +248,17 @@ class StoresMachine(RuleBasedStateMachine):
     # -- maintenance --------------------------------------------------------------------------
     @rule(i=store_ix, grace=st.sampled_from([0.0, 0.05, 3600.0]))
     def gc(self, i: int, grace: float) -> None:
-        """gc; with a short grace (no other writer runs here), after waiting it out. With
-        grace 0 nothing unreachable stays; with a grace, what sits in a writer log a live
-        handle still holds is kept (that pack is never touched), so only fsck is checked."""
+        """gc; with a short grace, after waiting it out. What sits in a writer log that a
+        live handle holds is never touched, so grace 0 (no other writer) runs with the
+        store's other handle closed, and then nothing unreachable may stay; with a grace,
+        only fsck is checked."""
         short = grace < 1
         if short:
             time.sleep(grace)
-        maintenance.gc(self.stores[i], grace=grace)
+        if grace == 0:
+            self.reopen(i, twin=True, run=lambda: maintenance.gc(self.stores[i], grace=0))
+        else:
+            maintenance.gc(self.stores[i], grace=grace)
         if short:
             report = maintenance.fsck(self.stores[i])
             assert report.ok, report.to_dict()
@@ -266,11 +270,15 @@ class StoresMachine(RuleBasedStateMachine):
         maintenance.repack(self.stores[i], all_packs=all_packs)
 
     @rule(i=store_ix)
-    def reopen(self, i: int) -> None:
-        self.handles = {k: v for k, v in self.handles.items() if k[0] != id(self.stores[i])}
-        self.stores[i].close()
+    def reopen(self, i: int, twin: bool = False, run: Callable[[], object] | None = None) -> None:
+        """Close store ``i``'s handle (or its twin), call ``run`` meanwhile, open it again."""
+        handles = self.twins if twin else self.stores
+        self.handles = {k: v for k, v in self.handles.items() if k[0] != id(handles[i])}
+        handles[i].close()
+        if run is not None:
+            run()
         url, opts = self.places[i]
-        self.stores[i] = castore.open(url, **opts)
+        handles[i] = castore.open(url, **opts)
 
     @rule(i=store_ix)
     def switch(self, i: int) -> None:
