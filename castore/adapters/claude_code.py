@@ -35,6 +35,7 @@ searched); other lines have no body.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -45,8 +46,10 @@ from typing import IO, TYPE_CHECKING, Any
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
 from .jsonl_tree import (
+    NOT_JSON,
     ArchiveError,
     FileResult,
+    LineChanged,
     TreeWriter,
     appended,
     archived_rows,
@@ -56,12 +59,14 @@ from .jsonl_tree import (
     export_lines,
     iso_time,
     own_commits,
+    parse_line,
     parse_time,
     prefix_digest,
     put_blobs,
     read_blobs,
     read_lines,
     safe_join,
+    stored_lines,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +91,8 @@ class _Source:
     rel: str
     parent_id: str | None = None  # the main session of a subagent file
     side_files: dict[str, str] = field(default_factory=dict)  # rel -> path (main sessions only)
+    version: int = 1  # > 1: the session is ``<session_id of version 1>.v<version>`` (a rewritten file)
+    supersedes: str | None = None  # the session of the version before
 
 
 def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
@@ -272,6 +279,7 @@ class _Thread:
     spawn: dict[str, Any] = field(default_factory=dict)  # {"o": line, "tool_use_id": id} of the Task call
     time: float | None = None
     writer: TreeWriter | None = None
+    tips: str | None = None  # the digest of its branch tips when the last import finished
 
 
 class _Sidechains:
@@ -293,7 +301,8 @@ class _Sidechains:
             try:
                 self.threads[sid] = _Thread(imp.store.session(imp.session.app, imp.src.project, sid),
                                             int(t.get("root", 0)), t.get("cursor"), t.get("cursor_commit"),
-                                            t.get("agent"), as_dict(t.get("spawn")), t.get("time"))
+                                            t.get("agent"), as_dict(t.get("spawn")), t.get("time"),
+                                            tips=t.get("tips"))
             except (CastoreError, TypeError, ValueError):
                 continue  # a damaged entry of the state: that chain is not continued
         self.last: str | None = state.get("last") if state.get("last") in self.threads else None
@@ -328,7 +337,8 @@ class _Sidechains:
         th = self.threads[sid]
         if th.writer is None:
             known = {th.cursor: th.cursor_commit} if th.cursor is not None and th.cursor_commit else {}
-            th.writer = TreeWriter(th.session, known, "/".join(th.session.key), last_time=th.time)
+            th.writer = TreeWriter(th.session, known, "/".join(th.session.key), last_time=th.time,
+                                   meta_key=KEY, tips=th.tips)
         return th.writer
 
     def _start(self, n: int, d: dict[str, Any]) -> str:
@@ -337,11 +347,17 @@ class _Sidechains:
         named = agent is not None and _AGENT_ID.fullmatch(agent) is not None  # else not fit for a name
         sid = f"{base}.sidechains.agent-{agent}" if named else f"{base}.sidechains.line-{n}"
         session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
-        if sid in self.threads or session.exists():  # the same agent again: a chain of its own
-            sid = f"{base}.sidechains.line-{n}"
+        if sid in self.threads or (session.exists() and not self._began(session, n)):
+            sid = f"{base}.sidechains.line-{n}"  # the same agent again: a chain of its own
             session = self.imp.store.session(self.imp.session.app, self.imp.src.project, sid)
         self.threads[sid] = _Thread(session, n, agent=agent, spawn=self._spawner(d))
         return sid
+
+    @staticmethod
+    def _began(session: Session, n: int) -> bool:
+        """Whether ``session`` is the chain starting at line ``n``, begun by an import that
+        stopped before recording it (its lines are taken again as they are)."""
+        return stored_lines(session, KEY).get(n) is not None
 
     def _spawner(self, d: dict[str, Any]) -> dict[str, Any]:
         """The Task call a chain starting with ``d`` was spawned by: the one whose prompt is
@@ -404,13 +420,14 @@ class _Sidechains:
                     info["spawned_by"] = {"app": main.app, "user": main.user, "session": main.id, "commit": cid,
                                           "tool_use_id": th.spawn.get("tool_use_id")}
             th.session.set_info(info)
+            th.tips = th.writer.branch_digest()
             out.append(sid)
         return out
 
     def state(self) -> dict[str, Any]:
         """What the next import needs to continue the chains (kept in the main session's info)."""
         return {"threads": {sid: {"root": th.root, "cursor": th.cursor, "cursor_commit": th.cursor_commit,
-                                  "agent": th.agent, "spawn": th.spawn, "time": th.time}
+                                  "agent": th.agent, "spawn": th.spawn, "time": th.time, "tips": th.tips}
                             for sid, th in self.threads.items()},
                 "last": self.last, "tasks": self.tasks}
 
@@ -468,7 +485,8 @@ class _Importer:
             if isinstance(m, dict) and isinstance(m.get("o"), int):
                 self.known[m["o"]] = le.id
                 u = m.get("uuid")
-                if isinstance(u, str):
+                # a line an interrupted import stored past the recorded position is found again
+                if isinstance(u, str) and m["o"] < self.state.lines:
                     self.uuids[u] = min(m["o"], self.uuids.get(u, m["o"]))
         for o_, v in as_dict(as_dict(self.info.get(KEY)).get("adopted")).items():
             if isinstance(v, list) and v and isinstance(v[0], str) and o_.isdigit():
@@ -482,14 +500,19 @@ class _Importer:
         return self.own
 
     def run(self, f: IO[bytes]) -> FileResult:
-        key = "/".join(self.session.key)
         res = FileResult(self.src.path, self.session.key)
         size = os.fstat(f.fileno()).st_size
         st = self.state
         if st.offset and (size < st.offset or prefix_digest(f, st.offset) != st.digest):
-            res.notes.append(f"the first {st.offset} bytes changed since the last import (file rewritten?): "
-                             "archived lines kept, the file imported again as a new session")
-            return self._changed(f, res)
+            return self._changed(f, f"the first {st.offset} bytes changed since the last import (file rewritten?)")
+        try:
+            return self._run(f, res)
+        except LineChanged as e:
+            return self._changed(f, e.reason)
+
+    def _run(self, f: IO[bytes], res: FileResult) -> FileResult:
+        key = "/".join(self.session.key)
+        st = self.state
         c = as_dict(self.info.get(KEY))
         if not self.session.exists():
             self.uuids = {}
@@ -497,7 +520,7 @@ class _Importer:
             self.known[st.cursor] = c["cursor_commit"]
         else:
             self._load_known()
-        w = TreeWriter(self.session, self.known, key, last_time=c.get("time"))
+        w = TreeWriter(self.session, self.known, key, last_time=c.get("time"), meta_key=KEY, tips=c.get("tips"))
         # a main file of the old layout holds its subagents' lines (isSidechain) among its own
         side = _Sidechains(self, as_dict(c.get("sidechains"))) if self.src.parent_id is None else None
         uuids: dict[str, int] = dict(self.uuids or {})
@@ -507,11 +530,8 @@ class _Importer:
         titles: str | None = None
         adopted: dict[str, list[str]] = {}
         for end, raw in read_lines(f, st.offset):
-            d: Any
-            try:
-                d = json.loads(raw)
-            except ValueError:
-                d = None
+            d = parse_line(raw)
+            if d is NOT_JSON:
                 res.notes.append(f"line {n + 1}: not JSON, kept as is")
             if not isinstance(d, dict):
                 d = {}
@@ -566,11 +586,12 @@ class _Importer:
             cursor = n
             n += 1
             offset = end
-        res.torn = size - offset
+        # the file may have grown while it was read: what is left is counted now
+        res.torn = max(0, os.fstat(f.fileno()).st_size - offset)
         res.lines = n - st.lines
         w.flush()
         res.branches = w.created
-        if res.lines == 0 and self.session.exists() and not self._side_files_changed():
+        if res.lines == 0 and self.session.exists() and not self._side_files_changed() and not w.resuming:
             res.total, res.offset, res.head = n, offset, self.session.head
             return res
         res.head = w.finish()
@@ -579,7 +600,9 @@ class _Importer:
         c = dict(info.get(KEY) or {})
         c.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                   "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                  "reach": sorted(reach)[:64], "time": w.last_time})
+                  "reach": sorted(reach)[:64], "time": w.last_time, "tips": w.branch_digest()})
+        if self.src.version > 1:
+            c.update({"version": self.src.version, "supersedes": self.src.supersedes})
         if adopted:
             c["adopted"] = {**as_dict(c.get("adopted")), **adopted}
         if side is not None and (side.threads or side.tasks):
@@ -617,17 +640,22 @@ class _Importer:
                     return True
         return False
 
-    def _changed(self, f: IO[bytes], res: FileResult) -> FileResult:
-        k = 2
-        while self.store.session(self.session.app, self.src.project, f"{self.src.session_id}.v{k}").exists():
+    def _changed(self, f: IO[bytes], why: str) -> FileResult:
+        """Continue the newest version of the file's session (``<session>.vN``) when there is
+        one after this, else import the file again as the next version: a rewritten file
+        gives one new version, once, and later imports continue it."""
+        base = self.src.session_id.removesuffix(f".v{self.src.version}") if self.src.version > 1 \
+            else self.src.session_id
+        k = self.src.version + 1
+        while self.store.session(self.session.app, self.src.project, f"{base}.v{k}").exists():
             k += 1
-        src = _Source(self.src.path, self.src.project, f"{self.src.session_id}.v{k}", self.src.rel,
-                      self.src.parent_id, self.src.side_files)
-        sub = _Importer(self.store, src, self.session.app)
-        out = sub.run(f)
-        sub.session.set_info({**sub.session.info, KEY: {**sub.session.info[KEY], "version": k,
-                                                      "supersedes": self.session.id}})
-        out.notes[:0] = res.notes
+        if k - 1 > self.src.version:
+            prev = base if k - 2 < 2 else f"{base}.v{k - 2}"
+            src = dataclasses.replace(self.src, session_id=f"{base}.v{k - 1}", version=k - 1, supersedes=prev)
+            return _Importer(self.store, src, self.session.app).run(f)
+        src = dataclasses.replace(self.src, session_id=f"{base}.v{k}", version=k, supersedes=self.session.id)
+        out = _Importer(self.store, src, self.session.app).run(f)
+        out.notes.insert(0, f"{why}: archived lines kept, the file imported again as a new session")
         return out
 
 
@@ -694,10 +722,7 @@ def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
     for rid, raw in raws.items():
         if b'"agentId"' not in raw:
             continue
-        try:
-            d = json.loads(raw)
-        except ValueError:
-            continue
+        d = parse_line(raw)
         if not isinstance(d, dict):
             continue
         tur = as_dict(d.get("toolUseResult"))
@@ -791,10 +816,8 @@ def _uuid_of(cid: str) -> str:
 
 def _input_of(args: Any) -> Any:
     if isinstance(args, str):
-        try:
-            return json.loads(args)
-        except ValueError:
-            return {"arguments": args}
+        v = parse_line(args)
+        return {"arguments": args} if v is NOT_JSON else v
     return args if args is not None else {}
 
 

@@ -35,8 +35,10 @@ from typing import IO, TYPE_CHECKING, Any
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
 from .jsonl_tree import (
+    NOT_JSON,
     ArchiveError,
     FileResult,
+    LineChanged,
     TreeWriter,
     archived_rows,
     as_dict,
@@ -45,12 +47,14 @@ from .jsonl_tree import (
     export_lines,
     iso_time,
     own_commits,
+    parse_line,
     parse_time,
     prefix_digest,
     put_blobs,
     read_blobs,
     read_lines,
     safe_join,
+    tips_digest,
 )
 
 if TYPE_CHECKING:
@@ -187,10 +191,7 @@ def _message(d: dict[str, Any]) -> Message | None:
 
 
 def _item(raw: bytes) -> Any:
-    try:
-        d = json.loads(raw)
-    except ValueError:
-        return None
+    d = parse_line(raw)
     return (d.get("type"), d.get("payload")) if isinstance(d, dict) else None
 
 
@@ -216,11 +217,7 @@ class _Importer:
 
     def run(self, f: IO[bytes]) -> FileResult:
         first = f.readline()
-        meta_d: Any = None
-        try:
-            meta_d = json.loads(first) if first else None
-        except ValueError:
-            meta_d = None
+        meta_d = parse_line(first) if first else None
         meta = meta_d.get("payload") if isinstance(meta_d, dict) and meta_d.get("type") == "session_meta" else None
         meta = meta if isinstance(meta, dict) else {}
         stem = os.path.basename(self.src.path)[: -len(".jsonl")]
@@ -252,13 +249,17 @@ class _Importer:
                 known[t[1]] = t[2]
         prefix: list[dict[str, Any]] = []
         fork: dict[str, Any] | None = None
-        if not session.exists() and isinstance(meta.get("forked_from_id"), str):
+        if isinstance(meta.get("forked_from_id"), str) and (
+                not session.exists() or (not c.get("path") and isinstance(info.get("forked_from"), dict))):
+            # a fork: started now, or started by an import that stopped before recording it
             fork = self._fork(session, f, meta["forked_from_id"], known, st, prefix)
             if fork is not None:
                 info = session.info
+                c = as_dict(info.get(KEY))
         src_ = meta.get("source")
         subagent = isinstance(src_, dict) and isinstance(src_.get("subagent"), dict)
-        w = TreeWriter(session, known, "/".join(session.key), last_time=c.get("time"))
+        w = TreeWriter(session, known, "/".join(session.key), last_time=c.get("time"), meta_key=KEY,
+                       tips=c.get("tips"))
         n, cursor, offset = st.lines, st.cursor, st.offset
         adopted: dict[str, list[str]] = {}
         owned: list[set[str]] = []
@@ -268,54 +269,58 @@ class _Importer:
                 owned.append(own_commits(session))
             return owned[0]
 
-        for end, raw in read_lines(f, st.offset):
-            d: Any
-            try:
-                d = json.loads(raw)
-            except ValueError:
-                d = None
-                res.notes.append(f"line {n + 1}: not JSON, kept as is")
-            d = d if isinstance(d, dict) else {}
-            p = d.get("payload") if isinstance(d.get("payload"), dict) else {}
-            parent = cursor
-            mark = d.get(MARK)
-            if isinstance(mark, str) and mark in own():  # castore's own commit, as export wrote it
-                w.flush()
-                put_blobs(self.store, [raw])
-                adopted[str(n)] = [mark, blob_id(raw)]
+        try:
+            for end, raw in read_lines(f, st.offset):
+                d: Any = parse_line(raw)
+                if d is NOT_JSON:
+                    res.notes.append(f"line {n + 1}: not JSON, kept as is")
+                d = d if isinstance(d, dict) else {}
+                p = as_dict(d.get("payload"))
+                parent = cursor
+                mark = d.get(MARK)
+                if isinstance(mark, str) and mark in own():  # castore's own commit, as export wrote it
+                    w.flush()
+                    put_blobs(self.store, [raw])
+                    adopted[str(n)] = [mark, blob_id(raw)]
+                    if _is_turn(d):
+                        st.turns.append([n, parent, None])
+                    w.cid[n] = mark
+                    cursor, n, offset = n, n + 1, end
+                    continue
+                if d.get("type") == "event_msg" and p.get("type") == "thread_rolled_back":
+                    k = p.get("num_turns")
+                    if isinstance(k, int) and not isinstance(k, bool) and 0 < k <= len(st.turns) \
+                            and st.turns[-k][1] is not None:
+                        parent = st.turns[-k][1]
+                        del st.turns[-k:]
                 if _is_turn(d):
                     st.turns.append([n, parent, None])
-                w.cid[n] = mark
+                msg = _message(d)
+                m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session.id,
+                                           **({"type": d["type"]} if isinstance(d.get("type"), str) else {})}}
+                when = parse_time(d.get("timestamp"))
+                if when is not None:
+                    m["time"] = when
+                why = injected(d, subagent)
+                if why is not None:
+                    m[INJECTED] = why
+                author = msg.role if msg else (p.get("type") or d.get("type") or "line")
+                w.add(n, parent, raw, Event(author=str(author), message=msg, meta=m), True)
+                if d.get("type") == "compacted":
+                    w.label(n, f"compact-{n}")
                 cursor, n, offset = n, n + 1, end
-                continue
-            if d.get("type") == "event_msg" and p.get("type") == "thread_rolled_back":
-                k = p.get("num_turns")
-                if isinstance(k, int) and not isinstance(k, bool) and 0 < k <= len(st.turns) \
-                        and st.turns[-k][1] is not None:
-                    parent = st.turns[-k][1]
-                    del st.turns[-k:]
-            if _is_turn(d):
-                st.turns.append([n, parent, None])
-            msg = _message(d)
-            m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session.id,
-                                       **({"type": d["type"]} if isinstance(d.get("type"), str) else {})}}
-            when = parse_time(d.get("timestamp"))
-            if when is not None:
-                m["time"] = when
-            why = injected(d, subagent)
-            if why is not None:
-                m[INJECTED] = why
-            author = msg.role if msg else (p.get("type") or d.get("type") or "line")
-            w.add(n, parent, raw, Event(author=str(author), message=msg, meta=m), True)
-            if d.get("type") == "compacted":
-                w.label(n, f"compact-{n}")
-            cursor, n, offset = n, n + 1, end
-        res.torn = size - offset
+        except LineChanged as e:
+            res.notes.append(f"{e.reason}: skipped, the archived lines are kept (move the file aside, or import "
+                             "it into another store, to keep both)")
+            res.total, res.offset = st.lines, st.offset
+            return res
+        # the file may have grown while it was read: what is left is counted now
+        res.torn = max(0, os.fstat(f.fileno()).st_size - offset)
         res.lines = n - st.lines
         w.flush()
         res.branches = w.created
         res.total, res.offset = n, offset
-        if res.lines == 0 and fork is None:
+        if res.lines == 0 and fork is None and not w.resuming:
             res.head = session.head if session.exists() else None
             return res
         res.head = w.finish()
@@ -326,7 +331,7 @@ class _Importer:
         cc = dict(new.get(KEY) or {})
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                    "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                   "turns": st.turns[-256:], "time": w.last_time})
+                   "turns": st.turns[-256:], "time": w.last_time, "tips": w.branch_digest()})
         if adopted:
             cc["adopted"] = {**as_dict(cc.get("adopted")), **adopted}
         if prefix:
@@ -342,11 +347,19 @@ class _Importer:
 
     def _fork(self, session: Session, f: IO[bytes], parent_id: str, known: dict[int, str], st: _State,
               prefix: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """Start ``session`` as a fork of its parent thread at the last record it copied."""
+        """Start ``session`` as a fork of its parent thread at the last record it copied (or
+        take up the fork an import that stopped before recording it started), and record where
+        the file's own lines start."""
         parent = self.store.session(self.app, self.user, parent_id)
         if not parent.exists():
             return None
         rows = archived_rows(parent, KEY, parent.id)
+        started = as_dict(session.info.get("forked_from")).get("commit") if session.exists() else None
+        if started is not None:  # the parent may have grown since: match no further than the fork
+            upto = next((i for i, r in enumerate(rows) if r[2] == started), None)
+            if upto is None:
+                return None
+            rows = rows[:upto + 1]
         raws = read_blobs(self.store, [r for _, r, _ in rows])
         f.seek(0)
         mine: list[bytes] = []
@@ -371,7 +384,8 @@ class _Importer:
         if not matched:
             return None
         at = rows[matched[-1][2]][2]
-        parent.fork(session.id, at=at, user=self.user)
+        if started is None:
+            parent.fork(session.id, at=at, user=self.user)
         prefix.append({"raw": put_blobs(self.store, [mine[0]])[0]})
         known[0] = rows[matched[0][2] - 1][2] if matched[0][2] > 0 else at
         for fn, raw, pj in matched:
@@ -387,7 +401,10 @@ class _Importer:
                 st.turns.append([fn, fn - 1, known.get(fn - 1)])
         st.offset, st.lines, st.cursor = pos, len(mine), len(mine) - 1
         info = session.info
-        session.set_info({**info, KEY: {"path": self.src.rel, "prefix": prefix}})
+        session.set_info({**info, KEY: {"path": self.src.rel, "prefix": prefix, "offset": pos, "lines": len(mine),
+                                        "digest": prefix_digest(f, pos), "cursor": st.cursor,
+                                        "cursor_commit": known.get(st.cursor), "turns": st.turns[-256:],
+                                        "tips": tips_digest(session.branches())}})
         return {"parent": parent.id, "at": at}
 
 
@@ -418,12 +435,9 @@ def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, 
     for s in sources:
         with open(s.path, "rb") as f:
             first = f.readline()
-        try:
-            d = json.loads(first)
-            p = d.get("payload") if isinstance(d, dict) else None
-            metas[s.path] = (p.get("id"), p.get("forked_from_id")) if isinstance(p, dict) else (None, None)
-        except ValueError:
-            metas[s.path] = (None, None)
+        d = parse_line(first)
+        p = d.get("payload") if isinstance(d, dict) else None
+        metas[s.path] = (p.get("id"), p.get("forked_from_id")) if isinstance(p, dict) else (None, None)
     ids = {v[0]: k for k, v in metas.items() if v[0]}
     done: set[str] = set()
     ordered: list[_Source] = []

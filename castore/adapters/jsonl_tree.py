@@ -14,7 +14,13 @@ starts a branch where a line's parent is not a branch tip, and checks out the br
 line the agent was on last. Only the public :class:`~castore.Session` API is used.
 
 Incremental state (how far the file was read, a digest of the imported prefix, the last
-line's place in the tree) is kept in the session's info under the adapter's key.
+line's place in the tree, a digest of the branch tips it left) is kept in the session's info
+under the adapter's key, written once an import has written its lines. An import stopped
+before that (kill -9, Ctrl-C) leaves lines beyond the recorded position; the next import
+finds the tips changed, reads which lines the session holds (each commit names its line),
+and reads the file again from the recorded position, taking a line already stored as it is
+instead of writing it twice (:class:`TreeWriter`): the position is derived from what is
+stored, so an import can stop at any moment and the next one finishes it, byte for byte.
 
 Commits castore makes on top of an imported session (an agent continuing it through the
 library) are no line of the file: export writes them after the file's bytes as lines of the
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -122,6 +128,53 @@ def prefix_digest(f: IO[bytes], length: int) -> str:
     return h.hexdigest()
 
 
+#: what :func:`parse_line` returns for a line that is not JSON
+NOT_JSON: Any = object()
+
+
+def parse_line(raw: bytes | str) -> Any:
+    """The JSON value of a line, or :data:`NOT_JSON` (also for a line nested deeper than
+    Python's recursion limit: such a line is kept as it is, as any other non-JSON line)."""
+    import json
+
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return NOT_JSON
+
+
+def tips_digest(branches: Mapping[str, str]) -> str:
+    """A short digest of a session's branch tips: what an import records, so that the next
+    one sees whether lines were written after the recorded position (an interrupted import)."""
+    h = hashlib.sha256()
+    for name, tip in sorted(branches.items()):
+        h.update(f"{name}\0{tip}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def stored_lines(session: Session, key: str) -> dict[int, tuple[str, str]]:
+    """Line number -> ``(commit, raw blob id)`` of the lines a session holds of its own file
+    (metadata under ``key``; a line naming another file, ``f``, is a forked parent's).
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    out: dict[int, tuple[str, str]] = {}
+    if not session.exists():
+        return out
+    for le in session.log(all_branches=True):
+        m = le.meta.get(key)
+        if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str) \
+                and m.get("f", session.id) == session.id:
+            out.setdefault(m["o"], (le.id, m["raw"]))
+    return out
+
+
+class LineChanged(ArchiveError):
+    """A line the session holds from an interrupted import is not the file's line at that place
+    (the file was rewritten since)."""
+
+
 def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
     """Yield ``(end offset, line bytes with its newline)`` for each complete line after ``offset``.
 
@@ -129,19 +182,14 @@ def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
     does not end with a newline); otherwise it is a line the agent is still writing, and is
     left for next time.
     """
-    import json
-
     f.seek(offset)
     pos = offset
     while True:
         raw = f.readline()
         if not raw:
             return
-        if not raw.endswith(b"\n"):
-            try:
-                json.loads(raw)
-            except ValueError:
-                return
+        if not raw.endswith(b"\n") and parse_line(raw) is NOT_JSON:
+            return
         pos += len(raw)
         yield pos, raw
 
@@ -189,13 +237,25 @@ class TreeWriter:
     the entry's meta); a line without one takes the time of the line before it, and a line
     before any line with a time takes 0.0 (the epoch: unknown), never the clock's, so that the
     same file gives the same commits wherever and whenever it is imported.
+
+    With ``meta_key`` (the adapter's metadata key) and ``tips`` (the digest the last finished
+    import recorded, :meth:`branch_digest`), a line an interrupted import already stored is taken as
+    it is, not written again.
     """
 
-    def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None) -> None:
+    def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None, *,
+                 meta_key: str | None = None, tips: Any = None) -> None:
         self.session = session
         self.key = key
         self.cid: dict[int, str] = dict(known)  # ordinal -> commit
         branches = session.branches() if session.exists() else {}
+        #: lines written by an import that stopped before recording its position (found when
+        #: the branch tips are not the ``tips`` digest the last finished import recorded)
+        self.stored: dict[int, tuple[str, str]] = {}
+        self.resuming = meta_key is not None and bool(branches) and tips != tips_digest(branches)
+        if self.resuming:
+            assert meta_key is not None
+            self.stored = stored_lines(session, meta_key)
         self.tips: dict[str, str] = {}
         for name, tip in branches.items():
             self.tips.setdefault(tip, name)
@@ -212,14 +272,29 @@ class TreeWriter:
         self._times: list[float | None] = []
 
     def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool) -> None:
-        """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows."""
+        """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows.
+
+        Raises:
+            LineChanged: the session holds another line ``n`` (written by an interrupted
+                import of a file rewritten since).
+        """
+        when = entry.meta.get("time")
+        if isinstance(when, (int, float)) and not isinstance(when, bool):
+            self.last_time = float(when)
+        hit = self.stored.get(n)
+        if hit is not None:
+            if hit[1] != blob_id(raw):
+                raise LineChanged(self.key, f"line {n + 1} is not the one an interrupted import stored "
+                                            "(file rewritten?)")
+            self.flush()
+            self.cid[n] = hit[0]
+            if active and hit[0] in self.tips:
+                self.active = self.tips[hit[0]]
+            return
         if self.run and (parent != self.run[-1].n or self.run_bytes >= RUN_BYTES):
             self.flush()
         if not self.run:
             self.run_parent = parent
-        when = entry.meta.get("time")
-        if isinstance(when, (int, float)) and not isinstance(when, bool):
-            self.last_time = float(when)
         self.run.append(_Pending(n, raw, entry, active))
         self._times.append(self.last_time if self.last_time is not None else 0.0)
         self.run_bytes += len(raw)
@@ -243,7 +318,9 @@ class TreeWriter:
             got = self.tips.get(parent)
             if got is None:
                 branch = self.branch_name(self.run[0].n)
-                s.branch(branch, at=parent)
+                # a branch an import stopped before its lines made is taken as it is
+                if not self.resuming or s.branches().get(branch) != parent:
+                    s.branch(branch, at=parent)
                 self.created.append(branch)
             else:
                 branch = got
@@ -272,6 +349,10 @@ class TreeWriter:
         if self.active and self.active != s.current_branch:
             s.checkout(self.active)
         return s.head
+
+    def branch_digest(self) -> str | None:
+        """The digest of the session's branch tips, to record with the import's position."""
+        return tips_digest(self.session.branches()) if self.session.exists() else None
 
 
 def meta_of(n: int, raw_id: str, when: float | None, **extra: Any) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def _parse_lines(f: IO[bytes], path: str, skip_bad: bool, skipped: list[tuple[in
             value = json.loads(text, parse_constant=_reject_constant)
             if not isinstance(value, dict):
                 raise ValueError(f"a JSON {type(value).__name__}, not an object")
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:  # nested too deep: not JSON to us
             torn = "" if raw.endswith(b"\n") else " (torn last line?)"
             reason = f"not a JSON object{torn}: {e}"
             if not skip_bad:
