@@ -515,3 +515,75 @@ def test_a_leading_line_without_any_time_takes_the_epoch_not_the_clock(tmp_path:
         times.append(sorted(le.time for le in s.log(all_branches=True)))
     assert heads[0] == heads[1]
     assert times[0] == times[1] == [0.0, parse_time("2026-01-22T19:38:13.000Z")]
+
+
+def test_deeply_nested_lines_are_kept_as_they_are(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    deep = [b"[" * 5000 + b"]" * 5000 + b"\n", b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"\n",
+            # JSON Python reads, but deeper than a castore entry may nest: the line keeps it
+            json.dumps({**first, "uuid": "deep-1", "message": {"role": "user",
+                                                               "content": json.loads("[" * 500 + "]" * 500)}}
+                       ).encode() + b"\n"]
+    body = b"".join(lines[:5] + deep + lines[5:])
+    (proj / "s.jsonl").write_bytes(body)
+    r = import_claude(store, proj)[0]
+    assert r.total == len(lines) + 3 and sum("not JSON" in n for n in r.notes) == 2
+    # a torn last line nested too deep waits, as any torn line
+    (proj / "s.jsonl").write_bytes(body + b"[" * 5000)
+    assert import_claude(store, proj)[0].lines == 0
+    (proj / "s.jsonl").write_bytes(body + b"[" * 5000 + b"]" * 5000 + b"\n")
+    assert import_claude(store, proj)[0].lines == 1
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "s.jsonl").read_bytes() == body + b"[" * 5000 + b"]" * 5000 + b"\n"
+
+
+def test_rewritten_file_gives_one_new_version_once(store: castore.Store, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
+    f = proj / "s.jsonl"
+    f.write_bytes(b"".join(lines[:20]))
+    import_claude(store, proj)
+    f.write_bytes(b"".join(lines[1:30]))  # rewritten upstream
+    r = import_claude(store, proj)[0]
+    assert r.session == ("claude", "proj", "s.v2") and "changed" in r.notes[0]
+    for _ in range(3):  # the unchanged file again: nothing new, no new copy
+        r = import_claude(store, proj)[0]
+        assert (r.session, r.lines, r.notes) == (("claude", "proj", "s.v2"), 0, [])
+    f.write_bytes(b"".join(lines[1:40]))  # the agent goes on: the new version grows
+    r = import_claude(store, proj)[0]
+    assert (r.session, r.lines, r.total) == (("claude", "proj", "s.v2"), 10, 39)
+    f.write_bytes(b"".join(lines[2:40]))  # rewritten again: a third version, once
+    assert import_claude(store, proj)[0].session == ("claude", "proj", "s.v3")
+    assert import_claude(store, proj)[0].session == ("claude", "proj", "s.v3")
+    assert sorted(si.session for si in store.sessions("claude")) == ["s", "s.v2", "s.v3"]
+    v3 = store.session("claude", "proj", "s.v3").info["claude"]
+    assert (v3["version"], v3["supersedes"]) == (3, "s.v2")
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(lines[2:40])
+
+
+def test_follow_counts_no_negative_bytes_when_the_file_grows_while_read(
+        store: castore.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import castore.adapters.claude_code as cc
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
+    f = proj / "s.jsonl"
+    f.write_bytes(b"".join(lines[:10]))
+    real = cc.read_lines
+
+    def grows(fh: object, offset: int) -> object:  # the agent writes after the size was taken
+        with open(f, "ab") as g:
+            g.write(b"".join(lines[10:12]))
+        return real(fh, offset)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cc, "read_lines", grows)
+    r = import_claude(store, proj)[0]
+    assert (r.lines, r.torn) == (12, 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.interrupt import interrupted_everywhere
 
 import castore
 from castore.adapters.codex import export_codex, find_rollouts, import_codex
@@ -271,3 +272,28 @@ def test_entries_appended_with_castore_are_exported_as_records_and_come_back(sto
     assert r2.lines == 6 and len(s.log(all_branches=True)) == n_before and s.head == ids[-1]
     export_codex(store, tmp_path / "out2")
     assert (tmp_path / "out2" / SAMPLE.name).read_bytes() == got
+
+
+def test_import_stopped_at_any_ref_move_is_finished_by_the_next(sessions_dir: Any, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    root, *_ = sessions_dir
+    for store in interrupted_everywhere(tmp_path, monkeypatch, lambda s: import_codex(s, root), app="codex"):
+        out = tmp_path / f"out-{Path(str(store.url)).name}"
+        assert len(export_codex(store, out)) == 3
+        for f in root.rglob("*.jsonl"):
+            assert (out / f.relative_to(root)).read_bytes() == f.read_bytes()
+        assert all(r.lines == 0 and not r.notes for r in import_codex(store, root))
+
+
+def test_deeply_nested_lines_are_kept_as_they_are(store: castore.Store, tmp_path: Path) -> None:
+    lines = SAMPLE.read_bytes().splitlines(keepends=True)
+    deep = [b"[" * 5000 + b"]" * 5000 + b"\n", b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"\n",
+            json.dumps({"timestamp": "2026-01-01T00:00:00Z", "type": "response_item", "payload": {
+                "type": "message", "role": "user", "content": json.loads("[" * 500 + "]" * 500)}}).encode() + b"\n"]
+    body = b"".join(lines[:3] + deep + lines[3:])
+    f = tmp_path / "r.jsonl"
+    f.write_bytes(body)
+    r = import_codex(store, f)[0]
+    assert r.total == len(lines) + 3 and sum("not JSON" in n for n in r.notes) == 2
+    export_codex(store, tmp_path / "out")
+    assert (tmp_path / "out" / "r.jsonl").read_bytes() == body

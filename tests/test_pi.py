@@ -341,6 +341,20 @@ def test_skip_bad_lines_reports_what_it_skipped(mem_store, tmp_path):
     assert lines_of(export_text(mem_store.session(*r.key))) == entries
 
 
+def test_lines_nested_too_deep_are_bad_lines_not_a_crash(mem_store, tmp_path):
+    entries = every_type_entries()
+    text = "".join(json.dumps(e) + "\n" for e in entries[:3]) + "[" * 5000 + "]" * 5000 + "\n" + \
+        '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n" + "".join(json.dumps(e) + "\n" for e in entries[3:])
+    path = tmp_path / "deep.jsonl"
+    path.write_text(text)
+    with pytest.raises(pi.PiImportError) as ei:
+        pi.import_session(mem_store, path)
+    assert ei.value.line == 4 and not mem_store.session("pi", "local", "sess-1").exists()
+    r = pi.import_session(mem_store, path, skip_bad_lines=True)
+    assert [n for n, _ in r.skipped] == [4, 5]
+    assert lines_of(export_text(mem_store.session(*r.key))) == entries
+
+
 def test_bad_header_and_existing_session_are_refused(mem_store, tmp_path):
     with pytest.raises(pi.PiImportError) as ei:
         pi.import_session(mem_store, write_jsonl(tmp_path / "h.jsonl", [{"type": "message", "id": "x"}]))

@@ -666,7 +666,8 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
     Each file is read from where the previous import stopped: only new lines are read and
     written, a torn last line is left for next time, a file deleted upstream stays in the
     archive, and a file whose imported part changed is imported again as a new session
-    (``<session>.v2``, ...), leaving the archived one as it was.
+    (``<session>.v2``, ...), once, leaving the archived one as it was; later imports continue
+    the newest version. An import stopped part-way (Ctrl-C, kill -9) is finished by the next.
 
     Args:
         store: the store.

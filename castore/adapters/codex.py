@@ -249,9 +249,8 @@ class _Importer:
                 known[t[1]] = t[2]
         prefix: list[dict[str, Any]] = []
         fork: dict[str, Any] | None = None
-        if isinstance(meta.get("forked_from_id"), str) and (
-                not session.exists() or (not c.get("path") and isinstance(info.get("forked_from"), dict))):
-            # a fork: started now, or started by an import that stopped before recording it
+        if isinstance(meta.get("forked_from_id"), str) and not c.get("path"):
+            # a fork: started now, or by an import that stopped before recording where it stood
             fork = self._fork(session, f, meta["forked_from_id"], known, st, prefix)
             if fork is not None:
                 info = session.info
@@ -341,7 +340,7 @@ class _Importer:
         spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
         if isinstance(spawn, dict) and isinstance(spawn.get("parent_thread_id"), str):
             new["spawned_by"] = {"app": self.app, "user": self.user, "session": spawn["parent_thread_id"]}
-        if session.exists():
+        if session.exists() or w.cid:  # (set_info makes HEAD when an import stopped before it)
             session.set_info(new)
         return res
 
@@ -354,12 +353,15 @@ class _Importer:
         if not parent.exists():
             return None
         rows = archived_rows(parent, KEY, parent.id)
-        started = as_dict(session.info.get("forked_from")).get("commit") if session.exists() else None
-        if started is not None:  # the parent may have grown since: match no further than the fork
+        branches = session.branches()
+        started = None
+        if branches:  # started by an import that stopped: its fork point (None: it was no fork)
+            started = as_dict(session.info.get("forked_from")).get("commit") if session.exists() \
+                else branches.get("main")
             upto = next((i for i, r in enumerate(rows) if r[2] == started), None)
             if upto is None:
                 return None
-            rows = rows[:upto + 1]
+            rows = rows[:upto + 1]  # the parent may have grown since: match no further than the fork
         raws = read_blobs(self.store, [r for _, r, _ in rows])
         f.seek(0)
         mine: list[bytes] = []
@@ -401,6 +403,7 @@ class _Importer:
                 st.turns.append([fn, fn - 1, known.get(fn - 1)])
         st.offset, st.lines, st.cursor = pos, len(mine), len(mine) - 1
         info = session.info
+        info.setdefault("forked_from", {"app": parent.app, "user": parent.user, "session": parent.id, "commit": at})
         session.set_info({**info, KEY: {"path": self.src.rel, "prefix": prefix, "offset": pos, "lines": len(mine),
                                         "digest": prefix_digest(f, pos), "cursor": st.cursor,
                                         "cursor_commit": known.get(st.cursor), "turns": st.turns[-256:],

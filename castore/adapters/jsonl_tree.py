@@ -32,6 +32,7 @@ copy, so that exporting, letting the agent go on, and importing again gives one 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,7 +41,7 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import objects as o
-from ..entries import Event
+from ..entries import Event, body_of, check_value
 from ..errors import CastoreError, InvalidEntry
 from ..objects import Blob
 
@@ -152,21 +153,20 @@ def tips_digest(branches: Mapping[str, str]) -> str:
     return h.hexdigest()[:32]
 
 
-def stored_lines(session: Session, key: str) -> dict[int, tuple[str, str]]:
-    """Line number -> ``(commit, raw blob id)`` of the lines a session holds of its own file
-    (metadata under ``key``; a line naming another file, ``f``, is a forked parent's).
+def stored_lines(session: Session, key: str) -> dict[int, tuple[str, str, str | None]]:
+    """Line number -> ``(commit, raw blob id, parent commit)`` of the lines a session holds of
+    its own file (metadata under ``key``; a line naming another file, ``f``, is a forked
+    parent's).
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    out: dict[int, tuple[str, str]] = {}
-    if not session.exists():
-        return out
-    for le in session.log(all_branches=True):
+    out: dict[int, tuple[str, str, str | None]] = {}
+    for le in session.log(all_branches=True) if session.branches() else ():
         m = le.meta.get(key)
         if isinstance(m, dict) and isinstance(m.get("o"), int) and isinstance(m.get("raw"), str) \
                 and m.get("f", session.id) == session.id:
-            out.setdefault(m["o"], (le.id, m["raw"]))
+            out.setdefault(m["o"], (le.id, m["raw"], le.parents[0] if le.parents else None))
     return out
 
 
@@ -225,6 +225,17 @@ class _Pending:
     active: bool
 
 
+def _storable(entry: Event) -> Event:
+    """``entry``, or ``entry`` without its message when castore cannot store that (a line's
+    content nested deeper than entries may be): the line's raw bytes keep it all."""
+    try:
+        for k, v in (body_of(entry) or {}).items():
+            check_value(v, k)
+    except InvalidEntry:
+        return dataclasses.replace(entry, message=None)
+    return entry
+
+
 class TreeWriter:
     """Appends lines to a session as a tree through the public Session API.
 
@@ -248,10 +259,11 @@ class TreeWriter:
         self.session = session
         self.key = key
         self.cid: dict[int, str] = dict(known)  # ordinal -> commit
-        branches = session.branches() if session.exists() else {}
+        branches = session.branches()  # (an import may have stopped before the session's HEAD was made)
         #: lines written by an import that stopped before recording its position (found when
         #: the branch tips are not the ``tips`` digest the last finished import recorded)
-        self.stored: dict[int, tuple[str, str]] = {}
+        self.stored: dict[int, tuple[str, str, str | None]] = {}
+        self.active_commit: str | None = None  # the last active line, when it was stored before
         self.resuming = meta_key is not None and bool(branches) and tips != tips_digest(branches)
         if self.resuming:
             assert meta_key is not None
@@ -288,8 +300,8 @@ class TreeWriter:
                                             "(file rewritten?)")
             self.flush()
             self.cid[n] = hit[0]
-            if active and hit[0] in self.tips:
-                self.active = self.tips[hit[0]]
+            if active:
+                self.active_commit = hit[0]
             return
         if self.run and (parent != self.run[-1].n or self.run_bytes >= RUN_BYTES):
             self.flush()
@@ -324,22 +336,31 @@ class TreeWriter:
                 self.created.append(branch)
             else:
                 branch = got
-        ids = s.append_many([p.entry for p in self.run], expect=parent, branch=branch, times=self._times)
+        try:
+            ids = s.append_many([p.entry for p in self.run], expect=parent, branch=branch, times=self._times)
+        except InvalidEntry:  # nothing was written: a body castore cannot store (nested too deep)
+            for p in self.run:
+                p.entry = _storable(p.entry)
+            ids = s.append_many([p.entry for p in self.run], expect=parent, branch=branch, times=self._times)
         if parent is not None:
             self.tips.pop(parent, None)
         self.tips[ids[-1]] = branch
-        for p, cid in zip(self.run, ids, strict=True):
+        for i, (p, cid) in enumerate(zip(self.run, ids, strict=True)):
             self.cid[p.n] = cid
+            if self.resuming:  # where each line hangs, for :meth:`_owner`
+                self.stored.setdefault(p.n, (cid, "", ids[i - 1] if i else parent))
         if any(p.active for p in self.run):
-            self.active = branch
+            self.active, self.active_commit = branch, None
         self.run, self.run_bytes, self._times = [], 0, []
 
     def finish(self) -> str | None:
         """Flush, put the labels, check out the branch the agent was on; return HEAD's commit."""
         self.flush()
         s = self.session
-        if not s.exists():
+        if not self.cid:
             return None
+        if self.active_commit is not None:
+            self.active = self._owner(self.active_commit) or self.active
         for n, name in self.labels:
             if n in self.cid:
                 try:
@@ -349,6 +370,22 @@ class TreeWriter:
         if self.active and self.active != s.current_branch:
             s.checkout(self.active)
         return s.head
+
+    def _owner(self, cid: str) -> str | None:
+        """The branch a stored line was appended to: the one whose own segment (from its tip
+        down to its first line, ``n`` of ``line-<n>``; the root for another name) holds it."""
+        o_of = {v[0]: o for o, v in self.stored.items()}
+        parent_of = {v[0]: v[2] for v in self.stored.values()}
+        for name, tip in self.session.branches().items():
+            start = int(name[5:]) if name.startswith("line-") and name[5:].isdigit() else -1
+            c: str | None = tip
+            while c is not None and c in o_of:
+                if c == cid:
+                    return name
+                if o_of[c] == start:
+                    break
+                c = parent_of[c]
+        return None
 
     def branch_digest(self) -> str | None:
         """The digest of the session's branch tips, to record with the import's position."""
