@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.interrupt import same_tree
 
 import castore
 from castore.adapters.claude_code import (
@@ -25,15 +26,6 @@ from castore.grep import grep
 DATA = Path(__file__).resolve().parent / "data" / "claude-code"
 SHARE = DATA / "session-share"
 SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
-
-
-def _same_tree(a: Path, b: Path, skip: tuple[str, ...] = ("LICENSE", "README.md")) -> None:
-    """Every file under ``a`` (but ``skip``) is in ``b`` with the same bytes, and nothing else."""
-    want = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file() and p.name not in skip)
-    got = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
-    assert got == want
-    for rel in want:
-        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
 
 
 @pytest.fixture
@@ -54,7 +46,7 @@ def test_real_files_round_trip_byte_for_byte(store: castore.Store, tmp_path: Pat
     out = tmp_path / "out"
     written = export_claude(store, out)
     assert f"session-share/{SID}/subagents/agent-a5bdbc1.jsonl" in written
-    _same_tree(DATA, out)
+    same_tree(DATA, out)
 
 
 def test_session_tree_rewinds_and_parallel_calls_are_branches_head_is_last_turn(store: castore.Store) -> None:
@@ -153,7 +145,7 @@ def test_file_deleted_upstream_stays_in_the_archive(store: castore.Store, tmp_pa
     assert store.session("claude", "p", SID).exists()
     out = tmp_path / "out"
     export_claude(store, out)
-    _same_tree(SHARE, out / "p")
+    same_tree(SHARE, out / "p")
 
 
 def test_changed_prefix_is_reported_and_kept_beside(store: castore.Store, tmp_path: Path) -> None:
@@ -172,6 +164,20 @@ def test_changed_prefix_is_reported_and_kept_beside(store: castore.Store, tmp_pa
     out = tmp_path / "out"
     export_claude(store, out)  # the newest version of the file is written
     assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(lines[1:30])
+    for _ in range(3):  # the unchanged file again: one new version, once (no .v3, .v4, ...)
+        r = import_claude(store, proj)[0]
+        assert (r.session, r.lines, r.notes) == (("claude", "proj", "s.v2"), 0, [])
+    f.write_bytes(b"".join(lines[1:40]))  # the agent goes on: the new version grows
+    r = import_claude(store, proj)[0]
+    assert (r.session, r.lines, r.total) == (("claude", "proj", "s.v2"), 10, 39)
+    f.write_bytes(b"".join(lines[2:40]))  # rewritten again: a third version, once
+    assert import_claude(store, proj)[0].session == ("claude", "proj", "s.v3")
+    assert import_claude(store, proj)[0].session == ("claude", "proj", "s.v3")
+    assert sorted(si.session for si in store.sessions("claude")) == ["s", "s.v2", "s.v3"]
+    v3 = store.session("claude", "proj", "s.v3").info["claude"]
+    assert (v3["version"], v3["supersedes"]) == (3, "s.v2")
+    export_claude(store, out)
+    assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(lines[2:40])
 
 
 def test_hostile_lines_are_kept_byte_for_byte(store: castore.Store, tmp_path: Path) -> None:
@@ -539,33 +545,6 @@ def test_deeply_nested_lines_are_kept_as_they_are(store: castore.Store, tmp_path
     out = tmp_path / "out"
     export_claude(store, out)
     assert (out / "proj" / "s.jsonl").read_bytes() == body + b"[" * 5000 + b"]" * 5000 + b"\n"
-
-
-def test_rewritten_file_gives_one_new_version_once(store: castore.Store, tmp_path: Path) -> None:
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
-    f = proj / "s.jsonl"
-    f.write_bytes(b"".join(lines[:20]))
-    import_claude(store, proj)
-    f.write_bytes(b"".join(lines[1:30]))  # rewritten upstream
-    r = import_claude(store, proj)[0]
-    assert r.session == ("claude", "proj", "s.v2") and "changed" in r.notes[0]
-    for _ in range(3):  # the unchanged file again: nothing new, no new copy
-        r = import_claude(store, proj)[0]
-        assert (r.session, r.lines, r.notes) == (("claude", "proj", "s.v2"), 0, [])
-    f.write_bytes(b"".join(lines[1:40]))  # the agent goes on: the new version grows
-    r = import_claude(store, proj)[0]
-    assert (r.session, r.lines, r.total) == (("claude", "proj", "s.v2"), 10, 39)
-    f.write_bytes(b"".join(lines[2:40]))  # rewritten again: a third version, once
-    assert import_claude(store, proj)[0].session == ("claude", "proj", "s.v3")
-    assert import_claude(store, proj)[0].session == ("claude", "proj", "s.v3")
-    assert sorted(si.session for si in store.sessions("claude")) == ["s", "s.v2", "s.v3"]
-    v3 = store.session("claude", "proj", "s.v3").info["claude"]
-    assert (v3["version"], v3["supersedes"]) == (3, "s.v2")
-    out = tmp_path / "out"
-    export_claude(store, out)
-    assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(lines[2:40])
 
 
 def test_follow_counts_no_negative_bytes_when_the_file_grows_while_read(
