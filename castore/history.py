@@ -215,12 +215,20 @@ class History:
         return full
 
     def walk(self, tip: str) -> list[tuple[str, Commit]]:
-        out = []
+        """The path root -> ``tip`` by its parent links, one read per commit.
+
+        Raises:
+            ObjectNotFound, StorageError; IntegrityError: a depth is not its parent's + 1.
+        """
+        out: list[tuple[str, Commit]] = []
         cid: str | None = tip
         while cid is not None:
             c = self.commit(cid)
+            if out:
+                check_depth(*out[-1], c)
             out.append((cid, c))
             cid = o.hex_id(c.parents[0]) if c.parents else None
+        check_depth(*out[-1])
         out.reverse()
         return out
 
@@ -537,9 +545,14 @@ class BlockPath:
         tail = hint_tail(hint, got)
         if tail is None:
             return False
+        idx = got.get(hint.index) if hint.index else None
+        start = tail[0][1].depth
+        # the tail's depth must be what the index below it holds (a root's: 0), or the
+        # walk checks it commit by commit
+        if (len(idx.segments) * K if isinstance(idx, Index) else 0) != start:
+            return False
         for cid, c in tail:
             self.at_depth[c.depth] = (cid, c)
-        idx = got.get(hint.index) if hint.index else None
         self._use_index(hint.index, idx if isinstance(idx, Index) else None)
         return True
 
@@ -565,19 +578,32 @@ class BlockPath:
         return True
 
     def _load_by_walking(self) -> None:
+        # Down to the first block start that names an index (the root, in a history
+        # without one), each depth checked against the parent's: nothing is ever sized
+        # by a depth a commit claims.
         cid = self.tip
         c = self._commit(cid)
         self.at_depth[c.depth] = (cid, c)
-        while c.depth % K != 0 and c.parents:
-            cid = o.hex_id(c.parents[0])
-            c = self._commit(cid)
-            self.at_depth[c.depth] = (cid, c)
-        if c.index is not None:
+        while c.parents and (c.depth % K != 0 or c.index is None):
+            cid, c = self._parent(cid, c)
+        check_depth(cid, c)
+        if c.index is not None and c.parents:
             iid = o.hex_id(c.index)
             idx = self._get_many([iid]).get(iid)
             if not isinstance(idx, Index):
                 raise IntegrityError(iid, "expected an index")
+            if len(idx.segments) * K != c.depth:
+                raise IntegrityError(cid, f"claims depth {c.depth} but its index holds "
+                                          f"{len(idx.segments) * K} commits below it")
             self._use_index(iid, idx)
+
+    def _parent(self, cid: str, c: Commit) -> tuple[str, Commit]:
+        """The first parent of ``cid``, recorded at its depth, checked to be ``c``'s - 1."""
+        pid = o.hex_id(c.parents[0])
+        p = self._commit(pid)
+        check_depth(cid, c, p)
+        self.at_depth[p.depth] = (pid, p)
+        return pid, p
 
     def _use_index(self, iid: str | None, idx: Index | None) -> None:
         self.index_id = iid
@@ -632,9 +658,7 @@ class BlockPath:
         while c.depth > missing[0]:
             if not c.parents:
                 raise IntegrityError(cid, f"commit at depth {c.depth} has no parent")
-            cid = o.hex_id(c.parents[0])
-            c = self._commit(cid)
-            self.at_depth[c.depth] = (cid, c)
+            cid, c = self._parent(cid, c)
 
     def _verify_links(self, depths: Sequence[int]) -> None:
         for d in depths:
@@ -690,6 +714,33 @@ def hint_tail(hint: Hint, got: Mapping[str, Any]) -> list[tuple[str, Commit]] | 
     if hint.index and not isinstance(got.get(hint.index), Index):
         return None
     return run
+
+
+def depth_problem(depth: int, has_parent: bool, parent_depth: int | None = None) -> str | None:
+    """What is wrong with a commit's ``depth`` (None: nothing), given whether it has a
+    parent and its first parent's depth when known: a depth must be the parent's + 1, a
+    root's 0. Every path is read by depth; one that does not count the path makes a
+    reader skip commits or look past the path's end."""
+    if parent_depth is not None:
+        if depth != parent_depth + 1:
+            return f"claims depth {depth} but its first parent is at depth {parent_depth}: expected {parent_depth + 1}"
+    elif not has_parent and depth != 0:
+        return f"a root commit (no parent) that claims depth {depth}: expected 0"
+    elif has_parent and depth <= 0:
+        return f"claims depth {depth} but has a parent"
+    return None
+
+
+def check_depth(cid: str, c: Commit, parent: Commit | None = None) -> None:
+    """Check commit ``cid``'s depth against its first parent ``parent`` (None: against
+    having parents at all), as :func:`depth_problem` says.
+
+    Raises:
+        IntegrityError: the depth does not count the path.
+    """
+    problem = depth_problem(c.depth, bool(c.parents), parent.depth if parent is not None else None)
+    if problem is not None:
+        raise IntegrityError(cid, problem)
 
 
 def _commits(got: Mapping[str, Any], ids: Sequence[str]) -> list[tuple[str, Commit]] | None:
@@ -763,4 +814,4 @@ def split_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
 
 
 __all__ = ["BlockPath", "History", "Hint", "K", "split_revision", "hint_tail", "is_chain", "merge_depth",
-           "ObjectNotFound"]
+           "check_depth", "depth_problem", "ObjectNotFound"]

@@ -25,7 +25,7 @@ from typing import Any
 from . import objects as o
 from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound, RefConflict
-from .history import Hint
+from .history import Hint, depth_problem
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore import LOOSE_MIN, PATH_OBJECT_MAX
 from .objectstore.packs import Slot
@@ -224,6 +224,7 @@ def _walk(store: Store, report: FsckReport | None,
     """Every reachable id; with ``report``, damage is recorded there instead of raised."""
     seen: set[str] = set()
     bodies: dict[str, Commit] = {}  # body id -> a commit naming it (fsck checks the pair)
+    depths: dict[str, tuple[int, str | None]] = {}  # commit -> its depth, its first parent
     todo: deque[_Todo] = deque(_roots(store, report))
     while todo:
         batch: dict[str, _Todo] = {}
@@ -258,10 +259,26 @@ def _walk(store: Store, report: FsckReport | None,
                     report.corrupt.append((oid, f"is a {found} where {src} needs a {wanted}"))
             if report is not None:
                 _check_stored(oid, obj, bodies, report)
+                if isinstance(obj, Commit):
+                    depths[oid] = (obj.depth, o.hex_id(obj.parents[0]) if obj.parents else None)
             todo.extend((child, oid, k) for child, k in _links(obj) if child not in seen)
         if progress is not None:
             progress(len(seen))
+    if report is not None:
+        _check_depths(depths, report)
     return seen
+
+
+def _check_depths(depths: dict[str, tuple[int, str | None]], report: FsckReport) -> None:
+    """Report each commit whose depth is not its first parent's + 1 (a root's: 0): sync and
+    every reader of a path go by depth."""
+    for oid, (depth, parent) in depths.items():
+        up = depths.get(parent) if parent is not None else None
+        if parent is not None and up is None:
+            continue  # the parent is missing or not a commit: reported as such
+        problem = depth_problem(depth, parent is not None, up[0] if up is not None else None)
+        if problem is not None:
+            report.corrupt.append((oid, problem))
 
 
 def _check_stored(oid: str, obj: Any, bodies: dict[str, Commit], report: FsckReport) -> None:

@@ -307,13 +307,14 @@ def from_stored(oid: str, stored: bytes) -> bytes:
     return canonical
 
 
-def unframe(stored: bytes | memoryview, what: str = "frame") -> bytes:
+def unframe(stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OBJECT_SIZE) -> bytes:
     """Undo :func:`to_stored` or :func:`frame_block` without checking any id (a pack record's
     content is checked by the ids of the objects it holds).
 
     Raises:
         IntegrityError: (naming ``what``) empty, unknown header, bad compression, or a frame
-            declaring no size or more than :data:`MAX_OBJECT_SIZE`.
+            declaring no size or more than ``limit`` bytes (:data:`MAX_OBJECT_SIZE`; a pack
+            record's: less, see :mod:`castore.objectstore.packs`).
     """
     if not stored:
         raise IntegrityError(what, "empty file")
@@ -324,9 +325,9 @@ def unframe(stored: bytes | memoryview, what: str = "frame") -> bytes:
         magicless = head == _ZDICT
         try:
             # a damaged size field must not make us allocate gigabytes before failing
-            size = zstandard.frame_content_size(_ZSTD_MAGIC + bytes(body[:_FRAME_HEADER_MAX]) if magicless else body)
-            if size < 0 or size > MAX_OBJECT_SIZE:
-                raise IntegrityError(what, f"compressed frame declares {size} bytes")
+            size = _declared(head, body)
+            if size < 0 or size > limit:
+                raise IntegrityError(what, f"compressed frame declares {size} bytes (at most {limit} here)")
             # one frame and nothing after it: what the writer made, byte for byte
             pool = _dict_decompressors if magicless else _decompressors
             d = pool.take()
@@ -337,6 +338,31 @@ def unframe(stored: bytes | memoryview, what: str = "frame") -> bytes:
         except zstandard.ZstdError as e:
             raise IntegrityError(what, f"bad compressed data ({e})") from e
     raise IntegrityError(what, f"unknown header byte 0x{stored[0]:02x}")
+
+
+def _declared(head: bytes, body: bytes | memoryview) -> int:
+    """The content size a zstd frame's header declares (-1: none).
+
+    Raises:
+        zstandard.ZstdError: not a frame header.
+    """
+    if head == _ZDICT:
+        return int(zstandard.frame_content_size(_ZSTD_MAGIC + bytes(body[:_FRAME_HEADER_MAX])))
+    return int(zstandard.frame_content_size(body))
+
+
+def declared_size(stored: bytes | memoryview) -> int:
+    """How many bytes :func:`unframe` would make of ``stored``, from its header alone (no
+    decompression): -1 when the frame declares no size or is not a frame."""
+    head = bytes(stored[:1])
+    if head == _RAW:
+        return len(stored) - 1
+    if head not in (_ZSTD, _ZDICT):
+        return -1
+    try:
+        return _declared(head, stored[1:])
+    except zstandard.ZstdError:
+        return -1
 
 
 class BlockPrefix:
@@ -353,12 +379,12 @@ class BlockPrefix:
 
     Raises:
         IntegrityError: (from the constructor, naming ``what``) not a ``0x01`` frame, or one
-            declaring no size or more than :data:`MAX_OBJECT_SIZE`.
+            declaring no size or more than ``limit`` bytes.
     """
 
     __slots__ = ("size", "data", "what", "_body", "_reader", "_ctx")
 
-    def __init__(self, stored: bytes | memoryview, what: str = "frame") -> None:
+    def __init__(self, stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OBJECT_SIZE) -> None:
         if bytes(stored[:1]) != _ZSTD:
             raise IntegrityError(what, "not a plain zstd frame")
         body = bytes(stored[1:])
@@ -366,8 +392,8 @@ class BlockPrefix:
             size = zstandard.frame_content_size(body)
         except zstandard.ZstdError as e:
             raise IntegrityError(what, f"bad compressed data ({e})") from e
-        if size < 0 or size > MAX_OBJECT_SIZE:
-            raise IntegrityError(what, f"compressed frame declares {size} bytes")
+        if size < 0 or size > limit:
+            raise IntegrityError(what, f"compressed frame declares {size} bytes (at most {limit} here)")
         self.size: int = size
         self.data = b""
         self.what = what

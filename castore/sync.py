@@ -301,6 +301,7 @@ class _Sync:
         self._total = 0
         self._pending: dict[str, bytes] = {}  # stored bytes read, not yet written
         self._pending_bytes = 0
+        self._sent: set[str] = set()  # ids written to the destination by this sync
 
     @staticmethod
     def _path_of(store: Store, tip: str, meta: Mapping[str, Any] | None, near: Store | None = None) -> BlockPath:
@@ -693,6 +694,7 @@ class _Sync:
         packed, loose = self.dst.objects.put_stored_packed(items)
         self.report.packs_sent += 1 if packed else 0
         self.report.loose_sent += loose
+        self._sent.update(items)
         self.report.objects_sent += len(items)
         self.report.bytes_sent += sum(len(v) for v in items.values())
         self._tick()
@@ -706,6 +708,7 @@ class _Sync:
             last[u.ref] = u
         direct = [u for u in last.values() if not u.target.startswith(SYMBOLIC)]
         symbolic = [u for u in last.values() if u.target.startswith(SYMBOLIC)]
+        direct = self._held(direct)
         for group in (direct, symbolic):
             futures = [self.pool.submit(self._swap, u) for u in group]
             # Let every swap finish before reporting a failure: none may land after we return.
@@ -713,6 +716,26 @@ class _Sync:
             if errors:
                 raise errors[0]
         self._tick()
+
+    def _held(self, updates: list[_Update]) -> list[_Update]:
+        """The updates whose target the destination holds; the others are refused, never
+        swapped: a ref must not name a commit that is not there. What this sync wrote is
+        held; any other target (one the plan took to be there already) is looked up."""
+        unsure = {u.target for u in updates if u.target not in self._sent}
+        absent = {t for t in unsure if not self.dst.objects.contains(t)}
+        if not absent:
+            return updates
+        for u in updates:
+            if u.target in absent:
+                self._failed.add(u.ref)
+                cur = self.dst_values.get(u.ref)
+                there = cur.target if cur is not None else None
+                self.report.refs_refused.append(Refusal(
+                    u.ref,
+                    f"{u.display or describe(u.ref)}: commit {_short(u.target)} is not in the destination "
+                    "and was not copied (a damaged store on either side: run `castore fsck`); the ref was not moved",
+                    *((there, u.target) if self.pull_remote else (u.target, there))))
+        return [u for u in updates if u.target not in absent]
 
     def _keep_overwritten(self, ref: str, old: str, new: str) -> None:
         """Before a forced swap: keep the tip it overwrites in the session's reflog."""

@@ -145,7 +145,7 @@ def test_a_compressed_record_round_trips_a_torn_tail_is_ignored_and_damage_stops
     data = packs.PACK_MAGIC_V2 + rec1 + rec2
     assert len(rec1) < sum(len(c) for _, c in objs[:25])  # one frame for the record: it shrank
     contents: dict[int, bytes] = {}
-    found, end = packs.scan(data, contents=contents)
+    found, end = packs.scan(data, keep=contents.__setitem__)
     assert found == {**where1, **where2} and end == len(data) and len(contents) == 2
     for oid, canonical in objs:
         assert _read_slot(data, found[oid]) == canonical

@@ -101,7 +101,7 @@ class WriterLog:
                 self._batches += 1
                 batch = self._batches % AUTO_REPACK_BATCHES == 0
             else:
-                rec, where = packs.encode_record_v2(small, log.size)
+                rec, where = packs.encode_records_v2(small, log.size)
                 try:
                     log.append(rec, sync=sync)
                 except StorageError:

@@ -271,13 +271,14 @@ class PackMap:
                 version = packs.pack_version(data)
             except IntegrityError:
                 continue  # not a pack: nothing in it can be read
-            contents: dict[int, bytes] = {}
             damaged: list[tuple[int, int]] = []
-            where, end = packs.scan(memoryview(data)[start:], start, version, contents, damaged) if start \
-                else packs.scan(data, contents=contents, damaged=damaged)
+
+            def keep(offset: int, content: bytes, name: str = name) -> None:
+                self._keep_content(name, offset, content)  # a record at a time: kept while they fit
+
+            where, end = packs.scan(memoryview(data)[start:], start, version, keep, damaged) if start \
+                else packs.scan(data, keep=keep, damaged=damaged)
             self._keep_pack_data(name, data)
-            for offset, content in contents.items():
-                self._keep_content(name, offset, content)
             # a batch or repack pack is complete when written; a log may still grow
             self.add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
             if end < len(data) and not name.startswith("w-"):
@@ -451,12 +452,12 @@ class PackMap:
                 payload = self.storage.read_range(pack_key(name), loc.offset, loc.size)
             what = f"record at {loc.offset} of pack {name}"
             if not alone or payload[:1] != b"\x01" or loc.size < PREFIX_MIN:
-                content = o.unframe(payload, what)
+                content = packs.record_content(payload, what)
                 self._keep_content(name, loc.offset, content)
                 return content
-            part = o.BlockPrefix(payload, what)
+            part = packs.record_prefix(payload, what)
             if need * 2 > part.size:
-                content = o.unframe(payload, what)  # most of it: in one call
+                content = packs.record_content(payload, what)  # most of it: in one call
                 self._keep_content(name, loc.offset, content)
                 return content
         # a reader of one object of a repacked block decompresses it only up to that object
@@ -627,7 +628,8 @@ class PackMap:
 
 
 #: version-2 records of one pack decompressed ahead of the one a scan is at (zstd releases
-#: the GIL: the next records decompress on another core while the caller searches one)
+#: the GIL: the next records decompress on another core while the caller searches one), as
+#: long as the content they declare stays within what one record may hold
 _UNFRAME_AHEAD = 4
 
 
@@ -636,7 +638,7 @@ def _unframed(records: list[tuple[int, int, memoryview]], name: str) -> Iterator
     decompress), decompressed in a worker thread up to :data:`_UNFRAME_AHEAD` ahead."""
     def one(offset: int, payload: memoryview) -> bytes | None:
         try:
-            return o.unframe(payload, f"record at {offset} of pack {name}")
+            return packs.record_content(payload, f"record at {offset} of pack {name}")
         except IntegrityError:
             return None
 
@@ -649,10 +651,17 @@ def _unframed(records: list[tuple[int, int, memoryview]], name: str) -> Iterator
     from concurrent.futures import Future, ThreadPoolExecutor
 
     with ThreadPoolExecutor(1, thread_name_prefix="castore-unframe") as pool:
-        ahead: deque[Future[bytes | None]] = deque()
+        ahead: deque[tuple[int, Future[bytes | None]]] = deque()
+        held = 0  # content bytes the records ahead declare
         at = 0
         while at < len(todo) or ahead:
             while at < len(todo) and len(ahead) < _UNFRAME_AHEAD:
-                ahead.append(pool.submit(one, *todo[at]))
+                size = max(packs.declared_content(todo[at][1]), 0)
+                if ahead and held + size > packs.RECORD_CONTENT_READ_MAX:
+                    break  # memory stays one record's worth, whatever the records declare
+                ahead.append((size, pool.submit(one, *todo[at])))
+                held += size
                 at += 1
-            yield ahead.popleft().result()
+            size, done = ahead.popleft()
+            held -= size
+            yield done.result()

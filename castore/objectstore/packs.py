@@ -68,6 +68,18 @@ _IDX_HEAD = struct.Struct(">8sQI")  # magic, pack size, count
 _ROW = struct.Struct(">32sQI")  # raw id, frame offset, frame size
 #: a record larger than this is refused when written and taken as damage when read
 RECORD_MAX = 1 << 31
+#: a writer puts at most this many bytes of content (objects and their sizes) in one
+#: version-2 record and splits a larger batch (a packed object is at most 4 MiB): a scan
+#: holds one record's content at a time, so this bounds its memory
+RECORD_CONTENT_MAX = 16 << 20
+#: a version-2 record whose frame declares more content than this is damage (corrupt or
+#: hostile) and is refused before anything is decompressed; 4 x what a writer puts in one,
+#: so that the larger records written before writers split their batches stay readable
+RECORD_CONTENT_READ_MAX = 4 * RECORD_CONTENT_MAX
+#: resynchronising past damaged records hashes at most this many bytes per byte of the
+#: pack: candidates that pass every cheap check yet fail their checksum cost their length
+#: each, and a crafted pack is all such candidates (past the budget, the rest is a torn tail)
+RESYNC_WORK = 4
 #: the first byte of a ref intent's payload (never an object frame's header: 0x00-0x02)
 INTENT_FRAME = b"\x10"
 PACK_SUFFIX = ".pack"
@@ -158,7 +170,7 @@ def pack_version(data: bytes | memoryview) -> int:
 
 
 def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
-         contents: dict[int, bytes] | None = None,
+         keep: Callable[[int, bytes], None] | None = None,
          damaged: list[tuple[int, int]] | None = None) -> tuple[dict[str, Place], int]:
     """Every object of the valid records in ``data``: a pack's bytes from pack offset ``base``.
 
@@ -168,9 +180,11 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     record* in the middle: its span ``(pack offset, bytes)`` is appended to ``damaged`` and
     the scan goes on, so the objects after it stay readable (docs/FORMAT.md, 4). From
     offset 0 the version comes from the header; a resumed scan (``base`` > 0) is told it.
-    A version-2 record is decompressed and each object in it hashed (that is its id); its
-    content is put in ``contents`` (by payload offset) when given, so that reading its
-    objects costs nothing more.
+    A version-2 record is decompressed, a record at a time (one declaring more than
+    :data:`RECORD_CONTENT_READ_MAX` is damaged), and each object in it hashed (that is its
+    id); its content is handed to ``keep(payload offset, content)`` when given, so that
+    reading its objects costs nothing more. The whole scan is linear in the bytes
+    (:data:`RESYNC_WORK`).
 
     Returns:
         The objects found (offsets relative to the start of the pack) and the pack offset
@@ -187,10 +201,11 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
         off = HEADER_SIZE
     found: dict[str, Place] = {}
     view = memoryview(data)
+    budget = _Budget(len(view))
     while off + _REC.size <= len(data):
-        entries, nxt = _record(view, off, base, version, contents)
+        entries, nxt = _record(view, off, base, version, keep)
         if entries is None:
-            resumed = _resync(view, off, version)
+            resumed = _resync(view, off, version, budget)
             if resumed is None:
                 break  # nothing valid follows: a torn tail
             if damaged is not None:
@@ -202,19 +217,55 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     return found, base + off
 
 
-def _checked(view: memoryview, off: int, version: int) -> int:
-    """The end of the record at ``off`` if its length fits and its check holds, else 0."""
+class _Budget:
+    """The bytes resynchronising may still hash in one pass over a pack (:data:`RESYNC_WORK`)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, size: int) -> None:
+        self.left = RESYNC_WORK * size
+
+
+def _checked(view: memoryview, off: int, version: int, budget: _Budget | None = None) -> int:
+    """The end of the record at ``off`` if its length fits and its check holds, else 0; with
+    ``budget``, the bytes hashed are taken from it."""
     length, check = _REC.unpack_from(view, off)
     body_at = off + _REC.size
     if not 0 < length < RECORD_MAX or body_at + length > len(view):
         return 0
     if version == 2 and view[body_at] > 2 and view[body_at] != INTENT_FRAME[0]:
         return 0  # a version-2 payload starts with a frame header (0-2) or is a ref intent
+    if budget is not None:
+        budget.left -= length
     return body_at + length if o.checksum(view[body_at:body_at + length]) == check else 0
 
 
+def record_content(payload: bytes | memoryview, what: str) -> bytes:
+    """The content of a version-2 record's ``payload`` (the record named ``what``).
+
+    Raises:
+        IntegrityError: it does not decompress, or declares more than
+            :data:`RECORD_CONTENT_READ_MAX` bytes (refused before decompressing).
+    """
+    return o.unframe(payload, what, RECORD_CONTENT_READ_MAX)
+
+
+def record_prefix(payload: bytes | memoryview, what: str) -> o.BlockPrefix:
+    """A version-2 record's content decompressed only as far as asked (:class:`objects.BlockPrefix`).
+
+    Raises:
+        IntegrityError: as :func:`record_content`, or not a plain zstd frame.
+    """
+    return o.BlockPrefix(payload, what, RECORD_CONTENT_READ_MAX)
+
+
+def declared_content(payload: bytes | memoryview) -> int:
+    """The content size a version-2 record's payload declares, from its header (-1: none)."""
+    return o.declared_size(payload)
+
+
 def _record(view: memoryview, off: int, base: int, version: int,
-            contents: dict[int, bytes] | None) -> tuple[dict[str, Location] | dict[str, Slot] | None, int]:
+            keep: Callable[[int, bytes], None] | None) -> tuple[dict[str, Location] | dict[str, Slot] | None, int]:
     """The objects of the record at ``off`` and the offset after it; ``(None, 0)`` when the
     record is incomplete, fails its check, or does not parse."""
     end = _checked(view, off, version)
@@ -227,26 +278,29 @@ def _record(view: memoryview, off: int, base: int, version: int,
     if payload[:1] == INTENT_FRAME:
         return {}, end  # a ref intent: no object in it
     try:
-        content = o.unframe(payload, "pack record")
+        content = record_content(payload, "pack record")
     except IntegrityError:
-        return None, 0  # passed its check yet does not decompress
+        return None, 0  # passed its check yet does not decompress, or declares too much
     entries = content_slots(content, base + body_at, end - body_at)
-    if entries is not None and contents is not None:
-        contents[base + body_at] = content
+    if entries is not None and keep is not None:
+        keep(base + body_at, content)
     return entries, end
 
 
-def _resync(view: memoryview, off: int, version: int) -> int | None:
+def _resync(view: memoryview, off: int, version: int, budget: _Budget) -> int | None:
     """The offset of the first record after the bad one at ``off`` whose length fits and
     whose check holds (a false match is a 128-bit checksum collision), or None: then the
     bad record is a torn tail. Where the bad record's own length still leads to a valid
-    record (damage inside its payload), that is tried first; otherwise every later offset."""
+    record (damage inside its payload), that is tried first; otherwise every later offset,
+    while ``budget`` lasts (a crafted pack must not cost a hash of the rest at each byte)."""
     length = _REC.unpack_from(view, off)[0]
     after = off + _REC.size + length
-    if length and after + _REC.size <= len(view) and _checked(view, after, version):
+    if length and after + _REC.size <= len(view) and _checked(view, after, version, budget):
         return after
     for at in range(off + 1, len(view) - _REC.size + 1):
-        if _checked(view, at, version):
+        if budget.left <= 0:
+            return None
+        if _checked(view, at, version, budget):
             return at
     return None
 
@@ -432,10 +486,11 @@ def _records(data: bytes | memoryview, version: int) -> Iterator[tuple[int, memo
     past a damaged one (:func:`_resync`) and stopping at a torn tail."""
     view = memoryview(data)
     off = HEADER_SIZE
+    budget = _Budget(len(view))
     while off + _REC.size <= len(view):
         end = _checked(view, off, version)
         if not end:
-            resumed = _resync(view, off, version)
+            resumed = _resync(view, off, version, budget)
             if resumed is None:
                 return
             off = resumed
@@ -557,7 +612,8 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
     Returns the record's bytes and where each object will be.
 
     Raises:
-        IntegrityError: the record would exceed :data:`RECORD_MAX`.
+        IntegrityError: the record would exceed :data:`RECORD_MAX` or hold more than
+            :data:`RECORD_CONTENT_MAX` bytes of content (:func:`encode_records_v2` splits).
     """
     cuts: list[int] = []
     if by_kind:
@@ -567,11 +623,47 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
         payload = o.to_stored(content, compress)
     else:
         payload = o.frame_block(content, level, cuts)
-    if len(payload) >= RECORD_MAX or len(content) > o.MAX_OBJECT_SIZE:
-        raise IntegrityError("pack record", f"{len(payload)} bytes is more than a record holds")
+    if len(payload) >= RECORD_MAX or len(content) > RECORD_CONTENT_MAX:
+        raise IntegrityError("pack record", f"{len(content)} bytes is more than a record holds")
     offset = at + _REC.size
     where = {oid: Slot(offset, len(payload), start, length) for oid, (start, length) in spans.items()}
     return _REC.pack(len(payload), o.checksum(payload)) + payload, where
+
+
+def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
+                      compress: bool = True, by_kind: bool = False) -> tuple[bytes, dict[str, Slot]]:
+    """:func:`encode_record_v2` of ``objects`` cut, in order, into as few records as hold at
+    most :data:`RECORD_CONTENT_MAX` bytes of content each (one record for any batch a
+    session writes); their bytes back to back, from pack offset ``at``, and where each
+    object will be (its first copy).
+
+    Raises:
+        IntegrityError: one object is larger than a record holds.
+    """
+    parts: list[bytes] = []
+    where: dict[str, Slot] = {}
+    run: list[tuple[str, bytes]] = []
+    held = 0
+
+    def flush() -> None:
+        nonlocal at, held
+        if run:
+            rec, w = encode_record_v2(run, at, level, compress, by_kind)
+            parts.append(rec)
+            for oid, slot in w.items():
+                where.setdefault(oid, slot)
+            at += len(rec)
+            run.clear()
+            held = 0
+
+    for item in objects:
+        step = _SIZE.size + len(item[1])
+        if held + step > RECORD_CONTENT_MAX:
+            flush()
+        run.append(item)
+        held += step
+    flush()
+    return b"".join(parts), where
 
 
 def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: int = 0,
@@ -597,7 +689,7 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: i
     def flush() -> None:
         nonlocal pos, held
         if block:
-            rec, w = encode_record_v2(block, pos, level, compress, by_kind)
+            rec, w = encode_records_v2(block, pos, level, compress, by_kind)
             parts.append(rec)
             for oid, slot in w.items():
                 where.setdefault(oid, slot)
@@ -914,7 +1006,9 @@ def is_pack_name(name: str) -> bool:
 __all__ = ["Location", "Slot", "Place", "IndexView", "INDEX_HEAD", "INDEX_HEAD_REMOTE",
            "payloads", "content_spans", "frames_v1",
            "encode_record", "encode_pack", "encode_content",
-           "encode_record_v2", "encode_pack_v2", "block_layout", "BLOCK_CUT",
+           "encode_record_v2", "encode_records_v2", "encode_pack_v2", "record_content", "record_prefix",
+           "declared_content", "RECORD_CONTENT_MAX", "RECORD_CONTENT_READ_MAX", "RESYNC_WORK",
+           "block_layout", "BLOCK_CUT",
            "scan", "content_slots", "pack_version", "encode_index",
            "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
            "DeltaBases", "ref_delta", "apply_ref_delta",

@@ -354,7 +354,7 @@ class Repacker:
             return []
         contents: dict[int, bytes] = {}
         damaged: list[tuple[int, int]] = []
-        where, end = packs.scan(data, contents=contents, damaged=damaged)
+        where, end = packs.scan(data, keep=contents.__setitem__, damaged=damaged)
         if damaged:
             return None  # a damaged record: left whole for fsck and a human, never dropped
         if end != len(data) and not (name.startswith("w-") and not self.storage.exists(index_key(name))):
