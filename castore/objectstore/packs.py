@@ -642,28 +642,28 @@ def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int 
     """
     parts: list[bytes] = []
     where: dict[str, Slot] = {}
+    for run in _runs(objects):
+        rec, w = encode_record_v2(run, at, level, compress, by_kind)
+        parts.append(rec)
+        at += len(rec)
+        for oid, slot in w.items():
+            where.setdefault(oid, slot)
+    return b"".join(parts), where
+
+
+def _runs(objects: Iterable[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
+    """``objects`` in order, cut into runs of at most :data:`RECORD_CONTENT_MAX` content bytes."""
     run: list[tuple[str, bytes]] = []
     held = 0
-
-    def flush() -> None:
-        nonlocal at, held
-        if run:
-            rec, w = encode_record_v2(run, at, level, compress, by_kind)
-            parts.append(rec)
-            for oid, slot in w.items():
-                where.setdefault(oid, slot)
-            at += len(rec)
-            run.clear()
-            held = 0
-
     for item in objects:
         step = _SIZE.size + len(item[1])
-        if held + step > RECORD_CONTENT_MAX:
-            flush()
+        if run and held + step > RECORD_CONTENT_MAX:
+            yield run
+            run, held = [], 0
         run.append(item)
         held += step
-    flush()
-    return b"".join(parts), where
+    if run:
+        yield run
 
 
 def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: int = 0,
