@@ -230,8 +230,8 @@ def test_one_object_of_a_repacked_block_is_decompressed_only_up_to_it(
     whole: list[int] = []
     real = castore.objects.unframe
 
-    def counting(stored: bytes | memoryview, what: str = "frame") -> bytes:
-        out = real(stored, what)
+    def counting(stored: bytes | memoryview, what: str = "frame", *limit: int) -> bytes:
+        out = real(stored, what, *limit)
         if what.startswith("record at"):  # a pack record decompressed whole (not a loose object)
             whole.append(len(out))
         return out
