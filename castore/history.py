@@ -13,7 +13,6 @@ and ignored when they do not fit, so a stale or missing hint only costs speed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,6 @@ SEGMENT_BODY_MAX = 16384
 #: at most this many pack names in a hint (one per append of the tail, and the index's)
 MAX_HINT_PACKS = K + 1
 
-_REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")
 _ID_LENGTH = {64}
 #: the commit kinds whose entries can contribute a message or set the model (PathFacts)
 _FACT_KINDS = frozenset({"message", "event", "branch_summary", "model_change", "compaction"})
@@ -786,32 +784,5 @@ def is_chain(path: Sequence[tuple[str, Commit]], start: int = 0) -> bool:
     return True
 
 
-# -- revisions ------------------------------------------------------------------------
-def split_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
-    """Split ``main~2^`` into the base name and its navigation steps.
-
-    Returns:
-        ``(base, steps)`` where each step is ``("~", n)`` (n first parents back) or
-        ``("^", n)`` (the n-th parent).
-
-    Raises:
-        RevisionNotFound: the revision is empty or malformed.
-    """
-    if not isinstance(rev, str) or not rev.strip():
-        raise RevisionNotFound(str(rev), "empty revision")
-    m = _REV_SUFFIX.search(rev)
-    if not m or m.start() == 0:
-        return rev, []
-    base, suffix = rev[: m.start()], rev[m.start() :]
-    steps: list[tuple[str, int]] = []
-    for part in re.findall(r"[~^]\d*", suffix):
-        op, num = part[0], part[1:]
-        if len(num) > 18:  # more steps than any history has (and int() refuses 4,300+ digits)
-            shown = rev if len(rev) <= 60 else rev[:40] + "..." + rev[-8:]
-            raise RevisionNotFound(shown, "no history is that deep")
-        steps.append((op, int(num) if num else 1))
-    return base, steps
-
-
-__all__ = ["BlockPath", "History", "Hint", "K", "split_revision", "hint_tail", "is_chain", "merge_depth",
+__all__ = ["BlockPath", "History", "Hint", "K", "hint_tail", "is_chain", "merge_depth",
            "check_depth", "depth_problem", "ObjectNotFound"]

@@ -27,9 +27,8 @@ from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound, RefConflict
 from .history import Hint, depth_problem
 from .objects import Blob, Commit, Index, Segment, Tree, Value
-from .objectstore import LOOSE_MIN, PATH_OBJECT_MAX
 from .objectstore.packs import Slot
-from .objectstore.repack import geometric
+from .objectstore.repack import RepackReport
 from .plumbing import HEADS, META_TIME, SessionRefs, head_segment, parse_ref_name, real_name, session_prefix
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
@@ -712,38 +711,14 @@ def expiry_settings(store: Store) -> tuple[float | None, float | None]:
 LOG_IDLE = 60.0
 
 
-@dataclass
-class RepackReport:
-    """What ``repack`` merged."""
-
-    packs_merged: list[str] = field(default_factory=list)
-    loose_packed: int = 0
-    objects: int = 0
-    new_pack: str | None = None
-    bytes_written: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary."""
-        return {"packs_merged": list(self.packs_merged), "loose_packed": self.loose_packed,
-                "objects": self.objects, "new_pack": self.new_pack, "bytes_written": self.bytes_written}
-
-
-def _geometric(sizes: list[tuple[str, int]]) -> list[str]:
-    """The smallest packs to merge so that each remaining pack is at least twice the size of
-    all smaller ones together (git's ``repack --geometric=2``)."""
-    return geometric(sizes)
-
-
 def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackReport:
-    """Merge packs and small loose objects into one new pack, then delete what was merged.
+    """Merge packs and small loose objects into one new pack, then delete what was merged
+    (:meth:`ObjectStore.repack <castore.objectstore.ObjectStore.repack>`, which says what
+    is chosen; logs count as idle after :data:`LOG_IDLE` seconds).
 
-    Raises the store to format 2 first (docs/FORMAT.md, 8). Merges the packs the geometric
-    rule picks plus every sealed log and batch pack (every sealed pack with ``all_packs``),
-    logs that no writer holds and that have been idle for :data:`LOG_IDLE` seconds, and,
-    with ``loose``, every loose object small enough to be packed. The new pack keeps the
-    objects' write order in compressed blocks. Reachability does not matter here: every
-    merged object is in the new pack before its old copy is deleted, so a kill at any point
-    loses nothing.
+    Raises the store to format 2 first (docs/FORMAT.md, 8). Reachability does not matter
+    here: every merged object is in the new pack before its old copy is deleted, so a kill
+    at any point loses nothing.
 
     Raises:
         IntegrityError: a merged object is corrupt (nothing is deleted).
@@ -753,56 +728,7 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
     if store.objects.format < 2:
         store.update_config(lambda c: {**c, "format": max(2, c.get("format", 1))})
         store.objects.set_format(2)
-    objs = store.objects
-    now = time.time()
-    sealed_sizes: list[tuple[str, int]] = []
-    chosen: list[str] = []
-    for name in objs.pack_names():
-        mtime, sealed, held = objs.pack_info(name)
-        if held:
-            continue
-        if not sealed and name.startswith("w-"):
-            if mtime is not None and now - mtime > LOG_IDLE:
-                chosen.append(name)
-            continue
-        sealed_sizes.append((name, objs.pack_bytes(name)))
-    if all_packs:
-        chosen += [n for n, _ in sealed_sizes]
-    else:
-        # logs and batch packs were compressed record by record: always worth a block rewrite
-        chosen += _geometric(sealed_sizes + [(n, 0) for n in chosen])
-        chosen += [n for n, _ in sealed_sizes if not n.startswith("r-")]
-    chosen = sorted(set(chosen))
-    extra: list[tuple[str, bytes]] = []
-    loose_moved: list[str] = []
-    if loose:
-        ids = list(objs.iter_loose_ids())
-        for i in range(0, len(ids), _BATCH):
-            chunk = ids[i:i + _BATCH]
-            for oid, stored in objs.read_stored_many(chunk).items():
-                if stored is None:
-                    continue
-                canonical = o.from_stored(oid, stored)
-                if len(canonical) <= LOOSE_MIN or (len(canonical) <= PATH_OBJECT_MAX and o.is_path_object(canonical)):
-                    extra.append((oid, canonical))
-                    loose_moved.append(oid)
-    # a loose object's age goes with it into the pack (gc's grace runs from its first write)
-    born = {oid: t for oid in loose_moved if (t := objs.mtime(oid)) is not None}
-    out = RepackReport()
-    if not loose_moved and (not chosen or (len(chosen) == 1 and chosen[0].startswith("r-"))):
-        return out  # nothing to merge
-    before = {n: objs.pack_contents(n) for n in chosen}
-    out.new_pack = objs.merge_packs(chosen, extra, extra_born=born)
-    if out.new_pack is None:
-        return out
-    merged = objs.pack_contents(out.new_pack)
-    out.objects = len(merged)
-    out.bytes_written = objs.pack_bytes(out.new_pack)
-    objs.delete_many(loose_moved)
-    out.packs_merged = [n for n in chosen if n != out.new_pack and before[n] and not objs.pack_contents(n)]
-    out.loose_packed = len(loose_moved)
-    return out
-
+    return store.objects.repack(all_packs=all_packs, loose=loose, idle=LOG_IDLE)
 
 __all__ = ["FsckReport", "GcReport", "RepackReport", "fsck", "gc", "repack", "reachable", "stale_locks",
            "clear_stale_locks", "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",

@@ -8,14 +8,44 @@ is taken as an id first (as git does with full hashes), which saves two ref read
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from . import names
 from . import objects as o
 from .errors import AmbiguousRevision, ObjectNotFound, RevisionNotFound, SessionNotFound
-from .history import BlockPath, Hint, split_revision
+from .history import BlockPath, Hint
 from .objects import Commit, ObjectId
 from .plumbing import Plumbing, SessionRefs
+
+#: the navigation steps at the end of a revision (``~2^``)
+_REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")
+
+
+def split_revision(rev: str) -> tuple[str, list[tuple[str, int]]]:
+    """Split ``main~2^`` into the base name and its navigation steps.
+
+    Returns:
+        ``(base, steps)`` where each step is ``("~", n)`` (n first parents back) or
+        ``("^", n)`` (the n-th parent).
+
+    Raises:
+        RevisionNotFound: the revision is empty or malformed.
+    """
+    if not isinstance(rev, str) or not rev.strip():
+        raise RevisionNotFound(str(rev), "empty revision")
+    m = _REV_SUFFIX.search(rev)
+    if not m or m.start() == 0:
+        return rev, []
+    base, suffix = rev[: m.start()], rev[m.start() :]
+    steps: list[tuple[str, int]] = []
+    for part in re.findall(r"[~^]\d*", suffix):
+        op, num = part[0], part[1:]
+        if len(num) > 18:  # more steps than any history has (and int() refuses 4,300+ digits)
+            shown = rev if len(rev) <= 60 else rev[:40] + "..." + rev[-8:]
+            raise RevisionNotFound(shown, "no history is that deep")
+        steps.append((op, int(num) if num else 1))
+    return base, steps
 
 
 class Session(Protocol):

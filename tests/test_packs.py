@@ -15,6 +15,7 @@ from castore import maintenance
 from castore import objects as o
 from castore.errors import FormatError, IntegrityError, ObjectNotFound
 from castore.objectstore import LOOSE_MIN, ObjectStore, object_key, packs
+from castore.objectstore.repack import geometric
 from castore.storage import open_storage
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -215,8 +216,8 @@ def test_gc_keeps_a_pack_inside_the_grace_period_and_one_a_writer_holds(tmp_path
 
 
 def test_geometric_repack_merges_the_small_packs_only():
-    assert maintenance._geometric([("a", 100), ("b", 1), ("c", 1), ("d", 3)]) == ["b", "c", "d"]
-    assert maintenance._geometric([("a", 100), ("b", 10), ("c", 1)]) == []
+    assert geometric([("a", 100), ("b", 1), ("c", 1), ("d", 3)]) == ["b", "c", "d"]
+    assert geometric([("a", 100), ("b", 10), ("c", 1)]) == []
 
 
 def test_cli_init_format_2_and_repack(tmp_path):

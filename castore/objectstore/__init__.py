@@ -42,7 +42,7 @@ from . import packs
 from .packlog import WriterLog
 from .packmap import PackMap
 from .packs import PACKS, Place, index_key, pack_key
-from .repack import AUTO_REPACK_MAX_BYTES, Ages, Repacker, age_key, parse_ages
+from .repack import AUTO_REPACK_MAX_BYTES, Ages, Repacker, RepackReport, age_key, parse_ages
 
 PREFIX = "objects"
 #: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
@@ -65,6 +65,8 @@ RECENT_BYTES = 32 << 20
 #: a path object (segment, index) up to this size is packed even above LOOSE_MIN: it is shared
 #: with no other session, and in a repacked block it compresses against the objects it copies
 PATH_OBJECT_MAX = 4 << 20
+#: loose objects read per batch by :meth:`ObjectStore.repack`
+_REPACK_BATCH = 256
 
 
 def object_key(oid: str) -> str:
@@ -808,6 +810,49 @@ class ObjectStore:
         return self.packmap.read_frame(name, loc)
 
     # -- repack ------------------------------------------------------------------------
+    def repack(self, all_packs: bool = False, loose: bool = True, idle: float = 60.0) -> RepackReport:
+        """Merge packs and small loose objects into one new pack, then delete what was merged.
+
+        The packs are :meth:`Repacker.choose <castore.objectstore.repack.Repacker.choose>`'s;
+        with ``loose``, every loose object small enough to be packed (:data:`LOOSE_MIN`, or a
+        path object up to :data:`PATH_OBJECT_MAX`) joins them, its age going with it. The new
+        pack keeps the objects' write order in compressed blocks; every merged object is in it
+        before its old copy is deleted, so a kill at any point loses nothing.
+
+        Raises:
+            IntegrityError: a merged object is corrupt (nothing is deleted).
+            StorageError: the backend failed.
+        """
+        chosen = self.repacker.choose(all_packs, idle)
+        extra: list[tuple[str, bytes]] = []
+        loose_moved: list[str] = []
+        if loose:
+            ids = list(self.iter_loose_ids())
+            for i in range(0, len(ids), _REPACK_BATCH):
+                for oid, stored in self.read_stored_many(ids[i:i + _REPACK_BATCH]).items():
+                    if stored is None:
+                        continue
+                    canonical = o.from_stored(oid, stored)
+                    if len(canonical) <= LOOSE_MIN or (len(canonical) <= PATH_OBJECT_MAX
+                                                       and o.is_path_object(canonical)):
+                        extra.append((oid, canonical))
+                        loose_moved.append(oid)
+        # a loose object's age goes with it into the pack (gc's grace runs from its first write)
+        born = {oid: t for oid in loose_moved if (t := self.mtime(oid)) is not None}
+        out = RepackReport()
+        if not loose_moved and (not chosen or (len(chosen) == 1 and chosen[0].startswith("r-"))):
+            return out  # nothing to merge
+        before = {n: self.pack_contents(n) for n in chosen}
+        out.new_pack = self.merge_packs(chosen, extra, extra_born=born)
+        if out.new_pack is None:
+            return out
+        out.objects = len(self.pack_contents(out.new_pack))
+        out.bytes_written = self.pack_bytes(out.new_pack)
+        self.delete_many(loose_moved)
+        out.packs_merged = [n for n in chosen if n != out.new_pack and before[n] and not self.pack_contents(n)]
+        out.loose_packed = len(loose_moved)
+        return out
+
     def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
                     by_mtime: bool = True, extra_born: Mapping[str, float] | None = None) -> str | None:
         """Merge packs, and ``extra`` ``(id, canonical bytes)`` objects, into one new pack with

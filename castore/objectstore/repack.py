@@ -27,6 +27,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from .. import objects as o
 from ..errors import IntegrityError
@@ -84,6 +86,23 @@ def parse_ages(data: bytes | None) -> Ages | None:
         return None
 
 
+
+@dataclass
+class RepackReport:
+    """What a repack (``castore repack``, :meth:`castore.objectstore.ObjectStore.repack`) merged."""
+
+    packs_merged: list[str] = field(default_factory=list)
+    loose_packed: int = 0
+    objects: int = 0
+    new_pack: str | None = None
+    bytes_written: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {"packs_merged": list(self.packs_merged), "loose_packed": self.loose_packed,
+                "objects": self.objects, "new_pack": self.new_pack, "bytes_written": self.bytes_written}
+
+
 class Repacker:
     """Merging packs, in the foreground or in a background thread of an object store, and
     writing and deleting whole packs (repack, gc)."""
@@ -113,6 +132,34 @@ class Repacker:
                 self._own[name] = list(objects)
                 while len(self._own) > 4 * AUTO_REPACK_BATCHES:
                     self._own.popitem(last=False)
+
+    def choose(self, all_packs: bool, idle: float) -> list[str]:
+        """The packs ``castore repack`` merges: those the geometric rule picks plus every
+        sealed log and batch pack (every sealed pack with ``all_packs``), and the logs no
+        writer holds that have not grown for ``idle`` seconds (a writer that died).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        now = time.time()
+        sealed_sizes: list[tuple[str, int]] = []
+        chosen: list[str] = []
+        for name in self.packmap.pack_names():
+            mtime, sealed, held = self.packmap.pack_info(name)
+            if held:
+                continue
+            if not sealed and name.startswith("w-"):
+                if mtime is not None and now - mtime > idle:
+                    chosen.append(name)
+                continue
+            sealed_sizes.append((name, self.packmap.pack_bytes(name)))
+        if all_packs:
+            chosen += [n for n, _ in sealed_sizes]
+        else:
+            # logs and batch packs were compressed record by record: always worth a block rewrite
+            chosen += geometric(sealed_sizes + [(n, 0) for n in chosen])
+            chosen += [n for n, _ in sealed_sizes if not n.startswith("r-")]
+        return sorted(set(chosen))
 
     def merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]] = (),
                     by_mtime: bool = True,
