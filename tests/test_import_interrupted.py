@@ -75,8 +75,11 @@ def _large(dest: Path, copies: int) -> bytes:
 
 def _cli(store: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background by a shell
+    # without job control inherits SIGINT ignored, and Python then installs no handler
     return subprocess.Popen([sys.executable, "-m", "castore", "--store", str(store), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _branches(store: Path) -> int:
