@@ -120,6 +120,8 @@ class Repacker:
         # all under packmap.lock:
         self._seq: dict[str, int] = {}  # packs this handle wrote -> the order it wrote them in
         self._own: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()  # its batch packs' objects
+        # when this handle wrote each of its batch packs: their age, without a HEAD on object storage
+        self._own_written: dict[str, float] = {}
         self._sizes: dict[str, int] = {}  # sealed packs' sizes read from their indexes (they never change)
         self._moved: OrderedDict[str, str] = OrderedDict()  # pack merged by this handle -> the pack it went into
 
@@ -130,8 +132,9 @@ class Repacker:
             self._seq.setdefault(name, len(self._seq))
             if objects is not None:
                 self._own[name] = list(objects)
+                self._own_written[name] = time.time()
                 while len(self._own) > 4 * AUTO_REPACK_BATCHES:
-                    self._own.popitem(last=False)
+                    self._own_written.pop(self._own.popitem(last=False)[0], None)
 
     def choose(self, all_packs: bool, idle: float) -> list[str]:
         """The packs ``castore repack`` merges: those the geometric rule picks plus every
@@ -196,6 +199,7 @@ class Repacker:
             order = {n: (float(self._seq.get(n, -1)), n) for n in chosen}
         with self.packmap.lock:
             own = {n: [self._own[n]] for n in chosen if n in self._own}
+            written = {n: self._own_written[n] for n in own if n in self._own_written}
         own.update((n, [list(g) for g in held[n]]) for n in chosen if held and n in held)
         seen: set[str] = set()
         groups: list[list[tuple[str, bytes]]] = []
@@ -224,7 +228,8 @@ class Repacker:
                 continue
             done.append(name)
             ages = parse_ages(datas.get(age_key(name)))
-            mtime = order[name][0] if by_mtime and order[name][0] else self.storage.mtime(pack_key(name))
+            mtime = (order[name][0] if by_mtime and order[name][0]
+                     else written[name] if name in written else self.storage.mtime(pack_key(name)))
             for i, group in enumerate(found):
                 fresh = [(oid, c) for oid, c in group if oid not in seen]
                 seen.update(oid for oid, _ in fresh)
@@ -241,6 +246,7 @@ class Repacker:
         with self.packmap.lock:
             for name in done:
                 self._own.pop(name, None)
+                self._own_written.pop(name, None)
                 if name != new:
                     self._moved[name] = new
             while len(self._moved) > 4096:
