@@ -566,3 +566,32 @@ def test_follow_counts_no_negative_bytes_when_the_file_grows_while_read(
     monkeypatch.setattr(cc, "read_lines", grows)
     r = import_claude(store, proj)[0]
     assert (r.lines, r.torn) == (12, 0)
+
+
+def test_a_file_without_a_final_newline_stays_jsonl_when_castore_appended(store: castore.Store,
+                                                                          tmp_path: Path) -> None:
+    orig = (SHARE / f"{SID}.jsonl").read_bytes()
+    assert orig.endswith(b"\n")
+    cut = orig[:-1]  # the real session, its last newline removed
+    projects = tmp_path / "projects"
+    (projects / "p").mkdir(parents=True)
+    f = projects / "p" / f"{SID}.jsonl"
+    f.write_bytes(cut)
+    import_claude(store, projects / "p")
+    s = store.session("claude", "p", SID)
+    export_claude(store, tmp_path / "plain")
+    assert (tmp_path / "plain" / "p" / f"{SID}.jsonl").read_bytes() == cut  # nothing appended: as it was
+    ids = _append_turn(s)
+    export_claude(store, tmp_path / "out")
+    got = (tmp_path / "out" / "p" / f"{SID}.jsonl").read_bytes()
+    assert got.startswith(cut + b"\n")  # the last line ends where it ended; the new lines follow it
+    lines = got.splitlines()
+    assert all(isinstance(json.loads(ln), dict) for ln in lines)  # every line is JSON on its own
+    assert [json.loads(ln).get("castoreCommit") for ln in lines[-4:]] == ids
+    # imported again once upstream: the newline is the last line's, the lines are those commits
+    n_before = len(s.log(all_branches=True))
+    f.write_bytes(got)
+    r = import_claude(store, projects / "p")[0]
+    assert r.lines == 4 and not r.notes and len(s.log(all_branches=True)) == n_before
+    export_claude(store, tmp_path / "out2")
+    assert (tmp_path / "out2" / "p" / f"{SID}.jsonl").read_bytes() == got

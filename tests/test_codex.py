@@ -297,3 +297,25 @@ def test_deeply_nested_lines_are_kept_as_they_are(store: castore.Store, tmp_path
     assert r.total == len(lines) + 3 and sum("not JSON" in n for n in r.notes) == 2
     export_codex(store, tmp_path / "out")
     assert (tmp_path / "out" / "r.jsonl").read_bytes() == body
+
+
+def test_a_file_without_a_final_newline_stays_jsonl_when_castore_appended(store: castore.Store,
+                                                                          tmp_path: Path) -> None:
+    from castore import Message
+
+    cut = SAMPLE.read_bytes()[:-1]  # the real rollout, its last newline removed
+    f = tmp_path / "in" / SAMPLE.name
+    f.parent.mkdir()
+    f.write_bytes(cut)
+    s = store.session(*import_codex(store, f)[0].session)
+    ids = s.append_many([Message("user", [{"type": "input_text", "text": "castore asks: still there?"}])],
+                        times=[1.8e9])
+    export_codex(store, tmp_path / "out")
+    got = (tmp_path / "out" / SAMPLE.name).read_bytes()
+    assert got.startswith(cut + b"\n") and all(isinstance(json.loads(ln), dict) for ln in got.splitlines())
+    assert json.loads(got.splitlines()[-1])["castore_commit"] == ids[0]
+    f.write_bytes(got)
+    r = import_codex(store, f)[0]
+    assert r.lines == 1 and not r.notes and s.head == ids[0]
+    export_codex(store, tmp_path / "out2")
+    assert (tmp_path / "out2" / SAMPLE.name).read_bytes() == got

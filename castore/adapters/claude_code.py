@@ -58,6 +58,7 @@ from .jsonl_tree import (
     entry_text,
     export_lines,
     iso_time,
+    joined,
     own_commits,
     parse_line,
     parse_time,
@@ -967,8 +968,7 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         log = s.log(all_branches=True)
         rows = archived_rows(s, KEY, log=log)
         with open(out, "wb") as f:
-            f.writelines(export_lines(s, KEY, also=sides, rows=rows))
-            f.writelines(_written_lines(s, rows, log))
+            f.writelines(joined(export_lines(s, KEY, also=sides, rows=rows), _written_lines(s, rows, log)))
         written.append(rel)
         files = c.get("files") or {}
         if files:

@@ -46,6 +46,7 @@ from .jsonl_tree import (
     entry_text,
     export_lines,
     iso_time,
+    joined,
     own_commits,
     parse_line,
     parse_time,
@@ -492,9 +493,8 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         rows = archived_rows(s, KEY, s.id)
         with open(out, "wb") as f:
-            f.writelines(_prefix_lines(s, c.get("prefix") or []))
-            f.writelines(export_lines(s, KEY, s.id, rows=rows))
-            f.writelines(_written_lines(s, rows))
+            f.writelines(joined(_prefix_lines(s, c.get("prefix") or []), export_lines(s, KEY, s.id, rows=rows),
+                                _written_lines(s, rows)))
         written.append(c["path"])
     return written
 

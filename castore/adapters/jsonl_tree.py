@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -180,10 +180,17 @@ def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
 
     A last line without a newline is yielded only when it parses as JSON (a file that simply
     does not end with a newline); otherwise it is a line the agent is still writing, and is
-    left for next time.
+    left for next time. When the line before ``offset`` had no newline and the file now has
+    one there, that newline ends the line before (what :func:`joined` writes after it when
+    lines follow), not a line of its own.
     """
-    f.seek(offset)
     pos = offset
+    if offset:
+        f.seek(offset - 1)
+        two = f.read(2)
+        if len(two) == 2 and two[:1] != b"\n" and two[1:] == b"\n":
+            pos += 1
+    f.seek(pos)
     while True:
         raw = f.readline()
         if not raw:
@@ -192,6 +199,21 @@ def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
             return
         pos += len(raw)
         yield pos, raw
+
+
+def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of ``parts`` in order, with a newline after a line that has none when another
+    line follows it (a file that did not end with a newline, and lines castore wrote after it),
+    so that the result stays JSONL; :func:`read_lines` takes that newline back as the line's."""
+    last = b"\n"
+    for part in parts:
+        for line in part:
+            if not line:
+                continue
+            if not last.endswith(b"\n"):
+                yield b"\n"
+            yield line
+            last = line
 
 
 def put_blobs(store: SessionHost, raws: list[bytes]) -> list[str]:
