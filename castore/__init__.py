@@ -15,7 +15,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
 
     errors, names, aio                  errors, safe names, async helpers
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
-    objects, zdict, objectstore, refs   the object codec, the object store (packs, pack map, writer logs, repack), refs
+    objects, zdict, crypto, objectstore, refs  the object codec, ciphers and keys, the object store, refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
     plumbing, groupcommit, revisions, pathview  the write path, group commit; typed revisions; a handle's path view
     context                             the model's view of a path (pure)
@@ -35,10 +35,12 @@ from .errors import (
     BranchError,
     CastoreError,
     CorruptRef,
+    EncryptionError,
     FormatError,
     IntegrityError,
     InvalidEntry,
     InvalidName,
+    KeyMissing,
     ObjectNotFound,
     RefConflict,
     RefLocked,
@@ -48,6 +50,8 @@ from .errors import (
     SessionNotFound,
     StorageError,
     StoreNotFound,
+    TenantErased,
+    WrongKey,
 )
 
 #: ``typing.TYPE_CHECKING`` without importing typing (mypy reads this name the same way)
@@ -146,6 +150,10 @@ __all__ = [
     "SessionExists",
     "BranchError",
     "AuditError",
+    "EncryptionError",
+    "KeyMissing",
+    "WrongKey",
+    "TenantErased",
     "push",
     "pull",
     "clone",

@@ -212,3 +212,38 @@ class AuditError(CastoreError):
         super().__init__(f"audit failed at {commit[:12]}: {message}")
         self.commit = commit
         self.key = key
+
+
+class EncryptionError(CastoreError):
+    """An encrypted store's keys cannot be used: a bad master key, a missing key store, a
+    key wrapper (KMS) that failed."""
+
+
+class KeyMissing(EncryptionError):
+    """A key that is needed is not there: no master key given, no key store, or no data key
+    for a tenant that was never written (and is not erased)."""
+
+
+class WrongKey(EncryptionError):
+    """The master key (or KMS) given is not the one the keys were wrapped with, or a wrapped
+    key does not authenticate (damaged, or moved from another tenant or key store)."""
+
+
+class TenantErased(EncryptionError):
+    """A tenant's data keys were destroyed by ``castore erase``: its data cannot be read again.
+
+    Attributes:
+        app: the app whose data was erased.
+        user: the user (None: the whole app, every user and the app's own scope).
+        at: when, as an ISO 8601 UTC timestamp.
+        by: who erased it, when it was recorded (else None).
+    """
+
+    def __init__(self, app: str, user: str | None, at: str, by: str | None = None) -> None:
+        what = f"app {app!r} (all its users)" if user is None else f"user {user!r} of app {app!r}"
+        super().__init__(f"{what} was erased at {at}" + (f" by {by}" if by else "")
+                         + ": its keys are destroyed and its data cannot be read")
+        self.app = app
+        self.user = user
+        self.at = at
+        self.by = by

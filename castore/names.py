@@ -110,3 +110,24 @@ def encode_key(app: str, user: str, session: str | None = None) -> str:
     if session is not None:
         parts.append(encode(session, "session id"))
     return "/".join(parts)
+
+
+#: the folder of the tenant layout (docs/FORMAT.md, 2): ``tenants/<app>/<user>/`` per tenant
+TENANTS = "tenants"
+#: the user segment of an app's own tenant (its app-scoped state): ``@`` is in no encoded name
+APP_SCOPE = "@app"
+
+
+def tenant_segments(app: str, user: str | None) -> tuple[str, str]:
+    """The (app, user) segments of a tenant; ``user`` None is the app's own tenant
+    (:data:`APP_SCOPE`).
+
+    Raises:
+        InvalidName: a bad app or user name.
+    """
+    return encode(app, "app name"), APP_SCOPE if user is None else encode(user, "user name")
+
+
+def tenant_prefix(app_seg: str, user_seg: str) -> str:
+    """The storage folder of the tenant with these segments: ``tenants/<app>/<user>``."""
+    return f"{TENANTS}/{app_seg}/{user_seg}"

@@ -4,7 +4,8 @@ The list is :data:`LAYERS` below; the docstring of ``castore/__init__.py`` shows
 list (a test compares them).
 
 Third-party packages stay in their corner: click only in cli/; fsspec, s3fs, botocore and
-aiobotocore only in storage/; msgspec, blake3 and zstandard only in objects.py.
+aiobotocore only in storage/; msgspec, blake3 and zstandard only in objects.py; cryptography
+only in crypto/.
 ``castore/__init__.py`` (the curated public API) is exempt. Imports under
 ``if TYPE_CHECKING:`` count like any other: a type-only import of a higher layer is a
 dependency cycle all the same (define a small Protocol below instead).
@@ -26,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "names", "aio"),
     ("storage",),
-    ("objects", "zdict", "objectstore", "refs"),
+    ("objects", "zdict", "crypto", "objectstore", "refs"),
     ("history", "state", "entries", "pathfacts"),
     ("plumbing", "groupcommit", "revisions", "pathview"),
     ("context",),
@@ -48,6 +49,7 @@ CORNERS = {
     "msgspec": ("objects",),
     "blake3": ("objects",),
     "zstandard": ("objects",),
+    "cryptography": ("crypto",),
 }
 
 

@@ -1,0 +1,571 @@
+"""The key store: every tenant's wrapped data key, the key check, and the erasure records.
+
+A key store lives under ``keys/`` of the store's own storage by default, or at a URL of its
+own (``key_store`` in the store's encryption settings). Keeping the keys apart from the
+data is what makes two things possible: a backup (or a pushed remote) of the data alone is
+ciphertext that nobody can read without the key store, and erasing a tenant (deleting its
+few key files) reaches every copy of its data, wherever the copies went, as long as the key
+store itself was not copied with them.
+
+Layout (every file small, JSON)::
+
+    keystore.json                  format, id, the key check (see below), the master key's id
+    tenants/<app-seg>/<user-seg>.key   one tenant's data key, wrapped; @app: the app's own scope
+    erased/<app-seg>.json          the whole app was erased (every user and the app's scope)
+    erased/<app-seg>/<user-seg>.json   one user was erased
+
+Segments are :func:`castore.names.tenant_segments`, so a tenant's key file sits beside the
+same ``<app-seg>/<user-seg>`` path its data has in the tenant layout. Tenant keys live under
+``tenants/`` (not straight under the root) so that no app name can collide with
+``erased`` or ``keystore.json``.
+
+**The key check.** ``keystore.json`` holds a random 32-byte value wrapped by the master key
+under the context ``castore/keystore/v1 NUL <id>``. Opening with a master key unwraps it:
+failure is :class:`~castore.errors.WrongKey` (a wrong master key, said at open, not at the
+first read); success followed by a missing tenant key file is
+:class:`~castore.errors.KeyMissing` (or :class:`~castore.errors.TenantErased` when an
+erasure record names the tenant).
+
+**Contexts.** A tenant's data key is wrapped under ``castore/key/v1 NUL <id> NUL
+<app-seg>/<user-seg>``: a key file copied to another tenant, or to another key store, does
+not unwrap.
+
+**Creation is race-safe.** A tenant's key file is created with a compare-and-swap that
+expects no file (:meth:`~castore.storage.Storage.swap` with ``expect=None``); the loser of
+a race reads the winner's key, so every writer of a tenant uses the same key.
+
+**Erasure** writes its record first (created if absent; the first record is kept), then
+deletes the key files: a crash in between leaves a record that already refuses the tenant,
+and running the erasure again finishes it. It costs one listing of the app's key folder and
+one delete per key file, whatever the size of the tenant's data. A key created concurrently
+with an erasure is deleted by its creator, who checks the records again after creating.
+
+**Rotation** rewraps every data key, then the key check, under a new wrapper, each by
+compare-and-swap; data is untouched (data keys do not change). A rotation cut short can be
+run again with the same two keys: keys already under the new one are left as they are.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import EncryptionError, InvalidName, KeyMissing, StorageError, TenantErased, WrongKey
+from ..names import encode, tenant_segments
+from ..storage import PreconditionFailed, Storage, open_storage
+from .keys import KeyWrapper, TenantKeys, derive_tenant_keys, key_id_of, new_data_key
+
+#: where the keys live in the store's own storage when no key store URL is given
+DEFAULT_PREFIX = "keys/"
+FORMAT = 1
+STORE_FILE = "keystore.json"
+TENANTS = "tenants/"
+ERASED = "erased/"
+KEY_SUFFIX = ".key"
+_CHECK_CONTEXT = b"castore/keystore/v1\0"
+_KEY_CONTEXT = b"castore/key/v1\0"
+_ALGORITHMS = {"wrap": "AES-256-GCM-SIV", "derive": "HKDF-SHA256"}
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """A record that a tenant's keys were destroyed.
+
+    Attributes:
+        app: the app.
+        user: the user (None: the whole app, every user and the app's own scope).
+        at: when, ISO 8601 UTC.
+        by: who, when known.
+        keys: how many key files the erasure deleted.
+    """
+
+    app: str
+    user: str | None
+    at: str
+    by: str | None = None
+    keys: int = 0
+
+    def error(self) -> TenantErased:
+        """The error a read of the erased tenant raises."""
+        return TenantErased(self.app, self.user, self.at, self.by)
+
+
+def _tag(app: str, user: str | None) -> str:
+    """``<app-seg>/<user-seg>``: a tenant's path, in its key file name and wrapping context."""
+    return "/".join(tenant_segments(app, user))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: object, where: str) -> bytes:
+    try:
+        if not isinstance(text, str):
+            raise ValueError("not a string")
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, binascii.Error, UnicodeEncodeError) as e:
+        raise EncryptionError(f"{where} is damaged: its wrapped key is not base64") from e
+
+
+def _load_json(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise EncryptionError(f"{where} is damaged: not JSON ({e})") from e
+    if not isinstance(doc, dict):
+        raise EncryptionError(f"{where} is damaged: not a JSON object")
+    fmt = doc.get("format")
+    if fmt != FORMAT:
+        raise EncryptionError(f"{where} has key store format {fmt!r}; this castore reads {FORMAT}")
+    return doc
+
+
+def _under(doc: dict[str, Any], wrapper: KeyWrapper) -> bool:
+    """Whether a file says it is wrapped by ``wrapper`` (by its key id; False when unknown)."""
+    kid = key_id_of(wrapper)
+    return kid is not None and doc.get("key_id") == kid
+
+
+def _dump(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+class KeyStore:
+    """The wrapped data keys of an encrypted store's tenants; see the module docstring.
+
+    Open one with :meth:`create` (a new encrypted store) or :meth:`open` (an existing one).
+    A key store opened without a wrapper (``wrapper=None``) can erase tenants and list
+    erasures, which need no key; getting a tenant's keys then raises KeyMissing.
+    """
+
+    def __init__(self, storage: Storage, prefix: str, ident: str, wrapper: KeyWrapper | None,
+                 owned: bool = False) -> None:
+        """Use the key store ``ident`` under ``prefix`` of ``storage``; prefer :meth:`open`.
+
+        Args:
+            owned: close ``storage`` with the key store (it was opened for it).
+        """
+        self.storage = storage
+        self.prefix = prefix
+        #: the key store's random id (bound into every wrapping context)
+        self.id = ident
+        self.wrapper = wrapper
+        self._owned = owned
+        self._keys: dict[str, TenantKeys] = {}
+
+    # -- opening ----------------------------------------------------------------------
+    @staticmethod
+    def _place(store_storage: Storage, url: str | None,
+               storage_options: dict[str, Any] | None) -> tuple[Storage, str, bool]:
+        if url is None:
+            return store_storage, DEFAULT_PREFIX, False
+        return open_storage(url, **(storage_options or {})), "", True
+
+    @classmethod
+    def create(cls, store_storage: Storage, wrapper: KeyWrapper, *, url: str | None = None,
+               storage_options: dict[str, Any] | None = None) -> KeyStore:
+        """Make a new, empty key store for a new encrypted store.
+
+        Args:
+            store_storage: the storage of the store the keys are for (the key store goes
+                under its ``keys/`` unless ``url`` is given).
+            wrapper: the master key (or KMS) that wraps every data key.
+            url: a separate place for the key store (its root holds ``keystore.json``).
+            storage_options: options for opening ``url``.
+
+        Returns:
+            The key store; its :attr:`config` is what the store keeps in its settings to
+            open it again.
+
+        Raises:
+            EncryptionError: a key store already exists there.
+            StorageError: the storage failed.
+        """
+        storage, prefix, owned = cls._place(store_storage, url, storage_options)
+        ident = os.urandom(16).hex()
+        doc = {"format": FORMAT, "id": ident, "created": _now(), "key_id": key_id_of(wrapper),
+               "check": _b64(wrapper.wrap(new_data_key(), _CHECK_CONTEXT + ident.encode())), **_ALGORITHMS}
+        try:
+            storage.swap(prefix + STORE_FILE, _dump(doc), None)
+        except PreconditionFailed as e:
+            if owned:
+                storage.close()
+            raise EncryptionError(f"a key store already exists at {storage.url}/{prefix}{STORE_FILE}") from e
+        ks = cls(storage, prefix, ident, wrapper, owned)
+        ks._url = url
+        return ks
+
+    @classmethod
+    def open(cls, store_storage: Storage, config: dict[str, Any], wrapper: KeyWrapper | None, *,
+             storage_options: dict[str, Any] | None = None) -> KeyStore:
+        """Open the key store of an encrypted store and check the master key against it.
+
+        Args:
+            store_storage: the storage of the store the keys are for.
+            config: the store's encryption settings, as :attr:`config` gave them at
+                creation (``{"key_store_id": ..., "key_store": url}``, the URL only for a
+                separate key store).
+            wrapper: the master key or KMS; None to erase and list erasures only.
+            storage_options: options for opening a separate key store's URL.
+
+        Raises:
+            KeyMissing: there is no key store there.
+            WrongKey: ``wrapper`` is not the key the key store was made with.
+            EncryptionError: the key store is damaged, or belongs to another store.
+            StorageError: the storage failed.
+        """
+        url = config.get("key_store")
+        if url is not None and not isinstance(url, str):
+            raise EncryptionError(f"the store's key_store setting is not a URL: {url!r}")
+        storage, prefix, owned = cls._place(store_storage, url, storage_options)
+        try:
+            where = f"{storage.url}/{prefix}{STORE_FILE}"
+            try:
+                raw = storage.read(prefix + STORE_FILE)
+            except FileNotFoundError as e:
+                raise KeyMissing(f"no key store at {storage.url}/{prefix} (the store's keys are missing"
+                                 " or kept elsewhere: give the key store URL)") from e
+            doc = _load_json(raw, where)
+            ident = doc.get("id")
+            if not isinstance(ident, str) or not ident:
+                raise EncryptionError(f"{where} is damaged: no id")
+            expected = config.get("key_store_id")
+            if expected is not None and expected != ident:
+                raise EncryptionError(f"the key store at {storage.url}/{prefix} belongs to another store"
+                                      f" (its id is {ident}, the store's keys are {expected})")
+            ks = cls(storage, prefix, ident, wrapper, owned)
+            ks._url = url
+            if wrapper is not None:
+                ks._check(doc, where)
+        except BaseException:
+            if owned:
+                storage.close()
+            raise
+        return ks
+
+    _url: str | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """What a store keeps in its settings to open this key store: its id, and its URL
+        when it is not under the store's own ``keys/``."""
+        out: dict[str, Any] = {"key_store_id": self.id}
+        if self._url is not None:
+            out["key_store"] = self._url
+        return out
+
+    def close(self) -> None:
+        """Close the key store's storage if it was opened for it (a separate URL)."""
+        self._keys.clear()
+        if self._owned:
+            self.storage.close()
+
+    def __enter__(self) -> KeyStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"KeyStore({self.storage.url}/{self.prefix}, id={self.id})"
+
+    # -- the key check ------------------------------------------------------------------
+    def _need_wrapper(self) -> KeyWrapper:
+        if self.wrapper is None:
+            raise KeyMissing("no master key given (set CASTORE_MASTER_KEY or pass a master key file)")
+        return self.wrapper
+
+    def _check(self, doc: dict[str, Any], where: str) -> None:
+        wrapper = self._need_wrapper()
+        try:
+            wrapper.unwrap(_unb64(doc.get("check"), where), _CHECK_CONTEXT + self.id.encode())
+        except WrongKey as e:
+            theirs = doc.get("key_id")
+            ours = key_id_of(wrapper)
+            ids = f" (its key is {theirs}, the key given is {ours})" if theirs and ours else ""
+            raise WrongKey(f"wrong master key for the key store at {self.storage.url}/{self.prefix}{ids}") from e
+
+    def check(self) -> None:
+        """Check the wrapper this key store was opened with against its key check.
+
+        Raises:
+            KeyMissing: no wrapper was given, or the key store is gone.
+            WrongKey: the wrapper is not the key store's key.
+            EncryptionError: the key store is damaged.
+            StorageError: the storage failed.
+        """
+        where = f"{self.storage.url}/{self.prefix}{STORE_FILE}"
+        try:
+            raw = self.storage.read(self.prefix + STORE_FILE)
+        except FileNotFoundError as e:
+            raise KeyMissing(f"no key store at {self.storage.url}/{self.prefix}") from e
+        self._check(_load_json(raw, where), where)
+
+    # -- tenant keys ----------------------------------------------------------------------
+    def _key_path(self, tag: str) -> str:
+        return f"{self.prefix}{TENANTS}{tag}{KEY_SUFFIX}"
+
+    def _erasure_paths(self, app: str, user: str | None) -> list[str]:
+        app_seg = encode(app, "app name")
+        paths = [f"{self.prefix}{ERASED}{app_seg}.json"]
+        if user is not None:
+            paths.append(f"{self.prefix}{ERASED}{_tag(app, user)}.json")
+        return paths
+
+    def _context(self, tag: str) -> bytes:
+        return _KEY_CONTEXT + self.id.encode() + b"\0" + tag.encode()
+
+    def _erasure_in(self, found: dict[str, bytes | None], paths: Iterable[str]) -> Erasure | None:
+        for path in paths:
+            raw = found.get(path)
+            if raw is not None:
+                return self._parse_erasure(raw, path)
+        return None
+
+    def _parse_erasure(self, raw: bytes, path: str) -> Erasure:
+        doc = _load_json(raw, f"{self.storage.url}/{path}")
+        try:
+            return Erasure(app=doc["app"], user=doc.get("user"), at=doc["at"], by=doc.get("by"),
+                           keys=int(doc.get("keys", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise EncryptionError(f"{self.storage.url}/{path} is damaged: not an erasure record") from e
+
+    def _unwrap_file(self, raw: bytes, path: str, tag: str, wrapper: KeyWrapper) -> bytes:
+        doc = _load_json(raw, f"{self.storage.url}/{path}")
+        try:
+            return wrapper.unwrap(_unb64(doc.get("wrapped"), f"{self.storage.url}/{path}"), self._context(tag))
+        except WrongKey as e:
+            raise WrongKey(f"the data key in {self.storage.url}/{path} does not open with the master key"
+                           f" {key_id_of(wrapper) or ''}".rstrip() + " (a wrong key, or a key file that was"
+                           " damaged or moved from another tenant or key store)") from e
+
+    def tenant_keys(self, app: str, user: str | None, create: bool = False) -> TenantKeys:
+        """The id and encryption keys of tenant ``(app, user)`` (``user`` None: the app's scope).
+
+        Args:
+            create: make the tenant's data key if it has none (race-safe: with rival
+                creators, every one gets the key that was stored first).
+
+        Raises:
+            TenantErased: the tenant (or its whole app) was erased.
+            KeyMissing: no master key was given, or the tenant has no key and ``create``
+                is False.
+            WrongKey: its key file does not open with the master key.
+            InvalidName: ``app`` or ``user`` is not a valid name.
+            EncryptionError: its key file is damaged.
+            StorageError: the storage failed.
+        """
+        tag = _tag(app, user)
+        cached = self._keys.get(tag)
+        if cached is not None:
+            return cached
+        wrapper = self._need_wrapper()
+        path = self._key_path(tag)
+        erased_paths = self._erasure_paths(app, user)
+        found = self.storage.read_many([path, *erased_paths])
+        erasure = self._erasure_in(found, erased_paths)
+        if erasure is not None:
+            raise erasure.error()
+        raw = found.get(path)
+        if raw is None:
+            if not create:
+                who = f"app {app!r}" if user is None else f"user {user!r} of app {app!r}"
+                raise KeyMissing(f"no data key for {who} in the key store at {self.storage.url}/{self.prefix}")
+            raw = self._create(app, user, tag, path, wrapper, erased_paths)
+        keys = derive_tenant_keys(self._unwrap_file(raw, path, tag, wrapper))
+        self._keys[tag] = keys
+        return keys
+
+    def _create(self, app: str, user: str | None, tag: str, path: str, wrapper: KeyWrapper,
+                erased_paths: list[str]) -> bytes:
+        """Store a new wrapped data key for ``tag`` unless one is there; return what is stored."""
+        doc = {"format": FORMAT, "app": app, "user": user, "created": _now(), "key_id": key_id_of(wrapper),
+               "wrapped": _b64(wrapper.wrap(new_data_key(), self._context(tag)))}
+        mine = _dump(doc)
+        token: str | None = None
+        try:
+            token = self.storage.swap(path, mine, None)
+        except PreconditionFailed:
+            pass  # a rival created it first: use theirs
+        except StorageError:
+            # the write may have landed with its answer lost: what is stored decides
+            if self.storage.read_versioned(path) is None:
+                raise
+        stored = self.storage.read_versioned(path)
+        if stored is None:  # erased (and its key deleted) between the two steps
+            erasure = self._erasure_in(self.storage.read_many(erased_paths), erased_paths)
+            if erasure is not None:
+                raise erasure.error()
+            raise EncryptionError(f"{self.storage.url}/{path} vanished while it was being created")
+        # an erasure that listed the key folder before this key landed did not delete it
+        erasure = self._erasure_in(self.storage.read_many(erased_paths), erased_paths)
+        if erasure is not None:
+            if token is not None:
+                self.storage.delete(path)
+            raise erasure.error()
+        return stored.data
+
+    # -- erasure --------------------------------------------------------------------------
+    def erase(self, app: str, user: str | None = None, *, by: str | None = None) -> list[Erasure]:
+        """Destroy the data keys of ``app``'s ``user``, or with ``user`` None of the whole app
+        (every user and the app's scope), and record the erasure.
+
+        The record is written first and kept (an erasure of an already erased tenant keeps
+        the first record and deletes any key file left). Costs one listing of the app's key
+        folder and one delete per key file: nothing depends on the size of the data.
+
+        Returns:
+            The erasure records that now cover the tenant (the new one, or the earlier one).
+
+        Raises:
+            InvalidName: ``app`` or ``user`` is not a valid name.
+            StorageError: the storage failed (run the erasure again: it is idempotent).
+        """
+        app_seg = encode(app, "app name")
+        if user is None:
+            folder = f"{self.prefix}{TENANTS}{app_seg}/"
+            doomed = [k for k in self.storage.list(folder) if k.endswith(KEY_SUFFIX)]
+            record_path = f"{self.prefix}{ERASED}{app_seg}.json"
+            drop = [t for t in self._keys if t.startswith(app_seg + "/")]
+        else:
+            tag = _tag(app, user)
+            doomed = [p for p in (self._key_path(tag),) if self.storage.exists(p)]
+            record_path = f"{self.prefix}{ERASED}{tag}.json"
+            drop = [tag]
+        record = Erasure(app=app, user=user, at=_now(), by=by, keys=len(doomed))
+        try:
+            self.storage.swap(record_path, _dump({"format": FORMAT, **asdict(record)}), None)
+        except PreconditionFailed:
+            raw = self.storage.read(record_path)
+            record = self._parse_erasure(raw, record_path)
+        self.storage.delete_many(doomed)
+        for t in drop:
+            self._keys.pop(t, None)
+        return [record]
+
+    def erased(self, app: str, user: str | None) -> Erasure | None:
+        """The erasure that covers tenant ``(app, user)`` (its own or its app's), or None.
+
+        Raises:
+            InvalidName: ``app`` or ``user`` is not a valid name.
+            EncryptionError: a record is damaged.
+            StorageError: the storage failed.
+        """
+        paths = self._erasure_paths(app, user)
+        return self._erasure_in(self.storage.read_many(paths), paths)
+
+    def erasures(self) -> list[Erasure]:
+        """Every erasure recorded, oldest first.
+
+        Raises:
+            EncryptionError: a record is damaged.
+            StorageError: the storage failed.
+        """
+        paths = [p for p in self.storage.list(self.prefix + ERASED) if p.endswith(".json")]
+        found = self.storage.read_many(paths)
+        out = [self._parse_erasure(raw, p) for p, raw in found.items() if raw is not None]
+        return sorted(out, key=lambda e: (e.at, e.app, e.user or ""))
+
+    # -- rotation -------------------------------------------------------------------------
+    def tenants(self) -> list[tuple[str, str | None]]:
+        """Every tenant that has a data key, as ``(app, user)`` (user None: an app's scope).
+
+        Raises:
+            EncryptionError: a key file is damaged.
+            StorageError: the storage failed.
+        """
+        paths = [p for p in self.storage.list(self.prefix + TENANTS) if p.endswith(KEY_SUFFIX)]
+        out = []
+        for path, raw in self.storage.read_many(paths).items():
+            if raw is not None:
+                doc = _load_json(raw, f"{self.storage.url}/{path}")
+                out.append((str(doc.get("app")), doc.get("user")))
+        return sorted(out, key=lambda t: (t[0], t[1] is not None, t[1] or ""))
+
+    def _tag_of(self, path: str) -> str:
+        tag = path[len(self.prefix + TENANTS) : -len(KEY_SUFFIX)]
+        if tag.count("/") != 1:
+            raise InvalidName(path, "not a tenant key file", "key file")
+        return tag
+
+    def _rewrap(self, path: str, old: KeyWrapper, new: KeyWrapper) -> bool:
+        """Rewrap the key file ``path`` from ``old`` to ``new``; False when it needed none."""
+        tag = self._tag_of(path)
+        while True:
+            cur = self.storage.read_versioned(path)
+            if cur is None:
+                return False  # erased meanwhile
+            doc = _load_json(cur.data, f"{self.storage.url}/{path}")
+            if _under(doc, new):
+                return False
+            wrapped = _unb64(doc.get("wrapped"), f"{self.storage.url}/{path}")
+            try:
+                key = old.unwrap(wrapped, self._context(tag))
+            except WrongKey:
+                new.unwrap(wrapped, self._context(tag))  # already rotated (a rerun); WrongKey if neither
+                return False
+            doc.update(wrapped=_b64(new.wrap(key, self._context(tag))), key_id=key_id_of(new))
+            try:
+                self.storage.swap(path, _dump(doc), cur.token)
+                return True
+            except PreconditionFailed:
+                continue  # a rival rotation or creation: read again
+
+    def rotate(self, new: KeyWrapper) -> int:
+        """Rewrap every data key and the key check under ``new``; no data is read or written.
+
+        Afterwards the old master key fails with WrongKey and ``new`` opens everything. A
+        rotation cut short (a crash, a failed request) is finished by running it again with
+        the same keys: key files already under ``new`` are left alone. Writers that keep
+        the old key open while the rotation runs may create keys under it after their
+        folder was passed: run the rotation when no writer runs, or run it again.
+
+        Returns:
+            How many data keys were rewrapped.
+
+        Raises:
+            KeyMissing: the key store was opened without a wrapper.
+            WrongKey: a key file opens with neither the old nor the new key.
+            EncryptionError: a key file is damaged, or ``new`` failed.
+            StorageError: the storage failed (run it again to finish).
+        """
+        old = self._need_wrapper()
+        where = f"{self.storage.url}/{self.prefix}{STORE_FILE}"
+        n = 0
+        for _ in range(2):  # the second pass rewraps keys created while the first one ran
+            paths = [p for p in self.storage.list(self.prefix + TENANTS) if p.endswith(KEY_SUFFIX)]
+            n += sum(self._rewrap(p, old, new) for p in paths)
+        while True:
+            cur = self.storage.read_versioned(self.prefix + STORE_FILE)
+            if cur is None:
+                raise KeyMissing(f"the key store at {self.storage.url}/{self.prefix} vanished during the rotation")
+            doc = _load_json(cur.data, where)
+            if _under(doc, new):
+                break
+            context = _CHECK_CONTEXT + self.id.encode()
+            check = _unb64(doc.get("check"), where)
+            try:
+                value = old.unwrap(check, context)
+            except WrongKey:
+                new.unwrap(check, context)  # already rotated; WrongKey if neither
+                break
+            doc.update(check=_b64(new.wrap(value, context)), key_id=key_id_of(new), rotated=_now())
+            try:
+                self.storage.swap(self.prefix + STORE_FILE, _dump(doc), cur.token)
+                break
+            except PreconditionFailed:
+                continue
+        self.wrapper = new
+        return n
+
