@@ -806,10 +806,14 @@ def _short(cid: str | None) -> str:
     return cid[:12] if cid else "(absent)"
 
 
+#: how the reason of every refusal for a non-fast-forward starts (see :func:`both_ways`)
+_NON_FF = "non-fast-forward"
+
+
 def _refusal(display: str, src_tip: str, dst_tip: str, why: str, pulling: bool) -> str:
     here, there = ("remote", "local") if pulling else ("local", "remote")
     hint = "use --force to overwrite" if pulling else "pull first, or use --force to overwrite the remote"
-    return (f"non-fast-forward: {display}: {why} ({here} tip {_short(src_tip)}, {there} tip "
+    return (f"{_NON_FF}: {display}: {why} ({here} tip {_short(src_tip)}, {there} tip "
             f"{_short(dst_tip)}); {hint}")
 
 
@@ -913,10 +917,132 @@ def clone(url: str, dest: str, selection: Selection = None, *, remote_name: str 
             return pull(remote, local, selection, progress=progress, remote_name=remote_name)
 
 
+# -- both ways ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Diverged:
+    """A ref that moved on both sides since they last matched: left as it was on both.
+
+    Attributes:
+        ref: the stored ref name (``sessions/<app>/<user>/<session>/heads/<branch>``...).
+        kind: ``branch``, ``label``, ``app-state`` or ``user-state``.
+        session: ``(app, user, session)`` for a session's ref, else None.
+        app, user: the app (and user) the ref belongs to (``user`` None for app state).
+        name: the branch or label name (None for app/user state).
+        local, remote: the two tips.
+        kept_as: the revision under which the local store keeps the remote tip
+            (``remotes/<remote>/<branch>``), when the pull kept it; None otherwise.
+    """
+
+    ref: str
+    kind: str
+    session: tuple[str, str, str] | None
+    app: str
+    user: str | None
+    name: str | None
+    local: str | None
+    remote: str | None
+    kept_as: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {"ref": self.ref, "kind": self.kind, "session": list(self.session) if self.session else None,
+                "app": self.app, "user": self.user, "name": self.name, "local": self.local,
+                "remote": self.remote, "kept_as": self.kept_as}
+
+
+@dataclass
+class BothWaysReport:
+    """What :func:`both_ways` did: the pull's report, the push's, and what diverged.
+
+    Attributes:
+        remote: the remote's name.
+        pulled: the pull's report (empty when the remote held no store yet).
+        pushed: the push's report.
+        diverged: the refs that moved on both sides, one each, never overwritten.
+        remote_created: the remote held no store: this sync made it.
+    """
+
+    remote: str
+    pulled: SyncReport
+    pushed: SyncReport
+    diverged: list[Diverged] = field(default_factory=list)
+    remote_created: bool = False
+
+    @property
+    def refused(self) -> list[Refusal]:
+        """Refusals that are not divergences (a ref that moved during the sync, a commit missing)."""
+        mine = {d.ref for d in self.diverged}
+        return [r for r in (*self.pulled.refs_refused, *self.pushed.refs_refused) if r.ref not in mine]
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing diverged and nothing was refused: both sides now match."""
+        return not self.diverged and not self.refused
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {"remote": self.remote, "remote_created": self.remote_created, "ok": self.ok,
+                "pulled": self.pulled.to_dict(), "pushed": self.pushed.to_dict(),
+                "diverged": [d.to_dict() for d in self.diverged],
+                "refused": [r._asdict() for r in self.refused]}
+
+
+def both_ways(local: Store, remote: Store, sessions: Selection = None, *, remote_name: str = "origin",
+              progress: ProgressFn | None = None) -> BothWaysReport:
+    """Pull then push: afterwards both stores hold every selected session, where nothing diverged.
+
+    Each side's new commits reach the other by fast-forward. A branch that moved on both
+    sides is overwritten on neither: the pull keeps the remote tip locally as
+    ``remotes/<remote_name>/<branch>`` and the push refuses the branch; it is listed once
+    in ``diverged``. A remote without a store is created by the push; a local store
+    without one is created by the pull.
+
+    Args:
+        local: this machine's store.
+        remote: the shared store (an S3 bucket, another folder).
+        sessions: as :func:`push` (default: every session, with app and user state).
+        remote_name: the name the local store knows the remote by.
+        progress: as :func:`push`, called through both halves.
+
+    Raises:
+        StoreNotFound: neither side holds a store.
+        InvalidName, ObjectNotFound, IntegrityError, StorageError: as :func:`push` and :func:`pull`.
+    """
+    created = not remote.exists
+    pulled = SyncReport() if created else pull(remote, local, sessions, progress=progress,
+                                                remote_name=remote_name)
+    pushed = push(local, remote, sessions, progress=progress)
+    refused = {r.ref: r for r in (*pushed.refs_refused, *pulled.refs_refused) if r.reason.startswith(_NON_FF)}
+    # Where this pull (or an earlier one) keeps the remote tip of a diverged branch.
+    tracking = {ref: _tracking_ref(ref, remote_name) for ref in refused
+                if (p := parse_ref_name(ref)) is not None and p.kind == "branch"}
+    kept = local.refs.read_many(list(tracking.values()))
+    out = []
+    for ref, r in refused.items():
+        k = kept.get(tracking.get(ref, ""))
+        out.append(_diverged(r, remote_name, k is not None and k.target == r.remote))
+    return BothWaysReport(remote_name, pulled, pushed, out, created)
+
+
+def _diverged(r: Refusal, remote_name: str, kept: bool) -> Diverged:
+    p = parse_ref_name(r.ref)
+    if p is None:  # only parsed names are planned
+        return Diverged(r.ref, "ref", None, "", None, None, r.local, r.remote, None)
+    app, user = real_name(p.app, None), real_name(p.user, None) if p.user else None
+    sess = real_name(p.session, None) if p.session else None
+    name = real_name(p.name, None) if p.name else None
+    kept_as = f"{REMOTES}/{remote_name}/{name}" if kept and name is not None else None
+    return Diverged(r.ref, p.kind, (app, user or "", sess) if sess is not None else None, app, user, name,
+                    r.local, r.remote, kept_as)
+
+
 __all__ = [
     "push",
     "pull",
     "clone",
+    "both_ways",
+    "BothWaysReport",
+    "Diverged",
     "SyncReport",
     "SyncProgress",
     "Refusal",

@@ -71,7 +71,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 #: command modules added by other areas, with the commands each adds; each is used if it
 #: exists and must expose ``register(group)``
 OPTIONAL_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "castore.cli.sync_cmds": ("remote", "push", "pull", "clone"),
+    "castore.cli.sync_cmds": ("remote", "push", "pull", "sync", "clone"),
     "castore.cli.maintenance_cmds": ("fsck", "gc", "repack", "expire"),
     "castore.cli.io_cmds": ("import", "export"),
     "castore.cli.html_cmds": ("export", "serve"),

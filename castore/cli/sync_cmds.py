@@ -1,8 +1,9 @@
-"""Sync commands: remote add|list|remove, push, pull, clone."""
+"""Sync commands: remote add|list|remove, push, pull, sync, clone."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from ..store import Store, store_dir
 from .common import (
     CastoreGroup,
     CliState,
+    format_key,
     hint,
     json_option,
     limit_option,
@@ -241,6 +243,92 @@ def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
     _render(report, "pulled from", name, as_json, quiet)
 
 
+_BOTH_SCHEMA = (
+    '{"remote": NAME, "remote_created": BOOL, "ok": BOOL, "pulled": REPORT, "pushed": REPORT (REPORT as '
+    '`push --json`), "diverged": [{"ref", "kind", "session": [APP, USER, SESSION]|null, "app", "user", "name", '
+    '"local", "remote", "kept_as", "resolve": {"compare"|"keep both"|"keep yours"|"keep theirs": COMMAND}}], '
+    '"refused": [{"ref", "reason", "local", "remote"}]}'
+)
+
+
+def resolution(store: Store, d: sync.Diverged, remote: str) -> dict[str, str]:
+    """The commands that settle a ref that diverged (see :func:`castore.sync.both_ways`),
+    by what each keeps; each runs as printed."""
+    r = shlex.quote(remote)
+    if d.session is None:  # app or user state: only a forced pull or push of that scope settles it
+        sel = f"--app {shlex.quote(d.app)}" + (f" --user {shlex.quote(d.user)}" if d.user is not None else "")
+        return {"keep yours": _cmd(f"push {r} {sel} --force"), "keep theirs": _cmd(f"pull {r} {sel} --force")}
+    key = "-s " + shlex.quote(format_key(*d.session))
+    out = {}
+    if d.kept_as is not None and d.name is not None:
+        b, mine, theirs = shlex.quote(d.name), shlex.quote(f"{d.name}-local"), shlex.quote(d.kept_as)
+        current = store.session(*d.session).current_branch == d.name
+        move = f"reset {theirs}" if current else f"branch -f {b} {theirs}"
+        out["compare"] = _cmd(f"log --all {key}")
+        out["keep both"] = " && ".join((_cmd(f"branch {mine} {b} {key}"), _cmd(f"{move} {key}"), _cmd(f"sync {r}")))
+    out["keep yours"] = _cmd(f"push {r} {key} --force")
+    out["keep theirs"] = _cmd(f"pull {r} {key} --force")
+    return out
+
+
+def _cmd(args: str) -> str:
+    return hint(args, session=False).strip("`")
+
+
+def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet: bool) -> None:
+    fixes = [resolution(store, d, report.remote) for d in report.diverged]
+    if as_json:
+        doc = report.to_dict()
+        for d, fix in zip(doc["diverged"], fixes, strict=True):
+            d["resolve"] = fix
+        print_json(doc)
+    elif not quiet:
+        got, sent = report.pulled, report.pushed
+        made = " (it held no store: created)" if report.remote_created else ""
+        note(f"synced with {safe(report.remote)}{made}: pulled {plural(got.objects_sent, 'object')} "
+             f"({plural(len(got.refs_updated), 'ref')} updated), pushed {plural(sent.objects_sent, 'object')} "
+             f"({plural(len(sent.refs_updated), 'ref')} updated)")
+        for verb, refs in (("pulled", got.refs_updated), ("pushed", sent.refs_updated)):
+            for ref in refs:
+                click.echo(f"{verb}   {safe(ref)}")
+    for d, fix in zip(report.diverged, fixes, strict=True):
+        note(f"diverged: {safe(sync.describe(d.ref))} moved on both sides (local {(d.local or '-')[:12]}, "
+             f"{safe(report.remote)} {(d.remote or '-')[:12]}); neither was overwritten"
+             + (f"; theirs is kept here as {safe(d.kept_as)}" if d.kept_as else ""))
+        for what, cmd in fix.items():
+            note(f"  {what + ':':<13}{safe(cmd)}")
+    for r in report.refused:
+        note(f"refused: {safe(r.reason)}")
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+@click.command("sync")
+@click.argument("remote", required=False)
+@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary (what diverged is still shown).")
+@json_option(_BOTH_SCHEMA)
+@click.pass_context
+def sync_cmd(ctx: click.Context, remote: str | None, quiet: bool, as_json: bool) -> None:
+    """Pull then push every session: this store and REMOTE end up holding the same history.
+
+    REMOTE is a remote's name or a URL (default origin). New entries on either side reach
+    the other by fast-forward; a remote with no store yet is created. A branch that
+    moved on both sides is overwritten on neither: it is listed with the commands that
+    settle it (the remote tip is kept here as remotes/REMOTE/BRANCH), and the exit
+    status is 1.
+    """
+    store = open_store(ctx, must_exist=False)
+    name, other = _open_remote(store, remote)
+    ctx.call_on_close(other.close)
+    remote_name = name if name in sync.list_remotes(store) else "remote"
+    bar = _Bar(f"sync {name}", quiet)
+    try:
+        report = sync.both_ways(store, other, remote_name=remote_name, progress=bar)
+    finally:
+        bar.done()
+    _render_both(store, report, as_json, quiet)
+
+
 def _same_place(a: str, b: str | None) -> bool:
     """Whether two store URLs or paths name the same place."""
     if b is None:
@@ -291,8 +379,8 @@ def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | N
 
 def register(group: click.Group) -> None:
     """Add this module's commands to ``group``."""
-    for cmd in (remote_group, push_cmd, pull_cmd, clone_cmd):
+    for cmd in (remote_group, push_cmd, pull_cmd, sync_cmd, clone_cmd):
         group.add_command(cmd)
 
 
-__all__ = ["register"]
+__all__ = ["register", "resolution"]
