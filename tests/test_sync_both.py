@@ -157,3 +157,57 @@ def test_both_ways_library(tmp_path: Any, moto_server: Any) -> None:
         assert [(d.name, d.kept_as) for d in labels] == [("good", None)]
         assert s.labels()["good"] != b.session(*KEY).labels()["good"]  # not overwritten
         assert a.session(*KEY).messages()[-1].content == "two"  # main fast-forwarded all the same
+
+
+# -- import --follow --sync ------------------------------------------------------------------------
+SHARE = __import__("pathlib").Path(__file__).resolve().parent / "data" / "claude-code" / "session-share"
+SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
+
+
+def _heads(url: str, **options: Any) -> dict[tuple[str, str, str], dict[str, str]]:
+    """Every session's branches and their tips (HEAD is created by a sync, never moved)."""
+    with castore.open(url, **options) as st:
+        return {(s.app, s.user, s.session): st.session(s.app, s.user, s.session).branches()
+                for app in st.apps() for s in st.sessions(app)}
+
+
+def test_import_follow_keeps_the_remote_current(tmp_path: Any, bucket: tuple[str, list[str]],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each round that imported something is synced; a round with nothing new is not;
+    Ctrl-C (here raised where the loop waits) ends it with both sides equal."""
+    from castore.adapters import follow
+
+    laptop = _machine(tmp_path, "laptop", bucket)
+    proj = tmp_path / "projects" / "p"
+    proj.mkdir(parents=True)
+    full = (SHARE / f"{SID}.jsonl").read_bytes()
+    cut = full.index(b"\n", len(full) // 2) + 1
+    (proj / f"{SID}.jsonl").write_bytes(full[:cut])
+    remote_heads: list[dict[Any, Any]] = []
+
+    def waits() -> Any:
+        remote_heads.append(_heads(bucket[0], **_opts(bucket)))  # what the remote held after round 1
+        yield
+        (proj / f"{SID}.jsonl").write_bytes(full)  # the agent writes on
+        yield
+        yield  # a round with nothing new
+        raise KeyboardInterrupt
+
+    steps = waits()
+    monkeypatch.setattr(follow.time, "sleep", lambda _s: next(steps))
+    r = _cli(laptop, "import", "claude", str(proj), "--follow", "--interval", "0.01", "--sync", "origin")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.count("synced with origin") == 2 and "stopped" in r.stderr
+    assert remote_heads[0] and remote_heads[0] != _heads(laptop)  # the first round was synced at once
+    assert _heads(bucket[0], **_opts(bucket)) == _heads(laptop)  # and the second too
+
+    # without --follow: nothing new, no sync
+    r = _cli(laptop, "import", "claude", str(proj), "--sync", "origin")
+    assert r.exit_code == 0 and "0 new line(s)" in r.stderr and "synced with" not in r.stderr
+    # one import that brought something: one sync, and the remote has it
+    codex = tmp_path / "codex"
+    codex.mkdir()
+    (codex / "rollout.jsonl").write_bytes((SHARE.parent.parent / "codex" / "sample_codex_session.jsonl").read_bytes())
+    r = _cli(laptop, "import", "codex", str(codex), "--sync", "origin")
+    assert r.exit_code == 0 and r.stderr.count("synced with origin") == 1, r.output
+    assert _heads(bucket[0], **_opts(bucket)) == _heads(laptop)

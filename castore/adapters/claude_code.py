@@ -776,7 +776,7 @@ def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
 
 
 def follow_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP, interval: float = 1.0,
-                  stop: Any = None, on_result: Any = None) -> int:
+                  stop: Any = None, on_result: Any = None, on_round: Any = None) -> int:
     """Keep importing ``path`` as the agent writes, until ``stop()`` is true or interrupted.
 
     Args:
@@ -784,6 +784,7 @@ def follow_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP,
         interval: seconds between polls.
         stop: a callable polled between rounds (e.g. ``threading.Event().is_set``).
         on_result: called with each :class:`FileResult` that imported lines.
+        on_round: called after each round that imported lines, with those results.
 
     Returns:
         The number of lines imported.
@@ -791,18 +792,10 @@ def follow_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP,
     Raises:
         as :func:`import_claude`.
     """
-    import time
+    from .follow import follow
 
-    total = 0
-    while True:
-        for r in import_claude(store, path, app=app):
-            if r.lines:
-                total += r.lines
-                if on_result is not None:
-                    on_result(r)
-        if stop is not None and stop():
-            return total
-        time.sleep(interval)
+    return follow(lambda: import_claude(store, path, app=app), interval=interval, stop=stop,
+                  on_result=on_result, on_round=on_round)
 
 
 # -- castore's own commits as lines -----------------------------------------------------------

@@ -64,15 +64,66 @@ _IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines"
                 '"sidechains": [SESSION ID, ...]}')
 
 
+def follow_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--follow``, ``--interval`` and ``--sync REMOTE`` options of an archive import."""
+    f = click.option("--sync", "sync_remote", metavar="REMOTE",
+                     help="After the import (with --follow: after each round that imported something), sync "
+                          "the app's sessions with REMOTE, as `castore sync` does.")(f)
+    f = click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+                     help="Seconds between polls with --follow.")(f)
+    return click.option("--follow", is_flag=True,
+                        help="Keep importing as the agent writes, until interrupted (Ctrl-C).")(f)
+
+
+def run_import(ctx: click.Context, store: Any, what: str, import_once: Callable[[], list[Any]], *, app: str,
+               follow: bool, interval: float, sync_remote: str | None, as_json: bool) -> None:
+    """Run an archive import once or (``follow``) round after round, printing each result;
+    with ``sync_remote``, sync the app's sessions with it after each round that imported something."""
+    from ..adapters.follow import follow as follow_loop
+
+    after = _syncer(ctx, store, app, sync_remote) if sync_remote else None
+    if not follow:
+        results = import_once()
+        _echo_results(results, as_json)
+        if after is not None and any(r.lines for r in results):
+            after(results)
+        _update_index(store)
+        return
+    note(f"following {what} (Ctrl-C to stop)")
+    try:
+        follow_loop(import_once, interval=interval, on_result=lambda r: _echo_results([r], as_json), on_round=after)
+    except KeyboardInterrupt:
+        note("stopped")
+    _update_index(store)
+
+
+def _syncer(ctx: click.Context, store: Any, app: str, remote: str) -> Callable[[list[Any]], None]:
+    """What runs after an import round: sync ``app``'s sessions with ``remote``, and say how it went
+    (a divergence is reported, never overwritten, and the import goes on)."""
+    from .. import sync
+    from .sync_cmds import open_remote, problem_lines, sync_summary
+
+    name, other = open_remote(store, remote)
+    ctx.call_on_close(other.close)
+    remote_name = name if name in sync.list_remotes(store) else "remote"
+
+    def after(_results: list[Any]) -> None:
+        report = sync.both_ways(store, other, app, remote_name=remote_name)
+        note(sync_summary(report))
+        for line in problem_lines(store, report):
+            note(line)
+
+    return after
+
+
 @click.command("claude")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
-@click.option("--follow", is_flag=True, help="Keep importing as the agent writes, until interrupted (Ctrl-C).")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
-              help="Seconds between polls with --follow.")
+@follow_options
 @json_option(_IMPORT_JSON)
 @click.pass_context
-def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float, as_json: bool) -> None:
+def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float,
+                      sync_remote: str | None, as_json: bool) -> None:
     """Archive Claude Code sessions: a session file, a project folder, or ~/.claude/projects.
 
     One session per file (APP/PROJECT/SESSION; subagent files become SESSION.subagents.agent-ID,
@@ -81,20 +132,11 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     only what was added; a torn last line waits for the next import; files deleted upstream
     stay in the archive.
     """
-    from ..adapters.claude_code import follow_claude, import_claude
+    from ..adapters.claude_code import import_claude
 
     store = open_store(ctx, must_exist=False)
-    if not follow:
-        _echo_results(import_claude(store, path, app=app), as_json)
-        _update_index(store)
-        return
-    note(f"following {path} (Ctrl-C to stop)")
-    try:
-        follow_claude(store, path, app=app, interval=interval,
-                      on_result=lambda r: _echo_results([r], as_json))
-    except KeyboardInterrupt:
-        note("stopped")
-    _update_index(store)
+    run_import(ctx, store, path, lambda: import_claude(store, path, app=app), app=app, follow=follow,
+               interval=interval, sync_remote=sync_remote, as_json=as_json)
 
 
 @click.command("claude")
@@ -119,9 +161,11 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
 @click.option("--user", default="local", show_default=True, help="The user name of the sessions.")
+@follow_options
 @json_option(_IMPORT_JSON)
 @click.pass_context
-def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, as_json: bool) -> None:
+def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow: bool, interval: float,
+                     sync_remote: str | None, as_json: bool) -> None:
     """Archive Codex CLI rollouts: a rollout file, or a folder such as ~/.codex/sessions.
 
     One session per thread (APP/USER/THREAD-ID). A fork shares its parent's history, a
@@ -131,8 +175,8 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, as_json
     from ..adapters.codex import import_codex
 
     store = open_store(ctx, must_exist=False)
-    _echo_results(import_codex(store, path, app=app, user=user), as_json)
-    _update_index(store)
+    run_import(ctx, store, path, lambda: import_codex(store, path, app=app, user=user), app=app, follow=follow,
+               interval=interval, sync_remote=sync_remote, as_json=as_json)
 
 
 @click.command("codex")

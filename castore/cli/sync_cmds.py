@@ -177,7 +177,13 @@ def remote_remove(ctx: click.Context, name: str) -> None:
 
 
 # -- push / pull -------------------------------------------------------------------------
-def _open_remote(store: Store, remote: str | None) -> tuple[str, Store]:
+def open_remote(store: Store, remote: str | None) -> tuple[str, Store]:
+    """The remote named (a configured name or a URL), or the default one: origin, else
+    the only remote; returns its name and its opened store (the caller closes it).
+
+    Raises:
+        CastoreError: no remote named and no default; an unknown name. StorageError.
+    """
     if remote is None:
         remotes = sync.list_remotes(store)
         if "origin" in remotes:
@@ -206,7 +212,7 @@ def push_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
     """
     sel = _selection(ctx, session, app, user, all_)
     store = open_store(ctx)
-    name, other = _open_remote(store, remote)
+    name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
     bar = _Bar(f"push {name}", quiet)
     try:
@@ -232,7 +238,7 @@ def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
     """
     sel = _selection(ctx, session, app, user, all_)
     store = open_store(ctx, must_exist=False)
-    name, other = _open_remote(store, remote)
+    name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
     bar = _Bar(f"pull {name}", quiet)
     remote_name = name if name in sync.list_remotes(store) else "remote"
@@ -275,30 +281,39 @@ def _cmd(args: str) -> str:
     return hint(args, session=False).strip("`")
 
 
+def sync_summary(report: sync.BothWaysReport) -> str:
+    """One line: what a :func:`castore.sync.both_ways` brought in and sent out."""
+    got, sent = report.pulled, report.pushed
+    made = " (it held no store: created)" if report.remote_created else ""
+    return (f"synced with {safe(report.remote)}{made}: pulled {plural(got.objects_sent, 'object')} "
+            f"({plural(len(got.refs_updated), 'ref')} updated), pushed {plural(sent.objects_sent, 'object')} "
+            f"({plural(len(sent.refs_updated), 'ref')} updated)")
+
+
+def problem_lines(store: Store, report: sync.BothWaysReport) -> list[str]:
+    """What diverged, each with the commands that settle it, and what else was refused."""
+    out = []
+    for d in report.diverged:
+        out.append(f"diverged: {safe(sync.describe(d.ref))} moved on both sides (local {(d.local or '-')[:12]}, "
+                   f"{safe(report.remote)} {(d.remote or '-')[:12]}); neither was overwritten"
+                   + (f"; theirs is kept here as {safe(d.kept_as)}" if d.kept_as else ""))
+        out += [f"  {what + ':':<13}{safe(cmd)}" for what, cmd in resolution(store, d, report.remote).items()]
+    return out + [f"refused: {safe(r.reason)}" for r in report.refused]
+
+
 def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet: bool) -> None:
-    fixes = [resolution(store, d, report.remote) for d in report.diverged]
     if as_json:
         doc = report.to_dict()
-        for d, fix in zip(doc["diverged"], fixes, strict=True):
-            d["resolve"] = fix
+        for d, mine in zip(doc["diverged"], report.diverged, strict=True):
+            d["resolve"] = resolution(store, mine, report.remote)
         print_json(doc)
     elif not quiet:
-        got, sent = report.pulled, report.pushed
-        made = " (it held no store: created)" if report.remote_created else ""
-        note(f"synced with {safe(report.remote)}{made}: pulled {plural(got.objects_sent, 'object')} "
-             f"({plural(len(got.refs_updated), 'ref')} updated), pushed {plural(sent.objects_sent, 'object')} "
-             f"({plural(len(sent.refs_updated), 'ref')} updated)")
-        for verb, refs in (("pulled", got.refs_updated), ("pushed", sent.refs_updated)):
+        note(sync_summary(report))
+        for verb, refs in (("pulled", report.pulled.refs_updated), ("pushed", report.pushed.refs_updated)):
             for ref in refs:
                 click.echo(f"{verb}   {safe(ref)}")
-    for d, fix in zip(report.diverged, fixes, strict=True):
-        note(f"diverged: {safe(sync.describe(d.ref))} moved on both sides (local {(d.local or '-')[:12]}, "
-             f"{safe(report.remote)} {(d.remote or '-')[:12]}); neither was overwritten"
-             + (f"; theirs is kept here as {safe(d.kept_as)}" if d.kept_as else ""))
-        for what, cmd in fix.items():
-            note(f"  {what + ':':<13}{safe(cmd)}")
-    for r in report.refused:
-        note(f"refused: {safe(r.reason)}")
+    for line in problem_lines(store, report):
+        note(line)
     if not report.ok:
         raise click.exceptions.Exit(1)
 
@@ -318,7 +333,7 @@ def sync_cmd(ctx: click.Context, remote: str | None, quiet: bool, as_json: bool)
     status is 1.
     """
     store = open_store(ctx, must_exist=False)
-    name, other = _open_remote(store, remote)
+    name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
     remote_name = name if name in sync.list_remotes(store) else "remote"
     bar = _Bar(f"sync {name}", quiet)
@@ -383,4 +398,4 @@ def register(group: click.Group) -> None:
         group.add_command(cmd)
 
 
-__all__ = ["register", "resolution"]
+__all__ = ["register", "resolution", "open_remote", "sync_summary", "problem_lines"]
