@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from .detect import refuse_other
 from .jsonl_tree import (
     NOT_JSON,
     ArchiveError,
@@ -679,10 +680,12 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
         One :class:`FileResult` per file, main sessions before their subagents.
 
     Raises:
-        ArchiveError: no session file at ``path``; a file or folder name that is not a
-            valid castore name (nothing of that file is written).
+        ArchiveError: no session file at ``path``; another agent's sessions there (nothing
+            is written); a file or folder name that is not a valid castore name (nothing of
+            that file is written).
         StorageError, OSError.
     """
+    refuse_other(path, "claude")
     sources = find_sessions(path)
     store.init()
     results: list[FileResult] = []

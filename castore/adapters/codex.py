@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from .detect import refuse_other
 from .jsonl_tree import (
     NOT_JSON,
     ArchiveError,
@@ -429,10 +430,12 @@ def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, 
         One :class:`FileResult` per file.
 
     Raises:
-        ArchiveError: no rollout at ``path``, a thread id that is not a valid name. (A file
+        ArchiveError: no rollout at ``path``, another agent's sessions there (nothing is
+            written), a thread id that is not a valid name. (A file
             whose imported part changed is skipped with a note in its result.)
         StorageError, OSError.
     """
+    refuse_other(path, "codex")
     sources = find_rollouts(path)
     store.init()
     metas: dict[str, tuple[str | None, str | None]] = {}

@@ -59,6 +59,7 @@ from ..entries import (
 )
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
+from .detect import refuse_other
 
 if TYPE_CHECKING:
     from ..objects import ObjectId
@@ -403,11 +404,13 @@ def import_session(store: Store, path: str | os.PathLike[str] | IO[bytes], app: 
     Raises:
         PiImportError: (a ``ValueError``) the header is missing or invalid, or a line is
             not a JSON object (naming its line number), or an entry cannot be stored.
+        ArchiveError: (a ``ValueError``) the file is another agent's (nothing is written).
         SessionExists: the target session already exists (nothing is written).
         InvalidName, StorageError, OSError: a bad key, a backend failure, an unreadable file.
     """
     if isinstance(path, (str, os.PathLike)):
         name = os.fspath(path)
+        refuse_other(name, "pi")
         with open(name, "rb") as f:
             return _import(store, f, name, app, user, session_id, skip_bad_lines)
     return _import(store, path, getattr(path, "name", "<stream>"), app, user, session_id, skip_bad_lines)

@@ -32,9 +32,39 @@ def _session_spec(ctx: click.Context, local: str | None) -> str | None:
     return state.session_spec if state is not None else None
 
 
-@click.group("import", cls=CastoreGroup)
+class ImportGroup(CastoreGroup):
+    """``castore import VENDOR PATH``, or ``castore import PATH``: the vendor told by the content."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                           list[str]]:
+        """As click's; a first argument that is no command but an existing path runs the
+        importer of the agent whose sessions it holds (:func:`castore.adapters.detect.detect`).
+
+        Raises:
+            click.UsageError: a path whose sessions no importer recognises.
+        """
+        import os
+
+        if args and args[0] not in self.commands and not args[0].startswith("-") and os.path.exists(args[0]):
+            from ..adapters.detect import VENDORS, detect
+
+            vendor = detect(args[0])
+            cmd = self.commands.get(vendor) if vendor is not None else None
+            if cmd is None:
+                known = ", ".join(VENDORS.values())
+                raise click.UsageError(f"{args[0]}: no session file of a known agent ({known}) here; "
+                                       "name the agent: castore import VENDOR PATH", ctx=ctx)
+            note(f"{args[0]}: {VENDORS[vendor or '']} sessions")
+            return super().resolve_command(ctx, [vendor or "", *args])
+        return super().resolve_command(ctx, args)
+
+
+@click.group("import", cls=ImportGroup)
 def import_group() -> None:
-    """Import sessions from other agents' files (Pi JSONL, Claude Code, Codex CLI)."""
+    """Import sessions from other agents' files (Claude Code, Codex CLI, Pi, Gemini CLI).
+
+    `castore import PATH` (no agent named) recognises the agent by the files' content.
+    """
 
 
 @import_group.command("pi")

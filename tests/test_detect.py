@@ -1,0 +1,90 @@
+"""Which agent wrote a session file or folder, by content: ``castore import PATH`` picks the
+importer, and an importer refuses another agent's sessions with one line (the real files)."""
+
+from __future__ import annotations
+
+import lzma
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import castore
+from castore.adapters.claude_code import import_claude
+from castore.adapters.codex import import_codex
+from castore.adapters.detect import detect
+from castore.adapters.jsonl_tree import ArchiveError
+from castore.cli.main import main
+
+DATA = Path(__file__).resolve().parent / "data"
+CLAUDE = DATA / "claude-code" / "session-share"
+CODEX = DATA / "codex" / "sample_codex_session.jsonl"
+
+
+@pytest.fixture
+def pi_file(tmp_path: Path) -> Path:
+    out = tmp_path / "pi" / "--work--" / "2026-01-05_session.jsonl"  # a name that says nothing
+    out.parent.mkdir(parents=True)
+    out.write_bytes(lzma.decompress((DATA / "pi" / "before-compaction.jsonl.xz").read_bytes()))
+    return out
+
+
+def test_each_agent_is_told_by_content_not_name(tmp_path: Path, pi_file: Path) -> None:
+    claude = tmp_path / "renamed" / "x.jsonl"
+    claude.parent.mkdir()
+    shutil.copyfile(CLAUDE / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl", claude)
+    codex = tmp_path / "c" / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"  # a Claude-like name
+    codex.parent.mkdir()
+    shutil.copyfile(CODEX, codex)
+    assert detect(claude) == "claude" and detect(CLAUDE) == "claude" and detect(DATA / "claude-code") == "claude"
+    assert detect(codex) == "codex" and detect(codex.parent) == "codex"
+    assert detect(pi_file) == "pi" and detect(tmp_path / "pi") == "pi"
+    (tmp_path / "junk.jsonl").write_bytes(b'{"a": 1}\nnot json\n')
+    assert detect(tmp_path / "junk.jsonl") is None
+    with pytest.raises(ArchiveError, match="no such file"):
+        detect(tmp_path / "nothing")
+
+
+def test_an_importer_refuses_another_agents_sessions_in_one_line(tmp_path: Path, pi_file: Path) -> None:
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    with pytest.raises(ArchiveError, match=r"looks like Pi sessions, not Claude Code: import it with "
+                                           r"`castore import pi PATH`"):
+        import_claude(store, pi_file)
+    with pytest.raises(ArchiveError, match="looks like Claude Code sessions, not Codex CLI"):
+        import_codex(store, CLAUDE)
+    with pytest.raises(ArchiveError, match="looks like Codex CLI sessions, not Claude Code"):
+        import_claude(store, CODEX)
+    assert not store.exists or store.apps() == []  # nothing written
+
+
+def _cli(tmp_path: Path, *args: str):
+    return CliRunner().invoke(main, ["--store", str(tmp_path / "store"), *args])
+
+
+def test_import_path_alone_runs_the_importer_of_its_agent(tmp_path: Path, pi_file: Path) -> None:
+    r = _cli(tmp_path, "import", str(CLAUDE))
+    assert r.exit_code == 0, r.output
+    assert "Claude Code sessions" in r.stderr and "claude/session-share/0ccf1a04" in r.stdout
+    r = _cli(tmp_path, "import", str(CODEX), "--json")
+    assert r.exit_code == 0 and '"session": "codex/local/019b64e5' in r.stdout
+    r = _cli(tmp_path, "import", str(pi_file))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("pi/local/")
+    # the wrong agent named: one line, exit 1, nothing imported
+    r = _cli(tmp_path, "import", "claude", str(pi_file))
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "looks like Pi sessions" in r.stderr
+    r = _cli(tmp_path, "import", "codex", str(CLAUDE))
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "looks like Claude Code sessions" in r.stderr
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "a.jsonl").write_text('{"hello": 1}\n')
+    r = _cli(tmp_path, "import", str(tmp_path / "junk"))
+    assert r.exit_code == 2 and "no session file of a known agent" in r.stderr
+
+
+def test_import_pi_refuses_a_claude_file(tmp_path: Path) -> None:
+    from castore.adapters.pi import import_session
+
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    with pytest.raises(ArchiveError, match="looks like Claude Code sessions, not Pi"):
+        import_session(store, CLAUDE / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl")
