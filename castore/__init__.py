@@ -31,6 +31,7 @@ import importlib
 
 from .errors import (
     AmbiguousRevision,
+    AmbiguousSession,
     AuditError,
     BranchError,
     CastoreError,
@@ -146,6 +147,7 @@ __all__ = [
     "RetryPolicy",
     "RevisionNotFound",
     "AmbiguousRevision",
+    "AmbiguousSession",
     "SessionNotFound",
     "SessionExists",
     "BranchError",

@@ -185,6 +185,25 @@ class SessionNotFound(CastoreError, KeyError):
         return "session {}/{}/{} not found".format(*self.key)
 
 
+class AmbiguousSession(CastoreError, KeyError):
+    """A short session id (a prefix, or an id without its app and user) names more than one session.
+
+    Attributes:
+        spec: what was typed.
+        candidates: the ``(app, user, session)`` keys it matches.
+    """
+
+    def __init__(self, spec: str, candidates: Sequence[tuple[str, str, str]]) -> None:
+        super().__init__(spec)
+        self.spec = spec
+        self.candidates = list(candidates)
+
+    def __str__(self) -> str:
+        shown = ", ".join("/".join(c) for c in self.candidates[:10])
+        more = f" and {len(self.candidates) - 10} more" if len(self.candidates) > 10 else ""
+        return f"session {self.spec!r} is ambiguous: it matches {shown}{more}; give more of the id or APP/USER/SESSION"
+
+
 class SessionExists(CastoreError, FileExistsError):
     """A session that was to be created already exists."""
 

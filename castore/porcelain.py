@@ -11,8 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import sync, views
+from . import names, sync, views
+from .errors import AmbiguousSession, SessionNotFound
 from .objects import ObjectId
+from .plumbing import SESSIONS, real_name, valid_segment
 
 if TYPE_CHECKING:
     from .entries import LogEntry
@@ -215,4 +217,61 @@ def branch_list(session: Session, *, local: bool = True, remotes: bool = False, 
     return BranchList(session.head, session.current_branch, branches, said)
 
 
-__all__ = ["Status", "status", "RefNames", "ref_names", "readable", "log", "BranchList", "branch_list"]
+# -- finding sessions --------------------------------------------------------------------------------
+Key = tuple[str, str, str]
+
+
+def session_keys(store: Store, app: str | None = None, user: str | None = None) -> list[Key]:
+    """Every session's ``(app, user, session)`` (of one app, or one user of it), sorted.
+
+    Lists the ref folders and reads no ref, except the HEAD of a session whose name is too
+    long to be kept in its key (its name is on HEAD).
+
+    Raises:
+        InvalidName: a bad app or user name. StorageError.
+    """
+    apps = [names.encode(app, "app name")] if app is not None else [
+        a for a in store.refs.list_dir(SESSIONS) if valid_segment(a)]
+    out: list[Key] = []
+    for aseg in apps:
+        users = [names.encode(user, "user name")] if user is not None else [
+            u for u in store.refs.list_dir(f"{SESSIONS}/{aseg}") if valid_segment(u)]
+        for useg in users:
+            segs = [x for x in store.refs.list_dir(f"{SESSIONS}/{aseg}/{useg}") if valid_segment(x)]
+            if any(map(names.is_hashed, (aseg, useg, *segs))):  # a long name: read it from HEAD
+                a, u = real_name(aseg, None), real_name(useg, None)
+                got = {real_name(x, None) for x in segs if not names.is_hashed(x)}
+                out += [(info.app, info.user, info.session) for info in store.sessions(a, u)
+                        if names.is_hashed(names.encode(info.session)) or info.session in got]
+                continue
+            out += [(real_name(aseg, None), real_name(useg, None), real_name(x, None)) for x in segs]
+    return sorted(set(out))
+
+
+def find_session(store: Store, session: str, app: str | None = None, user: str | None = None) -> Key:
+    """The session that ``session`` names, found the way a short commit id is.
+
+    With ``app`` and ``user``: that session if it exists, else the one of theirs whose id
+    starts with ``session``. Without them (an id typed alone, as ``castore use
+    0ccf1a04``): the session of any app and user with exactly that id, else the one
+    whose id starts with it.
+
+    Raises:
+        SessionNotFound: none matches.
+        AmbiguousSession: several match (``candidates`` lists them).
+        InvalidName, StorageError.
+    """
+    if app is not None and user is not None and store.session(app, user, session).head is not None:
+        return (app, user, session)
+    keys = session_keys(store, app, user)
+    for pick in (lambda k: k[2] == session, lambda k: k[2].startswith(session)):
+        found = [k for k in keys if pick(k)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise AmbiguousSession(session, found)
+    raise SessionNotFound((app or "*", user or "*", session))
+
+
+__all__ = ["Status", "status", "session_keys", "find_session", "RefNames", "ref_names", "readable", "log",
+           "BranchList", "branch_list"]

@@ -26,6 +26,7 @@ from .common import (
     open_store,
     print_json,
 )
+from .complete import complete_session
 from .text import safe, safe_block, safe_json
 
 
@@ -142,7 +143,7 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
 @click.command("claude")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
-@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION", shell_complete=complete_session,
               help="Only this session (repeatable; default: every archived one).")
 @click.pass_context
 def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
@@ -182,7 +183,7 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow:
 @click.command("codex")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
-@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION", shell_complete=complete_session,
               help="Only this session (repeatable; default: every archived one).")
 @click.pass_context
 def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import click
 
 from .. import objects as o
-from ..errors import CastoreError, SessionNotFound
+from ..errors import CastoreError
 from ..session import Session
 from ..store import Store, default_url
 from .text import safe, safe_json
@@ -262,12 +262,36 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, sp
             f"this command needs a session: pass -s APP/USER/SESSION, set {SESSION_ENV}, "
             f"or choose one with {hint('use APP/USER/SESSION', ctx, session=False)}", ctx=ctx
         )
-    app, user, sid = split_key(spec, 3, 3, "'-s' / '--session'")
-    store = open_store(ctx, must_exist=must_exist)
-    session = store.session(app, user, sid)
-    if must_exist and not session.exists():
-        raise SessionNotFound(session.key)
-    return session
+    return find_session(open_store(ctx, must_exist=must_exist), spec, must_exist=must_exist)
+
+
+def find_session(store: Store, spec: str, *, must_exist: bool = True, param_hint: str = "'-s' / '--session'"
+                 ) -> Session:
+    """The session ``spec`` names: ``APP/USER/SESSION``, or found as a short commit id is.
+
+    ``APP/USER/SESSION`` names that session; when it has no entries (and ``must_exist``),
+    the one of APP/USER whose id starts with SESSION. A spec without ``/`` is a session
+    id alone, of any app and user, whole or a unique prefix (``castore use 0ccf1a04``).
+    With ``must_exist`` False, ``APP/USER/SESSION`` is taken as typed (a new session).
+
+    Raises:
+        click.BadParameter: neither form (exit 2).
+        SessionNotFound, AmbiguousSession (its candidates in the message), InvalidName, StorageError.
+    """
+    parts = spec.split("/")
+    if len(parts) not in (1, 3):
+        raise click.BadParameter(f"{spec!r} is not APP/USER/SESSION or a session id (write a '/' inside a name "
+                                 "as %2F)", param_hint=param_hint)
+    if len(parts) == 3:
+        session = store.session(*split_key(spec, 3, 3, param_hint))
+        if not must_exist or session.exists():
+            return session
+    from .. import porcelain  # only for a short form: it loads sync and the views
+
+    if len(parts) == 1:
+        return store.session(*porcelain.find_session(store, unescape(spec)))
+    app, user, sid = session.key
+    return store.session(*porcelain.find_session(store, sid, app, user))
 
 
 def default_session(store: Store) -> str | None:
@@ -488,6 +512,7 @@ __all__ = [
     "store_url",
     "open_store",
     "get_session",
+    "find_session",
     "pass_session",
     "uses_session",
     "takes_session",

@@ -25,6 +25,7 @@ from .common import (
     print_json,
     split_key,
 )
+from .complete import complete_revision
 from .session_cmds import refs_of
 
 _COMMIT_FIELDS = (
@@ -67,7 +68,7 @@ _verbose_option = click.option(
 
 
 @click.command("log")
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @click.option("--oneline", is_flag=True, help="One line per commit: short id, refs, summary.")
 @click.option("--graph", is_flag=True,
               help="Draw the tree as `git log --graph` does, one line per commit; the current leaf is '@'.")
@@ -122,7 +123,7 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
 
 
 @click.command("show")
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @_verbose_option
 @json_option(_COMMIT_FIELDS)
 @pass_session()
@@ -143,7 +144,7 @@ def show_cmd(session: Session, rev: str, verbose: bool, as_json: bool) -> None:
 
 
 @click.command("state")
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @click.argument("key", required=False)
 @json_option("the output is JSON anyway (the state object, or the value of KEY); accepted for uniformity")
 @paged
@@ -184,8 +185,8 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
 
 
 @click.command("diff")
-@click.argument("rev1")
-@click.argument("rev2", default="HEAD")
+@click.argument("rev1", shell_complete=complete_revision)
+@click.argument("rev2", default="HEAD", shell_complete=complete_revision)
 @json_option('{"base": ID|null (the common ancestor), "added": {KEY: VALUE}, "removed": {KEY: VALUE}, '
              '"changed": {KEY: [OLD, NEW]}, "entries1": [COMMIT], "entries2": [COMMIT]} '
              '(entriesN: the commits after the base up to REVN, oldest first, fields as in `log --json`)')
@@ -221,7 +222,7 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
 
 
 @click.command("context")
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @click.option("--max-tokens", type=click.IntRange(min=0), metavar="N",
               help="Token budget: the oldest turns are left out first.")
 @click.option("--max-messages", type=click.IntRange(min=0), metavar="N", help="Message budget.")
@@ -264,7 +265,7 @@ def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages
 
 
 @click.command("replay")
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @json_option("the output is JSON anyway (the replayed state object); accepted for uniformity")
 @pass_session()
 def replay_cmd(session: Session, rev: str, as_json: bool) -> None:
@@ -276,7 +277,7 @@ def replay_cmd(session: Session, rev: str, as_json: bool) -> None:
 
 
 @click.command("verify")
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @json_option('{"ok": true, "commits": N, "head": ID}')
 @pass_session()
 def verify_cmd(session: Session, rev: str, as_json: bool) -> None:

@@ -57,6 +57,7 @@ from .common import (
     parse_options,
     takes_session,
 )
+from .complete import complete_session
 
 #: command modules that ship with the CLI, each with the commands its ``register`` adds
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
@@ -175,9 +176,10 @@ class LazyGroup(CastoreGroup):
     help="A storage option for --store, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable; as `remote add -o`).",
 )
 @click.option(
-    "-s", "--session", "session_spec", envvar=SESSION_ENV, metavar="APP/USER/SESSION",
-    help=f"The session to work on; write a '/' inside a name as %2F [env {SESSION_ENV}; "
-         "default: the one chosen with `castore use`].",
+    "-s", "--session", "session_spec", envvar=SESSION_ENV, metavar="APP/USER/SESSION", shell_complete=complete_session,
+    help=f"The session to work on: APP/USER/SESSION, or its session id alone, whole or a unique prefix "
+         f"(0ccf1a04); write a '/' inside a name as %2F [env {SESSION_ENV}; default: the one chosen with "
+         "`castore use`].",
 )
 @click.option("--no-pager", is_flag=True, help="Never page long output (it is paged only on a terminal).")
 @click.version_option(__version__, "--version", prog_name="castore")
@@ -246,7 +248,7 @@ def _late_globals(cmd: click.Command) -> list[click.Option]:
     out = []
     for decls, name, kw in (
         (("--store",), "store_url", {"metavar": "URL"}),
-        (("-s", "--session"), "session_spec", {"metavar": "APP/USER/SESSION"}),
+        (("-s", "--session"), "session_spec", {"metavar": "APP/USER/SESSION", "shell_complete": complete_session}),
         (("-o", "--store-option"), "store_options", {"multiple": True, "metavar": "KEY=VALUE"}),
         (("--no-pager",), "no_pager", {"is_flag": True}),
     ):

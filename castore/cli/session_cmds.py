@@ -28,6 +28,7 @@ from .common import (
     store_url,
     uses_session,
 )
+from .complete import complete_branch, complete_revision
 from .render import Refs, safe, short
 
 
@@ -123,7 +124,7 @@ def append_cmd(session: Session, role: str | None, event_json: str | None, text:
 
 
 @click.command("checkout")
-@click.argument("rev", required=False)
+@click.argument("rev", required=False, shell_complete=complete_revision)
 @click.option("-b", "new_branch", metavar="NEW", help="Create branch NEW at REV (default HEAD) and switch to it.")
 @pass_session()
 def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> None:
@@ -150,8 +151,8 @@ def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> N
 
 
 @click.command("branch")
-@click.argument("name", required=False)
-@click.argument("rev", required=False)
+@click.argument("name", required=False, shell_complete=complete_branch)
+@click.argument("rev", required=False, shell_complete=complete_revision)
 @click.option("-d", "--delete", "delete", is_flag=True, help="Delete branch NAME; refuses unmerged work.")
 @click.option("-D", "force_delete", is_flag=True, help="Delete branch NAME even if its work is on no other ref.")
 @click.option("-f", "--force", is_flag=True,
@@ -314,7 +315,7 @@ def fork_cmd(session: Session, new_session: str, rev: str, user: str | None) -> 
 
 
 @click.command("reset")
-@click.argument("rev")
+@click.argument("rev", shell_complete=complete_revision)
 @pass_session()
 def reset_cmd(session: Session, rev: str) -> None:
     """Move the current branch (or a detached HEAD) to REV, as `git reset --soft`.

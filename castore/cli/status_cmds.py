@@ -15,6 +15,7 @@ from ..store import Store
 from .common import (
     SESSION_CONFIG_KEY,
     default_session,
+    find_session,
     format_key,
     get_session,
     hint,
@@ -29,16 +30,19 @@ from .common import (
     store_url,
     uses_session,
 )
+from .complete import complete_session
 from .render import safe, short
 
 
 @click.command("use")
-@click.argument("session_key", metavar="[APP/USER/SESSION]", required=False)
+@click.argument("session_key", metavar="[APP/USER/SESSION]", required=False, shell_complete=complete_session)
 @click.option("--unset", is_flag=True, help="Forget the default session.")
 @click.pass_context
 def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
     """Make APP/USER/SESSION this store's default session (no -s needed after it).
 
+    The session may be named by its id alone or a unique prefix of it (`castore use
+    0ccf1a04`), as -s takes it everywhere; an ambiguous one lists the candidates.
     Kept in the store's castore.json, so everyone using this store (an S3 one too) gets
     it. -s and $CASTORE_SESSION still win over it. With no argument, print it.
     """
@@ -56,8 +60,12 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
             raise click.ClickException(f"no default session: choose one with {hint('use APP/USER/SESSION')}")
         click.echo(safe(current))  # from castore.json, which a shared (S3) store's users all write
         return
-    app, user, sid = split_key(session_key, 3, 3, "APP/USER/SESSION")
-    session = store.session(app, user, sid)  # validates the names
+    try:
+        session = find_session(store, session_key, param_hint="APP/USER/SESSION")
+    except SessionNotFound:
+        if session_key.count("/") != 2:
+            raise
+        session = store.session(*split_key(session_key, 3, 3, "APP/USER/SESSION"))  # a new one: as typed
     spec = format_key(*session.key)
     store.update_config(lambda cfg: {**cfg, SESSION_CONFIG_KEY: spec})
     note(f"Using session {spec}" + ("" if session.exists() else " (it has no entries yet)"))

@@ -28,6 +28,7 @@ from .common import (
     split_key,
     store_url,
 )
+from .complete import complete_session
 from .render import safe
 
 _SCHEMA = (
@@ -60,7 +61,7 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--all", "all_", is_flag=True, help="Every session (and all app and user state).")(f)
     f = click.option("--user", metavar="USER", help="With --app: only this user's sessions.")(f)
     f = click.option("--app", metavar="APP", help="Every session of this app (and its app and user state).")(f)
-    f = click.option("-s", "--session", "session", metavar="APP/USER/SESSION",
+    f = click.option("-s", "--session", "session", metavar="APP/USER/SESSION", shell_complete=complete_session,
                      help="One session (default: the global -s / $CASTORE_SESSION).")(f)
     return f
 

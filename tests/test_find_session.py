@@ -1,0 +1,104 @@
+"""Sessions found the way short commit ids are (a unique prefix, or the id without APP/USER),
+and shell completion of sessions and branches, through click's own completion API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from click.shell_completion import ShellComplete
+from click.testing import CliRunner
+
+import castore
+from castore import AmbiguousSession, Message, SessionNotFound, porcelain
+from castore.cli import main as cli
+
+LONG = "z" * 250  # too long for its key: kept as a digest, its name on HEAD
+KEYS = [("claude", "proj", "0ccf1a04-1b4c"), ("claude", "proj", "0ccf9999-aaaa"), ("codex", "local", "0ccf1a04-1b4c"),
+        ("codex", "local", "5e55-Upper"), ("claude", "other", LONG)]
+
+
+@pytest.fixture
+def url(tmp_path: Any) -> str:
+    u = str(tmp_path / "store")
+    with castore.open(u) as st:
+        for k in KEYS:
+            s = st.session(*k)
+            s.append(Message(role="user", content=f"hello {k[2][:8]}"))
+            s.branch("retry")
+            s.label("good")
+    return u
+
+
+def test_find_session_by_prefix_or_id_alone(url: str) -> None:
+    with castore.open(url) as st:
+        assert set(porcelain.session_keys(st)) == set(KEYS)
+        assert porcelain.session_keys(st, "codex") == sorted(k for k in KEYS if k[0] == "codex")
+        assert porcelain.find_session(st, "5e55") == ("codex", "local", "5e55-Upper")
+        assert porcelain.find_session(st, "zzz") == KEYS[4]
+        assert porcelain.find_session(st, "0ccf9") == KEYS[1]
+        # the same id in two apps: alone it is ambiguous, with APP/USER it is not
+        with pytest.raises(AmbiguousSession) as e:
+            porcelain.find_session(st, "0ccf1a04-1b4c")
+        assert sorted(e.value.candidates) == [KEYS[0], KEYS[2]]
+        assert porcelain.find_session(st, "0ccf1a04", "codex", "local") == KEYS[2]
+        assert porcelain.find_session(st, "0ccf1a04-1b4c", "claude", "proj") == KEYS[0]
+        with pytest.raises(AmbiguousSession) as e:
+            porcelain.find_session(st, "0ccf", "claude", "proj")
+        assert "claude/proj/0ccf1a04-1b4c, claude/proj/0ccf9999-aaaa" in str(e.value)
+        with pytest.raises(SessionNotFound):
+            porcelain.find_session(st, "nope")
+        with pytest.raises(SessionNotFound):
+            porcelain.find_session(st, "5e55", "claude", "proj")
+
+
+def _run(url: str, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["--store", url, *args], catch_exceptions=False)
+
+
+def test_cli_takes_short_sessions(url: str) -> None:
+    r = _run(url, "use", "0ccf9")
+    assert r.exit_code == 0 and "Using session claude/proj/0ccf9999-aaaa" in r.stderr
+    assert _run(url, "use").stdout.strip() == "claude/proj/0ccf9999-aaaa"
+    r = _run(url, "-s", "5e55", "log", "--oneline")
+    assert r.exit_code == 0 and "hello 5e55-Upp" in r.stdout
+    r = _run(url, "log", "-s", "codex/local/0ccf", "--oneline")  # a prefix after APP/USER
+    assert r.exit_code == 0 and "hello 0ccf1a04" in r.stdout
+    # ambiguous: one Error line naming the candidates, exit 1
+    r = _run(url, "-s", "0ccf", "log")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr.startswith("Error: session '0ccf' is ambiguous") and len(r.stderr.strip().splitlines()) == 1
+    for k in KEYS[:3]:
+        assert "/".join(k) in r.stderr
+    assert _run(url, "use", "0ccf").exit_code == 1
+    assert "not found" in _run(url, "-s", "nope", "log").stderr
+    # a new session typed in full is taken as typed, never as an existing one it prefixes
+    r = _run(url, "append", "-s", "claude/proj/0ccf", "--role", "user", "new")
+    assert r.exit_code == 0
+    with castore.open(url) as st:
+        assert st.session("claude", "proj", "0ccf").messages()[0].content == "new"
+    assert "Using session x/y/z (it has no entries yet)" in _run(url, "use", "x/y/z").stderr
+    assert _run(url, "-s", "a/b", "log").exit_code == 2  # neither form: a usage mistake
+
+
+def _complete(url: str, args: list[str], incomplete: str) -> list[str]:
+    comp = ShellComplete(cli, {}, "castore", "_CASTORE_COMPLETE")
+    return [c.value for c in comp.get_completions(["--store", url, *args], incomplete)]
+
+
+def test_completion_offers_sessions_and_branches(url: str) -> None:
+    # ids alone where they are unique, full keys where the same id is in two apps
+    assert set(_complete(url, ["use"], "0c")) == {"claude/proj/0ccf1a04-1b4c", "codex/local/0ccf1a04-1b4c",
+                                                  "0ccf9999-aaaa"}
+    assert _complete(url, ["-s"], "5e") == ["5e55-Upper"]
+    assert _complete(url, ["log", "-s"], "codex/") == ["codex/local/5e55-Upper", "codex/local/0ccf1a04-1b4c"]
+    assert _complete(url, ["use"], "zz") == [LONG]
+    # branches (and labels, for a revision) of the session given so far
+    assert sorted(_complete(url, ["-s", "5e55", "checkout"], "")) == ["good", "main", "retry"]
+    assert sorted(_complete(url, ["branch", "-s", "5e55", "-d"], "")) == ["main", "retry"]
+    assert _complete(url, ["-s", "0ccf9", "log"], "re") == ["retry"]
+    _run(url, "use", "5e55")
+    assert sorted(_complete(url, ["show"], "")) == ["good", "main", "retry"]  # the session of `castore use`
+    # nothing to offer, and no error: no store, an ambiguous session
+    assert _complete(url + "-none", ["use"], "") == []
+    assert _complete(url, ["-s", "0ccf", "checkout"], "") == []
