@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 
 from .errors import (
+    AccessDenied,
     AmbiguousRevision,
     AmbiguousSession,
     AuditError,
@@ -133,6 +134,7 @@ __all__ = [
     "DELETE",
     "CastoreError",
     "StorageError",
+    "AccessDenied",
     "StoreNotFound",
     "FormatError",
     "ObjectNotFound",

@@ -29,6 +29,11 @@ class StorageError(CastoreError, OSError):
         return str(self.args[0]) if self.args else ""
 
 
+class AccessDenied(StorageError, PermissionError):
+    """The backend refused this request: the credentials lack a permission (an S3 policy that
+    confines a worker to its tenant's prefix refuses every other tenant's keys)."""
+
+
 class StoreNotFound(CastoreError, FileNotFoundError):
     """There is no castore store at the URL that was read."""
 

@@ -100,7 +100,8 @@ class SessionHost(Protocol):
                               author: str = "") -> ScopePlan: ...
     def publish_scope_changes(self, plan: ScopePlan) -> list[str]: ...
     def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]: ...
-    def scope_states(self, commits: list[str | None]) -> list[dict[str, Any]]: ...
+    def scope_pair_states(self, app: str, user: str, app_commit: str | None,
+                          user_commit: str | None) -> tuple[dict[str, Any], dict[str, Any]]: ...
 
 
 def _twin(method: Callable[..., T]) -> Callable[..., Any]:
@@ -571,7 +572,7 @@ class Session:
             assert c is not None
             app_c = o.hex_id(c.scopes["app"]) if "app" in c.scopes else None
             user_c = o.hex_id(c.scopes["user"]) if "user" in c.scopes else None
-        app_s, user_s = self.store.scope_states([app_c, user_c])
+        app_s, user_s = self.store.scope_pair_states(self.app, self.user, app_c, user_c)
         out.update({f"app:{k}": v for k, v in app_s.items()})
         out.update({f"user:{k}": v for k, v in user_s.items()})
         return out

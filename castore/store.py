@@ -11,8 +11,9 @@ import json
 import math
 import os
 import re
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from .errors import (
     CorruptRef,
     FormatError,
     IntegrityError,
+    InvalidName,
     RefConflict,
     SessionNotFound,
     StorageError,
@@ -56,6 +58,11 @@ from .state import read_state, read_states
 from .storage import PreconditionFailed, Storage, open_storage
 
 CONFIG_KEY = "castore.json"
+#: the store layouts (castore.json ``layout``, docs/FORMAT.md 2): ``flat`` keeps every tenant's
+#: refs and objects together; ``tenants`` keeps each (app, user)'s under its own prefix
+LAYOUTS = ("flat", "tenants")
+#: what :meth:`Store.tenant_options` returns: keyword arguments for a tenant's sub-store
+TenantOptions = Callable[[str, "str | None"], Mapping[str, Any]]
 #: the folder holding a project's store, as ``.git`` holds a repository
 STORE_DIR = ".castore"
 DEFAULT_URL = f"./{STORE_DIR}"
@@ -140,16 +147,35 @@ class Store:
     an existing store keeps the format its ``castore.json`` names unless ``format`` is
     higher. Use as a context manager, or call :meth:`close`.
 
+    ``layout`` (a new store; docs/FORMAT.md 2): ``"flat"`` (default) or ``"tenants"``, where
+    each (app, user) keeps its refs, packs and loose objects in a complete store of its own
+    under ``tenants/<app>/<user>/`` (:meth:`tenant`), so that an S3 policy can confine a
+    worker's credentials to one tenant. A tenant-layout store answers the same calls as a
+    flat one: a session, a listing or a scope goes to its tenant's store.
+    ``tenant_options(app, user)`` returns extra keyword arguments for the constructor of
+    each tenant's store (user None: the app's own, holding its app-scoped state).
+
     Raises:
-        FormatError: ``format`` is unknown, or the store was written by a newer castore.
+        FormatError: ``format`` or ``layout`` is unknown, the store was written by a newer
+            castore, or ``layout`` differs from the existing store's.
     """
 
     def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None,
                  format: int | None = None,  # noqa: A002 - the store's format, as in castore init --format
-                 auto_repack: bool | None = None) -> None:
+                 auto_repack: bool | None = None, layout: str | None = None,
+                 tenant_options: TenantOptions | None = None,
+                 _tenant_of: tuple[Store, str, str] | None = None) -> None:
+        if layout is not None and layout not in LAYOUTS:
+            raise FormatError(f"unknown store layout {layout!r}; use one of {', '.join(LAYOUTS)}")
         self.storage = storage
         self.url = storage.url
         self._auto_repack = auto_repack
+        self._compress, self._retry, self._layout = compress, retry, layout
+        self._tenant_options = tenant_options
+        #: a tenant's store: (the root store, app segment, user segment); None for a root
+        self._tenant_of = _tenant_of
+        self._tenants: dict[tuple[str, str], Store] = {}
+        self._tenants_lock = threading.Lock()
         self.objects = ObjectStore(storage, compress=compress, auto_repack=auto_repack is not False)
         self.refs = RefStore(storage)
         self.history = History(self.objects)
@@ -159,6 +185,12 @@ class Store:
         self.group_commit = GroupCommit(self.plumbing)
         self._config: dict[str, Any] | None = None
         self._initialized = False
+        if _tenant_of is not None:  # the root's castore.json rules: nothing of its own to read
+            root = _tenant_of[0]
+            self._new_format = root.objects.format
+            self.objects.set_format(root.objects.format)
+            self.objects.auto_repack = root.objects.auto_repack
+            return
         self._new_format = self.objects.default_format if format is None else format
         self.objects.set_format(self._new_format)  # refuses an unknown format
         self._load_config()
@@ -169,7 +201,8 @@ class Store:
     # -- opening -----------------------------------------------------------------------
     @classmethod
     def open(cls, url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A002
-             auto_repack: bool | None = None, **storage_options: Any) -> Store:
+             auto_repack: bool | None = None, layout: str | None = None,
+             tenant_options: TenantOptions | None = None, **storage_options: Any) -> Store:
         """Open the store at ``url`` (default: ``$CASTORE_STORE`` or ``./.castore``).
 
         Args:
@@ -184,16 +217,20 @@ class Store:
             auto_repack: format 2: merge small packs in the background of normal writes
                 (docs/FORMAT.md, 8). Default: the store's ``auto_repack`` setting in
                 castore.json, else True.
+            layout: a new store's layout, ``"flat"`` (default) or ``"tenants"`` (see
+                :class:`Store`); an existing store keeps its own (naming another is an error).
+            tenant_options: see :class:`Store`.
             **storage_options: for the backend (``endpoint_url``, ``key``, ``secret``...).
 
         Raises:
-            FormatError: the store was written by a newer castore.
+            FormatError: the store was written by a newer castore, or its layout is not ``layout``.
             StorageError: the backend cannot be reached.
         """
         url = url or default_url()
         check_url(url)
         try:
-            return cls(open_storage(url, durable=durable, **storage_options), format=format, auto_repack=auto_repack)
+            return cls(open_storage(url, durable=durable, **storage_options), format=format, auto_repack=auto_repack,
+                       layout=layout, tenant_options=tenant_options)
         except (StorageError, FormatError):
             raise
         except OSError as e:  # e.g. an fsspec backend that connects at once: unknown host, refused
@@ -217,6 +254,12 @@ class Store:
                 found=fmt,
                 supported=STORE_FORMAT,
             )
+        layout = cfg.get("layout", "flat")
+        if layout not in LAYOUTS:
+            raise FormatError(f"store {self.url} has layout {layout!r}, unknown to this castore. Upgrade castore.")
+        if self._layout is not None and self._layout != layout:
+            raise FormatError(f"store {self.url} has the {layout} layout, not {self._layout}; "
+                              "a store's layout is chosen when it is created")
         self.objects.set_format(fmt)
         if self._auto_repack is None:
             self.objects.auto_repack = cfg.get("auto_repack", True) is not False
@@ -226,6 +269,8 @@ class Store:
     @property
     def exists(self) -> bool:
         """Whether a store has been created at this URL."""
+        if self._tenant_of is not None:
+            return self._tenant_of[0].exists
         if not self._initialized:
             self._load_config()
         return self._initialized
@@ -241,9 +286,13 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
+        if self._tenant_of is not None:  # a tenant's folder is made by its first write
+            return self._tenant_of[0].init()
         if self._initialized:
             return False
-        cfg = {"format": self._new_format, "created": time.time(), "remotes": {}}
+        cfg: dict[str, Any] = {"format": self._new_format, "created": time.time(), "remotes": {}}
+        if self._layout not in (None, "flat"):
+            cfg["layout"] = self._layout
         try:
             self.storage.swap(CONFIG_KEY, json.dumps(cfg, indent=1).encode(), None)
             created = True
@@ -255,6 +304,8 @@ class Store:
     @property
     def config(self) -> dict[str, Any]:
         """The store's configuration (``castore.json``), empty if not created yet."""
+        if self._tenant_of is not None:
+            return self._tenant_of[0].config
         return dict(self._config or {})
 
     def update_config(self, change: Any) -> dict[str, Any]:
@@ -264,6 +315,8 @@ class Store:
             ConfigContended: ``castore.json`` kept changing until the retry policy ran out.
             StorageError: the backend failed.
         """
+        if self._tenant_of is not None:
+            return self._tenant_of[0].update_config(change)
         self.init()
 
         def attempt(_: int) -> dict[str, Any]:
@@ -285,13 +338,118 @@ class Store:
         self._config = new
         return new
 
+    # -- tenants -----------------------------------------------------------------------
+    @property
+    def layout(self) -> str:
+        """``"flat"`` or ``"tenants"`` (docs/FORMAT.md 2); a tenant's own store is flat."""
+        if self._tenant_of is not None:
+            return "flat"
+        if not self._initialized:
+            self._load_config()
+        if self._config is not None:
+            return str(self._config.get("layout", "flat"))
+        return self._layout or "flat"
+
+    @property
+    def root(self) -> Store:
+        """The store this one is a tenant of; itself for a root store."""
+        return self._tenant_of[0] if self._tenant_of is not None else self
+
+    @property
+    def tenant_segments(self) -> tuple[str, str] | None:
+        """(app segment, user segment) of a tenant's store; None for a root store."""
+        return (self._tenant_of[1], self._tenant_of[2]) if self._tenant_of is not None else None
+
+    def tenant(self, app: str, user: str | None) -> Store:
+        """The store holding the refs and objects of ``app``'s ``user`` (None: the app's own
+        scope, its app state): in the tenant layout the store under ``tenants/<app>/<user>/``
+        (one handle per tenant, kept until :meth:`close`), else this store itself.
+
+        Raises:
+            InvalidName: a bad app or user name.
+        """
+        return self.root.tenant_at(*names.tenant_segments(app, user))
+
+    def tenant_at(self, app_seg: str, user_seg: str) -> Store:
+        """:meth:`tenant` by encoded segments (as listed under ``tenants/``).
+
+        Raises:
+            InvalidName: a segment castore does not write.
+        """
+        if self._tenant_of is not None:
+            if (app_seg, user_seg) == self._tenant_of[1:]:
+                return self
+            return self._tenant_of[0].tenant_at(app_seg, user_seg)
+        if self.layout != "tenants":
+            return self
+        got = self._tenants.get((app_seg, user_seg))
+        if got is not None:
+            return got
+        if not valid_segment(app_seg) or not (user_seg == names.APP_SCOPE or valid_segment(user_seg)):
+            raise InvalidName(f"{app_seg}/{user_seg}", "not a tenant castore writes", "tenant")
+        app = real_name(app_seg, None)
+        user = None if user_seg == names.APP_SCOPE else real_name(user_seg, None)
+        opts = dict(self._tenant_options(app, user)) if self._tenant_options is not None else {}
+        with self._tenants_lock:
+            got = self._tenants.get((app_seg, user_seg))
+            if got is None:
+                kw: dict[str, Any] = {"compress": self._compress, "retry": self._retry,
+                                      "auto_repack": self._auto_repack, **opts}  # the options win
+                got = Store(self.storage.child(names.tenant_prefix(app_seg, user_seg)),
+                            _tenant_of=(self, app_seg, user_seg), **kw)
+                self._tenants[(app_seg, user_seg)] = got
+        return got
+
+    def tenant_keys(self) -> list[tuple[str, str]]:
+        """The (app segment, user segment) of every tenant that has written something, sorted
+        (an app's own tenant has :data:`~castore.names.APP_SCOPE`); empty in a flat store.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        if self.root is not self or self.layout != "tenants":
+            return []
+        out: list[tuple[str, str]] = []
+        for a in self.storage.list_dir(names.TENANTS):
+            if valid_segment(a):
+                out.extend((a, u) for u in self.storage.list_dir(f"{names.TENANTS}/{a}")
+                           if u == names.APP_SCOPE or valid_segment(u))
+        return out
+
+    def tenants(self) -> list[tuple[str, str | None]]:
+        """The (app, user) of every tenant that has written something (user None: the app's
+        own scope); empty in a flat store. A hashed long name reads as its segment.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return [(real_name(a, None), None if u == names.APP_SCOPE else real_name(u, None))
+                for a, u in self.tenant_keys()]
+
+    def stores(self) -> Iterator[Store]:
+        """The stores holding data: every tenant's in the tenant layout, else this one (what
+        store-wide work such as fsck, gc or grep loops over).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        if self.root is self and self.layout == "tenants":
+            for a, u in self.tenant_keys():
+                yield self.tenant_at(a, u)
+        else:
+            yield self
+
     # -- sessions ----------------------------------------------------------------------
     def session(self, app: str, user: str, session_id: str) -> Session:
-        """The session with this key (nothing is written before its first append).
+        """The session with this key (nothing is written before its first append); in the
+        tenant layout, on its tenant's store.
 
         Raises:
             InvalidName: a part of the key is not a valid name.
         """
+        home = self.tenant(app, user)
+        if home is not self:
+            return home.session(app, user, session_id)
         return Session(self, app, user, session_id)
 
     def sessions(self, app: str, user: str | None = None) -> list[SessionInfo]:
@@ -306,8 +464,26 @@ class Store:
         app_seg = names.encode(app, "app name")
         if user is not None:
             user_segs = [names.encode(user, "user name")]
+            home = self.tenant(app, user)
+            if home is not self:
+                return home.sessions(app, user)
+        elif self.root.layout == "tenants":
+            out: list[SessionInfo] = []
+            for useg in self.root.storage.list_dir(f"{names.TENANTS}/{app_seg}"):
+                if valid_segment(useg):
+                    out.extend(self.tenant_at(app_seg, useg).sessions_of(app_seg, [useg]))
+            out.sort(key=lambda s: s.updated, reverse=True)
+            return out
         else:
             user_segs = self.refs.list_dir(f"sessions/{app_seg}")
+        return self.sessions_of(app_seg, user_segs)
+
+    def sessions_of(self, app_seg: str, user_segs: Sequence[str]) -> list[SessionInfo]:
+        """:meth:`sessions` of this store's refs for an app's users, by encoded segments.
+
+        Raises:
+            StorageError: the backend failed.
+        """
         heads: list[str] = []
         for useg in user_segs:
             if not valid_segment(useg):
@@ -379,6 +555,8 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
+        if self.root.layout == "tenants":
+            return [real_name(a, None) for a in self.root.storage.list_dir(names.TENANTS) if valid_segment(a)]
         return [real_name(a, None) for a in self.refs.list_dir("sessions") if valid_segment(a)]
 
     def delete_session(self, app: str, user: str, session_id: str) -> None:
@@ -388,6 +566,9 @@ class Store:
             SessionNotFound: the session does not exist.
             InvalidName, StorageError.
         """
+        home = self.tenant(app, user)
+        if home is not self:
+            return home.delete_session(app, user, session_id)
         prefix = session_prefix(app, user, session_id)
         found = [n for n in self.refs.list(prefix) if parse_ref_name(n) is not None]  # never a foreign name
         if not found:
@@ -402,6 +583,9 @@ class Store:
         Raises:
             InvalidName, IntegrityError, StorageError.
         """
+        home = self.tenant(app, user)
+        if home is not self:
+            return home.scope_head(app, user)
         v = self.refs.read(scope_ref(app, user))
         return v.target if v is not None else None
 
@@ -453,6 +637,9 @@ class Store:
         """
         for delta, _unset in changes:
             check_state(delta, author)
+        home = self.tenant(app, user)
+        if home is not self:
+            return home.prepare_scope_changes(app, user, changes, author)
         self.init()
         ref = scope_ref(app, user)
         return self._scope_chain(ref, self.refs.read(ref), changes, author)
@@ -477,6 +664,9 @@ class Store:
             RefContended: the scope kept changing (see :class:`~castore.plumbing.RetryPolicy`).
             StorageError: the backend failed.
         """
+        home = self._scope_home(plan.ref)
+        if home is not self:
+            return home.publish_scope_changes(plan)
         plans = [plan]
 
         def attempt(n: int) -> list[str]:
@@ -496,6 +686,8 @@ class Store:
             InvalidName, IntegrityError, StorageError.
         """
         a, u = scope_ref(app, None), scope_ref(app, user)
+        if self.root.layout == "tenants":  # two tenants' stores
+            return self.scope_head(app, None), self.scope_head(app, user)
         got = self.refs.read_many([a, u])
         app_v, user_v = got[a], got[u]
         return (app_v.target if app_v else None, user_v.target if user_v else None)
@@ -511,12 +703,36 @@ class Store:
         trees = read_states(self.objects, [got[c].state if c is not None else None for c in commits])
         return [t if c is not None else {} for c, t in zip(commits, trees, strict=True)]
 
+    def scope_pair_states(self, app: str, user: str, app_commit: str | None,
+                          user_commit: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The app state at ``app_commit`` and ``user``'s state at ``user_commit`` (None:
+        empty), each read from the store holding it (one shared batch in a flat store).
+
+        Raises:
+            InvalidName, ObjectNotFound, IntegrityError, StorageError.
+        """
+        app_home, user_home = self.tenant(app, None), self.tenant(app, user)
+        if app_home is user_home:
+            a, u = app_home.scope_states([app_commit, user_commit])
+            return a, u
+        return app_home.scope_states([app_commit])[0], user_home.scope_states([user_commit])[0]
+
+    def _scope_home(self, ref: str) -> Store:
+        """The store holding the scope ref ``ref`` (``state/<app>/app`` or ``.../users/<u>``)."""
+        if self.root.layout != "tenants":
+            return self
+        parts = ref.split("/")
+        return self.tenant_at(parts[1], names.APP_SCOPE if parts[2] == "app" else parts[3])
+
     def scope_state(self, app: str, user: str | None = None, rev: str | None = None) -> dict[str, Any]:
         """The app state (``user=None``) or a user's state, now or at commit ``rev``.
 
         Raises:
             InvalidName, ObjectNotFound, IntegrityError, StorageError.
         """
+        home = self.tenant(app, user)
+        if home is not self:
+            return home.scope_state(app, user, rev)
         cid = rev or self.scope_head(app, user)
         if cid is None:
             return {}
@@ -528,6 +744,9 @@ class Store:
         Raises:
             InvalidName, ObjectNotFound, IntegrityError, StorageError.
         """
+        home = self.tenant(app, user)
+        if home is not self:
+            return home.scope_log(app, user)
         head = self.scope_head(app, user)
         if head is None:
             return []
@@ -543,7 +762,12 @@ class Store:
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Release the backend's resources (and this handle's pack log)."""
+        """Release the backend's resources (and this handle's pack log), and those of the
+        tenants' stores it opened."""
+        with self._tenants_lock:
+            subs, self._tenants = list(self._tenants.values()), {}
+        for sub in subs:
+            sub.close()
         self.objects.close()
         self.storage.close()
 
@@ -594,14 +818,16 @@ class Store:
 
 
 def open(url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A001,A002 - as io.open
-         auto_repack: bool | None = None, **storage_options: Any) -> Store:
+         auto_repack: bool | None = None, layout: str | None = None, tenant_options: TenantOptions | None = None,
+         **storage_options: Any) -> Store:
     """Open the store at ``url`` (default: see :func:`default_url`); see :meth:`Store.open`.
 
     Raises:
         StorageError: the URL looks mistyped (``s3:/bucket``) or the backend cannot be reached.
-        FormatError: the store was written by a newer castore.
+        FormatError: the store was written by a newer castore, or its layout is not ``layout``.
     """
-    return Store.open(url, durable=durable, format=format, auto_repack=auto_repack, **storage_options)
+    return Store.open(url, durable=durable, format=format, auto_repack=auto_repack, layout=layout,
+                      tenant_options=tenant_options, **storage_options)
 
 
 class ConfigContended(CastoreError):

@@ -95,8 +95,16 @@ def _drop_memory_stores() -> Iterator[None]:
     MemoryFileSystem.pseudo_dirs[:] = [d for d in MemoryFileSystem.pseudo_dirs if d in fs_dirs]
 
 
+#: the same backends with stores in the tenant layout (docs/FORMAT.md 2)
+TENANT_BACKENDS = ["local-tenants", "memory-tenants", "s3-tenants"]
+
+
 def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
-    """A fresh, empty place for a store on backend ``kind``."""
+    """A fresh, empty place for a store on backend ``kind`` (``<kind>-tenants``: opened in
+    the tenant layout)."""
+    if kind.endswith("-tenants"):
+        b = make_backend(kind.removesuffix("-tenants"), request, tmp_path)
+        return Backend(kind, b.url, {**b.options, "layout": "tenants"})
     if kind == "local":
         return Backend("local", str(tmp_path / "store"))
     if kind == "memory":

@@ -236,11 +236,11 @@ def test_verify_names_the_commit_whose_snapshot_differs_from_replay(s: castore.S
     good = s.head
     assert good is not None
     # A forged commit whose delta says a=2 but whose snapshot says a=3.
-    tree_id = store.objects.put(Tree(values={"a": 3}))
+    tree_id = s.store.objects.put(Tree(values={"a": 3}))
     forged = Commit(kind="event", parents=(o.raw_id(good),), state=o.raw_id(tree_id), delta={"a": 2}, depth=1)
-    fid = store.objects.put(forged)
+    fid = s.store.objects.put(forged)
     ref = s.refs.branch("main")
-    store.refs.swap(ref, fid, store.refs.read(ref))
+    s.store.refs.swap(ref, fid, s.store.refs.read(ref))
     with pytest.raises(AuditError) as ei:
         s.verify()
     assert ei.value.commit == fid and ei.value.key == "a"
@@ -281,9 +281,9 @@ def test_appending_after_a_detached_checkout_starts_a_new_branch(s: castore.Sess
 
 def test_fork_shares_history_and_writes_only_refs(s: castore.Session, store: castore.Store) -> None:
     ids = linear(s, 6)
-    before = set(all_keys(store))
+    before = set(all_keys(s.store))
     f = s.fork("s2", at="HEAD~1")
-    added = set(all_keys(store)) - before
+    added = set(all_keys(s.store)) - before
     assert added and all(k.startswith("refs/sessions/") for k in added)
     assert f.messages() == s.messages()[:-1]
     assert f.head == ids[-2]
@@ -344,7 +344,7 @@ def test_delete_branch_refuses_checked_out_and_unmerged_unless_forced(s: castore
 # -- revisions -----------------------------------------------------------------------------------
 def test_revisions_resolve_like_git(s: castore.Session, store: castore.Store) -> None:
     ids = linear(s, 6)
-    every = layout.stored_ids(store)
+    every = layout.stored_ids(s.store)
     assert s.resolve(ids[2]) == ids[2]
     unique4 = next(c for c in ids if sum(x.startswith(c[:4]) for x in every) == 1)
     assert s.resolve(unique4[:4]) == unique4
@@ -370,20 +370,20 @@ def test_an_ambiguous_prefix_lists_its_candidates(s: castore.Session, store: cas
         cid, _ = o.encode(c)
         if cid[:4] in seen:
             pair = [o.encode(seen[cid[:4]])[0], cid]
-            store.objects.put_many([seen[cid[:4]], c])
+            s.store.objects.put_many([seen[cid[:4]], c])
             break
         seen[cid[:4]] = c
     # Only commits this session reaches count: put both under labels of the session.
     for i, cid in enumerate(pair):
-        store.refs.swap(f"{s.prefix}/tags/pair{i}", cid, None)
-    before = all_keys(store)
+        s.store.refs.swap(f"{s.prefix}/tags/pair{i}", cid, None)
+    before = all_keys(s.store)
     with pytest.raises(AmbiguousRevision) as ei:
         s.resolve(pair[0][:4])
     assert sorted(ei.value.candidates) == sorted(pair)
     assert pair[0][:12] in str(ei.value) and pair[1][:12] in str(ei.value)
     with pytest.raises(AmbiguousRevision):
         s.checkout(pair[0][:4])
-    assert all_keys(store) == before
+    assert all_keys(s.store) == before
 
 
 # -- the snapshot chain: time travel -----------------------------------------------------------
@@ -772,7 +772,7 @@ def test_one_garbage_head_does_not_hide_the_other_sessions(store: castore.Store)
     good.append(castore.Message(role="user", content="hi"))
     bad = store.session("app", "alice", "bad")
     bad.append(castore.Message(role="user", content="hi"))
-    store.storage.write(f"refs/{bad.prefix}/HEAD", b"\xff garbage")
+    bad.store.storage.write(f"refs/{bad.prefix}/HEAD", b"\xff garbage")
     assert [i.session for i in store.sessions("app", "alice")] == ["good"]
     with pytest.raises(castore.IntegrityError):
         bad.messages()

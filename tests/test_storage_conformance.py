@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import BACKENDS, Backend, make_backend
 
-from castore.errors import CastoreError
+from castore.errors import CastoreError, InvalidName
 from castore.storage import DeleteIncomplete, PreconditionFailed, Storage, Versioned, open_storage
 from castore.storage.faulty import FaultyStorage
 from castore.storage.fsspec_generic import FsspecStorage
@@ -449,3 +449,28 @@ def test_local_mtime_below_a_file_is_none(tmp_path):
     assert not st.exists("a/b")
     with pytest.raises(FileNotFoundError):
         st.read("a/b")
+
+
+def test_a_child_storage_is_the_folder_below_its_prefix(storage: Storage) -> None:
+    """``child(prefix)`` (the tenant layout's per-tenant storage) reads and writes exactly the
+    parent's keys below ``prefix``, lists relative to itself, and nests."""
+    child = storage.child("tenants/app/alice")
+    child.write("objects/ab/cd", b"one")
+    assert storage.read("tenants/app/alice/objects/ab/cd") == b"one"
+    token = child.swap("refs/x", b"r1", None)
+    assert storage.read_versioned("tenants/app/alice/refs/x").data == b"r1"
+    child.swap("refs/x", b"r2", token)
+    storage.write("tenants/app/bob/objects/ef", b"bob")
+    storage.write("outside", b"root")
+    own = {"swaps.log"}  # local disk logs the swaps of its refs at its root
+    assert [k for k in child.list("") if k not in own] == ["objects/ab/cd", "refs/x"]
+    assert [k for k in child.list_dir("") if k not in own] == ["objects", "refs"]
+    assert child.read_many(["refs/x", "nope"]) == {"refs/x": b"r2", "nope": None}
+    grand = child.child("refs")
+    assert grand.read("x") == b"r2"
+    child.delete("refs/x")
+    assert not storage.exists("tenants/app/alice/refs/x")
+    assert storage.read("tenants/app/bob/objects/ef") == b"bob"
+    for bad in ("", "../bob", "/abs", "a//b"):
+        with pytest.raises(InvalidName):
+            storage.child(bad)

@@ -38,15 +38,20 @@ from .render import Refs, safe, short
               help="Storage format of a new store: 3 (packs, ref swaps journaled in the writer's log: one "
                    "fsync per append; the default on local disk), 2 (packs; the default on S3, where 3 "
                    "writes the same bytes) or 1 (one file per object); docs/FORMAT.md.")
+@click.option("--layout", type=click.Choice(["flat", "tenants"]), default=None,
+              help="Layout of a new store: flat (default) or tenants (each app/user's refs, packs and "
+                   "objects under tenants/APP/USER/, so an S3 policy can confine a worker to one "
+                   "tenant); docs/FORMAT.md 2.")
 @click.pass_context
-def init_cmd(ctx: click.Context, url: str | None, fmt: int | None) -> None:
+def init_cmd(ctx: click.Context, url: str | None, fmt: int | None, layout: str | None) -> None:
     """Create a store at URL (default: the --store option).
 
     Doing it twice is harmless. Writing to a store that does not exist yet creates it
     too, so this is only needed to make an empty one, or an S3 bucket: on s3://BUCKET/...
     a missing bucket is created first (options from the global -o). --format chooses the
     storage format of a new store (default 3 on local disk: packs and journaled ref swaps;
-    2 on S3: packs; 1: one file per object; see docs/FORMAT.md).
+    2 on S3: packs; 1: one file per object; see docs/FORMAT.md). --layout tenants keeps
+    each app/user's data under its own prefix (docs/FORMAT.md 2).
     """
     target = url or store_url(ctx)
     check_url(target)
@@ -58,9 +63,10 @@ def init_cmd(ctx: click.Context, url: str | None, fmt: int | None) -> None:
                 note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
         finally:
             storage.close()
-    with Store.open(target, format=fmt, **store_options(ctx)) as store:
+    with Store.open(target, format=fmt, layout=layout, **store_options(ctx)) as store:
         created = store.init()
-        note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}")
+        shown = " (tenant layout)" if store.layout == "tenants" else ""
+        note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}{shown}")
 
 
 def _read_text(text: str) -> str:

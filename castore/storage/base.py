@@ -423,6 +423,18 @@ class Storage(ABC):
             StorageError: the backend failed.
         """
 
+    def child(self, prefix: str) -> Storage:
+        """A storage rooted at the folder ``prefix`` of this one, on the same backend with the
+        same options: its keys are this storage's keys below ``prefix`` (the tenant layout,
+        docs/FORMAT.md 2, keeps each tenant's complete store in one). Here: refused; every
+        backend castore ships implements it.
+
+        Raises:
+            InvalidName: ``prefix`` is not a valid key.
+            StorageError: this backend cannot make one.
+        """
+        raise StorageError(f"{type(self).__name__} cannot open a storage below {prefix!r}", self.url)
+
     def close(self) -> None:  # noqa: B027 - optional hook: most backends hold nothing to release
         """Release what the backend holds (connections, threads)."""
 

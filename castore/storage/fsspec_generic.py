@@ -12,7 +12,7 @@ import hashlib
 from typing import Any
 
 from ..errors import StorageError
-from .base import Journal, PreconditionFailed, Storage, Token, Versioned
+from .base import Journal, PreconditionFailed, Storage, Token, Versioned, check_key
 
 
 class FsspecStorage(Storage):
@@ -24,6 +24,17 @@ class FsspecStorage(Storage):
         self.url = url
         self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
         self.root = root.rstrip("/")
+
+    def child(self, prefix: str) -> FsspecStorage:
+        """The same file system rooted at the folder ``prefix``.
+
+        Raises:
+            InvalidName: ``prefix`` is not a valid key.
+        """
+        sub = check_key(prefix)
+        out = object.__new__(FsspecStorage)
+        out.url, out.fs, out.root, out.durable = f"{self.url.rstrip('/')}/{sub}", self.fs, self._p(sub), self.durable
+        return out
 
     def _p(self, key: str) -> str:
         return f"{self.root}/{key}" if key else self.root

@@ -318,6 +318,14 @@ class LocalStorage(Storage):
         the parent, or a lock the parent leaves would look alive)."""
         self._lock_file.after_fork_in_child()
 
+    def child(self, prefix: str) -> LocalStorage:
+        """A LocalStorage rooted at the folder ``prefix`` (its own locks, journal and swap log).
+
+        Raises:
+            InvalidName: ``prefix`` is not a valid key.
+        """
+        return LocalStorage(self._path(check_key(prefix)), durable=self.durable)
+
     def close(self) -> None:
         """Remove this handle's lock file under ``locks/``, if it made one."""
         self._lock_file.drop()

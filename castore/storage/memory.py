@@ -26,14 +26,26 @@ class MemoryStorage(Storage):
     def __init__(self, name: str) -> None:
         name = name.strip("/")
         self.url = f"memory://{name}"
+        self._pre = ""  # a child's folder in the dict, with its trailing "/"
         with _ROOTS_LOCK:
             self._data = _ROOTS.setdefault(name, {})
             self._lock = _LOCKS.setdefault(name, threading.Lock())
 
+    def child(self, prefix: str) -> MemoryStorage:
+        """A view of the folder ``prefix`` of the same dict (under the same lock).
+
+        Raises:
+            InvalidName: ``prefix`` is not a valid key.
+        """
+        sub = check_key(prefix)
+        out = object.__new__(MemoryStorage)
+        out.url, out._pre, out._data, out._lock = f"{self.url}/{sub}", f"{self._pre}{sub}/", self._data, self._lock
+        return out
+
     def read(self, key: str) -> bytes:
         """Return the bytes at ``key``; see :meth:`Storage.read`."""
         try:
-            return self._data[key][0]
+            return self._data[self._pre + key][0]
         except KeyError:
             raise FileNotFoundError(key) from None
 
@@ -53,18 +65,18 @@ class MemoryStorage(Storage):
     def _put(self, key: str, data: bytes) -> int:
         check_key(key)  # the same keys as on disk, so that a test here holds there
         version = next(_VERSIONS)
-        self._data[key] = (bytes(data), version, time.time())
+        self._data[self._pre + key] = (bytes(data), version, time.time())
         return version
 
     def read_versioned(self, key: str) -> Versioned | None:
         """Read ``key`` with its version counter as token."""
-        item = self._data.get(key)
+        item = self._data.get(self._pre + key)
         if item is None:
             return None
         return Versioned(item[0], str(item[1]))
 
     def _token(self, key: str) -> Token | None:
-        item = self._data.get(key)
+        item = self._data.get(self._pre + key)
         return None if item is None else str(item[1])
 
     def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
@@ -85,25 +97,26 @@ class MemoryStorage(Storage):
         with self._lock:
             if expect is not None and self._token(key) != expect:
                 raise PreconditionFailed(key, expect)
-            self._data.pop(key, None)
+            self._data.pop(self._pre + key, None)
 
     def list(self, prefix: str) -> list[str]:
         """Every key below ``prefix``."""
-        p = prefix.rstrip("/") + "/" if prefix else ""
+        p = self._pre + (prefix.rstrip("/") + "/" if prefix else "")
+        n = len(self._pre)
         with self._lock:
-            return sorted(k for k in self._data if k.startswith(p))
+            return sorted(k[n:] for k in self._data if k.startswith(p))
 
     def list_dir(self, prefix: str) -> builtins.list[str]:
         """Immediate children of ``prefix``."""
-        p = prefix.rstrip("/") + "/" if prefix else ""
+        p = self._pre + (prefix.rstrip("/") + "/" if prefix else "")
         with self._lock:
             return sorted({k[len(p) :].split("/", 1)[0] for k in self._data if k.startswith(p)})
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` is stored."""
-        return key in self._data
+        return self._pre + key in self._data
 
     def mtime(self, key: str) -> float | None:
         """When ``key`` was last written."""
-        item = self._data.get(key)
+        item = self._data.get(self._pre + key)
         return None if item is None else item[2]

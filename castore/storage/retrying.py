@@ -179,6 +179,10 @@ class RetryingStorage(Storage):
                 delay = min(self.base_delay * 2**attempt, self.max_delay)
                 self._sleep(delay * (0.5 + random.random() / 2))
 
+    def child(self, prefix: str) -> Storage:
+        """The wrapped storage's :meth:`~castore.storage.base.Storage.child`, retried alike."""
+        return RetryingStorage(self.inner.child(prefix), self.attempts, self.base_delay, self.max_delay, self._sleep)
+
     def close(self) -> None:
         """Close the wrapped storage."""
         self.inner.close()

@@ -34,7 +34,7 @@ from botocore.exceptions import (
 )
 from fsspec.asyn import sync
 
-from ..errors import StorageError
+from ..errors import AccessDenied, StorageError
 from .base import DeleteIncomplete, Journal, PreconditionFailed, Storage, Token, Versioned, check_key
 
 #: most requests in flight at once in a batch
@@ -125,6 +125,21 @@ class S3Storage(Storage):
             raise StorageError(f"cannot open {self.url}: {e}", self.url) from e
         if retries is not None:
             self._fs.retries = max(1, int(retries))
+        self._owner = True  # whether close() ends the S3 client (children share their parent's)
+
+    def child(self, prefix: str) -> S3Storage:
+        """The same bucket and options below the folder ``prefix`` of this storage, sharing this storage's
+        S3 client (its connections); closing the child leaves the client to this storage.
+
+        Raises:
+            InvalidName: ``prefix`` is not a valid key.
+        """
+        sub = self._key(check_key(prefix))
+        out = object.__new__(S3Storage)
+        out.bucket, out.prefix, out.endpoint, out._fs = self.bucket, sub, self.endpoint, self._fs
+        out.url = f"s3://{self.bucket}/{sub}"
+        out.request_count, out._hooked, out._owner = 0, set(), False
+        return out
 
     # ---------------------------------------------------------------- plumbing
 
@@ -179,7 +194,8 @@ class S3Storage(Storage):
         elif isinstance(e, (NoCredentialsError, PartialCredentialsError)):
             msg = f"no usable S3 credentials for {self.url}: pass key/secret or set AWS_ACCESS_KEY_ID ({e})"
         elif code in _DENIED or status == 403 or (isinstance(e, PermissionError) and not code):
-            msg = f"access denied by S3 ({what} {where}): check the credentials and permissions ({code or e})"
+            return AccessDenied(f"access denied by S3 ({what} {where}): check the credentials and permissions "
+                                f"({code or e})", where)
         elif code == "NoSuchBucket":
             msg = (f"bucket {self.bucket!r} does not exist at {self.endpoint} ({what} {where}): create it, "
                    f"or run `castore init` on this URL, which creates it")
@@ -580,7 +596,10 @@ class S3Storage(Storage):
             raise self._error(e, "create bucket", None) from e
 
     def close(self) -> None:
-        """Close the S3 client and its connections."""
+        """Close the S3 client and its connections (a child's: only its own hooks)."""
+        if not self._owner:
+            self._hooked.clear()
+            return
         fs = self._fs
         creator = getattr(fs, "_s3creator", None)
         # s3fs keeps its client private and offers no close: end it the way s3fs itself does

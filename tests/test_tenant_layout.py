@@ -1,0 +1,127 @@
+"""The tenant layout (docs/FORMAT.md 2): each (app, user) in a complete store of its own under
+``tenants/<app>/<user>/``.
+
+The session conformance suite (tests/test_session.py) runs again here on tenant-layout stores
+(local, memory, S3 on moto); then what only the layout promises: every byte of a tenant under
+its prefix, the listing of tenants, a layout fixed at creation, a child storage per backend.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import TENANT_BACKENDS, backend_on
+from test_session import *  # noqa: F403 - the session suite, run again on tenant-layout stores
+from test_session import (
+    ev,
+    test_a_turn_that_fails_to_land_leaves_the_branch_as_it_was,
+    test_append_many_moves_the_ref_once,
+    test_identical_message_bodies_are_stored_once,
+)
+
+import castore
+from castore import Message
+
+backend = backend_on(*TENANT_BACKENDS)
+
+# These count the requests of a flat store's root storage, which a tenant-layout store does
+# not write to (its tenants' stores do): their flat variants run in test_session.py.
+del test_a_turn_that_fails_to_land_leaves_the_branch_as_it_was, test_append_many_moves_the_ref_once
+# Shares a body between two users: the layout keeps it once per tenant (see below).
+del test_identical_message_bodies_are_stored_once
+
+
+# -- what only the tenant layout promises ------------------------------------------------------
+def _keys(st: castore.Store) -> set[tuple[str, bytes | None]]:
+    """Every key with its bytes: a change shows as a new pair, in place or not."""
+    return set(st.storage.read_many(st.storage.list("")).items())
+
+
+def test_a_tenants_bytes_are_all_under_its_prefix(store: castore.Store) -> None:
+    alice = store.session("app", "alice", "s1")
+    alice.append(ev(0, **{"app:seen": 1, "user:lang": "en"}))
+    store.session("app", "bob", "s1").append(Message(role="user", content="bob's"))
+    before = _keys(store)
+    alice.append(Message(role="user", content="alice again " * 300))  # a large body: a loose object too
+    alice.branch("b2")
+    alice.fork("s2")
+    changed = _keys(store) - before
+    assert changed and all(k.startswith("tenants/app/alice/") for k, _ in changed)
+    before = _keys(store)
+    store.update_scope("app", None, {"shared": True})
+    changed = _keys(store) - before
+    assert changed and all(k.startswith("tenants/app/@app/") for k, _ in changed)
+    outside = {k for k, _ in _keys(store) if not k.startswith("tenants/")}
+    assert outside <= {"castore.json", "swaps.log"}
+    assert {a for a, _ in store.tenant_keys()} == {"app"}
+    assert store.tenants() == [("app", None), ("app", "alice"), ("app", "bob")]
+    # the scopes read back across the tenants' stores, by a fresh handle too
+    assert {k: v for k, v in alice.state().items() if ":" in k} == {"app:seen": 1, "app:shared": True,
+                                                                    "user:lang": "en"}
+    assert castore.open(store.url, **_opts(store)).session("app", "alice", "s1").state()["app:shared"] is True
+
+
+def _opts(store: castore.Store) -> dict[str, Any]:
+    storage = store.storage
+    inner = getattr(storage, "inner", storage)
+    fs = getattr(inner, "_fs", None)
+    if fs is None:
+        return {}
+    return {"endpoint_url": inner.endpoint, "key": fs.key, "secret": fs.secret}
+
+
+def test_a_tenant_is_an_ordinary_store_and_keeps_dedup_within_itself(store: castore.Store) -> None:
+    body = "shared prompt " * 400
+    store.session("app", "alice", "s1").append(Message(role="system", content=body))
+    home = store.tenant("app", "alice")
+    assert home is store.tenant("app", "alice") and home.root is store and home.layout == "flat"
+    assert home.tenant_segments == ("app", "alice")
+    before = set(home.storage.list(""))
+    store.session("app", "alice", "s2").append(Message(role="system", content=body))
+    new_objects = [k for k in set(home.storage.list("")) - before if k.startswith(("objects/", "packs/"))]
+    assert len(new_objects) <= 1  # the commit only (in a pack), the body shared within the tenant
+    bob = store.tenant("app", "bob")
+    store.session("app", "bob", "s1").append(Message(role="system", content=body))
+    assert bob.storage.list("objects")  # bob keeps his own copy: nothing is shared across tenants
+    assert [i.session for i in home.sessions("app", "alice")] == ["s2", "s1"]
+    assert sorted(i.user for i in store.sessions("app")) == ["alice", "alice", "bob"]
+
+
+def test_the_layout_is_chosen_at_creation_and_kept(backend: Any) -> None:
+    st = backend.open()
+    st.init()
+    assert st.layout == "tenants"
+    raw = json.loads(st.storage.read("castore.json"))
+    assert raw["layout"] == "tenants"
+    opts = {k: v for k, v in backend.options.items() if k != "layout"}
+    with castore.open(backend.url, **opts) as again:
+        assert again.layout == "tenants"
+    with pytest.raises(castore.FormatError, match="layout"):
+        castore.open(backend.url, layout="flat", **opts)
+    with pytest.raises(castore.FormatError, match="unknown store layout"):
+        castore.open(backend.url, layout="sideways", **opts)
+    st.close()
+
+
+def test_a_flat_store_is_its_own_tenant(tmp_path: Any) -> None:
+    with castore.open(str(tmp_path / "flat")) as st:
+        assert st.layout == "flat" and st.tenant("app", "alice") is st and st.tenants() == []
+        assert list(st.stores()) == [st]
+        st.session("app", "alice", "s").append(Message(role="user", content="hi"))
+        assert "layout" not in json.loads(st.storage.read("castore.json"))
+        assert not st.storage.list("tenants")
+
+
+def test_tenant_options_reach_each_tenants_store(tmp_path: Any) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def options(app: str, user: str | None) -> dict[str, Any]:
+        seen.append((app, user))
+        return {"compress": user is not None}
+
+    with castore.open(str(tmp_path / "s"), layout="tenants", tenant_options=options) as st:
+        st.session("app", "alice", "s").append(ev(0, **{"app:k": 1}))
+        assert sorted(seen, key=str) == [("app", "alice"), ("app", None)]
+        assert st.tenant("app", None).objects.compress is False
