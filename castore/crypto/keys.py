@@ -230,6 +230,16 @@ def _call_hook(fn: Callable[[bytes, bytes], bytes], what: str, data: bytes, cont
         raise EncryptionError(f"the key wrapper failed to {what} a key: {type(e).__name__}: {e}") from e
 
 
+def master_key(path: str | os.PathLike[str] | None = None) -> MasterKey:
+    """The master key in the file ``path``, else in ``CASTORE_MASTER_KEY``.
+
+    Raises:
+        KeyMissing: no file there, or (no ``path``) the variable is not set.
+        EncryptionError: the key is not base64 of 32 bytes.
+    """
+    return MasterKey.from_env() if path is None else MasterKey.from_file(path)
+
+
 class CallableWrapper:
     """A :class:`KeyWrapper` made of two functions: how a KMS is plugged in without a subclass.
 

@@ -68,6 +68,8 @@ STORE_FILE = "keystore.json"
 TENANTS = "tenants/"
 ERASED = "erased/"
 KEY_SUFFIX = ".key"
+#: the key of a store's encryption settings in its ``castore.json`` (holding :attr:`KeyStore.config`)
+CONFIG_KEY = "encryption"
 _CHECK_CONTEXT = b"castore/keystore/v1\0"
 _KEY_CONTEXT = b"castore/key/v1\0"
 _ALGORITHMS = {"wrap": "AES-256-GCM-SIV", "derive": "HKDF-SHA256"}
@@ -253,6 +255,20 @@ class KeyStore:
                 storage.close()
             raise
         return ks
+
+    @classmethod
+    def of_store(cls, store_storage: Storage, store_config: dict[str, Any], wrapper: KeyWrapper | None, *,
+                 storage_options: dict[str, Any] | None = None) -> KeyStore:
+        """Open the key store of the store whose storage and ``castore.json`` these are: its
+        encryption settings are ``store_config["encryption"]`` (see :meth:`open`).
+
+        Raises:
+            EncryptionError: the store is not encrypted; else as :meth:`open`.
+        """
+        settings = store_config.get(CONFIG_KEY)
+        if not isinstance(settings, dict):
+            raise EncryptionError(f"the store at {store_storage.url} is not encrypted (it has no keys)")
+        return cls.open(store_storage, settings, wrapper, storage_options=storage_options)
 
     _url: str | None = None
 

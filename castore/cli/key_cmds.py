@@ -1,0 +1,119 @@
+"""Keys of encrypted stores: ``castore key new``, ``castore key rotate``, ``castore erase`` and
+``castore erasures`` (the library side is :mod:`castore.crypto`; docs/encryption.md)."""
+
+from __future__ import annotations
+
+import getpass
+import sys
+
+import click
+
+from ..crypto.keys import MASTER_KEY_ENV, MasterKey, master_key
+from ..crypto.keystore import Erasure, KeyStore
+from ..storage import split_url
+from .common import json_option, note, open_store, plural, print_json, split_key, store_options, store_url
+from .text import safe
+
+_ERASURES_SCHEMA = '[{"app", "user" (null: the whole app), "at", "by", "keys"}]'
+
+
+def _key_store(wrapper: MasterKey | None) -> KeyStore:
+    """The key store of the ``--store`` store (a separate key store URL gets the store's ``-o``
+    options when it has the store's scheme), closed when the command ends."""
+    ctx = click.get_current_context()
+    store = open_store(ctx)
+    settings = store.config.get("encryption")
+    url = settings.get("key_store") if isinstance(settings, dict) else None
+    same = isinstance(url, str) and split_url(url)[0] == split_url(store_url(ctx))[0]
+    ks = KeyStore.of_store(store.storage, store.config, wrapper, storage_options=store_options(ctx) if same else None)
+    ctx.find_root().call_on_close(ks.close)
+    return ks
+
+
+def _who() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return None
+
+
+def _what(e: Erasure) -> str:
+    return f"app {e.app!r} (all its users)" if e.user is None else f"user {e.user!r} of app {e.app!r}"
+
+
+@click.group("key")
+def key() -> None:
+    """Master keys of encrypted stores: make one, rotate a store to a new one."""
+
+
+@key.command("new")
+def key_new() -> None:
+    """Print a fresh master key (base64 of 32 random bytes).
+
+    Keep it in a secret store or a file only you can read, and give it to castore in
+    $CASTORE_MASTER_KEY or with --master-key-file: without it, an encrypted store cannot be
+    read, and castore cannot recover it.
+    """
+    click.echo(MasterKey.new())
+    if sys.stdout.isatty():
+        note(f"keep this key secret and safe; castore reads it from ${MASTER_KEY_ENV} or --master-key-file")
+
+
+@key.command("rotate")
+@click.option("--new-key-file", required=True, type=click.Path(dir_okay=False),
+              help="File holding the new master key (as `castore key new` prints it).")
+@click.option("--master-key-file", type=click.Path(dir_okay=False),
+              help=f"File holding the current master key (default: ${MASTER_KEY_ENV}).")
+def key_rotate(new_key_file: str, master_key_file: str | None) -> None:
+    """Rewrap every data key of the store under a new master key.
+
+    No session data is read or rewritten: only the small key files change. Afterwards the
+    old master key no longer opens the store. If it stops part-way, run it again with the
+    same two keys to finish.
+    """
+    current = master_key(master_key_file)
+    new = master_key(new_key_file)
+    n = _key_store(current).rotate(new)
+    note(f"rewrapped {plural(n, 'data key')} under master key {new.key_id};"
+         f" the old key {current.key_id} no longer opens this store")
+
+
+@click.command("erase")
+@click.argument("target", metavar="APP[/USER]")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed when not at a terminal).")
+def erase(target: str, yes: bool) -> None:
+    """Destroy the data keys of APP/USER (or of APP and all its users), for good.
+
+    Its sessions become unreadable at once wherever their keys come from this key store:
+    in this store, in remotes and backups that hold only their ciphertext. The erasure is
+    recorded (what, when, by whom: see `castore erasures`), and later reads of the tenant
+    say it was erased. Needs no master key; cannot be undone.
+    """
+    parts = split_key(target, 1, 2, "'APP[/USER]'")
+    app, user = parts[0], (parts[1] if len(parts) == 2 else None)
+    what = f"app {app!r} and all its users" if user is None else f"user {user!r} of app {app!r}"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"erasing {what} cannot be undone: pass --yes to confirm")
+        click.confirm(f"Destroy the keys of {what}? Its data can never be read again", abort=True, err=True)
+    [rec] = _key_store(None).erase(app, user, by=_who())
+    note(safe(f"erased {_what(rec)} at {rec.at}: {plural(rec.keys, 'data key')} destroyed"))
+
+
+@click.command("erasures")
+@json_option(_ERASURES_SCHEMA)
+def erasures(as_json: bool) -> None:
+    """List the erasures recorded in the store's key store, oldest first."""
+    recs = _key_store(None).erasures()
+    if as_json:
+        print_json([{"app": e.app, "user": e.user, "at": e.at, "by": e.by, "keys": e.keys} for e in recs])
+        return
+    for e in recs:
+        click.echo(safe(f"{e.at}  {_what(e)}" + (f"  by {e.by}" if e.by else "") + f"  ({plural(e.keys, 'key')})"))
+
+
+def register(group: click.Group) -> None:
+    """Add ``key``, ``erase`` and ``erasures`` to the ``castore`` group."""
+    group.add_command(key)
+    group.add_command(erase)
+    group.add_command(erasures)

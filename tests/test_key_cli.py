@@ -1,0 +1,106 @@
+"""The key commands: ``castore key new``, ``castore key rotate``, ``castore erase`` and
+``castore erasures``, on a store whose key store was made with the library (until
+``castore init --encrypted`` makes one)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import castore
+from castore.cli.main import main
+from castore.crypto.keys import MasterKey
+from castore.crypto.keystore import CONFIG_KEY, KeyStore
+
+
+def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> Any:  # noqa: A002
+    return CliRunner().invoke(main, ["--store", str(tmp_path / "store"), *args], env=env, input=input)
+
+
+@pytest.fixture
+def encrypted(tmp_path: Path) -> tuple[str, KeyStore]:
+    """A store with a key store (master key text, key store) and three tenants' keys."""
+    text = MasterKey.new()
+    store = castore.open(str(tmp_path / "store"))
+    store.init()
+    ks = KeyStore.create(store.storage, MasterKey.from_text(text))
+    store.update_config(lambda cfg: {**cfg, CONFIG_KEY: ks.config})
+    for user in ("alice", "bob", None):
+        ks.tenant_keys("app", user, create=True)
+    store.close()
+    return text, ks
+
+
+def test_key_new_prints_a_fresh_master_key(tmp_path):
+    a, b = run(tmp_path, "key", "new"), run(tmp_path, "key", "new")
+    assert a.exit_code == 0 and b.exit_code == 0
+    assert len(base64.b64decode(a.stdout.strip(), validate=True)) == 32
+    assert a.stdout != b.stdout
+
+
+def test_erase_a_user_then_list_the_erasures(tmp_path, encrypted):
+    text, ks = encrypted
+    r = run(tmp_path, "erase", "app/alice", "--yes")  # no master key needed
+    assert r.exit_code == 0, r.output
+    assert "erased user 'alice' of app 'app'" in r.stderr and "1 data key destroyed" in r.stderr
+    listed = run(tmp_path, "erasures", "--json")
+    [doc] = json.loads(listed.stdout)
+    assert doc["app"] == "app" and doc["user"] == "alice" and doc["keys"] == 1
+    text_listing = run(tmp_path, "erasures").stdout
+    assert "user 'alice' of app 'app'" in text_listing and "(1 key)" in text_listing
+    with pytest.raises(castore.TenantErased, match="was erased"):
+        KeyStore.open(ks.storage, ks.config, MasterKey.from_text(text)).tenant_keys("app", "alice")
+
+
+def test_erase_an_app_asks_first(tmp_path, encrypted):
+    refused = run(tmp_path, "erase", "app")  # not at a terminal, no --yes
+    assert refused.exit_code == 2 and "cannot be undone: pass --yes" in refused.output
+    assert json.loads(run(tmp_path, "erasures", "--json").stdout) == []
+    r = run(tmp_path, "erase", "app", "--yes")
+    assert r.exit_code == 0 and "app 'app' (all its users)" in r.stderr and "3 data keys" in r.stderr
+    bad = run(tmp_path, "erase", "a/b/c", "--yes")
+    assert bad.exit_code == 2
+
+
+def test_rotate_rewraps_under_the_new_key(tmp_path, encrypted):
+    text, ks = encrypted
+    new = MasterKey.new()
+    (tmp_path / "new.key").write_text(new)
+    (tmp_path / "old.key").write_text(text)
+    r = run(tmp_path, "key", "rotate", "--new-key-file", str(tmp_path / "new.key"),
+            "--master-key-file", str(tmp_path / "old.key"))
+    assert r.exit_code == 0, r.output
+    assert "rewrapped 3 data keys" in r.stderr
+    with pytest.raises(castore.WrongKey):
+        KeyStore.open(ks.storage, ks.config, MasterKey.from_text(text))
+    KeyStore.open(ks.storage, ks.config, MasterKey.from_text(new)).tenant_keys("app", "bob")
+    again = run(tmp_path, "key", "rotate", "--new-key-file", str(tmp_path / "new.key"),
+                env={"CASTORE_MASTER_KEY": text})  # the old key from the environment: refused
+    assert again.exit_code == 1
+    assert again.output.startswith("Error: wrong master key") and len(again.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["key", "rotate", "--new-key-file", "NEW"], {"CASTORE_MASTER_KEY": ""}, "no master key: set CASTORE_MASTER_KEY"),
+    (["key", "rotate", "--new-key-file", "NEW"], {"CASTORE_MASTER_KEY": "bad!"}, "not base64"),
+    (["key", "rotate", "--new-key-file", "missing.key"], None, "no master key file"),
+])
+def test_key_mistakes_are_one_error_line(tmp_path, encrypted, monkeypatch, args, env, needle):
+    text, _ = encrypted
+    (tmp_path / "new.key").write_text(MasterKey.new())
+    monkeypatch.chdir(tmp_path)
+    args = [str(tmp_path / "new.key") if a == "NEW" else a for a in args]
+    r = run(tmp_path, *args, env=env or {"CASTORE_MASTER_KEY": text})
+    assert r.exit_code == 1
+    assert r.output.startswith("Error: ") and needle in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_a_store_that_is_not_encrypted_says_so(tmp_path):
+    castore.open(str(tmp_path / "store")).init()
+    r = run(tmp_path, "erasures")
+    assert r.exit_code == 1 and "is not encrypted" in r.output
