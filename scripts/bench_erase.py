@@ -4,10 +4,12 @@
 
 Each round makes a fresh key store in a temporary folder, creates one data key per user of
 one app (plus the app's own scope, and one other app that must survive), then times
-``KeyStore.erase(app)`` (every user of the app) and ``KeyStore.erase(other, user)`` (one
-user). The erasure touches only key files: its cost is one listing of the app's key folder
-and one delete per key file, whatever the size of the tenants' data, so no data is written
-here. Prints the median and the worst round, in milliseconds.
+``KeyStore.erase(app)`` (every user of the app: one listing, to count them, one record, and
+one delete, of the app key that wraps all their data keys), ``KeyStore.erase(other, user)``
+(one user: one record, one delete), and ``KeyStore.sweep()`` (deleting the erased app's
+users' key files, which nothing can open any more: tidiness, one delete per file). The
+erasure touches only key files, whatever the size of the tenants' data, so no data is
+written here. Prints the median and the worst round, in milliseconds.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from castore.crypto.keystore import KeyStore  # noqa: E402
 from castore.storage import open_storage  # noqa: E402
 
 
-def one_round(users: int) -> tuple[float, float, int]:
-    """Seconds to erase an app of ``users`` users, seconds to erase one user, keys destroyed."""
+def one_round(users: int) -> tuple[float, float, float, int]:
+    """Seconds to erase an app of ``users`` users, to erase one user, to sweep the erased
+    app's key files afterwards; how many data keys the app's erasure made unreadable."""
     with tempfile.TemporaryDirectory(prefix="castore-bench-erase-") as tmp:
         storage = open_storage(str(Path(tmp) / "store"))
         ks = KeyStore.create(storage, MasterKey.from_text(MasterKey.new()))
@@ -43,9 +46,13 @@ def one_round(users: int) -> tuple[float, float, int]:
         t0 = time.perf_counter()
         ks.erase("other", "alice")
         user_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        swept = ks.sweep()
+        sweep_s = time.perf_counter() - t0
+        assert swept == rec.keys
         assert KeyStore.open(storage, ks.config, ks.wrapper).tenant_keys("other", "bob") == kept
         storage.close()
-        return app_s, user_s, rec.keys
+        return app_s, user_s, sweep_s, rec.keys
 
 
 def main() -> None:
@@ -56,9 +63,12 @@ def main() -> None:
     results = [one_round(args.users) for _ in range(args.rounds)]
     apps = [r[0] * 1000 for r in results]
     ones = [r[1] * 1000 for r in results]
-    print(f"erase an app of {args.users} users ({results[0][2]} key files), local disk, durable:"
+    sweeps = [r[2] * 1000 for r in results]
+    print(f"erase an app of {args.users} users ({results[0][3]} data keys), local disk, durable:"
           f" median {statistics.median(apps):.1f} ms, worst {max(apps):.1f} ms ({args.rounds} rounds)")
-    print(f"erase one user: median {statistics.median(ones):.2f} ms, worst {max(ones):.2f} ms")
+    print(f"erase one user: median {statistics.median(ones):.1f} ms, worst {max(ones):.1f} ms")
+    print(f"sweep the erased app's {results[0][3]} key files afterwards: median {statistics.median(sweeps):.0f} ms,"
+          f" worst {max(sweeps):.0f} ms")
 
 
 if __name__ == "__main__":

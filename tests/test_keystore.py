@@ -42,8 +42,8 @@ def test_keys_survive_a_reopen_and_differ_per_tenant(storage):
     again = KeyStore.open(storage, ks.config, mk)
     assert again.tenant_keys("app", "alice") == alice and again.tenant_keys("app", None) == scope
     assert sorted(storage.list("keys/")) == [
-        "keys/keystore.json", "keys/tenants/app/@app.key", "keys/tenants/app/alice.key",
-        "keys/tenants/app/bob.key", "keys/tenants/other/alice.key"]
+        "keys/keystore.json", "keys/tenants/app.key", "keys/tenants/app/@app.key", "keys/tenants/app/alice.key",
+        "keys/tenants/app/bob.key", "keys/tenants/other.key", "keys/tenants/other/alice.key"]
     assert again.tenants() == [("app", None), ("app", "alice"), ("app", "bob"), ("other", "alice")]
     stored = every_byte(storage)
     for k in (alice, bob, scope, other_app):  # no key in clear in any stored byte
@@ -54,6 +54,7 @@ def test_names_are_encoded_into_one_segment(storage):
     ks = KeyStore.create(storage, master())
     ks.tenant_keys("Weather App", "a/b@c", create=True)
     assert "keys/tenants/%57eather%20%41pp/a%2Fb%40c.key" in storage.list("keys/")
+    assert "keys/tenants/%57eather%20%41pp.key" in storage.list("keys/")
     with pytest.raises(InvalidName):
         ks.tenant_keys("", "alice", create=True)
 
@@ -105,16 +106,25 @@ def test_a_key_file_moved_to_another_tenant_or_key_store_does_not_unwrap(storage
     storage.write("keys/tenants/app/mallory.key", alice_file)
     with pytest.raises(WrongKey, match="mallory.key does not open.*moved from another tenant"):
         KeyStore.open(storage, ks.config, mk).tenant_keys("app", "mallory")
+    storage.write("keys/tenants/elsewhere.key", storage.read("keys/tenants/app.key"))
+    storage.write("keys/tenants/elsewhere/alice.key", alice_file)
+    with pytest.raises(WrongKey, match="elsewhere.key does not open with the master key"):
+        KeyStore.open(storage, ks.config, mk).tenant_keys("elsewhere", "alice")  # another app
     other = open_storage(str(tmp_path / "other"))
     ks2 = KeyStore.create(other, mk)  # the same master key, another key store
+    other.write("keys/tenants/app.key", storage.read("keys/tenants/app.key"))
     other.write("keys/tenants/app/alice.key", alice_file)
     with pytest.raises(WrongKey):
         ks2.tenant_keys("app", "alice")
+    storage.delete("keys/tenants/app.key")
+    with pytest.raises(EncryptionError, match="app.key is missing"):
+        KeyStore.open(storage, ks.config, mk).tenant_keys("app", "alice")
 
 
 def test_damaged_files_are_clear_errors(storage):
     mk = master()
     ks = KeyStore.create(storage, mk)
+    ks.tenant_keys("app", "someone", create=True)  # makes the app's key
     storage.write("keys/tenants/app/alice.key", b"{not json")
     with pytest.raises(EncryptionError, match="alice.key is damaged"):
         ks.tenant_keys("app", "alice")
@@ -159,7 +169,11 @@ def test_erasing_an_app_covers_every_user_its_scope_and_future_users(storage):
     kept = ks.tenant_keys("other", "u1", create=True)
     [rec] = ks.erase("app")
     assert rec.user is None and rec.keys == 4 and rec.by is None
-    assert [k for k in storage.list("keys/") if k.startswith("keys/tenants/")] == ["keys/tenants/other/u1.key"]
+    assert "keys/tenants/app.key" not in storage.list("keys/")  # the one key every key of the app needs
+    assert ks.tenants() == [("other", "u1")]
+    assert ks.sweep() == 4  # the app's users' key files, which nothing can open any more
+    assert [k for k in storage.list("keys/") if k.startswith("keys/tenants/")] == [
+        "keys/tenants/other.key", "keys/tenants/other/u1.key"]
     fresh = KeyStore.open(storage, ks.config, mk)
     for user in ("u1", None, "newcomer"):
         with pytest.raises(TenantErased, match=r"app 'app' \(all its users\) was erased"):
@@ -174,7 +188,9 @@ def test_rotation_rewraps_every_key_and_the_old_key_stops_working(storage):
     old, new = master(), master()
     ks = KeyStore.create(storage, old)
     before = {t: ks.tenant_keys(*t, create=True) for t in [("a", "u1"), ("a", None), ("b", "u2")]}
-    assert ks.rotate(new) == 3
+    data_key_files = {k: storage.read(k) for k in storage.list("keys/tenants/") if k.count("/") == 3}
+    assert ks.rotate(new) == 2  # the two app keys
+    assert {k: storage.read(k) for k in data_key_files} == data_key_files  # data keys untouched
     with pytest.raises(WrongKey):
         KeyStore.open(storage, ks.config, old)
     after = KeyStore.open(storage, ks.config, new)
@@ -186,18 +202,20 @@ def test_rotation_rewraps_every_key_and_the_old_key_stops_working(storage):
 def test_a_rotation_cut_short_is_finished_by_running_it_again(storage):
     old, new = master(), master()
     ks = KeyStore.create(storage, old)
-    for u in ("u1", "u2", "u3"):
-        ks.tenant_keys("app", u, create=True)
+    for app in ("a1", "a2", "a3"):
+        ks.tenant_keys(app, "u", create=True)
     check_before = storage.read("keys/keystore.json")
-    u3_before = storage.read("keys/tenants/app/u3.key")
+    a3_before = storage.read("keys/tenants/a3.key")
     ks.rotate(new)
-    # as if it stopped after rewrapping u1 and u2: u3 and the key check still under the old key
+    # as if it stopped after rewrapping a1 and a2: a3 and the key check still under the old key
     storage.write("keys/keystore.json", check_before)
-    storage.write("keys/tenants/app/u3.key", u3_before)
+    storage.write("keys/tenants/a3.key", a3_before)
+    with pytest.raises(WrongKey):
+        KeyStore.open(storage, ks.config, new)
     rerun = KeyStore.open(storage, ks.config, old)
     assert rerun.rotate(new) == 1
     done = KeyStore.open(storage, ks.config, new)
-    assert len({done.tenant_keys("app", u).id_key for u in ("u1", "u2", "u3")}) == 3
+    assert len({done.tenant_keys(app, "u").id_key for app in ("a1", "a2", "a3")}) == 3
 
 
 def test_a_kms_hook_wraps_the_keys(storage):
@@ -215,8 +233,11 @@ def test_a_kms_hook_wraps_the_keys(storage):
     assert ks.rotate(kms) == 1  # from a master key to the KMS
     opened = KeyStore.open(storage, ks.config, kms)
     assert opened.tenant_keys("app", "alice") == alice
+    seen.clear()
     bob = opened.tenant_keys("app", "bob", create=True)
-    assert any(ctx.endswith(b"app/bob") for ctx in seen)
+    assert seen == []  # a user's data key is wrapped by its app's key: no call to the KMS
+    opened.tenant_keys("app2", "carol", create=True)
+    assert len(seen) == 1 and seen[0].endswith(b"\0app2")  # the new app's key
     with pytest.raises(WrongKey, match="the key given is kms:other"):
         KeyStore.open(storage, ks.config, CallableWrapper(wrap=master().wrap, unwrap=master().unwrap,
                                                         key_id="kms:other"))

@@ -74,7 +74,7 @@ def key_rotate(new_key_file: str, master_key_file: str | None) -> None:
     current = master_key(master_key_file)
     new = master_key(new_key_file)
     n = _key_store(current).rotate(new)
-    note(f"rewrapped {plural(n, 'data key')} under master key {new.key_id};"
+    note(f"rewrapped {plural(n, 'app key')} (which wrap every data key) under master key {new.key_id};"
          f" the old key {current.key_id} no longer opens this store")
 
 
@@ -96,8 +96,12 @@ def erase(target: str, yes: bool) -> None:
         if not sys.stdin.isatty():
             raise click.UsageError(f"erasing {what} cannot be undone: pass --yes to confirm")
         click.confirm(f"Destroy the keys of {what}? Its data can never be read again", abort=True, err=True)
-    [rec] = _key_store(None).erase(app, user, by=_who())
-    note(safe(f"erased {_what(rec)} at {rec.at}: {plural(rec.keys, 'data key')} destroyed"))
+    ks = _key_store(None)
+    [rec] = ks.erase(app, user, by=_who())
+    ks.sweep()  # the erased app's users' key files: nothing can open them any more
+    gone = (f"its app key is destroyed, and with it {plural(rec.keys, 'data key')}" if rec.user is None
+            else f"{plural(rec.keys, 'data key')} destroyed")
+    note(safe(f"erased {_what(rec)} at {rec.at}: {gone}"))
 
 
 @click.command("erasures")

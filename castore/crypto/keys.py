@@ -4,9 +4,10 @@ The key hierarchy of an encrypted store (docs/encryption.md, "Keys"):
 
 * a **master key** (32 random bytes, given as base64 text in ``CASTORE_MASTER_KEY`` or a
   file), or a KMS standing in for one, never stored in the store;
+* per app one random 32-byte **app key**, stored only *wrapped* (encrypted and
+  authenticated) by the master key, in the key store (:mod:`castore.crypto.keystore`);
 * per tenant ``(app, user)`` (``(app, None)``: the app's own scope) one random 32-byte
-  **data key**, stored only *wrapped* (encrypted and authenticated) by the master key, in
-  the key store (:mod:`castore.crypto.keystore`);
+  **data key**, stored wrapped by its app's key (a :class:`MasterKey` made of the app key);
 * from a data key, HKDF-SHA256 derives the tenant's **id key** (keyed blake3 object ids)
   and **encryption key** (AES-256-GCM-SIV of object bodies): :func:`derive_tenant_keys`.
 

@@ -7,11 +7,18 @@ ciphertext that nobody can read without the key store, and erasing a tenant (del
 few key files) reaches every copy of its data, wherever the copies went, as long as the key
 store itself was not copied with them.
 
+Keys: the master key (or KMS) wraps one random **app key** per app; an app key wraps the
+**data key** of each of the app's tenants (its users, and the app's own scope). So erasing a
+whole app deletes one file whatever its number of users (its users' data keys can no longer
+be opened by anyone), a rotation rewraps one file per app, and a KMS is called once per app
+a process opens, not once per user.
+
 Layout (every file small, JSON)::
 
-    keystore.json                  format, id, the key check (see below), the master key's id
-    tenants/<app-seg>/<user-seg>.key   one tenant's data key, wrapped; @app: the app's own scope
-    erased/<app-seg>.json          the whole app was erased (every user and the app's scope)
+    keystore.json                      format, id, the key check (see below), the master key's id
+    tenants/<app-seg>.key              an app's key, wrapped by the master key
+    tenants/<app-seg>/<user-seg>.key   a tenant's data key, wrapped by its app's key; @app: the app's scope
+    erased/<app-seg>.json              the whole app was erased (every user and the app's scope)
     erased/<app-seg>/<user-seg>.json   one user was erased
 
 Segments are :func:`castore.names.tenant_segments`, so a tenant's key file sits beside the
@@ -26,23 +33,25 @@ first read); success followed by a missing tenant key file is
 :class:`~castore.errors.KeyMissing` (or :class:`~castore.errors.TenantErased` when an
 erasure record names the tenant).
 
-**Contexts.** A tenant's data key is wrapped under ``castore/key/v1 NUL <id> NUL
-<app-seg>/<user-seg>``: a key file copied to another tenant, or to another key store, does
-not unwrap.
+**Contexts** (the associated data of each wrapping): an app key is wrapped under
+``castore/appkey/v1 NUL <id> NUL <app-seg>``, a data key under ``castore/key/v1 NUL <id> NUL
+<app-seg>/<user-seg>``: a key file copied to another tenant, app or key store does not
+unwrap.
 
-**Creation is race-safe.** A tenant's key file is created with a compare-and-swap that
-expects no file (:meth:`~castore.storage.Storage.swap` with ``expect=None``); the loser of
-a race reads the winner's key, so every writer of a tenant uses the same key.
+**Creation is race-safe.** A key file is created with a compare-and-swap that expects no
+file (:meth:`~castore.storage.Storage.swap` with ``expect=None``); the loser of a race reads
+the winner's key, so every writer of a tenant uses the same key.
 
 **Erasure** writes its record first (created if absent; the first record is kept), then
-deletes the key files: a crash in between leaves a record that already refuses the tenant,
-and running the erasure again finishes it. It costs one listing of the app's key folder and
-one delete per key file, whatever the size of the tenant's data. A key created concurrently
-with an erasure is deleted by its creator, who checks the records again after creating.
+deletes one key file: the user's data key, or the app's key. A crash in between leaves a
+record that already refuses the tenant, and running the erasure again finishes it. An
+app's erasure leaves its users' key files, which nothing can open any more, to
+:meth:`KeyStore.sweep`. A key created concurrently with an erasure is deleted by its
+creator, who checks the records again after creating it.
 
-**Rotation** rewraps every data key, then the key check, under a new wrapper, each by
-compare-and-swap; data is untouched (data keys do not change). A rotation cut short can be
-run again with the same two keys: keys already under the new one are left as they are.
+**Rotation** rewraps every app key, then the key check, under a new wrapper, each by
+compare-and-swap; data and data keys are untouched. A rotation cut short can be run again
+with the same two keys: keys already under the new one are left as they are.
 """
 
 from __future__ import annotations
@@ -56,10 +65,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import EncryptionError, InvalidName, KeyMissing, StorageError, TenantErased, WrongKey
+from ..errors import EncryptionError, KeyMissing, StorageError, TenantErased, WrongKey
 from ..names import encode, tenant_segments
 from ..storage import PreconditionFailed, Storage, open_storage
-from .keys import KeyWrapper, TenantKeys, derive_tenant_keys, key_id_of, new_data_key
+from .keys import KeyWrapper, MasterKey, TenantKeys, derive_tenant_keys, key_id_of, new_data_key
 
 #: where the keys live in the store's own storage when no key store URL is given
 DEFAULT_PREFIX = "keys/"
@@ -72,6 +81,7 @@ KEY_SUFFIX = ".key"
 CONFIG_KEY = "encryption"
 _CHECK_CONTEXT = b"castore/keystore/v1\0"
 _KEY_CONTEXT = b"castore/key/v1\0"
+_APP_CONTEXT = b"castore/appkey/v1\0"
 _ALGORITHMS = {"wrap": "AES-256-GCM-SIV", "derive": "HKDF-SHA256"}
 
 
@@ -165,6 +175,7 @@ class KeyStore:
         self.wrapper = wrapper
         self._owned = owned
         self._keys: dict[str, TenantKeys] = {}
+        self._app_keys: dict[str, MasterKey] = {}
 
     # -- opening ----------------------------------------------------------------------
     @staticmethod
@@ -284,6 +295,7 @@ class KeyStore:
     def close(self) -> None:
         """Close the key store's storage if it was opened for it (a separate URL)."""
         self._keys.clear()
+        self._app_keys.clear()
         if self._owned:
             self.storage.close()
 
@@ -329,6 +341,9 @@ class KeyStore:
         self._check(_load_json(raw, where), where)
 
     # -- tenant keys ----------------------------------------------------------------------
+    def _app_path(self, app_seg: str) -> str:
+        return f"{self.prefix}{TENANTS}{app_seg}{KEY_SUFFIX}"
+
     def _key_path(self, tag: str) -> str:
         return f"{self.prefix}{TENANTS}{tag}{KEY_SUFFIX}"
 
@@ -339,8 +354,8 @@ class KeyStore:
             paths.append(f"{self.prefix}{ERASED}{_tag(app, user)}.json")
         return paths
 
-    def _context(self, tag: str) -> bytes:
-        return _KEY_CONTEXT + self.id.encode() + b"\0" + tag.encode()
+    def _context(self, kind: bytes, tag: str) -> bytes:
+        return kind + self.id.encode() + b"\0" + tag.encode()
 
     def _erasure_in(self, found: dict[str, bytes | None], paths: Iterable[str]) -> Erasure | None:
         for path in paths:
@@ -357,29 +372,31 @@ class KeyStore:
         except (KeyError, TypeError, ValueError) as e:
             raise EncryptionError(f"{self.storage.url}/{path} is damaged: not an erasure record") from e
 
-    def _unwrap_file(self, raw: bytes, path: str, tag: str, wrapper: KeyWrapper) -> bytes:
+    def _unwrap_file(self, raw: bytes, path: str, context: bytes, wrapper: KeyWrapper, by: str) -> bytes:
         doc = _load_json(raw, f"{self.storage.url}/{path}")
         try:
-            return wrapper.unwrap(_unb64(doc.get("wrapped"), f"{self.storage.url}/{path}"), self._context(tag))
+            return wrapper.unwrap(_unb64(doc.get("wrapped"), f"{self.storage.url}/{path}"), context)
         except WrongKey as e:
-            raise WrongKey(f"the data key in {self.storage.url}/{path} does not open with the master key"
-                           f" {key_id_of(wrapper) or ''}".rstrip() + " (a wrong key, or a key file that was"
-                           " damaged or moved from another tenant or key store)") from e
+            raise WrongKey(f"the key in {self.storage.url}/{path} does not open with {by} (a wrong key, or"
+                           " a key file that was damaged or moved from another tenant or key store)") from e
 
     def tenant_keys(self, app: str, user: str | None, create: bool = False) -> TenantKeys:
         """The id and encryption keys of tenant ``(app, user)`` (``user`` None: the app's scope).
 
+        One concurrent read (the tenant's key file, its app's key file, the erasure records
+        that could cover it); the keys are then kept in this handle.
+
         Args:
-            create: make the tenant's data key if it has none (race-safe: with rival
-                creators, every one gets the key that was stored first).
+            create: make the tenant's data key (and its app's key) if it has none
+                (race-safe: with rival creators, every one gets the key stored first).
 
         Raises:
             TenantErased: the tenant (or its whole app) was erased.
             KeyMissing: no master key was given, or the tenant has no key and ``create``
                 is False.
-            WrongKey: its key file does not open with the master key.
+            WrongKey: its key files do not open with the master key.
             InvalidName: ``app`` or ``user`` is not a valid name.
-            EncryptionError: its key file is damaged.
+            EncryptionError: a key file is damaged.
             StorageError: the storage failed.
         """
         tag = _tag(app, user)
@@ -387,31 +404,46 @@ class KeyStore:
         if cached is not None:
             return cached
         wrapper = self._need_wrapper()
-        path = self._key_path(tag)
+        app_seg = tag.split("/", 1)[0]
+        path, app_path = self._key_path(tag), self._app_path(app_seg)
         erased_paths = self._erasure_paths(app, user)
-        found = self.storage.read_many([path, *erased_paths])
+        found = self.storage.read_many([path, app_path, *erased_paths])
         erasure = self._erasure_in(found, erased_paths)
         if erasure is not None:
             raise erasure.error()
         raw = found.get(path)
+        if raw is None and not create:
+            who = f"app {app!r}" if user is None else f"user {user!r} of app {app!r}"
+            raise KeyMissing(f"no data key for {who} in the key store at {self.storage.url}/{self.prefix}")
+        app_key = self._app_keys.get(app_seg)
+        if app_key is None:
+            app_raw = found.get(app_path)
+            if app_raw is None:
+                if raw is not None:
+                    raise EncryptionError(f"{self.storage.url}/{app_path} is missing: the keys of app {app!r}"
+                                          " cannot be opened")
+                app_raw = self._create(app_path, app, None, wrapper, self._context(_APP_CONTEXT, app_seg),
+                                       erased_paths[:1])
+            by = f"the master key {key_id_of(wrapper) or ''}".rstrip()
+            app_key = MasterKey(self._unwrap_file(app_raw, app_path, self._context(_APP_CONTEXT, app_seg),
+                                                  wrapper, by))
+            self._app_keys[app_seg] = app_key
         if raw is None:
-            if not create:
-                who = f"app {app!r}" if user is None else f"user {user!r} of app {app!r}"
-                raise KeyMissing(f"no data key for {who} in the key store at {self.storage.url}/{self.prefix}")
-            raw = self._create(app, user, tag, path, wrapper, erased_paths)
-        keys = derive_tenant_keys(self._unwrap_file(raw, path, tag, wrapper))
+            raw = self._create(path, app, user, app_key, self._context(_KEY_CONTEXT, tag), erased_paths)
+        keys = derive_tenant_keys(self._unwrap_file(raw, path, self._context(_KEY_CONTEXT, tag), app_key,
+                                                    f"the key of app {app!r}"))
         self._keys[tag] = keys
         return keys
 
-    def _create(self, app: str, user: str | None, tag: str, path: str, wrapper: KeyWrapper,
+    def _create(self, path: str, app: str, user: str | None, wrapper: KeyWrapper, context: bytes,
                 erased_paths: list[str]) -> bytes:
-        """Store a new wrapped data key for ``tag`` unless one is there; return what is stored."""
+        """Store a new key at ``path`` (wrapped by ``wrapper`` under ``context``) unless one
+        is there; return what is stored."""
         doc = {"format": FORMAT, "app": app, "user": user, "created": _now(), "key_id": key_id_of(wrapper),
-               "wrapped": _b64(wrapper.wrap(new_data_key(), self._context(tag)))}
-        mine = _dump(doc)
+               "wrapped": _b64(wrapper.wrap(new_data_key(), context))}
         token: str | None = None
         try:
-            token = self.storage.swap(path, mine, None)
+            token = self.storage.swap(path, _dump(doc), None)
         except PreconditionFailed:
             pass  # a rival created it first: use theirs
         except StorageError:
@@ -419,27 +451,26 @@ class KeyStore:
             if self.storage.read_versioned(path) is None:
                 raise
         stored = self.storage.read_versioned(path)
-        if stored is None:  # erased (and its key deleted) between the two steps
-            erasure = self._erasure_in(self.storage.read_many(erased_paths), erased_paths)
-            if erasure is not None:
-                raise erasure.error()
-            raise EncryptionError(f"{self.storage.url}/{path} vanished while it was being created")
-        # an erasure that listed the key folder before this key landed did not delete it
+        # an erasure that ran while this key was being made did not delete it: look again
         erasure = self._erasure_in(self.storage.read_many(erased_paths), erased_paths)
         if erasure is not None:
             if token is not None:
                 self.storage.delete(path)
             raise erasure.error()
+        if stored is None:
+            raise EncryptionError(f"{self.storage.url}/{path} vanished while it was being created")
         return stored.data
 
     # -- erasure --------------------------------------------------------------------------
     def erase(self, app: str, user: str | None = None, *, by: str | None = None) -> list[Erasure]:
-        """Destroy the data keys of ``app``'s ``user``, or with ``user`` None of the whole app
-        (every user and the app's scope), and record the erasure.
+        """Destroy the keys of ``app``'s ``user`` (its data key), or with ``user`` None of the
+        whole app (its app key, which every data key of the app is wrapped by), and record
+        the erasure.
 
         The record is written first and kept (an erasure of an already erased tenant keeps
-        the first record and deletes any key file left). Costs one listing of the app's key
-        folder and one delete per key file: nothing depends on the size of the data.
+        the first record and deletes any key file left). Either way one key file is deleted,
+        whatever the number of users and the size of their data; after an app's erasure its
+        users' key files, which nothing can open any more, are left for :meth:`sweep`.
 
         Returns:
             The erasure records that now cover the tenant (the new one, or the earlier one).
@@ -450,25 +481,47 @@ class KeyStore:
         """
         app_seg = encode(app, "app name")
         if user is None:
-            folder = f"{self.prefix}{TENANTS}{app_seg}/"
-            doomed = [k for k in self.storage.list(folder) if k.endswith(KEY_SUFFIX)]
+            doomed = self._app_path(app_seg)
             record_path = f"{self.prefix}{ERASED}{app_seg}.json"
+            folder = f"{self.prefix}{TENANTS}{app_seg}/"
+            n = sum(1 for k in self.storage.list(folder) if k.endswith(KEY_SUFFIX))
+            self._app_keys.pop(app_seg, None)
             drop = [t for t in self._keys if t.startswith(app_seg + "/")]
         else:
             tag = _tag(app, user)
-            doomed = [p for p in (self._key_path(tag),) if self.storage.exists(p)]
+            doomed = self._key_path(tag)
             record_path = f"{self.prefix}{ERASED}{tag}.json"
+            n = int(self.storage.exists(doomed))
             drop = [tag]
-        record = Erasure(app=app, user=user, at=_now(), by=by, keys=len(doomed))
+        record = Erasure(app=app, user=user, at=_now(), by=by, keys=n)
         try:
             self.storage.swap(record_path, _dump({"format": FORMAT, **asdict(record)}), None)
         except PreconditionFailed:
-            raw = self.storage.read(record_path)
-            record = self._parse_erasure(raw, record_path)
-        self.storage.delete_many(doomed)
+            record = self._parse_erasure(self.storage.read(record_path), record_path)
+        self.storage.delete(doomed)
         for t in drop:
             self._keys.pop(t, None)
         return [record]
+
+    def sweep(self) -> int:
+        """Delete the key files of erased apps' users (nothing can open them since their app
+        key was deleted): tidiness, not security.
+
+        Returns:
+            How many files were deleted.
+
+        Raises:
+            StorageError: the storage failed.
+        """
+        base = self.prefix + TENANTS
+        keys = self.storage.list(base)
+        apps = {k[len(base) : -len(KEY_SUFFIX)] for k in keys if "/" not in k[len(base) :]}
+        erased = {p[len(self.prefix + ERASED) : -len(".json")] for p in self.storage.list(self.prefix + ERASED)
+                  if "/" not in p[len(self.prefix + ERASED) :]}
+        doomed = [k for k in keys if "/" in k[len(base) :]
+                  and (seg := k[len(base) :].split("/", 1)[0]) not in apps and seg in erased]
+        self.storage.delete_many(doomed)
+        return len(doomed)
 
     def erased(self, app: str, user: str | None) -> Erasure | None:
         """The erasure that covers tenant ``(app, user)`` (its own or its app's), or None.
@@ -494,14 +547,23 @@ class KeyStore:
         return sorted(out, key=lambda e: (e.at, e.app, e.user or ""))
 
     # -- rotation -------------------------------------------------------------------------
+    def _app_key_files(self) -> list[str]:
+        base = self.prefix + TENANTS
+        return [k for k in self.storage.list(base) if k.endswith(KEY_SUFFIX) and "/" not in k[len(base) :]]
+
     def tenants(self) -> list[tuple[str, str | None]]:
-        """Every tenant that has a data key, as ``(app, user)`` (user None: an app's scope).
+        """Every tenant that has a data key, as ``(app, user)`` (user None: an app's scope),
+        erased apps' leftovers excepted.
 
         Raises:
             EncryptionError: a key file is damaged.
             StorageError: the storage failed.
         """
-        paths = [p for p in self.storage.list(self.prefix + TENANTS) if p.endswith(KEY_SUFFIX)]
+        base = self.prefix + TENANTS
+        keys = self.storage.list(base)
+        apps = {k[len(base) : -len(KEY_SUFFIX)] for k in keys if "/" not in k[len(base) :]}
+        paths = [k for k in keys if k.endswith(KEY_SUFFIX) and k[len(base) :].split("/", 1)[0] in apps
+                 and "/" in k[len(base) :]]
         out = []
         for path, raw in self.storage.read_many(paths).items():
             if raw is not None:
@@ -509,29 +571,24 @@ class KeyStore:
                 out.append((str(doc.get("app")), doc.get("user")))
         return sorted(out, key=lambda t: (t[0], t[1] is not None, t[1] or ""))
 
-    def _tag_of(self, path: str) -> str:
-        tag = path[len(self.prefix + TENANTS) : -len(KEY_SUFFIX)]
-        if tag.count("/") != 1:
-            raise InvalidName(path, "not a tenant key file", "key file")
-        return tag
-
-    def _rewrap(self, path: str, old: KeyWrapper, new: KeyWrapper) -> bool:
-        """Rewrap the key file ``path`` from ``old`` to ``new``; False when it needed none."""
-        tag = self._tag_of(path)
+    def _rewrap(self, path: str, context: bytes, old: KeyWrapper, new: KeyWrapper, field: str) -> bool:
+        """Rewrap the value in ``field`` of the file ``path`` from ``old`` to ``new``, by
+        compare-and-swap; False when it needed none (already under ``new``, or gone)."""
+        where = f"{self.storage.url}/{path}"
         while True:
             cur = self.storage.read_versioned(path)
             if cur is None:
                 return False  # erased meanwhile
-            doc = _load_json(cur.data, f"{self.storage.url}/{path}")
+            doc = _load_json(cur.data, where)
             if _under(doc, new):
                 return False
-            wrapped = _unb64(doc.get("wrapped"), f"{self.storage.url}/{path}")
+            wrapped = _unb64(doc.get(field), where)
             try:
-                key = old.unwrap(wrapped, self._context(tag))
+                key = old.unwrap(wrapped, context)
             except WrongKey:
-                new.unwrap(wrapped, self._context(tag))  # already rotated (a rerun); WrongKey if neither
+                new.unwrap(wrapped, context)  # already rotated (a rerun); WrongKey if neither
                 return False
-            doc.update(wrapped=_b64(new.wrap(key, self._context(tag))), key_id=key_id_of(new))
+            doc.update({field: _b64(new.wrap(key, context)), "key_id": key_id_of(new)})
             try:
                 self.storage.swap(path, _dump(doc), cur.token)
                 return True
@@ -539,16 +596,17 @@ class KeyStore:
                 continue  # a rival rotation or creation: read again
 
     def rotate(self, new: KeyWrapper) -> int:
-        """Rewrap every data key and the key check under ``new``; no data is read or written.
+        """Rewrap every app key and the key check under ``new``; no data is read or written,
+        and no tenant's data key changes (they are wrapped by their app's key).
 
         Afterwards the old master key fails with WrongKey and ``new`` opens everything. A
         rotation cut short (a crash, a failed request) is finished by running it again with
         the same keys: key files already under ``new`` are left alone. Writers that keep
-        the old key open while the rotation runs may create keys under it after their
-        folder was passed: run the rotation when no writer runs, or run it again.
+        the old key open while the rotation runs may create app keys under it after it
+        passed: run the rotation when no writer runs, or run it again.
 
         Returns:
-            How many data keys were rewrapped.
+            How many app keys were rewrapped.
 
         Raises:
             KeyMissing: the key store was opened without a wrapper.
@@ -557,31 +615,12 @@ class KeyStore:
             StorageError: the storage failed (run it again to finish).
         """
         old = self._need_wrapper()
-        where = f"{self.storage.url}/{self.prefix}{STORE_FILE}"
+        base = self.prefix + TENANTS
         n = 0
-        for _ in range(2):  # the second pass rewraps keys created while the first one ran
-            paths = [p for p in self.storage.list(self.prefix + TENANTS) if p.endswith(KEY_SUFFIX)]
-            n += sum(self._rewrap(p, old, new) for p in paths)
-        while True:
-            cur = self.storage.read_versioned(self.prefix + STORE_FILE)
-            if cur is None:
-                raise KeyMissing(f"the key store at {self.storage.url}/{self.prefix} vanished during the rotation")
-            doc = _load_json(cur.data, where)
-            if _under(doc, new):
-                break
-            context = _CHECK_CONTEXT + self.id.encode()
-            check = _unb64(doc.get("check"), where)
-            try:
-                value = old.unwrap(check, context)
-            except WrongKey:
-                new.unwrap(check, context)  # already rotated; WrongKey if neither
-                break
-            doc.update(check=_b64(new.wrap(value, context)), key_id=key_id_of(new), rotated=_now())
-            try:
-                self.storage.swap(self.prefix + STORE_FILE, _dump(doc), cur.token)
-                break
-            except PreconditionFailed:
-                continue
+        for _ in range(2):  # the second pass rewraps app keys created while the first one ran
+            for path in self._app_key_files():
+                context = self._context(_APP_CONTEXT, path[len(base) : -len(KEY_SUFFIX)])
+                n += self._rewrap(path, context, old, new, "wrapped")
+        self._rewrap(self.prefix + STORE_FILE, _CHECK_CONTEXT + self.id.encode(), old, new, "check")
         self.wrapper = new
         return n
-
