@@ -74,6 +74,16 @@ class IntegrityError(CastoreError):
         self.reason = reason
 
 
+class SealedFrameError(IntegrityError):
+    """An encrypted store's sealed frame does not open: the store was opened without its key or
+    with a wrong one, or the bytes were moved from another object or tenant, or damaged."""
+
+    def __init__(self, object_id: str, reason: str) -> None:
+        Exception.__init__(self, f"object {object_id} cannot be read: {reason}")
+        self.object_id = object_id
+        self.reason = reason
+
+
 class CorruptRef(IntegrityError):
     """A ref file holds something that is not a ref (garbage, bad target, a symbolic loop).
 

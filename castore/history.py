@@ -452,7 +452,7 @@ class History:
             if b is not None and len(canon[o.hex_id(b)]) <= SEGMENT_BODY_MAX:
                 parts.append(canon[o.hex_id(b)])
         new: dict[ObjectId, bytes] = {}
-        sid, sbytes = o.encode(Segment(start=commit.depth + 1 - K, objects=tuple(parts)))
+        sid, sbytes = self.objs.codec.encode(Segment(start=commit.depth + 1 - K, objects=tuple(parts)))
         new[sid] = sbytes
         prev: tuple[bytes, ...] = ()
         if hint.index:
@@ -461,7 +461,7 @@ class History:
                 raise IntegrityError(hint.index, "expected an index")
             prev = idx.segments
         index = Index(segments=prev + (o.raw_id(sid),))
-        iid, ibytes = o.encode(index)
+        iid, ibytes = self.objs.codec.encode(index)
         new[iid] = ibytes
         # A batch that crosses two block boundaries reads this index before it is stored.
         self.objs.cache(iid, index)

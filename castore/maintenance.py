@@ -212,7 +212,7 @@ def _load(store: Store, oids: list[str]) -> dict[str, Any]:
             out[oid] = None
             continue
         try:
-            out[oid] = o.decode(oid, o.from_stored(oid, stored))
+            out[oid] = o.decode(oid, store.objects.codec.from_stored(oid, stored))
         except IntegrityError as e:
             out[oid] = e
     return out
@@ -555,7 +555,7 @@ def _gc_packs(store: Store, names: list[str], live: set[str], out: GcReport, cut
             if oid in live or born.get(oid, cutoff) >= cutoff:
                 if oid not in keep:
                     frame = objs.read_frame(name, loc)
-                    o.from_stored(oid, frame)  # never carry damage into a new pack
+                    objs.codec.from_stored(oid, frame)  # never carry damage into a new pack
                     keep[oid] = frame
             else:
                 dead[oid] = loc.length if isinstance(loc, Slot) else loc.size

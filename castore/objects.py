@@ -14,6 +14,13 @@ the dictionary codec for objects up to :data:`DICT_MAX` bytes and plain zstd abo
 readers read all three, forever. The id never depends on compression. Every read re-hashes
 the canonical bytes: a mismatch is an :class:`~castore.errors.IntegrityError`.
 
+An encrypted store's objects go through a :class:`Codec` with keys: ids are blake3 keyed by
+the tenant's id key, and frames are *sealed*: header ``0x03``, then a nonce, the ciphertext
+of an ordinary frame (compression comes before encryption) and the AEAD tag, made by a
+:class:`Cipher` (``castore.crypto``; this module holds no cipher). :data:`PLAIN` is the
+codec of every other store: blake3 ids, plain frames, byte for byte what the module
+functions below make.
+
 This is the only module that imports msgspec, blake3 and zstandard.
 """
 
@@ -22,13 +29,13 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, NewType, TypeVar
+from typing import Any, Generic, NewType, Protocol, TypeVar
 
 import msgspec
 import zstandard
 from blake3 import blake3
 
-from .errors import FormatError, IntegrityError, InvalidEntry
+from .errors import FormatError, IntegrityError, InvalidEntry, SealedFrameError
 from .zdict import ZDICT
 
 FORMAT = 1
@@ -38,6 +45,7 @@ RawId = bytes  # 32 raw bytes of an ObjectId
 _RAW = b"\x00"
 _ZSTD = b"\x01"
 _ZDICT = b"\x02"
+_SEALED = b"\x03"  # a sealed frame: a Cipher's nonce, ciphertext of an ordinary frame, and tag
 #: objects shorter than this are stored raw (below it even the dictionary rarely pays for the frame)
 COMPRESS_MIN = 32
 #: objects up to this size use the dictionary; a larger one is its own context: plain zstd
@@ -238,16 +246,20 @@ def digest(canonical: bytes | memoryview) -> ObjectId:
 def digest_many(canonicals: Sequence[bytes]) -> list[ObjectId]:
     """The ids of many canonical bytes, in order (:func:`digest` of each: reading a long
     path hashes every commit and body it holds once)."""
+    return _digest_many(blake3(), canonicals)
+
+
+def _digest_many(h: Any, canonicals: Sequence[bytes]) -> list[ObjectId]:
+    """The digests by the fresh hasher ``h`` (plain or keyed) of ``canonicals``, in order."""
     # One hasher, reset after each object: making a hasher per object is a third of the
     # cost of hashing a small one, and blake3's hexdigest is slower than bytes.hex of its
     # digest (20,000 objects of 250-800 bytes: 12.9 ms against 17.6)
-    h = blake3()
     update, final, reset = h.update, h.digest, h.reset
     out: list[ObjectId] = []
     add = out.append
     for canonical in canonicals:
         update(canonical)
-        add(final().hex())  # type: ignore[arg-type]  # an ObjectId is its hex string
+        add(final().hex())
         reset()
     return out
 
@@ -263,11 +275,20 @@ def encode(obj: _Object) -> tuple[ObjectId, bytes]:
     Raises:
         InvalidEntry: the object holds a value msgpack cannot encode.
     """
+    data = _canonical(obj)
+    return digest(data), data
+
+
+def _canonical(obj: _Object) -> bytes:
+    """The canonical bytes of ``obj``.
+
+    Raises:
+        InvalidEntry: the object holds a value msgpack cannot encode.
+    """
     try:
-        data = _encoder.encode(obj)
+        return _encoder.encode(obj)
     except (TypeError, ValueError, OverflowError) as e:
         raise InvalidEntry(f"cannot encode {type(obj).__name__}: {e}") from e
-    return digest(data), data
 
 
 def to_stored(canonical: bytes, compress: bool = True) -> bytes:
@@ -300,11 +321,7 @@ def from_stored(oid: str, stored: bytes) -> bytes:
         IntegrityError: unknown header, bad compression, a frame declaring no size or more
             than :data:`MAX_OBJECT_SIZE`, or a hash mismatch.
     """
-    canonical = unframe(stored, oid)
-    actual = digest(canonical)
-    if actual != oid:
-        raise IntegrityError(oid, f"content hashes to {actual}")
-    return canonical
+    return PLAIN.from_stored(oid, stored)
 
 
 def unframe(stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OBJECT_SIZE) -> bytes:
@@ -337,6 +354,8 @@ def unframe(stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OB
                 pool.give(d)
         except zstandard.ZstdError as e:
             raise IntegrityError(what, f"bad compressed data ({e})") from e
+    if head == _SEALED:
+        raise SealedFrameError(what, "it is sealed (an encrypted store's): open the store with its key")
     raise IntegrityError(what, f"unknown header byte 0x{stored[0]:02x}")
 
 
@@ -476,6 +495,167 @@ def frame_block(data: bytes, level: int, cuts: Sequence[int] = ()) -> bytes:
     finally:
         pool.give(c)
     return _ZSTD + z if len(z) < len(data) else _RAW + data
+
+
+class Cipher(Protocol):
+    """An authenticated cipher (:class:`castore.crypto.aead.AeadCipher`): what a :class:`Codec`
+    seals frames with."""
+
+    def seal(self, plaintext: bytes, ad: bytes) -> bytes:
+        """``plaintext`` encrypted and bound to ``ad``: nonce, ciphertext and tag."""
+        ...
+
+    def open(self, sealed: bytes, ad: bytes) -> bytes:
+        """The plaintext of :meth:`seal`'s output.
+
+        Raises:
+            IntegrityError: it does not authenticate under this key and ``ad``.
+        """
+        ...
+
+
+#: the associated data of a sealed loose object (then tenant, NUL, raw id) and of a sealed
+#: pack record (then tenant): a ciphertext moved to another id or tenant does not open
+_OBJECT_AD = b"castore/obj/v1\0"
+_RECORD_AD = b"castore/rec/v1\0"
+
+
+class Codec:
+    """How objects become ids and stored bytes (docs/FORMAT.md). :data:`PLAIN` (no keys): blake3
+    ids and plain frames, today's format. With ``id_key``, an id is blake3 keyed by it (equal
+    content under two keys: two ids, and nobody without the key learns that two objects are
+    equal); with ``cipher`` too, every frame this codec makes is sealed (``0x03``): a loose
+    object's bound to its id and ``tenant``, a pack record's (:meth:`seal_record`) to
+    ``tenant`` (each object in it is bound to its id by the keyed hash every read checks).
+
+    Reading takes plain frames as well (a packed object is handed around as the plain frame
+    of its bytes once its record opened): the keyed id every read checks is what binds
+    bytes to an id, and nobody without the key can make bytes that hash to one.
+
+    Raises:
+        InvalidEntry: (constructor) an ``id_key`` that is not 32 bytes, or a ``cipher``
+            without an ``id_key`` (plain ids would tell who holds the storage which sealed
+            objects are equal, and confirm a guess of their content).
+    """
+
+    __slots__ = ("id_key", "cipher", "tenant", "keyed", "_record_ad")
+
+    def __init__(self, id_key: bytes | None = None, cipher: Cipher | None = None, tenant: bytes = b"") -> None:
+        if id_key is not None and len(id_key) != 32:
+            raise InvalidEntry(f"an id key is 32 bytes, not {len(id_key)}")
+        if cipher is not None and id_key is None:
+            raise InvalidEntry("a codec that seals frames needs keyed ids (id_key)")
+        self.id_key = id_key
+        self.cipher = cipher
+        self.tenant = bytes(tenant)
+        #: True when ids are keyed and frames sealed (an encrypted store's codec)
+        self.keyed = id_key is not None and cipher is not None
+        self._record_ad = _RECORD_AD + self.tenant
+
+    def __repr__(self) -> str:
+        if self.id_key is None:
+            return "Codec(PLAIN)"
+        return f"Codec(keyed ids, {'sealed' if self.cipher else 'plain'} frames, tenant={self.tenant!r})"
+
+    def compatible(self, other: Codec) -> bool:
+        """Whether ``other`` makes the same ids and opens the same sealed frames as this codec
+        (the same keys and tenant): sync copies stored frames only between such codecs."""
+        if other is self:
+            return True
+        return self.id_key == other.id_key and self.tenant == other.tenant and self.cipher == other.cipher
+
+    # -- ids -----------------------------------------------------------------------------
+    def digest(self, canonical: bytes | memoryview) -> ObjectId:
+        """The id of canonical bytes under this codec."""
+        if self.id_key is None:
+            return ObjectId(blake3(canonical).digest().hex())
+        return ObjectId(blake3(canonical, key=self.id_key).digest().hex())
+
+    def digest_many(self, canonicals: Sequence[bytes]) -> list[ObjectId]:
+        """The ids of many canonical bytes, in order (:meth:`digest` of each, batched)."""
+        return _digest_many(blake3() if self.id_key is None else blake3(key=self.id_key), canonicals)
+
+    def encode(self, obj: _Object) -> tuple[ObjectId, bytes]:
+        """Encode an object canonically and return ``(id under this codec, canonical bytes)``.
+
+        Raises:
+            InvalidEntry: the object holds a value msgpack cannot encode.
+        """
+        data = _canonical(obj)
+        return self.digest(data), data
+
+    # -- frames ----------------------------------------------------------------------------
+    def to_stored(self, canonical: bytes, compress: bool = True, oid: str | None = None) -> bytes:
+        """:func:`to_stored` of ``canonical``, sealed (bound to its id ``oid``, computed when not
+        given, and the tenant) when this codec has a cipher: a loose object's bytes."""
+        frame = to_stored(canonical, compress)
+        if self.cipher is None:
+            return frame
+        return self._seal(frame, self._object_ad(oid if oid is not None else self.digest(canonical)))
+
+    def seal_record(self, frame: bytes) -> bytes:
+        """A pack record's payload made of its content's ``frame``: sealed and bound to the
+        tenant when this codec has a cipher, else ``frame`` itself."""
+        if self.cipher is None:
+            return frame
+        return self._seal(frame, self._record_ad)
+
+    def frame_block(self, data: bytes, level: int, cuts: Sequence[int] = ()) -> bytes:
+        """:func:`frame_block`, sealed as a record's payload (:meth:`seal_record`)."""
+        return self.seal_record(frame_block(data, level, cuts))
+
+    def unframe(self, stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OBJECT_SIZE,
+                oid: str | None = None) -> bytes:
+        """:func:`unframe`, opening a sealed frame first: a loose object's, bound to its id
+        ``oid``, or (``oid`` None) a pack record's payload. No id is checked here.
+
+        Raises:
+            IntegrityError: (naming ``what``) as :func:`unframe`.
+            SealedFrameError: (an IntegrityError) a sealed frame that does not open (a wrong
+                key, or bytes moved from another id or tenant, or damaged), or that this codec
+                has no key for.
+        """
+        if stored[:1] != _SEALED:
+            return unframe(stored, what, limit)
+        if self.cipher is None:
+            raise SealedFrameError(what, "it is sealed (an encrypted store's): open the store with its key")
+        ad = self._record_ad if oid is None else self._object_ad(oid)
+        try:
+            frame = self.cipher.open(bytes(stored[1:]), ad)
+        except IntegrityError as e:
+            raise SealedFrameError(what, e.reason) from e
+        if frame[:1] == _SEALED:
+            raise IntegrityError(what, "a sealed frame inside a sealed frame")
+        return unframe(frame, what, limit)
+
+    def from_stored(self, oid: str, stored: bytes) -> bytes:
+        """Open and unframe stored bytes and check that they hash to ``oid`` under this codec;
+        return canonical bytes.
+
+        Raises:
+            IntegrityError: as :meth:`unframe`, or a hash mismatch.
+        """
+        canonical = self.unframe(stored, oid, oid=oid)
+        actual = self.digest(canonical)
+        if actual != oid:
+            raise IntegrityError(oid, f"content hashes to {actual}")
+        return canonical
+
+    def _seal(self, frame: bytes, ad: bytes) -> bytes:
+        assert self.cipher is not None  # callers check
+        return _SEALED + self.cipher.seal(frame, ad)
+
+    def _object_ad(self, oid: str) -> bytes:
+        return _OBJECT_AD + self.tenant + b"\0" + raw_id(oid)
+
+
+#: the codec of an unencrypted store: blake3 ids, plain frames (byte for byte the module functions)
+PLAIN = Codec()
+
+
+def is_sealed(stored: bytes | memoryview) -> bool:
+    """Whether stored bytes are a sealed frame (``0x03``, an encrypted store's)."""
+    return stored[:1] == _SEALED
 
 
 #: the first bytes after the map header of a canonical Segment or Index (the tag comes first)

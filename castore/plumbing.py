@@ -505,7 +505,7 @@ class Batch:
         Raises:
             InvalidEntry: it cannot be encoded.
         """
-        oid, canonical = o.encode(obj)
+        oid, canonical = self.objs.codec.encode(obj)
         self.pending[oid] = canonical
         return oid
 
@@ -518,7 +518,7 @@ class Batch:
         """
         parents = (o.raw_id(self.tip),) if self.tip else ()
         commit = make(parents, self.depth, o.raw_id(self.hint.index) if self.hint.index else None)
-        cid, canonical = o.encode(commit)
+        cid, canonical = self.objs.codec.encode(commit)
         self.pending[cid] = canonical
         self.objs.cache(cid, commit)
         self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending)

@@ -23,6 +23,8 @@ _HEX = "0123456789abcdef"
 
 
 def _bucket(key: str, level: int) -> str:
+    # the layout of a tree, not an id: plain blake3 in every store (an encrypted store's trees
+    # are sealed, and the same key must fall in the same bucket whatever the codec)
     return o.digest(key.encode("utf-8"))[level]
 
 
@@ -34,7 +36,7 @@ class StateWriter:
         self.pending: dict[ObjectId, bytes] = {}
 
     def _add(self, obj: AnyObject) -> bytes:
-        oid, canonical = o.encode(obj)
+        oid, canonical = self.objs.codec.encode(obj)
         self.pending[oid] = canonical
         self.objs.cache(oid, obj)
         return o.raw_id(oid)

@@ -33,7 +33,7 @@ from .errors import (
 )
 from .groupcommit import GroupCommit
 from .history import History
-from .objects import Commit, ObjectId
+from .objects import PLAIN, Codec, Commit, ObjectId
 from .objectstore import STORE_FORMAT, ObjectStore
 from .plumbing import (
     HEADS,
@@ -145,7 +145,9 @@ class Store:
     with ref swaps journaled in the writer's log; 2, packs, on object storage and memory;
     docs/FORMAT.md);
     an existing store keeps the format its ``castore.json`` names unless ``format`` is
-    higher. Use as a context manager, or call :meth:`close`.
+    higher. ``codec``: how objects become ids and stored bytes (:class:`~castore.objects.Codec`;
+    an encrypted store's has keys; default :data:`~castore.objects.PLAIN`). Use as a context
+    manager, or call :meth:`close`.
 
     ``layout`` (a new store; docs/FORMAT.md 2): ``"flat"`` (default) or ``"tenants"``, where
     each (app, user) keeps its refs, packs and loose objects in a complete store of its own
@@ -162,7 +164,7 @@ class Store:
 
     def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None,
                  format: int | None = None,  # noqa: A002 - the store's format, as in castore init --format
-                 auto_repack: bool | None = None, layout: str | None = None,
+                 auto_repack: bool | None = None, layout: str | None = None, codec: Codec = PLAIN,
                  tenant_options: TenantOptions | None = None,
                  _tenant_of: tuple[Store, str, str] | None = None) -> None:
         if layout is not None and layout not in LAYOUTS:
@@ -176,7 +178,7 @@ class Store:
         self._tenant_of = _tenant_of
         self._tenants: dict[tuple[str, str], Store] = {}
         self._tenants_lock = threading.Lock()
-        self.objects = ObjectStore(storage, compress=compress, auto_repack=auto_repack is not False)
+        self.objects = ObjectStore(storage, compress=compress, auto_repack=auto_repack is not False, codec=codec)
         self.refs = RefStore(storage)
         self.history = History(self.objects)
         #: the one write path: every commit and ref move of this store goes through it

@@ -40,6 +40,7 @@ from .errors import (
     IntegrityError,
     InvalidName,
     RefConflict,
+    SealedFrameError,
 )
 from .history import BlockPath, Hint, K, merge_depth
 from .objects import Commit, Index, Tree
@@ -835,6 +836,11 @@ def _tracking_ref(ref: str, remote: str) -> str:
 def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: ProgressFn | None,
           pull_remote: str | None) -> SyncReport:
     src.require()
+    if not src.objects.codec.compatible(dst.objects.codec):
+        # stored frames are copied as they are: another codec would neither find them under
+        # its ids nor open them (and a plain store would be handed an encrypted one's objects)
+        raise SealedFrameError(f"{src.url} -> {dst.url}", "the two stores have different codecs (keys or "
+                               "tenant): open both with the same keys to copy between them")
     if not dst.exists:
         # A new destination takes the source's storage format (a format-2 store pushed to
         # a new bucket stays packed; a format-1 one stays loose).
@@ -872,6 +878,8 @@ def push(src: Store, dst: Store, sessions: Selection = None, force: bool = False
         StoreNotFound: ``src`` has no store.
         InvalidName: a bad name in ``sessions``.
         ObjectNotFound, IntegrityError: ``src`` is damaged.
+        SealedFrameError: (an IntegrityError) the two stores have different codecs (an
+            encrypted store and a plain one, or other keys or tenant): nothing is sent.
         StorageError: a backend failed (what was sent stays; refs point only at complete
             histories, and pushing again sends only the rest).
     """

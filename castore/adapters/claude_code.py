@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from ..objects import Codec
 from .detect import refuse_other
 from .jsonl_tree import (
     NOT_JSON,
@@ -241,15 +242,16 @@ def _message(d: dict[str, Any]) -> Message | None:
         return None
 
 
-def _entry(n: int, raw: bytes, d: dict[str, Any]) -> Event:
-    """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object)."""
+def _entry(n: int, raw: bytes, d: dict[str, Any], codec: Codec) -> Event:
+    """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object;
+    ``codec``: the store's, which names the line's blob)."""
     t = d.get("type") if isinstance(d.get("type"), str) else None
     u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
     msg = _message(d) if t in _TURNS and u is not None else None
     when = parse_time(d.get("timestamp"))
     if when is None and isinstance(d.get("snapshot"), dict):  # a file-history-snapshot line
         when = parse_time(d["snapshot"].get("timestamp"))
-    meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), **({"uuid": u} if u else {}),
+    meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw, codec), **({"uuid": u} if u else {}),
                                   **({"type": t} if t else {})}}
     if when is not None:
         meta["time"] = when
@@ -397,7 +399,8 @@ class _Sidechains:
         if agent and th.agent is None:
             th.agent = agent
         t = d.get("type")
-        self._writer(sid).add(n, parent, raw, _entry(n, raw, d), t in _TURNS and u is not None)
+        self._writer(sid).add(n, parent, raw, _entry(n, raw, d, self.imp.store.objects.codec),
+                              t in _TURNS and u is not None)
         if u is not None:
             self.uuids.setdefault(u, (sid, n))
         th.cursor = n
@@ -551,7 +554,7 @@ class _Importer:
             if isinstance(mark, str) and mark in self._own():  # castore's own commit, as export wrote it
                 w.flush()
                 put_blobs(self.store, [raw])
-                adopted[str(n)] = [mark, blob_id(raw), *([u] if u else [])]
+                adopted[str(n)] = [mark, blob_id(raw, self.store.objects.codec), *([u] if u else [])]
                 w.cid[n] = mark
                 if u is not None:
                     uuids.setdefault(u, n)
@@ -574,7 +577,7 @@ class _Importer:
                     reach.add(u)
             else:
                 reach = {x for x in (p, u) if x is not None}
-            w.add(n, parent, raw, _entry(n, raw, d), turn)
+            w.add(n, parent, raw, _entry(n, raw, d, self.store.objects.codec), turn)
             if side is not None and t == "assistant":
                 side.saw_task(n, d)
             if u is not None:
@@ -638,7 +641,7 @@ class _Importer:
         old = (self.info.get(KEY) or {}).get("files") or {}
         for rel, full in self.src.side_files.items():
             with open(full, "rb") as fh:
-                if old.get(rel) != blob_id(fh.read()):
+                if old.get(rel) != blob_id(fh.read(), self.store.objects.codec):
                     return True
         return False
 

@@ -282,7 +282,7 @@ class _Importer:
                 if isinstance(mark, str) and mark in own():  # castore's own commit, as export wrote it
                     w.flush()
                     put_blobs(self.store, [raw])
-                    adopted[str(n)] = [mark, blob_id(raw)]
+                    adopted[str(n)] = [mark, blob_id(raw, self.store.objects.codec)]
                     if _is_turn(d):
                         st.turns.append([n, parent, None])
                     w.cid[n] = mark
@@ -297,7 +297,7 @@ class _Importer:
                 if _is_turn(d):
                     st.turns.append([n, parent, None])
                 msg = _message(d)
-                m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session.id,
+                m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw, self.store.objects.codec), "f": session.id,
                                            **({"type": d["type"]} if isinstance(d.get("type"), str) else {})}}
                 when = parse_time(d.get("timestamp"))
                 if when is not None:

@@ -218,7 +218,8 @@ def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
 
 def put_blobs(store: SessionHost, raws: list[bytes]) -> list[str]:
     """Store each bytes as a blob (content-addressed: a line seen before costs nothing)."""
-    enc = [o.encode(Blob(data=r)) for r in raws]
+    encode = store.objects.codec.encode
+    enc = [encode(Blob(data=r)) for r in raws]
     store.objects.put_encoded(enc)
     return [oid for oid, _ in enc]
 
@@ -317,7 +318,7 @@ class TreeWriter:
             self.last_time = float(when)
         hit = self.stored.get(n)
         if hit is not None:
-            if hit[1] != blob_id(raw):
+            if hit[1] != blob_id(raw, self.session.store.objects.codec):
                 raise LineChanged(self.key, f"line {n + 1} is not the one an interrupted import stored "
                                             "(file rewritten?)")
             self.flush()
@@ -421,9 +422,9 @@ def meta_of(n: int, raw_id: str, when: float | None, **extra: Any) -> dict[str, 
     return m
 
 
-def blob_id(raw: bytes) -> str:
-    """The id the blob of these bytes has."""
-    return o.encode(Blob(data=raw))[0]
+def blob_id(raw: bytes, codec: o.Codec = o.PLAIN) -> str:
+    """The id the blob of these bytes has under ``codec`` (the store's). Raises nothing."""
+    return codec.encode(Blob(data=raw))[0]
 
 
 def archived_rows(session: Session, key: str, file: str | None = None,

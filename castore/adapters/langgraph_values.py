@@ -120,7 +120,7 @@ class ChannelValues:
     # -- encoding values -------------------------------------------------------------------
     def put_obj(self, pending: dict[str, bytes], obj: Any) -> bytes:
         """Encode ``obj`` into ``pending`` (written by the caller with its commit); return its raw id."""
-        oid, canonical = o.encode(obj)
+        oid, canonical = self.store.objects.codec.encode(obj)
         pending[oid] = canonical
         self.store.objects.cache(oid, obj)
         return o.raw_id(oid)
@@ -287,7 +287,7 @@ class ChannelValues:
                     k = f"t{j}"
                     tops.append((1, "e", root.refs[k] if k in root.refs else tuple(root.values[k])))
             except (KeyError, TypeError, ValueError) as e:
-                raise o.IntegrityError(o.encode(root)[0], f"list root lacks element {e}") from e
+                raise o.IntegrityError(self.store.objects.codec.encode(root)[0], f"list root lacks element {e}") from e
             return tops
         sizes = _block_sizes(int(root.values.get("n", 0)))
         tops = []

@@ -305,7 +305,7 @@ def cat_object_cmd(store: Store, object_id: str, as_json: bool) -> None:
         raise click.ClickException(f"{object_id!r} is not an object id: give 4 to 64 hex characters (0-9, a-f), "
                                    f"e.g. a commit id from {hint('log -s APP/USER/SESSION', session=False)}")
     oid = store.objects.resolve_prefix(object_id)
-    print_json(r.object_json(oid, store.objects.get(oid)))
+    print_json(r.object_json(oid, store.objects.get(oid), store.objects.codec))
 
 
 def register(group: click.Group) -> None:

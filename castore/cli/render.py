@@ -217,8 +217,9 @@ def session_info_json(s: SessionInfo) -> dict[str, Any]:
     }
 
 
-def object_json(oid: str, obj: Any) -> dict[str, Any]:
-    """A stored object as JSON: its type and fields, with every id written in hex."""
+def object_json(oid: str, obj: Any, codec: o.Codec = o.PLAIN) -> dict[str, Any]:
+    """A stored object as JSON: its type and fields, with every id written in hex (a segment's
+    objects by their ids under ``codec``, the store's). Raises nothing."""
     hx = o.hex_id
     if isinstance(obj, o.Commit):
         doc: dict[str, Any] = {
@@ -236,7 +237,7 @@ def object_json(oid: str, obj: Any) -> dict[str, Any]:
         doc = {"type": "tree", "values": obj.values, "refs": {k: hx(v) for k, v in obj.refs.items()},
                "sub": {k: hx(v) for k, v in obj.sub.items()}}
     elif isinstance(obj, o.Segment):
-        doc = {"type": "segment", "start": obj.start, "objects": [o.digest(b) for b in obj.objects]}
+        doc = {"type": "segment", "start": obj.start, "objects": codec.digest_many(obj.objects)}
     elif isinstance(obj, o.Index):
         doc = {"type": "index", "segments": [hx(s) for s in obj.segments]}
     else:

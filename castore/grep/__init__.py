@@ -25,7 +25,9 @@ ref layer tells which refs moved since the index last looked
 and only those sessions are read again and written to the index's small second segment (the
 rest of the index is not rewritten).
 
-Without the index (``index=False``, ``--no-index``), a format-2 store is *scanned* (every
+An encrypted store has no index (it would hold its text in the clear): it is always searched
+without one, its objects opened in memory. Without the index (``index=False``,
+``--no-index``), a format-2 store is *scanned* (every
 stored object read once, store-wide) and a format-1 store is *walked* (each session's
 branches; ``scan=False`` forces it): :mod:`castore.grep.scan`.
 
@@ -84,7 +86,7 @@ from ..entries import INJECTED
 from ..errors import CastoreError
 from ..objectstore import gc_paused
 from .blocks import TOOL_ROLES, blocks, context_entries
-from .index import hits, open_index, search_plan
+from .index import hits, indexable, open_index, search_plan
 from .match import (
     LineMatch,
     Match,
@@ -199,7 +201,7 @@ def _by_index(store: Store, pattern: str, options: dict[str, Any], form: int) ->
     index = options.get("index")
     if index is None:
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
-    if not index or options.get("context") or options.get("typed"):
+    if not index or not indexable(store) or options.get("context") or options.get("typed"):
         return None
     what = {k: v for k, v in options.items() if k not in _HOW}
     rx, want_kinds, _, _, _, keep_block, _, filtered = _options(pattern, **what)
@@ -277,7 +279,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         context: also give this many entries before and after each match on its branch.
         index: search through the local index (:mod:`castore.grep.index`, brought up to date
             first) rather than by reading every object; None: for every store but ``memory://``.
-            Both give the same matches.
+            Both give the same matches. An encrypted store is never searched through an index.
         check_index: bring the index up to date with the store's refs first (False: trust it
             as the last import or search left it, skipping even the ref-change log's ``stat``).
         scan: without the index, read every stored object once, store-wide, rather than
@@ -310,7 +312,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         return
     if index is None:
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
-
+    index = index and indexable(store)
     if index:
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
                                check_index, _MATCHES)

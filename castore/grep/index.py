@@ -97,6 +97,13 @@ class IndexError_(CastoreError, OSError):
     """The search index cannot be written (its folder is not writable)."""
 
 
+def indexable(store: Store) -> bool:
+    """Whether ``store`` may have a search index: not an encrypted one (its codec seals frames),
+    whose index would hold the text of every session in the clear; grep scans such a store,
+    opening its objects in memory, and writes nothing. Raises nothing."""
+    return store.objects.codec.cipher is None
+
+
 def index_dir(store: Store) -> str:
     """The folder of ``store``'s index."""
     base = os.environ.get("CASTORE_GREP_INDEX") or os.path.join(
@@ -299,6 +306,8 @@ class Index:
     """An open, fresh index of one store (see the module docstring)."""
 
     def __init__(self, store: Store, folder: str | None = None) -> None:
+        if not indexable(store):
+            raise IndexError_("an encrypted store has no search index (it would hold its text in the clear)")
         self.store = store
         self.folder = folder or index_dir(store)
         #: per session number: ``[app, user, session, segment name or None, first block in main,
@@ -706,10 +715,11 @@ def update_if_present(store: Store) -> bool:
     Raises:
         IndexError_, StorageError, IntegrityError.
     """
-    if not os.path.exists(os.path.join(index_dir(store), "state.json")):
+    if not indexable(store) or not os.path.exists(os.path.join(index_dir(store), "state.json")):
         return False
     open_index(store)
     return True
 
 
-__all__ = ["COMPACT", "HIT_COLS", "Index", "IndexError_", "hits", "index_dir", "open_index", "search_plan"]
+__all__ = ["COMPACT", "HIT_COLS", "Index", "IndexError_", "hits", "index_dir", "indexable", "open_index",
+           "search_plan"]

@@ -277,7 +277,7 @@ class _Scan:
             return
         # every id is the hash of the bytes it names: bytes taken for an object that is not
         # one are never asked for
-        self.paths = dict(zip(o.digest_many(self.found), self.found, strict=True))
+        self.paths = dict(zip(self.store.objects.codec.digest_many(self.found), self.found, strict=True))
         # the commits are looked for once every body is known (a commit may be stored before its
         # body: sync can do that): a few bodies by their ids, in C; many, by every body reference
         # and a set
@@ -335,7 +335,7 @@ class _Scan:
             return
         # hashed for their ids and decoded here, not through the store's cache: a common word
         # makes most bodies candidates, and the scan keeps what it needs of them itself
-        ids = o.digest_many(raws)
+        ids = self.store.objects.codec.digest_many(raws)
         for oid, obj in zip(ids, o.decode_many(ids, raws), strict=True):
             if isinstance(obj, Value):
                 self.bodies[o.raw_id(oid)] = obj.value
@@ -362,7 +362,7 @@ class _Scan:
         picked = [i for i in dict.fromkeys(bisect.bisect_right(starts, at) - 1 for at in hits)
                   if content[spans[i][0] + _T0:spans[i][0] + _T1] == tag]
         raws = [content[spans[i][0]:sum(spans[i])] for i in picked]
-        self._adopt(o.digest_many(raws), raws)
+        self._adopt(self.store.objects.codec.digest_many(raws), raws)
 
     def _adopt(self, ids: Sequence[str], raws: Sequence[bytes]) -> None:
         """Keep the commits ``raws`` (by their ``ids``) that name a body that may match."""

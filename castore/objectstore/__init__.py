@@ -25,6 +25,10 @@ Writing an object that exists is harmless; every batch writes all its objects (r
 a loose object refreshes its age, which is what makes gc's grace period a guarantee).
 Every read re-hashes the stored bytes. Decoded objects are immutable, so they are cached
 per process (bounded) and shared between readers.
+
+Every id and every stored frame is made by the store's :class:`~castore.objects.Codec`
+(:attr:`ObjectStore.codec`; :data:`~castore.objects.PLAIN` unless told otherwise): an
+encrypted store's keyed ids and sealed loose objects and pack records.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .. import objects as o
-from ..errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound
+from ..errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound, SealedFrameError
 from ..objects import AnyObject, ObjectId
 from ..storage import RefIntent, Storage
 from . import packs
@@ -109,9 +113,11 @@ class ObjectStore:
     """
 
     def __init__(self, storage: Storage, compress: bool = True, format: int = 1,  # noqa: A002
-                 auto_repack: bool = True) -> None:
+                 auto_repack: bool = True, codec: o.Codec = o.PLAIN) -> None:
         self.storage = storage
         self.compress = compress
+        #: how objects become ids and stored bytes (keyed ids, sealed frames in an encrypted store)
+        self.codec = codec
         # decoded objects, oldest first (a plain dict: a cold read of a long path puts and
         # looks up tens of thousands at once, 4-7x faster than in an OrderedDict)
         self._cache: dict[str, AnyObject] = {}
@@ -121,7 +127,7 @@ class ObjectStore:
         self._recent_bytes = 0
         # a backend that keeps Storage's open_appender cannot append (object stores): known
         # before the first write, so that no swap hands such a backend a journal (format 3)
-        self.packmap = PackMap(storage, no_append=type(storage).open_appender is Storage.open_appender)
+        self.packmap = PackMap(storage, no_append=type(storage).open_appender is Storage.open_appender, codec=codec)
         self.repacker = Repacker(storage, self.packmap, auto=auto_repack)
         self.writer_log = WriterLog(storage, self.packmap, self.repacker, recent=self._recent)
         self.format = 1
@@ -191,7 +197,7 @@ class ObjectStore:
         Raises:
             InvalidEntry: the object cannot be encoded.
         """
-        return o.encode(obj)
+        return self.codec.encode(obj)
 
     def put(self, obj: AnyObject) -> ObjectId:
         """Store one object and return its id.
@@ -213,7 +219,8 @@ class ObjectStore:
             InvalidEntry: an object cannot be encoded (nothing is written).
             StorageError: the backend failed.
         """
-        encoded = [o.encode(obj) for obj in objs]
+        encode = self.codec.encode
+        encoded = [encode(obj) for obj in objs]
         self.put_encoded(encoded)
         for (oid, _), obj in zip(encoded, objs, strict=True):
             self._remember(oid, obj)
@@ -249,12 +256,15 @@ class ObjectStore:
         loose: dict[str, bytes] = {}
         small: list[tuple[str, bytes]] = []
         ids: list[str] = []
+        codec = self.codec
         for oid, canonical, frame in items:
             ids.append(oid)
             if self._packed(canonical):
                 small.append((oid, canonical))
+            elif frame is None or (codec.cipher is not None and not o.is_sealed(frame)):
+                loose[object_key(oid)] = codec.to_stored(canonical, self.compress, oid)
             else:
-                loose[object_key(oid)] = frame if frame is not None else o.to_stored(canonical, self.compress)
+                loose[object_key(oid)] = frame
         if loose:
             self.storage.write_many(loose)
         written = sum(len(f) for f in loose.values())
@@ -276,9 +286,9 @@ class ObjectStore:
         """
         todo: list[tuple[str, bytes, bytes | None]] = []
         for oid, stored in items.items():
-            canonical = o.from_stored(oid, stored)
+            canonical = self.codec.from_stored(oid, stored)
             if stored[:1] == b"\x00" and self.compress:
-                stored = o.to_stored(canonical)  # read raw from a version-2 pack: compress it loose
+                stored = self.codec.to_stored(canonical, oid=oid)  # read raw from a version-2 pack: compress it loose
             todo.append((oid, canonical, stored))
         self._write_objects(todo)
 
@@ -288,7 +298,7 @@ class ObjectStore:
         return oid in self._cache or oid in self._canonical or self.packmap.mapped(oid)
 
     def _checked(self, oid: str, stored: bytes) -> tuple[bytes, bytes]:
-        """``(stored, canonical)``: :func:`objects.from_stored`, except that bytes failing their
+        """``(stored, canonical)``: the codec's ``from_stored``, except that bytes failing their
         id through an index not yet checked get that index checked first: a damaged index is
         dropped, its pack scanned, and the object read again.
 
@@ -297,14 +307,22 @@ class ObjectStore:
             ObjectNotFound: the object was only where the damaged index said.
         """
         try:
-            return stored, o.from_stored(oid, stored)
+            return stored, self.codec.from_stored(oid, stored)
         except IntegrityError:
             if not self.packmap.recheck_object(oid):
                 raise
         again = self._stored(oid)
         if again is None:
-            raise ObjectNotFound(oid)
-        return again, o.from_stored(oid, again)
+            raise self._missing(oid)
+        return again, self.codec.from_stored(oid, again)
+
+    def _missing(self, oid: str) -> Exception:
+        """What to raise for an object found nowhere: :class:`ObjectNotFound`, or, when this
+        store's sealed records do not open (a wrong key), :class:`SealedFrameError` naming ``oid``."""
+        failed = self.packmap.wrong_key()
+        if failed is not None:
+            return SealedFrameError(oid, f"not in any record that opens; {failed.reason}")
+        return ObjectNotFound(oid)
 
     def _stored(self, oid: str) -> bytes | None:
         """The stored frame of ``oid`` wherever it is (pack or loose), or None; not verified."""
@@ -388,7 +406,7 @@ class ObjectStore:
         if canonical is None:
             stored = self._stored(oid)
             if stored is None:
-                raise ObjectNotFound(oid)
+                raise self._missing(oid)
             canonical = self._checked(oid, stored)[1]
         obj = o.decode(oid, canonical)
         self._remember(oid, obj, size=len(canonical))
@@ -425,9 +443,9 @@ class ObjectStore:
             for oid in todo:
                 stored = got.get(oid)
                 if stored is None:
-                    if missing_ok:
+                    if missing_ok and self.packmap.wrong_key() is None:
                         continue
-                    raise ObjectNotFound(oid)
+                    raise self._missing(oid)
                 canonical = self._checked(oid, stored)[1]
                 obj = o.decode(oid, canonical)
                 self._remember(oid, obj, size=len(canonical))
@@ -458,7 +476,7 @@ class ObjectStore:
                 todo.append(oid)
         if todo:
             for oid, stored in self.get_stored_many(todo).items():
-                out[oid] = o.from_stored(oid, stored)
+                out[oid] = self.codec.from_stored(oid, stored)
         return out
 
     def adopt_canonical_many(self, canonicals: Sequence[bytes]) -> list[tuple[ObjectId, AnyObject]]:
@@ -471,7 +489,7 @@ class ObjectStore:
             IntegrityError: some bytes are not a castore object.
         """
         with gc_paused():
-            ids = o.digest_many(canonicals)
+            ids = self.codec.digest_many(canonicals)
             cache = self._cache
             if cache.keys().isdisjoint(ids) and max(map(len, canonicals), default=0) <= CACHE_MAX_OBJECT:
                 # the usual cold read: nothing cached yet, nothing too big to cache; no loop
@@ -503,7 +521,7 @@ class ObjectStore:
 
     def add_known_canonical(self, canonical: bytes) -> ObjectId:
         """Register verified canonical bytes found inside a segment; return their id."""
-        oid = o.digest(canonical)
+        oid = self.codec.digest(canonical)
         if oid not in self._cache:
             self._canonical[oid] = canonical
         return oid
@@ -516,7 +534,7 @@ class ObjectStore:
         """
         stored = self._stored(oid)
         if stored is None:
-            raise ObjectNotFound(oid)
+            raise self._missing(oid)
         return self._checked(oid, stored)[0]
 
     def get_stored_many(self, oids: Sequence[str]) -> dict[str, bytes]:
@@ -530,7 +548,7 @@ class ObjectStore:
         for oid in oids:
             stored = got.get(oid)
             if stored is None:
-                raise ObjectNotFound(oid)
+                raise self._missing(oid)
             out[oid] = self._checked(oid, stored)[0]
         return out
 
@@ -553,7 +571,7 @@ class ObjectStore:
             if stored is None or not self.packmap.unchecked(oid):
                 continue
             try:
-                o.from_stored(oid, stored)
+                self.codec.from_stored(oid, stored)
             except IntegrityError:
                 if self.packmap.recheck_object(oid):
                     got[oid] = self._stored(oid)
@@ -688,13 +706,15 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
-        loose = [object_key(oid) for oid in self.iter_loose_ids()]
+        loose = list(self.iter_loose_ids())
         for i in range(0, len(loose), 256):
-            for raw in self.storage.read_many(loose[i:i + 256]).values():
+            got = self.storage.read_many([object_key(oid) for oid in loose[i:i + 256]])
+            for oid in loose[i:i + 256]:
+                raw = got.get(object_key(oid))
                 if raw is None:
                     continue  # collected since the listing
                 try:
-                    canonical = o.unframe(raw)
+                    canonical = self.codec.unframe(raw, oid=oid)
                 except IntegrityError:
                     continue
                 yield canonical, False
@@ -832,7 +852,7 @@ class ObjectStore:
                 for oid, stored in self.read_stored_many(ids[i:i + _REPACK_BATCH]).items():
                     if stored is None:
                         continue
-                    canonical = o.from_stored(oid, stored)
+                    canonical = self.codec.from_stored(oid, stored)
                     if len(canonical) <= LOOSE_MIN or (len(canonical) <= PATH_OBJECT_MAX
                                                        and o.is_path_object(canonical)):
                         extra.append((oid, canonical))
@@ -931,16 +951,22 @@ class ObjectStore:
     def read_stored_packed(self, oids: Sequence[str]) -> dict[str, bytes]:
         """Stored bytes of several objects (for sync), read as :meth:`read_stored_many` reads
         them (a pack at a time where it holds several); not verified here:
-        :meth:`put_stored_packed` verifies each on the receiving side.
+        :meth:`put_stored_packed` verifies each on the receiving side. In an encrypted store
+        every one is sealed, as it would be stored loose (a packed object's bytes leave sealed
+        to its id: only a store with the same codec can take them).
 
         Raises:
             ObjectNotFound: one of them is not stored.
+            IntegrityError: (encrypted store) a packed object's bytes do not hash to its id.
             StorageError: the backend failed.
         """
         out: dict[str, bytes] = {}
+        codec = self.codec
         for oid, stored in self._stored_many_rechecked(list(dict.fromkeys(oids))).items():
             if stored is None:
-                raise ObjectNotFound(oid)
+                raise self._missing(oid)
+            if codec.cipher is not None and not o.is_sealed(stored):
+                stored = codec.to_stored(codec.from_stored(oid, stored), self.compress, oid)
             out[oid] = stored
         return out
 
@@ -959,7 +985,8 @@ class ObjectStore:
             IntegrityError: some bytes do not hash to their id (nothing is written).
             StorageError: the backend failed (the caller must not move a ref to them).
         """
-        triples = [(oid, o.from_stored(oid, stored), stored) for oid, stored in items.items()]
+        from_stored = self.codec.from_stored
+        triples = [(oid, from_stored(oid, stored), stored) for oid, stored in items.items()]
         packed = sum(1 for _, canonical, _ in triples if self._packed(canonical))
         self._write_objects(triples)
         return packed, len(triples) - packed

@@ -92,7 +92,7 @@ class WriterLog:
         with self.packmap.lock:
             log = self._open_log()
             if log is None:
-                data, where = packs.encode_pack_v2([small])
+                data, where = packs.encode_pack_v2([small], codec=self.packmap.codec)
                 name = packs.content_name("b", data)
                 self.storage.write(pack_key(name), data)
                 self.packmap.add(name, where, sealed=True, scanned=len(data), version=2)
@@ -101,7 +101,7 @@ class WriterLog:
                 self._batches += 1
                 batch = self._batches % AUTO_REPACK_BATCHES == 0
             else:
-                rec, where = packs.encode_records_v2(small, log.size)
+                rec, where = packs.encode_records_v2(small, log.size, codec=self.packmap.codec)
                 try:
                     log.append(rec, sync=sync)
                 except StorageError:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from .. import objects as o
-from ..errors import IntegrityError
+from ..errors import IntegrityError, SealedFrameError
 from ..storage import Storage
 from . import packs
 from .packs import PACKS, Place, Slot, index_key, pack_key
@@ -69,8 +69,15 @@ class PackMap:
     repacker, which are handed this map, take the same lock for their own state.
     """
 
-    def __init__(self, storage: Storage, no_append: bool) -> None:
+    def __init__(self, storage: Storage, no_append: bool, codec: o.Codec = o.PLAIN) -> None:
         self.storage = storage
+        #: the store's object codec: ids of packed objects, sealed records (the writer's log and
+        #: the repacker, which are handed this map, write with it too)
+        self.codec = codec
+        # the last sealed record that did not open here, and whether any record opened: see
+        # wrong_key()
+        self._refused: SealedFrameError | None = None
+        self._opened = False
         #: the one lock of a handle's pack state: this map's, the writer's log's, the repacker's
         self.lock = threading.RLock()
         #: whether the storage cannot append (object storage: a ranged read is a round trip,
@@ -272,12 +279,17 @@ class PackMap:
             except IntegrityError:
                 continue  # not a pack: nothing in it can be read
             damaged: list[tuple[int, int]] = []
+            refused: list[SealedFrameError] = []
 
             def keep(offset: int, content: bytes, name: str = name) -> None:
                 self._keep_content(name, offset, content)  # a record at a time: kept while they fit
 
-            where, end = packs.scan(memoryview(data)[start:], start, version, keep, damaged) if start \
-                else packs.scan(data, keep=keep, damaged=damaged)
+            where, end = packs.scan(memoryview(data)[start:], start, version, keep, damaged, self.codec, refused) \
+                if start else packs.scan(data, keep=keep, damaged=damaged, codec=self.codec, refused=refused)
+            if refused:
+                self._refused = refused[-1]
+            if where and self.codec.cipher is not None:
+                self._opened = True
             self._keep_pack_data(name, data)
             # a batch or repack pack is complete when written; a log may still grow
             self.add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
@@ -412,8 +424,17 @@ class PackMap:
             with self.lock:
                 self.drop(name)  # repacked away: the caller looks elsewhere and refreshes
             return self.read_packed(oid, alone)
+        except SealedFrameError as e:
+            self._refused = e
+            return None  # may be a record moved here from another store: the caller looks elsewhere
         except IntegrityError:
             return None  # a damaged record: the object may be elsewhere (the caller looks)
+
+    def wrong_key(self) -> SealedFrameError | None:
+        """A sealed record that did not open, when no record has opened in this handle: then the
+        store was most likely opened with a wrong key, which a reader that finds no copy of an
+        object reports instead of "not found" (None: no such doubt). Raises nothing."""
+        return self._refused if not self._opened else None
 
     def _keep_content(self, name: str, offset: int, content: bytes) -> None:
         with self.lock:
@@ -452,12 +473,13 @@ class PackMap:
                 payload = self.storage.read_range(pack_key(name), loc.offset, loc.size)
             what = f"record at {loc.offset} of pack {name}"
             if not alone or payload[:1] != b"\x01" or loc.size < PREFIX_MIN:
-                content = packs.record_content(payload, what)
+                content = packs.record_content(payload, what, self.codec)
+                self._opened = True
                 self._keep_content(name, loc.offset, content)
                 return content
             part = packs.record_prefix(payload, what)
             if need * 2 > part.size:
-                content = packs.record_content(payload, what)  # most of it: in one call
+                content = packs.record_content(payload, what, self.codec)  # most of it: in one call
                 self._keep_content(name, loc.offset, content)
                 return content
         # a reader of one object of a repacked block decompresses it only up to that object
@@ -534,12 +556,12 @@ class PackMap:
                     records = list(packs.payloads(data))
                 except IntegrityError:
                     continue  # not a pack
-                contents = _unframed(records, name)
+                contents = _unframed(records, name, self.codec)
                 for version, offset, payload in records:
                     if version == 1:
                         for _, frame in packs.frames_v1(payload) or ():
                             try:
-                                canonical = o.unframe(frame)
+                                canonical = self.codec.unframe(frame)
                             except IntegrityError:
                                 continue
                             yield canonical, False
@@ -633,12 +655,12 @@ class PackMap:
 _UNFRAME_AHEAD = 4
 
 
-def _unframed(records: list[tuple[int, int, memoryview]], name: str) -> Iterator[bytes | None]:
+def _unframed(records: list[tuple[int, int, memoryview]], name: str, codec: o.Codec) -> Iterator[bytes | None]:
     """The content of each version-2 record of ``records`` in order (None: it does not
     decompress), decompressed in a worker thread up to :data:`_UNFRAME_AHEAD` ahead."""
     def one(offset: int, payload: memoryview) -> bytes | None:
         try:
-            return packs.record_content(payload, f"record at {offset} of pack {name}")
+            return packs.record_content(payload, f"record at {offset} of pack {name}", codec)
         except IntegrityError:
             return None
 

@@ -18,7 +18,8 @@ pack: an object's id is the blake3 of its bytes, computed when the record is sca
 
     pack    = "CAPK" 0x02 0x00 0x00 0x00  record*
     record  = length:u32  check:16  payload        check = blake3(payload)[:16]
-    payload = frame of content                     (a header byte and a zstd frame, objects.unframe)
+    payload = frame of content                     (a header byte and a zstd frame, objects.unframe;
+                                                    in an encrypted store sealed: 0x03, Codec.seal_record)
     content = (size:u32  canonical:size)+
     idx     = "CAIX" 0x02 0x00 0x00 0x00  pack_size:u64  nrec:u32  count:u32
               (offset:u64 size:u32){nrec}            each record's payload
@@ -49,7 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from .. import objects as o
-from ..errors import IntegrityError
+from ..errors import IntegrityError, SealedFrameError
 from ..storage import RefIntent
 
 PACK_MAGIC = b"CAPK\x01\x00\x00\x00"
@@ -80,7 +81,7 @@ RECORD_CONTENT_READ_MAX = 4 * RECORD_CONTENT_MAX
 #: pack: candidates that pass every cheap check yet fail their checksum cost their length
 #: each, and a crafted pack is all such candidates (past the budget, the rest is a torn tail)
 RESYNC_WORK = 4
-#: the first byte of a ref intent's payload (never an object frame's header: 0x00-0x02)
+#: the first byte of a ref intent's payload (never an object frame's header: 0x00-0x03)
 INTENT_FRAME = b"\x10"
 PACK_SUFFIX = ".pack"
 INDEX_SUFFIX = ".idx"
@@ -171,7 +172,8 @@ def pack_version(data: bytes | memoryview) -> int:
 
 def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
          keep: Callable[[int, bytes], None] | None = None,
-         damaged: list[tuple[int, int]] | None = None) -> tuple[dict[str, Place], int]:
+         damaged: list[tuple[int, int]] | None = None, codec: o.Codec = o.PLAIN,
+         refused: list[SealedFrameError] | None = None) -> tuple[dict[str, Place], int]:
     """Every object of the valid records in ``data``: a pack's bytes from pack offset ``base``.
 
     A record that is incomplete or fails its check ends the scan when no valid record
@@ -182,9 +184,11 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     offset 0 the version comes from the header; a resumed scan (``base`` > 0) is told it.
     A version-2 record is decompressed, a record at a time (one declaring more than
     :data:`RECORD_CONTENT_READ_MAX` is damaged), and each object in it hashed (that is its
-    id); its content is handed to ``keep(payload offset, content)`` when given, so that
-    reading its objects costs nothing more. The whole scan is linear in the bytes
-    (:data:`RESYNC_WORK`).
+    id under ``codec``, which also opens a sealed record); its content is handed to
+    ``keep(payload offset, content)`` when given, so that reading its objects costs nothing
+    more. A sealed record that passes its check yet does not open (a wrong key, or moved from
+    another tenant) is skipped as damage is, its error appended to ``refused`` when given.
+    The whole scan is linear in the bytes (:data:`RESYNC_WORK`).
 
     Returns:
         The objects found (offsets relative to the start of the pack) and the pack offset
@@ -203,7 +207,7 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     view = memoryview(data)
     budget = _Budget(len(view))
     while off + _REC.size <= len(data):
-        entries, nxt = _record(view, off, base, version, keep)
+        entries, nxt = _record(view, off, base, version, keep, codec, refused)
         if entries is None:
             resumed = _resync(view, off, version, budget)
             if resumed is None:
@@ -233,21 +237,22 @@ def _checked(view: memoryview, off: int, version: int, budget: _Budget | None = 
     body_at = off + _REC.size
     if not 0 < length < RECORD_MAX or body_at + length > len(view):
         return 0
-    if version == 2 and view[body_at] > 2 and view[body_at] != INTENT_FRAME[0]:
-        return 0  # a version-2 payload starts with a frame header (0-2) or is a ref intent
+    if version == 2 and view[body_at] > 3 and view[body_at] != INTENT_FRAME[0]:
+        return 0  # a version-2 payload starts with a frame header (0-2, 3 sealed) or is a ref intent
     if budget is not None:
         budget.left -= length
     return body_at + length if o.checksum(view[body_at:body_at + length]) == check else 0
 
 
-def record_content(payload: bytes | memoryview, what: str) -> bytes:
-    """The content of a version-2 record's ``payload`` (the record named ``what``).
+def record_content(payload: bytes | memoryview, what: str, codec: o.Codec = o.PLAIN) -> bytes:
+    """The content of a version-2 record's ``payload`` (the record named ``what``), opened by
+    ``codec`` when sealed.
 
     Raises:
-        IntegrityError: it does not decompress, or declares more than
+        IntegrityError: it does not open or decompress, or declares more than
             :data:`RECORD_CONTENT_READ_MAX` bytes (refused before decompressing).
     """
-    return o.unframe(payload, what, RECORD_CONTENT_READ_MAX)
+    return codec.unframe(payload, what, RECORD_CONTENT_READ_MAX)
 
 
 def record_prefix(payload: bytes | memoryview, what: str) -> o.BlockPrefix:
@@ -264,8 +269,9 @@ def declared_content(payload: bytes | memoryview) -> int:
     return o.declared_size(payload)
 
 
-def _record(view: memoryview, off: int, base: int, version: int,
-            keep: Callable[[int, bytes], None] | None) -> tuple[dict[str, Location] | dict[str, Slot] | None, int]:
+def _record(view: memoryview, off: int, base: int, version: int, keep: Callable[[int, bytes], None] | None,
+            codec: o.Codec, refused: list[SealedFrameError] | None = None,
+            ) -> tuple[dict[str, Location] | dict[str, Slot] | None, int]:
     """The objects of the record at ``off`` and the offset after it; ``(None, 0)`` when the
     record is incomplete, fails its check, or does not parse."""
     end = _checked(view, off, version)
@@ -278,10 +284,14 @@ def _record(view: memoryview, off: int, base: int, version: int,
     if payload[:1] == INTENT_FRAME:
         return {}, end  # a ref intent: no object in it
     try:
-        content = record_content(payload, "pack record")
+        content = record_content(payload, "pack record", codec)
+    except SealedFrameError as e:
+        if refused is not None:
+            refused.append(e)
+        return None, 0
     except IntegrityError:
-        return None, 0  # passed its check yet does not decompress, or declares too much
-    entries = content_slots(content, base + body_at, end - body_at)
+        return None, 0  # passed its check yet does not open or decompress, or declares too much
+    entries = content_slots(content, base + body_at, end - body_at, codec)
     if entries is not None and keep is not None:
         keep(base + body_at, content)
     return entries, end
@@ -446,12 +456,14 @@ def intents(data: bytes | memoryview) -> list[RefIntent]:
     return out
 
 
-def content_slots(content: bytes, offset: int, size: int) -> dict[str, Slot] | None:
+def content_slots(content: bytes, offset: int, size: int, codec: o.Codec = o.PLAIN) -> dict[str, Slot] | None:
     """The objects of one version-2 record's ``content`` (its payload at pack ``offset``,
-    ``size`` bytes), each id computed from its bytes; None if the content does not parse."""
+    ``size`` bytes), each id computed from its bytes by ``codec``; None if the content does
+    not parse."""
     out: dict[str, Slot] = {}
     pos, n = 0, len(content)
     view = memoryview(content)
+    digest = codec.digest
     while pos < n:
         if pos + _SIZE.size > n:
             return None
@@ -459,7 +471,7 @@ def content_slots(content: bytes, offset: int, size: int) -> dict[str, Slot] | N
         pos += _SIZE.size
         if pos + length > n:
             return None
-        out.setdefault(o.digest(view[pos:pos + length]), Slot(offset, size, pos, length))
+        out.setdefault(digest(view[pos:pos + length]), Slot(offset, size, pos, length))
         pos += length
     return out
 
@@ -601,13 +613,15 @@ def block_layout(objects: Sequence[tuple[str, bytes]]) -> tuple[list[tuple[str, 
 
 
 def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
-                     compress: bool = True, by_kind: bool = False) -> tuple[bytes, dict[str, Slot]]:
+                     compress: bool = True, by_kind: bool = False,
+                     codec: o.Codec = o.PLAIN) -> tuple[bytes, dict[str, Slot]]:
     """One version-2 record holding ``(hex id, canonical bytes)`` pairs, for a pack where it
     will start at ``at``: their content compressed as one frame (the built-in dictionary for
     a small record, as objects.to_stored; plain zstd at ``level`` when given: a repacked block;
     raw, header ``0x00``, without ``compress``). With ``by_kind`` (a repacked block), the
     objects are laid out by :func:`block_layout` and a plain zstd frame ends a zstd block at
-    each of its cuts.
+    each of its cuts. The payload is sealed when ``codec`` has a cipher
+    (:meth:`~castore.objects.Codec.seal_record`).
 
     Returns the record's bytes and where each object will be.
 
@@ -620,9 +634,9 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
         objects, cuts = block_layout(list(objects))
     content, spans = encode_content(objects)
     if level is None or not compress:
-        payload = o.to_stored(content, compress)
+        payload = codec.seal_record(o.to_stored(content, compress))
     else:
-        payload = o.frame_block(content, level, cuts)
+        payload = codec.frame_block(content, level, cuts)
     if len(payload) >= RECORD_MAX or len(content) > RECORD_CONTENT_MAX:
         raise IntegrityError("pack record", f"{len(content)} bytes is more than a record holds")
     offset = at + _REC.size
@@ -631,7 +645,8 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
 
 
 def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
-                      compress: bool = True, by_kind: bool = False) -> tuple[bytes, dict[str, Slot]]:
+                      compress: bool = True, by_kind: bool = False,
+                      codec: o.Codec = o.PLAIN) -> tuple[bytes, dict[str, Slot]]:
     """:func:`encode_record_v2` of ``objects`` cut, in order, into as few records as hold at
     most :data:`RECORD_CONTENT_MAX` bytes of content each (one record for any batch a
     session writes); their bytes back to back, from pack offset ``at``, and where each
@@ -643,7 +658,7 @@ def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int 
     parts: list[bytes] = []
     where: dict[str, Slot] = {}
     for run in _runs(objects):
-        rec, w = encode_record_v2(run, at, level, compress, by_kind)
+        rec, w = encode_record_v2(run, at, level, compress, by_kind, codec)
         parts.append(rec)
         at += len(rec)
         for oid, slot in w.items():
@@ -669,12 +684,14 @@ def _runs(objects: Iterable[tuple[str, bytes]]) -> Iterator[list[tuple[str, byte
 def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: int = 0,
                    level: int | None = None,
                    cut_after: Callable[[Sequence[tuple[str, bytes]]], bool] | None = None,
-                   compress: bool = True, by_kind: bool = False) -> tuple[bytes, dict[str, Slot]]:
-    """A whole version-2 pack. Each group of ``(hex id, canonical bytes)`` (one append's
-    objects, in write order) goes whole into one record; with ``block_bytes``, consecutive
-    groups share a record until it holds that many bytes and ``cut_after`` (when given)
-    says the last group ends a run (a repacked pack: blocks compressed together, so that
-    neighbouring objects share their bytes; a block also ends at 4 x ``block_bytes``).
+                   compress: bool = True, by_kind: bool = False,
+                   codec: o.Codec = o.PLAIN) -> tuple[bytes, dict[str, Slot]]:
+    """A whole version-2 pack (records sealed when ``codec`` has a cipher). Each group of
+    ``(hex id, canonical bytes)`` (one append's objects, in write order) goes whole into one
+    record; with ``block_bytes``, consecutive groups share a record until it holds that many
+    bytes and ``cut_after`` (when given) says the last group ends a run (a repacked pack:
+    blocks compressed together, so that neighbouring objects share their bytes; a block also
+    ends at 4 x ``block_bytes``).
     ``by_kind``: each record laid out by kind (:func:`block_layout`; what repack writes).
 
     Raises:
@@ -689,7 +706,7 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: i
     def flush() -> None:
         nonlocal pos, held
         if block:
-            rec, w = encode_records_v2(block, pos, level, compress, by_kind)
+            rec, w = encode_records_v2(block, pos, level, compress, by_kind, codec)
             parts.append(rec)
             for oid, slot in w.items():
                 where.setdefault(oid, slot)

@@ -262,7 +262,8 @@ class Repacker:
             IntegrityError: a frame does not hash to its id (nothing is written).
             StorageError: the backend failed.
         """
-        return self.write_groups([[(oid, o.from_stored(oid, frame))] for oid, frame in frames], born)
+        codec = self.packmap.codec
+        return self.write_groups([[(oid, codec.from_stored(oid, frame))] for oid, frame in frames], born)
 
     def write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]],
                      born: Mapping[str, float] | None = None) -> str:
@@ -272,7 +273,8 @@ class Repacker:
         8), then its index, each atomically: a pack without its index
         is still read (scanned); an index never names a pack that is not complete, nor one
         whose ages are not written."""
-        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True)
+        data, where = packs.encode_pack_v2(groups, BLOCK_BYTES, BLOCK_LEVEL, _ends_run, by_kind=True,
+                                           codec=self.packmap.codec)
         name = packs.content_name("r", data)
         self.storage.write(pack_key(name), data)
         now = time.time()
@@ -407,7 +409,7 @@ class Repacker:
             return []
         contents: dict[int, bytes] = {}
         damaged: list[tuple[int, int]] = []
-        where, end = packs.scan(data, keep=contents.__setitem__, damaged=damaged)
+        where, end = packs.scan(data, keep=contents.__setitem__, damaged=damaged, codec=self.packmap.codec)
         if damaged:
             return None  # a damaged record: left whole for fsck and a human, never dropped
         if end != len(data) and not (name.startswith("w-") and not self.storage.exists(index_key(name))):
@@ -425,7 +427,8 @@ class Repacker:
         frames = sorted(where.items(), key=lambda kv: kv[1].offset)
         if offsets is not None:
             offsets.extend(loc.offset for _, loc in frames)
-        return [[(oid, o.from_stored(oid, bytes(data[loc.offset:loc.offset + loc.size])))] for oid, loc in frames]
+        codec = self.packmap.codec
+        return [[(oid, codec.from_stored(oid, bytes(data[loc.offset:loc.offset + loc.size])))] for oid, loc in frames]
 
     # -- background repack ------------------------------------------------------------
     def start(self) -> None:
