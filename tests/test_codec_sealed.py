@@ -250,3 +250,23 @@ def test_a_plain_store_never_imports_cryptography(tmp_path: Path) -> None:
         "sorted(m for m in sys.modules if 'crypt' in m)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _borrowed() -> list[Any]:
+    """Session behaviour tests of other modules that take only a ``store``: run again below on
+    a sealed store."""
+    import test_append_api
+    import test_session
+
+    names = ["test_a_short_id_of_another_sessions_commit_does_not_resolve", "test_sessions_are_listed_newest_first",
+             "test_delete_session_removes_it_from_listings", "test_unmerged_branch_is_kept_without_force",
+             "test_bad_input_raises_a_clear_error_and_writes_nothing", "test_async_twins_work_under_asyncio"]
+    return [getattr(test_session, n) for n in names] + [
+        getattr(test_append_api, n) for n in dir(test_append_api) if n.startswith("test_")]
+
+
+@pytest.mark.parametrize("test", _borrowed(), ids=lambda f: f.__name__)
+def test_session_behaviour_holds_on_a_sealed_store(test: Any, backend: Backend) -> None:
+    with open_store(backend, sealed_codec()) as store:
+        test(store)
+        assert all(is_sealed(v) for k, v in every_byte(store).items() if k.startswith("objects/"))

@@ -655,7 +655,8 @@ class PackMap:
 _UNFRAME_AHEAD = 4
 
 
-def _unframed(records: list[tuple[int, int, memoryview]], name: str, codec: o.Codec) -> Iterator[bytes | None]:
+def _unframed(records: list[tuple[int, int, memoryview]], name: str,
+              codec: o.Codec = o.PLAIN) -> Iterator[bytes | None]:
     """The content of each version-2 record of ``records`` in order (None: it does not
     decompress), decompressed in a worker thread up to :data:`_UNFRAME_AHEAD` ahead."""
     def one(offset: int, payload: memoryview) -> bytes | None:
