@@ -33,6 +33,8 @@ class Status:
     session: tuple[str, str, str] | None = None
     #: whether the session has entries
     exists: bool = False
+    #: the session's title (see :func:`castore.views.session_title`)
+    title: str | None = None
     head: str | None = None
     #: the branch HEAD is on; None when detached (or no entries)
     branch: str | None = None
@@ -61,7 +63,8 @@ def status(store: Store, session: Session | None = None) -> Status:
     head = session.head
     if head is None:
         return Status(store.url, exists, session.key, remotes=remotes)
-    return Status(store.url, exists, session.key, exists=True, head=head, branch=session.current_branch,
+    return Status(store.url, exists, session.key, exists=True, title=views.session_title(session.info),
+                  head=head, branch=session.current_branch,
                   entries=session.show("HEAD").depth + 1, branches=len(session.branches()),
                   labels=len(session.labels()), remotes=remotes,
                   kept_from_remotes={f"remotes/{n}": c for n, c in session.remote_branches().items()})
@@ -254,7 +257,9 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
     With ``app`` and ``user``: that session if it exists, else the one of theirs whose id
     starts with ``session``. Without them (an id typed alone, as ``castore use
     0ccf1a04``): the session of any app and user with exactly that id, else the one
-    whose id starts with it.
+    whose id starts with it. Sessions named after another one (its subagents,
+    ``ID.subagents.agent-X``) do not make that one ambiguous: when every match but one
+    is named ``<that one's id>.<...>``, that one is meant.
 
     Raises:
         SessionNotFound: none matches.
@@ -266,8 +271,9 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
     keys = session_keys(store, app, user)
     for pick in (lambda k: k[2] == session, lambda k: k[2].startswith(session)):
         found = [k for k in keys if pick(k)]
-        if len(found) == 1:
-            return found[0]
+        base = min(found, key=lambda k: len(k[2]), default=None)
+        if base is not None and all(k == base or k[2].startswith(base[2] + ".") for k in found):
+            return base
         if found:
             raise AmbiguousSession(session, found)
     raise SessionNotFound((app or "*", user or "*", session))

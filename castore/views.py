@@ -191,6 +191,18 @@ def branch_notes(session: Session, branches: Mapping[str, str] | None = None) ->
     return out
 
 
+#: the key of a session's info (``Session.info``) that holds its title
+TITLE_KEY = "name"
+
+
+def session_title(info: Mapping[str, Any]) -> str | None:
+    """A session's title, kept by its importer in the session's info: Claude Code's summary
+    or custom title, Codex's first prompt, Pi's session name; None when it has none.
+    Whitespace runs (newlines too) read as one space."""
+    name = info.get(TITLE_KEY)
+    return " ".join(name.split()) or None if isinstance(name, str) else None
+
+
 def _kind_at(session: Session, rev: str) -> str:
     return session.store.history.commit(session.resolve(rev)).kind
 

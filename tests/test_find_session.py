@@ -15,7 +15,8 @@ from castore.cli import main as cli
 
 LONG = "z" * 250  # too long for its key: kept as a digest, its name on HEAD
 KEYS = [("claude", "proj", "0ccf1a04-1b4c"), ("claude", "proj", "0ccf9999-aaaa"), ("codex", "local", "0ccf1a04-1b4c"),
-        ("codex", "local", "5e55-Upper"), ("claude", "other", LONG)]
+        ("codex", "local", "5e55-Upper"), ("claude", "other", LONG),
+        ("claude", "proj", "0ccf9999-aaaa.subagents.agent-a1")]  # a subagent, named after its session
 
 
 @pytest.fixture
@@ -36,7 +37,8 @@ def test_find_session_by_prefix_or_id_alone(url: str) -> None:
         assert porcelain.session_keys(st, "codex") == sorted(k for k in KEYS if k[0] == "codex")
         assert porcelain.find_session(st, "5e55") == ("codex", "local", "5e55-Upper")
         assert porcelain.find_session(st, "zzz") == KEYS[4]
-        assert porcelain.find_session(st, "0ccf9") == KEYS[1]
+        assert porcelain.find_session(st, "0ccf9") == KEYS[1]  # its subagent does not make it ambiguous
+        assert porcelain.find_session(st, "0ccf9999-aaaa.s") == KEYS[5]
         # the same id in two apps: alone it is ambiguous, with APP/USER it is not
         with pytest.raises(AmbiguousSession) as e:
             porcelain.find_session(st, "0ccf1a04-1b4c")
@@ -68,7 +70,7 @@ def test_cli_takes_short_sessions(url: str) -> None:
     r = _run(url, "-s", "0ccf", "log")
     assert r.exit_code == 1 and r.stdout == ""
     assert r.stderr.startswith("Error: session '0ccf' is ambiguous") and len(r.stderr.strip().splitlines()) == 1
-    for k in KEYS[:3]:
+    for k in (*KEYS[:3], KEYS[5]):
         assert "/".join(k) in r.stderr
     assert _run(url, "use", "0ccf").exit_code == 1
     assert "not found" in _run(url, "-s", "nope", "log").stderr
@@ -89,7 +91,7 @@ def _complete(url: str, args: list[str], incomplete: str) -> list[str]:
 def test_completion_offers_sessions_and_branches(url: str) -> None:
     # ids alone where they are unique, full keys where the same id is in two apps
     assert set(_complete(url, ["use"], "0c")) == {"claude/proj/0ccf1a04-1b4c", "codex/local/0ccf1a04-1b4c",
-                                                  "0ccf9999-aaaa"}
+                                                  "0ccf9999-aaaa", "0ccf9999-aaaa.subagents.agent-a1"}
     assert _complete(url, ["-s"], "5e") == ["5e55-Upper"]
     assert _complete(url, ["log", "-s"], "codex/") == ["codex/local/5e55-Upper", "codex/local/0ccf1a04-1b4c"]
     assert _complete(url, ["use"], "zz") == [LONG]

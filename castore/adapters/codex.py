@@ -18,6 +18,9 @@ one before it, except
 * a subagent thread (``source.subagent.thread_spawn.parent_thread_id``) names its parent
   thread in ``info["spawned_by"]``.
 
+The first prompt a person typed (a user message that is not Codex's scaffolding) names the
+session (``info["name"]``, its first line, see :func:`castore.views.session_title`).
+
 Compactions (``compacted``) get a label ``compact-<n>``. Bodies: messages, reasoning
 summaries (never ``encrypted_content``), function and custom tool calls and their outputs
 become messages that ``grep``, ``log`` and the HTML view read; ``event_msg`` copies of the
@@ -34,6 +37,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from ..views import TITLE_KEY
 from .detect import refuse_other
 from .jsonl_tree import (
     NOT_JSON,
@@ -116,6 +120,18 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
     return ""
+
+
+#: the longest title kept from a first prompt (characters)
+_TITLE_CHARS = 200
+
+
+def _title(d: dict[str, Any]) -> str | None:
+    """A typed prompt's first line (the session's title), or None for any other record."""
+    if not _is_turn(d):
+        return None
+    line = next((x.strip() for x in _text_of(as_dict(d.get("payload")).get("content")).splitlines() if x.strip()), "")
+    return line[:_TITLE_CHARS] or None
 
 
 def _scaffold(text: str) -> str | None:
@@ -264,6 +280,7 @@ class _Importer:
         n, cursor, offset = st.lines, st.cursor, st.offset
         adopted: dict[str, list[str]] = {}
         owned: list[set[str]] = []
+        title: object = info.get(TITLE_KEY)  # a session keeps its first name
 
         def own() -> set[str]:
             if not owned:
@@ -303,6 +320,8 @@ class _Importer:
                 if when is not None:
                     m["time"] = when
                 why = injected(d, subagent)
+                if title is None and why is None:
+                    title = _title(d)
                 if why is not None:
                     m[INJECTED] = why
                 author = msg.role if msg else (p.get("type") or d.get("type") or "line")
@@ -338,6 +357,8 @@ class _Importer:
         if prefix:
             cc["prefix"] = prefix
         new[KEY] = cc
+        if title is not None:
+            new.setdefault(TITLE_KEY, title)
         spawn = src_.get("subagent") if isinstance(src_, dict) else None
         spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
         if isinstance(spawn, dict) and isinstance(spawn.get("parent_thread_id"), str):

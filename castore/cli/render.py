@@ -213,6 +213,7 @@ def session_info_json(s: SessionInfo) -> dict[str, Any]:
         "branch": s.branch,
         "entries": s.entries,
         "updated": s.updated,
+        "title": views.session_title(s.info),
         "info": o.to_builtins(dict(s.info)),
     }
 
@@ -247,15 +248,22 @@ def object_json(oid: str, obj: Any, codec: o.Codec = o.PLAIN) -> dict[str, Any]:
 
 # -- text blocks ---------------------------------------------------------------------------
 def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> list[str]:
-    """One line per session: key, entry count, branch, last activity."""
+    """One line per session: key, entry count, branch, last activity, title (cut to
+    :data:`TITLE_WIDTH` characters)."""
     keys = [safe(format_key(s.app, s.user, s.session)) for s in infos]
-    w = max((len(k) for k in keys), default=0)
+    branches = [safe(s.branch) if s.branch is not None else f"(detached at {short(s.head)})" for s in infos]
+    w, bw = (max((len(x) for x in col), default=0) for col in (keys, branches))
     out = []
-    for k, s in zip(keys, infos, strict=True):
-        branch = safe(s.branch) if s.branch is not None else f"(detached at {short(s.head)})"
-        out.append(f"{style(k.ljust(w), bold=True)}  {s.entries:>6} {'entry  ' if s.entries == 1 else 'entries'}  "
-                   f"{style(branch, fg='green')}  {fmt_time(s.updated)}")
+    for k, branch, s in zip(keys, branches, infos, strict=True):
+        title = views.session_title(s.info)
+        line = (f"{style(k.ljust(w), bold=True)}  {s.entries:>6} {'entry  ' if s.entries == 1 else 'entries'}  "
+                f"{style(branch.ljust(bw), fg='green')}  {fmt_time(s.updated)}")
+        out.append(f"{line}  {safe(one_line(title, TITLE_WIDTH))}" if title else line)
     return out
+
+
+#: how much of a session's title the listing shows
+TITLE_WIDTH = 60
 
 
 def _safe_lines(lines: Iterable[str]) -> list[str]:

@@ -74,8 +74,8 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
 @click.command("status")
 @uses_session
 @json_option('{"store": URL, "store_exists": BOOL, "session": KEY|null, "session_from": "-s"|"$CASTORE_SESSION"|'
-             '"castore use"|null, "exists": BOOL, "head": ID|null, "branch": NAME|null, "entries": N, '
-             '"branches": N, "labels": N, "remotes": {NAME: URL}, "kept_from_remotes": {REF: ID}}')
+             '"castore use"|null, "exists": BOOL, "title": TEXT|null, "head": ID|null, "branch": NAME|null, '
+             '"entries": N, "branches": N, "labels": N, "remotes": {NAME: URL}, "kept_from_remotes": {REF: ID}}')
 @click.pass_context
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Show the store, the session, HEAD, its branch, the entries and the remotes' state.
@@ -104,6 +104,8 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                    f"{hint('use APP/USER/SESSION', session=False)})")
     else:
         click.echo(f"session:  {safe(doc['session'])} (from {doc['session_from']})")
+        if doc["title"]:
+            click.echo(f"title:    {safe(doc['title'])}")
         if not doc["exists"]:
             click.echo(f"HEAD:     none yet (the session has no entries; {hint('append --role user TEXT')} starts it)")
         else:

@@ -8,7 +8,7 @@ viewer rebuilds the full state at a commit by replaying the changes along its pa
 
 Shape (``v`` 1)::
 
-    {"v": 1, "key": {"app", "user", "session"}, "info": {...},
+    {"v": 1, "key": {"app", "user", "session"}, "info": {...}, "title": TEXT|null,
      "refs": {"head": i|None, "branch": name|None, "branches": {name: i}, "labels": {name: i}},
      "nodes": [{"id", "p": [parent indices], "k": kind, "a": author, "t": time, "n": depth,
                 "m": meta, "d": {key: value}, "u": [unset keys], "e": entry,
@@ -36,6 +36,7 @@ from ..adapters import langgraph_view as lg
 from ..entries import Event, entry_fields
 from ..session import LogEntry, Session
 from ..state import read_states
+from ..views import session_title
 from .layout import layout
 
 FORMAT = 1
@@ -140,6 +141,7 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
         "v": FORMAT,
         "key": {"app": session.app, "user": session.user, "session": session.id},
         "info": session.info,
+        "title": session_title(session.info),
         "refs": {
             "head": index.get(head) if head else None,
             "branch": session.current_branch,

@@ -70,7 +70,9 @@ def session_page(model: Mapping[str, Any], back: str | None = None) -> str:
         back: a link shown in the header (the store index when served), or None.
     """
     key = model["key"]
-    title = html.escape(f"{key['app']}/{key['user']}/{key['session']} - castore", quote=True)
+    named = model.get("title")
+    title = html.escape(f"{named + ' - ' if named else ''}{key['app']}/{key['user']}/{key['session']} - castore",
+                        quote=True)
     policy = csp(JS, CSS)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -104,16 +106,20 @@ def session_href(app: str, user: str, session: str) -> str:
     return "/s/" + "/".join(quote(p, safe="") for p in (app, user, session))
 
 
-def index_page(url: str, rows: Iterable[tuple[str, str, str, int, str | None, float]]) -> str:
+Row = tuple[str, str, str, int, str | None, float, str | None]
+
+
+def index_page(url: str, rows: Iterable[Row]) -> str:
     """The store's index: one table row per session, grouped by app.
 
     Args:
         url: the store's URL (shown as text).
-        rows: ``(app, user, session, entries, branch, updated)`` per session.
+        rows: ``(app, user, session, entries, branch, updated, title)`` per session
+            (``title``: :func:`castore.views.session_title`, or None).
     """
     import time as _time
 
-    by_app: dict[str, list[tuple[str, str, str, int, str | None, float]]] = {}
+    by_app: dict[str, list[Row]] = {}
     for r in rows:
         by_app.setdefault(r[0], []).append(r)
     out = [
@@ -125,14 +131,15 @@ def index_page(url: str, rows: Iterable[tuple[str, str, str, int, str | None, fl
     if not by_app:
         out.append("<p class=\"muted\">No sessions yet.</p>")
     for app in sorted(by_app):
-        out.append(f"<h2>{html.escape(app)}</h2><table><tr><th>user</th><th>session</th><th>entries</th>"
-                   "<th>branch</th><th>updated</th></tr>")
-        for _, user, sid, entries, branch, updated in sorted(by_app[app], key=lambda r: (r[1], -r[5])):
+        out.append(f"<h2>{html.escape(app)}</h2><table><tr><th>user</th><th>session</th><th>title</th>"
+                   "<th>entries</th><th>branch</th><th>updated</th></tr>")
+        for _, user, sid, entries, branch, updated, named in sorted(by_app[app], key=lambda r: (r[1], -r[5])):
             when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(updated)) if updated else "-"
             out.append(
                 f"<tr><td>{html.escape(user)}</td>"
                 f"<td><a href=\"{html.escape(session_href(app, user, sid), quote=True)}\">{html.escape(sid)}</a></td>"
-                f"<td>{entries}</td><td>{html.escape(branch) if branch is not None else '(detached)'}</td>"
+                f"<td>{html.escape(named or '')}</td><td>{entries}</td>"
+                f"<td>{html.escape(branch) if branch is not None else '(detached)'}</td>"
                 f"<td>{when}</td></tr>"
             )
         out.append("</table>")

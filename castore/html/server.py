@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import CastoreError, InvalidName, SessionNotFound
 from ..store import Store
+from ..views import session_title
 from .assets import CSS, JS
 from .model import build_model
 from .page import INDEX_CSS, csp, index_page, session_page
@@ -146,7 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
         if store.exists:
             for app in store.apps():
                 for s in store.sessions(app):
-                    rows.append((s.app, s.user, s.session, s.entries, s.branch, s.updated))
+                    rows.append((s.app, s.user, s.session, s.entries, s.branch, s.updated, session_title(s.info)))
         return index_page(store.url, rows)
 
     def do_GET(self) -> None:

@@ -443,7 +443,8 @@ function find(q) {
 // -- the page ---------------------------------------------------------------------------
 function header() {
   const k = D.key;
-  document.getElementById("key").textContent = k.app + " / " + k.user + " / " + k.session;
+  const key = k.app + " / " + k.user + " / " + k.session;
+  document.getElementById("key").textContent = typeof D.title === "string" ? D.title + "  \u00b7  " + key : key;
   document.getElementById("count").textContent = String(n);
   document.getElementById("nbranch").textContent = String(Object.keys(D.refs.branches).length);
   document.getElementById("nlabel").textContent = String(Object.keys(D.refs.labels).length);
