@@ -227,27 +227,29 @@ Key = tuple[str, str, str]
 def session_keys(store: Store, app: str | None = None, user: str | None = None) -> list[Key]:
     """Every session's ``(app, user, session)`` (of one app, or one user of it), sorted.
 
-    Lists the ref folders and reads no ref, except the HEAD of a session whose name is too
-    long to be kept in its key (its name is on HEAD).
+    Lists the ref folders and reads no ref, except the HEADs of a user's sessions when one
+    of the names is too long to be kept in its key (the names are on HEAD then).
 
     Raises:
         InvalidName: a bad app or user name. StorageError.
     """
-    apps = [names.encode(app, "app name")] if app is not None else [
-        a for a in store.refs.list_dir(SESSIONS) if valid_segment(a)]
+    want_app = names.encode(app, "app name") if app is not None else None
+    want_user = names.encode(user, "user name") if user is not None else None
+    # a tenant-layout store keeps each (app, user) in a store of its own: list each
+    homes = [store.tenant(app, user)] if app is not None and user is not None else list(store.stores())
     out: list[Key] = []
-    for aseg in apps:
-        users = [names.encode(user, "user name")] if user is not None else [
-            u for u in store.refs.list_dir(f"{SESSIONS}/{aseg}") if valid_segment(u)]
-        for useg in users:
-            segs = [x for x in store.refs.list_dir(f"{SESSIONS}/{aseg}/{useg}") if valid_segment(x)]
-            if any(map(names.is_hashed, (aseg, useg, *segs))):  # a long name: read it from HEAD
-                a, u = real_name(aseg, None), real_name(useg, None)
-                got = {real_name(x, None) for x in segs if not names.is_hashed(x)}
-                out += [(info.app, info.user, info.session) for info in store.sessions(a, u)
-                        if names.is_hashed(names.encode(info.session)) or info.session in got]
+    for home in homes:
+        for aseg in home.refs.list_dir(SESSIONS):
+            if not valid_segment(aseg) or want_app not in (None, aseg):
                 continue
-            out += [(real_name(aseg, None), real_name(useg, None), real_name(x, None)) for x in segs]
+            for useg in home.refs.list_dir(f"{SESSIONS}/{aseg}"):
+                if not valid_segment(useg) or want_user not in (None, useg):
+                    continue
+                segs = [x for x in home.refs.list_dir(f"{SESSIONS}/{aseg}/{useg}") if valid_segment(x)]
+                if any(map(names.is_hashed, (aseg, useg, *segs))):  # a long name: read the names from HEAD
+                    out += [(i.app, i.user, i.session) for i in home.sessions_of(aseg, [useg])]
+                else:
+                    out += [(real_name(aseg, None), real_name(useg, None), real_name(x, None)) for x in segs]
     return sorted(set(out))
 
 

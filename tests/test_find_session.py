@@ -19,10 +19,11 @@ KEYS = [("claude", "proj", "0ccf1a04-1b4c"), ("claude", "proj", "0ccf9999-aaaa")
         ("claude", "proj", "0ccf9999-aaaa.subagents.agent-a1")]  # a subagent, named after its session
 
 
-@pytest.fixture
-def url(tmp_path: Any) -> str:
+@pytest.fixture(params=["flat", "tenants"])
+def url(tmp_path: Any, request: pytest.FixtureRequest) -> str:
+    """A store on local disk with the sessions of KEYS, in either layout."""
     u = str(tmp_path / "store")
-    with castore.open(u) as st:
+    with castore.open(u, layout=request.param) as st:
         for k in KEYS:
             s = st.session(*k)
             s.append(Message(role="user", content=f"hello {k[2][:8]}"))
