@@ -7,6 +7,7 @@ import io
 import json
 import lzma
 import random
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -269,7 +270,9 @@ def test_entries_appended_in_castore_are_exported_after_the_imported_ones(mem_st
 def test_same_screenshot_twice_is_stored_once(mem_store, tmp_path):
     entries = every_type_entries()
     r = pi.import_session(mem_store, write_jsonl(tmp_path / "a.jsonl", entries))
-    blobs = [oid for oid in mem_store.objects.iter_ids() if isinstance(mem_store.objects.get(oid), Blob)]
+    file_bytes = set(mem_store.session(*r.key).info["pi"]["segments"])  # the file as read, for export
+    blobs = [oid for oid in mem_store.objects.iter_ids() if isinstance(mem_store.objects.get(oid), Blob)
+             and oid not in file_bytes]
     assert len(blobs) == 1 and r.blobs == 2  # the small image stays inline
     assert mem_store.objects.get(blobs[0]).data == base64.b64decode(PNG)
     # a second session with the same screenshot adds no image bytes
@@ -398,3 +401,154 @@ def test_cli_import_and_export(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)[0]["skipped"][0][0] == len(entries) + 1
     res = runner.invoke(main, ["--store", url, "import", "pi", str(path), str(torn), "-s", "app/bob/x"])
     assert res.exit_code == 2
+
+
+# -- the archive: a sessions folder, incremental, following, castore's entries back ------------
+def _dump(entries: list[Any]) -> bytes:
+    return "".join(json.dumps(e, separators=(",", ":"), ensure_ascii=False) + "\n" for e in entries).encode()
+
+
+def _refs(s: castore.Session) -> tuple[dict[str, str], dict[str, str], str | None]:
+    return s.branches(), s.labels(), s.head
+
+
+def test_a_sessions_folder_imports_at_once_then_only_what_is_new(tmp_path, real_files):
+    # ~/.pi/agent/sessions: a folder per working directory, a file per session
+    root = tmp_path / "sessions"
+    entries = every_type_entries()
+    (root / "--w--").mkdir(parents=True)
+    (root / "--w--" / "2026-03-10T09-14-02-000Z_sess-1.jsonl").write_bytes(_dump(entries[:9]))
+    (root / "--other--").mkdir()
+    shutil.copyfile(real_files["before-compaction.jsonl"], root / "--other--" / "a.jsonl")
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    rs = pi.import_pi(store, root)
+    assert [(r.entries, r.total) for r in rs][1] == (8, 8) and rs[0].entries == rs[0].total > 0
+    assert [r.entries for r in pi.import_pi(store, root)] == [0, 0]  # nothing new: nothing read past the position
+    (root / "--w--" / "2026-03-10T09-14-02-000Z_sess-1.jsonl").write_bytes(_dump(entries))
+    r = pi.import_pi(store, root)[1]
+    assert (r.entries, r.total) == (12, 20)
+    # the same commits, branches and labels as an import of the whole file at once
+    once = castore.open(str(tmp_path / "once"), durable=False)
+    pi.import_session(once, write_jsonl(tmp_path / "all.jsonl", entries))
+    a, b = store.session("pi", "local", "sess-1"), once.session("pi", "local", "sess-1")
+    assert all_ids(a) == all_ids(b) and _refs(a) == _refs(b) and a.info["name"] == "My session"
+    assert castore_context(store, a) == pi_context(entries[1:])
+
+
+def test_a_side_branch_that_grows_keeps_one_branch(mem_store, tmp_path):
+    entries = every_type_entries()
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(_dump(entries[:-1]))  # up to e19: main is e19 (the last line), pi-e18 the other leaf
+    pi.import_pi(mem_store, f)
+    s = mem_store.session("pi", "local", "sess-1")
+    assert set(s.branches()) == {"main", "pi-e18"}
+    more = [entries[-1], {"type": "message", "id": "e21", "parentId": "e19", "timestamp": "2026-03-10T09:15:00.000Z",
+                          "message": {"role": "user", "content": "back on the side", "timestamp": 1}}]
+    f.write_bytes(_dump(entries[:-1] + more))
+    pi.import_pi(mem_store, f)
+    once = castore.open(f"memory://pi-{uuid.uuid4().hex}")
+    pi.import_session(once, f)
+    assert _refs(s) == _refs(once.session("pi", "local", "sess-1"))
+    assert set(s.branches()) == {"main", "pi-e20"}  # pi-e18 went: its leaf has a child now
+
+
+def test_entries_castore_appended_come_back_as_those_commits_byte_for_byte(mem_store, tmp_path):
+    entries = every_type_entries()
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(_dump(entries))
+    pi.import_pi(mem_store, f)
+    s = mem_store.session("pi", "local", "sess-1")
+    ids = s.append_many([castore.Message("user", "from castore"), castore.Message("assistant", "an answer")])
+    exported = export_text(s).encode()
+    assert exported.startswith(_dump(entries))
+    written = lines_of(exported.decode())[len(entries):]
+    assert [e[pi.MARK] for e in written] == ids and written[0]["parentId"] == "e20"
+    # Pi goes on from castore's last entry, in the exported file
+    after = {"type": "message", "id": "p1", "parentId": written[-1]["id"], "timestamp": "2026-03-10T10:00:00.000Z",
+             "message": {"role": "user", "content": "and Pi again", "timestamp": 2}}
+    f.write_bytes(exported + _dump([after]))
+    n = len(s.log(all_branches=True))
+    r = pi.import_pi(mem_store, f)[0]
+    assert r.entries == 3 and len(s.log(all_branches=True)) == n + 1  # the two lines are castore's commits
+    assert s.show("HEAD").parents == (ids[-1],) and s.show("HEAD").meta["pi"]["id"] == "p1"
+    assert export_text(s).encode() == f.read_bytes()  # byte for byte
+    assert [r.entries for r in pi.import_pi(mem_store, f)] == [0]
+
+
+def test_castore_entries_the_agent_did_not_follow_keep_a_branch(mem_store, tmp_path):
+    entries = every_type_entries()
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(_dump(entries))
+    pi.import_pi(mem_store, f)
+    s = mem_store.session("pi", "local", "sess-1")
+    mine = s.append(castore.Message("user", "castore only"))
+    after = {"type": "message", "id": "p1", "parentId": "e20", "timestamp": "2026-03-10T10:00:00.000Z",
+             "message": {"role": "user", "content": "Pi went on", "timestamp": 2}}
+    f.write_bytes(_dump([*entries, after]))
+    pi.import_pi(mem_store, f)
+    assert s.branches()[f"castore-{mine[:12]}"] == mine and s.show("main").meta["pi"]["id"] == "p1"
+
+
+def test_a_torn_last_line_waits_and_a_rewritten_file_is_a_new_version(mem_store, tmp_path):
+    entries = every_type_entries()
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(_dump(entries[:5]) + b'{"type":"message","id":"e05","par')
+    r = pi.import_pi(mem_store, f)[0]
+    assert (r.entries, r.torn) == (4, len(b'{"type":"message","id":"e05","par'))
+    f.write_bytes(_dump(entries))
+    assert pi.import_pi(mem_store, f)[0].entries == 16
+    with pytest.raises(pi.PiImportError, match="torn"):  # not waiting: a bad line, as import_session says
+        pi.import_pi(mem_store, write_jsonl(tmp_path / "t.jsonl", entries, tail="{"), wait_torn=False)
+    f.write_bytes(_dump([{**entries[0], "cwd": "/elsewhere"}, *entries[1:]]))  # Pi rewrote it (a migration)
+    r = pi.import_pi(mem_store, f)[0]
+    assert r.key == ("pi", "local", "sess-1.v2") and r.total == 20 and "imported again" in r.notes[0]
+    assert mem_store.session("pi", "local", "sess-1").info["pi"]["header"]["cwd"] == "/w"  # kept as it was
+    assert pi.import_pi(mem_store, f)[0].key == ("pi", "local", "sess-1.v2")  # later imports continue v2
+
+
+def test_follow_imports_entries_as_pi_writes_them(tmp_path):
+    import threading
+
+    from castore.adapters.follow import follow
+
+    entries = every_type_entries()
+    f = tmp_path / "sessions" / "--w--" / "s.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(_dump(entries[:3]))
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    seen: list[int] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        for i in range(3, len(entries)):
+            with f.open("ab") as out:
+                out.write(_dump([entries[i]]))
+        done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    follow(lambda: pi.import_pi(store, tmp_path / "sessions"), interval=0.01,
+           stop=lambda: done.is_set() and sum(seen) == len(entries) - 1, on_result=lambda r: seen.append(r.entries))
+    t.join()
+    assert sum(seen) == 20
+    once = castore.open(str(tmp_path / "once"), durable=False)
+    a, b = store.session("pi", "local", "sess-1"), once.session(*pi.import_session(once, f).key)
+    assert all_ids(a) == all_ids(b) and _refs(a) == _refs(b)
+
+
+def test_cli_import_pi_folder_again_and_follow_options(tmp_path, real_files):
+    from castore.cli import main
+
+    root = tmp_path / "sessions" / "--w--"
+    root.mkdir(parents=True)
+    entries = every_type_entries()
+    (root / "s.jsonl").write_bytes(_dump(entries[:9]))
+    url = str(tmp_path / "cli-store")
+    res = CliRunner().invoke(main, ["--store", url, "import", "pi", str(tmp_path / "sessions")])
+    assert res.exit_code == 0 and res.stdout.startswith("pi/local/sess-1: 8 entries, HEAD "), res.output
+    (root / "s.jsonl").write_bytes(_dump(entries))
+    res = CliRunner().invoke(main, ["--store", url, "import", str(tmp_path / "sessions")])  # told by the content
+    assert res.exit_code == 0 and res.stdout.startswith("pi/local/sess-1: +12 entries (20 in all), HEAD "), \
+        res.output
+    res = CliRunner().invoke(main, ["--store", url, "import", "pi", str(root / "s.jsonl"), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)[0]["entries"] == 0

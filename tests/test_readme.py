@@ -120,7 +120,8 @@ def _run_serve(cmd: str, env: dict[str, str], cwd: Path) -> None:
 
 def _agent_home(home: Path) -> Path:
     """A home folder holding what the archive section imports: copies of the real Claude Code
-    and Codex files in tests/data (never the originals), where the agents keep them."""
+    Codex and Pi files in tests/data (never the originals), where the agents keep them."""
+    import lzma
     import shutil
 
     data = ROOT / "tests" / "data"
@@ -129,6 +130,10 @@ def _agent_home(home: Path) -> Path:
     codex = home / ".codex" / "sessions" / "2025" / "12" / "28"
     codex.mkdir(parents=True)
     shutil.copy(data / "codex" / "sample_codex_session.jsonl", codex / "rollout-2025-12-28T12-18-30-x.jsonl")
+    pi = home / ".pi" / "agent" / "sessions" / "--home-me-app--"
+    pi.mkdir(parents=True)
+    (pi / "2026-01-05T10-00-00-000Z_x.jsonl").write_bytes(lzma.decompress(
+        (data / "pi" / "before-compaction.jsonl.xz").read_bytes()))
     return home
 
 

@@ -60,6 +60,7 @@ from ..entries import (
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
 from .detect import refuse_other
+from .jsonl_tree import ArchiveError, as_dict, blob_id, prefix_digest, put_blobs, read_blobs
 
 if TYPE_CHECKING:
     from ..objects import ObjectId
@@ -70,8 +71,12 @@ if TYPE_CHECKING:
 IMAGE_MIN = 1024
 #: write pending objects once they add up to this many bytes
 BATCH_BYTES = 8 << 20
+#: the file's bytes are kept in blobs of about this size (export writes them back as they were)
+SEGMENT = 4 << 20
 CURRENT_VERSION = 3
 BLOB_KEY = "castore:blob"
+#: the key of an entry written for a castore commit (its id): an import takes the line as that commit
+MARK = "castoreCommit"
 
 _BASE = ("type", "id", "parentId", "timestamp")
 _MSG_PROVENANCE = ("timestamp", "usage")
@@ -110,6 +115,11 @@ class ImportResult:
         blobs: image blobs referenced (repeats counted once per entry).
         upgraded_from: the file's version when it was older than v3, else None.
         bytes_written: stored bytes of the objects written.
+        path: the file read.
+        total: entries of the file now in the archive.
+        offset: bytes of the file now in the archive.
+        torn: bytes at the end left for next time (a line still being written; ``resume``).
+        notes: what was noticed (a file rewritten since the last import).
     """
 
     key: tuple[str, str, str]
@@ -121,6 +131,16 @@ class ImportResult:
     blobs: int = 0
     upgraded_from: int | None = None
     bytes_written: int = 0
+    path: str = ""
+    total: int = 0
+    offset: int = 0
+    torn: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lines(self) -> int:
+        """Entries imported by this call (what a follow loop counts)."""
+        return self.entries
 
 
 # -- reading lines -------------------------------------------------------------------------
@@ -128,25 +148,48 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _parse_lines(f: IO[bytes], path: str, skip_bad: bool, skipped: list[tuple[int, str]]
-                 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line number, object)`` for each non-blank line, streaming."""
-    for n, raw in enumerate(f, 1):
-        try:
-            text = raw.decode("utf-8")
-            if not text.strip():
+class _Lines:
+    """The non-blank lines of a file from ``offset``, parsed: ``(line number, object)``,
+    streaming; ``end`` is the offset after the last line read (bad and blank lines included).
+    With ``wait_torn``, a last line without a newline that is not JSON is a line the agent is
+    still writing: it is left for next time (not read, ``end`` stays before it)."""
+
+    def __init__(self, f: IO[bytes], path: str, skip_bad: bool, skipped: list[tuple[int, str]], offset: int = 0,
+                 n: int = 0, wait_torn: bool = False) -> None:
+        self.f, self.path, self.skip_bad, self.skipped = f, path, skip_bad, skipped
+        self.read: list[bytes] = []  # every line consumed (blank and bad ones too), as read
+        self.end, self.n, self.wait_torn = offset, n, wait_torn
+        self.raw = b""  # the last line yielded, as read
+        f.seek(offset)
+
+    def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        for raw in iter(self.f.readline, b""):
+            n = self.n + 1
+            try:
+                text = raw.decode("utf-8")
+                if not text.strip():
+                    self.n, self.end = n, self.end + len(raw)
+                    self.read.append(raw)
+                    continue
+                value = json.loads(text, parse_constant=_reject_constant)
+                if not isinstance(value, dict):
+                    raise ValueError(f"a JSON {type(value).__name__}, not an object")
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:  # nested too deep: not JSON to us
+                if self.wait_torn and not raw.endswith(b"\n"):
+                    return
+                torn = "" if raw.endswith(b"\n") else " (torn last line?)"
+                reason = f"not a JSON object{torn}: {e}"
+                if not self.skip_bad:
+                    raise PiImportError(self.path, n, reason + " (use skip_bad_lines / --skip-bad-lines to skip it)"
+                                        ) from e
+                self.skipped.append((n, reason))
+                self.n, self.end = n, self.end + len(raw)
+                self.read.append(raw)
                 continue
-            value = json.loads(text, parse_constant=_reject_constant)
-            if not isinstance(value, dict):
-                raise ValueError(f"a JSON {type(value).__name__}, not an object")
-        except (UnicodeDecodeError, ValueError, RecursionError) as e:  # nested too deep: not JSON to us
-            torn = "" if raw.endswith(b"\n") else " (torn last line?)"
-            reason = f"not a JSON object{torn}: {e}"
-            if not skip_bad:
-                raise PiImportError(path, n, reason + " (use skip_bad_lines / --skip-bad-lines to skip it)") from e
-            skipped.append((n, reason))
-            continue
-        yield n, value
+            self.n, self.end = n, self.end + len(raw)
+            self.raw = raw
+            self.read.append(raw)
+            yield n, value
 
 
 def _version(header: dict[str, Any]) -> int:
@@ -383,12 +426,23 @@ def _new_id(seed: str, n: int, taken: set[str] | dict[str, Any]) -> str:
 
 
 def import_session(store: Store, path: str | os.PathLike[str] | IO[bytes], app: str = "pi", user: str = "local",
-                   session_id: str | None = None, skip_bad_lines: bool = False) -> ImportResult:
-    """Import a Pi session file into a new castore session.
+                   session_id: str | None = None, skip_bad_lines: bool = False, *,
+                   resume: bool = False, wait_torn: bool = False) -> ImportResult:
+    """Import a Pi session file into a castore session (a new one, or with ``resume`` the
+    one an earlier import of the file made, brought up to date).
 
     The file is read line by line (memory stays bounded by the longest line plus one
     batch of objects); objects are written in batches, and refs only at the end, so a
-    failure leaves no ref pointing at a partial import.
+    failure leaves no ref pointing at a partial import (and the next import writes the
+    same commits again: nothing is stored twice).
+
+    With ``resume``, an existing session continues from where the last import stopped (the
+    position and a digest of the bytes before it are kept in its info): only new lines are
+    read, a torn last line waits for the next import, entries castore wrote into the file
+    (:func:`export_session` marks them with :data:`MARK`) are taken as the commits they came
+    from, and the refs come out as an import of the whole file would make them. A file whose
+    imported part changed (Pi rewrites v1 and v2 files when it opens them) is imported again
+    as a new session ``<session>.v2`` (``.v3``, ...), once, leaving the archived one as it was.
 
     Args:
         store: the store to write to.
@@ -397,6 +451,9 @@ def import_session(store: Store, path: str | os.PathLike[str] | IO[bytes], app: 
         session_id: the session id (default: the header's ``id``).
         skip_bad_lines: skip lines that are not JSON objects, and report them in
             :attr:`ImportResult.skipped`, instead of failing.
+        resume: continue an existing session instead of refusing it.
+        wait_torn: a last line without a newline that is not JSON is being written: leave it
+            for the next import (:attr:`ImportResult.torn`) instead of failing on it.
 
     Returns:
         An :class:`ImportResult`.
@@ -405,22 +462,75 @@ def import_session(store: Store, path: str | os.PathLike[str] | IO[bytes], app: 
         PiImportError: (a ``ValueError``) the header is missing or invalid, or a line is
             not a JSON object (naming its line number), or an entry cannot be stored.
         ArchiveError: (a ``ValueError``) the file is another agent's (nothing is written).
-        SessionExists: the target session already exists (nothing is written).
+        SessionExists: the target session already exists, without ``resume`` (nothing is written).
         InvalidName, StorageError, OSError: a bad key, a backend failure, an unreadable file.
     """
     if isinstance(path, (str, os.PathLike)):
         name = os.fspath(path)
         refuse_other(name, "pi")
         with open(name, "rb") as f:
-            return _import(store, f, name, app, user, session_id, skip_bad_lines)
-    return _import(store, path, getattr(path, "name", "<stream>"), app, user, session_id, skip_bad_lines)
+            return _import(store, f, name, app, user, session_id, skip_bad_lines, resume, wait_torn)
+    return _import(store, path, getattr(path, "name", "<stream>"), app, user, session_id, skip_bad_lines, resume,
+                   wait_torn)
+
+
+@dataclass
+class _Tree:
+    """What the refs are made from: each imported entry's commit and place (loaded from the
+    session on resume, then grown by the import)."""
+
+    ids: dict[str, tuple[str, int]] = field(default_factory=dict)  # Pi id -> (commit id, depth)
+    pi_of: dict[str, str] = field(default_factory=dict)  # commit id -> Pi id
+    parent_of: dict[str, str | None] = field(default_factory=dict)
+    has_children: set[str] = field(default_factory=set)
+    order: dict[str, int] = field(default_factory=dict)  # commit -> ordinal (file order)
+    last: tuple[str, int] | None = None
+
+    def add(self, eid: str, cid: str, depth: int, parent: str | None, ordinal: int) -> None:
+        self.ids[eid] = (cid, depth)
+        self.pi_of[cid] = eid
+        self.parent_of[cid] = parent
+        if parent is not None:
+            self.has_children.add(parent)
+        self.order[cid] = ordinal
+        self.last = (cid, depth)
+
+    def descends(self, cid: str, ancestor: str) -> bool:
+        c: str | None = cid
+        while c is not None:
+            if c == ancestor:
+                return True
+            c = self.parent_of.get(c)
+        return False
+
+
+def _load_tree(session: Session, adopted: dict[str, Any]) -> tuple[_Tree, dict[str, LogEntry]]:
+    """The tree of a session's imported entries (and of castore's own entries a former import
+    took back from the file, ``adopted``: ordinal -> [commit, blob, Pi id])."""
+    t = _Tree()
+    log: dict[str, LogEntry] = {le.id: le for le in session.log(all_branches=True)}
+    rows: list[tuple[int, str, str]] = []
+    for le in log.values():
+        if _imported(le) and isinstance(le.meta["pi"].get("id"), str):
+            rows.append((le.meta["o"], le.id, le.meta["pi"]["id"]))
+    for key, v in adopted.items():
+        if isinstance(v, list) and len(v) == 3 and v[0] in log and str(key).isdigit():
+            rows.append((int(key), v[0], v[2]))
+    for o_, cid, eid in sorted(rows):
+        le = log[cid]
+        t.add(eid, cid, le.depth, le.parents[0] if le.parents else None, o_)
+    for le in log.values():  # castore's own entries are children too
+        if le.parents:
+            t.has_children.add(le.parents[0])
+            t.parent_of.setdefault(le.id, le.parents[0])
+    return t, log
 
 
 def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_id: str | None,
-            skip_bad: bool) -> ImportResult:
+            skip_bad: bool, resume: bool = False, wait_torn: bool = False) -> ImportResult:
     skipped: list[tuple[int, str]] = []
-    lines = _parse_lines(f, name, skip_bad, skipped)
-    first = next(lines, None)
+    head_lines = _Lines(f, name, skip_bad, skipped)
+    first = next(iter(head_lines), None)
     if first is None:
         raise PiImportError(name, None, "empty file: no Pi session header")
     n0, header = first
@@ -430,20 +540,32 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
     if version < CURRENT_VERSION:
         header["version"] = CURRENT_VERSION
     session = store.session(app, user, session_id or header["id"])
+    state: dict[str, Any] = {}
     if session.exists():
-        raise SessionExists(session.key)
+        if not resume:
+            raise SessionExists(session.key)
+        state = as_dict(session.info.get("pi"))
+        offset = state.get("offset")
+        if isinstance(offset, int) and (os.fstat(f.fileno()).st_size < offset
+                                        or prefix_digest(f, offset) != state.get("digest")):
+            return _next_version(store, f, name, app, user, session, skip_bad, wait_torn,
+                                 f"the first {offset} bytes changed since the last import (file rewritten?)")
     store.init()
-    result = ImportResult(session.key, skipped=skipped, upgraded_from=version if version < CURRENT_VERSION else None)
+    result = ImportResult(session.key, skipped=skipped, upgraded_from=version if version < CURRENT_VERSION else None,
+                          path=name)
+    adopted: dict[str, Any] = dict(as_dict(state.get("adopted")))
+    tree, log = _load_tree(session, adopted) if state else (_Tree(), {})
+    known = len(tree.order)
+    resumed = isinstance(state.get("offset"), int)  # else: a new session, or one imported before positions
+    start: int = state["offset"] if resumed else head_lines.end
+    n_start = int(state.get("lines", head_lines.n)) if resumed else head_lines.n
+    lines = _Lines(f, name, skip_bad, skipped, start, n_start, wait_torn=wait_torn)
     w = _Writer(store)
-    ids: dict[str, tuple[str, int]] = {}  # Pi id -> (commit id, depth)
-    pi_of: dict[str, str] = {}  # commit id -> Pi id
     by_index: list[str | None] = [None]  # v1: entry index (header = 0) -> assigned id
-    parents_with_children: set[str] = set()
-    tips_order: dict[str, int] = {}
     labels: dict[str, tuple[int, int, str | None]] = {}  # target -> (ordinal, line, label)
     session_name: str | None = None
     prev_id: str | None = None
-    last: tuple[str, int] | None = None
+    ordinal = int(state.get("entries", known)) if state else 0
     blobs = 0
 
     def put(data: bytes) -> str:
@@ -451,10 +573,23 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
         blobs += 1
         return w.put_blob(data)
 
+    # the file's bytes, kept as blobs of up to SEGMENT bytes, so that export gives them back
+    # exactly (when every line was read as it is: no migration, no line skipped)
+    exact = version == CURRENT_VERSION and bool(state.get("exact", not state))
+    segments: list[str] = list(state.get("segments", [])) if exact else []
+    if exact and not resumed:
+        lines.read = head_lines.read
+
+    def keep_bytes(final: bool) -> None:
+        if exact and lines.read and (final or sum(map(len, lines.read)) >= SEGMENT):
+            segments.append(w.put_blob(b"".join(lines.read)))
+            lines.read = []
+
     for index, (n, e) in enumerate(lines):
-        ordinal = result.entries
-        if version < 2:  # Pi's v1 -> v2 migration: ids, parent links, compaction index -> id
-            e["id"] = _new_id(header["id"], index, ids)
+        if len(lines.read) >= 256:
+            keep_bytes(False)
+        if version < 2 and not resumed:  # Pi's v1 -> v2 migration: ids, parent links, compaction index -> id
+            e["id"] = _new_id(header["id"], index, tree.ids)
             e["parentId"] = prev_id
             prev_id = e["id"]
             by_index.append(e["id"])
@@ -475,10 +610,21 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
                 raise PiImportError(name, n, reason)
             skipped.append((n, reason))
             continue
+        if eid in tree.ids and state:  # stored by an import that stopped before recording its place
+            continue
         pid = e.get("parentId")
-        parent = ids.get(pid) if isinstance(pid, str) and pid != eid else None
+        parent = tree.ids.get(pid) if isinstance(pid, str) and pid != eid else None
+        mark = e.get(MARK)
+        if state and isinstance(mark, str) and mark in log and not _imported(log[mark]):
+            # castore's own entry, as export wrote it: the line is that commit
+            put_blobs(store, [lines.raw])
+            adopted[str(ordinal)] = [mark, blob_id(lines.raw), eid]
+            tree.add(eid, mark, log[mark].depth, log[mark].parents[0] if log[mark].parents else None, ordinal)
+            ordinal += 1
+            result.entries += 1
+            continue
         try:
-            kind, body, author, meta = _to_castore(e, ids)
+            kind, body, author, meta = _to_castore(e, tree.ids)
             meta["o"] = ordinal
             if body is not None:
                 body = _extract_images(body, put)
@@ -487,43 +633,133 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             cid, depth = w.commit(kind, body, author, meta, _time(e.get("timestamp")), parent)
         except InvalidEntry as err:
             raise PiImportError(name, n, f"entry cannot be stored: {err}") from err
-        if parent is not None:
-            parents_with_children.add(parent[0])
-        ids[eid] = (cid, depth)
-        pi_of[cid] = eid
-        tips_order[cid] = ordinal
-        last = (cid, depth)
+        tree.add(eid, cid, depth, parent[0] if parent else None, ordinal)
+        ordinal += 1
         result.entries += 1
         if e.get("type") == "label" and isinstance(e.get("targetId"), str):
             lab = e.get("label")
-            labels[e["targetId"]] = (ordinal, n, lab if isinstance(lab, str) and lab else None)
+            labels[e["targetId"]] = (ordinal - 1, n, lab if isinstance(lab, str) and lab else None)
         elif e.get("type") == "session_info" and isinstance(e.get("name"), str) and e["name"].strip():
             session_name = e["name"].strip()
+    exact = exact and not skipped
+    keep_bytes(True)
     w.flush()
     result.blobs = blobs
-
-    # Refs last: side branches, main (the leaf), labels, then HEAD with the header.
-    if last is not None:
-        for cid, _ in sorted(tips_order.items(), key=lambda kv: kv[1]):
-            if cid in parents_with_children or cid == last[0]:
-                continue
-            pi_id = pi_of[cid]
-            result.branches[f"pi-{pi_id}"] = session.branch(f"pi-{pi_id}", at=cid)
-        result.branches["main"] = session.branch("main", at=last[0])
-        result.head = last[0]
-        for target, (_, line, lab) in sorted(labels.items(), key=lambda kv: kv[1][0]):
-            if lab is None or target not in ids:
-                continue
-            try:
-                result.labels[lab] = session.label(lab, at=ids[target][0], force=True)
-            except InvalidName as err:
-                skipped.append((line, f"label {lab!r} on {target} not kept as a castore label: {err}"))
-    info: dict[str, Any] = {"pi": {"header": header}}
+    result.torn = max(0, os.fstat(f.fileno()).st_size - lines.end) if wait_torn else 0
+    result.total, result.offset = ordinal, lines.end
+    if state and not result.entries and lines.end == start:
+        result.head = session.head
+        return result
+    if result.entries or not state:
+        _set_refs(session, tree, labels, result)
+    else:
+        result.head = session.head
+    info: dict[str, Any] = dict(session.info) if state else {}
+    info["pi"] = {**state, "header": state.get("header", header), "offset": lines.end, "lines": lines.n,
+                  "entries": ordinal, "digest": prefix_digest(f, lines.end), "path": name, "exact": exact,
+                  **({"segments": segments} if exact else {}), **({"adopted": adopted} if adopted else {})}
     if session_name is not None:
         info["name"] = session_name
     session.set_info(info)
     result.bytes_written = w.written
     return result
+
+
+def _set_refs(session: Session, tree: _Tree, labels: dict[str, tuple[int, int, str | None]],
+              result: ImportResult) -> None:
+    """Side branches ``pi-<leaf id>``, ``main`` on the last entry (Pi's leaf), labels: as an
+    import of the whole file makes them. A castore entry ``main`` held that the new entries do
+    not follow keeps a branch ``castore-<commit>``; a side branch whose leaf got children goes."""
+    if tree.last is None:
+        return
+    last = tree.last[0]
+    have = session.branches()
+    want: dict[str, str] = {}
+    for cid, _ in sorted(tree.order.items(), key=lambda kv: kv[1]):
+        if cid not in tree.has_children and cid != last:
+            want[f"pi-{tree.pi_of[cid]}"] = cid
+    old_main = have.get("main")
+    if old_main is not None and old_main not in tree.order and not tree.descends(last, old_main):
+        want[f"castore-{old_main[:12]}"] = old_main  # castore's own entries, left behind by the agent
+    for name, tip in have.items():
+        if name.startswith("pi-") and name not in want and tip in tree.has_children \
+                and session.current_branch != name:
+            session.delete_branch(name, force=True)
+    for name, cid in want.items():
+        if have.get(name) != cid:
+            result.branches[name] = session.branch(name, at=cid, force=name in have)
+    if old_main != last:
+        if session.exists() and session.current_branch == "main":
+            session.reset(last)
+        else:
+            session.branch("main", at=last, force=old_main is not None)
+    result.branches["main"] = last
+    result.head = last
+    for target, (_, line, lab) in sorted(labels.items(), key=lambda kv: kv[1][0]):
+        if lab is None or target not in tree.ids:
+            continue
+        try:
+            result.labels[lab] = session.label(lab, at=tree.ids[target][0], force=True)
+        except InvalidName as err:
+            result.skipped.append((line, f"label {lab!r} on {target} not kept as a castore label: {err}"))
+
+
+def _next_version(store: Store, f: IO[bytes], name: str, app: str, user: str, session: Session, skip_bad: bool,
+                  wait_torn: bool, why: str) -> ImportResult:
+    """Continue the newest version ``<session>.vN`` of a rewritten file, or import the file as
+    the next one (a rewritten file gives one new version, once)."""
+    base = session.id
+    k = 2
+    while store.session(app, user, f"{base}.v{k}").exists():
+        k += 1
+    if k > 2:
+        return _import(store, f, name, app, user, f"{base}.v{k - 1}", skip_bad, True, wait_torn)
+    out = _import(store, f, name, app, user, f"{base}.v{k}", skip_bad, True, wait_torn)
+    out.notes.insert(0, f"{why}: archived entries kept, the file imported again as {base}.v{k}")
+    return out
+
+
+def find_files(path: str | os.PathLike[str]) -> list[str]:
+    """The Pi session files at ``path``: one file, or every ``.jsonl`` under a folder such as
+    ``~/.pi/agent/sessions`` (one folder per working directory).
+
+    Raises:
+        ArchiveError: nothing there, or no ``.jsonl`` file.
+    """
+    p = os.path.abspath(os.fspath(path))
+    if os.path.isfile(p):
+        return [p]
+    if not os.path.isdir(p):
+        raise ArchiveError(p, "no such file or folder")
+    out = []
+    for root, dirs, files in os.walk(p):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
+        out += [os.path.join(root, fn) for fn in sorted(files)
+                if fn.endswith(".jsonl") and not os.path.islink(os.path.join(root, fn))]
+    if not out:
+        raise ArchiveError(p, "no Pi session file (*.jsonl) here")
+    return out
+
+
+def import_pi(store: Store, path: str | os.PathLike[str], *, app: str = "pi", user: str = "local",
+              skip_bad_lines: bool = False, wait_torn: bool = True) -> list[ImportResult]:
+    """Import (or bring up to date) Pi sessions: a file, or a folder such as ``~/.pi/agent/sessions``.
+
+    One session per file (``app/user/<header id>``), each continued from where the last import
+    stopped (:func:`import_session` with ``resume``); a file deleted upstream stays in the archive.
+    ``wait_torn``: a last line still being written (no newline, not JSON) waits for the next
+    import (else it is a bad line, as :func:`import_session` says).
+
+    Raises:
+        ArchiveError: no session file at ``path``, or another agent's sessions there.
+        PiImportError, InvalidName, StorageError, OSError: as :func:`import_session`.
+    """
+    refuse_other(path, "pi")
+    out = []
+    for fn in find_files(path):
+        with open(fn, "rb") as f:
+            out.append(_import(store, f, fn, app, user, None, skip_bad_lines, True, wait_torn))
+    return out
 
 
 # -- export --------------------------------------------------------------------------------
@@ -562,28 +798,54 @@ def _export(session: Session, rev: str, f: IO[str], whole: bool) -> int:
     if leaf not in by_id:  # a commit no ref reaches (detached): add its path
         for le in session.entries(leaf):
             by_id.setdefault(le.id, le)
+    info = session.info
+    adopted = {v[0]: (int(o_), v[1]) for o_, v in as_dict(as_dict(info.get("pi")).get("adopted")).items()
+               if isinstance(v, list) and len(v) == 3 and str(o_).isdigit()}
     ordered = sorted(by_id.values(), key=lambda le: (0, le.meta["o"], 0.0, 0) if _imported(le)
-                     else (1, 0, le.time, le.depth))
+                     else (0, adopted[le.id][0], 0.0, 0) if le.id in adopted else (1, 0, le.time, le.depth))
     ordered = _parents_first(ordered, by_id)
     children = {p for le in ordered for p in le.parents}
-    if ordered and ordered[-1].id != leaf and leaf not in children:
+    moved = bool(ordered) and ordered[-1].id != leaf and leaf not in children
+    if moved:
         ordered = [le for le in ordered if le.id != leaf] + [by_id[leaf]]
-    info = session.info
     header = (info.get("pi") or {}).get("header") if isinstance(info.get("pi"), dict) else None
     if not isinstance(header, dict):
         first = min((le.time for le in ordered), default=0.0)
         header = {"type": "session", "version": CURRENT_VERSION, "id": session.id, "timestamp": _iso(first), "cwd": ""}
-    f.write(_dumps(header))
     pi_ids: dict[str, str] = {}
-    taken: set[str] = {le.meta["pi"]["id"] for le in ordered
-                       if _imported(le) and isinstance(le.meta["pi"].get("id"), str)}
+    pi = as_dict(info.get("pi"))
+    if whole and not moved and pi.get("exact") and isinstance(pi.get("segments"), list):
+        # the file as it was read, byte for byte; then the entries castore made since
+        data = read_blobs(session.store, pi["segments"])
+        text = "".join(data[oid].decode("utf-8") for oid in pi["segments"])
+        f.write(text)
+        lines = text.count("\n")
+        if text and not text.endswith("\n"):
+            f.write("\n")
+            lines += 1
+        ordered_native = []
+        for le in ordered:
+            if _imported(le):
+                pi_ids[le.id] = le.meta["pi"].get("id", le.id[:8])
+            elif le.id in adopted:
+                pi_ids[le.id] = str(as_dict(pi.get("adopted")).get(str(adopted[le.id][0]), [""] * 3)[2])
+            else:
+                ordered_native.append(le)
+        return lines + _write_native(session, ordered_native, pi_ids, f)
+    f.write(_dumps(header))
     lines = 1
 
     def blob(oid: str) -> bytes:
         return _blob(session.store, oid)
 
     for le in ordered:
-        parent = pi_ids.get(le.parents[0]) if le.parents else None
+        if le.id in adopted:  # castore's own entry, as the file holds it
+            raw = read_blobs(session.store, [adopted[le.id][1]])[adopted[le.id][1]].decode("utf-8")
+            got = json.loads(raw)
+            pi_ids[le.id] = got.get("id", le.id[:8]) if isinstance(got, dict) else le.id[:8]
+            f.write(raw if raw.endswith("\n") else raw + "\n")
+            lines += 1
+            continue
         if _imported(le):
             meta = dict(le.meta)
             if "raw" in meta:
@@ -593,10 +855,21 @@ def _export(session: Session, rev: str, f: IO[str], whole: bool) -> int:
             f.write(_dumps(entry))
             lines += 1
             continue
-        for entry in _native(le, parent, pi_ids, taken):
-            f.write(_dumps(_inline_images(entry, blob)))
-            lines += 1
+        lines += _write_native(session, [le], pi_ids, f)
     return lines
+
+
+def _write_native(session: Session, entries: list[LogEntry], pi_ids: dict[str, str], f: IO[str]) -> int:
+    """Write Pi entries for commits made in castore (each marked with :data:`MARK`); the number of lines."""
+    taken = set(pi_ids.values())
+    n = 0
+    for le in entries:
+        parent = pi_ids.get(le.parents[0]) if le.parents else None
+        for entry in _native(le, parent, pi_ids, taken):
+            entry[MARK] = le.id
+            f.write(_dumps(_inline_images(entry, lambda oid: _blob(session.store, oid))))
+            n += 1
+    return n
 
 
 def _imported(le: LogEntry) -> bool:
@@ -675,5 +948,5 @@ def _dumps(entry: dict[str, Any]) -> str:
     return json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-__all__ = ["import_session", "export_session", "inline_images", "ImportResult", "PiImportError", "IMAGE_MIN",
-           "BLOB_KEY"]
+__all__ = ["import_session", "import_pi", "find_files", "export_session", "inline_images", "ImportResult",
+           "PiImportError", "IMAGE_MIN", "BLOB_KEY", "MARK"]

@@ -77,22 +77,25 @@ def follow_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def run_import(ctx: click.Context, store: Any, what: str, import_once: Callable[[], list[Any]], *, app: str,
-               follow: bool, interval: float, sync_remote: str | None, as_json: bool) -> None:
-    """Run an archive import once or (``follow``) round after round, printing each result;
-    with ``sync_remote``, sync the app's sessions with it after each round that imported something."""
+               follow: bool, interval: float, sync_remote: str | None, as_json: bool,
+               echo: Callable[[list[Any], bool], None] | None = None) -> None:
+    """Run an archive import once or (``follow``) round after round, printing each result
+    (``echo(results, as_json)``, default: a line per file that changed); with ``sync_remote``,
+    sync the app's sessions with it after each round that imported something."""
     from ..adapters.follow import follow as follow_loop
 
+    echo = echo or _echo_results
     after = _syncer(ctx, store, app, sync_remote) if sync_remote else None
     if not follow:
         results = import_once()
-        _echo_results(results, as_json)
+        echo(results, as_json)
         if after is not None and any(r.lines for r in results):
             after(results)
         _update_index(store)
         return
     note(f"following {what} (Ctrl-C to stop)")
     try:
-        follow_loop(import_once, interval=interval, on_result=lambda r: _echo_results([r], as_json), on_round=after)
+        follow_loop(import_once, interval=interval, on_result=lambda r: echo([r], as_json), on_round=after)
     except KeyboardInterrupt:
         note("stopped")
     _update_index(store)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+from typing import Any
 
 import click
 
 from ..errors import CastoreError
+from .archive_cmds import follow_options, run_import
 from .common import (
     CastoreGroup,
     CliState,
@@ -68,22 +71,28 @@ def import_group() -> None:
 
 
 @import_group.command("pi")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("-s", "--session", "spec", metavar="APP/USER[/SESSION]",
               help=f"Where to import: APP/USER (session id from each file's header) or APP/USER/SESSION "
                    f"(one file only) [default: {_DEFAULT_APP}/{_DEFAULT_USER}].")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Skip lines that are not JSON objects (a torn last line) and report them, instead of failing.")
-@json_option('a list of {"session": "APP/USER/SESSION", "head": ID, "entries": N, "branches": {...}, '
-             '"labels": {...}, "skipped": [[LINE, REASON], ...], "blobs": N, "upgraded_from": V}')
+@follow_options
+@json_option('a list of {"session": "APP/USER/SESSION", "head": ID, "entries": NEW, "total": N, "branches": {...}, '
+             '"labels": {...}, "skipped": [[LINE, REASON], ...], "blobs": N, "upgraded_from": V, "path": FILE, '
+             '"offset": BYTES, "torn": BYTES, "notes": [...]}')
 @click.pass_context
-def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip_bad_lines: bool,
-              as_json: bool) -> None:
-    """Import Pi session files (v1-v3), one new session per file.
+def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip_bad_lines: bool, follow: bool,
+              interval: float, sync_remote: str | None, as_json: bool) -> None:
+    """Archive Pi sessions: session files (v1-v3), or a folder such as ~/.pi/agent/sessions.
 
-    Every entry becomes a commit; the last entry is HEAD, other leaves get branches
-    pi-<id>, labels become labels. Nothing is left under a ref if a file fails.
+    One session per file. Every entry becomes a commit whose parent is its parentId; the
+    last entry is HEAD (branch main), other leaves get branches pi-<id>, labels become
+    labels. Importing again reads only what was added (a file Pi rewrote becomes
+    SESSION.v2); entries castore appended and `export pi` wrote come back as those commits.
+    Nothing is left under a ref if a file fails.
     """
+    from ..adapters.pi import import_pi as import_tree
     from ..adapters.pi import import_session
 
     spec = _session_spec(ctx, spec)
@@ -92,32 +101,55 @@ def import_pi(ctx: click.Context, files: tuple[str, ...], spec: str | None, skip
         parts = split_key(spec, 2, 3, "'-s' / '--session'")
         app, user = parts[0], parts[1]
         sid = parts[2] if len(parts) == 3 else None
-        if sid is not None and len(files) > 1:
+        if sid is not None and (len(paths) > 1 or os.path.isdir(paths[0])):
             raise click.UsageError("-s APP/USER/SESSION names one session: import one file, or pass -s APP/USER")
     store = open_store(ctx, must_exist=False)
+
+    def once() -> list[Any]:
+        if sid is not None:
+            from ..adapters.detect import refuse_other
+
+            refuse_other(paths[0], "pi")
+            with open(paths[0], "rb") as f:
+                return [import_session(store, f, app=app, user=user, session_id=sid, skip_bad_lines=skip_bad_lines,
+                                       resume=True, wait_torn=follow)]
+        return [r for p in paths for r in import_tree(store, p, app=app, user=user, skip_bad_lines=skip_bad_lines,
+                                                      wait_torn=follow)]
+
+    run_import(ctx, store, ", ".join(paths), once, app=app, follow=follow, interval=interval,
+               sync_remote=sync_remote, as_json=as_json, echo=lambda rs, js: _echo_pi(store, rs, js))
+
+
+def _echo_pi(store: Any, results: list[Any], as_json: bool) -> None:
     docs = []
-    for path in files:
-        r = import_session(store, path, app=app, user=user, session_id=sid, skip_bad_lines=skip_bad_lines)
+    for r in results:
         key = format_key(*r.key)
         for line, reason in r.skipped:
-            note(f"{path}:{line}: skipped: {safe(reason)}")
+            note(f"{r.path}:{line}: skipped: {safe(reason)}")
+        for n in r.notes:
+            note(safe(f"{r.path}: {n}"))
         if as_json:
             doc = dataclasses.asdict(r)
             doc["session"] = key
             del doc["key"]
             docs.append(doc)
+            continue
+        if r.entries < r.total:  # a session brought up to date
+            if r.entries:
+                click.echo(f"{safe(key)}: +{plural(r.entries, 'entry')} ({r.total} in all), HEAD {r.head[:8]}")
+            continue
+        extra = f", {plural(len(r.branches) - 1, 'other branch', 'other branches')}" if len(r.branches) > 1 else ""
+        extra += f", {plural(len(r.labels), 'label')}" if r.labels else ""
+        extra += f", upgraded from v{r.upgraded_from}" if r.upgraded_from else ""
+        extra += f", {len(r.skipped)} skipped" if r.skipped else ""
+        extra += f", {r.torn} bytes left for next time" if r.torn else ""
+        if r.head:
+            on_path = store.session(*r.key).show(r.head).depth + 1
+            # `sessions` counts the path to HEAD; say both when other branches hold more
+            path = "" if on_path == r.entries else f" ({on_path} on its path, as `sessions` counts)"
+            click.echo(f"{safe(key)}: {plural(r.entries, 'entry')}, HEAD {r.head[:8]}{path}{extra}")
         else:
-            extra = f", {plural(len(r.branches) - 1, 'other branch', 'other branches')}" if len(r.branches) > 1 else ""
-            extra += f", {plural(len(r.labels), 'label')}" if r.labels else ""
-            extra += f", upgraded from v{r.upgraded_from}" if r.upgraded_from else ""
-            extra += f", {len(r.skipped)} skipped" if r.skipped else ""
-            if r.head:
-                on_path = store.session(*r.key).show(r.head).depth + 1
-                # `sessions` counts the path to HEAD; say both when other branches hold more
-                path = "" if on_path == r.entries else f" ({on_path} on its path, as `sessions` counts)"
-                click.echo(f"{safe(key)}: {plural(r.entries, 'entry')}, HEAD {r.head[:8]}{path}{extra}")
-            else:
-                click.echo(f"{safe(key)}: no entries{extra}")
+            click.echo(f"{safe(key)}: no entries{extra}")
     if as_json:
         print_json(docs)
 
