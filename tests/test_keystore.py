@@ -12,8 +12,9 @@ from conftest import Backend, make_backend
 
 from castore.crypto.keys import CallableWrapper, KeyWrapper, MasterKey
 from castore.crypto.keystore import KeyStore
-from castore.errors import EncryptionError, InvalidName, KeyMissing, TenantErased, WrongKey
+from castore.errors import EncryptionError, InvalidName, KeyMissing, StorageError, TenantErased, WrongKey
 from castore.storage import Storage, open_storage
+from castore.storage.faulty import FaultyStorage
 
 
 def master() -> MasterKey:
@@ -308,3 +309,42 @@ def test_a_creator_that_lost_reads_the_winners_key(storage):
         b.tenant_keys("app", "alice")  # b has looked: no key yet
     won = a.tenant_keys("app", "alice", create=True)
     assert b.tenant_keys("app", "alice", create=True) == won
+
+
+def test_a_creation_whose_answer_was_lost_uses_what_is_stored(storage):
+    mk = master()
+    ks = KeyStore.create(storage, mk)
+    lossy = FaultyStorage(storage, rate=1.0, kinds={"lost": 1.0}, methods=["swap"])
+    keys = KeyStore.open(lossy, ks.config, mk).tenant_keys("app", "alice", create=True)
+    assert lossy.injected["lost"] == 2  # the app key's creation and the data key's
+    assert KeyStore.open(storage, ks.config, mk).tenant_keys("app", "alice") == keys
+    failing = FaultyStorage(storage, rate=1.0, kinds={"fail": 1.0}, methods=["swap"])
+    with pytest.raises(StorageError):
+        KeyStore.open(failing, ks.config, mk).tenant_keys("app", "bob", create=True)
+    with pytest.raises(KeyMissing):
+        KeyStore.open(storage, ks.config, mk).tenant_keys("app", "bob")
+
+
+class EraseDuringCreation(FaultyStorage):
+    """The real storage, with an erasure of ``tenant`` run by another handle just before the
+    creation of that tenant's key file lands (the interleaving a race could produce)."""
+
+    def __init__(self, inner: Storage, other: KeyStore, tenant: tuple[str, str]) -> None:
+        super().__init__(inner, rate=0.0)
+        self.other, self.tenant = other, tenant
+
+    def swap(self, key: str, data: bytes, expect: Any, journal: Any = None) -> str:
+        if key.endswith(f"/{self.tenant[0]}/{self.tenant[1]}.key"):
+            self.other.erase(*self.tenant, by="rival")
+        return super().swap(key, data, expect, journal)
+
+
+def test_a_key_created_while_its_tenant_is_erased_is_deleted_by_its_creator(storage):
+    mk = master()
+    ks = KeyStore.create(storage, mk)
+    ks.tenant_keys("app", "bob", create=True)
+    racing = EraseDuringCreation(storage, KeyStore.open(storage, ks.config, None), ("app", "alice"))
+    with pytest.raises(TenantErased, match="by rival"):
+        KeyStore.open(racing, ks.config, mk).tenant_keys("app", "alice", create=True)
+    assert "keys/tenants/app/alice.key" not in storage.list("keys/")
+    assert ks.tenant_keys("app", "bob")  # the app's other tenants are untouched
