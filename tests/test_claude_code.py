@@ -49,19 +49,27 @@ def test_real_files_round_trip_byte_for_byte(store: castore.Store, tmp_path: Pat
     same_tree(DATA, out)
 
 
-def test_session_tree_rewinds_and_parallel_calls_are_branches_head_is_last_turn(store: castore.Store) -> None:
+def test_session_tree_rewind_is_a_branch_parallel_calls_are_one_path_head_is_last_turn(store: castore.Store) -> None:
     import_claude(store, SHARE / f"{SID}.jsonl")
     s = store.session("claude", "session-share", SID)
     lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines()
     assert len(s.log(all_branches=True)) == len(lines)
-    # HEAD: the branch holding the last assistant line (line 84, parented to line 83),
+    # HEAD: main, the path to the last assistant line (line 84, parented to line 83),
     # followed by the summary line written after it
     assert s.show("HEAD").meta["claude"]["o"] == 85
     assert s.show("HEAD~1").meta["claude"]["uuid"] == json.loads(lines[84])["uuid"]
-    # line 81 is a second child of the turn_duration line 32: a branch starting there
-    assert "line-81" in s.branches()
-    b = s.entries("line-81")
+    assert s.current_branch == "main"
+    # line 81 is a second prompt after the turn_duration line 32 (written by another Claude
+    # Code process, 2.1.15, that had seen the session up to there): a rewind, one branch;
+    # the parallel Task calls (lines 4-6, their results 7-9 each under its own call; 50-53)
+    # and the lagging result 78 make none
+    assert sorted(s.branches()) == ["main", "rewind-81"]
+    b = s.entries("rewind-81")
     assert b[-1].meta["claude"]["o"] == 82 and b[-3].meta["claude"]["o"] == 32
+    assert [le.meta["claude"]["o"] for le in b] == list(range(33)) + [81, 82]
+    # main holds every other line in file order
+    assert [le.meta["claude"]["o"] for le in s.entries("main")] == [n for n in range(86) if n not in (81, 82)]
+    assert b[-2].meta["claude"]["fork"] == "rewind"
     # snapshots and queue operations do not make branches: they sit on the path
     on_path = {le.meta["claude"]["o"] for le in s.entries("HEAD")}
     assert {0, 12, 20, 58} <= on_path
@@ -417,7 +425,7 @@ def test_entries_appended_with_castore_are_exported_as_lines_and_come_back(store
     shutil.copytree(SHARE, projects / "p")
     import_claude(store, projects)
     s = store.session("claude", "p", SID)
-    leaf, was = s.show("HEAD"), s.current_branch
+    leaf, was, old_81 = s.show("HEAD"), s.current_branch, s.branches()["rewind-81"]
     ids = _append_turn(s)
     out = tmp_path / "out"
     export_claude(store, out)
@@ -456,8 +464,10 @@ def test_entries_appended_with_castore_are_exported_as_lines_and_come_back(store
     r = import_claude(store, projects / "p")[0]
     assert r.lines == 5 and len(s.log(all_branches=True)) == n_before + 1
     assert s.show("HEAD").entry.message.content == "and then?" and s.show("HEAD").parents == (ids[2],)
-    # it follows the tool result, not the compaction: a branch, as a rewind is
-    assert r.branches == ["line-90"] and s.current_branch == "line-90" and s.branches()[was] == ids[-1]
+    # it follows the tool result, not the compaction: a rewind, where the agent is now (main);
+    # the compaction it left (line 89) is the other side of that rewind, named for it
+    assert r.branches == ["rewind-89"] and s.current_branch == was == "main"
+    assert s.branches() == {"main": s.head, "rewind-89": ids[-1], "rewind-81": old_81}
     export_claude(store, tmp_path / "out2")
     assert (tmp_path / "out2" / "p" / f"{SID}.jsonl").read_bytes() == got + more
 

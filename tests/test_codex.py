@@ -139,14 +139,16 @@ def test_rollback_keeps_dropped_turns_on_a_branch(store: castore.Store, sessions
     import_codex(store, root)
     s = store.session("codex", "local", PARENT)
     rb = next(i for i, ln in enumerate(parent) if b"thread_rolled_back" in ln)
-    assert s.current_branch == f"line-{rb}"
+    assert s.current_branch == "main"
     path = [le.meta["codex"]["o"] for le in s.entries("HEAD")]
     # the rollback hangs before the prompt of turn two (the turn_context before it stays):
     # turns two and three are not on HEAD's path
     first_turn_end = 2 + 10 + 1
     assert path[: first_turn_end] == list(range(first_turn_end)) and path[first_turn_end] == rb
-    dropped = [le.meta["codex"]["o"] for le in s.entries("main")]
-    assert dropped == list(range(rb))  # main keeps turns one to three
+    # the dropped turns keep a branch named for the rollback, from their first line
+    assert sorted(s.branches()) == ["main", f"rollback-{first_turn_end}"]
+    dropped = [le.meta["codex"]["o"] for le in s.entries(f"rollback-{first_turn_end}")]
+    assert dropped == list(range(rb))  # turns one to three
     texts = [m.text for m in s.messages("HEAD")]
     assert "find needle four instead" in texts and "find needle two" not in texts
     assert "compact-" + str(next(i for i, ln in enumerate(parent) if b'"compacted"' in ln)) in s.labels()

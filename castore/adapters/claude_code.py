@@ -46,8 +46,10 @@ from typing import IO, TYPE_CHECKING, Any
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
 from ..objects import Codec
+from .claude_tree import Paths, role_of
 from .detect import refuse_other
 from .jsonl_tree import (
+    LAYOUT,
     NOT_JSON,
     ArchiveError,
     FileResult,
@@ -61,6 +63,7 @@ from .jsonl_tree import (
     export_lines,
     iso_time,
     joined,
+    layout_of,
     own_commits,
     parse_line,
     parse_time,
@@ -342,7 +345,7 @@ class _Sidechains:
         if th.writer is None:
             known = {th.cursor: th.cursor_commit} if th.cursor is not None and th.cursor_commit else {}
             th.writer = TreeWriter(th.session, known, "/".join(th.session.key), last_time=th.time,
-                                   meta_key=KEY, tips=th.tips)
+                                   meta_key=KEY, tips=th.tips, layout=self.imp.layout)
         return th.writer
 
     def _start(self, n: int, d: dict[str, Any]) -> str:
@@ -445,14 +448,12 @@ class _State:
     lines: int = 0
     digest: str | None = None
     cursor: int | None = None  # ordinal of the last line
-    reach: list[str] = field(default_factory=list)  # uuids whose children follow the cursor
 
     @classmethod
     def of(cls, info: dict[str, Any]) -> _State:
         c = as_dict(info.get(KEY))
         try:
-            return cls(int(c.get("offset", 0)), int(c.get("lines", 0)), c.get("digest"), c.get("cursor"),
-                       list(c.get("reach", [])))
+            return cls(int(c.get("offset", 0)), int(c.get("lines", 0)), c.get("digest"), c.get("cursor"))
         except (TypeError, ValueError):
             return cls()
 
@@ -466,6 +467,8 @@ class _Importer:
         self.session = store.session(app, src.project, src.session_id)
         self.info = self.session.info if self.session.exists() else {}
         self.state = _State.of(self.info)
+        #: how branches are named (a session imported before layouts keeps its ``line-<n>``)
+        self.layout = layout_of(as_dict(self.info.get(KEY))) if self.session.exists() else LAYOUT
         self.uuids: dict[str, int] | None = None  # loaded from the store when first needed
         self.known: dict[int, str] = {}
         self.main_cid: dict[int, str] = {}  # line -> commit of the main session's lines written by run()
@@ -525,11 +528,14 @@ class _Importer:
             self.known[st.cursor] = c["cursor_commit"]
         else:
             self._load_known()
-        w = TreeWriter(self.session, self.known, key, last_time=c.get("time"), meta_key=KEY, tips=c.get("tips"))
+        self.known.update(Paths.commits(c))
+        w = TreeWriter(self.session, self.known, key, last_time=c.get("time"), meta_key=KEY, tips=c.get("tips"),
+                       layout=self.layout)
         # a main file of the old layout holds its subagents' lines (isSidechain) among its own
         side = _Sidechains(self, as_dict(c.get("sidechains"))) if self.src.parent_id is None else None
         uuids: dict[str, int] = dict(self.uuids or {})
-        cursor, reach = st.cursor, set(st.reach)
+        cursor = st.cursor
+        paths = Paths.of(c, cursor)
         n = st.lines
         offset = st.offset
         titles: str | None = None
@@ -558,26 +564,20 @@ class _Importer:
                 w.cid[n] = mark
                 if u is not None:
                     uuids.setdefault(u, n)
-                    reach = {u}
+                paths.follow(n, u, cursor)
                 cursor, n, offset = n, n + 1, end
                 continue
-            if p is not None and p not in reach and p not in uuids and self.uuids is None:
+            entry = _entry(n, raw, d, self.store.objects.codec)
+            role = role_of(t, u is not None, entry.meta.get(INJECTED))
+            if p is not None and p not in uuids and self.uuids is None and paths.find(p, role, cursor) is None:
                 self._load_known()  # a parent further back than the last import's last line
                 assert self.uuids is not None
                 w.cid.update(self.known)
                 uuids = {**uuids, **self.uuids}  # the earliest line of a uuid wins
-            if p is None or p in reach or p not in uuids:
-                parent = cursor
-            else:
-                parent = uuids[p]
-            if turn and u is not None:
-                reach = {u}
-            elif parent == cursor:
-                if u:
-                    reach.add(u)
-            else:
-                reach = {x for x in (p, u) if x is not None}
-            w.add(n, parent, raw, _entry(n, raw, d, self.store.objects.codec), turn)
+            parent, fork = paths.place(n, u, p, role, cursor, uuids)
+            if fork is not None:
+                entry.meta[KEY]["fork"] = fork
+            w.add(n, parent, raw, entry, turn)
             if side is not None and t == "assistant":
                 side.saw_task(n, d)
             if u is not None:
@@ -603,9 +603,11 @@ class _Importer:
         self.main_cid = w.cid
         info = dict(self.info)
         c = dict(info.get(KEY) or {})
+        c.pop("reach", None)  # (an older import's: the paths say it now)
         c.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                   "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                  "reach": sorted(reach)[:64], "time": w.last_time, "tips": w.branch_digest()})
+                  "paths": paths.state(w.cid), "time": w.last_time, "tips": w.branch_digest(),
+                  "layout": w.layout})
         if self.src.version > 1:
             c.update({"version": self.src.version, "supersedes": self.src.supersedes})
         if adopted:

@@ -8,8 +8,10 @@ The tree: a rollout is a list of records with no parent links, so each line foll
 one before it, except
 
 * a rollback (``event_msg`` ``thread_rolled_back{num_turns: N}``) hangs after the line
-  before the N-th last user turn: the dropped turns stay on the branch that held them and
-  the rollback starts a branch ``line-<n>``, checked out (HEAD follows the agent);
+  before the N-th last user turn, marked ``fork: rollback``: the path through it to the
+  newest line is ``main`` (HEAD, where the agent goes on), and the dropped turns keep a
+  branch ``rollback-<n>`` (n: the first dropped line), see
+  :func:`~castore.adapters.jsonl_tree.branch_layout`;
 * a fork (``session_meta.forked_from_id`` naming a thread already in the archive) starts
   as a castore fork of its parent at the last record it copied: the copied records are
   matched by content (type and payload; their timestamps differ) and stored as references
@@ -40,6 +42,7 @@ from ..errors import CastoreError, InvalidEntry
 from ..views import TITLE_KEY
 from .detect import refuse_other
 from .jsonl_tree import (
+    LAYOUT,
     NOT_JSON,
     ArchiveError,
     FileResult,
@@ -52,6 +55,7 @@ from .jsonl_tree import (
     export_lines,
     iso_time,
     joined,
+    layout_of,
     own_commits,
     parse_line,
     parse_time,
@@ -275,8 +279,9 @@ class _Importer:
                 c = as_dict(info.get(KEY))
         src_ = meta.get("source")
         subagent = isinstance(src_, dict) and isinstance(src_.get("subagent"), dict)
+        layout = layout_of(c) if session.exists() else LAYOUT
         w = TreeWriter(session, known, "/".join(session.key), last_time=c.get("time"), meta_key=KEY,
-                       tips=c.get("tips"))
+                       tips=c.get("tips"), layout=layout)
         n, cursor, offset = st.lines, st.cursor, st.offset
         adopted: dict[str, list[str]] = {}
         owned: list[set[str]] = []
@@ -305,17 +310,19 @@ class _Importer:
                     w.cid[n] = mark
                     cursor, n, offset = n, n + 1, end
                     continue
+                rolled: str | None = None
                 if d.get("type") == "event_msg" and p.get("type") == "thread_rolled_back":
                     k = p.get("num_turns")
                     if isinstance(k, int) and not isinstance(k, bool) and 0 < k <= len(st.turns) \
                             and st.turns[-k][1] is not None:
-                        parent = st.turns[-k][1]
+                        parent, rolled = st.turns[-k][1], "rollback"
                         del st.turns[-k:]
                 if _is_turn(d):
                     st.turns.append([n, parent, None])
                 msg = _message(d)
                 m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw, self.store.objects.codec), "f": session.id,
-                                           **({"type": d["type"]} if isinstance(d.get("type"), str) else {})}}
+                                           **({"type": d["type"]} if isinstance(d.get("type"), str) else {}),
+                                           **({"fork": rolled} if rolled else {})}}
                 when = parse_time(d.get("timestamp"))
                 if when is not None:
                     m["time"] = when
@@ -351,7 +358,7 @@ class _Importer:
         cc = dict(new.get(KEY) or {})
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                    "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                   "turns": st.turns[-256:], "time": w.last_time, "tips": w.branch_digest()})
+                   "turns": st.turns[-256:], "time": w.last_time, "tips": w.branch_digest(), "layout": layout})
         if adopted:
             cc["adopted"] = {**as_dict(cc.get("adopted")), **adopted}
         if prefix:
@@ -430,7 +437,7 @@ class _Importer:
         session.set_info({**info, KEY: {"path": self.src.rel, "prefix": prefix, "offset": pos, "lines": len(mine),
                                         "digest": prefix_digest(f, pos), "cursor": st.cursor,
                                         "cursor_commit": known.get(st.cursor), "turns": st.turns[-256:],
-                                        "tips": tips_digest(session.branches())}})
+                                        "tips": tips_digest(session.branches()), "layout": LAYOUT}})
         return {"parent": parent.id, "at": at}
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,6 +54,17 @@ if TYPE_CHECKING:
 RUN_BYTES = 8 << 20
 #: the digest of an imported prefix covers its length and its first and last WINDOW bytes
 WINDOW = 64 << 10
+#: how branches are named: 2, by what made them (``main`` the path to the newest leaf); 1, ``line-<n>``
+LAYOUT = 2
+
+
+def layout_of(state: Mapping[str, Any]) -> int:
+    """The branch layout a session's import state says (1 for one imported before layouts
+    were recorded, :data:`LAYOUT` for a new one)."""
+    v = state.get("layout")
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    return 1 if state.get("path") else LAYOUT
 
 
 class ArchiveError(CastoreError, ValueError):
@@ -265,9 +277,14 @@ class TreeWriter:
     ``add(n, parent, ...)`` names each line by its ordinal ``n`` and its parent by ordinal
     (None: a root, only for the very first line). Lines whose parent is the previous line
     are appended together; a line whose parent is a branch tip extends that branch; any other
-    parent starts a branch named by ``branch_name(n)``. Appends go to the branch they extend
-    without checking it out (``append_many(branch=...)``); :meth:`finish` checks out the
-    branch of the last line the agent was on. Each commit takes its line's time (``time`` in
+    parent starts a branch ``<kind>-<n>``, the kind being the ``fork`` the adapter wrote in
+    the line's metadata (``rewind``, ``rollback``; ``fork`` when it says none). Appends go to
+    the branch they extend without checking it out (``append_many(branch=...)``).
+    :meth:`finish` makes ``main`` the path to the last line the agent was on (HEAD on it) and
+    names every other leaf's branch by :func:`branch_layout`. A session imported before
+    branches had these names (``layout`` 1: branches ``line-<n>``, HEAD on the branch the
+    agent was on) keeps them: new branches are ``line-<n>`` and HEAD follows the agent as it
+    did. Each commit takes its line's time (``time`` in
     the entry's meta); a line without one takes the time of the line before it, and a line
     before any line with a time takes 0.0 (the epoch: unknown), never the clock's, so that the
     same file gives the same commits wherever and whenever it is imported.
@@ -278,9 +295,11 @@ class TreeWriter:
     """
 
     def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None, *,
-                 meta_key: str | None = None, tips: Any = None) -> None:
+                 meta_key: str | None = None, tips: Any = None, layout: int = LAYOUT) -> None:
         self.session = session
         self.key = key
+        self.meta_key = meta_key
+        self.layout = layout
         self.cid: dict[int, str] = dict(known)  # ordinal -> commit
         branches = session.branches()  # (an import may have stopped before the session's HEAD was made)
         #: lines written by an import that stopped before recording its position (found when
@@ -300,7 +319,7 @@ class TreeWriter:
         self.run_parent: int | None = None
         self.run_bytes = 0
         self.created: list[str] = []
-        self.branch_name = lambda n: f"line-{n}"
+        self.active_cid: str | None = None  # the commit of the last active line written
         self.labels: list[tuple[int, str]] = []
         #: the time of the last line that had one (for the lines after it that have none)
         self.last_time = last_time
@@ -352,7 +371,7 @@ class TreeWriter:
         else:
             got = self.tips.get(parent)
             if got is None:
-                branch = self.branch_name(self.run[0].n)
+                branch = self._new_name(self.run[0])
                 # a branch an import stopped before its lines made is taken as it is
                 if not self.resuming or s.branches().get(branch) != parent:
                     s.branch(branch, at=parent)
@@ -374,7 +393,14 @@ class TreeWriter:
                 self.stored.setdefault(p.n, (cid, "", ids[i - 1] if i else parent))
         if any(p.active for p in self.run):
             self.active, self.active_commit = branch, None
+            self.active_cid = next(cid for p, cid in zip(reversed(self.run), reversed(ids), strict=True) if p.active)
         self.run, self.run_bytes, self._times = [], 0, []
+
+    def _new_name(self, first: _Pending) -> str:
+        """The name of a branch starting at line ``first`` (``line-<n>`` in a layout 1 session)."""
+        if self.layout < 2:
+            return f"line-{first.n}"
+        return f"{fork_kind(first.entry.meta, self.meta_key) or 'fork'}-{first.n}"
 
     def finish(self) -> str | None:
         """Flush, put the labels, check out the branch the agent was on; return HEAD's commit."""
@@ -384,15 +410,53 @@ class TreeWriter:
             return None
         if self.active_commit is not None:
             self.active = self._owner(self.active_commit) or self.active
+            self.active_cid = self.active_commit
         for n, name in self.labels:
             if n in self.cid:
                 try:
                     s.label(name, at=self.cid[n], force=True)
                 except CastoreError:
                     pass  # a summary that is not a valid label name stays in the line itself
-        if self.active and self.active != s.current_branch:
+        if self.layout >= 2 and (self.resuming or self.active != "main"):
+            self._lay_out()
+        elif self.active and self.active != s.current_branch:
             s.checkout(self.active)
         return s.head
+
+    def _lay_out(self) -> None:
+        """Name the session's branches as :func:`branch_layout` says and check out ``main``.
+
+        Each leaf gets its new name before an old one is moved or deleted, and a moved branch's
+        old tip goes to the reflog: stopped at any point, nothing is lost, and the next import
+        (which finds the tips changed) lays the names out again.
+        """
+        s = self.session
+        branches = s.branches()
+        before = set(branches) - set(self.created)
+        active = self.active_cid or branches.get(self.active or "main") or s.head
+        if active is None:
+            return
+        adopted = {cid: n for n, cid in self.cid.items()}
+        if self.meta_key is not None:
+            adopted.update({cid: n for n, _, cid in adopted_rows(s.info, self.meta_key)})
+        want = branch_layout(s.log(all_branches=True), active, self.meta_key, adopted)
+        for name, tip in want.items():
+            if name != "main" and branches.get(name) != tip and s.current_branch != name:
+                s.branch(name, at=tip, force=True)
+        if branches.get("main") != want["main"]:
+            if s.current_branch == "main":
+                s.reset(want["main"])
+            else:
+                s.branch("main", at=want["main"], force=True)
+        if s.current_branch != "main":
+            s.checkout("main")
+        for name in s.branches():
+            if name not in want and _LAID_OUT.fullmatch(name):
+                try:
+                    s.delete_branch(name)  # refused (kept) when its tip is on no other branch
+                except CastoreError:
+                    pass
+        self.created[:] = [name for name in s.branches() if name not in before]
 
     def _owner(self, cid: str) -> str | None:
         """The branch a stored line was appended to: the one whose own segment (from its tip
@@ -400,7 +464,8 @@ class TreeWriter:
         o_of = {v[0]: o for o, v in self.stored.items()}
         parent_of = {v[0]: v[2] for v in self.stored.values()}
         for name, tip in self.session.branches().items():
-            start = int(name[5:]) if name.startswith("line-") and name[5:].isdigit() else -1
+            m = _LAID_OUT.fullmatch(name)
+            start = int(m.group(1)) if m and m.group(1) else -1
             c: str | None = tip
             while c is not None and c in o_of:
                 if c == cid:
@@ -413,6 +478,73 @@ class TreeWriter:
     def branch_digest(self) -> str | None:
         """The digest of the session's branch tips, to record with the import's position."""
         return tips_digest(self.session.branches()) if self.session.exists() else None
+
+
+#: the names :func:`branch_layout` gives (and ``line-<n>``, layout 1's): the branches an import may rename
+_LAID_OUT = re.compile(r"(?:rewind|rollback|fork|line)-(?:(\d+)|c[0-9a-f]{8})(?:-[0-9a-f]{8})?")
+
+
+def fork_kind(meta: Mapping[str, Any], key: str | None) -> str | None:
+    """The kind of alternative a line starts (``rewind``, ``rollback``), as its adapter marked it."""
+    m = meta.get(key) if key is not None else None
+    k = m.get("fork") if isinstance(m, Mapping) else None
+    return k if isinstance(k, str) and k.isidentifier() else None
+
+
+def branch_layout(log: Sequence[LogEntry], active: str, key: str | None,
+                  lines: Mapping[str, int] | None = None) -> dict[str, str]:
+    """The branch names of an imported session's tree: name -> tip.
+
+    ``main`` is the path through ``active`` (the last line the agent was on) to its newest
+    leaf. Every other leaf, newest first, names the part of its path that no branch named
+    before holds: ``<kind>-<n>``, ``n`` the line that part starts at (``c<commit>`` for a
+    commit castore made that no file holds), ``kind`` the ``fork``
+    its adapter marked on that line or on a sibling of it (the other side of the same fork:
+    a rewind's original prompt is on the ``rewind`` branch as its new prompt would be),
+    else ``fork``.
+
+    Args:
+        log: the session's commits on every branch.
+        active: the commit of the line the agent was on last.
+        key: the adapter's metadata key (``o``: line number, ``fork``: kind).
+        lines: commit -> line of castore's own commits found again in the file (``adopted``).
+
+    Raises:
+        ArchiveError: ``active`` is not in ``log``.
+    """
+    parent: dict[str, str | None] = {le.id: (le.parents[0] if le.parents else None) for le in log}
+    if active not in parent:
+        raise ArchiveError(active, "not a commit of the session")
+    line: dict[str, Any] = {le.id: as_dict(le.meta.get(key or "")).get("o", (lines or {}).get(le.id)) for le in log}
+    kind: dict[str, str | None] = {le.id: fork_kind(le.meta, key) for le in log}
+    children: dict[str | None, list[str]] = {}
+    for le in log:
+        children.setdefault(parent[le.id], []).append(le.id)
+
+    def order(cid: str) -> tuple[int, str]:
+        o_ = line[cid]
+        return (o_ if isinstance(o_, int) else -1, cid)
+
+    tip = active
+    while children.get(tip):
+        tip = max(children[tip], key=order)
+    out = {"main": tip}
+    named: set[str] = set()
+    c: str | None = tip
+    while c is not None and c not in named:
+        named.add(c)
+        c = parent[c]
+    for leaf in sorted((cid for cid in parent if not children.get(cid) and cid not in named), key=order,
+                       reverse=True):
+        start, c = leaf, leaf
+        while c is not None and c not in named:
+            named.add(c)
+            start, c = c, parent[c]
+        k = kind[start] or next((kind[x] for x in children.get(parent[start], ()) if kind[x]), None) or "fork"
+        o_ = line[start]
+        name = f"{k}-{o_}" if isinstance(o_, int) else f"{k}-c{start[:8]}"
+        out[name if name not in out else f"{name}-{start[:8]}"] = leaf
+    return out
 
 
 def meta_of(n: int, raw_id: str, when: float | None, **extra: Any) -> dict[str, Any]:
