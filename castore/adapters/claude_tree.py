@@ -116,11 +116,12 @@ class Paths:
         ``line_of``: the line of each uuid the session holds (for a parent far back).
         """
         fork: str | None = None
-        if p is None or p not in line_of:
-            parent: int | None = cursor
-            base = self.leaves.pop(cursor, None) if cursor is not None else None
-        elif (at := self.find(p, role, cursor)) is not None:
+        at = self.find(p, role, cursor) if p is not None else None
+        if at is not None:
             parent, base = at, self.leaves.pop(at)
+        elif p is None or p not in line_of:
+            parent = cursor
+            base = self.leaves.pop(cursor, None) if cursor is not None else None
         else:
             parent, base, fork = line_of[p], None, ("rewind" if role == PROMPT else "fork")
         here = [p] if p is not None and base is None else []
