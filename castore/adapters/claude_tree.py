@@ -117,6 +117,8 @@ class Paths:
         """
         fork: str | None = None
         at = self.find(p, role, cursor) if p is not None else None
+        parent: int | None
+        base: _Leaf | None
         if at is not None:
             parent, base = at, self.leaves.pop(at)
         elif p is None or p not in line_of:
