@@ -80,6 +80,8 @@ class RefNames:
     #: branch name -> tip; remote-tracking ones as ``remotes/REMOTE/BRANCH``
     branches: dict[str, str]
     labels: dict[str, str]
+    #: commit -> what it links to in other sessions (an imported subagent, see :func:`castore.views.links`)
+    links: dict[str, list[str]] = field(default_factory=dict)
 
 
 def ref_names(session: Session, internal: bool = False) -> RefNames:
@@ -99,7 +101,8 @@ def _ref_names(session: Session, internal: bool) -> tuple[RefNames, set[str]]:
     hidden = set() if internal else views.internal_branches(session, branches)
     for name in hidden:
         branches.pop(name, None)
-    return RefNames(session.head, session.current_branch, branches, {**session.labels()}), hidden
+    return RefNames(session.head, session.current_branch, branches, {**session.labels()},
+                    views.links(session)), hidden
 
 
 def _past_bookkeeping(entries: Sequence[LogEntry]) -> tuple[list[LogEntry], Callable[[str], tuple[str, ...]]]:
@@ -143,8 +146,12 @@ def _moved(names: RefNames, past: Callable[[str], tuple[str, ...]]) -> RefNames:
         landed = past(cid)
         return landed[0] if landed else cid
 
+    links: dict[str, list[str]] = {}
+    for c, said in names.links.items():
+        links.setdefault(at(c), []).extend(said)
     return RefNames(at(names.head) if names.head else None, names.branch,
-                    {b: at(c) for b, c in names.branches.items()}, {n: at(c) for n, c in names.labels.items()})
+                    {b: at(c) for b, c in names.branches.items()}, {n: at(c) for n, c in names.labels.items()},
+                    links)
 
 
 def log(session: Session, rev: str = "HEAD", *, limit: int | None = None, all_branches: bool = False,

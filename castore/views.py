@@ -78,6 +78,11 @@ class View:
         """For the branches the adapter knows, one line saying what each is."""
         return {}
 
+    def links(self, session: Session) -> dict[str, list[str]]:
+        """Commit -> what it links to outside the session (``subagent: <session>``), shown
+        beside its names in ``log`` and ``show``."""
+        return {}
+
     def state_at(self, session: Session, rev: str) -> dict[str, Any] | None:
         """The state at ``rev`` as the adapter reads it (decoded), or None to use the stored state."""
         return None
@@ -201,6 +206,19 @@ def session_title(info: Mapping[str, Any]) -> str | None:
     Whitespace runs (newlines too) read as one space."""
     name = info.get(TITLE_KEY)
     return " ".join(name.split()) or None if isinstance(name, str) else None
+
+
+def links(session: Session) -> dict[str, list[str]]:
+    """Commit -> the sessions it links to (a subagent it spawned, the turn that spawned it),
+    as the view of the session's HEAD commit says.
+
+    Raises:
+        StorageError, IntegrityError: reading a commit failed.
+    """
+    if session.head is None:
+        return {}
+    view = view_for(_kind_at(session, "HEAD"))
+    return view.links(session) if view is not None else {}
 
 
 def _kind_at(session: Session, rev: str) -> str:

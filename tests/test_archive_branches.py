@@ -179,3 +179,40 @@ def test_a_session_imported_by_the_old_rules_keeps_its_branch_names(store: casto
     shutil.copy(f, tmp_path / "s.jsonl")
     import_claude(other, tmp_path / "s.jsonl")
     assert sorted(other.session("claude", tmp_path.name, "s").branches()) == ["main", "rewind-81"]
+
+
+def test_subagents_link_both_ways_in_log_show_and_sessions(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from castore.cli.main import main
+
+    def cli(*args: str) -> str:
+        r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "--no-pager", *args])
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    cli("import", "claude", str(SHARE))
+    st = castore.open(str(tmp_path / "store"))
+    main_s = st.session("claude", "session-share", SID)
+    sub_id = f"{SID}.subagents.agent-a5bdbc1"
+    sub = st.session("claude", "session-share", sub_id)
+    by = sub.info["spawned_by"]
+    call = main_s.info["claude"]["agents"]["a5bdbc1"]["call"]
+    # the parent's Task call (and its result) names the subagent's session
+    assert any(b.get("type") == "tool_use" and b.get("name") == "Task" and b["id"] == by["tool_use_id"]
+               for b in main_s.show(call).entry.message.content)
+    log = cli("log", "--oneline", "-n", "0", "-s", f"claude/session-share/{SID}")
+    assert {ln.split()[0] for ln in log.splitlines() if f"subagent: {sub_id}" in ln} == {call[:8], by["commit"][:8]}
+    shown = cli("show", call, "-s", f"claude/session-share/{SID}")
+    assert f"subagent: {sub_id}" in shown.splitlines()[0] and "→ Task(Poem about Thai yellow curry)" in shown
+    # the subagent's first entry names the parent session and the commit that spawned it
+    first = sub.entries("HEAD")[0]
+    assert by["first"] == first.id and first.meta["claude"]["o"] == 0
+    sub_log = cli("log", "--oneline", "-n", "0", "-s", f"claude/session-share/{sub_id}")
+    assert sub_log.splitlines()[-1].startswith(f"{first.id[:8]} (spawned by: {SID} {by['commit'][:8]})")
+    assert f"spawned by: {SID} {by['commit'][:8]}" in cli("show", first.id, "-s", f"claude/session-share/{sub_id}")
+    # sessions: each subagent says whose it is
+    listed = [ln for ln in cli("sessions", "claude").splitlines() if ".subagents." in ln]
+    assert len(listed) == 5 and all(ln.rstrip().endswith(f"subagent of {SID}") for ln in listed)
+    assert json.loads(cli("log", "--json", "-n", "0", "-s", f"claude/session-share/{sub_id}"))["commits"][-1][
+        "refs"]["links"] == [f"spawned by: {SID} {by['commit'][:8]}"]

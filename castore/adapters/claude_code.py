@@ -426,7 +426,8 @@ class _Sidechains:
                 cid = self.imp.commit_of(th.spawn["o"])
                 if cid is not None:
                     info["spawned_by"] = {"app": main.app, "user": main.user, "session": main.id, "commit": cid,
-                                          "tool_use_id": th.spawn.get("tool_use_id")}
+                                          "tool_use_id": th.spawn.get("tool_use_id"),
+                                          **({"first": th.writer.cid[th.root]} if th.root in th.writer.cid else {})}
             th.session.set_info(info)
             th.tips = th.writer.branch_digest()
             out.append(sid)
@@ -722,12 +723,15 @@ def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
     if c.get("agents_at") == c.get("lines"):
         return have
     by_raw: dict[str, str] = {}
-    by_o: dict[int, str] = {}
+    calls: dict[Any, str] = {}  # tool_use id of a Task/Agent call -> the commit of its line
     for le in s.log(all_branches=True):
         m = le.meta.get(KEY)
         if isinstance(m, dict) and isinstance(m.get("raw"), str) and m.get("type") == "user":
             by_raw[m["raw"]] = le.id
-            by_o[m["o"]] = le.id
+        msg = le.entry.message if isinstance(le.entry, Event) else None
+        for b in msg.content if msg is not None and msg.role == "assistant" and isinstance(msg.content, list) else ():
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in _SPAWNERS:
+                calls.setdefault(b.get("id"), le.id)
     raws = read_blobs(s.store, list(by_raw))
     for rid, raw in raws.items():
         if b'"agentId"' not in raw:
@@ -745,7 +749,8 @@ def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
                 for b in content:
                     if isinstance(b, dict) and b.get("type") == "tool_result":
                         tool_use_id = b.get("tool_use_id")
-            have[agent] = {"commit": by_raw[rid], "tool_use_id": tool_use_id}
+            have[agent] = {**as_dict(have.get(agent)), "commit": by_raw[rid], "tool_use_id": tool_use_id,
+                           **({"call": calls[tool_use_id]} if tool_use_id in calls else {})}
     c = dict(c)
     c["agents"] = have
     c["agents_at"] = c.get("lines")
@@ -763,10 +768,7 @@ def _link_sidechains(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
         link = links.get(th.agent or "")
         if link is None or not th.session.exists():
             continue
-        info = th.session.info
-        if as_dict(info.get("spawned_by")).get("commit") != link["commit"]:
-            th.session.set_info({**info, "spawned_by": {"app": main.app, "user": main.user, "session": main.id,
-                                                        **link}})
+        _link(main, th.agent or "", th.session, link)
 
 
 def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
@@ -776,11 +778,30 @@ def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
     stem = imp.src.session_id.rsplit(".", 1)[-1]
     agent = stem.removeprefix("agent-")
     link = links.get(agent)
-    info = s.info
-    if link is None or (info.get("spawned_by") or {}).get("commit") == link["commit"]:
-        return
-    main = s.store.session(s.app, imp.src.project, imp.src.parent_id or "")
-    s.set_info({**info, "spawned_by": {"app": main.app, "user": main.user, "session": main.id, **link}})
+    if link is not None:
+        _link(s.store.session(s.app, imp.src.project, imp.src.parent_id or ""), agent, s, link)
+
+
+def _link(main: Session, agent: str, sub: Session, link: dict[str, Any]) -> None:
+    """Link subagent session ``sub`` both ways: its info names the turn of ``main`` that
+    spawned it (``spawned_by``: the session, the commit of the Task result, the call's id
+    and commit, and ``first``, its own first line), and ``main``'s list of agents names it."""
+    info = sub.info
+    want = {"app": main.app, "user": main.user, "session": main.id,
+            **{k: v for k, v in link.items() if k != "session"}}
+    first = as_dict(info.get("spawned_by")).get("first")
+    if first is None:
+        first = next((cid for o_, (cid, _, _) in sorted(stored_lines(sub, KEY).items()) if o_ >= 0), None)
+    if first is not None:
+        want["first"] = first
+    if info.get("spawned_by") != want:
+        sub.set_info({**info, "spawned_by": want})
+    minfo = main.info
+    c = as_dict(minfo.get(KEY))
+    agents = as_dict(c.get("agents"))
+    if as_dict(agents.get(agent)).get("session") != sub.id:
+        agents = {**agents, agent: {**as_dict(agents.get(agent)), "session": sub.id}}
+        main.set_info({**minfo, KEY: {**c, "agents": agents}})
 
 
 def follow_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP, interval: float = 1.0,

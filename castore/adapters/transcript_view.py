@@ -27,6 +27,7 @@ from ..entries import Event, Message, content_text
 
 if TYPE_CHECKING:
     from ..entries import LogEntry
+    from ..session import Session
 
 #: the metadata key each importer files its lines under (the adapters' ``KEY``)
 IMPORTERS = ("claude", "codex", "pi")
@@ -219,6 +220,25 @@ class TranscriptView(views.View):
     def message(self, m: Message, verbose: bool = False) -> list[str] | None:
         """A message with no commit (``context``) as :func:`message_lines` reads it, or None."""
         return message_lines(m, verbose)
+
+    def links(self, session: Session) -> dict[str, list[str]]:
+        """The turns that spawned subagents (``subagent: <session>`` on the Task call and on
+        its result) and, in a subagent, its first line (``spawned by: <session> <commit>``),
+        as the importers recorded them in the sessions' info."""
+        info = session.info
+        out: dict[str, list[str]] = {}
+        for key in IMPORTERS:
+            agents = info.get(key, {}).get("agents") if isinstance(info.get(key), Mapping) else None
+            for a in agents.values() if isinstance(agents, Mapping) else ():
+                sub = a.get("session") if isinstance(a, Mapping) else None
+                for cid in (a.get("call"), a.get("commit")) if isinstance(sub, str) else ():
+                    if isinstance(cid, str):
+                        out.setdefault(cid, []).append(f"subagent: {sub}")
+        by = info.get("spawned_by")
+        if isinstance(by, Mapping) and isinstance(by.get("first"), str) and isinstance(by.get("session"), str):
+            at = f" {by['commit'][:8]}" if isinstance(by.get("commit"), str) else ""
+            out.setdefault(by["first"], []).append(f"spawned by: {by['session']}{at}")
+        return out
 
     def bookkeeping(self, e: LogEntry) -> bool:
         """Whether an imported line is the client's bookkeeping (a ``progress`` line, ...)."""

@@ -142,19 +142,25 @@ class Refs:
     branch: str | None = None
     branches: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    links: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def from_names(cls, names: RefNames) -> Refs:
         """The names :func:`castore.porcelain.ref_names` found, for decorating."""
-        return cls(head=names.head, branch=names.branch, branches=dict(names.branches), labels=dict(names.labels))
+        return cls(head=names.head, branch=names.branch, branches=dict(names.branches), labels=dict(names.labels),
+                   links=dict(names.links))
 
     def of(self, cid: str) -> dict[str, Any]:
-        """``{"head": bool, "branches": [...], "labels": [...]}`` for one commit."""
-        return {
+        """``{"head": bool, "branches": [...], "labels": [...]}`` for one commit, and
+        ``"links"`` when it links to other sessions (an imported subagent)."""
+        out: dict[str, Any] = {
             "head": cid == self.head,
             "branches": [b for b, t in self.branches.items() if t == cid],
             "labels": [n for n, t in self.labels.items() if t == cid],
         }
+        if self.links.get(cid):
+            out["links"] = list(self.links[cid])
+        return out
 
     def decoration(self, cid: str, style: Style = click.style) -> str:
         """git's ``(HEAD -> main, retry, tag: good)``, or empty."""
@@ -169,6 +175,7 @@ class Refs:
                 parts.append(style("HEAD", fg="cyan", bold=True))
         parts += [style(safe(b), fg="green", bold=True) for b in branches]
         parts += [style(f"tag: {safe(n)}", fg="yellow", bold=True) for n in r["labels"]]
+        parts += [style(safe(x), fg="magenta") for x in r.get("links", ())]
         return "(" + ", ".join(parts) + ")" if parts else ""
 
 
@@ -249,7 +256,7 @@ def object_json(oid: str, obj: Any, codec: o.Codec = o.PLAIN) -> dict[str, Any]:
 # -- text blocks ---------------------------------------------------------------------------
 def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> list[str]:
     """One line per session: key, entry count, branch, last activity, title (cut to
-    :data:`TITLE_WIDTH` characters)."""
+    :data:`TITLE_WIDTH` characters), and the session that spawned it (an imported subagent)."""
     keys = [safe(format_key(s.app, s.user, s.session)) for s in infos]
     branches = [safe(s.branch) if s.branch is not None else f"(detached at {short(s.head)})" for s in infos]
     w, bw = (max((len(x) for x in col), default=0) for col in (keys, branches))
@@ -258,7 +265,11 @@ def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> 
         title = views.session_title(s.info)
         line = (f"{style(k.ljust(w), bold=True)}  {s.entries:>6} {'entry  ' if s.entries == 1 else 'entries'}  "
                 f"{style(branch.ljust(bw), fg='green')}  {fmt_time(s.updated)}")
-        out.append(f"{line}  {safe(one_line(title, TITLE_WIDTH))}" if title else line)
+        line = f"{line}  {safe(one_line(title, TITLE_WIDTH))}" if title else line
+        by = s.info.get("spawned_by")  # an imported subagent: the session that spawned it
+        if isinstance(by, Mapping) and isinstance(by.get("session"), str):
+            line += "  " + style(f"subagent of {safe(by['session'])}", fg="magenta")
+        out.append(line)
     return out
 
 
