@@ -17,14 +17,12 @@ to the Task call that spawned it. Its lines keep their place in the main file, a
 ``export`` writes them back there.
 
 The tree is Claude Code's: a line's parent is the line its ``parentUuid`` (or, for a
-compact boundary, ``logicalParentUuid``) names, so a rewind (a second prompt after the same
-parent) is a branch. Lines that are not turns of the conversation (no ``uuid``, or a type
-other than ``user``/``assistant``: snapshots, progress, system notes, queue operations) are
-threaded where they were written: a turn whose parent is a line before them is placed after
-them, so they do not make a branch each. A line whose parent is unknown (a resumed
-session's first line) or that has none follows the line before it. The branch holding the
-last ``user``/``assistant`` line is checked out (HEAD: the leaf the agent was on); other
-leaves keep a branch ``line-<n>`` (n: the 0-based line number where the branch starts).
+compact boundary, ``logicalParentUuid``) names, read turn by turn as
+:mod:`castore.adapters.claude_tree` says: the parts of one turn (parallel tool calls, their
+results, progress lines) are one path in file order, and only a new prompt after an
+earlier parent (a rewind) is a branch. ``main`` (HEAD) is the path to the last
+``user``/``assistant`` line (the leaf the agent goes on from); other leaves keep a branch
+``rewind-<n>`` (:func:`~castore.adapters.jsonl_tree.branch_layout`).
 Compact boundaries get a label ``compact-<n>``; ``summary``/``custom-title``/``ai-title``
 lines name the session (``info["name"]``).
 
