@@ -12,6 +12,11 @@ re-hashes each. ``gc`` deletes only unreachable objects older than a grace perio
 a writer that has stored its objects but not yet moved its ref never loses them, and walks
 the refs a second time just before deleting, to spare anything a writer made reachable
 meanwhile.
+
+In the tenant layout (docs/FORMAT.md 2.1) every function here works on each tenant's store
+in turn, the users' before the apps' own: a user's commits name app-state commits of their
+app's store, which fsck and gc there count as roots (so a pack never mixes two tenants, and
+an app-state commit a user's session names is never collected).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import names
 from . import objects as o
 from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound, RefConflict
@@ -80,6 +86,18 @@ class FsckReport:
         broken (stale locks aside)."""
         return bool(self.missing or self.corrupt or self.bad_refs or self.damaged_records)
 
+    def add(self, other: FsckReport, where: str) -> None:
+        """Count ``other``, the report of the tenant store at ``where``, into this one (its
+        refs, locks and temporary files named with ``where/`` in front)."""
+        for f in ("objects", "refs", "reachable"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for f in ("missing", "corrupt", "unreachable", "dangling"):
+            getattr(self, f).extend(getattr(other, f))
+        self.bad_refs.extend((f"{where}/{r}", why) for r, why in other.bad_refs)
+        self.stale_locks.extend(f"{where}/{k}" for k in other.stale_locks)
+        self.stale_temps.extend(f"{where}/{k}" for k in other.stale_temps)
+        self.damaged_records.extend((f"{where}/{p}", off, n) for p, off, n in other.damaged_records)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {
@@ -113,6 +131,14 @@ class GcReport:
     #: sessions deleted by the store's "retention" setting
     expired: ExpireReport | None = None
 
+    def add(self, other: GcReport, where: str) -> None:
+        """Count ``other``, the report of the tenant store at ``where``, into this one."""
+        self.deleted.extend(other.deleted)
+        self.kept_young += other.kept_young
+        self.bytes_freed += other.bytes_freed
+        self.locks_cleared.extend(f"{where}/{k}" for k in other.locks_cleared)
+        self.temps_cleared.extend(f"{where}/{k}" for k in other.temps_cleared)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {"deleted": len(self.deleted), "kept_in_grace": self.kept_young,
@@ -124,6 +150,41 @@ class GcReport:
 
 # -- walking -------------------------------------------------------------------------------
 _Todo = tuple[str, str, tuple[type, ...]]  # (object id, referenced from, kinds allowed there)
+
+
+def _tenants(store: Store) -> list[Store] | None:
+    """The tenants' stores of a tenant-layout root, the users' before the apps' own; None
+    for a flat store (or one tenant's)."""
+    if store.root is not store or store.layout != "tenants":
+        return None
+    return sorted(store.stores(), key=lambda t: (t.tenant_segments or ("", ""))[1] == names.APP_SCOPE)
+
+
+def _where(store: Store) -> str:
+    """A tenant store's folder (``tenants/<app>/<user>``), for reports."""
+    return names.tenant_prefix(*(store.tenant_segments or ("", "")))
+
+
+class _AppScopes:
+    """The app-state commits that users' commits name, per app segment: fsck and gc of the
+    app's own store count them as roots (they live there, not in the users' stores)."""
+
+    def __init__(self) -> None:
+        self.named: dict[str, set[str]] = {}
+
+    def foreign(self, store: Store) -> set[str] | None:
+        """Where a user's store records the app-state ids it names (None: follow them)."""
+        seg = store.tenant_segments
+        if seg is None or seg[1] == names.APP_SCOPE:
+            return None
+        return self.named.setdefault(seg[0], set())
+
+    def roots(self, store: Store) -> list[_Todo]:
+        """The ids named into an app's own store by its users' commits."""
+        seg = store.tenant_segments
+        if seg is None or seg[1] != names.APP_SCOPE:
+            return []
+        return [(x, "a user's commit (app state)", (Commit,)) for x in sorted(self.named.get(seg[0], ()))]
 
 
 def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
@@ -179,8 +240,9 @@ def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
     return None
 
 
-def _links(obj: Any) -> Iterator[tuple[str, tuple[type, ...]]]:
-    """The ids an object names, each with the kinds of object allowed there."""
+def _links(obj: Any, foreign: set[str] | None = None) -> Iterator[tuple[str, tuple[type, ...]]]:
+    """The ids an object names, each with the kinds of object allowed there; with
+    ``foreign`` (a user's tenant store), app-state ids go there instead (another store's)."""
     if isinstance(obj, Commit):
         yield from ((o.hex_id(p), (Commit,)) for p in obj.parents)
         if obj.body is not None:
@@ -189,7 +251,11 @@ def _links(obj: Any) -> Iterator[tuple[str, tuple[type, ...]]]:
             yield o.hex_id(obj.state), (Tree,)
         if obj.index is not None:
             yield o.hex_id(obj.index), (Index,)
-        yield from ((o.hex_id(s), (Commit,)) for s in obj.scopes.values())
+        for scope, s in obj.scopes.items():
+            if foreign is not None and scope == "app":
+                foreign.add(o.hex_id(s))
+            else:
+                yield o.hex_id(s), (Commit,)
     elif isinstance(obj, Tree):
         yield from ((o.hex_id(r), (Value, Blob)) for r in obj.refs.values())
         yield from ((o.hex_id(r), (Tree,)) for r in obj.sub.values())
@@ -219,12 +285,14 @@ def _load(store: Store, oids: list[str]) -> dict[str, Any]:
 
 
 def _walk(store: Store, report: FsckReport | None,
-          progress: Callable[[int], None] | None = None) -> set[str]:
+          progress: Callable[[int], None] | None = None, scopes: _AppScopes | None = None) -> set[str]:
     """Every reachable id; with ``report``, damage is recorded there instead of raised."""
     seen: set[str] = set()
     bodies: dict[str, Commit] = {}  # body id -> a commit naming it (fsck checks the pair)
     depths: dict[str, tuple[int, str | None]] = {}  # commit -> its depth, its first parent
-    todo: deque[_Todo] = deque(_roots(store, report))
+    scopes = scopes or _AppScopes()
+    foreign = scopes.foreign(store)
+    todo: deque[_Todo] = deque(_roots(store, report) + scopes.roots(store))
     while todo:
         batch: dict[str, _Todo] = {}
         while todo and len(batch) < _BATCH:
@@ -260,7 +328,7 @@ def _walk(store: Store, report: FsckReport | None,
                 _check_stored(oid, obj, bodies, report)
                 if isinstance(obj, Commit):
                     depths[oid] = (obj.depth, o.hex_id(obj.parents[0]) if obj.parents else None)
-            todo.extend((child, oid, k) for child, k in _links(obj) if child not in seen)
+            todo.extend((child, oid, k) for child, k in _links(obj, foreign) if child not in seen)
         if progress is not None:
             progress(len(seen))
     if report is not None:
@@ -306,7 +374,13 @@ def reachable(store: Store, report: FsckReport | None = None,
         IntegrityError: a reachable object or ref is corrupt (when ``report`` is None).
         StorageError: the backend failed.
     """
-    return _walk(store, report, progress)
+    tenants = _tenants(store)
+    if tenants is None:
+        return _walk(store, report, progress)
+    scopes, out = _AppScopes(), set()
+    for t in tenants:
+        out |= _walk(t, report, progress, scopes)
+    return out
 
 
 # -- fsck ----------------------------------------------------------------------------------
@@ -323,8 +397,18 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
         StorageError: the backend failed.
     """
     store.require()
+    tenants = _tenants(store)
+    if tenants is None:
+        return _fsck(store, progress, _AppScopes())
+    report, scopes = FsckReport(), _AppScopes()
+    for t in tenants:
+        report.add(_fsck(t, progress, scopes), _where(t))
+    return report
+
+
+def _fsck(store: Store, progress: Callable[[str, int], None] | None, scopes: _AppScopes) -> FsckReport:
     report = FsckReport()
-    live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
+    live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None, scopes)
     report.reachable = len(live)
     present = list(store.objects.iter_ids())
     report.objects = len(present)
@@ -336,7 +420,7 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
             if isinstance(obj, IntegrityError):
                 report.corrupt.append((oid, obj.reason))
             elif obj is not None:
-                named.update(child for child, _ in _links(obj))
+                named.update(child for child, _ in _links(obj, set()))
         if progress is not None:
             progress("verified", i + len(chunk))
     report.unreachable = unreachable
@@ -447,22 +531,39 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     if not grace >= 0:
         raise CastoreError(f"the grace period must not be negative ({grace})")
     store.require()
-    restore = getattr(store.storage, "restore_aside", None)
-    if restore is not None and not dry_run:
-        restore()  # a gc killed mid-delete left an object renamed aside: put it back first
     out = GcReport(dry_run=dry_run)
     reflog_age, retention = expiry_settings(store)
     if retention is not None:
         out.expired = expire_sessions(store, retention, dry_run=dry_run)
     if reflog_age is not None:
         out.reflog_expired = sum(expire_reflogs(store, reflog_age, dry_run=dry_run).values())
+    tenants = _tenants(store)
+    if tenants is None:
+        _collect(store, grace, dry_run, progress, out, _AppScopes())
+    else:
+        scopes = _AppScopes()
+        for t in tenants:
+            one = GcReport(dry_run=dry_run)
+            _collect(t, grace, dry_run, progress, one, scopes)
+            out.add(one, _where(t))
+        if not dry_run:
+            forget_deleted(store)  # the search index of the whole store
+    return out
+
+
+def _collect(store: Store, grace: float, dry_run: bool, progress: Callable[[str, int], None] | None,
+             out: GcReport, scopes: _AppScopes) -> None:
+    """gc's deletion of the unreachable objects of one (flat or tenant) store into ``out``."""
+    restore = getattr(store.storage, "restore_aside", None)
+    if restore is not None and not dry_run:
+        restore()  # a gc killed mid-delete left an object renamed aside: put it back first
     if not dry_run:
         # this handle's own log is held like any live writer's and would be spared: seal it
         # (the next append opens a new log), so what a delete_session on this handle left
         # unreachable is collected as format 1 collected it
         store.objects.close()
     report = FsckReport()
-    live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None)
+    live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None, scopes)
     if report.damaged:
         raise CastoreError(
             f"gc refused: the store is damaged ({len(report.missing)} missing, {len(report.corrupt)} corrupt, "
@@ -502,7 +603,7 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     if (candidates or doomed_packs) and not dry_run:
         # A writer may have made some of them reachable while we walked: walk again and
         # spare anything that is reachable now.
-        live = live | _walk(store, None)
+        live = live | _walk(store, None, None, scopes)
         candidates = [x for x in candidates if x not in live]
     for oid in candidates:
         stored = objs.read_stored_many([oid]).get(oid)
@@ -521,7 +622,6 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
         out.locks_cleared = clear_stale_locks(store)
         out.temps_cleared = clear_stale_temps(store)
         forget_deleted(store)
-    return out
 
 
 def forget_deleted(store: Store) -> None:
@@ -536,7 +636,8 @@ def forget_deleted(store: Store) -> None:
     """
     from .grep.index import update_if_present  # the index is only needed where there is one
 
-    store.objects.compact_ref_logs()
+    for t in _tenants(store) or [store]:
+        t.objects.compact_ref_logs()
     update_if_present(store)
 
 
@@ -611,13 +712,14 @@ def expire_reflogs(store: Store, older_than: float, dry_run: bool = False,
     store.require()
     cutoff = (time.time() if now is None else now) - older_than
     out: dict[tuple[str, str, str], int] = {}
-    for name in store.refs.list("sessions"):
-        p = parse_ref_name(name)
-        if p is None or p.kind != "reflog" or p.session_prefix is None:
-            continue
-        n = store.plumbing.expire_reflog(SessionRefs(p.session_prefix), cutoff, dry_run)
-        if n:
-            out[(p.app, p.user or "", p.session or "")] = n
+    for t in _tenants(store) or [store]:
+        for name in t.refs.list("sessions"):
+            p = parse_ref_name(name)
+            if p is None or p.kind != "reflog" or p.session_prefix is None:
+                continue
+            n = t.plumbing.expire_reflog(SessionRefs(p.session_prefix), cutoff, dry_run)
+            if n:
+                out[(p.app, p.user or "", p.session or "")] = n
     return out
 
 
@@ -660,11 +762,12 @@ def expire_sessions(store: Store, older_than: float, app: str | None = None, dry
     report = ExpireReport(dry_run=dry_run)
     for a in [app] if app is not None else store.apps():
         for info in store.sessions(a):
+            home = store.tenant(info.app, info.user)
             prefix = session_prefix(info.app, info.user, info.session)
-            when, refs = _last_change(store, prefix)
+            when, refs = _last_change(home, prefix)
             if when is None or when >= cutoff:
                 continue
-            if not dry_run and not _delete_unchanged(store, prefix, refs):
+            if not dry_run and not _delete_unchanged(home, prefix, refs):
                 continue
             report.sessions.append((info.app, info.user, info.session, when))
     return report
@@ -728,7 +831,20 @@ def repack(store: Store, all_packs: bool = False, loose: bool = True) -> RepackR
     if store.objects.format < 2:
         store.update_config(lambda c: {**c, "format": max(2, c.get("format", 1))})
         store.objects.set_format(2)
-    return store.objects.repack(all_packs=all_packs, loose=loose, idle=LOG_IDLE)
+    tenants = _tenants(store)
+    if tenants is None:
+        return store.objects.repack(all_packs=all_packs, loose=loose, idle=LOG_IDLE)
+    out = RepackReport()
+    for t in tenants:  # one pack per tenant: never two tenants' objects in one
+        t.objects.set_format(store.objects.format)
+        one = t.objects.repack(all_packs=all_packs, loose=loose, idle=LOG_IDLE)
+        out.packs_merged.extend(f"{_where(t)}/{p}" for p in one.packs_merged)
+        out.loose_packed += one.loose_packed
+        out.objects += one.objects
+        out.bytes_written += one.bytes_written
+        if one.new_pack is not None:
+            out.new_pack = f"{_where(t)}/{one.new_pack}"
+    return out
 
 __all__ = ["FsckReport", "GcReport", "RepackReport", "fsck", "gc", "repack", "reachable", "stale_locks",
            "clear_stale_locks", "stale_temps", "clear_stale_temps", "TEMP_MIN_AGE",

@@ -282,19 +282,25 @@ class Store:
         if not self.exists:
             raise StoreNotFound(self.url)
 
-    def init(self) -> bool:
-        """Create the store if needed; return True if it was created now.
+    def init(self, *, like: Store | None = None) -> bool:
+        """Create the store if needed; return True if it was created now. A store created
+        ``like`` another takes its storage format, and its layout unless this handle was
+        opened with one (what a push to a new remote does).
 
         Raises:
             StorageError: the backend failed.
         """
         if self._tenant_of is not None:  # a tenant's folder is made by its first write
-            return self._tenant_of[0].init()
+            return self._tenant_of[0].init(like=like)
         if self._initialized:
             return False
-        cfg: dict[str, Any] = {"format": self._new_format, "created": time.time(), "remotes": {}}
-        if self._layout not in (None, "flat"):
-            cfg["layout"] = self._layout
+        fmt, layout = self._new_format, self._layout
+        if like is not None:
+            fmt, layout = like.objects.format, layout or like.layout
+            self.objects.set_format(fmt)
+        cfg: dict[str, Any] = {"format": fmt, "created": time.time(), "remotes": {}}
+        if layout not in (None, "flat"):
+            cfg["layout"] = layout
         try:
             self.storage.swap(CONFIG_KEY, json.dumps(cfg, indent=1).encode(), None)
             created = True

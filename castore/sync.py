@@ -121,6 +121,13 @@ class SyncReport:
         """True when no ref was refused."""
         return not self.refs_refused
 
+    def add(self, other: SyncReport) -> None:
+        """Count ``other`` (another tenant's sync) into this report."""
+        for f in ("objects_sent", "bytes_sent", "packs_sent", "loose_sent", "refs_up_to_date"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for f in ("refs_updated", "refs_refused", "refs_kept_as_remote", "refs_forced", "refs_skipped"):
+            getattr(self, f).extend(getattr(other, f))
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {
@@ -286,8 +293,10 @@ class _Step:
 
 class _Sync:
     def __init__(self, src: Store, dst: Store, *, force: bool, pull_remote: str | None,
-                 progress: ProgressFn | None) -> None:
+                 progress: ProgressFn | None, only_scopes: set[str] | None = None) -> None:
         self.src, self.dst = src, dst
+        #: one tenant's sync: the scope refs it may send (another tenant's go on their own)
+        self.only_scopes = only_scopes
         self.force = force
         self.pull_remote = pull_remote  # set for a pull: the name of the remote we read
         self.progress = progress
@@ -341,8 +350,8 @@ class _Sync:
         return got
 
     # planning --------------------------------------------------------------------------
-    def plan(self, sel: Selection) -> None:
-        prefix, scope_refs, scope_prefix = _selection(sel)
+    def plan(self, sel: tuple[str, list[str] | None, str | None]) -> None:
+        prefix, scope_refs, scope_prefix = sel
         src_parsed = self._valid(self.src.refs.list(prefix), "the source")
         src_names = [p.ref for p in src_parsed if not _is_tracking(p)]
         src_vals = self.src.refs.read_many(src_names)
@@ -364,7 +373,8 @@ class _Sync:
         if scope_refs is None:
             listed = self._valid(self.src.refs.list(scope_prefix or STATE), "the source")
             scope_refs = [p.ref for p in listed if not _is_tracking(p) and p.session is None]
-        wanted = sorted(set(scope_refs) | set(self.scope_needs))
+        wanted = sorted(r for r in set(scope_refs) | set(self.scope_needs)
+                        if self.only_scopes is None or r in self.only_scopes)
         src_scope = self.src.refs.read_many(wanted)
         self._read_dst(wanted)
         scope_steps_start = len(self.steps)
@@ -836,23 +846,56 @@ def _tracking_ref(ref: str, remote: str) -> str:
 def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: ProgressFn | None,
           pull_remote: str | None) -> SyncReport:
     src.require()
+    planned = _selection(sessions)
+    if not dst.exists:
+        # A new destination takes the source's storage format (a format-2 store pushed to
+        # a new bucket stays packed; a format-1 one stays loose) and layout.
+        dst.init(like=src)
+    dst.init()
+    if src.layout == dst.layout == "flat":
+        return _sync_pair(src, dst, planned, None, force, progress, pull_remote)
+    # The tenant layout (docs/FORMAT.md 2.1): each tenant syncs on its own, the apps' own
+    # first (their state is named by the users' commits); a flat side stands for every one.
+    report = SyncReport()
+    for a, u in _tenants(src, sessions):
+        scopes = [f"{STATE}/{a}/app" if u == names.APP_SCOPE else f"{STATE}/{a}/users/{u}"]
+        prefix = planned[0] if isinstance(sessions, tuple) and len(sessions) == 3 else f"{SESSIONS}/{a}/{u}"
+        report.add(_sync_pair(src.tenant_at(a, u), dst.tenant_at(a, u), (prefix, scopes, None), set(scopes),
+                              force, progress, pull_remote))
+    return report
+
+
+def _tenants(src: Store, sel: Selection) -> list[tuple[str, str]]:
+    """The (app, user) segments of the tenants of a selection, each app's own tenant first."""
+    sel = (sel,) if isinstance(sel, str) else sel
+    if sel is not None and len(sel) >= 2:
+        a, u = names.tenant_segments(sel[0], sel[1])
+        return [(a, names.APP_SCOPE), (a, u)]
+    if src.layout == "tenants":
+        keys = src.tenant_keys()
+    else:
+        parsed = [parse_ref_name(r) for r in src.refs.list(SESSIONS) + src.refs.list(STATE)]
+        keys = sorted({(p.app, p.user or names.APP_SCOPE) for p in parsed if p is not None})
+    if sel is not None:
+        keys = [k for k in keys if k[0] == names.encode(sel[0], "app name")]
+    return sorted(keys, key=lambda k: k[1] != names.APP_SCOPE)
+
+
+def _sync_pair(src: Store, dst: Store, planned: tuple[str, list[str] | None, str | None],
+               only_scopes: set[str] | None, force: bool, progress: ProgressFn | None,
+               pull_remote: str | None) -> SyncReport:
     if not src.objects.codec.compatible(dst.objects.codec):
         # stored frames are copied as they are: another codec would neither find them under
         # its ids nor open them (and a plain store would be handed an encrypted one's objects)
         raise SealedFrameError(f"{src.url} -> {dst.url}", "the two stores have different codecs (keys or "
                                "tenant): open both with the same keys to copy between them")
-    if not dst.exists:
-        # A new destination takes the source's storage format (a format-2 store pushed to
-        # a new bucket stays packed; a format-1 one stays loose).
-        Store(dst.storage, format=src.objects.format).init()
-    dst.init()
     if src.objects.format >= 2:
         # Map the source's packs up front: one listing, instead of a probe of the loose
         # files for each object the plan reads first.
         src.objects.refresh()
-    job = _Sync(src, dst, force=force, pull_remote=pull_remote, progress=progress)
+    job = _Sync(src, dst, force=force, pull_remote=pull_remote, progress=progress, only_scopes=only_scopes)
     try:
-        job.plan(sessions)
+        job.plan(planned)
         return job.run()
     finally:
         job.pool.shutdown()
@@ -916,7 +959,7 @@ def clone(url: str, dest: str, selection: Selection = None, *, remote_name: str 
     """
     with Store.open(url, **options) as remote:
         remote.require()
-        local = Store.open(dest, format=remote.objects.format)
+        local = Store.open(dest, format=remote.objects.format, layout=remote.layout)
         if local.exists:
             raise CastoreError(f"{local.url} already holds a castore store; pull into it instead")
         with local:
@@ -1024,12 +1067,18 @@ def both_ways(local: Store, remote: Store, sessions: Selection = None, *, remote
     # Where this pull (or an earlier one) keeps the remote tip of a diverged branch.
     tracking = {ref: _tracking_ref(ref, remote_name) for ref in refused
                 if (p := parse_ref_name(ref)) is not None and p.kind == "branch"}
-    kept = local.refs.read_many(list(tracking.values()))
+    kept = {t: _home(local, t).refs.read(t) for t in tracking.values()}
     out = []
     for ref, r in refused.items():
         k = kept.get(tracking.get(ref, ""))
         out.append(_diverged(r, remote_name, k is not None and k.target == r.remote))
     return BothWaysReport(remote_name, pulled, pushed, out, created)
+
+
+def _home(store: Store, ref: str) -> Store:
+    """The store holding ``ref`` (a parsed name): its tenant's, in the tenant layout."""
+    p = parse_ref_name(ref)
+    return store if p is None else store.tenant_at(p.app, p.user or names.APP_SCOPE)
 
 
 def _diverged(r: Refusal, remote_name: str, kept: bool) -> Diverged:

@@ -125,3 +125,105 @@ def test_tenant_options_reach_each_tenants_store(tmp_path: Any) -> None:
         st.session("app", "alice", "s").append(ev(0, **{"app:k": 1}))
         assert sorted(seen, key=str) == [("app", "alice"), ("app", None)]
         assert st.tenant("app", None).objects.compress is False
+
+
+# -- store-wide work on the tenant layout --------------------------------------------------------
+def _fill(st: castore.Store) -> None:
+    st.session("app", "alice", "s1").append(ev(0, **{"app:motd": "hi", "user:units": "metric"}))
+    st.session("app", "alice", "s2").append(Message(role="user", content="alice two"))
+    st.session("app", "bob", "s1").append(Message(role="user", content="bob one"))
+    st.session("other", "carol", "s1").append(Message(role="user", content="carol one"))
+
+
+def _view(st: castore.Store) -> dict[tuple[str, str, str], Any]:
+    return {(i.app, i.user, i.session): (i.head, st.session(i.app, i.user, i.session).state())
+            for app in st.apps() for i in st.sessions(app)}
+
+
+@pytest.mark.parametrize("dst_layout", ["tenants", "flat"])
+def test_push_pull_and_clone_between_tenant_layout_stores(store: castore.Store, backend: Any, tmp_path: Any,
+                                                          dst_layout: str) -> None:
+    from castore import sync
+
+    _fill(store)
+    with castore.open(str(tmp_path / "copy"), layout=dst_layout) as dst:
+        report = sync.push(store, dst)
+        assert report.ok and report.objects_sent
+        assert dst.layout == dst_layout and _view(dst) == _view(store)
+        if dst_layout == "tenants":
+            assert dst.tenants() == store.tenants()
+        assert sync.push(store, dst).refs_updated == []  # up to date: nothing to send
+        dst.session("app", "bob", "s1").append(Message(role="user", content="bob two"))
+        dst.update_scope("app", None, {"motd": "bye"})
+        pulled = sync.pull(dst, store, ("app", "bob"))
+        assert pulled.ok and pulled.refs_updated
+        assert store.session("app", "bob", "s1").messages()[-1].content == "bob two"
+        assert store.app_state("app") == {"motd": "bye"}
+        assert _view(dst) == _view(store)
+    cloned = sync.clone(store.url, str(tmp_path / "clone"), "app", **_opts(store))
+    assert cloned.ok
+    with castore.open(str(tmp_path / "clone")) as c:
+        assert c.layout == "tenants"
+        assert {k for k in _view(c)} == {k for k in _view(store) if k[0] == "app"}
+
+
+def test_a_flat_store_pushes_into_a_new_tenant_layout_store(tmp_path: Any) -> None:
+    from castore import sync
+
+    with castore.open(str(tmp_path / "flat")) as flat, \
+            castore.open(str(tmp_path / "t"), layout="tenants") as dst:
+        _fill(flat)
+        assert sync.push(flat, dst).ok
+        assert _view(dst) == _view(flat)
+        # each tenant got only its own refs: alice's user state, not the app's
+        assert dst.tenant("app", "alice").refs.list("state") == ["state/app/users/alice"]
+        assert dst.tenant("app", None).refs.list("") == ["state/app/app"]
+
+
+def test_fsck_gc_repack_and_expire_work_tenant_by_tenant(store: castore.Store, backend: Any) -> None:
+    from castore import maintenance as m
+
+    _fill(store)
+    for i in range(3):
+        store.session("app", "bob", "s1").append(Message(role="user", content=f"more {i}"))
+    report = m.fsck(store)
+    assert report.ok and report.reachable and not report.unreachable, report.to_dict()
+    before = {t.tenant_segments: set(t.objects.iter_ids()) for t in store.stores()}
+    store.delete_session("app", "alice", "s2")
+    gone = m.gc(store, grace=0)
+    assert gone.deleted
+    after = {t.tenant_segments: set(t.objects.iter_ids()) for t in store.stores()}
+    assert after[("app", "bob")] == before[("app", "bob")]  # no other tenant lost anything
+    assert set(gone.deleted) <= before[("app", "alice")] - after[("app", "alice")]
+    assert m.fsck(store).ok
+    # the app state alice's first commit names lives in the app's store, and stays
+    assert store.session("app", "alice", "s1").state()["app:motd"] == "hi"
+    repacked = m.repack(store, all_packs=True)
+    if backend.name != "local-tenants":  # on local disk this handle's logs are still its own
+        assert repacked.objects and repacked.new_pack.startswith("tenants/")
+    for t in store.stores():  # each tenant's objects in its own packs, none in another's
+        ids = set(t.objects.iter_ids())
+        for name in t.objects.pack_names():
+            assert set(t.objects.pack_contents(name)) <= ids
+    assert m.fsck(store).ok and _view(store)
+    expired = m.expire_sessions(store, 0, app="other")
+    assert [s[:3] for s in expired.sessions] == [("other", "carol", "s1")]
+    assert store.sessions("other") == []
+
+
+def test_gc_keeps_an_app_state_commit_only_a_users_commit_names(store: castore.Store) -> None:
+    from castore import maintenance as m
+
+    s = store.session("app", "alice", "s1")
+    s.append(ev(0, **{"app:motd": "hi"}))
+    first = s.head
+    assert first is not None
+    app_home = store.tenant("app", None)
+    named = store.tenant("app", "alice").history.commit(first).scopes["app"]
+    # the app's ref moves to a new root: only alice's commit still names the old state
+    app_home.refs.swap("state/app/app", app_home.objects.put(castore.objects.Commit(kind="state")),
+                       app_home.refs.read("state/app/app"))
+    m.gc(store, grace=0)
+    assert castore.objects.hex_id(named) in set(app_home.objects.iter_ids())
+    assert s.state(first)["app:motd"] == "hi"
+    assert m.fsck(store).ok
