@@ -185,8 +185,11 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
-def start_seaweedfs(timeout: float = 60) -> Server | None:
+def start_seaweedfs(timeout: float = 60, identities: list[dict[str, Any]] | None = None) -> Server | None:
     """Start ``weed mini`` with every address on 127.0.0.1 and S3 on a free port.
+
+    ``identities``: more S3 identities beside the admin (SeaweedFS's s3 config: a name,
+    credentials, and actions such as ``"Read:bucket/prefix"``).
 
     Returns:
         The server, or None when it cannot start; the reason is then in
@@ -208,7 +211,8 @@ def start_seaweedfs(timeout: float = 60) -> Server | None:
                         "name": "admin",
                         "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
                         "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                    }
+                    },
+                    *(identities or []),
                 ]
             },
             f,
