@@ -144,7 +144,7 @@ def test_a_command_imports_only_the_modules_it_comes_from(seeded: Seeded) -> Non
         "['castore.cli.inspect_cmds', 'castore.cli.session_cmds']",  # inspect_cmds imports refs_of from it
         "['castore.cli.archive_cmds', 'castore.cli.inspect_cmds', 'castore.cli.session_cmds']",
         # grep was loaded first; export still gets the subcommands of all three modules that add to it
-        "['claude', 'codex', 'html', 'pi']",
+        "['claude', 'codex', 'gemini', 'html', 'pi']",
         "['castore.cli.archive_cmds', 'castore.cli.html_cmds', 'castore.cli.inspect_cmds', 'castore.cli.io_cmds', "
         "'castore.cli.session_cmds']",
         str(every),

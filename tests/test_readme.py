@@ -120,7 +120,7 @@ def _run_serve(cmd: str, env: dict[str, str], cwd: Path) -> None:
 
 def _agent_home(home: Path) -> Path:
     """A home folder holding what the archive section imports: copies of the real Claude Code
-    Codex and Pi files in tests/data (never the originals), where the agents keep them."""
+    Codex, Pi and Gemini CLI files in tests/data (never the originals), where the agents keep them."""
     import lzma
     import shutil
 
@@ -134,6 +134,7 @@ def _agent_home(home: Path) -> Path:
     pi.mkdir(parents=True)
     (pi / "2026-01-05T10-00-00-000Z_x.jsonl").write_bytes(lzma.decompress(
         (data / "pi" / "before-compaction.jsonl.xz").read_bytes()))
+    shutil.copytree(data / "gemini" / "tmp", home / ".gemini" / "tmp")
     return home
 
 

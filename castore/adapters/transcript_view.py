@@ -1,4 +1,4 @@
-"""How imported coding-agent sessions (Claude Code, Codex, Pi) read in ``log``, ``show`` and ``context``.
+"""How imported coding-agent sessions (Claude Code, Codex, Pi, Gemini CLI) read in ``log``, ``show`` and ``context``.
 
 The importers keep each line's message as the vendor wrote its content blocks: Claude's
 ``tool_use``/``tool_result``/``thinking``/``image``, Codex's ``function_call``/
@@ -9,9 +9,10 @@ argument), a result as ``← 14 lines`` (all of it when asked), thinking folded 
 an image as ``[image]``, a command Pi's user ran with ``!`` as ``$ ls`` and its output.
 Lines that are bookkeeping (Claude's ``progress``,
 ``file-history-snapshot``, ``summary``, ``queue-operation``; Codex's ``turn_context`` and
-``token_count``) are marked so that ``log`` leaves them out unless asked for every entry.
+``token_count``; Gemini CLI's metadata line, ``$set`` records and a message written again with
+nothing new) are marked so that ``log`` leaves them out unless asked for every entry.
 
-Registered for the ``event`` (Claude Code, Codex) and ``message`` (Pi) kinds; an entry whose
+Registered for the ``event`` (Claude Code, Codex, Gemini CLI) and ``message`` (Pi) kinds; an entry whose
 content holds none of these blocks and that no importer wrote reads as castore's own. What
 is returned is unescaped: the CLI escapes it (one rule, ``castore.cli.text``).
 """
@@ -30,10 +31,10 @@ if TYPE_CHECKING:
     from ..session import Session
 
 #: the metadata key each importer files its lines under (the adapters' ``KEY``)
-IMPORTERS = ("claude", "codex", "pi")
+IMPORTERS = ("claude", "codex", "pi", "gemini")
 #: line types that are a client's bookkeeping, not what happened in the session
 BOOKKEEPING = frozenset({"progress", "file-history-snapshot", "summary", "queue-operation",
-                         "turn_context", "token_count"})
+                         "turn_context", "token_count", "metadata", "$set", "update"})
 #: a tool call's argument is cut to this many characters
 ARG_CHARS = 60
 #: the arguments that say best what a call does, first found wins
@@ -199,7 +200,7 @@ def _label(m: Message) -> str:
 
 
 class TranscriptView(views.View):
-    """Claude Code, Codex and Pi lines: calls, results, thinking, images; bookkeeping marked."""
+    """Claude Code, Codex, Pi and Gemini CLI lines: calls, results, thinking, images; bookkeeping marked."""
 
     kinds = frozenset({"event", "message"})
 

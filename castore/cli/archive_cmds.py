@@ -1,4 +1,4 @@
-"""The coding-agent archive: ``import claude|codex``, ``export claude|codex`` and ``grep``.
+"""The coding-agent archive: ``import claude|codex|gemini``, ``export claude|codex|gemini`` and ``grep``.
 
 ``import`` and ``export`` are groups that :mod:`castore.cli.io_cmds` may already have made
 (with ``pi``); the commands here are added to them, or to new ones of the same names.
@@ -199,6 +199,46 @@ def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, 
     from ..adapters.codex import export_codex
 
     _export(ctx, export_codex, dest, app, specs)
+
+
+@click.command("gemini")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--app", default="gemini", show_default=True, help="The app name of the sessions.")
+@follow_options
+@json_option(_IMPORT_JSON)
+@click.pass_context
+def import_gemini_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float,
+                      sync_remote: str | None, as_json: bool) -> None:
+    """Archive Gemini CLI sessions: a session file, a chats folder, or ~/.gemini/tmp.
+
+    One session per file (APP/PROJECT/SESSION-ID; a subagent's file becomes PARENT.SESSION-ID,
+    naming its parent). main goes on from a $rewindTo; the turns it dropped keep a branch
+    rewind-N. The older whole-file JSON sessions are kept too (SESSION-ID.json).
+    Importing again reads only what was added; files deleted upstream stay in the archive.
+    """
+    from ..adapters.gemini import import_gemini
+
+    store = open_store(ctx, must_exist=False)
+    run_import(ctx, store, path, lambda: import_gemini(store, path, app=app), app=app, follow=follow,
+               interval=interval, sync_remote=sync_remote, as_json=as_json)
+
+
+@click.command("gemini")
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--app", default="gemini", show_default=True, help="The app name of the sessions.")
+@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+              help="Only this session (repeatable; default: every archived one).")
+@click.pass_context
+def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
+    """Write archived Gemini CLI sessions back under DEST (the ~/.gemini/tmp layout), byte for byte.
+
+    Entries appended with castore on HEAD's path follow the imported bytes as generated
+    message records (each naming its commit: importing the file again takes them as those
+    commits).
+    """
+    from ..adapters.gemini import export_gemini
+
+    _export(ctx, export_gemini, dest, app, specs)
 
 
 def _export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, app: str,
@@ -500,10 +540,12 @@ def _highlight(text: str, spans: tuple[tuple[int, int], ...]) -> str:
 
 
 def register(group: click.Group) -> None:
-    """Add ``import claude|codex``, ``export claude|codex`` and ``grep`` to the ``castore`` group."""
+    """Add ``import claude|codex|gemini``, ``export claude|codex|gemini`` and ``grep`` to the ``castore`` group."""
     for name, cmd, doc in (("import", import_claude_cmd, "Import sessions from other agents' files."),
                            ("import", import_codex_cmd, "Import sessions from other agents' files."),
+                           ("import", import_gemini_cmd, "Import sessions from other agents' files."),
                            ("export", export_claude_cmd, "Export sessions to other agents' files."),
+                           ("export", export_gemini_cmd, "Export sessions to other agents' files."),
                            ("export", export_codex_cmd, "Export sessions to other agents' files.")):
         sub = group.commands.get(name)
         if not isinstance(sub, click.Group):

@@ -156,7 +156,7 @@ def _echo_pi(store: Any, results: list[Any], as_json: bool) -> None:
 
 @click.group("export", cls=CastoreGroup)
 def export_group() -> None:
-    """Export sessions: to Pi JSONL, Claude Code or Codex CLI files, or to a self-contained HTML view."""
+    """Export sessions: to Pi JSONL, Claude Code, Codex CLI or Gemini CLI files, or to a self-contained HTML view."""
 
 
 @export_group.command("pi")

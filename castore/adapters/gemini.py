@@ -1,0 +1,551 @@
+"""Import and export Gemini CLI sessions (``~/.gemini/tmp/<project>/chats/``).
+
+Gemini CLI records a session as an append-only JSONL file (``chats/session-<time>-<id8>.jsonl``;
+google-gemini/gemini-cli ``packages/core/src/services/chatRecordingService.ts``):
+
+- the first line is the session's metadata (``sessionId``, ``projectHash``, ``startTime``,
+  ``lastUpdated``, ``kind``: ``main`` or ``subagent``, ``directories``);
+- a message record (``id``, ``timestamp``, ``type``: ``user``, ``gemini``, ``info``, ``error``,
+  ``warning``; ``content``, the parts sent to the model; a ``gemini`` message also ``thoughts``,
+  ``tokens``, ``model``, ``toolCalls`` with their results) is appended when it is recorded, and
+  appended again, whole, each time it changes (its tokens, its tool calls' results arrive):
+  the later copy replaces the earlier;
+- ``{"$set": {...}}`` updates the metadata (``lastUpdated``, ``summary``, ...); with
+  ``messages`` it is a checkpoint: the conversation is that list from then on;
+- ``{"$rewindTo": id}`` drops message ``id`` and everything after it (``/rewind``).
+
+A subagent writes a file of its own, ``chats/<parent session id>/<session id>.jsonl``. Older
+versions wrote the whole conversation as one pretty-printed JSON document,
+``chats/session-<time>-<id8>.json``, rewritten at every change (``ConversationRecord``).
+
+Each JSONL file becomes a session ``gemini/<project>/<sessionId>`` (a subagent's
+``<parent>.<sessionId>``, naming its parent in ``info["spawned_by"]``), every line one commit,
+kept byte for byte and imported incrementally by :mod:`castore.adapters.jsonl_tree`. The tree:
+each line follows the one before it, except a ``$rewindTo``, which hangs after the message
+before the one it names: ``main`` is the path the agent goes on with (HEAD), the dropped turns
+keep a branch ``rewind-<n>`` (:func:`~castore.adapters.jsonl_tree.branch_layout`). Bodies: a
+message's parts as castore message blocks (text; thoughts as thinking; tool calls, with their results); the
+metadata and ``$set`` lines have none (bookkeeping in ``log``). The session's ``summary``
+is its title.
+
+An older whole-file JSON becomes a session ``<sessionId>.json``: one commit per message, in
+order, and the file's bytes kept as they were; a later version of the file that extends the
+messages adds the new ones, one that changes them is imported as ``.v2`` (``.v3``, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from ..entries import INJECTED, Event, Message
+from ..errors import CastoreError, InvalidEntry
+from .detect import refuse_other
+from .jsonl_tree import (
+    LAYOUT,
+    NOT_JSON,
+    ArchiveError,
+    FileResult,
+    LineChanged,
+    TreeWriter,
+    archived_rows,
+    as_dict,
+    blob_id,
+    export_lines,
+    iso_time,
+    joined,
+    own_commits,
+    parse_line,
+    parse_time,
+    prefix_digest,
+    put_blobs,
+    read_blobs,
+    read_lines,
+    safe_join,
+)
+
+if TYPE_CHECKING:
+    from ..entries import LogEntry
+    from ..session import Session
+    from ..store import Store
+
+APP = "gemini"
+KEY = "gemini"
+#: the key of a record written for a castore commit (its id): the import takes the record as it
+MARK = "castoreCommit"
+#: an older whole-file JSON is kept in blobs of at most this many bytes
+CHUNK = 4 << 20
+_ROLES = {"user": "user", "gemini": "assistant"}
+
+
+# -- finding files ---------------------------------------------------------------------------
+@dataclass
+class _Source:
+    path: str
+    project: str
+    rel: str  # <project>/chats/... : where export writes it
+    parent: str | None = None  # a subagent's parent session id (its folder's name)
+
+
+def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
+    """The session files at ``path``: a file, a ``chats`` folder, a project folder holding one,
+    or ``~/.gemini/tmp`` (one folder per project).
+
+    Raises:
+        ArchiveError: nothing there, or no session file.
+    """
+    p = os.path.abspath(os.fspath(path))
+    if not os.path.exists(p):
+        raise ArchiveError(p, "no such file or folder")
+    if os.path.isfile(p):
+        chats = os.path.dirname(p)
+        if os.path.basename(chats) != "chats" and os.path.basename(os.path.dirname(chats)) == "chats":
+            chats = os.path.dirname(chats)  # a subagent's file
+        return [_source(p, chats)]
+    if os.path.basename(p) == "chats":
+        roots = [p]
+    elif os.path.isdir(os.path.join(p, "chats")):
+        roots = [os.path.join(p, "chats")]
+    else:
+        roots = [os.path.join(p, d, "chats") for d in sorted(os.listdir(p))
+                 if os.path.isdir(os.path.join(p, d, "chats")) and not os.path.islink(os.path.join(p, d))]
+    out = []
+    for chats in roots:
+        for root, dirs, files in os.walk(chats):
+            dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
+            if os.path.relpath(root, chats).count(os.sep) > 0:
+                continue  # deeper than chats/<parent>/
+            for fn in sorted(files):
+                full = os.path.join(root, fn)
+                if fn.endswith((".jsonl", ".json")) and os.path.isfile(full) and not os.path.islink(full):
+                    out.append(_source(full, chats))
+    if not out:
+        raise ArchiveError(p, "no Gemini CLI session file (chats/*.jsonl, *.json) here")
+    out.sort(key=lambda s: (s.parent is not None, s.rel))  # parents before their subagents
+    return out
+
+
+def _source(full: str, chats: str) -> _Source:
+    project = os.path.basename(os.path.dirname(chats)) or "project"
+    inner = os.path.relpath(full, chats).replace(os.sep, "/")
+    parent = inner.split("/")[0] if "/" in inner else None
+    return _Source(full, project, f"{project}/chats/{inner}", parent)
+
+
+# -- records -----------------------------------------------------------------------------------
+def _parts(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    out = []
+    for p in content if isinstance(content, list) else [content] if isinstance(content, dict) else []:
+        if isinstance(p, str):
+            out.append({"type": "text", "text": p})
+        elif isinstance(p, dict) and isinstance(p.get("text"), str):
+            out.append({"type": "thinking" if p.get("thought") is True else "text", "text": p["text"]})
+        elif isinstance(p, dict) and isinstance(p.get("functionCall"), dict):
+            fc = p["functionCall"]
+            out.append({"type": "tool_use", "id": fc.get("id"), "name": fc.get("name"), "input": fc.get("args")})
+        elif isinstance(p, dict) and isinstance(p.get("functionResponse"), dict):
+            fr = p["functionResponse"]
+            out.append({"type": "tool_result", "tool_use_id": fr.get("id"), "content": _response_text(fr)})
+        elif isinstance(p, dict) and isinstance(p.get("inlineData"), dict):
+            out.append({"type": "image", "mimeType": p["inlineData"].get("mimeType")})
+    return out
+
+
+def _response_text(fr: dict[str, Any]) -> str:
+    r = fr.get("response")
+    if isinstance(r, dict) and isinstance(r.get("output"), str):
+        return str(r["output"])
+    if isinstance(r, dict) and isinstance(r.get("error"), str):
+        return str(r["error"])
+    return json.dumps(r, ensure_ascii=False, default=str) if r is not None else ""
+
+
+def _message(d: dict[str, Any]) -> Message | None:
+    """What castore understands of a message record: its parts, thoughts and tool calls."""
+    t = d.get("type")
+    if not isinstance(d.get("id"), str) or not isinstance(t, str):
+        return None
+    blocks: list[Any] = []
+    for th in d.get("thoughts") or [] if isinstance(d.get("thoughts"), list) else []:
+        if isinstance(th, dict):
+            said = ": ".join(str(th[k]) for k in ("subject", "description") if isinstance(th.get(k), str) and th[k])
+            blocks.append({"type": "thinking", "thinking": said})
+    blocks += _parts(d.get("content"))
+    for tc in d.get("toolCalls") or [] if isinstance(d.get("toolCalls"), list) else []:
+        if not isinstance(tc, dict):
+            continue
+        blocks.append({"type": "tool_use", "id": tc.get("id"), "name": tc.get("name"), "input": tc.get("args")})
+        if tc.get("result") is not None:
+            res = [b for b in _parts(tc["result"]) if b.get("type") == "tool_result"] or _parts(tc["result"])
+            text = "\n".join(str(b.get("content", b.get("text", ""))) for b in res)
+            blocks.append({"type": "tool_result", "tool_use_id": tc.get("id"), "content": text,
+                           "is_error": tc.get("status") == "error"})
+    try:
+        return Message(_ROLES.get(t, "system"), blocks)
+    except InvalidEntry:
+        return None
+
+
+def _kind(d: dict[str, Any], n: int) -> str:
+    if isinstance(d.get("$rewindTo"), str):
+        return "$rewindTo"
+    if isinstance(d.get("$set"), dict):
+        return "$set"
+    if isinstance(d.get("id"), str) and isinstance(d.get("type"), str):
+        return str(d["type"])
+    return "metadata" if n == 0 or "sessionId" in d else "line"
+
+
+def _entry(n: int, raw: bytes, d: dict[str, Any], session_id: str, update: bool, msg: Message | None) -> Event:
+    kind = _kind(d, n)
+    if update and msg is None:
+        kind = "update"  # a message written again with nothing new to read (its tokens): bookkeeping
+    meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session_id, "type": kind,
+                                  **({"id": d["id"]} if msg is not None else {}),
+                                  **({"fork": "rewind"} if kind == "$rewindTo" else {}),
+                                  **({"update": True} if update else {})}}
+    when = parse_time(d.get("timestamp"))
+    if when is not None:
+        meta["time"] = when
+    if msg is not None and kind in ("info", "error", "warning"):
+        meta[INJECTED] = kind
+    return Event(author=msg.role if msg else kind.lstrip("$"), message=msg, meta=meta)
+
+
+# -- import ----------------------------------------------------------------------------------
+class _Importer:
+    """Imports one JSONL file into one session, from where the last import stopped."""
+
+    def __init__(self, store: Store, src: _Source, app: str, session_id: str) -> None:
+        self.store, self.src, self.app = store, src, app
+        self.session = store.session(app, src.project, session_id)
+
+    def run(self, f: IO[bytes]) -> FileResult:
+        s = self.session
+        info = s.info if s.exists() else {}
+        c = as_dict(info.get(KEY))
+        res = FileResult(self.src.path, s.key)
+        size = os.fstat(f.fileno()).st_size
+        offset0, lines0 = int(c.get("offset", 0)), int(c.get("lines", 0))
+        if offset0 and (size < offset0 or prefix_digest(f, offset0) != c.get("digest")):
+            return self._changed(f, f"the first {offset0} bytes changed since the last import (file rewritten?)")
+        # the conversation as it stands: [message id, its line]; a rewind hangs after one of them
+        msgs: list[list[Any]] = [list(m) for m in c.get("msgs", []) if isinstance(m, list) and len(m) == 2]
+        known: dict[int, str] = {}
+        cursor = c.get("cursor") if isinstance(c.get("cursor"), int) else None
+        for o_, cid in as_dict(c.get("commits")).items():
+            if o_.isdigit() and isinstance(cid, str):
+                known[int(o_)] = cid
+        if cursor is not None and isinstance(c.get("cursor_commit"), str):
+            known[cursor] = c["cursor_commit"]
+        w = TreeWriter(s, known, "/".join(s.key), last_time=c.get("time"), meta_key=KEY, tips=c.get("tips"),
+                       layout=LAYOUT)
+        n, offset = lines0, offset0
+        adopted: dict[str, list[str]] = {}
+        owned: list[set[str]] = []
+        title: str | None = None
+        bodies: dict[str, str] = {}  # message id -> what its body says (this import's)
+        agents: dict[str, int] = {}  # subagent id -> the line of the tool call that ran it
+        try:
+            for end, raw in read_lines(f, offset0):
+                d: Any = parse_line(raw)
+                if d is NOT_JSON:
+                    res.notes.append(f"line {n + 1}: not JSON, kept as is")
+                d = d if isinstance(d, dict) else {}
+                parent = cursor
+                mark = d.get(MARK)
+                if isinstance(mark, str):
+                    if not owned:
+                        owned.append(own_commits(s))
+                    if mark in owned[0]:  # castore's own commit, as export wrote it
+                        w.flush()
+                        put_blobs(self.store, [raw])
+                        adopted[str(n)] = [mark, blob_id(raw)]
+                        w.cid[n] = mark
+                        if isinstance(d.get("id"), str):
+                            msgs.append([d["id"], n])
+                        cursor, n, offset = n, n + 1, end
+                        continue
+                kind = _kind(d, n)
+                update = False
+                if kind == "$rewindTo":
+                    at = next((i for i, m in enumerate(msgs) if m[0] == d["$rewindTo"]), None)
+                    parent = msgs[at - 1][1] if at else 0 if n else None
+                    del msgs[at if at is not None else 0:]
+                elif kind == "$set" and isinstance(d["$set"].get("messages"), list):
+                    msgs = [[m["id"], n] for m in d["$set"]["messages"] if isinstance(m, dict)
+                            and isinstance(m.get("id"), str)]
+                elif isinstance(d.get("id"), str) and isinstance(d.get("type"), str):
+                    same = next((m for m in msgs if m[0] == d["id"]), None)
+                    update = same is not None
+                    if same is not None:
+                        same[1] = n  # a rewind to the message after it hangs after this, its latest copy
+                    else:
+                        msgs.append([d["id"], n])
+                msg = _message(d) if kind not in ("$set", "$rewindTo", "metadata", "line") else None
+                if msg is not None:  # a message written again reads once, unless what it says changed
+                    said = json.dumps(msg.to_dict(), sort_keys=True, default=str)
+                    if update and bodies.get(d["id"]) == said:
+                        msg = None
+                    bodies[d["id"]] = said
+                for tc in d.get("toolCalls") or [] if isinstance(d.get("toolCalls"), list) else []:
+                    if isinstance(tc, dict) and isinstance(tc.get("agentId"), str):
+                        agents[tc["agentId"]] = n
+                if kind == "$set" and isinstance(d["$set"].get("summary"), str) and d["$set"]["summary"].strip():
+                    title = d["$set"]["summary"].strip()
+                elif kind == "metadata" and isinstance(d.get("summary"), str) and d["summary"].strip():
+                    title = d["summary"].strip()
+                w.add(n, parent, raw, _entry(n, raw, d, s.id, update, msg), True)
+                cursor, n, offset = n, n + 1, end
+        except LineChanged as e:
+            return self._changed(f, e.reason)
+        res.torn = max(0, os.fstat(f.fileno()).st_size - offset)
+        res.lines = n - lines0
+        w.flush()
+        res.branches = w.created
+        res.total, res.offset = n, offset
+        if res.lines == 0 and not w.resuming:
+            res.head = s.head if s.exists() else None
+            return res
+        res.head = w.finish()
+        new = dict(s.info) if s.exists() else {}
+        cc = dict(as_dict(new.get(KEY)))
+        msgs = msgs[-4096:]
+        cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
+                   "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
+                   "msgs": msgs, "commits": {str(o_): w.cid[o_] for o_ in {0, *(m[1] for m in msgs)} if o_ in w.cid},
+                   "time": w.last_time, "tips": w.branch_digest(), "layout": LAYOUT})
+        if adopted:
+            cc["adopted"] = {**as_dict(cc.get("adopted")), **adopted}
+        if agents:
+            cc["agents"] = {**as_dict(cc.get("agents")), **{a: w.cid[o_] for a, o_ in agents.items() if o_ in w.cid}}
+        new[KEY] = cc
+        if title:
+            new["name"] = title
+        if self.src.parent is not None:
+            parent = self.store.session(self.app, self.src.project, self.src.parent)
+            link = as_dict(as_dict(parent.info.get(KEY)).get("agents")).get(s.id.rsplit(".", 1)[-1]) \
+                if parent.exists() else None
+            new["spawned_by"] = {"app": self.app, "user": self.src.project, "session": self.src.parent,
+                                 **({"commit": link} if isinstance(link, str) else {})}
+        s.set_info(new)
+        return res
+
+    def _changed(self, f: IO[bytes], why: str) -> FileResult:
+        """Continue the newest version (``<session>.vN``) when its own prefix still matches,
+        else import the file again as the next version: a rewritten file gives one new
+        version, once, and later imports continue it."""
+        base = self.session.id
+        k = 2
+        while self.store.session(self.app, self.src.project, f"{base}.v{k}").exists():
+            k += 1
+        if k > 2:
+            newest = _Importer(self.store, self.src, self.app, f"{base}.v{k - 1}")
+            c = as_dict(newest.session.info.get(KEY))
+            off = int(c.get("offset", 0))
+            if os.fstat(f.fileno()).st_size >= off and prefix_digest(f, off) == c.get("digest"):
+                return newest.run(f)
+        out = _Importer(self.store, self.src, self.app, f"{base}.v{k}").run(f)
+        out.notes.insert(0, f"{why}: archived lines kept, the file imported again as a new session")
+        return out
+
+
+def _session_id(first: Any, src: _Source) -> str:
+    stem = os.path.basename(src.path).rsplit(".", 1)[0]
+    sid = str(first["sessionId"]) if isinstance(first, dict) and isinstance(first.get("sessionId"), str) else stem
+    return f"{src.parent}.{sid}" if src.parent is not None else sid
+
+
+def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP) -> list[FileResult]:
+    """Import (or bring up to date) Gemini CLI sessions: a session file, a ``chats`` folder, a
+    project folder, or ``~/.gemini/tmp``.
+
+    Each file is read from where the previous import stopped; a torn last line waits; a file
+    deleted upstream stays in the archive; a file whose imported part changed is imported again
+    as ``<session>.v2`` (once; later imports continue it).
+
+    Returns:
+        One :class:`~castore.adapters.jsonl_tree.FileResult` per file, parents before subagents.
+
+    Raises:
+        ArchiveError: no session file at ``path``, another agent's sessions there, a name that
+            is not a valid castore name.
+        StorageError, OSError.
+    """
+    refuse_other(path, "gemini")
+    sources = find_sessions(path)
+    store.init()
+    out = []
+    for src in sources:
+        with open(src.path, "rb") as f:
+            if src.path.endswith(".json"):
+                out.append(_import_whole(store, src, f, app))
+                continue
+            first = parse_line(f.readline())
+            try:
+                imp = _Importer(store, src, app, _session_id(first, src))
+            except CastoreError as e:
+                raise ArchiveError(src.path, f"cannot name a session after it: {e}") from e
+            out.append(imp.run(f))
+    return out
+
+
+# -- the older whole-file JSON ---------------------------------------------------------------
+def _digest(v: Any) -> str:
+    return hashlib.sha256(json.dumps(v, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def _import_whole(store: Store, src: _Source, f: IO[bytes], app: str, version: int = 1) -> FileResult:
+    data = f.read()
+    doc = parse_line(data)
+    doc = doc if isinstance(doc, dict) else {}
+    base = f"{doc['sessionId']}.json" if isinstance(doc.get("sessionId"), str) else \
+        os.path.basename(src.path).replace(".", "-")
+    if src.parent is not None:
+        base = f"{src.parent}.{base}"
+    try:
+        s = store.session(app, src.project, base if version == 1 else f"{base}.v{version}")
+    except CastoreError as e:
+        raise ArchiveError(src.path, f"cannot name a session after it: {e}") from e
+    res = FileResult(src.path, s.key, offset=len(data))
+    c = as_dict(s.info.get(KEY)) if s.exists() else {}
+    msgs = [m for m in doc.get("messages") or [] if isinstance(m, dict)] if isinstance(doc.get("messages"), list) \
+        else []
+    digests = [_digest(m) for m in msgs]
+    have = [x for x in c.get("messages", []) if isinstance(x, str)]
+    if c and c.get("file_digest") == hashlib.sha256(data).hexdigest():
+        res.total, res.head = len(have), s.head
+        return res
+    if digests[:len(have)] != have:  # messages changed, not only added: a new version
+        f.seek(0)
+        out = _import_whole(store, src, f, app, version + 1)
+        if not out.notes:
+            out.notes.append("the messages changed since the last import: the file imported again as a new session")
+        return out
+    new = msgs[len(have):]
+    raws = [json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode() for m in new]
+    put_blobs(store, raws)
+    entries = []
+    for i, (m, raw) in enumerate(zip(new, raws, strict=True)):
+        msg = _message(m)
+        meta: dict[str, Any] = {KEY: {"o": len(have) + i, "raw": blob_id(raw), "f": s.id,
+                                      "type": str(m.get("type")), "id": m.get("id")}}
+        when = parse_time(m.get("timestamp"))
+        if when is not None:
+            meta["time"] = when
+        entries.append(Event(author=msg.role if msg else "line", message=msg, meta=meta))
+    if entries:
+        s.append_many(entries, branch="main" if s.exists() else None,
+                      times=[e.meta.get("time", 0.0) for e in entries])
+    chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
+    info = dict(s.info) if s.exists() else {}
+    info[KEY] = {"path": src.rel, "whole": put_blobs(store, chunks), "messages": digests,
+                 "file_digest": hashlib.sha256(data).hexdigest()}
+    if isinstance(doc.get("summary"), str) and doc["summary"].strip():
+        info["name"] = doc["summary"].strip()
+    if s.exists() or entries:
+        s.set_info(info)
+    res.lines, res.total, res.head = len(entries), len(msgs), s.head if s.exists() else None
+    return res
+
+
+# -- export ----------------------------------------------------------------------------------
+def written_line(le: LogEntry) -> bytes:
+    """The message record for castore commit ``le`` (:data:`MARK` names it): a ``user`` or
+    ``gemini`` message whose content is its text parts (tool calls as ``functionCall`` parts),
+    anything else an ``info`` message holding the entry's text."""
+    e = le.entry
+    msg = e if isinstance(e, Message) else e.message if isinstance(e, Event) else None
+    parts: list[Any] = []
+    kind = "info"
+    if msg is not None:
+        kind = "gemini" if msg.role == "assistant" else "user" if msg.role in ("user", "tool") else "info"
+        content = msg.content if isinstance(msg.content, list) else [msg.content]
+        for b in content:
+            if isinstance(b, str):
+                parts.append({"text": b})
+            elif isinstance(b, dict) and isinstance(b.get("text"), str):
+                parts.append({"text": b["text"]})
+        for tc in msg.tool_calls or ():
+            fn = tc["function"] if isinstance(tc.get("function"), dict) else tc
+            args = fn.get("arguments")
+            parts.append({"functionCall": {"id": tc.get("id"), "name": fn.get("name"),
+                                           "args": parse_line(args) if isinstance(args, str) else args}})
+    else:
+        from .jsonl_tree import entry_text
+
+        parts.append({"text": entry_text(le)})
+    cid = le.id
+    rec = {"id": f"{cid[0:8]}-{cid[8:12]}-{cid[12:16]}-{cid[16:20]}-{cid[20:32]}", "timestamp": iso_time(le.time),
+           "type": kind, "content": parts, MARK: cid}
+    return json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+def _written_lines(s: Session, rows: list[tuple[int, str, str]]) -> Iterator[bytes]:
+    """Records for the commits castore made on top of the session, on HEAD's path."""
+    if s.head is None:
+        return
+    lines = {cid for _, _, cid in rows}
+    for le in s.entries("HEAD"):
+        m = le.meta.get(KEY)
+        if le.id not in lines and not (isinstance(m, dict) and isinstance(m.get("o"), int)):
+            yield written_line(le)
+
+
+def archived_sessions(store: Store, app: str = APP) -> Iterator[Session]:
+    """The sessions of ``app`` that hold an archived Gemini CLI file."""
+    if app not in store.apps():
+        return
+    for si in store.sessions(app):
+        if isinstance(si.info.get(KEY), dict) and isinstance(si.info[KEY].get("path"), str):
+            yield store.session(si.app, si.user, si.session)
+
+
+def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
+                  sessions: list[Session] | None = None) -> list[str]:
+    """Write archived Gemini CLI sessions back under ``dest`` (the ``~/.gemini/tmp`` layout:
+    ``<project>/chats/...``), byte for byte.
+
+    Entries castore appended on HEAD's path follow a JSONL file's bytes as message records
+    (:func:`written_line`); importing the file again takes them as those commits. Of several
+    versions of one file, the newest is written.
+
+    Returns:
+        The files written, relative to ``dest``.
+
+    Raises:
+        ArchiveError: a session is not an archived Gemini CLI file, or its path would leave ``dest``.
+        ObjectNotFound, IntegrityError, StorageError, OSError.
+    """
+    root = os.fspath(dest)
+    chosen: dict[str, tuple[int, Session, dict[str, Any]]] = {}
+    for s in sessions if sessions is not None else list(archived_sessions(store, app)):
+        c = s.info.get(KEY)
+        if not isinstance(c, dict) or not isinstance(c.get("path"), str):
+            raise ArchiveError("/".join(s.key), "not an archived Gemini CLI session")
+        tail = s.id.rsplit(".v", 1)
+        v = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 1
+        if c["path"] not in chosen or chosen[c["path"]][0] < v:
+            chosen[c["path"]] = (v, s, c)
+    written = []
+    for rel, (_, s, c) in sorted(chosen.items()):
+        out = safe_join(root, rel)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "wb") as f:
+            if isinstance(c.get("whole"), list):
+                data = read_blobs(store, c["whole"])
+                f.writelines(data[oid] for oid in c["whole"])
+            else:
+                rows = archived_rows(s, KEY, s.id)
+                f.writelines(joined(export_lines(s, KEY, s.id, rows=rows), _written_lines(s, rows)))
+        written.append(rel)
+    return written
+
+
+__all__ = ["MARK", "archived_sessions", "export_gemini", "find_sessions", "import_gemini", "written_line"]
