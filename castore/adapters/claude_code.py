@@ -44,6 +44,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
 from ..objects import Codec
+from . import jsonl_tree
 from .claude_tree import Paths, role_of
 from .detect import refuse_other
 from .jsonl_tree import (
@@ -937,11 +938,7 @@ def _written_lines(s: Session, rows: list[tuple[int, str, str]], log: list[LogEn
 # -- export ----------------------------------------------------------------------------------
 def archived_sessions(store: Store, app: str = APP) -> Iterator[Session]:
     """The sessions of ``app`` that hold an archived Claude Code file."""
-    if app not in store.apps():
-        return
-    for si in store.sessions(app):
-        if isinstance(si.info.get(KEY), dict) and isinstance(si.info[KEY].get("path"), str):
-            yield store.session(si.app, si.user, si.session)
+    return jsonl_tree.archived_sessions(store, app, KEY)
 
 
 def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,

@@ -48,6 +48,7 @@ from .jsonl_tree import (
     FileResult,
     LineChanged,
     TreeWriter,
+    appended_on_head,
     archived_rows,
     as_dict,
     blob_id,
@@ -602,15 +603,7 @@ def written_lines(le: LogEntry) -> list[bytes]:
 
 def _written_lines(s: Session, rows: list[tuple[int, str, str]]) -> list[bytes]:
     """Records for the commits castore made on top of archived thread ``s`` (on HEAD's path)."""
-    if s.head is None:
-        return []
-    lines = {cid for _, _, cid in rows}
-    out: list[bytes] = []
-    for le in s.entries("HEAD"):
-        m = le.meta.get(KEY)
-        if le.id not in lines and not (isinstance(m, dict) and isinstance(m.get("o"), int)):
-            out.extend(written_lines(le))
-    return out
+    return [line for le in appended_on_head(s, KEY, rows) for line in written_lines(le)]
 
 
 def _prefix_lines(s: Session, prefix: list[dict[str, Any]]) -> list[bytes]:

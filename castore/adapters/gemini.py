@@ -44,6 +44,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from . import jsonl_tree
 from .detect import refuse_other
 from .jsonl_tree import (
     LAYOUT,
@@ -52,6 +53,7 @@ from .jsonl_tree import (
     FileResult,
     LineChanged,
     TreeWriter,
+    appended_on_head,
     archived_rows,
     as_dict,
     blob_id,
@@ -487,24 +489,9 @@ def written_line(le: LogEntry) -> bytes:
     return json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str).encode() + b"\n"
 
 
-def _written_lines(s: Session, rows: list[tuple[int, str, str]]) -> Iterator[bytes]:
-    """Records for the commits castore made on top of the session, on HEAD's path."""
-    if s.head is None:
-        return
-    lines = {cid for _, _, cid in rows}
-    for le in s.entries("HEAD"):
-        m = le.meta.get(KEY)
-        if le.id not in lines and not (isinstance(m, dict) and isinstance(m.get("o"), int)):
-            yield written_line(le)
-
-
 def archived_sessions(store: Store, app: str = APP) -> Iterator[Session]:
     """The sessions of ``app`` that hold an archived Gemini CLI file."""
-    if app not in store.apps():
-        return
-    for si in store.sessions(app):
-        if isinstance(si.info.get(KEY), dict) and isinstance(si.info[KEY].get("path"), str):
-            yield store.session(si.app, si.user, si.session)
+    return jsonl_tree.archived_sessions(store, app, KEY)
 
 
 def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
@@ -543,7 +530,8 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
                 f.writelines(data[oid] for oid in c["whole"])
             else:
                 rows = archived_rows(s, KEY, s.id)
-                f.writelines(joined(export_lines(s, KEY, s.id, rows=rows), _written_lines(s, rows)))
+                f.writelines(joined(export_lines(s, KEY, s.id, rows=rows),
+                                    map(written_line, appended_on_head(s, KEY, rows))))
         written.append(rel)
     return written
 

@@ -49,6 +49,7 @@ from ..objects import Blob
 if TYPE_CHECKING:
     from ..entries import LogEntry
     from ..session import Session, SessionHost
+    from ..store import Store
 
 #: flush a run of lines once its raw bytes add up to this much
 RUN_BYTES = 8 << 20
@@ -610,6 +611,25 @@ def appended(log: list[LogEntry], key: str, rows: list[tuple[int, str, str]]) ->
            and not (isinstance(le.meta.get(key), dict) and isinstance(le.meta[key].get("o"), int))]
     out.sort(key=lambda le: (le.depth, le.time, le.id))
     return out
+
+
+def appended_on_head(session: Session, key: str, rows: list[tuple[int, str, str]]) -> list[LogEntry]:
+    """The entries on the path to HEAD that are no line of the file (castore's own commits,
+    oldest first): what an export writes after a file that is one line of turns."""
+    if session.head is None:
+        return []
+    lines = {cid for _, _, cid in rows}
+    return [le for le in session.entries("HEAD") if le.id not in lines
+            and not (isinstance(le.meta.get(key), dict) and isinstance(le.meta[key].get("o"), int))]
+
+
+def archived_sessions(store: Store, app: str, key: str) -> Iterator[Session]:
+    """The sessions of ``app`` whose info holds an archived file under ``key`` (its ``path``)."""
+    if app not in store.apps():
+        return
+    for si in store.sessions(app):
+        if isinstance(si.info.get(key), dict) and isinstance(si.info[key].get("path"), str):
+            yield store.session(si.app, si.user, si.session)
 
 
 def export_lines(session: Session, key: str, file: str | None = None, also: Sequence[Session] = (),
