@@ -87,6 +87,15 @@ def test_two_machines_share_one_bucket(tmp_path: Any, bucket: tuple[str, list[st
     doc = json.loads(_cli(desk, "sync", "--json").stdout)
     assert doc["pulled"]["objects_sent"] == doc["pushed"]["objects_sent"] == 0 and doc["ok"]
 
+    # --app (and --user) narrow it: another app's session stays here
+    _say(desk, "elsewhere", ("weather", "alice", "w1"))
+    _say(desk, "more", other)
+    r = _cli(desk, "sync", "--app", "claude", "--user", "proj")
+    assert r.exit_code == 0 and "weather" not in r.stdout and "5e55-b/heads/main" in r.stdout
+    with castore.open(bucket[0], **_opts(bucket)) as remote:
+        assert remote.apps() == ["claude"]
+    assert _cli(desk, "sync", "--user", "proj").exit_code == 2
+
 
 def test_divergence_is_reported_never_overwritten(tmp_path: Any, bucket: tuple[str, list[str]]) -> None:
     laptop = _machine(tmp_path, "laptop", bucket)

@@ -321,25 +321,32 @@ def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet
 
 @click.command("sync")
 @click.argument("remote", required=False)
+@click.option("--app", metavar="APP", help="Only this app's sessions (and its app and user state).")
+@click.option("--user", metavar="USER", help="With --app: only this user's sessions.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress and no summary (what diverged is still shown).")
 @json_option(_BOTH_SCHEMA)
 @click.pass_context
-def sync_cmd(ctx: click.Context, remote: str | None, quiet: bool, as_json: bool) -> None:
+def sync_cmd(ctx: click.Context, remote: str | None, app: str | None, user: str | None, quiet: bool,
+             as_json: bool) -> None:
     """Pull then push every session: this store and REMOTE end up holding the same history.
 
     REMOTE is a remote's name or a URL (default origin). New entries on either side reach
     the other by fast-forward; a remote with no store yet is created. A branch that
     moved on both sides is overwritten on neither: it is listed with the commands that
     settle it (the remote tip is kept here as remotes/REMOTE/BRANCH), and the exit
-    status is 1.
+    status is 1. A session deleted on one side only comes back from the other: delete
+    it on both (`castore --store URL delete-session ...`).
     """
+    if user is not None and app is None:
+        raise click.UsageError("--user needs --app", ctx=ctx)
+    sel = None if app is None else app if user is None else (app, user)
     store = open_store(ctx, must_exist=False)
     name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
     remote_name = name if name in sync.list_remotes(store) else "remote"
     bar = _Bar(f"sync {name}", quiet)
     try:
-        report = sync.both_ways(store, other, remote_name=remote_name, progress=bar)
+        report = sync.both_ways(store, other, sel, remote_name=remote_name, progress=bar)
     finally:
         bar.done()
     _render_both(store, report, as_json, quiet)
