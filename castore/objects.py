@@ -238,6 +238,31 @@ def is_hex_id(s: str) -> bool:
     return isinstance(s, str) and _HEX_ID.fullmatch(s) is not None
 
 
+#: the keys under which metadata names a :class:`Blob` it needs: ``raw``, an archived line's
+#: bytes (``{"o": LINE, "raw": ID}`` in its commit's meta; a fork's copied lines in HEAD's
+#: info), and ``castore:blob``, an image taken out of a Pi entry (``{"castore:blob": ID}``)
+META_BLOB_KEYS = ("raw", "castore:blob")
+#: how deep :func:`meta_links` looks into metadata (dicts and lists)
+_META_DEPTH = 8
+
+
+def meta_links(meta: Any, _depth: int = 0) -> list[ObjectId]:
+    """The blobs that metadata (a commit's ``meta``, a ref's) names and needs: the value of
+    every :data:`META_BLOB_KEYS` key that is a full hex id, in dicts and lists nested up to
+    a few levels. Reachability (fsck, gc) and sync follow them as they follow a commit's
+    body. Raises nothing."""
+    out: list[ObjectId] = []
+    if _depth > _META_DEPTH:
+        return out
+    values = meta.values() if isinstance(meta, dict) else meta if isinstance(meta, list) else ()
+    if isinstance(meta, dict):
+        out += [ObjectId(v) for k in META_BLOB_KEYS if isinstance(v := meta.get(k), str) and is_hex_id(v)]
+    for v in values:
+        if isinstance(v, (dict, list)):
+            out += meta_links(v, _depth + 1)
+    return out
+
+
 def digest(canonical: bytes | memoryview) -> ObjectId:
     """The id of canonical bytes."""
     return ObjectId(blake3(canonical).digest().hex())

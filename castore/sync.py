@@ -419,7 +419,9 @@ class _Sync:
             if head.symbolic is None:  # a detached HEAD: its commit must travel too
                 self._plan_ref(head_name, head, candidates, kind="head")
             else:
-                self.steps.append(_Step([], [_Update(head_name, head.target, meta, display=describe(head_name))]))
+                # the blobs HEAD's info names (a fork's copied lines) travel with it
+                self.steps.append(_Step([*o.meta_links(meta)], [_Update(head_name, head.target, meta,
+                                                                     display=describe(head_name))]))
 
     def _plan_ref(self, ref: str, src_v: RefValue, candidates: list[str], kind: str,
                   extra_tips: set[str] | None = None) -> None:
@@ -589,6 +591,8 @@ class _Sync:
             own(cid, i)
             if c.body is not None:
                 own(o.hex_id(c.body), i)
+            for b in o.meta_links(c.meta):  # an archived line's bytes
+                own(b, i)
             if c.state is not None and c.state != prev_state:
                 pairs.append((i, o.hex_id(c.state), o.hex_id(prev_state) if prev_state else None))
             prev_state = c.state
