@@ -204,6 +204,13 @@ def test_readme_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     name = "-home-me-app/0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl"
     assert (work / "restored" / name).read_bytes() == (home / ".claude" / "projects" / name).read_bytes()
     assert any(c.startswith("castore grep") for c in ran)
+    # one bucket, two machines: the second machine's Codex sessions reached the laptop whole
+    with castore.open(str(home / "desk" / ".castore")) as desk:
+        assert {"claude", "codex"} <= set(desk.apps())
+    with castore.open(str(work / ".castore")) as local:
+        assert local.sessions("codex")
+    rollout = "2025/12/28/rollout-2025-12-28T12-18-30-x.jsonl"
+    assert (work / "restored-codex" / rollout).read_bytes() == (home / ".codex" / "sessions" / rollout).read_bytes()
 
 
 def test_readme_library_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
