@@ -88,3 +88,15 @@ def test_import_pi_refuses_a_claude_file(tmp_path: Path) -> None:
     store = castore.open(str(tmp_path / "store"), durable=False)
     with pytest.raises(ArchiveError, match="looks like Claude Code sessions, not Pi"):
         import_session(store, CLAUDE / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68.jsonl")
+
+
+def test_gemini_cli_files_are_told_by_content(tmp_path: Path) -> None:
+    gem = DATA / "gemini" / "tmp" / "my-app" / "chats"
+    assert detect(DATA / "gemini" / "tmp") == "gemini" and detect(gem) == "gemini"
+    assert detect(gem / "session-2025-09-01T08-00-a1b2c3d4.json") == "gemini"  # the older whole-file JSON
+    renamed = tmp_path / "rollout-2026-01-01.jsonl"  # a Codex-like name
+    shutil.copyfile(gem / "session-2026-03-10T09-00-7f3c2a9e.jsonl", renamed)
+    assert detect(renamed) == "gemini"
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    with pytest.raises(ArchiveError, match="looks like Gemini CLI sessions, not Codex CLI"):
+        import_codex(store, renamed)

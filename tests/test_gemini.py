@@ -194,3 +194,31 @@ def test_cli_import_log_and_export(tmp_path: Path) -> None:
     r = cli("export", "gemini", str(tmp_path / "out"))
     assert r.exit_code == 0 and len(r.stdout.splitlines()) == 3
     same_tree(DATA, tmp_path / "out")
+
+
+def test_a_checkpoint_replaces_the_conversation_and_a_rewind_into_it_hangs_after_it(store: castore.Store,
+                                                                                  tmp_path: Path) -> None:
+    def rec(d: dict) -> bytes:
+        return json.dumps(d, separators=(",", ":")).encode() + b"\n"
+
+    def msg(i: str, type_: str, text: str) -> dict:
+        return {"id": i, "timestamp": "2026-03-10T09:00:00.000Z", "type": type_, "content": [{"text": text}]}
+
+    head = {"sessionId": "s1", "projectHash": "h", "startTime": "2026-03-10T09:00:00.000Z",
+            "lastUpdated": "2026-03-10T09:00:00.000Z"}
+    a, b, c = msg("a", "user", "one"), msg("b", "gemini", "two"), msg("c", "user", "three")
+    lines = [head, a, b, c,
+             {"$set": {"messages": [a, {**b, "content": [{"text": "two (masked)"}]}, c],
+                       "lastUpdated": "2026-03-10T09:01:00.000Z"}},  # updateMessagesFromHistory
+             {"$rewindTo": "c"}, msg("d", "user", "three again")]
+    f = tmp_path / "p" / "chats" / "session-x.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(map(rec, lines)))
+    import_gemini(store, f)
+    s = store.session("gemini", "p", "s1")
+    by_o = {le.meta["gemini"]["o"]: le for le in s.log(all_branches=True)}
+    assert by_o[5].parents == (by_o[4].id,)  # the messages before c are the checkpoint's
+    assert s.current_branch == "main" and s.show("HEAD").meta["gemini"]["o"] == 6
+    assert by_o[4].meta["gemini"]["type"] == "$set" and by_o[4].entry.message is None
+    export_gemini(store, tmp_path / "out")
+    assert (tmp_path / "out" / "p" / "chats" / "session-x.jsonl").read_bytes() == f.read_bytes()

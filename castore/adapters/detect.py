@@ -5,9 +5,9 @@
 claude``, a Claude Code folder to ``import codex``) is refused with one line naming what it
 looks like, instead of being imported as lines that mean nothing to that importer.
 
-A file is recognised by its first records (at most :data:`SAMPLE_LINES` lines of at most
-:data:`SAMPLE_BYTES` bytes in all, so a huge file costs one bounded read), each record by the
-fields only one agent writes:
+A file is recognised by its first records (at most :data:`SAMPLE_LINES` lines of the first
+:data:`FIRST_BYTES` bytes, or of :data:`SAMPLE_BYTES` when its first line is longer, so a huge
+file costs one bounded read), each record by the fields only one agent writes:
 
 - Claude Code: ``uuid``/``parentUuid`` on a line, or its line types without them
   (``file-history-snapshot``, ``queue-operation``, a ``summary`` with ``leafUuid``);
@@ -35,7 +35,10 @@ from .jsonl_tree import ArchiveError
 VENDORS = {"claude": "Claude Code", "codex": "Codex CLI", "pi": "Pi", "gemini": "Gemini CLI"}
 #: records read from the head of a file
 SAMPLE_LINES = 8
-#: bytes read from the head of a file at most (a whole older-format Gemini file is read up to this)
+#: bytes read from the head of a file first (an import checks at every round of ``--follow``)
+FIRST_BYTES = 64 << 10
+#: bytes read from the head of a file at most: a first line longer than FIRST_BYTES, or a whole
+#: older-format Gemini file (one pretty-printed JSON document)
 SAMPLE_BYTES = 4 << 20
 #: files of a folder looked at
 SAMPLE_FILES = 24
@@ -74,7 +77,9 @@ def file_vendor(path: str) -> str | None:
         OSError: the file cannot be read.
     """
     with open(path, "rb") as f:
-        head = f.read(SAMPLE_BYTES)
+        head = f.read(FIRST_BYTES)
+        if b"\n" not in head or head.lstrip().startswith(b"{\n"):  # a long first line, or one JSON document
+            head += f.read(SAMPLE_BYTES - len(head))
     votes: Counter[str] = Counter()
     for raw in head.split(b"\n")[:SAMPLE_LINES]:
         if not raw.strip():

@@ -79,6 +79,8 @@ BLOB_KEY = "castore:blob"
 MARK = "castoreCommit"
 
 _BASE = ("type", "id", "parentId", "timestamp")
+#: the fields of an entry that name another entry
+_LINKS = ("parentId", "targetId", "firstKeptEntryId", "fromId")
 _MSG_PROVENANCE = ("timestamp", "usage")
 _CUSTOM_MESSAGE_FIELDS = ("customType", "content", "display", "details")
 
@@ -553,10 +555,22 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
     store.init()
     result = ImportResult(session.key, skipped=skipped, upgraded_from=version if version < CURRENT_VERSION else None,
                           path=name)
+    if isinstance(state.get("offset"), int) and os.fstat(f.fileno()).st_size == state["offset"]:
+        result.total, result.offset, result.head = int(state.get("entries", 0)), state["offset"], session.head
+        return result  # nothing new (following: the common case, one stat and one header read)
     adopted: dict[str, Any] = dict(as_dict(state.get("adopted")))
-    tree, log = _load_tree(session, adopted) if state else (_Tree(), {})
-    known = len(tree.order)
+    # following a session Pi goes on with: the tree is read from the session only when a line
+    # names an entry before the last one (a branch, a label, a compaction), or castore's own
     resumed = isinstance(state.get("offset"), int)  # else: a new session, or one imported before positions
+    last = state.get("last")
+    lazy = resumed and isinstance(last, list) and len(last) == 4 and session.branches().get("main") == last[1]
+    tree, log = _load_tree(session, adopted) if state and not lazy else (_Tree(), {})
+    if lazy:
+        assert isinstance(last, list)
+        tree.add(str(last[0]), str(last[1]), int(last[2]), None, int(last[3]))
+    new_adds: list[tuple[str, str, int, str | None, int]] = []
+    loaded = not lazy
+    known = len(tree.order)
     start: int = state["offset"] if resumed else head_lines.end
     n_start = int(state.get("lines", head_lines.n)) if resumed else head_lines.n
     lines = _Lines(f, name, skip_bad, skipped, start, n_start, wait_torn=wait_torn)
@@ -610,6 +624,12 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
                 raise PiImportError(name, n, reason)
             skipped.append((n, reason))
             continue
+        if not loaded and (e.get("parentId") is None or MARK in e or any(
+                isinstance(e.get(k), str) and e[k] not in tree.ids for k in _LINKS)):
+            tree, log = _load_tree(session, adopted)
+            for args in new_adds:
+                tree.add(*args)
+            loaded = True
         if eid in tree.ids and state:  # stored by an import that stopped before recording its place
             continue
         pid = e.get("parentId")
@@ -619,7 +639,8 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             # castore's own entry, as export wrote it: the line is that commit
             put_blobs(store, [lines.raw])
             adopted[str(ordinal)] = [mark, blob_id(lines.raw), eid]
-            tree.add(eid, mark, log[mark].depth, log[mark].parents[0] if log[mark].parents else None, ordinal)
+            new_adds.append((eid, mark, log[mark].depth, log[mark].parents[0] if log[mark].parents else None, ordinal))
+            tree.add(*new_adds[-1])
             ordinal += 1
             result.entries += 1
             continue
@@ -633,7 +654,8 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             cid, depth = w.commit(kind, body, author, meta, _time(e.get("timestamp")), parent)
         except InvalidEntry as err:
             raise PiImportError(name, n, f"entry cannot be stored: {err}") from err
-        tree.add(eid, cid, depth, parent[0] if parent else None, ordinal)
+        new_adds.append((eid, cid, depth, parent[0] if parent else None, ordinal))
+        tree.add(*new_adds[-1])
         ordinal += 1
         result.entries += 1
         if e.get("type") == "label" and isinstance(e.get("targetId"), str):
@@ -651,12 +673,14 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
         result.head = session.head
         return result
     if result.entries or not state:
-        _set_refs(session, tree, labels, result)
+        _set_refs(session, tree, labels, result, whole=loaded)
     else:
         result.head = session.head
     info: dict[str, Any] = dict(session.info) if state else {}
     info["pi"] = {**state, "header": state.get("header", header), "offset": lines.end, "lines": lines.n,
                   "entries": ordinal, "digest": prefix_digest(f, lines.end), "path": name, "exact": exact,
+                  "last": [tree.pi_of[tree.last[0]], tree.last[0], tree.last[1], tree.order[tree.last[0]]]
+                  if tree.last is not None else None,
                   **({"segments": segments} if exact else {}), **({"adopted": adopted} if adopted else {})}
     if session_name is not None:
         info["name"] = session_name
@@ -666,20 +690,22 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
 
 
 def _set_refs(session: Session, tree: _Tree, labels: dict[str, tuple[int, int, str | None]],
-              result: ImportResult) -> None:
+              result: ImportResult, whole: bool = True) -> None:
     """Side branches ``pi-<leaf id>``, ``main`` on the last entry (Pi's leaf), labels: as an
     import of the whole file makes them. A castore entry ``main`` held that the new entries do
-    not follow keeps a branch ``castore-<commit>``; a side branch whose leaf got children goes."""
+    not follow keeps a branch ``castore-<commit>``; a side branch whose leaf got children goes.
+    ``whole`` False: the new entries went on from ``main``'s tip, one after the other (the
+    tree holds only them): only ``main`` moves."""
     if tree.last is None:
         return
     last = tree.last[0]
     have = session.branches()
     want: dict[str, str] = {}
-    for cid, _ in sorted(tree.order.items(), key=lambda kv: kv[1]):
+    for cid, _ in sorted(tree.order.items(), key=lambda kv: kv[1]) if whole else ():
         if cid not in tree.has_children and cid != last:
             want[f"pi-{tree.pi_of[cid]}"] = cid
     old_main = have.get("main")
-    if old_main is not None and old_main not in tree.order and not tree.descends(last, old_main):
+    if whole and old_main is not None and old_main not in tree.order and not tree.descends(last, old_main):
         want[f"castore-{old_main[:12]}"] = old_main  # castore's own entries, left behind by the agent
     for name, tip in have.items():
         if name.startswith("pi-") and name not in want and tip in tree.has_children \
