@@ -82,6 +82,17 @@ def test_cli_takes_short_sessions(url: str) -> None:
         assert st.session("claude", "proj", "0ccf").messages()[0].content == "new"
     assert "Using session x/y/z (it has no entries yet)" in _run(url, "use", "x/y/z").stderr
     assert _run(url, "-s", "a/b", "log").exit_code == 2  # neither form: a usage mistake
+    # push finds the session in this store, pull in the remote's
+    remote, third = url + "-remote", url + "-third"
+    r = _run(url, "push", remote, "-s", "5e55")
+    assert r.exit_code == 0 and "sessions/codex/local/5e55-%55pper/heads/main" in r.stdout, r.output
+    with castore.open(remote) as st:
+        assert porcelain.session_keys(st) == [("codex", "local", "5e55-Upper")]
+    r = _run(third, "pull", remote, "-s", "5e5")
+    assert r.exit_code == 0, r.output
+    with castore.open(third) as st:
+        assert porcelain.session_keys(st) == [("codex", "local", "5e55-Upper")]
+    assert "ambiguous" in _run(url, "push", remote, "-s", "0ccf1a04").stderr
 
 
 def _complete(url: str, args: list[str], incomplete: str) -> list[str]:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import click
 
 from .. import objects as o
-from ..errors import CastoreError
+from ..errors import CastoreError, SessionNotFound
 from ..session import Session
 from ..store import Store, default_url
 from .text import safe, safe_json
@@ -265,14 +265,15 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, sp
     return find_session(open_store(ctx, must_exist=must_exist), spec, must_exist=must_exist)
 
 
-def find_session(store: Store, spec: str, *, must_exist: bool = True, param_hint: str = "'-s' / '--session'"
-                 ) -> Session:
+def find_session(store: Store, spec: str, *, must_exist: bool = True, new_ok: bool = False,
+                 param_hint: str = "'-s' / '--session'") -> Session:
     """The session ``spec`` names: ``APP/USER/SESSION``, or found as a short commit id is.
 
     ``APP/USER/SESSION`` names that session; when it has no entries (and ``must_exist``),
     the one of APP/USER whose id starts with SESSION. A spec without ``/`` is a session
     id alone, of any app and user, whole or a unique prefix (``castore use 0ccf1a04``).
-    With ``must_exist`` False, ``APP/USER/SESSION`` is taken as typed (a new session).
+    With ``must_exist`` False, ``APP/USER/SESSION`` is taken as typed (a new session);
+    with ``new_ok``, it is looked up as above, and taken as typed when nothing matches.
 
     Raises:
         click.BadParameter: neither form (exit 2).
@@ -291,7 +292,12 @@ def find_session(store: Store, spec: str, *, must_exist: bool = True, param_hint
     if len(parts) == 1:
         return store.session(*porcelain.find_session(store, unescape(spec)))
     app, user, sid = session.key
-    return store.session(*porcelain.find_session(store, sid, app, user))
+    try:
+        return store.session(*porcelain.find_session(store, sid, app, user))
+    except SessionNotFound:
+        if new_ok:
+            return session
+        raise
 
 
 def default_session(store: Store) -> str | None:

@@ -60,12 +60,7 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
             raise click.ClickException(f"no default session: choose one with {hint('use APP/USER/SESSION')}")
         click.echo(safe(current))  # from castore.json, which a shared (S3) store's users all write
         return
-    try:
-        session = find_session(store, session_key, param_hint="APP/USER/SESSION")
-    except SessionNotFound:
-        if session_key.count("/") != 2:
-            raise
-        session = store.session(*split_key(session_key, 3, 3, "APP/USER/SESSION"))  # a new one: as typed
+    session = find_session(store, session_key, new_ok=True, param_hint="APP/USER/SESSION")
     spec = format_key(*session.key)
     store.update_config(lambda cfg: {**cfg, SESSION_CONFIG_KEY: spec})
     note(f"Using session {spec}" + ("" if session.exists() else " (it has no entries yet)"))

@@ -16,6 +16,7 @@ from ..store import Store, store_dir
 from .common import (
     CastoreGroup,
     CliState,
+    find_session,
     format_key,
     hint,
     json_option,
@@ -38,6 +39,10 @@ _SCHEMA = (
 )
 
 
+class _Spec(str):
+    """A session as typed with -s, looked up in the store it is read from (:func:`_resolved`)."""
+
+
 def _selection(ctx: click.Context, session: str | None, app: str | None, user: str | None,
                all_: bool) -> Any:
     given = sum(x is not None and x is not False for x in (session, app, all_ or None))
@@ -53,7 +58,17 @@ def _selection(ctx: click.Context, session: str | None, app: str | None, user: s
     spec = session or (state.session_spec if state is not None else None)
     if not spec:
         raise click.UsageError("say what to sync: -s APP/USER/SESSION, --app APP [--user USER] or --all", ctx=ctx)
-    return tuple(split_key(spec, 3, 3, "'-s' / '--session'"))
+    if spec.count("/") not in (0, 2):
+        split_key(spec, 3, 3, "'-s' / '--session'")  # the usage error, before any store is opened
+    return _Spec(spec)
+
+
+def _resolved(sel: Any, source: Store) -> Any:
+    """The selection, with a session typed short (an id alone, a prefix) found in ``source``,
+    the store the sessions are read from; one typed in full that is not there stays as typed."""
+    if not isinstance(sel, _Spec):
+        return sel
+    return find_session(source, sel, new_ok=True).key
 
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,7 +77,8 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--user", metavar="USER", help="With --app: only this user's sessions.")(f)
     f = click.option("--app", metavar="APP", help="Every session of this app (and its app and user state).")(f)
     f = click.option("-s", "--session", "session", metavar="APP/USER/SESSION", shell_complete=complete_session,
-                     help="One session (default: the global -s / $CASTORE_SESSION).")(f)
+                     help="One session, or its id alone or a unique prefix (default: the global -s / "
+                          "$CASTORE_SESSION).")(f)
     return f
 
 
@@ -213,6 +229,7 @@ def push_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
     """
     sel = _selection(ctx, session, app, user, all_)
     store = open_store(ctx)
+    sel = _resolved(sel, store)
     name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
     bar = _Bar(f"push {name}", quiet)
@@ -241,6 +258,7 @@ def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
     store = open_store(ctx, must_exist=False)
     name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
+    sel = _resolved(sel, other)
     bar = _Bar(f"pull {name}", quiet)
     remote_name = name if name in sync.list_remotes(store) else "remote"
     try:
