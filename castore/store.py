@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import names
 from .aio import to_thread
@@ -23,6 +23,7 @@ from .entries import check_state
 from .errors import (
     CastoreError,
     CorruptRef,
+    EncryptionError,
     FormatError,
     IntegrityError,
     InvalidName,
@@ -56,6 +57,10 @@ from .refs import parse as parse_ref
 from .session import Session
 from .state import read_state, read_states
 from .storage import PreconditionFailed, Storage, open_storage
+
+if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a plain one never loads it)
+    from .crypto.encryption import Encryption
+    from .crypto.keys import KeyWrapper
 
 CONFIG_KEY = "castore.json"
 #: the store layouts (castore.json ``layout``, docs/FORMAT.md 2): ``flat`` keeps every tenant's
@@ -165,11 +170,23 @@ class Store:
     def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None,
                  format: int | None = None,  # noqa: A002 - the store's format, as in castore init --format
                  auto_repack: bool | None = None, layout: str | None = None, codec: Codec = PLAIN,
-                 tenant_options: TenantOptions | None = None,
+                 tenant_options: TenantOptions | None = None, encrypted: bool | None = None,
+                 master_key: KeyWrapper | bytes | str | None = None, key_store: str | None = None,
                  _tenant_of: tuple[Store, str, str] | None = None) -> None:
         if layout is not None and layout not in LAYOUTS:
             raise FormatError(f"unknown store layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+        if encrypted and layout == "flat":
+            raise FormatError("an encrypted store has the tenants layout (each tenant's keys seal its own packs)")
         self.storage = storage
+        #: an encrypted store's keys (its tenants' codecs); None for a plain store and a tenant's
+        self.encryption: Encryption | None = None
+        # a malformed key is refused at once, not at the first write
+        self._encrypted, self._key_store = encrypted, key_store
+        self._master_key: KeyWrapper | None = None  # None: $CASTORE_MASTER_KEY, read when needed
+        if master_key is not None:
+            from .crypto.encryption import as_wrapper
+
+            self._master_key = as_wrapper(master_key)
         self.url = storage.url
         self._auto_repack = auto_repack
         self._compress, self._retry, self._layout = compress, retry, layout
@@ -196,6 +213,7 @@ class Store:
         self._new_format = self.objects.default_format if format is None else format
         self.objects.set_format(self._new_format)  # refuses an unknown format
         self._load_config()
+        self._open_keys()
         if format is not None and self._initialized and self.objects.format < format:
             self.update_config(lambda c: {**c, "format": max(c.get("format", 1), format)})
             self._load_config()
@@ -204,7 +222,9 @@ class Store:
     @classmethod
     def open(cls, url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A002
              auto_repack: bool | None = None, layout: str | None = None,
-             tenant_options: TenantOptions | None = None, **storage_options: Any) -> Store:
+             tenant_options: TenantOptions | None = None, encrypted: bool | None = None,
+             master_key: KeyWrapper | bytes | str | None = None, key_store: str | None = None,
+             **storage_options: Any) -> Store:
         """Open the store at ``url`` (default: ``$CASTORE_STORE`` or ``./.castore``).
 
         Args:
@@ -222,17 +242,29 @@ class Store:
             layout: a new store's layout, ``"flat"`` (default) or ``"tenants"`` (see
                 :class:`Store`); an existing store keeps its own (naming another is an error).
             tenant_options: see :class:`Store`.
+            encrypted: True: a new store is created encrypted (docs/encryption.md: each tenant's
+                objects sealed under its own keys, in the tenants layout), and an existing one
+                must be. An existing encrypted store is recognised from its ``castore.json``
+                whatever this says.
+            master_key: the master key of an encrypted store: 32 bytes, base64 text (as
+                ``castore key new`` prints), or a :class:`~castore.crypto.keys.KeyWrapper` (a
+                KMS hook); default ``$CASTORE_MASTER_KEY``. Without one an encrypted store
+                opens, lists its sessions, and refuses to read or write their contents.
+            key_store: a new encrypted store's key store URL (default: its own ``keys/``).
             **storage_options: for the backend (``endpoint_url``, ``key``, ``secret``...).
 
         Raises:
             FormatError: the store was written by a newer castore, or its layout is not ``layout``.
             StorageError: the backend cannot be reached.
+            WrongKey: ``master_key`` is not the encrypted store's.
+            EncryptionError: ``encrypted`` and the existing store is not; a malformed key.
         """
         url = url or default_url()
         check_url(url)
         try:
             return cls(open_storage(url, durable=durable, **storage_options), format=format, auto_repack=auto_repack,
-                       layout=layout, tenant_options=tenant_options)
+                       layout=layout, tenant_options=tenant_options, encrypted=encrypted, master_key=master_key,
+                       key_store=key_store)
         except (StorageError, FormatError):
             raise
         except OSError as e:  # e.g. an fsspec backend that connects at once: unknown host, refused
@@ -301,13 +333,40 @@ class Store:
         cfg: dict[str, Any] = {"format": fmt, "created": time.time(), "remotes": {}}
         if layout not in (None, "flat"):
             cfg["layout"] = layout
+        enc = None
+        if like is not None and like.root.encryption is not None:
+            # a copy of an encrypted store (a new remote, a clone): its key store's id and key
+            # check, so that the tenant keys shared with it later open with the same master key
+            enc = like.root.encryption.replicate(self.storage)
+            self._master_key = like.root.encryption.keys.wrapper
+        elif self._encrypted:
+            from .crypto.encryption import create_store_keys
+
+            try:
+                enc = create_store_keys(self.storage, self._master_key, self._key_store)
+            except EncryptionError:
+                if not self.storage.exists(CONFIG_KEY):  # else a rival created the store first
+                    raise
+        if enc is not None:
+            cfg.update(layout="tenants", encryption=enc.settings)
         try:
             self.storage.swap(CONFIG_KEY, json.dumps(cfg, indent=1).encode(), None)
             created = True
         except PreconditionFailed:
             created = False
+        if enc is not None:
+            enc.close()
         self._load_config()
+        self._open_keys()
         return created
+
+    def _open_keys(self) -> None:
+        """Open the keys of an encrypted store (:attr:`encryption`) once its config is read."""
+        if self._config is None or (self._config.get("encryption") is None and not self._encrypted):
+            return
+        from .crypto.encryption import open_store_keys
+
+        self.encryption = open_store_keys(self.storage, self._config, self._master_key, encrypted=self._encrypted)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -388,6 +447,8 @@ class Store:
             if (app_seg, user_seg) == self._tenant_of[1:]:
                 return self
             return self._tenant_of[0].tenant_at(app_seg, user_seg)
+        if self._encrypted and self.encryption is None:
+            self.init()  # a new encrypted store: its keys first, then its tenants' codecs
         if self.layout != "tenants":
             return self
         got = self._tenants.get((app_seg, user_seg))
@@ -398,6 +459,8 @@ class Store:
         app = real_name(app_seg, None)
         user = None if user_seg == names.APP_SCOPE else real_name(user_seg, None)
         opts = dict(self._tenant_options(app, user)) if self._tenant_options is not None else {}
+        if self.encryption is not None:  # its keys seal the tenant's objects, whatever the options say
+            opts.update(self.encryption.options(app, user))
         with self._tenants_lock:
             got = self._tenants.get((app_seg, user_seg))
             if got is None:
@@ -776,6 +839,8 @@ class Store:
             subs, self._tenants = list(self._tenants.values()), {}
         for sub in subs:
             sub.close()
+        if self.encryption is not None:
+            self.encryption.close()
         self.objects.close()
         self.storage.close()
 
@@ -827,15 +892,18 @@ class Store:
 
 def open(url: str | None = None, *, durable: bool = True, format: int | None = None,  # noqa: A001,A002 - as io.open
          auto_repack: bool | None = None, layout: str | None = None, tenant_options: TenantOptions | None = None,
-         **storage_options: Any) -> Store:
+         encrypted: bool | None = None, master_key: KeyWrapper | bytes | str | None = None,
+         key_store: str | None = None, **storage_options: Any) -> Store:
     """Open the store at ``url`` (default: see :func:`default_url`); see :meth:`Store.open`.
 
     Raises:
         StorageError: the URL looks mistyped (``s3:/bucket``) or the backend cannot be reached.
         FormatError: the store was written by a newer castore, or its layout is not ``layout``.
+        WrongKey, EncryptionError: see :meth:`Store.open`.
     """
     return Store.open(url, durable=durable, format=format, auto_repack=auto_repack, layout=layout,
-                      tenant_options=tenant_options, **storage_options)
+                      tenant_options=tenant_options, encrypted=encrypted, master_key=master_key,
+                      key_store=key_store, **storage_options)
 
 
 class ConfigContended(CastoreError):

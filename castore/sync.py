@@ -37,6 +37,7 @@ from . import objects as o
 from .errors import (
     CastoreError,
     CorruptRef,
+    EncryptionError,
     IntegrityError,
     InvalidName,
     RefConflict,
@@ -860,13 +861,34 @@ def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: Pr
         return _sync_pair(src, dst, planned, None, force, progress, pull_remote)
     # The tenant layout (docs/FORMAT.md 2.1): each tenant syncs on its own, the apps' own
     # first (their state is named by the users' commits); a flat side stands for every one.
+    tenants = _tenants(src, sessions)
+    _share_keys(src, dst, tenants)
     report = SyncReport()
-    for a, u in _tenants(src, sessions):
+    for a, u in tenants:
         scopes = [f"{STATE}/{a}/app" if u == names.APP_SCOPE else f"{STATE}/{a}/users/{u}"]
         prefix = planned[0] if isinstance(sessions, tuple) and len(sessions) == 3 else f"{SESSIONS}/{a}/{u}"
         report.add(_sync_pair(src.tenant_at(a, u), dst.tenant_at(a, u), (prefix, scopes, None), set(scopes),
                               force, progress, pull_remote))
     return report
+
+
+def _share_keys(src: Store, dst: Store, tenants: list[tuple[str, str]]) -> None:
+    """Between encrypted stores, give ``dst`` the wrapped keys of ``tenants`` and ``src``'s
+    erasures before any tenant of ``dst`` is opened (docs/encryption.md, "Copies"): their
+    objects then cross sealed, as stored, and open there with the same master key.
+
+    Raises:
+        EncryptionError: one store is encrypted and the other is not, or they were
+            encrypted separately (another key store).
+    """
+    s, d = src.root.encryption, dst.root.encryption
+    if s is None and d is None:
+        return
+    if s is None or d is None:
+        plain, sealed = (src, dst) if s is None else (dst, src)
+        raise EncryptionError(f"{sealed.url} is encrypted and {plain.url} is not: sessions cannot be copied "
+                              "between them (`castore encrypt DEST` makes an encrypted copy of a plain store)")
+    s.share(d, tenants)
 
 
 def _tenants(src: Store, sel: Selection) -> list[tuple[str, str]]:
@@ -951,23 +973,26 @@ def pull(src: Store, dst: Store, sessions: Selection = None, force: bool = False
 
 
 def clone(url: str, dest: str, selection: Selection = None, *, remote_name: str = "origin",
-          progress: ProgressFn | None = None, **options: Any) -> SyncReport:
+          progress: ProgressFn | None = None, master_key: Any = None, **options: Any) -> SyncReport:
     """Create a store at ``dest`` holding the selected sessions of the store at ``url``.
 
-    ``url`` is recorded as remote ``remote_name`` (with ``options``) in the new store.
+    ``url`` is recorded as remote ``remote_name`` (with ``options``) in the new store. The
+    copy of an encrypted store is encrypted with the same keys (``master_key``: as
+    :meth:`Store.open <castore.store.Store.open>` takes it; never recorded).
 
     Raises:
         CastoreError: ``dest`` already holds a store.
         StoreNotFound: there is no store at ``url``.
+        WrongKey, KeyMissing: ``url`` is encrypted and ``master_key`` does not open it.
         StorageError, FormatError, InvalidName.
     """
-    with Store.open(url, **options) as remote:
+    with Store.open(url, master_key=master_key, **options) as remote:
         remote.require()
-        local = Store.open(dest, format=remote.objects.format, layout=remote.layout)
+        local = Store.open(dest, format=remote.objects.format, layout=remote.layout, master_key=master_key)
         if local.exists:
             raise CastoreError(f"{local.url} already holds a castore store; pull into it instead")
         with local:
-            local.init()
+            local.init(like=remote)
             add_remote(local, remote_name, url, options)
             return pull(remote, local, selection, progress=progress, remote_name=remote_name)
 

@@ -43,6 +43,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: the environment variables behind ``--store`` and ``--session``
 STORE_ENV = "CASTORE_STORE"
 SESSION_ENV = "CASTORE_SESSION"
+MASTER_KEY_FILE_ENV = "CASTORE_MASTER_KEY_FILE"
 #: the pager for long output (then ``$PAGER``, then ``less``); empty or ``cat``: no pager
 PAGER_ENV = "CASTORE_PAGER"
 #: the key in ``castore.json`` holding the default session (``castore use``)
@@ -64,6 +65,8 @@ class CliState:
     #: whether -s was typed before the command (``castore -s A/U/S CMD``): a command that
     #: works on no one session refuses it rather than ignoring it
     session_typed: bool = False
+    #: --master-key-file: the master key of an encrypted store (else $CASTORE_MASTER_KEY)
+    master_key_file: str | None = None
     _store: Store | None = field(default=None, repr=False)
 
 
@@ -173,6 +176,22 @@ def store_options(ctx: click.Context) -> dict[str, Any]:
     return dict(_state(ctx).store_options)
 
 
+def key_options(ctx: click.Context | None = None) -> dict[str, Any]:
+    """``master_key=`` for opening a store: the key in --master-key-file when it was given
+    (else the store reads $CASTORE_MASTER_KEY itself).
+
+    Raises:
+        KeyMissing: the file is not there.
+        EncryptionError: it does not hold a master key.
+    """
+    path = _state(ctx or click.get_current_context()).master_key_file
+    if not path:
+        return {}
+    from ..crypto.keys import MasterKey  # only for an encrypted store: a plain one never loads it
+
+    return {"master_key": MasterKey.from_file(path)}
+
+
 def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> Store:
     """The store named by ``--store`` (opened once per invocation, closed at its end).
 
@@ -186,7 +205,7 @@ def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> 
     ctx = ctx or click.get_current_context()
     st = _state(ctx)
     if st._store is None:  # noqa: SLF001
-        store = Store.open(store_url(ctx), **st.store_options)
+        store = Store.open(store_url(ctx), **st.store_options, **key_options(ctx))
         st._store = store  # noqa: SLF001
         ctx.find_root().call_on_close(store.close)
     if must_exist:
@@ -516,6 +535,7 @@ __all__ = [
     "cli_errors",
     "error_line",
     "store_url",
+    "key_options",
     "open_store",
     "get_session",
     "find_session",
@@ -545,4 +565,5 @@ __all__ = [
     "PAGER_ENV",
     "STORE_ENV",
     "SESSION_ENV",
+    "MASTER_KEY_FILE_ENV",
 ]

@@ -48,6 +48,7 @@ import click
 
 from .. import __version__
 from .common import (
+    MASTER_KEY_FILE_ENV,
     SESSION_ENV,
     STORE_ENV,
     CastoreGroup,
@@ -182,11 +183,16 @@ class LazyGroup(CastoreGroup):
          f"(0ccf1a04); write a '/' inside a name as %2F [env {SESSION_ENV}; default: the one chosen with "
          "`castore use`].",
 )
+@click.option(
+    "--master-key-file", "master_key_file", envvar=MASTER_KEY_FILE_ENV, metavar="PATH",
+    help=f"The master key of an encrypted store, in a file as `castore key new` printed it [env "
+         f"{MASTER_KEY_FILE_ENV}; default: the key in $CASTORE_MASTER_KEY].",
+)
 @click.option("--no-pager", is_flag=True, help="Never page long output (it is paged only on a terminal).")
 @click.version_option(__version__, "--version", prog_name="castore")
 @click.pass_context
 def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ...], session_spec: str | None,
-         no_pager: bool) -> None:
+         master_key_file: str | None, no_pager: bool) -> None:
     """castore: agent session history stored the way git stores code.
 
     Browse sessions, branch, time-travel and audit them. Revisions are what git takes:
@@ -206,7 +212,7 @@ def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ..
     given = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
     ctx.obj = CliState(store_url=store_url, session_spec=session_spec,
                        store_options=parse_options(store_options, "'-o' / '--store-option'"),
-                       pager=not no_pager, store_given=given)
+                       pager=not no_pager, store_given=given, master_key_file=master_key_file)
     source = ctx.get_parameter_source("session_spec")
     if source is click.core.ParameterSource.ENVIRONMENT:
         ctx.obj.session_from = f"${SESSION_ENV}"
@@ -252,6 +258,7 @@ def _late_globals(cmd: click.Command) -> list[click.Option]:
         (("-s", "--session"), "session_spec", {"metavar": "APP/USER/SESSION", "shell_complete": complete_session}),
         (("-o", "--store-option"), "store_options", {"multiple": True, "metavar": "KEY=VALUE"}),
         (("--no-pager",), "no_pager", {"is_flag": True}),
+        (("--master-key-file",), "master_key_file", {"metavar": "PATH"}),
     ):
         free = [d for d in decls if d not in taken]
         if not free or (name == "store_options" and "-o" in taken):

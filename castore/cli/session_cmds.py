@@ -20,6 +20,7 @@ from .common import (
     get_session,
     hint,
     json_option,
+    key_options,
     limit_option,
     note,
     pass_session,
@@ -42,8 +43,16 @@ from .render import Refs, safe, short
               help="Layout of a new store: flat (default) or tenants (each app/user's refs, packs and "
                    "objects under tenants/APP/USER/, so an S3 policy can confine a worker to one "
                    "tenant); docs/FORMAT.md 2.")
+@click.option("--encrypted", is_flag=True,
+              help="Create an encrypted store (docs/encryption.md): every tenant's objects sealed under "
+                   "keys of its own, wrapped by the master key ($CASTORE_MASTER_KEY or --master-key-file; "
+                   "make one with `castore key new`). Implies --layout tenants.")
+@click.option("--key-store", metavar="URL", default=None,
+              help="With --encrypted: keep the wrapped keys at URL instead of the store's own keys/ (so "
+                   "that a backup of the data holds no key).")
 @click.pass_context
-def init_cmd(ctx: click.Context, url: str | None, fmt: int | None, layout: str | None) -> None:
+def init_cmd(ctx: click.Context, url: str | None, fmt: int | None, layout: str | None, encrypted: bool,
+             key_store: str | None) -> None:
     """Create a store at URL (default: the --store option).
 
     Doing it twice is harmless. Writing to a store that does not exist yet creates it
@@ -63,9 +72,13 @@ def init_cmd(ctx: click.Context, url: str | None, fmt: int | None, layout: str |
                 note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
         finally:
             storage.close()
-    with Store.open(target, format=fmt, layout=layout, **store_options(ctx)) as store:
+    if key_store and not encrypted:
+        raise click.UsageError("--key-store goes with --encrypted")
+    with Store.open(target, format=fmt, layout=layout, encrypted=encrypted or None, key_store=key_store,
+                    **store_options(ctx), **key_options(ctx)) as store:
         created = store.init()
         shown = " (tenant layout)" if store.layout == "tenants" else ""
+        shown = " (encrypted, tenant layout)" if store.encryption else shown
         note(f"{'Initialized empty' if created else 'Found existing'} castore store at {store.url}{shown}")
 
 

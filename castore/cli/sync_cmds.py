@@ -20,6 +20,7 @@ from .common import (
     format_key,
     hint,
     json_option,
+    key_options,
     limit_option,
     note,
     open_store,
@@ -210,7 +211,8 @@ def open_remote(store: Store, remote: str | None) -> tuple[str, Store]:
         else:
             raise CastoreError(f"which remote? name one (see {hint('remote list', session=False)})" if remotes
                                else f"no remote configured: {hint('remote add NAME URL', session=False)} first")
-    return sync.open_remote(store, remote)
+    # an encrypted remote opens with the store's own master key (--master-key-file)
+    return sync.open_remote(store, remote, **key_options())
 
 
 @click.command("push")
@@ -412,7 +414,7 @@ def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | N
     sel: sync.Selection = parts[0] if parts is not None and len(parts) == 1 else parts
     bar = _Bar("clone", quiet)
     try:
-        report = sync.clone(url, target, sel, progress=bar, **parse_options(options))
+        report = sync.clone(url, target, sel, progress=bar, **parse_options(options), **key_options())
     finally:
         bar.done()
     _render(report, "cloned into", target, as_json, quiet)

@@ -281,6 +281,22 @@ class KeyStore:
             raise EncryptionError(f"the store at {store_storage.url} is not encrypted (it has no keys)")
         return cls.open(store_storage, settings, wrapper, storage_options=storage_options)
 
+    def replicate(self, store_storage: Storage) -> KeyStore:
+        """Start the key store of a copy of this store (a new remote, a clone) under the
+        ``keys/`` of ``store_storage``: the same id and key check, no tenant key yet
+        (:meth:`share` copies them). A copy already started is opened.
+
+        Raises:
+            EncryptionError: ``store_storage`` holds the key store of another store.
+            StorageError: a storage failed.
+        """
+        raw = self.storage.read(self.prefix + STORE_FILE)
+        try:
+            store_storage.swap(DEFAULT_PREFIX + STORE_FILE, raw, None)
+        except PreconditionFailed:
+            pass
+        return KeyStore.open(store_storage, {"key_store_id": self.id}, self.wrapper)
+
     _url: str | None = None
 
     @property
@@ -545,6 +561,88 @@ class KeyStore:
         found = self.storage.read_many(paths)
         out = [self._parse_erasure(raw, p) for p, raw in found.items() if raw is not None]
         return sorted(out, key=lambda e: (e.at, e.app, e.user or ""))
+
+    # -- copies ---------------------------------------------------------------------------
+    def share(self, dst: KeyStore, tenants: Iterable[tuple[str, str]] | None = None) -> int:
+        """Copy to ``dst`` (the key store of a copy of this store: a remote, a clone) the
+        wrapped keys of ``tenants`` (their ``(app segment, user segment)`` as
+        :func:`castore.names.tenant_segments` makes them; None: every tenant) and every
+        erasure record, byte for
+        byte, then delete in ``dst`` the key files its erasure records cover. Keys cross
+        wrapped only; an erasure made here reaches the copy the next time it is shared.
+
+        Returns:
+            How many files were written to ``dst`` (keys and records).
+
+        Raises:
+            EncryptionError: ``dst`` is another key store (another id: its contexts differ,
+                so nothing copied would open there), or holds another key for a tenant.
+            StorageError: a storage failed (share again: it is idempotent).
+        """
+        if dst.id != self.id:
+            raise EncryptionError(f"the key store at {dst.storage.url}/{dst.prefix} is not a copy of the one at "
+                                  f"{self.storage.url}/{self.prefix} (ids {dst.id} and {self.id}): the two stores "
+                                  "were encrypted separately; push to a new, empty store instead")
+        base = self.prefix + TENANTS
+        if tenants is None:
+            paths = [k[len(self.prefix):] for k in self.storage.list(base) if k.endswith(KEY_SUFFIX)]
+        else:
+            paths = []
+            for app_seg, user_seg in tenants:
+                paths += [f"{TENANTS}{app_seg}{KEY_SUFFIX}", f"{TENANTS}{app_seg}/{user_seg}{KEY_SUFFIX}"]
+        paths += [k[len(self.prefix):] for k in self.storage.list(self.prefix + ERASED) if k.endswith(".json")]
+        paths = sorted(set(paths))
+        mine = self.storage.read_many([self.prefix + p for p in paths])
+        theirs = dst.storage.read_many([dst.prefix + p for p in paths])
+        written = 0
+        for p in paths:
+            raw, have = mine.get(self.prefix + p), theirs.get(dst.prefix + p)
+            if raw is None or have == raw:
+                continue
+            if have is not None:
+                if p.startswith(ERASED):
+                    continue  # the copy recorded its own erasure of the tenant first: keep it
+                raise EncryptionError(f"{dst.storage.url}/{dst.prefix}{p} holds another key than "
+                                      f"{self.storage.url}/{self.prefix}{p}: the copy made its own key for this "
+                                      "tenant (it wrote to it before receiving the key); its data and this store's "
+                                      "cannot be merged")
+            try:
+                dst.storage.swap(dst.prefix + p, raw, None)
+                written += 1
+            except PreconditionFailed:
+                pass  # a rival share wrote it meanwhile (the same bytes, or checked next time)
+        dst.drop_erased()
+        return written
+
+    def drop_erased(self) -> int:
+        """Delete the key files that this key store's erasure records cover (those a copy
+        received before the erasure reached it), and forget them in this handle.
+
+        Returns:
+            How many key files were deleted.
+
+        Raises:
+            EncryptionError: a record is damaged.
+            StorageError: the storage failed.
+        """
+        doomed = []
+        for e in self.erasures():
+            doomed.append(self._app_path(encode(e.app, "app name")) if e.user is None
+                          else self._key_path(_tag(e.app, e.user)))
+            self.forget(e.app, e.user)
+        present = [k for k, v in self.storage.read_many(doomed).items() if v is not None]
+        self.storage.delete_many(present)
+        return len(present)
+
+    def forget(self, app: str, user: str | None) -> None:
+        """Drop the keys this handle keeps of ``app``'s ``user`` (None: of the whole app)."""
+        app_seg = encode(app, "app name")
+        if user is None:
+            self._app_keys.pop(app_seg, None)
+            for t in [t for t in self._keys if t.startswith(app_seg + "/")]:
+                self._keys.pop(t, None)
+        else:
+            self._keys.pop(_tag(app, user), None)
 
     # -- rotation -------------------------------------------------------------------------
     def _app_key_files(self) -> list[str]:
