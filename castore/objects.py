@@ -26,6 +26,7 @@ This is the only module that imports msgspec, blake3 and zstandard.
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -543,6 +544,9 @@ class Cipher(Protocol):
 #: pack record (then tenant): a ciphertext moved to another id or tenant does not open
 _OBJECT_AD = b"castore/obj/v1\0"
 _RECORD_AD = b"castore/rec/v1\0"
+_META_AD = b"castore/meta/v1\0"
+#: the one key of a ref metadata value sealed by :meth:`Codec.seal_meta`
+SEALED_META = "sealed"
 
 
 class Codec:
@@ -665,6 +669,44 @@ class Codec:
         if actual != oid:
             raise IntegrityError(oid, f"content hashes to {actual}")
         return canonical
+
+    # -- ref metadata ---------------------------------------------------------------------
+    def seal_meta(self, value: Any, what: str) -> Any:
+        """A JSON-able value kept in ref metadata (a session's info: titles, source paths), as
+        stored: the value itself under a plain codec; with a cipher ``{"sealed": base64 of the
+        sealed JSON}``, bound to the tenant and to ``what`` (the kind of value, e.g. ``"info"``).
+
+        Raises:
+            InvalidEntry: the value is not JSON-able.
+        """
+        if self.cipher is None:
+            return value
+        try:
+            text = msgspec.json.encode(value, order="deterministic")
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidEntry(f"cannot encode {what}: {e}") from e
+        sealed = self.cipher.seal(text, _META_AD + self.tenant + b"\0" + what.encode())
+        return {SEALED_META: base64.b64encode(sealed).decode()}
+
+    def open_meta(self, stored: Any, what: str) -> Any:
+        """The value :meth:`seal_meta` stored (a plain value is returned as it is: written before
+        the store was encrypted, or by a plain codec).
+
+        Raises:
+            SealedFrameError: (an IntegrityError) a sealed value that does not open: another
+                key or tenant, damaged, or this codec has no key.
+        """
+        if not (isinstance(stored, dict) and len(stored) == 1 and isinstance(stored.get(SEALED_META), str)):
+            return stored
+        if self.cipher is None:
+            raise SealedFrameError(what, "it is sealed (an encrypted store's): open the store with its key")
+        try:
+            sealed = base64.b64decode(stored[SEALED_META], validate=True)
+            return msgspec.json.decode(self.cipher.open(sealed, _META_AD + self.tenant + b"\0" + what.encode()))
+        except (ValueError, msgspec.DecodeError) as e:
+            raise SealedFrameError(what, f"a sealed value that is not one ({e})") from e
+        except IntegrityError as e:
+            raise SealedFrameError(what, e.reason) from e
 
     def _seal(self, frame: bytes, ad: bytes) -> bytes:
         assert self.cipher is not None  # callers check

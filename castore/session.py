@@ -241,7 +241,10 @@ class Session:
     def info(self) -> dict[str, Any]:
         """Session metadata (for example an imported file's header), kept on HEAD."""
         head = self._refs.read(self.refs.head)
-        return dict(head.meta.get("info", {})) if head else {}
+        if head is None:
+            return {}
+        info = self._objs.codec.open_meta(head.meta.get(META_INFO, {}), META_INFO)  # sealed when encrypted
+        return dict(info) if isinstance(info, dict) else {}
 
     def set_info(self, info: Mapping[str, Any]) -> None:
         """Replace the session metadata (creates HEAD if the session is new).
@@ -253,6 +256,7 @@ class Session:
         """
         check_value(dict(info), "session info")
         self.store.init()
+        sealed = self._objs.codec.seal_meta(dict(info), META_INFO)  # sealed when encrypted
 
         def attempt(_: int) -> None:
             head = self._refs.read(self.refs.head)
@@ -260,7 +264,7 @@ class Session:
             meta = self._head_meta(head, **extra)
             if head is not None and META_HEAD_BRANCH in head.meta:  # same target: same branch name
                 meta[META_HEAD_BRANCH] = head.meta[META_HEAD_BRANCH]
-            meta[META_INFO] = dict(info)
+            meta[META_INFO] = sealed
             self.plumbing.swap(self.refs.head, target, head, meta)
 
         self.plumbing.land(self.refs.head, attempt)

@@ -38,6 +38,7 @@ from .objects import PLAIN, Codec, Commit, ObjectId
 from .objectstore import STORE_FORMAT, ObjectStore
 from .plumbing import (
     HEADS,
+    META_INFO,
     META_LENGTH,
     META_NAMES,
     META_TIME,
@@ -549,6 +550,14 @@ class Store:
             user_segs = self.refs.list_dir(f"sessions/{app_seg}")
         return self.sessions_of(app_seg, user_segs)
 
+    def _opened_info(self, stored: Any) -> Any:
+        """A listed session's info, opened when sealed; {} when it cannot be (no key, an
+        erased tenant, damage): a listing shows names, and reads no content it cannot."""
+        try:
+            return self.objects.codec.open_meta(stored, META_INFO)
+        except (EncryptionError, IntegrityError):
+            return {}
+
     def sessions_of(self, app_seg: str, user_segs: Sequence[str]) -> list[SessionInfo]:
         """:meth:`sessions` of this store's refs for an app's users, by encoded segments.
 
@@ -590,7 +599,7 @@ class Store:
             meta = tipv.meta if tipv is not None else {}
             # Ref metadata is a display cache written by any client: a value of the wrong
             # type reads as unknown rather than failing the whole listing.
-            info = v.meta.get("info", {})
+            info = self._opened_info(v.meta.get(META_INFO, {}))
             out.append(
                 SessionInfo(
                     # names come from the keys; HEAD's copy only fills in a digest it matches

@@ -289,3 +289,31 @@ def test_a_plain_store_and_an_encrypted_one_do_not_mix(tmp_path: Path, key: str)
             with pytest.raises(EncryptionError, match="separately"):
                 push(enc, other)
     assert plaintext_in(every_byte(Backend("local", str(tmp_path / "plain")))) == []
+
+
+def test_session_info_is_sealed_in_ref_metadata(backend: Backend, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CASTORE_MASTER_KEY", raising=False)
+    info = {"title": f"{TEXT} a title", "path": f"/home/{STATE}/project.jsonl"}
+    with uncompressed(backend, encrypted=True, master_key=key) as store:
+        s = store.session("app", "alice", "s1")
+        s.append(Message(role="user", content="x"))
+        s.set_info(info)
+        assert s.info == info
+        assert [i.info for i in store.sessions("app")] == [info]
+    assert plaintext_in(every_byte(backend)) == []
+    with backend.open(master_key=key) as again:
+        assert again.session("app", "alice", "s1").info == info
+        again.session("app", "alice", "s1").append(Message(role="user", content="y"))  # HEAD keeps it
+        assert again.session("app", "alice", "s1").info == info
+    with backend.open() as keyless:  # listed without a key: names, no info
+        assert [(i.session, i.info) for i in keyless.sessions("app")] == [("s1", {})]
+        with pytest.raises(KeyMissing):
+            _ = keyless.session("app", "alice", "s1").info
+
+
+def test_plain_session_info_is_stored_as_it_was(tmp_path: Path) -> None:
+    with castore.open(str(tmp_path / "p")) as store:
+        s = store.session("a", "u", "s")
+        s.set_info({"title": "t"})
+        head = store.refs.read(s.refs.head)
+        assert head is not None and head.meta["info"] == {"title": "t"}
