@@ -210,7 +210,7 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
             problem = _ref_problem(name, value, keyset)
             if problem is not None:
                 report.bad_refs.append((name, problem))
-        out.extend((b, f"ref {name} (meta)", (Blob,)) for b in o.meta_links(value.meta))  # a fork's copied lines
+        out.extend((b, f"ref {name} (meta)", _ANY) for b in o.meta_links(value.meta))  # lines an import keeps
         if value.symbolic is not None:
             continue
         out.append((value.target, f"ref {name}", (Commit,)))
@@ -257,7 +257,7 @@ def _links(obj: Any, foreign: set[str] | None = None) -> Iterator[tuple[str, tup
                 foreign.add(o.hex_id(s))
             else:
                 yield o.hex_id(s), (Commit,)
-        yield from ((b, (Blob,)) for b in o.meta_links(obj.meta))  # an archived line's bytes
+        yield from ((b, _ANY) for b in o.meta_links(obj.meta))  # an archived line's bytes
     elif isinstance(obj, Tree):
         yield from ((o.hex_id(r), (Value, Blob)) for r in obj.refs.values())
         yield from ((o.hex_id(r), (Tree,)) for r in obj.sub.values())

@@ -239,28 +239,33 @@ def is_hex_id(s: str) -> bool:
     return isinstance(s, str) and _HEX_ID.fullmatch(s) is not None
 
 
-#: the keys under which metadata names a :class:`Blob` it needs: ``raw``, an archived line's
-#: bytes (``{"o": LINE, "raw": ID}`` in its commit's meta; a fork's copied lines in HEAD's
-#: info), and ``castore:blob``, an image taken out of a Pi entry (``{"castore:blob": ID}``)
-META_BLOB_KEYS = ("raw", "castore:blob")
+#: the keys under which metadata names objects it needs (every full hex id in their value,
+#: a string, or inside lists and dicts): ``raw``, an archived line's bytes (``{"o": LINE,
+#: "raw": ID}`` in its commit's meta; a Codex fork's copied lines in HEAD's info),
+#: ``castore:blob``, an image taken out of a Pi entry, ``whole``, the chunks of a Gemini
+#: CLI whole-file JSON (HEAD's info), ``adopted``, the lines of castore's own commits an
+#: import found again (``{LINE: [COMMIT, ID]}`` in HEAD's info)
+META_LINK_KEYS = frozenset({"raw", "castore:blob", "whole", "adopted"})
 #: how deep :func:`meta_links` looks into metadata (dicts and lists)
 _META_DEPTH = 8
 
 
-def meta_links(meta: Any, _depth: int = 0) -> list[ObjectId]:
-    """The blobs that metadata (a commit's ``meta``, a ref's) names and needs: the value of
-    every :data:`META_BLOB_KEYS` key that is a full hex id, in dicts and lists nested up to
-    a few levels. Reachability (fsck, gc) and sync follow them as they follow a commit's
+def meta_links(meta: Any, _depth: int = 0, _named: bool = False) -> list[ObjectId]:
+    """The objects that metadata (a commit's ``meta``, a ref's) names and needs: every full
+    hex id in the value of a :data:`META_LINK_KEYS` key, in dicts and lists nested up to a
+    few levels. Reachability (fsck, gc) and sync follow them as they follow a commit's
     body. Raises nothing."""
+    if _named and isinstance(meta, str):
+        return [ObjectId(meta)] if is_hex_id(meta) else []
     out: list[ObjectId] = []
     if _depth > _META_DEPTH:
         return out
-    values = meta.values() if isinstance(meta, dict) else meta if isinstance(meta, list) else ()
     if isinstance(meta, dict):
-        out += [ObjectId(v) for k in META_BLOB_KEYS if isinstance(v := meta.get(k), str) and is_hex_id(v)]
-    for v in values:
-        if isinstance(v, (dict, list)):
-            out += meta_links(v, _depth + 1)
+        for k, v in meta.items():
+            out += meta_links(v, _depth + 1, _named or k in META_LINK_KEYS)
+    elif isinstance(meta, list):
+        for v in meta:
+            out += meta_links(v, _depth + 1, _named)
     return out
 
 

@@ -14,14 +14,16 @@ from castore import maintenance, sync
 from castore import objects as o
 from castore.adapters.claude_code import export_claude, import_claude
 from castore.adapters.codex import export_codex, import_codex
+from castore.adapters.gemini import export_gemini, import_gemini
 
 DATA = Path(__file__).resolve().parent / "data"
 SHARE = DATA / "claude-code" / "session-share"
+GEMINI = DATA / "gemini" / "tmp"
 
 
 def _same(exported: Path, original: Path, base: Path) -> None:
-    """Every .jsonl file under ``original`` is in ``exported`` (at its place below ``base``), byte for byte."""
-    files = list(original.rglob("*.jsonl"))
+    """Every session file under ``original`` is in ``exported`` (at its place below ``base``), byte for byte."""
+    files = [*original.rglob("*.jsonl"), *original.rglob("*.json")]
     assert files
     for f in files:
         assert (exported / f.relative_to(base)).read_bytes() == f.read_bytes(), f
@@ -31,14 +33,16 @@ def _archive(url: str, **options: Any) -> castore.Store:
     st = castore.open(url, **options)
     import_claude(st, SHARE)
     import_codex(st, DATA / "codex")
+    import_gemini(st, GEMINI)  # an older whole-file JSON is kept in chunks named by HEAD's info
     return st
 
 
 def test_meta_links_finds_the_named_blobs() -> None:
-    a, b, c = ("a" * 64, "b" * 64, "c" * 64)
-    meta = {"cc": {"o": 3, "raw": a, "uuid": "x"}, "info": {"cx": {"prefix": [{"raw": b}, {"from": 1}]}},
+    a, b, c, d, e, f = (x * 64 for x in "abcdef")
+    meta = {"cc": {"o": 3, "raw": a, "uuid": "x", "tips": f}, "info": {"cx": {"prefix": [{"raw": b}, {"from": 1}]},
+                                                                     "gm": {"whole": [d], "adopted": {"4": [e, f]}}},
             "img": [{"type": "image", "data": {"castore:blob": c}}], "raw": "not-an-id", "other": {"raw": 5}}
-    assert sorted(o.meta_links(meta)) == [a, b, c]
+    assert sorted(o.meta_links(meta)) == [a, b, c, d, e, f]
     assert o.meta_links({"x": 1}) == [] and o.meta_links("raw") == []
 
 
@@ -49,8 +53,10 @@ def test_gc_keeps_the_archived_lines(tmp_path: Path) -> None:
         maintenance.gc(st, grace=0)
         export_claude(st, tmp_path / "out")
         export_codex(st, tmp_path / "out-codex")
+        export_gemini(st, tmp_path / "out-gemini")
     _same(tmp_path / "out", SHARE, SHARE.parent)
     _same(tmp_path / "out-codex", DATA / "codex", DATA / "codex")
+    _same(tmp_path / "out-gemini", GEMINI, GEMINI)
 
 
 def test_sync_carries_the_archived_lines(tmp_path: Path, moto_server: Any) -> None:
@@ -62,5 +68,7 @@ def test_sync_carries_the_archived_lines(tmp_path: Path, moto_server: Any) -> No
             assert maintenance.fsck(desk).ok
             export_claude(desk, tmp_path / "out")
             export_codex(desk, tmp_path / "out-codex")
+            export_gemini(desk, tmp_path / "out-gemini")
     _same(tmp_path / "out", SHARE, SHARE.parent)
     _same(tmp_path / "out-codex", DATA / "codex", DATA / "codex")
+    _same(tmp_path / "out-gemini", GEMINI, GEMINI)
