@@ -190,6 +190,8 @@ def branch_notes(session: Session, branches: Mapping[str, str] | None = None) ->
         StorageError, IntegrityError: reading a commit failed.
     """
     branches = session.branches() if branches is None else branches
+    if session.head is not None:
+        view_for(_kind_at(session, "HEAD"))  # the view of the session's own commits, loaded
     out: dict[str, str] = {}
     for view in all_views():
         out.update(view.branch_notes(session, branches))

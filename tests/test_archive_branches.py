@@ -216,3 +216,18 @@ def test_subagents_link_both_ways_in_log_show_and_sessions(tmp_path: Path) -> No
     assert len(listed) == 5 and all(ln.rstrip().endswith(f"subagent of {SID}") for ln in listed)
     assert json.loads(cli("log", "--json", "-n", "0", "-s", f"claude/session-share/{sub_id}"))["commits"][-1][
         "refs"]["links"] == [f"spawned by: {SID} {by['commit'][:8]}"]
+
+
+def test_branch_lists_what_made_each_branch(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from castore.cli.main import main
+
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "--no-pager", "import", "claude", str(REWIND)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "--no-pager", "branch", "-s",
+                                  "claude/claude-code-log/dag_compact_after_rewind"])
+    assert r.exit_code == 0, r.output
+    rows = [ln.split(None, 3) if ln.startswith("*") else ln.split(None, 2) for ln in r.output.splitlines()]
+    assert rows[0][:2] == ["*", "main"] and len(rows[0]) == 3  # main: where the agent goes on, no note
+    assert rows[1][0] == "rewind-2" and rows[1][2] == "rewind from line 2: user: First attempt"

@@ -20,6 +20,7 @@ is returned is unescaped: the CLI escapes it (one rule, ``castore.cli.text``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,10 @@ BOOKKEEPING = frozenset({"progress", "file-history-snapshot", "summary", "queue-
                          "turn_context", "token_count", "metadata", "$set", "update"})
 #: a tool call's argument is cut to this many characters
 ARG_CHARS = 60
+#: how far back from a branch's tip its note looks for the line that started it
+NOTE_WALK = 2_000
+#: the branch names the importers give (see :func:`castore.adapters.jsonl_tree.branch_layout`)
+_MADE = re.compile(r"(rewind|rollback|fork)-(\d+)(?:-[0-9a-f]{8})?")
 #: the arguments that say best what a call does, first found wins
 _MAIN_ARGS = ("command", "cmd", "file_path", "path", "pattern", "url", "query", "description", "prompt",
               "skill", "subject", "content")
@@ -221,6 +226,26 @@ class TranscriptView(views.View):
     def message(self, m: Message, verbose: bool = False) -> list[str] | None:
         """A message with no commit (``context``) as :func:`message_lines` reads it, or None."""
         return message_lines(m, verbose)
+
+    def branch_notes(self, session: Session, branches: Mapping[str, str]) -> dict[str, str]:
+        """What made each branch of an imported session (``rewind-81`` -> ``rewind from line
+        81: user: are they still being written?``), read from the line its name gives (looked
+        for at most :data:`NOTE_WALK` commits back from its tip)."""
+        out: dict[str, str] = {}
+        for name in branches:
+            m = _MADE.fullmatch(name)
+            if m is None:
+                continue
+            n = int(m.group(2))
+            e = next((e for e in session.log(name, limit=NOTE_WALK)
+                      if (line := _importer_line(e)) is not None and line.get("o") == n), None)
+            if e is None:
+                continue
+            msg = _message(e)
+            text = self.describe(e) or (f"{_label(msg)}: {content_text(msg.content)}" if msg is not None
+                                        else e.author or e.kind)
+            out[name] = fold(f"{m.group(1)} from line {n}: {text}", 100)
+        return out
 
     def links(self, session: Session) -> dict[str, list[str]]:
         """The turns that spawned subagents (``subagent: <session>`` on the Task call and on
