@@ -231,3 +231,30 @@ def test_branch_lists_what_made_each_branch(tmp_path: Path) -> None:
     rows = [ln.split(None, 3) if ln.startswith("*") else ln.split(None, 2) for ln in r.output.splitlines()]
     assert rows[0][:2] == ["*", "main"] and len(rows[0]) == 3  # main: where the agent goes on, no note
     assert rows[1][0] == "rewind-2" and rows[1][2] == "rewind from line 2: user: First attempt"
+
+
+def test_head_comes_back_to_main_when_the_agent_writes_and_names_stay_whole(store: castore.Store,
+                                                                             tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    src = REWIND.read_bytes().splitlines(keepends=True)
+    f = proj / "s.jsonl"
+    f.write_bytes(b"".join(src[:5]))  # up to the rewound prompt: main is on it, rewind-2 the first attempt
+    import_claude(store, proj)
+    s = store.session("claude", "proj", "s")
+    assert s.branches().keys() == {"main", "rewind-2"}
+    s.checkout("rewind-2")  # someone looks at the first attempt
+    f.write_bytes(b"".join(src))
+    import_claude(store, proj)
+    assert s.current_branch == "main" and _lines(s, "main")[-1] == 11 and _lines(s, "rewind-2") == [0, 1, 2, 3]
+    # HEAD on a branch the next layout renames: every name still ends on its leaf
+    s.checkout("rewind-2")
+    more = json.dumps({"parentUuid": "b1a", "type": "user", "uuid": "x1", "timestamp": "2025-07-01T11:00:00.000Z",
+                       "message": {"role": "user", "content": "back to the first"}}).encode() + b"\n"
+    f.write_bytes(b"".join(src) + more)
+    import_claude(store, proj)
+    assert s.current_branch == "main" and _lines(s, "main") == [0, 1, 2, 3, 12]
+    assert s.branches().keys() == {"main", "rewind-4"} and _lines(s, "rewind-4")[-1] == 11
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(src) + more

@@ -420,7 +420,9 @@ class TreeWriter:
                     pass  # a summary that is not a valid label name stays in the line itself
         if self.layout >= 2 and (self.resuming or self.active != "main"):
             self._lay_out()
-        elif self.active and self.active != s.current_branch:
+        elif self.layout >= 2 and s.current_branch != "main":
+            s.checkout("main")
+        elif self.layout < 2 and self.active and self.active != s.current_branch:
             s.checkout(self.active)
         return s.head
 
@@ -451,6 +453,10 @@ class TreeWriter:
                 s.branch("main", at=want["main"], force=True)
         if s.current_branch != "main":
             s.checkout("main")
+            now = s.branches()
+            for name, tip in want.items():  # the one HEAD was on before
+                if now.get(name) != tip:
+                    s.branch(name, at=tip, force=True)
         for name in s.branches():
             if name not in want and _LAID_OUT.fullmatch(name):
                 try:
