@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..crypto.keys import MASTER_KEY_ENV, MasterKey, master_key
-from ..crypto.keystore import Erasure, KeyStore
+from ..crypto.keystore import CONFIG_KEY, Erasure, KeyStore
 from ..storage import split_url
 from .common import json_option, note, open_store, plural, print_json, split_key, store_options, store_url
 from .text import safe
@@ -22,7 +22,7 @@ def _key_store(wrapper: MasterKey | None) -> KeyStore:
     options when it has the store's scheme), closed when the command ends."""
     ctx = click.get_current_context()
     store = open_store(ctx)
-    settings = store.config.get("encryption")
+    settings = store.config.get(CONFIG_KEY)
     url = settings.get("key_store") if isinstance(settings, dict) else None
     same = isinstance(url, str) and split_url(url)[0] == split_url(store_url(ctx))[0]
     ks = KeyStore.of_store(store.storage, store.config, wrapper, storage_options=store_options(ctx) if same else None)
