@@ -74,6 +74,8 @@ class FsckReport:
     stale_temps: list[str] = field(default_factory=list)  # harmless leftovers of cut-short writes
     #: (pack, offset, bytes) of damaged pack records: their objects cannot be read (ObjectStore.damaged_records)
     damaged_records: list[tuple[str, int, int]] = field(default_factory=list)
+    #: the folders of erased tenants (an encrypted store's): unreadable by design, deleted by gc
+    erased: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -113,6 +115,7 @@ class FsckReport:
             "stale_locks": list(self.stale_locks),
             "stale_temps": list(self.stale_temps),
             "damaged_records": [{"pack": p, "offset": off, "bytes": n} for p, off, n in self.damaged_records],
+            "erased": list(self.erased),
         }
 
 
@@ -130,6 +133,8 @@ class GcReport:
     reflog_expired: int = 0
     #: sessions deleted by the store's "retention" setting
     expired: ExpireReport | None = None
+    #: the folders of erased tenants whose every byte was deleted (would be, in a dry run)
+    erased: list[str] = field(default_factory=list)
 
     def add(self, other: GcReport, where: str) -> None:
         """Count ``other``, the report of the tenant store at ``where``, into this one."""
@@ -145,7 +150,8 @@ class GcReport:
                 "bytes_freed": self.bytes_freed, "dry_run": self.dry_run, "ids": list(self.deleted),
                 "locks_cleared": list(self.locks_cleared), "temps_cleared": list(self.temps_cleared),
                 "reflog_expired": self.reflog_expired,
-                "sessions_expired": self.expired.to_dict()["expired"] if self.expired else []}
+                "sessions_expired": self.expired.to_dict()["expired"] if self.expired else [],
+                "erased_tenants": list(self.erased)}
 
 
 # -- walking -------------------------------------------------------------------------------
@@ -405,6 +411,7 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
     report, scopes = FsckReport(), _AppScopes()
     for t in tenants:
         report.add(_fsck(t, progress, scopes), _where(t))
+    report.erased = [_where(t) for t in store.erased_stores()]
     return report
 
 
@@ -510,6 +517,8 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
     a live writer still appends to is never touched). Stale ref locks and temporary files
     over an hour old are cleared too (not in a dry run), and so are the names of deleted
     sessions in the logs of ref changes and in the search index (:func:`forget_deleted`).
+    In an encrypted store, every byte of an erased tenant (whose keys ``castore erase``
+    destroyed) is deleted, whatever its age: nobody can read or write it any more.
     First, the store's settings in ``castore.json`` are applied: ``"retention"`` deletes the
     sessions not updated for that long (:func:`expire_sessions`), ``"reflog_expire"`` drops
     older reflog entries (:func:`expire_reflogs`); a dry run only reports them.
@@ -548,9 +557,23 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
             one = GcReport(dry_run=dry_run)
             _collect(t, grace, dry_run, progress, one, scopes)
             out.add(one, _where(t))
+        _drop_erased(store, dry_run, out)
         if not dry_run:
             forget_deleted(store)  # the search index of the whole store
     return out
+
+
+def _drop_erased(store: Store, dry_run: bool, out: GcReport) -> None:
+    """Delete every byte of the erased tenants of an encrypted store: refs first (so that no
+    listing names a session whose objects are going), then packs and loose objects. Nobody
+    can read or write them any more (their keys are destroyed), so no grace period applies."""
+    for t in store.erased_stores():
+        out.erased.append(_where(t))
+        if dry_run:
+            continue
+        keys = t.storage.list("")
+        t.storage.delete_many([k for k in keys if k.startswith("refs/")])
+        t.storage.delete_many([k for k in keys if not k.startswith("refs/")])
 
 
 def _collect(store: Store, grace: float, dry_run: bool, progress: Callable[[str, int], None] | None,

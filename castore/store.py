@@ -31,6 +31,7 @@ from .errors import (
     SessionNotFound,
     StorageError,
     StoreNotFound,
+    TenantErased,
 )
 from .groupcommit import GroupCommit
 from .history import History
@@ -181,6 +182,9 @@ class Store:
         self.storage = storage
         #: an encrypted store's keys (its tenants' codecs); None for a plain store and a tenant's
         self.encryption: Encryption | None = None
+        #: a tenant's store whose keys were destroyed (``castore erase``): why it cannot be
+        #: read; store-wide work skips it and gc deletes its bytes
+        self.erased: TenantErased | None = None
         # a malformed key is refused at once, not at the first write
         self._encrypted, self._key_store = encrypted, key_store
         self._master_key: KeyWrapper | None = None  # None: $CASTORE_MASTER_KEY, read when needed
@@ -469,6 +473,8 @@ class Store:
                                       "auto_repack": self._auto_repack, **opts}  # the options win
                 got = Store(self.storage.child(names.tenant_prefix(app_seg, user_seg)),
                             _tenant_of=(self, app_seg, user_seg), **kw)
+                if self.encryption is not None:
+                    got.erased = self.encryption.erasure(app, user)
                 self._tenants[(app_seg, user_seg)] = got
         return got
 
@@ -499,17 +505,32 @@ class Store:
                 for a, u in self.tenant_keys()]
 
     def stores(self) -> Iterator[Store]:
-        """The stores holding data: every tenant's in the tenant layout, else this one (what
-        store-wide work such as fsck, gc or grep loops over).
+        """The stores holding data: every tenant's in the tenant layout (an erased tenant's
+        excepted: :meth:`erased_stores`), else this one (what store-wide work such as fsck, gc
+        or grep loops over).
 
         Raises:
             StorageError: the backend failed.
         """
         if self.root is self and self.layout == "tenants":
             for a, u in self.tenant_keys():
-                yield self.tenant_at(a, u)
+                t = self.tenant_at(a, u)
+                if t.erased is None:
+                    yield t
         else:
             yield self
+
+    def erased_stores(self) -> list[Store]:
+        """The stores of the tenants whose keys were erased, their bytes still there (until
+        gc deletes them); empty in a plain store.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        if self.root is not self or self.encryption is None:
+            return []
+        erased = [t for t in (self.tenant_at(a, u) for a, u in self.tenant_keys()) if t.erased is not None]
+        return [t for t in erased if t.storage.list("")]  # a folder gc emptied may stay behind, empty
 
     # -- sessions ----------------------------------------------------------------------
     def session(self, app: str, user: str, session_id: str) -> Session:

@@ -317,3 +317,24 @@ def test_plain_session_info_is_stored_as_it_was(tmp_path: Path) -> None:
         s.set_info({"title": "t"})
         head = store.refs.read(s.refs.head)
         assert head is not None and head.meta["info"] == {"title": "t"}
+
+
+def test_gc_deletes_an_erased_tenants_bytes_and_nothing_else(backend: Backend, key: str) -> None:
+    from castore.maintenance import gc
+
+    with backend.open(encrypted=True, master_key=key) as store:
+        fill(store)
+        store.encryption.keys.erase("app", "alice")
+    with backend.open(master_key=key) as store:
+        report = fsck(store)
+        assert report.ok and report.erased == ["tenants/app/alice"]
+        assert gc(store, dry_run=True).erased == ["tenants/app/alice"]
+        assert any(k.startswith("tenants/app/alice/") for k in every_byte(backend))
+        done = gc(store, grace=0)
+        assert done.erased == ["tenants/app/alice"] and done.to_dict()["erased_tenants"] == ["tenants/app/alice"]
+        assert {i.session for i in store.sessions("app")} == {"b1"}
+        assert store.session("app", "bob", "b1").messages()[0].content == f"{TEXT} bob"
+        assert store.app_state("app") == {"shared": f"{STATE} app scope"}
+    assert not any(k.startswith("tenants/app/alice/") for k in every_byte(backend))
+    with backend.open(master_key=key) as store:
+        assert fsck(store).ok and fsck(store).erased == []

@@ -58,6 +58,7 @@ class Encryption:
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
         self._codecs: dict[tuple[str, str | None], Codec] = {}
+        self._erased: dict[tuple[str, str | None], TenantErased] = {}
         self._lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------
@@ -111,6 +112,7 @@ class Encryption:
         """Forget the keys held by this handle and close a separate key store."""
         with self._lock:
             self._codecs.clear()
+            self._erased.clear()
         self.keys.close()
 
     # -- codecs ------------------------------------------------------------------------
@@ -132,11 +134,19 @@ class Encryption:
         try:
             keys = self.keys.tenant_keys(app, user, create=True)
             codec = Codec(id_key=keys.id_key, cipher=AeadCipher(keys.enc_key), tenant=tag)
-        except (TenantErased, KeyMissing) as e:
+        except TenantErased as e:
+            self._erased[(app, user)] = e
+            codec = Codec(id_key=os.urandom(32), cipher=_Refusing(e), tenant=tag)
+        except KeyMissing as e:
             # listing needs no key (names are readable); a read or a write of objects does
             codec = Codec(id_key=os.urandom(32), cipher=_Refusing(e), tenant=tag)
         with self._lock:
             return self._codecs.setdefault((app, user), codec)
+
+    def erasure(self, app: str, user: str | None) -> TenantErased | None:
+        """Why tenant ``(app, user)`` cannot be read when it was erased (known once its codec
+        was made, :meth:`codec`), else None."""
+        return self._erased.get((app, user))
 
     def options(self, app: str, user: str | None) -> dict[str, Any]:
         """Keyword arguments for tenant ``(app, user)``'s store: its codec (see :meth:`codec`)."""
@@ -161,6 +171,7 @@ class Encryption:
         """Drop the codecs this handle made (after an erasure: they are made again, refusing)."""
         with self._lock:
             self._codecs.clear()
+            self._erased.clear()
 
 
 def as_wrapper(master_key: KeyWrapper | bytes | str | None) -> KeyWrapper | None:
