@@ -21,7 +21,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
     sync, maintenance, grep, views, porcelain  push/pull, fsck/gc, search; how commits read, what status computes
-    adapters, html                      LangGraph, Pi, ADK, OpenAI Agents; the viewer
+    adapters, html, usage               LangGraph, Pi, ADK, OpenAI Agents; the viewer; token usage
     cli, __main__                       the ``castore`` command
 """
 
@@ -90,7 +90,7 @@ _LAZY = {
 #: submodules reachable as attributes (``castore.history.K``) without importing them first,
 #: as when ``import castore`` loaded them all
 _SUBMODULES = frozenset({
-    "adapters", "aio", "cli", "context", "entries", "grep", "history", "html",
+    "adapters", "aio", "cli", "context", "entries", "grep", "history", "html", "usage",
     "maintenance", "names", "objects", "objectstore", "plumbing", "refs", "revisions", "session", "state",
     "storage", "store", "sync", "zdict",
 })

@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -636,6 +636,38 @@ class Store:
             )
         out.sort(key=lambda s: s.updated, reverse=True)
         return out
+
+    def session_refs(self, folders: Iterable[str] | None = None
+                     ) -> dict[tuple[str, str, str], tuple[str, dict[str, str]]]:
+        """Every session's ref folder (``sessions/A/U/S``) and refs (name -> target; HEAD too
+        when detached), by ``(app, user, session)``: one listing and one batch read, what a
+        reader of derived data (the search index, the usage cache) compares with what it
+        recorded. Only the sessions of these ref ``folders`` when given.
+
+        Raises:
+            IntegrityError, StorageError.
+        """
+        if folders is None:
+            names_ = self.refs.list("sessions")
+        else:
+            names_ = [n for f in sorted(set(folders)) for n in self.refs.list(f)]
+        vals = self.refs.read_many(names_)
+        out: dict[str, dict[str, str]] = {}
+        keys: dict[str, tuple[str, str, str]] = {}
+        for name, v in vals.items():
+            if v is None:
+                continue
+            parts = name.split("/")
+            if len(parts) < 5:
+                continue
+            folder = "/".join(parts[:4])
+            if parts[4] == "HEAD":
+                nm = v.meta.get(META_NAMES) or {}
+                if all(isinstance(nm.get(k), str) for k in ("app", "user", "session")):
+                    keys[folder] = (nm["app"], nm["user"], nm["session"])
+            if v.symbolic is None:
+                out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
+        return {keys[f]: (f, refs) for f, refs in out.items() if f in keys}
 
     def _read_refs_skipping_damage(self, refs: list[str]) -> dict[str, RefValue | None]:
         """Read refs in one batch; a garbage ref reads as absent (``fsck`` reports it), so

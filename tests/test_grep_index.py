@@ -96,17 +96,15 @@ def test_pending_swaps_are_the_keys_whose_lock_is_held(tmp_path: Path) -> None:
 # -- freshness of the index ----------------------------------------------------------------------
 def test_unchanged_store_is_searched_without_reading_any_ref(store: castore.Store,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import castore.grep.index as gi
-
     assert len(_texts(store, "parser")) == 6  # builds the index
     reads: list[object] = []
-    real = gi._session_refs
+    real = castore.Store.session_refs
 
     def counting(st: castore.Store, folders: object = None) -> dict:
         reads.append(sorted(folders) if folders is not None else "all")  # type: ignore[call-overload]
         return real(st, folders)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(gi, "_session_refs", counting)
+    monkeypatch.setattr(castore.Store, "session_refs", counting)
     assert len(_texts(store, "parser")) == 6
     assert reads == []  # nothing moved: no ref read at all
     store.session("bot", "ann", "s1").append({"role": "user", "content": "a parser walrus"})

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("context",),
     ("session", "store"),
     ("sync", "maintenance", "grep", "views", "porcelain"),
-    ("adapters", "html"),
+    ("adapters", "html", "usage"),
     ("cli", "__main__"),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}

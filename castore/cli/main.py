@@ -79,6 +79,7 @@ OPTIONAL_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "castore.cli.html_cmds": ("export", "serve"),
     "castore.cli.archive_cmds": ("import", "export", "grep"),
     "castore.cli.key_cmds": ("key", "erase", "erasures"),
+    "castore.cli.usage_cmds": ("usage",),
 }
 
 

@@ -129,32 +129,6 @@ def _url(store: Store) -> str:
     return url if "://" in url else os.path.abspath(url)
 
 
-def _session_refs(store: Store, folders: Iterable[str] | None = None) -> dict[Key, tuple[str, dict[str, str]]]:
-    """Every session's ref folder and refs (name -> target; HEAD too when detached), by key;
-    only the sessions of these ref ``folders`` (``sessions/A/U/S``) when given."""
-    if folders is None:
-        names_ = store.refs.list(_SESSIONS)
-    else:
-        names_ = [n for f in sorted(set(folders)) for n in store.refs.list(f)]
-    vals = store.refs.read_many(names_)
-    out: dict[str, dict[str, str]] = {}
-    keys: dict[str, Key] = {}
-    for name, v in vals.items():
-        if v is None:
-            continue
-        parts = name.split("/")
-        if len(parts) < 5:
-            continue
-        folder = "/".join(parts[:4])
-        if parts[4] == "HEAD":
-            nm = v.meta.get("names") or {}
-            if all(isinstance(nm.get(k), str) for k in ("app", "user", "session")):
-                keys[folder] = (nm["app"], nm["user"], nm["session"])
-        if v.symbolic is None:
-            out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
-    return {keys[f]: (f, refs) for f, refs in out.items() if f in keys}
-
-
 def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None, float, tuple[str, ...], int, str]]:
     """Every searchable block of one session, each commit once, root to tip: ``(commit, role,
     kind, tool, time, branches, block number within the commit, text)``."""
@@ -185,11 +159,11 @@ def _changes(store: Store, mark: str | None
     storage that cannot tell)."""
     new, names = store.refs.changes_since(_SESSIONS, mark)
     if names is None:
-        return new, _session_refs(store), None
+        return new, store.session_refs(), None
     folders = {"/".join(parts[:4]) for n in names if len(parts := n.split("/")) >= 5}
     if not folders:
         return new, {}, set()
-    return new, _session_refs(store, folders), folders
+    return new, store.session_refs(folders), folders
 
 
 #: the columns of a hit as :func:`hits` gives them (after its place and its part)

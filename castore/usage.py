@@ -1,0 +1,661 @@
+"""Token usage and cost of the sessions in a store (``castore usage``), each model response once.
+
+:func:`usage` walks every session of the store, every branch, reads the usage each model
+response recorded, removes the copies, and adds the rest up per session, branch, model,
+project or day, with a cost from a price table (:func:`load_prices`).
+
+What is read, per source (each a *reader*, chosen by the commit metadata key its importer
+writes; :data:`READERS`):
+
+================ ==========================================================================
+``claude``       an imported Claude Code ``assistant`` line (its raw bytes): ``message.usage``
+                 (``input_tokens``, ``output_tokens``, ``cache_creation_input_tokens``,
+                 ``cache_read_input_tokens``) and ``message.model``
+``codex``        an imported Codex ``token_count`` event: ``info.last_token_usage`` (the
+                 response's own counts; ``input_tokens`` includes ``cached_input_tokens``,
+                 which count as cache reads), or, in a rollout too old to have it, the growth
+                 of ``info.total_token_usage`` since the previous event on the same path; the
+                 model is the one the last ``turn_context`` (or ``session_meta``) before it named
+``pi``           an imported Pi assistant message: its ``usage`` (``input``, ``output``,
+                 ``cacheRead``, ``cacheWrite``), kept on the commit, and the message's ``model``
+(any other)      a commit whose metadata has ``usage`` (what an application appending through
+                 the library records, e.g. an OpenAI Agents run's usage) and ``model``: the
+                 Anthropic, OpenAI Responses, Chat Completions and Pi shapes are understood
+================ ==========================================================================
+
+A new importer (Gemini CLI) adds its reader to :data:`READERS` under its metadata key: a
+:class:`Reader` says which commits it needs the raw line of, and turns a commit (and that
+line) into a :class:`Response`.
+
+**How copies are recognised.** One model response can be stored many times: Claude Code
+writes one line per content block of a response (all with the same usage), a resumed or
+forked session replays earlier lines into a new file with a new ``sessionId``, a compaction
+replays lines with new uuids, a subagent's or a ``/btw`` aside's file replays the parent's
+responses, a Codex fork copies its parent's rollout, a Codex thread writes the same
+``token_count`` again when only its rate limits changed, and castore shares one commit
+between every branch and fork that holds it. Each response is named by an identity that all
+its copies share, and counted once:
+
+* first by commit: a commit reached by several branches, labels, or by a fork and its parent
+  session, is one commit (content addressing: the same line at the same place in the same
+  history is the same object), read once;
+* Claude Code: ``message.id`` (the API's id of the response, ``msg_...``) with
+  ``message.model``, the same in every line and every file the response was written to;
+  ``requestId`` is not part of it, since a ``/btw`` aside replays its parent's responses
+  under a new request id (the model guards against ids reused by hand-made files: two
+  models never wrote one response). A line without a ``message.id`` is named by its
+  ``requestId``, else its ``uuid``;
+* Codex: the pair of cumulative and last counts of the ``token_count`` event (the thread's
+  running total only grows, so in a thread a pair names one response; a fork or a subagent
+  file that copies its parent's events copies the pair; an event written again when only
+  the rate limits changed repeats it). The first response of a thread, whose two counts are
+  equal, is named by the pair and the first commit of its path, so two threads that happen
+  to start with equal counts stay two (a copy of a first response that castore did not
+  import as a fork, sharing its parent's commits, counts again);
+* Pi: the assistant message's own ``timestamp`` (milliseconds) with its model and counts,
+  which a branched file copies unchanged;
+* other commits: the commit.
+
+Where the copies of a response sit in several sessions or branches, it counts for the
+earliest copy (by the time of its line, then session key); within a session for the branch
+HEAD is on, else the first by name. A response counts whole in one row of a grouping, so the
+rows add up to the total.
+
+Counting is cached: the rows read from each session are kept in a local file
+(``$CASTORE_USAGE_CACHE``, else ``~/.cache/castore/usage/<digest of the store URL>.json``) with
+the refs they were read at; the next run reads again only the sessions whose refs moved (on
+local disk the ref-change log tells which, without reading a ref). The cache is derived data:
+deleting it loses nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .errors import CastoreError, InvalidEntry
+from .objects import json_loads
+
+if TYPE_CHECKING:
+    from .objects import Commit
+    from .store import Store
+
+#: what ``by`` may be
+GROUPS = ("session", "branch", "model", "project", "day")
+#: the version of the cache file (a file of another version is not read)
+CACHE_VERSION = 1
+Key = tuple[str, str, str]
+
+
+class UsageError(CastoreError, ValueError):
+    """A bad argument to :func:`usage`, or a price table that cannot be read."""
+
+
+# -- counts --------------------------------------------------------------------------------------
+@dataclass
+class Tokens:
+    """Token counts: input not read from a cache, output, cache reads and cache writes."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    def add(self, other: Tokens) -> None:
+        """Add ``other`` into these counts."""
+        self.input += other.input
+        self.output += other.output
+        self.cache_read += other.cache_read
+        self.cache_write += other.cache_write
+
+    @property
+    def total(self) -> int:
+        """All four added up."""
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    def to_json(self) -> dict[str, int]:
+        """``{"input", "output", "cache_read", "cache_write", "total"}``."""
+        return {"input": self.input, "output": self.output, "cache_read": self.cache_read,
+                "cache_write": self.cache_write, "total": self.total}
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
+def tokens_of(u: Any) -> Tokens | None:
+    """The counts of a usage record in any of the shapes the agents write, or None.
+
+    Anthropic (``input_tokens`` without the cache, ``cache_creation_input_tokens``,
+    ``cache_read_input_tokens``); OpenAI Responses and Codex (``input_tokens`` *including*
+    ``input_tokens_details.cached_tokens`` or ``cached_input_tokens``); Chat Completions
+    (``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``); Pi
+    (``input``, ``output``, ``cacheRead``, ``cacheWrite``).
+    """
+    if not isinstance(u, dict):
+        return None
+    if "input_tokens" in u or "output_tokens" in u:
+        details = u.get("input_tokens_details")
+        cached = _int(u.get("cached_input_tokens")) or _int(details.get("cached_tokens") if isinstance(details, dict)
+                                                            else None)
+        if cached:  # OpenAI's input counts the cached part too
+            return Tokens(max(0, _int(u.get("input_tokens")) - cached), _int(u.get("output_tokens")), cached, 0)
+        return Tokens(_int(u.get("input_tokens")), _int(u.get("output_tokens")),
+                      _int(u.get("cache_read_input_tokens")), _int(u.get("cache_creation_input_tokens")))
+    if "prompt_tokens" in u or "completion_tokens" in u:
+        details = u.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return Tokens(max(0, _int(u.get("prompt_tokens")) - cached), _int(u.get("completion_tokens")), cached, 0)
+    if "input" in u or "output" in u:
+        return Tokens(_int(u.get("input")), _int(u.get("output")), _int(u.get("cacheRead")), _int(u.get("cacheWrite")))
+    return None
+
+
+@dataclass
+class Response:
+    """One model response as a reader found it: its identity (shared by all its copies), model,
+    time (seconds since the epoch; 0: unknown) and counts."""
+
+    identity: str
+    model: str | None
+    time: float
+    tokens: Tokens
+
+
+# -- readers -------------------------------------------------------------------------------------
+class Walk:
+    """What a reader may keep while one path is read root to tip (Codex: the model its last
+    ``turn_context`` named, the running total of its last ``token_count``)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root  # the path's first commit
+        self.model: str | None = None
+        self.total: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How the responses of one source are read.
+
+    Attributes:
+        needs_line: whether a commit's raw line must be read (its metadata under the key given).
+        read: the response a commit records, or None; gets the walk of its path, the commit's
+            id, the commit, its metadata under the key and its line parsed (None when not read
+            or not a JSON object). Called root first, for each commit once, or, when
+            ``stateful``, for every commit of every path (a path's walk needs them all).
+        stateful: whether ``read`` keeps state in the walk.
+    """
+
+    needs_line: Callable[[Commit, dict[str, Any]], bool]
+    read: Callable[[Walk, str, Commit, dict[str, Any], dict[str, Any] | None], Response | None]
+    stateful: bool = False
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _claude_needs(c: Commit, m: dict[str, Any]) -> bool:
+    return m.get("type") == "assistant"
+
+
+def _claude_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
+    if d is None:
+        return None
+    msg = d.get("message")
+    if not isinstance(msg, dict):
+        return None
+    model = _str(msg.get("model"))
+    t = tokens_of(msg.get("usage"))
+    if t is None or model == "<synthetic>":
+        return None
+    mid = _str(msg.get("id"))
+    ident = f"{mid}:{model}" if mid else _str(d.get("requestId")) or _str(d.get("uuid")) or cid
+    return Response("claude:" + ident, model, c.time, t)
+
+
+_CODEX_LINES = ("token_count", "turn_context", "session_meta")
+
+
+def _codex_needs(c: Commit, m: dict[str, Any]) -> bool:
+    return c.author in _CODEX_LINES
+
+
+def _codex_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
+    p = d.get("payload") if d is not None else None
+    if not isinstance(p, dict):
+        return None
+    if d is not None and d.get("type") in ("turn_context", "session_meta"):
+        w.model = _str(p.get("model")) or w.model
+        return None
+    if p.get("type") != "token_count" or not isinstance(p.get("info"), dict):
+        return None
+    total, last = p["info"].get("total_token_usage"), p["info"].get("last_token_usage")
+    prev, w.total = w.total, total if isinstance(total, dict) else w.total
+    if isinstance(last, dict):
+        t = tokens_of(last)
+    elif isinstance(total, dict):  # an old rollout: the growth of the running total
+        grown = {k: _int(v) - _int((prev or {}).get(k)) for k, v in total.items()}
+        t = tokens_of({k: v for k, v in grown.items() if v > 0} | {"input_tokens": grown.get("input_tokens", 0)})
+        if total == prev:
+            return None
+    else:
+        return None
+    if t is None or t.total == 0:
+        return None
+    if not isinstance(total, dict):
+        return Response("codex:" + cid, w.model, c.time, t)
+    ident = [total, last] + ([w.root] if last == total else [])  # a thread's first response: its own
+    return Response("codex:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32],
+                    w.model, c.time, t)
+
+
+#: the sources whose usage sits in their raw lines, by the metadata key their importer writes
+READERS: dict[str, Reader] = {
+    "claude": Reader(_claude_needs, _claude_read),
+    "codex": Reader(_codex_needs, _codex_read, stateful=True),
+}
+
+
+def _meta_usage(cid: str, c: Commit, body: Any) -> Response | None:
+    """A response recorded in a commit's metadata: Pi's (``pm.usage``, model in the body) or
+    an application's (``usage`` and ``model``)."""
+    meta = c.meta
+    pm = meta.get("pm")
+    if isinstance(pm, dict) and isinstance(pm.get("usage"), dict):
+        t = tokens_of(pm["usage"])
+        b = body if isinstance(body, dict) else {}
+        model = _str(b.get("model"))
+        if t is None or t.total == 0:
+            return None
+        stamp = pm.get("timestamp")
+        ident = f"pi:{stamp}:{model}:{t.input}:{t.output}:{t.cache_read}:{t.cache_write}" \
+            if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else "commit:" + cid
+        return Response(ident, model, c.time, t)
+    t = tokens_of(meta.get("usage"))
+    if t is None or t.total == 0:
+        return None
+    return Response("commit:" + cid, _str(meta.get("model")), c.time, t)
+
+
+# -- reading one session -------------------------------------------------------------------------
+#: a row of the cache: [commit, identity, model, time, input, output, cache read, cache write, branch]
+Row = list[Any]
+
+
+def _reader_of(c: Commit) -> tuple[str, Reader] | None:
+    for k, r in READERS.items():
+        m = c.meta.get(k)
+        if isinstance(m, dict) and isinstance(m.get("raw"), str):
+            return k, r
+    return None
+
+
+def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
+                 current: str | None = None) -> list[Row]:
+    """The responses one session records, each commit once: a row per response.
+
+    The branch a row names is the one HEAD is on when it holds the commit, else the first
+    branch by name that does (a commit only a label reaches: the label's name; only a
+    detached HEAD: ``HEAD``). ``refs`` and ``current``: the session's refs as
+    :meth:`~castore.store.Store.session_refs` reads them and the branch segment its HEAD is on
+    (else both are read).
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    from .adapters.jsonl_tree import read_blobs
+    from .objects import hex_id
+
+    if refs is None:
+        folder = store.session(*key).prefix
+        refs = store.session_refs([folder]).get(key, (folder, {}))[1]
+        current = _current(store, [folder]).get(folder)
+    paths: list[list[tuple[str, Commit]]] = []
+    where: dict[str, tuple[int, int]] = {}  # commit -> (path, place in it)
+    owner: dict[str, str] = {}
+    readers: dict[str, tuple[str, Reader] | None] = {}
+    want: list[str] = []
+    bodies: list[str] = []
+    for name, tip in _tips(refs, current):
+        if tip in owner:
+            continue
+        # a path read once; another tip is walked back to a commit already read
+        new: list[tuple[str, Commit]] = []
+        cid: str | None = tip
+        while cid is not None and cid not in where and paths:
+            c = store.history.commit(cid)
+            new.append((cid, c))
+            cid = hex_id(c.parents[0]) if c.parents else None
+        if not paths:
+            path = store.history.path(tip)
+        else:
+            new.reverse()
+            path = (paths[where[cid][0]][:where[cid][1] + 1] if cid is not None else []) + new
+        paths.append(path)
+        for i, (cid, c) in enumerate(path):
+            if cid in owner:
+                continue
+            owner[cid] = name
+            where[cid] = (len(paths) - 1, i)
+            got = readers[cid] = _reader_of(c)
+            if got is not None:
+                m = c.meta[got[0]]
+                if got[1].needs_line(c, m):
+                    want.append(m["raw"])
+            elif c.body is not None and isinstance(c.meta.get("pm"), dict) and "usage" in c.meta["pm"]:
+                bodies.append(hex_id(c.body))
+    lines: dict[str, Any] = {}
+    for i in range(0, len(want), 1024):
+        for oid, raw in read_blobs(store, want[i:i + 1024]).items():
+            with contextlib.suppress(InvalidEntry):
+                lines[oid] = json_loads(raw)
+    values = {oid: getattr(v, "value", None) for oid, v in store.objects.get_many(bodies).items()} if bodies else {}
+    rows: list[Row] = []
+    done: set[str] = set()
+    for path in paths:
+        w = Walk(path[0][0])
+        for cid, c in path:
+            got = readers[cid]
+            if got is None:
+                if cid in done:
+                    continue
+                done.add(cid)
+                r = _meta_usage(cid, c, values.get(hex_id(c.body)) if c.body is not None else None)
+            else:
+                if cid in done and not got[1].stateful:
+                    continue
+                m = c.meta[got[0]]
+                d = lines.get(m["raw"]) if got[1].needs_line(c, m) else None
+                r = got[1].read(w, cid, c, m, d if isinstance(d, dict) else None)
+                if cid in done:  # read again only for the state of this path's walk
+                    continue
+                done.add(cid)
+            if r is not None:
+                t = r.tokens
+                rows.append([cid, r.identity, r.model, r.time, t.input, t.output, t.cache_read, t.cache_write,
+                             owner[cid]])
+    return rows
+
+
+def _tips(refs: Mapping[str, str], current: str | None) -> list[tuple[str, str]]:
+    """``(name, commit)`` of what a session's refs (name -> target, as
+    :meth:`~castore.store.Store.session_refs` reads them) name, in the order rows are given a
+    branch: the branch HEAD is on (segment ``current``), the other branches by name, the
+    labels, a detached HEAD."""
+    from .plumbing import real_name
+
+    ranked: list[tuple[tuple[int, str], str]] = []
+    for rel, target in refs.items():
+        kind, _, seg = rel.partition("/")
+        if rel == "HEAD":
+            ranked.append(((3, "HEAD"), target))
+        elif kind in ("heads", "tags") and seg and "/" not in seg:
+            rank = (0 if seg == current else 1) if kind == "heads" else 2
+            ranked.append(((rank, real_name(seg, None)), target))
+    ranked.sort()
+    return [(n, t) for (_r, n), t in ranked]
+
+
+def _current(store: Store, folders: list[str]) -> dict[str, str | None]:
+    """The branch segment the HEAD of each session folder is on (None: detached, or none)."""
+    from .plumbing import head_segment
+
+    out: dict[str, str | None] = {}
+    for name, v in store.refs.read_many([f"{f}/HEAD" for f in folders]).items():
+        seg = None
+        if v is not None and v.symbolic is not None:
+            with contextlib.suppress(CastoreError):
+                seg = head_segment(v)
+        out[name.rsplit("/", 1)[0]] = seg
+    return out
+
+
+# -- the cache -----------------------------------------------------------------------------------
+def cache_path(store: Store) -> str:
+    """The file the usage rows of ``store`` are cached in (see the module docstring)."""
+    got = os.environ.get("CASTORE_USAGE_CACHE")
+    if got:
+        return got
+    url = str(getattr(store.storage, "url", "") or repr(store))
+    url = url if "://" in url else os.path.abspath(url)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "castore", "usage", hashlib.sha256(url.encode()).hexdigest()[:32] + ".json")
+
+
+def _load_cache(path: str, url: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or doc.get("url") != url \
+            or not isinstance(doc.get("sessions"), dict):
+        return {}
+    return doc
+
+
+def _save_cache(path: str, doc: dict[str, Any]) -> None:
+    """Write the cache whole (a new file, then renamed); a folder that cannot be written is skipped."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".usage-", dir=os.path.dirname(path) or ".")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)
+
+
+def all_rows(store: Store, *, cache: bool = True) -> dict[Key, list[Row]]:
+    """Every session's rows (:func:`session_rows`), through the cache unless ``cache`` is False
+    (a ``memory://`` store is never cached).
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    url = str(getattr(store.storage, "url", "") or "")
+    if not cache or url.startswith("memory://") or not url:
+        every = store.session_refs()
+        heads = _current(store, [f for f, _r in every.values()])
+        return {key: session_rows(store, key, refs, heads.get(f)) for key, (f, refs) in every.items()}
+    path = cache_path(store)
+    url = url if "://" in url else os.path.abspath(url)
+    doc = _load_cache(path, url)
+    old: dict[str, Any] = doc.get("sessions", {})
+    mark, moved = store.refs.changes_since("sessions", doc.get("mark") if doc else None)
+    if moved is not None and not moved:
+        return {tuple(v["key"]): v["rows"] for v in old.values()}
+    if moved is None:
+        fresh = store.session_refs()
+        sessions: dict[str, Any] = {}
+    else:
+        folders = {"/".join(parts[:4]) for n in moved if len(parts := n.split("/")) >= 5}
+        fresh = store.session_refs(folders)
+        sessions = {f: v for f, v in old.items() if f not in folders}
+    todo = []
+    for key, (folder, refs) in fresh.items():
+        prev = old.get(folder)
+        if prev is not None and prev.get("refs") == refs and prev.get("key") == list(key):
+            sessions[folder] = prev
+        else:
+            todo.append((key, folder, refs))
+    heads = _current(store, [f for _k, f, _r in todo])
+    for key, folder, refs in todo:
+        sessions[folder] = {"key": list(key), "refs": refs, "rows": session_rows(store, key, refs, heads.get(folder))}
+    _save_cache(path, {"version": CACHE_VERSION, "url": url, "mark": mark, "sessions": sessions})
+    return {tuple(v["key"]): v["rows"] for v in sessions.values()}
+
+
+# -- prices --------------------------------------------------------------------------------------
+_FIELDS = ("input", "output", "cache_read", "cache_write")
+
+
+@dataclass
+class Prices:
+    """A price table: USD per million tokens per model (``input``, ``output``, ``cache_read``,
+    ``cache_write``), with where it comes from."""
+
+    models: dict[str, dict[str, float]]
+    date: str = ""
+    source: str = ""
+
+    def of(self, model: str | None) -> dict[str, float] | None:
+        """The prices of ``model``: its own entry, else that of the name without a ``-YYYYMMDD``
+        date or a ``provider/`` prefix, else the longest entry the name starts with (None: unknown)."""
+        if not model:
+            return None
+        for name in (model, model.rsplit("/", 1)[-1]):
+            if name in self.models:
+                return self.models[name]
+            bare = re.sub(r"-\d{8}$", "", name)
+            if bare in self.models:
+                return self.models[bare]
+        best = max((k for k in self.models if model.rsplit("/", 1)[-1].startswith(k)), key=len, default=None)
+        return self.models[best] if best is not None else None
+
+    def cost(self, model: str | None, t: Tokens) -> float | None:
+        """What ``t`` costs with ``model``'s prices (None: the model has none)."""
+        p = self.of(model)
+        if p is None:
+            return None
+        return (t.input * p.get("input", 0.0) + t.output * p.get("output", 0.0)
+                + t.cache_read * p.get("cache_read", 0.0) + t.cache_write * p.get("cache_write", 0.0)) / 1e6
+
+
+def load_prices(path: str | None = None) -> Prices:
+    """The price table shipped with castore (``castore/data/prices.json``), or the one at ``path``.
+
+    A table is ``{"date": ..., "source": ..., "models": {NAME: {"input": USD, "output": USD,
+    "cache_read": USD, "cache_write": USD}}}`` (USD per million tokens; a missing price is 0).
+
+    Raises:
+        UsageError: the file cannot be read or is not such a table.
+    """
+    where = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "prices.json")
+    try:
+        with open(where, "rb") as f:
+            doc = json.loads(f.read())
+    except OSError as e:
+        raise UsageError(f"cannot read the price table {where}: {e.strerror or e}") from e
+    except ValueError as e:
+        raise UsageError(f"the price table {where} is not JSON: {e}") from e
+    models = doc.get("models") if isinstance(doc, dict) else None
+    if not isinstance(models, dict):
+        raise UsageError(f"the price table {where} has no \"models\" object")
+    out: dict[str, dict[str, float]] = {}
+    for name, p in models.items():
+        if not isinstance(p, dict) or not all(
+                isinstance(p.get(k, 0), (int, float)) and not isinstance(p.get(k, 0), bool) for k in _FIELDS):
+            raise UsageError(f"the price table {where}: model {name!r} needs numbers for {', '.join(_FIELDS)}")
+        out[name] = {k: float(p.get(k, 0)) for k in _FIELDS}
+    return Prices(out, str(doc.get("date", "")), str(doc.get("source", "")))
+
+
+# -- adding up -----------------------------------------------------------------------------------
+@dataclass
+class Group:
+    """One row of a report: the responses of one session, branch, model, project or day."""
+
+    name: str
+    responses: int = 0
+    tokens: Tokens = field(default_factory=Tokens)
+    cost: float = 0.0
+    unpriced: int = 0  # responses of a model the price table does not know
+    models: set[str] = field(default_factory=set)
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as JSON."""
+        return {"name": self.name, "responses": self.responses, **self.tokens.to_json(),
+                "cost": round(self.cost, 6), "unpriced_responses": self.unpriced, "models": sorted(self.models)}
+
+
+@dataclass
+class Report:
+    """What :func:`usage` returns: the rows of the grouping, their total, and what was merged."""
+
+    by: str
+    groups: list[Group]
+    total: Group
+    copies: int  # responses read more than once (a copy in another session, branch or line)
+    prices: Prices
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON (the schema ``castore usage --json`` prints)."""
+        return {"by": self.by, "rows": [g.to_json() for g in self.groups], "total": self.total.to_json(),
+                "copies_merged": self.copies,
+                "prices": {"date": self.prices.date, "source": self.prices.source}}
+
+
+def _day(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d") if t > 0 else "unknown"
+
+
+def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app: str | None = None,
+          since: str | None = None, until: str | None = None, cache: bool = True) -> Report:
+    """Tokens and cost of every model response in ``store``, each counted once, grouped ``by``
+    session, branch, model, project (the session key's middle part: a Claude Code project
+    folder) or day (UTC).
+
+    Args:
+        store: the store.
+        by: one of :data:`GROUPS`.
+        prices: the price table (default: :func:`load_prices`).
+        app: only sessions of this app (``claude``, ``codex``, ``pi``, ...).
+        since, until: only responses of these days (``YYYY-MM-DD``, UTC, both included).
+        cache: read through the usage cache (see the module docstring).
+
+    Raises:
+        UsageError: a bad ``by``, ``since`` or ``until``.
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    if by not in GROUPS:
+        raise UsageError(f"cannot group by {by!r}: one of {', '.join(GROUPS)}")
+    for d in (since, until):
+        if d is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", d):
+            raise UsageError(f"not a day (YYYY-MM-DD): {d!r}")
+    prices = prices if prices is not None else load_prices()
+    rows = all_rows(store, cache=cache)
+    best: dict[str, tuple[tuple[float, Key, int], Key, Row]] = {}
+    copies = 0
+    for key in sorted(rows):
+        if app is not None and key[0] != app:
+            continue
+        for i, r in enumerate(rows[key]):
+            rank = (r[3] if r[3] > 0 else float("inf"), key, i)
+            got = best.get(r[1])
+            if got is not None:
+                copies += 1
+                if got[0] <= rank:
+                    continue
+            best[r[1]] = (rank, key, r)
+    groups: dict[str, Group] = {}
+    total = Group("total")
+    for _rank, key, r in best.values():
+        day = _day(r[3])
+        if (since is not None and day < since) or (until is not None and day > until):
+            continue
+        name = {"session": "/".join(key), "branch": "/".join(key) + ":" + str(r[8]), "model": r[2] or "unknown",
+                "project": f"{key[0]}/{key[1]}", "day": day}[by]
+        t = Tokens(r[4], r[5], r[6], r[7])
+        cost = prices.cost(r[2], t)
+        for g in (groups.setdefault(name, Group(name)), total):
+            g.responses += 1
+            g.tokens.add(t)
+            g.models.add(r[2] or "unknown")
+            if cost is None:
+                g.unpriced += 1
+            else:
+                g.cost += cost
+    order: Callable[[Group], Any] = (lambda g: g.name) if by in ("day", "session", "branch") else \
+        (lambda g: (-g.cost, -g.tokens.total, g.name))
+    return Report(by, sorted(groups.values(), key=order), total, copies, prices)

@@ -1,0 +1,352 @@
+"""castore usage: the real session files imported, then the totals checked against the files'
+own usage fields with the copies removed, computed here straight from the JSONL."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import castore
+from castore.adapters.claude_code import import_claude
+from castore.adapters.codex import import_codex
+from castore.adapters.pi import import_session
+from castore.cli import main as cli_main
+from castore.entries import Message
+from castore.usage import Prices, Tokens, UsageError, load_prices, tokens_of, usage
+
+DATA = Path(__file__).resolve().parent / "data"
+SHARE = DATA / "claude-code" / "session-share"
+MAIN = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "usage-cache.json"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> castore.Store:
+    return castore.open(str(tmp_path / "store"), durable=False)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            d = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(d, dict):
+            out.append(d)
+    return out
+
+
+def claude_truth(root: Path) -> tuple[int, Tokens]:
+    """What the Claude Code files under ``root`` say: every assistant line's ``message.usage``,
+    one per ``message.id`` and model (a response written as several lines, or again in another
+    file; the model tells apart the hand-made files of claude-code-log that reuse ids)."""
+    seen: dict[Any, Tokens] = {}
+    for f in sorted(root.rglob("*.jsonl")):
+        for d in _lines(f):
+            m = d.get("message")
+            if d.get("type") != "assistant" or not isinstance(m, dict) or not isinstance(m.get("usage"), dict):
+                continue
+            if m.get("model") == "<synthetic>":
+                continue
+            u = m["usage"]
+            seen.setdefault((m.get("id"), m.get("model")) if m.get("id") else d.get("requestId") or d["uuid"], Tokens(
+                u.get("input_tokens", 0), u.get("output_tokens", 0), u.get("cache_read_input_tokens", 0),
+                u.get("cache_creation_input_tokens", 0)))
+    total = Tokens()
+    for t in seen.values():
+        total.add(t)
+    return len(seen), total
+
+
+def _projects(tmp_path: Path) -> Path:
+    root = tmp_path / "projects"
+    shutil.copytree(DATA / "claude-code" / "session-share", root / "session-share")
+    shutil.copytree(DATA / "claude-code" / "claude-code-log", root / "claude-code-log",
+                    ignore=shutil.ignore_patterns("LICENSE"))
+    return root
+
+
+def test_claude_totals_match_the_files_own_usage_with_copies_removed(store: castore.Store, tmp_path: Path) -> None:
+    root = _projects(tmp_path)
+    import_claude(store, root)
+    n, want = claude_truth(root)
+    r = usage(store)
+    assert (r.total.responses, r.total.tokens) == (n, want)
+    assert n == 36 and want.total > 0
+    # the main file writes 25 assistant lines for 11 responses; each subagent file its own
+    by_session = {g.name: g.responses for g in usage(store, by="session").groups}
+    assert by_session[f"claude/session-share/{MAIN}"] == 11
+    assert by_session[f"claude/session-share/{MAIN}.subagents.agent-a5bdbc1"] == 2
+    assert sum(by_session.values()) == n
+    # rows of every grouping add up to the total
+    for by in ("session", "branch", "model", "project", "day"):
+        rep = usage(store, by=by)
+        got = Tokens()
+        for g in rep.groups:
+            got.add(g.tokens)
+        assert got == want and sum(g.responses for g in rep.groups) == n
+    assert r.total.cost == pytest.approx(sum(g.cost for g in r.groups))
+    assert r.total.unpriced == 0 and r.total.cost > 0
+
+
+def _copy_lines(src: Path, dst: Path, edit: Any) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, raw in enumerate(src.read_bytes().splitlines()):
+        d = json.loads(raw)
+        d = edit(i, d)
+        if d is not None:
+            out.append(json.dumps(d, separators=(",", ":")))
+    dst.write_text("\n".join(out) + "\n")
+
+
+def test_resumed_forked_and_replayed_copies_of_claude_responses_count_once(store: castore.Store,
+                                                                            tmp_path: Path) -> None:
+    """A resume (the prefix replayed with the same uuids under a new sessionId), a fork with
+    new uuids (as ``--fork-session``/compaction replays write them), and a ``/btw`` aside
+    replaying the parent's responses under new request ids: no response counts twice."""
+    root = tmp_path / "projects"
+    proj = root / "session-share"
+    shutil.copytree(SHARE, proj)
+    main = proj / f"{MAIN}.jsonl"
+    n0, want0 = claude_truth(root)
+
+    def resumed(i: int, d: dict[str, Any]) -> dict[str, Any] | None:
+        if i >= 60:
+            return None
+        if "sessionId" in d:
+            d["sessionId"] = "11111111-1111-4111-8111-111111111111"
+        return d
+
+    def forked(i: int, d: dict[str, Any]) -> dict[str, Any] | None:
+        d = resumed(i, d)
+        if d is not None:
+            for k in ("uuid", "parentUuid"):
+                if isinstance(d.get(k), str):
+                    d[k] = "f" + d[k][1:]
+            d["sessionId"] = "22222222-2222-4222-8222-222222222222"
+        return d
+
+    def aside(i: int, d: dict[str, Any]) -> dict[str, Any] | None:
+        if d.get("type") != "assistant":
+            return None
+        d["isSidechain"] = True
+        d["requestId"] = "req_aside_" + str(i)
+        return d
+
+    _copy_lines(main, proj / "11111111-1111-4111-8111-111111111111.jsonl", resumed)
+    _copy_lines(main, proj / "22222222-2222-4222-8222-222222222222.jsonl", forked)
+    _copy_lines(main, proj / MAIN / "subagents" / "agent-aside_question-x.jsonl", aside)
+    import_claude(store, root)
+    n, want = claude_truth(root)
+    assert (n, want) == (n0, want0)  # the copies hold no new response
+    r = usage(store, by="session")
+    assert (r.total.responses, r.total.tokens) == (n0, want0)
+    assert r.copies > 0
+    # each response counts for its earliest copy: the original session keeps its 11
+    assert {g.name: g.responses for g in r.groups}[f"claude/session-share/{MAIN}"] == 11
+
+
+# -- Codex ---------------------------------------------------------------------------------------
+PARENT = "0199bbbb-0000-7000-8000-000000000001"
+FORK = "0199bbbb-0000-7000-8000-000000000002"
+
+
+def _ts(i: int) -> str:
+    return f"2026-01-02T10:{i // 60:02d}:{i % 60:02d}.000Z"
+
+
+def _rl(i: int, type_: str, payload: dict[str, Any]) -> bytes:
+    return json.dumps({"timestamp": _ts(i), "type": type_, "payload": payload}, separators=(",", ":")).encode() + b"\n"
+
+
+def _usage(inp: int, cached: int, out: int) -> dict[str, int]:
+    return {"input_tokens": inp, "cached_input_tokens": cached, "output_tokens": out, "reasoning_output_tokens": 0,
+            "total_tokens": inp + out}
+
+
+def _codex_turn(i: int, k: int, total: dict[str, int], model: str) -> tuple[list[bytes], dict[str, int]]:
+    last = _usage(1000 * k, 600 * k, 50 * k)
+    total = {f: total.get(f, 0) + last[f] for f in last}
+    info = {"total_token_usage": total, "last_token_usage": last, "model_context_window": 272000}
+    lines = [_rl(i, "turn_context", {"cwd": "/w", "approval_policy": "on-request", "model": model}),
+             _rl(i + 1, "response_item", {"type": "message", "role": "user",
+                                          "content": [{"type": "input_text", "text": f"question {k}"}]}),
+             _rl(i + 2, "response_item", {"type": "message", "role": "assistant",
+                                          "content": [{"type": "output_text", "text": f"answer {k}"}]}),
+             _rl(i + 3, "event_msg", {"type": "token_count", "info": info, "rate_limits": {"primary": None}}),
+             # the same counts again (only the rate limits changed): not a new response
+             _rl(i + 4, "event_msg", {"type": "token_count", "info": info, "rate_limits": {"primary": {"x": k}}})]
+    return lines, total
+
+
+def _meta(tid: str, **extra: Any) -> dict[str, Any]:
+    return {"id": tid, "timestamp": _ts(0), "cwd": "/w", "originator": "codex_cli_rs", "cli_version": "0.90.0",
+            "source": "cli", "model_provider": "openai", **extra}
+
+
+def codex_truth(root: Path) -> tuple[int, Tokens]:
+    """What the rollouts say: each ``token_count``'s ``last_token_usage``, one per pair of
+    counts (a fork copies its parent's events; an event repeated for new rate limits)."""
+    seen: dict[str, Tokens] = {}
+    for f in sorted(root.rglob("*.jsonl")):
+        for d in _lines(f):
+            p = d.get("payload") or {}
+            if d.get("type") == "event_msg" and p.get("type") == "token_count" and p.get("info"):
+                last = p["info"]["last_token_usage"]
+                key = json.dumps([p["info"]["total_token_usage"], last], sort_keys=True)
+                seen.setdefault(key, Tokens(last["input_tokens"] - last["cached_input_tokens"],
+                                            last["output_tokens"], last["cached_input_tokens"], 0))
+    total = Tokens()
+    for t in seen.values():
+        total.add(t)
+    return len(seen), total
+
+
+def test_codex_fork_and_repeated_token_counts_count_once(store: castore.Store, tmp_path: Path) -> None:
+    day = tmp_path / "sessions" / "2026" / "01" / "02"
+    day.mkdir(parents=True)
+    parent = [_rl(0, "session_meta", _meta(PARENT))]
+    total: dict[str, int] = {}
+    for k in (1, 2, 3):
+        lines, total = _codex_turn(10 * k, k, total, "gpt-5-codex")
+        parent += lines
+    fork = [_rl(100, "session_meta", _meta(FORK, forked_from_id=PARENT))]
+    for j, raw in enumerate(parent[1:11]):  # the first two turns, copied with new times
+        d = json.loads(raw)
+        d["timestamp"] = _ts(101 + j)
+        fork.append(json.dumps(d, separators=(",", ":")).encode() + b"\n")
+    ftotal = json.loads(parent[9])["payload"]["info"]["total_token_usage"]
+    lines, _ = _codex_turn(200, 9, ftotal, "gpt-5.1-codex")
+    fork += lines
+    (day / f"rollout-2026-01-02T10-00-00-{PARENT}.jsonl").write_bytes(b"".join(parent))
+    (day / f"rollout-2026-01-02T10-01-40-{FORK}.jsonl").write_bytes(b"".join(fork))
+    import_codex(store, tmp_path / "sessions")
+    n, want = codex_truth(tmp_path / "sessions")
+    assert n == 4  # three parent turns and the fork's own
+    r = usage(store, by="model")
+    assert (r.total.responses, r.total.tokens) == (n, want)
+    models = {g.name: g.responses for g in r.groups}
+    assert models == {"gpt-5-codex": 3, "gpt-5.1-codex": 1}
+    sessions = {g.name: g.responses for g in usage(store, by="session").groups}
+    assert sessions == {f"codex/local/{PARENT}": 3, f"codex/local/{FORK}": 1}
+    # the cached part of the input counts as cache reads, priced as such
+    p = load_prices().of("gpt-5-codex")
+    assert p is not None
+    t = r.groups[0].tokens
+    assert r.groups[0].cost == pytest.approx((t.input * p["input"] + t.output * p["output"]
+                                              + t.cache_read * p["cache_read"]) / 1e6)
+
+
+# -- Pi and library appends ------------------------------------------------------------------------
+def test_pi_real_files_match_their_assistant_usage(store: castore.Store, tmp_path: Path) -> None:
+    seen: dict[tuple[Any, ...], Tokens] = {}
+    for name in ("large-session.jsonl", "before-compaction.jsonl"):
+        f = tmp_path / name
+        f.write_bytes(lzma.decompress((DATA / "pi" / f"{name}.xz").read_bytes()))
+        import_session(store, f, session_id=name.split(".")[0])
+        for d in _lines(f):
+            m = d.get("message") or {}
+            u = m.get("usage")
+            if d.get("type") == "message" and m.get("role") == "assistant" and isinstance(u, dict):
+                t = Tokens(u.get("input", 0), u.get("output", 0), u.get("cacheRead", 0), u.get("cacheWrite", 0))
+                if t.total:
+                    seen.setdefault((m.get("timestamp"), m.get("model"), t.input, t.output, t.cache_read,
+                                     t.cache_write), t)
+    want = Tokens()
+    for t in seen.values():
+        want.add(t)
+    r = usage(store, by="model")
+    assert (r.total.responses, r.total.tokens) == (len(seen), want)
+    assert len(seen) > 10 and all(g.name != "unknown" for g in r.groups)
+
+
+def test_appended_usage_counts_once_across_a_fork_and_per_branch(store: castore.Store) -> None:
+    s = store.session("agents", "u", "s1")
+    s.append(Message(role="user", content="hi"))
+    s.append(Message(role="assistant", content="hello"), meta={
+        "model": "gpt-4.1", "usage": {"input_tokens": 100, "output_tokens": 10,
+                                      "input_tokens_details": {"cached_tokens": 40}}})
+    s.branch("retry", at="HEAD~1")
+    s.append(Message(role="assistant", content="hey"), branch="retry", meta={
+        "model": "gpt-4.1", "usage": {"prompt_tokens": 100, "completion_tokens": 7}})
+    s.fork("s2")
+    r = usage(store, by="branch")
+    assert {g.name: g.responses for g in r.groups} == {"agents/u/s1:main": 1, "agents/u/s1:retry": 1}
+    assert r.total.tokens == Tokens(160, 17, 40, 0)
+
+
+def test_tokens_of_reads_each_vendor_shape() -> None:
+    assert tokens_of({"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 7,
+                      "cache_creation_input_tokens": 3}) == Tokens(5, 2, 7, 3)
+    assert tokens_of({"input_tokens": 50, "cached_input_tokens": 20, "output_tokens": 4}) == Tokens(30, 4, 20, 0)
+    assert tokens_of({"input": 1, "output": 2, "cacheRead": 3, "cacheWrite": 4}) == Tokens(1, 2, 3, 4)
+    assert tokens_of({"nothing": 1}) is None and tokens_of("x") is None
+
+
+def test_prices_match_dated_names_and_prefixes() -> None:
+    p = Prices({"claude-opus-4-5": {"input": 5.0, "output": 25.0, "cache_read": 0.5, "cache_write": 6.25},
+                "gpt-5.1-codex": {"input": 1.25, "output": 10.0, "cache_read": 0.125, "cache_write": 0.0}})
+    assert p.of("claude-opus-4-5-20251101") == p.models["claude-opus-4-5"]
+    assert p.of("gpt-5.1-codex-max") == p.models["gpt-5.1-codex"]
+    assert p.of("openai/gpt-5.1-codex") == p.models["gpt-5.1-codex"]
+    assert p.of("llama") is None and p.cost("llama", Tokens(1)) is None
+    assert p.cost("claude-opus-4-5", Tokens(1_000_000, 0, 2_000_000, 0)) == pytest.approx(6.0)
+    shipped = load_prices()
+    assert shipped.date and shipped.source and shipped.of("claude-sonnet-4-5-20250929") is not None
+
+
+# -- the cache and the command -------------------------------------------------------------------
+def test_cache_follows_new_responses(store: castore.Store, tmp_path: Path) -> None:
+    s = store.session("agents", "u", "s1")
+    meta = {"model": "claude-sonnet-4-5", "usage": {"input_tokens": 10, "output_tokens": 1}}
+    s.append(Message(role="assistant", content="a"), meta=meta)
+    assert usage(store).total.responses == 1
+    assert Path(tmp_path / "usage-cache.json").exists()
+    s.append(Message(role="assistant", content="b"), meta=meta)
+    assert usage(store).total.responses == 2
+    store.delete_session("agents", "u", "s1")
+    assert usage(store).total.responses == 0
+    assert usage(store, cache=False).total.responses == 0
+
+
+def test_cli_table_json_prices_and_errors(store: castore.Store, tmp_path: Path) -> None:
+    root = _projects(tmp_path)
+    import_claude(store, root)
+    url = str(tmp_path / "store")
+    runner = CliRunner()
+    res = runner.invoke(cli_main, ["--store", url, "usage", "--by", "model"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[0].split()[:2] == ["MODEL", "RESPONSES"]
+    assert "claude-opus-4-5-20251101" in res.stdout and res.stdout.splitlines()[-1].startswith("total")
+    res = runner.invoke(cli_main, ["--store", url, "usage", "--json", "--by", "day"])
+    doc = json.loads(res.stdout)
+    assert doc["by"] == "day" and doc["total"]["responses"] == claude_truth(root)[0]
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps({"models": {"claude-opus-4-5": {"input": 0, "output": 0, "cache_read": 0,
+                                                                "cache_write": 1000000}}}))
+    res = runner.invoke(cli_main, ["--store", url, "usage", "--json", "--prices", str(table)])
+    doc = json.loads(res.stdout)
+    opus = next(r for r in doc["rows"] if r["name"].startswith("claude-opus"))
+    assert opus["cost"] == pytest.approx(opus["cache_write"])
+    assert next(r for r in doc["rows"] if r["name"].startswith("claude-haiku"))["unpriced_responses"] > 0
+    table.write_text("{not json")
+    res = runner.invoke(cli_main, ["--store", url, "usage", "--prices", str(table)])
+    assert res.exit_code == 1 and res.stderr.startswith("Error: ") and "not JSON" in res.stderr
+    res = runner.invoke(cli_main, ["--store", url, "usage", "--since", "yesterday"])
+    assert res.exit_code == 1 and "not a day" in res.stderr
+    res = runner.invoke(cli_main, ["--store", url, "usage", "--by", "hour"])
+    assert res.exit_code == 2
+    with pytest.raises(UsageError):
+        usage(store, by="hour")
