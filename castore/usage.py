@@ -48,10 +48,10 @@ its copies share, and counted once:
 * Codex: the pair of cumulative and last counts of the ``token_count`` event (the thread's
   running total only grows, so in a thread a pair names one response; a fork or a subagent
   file that copies its parent's events copies the pair; an event written again when only
-  the rate limits changed repeats it). The first response of a thread, whose two counts are
-  equal, is named by the pair and the first commit of its path, so two threads that happen
-  to start with equal counts stay two (a copy of a first response that castore did not
-  import as a fork, sharing its parent's commits, counts again);
+  the rate limits changed repeats it; a subagent's file that replays its parent's history
+  too). Two threads whose first responses have equal counts in every field (input, cached
+  input, output, reasoning output, total) would be taken as one: the price of counting a
+  replayed first response once;
 * Pi: the assistant message's own ``timestamp`` (milliseconds) with its model and counts,
   which a branched file copies unchanged;
 * other commits: the commit.
@@ -175,8 +175,7 @@ class Walk:
     """What a reader may keep while one path is read root to tip (Codex: the model its last
     ``turn_context`` named, the running total of its last ``token_count``)."""
 
-    def __init__(self, root: str) -> None:
-        self.root = root  # the path's first commit
+    def __init__(self) -> None:
         self.model: str | None = None
         self.total: dict[str, Any] | None = None
 
@@ -253,8 +252,7 @@ def _codex_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, An
         return None
     if not isinstance(total, dict):
         return Response("codex:" + cid, w.model, c.time, t)
-    ident = [total, last] + ([w.root] if last == total else [])  # a thread's first response: its own
-    return Response("codex:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32],
+    return Response("codex:" + hashlib.sha256(json.dumps([total, last], sort_keys=True).encode()).hexdigest()[:32],
                     w.model, c.time, t)
 
 
@@ -362,7 +360,7 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
     rows: list[Row] = []
     done: set[str] = set()
     for path in paths:
-        w = Walk(path[0][0])
+        w = Walk()
         for cid, c in path:
             got = readers[cid]
             if got is None:

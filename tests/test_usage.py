@@ -3,6 +3,7 @@ own usage fields with the copies removed, computed here straight from the JSONL.
 
 from __future__ import annotations
 
+import functools
 import json
 import lzma
 import shutil
@@ -20,8 +21,8 @@ from castore.cli import main as cli_main
 from castore.entries import Message
 from castore.usage import Prices, Tokens, UsageError, load_prices, tokens_of, usage
 
-DATA = Path(__file__).resolve().parent / "data"
-SHARE = DATA / "claude-code" / "session-share"
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
 MAIN = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
 
 
@@ -35,16 +36,20 @@ def store(tmp_path: Path) -> castore.Store:
     return castore.open(str(tmp_path / "store"), durable=False)
 
 
+@functools.cache
+def _cases() -> Any:
+    """The cases of scripts/usage_vs_ccusage.py (the copies each builds from the real files)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("usage_vs_ccusage", ROOT / "scripts" / "usage_vs_ccusage.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for raw in path.read_bytes().splitlines():
-        try:
-            d = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(d, dict):
-            out.append(d)
-    return out
+    return _cases().jsonl_objects(path)  # type: ignore[no-any-return]
 
 
 def claude_truth(root: Path) -> tuple[int, Tokens]:
@@ -100,57 +105,19 @@ def test_claude_totals_match_the_files_own_usage_with_copies_removed(store: cast
     assert r.total.unpriced == 0 and r.total.cost > 0
 
 
-def _copy_lines(src: Path, dst: Path, edit: Any) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    out = []
-    for i, raw in enumerate(src.read_bytes().splitlines()):
-        d = json.loads(raw)
-        d = edit(i, d)
-        if d is not None:
-            out.append(json.dumps(d, separators=(",", ":")))
-    dst.write_text("\n".join(out) + "\n")
-
-
-def test_resumed_forked_and_replayed_copies_of_claude_responses_count_once(store: castore.Store,
-                                                                            tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", ["resume", "fork", "aside"])
+def test_resumed_forked_and_replayed_copies_of_claude_responses_count_once(store: castore.Store, tmp_path: Path,
+                                                                            extra: str) -> None:
     """A resume (the prefix replayed with the same uuids under a new sessionId), a fork with
     new uuids (as ``--fork-session``/compaction replays write them), and a ``/btw`` aside
     replaying the parent's responses under new request ids: no response counts twice."""
-    root = tmp_path / "projects"
-    proj = root / "session-share"
-    shutil.copytree(SHARE, proj)
-    main = proj / f"{MAIN}.jsonl"
-    n0, want0 = claude_truth(root)
-
-    def resumed(i: int, d: dict[str, Any]) -> dict[str, Any] | None:
-        if i >= 60:
-            return None
-        if "sessionId" in d:
-            d["sessionId"] = "11111111-1111-4111-8111-111111111111"
-        return d
-
-    def forked(i: int, d: dict[str, Any]) -> dict[str, Any] | None:
-        d = resumed(i, d)
-        if d is not None:
-            for k in ("uuid", "parentUuid"):
-                if isinstance(d.get(k), str):
-                    d[k] = "f" + d[k][1:]
-            d["sessionId"] = "22222222-2222-4222-8222-222222222222"
-        return d
-
-    def aside(i: int, d: dict[str, Any]) -> dict[str, Any] | None:
-        if d.get("type") != "assistant":
-            return None
-        d["isSidechain"] = True
-        d["requestId"] = "req_aside_" + str(i)
-        return d
-
-    _copy_lines(main, proj / "11111111-1111-4111-8111-111111111111.jsonl", resumed)
-    _copy_lines(main, proj / "22222222-2222-4222-8222-222222222222.jsonl", forked)
-    _copy_lines(main, proj / MAIN / "subagents" / "agent-aside_question-x.jsonl", aside)
+    cases = _cases()
+    base = cases.claude_case(tmp_path / "base", None) / "projects"
+    root = cases.claude_case(tmp_path / "home", extra) / "projects"
+    n0, want0 = claude_truth(base)
     import_claude(store, root)
-    n, want = claude_truth(root)
-    assert (n, want) == (n0, want0)  # the copies hold no new response
+    assert claude_truth(root) == (n0, want0)  # the copies hold no new response
+    assert sum(1 for _ in root.rglob("*.jsonl")) == 7
     r = usage(store, by="session")
     assert (r.total.responses, r.total.tokens) == (n0, want0)
     assert r.copies > 0
@@ -159,43 +126,6 @@ def test_resumed_forked_and_replayed_copies_of_claude_responses_count_once(store
 
 
 # -- Codex ---------------------------------------------------------------------------------------
-PARENT = "0199bbbb-0000-7000-8000-000000000001"
-FORK = "0199bbbb-0000-7000-8000-000000000002"
-
-
-def _ts(i: int) -> str:
-    return f"2026-01-02T10:{i // 60:02d}:{i % 60:02d}.000Z"
-
-
-def _rl(i: int, type_: str, payload: dict[str, Any]) -> bytes:
-    return json.dumps({"timestamp": _ts(i), "type": type_, "payload": payload}, separators=(",", ":")).encode() + b"\n"
-
-
-def _usage(inp: int, cached: int, out: int) -> dict[str, int]:
-    return {"input_tokens": inp, "cached_input_tokens": cached, "output_tokens": out, "reasoning_output_tokens": 0,
-            "total_tokens": inp + out}
-
-
-def _codex_turn(i: int, k: int, total: dict[str, int], model: str) -> tuple[list[bytes], dict[str, int]]:
-    last = _usage(1000 * k, 600 * k, 50 * k)
-    total = {f: total.get(f, 0) + last[f] for f in last}
-    info = {"total_token_usage": total, "last_token_usage": last, "model_context_window": 272000}
-    lines = [_rl(i, "turn_context", {"cwd": "/w", "approval_policy": "on-request", "model": model}),
-             _rl(i + 1, "response_item", {"type": "message", "role": "user",
-                                          "content": [{"type": "input_text", "text": f"question {k}"}]}),
-             _rl(i + 2, "response_item", {"type": "message", "role": "assistant",
-                                          "content": [{"type": "output_text", "text": f"answer {k}"}]}),
-             _rl(i + 3, "event_msg", {"type": "token_count", "info": info, "rate_limits": {"primary": None}}),
-             # the same counts again (only the rate limits changed): not a new response
-             _rl(i + 4, "event_msg", {"type": "token_count", "info": info, "rate_limits": {"primary": {"x": k}}})]
-    return lines, total
-
-
-def _meta(tid: str, **extra: Any) -> dict[str, Any]:
-    return {"id": tid, "timestamp": _ts(0), "cwd": "/w", "originator": "codex_cli_rs", "cli_version": "0.90.0",
-            "source": "cli", "model_provider": "openai", **extra}
-
-
 def codex_truth(root: Path) -> tuple[int, Tokens]:
     """What the rollouts say: each ``token_count``'s ``last_token_usage``, one per pair of
     counts (a fork copies its parent's events; an event repeated for new rate limits)."""
@@ -214,37 +144,25 @@ def codex_truth(root: Path) -> tuple[int, Tokens]:
     return len(seen), total
 
 
-def test_codex_fork_and_repeated_token_counts_count_once(store: castore.Store, tmp_path: Path) -> None:
-    day = tmp_path / "sessions" / "2026" / "01" / "02"
-    day.mkdir(parents=True)
-    parent = [_rl(0, "session_meta", _meta(PARENT))]
-    total: dict[str, int] = {}
-    for k in (1, 2, 3):
-        lines, total = _codex_turn(10 * k, k, total, "gpt-5-codex")
-        parent += lines
-    fork = [_rl(100, "session_meta", _meta(FORK, forked_from_id=PARENT))]
-    for j, raw in enumerate(parent[1:11]):  # the first two turns, copied with new times
-        d = json.loads(raw)
-        d["timestamp"] = _ts(101 + j)
-        fork.append(json.dumps(d, separators=(",", ":")).encode() + b"\n")
-    ftotal = json.loads(parent[9])["payload"]["info"]["total_token_usage"]
-    lines, _ = _codex_turn(200, 9, ftotal, "gpt-5.1-codex")
-    fork += lines
-    (day / f"rollout-2026-01-02T10-00-00-{PARENT}.jsonl").write_bytes(b"".join(parent))
-    (day / f"rollout-2026-01-02T10-01-40-{FORK}.jsonl").write_bytes(b"".join(fork))
-    import_codex(store, tmp_path / "sessions")
-    n, want = codex_truth(tmp_path / "sessions")
-    assert n == 4  # three parent turns and the fork's own
+@pytest.mark.parametrize("extra", ["fork", "subagent"])
+def test_codex_fork_subagent_and_repeated_token_counts_count_once(store: castore.Store, tmp_path: Path,
+                                                                  extra: str) -> None:
+    """A thread of three turns (each token_count written twice, as for new rate limits) and
+    a fork copying two of its turns, or a subagent replaying all of it; each adds one turn."""
+    root = _cases().codex_case(tmp_path / "home", extra) / "sessions"
+    import_codex(store, root)
+    n, want = codex_truth(root)
+    assert n == 4  # three parent turns and the copy's own
     r = usage(store, by="model")
     assert (r.total.responses, r.total.tokens) == (n, want)
-    models = {g.name: g.responses for g in r.groups}
-    assert models == {"gpt-5-codex": 3, "gpt-5.1-codex": 1}
-    sessions = {g.name: g.responses for g in usage(store, by="session").groups}
-    assert sessions == {f"codex/local/{PARENT}": 3, f"codex/local/{FORK}": 1}
+    assert {g.name: g.responses for g in r.groups} == {"gpt-5-codex": 4}
+    sessions = {g.name.rsplit("/", 1)[1][-2:]: g.responses for g in usage(store, by="session").groups}
+    assert sessions == {"01": 3, "02": 1}
     # the cached part of the input counts as cache reads, priced as such
     p = load_prices().of("gpt-5-codex")
     assert p is not None
     t = r.groups[0].tokens
+    assert t.cache_read == 600 * (1 + 2 + 3 + 9)
     assert r.groups[0].cost == pytest.approx((t.input * p["input"] + t.output * p["output"]
                                               + t.cache_read * p["cache_read"]) / 1e6)
 
