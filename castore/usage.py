@@ -64,8 +64,9 @@ rows add up to the total.
 Counting is cached: the rows read from each session are kept in a local file
 (``$CASTORE_USAGE_CACHE``, else ``~/.cache/castore/usage/<digest of the store URL>.json``) with
 the refs they were read at; the next run reads again only the sessions whose refs moved (on
-local disk the ref-change log tells which, without reading a ref). The cache is derived data:
-deleting it loses nothing.
+local disk the ref-change log tells which, without reading a ref), and ``castore import``
+brings an existing cache up to date as it does the search index (:func:`update_if_present`).
+The cache is derived data: deleting it loses nothing.
 """
 
 from __future__ import annotations
@@ -492,6 +493,20 @@ def all_rows(store: Store, *, cache: bool = True) -> dict[Key, list[Row]]:
         sessions[folder] = {"key": list(key), "refs": refs, "rows": session_rows(store, key, refs, heads.get(folder))}
     _save_cache(path, {"version": CACHE_VERSION, "url": url, "mark": mark, "sessions": sessions})
     return {tuple(v["key"]): v["rows"] for v in sessions.values()}
+
+
+def update_if_present(store: Store) -> bool:
+    """Bring ``store``'s usage cache up to date if it has one (what an import calls, as it does
+    for the search index, so that the next ``castore usage`` reads no session); True if it did.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    url = str(getattr(store.storage, "url", "") or "")
+    if not url or url.startswith("memory://") or not os.path.exists(cache_path(store)):
+        return False
+    all_rows(store)
+    return True
 
 
 # -- prices --------------------------------------------------------------------------------------

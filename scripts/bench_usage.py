@@ -12,6 +12,8 @@ times, each run a fresh process, alternating:
 * ``ccusage claude daily --offline --json`` (``CLAUDE_CONFIG_DIR`` set to the generated folder);
 * ``castore usage --json`` with no usage cache (the first run after an import: every session read);
 * ``castore usage --json`` with the cache from the run before (nothing moved: no session read);
+* then once, after 10 sessions got a response more and ``castore import claude`` read them
+  (the import brings the existing cache up to date), ``castore usage --json``;
 
 and checks that both tools report the same total tokens. Prints a Markdown table with each
 median and its ratio to ccusage; ``--markdown FILE`` also writes it as a page (the command, the
@@ -77,6 +79,18 @@ def generate(out: Path, sessions: int, per: int) -> int:
     return written
 
 
+def grow(home: Path, sessions: int) -> None:
+    """Append a new response (a copy of the last assistant line, new ids) to ``sessions`` files."""
+    for f in sorted((home / "projects").rglob("*.jsonl"))[:sessions]:
+        lines = f.read_bytes().splitlines()
+        d = json.loads(next(raw for raw in reversed(lines) if b'"type":"assistant"' in raw))
+        last = json.loads(lines[-1])
+        d["parentUuid"], d["uuid"] = last.get("uuid"), str(uuid.uuid4())
+        d["message"]["id"], d["requestId"] = "msg_grown_" + d["uuid"], "req_grown_" + d["uuid"]
+        with open(f, "ab") as out:
+            out.write(json.dumps(d, separators=(",", ":")).encode() + b"\n")
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     t = time.perf_counter()
     got = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -130,10 +144,20 @@ def main() -> None:
             totals["castore"] = json.loads(out)["total"]["total"]
         if totals["ccusage"] != totals["castore"]:
             raise SystemExit(f"the totals differ: {totals}")
+        # the next day: 10 sessions get a response more; import (the cache is there: the import
+        # brings it up to date), then usage
+        grow(home, 10)
+        took_inc, _ = timed([*CASTORE, "--store", str(store), "import", "claude", str(home / "projects")], env)
+        took_after, out = timed(ours, env)
+        t, out_cc = timed(ccusage, env)
+        if json.loads(out_cc)["totals"]["totalTokens"] != json.loads(out)["total"]["total"]:
+            raise SystemExit("the totals differ after the import of new lines")
         med = {k: statistics.median(v) for k, v in times.items()}
         rows = [("ccusage claude daily --offline --json", med["ccusage"], times["ccusage"]),
                 ("castore usage --json, no cache (first run after an import)", med["cold"], times["cold"]),
-                ("castore usage --json, cache fresh", med["warm"], times["warm"])]
+                ("castore usage --json, cache fresh", med["warm"], times["warm"]),
+                ("castore usage --json, after an import of 10 new responses (which updated the cache)", took_after,
+                 [took_after])]
         lines = [f"{a.sessions:,} Claude Code sessions, {a.entries:,} lines ({size / 2**20:.0f} MiB), "
                  f"{totals['castore']:,} tokens in both reports; ccusage `{version}`, median of {a.repeat} runs "
                  "(each a fresh process)", "",
@@ -142,6 +166,8 @@ def main() -> None:
             r = m / med["ccusage"]
             lines.append(f"| {name} | {m:.2f} s | {', '.join(f'{x:.2f}' for x in runs)} | {r:.2f}x | "
                          f"{'yes' if r <= TARGET else 'no'} |")
+        lines += ["", f"The import of those 10 new responses took {took_inc:.1f} s, the cache's update included; "
+                      f"ccusage after it: {t:.2f} s."]
         if took_import is not None:
             lines += ["", f"Import of the {a.sessions:,} files (`castore import claude`, untimed above): "
                           f"{took_import:.1f} s."]

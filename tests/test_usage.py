@@ -266,5 +266,12 @@ def test_cli_table_json_prices_and_errors(store: castore.Store, tmp_path: Path) 
     assert res.exit_code == 1 and "not a day" in res.stderr
     res = runner.invoke(cli_main, ["--store", url, "usage", "--by", "hour"])
     assert res.exit_code == 2
+    # an import brings the cache up to date (as the search index), so usage reads no session after it
+    extra = tmp_path / "more"
+    _cases().claude_case(extra, "resume")
+    res = runner.invoke(cli_main, ["--store", url, "import", "claude", str(extra / "projects")])
+    assert res.exit_code == 0 and "usage cache updated" in res.stderr
+    cached = json.loads((tmp_path / "usage-cache.json").read_text())
+    assert any(v["key"][2] == "11111111-1111-4111-8111-111111111111" for v in cached["sessions"].values())
     with pytest.raises(UsageError):
         usage(store, by="hour")

@@ -53,11 +53,15 @@ def _echo_results(results: list[Any], as_json: bool) -> None:
 
 
 def _update_index(store: Any) -> None:
-    """Bring the search index up to date, if the store has one (grep made it)."""
+    """Bring the search index and the usage cache up to date, where the store has them (grep and
+    usage made them)."""
+    from .. import usage
     from ..grep.index import update_if_present
 
     if update_if_present(store):
         note("search index updated")
+    if usage.update_if_present(store):
+        note("usage cache updated")
 
 
 _IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines": NEW, "total": N, '
