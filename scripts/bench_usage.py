@@ -10,7 +10,7 @@ its own. Then imports them (``castore import claude``, timed), compiles castore'
 times, each run a fresh process, alternating:
 
 * ``ccusage claude daily --offline --json`` (``CLAUDE_CONFIG_DIR`` set to the generated folder);
-* ``castore usage --json`` with no usage cache (the first run after an import: every session read);
+* ``castore usage --json`` with no usage cache (the first run on a store: every session read);
 * ``castore usage --json`` with the cache from the run before (nothing moved: no session read);
 * then once, after 10 sessions got a response more and ``castore import claude`` read them
   (the import brings the existing cache up to date), ``castore usage --json``;
@@ -154,7 +154,7 @@ def main() -> None:
             raise SystemExit("the totals differ after the import of new lines")
         med = {k: statistics.median(v) for k, v in times.items()}
         rows = [("ccusage claude daily --offline --json", med["ccusage"], times["ccusage"]),
-                ("castore usage --json, no cache (first run after an import)", med["cold"], times["cold"]),
+                ("castore usage --json, no cache (the first run on a store)", med["cold"], times["cold"]),
                 ("castore usage --json, cache fresh", med["warm"], times["warm"]),
                 ("castore usage --json, after an import of 10 new responses (which updated the cache)", took_after,
                  [took_after])]
@@ -175,7 +175,10 @@ def main() -> None:
         print(text)
         if a.markdown:
             load_after = os.getloadavg()
-            cmd = "scripts/bench_usage.py " + " ".join(sys.argv[1:])
+            # no machine paths on the page: a path argument is shown as what it stands for
+            shown = [{"--ccusage": "PATH", "--workdir": "DIR", "--markdown": "FILE"}.get(prev, arg)
+                     for prev, arg in zip(["", *sys.argv[1:]], sys.argv[1:], strict=True)]
+            cmd = "scripts/bench_usage.py " + " ".join(shown)
             Path(a.markdown).write_text(
                 "# `castore usage` against ccusage\n\n"
                 f"Written by `{cmd}` at {started}; machine: {os.cpu_count()} cores, load "
