@@ -16,6 +16,9 @@ writes; :data:`READERS`):
                  which count as cache reads), or, in a rollout too old to have it, the growth
                  of ``info.total_token_usage`` since the previous event on the same path; the
                  model is the one the last ``turn_context`` (or ``session_meta``) before it named
+``gemini``       an imported Gemini CLI ``gemini`` message (its raw bytes): ``tokens``
+                 (``input`` includes ``cached``, which count as cache reads; ``thoughts`` count
+                 as output, ``tool`` as input) and ``model``
 ``pi``           an imported Pi assistant message: its ``usage`` (``input``, ``output``,
                  ``cacheRead``, ``cacheWrite``), kept on the commit, and the message's ``model``
 (any other)      a commit whose metadata has ``usage`` (what an application appending through
@@ -23,9 +26,9 @@ writes; :data:`READERS`):
                  Anthropic, OpenAI Responses, Chat Completions and Pi shapes are understood
 ================ ==========================================================================
 
-A new importer (Gemini CLI) adds its reader to :data:`READERS` under its metadata key: a
-:class:`Reader` says which commits it needs the raw line of, and turns a commit (and that
-line) into a :class:`Response`.
+A new importer adds its reader to :data:`READERS` under its metadata key: a :class:`Reader`
+says which commits it needs the raw line of, and turns a commit (and that line) into a
+:class:`Response`.
 
 **How copies are recognised.** One model response can be stored many times: Claude Code
 writes one line per content block of a response (all with the same usage), a resumed or
@@ -52,6 +55,8 @@ its copies share, and counted once:
   too). Two threads whose first responses have equal counts in every field (input, cached
   input, output, reasoning output, total) would be taken as one: the price of counting a
   replayed first response once;
+* Gemini CLI: the message's ``id`` with its model (the file appends a message again, whole,
+  each time it changes: the copies that carry ``tokens`` are one response);
 * Pi: the assistant message's own ``timestamp`` (milliseconds) with its model and counts,
   which a branched file copies unchanged;
 * other commits: the commit.
@@ -257,10 +262,31 @@ def _codex_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, An
                     w.model, c.time, t)
 
 
+def _gemini_needs(c: Commit, m: dict[str, Any]) -> bool:
+    return m.get("type") in ("gemini", "update")
+
+
+def _gemini_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
+    tok = d.get("tokens") if d is not None else None
+    if d is None or d.get("type") != "gemini" or not isinstance(tok, dict):
+        return None
+    # gemini-cli's counts: input (prompt, cached part included), cached, output, thoughts, tool (prompt
+    # tokens of tool use); thoughts are billed as output
+    cached = _int(tok.get("cached"))
+    t = Tokens(max(0, _int(tok.get("input")) - cached) + _int(tok.get("tool")),
+               _int(tok.get("output")) + _int(tok.get("thoughts")), cached, 0)
+    if t.total == 0:
+        return None
+    model = _str(d.get("model"))
+    mid = _str(d.get("id"))
+    return Response(f"gemini:{mid}:{model}" if mid else "gemini:" + cid, model, c.time, t)
+
+
 #: the sources whose usage sits in their raw lines, by the metadata key their importer writes
 READERS: dict[str, Reader] = {
     "claude": Reader(_claude_needs, _claude_read),
     "codex": Reader(_codex_needs, _codex_read, stateful=True),
+    "gemini": Reader(_gemini_needs, _gemini_read),
 }
 
 
