@@ -71,7 +71,8 @@ Counting is cached: the rows read from each session are kept in a local file
 the refs they were read at; the next run reads again only the sessions whose refs moved (on
 local disk the ref-change log tells which, without reading a ref), and ``castore import``
 brings an existing cache up to date as it does the search index (:func:`update_if_present`).
-The cache is derived data: deleting it loses nothing.
+The cache is derived data: deleting it loses nothing. An encrypted store is never cached
+(its counts and session names would be in the clear): every run reads every session.
 """
 
 from __future__ import annotations
@@ -447,6 +448,8 @@ def _current(store: Store, folders: list[str]) -> dict[str, str | None]:
 # -- the cache -----------------------------------------------------------------------------------
 def cache_path(store: Store) -> str:
     """The file the usage rows of ``store`` are cached in (see the module docstring)."""
+    if store.root is not store:  # a tenant's rows: beside the root store's
+        return cache_path(store.root) + "." + "-".join(store.tenant_segments or ())
     got = os.environ.get("CASTORE_USAGE_CACHE")
     if got:
         return got
@@ -481,15 +484,31 @@ def _save_cache(path: str, doc: dict[str, Any]) -> None:
             os.unlink(tmp)
 
 
+def _flat_stores(store: Store) -> list[Store]:
+    """The stores holding sessions: each tenant's in the tenants layout, else ``store`` itself."""
+    if store.root is store and store.layout == "tenants":
+        return [store.tenant_at(a, u) for a, u in store.tenant_keys()]
+    return [store]
+
+
 def all_rows(store: Store, *, cache: bool = True) -> dict[Key, list[Row]]:
     """Every session's rows (:func:`session_rows`), through the cache unless ``cache`` is False
-    (a ``memory://`` store is never cached).
+    (a ``memory://`` or an encrypted store is never cached); in the tenants layout, tenant by
+    tenant (each its own cache).
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
+    out: dict[Key, list[Row]] = {}
+    for st in _flat_stores(store):
+        out.update(_rows_of(st, cache))
+    return out
+
+
+def _rows_of(store: Store, cache: bool) -> dict[Key, list[Row]]:
+    """The rows of one flat store (a root store, or a tenant's in the tenants layout)."""
     url = str(getattr(store.storage, "url", "") or "")
-    if not cache or url.startswith("memory://") or not url:
+    if not cache or not _cacheable(store, url):
         every = store.session_refs()
         heads = _current(store, [f for f, _r in every.values()])
         return {key: session_rows(store, key, refs, heads.get(f)) for key, (f, refs) in every.items()}
@@ -521,6 +540,15 @@ def all_rows(store: Store, *, cache: bool = True) -> dict[Key, list[Row]]:
     return {tuple(v["key"]): v["rows"] for v in sessions.values()}
 
 
+def _cacheable(store: Store, url: str) -> bool:
+    """Whether ``store``'s rows may be cached: not a ``memory://`` one, and not an encrypted one
+    (the cache would hold its sessions' names and counts in the clear; the rule of the search
+    index, :func:`castore.grep.index.indexable`)."""
+    from .grep.index import indexable
+
+    return bool(url) and not url.startswith("memory://") and indexable(store)
+
+
 def update_if_present(store: Store) -> bool:
     """Bring ``store``'s usage cache up to date if it has one (what an import calls, as it does
     for the search index, so that the next ``castore usage`` reads no session); True if it did.
@@ -528,11 +556,12 @@ def update_if_present(store: Store) -> bool:
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    url = str(getattr(store.storage, "url", "") or "")
-    if not url or url.startswith("memory://") or not os.path.exists(cache_path(store)):
-        return False
-    all_rows(store)
-    return True
+    done = False
+    for st in _flat_stores(store):
+        if _cacheable(st, str(getattr(st.storage, "url", "") or "")) and os.path.exists(cache_path(st)):
+            _rows_of(st, True)
+            done = True
+    return done
 
 
 # -- prices --------------------------------------------------------------------------------------

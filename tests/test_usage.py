@@ -262,6 +262,28 @@ def test_cache_follows_new_responses(store: castore.Store, tmp_path: Path) -> No
     assert usage(store, cache=False).total.responses == 0
 
 
+def test_an_encrypted_store_is_counted_but_never_cached(tmp_path: Path) -> None:
+    from castore.crypto.keys import MasterKey
+
+    with castore.open(str(tmp_path / "sealed"), encrypted=True, master_key=MasterKey.new()) as st:
+        st.session("agents", "u", "s1").append(Message(role="assistant", content="a"), meta={
+            "model": "gpt-4.1", "usage": {"input_tokens": 10, "output_tokens": 2}})
+        assert usage(st).total.tokens == Tokens(10, 2, 0, 0)
+        assert not list(tmp_path.glob("usage-cache.json*"))
+
+
+def test_tenants_layout_is_counted_tenant_by_tenant(tmp_path: Path) -> None:
+    meta = {"model": "gpt-4.1", "usage": {"input_tokens": 10, "output_tokens": 2}}
+    with castore.open(str(tmp_path / "t"), layout="tenants") as st:
+        for user in ("alice", "bob"):
+            st.session("agents", user, "s1").append(Message(role="assistant", content="a"), meta=meta)
+        r = usage(st, by="project")
+        assert {g.name: g.responses for g in r.groups} == {"agents/alice": 1, "agents/bob": 1}
+        assert len(list(tmp_path.glob("usage-cache.json.*"))) == 2  # a cache per tenant
+        st.session("agents", "bob", "s2").append(Message(role="assistant", content="b"), meta=meta)
+        assert usage(st).total.responses == 3
+
+
 def test_cli_table_json_prices_and_errors(store: castore.Store, tmp_path: Path) -> None:
     root = _projects(tmp_path)
     import_claude(store, root)
