@@ -484,23 +484,16 @@ def _save_cache(path: str, doc: dict[str, Any]) -> None:
             os.unlink(tmp)
 
 
-def _flat_stores(store: Store) -> list[Store]:
-    """The stores holding sessions: each tenant's in the tenants layout, else ``store`` itself."""
-    if store.root is store and store.layout == "tenants":
-        return [store.tenant_at(a, u) for a, u in store.tenant_keys()]
-    return [store]
-
-
 def all_rows(store: Store, *, cache: bool = True) -> dict[Key, list[Row]]:
     """Every session's rows (:func:`session_rows`), through the cache unless ``cache`` is False
     (a ``memory://`` or an encrypted store is never cached); in the tenants layout, tenant by
-    tenant (each its own cache).
+    tenant (:meth:`~castore.store.Store.stores`: an erased tenant is left out), each its own cache.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
     out: dict[Key, list[Row]] = {}
-    for st in _flat_stores(store):
+    for st in store.stores():
         out.update(_rows_of(st, cache))
     return out
 
@@ -557,7 +550,7 @@ def update_if_present(store: Store) -> bool:
         ObjectNotFound, IntegrityError, StorageError.
     """
     done = False
-    for st in _flat_stores(store):
+    for st in store.stores():
         if _cacheable(st, str(getattr(st.storage, "url", "") or "")) and os.path.exists(cache_path(st)):
             _rows_of(st, True)
             done = True
