@@ -87,7 +87,19 @@ def test_create_with_existing_id_raises_already_exists(svc: CastoreSessionServic
     run(go())
 
 
-def test_concurrent_creates_of_one_id_have_one_winner(svc: CastoreSessionService) -> None:
+@pytest.fixture(params=["local", "seaweedfs"])
+def atomic_svc(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """The service on a store whose conditional writes are atomic: local disk, and SeaweedFS
+    (moto's server checks a condition and then writes, without a lock, so two rival creates
+    can both win there under load: docs/testing.md)."""
+    st = make_backend(request.param, request, tmp_path).open()
+    yield CastoreSessionService(st)
+    st.close()
+
+
+def test_concurrent_creates_of_one_id_have_one_winner(atomic_svc: CastoreSessionService) -> None:
+    svc = atomic_svc
+
     async def go() -> list[Any]:
         return await asyncio.gather(
             *(svc.create_session(app_name=APP, user_id=USER, session_id="one", state={"w": i}) for i in range(4)),
