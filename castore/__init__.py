@@ -13,14 +13,14 @@ Start here::
 Layers, bottom first: a module imports only its own layer and the ones below
 (``tests/test_layers.py`` enforces exactly this list)::
 
-    errors, names, aio                  errors, safe names, async helpers
+    errors, names, aio, redact          errors, safe names, async helpers, secret redaction
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
     objects, zdict, crypto, objectstore, refs  the object codec, ciphers and keys, the object store, refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
     plumbing, groupcommit, revisions, pathview  the write path, group commit; typed revisions; a handle's path view
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
-    sync, maintenance, grep, views, porcelain  push/pull, fsck/gc, search; how commits read, what status computes
+    sync, maintenance, scrub, grep, views, porcelain  push/pull, fsck/gc, redact stored sessions, search; views, status
     adapters, html, usage               LangGraph, Pi, ADK, OpenAI Agents; the viewer; token usage
     cli, __main__                       the ``castore`` command
 """
@@ -91,7 +91,8 @@ _LAZY = {
 #: as when ``import castore`` loaded them all
 _SUBMODULES = frozenset({
     "adapters", "aio", "cli", "context", "entries", "grep", "history", "html", "usage",
-    "maintenance", "names", "objects", "objectstore", "plumbing", "refs", "revisions", "session", "state",
+    "maintenance", "names", "objects", "objectstore", "plumbing", "redact", "refs", "revisions", "scrub", "session",
+    "state",
     "storage", "store", "sync", "zdict",
 })
 

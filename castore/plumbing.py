@@ -51,8 +51,9 @@ from .errors import (
     StorageError,
 )
 from .history import Hint, History, K
-from .objects import Commit, ObjectId, Value
+from .objects import Blob, Commit, ObjectId, Value
 from .objectstore import ObjectStore
+from .redact import Redactor
 from .refs import SYMBOLIC, RefStore, RefValue
 from .state import StateWriter
 
@@ -499,13 +500,32 @@ class Batch:
         """Add objects already encoded elsewhere (an adapter's values) to the batch."""
         self.pending.update(cast(Mapping[ObjectId, bytes], encoded))
 
+    def clean(self, obj: Any) -> Any:
+        """``obj`` as this store keeps it: with the plumbing's :attr:`~Plumbing.redactor` set,
+        a :class:`~castore.objects.Value` with its strings redacted and a text
+        :class:`~castore.objects.Blob` with its bytes redacted (the one place where what a
+        writer gives becomes what is stored: every entry body, state value and blob of every
+        writer passes here); anything else as it is."""
+        r = self.plumbing.redactor
+        if r is None:
+            return obj
+        if isinstance(obj, Value):
+            v = r.value(obj.value)
+            return obj if v is obj.value else Value(v)
+        if isinstance(obj, Blob):
+            d = r.data(obj.data)
+            return obj if d is obj.data else Blob(data=d)
+        if isinstance(obj, dict):
+            return r.value(obj)
+        return obj
+
     def add(self, obj: Any) -> ObjectId:
-        """Encode an object into the batch; return its id.
+        """Encode an object into the batch (redacted first: :meth:`clean`); return its id.
 
         Raises:
             InvalidEntry: it cannot be encoded.
         """
-        oid, canonical = self.objs.codec.encode(obj)
+        oid, canonical = self.objs.codec.encode(self.clean(obj))
         self.pending[oid] = canonical
         return oid
 
@@ -539,6 +559,7 @@ class Batch:
             ObjectNotFound, IntegrityError, StorageError: the base tree could not be read.
         """
         body_id = o.raw_id(self.add(Value(body))) if body is not None else None
+        delta, meta = self.clean(dict(delta)), self.clean(dict(meta))
         state = self.state_writer.apply(self.state, delta, unset)
         merged = {**self.scopes, **scopes} if scopes else self.scopes
 
@@ -604,6 +625,9 @@ class Plumbing:
         self.refs = refs
         self.history = history
         self.policy = policy
+        #: when set, every entry body, state value, entry metadata and text blob written
+        #: through a :class:`Batch` is redacted first (:meth:`Batch.clean`)
+        self.redactor: Redactor | None = None
         # ref -> the value this handle last wrote (or read to write on): see read_for_write
         self._kept: OrderedDict[str, RefValue] = OrderedDict()
         self._kept_lock = threading.Lock()

@@ -69,6 +69,7 @@ from .plumbing import (
     real_name,
     symbolic_to,
 )
+from .redact import REDACTED_INFO
 from .refs import RefStore, RefValue
 from .state import read_state, read_states
 
@@ -249,6 +250,10 @@ class Session:
     def set_info(self, info: Mapping[str, Any]) -> None:
         """Replace the session metadata (creates HEAD if the session is new).
 
+        When the store redacts writes (:attr:`castore.Store.redactor`), the metadata is
+        redacted too and marked ``"redacted": true``; the mark stays once set (what the
+        session holds is not the original, whatever writes follow).
+
         Raises:
             InvalidEntry: ``info`` holds something that cannot be stored (nothing is written).
             RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
@@ -256,7 +261,13 @@ class Session:
         """
         check_value(dict(info), "session info")
         self.store.init()
-        sealed = self._objs.codec.seal_meta(dict(info), META_INFO)  # sealed when encrypted
+        new = dict(info)
+        redactor = self.plumbing.redactor
+        if redactor is not None:
+            new = {**redactor.value(new), REDACTED_INFO: True}
+        elif self.info.get(REDACTED_INFO):
+            new[REDACTED_INFO] = True
+        sealed = self._objs.codec.seal_meta(new, META_INFO)  # sealed when encrypted
 
         def attempt(_: int) -> None:
             head = self._refs.read(self.refs.head)

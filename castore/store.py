@@ -54,6 +54,8 @@ from .plumbing import (
     session_prefix,
     valid_segment,
 )
+from .redact import KEY_BYTES, Redactor
+from .redact import new_key as new_redaction_key
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
 from .session import Session
@@ -70,6 +72,10 @@ CONFIG_KEY = "castore.json"
 LAYOUTS = ("flat", "tenants")
 #: what :meth:`Store.tenant_options` returns: keyword arguments for a tenant's sub-store
 TenantOptions = Callable[[str, "str | None"], Mapping[str, Any]]
+#: castore.json: whether every write is redacted (:meth:`Store.set_redact`)
+REDACT = "redact"
+#: castore.json: the redaction key, 64 hex digits (:meth:`Store.redaction_key`)
+REDACT_KEY = "redact_key"
 #: the folder holding a project's store, as ``.git`` holds a repository
 STORE_DIR = ".castore"
 DEFAULT_URL = f"./{STORE_DIR}"
@@ -208,6 +214,8 @@ class Store:
         #: the appends of this handle's sessions in flight together land as one group
         self.group_commit = GroupCommit(self.plumbing)
         self._config: dict[str, Any] | None = None
+        #: this handle's choice about redaction (None: castore.json's "redact" decides)
+        self._redact: bool | None = None
         self._initialized = False
         if _tenant_of is not None:  # the root's castore.json rules: nothing of its own to read
             root = _tenant_of[0]
@@ -304,6 +312,7 @@ class Store:
             self.objects.auto_repack = cfg.get("auto_repack", True) is not False
         self._config = cfg
         self._initialized = True
+        self._apply_redaction()
 
     @property
     def exists(self) -> bool:
@@ -408,6 +417,7 @@ class Store:
 
         new = self.plumbing.land(CONFIG_KEY, attempt, give_up=give_up)
         self._config = new
+        self._apply_redaction()
         return new
 
     # -- tenants -----------------------------------------------------------------------
@@ -475,6 +485,7 @@ class Store:
                             _tenant_of=(self, app_seg, user_seg), **kw)
                 if self.encryption is not None:
                     got.erased = self.encryption.erasure(app, user)
+                got.plumbing.redactor = self.plumbing.redactor  # the root's castore.json rules
                 self._tenants[(app_seg, user_seg)] = got
         return got
 
@@ -519,6 +530,96 @@ class Store:
                     yield t
         else:
             yield self
+
+    # -- redaction ---------------------------------------------------------------------
+    @property
+    def redactor(self) -> Redactor | None:
+        """What redacts this handle's writes before they are stored (None: stored as given).
+
+        Set by castore.json's ``"redact": true`` (:meth:`set_redact`) or, for this handle
+        alone, by :meth:`redact_writes`; :mod:`castore.redact` says what is found.
+        """
+        return self.plumbing.redactor
+
+    def redact_writes(self, on: bool = True) -> None:
+        """Redact (``on``) or not every write of this handle, whatever castore.json says
+        (``castore import --redact``); creates the store's redaction key if it has none.
+
+        Raises:
+            FormatError: castore.json holds a redaction key that is not one.
+            ConfigContended, StorageError: creating the key failed.
+        """
+        if self._tenant_of is not None:  # a tenant's writes follow the root's handle
+            return self.root.redact_writes(on)
+        if on:
+            self.redaction_key()
+        self._redact = on
+        self._apply_redaction()
+
+    def set_redact(self, on: bool) -> None:
+        """Set castore.json's ``"redact"``: every handle opened on this store from now on
+        redacts every write (library appends, adapters, imports) when ``on``; this one too.
+
+        Raises:
+            FormatError, ConfigContended, StorageError.
+        """
+        self.redaction_key()
+        self.update_config(lambda c: {**c, REDACT: bool(on)})
+
+    def redaction_key(self) -> bytes:
+        """The store's redaction key (castore.json ``"redact_key"``), created when there is none.
+
+        The key lives in castore.json: read at every open anyway (no request more on object
+        storage), created by the compare-and-swap every config change goes through (two
+        machines turning redaction on at once end up with one key, so their tags agree), and
+        kept with the store it names (a copy of the store keeps its tags linkable). Whoever
+        can read castore.json can read the sessions too; with the key one can only test a
+        guessed secret against a tag, never read a secret back.
+
+        Raises:
+            FormatError: ``"redact_key"`` is not 64 hex digits.
+            ConfigContended, StorageError: creating it failed.
+        """
+        if self._tenant_of is not None:
+            return self.root.redaction_key()
+        key = self.stored_redaction_key()
+        if key is None:
+            fresh = new_redaction_key().hex()
+            self.update_config(lambda c: c if c.get(REDACT_KEY) else {**c, REDACT_KEY: fresh})
+            key = self.stored_redaction_key()
+            assert key is not None
+        return key
+
+    def stored_redaction_key(self) -> bytes | None:
+        """The store's redaction key, None when it has none yet (nothing is written).
+
+        Raises:
+            FormatError: ``"redact_key"`` is not 64 hex digits.
+        """
+        if self._tenant_of is not None:
+            return self.root.stored_redaction_key()
+        value = (self._config or {}).get(REDACT_KEY)
+        if value is None:
+            return None
+        try:
+            key = bytes.fromhex(value) if isinstance(value, str) else b""
+        except ValueError:
+            key = b""
+        if len(key) != KEY_BYTES:
+            raise FormatError(f"{self.url}/{CONFIG_KEY}: {REDACT_KEY!r} is not {2 * KEY_BYTES} hex digits")
+        return key
+
+    def _apply_redaction(self) -> None:
+        """Set the plumbing's redactor from this handle's choice, else from castore.json (and
+        the redactor of every tenant's store this handle opened)."""
+        on = self._redact if self._redact is not None else bool((self._config or {}).get(REDACT))
+        key = self.stored_redaction_key() if on else None
+        if key is None:
+            self.plumbing.redactor = None
+        elif self.plumbing.redactor is None or self.plumbing.redactor.key != key:
+            self.plumbing.redactor = Redactor(key)
+        for t in list(getattr(self, "_tenants", {}).values()):
+            t.plumbing.redactor = self.plumbing.redactor
 
     def erased_stores(self) -> list[Store]:
         """The stores of the tenants whose keys were erased, their bytes still there (until

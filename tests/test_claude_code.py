@@ -568,10 +568,10 @@ def test_follow_counts_no_negative_bytes_when_the_file_grows_while_read(
     f.write_bytes(b"".join(lines[:10]))
     real = cc.read_lines
 
-    def grows(fh: object, offset: int) -> object:  # the agent writes after the size was taken
+    def grows(fh: object, offset: int, *rest: object) -> object:  # the agent writes after the size was taken
         with open(f, "ab") as g:
             g.write(b"".join(lines[10:12]))
-        return real(fh, offset)  # type: ignore[arg-type]
+        return real(fh, offset, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(cc, "read_lines", grows)
     r = import_claude(store, proj)[0]

@@ -25,14 +25,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names", "aio"),
+    ("errors", "names", "aio", "redact"),
     ("storage",),
     ("objects", "zdict", "crypto", "objectstore", "refs"),
     ("history", "state", "entries", "pathfacts"),
     ("plumbing", "groupcommit", "revisions", "pathview"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "grep", "views", "porcelain"),
+    ("sync", "maintenance", "scrub", "grep", "views", "porcelain"),
     ("adapters", "html", "usage"),
     ("cli", "__main__"),
 ]

@@ -71,6 +71,7 @@ from .jsonl_tree import (
     read_blobs,
     read_lines,
     safe_join,
+    stored_bytes,
     stored_lines,
 )
 
@@ -540,7 +541,7 @@ class _Importer:
         offset = st.offset
         titles: str | None = None
         adopted: dict[str, list[str]] = {}
-        for end, raw in read_lines(f, st.offset):
+        for end, raw in read_lines(f, st.offset, self.store.plumbing.redactor):
             d = parse_line(raw)
             if d is NOT_JSON:
                 res.notes.append(f"line {n + 1}: not JSON, kept as is")
@@ -643,7 +644,7 @@ class _Importer:
         old = (self.info.get(KEY) or {}).get("files") or {}
         for rel, full in self.src.side_files.items():
             with open(full, "rb") as fh:
-                if old.get(rel) != blob_id(fh.read(), self.store.objects.codec):
+                if old.get(rel) != blob_id(stored_bytes(self.store, fh.read()), self.store.objects.codec):
                     return True
         return False
 

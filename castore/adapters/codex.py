@@ -294,7 +294,7 @@ class _Importer:
             return owned[0]
 
         try:
-            for end, raw in read_lines(f, st.offset):
+            for end, raw in read_lines(f, st.offset, self.store.plumbing.redactor):
                 d: Any = parse_line(raw)
                 if d is NOT_JSON:
                     res.notes.append(f"line {n + 1}: not JSON, kept as is")
@@ -399,7 +399,7 @@ class _Importer:
         pos = 0
         j = 0
         matched: list[tuple[int, bytes, int]] = []  # (F line, F raw, parent row)
-        for end, raw in read_lines(f, 0):
+        for end, raw in read_lines(f, 0, self.store.plumbing.redactor):
             if not mine:
                 mine.append(raw)
                 pos = end

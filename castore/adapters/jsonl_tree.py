@@ -48,6 +48,7 @@ from ..objects import Blob
 
 if TYPE_CHECKING:
     from ..entries import LogEntry
+    from ..redact import Redactor
     from ..session import Session, SessionHost
     from ..store import Store
 
@@ -188,7 +189,7 @@ class LineChanged(ArchiveError):
     (the file was rewritten since)."""
 
 
-def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
+def read_lines(f: IO[bytes], offset: int, redactor: Redactor | None = None) -> Iterator[tuple[int, bytes]]:
     """Yield ``(end offset, line bytes with its newline)`` for each complete line after ``offset``.
 
     A last line without a newline is yielded only when it parses as JSON (a file that simply
@@ -196,6 +197,9 @@ def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
     left for next time. When the line before ``offset`` had no newline and the file now has
     one there, that newline ends the line before (what :func:`joined` writes after it when
     lines follow), not a line of its own.
+    With a ``redactor`` (the store's, :attr:`castore.Store.redactor`) each line comes
+    redacted: an importer sees, stores and exports the redacted bytes and never the original
+    (offsets stay the file's own).
     """
     pos = offset
     if offset:
@@ -211,7 +215,13 @@ def read_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes]]:
         if not raw.endswith(b"\n") and parse_line(raw) is NOT_JSON:
             return
         pos += len(raw)
-        yield pos, raw
+        yield pos, (raw if redactor is None else redactor.raw(raw))
+
+
+def stored_bytes(store: SessionHost, raw: bytes) -> bytes:
+    """``raw`` as the store keeps it: redacted when the store redacts writes (text only)."""
+    r = store.plumbing.redactor
+    return raw if r is None else r.data(raw)
 
 
 def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
@@ -230,9 +240,11 @@ def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def put_blobs(store: SessionHost, raws: list[bytes]) -> list[str]:
-    """Store each bytes as a blob (content-addressed: a line seen before costs nothing)."""
+    """Store each bytes as a blob (content-addressed: a line seen before costs nothing),
+    redacted when the store redacts writes (:func:`stored_bytes`; lines from
+    :func:`read_lines` come redacted already, and redacting twice is redacting once)."""
     encode = store.objects.codec.encode
-    enc = [encode(Blob(data=r)) for r in raws]
+    enc = [encode(Blob(data=stored_bytes(store, r))) for r in raws]
     store.objects.put_encoded(enc)
     return [oid for oid, _ in enc]
 

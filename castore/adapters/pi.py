@@ -60,7 +60,7 @@ from ..entries import (
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
 from .detect import refuse_other
-from .jsonl_tree import ArchiveError, as_dict, blob_id, prefix_digest, put_blobs, read_blobs
+from .jsonl_tree import ArchiveError, as_dict, prefix_digest, put_blobs, read_blobs
 
 if TYPE_CHECKING:
     from ..objects import ObjectId
@@ -637,8 +637,8 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
         mark = e.get(MARK)
         if state and isinstance(mark, str) and mark in log and not _imported(log[mark]):
             # castore's own entry, as export wrote it: the line is that commit
-            put_blobs(store, [lines.raw])
-            adopted[str(ordinal)] = [mark, blob_id(lines.raw), eid]
+            # (the id put_blobs gives: the blob as stored, redacted when the store redacts)
+            adopted[str(ordinal)] = [mark, put_blobs(store, [lines.raw])[0], eid]
             new_adds.append((eid, mark, log[mark].depth, log[mark].parents[0] if log[mark].parents else None, ordinal))
             tree.add(*new_adds[-1])
             ordinal += 1

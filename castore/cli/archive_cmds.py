@@ -20,11 +20,14 @@ from .common import (
     CastoreGroup,
     error_line,
     format_key,
+    import_store,
     json_option,
     limit_option,
     note,
+    note_redacted,
     open_store,
     print_json,
+    redact_option,
 )
 from .complete import complete_session
 from .text import safe, safe_block, safe_json
@@ -128,10 +131,11 @@ def _syncer(ctx: click.Context, store: Any, app: str, remote: str) -> Callable[[
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
 @follow_options
+@redact_option
 @json_option(_IMPORT_JSON)
 @click.pass_context
 def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float,
-                      sync_remote: str | None, as_json: bool) -> None:
+                      sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Claude Code sessions: a session file, a project folder, or ~/.claude/projects.
 
     One session per file (APP/PROJECT/SESSION; subagent files become SESSION.subagents.agent-ID,
@@ -142,7 +146,7 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     """
     from ..adapters.claude_code import import_claude
 
-    store = open_store(ctx, must_exist=False)
+    store = import_store(ctx, redact)
     run_import(ctx, store, path, lambda: import_claude(store, path, app=app), app=app, follow=follow,
                interval=interval, sync_remote=sync_remote, as_json=as_json)
 
@@ -170,10 +174,11 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 @click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
 @click.option("--user", default="local", show_default=True, help="The user name of the sessions.")
 @follow_options
+@redact_option
 @json_option(_IMPORT_JSON)
 @click.pass_context
 def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow: bool, interval: float,
-                     sync_remote: str | None, as_json: bool) -> None:
+                     sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Codex CLI rollouts: a rollout file, or a folder such as ~/.codex/sessions.
 
     One session per thread (APP/USER/THREAD-ID). A fork shares its parent's history, a
@@ -182,11 +187,12 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow:
     """
     from ..adapters.codex import import_codex
 
-    store = open_store(ctx, must_exist=False)
+    store = import_store(ctx, redact)
     run_import(ctx, store, path, lambda: import_codex(store, path, app=app, user=user), app=app, follow=follow,
                interval=interval, sync_remote=sync_remote, as_json=as_json)
 
 
+# every import takes --redact: a new one (gemini) adds @redact_option and opens its store with import_store(ctx, redact)
 @click.command("codex")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
@@ -256,6 +262,9 @@ def _export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, a
     for rel in written:
         click.echo(safe(rel))
     note(f"wrote {len(written)} file(s) under {dest}")
+    if sessions is None:
+        sessions = [store.session(i.app, i.user, i.session) for i in store.sessions(app)] if store.exists else []
+    note_redacted(sessions)
 
 
 # -- grep ----------------------------------------------------------------------------------------

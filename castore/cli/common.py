@@ -25,7 +25,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -389,6 +389,41 @@ def json_option(schema: str) -> Callable[[F], F]:
         "--json", "as_json", is_flag=True,
         help=f"Print one JSON document instead of text: {schema}",
     )
+
+
+def redact_option(f: F) -> F:
+    """Decorator: add ``--redact`` (passed as ``redact``) to an import command; the command
+    opens its store with :func:`import_store`."""
+    return click.option(
+        "--redact", is_flag=True,
+        help="Replace secrets (cloud keys, GitHub and model-provider tokens, private keys, JWTs, passwords in "
+             "URLs and assignments) with [REDACTED:KIND:HASH] before anything is stored: the archive never holds "
+             "them, and exports are redacted. `castore redact --enable` does it for every write to the store.",
+    )(f)
+
+
+def import_store(ctx: click.Context, redact: bool) -> Store:
+    """The store an import writes to (created when missing), redacting its writes with ``redact``.
+
+    Raises:
+        FormatError, ConfigContended, StorageError.
+    """
+    store = open_store(ctx, must_exist=False)
+    if redact:
+        store.redact_writes(True)
+    return store
+
+
+def note_redacted(sessions: Iterable[Session]) -> None:
+    """Say on stderr which of ``sessions`` were redacted before they were stored (their
+    exports are not the original files)."""
+    from ..redact import REDACTED_INFO
+
+    keys = [format_key(*s.key) for s in sessions if s.exists() and s.info.get(REDACTED_INFO)]
+    if keys:
+        note(f"{plural(len(keys), 'session')} redacted when stored ({', '.join(keys[:3])}"
+             f"{', ...' if len(keys) > 3 else ''}): secrets read [REDACTED:KIND:HASH], the files are not the "
+             "originals byte for byte")
 
 
 def limit_option(default: int | None = None, what: str = "items") -> Callable[[F], F]:

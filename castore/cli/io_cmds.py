@@ -16,11 +16,13 @@ from .common import (
     CliState,
     format_key,
     get_session,
+    import_store,
     json_option,
     note,
-    open_store,
+    note_redacted,
     plural,
     print_json,
+    redact_option,
     split_key,
 )
 from .render import safe
@@ -78,12 +80,13 @@ def import_group() -> None:
 @click.option("--skip-bad-lines", is_flag=True,
               help="Skip lines that are not JSON objects (a torn last line) and report them, instead of failing.")
 @follow_options
+@redact_option
 @json_option('a list of {"session": "APP/USER/SESSION", "head": ID, "entries": NEW, "total": N, "branches": {...}, '
              '"labels": {...}, "skipped": [[LINE, REASON], ...], "blobs": N, "upgraded_from": V, "path": FILE, '
              '"offset": BYTES, "torn": BYTES, "notes": [...]}')
 @click.pass_context
 def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip_bad_lines: bool, follow: bool,
-              interval: float, sync_remote: str | None, as_json: bool) -> None:
+              interval: float, sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Pi sessions: session files (v1-v3), or a folder such as ~/.pi/agent/sessions.
 
     One session per file. Every entry becomes a commit whose parent is its parentId; the
@@ -103,7 +106,7 @@ def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip
         sid = parts[2] if len(parts) == 3 else None
         if sid is not None and (len(paths) > 1 or os.path.isdir(paths[0])):
             raise click.UsageError("-s APP/USER/SESSION names one session: import one file, or pass -s APP/USER")
-    store = open_store(ctx, must_exist=False)
+    store = import_store(ctx, redact)
 
     def once() -> list[Any]:
         if sid is not None:
@@ -186,6 +189,7 @@ def export_pi(ctx: click.Context, rev: str, spec: str | None, output: str | None
         note(f"wrote {plural(n, 'line')} to {output}")
     else:
         export_session(session, rev, out=sys.stdout, whole=not path_only)
+    note_redacted([session])
 
 
 def register(group: click.Group) -> None:

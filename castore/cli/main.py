@@ -80,6 +80,7 @@ OPTIONAL_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "castore.cli.archive_cmds": ("import", "export", "grep"),
     "castore.cli.key_cmds": ("key", "erase", "erasures"),
     "castore.cli.usage_cmds": ("usage",),
+    "castore.cli.redact_cmds": ("redact",),
 }
 
 
