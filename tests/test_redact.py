@@ -349,11 +349,20 @@ def test_import_codex_and_pi_take_redact(tmp_path: Path) -> None:
 
 
 # -- castore redact ---------------------------------------------------------------------------------
-def test_castore_redact_dry_run_changes_nothing_then_rewrites_and_gc_removes_the_rest(tmp_path: Path) -> None:
+def test_castore_redact_dry_run_changes_nothing_then_rewrites_and_gc_removes_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "s"
+    index = tmp_path / "index"
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(index))
     secrets = [s for _, s in SAMPLES.values()]
     src = _claude_file(tmp_path)
     assert _cli(store, "import", "claude", str(src)).exit_code == 0
+    assert _cli(store, "grep", "-a", "AKIA").exit_code == 0  # the search index, built now, holds the text
+
+    def in_index() -> bool:
+        return any(s.encode() in p.read_bytes() for p in index.rglob("*") if p.is_file() for s in secrets)
+
+    assert in_index()
     with castore.open(str(store)) as st:
         _write_everywhere(st)
         s = st.session("app", "u", "s1")
@@ -374,7 +383,8 @@ def test_castore_redact_dry_run_changes_nothing_then_rewrites_and_gc_removes_the
     r = _cli(store, "redact", "--all")
     assert r.exit_code == 0, r.output
     assert not any(s in r.stdout + r.stderr for s in secrets)
-    assert "commits written again" in r.stderr
+    assert "commits written again" in r.stderr and "search index rebuilt" in r.stderr
+    assert not in_index()
     with castore.open(str(store)) as st:
         s = st.session("app", "u", "s1")
         assert set(s.branches()) == {"main", "side"} and set(s.labels()) == {"v1"}

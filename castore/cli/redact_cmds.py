@@ -20,6 +20,7 @@ from .text import safe
 
 if TYPE_CHECKING:
     from ..scrub import RedactReport
+    from ..store import Store
 
 _REDACT_JSON = ('a list of {"session": "APP/USER/SESSION" (for app or user state: "state": "APP" or "APP/USER"), '
                 '"found": [{"commit": ID|null, "where": '
@@ -47,8 +48,9 @@ def redact_cmd(ctx: click.Context, spec: str | None, all_sessions: bool, dry_run
     is keyed with the store's redaction key, so one secret has one tag in every session. Each
     session with something to redact is written again as new commits (refs moved, without a
     reflog entry) and its info is marked redacted; the report says what was found where, never
-    the secret. The old objects stay until `castore gc` removes them (after its grace period;
-    `castore reflog expire` first for moves recorded before).
+    the secret. The search index, if the store has one, is built again. The old objects stay
+    until `castore gc` removes them (after its grace period; `castore reflog expire` first for
+    moves recorded before).
     """
     from ..scrub import redact_sessions
 
@@ -62,6 +64,9 @@ def redact_cmd(ctx: click.Context, spec: str | None, all_sessions: bool, dry_run
         raise click.UsageError("give a session or --all, not both")
     sessions = None if all_sessions else [get_session(ctx, spec=spec)]
     reports = redact_sessions(store, sessions, dry_run=dry_run)
+    rewritten = sum(r.rewritten for r in reports)
+    if rewritten and _rebuild_index(store):
+        note("search index rebuilt (the text it held before is gone)")
     if as_json:
         print_json([{**({"session": format_key(*r.session)} if r.session[2] else {"state": _label(r)}),
                      "found": [{"commit": f.commit, "where": f.where, "kind": f.kind, "tag": f.tag}
@@ -79,7 +84,6 @@ def redact_cmd(ctx: click.Context, spec: str | None, all_sessions: bool, dry_run
         for s in r.skipped:
             note(f"{key}: {safe(s)}")
         total += len(r.found)
-    rewritten = sum(r.rewritten for r in reports)
     if dry_run:
         note(f"dry run: {plural(total, 'secret')} found in {plural(len(reports), 'session')}; nothing was written")
     else:
@@ -87,6 +91,19 @@ def redact_cmd(ctx: click.Context, spec: str | None, all_sessions: bool, dry_run
              f"{plural(rewritten, 'commit')} written again")
         if rewritten:
             note(f"the old objects stay until {hint('gc', session=False)} (after its grace period)")
+
+
+def _rebuild_index(store: Store) -> bool:
+    """Build the store's search index again, if it has one: an update would leave the old text
+    of rewritten sessions in its files until they are compacted."""
+    import os
+
+    from ..grep.index import Index, index_dir, indexable
+
+    if not indexable(store) or not os.path.exists(os.path.join(index_dir(store), "state.json")):
+        return False
+    Index(store).rebuild()
+    return True
 
 
 def _label(r: RedactReport) -> str:
