@@ -50,7 +50,7 @@ from .plumbing import (
 from .redact import REDACTED_INFO, Finding, Redactor, new_key
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .session import Session, SessionHost
     from .store import Store
 
 _ID = re.compile(r"[0-9a-f]{64}")
@@ -107,7 +107,8 @@ class _Rewrite:
     sessions name is rewritten once."""
 
     def __init__(self, store: Store, redactor: Redactor, dry_run: bool) -> None:
-        self.store = store
+        self.root = store
+        self.store: SessionHost = store  # the store of what is being rewritten (a tenant's, in that layout)
         self.r = redactor
         self.dry_run = dry_run
         self.report = RedactReport(("", "", ""), dry_run=dry_run)
@@ -236,8 +237,19 @@ class _Rewrite:
         assert new_parent is not None
         return new_parent
 
+    def _use(self, store: SessionHost) -> None:
+        """Rewrite in ``store`` from now on (in the tenant layout, each tenant has its own;
+        commits map across them: a session's commits name its app's state commits)."""
+        if store is not self.store:
+            self._flush()
+            self.store = store
+            self.objects, self.not_blob = {}, set()
+            self.objs = store.plumbing.batch(None)
+            self.batch = None
+
     def scope(self, app: str, user: str | None) -> RedactReport:
         """Rewrite an app's state (``user=None``) or a user's; move its ref."""
+        self._use(self.root.tenant(app, user))
         self.report = RedactReport((app, user or "", ""), dry_run=self.dry_run)
         ref = scope_ref(app, user)
         cur = self.store.refs.read(ref)
@@ -261,6 +273,7 @@ class _Rewrite:
 
     def session(self, s: Session) -> RedactReport:
         """Rewrite (or with ``dry_run`` only scan) a session; move its refs."""
+        self._use(s.store)
         self.report = RedactReport(s.key, dry_run=self.dry_run)
         refs = SessionRefs.of(*s.key)
         names = [n for n in self.store.refs.list(refs.prefix)

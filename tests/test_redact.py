@@ -437,3 +437,21 @@ def test_redact_sessions_in_the_library(tmp_path: Path) -> None:
         reports = redact_sessions(st, [s])
         assert [f.kind for f in reports[0].found] == ["github-token"] and reports[0].rewritten == 1
         assert s.log()[-1].id == before  # the clean commit below keeps its id
+
+
+def test_a_tenant_layout_store_redacts_every_tenant(tmp_path: Path) -> None:
+    url = str(tmp_path / "s")
+    text, secret = SAMPLES["openai-key"]
+    with castore.open(url, layout="tenants") as st:
+        st.session("a", "u", "before").append(castore.Message(role="user", content=text))  # a tenant opened first
+        st.set_redact(True)
+        st.session("a", "u", "s").append(castore.Message(role="user", content=text))
+        st.session("b", "v", "s").append(castore.Message(role="user", content=text), state_delta={"app:k": text})
+        assert st.session("b", "v", "s").messages()[0].content.startswith("OPENAI [REDACTED:openai-key:")
+    holding = _holding(url, [secret])  # (every file on disk; the objects of the root store)
+    assert holding and all("/tenants/a/u/" in h for h in holding)  # only the session written before
+    with castore.open(url) as st:
+        assert [f.kind for r in redact_sessions(st) for f in r.found] == ["openai-key"]
+        assert "[REDACTED:openai-key:" in st.session("a", "u", "before").messages()[0].content
+    with castore.open(url) as st:
+        assert all(r.found == [] for r in redact_sessions(st, dry_run=True))
