@@ -239,12 +239,12 @@ def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
             last = line
 
 
-def put_blobs(store: SessionHost, raws: list[bytes]) -> list[str]:
+def put_blobs(store: SessionHost, raws: list[bytes], read: bool = False) -> list[str]:
     """Store each bytes as a blob (content-addressed: a line seen before costs nothing),
-    redacted when the store redacts writes (:func:`stored_bytes`; lines from
-    :func:`read_lines` come redacted already, and redacting twice is redacting once)."""
+    redacted when the store redacts writes (:func:`stored_bytes`), unless ``read``: lines
+    :func:`read_lines` gave, redacted already."""
     encode = store.objects.codec.encode
-    enc = [encode(Blob(data=stored_bytes(store, r))) for r in raws]
+    enc = [encode(Blob(data=r if read else stored_bytes(store, r))) for r in raws]
     store.objects.put_encoded(enc)
     return [oid for oid, _ in enc]
 
@@ -375,7 +375,7 @@ class TreeWriter:
         if not self.run:
             return
         s = self.session
-        put_blobs(s.store, [p.raw for p in self.run])
+        put_blobs(s.store, [p.raw for p in self.run], read=True)
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
         if parent is None:
             if s.exists() and s.head is not None:
