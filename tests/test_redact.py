@@ -348,6 +348,28 @@ def test_import_codex_and_pi_take_redact(tmp_path: Path) -> None:
     assert out == Redactor(_key(tmp_path / "red")).raw(codex.read_bytes())
 
 
+def test_import_gemini_takes_redact_for_jsonl_and_whole_file_sessions(tmp_path: Path) -> None:
+    secrets = [s for _, s in SAMPLES.values()]
+    chats = tmp_path / "gemini" / "my-app" / "chats"
+    chats.mkdir(parents=True)
+    src = DATA / "gemini" / "tmp" / "my-app" / "chats"
+    jsonl = chats / "session-2026-03-10T09-00-7f3c2a9e.jsonl"
+    jsonl.write_bytes(_inject((src / jsonl.name).read_bytes()))
+    whole = json.loads((src / "session-2025-09-01T08-00-a1b2c3d4.json").read_text())
+    whole["messages"][0]["content"] += "\n" + "\n".join(t for t, _ in SAMPLES.values())
+    (chats / "session-2025-09-01T08-00-a1b2c3d4.json").write_text(json.dumps(whole, indent=2))
+    assert _cli(tmp_path / "plain", "import", "gemini", str(tmp_path / "gemini")).exit_code == 0
+    assert _holding(str(tmp_path / "plain"), secrets)  # control
+    r = _cli(tmp_path / "red", "import", "gemini", str(tmp_path / "gemini"), "--redact", "--json")
+    assert r.exit_code == 0, r.output
+    assert sum(d["lines"] for d in json.loads(r.stdout)) > 0
+    assert _holding(str(tmp_path / "red"), secrets) == []
+    r = _cli(tmp_path / "red", "export", "gemini", str(tmp_path / "out"))
+    assert r.exit_code == 0 and "redacted when stored" in r.stderr
+    out = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert b"[REDACTED:" in out and not any(s.encode() in out for s in secrets)
+
+
 # -- castore redact ---------------------------------------------------------------------------------
 def test_castore_redact_dry_run_changes_nothing_then_rewrites_and_gc_removes_the_rest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

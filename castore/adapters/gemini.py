@@ -255,7 +255,7 @@ class _Importer:
         bodies: dict[str, str] = {}  # message id -> what its body says (this import's)
         agents: dict[str, int] = {}  # subagent id -> the line of the tool call that ran it
         try:
-            for end, raw in read_lines(f, offset0):
+            for end, raw in read_lines(f, offset0, self.store.plumbing.redactor):
                 d: Any = parse_line(raw)
                 if d is NOT_JSON:
                     res.notes.append(f"line {n + 1}: not JSON, kept as is")
@@ -432,11 +432,11 @@ def _import_whole(store: Store, src: _Source, f: IO[bytes], app: str, version: i
         return out
     new = msgs[len(have):]
     raws = [json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode() for m in new]
-    put_blobs(store, raws)
+    ids = put_blobs(store, raws)  # (redacted when the store redacts: name the blobs as stored)
     entries = []
-    for i, (m, raw) in enumerate(zip(new, raws, strict=True)):
+    for i, (m, rid) in enumerate(zip(new, ids, strict=True)):
         msg = _message(m)
-        meta: dict[str, Any] = {KEY: {"o": len(have) + i, "raw": blob_id(raw), "f": s.id,
+        meta: dict[str, Any] = {KEY: {"o": len(have) + i, "raw": rid, "f": s.id,
                                       "type": str(m.get("type")), "id": m.get("id")}}
         when = parse_time(m.get("timestamp"))
         if when is not None:

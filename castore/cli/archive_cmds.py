@@ -192,7 +192,6 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow:
                interval=interval, sync_remote=sync_remote, as_json=as_json)
 
 
-# every import takes --redact: a new one (gemini) adds @redact_option and opens its store with import_store(ctx, redact)
 @click.command("codex")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
@@ -215,10 +214,11 @@ def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, 
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="gemini", show_default=True, help="The app name of the sessions.")
 @follow_options
+@redact_option
 @json_option(_IMPORT_JSON)
 @click.pass_context
 def import_gemini_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float,
-                      sync_remote: str | None, as_json: bool) -> None:
+                      sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Gemini CLI sessions: a session file, a chats folder, or ~/.gemini/tmp.
 
     One session per file (APP/PROJECT/SESSION-ID; a subagent's file becomes PARENT.SESSION-ID,
@@ -228,7 +228,7 @@ def import_gemini_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     """
     from ..adapters.gemini import import_gemini
 
-    store = open_store(ctx, must_exist=False)
+    store = import_store(ctx, redact)
     run_import(ctx, store, path, lambda: import_gemini(store, path, app=app), app=app, follow=follow,
                interval=interval, sync_remote=sync_remote, as_json=as_json)
 
