@@ -292,7 +292,9 @@ class _Rewrite:
         for _, tip in tips:
             self._chain(tip)
         self._flush()
-        info = dict((head.meta.get(META_INFO) or {}) if head is not None else {})
+        codec = self.store.objects.codec
+        opened = codec.open_meta(head.meta.get(META_INFO, {}), META_INFO) if head is not None else {}
+        info = dict(opened) if isinstance(opened, dict) else {}
         new_info = self._ids(self._value(info, None, "info"), None)
         if self.dry_run:
             return self.report
@@ -316,7 +318,7 @@ class _Rewrite:
                                      "again")
             keep = {k: v for k, v in cur.meta.items() if k in REAL_NAME_KEYS or k in HEAD_KEEPS}
             if name == head_name:  # a detached HEAD
-                keep[META_INFO] = info
+                keep[META_INFO] = self.store.objects.codec.seal_meta(info, META_INFO)
             meta = plumbing.ref_meta_at(new, **keep)
             try:
                 plumbing.swap(name, new, cur, meta)
@@ -327,7 +329,7 @@ class _Rewrite:
         head = plumbing.refs.read(head_name)
         if head is not None and head.symbolic is not None:
             meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
-            meta[META_INFO] = info
+            meta[META_INFO] = self.store.objects.codec.seal_meta(info, META_INFO)
             try:
                 plumbing.swap(head_name, head.target, head, meta)
             except RefConflict as e:
