@@ -20,7 +20,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     plumbing, groupcommit, revisions, pathview  the write path, group commit; typed revisions; a handle's path view
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
-    sync, maintenance, scrub, grep, views, porcelain  push/pull, fsck/gc, redact stored sessions, search; views, status
+    sync, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, views, status, re-keying
     adapters, html, usage               LangGraph, Pi, ADK, OpenAI Agents; the viewer; token usage
     cli, __main__                       the ``castore`` command
 """
@@ -90,7 +90,7 @@ _LAZY = {
 #: submodules reachable as attributes (``castore.history.K``) without importing them first,
 #: as when ``import castore`` loaded them all
 _SUBMODULES = frozenset({
-    "adapters", "aio", "cli", "context", "entries", "grep", "history", "html", "usage",
+    "adapters", "aio", "cli", "context", "convert", "entries", "grep", "history", "html", "usage",
     "maintenance", "names", "objects", "objectstore", "plumbing", "redact", "refs", "revisions", "scrub", "session",
     "state",
     "storage", "store", "sync", "zdict",

@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("plumbing", "groupcommit", "revisions", "pathview"),
     ("context",),
     ("session", "store"),
-    ("sync", "maintenance", "scrub", "grep", "views", "porcelain"),
+    ("sync", "maintenance", "scrub", "grep", "views", "porcelain", "convert"),
     ("adapters", "html", "usage"),
     ("cli", "__main__"),
 ]

@@ -35,6 +35,7 @@ import click
 from .. import objects as o
 from ..errors import CastoreError, SessionNotFound
 from ..session import Session
+from ..storage import open_storage, split_url
 from ..store import Store, default_url
 from .text import safe, safe_json
 
@@ -190,6 +191,24 @@ def key_options(ctx: click.Context | None = None) -> dict[str, Any]:
     from ..crypto.keys import MasterKey  # only for an encrypted store: a plain one never loads it
 
     return {"master_key": MasterKey.from_file(path)}
+
+
+def ensure_bucket(url: str, ctx: click.Context | None = None) -> None:
+    """On ``s3://BUCKET/...``: create the bucket when it is missing (a store cannot even be
+    opened without it), with the global ``-o`` options; other URLs are left alone.
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    if split_url(url)[0] not in ("s3", "s3a"):
+        return
+    storage: Any = open_storage(url, **store_options(ctx or click.get_current_context()))  # S3Storage
+    try:
+        if not storage.bucket_exists():
+            storage.create_bucket()
+            note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
+    finally:
+        storage.close()
 
 
 def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> Store:
@@ -583,6 +602,7 @@ __all__ = [
     "format_key",
     "escape",
     "unescape",
+    "ensure_bucket",
     "json_option",
     "print_json",
     "to_jsonable",

@@ -78,7 +78,7 @@ OPTIONAL_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "castore.cli.io_cmds": ("import", "export"),
     "castore.cli.html_cmds": ("export", "serve"),
     "castore.cli.archive_cmds": ("import", "export", "grep"),
-    "castore.cli.key_cmds": ("key", "erase", "erasures"),
+    "castore.cli.key_cmds": ("key", "encrypt", "erase", "erasures"),
     "castore.cli.usage_cmds": ("usage",),
     "castore.cli.redact_cmds": ("redact",),
 }

@@ -13,9 +13,9 @@ from .. import porcelain
 from ..entries import DELETE, Event, Message
 from ..errors import CastoreError, InvalidEntry
 from ..session import Session
-from ..storage import open_storage, split_url
 from ..store import Store, check_url
 from .common import (
+    ensure_bucket,
     format_key,
     get_session,
     hint,
@@ -64,14 +64,7 @@ def init_cmd(ctx: click.Context, url: str | None, fmt: int | None, layout: str |
     """
     target = url or store_url(ctx)
     check_url(target)
-    if split_url(target)[0] in ("s3", "s3a"):  # the bucket first: a store cannot even be opened without it
-        storage: Any = open_storage(target, **store_options(ctx))  # S3Storage (behind RetryingStorage)
-        try:
-            if not storage.bucket_exists():
-                storage.create_bucket()
-                note(f"Created bucket {storage.bucket!r} at {storage.endpoint}")
-        finally:
-            storage.close()
+    ensure_bucket(target, ctx)
     if key_store and not encrypted:
         raise click.UsageError("--key-store goes with --encrypted")
     with Store.open(target, format=fmt, layout=layout, encrypted=encrypted or None, key_store=key_store,
