@@ -211,3 +211,41 @@ def test_cli_encrypt_writes_a_copy_and_refuses_a_store_that_is_not_empty(tmp_pat
                            env={"CASTORE_MASTER_KEY": ""})
     assert no_key.exit_code == 1 and "Error" in no_key.stderr
     shutil.rmtree(tmp_path / "enc2", ignore_errors=True)
+
+
+def test_ids_kept_by_an_adapter_follow_their_objects_and_other_hex_stays(tmp_path: Path, key: str) -> None:
+    from castore.objects import Blob
+
+    with castore.open(str(tmp_path / "plain")) as src:
+        home = src.tenant("app", "u")
+        blob = home.objects.put(Blob(data=b"an archived line"))
+        s = src.session("app", "u", "s")
+        first = s.append(Message(role="user", content="one"))
+        not_an_object = "f" * 64
+        s.append(Message(role="user", content="two"),
+                 meta={"raw": blob, "deep": [{"commit": first}], "other": not_an_object},
+                 state_delta={"raw_id": bytes.fromhex(blob), "text": not_an_object})
+        with castore.open(str(tmp_path / "enc"), encrypted=True, master_key=key) as dst:
+            assert convert(src, dst).differences == []
+            d = dst.session("app", "u", "s")
+            le = d.show("HEAD")
+            new_blob, new_first = le.meta["raw"], le.meta["deep"][0]["commit"]
+            assert new_blob != blob and new_first != first and le.meta["other"] == not_an_object
+            assert dst.tenant("app", "u").objects.get(new_blob) == Blob(data=b"an archived line")
+            assert new_first == d.resolve("HEAD~1")
+            state = d.state()
+            assert state["raw_id"] == bytes.fromhex(new_blob) and state["text"] == not_an_object
+
+
+def test_a_path_longer_than_the_recursion_limit_converts(tmp_path: Path, key: str) -> None:
+    import sys
+
+    n = sys.getrecursionlimit() * 3
+    with castore.open(str(tmp_path / "plain"), durable=False) as src:
+        s = src.session("app", "u", "long")
+        for i in range(0, n, 500):
+            s.append_many([Message(role="user", content=f"m{j}") for j in range(i, min(n, i + 500))])
+        with castore.open(str(tmp_path / "enc"), encrypted=True, master_key=key, durable=False) as dst:
+            report = convert(src, dst)
+            assert report.differences == []
+            assert len(dst.session("app", "u", "long").entries()) == n
