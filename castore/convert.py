@@ -28,7 +28,7 @@ source is only read. :func:`compare` checks the copy afterwards.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import names
@@ -66,9 +66,7 @@ class ConvertReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (``--json``)."""
-        return {"tenants": self.tenants, "sessions": self.sessions, "refs": self.refs,
-                "refs_present": self.refs_present, "objects": self.objects, "bytes": self.bytes,
-                "differences": list(self.differences)}
+        return asdict(self)
 
 
 _Key = tuple[str, str]  # (app segment, user segment) of a destination tenant
