@@ -20,7 +20,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     plumbing, groupcommit, revisions, pathview  the write path, group commit; typed revisions; a handle's path view
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
-    sync, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, views, status, re-keying
+    sync, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, status, re-keying
     adapters, html, usage               LangGraph, Pi, ADK, OpenAI Agents; the viewer; token usage
     cli, __main__                       the ``castore`` command
 """
