@@ -552,3 +552,21 @@ def test_cli_import_pi_folder_again_and_follow_options(tmp_path, real_files):
         res.output
     res = CliRunner().invoke(main, ["--store", url, "import", "pi", str(root / "s.jsonl"), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)[0]["entries"] == 0
+
+
+def test_images_survive_gc_and_push(tmp_path):
+    # an image taken out of a message body is a blob only that body names: the commit's
+    # metadata names it too, so gc keeps it and push sends it
+    from castore.maintenance import gc
+    from castore.sync import push
+
+    entries = every_type_entries()
+    with castore.open(str(tmp_path / "s")) as store:
+        r = pi.import_session(store, write_jsonl(tmp_path / "a.jsonl", entries))
+        gc(store, grace=0)
+        msgs = pi.inline_images(store, list(store.session(*r.key).messages()))
+        assert any("image" in str(m.content) and PNG in str(m.content) for m in msgs)
+        with castore.open(str(tmp_path / "remote")) as remote:
+            push(store, remote)
+            got = pi.inline_images(remote, list(remote.session(*r.key).messages()))
+            assert [m.to_dict() for m in got] == [m.to_dict() for m in msgs]

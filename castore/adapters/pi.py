@@ -344,6 +344,11 @@ def _extract_images(value: Any, put: Any) -> Any:
     return {k: _extract_images(v, put) for k, v in value.items()}
 
 
+def _keep(ids: list[str], oid: str) -> str:
+    ids.append(oid)
+    return oid
+
+
 def _inline_images(value: Any, get: Any) -> Any:
     if isinstance(value, list):
         return [_inline_images(v, get) for v in value]
@@ -648,7 +653,10 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             kind, body, author, meta = _to_castore(e, tree.ids)
             meta["o"] = ordinal
             if body is not None:
-                body = _extract_images(body, put)
+                images: list[str] = []
+                body = _extract_images(body, lambda data: _keep(images, put(data)))
+                if images:  # named in the commit's metadata, so that gc keeps them and sync sends them
+                    meta[BLOB_KEY] = sorted(set(images))
             if "raw" in meta:
                 meta["raw"] = _extract_images(meta["raw"], put)
             cid, depth = w.commit(kind, body, author, meta, _time(e.get("timestamp")), parent)
