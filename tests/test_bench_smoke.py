@@ -14,7 +14,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SYSTEMS = ["castore local", "LangGraph InMemorySaver", "LangGraph SqliteSaver", "Pi JSONL", "floor (append to a file)"]
+SYSTEMS = ["castore local", "castore encrypted", "LangGraph InMemorySaver", "LangGraph SqliteSaver", "Pi JSONL", "floor (append to a file)"]
 SECTIONS = ["Append: median time per step", "Append growth", "Bytes stored", "Disk usage", "Cold read of the current path",
             "Time travel", "Full log", "Fork at the middle step: bytes written", "Fork at the middle step: time"]
 
@@ -64,6 +64,15 @@ def test_smoke_run_writes_every_table_with_a_row_per_system_and_the_targets(smok
     for i in range(1, 6):
         assert re.search(rf"^{i}\. .*\*\*(met|not met|not measured)\*\*", targets, re.M), (i, targets)
     assert "castore S3: not run" in text  # smoke is local only
+
+
+def test_smoke_run_writes_the_encrypted_store_against_plain_castore_with_its_targets(smoke):
+    sec = _section(smoke[0], "Encrypted store: castore encrypted against castore local")
+    for row in ("durable append, median per step", "cold read: messages + state, new process", "bytes stored"):
+        assert re.search(rf"\| {row}[^|]*\| [\d.,]+ (ms|kB) / [\d.,]+ (ms|kB) \(×[\d.]+\) \|", sec), (row, sec)
+    for target in ("durable append within 1.15×", "cold read of 10,000 entries within 1.2×", "bytes stored within 1.05×"):
+        assert re.search(rf"^- {re.escape(target)}.*\*\*(met|not met)\*\*", sec, re.M), (target, sec)
+    assert "S3 requests per append unchanged: **not measured**" in sec  # smoke is local only
 
 
 def test_smoke_run_writes_the_turn_section_with_every_read(smoke):

@@ -26,7 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 from . import cold, fleet, lg, machine, report, turn
-from .systems import CastoreLocal, Floor, PiJsonl, System
+from .systems import CastoreEncrypted, CastoreLocal, Floor, PiJsonl, System
 from .workload import step
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,6 +42,8 @@ class Results:
         self.fleet: dict[str, Any] | str | None = None  # the fleet's figures, or why it did not run
         self.turn: dict[tuple[str, str, str, int], list[float]] = {}  # the turn's figures (benchlib.turn)
         self.turn_sizes: list[int] = []
+        #: requests and round trips of each append on S3, plain and encrypted (benchlib.s3.requests_per_append)
+        self.s3_appends: dict[str, list[tuple[int, int]]] = {}
 
     def add(self, fig: str, system: str, n: int, value: Any) -> None:
         self.samples[(fig, system, n)].append(value)
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     started, load_before = time.time(), machine.uptime()
     res = Results()
     server = None
-    systems: list[System] = [CastoreLocal(workdir), lg.InMemory(workdir), lg.Sqlite(workdir)]
+    systems: list[System] = [CastoreLocal(workdir), CastoreEncrypted(workdir), lg.InMemory(workdir), lg.Sqlite(workdir)]
     if lg.has_delta_channel():
         systems.append(lg.Delta(workdir))
     systems += [PiJsonl(workdir), Floor(workdir)]
@@ -283,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                 run_cold_only(n, s3sys, cfg, res)
             if n != cfg.sizes[-1] or cfg.fleet:
                 write(f"**Partial: written after N = {n:,}; the run goes on.**")
+        if server is not None:
+            log("S3: requests per append, plain and encrypted stores alternated")
+            res.s3_appends = s3.requests_per_append(server, cfg.window * 2)
         if cfg.turn_sizes:
             res.turn_sizes = cfg.turn_sizes
             # the 100,000-entry store takes minutes to build: built once, kept in a cache folder

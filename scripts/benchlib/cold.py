@@ -88,7 +88,7 @@ if url.startswith("s3://"):
     from benchlib.count import CountingStorage
     store = castore.Store(CountingStorage(open_storage(url, **opts)))
 else:
-    store = castore.open(url)
+    store = castore.open(url, **opts)
 s = store.session(*sys.argv[3:6])
 msgs = s.messages()
 _t1 = time.perf_counter()

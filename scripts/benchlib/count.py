@@ -39,8 +39,17 @@ class Meter:
 
     @property
     def requests(self) -> int:
-        """HTTP requests sent by the wrapped S3 storages (``S3Storage.request_count``)."""
-        return sum(int(getattr(s.inner, "request_count", 0)) for s in self.storages)
+        """HTTP requests sent by the wrapped S3 storages (``S3Storage.request_count``).
+
+        A tenant's storage (``child``) shares its parent's S3 client, and every storage on a
+        client counts each request the client sends after its own first one: per client, the
+        largest count is the client's total.
+        """
+        by_client: dict[int, int] = {}
+        for s in self.storages:
+            client = id(getattr(s.inner, "_fs", s.inner))
+            by_client[client] = max(by_client.get(client, 0), int(getattr(s.inner, "request_count", 0)))
+        return sum(by_client.values())
 
     def snapshot(self) -> tuple[int, int, int]:
         """(requests, sequential round trips, storage calls) so far."""
@@ -101,6 +110,10 @@ class CountingStorage(Storage):
 
     def mtime(self, key: str) -> float | None:
         return self._call("mtime", key)
+
+    def child(self, prefix: str) -> CountingStorage:
+        """The inner storage's child (a tenant's store), counted on the same meter."""
+        return CountingStorage(self.inner.child(prefix), self.meter)
 
     def close(self) -> None:
         self.inner.close()

@@ -12,6 +12,9 @@ from .turn import section as turn_section
 from .workload import MESSAGE_BYTES, compressibility, payload
 
 BASE = "castore local"
+ENC = "castore encrypted"
+#: issue 36's targets: encrypted / plain castore
+ENC_TARGETS = {"append": 1.15, "cold": 1.2, "bytes": 1.05}
 
 
 def ms(x: float | None) -> str:
@@ -197,6 +200,7 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
         *t.render(lambda name, n: med("fork_ms", name, n), ms),
         "",
         *_s3_section(res, sizes, names),
+        *_encrypted_section(res, sizes, app),
         *fleet_section(getattr(res, "fleet", None)),
         *turn_section(getattr(res, "turn", None), getattr(res, "turn_sizes", [])),
         *_targets(res, sizes, app, grow),
@@ -239,6 +243,62 @@ _HOW = [
     "- Each N is a fresh build; every step's state is checked reachable (steps 0, N/3 and N-1 for castore, "
     "the middle for every system); every read is checked (message count, `turn`).",
 ]
+
+
+def _encrypted_section(res: Any, sizes: list[int], app: Any) -> list[str]:
+    """The encrypted store against plain castore, same run, with issue 36's targets."""
+    med = res.median
+    if not any(res.get("append_steps", ENC, n) for n in sizes):
+        return []
+
+    def verdict(r: float | None, target: float) -> str:
+        return "**not measured**" if r is None else "**met**" if r <= target else "**not met**"
+
+    def r(x: float | None, y: float | None) -> float | None:
+        return x / y if x is not None and y else None
+
+    rows = [("durable append, median per step", lambda n: (app(ENC, n), app(BASE, n)), ms),
+            ("cold read: messages + state, new process", lambda n: (med("cold_ms", ENC, n), med("cold_ms", BASE, n)),
+             ms),
+            ("cold read, whole process", lambda n: (med("cold_wall_ms", ENC, n), med("cold_wall_ms", BASE, n)), ms),
+            ("bytes stored (key store included)", lambda n: (med("bytes", ENC, n), med("bytes", BASE, n)), nbytes),
+            ("disk usage", lambda n: (med("disk", ENC, n), med("disk", BASE, n)), nbytes)]
+    out = ["### Encrypted store: castore encrypted against castore local", "",
+           "`castore.open(path, encrypted=True, master_key=...)` (its key store in its own `keys/` folder), run in the "
+           "same schedule as every system above: appends alternated step by step with castore local, cold reads "
+           "alternated round by round. Each cell: encrypted / plain (ratio).", "",
+           "| figure | " + " | ".join(f"N = {n:,}" for n in sizes) + " |", "|---|" + "---:|" * len(sizes)]
+    for label, pair, fmt in rows:
+        cells = []
+        for n in sizes:
+            e, p = pair(n)
+            cells.append("—" if e is None or p is None else f"{fmt(e)} / {fmt(p)} (×{e / p:.3f})")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    big = max(sizes)
+    note = "" if big == 10000 else f" (10,000 not in this mode: at N = {big:,})"
+    ra, rc, rb = r(*rows[0][1](big)), r(*rows[1][1](big)), r(*rows[3][1](big))
+    s3 = getattr(res, "s3_appends", {})
+    out += ["", "Targets (issue 36), encrypted / plain:", "",
+            f"- durable append within {ENC_TARGETS['append']}×{note}: {verdict(ra, ENC_TARGETS['append'])}"
+            + (f" (×{ra:.3f})" if ra else ""),
+            f"- cold read of 10,000 entries within {ENC_TARGETS['cold']}×{note}: {verdict(rc, ENC_TARGETS['cold'])}"
+            + (f" (×{rc:.3f})" if rc else ""),
+            f"- bytes stored within {ENC_TARGETS['bytes']}×{note}: {verdict(rb, ENC_TARGETS['bytes'])}"
+            + (f" (×{rb:.3f})" if rb else "")]
+    if s3:
+        req = {k: statistics.median(x[0] for x in v) for k, v in s3.items()}
+        rts = {k: statistics.median(x[1] for x in v) for k, v in s3.items()}
+        same = req["encrypted"] == req["plain"] and rts["encrypted"] == rts["plain"]
+        out.append(f"- S3 requests per append unchanged: {'**met**' if same else '**not met**'}: median "
+                   f"{req['encrypted']:.0f} requests, {rts['encrypted']:.0f} round trips encrypted against "
+                   f"{req['plain']:.0f} and {rts['plain']:.0f} plain ({len(s3['plain'])} appends each on new stores "
+                   "on the moto server, alternated; totals " + ", ".join(
+                       f"{k} {sum(x[0] for x in v)}" for k, v in s3.items()) + ")")
+    else:
+        out.append("- S3 requests per append unchanged: **not measured** (no S3 in this run)")
+    out += ["- erasure of a tenant with 1,000 sessions in under a second, O(1) in their size: measured by "
+            "`scripts/bench_erase.py`, in [BENCHMARKS-encryption.md](BENCHMARKS-encryption.md)", ""]
+    return out
 
 
 def _rt(d: dict[str, Any] | None, prefix: str = "") -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import cold
 from .count import CountingStorage, Meter
-from .systems import APP, SESSION, USER, System
+from .systems import APP, MASTER_KEY, SESSION, USER, System
 from .workload import Step
 
 _TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests")
@@ -160,3 +160,36 @@ class CastoreS3(System):
         if getattr(self, "_live", None) is not None:
             self._live[0].close()
         self._live = None
+
+
+def requests_per_append(server: Any, appends: int) -> dict[str, list[tuple[int, int]]]:
+    """(requests, round trips) of each of ``appends`` appends on S3, plain and encrypted stores alternated.
+
+    Each store is new, and its session gets one append first (uncounted: it creates the
+    session and, encrypted, the tenant's keys); then the stores take turns, one append each,
+    at the same session sizes. Keys: ``"plain"``, ``"encrypted"``.
+    """
+    import castore
+    from castore.storage import open_storage
+
+    from .workload import step
+
+    stores, sessions = {}, {}
+    for kind, opts in (("plain", {}), ("encrypted", {"encrypted": True, "master_key": MASTER_KEY})):
+        url = f"s3://{BUCKET}/append-{kind}-{time.monotonic_ns()}"
+        stores[kind] = castore.Store(CountingStorage(open_storage(url, **server.storage_options)), **opts)
+        sessions[kind] = stores[kind].session(APP, USER, SESSION)
+    out: dict[str, list[tuple[int, int]]] = {k: [] for k in stores}
+    try:
+        for i in range(appends + 1):
+            st = step(i)
+            for kind in (("plain", "encrypted") if i % 2 == 0 else ("encrypted", "plain")):
+                r0, t0, _ = stores[kind].storage.meter.snapshot()
+                sessions[kind].append(castore.Message(role=st.role, content=st.content), state_delta=st.delta)
+                r1, t1, _ = stores[kind].storage.meter.snapshot()
+                if i:
+                    out[kind].append((r1 - r0, t1 - t0))
+    finally:
+        for store in stores.values():
+            store.close()
+    return out

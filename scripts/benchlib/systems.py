@@ -16,6 +16,8 @@ from . import cold, fsize
 from .workload import Step, pi_line
 
 APP, USER, SESSION = "bench", "u", "s"
+#: the encrypted systems' master key: fixed, so a cold-read child can be given it (a benchmark, not a secret)
+MASTER_KEY = "YmVuY2htYXJrIG1hc3RlciBrZXksIG5vdCBhIHNlY3I="
 
 
 class System:
@@ -81,14 +83,16 @@ class CastoreLocal(System):
     """castore on local disk, ``castore.open(path)``: the durable default (fsync)."""
 
     name = "castore local"
+    #: keyword arguments of every ``castore.open`` of this system (JSON: a cold-read child gets them too)
+    open_options: dict[str, Any] = {}
 
     def start(self, n: int) -> None:
         import castore
 
         super().start(n)
-        self.url = os.path.join(self.workdir, f"castore-{n}")
+        self.url = os.path.join(self.workdir, f"castore-{n}{'-enc' if self.open_options else ''}")
         shutil.rmtree(self.url, ignore_errors=True)
-        self.store = castore.open(self.url)
+        self.store = castore.open(self.url, **self.open_options)
         self.session = self.store.session(APP, USER, SESSION)
         self.ids: list[str] = []
         self._msg = castore.Message
@@ -115,7 +119,7 @@ class CastoreLocal(System):
     def _fresh(self) -> Any:
         import castore
 
-        return castore.open(self.url)
+        return castore.open(self.url, **self.open_options)
 
     def time_travel(self, mid: int) -> tuple[dict[str, Any], int]:
         with self._fresh() as st:
@@ -133,13 +137,24 @@ class CastoreLocal(System):
         return fsize.tree(self.url)[0] - before
 
     def cold_args(self) -> tuple[str, list[str]]:
-        return cold.CASTORE, [self.url, "{}", APP, USER, SESSION]
+        return cold.CASTORE, [self.url, json.dumps(self.open_options), APP, USER, SESSION]
 
     def cleanup(self) -> None:
         if hasattr(self, "_probe"):
             self._probe[0].close()
             del self._probe
         shutil.rmtree(self.url, ignore_errors=True)
+
+
+class CastoreEncrypted(CastoreLocal):
+    """castore on local disk, encrypted: ``castore.open(path, encrypted=True, master_key=...)``.
+
+    Everything else as :class:`CastoreLocal` (durable default); its key store is the store's
+    own ``keys/`` folder, counted in its bytes.
+    """
+
+    name = "castore encrypted"
+    open_options = {"encrypted": True, "master_key": MASTER_KEY}
 
 
 class PiJsonl(System):
