@@ -69,7 +69,7 @@ def test_smoke_run_writes_every_table_with_a_row_per_system_and_the_targets(smok
 def test_smoke_run_writes_the_encrypted_store_against_plain_castore_with_its_targets(smoke):
     sec = _section(smoke[0], "Encrypted store: castore encrypted against castore local")
     for row in ("durable append, median per step", "cold read: messages + state, new process", "bytes stored"):
-        assert re.search(rf"\| {row}[^|]*\| [\d.,]+ (ms|kB) / [\d.,]+ (ms|kB) \(×[\d.]+\) \|", sec), (row, sec)
+        assert re.search(rf"\| {re.escape(row)}[^|]*\| [\d.,]+ (ms|kB) / [\d.,]+ (ms|kB) \(×[\d.]+\) \|", sec), (row, sec)
     for target in ("durable append within 1.15×", "cold read of 10,000 entries within 1.2×", "bytes stored within 1.05×"):
         assert re.search(rf"^- {re.escape(target)}.*\*\*(met|not met)\*\*", sec, re.M), (target, sec)
     assert "S3 requests per append unchanged: **not measured**" in sec  # smoke is local only

@@ -11,6 +11,8 @@ the growth of the append cost with N is measured free of the machine's drift.
     scripts/bench            # N = 100, 1,000, 10,000 (about 10 minutes on a 2-core machine)
     scripts/bench --quick    # N = 100, 1,000; fewer S3 figures
     scripts/bench --smoke    # N = 100, local systems, 1 round, written to a temporary file
+    scripts/bench --sizes 10000 --systems 'castore local,castore encrypted' --no-fleet --turn-sizes 0 --out F
+                             # the encrypted store against plain castore alone (and S3 requests per append)
 """
 
 from __future__ import annotations
@@ -215,6 +217,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, help="read rounds per N (default: 3; smoke 1)")
     ap.add_argument("--cold-reps", type=int,
                     help="cold reads per N of castore local, Pi JSONL and the floor, alternated (default: 9; smoke 1)")
+    ap.add_argument("--systems", help="comma-separated names of the systems to run, as the tables name them "
+                    "(default: all), e.g. 'castore local,castore encrypted' (S3 requests per append run with S3)")
     ap.add_argument("--no-s3", action="store_true", help="leave out castore on S3 (no moto server)")
     ap.add_argument("--window", type=int, help="S3 appends in the append probe, at N and on a new session (default 10)")
     ap.add_argument("--workdir", help="where the stores go (default: a temporary folder, removed)")
@@ -255,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     if lg.has_delta_channel():
         systems.append(lg.Delta(workdir))
     systems += [PiJsonl(workdir), Floor(workdir)]
+    only = {x.strip() for x in cfg.systems.split(",")} if cfg.systems else None
+    if only is not None:
+        systems = [s for s in systems if s.name in only]
     def write(note: str = "") -> None:
         text = report.render(res, cfg, machine.describe(cfg.workdir or tempfile.gettempdir()), machine.versions(),
                              load_before, machine.uptime(), time.time() - started, lg.has_delta_channel())
@@ -269,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             log("starting moto")
             server = s3.start_server()
             s3sys = s3.CastoreS3(workdir, server)
+            if only is not None and s3sys.name not in only:
+                s3sys = None
         if cfg.quick:
             for s in systems:
                 if isinstance(s, lg.LangGraph):
