@@ -654,7 +654,7 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             meta["o"] = ordinal
             if body is not None:
                 images: list[str] = []
-                body = _extract_images(body, lambda data: _keep(images, put(data)))
+                body = _extract_images(body, lambda data, ids=images: _keep(ids, put(data)))
                 if images:  # named in the commit's metadata, so that gc keeps them and sync sends them
                     meta[BLOB_KEY] = sorted(set(images))
             if "raw" in meta:
