@@ -8,9 +8,11 @@ What is read, per source (each a *reader*, chosen by the commit metadata key its
 writes; :data:`READERS`):
 
 ================ ==========================================================================
-``claude``       an imported Claude Code ``assistant`` line (its raw bytes): ``message.usage``
+``claude``       an imported Claude Code ``assistant`` line: ``message.usage``
                  (``input_tokens``, ``output_tokens``, ``cache_creation_input_tokens``,
-                 ``cache_read_input_tokens``) and ``message.model``
+                 ``cache_read_input_tokens``) and ``message.model``, as the importer keeps
+                 them in the commit's metadata (:func:`claude_record`), else, for a commit
+                 imported before it did, from the line's raw bytes
 ``codex``        an imported Codex ``token_count`` event: ``info.last_token_usage`` (the
                  response's own counts; ``input_tokens`` includes ``cached_input_tokens``,
                  which count as cache reads), or, in a rollout too old to have it, the growth
@@ -209,23 +211,41 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def _claude_needs(c: Commit, m: dict[str, Any]) -> bool:
-    return m.get("type") == "assistant"
+#: the key of a Claude Code commit's metadata (under ``claude``) that keeps its line's usage
+CLAUDE_USAGE = "u"
 
 
-def _claude_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
-    if d is None:
-        return None
+def claude_record(d: dict[str, Any]) -> list[Any]:
+    """What :func:`usage` needs of a Claude Code ``assistant`` line ``d`` (parsed), kept by the
+    importer in the commit's metadata under :data:`CLAUDE_USAGE` so that the line is not read
+    again: ``[identity, model, input, output, cache read, cache write]`` (identity ``""`` when
+    the line names none: the commit's id stands in), or ``[]`` when it records no response.
+    Raises nothing."""
     msg = d.get("message")
     if not isinstance(msg, dict):
-        return None
+        return []
     model = _str(msg.get("model"))
     t = tokens_of(msg.get("usage"))
     if t is None or model == "<synthetic>":
-        return None
+        return []
     mid = _str(msg.get("id"))
-    ident = f"{mid}:{model}" if mid else _str(d.get("requestId")) or _str(d.get("uuid")) or cid
-    return Response("claude:" + ident, model, c.time, t)
+    ident = f"{mid}:{model}" if mid else _str(d.get("requestId")) or _str(d.get("uuid")) or ""
+    return [ident, model or "", t.input, t.output, t.cache_read, t.cache_write]
+
+
+def _claude_needs(c: Commit, m: dict[str, Any]) -> bool:
+    return m.get("type") == "assistant" and not isinstance(m.get(CLAUDE_USAGE), list)
+
+
+def _claude_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
+    rec = m.get(CLAUDE_USAGE)
+    if not isinstance(rec, list):  # imported before the importer kept it: the raw line
+        if d is None:
+            return None
+        rec = claude_record(d)
+    if len(rec) != 6:
+        return None
+    return Response("claude:" + (rec[0] or cid), rec[1] or None, c.time, Tokens(*(_int(v) for v in rec[2:])))
 
 
 _CODEX_LINES = ("token_count", "turn_context", "session_meta")

@@ -105,6 +105,42 @@ def test_claude_totals_match_the_files_own_usage_with_copies_removed(store: cast
     assert r.total.unpriced == 0 and r.total.cost > 0
 
 
+def test_a_fresh_claude_import_keeps_usage_in_metadata_equal_to_the_raw_lines(store: castore.Store,
+                                                                               tmp_path: Path) -> None:
+    """The importer keeps each assistant line's usage in its commit's metadata, so usage reads no
+    line; what it keeps is what the raw line gives (the reader of a store imported before)."""
+    from castore.adapters.jsonl_tree import read_blobs
+    from castore.objects import hex_id, json_loads
+    from castore.usage import CLAUDE_USAGE, READERS, Walk
+
+    root = _projects(tmp_path)
+    import_claude(store, root)
+    reader = READERS["claude"]
+    commits: dict[str, Any] = {}
+    for _folder, refs in store.session_refs().values():
+        for tip in refs.values():
+            cid: str | None = tip
+            while cid is not None and cid not in commits:
+                c = commits[cid] = store.history.commit(cid)
+                cid = hex_id(c.parents[0]) if c.parents else None
+    assistant = {cid: c for cid, c in commits.items() if c.meta.get("claude", {}).get("type") == "assistant"}
+    assert len(assistant) >= 36
+    lines = read_blobs(store, [c.meta["claude"]["raw"] for c in assistant.values()])
+    kept = 0
+    for cid, c in assistant.items():
+        m = c.meta["claude"]
+        assert isinstance(m[CLAUDE_USAGE], list) and not reader.needs_line(c, m)  # no line read
+        old = {k: v for k, v in m.items() if k != CLAUDE_USAGE}  # as imported before
+        assert reader.needs_line(c, old)
+        from_raw = reader.read(Walk(), cid, c, old, json_loads(lines[m["raw"]]))
+        assert reader.read(Walk(), cid, c, m, None) == from_raw
+        kept += from_raw is not None
+    n, want = claude_truth(root)
+    assert kept >= n  # a response written as several lines keeps its usage on each
+    r = usage(store, cache=False)
+    assert (r.total.responses, r.total.tokens) == (n, want)
+
+
 @pytest.mark.parametrize("extra", ["resume", "fork", "aside"])
 def test_resumed_forked_and_replayed_copies_of_claude_responses_count_once(store: castore.Store, tmp_path: Path,
                                                                             extra: str) -> None:

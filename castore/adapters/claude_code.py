@@ -44,6 +44,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
 from ..objects import Codec
+from ..usage import CLAUDE_USAGE, claude_record
 from . import jsonl_tree
 from .claude_tree import Paths, role_of
 from .detect import refuse_other
@@ -256,6 +257,8 @@ def _entry(n: int, raw: bytes, d: dict[str, Any], codec: Codec) -> Event:
         when = parse_time(d["snapshot"].get("timestamp"))
     meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw, codec), **({"uuid": u} if u else {}),
                                   **({"type": t} if t else {})}}
+    if t == "assistant":
+        meta[KEY][CLAUDE_USAGE] = claude_record(d)
     if when is not None:
         meta["time"] = when
     why = injected(d) if msg is not None else None
