@@ -177,7 +177,7 @@ def main() -> None:
             load_after = os.getloadavg()
             # no machine paths on the page: a path argument is shown as what it stands for
             shown = [{"--ccusage": "PATH", "--workdir": "DIR", "--markdown": "FILE"}.get(prev, arg)
-                     for prev, arg in zip(["", *sys.argv[1:]], sys.argv[1:], strict=True)]
+                     for prev, arg in zip(["", *sys.argv[1:]], sys.argv[1:], strict=False)]
             cmd = "scripts/bench_usage.py " + " ".join(shown)
             Path(a.markdown).write_text(
                 "# `castore usage` against ccusage\n\n"
