@@ -1,0 +1,193 @@
+#!/usr/bin/env python
+"""Benchmark: ``castore import claude`` of a ~200 MB Claude Code folder against reading and
+JSON-parsing the same files.
+
+Builds a ``~/.claude/projects``-like folder of about SIZE MB by replicating the real session
+files under tests/data/claude-code (the main file of session-share with its subagent files, and
+the claude-code-log files): each copy is its own session, with a new session id (its file name
+and, for session-share, its subagents folder), new uuids (every ``*Uuid``/``uuid`` field and
+``sessionId``), new ``message.id`` and ``requestId``; the copies spread over 20 project folders.
+Then compiles castore's bytecode and times, each a whole process started from the shell,
+alternating for ROUNDS rounds:
+
+* the floor: one Python process reads every file and ``json.loads`` every line;
+* ``castore --store FRESH import claude FOLDER`` into a fresh local store;
+* the same command again on that store, nothing new (the incremental re-import).
+
+Prints MB, seconds (median and each run), MB/s and the ratio to the floor (issue 38 asks for
+import within 2x). ``--markdown FILE`` also writes the table as a page.
+
+    .venv/bin/python scripts/bench_import.py [--size-mb 200] [--rounds 3] [--workdir DIR]
+                                             [--markdown FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "claude-code"
+CASTORE = [sys.executable, "-m", "castore"]
+#: the ratio to the floor issue 38 asks for
+TARGET = 2.0
+
+FLOOR = r"""
+import json, os, sys
+n = 0
+for root, _dirs, files in os.walk(sys.argv[1]):
+    for name in files:
+        if name.endswith(".jsonl"):
+            with open(os.path.join(root, name), "rb") as f:
+                for line in f:
+                    if line.strip():
+                        json.loads(line)
+                        n += 1
+print(n)
+"""
+
+
+def _sources() -> list[tuple[str, list[tuple[str, list[Any]]]]]:
+    """The sessions to replicate: (main file stem, [(path relative to the session folder, lines)])."""
+    out: list[tuple[str, list[tuple[str, list[Any]]]]] = []
+
+    def load(p: Path) -> list[Any]:
+        return [json.loads(raw) for raw in p.read_bytes().splitlines() if raw.strip()]
+
+    for p in sorted(DATA.rglob("*.jsonl")):
+        if "subagents" in p.parts:
+            continue
+        files = [("", load(p))]
+        sub = p.with_suffix("") / "subagents"
+        if sub.is_dir():
+            files += [(f"subagents/{s.name}", load(s)) for s in sorted(sub.glob("*.jsonl"))]
+        out.append((p.stem, files))
+    return out
+
+
+def _renamed(value: Any, key: str, ids: dict[str, str], tag: str, rng: random.Random) -> Any:
+    """``value`` with every id (uuids, session id, message id, request id) replaced for one copy."""
+    if isinstance(value, dict):
+        return {k: _renamed(v, k, ids, tag, rng) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, key, ids, tag, rng) for v in value]
+    if isinstance(value, str) and (key == "sessionId" or key.lower().endswith("uuid")):
+        if value not in ids:
+            ids[value] = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        return ids[value]
+    if isinstance(value, str) and key in ("requestId", "id") and value.startswith(("msg_", "req_")):
+        return f"{value}_{tag}"
+    return value
+
+
+def generate(out: Path, size_mb: float, seed: int = 7) -> tuple[int, int, int]:
+    """Write about ``size_mb`` MB of Claude Code sessions under ``out`` (a projects folder);
+    returns (bytes, files, sessions)."""
+    sources = _sources()
+    rng = random.Random(seed)
+    written = files = sessions = 0
+    copy = 0
+    while written < size_mb * 1_000_000:
+        for stem, parts in sources:
+            ids: dict[str, str] = {}
+            sid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            ids[stem] = sid
+            proj = out / f"-home-user-proj{sessions % 20}"
+            for rel, lines in parts:
+                text = "".join(json.dumps(_renamed(d, "", ids, f"c{copy}", rng), separators=(",", ":"),
+                                          ensure_ascii=False) + "\n" for d in lines).encode()
+                path = proj / f"{sid}.jsonl" if not rel else proj / sid / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(text)
+                written += len(text)
+                files += 1
+            sessions += 1
+            if written >= size_mb * 1_000_000:
+                break
+        copy += 1
+    return written, files, sessions
+
+
+def timed(cmd: list[str]) -> float:
+    """Run ``cmd`` as its own process; its wall time in seconds (exits on failure)."""
+    t = time.perf_counter()
+    got = subprocess.run(cmd, capture_output=True, text=True)
+    took = time.perf_counter() - t
+    if got.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({got.returncode}): {got.stderr.strip()[-800:]}")
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=float, default=200.0, help="size of the generated folder, MB (10^6 bytes)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workdir", help="keep the folder and stores here (default: a temporary folder, removed)")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the results to FILE as a Markdown page")
+    a = ap.parse_args()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = os.getloadavg()
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="bench-import-"))
+    work.mkdir(parents=True, exist_ok=True)
+    folder = work / "projects"
+    try:
+        if folder.exists():
+            shutil.rmtree(folder)
+        size, files, sessions = generate(folder, a.size_mb)
+        mb = size / 1e6
+        print(f"generated {sessions} sessions in {files} files, {mb:.1f} MB", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "castore")], check=True)
+        times: dict[str, list[float]] = {"floor": [], "import": [], "again": []}
+        for r in range(a.rounds):
+            store = work / f"store-{r}"
+            shutil.rmtree(store, ignore_errors=True)
+            times["floor"].append(timed([sys.executable, "-c", FLOOR, str(folder)]))
+            cmd = [*CASTORE, "--store", str(store), "import", "claude", str(folder)]
+            times["import"].append(timed(cmd))
+            times["again"].append(timed(cmd))
+            shutil.rmtree(store, ignore_errors=True)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), file=sys.stderr)
+        load_after = os.getloadavg()
+    finally:
+        if not a.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    floor = statistics.median(times["floor"])
+    names = {
+        "floor": "read every file, `json.loads` every line (one Python process)",
+        "import": "`castore import claude FOLDER` into a fresh local store",
+        "again": "the same import again, nothing new (incremental)",
+    }
+    rows = ["| what | MB | median | runs | MB/s | ratio to the floor |", "|---|---:|---:|---|---:|---:|"]
+    for k, v in times.items():
+        med = statistics.median(v)
+        rows.append(f"| {names[k]} | {mb:.1f} | {med:.2f} s | {', '.join(f'{x:.2f}' for x in v)} | "
+                    f"{mb / med:.1f} | {med / floor:.2f}x |")
+    table = "\n".join(rows)
+    head = (f"{sessions:,} Claude Code sessions in {files:,} files ({mb:.1f} MB), replicated from the real "
+            f"sessions under tests/data/claude-code; median of {a.rounds} rounds, alternating, each run a "
+            f"fresh process; target: import within {TARGET:g}x of the floor.")
+    print(head + "\n\n" + table)
+    if a.markdown:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        argv = " ".join(sys.argv[1:-2] if sys.argv[-2] == "--markdown" else sys.argv[1:])
+        Path(a.markdown).write_text(
+            "# `castore import claude` against reading and parsing the files\n\n"
+            f"Written by `.venv/bin/python scripts/bench_import.py {argv} --markdown FILE` at commit {commit}, "
+            f"{started}; machine: {os.cpu_count()} cores, load {load_before[0]:.1f} before, "
+            f"{load_after[0]:.1f} after.\n\n{head}\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""scripts/bench_import.py still runs: its --size-mb 1 smoke mode, one round (the figures are not checked)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_bench_import_smoke_prints_floor_import_and_reimport(tmp_path):
+    work = tmp_path / "w"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_import.py"), "--size-mb", "1",
+                        "--rounds", "1", "--workdir", str(work)], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [line for line in p.stdout.splitlines() if re.match(r"\| .* \| 1\.\d \| [\d.]+ s \|", line)]
+    assert len(rows) == 3, p.stdout
+    assert rows[0].endswith("| 1.00x |")
+    # every copy is its own session: file names (session ids) never repeat
+    mains = [f for d in (work / "projects").iterdir() for f in d.glob("*.jsonl")]
+    assert len(mains) > 12 and len({f.name for f in mains}) == len(mains)
