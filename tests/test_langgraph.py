@@ -402,10 +402,11 @@ def test_small_writes_live_in_the_commit_and_written_lists_share_the_channel_obj
     cfg = {"configurable": {"thread_id": "w", "checkpoint_ns": "", "checkpoint_id": "cp-1"}}
     msg = AIMessage("a long enough message " * 20, id="m1")
     saver.put_writes(cfg, [("turn", 3), ("flag", None)], "task-a")
-    before = set(local_store.objects.iter_ids())
+    objs = saver.store.objects  # the threads' store (their tenant's, in the tenant layout)
+    before = set(objs.iter_ids())
     saver.put_writes(cfg, [("messages", [msg, "short"])], "task-b", "path-b")
-    added = set(local_store.objects.iter_ids()) - before
-    kinds = sorted(type(local_store.objects.get(i)).__name__ for i in added)
+    added = set(objs.iter_ids()) - before
+    kinds = sorted(type(objs.get(i)).__name__ for i in added)
     # one commit, one tree naming the elements, one value for the long message (no list root)
     assert kinds[:3] == ["Commit", "Tree", "Value"], kinds
     view = CastoreSaver(castore.open(local_store.url))._refresh("w")

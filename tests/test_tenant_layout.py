@@ -227,3 +227,39 @@ def test_gc_keeps_an_app_state_commit_only_a_users_commit_names(store: castore.S
     assert castore.objects.hex_id(named) in set(app_home.objects.iter_ids())
     assert s.state(first)["app:motd"] == "hi"
     assert m.fsck(store).ok
+
+
+def _stray(st: castore.Store) -> list[str]:
+    """Keys of a tenant-layout store written beside its tenants (none may be)."""
+    own = ("castore.json", "swaps.log", "locks/", "journal/")  # the root's config, local disk's own files
+    return [k for k in st.storage.list("") if not k.startswith(("tenants/", *own))]
+
+
+def test_imports_grep_and_the_viewer_work_tenant_by_tenant(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from castore.adapters.claude_code import import_claude
+    from castore.adapters.codex import import_codex
+    from castore.grep import grep, grep_counts, grep_rows
+    from castore.html import render_session
+
+    data = Path(__file__).resolve().parent / "data"
+    with castore.open(str(tmp_path / "s"), layout="tenants") as st:
+        assert import_claude(st, data / "claude-code")
+        assert import_codex(st, data / "codex" / "sample_codex_session.jsonl")
+        st.session("app", "alice", "s1").append(ev(0, **{"app:motd": "hi", "user:lang": "en"}))
+        st.session("app", "alice", "s1").append(Message(role="user", content="needle in alice"))
+        st.session("app", "bob", "s1").append(Message(role="user", content="needle in bob"))
+        assert not _stray(st)
+        apps = {a for a, _ in st.tenants()}
+        assert {"claude", "codex", "app"} <= apps
+        found = [m.session for m in grep(st, "needle in", index=False)]
+        assert sorted(found) == [("app", "alice", "s1"), ("app", "bob", "s1")]
+        assert [m.session for m in grep(st, "needle in", limit=1)] in ([found[0]], [found[1]])
+        assert grep_counts(st, "needle in") == {("app", "alice", "s1"): 1, ("app", "bob", "s1"): 1}
+        assert len(list(grep_rows(st, "needle in"))) == 2
+        page = render_session(st.session("app", "alice", "s1"))
+        assert "needle in alice" in page and "motd" in page
+        for info in st.sessions("claude"):
+            assert st.session(info.app, info.user, info.session).messages() is not None
+        assert not _stray(st)

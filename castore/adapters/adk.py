@@ -173,14 +173,15 @@ class CastoreSessionService(BaseSessionService):
         out.update({f"user:{k}": v for k, v in self.store.user_state(app_name, user_id).items()})
         return out
 
-    def _state_at(self, cid: str | None) -> dict[str, Any]:
+    def _state_at(self, s: Session, cid: str | None) -> dict[str, Any]:
         if cid is None:
             return {}
-        return read_state(self.store.objects, self.store.history.commit(cid).state)
+        home = self.store.tenant(s.app, s.user)  # the session's tenant's store (docs/tenants.md)
+        return read_state(home.objects, home.history.commit(cid).state)
 
     def _adk_session(self, s: Session, tip: str | None, updated: float, events: list[AdkEvent],
                      scoped: dict[str, Any] | None = None) -> AdkSession:
-        state = self._state_at(tip)
+        state = self._state_at(s, tip)
         state.update(self._scoped(s.app, s.user) if scoped is None else scoped)
         out = AdkSession(id=s.id, app_name=s.app, user_id=s.user, state=state, events=events,
                          last_update_time=updated)
@@ -208,7 +209,7 @@ class CastoreSessionService(BaseSessionService):
         # Creating HEAD is the atomic "create if absent": of two creators of one id, one wins.
         head = {META_NAMES: {"app": s.app, "user": s.user, "session": s.id}, META_CREATED: time.time()}
         try:
-            self.store.plumbing.swap(s.refs.head, symbolic_to("main"), None, head)
+            self.store.tenant(app_name, user_id).plumbing.swap(s.refs.head, symbolic_to("main"), None, head)
         except RefConflict:
             raise AlreadyExistsError(f"Session {s.id} already exists.") from None
         delta = to_jsonable_python(dict(state or {}), inf_nan_mode="null")

@@ -466,7 +466,7 @@ class _Importer:
     """Imports one file into one session, from where the last import stopped."""
 
     def __init__(self, store: Store, src: _Source, app: str) -> None:
-        self.store = store
+        self.store = store.tenant(app, src.project)  # its tenant's store, in the tenant layout (docs/tenants.md)
         self.src = src
         self.session = store.session(app, src.project, src.session_id)
         self.info = self.session.info if self.session.exists() else {}

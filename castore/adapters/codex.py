@@ -236,7 +236,8 @@ class _State:
 
 class _Importer:
     def __init__(self, store: Store, src: _Source, app: str, user: str) -> None:
-        self.store, self.src, self.app, self.user = store, src, app, user
+        # the tenant's store, in the tenant layout (docs/tenants.md)
+        self.store, self.src, self.app, self.user = store.tenant(app, user), src, app, user
 
     def run(self, f: IO[bytes]) -> FileResult:
         first = f.readline()

@@ -136,12 +136,13 @@ class CastoreSaver(BaseCheckpointSaver[int]):
     def __init__(self, store: Store, app: str = "langgraph", user: str = "default", *,
                  serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
-        self.store = store
         self.app = names.validate(app, "app name")
         self.user = names.validate(user, "user name")
+        #: the store holding the threads: their tenant's, in the tenant layout (docs/tenants.md)
+        self.store = store.tenant(self.app, self.user)
         self._lock = threading.RLock()
         # the calls in flight together land as one group, staged under the saver's lock
-        self._group_commit = GroupCommit(store.plumbing, self._lock)
+        self._group_commit = GroupCommit(self.store.plumbing, self._lock)
         self._views: dict[str, _View] = {}
         self._tokens: dict[str, RefValue] = {}  # ref values (with tokens) from our own swaps
         # ref name -> (the value our swap gave it, the read hint of its tip: the batch's)
@@ -149,7 +150,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
         self._prefixes: OrderedDict[str, str] = OrderedDict()  # thread id -> ref prefix
         self._ref_names: OrderedDict[tuple[str, str], str] = OrderedDict()  # (prefix, branch) -> ref name
         self._heads: dict[str, str] = {}  # thread -> the branch its HEAD is known to name
-        self._vals = ChannelValues(store, self.serde)
+        self._vals = ChannelValues(self.store, self.serde)
         self._headers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # commit id -> checkpoint header
 
     # -- names ---------------------------------------------------------------------------

@@ -151,9 +151,11 @@ class CastoreSession:
     def __init__(self, session_id: str, store: Store | str | None = None, *, app: str = "openai-agents",
                  user: str = "default", session_settings: Any = None, **storage_options: Any) -> None:
         if isinstance(store, Store):
-            self.store, self._owns_store = store, False
+            self._opened, self._owns_store = store, False
         else:
-            self.store, self._owns_store = Store.open(store, **storage_options), True
+            self._opened, self._owns_store = Store.open(store, **storage_options), True
+        #: the store holding this session: its tenant's, in the tenant layout (docs/tenants.md)
+        self.store = self._opened.tenant(app, user)
         self.session_id = session_id
         self.session_settings = coerce_settings(session_settings)
         self.castore: Session = self.store.session(app, user, session_id)
@@ -345,7 +347,7 @@ class CastoreSession:
     def close(self) -> None:
         """Close the store if this session opened it."""
         if self._owns_store:
-            self.store.close()
+            self._opened.close()
 
 
 __all__ = ["CastoreSession", "coerce_settings", "item_to_entry", "entry_to_item", "ITEM", "CLEARED", "STARTED",

@@ -535,6 +535,7 @@ def _load_tree(session: Session, adopted: dict[str, Any]) -> tuple[_Tree, dict[s
 
 def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_id: str | None,
             skip_bad: bool, resume: bool = False, wait_torn: bool = False) -> ImportResult:
+    store = store.tenant(app, user)  # its tenant's store, in the tenant layout (docs/tenants.md)
     skipped: list[tuple[int, str]] = []
     head_lines = _Lines(f, name, skip_bad, skipped)
     first = next(iter(head_lines), None)

@@ -225,6 +225,9 @@ def grep_rows(store: Store, pattern: str, **options: Any) -> Iterator[Row]:
     Raises:
         as :func:`grep`; TypeError: an option :func:`grep` does not take.
     """
+    if _tenanted(store):
+        yield from _over_tenants(store, grep_rows, pattern, options)
+        return
     fast = _by_index(store, pattern, options, _ROWS)
     if fast is not None:
         yield from fast
@@ -242,10 +245,15 @@ def grep_counts(store: Store, pattern: str, **options: Any) -> dict[tuple[str, s
     Raises:
         as :func:`grep`; TypeError: an option :func:`grep` does not take.
     """
+    if _tenanted(store):
+        counts: dict[tuple[str, str, str], int] = {}
+        for t in store.stores():
+            counts.update(grep_counts(t, pattern, **options))
+        return counts
     fast = _by_index(store, pattern, options, _COUNTS)
     if fast is not None:
         return dict(fast)
-    counts: dict[tuple[str, str, str], int] = {}
+    counts = {}
     for m in grep(store, pattern, **options):
         counts[m.session] = counts.get(m.session, 0) + 1
     return counts
@@ -310,6 +318,12 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     tool_globs = tuple(tools) if tools else None
     if limit == 0 or not store.exists:
         return
+    if _tenanted(store):
+        yield from _over_tenants(store, grep, pattern, {
+            "ignore_case": ignore_case, "fixed": fixed, "word": word, "roles": roles, "kinds": kinds, "tools": tools,
+            "sessions": sessions, "apps": apps, "since": since, "until": until, "limit": limit, "context": context,
+            "index": index, "check_index": check_index, "scan": scan})
+        return
     if index is None:
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
     index = index and indexable(store)
@@ -325,6 +339,24 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     else:
         yield from grep_walk(store, rx, limit, context, want_kinds, role_set, tool_globs, since, until, app_globs,
                              session_globs)
+
+
+def _tenanted(store: Store) -> bool:
+    """Whether ``store`` is the root of a tenant-layout store (searched tenant by tenant)."""
+    return store.root is store and store.layout == "tenants"
+
+
+def _over_tenants(store: Store, search: Callable[..., Iterator[Any]], pattern: str,
+                  options: dict[str, Any]) -> Iterator[Any]:
+    """``search`` on each tenant's store in turn (docs/FORMAT.md 2.1), ``limit`` counted over all."""
+    left = options.get("limit")
+    for t in store.stores():
+        for found in search(t, pattern, **{**options, "limit": left}):
+            yield found
+            if left is not None:
+                left -= 1
+                if left <= 0:
+                    return
 
 
 _TYPED_ROLES = ("user", "assistant")

@@ -87,17 +87,20 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
     index = {e.id: i for i, e in enumerate(entries)}
     commits = store.history.commits([e.id for e in entries]) if entries else {}
 
-    # App- and user-scoped state as each commit saw it, read once per distinct scope commit.
-    scope_ids = sorted({o.hex_id(r) for c in commits.values() for r in c.scopes.values()})
-    scope_commits = store.history.commits(scope_ids) if scope_ids else {}
-    scope_states = dict(zip(scope_ids, read_states(store.objects, [scope_commits[s].state for s in scope_ids]),
-                            strict=True))
+    # App- and user-scoped state as each commit saw it, read once per distinct scope commit,
+    # each from the store holding it (the app's own tenant's, in the tenant layout)
+    scope_states: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for scope, home in (("app", store.tenant(session.app, None)), ("user", store)):
+        ids = sorted({o.hex_id(c.scopes[scope]) for c in commits.values() if scope in c.scopes})
+        got = home.history.commits(ids) if ids else {}
+        states = read_states(home.objects, [got[s].state for s in ids])
+        scope_states.update(((scope, s), st) for s, st in zip(ids, states, strict=True))
 
     def scoped(cid: str | None, scope: str) -> Mapping[str, Any]:
         if cid is None:
             return {}
         ref = commits[cid].scopes.get(scope)
-        return scope_states[o.hex_id(ref)] if ref is not None else {}
+        return scope_states[(scope, o.hex_id(ref))] if ref is not None else {}
 
     head = session.head
     branches = session.branches()
