@@ -130,6 +130,8 @@ class S3Storage(Storage):
     def child(self, prefix: str) -> S3Storage:
         """The same bucket and options below the folder ``prefix`` of this storage, sharing this storage's
         S3 client (its connections); closing the child leaves the client to this storage.
+        Requests are counted per client: the child's ``request_count`` counts every request
+        of the shared client from its creation on, and so does this storage's.
 
         Raises:
             InvalidName: ``prefix`` is not a valid key.
