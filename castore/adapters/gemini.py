@@ -225,7 +225,8 @@ class _Importer:
     """Imports one JSONL file into one session, from where the last import stopped."""
 
     def __init__(self, store: Store, src: _Source, app: str, session_id: str) -> None:
-        self.store, self.src, self.app = store, src, app
+        # the tenant's store, in the tenant layout (docs/tenants.md)
+        self.store, self.src, self.app = store.tenant(app, src.project), src, app
         self.session = store.session(app, src.project, session_id)
 
     def run(self, f: IO[bytes]) -> FileResult:
