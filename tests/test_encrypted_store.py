@@ -338,3 +338,43 @@ def test_gc_deletes_an_erased_tenants_bytes_and_nothing_else(backend: Backend, k
     assert not any(k.startswith("tenants/app/alice/") for k in every_byte(backend))
     with backend.open(master_key=key) as store:
         assert fsck(store).ok and fsck(store).erased == []
+
+
+def test_rival_creators_of_a_new_encrypted_store_share_one_key_store(tmp_path: Path, key: str) -> None:
+    import threading
+
+    url = str(tmp_path / "new")
+    errors: list[BaseException] = []
+    handles: list[castore.Store] = []
+    go = threading.Barrier(4)
+
+    def create(i: int) -> None:
+        try:
+            st = castore.open(url, encrypted=True, master_key=key)
+            handles.append(st)
+            go.wait()
+            st.session("app", f"u{i}", "s").append(Message(role="user", content=f"{TEXT} {i}"))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for st in handles:
+        st.close()
+    assert errors == []
+    with castore.open(url, master_key=key) as st:
+        assert sorted(i.user for i in st.sessions("app")) == ["u0", "u1", "u2", "u3"]
+        assert [st.session("app", f"u{i}", "s").messages()[0].content for i in range(4)] == [
+            f"{TEXT} {i}" for i in range(4)]
+    # a creation cut short (keys made, castore.json not written) is finished by the next one
+    cut = tmp_path / "cut"
+    from castore.crypto.encryption import create_store_keys
+
+    create_store_keys(open_storage(str(cut)), key).close()
+    with castore.open(str(cut), encrypted=True, master_key=key) as st:
+        st.session("a", "u", "s").append(Message(role="user", content="after"))
+    with pytest.raises(WrongKey):  # another key finds the key store, and is refused by it
+        create_store_keys(open_storage(str(cut)), MasterKey.new())

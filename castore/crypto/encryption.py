@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import EncryptionError, KeyMissing, TenantErased
+from ..errors import EncryptionError, FormatError, KeyMissing, TenantErased
 from ..names import tenant_segments
 from ..objects import Codec
 from ..storage import Storage
@@ -219,13 +219,28 @@ def create_store_keys(store_storage: Storage, master_key: KeyWrapper | bytes | s
                       key_store: str | None = None) -> Encryption:
     """The key store of a new encrypted store (see :meth:`Encryption.create`).
 
+    A key store already there (a rival creating the same store at the same moment, or a
+    creation cut short) is opened instead, so that every creator uses the same keys.
+
     Raises:
         KeyMissing: no master key was given (nor in ``CASTORE_MASTER_KEY``).
-        EncryptionError: a key store is already there, or the key given is malformed.
+        WrongKey: a key store is already there, made with another master key.
+        EncryptionError: the key given is malformed, or a damaged key store is there.
         StorageError: the storage failed.
     """
     wrapper = as_wrapper(master_key)
     if wrapper is None:
         raise KeyMissing(f"creating an encrypted store at {store_storage.url} needs a master key: make one with "
                          f"`castore key new` and give it in ${MASTER_KEY_ENV}, --master-key-file or master_key=")
-    return Encryption.create(store_storage, wrapper, key_store=key_store)
+    try:
+        return Encryption.create(store_storage, wrapper, key_store=key_store)
+    except KeyMissing:
+        raise
+    except EncryptionError as made_elsewhere:
+        # a key store is there already: a rival creating the same store at the same moment
+        # (another thread or process), or a creation cut short before castore.json was
+        # written. Both writers then use that one key store (if the key opens it).
+        try:
+            return Encryption.open(store_storage, {"key_store": key_store} if key_store else {}, wrapper)
+        except (KeyMissing, FormatError):
+            raise made_elsewhere from None
