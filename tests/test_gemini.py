@@ -116,6 +116,38 @@ def test_import_is_incremental_and_follows_a_live_file(store: castore.Store, tmp
     assert _shape(followed.session("gemini", "p", SID)) == _shape(once.session("gemini", "my-app", SID))
 
 
+@pytest.mark.parametrize("cut", [0, 30])  # empty, or the metadata line torn, when the import opens it
+def test_a_file_growing_while_its_first_line_is_read_is_archived_once(
+        store: castore.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: int) -> None:
+    import castore.adapters.gemini as gemini_mod
+    from castore.adapters.jsonl_tree import parse_line
+
+    raw = MAIN.read_bytes()
+    chats = tmp_path / "p" / "chats"
+    chats.mkdir(parents=True)
+    g = chats / "live.jsonl"
+    g.write_bytes(raw[:cut])
+    seen: list[bytes] = []
+
+    def agent_writes_then_parse(line: bytes) -> object:
+        if not seen:  # the agent writes the rest right after the import read the first line
+            seen.append(line)
+            with g.open("ab") as out:
+                out.write(raw[cut:])
+        return parse_line(line)
+
+    monkeypatch.setattr(gemini_mod, "parse_line", agent_writes_then_parse)
+    n = sum(r.lines for r in import_gemini(store, g))
+    monkeypatch.undo()
+    n += sum(r.lines for r in import_gemini(store, g))
+    assert seen == [raw[:cut]]  # the race happened: the first line was read torn
+    assert n == raw.count(b"\n")
+    assert [i.session for i in store.sessions("gemini")] == [SID]  # not also a session named "live"
+    once = castore.open(str(tmp_path / "once"), durable=False)
+    import_gemini(once, MAIN)
+    assert _shape(store.session("gemini", "p", SID)) == _shape(once.session("gemini", "my-app", SID))
+
+
 def test_entries_appended_with_castore_come_back_as_those_commits(store: castore.Store, tmp_path: Path) -> None:
     chats = tmp_path / "tmp" / "p" / "chats"
     chats.mkdir(parents=True)

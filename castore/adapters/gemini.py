@@ -369,7 +369,8 @@ def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP)
     """Import (or bring up to date) Gemini CLI sessions: a session file, a ``chats`` folder, a
     project folder, or ``~/.gemini/tmp``.
 
-    Each file is read from where the previous import stopped; a torn last line waits; a file
+    Each file is read from where the previous import stopped; a torn last line waits (a file
+    whose first line is still torn imports nothing: that line names the session); a file
     deleted upstream stays in the archive; a file whose imported part changed is imported again
     as ``<session>.v2`` (once; later imports continue it).
 
@@ -390,11 +391,18 @@ def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP)
             if src.path.endswith(".json"):
                 out.append(_import_whole(store, src, f, app))
                 continue
-            first = parse_line(f.readline())
+            head = f.readline()
+            first = parse_line(head)
             try:
                 imp = _Importer(store, src, app, _session_id(first, src))
             except CastoreError as e:
                 raise ArchiveError(src.path, f"cannot name a session after it: {e}") from e
+            if not head.endswith(b"\n") and first is NOT_JSON:
+                # empty, or its first line still being written: the session's name is not known
+                # yet, and lines written after this read must not go to a session named after
+                # the file (the next import would archive them again under the right name)
+                out.append(FileResult(src.path, imp.session.key, torn=len(head)))
+                continue
             out.append(imp.run(f))
     return out
 
