@@ -206,6 +206,9 @@ class Store:
         self._tenant_of = _tenant_of
         self._tenants: dict[tuple[str, str], Store] = {}
         self._tenants_lock = threading.Lock()
+        # one init at a time per handle: an encrypted store's first write makes its key store,
+        # which a second thread of the same handle must not try to make again
+        self._init_lock = threading.Lock()
         self.objects = ObjectStore(storage, compress=compress, auto_repack=auto_repack is not False, codec=codec)
         self.refs = RefStore(storage)
         self.history = History(self.objects)
@@ -340,6 +343,14 @@ class Store:
             return self._tenant_of[0].init(like=like)
         if self._initialized:
             return False
+        with self._init_lock:
+            if self._initialized:
+                return False
+            return self._create(like)
+
+    def _create(self, like: Store | None) -> bool:
+        """Write the store's ``castore.json`` (and an encrypted store's key store) unless a
+        rival did first (:meth:`init`); return True if this call created it."""
         fmt, layout = self._new_format, self._layout
         if like is not None:
             fmt, layout = like.objects.format, layout or like.layout
