@@ -128,16 +128,24 @@ def test_pi_import_export_round_trips(enc: castore.Store, tmp_path: Path) -> Non
 
 
 def test_claude_code_round_trips_byte_for_byte(backend: Backend, key: str, tmp_path: Path) -> None:
+    import shutil
+
     from castore.adapters.claude_code import export_claude, import_claude
 
+    src = tmp_path / "src"
+    shutil.copytree(CLAUDE, src)
+    # a side file of a session (kept as a blob of the session's tenant, written back on export)
+    (src / "session-share" / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68" / "tool-results").mkdir()
+    (src / "session-share" / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68" / "tool-results" / "r1.txt").write_bytes(
+        b"side file bytes\n")
     with backend.open(encrypted=True, master_key=key) as store:
-        import_claude(store, CLAUDE)
+        import_claude(store, src)
     with backend.open(master_key=key) as again:
         export_claude(again, tmp_path / "out")
-        same_tree(CLAUDE, tmp_path / "out")
-        assert import_claude(again, CLAUDE)  # a re-import reads nothing new and changes nothing
+        same_tree(src, tmp_path / "out")
+        assert import_claude(again, src)  # a re-import reads nothing new and changes nothing
         export_claude(again, tmp_path / "out2")
-        same_tree(CLAUDE, tmp_path / "out2")
+        same_tree(src, tmp_path / "out2")
 
 
 def test_codex_round_trips_byte_for_byte(enc: castore.Store, tmp_path: Path) -> None:

@@ -993,7 +993,7 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         written.append(rel)
         files = c.get("files") or {}
         if files:
-            data = read_blobs(store, list(files.values()))
+            data = read_blobs(s.store, list(files.values()))  # the session tenant's blobs
             for frel, oid in sorted(files.items()):
                 fout = safe_join(root, frel)
                 os.makedirs(os.path.dirname(fout), exist_ok=True)
