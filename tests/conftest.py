@@ -95,8 +95,10 @@ def _drop_memory_stores() -> Iterator[None]:
     MemoryFileSystem.pseudo_dirs[:] = [d for d in MemoryFileSystem.pseudo_dirs if d in fs_dirs]
 
 
-#: the same backends with stores in the tenant layout (docs/FORMAT.md 2)
-TENANT_BACKENDS = ["local-tenants", "memory-tenants", "s3-tenants"]
+#: the same backends with stores in the tenant layout (docs/FORMAT.md 2); the S3 run of the
+#: whole session suite again is under ``-m slow`` (about 50 s): the tenant layout on S3 is
+#: covered in CI by the child storage's conformance, the encrypted store's and the policy tests
+TENANT_BACKENDS: list[Any] = ["local-tenants", "memory-tenants", pytest.param("s3-tenants", marks=pytest.mark.slow)]
 
 
 def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
@@ -125,10 +127,10 @@ def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
     return make_backend(request.param, request, tmp_path)
 
 
-def backend_on(*kinds: str) -> Any:
+def backend_on(*kinds: Any) -> Any:
     """A ``backend`` fixture over ``kinds`` only, for a module to take in place of the one
     above (``backend = backend_on("local", "s3")``): its tests' :func:`store` is then opened
-    on each of those in turn."""
+    on each of those in turn (a kind may be a ``pytest.param`` with marks)."""
 
     @pytest.fixture(params=list(kinds), name="backend")
     def _backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
