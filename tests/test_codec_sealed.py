@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Backend
+from conftest import Backend, backend_on
 
 from castore import Message
 from castore.crypto.aead import OVERHEAD, AeadCipher
@@ -34,6 +34,10 @@ STATE = "WOMBAT-STATE-MARKER"
 TOOL = "NUMBAT-TOOL-OUTPUT-MARKER"
 MARKERS = [m.encode() for m in (TEXT, STATE, TOOL)]
 
+
+# the codec on local disk and memory in CI; on S3 under -m slow (the encrypted store on S3,
+# its codec included, is covered in CI by test_encrypted_store and test_encrypted_adapters)
+backend = backend_on("local", "memory", pytest.param("s3", marks=pytest.mark.slow))
 
 def sealed_codec(tenant: bytes = b"app/user", id_key: bytes | None = None, key: bytes | None = None) -> Codec:
     return Codec(id_key=id_key or os.urandom(32), cipher=AeadCipher(key or os.urandom(32)), tenant=tenant)

@@ -25,7 +25,8 @@ from castore.entries import Message
 from castore.maintenance import fsck
 from castore.storage import open_storage
 
-backend = backend_on("local", "s3")
+# S3 under -m slow (about 10 s): the encrypted store on S3 is covered in CI by test_encrypted_store
+backend = backend_on("local", pytest.param("s3", marks=pytest.mark.slow))
 
 DATA = Path(__file__).resolve().parent / "data"
 TEXT = "QUOKKA-CONVERT-MARKER"
