@@ -127,6 +127,12 @@ def _syncer(ctx: click.Context, store: Any, app: str, remote: str) -> Callable[[
     return after
 
 
+#: an export's -s: the archived sessions to write (the same option on every vendor's export)
+_only_sessions = click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+                              shell_complete=complete_session,
+                              help="Only this session (repeatable; default: every archived one).")
+
+
 @click.command("claude")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
@@ -154,8 +160,7 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
 @click.command("claude")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
-@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION", shell_complete=complete_session,
-              help="Only this session (repeatable; default: every archived one).")
+@_only_sessions
 @click.pass_context
 def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Claude Code sessions back under DEST, byte for byte, as Claude Code lays them out.
@@ -195,8 +200,7 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow:
 @click.command("codex")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
-@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION", shell_complete=complete_session,
-              help="Only this session (repeatable; default: every archived one).")
+@_only_sessions
 @click.pass_context
 def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte.
@@ -236,8 +240,7 @@ def import_gemini_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
 @click.command("gemini")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--app", default="gemini", show_default=True, help="The app name of the sessions.")
-@click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
-              help="Only this session (repeatable; default: every archived one).")
+@_only_sessions
 @click.pass_context
 def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Gemini CLI sessions back under DEST (the ~/.gemini/tmp layout), byte for byte.
