@@ -17,7 +17,10 @@ writes; :data:`READERS`):
                  response's own counts; ``input_tokens`` includes ``cached_input_tokens``,
                  which count as cache reads), or, in a rollout too old to have it, the growth
                  of ``info.total_token_usage`` since the previous event on the same path; the
-                 model is the one the last ``turn_context`` (or ``session_meta``) before it named
+                 model is the one the last ``turn_context`` (or ``session_meta``) before it named;
+                 the importer keeps them in the commit's metadata, read on the path the line
+                 hangs on (:func:`codex_record`), else (a session imported before it did, or
+                 continued since) they are read from the raw lines, walking each path
 ``gemini``       an imported Gemini CLI ``gemini`` message (its raw bytes): ``tokens``
                  (``input`` includes ``cached``, which count as cache reads; ``thoughts`` count
                  as output, ``tool`` as input) and ``model``
@@ -249,38 +252,66 @@ def _claude_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, A
 
 
 _CODEX_LINES = ("token_count", "turn_context", "session_meta")
+#: the key of a Codex commit's metadata (under ``codex``) that keeps its line's usage
+CODEX_USAGE = "u"
+#: what the usage of a Codex line depends on of the lines before it on its path: the model the
+#: last ``turn_context`` (or ``session_meta``) named, and the last ``token_count``'s running total
+CodexWalk = tuple[str | None, dict[str, Any] | None]
 
 
-def _codex_needs(c: Commit, m: dict[str, Any]) -> bool:
-    return c.author in _CODEX_LINES
+def codex_record(d: dict[str, Any], walk: CodexWalk) -> tuple[list[Any] | None, CodexWalk]:
+    """What :func:`usage` needs of a Codex line ``d`` (parsed) read after ``walk`` (the state
+    of the lines before it on its path), and the state after it: the importer keeps the record
+    in the commit's metadata under :data:`CODEX_USAGE` (with the state of each path it writes
+    on), so that the line is not read again. The record is ``[identity, model, input, output,
+    cache read, cache write]`` (identity ``""``: the commit's id stands in), ``[]`` for a line
+    that names a model or a total but records no response, None for any other line.
 
-
-def _codex_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
-    p = d.get("payload") if d is not None else None
+    A ``token_count``'s counts are its ``info.last_token_usage`` (``input_tokens`` includes
+    ``cached_input_tokens``, counted as cache reads), or, in a rollout too old to have it, the
+    growth of ``info.total_token_usage`` since the previous event on the path; its identity is
+    the pair of the two (every copy of the event has it). Raises nothing."""
+    model, prev = walk
+    p = d.get("payload")
     if not isinstance(p, dict):
-        return None
-    if d is not None and d.get("type") in ("turn_context", "session_meta"):
-        w.model = _str(p.get("model")) or w.model
-        return None
-    if p.get("type") != "token_count" or not isinstance(p.get("info"), dict):
-        return None
+        return None, walk
+    if d.get("type") in ("turn_context", "session_meta"):
+        return [], (_str(p.get("model")) or model, prev)
+    if p.get("type") != "token_count":
+        return None, walk
+    if not isinstance(p.get("info"), dict):
+        return [], walk
     total, last = p["info"].get("total_token_usage"), p["info"].get("last_token_usage")
-    prev, w.total = w.total, total if isinstance(total, dict) else w.total
+    after: CodexWalk = (model, total if isinstance(total, dict) else prev)
     if isinstance(last, dict):
         t = tokens_of(last)
     elif isinstance(total, dict):  # an old rollout: the growth of the running total
+        if total == prev:
+            return [], after
         grown = {k: _int(v) - _int((prev or {}).get(k)) for k, v in total.items()}
         t = tokens_of({k: v for k, v in grown.items() if v > 0} | {"input_tokens": grown.get("input_tokens", 0)})
-        if total == prev:
-            return None
     else:
-        return None
+        return [], after
     if t is None or t.total == 0:
+        return [], after
+    ident = hashlib.sha256(json.dumps([total, last], sort_keys=True).encode()).hexdigest()[:32] \
+        if isinstance(total, dict) else ""
+    return [ident, model or "", t.input, t.output, t.cache_read, t.cache_write], after
+
+
+def _codex_needs(c: Commit, m: dict[str, Any]) -> bool:
+    return c.author in _CODEX_LINES and not isinstance(m.get(CODEX_USAGE), list)
+
+
+def _codex_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
+    rec = m.get(CODEX_USAGE)
+    if not isinstance(rec, list):  # imported before the importer kept it: the raw line, on the path's walk
+        if d is None:
+            return None
+        rec, (w.model, w.total) = codex_record(d, (w.model, w.total))
+    if rec is None or len(rec) != 6:
         return None
-    if not isinstance(total, dict):
-        return Response("codex:" + cid, w.model, c.time, t)
-    return Response("codex:" + hashlib.sha256(json.dumps([total, last], sort_keys=True).encode()).hexdigest()[:32],
-                    w.model, c.time, t)
+    return Response("codex:" + (rec[0] or cid), rec[1] or None, c.time, Tokens(*(_int(v) for v in rec[2:])))
 
 
 def _gemini_needs(c: Commit, m: dict[str, Any]) -> bool:

@@ -203,6 +203,110 @@ def test_codex_fork_subagent_and_repeated_token_counts_count_once(store: castore
                                               + t.cache_read * p["cache_read"]) / 1e6)
 
 
+def _codex_paths(store: castore.Store) -> list[list[tuple[str, Any]]]:
+    """Every path (root to a tip) of every Codex session, as (commit id, commit)."""
+    out = []
+    for key, (_folder, refs) in store.session_refs().items():
+        if key[0] == "codex":
+            out += [store.history.path(tip) for name, tip in refs.items() if name.startswith(("heads/", "tags/"))]
+    return out
+
+
+def _codex_rollback_case(base: Path) -> Path:
+    """The fork case with a rollback in the parent: its last turn dropped, another in its place
+    (Codex's running total goes on growing: the dropped response was billed all the same)."""
+    root = _cases().codex_case(base, "fork") / "sessions"
+    f = next(root.rglob("*0001.jsonl"))
+    lines = f.read_text().splitlines(keepends=True)
+    total = json.loads(lines[-1])["payload"]["info"]["total_token_usage"]
+    rl = _cases()._rl
+    extra = [rl(60, "event_msg", {"type": "thread_rolled_back", "num_turns": 1})]
+    last = {"input_tokens": 7000, "cached_input_tokens": 4200, "output_tokens": 350, "reasoning_output_tokens": 0,
+            "total_tokens": 7350}
+    info = {"total_token_usage": {k: total[k] + v for k, v in last.items()}, "last_token_usage": last}
+    extra += [rl(61, "turn_context", {"cwd": "/w", "model": "gpt-5.1-codex"}),
+              rl(62, "response_item", {"type": "message", "role": "user",
+                                       "content": [{"type": "input_text", "text": "question 7"}]}),
+              rl(63, "event_msg", {"type": "token_count", "info": info, "rate_limits": None})]
+    f.write_text("".join(lines + extra))
+    return root
+
+
+@pytest.mark.parametrize("case", ["fork", "subagent", "rollback", "old"])
+def test_a_fresh_codex_import_keeps_usage_in_metadata_equal_to_the_raw_lines(store: castore.Store, tmp_path: Path,
+                                                                              case: str) -> None:
+    """The importer keeps each token_count's usage (and the model its turn_context named) in the
+    commit's metadata, read on the path the line hangs on (rollbacks, forks, subagent replays);
+    usage then reads no line, and gets on every path what the stateful reader of the raw lines
+    gets for a session imported before; the totals are the files' own counts with the copies
+    removed. ``old``: rollouts too old to have ``last_token_usage`` (the growth of the total
+    counts), with a rollback, a fork and a subagent (tests/test_codex.py's files)."""
+    from castore.adapters.jsonl_tree import read_blobs
+    from castore.objects import json_loads
+    from castore.usage import CODEX_USAGE, READERS, Walk
+
+    if case == "old":
+        import test_codex as tc
+
+        day = tmp_path / "sessions" / "2026" / "01" / "02"
+        day.mkdir(parents=True)
+        parent = tc._parent_lines()
+        (day / f"rollout-2026-01-02T10-00-00-{tc.PARENT}.jsonl").write_bytes(b"".join(parent))
+        (day / f"rollout-2026-01-02T10-03-20-{tc.FORK}.jsonl").write_bytes(b"".join(tc._fork_lines(parent, 22)))
+        spawn = {"subagent": {"thread_spawn": {"parent_thread_id": tc.PARENT, "depth": 1}}}
+        (day / f"rollout-2026-01-02T10-08-20-{tc.CHILD}.jsonl").write_bytes(b"".join(
+            [tc._line(500, "session_meta", tc._meta(tc.CHILD, source=spawn)), *tc._turn(510, 7, "subagent")]))
+        root = tmp_path / "sessions"
+    elif case == "rollback":
+        root = _codex_rollback_case(tmp_path / "home")
+    else:
+        root = _cases().codex_case(tmp_path / "home", case) / "sessions"
+    import_codex(store, root)
+    reader = READERS["codex"]
+    paths = _codex_paths(store)
+    raws = read_blobs(store, list({c.meta["codex"]["raw"] for p in paths for _, c in p}))
+    kept = 0
+    for path in paths:
+        new, old = Walk(), Walk()
+        for cid, c in path:
+            m = c.meta["codex"]
+            if c.author in ("token_count", "turn_context", "session_meta"):
+                assert isinstance(m[CODEX_USAGE], list) and not reader.needs_line(c, m)  # no line read
+            before = {k: v for k, v in m.items() if k != CODEX_USAGE}  # as imported before
+            d = json_loads(raws[m["raw"]]) if reader.needs_line(c, before) else None
+            want = reader.read(old, cid, c, before, d if isinstance(d, dict) else None)
+            assert reader.read(new, cid, c, m, None) == want
+            kept += want is not None
+    assert kept > 0
+    r = usage(store, cache=False)
+    if case != "old":
+        assert (r.total.responses, r.total.tokens) == codex_truth(root)
+    else:  # the growth of the total on each path: turns 1 2 3, rolled back to 1, then 4 5; the fork's 9
+        # after the parent's 2; the subagent's 7
+        assert r.total.responses == 7 and r.total.tokens.input == 100 + 100 + 100 + 300 + 100 + 900 - 200 + 700
+
+
+def test_a_codex_session_imported_before_usage_was_kept_is_read_from_its_lines(store: castore.Store,
+                                                                              tmp_path: Path) -> None:
+    """A session whose import recorded no usage walk (imported before the importer kept usage)
+    goes on without keeping it (the walk at its end is not known), and usage reads its lines."""
+    root = _codex_rollback_case(tmp_path / "home")
+    f = next(root.rglob("*0001.jsonl"))
+    whole = f.read_bytes()
+    cut = whole.index(b"question 3")
+    cut = whole.rindex(b"\n", 0, cut) + 1
+    f.write_bytes(whole[:cut])
+    import_codex(store, f)
+    s = next(store.session(*k) for k in store.session_refs() if k[0] == "codex")
+    info = s.info
+    s.set_info({**info, "codex": {k: v for k, v in info["codex"].items() if k != "walk"}})
+    f.write_bytes(whole)
+    import_codex(store, root)
+    news = [le for le in s.log(all_branches=True) if le.meta["codex"]["o"] > info["codex"]["lines"]]
+    assert news and all("u" not in le.meta["codex"] for le in news)
+    assert (lambda r: (r.total.responses, r.total.tokens))(usage(store, cache=False)) == codex_truth(root)
+
+
 def test_gemini_fixtures_count_each_message_once(store: castore.Store) -> None:
     """Gemini CLI appends a message again, whole, each time it changes: the copies holding
     ``tokens`` are one response (the fixtures of tests/data/gemini, built from gemini-cli's format)."""

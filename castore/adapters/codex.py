@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from ..usage import CODEX_USAGE, CodexWalk, codex_record
 from ..views import TITLE_KEY
 from .detect import refuse_other
 from .jsonl_tree import (
@@ -231,7 +232,19 @@ class _State:
     lines: int = 0
     digest: str | None = None
     cursor: int | None = None
-    turns: list[list[Any]] = field(default_factory=list)  # [start line, line before it, its commit]
+    # [start line, line before it, its commit, the usage walk at the line before it (None: unknown)]
+    turns: list[list[Any]] = field(default_factory=list)
+    #: the usage walk at ``cursor`` (:func:`castore.usage.codex_record`); None: unknown (a session
+    #: imported before the importer kept usage: its lines are read by the usage reader instead)
+    walk: CodexWalk | None = (None, None)
+
+
+def _walk(v: Any) -> CodexWalk | None:
+    """A usage walk as kept in the session's info (``[model, total]``), or None."""
+    if isinstance(v, (list, tuple)) and len(v) == 2 and (v[0] is None or isinstance(v[0], str)) \
+            and (v[1] is None or isinstance(v[1], dict)):
+        return v[0], v[1]
+    return None
 
 
 class _Importer:
@@ -259,7 +272,7 @@ class _Importer:
         res = FileResult(self.src.path, session.key)
         size = os.fstat(f.fileno()).st_size
         st = _State(int(c.get("offset", 0)), int(c.get("lines", 0)), c.get("digest"), c.get("cursor"),
-                    [list(t) for t in c.get("turns", [])])
+                    [list(t) for t in c.get("turns", [])], _walk(c.get("walk")) if c else (None, None))
         if st.offset and (size < st.offset or prefix_digest(f, st.offset) != st.digest):
             res.notes.append(f"the first {st.offset} bytes changed since the last import: skipped, the archived "
                              "lines are kept (move the file aside, or import it into another store, to keep both)")
@@ -308,7 +321,9 @@ class _Importer:
                     put_blobs(self.store, [raw])
                     adopted[str(n)] = [mark, blob_id(raw, self.store.objects.codec)]
                     if _is_turn(d):
-                        st.turns.append([n, parent, None])
+                        st.turns.append([n, parent, None, st.walk])
+                    if st.walk is not None:
+                        st.walk = codex_record(d, st.walk)[1]
                     w.cid[n] = mark
                     cursor, n, offset = n, n + 1, end
                     continue
@@ -318,13 +333,18 @@ class _Importer:
                     if isinstance(k, int) and not isinstance(k, bool) and 0 < k <= len(st.turns) \
                             and st.turns[-k][1] is not None:
                         parent, rolled = st.turns[-k][1], "rollback"
+                        st.walk = _walk(st.turns[-k][3]) if len(st.turns[-k]) > 3 else None
                         del st.turns[-k:]
                 if _is_turn(d):
-                    st.turns.append([n, parent, None])
+                    st.turns.append([n, parent, None, st.walk])
                 msg = _message(d)
                 m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw, self.store.objects.codec), "f": session.id,
                                            **({"type": d["type"]} if isinstance(d.get("type"), str) else {}),
                                            **({"fork": rolled} if rolled else {})}}
+                if st.walk is not None:  # the usage it records, read on its path (no raw read for `usage`)
+                    rec, st.walk = codex_record(d, st.walk)
+                    if rec is not None:
+                        m[KEY][CODEX_USAGE] = rec
                 when = parse_time(d.get("timestamp"))
                 if when is not None:
                     m["time"] = when
@@ -360,7 +380,8 @@ class _Importer:
         cc = dict(new.get(KEY) or {})
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                    "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
-                   "turns": st.turns[-256:], "time": w.last_time, "tips": w.branch_digest(), "layout": layout})
+                   "turns": st.turns[-256:], "time": w.last_time, "tips": w.branch_digest(), "layout": layout,
+                   "walk": list(st.walk) if st.walk is not None else None})
         if adopted:
             cc["adopted"] = {**as_dict(cc.get("adopted")), **adopted}
         if prefix:
@@ -422,24 +443,29 @@ class _Importer:
             parent.fork(session.id, at=at, user=self.user)
         prefix.append({"raw": put_blobs(self.store, [mine[0]])[0]})
         known[0] = rows[matched[0][2] - 1][2] if matched[0][2] > 0 else at
+        first = parse_line(mine[0])
+        walk: CodexWalk = codex_record(first, (None, None))[1] if isinstance(first, dict) else (None, None)
         for fn, raw, pj in matched:
             prow = rows[pj]
-            ts_f = json.loads(raw).get("timestamp")
+            d = json.loads(raw)
+            if _is_turn(d):
+                st.turns.append([fn, fn - 1, known.get(fn - 1), walk])
+            walk = codex_record(d, walk)[1] if isinstance(d, dict) else walk
+            ts_f = d.get("timestamp")
             ts_p = json.loads(raws[prow[1]]).get("timestamp")
             if _retime(raws[prow[1]], ts_p, ts_f) == raw:
                 prefix.append({"from": prow[0], "ts": ts_f})
             else:
                 prefix.append({"raw": put_blobs(self.store, [raw])[0]})
             known[fn] = prow[2]
-            if _is_turn(json.loads(raw)):
-                st.turns.append([fn, fn - 1, known.get(fn - 1)])
-        st.offset, st.lines, st.cursor = pos, len(mine), len(mine) - 1
+        st.offset, st.lines, st.cursor, st.walk = pos, len(mine), len(mine) - 1, walk
         info = session.info
         info.setdefault("forked_from", {"app": parent.app, "user": parent.user, "session": parent.id, "commit": at})
         session.set_info({**info, KEY: {"path": self.src.rel, "prefix": prefix, "offset": pos, "lines": len(mine),
                                         "digest": prefix_digest(f, pos), "cursor": st.cursor,
                                         "cursor_commit": known.get(st.cursor), "turns": st.turns[-256:],
-                                        "tips": tips_digest(session.branches()), "layout": LAYOUT}})
+                                        "tips": tips_digest(session.branches()), "layout": LAYOUT,
+                                        "walk": list(walk)}})
         return {"parent": parent.id, "at": at}
 
 
