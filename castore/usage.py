@@ -64,7 +64,9 @@ its copies share, and counted once:
   each time it changes: the copies that carry ``tokens`` are one response);
 * Pi: the assistant message's own ``timestamp`` (milliseconds) with its model and counts,
   which a branched file copies unchanged;
-* other commits: the commit.
+* other commits: the API's ``response_id`` in the metadata (an OpenAI Agents run's, see
+  :meth:`castore.adapters.openai_agents.CastoreSession.usage_hooks`) with the model, else the
+  commit.
 
 Where the copies of a response sit in several sessions or branches, it counts for the
 earliest copy (by the time of its line, then session key); within a session for the branch
@@ -360,7 +362,8 @@ def _meta_usage(cid: str, c: Commit, body: Any) -> Response | None:
     t = tokens_of(meta.get("usage"))
     if t is None or t.total == 0:
         return None
-    return Response("commit:" + cid, _str(meta.get("model")), c.time, t)
+    rid, model = _str(meta.get("response_id")), _str(meta.get("model"))
+    return Response(f"response:{rid}:{model}" if rid else "commit:" + cid, model, c.time, t)
 
 
 # -- reading one session -------------------------------------------------------------------------

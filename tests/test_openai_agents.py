@@ -345,3 +345,56 @@ def test_settings_without_the_sdk_keep_its_rules() -> None:
         _Settings.coerce({"lmit": 3})
     with pytest.raises(TypeError, match="got list"):
         _Settings.coerce(["limit"])
+
+
+# -- usage: the SDK's per-response usage, recorded by hooks, counted by `castore usage` -------------------------
+class MeteredModel(ScriptedModel):
+    """A scripted model whose responses carry usage and a response id, as the Responses API gives them."""
+
+    model = "gpt-4.1"
+
+    async def get_response(self, *args: Any, **kw: Any) -> ModelResponse:
+        out = await super().get_response(*args, **kw)
+        k = len(self.inputs)
+        from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+        usage = Usage(requests=1, input_tokens=1000 * k, output_tokens=10 * k, total_tokens=1010 * k,
+                      input_tokens_details=InputTokensDetails(cached_tokens=400 * k, cache_write_tokens=0),
+                      output_tokens_details=OutputTokensDetails(reasoning_tokens=0))
+        return ModelResponse(output=out.output, usage=usage, response_id=f"resp_{k}_{uuid.uuid4().hex[:6]}")
+
+
+def test_usage_hooks_record_each_response_and_castore_usage_counts_them_once(
+    store: castore.Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from castore.usage import Tokens, usage
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-dummy-no-network")
+    monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "usage-cache.json"))
+    agent, scripted = make_agent()
+    model = MeteredModel(scripted.outputs)
+    agent = agent.clone(model=model)
+    mine = CastoreSession("metered", store)
+    ref = SQLiteSession("metered")
+    results = []
+    for s in (mine, ref):
+        model.outputs, model.inputs = list(scripted.outputs), []
+        hooks = s.usage_hooks() if s is mine else None
+        results.append([run(Runner.run(agent, q, session=s, hooks=hooks))
+                        for q in ("Weather in Paris?", "What did I ask?")])
+    assert run(mine.get_items()) == run(ref.get_items())  # the usage commits are no items
+    ref.close()
+    responses = [r for res in results[0] for r in res.raw_responses]
+    assert len(responses) == 3  # the tool call, the answer, the second answer
+    want = Tokens()
+    for r in responses:
+        cached = r.usage.input_tokens_details.cached_tokens
+        want.add(Tokens(r.usage.input_tokens - cached, r.usage.output_tokens, cached, 0))
+    rep = usage(store, by="model", cache=False)
+    assert (rep.total.responses, rep.total.tokens) == (3, want)
+    assert [g.name for g in rep.groups] == ["gpt-4.1"] and rep.total.cost > 0
+    # the same responses recorded again (from the finished runs), and a fork: each still counts once
+    for res in results[0]:
+        run(mine.record_usage(res))
+    mine.castore.fork("metered-fork")
+    assert (lambda r: (r.total.responses, r.total.tokens))(usage(store, cache=False)) == (3, want)

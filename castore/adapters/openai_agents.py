@@ -23,7 +23,12 @@ How the SDK's ``Session`` protocol maps onto castore:
   appends an ``openai.replaced`` marker naming the first replaced item, then the output, in one
   append that lands only if the leaf has not moved since the items were read; ``get_items``
   skips the replaced items, which stay readable in ``castore log``;
-* branches of the conversation are castore branches: see :attr:`CastoreSession.castore`.
+* branches of the conversation are castore branches: see :attr:`CastoreSession.castore`;
+* the Session protocol is given items, never the model's usage: pass
+  :meth:`CastoreSession.usage_hooks` as the run's ``hooks`` (or give a finished run to
+  :meth:`CastoreSession.record_usage`) and each model response's usage is appended as an
+  ``openai.usage`` commit whose metadata holds ``usage``, ``model`` and ``response_id`` (what
+  ``castore usage`` reads of any commit; ``get_items`` skips it).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ STARTED = "openai.session"
 #: Custom entry type of the marker a compaction writes: the items from the commit it names
 #: (``{"from": id}``) up to the marker are replaced by the items after it
 REPLACED = "openai.replaced"
+#: Custom entry type of a model response's usage (``{"response_id": ...}``; counts in the metadata)
+USAGE = "openai.usage"
 
 _BOUNDARY = object()
 #: the ``Session`` protocol's methods: a subclass overriding one gets no compaction snapshot
@@ -298,6 +305,52 @@ class CastoreSession:
             entries = [Custom(STARTED), *entries]
         self.castore.append_many(entries)
 
+    # -- usage ------------------------------------------------------------------------------
+    async def record_usage(self, responses: Any, model: Any = None) -> None:
+        """Append the usage of model responses, one ``openai.usage`` commit each (together).
+
+        Args:
+            responses: a run's result (its ``raw_responses``), or the SDK's ``ModelResponse``
+                objects.
+            model: the model that gave them: a name, or the SDK's ``Model`` (its ``model``
+                name), or an ``Agent`` (its model); None: the result's last agent's, if any.
+
+        Raises:
+            StorageError.
+        """
+        if model is None:
+            model = getattr(getattr(responses, "last_agent", None), "model", None)
+        raws = getattr(responses, "raw_responses", responses)
+        rows = [(u, getattr(r, "response_id", None)) for r in raws or ()
+                if (u := _usage_dict(getattr(r, "usage", None))) is not None]
+        if rows:
+            await asyncio.to_thread(self._add_usage, rows, _model_name(model))
+
+    def _add_usage(self, rows: list[tuple[dict[str, Any], Any]], model: str | None) -> None:
+        entries: list[Any] = [Custom(USAGE, {"response_id": rid} if isinstance(rid, str) else {}) for _, rid in rows]
+        metas = [{"usage": u, **({"model": model} if model else {}),
+                  **({"response_id": rid} if isinstance(rid, str) else {})} for u, rid in rows]
+        if self.castore.head is None:
+            entries, metas = [Custom(STARTED), *entries], [{}, *metas]
+        self.castore.append_many(entries, metas=metas)
+
+    def usage_hooks(self) -> Any:
+        """The SDK's ``RunHooks`` that record each model response's usage as it arrives
+        (:meth:`record_usage`): ``Runner.run(agent, input, session=s, hooks=s.usage_hooks())``.
+
+        Raises:
+            ImportError: the Agents SDK is not installed.
+        """
+        from agents import RunHooks
+
+        session = self
+
+        class _UsageHooks(RunHooks):
+            async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+                await session.record_usage([response], getattr(agent, "model", None))
+
+        return _UsageHooks()
+
     async def pop_item(self) -> Any:
         """Move the leaf back before the newest item and return that item (None if none).
 
@@ -350,5 +403,33 @@ class CastoreSession:
             self._opened.close()
 
 
+def _usage_dict(u: Any) -> dict[str, Any] | None:
+    """The SDK's ``Usage`` as the OpenAI Responses shape ``castore usage`` reads, or None when
+    it counts nothing."""
+    if u is None:
+        return None
+    details = getattr(u, "input_tokens_details", None)
+    out_details = getattr(u, "output_tokens_details", None)
+    d: dict[str, Any] = {"input_tokens": int(getattr(u, "input_tokens", 0) or 0),
+                         "output_tokens": int(getattr(u, "output_tokens", 0) or 0)}
+    cached = int(getattr(details, "cached_tokens", 0) or 0)
+    if cached:
+        d["input_tokens_details"] = {"cached_tokens": cached}
+    reasoning = int(getattr(out_details, "reasoning_tokens", 0) or 0)
+    if reasoning:
+        d["output_tokens_details"] = {"reasoning_tokens": reasoning}
+    return d if d["input_tokens"] or d["output_tokens"] else None
+
+
+def _model_name(model: Any) -> str | None:
+    """A model's name: a name as given, else the ``model`` name of the SDK's ``Model`` or of an
+    ``Agent``'s model."""
+    for _ in range(2):
+        if isinstance(model, str):
+            return model or None
+        model = getattr(model, "model", None)
+    return None
+
+
 __all__ = ["CastoreSession", "coerce_settings", "item_to_entry", "entry_to_item", "ITEM", "CLEARED", "STARTED",
-           "REPLACED"]
+           "REPLACED", "USAGE"]
