@@ -191,17 +191,39 @@ class History:
         full = below + tail
         return full if is_chain(full) else None
 
+    def load_commits(self) -> int:
+        """Decode every stored commit in one store-wide pass
+        (:meth:`~castore.objectstore.ObjectStore.load_all`), so that the paths read next are
+        walked through decoded commits: no read per commit, no index, no segment. What a reader
+        of most of a store's paths calls first (the first ``castore usage`` on a store); a
+        reader of a few paths should not (the pass reads the whole store). Returns how many
+        commits it decoded.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self.objs.load_all(Commit)
+
     def _path_by_walking(self, tip: str) -> list[tuple[str, Commit]]:
+        """The path to ``tip`` by its parent links down to the first commit of the tip's block,
+        and on while the parent is decoded already (:meth:`load_commits`: then the whole path,
+        with no read), then the segments of the index that commit names; the slow, sure
+        :meth:`walk` when they do not fit."""
         c = self.commit(tip)
-        block_start = (c.depth // K) * K
         tail = [(tip, c)]
-        while c.depth > block_start and c.parents:
+        decoded = self.objs.decoded
+        while c.parents:
             pid = o.hex_id(c.parents[0])
-            c = self.commit(pid)
+            p = decoded(pid)
+            if type(p) is not Commit:
+                if c.depth % K == 0:
+                    break  # the first commit of a block: the index it names holds the rest
+                p = self.commit(pid)
+            c = p
             tail.append((pid, c))
         tail.reverse()
         below: list[tuple[str, Commit]] = []
-        if c.index is not None:
+        if c.parents and c.index is not None:
             idx = self.objs.get(o.hex_id(c.index))
             if not isinstance(idx, Index):
                 raise IntegrityError(o.hex_id(c.index), "expected an index")

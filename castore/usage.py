@@ -80,6 +80,11 @@ local disk the ref-change log tells which, without reading a ref), and ``castore
 brings an existing cache up to date as it does the search index (:func:`update_if_present`).
 The cache is derived data: deleting it loses nothing. An encrypted store is never cached
 (its counts and session names would be in the clear): every run reads every session.
+
+A run that reads most of a store's sessions (the first one, with no cache) first decodes every
+commit of the store in one pass over its packs (:meth:`History.load_commits
+<castore.history.History.load_commits>`), then walks each path through them, with no read per
+commit; a run that reads a few sessions reads their paths one by one.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import CastoreError, InvalidEntry
-from .objects import json_loads
+from .objects import json_dumps_sorted, json_loads
 
 if TYPE_CHECKING:
     from .objects import Commit
@@ -106,6 +111,9 @@ if TYPE_CHECKING:
 GROUPS = ("session", "branch", "model", "project", "day")
 #: the version of the cache file (a file of another version is not read)
 CACHE_VERSION = 1
+#: reading at least this many sessions (and half the store's), every commit is decoded in one
+#: store-wide pass first (:func:`_load_commits_for`)
+SCAN_MIN_SESSIONS = 64
 Key = tuple[str, str, str]
 
 
@@ -250,7 +258,8 @@ def _claude_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, A
         rec = claude_record(d)
     if len(rec) != 6:
         return None
-    return Response("claude:" + (rec[0] or cid), rec[1] or None, c.time, Tokens(*(_int(v) for v in rec[2:])))
+    return Response("claude:" + (rec[0] or cid), rec[1] or None, c.time,
+                    Tokens(_int(rec[2]), _int(rec[3]), _int(rec[4]), _int(rec[5])))
 
 
 _CODEX_LINES = ("token_count", "turn_context", "session_meta")
@@ -371,11 +380,14 @@ def _meta_usage(cid: str, c: Commit, body: Any) -> Response | None:
 Row = list[Any]
 
 
-def _reader_of(c: Commit) -> tuple[str, Reader] | None:
+def _reader_of(c: Commit) -> tuple[Reader, dict[str, Any], bool] | None:
+    """The reader of commit ``c``, its metadata under the reader's key and whether it needs the
+    raw line; None: no reader's (:func:`_meta_usage` may still find usage)."""
+    meta = c.meta
     for k, r in READERS.items():
-        m = c.meta.get(k)
+        m = meta.get(k)
         if isinstance(m, dict) and isinstance(m.get("raw"), str):
-            return k, r
+            return r, m, r.needs_line(c, m)
     return None
 
 
@@ -402,9 +414,10 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
     paths: list[list[tuple[str, Commit]]] = []
     where: dict[str, tuple[int, int]] = {}  # commit -> (path, place in it)
     owner: dict[str, str] = {}
-    readers: dict[str, tuple[str, Reader] | None] = {}
+    readers: dict[str, tuple[Reader, dict[str, Any], bool] | None] = {}
     want: list[str] = []
     bodies: list[str] = []
+    commit = store.history.commit
     for name, tip in _tips(refs, current):
         if tip in owner:
             continue
@@ -412,7 +425,7 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         new: list[tuple[str, Commit]] = []
         cid: str | None = tip
         while cid is not None and cid not in where and paths:
-            c = store.history.commit(cid)
+            c = commit(cid)
             new.append((cid, c))
             cid = hex_id(c.parents[0]) if c.parents else None
         if not paths:
@@ -420,17 +433,17 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         else:
             new.reverse()
             path = (paths[where[cid][0]][:where[cid][1] + 1] if cid is not None else []) + new
+        at = len(paths)
         paths.append(path)
         for i, (cid, c) in enumerate(path):
             if cid in owner:
                 continue
             owner[cid] = name
-            where[cid] = (len(paths) - 1, i)
+            where[cid] = (at, i)
             got = readers[cid] = _reader_of(c)
             if got is not None:
-                m = c.meta[got[0]]
-                if got[1].needs_line(c, m):
-                    want.append(m["raw"])
+                if got[2]:
+                    want.append(got[1]["raw"])
             elif c.body is not None and isinstance(c.meta.get("pm"), dict) and "usage" in c.meta["pm"]:
                 bodies.append(hex_id(c.body))
     lines: dict[str, Any] = {}
@@ -451,11 +464,11 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
                 done.add(cid)
                 r = _meta_usage(cid, c, values.get(hex_id(c.body)) if c.body is not None else None)
             else:
-                if cid in done and not got[1].stateful:
+                reader, m, needs = got
+                if cid in done and not reader.stateful:
                     continue
-                m = c.meta[got[0]]
-                d = lines.get(m["raw"]) if got[1].needs_line(c, m) else None
-                r = got[1].read(w, cid, c, m, d if isinstance(d, dict) else None)
+                d = lines.get(m["raw"]) if needs else None
+                r = reader.read(w, cid, c, m, d if isinstance(d, dict) else None)
                 if cid in done:  # read again only for the state of this path's walk
                     continue
                 done.add(cid)
@@ -516,8 +529,8 @@ def cache_path(store: Store) -> str:
 def _load_cache(path: str, url: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            doc = json.loads(f.read())
-    except (OSError, ValueError):
+            doc = json_loads(f.read())
+    except (OSError, InvalidEntry):
         return {}
     if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or doc.get("url") != url \
             or not isinstance(doc.get("sessions"), dict):
@@ -530,8 +543,8 @@ def _save_cache(path: str, doc: dict[str, Any]) -> None:
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".usage-", dir=os.path.dirname(path) or ".")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, separators=(",", ":"))
+        with os.fdopen(fd, "wb") as f:
+            f.write(json_dumps_sorted(doc))
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError, UnboundLocalError):
@@ -558,6 +571,7 @@ def _rows_of(store: Store, cache: bool) -> dict[Key, list[Row]]:
     if not cache or not _cacheable(store, url):
         every = store.session_refs()
         heads = _current(store, [f for f, _r in every.values()])
+        _load_commits_for(store, len(every), len(every))
         return {key: session_rows(store, key, refs, heads.get(f)) for key, (f, refs) in every.items()}
     path = cache_path(store)
     url = url if "://" in url else os.path.abspath(url)
@@ -581,10 +595,20 @@ def _rows_of(store: Store, cache: bool) -> dict[Key, list[Row]]:
         else:
             todo.append((key, folder, refs))
     heads = _current(store, [f for _k, f, _r in todo])
+    _load_commits_for(store, len(todo), len(sessions) + len(todo))
     for key, folder, refs in todo:
         sessions[folder] = {"key": list(key), "refs": refs, "rows": session_rows(store, key, refs, heads.get(folder))}
     _save_cache(path, {"version": CACHE_VERSION, "url": url, "mark": mark, "sessions": sessions})
     return {tuple(v["key"]): v["rows"] for v in sessions.values()}
+
+
+def _load_commits_for(store: Store, todo: int, of: int) -> None:
+    """Decode every commit of ``store`` in one pass first (:meth:`History.load_commits
+    <castore.history.History.load_commits>`) when the ``todo`` sessions about to be read are at
+    least :data:`SCAN_MIN_SESSIONS` and half of the ``of`` sessions there are: the paths are then
+    walked with no read per commit. Fewer are cheaper read path by path."""
+    if todo >= SCAN_MIN_SESSIONS and 2 * todo >= of:
+        store.history.load_commits()
 
 
 def _cacheable(store: Store, url: str) -> bool:

@@ -161,6 +161,57 @@ def test_resumed_forked_and_replayed_copies_of_claude_responses_count_once(store
     assert {g.name: g.responses for g in r.groups}[f"claude/session-share/{MAIN}"] == 11
 
 
+def test_paths_walked_through_a_store_wide_load_equal_the_paths_read_commit_by_commit(
+        store: castore.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """usage's first run on a store decodes every commit in one pass (History.load_commits)
+    and walks the paths through them: on the real files with their forks (rewinds, subagents,
+    a forked session, a Codex fork) each path equals the one read a commit at a time and the
+    one read through its index and segments, also when only some commits were decoded; and
+    every report equals the one read path by path."""
+    import castore.usage as usage_mod
+    from castore.objects import Commit
+
+    cases = _cases()
+    root = cases.claude_case(tmp_path / "home", "fork") / "projects"
+    import_claude(store, root)
+    import_codex(store, cases.codex_case(tmp_path / "cx", "fork") / "sessions")
+    url = str(tmp_path / "store")
+    every = store.session_refs()
+    tips = sorted({tip for _f, refs in every.values() for tip in refs.values()})
+    truth = {tip: castore.open(url).history.walk(tip) for tip in tips}  # each its own handle: nothing decoded
+    reachable = {cid for path in truth.values() for cid, _c in path}
+    assert len(tips) > len(every) > 8  # branches and forks share commits
+    assert max(map(len, truth.values())) > 64  # a path longer than a block: its index holds the rest
+
+    loaded = castore.open(url)
+    assert loaded.history.load_commits() >= len(reachable)
+    assert all(isinstance(loaded.objects.decoded(cid), Commit) for cid in reachable)
+    some = castore.open(url)
+    assert some.objects.load_all(Commit, budget=40) == 40  # the rest read as a path needs them
+    def no_fallback(tip: str) -> Any:
+        raise AssertionError(f"the path to {tip} did not fit: read again commit by commit")
+
+    for h in (loaded.history, some.history):
+        monkeypatch.setattr(h, "walk", no_fallback)
+    for name in ("get_many", "read_stored_many"):  # no index, no segment, no object read
+        monkeypatch.setattr(loaded.objects, name, lambda *a, **k: pytest.fail("read: every commit was decoded"))
+    monkeypatch.setattr(loaded.objects.packmap, "read_packed", lambda *a, **k: pytest.fail("read a packed object"))
+    for tip in tips:
+        assert loaded.history.path(tip) == truth[tip]
+        assert some.history.path(tip) == truth[tip]
+        assert castore.open(url).history.path(tip) == truth[tip]
+
+    def report(scan_from: int, by: str) -> Any:
+        monkeypatch.setattr(usage_mod, "SCAN_MIN_SESSIONS", scan_from)
+        return usage(castore.open(url), by=by, cache=False).to_json()
+
+    for by in ("session", "branch", "model", "day"):
+        assert report(0, by) == report(1 << 30, by)
+    n, want = claude_truth(root)
+    r = usage(castore.open(url), app="claude", cache=False)
+    assert (r.total.responses, r.total.tokens) == (n, want)
+
+
 # -- Codex ---------------------------------------------------------------------------------------
 def codex_truth(root: Path) -> tuple[int, Tokens]:
     """What the rollouts say: each ``token_count``'s ``last_token_usage``, one per pair of

@@ -391,6 +391,49 @@ class ObjectStore:
             for oid in list(itertools.islice(cache, excess + CACHE_SIZE // 10)):
                 del cache[oid]
 
+    def decoded(self, oid: str) -> AnyObject | None:
+        """The object ``oid`` if it is decoded already (in the cache), else None: no I/O,
+        for a reader that takes another way to what is not. Raises nothing."""
+        return self._cache.get(oid)
+
+    def load_all(self, cls: type[AnyObject], budget: int = CACHE_SIZE * 3 // 4) -> int:
+        """Decode every stored object of class ``cls`` (every :class:`~castore.objects.Commit`,
+        say), store-wide, in one pass over what is stored (:meth:`iter_contents`: each pack
+        read whole, each record decompressed once), into the cache of decoded objects, up to
+        ``budget`` of them (within the cache's bound); returns how many it decoded. What a
+        reader of most of a store's paths calls first: reading them then costs no lookup and
+        no read per object (100,000 commits in half a second, where reading them one by one
+        took two; ``scripts/bench_usage.py``).
+        The objects are told by their kind tag without decoding the others; each id is the
+        hash of the bytes found (nothing is taken on trust, as in
+        :meth:`adopt_canonical_many`); bytes that do not decode are left out (``fsck``
+        reports them).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        tag, t0, t1 = o.kind_tag_bytes(cls), o.TAG_START, o.TAG_END
+        loaded = 0
+        with gc_paused():
+            for content, is_record in self.iter_contents():
+                spans = packs.content_spans(content) if is_record else [(0, len(content))]
+                raws = [content[a:a + n] for a, n in spans or () if content[a + t0:a + t1] == tag]
+                if not raws:
+                    continue
+                raws = raws[:budget - loaded]
+                try:
+                    loaded += len(self.adopt_canonical_many(raws))
+                except IntegrityError:  # one does not decode: the others one by one
+                    for raw in raws:
+                        try:
+                            self.adopt_canonical_many([raw])
+                            loaded += 1
+                        except IntegrityError:
+                            continue
+                if loaded >= budget:
+                    break
+        return loaded
+
     def get(self, oid: str) -> AnyObject:
         """Read, verify and decode one object.
 
