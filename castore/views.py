@@ -87,8 +87,11 @@ class View:
         """The state at ``rev`` as the adapter reads it (decoded), or None to use the stored state."""
         return None
 
-    def details(self, session: Session, e: LogEntry) -> list[tuple[str, list[tuple[str, Any]]]]:
-        """Extra ``(title, [(key, value)])`` sections ``show`` prints after the commit."""
+    def details(self, session: Session, e: LogEntry, verbose: bool = False) -> list[tuple[str, list[tuple[str, Any]]]]:
+        """Extra ``(title, [(key, value)])`` sections ``show`` prints after the commit.
+
+        ``verbose``: all of each value, where the short form cuts long ones.
+        """
         return []
 
     def diff_states(self, session: Session, rev1: str, rev2: str) -> dict[str, Any] | None:
@@ -239,10 +242,13 @@ def state_at(session: Session, rev: str = "HEAD") -> dict[str, Any]:
     return session.state(rev) if got is None else got
 
 
-def details(session: Session, e: LogEntry) -> list[tuple[str, list[tuple[str, Any]]]]:
+def details(session: Session, e: LogEntry, verbose: bool = False) -> list[tuple[str, list[tuple[str, Any]]]]:
     """The extra sections an adapter shows for a commit (see :meth:`View.details`)."""
     view = view_for(e.kind)
-    return view.details(session, e) if view is not None else []
+    if view is None:
+        return []
+    # a view written before ``verbose`` still reads
+    return view.details(session, e, verbose) if verbose else view.details(session, e)
 
 
 def diff_states(session: Session, rev1: str, rev2: str) -> dict[str, Any] | None:

@@ -20,6 +20,9 @@ SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
 KEY = f"claude/session-share/{SID}"
 CODEX = DATA / "codex" / "sample_codex_session.jsonl"
 CODEX_KEY = "codex/local/019b64e5-57fa-7463-b644-fba7e456f905"
+GEMINI = DATA / "gemini" / "tmp"
+GEMINI_SID = "7f3c2a9e-4b1d-4e8a-9c55-2d6b8e0f1a47"
+GEMINI_KEY = f"gemini/my-app/{GEMINI_SID}"
 
 
 def _cli(store: Path, *args: str):
@@ -33,6 +36,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     s = tmp_path_factory.mktemp("transcripts") / "store"
     _cli(s, "import", "claude", str(SHARE))
     _cli(s, "import", "codex", str(CODEX))
+    _cli(s, "import", "gemini", str(GEMINI))
     return s
 
 
@@ -181,3 +185,53 @@ def test_a_real_pi_session_reads_its_calls_results_and_commands(tmp_path: Path) 
     assert f"bashExecution: $ {bash['command']} · ← {len(bash['output'].splitlines())} lines" in out
     assert "assistant: → bash(" in out and "tool: ← " in out
     assert "thinking level -> " in out
+
+
+def test_codex_copies_of_messages_and_its_header_are_bookkeeping(store: Path) -> None:
+    # Codex writes each prompt twice (a response_item the model saw, an event_msg its UI
+    # replays) and starts with a session_meta header: neither is a turn of its own
+    raw = _lines(CODEX)
+    assert any(d["type"] == "event_msg" and d["payload"]["type"] == "user_message" for d in raw)
+    out = _cli(store, "-s", CODEX_KEY, "log", "-n", "0", "--oneline")
+    assert "(event)" not in out and "user_message" not in out and "session_meta" not in out
+    assert out.count("can you analyse the MD files") == 1
+    every = _cli(store, "-s", CODEX_KEY, "log", "-n", "0", "--oneline", "--all-entries")
+    assert "user_message" in every and "session_meta" in every and len(every.splitlines()) == len(raw)
+
+
+def test_show_of_a_line_with_no_message_prints_the_line(store: Path) -> None:
+    # a Claude Code system line (how long the turn took) has no message: show prints its fields
+    raw = _lines(SHARE / f"{SID}.jsonl")
+    line = next(d for d in raw if d.get("type") == "system" and d.get("subtype") == "turn_duration")
+    out = _cli(store, "-s", KEY, "show", _by_uuid(store, line["uuid"]))
+    assert 'subtype = "turn_duration"' in out and f"durationMs = {line['durationMs']}" in out
+    # a Codex header: an object's fields one a row, a long one cut unless -v
+    head = json.loads(_cli(store, "-s", CODEX_KEY, "log", "--all-entries", "-n", "0", "--json"))["commits"][-1]
+    instructions = _lines(CODEX)[0]["payload"]["instructions"]
+    assert len(instructions) > tv.FIELD_CHARS
+    short = _cli(store, "-s", CODEX_KEY, "show", head["id"])
+    assert 'payload.cwd = "/Users/macmini/Code/homelab-migration"' in short and "payload.instructions" in short
+    assert instructions.splitlines()[-1] not in short
+    assert json.dumps(instructions, ensure_ascii=False) in _cli(store, "-s", CODEX_KEY, "show", "-v", head["id"])
+    # a Gemini CLI rewind
+    rewind = next(c for c in json.loads(_cli(store, "-s", GEMINI_KEY, "log", "-n", "0", "--json"))["commits"]
+                  if c["author"] == "rewindTo")
+    assert '$rewindTo = "1c2d3e4f-5a6b-4c7d-8e9f-a0b1c2d3e4f5"' in _cli(store, "-s", GEMINI_KEY, "show", rewind["id"])
+
+
+def test_gemini_subagent_links_both_ways_in_log_and_show(store: Path) -> None:
+    sub = f"{GEMINI_SID}.c2d9e1f0-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+    call = next(ln for ln in _cli(store, "-s", GEMINI_KEY, "log", "-n", "0", "--oneline").splitlines()
+                if "→ codebase_investigator(" in ln)
+    assert f"(subagent: {sub})" in call
+    assert f"subagent: {sub}" in _cli(store, "-s", GEMINI_KEY, "show", call.split()[0])
+    first = _cli(store, "-s", f"gemini/my-app/{sub}", "log", "-n", "0", "--oneline").splitlines()[-1]
+    assert f"(spawned by: {GEMINI_SID} {call.split()[0]}) user: Find where the server binds its address" in first
+    assert "subagent of " + GEMINI_SID in _cli(store, "sessions", "gemini")
+
+
+def test_a_rewind_branch_says_its_first_turn_not_a_bookkeeping_line(store: Path) -> None:
+    # the turns a Gemini CLI rewind dropped start with a $set record after the message before them
+    out = _cli(store, "-s", GEMINI_KEY, "branch")
+    assert "rewind from line 9: user: Now add a --port flag" in out
+    assert "rewind from line 81: user: are they still being written?" in _cli(store, "-s", KEY, "branch")

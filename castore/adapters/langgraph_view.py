@@ -496,8 +496,9 @@ class LangGraphView(views.View):
         """See :func:`state_at`."""
         return state_at(session, rev)
 
-    def details(self, session: Session, e: LogEntry) -> list[tuple[str, list[tuple[str, Any]]]]:
-        """A checkpoint's updated channels with their values (``Values``), a task's writes (``Writes``)."""
+    def details(self, session: Session, e: LogEntry, verbose: bool = False) -> list[tuple[str, list[tuple[str, Any]]]]:
+        """A checkpoint's updated channels with their values (``Values``), a task's writes
+        (``Writes``); ``verbose`` changes nothing (every value is shown whole)."""
         out: list[tuple[str, list[tuple[str, Any]]]] = []
         if is_checkpoint(e.kind, e.meta):
             values = state_at(session, e.id) or {}

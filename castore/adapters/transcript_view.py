@@ -8,9 +8,12 @@ to scan them: a call as ``→ Bash(ls -la …)`` (the tool and a one-line, cut s
 argument), a result as ``← 14 lines`` (all of it when asked), thinking folded to one line,
 an image as ``[image]``, a command Pi's user ran with ``!`` as ``$ ls`` and its output.
 Lines that are bookkeeping (Claude's ``progress``,
-``file-history-snapshot``, ``summary``, ``queue-operation``; Codex's ``turn_context`` and
-``token_count``; Gemini CLI's metadata line, ``$set`` records and a message written again with
-nothing new) are marked so that ``log`` leaves them out unless asked for every entry.
+``file-history-snapshot``, ``summary``, ``queue-operation``; Codex's ``session_meta`` header,
+``turn_context``, ``token_count`` and the ``event_msg`` copies of its messages and reasoning;
+Gemini CLI's metadata line, ``$set`` records and a message written again with nothing new) are
+marked so that ``log`` leaves them out unless asked for every entry. A line with no message
+(a Claude Code ``system`` line, a Gemini CLI ``$rewindTo``) is shown by ``show`` as the agent
+wrote it, field by field, read from its stored bytes.
 
 Registered for the ``event`` (Claude Code, Codex, Gemini CLI) and ``message`` (Pi) kinds; an entry whose
 content holds none of these blocks and that no importer wrote reads as castore's own. What
@@ -35,7 +38,12 @@ if TYPE_CHECKING:
 IMPORTERS = ("claude", "codex", "pi", "gemini")
 #: line types that are a client's bookkeeping, not what happened in the session
 BOOKKEEPING = frozenset({"progress", "file-history-snapshot", "summary", "queue-operation",
-                         "turn_context", "token_count", "metadata", "$set", "update"})
+                         "session_meta", "turn_context", "token_count", "metadata", "$set", "update"})
+#: Codex ``event_msg`` types that copy a ``response_item`` (the message or reasoning itself):
+#: what Codex's own UI replays, written beside what the model saw
+CODEX_COPIES = frozenset({"user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content"})
+#: ``show`` cuts a field of a stored line with no message to this many characters (all with ``-v``)
+FIELD_CHARS = 300
 #: a tool call's argument is cut to this many characters
 ARG_CHARS = 60
 #: how far back from a branch's tip its note looks for the line that started it
@@ -229,18 +237,29 @@ class TranscriptView(views.View):
 
     def branch_notes(self, session: Session, branches: Mapping[str, str]) -> dict[str, str]:
         """What made each branch of an imported session (``rewind-81`` -> ``rewind from line
-        81: user: are they still being written?``), read from the line its name gives (looked
-        for at most :data:`NOTE_WALK` commits back from its tip)."""
+        81: user: are they still being written?``): the first line of the branch's own part
+        (from the line its name gives) that is not bookkeeping (a Gemini CLI rewind's part may
+        start with a ``$set`` record), looked for at most :data:`NOTE_WALK` commits back from
+        its tip."""
         out: dict[str, str] = {}
         for name in branches:
             m = _MADE.fullmatch(name)
             if m is None:
                 continue
             n = int(m.group(2))
-            e = next((e for e in session.log(name, limit=NOTE_WALK)
-                      if (line := _importer_line(e)) is not None and line.get("o") == n), None)
-            if e is None:
+            first: tuple[int, LogEntry] | None = None
+            for e in session.log(name, limit=NOTE_WALK):
+                line = _importer_line(e)
+                at = line.get("o") if line is not None else None
+                if not isinstance(at, int):
+                    continue
+                if at < n and first is not None and first[0] == n:
+                    break  # past the line the name gives: what is older is not the branch's own
+                if at >= n and not self.bookkeeping(e) and (first is None or at <= first[0]):
+                    first = (at, e)
+            if first is None:
                 continue
+            e = first[1]
             msg = _message(e)
             text = self.describe(e) or (f"{_label(msg)}: {content_text(msg.content)}" if msg is not None
                                         else e.author or e.kind)
@@ -248,30 +267,78 @@ class TranscriptView(views.View):
         return out
 
     def links(self, session: Session) -> dict[str, list[str]]:
-        """The turns that spawned subagents (``subagent: <session>`` on the Task call and on
-        its result) and, in a subagent, its first line (``spawned by: <session> <commit>``),
-        as the importers recorded them in the sessions' info."""
+        """The turns that spawned subagents (``subagent: <session>`` on the call and on its
+        result) and, in a subagent, its first line (``spawned by: <session> <commit>``), as
+        the importers recorded them in the sessions' info: Claude Code's agents name their
+        session, call and result; Gemini CLI's name the commit of the call, and the subagent
+        is the session ``<parent>.<agent id>`` whose first message is its first line."""
         info = session.info
         out: dict[str, list[str]] = {}
         for key in IMPORTERS:
             agents = info.get(key, {}).get("agents") if isinstance(info.get(key), Mapping) else None
-            for a in agents.values() if isinstance(agents, Mapping) else ():
+            for agent, a in agents.items() if isinstance(agents, Mapping) else ():
+                if isinstance(a, str):  # Gemini CLI: agent id -> the commit of the call that ran it
+                    out.setdefault(a, []).append(f"subagent: {session.id}.{agent}")
+                    continue
                 sub = a.get("session") if isinstance(a, Mapping) else None
                 for cid in (a.get("call"), a.get("commit")) if isinstance(sub, str) else ():
                     if isinstance(cid, str):
                         out.setdefault(cid, []).append(f"subagent: {sub}")
         by = info.get("spawned_by")
-        if isinstance(by, Mapping) and isinstance(by.get("first"), str) and isinstance(by.get("session"), str):
+        first = _first_line(info) if isinstance(by, Mapping) else None
+        if isinstance(by, Mapping) and first is not None and isinstance(by.get("session"), str):
             at = f" {by['commit'][:8]}" if isinstance(by.get("commit"), str) else ""
-            out.setdefault(by["first"], []).append(f"spawned by: {by['session']}{at}")
+            out.setdefault(first, []).append(f"spawned by: {by['session']}{at}")
         return out
 
+    def details(self, session: Session, e: LogEntry, verbose: bool = False) -> list[tuple[str, list[tuple[str, Any]]]]:
+        """For an imported line with no message (a Claude Code ``system`` line, a Codex
+        ``event_msg``, a Gemini CLI ``$rewindTo``): the line as the agent wrote it, one field
+        a row (an object's fields as ``payload.type``), each cut to :data:`FIELD_CHARS`
+        characters unless ``verbose``; nothing for any other commit.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: reading the stored line failed.
+        """
+        line = _importer_line(e)
+        raw = line.get("raw") if line is not None else None
+        if _message(e) is not None or not isinstance(raw, str):
+            return []
+        from .jsonl_tree import NOT_JSON, parse_line, read_blobs
+
+        got = parse_line(read_blobs(session.store, [raw])[raw])
+        if got is NOT_JSON:
+            return []
+        rows: list[tuple[str, Any]] = []
+        for k, v in (got.items() if isinstance(got, Mapping) else [("", got)]):
+            rows += [(f"{k}.{k2}", v2) for k2, v2 in v.items()] if isinstance(v, Mapping) and v else [(k, v)]
+        if not verbose:
+            rows = [(k, fold(v, FIELD_CHARS) if isinstance(v, str) else v) for k, v in rows]
+        return [(f"line {line.get('o')}" if line is not None else "line", rows)]
+
     def bookkeeping(self, e: LogEntry) -> bool:
-        """Whether an imported line is the client's bookkeeping (a ``progress`` line, ...)."""
+        """Whether an imported line is the client's bookkeeping (a ``progress`` line, a Codex
+        ``event_msg`` copying a message, ...)."""
         line = _importer_line(e)
         if line is None or _message(e) is not None:
             return False
+        if "codex" in e.meta and line.get("type") == "event_msg" and e.author in CODEX_COPIES:
+            return True
         return line.get("type") in BOOKKEEPING or e.author in BOOKKEEPING
+
+
+def _first_line(info: Mapping[str, Any]) -> str | None:
+    """The commit of a subagent session's first line, as its importer's info names it (Claude
+    Code: ``spawned_by.first``; Gemini CLI: the first message of ``msgs``, by its ``commits``)."""
+    by = info.get("spawned_by")
+    if isinstance(by, Mapping) and isinstance(by.get("first"), str):
+        return str(by["first"])
+    c = info.get("gemini")
+    if not isinstance(c, Mapping) or not isinstance(c.get("msgs"), list) or not isinstance(c.get("commits"), Mapping):
+        return None
+    lines = [m[1] for m in c["msgs"] if isinstance(m, list) and len(m) > 1 and isinstance(m[1], int)]
+    got = c["commits"].get(str(min(lines))) if lines else None
+    return got if isinstance(got, str) else None
 
 
 views.register(TranscriptView())

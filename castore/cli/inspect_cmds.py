@@ -137,8 +137,9 @@ def show_cmd(session: Session, rev: str, verbose: bool, as_json: bool) -> None:
         return
     for line in r.commit_block(e, refs, full=True, verbose=verbose):
         click.echo(line)
-    # what an adapter adds (a LangGraph checkpoint's updated channels, a task's writes)
-    for title, pairs in views.details(session, e):
+    # what an adapter adds (a LangGraph checkpoint's updated channels, a task's writes, an
+    # imported line with no message as the agent wrote it)
+    for title, pairs in views.details(session, e, verbose):
         for i, (k, v) in enumerate(pairs):
             click.echo((f"{title}:".ljust(9) if i == 0 else " " * 9) + f"{r.safe(k)} = {r.fmt_value(v)}")
 
