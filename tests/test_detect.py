@@ -80,6 +80,9 @@ def test_import_path_alone_runs_the_importer_of_its_agent(tmp_path: Path, pi_fil
     (tmp_path / "junk" / "a.jsonl").write_text('{"hello": 1}\n')
     r = _cli(tmp_path, "import", str(tmp_path / "junk"))
     assert r.exit_code == 2 and "no session file of a known agent" in r.stderr
+    # a path that is not there is named as such (not as an unknown command)
+    r = _cli(tmp_path, "import", str(tmp_path / "no-such-folder"))
+    assert r.exit_code == 2 and f"Error: {tmp_path / 'no-such-folder'}: no such file or folder" in r.stderr
 
 
 def test_import_pi_refuses_a_claude_file(tmp_path: Path) -> None:

@@ -46,10 +46,14 @@ class ImportGroup(CastoreGroup):
         importer of the agent whose sessions it holds (:func:`castore.adapters.detect.detect`).
 
         Raises:
-            click.UsageError: a path whose sessions no importer recognises.
+            click.UsageError: a path whose sessions no importer recognises, or a path (a
+                first argument with a ``/``) that does not exist.
         """
         import os
 
+        if args and args[0] not in self.commands and not args[0].startswith("-") and not os.path.exists(args[0]) \
+                and os.sep in args[0]:
+            raise click.UsageError(f"{args[0]}: no such file or folder", ctx=ctx)
         if args and args[0] not in self.commands and not args[0].startswith("-") and os.path.exists(args[0]):
             from ..adapters.detect import VENDORS, detect
 
