@@ -14,7 +14,9 @@ an agent wrote it), measures, best of ``--repeat`` in this process:
   fresh local store, with and without redaction (``Store.redact_writes``), side by side.
 
 Prints Markdown; ``--markdown FILE`` writes it as a page with the command, commit, machine
-and load.
+and load, writes the figures to ``docs/benchmarks/measurements/redact.json`` and puts them in
+docs/benchmarks/BENCHMARKS.md's redaction section (rendered by ``scripts/benchlib/redact.py``,
+which ``scripts/bench`` renders again from that file when it writes the whole page).
 
     .venv/bin/python scripts/bench_redact.py [--repeat 5] [--claude-copies 10] [--pi-copies 1] [--markdown FILE]
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import lzma
 import os
 import random
@@ -38,6 +41,8 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+from benchlib import redact as redact_section  # noqa: E402
 
 import castore  # noqa: E402
 from castore.redact import KINDS, Redactor  # noqa: E402
@@ -243,6 +248,7 @@ def main() -> None:
         out.append(f"detect-secrets flags {len(KINDS) - len(missed)} (missed: {', '.join(missed) or 'none'}); "
                    f"{len(named)} of them by a plugin for the format, the rest only as a high-entropy string or a "
                    f"secret keyword (no kind): {', '.join(k for k in types if k not in named and k not in missed)}.")
+    imports: list[dict[str, Any]] = []
     work = tempfile.mkdtemp(prefix="bench-redact-src-")
     try:
         out.append("")
@@ -255,6 +261,7 @@ def main() -> None:
             src, size = copies_of(kind, copies, work)
             plain, red = time_imports(kind, src, args.repeat)
             smb = size / 1e6
+            imports.append({"kind": kind, "mb": smb, "plain_s": plain, "redact_s": red})
             out.append(f"| `import {kind}` | {smb:.2f} | {plain * 1000:.0f} ms | {red * 1000:.0f} ms | "
                        f"{(red - plain) / plain * 100:+.0f}% | {(red - plain) / smb * 1000:+.0f} ms |")
     finally:
@@ -267,18 +274,29 @@ def main() -> None:
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
         load_after = os.getloadavg()
+        command = (f".venv/bin/python scripts/bench_redact.py --repeat {args.repeat} --claude-copies "
+                   f"{args.claude_copies} --pi-copies {args.pi_copies} --markdown {args.markdown}")
+        date = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
         head = [
             "# Redaction: what it costs",
             "",
-            f"Written by `.venv/bin/python scripts/bench_redact.py --repeat {args.repeat} --claude-copies "
-            f"{args.claude_copies} --pi-copies {args.pi_copies} --markdown {args.markdown}` at commit {commit}, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"Written by `{command}` at commit {commit}, {date}, "
             f"on {os.cpu_count()} cores, load {load_before[0]:.1f} before and {load_after[0]:.1f} after "
             "(a shared machine: compare within a table).",
             "",
         ]
         with open(args.markdown, "w") as f:
             f.write("\n".join(head) + text + "\n")
+        figures = {"command": command, "commit": commit, "date": date, "cores": os.cpu_count(),
+                   "load_before": load_before[0], "load_after": load_after[0], "repeat": args.repeat,
+                   "lines": len(lines), "mb": mb,
+                   "scan": [{"what": name, "mb": size, "s": t} for name, size, t, _ in rows],
+                   "imports": imports}
+        os.makedirs(os.path.dirname(redact_section.FIGURES), exist_ok=True)
+        with open(redact_section.FIGURES, "w") as f:
+            json.dump(figures, f, indent=1)
+            f.write("\n")
+        redact_section.splice(redact_section.section())
 
 
 if __name__ == "__main__":

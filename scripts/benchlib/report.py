@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .fleet import section as fleet_section
+from .redact import section as redact_section
 from .turn import section as turn_section
 from .workload import MESSAGE_BYTES, compressibility, payload
 
@@ -203,6 +204,7 @@ def render(res: Any, cfg: Any, mach: dict[str, str], vers: dict[str, str], load_
         *_encrypted_section(res, sizes, app),
         *fleet_section(getattr(res, "fleet", None)),
         *turn_section(getattr(res, "turn", None), getattr(res, "turn_sizes", [])),
+        *redact_section(),
         *_targets(res, sizes, app, grow),
         "",
         "## Not run",
