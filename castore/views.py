@@ -70,6 +70,11 @@ class View:
         bookkeeping line in an imported session: Claude Code's ``progress``, ...)."""
         return False
 
+    def said(self, session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
+        """For the commits of ``entries`` whose entry alone says nothing (an imported line
+        with no message), what they say, read from the store: commit -> one line."""
+        return {}
+
     def internal_branches(self, session: Session, branches: Mapping[str, str]) -> set[str]:
         """The branches (of ``branches``) that are the adapter's bookkeeping."""
         return set()
@@ -161,6 +166,24 @@ def bookkeeping(e: LogEntry) -> bool:
     """Whether ``log`` leaves the commit out unless asked for every entry (see :meth:`View.bookkeeping`)."""
     view = view_for(e.kind)
     return view is not None and view.bookkeeping(e)
+
+
+def said(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
+    """Commit -> one line, for the commits of ``entries`` that say nothing by their entry
+    alone but do as their view reads them from the store (see :meth:`View.said`).
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError: reading what a view needs failed.
+    """
+    by_view: dict[int, tuple[View, list[LogEntry]]] = {}
+    for e in entries:
+        view = view_for(e.kind)
+        if view is not None:
+            by_view.setdefault(id(view), (view, []))[1].append(e)
+    out: dict[str, str] = {}
+    for view, some in by_view.values():
+        out.update(view.said(session, some))
+    return out
 
 
 def visible(entries: Iterable[LogEntry]) -> list[LogEntry]:
@@ -275,6 +298,7 @@ __all__ = [
     "body",
     "message",
     "bookkeeping",
+    "said",
     "visible",
     "internal_branches",
     "branch_notes",

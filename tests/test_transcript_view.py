@@ -235,3 +235,24 @@ def test_a_rewind_branch_says_its_first_turn_not_a_bookkeeping_line(store: Path)
     out = _cli(store, "-s", GEMINI_KEY, "branch")
     assert "rewind from line 9: user: Now add a --port flag" in out
     assert "rewind from line 81: user: are they still being written?" in _cli(store, "-s", KEY, "branch")
+
+
+def test_a_line_with_no_message_says_what_it_is_in_log(store: Path) -> None:
+    # Claude Code's system lines (an API error retried, how long a turn took) and a Gemini CLI
+    # rewind have no message: log reads their stored line instead of printing "(event)"
+    raw = _lines(SHARE / f"{SID}.jsonl")
+    errors = [d for d in raw if d.get("type") == "system" and d.get("subtype") == "api_error"]
+    assert errors
+    out = _cli(store, "-s", KEY, "log", "-n", "0", "--oneline")
+    assert "(event)" not in out
+    assert out.count("system: api_error level=error cause.code=") == len(errors)
+    assert "system: turn_duration durationMs=" in out
+    long = _cli(store, "-s", KEY, "log", "-n", "0")
+    assert "[event by system]" in long and "    turn_duration durationMs=" in long
+    graph = _cli(store, "-s", GEMINI_KEY, "log", "--graph", "--all", "-n", "0")
+    assert "rewindTo: $rewindTo=1c2d3e4f-5a6b-4c7d-8e9f-a0b1c2d3e4f5" in graph
+    # bookkeeping keeps its short form with --all-entries, and --json its own reading
+    assert "progress: (event)" in _cli(store, "-s", KEY, "log", "-n", "0", "--oneline", "--all-entries")
+    assert all(c["summary"] == "system: (event)" for c in json.loads(_cli(store, "-s", KEY, "log", "-n", "0",
+                                                                            "--json"))["commits"]
+               if c["author"] == "system" and c["entry"].get("message") is None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import views
@@ -291,6 +291,32 @@ class TranscriptView(views.View):
             out.setdefault(first, []).append(f"spawned by: {by['session']}{at}")
         return out
 
+    def said(self, session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
+        """For each imported line with no message that is not bookkeeping (a Claude Code
+        ``system`` line, a Gemini CLI ``$rewindTo``), what its stored line says, on one line
+        (:func:`line_said`); the lines are read in one batch.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: reading the stored lines failed.
+        """
+        raws: dict[str, str] = {}
+        for e in entries:
+            line = _importer_line(e)
+            raw = line.get("raw") if line is not None else None
+            if isinstance(raw, str) and _message(e) is None and not self.bookkeeping(e):
+                raws[e.id] = raw
+        if not raws:
+            return {}
+        from .jsonl_tree import NOT_JSON, parse_line, read_blobs
+
+        got = read_blobs(session.store, list(raws.values()))
+        out: dict[str, str] = {}
+        for cid, raw in raws.items():
+            d = parse_line(got[raw])
+            if d is not NOT_JSON and (text := line_said(d)):
+                out[cid] = text
+        return out
+
     def details(self, session: Session, e: LogEntry, verbose: bool = False) -> list[tuple[str, list[tuple[str, Any]]]]:
         """For an imported line with no message (a Claude Code ``system`` line, a Codex
         ``event_msg``, a Gemini CLI ``$rewindTo``): the line as the agent wrote it, one field
@@ -325,6 +351,31 @@ class TranscriptView(views.View):
         if "codex" in e.meta and line.get("type") == "event_msg" and e.author in CODEX_COPIES:
             return True
         return line.get("type") in BOOKKEEPING or e.author in BOOKKEEPING
+
+
+#: fields of a stored line that say where and when it was written, not what it says
+_CONTEXT_FIELDS = frozenset({"uuid", "parentUuid", "logicalParentUuid", "sessionId", "timestamp", "cwd", "version",
+                             "gitBranch", "userType", "isSidechain", "isMeta", "slug", "requestId", "id", "type"})
+
+
+def line_said(d: Any) -> str:
+    """What a stored line with no message says, on one line: its ``subtype`` first, then its
+    other fields as ``key=value`` (an object's fields as ``cause.code=...``), without those
+    that only say where and when it was written (its ids, time, folder, version)."""
+    if not isinstance(d, Mapping):
+        return fold(json.dumps(d, ensure_ascii=False, default=str), 200)
+    pairs: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        if k in _CONTEXT_FIELDS:
+            continue
+        if isinstance(v, Mapping):
+            pairs += [(f"{k}.{k2}", v2) for k2, v2 in v.items() if k2 not in _CONTEXT_FIELDS]
+        else:
+            pairs.append((k, v))
+    lead = [str(v) for k, v in pairs if k in ("subtype", "payload.type") and isinstance(v, str)]
+    rest = [f"{k}={fold(v, ARG_CHARS) if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)}"
+            for k, v in pairs if k not in ("subtype", "payload.type") and not isinstance(v, (Mapping, list))]
+    return fold(" ".join(lead + rest), 200)
 
 
 def _first_line(info: Mapping[str, Any]) -> str | None:

@@ -107,6 +107,7 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
             doc["graph"] = r.graph_lines(entries, refs, r.plain)
         print_json(doc)
         return
+    refs.said = views.said(session, entries)  # an imported line with no message: what its stored line says
     if graph:
         lines = r.graph_lines(entries, refs)
     elif oneline:

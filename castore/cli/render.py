@@ -98,11 +98,13 @@ def delta_text(delta: Mapping[str, Any], unset: Sequence[str] = ()) -> str:
     return "{" + ", ".join(items) + "}" if items else ""
 
 
-def summary(e: LogEntry, width: int = 72, *, read: bool = True) -> str:
+def summary(e: LogEntry, width: int = 72, *, read: bool = True, stored: str | None = None) -> str:
     """One line saying what the entry is: ``role: text``, ``author: text {key=value}``, ...
 
     ``read``: as the view of its kind reads it (an imported tool call: ``assistant: → Bash(ls)``);
     False: castore's own reading (what ``--json`` has always written).
+    ``stored``: what a view read from the store for an event with no message
+    (:func:`castore.views.said`), said in place of ``(event)``.
     Terminal-safe (see :func:`safe`): whitespace is folded, other controls escaped.
     """
     entry = e.entry
@@ -112,7 +114,8 @@ def summary(e: LogEntry, width: int = 72, *, read: bool = True) -> str:
     elif isinstance(entry, Message):
         text = f"{_message_label(entry)}: {safe_block(message_text(entry))}"
     elif isinstance(entry, Event):
-        said = safe_block(message_text(entry.message)) if entry.message is not None else "(event)"
+        said = (safe_block(message_text(entry.message)) if entry.message is not None
+                else safe_block(stored) if stored else "(event)")
         text = f"{safe(entry.author) or 'event'}: {said}"
     elif isinstance(entry, Compaction):
         text = f"compaction: {safe_block(entry.summary)}"
@@ -143,6 +146,9 @@ class Refs:
     branches: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     links: dict[str, list[str]] = field(default_factory=dict)
+    #: commit -> what a view read from the store for an entry that says nothing by itself
+    #: (an imported line with no message, see :func:`castore.views.said`)
+    said: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_names(cls, names: RefNames) -> Refs:
@@ -281,10 +287,11 @@ def _safe_lines(lines: Iterable[str]) -> list[str]:
     return [part for line in lines for part in (safe_block(line).splitlines() or [""])]
 
 
-def body_lines(e: LogEntry, verbose: bool = False) -> list[str]:
+def body_lines(e: LogEntry, verbose: bool = False, stored: str | None = None) -> list[str]:
     """The entry's full content, for ``show`` and the long ``log`` format (terminal-safe).
 
     ``verbose``: what a view shortens in full (an imported tool's whole output).
+    ``stored``: what a view read from the store for an event with no message, under its head.
     """
     entry = e.entry
     shown = views.body(e, verbose)  # as the view of its kind reads it (an imported tool call...)
@@ -295,7 +302,7 @@ def body_lines(e: LogEntry, verbose: bool = False) -> list[str]:
         return [head, *safe_block(message_text(entry)).splitlines()]
     if isinstance(entry, Event):
         if entry.message is None:
-            return [f"[event by {safe(entry.author)}]"]
+            return [f"[event by {safe(entry.author)}]", *_safe_lines([stored] if stored else [])]
         return [f"[{safe(entry.author or entry.message.role)}]", *safe_block(message_text(entry.message)).splitlines()]
     if isinstance(entry, Compaction):
         return [f"[compaction: keeps from {safe(short(entry.first_kept))}, {entry.tokens_before} tokens before]",
@@ -361,7 +368,7 @@ def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = 
         lines.append("State:   " + changes[0])
         lines += ["         " + c for c in changes[1:]]
     lines.append("")
-    body = body_lines(e, verbose)
+    body = body_lines(e, verbose, refs.said.get(e.id))
     if body_limit is not None:
         body = cut_body(body, e.short, body_limit, show_hint=show_hint)
     lines += ["    " + line for line in body]
@@ -371,7 +378,7 @@ def commit_block(e: LogEntry, refs: Refs, *, full: bool = False, style: Style = 
 def oneline(e: LogEntry, refs: Refs, style: Style = click.style) -> str:
     """``1a2b3c4d (HEAD -> main) user: What's the weather?``"""
     deco = refs.decoration(e.id, style)
-    return " ".join(p for p in (style(e.short, fg="yellow"), deco, summary(e)) if p)
+    return " ".join(p for p in (style(e.short, fg="yellow"), deco, summary(e, stored=refs.said.get(e.id))) if p)
 
 
 # -- the graph ----------------------------------------------------------------------------------
