@@ -4,7 +4,8 @@
 On real session text (the Claude Code, Codex and Pi sessions under tests/data, every line as
 an agent wrote it), measures, best of ``--repeat`` in this process:
 
-* castore's redaction (:class:`castore.redact.Redactor`) of each raw line, in MB/s and ms/MB;
+* castore's redaction (:class:`castore.redact.Redactor`) of each raw line, in MB/s and ms/MB
+  (the raw bytes and the str forms alternated round by round);
 * detect-secrets (PyPI, when installed) scanning the same lines with its default plugins
   (``scan_line``, detection only: no replacement, no keyed tag), the detector library it
   was weighed against;
@@ -66,12 +67,19 @@ def corpus() -> list[bytes]:
 
 def best(fn: Callable[[], Any], repeat: int) -> float:
     """The shortest of ``repeat`` runs of ``fn``, in seconds."""
-    out = []
+    return alternated([fn], repeat)[0]
+
+
+def alternated(fns: list[Callable[[], Any]], repeat: int) -> list[float]:
+    """The shortest of ``repeat`` runs of each of ``fns``, in seconds, run in turn round by
+    round (the machine's load moves the same for all)."""
+    out: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return min(out)
+        for fn, times in zip(fns, out, strict=True):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+    return [min(times) for times in out]
 
 
 def samples() -> dict[str, str]:
@@ -211,8 +219,8 @@ def main() -> None:
     r = Redactor(bytes(32))
     out: list[str] = []
     found: list[Any] = []
-    t_raw = best(lambda: [r.raw(ln) for ln in lines], args.repeat)
-    t_text = best(lambda: [r.text(t) for t in texts], args.repeat)
+    t_raw, t_text = alternated([lambda: [r.raw(ln) for ln in lines], lambda: [r.text(t) for t in texts]],
+                               args.repeat)
     for ln in lines:
         r.raw(ln, found)
     rows = [("castore `Redactor.raw` (each raw line, as imports do)", mb, t_raw, len(found)),
