@@ -78,7 +78,8 @@ _verbose_option = click.option(
               help="With --all, also an adapter's bookkeeping branches (a LangGraph thread's task writes).")
 @click.option("--all-entries", is_flag=True,
               help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
-                   "summary; Codex's turn_context, token_count), left out otherwise. --json lists them always.")
+                   "summary; Codex's session_meta, turn_context, token_count and the event_msg copies of its "
+                   "messages; Gemini CLI's metadata and $set lines), left out otherwise. --json lists them always.")
 @_verbose_option
 @json_option('{"session": {"key", "app", "user", "session"}, "head": ID|null, "branch": NAME|null, '
              f'"commits": [{_COMMIT_FIELDS}], "graph": [LINE] (with --graph only)}}; commits are newest '
