@@ -102,6 +102,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import CastoreError, InvalidEntry
 from .objects import json_dumps_sorted, json_loads
+from .objectstore import gc_paused
 
 if TYPE_CHECKING:
     from .objects import Commit
@@ -213,11 +214,14 @@ class Reader:
             or not a JSON object). Called root first, for each commit once, or, when
             ``stateful``, for every commit of every path (a path's walk needs them all).
         stateful: whether ``read`` keeps state in the walk.
+        counts: whether a commit (its metadata under the key) may record a response; one that
+            may not is passed over unread (None: every commit is read).
     """
 
     needs_line: Callable[[Commit, dict[str, Any]], bool]
     read: Callable[[Walk, str, Commit, dict[str, Any], dict[str, Any] | None], Response | None]
     stateful: bool = False
+    counts: Callable[[dict[str, Any]], bool] | None = None
 
 
 def _str(v: Any) -> str | None:
@@ -248,6 +252,10 @@ def claude_record(d: dict[str, Any]) -> list[Any]:
 
 def _claude_needs(c: Commit, m: dict[str, Any]) -> bool:
     return m.get("type") == "assistant" and not isinstance(m.get(CLAUDE_USAGE), list)
+
+
+def _claude_counts(m: dict[str, Any]) -> bool:
+    return m.get("type") == "assistant" or CLAUDE_USAGE in m
 
 
 def _claude_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
@@ -347,7 +355,7 @@ def _gemini_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, A
 
 #: the sources whose usage sits in their raw lines, by the metadata key their importer writes
 READERS: dict[str, Reader] = {
-    "claude": Reader(_claude_needs, _claude_read),
+    "claude": Reader(_claude_needs, _claude_read, counts=_claude_counts),
     "codex": Reader(_codex_needs, _codex_read, stateful=True),
     "gemini": Reader(_gemini_needs, _gemini_read),
 }
@@ -380,13 +388,20 @@ def _meta_usage(cid: str, c: Commit, body: Any) -> Response | None:
 Row = list[Any]
 
 
+#: what :func:`_reader_of` gives a commit its reader passes over (:attr:`Reader.counts`)
+_PASSED: tuple[Reader, dict[str, Any], bool] = (Reader(lambda c, m: False, lambda w, i, c, m, d: None), {}, False)
+
+
 def _reader_of(c: Commit) -> tuple[Reader, dict[str, Any], bool] | None:
     """The reader of commit ``c``, its metadata under the reader's key and whether it needs the
-    raw line; None: no reader's (:func:`_meta_usage` may still find usage)."""
+    raw line; :data:`_PASSED` when that reader passes the commit over; None: no reader's
+    (:func:`_meta_usage` may still find usage)."""
     meta = c.meta
     for k, r in READERS.items():
         m = meta.get(k)
         if isinstance(m, dict) and isinstance(m.get("raw"), str):
+            if r.counts is not None and not r.counts(m):
+                return _PASSED
             return r, m, r.needs_line(c, m)
     return None
 
@@ -458,6 +473,8 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         w = Walk()
         for cid, c in path:
             got = readers[cid]
+            if got is _PASSED:
+                continue
             if got is None:
                 if cid in done:
                     continue
@@ -630,7 +647,8 @@ def update_if_present(store: Store) -> bool:
     done = False
     for st in store.stores():
         if _cacheable(st, str(getattr(st.storage, "url", "") or "")) and os.path.exists(cache_path(st)):
-            _rows_of(st, True)
+            with gc_paused():
+                _rows_of(st, True)
             done = True
     return done
 
@@ -763,7 +781,13 @@ def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app:
         if d is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", d):
             raise UsageError(f"not a day (YYYY-MM-DD): {d!r}")
     prices = prices if prices is not None else load_prices()
-    rows = all_rows(store, cache=cache)
+    with gc_paused():  # the rows and the commits decoded for them stay alive: nothing to collect
+        return _report(all_rows(store, cache=cache), by, prices, app, since, until)
+
+
+def _report(rows: dict[Key, list[Row]], by: str, prices: Prices, app: str | None, since: str | None,
+            until: str | None) -> Report:
+    """:func:`usage`'s report of every session's ``rows``."""
     best: dict[str, tuple[tuple[float, Key, int], Key, Row]] = {}
     copies = 0
     for key in sorted(rows):
