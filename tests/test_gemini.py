@@ -64,12 +64,13 @@ def test_a_rewind_is_a_branch_and_head_follows_the_agent(store: castore.Store) -
     assert "Now add a --port flag" in [le.entry.message.content[0].get("text")
                                        for le in s.entries(f"rewind-{before + 1}") if le.entry.message]
     assert s.info["name"] == "Explain main.py and add a --host flag"
-    # a message written again: once with what changed (its tool's result), then bookkeeping (tokens)
+    # a message written again: once with what it adds (its tool's result), then bookkeeping (tokens)
     kinds = [le.meta["gemini"]["type"] for le in s.entries("HEAD")]
     assert kinds[:7] == ["metadata", "user", "$set", "gemini", "gemini", "update", "$set"]
-    calls = s.entries("HEAD")[4].entry.message.content
-    assert [b["type"] for b in calls] == ["thinking", "tool_use", "tool_result"]
-    assert calls[2]["content"] == "Directory listing for src:\nmain.py\nutil.py"
+    call, result = (s.entries("HEAD")[i].entry.message for i in (3, 4))
+    assert [b["type"] for b in call.content] == ["thinking", "tool_use"] and call.role == "assistant"
+    assert [b["type"] for b in result.content] == ["tool_result"] and result.role == "tool"
+    assert result.content[0]["content"] == "Directory listing for src:\nmain.py\nutil.py"
 
 
 def test_a_subagent_names_the_call_that_ran_it_and_grep_finds_it(store: castore.Store) -> None:
@@ -248,9 +249,17 @@ def test_a_checkpoint_replaces_the_conversation_and_a_rewind_into_it_hangs_after
     f.write_bytes(b"".join(map(rec, lines)))
     import_gemini(store, f)
     s = store.session("gemini", "p", "s1")
-    by_o = {le.meta["gemini"]["o"]: le for le in s.log(all_branches=True)}
-    assert by_o[5].parents == (by_o[4].id,)  # the messages before c are the checkpoint's
+    every = {le.id: le for le in s.log(all_branches=True)}
+    by_o = {le.meta["gemini"]["o"]: le for le in every.values() if "raw" in le.meta["gemini"]}
+    # the messages before c are the checkpoint's: it hangs after a (which it keeps as it was),
+    # its copy of b (masked) follows it, and the rewind to c hangs after that copy
+    copy_b = every[by_o[5].parents[0]]
+    assert copy_b.meta["gemini"] == {"o": 4, "f": "s1", "type": "gemini", "id": "b", "from": "$set"}
+    assert copy_b.parents == (by_o[4].id,) and by_o[4].parents == (by_o[1].id,)
     assert s.current_branch == "main" and s.show("HEAD").meta["gemini"]["o"] == 6
     assert by_o[4].meta["gemini"]["type"] == "$set" and by_o[4].entry.message is None
+    assert [m.content[0]["text"] for m in s.context()] == ["one", "two (masked)", "three again"]
+    # the conversation before the checkpoint, and its copy of c the rewind dropped
+    assert set(s.branches()) == {"main", "checkpoint-2", "rewind-4"}
     export_gemini(store, tmp_path / "out")
     assert (tmp_path / "out" / "p" / "chats" / "session-x.jsonl").read_bytes() == f.read_bytes()

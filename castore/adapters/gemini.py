@@ -20,13 +20,27 @@ versions wrote the whole conversation as one pretty-printed JSON document,
 
 Each JSONL file becomes a session ``gemini/<project>/<sessionId>`` (a subagent's
 ``<parent>.<sessionId>``, naming its parent in ``info["spawned_by"]``), every line one commit,
-kept byte for byte and imported incrementally by :mod:`castore.adapters.jsonl_tree`. The tree:
-each line follows the one before it, except a ``$rewindTo``, which hangs after the message
-before the one it names: ``main`` is the path the agent goes on with (HEAD), the dropped turns
-keep a branch ``rewind-<n>`` (:func:`~castore.adapters.jsonl_tree.branch_layout`). Bodies: a
-message's parts as castore message blocks (text; thoughts as thinking; tool calls, with their results); the
-metadata and ``$set`` lines have none (bookkeeping in ``log``). The session's ``summary``
-is its title.
+kept byte for byte and imported incrementally by :mod:`castore.adapters.jsonl_tree`.
+
+The path to HEAD holds the conversation gemini-cli itself loads from the file (its replay,
+``loadConversationRecord``), so that ``context`` is what the agent would go on with:
+
+- each line follows the one before it; a message's body is its thoughts (as thinking), its
+  parts, its tool calls, then their results (:func:`_blocks`);
+- a message written again holds what it adds to the copy before it (its calls' results, as a
+  ``tool`` message; calls added to a text), or nothing (its tokens: bookkeeping, ``update``);
+  only a copy that changes what it said holds all of it again;
+- a ``$rewindTo`` hangs after the message before the one it names; the dropped turns keep a
+  branch ``rewind-<n>``;
+- a checkpoint (``$set`` of ``messages``) hangs after the last message the path and its list
+  share from their start, and each message of the list after that follows it as a commit of
+  its own (no line of the file: metadata without ``raw``, ``from: "$set"``); the conversation
+  it replaced keeps a branch ``checkpoint-<n>``;
+- ``main`` is the path the agent goes on with (HEAD)
+  (:func:`~castore.adapters.jsonl_tree.branch_layout`).
+
+The metadata and other ``$set`` lines have no body (bookkeeping in ``log``). The session's
+``summary`` is its title.
 
 An older whole-file JSON becomes a session ``<sessionId>.json``: one commit per message, in
 order, and the file's bytes kept as they were; a later version of the file that extends the
@@ -168,10 +182,11 @@ def _response_text(fr: dict[str, Any]) -> str:
     return json.dumps(r, ensure_ascii=False, default=str) if r is not None else ""
 
 
-def _message(d: dict[str, Any]) -> Message | None:
-    """What castore understands of a message record: its parts, thoughts and tool calls."""
-    t = d.get("type")
-    if not isinstance(d.get("id"), str) or not isinstance(t, str):
+def _blocks(d: dict[str, Any]) -> list[Any] | None:
+    """What castore understands of a message record, as message blocks: its thoughts, its parts,
+    its tool calls, then their results (in the order gemini-cli sends them to the model: the
+    model's turn, then a turn of the calls' responses); None for a record that is no message."""
+    if not isinstance(d.get("id"), str) or not isinstance(d.get("type"), str):
         return None
     blocks: list[Any] = []
     for th in d.get("thoughts") or [] if isinstance(d.get("thoughts"), list) else []:
@@ -179,6 +194,7 @@ def _message(d: dict[str, Any]) -> Message | None:
             said = ": ".join(str(th[k]) for k in ("subject", "description") if isinstance(th.get(k), str) and th[k])
             blocks.append({"type": "thinking", "thinking": said})
     blocks += _parts(d.get("content"))
+    results = []
     for tc in d.get("toolCalls") or [] if isinstance(d.get("toolCalls"), list) else []:
         if not isinstance(tc, dict):
             continue
@@ -186,12 +202,30 @@ def _message(d: dict[str, Any]) -> Message | None:
         if tc.get("result") is not None:
             res = [b for b in _parts(tc["result"]) if b.get("type") == "tool_result"] or _parts(tc["result"])
             text = "\n".join(str(b.get("content", b.get("text", ""))) for b in res)
-            blocks.append({"type": "tool_result", "tool_use_id": tc.get("id"), "content": text,
-                           "is_error": tc.get("status") == "error"})
+            results.append({"type": "tool_result", "tool_use_id": tc.get("id"), "content": text,
+                            "is_error": tc.get("status") == "error"})
+    return blocks + results
+
+
+def _message(d: dict[str, Any], blocks: list[Any] | None = None) -> Message | None:
+    """The castore message of a message record (or of ``blocks``, part of it: what a copy of
+    it written again adds, its role ``tool`` when that is only tool results)."""
+    if blocks is None:
+        blocks = _blocks(d)
+        if blocks is None:
+            return None
+    role = _ROLES.get(str(d.get("type")), "system")
+    if role == "assistant" and blocks and all(b.get("type") == "tool_result" for b in blocks):
+        role = "tool"
     try:
-        return Message(_ROLES.get(t, "system"), blocks)
+        return Message(role, blocks)
     except InvalidEntry:
         return None
+
+
+def _said(blocks: list[Any]) -> str:
+    """A digest of what message blocks say (to tell a copy written again that only adds)."""
+    return hashlib.sha256(json.dumps(blocks, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
 
 
 def _kind(d: dict[str, Any], n: int) -> str:
@@ -204,13 +238,14 @@ def _kind(d: dict[str, Any], n: int) -> str:
     return "metadata" if n == 0 or "sessionId" in d else "line"
 
 
-def _entry(n: int, raw: bytes, d: dict[str, Any], session_id: str, update: bool, msg: Message | None) -> Event:
+def _entry(n: int, raw: bytes, d: dict[str, Any], session_id: str, update: bool, msg: Message | None,
+           fork: str | None = None) -> Event:
     kind = _kind(d, n)
     if update and msg is None:
         kind = "update"  # a message written again with nothing new to read (its tokens): bookkeeping
     meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session_id, "type": kind,
                                   **({"id": d["id"]} if msg is not None else {}),
-                                  **({"fork": "rewind"} if kind == "$rewindTo" else {}),
+                                  **({"fork": fork} if fork else {}),
                                   **({"update": True} if update else {})}}
     when = parse_time(d.get("timestamp"))
     if when is not None:
@@ -238,12 +273,15 @@ class _Importer:
         offset0, lines0 = int(c.get("offset", 0)), int(c.get("lines", 0))
         if offset0 and (size < offset0 or prefix_digest(f, offset0) != c.get("digest")):
             return self._changed(f, f"the first {offset0} bytes changed since the last import (file rewritten?)")
-        # the conversation as it stands: [message id, its line]; a rewind hangs after one of them
-        msgs: list[list[Any]] = [list(m) for m in c.get("msgs", []) if isinstance(m, list) and len(m) == 2]
+        # the conversation as it stands (gemini-cli's, :func:`loaded`): [message id, the line (or
+        # checkpoint copy, :func:`_copy_key`) its latest part is at, how many blocks its parts
+        # hold, a digest of them]; a rewind hangs after one of them
+        msgs: list[list[Any]] = [[*m, -1, ""] if len(m) == 2 else list(m) for m in c.get("msgs", [])
+                                 if isinstance(m, list) and len(m) in (2, 4)]
         known: dict[int, str] = {}
         cursor = c.get("cursor") if isinstance(c.get("cursor"), int) else None
         for o_, cid in as_dict(c.get("commits")).items():
-            if o_.isdigit() and isinstance(cid, str):
+            if o_.lstrip("-").isdigit() and isinstance(cid, str):
                 known[int(o_)] = cid
         if cursor is not None and isinstance(c.get("cursor_commit"), str):
             known[cursor] = c["cursor_commit"]
@@ -253,7 +291,6 @@ class _Importer:
         adopted: dict[str, list[str]] = {}
         owned: list[set[str]] = []
         title: str | None = None
-        bodies: dict[str, str] = {}  # message id -> what its body says (this import's)
         agents: dict[str, int] = {}  # subagent id -> the line of the tool call that ran it
         try:
             for end, raw in read_lines(f, offset0, self.store.plumbing.redactor):
@@ -272,31 +309,33 @@ class _Importer:
                         adopted[str(n)] = [mark, blob_id(raw)]
                         w.cid[n] = mark
                         if isinstance(d.get("id"), str):
-                            msgs.append([d["id"], n])
+                            msgs.append([d["id"], n, -1, ""])
                         cursor, n, offset = n, n + 1, end
                         continue
                 kind = _kind(d, n)
                 update = False
+                msg: Message | None = None
+                copies: list[tuple[dict[str, Any], list[Any]]] = []  # a checkpoint's messages, after it
                 if kind == "$rewindTo":
                     at = next((i for i, m in enumerate(msgs) if m[0] == d["$rewindTo"]), None)
                     parent = msgs[at - 1][1] if at else 0 if n else None
                     del msgs[at if at is not None else 0:]
                 elif kind == "$set" and isinstance(d["$set"].get("messages"), list):
-                    msgs = [[m["id"], n] for m in d["$set"]["messages"] if isinstance(m, dict)
-                            and isinstance(m.get("id"), str)]
-                elif isinstance(d.get("id"), str) and isinstance(d.get("type"), str):
+                    parent, copies, msgs = _checkpoint(msgs, d["$set"]["messages"], cursor)
+                elif kind not in ("$set", "metadata", "line"):
+                    blocks = _blocks(d) or []
                     same = next((m for m in msgs if m[0] == d["id"]), None)
                     update = same is not None
-                    if same is not None:
-                        same[1] = n  # a rewind to the message after it hangs after this, its latest copy
-                    else:
-                        msgs.append([d["id"], n])
-                msg = _message(d) if kind not in ("$set", "$rewindTo", "metadata", "line") else None
-                if msg is not None:  # a message written again reads once, unless what it says changed
-                    said = json.dumps(msg.to_dict(), sort_keys=True, default=str)
-                    if update and bodies.get(d["id"]) == said:
-                        msg = None
-                    bodies[d["id"]] = said
+                    if same is None:
+                        msgs.append([d["id"], n, len(blocks), _said(blocks)])
+                        msg = _message(d, blocks)
+                    else:  # written again: what it adds (its calls' results), else all it says now
+                        grew = 0 <= same[2] <= len(blocks) and _said(blocks[:same[2]]) == same[3]
+                        added = blocks[same[2]:] if grew else blocks
+                        msg = _message(d, added) if added else None
+                        if same is msgs[-1]:  # a rewind to a message after it hangs after this part
+                            same[1] = n
+                        same[2:] = [len(blocks), _said(blocks)]
                 for tc in d.get("toolCalls") or [] if isinstance(d.get("toolCalls"), list) else []:
                     if isinstance(tc, dict) and isinstance(tc.get("agentId"), str):
                         agents[tc["agentId"]] = n
@@ -304,8 +343,14 @@ class _Importer:
                     title = d["$set"]["summary"].strip()
                 elif kind == "metadata" and isinstance(d.get("summary"), str) and d["summary"].strip():
                     title = d["summary"].strip()
-                w.add(n, parent, raw, _entry(n, raw, d, s.id, update, msg), True)
-                cursor, n, offset = n, n + 1, end
+                fork = "rewind" if kind == "$rewindTo" else "checkpoint" if copies or parent != cursor else None
+                w.add(n, parent, raw, _entry(n, raw, d, s.id, update, msg, fork), True)
+                cursor = n
+                for i, (m, blocks) in enumerate(copies):
+                    key = msgs[len(msgs) - len(copies) + i][1] = _copy_key(n, i)
+                    w.add(key, cursor, b"", _copy(n, m, blocks, s.id), True)
+                    cursor = key
+                n, offset = n + 1, end
         except LineChanged as e:
             return self._changed(f, e.reason)
         res.torn = max(0, os.fstat(f.fileno()).st_size - offset)
@@ -357,6 +402,44 @@ class _Importer:
         out = _Importer(self.store, self.src, self.app, f"{base}.v{k}").run(f)
         out.notes.insert(0, f"{why}: archived lines kept, the file imported again as a new session")
         return out
+
+
+def _copy_key(n: int, i: int) -> int:
+    """The key (in the writer's line -> commit map) of the ``i``-th message a checkpoint on line
+    ``n`` sets that the path does not hold already: negative, no line's."""
+    return -((n << 20) + i + 1)
+
+
+def _checkpoint(msgs: list[list[Any]], records: list[Any], cursor: int | None
+                ) -> tuple[int | None, list[tuple[dict[str, Any], list[Any]]], list[list[Any]]]:
+    """Where a ``$set`` of ``messages`` (a checkpoint: the conversation is that list from then on)
+    hangs, the messages to add after it, and the conversation after it.
+
+    It hangs after the last message the conversation and the list share from their start (same
+    id, same blocks), or after the line before it (``cursor``) when the list starts with the
+    whole conversation; the list's other messages follow it, each a commit of its own."""
+    new = [(m, _blocks(m) or []) for m in records if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    k = 0
+    while k < min(len(msgs), len(new)) and msgs[k][0] == new[k][0]["id"] \
+            and msgs[k][2:] == [len(new[k][1]), _said(new[k][1])]:
+        k += 1
+    parent = cursor if k == len(msgs) else msgs[k - 1][1] if k else 0
+    out = msgs[:k] + [[m["id"], None, len(b), _said(b)] for m, b in new[k:]]
+    return parent, new[k:], out
+
+
+def _copy(n: int, d: dict[str, Any], blocks: list[Any], session_id: str) -> Event:
+    """The commit of a message a checkpoint (line ``n``) sets: no line of the file (no ``raw``:
+    export writes the checkpoint's line, not this), its place in the conversation."""
+    msg = _message(d, blocks)
+    meta: dict[str, Any] = {KEY: {"o": n, "f": session_id, "type": str(d.get("type")), "id": d["id"],
+                                  "from": "$set"}}
+    when = parse_time(d.get("timestamp"))
+    if when is not None:
+        meta["time"] = when
+    if msg is not None and d.get("type") in ("info", "error", "warning"):
+        meta[INJECTED] = str(d["type"])
+    return Event(author=msg.role if msg else "copy", message=msg, meta=meta)
 
 
 def _session_id(first: Any, src: _Source) -> str:

@@ -500,7 +500,7 @@ class TreeWriter:
 
 
 #: the names :func:`branch_layout` gives (and ``line-<n>``, layout 1's): the branches an import may rename
-_LAID_OUT = re.compile(r"(?:rewind|rollback|fork|line)-(?:(\d+)|c[0-9a-f]{8})(?:-[0-9a-f]{8})?")
+_LAID_OUT = re.compile(r"(?:rewind|rollback|checkpoint|fork|line)-(?:(\d+)|c[0-9a-f]{8})(?:-[0-9a-f]{8})?")
 
 
 def fork_kind(meta: Mapping[str, Any], key: str | None) -> str | None:

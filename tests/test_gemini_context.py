@@ -1,0 +1,229 @@
+"""Gemini CLI: `castore context` of an imported session is what gemini-cli itself loads from the file.
+
+gemini-cli rebuilds a session from its JSONL by replaying it (``loadConversationRecord`` in
+google-gemini/gemini-cli ``packages/core/src/services/chatRecordingService.ts``, commit 5411f11,
+Apache-2.0): a message record sets the message of its ``id`` (a copy written again replaces the
+earlier one in its place), ``$rewindTo`` drops that message and every one after it (all of them
+when the id is unknown), ``$set`` with ``messages`` clears the conversation and sets that list,
+the metadata line may carry ``messages`` too. :func:`gemini_cli_load` replays by those rules.
+
+castore keeps every line as a commit: a message written again adds what it adds (its calls'
+results) as a part after the message, a checkpoint copies the messages it sets that the path
+does not hold. So each message gemini-cli loads is, in castore's context, its first part and the
+parts its copies added, in order: joined back, the context is gemini-cli's conversation, message
+for message (castore's reading of each record: :func:`castore.adapters.gemini._message`). The
+files are imported line by line (as ``--follow`` does) and whole, and compared after every line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import castore
+from castore.adapters.gemini import _message, import_gemini
+from castore.entries import Message
+
+DATA = Path(__file__).resolve().parent / "data" / "gemini" / "tmp" / "my-app" / "chats"
+
+
+def gemini_cli_load(lines: list[bytes]) -> list[dict[str, Any]]:
+    """The messages gemini-cli's ``loadConversationRecord`` loads from these lines, in order."""
+    messages: dict[str, dict[str, Any]] = {}  # a JS Map: setting a known key keeps its place
+
+    def is_message(r: Any) -> bool:
+        return isinstance(r, dict) and isinstance(r.get("id"), str)
+
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("$rewindTo"), str):
+            ids = list(messages)
+            if record["$rewindTo"] in messages:
+                for i in ids[ids.index(record["$rewindTo"]):]:
+                    del messages[i]
+            else:
+                messages.clear()
+        elif is_message(record):
+            messages[record["id"]] = record
+        elif isinstance(record, dict) and isinstance(record.get("$set"), (dict, list)):
+            if isinstance(record["$set"], dict) and isinstance(record["$set"].get("messages"), list):
+                messages.clear()
+                messages.update((m["id"], m) for m in record["$set"]["messages"] if is_message(m))
+        elif isinstance(record, dict) and isinstance(record.get("sessionId"), str) \
+                and isinstance(record.get("projectHash"), str) and isinstance(record.get("messages"), list):
+            messages.update((m["id"], m) for m in record["messages"] if is_message(m))
+    return list(messages.values())
+
+
+def _joined(s: castore.Session) -> tuple[list[Message], int]:
+    """The session's context with each message's parts joined back (and how many were joined)."""
+    ctx = s.context()
+    ids = {le.id: le.meta["gemini"].get("id") for le in s.entries("HEAD")}
+    out: list[Message] = []
+    last: Any = None
+    joined = 0
+    for m, cid in zip(ctx.messages, ctx.commits, strict=True):
+        mid = ids[cid]
+        if out and mid is not None and mid == last:
+            prev = out[-1]
+            out[-1] = Message(prev.role, [*prev.content, *m.content])
+            joined += 1
+        else:
+            out.append(m)
+        last = mid
+    return out, joined
+
+
+def _want(lines: list[bytes]) -> list[Message]:
+    return [m for r in gemini_cli_load(lines) if (m := _message(r)) is not None]
+
+
+# -- a session as gemini-cli writes it, with checkpoints -------------------------------------------
+def _ts(i: int) -> str:
+    return f"2026-03-11T10:{i // 60:02d}:{i % 60:02d}.{i % 1000:03d}Z"
+
+
+def _rec(d: dict[str, Any]) -> bytes:
+    return json.dumps(d, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def checkpointed_session() -> list[bytes]:
+    """The lines gemini-cli's ChatRecordingService writes for two turns with tool calls, then a
+    ``$set`` of ``messages`` as ``updateMessagesFromHistory`` writes it after masking a tool's
+    output, a turn more, a compression (``setHistory``: a summary and the last turn kept), a
+    rewind into the checkpoint's messages, and a turn after it (the record shapes of
+    ``recordMessage``, ``recordToolCalls``, ``recordMessageTokens``, ``rewindTo``)."""
+    out: list[bytes] = [_rec({"sessionId": "9b2f0c11-7d3e-4a5b-8c6d-1e2f3a4b5c6d", "projectHash": "ab" * 32,
+                              "startTime": _ts(0), "lastUpdated": _ts(0)})]
+    t = 0
+
+    def user(mid: str, text: str) -> dict[str, Any]:
+        nonlocal t
+        t += 3
+        return {"id": mid, "timestamp": _ts(t), "type": "user", "content": [{"text": text}]}
+
+    def model(mid: str, text: str, **extra: Any) -> dict[str, Any]:
+        nonlocal t
+        t += 3
+        return {"id": mid, "timestamp": _ts(t), "type": "gemini", "content": text, "thoughts": [],
+                "tokens": None, "model": "gemini-2.5-pro", **extra}
+
+    def call(cid: str, name: str, args: dict[str, Any], output: str | None) -> dict[str, Any]:
+        tc: dict[str, Any] = {"id": cid, "name": name, "args": args, "status": "executing", "timestamp": _ts(t)}
+        if output is not None:
+            tc.update(status="success", result=[{"functionResponse": {"id": cid, "name": name,
+                                                                      "response": {"output": output}}}])
+        return tc
+
+    def tokens(k: int) -> dict[str, int]:
+        return {"input": 1000 * k, "output": 20 * k, "cached": 500 * k, "thoughts": 0, "tool": 0, "total": 1020 * k}
+
+    def turn(k: int, prompt: str, tool: str, output: str, answer: str) -> list[dict[str, Any]]:
+        u = user(f"u{k}", prompt)
+        m = model(f"m{k}", f"Looking at {tool}.")
+        c = f"read_file-{k}"
+        a = model(f"a{k}", answer)
+        return [u, {"$set": {"lastUpdated": u["timestamp"]}}, m, {"$set": {"lastUpdated": m["timestamp"]}},
+                {**m, "toolCalls": [call(c, "read_file", {"path": tool}, None)]},  # recordToolCalls: executing
+                {**m, "toolCalls": [call(c, "read_file", {"path": tool}, output)]},  # ...and its result
+                {**m, "toolCalls": [call(c, "read_file", {"path": tool}, output)], "tokens": tokens(k)},
+                a, {**a, "tokens": tokens(k + 1)}, {"$set": {"lastUpdated": a["timestamp"]}}]
+
+    recs = turn(1, "What does main.py do?", "main.py", "def main(): serve()", "It starts the server.")
+    recs += turn(2, "And util.py?", "util.py", "def helper(): ...", "It holds one helper.")
+    history = {}
+    for r in recs:
+        if "id" in r:
+            history[r["id"]] = r
+    # updateMessagesFromHistory after masking the first tool's output: every message again, the
+    # model's turn with its calls in its content, the masked result in its tool call
+    masked = [{**m, "content": m["content"]} for m in history.values()]
+    m1 = next(m for m in masked if m["id"] == "m1")
+    m1["toolCalls"] = [call("read_file-1", "read_file", {"path": "main.py"}, "[output masked: 20 bytes]")]
+    recs.append({"$set": {"messages": masked, "lastUpdated": _ts(t + 1)}})
+    recs += turn(3, "Add a --port flag", "cli.py", "parser = argparse.ArgumentParser()", "Added --port.")
+    # setHistory after a compression: a summary, the model's acknowledgement, the last turn kept
+    kept = [r for r in recs if "id" in r]
+    last = {r["id"]: r for r in kept if r["id"] in ("u3", "m3", "a3")}
+    summary = [{"id": "s1", "timestamp": _ts(t + 2), "type": "user",
+                "content": [{"text": "<state_snapshot>main.py serves; util.py helps</state_snapshot>"}]},
+               {"id": "s2", "timestamp": _ts(t + 2), "type": "gemini",
+                "content": [{"text": "Got it. Thanks for the additional context!"}]}]
+    recs.append({"$set": {"messages": [*summary, *last.values()], "lastUpdated": _ts(t + 2)}})
+    recs += turn(4, "Also a --host flag", "cli.py", "parser.add_argument('--port')", "Added --host.")
+    recs.append({"$rewindTo": "u4"})  # /rewind to the prompt after the checkpoint's messages
+    recs += turn(5, "Only --host, no default", "cli.py", "parser.add_argument('--port')", "Added --host.")
+    recs.append({"$rewindTo": "m3"})  # /rewind into the checkpoint's messages
+    recs += turn(6, "Start again from the flag", "cli.py", "parser = argparse.ArgumentParser()", "Done.")
+    recs.append({"$set": {"summary": "Flags for the server"}})
+    return out + [_rec(r) for r in recs]
+
+
+def _cases(tmp_path: Path) -> list[tuple[str, list[bytes]]]:
+    main = next(DATA.glob("session-*.jsonl"))
+    sub = next(DATA.glob("*/*.jsonl"))
+    return [(p.name, p.read_bytes().splitlines(keepends=True)) for p in (main, sub)] + \
+        [("session-2026-03-11T10-00-9b2f0c11.jsonl", checkpointed_session())]
+
+
+@pytest.mark.parametrize("case", [0, 1, 2], ids=["fixture", "subagent", "checkpoints"])
+def test_context_is_what_gemini_cli_loads_after_every_line(tmp_path: Path, case: int) -> None:
+    name, lines = _cases(tmp_path)[case]
+    f = tmp_path / "line" / "chats" / name
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"")
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    sid = json.loads(lines[0])["sessionId"]
+    checkpoints = 0
+    for i, line in enumerate(lines, 1):
+        with f.open("ab") as out:
+            out.write(line)
+        import_gemini(store, f)  # as --follow does: one line more each time
+        s = store.session("gemini", "line", sid)
+        got, joined = _joined(s)
+        assert got == _want(lines[:i]), f"after line {i}"
+        if b'"$set":{"messages"' in line:
+            checkpoints += 1
+            assert joined == 0  # right after a checkpoint: its messages, each whole, as gemini-cli loads them
+    assert checkpoints == (2 if case == 2 else 0)
+    # the same file imported whole gives the same commits and branches
+    whole = castore.open(str(tmp_path / "whole"), durable=False)
+    import_gemini(whole, f)
+    w = whole.session("gemini", "line", sid)
+    assert w.branches() == s.branches() and w.head == s.head
+    # each call shows once, with its result after it
+    calls = [b["id"] for m in s.context() for b in m.content if b.get("type") == "tool_use"]
+    results = [b["tool_use_id"] for m in s.context() for b in m.content if b.get("type") == "tool_result"]
+    assert len(calls) == len(set(calls)) and sorted(calls) == sorted(results)
+
+
+def test_export_of_a_checkpointed_session_is_byte_exact(tmp_path: Path) -> None:
+    from castore.adapters.gemini import export_gemini
+
+    lines = checkpointed_session()
+    f = tmp_path / "tmp" / "p" / "chats" / "session-2026-03-11T10-00-9b2f0c11.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(lines))
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    import_gemini(store, f)
+    s = store.session("gemini", "p", json.loads(lines[0])["sessionId"])
+    assert {n.split("-")[0] for n in s.branches()} == {"main", "checkpoint", "rewind"}
+    export_gemini(store, tmp_path / "out")
+    assert (tmp_path / "out" / "p" / "chats" / f.name).read_bytes() == f.read_bytes()
+    assert all(r.lines == 0 for r in import_gemini(store, f))
+    # usage: each response once, though the checkpoints copy them (the copies are no lines)
+    from castore.usage import usage
+
+    seen = {(d["id"], d["model"]): d["tokens"] for d in map(json.loads, lines)
+            if d.get("type") == "gemini" and isinstance(d.get("tokens"), dict)}
+    r = usage(store, cache=False)
+    assert r.total.responses == len(seen) == 12
+    assert r.total.tokens.output == sum(t["output"] for t in seen.values())
