@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore.grep import grep
+from castore.grep import grep, grep_counts
 from castore.grep.files import stat_of
 from castore.grep.index import index_dir, open_index
 from castore.storage import open_storage
@@ -159,7 +159,7 @@ def test_index_is_rebuildable_from_scratch_and_damaged_files_are_rebuilt(store: 
     want = list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"], index=False))
     assert list(grep(store, "parser", kinds=["text", "tool_call", "tool_result"])) == want
     folder = Path(index_dir(store))
-    for name in ("main.txt", "main.rec", "res.low", "commits", "state.json"):
+    for name in ("main.z", "main.rec", "res.flt", "res.off", "commits", "state.json"):
         f = folder / name if name == "state.json" else next(folder.glob(f"g*.{name}"))  # the segment's
         data = bytearray(f.read_bytes())
         data[len(data) // 2] ^= 0x55  # one flipped bit pattern in the middle
@@ -391,3 +391,30 @@ def test_files_of_an_older_index_are_removed_when_it_is_rebuilt(store: castore.S
     state = json.loads((folder / "state.json").read_text())
     named = {f"{g['name']}.{k}" for g in state["segments"] for k in g["files"]} | {state["refs"][0]}
     assert {f.name for f in folder.iterdir()} == named | {"state.json", "lock"}
+
+
+def test_chunks_filters_and_folding_characters_find_what_the_scan_finds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small chunks (many per part, most of them left by their trigram filter): every kind of
+    pattern finds through the index what it finds by reading the store, a case-insensitive
+    one in text whose only match is a character that folds to ASCII (the Kelvin sign, long s)."""
+    import castore.grep.files as gf
+
+    monkeypatch.setattr(gf, "CHUNK", 64)
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    words = ["alpha beta", "gamma delta parser", "epsilon zeta", "eta theta iota"]
+    for n in range(4):
+        st.session("bot", "ann", f"s{n}").append_many(
+            [{"role": "user", "content": f"{words[k % 4]} {n}.{k}"} for k in range(12)]
+            + [{"role": "assistant", "content": "a \u212aelvin walrus, a cla\u017fs"},
+               {"role": "user", "content": "the walrus rare-word zanzibar"}], time=T0 + n)
+    folder = Path(index_dir(st))
+    for pattern in ("zanzibar", "ZANZIBAR", "kelvin", "class", "walrus rare", "parser 2", "et", "^gamma",
+                    "delta$", "z[ae]ta", "(?<!a )walrus", "parser", "x"):
+        want = list(grep(st, pattern, index=False))
+        assert list(grep(st, pattern)) == want, pattern
+        assert sum(grep_counts(st, pattern).values()) == len(want), pattern
+    assert len(list(folder.glob("g*.main.z"))) == 1
+    ix = open_index(st)
+    assert ix.segs[0].parts["main"].chunks > 8  # one chunk per block or two
+    assert [m.lines[0].text for m in grep(st, "kelvin")] == ["a \u212aelvin walrus, a cla\u017fs"] * 4

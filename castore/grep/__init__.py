@@ -449,7 +449,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 todo.append((p, idx))
             if not todo:
                 continue
-            for _, p, cn, blk, kn, rn, tn, _, fl, when, head, end in hits(todo):
+            for _, p, cn, blk, kn, rn, tn, _, fl, when, i in hits(todo):
                 if timed and (when < lo or when >= hi):
                     continue
                 if keep_block is not None and not allowed(si, key, rn, kn, tn):
@@ -458,7 +458,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 if b in seen:
                     continue
                 if not (sure and (not lowered or fl)):
-                    text = p.raw[head:end - 1].decode("utf-8")
+                    text = p.block(i)
                     if not any(finder(line) for line in text.split("\n")):
                         continue
                 seen.add(b)
@@ -547,8 +547,8 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     new, put = object.__new__, object.__setattr__
     n = 0
     for key, got, lazy in groups:
-        for _, p, cn, blk, kn, rn, tn, bn, fl, when, head, end in (hits(got) if lazy else got):
-            text = p.raw[head:end - 1].decode("utf-8")
+        for _, p, cn, blk, kn, rn, tn, bn, fl, when, i in (hits(got) if lazy else got):
+            text = p.block(i)
             if "\n" in text:
                 lines: tuple[Any, ...] = _line_tuples(text, finder)
                 if not lines:

@@ -1,6 +1,7 @@
 """The files of the search index (:mod:`castore.grep.index` describes the index and the format
-of each file): a segment's parts as loaded or built, the commit numbering of an update, and
-the writing and checking of each file.
+of each file): a segment's parts as loaded or built (their chunks decompressed on first use,
+their trigram filters, the search of a part for a plain string or a regex), the commit
+numbering of an update, and the writing and checking of each file.
 
 A file is written once (a new file renamed into place) and its ``[size, crc, mtime_ns, inode]``
 recorded; :func:`open_file` maps it read-only and checks it against that record: the size
@@ -14,72 +15,227 @@ import bisect
 import itertools
 import mmap
 import os
+import re
 import sys
 import zlib
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
-#: what follows each block's text in ``P.txt`` and ``P.low`` (replaced by a space inside a text)
+#: what follows each block's text in a chunk (replaced by a space inside a text)
 SEP = "\x1e"
+_SEPB = SEP.encode()
 #: the kinds of block, by their number in ``P.rec``
 KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: the parts of the index and the kinds each holds
 PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
-_COLS = 9  # int32 columns of P.rec
+_COLS = 10  # int32 columns of P.rec
+_AT = 9  # the column of a block's byte offset in its chunk
 _ASCII = 1  # the flag of a block whose text is ASCII
+#: a chunk is closed once its text reaches this many bytes (a block is never split)
+CHUNK = 1 << 15
+#: the bits of a chunk's trigram filter (a power of two), and its bytes
+FILTER_BITS = 1 << 14
+_FILTER_BYTES = FILTER_BITS // 8
+#: the chunk flag: a block holds a character that a case-insensitive ASCII pattern may match,
+#: or whose case folds to ASCII letters, though bytes.lower() leaves it as it is (K, ſ, ı, İ,
+#: ß, ligatures...): such a chunk is searched whatever its filter says
+_SPECIAL = 1
+_SPECIAL_RX = re.compile("[\u00df\u0130\u0131\u0149\u017f\u01f0\u1e96-\u1e9a\u212a\ufb00-\ufb06]")
 #: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
-#: ASCII letter (Python's re: ſ is s, dotless ı is i): P.low holds the letter instead
+#: ASCII letter (Python's re: ſ is s, dotless ı is i): a lowered regex search sees the letter
 _FOLD = {0x17F: "s", 0x131: "i"}
+#: the zstd level of a chunk
+_LEVEL = 3
+#: trigram hashes of the words seen while building, by word (bounded: cleared when full)
+_GRAMS: dict[bytes, tuple[int, ...]] = {}
+_GRAMS_MAX = 1 << 18
+
+
+def _grams(word: bytes) -> tuple[int, ...]:
+    """The filter bits of ``word``'s trigrams (a bytes word, as lowered by bytes.lower())."""
+    mask = FILTER_BITS - 1
+    return tuple(((int.from_bytes(word[i:i + 3], "little") * 2654435761) >> 13) & mask
+                 for i in range(len(word) - 2))
+
+
+def filter_bits(needle: bytes) -> set[int]:
+    """The filter bits a chunk must have to hold ``needle`` (lowered here; no bits when it has
+    no run of three characters that are not blanks). Every run of non-blanks of the needle lies
+    within one word of the text (a run of non-blanks, split as bytes.split() does), whose
+    trigrams the chunk's filter holds."""
+    out: set[int] = set()
+    for word in needle.lower().split():
+        out.update(_grams(word))
+    return out
+
+
+def _filter(low: bytes) -> bytes:
+    """The trigram filter of a chunk's lowered text: one bit per trigram of each of its words."""
+    bits: set[int] = set()
+    grams = _GRAMS
+    for word in set(low.split()):
+        got = grams.get(word)
+        if got is None:
+            if len(grams) >= _GRAMS_MAX:
+                grams.clear()
+            got = grams[word] = _grams(word)
+        bits.update(got)
+    out = bytearray(_FILTER_BYTES)
+    for b in bits:
+        out[b >> 3] |= 1 << (b & 7)
+    return bytes(out)
 
 
 class Part:
     """One part of one segment of an index (see :mod:`castore.grep.index`), as loaded or as being
-    built: the bytes of ``P.txt`` and ``P.low``, decoded only when a search needs the whole text
-    (a plain string is searched in the bytes, and only the blocks found are decoded)."""
+    built: its blocks' text in zstd chunks, each with a trigram filter; a chunk is decompressed
+    (once, then kept) only when a search needs its text."""
 
     def __init__(self, name: str = "main") -> None:
         self.name = name  # main or res
-        self.raw: Any = b""  # P.txt
-        self.lowraw: Any = b""  # P.low
-        self._text: str | None = None
-        self._low: str | None = None
-        self.starts: Any = array.array("q", [0])  # characters, in P.txt
-        self.lstarts: Any = array.array("q", [0])  # characters, in P.low
-        self.bstarts: Any = array.array("q", [0])  # bytes, in P.txt
-        self.lbstarts: Any = array.array("q", [0])  # bytes, in P.low
+        self.z: Any = b""  # P.z: the chunks
+        self.cstarts: Any = array.array("q", [0])  # per chunk: its offset in P.z (and the end)
+        self.cfirst: Any = array.array("q", [0])  # per chunk: its first block (and the block count)
+        self.cflags: Any = array.array("q")  # per chunk: _SPECIAL
+        self.filters: Any = b""  # P.flt: _FILTER_BYTES per chunk
         self.cols: list[Any] = [array.array("i") for _ in range(_COLS)]
         self.time: Any = array.array("d")
+        self._chunks: dict[int, bytes] = {}  # chunk -> its text, as decompressed
 
     @property
     def n(self) -> int:
         return len(self.time)
 
     @property
-    def text(self) -> str:
-        """``P.txt`` decoded (on first use).
+    def chunks(self) -> int:
+        """How many chunks the part has."""
+        return len(self.cflags)
+
+    def chunk(self, c: int) -> bytes:
+        """Chunk ``c``'s text: its blocks' UTF-8, each followed by :data:`SEP` (decompressed on
+        first use, then kept).
 
         Raises:
-            ValueError: the bytes are not UTF-8 (a damaged file).
+            ValueError: the chunk does not decompress, or does not end where its last block does.
         """
-        if self._text is None:
-            self._text = str(self.raw, "utf-8")
-        return self._text
+        got = self._chunks.get(c)
+        if got is None:
+            from ..errors import IntegrityError
+            from ..objects import unframe
 
-    @property
-    def low(self) -> str:
-        """``P.low`` decoded (on first use).
+            try:
+                got = unframe(self.z[self.cstarts[c]:self.cstarts[c + 1]], "search index chunk", 1 << 31)
+            except IntegrityError as e:
+                raise ValueError(f"index part {self.name}: {e}") from e
+            if got[-1:] != _SEPB or self.cols[_AT][self.cfirst[c + 1] - 1] >= len(got):
+                raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
+            self._chunks[c] = got
+        return got
+
+    def blocks_of(self, c: int) -> list[bytes]:
+        """The blocks of chunk ``c``, UTF-8 each.
 
         Raises:
-            ValueError: the bytes are not UTF-8 (a damaged file).
+            ValueError: the chunk is damaged.
         """
-        if self._low is None:
-            self._low = str(self.lowraw, "utf-8")
-        return self._low
+        got = self.chunk(c).split(_SEPB)
+        got.pop()
+        if len(got) != self.cfirst[c + 1] - self.cfirst[c]:
+            raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
+        return got
+
+    def block_bytes(self, i: int) -> bytes:
+        """Block ``i``'s text as UTF-8.
+
+        Raises:
+            ValueError: its chunk is damaged.
+        """
+        c = bisect.bisect_right(self.cfirst, i) - 1
+        data = self.chunk(c)
+        at = self.cols[_AT]
+        return data[at[i]:(at[i + 1] if i + 1 < self.cfirst[c + 1] else len(data)) - 1]
 
     def block(self, i: int) -> str:
-        """Block ``i``'s text (its bytes decoded alone)."""
-        return self.raw[self.bstarts[i]:self.bstarts[i + 1] - 1].decode("utf-8")
+        """Block ``i``'s text.
+
+        Raises:
+            ValueError: its chunk is damaged.
+        """
+        return self.block_bytes(i).decode("utf-8")
+
+    def candidates(self, bits: set[int], lowered: bool) -> list[int]:
+        """The chunks whose filter has every one of ``bits`` (:func:`filter_bits`), and with
+        ``lowered`` (a case-insensitive search) those flagged :data:`_SPECIAL` too."""
+        n = self.chunks
+        if not bits:
+            return list(range(n))
+        keep = (1 << (8 * n)) - 1  # one byte per chunk: 1 while it may hold the needle
+        for b in bits:
+            col = self.filters[b >> 3::_FILTER_BYTES]
+            keep &= int.from_bytes(bytes(col).translate(_BIT[b & 7]), "big")
+        got = keep.to_bytes(n, "big")
+        out = [c for c in range(n) if got[c]] if keep else []
+        if lowered:
+            special = [c for c in range(n) if self.cflags[c] & _SPECIAL]
+            if special:
+                out = sorted(set(out) | set(special))
+        return out
+
+    def find_plain(self, needle: bytes, lowered: bool) -> list[int]:
+        """The blocks holding ``needle`` (UTF-8), in order; ``lowered``: ``needle`` is lower-case
+        ASCII sought in any case, and the blocks found are a superset (a block with a character
+        that folds otherwise is taken; the caller matches each found block again).
+
+        Only the chunks whose filter may hold the needle are read. A plain string never spans
+        two blocks, and its UTF-8 bytes are found exactly where it is (UTF-8 synchronises).
+
+        Raises:
+            ValueError: a chunk is damaged.
+        """
+        got: list[int] = []
+        at = self.cols[_AT]
+        for c in self.candidates(filter_bits(needle), lowered):
+            data = self.chunk(c)
+            hay = data.lower() if lowered else data
+            first, end = self.cfirst[c], self.cfirst[c + 1]
+            x = hay.find(needle)
+            offs = at[first:end].tolist() if x >= 0 else []  # the blocks' starts in the chunk
+            found = []
+            while x >= 0:  # each block found once, skipped to its end
+                i = bisect.bisect_right(offs, x) - 1
+                found.append(first + i)
+                if i + 1 >= len(offs):
+                    break
+                x = hay.find(needle, offs[i + 1])
+            if lowered and self.cflags[c] & _SPECIAL:
+                found = sorted(set(found).union(
+                    first + j for j, b in enumerate(self.blocks_of(c))
+                    if not b.isascii() and _SPECIAL_RX.search(b.decode("utf-8")) is not None))
+            got.extend(found)
+        return got
+
+    def find_regex(self, rx: re.Pattern[str], lowered: bool, whole: bool) -> list[int]:
+        """The blocks with a match of ``rx``, in order, each block searched on its own
+        (``lowered``: in its lower case, ſ and ı as s and i); ``whole``: a chunk is first searched
+        at once, and left when nothing in it matches (not for a pattern that looks around).
+
+        Raises:
+            ValueError: a chunk is damaged (or not UTF-8).
+        """
+        got: list[int] = []
+        search = rx.search
+        for c in range(self.chunks):
+            try:
+                texts = [b.decode("utf-8") for b in self.blocks_of(c)]
+            except UnicodeDecodeError as e:
+                raise ValueError(f"index part {self.name}: {e}") from e
+            if lowered:
+                texts = [t.lower().translate(_FOLD) for t in texts]
+            if whole and search(SEP.join(texts)) is None:
+                continue
+            got.extend(itertools.compress(itertools.count(self.cfirst[c]), map(search, texts)))
+        return got
 
     def fields(self, idx: list[int], cols: Iterable[int]) -> list[tuple[int, ...]]:
         """Columns ``cols`` of the blocks ``idx``: a tuple of values per column (one C-level pass each)."""
@@ -89,49 +245,69 @@ class Part:
         return [get(self.cols[c]) for c in cols]
 
     # -- building -------------------------------------------------------------------------
-    def add(self, values: tuple[int, ...], when: float, text: str) -> None:
-        """Append one block (``values``: its record's columns but the flags)."""
-        low = text.lower()
-        if not low.isascii():
-            low = low.translate(_FOLD)
-        btext, blow = (text + SEP).encode("utf-8"), (low + SEP).encode("utf-8")
-        self._texts.append(btext)
-        self._lows.append(blow)
-        for col, v in zip(self.cols, values, strict=False):
-            col.append(v)
-        self.cols[8].append(_ASCII if len(btext) == len(text) + 1 else 0)
-        self.time.append(when)
-        self.starts.append(self.starts[-1] + len(text) + 1)
-        self.lstarts.append(self.lstarts[-1] + len(low) + 1)
-        self.bstarts.append(self.bstarts[-1] + len(btext))
-        self.lbstarts.append(self.lbstarts[-1] + len(blow))
-
-    def copy(self, q: Part, a: int, b: int) -> None:
-        """Append blocks ``a`` to ``b`` of part ``q`` as they are (whole ranges, no per-block decoding)."""
-        if a == b:
-            return
-        self._texts.append(q.raw[q.bstarts[a]:q.bstarts[b]])
-        self._lows.append(q.lowraw[q.lbstarts[a]:q.lbstarts[b]])
-        for mine, theirs in ((self.starts, q.starts), (self.lstarts, q.lstarts), (self.bstarts, q.bstarts),
-                             (self.lbstarts, q.lbstarts)):
-            base = mine[-1] - theirs[a]
-            mine.extend([v + base for v in theirs[a + 1:b + 1]])
-        for mine, theirs in zip(self.cols, q.cols, strict=True):
-            mine.frombytes(_bytes_of(theirs[a:b]))
-        self.time.frombytes(_bytes_of(q.time[a:b]))
-
     def begin(self) -> Part:
         """Make this (empty) part one being built."""
-        self._texts: list[bytes] = []
-        self._lows: list[bytes] = []
+        self._zs: list[bytes] = []
+        self._filters: list[bytes] = []
+        self._buf: list[bytes] = []
+        self._size = 0
+        self._special = 0
         return self
+
+    def add(self, values: tuple[int, ...], when: float, text: str) -> None:
+        """Append one block (``values``: its record's columns but the flags)."""
+        btext = text.encode("utf-8")
+        ascii_ = len(btext) == len(text)
+        self._put(values, _ASCII if ascii_ else 0, when, btext, not ascii_ and _SPECIAL_RX.search(text) is not None)
+
+    def _put(self, values: Iterable[int], flags: int, when: float, btext: bytes, special: bool) -> None:
+        for col, v in zip(self.cols, values, strict=False):
+            col.append(v)
+        self.cols[8].append(flags)
+        self.cols[_AT].append(self._size)
+        self.time.append(when)
+        self._buf.append(btext)
+        self._size += len(btext) + 1
+        if special:
+            self._special = _SPECIAL
+        if self._size >= CHUNK:
+            self._close_chunk()
+
+    def _close_chunk(self) -> None:
+        if not self._buf:
+            return
+        from ..objects import frame_block
+
+        self._buf.append(b"")
+        data = _SEPB.join(self._buf)
+        z = frame_block(data, _LEVEL)
+        self._zs.append(z)
+        self._filters.append(_filter(data.lower()))
+        self.cstarts.append(self.cstarts[-1] + len(z))
+        self.cfirst.append(self.n)
+        self.cflags.append(self._special)
+        self._buf, self._size, self._special = [], 0, 0
+
+    def copy(self, q: Part, a: int, b: int) -> None:
+        """Append blocks ``a`` to ``b`` of part ``q`` as they are (their bytes and records).
+
+        Raises:
+            ValueError: a chunk of ``q`` is damaged.
+        """
+        cols = [c[a:b] for c in q.cols]
+        for k, i in enumerate(range(a, b)):
+            btext = q.block_bytes(i)
+            fl = cols[8][k]
+            self._put([c[k] for c in cols[:8]], fl, q.time[i], btext,
+                      not fl & _ASCII and _SPECIAL_RX.search(btext.decode("utf-8")) is not None)
 
     def files(self) -> dict[str, bytes]:
         """The part's files as built (names without the segment), little-endian."""
-        self.raw, self.lowraw = b"".join(self._texts), b"".join(self._lows)
-        offs = array.array("q", self.starts)
-        for more in (self.lstarts, self.bstarts, self.lbstarts):
-            offs.extend(more)
+        self._close_chunk()
+        self.z, self.filters = b"".join(self._zs), b"".join(self._filters)
+        offs = array.array("q", self.cstarts)
+        offs.extend(self.cfirst)
+        offs.extend(self.cflags)
         recs = array.array("i")
         for col in self.cols:
             recs.extend(col)
@@ -141,13 +317,12 @@ class Part:
             recs.byteswap()
             times.byteswap()
         p = self.name
-        return {f"{p}.txt": self.raw, f"{p}.low": self.lowraw, f"{p}.off": offs.tobytes(),
+        return {f"{p}.z": self.z, f"{p}.flt": self.filters, f"{p}.off": offs.tobytes(),
                 f"{p}.rec": recs.tobytes(), f"{p}.time": times.tobytes()}
 
 
-def _bytes_of(v: Any) -> Any:
-    """The bytes of an array or a typed memoryview (for ``array.frombytes``)."""
-    return v.cast("B") if isinstance(v, memoryview) else v.tobytes()
+#: per bit of a byte: a table that maps a byte to 1 when it has that bit, else 0
+_BIT = [bytes(1 if x >> k & 1 else 0 for x in range(256)) for k in range(8)]
 
 
 class Segment:
@@ -310,17 +485,19 @@ def load_segment(folder: str, g: dict[str, Any], base: int) -> Segment:
     for pname in PARTS:
         p = Part(pname)
         pre = f"{g['name']}.{pname}"
-        p.raw = open_file(folder, f"{pre}.txt", files[f"{pname}.txt"])
-        p.lowraw = open_file(folder, f"{pre}.low", files[f"{pname}.low"])
+        p.z = open_file(folder, f"{pre}.z", files[f"{pname}.z"])
+        p.filters = open_file(folder, f"{pre}.flt", files[f"{pname}.flt"])
         offs = _view(folder, f"{pre}.off", files[f"{pname}.off"], "q")
         rec = _view(folder, f"{pre}.rec", files[f"{pname}.rec"], "i")
         p.time = _view(folder, f"{pre}.time", files[f"{pname}.time"], "d")
         n = g["n"][pname]
-        if len(p.time) != n or len(offs) != 4 * (n + 1) or len(rec) != _COLS * n \
-                or offs[3 * (n + 1) - 1] != len(p.raw) or offs[-1] != len(p.lowraw):
+        if len(offs) % 3 != 2:
             raise ValueError(f"index part {pre}: sizes do not agree")
-        m = n + 1
-        p.starts, p.lstarts, p.bstarts, p.lbstarts = offs[:m], offs[m:2 * m], offs[2 * m:3 * m], offs[3 * m:]
+        k = (len(offs) - 2) // 3  # chunks
+        p.cstarts, p.cfirst, p.cflags = offs[:k + 1], offs[k + 1:2 * k + 2], offs[2 * k + 2:]
+        if len(p.time) != n or len(rec) != _COLS * n or p.cstarts[-1] != len(p.z) or p.cfirst[-1] != n \
+                or len(p.filters) != k * _FILTER_BYTES or any(p.cfirst[c] >= p.cfirst[c + 1] for c in range(k)):
+            raise ValueError(f"index part {pre}: sizes do not agree")
         p.cols = [rec[c * n:(c + 1) * n] for c in range(_COLS)]
         seg.parts[pname] = p
     return seg

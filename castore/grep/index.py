@@ -1,8 +1,9 @@
 """The search index of :func:`castore.grep.grep`: derived data, rebuildable, kept fresh.
 
 The index is a local cache of every searchable block of a store (its text, and the commit,
-session, branches, role, kind, tool and time it belongs to), so that a search is one scan
-over one text file instead of reading every object. It lives outside the store, in
+session, branches, role, kind, tool and time it belongs to), so that a search reads one
+compressed text file (the chunks its filters let through) instead of every object; it is
+smaller than the store it indexes. It lives outside the store, in
 ``$CASTORE_GREP_INDEX`` or ``~/.cache/castore/grep/<digest of the store URL>/``; deleting
 it loses nothing (the next search rebuilds it), and a file that fails its check is not
 trusted: the index is rebuilt. Each file's size, CRC-32, modification time (ns) and inode
@@ -35,19 +36,30 @@ again if an update removed them meanwhile).
 
 Blocks are kept in two *parts* per segment: ``main`` (text, thinking, tool calls: what a
 search reads by default) and ``res`` (tool results, most of the text, read only when
-asked). Per segment ``G`` and part ``P``:
+asked). The text is kept once, in its own case, compressed in *chunks* of blocks, each with a
+small trigram filter, so that a search for a plain string decompresses only the chunks that
+may hold it. Per segment ``G`` and part ``P``:
 
-* ``G.P.txt``: the blocks' text, UTF-8, each followed by ``\\x1e`` (a record separator; the
-  character is replaced by a space inside a text); ``G.P.low``: the same blocks lower-cased
-  (and ſ, ı as s, i), for fast case-insensitive searches of an ASCII pattern;
-* ``G.P.off``: little-endian int64: the character offset of each block in ``P.txt`` (and one
-  past the last), then the same for ``P.low``, then the byte offsets of the same in ``P.txt``
-  and in ``P.low`` (a plain string is searched in the bytes: no decoding of the whole text);
-* ``G.P.rec``: little-endian int32, 9 columns of one value per block (column after column):
+* ``G.P.z``: the chunks, one after the other, each a zstd frame as
+  :func:`castore.objects.frame_block` makes it, of its blocks' text (UTF-8, each followed by
+  ``\x1e``, a record separator; the character is replaced by a space inside a text); a chunk
+  is closed once it holds :data:`~castore.grep.files.CHUNK` bytes (a block is never split);
+* ``G.P.flt``: per chunk a bitmap of :data:`~castore.grep.files.FILTER_BITS` bits: for each
+  word of its text lower-cased by ``bytes.lower()`` (a run of non-blanks, as ``bytes.split()``
+  cuts it), a bit per trigram of the word (its 3 bytes as a little-endian number, times
+  2654435761, shifted right by 13, modulo the bits). A plain string's runs of non-blanks each
+  lie within one word of the text, so a chunk that lacks a bit of one of their trigrams
+  cannot hold it;
+* ``G.P.off``: little-endian int64: per chunk its offset in ``P.z`` (and one past the last),
+  then its first block (and the block count), then its flags (1: a block holds a character
+  that a case-insensitive ASCII pattern may match though ``bytes.lower()`` leaves it: such a
+  chunk is searched whatever its filter says);
+* ``G.P.rec``: little-endian int32, 10 columns of one value per block (column after column):
   commit number, session number, block number within the commit, kind (0 text, 1 thinking,
   2 tool call, 3 tool result), role, tool (string numbers; -1: none), branch-set number, the
-  block's place within its session (both parts counted, root to tip), and flags (1: the
-  text is ASCII); ``G.P.time``: float64 per block.
+  block's place within its session (both parts counted, root to tip), flags (1: the text is
+  ASCII), and the byte offset of the block's text in its chunk; ``G.P.time``: float64 per
+  block.
 
 ``G.commits`` holds the 32-byte ids of the commits first numbered in segment ``G`` (commit
 numbers run on across the segments, in order; a segment written from others keeps their
@@ -82,7 +94,7 @@ from .files import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open
 if TYPE_CHECKING:
     from ..store import Store
 
-VERSION = 6
+VERSION = 9
 #: the share of the base that dead blocks and the delta may reach before an update writes a
 #: new base (see the module docstring)
 COMPACT = 0.25
@@ -172,18 +184,17 @@ HIT_COLS = (0, 2, 3, 4, 5, 6, 8)
 
 def hits(runs: list[tuple[Part, list[int]]]) -> Iterable[tuple[Any, ...]]:
     """One session's hits (its runs, as :meth:`Index.find_blocks` gives them) in order, root to
-    tip: ``(place, part, commit, block, kind, role, tool, branch set, flags, time, byte offset,
-    byte end)`` each, the numbers read column by column in C; both parts merged by place."""
+    tip: ``(place, part, commit, block, kind, role, tool, branch set, flags, time, block number
+    in the part)`` each, the numbers read column by column in C; both parts merged by place."""
     out: list[Any] = []
     for p, idx in runs:
         if len(idx) == 1:
             i = idx[0]
-            got: Any = [((p.cols[7][i], p, *(p.cols[c][i] for c in HIT_COLS), p.time[i], p.bstarts[i],
-                          p.bstarts[i + 1]))]
+            got: Any = [((p.cols[7][i], p, *(p.cols[c][i] for c in HIT_COLS), p.time[i], i))]
         else:
             get = itemgetter(*idx)
             got = zip(get(p.cols[7]), itertools.repeat(p), *(get(p.cols[c]) for c in HIT_COLS), get(p.time),
-                      get(p.bstarts), itemgetter(*map((1).__add__, idx))(p.bstarts), strict=False)
+                      idx, strict=False)
         if len(runs) == 1:
             return got
         out.extend(got)
@@ -217,63 +228,25 @@ def search_plan(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool, str | None]
 
 def _hits(p: Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
     """The blocks of part ``p`` (of these kind numbers) with a match of ``rx``, in increasing order
-    (see :meth:`Index.find_blocks`).
+    (see :meth:`Index.find_blocks`): a superset of them where the search is lowered (the caller
+    matches each block found again with ``rx``).
 
     Raises:
         ValueError: the part is damaged.
     """
     kinds = p.cols[3]
     if any(a in rx.pattern for a in _ANCHORS):
-        # an anchor means the start or end of a block (or line), not of the whole text:
-        # each block is searched on its own
-        search = rx.search
-        return [i for i in range(p.n) if (want is None or kinds[i] in want) and search(p.block(i)) is not None]
-    prx, lowered, lit = search_plan(rx)
-    got: list[int] = []
-    if lit is not None and SEP not in lit:
-        # a plain string never spans two blocks, and its UTF-8 bytes are found exactly where it
-        # is (UTF-8 synchronises): the bytes are searched (mmap.find: memchr speed), each hit's
-        # block skipped to its end (one hit per block is enough: its lines are matched later)
-        raw, bounds = (p.lowraw, p.lbstarts) if lowered else (p.raw, p.bstarts)
-        needle, find, bis = lit.encode("utf-8"), raw.find, bisect.bisect_right
-        pos, listed = 0, False
-        while True:
-            x = find(needle, pos)
-            if x < 0:
-                break
-            i = bis(bounds, x) - 1
-            got.append(i)
-            pos = bounds[i + 1]
-            if not listed and len(got) > 256:
-                bounds, listed = bounds.tolist(), True  # a list bisects without making ints
-        return got if want is None else [i for i in got if kinds[i] in want]
-    try:
-        text, starts = (p.low, p.lstarts) if lowered else (p.text, p.starts)
-    except UnicodeDecodeError as e:
-        raise ValueError(f"index part {p.name}: {e}") from e
-    if len(starts) > 256:
-        starts = starts.tolist()
-    pos, end = 0, len(text)
-    search = prx.search
-    while pos < end:
-        if lit is not None:
-            at_ = text.find(lit, pos)
-            if at_ < 0:
-                break
-            mstart, mend = at_, at_ + len(lit)
+        # an anchor means the start or end of a block (or line), not of a chunk: each block is
+        # searched on its own
+        got = p.find_regex(rx, False, False)
+    else:
+        prx, lowered, lit = search_plan(rx)
+        if lit is not None and SEP not in lit:
+            got = p.find_plain(lit.encode("utf-8"), lowered)
         else:
-            m = search(text, pos)
-            if m is None:
-                break
-            mstart, mend = m.span()
-        i = bisect.bisect_right(starts, mstart) - 1
-        nxt = starts[i + 1]
-        if mend < nxt and (want is None or kinds[i] in want):
-            got.append(i)
-            pos = nxt  # one hit per block is enough: its lines are matched later
-        else:
-            pos = mstart + 1 if mend >= nxt else nxt
-    return got
+            # a lookaround may see across the separator between two blocks: no chunk at once
+            got = p.find_regex(prx, lowered, "(?" not in prx.pattern)
+    return got if want is None else [i for i in got if kinds[i] in want]
 
 
 class Index:
