@@ -11,14 +11,16 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from click.shell_completion import CompletionItem
 
 from ..errors import CastoreError
 from ..store import Store, default_url
 from .common import SESSION_ENV, CliState, default_session, escape, find_session, format_key, parse_options
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 
 def _store(ctx: click.Context) -> Store | None:
@@ -72,6 +74,8 @@ def complete_session(_ctx: click.Context, store: Store, incomplete: str) -> list
             out.setdefault(escape(s.session) if ids[s.session] == 1 else key, help_)
         elif key.startswith(incomplete):
             out.setdefault(key, help_)
+    from click.shell_completion import CompletionItem  # only while completing: not on every command's path
+
     return [CompletionItem(v, help=" ".join(h.split())[:80]) for v, h in out.items()]
 
 
@@ -88,6 +92,8 @@ def complete_branch(ctx: click.Context, store: Store, incomplete: str) -> list[C
     session = _session_of(ctx, store)
     if session is None:
         return []
+    from click.shell_completion import CompletionItem
+
     return [CompletionItem(b) for b in session.branches() if b.startswith(incomplete)]
 
 
@@ -98,6 +104,8 @@ def complete_revision(ctx: click.Context, store: Store, incomplete: str) -> list
     if session is None:
         return []
     names = [*session.branches(), *session.labels(), *(f"remotes/{n}" for n in session.remote_branches())]
+    from click.shell_completion import CompletionItem
+
     return [CompletionItem(n) for n in dict.fromkeys(names) if n.startswith(incomplete)]
 
 

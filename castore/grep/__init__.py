@@ -96,7 +96,6 @@ from .match import (
     session_ok,
     spans_finder,
 )
-from .scan import grep_scan, grep_walk
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -331,6 +330,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
                                check_index, _MATCHES)
         return
+    from .scan import grep_scan, grep_walk  # the search without an index only: not on the index's path
+
     if scan is None:
         scan = store.objects.format >= 2
     if scan:
