@@ -33,7 +33,9 @@ session (the index refreshes that session only), next to the same GNU grep figur
 
 ``--markdown FILE`` also writes the run as a Markdown page (the command, the time, the machine and
 its load before and after, the workload's sizes, and every figure with its ratio to GNU grep and
-whether it is within 3x).
+whether it is within 2x, issue 38's target). Besides fresh processes, it times the searches in one
+warm process (castore imported, the store open: what a library user's agent calls), and the
+start-up floor any Python command pays (``python -c pass``, ``castore --version``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,28 @@ kinds = KINDS if sys.argv[3] == "all" else None
 n = sum(1 for _ in grep(store, sys.argv[2], kinds=kinds, index=sys.argv[4] != "scan",
                         check_index=sys.argv[4] != "cached"))
 print(json.dumps({"seconds": time.perf_counter() - t, "matches": n}))
+"""
+
+#: the searches of a library user's agent in a process that has castore imported and the store
+#: open (each search opens the index again; the first, untimed, reads it into the page cache)
+WARM = r"""
+import sys, time, json, statistics
+import castore
+from castore.grep import grep, grep_counts, KINDS
+store = castore.open(sys.argv[1])
+word, repeat = sys.argv[2], int(sys.argv[3])
+out = {}
+for name, f in (("grep", lambda: sum(1 for _ in grep(store, word))),
+                ("grep -a", lambda: sum(1 for _ in grep(store, word, kinds=KINDS))),
+                ("grep_counts", lambda: sum(grep_counts(store, word).values()))):
+    f()
+    took = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        n = f()
+        took.append(time.perf_counter() - t)
+    out[name] = [statistics.median(took), n]
+print(json.dumps(out))
 """
 
 WORDS = ["parser", "token", "buffer", "index", "query", "cache", "socket", "thread", "module", "function",
@@ -157,6 +181,38 @@ def _gnu(jsonl_dir: str, word: str) -> tuple[float, int]:
     return took, n
 
 
+def _gnu_print(jsonl_dir: str, word: str) -> float:
+    """Seconds of ``grep -r WORD DIR > /dev/null`` (every matching line written)."""
+    _cold(jsonl_dir)
+    t = time.perf_counter()
+    subprocess.run(["grep", "-r", word, jsonl_dir], stdout=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - t
+
+
+def _warm(store_dir: str, word: str, index_dir: str, repeat: int) -> dict[str, list[float]]:
+    """The in-process figures (:data:`WARM`): per search, ``[median seconds, matches]``."""
+    p = subprocess.run([sys.executable, "-c", WARM, store_dir, word, str(repeat)], capture_output=True, text=True,
+                       check=False, env=_env(index_dir), cwd=ROOT)
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    return json.loads(p.stdout)
+
+
+def _floor(index_dir: str, repeat: int) -> dict[str, float]:
+    """What any Python command pays before it searches: the median seconds of ``python -c pass``
+    and of ``python -m castore --version`` (the CLI's imports), fresh processes."""
+    out = {}
+    for name, argv in (("python -c pass", ["-c", "pass"]), ("castore --version", ["-m", "castore", "--version"])):
+        took = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, *argv], stdout=subprocess.DEVNULL, check=True, env=_env(index_dir),
+                           cwd=ROOT)
+            took.append(time.perf_counter() - t)
+        out[name] = statistics.median(took)
+    return out
+
+
 def _env(index_dir: str) -> dict[str, str]:
     """A child's environment: castore from this checkout, the index and the bytecode in the work folder."""
     env = dict(os.environ, PYTHONPATH=ROOT, CASTORE_GREP_INDEX=index_dir,
@@ -201,17 +257,19 @@ def _append_one(store_dir: str, word: str) -> None:
 def index_costs(store_dir: str, jsonl_dir: str, index_dir: str, repeat: int) -> list[tuple[str, float, list[float]]]:
     """The second table: the command through the index (-c, all output to /dev/null), and a
     search right after one append, each next to GNU grep in the same run; its rows, ``(word,
-    GNU grep seconds, [-c, every match printed, -c after an append])`` each."""
+    GNU grep seconds, [-c, every match printed, -c after an append], GNU grep -r seconds)`` each:
+    GNU grep -r -c, then GNU grep -r printing every line (next to the command printing every match)."""
     rows = []
     for word in (RARE, COMMON):
         g = statistics.median(_gnu(jsonl_dir, word)[0] for _ in range(repeat))
+        gp = statistics.median(_gnu_print(jsonl_dir, word) for _ in range(repeat))
         c = statistics.median(_cli(store_dir, ["-c", word], index_dir) for _ in range(repeat))
         out = statistics.median(_cli(store_dir, [word], index_dir) for _ in range(repeat))
         after = []
         for _ in range(repeat):
             _append_one(store_dir, word)
             after.append(_cli(store_dir, ["-c", word], index_dir))
-        rows.append((word, g, [c, out, statistics.median(after)]))
+        rows.append((word, g, [c, out, statistics.median(after)], gp))
     print("\n### The command through the index\n")
     print("`castore grep -c WORD` and `castore grep WORD > /dev/null` (every match formatted), each a fresh "
           "process; \"after an append\": `-c` right after another process appended one entry to one session "
@@ -219,14 +277,14 @@ def index_costs(store_dir: str, jsonl_dir: str, index_dir: str, repeat: int) -> 
     heads = ["GNU grep -r -c", "castore grep -c", "castore grep > /dev/null", "-c after an append"]
     print("| pattern | " + " | ".join(heads) + " |")
     print("|---|" + "---|" * len(heads))
-    for word, g, cells in rows:
+    for word, g, cells, _ in rows:
         shares = " | ".join(f"{x * 1000:.0f} ms, {x / g:.1f}x" for x in cells)
         print(f"| {word}, command | {g * 1000:.0f} ms | {shares} |")
     return rows
 
 
 #: the ratio to GNU grep the issue asks for (``--markdown`` says whether each row is within it)
-TARGET = 3.0
+TARGET = 2.0
 
 
 def _du(path: str) -> int:
@@ -243,9 +301,10 @@ def _cpu_model() -> str:
 
 def markdown(path: str, *, command: str, started: str, loads: tuple[tuple[float, ...], tuple[float, ...]],
              sizes: dict[str, str], table: list[tuple[str, str, float, float, int | None]], cold: bool,
-             repeat: int) -> None:
+             repeat: int, floor: dict[str, float]) -> None:
     """Write the run's results to ``path`` as a Markdown page: ``table`` holds one row per timed
-    figure, ``(pattern, what, GNU grep seconds, castore seconds, matches or None)``."""
+    figure, ``(pattern, what, GNU grep seconds, castore seconds, matches or None)``; ``floor``
+    the start-up figures of :func:`_floor`."""
     def load(x: tuple[float, ...]) -> str:
         return ", ".join(f"{v:.2f}" for v in x)
 
@@ -257,9 +316,14 @@ def markdown(path: str, *, command: str, started: str, loads: tuple[tuple[float,
                                "dropped before it (`--cold-cache`)." if cold else
                                "data files cached (warm: no `--cold-cache`)."),
            f"- Each figure: the median of {repeat} fresh processes (Python start, imports and store opening "
-           "included for castore).",
+           "included for castore), except the rows \"in a warm process\": the median of "
+           f"{repeat} searches in one process that has castore imported and the store open (what a library "
+           "user's agent calls), each search opening the index again. GNU grep is `grep -r -c WORD DIR`, and "
+           "`grep -r WORD DIR > /dev/null` next to `castore grep WORD > /dev/null`.",
+           "- Start-up floor (fresh processes, median of " + str(repeat) + "): " + ", ".join(
+               f"`{k}` {v * 1000:.0f} ms" for k, v in floor.items()) + ".",
            "- Workload: " + "; ".join(f"{k} {v}" for k, v in sizes.items()) + ".", "",
-           f"| pattern | search | GNU grep -r -c | castore | ratio | within {TARGET:g}x | castore's matches |",
+           f"| pattern | search | GNU grep | castore | ratio | within {TARGET:g}x | castore's matches |",
            "|---|---|---:|---:|---:|---|---:|"]
     for word, what, g, c, n in table:
         ratio = c / g
@@ -302,13 +366,15 @@ def main(argv: list[str] | None = None) -> int:
         build_ix = _castore(store_dir, RARE, "default", "index", index_dir)  # the first search builds the index
         build_ix_s = time.perf_counter() - t
         _cli(store_dir, ["-c", RARE], index_dir)  # the command's modules compiled once, untimed
+        floor = _floor(index_dir, args.repeat)
         rows = []
         for word in (RARE, COMMON):
             g = [_gnu(jsonl_dir, word) for _ in range(args.repeat)]
             runs = [g]
             for which, mode in (("default", "scan"), ("default", "index"), ("all", "index"), ("default", "cached")):
                 runs.append([_castore(store_dir, word, which, mode, index_dir) for _ in range(args.repeat)])
-            rows.append((word, [(statistics.median(x[0] for x in r), r[0][1]) for r in runs]))
+            warm = {} if COLD else _warm(store_dir, word, index_dir, args.repeat)
+            rows.append((word, [(statistics.median(x[0] for x in r), r[0][1]) for r in runs], warm))
         cache = "data files dropped from the page cache before each run" if COLD else "data files in the page cache"
         print(f"## castore grep vs GNU grep: {entries} entries in {len(data)} sessions ({cache})\n")
         print(f"Store built in {build_s:.1f} s (append_many, one session per file); the search index built by the "
@@ -322,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         heads = ["GNU grep -r -c", "castore scan", "castore index", "castore index -a", "castore --cached"]
         print("| pattern | " + " | ".join(heads) + " |")
         print("|---|" + "---|" * len(heads))
-        for word, cells in rows:
+        for word, cells, _ in rows:
             gs = cells[0][0]
             out = [f"{cells[0][0] * 1000:.0f} ms ({cells[0][1]} lines)"]
             out += [f"{s * 1000:.0f} ms, {s / gs:.1f}x ({n})" for s, n in cells[1:]]
@@ -331,20 +397,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nCommand: `{command}`")
         if args.markdown:
             table: list[tuple[str, str, float, float, int | None]] = []
-            for word, cells in rows:
+            for word, cells, warm in rows:
                 for what, (sec, n) in zip(heads[1:], cells[1:], strict=True):
                     table.append((word, what + (" (no index)" if what == "castore scan" else ""), cells[0][0], sec, n))
-            for word, g, cmd in costs:
+                for what, (sec, n) in warm.items():
+                    table.append((word, f"castore.grep.{'grep(kinds=KINDS)' if what == 'grep -a' else what} "
+                                        "in a warm process", cells[0][0], sec, int(n)))
+            for word, g, cmd, gp in costs:
                 for what, sec in zip(("castore grep -c", "castore grep > /dev/null", "castore grep -c after an append"),
                                      cmd, strict=True):
-                    table.append((word, what, g, sec, None))
+                    printed = what.endswith("/dev/null")
+                    table.append((word, what + (" (vs GNU grep -r > /dev/null)" if printed else ""),
+                                  gp if printed else g, sec, None))
             sizes = {"entries": f"{entries:,}", "sessions": f"{len(data):,}",
                      "JSONL (GNU grep's input)": f"{_du(jsonl_dir) / 1e6:.1f} MB",
-                     "store": f"{_du(store_dir) / 1e6:.1f} MB", "search index": f"{_du(index_dir) / 1e6:.1f} MB",
+                     "store": f"{_du(store_dir) / 1e6:.1f} MB",
+                     "search index": f"{_du(index_dir) / 1e6:.1f} MB ({_du(index_dir) / _du(store_dir):.2f}x the store)",
                      "store format": str(args.format or "default"),
                      "patterns": f"{RARE} (rare), {COMMON} (common)"}
             markdown(args.markdown, command=command, started=started, loads=(load_before, os.getloadavg()),
-                     sizes=sizes, table=table, cold=COLD, repeat=args.repeat)
+                     sizes=sizes, table=table, cold=COLD, repeat=args.repeat, floor=floor)
             print(f"Wrote {args.markdown}")
     finally:
         if not args.workdir:
