@@ -17,6 +17,7 @@ import castore
 from castore import maintenance
 from castore.cli import main
 from castore.grep import grep
+from castore.grep.files import plain_files
 from castore.grep.index import index_dir
 
 backend = backend_on("local", "s3")
@@ -44,10 +45,8 @@ def traces(store: castore.Store, index: str) -> list[str]:
     for key, data in store.storage.read_many(keys).items():
         if data is not None:
             found += [f"store {key}: {w!r}" for w in NAMES if w in data or w in key.encode()]
-    for dirpath, _dirs, files in os.walk(index):
-        for f in files:
-            with open(os.path.join(dirpath, f), "rb") as fh:
-                data = fh.read()
+    if os.path.isdir(index):
+        for f, data in plain_files(index):  # the chunks of text decompressed
             found += [f"index {f}: {w!r}" for w in NAMES if w in data]
     return found
 

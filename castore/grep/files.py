@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -503,5 +503,33 @@ def load_segment(folder: str, g: dict[str, Any], base: int) -> Segment:
     return seg
 
 
-__all__ = ["KINDS", "PARTS", "SEP", "Numbers", "Part", "Segment", "load_segment", "open_file", "stat_of",
-           "write_file"]
+def plain_files(folder: str) -> Iterator[tuple[str, bytes]]:
+    """Every file of an index folder with what it holds in the clear: a part's chunks
+    (``G.P.z``) decompressed and joined (their bounds read from ``G.P.off``), any other file
+    as it is. What a check that no text or name outlives its session reads.
+
+    Raises:
+        OSError: a file cannot be read.
+        ValueError: a chunk file does not agree with its offsets, or does not decompress.
+    """
+    from ..errors import IntegrityError
+    from ..objects import unframe
+
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            data = f.read()
+        if name.endswith(".z"):
+            with open(os.path.join(folder, name[:-2] + ".off"), "rb") as f:
+                offs = array.array("q", f.read())
+            if sys.byteorder != "little":
+                offs.byteswap()
+            starts = offs[:(len(offs) - 2) // 3 + 1]
+            try:
+                data = b"".join(unframe(data[a:b], name, 1 << 31) for a, b in zip(starts, starts[1:], strict=False))
+            except IntegrityError as e:
+                raise ValueError(f"{name}: {e}") from e
+        yield name, data
+
+
+__all__ = ["CHUNK", "FILTER_BITS", "KINDS", "PARTS", "SEP", "Numbers", "Part", "Segment", "filter_bits",
+           "load_segment", "open_file", "plain_files", "stat_of", "write_file"]
