@@ -256,3 +256,18 @@ def test_a_line_with_no_message_says_what_it_is_in_log(store: Path) -> None:
     assert all(c["summary"] == "system: (event)" for c in json.loads(_cli(store, "-s", KEY, "log", "-n", "0",
                                                                             "--json"))["commits"]
                if c["author"] == "system" and c["entry"].get("message") is None)
+
+
+def test_the_note_after_a_cut_log_counts_what_log_shows(store: Path) -> None:
+    def note(*args: str) -> str:
+        r = CliRunner().invoke(main, ["--store", str(store), *args])
+        assert r.exit_code == 0, r.output
+        return r.stderr
+
+    # the Codex session shows 3 prompts and hides 8 bookkeeping lines: nothing is left to show
+    assert "shows all" not in note("-s", CODEX_KEY, "log", "-n", "3")
+    assert note("-s", CODEX_KEY, "log", "-n", "2").strip() == "(the last 2 entries; -n 0 shows all)"
+    # with every line shown the total is the path's length
+    assert note("-s", CODEX_KEY, "log", "-n", "2", "--all-entries").strip() == \
+        f"(the last 2 of {len(_lines(CODEX))} entries; -n 0 shows all)"
+    assert "shows all" not in note("-s", CODEX_KEY, "log", "-n", str(len(_lines(CODEX))), "--all-entries")

@@ -96,8 +96,13 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
     """
     if all_ and rev != "HEAD":
         raise click.UsageError("--all shows every branch; give no REV with it")
-    names, entries = porcelain.log(session, rev, limit=limit or None, all_branches=all_, internal=internal,
-                                   all_entries=all_entries or as_json)
+    every = all_entries or as_json
+    # one entry more than shown tells whether the note below has anything to say
+    want = limit + 1 if limit and not all_ else limit
+    names, entries = porcelain.log(session, rev, limit=want or None, all_branches=all_, internal=internal,
+                                   all_entries=every)
+    more = bool(limit) and len(entries) > limit
+    entries = entries[:limit] if limit else entries
     refs = r.Refs.from_names(names)
     if graph:
         entries = r.topo_order(entries)
@@ -120,8 +125,10 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
                                       verbose=verbose), ""]
     for line in lines:
         click.echo(line)
-    if not all_ and limit and len(entries) == limit and entries[0].depth + 1 > len(entries):
-        note(f"(the last {len(entries)} of {plural(entries[0].depth + 1, 'entry')}; -n 0 shows all)")
+    if not all_ and more:
+        # left-out bookkeeping lines are on the path too: only an unfiltered log knows the total
+        of = f" of {plural(entries[0].depth + 1, 'entry')}" if every else " entries"
+        note(f"(the last {len(entries)}{of}; -n 0 shows all)")
 
 
 @click.command("show")
