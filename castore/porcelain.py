@@ -35,6 +35,8 @@ class Status:
     exists: bool = False
     #: the session's title (see :func:`castore.views.session_title`)
     title: str | None = None
+    #: an imported subagent: the session that spawned it (see :func:`castore.views.spawned_by`)
+    subagent_of: dict[str, str] | None = None
     head: str | None = None
     #: the branch HEAD is on; None when detached (or no entries)
     branch: str | None = None
@@ -63,8 +65,9 @@ def status(store: Store, session: Session | None = None) -> Status:
     head = session.head
     if head is None:
         return Status(store.url, exists, session.key, remotes=remotes)
-    return Status(store.url, exists, session.key, exists=True, title=views.session_title(session.info),
-                  head=head, branch=session.current_branch,
+    info = session.info
+    return Status(store.url, exists, session.key, exists=True, title=views.session_title(info),
+                  subagent_of=views.spawned_by(info), head=head, branch=session.current_branch,
                   entries=session.show("HEAD").depth + 1, branches=len(session.branches()),
                   labels=len(session.labels()), remotes=remotes,
                   kept_from_remotes={f"remotes/{n}": c for n, c in session.remote_branches().items()})

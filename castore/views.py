@@ -236,6 +236,21 @@ def session_title(info: Mapping[str, Any]) -> str | None:
     return " ".join(name.split()) or None if isinstance(name, str) else None
 
 
+def spawned_by(info: Mapping[str, Any]) -> dict[str, str] | None:
+    """The session that spawned this one (an imported subagent), as its importer recorded it
+    in the session's info: ``{"key": "APP/USER/SESSION", "session": SESSION}`` and, where the
+    importer knows it, ``"commit"`` (the turn that ran it); None for any other session."""
+    by = info.get("spawned_by")
+    if not isinstance(by, Mapping) or not isinstance(by.get("session"), str):
+        return None
+    parts = [by.get("app"), by.get("user"), by["session"]]
+    out = {"key": "/".join(parts) if all(isinstance(p, str) for p in parts) else by["session"],
+           "session": by["session"]}
+    if isinstance(by.get("commit"), str):
+        out["commit"] = by["commit"]
+    return out
+
+
 def links(session: Session) -> dict[str, list[str]]:
     """Commit -> the sessions it links to (a subagent it spawned, the turn that spawned it),
     as the view of the session's HEAD commit says.
@@ -299,6 +314,7 @@ __all__ = [
     "message",
     "bookkeeping",
     "said",
+    "spawned_by",
     "visible",
     "internal_branches",
     "branch_notes",

@@ -271,3 +271,15 @@ def test_the_note_after_a_cut_log_counts_what_log_shows(store: Path) -> None:
     assert note("-s", CODEX_KEY, "log", "-n", "2", "--all-entries").strip() == \
         f"(the last 2 of {len(_lines(CODEX))} entries; -n 0 shows all)"
     assert "shows all" not in note("-s", CODEX_KEY, "log", "-n", str(len(_lines(CODEX))), "--all-entries")
+
+
+def test_status_of_a_subagent_names_the_session_and_turn_that_spawned_it(store: Path) -> None:
+    sub = f"{KEY}.subagents.agent-a5bdbc1"
+    by = json.loads(_cli(store, "-s", sub, "status", "--json"))["subagent_of"]
+    assert by["key"] == KEY and by["session"] == SID
+    assert by["commit"] in {c["id"] for c in _commits(store, KEY)}  # the Task's result in the parent
+    assert f"subagent: of {KEY} (spawned at {by['commit'][:8]})" in _cli(store, "-s", sub, "status")
+    gem = json.loads(_cli(store, "-s", f"{GEMINI_KEY}.c2d9e1f0-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "status", "--json"))
+    assert gem["subagent_of"]["key"] == GEMINI_KEY
+    assert json.loads(_cli(store, "-s", KEY, "status", "--json"))["subagent_of"] is None
+    assert "subagent:" not in _cli(store, "-s", KEY, "status")

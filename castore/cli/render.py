@@ -272,8 +272,8 @@ def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> 
         line = (f"{style(k.ljust(w), bold=True)}  {s.entries:>6} {'entry  ' if s.entries == 1 else 'entries'}  "
                 f"{style(branch.ljust(bw), fg='green')}  {fmt_time(s.updated)}")
         line = f"{line}  {safe(one_line(title, TITLE_WIDTH))}" if title else line
-        by = s.info.get("spawned_by")  # an imported subagent: the session that spawned it
-        if isinstance(by, Mapping) and isinstance(by.get("session"), str):
+        by = views.spawned_by(s.info)  # an imported subagent: the session that spawned it
+        if by is not None:
             line += "  " + style(f"subagent of {safe(by['session'])}", fg="magenta")
         out.append(line)
     return out

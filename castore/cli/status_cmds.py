@@ -69,7 +69,8 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
 @click.command("status")
 @uses_session
 @json_option('{"store": URL, "store_exists": BOOL, "session": KEY|null, "session_from": "-s"|"$CASTORE_SESSION"|'
-             '"castore use"|null, "exists": BOOL, "title": TEXT|null, "head": ID|null, "branch": NAME|null, '
+             '"castore use"|null, "exists": BOOL, "title": TEXT|null, "subagent_of": {"key": KEY, "session": ID, '
+             '"commit": ID (when known)}|null, "head": ID|null, "branch": NAME|null, '
              '"entries": N, "branches": N, "labels": N, "remotes": {NAME: URL}, "kept_from_remotes": {REF: ID}}')
 @click.pass_context
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
@@ -101,6 +102,10 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"session:  {safe(doc['session'])} (from {doc['session_from']})")
         if doc["title"]:
             click.echo(f"title:    {safe(doc['title'])}")
+        if doc["subagent_of"]:
+            by = doc["subagent_of"]
+            at = f" (spawned at {short(by['commit'])})" if by.get("commit") else ""
+            click.echo(f"subagent: of {safe(by['key'])}{at}")
         if not doc["exists"]:
             click.echo(f"HEAD:     none yet (the session has no entries; {hint('append --role user TEXT')} starts it)")
         else:
