@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Benchmark: what redacting secrets costs per MB, and on an import.
 
-On real session text (the Claude Code, Codex and Pi sessions under tests/data, every line as
-an agent wrote it), measures, best of ``--repeat`` in this process:
+On real session text (the Claude Code, Codex, Pi and Gemini CLI sessions under tests/data,
+every line as an agent wrote it), measures, best of ``--repeat`` in this process:
 
 * castore's redaction (:class:`castore.redact.Redactor`) of each raw line, in MB/s and ms/MB
   (the raw bytes and the str forms alternated round by round);
@@ -238,7 +238,7 @@ def main() -> None:
         t_ds = best(lambda: flagged.append([x for t in part for x in scan(t)]), 1)
         rows.append((f"detect-secrets 1.5 `scan_line`, default plugins, detection only (first {size / 1e6:.2f} MB)",
                      size / 1e6, t_ds, len(flagged[-1])))
-    out.append(f"Redaction of {len(lines):,} lines ({mb:.2f} MB) of the Claude Code, Codex and Pi sessions "
+    out.append(f"Redaction of {len(lines):,} lines ({mb:.2f} MB) of the Claude Code, Codex, Pi and Gemini CLI sessions "
                f"under tests/data, best of {args.repeat}:\n")
     out.append("| what | MB/s | ms per MB | vs castore raw | secrets found |")
     out.append("|---|---:|---:|---:|---:|")

@@ -33,8 +33,8 @@ def section(path: str = FIGURES) -> list[str]:
            f"{fig['load_before']:.1f} before and {fig['load_after']:.1f} after (figures in "
            "`docs/benchmarks/measurements/redact.json`; `scripts/bench` carries them over, "
            "[BENCHMARKS-redact.md](BENCHMARKS-redact.md) has the whole run).", "",
-           f"Redaction of {fig['lines']:,} lines ({fig['mb']:.2f} MB) of the Claude Code, Codex and Pi sessions under "
-           f"tests/data, best of {fig['repeat']} rounds:", "",
+           f"Redaction of {fig['lines']:,} lines ({fig['mb']:.2f} MB) of the Claude Code, Codex, Pi and Gemini CLI "
+           f"sessions under tests/data, best of {fig['repeat']} rounds:", "",
            "| what | MB/s | ms per MB |", "|---|---:|---:|"]
     for row in fig["scan"]:
         out.append(f"| {row['what']} | {row['mb'] / row['s']:.2f} | {row['s'] / row['mb'] * 1000:.1f} |")
