@@ -16,20 +16,31 @@ staged again on a fresh read by the same leader, under the retry policy of
 fails with the :class:`~castore.errors.RefConflict` instead. One call's failure is its own:
 the others of the group land. A failed object write or an interrupted leader fails every
 call staged in the group, and no ref moves to their commits.
+
+A write batch (:class:`WriteBatch`, :meth:`castore.Store.batch`) groups the calls of one
+thread over a longer span, many sessions at a time (an import): its ref moves are staged in
+memory (:class:`~castore.refs.RefStage`; the thread reads them back, objects are written as
+usual, unsynced in format 3), and :func:`land_staged` lands them as groups of
+:meth:`Plumbing.swap_many`, each a compare-and-swap from the value the batch first built on:
+on local disk in format 3 one sync makes every object record and intent of the group durable.
+A session's HEAD (its info: an importer's position in its file) moves only after the
+session's other refs landed, so a lost compare leaves HEAD and its info where they were.
+Until a batch lands, no ref names what it wrote: stopped before (kill -9, Ctrl-C), the store
+is as the last landed batch left it, and nothing stored before is lost.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import RefConflict, RefLocked
+from .errors import CastoreError, RefConflict, RefLocked
 from .plumbing import Batch, Plumbing, locked_error
-from .refs import RefValue
+from .refs import RefStage, RefValue, Staged, open_stage
 
 #: seconds, at most, a leader waits for a call that queued calls are ``awaiting`` (one of
 #: another thread, in flight: writing the queued calls alone would make it wait for their
@@ -152,6 +163,16 @@ class GroupCommit:
             what staging or writing the job raised; RefContended when it lost every retry,
             RefConflict when it was ``final`` and lost, RefLocked.
         """
+        if open_stage() is not None:
+            # a write batch of this thread: its moves are staged, not landed, so the calls of
+            # other threads must not join its group (they would return before being stored)
+            try:
+                self._commit_jobs([job])
+            finally:
+                job.done = True
+            if job.error is not None:
+                raise job.error
+            return job.result
         with self._cond:
             self._queue.append(job)
             if job.awaited:
@@ -318,6 +339,179 @@ class GroupCommit:
             return [e] * len(moves)
 
 
+#: seconds: a write batch lands what it staged at least this often when asked (:func:`land_due`),
+#: so that a process killed while importing loses at most about this much work
+LAND_EVERY = 0.25
+_open = threading.local()  # .batch: the write batch open in this thread
+
+
+def land_due() -> None:
+    """Land the write batch open in this thread if it is :meth:`~WriteBatch.due` (nothing
+    without one). A long writer (an importer, between runs of lines) calls it where its
+    refs may land.
+
+    Raises:
+        as :meth:`WriteBatch.land`.
+    """
+    batch = getattr(_open, "batch", None)
+    if batch is not None and batch.due():
+        batch.land()
+
+
+#: at most this many refs land with one :meth:`Plumbing.swap_many` (one sync each; bounds the
+#: locks and open files a landing holds at once)
+LAND_REFS = 512
+
+
+def _folder(name: str) -> str:
+    return name.rsplit("/", 1)[0] if "/" in name else ""
+
+
+def land_staged(plumbing: Plumbing, changes: Iterable[Staged]) -> list[Exception]:
+    """Land the staged ref changes of one store (see the module docstring): every ref but the
+    HEADs by compare-and-swap from its base, in groups of :data:`LAND_REFS`; then the HEADs of
+    the sessions none of whose refs failed; then the deletes of those sessions. What this
+    handle kept of each ref (:meth:`Plumbing.read_for_write`) is its landed value, or
+    forgotten. Returns what failed (a lost compare is a :class:`RefConflict`): the other
+    refs landed.
+
+    Raises:
+        InvalidEntry: a bad target (that group did not move). RefLocked, StorageError: the
+            backend failed before a group moved (later groups did not land).
+    """
+    first: list[Staged] = []
+    heads: list[Staged] = []
+    deletes: list[Staged] = []
+    for c in changes:
+        if c.value is c.base:  # made and deleted again by the batch: nothing to land
+            plumbing.forget(c.name)
+            continue
+        (deletes if c.value is None else heads if c.name.rsplit("/", 1)[-1] == "HEAD" else first).append(c)
+    failed: list[Exception] = []
+    failed_in: set[str] = set()  # folders of refs that did not land
+
+    def blocked(c: Staged) -> bool:
+        return any(f == _folder(c.name) or f.startswith(_folder(c.name) + "/") for f in failed_in)
+
+    def move(group: list[Staged]) -> None:
+        for i in range(0, len(group), LAND_REFS):
+            chunk = group[i:i + LAND_REFS]
+            moves = []
+            for c in chunk:
+                assert c.value is not None
+                moves.append((c.name, c.value.target, c.base, c.value.meta))
+            try:
+                got = plumbing.swap_many(moves)
+            except BaseException:
+                for c in group[i:]:
+                    plumbing.forget(c.name)
+                raise
+            for c, new in zip(chunk, got, strict=True):
+                if isinstance(new, Exception):
+                    failed.append(new)
+                    failed_in.add(_folder(c.name))
+
+    move(first)
+    move([c for c in heads if not blocked(c)])
+    for c in deletes:
+        if blocked(c) or c.base is None:
+            continue
+        try:
+            plumbing.delete(c.name, c.base)
+        except RefConflict as e:
+            failed.append(e)
+    for c in heads:
+        if blocked(c):
+            plumbing.forget(c.name)
+    return failed
+
+
+class WriteBatch:
+    """The calls of one thread landed together, many sessions at a time (see the module
+    docstring): made by :meth:`castore.Store.batch`, used as ``with store.batch() as b:``.
+
+    Inside, every ref move of this thread is staged; :meth:`land` lands what is staged so far
+    (an importer calls it every so many files), and leaving the block lands the rest, also
+    when an ordinary exception leaves it (what was done before it is kept, as without a
+    batch); :func:`land_due` lands it when ``every`` seconds have passed since it last
+    landed. Interrupted (KeyboardInterrupt, SystemExit), what is staged is dropped: the store
+    is as the last landing left it. A batch opened inside another of the same thread joins
+    it (its :meth:`land` does nothing).
+
+    Args:
+        plumbings: the write paths whose refs the batch may stage (a store's and its tenants').
+        every: seconds between landings asked for by :func:`land_due`.
+    """
+
+    def __init__(self, plumbings: Callable[[], Iterable[Plumbing]], every: float = LAND_EVERY) -> None:
+        self._plumbings = plumbings
+        self._stage: RefStage | None = None
+        self.every = every
+        self._landed_at = 0.0
+
+    def __enter__(self) -> WriteBatch:
+        if open_stage() is None:
+            self._stage = RefStage().__enter__()
+            self._landed_at = time.monotonic()
+            _open.batch = self
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        stage, self._stage = self._stage, None
+        if stage is None:
+            return
+        stage.__exit__()
+        _open.batch = None
+        if kind is not None and not issubclass(kind, Exception):
+            self._drop(stage)
+            return
+        self._land(stage)
+
+    def __len__(self) -> int:
+        """How many refs are staged."""
+        return len(self._stage) if self._stage is not None else 0
+
+    def land(self) -> None:
+        """Land what is staged so far, and go on staging.
+
+        Raises:
+            RefConflict: a ref moved under the batch (that session's HEAD did not move; the
+                other refs landed). RefLocked, InvalidEntry, StorageError.
+        """
+        stage = self._stage
+        if stage is None:
+            return
+        stage.__exit__()
+        try:
+            self._land(stage)
+        finally:
+            self._stage = RefStage().__enter__()
+            self._landed_at = time.monotonic()
+
+    def due(self) -> bool:
+        """Whether :attr:`every` seconds have passed since the batch last landed (or opened)."""
+        return self._stage is not None and time.monotonic() - self._landed_at >= self.every
+
+    def _land(self, stage: RefStage) -> None:
+        failed: list[Exception] = []
+        try:
+            for p in self._plumbings():
+                failed.extend(land_staged(p, stage.take(p.refs)))
+        except BaseException:
+            self._drop(stage)
+            raise
+        if stage.stores():
+            self._drop(stage)
+            raise CastoreError("a write batch staged refs of a store it does not know; they were dropped")
+        if failed:
+            raise failed[0]
+
+    def _drop(self, stage: RefStage) -> None:
+        for p in self._plumbings():
+            for c in stage.take(p.refs):
+                p.forget(c.name)
+
+
 def _restated(err: Exception) -> Exception:
     """``err`` as a caller should see it: a ref lock that could not be taken says what to do
     (it is not a lost race: not retried)."""
@@ -337,4 +531,5 @@ def _lose(job: Job, conflict: RefConflict, lost: list[Job]) -> None:
         lost.append(job)
 
 
-__all__ = ["LINGER", "Group", "GroupCommit", "Job", "Move"]
+__all__ = ["LAND_EVERY", "LAND_REFS", "LINGER", "Group", "GroupCommit", "Job", "Move", "WriteBatch", "land_due",
+           "land_staged"]

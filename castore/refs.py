@@ -7,6 +7,12 @@ conditional write lost its response can recognise its own landing on retry), the
 names behind hashed path segments, and read hints for the history layer.
 
 Ref names are relative to ``refs/``: ``sessions/<app>/<user>/<session>/heads/<branch>``.
+
+Staged refs (:class:`RefStage`, a write batch: :meth:`castore.Store.batch`): while a stage is
+open in a thread, that thread's swaps and deletes through any :class:`RefStore` are compared
+against what the stage holds and kept there instead of written, and its reads see them; the
+stage lands them later as one group of compare-and-swaps from the values the batch first
+built on (:func:`castore.groupcommit.land_staged`). Other threads see the refs as stored.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,19 +150,88 @@ def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
     return RefValue(name, target, meta, token)
 
 
+#: the token of a value a stage holds (never a storage's: a swap built on it cannot land by mistake)
+STAGED_TOKEN = "staged:"
+_current = threading.local()
+
+
+@dataclass
+class Staged:
+    """One ref a stage changed: ``base`` is the value the batch first built on (None: absent;
+    what the landing compares), ``value`` what the batch left (None: deleted)."""
+
+    name: str
+    base: RefValue | None
+    value: RefValue | None
+
+
+class RefStage:
+    """The ref changes of one write batch, by :class:`RefStore`; see the module docstring.
+
+    Open it in the calling thread with ``with stage:`` (only one at a time per thread); the
+    changes stay in memory until :meth:`take` hands them to the landing.
+    """
+
+    def __init__(self) -> None:
+        self._by_store: dict[int, tuple[RefStore, dict[str, Staged]]] = {}
+
+    def __enter__(self) -> RefStage:
+        if getattr(_current, "stage", None) is not None:
+            raise CastoreError("a write batch is already open in this thread")
+        _current.stage = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _current.stage = None
+
+    def changes(self, refs: RefStore) -> dict[str, Staged]:
+        """The refs of ``refs`` this stage holds, by name (a live view)."""
+        got = self._by_store.get(id(refs))
+        if got is None:
+            got = self._by_store[id(refs)] = (refs, {})
+        return got[1]
+
+    def stores(self) -> builtins.list[RefStore]:
+        """The ref stores this stage holds changes of."""
+        return [refs for refs, changed in self._by_store.values() if changed]
+
+    def take(self, refs: RefStore) -> builtins.list[Staged]:
+        """Remove and return the refs of ``refs`` the stage holds, in the order first staged."""
+        got = self._by_store.pop(id(refs), None)
+        return list(got[1].values()) if got is not None else []
+
+    def __len__(self) -> int:
+        return sum(len(changed) for _, changed in self._by_store.values())
+
+
+def open_stage() -> RefStage | None:
+    """The stage open in this thread, if any."""
+    return getattr(_current, "stage", None)
+
+
 class RefStore:
     """Refs over a storage backend; every change is a compare-and-swap."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
+    def _staged(self) -> dict[str, Staged] | None:
+        stage = getattr(_current, "stage", None)
+        return stage.changes(self) if stage is not None else None
+
     def read(self, name: str) -> RefValue | None:
         """Read one ref (without following symbolic refs); None when it does not exist.
+        In a thread with an open :class:`RefStage`, what the stage holds for it.
 
         Raises:
             IntegrityError: the ref file is garbage.
             StorageError: the backend failed.
         """
+        staged = self._staged()
+        if staged:
+            got_staged = staged.get(name)
+            if got_staged is not None:
+                return got_staged.value
         got = self.storage.read_versioned(ref_key(name))
         if got is None:
             return None
@@ -167,9 +243,13 @@ class RefStore:
         Raises:
             IntegrityError, StorageError.
         """
-        got = self.storage.read_many([ref_key(n) for n in names])
+        staged = self._staged() or {}
+        got = self.storage.read_many([ref_key(n) for n in names if n not in staged])
         out: dict[str, RefValue | None] = {}
         for n in names:
+            if n in staged:
+                out[n] = staged[n].value
+                continue
             raw = got.get(ref_key(n))
             out[n] = parse(n, raw) if raw is not None else None
         return out
@@ -223,6 +303,9 @@ class RefStore:
         exp_token = expect.token if expect is not None else None
         if expect is not None and exp_token is None:
             raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
+        staged = self._staged()
+        if staged is not None:
+            return self._stage(staged, name, expect, RefValue(name, target, meta, STAGED_TOKEN + write_id))
         first: Token | Exception
         try:
             # a backend written before journals existed takes no ``journal``: none is passed
@@ -246,6 +329,14 @@ class RefStore:
             InvalidEntry: a target is neither a 64-hex id nor ``ref: <name>`` (nothing moved).
             RefLocked: a live process held a ref's lock for the whole wait (nothing moved).
         """
+        if self._staged() is not None:
+            out_staged: list[RefValue | Exception] = []
+            for name, target, expect, meta in moves:
+                try:
+                    out_staged.append(self.swap(name, target, expect, meta))
+                except RefConflict as e:
+                    out_staged.append(e)
+            return out_staged
         prepared: list[tuple[str, bytes, Token | None, dict[str, Any]]] = []
         for name, target, expect, meta in moves:
             m = {**(meta or {}), "w": os.urandom(16).hex()}
@@ -309,6 +400,28 @@ class RefStore:
         assert last_error is not None
         raise last_error
 
+    def _stage(self, staged: dict[str, Staged], name: str, expect: RefValue | None,
+               new: RefValue | None) -> RefValue:
+        """Keep ``new`` (None: a delete) for ``name`` in the open stage, if the ref holds
+        ``expect``: as the stage holds it, else as stored (read now; the landing compares
+        again). Returns what a read now gives.
+
+        Raises:
+            RefConflict: the ref holds another value. IntegrityError, StorageError.
+        """
+        got = staged.get(name)
+        if got is None:
+            stored = self.storage.read_versioned(ref_key(name))
+            if (stored.token if stored is not None else None) != (expect.token if expect is not None else None):
+                raise RefConflict(name, _target_of(expect), parse(name, stored.data).target if stored else None)
+            staged[name] = Staged(name, expect, new)
+        else:
+            have = got.value
+            if (have.token if have is not None else None) != (expect.token if expect is not None else None):
+                raise RefConflict(name, _target_of(expect), _target_of(have))
+            got.value = new
+        return new  # type: ignore[return-value]  # (None only for a delete, whose caller ignores it)
+
     def _read_quietly(self, name: str) -> RefValue | None:
         try:
             return self.read(name)
@@ -322,6 +435,14 @@ class RefStore:
             RefConflict: the ref changed since ``expect`` was read.
             StorageError: the backend failed.
         """
+        staged = self._staged()
+        if staged is not None:
+            if expect is None:
+                expect = self.read(name)
+                if expect is None:
+                    return
+            self._stage(staged, name, expect, None)
+            return
         try:
             self.storage.delete(ref_key(name), expect.token if expect is not None else None)
         except PreconditionFailed as e:
@@ -335,7 +456,13 @@ class RefStore:
             StorageError: the backend failed.
         """
         p = ref_key(prefix.rstrip("/"))
-        return [k[len(PREFIX) + 1 :] for k in self.storage.list(p)]
+        out = [k[len(PREFIX) + 1 :] for k in self.storage.list(p)]
+        staged = self._staged()
+        if staged:
+            below = prefix.strip("/") + "/" if prefix.strip("/") else ""
+            mine = {n: c.value for n, c in staged.items() if n.startswith(below)}
+            out = [n for n in out if n not in mine] + sorted(n for n, v in mine.items() if v is not None)
+        return out
 
     def list_dir(self, prefix: str) -> builtins.list[str]:
         """Immediate children of the ref folder ``prefix``.
@@ -343,7 +470,21 @@ class RefStore:
         Raises:
             StorageError: the backend failed.
         """
-        return self.storage.list_dir(ref_key(prefix.rstrip("/")))
+        out = self.storage.list_dir(ref_key(prefix.rstrip("/")))
+        staged = self._staged()
+        if staged:
+            below = prefix.strip("/") + "/" if prefix.strip("/") else ""
+            have = set(out)
+            for n, c in staged.items():
+                if n.startswith(below) and c.value is not None:
+                    child = n[len(below):].split("/", 1)[0]
+                    if child not in have:
+                        have.add(child)
+                        out.append(child)
+                elif n.startswith(below) and "/" not in n[len(below):] and c.base is not None:
+                    out = [x for x in out if x != n[len(below):]]
+                    have.discard(n[len(below):])
+        return out
 
     def changes_since(self, prefix: str, mark: str | None) -> tuple[str | None, builtins.list[str] | None]:
         """Which refs below the folder ``prefix`` changed since ``mark``, without reading any:

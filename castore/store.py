@@ -33,7 +33,7 @@ from .errors import (
     StoreNotFound,
     TenantErased,
 )
-from .groupcommit import GroupCommit
+from .groupcommit import GroupCommit, WriteBatch
 from .history import History
 from .objects import PLAIN, Codec, Commit, ObjectId
 from .objectstore import STORE_FORMAT, ObjectStore
@@ -643,6 +643,23 @@ class Store:
             return []
         erased = [t for t in (self.tenant_at(a, u) for a, u in self.tenant_keys()) if t.erased is not None]
         return [t for t in erased if t.storage.list("")]  # a folder gc emptied may stay behind, empty
+
+    def batch(self) -> WriteBatch:
+        """A write batch: ``with store.batch() as b:`` stages every ref move this thread makes
+        (in this store and its tenants' stores) and lands them together, as groups of
+        compare-and-swaps (on local disk in format 3: one sync per group instead of one per
+        move); ``b.land()`` lands what is staged so far. Reads in this thread see what is
+        staged; other threads see the store as landed. Stopped before a landing (kill -9,
+        Ctrl-C), nothing of the batch's since is stored and nothing before is lost. See
+        :class:`~castore.groupcommit.WriteBatch`.
+
+        Raises:
+            nothing itself; leaving the block or ``land()``: RefConflict (a ref moved under
+            the batch: that session's HEAD did not move), RefLocked, StorageError.
+        """
+        if self.root is not self:
+            return self.root.batch()
+        return WriteBatch(lambda: [self.plumbing, *(t.plumbing for t in list(self._tenants.values()))])
 
     # -- sessions ----------------------------------------------------------------------
     def session(self, app: str, user: str, session_id: str) -> Session:

@@ -61,6 +61,7 @@ from .jsonl_tree import (
     blob_id,
     entry_text,
     export_lines,
+    import_batched,
     iso_time,
     joined,
     layout_of,
@@ -699,7 +700,9 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
     store.init()
     results: list[FileResult] = []
     links: dict[str, dict[str, Any]] = {}
-    for src in sources:
+
+    def one(src: _Source) -> int:
+        nonlocal links
         try:
             imp = _Importer(store, src, app)
         except CastoreError as e:
@@ -712,6 +715,9 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
             _link_sidechains(imp, links)
         else:
             _link_subagent(imp, links)
+        return r.offset
+
+    import_batched(store, sources, one)
     return results
 
 

@@ -55,6 +55,7 @@ from .jsonl_tree import (
     blob_id,
     entry_text,
     export_lines,
+    import_batched,
     iso_time,
     joined,
     layout_of,
@@ -516,10 +517,14 @@ def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, 
 
     for s in sources:
         visit(s)
-    out = []
-    for s in ordered:
+    out: list[FileResult] = []
+
+    def one(s: _Source) -> int:
         with open(s.path, "rb") as f:
             out.append(_Importer(store, s, app, user).run(f))
+        return out[-1].offset
+
+    import_batched(store, ordered, one)
     return out
 
 

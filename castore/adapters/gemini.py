@@ -72,6 +72,7 @@ from .jsonl_tree import (
     as_dict,
     blob_id,
     export_lines,
+    import_batched,
     iso_time,
     joined,
     own_commits,
@@ -468,12 +469,13 @@ def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP)
     refuse_other(path, "gemini")
     sources = find_sessions(path)
     store.init()
-    out = []
-    for src in sources:
+    out: list[FileResult] = []
+
+    def one(src: _Source) -> int:
         with open(src.path, "rb") as f:
             if src.path.endswith(".json"):
                 out.append(_import_whole(store, src, f, app))
-                continue
+                return out[-1].offset
             head = f.readline()
             first = parse_line(head)
             try:
@@ -485,8 +487,11 @@ def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP)
                 # yet, and lines written after this read must not go to a session named after
                 # the file (the next import would archive them again under the right name)
                 out.append(FileResult(src.path, imp.session.key, torn=len(head)))
-                continue
+                return 0
             out.append(imp.run(f))
+        return out[-1].offset
+
+    import_batched(store, sources, one)
     return out
 
 

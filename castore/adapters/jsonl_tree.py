@@ -28,6 +28,13 @@ vendor's format (:func:`appended` finds them; each adapter renders them), each l
 its commit. When an import meets such a line naming a commit the session holds, it keeps the
 line's bytes and records it (``adopted``: line number -> commit, blob) instead of adding a
 copy, so that exporting, letting the agent go on, and importing again gives one history.
+
+An import of many files runs in write batches (:func:`import_batched`, over
+:meth:`castore.Store.batch`): the ref moves of :data:`BATCH_FILES` files (or of
+:data:`BATCH_BYTES` read) land together, one sync for the lot, instead of each file's appends,
+branches and position landing one by one. Stopped part-way, the files of the batch under way
+are as if not imported yet, and the next import does them (the recovery above still holds for
+a landing stopped half-way: a session's position moves only once its branches did).
 """
 
 from __future__ import annotations
@@ -36,14 +43,15 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from .. import objects as o
 from ..entries import Event, body_of, check_value
 from ..errors import CastoreError, InvalidEntry
+from ..groupcommit import land_due
 from ..objects import Blob
 
 if TYPE_CHECKING:
@@ -58,6 +66,36 @@ RUN_BYTES = 8 << 20
 WINDOW = 64 << 10
 #: how branches are named: 2, by what made them (``main`` the path to the newest leaf); 1, ``line-<n>``
 LAYOUT = 2
+#: an import lands its ref moves (:func:`import_batched`) after this many files, or once the
+#: files it read since add up to BATCH_BYTES, or every :data:`~castore.groupcommit.LAND_EVERY`
+#: seconds (between files and between runs of lines of one file)
+BATCH_FILES = 1024
+BATCH_BYTES = 64 << 20
+
+_T = TypeVar("_T")
+
+
+def import_batched(store: Store, items: Iterable[_T], each: Callable[[_T], int]) -> None:
+    """Call ``each`` on every item (a file to import; it returns the bytes it read) inside one
+    write batch of ``store`` (:meth:`castore.Store.batch`), landed after every
+    :data:`BATCH_FILES` items or :data:`BATCH_BYTES` read, when due
+    (:func:`~castore.groupcommit.land_due`: also between the runs of lines :class:`TreeWriter`
+    appends), and at the end (also when ``each`` raises an ordinary exception: the files
+    before it stay imported).
+
+    Raises:
+        what ``each`` raises; RefConflict (another writer moved a session's ref meanwhile:
+        that session's position did not move, the next import goes on from it), RefLocked,
+        StorageError.
+    """
+    with store.batch() as batch:
+        files = size = 0
+        for item in items:
+            size += each(item)
+            files += 1
+            if files >= BATCH_FILES or size >= BATCH_BYTES or batch.due():
+                batch.land()
+                files = size = 0
 
 
 def layout_of(state: Mapping[str, Any]) -> int:
@@ -242,10 +280,12 @@ def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
 def put_blobs(store: SessionHost, raws: list[bytes], read: bool = False) -> list[str]:
     """Store each bytes as a blob (content-addressed: a line seen before costs nothing),
     redacted when the store redacts writes (:func:`stored_bytes`), unless ``read``: lines
-    :func:`read_lines` gave, redacted already."""
+    :func:`read_lines` gave, redacted already. Where ref swaps are journaled (format 3 on
+    local disk) they are made durable by the next swap's intent, as an append's objects are
+    (the commits that name them land with it)."""
     encode = store.objects.codec.encode
     enc = [encode(Blob(data=r if read else stored_bytes(store, r))) for r in raws]
-    store.objects.put_encoded(enc)
+    store.objects.put_encoded(enc, sync=not store.objects.defers_refs)
     return [oid for oid, _ in enc]
 
 
@@ -408,6 +448,7 @@ class TreeWriter:
             self.active, self.active_commit = branch, None
             self.active_cid = next(cid for p, cid in zip(reversed(self.run), reversed(ids), strict=True) if p.active)
         self.run, self.run_bytes, self._times = [], 0, []
+        land_due()  # a long file's runs land as they go when the import runs in a write batch
 
     def _new_name(self, first: _Pending) -> str:
         """The name of a branch starting at line ``first`` (``line-<n>`` in a layout 1 session)."""

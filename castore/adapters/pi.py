@@ -60,7 +60,7 @@ from ..entries import (
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
 from .detect import refuse_other
-from .jsonl_tree import ArchiveError, as_dict, prefix_digest, put_blobs, read_blobs
+from .jsonl_tree import ArchiveError, as_dict, import_batched, prefix_digest, put_blobs, read_blobs
 
 if TYPE_CHECKING:
     from ..objects import ObjectId
@@ -790,10 +790,14 @@ def import_pi(store: Store, path: str | os.PathLike[str], *, app: str = "pi", us
         PiImportError, InvalidName, StorageError, OSError: as :func:`import_session`.
     """
     refuse_other(path, "pi")
-    out = []
-    for fn in find_files(path):
+    out: list[ImportResult] = []
+
+    def one(fn: str) -> int:
         with open(fn, "rb") as f:
             out.append(_import(store, f, fn, app, user, None, skip_bad_lines, True, wait_torn))
+            return f.tell()
+
+    import_batched(store, find_files(path), one)
     return out
 
 

@@ -233,8 +233,9 @@ class ObjectStore:
         Format 1: each object is a loose file (one batch; folders synced once). Format 2:
         objects above :data:`LOOSE_MIN` are loose files, the others one pack record.
         Everything is durable when this returns (on a durable storage), except, with
-        ``sync`` False, a record appended to this handle's log: the ref swap that names the
-        batch then makes it durable with its intent (:meth:`journal`; format 3).
+        ``sync`` False, a record appended to this handle's log and the loose files written
+        unsynced: the ref swap that names the batch then makes them durable with its intent
+        (:meth:`journal`; format 3).
 
         Raises:
             StorageError: the backend failed (the caller must not move a ref to the batch).
@@ -266,7 +267,10 @@ class ObjectStore:
             else:
                 loose[object_key(oid)] = frame
         if loose:
-            self.storage.write_many(loose)
+            if sync or not self.defers_refs or not self.storage.write_unsynced(loose):
+                self.storage.write_many(loose)
+            else:  # made durable by the intent of the swap that names them, as the record is
+                self.writer_log.note_unsynced(list(loose))
         written = sum(len(f) for f in loose.values())
         if small:
             written += self.writer_log.append(small, sync)

@@ -255,12 +255,17 @@ class WriterLog:
     def journal_many(self, intents: Sequence[RefIntent]) -> bool:
         """:meth:`journal` for the intents of one :meth:`~castore.storage.Storage.swap_many`
         (distinct refs, all locked): one record each, appended with one write and synced
-        once; True if done, False when this handle has no open log.
+        once; True if done, False when this handle has no open log. The loose objects this
+        thread wrote unsynced (:meth:`note_unsynced`) are synced first, in either case.
 
         Raises:
             StorageError: as :meth:`journal` (none of the swaps may land).
         """
         pending = getattr(self._tls, "pending", "")
+        loose = getattr(self._tls, "loose", None)
+        if loose:
+            self.storage.sync_keys(loose)  # before any intent: a ref must not outlive its objects
+            loose.clear()
         with self.packmap.lock:
             live = self._log is not None and self._log_pid == os.getpid() and self.journals
             if pending and not (live and self._log_name == pending):
@@ -294,6 +299,14 @@ class WriterLog:
                 self._tls.inflight = True
                 self._inflight += 1
         return True
+
+    def note_unsynced(self, keys: list[str]) -> None:
+        """Loose objects this thread wrote unsynced (format 3): the next :meth:`journal_many`
+        of this thread syncs them before its intents."""
+        got = getattr(self._tls, "loose", None)
+        if got is None:
+            got = self._tls.loose = []
+        got.extend(keys)
 
     def _abandon(self) -> None:
         """Drop this handle's log after a failed append. In format 3 its records may not be

@@ -199,6 +199,17 @@ class Storage(ABC):
         for k, v in items.items():
             self.write(k, v)
 
+    def write_unsynced(self, items: Mapping[str, bytes]) -> bool:
+        """:meth:`write_many`, leaving what makes the writes durable to a later
+        :meth:`sync_keys` of their keys when the backend can (True: local disk, where that
+        saves a sync per file); False when they were written as :meth:`write_many` writes.
+
+        Raises:
+            StorageError: the backend failed; some keys may have been written.
+        """
+        self.write_many(items)
+        return False
+
     @abstractmethod
     def read_versioned(self, key: str) -> Versioned | None:
         """Read a mutable file and its version token; None when it does not exist.

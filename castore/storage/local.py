@@ -41,7 +41,9 @@ after a power loss finds the marker of another boot and replays that boot's inte
 from __future__ import annotations
 
 import builtins
+import ctypes
 import fcntl
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -71,6 +73,21 @@ from .reffiles import (
 _LOGGED_DELETES = REFS
 #: how many refs a handle remembers its last framed write of (LocalStorage._landed)
 _LANDED_KEPT = 256
+#: :meth:`LocalStorage.sync_keys` of at least this many keys (and new folders) syncs the file
+#: system at once (one ``syncfs``) rather than each file and folder (about two ``fsync`` each)
+SYNCFS_KEYS = 32
+
+
+@functools.cache
+def _syncfs_call() -> Callable[[int], int] | None:
+    """libc's ``syncfs``, or None where there is none (not Linux)."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
 #: how many keys a handle keeps the checked file path of (LocalStorage._path)
 _PATHS_KEPT = 4096
 
@@ -98,6 +115,7 @@ class LocalStorage(Storage):
         self.url = root
         self.durable = durable
         self._made_dirs: set[str] = set()
+        self._unsynced_dirs: builtins.list[str] = []  # made, their parents not synced yet
         self._real_root: str | None = None
         self._markers = BootMarkers(self, root, self._ensure_dir, self._fsync_dir)
         #: test hook (simulated power loss): when a list, every rename made without a sync
@@ -147,7 +165,7 @@ class LocalStorage(Storage):
             rel = os.path.relpath(d, self.root).replace(os.sep, "/")
             raise InvalidName(rel, f"a symlink takes it to {real}, outside the store", "storage folder")
 
-    def _ensure_dir(self, d: str) -> None:
+    def _ensure_dir(self, d: str, sync: bool = True) -> None:
         if d in self._made_dirs:
             return
         self._check_inside(d)
@@ -161,10 +179,27 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot create folder {d}: {e.strerror}", self.url) from e
         # A new folder's name lives in its parent: sync the parents, top down, or a crash
-        # could take the folder (and every file synced into it) away.
-        for made in reversed(missing):
-            self._fsync_dir(os.path.dirname(made) or ".")
+        # could take the folder (and every file synced into it) away. Not ``sync``: later,
+        # by whatever makes the files written into it durable (_sync_made_dirs)
+        if sync or not self.durable:
+            for made in reversed(missing):
+                self._fsync_dir(os.path.dirname(made) or ".")
+        else:
+            self._unsynced_dirs.extend(reversed(missing))
         self._made_dirs.add(d)
+
+    def _ensure_dir_unsynced(self, d: str) -> None:
+        self._ensure_dir(d, sync=False)
+
+    def _sync_made_dirs(self) -> None:
+        """Sync the parents of the folders made without it, top down."""
+        made, self._unsynced_dirs = self._unsynced_dirs, []
+        done: set[str] = set()
+        for m in sorted(made, key=len):
+            parent = os.path.dirname(m) or "."
+            if parent not in done and os.path.isdir(parent):
+                done.add(parent)
+                self._fsync_dir(parent)
 
     def _fsync_dir(self, d: str) -> None:
         if not self.durable:
@@ -194,7 +229,7 @@ class LocalStorage(Storage):
             StorageError: the write failed.
         """
         d = os.path.dirname(path)
-        self._ensure_dir(d)
+        self._ensure_dir(d, sync)
         for attempt in (0, 1):
             tmp = f"{path}.tmp-{os.urandom(16).hex()}"
             try:
@@ -218,7 +253,7 @@ class LocalStorage(Storage):
             except FileNotFoundError as e:
                 if attempt == 0:
                     self._made_dirs.discard(d)
-                    self._ensure_dir(d)
+                    self._ensure_dir(d, sync)
                     continue
                 self._discard(tmp)
                 raise StorageError(f"cannot write {path}: {e.strerror or e}", self.url) from e
@@ -282,6 +317,17 @@ class LocalStorage(Storage):
             dirs.add(os.path.dirname(path))
         self._sync_written_dirs(dirs, items)
 
+    def write_unsynced(self, items: Mapping[str, bytes]) -> bool:
+        """Write several keys with no sync of file or folder (a new folder's name included):
+        :meth:`sync_keys` of these keys makes them durable; see :meth:`Storage.write_unsynced`."""
+        if not self.durable:
+            self.write_many(items)
+            return True
+        paths = [(self._path(k), as_stored(k, v)) for k, v in items.items()]  # refuse a bad key before writing any
+        for path, v in paths:
+            self._write_file(path, v, sync=False)
+        return True
+
     def exists(self, key: str) -> bool:
         """Whether a file is stored at ``key``."""
         return os.path.isfile(self._path(key))
@@ -306,7 +352,11 @@ class LocalStorage(Storage):
             RefLocked: a live process held the lock for the whole wait.
             StorageError: the lock file cannot be created.
         """
-        return take_lock(path, self._lock_file if link else None, self._ensure_dir, self._remake_dir,
+        # a swap that may be deferred leaves a new folder's name unsynced: the intent the
+        # journal keeps durable brings the ref back, and a swap that is not deferred, or the
+        # sync of the refs before their intents go (sync_keys), syncs it
+        return take_lock(path, self._lock_file if link else None,
+                         self._ensure_dir_unsynced if link else self._ensure_dir, self._remake_dir,
                          self._check_after_dead_writer, self.url)
 
     def _remake_dir(self, d: str) -> None:
@@ -571,6 +621,8 @@ class LocalStorage(Storage):
         else:
             os.close(fd)
         if not deferred:
+            if self._unsynced_dirs:
+                self._sync_made_dirs()
             self._fsync_dir(os.path.dirname(path))
         elif self.unsynced is not None:
             self.unsynced.append((path, current.data if current is not None else None))
@@ -601,7 +653,12 @@ class LocalStorage(Storage):
         """
         if not self.durable:
             return
+        keys = builtins.list(keys)
+        if len(keys) + len(self._unsynced_dirs) >= SYNCFS_KEYS and self._syncfs():
+            return
         dirs: set[str] = set()
+        if self._unsynced_dirs:
+            self._sync_made_dirs()
         for key in keys:
             path = self._path(key)
             dirs.add(os.path.dirname(path))
@@ -620,6 +677,26 @@ class LocalStorage(Storage):
         for d in sorted(dirs):
             if os.path.isdir(d):
                 self._fsync_dir(d)
+
+    def _syncfs(self) -> bool:
+        """Sync the whole file system the store is on with one ``syncfs`` (Linux): every
+        file and folder written, as an ``fsync`` of each would; False where there is none."""
+        fn = _syncfs_call()
+        if fn is None:
+            return False
+        made = self._unsynced_dirs
+        self._unsynced_dirs = []
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            if fn(fd) != 0:
+                self._unsynced_dirs = made + self._unsynced_dirs
+                err = ctypes.get_errno()
+                raise StorageError(f"cannot sync the store's file system: {os.strerror(err)}", self.url)
+        finally:
+            os.close(fd)
+        if self.unsynced:
+            self.unsynced.clear()
+        return True
 
     def delete(self, key: str, expect: Token | None = None) -> None:
         """Delete ``key`` (under its lock when ``expect`` is given)."""
