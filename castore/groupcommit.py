@@ -440,13 +440,14 @@ class WriteBatch:
 
     Args:
         plumbings: the write paths whose refs the batch may stage (a store's and its tenants').
-        every: seconds between landings asked for by :func:`land_due`.
+        every: seconds between landings asked for by :func:`land_due` (default
+            :data:`LAND_EVERY`).
     """
 
-    def __init__(self, plumbings: Callable[[], Iterable[Plumbing]], every: float = LAND_EVERY) -> None:
+    def __init__(self, plumbings: Callable[[], Iterable[Plumbing]], every: float | None = None) -> None:
         self._plumbings = plumbings
         self._stage: RefStage | None = None
-        self.every = every
+        self.every = every if every is not None else LAND_EVERY
         self._landed_at = 0.0
 
     def __enter__(self) -> WriteBatch:

@@ -648,8 +648,9 @@ class Store:
         """A write batch: ``with store.batch() as b:`` stages every ref move this thread makes
         (in this store and its tenants' stores) and lands them together, as groups of
         compare-and-swaps (on local disk in format 3: one sync per group instead of one per
-        move); ``b.land()`` lands what is staged so far. Reads in this thread see what is
-        staged; other threads see the store as landed. Stopped before a landing (kill -9,
+        move); ``b.land()`` lands what is staged so far. Reads of refs in this thread see
+        what is staged (listings, :meth:`sessions` and :meth:`apps`, show what has landed);
+        other threads see the store as landed. Stopped before a landing (kill -9,
         Ctrl-C), nothing of the batch's since is stored and nothing before is lost. See
         :class:`~castore.groupcommit.WriteBatch`.
 

@@ -102,7 +102,7 @@ def _wait(cond: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_import_killed_at_several_points_is_finished_by_the_next(tmp_path: Path) -> None:
-    body = _large(tmp_path / "proj", 36)  # long enough to land part-way (write batches land every 0.25 s)
+    body = _large(tmp_path / "proj", 24)  # long enough to land part-way (write batches land every 0.25 s)
     lines = body.count(b"\n")
     ref = castore.open(str(tmp_path / "ref"), durable=False)
     import_claude(ref, tmp_path / "proj")

@@ -410,8 +410,13 @@ class _Importer:
         branches = session.branches()
         started = None
         if branches:  # started by an import that stopped: its fork point (None: it was no fork)
-            started = as_dict(session.info.get("forked_from")).get("commit") if session.exists() \
-                else branches.get("main")
+            if session.exists():
+                started = as_dict(session.info.get("forked_from")).get("commit")
+            else:  # no HEAD yet: the newest commit of main the parent holds (a write batch may
+                # have landed main further on before it stopped)
+                theirs = {r[2] for r in rows}
+                started = next((le.id for le in reversed(session.entries("main")) if le.id in theirs), None) \
+                    if "main" in branches else None
             upto = next((i for i, r in enumerate(rows) if r[2] == started), None)
             if upto is None:
                 return None

@@ -1,0 +1,132 @@
+"""Write batches (``Store.batch``): a thread's ref moves are staged, read back by that thread
+only, and land together by compare-and-swap; a batched import stopped while it lands is
+finished by the next import, byte for byte."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from helpers.interrupt import Stopped, archive, same_tree
+
+import castore
+from castore import groupcommit
+from castore.adapters import jsonl_tree
+from castore.adapters.claude_code import export_claude, import_claude
+from castore.maintenance import fsck
+
+DATA = Path(__file__).resolve().parent / "data" / "claude-code"
+
+
+def _elsewhere(fn: object) -> object:
+    """What ``fn()`` returns when called in another thread (which sees the store as landed)."""
+    out: list[object] = []
+    t = threading.Thread(target=lambda: out.append(fn()))  # type: ignore[operator]
+    t.start()
+    t.join()
+    return out[0]
+
+
+def test_a_batch_reads_its_own_moves_and_others_see_them_once_landed(store: castore.Store) -> None:
+    s = store.session("app", "u", "s1")
+    with store.batch() as b:
+        first = s.append(castore.Message(role="user", content="hi"))
+        s.set_info({"k": 1})
+        assert s.head == first and s.info == {"k": 1} and s.branches() == {"main": first}
+        assert _elsewhere(lambda: store.session("app", "u", "s1").exists()) is False
+        assert len(b) >= 2
+        b.land()
+        assert _elsewhere(lambda: store.session("app", "u", "s1").head) == first
+        second = s.append(castore.Message(role="assistant", content="hello"))
+        assert _elsewhere(lambda: store.session("app", "u", "s1").head) == first
+    assert s.head == second and s.info == {"k": 1}
+    assert [m.content for m in s.messages()] == ["hi", "hello"]
+
+
+def test_an_interrupted_batch_lands_nothing_and_an_ordinary_error_keeps_what_was_done(
+        store: castore.Store) -> None:
+    s = store.session("app", "u", "s1")
+    with pytest.raises(KeyboardInterrupt), store.batch():
+        s.append(castore.Message(role="user", content="lost"))
+        raise KeyboardInterrupt
+    assert not s.exists() and store.sessions("app") == []
+    with pytest.raises(ValueError, match="boom"), store.batch():
+        s.append(castore.Message(role="user", content="kept"))
+        raise ValueError("boom")
+    assert [m.content for m in s.messages()] == ["kept"]
+    with store.batch():  # a new batch does not build on the dropped one's values
+        s.append(castore.Message(role="user", content="more"))
+    assert [m.content for m in s.messages()] == ["kept", "more"]
+
+
+def test_a_ref_moved_under_a_batch_fails_its_landing_and_leaves_that_sessions_head(store: castore.Store) -> None:
+    s = store.session("app", "u", "s1")
+    s.append(castore.Message(role="user", content="one"))
+    s.set_info({"at": 1})
+    other = store.session("app", "u", "s2")
+    with pytest.raises(castore.RefConflict), store.batch():
+        s.append(castore.Message(role="user", content="batched"))
+        s.set_info({"at": 2})
+        other.append(castore.Message(role="user", content="elsewhere"))
+        _elsewhere(lambda: store.session("app", "u", "s1").append(castore.Message(role="user", content="rival")))
+    assert [m.content for m in s.messages()] == ["one", "rival"]
+    assert s.info == {"at": 1}  # HEAD (and the info on it) did not move: its branch lost
+    assert [m.content for m in other.messages()] == ["elsewhere"]  # the rest landed
+
+
+def test_a_batch_inside_a_batch_joins_it(store: castore.Store) -> None:
+    s = store.session("app", "u", "s1")
+    with store.batch():
+        with store.batch() as inner:
+            s.append(castore.Message(role="user", content="hi"))
+            inner.land()  # the outer batch lands
+        assert _elsewhere(lambda: store.session("app", "u", "s1").exists()) is False
+    assert s.exists()
+
+
+def test_batched_import_stopped_while_landing_is_finished_by_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    projects = tmp_path / "projects"
+    shutil.copytree(DATA / "session-share", projects / "p", ignore=shutil.ignore_patterns("LICENSE", "*.md"))
+    monkeypatch.setattr(jsonl_tree, "BATCH_FILES", 2)  # several landings, each its own groups
+    monkeypatch.setattr(groupcommit, "LAND_EVERY", 1e9)
+    ref = castore.open(str(tmp_path / "ref"))  # durable, local: objects and intents share the landing's sync
+    landings = [0]
+    real = ref.plumbing.swap_many
+
+    def counted(*a: object, **k: object) -> object:
+        landings[0] += 1
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ref.plumbing, "swap_many", counted)
+    import_claude(ref, projects)
+    want = archive(ref)
+    assert landings[0] > 4
+    for k in range(1, landings[0]):
+        path = tmp_path / f"s{k}"
+        st = castore.open(str(path))
+        calls = [0]
+        real_k = st.plumbing.swap_many
+
+        def stop(*a: object, calls: list[int] = calls, real_k: object = real_k, k: int = k, **kw: object) -> object:
+            out = real_k(*a, **kw)  # type: ignore[operator]
+            calls[0] += 1
+            if calls[0] == k:
+                raise Stopped  # as Ctrl-C, or kill -9, right after this group landed
+            return out
+
+        monkeypatch.setattr(st.plumbing, "swap_many", stop)
+        with pytest.raises(Stopped):
+            import_claude(st, projects)
+        st.close()
+        again = castore.open(str(path))  # as the next process would
+        report = fsck(again)  # no ref names a missing object, no lock is left
+        assert report.ok and not report.missing, k
+        import_claude(again, projects)
+        assert archive(again) == want, k
+        export_claude(again, tmp_path / f"out{k}")
+        same_tree(projects, tmp_path / f"out{k}", skip=())
+        assert all(r.lines == 0 for r in import_claude(again, projects))
+        again.close()
