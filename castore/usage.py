@@ -21,9 +21,10 @@ writes; :data:`READERS`):
                  the importer keeps them in the commit's metadata, read on the path the line
                  hangs on (:func:`codex_record`), else (a session imported before it did, or
                  continued since) they are read from the raw lines, walking each path
-``gemini``       an imported Gemini CLI ``gemini`` message (its raw bytes): ``tokens``
-                 (``input`` includes ``cached``, which count as cache reads; ``thoughts`` count
-                 as output, ``tool`` as input) and ``model``
+``gemini``       an imported Gemini CLI ``gemini`` message: ``tokens`` (``input`` includes
+                 ``cached``, which count as cache reads; ``thoughts`` count as output, ``tool``
+                 as input) and ``model``, as the importer keeps them in the commit's metadata
+                 (:func:`gemini_record`), else from the line's raw bytes
 ``pi``           an imported Pi assistant message: its ``usage`` (``input``, ``output``,
                  ``cacheRead``, ``cacheWrite``), kept on the commit, and the message's ``model``
 (any other)      a commit whose metadata has ``usage`` (what an application appending through
@@ -333,24 +334,43 @@ def _codex_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, An
     return Response("codex:" + (rec[0] or cid), rec[1] or None, c.time, Tokens(*(_int(v) for v in rec[2:])))
 
 
-def _gemini_needs(c: Commit, m: dict[str, Any]) -> bool:
-    return m.get("type") in ("gemini", "update")
+#: the key of a Gemini CLI commit's metadata (under ``gemini``) that keeps its line's usage
+GEMINI_USAGE = "u"
 
 
-def _gemini_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
-    tok = d.get("tokens") if d is not None else None
-    if d is None or d.get("type") != "gemini" or not isinstance(tok, dict):
-        return None
-    # gemini-cli's counts: input (prompt, cached part included), cached, output, thoughts, tool (prompt
-    # tokens of tool use); thoughts are billed as output
+def gemini_record(d: dict[str, Any]) -> list[Any]:
+    """What :func:`usage` needs of a Gemini CLI message record ``d`` (parsed), kept by the
+    importer in the commit's metadata under :data:`GEMINI_USAGE` so that the line is not read
+    again: ``[identity, model, input, output, cache read, cache write]`` (identity: the
+    message's ``id`` and model, ``""`` when it has no id: the commit's id stands in), or ``[]``
+    when it records no response. gemini-cli's ``tokens``: ``input`` (the prompt, its ``cached``
+    part included), ``cached``, ``output``, ``thoughts`` (billed as output), ``tool`` (prompt
+    tokens of tool use, counted as input). Raises nothing."""
+    tok = d.get("tokens")
+    if d.get("type") != "gemini" or not isinstance(tok, dict):
+        return []
     cached = _int(tok.get("cached"))
     t = Tokens(max(0, _int(tok.get("input")) - cached) + _int(tok.get("tool")),
                _int(tok.get("output")) + _int(tok.get("thoughts")), cached, 0)
     if t.total == 0:
+        return []
+    model, mid = _str(d.get("model")), _str(d.get("id"))
+    return [f"{mid}:{model}" if mid else "", model or "", t.input, t.output, t.cache_read, t.cache_write]
+
+
+def _gemini_needs(c: Commit, m: dict[str, Any]) -> bool:
+    return m.get("type") in ("gemini", "update") and not isinstance(m.get(GEMINI_USAGE), list)
+
+
+def _gemini_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
+    rec = m.get(GEMINI_USAGE)
+    if not isinstance(rec, list):  # imported before the importer kept it: the raw line
+        if d is None:
+            return None
+        rec = gemini_record(d)
+    if len(rec) != 6:
         return None
-    model = _str(d.get("model"))
-    mid = _str(d.get("id"))
-    return Response(f"gemini:{mid}:{model}" if mid else "gemini:" + cid, model, c.time, t)
+    return Response("gemini:" + (rec[0] or cid), rec[1] or None, c.time, Tokens(*(_int(v) for v in rec[2:])))
 
 
 #: the sources whose usage sits in their raw lines, by the metadata key their importer writes

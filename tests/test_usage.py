@@ -379,6 +379,24 @@ def test_gemini_fixtures_count_each_message_once(store: castore.Store) -> None:
     r = usage(store, by="model")
     assert (r.total.responses, r.total.tokens) == (len(seen), want)
     assert len(seen) == 6 and {g.name for g in r.groups} == {"gemini-2.5-pro", "gemini-2.5-flash"}
+    # the importer keeps each message's usage in its commit's metadata: no line is read, and
+    # what it keeps is what the raw line gives (the reader of a session imported before)
+    from castore.adapters.jsonl_tree import read_blobs
+    from castore.objects import json_loads
+    from castore.usage import GEMINI_USAGE, READERS, Walk
+
+    reader = READERS["gemini"]
+    commits = [c for key, (_f, refs) in store.session_refs().items() for name, tip in refs.items()
+               if name.startswith("heads/") for _cid, c in store.history.path(tip)]
+    said = [c for c in commits if c.meta.get("gemini", {}).get("type") in ("gemini", "update")]
+    lines = read_blobs(store, [c.meta["gemini"]["raw"] for c in said])
+    assert len(said) >= 10
+    for c in said:
+        m = c.meta["gemini"]
+        assert isinstance(m[GEMINI_USAGE], list) and not reader.needs_line(c, m)
+        old = {k: v for k, v in m.items() if k != GEMINI_USAGE}
+        assert reader.needs_line(c, old)
+        assert reader.read(Walk(), "c", c, m, None) == reader.read(Walk(), "c", c, old, json_loads(lines[m["raw"]]))
 
 
 # -- Pi and library appends ------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from ..usage import GEMINI_USAGE, gemini_record
 from . import jsonl_tree
 from .detect import refuse_other
 from .jsonl_tree import (
@@ -247,7 +248,8 @@ def _entry(n: int, raw: bytes, d: dict[str, Any], session_id: str, update: bool,
     meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session_id, "type": kind,
                                   **({"id": d["id"]} if msg is not None else {}),
                                   **({"fork": fork} if fork else {}),
-                                  **({"update": True} if update else {})}}
+                                  **({"update": True} if update else {}),
+                                  **({GEMINI_USAGE: gemini_record(d)} if d.get("type") == "gemini" else {})}}
     when = parse_time(d.get("timestamp"))
     if when is not None:
         meta["time"] = when
@@ -534,7 +536,8 @@ def _import_whole(store: Store, src: _Source, f: IO[bytes], app: str, version: i
     for i, (m, rid) in enumerate(zip(new, ids, strict=True)):
         msg = _message(m)
         meta: dict[str, Any] = {KEY: {"o": len(have) + i, "raw": rid, "f": s.id,
-                                      "type": str(m.get("type")), "id": m.get("id")}}
+                                      "type": str(m.get("type")), "id": m.get("id"),
+                                      **({GEMINI_USAGE: gemini_record(m)} if m.get("type") == "gemini" else {})}}
         when = parse_time(m.get("timestamp"))
         if when is not None:
             meta["time"] = when
