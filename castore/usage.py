@@ -259,16 +259,26 @@ def _claude_counts(m: dict[str, Any]) -> bool:
     return m.get("type") == "assistant" or CLAUDE_USAGE in m
 
 
-def _claude_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
-    rec = m.get(CLAUDE_USAGE)
-    if not isinstance(rec, list):  # imported before the importer kept it: the raw line
-        if d is None:
-            return None
-        rec = claude_record(d)
-    if len(rec) != 6:
+def _kept(source: str, rec: list[Any] | None, cid: str, c: Commit) -> Response | None:
+    """The response of a usage record as an importer keeps it (``[identity, model, input, output,
+    cache read, cache write]``; identity ``""``: the commit's id), or None (``[]``, None)."""
+    if rec is None or len(rec) != 6:
         return None
-    return Response("claude:" + (rec[0] or cid), rec[1] or None, c.time,
+    return Response(f"{source}:" + (rec[0] or cid), rec[1] or None, c.time,
                     Tokens(_int(rec[2]), _int(rec[3]), _int(rec[4]), _int(rec[5])))
+
+
+def _read_kept(source: str, key: str, record: Callable[[dict[str, Any]], list[Any]]) -> Callable[..., Response | None]:
+    """The reader of a source whose importer keeps each line's usage record under ``key`` in
+    its metadata, ``record`` making it from the line (a commit imported before it did)."""
+    def read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
+        rec = m.get(key)
+        if not isinstance(rec, list):  # imported before the importer kept it: the raw line
+            if d is None:
+                return None
+            rec = record(d)
+        return _kept(source, rec, cid, c)
+    return read
 
 
 _CODEX_LINES = ("token_count", "turn_context", "session_meta")
@@ -329,9 +339,7 @@ def _codex_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, An
         if d is None:
             return None
         rec, (w.model, w.total) = codex_record(d, (w.model, w.total))
-    if rec is None or len(rec) != 6:
-        return None
-    return Response("codex:" + (rec[0] or cid), rec[1] or None, c.time, Tokens(*(_int(v) for v in rec[2:])))
+    return _kept("codex", rec, cid, c)
 
 
 #: the key of a Gemini CLI commit's metadata (under ``gemini``) that keeps its line's usage
@@ -362,22 +370,15 @@ def _gemini_needs(c: Commit, m: dict[str, Any]) -> bool:
     return m.get("type") in ("gemini", "update") and not isinstance(m.get(GEMINI_USAGE), list)
 
 
-def _gemini_read(w: Walk, cid: str, c: Commit, m: dict[str, Any], d: dict[str, Any] | None) -> Response | None:
-    rec = m.get(GEMINI_USAGE)
-    if not isinstance(rec, list):  # imported before the importer kept it: the raw line
-        if d is None:
-            return None
-        rec = gemini_record(d)
-    if len(rec) != 6:
-        return None
-    return Response("gemini:" + (rec[0] or cid), rec[1] or None, c.time, Tokens(*(_int(v) for v in rec[2:])))
+def _gemini_counts(m: dict[str, Any]) -> bool:
+    return m.get("type") in ("gemini", "update") or GEMINI_USAGE in m
 
 
 #: the sources whose usage sits in their raw lines, by the metadata key their importer writes
 READERS: dict[str, Reader] = {
-    "claude": Reader(_claude_needs, _claude_read, counts=_claude_counts),
+    "claude": Reader(_claude_needs, _read_kept("claude", CLAUDE_USAGE, claude_record), counts=_claude_counts),
     "codex": Reader(_codex_needs, _codex_read, stateful=True),
-    "gemini": Reader(_gemini_needs, _gemini_read),
+    "gemini": Reader(_gemini_needs, _read_kept("gemini", GEMINI_USAGE, gemini_record), counts=_gemini_counts),
 }
 
 
