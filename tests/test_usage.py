@@ -379,6 +379,10 @@ def test_gemini_fixtures_count_each_message_once(store: castore.Store) -> None:
     r = usage(store, by="model")
     assert (r.total.responses, r.total.tokens) == (len(seen), want)
     assert len(seen) == 6 and {g.name for g in r.groups} == {"gemini-2.5-pro", "gemini-2.5-flash"}
+    # the shipped table prices Gemini's models: gemini-2.5-flash must not fall back to another row
+    assert r.total.unpriced == 0 and r.total.cost > 0
+    flash = load_prices().of("gemini-2.5-flash-lite")
+    assert flash is not None and flash == load_prices().models["gemini-2.5-flash-lite"]
     # the importer keeps each message's usage in its commit's metadata: no line is read, and
     # what it keeps is what the raw line gives (the reader of a session imported before)
     from castore.adapters.jsonl_tree import read_blobs
