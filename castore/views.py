@@ -228,9 +228,22 @@ def branch_notes(session: Session, branches: Mapping[str, str] | None = None) ->
 TITLE_KEY = "name"
 
 
+#: the longest title an importer keeps from a first prompt (characters)
+TITLE_CHARS = 200
+
+
+def prompt_title(text: str) -> str | None:
+    """The title a session without a name gets from its first prompt: the prompt's first
+    non-blank line, stripped, cut to :data:`TITLE_CHARS` characters; None for a blank prompt.
+    The one rule every importer applies (Codex's first typed prompt, Pi's first user message)."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return line[:TITLE_CHARS] or None
+
+
 def session_title(info: Mapping[str, Any]) -> str | None:
     """A session's title, kept by its importer in the session's info: Claude Code's summary
-    or custom title, Codex's first prompt, Pi's session name; None when it has none.
+    or custom title, Codex's first prompt, Pi's session name (else its first user message);
+    None when it has none.
     Whitespace runs (newlines too) read as one space."""
     name = info.get(TITLE_KEY)
     return " ".join(name.split()) or None if isinstance(name, str) else None

@@ -19,6 +19,7 @@ import castore
 from castore.adapters import pi
 from castore.context import BRANCH_PREFIX, BRANCH_SUFFIX, COMPACTION_PREFIX, COMPACTION_SUFFIX
 from castore.objects import Blob
+from castore.views import prompt_title, session_title
 
 DATA = Path(__file__).resolve().parent / "data" / "pi"
 REAL = ["large-session.jsonl", "before-compaction.jsonl"]
@@ -142,6 +143,8 @@ def test_real_file_imports_exports_and_reimports_to_the_same_commits(mem_store, 
     r3 = pi.import_session(mem_store, path, session_id="third")
     assert r3.head == r.head
     assert castore_context(mem_store, s) == pi_context(exported[1:])
+    # neither file has a session_info name: the title is the first user message, as Pi lists it
+    assert session_title(s.info) == session_title(s2.info) == first_prompt(path) is not None
 
 
 def test_real_compacted_file_context_starts_with_the_latest_summary(mem_store, real_files):
@@ -570,3 +573,61 @@ def test_images_survive_gc_and_push(tmp_path):
             push(store, remote)
             got = pi.inline_images(remote, list(remote.session(*r.key).messages()))
             assert [m.to_dict() for m in got] == [m.to_dict() for m in msgs]
+
+
+# -- titles --------------------------------------------------------------------------------------
+def first_prompt(path: Path) -> str | None:
+    """The title Pi's /resume list shows for a file without a name (its first user message), cut as castore cuts."""
+    first = next(e for e in map(json.loads, path.read_bytes().splitlines())
+                 if e.get("type") == "message" and e["message"].get("role") == "user")
+    content = first["message"]["content"]
+    return prompt_title(content if isinstance(content, str) else
+                        " ".join(b["text"] for b in content if b.get("type") == "text"))
+
+
+def test_incremental_imports_and_sessions_imported_before_titles_get_the_first_message(mem_store, tmp_path,
+                                                                                       real_files):
+    # the start of a real file, as Pi writes it today (v3: the v1 file upgraded by an import and export)
+    start = tmp_path / "start.jsonl"
+    start.write_bytes(b"".join(real_files["large-session.jsonl"].read_bytes().splitlines(keepends=True)[:40]))
+    lines = export_text(mem_store.session(*pi.import_session(mem_store, start).key)).encode().splitlines(
+        keepends=True)
+    want = first_prompt(start)
+    assert want == "/mode"
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(lines[0])
+    inc = castore.open(str(tmp_path / "inc"), durable=False)
+    s = inc.session(*pi.import_pi(inc, f)[0].key)
+    assert session_title(s.info) is None
+    f.write_bytes(b"".join(lines))
+    pi.import_pi(inc, f)
+    assert session_title(s.info) == want
+    # a session imported before titles gets its title on its next import that finds new lines
+    f.write_bytes(b"".join(lines[:-1]))
+    old = castore.open(str(tmp_path / "old"), durable=False)
+    s3 = old.session(*pi.import_pi(old, f)[0].key)
+    s3.set_info({k: v for k, v in s3.info.items() if k != "name"} | {"pi": {
+        k: v for k, v in s3.info["pi"].items() if k != "titled"}})
+    assert session_title(s3.info) is None
+    pi.import_pi(old, f)  # nothing new: nothing read
+    assert session_title(s3.info) is None
+    f.write_bytes(b"".join(lines))
+    pi.import_pi(old, f)
+    assert session_title(s3.info) == want
+
+
+def test_a_pi_name_wins_over_the_first_message_and_the_latest_name_counts(mem_store, tmp_path):
+    entries = every_type_entries()
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(_dump(entries[:5]))
+    pi.import_pi(mem_store, f)
+    s = mem_store.session("pi", "local", "sess-1")
+    assert s.info["name"] == "look"  # the text of the first user message (its image left out)
+    f.write_bytes(_dump(entries))
+    pi.import_pi(mem_store, f)
+    assert s.info["name"] == "My session"
+    renamed = {"type": "session_info", "id": "e21", "parentId": "e20", "timestamp": "2026-03-10T09:15:00.000Z",
+               "name": "  Renamed  "}
+    f.write_bytes(_dump([*entries, renamed]))
+    pi.import_pi(mem_store, f)
+    assert s.info["name"] == "Renamed"

@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
 from ..usage import CODEX_USAGE, CodexWalk, codex_record
-from ..views import TITLE_KEY
+from ..views import TITLE_KEY, prompt_title
 from .detect import refuse_other
 from .jsonl_tree import (
     LAYOUT,
@@ -129,16 +129,11 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-#: the longest title kept from a first prompt (characters)
-_TITLE_CHARS = 200
-
-
 def _title(d: dict[str, Any]) -> str | None:
     """A typed prompt's first line (the session's title), or None for any other record."""
     if not _is_turn(d):
         return None
-    line = next((x.strip() for x in _text_of(as_dict(d.get("payload")).get("content")).splitlines() if x.strip()), "")
-    return line[:_TITLE_CHARS] or None
+    return prompt_title(_text_of(as_dict(d.get("payload")).get("content")))
 
 
 def _scaffold(text: str) -> str | None:

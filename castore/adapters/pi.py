@@ -21,6 +21,12 @@ Pi                      castore
 anything else           :class:`~castore.entries.Custom` of type ``pi.<type>``
 ======================  ==========================================================
 
+The session's title (``info["name"]``, see :func:`castore.views.session_title`) is its
+latest ``session_info`` name; a session without one is titled by its first user message,
+as Pi's ``/resume`` list shows it (cut by :func:`castore.views.prompt_title`). A session
+imported before titles gets its title on its next import that finds new lines (its file
+is read from the start until the first user message).
+
 So :meth:`castore.Session.context` gives the messages Pi's ``buildSessionContext`` would
 send. Per-call details (entry id, parent id, time, a message's ``timestamp`` and
 ``usage``) go on the commit's metadata, so that identical content is stored once. Inline
@@ -59,6 +65,7 @@ from ..entries import (
 )
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
+from ..views import TITLE_KEY, prompt_title
 from .detect import refuse_other
 from .jsonl_tree import ArchiveError, as_dict, import_batched, prefix_digest, put_blobs, read_blobs
 
@@ -211,6 +218,36 @@ def _time(ts: Any) -> float:
         return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
+
+
+def _prompt(e: dict[str, Any]) -> str | None:
+    """The title a user message gives (Pi's session list: its text blocks joined by spaces), else None."""
+    m = e.get("message")
+    if e.get("type") != "message" or not isinstance(m, dict) or m.get("role") != "user":
+        return None
+    content = m.get("content")
+    if isinstance(content, list):
+        content = " ".join(b["text"] for b in content
+                           if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+    return prompt_title(content) if isinstance(content, str) else None
+
+
+def _first_prompt(f: IO[bytes], start: int, end: int) -> str | None:
+    """The title of the first user message between two offsets of a file (lines that are not
+    JSON objects are passed over)."""
+    f.seek(start)
+    while f.tell() < end:
+        raw = f.readline()
+        if not raw:
+            break
+        try:
+            e = json.loads(raw)
+        except ValueError:
+            continue
+        title = _prompt(e) if isinstance(e, dict) else None
+        if title is not None:
+            return title
+    return None
 
 
 def _iso(t: float) -> str:
@@ -579,6 +616,11 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
     known = len(tree.order)
     start: int = state["offset"] if resumed else head_lines.end
     n_start = int(state.get("lines", head_lines.n)) if resumed else head_lines.n
+    # a session imported before titles: its first user message is looked for once, in the
+    # lines imported then (every later import sees the lines it adds)
+    title: str | None = None
+    if state and not state.get("titled") and not isinstance(session.info.get(TITLE_KEY), str):
+        title = _first_prompt(f, head_lines.end, start)
     lines = _Lines(f, name, skip_bad, skipped, start, n_start, wait_torn=wait_torn)
     w = _Writer(store)
     by_index: list[str | None] = [None]  # v1: entry index (header = 0) -> assigned id
@@ -672,6 +714,8 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             labels[e["targetId"]] = (ordinal - 1, n, lab if isinstance(lab, str) and lab else None)
         elif e.get("type") == "session_info" and isinstance(e.get("name"), str) and e["name"].strip():
             session_name = e["name"].strip()
+        elif title is None:
+            title = _prompt(e)
     exact = exact and not skipped
     keep_bytes(True)
     w.flush()
@@ -690,9 +734,12 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
                   "entries": ordinal, "digest": prefix_digest(f, lines.end), "path": name, "exact": exact,
                   "last": [tree.pi_of[tree.last[0]], tree.last[0], tree.last[1], tree.order[tree.last[0]]]
                   if tree.last is not None else None,
-                  **({"segments": segments} if exact else {}), **({"adopted": adopted} if adopted else {})}
-    if session_name is not None:
-        info["name"] = session_name
+                  "titled": True, **({"segments": segments} if exact else {}),
+                  **({"adopted": adopted} if adopted else {})}
+    if session_name is not None:  # Pi's own name wins, the latest one
+        info[TITLE_KEY] = session_name
+    elif title is not None and not isinstance(info.get(TITLE_KEY), str):
+        info[TITLE_KEY] = title
     session.set_info(info)
     result.bytes_written = w.written
     return result
