@@ -9,6 +9,10 @@ commit names the index that covers its path below its own block; the branch ref 
 path is then: the ref, the index and the tail commits at once, the segments at once, the
 bodies at once, whatever the path's length. Hints are checked against the parent links
 and ignored when they do not fit, so a stale or missing hint only costs speed.
+
+A reader of most of a store's paths (``castore usage``'s first run) decodes every stored
+commit in one pass over the packs first (:meth:`History.load_commits`); a path read without
+a hint is then walked through the decoded commits by its parent links, with no read at all.
 """
 
 from __future__ import annotations

@@ -451,6 +451,10 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
     where: dict[str, tuple[int, int]] = {}  # commit -> (path, place in it)
     owner: dict[str, str] = {}
     readers: dict[str, tuple[Reader, dict[str, Any], bool] | None] = {}
+    # each commit at its first visit, in order, but those their reader passes over: the commits
+    # read, unless some reader keeps state along each path (then every path is read whole)
+    firsts: list[tuple[str, Commit, tuple[Reader, dict[str, Any], bool] | None]] = []
+    stateful = False
     want: list[str] = []
     bodies: list[str] = []
     commit = store.history.commit
@@ -465,19 +469,25 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
             new.append((cid, c))
             cid = hex_id(c.parents[0]) if c.parents else None
         if not paths:
-            path = store.history.path(tip)
+            path, start = store.history.path(tip), 0
+        elif cid is None:
+            path, start = new[::-1], 0
         else:
             new.reverse()
-            path = (paths[where[cid][0]][:where[cid][1] + 1] if cid is not None else []) + new
+            p, i = where[cid]
+            path, start = paths[p][:i + 1] + new, i + 1
         at = len(paths)
         paths.append(path)
-        for i, (cid, c) in enumerate(path):
-            if cid in owner:
-                continue
+        for i in range(start, len(path)):  # the commits no path before holds
+            cid, c = path[i]
             owner[cid] = name
             where[cid] = (at, i)
             got = readers[cid] = _reader_of(c)
+            if got is _PASSED:
+                continue
+            firsts.append((cid, c, got))
             if got is not None:
+                stateful = stateful or got[0].stateful
                 if got[2]:
                     want.append(got[1]["raw"])
             elif c.body is not None and isinstance(c.meta.get("pm"), dict) and "usage" in c.meta["pm"]:
@@ -489,6 +499,25 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
                 lines[oid] = json_loads(raw)
     values = {oid: getattr(v, "value", None) for oid, v in store.objects.get_many(bodies).items()} if bodies else {}
     rows: list[Row] = []
+
+    def read(cid: str, c: Commit, got: tuple[Reader, dict[str, Any], bool] | None, w: Walk) -> Response | None:
+        if got is None:
+            return _meta_usage(cid, c, values.get(hex_id(c.body)) if c.body is not None else None)
+        reader, m, needs = got
+        d = lines.get(m["raw"]) if needs else None
+        return reader.read(w, cid, c, m, d if isinstance(d, dict) else None)
+
+    def add(cid: str, r: Response | None) -> None:
+        if r is not None:
+            t = r.tokens
+            rows.append([cid, r.identity, r.model, r.time, t.input, t.output, t.cache_read, t.cache_write,
+                         owner[cid]])
+
+    if not stateful:  # each commit read once, where it was first visited
+        w = Walk()
+        for cid, c, got in firsts:
+            add(cid, read(cid, c, got, w))
+        return rows
     done: set[str] = set()
     for path in paths:
         w = Walk()
@@ -496,24 +525,11 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
             got = readers[cid]
             if got is _PASSED:
                 continue
-            if got is None:
-                if cid in done:
-                    continue
+            if cid not in done:
                 done.add(cid)
-                r = _meta_usage(cid, c, values.get(hex_id(c.body)) if c.body is not None else None)
-            else:
-                reader, m, needs = got
-                if cid in done and not reader.stateful:
-                    continue
-                d = lines.get(m["raw"]) if needs else None
-                r = reader.read(w, cid, c, m, d if isinstance(d, dict) else None)
-                if cid in done:  # read again only for the state of this path's walk
-                    continue
-                done.add(cid)
-            if r is not None:
-                t = r.tokens
-                rows.append([cid, r.identity, r.model, r.time, t.input, t.output, t.cache_read, t.cache_write,
-                             owner[cid]])
+                add(cid, read(cid, c, got, w))
+            elif got is not None and got[0].stateful:  # read again only for the state of this path's walk
+                read(cid, c, got, w)
     return rows
 
 
