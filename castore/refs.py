@@ -129,6 +129,22 @@ def _fast_json(meta: Mapping[str, Any]) -> bytes | None:
     return out
 
 
+def _json_loads(text: str) -> Any:
+    """``json.loads(text)``, by msgspec where it can (:func:`castore.objects.json_loads`: twice
+    as fast on a ref's hint, and a listing of every session reads thousands); what it refuses
+    (``NaN``, a lone surrogate, a float out of range) json reads, or refuses, itself.
+
+    Raises:
+        json.JSONDecodeError: not JSON.
+    """
+    from .objects import json_loads  # lazily, as in _fast_json
+
+    try:
+        return json_loads(text)
+    except InvalidEntry:
+        return json.loads(text)
+
+
 def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
     """Parse the bytes of a ref file.
 
@@ -140,7 +156,7 @@ def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
         text = data.decode("utf-8")
         lines = text.split("\n")
         target = lines[0].strip()
-        meta = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+        meta = _json_loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CorruptRef(name, f"not a ref file ({e})") from e
     if not isinstance(meta, dict):

@@ -675,3 +675,16 @@ def test_local_durable_writes_sync_the_parents_of_new_folders(tmp_path: os.PathL
     synced.clear()
     storage.swap("refs/sessions/a/u/s/heads/other", b"y", None)
     assert os.path.join(root, "refs/sessions/a/u/s") not in synced  # nothing new: no parent sync
+
+
+@pytest.mark.parametrize("meta", ['{"a":1,"tl":["x"],"n":{"b":null,"c":-0.5}}', '{"a":NaN}', '{"a":1e400}',
+                                  '{"a":"\\ud800"}', '{"a":123456789012345678901234567890,"a":2}'])
+def test_ref_metadata_reads_as_json_reads_it(meta: str) -> None:
+    """A ref's metadata is read by msgspec where it can, by json where msgspec refuses: the same
+    values either way (what json refuses is a corrupt ref)."""
+    from castore.refs import parse
+
+    got = parse("sessions/a/u/s/heads/main", f"{C1}\n{meta}\n".encode()).meta
+    assert json.dumps(got, sort_keys=True) == json.dumps(json.loads(meta), sort_keys=True)
+    with pytest.raises(IntegrityError):
+        parse("sessions/a/u/s/heads/main", f"{C1}\n{meta[:-1]}\n".encode())
