@@ -631,3 +631,74 @@ def test_a_pi_name_wins_over_the_first_message_and_the_latest_name_counts(mem_st
     f.write_bytes(_dump([*entries, renamed]))
     pi.import_pi(mem_store, f)
     assert s.info["name"] == "Renamed"
+
+
+# -- export pi DIR: the archive, byte for byte ----------------------------------------------------
+def test_export_of_the_archive_gives_every_file_back_byte_for_byte(tmp_path, real_files):
+    # ~/.pi/agent/sessions: the two real files (v1, kept as read), and a v3 one castore appended to
+    root = tmp_path / "sessions"
+    (root / "--home-u-pi-mono--").mkdir(parents=True)
+    for name, f in real_files.items():
+        shutil.copyfile(f, root / "--home-u-pi-mono--" / name)
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    start = tmp_path / "start.jsonl"
+    start.write_bytes(b"".join(real_files["large-session.jsonl"].read_bytes().splitlines(keepends=True)[:40]))
+    v3 = export_text(store.session(*pi.import_session(store, start, app="scratch").key)).encode().splitlines(
+        keepends=True)
+    header = json.loads(v3[0])
+    folder = "--" + header["cwd"].strip("/").replace("/", "-") + "--"
+    mine = root / folder / "2026-03-10T09-14-02-000Z_mine.jsonl"
+    mine.parent.mkdir(exist_ok=True)
+    mine.write_bytes(b"".join([v3[0].replace(header["id"].encode(), b"mine-1", 1), *v3[1:]]))
+    rs = pi.import_pi(store, root)
+    assert len(rs) == 3
+    s = store.session("pi", "local", "mine-1")
+    ids = s.append_many([castore.Message("user", "from castore"), castore.Message("assistant", "an answer")])
+    out = tmp_path / "out"
+    written = pi.export_pi(store, out)
+    # Pi's layout, the folder named for the header's cwd as Pi names it (the two real files' cwd)
+    assert sorted(written) == sorted([f"{folder}/{mine.name}",
+                                      *(pi.archive_path(store.session(*r.key)) for r in rs if r.key[2] != "mine-1")])
+    real_cwd = json.loads(real_files["large-session.jsonl"].read_bytes().splitlines()[0])["cwd"]
+    for r in rs:
+        rel = pi.archive_path(store.session(*r.key))
+        got = (out / rel).read_bytes()
+        src = Path(r.path).read_bytes()
+        if r.key[2] == "mine-1":  # the file, then castore's entries: Pi and castore read them back
+            assert got.startswith(src) and [e[pi.MARK] for e in lines_of(got[len(src):].decode())] == ids
+            mine.write_bytes(got)
+            assert pi.import_pi(store, mine)[0].entries == 2 and s.head == ids[-1]
+        else:
+            assert rel.startswith("--" + real_cwd.strip("/").replace("/", "-") + "--/") and got == src
+    assert pi.export_pi(store, tmp_path / "again") == written
+    assert all((tmp_path / "again" / rel).read_bytes() == (out / rel).read_bytes() for rel in written)
+
+
+def test_cli_export_pi_dest_and_the_one_session_forms(tmp_path, monkeypatch):
+    from castore.cli import main
+
+    url = str(tmp_path / "cli-store")
+    entries = every_type_entries()
+    path = write_jsonl(tmp_path / "a.jsonl", entries)
+    runner = CliRunner()
+    assert runner.invoke(main, ["--store", url, "import", "pi", str(path)]).exit_code == 0
+    res = runner.invoke(main, ["--store", url, "export", "pi", str(tmp_path / "out")])
+    assert res.exit_code == 0 and res.stdout == "--w--/a.jsonl\n", res.output
+    assert (tmp_path / "out" / "--w--" / "a.jsonl").read_bytes() == path.read_bytes()
+    # a revision of the session chosen is still a revision (stdout), a folder a folder
+    res = runner.invoke(main, ["--store", url, "-s", "pi/local/sess-1", "export", "pi", "pi-e19"])
+    assert res.exit_code == 0 and lines_of(res.stdout)[-1]["id"] == "e19", res.output
+    (tmp_path / "pi-e19").mkdir()
+    res = runner.invoke(main, ["--store", url, "-s", "pi/local/sess-1", "export", "pi", str(tmp_path / "pi-e19")])
+    assert res.exit_code == 0 and (tmp_path / "pi-e19" / "--w--" / "a.jsonl").exists()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "main").mkdir()
+    res = runner.invoke(main, ["--store", url, "-s", "pi/local/sess-1", "export", "pi", "main"])
+    assert res.exit_code == 2 and "both a folder and a revision" in res.stderr
+    res = runner.invoke(main, ["--store", url, "export", "pi", "-s", "pi/local/sess-1", "-s", "pi/local/x", "-o",
+                               str(tmp_path / "one.jsonl")])
+    assert res.exit_code == 2 and "one -s" in res.stderr
+    append = runner.invoke(main, ["--store", url, "-s", "scratch/u/s", "append", "--role", "user", "hello"])
+    assert append.exit_code == 0, append.output
+    res = runner.invoke(main, ["--store", url, "export", "pi", str(tmp_path / "o2"), "-s", "scratch/u/s"])
+    assert res.exit_code == 1 and res.stderr.count("\n") == 1 and "not an archived Pi session" in res.stderr

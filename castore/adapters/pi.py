@@ -67,7 +67,16 @@ from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
 from ..views import TITLE_KEY, prompt_title
 from .detect import refuse_other
-from .jsonl_tree import ArchiveError, as_dict, import_batched, prefix_digest, put_blobs, read_blobs
+from .jsonl_tree import (
+    ArchiveError,
+    archived_sessions,
+    as_dict,
+    import_batched,
+    prefix_digest,
+    put_blobs,
+    read_blobs,
+    safe_join,
+)
 
 if TYPE_CHECKING:
     from ..objects import ObjectId
@@ -636,14 +645,15 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
         return w.put_blob(data)
 
     # the file's bytes, kept as blobs of up to SEGMENT bytes, so that export gives them back
-    # exactly (when every line was read as it is: no migration, no line skipped)
-    exact = version == CURRENT_VERSION and bool(state.get("exact", not state))
-    segments: list[str] = list(state.get("segments", [])) if exact else []
-    if exact and not resumed:
+    # exactly (`keep`: no line skipped; `exact`: and every line read as it is, no migration)
+    keep = not state or isinstance(state.get("segments"), list)
+    exact = keep and version == CURRENT_VERSION and bool(state.get("exact", not state))
+    segments: list[str] = list(state.get("segments", [])) if keep else []
+    if keep and not resumed:
         lines.read = head_lines.read
 
     def keep_bytes(final: bool) -> None:
-        if exact and lines.read and (final or sum(map(len, lines.read)) >= SEGMENT):
+        if keep and lines.read and (final or sum(map(len, lines.read)) >= SEGMENT):
             segments.append(w.put_blob(b"".join(lines.read)))
             lines.read = []
 
@@ -716,7 +726,7 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
             session_name = e["name"].strip()
         elif title is None:
             title = _prompt(e)
-    exact = exact and not skipped
+    exact, keep = exact and not skipped, keep and not skipped
     keep_bytes(True)
     w.flush()
     result.blobs = blobs
@@ -734,7 +744,7 @@ def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_
                   "entries": ordinal, "digest": prefix_digest(f, lines.end), "path": name, "exact": exact,
                   "last": [tree.pi_of[tree.last[0]], tree.last[0], tree.last[1], tree.order[tree.last[0]]]
                   if tree.last is not None else None,
-                  "titled": True, **({"segments": segments} if exact else {}),
+                  "titled": True, **({"segments": segments} if keep else {}),
                   **({"adopted": adopted} if adopted else {})}
     if session_name is not None:  # Pi's own name wins, the latest one
         info[TITLE_KEY] = session_name
@@ -875,6 +885,74 @@ def export_session(session: Session, rev: str = "HEAD", *, out: str | os.PathLik
         with open(out, "w", encoding="utf-8", newline="\n") as f:
             return _export(session, rev, f, whole)
     return _export(session, rev, out, whole)
+
+
+def archive_path(session: Session) -> str:
+    """Where an archived Pi session's file goes under a sessions folder, as Pi lays it out:
+    ``--<cwd, its separators as dashes>--/<the file's name>`` (the cwd from the file's header).
+
+    Raises:
+        ArchiveError: the session is not an archived Pi file.
+    """
+    pi = as_dict(session.info.get("pi"))
+    if not isinstance(pi.get("path"), str):
+        raise ArchiveError("/".join(session.key), "not an archived Pi session file (export it alone: "
+                           "castore export pi -s APP/USER/SESSION -o FILE)")
+    cwd = as_dict(pi.get("header")).get("cwd")
+    cwd = cwd if isinstance(cwd, str) else ""
+    name = os.path.basename(pi["path"].replace("\\", "/"))
+    folder = "--" + (cwd[1:] if cwd[:1] in ("/", "\\") else cwd).translate(str.maketrans("/\\:", "---")) + "--"
+    return f"{folder}/{name if name.endswith('.jsonl') else session.id.rsplit('.v', 1)[0] + '.jsonl'}"
+
+
+def export_pi(store: Store, dest: str | os.PathLike[str], *, app: str = "pi",
+              sessions: list[Session] | None = None) -> list[str]:
+    """Write archived Pi sessions back under ``dest`` (the ``~/.pi/agent/sessions`` layout,
+    :func:`archive_path`), each file byte for byte as it was imported.
+
+    Entries castore appended to a session follow the file's bytes as Pi entries marked with
+    :data:`MARK` (:func:`export_session`; importing the file again takes them as those
+    commits). A v1 or v2 file comes back as it was read when castore appended nothing to it,
+    else upgraded to v3, as Pi rewrites it when it opens it; so does a file imported with
+    lines skipped, or before castore kept the bytes of v1 and v2 files. Of several versions of
+    one file (``SESSION.v2``: Pi rewrote it), the newest is written.
+
+    Returns:
+        The files written, relative to ``dest``.
+
+    Raises:
+        ArchiveError: a session is not an archived Pi file, or its path would leave ``dest``.
+        ObjectNotFound, IntegrityError, StorageError, OSError.
+    """
+    root = os.fspath(dest)
+    chosen: dict[str, tuple[int, Session]] = {}
+    for s in sessions if sessions is not None else list(archived_sessions(store, app, "pi")):
+        rel = archive_path(s)
+        tail = s.id.rsplit(".v", 1)
+        v = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 1
+        if rel not in chosen or chosen[rel][0] < v:
+            chosen[rel] = (v, s)
+    written = []
+    for rel, (_, s) in sorted(chosen.items()):
+        out = safe_join(root, rel)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        pi = as_dict(s.info.get("pi"))
+        segments = pi.get("segments")
+        if not pi.get("exact") and isinstance(segments, list) and not _has_own(s):
+            data = read_blobs(s.store, segments)
+            with open(out, "wb") as f:
+                f.writelines(data[oid] for oid in segments)
+        else:
+            export_session(s, out=out)
+        written.append(rel)
+    return written
+
+
+def _has_own(session: Session) -> bool:
+    """Whether a session holds entries made in castore (not read from its file)."""
+    adopted = {v[0] for v in as_dict(as_dict(session.info.get("pi")).get("adopted")).values()
+               if isinstance(v, list) and v}
+    return any(not _imported(le) and le.id not in adopted for le in session.log(all_branches=True))
 
 
 def _export(session: Session, rev: str, f: IO[str], whole: bool) -> int:
@@ -1034,5 +1112,5 @@ def _dumps(entry: dict[str, Any]) -> str:
     return json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-__all__ = ["import_session", "import_pi", "find_files", "export_session", "inline_images", "ImportResult",
-           "PiImportError", "IMAGE_MIN", "BLOB_KEY", "MARK"]
+__all__ = ["import_session", "import_pi", "find_files", "export_session", "export_pi", "archive_path", "inline_images",
+           "ImportResult", "PiImportError", "IMAGE_MIN", "BLOB_KEY", "MARK"]

@@ -127,10 +127,18 @@ def _syncer(ctx: click.Context, store: Any, app: str, remote: str) -> Callable[[
     return after
 
 
-#: an export's -s: the archived sessions to write (the same option on every vendor's export)
-_only_sessions = click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
-                              shell_complete=complete_session,
-                              help="Only this session (repeatable; default: every archived one).")
+def export_options(app: str, *, dest_required: bool = True,
+                   metavar: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """DEST, ``--app`` and ``-s`` (the archived sessions to write, repeatable): the options of
+    every vendor's archive export (``export claude|codex|gemini|pi``; ``pi``'s DEST is
+    optional, as it may name a revision, shown as ``metavar``)."""
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
+                         shell_complete=complete_session,
+                         help="Only this session (repeatable; default: every archived one).")(f)
+        f = click.option("--app", default=app, show_default=True, help="The app name of the sessions.")(f)
+        return click.argument("dest", required=dest_required, type=click.Path(file_okay=False), metavar=metavar)(f)
+    return decorate
 
 
 @click.command("claude")
@@ -158,9 +166,7 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
 
 
 @click.command("claude")
-@click.argument("dest", type=click.Path(file_okay=False))
-@click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
-@_only_sessions
+@export_options("claude")
 @click.pass_context
 def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Claude Code sessions back under DEST, byte for byte, as Claude Code lays them out.
@@ -171,7 +177,7 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
     """
     from ..adapters.claude_code import export_claude
 
-    _export(ctx, export_claude, dest, app, specs)
+    run_export(ctx, export_claude, dest, app, specs)
 
 
 @click.command("codex")
@@ -198,9 +204,7 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow:
 
 
 @click.command("codex")
-@click.argument("dest", type=click.Path(file_okay=False))
-@click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
-@_only_sessions
+@export_options("codex")
 @click.pass_context
 def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte.
@@ -211,7 +215,7 @@ def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, 
     """
     from ..adapters.codex import export_codex
 
-    _export(ctx, export_codex, dest, app, specs)
+    run_export(ctx, export_codex, dest, app, specs)
 
 
 @click.command("gemini")
@@ -238,9 +242,7 @@ def import_gemini_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
 
 
 @click.command("gemini")
-@click.argument("dest", type=click.Path(file_okay=False))
-@click.option("--app", default="gemini", show_default=True, help="The app name of the sessions.")
-@_only_sessions
+@export_options("gemini")
 @click.pass_context
 def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
     """Write archived Gemini CLI sessions back under DEST (the ~/.gemini/tmp layout), byte for byte.
@@ -251,12 +253,16 @@ def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
     """
     from ..adapters.gemini import export_gemini
 
-    _export(ctx, export_gemini, dest, app, specs)
+    run_export(ctx, export_gemini, dest, app, specs)
 
 
-def _export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, app: str,
-            specs: tuple[str, ...]) -> None:
-    """Run one archive exporter over the chosen sessions (default: all of ``app``) and list the files."""
+def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, app: str,
+               specs: tuple[str, ...]) -> None:
+    """Run one archive exporter over the chosen sessions (default: all of ``app``) and list the files.
+
+    Raises:
+        CastoreError: as the exporter (a session that is not an archived file of its agent).
+    """
     from .common import get_session
 
     store = open_store(ctx)

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import CastoreError
-from .archive_cmds import follow_options, run_import
+from .archive_cmds import export_options, follow_options, run_export, run_import
 from .common import (
     CastoreGroup,
     CliState,
@@ -167,22 +167,37 @@ def export_group() -> None:
 
 
 @export_group.command("pi")
-@click.argument("rev", default="HEAD")
-@click.option("-s", "--session", "spec", metavar="APP/USER/SESSION",
-              help="The session to export (default: the global -s / $CASTORE_SESSION).")
+@export_options("pi", dest_required=False, metavar="[DEST | REV]")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
-              help="Write to FILE instead of stdout.")
-@click.option("--path-only", is_flag=True, help="Only the path from the root to REV (as Pi's /fork writes).")
+              help="Write one session (-s, or the global -s / $CASTORE_SESSION) to FILE; DEST is then its REV.")
+@click.option("--path-only", is_flag=True,
+              help="One session: only the path from the root to REV (as Pi's /fork writes).")
 @click.pass_context
-def export_pi(ctx: click.Context, rev: str, spec: str | None, output: str | None, path_only: bool) -> None:
-    """Write a session as a Pi v3 JSONL file whose leaf is REV (default HEAD).
+def export_pi(ctx: click.Context, dest: str | None, app: str, specs: tuple[str, ...], output: str | None,
+              path_only: bool) -> None:
+    """Write archived Pi sessions back under DEST, byte for byte, as Pi lays them out
+    (DEST/--CWD--/FILE.jsonl), or one session as a Pi v3 JSONL file.
 
-    Every entry reachable from the session's branches and labels is written, in the
-    order it was imported (entries made in castore after them, oldest first).
+    Entries appended with castore follow the file's bytes as Pi entries (each naming its
+    commit: importing the file again takes them as those commits); a v1 or v2 file castore
+    appended to comes back upgraded to v3, as Pi rewrites it.
+
+    One session (the -s, else the global one) goes to stdout or -o FILE, its leaf REV
+    (default HEAD): `castore export pi [REV]`, `castore export pi -o FILE [REV]`. Every entry
+    reachable from its branches and labels is written, in the order it was imported (entries
+    made in castore after them, oldest first). A lone argument is a REV when it is a revision
+    of the session and no folder; DEST/ (a trailing slash) always names a folder.
     """
+    rev = _one_session_rev(ctx, dest, specs, output, path_only)
+    if rev is None:
+        from ..adapters.pi import export_pi as export_archive
+
+        assert dest is not None
+        run_export(ctx, export_archive, dest, app, specs)
+        return
     from ..adapters.pi import export_session
 
-    session = get_session(ctx, spec=spec)
+    session = get_session(ctx, spec=specs[0] if specs else None)
     if output:
         try:
             n = export_session(session, rev, out=output, whole=not path_only)
@@ -194,6 +209,29 @@ def export_pi(ctx: click.Context, rev: str, spec: str | None, output: str | None
     else:
         export_session(session, rev, out=sys.stdout, whole=not path_only)
     note_redacted([session])
+
+
+def _one_session_rev(ctx: click.Context, arg: str | None, specs: tuple[str, ...], output: str | None,
+                     path_only: bool) -> str | None:
+    """The REV of a one-session export, or None for an export of the archive into ``arg``.
+
+    Raises:
+        click.UsageError: several -s for one session, or ``arg`` both a folder and a revision.
+    """
+    one = output is not None or path_only or arg is None
+    if not one and arg is not None and not arg.endswith(("/", os.sep)):
+        try:  # a revision of the session chosen, as `castore -s S export pi REV` always meant
+            get_session(ctx, spec=specs[0] if len(specs) == 1 else None).resolve(arg)
+        except (CastoreError, click.UsageError):
+            pass
+        else:
+            if os.path.isdir(arg):
+                raise click.UsageError(f"{arg!r} is both a folder and a revision: write {arg}/ for the folder, "
+                                       f"or -o FILE for the revision", ctx=ctx)
+            one = True
+    if one and len(specs) > 1:
+        raise click.UsageError("one session is exported to a file or stdout: pass one -s, or a DEST folder", ctx=ctx)
+    return (arg or "HEAD") if one else None
 
 
 def register(group: click.Group) -> None:
