@@ -7,7 +7,7 @@ always chained as ``__cause__``; they never escape bare.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class CastoreError(Exception):
@@ -203,19 +203,32 @@ class SessionNotFound(CastoreError, KeyError):
 class AmbiguousSession(CastoreError, KeyError):
     """A short session id (a prefix, or an id without its app and user) names more than one session.
 
+    The message lists the sessions it could mean, each with a count of the matching sessions
+    named after it (its subagents, ``ID.subagents.agent-X``), which are not listed one by one.
+
     Attributes:
         spec: what was typed.
-        candidates: the ``(app, user, session)`` keys it matches.
+        candidates: the ``(app, user, session)`` keys it matches, each session followed by
+            the ones named after it.
+        named_after: a listed session -> the matching sessions named after it.
     """
 
-    def __init__(self, spec: str, candidates: Sequence[tuple[str, str, str]]) -> None:
+    def __init__(self, spec: str, candidates: Sequence[tuple[str, str, str]],
+                 named_after: Mapping[tuple[str, str, str], Sequence[tuple[str, str, str]]] | None = None) -> None:
         super().__init__(spec)
         self.spec = spec
-        self.candidates = list(candidates)
+        self.named_after = {k: list(v) for k, v in (named_after or {}).items() if v}
+        under = {c for v in self.named_after.values() for c in v}
+        self.heads = [c for c in candidates if c not in under]
+        self.candidates = [x for c in self.heads for x in (c, *self.named_after.get(c, ()))]
 
     def __str__(self) -> str:
-        shown = ", ".join("/".join(c) for c in self.candidates[:10])
-        more = f" and {len(self.candidates) - 10} more" if len(self.candidates) > 10 else ""
+        def one(c: tuple[str, str, str]) -> str:
+            n = len(self.named_after.get(c, ()))
+            return "/".join(c) + (f" (and {n} session{'s' if n > 1 else ''} named after it)" if n else "")
+
+        shown = ", ".join(map(one, self.heads[:10]))
+        more = f" and {len(self.heads) - 10} more" if len(self.heads) > 10 else ""
         return f"session {self.spec!r} is ambiguous: it matches {shown}{more}; give more of the id or APP/USER/SESSION"
 
 

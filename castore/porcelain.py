@@ -269,9 +269,11 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
     With ``app`` and ``user``: that session if it exists, else the one of theirs whose id
     starts with ``session``. Without them (an id typed alone, as ``castore use
     0ccf1a04``): the session of any app and user with exactly that id, else the one
-    whose id starts with it. Sessions named after another one (its subagents,
-    ``ID.subagents.agent-X``) do not make that one ambiguous: when every match but one
-    is named ``<that one's id>.<...>``, that one is meant.
+    whose id starts with it. Sessions named after another one (:func:`named_after`: its
+    subagents, ``ID.subagents.agent-X``) do not make that one ambiguous: when every match
+    but one is named after that one, that one is meant (as git takes a short id that only
+    one object has); otherwise the error lists each session it could mean, with a count of
+    the matches named after it.
 
     Raises:
         SessionNotFound: none matches.
@@ -283,13 +285,23 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
     keys = session_keys(store, app, user)
     for pick in (lambda k: k[2] == session, lambda k: k[2].startswith(session)):
         found = [k for k in keys if pick(k)]
-        base = min(found, key=lambda k: len(k[2]), default=None)
-        if base is not None and all(k == base or k[2].startswith(base[2] + ".") for k in found):
-            return base
+        under: dict[Key, list[Key]] = {}
+        for k in found:  # each session under the first (shortest) one it is named after
+            base = next((b for b in sorted(found, key=lambda b: len(b[2])) if named_after(k, b)), None)
+            under.setdefault(base or k, []).extend([k] if base else [])
+        if len(under) == 1:
+            return next(iter(under))
         if found:
-            raise AmbiguousSession(session, found)
+            raise AmbiguousSession(session, sorted(under), named_after=under)
     raise SessionNotFound((app or "*", user or "*", session))
 
 
-__all__ = ["Status", "status", "session_keys", "find_session", "RefNames", "ref_names", "readable", "log",
-           "BranchList", "branch_list"]
+def named_after(key: Key, base: Key) -> bool:
+    """Whether session ``key`` is named after session ``base``: in the same app and user, its id
+    is ``base``'s id, a dot and more (a subagent's session, ``ID.subagents.agent-X``; a file Pi
+    rewrote, ``ID.v2``). A short id that matches a session and sessions named after it means it."""
+    return key[:2] == base[:2] and key[2].startswith(base[2] + ".")
+
+
+__all__ = ["Status", "status", "session_keys", "find_session", "named_after", "RefNames", "ref_names", "readable",
+           "log", "BranchList", "branch_list"]

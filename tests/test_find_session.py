@@ -71,8 +71,11 @@ def test_cli_takes_short_sessions(url: str) -> None:
     r = _run(url, "-s", "0ccf", "log")
     assert r.exit_code == 1 and r.stdout == ""
     assert r.stderr.startswith("Error: session '0ccf' is ambiguous") and len(r.stderr.strip().splitlines()) == 1
-    for k in (*KEYS[:3], KEYS[5]):
+    for k in KEYS[:3]:
         assert "/".join(k) in r.stderr
+    # the subagent (KEYS[5]) is counted under its session, not listed after it
+    assert "claude/proj/0ccf9999-aaaa (and 1 session named after it)" in r.stderr
+    assert "0ccf9999-aaaa.subagents.agent-a1" not in r.stderr
     assert _run(url, "use", "0ccf").exit_code == 1
     assert "not found" in _run(url, "-s", "nope", "log").stderr
     # a new session typed in full is taken as typed, never as an existing one it prefixes
@@ -93,6 +96,34 @@ def test_cli_takes_short_sessions(url: str) -> None:
     with castore.open(third) as st:
         assert porcelain.session_keys(st) == [("codex", "local", "5e55-Upper")]
     assert "ambiguous" in _run(url, "push", remote, "-s", "0ccf1a04").stderr
+
+
+def test_a_prefix_of_a_real_session_with_subagents(tmp_path: Any) -> None:
+    # the real Claude Code session with 5 subagent files: a prefix means the session; the same
+    # session archived under two apps is ambiguous, one line naming the two, their subagents counted
+    from pathlib import Path
+
+    from castore.adapters.claude_code import import_claude
+
+    share = Path(__file__).resolve().parent / "data" / "claude-code" / "session-share"
+    url = str(tmp_path / "store")
+    with castore.open(url, durable=False) as st:
+        import_claude(st, share)
+        sid = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
+        assert len(porcelain.session_keys(st)) == 6
+        assert porcelain.find_session(st, "0") == ("claude", "session-share", sid)
+        import_claude(st, share, app="copy")
+        with pytest.raises(AmbiguousSession) as e:
+            porcelain.find_session(st, "0")
+        assert e.value.heads == [("claude", "session-share", sid), ("copy", "session-share", sid)]
+        assert len(e.value.candidates) == 12 and e.value.candidates[0] == e.value.heads[0]
+        assert all(porcelain.named_after(k, e.value.heads[0]) for k in e.value.candidates[1:6])
+    r = _run(url, "-s", "0", "log")
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr == (f"Error: session '0' is ambiguous: it matches claude/session-share/{sid} (and 5 sessions "
+                        f"named after it), copy/session-share/{sid} (and 5 sessions named after it); give more of "
+                        "the id or APP/USER/SESSION\n")
+    assert _run(url, "-s", f"claude/session-share/{sid[:4]}", "log", "-n1").exit_code == 0
 
 
 def _complete(url: str, args: list[str], incomplete: str) -> list[str]:
