@@ -46,7 +46,7 @@ import fcntl
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import CorruptRef, InvalidName, StorageError
 from . import refchanges
@@ -765,15 +765,31 @@ class LocalStorage(Storage):
     # -- listing ---------------------------------------------------------------------
     def list(self, prefix: str) -> list[str]:
         """Every key below ``prefix``, skipping temporary files and locks."""
+        return sorted(k for k, f in self._files_below(prefix) if ".tmp-" not in f and not f.endswith(".lock"))
+
+    def _files_below(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """``(key, file name)`` of every file below ``prefix`` (as :func:`os.walk` finds them: a
+        folder that cannot be read is skipped, a symlink to a folder is not followed), each key
+        built as the walk goes down rather than taken relative to the root per folder."""
         base = self._path(prefix, prefix=True)
-        out: list[str] = []
-        for dirpath, _dirs, files in os.walk(base):
-            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            for f in files:
-                if ".tmp-" in f or f.endswith(".lock"):
-                    continue
-                out.append(f if rel == "." else f"{rel}/{f}")
-        return sorted(out)
+        top = os.path.relpath(base, self.root).replace(os.sep, "/")
+        todo = [(base, "" if top == "." else top + "/")]
+        while todo:
+            path, rel = todo.pop()
+            try:
+                entries = os.scandir(path)
+            except OSError:
+                continue
+            with entries:
+                for e in entries:
+                    try:
+                        folder = e.is_dir()
+                    except OSError:
+                        folder = False
+                    if not folder:
+                        yield rel + e.name, e.name
+                    elif not e.is_symlink():
+                        todo.append((e.path, rel + e.name + "/"))
 
     def list_dir(self, prefix: str) -> builtins.list[str]:
         """Immediate children of ``prefix`` (files and folders), skipping temporaries."""
@@ -816,12 +832,7 @@ class LocalStorage(Storage):
 
     def list_locks(self, prefix: str) -> builtins.list[str]:
         """Lock files below ``prefix`` (for fsck), relative to the root."""
-        base = self._path(prefix, prefix=True)
-        out: list[str] = []
-        for dirpath, _dirs, files in os.walk(base):
-            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            out.extend(f if rel == "." else f"{rel}/{f}" for f in files if f.endswith(".lock"))
-        return out
+        return [k for k, f in self._files_below(prefix) if f.endswith(".lock")]
 
     # -- format 2: ranged reads, append-only logs, age-checked deletes ------------------
     def _sync_written_dirs(self, dirs: set[str], items: Mapping[str, bytes]) -> None:
