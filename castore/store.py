@@ -777,6 +777,16 @@ class Store:
         Raises:
             IntegrityError, StorageError.
         """
+        return {k: (f, refs) for k, (f, refs, _h) in self.session_refs_and_heads(folders).items()}
+
+    def session_refs_and_heads(self, folders: Iterable[str] | None = None
+                               ) -> dict[tuple[str, str, str], tuple[str, dict[str, str], str | None]]:
+        """:meth:`session_refs` with, third, the branch segment each session's HEAD is on
+        (None: detached, or not a branch): from the same read, each ref file read once.
+
+        Raises:
+            IntegrityError, StorageError.
+        """
         if folders is None:
             names_ = self.refs.list("sessions")
         else:
@@ -784,6 +794,7 @@ class Store:
         vals = self.refs.read_many(names_)
         out: dict[str, dict[str, str]] = {}
         keys: dict[str, tuple[str, str, str]] = {}
+        heads: dict[str, str | None] = {}
         for name, v in vals.items():
             if v is None:
                 continue
@@ -795,9 +806,14 @@ class Store:
                 nm = v.meta.get(META_NAMES) or {}
                 if all(isinstance(nm.get(k), str) for k in ("app", "user", "session")):
                     keys[folder] = (nm["app"], nm["user"], nm["session"])
+                if v.symbolic is not None and len(parts) == 5:
+                    try:
+                        heads[folder] = head_segment(v)
+                    except CorruptRef:
+                        pass
             if v.symbolic is None:
                 out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
-        return {keys[f]: (f, refs) for f, refs in out.items() if f in keys}
+        return {keys[f]: (f, refs, heads.get(f)) for f, refs in out.items() if f in keys}
 
     def _read_refs_skipping_damage(self, refs: list[str]) -> dict[str, RefValue | None]:
         """Read refs in one batch; a garbage ref reads as absent (``fsck`` reports it), so

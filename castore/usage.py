@@ -76,7 +76,8 @@ rows add up to the total.
 
 Counting is cached: the rows read from each session are kept in a local file
 (``$CASTORE_USAGE_CACHE``, else ``~/.cache/castore/usage/<digest of the store URL>.json``) with
-the refs they were read at; the next run reads again only the sessions whose refs moved (on
+the refs they were read at and the branch HEAD was on (a checkout moves the rows of the commits
+two branches hold); the next run reads again only the sessions whose refs moved (on
 local disk the ref-change log tells which, without reading a ref), and ``castore import``
 brings an existing cache up to date as it does the search index (:func:`update_if_present`).
 The cache is derived data: deleting it loses nothing. An encrypted store is never cached
@@ -433,8 +434,8 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
 
     The branch a row names is the one HEAD is on when it holds the commit, else the first
     branch by name that does (a commit only a label reaches: the label's name; only a
-    detached HEAD: ``HEAD``). ``refs`` and ``current``: the session's refs as
-    :meth:`~castore.store.Store.session_refs` reads them and the branch segment its HEAD is on
+    detached HEAD: ``HEAD``). ``refs`` and ``current``: the session's refs and the branch
+    segment its HEAD is on, as :meth:`~castore.store.Store.session_refs_and_heads` reads them
     (else both are read).
 
     Raises:
@@ -445,8 +446,7 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
 
     if refs is None:
         folder = store.session(*key).prefix
-        refs = store.session_refs([folder]).get(key, (folder, {}))[1]
-        current = _current(store, [folder]).get(folder)
+        _f, refs, current = store.session_refs_and_heads([folder]).get(key, (folder, {}, None))
     paths: list[list[tuple[str, Commit]]] = []
     where: dict[str, tuple[int, int]] = {}  # commit -> (path, place in it)
     owner: dict[str, str] = {}
@@ -552,20 +552,6 @@ def _tips(refs: Mapping[str, str], current: str | None) -> list[tuple[str, str]]
     return [(n, t) for (_r, n), t in ranked]
 
 
-def _current(store: Store, folders: list[str]) -> dict[str, str | None]:
-    """The branch segment the HEAD of each session folder is on (None: detached, or none)."""
-    from .plumbing import head_segment
-
-    out: dict[str, str | None] = {}
-    for name, v in store.refs.read_many([f"{f}/HEAD" for f in folders]).items():
-        seg = None
-        if v is not None and v.symbolic is not None:
-            with contextlib.suppress(CastoreError):
-                seg = head_segment(v)
-        out[name.rsplit("/", 1)[0]] = seg
-    return out
-
-
 # -- the cache -----------------------------------------------------------------------------------
 def cache_path(store: Store) -> str:
     """The file the usage rows of ``store`` are cached in (see the module docstring)."""
@@ -623,10 +609,9 @@ def _rows_of(store: Store, cache: bool) -> dict[Key, list[Row]]:
     """The rows of one flat store (a root store, or a tenant's in the tenants layout)."""
     url = str(getattr(store.storage, "url", "") or "")
     if not cache or not _cacheable(store, url):
-        every = store.session_refs()
-        heads = _current(store, [f for f, _r in every.values()])
+        every = store.session_refs_and_heads()
         _load_commits_for(store, len(every), len(every))
-        return {key: session_rows(store, key, refs, heads.get(f)) for key, (f, refs) in every.items()}
+        return {key: session_rows(store, key, refs, head) for key, (_f, refs, head) in every.items()}
     path = cache_path(store)
     url = url if "://" in url else os.path.abspath(url)
     doc = _load_cache(path, url)
@@ -635,23 +620,23 @@ def _rows_of(store: Store, cache: bool) -> dict[Key, list[Row]]:
     if moved is not None and not moved:
         return {tuple(v["key"]): v["rows"] for v in old.values()}
     if moved is None:
-        fresh = store.session_refs()
+        fresh = store.session_refs_and_heads()
         sessions: dict[str, Any] = {}
     else:
         folders = {"/".join(parts[:4]) for n in moved if len(parts := n.split("/")) >= 5}
-        fresh = store.session_refs(folders)
+        fresh = store.session_refs_and_heads(folders)
         sessions = {f: v for f, v in old.items() if f not in folders}
     todo = []
-    for key, (folder, refs) in fresh.items():
+    for key, (folder, refs, head) in fresh.items():
         prev = old.get(folder)
-        if prev is not None and prev.get("refs") == refs and prev.get("key") == list(key):
+        if prev is not None and prev.get("refs") == refs and prev.get("head") == head and prev.get("key") == list(key):
             sessions[folder] = prev
         else:
-            todo.append((key, folder, refs))
-    heads = _current(store, [f for _k, f, _r in todo])
+            todo.append((key, folder, refs, head))
     _load_commits_for(store, len(todo), len(sessions) + len(todo))
-    for key, folder, refs in todo:
-        sessions[folder] = {"key": list(key), "refs": refs, "rows": session_rows(store, key, refs, heads.get(folder))}
+    for key, folder, refs, head in todo:
+        sessions[folder] = {"key": list(key), "refs": refs, "head": head,
+                            "rows": session_rows(store, key, refs, head)}
     _save_cache(path, {"version": CACHE_VERSION, "url": url, "mark": mark, "sessions": sessions})
     return {tuple(v["key"]): v["rows"] for v in sessions.values()}
 

@@ -475,6 +475,26 @@ def test_cache_follows_new_responses(store: castore.Store, tmp_path: Path) -> No
     assert usage(store, cache=False).total.responses == 0
 
 
+def test_cache_follows_a_checkout(store: castore.Store) -> None:
+    # a commit two branches hold is the checked-out branch's: HEAD moving to the other one
+    # moves it there, though no branch moved
+    s = store.session("agents", "u", "s1")
+    s.append(Message(role="assistant", content="a"), meta={
+        "model": "gpt-4.1", "usage": {"input_tokens": 10, "output_tokens": 1}})
+    s.branch("other")
+
+    def names(r: Any) -> dict[str, int]:
+        return {g.name: g.responses for g in r.groups}
+
+    assert names(usage(store, by="branch")) == {"agents/u/s1:main": 1}
+    s.checkout("other")
+    assert names(usage(store, by="branch", cache=False)) == {"agents/u/s1:other": 1}
+    assert names(usage(store, by="branch")) == {"agents/u/s1:other": 1}
+    s.checkout(s.resolve("HEAD"))  # detached: the first branch by name again
+    assert names(usage(store, by="branch")) == names(usage(store, by="branch", cache=False)) \
+        == {"agents/u/s1:main": 1}
+
+
 def test_an_encrypted_store_is_counted_but_never_cached(tmp_path: Path) -> None:
     from castore.crypto.keys import MasterKey
 
