@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .cli.main import cli
+from .cli.main import run
 
 if __name__ == "__main__":
-    cli(prog_name="castore")
+    run()

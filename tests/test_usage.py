@@ -495,6 +495,30 @@ def test_cache_follows_a_checkout(store: castore.Store) -> None:
         == {"agents/u/s1:main": 1}
 
 
+def test_the_castore_process_prints_what_the_command_prints(store: castore.Store, tmp_path: Path) -> None:
+    # `castore usage` ends its process without the interpreter's teardown: all its output is
+    # there all the same, its cache saved, and a failure still fails
+    import os
+    import subprocess
+    import sys
+
+    import_claude(store, _projects(tmp_path))
+    url = str(tmp_path / "store")
+    want = CliRunner().invoke(cli_main, ["--store", url, "usage", "--by", "branch", "--json"], env={
+        "CASTORE_USAGE_CACHE": str(tmp_path / "in-process.json")})
+    assert want.exit_code == 0 and (tmp_path / "in-process.json").exists()
+    env = {**os.environ, "CASTORE_USAGE_CACHE": str(tmp_path / "process.json")}
+    for args in (["--by", "branch", "--json"], ["--by", "branch"]):
+        got = subprocess.run([sys.executable, "-m", "castore", "--store", url, "usage", *args], env=env,
+                             capture_output=True, text=True, check=False)
+        want = CliRunner().invoke(cli_main, ["--store", url, "usage", *args])
+        assert (got.returncode, got.stdout, got.stderr) == (0, want.stdout, want.stderr)
+    assert (tmp_path / "process.json").read_bytes() == (tmp_path / "in-process.json").read_bytes()
+    got = subprocess.run([sys.executable, "-m", "castore", "--store", url, "usage", "--since", "yesterday"],
+                         env=env, capture_output=True, text=True, check=False)
+    assert got.returncode == 1 and "not a day" in got.stderr
+
+
 def test_an_encrypted_store_is_counted_but_never_cached(tmp_path: Path) -> None:
     from castore.crypto.keys import MasterKey
 

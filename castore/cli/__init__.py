@@ -1,13 +1,13 @@
 """The ``castore`` command: a thin click layer over the library (parse, call, print).
 
-:func:`main` is the console script. Commands are grouped in modules
-(:mod:`.session_cmds`, :mod:`.inspect_cmds`, :mod:`.demo`, and optional ones for other
-areas, see :mod:`.main`); :mod:`.common` holds the helpers they share and :mod:`.render`
-the text and JSON rendering.
+:func:`run` is the console script (:func:`main`, the click group, in a process of its
+own). Commands are grouped in modules (:mod:`.session_cmds`, :mod:`.inspect_cmds`,
+:mod:`.demo`, and optional ones for other areas, see :mod:`.main`); :mod:`.common` holds the
+helpers they share and :mod:`.render` the text and JSON rendering.
 """
 
 from __future__ import annotations
 
-from .main import cli, main
+from .main import cli, main, run
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "run"]

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import sys
 from typing import Any
 
 import click
@@ -57,6 +59,7 @@ from .common import (
     no_color,
     parse_options,
     takes_session,
+    teardown_skipped,
 )
 from .complete import complete_session
 
@@ -285,4 +288,24 @@ def _add_late_globals(cmd: click.Command) -> None:
 #: the same group under a second name
 cli = main
 
-__all__ = ["main", "cli", "COMMAND_MODULES", "OPTIONAL_COMMAND_MODULES", "command_modules", "load_command", "LazyGroup"]
+
+def run() -> None:
+    """The ``castore`` process (the console script, ``python -m castore``): :data:`cli`, then
+    exit with its code; after a command that asked for it (:func:`~castore.cli.common.skip_teardown`)
+    and succeeded, the process ends once its output is flushed, without the interpreter's teardown.
+    """
+    try:
+        cli(prog_name="castore")
+    except SystemExit as e:
+        if e.code in (None, 0) and teardown_skipped():
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                raise e from None  # the output could not be written: the ordinary exit reports it
+            os._exit(0)
+        raise
+
+
+__all__ = ["main", "cli", "run", "COMMAND_MODULES", "OPTIONAL_COMMAND_MODULES", "command_modules", "load_command",
+           "LazyGroup"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .common import json_option, note, pass_store, print_json
+from .common import json_option, note, pass_store, print_json, skip_teardown
 
 _JSON = ('{"by": GROUP, "rows": [ROW, ...], "total": ROW, "copies_merged": n, "prices": {"date", "source"}} '
          'where ROW is {"name", "responses", "input", "output", "cache_read", "cache_write", "total", "cost", '
@@ -50,6 +50,7 @@ def usage_cmd(store: Any, by: str, app: str | None, since: str | None, until: st
 
     report = usage(store, by=by, prices=load_prices(prices_file), app=app, since=since, until=until,
                    cache=not no_cache)
+    skip_teardown()  # the cache is saved; what is left is every decoded commit, for the OS to free
     if as_json:
         print_json(report.to_json())
         return
