@@ -31,6 +31,7 @@ is as the last landed batch left it, and nothing stored before is lost.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -339,10 +340,18 @@ class GroupCommit:
             return [e] * len(moves)
 
 
-#: seconds: a write batch lands what it staged at least this often when asked (:func:`land_due`),
-#: so that a process killed while importing loses at most about this much work
+#: seconds: a write batch lands what it staged this often when asked (:func:`land_due`; or four
+#: times as long as its last landing took, if more), so that a process killed while importing
+#: loses little work; the environment variable ``CASTORE_LAND_EVERY`` sets another
 LAND_EVERY = 0.25
 _open = threading.local()  # .batch: the write batch open in this thread
+
+
+def _land_every() -> float:
+    try:
+        return float(os.environ.get("CASTORE_LAND_EVERY", LAND_EVERY))
+    except ValueError:
+        return LAND_EVERY
 
 
 def land_due() -> None:
@@ -441,14 +450,15 @@ class WriteBatch:
     Args:
         plumbings: the write paths whose refs the batch may stage (a store's and its tenants').
         every: seconds between landings asked for by :func:`land_due` (default
-            :data:`LAND_EVERY`).
+            ``$CASTORE_LAND_EVERY``, else :data:`LAND_EVERY`).
     """
 
     def __init__(self, plumbings: Callable[[], Iterable[Plumbing]], every: float | None = None) -> None:
         self._plumbings = plumbings
         self._stage: RefStage | None = None
-        self.every = every if every is not None else LAND_EVERY
+        self.every = every if every is not None else _land_every()
         self._landed_at = 0.0
+        self._took = 0.0  # seconds the last landing took
 
     def __enter__(self) -> WriteBatch:
         if open_stage() is None:
@@ -483,15 +493,19 @@ class WriteBatch:
         if stage is None:
             return
         stage.__exit__()
+        began = time.monotonic()
         try:
             self._land(stage)
         finally:
             self._stage = RefStage().__enter__()
             self._landed_at = time.monotonic()
+            self._took = self._landed_at - began
 
     def due(self) -> bool:
-        """Whether :attr:`every` seconds have passed since the batch last landed (or opened)."""
-        return self._stage is not None and time.monotonic() - self._landed_at >= self.every
+        """Whether :attr:`every` seconds have passed since the batch last landed (or opened),
+        and four times as long as that landing took (a slow disk lands less often: landing
+        stays a small share of the time)."""
+        return self._stage is not None and time.monotonic() - self._landed_at >= max(self.every, 4 * self._took)
 
     def _land(self, stage: RefStage) -> None:
         failed: list[Exception] = []

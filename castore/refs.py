@@ -18,6 +18,7 @@ built on (:func:`castore.groupcommit.land_staged`). Other threads see the refs a
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 import os
 import threading
@@ -169,6 +170,7 @@ def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
 #: the token of a value a stage holds (never a storage's: a swap built on it cannot land by mistake)
 STAGED_TOKEN = "staged:"
 _current = threading.local()
+_staged_ids = itertools.count()
 
 
 @dataclass
@@ -312,14 +314,15 @@ class RefStore:
             RefConflict: the ref changed since ``expect`` was read (``actual`` is set).
             StorageError: the backend failed and it cannot be told whether the write landed.
         """
-        write_id = os.urandom(16).hex()
+        staged = self._staged()
+        # a staged value's write id need only be unique in this process (the landing stamps its own)
+        write_id = os.urandom(16).hex() if staged is None else f"s{next(_staged_ids)}"
         meta = {**(meta or {}), "w": write_id}
         data = _serialize(target, meta)
         key = ref_key(name)
         exp_token = expect.token if expect is not None else None
         if expect is not None and exp_token is None:
             raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
-        staged = self._staged()
         if staged is not None:
             return self._stage(staged, name, expect, RefValue(name, target, meta, STAGED_TOKEN + write_id))
         first: Token | Exception

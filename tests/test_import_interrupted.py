@@ -74,7 +74,8 @@ def _large(dest: Path, copies: int) -> bytes:
 
 
 def _cli(store: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # the import's write batch lands often (not every 0.25 s): a kill finds it part-way
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "CASTORE_LAND_EVERY": "0.01"}
     # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background by a shell
     # without job control inherits SIGINT ignored, and Python then installs no handler
     return subprocess.Popen([sys.executable, "-m", "castore", "--store", str(store), *args],
@@ -102,7 +103,7 @@ def _wait(cond: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_import_killed_at_several_points_is_finished_by_the_next(tmp_path: Path) -> None:
-    body = _large(tmp_path / "proj", 24)  # long enough to land part-way (write batches land every 0.25 s)
+    body = _large(tmp_path / "proj", 12)
     lines = body.count(b"\n")
     ref = castore.open(str(tmp_path / "ref"), durable=False)
     import_claude(ref, tmp_path / "proj")

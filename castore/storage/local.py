@@ -74,8 +74,9 @@ _LOGGED_DELETES = REFS
 #: how many refs a handle remembers its last framed write of (LocalStorage._landed)
 _LANDED_KEPT = 256
 #: :meth:`LocalStorage.sync_keys` of at least this many keys (and new folders) syncs the file
-#: system at once (one ``syncfs``) rather than each file and folder (about two ``fsync`` each)
-SYNCFS_KEYS = 32
+#: system at once (one ``syncfs``, a few ``fsync``s' time) rather than each file and folder
+#: (about two ``fsync``s each)
+SYNCFS_KEYS = 8
 
 
 @functools.cache
