@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CastoreError, RefConflict, RefLocked
+from .objectstore import ObjectStore
 from .plumbing import Batch, Plumbing, locked_error
 from .refs import RefStage, RefValue, Staged, open_stage
 
@@ -445,7 +446,9 @@ class WriteBatch:
     batch); :func:`land_due` lands it when ``every`` seconds have passed since it last
     landed. Interrupted (KeyboardInterrupt, SystemExit), what is staged is dropped: the store
     is as the last landing left it. A batch opened inside another of the same thread joins
-    it (its :meth:`land` does nothing).
+    it (its :meth:`land` does nothing). The stores' background repacks wait for the batch to
+    end, then run once (a repack per sealed log would merge the batch's growing packs again
+    and again while it writes).
 
     Args:
         plumbings: the write paths whose refs the batch may stage (a store's and its tenants').
@@ -459,12 +462,14 @@ class WriteBatch:
         self.every = every if every is not None else _land_every()
         self._landed_at = 0.0
         self._took = 0.0  # seconds the last landing took
+        self._held: list[ObjectStore] = []  # the object stores whose background repack waits for the batch
 
     def __enter__(self) -> WriteBatch:
         if open_stage() is None:
             self._stage = RefStage().__enter__()
             self._landed_at = time.monotonic()
             _open.batch = self
+            self._hold()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -473,10 +478,23 @@ class WriteBatch:
             return
         stage.__exit__()
         _open.batch = None
-        if kind is not None and not issubclass(kind, Exception):
-            self._drop(stage)
-            return
-        self._land(stage)
+        try:
+            if kind is not None and not issubclass(kind, Exception):
+                self._drop(stage)
+                return
+            self._land(stage)
+        finally:
+            held, self._held = self._held, []
+            for objects in held:
+                objects.release_repack()
+
+    def _hold(self) -> None:
+        """Hold the background repack of every store the batch may write (see
+        :meth:`~castore.objectstore.ObjectStore.hold_repack`): it runs once, after the batch."""
+        for p in self._plumbings():
+            if all(p.objects is not o for o in self._held):
+                p.objects.hold_repack()
+                self._held.append(p.objects)
 
     def __len__(self) -> int:
         """How many refs are staged."""
@@ -500,6 +518,7 @@ class WriteBatch:
             self._stage = RefStage().__enter__()
             self._landed_at = time.monotonic()
             self._took = self._landed_at - began
+            self._hold()  # (tenants' stores opened since)
 
     def due(self) -> bool:
         """Whether :attr:`every` seconds have passed since the batch last landed (or opened),

@@ -154,6 +154,15 @@ class ObjectStore:
     def auto_repack(self, on: bool) -> None:
         self.repacker.auto = on
 
+    def hold_repack(self) -> None:
+        """Start no background repack until :meth:`release_repack` (a write batch holds it
+        while it writes; see :meth:`Repacker.hold <castore.objectstore.repack.Repacker.hold>`)."""
+        self.repacker.hold()
+
+    def release_repack(self) -> None:
+        """End a :meth:`hold_repack`; the last one starts the repack asked for meanwhile."""
+        self.repacker.release()
+
     @property
     def repack_error(self) -> BaseException | None:
         """The last error a background repack met, if any (it never fails an append)."""

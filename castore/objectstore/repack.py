@@ -117,6 +117,8 @@ class Repacker:
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._again = False
+        self._held = 0  # hold() calls not released
+        self._owed = False  # a run was asked for while held
         # all under packmap.lock:
         self._seq: dict[str, int] = {}  # packs this handle wrote -> the order it wrote them in
         self._own: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()  # its batch packs' objects
@@ -437,6 +439,9 @@ class Repacker:
         if not self.auto:
             return
         with self.packmap.lock:
+            if self._held:  # a write batch is under way: one run once it is over (hold)
+                self._owed = True
+                return
             if self._thread is not None and self._thread.is_alive():  # (not alive: a forked child's)
                 # a run is going: it runs once more when done, for the packs written since it
                 # listed (dropping this request left up to twice the batch packs behind)
@@ -446,6 +451,22 @@ class Repacker:
             self._thread = t
             self._again = False
         t.start()
+
+    def hold(self) -> None:
+        """Start no background repack until :meth:`release` (calls nest): a long write batch
+        (an import) would otherwise merge its growing packs again and again while it writes."""
+        with self.packmap.lock:
+            self._held += 1
+
+    def release(self) -> None:
+        """End a :meth:`hold`; the last one starts the background repack asked for meanwhile."""
+        with self.packmap.lock:
+            self._held -= 1
+            owed = self._owed and not self._held
+            if owed:
+                self._owed = False
+        if owed:
+            self.start()
 
     def _repack_quietly(self) -> None:
         while True:
