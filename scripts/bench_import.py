@@ -181,7 +181,8 @@ def main() -> None:
     if a.markdown:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
-        argv = " ".join(sys.argv[1:-2] if sys.argv[-2] == "--markdown" else sys.argv[1:])
+        argv = " ".join("DIR" if a.workdir and x == a.workdir else x
+                        for x in (sys.argv[1:-2] if sys.argv[-2] == "--markdown" else sys.argv[1:]))
         Path(a.markdown).write_text(
             "# `castore import claude` against reading and parsing the files\n\n"
             f"Written by `.venv/bin/python scripts/bench_import.py {argv} --markdown FILE` at commit {commit}, "
