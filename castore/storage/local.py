@@ -28,7 +28,10 @@ of the log, which also covers the append's objects record), the new value is wri
 place (a framed ref, when the new frame fits one page: :data:`~.reffiles.INPLACE_MAX`) or
 renamed over the ref, with no fsync of file or folder (the framed files' reading and writing
 are :mod:`castore.storage.reffiles`). :meth:`LocalStorage.swap_many` does the same for
-several refs, their intents journaled at once. Such a swap's lock is this handle's lock file
+several refs, their intents journaled at once. Such a swap makes a new ref's folders without
+syncing their parents, and the write path's loose objects are written unsynced
+(:meth:`LocalStorage.write_unsynced`): the journal syncs them (:meth:`LocalStorage.sync_keys`,
+one ``syncfs`` for many) before the intent that needs them. Such a swap's lock is this handle's lock file
 under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
 :class:`~castore.storage.locks.HandleLockFile`). Before the first such swap of a boot,
 ``journal/<boot id>`` is created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
