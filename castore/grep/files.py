@@ -102,6 +102,7 @@ class Part:
         self.cols: list[Any] = [array.array("i") for _ in range(_COLS)]
         self.time: Any = array.array("d")
         self._chunks: dict[int, bytes] = {}  # chunk -> its text, as decompressed
+        self._cfirst: list[int] | None = None  # cfirst as a list, once a block is read
 
     @property
     def n(self) -> int:
@@ -151,10 +152,13 @@ class Part:
         Raises:
             ValueError: its chunk is damaged.
         """
-        c = bisect.bisect_right(self.cfirst, i) - 1
-        data = self.chunk(c)
+        cf = self._cfirst
+        if cf is None:
+            cf = self._cfirst = self.cfirst.tolist()  # a list bisects without making ints
+        c = bisect.bisect_right(cf, i) - 1
+        data = self._chunks.get(c) or self.chunk(c)
         at = self.cols[_AT]
-        return data[at[i]:(at[i + 1] if i + 1 < self.cfirst[c + 1] else len(data)) - 1]
+        return data[at[i]:(at[i + 1] if i + 1 < cf[c + 1] else len(data)) - 1]
 
     def block(self, i: int) -> str:
         """Block ``i``'s text.
