@@ -401,6 +401,7 @@ def test_chunks_filters_and_folding_characters_find_what_the_scan_finds(
     import castore.grep.files as gf
 
     monkeypatch.setattr(gf, "CHUNK", 64)
+    monkeypatch.setattr(gf, "CACHE_BYTES", 200)  # a few chunks kept at once: the others read again
     st = castore.open(str(tmp_path / "store"), durable=False)
     words = ["alpha beta", "gamma delta parser", "epsilon zeta", "eta theta iota"]
     for n in range(4):

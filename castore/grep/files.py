@@ -45,6 +45,9 @@ _SPECIAL_RX = re.compile("[\u00df\u0130\u0131\u0149\u017f\u01f0\u1e96-\u1e9a\u21
 #: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
 #: ASCII letter (Python's re: ſ is s, dotless ı is i): a lowered regex search sees the letter
 _FOLD = {0x17F: "s", 0x131: "i"}
+#: the decompressed text a part keeps for a search (beyond it, the chunks read first are let go:
+#: a search of a large archive does not hold all of its text in memory)
+CACHE_BYTES = 256 << 20
 #: the zstd level of a chunk
 _LEVEL = 3
 #: trigram hashes of the words seen while building, by word (bounded: cleared when full)
@@ -103,6 +106,7 @@ class Part:
         self.time: Any = array.array("d")
         self._chunks: dict[int, bytes] = {}  # chunk -> its text, as decompressed
         self._cfirst: list[int] | None = None  # cfirst as a list, once a block is read
+        self._cached = 0  # the bytes of _chunks
 
     @property
     def n(self) -> int:
@@ -115,7 +119,7 @@ class Part:
 
     def chunk(self, c: int) -> bytes:
         """Chunk ``c``'s text: its blocks' UTF-8, each followed by :data:`SEP` (decompressed on
-        first use, then kept).
+        first use, then kept, up to :data:`CACHE_BYTES` in all).
 
         Raises:
             ValueError: the chunk does not decompress, or does not end where its last block does.
@@ -131,6 +135,9 @@ class Part:
                 raise ValueError(f"index part {self.name}: {e}") from e
             if got[-1:] != _SEPB or self.cols[_AT][self.cfirst[c + 1] - 1] >= len(got):
                 raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
+            self._cached += len(got)
+            while self._cached > CACHE_BYTES and self._chunks:
+                self._cached -= len(self._chunks.pop(next(iter(self._chunks))))
             self._chunks[c] = got
         return got
 
