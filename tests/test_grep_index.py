@@ -419,3 +419,15 @@ def test_chunks_filters_and_folding_characters_find_what_the_scan_finds(
     ix = open_index(st)
     assert ix.segs[0].parts["main"].chunks > 8  # one chunk per block or two
     assert [m.lines[0].text for m in grep(st, "kelvin")] == ["a \u212aelvin walrus, a cla\u017fs"] * 4
+
+
+def test_chunks_kept_by_the_process_are_known_by_their_file_not_their_name(store: castore.Store) -> None:
+    """The process keeps decompressed chunks across searches; an index built again from scratch
+    reuses the segment names, and a search still reads the new files' text, not the kept one."""
+    import shutil
+
+    assert _texts(store, "parser", index=True) == _texts(store, "parser", index=False)
+    shutil.rmtree(index_dir(store))
+    store.session("bot", "ann", "s0").append({"role": "user", "content": "a walrus parser"})
+    assert _texts(store, "walrus") == ["a walrus parser"]
+    assert _texts(store, "parser", index=True) == _texts(store, "parser", index=False)

@@ -17,6 +17,7 @@ import mmap
 import os
 import re
 import sys
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
@@ -45,9 +46,28 @@ _SPECIAL_RX = re.compile("[\u00df\u0130\u0131\u0149\u017f\u01f0\u1e96-\u1e9a\u21
 #: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
 #: ASCII letter (Python's re: ſ is s, dotless ı is i): a lowered regex search sees the letter
 _FOLD = {0x17F: "s", 0x131: "i"}
-#: the decompressed text a part keeps for a search (beyond it, the chunks read first are let go:
-#: a search of a large archive does not hold all of its text in memory)
-CACHE_BYTES = 256 << 20
+#: the decompressed chunks (as written and lowered) the process keeps, across searches, by the
+#: file they come from (its name, size, CRC, time and inode: a file is never rewritten in place):
+#: a library user's repeated searches decompress nothing; beyond this many bytes the chunks
+#: read first are let go (a search of a large archive holds no more of its text)
+CACHE_BYTES = 128 << 20
+_cache: dict[tuple[Any, ...], bytes] = {}
+_cache_lock = threading.Lock()
+_cache_size = [0]
+
+
+def _cache_get(key: tuple[Any, ...]) -> bytes | None:
+    return _cache.get(key)
+
+
+def _cache_put(key: tuple[Any, ...], data: bytes) -> None:
+    with _cache_lock:
+        if key in _cache:
+            return
+        _cache[key] = data
+        _cache_size[0] += len(data)
+        while _cache_size[0] > CACHE_BYTES and _cache:
+            _cache_size[0] -= len(_cache.pop(next(iter(_cache))))
 #: the zstd level of a chunk
 _LEVEL = 3
 #: trigram hashes of the words seen while building, by word (bounded: cleared when full)
@@ -104,9 +124,10 @@ class Part:
         self.filters: Any = b""  # P.flt: _FILTER_BYTES per chunk
         self.cols: list[Any] = [array.array("i") for _ in range(_COLS)]
         self.time: Any = array.array("d")
-        self._chunks: dict[int, bytes] = {}  # chunk -> its text, as decompressed
+        #: what the chunks are known by in the process's cache (load_segment: the file's name and
+        #: record; else this part alone)
+        self.ident: Any = object()
         self._cfirst: list[int] | None = None  # cfirst as a list, once a block is read
-        self._cached = 0  # the bytes of _chunks
 
     @property
     def n(self) -> int:
@@ -119,12 +140,12 @@ class Part:
 
     def chunk(self, c: int) -> bytes:
         """Chunk ``c``'s text: its blocks' UTF-8, each followed by :data:`SEP` (decompressed on
-        first use, then kept, up to :data:`CACHE_BYTES` in all).
+        first use, then kept in the process's cache, :data:`CACHE_BYTES` in all).
 
         Raises:
             ValueError: the chunk does not decompress, or does not end where its last block does.
         """
-        got = self._chunks.get(c)
+        got = _cache_get((self.ident, c))
         if got is None:
             from ..errors import IntegrityError
             from ..objects import unframe
@@ -135,10 +156,19 @@ class Part:
                 raise ValueError(f"index part {self.name}: {e}") from e
             if got[-1:] != _SEPB or self.cols[_AT][self.cfirst[c + 1] - 1] >= len(got):
                 raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
-            self._cached += len(got)
-            while self._cached > CACHE_BYTES and self._chunks:
-                self._cached -= len(self._chunks.pop(next(iter(self._chunks))))
-            self._chunks[c] = got
+            _cache_put((self.ident, c), got)
+        return got
+
+    def lowered(self, c: int) -> bytes:
+        """Chunk ``c``'s text lower-cased by ``bytes.lower()`` (kept as :meth:`chunk` keeps it).
+
+        Raises:
+            ValueError: the chunk is damaged.
+        """
+        got = _cache_get((self.ident, c, 0))
+        if got is None:
+            got = self.chunk(c).lower()
+            _cache_put((self.ident, c, 0), got)
         return got
 
     def blocks_of(self, c: int) -> list[bytes]:
@@ -163,7 +193,7 @@ class Part:
         if cf is None:
             cf = self._cfirst = self.cfirst.tolist()  # a list bisects without making ints
         c = bisect.bisect_right(cf, i) - 1
-        data = self._chunks.get(c) or self.chunk(c)
+        data = _cache_get((self.ident, c)) or self.chunk(c)
         at = self.cols[_AT]
         return data[at[i]:(at[i + 1] if i + 1 < cf[c + 1] else len(data)) - 1]
 
@@ -207,8 +237,7 @@ class Part:
         got: list[int] = []
         at = self.cols[_AT]
         for c in self.candidates(filter_bits(needle), lowered):
-            data = self.chunk(c)
-            hay = data.lower() if lowered else data
+            hay = self.lowered(c) if lowered else self.chunk(c)
             first, end = self.cfirst[c], self.cfirst[c + 1]
             x = hay.find(needle)
             offs = at[first:end].tolist() if x >= 0 else []  # the blocks' starts in the chunk
@@ -497,6 +526,7 @@ def load_segment(folder: str, g: dict[str, Any], base: int) -> Segment:
         p = Part(pname)
         pre = f"{g['name']}.{pname}"
         p.z = open_file(folder, f"{pre}.z", files[f"{pname}.z"])
+        p.ident = (folder, f"{pre}.z", *files[f"{pname}.z"])
         p.filters = open_file(folder, f"{pre}.flt", files[f"{pname}.flt"])
         offs = _view(folder, f"{pre}.off", files[f"{pname}.off"], "q")
         rec = _view(folder, f"{pre}.rec", files[f"{pname}.rec"], "i")

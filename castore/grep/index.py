@@ -71,7 +71,9 @@ session's ref folder and refs, read only when something moved: a search of an in
 moved since reads ``state.json`` and the files of the parts it searches, nothing else.
 
 The files of a segment (its parts as loaded or built, their writing and their checks) and
-the commit numbering of an update are in :mod:`castore.grep.files`.
+the commit numbering of an update are in :mod:`castore.grep.files`. A process keeps the chunks
+it decompressed (and their lower case), up to :data:`~castore.grep.files.CACHE_BYTES`, known by
+the file they come from: a library user's next search decompresses nothing it read before.
 """
 
 from __future__ import annotations
@@ -586,6 +588,8 @@ class Index:
                                 "commits": len(files["commits"]) // 32, "files": record}]
         seg = Segment(name, first)
         seg.commits, seg.parts = files["commits"], built
+        for pname, p in built.items():  # known in the process's cache as a loaded part is
+            p.ident = (self.folder, f"{name}.{pname}.z", *record[f"{pname}.z"])
         self._set_sessions(sessions)
         self.mark, self.strings = mark, list(strings)
         self.branch_sets = list(bsets)
