@@ -77,6 +77,11 @@ def test_cli_takes_short_sessions(url: str) -> None:
     assert "claude/proj/0ccf9999-aaaa (and 1 session named after it)" in r.stderr
     assert "0ccf9999-aaaa.subagents.agent-a1" not in r.stderr
     assert _run(url, "use", "0ccf").exit_code == 1
+    # status resolves a prefix as log does, and still shows a new session typed in full
+    r = _run(url, "status", "--json", "-s", "codex/local/0ccf")
+    assert r.exit_code == 0 and '"session": "codex/local/0ccf1a04-1b4c"' in r.stdout, r.output
+    r = _run(url, "-s", "codex/local/brand-new", "status")
+    assert r.exit_code == 0 and "codex/local/brand-new" in r.stdout and "none yet" in r.stdout
     assert "not found" in _run(url, "-s", "nope", "log").stderr
     # a new session typed in full is taken as typed, never as an existing one it prefixes
     r = _run(url, "append", "-s", "claude/proj/0ccf", "--role", "user", "new")

@@ -276,7 +276,8 @@ def split_key(spec: str, min_parts: int, max_parts: int, param_hint: str) -> lis
     return [unescape(p) for p in parts]
 
 
-def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, spec: str | None = None) -> Session:
+def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, new_ok: bool = False,
+                spec: str | None = None) -> Session:
     """The session named by ``-s/--session`` (or ``$CASTORE_SESSION``) in the store.
 
     Args:
@@ -284,6 +285,8 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, sp
         spec: ``APP/USER/SESSION`` given to the command itself; it wins over the group's.
         must_exist: raise :class:`~castore.errors.SessionNotFound` for a session with
             no entries (commands that write, like ``append``, pass False).
+        new_ok: look a short form up as :func:`find_session` does, and take the spec as
+            typed only when nothing matches (``status`` of a prefix shows that session).
 
     Raises:
         click.UsageError: no session was given (exit 2).
@@ -300,7 +303,7 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, sp
             f"this command needs a session: pass -s APP/USER/SESSION, set {SESSION_ENV}, "
             f"or choose one with {hint('use APP/USER/SESSION', ctx, session=False)}", ctx=ctx
         )
-    return find_session(open_store(ctx, must_exist=must_exist), spec, must_exist=must_exist)
+    return find_session(open_store(ctx, must_exist=must_exist), spec, must_exist=must_exist, new_ok=new_ok)
 
 
 def find_session(store: Store, spec: str, *, must_exist: bool = True, new_ok: bool = False,
@@ -323,7 +326,7 @@ def find_session(store: Store, spec: str, *, must_exist: bool = True, new_ok: bo
                                  "as %2F)", param_hint=param_hint)
     if len(parts) == 3:
         session = store.session(*split_key(spec, 3, 3, param_hint))
-        if not must_exist or session.exists():
+        if (not must_exist and not new_ok) or session.exists():
             return session
     from .. import porcelain  # only for a short form: it loads sync and the views
 

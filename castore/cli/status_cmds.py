@@ -81,7 +81,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     store = open_store(ctx, must_exist=False)
     try:
-        session: Session | None = get_session(ctx, must_exist=False)
+        session: Session | None = get_session(ctx, must_exist=False, new_ok=True)
     except click.UsageError:
         session = None
     st = porcelain.status(store, session)
