@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CastoreError, CorruptRef, InvalidEntry, RefConflict, StorageError
-from .storage import Journal, JournalMany, PreconditionFailed, Storage, Token
+from .storage import Journal, JournalMany, PreconditionFailed, Storage, Token, Versioned
 
 PREFIX = "refs"
 SYMBOLIC = "ref: "
@@ -192,6 +192,8 @@ class RefStage:
 
     def __init__(self) -> None:
         self._by_store: dict[int, tuple[RefStore, dict[str, Staged]]] = {}
+        #: the stored refs this stage's thread read, as read (bytes and token; None: absent), by store
+        self._seen: dict[int, dict[str, Versioned | None]] = {}
 
     def __enter__(self) -> RefStage:
         if getattr(_current, "stage", None) is not None:
@@ -208,6 +210,14 @@ class RefStage:
         if got is None:
             got = self._by_store[id(refs)] = (refs, {})
         return got[1]
+
+    def seen(self, refs: RefStore) -> dict[str, Versioned | None]:
+        """The stored refs of ``refs`` this stage's thread read, as first read (a live view):
+        a read of one again in this stage is parsed from these bytes, not read again."""
+        got = self._seen.get(id(refs))
+        if got is None:
+            got = self._seen[id(refs)] = {}
+        return got
 
     def stores(self) -> builtins.list[RefStore]:
         """The ref stores this stage holds changes of."""
@@ -239,21 +249,41 @@ class RefStore:
 
     def read(self, name: str) -> RefValue | None:
         """Read one ref (without following symbolic refs); None when it does not exist.
-        In a thread with an open :class:`RefStage`, what the stage holds for it.
+        In a thread with an open :class:`RefStage`, what the stage holds for it, else the
+        stored ref as this stage first read it (a batch reads each ref once; a swap built on
+        it is compared with storage when staged and again when landed). Each call parses
+        anew: no two callers share a value's metadata.
 
         Raises:
             IntegrityError: the ref file is garbage.
             StorageError: the backend failed.
         """
-        staged = self._staged()
-        if staged:
-            got_staged = staged.get(name)
-            if got_staged is not None:
-                return got_staged.value
-        got = self.storage.read_versioned(ref_key(name))
-        if got is None:
-            return None
+        got = self._stored(name)
+        if isinstance(got, RefValue) or got is None:
+            return got
         return parse(name, got.data, got.token)
+
+    def exists(self, name: str) -> bool:
+        """Whether the ref exists (as :meth:`read` sees it, without parsing it).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return self._stored(name) is not None
+
+    def _stored(self, name: str) -> RefValue | Versioned | None:
+        """What :meth:`read` parses: the staged value, or the stored bytes (read once per stage)."""
+        stage = open_stage()
+        if stage is None:
+            return self.storage.read_versioned(ref_key(name))
+        got_staged = stage.changes(self).get(name)
+        if got_staged is not None:
+            return got_staged.value
+        seen = stage.seen(self)
+        if name in seen:
+            return seen[name]
+        got = seen[name] = self.storage.read_versioned(ref_key(name))
+        return got
 
     def read_many(self, names: list[str]) -> dict[str, RefValue | None]:
         """Read several refs in one batch (no tokens: for reading, not for swapping).
@@ -432,6 +462,9 @@ class RefStore:
         if got is None:
             stored = self.storage.read_versioned(ref_key(name))
             if (stored.token if stored is not None else None) != (expect.token if expect is not None else None):
+                stage = open_stage()
+                if stage is not None:
+                    stage.seen(self).pop(name, None)  # moved by another writer: the next read reads it anew
                 raise RefConflict(name, _target_of(expect), parse(name, stored.data).target if stored else None)
             staged[name] = Staged(name, expect, new)
         else:

@@ -237,7 +237,7 @@ class Session:
 
     def exists(self) -> bool:
         """Whether the session has any entry (a HEAD ref)."""
-        return self._refs.read(self.refs.head) is not None
+        return self._refs.exists(self.refs.head)
 
     @property
     def info(self) -> dict[str, Any]:

@@ -649,10 +649,11 @@ class Store:
         (in this store and its tenants' stores) and lands them together, as groups of
         compare-and-swaps (on local disk in format 3: one sync per group instead of one per
         move); ``b.land()`` lands what is staged so far. Reads of refs in this thread see
-        what is staged (listings, :meth:`sessions` and :meth:`apps`, show what has landed);
-        other threads see the store as landed. Stopped before a landing (kill -9,
-        Ctrl-C), nothing of the batch's since is stored and nothing before is lost. See
-        :class:`~castore.groupcommit.WriteBatch`.
+        what is staged (listings, :meth:`sessions` and :meth:`apps`, show what has landed),
+        and a ref read once reads the same until the next landing or this thread's move of it
+        (a re-import reads each session's HEAD once); other threads see the store as landed.
+        Stopped before a landing (kill -9, Ctrl-C), nothing of the batch's since is stored
+        and nothing before is lost. See :class:`~castore.groupcommit.WriteBatch`.
 
         Raises:
             nothing itself; leaving the block or ``land()``: RefConflict (a ref moved under

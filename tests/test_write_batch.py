@@ -45,6 +45,37 @@ def test_a_batch_reads_its_own_moves_and_others_see_them_once_landed(store: cast
     assert [m.content for m in s.messages()] == ["hi", "hello"]
 
 
+def test_a_batch_reads_a_stored_ref_once_and_each_read_is_the_callers_own(
+        store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = store.session("app", "u", "s1")
+    s.append(castore.Message(role="user", content="hi"))
+    s.set_info({"k": {"n": 1}})
+    storage = store.refs.storage
+    real = storage.read_versioned
+    reads: list[str] = []
+
+    def counted(key: str) -> object:
+        reads.append(key)
+        return real(key)
+
+    monkeypatch.setattr(storage, "read_versioned", counted)
+    head = f"refs/{s.refs.head}"
+    with store.batch():
+        for _ in range(5):
+            assert s.exists()
+            info = s.info
+            assert info == {"k": {"n": 1}}
+            info["k"]["n"] = 2  # a caller's change to what it read stays its own
+        assert reads.count(head) == 1
+        # another writer moves HEAD: the batch reads HEAD as it first did until it moves it,
+        # and a move built on that first read is staged on a fresh one (not refused forever)
+        _elsewhere(lambda: store.session("app", "u", "s1").set_info({"k": 3}))
+        assert s.info == {"k": {"n": 1}}
+        s.set_info({"m": 4})
+        assert s.info == {"m": 4}
+    assert s.info == {"m": 4} and reads.count(head) >= 2
+
+
 def test_an_interrupted_batch_lands_nothing_and_an_ordinary_error_keeps_what_was_done(
         store: castore.Store) -> None:
     s = store.session("app", "u", "s1")
