@@ -13,6 +13,7 @@ stores it in the ref's metadata), since a digest cannot be decoded.
 
 from __future__ import annotations
 
+import functools
 import string
 
 from .errors import InvalidName
@@ -42,6 +43,7 @@ def validate(name: object, what: str = "name") -> str:
     return name
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a pure function of strings; an import encodes each session's names ~7 times
 def encode(name: str, what: str = "name") -> str:
     """Encode a name into one safe path segment.
 
