@@ -35,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import names
 from . import objects as o
@@ -53,9 +53,11 @@ from .errors import (
 from .history import Hint, History, K
 from .objects import Blob, Commit, ObjectId, Value
 from .objectstore import ObjectStore
-from .redact import Redactor
 from .refs import SYMBOLIC, RefStore, RefValue
 from .state import StateWriter
+
+if TYPE_CHECKING:  # a store that redacts sets one (castore.store imports the redactor then)
+    from .redact import Redactor
 
 T = TypeVar("T")
 

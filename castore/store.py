@@ -54,17 +54,18 @@ from .plumbing import (
     session_prefix,
     valid_segment,
 )
-from .redact import KEY_BYTES, Redactor
-from .redact import new_key as new_redaction_key
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
-from .session import Session
 from .state import read_state, read_states
 from .storage import PreconditionFailed, Storage, open_storage
 
 if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a plain one never loads it)
     from .crypto.encryption import Encryption
     from .crypto.keys import KeyWrapper
+
+    # imported where used: a command that reads (grep, log) never loads the redactor or the Session class
+    from .redact import Redactor
+    from .session import Session
 
 CONFIG_KEY = "castore.json"
 #: the store layouts (castore.json ``layout``, docs/FORMAT.md 2): ``flat`` keeps every tenant's
@@ -595,6 +596,8 @@ class Store:
             return self.root.redaction_key()
         key = self.stored_redaction_key()
         if key is None:
+            from .redact import new_key as new_redaction_key
+
             fresh = new_redaction_key().hex()
             self.update_config(lambda c: c if c.get(REDACT_KEY) else {**c, REDACT_KEY: fresh})
             key = self.stored_redaction_key()
@@ -607,6 +610,8 @@ class Store:
         Raises:
             FormatError: ``"redact_key"`` is not 64 hex digits.
         """
+        from .redact import KEY_BYTES
+
         if self._tenant_of is not None:
             return self.root.stored_redaction_key()
         value = (self._config or {}).get(REDACT_KEY)
@@ -628,6 +633,8 @@ class Store:
         if key is None:
             self.plumbing.redactor = None
         elif self.plumbing.redactor is None or self.plumbing.redactor.key != key:
+            from .redact import Redactor
+
             self.plumbing.redactor = Redactor(key)
         for t in list(getattr(self, "_tenants", {}).values()):
             t.plumbing.redactor = self.plumbing.redactor
@@ -674,6 +681,8 @@ class Store:
         home = self.tenant(app, user)
         if home is not self:
             return home.session(app, user, session_id)
+        from .session import Session
+
         return Session(self, app, user, session_id)
 
     def sessions(self, app: str, user: str | None = None) -> list[SessionInfo]:
@@ -1120,7 +1129,7 @@ class ConfigContended(CastoreError):
 
 
 __all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_dir", "STORE_DIR", "check_url",
-           "ObjectId", "RefValue", "Session"]
+           "ObjectId", "RefValue"]
 
 
 def _number(value: object, default: float) -> float:

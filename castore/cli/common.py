@@ -28,16 +28,18 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .. import objects as o
 from ..errors import CastoreError, SessionNotFound
-from ..session import Session
-from ..storage import open_storage, split_url
-from ..store import Store, default_url
 from .text import safe, safe_json
+
+if TYPE_CHECKING:
+    # imported where used: `castore --version` and `--help` load no store, and a command that
+    # only reads loads no Session class it does not use
+    from ..session import Session
+    from ..store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -169,6 +171,8 @@ def parse_options(pairs: tuple[str, ...], param_hint: str = "'--option'") -> dic
 # -- the store -------------------------------------------------------------------------
 def store_url(ctx: click.Context) -> str:
     """The store URL this invocation uses: ``--store``, ``$CASTORE_STORE``, or ``./.castore``."""
+    from ..store import default_url
+
     return _state(ctx).store_url or default_url()
 
 
@@ -200,6 +204,8 @@ def ensure_bucket(url: str, ctx: click.Context | None = None) -> None:
     Raises:
         StorageError: the backend failed.
     """
+    from ..storage import open_storage, split_url
+
     if split_url(url)[0] not in ("s3", "s3a"):
         return
     storage: Any = open_storage(url, **store_options(ctx or click.get_current_context()))  # S3Storage
@@ -221,6 +227,8 @@ def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> 
     Raises:
         StoreNotFound, FormatError, StorageError.
     """
+    from ..store import Store
+
     ctx = ctx or click.get_current_context()
     st = _state(ctx)
     if st._store is None:  # noqa: SLF001
@@ -482,6 +490,8 @@ def limit_option(default: int | None = None, what: str = "items") -> Callable[[F
 
 def to_jsonable(value: Any) -> Any:
     """Stored values as JSON-compatible builtins (bytes become base64 strings)."""
+    from .. import objects as o
+
     return o.to_builtins(value)
 
 

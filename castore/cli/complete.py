@@ -16,15 +16,18 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import CastoreError
-from ..store import Store, default_url
 from .common import SESSION_ENV, CliState, default_session, escape, find_session, format_key, parse_options
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+    from ..store import Store
+
 
 def _store(ctx: click.Context) -> Store | None:
     """The store the command line typed so far names, if there is one."""
+    from ..store import Store, default_url  # only while completing: `castore --version` loads no store
+
     root = ctx.find_root().params
     st = ctx.find_object(CliState)
     url = (st.store_url if st is not None else None) or root.get("store_url") or default_url()
