@@ -129,6 +129,7 @@ print(mods())
 print(sorted(main.get_command(None, "export").list_commands(None)))
 print(mods())
 r = CliRunner().invoke(main, ["--help"])
+assert r.exit_code == 0 and "  grep  " in r.stdout and "  usage  " in r.stdout, r.output
 print(mods())
 """
 
@@ -137,18 +138,44 @@ def test_a_command_imports_only_the_modules_it_comes_from(seeded: Seeded) -> Non
     seeded.store.close()  # sealed, so the other process sees the session
     out = subprocess.run([sys.executable, "-c", _LAZY_PROBE, seeded.url], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout.splitlines()
-    every = sorted(m for m in {**importlib.import_module("castore.cli.main").COMMAND_MODULES,
-                               **importlib.import_module("castore.cli.main").OPTIONAL_COMMAND_MODULES})
+    loaded = ("['castore.cli.archive_cmds', 'castore.cli.html_cmds', 'castore.cli.inspect_cmds', 'castore.cli.io_cmds', "
+              "'castore.cli.session_cmds']")
     assert out == [
         "[]",
         "['castore.cli.inspect_cmds', 'castore.cli.session_cmds']",  # inspect_cmds imports refs_of from it
         "['castore.cli.archive_cmds', 'castore.cli.inspect_cmds', 'castore.cli.session_cmds']",
         # grep was loaded first; export still gets the subcommands of all three modules that add to it
         "['claude', 'codex', 'gemini', 'html', 'pi']",
-        "['castore.cli.archive_cmds', 'castore.cli.html_cmds', 'castore.cli.inspect_cmds', 'castore.cli.io_cmds', "
-        "'castore.cli.session_cmds']",
-        str(every),
+        loaded,
+        loaded,  # --help lists every command from the summaries, importing no other module
     ]
+
+
+@pytest.mark.parametrize("limit", [12, 45, 60, 80, 10**6])
+def test_the_summaries_are_what_the_commands_say(limit: int) -> None:
+    cli_main = importlib.import_module("castore.cli.main")
+    assert sorted(cli_main.SUMMARIES) == sorted(cli_main.command_modules())
+    for name, summary in cli_main.SUMMARIES.items():
+        cmd = cli_main.load_command(name)
+        assert not cmd.hidden, name  # the listing from the table would show it
+        # click shortens the table's line exactly as it shortens the command's own help
+        assert click.Command(name, help=summary).get_short_help_str(limit) == cmd.get_short_help_str(limit), name
+
+
+def test_help_and_completion_list_every_command_with_its_summary_without_loading_it() -> None:
+    probe = """
+import sys
+from click.shell_completion import ShellComplete
+from castore.cli import main
+comp = ShellComplete(main, {}, "castore", "_CASTORE_COMPLETE")
+items = [(c.value, c.help) for c in comp.get_completions([], "ex")]
+assert not [m for m in sys.modules if m.endswith(("_cmds", ".demo"))], sorted(sys.modules)
+print(items)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout.strip()
+    assert out == str([(name, main.get_command(None, name).get_short_help_str())  # type: ignore[union-attr]
+                       for name in ("expire", "export")])
 
 
 def test_a_mistyped_command_gets_a_suggestion_before_any_module_is_loaded() -> None:

@@ -74,3 +74,44 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         castore.nope  # noqa: B018
     assert not hasattr(castore, "Sessionn")
+
+
+#: what the ``castore`` command loads before a command opens a store: never the store, the object
+#: format or the library above it, nor a command module or click's completion machinery
+NOT_BEFORE_A_STORE = ["msgspec", "blake3", "zstandard", "castore.store", "castore.session", "castore.objects",
+                      "castore.storage", "castore.grep", "castore.redact", "click.shell_completion",
+                      "castore.cli.render", "castore.cli.session_cmds", "castore.cli.inspect_cmds",
+                      "castore.cli.archive_cmds"]
+#: never loaded by ``castore grep -c`` through an up-to-date index: the Session class and what only it
+#: uses, redaction, the scan without an index, rendering, other commands' modules, remote backends
+NOT_FOR_GREP = ["castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
+                "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds", "castore.cli.inspect_cmds",
+                "castore.usage", "castore.sync", "castore.adapters", "castore.crypto", "click.shell_completion",
+                "fsspec", "s3fs", "asyncio", "concurrent.futures"]
+#: the ``castore`` command run with the arguments given, in the same interpreter
+_CLI = "import sys\nfrom castore.cli.main import cli\ntry:\n    cli(sys.argv[1:])\nexcept SystemExit as e:\n" \
+       "    assert e.code == 0, e.code\n"
+
+
+def _loaded(mods: list[str], names: list[str]) -> list[str]:
+    return [m for m in names if m in mods or any(x.startswith(m + ".") for x in mods)]
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_the_cli_loads_no_store_before_a_command_opens_one(args: list[str]) -> None:
+    mods = _modules_after(_CLI, *args)
+    assert "click" in mods and "castore.cli.common" in mods  # the command did run
+    assert _loaded(mods, NOT_BEFORE_A_STORE) == []
+
+
+def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path) -> None:
+    from castore.grep import grep_counts
+
+    url = str(tmp_path / "store")
+    with castore.open(url) as st:
+        s = st.session("app", "u", "s1")
+        s.append(castore.Message(role="user", content="Weather in Beijing?"))
+        assert sum(grep_counts(st, "Beijing").values()) == 1  # the index is built (and sealed) here
+    mods = _modules_after(_CLI, "--store", url, "grep", "-c", "Beijing")
+    assert "castore.grep.index" in mods and "castore.store" in mods  # the search did run, through the index
+    assert _loaded(mods, NOT_FOR_GREP) == []

@@ -32,7 +32,11 @@ is the only place that says which module a command comes from; a test checks it 
 the modules register). A module is imported only when one of its commands is run or its
 help is shown, so ``castore log`` does not pay for importing ``serve`` or ``grep``; a command
 name that several modules extend (``import``, ``export``) loads all of them, in the order
-listed.
+listed. ``castore --help`` and the shell's completion of a command name list every command
+with its summary from :data:`SUMMARIES`, importing none of them (a test checks that table
+against the commands too). This module and :mod:`.common` load no store either: ``castore
+--version`` costs the interpreter, click and the errors; the store, its object format and the
+library load with the first command that opens a store.
 
 A module listed here that does not exist is skipped; one that exists but fails to import
 is an error (a broken command module must not go unnoticed).
@@ -44,7 +48,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -62,6 +66,9 @@ from .common import (
     teardown_skipped,
 )
 from .complete import complete_session
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 #: command modules that ship with the CLI, each with the commands its ``register`` adds
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
@@ -84,6 +91,56 @@ OPTIONAL_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "castore.cli.key_cmds": ("key", "encrypt", "erase", "erasures"),
     "castore.cli.usage_cmds": ("usage",),
     "castore.cli.redact_cmds": ("redact",),
+}
+
+#: each command's summary, as click makes it from the command's help (its first sentence, not
+#: shortened): `castore --help` and the completion of a command name show these without
+#: importing a command module (a test checks the table against the commands themselves)
+SUMMARIES: dict[str, str] = {
+    "append": "Append a message (--role ROLE TEXT) or an event (--event JSON).",
+    "branch": "List, create (NAME [REV]), move (-f NAME REV) or delete (-d/-D NAME) branches.",
+    "cat-object": "Print a stored object by id or unique prefix (4+ hex characters).",
+    "checkout": "Move HEAD (the leaf) to a branch, or detach it at a commit (REV).",
+    "clone": "Copy the store at URL (all of it, or APP[/USER[/SESSION]]) into folder DEST, as git clone does.",
+    "compact": "Append a compaction: SUMMARY replaces the entries before --keep-from in the context.",
+    "context": "Print the messages a model would be sent for the path ending at REV.",
+    "delete-session": "Delete session APP/USER/SESSION: its branches, labels and HEAD.",
+    "demo": "Record a scripted weather-agent session, then show its tree and state.",
+    "diff": "State changes from REV1 to REV2 (default HEAD), and the entries since they forked.",
+    "encrypt": "Write an encrypted copy of the --store store at DEST_URL (a new, empty store).",
+    "erase": "Destroy the data keys of APP/USER (or of APP and all its users), for good.",
+    "erasures": "List the erasures recorded in the store's key store, oldest first.",
+    "expire": "Delete the sessions no branch, label or HEAD of which moved for AGE (retention).",
+    "export": ("Export sessions: to Pi JSONL, Claude Code, Codex CLI or Gemini CLI files, or to "
+               "a self-contained HTML view."),
+    "fork": "Start session NEW_SESSION from this one's history up to REV (O(1)).",
+    "fsck": "Check the whole store: every object re-hashed, every ref and link followed.",
+    "gc": "Delete objects no ref reaches that are older than the grace period.",
+    "grep": "Search every session and branch of the store for PATTERN (a Python regex).",
+    "import": "Import sessions from other agents' files (Claude Code, Codex CLI, Pi, Gemini CLI).",
+    "init": "Create a store at URL (default: the --store option).",
+    "key": "Master keys of encrypted stores: make one, rotate a store to a new one.",
+    "label": "Put label NAME on REV (default HEAD), as `git tag NAME [REV]`; -d deletes it.",
+    "labels": "List the session's labels and the commits they name.",
+    "log": "Show history, newest first; --all: every branch, --graph: the tree.",
+    "pull": "Bring sessions from REMOTE (a remote's name or a URL; default origin).",
+    "push": "Send sessions to REMOTE (a remote's name or a URL; default origin).",
+    "redact": ("Redact secrets in sessions already stored (a session, default the current one, "
+               "or --all), and in the app and user state they see."),
+    "reflog": "List the moves that overwrote a ref's tip (branch -f, reset, forced pull/push), newest first.",
+    "remote": "Manage the remotes (other stores to push to and pull from) of this store.",
+    "repack": "Merge small packs and small loose objects into one pack (storage format 2).",
+    "replay": "Rebuild the state at REV from the entries' deltas alone, and print it.",
+    "reset": "Move the current branch (or a detached HEAD) to REV, as `git reset --soft`.",
+    "serve": "Browse a store's sessions in a web browser (read-only, local).",
+    "sessions": "List sessions, newest first: entry count, branch, last activity.",
+    "show": "Show one commit: its entry, metadata, state delta and parents.",
+    "state": "Print the state at REV (default HEAD) as JSON, or the value of KEY.",
+    "status": "Show the store, the session, HEAD, its branch, the entries and the remotes' state.",
+    "sync": "Pull then push every session: this store and REMOTE end up holding the same history.",
+    "usage": "Tokens (input, output, cache read, cache write) and cost of every model response stored.",
+    "use": "Make APP/USER/SESSION this store's default session (no -s needed after it).",
+    "verify": "Audit REV's path: re-hash objects, replay deltas against snapshots.",
 }
 
 
@@ -161,6 +218,31 @@ class LazyGroup(CastoreGroup):
             if cmd is not None:
                 self.add_command(cmd, cmd_name)
         return self.commands.get(cmd_name)
+
+    def _listed(self, ctx: click.Context, name: str) -> click.Command | None:
+        """What a listing shows for ``name``: the command once loaded, else a stand-in made from
+        :data:`SUMMARIES` (a name the table lacks is loaded)."""
+        if name in self.commands or name not in SUMMARIES:
+            return self.get_command(ctx, name)
+        return click.Command(name, help=SUMMARIES[name])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The "Commands" section of ``--help``, as click writes it, from :data:`SUMMARIES`
+        (no command module is imported to list the commands)."""
+        commands = [(name, cmd) for name in self.list_commands(ctx)
+                    if (cmd := self._listed(ctx, name)) is not None and not cmd.hidden]
+        if commands:
+            limit = formatter.width - 6 - max(len(name) for name, _ in commands)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in commands])
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Completions of a command name (with its summary, from :data:`SUMMARIES`) or an option."""
+        from click.shell_completion import CompletionItem
+
+        out = [CompletionItem(name, help=cmd.get_short_help_str()) for name in self.list_commands(ctx)
+               if name.startswith(incomplete) and (cmd := self._listed(ctx, name)) is not None and not cmd.hidden]
+        return out + click.Command.shell_complete(self, ctx, incomplete)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
                                                                            list[str]]:
@@ -307,5 +389,5 @@ def run() -> None:
         raise
 
 
-__all__ = ["main", "cli", "run", "COMMAND_MODULES", "OPTIONAL_COMMAND_MODULES", "command_modules", "load_command",
-           "LazyGroup"]
+__all__ = ["main", "cli", "run", "COMMAND_MODULES", "OPTIONAL_COMMAND_MODULES", "SUMMARIES", "command_modules",
+           "load_command", "LazyGroup"]
