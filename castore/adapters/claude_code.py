@@ -73,6 +73,7 @@ from .jsonl_tree import (
     read_blobs,
     read_lines,
     safe_join,
+    settled_head,
     stored_bytes,
     stored_lines,
 )
@@ -479,6 +480,8 @@ class _Importer:
         self.main_cid: dict[int, str] = {}  # line -> commit of the main session's lines written by run()
         self.sidechains: _Sidechains | None = None
         self.own: set[str] | None = None  # the session's commits, read when a line names one
+        #: the file had nothing new and the session nothing to finish (:meth:`_settled`): ``info`` is current
+        self.settled = False
 
     def commit_of(self, n: int) -> str | None:
         """The commit of line ``n`` of the main session (this import's, or an earlier one's)."""
@@ -518,10 +521,26 @@ class _Importer:
         st = self.state
         if st.offset and (size < st.offset or prefix_digest(f, st.offset) != st.digest):
             return self._changed(f, f"the first {st.offset} bytes changed since the last import (file rewritten?)")
+        if st.offset and size == st.offset and self._settled(res):
+            return res
         try:
             return self._run(f, res)
         except LineChanged as e:
             return self._changed(f, e.reason)
+
+    def _settled(self, res: FileResult) -> bool:
+        """Whether a file with nothing past its recorded position has nothing to do (its side
+        files unchanged, the session's branches as the last import left them, see
+        :func:`settled_head`); then ``res`` says where the file stands."""
+        if self._side_files_changed():
+            return False
+        c = as_dict(self.info.get(KEY))
+        self.settled, head = settled_head(self.session, c.get("tips"))
+        if self.settled:
+            res.total, res.offset, res.head = self.state.lines, self.state.offset, head
+            if self.src.parent_id is None:  # its old-layout chains are linked after, as after any import
+                _Sidechains(self, as_dict(c.get("sidechains")))
+        return self.settled
 
     def _run(self, f: IO[bytes], res: FileResult) -> FileResult:
         key = "/".join(self.session.key)
@@ -726,7 +745,7 @@ def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
     s = imp.session
     if not s.exists():
         return {}
-    info = s.info
+    info = imp.info if imp.settled else s.info
     c = info.get(KEY) or {}
     have = dict(c.get("agents") or {})
     if c.get("agents_at") == c.get("lines"):
@@ -788,16 +807,21 @@ def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
     agent = stem.removeprefix("agent-")
     link = links.get(agent)
     if link is not None:
-        _link(s.store.session(s.app, imp.src.project, imp.src.parent_id or ""), agent, s, link)
+        _link(s.store.session(s.app, imp.src.project, imp.src.parent_id or ""), agent, s, link, imp.info)
 
 
-def _link(main: Session, agent: str, sub: Session, link: dict[str, Any]) -> None:
+def _link(main: Session, agent: str, sub: Session, link: dict[str, Any], seen: dict[str, Any] | None = None) -> None:
     """Link subagent session ``sub`` both ways: its info names the turn of ``main`` that
     spawned it (``spawned_by``: the session, the commit of the Task result, the call's id
-    and commit, and ``first``, its own first line), and ``main``'s list of agents names it."""
-    info = sub.info
+    and commit, and ``first``, its own first line), and ``main``'s list of agents names it.
+    ``seen``: ``sub``'s info as read earlier in the import; when it and ``link`` (``main``'s
+    entry for the agent) show both ways in place, nothing is read again."""
     want = {"app": main.app, "user": main.user, "session": main.id,
             **{k: v for k, v in link.items() if k != "session"}}
+    had = as_dict((seen or {}).get("spawned_by"))
+    if link.get("session") == sub.id and "first" in had and had == {**want, "first": had["first"]}:
+        return
+    info = sub.info
     first = as_dict(info.get("spawned_by")).get("first")
     if first is None:
         first = next((cid for o_, (cid, _, _) in sorted(stored_lines(sub, KEY).items()) if o_ >= 0), None)

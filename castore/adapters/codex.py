@@ -67,6 +67,7 @@ from .jsonl_tree import (
     read_blobs,
     read_lines,
     safe_join,
+    settled_head,
     tips_digest,
 )
 
@@ -274,6 +275,11 @@ class _Importer:
                              "lines are kept (move the file aside, or import it into another store, to keep both)")
             res.total, res.offset = st.lines, st.offset
             return res
+        if st.offset and size == st.offset:  # nothing new: done, unless the session's branches moved
+            settled, head = settled_head(session, c.get("tips"))
+            if settled:
+                res.total, res.offset, res.head = st.lines, st.offset, head
+                return res
         known: dict[int, str] = {}
         if st.cursor is not None and isinstance(c.get("cursor_commit"), str):
             known[st.cursor] = c["cursor_commit"]

@@ -84,6 +84,7 @@ from .jsonl_tree import (
     read_blobs,
     read_lines,
     safe_join,
+    settled_head,
 )
 
 if TYPE_CHECKING:
@@ -276,6 +277,11 @@ class _Importer:
         offset0, lines0 = int(c.get("offset", 0)), int(c.get("lines", 0))
         if offset0 and (size < offset0 or prefix_digest(f, offset0) != c.get("digest")):
             return self._changed(f, f"the first {offset0} bytes changed since the last import (file rewritten?)")
+        if offset0 and size == offset0:  # nothing new: done, unless the session's branches moved
+            settled, head = settled_head(s, c.get("tips"))
+            if settled:
+                res.total, res.offset, res.head = lines0, offset0, head
+                return res
         # the conversation as it stands (gemini-cli's, :func:`loaded`): [message id, the line (or
         # checkpoint copy, :func:`_copy_key`) its latest part is at, how many blocks its parts
         # hold, a digest of them]; a rewind hangs after one of them

@@ -21,6 +21,9 @@ finds the tips changed, reads which lines the session holds (each commit names i
 and reads the file again from the recorded position, taking a line already stored as it is
 instead of writing it twice (:class:`TreeWriter`): the position is derived from what is
 stored, so an import can stop at any moment and the next one finishes it, byte for byte.
+A file that did not grow past its recorded position, whose session's branches still have the
+recorded digest, is done with its stat, its prefix digest and a listing of the branches
+(:func:`settled_head`): nothing is read of the session's history.
 
 Commits castore makes on top of an imported session (an agent continuing it through the
 library) are no line of the file: export writes them after the file's bytes as lines of the
@@ -56,6 +59,7 @@ from ..objects import Blob
 
 if TYPE_CHECKING:
     from ..entries import LogEntry
+    from ..objects import ObjectId
     from ..redact import Redactor
     from ..session import Session, SessionHost
     from ..store import Store
@@ -203,6 +207,25 @@ def tips_digest(branches: Mapping[str, str]) -> str:
     for name, tip in sorted(branches.items()):
         h.update(f"{name}\0{tip}\n".encode())
     return h.hexdigest()[:32]
+
+
+def settled_head(session: Session, tips: Any) -> tuple[bool, ObjectId | None]:
+    """Whether ``session``'s branches are as the last finished import left them (their
+    :func:`tips_digest` is ``tips``, the digest it recorded), and HEAD's commit when they are.
+
+    A file with nothing after its recorded position then has nothing to do: no line to read,
+    none an interrupted import left behind, no branch to lay out. Branches moved since (an
+    interrupted import's lines, a user's ``castore branch``) are not settled: the import goes
+    its whole way and :class:`TreeWriter` finds what changed.
+
+    Raises:
+        CorruptRef, IntegrityError, StorageError.
+    """
+    branches = session.branches()
+    if not branches or tips != tips_digest(branches):
+        return False, None
+    current = session.current_branch
+    return True, branches[current] if current in branches else session.head
 
 
 def stored_lines(session: Session, key: str) -> dict[int, tuple[str, str, str | None]]:
