@@ -14,6 +14,7 @@ stores it in the ref's metadata), since a digest cannot be decoded.
 from __future__ import annotations
 
 import functools
+import re
 import string
 
 from .errors import InvalidName
@@ -21,6 +22,18 @@ from .errors import InvalidName
 MAX_NAME_CHARS = 255
 MAX_SEGMENT = 200
 _SAFE = frozenset(string.ascii_lowercase + string.digits + "_-")
+#: a run of characters :func:`encode` escapes; a segment of canonical characters and escapes
+_UNSAFE = re.compile(r"[^a-z0-9_-]+")
+_CANONICAL = re.compile(r"(?:[a-z0-9_-]|%[0-9A-F]{2})*")
+_ESCAPE = re.compile(r"%([0-9A-F]{2})")
+
+
+def _escaped(m: re.Match[str]) -> str:
+    return "".join(f"%{b:02X}" for b in m.group().encode("utf-8"))
+
+
+def _unescaped(m: re.Match[str]) -> str:
+    return chr(int(m.group(1), 16))
 
 
 def validate(name: object, what: str = "name") -> str:
@@ -51,13 +64,7 @@ def encode(name: str, what: str = "name") -> str:
         InvalidName: see :func:`validate`.
     """
     validate(name, what)
-    out: list[str] = []
-    for ch in name:
-        if ch in _SAFE:
-            out.append(ch)
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
-    seg = "".join(out)
+    seg = _UNSAFE.sub(_escaped, name)
     if len(seg) > MAX_SEGMENT:
         import hashlib  # here: OpenSSL's hashlib loads only for the rare over-long name
 
@@ -78,6 +85,26 @@ def decode(segment: str) -> str:
     """
     if is_hashed(segment):
         raise InvalidName(segment, "is a digest of a long name and cannot be decoded", "segment")
+    if _CANONICAL.fullmatch(segment):
+        raw = _ESCAPE.sub(_unescaped, segment).encode("latin-1")  # (one char per byte: safe chars are ASCII)
+    else:
+        raw = _bytes_of(segment)
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidName(segment, "escapes are not UTF-8", "segment") from e
+    if encode(name) != segment:
+        raise InvalidName(segment, "not in canonical form", "segment")
+    return name
+
+
+def _bytes_of(segment: str) -> bytes:
+    """The bytes a segment's characters and escapes spell, character by character: for a
+    segment not of canonical characters, to say where it goes wrong.
+
+    Raises:
+        InvalidName: a bad escape or an unexpected character.
+    """
     raw = bytearray()
     i = 0
     while i < len(segment):
@@ -93,13 +120,7 @@ def decode(segment: str) -> str:
             i += 1
         else:
             raise InvalidName(segment, f"unexpected character {ch!r}", "segment")
-    try:
-        name = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidName(segment, "escapes are not UTF-8", "segment") from e
-    if encode(name) != segment:
-        raise InvalidName(segment, "not in canonical form", "segment")
-    return name
+    return bytes(raw)
 
 
 def encode_key(app: str, user: str, session: str | None = None) -> str:
