@@ -729,6 +729,10 @@ class Plumbing:
         """Metadata for a new ref at the existing commit ``cid`` (hint, time, length, ``extra``);
         writes the segment and index a hint may need first.
 
+        The time is the commit's own, as an append stamps it (:meth:`Batch.ref_meta`), never
+        the time the ref moved: ``store.sessions()`` lists a session by its newest entry, the
+        same whenever an importer moved a branch onto a commit it had written.
+
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
@@ -737,7 +741,8 @@ class Plumbing:
         else:
             hint, objs = self.hint_at(cid, tips)
         self.write(objs)
-        return tip_meta(hint, time.time(), self.history.commit(cid).depth, **extra)
+        c = self.history.commit(cid)
+        return tip_meta(hint, c.time, c.depth, **extra)
 
     # -- batches ---------------------------------------------------------------------------
     def batch(self, tip: str | None, tipref: RefValue | None = None, hint: Hint | None = None) -> Batch:

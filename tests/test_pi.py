@@ -702,3 +702,25 @@ def test_cli_export_pi_dest_and_the_one_session_forms(tmp_path, monkeypatch):
     assert append.exit_code == 0, append.output
     res = runner.invoke(main, ["--store", url, "export", "pi", str(tmp_path / "o2"), "-s", "scratch/u/s"])
     assert res.exit_code == 1 and res.stderr.count("\n") == 1 and "not an archived Pi session" in res.stderr
+
+
+def _newest_line_time(path: Path) -> float:
+    return max(pi._time(json.loads(line).get("timestamp")) for line in path.read_text().splitlines())
+
+
+def test_sessions_lists_real_files_by_their_own_newest_line_whenever_imported(tmp_path, real_files):
+    # the importer moves main onto a commit it wrote: the ref's time is that line's, not the
+    # import's, so an old session imported last still lists after a newer one
+    from castore.cli import main
+
+    url, runner = str(tmp_path / "store"), CliRunner()
+    newer, older = real_files["before-compaction.jsonl"], real_files["large-session.jsonl"]
+    for f in (newer, older):
+        res = runner.invoke(main, ["--store", url, "import", "pi", str(f)])
+        assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["--store", url, "sessions", "--json"])
+    listed = [(s["session"], s["updated"]) for s in json.loads(res.stdout)["sessions"]]
+    assert listed == [("ffae836b-9420-4060-ac13-7745215f90ff", _newest_line_time(newer)),
+                      ("d703a1a9-1b7b-4fb1-b512-c9738b1fe617", _newest_line_time(older))]
+    res = runner.invoke(main, ["--store", url, "sessions"])
+    assert "2025-12-09" in res.stdout.splitlines()[0] and "2025-11-21" in res.stdout.splitlines()[1]
