@@ -236,8 +236,15 @@ class Session:
         return branch
 
     def exists(self) -> bool:
-        """Whether the session has any entry (a HEAD ref)."""
-        return self._refs.exists(self.refs.head)
+        """Whether the session exists: its HEAD ref is stored (as :attr:`info` and
+        :attr:`head` read it; a damaged branch behind it shows when they read on).
+
+        Raises:
+            IntegrityError: HEAD is garbage (a :class:`~castore.errors.CorruptRef` naming it),
+                as every reader of the session says, rather than a session that exists.
+            StorageError: the backend failed.
+        """
+        return self._refs.read(self.refs.head) is not None
 
     @property
     def info(self) -> dict[str, Any]:

@@ -6,6 +6,8 @@ storage writes, then reads through a fresh ``castore.open`` handle (no cache).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import layout
@@ -158,6 +160,13 @@ def test_a_garbage_ref_is_an_integrity_error_naming_the_ref(two_sessions, which,
     with d.fresh() as st:
         with pytest.raises(castore.IntegrityError):
             d.victim(st).verify()
+        # every public reader of the session says so, exists() too (no session "exists"
+        # that info, head and fsck then fail on)
+        readers = {"exists": lambda s: s.exists(), "info": lambda s: s.info, "head": lambda s: s.head}
+        for what, read in readers.items():
+            if which == "HEAD" or what == "head":
+                with pytest.raises(castore.IntegrityError, match=re.escape(ref)):
+                    read(d.victim(st))
     _bystander_unharmed(d)
 
 

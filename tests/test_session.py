@@ -776,6 +776,22 @@ def test_one_garbage_head_does_not_hide_the_other_sessions(store: castore.Store)
     assert [i.session for i in store.sessions("app", "alice")] == ["good"]
     with pytest.raises(castore.IntegrityError):
         bad.messages()
+    with pytest.raises(castore.IntegrityError):
+        bad.exists()  # as info, head and fsck say: not a session that exists and then fails
+
+
+def test_cli_refuses_a_garbage_head_with_one_error_line_naming_it(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from castore.cli import main
+
+    url, runner = str(tmp_path / "store"), CliRunner()
+    assert runner.invoke(main, ["--store", url, "-s", "a/u/s", "append", "--role", "user", "hi"]).exit_code == 0
+    castore.open(url).storage.write("refs/sessions/a/u/s/HEAD", b"garbage{")
+    for args in (["use", "a/u/s"], ["-s", "a/u/s", "status"], ["-s", "a/u/s", "log"]):
+        res = runner.invoke(main, ["--store", url, *args])
+        assert res.exit_code == 1 and res.stderr.startswith("Error: ") and "sessions/a/u/s/HEAD" in res.stderr, args
+        assert "Using session" not in res.output
 
 
 def test_a_writer_that_loses_the_race_changes_no_app_or_user_state(tmp_path: Any) -> None:
