@@ -41,8 +41,10 @@ import functools
 import math
 import os
 import re
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,6 +237,31 @@ def _strings(v: Any, out: list[str]) -> None:
             _strings(x, out)
 
 
+_recording = threading.local()
+
+
+@contextmanager
+def recording() -> Iterator[set[Finding]]:
+    """Collect the secrets every :class:`Redactor` replaces in this thread while the block
+    runs, as their findings (kind and tag, never the secret): what an import redacted before
+    storing it. A secret found again (in another place, or by another check of the same
+    text) is one finding, as its tag is the same. Blocks nest: an enclosing block collects
+    what an inner one did too."""
+    outer: set[Finding] | None = getattr(_recording, "found", None)
+    _recording.found = found = set[Finding]()
+    try:
+        yield found
+    finally:
+        _recording.found = outer
+        if outer is not None:
+            outer.update(found)
+
+
+def kind_counts(found: Iterable[Finding]) -> dict[str, int]:
+    """How many secrets of each kind ``found`` holds (``{"aws-access-key": 2}``, sorted by kind)."""
+    return dict(sorted(Counter(f.kind for f in found).items()))
+
+
 @functools.cache
 def _rules(for_bytes: bool) -> _Compiled:
     """The compiled rules (compiled on first use: a store that never redacts never pays for it)."""
@@ -346,6 +373,7 @@ class Redactor:
         if not spans:
             return s
         spans.sort()
+        recorded: set[Finding] | None = getattr(_recording, "found", None)
         out, pos = [], 0
         for a, _, b, kind in spans:
             if a < pos:  # overlapping: the earlier (or the fixed format) wins
@@ -353,6 +381,8 @@ class Redactor:
             tag = self.tag(kind, as_str(s[a:b]))
             if found is not None:
                 found.append(Finding(kind, tag))
+            if recorded is not None:
+                recorded.add(Finding(kind, tag))
             out.append(s[pos:a])
             out.append(tag if isinstance(s, str) else tag.encode())
             pos = b
@@ -360,4 +390,5 @@ class Redactor:
         return s[:0].join(out)
 
 
-__all__ = ["KEY_BYTES", "KINDS", "REDACTED_INFO", "TAG_PREFIX", "Finding", "Redactor", "new_key"]
+__all__ = ["KEY_BYTES", "KINDS", "REDACTED_INFO", "TAG_PREFIX", "Finding", "Redactor", "kind_counts", "new_key",
+           "recording"]

@@ -7,7 +7,6 @@ storage writes, then reads through a fresh ``castore.open`` handle (no cache).
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 import layout

@@ -14,6 +14,7 @@ import json
 import lzma
 import random
 import string
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +307,13 @@ def test_import_claude_redact_stores_no_secret_and_exports_redacted(tmp_path: Pa
     r = _cli(tmp_path / "red", "import", "claude", str(src), "--redact")
     assert r.exit_code == 0, r.output
     assert _holding(str(tmp_path / "red"), secrets) == []
+    # the import says what it found, per session, kinds and counts, as castore redact does of
+    # the same file stored plainly (one secret stored in two places is one secret); never a secret
+    key = f"claude/-tmp-proj/{src.stem}"
+    assert f"{key}: redacted " + ", ".join(f"{n} {k}" for k, n in _kinds_redact_finds(tmp_path / "plain", key).items()) \
+        in r.stderr.splitlines()
+    assert f"{len(SAMPLES)} secrets redacted in 1 session" in r.stderr
+    assert not any(s in r.stdout + r.stderr for s in secrets)
     # more lines with secrets, imported incrementally: still none stored, nothing twice
     with src.open("a") as f:
         f.write(json.dumps({"type": "user", "uuid": "u4", "parentUuid": "u3", "sessionId": src.stem,
@@ -313,6 +321,8 @@ def test_import_claude_redact_stores_no_secret_and_exports_redacted(tmp_path: Pa
                             "message": {"role": "user", "content": SAMPLES["openai-key"][0]}}) + "\n")
     r = _cli(tmp_path / "red", "import", "claude", str(src), "--redact", "--json")
     assert r.exit_code == 0 and [d["lines"] for d in json.loads(r.stdout)] == [1]
+    assert [d["redacted"] for d in json.loads(r.stdout)] == [{"openai-key": 1}]  # what this import found
+    assert r.stderr.splitlines()[0] == f"{key}: redacted 1 openai-key"
     assert _holding(str(tmp_path / "red"), secrets) == []
     r = _cli(tmp_path / "red", "export", "claude", str(tmp_path / "out"))
     assert r.exit_code == 0 and "redacted when stored" in r.stderr
@@ -324,6 +334,14 @@ def test_import_claude_redact_stores_no_secret_and_exports_redacted(tmp_path: Pa
     # a store that was never redacted says nothing of the kind
     r = _cli(tmp_path / "plain", "export", "claude", str(tmp_path / "out2"))
     assert r.exit_code == 0 and "redacted" not in r.stderr
+
+
+def _kinds_redact_finds(store: Path, key: str) -> dict[str, int]:
+    """How many distinct secrets of each kind `castore redact --dry-run` finds in a session."""
+    r = _cli(store, "redact", key, "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    found = {(f["kind"], f["tag"]) for d in json.loads(r.stdout) if d.get("session") == key for f in d["found"]}
+    return dict(sorted(Counter(kind for kind, _ in found).items()))
 
 
 def _key(store: Path) -> bytes:
@@ -338,10 +356,15 @@ def test_import_codex_and_pi_take_redact(tmp_path: Path) -> None:
     pi.write_bytes(_inject(lzma.decompress((DATA / "pi" / "before-compaction.jsonl.xz").read_bytes())))
     assert _cli(tmp_path / "plain", "import", "codex", str(codex)).exit_code == 0
     assert _holding(str(tmp_path / "plain"), secrets)  # control
+    assert _cli(tmp_path / "plain", "import", "pi", str(pi)).exit_code == 0
     r = _cli(tmp_path / "red", "import", "codex", str(codex), "--redact")
     assert r.exit_code == 0, r.output
-    r = _cli(tmp_path / "red", "import", "pi", str(pi), "--redact")
+    assert "codex/local/019b64e5-57fa-7463-b644-fba7e456f905: redacted 1 anthropic-key, 1 api-key, " in r.stderr
+    r = _cli(tmp_path / "red", "import", "pi", str(pi), "--redact", "--json")
     assert r.exit_code == 0, r.output
+    pi_key = "pi/local/ffae836b-9420-4060-ac13-7745215f90ff"
+    assert [d["redacted"] for d in json.loads(r.stdout)] == [_kinds_redact_finds(tmp_path / "plain", pi_key)]
+    assert f"{len(SAMPLES)} secrets redacted in 1 session" in r.stderr
     assert _holding(str(tmp_path / "red"), secrets) == []
     r = _cli(tmp_path / "red", "export", "codex", str(tmp_path / "out"))
     assert r.exit_code == 0 and "redacted when stored" in r.stderr
@@ -364,6 +387,8 @@ def test_import_gemini_takes_redact_for_jsonl_and_whole_file_sessions(tmp_path: 
     r = _cli(tmp_path / "red", "import", "gemini", str(tmp_path / "gemini"), "--redact", "--json")
     assert r.exit_code == 0, r.output
     assert sum(d["lines"] for d in json.loads(r.stdout)) > 0
+    assert [sum(d["redacted"].values()) for d in json.loads(r.stdout) if d["redacted"]] == [len(SAMPLES)] * 2
+    assert f"{2 * len(SAMPLES)} secrets redacted in 2 sessions" in r.stderr
     assert _holding(str(tmp_path / "red"), secrets) == []
     r = _cli(tmp_path / "red", "export", "gemini", str(tmp_path / "out"))
     assert r.exit_code == 0 and "redacted when stored" in r.stderr

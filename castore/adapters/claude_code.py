@@ -59,6 +59,7 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    counts_redactions,
     entry_text,
     export_lines,
     import_batched,
@@ -515,6 +516,7 @@ class _Importer:
             self.own = own_commits(self.session)
         return self.own
 
+    @counts_redactions
     def run(self, f: IO[bytes]) -> FileResult:
         res = FileResult(self.src.path, self.session.key)
         size = os.fstat(f.fileno()).st_size

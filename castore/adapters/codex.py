@@ -53,6 +53,7 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    counts_redactions,
     entry_text,
     export_lines,
     import_batched,
@@ -249,6 +250,7 @@ class _Importer:
         # the tenant's store, in the tenant layout (docs/tenants.md)
         self.store, self.src, self.app, self.user = store.tenant(app, user), src, app, user
 
+    @counts_redactions
     def run(self, f: IO[bytes]) -> FileResult:
         first = f.readline()
         meta_d = parse_line(first) if first else None

@@ -72,6 +72,7 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    counts_redactions,
     export_lines,
     import_batched,
     iso_time,
@@ -268,6 +269,7 @@ class _Importer:
         self.store, self.src, self.app = store.tenant(app, src.project), src, app
         self.session = store.session(app, src.project, session_id)
 
+    @counts_redactions
     def run(self, f: IO[bytes]) -> FileResult:
         s = self.session
         info = s.info if s.exists() else {}
@@ -508,6 +510,7 @@ def _digest(v: Any) -> str:
     return hashlib.sha256(json.dumps(v, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
 
 
+@counts_redactions
 def _import_whole(store: Store, src: _Source, f: IO[bytes], app: str, version: int = 1) -> FileResult:
     data = f.read()
     doc = parse_line(data)

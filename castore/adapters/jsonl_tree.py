@@ -43,19 +43,21 @@ a landing stopped half-way: a session's position moves only once its branches di
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from .. import objects as o
 from ..entries import Event, body_of, check_value
 from ..errors import CastoreError, InvalidEntry
 from ..groupcommit import land_due
 from ..objects import Blob
+from ..redact import kind_counts, recording
 
 if TYPE_CHECKING:
     from ..entries import LogEntry
@@ -141,6 +143,9 @@ class FileResult:
         notes: what was noticed (a changed prefix, lines that are not JSON).
         sidechains: the ids of the sessions that got lines of subagents kept inside this
             file (Claude Code's old layout).
+        redacted: how many secrets of each kind were replaced before they were stored
+            (``{"aws-access-key": 2}``: two keys, however often each appears; empty unless
+            the store redacts writes), the file's subagents kept inside it too.
     """
 
     path: str
@@ -153,6 +158,24 @@ class FileResult:
     torn: int = 0
     notes: list[str] = field(default_factory=list)
     sidechains: list[str] = field(default_factory=list)
+    redacted: dict[str, int] = field(default_factory=dict)
+
+
+_P = ParamSpec("_P")
+
+
+def counts_redactions(run: Callable[_P, FileResult]) -> Callable[_P, FileResult]:
+    """Decorator of an import of one file: its :class:`FileResult` says what the store's
+    redactor replaced while it ran (:attr:`FileResult.redacted`, never the secrets)."""
+
+    @functools.wraps(run)
+    def counted(*args: _P.args, **kwargs: _P.kwargs) -> FileResult:
+        with recording() as found:
+            res = run(*args, **kwargs)
+        res.redacted = kind_counts(found)
+        return res
+
+    return counted
 
 
 def as_dict(value: Any) -> dict[str, Any]:

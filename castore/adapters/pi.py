@@ -65,6 +65,7 @@ from ..entries import (
 )
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
+from ..redact import kind_counts, recording
 from ..views import TITLE_KEY, prompt_title
 from .detect import refuse_other
 from .jsonl_tree import (
@@ -138,6 +139,9 @@ class ImportResult:
         offset: bytes of the file now in the archive.
         torn: bytes at the end left for next time (a line still being written; ``resume``).
         notes: what was noticed (a file rewritten since the last import).
+        redacted: how many secrets of each kind were replaced before they were stored
+            (``{"aws-access-key": 2}``: two keys, however often each appears; empty unless
+            the store redacts writes).
     """
 
     key: tuple[str, str, str]
@@ -154,6 +158,7 @@ class ImportResult:
     offset: int = 0
     torn: int = 0
     notes: list[str] = field(default_factory=list)
+    redacted: dict[str, int] = field(default_factory=dict)
 
     @property
     def lines(self) -> int:
@@ -581,6 +586,15 @@ def _load_tree(session: Session, adopted: dict[str, Any]) -> tuple[_Tree, dict[s
 
 def _import(store: Store, f: IO[bytes], name: str, app: str, user: str, session_id: str | None,
             skip_bad: bool, resume: bool = False, wait_torn: bool = False) -> ImportResult:
+    """:func:`_import_file`, its result saying what the store's redactor replaced meanwhile."""
+    with recording() as found:
+        res = _import_file(store, f, name, app, user, session_id, skip_bad, resume, wait_torn)
+    res.redacted = kind_counts(found)
+    return res
+
+
+def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, session_id: str | None,
+                 skip_bad: bool, resume: bool = False, wait_torn: bool = False) -> ImportResult:
     store = store.tenant(app, user)  # its tenant's store, in the tenant layout (docs/tenants.md)
     skipped: list[tuple[int, str]] = []
     head_lines = _Lines(f, name, skip_bad, skipped)

@@ -25,6 +25,7 @@ from .common import (
     limit_option,
     note,
     note_redacted,
+    note_redactions,
     open_store,
     print_json,
     redact_option,
@@ -40,6 +41,7 @@ def _result_doc(r: Any) -> dict[str, Any]:
 
 
 def _echo_results(results: list[Any], as_json: bool) -> None:
+    note_redactions(results)
     if as_json:
         print_json([_result_doc(r) for r in results])
         return
@@ -69,7 +71,8 @@ def _update_index(store: Any) -> None:
 
 _IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines": NEW, "total": N, '
                 '"offset": BYTES, "branches": [NEW BRANCH, ...], "head": ID, "torn": BYTES, "notes": [...], '
-                '"sidechains": [SESSION ID, ...]}')
+                '"sidechains": [SESSION ID, ...], "redacted": {KIND: N, ...} (secrets replaced before '
+                'they were stored, with --redact or the store\'s setting)}')
 
 
 def follow_options(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -477,6 +477,23 @@ def note_redacted(sessions: Iterable[Session]) -> None:
              "originals byte for byte")
 
 
+def note_redactions(results: Iterable[Any]) -> None:
+    """Say on stderr what an import redacted before storing it: per session (each result's
+    ``session`` or ``key``), the kinds and counts of the secrets replaced (``redacted``),
+    never a secret, and how many in all; nothing when nothing was found."""
+    total = sessions = 0
+    for r in results:
+        found: dict[str, int] = getattr(r, "redacted", {})
+        if not found:
+            continue
+        key = getattr(r, "session", None) or r.key
+        note(f"{safe(format_key(*key))}: redacted " + ", ".join(f"{n} {safe(kind)}" for kind, n in found.items()))
+        total += sum(found.values())
+        sessions += 1
+    if total:
+        note(f"{plural(total, 'secret')} redacted in {plural(sessions, 'session')} before they were stored")
+
+
 def limit_option(default: int | None = None, what: str = "items") -> Callable[[F], F]:
     """Decorator: add ``-n/--limit N`` (passed as ``limit``): list at most N ``what``; 0 lists all.
 

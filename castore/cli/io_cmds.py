@@ -20,6 +20,7 @@ from .common import (
     json_option,
     note,
     note_redacted,
+    note_redactions,
     plural,
     print_json,
     redact_option,
@@ -87,7 +88,8 @@ def import_group() -> None:
 @redact_option
 @json_option('a list of {"session": "APP/USER/SESSION", "head": ID, "entries": NEW, "total": N, "branches": {...}, '
              '"labels": {...}, "skipped": [[LINE, REASON], ...], "blobs": N, "upgraded_from": V, "path": FILE, '
-             '"offset": BYTES, "torn": BYTES, "notes": [...]}')
+             '"offset": BYTES, "torn": BYTES, "notes": [...], "redacted": {KIND: N, ...} (secrets replaced before they '
+             'were stored)}')
 @click.pass_context
 def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip_bad_lines: bool, follow: bool,
               interval: float, sync_remote: str | None, redact: bool, as_json: bool) -> None:
@@ -128,6 +130,7 @@ def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip
 
 
 def _echo_pi(store: Any, results: list[Any], as_json: bool) -> None:
+    note_redactions(results)
     docs = []
     for r in results:
         key = format_key(*r.key)
