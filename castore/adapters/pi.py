@@ -42,8 +42,6 @@ same file twice gives the same commits.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import itertools
 import json
@@ -78,28 +76,31 @@ from .jsonl_tree import (
     read_blobs,
     safe_join,
 )
+from .pi_entries import (
+    BLOB_KEY,
+    IMAGE_MIN,
+    LINKS,
+    extract_images,
+    inline_blobs,
+    inline_images,
+    keep_id,
+    read_blob,
+    to_castore,
+    to_pi,
+)
 
 if TYPE_CHECKING:
     from ..objects import ObjectId
-    from ..session import LogEntry, Session, SessionHost
+    from ..session import LogEntry, Session
     from ..store import Store
 
-#: base64 image data at least this long becomes a blob
-IMAGE_MIN = 1024
 #: write pending objects once they add up to this many bytes
 BATCH_BYTES = 8 << 20
 #: the file's bytes are kept in blobs of about this size (export writes them back as they were)
 SEGMENT = 4 << 20
 CURRENT_VERSION = 3
-BLOB_KEY = "castore:blob"
 #: the key of an entry written for a castore commit (its id): an import takes the line as that commit
 MARK = "castoreCommit"
-
-_BASE = ("type", "id", "parentId", "timestamp")
-#: the fields of an entry that name another entry
-_LINKS = ("parentId", "targetId", "firstKeptEntryId", "fromId")
-_MSG_PROVENANCE = ("timestamp", "usage")
-_CUSTOM_MESSAGE_FIELDS = ("customType", "content", "display", "details")
 
 
 class PiImportError(CastoreError, ValueError):
@@ -268,173 +269,6 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
 
 
-# -- entry <-> castore ---------------------------------------------------------------------
-def _to_castore(e: dict[str, Any], ids: dict[str, tuple[str, int]]) -> tuple[str, Any, str, dict[str, Any]]:
-    """Map one (upgraded) Pi entry to ``(kind, body, author, meta)``; images still inline."""
-    t = e.get("type")
-    pi = {k: e[k] for k in _BASE if k in e}
-    rest = {k: v for k, v in e.items() if k not in _BASE}
-    meta: dict[str, Any] = {"pi": pi}
-    kind, body, author = "custom", None, ""
-
-    def cid(pid: Any) -> str | None:
-        return ids[pid][0] if isinstance(pid, str) and pid in ids else None
-
-    try:
-        if t == "message" and isinstance(rest.get("message"), dict):
-            m = rest.pop("message")
-            prov = {k: m[k] for k in _MSG_PROVENANCE if k in m}
-            msg = Message.from_dict({k: v for k, v in m.items() if k not in prov})
-            kind, body, author = "message", msg.to_dict(), msg.role
-            if prov:
-                meta["pm"] = prov
-        elif t == "custom_message":
-            fields = {k: rest.pop(k) for k in _CUSTOM_MESSAGE_FIELDS if k in rest}
-            msg = Message.from_dict({"role": "custom", **fields})
-            kind, body, author = "message", msg.to_dict(), "custom"
-        elif t == "compaction" and isinstance(rest.get("summary"), str):
-            c = Compaction(rest.pop("summary"), cid(rest.get("firstKeptEntryId")),
-                           rest.pop("tokensBefore", 0), rest.pop("details", None))
-            kind, body = c.kind, body_of(c)
-        elif t == "branch_summary" and isinstance(rest.get("summary"), str):
-            b = BranchSummary(rest.pop("summary"), cid(rest.get("fromId")), rest.pop("details", None))
-            kind, body = b.kind, body_of(b)
-        elif t == "model_change":
-            mc = ModelChange(model=rest.pop("modelId", None), provider=rest.pop("provider", None))
-            kind, body = mc.kind, body_of(mc)
-        elif t == "thinking_level_change":
-            mc = ModelChange(thinking_level=rest.pop("thinkingLevel", None))
-            kind, body = mc.kind, body_of(mc)
-        elif t == "custom" and isinstance(rest.get("customType"), str):
-            cu = Custom(rest.pop("customType"), rest.pop("data", None))
-            kind, body = cu.kind, body_of(cu)
-        elif t == "label":
-            kind, body = "label", {}
-            if cid(rest.get("targetId")):
-                body["target"] = cid(rest.get("targetId"))
-            if "label" in rest:
-                body["label"] = rest.pop("label")
-        elif t == "session_info":
-            kind, body = "session_info", ({"name": rest.pop("name")} if "name" in rest else {})
-        else:
-            cu = Custom(f"pi.{t}", rest)
-            kind, body, rest = cu.kind, body_of(cu), {}
-    except InvalidEntry:  # e.g. a message without a usable role: keep it verbatim as a record
-        rest = {k: v for k, v in e.items() if k not in _BASE}
-        cu = Custom(f"pi.{t}", rest)
-        kind, body, rest = cu.kind, body_of(cu), {}
-    if rest:
-        meta["x"] = rest
-    if _to_pi(body, meta) != e:  # not exactly rebuildable: keep the fields verbatim as well
-        meta.pop("x", None)
-        meta.pop("pm", None)
-        meta["raw"] = {k: v for k, v in e.items() if k not in _BASE}
-    return kind, body, author, meta
-
-
-def _to_pi(body: Any, meta: dict[str, Any]) -> dict[str, Any]:
-    """Rebuild a Pi entry from a commit's body and metadata (images already inlined)."""
-    pi = meta["pi"]
-    out: dict[str, Any] = dict(pi)
-    if "raw" in meta:
-        out.update(meta["raw"])
-        return out
-    b = body if isinstance(body, dict) else {}
-    t = pi.get("type")
-    if t == "message":
-        out["message"] = {**b, **meta.get("pm", {})}
-    elif t == "custom_message":
-        out.update({k: v for k, v in b.items() if k != "role"})
-    elif t == "compaction":
-        out["summary"] = b.get("summary")
-        out["tokensBefore"] = b.get("tokens_before", 0)
-        if "details" in b:
-            out["details"] = b["details"]
-    elif t == "branch_summary":
-        out["summary"] = b.get("summary")
-        if "details" in b:
-            out["details"] = b["details"]
-    elif t == "model_change":
-        if "provider" in b:
-            out["provider"] = b["provider"]
-        if "model" in b:
-            out["modelId"] = b["model"]
-    elif t == "thinking_level_change":
-        if "thinking_level" in b:
-            out["thinkingLevel"] = b["thinking_level"]
-    elif t == "custom" and not str(b.get("type", "")).startswith("pi."):
-        out["customType"] = b.get("type")
-        if b.get("data") is not None:
-            out["data"] = b["data"]
-    elif t == "label":
-        if "label" in b:
-            out["label"] = b["label"]
-    elif t == "session_info":
-        out.update(b)
-    else:
-        out.update(b.get("data") or {})
-    out.update(meta.get("x", {}))
-    return out
-
-
-# -- images --------------------------------------------------------------------------------
-def _extract_images(value: Any, put: Any) -> Any:
-    """Replace large inline base64 images by blob references; ``put(bytes) -> id``."""
-    if isinstance(value, list):
-        return [_extract_images(v, put) for v in value]
-    if not isinstance(value, dict):
-        return value
-    data = value.get("data")
-    if value.get("type") == "image" and isinstance(data, str) and len(data) >= IMAGE_MIN:
-        try:
-            raw = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            raw = None
-        if raw is not None and base64.b64encode(raw).decode("ascii") == data:
-            return {**value, "data": {BLOB_KEY: put(raw)}}
-    return {k: _extract_images(v, put) for k, v in value.items()}
-
-
-def _keep(ids: list[str], oid: str) -> str:
-    ids.append(oid)
-    return oid
-
-
-def _inline_images(value: Any, get: Any) -> Any:
-    if isinstance(value, list):
-        return [_inline_images(v, get) for v in value]
-    if not isinstance(value, dict):
-        return value
-    data = value.get("data")
-    if value.get("type") == "image" and isinstance(data, dict) and list(data) == [BLOB_KEY]:
-        return {**value, "data": base64.b64encode(get(data[BLOB_KEY])).decode("ascii")}
-    return {k: _inline_images(v, get) for k, v in value.items()}
-
-
-def inline_images(store: Store, value: Any) -> Any:
-    """Put the image data back into a value (a message dict, a list of them) from its blobs.
-
-    Imported images are blob references (``{"castore:blob": id}`` in place of the base64
-    ``data``), also in :meth:`castore.Session.context`; call this before sending to a model.
-
-    Raises:
-        ObjectNotFound, IntegrityError, StorageError.
-    """
-    if isinstance(value, Message):
-        return Message.from_dict(inline_images(store, value.to_dict()))
-    if isinstance(value, list) and value and isinstance(value[0], Message):
-        return [inline_images(store, m) for m in value]
-    return _inline_images(value, lambda oid: _blob(store, oid))
-
-
-def _blob(store: Store | SessionHost, oid: str) -> bytes:
-    # Not through ObjectStore.get: its cache is bounded by count, and images are large.
-    b = o.decode(oid, store.objects.get_canonical_many([oid])[oid])
-    if not isinstance(b, Blob):
-        raise InvalidEntry(f"object {oid} is not a blob")
-    return b.data
-
-
 # -- import --------------------------------------------------------------------------------
 class _Writer:
     """Builds commits with explicit parents through the store's plumbing; writes their
@@ -457,7 +291,7 @@ class _Writer:
         self.written += self.plumbing.write(self.batch)
         self.size = 0
 
-    def put_blob(self, data: bytes) -> str:
+    def putread_blob(self, data: bytes) -> str:
         before = len(self.batch.pending)
         oid = self.batch.add(Blob(data=data))
         self._grew(before)
@@ -656,7 +490,7 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
     def put(data: bytes) -> str:
         nonlocal blobs
         blobs += 1
-        return w.put_blob(data)
+        return w.putread_blob(data)
 
     # the file's bytes, kept as blobs of up to SEGMENT bytes, so that export gives them back
     # exactly (`keep`: no line skipped; `exact`: and every line read as it is, no migration)
@@ -668,7 +502,7 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
 
     def keep_bytes(final: bool) -> None:
         if keep and lines.read and (final or sum(map(len, lines.read)) >= SEGMENT):
-            segments.append(w.put_blob(b"".join(lines.read)))
+            segments.append(w.putread_blob(b"".join(lines.read)))
             lines.read = []
 
     for index, (n, e) in enumerate(lines):
@@ -697,7 +531,7 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
             skipped.append((n, reason))
             continue
         if not loaded and (e.get("parentId") is None or MARK in e or any(
-                isinstance(e.get(k), str) and e[k] not in tree.ids for k in _LINKS)):
+                isinstance(e.get(k), str) and e[k] not in tree.ids for k in LINKS)):
             tree, log = _load_tree(session, adopted)
             for args in new_adds:
                 tree.add(*args)
@@ -717,15 +551,15 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
             result.entries += 1
             continue
         try:
-            kind, body, author, meta = _to_castore(e, tree.ids)
+            kind, body, author, meta = to_castore(e, tree.ids)
             meta["o"] = ordinal
             if body is not None:
                 images: list[str] = []
-                body = _extract_images(body, lambda data, ids=images: _keep(ids, put(data)))
+                body = extract_images(body, lambda data, ids=images: keep_id(ids, put(data)))
                 if images:  # named in the commit's metadata, so that gc keeps them and sync sends them
                     meta[BLOB_KEY] = sorted(set(images))
             if "raw" in meta:
-                meta["raw"] = _extract_images(meta["raw"], put)
+                meta["raw"] = extract_images(meta["raw"], put)
             cid, depth = w.commit(kind, body, author, meta, _time(e.get("timestamp")), parent)
         except InvalidEntry as err:
             raise PiImportError(name, n, f"entry cannot be stored: {err}") from err
@@ -1014,7 +848,7 @@ def _export(session: Session, rev: str, f: IO[str], whole: bool) -> int:
     lines = 1
 
     def blob(oid: str) -> bytes:
-        return _blob(session.store, oid)
+        return read_blob(session.store, oid)
 
     for le in ordered:
         if le.id in adopted:  # castore's own entry, as the file holds it
@@ -1027,8 +861,8 @@ def _export(session: Session, rev: str, f: IO[str], whole: bool) -> int:
         if _imported(le):
             meta = dict(le.meta)
             if "raw" in meta:
-                meta["raw"] = _inline_images(meta["raw"], blob)
-            entry = _to_pi(_inline_images(_raw_body(le), blob), meta)
+                meta["raw"] = inline_blobs(meta["raw"], blob)
+            entry = to_pi(inline_blobs(_raw_body(le), blob), meta)
             pi_ids[le.id] = entry.get("id", le.id[:8])
             f.write(_dumps(entry))
             lines += 1
@@ -1045,7 +879,7 @@ def _write_native(session: Session, entries: list[LogEntry], pi_ids: dict[str, s
         parent = pi_ids.get(le.parents[0]) if le.parents else None
         for entry in _native(le, parent, pi_ids, taken):
             entry[MARK] = le.id
-            f.write(_dumps(_inline_images(entry, lambda oid: _blob(session.store, oid))))
+            f.write(_dumps(inline_blobs(entry, lambda oid: read_blob(session.store, oid))))
             n += 1
     return n
 
