@@ -273,7 +273,9 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
     subagents, ``ID.subagents.agent-X``) do not make that one ambiguous: when every match
     but one is named after that one, that one is meant (as git takes a short id that only
     one object has); otherwise the error lists each session it could mean, with a count of
-    the matches named after it.
+    the matches named after it. A session whose file the agent rewrote (``ID.v2``: Pi
+    rewrites a v1 or v2 file as v3 when it opens it) means its newest version: the file the
+    agent now has under that id (:func:`file_version`); the full key names each version.
 
     Raises:
         SessionNotFound: none matches.
@@ -290,7 +292,7 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
             base = next((b for b in sorted(found, key=lambda b: len(b[2])) if named_after(k, b)), None)
             under.setdefault(base or k, []).extend([k] if base else [])
         if len(under) == 1:
-            return next(iter(under))
+            return newest_version(next(iter(under)), keys)
         if found:
             raise AmbiguousSession(session, sorted(under), named_after=under)
     raise SessionNotFound((app or "*", user or "*", session))
@@ -298,10 +300,37 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
 
 def named_after(key: Key, base: Key) -> bool:
     """Whether session ``key`` is named after session ``base``: in the same app and user, its id
-    is ``base``'s id, a dot and more (a subagent's session, ``ID.subagents.agent-X``; a file Pi
-    rewrote, ``ID.v2``). A short id that matches a session and sessions named after it means it."""
+    is ``base``'s id, a dot and more (a subagent's session, ``ID.subagents.agent-X``; a file the
+    agent rewrote, ``ID.v2``). A short id that matches a session and sessions named after it
+    means it (or its newest version, :func:`newest_version`)."""
     return key[:2] == base[:2] and key[2].startswith(base[2] + ".")
 
 
-__all__ = ["Status", "status", "session_keys", "find_session", "named_after", "RefNames", "ref_names", "readable",
+def file_version(session_id: str) -> tuple[str, int]:
+    """The session id of an archived file and which version of it ``session_id`` is: an
+    importer that finds the part of a file it archived changed (the agent rewrote it) imports
+    the file again as ``ID.v2`` (then ``ID.v3``), leaving ``ID`` as it was; ``("ID", 2)``
+    for ``ID.v2``, ``(session_id, 1)`` for any other id. Raises nothing."""
+    base, dot_v, n = session_id.rpartition(".v")
+    if dot_v and base and n.isdigit() and n[0] != "0" and int(n) >= 2:
+        return base, int(n)
+    return session_id, 1
+
+
+def newest_version(key: Key, keys: Sequence[Key]) -> Key:
+    """``key``, or its newest version among ``keys`` (``ID.v3`` over ``ID.v2`` over ``ID``:
+    the file the agent has now) when ``key`` names a first version. Raises nothing."""
+    if file_version(key[2])[1] > 1:
+        return key
+    best, top = key, 1
+    for k in keys:
+        if k[:2] == key[:2]:
+            base, n = file_version(k[2])
+            if base == key[2] and n > top:
+                best, top = k, n
+    return best
+
+
+__all__ = ["Status", "status", "session_keys", "find_session", "named_after", "file_version", "newest_version",
+           "RefNames", "ref_names", "readable",
            "log", "BranchList", "branch_list"]

@@ -724,3 +724,71 @@ def test_sessions_lists_real_files_by_their_own_newest_line_whenever_imported(tm
                       ("d703a1a9-1b7b-4fb1-b512-c9738b1fe617", _newest_line_time(older))]
     res = runner.invoke(main, ["--store", url, "sessions"])
     assert "2025-12-09" in res.stdout.splitlines()[0] and "2025-11-21" in res.stdout.splitlines()[1]
+
+
+# -- v1 files: going on, and rewritten by Pi ---------------------------------------------------
+def pi_migrates(data: bytes, rng: random.Random) -> bytes:
+    """The file as Pi's SessionManager rewrites a v1/v2 file when it opens it (pi-mono,
+    packages/coding-agent/src/core/session-manager.ts: migrateV1ToV2 gives each entry a random
+    8-hex id and its predecessor as parent, a compaction's firstKeptEntryIndex becomes
+    firstKeptEntryId; migrateV2ToV3 renames the hookMessage role; _rewriteFile writes every
+    entry with JSON.stringify, one a line)."""
+    entries = [json.loads(line) for line in data.splitlines() if line.strip()]
+    if entries[0].get("version", 1) < 2:
+        prev = None
+        for e in entries[1:]:
+            e["id"], e["parentId"], prev = rng.randbytes(4).hex(), prev, None
+            prev = e["id"]
+            if e.get("type") == "compaction" and isinstance(e.get("firstKeptEntryIndex"), int):
+                e["firstKeptEntryId"] = entries[e.pop("firstKeptEntryIndex")]["id"]
+    for e in entries[1:]:
+        if e.get("type") == "message" and e["message"].get("role") == "hookMessage":
+            e["message"]["role"] = "custom"
+    entries[0]["version"] = 3
+    return _dump(entries)
+
+
+def test_a_v1_file_goes_on_then_pi_rewrites_it_and_the_rewritten_file_is_the_session(tmp_path, real_files):
+    from castore.cli import main
+    from castore.porcelain import find_session
+
+    raw = real_files["large-session.jsonl"].read_bytes()
+    sid = json.loads(raw.splitlines()[0])["id"]
+    lines = raw.splitlines(keepends=True)
+    root = tmp_path / "sessions"
+    f = root / "--w--" / f"2025-11-20T23-33-50-805Z_{sid}.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(lines[:40]))
+    url = str(tmp_path / "store")
+    store = castore.open(url, durable=False)
+    assert [r.entries for r in pi.import_pi(store, root)] == [39]
+    # an older Pi goes on writing v1 lines (no ids): they are imported, as the whole file would be
+    f.write_bytes(raw)
+    (r,) = pi.import_pi(store, root)
+    assert (r.entries, r.total, r.key) == (len(lines) - 40, len(lines) - 1, ("pi", "local", sid))
+    once = castore.open(str(tmp_path / "once"), durable=False)
+    pi.import_session(once, real_files["large-session.jsonl"])
+    v1 = store.session("pi", "local", sid)
+    assert all_ids(v1) == all_ids(once.session("pi", "local", sid)) and _refs(v1) == _refs(
+        once.session("pi", "local", sid))
+    # Pi opens it: the file is rewritten as v3 (random ids), and Pi goes on with it
+    v3 = pi_migrates(raw, random.Random(1))
+    new = {"type": "message", "id": "feedf00d", "parentId": json.loads(v3.splitlines()[-1])["id"],
+           "timestamp": "2025-12-01T10:00:00.000Z", "message": {"role": "user", "content": "go on", "timestamp": 1}}
+    f.write_bytes(v3 + _dump([new]))
+    (r,) = pi.import_pi(store, root)
+    assert r.key == ("pi", "local", f"{sid}.v2") and "file rewritten?" in r.notes[0]
+    # that file is the session Pi has under this id: its id or a prefix means it, the full key each one
+    for typed in (sid, sid[:8]):
+        assert find_session(store, typed) == ("pi", "local", f"{sid}.v2")
+    res = CliRunner().invoke(main, ["--store", url, "use", sid[:8]])
+    assert res.exit_code == 0 and f"pi/local/{sid}.v2" in res.stderr
+    res = CliRunner().invoke(main, ["--store", url, "-s", f"pi/local/{sid}", "log", "--oneline", "-n", "1"])
+    assert res.exit_code == 0 and res.stdout.strip()
+    # both files come back byte for byte; the archive's export is the file Pi has now
+    for key, data in ((v1.key, raw), (r.key, v3 + _dump([new]))):
+        out = tmp_path / f"out-{key[2]}"
+        (rel,) = pi.export_pi(store, out, sessions=[store.session(*key)])
+        assert (out / rel).read_bytes() == data
+    (rel,) = pi.export_pi(store, tmp_path / "all")
+    assert (tmp_path / "all" / rel).read_bytes() == f.read_bytes() and rel.endswith(f"/{f.name}")

@@ -58,6 +58,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
+from ..porcelain import file_version
 from ..usage import GEMINI_USAGE, gemini_record
 from . import jsonl_tree
 from .detect import refuse_other
@@ -625,8 +626,7 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         c = s.info.get(KEY)
         if not isinstance(c, dict) or not isinstance(c.get("path"), str):
             raise ArchiveError("/".join(s.key), "not an archived Gemini CLI session")
-        tail = s.id.rsplit(".v", 1)
-        v = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 1
+        v = file_version(s.id)[1]
         if c["path"] not in chosen or chosen[c["path"]][0] < v:
             chosen[c["path"]] = (v, s, c)
     written = []

@@ -37,7 +37,11 @@ its fields are kept verbatim on the commit.
 
 v1 files (no ids) get ids as Pi's migration gives them, except that the ids are derived
 from the session id and the entry's position rather than random, so that importing the
-same file twice gives the same commits.
+same file twice gives the same commits; so do the lines a v1 file gains later (an older Pi
+going on with it), continuing from the lines imported before. When Pi itself rewrites a v1
+or v2 file (as v3, with random ids, when it opens it), the rewritten file is imported as
+``<session>.v2``, which a session id or prefix then means
+(:func:`castore.porcelain.newest_version`); both are exported byte for byte.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from ..entries import (
 )
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
+from ..porcelain import file_version
 from ..redact import kind_counts, recording
 from ..views import TITLE_KEY, prompt_title
 from .detect import refuse_other
@@ -463,7 +468,9 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
     # names an entry before the last one (a branch, a label, a compaction), or castore's own
     resumed = isinstance(state.get("offset"), int)  # else: a new session, or one imported before positions
     last = state.get("last")
-    lazy = resumed and isinstance(last, list) and len(last) == 4 and session.branches().get("main") == last[1]
+    # (a v1 file going on needs the ids its earlier entries got: the tree is read at once)
+    lazy = resumed and version >= 2 and isinstance(last, list) and len(last) == 4 \
+        and session.branches().get("main") == last[1]
     tree, log = _load_tree(session, adopted) if state and not lazy else (_Tree(), {})
     if lazy:
         assert isinstance(last, list)
@@ -485,6 +492,9 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
     session_name: str | None = None
     prev_id: str | None = None
     ordinal = int(state.get("entries", known)) if state else 0
+    if version < 2 and resumed:  # ids go on from the lines imported before, as for the whole file
+        by_index += [tree.pi_of[c] for c, _ in sorted(tree.order.items(), key=lambda kv: kv[1])]
+        prev_id = by_index[-1]
     blobs = 0
 
     def put(data: bytes) -> str:
@@ -505,11 +515,11 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
             segments.append(w.putread_blob(b"".join(lines.read)))
             lines.read = []
 
-    for index, (n, e) in enumerate(lines):
+    for n, e in lines:
         if len(lines.read) >= 256:
             keep_bytes(False)
-        if version < 2 and not resumed:  # Pi's v1 -> v2 migration: ids, parent links, compaction index -> id
-            e["id"] = _new_id(header["id"], index, tree.ids)
+        if version < 2:  # Pi's v1 -> v2 migration: ids, parent links, compaction index -> id
+            e["id"] = _new_id(header["id"], len(by_index) - 1, tree.ids)
             e["parentId"] = prev_id
             prev_id = e["id"]
             by_index.append(e["id"])
@@ -750,7 +760,7 @@ def archive_path(session: Session) -> str:
     cwd = cwd if isinstance(cwd, str) else ""
     name = os.path.basename(pi["path"].replace("\\", "/"))
     folder = "--" + (cwd[1:] if cwd[:1] in ("/", "\\") else cwd).translate(str.maketrans("/\\:", "---")) + "--"
-    return f"{folder}/{name if name.endswith('.jsonl') else session.id.rsplit('.v', 1)[0] + '.jsonl'}"
+    return f"{folder}/{name if name.endswith('.jsonl') else file_version(session.id)[0] + '.jsonl'}"
 
 
 def export_pi(store: Store, dest: str | os.PathLike[str], *, app: str = "pi",
@@ -776,8 +786,7 @@ def export_pi(store: Store, dest: str | os.PathLike[str], *, app: str = "pi",
     chosen: dict[str, tuple[int, Session]] = {}
     for s in sessions if sessions is not None else list(archived_sessions(store, app, "pi")):
         rel = archive_path(s)
-        tail = s.id.rsplit(".v", 1)
-        v = int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 1
+        v = file_version(s.id)[1]
         if rel not in chosen or chosen[rel][0] < v:
             chosen[rel] = (v, s)
     written = []
