@@ -776,8 +776,8 @@ class LocalStorage(Storage):
         folder that cannot be read is skipped, a symlink to a folder is not followed), each key
         built as the walk goes down rather than taken relative to the root per folder."""
         base = self._path(prefix, prefix=True)
-        top = os.path.relpath(base, self.root).replace(os.sep, "/")
-        todo = [(base, "" if top == "." else top + "/")]
+        top = check_key(prefix, prefix=True)  # the folder's key, as the path was made from it
+        todo = [(base, top + "/" if top else "")]
         while todo:
             path, rel = todo.pop()
             try:
