@@ -472,10 +472,12 @@ class _Importer:
         self.store = store.tenant(app, src.project)  # its tenant's store, in the tenant layout (docs/tenants.md)
         self.src = src
         self.session = store.session(app, src.project, src.session_id)
-        self.info = self.session.info if self.session.exists() else {}
+        # (each read of HEAD parses it: an imported session's info says it exists)
+        self.info = self.session.info
+        existed = bool(self.info) or self.session.exists()
         self.state = _State.of(self.info)
         #: how branches are named (a session imported before layouts keeps its ``line-<n>``)
-        self.layout = layout_of(as_dict(self.info.get(KEY))) if self.session.exists() else LAYOUT
+        self.layout = layout_of(as_dict(self.info.get(KEY))) if existed else LAYOUT
         self.uuids: dict[str, int] | None = None  # loaded from the store when first needed
         self.known: dict[int, str] = {}
         self.main_cid: dict[int, str] = {}  # line -> commit of the main session's lines written by run()
@@ -732,7 +734,7 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
             r = imp.run(f)
         results.append(r)
         if src.parent_id is None:
-            links = _agent_links(imp) if r.lines or imp.session.exists() else {}
+            links = _agent_links(imp)
             _link_sidechains(imp, links)
         else:
             _link_subagent(imp, links)
@@ -745,7 +747,7 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
 def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
     """agentId -> where the main session spawned it (kept in its info, found once)."""
     s = imp.session
-    if not s.exists():
+    if not (imp.settled or s.exists()):
         return {}
     info = imp.info if imp.settled else s.info
     c = info.get(KEY) or {}
@@ -803,7 +805,7 @@ def _link_sidechains(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
 
 def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
     s = imp.session
-    if not s.exists():
+    if not (imp.settled or s.exists()):
         return
     stem = imp.src.session_id.rsplit(".", 1)[-1]
     agent = stem.removeprefix("agent-")
