@@ -262,11 +262,11 @@ class _Importer:
             session = self.store.session(self.app, self.user, sid)
         except CastoreError as e:
             raise ArchiveError(self.src.path, f"cannot name a session after it: {e}") from e
-        info = session.info if session.exists() else {}
+        info = session.info  # ({} for a new session)
         c = as_dict(info.get(KEY))
         if c and c.get("path") != self.src.rel:  # another file with the same thread id
             session = self.store.session(self.app, self.user, f"{sid}.{stem}")
-            info = session.info if session.exists() else {}
+            info = session.info  # ({} for a new session)
             c = as_dict(info.get(KEY))
         res = FileResult(self.src.path, session.key)
         size = os.fstat(f.fileno()).st_size

@@ -273,7 +273,7 @@ class _Importer:
     @counts_redactions
     def run(self, f: IO[bytes]) -> FileResult:
         s = self.session
-        info = s.info if s.exists() else {}
+        info = s.info  # ({} for a new session)
         c = as_dict(info.get(KEY))
         res = FileResult(self.src.path, s.key)
         size = os.fstat(f.fileno()).st_size
