@@ -1,0 +1,104 @@
+#!/usr/bin/env python
+"""Benchmark: what a fresh ``castore`` process costs before and while it searches, compared
+between checkouts (issue 38: a fresh ``castore grep -c WORD`` against GNU grep).
+
+Times, each in a fresh process, with every given interpreter in turn within each round (so a
+machine whose load changes weighs on every checkout alike): ``python -c pass`` (the floor any
+Python command pays), ``castore --version``, ``castore --help``, ``castore grep -c`` of a rare
+and a common word through the search index, and ``grep -r -c`` (GNU grep) of the same words
+over the same text as JSONL files. The store, its index and the JSONL files are those
+``scripts/bench_grep.py --workdir DIR`` leaves in DIR (``store/``, ``index/``, ``jsonl/``).
+
+Each PYTHON is the interpreter of a checkout's environment (``.venv/bin/python``; castore is
+imported from wherever that environment installed it), as ``LABEL=PATH`` to name its column.
+Its castore is compiled to bytecode first, untimed, as an installed castore is
+(``PYTHONDONTWRITEBYTECODE`` set would otherwise make every process compile it), and one
+untimed round runs before the timed ones.
+
+    .venv/bin/python scripts/bench_startup.py --workdir DIR [--rounds 15] [--markdown FILE] PYTHON [PYTHON...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+RARE, COMMON = "zanzibarquux", "parser"
+
+
+def commands(workdir: str) -> list[tuple[str, list[str] | None]]:
+    """The timed commands: (label, arguments after ``python``, or None for GNU grep's)."""
+    return [("python -c pass", ["-c", "pass"]),
+            ("castore --version", ["-m", "castore", "--version"]),
+            ("castore --help", ["-m", "castore", "--help"]),
+            (f"castore grep -c {RARE}", ["-m", "castore", "grep", "-c", RARE]),
+            (f"castore grep -c {COMMON}", ["-m", "castore", "grep", "-c", COMMON]),
+            (f"GNU grep -r -c {RARE}", None),
+            (f"GNU grep -r -c {COMMON}", None)]
+
+
+def _run(argv: list[str], env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    # the output read through a pipe: GNU grep writing to /dev/null stops at the first match
+    subprocess.run(argv, capture_output=True, env=env, check=False)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("pythons", nargs="+", metavar="PYTHON",
+                    help="the interpreter of each checkout's environment, PATH or LABEL=PATH")
+    ap.add_argument("--workdir", required=True, help="a folder scripts/bench_grep.py --workdir left")
+    ap.add_argument("--rounds", type=int, default=15, help="timed rounds (the median and the minimum are shown)")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the table to FILE")
+    args = ap.parse_args()
+    labels = {py.split("=", 1)[-1]: py.split("=", 1)[0] for py in args.pythons}
+    args.pythons = list(labels)
+    work = os.path.abspath(args.workdir)
+    env = dict(os.environ, CASTORE_STORE=os.path.join(work, "store"), CASTORE_GREP_INDEX=os.path.join(work, "index"))
+    jsonl = os.path.join(work, "jsonl")
+    for py in args.pythons:
+        src = subprocess.run([py, "-c", "import castore, os; print(os.path.dirname(castore.__file__))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        subprocess.run([py, "-m", "compileall", "-q", src], check=True)
+    cmds = commands(work)
+    took: dict[tuple[str, str], list[float]] = {}
+    load0 = os.getloadavg()
+    for r in range(args.rounds + 1):
+        for py in args.pythons:
+            for label, argv in cmds:
+                if argv is None and py != args.pythons[0]:
+                    continue  # GNU grep once a round
+                full = [py, *argv] if argv is not None else ["grep", "-r", "-c", label.split()[-1], jsonl]
+                dt = _run(full, env)
+                if r:
+                    took.setdefault((label, py if argv is not None else ""), []).append(dt)
+    load1 = os.getloadavg()
+    head = ["command", *(labels[py] for py in args.pythons)]
+    rows = []
+    for label, argv in cmds:
+        pys = args.pythons if argv is not None else [""]
+        cells = []
+        for py in pys:
+            v = took[(label, py)]
+            cells.append(f"{statistics.median(v) * 1000:.0f} ms (min {min(v) * 1000:.0f})")
+        rows.append([f"`{label}`", *(cells if argv is not None else cells * len(args.pythons))])
+    lines = [f"Load average (1, 5, 15 min) {', '.join(f'{x:.2f}' for x in load0)} before, "
+             f"{', '.join(f'{x:.2f}' for x in load1)} after; {args.rounds} rounds, each process once per round "
+             "(the median, and the minimum in brackets).", "",
+             "| " + " | ".join(head) + " |", "|---|" + "---:|" * len(args.pythons)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(f"Generated by `{' '.join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])}`, "
+                    f"finished {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}.\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()
