@@ -10,7 +10,8 @@ over the same text as JSONL files. The store, its index and the JSONL files are 
 ``scripts/bench_grep.py --workdir DIR`` leaves in DIR (``store/``, ``index/``, ``jsonl/``).
 
 Each PYTHON is the interpreter of a checkout's environment (``.venv/bin/python``; castore is
-imported from wherever that environment installed it), as ``LABEL=PATH`` to name its column.
+imported from wherever that environment installed it, every process started in the work folder
+so that no checkout's own folder comes first on ``sys.path``), as ``LABEL=PATH`` to name its column.
 Its castore is compiled to bytecode first, untimed, as an installed castore is
 (``PYTHONDONTWRITEBYTECODE`` set would otherwise make every process compile it), and one
 untimed round runs before the timed ones.
@@ -41,10 +42,10 @@ def commands(workdir: str) -> list[tuple[str, list[str] | None]]:
             (f"GNU grep -r -c {COMMON}", None)]
 
 
-def _run(argv: list[str], env: dict[str, str]) -> float:
+def _run(argv: list[str], env: dict[str, str], cwd: str) -> float:
     t = time.perf_counter()
     # the output read through a pipe: GNU grep writing to /dev/null stops at the first match
-    subprocess.run(argv, capture_output=True, env=env, check=False)
+    subprocess.run(argv, capture_output=True, env=env, cwd=cwd, check=False)
     return time.perf_counter() - t
 
 
@@ -56,14 +57,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15, help="timed rounds (the median and the minimum are shown)")
     ap.add_argument("--markdown", metavar="FILE", help="also write the table to FILE")
     args = ap.parse_args()
-    labels = {py.split("=", 1)[-1]: py.split("=", 1)[0] for py in args.pythons}
+    # absolute: every process starts in the work folder
+    labels = {os.path.abspath(py.split("=", 1)[-1]): py.split("=", 1)[0] for py in args.pythons}
     args.pythons = list(labels)
     work = os.path.abspath(args.workdir)
     env = dict(os.environ, CASTORE_STORE=os.path.join(work, "store"), CASTORE_GREP_INDEX=os.path.join(work, "index"))
     jsonl = os.path.join(work, "jsonl")
     for py in args.pythons:
         src = subprocess.run([py, "-c", "import castore, os; print(os.path.dirname(castore.__file__))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+                             capture_output=True, text=True, check=True, cwd=work).stdout.strip()
+        print(f"{labels[py]}: {py} imports castore from {src}")
         subprocess.run([py, "-m", "compileall", "-q", src], check=True)
     cmds = commands(work)
     took: dict[tuple[str, str], list[float]] = {}
@@ -74,7 +77,7 @@ def main() -> None:
                 if argv is None and py != args.pythons[0]:
                     continue  # GNU grep once a round
                 full = [py, *argv] if argv is not None else ["grep", "-r", "-c", label.split()[-1], jsonl]
-                dt = _run(full, env)
+                dt = _run(full, env, work)
                 if r:
                     took.setdefault((label, py if argv is not None else ""), []).append(dt)
     load1 = os.getloadavg()
