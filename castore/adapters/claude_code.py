@@ -37,7 +37,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -485,6 +485,9 @@ class _Importer:
         self.own: set[str] | None = None  # the session's commits, read when a line names one
         #: the file had nothing new and the session nothing to finish (:meth:`_settled`): ``info`` is current
         self.settled = False
+        #: ``(commit, entry, raw line)`` of every commit of a session new with this import (its
+        #: whole log, kept by the writer), else None
+        self.written: list[tuple[str, Event, bytes]] | None = None
 
     def commit_of(self, n: int) -> str | None:
         """The commit of line ``n`` of the main session (this import's, or an earlier one's)."""
@@ -558,7 +561,8 @@ class _Importer:
             self._load_known()
         self.known.update(Paths.commits(c))
         w = TreeWriter(self.session, self.known, key, last_time=c.get("time"), meta_key=KEY, tips=c.get("tips"),
-                       layout=self.layout)
+                       layout=self.layout, keep=self.store.plumbing.redactor is None)
+        self.written = w.written
         # a main file of the old layout holds its subagents' lines (isSidechain) among its own
         side = _Sidechains(self, as_dict(c.get("sidechains"))) if self.src.parent_id is None else None
         uuids: dict[str, int] = dict(self.uuids or {})
@@ -754,40 +758,82 @@ def _agent_links(imp: _Importer) -> dict[str, dict[str, Any]]:
     have = dict(c.get("agents") or {})
     if c.get("agents_at") == c.get("lines"):
         return have
-    by_raw: dict[str, str] = {}
-    calls: dict[Any, str] = {}  # tool_use id of a Task/Agent call -> the commit of its line
-    for le in s.log(all_branches=True):
-        m = le.meta.get(KEY)
-        if isinstance(m, dict) and isinstance(m.get("raw"), str) and m.get("type") == "user":
-            by_raw[m["raw"]] = le.id
-        msg = le.entry.message if isinstance(le.entry, Event) else None
-        for b in msg.content if msg is not None and msg.role == "assistant" and isinstance(msg.content, list) else ():
-            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in _SPAWNERS:
-                calls.setdefault(b.get("id"), le.id)
-    raws = read_blobs(s.store, list(by_raw))
-    for rid, raw in raws.items():
-        if b'"agentId"' not in raw:
-            continue
-        d = parse_line(raw)
-        if not isinstance(d, dict):
-            continue
-        tur = as_dict(d.get("toolUseResult"))
-        # the current layout names the agent in the tool's result, the old one on the line
-        agent = tur.get("agentId") if isinstance(tur.get("agentId"), str) else d.get("agentId")
-        if isinstance(agent, str):
-            tool_use_id = None
-            content = (d.get("message") or {}).get("content") if isinstance(d.get("message"), dict) else None
-            if isinstance(content, list):
-                for b in content:
-                    if isinstance(b, dict) and b.get("type") == "tool_result":
-                        tool_use_id = b.get("tool_use_id")
-            have[agent] = {**as_dict(have.get(agent)), "commit": by_raw[rid], "tool_use_id": tool_use_id,
-                           **({"call": calls[tool_use_id]} if tool_use_id in calls else {})}
+    found = _spawns_written(imp.written) if imp.written is not None else None
+    if found is None:
+        by_raw, calls = _spawns((le.id, le.meta, le.entry) for le in s.log(all_branches=True))
+        found = by_raw, calls, [(by_raw[rid], *a) for rid, raw in read_blobs(s.store, list(by_raw)).items()
+                                if (a := _agent_of(raw)) is not None]
+    _, calls, agents = found
+    for cid, agent, tool_use_id in agents:
+        have[agent] = {**as_dict(have.get(agent)), "commit": cid, "tool_use_id": tool_use_id,
+                       **({"call": calls[tool_use_id]} if tool_use_id in calls else {})}
     c = dict(c)
     c["agents"] = have
     c["agents_at"] = c.get("lines")
     s.set_info({**info, KEY: c})
     return have
+
+
+def _agent_of(raw: bytes) -> tuple[str, Any] | None:
+    """The agent a user line names (the current layout in the tool's result, the old one on
+    the line) and the tool_use id it answers, or None."""
+    if b'"agentId"' not in raw:
+        return None
+    d = parse_line(raw)
+    if not isinstance(d, dict):
+        return None
+    tur = as_dict(d.get("toolUseResult"))
+    agent = tur.get("agentId") if isinstance(tur.get("agentId"), str) else d.get("agentId")
+    if not isinstance(agent, str):
+        return None
+    tool_use_id = None
+    content = (d.get("message") or {}).get("content") if isinstance(d.get("message"), dict) else None
+    if isinstance(content, list):
+        for b in content:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                tool_use_id = b.get("tool_use_id")
+    return agent, tool_use_id
+
+
+def _spawns(log: Iterable[tuple[str, Mapping[str, Any], Any]]) -> tuple[dict[str, str], dict[Any, str]]:
+    """From a session's commits ``(commit, meta, entry)``, newest first: the raw blob of each
+    ``user`` line -> its commit (the oldest line of those bytes), and the tool_use id of each
+    Task/Agent call -> the commit of its line (the newest)."""
+    by_raw: dict[str, str] = {}
+    calls: dict[Any, str] = {}
+    for cid, meta, entry in log:
+        m = meta.get(KEY)
+        if isinstance(m, dict) and isinstance(m.get("raw"), str) and m.get("type") == "user":
+            by_raw[m["raw"]] = cid
+        msg = entry.message if isinstance(entry, Event) else None
+        for b in msg.content if msg is not None and msg.role == "assistant" and isinstance(msg.content, list) else ():
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in _SPAWNERS:
+                calls.setdefault(b.get("id"), cid)
+    return by_raw, calls
+
+
+def _spawns_written(written: list[tuple[str, Event, bytes]]
+                    ) -> tuple[dict[str, str], dict[Any, str], list[tuple[str, str, Any]]] | None:
+    """:func:`_spawns` of the lines an import just wrote into a new session (its whole log),
+    without reading the log back, and ``(commit, agent, tool_use id)`` of the user lines that
+    name an agent; None where the log's order would decide (two such lines of the same bytes
+    or the same agent, two calls of the same id): then the log is read."""
+    by_raw, calls = _spawns((cid, e.meta, e) for cid, e, _ in reversed(written))
+    agents: list[tuple[str, str, Any]] = []
+    seen: set[str] = set()
+    for cid, e, raw in written:
+        rid = e.meta[KEY]["raw"]
+        a = _agent_of(raw) if rid in by_raw else None  # a user line naming an agent
+        if a is None:
+            continue
+        if a[0] in seen or by_raw[rid] != cid:
+            return None
+        seen.add(a[0])
+        agents.append((cid, *a))
+    n_calls = sum(1 for _, e, _ in written if e.message is not None and isinstance(e.message.content, list)
+                  for b in e.message.content if isinstance(b, dict) and b.get("type") == "tool_use"
+                  and b.get("name") in _SPAWNERS)
+    return (by_raw, calls, agents) if n_calls == len(calls) else None
 
 
 def _link_sidechains(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
@@ -811,15 +857,19 @@ def _link_subagent(imp: _Importer, links: dict[str, dict[str, Any]]) -> None:
     agent = stem.removeprefix("agent-")
     link = links.get(agent)
     if link is not None:
-        _link(s.store.session(s.app, imp.src.project, imp.src.parent_id or ""), agent, s, link, imp.info)
+        _link(s.store.session(s.app, imp.src.project, imp.src.parent_id or ""), agent, s, link, imp.info,
+              imp.written)
 
 
-def _link(main: Session, agent: str, sub: Session, link: dict[str, Any], seen: dict[str, Any] | None = None) -> None:
+def _link(main: Session, agent: str, sub: Session, link: dict[str, Any], seen: dict[str, Any] | None = None,
+          written: list[tuple[str, Event, bytes]] | None = None) -> None:
     """Link subagent session ``sub`` both ways: its info names the turn of ``main`` that
     spawned it (``spawned_by``: the session, the commit of the Task result, the call's id
     and commit, and ``first``, its own first line), and ``main``'s list of agents names it.
     ``seen``: ``sub``'s info as read earlier in the import; when it and ``link`` (``main``'s
-    entry for the agent) show both ways in place, nothing is read again."""
+    entry for the agent) show both ways in place, nothing is read again. ``written``: the
+    whole log of ``sub`` when an import just made it (its first line is then the first of
+    these, not read back)."""
     want = {"app": main.app, "user": main.user, "session": main.id,
             **{k: v for k, v in link.items() if k != "session"}}
     had = as_dict((seen or {}).get("spawned_by"))
@@ -827,7 +877,9 @@ def _link(main: Session, agent: str, sub: Session, link: dict[str, Any], seen: d
         return
     info = sub.info
     first = as_dict(info.get("spawned_by")).get("first")
-    if first is None:
+    if first is None and written is not None:
+        first = written[0][0] if written else None
+    elif first is None:
         first = next((cid for o_, (cid, _, _) in sorted(stored_lines(sub, KEY).items()) if o_ >= 0), None)
     if first is not None:
         want["first"] = first

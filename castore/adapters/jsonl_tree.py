@@ -391,10 +391,15 @@ class TreeWriter:
     With ``meta_key`` (the adapter's metadata key) and ``tips`` (the digest the last finished
     import recorded, :meth:`branch_digest`), a line an interrupted import already stored is taken as
     it is, not written again.
+
+    With ``keep``, a session that had no commits before keeps what this writer appended in
+    :attr:`written` (``(commit, entry, raw line)`` in order; None for a session that had
+    commits): the session's whole log, for an adapter that looks through it after the
+    import without reading it back.
     """
 
     def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None, *,
-                 meta_key: str | None = None, tips: Any = None, layout: int = LAYOUT) -> None:
+                 meta_key: str | None = None, tips: Any = None, layout: int = LAYOUT, keep: bool = False) -> None:
         self.session = session
         self.key = key
         self.meta_key = meta_key
@@ -409,6 +414,7 @@ class TreeWriter:
         if self.resuming:
             assert meta_key is not None
             self.stored = stored_lines(session, meta_key)
+        self.written: list[tuple[str, Event, bytes]] | None = [] if keep and not branches else None
         self.tips: dict[str, str] = {}
         for name, tip in branches.items():
             self.tips.setdefault(tip, name)
@@ -486,6 +492,8 @@ class TreeWriter:
         if parent is not None:
             self.tips.pop(parent, None)
         self.tips[ids[-1]] = branch
+        if self.written is not None:
+            self.written.extend((cid, p.entry, p.raw) for p, cid in zip(self.run, ids, strict=True))
         for i, (p, cid) in enumerate(zip(self.run, ids, strict=True)):
             self.cid[p.n] = cid
             if self.resuming:  # where each line hangs, for :meth:`_owner`
