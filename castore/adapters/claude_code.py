@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from ..entries import INJECTED, Event, Message
+from ..entries import INJECTED, Event, Message, vouched_event
 from ..errors import CastoreError, InvalidEntry
 from ..objects import Codec
 from ..usage import CLAUDE_USAGE, claude_record
@@ -69,6 +69,7 @@ from .jsonl_tree import (
     own_commits,
     parse_line,
     parse_time,
+    parse_vouched,
     prefix_digest,
     put_blobs,
     read_blobs,
@@ -249,9 +250,10 @@ def _message(d: dict[str, Any]) -> Message | None:
         return None
 
 
-def _entry(n: int, raw: bytes, d: dict[str, Any], codec: Codec) -> Event:
+def _entry(n: int, raw: bytes, d: dict[str, Any], codec: Codec, vouched: bool = False) -> Event:
     """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object;
-    ``codec``: the store's, which names the line's blob)."""
+    ``codec``: the store's, which names the line's blob; ``vouched``: ``d`` is, as
+    :func:`~castore.adapters.jsonl_tree.parse_vouched` says, and so is the entry)."""
     t = d.get("type") if isinstance(d.get("type"), str) else None
     u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
     msg = _message(d) if t in _TURNS and u is not None else None
@@ -267,7 +269,8 @@ def _entry(n: int, raw: bytes, d: dict[str, Any], codec: Codec) -> Event:
     why = injected(d) if msg is not None else None
     if why is not None:
         meta[INJECTED] = why
-    return Event(author=(msg.role if msg else t) or "line", message=msg, meta=meta)
+    author = (msg.role if msg else t) or "line"
+    return vouched_event(author, msg, meta) if vouched else Event(author=author, message=msg, meta=meta)
 
 
 _SPAWNERS = ("Task", "Agent")
@@ -573,7 +576,7 @@ class _Importer:
         titles: str | None = None
         adopted: dict[str, list[str]] = {}
         for end, raw in read_lines(f, st.offset, self.store.plumbing.redactor):
-            d = parse_line(raw)
+            d, vouched = parse_vouched(raw)
             if d is NOT_JSON:
                 res.notes.append(f"line {n + 1}: not JSON, kept as is")
             if not isinstance(d, dict):
@@ -599,7 +602,7 @@ class _Importer:
                 paths.follow(n, u, cursor)
                 cursor, n, offset = n, n + 1, end
                 continue
-            entry = _entry(n, raw, d, self.store.objects.codec)
+            entry = _entry(n, raw, d, self.store.objects.codec, vouched)
             role = role_of(t, u is not None, entry.meta.get(INJECTED))
             if p is not None and p not in uuids and self.uuids is None and paths.find(p, role, cursor) is None:
                 self._load_known()  # a parent further back than the last import's last line

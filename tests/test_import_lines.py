@@ -1,0 +1,95 @@
+"""The per-line fast path of the JSONL importers: a line is parsed by msgspec where that gives
+what ``json.loads`` gives, and an entry built from a vouched line skips the value checks an
+append makes; lines where either would differ take the checked path, to the same commits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore.adapters import claude_code
+from castore.adapters.claude_code import export_claude, import_claude
+from castore.adapters.jsonl_tree import NOT_JSON, parse_line, parse_vouched
+from castore.entries import MAX_DEPTH, Event, Message, prepare, vouched_event
+from castore.errors import InvalidEntry
+
+
+def _json(raw: bytes | str) -> object:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return NOT_JSON
+
+
+DEEP = b"[" * (MAX_DEPTH + 20) + b"]" * (MAX_DEPTH + 20)
+CASES = [
+    (b'{"type":"user","message":{"role":"user","content":[{"type":"text","text":"hi"}]}}\n', True),
+    ('{"a": [1, 2.5, -0.0, null, true], "b": "\\u00e9"}', True),  # str input
+    (b'{"a":1,"b":2,"a":3}', True),  # a repeated key: the last one, in the first one's place
+    (b'{"n":123456789012345678901234567890}', True),  # beyond 64 bits: the append refuses it
+    (b'{"x":NaN}', False), (b'{"x":-Infinity}', False), (b'{"x":1e999}', False),  # only json.loads takes these
+    (b'"\\ud800"', False), (b'\xef\xbb\xbf{"a":1}', False),  # a lone surrogate, a byte-order mark
+    (b"[" + b"{}," * MAX_DEPTH + b"{}]", False),  # more containers than MAX_DEPTH, shallow: the checks decide
+    (DEEP, False), (b"[" * 5000 + b"]" * 5000, False),  # deeper than Python's recursion: not JSON
+    (b"not json\n", False), (b'{"a":1', False), (b"\xff\xfe", False),
+]
+
+
+@pytest.mark.parametrize(("raw", "vouched"), CASES)
+def test_parse_vouched_gives_what_json_loads_gives(raw: bytes | str, vouched: bool) -> None:
+    value, ok = parse_vouched(raw)
+    assert repr(value) == repr(_json(raw)) and repr(parse_line(raw)) == repr(value)
+    if isinstance(value, dict):
+        assert list(value) == list(_json(raw))  # type: ignore[arg-type]
+    assert ok is vouched
+
+
+def test_vouched_event_is_an_event_and_prepare_still_checks_what_was_not_vouched_for() -> None:
+    msg = Message("user", [{"type": "text", "text": "hi"}])
+    e = vouched_event("user", msg, {"claude": {"o": 1}})
+    plain = Event(author="user", message=msg, meta={"claude": {"o": 1}})
+    assert e == plain and repr(e) == repr(plain) and dataclasses.asdict(e) == dataclasses.asdict(plain)
+    assert prepare(e) == prepare(plain)
+    with pytest.raises(InvalidEntry, match="non-finite"):  # meta given to the append is checked
+        prepare(e, meta={"t": math.nan})
+    bad = vouched_event("user", Message("user", [{"x": math.inf}]), {})  # a maker's broken promise
+    with pytest.raises(InvalidEntry, match="non-finite"):
+        prepare(dataclasses.replace(bad))  # a copy is an ordinary event: checked in full
+
+
+def _line(i: int, content: object) -> str:
+    return json.dumps({"parentUuid": f"u{i - 1}" if i else None, "uuid": f"u{i}", "type": "user",
+                       "timestamp": f"2025-11-19T22:00:{i:02d}.000Z", "message": {"role": "user", "content": content}})
+
+
+def test_lines_castore_cannot_store_keep_their_bytes_and_give_the_commits_of_the_checked_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deep: object = "x"
+    for _ in range(MAX_DEPTH + 5):
+        deep = [deep]
+    lines = [_line(0, "hi"), _line(1, [{"type": "text", "text": "ok", "n": 2.5}]), _line(2, deep),
+             _line(3, [{"type": "text", "text": "big", "n": 2**70}]), _line(4, "bye")]
+    lines.insert(2, _line(2, "nan").replace('"nan"', "NaN").replace('"u2"', '"u2n"'))  # beside line 2
+    proj = tmp_path / "in" / "p"
+    proj.mkdir(parents=True)
+    (proj / "s.jsonl").write_text("\n".join(lines) + "\n")
+
+    def heads(store: castore.Store) -> dict[str, str]:
+        import_claude(store, proj)
+        return store.session("claude", "p", "s").branches()
+
+    fast = castore.open(str(tmp_path / "fast"), durable=False)
+    got = heads(fast)
+    s = fast.session("claude", "p", "s")
+    les = sorted(s.log(all_branches=True), key=lambda le: le.meta["claude"]["o"])
+    assert [le.entry.message is not None for le in les] == [True, True, False, False, False, True]
+    export_claude(fast, tmp_path / "out")
+    assert (tmp_path / "out" / "p" / "s.jsonl").read_bytes() == (proj / "s.jsonl").read_bytes()
+    # every line unvouched: every value checked by the append, as before the fast path
+    monkeypatch.setattr(claude_code, "parse_vouched", lambda raw: (parse_vouched(raw)[0], False))
+    assert heads(castore.open(str(tmp_path / "slow"), durable=False)) == got
