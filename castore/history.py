@@ -37,6 +37,8 @@ SEGMENT_BODY_MAX = 16384
 MAX_HINT_PACKS = K + 1
 
 _ID_LENGTH = {64}
+#: what :meth:`History.advance` is given for a commit's body when its caller does not have it
+NO_BODY: Any = object()
 #: the commit kinds whose entries can contribute a message or set the model (PathFacts)
 _FACT_KINDS = frozenset({"message", "event", "branch_summary", "model_change", "compaction"})
 
@@ -449,18 +451,21 @@ class History:
         return self.advance(hint, tip, c)
 
     def advance(self, hint: Hint, cid: str, commit: Commit,
-                pending: Mapping[ObjectId, bytes] | None = None) -> tuple[Hint, dict[ObjectId, bytes]]:
+                pending: Mapping[ObjectId, bytes] | None = None,
+                body: Any = NO_BODY) -> tuple[Hint, dict[ObjectId, bytes]]:
         """The hint after appending ``cid`` to the path ``hint`` describes.
 
         Returns the new hint and any segment and index objects to write (by id).
         ``pending`` holds canonical bytes not written yet (the block's new commits and
         bodies, when a batch closes a block): they are taken from there, not read.
+        ``body``: the value of the commit's body object when the caller has it (its writer),
+        which is then not decoded again.
 
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
         tail = hint.tail + [cid]
-        facts = self._facts_after(hint.facts if commit.depth else PathFacts(), cid, commit, pending)
+        facts = self._facts_after(hint.facts if commit.depth else PathFacts(), cid, commit, pending, body)
         if (commit.depth + 1) % K != 0:
             return Hint(hint.index, tail, list(hint.packs), facts), {}
         # The block is full: pack it into a segment and extend the index.
@@ -494,23 +499,28 @@ class History:
         return Hint(iid, [], facts=facts), new
 
     def _facts_after(self, facts: PathFacts | None, cid: str, commit: Commit,
-                     pending: Mapping[ObjectId, bytes] | None) -> PathFacts | None:
+                     pending: Mapping[ObjectId, bytes] | None, body: Any = NO_BODY) -> PathFacts | None:
         """The path facts once ``commit`` is appended (None: not known without reading the path)."""
         if facts is None or facts.depth != commit.depth - 1:
             return None
         if commit.kind not in _FACT_KINDS:
             return facts.after(None, commit.depth)  # contributes neither a message nor settings
-        body: Any = None
         try:
-            if commit.body is not None:
-                bid = o.hex_id(commit.body)
-                canon = pending.get(ObjectId(bid)) if pending is not None else None
-                obj = o.decode(bid, canon) if canon is not None else self.objs.get(bid)
-                body = obj.value if isinstance(obj, o.Value) else None
+            if body is NO_BODY:
+                body = self._body_value(commit.body, pending)
             entry = entry_from(commit.kind, body, commit.author, commit.delta, commit.meta)
         except CastoreError:
             return None  # an entry a reader cannot type: it reads the whole path
         return facts.after(entry, commit.depth)
+
+    def _body_value(self, raw: bytes | None, pending: Mapping[ObjectId, bytes] | None) -> Any:
+        """The value of a commit's body object (None: no body, or not a value)."""
+        if raw is None:
+            return None
+        bid = o.hex_id(raw)
+        canon = pending.get(ObjectId(bid)) if pending is not None else None
+        obj = o.decode(bid, canon) if canon is not None else self.objs.get(bid)
+        return obj.value if isinstance(obj, o.Value) else None
 
 
 class BlockPath:

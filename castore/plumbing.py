@@ -50,7 +50,7 @@ from .errors import (
     RefNotFound,
     StorageError,
 )
-from .history import Hint, History, K
+from .history import NO_BODY, Hint, History, K
 from .objects import Blob, Commit, ObjectId, Value
 from .objectstore import ObjectStore
 from .refs import SYMBOLIC, RefStore, RefValue
@@ -531,8 +531,9 @@ class Batch:
         self.pending[oid] = canonical
         return oid
 
-    def commit(self, make: Make) -> ObjectId:
+    def commit(self, make: Make, body: Any = NO_BODY) -> ObjectId:
         """Add the commit ``make(parents, depth, index)`` on the batch's tip; return its id.
+        ``body``: the value its body object holds, when the caller has it (not decoded again).
 
         Raises:
             InvalidEntry: it cannot be encoded.
@@ -543,7 +544,7 @@ class Batch:
         cid, canonical = self.objs.codec.encode(commit)
         self.pending[cid] = canonical
         self.objs.cache(cid, commit)
-        self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending)
+        self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending, body)
         self.pending.update(extra)
         self.ids.append(cid)
         self.tip, self.depth, self.last = cid, self.depth + 1, commit
@@ -560,7 +561,12 @@ class Batch:
             InvalidEntry: the body or a state value cannot be encoded.
             ObjectNotFound, IntegrityError, StorageError: the base tree could not be read.
         """
-        body_id = o.raw_id(self.add(Value(body))) if body is not None else None
+        value = self.clean(Value(body)) if body is not None else None
+        body_id = None
+        if value is not None:
+            oid, canonical = self.objs.codec.encode(value)
+            self.pending[oid] = canonical
+            body_id = o.raw_id(oid)
         delta, meta = self.clean(dict(delta)), self.clean(dict(meta))
         state = self.state_writer.apply(self.state, delta, unset)
         merged = {**self.scopes, **scopes} if scopes else self.scopes
@@ -570,7 +576,7 @@ class Batch:
                           unset=tuple(unset), scopes=merged, author=author, time=when, meta=dict(meta),
                           depth=depth, index=index)
 
-        return self.commit(make)
+        return self.commit(make, value.value if value is not None else None)
 
     def record(self, kind: str, *, state: bytes | None, author: str, when: float,
                meta: Mapping[str, Any]) -> ObjectId:
