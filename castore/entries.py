@@ -432,8 +432,14 @@ def entry_from(kind: str, body: Any, author: str, delta: dict[str, Any], meta: d
         return message_from_body(b)
     try:
         if kind == "event":
-            return Event(author=author, message=message_from_body(b) if b else None,
-                         state_delta=dict(delta), meta=dict(meta))
+            m, d, mt = message_from_body(b) if b else None, dict(delta), dict(meta)
+            if type(author) is str and set(map(type, d)) <= _STR_TYPE and set(map(type, mt)) <= _STR_TYPE:
+                # what __post_init__ would check holds: the fields as __init__ sets them (reading a
+                # long session makes one event per entry)
+                e = _new(Event)
+                e.__dict__.update(author=author, message=m, state_delta=d, meta=mt)
+                return e
+            return Event(author=author, message=m, state_delta=d, meta=mt)
         if kind == "compaction":
             return Compaction(b.get("summary", ""), b.get("first_kept"), b.get("tokens_before", 0), b.get("details"))
         if kind == "branch_summary":
@@ -595,10 +601,14 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
     o.pack(body)
     o.pack(meta_)
     for d, _ in parts.values():
-        o.pack(d)
-    return Prepared(e.kind, body, author_, meta_, parts[""][0], tuple(parts[""][1]),
-                    parts["app:"][0], tuple(parts["app:"][1]), parts["user:"][0],
-                    tuple(parts["user:"][1]), temp, at)
+        if d:
+            o.pack(d)
+    out = _new(Prepared)
+    # the fields __init__ would set (frozen: not via setattr; one Prepared per appended entry)
+    out.__dict__.update(kind=e.kind, body=body, author=author_, meta=meta_, delta=parts[""][0],
+                        unset=tuple(parts[""][1]), app_delta=parts["app:"][0], app_unset=tuple(parts["app:"][1]),
+                        user_delta=parts["user:"][0], user_unset=tuple(parts["user:"][1]), temp=temp, time=at)
+    return out
 
 
 def _check_message(m: Message, what: str) -> None:

@@ -41,9 +41,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from ..entries import INJECTED, Event, Message, vouched_event
+from ..entries import INJECTED, Event, Message, message_from_body, vouched_event
 from ..errors import CastoreError, InvalidEntry
-from ..objects import Codec
 from ..usage import CLAUDE_USAGE, claude_record
 from . import jsonl_tree
 from .claude_tree import Paths, role_of
@@ -60,6 +59,7 @@ from .jsonl_tree import (
     as_dict,
     blob_id,
     counts_redactions,
+    encode_blob,
     entry_text,
     export_lines,
     import_batched,
@@ -245,14 +245,14 @@ def _message(d: dict[str, Any]) -> Message | None:
         return None
     role = m.get("role") if isinstance(m.get("role"), str) and m.get("role") else d.get("type")
     try:
-        return Message.from_dict({"role": role, "content": _clean(m.get("content"))})
+        return message_from_body({"role": role, "content": _clean(m.get("content"))})
     except InvalidEntry:
         return None
 
 
-def _entry(n: int, raw: bytes, d: dict[str, Any], codec: Codec, vouched: bool = False) -> Event:
+def _entry(n: int, raw_id: str, d: dict[str, Any], vouched: bool = False) -> Event:
     """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object;
-    ``codec``: the store's, which names the line's blob; ``vouched``: ``d`` is, as
+    ``raw_id``: the id of the line's blob; ``vouched``: ``d`` is, as
     :func:`~castore.adapters.jsonl_tree.parse_vouched` says, and so is the entry)."""
     t = d.get("type") if isinstance(d.get("type"), str) else None
     u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
@@ -260,7 +260,7 @@ def _entry(n: int, raw: bytes, d: dict[str, Any], codec: Codec, vouched: bool = 
     when = parse_time(d.get("timestamp"))
     if when is None and isinstance(d.get("snapshot"), dict):  # a file-history-snapshot line
         when = parse_time(d["snapshot"].get("timestamp"))
-    meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw, codec), **({"uuid": u} if u else {}),
+    meta: dict[str, Any] = {KEY: {"o": n, "raw": raw_id, **({"uuid": u} if u else {}),
                                   **({"type": t} if t else {})}}
     if t == "assistant":
         meta[KEY][CLAUDE_USAGE] = claude_record(d)
@@ -411,8 +411,8 @@ class _Sidechains:
         if agent and th.agent is None:
             th.agent = agent
         t = d.get("type")
-        self._writer(sid).add(n, parent, raw, _entry(n, raw, d, self.imp.store.objects.codec),
-                              t in _TURNS and u is not None)
+        blob = encode_blob(raw, self.imp.store.objects.codec)
+        self._writer(sid).add(n, parent, raw, _entry(n, blob[0], d), t in _TURNS and u is not None, blob)
         if u is not None:
             self.uuids.setdefault(u, (sid, n))
         th.cursor = n
@@ -602,7 +602,8 @@ class _Importer:
                 paths.follow(n, u, cursor)
                 cursor, n, offset = n, n + 1, end
                 continue
-            entry = _entry(n, raw, d, self.store.objects.codec, vouched)
+            blob = encode_blob(raw, self.store.objects.codec)
+            entry = _entry(n, blob[0], d, vouched)
             role = role_of(t, u is not None, entry.meta.get(INJECTED))
             if p is not None and p not in uuids and self.uuids is None and paths.find(p, role, cursor) is None:
                 self._load_known()  # a parent further back than the last import's last line
@@ -612,7 +613,7 @@ class _Importer:
             parent, fork = paths.place(n, u, p, role, cursor, uuids)
             if fork is not None:
                 entry.meta[KEY]["fork"] = fork
-            w.add(n, parent, raw, entry, turn)
+            w.add(n, parent, raw, entry, turn, blob)
             if side is not None and t == "assistant":
                 side.saw_task(n, d)
             if u is not None:

@@ -351,9 +351,13 @@ def put_blobs(store: SessionHost, raws: list[bytes], read: bool = False) -> list
     local disk) they are made durable by the next swap's intent, as an append's objects are
     (the commits that name them land with it)."""
     encode = store.objects.codec.encode
-    enc = [encode(Blob(data=r if read else stored_bytes(store, r))) for r in raws]
-    store.objects.put_encoded(enc, sync=not store.objects.defers_refs)
-    return [oid for oid, _ in enc]
+    return put_encoded_blobs(store, [encode(Blob(data=r if read else stored_bytes(store, r))) for r in raws])
+
+
+def put_encoded_blobs(store: SessionHost, encoded: list[tuple[str, bytes]]) -> list[str]:
+    """Store blobs encoded already (:func:`encode_blob`), as :func:`put_blobs` does; return their ids."""
+    store.objects.put_encoded(encoded, sync=not store.objects.defers_refs)
+    return [oid for oid, _ in encoded]
 
 
 def read_blobs(store: SessionHost, oids: list[str]) -> dict[str, bytes]:
@@ -378,6 +382,7 @@ class _Pending:
     raw: bytes
     entry: Event
     active: bool
+    blob: tuple[str, bytes]
 
 
 def _storable(entry: Event) -> Event:
@@ -454,8 +459,10 @@ class TreeWriter:
         self.last_time = last_time
         self._times: list[float | None] = []
 
-    def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool) -> None:
-        """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows.
+    def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool,
+            blob: tuple[str, bytes] | None = None) -> None:
+        """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows;
+        ``blob``: the line's blob as :func:`encode_blob` gives it, when the caller made it.
 
         Raises:
             LineChanged: the session holds another line ``n`` (written by an interrupted
@@ -464,9 +471,11 @@ class TreeWriter:
         when = entry.meta.get("time")
         if isinstance(when, (int, float)) and not isinstance(when, bool):
             self.last_time = float(when)
+        if blob is None:
+            blob = encode_blob(raw, self.session.store.objects.codec)
         hit = self.stored.get(n)
         if hit is not None:
-            if hit[1] != blob_id(raw, self.session.store.objects.codec):
+            if hit[1] != blob[0]:
                 raise LineChanged(self.key, f"line {n + 1} is not the one an interrupted import stored "
                                             "(file rewritten?)")
             self.flush()
@@ -478,7 +487,7 @@ class TreeWriter:
             self.flush()
         if not self.run:
             self.run_parent = parent
-        self.run.append(_Pending(n, raw, entry, active))
+        self.run.append(_Pending(n, raw, entry, active, blob))
         self._times.append(self.last_time if self.last_time is not None else 0.0)
         self.run_bytes += len(raw)
 
@@ -491,7 +500,7 @@ class TreeWriter:
         if not self.run:
             return
         s = self.session
-        put_blobs(s.store, [p.raw for p in self.run], read=True)
+        put_encoded_blobs(s.store, [p.blob for p in self.run])
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
         if parent is None:
             if s.exists() and s.head is not None:
@@ -695,6 +704,13 @@ def meta_of(n: int, raw_id: str, when: float | None, **extra: Any) -> dict[str, 
 def blob_id(raw: bytes, codec: o.Codec = o.PLAIN) -> str:
     """The id the blob of these bytes has under ``codec`` (the store's). Raises nothing."""
     return codec.encode(Blob(data=raw))[0]
+
+
+def encode_blob(raw: bytes, codec: o.Codec = o.PLAIN) -> tuple[str, bytes]:
+    """The id and canonical bytes of the blob of these bytes under ``codec`` (the store's):
+    for an importer that names a line's blob in its entry and then stores it, encoding it
+    once. Raises nothing."""
+    return codec.encode(Blob(data=raw))
 
 
 def archived_rows(session: Session, key: str, file: str | None = None,
