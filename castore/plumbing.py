@@ -233,10 +233,11 @@ def valid_segment(seg: str) -> bool:
     return _decoded(seg) is not None
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1 << 16)
 def _decoded(seg: str) -> str | None:
     """``names.decode(seg)``, or None when ``seg`` is not a canonical encoded name; cached:
-    every append decodes its HEAD's branch segment several times."""
+    every append decodes its HEAD's branch segment several times, and an import of thousands
+    of sessions lists each session's branches several times (as large as ``names.encode``'s)."""
     try:
         return names.decode(seg)
     except InvalidName:

@@ -68,6 +68,7 @@ from .plumbing import (
     parse_ref_name,
     real_name,
     symbolic_to,
+    valid_segment,
 )
 from .redact import REDACTED_INFO
 from .refs import RefStore, RefValue
@@ -668,7 +669,9 @@ class Session:
         return self._named(TAGS)
 
     def _named(self, kind: str) -> dict[str, ObjectId]:
-        refs = [n for n in self._refs.list(f"{self.prefix}/{kind}") if parse_ref_name(n) is not None]
+        # the refs below this session's (valid) prefix that parse_ref_name takes: one valid segment more
+        base = f"{self.prefix}/{kind}/"
+        refs = [n for n in self._refs.list(base) if n.startswith(base) and valid_segment(n[len(base):])]
         vals = self._refs.read_many(refs)
         out = {}
         for name, v in vals.items():
