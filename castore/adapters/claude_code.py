@@ -4,9 +4,10 @@ Each session file becomes a castore session ``claude/<project>/<session>``; each
 ``<session>/`` that is JSONL (subagents, workflows) becomes its own session
 ``claude/<project>/<session>.<path with dots>`` (``…/subagents/agent-a1.jsonl`` ->
 ``<session>.subagents.agent-a1``), linked in its info to the session and commit that
-spawned it (:mod:`castore.adapters.claude_links`); any other file under ``<session>/`` (``agent-*.meta.json``, ``tool-results/``)
-is kept as a blob named in the session's info. See :mod:`castore.adapters.jsonl_tree` for
-how lines are kept byte for byte and imported incrementally.
+spawned it (:mod:`castore.adapters.claude_links`); any other file under ``<session>/``
+(``agent-*.meta.json``, ``tool-results/``) is kept as a blob named in the session's info.
+See :mod:`castore.adapters.jsonl_tree` for how lines are kept byte for byte and imported
+incrementally.
 
 Before subagents got files of their own (Claude Code 2.0.x), their lines were written into
 the main file among the main session's, marked ``isSidechain: true``. Each such chain
@@ -45,7 +46,19 @@ from ..entries import INJECTED, Event, Message, message_from_body, vouched_event
 from ..errors import CastoreError, InvalidEntry
 from ..usage import CLAUDE_USAGE, claude_record
 from . import jsonl_tree
-from .claude_links import KEY, SPAWNERS, agent_links, link_sidechains, link_subagent
+from .claude_links import (
+    KEY,
+    SPAWNERS,
+    agent_links,
+    file_agent,
+    first_written,
+    found_agents,
+    link_sidechains,
+    link_subagent,
+    name_agents,
+    spawned_by,
+    spawns_written,
+)
 from .claude_tree import Paths, role_of
 from .detect import refuse_other
 from .jsonl_tree import (
@@ -470,9 +483,11 @@ class _State:
 class _Importer:
     """Imports one file into one session, from where the last import stopped."""
 
-    def __init__(self, store: Store, src: _Source, app: str) -> None:
+    def __init__(self, store: Store, src: _Source, app: str, links: dict[str, dict[str, Any]] | None = None) -> None:
         self.store = store.tenant(app, src.project)  # its tenant's store, in the tenant layout (docs/tenants.md)
         self.src = src
+        #: the main session's agents (:func:`~castore.adapters.claude_links.agent_links`), for a subagent file
+        self.links = links or {}
         self.session = store.session(app, src.project, src.session_id)
         # (each read of HEAD parses it: an imported session's info says it exists)
         self.info = self.session.info
@@ -651,6 +666,12 @@ class _Importer:
             res.sidechains = side.finish()
             c["sidechains"] = side.state()
         c.update(self._side_files())
+        if self.written is not None and res.lines:  # links known now: written with the rest
+            if self.src.parent_id is None and (found := spawns_written(self.written)) is not None:
+                c = found_agents(c, found)
+            elif self.src.parent_id is not None and (link := self.links.get(file_agent(self.src.session_id))):
+                info["spawned_by"] = spawned_by((self.session.app, self.src.project, self.src.parent_id), link,
+                                                first_written(self.written))
         info[KEY] = c
         if titles:
             info["name"] = titles
@@ -730,11 +751,19 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
     store.init()
     results: list[FileResult] = []
     links: dict[str, dict[str, Any]] = {}
+    # main session -> its agents' sessions, named in its info once its subagent files are in
+    named: dict[tuple[str, str, str], dict[str, str]] = {}
 
-    def one(src: _Source) -> int:
+    def one(src: _Source | None) -> int:
         nonlocal links
+        if src is None or src.parent_id is None:  # the end, or a new main file: the last one's are in
+            for key, agents in named.items():
+                name_agents(store.session(*key), agents)
+            named.clear()
+        if src is None:
+            return 0
         try:
-            imp = _Importer(store, src, app)
+            imp = _Importer(store, src, app, links if src.parent_id is not None else None)
         except CastoreError as e:
             raise ArchiveError(src.path, f"cannot name a session after it: {e}") from e
         with open(src.path, "rb") as f:
@@ -744,10 +773,10 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
             links = agent_links(imp)
             link_sidechains(imp, links)
         else:
-            link_subagent(imp, links)
+            link_subagent(imp, links, named)
         return r.offset
 
-    import_batched(store, sources, one)
+    import_batched(store, [*sources, None], one)  # the last main's agents named inside the batch
     return results
 
 

@@ -76,15 +76,9 @@ def agent_links(imp: Importer) -> dict[str, dict[str, Any]]:
         by_raw, calls = spawns((le.id, le.meta, le.entry) for le in s.log(all_branches=True))
         found = by_raw, calls, [(by_raw[rid], *a) for rid, raw in read_blobs(s.store, list(by_raw)).items()
                                 if (a := agent_of(raw)) is not None]
-    _, calls, agents = found
-    for cid, agent, tool_use_id in agents:
-        have[agent] = {**as_dict(have.get(agent)), "commit": cid, "tool_use_id": tool_use_id,
-                       **({"call": calls[tool_use_id]} if tool_use_id in calls else {})}
-    c = dict(c)
-    c["agents"] = have
-    c["agents_at"] = c.get("lines")
+    c = found_agents(c, found)
     s.set_info({**info, KEY: c})
-    return have
+    return dict(c["agents"])
 
 
 def agent_of(raw: bytes) -> tuple[str, Any] | None:
@@ -162,9 +156,11 @@ def link_sidechains(imp: Importer, links: dict[str, dict[str, Any]]) -> None:
         link_spawned(main, th.agent or "", th.session, link)
 
 
-def link_subagent(imp: Importer, links: dict[str, dict[str, Any]]) -> None:
+def link_subagent(imp: Importer, links: dict[str, dict[str, Any]],
+                  named: dict[tuple[str, str, str], dict[str, str]] | None = None) -> None:
     """Link the subagent file ``imp`` imported to its main session, by the agent its file is
     named for (``agent-<id>``) in the main session's ``links`` (:func:`agent_links`).
+    ``named``: where the main session's side waits (:func:`link_spawned`), by its key.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError, RefContended.
@@ -172,41 +168,94 @@ def link_subagent(imp: Importer, links: dict[str, dict[str, Any]]) -> None:
     s = imp.session
     if not (imp.settled or s.exists()):
         return
-    stem = imp.src.session_id.rsplit(".", 1)[-1]
-    agent = stem.removeprefix("agent-")
+    agent = file_agent(imp.src.session_id)
     link = links.get(agent)
     if link is not None:
-        link_spawned(s.store.session(s.app, imp.src.project, imp.src.parent_id or ""), agent, s, link, imp.info,
-                     imp.written)
+        main = s.store.session(s.app, imp.src.project, imp.src.parent_id or "")
+        link_spawned(main, agent, s, link, imp.info, imp.written,
+                     named.setdefault(main.key, {}) if named is not None else None)
 
 
 def link_spawned(main: Session, agent: str, sub: Session, link: dict[str, Any], seen: dict[str, Any] | None = None,
-          written: list[tuple[str, Event, bytes]] | None = None) -> None:
+                 written: list[tuple[str, Event, bytes]] | None = None, named: dict[str, str] | None = None) -> None:
     """Link subagent session ``sub`` both ways: its info names the turn of ``main`` that
     spawned it (``spawned_by``: the session, the commit of the Task result, the call's id
     and commit, and ``first``, its own first line), and ``main``'s list of agents names it.
     ``seen``: ``sub``'s info as read earlier in the import; when it and ``link`` (``main``'s
     entry for the agent) show both ways in place, nothing is read again. ``written``: the
     whole log of ``sub`` when an import just made it (its first line is then the first of
-    these, not read back)."""
-    want = {"app": main.app, "user": main.user, "session": main.id,
-            **{k: v for k, v in link.items() if k != "session"}}
+    these, not read back). ``named``: ``main``'s side is kept there (agentId -> session) for
+    :func:`name_agents` to write once for all of ``main``'s subagents, not written now.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError, RefContended.
+    """
+    want = spawned_by(main.key, link)
     had = as_dict((seen or {}).get("spawned_by"))
     if link.get("session") == sub.id and "first" in had and had == {**want, "first": had["first"]}:
         return
     info = sub.info
     first = as_dict(info.get("spawned_by")).get("first")
     if first is None and written is not None:
-        first = written[0][0] if written else None
+        first = first_written(written)
     elif first is None:
         first = next((cid for o_, (cid, _, _) in sorted(stored_lines(sub, KEY).items()) if o_ >= 0), None)
     if first is not None:
         want["first"] = first
     if info.get("spawned_by") != want:
         sub.set_info({**info, "spawned_by": want})
+    if named is not None:
+        named[agent] = sub.id
+    else:
+        name_agents(main, {agent: sub.id})
+
+
+def name_agents(main: Session, named: dict[str, str]) -> None:
+    """Name in ``main``'s list of agents (its info) the session of each agent in ``named``
+    (agentId -> session), in one write when any changes.
+
+    Raises:
+        StorageError, RefContended.
+    """
     minfo = main.info
     c = as_dict(minfo.get(KEY))
     agents = as_dict(c.get("agents"))
-    if as_dict(agents.get(agent)).get("session") != sub.id:
-        agents = {**agents, agent: {**as_dict(agents.get(agent)), "session": sub.id}}
-        main.set_info({**minfo, KEY: {**c, "agents": agents}})
+    new = {agent: {**as_dict(agents.get(agent)), "session": sid} for agent, sid in named.items()
+           if as_dict(agents.get(agent)).get("session") != sid}
+    if new:
+        main.set_info({**minfo, KEY: {**c, "agents": {**agents, **new}}})
+
+
+def spawned_by(main: tuple[str, str, str], link: dict[str, Any], first: str | None = None) -> dict[str, Any]:
+    """A subagent session's ``spawned_by`` (its info): the main session ``(app, user, id)``,
+    ``link`` (the main session's entry for the agent: the commit of the Task result, the
+    call's id and commit) and ``first``, the subagent's own first line. Raises nothing."""
+    want = {"app": main[0], "user": main[1], "session": main[2], **{k: v for k, v in link.items() if k != "session"}}
+    if first is not None:
+        want["first"] = first
+    return want
+
+
+def first_written(written: list[tuple[str, Event, bytes]]) -> str | None:
+    """The commit of the first line of a session an import just made, from what it wrote
+    (:attr:`~castore.adapters.jsonl_tree.TreeWriter.written`: in line order). Raises nothing."""
+    return written[0][0] if written else None
+
+
+def found_agents(c: dict[str, Any], found: tuple[dict[str, str], dict[Any, str], list[tuple[str, str, Any]]]
+                 ) -> dict[str, Any]:
+    """The main session's import state ``c`` (its info under :data:`KEY`) with the agents
+    :func:`spawns` found (``agents``: agentId -> the commit of its result line, the call's
+    id and commit) recorded as found at its current line count (``agents_at``). Raises nothing."""
+    _, calls, agents = found
+    have = dict(c.get("agents") or {})
+    for cid, agent, tool_use_id in agents:
+        have[agent] = {**as_dict(have.get(agent)), "commit": cid, "tool_use_id": tool_use_id,
+                       **({"call": calls[tool_use_id]} if tool_use_id in calls else {})}
+    return {**c, "agents": have, "agents_at": c.get("lines")}
+
+
+def file_agent(session_id: str) -> str:
+    """The agent a subagent file's session is named for (``<session>.subagents.agent-<id>``
+    -> ``<id>``). Raises nothing."""
+    return session_id.rsplit(".", 1)[-1].removeprefix("agent-")
