@@ -6,7 +6,11 @@ names the line's position in the file (``o``) and a blob holding its exact bytes
 export writes those blobs back in file order, so the file comes back byte for byte whatever
 the line holds (unknown types, key order, spacing, lines that are not JSON). The body of a
 commit is what castore understands of the line (a message), so that ``log``, ``context``,
-the HTML view and ``grep`` work on archived sessions as on any other.
+the HTML view and ``grep`` work on archived sessions as on any other. A line is parsed once
+(:func:`parse_vouched`: msgspec where it gives what ``json.loads`` gives), its blob encoded
+once (:func:`encode_blob`: named in the entry, stored by the writer), and an entry made of
+a line whose values need no check (:func:`~castore.entries.vouched_event`) is not checked
+again value by value when appended.
 
 Where a line hangs in the tree is the adapter's business (:class:`TreeWriter` takes a parent
 line per line); the writer groups lines that follow each other into one ``append_many``,
