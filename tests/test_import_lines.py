@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 import castore
 from castore.adapters import claude_code
 from castore.adapters.claude_code import export_claude, import_claude
-from castore.adapters.jsonl_tree import NOT_JSON, parse_line, parse_vouched
+from castore.adapters.jsonl_tree import NOT_JSON, TreeWriter, parse_line, parse_vouched
 from castore.entries import MAX_DEPTH, Event, Message, prepare, vouched_event
 from castore.errors import InvalidEntry
 
@@ -93,3 +94,39 @@ def test_lines_castore_cannot_store_keep_their_bytes_and_give_the_commits_of_the
     # every line unvouched: every value checked by the append, as before the fast path
     monkeypatch.setattr(claude_code, "parse_vouched", lambda raw: (parse_vouched(raw)[0], False))
     assert heads(castore.open(str(tmp_path / "slow"), durable=False)) == got
+
+
+DATA = Path(__file__).resolve().parent / "data" / "claude-code" / "session-share"
+SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
+
+
+def _infos(store: castore.Store) -> dict[str, object]:
+    return {si.session: (si.head, store.session(si.app, si.user, si.session).info) for si in store.sessions("claude")}
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_links_found_among_the_written_lines_are_those_read_back_from_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, twice: bool) -> None:
+    proj = tmp_path / "in" / "p"
+    shutil.copytree(DATA, proj, ignore=shutil.ignore_patterns("LICENSE"))
+    if twice:  # a second line naming an agent: the log's order decides, so the log is read
+        main = proj / f"{SID}.jsonl"
+        lines = main.read_bytes().splitlines(keepends=True)
+        result = next(line for line in lines if b'"agentId"' in line and b'"tool_result"' in line)
+        d = json.loads(result)
+        d["uuid"], d["parentUuid"] = "dup-1", json.loads(lines[-1]).get("uuid")
+        main.write_bytes(b"".join(lines) + json.dumps(d).encode() + b"\n")
+    fast = castore.open(str(tmp_path / "fast"), durable=False)
+    import_claude(fast, proj)
+
+    class ReadBack(TreeWriter):  # keeps nothing: every link is read back from the store
+        def __init__(self, *args: object, **kw: object) -> None:
+            kw["keep"] = False
+            super().__init__(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(claude_code, "TreeWriter", ReadBack)
+    slow = castore.open(str(tmp_path / "slow"), durable=False)
+    import_claude(slow, proj)
+    got = _infos(fast)
+    assert got == _infos(slow)
+    assert all("spawned_by" in info for sid, (_, info) in got.items() if ".subagents." in sid)
