@@ -7,12 +7,15 @@ earlier one in its place), ``$rewindTo`` drops that message and every one after 
 when the id is unknown), ``$set`` with ``messages`` clears the conversation and sets that list,
 the metadata line may carry ``messages`` too. :func:`gemini_cli_load` replays by those rules.
 
-castore keeps every line as a commit: a message written again adds what it adds (its calls'
-results) as a part after the message, a checkpoint copies the messages it sets that the path
-does not hold. So each message gemini-cli loads is, in castore's context, its first part and the
-parts its copies added, in order: joined back, the context is gemini-cli's conversation, message
-for message (castore's reading of each record: :func:`castore.adapters.gemini._message`). The
-files are imported line by line (as ``--follow`` does) and whole, and compared after every line.
+castore keeps every line as a commit: the last message written again adds what it adds (its
+calls, their results) as a part after the message; one written again that says something else,
+or an earlier one written again after later ones, is set in its place, as a checkpoint is (the
+line hangs after the message before it, the later messages follow as copies); a checkpoint
+copies the messages it sets that the path does not hold. So each message gemini-cli loads is, in
+castore's context, its first part and the parts its copies added, in order: joined back, the
+context is gemini-cli's conversation, message for message (castore's reading of each record:
+:func:`castore.adapters.gemini._message`). The files are imported line by line (as ``--follow``
+does) and whole, and compared after every line.
 """
 
 from __future__ import annotations
@@ -167,14 +170,50 @@ def checkpointed_session() -> list[bytes]:
     return out + [_rec(r) for r in recs]
 
 
+def updated_session() -> list[bytes]:
+    """Messages written again as gemini-cli's recordMessage (pushMessage) may write them: the
+    last one (its calls added to its text, their results, its tokens), and earlier ones, after
+    later messages (a message recorded again under its id; its tokens only): gemini-cli's replay
+    sets each in its place (a JS Map keeps a key's first place), so the conversation keeps its
+    order; a rewind and a turn after it."""
+    out = [_rec({"sessionId": "5d1e0a77-2b3c-4d5e-8f90-a1b2c3d4e5f6", "projectHash": "cd" * 32,
+                 "startTime": _ts(0), "lastUpdated": _ts(0)})]
+    u1 = {"id": "u1", "timestamp": _ts(1), "type": "user", "content": [{"text": "What is in src?"}]}
+    m1 = {"id": "m1", "timestamp": _ts(2), "type": "gemini", "content": "Let me look.", "thoughts": [],
+          "tokens": None, "model": "gemini-2.5-pro"}
+    call = {"id": "ls-1", "name": "list_directory", "args": {"path": "src"}, "status": "executing",
+            "timestamp": _ts(2)}
+    done = {**call, "status": "success", "result": [{"functionResponse": {
+        "id": "ls-1", "name": "list_directory", "response": {"output": "main.py util.py"}}}]}
+    m1c = {**m1, "toolCalls": [call]}  # recordToolCalls: calls added to a message that held text
+    m1r = {**m1, "toolCalls": [done]}
+    u2 = {"id": "u2", "timestamp": _ts(3), "type": "user", "content": [{"text": "And main.py?"}]}
+    m2 = {"id": "m2", "timestamp": _ts(4), "type": "gemini", "content": "It serves.", "thoughts": [],
+          "tokens": None, "model": "gemini-2.5-pro"}
+    u3 = {"id": "u3", "timestamp": _ts(5), "type": "user", "content": [{"text": "Thanks"}]}
+    recs: list[dict[str, Any]] = [
+        u1, m1, m1c, m1r, u2, m2,
+        {**m1r, "tokens": {"input": 10, "output": 2, "cached": 0, "thoughts": 0, "tool": 0, "total": 12}},
+        {**m1r, "content": "Let me look in src."},  # an earlier message recorded again: its place kept
+        {**u1, "content": [{"text": "What is in the src folder?"}]},  # the first one too
+        {**m2, "content": "It starts the server."},  # the last one changed
+        u3, {**m1r, "content": "Let me look in ./src."},  # again, with two messages after it
+        {"$rewindTo": "u2"},
+        {**u2, "timestamp": _ts(6), "content": [{"text": "And util.py?"}]},
+        {**m2, "id": "m3", "timestamp": _ts(7), "content": "Helpers."},
+        {**m1r, "content": "Looked in src."}]
+    return out + [_rec(r) for r in recs]
+
+
 def _cases(tmp_path: Path) -> list[tuple[str, list[bytes]]]:
     main = next(DATA.glob("session-*.jsonl"))
     sub = next(DATA.glob("*/*.jsonl"))
     return [(p.name, p.read_bytes().splitlines(keepends=True)) for p in (main, sub)] + \
-        [("session-2026-03-11T10-00-9b2f0c11.jsonl", checkpointed_session())]
+        [("session-2026-03-11T10-00-9b2f0c11.jsonl", checkpointed_session()),
+         ("session-2026-03-12T10-00-5d1e0a77.jsonl", updated_session())]
 
 
-@pytest.mark.parametrize("case", [0, 1, 2], ids=["fixture", "subagent", "checkpoints"])
+@pytest.mark.parametrize("case", [0, 1, 2, 3], ids=["fixture", "subagent", "checkpoints", "updates"])
 def test_context_is_what_gemini_cli_loads_after_every_line(tmp_path: Path, case: int) -> None:
     name, lines = _cases(tmp_path)[case]
     f = tmp_path / "line" / "chats" / name
@@ -194,6 +233,8 @@ def test_context_is_what_gemini_cli_loads_after_every_line(tmp_path: Path, case:
             checkpoints += 1
             assert joined == 0  # right after a checkpoint: its messages, each whole, as gemini-cli loads them
     assert checkpoints == (2 if case == 2 else 0)
+    if case == 3:  # each message gemini-cli updated in place, after later ones, kept its place
+        assert [m.role for m in got] == ["user", "assistant", "user", "assistant"]
     # the same file imported whole gives the same commits and branches
     whole = castore.open(str(tmp_path / "whole"), durable=False)
     import_gemini(whole, f)
@@ -227,3 +268,22 @@ def test_export_of_a_checkpointed_session_is_byte_exact(tmp_path: Path) -> None:
     r = usage(store, cache=False)
     assert r.total.responses == len(seen) == 12
     assert r.total.tokens.output == sum(t["output"] for t in seen.values())
+
+
+def test_messages_written_again_in_their_place_export_byte_exact_and_keep_the_old_conversation(
+        tmp_path: Path) -> None:
+    from castore.adapters.gemini import export_gemini
+
+    lines = updated_session()
+    f = tmp_path / "tmp" / "p" / "chats" / "session-2026-03-12T10-00-5d1e0a77.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(lines))
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    import_gemini(store, f)
+    s = store.session("gemini", "p", json.loads(lines[0])["sessionId"])
+    # each conversation an update replaced keeps a branch, as a checkpoint's does; the path is
+    # gemini-cli's conversation (the copies are no lines of the file)
+    assert {n.split("-")[0] for n in s.branches()} == {"main", "checkpoint", "rewind"}
+    export_gemini(store, tmp_path / "out")
+    assert (tmp_path / "out" / "p" / "chats" / f.name).read_bytes() == f.read_bytes()
+    assert all(r.lines == 0 for r in import_gemini(store, f))

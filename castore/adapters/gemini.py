@@ -27,9 +27,15 @@ The path to HEAD holds the conversation gemini-cli itself loads from the file (i
 
 - each line follows the one before it; a message's body is its thoughts (as thinking), its
   parts, its tool calls, then their results (:func:`_blocks`);
-- a message written again holds what it adds to the copy before it (its calls' results, as a
-  ``tool`` message; calls added to a text), or nothing (its tokens: bookkeeping, ``update``);
-  only a copy that changes what it said holds all of it again;
+- the last message written again holds what it adds to the copy before it (its calls' results,
+  as a ``tool`` message; calls added to a text), or nothing (its tokens: bookkeeping,
+  ``update``); gemini-cli's writer only ever updates the last message so;
+- a message written again that says something else, or an earlier one written again after
+  later ones (a message recorded again under its id): gemini-cli's replay sets it in its place
+  (its messages are a JS ``Map``: a known id keeps its first place), so the line hangs as a
+  checkpoint does, the whole message after the one before it, and the messages after it follow
+  as copies (no line of the file, ``from: "update"``); the conversation it replaced keeps a
+  branch ``checkpoint-<n>``;
 - a ``$rewindTo`` hangs after the message before the one it names; the dropped turns keep a
   branch ``rewind-<n>``;
 - a checkpoint (``$set`` of ``messages``) hangs after the last message the path and its list
@@ -233,6 +239,12 @@ def _said(blocks: list[Any]) -> str:
     return hashlib.sha256(json.dumps(blocks, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
 
 
+def _grew(m: list[Any], blocks: list[Any]) -> bool:
+    """Whether ``blocks`` are what conversation message ``m`` (``[id, key, count, digest]``) said,
+    and maybe more after it (a copy written again that only adds: its calls, their results)."""
+    return 0 <= m[2] <= len(blocks) and _said(blocks[:m[2]]) == m[3]
+
+
 def _kind(d: dict[str, Any], n: int) -> str:
     if isinstance(d.get("$rewindTo"), str):
         return "$rewindTo"
@@ -304,6 +316,7 @@ class _Importer:
         owned: list[set[str]] = []
         title: str | None = None
         agents: dict[str, int] = {}  # subagent id -> the line of the tool call that ran it
+        records: dict[str, tuple[dict[str, Any], list[Any]]] = {}  # message id -> its latest record, blocks
         try:
             for end, raw in read_lines(f, offset0, self.store.plumbing.redactor):
                 d: Any = parse_line(raw)
@@ -334,20 +347,35 @@ class _Importer:
                     del msgs[at if at is not None else 0:]
                 elif kind == "$set" and isinstance(d["$set"].get("messages"), list):
                     parent, copies, msgs = _checkpoint(msgs, d["$set"]["messages"], cursor)
+                    records.update((m["id"], (m, b)) for m, b in copies)
                 elif kind not in ("$set", "metadata", "line"):
                     blocks = _blocks(d) or []
-                    same = next((m for m in msgs if m[0] == d["id"]), None)
+                    at = next((i for i, m in enumerate(msgs) if m[0] == d["id"]), None)
+                    same = msgs[at] if at is not None else None
                     update = same is not None
                     if same is None:
                         msgs.append([d["id"], n, len(blocks), _said(blocks)])
                         msg = _message(d, blocks)
-                    else:  # written again: what it adds (its calls' results), else all it says now
-                        grew = 0 <= same[2] <= len(blocks) and _said(blocks[:same[2]]) == same[3]
-                        added = blocks[same[2]:] if grew else blocks
+                        records[d["id"]] = (d, blocks)
+                    elif at is not None and same[3] != _said(blocks) and (
+                            at < len(msgs) - 1 or not _grew(same, blocks)):
+                        # an earlier message written again, or the last one saying something else:
+                        # gemini-cli's replay sets it in its place (a JS Map), so the line hangs as
+                        # a checkpoint would, whole, after the message before it, and the messages
+                        # after it follow it again as copies
+                        parent = msgs[at - 1][1] if at else 0
+                        copies = [self._latest(m, records, w) for m in msgs[at + 1:]]
+                        msgs[at] = [d["id"], n, len(blocks), _said(blocks)]
+                        msg = _message(d, blocks)
+                        records[d["id"]] = (d, blocks)
+                    else:  # the last one written again: what it adds (its calls, their results), or
+                        # nothing (its tokens: bookkeeping)
+                        added = blocks[same[2]:] if _grew(same, blocks) else blocks
                         msg = _message(d, added) if added else None
                         if same is msgs[-1]:  # a rewind to a message after it hangs after this part
                             same[1] = n
                         same[2:] = [len(blocks), _said(blocks)]
+                        records[d["id"]] = (d, blocks)
                 for tc in d.get("toolCalls") or [] if isinstance(d.get("toolCalls"), list) else []:
                     if isinstance(tc, dict) and isinstance(tc.get("agentId"), str):
                         agents[tc["agentId"]] = n
@@ -360,7 +388,7 @@ class _Importer:
                 cursor = n
                 for i, (m, blocks) in enumerate(copies):
                     key = msgs[len(msgs) - len(copies) + i][1] = _copy_key(n, i)
-                    w.add(key, cursor, b"", _copy(n, m, blocks, s.id), True)
+                    w.add(key, cursor, b"", _copy(n, m, blocks, s.id, "update" if update else "$set"), True)
                     cursor = key
                 n, offset = n + 1, end
         except LineChanged as e:
@@ -396,6 +424,27 @@ class _Importer:
                                  **({"commit": link} if isinstance(link, str) else {})}
         s.set_info(new)
         return res
+
+    def _latest(self, m: list[Any], records: dict[str, tuple[dict[str, Any], list[Any]]],
+                w: TreeWriter) -> tuple[dict[str, Any], list[Any]]:
+        """The latest record of conversation message ``m`` (``[id, key, ...]``) and its blocks:
+        as this import read it, else from its latest part's commit (a delta is only ever added
+        to the last message, so ``key`` is that part): the line it kept, or a checkpoint's copy."""
+        if m[0] in records:
+            return records[m[0]]
+        le = self.session.show(w.cid[m[1]])
+        c = as_dict(le.meta.get(KEY))
+        if isinstance(c.get("raw"), str):
+            d = parse_line(read_blobs(self.store, [c["raw"]])[c["raw"]])
+            if isinstance(d, dict) and d.get("id") == m[0]:
+                return d, _blocks(d) or []
+        said = le.entry.message if isinstance(le.entry, Event) else le.entry if isinstance(le.entry, Message) \
+            else None
+        kind = c.get("type") if isinstance(c.get("type"), str) else \
+            next((t for t, r in _ROLES.items() if said is not None and r == said.role), "info")
+        d = {"id": m[0], "type": kind, **({"timestamp": iso_time(le.meta["time"])}
+                                          if isinstance(le.meta.get("time"), float) else {})}
+        return d, list(said.content) if said is not None and isinstance(said.content, list) else []
 
     def _changed(self, f: IO[bytes], why: str) -> FileResult:
         """Continue the newest version (``<session>.vN``) when its own prefix still matches,
@@ -440,12 +489,13 @@ def _checkpoint(msgs: list[list[Any]], records: list[Any], cursor: int | None
     return parent, new[k:], out
 
 
-def _copy(n: int, d: dict[str, Any], blocks: list[Any], session_id: str) -> Event:
-    """The commit of a message a checkpoint (line ``n``) sets: no line of the file (no ``raw``:
-    export writes the checkpoint's line, not this), its place in the conversation."""
+def _copy(n: int, d: dict[str, Any], blocks: list[Any], session_id: str, source: str = "$set") -> Event:
+    """The commit of a message a checkpoint (line ``n``; ``source`` ``$set``) sets, or of one after
+    a message written again in its place (``update``): no line of the file (no ``raw``: export
+    writes line ``n``, not this), its place in the conversation."""
     msg = _message(d, blocks)
     meta: dict[str, Any] = {KEY: {"o": n, "f": session_id, "type": str(d.get("type")), "id": d["id"],
-                                  "from": "$set"}}
+                                  "from": source}}
     when = parse_time(d.get("timestamp"))
     if when is not None:
         meta["time"] = when
