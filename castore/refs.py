@@ -167,6 +167,27 @@ def parse(name: str, data: bytes, token: Token | None = None) -> RefValue:
     return RefValue(name, target, meta, token)
 
 
+_memo: dict[tuple[str, int, int], None] = {}
+_memo_lock = threading.Lock()
+
+
+def check_ref(name: str, data: bytes) -> None:
+    """Parse ``data`` as :meth:`RefStore.read` does, unless the same bytes of ``name`` parsed
+    before (a memo of the last 1,024, by name, size and hash: no bytes kept).
+
+    Raises:
+        CorruptRef: the bytes are not a ref.
+    """
+    key = (name, len(data), hash(data))
+    if key in _memo:
+        return
+    parse(name, data)
+    with _memo_lock:
+        _memo[key] = None
+        if len(_memo) > 1024:
+            _memo.pop(next(iter(_memo)), None)
+
+
 #: the token of a value a stage holds (never a storage's: a swap built on it cannot land by mistake)
 STAGED_TOKEN = "staged:"
 _current = threading.local()
@@ -264,12 +285,17 @@ class RefStore:
         return parse(name, got.data, got.token)
 
     def exists(self, name: str) -> bool:
-        """Whether the ref exists (as :meth:`read` sees it, without parsing it).
+        """Whether the ref exists (as :meth:`read` sees it). The bytes are checked as
+        :meth:`read` parses them, once for the same bytes (an importer asks again and again).
 
         Raises:
+            CorruptRef: (an IntegrityError) the ref file is garbage, as :meth:`read` says.
             StorageError: the backend failed.
         """
-        return self._stored(name) is not None
+        got = self._stored(name)
+        if isinstance(got, Versioned):
+            check_ref(name, got.data)
+        return got is not None
 
     def _stored(self, name: str) -> RefValue | Versioned | None:
         """What :meth:`read` parses: the staged value, or the stored bytes (read once per stage)."""

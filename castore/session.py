@@ -245,7 +245,7 @@ class Session:
                 as every reader of the session says, rather than a session that exists.
             StorageError: the backend failed.
         """
-        return self._refs.read(self.refs.head) is not None
+        return self._refs.exists(self.refs.head)
 
     @property
     def info(self) -> dict[str, Any]:

@@ -287,6 +287,11 @@ def test_garbage_ref_content_is_an_integrity_error_naming_the_ref(garbage):
         refs.read("sessions/a/u/s/heads/main")
     assert "sessions/a/u/s/heads/main" in str(ei.value)
     assert getattr(ei.value, "ref", None) == "sessions/a/u/s/heads/main"
+    for _ in range(2):  # exists says so too, each time (the memo keeps only bytes that parsed)
+        with pytest.raises(IntegrityError, match="sessions/a/u/s/heads/main"):
+            refs.exists("sessions/a/u/s/heads/main")
+    storage.write(ref_key("sessions/a/u/s/heads/main"), (C1 + "\n").encode())
+    assert refs.exists("sessions/a/u/s/heads/main") and refs.exists("sessions/a/u/s/heads/main")
 
 
 def test_garbage_behind_a_symbolic_ref_names_the_broken_ref(refs, storage):

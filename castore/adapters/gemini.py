@@ -64,7 +64,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..entries import INJECTED, Event, Message
 from ..errors import CastoreError, InvalidEntry
-from ..porcelain import file_version
 from ..usage import GEMINI_USAGE, gemini_record
 from . import jsonl_tree
 from .detect import refuse_other
@@ -670,6 +669,8 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         ArchiveError: a session is not an archived Gemini CLI file, or its path would leave ``dest``.
         ObjectNotFound, IntegrityError, StorageError, OSError.
     """
+    from ..porcelain import file_version  # (here: an import of sessions loads no porcelain)
+
     root = os.fspath(dest)
     chosen: dict[str, tuple[int, Session, dict[str, Any]]] = {}
     for s in sessions if sessions is not None else list(archived_sessions(store, app)):

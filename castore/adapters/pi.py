@@ -67,7 +67,6 @@ from ..entries import (
 )
 from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
 from ..objects import Blob
-from ..porcelain import file_version
 from ..redact import kind_counts, recording
 from ..views import TITLE_KEY, prompt_title
 from .detect import refuse_other
@@ -752,6 +751,8 @@ def archive_path(session: Session) -> str:
     Raises:
         ArchiveError: the session is not an archived Pi file.
     """
+    from ..porcelain import file_version  # (here: the import of a session loads no porcelain)
+
     pi = as_dict(session.info.get("pi"))
     if not isinstance(pi.get("path"), str):
         raise ArchiveError("/".join(session.key), "not an archived Pi session file (export it alone: "
@@ -782,6 +783,8 @@ def export_pi(store: Store, dest: str | os.PathLike[str], *, app: str = "pi",
         ArchiveError: a session is not an archived Pi file, or its path would leave ``dest``.
         ObjectNotFound, IntegrityError, StorageError, OSError.
     """
+    from ..porcelain import file_version  # (here: the import of a session loads no porcelain)
+
     root = os.fspath(dest)
     chosen: dict[str, tuple[int, Session]] = {}
     for s in sessions if sessions is not None else list(archived_sessions(store, app, "pi")):
