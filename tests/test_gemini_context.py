@@ -246,20 +246,25 @@ def test_context_is_what_gemini_cli_loads_after_every_line(tmp_path: Path, case:
     assert len(calls) == len(set(calls)) and sorted(calls) == sorted(results)
 
 
-def test_export_of_a_checkpointed_session_is_byte_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", [2, 3], ids=["checkpoints", "updates"])
+def test_export_is_byte_exact_and_each_replaced_conversation_keeps_a_branch(tmp_path: Path, case: int) -> None:
     from castore.adapters.gemini import export_gemini
 
-    lines = checkpointed_session()
-    f = tmp_path / "tmp" / "p" / "chats" / "session-2026-03-11T10-00-9b2f0c11.jsonl"
+    name, lines = _cases(tmp_path)[case]
+    f = tmp_path / "tmp" / "p" / "chats" / name
     f.parent.mkdir(parents=True)
     f.write_bytes(b"".join(lines))
     store = castore.open(str(tmp_path / "store"), durable=False)
     import_gemini(store, f)
     s = store.session("gemini", "p", json.loads(lines[0])["sessionId"])
+    # a checkpoint's, or an update's in its place (the path is gemini-cli's conversation, the
+    # copies are no lines of the file)
     assert {n.split("-")[0] for n in s.branches()} == {"main", "checkpoint", "rewind"}
     export_gemini(store, tmp_path / "out")
     assert (tmp_path / "out" / "p" / "chats" / f.name).read_bytes() == f.read_bytes()
     assert all(r.lines == 0 for r in import_gemini(store, f))
+    if case == 3:
+        return
     # usage: each response once, though the checkpoints copy them (the copies are no lines)
     from castore.usage import usage
 
@@ -268,22 +273,3 @@ def test_export_of_a_checkpointed_session_is_byte_exact(tmp_path: Path) -> None:
     r = usage(store, cache=False)
     assert r.total.responses == len(seen) == 12
     assert r.total.tokens.output == sum(t["output"] for t in seen.values())
-
-
-def test_messages_written_again_in_their_place_export_byte_exact_and_keep_the_old_conversation(
-        tmp_path: Path) -> None:
-    from castore.adapters.gemini import export_gemini
-
-    lines = updated_session()
-    f = tmp_path / "tmp" / "p" / "chats" / "session-2026-03-12T10-00-5d1e0a77.jsonl"
-    f.parent.mkdir(parents=True)
-    f.write_bytes(b"".join(lines))
-    store = castore.open(str(tmp_path / "store"), durable=False)
-    import_gemini(store, f)
-    s = store.session("gemini", "p", json.loads(lines[0])["sessionId"])
-    # each conversation an update replaced keeps a branch, as a checkpoint's does; the path is
-    # gemini-cli's conversation (the copies are no lines of the file)
-    assert {n.split("-")[0] for n in s.branches()} == {"main", "checkpoint", "rewind"}
-    export_gemini(store, tmp_path / "out")
-    assert (tmp_path / "out" / "p" / "chats" / f.name).read_bytes() == f.read_bytes()
-    assert all(r.lines == 0 for r in import_gemini(store, f))
