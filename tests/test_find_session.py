@@ -55,6 +55,20 @@ def test_find_session_by_prefix_or_id_alone(url: str) -> None:
             porcelain.find_session(st, "5e55", "claude", "proj")
 
 
+def test_a_rewritten_files_newest_version_is_the_session_its_id_means(tmp_path: Any) -> None:
+    # any agent's file imported again as ID.v2, ID.v3 (rewritten under it): the id alone or a
+    # prefix means the newest, a version named in full or the full key each one
+    with castore.open(str(tmp_path / "s")) as st:
+        for sid in ("ab12", "ab12.v2", "ab12.v3", "ab12.subagents.agent-x", "ab12.v10x"):
+            st.session("claude", "p", sid).append(Message(role="user", content="hi"))
+        assert porcelain.find_session(st, "ab12") == ("claude", "p", "ab12.v3")
+        assert porcelain.find_session(st, "ab") == ("claude", "p", "ab12.v3")
+        assert porcelain.find_session(st, "ab12.v2") == ("claude", "p", "ab12.v2")
+        assert porcelain.find_session(st, "ab12", "claude", "p") == ("claude", "p", "ab12")
+    assert [porcelain.file_version(x) for x in ("a.v2", "a.v10", "a.v1", "a.v02", "a.vx", "a", ".v2")] == \
+        [("a", 2), ("a", 10), ("a.v1", 1), ("a.v02", 1), ("a.vx", 1), ("a", 1), (".v2", 1)]
+
+
 def _run(url: str, *args: str) -> Any:
     return CliRunner().invoke(cli, ["--store", url, *args], catch_exceptions=False)
 
