@@ -64,10 +64,14 @@ def test_branches_moved_since_the_import_are_laid_out_again(store: castore.Store
     and records the tips it leaves, with HEAD back on main where the agent's lines go."""
     import_claude(store, SHARE / f"{SID}.jsonl")
     s = store.session("claude", "session-share", SID)
+    laid = s.branches()
     s.branch("mine", at=s.entries("main")[20].id)
     s.checkout("mine")
     assert s.info["claude"]["tips"] != tips_digest(s.branches())
     r = import_claude(store, SHARE / f"{SID}.jsonl")[0]
     assert r.lines == 0
     assert s.current_branch == "main" and "mine" in s.branches()
+    # the layout follows the agent's last line, not the user's checkout: from a commit before the
+    # rewind the newest leaf is the rewind's, and main moved there (rewind-81 renamed rewind-33)
+    assert {k: v for k, v in s.branches().items() if k != "mine"} == laid
     assert s.info["claude"]["tips"] == tips_digest(s.branches())

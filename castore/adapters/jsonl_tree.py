@@ -580,7 +580,9 @@ class TreeWriter:
         s = self.session
         branches = s.branches()
         before = set(branches) - set(self.created)
-        active = self.active_cid or branches.get(self.active or "main") or s.head
+        # with no active line this run, the agent is where the last import left main: HEAD may
+        # be on a user's checkout (``castore checkout``), which is no line of the agent's
+        active = self.active_cid or branches.get("main") or branches.get(self.active or "main") or s.head
         if active is None:
             return
         adopted = {cid: n for n, cid in self.cid.items()}
