@@ -152,8 +152,12 @@ class Tokens:
                 "cache_write": self.cache_write, "total": self.total}
 
 
+#: a count at or beyond this is no count (JSON readers differ above it; msgpack stops at 2**64)
+_COUNT_LIMIT = 2**53
+
+
 def _int(v: Any) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < _COUNT_LIMIT else 0
 
 
 def tokens_of(u: Any) -> Tokens | None:
@@ -163,7 +167,8 @@ def tokens_of(u: Any) -> Tokens | None:
     ``cache_read_input_tokens``); OpenAI Responses and Codex (``input_tokens`` *including*
     ``input_tokens_details.cached_tokens`` or ``cached_input_tokens``); Chat Completions
     (``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``); Pi
-    (``input``, ``output``, ``cacheRead``, ``cacheWrite``).
+    (``input``, ``output``, ``cacheRead``, ``cacheWrite``). A count that is not a positive
+    integer below 2**53 counts 0.
     """
     if not isinstance(u, dict):
         return None

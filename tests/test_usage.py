@@ -449,6 +449,23 @@ def test_tokens_of_reads_each_vendor_shape() -> None:
     assert tokens_of({"nothing": 1}) is None and tokens_of("x") is None
 
 
+def test_a_count_beyond_what_json_readers_agree_on_is_no_count_and_the_import_goes_on(
+        store: castore.Store, tmp_path: Path) -> None:
+    """A usage field of 2**70 tokens stopped the whole Claude import (msgpack stores 64 bits):
+    it is now no count (0), as any malformed count is, and the line and the rest are stored."""
+    assert tokens_of({"input_tokens": 2**70, "output_tokens": 2**53, "cache_read_input_tokens": 2**53 - 1}) \
+        == Tokens(0, 0, 2**53 - 1, 0)
+    src = DATA / "claude-code" / "claude-code-log" / "session_b.jsonl"
+    lines = [json.loads(x) for x in src.read_text().splitlines()]
+    hit = next(d for d in lines if d.get("type") == "assistant" and "usage" in (d.get("message") or {}))
+    hit["message"]["usage"]["input_tokens"] = 2**70
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "s.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
+    r = import_claude(store, tmp_path / "p")
+    assert [x.lines for x in r] == [len(lines)]
+    assert usage(store).total.tokens.input == 0 and usage(store).total.responses >= 1
+
+
 def test_prices_match_dated_names_and_prefixes() -> None:
     p = Prices({"claude-opus-4-5": {"input": 5.0, "output": 25.0, "cache_read": 0.5, "cache_write": 6.25},
                 "gpt-5.1-codex": {"input": 1.25, "output": 10.0, "cache_read": 0.125, "cache_write": 0.0}})
