@@ -248,6 +248,22 @@ def test_local_storage_refuses_to_follow_a_symlink_out_of_the_store(local_store:
     fresh.session("app", "alice", "s1").append(MSG)  # the rest of the store still works
 
 
+def test_a_symlink_planted_under_a_folder_the_handle_made_is_still_refused(local_store: castore.Store,
+                                                                           tmp_path: Path) -> None:
+    # a handle makes new folders under the ones it made with plain mkdir calls: a folder that
+    # is already there (here a symlink planted since) goes through the full check
+    local_store.storage.write("refs/sessions/made/a/one", b"x")
+    root = Path(local_store.storage.root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "refs" / "sessions" / "made" / "evil").symlink_to(outside)
+    with pytest.raises(InvalidName, match="outside the store"):
+        local_store.storage.write("refs/sessions/made/evil/deeper/planted", b"x")
+    assert list(outside.iterdir()) == []
+    local_store.storage.write("refs/sessions/made/b/c/two", b"y")  # new folders under it still work
+    assert local_store.storage.read("refs/sessions/made/b/c/two") == b"y"
+
+
 # -- 18.4: a lock is owned by its flock, waits are bounded, lock failures are castore errors ---
 
 

@@ -161,3 +161,27 @@ def test_batched_import_stopped_while_landing_is_finished_by_the_next(
         same_tree(projects, tmp_path / f"out{k}", skip=())
         assert all(r.lines == 0 for r in import_claude(again, projects))
         again.close()
+
+
+def test_a_batch_writes_its_log_records_fast_and_the_repack_after_it_compresses_them_once(
+        local_store: castore.Store) -> None:
+    from castore.objectstore import packs
+
+    def headers() -> set[bytes]:
+        out: set[bytes] = set()
+        for name in local_store.objects.pack_names():
+            if name.startswith("w-"):
+                data = local_store.storage.read(packs.pack_key(name))
+                out |= {bytes(p[:1]) for _, _, p in packs.payloads(data)}
+        return out
+
+    s = local_store.session("app", "u", "s1")
+    big = "some text that repeats, " * 120  # packed (under 4 kB), and compressed either way
+    s.append(castore.Message(role="user", content=big))
+    assert headers() == {b"\x02"}  # outside a batch: the dictionary codec
+    with local_store.batch():
+        s.append(castore.Message(role="assistant", content=big + "!"))
+        assert b"\x01" in headers()  # inside: plain zstd at a low level, for the repack to redo
+    local_store.objects.close()  # the repack after the batch merges the logs
+    assert {n[:2] for n in local_store.objects.pack_names()} == {"r-"}
+    assert [m.content for m in s.messages()] == [big, big + "!"]

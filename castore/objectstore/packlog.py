@@ -31,7 +31,7 @@ from ..storage import Appender, RefIntent, Storage
 from . import packs
 from .packmap import PackMap
 from .packs import PACKS, Slot, index_key, pack_key
-from .repack import AUTO_REPACK_BATCHES, Repacker
+from .repack import AUTO_REPACK_BATCHES, HELD_RECORD_LEVEL, Repacker
 
 #: a local log is sealed (given its index, no longer appended to) past this many bytes
 SEAL_BYTES = 1 << 20
@@ -80,7 +80,9 @@ class WriterLog:
         """Append ``(id, canonical bytes)`` pairs as one record (version 2) to this handle's
         log (not synced yet without ``sync``: the ref intent that names it syncs it), or,
         where the storage cannot append, write them as one whole batch pack; return the
-        bytes written. A log past :data:`SEAL_BYTES` is sealed; a background repack is
+        bytes written. While a write batch holds the repack, the record is a plain zstd frame at
+        :data:`~castore.objectstore.repack.HELD_RECORD_LEVEL` (compressed once more by the repack
+        after the batch). A log past :data:`SEAL_BYTES` is sealed; a background repack is
         started then, and after every :data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES`
         batch packs.
 
@@ -91,8 +93,11 @@ class WriterLog:
         batch = False
         with self.packmap.lock:
             log = self._open_log()
+            # in a write batch a plain zstd frame at a low level: the repack after the batch
+            # compresses the objects again (the dictionary codec costs 4x as much)
+            level = HELD_RECORD_LEVEL if self.repacker.held else None
             if log is None:
-                data, where = packs.encode_pack_v2([small], codec=self.packmap.codec)
+                data, where = packs.encode_pack_v2([small], level=level, codec=self.packmap.codec)
                 name = packs.content_name("b", data)
                 self.storage.write(pack_key(name), data)
                 self.packmap.add(name, where, sealed=True, scanned=len(data), version=2)
@@ -101,7 +106,7 @@ class WriterLog:
                 self._batches += 1
                 batch = self._batches % AUTO_REPACK_BATCHES == 0
             else:
-                rec, where = packs.encode_records_v2(small, log.size, codec=self.packmap.codec)
+                rec, where = packs.encode_records_v2(small, log.size, level, codec=self.packmap.codec)
                 try:
                     log.append(rec, sync=sync)
                 except StorageError:

@@ -94,6 +94,9 @@ def _syncfs_call() -> Callable[[int], int] | None:
     return fn
 #: how many keys a handle keeps the checked file path of (LocalStorage._path)
 _PATHS_KEPT = 4096
+#: a new folder is made by plain ``mkdir`` calls when a folder this handle knows is at most this
+#: many levels above it (:meth:`LocalStorage._mkdir_below_known`)
+_MKDIR_DEPTH = 8
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -172,25 +175,58 @@ class LocalStorage(Storage):
     def _ensure_dir(self, d: str, sync: bool = True) -> None:
         if d in self._made_dirs:
             return
-        self._check_inside(d)
-        missing = []
-        up = d
-        while not os.path.isdir(up) and os.path.dirname(up) != up:
-            missing.append(up)
-            up = os.path.dirname(up)
-        try:
-            os.makedirs(d, exist_ok=True)
-        except OSError as e:
-            raise StorageError(f"cannot create folder {d}: {e.strerror}", self.url) from e
+        made, done = self._mkdir_below_known(d)
+        if not done:
+            self._check_inside(d)
+            missing = []
+            up = d
+            while not os.path.isdir(up) and os.path.dirname(up) != up:
+                missing.append(up)
+                up = os.path.dirname(up)
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as e:
+                raise StorageError(f"cannot create folder {d}: {e.strerror}", self.url) from e
+            made.extend(reversed(missing))
+            if up != d and up not in self._made_dirs and len(up) >= len(self.root):
+                # the folder that was there: the next new folder under it is one mkdir
+                self._check_inside(up)
+                self._made_dirs.add(up)
         # A new folder's name lives in its parent: sync the parents, top down, or a crash
         # could take the folder (and every file synced into it) away. Not ``sync``: later,
         # by whatever makes the files written into it durable (_sync_made_dirs)
         if sync or not self.durable:
-            for made in reversed(missing):
-                self._fsync_dir(os.path.dirname(made) or ".")
+            for m in made:
+                self._fsync_dir(os.path.dirname(m) or ".")
         else:
-            self._unsynced_dirs.extend(reversed(missing))
+            self._unsynced_dirs.extend(made)
+        self._made_dirs.update(made)
         self._made_dirs.add(d)
+
+    def _mkdir_below_known(self, d: str) -> tuple[builtins.list[str], bool]:
+        """Make ``d`` and its missing parents with one ``mkdir`` each, top down, below the
+        nearest folder this handle made or checked (a folder made here inside one that is
+        inside the root is inside too: no ``realpath``, no walk of ``stat`` calls; an import
+        lands thousands of new ref folders). Returns the folders made, and whether ``d`` is
+        one of them: False when no such folder is near, or a ``mkdir`` on the way failed (a
+        folder there already, which may be a symlink, or one pruned meanwhile): the caller
+        then checks and makes the rest the full way."""
+        chain: builtins.list[str] = []
+        up = d
+        while up not in self._made_dirs:
+            parent = os.path.dirname(up)
+            if len(chain) >= _MKDIR_DEPTH or parent == up:
+                return [], False
+            chain.append(up)
+            up = parent
+        made: builtins.list[str] = []
+        for p in reversed(chain):
+            try:
+                os.mkdir(p)
+            except OSError:
+                return made, False
+            made.append(p)
+        return made, True
 
     def _ensure_dir_unsynced(self, d: str) -> None:
         self._ensure_dir(d, sync=False)
