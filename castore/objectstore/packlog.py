@@ -35,6 +35,11 @@ from .repack import AUTO_REPACK_BATCHES, HELD_RECORD_LEVEL, Repacker
 
 #: a local log is sealed (given its index, no longer appended to) past this many bytes
 SEAL_BYTES = 1 << 20
+#: ... times this while a write batch holds the repack: a seal syncs the log and the refs its
+#: intents moved (the whole file system, past a few), and nothing merges the sealed logs
+#: before the batch ends; a log this size still holds few enough objects that the merge at
+#: close takes them from memory
+HELD_SEAL_FACTOR = 4
 
 
 class WriterLog:
@@ -82,7 +87,8 @@ class WriterLog:
         where the storage cannot append, write them as one whole batch pack; return the
         bytes written. While a write batch holds the repack, the record is a plain zstd frame at
         :data:`~castore.objectstore.repack.HELD_RECORD_LEVEL` (compressed once more by the repack
-        after the batch). A log past :data:`SEAL_BYTES` is sealed; a background repack is
+        after the batch). A log past :data:`SEAL_BYTES` (:data:`HELD_SEAL_FACTOR` times that
+        in a write batch) is sealed; a background repack is
         started then, and after every :data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES`
         batch packs.
 
@@ -117,7 +123,7 @@ class WriterLog:
                 self.packmap.add(name, where, sealed=False, scanned=log.size, version=2)
                 self.repacker.note_written(name)
                 size = len(rec)
-                if log.size >= SEAL_BYTES and not self._inflight:
+                if log.size >= SEAL_BYTES * (HELD_SEAL_FACTOR if self.repacker.held else 1) and not self._inflight:
                     self._seal()
                     batch = True
             if not self._new_packs or self._new_packs[-1] != name:
@@ -347,4 +353,4 @@ class WriterLog:
         return [i for data in got.values() if data is not None for i in packs.intents(data) if i.boot == boot]
 
 
-__all__ = ["WriterLog", "SEAL_BYTES"]
+__all__ = ["WriterLog", "SEAL_BYTES", "HELD_SEAL_FACTOR"]
