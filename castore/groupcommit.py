@@ -26,7 +26,10 @@ on local disk in format 3 one sync makes every object record and intent of the g
 A session's HEAD (its info: an importer's position in its file) moves only after the
 session's other refs landed, so a lost compare leaves HEAD and its info where they were.
 Until a batch lands, no ref names what it wrote: stopped before (kill -9, Ctrl-C), the store
-is as the last landed batch left it, and nothing stored before is lost.
+is as the last landed batch left it, and nothing stored before is lost. While a batch is
+open its stores' background repack is held (:meth:`~castore.objectstore.ObjectStore.
+hold_repack`), and what they write meanwhile is compressed once, by the repack after it:
+their logs take records at a low zstd level and are sealed less often (docs/FORMAT.md, 12).
 """
 
 from __future__ import annotations

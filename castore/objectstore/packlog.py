@@ -8,7 +8,9 @@ In format 3 a ref swap is journaled in the log as an *intent* record
 (:meth:`~WriterLog.journal`), whose sync also makes the objects record before it durable; a
 log holding intents is merged at close into an ``r-`` pack of blocks without them
 (:meth:`~WriterLog._merge_log`), and a recovery after a power loss replays the intents of
-the logs without an index (:meth:`~WriterLog.log_intents`).
+the logs without an index (:meth:`~WriterLog.log_intents`). While a write batch holds the
+repack, records are plain zstd at a low level and the log is sealed less often: the repack
+after the batch compresses what the batch wrote once (docs/FORMAT.md, 12).
 
 :class:`WriterLog` is the part of :class:`~castore.objectstore.ObjectStore` that does it,
 handed the storage, the pack map (:class:`~castore.objectstore.packmap.PackMap`: it records
