@@ -130,3 +130,55 @@ def test_links_found_among_the_written_lines_are_those_read_back_from_the_store(
     got = _infos(fast)
     assert got == _infos(slow)
     assert all("spawned_by" in info for sid, (_, info) in got.items() if ".subagents." in sid)
+
+
+def _nested(k: int) -> object:
+    v: object = "x"
+    for _ in range(k):
+        v = [v]
+    return v
+
+
+def _codex_file(path: Path) -> Path:
+    """A Codex rollout whose tool calls' arguments nest as deep as a vouched line's may (the
+    call's message nests them two levels below its content, as the line does below it), one
+    level more (unvouched: the append refuses it), and a NaN (only json.loads takes it)."""
+    rec = {"timestamp": "2025-12-28T12:18:30.533Z", "type": "session_meta", "payload": {"id": "t1"}}
+    lines = [json.dumps(rec)]
+    for i, args in enumerate([_nested(MAX_DEPTH - 2), _nested(MAX_DEPTH - 1), "NaN", {"cmd": "ls"}]):
+        call = {"timestamp": f"2025-12-28T12:18:3{i}.000Z", "type": "response_item",
+                "payload": {"type": "function_call", "name": "shell", "arguments": args, "call_id": f"c{i}"}}
+        lines.append(json.dumps(call).replace('"NaN"', "NaN"))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+DATA_ROOT = Path(__file__).resolve().parent / "data"
+
+
+@pytest.mark.parametrize("vendor", ["codex", "codex-deep", "gemini"])
+def test_codex_and_gemini_lines_give_the_commits_of_the_checked_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
+    from castore.adapters import codex, gemini
+
+    mod = gemini if vendor == "gemini" else codex
+    src = DATA_ROOT / "gemini" / "tmp" if vendor == "gemini" else DATA_ROOT / "codex" \
+        if vendor == "codex" else _codex_file(tmp_path / "deep.jsonl")
+    run = gemini.import_gemini if vendor == "gemini" else codex.import_codex
+
+    def commits(name: str) -> dict[tuple[str, ...], object]:
+        with castore.open(str(tmp_path / name), durable=False) as store:
+            rs = run(store, src)
+            out = {}
+            for r in rs:
+                s = store.session(*r.session)
+                out[r.session] = (s.branches(), s.current_branch, s.info,
+                                  sorted((le.id, le.entry.message is not None) for le in s.log(all_branches=True)))
+            return out
+
+    fast = commits("fast")
+    if vendor == "codex-deep":  # a call nested as deep as its line may be is read; the deeper one and NaN are not
+        (_, _, _, les), = fast.values()
+        assert sorted(has for _, has in les) == [False, False, False, True, True]
+    monkeypatch.setattr(mod, "parse_vouched", lambda raw: (parse_vouched(raw)[0], False))
+    assert commits("slow") == fast

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from ..entries import INJECTED, Event, Message, message_from_body, vouched_event
+from ..entries import INJECTED, Event, Message, message_from_body
 from ..errors import CastoreError, InvalidEntry
 from ..usage import CLAUDE_USAGE, claude_record
 from . import jsonl_tree
@@ -80,6 +80,7 @@ from .jsonl_tree import (
     iso_time,
     joined,
     layout_of,
+    line_event,
     own_commits,
     parse_line,
     parse_time,
@@ -283,7 +284,7 @@ def _entry(n: int, raw_id: str, d: dict[str, Any], vouched: bool = False) -> Eve
     if why is not None:
         meta[INJECTED] = why
     author = (msg.role if msg else t) or "line"
-    return vouched_event(author, msg, meta) if vouched else Event(author=author, message=msg, meta=meta)
+    return line_event(author, msg, meta, vouched)
 
 
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

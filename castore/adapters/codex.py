@@ -54,15 +54,18 @@ from .jsonl_tree import (
     as_dict,
     blob_id,
     counts_redactions,
+    encode_blob,
     entry_text,
     export_lines,
     import_batched,
     iso_time,
     joined,
     layout_of,
+    line_event,
     own_commits,
     parse_line,
     parse_time,
+    parse_vouched,
     prefix_digest,
     put_blobs,
     read_blobs,
@@ -313,7 +316,7 @@ class _Importer:
 
         try:
             for end, raw in read_lines(f, st.offset, self.store.plumbing.redactor):
-                d: Any = parse_line(raw)
+                d, vouched = parse_vouched(raw)
                 if d is NOT_JSON:
                     res.notes.append(f"line {n + 1}: not JSON, kept as is")
                 d = d if isinstance(d, dict) else {}
@@ -342,7 +345,8 @@ class _Importer:
                 if _is_turn(d):
                     st.turns.append([n, parent, None, st.walk])
                 msg = _message(d)
-                m: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw, self.store.objects.codec), "f": session.id,
+                blob = encode_blob(raw, self.store.objects.codec)
+                m: dict[str, Any] = {KEY: {"o": n, "raw": blob[0], "f": session.id,
                                            **({"type": d["type"]} if isinstance(d.get("type"), str) else {}),
                                            **({"fork": rolled} if rolled else {})}}
                 if st.walk is not None:  # the usage it records, read on its path (no raw read for `usage`)
@@ -358,7 +362,8 @@ class _Importer:
                 if why is not None:
                     m[INJECTED] = why
                 author = msg.role if msg else (p.get("type") or d.get("type") or "line")
-                w.add(n, parent, raw, Event(author=str(author), message=msg, meta=m), True)
+                # (the message and the metadata hold the line's values, nested no deeper than in it)
+                w.add(n, parent, raw, line_event(str(author), msg, m, vouched), True, blob)
                 if d.get("type") == "compacted":
                     w.label(n, f"compact-{n}")
                 cursor, n, offset = n, n + 1, end

@@ -79,13 +79,16 @@ from .jsonl_tree import (
     as_dict,
     blob_id,
     counts_redactions,
+    encode_blob,
     export_lines,
     import_batched,
     iso_time,
     joined,
+    line_event,
     own_commits,
     parse_line,
     parse_time,
+    parse_vouched,
     prefix_digest,
     put_blobs,
     read_blobs,
@@ -254,12 +257,15 @@ def _kind(d: dict[str, Any], n: int) -> str:
     return "metadata" if n == 0 or "sessionId" in d else "line"
 
 
-def _entry(n: int, raw: bytes, d: dict[str, Any], session_id: str, update: bool, msg: Message | None,
-           fork: str | None = None) -> Event:
+def _entry(n: int, raw_id: str, d: dict[str, Any], session_id: str, update: bool, msg: Message | None,
+           fork: str | None = None, vouched: bool = False) -> Event:
+    """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object;
+    ``raw_id``: the id of the line's blob; ``msg``: what castore reads of it; ``vouched``: ``d``
+    is, as :func:`~castore.adapters.jsonl_tree.parse_vouched` says, and so is the entry)."""
     kind = _kind(d, n)
     if update and msg is None:
         kind = "update"  # a message written again with nothing new to read (its tokens): bookkeeping
-    meta: dict[str, Any] = {KEY: {"o": n, "raw": blob_id(raw), "f": session_id, "type": kind,
+    meta: dict[str, Any] = {KEY: {"o": n, "raw": raw_id, "f": session_id, "type": kind,
                                   **({"id": d["id"]} if msg is not None else {}),
                                   **({"fork": fork} if fork else {}),
                                   **({"update": True} if update else {}),
@@ -269,7 +275,7 @@ def _entry(n: int, raw: bytes, d: dict[str, Any], session_id: str, update: bool,
         meta["time"] = when
     if msg is not None and kind in ("info", "error", "warning"):
         meta[INJECTED] = kind
-    return Event(author=msg.role if msg else kind.lstrip("$"), message=msg, meta=meta)
+    return line_event(msg.role if msg else kind.lstrip("$"), msg, meta, vouched)
 
 
 # -- import ----------------------------------------------------------------------------------
@@ -318,7 +324,7 @@ class _Importer:
         records: dict[str, tuple[dict[str, Any], list[Any]]] = {}  # message id -> its latest record, blocks
         try:
             for end, raw in read_lines(f, offset0, self.store.plumbing.redactor):
-                d: Any = parse_line(raw)
+                d, vouched = parse_vouched(raw)
                 if d is NOT_JSON:
                     res.notes.append(f"line {n + 1}: not JSON, kept as is")
                 d = d if isinstance(d, dict) else {}
@@ -330,7 +336,7 @@ class _Importer:
                     if mark in owned[0]:  # castore's own commit, as export wrote it
                         w.flush()
                         put_blobs(self.store, [raw])
-                        adopted[str(n)] = [mark, blob_id(raw)]
+                        adopted[str(n)] = [mark, blob_id(raw, self.store.objects.codec)]
                         w.cid[n] = mark
                         if isinstance(d.get("id"), str):
                             msgs.append([d["id"], n, -1, ""])
@@ -383,7 +389,8 @@ class _Importer:
                 elif kind == "metadata" and isinstance(d.get("summary"), str) and d["summary"].strip():
                     title = d["summary"].strip()
                 fork = "rewind" if kind == "$rewindTo" else "checkpoint" if copies or parent != cursor else None
-                w.add(n, parent, raw, _entry(n, raw, d, s.id, update, msg, fork), True)
+                blob = encode_blob(raw, self.store.objects.codec)
+                w.add(n, parent, raw, _entry(n, blob[0], d, s.id, update, msg, fork, vouched), True, blob)
                 cursor = n
                 for i, (m, blocks) in enumerate(copies):
                     key = msgs[len(msgs) - len(copies) + i][1] = _copy_key(n, i)

@@ -57,14 +57,14 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from .. import objects as o
-from ..entries import MAX_DEPTH, Event, body_of, check_value
+from ..entries import MAX_DEPTH, Event, body_of, check_value, vouched_event
 from ..errors import CastoreError, InvalidEntry
 from ..groupcommit import land_due
 from ..objects import Blob
 from ..redact import kind_counts, recording
 
 if TYPE_CHECKING:
-    from ..entries import LogEntry
+    from ..entries import LogEntry, Message
     from ..objects import ObjectId
     from ..redact import Redactor
     from ..session import Session, SessionHost
@@ -246,6 +246,21 @@ def parse_vouched(raw: bytes | str) -> tuple[Any, bool]:
     if isinstance(raw, bytes):
         return value, raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH
     return value, raw.count("[") + raw.count("{") <= MAX_DEPTH
+
+
+def line_event(author: str, message: Message | None, meta: dict[str, Any], vouched: bool) -> Event:
+    """The entry of an archived line: made by :func:`~castore.entries.vouched_event` when
+    ``vouched`` (:func:`parse_vouched` said so of the line, and the adapter built ``author``
+    (a string), ``message`` and ``meta`` of the line's values and of its own strings and
+    numbers, nesting none of the line's values deeper than the line does), else an
+    :class:`~castore.entries.Event` checked in full.
+
+    Raises:
+        InvalidEntry: (not vouched) an author that is not a string, meta with a key that is not.
+    """
+    if vouched:
+        return vouched_event(author, message, meta)
+    return Event(author=author, message=message, meta=meta)
 
 
 def tips_digest(branches: Mapping[str, str]) -> str:
