@@ -236,6 +236,18 @@ class Session:
             branch = self.refs.branch_of(head, tipref.meta if tipref is not None else None)
         return branch
 
+    def head_state(self) -> tuple[bool, str | None, ObjectId | None]:
+        """``(exists, current branch, head)``: what :meth:`exists`, :attr:`current_branch` and
+        :attr:`head` say, from one read of HEAD (and of the branch it is on), for a caller that
+        needs them together (an importer, per file).
+
+        Raises:
+            CorruptRef: (an IntegrityError) HEAD is garbage or names something that is not a
+                branch. IntegrityError, StorageError.
+        """
+        head, branch, tip = self._read_tip()
+        return head is not None, branch, ObjectId(tip.target) if tip is not None else None
+
     def exists(self) -> bool:
         """Whether the session exists: its HEAD ref is stored (as :attr:`info` and
         :attr:`head` read it; a damaged branch behind it shows when they read on).

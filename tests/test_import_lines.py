@@ -182,3 +182,46 @@ def test_codex_and_gemini_lines_give_the_commits_of_the_checked_path(
         assert sorted(has for _, has in les) == [False, False, False, True, True]
     monkeypatch.setattr(mod, "parse_vouched", lambda raw: (parse_vouched(raw)[0], False))
     assert commits("slow") == fast
+
+
+def test_the_branch_digest_an_import_records_is_that_of_the_branches_stored(tmp_path: Path) -> None:
+    """The writer records the tips it left (no listing again), which are what the store lists:
+    sessions laid out again after a rewind, a Codex rollback and fork, Gemini rewinds."""
+    from castore.adapters.codex import import_codex
+    from castore.adapters.gemini import import_gemini
+    from castore.adapters.jsonl_tree import as_dict, tips_digest
+
+    with castore.open(str(tmp_path / "s"), durable=False) as store:
+        import_claude(store, DATA_ROOT / "claude-code")
+        import_codex(store, DATA_ROOT / "codex")
+        import_gemini(store, DATA_ROOT / "gemini" / "tmp")
+        recorded = multi = 0
+        for app in ("claude", "codex", "gemini"):
+            for si in store.sessions(app):
+                s = store.session(si.app, si.user, si.session)
+                tips = as_dict(s.info.get(app)).get("tips")
+                if tips is not None:
+                    assert tips == tips_digest(s.branches()), si.session
+                    recorded += 1
+                    multi += len(s.branches()) > 1
+        assert recorded > 10 and multi >= 3
+
+
+def test_head_state_is_what_exists_current_branch_and_head_say(tmp_path: Path) -> None:
+    with castore.open(str(tmp_path / "s"), durable=False) as store:
+        s = store.session("a", "u", "s")
+
+        def said() -> tuple[bool, str | None, str | None]:
+            return s.exists(), s.current_branch, s.head
+
+        assert s.head_state() == said() == (False, "main", None)
+        first = s.append(Message("user", "hi"))
+        s.append(Message("assistant", "hello"))
+        assert s.head_state() == said() and s.head_state()[:2] == (True, "main")
+        s.checkout(first)  # detached
+        assert s.head_state() == said() == (True, None, first)
+        s.checkout("main")
+        long = "é" * 120  # a ref segment too long to be the name: a digest, the name in the refs' metadata
+        s.branch(long, at=first)
+        s.checkout(long)
+        assert s.head_state() == said() == (True, long, first)

@@ -408,7 +408,7 @@ class _Importer:
             res.head = s.head if s.exists() else None
             return res
         res.head = w.finish()
-        new = dict(s.info) if s.exists() else {}
+        new = dict(s.info)  # ({} for a session not stored)
         cc = dict(as_dict(new.get(KEY)))
         msgs = msgs[-4096:]
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),

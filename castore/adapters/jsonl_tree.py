@@ -438,7 +438,9 @@ class TreeWriter:
 
     With ``meta_key`` (the adapter's metadata key) and ``tips`` (the digest the last finished
     import recorded, :meth:`branch_digest`), a line an interrupted import already stored is taken as
-    it is, not written again.
+    it is, not written again. The writer keeps the session's branches as it moves them (it
+    lists them once, when made, and again only after laying them out), so that the digest it
+    records costs no listing.
 
     With ``keep``, a session that had no commits before keeps what this writer appended in
     :attr:`written` (``(commit, entry, raw line)`` in order; None for a session that had
@@ -466,7 +468,13 @@ class TreeWriter:
         self.tips: dict[str, str] = {}
         for name, tip in branches.items():
             self.tips.setdefault(tip, name)
-        self.current = session.current_branch if session.exists() else "main"
+        #: the session's branches as this writer leaves them (it and :meth:`_lay_out` are the
+        #: only ones to move them during the import: in a write batch, the staged refs are
+        #: what every read sees), for :meth:`branch_digest`
+        self.branches = dict(branches)
+        #: whether the session's HEAD is stored (an append makes it)
+        self.exists = session.exists()
+        self.current = session.current_branch if self.exists else "main"
         self.active = self.current
         self.run: list[_Pending] = []
         self.run_parent: int | None = None
@@ -522,7 +530,7 @@ class TreeWriter:
         put_encoded_blobs(s.store, [p.blob for p in self.run])
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
         if parent is None:
-            if s.exists() and s.head is not None:
+            if self.exists and s.head is not None:
                 raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
             branch = self.current or "main"
         else:
@@ -530,7 +538,7 @@ class TreeWriter:
             if got is None:
                 branch = self._new_name(self.run[0])
                 # a branch an import stopped before its lines made is taken as it is
-                if not self.resuming or s.branches().get(branch) != parent:
+                if not self.resuming or self.branches.get(branch) != parent:
                     s.branch(branch, at=parent)
                 self.created.append(branch)
             else:
@@ -544,6 +552,8 @@ class TreeWriter:
         if parent is not None:
             self.tips.pop(parent, None)
         self.tips[ids[-1]] = branch
+        self.branches[branch] = ids[-1]
+        self.exists = True
         if self.written is not None:
             self.written.extend((cid, p.entry, p.raw) for p, cid in zip(self.run, ids, strict=True))
         for i, (p, cid) in enumerate(zip(self.run, ids, strict=True)):
@@ -579,11 +589,13 @@ class TreeWriter:
                     pass  # a summary that is not a valid label name stays in the line itself
         if self.layout >= 2 and (self.resuming or self.active != "main"):
             self._lay_out()
-        elif self.layout >= 2 and s.current_branch != "main":
-            s.checkout("main")
-        elif self.layout < 2 and self.active and self.active != s.current_branch:
-            s.checkout(self.active)
-        return s.head
+            return s.head
+        _, on, head = s.head_state()
+        want = "main" if self.layout >= 2 else self.active
+        if want and want != on:
+            s.checkout(want)
+            return s.head
+        return head
 
     def _lay_out(self) -> None:
         """Name the session's branches as :func:`branch_layout` says and check out ``main``.
@@ -624,7 +636,8 @@ class TreeWriter:
                     s.delete_branch(name)  # refused (kept) when its tip is on no other branch
                 except CastoreError:
                     pass
-        self.created[:] = [name for name in s.branches() if name not in before]
+        self.branches = s.branches()
+        self.created[:] = [name for name in self.branches if name not in before]
 
     def _owner(self, cid: str) -> str | None:
         """The branch a stored line was appended to: the one whose own segment (from its tip
@@ -644,8 +657,9 @@ class TreeWriter:
         return None
 
     def branch_digest(self) -> str | None:
-        """The digest of the session's branch tips, to record with the import's position."""
-        return tips_digest(self.session.branches()) if self.session.exists() else None
+        """The digest of the session's branch tips, to record with the import's position (of
+        the branches as this writer left them: no listing again), None for a session not stored."""
+        return tips_digest(self.branches) if self.exists else None
 
 
 #: the names :func:`branch_layout` gives (and ``line-<n>``, layout 1's): the branches an import may rename
