@@ -387,3 +387,20 @@ def test_an_object_store_writer_merges_only_the_packs_it_wrote():
     fresh = castore.open(url)
     assert [m.content for m in fresh.session("app", "u", "other").messages()] == [f"o {i}" for i in range(20)]
     assert [m.content for m in fresh.session("app", "u", "me").messages()][-1] == "m 39"
+
+
+def test_a_repacked_packs_ages_name_each_object_written_long_before_its_record(local_store: castore.Store) -> None:
+    from castore.objectstore.repack import AGE_SLACK, age_key, parse_ages
+
+    objs = [o.encode(o.Blob(data=bytes([i]) * 10)) for i in range(4)]
+    now = time.time()
+    born = {objs[2][0]: now - 20 * AGE_SLACK, objs[0][0]: now - 10 * AGE_SLACK}
+    name = local_store.objects.repacker.write_groups([objs], born)
+    raw = json.loads(local_store.storage.read(age_key(name)))
+    assert list(raw["objects"]) == sorted(born)  # only the old ones, by id
+    ages = parse_ages(local_store.storage.read(age_key(name)))
+    assert ages is not None
+    where = local_store.objects.pack_contents(name)
+    for oid, _ in objs:
+        got = ages.of(oid, where[oid].offset)
+        assert got is not None and (got == born[oid] if oid in born else got >= now)

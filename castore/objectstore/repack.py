@@ -285,11 +285,13 @@ class Repacker:
         name = packs.content_name("r", data)
         self.storage.write(pack_key(name), data)
         now = time.time()
-        when = {oid: min(now, (born or {}).get(oid, now)) for oid in where}
+        got = (born or {}).get
+        when = {oid: min(now, got(oid, now)) for oid in where}
         ages: dict[int, float] = {}
         for oid, slot in where.items():
             ages[slot.offset] = max(ages.get(slot.offset, when[oid]), when[oid])
-        older = {oid: t for oid, t in sorted(when.items()) if t < ages[where[oid].offset] - AGE_SLACK}
+        # sorted by id once picked (few are), not all of them sorted to pick a few
+        older = dict(sorted((oid, t) for oid, t in when.items() if t < ages[where[oid].offset] - AGE_SLACK))
         self.storage.write(age_key(name), json.dumps({"born": sorted(ages.items()), "objects": older}).encode())
         self.storage.write(index_key(name), packs.encode_index(len(data), where))
         with self.packmap.lock:
