@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import names
 from .aio import to_thread
-from .entries import check_state
 from .errors import (
     CastoreError,
     CorruptRef,
@@ -33,35 +32,21 @@ from .errors import (
     StoreNotFound,
     TenantErased,
 )
-from .groupcommit import GroupCommit, WriteBatch
-from .history import History
 from .objects import PLAIN, Codec, Commit, ObjectId
 from .objectstore import STORE_FORMAT, ObjectStore
-from .plumbing import (
-    HEADS,
-    META_INFO,
-    META_LENGTH,
-    META_NAMES,
-    META_TIME,
-    Plumbing,
-    RetryPolicy,
-    ScopePlan,
-    SessionRefs,
-    head_segment,
-    parse_ref_name,
-    real_name,
-    scope_ref,
-    session_prefix,
-    valid_segment,
-)
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
-from .state import read_state, read_states
 from .storage import PreconditionFailed, Storage, open_storage
 
 if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a plain one never loads it)
     from .crypto.encryption import Encryption
     from .crypto.keys import KeyWrapper
+
+    # built on first use (Store.history, .plumbing, .group_commit), their modules imported then:
+    # a search through a fresh index reads refs and never loads them
+    from .groupcommit import GroupCommit, WriteBatch
+    from .history import History
+    from .plumbing import Plumbing, RetryPolicy, ScopePlan
 
     # imported where used: a command that reads (grep, log) never loads the redactor or the Session class
     from .redact import Redactor
@@ -149,6 +134,8 @@ def check_url(url: str) -> None:
         )
 
 
+#: the parts of a store built on first use (:meth:`Store.__getattr__`), each by ``Store._new_<name>``
+_PARTS = frozenset({"history", "plumbing", "group_commit"})
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
 
@@ -212,14 +199,11 @@ class Store:
         self._init_lock = threading.Lock()
         self.objects = ObjectStore(storage, compress=compress, auto_repack=auto_repack is not False, codec=codec)
         self.refs = RefStore(storage)
-        self.history = History(self.objects)
-        #: the one write path: every commit and ref move of this store goes through it
-        self.plumbing = Plumbing(self.objects, self.refs, self.history, *([retry] if retry else []))
-        #: the appends of this handle's sessions in flight together land as one group
-        self.group_commit = GroupCommit(self.plumbing)
+        self._parts_lock = threading.RLock()  # history, plumbing, group_commit: see __getattr__
         self._config: dict[str, Any] | None = None
         #: this handle's choice about redaction (None: castore.json's "redact" decides)
         self._redact: bool | None = None
+        self._redactor: Redactor | None = None  # what _apply_redaction chose
         self._initialized = False
         if _tenant_of is not None:  # the root's castore.json rules: nothing of its own to read
             root = _tenant_of[0]
@@ -234,6 +218,47 @@ class Store:
         if format is not None and self._initialized and self.objects.format < format:
             self.update_config(lambda c: {**c, "format": max(c.get("format", 1), format)})
             self._load_config()
+
+    # -- the parts built on first use --------------------------------------------------
+    #: the commits of this store and the paths between them
+    history: History
+    #: the one write path: every commit and ref move of this store goes through it
+    plumbing: Plumbing
+    #: the appends of this handle's sessions in flight together land as one group
+    group_commit: GroupCommit
+
+    def __getattr__(self, name: str) -> Any:
+        """:attr:`history`, :attr:`plumbing` and :attr:`group_commit`, built on first use (their
+        modules imported then; a search through a fresh index never loads them), then plain
+        attributes. Two threads asking first get the same one.
+
+        Raises:
+            AttributeError: not an attribute of a store.
+        """
+        if name not in _PARTS or "_parts_lock" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with self._parts_lock:  # reentrant: the plumbing is built on the history
+            got = self.__dict__.get(name)
+            if got is None:
+                got = self.__dict__[name] = getattr(self, f"_new_{name}")()
+        return got
+
+    def _new_history(self) -> History:
+        from .history import History
+
+        return History(self.objects)
+
+    def _new_plumbing(self) -> Plumbing:
+        from .plumbing import Plumbing
+
+        p = Plumbing(self.objects, self.refs, self.history, *([self._retry] if self._retry else []))
+        p.redactor = self.redactor
+        return p
+
+    def _new_group_commit(self) -> GroupCommit:
+        from .groupcommit import GroupCommit
+
+        return GroupCommit(self.plumbing)
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
@@ -470,6 +495,8 @@ class Store:
         Raises:
             InvalidName: a segment castore does not write.
         """
+        from .plumbing import real_name, valid_segment
+
         if self._tenant_of is not None:
             if (app_seg, user_seg) == self._tenant_of[1:]:
                 return self
@@ -497,7 +524,6 @@ class Store:
                             _tenant_of=(self, app_seg, user_seg), **kw)
                 if self.encryption is not None:
                     got.erased = self.encryption.erasure(app, user)
-                got.plumbing.redactor = self.plumbing.redactor  # the root's castore.json rules
                 self._tenants[(app_seg, user_seg)] = got
         return got
 
@@ -508,6 +534,8 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
+        from .plumbing import valid_segment
+
         if self.root is not self or self.layout != "tenants":
             return []
         out: list[tuple[str, str]] = []
@@ -524,6 +552,8 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
+        from .plumbing import real_name
+
         return [(real_name(a, None), None if u == names.APP_SCOPE else real_name(u, None))
                 for a, u in self.tenant_keys()]
 
@@ -551,7 +581,9 @@ class Store:
         Set by castore.json's ``"redact": true`` (:meth:`set_redact`) or, for this handle
         alone, by :meth:`redact_writes`; :mod:`castore.redact` says what is found.
         """
-        return self.plumbing.redactor
+        if self._tenant_of is not None:  # the root's castore.json rules
+            return self._tenant_of[0].redactor
+        return self._redactor
 
     def redact_writes(self, on: bool = True) -> None:
         """Redact (``on``) or not every write of this handle, whatever castore.json says
@@ -631,13 +663,16 @@ class Store:
         on = self._redact if self._redact is not None else bool((self._config or {}).get(REDACT))
         key = self.stored_redaction_key() if on else None
         if key is None:
-            self.plumbing.redactor = None
-        elif self.plumbing.redactor is None or self.plumbing.redactor.key != key:
+            self._redactor = None
+        elif self._redactor is None or self._redactor.key != key:
             from .redact import Redactor
 
-            self.plumbing.redactor = Redactor(key)
-        for t in list(getattr(self, "_tenants", {}).values()):
-            t.plumbing.redactor = self.plumbing.redactor
+            self._redactor = Redactor(key)
+        # the plumbings built so far (this store's, its tenants'); one built later asks redactor
+        for st in [self, *getattr(self, "_tenants", {}).values()]:
+            built = vars(st).get("plumbing")
+            if built is not None:
+                built.redactor = self._redactor
 
     def erased_stores(self) -> list[Store]:
         """The stores of the tenants whose keys were erased, their bytes still there (until
@@ -668,6 +703,8 @@ class Store:
         """
         if self.root is not self:
             return self.root.batch()
+        from .groupcommit import WriteBatch
+
         return WriteBatch(lambda: [self.plumbing, *(t.plumbing for t in list(self._tenants.values()))])
 
     # -- sessions ----------------------------------------------------------------------
@@ -694,6 +731,8 @@ class Store:
             InvalidName: a bad app or user name.
             StorageError: the backend failed.
         """
+        from .plumbing import valid_segment
+
         app_seg = names.encode(app, "app name")
         if user is not None:
             user_segs = [names.encode(user, "user name")]
@@ -714,6 +753,8 @@ class Store:
     def _opened_info(self, stored: Any) -> Any:
         """A listed session's info, opened when sealed; {} when it cannot be (no key, an
         erased tenant, damage): a listing shows names, and reads no content it cannot."""
+        from .plumbing import META_INFO
+
         try:
             return self.objects.codec.open_meta(stored, META_INFO)
         except (EncryptionError, IntegrityError):
@@ -725,6 +766,18 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
+        from .plumbing import (
+            HEADS,
+            META_INFO,
+            META_LENGTH,
+            META_NAMES,
+            META_TIME,
+            SessionRefs,
+            head_segment,
+            real_name,
+            valid_segment,
+        )
+
         heads: list[str] = []
         for useg in user_segs:
             if not valid_segment(useg):
@@ -797,6 +850,8 @@ class Store:
         Raises:
             IntegrityError, StorageError.
         """
+        from .plumbing import META_NAMES, head_segment
+
         if folders is None:
             names_ = self.refs.list("sessions")
         else:
@@ -844,6 +899,8 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
+        from .plumbing import real_name, valid_segment
+
         if self.root.layout == "tenants":
             return [real_name(a, None) for a in self.root.storage.list_dir(names.TENANTS) if valid_segment(a)]
         return [real_name(a, None) for a in self.refs.list_dir("sessions") if valid_segment(a)]
@@ -855,6 +912,8 @@ class Store:
             SessionNotFound: the session does not exist.
             InvalidName, StorageError.
         """
+        from .plumbing import parse_ref_name, session_prefix
+
         home = self.tenant(app, user)
         if home is not self:
             return home.delete_session(app, user, session_id)
@@ -872,6 +931,8 @@ class Store:
         Raises:
             InvalidName, IntegrityError, StorageError.
         """
+        from .plumbing import scope_ref
+
         home = self.tenant(app, user)
         if home is not self:
             return home.scope_head(app, user)
@@ -924,6 +985,9 @@ class Store:
         Raises:
             InvalidName, InvalidEntry, StorageError.
         """
+        from .entries import check_state
+        from .plumbing import scope_ref
+
         for delta, _unset in changes:
             check_state(delta, author)
         home = self.tenant(app, user)
@@ -935,6 +999,8 @@ class Store:
 
     def _scope_chain(self, ref: str, cur: RefValue | None,
                      changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], author: str) -> ScopePlan:
+        from .plumbing import ScopePlan
+
         batch = self.plumbing.batch(cur.target if cur else None)
         now = time.time()
         for delta, unset in changes:
@@ -953,6 +1019,8 @@ class Store:
             RefContended: the scope kept changing (see :class:`~castore.plumbing.RetryPolicy`).
             StorageError: the backend failed.
         """
+        from .plumbing import META_TIME
+
         home = self._scope_home(plan.ref)
         if home is not self:
             return home.publish_scope_changes(plan)
@@ -974,6 +1042,8 @@ class Store:
         Raises:
             InvalidName, IntegrityError, StorageError.
         """
+        from .plumbing import scope_ref
+
         a, u = scope_ref(app, None), scope_ref(app, user)
         if self.root.layout == "tenants":  # two tenants' stores
             return self.scope_head(app, None), self.scope_head(app, user)
@@ -987,6 +1057,8 @@ class Store:
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
+        from .state import read_states
+
         wanted = [c for c in commits if c is not None]
         got = self.history.commits(wanted) if wanted else {}
         trees = read_states(self.objects, [got[c].state if c is not None else None for c in commits])
@@ -1019,6 +1091,8 @@ class Store:
         Raises:
             InvalidName, ObjectNotFound, IntegrityError, StorageError.
         """
+        from .state import read_state
+
         home = self.tenant(app, user)
         if home is not self:
             return home.scope_state(app, user, rev)
@@ -1130,6 +1204,15 @@ class ConfigContended(CastoreError):
 
 __all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_dir", "STORE_DIR", "check_url",
            "ObjectId", "RefValue"]
+
+
+def __getattr__(name: str) -> Any:
+    """``castore.store.ScopePlan``, which is :mod:`castore.plumbing`'s, imported when asked for."""
+    if name == "ScopePlan":
+        from .plumbing import ScopePlan
+
+        return ScopePlan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _number(value: object, default: float) -> float:

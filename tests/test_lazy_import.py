@@ -82,9 +82,13 @@ NOT_BEFORE_A_STORE = ["msgspec", "blake3", "zstandard", "castore.store", "castor
                       "castore.storage", "castore.grep", "castore.redact", "click.shell_completion",
                       "castore.cli.render", "castore.cli.session_cmds", "castore.cli.inspect_cmds",
                       "castore.cli.archive_cmds"]
-#: never loaded by ``castore grep -c`` through an up-to-date index: the Session class and what only it
-#: uses, redaction, the scan without an index, rendering, other commands' modules, remote backends
+#: never loaded by ``castore grep`` through an up-to-date index: the Session class and what only it
+#: uses, the store's parts it does not use (history, write path, group commit: built on first use),
+#: the entries, redaction, the scan without an index, rendering, other commands' modules, remote
+#: backends, ctypes (only a sync of the file system uses it)
 NOT_FOR_GREP = ["castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
+                "castore.history", "castore.plumbing", "castore.groupcommit", "castore.state", "castore.entries",
+                "castore.pathfacts", "ctypes",
                 "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds", "castore.cli.inspect_cmds",
                 "castore.usage", "castore.sync", "castore.adapters", "castore.crypto", "click.shell_completion",
                 "fsspec", "s3fs", "asyncio", "concurrent.futures"]
@@ -104,7 +108,8 @@ def test_the_cli_loads_no_store_before_a_command_opens_one(args: list[str]) -> N
     assert _loaded(mods, NOT_BEFORE_A_STORE) == []
 
 
-def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path) -> None:
+@pytest.mark.parametrize("args", [["-c"], ["-l"], []])
+def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path, args: list[str]) -> None:
     from castore.grep import grep_counts
 
     url = str(tmp_path / "store")
@@ -112,6 +117,35 @@ def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path)
         s = st.session("app", "u", "s1")
         s.append(castore.Message(role="user", content="Weather in Beijing?"))
         assert sum(grep_counts(st, "Beijing").values()) == 1  # the index is built (and sealed) here
-    mods = _modules_after(_CLI, "--store", url, "grep", "-c", "Beijing")
+    mods = _modules_after(_CLI, "--store", url, "grep", *args, "Beijing")
     assert "castore.grep.index" in mods and "castore.store" in mods  # the search did run, through the index
     assert _loaded(mods, NOT_FOR_GREP) == []
+
+
+def test_the_parts_a_store_builds_on_first_use_are_one_per_store(tmp_path: Path) -> None:
+    code = """
+import sys, threading
+import castore
+st = castore.open(sys.argv[1])
+assert "castore.plumbing" not in sys.modules and "castore.history" not in sys.modules  # nothing built yet
+barrier = threading.Barrier(8)
+got = []
+def first_use():
+    barrier.wait()
+    got.append((st.plumbing, st.group_commit, st.history))
+threads = [threading.Thread(target=first_use) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert len({tuple(map(id, g)) for g in got}) == 1, got
+assert st.plumbing.history is st.history and st.group_commit.plumbing is st.plumbing
+s = st.session("app", "u", "s")
+s.append(castore.Message(role="user", content="hello"))
+assert [m.content for m in st.session("app", "u", "s").messages()] == ["hello"]
+st.close()
+"""
+    mods = _modules_after(code, str(tmp_path / "store"))
+    assert "castore.groupcommit" in mods  # the code above did run
+    with castore.open(str(tmp_path / "other")) as other, pytest.raises(AttributeError, match="no attribute 'plumbingg'"):
+        other.plumbingg  # noqa: B018

@@ -70,7 +70,7 @@ The package, top down (each module imports only those below it):
 =============== ==========================================================================
 
 The metadata key of injected entries (:data:`~castore.entries.INJECTED`) is defined with
-the entries; it is re-exported here.
+the entries; it is re-exported here (imported when asked for: a search loads no entries module).
 """
 
 from __future__ import annotations
@@ -82,7 +82,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..entries import INJECTED
 from ..errors import CastoreError
 from ..objectstore import gc_paused
 from .blocks import TOOL_ROLES, blocks, context_entries
@@ -368,6 +367,8 @@ def typed_block(role: str, kind: str, meta: Any) -> bool:
     user text, or any assistant block, of an entry whose ``meta`` has no :data:`INJECTED`."""
     if role not in _TYPED_ROLES or (role == "user" and kind != "text"):
         return False
+    from ..entries import INJECTED  # here: a search that is not typed never loads the entries
+
     return not (isinstance(meta, dict) and meta.get(INJECTED))
 
 
@@ -392,6 +393,15 @@ def _only_typed(store: Store, matches: Iterator[Match], limit: int | None) -> It
                     if limit is not None and n >= limit:
                         return
             batch = []
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`INJECTED`, :mod:`castore.entries`' (imported when asked for)."""
+    if name == "INJECTED":
+        from ..entries import INJECTED
+
+        return INJECTED
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool] | None, since: float | None,

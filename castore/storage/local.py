@@ -44,7 +44,6 @@ after a power loss finds the marker of another boot and replays that boot's inte
 from __future__ import annotations
 
 import builtins
-import ctypes
 import fcntl
 import functools
 import os
@@ -85,6 +84,8 @@ SYNCFS_KEYS = 8
 @functools.cache
 def _syncfs_call() -> Callable[[int], int] | None:
     """libc's ``syncfs``, or None where there is none (not Linux)."""
+    import ctypes  # here: a store that only reads never syncs (ctypes costs ~2 ms to import)
+
     try:
         fn = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
@@ -730,6 +731,8 @@ class LocalStorage(Storage):
         try:
             if fn(fd) != 0:
                 self._unsynced_dirs = made + self._unsynced_dirs
+                import ctypes  # loaded by _syncfs_call
+
                 err = ctypes.get_errno()
                 raise StorageError(f"cannot sync the store's file system: {os.strerror(err)}", self.url)
         finally:
