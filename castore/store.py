@@ -158,6 +158,11 @@ class Store:
     ``tenant_options(app, user)`` returns extra keyword arguments for the constructor of
     each tenant's store (user None: the app's own, holding its app-scoped state).
 
+    Opening reads ``castore.json`` and builds the object store (which replays ref swaps a
+    power loss cut short) and the ref store; :attr:`history`, :attr:`plumbing` and
+    :attr:`group_commit` are built on first use, their modules imported then, so that a reader
+    of refs alone (``castore grep`` through a fresh index) loads none of them.
+
     Raises:
         FormatError: ``format`` or ``layout`` is unknown, the store was written by a newer
             castore, or ``layout`` differs from the existing store's.
