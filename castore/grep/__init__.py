@@ -555,7 +555,7 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     plain = lit if lit is not None and "\n" not in lit else None
     k = len(plain) if plain is not None else 0
     tools: list[str | None] = [*strings, None]  # tool -1: none
-    new, put = object.__new__, object.__setattr__
+    new = object.__new__
     n = 0
     for key, got, lazy in groups:
         for _, p, cn, blk, kn, rn, tn, bn, fl, when, i in (hits(got) if lazy else got):
@@ -589,7 +589,8 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
                     lines = ((1, text, spans),)
                 else:
                     lm = new(LineMatch)
-                    put(lm, "__dict__", {"line": 1, "text": text, "spans": spans})
+                    d = lm.__dict__  # filled in place: replacing an instance's dict costs twice as much
+                    d["line"], d["text"], d["spans"] = 1, text, spans
                     lines = (lm,)
             more = also.get(cn << 31 | blk) if also else None
             others = tuple((x, tuple(y)) for x, y in more.items()) if more else ()
@@ -598,10 +599,11 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
                        lines, others, (), (), 0)
             else:
                 m = new(Match)
-                put(m, "__dict__", {
-                    "commit": commits[32 * cn:32 * cn + 32].hex(), "session": key, "branches": bsets[bn],
-                    "role": strings[rn], "kind": KINDS[kn], "tool": tools[tn], "time": when, "lines": lines,
-                    "also": others, "before": (), "after": (), "context": context})
+                d = m.__dict__
+                d["commit"], d["session"], d["branches"], d["role"] = commits[32 * cn:32 * cn + 32].hex(), key, \
+                    bsets[bn], strings[rn]
+                d["kind"], d["tool"], d["time"], d["lines"] = KINDS[kn], tools[tn], when, lines
+                d["also"], d["before"], d["after"], d["context"] = others, (), (), context
                 yield m
             n += 1
             if n == limit:
