@@ -389,8 +389,9 @@ def test_demo_installs_castore_alone_and_a_dev_install_covers_it(tmp_path: Path)
         subprocess.run(list(cmd), cwd=checkout, env=env, check=True, capture_output=True)
         return log.read_text().splitlines()
 
-    assert calls("scripts/demo") == ["-m pip install -q --disable-pip-version-check -e .", "castore demo"]
+    compat = "--config-settings editable_mode=compat"  # a .pth line, no import hook (scripts/setup)
+    assert calls("scripts/demo") == [f"-m pip install -q --disable-pip-version-check {compat} -e .", "castore demo"]
     assert calls("scripts/demo") == ["castore demo"]  # installed: nothing to do
     dev = calls("scripts/setup")  # what scripts/test runs
-    assert dev[-1] == "-m pip install -q --disable-pip-version-check -e .[dev]"
+    assert dev[-1] == f"-m pip install -q --disable-pip-version-check {compat} -e .[dev]"
     assert calls("scripts/demo") == ["castore demo"]  # the dev install holds everything the demo needs
