@@ -301,6 +301,22 @@ def test_deeply_nested_lines_are_kept_as_they_are(store: castore.Store, tmp_path
     assert (tmp_path / "out" / "r.jsonl").read_bytes() == body
 
 
+def test_a_reasoning_record_whose_summary_is_no_list_is_kept_without_a_message(store: castore.Store,
+                                                                              tmp_path: Path) -> None:
+    # (a string summary stopped the whole import with a TypeError)
+    body = b"".join([_line(0, "session_meta", _meta("t-odd")),
+                     _line(1, "response_item", {"type": "reasoning", "summary": "a string"}),
+                     _line(2, "response_item", {"type": "reasoning", "summary": [{"text": "kept"}],
+                                                "content": {"text": "a dict"}})])
+    f = tmp_path / "r.jsonl"
+    f.write_bytes(body)
+    r = import_codex(store, f)[0]
+    said = {le.meta["codex"]["o"]: le.entry.message for le in store.session(*r.session).log()}
+    assert said[1] is None and said[2] is not None and said[2].content == [{"type": "reasoning", "text": "kept"}]
+    export_codex(store, tmp_path / "out")
+    assert (tmp_path / "out" / "r.jsonl").read_bytes() == body
+
+
 def test_a_file_without_a_final_newline_stays_jsonl_when_castore_appended(store: castore.Store,
                                                                           tmp_path: Path) -> None:
     from castore import Message

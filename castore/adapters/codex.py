@@ -197,8 +197,8 @@ def _message(d: dict[str, Any]) -> Message | None:
                            for b in content]
             return Message(p["role"] or "user", content)
         if pt == "reasoning":
-            parts = [str(s.get("text")) for s in (p.get("summary") or []) + (p.get("content") or [])
-                     if isinstance(s, dict) and isinstance(s.get("text"), str)]
+            parts = [str(s.get("text")) for k in ("summary", "content") if isinstance(p.get(k), list)
+                     for s in p[k] if isinstance(s, dict) and isinstance(s.get("text"), str)]
             return Message("assistant", [{"type": "reasoning", "text": "\n".join(parts)}]) if parts else None
         if pt in ("function_call", "custom_tool_call", "local_shell_call"):
             name = p.get("name") or ("local_shell" if pt == "local_shell_call" else None)
