@@ -11,6 +11,9 @@ Then compiles castore's bytecode and times, each a whole process started from th
 alternating for ROUNDS rounds:
 
 * the floor: one Python process reads every file and ``json.loads`` every line;
+* the format's own share: the same process builds castore's objects for every line in memory
+  (the raw line's blob hashed, a body and a commit encoded and hashed, every byte zstd-compressed
+  in 1 MiB blocks), with no store: what no write path of this format can go below;
 * ``castore --store FRESH import claude FOLDER`` into a fresh local store;
 * the same command again on that store, nothing new (the incremental re-import).
 
@@ -54,6 +57,42 @@ for root, _dirs, files in os.walk(sys.argv[1]):
                     if line.strip():
                         json.loads(line)
                         n += 1
+print(n)
+"""
+
+#: what castore's format alone asks of each line, with no store: the raw line's blob hashed, a
+#: body and a commit (chained per file) encoded and hashed by castore.objects, and every byte
+#: compressed in 1 MiB zstd blocks; the parse is msgspec's, as the import's. A lower bound for
+#: any write path of this format (no tree placement, refs, records, syncs or repack).
+FORMAT = r"""
+import os, sys
+import msgspec, zstandard
+from castore import objects as o
+dec, cz, codec = msgspec.json.Decoder(), zstandard.ZstdCompressor(level=3), o.PLAIN
+buf, size, n = [], 0, 0
+for root, _dirs, files in os.walk(sys.argv[1]):
+    for name in files:
+        if not name.endswith(".jsonl"):
+            continue
+        prev = None
+        with open(os.path.join(root, name), "rb") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                d = dec.decode(line)
+                raw = codec.digest(line)
+                body = d.get("message") if isinstance(d, dict) else d
+                vid, value = codec.encode(o.Value(body))
+                c = o.Commit(kind="event", parents=(o.raw_id(prev),) if prev else (), body=o.raw_id(vid),
+                             author="claude", time=float(n), meta={"claude": {"raw": raw, "o": n}}, depth=n)
+                prev, commit = codec.encode(c)
+                buf += (line, value, commit)
+                size += len(line) + len(value) + len(commit)
+                n += 1
+                if size >= 1 << 20:
+                    cz.compress(b"".join(buf))
+                    buf, size = [], 0
+cz.compress(b"".join(buf))
 print(n)
 """
 
@@ -148,11 +187,12 @@ def main() -> None:
         mb = size / 1e6
         print(f"generated {sessions} sessions in {files} files, {mb:.1f} MB", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "castore")], check=True)
-        times: dict[str, list[float]] = {"floor": [], "import": [], "again": []}
+        times: dict[str, list[float]] = {"floor": [], "format": [], "import": [], "again": []}
         for r in range(a.rounds):
             store = work / f"store-{r}"
             shutil.rmtree(store, ignore_errors=True)
             times["floor"].append(timed([sys.executable, "-c", FLOOR, str(folder)]))
+            times["format"].append(timed([sys.executable, "-c", FORMAT, str(folder)]))
             cmd = [*CASTORE, "--store", str(store), "import", "claude", str(folder)]
             times["import"].append(timed(cmd))
             times["again"].append(timed(cmd))
@@ -165,6 +205,8 @@ def main() -> None:
     floor = statistics.median(times["floor"])
     names = {
         "floor": "read every file, `json.loads` every line (one Python process)",
+        "format": "castore's objects for every line, in memory, no store (raw blob hashed, body and commit "
+                  "encoded and hashed, all zstd in 1 MiB blocks: the format's own share)",
         "import": "`castore import claude FOLDER` into a fresh local store",
         "again": "the same import again, nothing new (incremental)",
     }
