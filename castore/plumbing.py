@@ -528,9 +528,14 @@ class Batch:
         Raises:
             InvalidEntry: it cannot be encoded.
         """
-        oid, canonical = self.objs.codec.encode(self.clean(obj))
+        return self._add(obj)[0]
+
+    def _add(self, obj: Any) -> tuple[ObjectId, Any]:
+        """:meth:`add`, and the object as it is stored (after :meth:`clean`)."""
+        kept = self.clean(obj)
+        oid, canonical = self.objs.codec.encode(kept)
         self.pending[oid] = canonical
-        return oid
+        return oid, kept
 
     def commit(self, make: Make, body: Any = NO_BODY) -> ObjectId:
         """Add the commit ``make(parents, depth, index)`` on the batch's tip; return its id.
@@ -562,11 +567,10 @@ class Batch:
             InvalidEntry: the body or a state value cannot be encoded.
             ObjectNotFound, IntegrityError, StorageError: the base tree could not be read.
         """
-        value = self.clean(Value(body)) if body is not None else None
+        value: Value | None = None
         body_id = None
-        if value is not None:
-            oid, canonical = self.objs.codec.encode(value)
-            self.pending[oid] = canonical
+        if body is not None:
+            oid, value = self._add(Value(body))
             body_id = o.raw_id(oid)
         delta, meta = self.clean(dict(delta)), self.clean(dict(meta))
         state = self.state_writer.apply(self.state, delta, unset)
