@@ -26,6 +26,17 @@ Rules, in order:
    message that calls tools goes with its results), so a budget never leaves a tool result
    at the start without its call. System messages and the latest user message are never dropped; when they
    alone exceed the budget they are still returned.
+6. Parts. An imported message recorded in parts is sent whole, as its agent sends it:
+   Gemini CLI writes a message again as its tool calls and their results arrive, and each
+   copy's additions are a commit of their own (its event's ``meta["gemini"]["id"]`` names
+   the message, :data:`PART_KEYS`). Consecutive messages of one id are joined, and the
+   joined message is sent as gemini-cli's ``convertSessionToClientHistory`` sends a
+   recorded message: one model turn (its thoughts, parts and calls), then one turn of the
+   calls' results (a ``tool`` message), whether they came in one commit or several; as
+   there, its ``info``, ``error`` and ``warning`` messages (``system``) and a prompt that
+   starts with ``/`` or ``?`` (a command) are not sent. This comes after the budget, which
+   counts (and ``dropped`` reports) the parts; the joined message's commit is its first
+   part's, the results' the first part holding one.
 
 The summary wording follows Pi's (``convertToLlm``), so that an imported Pi session gives
 the text Pi would send.
@@ -39,7 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .entries import Compaction, LogEntry, Message
+from .entries import Compaction, Event, LogEntry, Message
 from .errors import InvalidEntry
 from .pathfacts import (
     BRANCH_PREFIX,
@@ -67,6 +78,10 @@ COMPACTION_PREFIX = (
 COMPACTION_SUFFIX = "\n</summary>"
 
 _TOOL_ROLES = frozenset({"tool", "toolResult", "tool_result", "function"})
+#: the importers whose events name the recorded message they are a part of, as
+#: ``meta[key]["id"]`` (rule 6): Gemini CLI's
+PART_KEYS = ("gemini",)
+_RESULT_BLOCKS = frozenset({"tool_result"})
 _CALL_BLOCKS = frozenset({"toolCall", "tool_use", "function_call"})
 
 
@@ -240,18 +255,21 @@ def project(
 
     msgs: list[Message] = []
     commits: list[str] = []
+    parts: list[str | None] = []
 
     def emit(le: LogEntry) -> None:
         m = message_of(le.entry)
         if m is not None:
             msgs.append(m)
             commits.append(le.id)
+            parts.append(part_of(le))
 
     if last_compaction >= 0:
         comp = entries[last_compaction]
         assert isinstance(comp.entry, Compaction)
         msgs.append(summary_message(comp.entry.summary))
         commits.append(comp.id)
+        parts.append(None)
         keeping = False
         for le in entries[:last_compaction]:
             keeping = keeping or le.id == comp.entry.first_kept
@@ -268,10 +286,10 @@ def project(
 
     sizes = [count(m) for m in msgs]
     kept = _trim(msgs, sizes, max_tokens, max_messages)
-    out_msgs = [msgs[i] for i in kept]
+    out_msgs, out_commits = _whole([msgs[i] for i in kept], [commits[i] for i in kept], [parts[i] for i in kept])
     return Context(
         messages=out_msgs,
-        commits=[commits[i] for i in kept],
+        commits=out_commits,
         tokens=sum(sizes[i] for i in kept),
         model=model,
         provider=provider,
@@ -313,7 +331,7 @@ def project_from_tip(
                     token_counter or estimate_tokens).run()
 
 
-_Item = tuple[Message, str, int]  # a message, its commit, its size
+_Item = tuple[Message, str, int, str | None]  # a message, its commit, its size, what it is a part of
 _BLOCK = 64
 
 
@@ -356,15 +374,15 @@ class _FromTip:
             comp = self.entries[self.facts.compaction]
             assert isinstance(comp.entry, Compaction)
             m: Message | None = summary_message(comp.entry.summary)
-            cid = comp.id
+            cid, part = comp.id, None
         else:
             self.load(pos)
             le = self.entries[pos]
-            m, cid = message_of(le.entry), le.id
+            m, cid, part = message_of(le.entry), le.id, part_of(le)
         out = None
         if m is not None:
             m = _limited(m, cid, self.limit, self.count)
-            out = (m, cid, self.count(m))
+            out = (m, cid, self.count(m), part)
         self.items[pos] = out
         return out
 
@@ -427,16 +445,74 @@ class _FromTip:
 
     def result(self, positions: Iterable[int]) -> Context:
         got = [it for p in positions if (it := self.item(p)) is not None]
-        msgs, sizes = [m for m, _, _ in got], [s for _, _, s in got]
+        msgs, sizes = [it[0] for it in got], [it[2] for it in got]
         kept = _trim(msgs, sizes, self.max_tokens, self.max_messages)
         f = self.facts
+        out_msgs, out_commits = _whole([msgs[i] for i in kept], [got[i][1] for i in kept], [got[i][3] for i in kept])
         return Context(
-            messages=[msgs[i] for i in kept],
-            commits=[got[i][1] for i in kept],
+            messages=out_msgs,
+            commits=out_commits,
             tokens=sum(sizes[i] for i in kept),
             model=f.model, provider=f.provider, thinking_level=f.thinking_level,
             dropped=f.messages + (f.compaction >= 0) - len(kept),
         )
+
+
+def part_of(le: LogEntry) -> str | None:
+    """The recorded message an imported entry is a part of (rule 6: ``<importer>:<id>``), or None."""
+    entry = le.entry
+    if isinstance(entry, Event) and entry.message is not None:
+        for key in PART_KEYS:
+            said = entry.meta.get(key)
+            if isinstance(said, dict) and isinstance(said.get("id"), str):
+                return f"{key}:{said['id']}"
+    return None
+
+
+def _whole(msgs: list[Message], commits: list[str], parts: list[str | None]) -> tuple[list[Message], list[str]]:
+    """Rule 6: the parts of each recorded message joined, sent as a model turn and then a
+    turn of its calls' results; other messages as they are."""
+    out: list[Message] = []
+    out_commits: list[str] = []
+    i = 0
+    while i < len(msgs):
+        j = i + 1
+        if parts[i] is None:
+            out.append(msgs[i])
+            out_commits.append(commits[i])
+            i = j
+            continue
+        while j < len(msgs) and parts[j] == parts[i]:
+            j += 1
+        said: list[Any] = []
+        results: list[Any] = []
+        result_commit = None
+        for m, c in zip(msgs[i:j], commits[i:j], strict=True):
+            for b in m.content if isinstance(m.content, list) else [{"type": "text", "text": m.content}]:
+                if isinstance(b, dict) and b.get("type") in _RESULT_BLOCKS:
+                    results.append(b)
+                    result_commit = result_commit or c
+                else:
+                    said.append(b)
+        role = next((m.role for m in msgs[i:j] if m.role != "tool"), "assistant")
+        if role in SYSTEM_ROLES or (role == "user" and _command(said)):
+            i = j  # gemini-cli sends neither its notices nor a command's prompt
+            continue
+        if said or not results:
+            out.append(msgs[i] if j == i + 1 and not results else Message(role, said))
+            out_commits.append(commits[i])
+        if results:
+            assert result_commit is not None
+            out.append(Message("tool", results))
+            out_commits.append(result_commit)
+        i = j
+    return out, out_commits
+
+
+def _command(blocks: list[Any]) -> bool:
+    """Whether a prompt's text starts with ``/`` or ``?`` (gemini-cli's test of a command)."""
+    text = "".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return text.strip().startswith(("/", "?"))
 
 
 def _limited(m: Message, commit: str, limit: int | None, count: TokenCounter) -> Message:
@@ -495,6 +571,8 @@ __all__ = [
     "PathFacts",
     "facts_of",
     "project_from_tip",
+    "part_of",
+    "PART_KEYS",
     "MESSAGE_OVERHEAD",
     "IMAGE_TOKENS",
     "BRANCH_PREFIX",

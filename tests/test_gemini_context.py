@@ -66,27 +66,37 @@ def gemini_cli_load(lines: list[bytes]) -> list[dict[str, Any]]:
     return list(messages.values())
 
 
-def _joined(s: castore.Session) -> tuple[list[Message], int]:
-    """The session's context with each message's parts joined back (and how many were joined)."""
-    ctx = s.context()
-    ids = {le.id: le.meta["gemini"].get("id") for le in s.entries("HEAD")}
+def gemini_cli_history(lines: list[bytes]) -> list[Message]:
+    """The turns gemini-cli sends the model for these lines (``convertSessionToClientHistory`` in
+    ``packages/core/src/utils/sessionUtils.ts``, over what :func:`gemini_cli_load` loads): no
+    ``info``, ``error``, ``warning``, nor a prompt starting with ``/`` or ``?``; a ``gemini``
+    message is one model turn (its parts, then its calls), then one turn of its calls' results.
+    Each record's blocks are castore's reading of it (:func:`castore.adapters.gemini._message`)."""
     out: list[Message] = []
-    last: Any = None
-    joined = 0
-    for m, cid in zip(ctx.messages, ctx.commits, strict=True):
-        mid = ids[cid]
-        if out and mid is not None and mid == last:
-            prev = out[-1]
-            out[-1] = Message(prev.role, [*prev.content, *m.content])
-            joined += 1
-        else:
+    for r in gemini_cli_load(lines):
+        m = _message(r)
+        if m is None or r["type"] in ("info", "error", "warning"):
+            continue
+        said = [b for b in m.content if b.get("type") != "tool_result"]
+        results = [b for b in m.content if b.get("type") == "tool_result"]
+        if r["type"] == "user":
+            if "".join(b.get("text", "") for b in said).strip().startswith(("/", "?")):
+                continue
             out.append(m)
-        last = mid
-    return out, joined
+            continue
+        if said or not results:
+            out.append(Message("assistant", said))
+        if results:
+            out.append(Message("tool", results))
+    return out
 
 
-def _want(lines: list[bytes]) -> list[Message]:
-    return [m for r in gemini_cli_load(lines) if (m := _message(r)) is not None]
+def _parts(s: castore.Session) -> int:
+    """How many commits on the session's path add to a message recorded before them (its parts)."""
+    path = s.entries("HEAD")
+    ids = [le.meta.get("gemini", {}).get("id") if le.entry.message is not None else None for le in path]
+    said = [i for i in ids if i is not None]
+    return sum(1 for a, b in zip(said, said[1:], strict=False) if a == b)
 
 
 # -- a session as gemini-cli writes it, with checkpoints -------------------------------------------
@@ -221,20 +231,24 @@ def test_context_is_what_gemini_cli_loads_after_every_line(tmp_path: Path, case:
     f.write_bytes(b"")
     store = castore.open(str(tmp_path / "store"), durable=False)
     sid = json.loads(lines[0])["sessionId"]
-    checkpoints = 0
+    checkpoints = parts = 0
     for i, line in enumerate(lines, 1):
         with f.open("ab") as out:
             out.write(line)
         import_gemini(store, f)  # as --follow does: one line more each time
         s = store.session("gemini", "line", sid)
-        got, joined = _joined(s)
-        assert got == _want(lines[:i]), f"after line {i}"
+        got = s.context().messages
+        assert got == gemini_cli_history(lines[:i]), f"after line {i}"
+        assert s.context(max_messages=len(got) + 99).messages == got  # read from the tip: the same
+        parts = max(parts, _parts(s))
         if b'"$set":{"messages"' in line:
             checkpoints += 1
-            assert joined == 0  # right after a checkpoint: its messages, each whole, as gemini-cli loads them
+            assert _parts(s) == 0  # right after a checkpoint: its messages, each whole, as gemini-cli loads them
     assert checkpoints == (2 if case == 2 else 0)
+    # calls added to a message that held text: one model turn, as gemini-cli sends it
+    assert parts > 0 if case in (2, 3) else True
     if case == 3:  # each message gemini-cli updated in place, after later ones, kept its place
-        assert [m.role for m in got] == ["user", "assistant", "user", "assistant"]
+        assert [m.role for m in got] == ["user", "assistant", "tool", "user", "assistant"]
     # the same file imported whole gives the same commits and branches
     whole = castore.open(str(tmp_path / "whole"), durable=False)
     import_gemini(whole, f)
