@@ -731,6 +731,13 @@ class Session:
         """
         return [o.hex_id(c.parents[1]) for _, c in self.plumbing.reflog(self.refs)]
 
+    def _detached_at(self, cid: str) -> dict[str, Any]:
+        """The time and length a HEAD detached at ``cid`` carries (``store.sessions()`` reads
+        them from HEAD itself): the commit's own time, as every ref gets
+        (:meth:`~castore.plumbing.Plumbing.ref_meta_at`), never the time HEAD moved."""
+        c = self._history.commit(cid)
+        return {META_TIME: c.time, META_LENGTH: c.depth + 1}
+
     def _ref_meta_at(self, cid: str, **extra: Any) -> dict[str, Any]:
         """Metadata for a new ref at ``cid`` (the current tip's hint when it is there: no reads)."""
         _, _, tipref = self._read_tip()
@@ -775,8 +782,7 @@ class Session:
         head, branch, _ = self._read_tip()
         if branch is None:
             assert head is not None
-            extra = {META_TIME: time.time(), META_LENGTH: self._history.commit(cid).depth + 1}
-            self._move(self.refs.head, cid, self._head_meta(head, **extra), f"reset {rev}")
+            self._move(self.refs.head, cid, self._head_meta(head, **self._detached_at(cid)), f"reset {rev}")
             return cid
         ref = self.refs.branch_ref_of(head) if head is not None else self.refs.branch(branch)
         self._move(ref, cid, self._ref_meta_at(cid, **name_meta(ref, branch)), f"reset {rev}")
@@ -864,8 +870,7 @@ class Session:
             (target, extra), branch = self._head_on(rev), rev
         else:
             target, branch = self.resolve(rev), None
-            # store.sessions() reads a detached HEAD's time and length from HEAD itself
-            extra = {META_TIME: time.time(), META_LENGTH: self._history.commit(target).depth + 1}
+            extra = self._detached_at(target)
 
         def attempt(_: int) -> tuple[RefValue | None, RefValue]:
             head = self._refs.read(self.refs.head)

@@ -577,10 +577,27 @@ def test_sessions_are_listed_newest_first(store: castore.Store) -> None:
     assert [x.session for x in listed] == ["a", "c", "b"]
     assert listed[0].entries == 2 and listed[0].branch == "main"
     sa = store.session(APP, "alice", "b")
-    sa.checkout(sa.head)  # a detached HEAD lists with the time it moved
+    sa.checkout(sa.head)  # a detached HEAD lists with its commit's time, as a branch does
     listed = store.sessions(APP, "alice")
-    assert [x.session for x in listed] == ["b", "a", "c"]
-    assert listed[0].branch is None and listed[0].head == sa.head and listed[0].entries == 1
+    assert [x.session for x in listed] == ["a", "c", "b"]
+    assert listed[2].branch is None and listed[2].head == sa.head and listed[2].entries == 1
+
+
+def test_a_detached_head_carries_its_commits_time_as_every_ref_does(store: castore.Store) -> None:
+    """``checkout`` of a commit and ``reset`` of a detached HEAD stamp the commit's own time
+    (``Plumbing.ref_meta_at``'s rule for every ref), never the time HEAD moved."""
+    s = store.session(APP, "alice", "detach")
+    first = s.append(msg(0))
+    second = s.append(msg(1))
+    when = {c: s.show(c).time for c in (first, second)}
+    times = {x.session: x.updated for x in store.sessions(APP, "alice")}
+    assert times["detach"] == when[second]  # on main: the tip's time
+    s.checkout(first)
+    assert s.current_branch is None
+    assert {x.session: x.updated for x in store.sessions(APP, "alice")}["detach"] == when[first]
+    s.reset(second)  # a detached HEAD moved by reset
+    listed = {x.session: x for x in store.sessions(APP, "alice")}["detach"]
+    assert listed.updated == when[second] and listed.entries == 2 and listed.branch is None
 
 
 @pytest.mark.parametrize("alice,bob", [
