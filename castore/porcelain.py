@@ -266,16 +266,19 @@ def session_keys(store: Store, app: str | None = None, user: str | None = None) 
 def find_session(store: Store, session: str, app: str | None = None, user: str | None = None) -> Key:
     """The session that ``session`` names, found the way a short commit id is.
 
-    With ``app`` and ``user``: that session if it exists, else the one of theirs whose id
-    starts with ``session``. Without them (an id typed alone, as ``castore use
-    0ccf1a04``): the session of any app and user with exactly that id, else the one
-    whose id starts with it. Sessions named after another one (:func:`named_after`: its
-    subagents, ``ID.subagents.agent-X``) do not make that one ambiguous: when every match
-    but one is named after that one, that one is meant (as git takes a short id that only
-    one object has); otherwise the error lists each session it could mean, with a count of
-    the matches named after it. A session whose file the agent rewrote (``ID.v2``: Pi
-    rewrites a v1 or v2 file as v3 when it opens it) means its newest version: the file the
-    agent now has under that id (:func:`file_version`); the full key names each version.
+    With ``app`` and ``user``: that session if it exists, else the one of theirs whose id starts
+    with ``session``. Without them (an id typed alone, as ``castore use 0ccf1a04``): the session
+    of any app and user with exactly that id, else the one whose id starts with it, else a
+    subagent's by its own id (:func:`own_id`: ``c2d9e1f0`` for Gemini CLI's
+    ``PARENT.c2d9e1f0-...``, ``a9cad17`` or ``agent-a9cad17`` for Claude Code's
+    ``PARENT.subagents.agent-a9cad17``), whole, then a prefix. Sessions named after another one
+    (:func:`named_after`: its subagents, ``ID.subagents.agent-X``) do not make that one
+    ambiguous: when every match but one is named after that one, that one is meant (as git takes
+    a short id that only one object has); otherwise the error lists each session it could mean,
+    with a count of the matches named after it. A session whose file the agent rewrote
+    (``ID.v2``: Pi rewrites a v1 or v2 file as v3 when it opens it) means its newest version:
+    the file the agent now has under that id (:func:`file_version`); the full key names each
+    version.
 
     Raises:
         SessionNotFound: none matches.
@@ -285,7 +288,8 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
     if app is not None and user is not None and store.session(app, user, session).head is not None:
         return (app, user, session)
     keys = session_keys(store, app, user)
-    for pick in (lambda k: k[2] == session, lambda k: k[2].startswith(session)):
+    for pick in (lambda k: k[2] == session, lambda k: k[2].startswith(session),
+                 lambda k: session in own_id(k[2]), lambda k: any(x.startswith(session) for x in own_id(k[2]))):
         found = [k for k in keys if pick(k)]
         under: dict[Key, list[Key]] = {}
         for k in found:  # each session under the first (shortest) one it is named after
@@ -296,6 +300,22 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
         if found:
             raise AmbiguousSession(session, sorted(under), named_after=under)
     raise SessionNotFound((app or "*", user or "*", session))
+
+
+#: the shortest tail of a session id read as a subagent's own id (a Gemini CLI uuid, Claude
+#: Code's ``agent-`` and 7 hex characters)
+OWN_ID_MIN = 8
+
+
+def own_id(session_id: str) -> tuple[str, ...]:
+    """The ids a session named after its parent (a subagent's: ``PARENT.ID``,
+    ``PARENT.subagents.agent-ID``) has of its own: ``ID``, and ``agent-ID`` for Claude Code's;
+    () for any other session (a tail that is no id, such as ``.json`` or ``.v2``, shorter
+    than :data:`OWN_ID_MIN` characters). Raises nothing."""
+    base, dot, tail = session_id.rpartition(".")
+    if not dot or not base or len(tail) < OWN_ID_MIN:
+        return ()
+    return (tail, tail[len("agent-"):]) if tail.startswith("agent-") and len(tail) > len("agent-") else (tail,)
 
 
 def named_after(key: Key, base: Key) -> bool:
@@ -331,6 +351,7 @@ def newest_version(key: Key, keys: Sequence[Key]) -> Key:
     return best
 
 
-__all__ = ["Status", "status", "session_keys", "find_session", "named_after", "file_version", "newest_version",
+__all__ = ["Status", "status", "session_keys", "find_session", "own_id", "named_after", "file_version",
+           "newest_version",
            "RefNames", "ref_names", "readable",
            "log", "BranchList", "branch_list"]

@@ -145,6 +145,33 @@ def test_a_prefix_of_a_real_session_with_subagents(tmp_path: Any) -> None:
     assert _run(url, "-s", f"claude/session-share/{sid[:4]}", "log", "-n1").exit_code == 0
 
 
+def test_a_subagent_is_found_by_its_own_id(tmp_path: Any) -> None:
+    # the real Claude Code subagents (agent-a9cad17) and the Gemini CLI fixture's
+    # (PARENT.c2d9e1f0-...): the id the agent gave it, or a prefix of it, finds it
+    from pathlib import Path
+
+    from castore.adapters.claude_code import import_claude
+    from castore.adapters.gemini import import_gemini
+
+    data = Path(__file__).resolve().parent / "data"
+    url = str(tmp_path / "store")
+    with castore.open(url, durable=False) as st:
+        import_claude(st, data / "claude-code" / "session-share")
+        import_gemini(st, data / "gemini" / "tmp")
+        sid, gid = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68", "7f3c2a9e-4b1d-4e8a-9c55-2d6b8e0f1a47"
+        sub = ("claude", "session-share", f"{sid}.subagents.agent-a9cad17")
+        assert porcelain.find_session(st, "a9cad") == sub
+        assert porcelain.find_session(st, "agent-a9cad17") == sub
+        assert porcelain.find_session(st, "c2d9") == ("gemini", "my-app", f"{gid}.c2d9e1f0-5a6b-4c7d-8e9f-0a1b2c3d4e5f")
+        assert porcelain.find_session(st, "7f3c") == ("gemini", "my-app", gid)  # the parent, as before
+        with pytest.raises(AmbiguousSession):  # agent-a9cad17, agent-aa5ef13, agent-ac27727, ...
+            porcelain.find_session(st, "agent-a")
+        with pytest.raises(SessionNotFound):  # the older JSON file's ".json" is no id
+            porcelain.find_session(st, "json")
+    r = _run(url, "use", "c2d9")
+    assert r.exit_code == 0 and f"{gid}.c2d9e1f0" in r.stderr
+
+
 def _complete(url: str, args: list[str], incomplete: str) -> list[str]:
     comp = ShellComplete(cli, {}, "castore", "_CASTORE_COMPLETE")
     return [c.value for c in comp.get_completions(["--store", url, *args], incomplete)]
