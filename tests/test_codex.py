@@ -337,3 +337,53 @@ def test_a_file_without_a_final_newline_stays_jsonl_when_castore_appended(store:
     assert r.lines == 1 and not r.notes and s.head == ids[0]
     export_codex(store, tmp_path / "out2")
     assert (tmp_path / "out2" / SAMPLE.name).read_bytes() == got
+
+
+def test_a_spawned_subagent_links_both_ways(store: castore.Store, tmp_path: Path) -> None:
+    """A parent's ``spawn_agent`` call and its output (``{"agent_id": THREAD}``, codex-rs
+    ``tools/handlers/collab.rs``) and the subagent's thread (``source.subagent.thread_spawn``):
+    ``log`` shows ``subagent: THREAD`` on the call and its output, and ``spawned by: PARENT
+    <call>`` on the subagent's first message; the parent archived first or last, the file
+    imported whole or line by line."""
+    from castore import views
+
+    spawn_args = json.dumps({"message": "look for needle seven"})
+    parent = [_line(0, "session_meta", _meta(PARENT)), *_turn(10, 1, "find needle one"),
+              _line(20, "response_item", {"type": "function_call", "name": "spawn_agent",
+                                          "arguments": spawn_args, "call_id": "call_spawn"}),
+              _line(21, "response_item", {"type": "function_call_output", "call_id": "call_spawn",
+                                          "output": json.dumps({"agent_id": CHILD})}),
+              *_turn(30, 2, "and needle two")]
+    child = [_line(25, "session_meta", _meta(CHILD, source={"subagent": {"thread_spawn": {
+        "parent_thread_id": PARENT, "depth": 1}}})), *_turn(26, 7, "subagent looks for needle seven")]
+    day = tmp_path / "sessions" / "2026" / "01" / "02"
+    day.mkdir(parents=True)
+    pf, cf = day / f"rollout-2026-01-02T10-00-00-{PARENT}.jsonl", day / f"rollout-2026-01-02T10-00-25-{CHILD}.jsonl"
+    pf.write_bytes(b"")
+    for raw in parent[:22]:  # line by line, as --follow does, the call and its output apart
+        with pf.open("ab") as f:
+            f.write(raw)
+        import_codex(store, pf)
+    cf.write_bytes(b"".join(child))
+    import_codex(store, cf)
+    with pf.open("ab") as f:
+        f.write(b"".join(parent[22:]))
+    import_codex(store, pf)
+    p, c = store.session("codex", "local", PARENT), store.session("codex", "local", CHILD)
+    by_line = {le.meta["codex"]["o"]: le.id for le in p.entries()}
+    call, output = by_line[len(_turn(10, 1, "x")) + 1], by_line[len(_turn(10, 1, "x")) + 2]
+    links = views.links(p)
+    assert links[call] == [f"subagent: {CHILD}"] and links[output] == [f"subagent: {CHILD}"]
+    first = next(le.id for le in c.entries() if le.entry.message is not None)
+    assert views.links(c) == {first: [f"spawned by: {PARENT} {call[:8]}"]}
+    assert views.spawned_by(c.info) == {"key": f"codex/local/{PARENT}", "session": PARENT, "commit": call}
+    # the same files in a store that archives the child first: the child's link names the parent only
+    other = castore.open(str(tmp_path / "other"), durable=False)
+    import_codex(other, cf)
+    import_codex(other, pf)
+    c2 = other.session("codex", "local", CHILD)
+    assert views.links(other.session("codex", "local", PARENT))[call] == [f"subagent: {CHILD}"]
+    assert views.links(c2) == {first: [f"spawned by: {PARENT}"]}
+    export_codex(store, tmp_path / "out")
+    for f in (pf, cf):
+        assert (tmp_path / "out" / f.relative_to(tmp_path / "sessions")).read_bytes() == f.read_bytes()

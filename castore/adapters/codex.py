@@ -18,7 +18,10 @@ one before it, except
   to the parent's lines plus their new timestamps, so the copy costs next to nothing. The
   fork's own records follow;
 * a subagent thread (``source.subagent.thread_spawn.parent_thread_id``) names its parent
-  thread in ``info["spawned_by"]``.
+  thread in ``info["spawned_by"]``, with its first line with a message (``first``) and,
+  when the parent was archived first, the parent's call that spawned it (``commit``); the
+  parent's ``spawn_agent`` call and its output (``{"agent_id": THREAD}``) name the thread in
+  ``info["codex"]["agents"]``, so ``log`` and ``show`` link the two both ways.
 
 The first prompt a person typed (a user message that is not Codex's scaffolding) names the
 session (``info["name"]``, its first line, see :func:`castore.views.session_title`).
@@ -248,6 +251,27 @@ def _walk(v: Any) -> CodexWalk | None:
     return None
 
 
+def _spawn(p: dict[str, Any], n: int, spawns: dict[str, int | str],
+           agents: dict[str, tuple[int | str, int]]) -> None:
+    """Note a ``response_item`` payload ``p`` (line ``n``) that spawns a subagent: a
+    ``spawn_agent`` function call (Codex's collab tool), or its output, ``{"agent_id": THREAD}``
+    (codex-rs ``tools/handlers/collab.rs``), naming the thread the subagent runs in."""
+    call = p.get("call_id")
+    if not isinstance(call, str):
+        return
+    if p.get("type") == "function_call" and p.get("name") == "spawn_agent":
+        spawns[call] = n
+    elif p.get("type") == "function_call_output" and call in spawns:
+        out = p.get("output")
+        out = out.get("content") if isinstance(out, dict) else out
+        try:
+            got = json.loads(out) if isinstance(out, str) else None
+        except ValueError:
+            return
+        if isinstance(got, dict) and isinstance(got.get("agent_id"), str) and got["agent_id"]:
+            agents[got["agent_id"]] = (spawns.pop(call), n)
+
+
 class _Importer:
     def __init__(self, store: Store, src: _Source, app: str, user: str) -> None:
         # the tenant's store, in the tenant layout (docs/tenants.md)
@@ -308,6 +332,11 @@ class _Importer:
         adopted: dict[str, list[str]] = {}
         owned: list[set[str]] = []
         title: object = info.get(TITLE_KEY)  # a session keeps its first name
+        # subagents: a spawn_agent call (call_id -> its line, or the commit a past import made of
+        # it) and the thread its output names (agent id -> the lines of the call and the output)
+        spawns: dict[str, int | str] = {k: v for k, v in as_dict(c.get("spawns")).items() if isinstance(v, str)}
+        agents: dict[str, tuple[int | str, int]] = {}
+        first_said: int | None = None  # a subagent's first line with a message (where it links back)
 
         def own() -> set[str]:
             if not owned:
@@ -362,6 +391,10 @@ class _Importer:
                 if why is not None:
                     m[INJECTED] = why
                 author = msg.role if msg else (p.get("type") or d.get("type") or "line")
+                if d.get("type") == "response_item":
+                    _spawn(p, n, spawns, agents)
+                if first_said is None and msg is not None and not c:
+                    first_said = n
                 # (the message and the metadata hold the line's values, nested no deeper than in it)
                 w.add(n, parent, raw, line_event(str(author), msg, m, vouched), True, blob)
                 if d.get("type") == "compacted":
@@ -396,15 +429,43 @@ class _Importer:
         if prefix:
             cc["prefix"] = prefix
         new[KEY] = cc
+        def commit_of(at: int | str) -> str | None:
+            return at if isinstance(at, str) else w.cid.get(at)
+
+        pending = {k: cid for k, v in spawns.items() if (cid := commit_of(v)) is not None}
+        if pending or "spawns" in cc:
+            cc["spawns"] = dict(list(pending.items())[-256:])
+        if agents:  # read by the transcript view's links: "subagent: <thread>" on the call and its output
+            cc["agents"] = {**as_dict(cc.get("agents")),
+                            **{a: {"session": a, "call": commit_of(call), "commit": commit_of(out)}
+                               for a, (call, out) in agents.items()}}
         if title is not None:
             new.setdefault(TITLE_KEY, title)
         spawn = src_.get("subagent") if isinstance(src_, dict) else None
         spawn = spawn.get("thread_spawn") if isinstance(spawn, dict) else None
         if isinstance(spawn, dict) and isinstance(spawn.get("parent_thread_id"), str):
-            new["spawned_by"] = {"app": self.app, "user": self.user, "session": spawn["parent_thread_id"]}
+            by = dict(as_dict(new.get("spawned_by")))
+            by.update(app=self.app, user=self.user, session=spawn["parent_thread_id"])
+            if first_said is not None and w.cid.get(first_said):
+                by["first"] = w.cid[first_said]
+            if "commit" not in by:  # the parent's call, when the parent was archived first
+                parent_agents = self._parent_agents(spawn["parent_thread_id"])
+                got = as_dict(parent_agents.get(sid)).get("call")
+                if isinstance(got, str):
+                    by["commit"] = got
+            new["spawned_by"] = by
         if session.exists() or w.cid:  # (set_info makes HEAD when an import stopped before it)
             session.set_info(new)
         return res
+
+    def _parent_agents(self, parent_id: str) -> dict[str, Any]:
+        """The subagents the parent thread's archived session names (``{}``: none, or no such
+        session)."""
+        try:
+            parent = self.store.session(self.app, self.user, parent_id)
+            return as_dict(as_dict(parent.info.get(KEY)).get("agents"))
+        except CastoreError:
+            return {}
 
     def _fork(self, session: Session, f: IO[bytes], parent_id: str, known: dict[int, str], st: _State,
               prefix: list[dict[str, Any]]) -> dict[str, Any] | None:
