@@ -94,6 +94,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -716,14 +717,26 @@ class Prices:
                 + t.cache_read * p.get("cache_read", 0.0) + t.cache_write * p.get("cache_write", 0.0)) / 1e6
 
 
+def _price(v: Any) -> bool:
+    """Whether ``v`` is a price: a number, finite (as a float), 0 or more."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v)) and v >= 0
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
 def load_prices(path: str | None = None) -> Prices:
     """The price table shipped with castore (``castore/data/prices.json``), or the one at ``path``.
 
     A table is ``{"date": ..., "source": ..., "models": {NAME: {"input": USD, "output": USD,
-    "cache_read": USD, "cache_write": USD}}}`` (USD per million tokens; a missing price is 0).
+    "cache_read": USD, "cache_write": USD}}}`` (USD per million tokens, each a finite number
+    of 0 or more; a missing price is 0). A table given replaces the shipped one whole.
 
     Raises:
-        UsageError: the file cannot be read or is not such a table.
+        UsageError: the file cannot be read or is not such a table (a price that is no number,
+            negative or infinite; a key other than those four, such as a misspelt one).
     """
     where = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "prices.json")
     try:
@@ -738,9 +751,12 @@ def load_prices(path: str | None = None) -> Prices:
         raise UsageError(f"the price table {where} has no \"models\" object")
     out: dict[str, dict[str, float]] = {}
     for name, p in models.items():
-        if not isinstance(p, dict) or not all(
-                isinstance(p.get(k, 0), (int, float)) and not isinstance(p.get(k, 0), bool) for k in _FIELDS):
-            raise UsageError(f"the price table {where}: model {name!r} needs numbers for {', '.join(_FIELDS)}")
+        if not isinstance(p, dict) or not all(_price(p.get(k, 0)) for k in _FIELDS):
+            raise UsageError(f"the price table {where}: model {name!r} needs numbers of 0 or more (USD per "
+                             f"million tokens) for {', '.join(_FIELDS)}")
+        if unknown := sorted(str(k) for k in p if k not in _FIELDS):
+            raise UsageError(f"the price table {where}: model {name!r} has {', '.join(map(repr, unknown))}, "
+                             f"not one of {', '.join(_FIELDS)}")
         out[name] = {k: float(p.get(k, 0)) for k in _FIELDS}
     return Prices(out, str(doc.get("date", "")), str(doc.get("source", "")))
 

@@ -594,3 +594,24 @@ def test_cli_table_json_prices_and_errors(store: castore.Store, tmp_path: Path) 
     assert any(v["key"][2] == "11111111-1111-4111-8111-111111111111" for v in cached["sessions"].values())
     with pytest.raises(UsageError):
         usage(store, by="hour")
+
+
+@pytest.mark.parametrize("price", ['"x"', "-1", "1e400", "1" + "0" * 400, "true", "null", "[1]"])
+def test_a_price_table_with_a_bad_price_is_refused(tmp_path: Path, price: str) -> None:
+    # a negative, infinite or huge price made a negative or infinite cost (exit 0) before
+    table = tmp_path / "prices.json"
+    table.write_text('{"models": {"claude-opus-4": {"input": ' + price + ', "output": 1}}}')
+    with pytest.raises(UsageError, match="needs numbers of 0 or more"):
+        load_prices(str(table))
+
+
+def test_a_price_table_with_a_misspelt_key_is_refused(store: castore.Store, tmp_path: Path) -> None:
+    # {"inptu": 5} priced the model at 0 without a word before
+    table = tmp_path / "prices.json"
+    table.write_text('{"models": {"claude-opus-4": {"inptu": 5, "output": 1}}}')
+    with pytest.raises(UsageError, match="'inptu', not one of input, output, cache_read, cache_write"):
+        load_prices(str(table))
+    store.session("app", "u", "s").append(castore.Message("user", "hi"))
+    res = CliRunner().invoke(cli_main, ["--store", str(tmp_path / "store"), "usage", "--prices", str(table)])
+    assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.splitlines()) == 1
+    assert res.stderr.startswith("Error: the price table")

@@ -70,7 +70,8 @@ def usage_cmd(store: Any, by: str, app: str | None, since: str | None, until: st
         note(f"{_n(report.copies)} stored copies of responses counted once")
     if report.total.unpriced:
         unknown = sorted({m for g in report.groups for m in g.models if report.prices.of(m) is None})
-        note(f"no price for {', '.join(unknown)}: * costs leave them out (--prices FILE adds them)")
+        note(f"no price for {', '.join(unknown)}: * costs leave them out "
+             "(--prices FILE: a table that has them, replacing the shipped one)")
 
 
 def register(group: click.Group) -> None:
