@@ -132,9 +132,9 @@ class _Rewrite:
         if isinstance(v, str):
             if len(v) != 64 or not _ID.fullmatch(v):
                 return v
-            if v in self.commits:
-                return self.commits[v]
-            return self._blob(v, commit)
+            got = self.commits[v] if v in self.commits else self._blob(v, commit)
+            # an id kept is ``v`` itself, not an equal string: callers tell "unchanged" by identity
+            return v if got == v else got
         if isinstance(v, dict):
             new = {k: self._ids(x, commit) for k, x in v.items()}
             return v if all(new[k] is v[k] for k in v) else new

@@ -504,3 +504,34 @@ def test_a_tenant_layout_store_redacts_every_tenant(tmp_path: Path) -> None:
         assert "[REDACTED:openai-key:" in st.session("a", "u", "before").messages()[0].content
     with castore.open(url) as st:
         assert all(r.found == [] for r in redact_sessions(st, dry_run=True))
+
+
+def test_redact_with_nothing_to_redact_leaves_real_sessions_as_they_were(tmp_path: Path) -> None:
+    # the real Claude Code and Codex files hold no secret: `castore redact --all` found none,
+    # yet marked each imported session redacted (its info names commits and blobs, mapped to
+    # equal strings), so `export` said its files were not the originals
+    from castore.adapters.claude_code import import_claude
+    from castore.adapters.codex import import_codex
+
+    url = str(tmp_path / "store")
+    with castore.open(url, durable=False) as st:
+        import_claude(st, DATA / "claude-code" / "session-share")
+        import_codex(st, DATA / "codex")
+        before = {s.key: (s.head, dict(s.info)) for s in (st.session(*k) for k in _keys(st))}
+    runner = CliRunner()
+    for _ in range(2):
+        res = runner.invoke(main, ["--store", url, "redact", "--all"])
+        assert res.exit_code == 0 and "0 secrets found in 7 sessions, 0 commits written again" in res.stderr
+    with castore.open(url) as st:
+        assert {s.key: (s.head, dict(s.info)) for s in (st.session(*k) for k in _keys(st))} == before
+        assert not any(info.get(REDACTED_INFO) for _, info in before.values())
+    res = runner.invoke(main, ["--store", url, "export", "codex", str(tmp_path / "out")])
+    assert res.exit_code == 0 and "redacted" not in res.stderr
+    assert (tmp_path / "out" / "sample_codex_session.jsonl").read_bytes() == \
+        (DATA / "codex" / "sample_codex_session.jsonl").read_bytes()
+
+
+def _keys(st: castore.Store) -> list[tuple[str, str, str]]:
+    from castore.porcelain import session_keys
+
+    return session_keys(st)
