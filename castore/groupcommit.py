@@ -489,14 +489,18 @@ class WriteBatch:
         finally:
             held, self._held = self._held, []
             for objects in held:
+                objects.release_writes(keep=False)  # landed above, or dropped with the refs naming them
                 objects.release_repack()
 
     def _hold(self) -> None:
         """Hold the background repack of every store the batch may write (see
-        :meth:`~castore.objectstore.ObjectStore.hold_repack`): it runs once, after the batch."""
+        :meth:`~castore.objectstore.ObjectStore.hold_repack`): it runs once, after the batch;
+        and hold the objects this thread writes to them (:meth:`~castore.objectstore.
+        ObjectStore.hold_writes`): each landing writes them, as a few records, before its refs."""
         for p in self._plumbings():
             if all(p.objects is not o for o in self._held):
                 p.objects.hold_repack()
+                p.objects.hold_writes()
                 self._held.append(p.objects)
 
     def __len__(self) -> int:
@@ -532,7 +536,10 @@ class WriteBatch:
     def _land(self, stage: RefStage) -> None:
         failed: list[Exception] = []
         try:
-            for p in self._plumbings():
+            plumbings = list(self._plumbings())
+            for p in plumbings:  # every object first: no ref may name one not written
+                p.objects.write_held()
+            for p in plumbings:
                 failed.extend(land_staged(p, stage.take(p.refs)))
         except BaseException:
             self._drop(stage)

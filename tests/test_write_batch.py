@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import Backend
 from helpers.interrupt import Stopped, archive, same_tree
 
 import castore
@@ -107,6 +108,31 @@ def test_a_ref_moved_under_a_batch_fails_its_landing_and_leaves_that_sessions_he
     assert [m.content for m in other.messages()] == ["elsewhere"]  # the rest landed
 
 
+def test_a_batch_holds_its_objects_until_it_lands_and_writes_them_before_its_refs(
+        backend: Backend, store: castore.Store) -> None:
+    s = store.session("app", "u", "s1")
+    s.append(castore.Message(role="user", content="stored"))
+    with store.batch() as b:
+        cid = s.append(castore.Message(role="assistant", content="held"))
+        assert store.objects.knows(cid) and [m.content for m in s.messages()] == ["stored", "held"]
+        other = backend.open()  # another handle reads storage: nothing of the batch is there yet
+        try:
+            assert not other.objects.contains(cid)
+            b.land()
+            assert other.objects.contains(cid)
+        finally:
+            other.close()
+    with pytest.raises(KeyboardInterrupt), store.batch():
+        lost = s.append(castore.Message(role="assistant", content="lost"))
+        raise KeyboardInterrupt
+    again = backend.open()
+    try:  # dropped with the refs that would have named it: never written
+        assert not again.objects.contains(lost)
+        assert [m.content for m in again.session("app", "u", "s1").messages()] == ["stored", "held"]
+    finally:
+        again.close()
+
+
 def test_a_batch_inside_a_batch_joins_it(store: castore.Store) -> None:
     s = store.session("app", "u", "s1")
     with store.batch():
@@ -179,8 +205,9 @@ def test_a_batch_writes_its_log_records_fast_and_the_repack_after_it_compresses_
     big = "some text that repeats, " * 120  # packed (under 4 kB), and compressed either way
     s.append(castore.Message(role="user", content=big))
     assert headers() == {b"\x02"}  # outside a batch: the dictionary codec
-    with local_store.batch():
+    with local_store.batch() as b:
         s.append(castore.Message(role="assistant", content=big + "!"))
+        b.land()  # (the batch holds its objects until it lands)
         assert b"\x01" in headers()  # inside: plain zstd at a low level, for the repack to redo
     local_store.objects.close()  # the repack after the batch merges the logs
     assert {n[:2] for n in local_store.objects.pack_names()} == {"r-"}

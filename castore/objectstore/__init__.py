@@ -35,18 +35,27 @@ from __future__ import annotations
 
 import gc
 import itertools
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .. import objects as o
-from ..errors import AmbiguousRevision, FormatError, IntegrityError, ObjectNotFound, RevisionNotFound, SealedFrameError
+from ..errors import (
+    AmbiguousRevision,
+    CastoreError,
+    FormatError,
+    IntegrityError,
+    ObjectNotFound,
+    RevisionNotFound,
+    SealedFrameError,
+)
 from ..objects import AnyObject, ObjectId
 from ..storage import RefIntent, Storage
 from . import packs
 from .packlog import WriterLog
 from .packmap import PackMap
 from .packs import PACKS, Place, index_key, pack_key
-from .repack import AUTO_REPACK_MAX_BYTES, Ages, Repacker, RepackReport, age_key, parse_ages
+from .repack import AUTO_REPACK_MAX_BYTES, BLOCK_BYTES, Ages, Repacker, RepackReport, age_key, parse_ages
 
 PREFIX = "objects"
 #: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
@@ -125,6 +134,9 @@ class ObjectStore:
         self._known: set[str] = set()  # ids known to be stored (written or read here)
         self._recent: OrderedDict[str, bytes] = OrderedDict()  # canonical bytes of recent writes
         self._recent_bytes = 0
+        #: a write batch's objects, not written yet (:meth:`hold_writes`), by id, and its thread
+        self._held: dict[str, bytes] | None = None
+        self._held_thread = 0
         # a backend that keeps Storage's open_appender cannot append (object stores): known
         # before the first write, so that no swap hands such a backend a journal (format 3)
         self.packmap = PackMap(storage, no_append=type(storage).open_appender is Storage.open_appender, codec=codec)
@@ -244,25 +256,91 @@ class ObjectStore:
         Everything is durable when this returns (on a durable storage), except, with
         ``sync`` False, a record appended to this handle's log and the loose files written
         unsynced: the ref swap that names the batch then makes them durable with its intent
-        (:meth:`journal`; format 3).
+        (:meth:`journal`; format 3). In the thread of a write batch that holds this store's
+        writes (:meth:`hold_writes`), the objects are kept in memory instead (readable here)
+        and written by the batch's next landing, before any of its refs (returns 0).
 
         Raises:
             StorageError: the backend failed (the caller must not move a ref to the batch).
         """
+        held = self._held
+        if held is not None and self._held_thread == threading.get_ident():
+            for oid, canonical in encoded:
+                held[oid] = canonical
+            return 0
         items: list[tuple[str, bytes, bytes | None]] = []
         for oid, canonical in encoded:
             self._keep_recent(oid, canonical)
             items.append((oid, canonical, None))
         return self._write_objects(items, sync)
 
+    def hold_writes(self) -> None:
+        """Keep what the calling thread writes with :meth:`put_encoded` in memory from now on
+        (a write batch: every ref move of that thread is staged until the batch lands), to
+        write it as a few records of one log append (one pack elsewhere) at the landing,
+        :meth:`write_held`. Held objects read as stored ones do, from any thread
+        (:meth:`get`, :meth:`knows`, :meth:`contains`). A second call, in the same thread,
+        does nothing.
+
+        Raises:
+            CastoreError: another thread holds this store's writes already.
+        """
+        me = threading.get_ident()
+        if self._held is not None:
+            if self._held_thread != me:
+                raise CastoreError("another thread's write batch holds this store's writes")
+            return
+        self._held_thread = me
+        self._held = {}
+
+    def write_held(self) -> int:
+        """Write the held objects (:meth:`hold_writes`) as one unit, synced as an append's are
+        (in format 3 by the next ref intent of this thread, else now), in records of about
+        :data:`~castore.objectstore.repack.BLOCK_BYTES` each (a read of one object decodes
+        one record, not the whole landing); go on holding. Returns the bytes written.
+
+        Raises:
+            StorageError: the backend failed; the objects stay held (no ref may land on them).
+        """
+        held = self._held
+        if not held:
+            return 0
+        n = self._write_objects([(oid, c, None) for oid, c in held.items()], sync=not self.defers_refs,
+                                most=BLOCK_BYTES)
+        held.clear()
+        return n
+
+    def release_writes(self, keep: bool = True) -> None:
+        """End :meth:`hold_writes`: the held objects are written first (:meth:`write_held`),
+        or, with ``keep`` False (a batch dropped what it staged), forgotten.
+
+        Raises:
+            StorageError: as :meth:`write_held` (the store stops holding regardless).
+        """
+        if self._held is None:
+            return
+        try:
+            if keep:
+                self.write_held()
+        finally:
+            self._held = None
+
+    def _held_stored(self, oid: str) -> bytes | None:
+        """A held object's bytes as a read of the stored frame gives them (raw), or None."""
+        held = self._held
+        c = held.get(oid) if held else None
+        return None if c is None else self.codec.to_stored(c, False, oid)
+
     def _packed(self, canonical: bytes) -> bool:
         """Whether an object goes into a pack record (format 2) rather than a loose file."""
         n = len(canonical)
         return self.format >= 2 and (n <= LOOSE_MIN or (n <= PATH_OBJECT_MAX and o.is_path_object(canonical)))
 
-    def _write_objects(self, items: Sequence[tuple[str, bytes, bytes | None]], sync: bool = True) -> int:
+    def _write_objects(self, items: Sequence[tuple[str, bytes, bytes | None]], sync: bool = True,
+                       most: int | None = None) -> int:
         """Write ``(id, canonical bytes, stored frame or None)`` triples: loose or packed by
-        the format; return the bytes written."""
+        the format (``most``: the packed ones in records of about that many bytes); return
+        the bytes written."""
         loose: dict[str, bytes] = {}
         small: list[tuple[str, bytes]] = []
         ids: list[str] = []
@@ -282,7 +360,7 @@ class ObjectStore:
                 self.writer_log.note_unsynced(list(loose))
         written = sum(len(f) for f in loose.values())
         if small:
-            written += self.writer_log.append(small, sync)
+            written += self.writer_log.append(small, sync, most)
         self._known.update(ids)
         return written
 
@@ -306,9 +384,10 @@ class ObjectStore:
         self._write_objects(todo)
 
     def knows(self, oid: str) -> bool:
-        """Whether ``oid`` can be read without looking for it: decoded, or mapped to a pack
-        (no I/O; a loose object is not "known" until read)."""
-        return oid in self._cache or oid in self._canonical or self.packmap.mapped(oid)
+        """Whether ``oid`` can be read without looking for it: decoded, held, or mapped to a
+        pack (no I/O; a loose object is not "known" until read)."""
+        return oid in self._cache or oid in self._canonical or self.packmap.mapped(oid) \
+            or bool(self._held and oid in self._held)
 
     def _checked(self, oid: str, stored: bytes) -> tuple[bytes, bytes]:
         """``(stored, canonical)``: the codec's ``from_stored``, except that bytes failing their
@@ -338,7 +417,10 @@ class ObjectStore:
         return ObjectNotFound(oid)
 
     def _stored(self, oid: str) -> bytes | None:
-        """The stored frame of ``oid`` wherever it is (pack or loose), or None; not verified."""
+        """The stored frame of ``oid`` wherever it is (held, pack or loose), or None; not verified."""
+        got = self._held_stored(oid) if self._held else None
+        if got is not None:
+            return got
         got = self.packmap.read_packed(oid, True)
         if got is not None:
             return got
@@ -357,6 +439,12 @@ class ObjectStore:
         """Stored frames of several objects (None where missing): packed ones a pack or a
         record at a time, loose ones in one batch."""
         out: dict[str, bytes | None] = {}
+        if self._held:
+            held = [oid for oid in oids if oid in self._held]
+            if held:
+                for oid in held:
+                    out[oid] = self._held_stored(oid)
+                oids = [oid for oid in oids if oid not in out]
         alone = len(oids) == 1
         self.packmap.prefetch(oids)
         loose = []
@@ -525,7 +613,7 @@ class ObjectStore:
         out: dict[str, bytes] = {}
         todo = []
         for oid in oids:
-            c = self._recent.get(oid) or self._canonical.get(oid)
+            c = self._recent.get(oid) or self._canonical.get(oid) or (self._held.get(oid) if self._held else None)
             if c is not None:
                 out[oid] = c
             else:
@@ -639,7 +727,8 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
-        if oid in self._known or self.packmap.locate(oid) is not None or self.storage.exists(object_key(oid)):
+        if oid in self._known or (self._held and oid in self._held) or self.packmap.locate(oid) is not None \
+                or self.storage.exists(object_key(oid)):
             return True
         self.packmap.refresh((oid,))
         return self.packmap.locate(oid) is not None or (self.packmap.recheck() and self.packmap.locate(oid) is not None)

@@ -72,6 +72,9 @@ class WriterLog:
         self._synced_logs: set[str] = set()
         self._inflight = 0
         self._tls = threading.local()
+        #: the log was sealed by an append (not dropped after a failure, nor closed): the next
+        #: intents open a new one
+        self._reopen = False
 
     @property
     def name(self) -> str:
@@ -80,19 +83,20 @@ class WriterLog:
 
     def _drop_log(self) -> None:
         """Stop appending to the log: the next write opens a new one."""
+        self._reopen = False
         self._log = None
         self.packmap.live = ""
 
-    def append(self, small: list[tuple[str, bytes]], sync: bool = True) -> int:
-        """Append ``(id, canonical bytes)`` pairs as one record (version 2) to this handle's
-        log (not synced yet without ``sync``: the ref intent that names it syncs it), or,
-        where the storage cannot append, write them as one whole batch pack; return the
-        bytes written. While a write batch holds the repack, the record is a plain zstd frame at
-        :data:`~castore.objectstore.repack.HELD_RECORD_LEVEL` (compressed once more by the repack
-        after the batch). A log past :data:`SEAL_BYTES` (:data:`HELD_SEAL_FACTOR` times that
-        in a write batch) is sealed; a background repack is
-        started then, and after every :data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES`
-        batch packs.
+    def append(self, small: list[tuple[str, bytes]], sync: bool = True, most: int | None = None) -> int:
+        """Append ``(id, canonical bytes)`` pairs as one record (version 2; ``most``: records
+        of about that many bytes, with one write) to this handle's log (not synced yet without
+        ``sync``: the ref intent that names it syncs it), or, where the storage cannot append,
+        write them as one whole batch pack; return the bytes written. While a write batch
+        holds the repack, the record is a plain zstd frame at
+        :data:`~castore.objectstore.repack.HELD_RECORD_LEVEL` (compressed once more by the
+        repack after the batch). A log past :data:`SEAL_BYTES` (:data:`HELD_SEAL_FACTOR`
+        times that in a write batch) is sealed; a background repack is started then, and
+        after every :data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES` batch packs.
 
         Raises:
             StorageError: the backend failed (a log that failed is dropped: the next batch
@@ -105,7 +109,9 @@ class WriterLog:
             # compresses the objects again (the dictionary codec costs 4x as much)
             level = HELD_RECORD_LEVEL if self.repacker.held else None
             if log is None:
-                data, where = packs.encode_pack_v2([small], level=level, codec=self.packmap.codec)
+                groups = [small] if most is None else [small[i:i + 1] for i in range(len(small))]
+                data, where = packs.encode_pack_v2(groups, block_bytes=most or 0, level=level,
+                                                   codec=self.packmap.codec)
                 name = packs.content_name("b", data)
                 self.storage.write(pack_key(name), data)
                 self.packmap.add(name, where, sealed=True, scanned=len(data), version=2)
@@ -114,7 +120,7 @@ class WriterLog:
                 self._batches += 1
                 batch = self._batches % AUTO_REPACK_BATCHES == 0
             else:
-                rec, where = packs.encode_records_v2(small, log.size, level, codec=self.packmap.codec)
+                rec, where = packs.encode_records_v2(small, log.size, level, codec=self.packmap.codec, most=most)
                 try:
                     log.append(rec, sync=sync)
                 except StorageError:
@@ -127,6 +133,7 @@ class WriterLog:
                 size = len(rec)
                 if log.size >= SEAL_BYTES * (HELD_SEAL_FACTOR if self.repacker.held else 1) and not self._inflight:
                     self._seal()
+                    self._reopen = True
                     batch = True
             if not self._new_packs or self._new_packs[-1] != name:
                 self._new_packs.append(name)
@@ -255,8 +262,8 @@ class WriterLog:
 
     def journal(self, intent: RefIntent) -> bool:
         """Append ``intent`` to this handle's log and sync it (which also makes this thread's
-        unsynced objects record durable: same file); True if done. False when this handle
-        has no open log (the swap is then made durable on its own). Called by the storage
+        unsynced objects record durable: same file); True if done. False where this handle
+        can open no log (the swap is then made durable on its own). Called by the storage
         under the ref's lock; :meth:`settle` is called once the swap is over.
 
         Raises:
@@ -268,7 +275,8 @@ class WriterLog:
     def journal_many(self, intents: Sequence[RefIntent]) -> bool:
         """:meth:`journal` for the intents of one :meth:`~castore.storage.Storage.swap_many`
         (distinct refs, all locked): one record each, appended with one write and synced
-        once; True if done, False when this handle has no open log. The loose objects this
+        once; True if done, False where this handle can open no log (a new one is opened
+        when the last was sealed). The loose objects this
         thread wrote unsynced (:meth:`note_unsynced`) are synced first, in either case.
 
         Raises:
@@ -287,6 +295,9 @@ class WriterLog:
                     # only a failed one whose sync failed too is left
                     raise StorageError(f"the objects of this append, in {pending}, were not made durable "
                                        "(the log failed); nothing was stored, try again", self.storage.url)
+            if not live and self._reopen:
+                # sealed by the last append: a new log for these intents, not a sync per ref
+                live = self._open_log() is not None
             if not live:
                 return False
             log = self._log

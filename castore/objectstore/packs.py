@@ -646,18 +646,19 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
 
 def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
                       compress: bool = True, by_kind: bool = False,
-                      codec: o.Codec = o.PLAIN) -> tuple[bytes, dict[str, Slot]]:
+                      codec: o.Codec = o.PLAIN, most: int | None = None) -> tuple[bytes, dict[str, Slot]]:
     """:func:`encode_record_v2` of ``objects`` cut, in order, into as few records as hold at
     most :data:`RECORD_CONTENT_MAX` bytes of content each (one record for any batch a
-    session writes); their bytes back to back, from pack offset ``at``, and where each
-    object will be (its first copy).
+    session writes; ``most``: about that many bytes each instead, a record ending at the
+    first object past it); their bytes back to back, from pack offset ``at``, and where
+    each object will be (its first copy).
 
     Raises:
         IntegrityError: one object is larger than a record holds.
     """
     parts: list[bytes] = []
     where: dict[str, Slot] = {}
-    for run in _runs(objects):
+    for run in _runs(objects, min(most or RECORD_CONTENT_MAX, RECORD_CONTENT_MAX)):
         rec, w = encode_record_v2(run, at, level, compress, by_kind, codec)
         parts.append(rec)
         at += len(rec)
@@ -666,13 +667,13 @@ def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int 
     return b"".join(parts), where
 
 
-def _runs(objects: Iterable[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
-    """``objects`` in order, cut into runs of at most :data:`RECORD_CONTENT_MAX` content bytes."""
+def _runs(objects: Iterable[tuple[str, bytes]], most: int = RECORD_CONTENT_MAX) -> Iterator[list[tuple[str, bytes]]]:
+    """``objects`` in order, cut into runs of at most ``most`` content bytes (or one object)."""
     run: list[tuple[str, bytes]] = []
     held = 0
     for item in objects:
         step = _SIZE.size + len(item[1])
-        if run and held + step > RECORD_CONTENT_MAX:
+        if run and held + step > most:
             yield run
             run, held = [], 0
         run.append(item)
