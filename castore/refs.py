@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CastoreError, CorruptRef, InvalidEntry, RefConflict, StorageError
-from .storage import Journal, JournalMany, PreconditionFailed, Storage, Token, Versioned
+from .storage import Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned
 
 PREFIX = "refs"
 SYMBOLIC = "ref: "
@@ -258,11 +258,36 @@ def open_stage() -> RefStage | None:
     return getattr(_current, "stage", None)
 
 
+def recover(storage: Storage) -> int:
+    """Replay the ref swaps a power loss cut short (format 3 on local disk, docs/FORMAT.md 12):
+    what opening refs owes before any ref is read (:class:`RefStore` calls it). Returns how many
+    refs changed. Cheap when there is nothing to replay (on local disk one listing of the boot
+    markers; elsewhere nothing): the writers' logs, whose intents a replay needs, are read (and
+    the object store's modules loaded) only when a marker of another boot is found.
+
+    Raises:
+        StorageError: the backend failed (the marker is kept for the next open).
+    """
+
+    def intents_of(boot: str) -> list[RefIntent]:
+        from .objectstore.packlog import log_intents  # only for a replay: an object store's modules
+
+        return log_intents(storage, boot)
+
+    return storage.recover_refs(intents_of)
+
+
 class RefStore:
-    """Refs over a storage backend; every change is a compare-and-swap."""
+    """Refs over a storage backend; every change is a compare-and-swap. Opening it replays the
+    ref swaps a power loss cut short (:func:`recover`), so no ref is read before that.
+
+    Raises:
+        StorageError: the replay failed.
+    """
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        recover(storage)
 
     def _staged(self) -> dict[str, Staged] | None:
         stage = getattr(_current, "stage", None)

@@ -32,8 +32,7 @@ from .errors import (
     StoreNotFound,
     TenantErased,
 )
-from .objects import PLAIN, Codec, Commit, ObjectId
-from .objectstore import STORE_FORMAT, ObjectStore
+from .formats import check_format, check_stored, default_format
 from .refs import RefStore, RefValue
 from .refs import parse as parse_ref
 from .storage import PreconditionFailed, Storage, open_storage
@@ -42,10 +41,12 @@ if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a pl
     from .crypto.encryption import Encryption
     from .crypto.keys import KeyWrapper
 
-    # built on first use (Store.history, .plumbing, .group_commit), their modules imported then:
-    # a search through a fresh index reads refs and never loads them
+    # built on first use (Store.objects, .history, .plumbing, .group_commit), their modules and
+    # the object format imported then: a search through a fresh index reads refs and never loads them
     from .groupcommit import GroupCommit, WriteBatch
     from .history import History
+    from .objects import Codec, Commit, ObjectId
+    from .objectstore import ObjectStore
     from .plumbing import Plumbing, RetryPolicy, ScopePlan
 
     # imported where used: a command that reads (grep, log) never loads the redactor or the Session class
@@ -135,7 +136,7 @@ def check_url(url: str) -> None:
 
 
 #: the parts of a store built on first use (:meth:`Store.__getattr__`), each by ``Store._new_<name>``
-_PARTS = frozenset({"history", "plumbing", "group_commit"})
+_PARTS = frozenset({"objects", "history", "plumbing", "group_commit"})
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
 
@@ -147,7 +148,7 @@ class Store:
     docs/FORMAT.md);
     an existing store keeps the format its ``castore.json`` names unless ``format`` is
     higher. ``codec``: how objects become ids and stored bytes (:class:`~castore.objects.Codec`;
-    an encrypted store's has keys; default :data:`~castore.objects.PLAIN`). Use as a context
+    an encrypted store's has keys; None: :data:`~castore.objects.PLAIN`). Use as a context
     manager, or call :meth:`close`.
 
     ``layout`` (a new store; docs/FORMAT.md 2): ``"flat"`` (default) or ``"tenants"``, where
@@ -158,10 +159,12 @@ class Store:
     ``tenant_options(app, user)`` returns extra keyword arguments for the constructor of
     each tenant's store (user None: the app's own, holding its app-scoped state).
 
-    Opening reads ``castore.json`` and builds the object store (which replays ref swaps a
-    power loss cut short) and the ref store; :attr:`history`, :attr:`plumbing` and
-    :attr:`group_commit` are built on first use, their modules imported then, so that a reader
-    of refs alone (``castore grep`` through a fresh index) loads none of them.
+    Opening reads ``castore.json`` (its format checked by :mod:`castore.formats`) and opens
+    the ref store, which replays ref swaps a power loss cut short
+    (:func:`castore.refs.recover`) before any ref is read; :attr:`objects`, :attr:`history`,
+    :attr:`plumbing` and :attr:`group_commit` are built on first use, their modules imported
+    then, so that a reader of refs alone (``castore grep`` through a fresh index) loads none
+    of them, nor the object format.
 
     Raises:
         FormatError: ``format`` or ``layout`` is unknown, the store was written by a newer
@@ -170,7 +173,7 @@ class Store:
 
     def __init__(self, storage: Storage, *, compress: bool = True, retry: RetryPolicy | None = None,
                  format: int | None = None,  # noqa: A002 - the store's format, as in castore init --format
-                 auto_repack: bool | None = None, layout: str | None = None, codec: Codec = PLAIN,
+                 auto_repack: bool | None = None, layout: str | None = None, codec: Codec | None = None,
                  tenant_options: TenantOptions | None = None, encrypted: bool | None = None,
                  master_key: KeyWrapper | bytes | str | None = None, key_store: str | None = None,
                  _tenant_of: tuple[Store, str, str] | None = None) -> None:
@@ -202,9 +205,13 @@ class Store:
         # one init at a time per handle: an encrypted store's first write makes its key store,
         # which a second thread of the same handle must not try to make again
         self._init_lock = threading.Lock()
-        self.objects = ObjectStore(storage, compress=compress, auto_repack=auto_repack is not False, codec=codec)
-        self.refs = RefStore(storage)
-        self._parts_lock = threading.RLock()  # history, plumbing, group_commit: see __getattr__
+        self._parts_lock = threading.RLock()  # objects, history, plumbing, group_commit: see __getattr__
+        # what the object store is built with (Store.objects, on first use); until then the
+        # format it writes and whether it repacks are kept here (_set_format, _set_auto_repack)
+        self._codec = codec
+        self._format = 1
+        self._repacks = auto_repack is not False
+        self.refs = RefStore(storage)  # replays the ref swaps a power loss cut short
         self._config: dict[str, Any] | None = None
         #: this handle's choice about redaction (None: castore.json's "redact" decides)
         self._redact: bool | None = None
@@ -212,19 +219,21 @@ class Store:
         self._initialized = False
         if _tenant_of is not None:  # the root's castore.json rules: nothing of its own to read
             root = _tenant_of[0]
-            self._new_format = root.objects.format
-            self.objects.set_format(root.objects.format)
-            self.objects.auto_repack = root.objects.auto_repack
+            self._new_format = root.format
+            self._set_format(root.format)
+            self._set_auto_repack(root.auto_repack)
             return
-        self._new_format = self.objects.default_format if format is None else format
-        self.objects.set_format(self._new_format)  # refuses an unknown format
+        self._new_format = default_format(storage) if format is None else format
+        self._set_format(self._new_format)  # refuses an unknown format
         self._load_config()
         self._open_keys()
-        if format is not None and self._initialized and self.objects.format < format:
+        if format is not None and self._initialized and self.format < format:
             self.update_config(lambda c: {**c, "format": max(c.get("format", 1), format)})
             self._load_config()
 
     # -- the parts built on first use --------------------------------------------------
+    #: the content-addressed objects of this store (reading one builds it)
+    objects: ObjectStore
     #: the commits of this store and the paths between them
     history: History
     #: the one write path: every commit and ref move of this store goes through it
@@ -233,9 +242,9 @@ class Store:
     group_commit: GroupCommit
 
     def __getattr__(self, name: str) -> Any:
-        """:attr:`history`, :attr:`plumbing` and :attr:`group_commit`, built on first use (their
-        modules imported then; a search through a fresh index never loads them), then plain
-        attributes. Two threads asking first get the same one.
+        """:attr:`objects`, :attr:`history`, :attr:`plumbing` and :attr:`group_commit`, built on
+        first use (their modules imported then; a search through a fresh index never loads
+        them), then plain attributes. Two threads asking first get the same one.
 
         Raises:
             AttributeError: not an attribute of a store.
@@ -247,6 +256,54 @@ class Store:
             if got is None:
                 got = self.__dict__[name] = getattr(self, f"_new_{name}")()
         return got
+
+    def _new_objects(self) -> ObjectStore:
+        from .objects import PLAIN
+        from .objectstore import ObjectStore
+
+        return ObjectStore(self.storage, compress=self._compress, format=self._format, auto_repack=self._repacks,
+                           codec=self._codec or PLAIN)
+
+    def _built_objects(self) -> ObjectStore | None:
+        """The object store if it was built, else None (a question that must not build it)."""
+        return self.__dict__.get("objects")
+
+    @property
+    def format(self) -> int:
+        """The storage format this handle writes (docs/FORMAT.md; :mod:`castore.formats`)."""
+        objs = self._built_objects()
+        return objs.format if objs is not None else self._format
+
+    def _set_format(self, fmt: int) -> None:
+        """Write in format ``fmt`` from now on (the object store's, when it is built).
+
+        Raises:
+            FormatError: not a format this castore knows.
+        """
+        with self._parts_lock:
+            self._format = check_format(fmt)
+            objs = self._built_objects()
+            if objs is not None:
+                objs.set_format(fmt)
+
+    @property
+    def auto_repack(self) -> bool:
+        """Whether writes merge small packs in the background (format 2; docs/FORMAT.md 8)."""
+        objs = self._built_objects()
+        return objs.auto_repack if objs is not None else self._repacks
+
+    def _set_auto_repack(self, on: bool) -> None:
+        with self._parts_lock:
+            self._repacks = on
+            objs = self._built_objects()
+            if objs is not None:
+                objs.auto_repack = on
+
+    @property
+    def sealed(self) -> bool:
+        """Whether this store's objects are sealed under keys (an encrypted store's tenant: its
+        codec has a cipher), known without building its object store."""
+        return self._codec is not None and self._codec.cipher is not None
 
     def _new_history(self) -> History:
         from .history import History
@@ -328,22 +385,16 @@ class Store:
             fmt = cfg["format"]
         except (ValueError, KeyError, TypeError) as e:
             raise FormatError(f"{self.url}/{CONFIG_KEY} is not a castore config ({e})") from e
-        if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt > STORE_FORMAT or fmt < 1:
-            raise FormatError(
-                f"store {self.url} has format {fmt!r}; this castore reads format {STORE_FORMAT} and older. "
-                "Upgrade castore.",
-                found=fmt,
-                supported=STORE_FORMAT,
-            )
+        check_stored(fmt, self.url)
         layout = cfg.get("layout", "flat")
         if layout not in LAYOUTS:
             raise FormatError(f"store {self.url} has layout {layout!r}, unknown to this castore. Upgrade castore.")
         if self._layout is not None and self._layout != layout:
             raise FormatError(f"store {self.url} has the {layout} layout, not {self._layout}; "
                               "a store's layout is chosen when it is created")
-        self.objects.set_format(fmt)
+        self._set_format(fmt)
         if self._auto_repack is None:
-            self.objects.auto_repack = cfg.get("auto_repack", True) is not False
+            self._set_auto_repack(cfg.get("auto_repack", True) is not False)
         self._config = cfg
         self._initialized = True
         self._apply_redaction()
@@ -384,8 +435,8 @@ class Store:
         rival did first (:meth:`init`); return True if this call created it."""
         fmt, layout = self._new_format, self._layout
         if like is not None:
-            fmt, layout = like.objects.format, layout or like.layout
-            self.objects.set_format(fmt)
+            fmt, layout = like.format, layout or like.layout
+            self._set_format(fmt)
         cfg: dict[str, Any] = {"format": fmt, "created": time.time(), "remotes": {}}
         if layout not in (None, "flat"):
             cfg["layout"] = layout
@@ -1138,7 +1189,9 @@ class Store:
             sub.close()
         if self.encryption is not None:
             self.encryption.close()
-        self.objects.close()
+        objs = self._built_objects()
+        if objs is not None:
+            objs.close()
         self.storage.close()
 
     def __enter__(self) -> Store:
@@ -1212,11 +1265,16 @@ __all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_di
 
 
 def __getattr__(name: str) -> Any:
-    """``castore.store.ScopePlan``, which is :mod:`castore.plumbing`'s, imported when asked for."""
+    """``castore.store.ScopePlan``, which is :mod:`castore.plumbing`'s, and ``ObjectId``,
+    :mod:`castore.objects`', imported when asked for."""
     if name == "ScopePlan":
         from .plumbing import ScopePlan
 
         return ScopePlan
+    if name == "ObjectId":
+        from .objects import ObjectId
+
+        return ObjectId
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -25,9 +25,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names", "aio", "redact"),
+    ("errors", "names", "aio", "redact", "gcpause"),
     ("storage",),
-    ("objects", "zdict", "crypto", "objectstore", "refs"),
+    ("objects", "zdict", "crypto", "objectstore", "refs", "formats"),
     ("history", "state", "entries", "pathfacts"),
     ("plumbing", "groupcommit", "revisions", "pathview"),
     ("context",),

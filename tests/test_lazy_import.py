@@ -83,11 +83,13 @@ NOT_BEFORE_A_STORE = ["msgspec", "blake3", "zstandard", "castore.store", "castor
                       "castore.cli.render", "castore.cli.session_cmds", "castore.cli.inspect_cmds",
                       "castore.cli.archive_cmds"]
 #: never loaded by ``castore grep`` through an up-to-date index: the Session class and what only it
-#: uses, the store's parts it does not use (history, write path, group commit: built on first use),
-#: the entries, redaction, the scan without an index, rendering, other commands' modules, remote
-#: backends, ctypes (only a sync of the file system uses it)
+#: uses, the store's parts it does not use (object store, history, write path, group commit: built on
+#: first use; the replay of ref swaps a power loss cut short needs no object store when there is
+#: none), the entries, redaction, the scan without an index, rendering, other commands' modules,
+#: remote backends, ctypes (only a sync of the file system uses it)
 NOT_FOR_GREP = ["castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
-                "castore.history", "castore.plumbing", "castore.groupcommit", "castore.state", "castore.entries",
+                "castore.objectstore", "castore.history", "castore.plumbing", "castore.groupcommit", "castore.state",
+                "castore.entries",
                 "castore.pathfacts", "ctypes",
                 "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds", "castore.cli.inspect_cmds",
                 "castore.usage", "castore.sync", "castore.adapters", "castore.crypto", "click.shell_completion",

@@ -15,6 +15,8 @@ import hashlib
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -355,6 +357,29 @@ def test_a_swap_cut_short_and_left_alone_is_rolled_forward_after_a_reboot(
     again = castore.open(str(root))
     assert [m.content for m in again.session("app", "u", "s").messages()] == ["landed", "never acknowledged"]
     assert fsck(again).ok
+
+
+def test_a_fresh_castore_grep_replays_the_swaps_cut_short_before_it_reads_a_ref(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``castore grep`` in a fresh process takes the path that builds no object store (the refs,
+    then the search index): after a power loss, the swaps it cut short are replayed before any
+    ref is read, so an acknowledged append whose rename the power loss undid is found."""
+    from castore.grep import grep_counts
+
+    # the writes belong to a boot that the power loss ends: the fresh process is the next boot
+    monkeypatch.setattr(local_mod, "_boot_id", lambda: "00000000-0000-0000-0000-0000000b00b5")
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+    root = tmp_path / "st"
+    st, _ = _write(root)
+    assert grep_counts(st, "zanzibar") == {}  # the index is built here, before the append
+    st.session("app", "u", "s2").append(castore.Message(role="user", content="zanzibar at last"))
+    assert _power_loss(st.storage) >= 1
+    raw = LocalStorage(str(root)).read_versioned("refs/sessions/app/u/s2/heads/main")
+    assert raw is None or json.loads(raw.data.split(b"\n")[1])["len"] < 8  # the append is not on disk
+    p = subprocess.run([sys.executable, "-m", "castore", "--store", str(root), "grep", "-c", "zanzibar"],
+                       capture_output=True, text=True, cwd=str(tmp_path), check=False)
+    assert (p.returncode, p.stdout) == (0, "app/u/s2:1\n"), p.stderr
+    assert os.listdir(root / JOURNAL) == []  # the marker of the lost boot is gone once replayed
 
 
 # -- a swap of several refs (a LangGraph group commit): every intent under one sync ---------------

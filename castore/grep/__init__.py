@@ -83,7 +83,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CastoreError
-from ..objectstore import gc_paused
+from ..gcpause import gc_paused
 from .blocks import TOOL_ROLES, blocks, context_entries
 from .index import hits, indexable, open_index, search_plan
 from .match import (
@@ -332,7 +332,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     from .scan import grep_scan, grep_walk  # the search without an index only: not on the index's path
 
     if scan is None:
-        scan = store.objects.format >= 2
+        scan = store.format >= 2
     if scan:
         yield from grep_scan(store, rx, keep, limit, context, want_kinds, role_set, since, until, app_globs,
                              session_globs)

@@ -2,6 +2,8 @@
 bodies of commits read in batches, the time of a commit, and the context entries around a
 match: what the search through the index (:mod:`castore.grep.index`, which extracts the
 blocks), the scan and walk (:mod:`castore.grep.scan`) and :func:`castore.grep.grep` share.
+The object format is imported by the functions that read objects, not by the module: a
+search through a fresh index reads none.
 """
 
 from __future__ import annotations
@@ -10,10 +12,8 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .. import objects as o
-from ..objects import Commit, Value
-
 if TYPE_CHECKING:
+    from ..objects import Commit
     from ..store import Store
 
 #: the roles of a message that is a tool's result
@@ -130,6 +130,9 @@ def context_entries(store: Store, path: list[str], cid: str, n: int
         ValueError: ``cid`` is not on ``path``.
         StorageError, IntegrityError: the store cannot be read.
     """
+    from .. import objects as o  # here: a search that reads no object never loads the object format
+    from ..objects import Value
+
     i = path.index(cid)
     ids = path[max(0, i - n):i] + path[i + 1:i + 1 + n]
     commits = store.history.commits(ids) if ids else {}
@@ -156,6 +159,9 @@ def bodies_of(store: Store, order: list[tuple[str, Commit]]) -> Iterator[tuple[s
     Raises:
         IntegrityError, StorageError: reading a body failed.
     """
+    from .. import objects as o  # here: a search that reads no object never loads the object format
+    from ..objects import Value
+
     for i in range(0, len(order), _BODY_BATCH):
         batch = order[i:i + _BODY_BATCH]
         body_ids = list(dict.fromkeys(o.hex_id(c.body) for _, c in batch if c.body is not None))

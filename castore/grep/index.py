@@ -115,7 +115,7 @@ def indexable(store: Store) -> bool:
     """Whether ``store`` may have a search index: not an encrypted one (its codec seals frames),
     whose index would hold the text of every session in the clear; grep scans such a store,
     opening its objects in memory, and writes nothing. Raises nothing."""
-    return store.objects.codec.cipher is None
+    return not store.sealed
 
 
 def index_dir(store: Store) -> str:

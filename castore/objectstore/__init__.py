@@ -33,7 +33,6 @@ encrypted store's keyed ids and sealed loose objects and pack records.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import threading
 from collections import OrderedDict
@@ -43,12 +42,13 @@ from .. import objects as o
 from ..errors import (
     AmbiguousRevision,
     CastoreError,
-    FormatError,
     IntegrityError,
     ObjectNotFound,
     RevisionNotFound,
     SealedFrameError,
 )
+from ..formats import can_append, check_format, default_format
+from ..gcpause import gc_paused  # re-exported: the history, path views and usage take it from here
 from ..objects import AnyObject, ObjectId
 from ..storage import RefIntent, Storage
 from . import packs
@@ -58,16 +58,6 @@ from .packs import PACKS, Place, index_key, pack_key
 from .repack import AUTO_REPACK_MAX_BYTES, BLOCK_BYTES, Ages, Repacker, RepackReport, age_key, parse_ages
 
 PREFIX = "objects"
-#: the storage formats this castore reads and writes (castore.json's "format"); 3 is 2 with
-#: deferred ref swaps on local disk (ref intents in the writers' logs, docs/FORMAT.md 12)
-FORMATS = (1, 2, 3)
-STORE_FORMAT = max(FORMATS)
-#: the format a new store gets unless told otherwise (an existing store keeps its own), on
-#: storage that can append (local disk: ref swaps journaled in the writer's log)
-DEFAULT_FORMAT = 3
-#: ... and on storage that cannot (object stores, memory), where format 3 would write format
-#: 2's bytes: such a store stays readable by a castore that knows format 2 only
-DEFAULT_FORMAT_NO_APPEND = 2
 #: in format 2, objects whose canonical bytes exceed this stay loose (shared, deduplicated)
 LOOSE_MIN = 4096
 CACHE_SIZE = 200_000
@@ -85,26 +75,6 @@ _REPACK_BATCH = 256
 def object_key(oid: str) -> str:
     """The storage key of a loose object."""
     return f"{PREFIX}/{oid[:2]}/{oid[2:]}"
-
-
-class gc_paused:
-    """Pause Python's cyclic garbage collector for a bulk read (a ``with`` block).
-
-    Reading a long path allocates tens of thousands of objects that all stay alive (the
-    cache, the path): each allocation burst makes the collector walk every live object
-    again, for nothing (decoded objects hold no cycles). A pause nested in another, or
-    taken while the collector is off, leaves it as it was.
-    """
-
-    __slots__ = ("was",)
-
-    def __enter__(self) -> None:
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.was:
-            gc.enable()
 
 
 class ObjectStore:
@@ -139,13 +109,11 @@ class ObjectStore:
         self._held_thread = 0
         # a backend that keeps Storage's open_appender cannot append (object stores): known
         # before the first write, so that no swap hands such a backend a journal (format 3)
-        self.packmap = PackMap(storage, no_append=type(storage).open_appender is Storage.open_appender, codec=codec)
+        self.packmap = PackMap(storage, no_append=not can_append(storage), codec=codec)
         self.repacker = Repacker(storage, self.packmap, auto=auto_repack)
         self.writer_log = WriterLog(storage, self.packmap, self.repacker, recent=self._recent)
         self.format = 1
         self.set_format(format)
-        # a power loss may have cut deferred ref swaps short: replay them before any ref is read
-        storage.recover_refs(self.writer_log.log_intents)
 
     def compact_ref_logs(self) -> None:
         """Bound the storage's logs of ref changes and drop the names no replay needs
@@ -183,9 +151,8 @@ class ObjectStore:
     @property
     def default_format(self) -> int:
         """The format a new store on this storage gets unless told otherwise:
-        :data:`DEFAULT_FORMAT` where the storage can append, else
-        :data:`DEFAULT_FORMAT_NO_APPEND`."""
-        return DEFAULT_FORMAT_NO_APPEND if self.packmap.no_append else DEFAULT_FORMAT
+        :func:`castore.formats.default_format`."""
+        return default_format(self.storage)
 
     def set_format(self, fmt: int) -> None:
         """Write in storage format ``fmt`` from now on (reading covers every format).
@@ -193,10 +160,7 @@ class ObjectStore:
         Raises:
             FormatError: not a format this castore knows.
         """
-        if fmt not in FORMATS:
-            raise FormatError(f"unknown storage format {fmt!r} (this castore has {FORMATS})", found=fmt,
-                              supported=STORE_FORMAT)
-        self.format = fmt
+        self.format = check_format(fmt)
         self.writer_log.journals = fmt >= 3
 
     def close(self) -> None:
@@ -1138,4 +1102,4 @@ class ObjectStore:
 
 
 __all__ = ["ObjectStore", "object_key", "pack_key", "index_key", "PACKS", "packs", "IntegrityError", "LOOSE_MIN",
-           "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "FORMATS"]
+           "gc_paused"]

@@ -359,11 +359,22 @@ class WriterLog:
         Raises:
             StorageError: the backend failed.
         """
-        listed = set(self.storage.list_dir(PACKS))
-        logs = sorted(n for n in listed if n.startswith("w-") and n.endswith(packs.PACK_SUFFIX)
-                      and n[:-len(packs.PACK_SUFFIX)] + packs.INDEX_SUFFIX not in listed)
-        got = self.storage.read_many([f"{PACKS}/{n}" for n in logs]) if logs else {}
-        return [i for data in got.values() if data is not None for i in packs.intents(data) if i.boot == boot]
+        return log_intents(self.storage, boot)
 
 
-__all__ = ["WriterLog", "SEAL_BYTES", "HELD_SEAL_FACTOR"]
+def log_intents(storage: Storage, boot: str) -> list[RefIntent]:
+    """The ref intents of ``boot`` in every writer's log of ``storage`` without an index: what
+    a recovery after a power loss replays (sealed logs' intents are no longer needed). Needs no
+    object store: :func:`castore.refs.recover` calls it when a replay is due.
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    listed = set(storage.list_dir(PACKS))
+    logs = sorted(n for n in listed if n.startswith("w-") and n.endswith(packs.PACK_SUFFIX)
+                  and n[:-len(packs.PACK_SUFFIX)] + packs.INDEX_SUFFIX not in listed)
+    got = storage.read_many([f"{PACKS}/{n}" for n in logs]) if logs else {}
+    return [i for data in got.values() if data is not None for i in packs.intents(data) if i.boot == boot]
+
+
+__all__ = ["WriterLog", "SEAL_BYTES", "HELD_SEAL_FACTOR", "log_intents"]
