@@ -15,7 +15,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
 
     errors, names, aio, redact, gcpause  errors, safe names, async helpers, secret redaction, gc pauses
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
-    objects, zdict, crypto, objectstore, refs, formats  object codec, ciphers and keys, object store, refs, formats
+    objects, frames, zdict, crypto, objectstore, refs, formats  object codec and frames, keys, object store, refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
     plumbing, groupcommit, revisions, pathview  the write path, group commit; typed revisions; a handle's path view
     context                             the model's view of a path (pure)

@@ -44,7 +44,7 @@ import zstandard
 from blake3 import blake3
 
 import castore
-from castore import BranchSummary, Custom, Event, Message, ModelChange
+from castore import BranchSummary, Custom, Event, Message, ModelChange, frames
 from castore import objects as o
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -317,7 +317,7 @@ def old_codec(canonical: bytes) -> int:
 def dict_codec(dict_bytes: bytes, dict_type: int):
     """Stored size under :func:`castore.objects.to_stored` if it used ``dict_bytes``."""
     # castore's own codec with a candidate dictionary: what the objects module would store
-    c = o._dict_compressor(o._digest_dict(dict_bytes, dict_type))  # noqa: SLF001
+    c = frames._dict_compressor(frames._digest_dict(dict_bytes, dict_type))  # noqa: SLF001
 
     def size(canonical: bytes) -> int:
         n = len(canonical)

@@ -4,8 +4,8 @@ The list is :data:`LAYERS` below; the docstring of ``castore/__init__.py`` shows
 list (a test compares them).
 
 Third-party packages stay in their corner: click only in cli/; fsspec, s3fs, botocore and
-aiobotocore only in storage/; msgspec, blake3 and zstandard only in objects.py; cryptography
-only in crypto/.
+aiobotocore only in storage/; msgspec only in objects.py; blake3 and zstandard only there and in
+frames.py; cryptography only in crypto/.
 ``castore/__init__.py`` (the curated public API) is exempt. Imports under
 ``if TYPE_CHECKING:`` count like any other: a type-only import of a higher layer is a
 dependency cycle all the same (define a small Protocol below instead).
@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "names", "aio", "redact", "gcpause"),
     ("storage",),
-    ("objects", "zdict", "crypto", "objectstore", "refs", "formats"),
+    ("objects", "frames", "zdict", "crypto", "objectstore", "refs", "formats"),
     ("history", "state", "entries", "pathfacts"),
     ("plumbing", "groupcommit", "revisions", "pathview"),
     ("context",),
@@ -47,8 +47,8 @@ CORNERS = {
     "botocore": ("storage",),
     "aiobotocore": ("storage",),
     "msgspec": ("objects",),
-    "blake3": ("objects",),
-    "zstandard": ("objects",),
+    "blake3": ("objects", "frames"),
+    "zstandard": ("objects", "frames"),
     "cryptography": ("crypto",),
 }
 

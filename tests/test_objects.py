@@ -16,6 +16,7 @@ from helpers.threads import race
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from castore import frames
 from castore import objects as o
 from castore.errors import IntegrityError, InvalidEntry, ObjectNotFound
 from castore.objectstore import ObjectStore, object_key
@@ -66,7 +67,7 @@ def test_golden_bytes_hash_to_their_id_and_decode_to_the_object(name):
 def test_golden_stored_frames_of_both_kinds_verify():
     for g in GOLDEN["objects"]:
         canonical = bytes.fromhex(g["canonical"])
-        for stored in (o.to_stored(canonical, compress=False), o._ZSTD + zstandard.ZstdCompressor(level=3).compress(canonical)):
+        for stored in (o.to_stored(canonical, compress=False), frames.ZSTD + zstandard.ZstdCompressor(level=3).compress(canonical)):
             assert o.from_stored(g["id"], stored) == canonical
 
 
@@ -331,10 +332,10 @@ def test_zstd_contexts_outlive_the_threads_that_used_them():
     import threading
 
     oid, canonical = o.encode(o.Blob(data=b"the agent called the weather tool " * 20))
-    assert o.to_stored(canonical)[:1] == o._ZDICT
+    assert o.to_stored(canonical)[:1] == frames.ZSTD_DICT
     o.from_stored(oid, o.to_stored(canonical))  # one context of each kind exists now
     made: list[object] = []
-    pools = (o._dict_compressors, o._dict_decompressors)
+    pools = (frames._dict_compressors, frames._dict_decompressors)
     reals = [pool._make for pool in pools]
     for pool, real in zip(pools, reals, strict=True):
         pool._make = lambda real=real: made.append(real) or real()

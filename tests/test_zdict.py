@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import castore
+from castore import frames, zdict
 from castore import objects as o
-from castore import zdict
 from castore.errors import IntegrityError
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -259,7 +259,7 @@ def test_a_dictionary_frame_declaring_a_huge_or_no_size_is_refused_before_decomp
     assert fhd & 0x20, "single-segment frame expected"
     fcs_len = {0: 1, 1: 2, 2: 4, 3: 8}[fhd >> 6]
     huge = bytes([0xC0 | (fhd & 0x3F)]) + (1 << 62).to_bytes(8, "little") + body[1 + fcs_len :]
-    assert zstandard.frame_content_size(o._ZSTD_MAGIC + huge) == 1 << 62
+    assert zstandard.frame_content_size(frames._ZSTD_MAGIC + huge) == 1 << 62
     with pytest.raises(IntegrityError, match="declares") as ei:
         o.from_stored(oid, b"\x02" + huge)
     assert ei.value.object_id == oid and oid in str(ei.value)

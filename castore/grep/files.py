@@ -148,7 +148,7 @@ class Part:
         got = _cache_get((self.ident, c))
         if got is None:
             from ..errors import IntegrityError
-            from ..objects import unframe
+            from ..frames import unframe
 
             try:
                 got = unframe(self.z[self.cstarts[c]:self.cstarts[c + 1]], "search index chunk", 1 << 31)
@@ -316,7 +316,7 @@ class Part:
     def _close_chunk(self) -> None:
         if not self._buf:
             return
-        from ..objects import frame_block
+        from ..frames import frame_block
 
         self._buf.append(b"")
         data = _SEPB.join(self._buf)
@@ -554,7 +554,7 @@ def plain_files(folder: str) -> Iterator[tuple[str, bytes]]:
         ValueError: a chunk file does not agree with its offsets, or does not decompress.
     """
     from ..errors import IntegrityError
-    from ..objects import unframe
+    from ..frames import unframe
 
     for name in sorted(os.listdir(folder)):
         with open(os.path.join(folder, name), "rb") as f:
