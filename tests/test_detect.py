@@ -103,3 +103,27 @@ def test_gemini_cli_files_are_told_by_content(tmp_path: Path) -> None:
     store = castore.open(str(tmp_path / "store"), durable=False)
     with pytest.raises(ArchiveError, match="looks like Gemini CLI sessions, not Codex CLI"):
         import_codex(store, renamed)
+
+
+def test_a_folder_of_several_agents_is_refused_naming_a_file_of_each(tmp_path: Path, pi_file: Path) -> None:
+    # the real files side by side, as in a folder of downloads: `import PATH` took the folder
+    # for Claude Code (most of its files) and imported the Codex and Pi files as Claude sessions
+    mixed = tmp_path / "mixed"
+    shutil.copytree(CLAUDE, mixed / "claude")
+    (mixed / "codex").mkdir()
+    shutil.copyfile(CODEX, mixed / "codex" / CODEX.name)
+    shutil.copytree(pi_file.parent, mixed / "pi")
+    want = (r"holds the sessions of several agents: Claude Code \(claude/.+\.jsonl\), Codex CLI "
+            r"\(codex/sample_codex_session\.jsonl\), Pi \(pi/2026-01-05_session\.jsonl\); import each agent's "
+            r"folder with `castore import VENDOR PATH`")
+    with pytest.raises(ArchiveError, match=want):
+        detect(mixed)
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    with pytest.raises(ArchiveError, match=want):
+        import_claude(store, mixed)
+    for args in (["import", str(mixed)], ["import", "claude", str(mixed)], ["import", "codex", str(mixed)]):
+        r = _cli(tmp_path, *args)
+        assert r.exit_code == 1 and r.stdout == "" and r.stderr.count("\n") == 1, (args, r.output)
+        assert r.stderr.startswith(f"Error: {mixed}: holds the sessions of several agents")
+    assert not store.exists or store.apps() == []  # nothing written
+    assert detect(mixed / "claude") == "claude"  # each agent's own folder is taken as before

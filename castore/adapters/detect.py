@@ -19,7 +19,11 @@ file costs one bounded read), each record by the fields only one agent writes:
   ``gemini``.
 
 A folder is recognised by the files an import would read (``.jsonl``, and ``.json`` for Gemini's
-older format), sampled up to :data:`SAMPLE_FILES`: the agent most of the recognised ones point to.
+older format), sampled up to :data:`SAMPLE_FILES`: the agent the recognised ones point to. A
+folder whose files are of several agents is refused (by :func:`detect` and :func:`refuse_other`
+alike), naming a file of each: an importer reads every file of a folder as its own agent's, so
+``import PATH`` of a folder holding Claude Code, Codex and Pi files used to import the Codex and
+Pi files as Claude Code sessions.
 """
 
 from __future__ import annotations
@@ -127,15 +131,29 @@ def detect(path: str | os.PathLike[str]) -> str | None:
             raise ArchiveError(p, f"cannot read it: {e.strerror or e}") from e
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
-    votes: Counter[str] = Counter()
-    for f in _sample(p):
+    found = _folder(p)
+    if len(found) > 1:
+        raise ArchiveError(p, _mixed(p, found))
+    return next(iter(found), None)
+
+
+def _folder(root: str) -> dict[str, str]:
+    """The agents the sampled files of folder ``root`` are of: vendor -> its first file."""
+    found: dict[str, str] = {}
+    for f in _sample(root):
         try:
             v = file_vendor(f)
         except OSError:
             continue
         if v is not None:
-            votes[v] += 1
-    return votes.most_common(1)[0][0] if votes else None
+            found.setdefault(v, f)
+    return found
+
+
+def _mixed(root: str, found: dict[str, str]) -> str:
+    said = ", ".join(f"{VENDORS[v]} ({os.path.relpath(f, root)})" for v, f in sorted(found.items()))
+    return (f"holds the sessions of several agents: {said}; import each agent's folder with "
+            "`castore import VENDOR PATH`")
 
 
 def refuse_other(path: str | os.PathLike[str], want: str) -> None:
@@ -145,9 +163,17 @@ def refuse_other(path: str | os.PathLike[str], want: str) -> None:
     the importer itself says what it makes of it.
 
     Raises:
-        ArchiveError: one line naming the agent ``path`` looks like, and the command for it.
+        ArchiveError: one line naming the agent ``path`` looks like, and the command for it; or,
+            for a folder that holds other agents' files beside ``want``'s, naming a file of each.
     """
-    got = detect(path)
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        found = _folder(p)
+        if len(found) > 1:
+            raise ArchiveError(p, _mixed(p, found))
+        got = next(iter(found), None)
+    else:
+        got = detect(p)
     if got is not None and got != want:
         raise ArchiveError(os.fspath(path), f"looks like {VENDORS[got]} sessions, not {VENDORS[want]}: "
                                             f"import it with `castore import {got} PATH` (or `castore import PATH`)")
