@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import castore
+from castore import porcelain
 from castore.cli.main import main
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -77,3 +79,30 @@ def test_grep_json_writer_is_json_dumps_indent_2() -> None:
         assert _indented_json(doc) == json.dumps(doc, indent=2, ensure_ascii=False)
     with pytest.raises(TypeError):
         _indented_json({"a": object()})
+
+
+@pytest.mark.parametrize("vendor", ["claude", "codex", "gemini"])
+def test_export_refuses_a_session_whose_branch_is_lost_and_writes_nothing(tmp_path: Path, vendor: str) -> None:
+    # HEAD named a branch whose ref was gone: `export` wrote the file empty (0 bytes), over the
+    # agent's own when restoring in place; now one Error line, no file written, the original kept
+    import shutil
+
+    data = Path(__file__).resolve().parent / "data"
+    src = {"claude": data / "claude-code" / "session-share",
+           "codex": data / "codex" / "sample_codex_session.jsonl",
+           "gemini": data / "gemini" / "tmp"}[vendor]
+    url = str(tmp_path / "store")
+    runner = CliRunner()
+    assert runner.invoke(main, ["--store", url, "import", vendor, str(src)]).exit_code == 0
+    with castore.open(url) as st:
+        s = st.session(*next(k for k in porcelain.session_keys(st) if "." not in k[2]))
+        st.refs.delete(s.refs.branch("main"), st.refs.read(s.refs.branch("main")))
+        assert s.head is None
+    out = tmp_path / "restore"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    res = runner.invoke(main, ["--store", url, "export", vendor, str(out)])
+    assert res.exit_code == 1 and res.stdout == "" and res.stderr.count("\n") == 1, res.output
+    assert res.stderr.startswith("Error: ") and "archived lines but no commit on HEAD's path" in res.stderr
+    assert sorted(p.name for p in out.rglob("*")) == ["keep.txt"]
+    shutil.rmtree(out)

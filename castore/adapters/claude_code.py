@@ -72,6 +72,7 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    check_reachable,
     counts_redactions,
     encode_blob,
     entry_text,
@@ -940,7 +941,8 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         The files written, relative to ``dest``.
 
     Raises:
-        ArchiveError: a session's recorded path would leave ``dest``.
+        ArchiveError: a session's recorded path would leave ``dest``, or its archived lines are on
+            no branch (:func:`~castore.adapters.jsonl_tree.check_reachable`; nothing is written).
         ObjectNotFound, IntegrityError, StorageError, OSError.
     """
     root = os.fspath(dest)
@@ -955,6 +957,8 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         v = int(c.get("version", 1))
         if c["path"] not in chosen or chosen[c["path"]][0] < v:
             chosen[c["path"]] = (v, s, c)
+    for _, s, _ in chosen.values():  # before any file is written
+        check_reachable(s, KEY)
     written: list[str] = []
     for rel, (_, s, c) in sorted(chosen.items()):
         out = safe_join(root, rel)

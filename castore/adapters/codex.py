@@ -56,6 +56,7 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    check_reachable,
     counts_redactions,
     encode_blob,
     entry_text,
@@ -614,7 +615,8 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         The files written, relative to ``dest``.
 
     Raises:
-        ArchiveError: a session is not an archived rollout, or its path would leave ``dest``.
+        ArchiveError: a session is not an archived rollout, or its path would leave ``dest``, or
+            its archived lines are on no branch (nothing is written then).
         ObjectNotFound, IntegrityError, StorageError, OSError.
     """
     root = os.fspath(dest)
@@ -622,6 +624,8 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         sessions = [store.session(si.app, si.user, si.session) for si in store.sessions(app)] \
             if app in store.apps() else []
         sessions = [s for s in sessions if isinstance(s.info.get(KEY), dict)]
+    for s in sessions:  # before any file is written
+        check_reachable(s, KEY)
     written = []
     for s in sessions:
         c = s.info.get(KEY)

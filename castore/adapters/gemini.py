@@ -78,6 +78,7 @@ from .jsonl_tree import (
     archived_rows,
     as_dict,
     blob_id,
+    check_reachable,
     counts_redactions,
     encode_blob,
     export_lines,
@@ -673,7 +674,8 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         The files written, relative to ``dest``.
 
     Raises:
-        ArchiveError: a session is not an archived Gemini CLI file, or its path would leave ``dest``.
+        ArchiveError: a session is not an archived Gemini CLI file, or its path would leave
+            ``dest``, or its archived lines are on no branch (nothing is written then).
         ObjectNotFound, IntegrityError, StorageError, OSError.
     """
     from ..porcelain import file_version  # (here: an import of sessions loads no porcelain)
@@ -687,6 +689,9 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         v = file_version(s.id)[1]
         if c["path"] not in chosen or chosen[c["path"]][0] < v:
             chosen[c["path"]] = (v, s, c)
+    for _, s, c in chosen.values():  # before any file is written (a whole JSON file needs no ref)
+        if not isinstance(c.get("whole"), list):
+            check_reachable(s, KEY)
     written = []
     for rel, (_, s, c) in sorted(chosen.items()):
         out = safe_join(root, rel)

@@ -855,6 +855,22 @@ def export_lines(session: Session, key: str, file: str | None = None, also: Sequ
             yield data[r]
 
 
+def check_reachable(session: Session, key: str) -> None:
+    """Refuse to export a session whose archived lines no ref reaches: its HEAD names a branch
+    that is not there (a ref lost or deleted) while its info (under ``key``) counts lines
+    imported. Its file would be written empty, over the agent's own when restoring in place.
+
+    Raises:
+        ArchiveError: one line naming the session and what to run.
+        StorageError.
+    """
+    c = session.info.get(key)
+    if session.head is None and isinstance(c, dict) and isinstance(c.get("lines"), int) and c["lines"] > 0:
+        raise ArchiveError("/".join(session.key), f"{c['lines']} archived lines but no commit on HEAD's path "
+                                                  "(its branch is missing?): not written; `castore fsck` and "
+                                                  "`castore branch` say more")
+
+
 def own_commits(session: Session) -> set[str]:
     """The ids of every commit of a session (empty for a new one): what a line's mark of a
     castore commit is checked against before the line is taken as that commit.
