@@ -283,8 +283,11 @@ def find_session(store: Store, session: str, app: str | None = None, user: str |
     Raises:
         SessionNotFound: none matches.
         AmbiguousSession: several match (``candidates`` lists them).
-        InvalidName, StorageError.
+        InvalidName: ``session`` is empty, or a bad app or user name.
+        StorageError.
     """
+    if not session:  # a prefix of every session: never what was meant
+        raise names.InvalidName(session, "it is empty: give a session id or a unique prefix of it", "session id")
     if app is not None and user is not None and store.session(app, user, session).head is not None:
         return (app, user, session)
     keys = session_keys(store, app, user)

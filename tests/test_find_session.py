@@ -168,8 +168,13 @@ def test_a_subagent_is_found_by_its_own_id(tmp_path: Any) -> None:
             porcelain.find_session(st, "agent-a")
         with pytest.raises(SessionNotFound):  # the older JSON file's ".json" is no id
             porcelain.find_session(st, "json")
+        with pytest.raises(castore.InvalidName, match="it is empty"):  # was: ambiguous, listing every session
+            porcelain.find_session(st, "")
     r = _run(url, "use", "c2d9")
     assert r.exit_code == 0 and f"{gid}.c2d9e1f0" in r.stderr
+    r = _run(url, "use", "")
+    assert r.exit_code == 1 and r.stderr == "Error: invalid session id '': it is empty: give a session id or a " \
+        "unique prefix of it\n"
 
 
 def _complete(url: str, args: list[str], incomplete: str) -> list[str]:
