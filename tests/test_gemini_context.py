@@ -287,3 +287,21 @@ def test_export_is_byte_exact_and_each_replaced_conversation_keeps_a_branch(tmp_
     r = usage(store, cache=False)
     assert r.total.responses == len(seen) == 12
     assert r.total.tokens.output == sum(t["output"] for t in seen.values())
+
+
+def test_calls_added_to_a_text_read_as_one_turn(tmp_path: Path) -> None:
+    """The text and the calls gemini-cli added to it are two commits: ``log`` says the second
+    continues the first, and ``context`` sends them as one model turn, then the results."""
+    from castore import views
+
+    f = tmp_path / "p" / "chats" / "session-2026-03-12T10-00-5d1e0a77.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"".join(updated_session()[:5]))  # the metadata, u1, m1, m1 with its call, its result
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    import_gemini(store, f)
+    s = store.session("gemini", "p", "5d1e0a77-2b3c-4d5e-8f90-a1b2c3d4e5f6")
+    said = [views.describe(le) for le in s.entries() if le.entry.message is not None]
+    assert said == [None, None, "assistant, continued: → list_directory(src)", "tool: ← 1 line: main.py util.py"]
+    ctx = s.context()
+    assert [m.role for m in ctx] == ["user", "assistant", "tool"]
+    assert [b["type"] for b in ctx[1].content] == ["text", "tool_use"]

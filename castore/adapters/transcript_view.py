@@ -212,6 +212,16 @@ def _label(m: Message) -> str:
     return m.role
 
 
+def _entry_label(e: LogEntry, m: Message) -> str:
+    """:func:`_label`, and ``, continued`` for an assistant part that adds to the message before
+    it (Gemini CLI writes a message again as its calls arrive: ``context`` joins the parts)."""
+    label = _label(m)
+    line = _importer_line(e)
+    if label == "assistant" and line is not None and line.get("update") is True and not line.get("fork"):
+        return f"{label}, continued"
+    return label
+
+
 class TranscriptView(views.View):
     """Claude Code, Codex, Pi and Gemini CLI lines: calls, results, thinking, images; bookkeeping marked."""
 
@@ -222,14 +232,14 @@ class TranscriptView(views.View):
         m = _message(e)
         if m is None or (lines := message_lines(m, one=True)) is None:
             return None
-        return f"{_label(m)}: " + " · ".join(fold(ln, 200) for ln in lines if ln.strip())
+        return f"{_entry_label(e, m)}: " + " · ".join(fold(ln, 200) for ln in lines if ln.strip())
 
     def body(self, e: LogEntry, verbose: bool = False) -> list[str] | None:
         """``[assistant]`` and the message's blocks as :func:`message_lines` reads them, or None."""
         m = _message(e)
         if m is None or (lines := message_lines(m, verbose)) is None:
             return None
-        return [f"[{_label(m)}]", *lines]
+        return [f"[{_entry_label(e, m)}]", *lines]
 
     def message(self, m: Message, verbose: bool = False) -> list[str] | None:
         """A message with no commit (``context``) as :func:`message_lines` reads it, or None."""
