@@ -138,12 +138,12 @@ def test_a_command_imports_only_the_modules_it_comes_from(seeded: Seeded) -> Non
     seeded.store.close()  # sealed, so the other process sees the session
     out = subprocess.run([sys.executable, "-c", _LAZY_PROBE, seeded.url], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout.splitlines()
-    loaded = ("['castore.cli.archive_cmds', 'castore.cli.html_cmds', 'castore.cli.inspect_cmds', 'castore.cli.io_cmds', "
-              "'castore.cli.session_cmds']")
+    loaded = ("['castore.cli.archive_cmds', 'castore.cli.grep_cmds', 'castore.cli.html_cmds', "
+              "'castore.cli.inspect_cmds', 'castore.cli.io_cmds', 'castore.cli.session_cmds']")
     assert out == [
         "[]",
         "['castore.cli.inspect_cmds', 'castore.cli.session_cmds']",  # inspect_cmds imports refs_of from it
-        "['castore.cli.archive_cmds', 'castore.cli.inspect_cmds', 'castore.cli.session_cmds']",
+        "['castore.cli.grep_cmds', 'castore.cli.inspect_cmds', 'castore.cli.session_cmds']",
         # grep was loaded first; export still gets the subcommands of all three modules that add to it
         "['claude', 'codex', 'gemini', 'html', 'pi']",
         loaded,
