@@ -138,3 +138,20 @@ def test_cli_prints_from_rows_and_counts_what_it_printed_from_matches(store: cas
 def test_cli_exit_status_without_a_match(store: castore.Store) -> None:
     for args in ([], ["-c"], ["-l"]):
         assert _cli(store, *args, "nothing-like-it") == (1, "")
+
+
+def test_the_castore_process_prints_what_the_command_prints(store: castore.Store, tmp_path: Path) -> None:
+    """``castore grep`` ends its process without the interpreter's teardown (after a match or
+    none): its output is all there, with grep's exit statuses, and an error still fails."""
+    import os
+    import subprocess
+    import sys
+
+    store.close()  # sealed: the other process sees every session
+    env = {**os.environ, "CASTORE_GREP_INDEX": str(tmp_path / "index")}
+    for args, status in ((["parser"], 0), (["-c", "parser"], 0), (["--json", "parser"], 0),
+                         (["-c", "nothing-like-it"], 1), (["-c", "a("], 2)):
+        got = subprocess.run([sys.executable, "-m", "castore", "--store", store.url, "grep", *args], env=env,
+                             capture_output=True, text=True, check=False)
+        want = CliRunner().invoke(main, ["--store", store.url, "grep", *args], env=env)
+        assert (got.returncode, got.stdout, got.stderr) == (status, want.stdout, want.stderr), args

@@ -408,25 +408,29 @@ def pass_store(must_exist: bool = True) -> Callable[[F], F]:
     return deco
 
 
-#: set by a command whose process may end without the interpreter's teardown (see skip_teardown)
-_SKIP_TEARDOWN: list[bool] = []
+#: the exit statuses after which the process may end without the interpreter's teardown (see skip_teardown)
+_SKIP_TEARDOWN: set[int] = set()
 
 
-def skip_teardown() -> None:
+def skip_teardown(*also: int) -> None:
     """Let the ``castore`` process end without the interpreter's teardown once this command
-    has returned with success (only :func:`castore.cli.main.run`, the process's entry point,
-    heeds it; a caller of :data:`castore.cli.main` in its own process is unaffected).
+    has returned with success, exit status 0 or one of ``also`` (grep's 1: nothing matched;
+    only :func:`castore.cli.main.run`, the process's entry point, heeds it; a caller of
+    :data:`castore.cli.main` in its own process is unaffected).
 
-    For a command that leaves nothing to write, close or join but holds many objects: ``usage``
-    ends holding every commit of the store decoded, and freeing them one by one, after a last
-    garbage collection over all of them, costs a fifth of its time; the OS frees them at once.
+    For a command that leaves nothing to write, close or join (the store is closed with the
+    command's context, before the exit) but holds many objects: ``usage`` ends holding every
+    commit of the store decoded, and freeing them one by one, after a last garbage collection
+    over all of them, costs a fifth of its time; the OS frees them at once. ``grep`` ends a
+    short process whose teardown (every module and the search index's maps) is a tenth of it.
     """
-    _SKIP_TEARDOWN.append(True)
+    _SKIP_TEARDOWN.update((0, *also))
 
 
-def teardown_skipped() -> bool:
-    """Whether a command of this process called :func:`skip_teardown`."""
-    return bool(_SKIP_TEARDOWN)
+def teardown_skipped(status: object = 0) -> bool:
+    """Whether a command of this process called :func:`skip_teardown` for exit status ``status``
+    (``None``, as ``sys.exit()`` gives it, is 0)."""
+    return (0 if status is None else status) in _SKIP_TEARDOWN
 
 
 # -- output ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..errors import CastoreError
-from .common import error_line, format_key, limit_option, open_store
+from .common import error_line, format_key, limit_option, open_store, skip_teardown
 from .text import safe, safe_block, safe_json
 
 
@@ -114,6 +114,7 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
     except click.BadParameter as e:
         click.echo(f"Error: {e.format_message()}", err=True)
         ctx.exit(2)
+    skip_teardown(1)  # the store is closed with the context: nothing is left to write or join
     ctx.exit(0 if found else 1)
 
 

@@ -375,18 +375,19 @@ cli = main
 def run() -> None:
     """The ``castore`` process (the console script, ``python -m castore``): :data:`cli`, then
     exit with its code; after a command that asked for it (:func:`~castore.cli.common.skip_teardown`)
-    and succeeded, the process ends once its output is flushed, without the interpreter's teardown.
+    and ended with a status it named, the process ends with that status once its output is flushed,
+    without the interpreter's teardown.
     """
     try:
         cli(prog_name="castore")
     except SystemExit as e:
-        if e.code in (None, 0) and teardown_skipped():
+        if teardown_skipped(e.code):
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()
             except (OSError, ValueError):
                 raise e from None  # the output could not be written: the ordinary exit reports it
-            os._exit(0)
+            os._exit(int(e.code or 0))  # the status teardown_skipped took: an int
         raise
 
 
