@@ -84,6 +84,23 @@ def _serialize(target: str, meta: Mapping[str, Any]) -> bytes:
     return (target + "\n" + text + "\n").encode()
 
 
+def _check_serializable(target: str, meta: Mapping[str, Any]) -> None:
+    """Raise what :func:`_serialize` would raise for ``target`` and ``meta``, without encoding
+    them when ``meta`` is plain JSON (:func:`_plain_json`: what a staged swap checks).
+
+    Raises:
+        InvalidEntry: a bad target, or metadata that is not JSON-able.
+    """
+    if not isinstance(target, str) or not _valid_target(target):
+        raise InvalidEntry(f"bad ref target {target!r}: not a 64-hex commit id or 'ref: <name>'")
+    try:
+        if type(meta) is dict and _plain_json(meta):
+            return
+    except RecursionError:
+        pass
+    _serialize(target, meta)
+
+
 _SCALARS = frozenset((str, int, bool, type(None)))
 _STR = frozenset((str,))
 
@@ -399,13 +416,17 @@ class RefStore:
         # a staged value's write id need only be unique in this process (the landing stamps its own)
         write_id = os.urandom(16).hex() if staged is None else f"s{next(_staged_ids)}"
         meta = {**(meta or {}), "w": write_id}
+        exp_token = expect.token if expect is not None else None
+        if staged is not None:
+            # checked as a write would be, but encoded only by the landing (with its own write id)
+            _check_serializable(target, meta)
+            if expect is not None and exp_token is None:
+                raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
+            return self._stage(staged, name, expect, RefValue(name, target, meta, STAGED_TOKEN + write_id))
         data = _serialize(target, meta)
         key = ref_key(name)
-        exp_token = expect.token if expect is not None else None
         if expect is not None and exp_token is None:
             raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
-        if staged is not None:
-            return self._stage(staged, name, expect, RefValue(name, target, meta, STAGED_TOKEN + write_id))
         first: Token | Exception
         try:
             # a backend written before journals existed takes no ``journal``: none is passed

@@ -107,6 +107,7 @@ class ObjectStore:
         #: a write batch's objects, not written yet (:meth:`hold_writes`), by id, and its thread
         self._held: dict[str, bytes] | None = None
         self._held_thread = 0
+        self._held_cached: list[str] = []  # objects the batch cached (cache()), dropped once written
         # a backend that keeps Storage's open_appender cannot append (object stores): known
         # before the first write, so that no swap hands such a backend a journal (format 3)
         self.packmap = PackMap(storage, no_append=not can_append(storage), codec=codec)
@@ -194,8 +195,13 @@ class ObjectStore:
         return self.put_many([obj])[0]
 
     def cache(self, oid: str, obj: AnyObject) -> None:
-        """Cache a decoded object about to be written (not yet known to be stored)."""
+        """Cache a decoded object about to be written (not yet known to be stored). In the
+        thread of a write batch (:meth:`hold_writes`) it stays cached until the landing that
+        writes it (:meth:`write_held`): an import does not read back what it wrote before, and
+        its commits would otherwise fill the cache (a 200 MB import: 200,000 of them)."""
         self._remember(oid, obj, stored=False)
+        if self._held is not None and self._held_thread == threading.get_ident():
+            self._held_cached.append(oid)
 
     def put_many(self, objs: Sequence[AnyObject]) -> list[ObjectId]:
         """Store several objects in one batch; return their ids in order.
@@ -266,12 +272,15 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed; the objects stay held (no ref may land on them).
         """
-        held = self._held
+        held, cached = self._held, self._held_cached
         if not held:
             return 0
         n = self._write_objects([(oid, c, None) for oid, c in held.items()], sync=not self.defers_refs,
                                 most=BLOCK_BYTES)
         held.clear()
+        cache, self._held_cached = self._cache, []
+        for oid in cached:
+            cache.pop(oid, None)
         return n
 
     def release_writes(self, keep: bool = True) -> None:
@@ -288,6 +297,7 @@ class ObjectStore:
                 self.write_held()
         finally:
             self._held = None
+            self._held_cached = []
 
     def _held_stored(self, oid: str) -> bytes | None:
         """A held object's bytes as a read of the stored frame gives them (raw), or None."""
@@ -307,13 +317,14 @@ class ObjectStore:
         the bytes written."""
         loose: dict[str, bytes] = {}
         small: list[tuple[str, bytes]] = []
-        ids: list[str] = []
+        loose_ids: list[str] = []
         codec = self.codec
         for oid, canonical, frame in items:
-            ids.append(oid)
             if self._packed(canonical):
                 small.append((oid, canonical))
-            elif frame is None or (codec.cipher is not None and not o.is_sealed(frame)):
+                continue
+            loose_ids.append(oid)
+            if frame is None or (codec.cipher is not None and not o.is_sealed(frame)):
                 loose[object_key(oid)] = codec.to_stored(canonical, self.compress, oid)
             else:
                 loose[object_key(oid)] = frame
@@ -325,7 +336,8 @@ class ObjectStore:
         written = sum(len(f) for f in loose.values())
         if small:
             written += self.writer_log.append(small, sync, most)
-        self._known.update(ids)
+        # (a packed object is found by the pack map: only loose ones are kept here)
+        self._known.update(loose_ids)
         return written
 
     def written_packs(self) -> list[str]:

@@ -589,9 +589,20 @@ class LocalStorage(Storage):
                     os.close(ref)
                 unlock(path, fd)
             raise
+        if held:
+            try:  # one line per ref, with one write: every lock is held
+                refchanges.log_swaps(self.root, [keys[i] for i, *_ in held], self.url)
+            except StorageError as e:
+                for i, path, fd, _, ref, _ in held:
+                    if ref is not None:
+                        os.close(ref)
+                    unlock(path, fd)
+                    out[i] = e
+                held = []
         for n, (i, path, fd, current, ref, size) in enumerate(held):
             try:
-                self._land_locked(keys[i], path, fd, items[i][1], current, ref, size, deferred, digests[i])
+                self._land_locked(keys[i], path, fd, items[i][1], current, ref, size, deferred, digests[i],
+                                  logged=True)
                 out[i] = digests[i].hex()
             except StorageError as e:
                 out[i] = e
@@ -604,20 +615,22 @@ class LocalStorage(Storage):
         return [r for r in out if r is not None]
 
     def _land_locked(self, key: str, path: str, fd: int, data: bytes, current: Versioned | None,
-                     ref: int | None, size: int, deferred: bool, dg: bytes) -> None:
+                     ref: int | None, size: int, deferred: bool, dg: bytes, logged: bool = False) -> None:
         """Write ``data`` as the ref ``key`` (file ``path``) whose lock :meth:`swap` holds
         (``fd``: the lock file, -1 a linked lock) and whose compare passed (``current``: what
         it held; ``ref``, ``size``: the framed file left open by
         :func:`~castore.storage.reffiles.open_locked`),
         then release the lock. ``deferred``: the journal keeps the intent durable, so the
         write is not synced (in place over a framed file, else a framed file renamed).
-        ``dg``: the :func:`~castore.storage.reffiles.digest` of ``data``.
+        ``dg``: the :func:`~castore.storage.reffiles.digest` of ``data``. ``logged``: the
+        swap log has the key already (:meth:`swap_many` logs its keys at once).
 
         Raises:
             StorageError: the swap log or the ref cannot be written (the lock is released).
         """
         try:
-            refchanges.log_swap(self.root, key, self.url)
+            if not logged:
+                refchanges.log_swap(self.root, key, self.url)
             # framed when deferred, so that a later swap may write it in place and a reader
             # can tell a write in place it met
             stored = frame(data, dg) if deferred else as_stored(key, data)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 
 from ..errors import StorageError
 
@@ -32,7 +33,18 @@ ROTATE_BYTES = 1 << 20
 
 def log_swap(root: str, key: str, url: str) -> None:
     """Append ``key`` to the swap log at ``root`` (called under the key's lock, before the
-    change lands).
+    change lands); see :func:`log_swaps`.
+
+    Raises:
+        StorageError: the log cannot be written (the change is then not made).
+    """
+    log_swaps(root, (key,), url)
+
+
+def log_swaps(root: str, keys: Sequence[str], url: str) -> None:
+    """Append ``keys`` to the swap log at ``root`` with one write (called under every key's
+    lock, before any of the changes lands: a :meth:`~castore.storage.local.LocalStorage.
+    swap_many`).
 
     A new log starts with a header naming it by a random id, made whole and then linked
     into place (never over another), so that a reader's mark cannot be mistaken for a
@@ -42,7 +54,7 @@ def log_swap(root: str, key: str, url: str) -> None:
         StorageError: the log cannot be written (the change is then not made).
     """
     path = os.path.join(root, SWAP_LOG)
-    line = f"{len(key.encode())} {key}\n".encode()
+    line = b"".join(f"{len(key.encode())} {key}\n".encode() for key in keys)
     try:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -63,7 +75,7 @@ def log_swap(root: str, key: str, url: str) -> None:
         finally:
             os.close(fd)
     except OSError as e:
-        raise StorageError(f"cannot record the change of {key} in {SWAP_LOG}: {e.strerror or e}",
+        raise StorageError(f"cannot record the change of {', '.join(keys)} in {SWAP_LOG}: {e.strerror or e}",
                            url) from e
     if full:
         rotate(root, url)
