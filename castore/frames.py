@@ -23,10 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import zstandard
-from blake3 import blake3
 
 from .errors import FormatError, IntegrityError, SealedFrameError
-from .zdict import ZDICT
 
 #: the object format these frames belong to (docs/FORMAT.md)
 FORMAT = 1
@@ -50,14 +48,29 @@ _FRAME_HEADER_MAX = 18  # bytes of a zstd frame header at most, magic included
 #: no stored object decompresses to more than this (objects are held in memory whole)
 MAX_OBJECT_SIZE = 1 << 32
 
-_found = blake3(ZDICT).hexdigest()
-if _found != ZDICT_BLAKE3:
-    raise FormatError(
-        f"castore/zdict.py does not hold the format-1 zstd dictionary (blake3 {_found}, pinned "
-        f"{ZDICT_BLAKE3}); objects stored with header 0x02 would not read back: restore that file",
-        found=_found,
-        supported=FORMAT,
-    )
+
+
+def dictionary() -> bytes:
+    """The built-in dictionary (:mod:`castore.zdict`), checked against :data:`ZDICT_BLAKE3`:
+    loaded by the first frame that uses it (a reader of plain zstd frames alone, the search
+    index, never loads it), and by :mod:`castore.objects` on import.
+
+    Raises:
+        FormatError: castore/zdict.py does not hold the pinned dictionary.
+    """
+    from blake3 import blake3
+
+    from .zdict import ZDICT
+
+    found = blake3(ZDICT).hexdigest()
+    if found != ZDICT_BLAKE3:
+        raise FormatError(
+            f"castore/zdict.py does not hold the format-1 zstd dictionary (blake3 {found}, pinned "
+            f"{ZDICT_BLAKE3}); objects stored with header 0x02 would not read back: restore that file",
+            found=found,
+            supported=FORMAT,
+        )
+    return ZDICT
 
 
 # zstd contexts are not thread-safe, and a new one costs far more than compressing a small
@@ -121,7 +134,7 @@ def _shared_zdict() -> zstandard.ZstdCompressionDict:
     if _zdict is None:
         with _zdict_lock:
             if _zdict is None:
-                _zdict = _digest_dict(ZDICT, _ZDICT_TYPE)
+                _zdict = _digest_dict(dictionary(), _ZDICT_TYPE)
     return _zdict
 
 
@@ -326,4 +339,4 @@ def frame_block(data: bytes, level: int, cuts: Sequence[int] = ()) -> bytes:
 
 
 __all__ = ["FORMAT", "RAW", "ZSTD", "ZSTD_DICT", "SEALED", "COMPRESS_MIN", "DICT_MAX", "ZDICT_LEVEL", "ZDICT_BLAKE3",
-           "MAX_OBJECT_SIZE", "to_stored", "unframe", "declared_size", "BlockPrefix", "frame_block"]
+           "MAX_OBJECT_SIZE", "dictionary", "to_stored", "unframe", "declared_size", "BlockPrefix", "frame_block"]

@@ -47,10 +47,15 @@ from .frames import (  # noqa: F401 - the frames' names re-exported: they are th
     ZDICT_LEVEL,
     BlockPrefix,
     declared_size,
+    dictionary,
     frame_block,
     to_stored,
     unframe,
 )
+
+# a castore whose built-in dictionary is not the pinned one fails here, at once, before it
+# writes an object (a reader of the search index alone loads the frames, never the dictionary)
+dictionary()
 
 ObjectId = NewType("ObjectId", str)
 RawId = bytes  # 32 raw bytes of an ObjectId

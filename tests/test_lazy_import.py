@@ -85,16 +85,16 @@ NOT_BEFORE_A_STORE = ["msgspec", "blake3", "zstandard", "castore.store", "castor
 #: never loaded by ``castore grep`` through an up-to-date index: the Session class and what only it
 #: uses, the store's parts it does not use (object store, history, write path, group commit: built on
 #: first use; the replay of ref swaps a power loss cut short needs no object store when there is
-#: none), the object format and msgspec (the index's chunks are read with castore.frames), the
-#: entries, redaction, the scan without an index, rendering, other commands' modules, remote
-#: backends, ctypes (only a sync of the file system uses it)
+#: none), the object format, msgspec, blake3 and the built-in dictionary (the index's chunks are
+#: plain zstd frames, read with castore.frames), the entries, redaction, the scan without an index,
+#: rendering, other commands' modules, remote backends, ctypes (only a sync of the file system uses it)
 NOT_FOR_GREP = ["castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
-                "castore.objectstore", "castore.objects", "msgspec", "castore.history", "castore.plumbing",
-                "castore.groupcommit", "castore.state", "castore.entries", "castore.pathfacts", "ctypes",
-                "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds", "castore.cli.inspect_cmds",
-                "castore.cli.archive_cmds", "castore.cli.io_cmds", "castore.usage", "castore.sync",
-                "castore.adapters", "castore.crypto", "click.shell_completion", "fsspec", "s3fs", "asyncio",
-                "concurrent.futures"]
+                "castore.objectstore", "castore.objects", "msgspec", "blake3", "castore.zdict", "castore.history",
+                "castore.plumbing", "castore.groupcommit", "castore.state", "castore.entries", "castore.pathfacts",
+                "ctypes", "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds",
+                "castore.cli.inspect_cmds", "castore.cli.archive_cmds", "castore.cli.io_cmds", "castore.usage",
+                "castore.sync", "castore.adapters", "castore.crypto", "click.shell_completion", "fsspec", "s3fs",
+                "asyncio", "concurrent.futures"]
 #: the ``castore`` command run with the arguments given, in the same interpreter
 _CLI = "import sys\nfrom castore.cli.main import cli\ntry:\n    cli(sys.argv[1:])\nexcept SystemExit as e:\n" \
        "    assert e.code == 0, e.code\n"
