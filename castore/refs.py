@@ -17,6 +17,7 @@ built on (:func:`castore.groupcommit.land_staged`). Other threads see the refs a
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import itertools
 import json
@@ -230,6 +231,7 @@ class RefStage:
 
     def __init__(self) -> None:
         self._by_store: dict[int, tuple[RefStore, dict[str, Staged]]] = {}
+        self._names: dict[int, builtins.list[str]] = {}  # the names held, sorted, by store (listings)
         #: the stored refs this stage's thread read, as read (bytes and token; None: absent), by store
         self._seen: dict[int, dict[str, Versioned | None]] = {}
 
@@ -249,6 +251,19 @@ class RefStage:
             got = self._by_store[id(refs)] = (refs, {})
         return got[1]
 
+    def add(self, refs: RefStore, change: Staged) -> None:
+        """Hold ``change`` of a ref of ``refs`` this stage did not hold yet."""
+        self.changes(refs)[change.name] = change
+        bisect.insort(self._names.setdefault(id(refs), []), change.name)
+
+    def below(self, refs: RefStore, folder: str) -> builtins.list[str]:
+        """The names of the refs of ``refs`` this stage holds below ``folder`` (ending in
+        ``/``; "" for all), sorted: a listing costs a search, not a pass over the stage."""
+        names = self._names.get(id(refs), [])
+        if not folder:
+            return list(names)
+        return names[bisect.bisect_left(names, folder):bisect.bisect_left(names, folder[:-1] + chr(ord("/") + 1))]
+
     def seen(self, refs: RefStore) -> dict[str, Versioned | None]:
         """The stored refs of ``refs`` this stage's thread read, as first read (a live view):
         a read of one again in this stage is parsed from these bytes, not read again."""
@@ -264,6 +279,7 @@ class RefStage:
     def take(self, refs: RefStore) -> builtins.list[Staged]:
         """Remove and return the refs of ``refs`` the stage holds, in the order first staged."""
         got = self._by_store.pop(id(refs), None)
+        self._names.pop(id(refs), None)
         return list(got[1].values()) if got is not None else []
 
     def __len__(self) -> int:
@@ -538,7 +554,9 @@ class RefStore:
                 if stage is not None:
                     stage.seen(self).pop(name, None)  # moved by another writer: the next read reads it anew
                 raise RefConflict(name, _target_of(expect), parse(name, stored.data).target if stored else None)
-            staged[name] = Staged(name, expect, new)
+            held = open_stage()
+            assert held is not None and held.changes(self) is staged
+            held.add(self, Staged(name, expect, new))
         else:
             have = got.value
             if (have.token if have is not None else None) != (expect.token if expect is not None else None):
@@ -582,9 +600,10 @@ class RefStore:
         p = ref_key(prefix.rstrip("/"))
         out = [k[len(PREFIX) + 1 :] for k in self.storage.list(p)]
         staged = self._staged()
-        if staged:
+        stage = open_stage()
+        if staged and stage is not None:
             below = prefix.strip("/") + "/" if prefix.strip("/") else ""
-            mine = {n: c.value for n, c in staged.items() if n.startswith(below)}
+            mine = {n: staged[n].value for n in stage.below(self, below)}
             out = [n for n in out if n not in mine] + sorted(n for n, v in mine.items() if v is not None)
         return out
 
@@ -596,16 +615,18 @@ class RefStore:
         """
         out = self.storage.list_dir(ref_key(prefix.rstrip("/")))
         staged = self._staged()
-        if staged:
+        stage = open_stage()
+        if staged and stage is not None:
             below = prefix.strip("/") + "/" if prefix.strip("/") else ""
             have = set(out)
-            for n, c in staged.items():
-                if n.startswith(below) and c.value is not None:
+            for n in stage.below(self, below):
+                c = staged[n]
+                if c.value is not None:
                     child = n[len(below):].split("/", 1)[0]
                     if child not in have:
                         have.add(child)
                         out.append(child)
-                elif n.startswith(below) and "/" not in n[len(below):] and c.base is not None:
+                elif "/" not in n[len(below):] and c.base is not None:
                     out = [x for x in out if x != n[len(below):]]
                     have.discard(n[len(below):])
         return out

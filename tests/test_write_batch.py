@@ -212,3 +212,20 @@ def test_a_batch_writes_its_log_records_fast_and_the_repack_after_it_compresses_
     local_store.objects.close()  # the repack after the batch merges the logs
     assert {n[:2] for n in local_store.objects.pack_names()} == {"r-"}
     assert [m.content for m in s.messages()] == [big, big + "!"]
+
+
+def test_a_batch_lists_its_staged_refs_by_folder_and_no_neighbour(store: castore.Store) -> None:
+    # a folder's staged refs are found by a search of the sorted names: "s0" and "s-a" sort
+    # beside "s/..." and are not below "s"
+    names = ["s", "s0", "s-a", "r"]
+    prefixes = [store.session("app", "u", n).refs.prefix for n in names]
+    with store.batch():
+        for n in names:
+            s = store.session("app", "u", n)
+            s.append(castore.Message(role="user", content=n))
+            s.branch("side")
+        staged = {p: (store.refs.list(p), sorted(store.refs.list_dir(p))) for p in prefixes}
+        whole = store.refs.list("sessions")
+    landed = {p: (store.refs.list(p), sorted(store.refs.list_dir(p))) for p in prefixes}
+    assert staged == landed and all(lst and all(n.startswith(p + "/") for n in lst) for p, (lst, _) in landed.items())
+    assert sorted(whole) == sorted(store.refs.list("sessions"))

@@ -71,6 +71,8 @@ from .reffiles import (
     write_in_place,
 )
 
+#: how a temporary file is created (what ``open(path, "wb")`` asks, without a buffered file object)
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 #: plain deletes of keys below this folder also take the lock and are logged
 _LOGGED_DELETES = REFS
 #: how many refs a handle remembers its last framed write of (LocalStorage._landed)
@@ -274,11 +276,16 @@ class LocalStorage(Storage):
         for attempt in (0, 1):
             tmp = f"{path}.tmp-{os.urandom(16).hex()}"
             try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
+                # (os.open, not open(): no buffered file object for a few hundred bytes of a ref)
+                fd = os.open(tmp, _NEW_FILE, 0o666)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
                     if self.durable and sync:
-                        f.flush()  # fsync sees only what left Python's buffer
-                        os.fsync(f.fileno())
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
                 if swap and not self._no_exchange:
                     try:
                         swapped = exchange(tmp, path)
