@@ -195,6 +195,10 @@ class Store:
 
             self._master_key = as_wrapper(master_key)
         self.url = storage.url
+        #: how :meth:`open` opened the storage (``durable`` and the storage options): what
+        #: another process needs to open the same store (``import --jobs``); None when the
+        #: store was built on a storage object
+        self.open_options: dict[str, Any] | None = None
         self._auto_repack = auto_repack
         self._compress, self._retry, self._layout = compress, retry, layout
         self._tenant_options = tenant_options
@@ -366,9 +370,11 @@ class Store:
         url = url or default_url()
         check_url(url)
         try:
-            return cls(open_storage(url, durable=durable, **storage_options), format=format, auto_repack=auto_repack,
-                       layout=layout, tenant_options=tenant_options, encrypted=encrypted, master_key=master_key,
-                       key_store=key_store)
+            store = cls(open_storage(url, durable=durable, **storage_options), format=format, auto_repack=auto_repack,
+                        layout=layout, tenant_options=tenant_options, encrypted=encrypted, master_key=master_key,
+                        key_store=key_store)
+            store.open_options = {"durable": durable, **storage_options}
+            return store
         except (StorageError, FormatError):
             raise
         except OSError as e:  # e.g. an fsspec backend that connects at once: unknown host, refused

@@ -725,7 +725,8 @@ class _Importer:
 
 
 # -- import ----------------------------------------------------------------------------------
-def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP) -> list[FileResult]:
+def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP, jobs: int | None = 1
+                  ) -> list[FileResult]:
     """Import (or bring up to date) Claude Code sessions: a file, a project folder, or a tree.
 
     Each file is read from where the previous import stopped: only new lines are read and
@@ -738,6 +739,9 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
         store: the store.
         path: a ``.jsonl`` session file, a project folder, or ``~/.claude/projects``.
         app: the app name of the sessions.
+        jobs: worker processes to spread the files over, a session and its subagents in one
+            (None: as many as pay, :func:`~castore.adapters.import_jobs.default_jobs`); the
+            results are the same (:mod:`castore.adapters.import_jobs`).
 
     Returns:
         One :class:`FileResult` per file, main sessions before their subagents.
@@ -746,12 +750,28 @@ def import_claude(store: Store, path: str | os.PathLike[str], *, app: str = APP)
         ArchiveError: no session file at ``path``; another agent's sessions there (nothing
             is written); a file or folder name that is not a valid castore name (nothing of
             that file is written).
+        ImportJobError: ``jobs`` below 1, a worker that died.
         StorageError, OSError.
     """
+    from .import_jobs import import_files
+
     refuse_other(path, "claude")
     sources = find_sessions(path)
     store.init()
-    results: list[FileResult] = []
+    return import_files(store, "claude", sources, [f"{s.project}/{s.parent_id or s.session_id}" for s in sources],
+                        jobs=jobs, app=app)
+
+
+def import_sources(store: Store, sources: list[_Source], *, app: str = APP,
+                   out: list[FileResult] | None = None) -> list[FileResult]:
+    """Import the session files :func:`find_sessions` found (or some of them, each main file
+    with its subagents' files after it) as :func:`import_claude` does, in one write batch;
+    ``out`` gets each file's result as it is done.
+
+    Raises:
+        as :func:`import_claude`.
+    """
+    results: list[FileResult] = [] if out is None else out
     links: dict[str, dict[str, Any]] = {}
     # main session -> its agents' sessions, named in its info once its subagent files are in
     named: dict[tuple[str, str, str], dict[str, str]] = {}

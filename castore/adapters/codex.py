@@ -545,8 +545,8 @@ class _Importer:
         return {"parent": parent.id, "at": at}
 
 
-def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, user: str = "local"
-                 ) -> list[FileResult]:
+def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, user: str = "local",
+                 jobs: int | None = 1) -> list[FileResult]:
     """Import (or bring up to date) Codex rollouts: a file, or a folder such as ``~/.codex/sessions``.
 
     Forks are imported after their parents (when both are given), so that they share the
@@ -557,6 +557,9 @@ def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, 
         store: the store.
         path: a rollout file or a folder of them.
         app, user: the app and user of the sessions.
+        jobs: worker processes to spread the files over, a rollout and its forks in one
+            (None: as many as pay, :func:`~castore.adapters.import_jobs.default_jobs`); the
+            results are the same (:mod:`castore.adapters.import_jobs`).
 
     Returns:
         One :class:`FileResult` per file.
@@ -565,8 +568,11 @@ def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, 
         ArchiveError: no rollout at ``path``, another agent's sessions there (nothing is
             written), a thread id that is not a valid name. (A file
             whose imported part changed is skipped with a note in its result.)
+        ImportJobError: ``jobs`` below 1, a worker that died.
         StorageError, OSError.
     """
+    from .import_jobs import import_files
+
     refuse_other(path, "codex")
     sources = find_rollouts(path)
     store.init()
@@ -592,15 +598,28 @@ def import_codex(store: Store, path: str | os.PathLike[str], *, app: str = APP, 
 
     for s in sources:
         visit(s)
-    out: list[FileResult] = []
+    # a rollout's import reads its thread and the thread it forked from: one worker for both
+    threads = [tuple(t for t in metas[s.path] if isinstance(t, str)) or s.path for s in ordered]
+    return import_files(store, "codex", ordered, threads, jobs=jobs, app=app, user=user)
+
+
+def import_sources(store: Store, sources: list[_Source], *, app: str = APP, user: str = "local",
+                   out: list[FileResult] | None = None) -> list[FileResult]:
+    """Import rollouts (parents before their forks) as :func:`import_codex` does, in one
+    write batch; ``out`` gets each file's result as it is done.
+
+    Raises:
+        as :func:`import_codex`.
+    """
+    results: list[FileResult] = [] if out is None else out
 
     def one(s: _Source) -> int:
         with open(s.path, "rb") as f:
-            out.append(_Importer(store, s, app, user).run(f))
-        return out[-1].offset
+            results.append(_Importer(store, s, app, user).run(f))
+        return results[-1].offset
 
-    import_batched(store, ordered, one)
-    return out
+    import_batched(store, sources, one)
+    return results
 
 
 def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,

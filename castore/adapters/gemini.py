@@ -517,7 +517,8 @@ def _session_id(first: Any, src: _Source) -> str:
     return f"{src.parent}.{sid}" if src.parent is not None else sid
 
 
-def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP) -> list[FileResult]:
+def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP, jobs: int | None = 1
+                  ) -> list[FileResult]:
     """Import (or bring up to date) Gemini CLI sessions: a session file, a ``chats`` folder, a
     project folder, or ``~/.gemini/tmp``.
 
@@ -526,24 +527,56 @@ def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP)
     deleted upstream stays in the archive; a file whose imported part changed is imported again
     as ``<session>.v2`` (once; later imports continue it).
 
+    ``jobs``: worker processes to spread the files over, a session and its subagents in one
+    (None: as many as pay, :func:`~castore.adapters.import_jobs.default_jobs`); the results
+    are the same (:mod:`castore.adapters.import_jobs`).
+
     Returns:
         One :class:`~castore.adapters.jsonl_tree.FileResult` per file, parents before subagents.
 
     Raises:
         ArchiveError: no session file at ``path``, another agent's sessions there, a name that
             is not a valid castore name.
+        ImportJobError: ``jobs`` below 1, a worker that died.
         StorageError, OSError.
     """
+    from .import_jobs import import_files
+
     refuse_other(path, "gemini")
     sources = find_sessions(path)
     store.init()
-    out: list[FileResult] = []
+    return import_files(store, "gemini", sources, [_group(s) for s in sources], jobs=jobs, app=app)
+
+
+def _group(src: _Source) -> str:
+    """The session a file's import reads or writes besides its own: a subagent's parent (its
+    folder's name), else the file's own session (named in its first line)."""
+    if src.parent is None and not src.path.endswith(".json"):
+        try:
+            with open(src.path, "rb") as f:
+                sid = _session_id(parse_line(f.readline()), src)
+        except OSError:
+            sid = src.path
+    else:
+        sid = src.parent or src.path
+    return f"{os.path.dirname(src.rel) if src.parent is None else os.path.dirname(os.path.dirname(src.rel))}/{sid}"
+
+
+def import_sources(store: Store, sources: list[_Source], *, app: str = APP,
+                   out: list[FileResult] | None = None) -> list[FileResult]:
+    """Import session files (parents before their subagents) as :func:`import_gemini` does,
+    in one write batch; ``out`` gets each file's result as it is done.
+
+    Raises:
+        as :func:`import_gemini`.
+    """
+    results: list[FileResult] = [] if out is None else out
 
     def one(src: _Source) -> int:
         with open(src.path, "rb") as f:
             if src.path.endswith(".json"):
-                out.append(_import_whole(store, src, f, app))
-                return out[-1].offset
+                results.append(_import_whole(store, src, f, app))
+                return results[-1].offset
             head = f.readline()
             first = parse_line(head)
             try:
@@ -554,13 +587,13 @@ def import_gemini(store: Store, path: str | os.PathLike[str], *, app: str = APP)
                 # empty, or its first line still being written: the session's name is not known
                 # yet, and lines written after this read must not go to a session named after
                 # the file (the next import would archive them again under the right name)
-                out.append(FileResult(src.path, imp.session.key, torn=len(head)))
+                results.append(FileResult(src.path, imp.session.key, torn=len(head)))
                 return 0
-            out.append(imp.run(f))
-        return out[-1].offset
+            results.append(imp.run(f))
+        return results[-1].offset
 
     import_batched(store, sources, one)
-    return out
+    return results
 
 
 # -- the older whole-file JSON ---------------------------------------------------------------

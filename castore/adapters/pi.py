@@ -694,28 +694,60 @@ def find_files(path: str | os.PathLike[str]) -> list[str]:
 
 
 def import_pi(store: Store, path: str | os.PathLike[str], *, app: str = "pi", user: str = "local",
-              skip_bad_lines: bool = False, wait_torn: bool = True) -> list[ImportResult]:
+              skip_bad_lines: bool = False, wait_torn: bool = True, jobs: int | None = 1) -> list[ImportResult]:
     """Import (or bring up to date) Pi sessions: a file, or a folder such as ``~/.pi/agent/sessions``.
 
     One session per file (``app/user/<header id>``), each continued from where the last import
     stopped (:func:`import_session` with ``resume``); a file deleted upstream stays in the archive.
     ``wait_torn``: a last line still being written (no newline, not JSON) waits for the next
-    import (else it is a bad line, as :func:`import_session` says).
+    import (else it is a bad line, as :func:`import_session` says). ``jobs``: worker processes
+    to spread the files over, the files of one session id (its versions) in one (None: as many
+    as pay, :func:`~castore.adapters.import_jobs.default_jobs`); the results are the same
+    (:mod:`castore.adapters.import_jobs`).
 
     Raises:
         ArchiveError: no session file at ``path``, or another agent's sessions there.
+        ImportJobError: ``jobs`` below 1, a worker that died.
         PiImportError, InvalidName, StorageError, OSError: as :func:`import_session`.
     """
+    from .import_jobs import import_files
+
     refuse_other(path, "pi")
-    out: list[ImportResult] = []
+    files = find_files(path)
+    return import_files(store, "pi", files, [_header_id(fn) for fn in files], jobs=jobs, app=app, user=user,
+                        skip_bad_lines=skip_bad_lines, wait_torn=wait_torn)
+
+
+def _header_id(fn: str) -> str:
+    """The session id a Pi file's header names (the file's path when it names none): the
+    files of one session are imported by one process."""
+    try:
+        with open(fn, "rb") as f:
+            header = json.loads(f.readline())
+    except (OSError, ValueError):
+        return fn
+    sid = header.get("id") if isinstance(header, dict) else None
+    return f"id:{sid}" if isinstance(sid, str) else fn
+
+
+def import_sources(store: Store, files: list[str], *, app: str = "pi", user: str = "local",
+                   skip_bad_lines: bool = False, wait_torn: bool = True,
+                   out: list[ImportResult] | None = None) -> list[ImportResult]:
+    """Import Pi session files as :func:`import_pi` does, in one write batch; ``out`` gets
+    each file's result as it is done.
+
+    Raises:
+        as :func:`import_pi`.
+    """
+    results: list[ImportResult] = [] if out is None else out
 
     def one(fn: str) -> int:
         with open(fn, "rb") as f:
-            out.append(_import(store, f, fn, app, user, None, skip_bad_lines, True, wait_torn))
+            results.append(_import(store, f, fn, app, user, None, skip_bad_lines, True, wait_torn))
             return f.tell()
 
-    import_batched(store, find_files(path), one)
-    return out
+    import_batched(store, files, one)
+    return results
 
 
 # -- export --------------------------------------------------------------------------------

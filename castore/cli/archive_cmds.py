@@ -70,8 +70,12 @@ _IMPORT_JSON = ('a list of {"path": FILE, "session": "APP/USER/SESSION", "lines"
                 'they were stored, with --redact or the store\'s setting)}')
 
 
-def follow_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The ``--follow``, ``--interval`` and ``--sync REMOTE`` options of an archive import."""
+def import_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--jobs N``, ``--follow``, ``--interval`` and ``--sync REMOTE`` options of an archive import."""
+    f = click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N",
+                     help="Import over N worker processes, each session (with its subagents, forks or "
+                          "versions) in one; the output is the same [default: a worker per 8 MB of files up "
+                          "to the cores (at most 8) on a local store, else 1; with --follow, later rounds 1].")(f)
     f = click.option("--sync", "sync_remote", metavar="REMOTE",
                      help="After the import (with --follow: after each round that imported something), sync "
                           "the app's sessions with REMOTE, as `castore sync` does.")(f)
@@ -81,18 +85,19 @@ def follow_options(f: Callable[..., Any]) -> Callable[..., Any]:
                         help="Keep importing as the agent writes, until interrupted (Ctrl-C).")(f)
 
 
-def run_import(ctx: click.Context, store: Any, what: str, import_once: Callable[[], list[Any]], *, app: str,
-               follow: bool, interval: float, sync_remote: str | None, as_json: bool,
+def run_import(ctx: click.Context, store: Any, what: str, import_once: Callable[[int | None], list[Any]], *,
+               app: str, jobs: int | None, follow: bool, interval: float, sync_remote: str | None, as_json: bool,
                echo: Callable[[list[Any], bool], None] | None = None) -> None:
-    """Run an archive import once or (``follow``) round after round, printing each result
-    (``echo(results, as_json)``, default: a line per file that changed); with ``sync_remote``,
-    sync the app's sessions with it after each round that imported something."""
+    """Run an archive import (``import_once(jobs)``) once or (``follow``) round after round,
+    the rounds after the first with one job (they read what was added since), printing each
+    result (``echo(results, as_json)``, default: a line per file that changed); with
+    ``sync_remote``, sync the app's sessions with it after each round that imported something."""
     from ..adapters.follow import follow as follow_loop
 
     echo = echo or _echo_results
     after = _syncer(ctx, store, app, sync_remote) if sync_remote else None
     if not follow:
-        results = import_once()
+        results = import_once(jobs)
         echo(results, as_json)
         if after is not None and any(r.lines for r in results):
             after(results)
@@ -100,7 +105,9 @@ def run_import(ctx: click.Context, store: Any, what: str, import_once: Callable[
         return
     note(f"following {what} (Ctrl-C to stop)")
     try:
-        follow_loop(import_once, interval=interval, on_result=lambda r: echo([r], as_json), on_round=after)
+        rounds = iter([jobs])
+        follow_loop(lambda: import_once(next(rounds, 1)), interval=interval, on_result=lambda r: echo([r], as_json),
+                    on_round=after)
     except KeyboardInterrupt:
         note("stopped")
     _update_index(store)
@@ -142,11 +149,11 @@ def export_options(app: str, *, dest_required: bool = True,
 @click.command("claude")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
-@follow_options
+@import_options
 @redact_option
 @json_option(_IMPORT_JSON)
 @click.pass_context
-def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float,
+def import_claude_cmd(ctx: click.Context, path: str, app: str, jobs: int | None, follow: bool, interval: float,
                       sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Claude Code sessions: a session file, a project folder, or ~/.claude/projects.
 
@@ -159,8 +166,8 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     from ..adapters.claude_code import import_claude
 
     store = import_store(ctx, redact)
-    run_import(ctx, store, path, lambda: import_claude(store, path, app=app), app=app, follow=follow,
-               interval=interval, sync_remote=sync_remote, as_json=as_json)
+    run_import(ctx, store, path, lambda j: import_claude(store, path, app=app, jobs=j), app=app, jobs=jobs,
+               follow=follow, interval=interval, sync_remote=sync_remote, as_json=as_json)
 
 
 @click.command("claude")
@@ -182,12 +189,12 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
 @click.option("--user", default="local", show_default=True, help="The user name of the sessions.")
-@follow_options
+@import_options
 @redact_option
 @json_option(_IMPORT_JSON)
 @click.pass_context
-def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow: bool, interval: float,
-                     sync_remote: str | None, redact: bool, as_json: bool) -> None:
+def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, jobs: int | None, follow: bool,
+                     interval: float, sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Codex CLI rollouts: a rollout file, or a folder such as ~/.codex/sessions.
 
     One session per thread (APP/USER/THREAD-ID). A fork shares its parent's history, a
@@ -197,8 +204,8 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, follow:
     from ..adapters.codex import import_codex
 
     store = import_store(ctx, redact)
-    run_import(ctx, store, path, lambda: import_codex(store, path, app=app, user=user), app=app, follow=follow,
-               interval=interval, sync_remote=sync_remote, as_json=as_json)
+    run_import(ctx, store, path, lambda j: import_codex(store, path, app=app, user=user, jobs=j), app=app, jobs=jobs,
+               follow=follow, interval=interval, sync_remote=sync_remote, as_json=as_json)
 
 
 @click.command("codex")
@@ -219,11 +226,11 @@ def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, 
 @click.command("gemini")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--app", default="gemini", show_default=True, help="The app name of the sessions.")
-@follow_options
+@import_options
 @redact_option
 @json_option(_IMPORT_JSON)
 @click.pass_context
-def import_gemini_cmd(ctx: click.Context, path: str, app: str, follow: bool, interval: float,
+def import_gemini_cmd(ctx: click.Context, path: str, app: str, jobs: int | None, follow: bool, interval: float,
                       sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Gemini CLI sessions: a session file, a chats folder, or ~/.gemini/tmp.
 
@@ -235,8 +242,8 @@ def import_gemini_cmd(ctx: click.Context, path: str, app: str, follow: bool, int
     from ..adapters.gemini import import_gemini
 
     store = import_store(ctx, redact)
-    run_import(ctx, store, path, lambda: import_gemini(store, path, app=app), app=app, follow=follow,
-               interval=interval, sync_remote=sync_remote, as_json=as_json)
+    run_import(ctx, store, path, lambda j: import_gemini(store, path, app=app, jobs=j), app=app, jobs=jobs,
+               follow=follow, interval=interval, sync_remote=sync_remote, as_json=as_json)
 
 
 @click.command("gemini")

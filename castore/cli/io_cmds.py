@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import CastoreError
-from .archive_cmds import export_options, follow_options, run_export, run_import
+from .archive_cmds import export_options, import_options, run_export, run_import
 from .common import (
     CastoreGroup,
     CliState,
@@ -84,15 +84,15 @@ def import_group() -> None:
                    f"(one file only) [default: {_DEFAULT_APP}/{_DEFAULT_USER}].")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Skip lines that are not JSON objects (a torn last line) and report them, instead of failing.")
-@follow_options
+@import_options
 @redact_option
 @json_option('a list of {"session": "APP/USER/SESSION", "head": ID, "entries": NEW, "total": N, "branches": {...}, '
              '"labels": {...}, "skipped": [[LINE, REASON], ...], "blobs": N, "upgraded_from": V, "path": FILE, '
              '"offset": BYTES, "torn": BYTES, "notes": [...], "redacted": {KIND: N, ...} (secrets replaced before they '
              'were stored)}')
 @click.pass_context
-def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip_bad_lines: bool, follow: bool,
-              interval: float, sync_remote: str | None, redact: bool, as_json: bool) -> None:
+def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip_bad_lines: bool, jobs: int | None,
+              follow: bool, interval: float, sync_remote: str | None, redact: bool, as_json: bool) -> None:
     """Archive Pi sessions: session files (v1-v3), or a folder such as ~/.pi/agent/sessions.
 
     One session per file. Every entry becomes a commit whose parent is its parentId; the
@@ -114,7 +114,7 @@ def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip
             raise click.UsageError("-s APP/USER/SESSION names one session: import one file, or pass -s APP/USER")
     store = import_store(ctx, redact)
 
-    def once() -> list[Any]:
+    def once(jobs: int | None) -> list[Any]:
         if sid is not None:
             from ..adapters.detect import refuse_other
 
@@ -123,9 +123,9 @@ def import_pi(ctx: click.Context, paths: tuple[str, ...], spec: str | None, skip
                 return [import_session(store, f, app=app, user=user, session_id=sid, skip_bad_lines=skip_bad_lines,
                                        resume=True, wait_torn=follow)]
         return [r for p in paths for r in import_tree(store, p, app=app, user=user, skip_bad_lines=skip_bad_lines,
-                                                      wait_torn=follow)]
+                                                      wait_torn=follow, jobs=jobs)]
 
-    run_import(ctx, store, ", ".join(paths), once, app=app, follow=follow, interval=interval,
+    run_import(ctx, store, ", ".join(paths), once, app=app, jobs=jobs, follow=follow, interval=interval,
                sync_remote=sync_remote, as_json=as_json, echo=lambda rs, js: _echo_pi(store, rs, js))
 
 

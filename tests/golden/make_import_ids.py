@@ -65,25 +65,29 @@ def _old_layout(work: Path) -> Path:
     return proj
 
 
-def scenarios(work: Path) -> dict[str, Any]:
-    """Each scenario's sessions and exported files, from stores made under ``work``."""
+def scenarios(work: Path, jobs: int = 1, vendors_only: bool = False) -> dict[str, Any]:
+    """Each scenario's sessions and exported files, from stores made under ``work``; the
+    vendors' folders imported over ``jobs`` processes (the same commits, whatever ``jobs``),
+    and with ``vendors_only`` nothing else."""
     out: dict[str, Any] = {}
 
-    def run(name: str, importer: Any, path: Path, exporter: Any) -> castore.Store:
+    def run(name: str, importer: Any, path: Path, exporter: Any, jobs: int = 1) -> castore.Store:
         store = castore.open(str(work / f"store-{name}"), durable=False)
-        importer(store, path)
+        importer(store, path, jobs=jobs)
         exporter(store, work / f"out-{name}")
         out[name] = {"sessions": _sessions(store), "files": _files(work / f"out-{name}")}
         return store
 
-    run("claude", import_claude, DATA / "claude-code", export_claude)
-    run("codex", import_codex, DATA / "codex", export_codex)
-    run("gemini", import_gemini, DATA / "gemini" / "tmp", export_gemini)
+    run("claude", import_claude, DATA / "claude-code", export_claude, jobs)
+    run("codex", import_codex, DATA / "codex", export_codex, jobs)
+    run("gemini", import_gemini, DATA / "gemini" / "tmp", export_gemini, jobs)
     pi = work / "pi-in"
     pi.mkdir()
     for xz in sorted((DATA / "pi").glob("*.xz")):
         (pi / xz.name.removesuffix(".xz")).write_bytes(lzma.decompress(xz.read_bytes()))
-    run("pi", import_pi, pi, export_pi)
+    run("pi", import_pi, pi, export_pi, jobs)
+    if vendors_only:
+        return out
     # a live file: imported as it grows, in three steps
     lines = (DATA / "claude-code" / "session-share" / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
     grow = work / "grow" / "proj"

@@ -1,0 +1,282 @@
+"""An archive import spread over worker processes (``castore import claude|codex|gemini|pi --jobs N``),
+and the retry every archive import runs under.
+
+A vendor's import (``import_claude``, ``import_codex``, ``import_gemini``, ``import_pi``) finds
+its files as it always did and hands them here (:func:`import_files`) in the order one process
+imports them, each with the name of its *session group*: the files whose import reads or
+writes the same sessions (a Claude Code session file and its subagent files, a Codex rollout
+and its forks, a Gemini CLI session and its ``chats/<parent>/`` subagents, the files of one
+Pi session id). A group is never split, so no session is written by two processes.
+
+With one job the files are imported here, in this process. With N, the groups are dealt out
+over N shares balanced by bytes (the largest group first, onto the lightest share), and N
+worker processes each open the same store by URL (:attr:`castore.Store.open_options`: the
+storage options it was opened with; the handle's redaction choice too) and import their
+share, in order, in write batches as one process does. The workers are *spawned* (a fresh
+interpreter): a store handle runs background threads (the repack, a pack map's readers), and
+a child forked while one holds a lock inherits the lock held forever.
+
+What comes back is what one process gives: the results in the order of the files, and on a
+failure the error the first failing file (in that order) raised, after every worker is done;
+the files the workers imported stay imported, and the next import finishes the rest. A
+worker that dies without a word (killed) is reported as :class:`ImportJobError`. Ctrl-C
+stops every worker (each drops its batch in flight, as one process does) and raises
+:class:`KeyboardInterrupt`.
+
+Repack: a write batch holds the background repack while it writes and starts it at its end.
+On local disk a repack merges every sealed pack it lists, whoever wrote it, so N workers
+finishing together would run N repacks over the same packs: each reads and rewrites them all,
+the first to delete a pack wins and the others skip it, leaving its objects in two or more
+new packs until the next repack (nothing is lost, the work and the space are spent N times).
+So on local disk the workers do not repack, and the parent starts one background repack once
+they are done (its store's close waits for it). On object storage a handle merges only the
+packs it wrote, so each worker repacks its own.
+
+Two imports of one folder at once (two users, ``--follow`` and a manual import): the one
+whose landing loses a race on a session's ref (:class:`~castore.errors.RefConflict`) imports
+its files again, under :data:`IMPORT_RETRY` (:func:`castore.plumbing.retry`, the store's
+one retry loop): an import reads each session's state first, so it goes on from what the
+other one stored, and every line is stored once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import importlib
+import multiprocessing
+import os
+import pickle
+import signal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CastoreError
+from ..plumbing import RetryPolicy, retry
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from ..store import Store
+
+#: the module of each vendor's import; each has ``import_sources(store, units, out=..., **options)``
+VENDORS = {"claude": "castore.adapters.claude_code", "codex": "castore.adapters.codex",
+           "gemini": "castore.adapters.gemini", "pi": "castore.adapters.pi"}
+#: the most workers the default starts
+MAX_JOBS = 8
+#: the default starts a worker per this many bytes of files (a spawned worker costs ~0.3 s
+#: of start-up, an import reads a few MB a second): fewer bytes, one process
+SHARE_BYTES = 8 << 20
+#: an import that lost a race on a session's ref (another import of the same files) imports
+#: again: each attempt goes on from what was stored, so a few are plenty; an attempt may take
+#: long (a big folder), hence the generous time
+IMPORT_RETRY = RetryPolicy(max_attempts=20, max_seconds=24 * 3600.0, base_delay=0.05, max_delay=1.0)
+#: how long Ctrl-C waits for a worker to stop before it is killed
+_STOP_SECONDS = 30.0
+
+
+class ImportJobError(CastoreError, ValueError):
+    """An import over worker processes could not run or finish: a jobs count below 1, or a
+    worker that stopped without saying why (killed), or whose error could not be carried back."""
+
+
+def import_files(store: Store, vendor: str, units: Sequence[Any], sessions: Sequence[str | tuple[str, ...]], *,
+                 jobs: int | None = 1, **options: Any) -> list[Any]:
+    """Import a vendor's files (``units``, in the order one process imports them) over ``jobs``
+    processes (None: :func:`default_jobs`), retrying a lost race under :data:`IMPORT_RETRY`;
+    ``sessions`` names, per unit, the session (or sessions) its import reads or writes
+    besides its own: units that share one go to the same process (:func:`session_groups`);
+    ``options`` go to the vendor's ``import_sources``.
+
+    Returns:
+        The results, one per unit, in the units' order.
+
+    Raises:
+        ImportJobError: ``jobs`` below 1; a worker died or its error could not be carried back.
+        what the vendor's import raises (the first failing unit's error, in the units' order).
+        KeyboardInterrupt: interrupted (every worker stopped).
+    """
+    if jobs is not None and jobs < 1:
+        raise ImportJobError(f"--jobs must be 1 or more, not {jobs}")
+    sizes = [_size(u) for u in units]
+    groups = session_groups(sessions)
+    n = default_jobs(store, sum(sizes), len(groups)) if jobs is None else min(jobs, len(groups))
+    if n > 1 and not shareable(store):
+        n = 1
+    if n <= 1:
+        return import_here(store, vendor, units, options)
+    shares = split(groups, sizes, n)
+    return _run_workers(store, vendor, [[(i, units[i]) for i in share] for share in shares], options)
+
+
+def session_groups(sessions: Sequence[str | tuple[str, ...]]) -> list[list[int]]:
+    """The indexes of the units that must go to one process: those naming a common session
+    in ``sessions`` (one name or a tuple of names per unit), transitively; each group in
+    ascending order, the groups by their first unit."""
+    parent = list(range(len(sessions)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, names in enumerate(sessions):
+        for name in (names,) if isinstance(names, str) else names:
+            j = first.setdefault(name, i)
+            a, b = find(i), find(j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    out: dict[int, list[int]] = {}
+    for i in range(len(sessions)):
+        out.setdefault(find(i), []).append(i)
+    return list(out.values())
+
+
+def shareable(store: Store) -> bool:
+    """Whether worker processes can open ``store`` as this handle did: not a ``memory://``
+    store (one per process), not an encrypted one (its keys stay with this handle), and one
+    opened by :meth:`castore.Store.open` (whose options they reuse)."""
+    return (store.open_options is not None and not store.url.startswith("memory://")
+            and store.encryption is None and store.root is store)
+
+
+def default_jobs(store: Store, total_bytes: int, groups: int) -> int:
+    """How many processes an import of ``groups`` session groups adding up to ``total_bytes``
+    uses unless told: a worker per :data:`SHARE_BYTES` up to the machine's cores (at most
+    :data:`MAX_JOBS`), on a local store; 1 for a few files, a small folder, and a store
+    elsewhere (a memory store is one per process; an object store's requests, not the
+    cores, bound an import; ask for ``jobs`` there)."""
+    if not shareable(store) or "://" in store.url and not store.url.startswith("file://"):
+        return 1
+    return max(1, min(os.cpu_count() or 1, MAX_JOBS, groups, total_bytes // SHARE_BYTES))
+
+
+def split(groups: Sequence[Sequence[int]], sizes: Sequence[int], n: int) -> list[list[int]]:
+    """Deal ``groups`` (lists of unit indexes) over ``n`` shares balanced by bytes (``sizes``
+    per unit): the largest group first, onto the lightest share. Each share's indexes come
+    in ascending order (the order one process imports them); empty shares are dropped."""
+    heap = [(0, k) for k in range(n)]
+    shares: list[list[int]] = [[] for _ in range(n)]
+    for g in sorted(groups, key=lambda g: (-sum(sizes[i] for i in g), g[0])):
+        load, k = heapq.heappop(heap)
+        shares[k].extend(g)
+        heapq.heappush(heap, (load + sum(sizes[i] for i in g), k))
+    return [sorted(s) for s in shares if s]
+
+
+def import_here(store: Store, vendor: str, units: Sequence[Any], options: dict[str, Any],
+                out: list[Any] | None = None) -> list[Any]:
+    """Import ``units`` in this process with the vendor's ``import_sources``, again from what
+    is stored after a lost race (:data:`IMPORT_RETRY`); ``out`` gets the results as each unit
+    is done (a caller sees how far an attempt that raised got).
+
+    Raises:
+        what the vendor's import raises; RefContended: races lost :data:`IMPORT_RETRY` times.
+    """
+    import_sources: Callable[..., list[Any]] = importlib.import_module(VENDORS[vendor]).import_sources
+    got: list[Any] = [] if out is None else out
+
+    def attempt(_n: int) -> list[Any]:
+        got.clear()
+        return import_sources(store, units, out=got, **options)
+
+    return retry("an archive import", attempt, IMPORT_RETRY)
+
+
+def _size(unit: Any) -> int:
+    try:
+        return os.path.getsize(getattr(unit, "path", unit))
+    except OSError:
+        return 0
+
+
+# -- the workers -------------------------------------------------------------------------------
+def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
+                 options: dict[str, Any]) -> list[Any]:
+    local = not store.objects.packmap.no_append  # the parent repacks once (module docstring)
+    redact = store.redactor is not None
+    ctx = multiprocessing.get_context("spawn")
+    workers: list[tuple[Any, Connection, list[int]]] = []
+    try:
+        for share in shares:
+            reader, writer = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_work, name="castore-import", args=(
+                writer, store.url, store.open_options, local, redact, vendor, [u for _, u in share], options))
+            p.start()
+            writer.close()
+            workers.append((p, reader, [i for i, _ in share]))
+        results: dict[int, Any] = {}
+        failures: list[tuple[int, BaseException]] = []
+        for p, reader, idx in workers:
+            try:
+                done, failed = reader.recv()
+            except EOFError:
+                p.join()
+                failures.append((idx[0], ImportJobError(
+                    f"an import worker stopped (exit status {p.exitcode}) before it was done; the files it "
+                    "imported are kept: import again to finish")))
+                continue
+            results.update(zip(idx, done, strict=False))
+            if failed is not None:
+                failures.append((idx[min(len(done), len(idx) - 1)], failed))
+        for p, _, _ in workers:
+            p.join()
+    except KeyboardInterrupt:
+        _stop(workers)
+        raise
+    finally:
+        for _, reader, _ in workers:
+            reader.close()
+        if local:
+            store.objects.repacker.start()
+    if failures:
+        raise min(failures, key=lambda f: f[0])[1]
+    return [results[i] for i in sorted(results)]
+
+
+def _stop(workers: list[tuple[Any, Connection, list[int]]]) -> None:
+    """Interrupt every worker still running (each drops its batch in flight), and wait for them."""
+    for p, _, _ in workers:
+        if p.is_alive() and p.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(p.pid, signal.SIGINT)
+    for p, _, _ in workers:
+        p.join(_STOP_SECONDS)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _work(conn: Connection, url: str, open_options: dict[str, Any], local: bool, redact: bool, vendor: str,
+          units: list[Any], options: dict[str, Any]) -> None:
+    """A worker: open the store, import ``units``, send back ``(results, error or None)``."""
+    from ..store import Store
+
+    out: list[Any] = []
+    failed: BaseException | None = None
+    try:
+        store = Store.open(url, auto_repack=False if local else None, **open_options)
+        try:
+            if redact:
+                store.redact_writes(True)
+            import_here(store, vendor, units, options, out)
+        finally:
+            store.close()
+    except KeyboardInterrupt:
+        return  # the parent was interrupted too: it says so
+    except BaseException as e:  # noqa: BLE001 - carried to the parent, which raises it
+        failed = _portable(e)
+    conn.send((out, failed))
+    conn.close()
+
+
+def _portable(e: BaseException) -> BaseException:
+    """``e`` if it survives pickling (to be raised in the parent as it is), else an
+    :class:`ImportJobError` with its message (what the CLI's error line shows)."""
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception:  # noqa: BLE001 - any exception class whose constructor pickle cannot call
+        return ImportJobError(str(e))
+    return e

@@ -1,0 +1,133 @@
+"""``import ... --jobs N``: an archive import spread over worker processes gives what one process
+gives (sessions, commit ids, exported bytes, the CLI's output and error line); a worker failing
+leaves the others' files imported; two imports of one folder at once both finish, every line
+stored once (castore.adapters.import_jobs). Real spawned workers, no mocks."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import castore
+from castore.adapters.codex import export_codex, import_codex
+from castore.adapters.import_jobs import ImportJobError, session_groups, split
+from castore.maintenance import fsck
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+GOLDEN = ROOT / "tests" / "golden"
+sys.path.insert(0, str(GOLDEN))
+
+from make_import_ids import _files, _sessions, scenarios  # noqa: E402
+
+WANT = json.loads((GOLDEN / "import-ids.json").read_text())
+
+
+def _cli(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "castore", "--store", str(store), *args], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_jobs_2_gives_the_checked_in_commits_of_every_vendor(tmp_path: Path) -> None:
+    got = json.loads(json.dumps(scenarios(tmp_path, jobs=2, vendors_only=True), sort_keys=True)
+                     .replace(str(tmp_path), "WORK"))
+    assert sorted(got) == ["claude", "codex", "gemini", "pi"]
+    for name, scenario in got.items():
+        assert scenario == WANT[name], name
+
+
+def test_codex_forks_stay_with_their_parent_and_give_what_one_process_gives(tmp_path: Path) -> None:
+    src = (DATA / "codex" / "sample_codex_session.jsonl").read_text()
+    meta = json.loads(src.splitlines()[0])
+    tid = meta["payload"]["id"]
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "rollout-a.jsonl").write_text(src)
+    (folder / "rollout-b.jsonl").write_text(src.replace(tid, "11111111-2222-3333-4444-555555555555"))
+    results = {}
+    for jobs in (1, 2):
+        store = castore.open(str(tmp_path / f"store{jobs}"), durable=False)
+        results[jobs] = [(r.session, r.lines, r.head) for r in import_codex(store, folder, jobs=jobs)]
+        export_codex(store, tmp_path / f"out{jobs}")
+        results[jobs].append(_sessions(store))
+    assert results[1] == results[2]
+    assert _files(tmp_path / "out1") == _files(tmp_path / "out2")
+
+
+def test_sessions_sharing_a_name_go_to_one_share() -> None:
+    groups = session_groups(["a", ("b", "a"), "c", ("d", "b"), "e"])
+    assert groups == [[0, 1, 3], [2], [4]]
+    assert sorted(split(groups, [5, 1, 9, 1, 2], 2)) == [[0, 1, 3, 4], [2]]  # 9 bytes against 9
+    with pytest.raises(ImportJobError):
+        import_codex(castore.open("memory://import-jobs-bad"), DATA / "codex", jobs=0)
+
+
+def test_cli_output_with_jobs_2_is_what_jobs_1_prints(tmp_path: Path) -> None:
+    outs = []
+    for jobs in ("1", "2"):
+        text = _cli(tmp_path / f"s{jobs}", "import", "claude", str(DATA / "claude-code"), "--jobs", jobs)
+        js = _cli(tmp_path / f"g{jobs}", "import", "gemini", str(DATA / "gemini" / "tmp"), "--jobs", jobs, "--json")
+        assert text.returncode == js.returncode == 0, text.stderr + js.stderr
+        outs.append((text.stdout, text.stderr, js.stdout.replace(f"g{jobs}", "G"), js.stderr))
+    assert outs[0] == outs[1]
+    assert outs[0][0].count("\n") == 11  # a line per file imported
+
+
+@pytest.fixture
+def pi_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "pi"
+    folder.mkdir()
+    for xz in sorted((DATA / "pi").glob("*.xz")):
+        (folder / xz.name.removesuffix(".xz")).write_bytes(lzma.decompress(xz.read_bytes()))
+    return folder
+
+
+def test_a_worker_failing_on_a_corrupt_file_says_what_one_process_says(tmp_path: Path, pi_folder: Path) -> None:
+    (pi_folder / "c-corrupt.jsonl").write_text('{"type": "message", "id": "x"}\n')
+    got = {jobs: _cli(tmp_path / f"s{jobs}", "import", "pi", str(pi_folder), "--jobs", jobs) for jobs in ("1", "3")}
+    assert got["1"].returncode == got["3"].returncode == 1
+    assert got["1"].stderr == got["3"].stderr
+    assert got["1"].stderr.startswith("Error: ") and got["1"].stderr.count("\n") == 1
+    assert got["1"].stdout == got["3"].stdout == ""
+    # the files before the corrupt one are in either way; the third worker's file too
+    one, three = (castore.open(str(tmp_path / f"s{j}")) for j in ("1", "3"))
+    assert [s.session for s in three.sessions("pi")] and len(three.sessions("pi")) >= len(one.sessions("pi"))
+    (pi_folder / "c-corrupt.jsonl").unlink()
+    again = _cli(tmp_path / "s3", "import", "pi", str(pi_folder), "--jobs", "3")
+    assert again.returncode == 0, again.stderr
+    store = castore.open(str(tmp_path / "s3"))
+    assert len(store.sessions("pi")) == 2
+    assert fsck(store).ok
+
+
+def _folder_of_copies(root: Path, copies: int) -> Path:
+    """A projects folder: the Claude Code fixtures copied into ``copies`` project folders."""
+    out = root / "projects"
+    for k in range(copies):
+        for proj in ("session-share", "claude-code-log"):
+            shutil.copytree(DATA / "claude-code" / proj, out / f"{proj}-{k}",
+                            ignore=shutil.ignore_patterns("LICENSE", "README.md"))
+    return out
+
+
+def test_two_imports_of_one_folder_at_once_both_finish_with_every_line_once(tmp_path: Path) -> None:
+    folder = _folder_of_copies(tmp_path, 6)
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "castore", "--store", str(store), "import", "claude", str(folder), "--jobs", "2"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+             for _ in range(2)]
+    outs = [p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    # the same commits as one import alone: every line stored once
+    alone = _cli(tmp_path / "alone", "import", "claude", str(folder), "--jobs", "1")
+    assert alone.returncode == 0, alone.stderr
+    both, one = castore.open(str(store)), castore.open(str(tmp_path / "alone"))
+    assert _sessions(both) == _sessions(one)
+    assert fsck(both).ok
