@@ -79,6 +79,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _VERIFY_BATCH = 512
+#: ``expect=`` of :meth:`Session.append_many` that makes a branch: the branch must not exist
+#: yet (two imports of one new file at once: the second to append raises RefConflict, instead
+#: of appending the same lines again on top of the first's)
+NEW_BRANCH = ""
 _MESSAGE_KINDS = ("message", "event")
 
 
@@ -344,7 +348,9 @@ class Session:
 
         Args:
             entries: the entries, as for :meth:`append`.
-            expect: the commit the caller expects the branch to be at (see :meth:`append`).
+            expect: the commit the caller expects the branch to be at (see :meth:`append`);
+                :data:`NEW_BRANCH`: the branch must not exist yet (the first append of a
+                session's import: a rival that made it first wins, this one raises).
             author, meta, state_delta, time: as for :meth:`append`, for every entry.
             times: per-entry timestamps, as many as ``entries``.
             metas: per-entry provenance, as many as ``entries``.
@@ -378,12 +384,13 @@ class Session:
             for i, e in enumerate(entries)
         ]
         on = self.refs.branch(branch) if branch is not None else None
+        want = None if expect == NEW_BRANCH else expect
         if expect is not None or on is not None:
             # Fail before the app/user state is touched: a refused append writes nothing.
             tipref = self._branch_tip(on, branch, fresh=expect is not None)[2] \
                 if on is not None and branch is not None else self._read_tip()[2]
-            if expect is not None and (tipref.target if tipref is not None else None) != expect:
-                raise RefConflict(on or self._write_ref(), expect, tipref.target if tipref is not None else None)
+            if expect is not None and (tipref.target if tipref is not None else None) != want:
+                raise RefConflict(on or self._write_ref(), want, tipref.target if tipref is not None else None)
         self.store.init()
         # App and user changes are written first (the commits name them) but published only
         # after the session's ref moved: a writer that loses the race changes no scope.
@@ -402,8 +409,8 @@ class Session:
             # appends of other threads to this branch, staged in this group, come first
             move = group.moves.get(ref) if ref is not None else None
             tip = move.batch.tip if move is not None else tipref.target if tipref is not None else None
-            if expect is not None and tip != expect:
-                raise RefConflict(on or (self.refs.branch(name) if name else self.refs.head), expect, tip)
+            if expect is not None and tip != want:
+                raise RefConflict(on or (self.refs.branch(name) if name else self.refs.head), want, tip)
             batch = move.join(job) if move is not None else self.plumbing.batch(tip, tipref)
             start = len(batch.ids)
             self._build(batch, prepared, scopes)

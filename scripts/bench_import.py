@@ -14,13 +14,17 @@ alternating for ROUNDS rounds:
 * the format's own share: the same process builds castore's objects for every line in memory
   (the raw line's blob hashed, a body and a commit encoded and hashed, every byte zstd-compressed
   in 1 MiB blocks), with no store: what no write path of this format can go below;
-* ``castore --store FRESH import claude FOLDER`` into a fresh local store;
-* the same command again on that store, nothing new (the incremental re-import).
+* ``castore --store FRESH import claude FOLDER`` into a fresh local store, with the default
+  ``--jobs`` (worker processes: a worker per 8 MB up to the cores, at most 8) or ``--jobs N``;
+* the same with ``--jobs 1`` (one process), into another fresh store;
+* the first command again on its store, nothing new (the incremental re-import).
 
-Prints MB, seconds (median and each run), MB/s and the ratio to the floor (issue 38 asks for
-import within 2x). ``--markdown FILE`` also writes the table as a page.
+Prints MB, seconds (median and each run), MB/s, the ratio to the floor (issue 38 asks for
+import within 2x) and, for the imports, the peak memory of the process tree (the parent and
+its workers together, their resident sets summed, sampled every 20 ms from /proc; Linux).
+``--markdown FILE`` also writes the table as a page.
 
-    .venv/bin/python scripts/bench_import.py [--size-mb 200] [--rounds 3] [--workdir DIR]
+    .venv/bin/python scripts/bench_import.py [--size-mb 200] [--rounds 3] [--jobs N] [--workdir DIR]
                                              [--markdown FILE]
 """
 
@@ -158,13 +162,46 @@ def generate(out: Path, size_mb: float, seed: int = 7) -> tuple[int, int, int]:
     return written, files, sessions
 
 
-def timed(cmd: list[str]) -> float:
-    """Run ``cmd`` as its own process; its wall time in seconds (exits on failure)."""
+def _tree_rss(pid: int) -> int:
+    """The resident bytes of ``pid`` and its descendants now (0 where /proc cannot say)."""
+    kids: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            statm = Path(f"/proc/{d}/statm").read_text().split()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+        rss[int(d)] = int(statm[1]) * page
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo += kids.get(p, [])
+    return total
+
+
+def timed(cmd: list[str], peaks: list[int] | None = None) -> float:
+    """Run ``cmd`` as its own process; its wall time in seconds (exits on failure). With
+    ``peaks``, the peak resident bytes of its process tree are appended to it."""
     t = time.perf_counter()
-    got = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    if peaks is not None:
+        while p.poll() is None:
+            peak = max(peak, _tree_rss(p.pid))
+            time.sleep(0.02)
+    _out, err = p.communicate()
     took = time.perf_counter() - t
-    if got.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed ({got.returncode}): {got.stderr.strip()[-800:]}")
+    if p.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {err.strip()[-800:]}")
+    if peaks is not None:
+        peaks.append(peak)
     return took
 
 
@@ -172,6 +209,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=float, default=200.0, help="size of the generated folder, MB (10^6 bytes)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--jobs", type=int, help="the import's --jobs beside --jobs 1 (default: castore's default)")
     ap.add_argument("--workdir", help="keep the folder and stores here (default: a temporary folder, removed)")
     ap.add_argument("--markdown", metavar="FILE", help="also write the results to FILE as a Markdown page")
     a = ap.parse_args()
@@ -187,16 +225,22 @@ def main() -> None:
         mb = size / 1e6
         print(f"generated {sessions} sessions in {files} files, {mb:.1f} MB", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "castore")], check=True)
-        times: dict[str, list[float]] = {"floor": [], "format": [], "import": [], "again": []}
+        times: dict[str, list[float]] = {"floor": [], "format": [], "import": [], "one": [], "again": []}
+        peaks: dict[str, list[int]] = {"import": [], "one": []}
+        jobs = [] if a.jobs is None else ["--jobs", str(a.jobs)]
         for r in range(a.rounds):
-            store = work / f"store-{r}"
+            store, one = work / f"store-{r}", work / f"store-{r}-1"
             shutil.rmtree(store, ignore_errors=True)
+            shutil.rmtree(one, ignore_errors=True)
             times["floor"].append(timed([sys.executable, "-c", FLOOR, str(folder)]))
             times["format"].append(timed([sys.executable, "-c", FORMAT, str(folder)]))
-            cmd = [*CASTORE, "--store", str(store), "import", "claude", str(folder)]
-            times["import"].append(timed(cmd))
+            cmd = [*CASTORE, "--store", str(store), "import", "claude", str(folder), *jobs]
+            alone = [*CASTORE, "--store", str(one), "import", "claude", str(folder), "--jobs", "1"]
+            for k, c in (("import", cmd), ("one", alone)) if r % 2 == 0 else (("one", alone), ("import", cmd)):
+                times[k].append(timed(c, peaks[k]))
             times["again"].append(timed(cmd))
             shutil.rmtree(store, ignore_errors=True)
+            shutil.rmtree(one, ignore_errors=True)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), file=sys.stderr)
         load_after = os.getloadavg()
     finally:
@@ -207,14 +251,18 @@ def main() -> None:
         "floor": "read every file, `json.loads` every line (one Python process)",
         "format": "castore's objects for every line, in memory, no store (raw blob hashed, body and commit "
                   "encoded and hashed, all zstd in 1 MiB blocks: the format's own share)",
-        "import": "`castore import claude FOLDER` into a fresh local store",
-        "again": "the same import again, nothing new (incremental)",
+        "import": f"`castore import claude FOLDER{' --jobs ' + str(a.jobs) if jobs else ''}` into a fresh local "
+                  f"store{'' if jobs else ' (the default --jobs: ' + _default_jobs(mb) + ')'}",
+        "one": "`castore import claude FOLDER --jobs 1` (one process) into a fresh local store",
+        "again": "the first import again, nothing new (incremental)",
     }
-    rows = ["| what | MB | median | runs | MB/s | ratio to the floor |", "|---|---:|---:|---|---:|---:|"]
+    rows = ["| what | MB | median | runs | MB/s | ratio to the floor | peak memory (process tree) |",
+            "|---|---:|---:|---|---:|---:|---:|"]
     for k, v in times.items():
         med = statistics.median(v)
+        peak = f"{max(peaks[k]) / 1e6:,.0f} MB" if peaks.get(k) else ""
         rows.append(f"| {names[k]} | {mb:.1f} | {med:.2f} s | {', '.join(f'{x:.2f}' for x in v)} | "
-                    f"{mb / med:.1f} | {med / floor:.2f}x |")
+                    f"{mb / med:.1f} | {med / floor:.2f}x | {peak} |")
     table = "\n".join(rows)
     head = (f"{sessions:,} Claude Code sessions in {files:,} files ({mb:.1f} MB), replicated from the real "
             f"sessions under tests/data/claude-code; median of {a.rounds} rounds, alternating, each run a "
@@ -230,6 +278,16 @@ def main() -> None:
             f"Written by `.venv/bin/python scripts/bench_import.py {argv} --markdown FILE` at commit {commit}, "
             f"{started}; machine: {os.cpu_count()} cores, load {load_before[0]:.1f} before, "
             f"{load_after[0]:.1f} after.\n\n{head}\n\n{table}\n")
+
+
+def _default_jobs(mb: float) -> str:
+    """The worker processes castore's default starts for ``mb`` MB here (the folder's groups
+    are never fewer than that)."""
+    sys.path.insert(0, str(ROOT))
+    from castore.adapters.import_jobs import MAX_JOBS, SHARE_BYTES
+
+    n = max(1, min(os.cpu_count() or 1, MAX_JOBS, int(mb * 1e6) // SHARE_BYTES))
+    return f"{n} worker process{'es' if n > 1 else ''} on {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":

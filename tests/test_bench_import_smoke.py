@@ -13,13 +13,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
-def test_bench_import_smoke_prints_floor_format_import_and_reimport(tmp_path):
+def test_bench_import_smoke_prints_floor_format_imports_and_reimport(tmp_path):
     work = tmp_path / "w"
     p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_import.py"), "--size-mb", "1",
                         "--rounds", "1", "--workdir", str(work)], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [line for line in p.stdout.splitlines() if re.match(r"\| .* \| 1\.\d \| [\d.]+ s \|", line)]
-    assert len(rows) == 4, p.stdout  # the floor, the format alone, the import, the re-import
+    # the floor, the format alone, the import (default --jobs), with --jobs 1, the re-import
+    assert len(rows) == 5, p.stdout
     assert rows[0].endswith("| 1.00x |")
     # every copy is its own session: file names (session ids) never repeat
     mains = [f for d in (work / "projects").iterdir() for f in d.glob("*.jsonl")]

@@ -18,7 +18,9 @@ import pytest
 import castore
 from castore.adapters.codex import export_codex, import_codex
 from castore.adapters.import_jobs import ImportJobError, session_groups, split
+from castore.errors import RefConflict
 from castore.maintenance import fsck
+from castore.session import NEW_BRANCH
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -131,3 +133,12 @@ def test_two_imports_of_one_folder_at_once_both_finish_with_every_line_once(tmp_
     both, one = castore.open(str(store)), castore.open(str(tmp_path / "alone"))
     assert _sessions(both) == _sessions(one)
     assert fsck(both).ok
+
+
+def test_an_append_that_makes_a_branch_loses_to_a_rival_that_made_it_first() -> None:
+    store = castore.open("memory://import-jobs-new-branch")
+    s = store.session("a", "u", "s")
+    first = s.append_many([{"role": "user", "content": "hi"}], expect=NEW_BRANCH, branch="main")
+    with pytest.raises(RefConflict):
+        s.append_many([{"role": "user", "content": "hi"}], expect=NEW_BRANCH, branch="main")
+    assert s.branches() == {"main": first[0]}

@@ -28,8 +28,10 @@ On local disk a repack merges every sealed pack it lists, whoever wrote it, so N
 finishing together would run N repacks over the same packs: each reads and rewrites them all,
 the first to delete a pack wins and the others skip it, leaving its objects in two or more
 new packs until the next repack (nothing is lost, the work and the space are spent N times).
-So on local disk the workers do not repack, and the parent starts one background repack once
-they are done (its store's close waits for it). On object storage a handle merges only the
+So on local disk the workers do not repack, and the parent runs one repack once they are
+done, and waits for it (as a one-process import's store waits at its close): once, under
+load, an export right after an import over workers met ObjectNotFound while that repack ran
+in the background, not reproduced since; a caller reads next what it merges. On object storage a handle merges only the
 packs it wrote, so each worker repacks its own.
 
 Two imports of one folder at once (two users, ``--follow`` and a manual import): the one
@@ -229,8 +231,9 @@ def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
     finally:
         for _, reader, _ in workers:
             reader.close()
-        if local:
+        if local:  # once, and waited for: this handle reads next what it merges
             store.objects.repacker.start()
+            store.objects.repacker.wait()
     if failures:
         raise min(failures, key=lambda f: f[0])[1]
     return [results[i] for i in sorted(results)]

@@ -59,11 +59,12 @@ from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from .. import objects as o
 from ..entries import MAX_DEPTH, Event, body_of, check_value, vouched_event
-from ..errors import CastoreError, InvalidEntry
+from ..errors import BranchError, CastoreError, InvalidEntry, RefConflict
 from ..groupcommit import land_due
 from ..objects import Blob
 from ..objectstore import gc_paused
 from ..redact import kind_counts, recording
+from ..session import NEW_BRANCH
 
 if TYPE_CHECKING:
     from ..entries import LogEntry, Message
@@ -542,26 +543,29 @@ class TreeWriter:
         s = self.session
         put_encoded_blobs(s.store, [p.blob for p in self.run])
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
+        expect = parent
         if parent is None:
             if self.exists and s.head is not None:
                 raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
             branch = self.current or "main"
+            if branch not in self.branches:  # another import of the file may be making it
+                expect = NEW_BRANCH
         else:
             got = self.tips.get(parent)
             if got is None:
                 branch = self._new_name(self.run[0])
                 # a branch an import stopped before its lines made is taken as it is
                 if not self.resuming or self.branches.get(branch) != parent:
-                    s.branch(branch, at=parent)
+                    self._branch(branch, parent)
                 self.created.append(branch)
             else:
                 branch = got
         try:
-            ids = s.append_many([p.entry for p in self.run], expect=parent, branch=branch, times=self._times)
+            ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
         except InvalidEntry:  # nothing was written: a body castore cannot store (nested too deep)
             for p in self.run:
                 p.entry = _storable(p.entry)
-            ids = s.append_many([p.entry for p in self.run], expect=parent, branch=branch, times=self._times)
+            ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
         if parent is not None:
             self.tips.pop(parent, None)
         self.tips[ids[-1]] = branch
@@ -578,6 +582,17 @@ class TreeWriter:
             self.active_cid = next(cid for p, cid in zip(reversed(self.run), reversed(ids), strict=True) if p.active)
         self.run, self.run_bytes, self._times = [], 0, []
         land_due()  # a long file's runs land as they go when the import runs in a write batch
+
+    def _branch(self, name: str, at: str) -> None:
+        """Make branch ``name`` at ``at``; one another import of the file made meanwhile is a
+        lost race (RefConflict: that import goes again, from what is stored), not an error."""
+        try:
+            self.session.branch(name, at=at)
+        except BranchError as e:
+            if name in self.branches or name not in self.session.branches():
+                raise
+            raise RefConflict(self.session.refs.branch(name), None, self.session.branches()[name],
+                              f"branch {name!r} of {self.key} was made by another import meanwhile") from e
 
     def _new_name(self, first: _Pending) -> str:
         """The name of a branch starting at line ``first`` (``line-<n>`` in a layout 1 session)."""
