@@ -189,17 +189,19 @@ def _tree_rss(pid: int) -> int:
 def timed(cmd: list[str], peaks: list[int] | None = None) -> float:
     """Run ``cmd`` as its own process; its wall time in seconds (exits on failure). With
     ``peaks``, the peak resident bytes of its process tree are appended to it."""
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    if peaks is not None:
-        while p.poll() is None:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # (a pipe could fill up meanwhile)
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        peak = 0
+        while peaks is not None and p.poll() is None:
             peak = max(peak, _tree_rss(p.pid))
             time.sleep(0.02)
-    _out, err = p.communicate()
-    took = time.perf_counter() - t
+        p.wait()
+        took = time.perf_counter() - t
+        err.seek(0)
+        said = err.read().decode(errors="replace")
     if p.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {err.strip()[-800:]}")
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {said.strip()[-800:]}")
     if peaks is not None:
         peaks.append(peak)
     return took

@@ -9,6 +9,7 @@ import json
 import lzma
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -92,19 +93,20 @@ def pi_folder(tmp_path: Path) -> Path:
 
 
 def test_a_worker_failing_on_a_corrupt_file_says_what_one_process_says(tmp_path: Path, pi_folder: Path) -> None:
-    (pi_folder / "c-corrupt.jsonl").write_text('{"type": "message", "id": "x"}\n')
-    got = {jobs: _cli(tmp_path / f"s{jobs}", "import", "pi", str(pi_folder), "--jobs", jobs) for jobs in ("1", "3")}
-    assert got["1"].returncode == got["3"].returncode == 1
-    assert got["1"].stderr == got["3"].stderr
+    (pi_folder / "a-corrupt.jsonl").write_text('{"type": "message", "id": "x"}\n')
+    got = {jobs: _cli(tmp_path / f"s{jobs}", "import", "pi", str(pi_folder), "--jobs", jobs) for jobs in ("1", "2")}
+    assert got["1"].returncode == got["2"].returncode == 1
+    assert got["1"].stderr == got["2"].stderr
     assert got["1"].stderr.startswith("Error: ") and got["1"].stderr.count("\n") == 1
-    assert got["1"].stdout == got["3"].stdout == ""
-    # the files before the corrupt one are in either way; the third worker's file too
-    one, three = (castore.open(str(tmp_path / f"s{j}")) for j in ("1", "3"))
-    assert [s.session for s in three.sessions("pi")] and len(three.sessions("pi")) >= len(one.sessions("pi"))
-    (pi_folder / "c-corrupt.jsonl").unlink()
-    again = _cli(tmp_path / "s3", "import", "pi", str(pi_folder), "--jobs", "3")
+    assert got["1"].stdout == got["2"].stdout == ""
+    # one process stopped at the corrupt file, the first; with two, the largest file went to
+    # the other worker, which imported it
+    one, two = (castore.open(str(tmp_path / f"s{j}")) for j in ("1", "2"))
+    assert (len(one.sessions("pi")), len(two.sessions("pi"))) == (0, 1)
+    (pi_folder / "a-corrupt.jsonl").unlink()
+    again = _cli(tmp_path / "s2", "import", "pi", str(pi_folder), "--jobs", "2")
     assert again.returncode == 0, again.stderr
-    store = castore.open(str(tmp_path / "s3"))
+    store = castore.open(str(tmp_path / "s2"))
     assert len(store.sessions("pi")) == 2
     assert fsck(store).ok
 
@@ -142,3 +144,31 @@ def test_an_append_that_makes_a_branch_loses_to_a_rival_that_made_it_first() -> 
     with pytest.raises(RefConflict):
         s.append_many([{"role": "user", "content": "hi"}], expect=NEW_BRANCH, branch="main")
     assert s.branches() == {"main": first[0]}
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_worker_and_the_next_import_finishes(tmp_path: Path) -> None:
+    folder = _folder_of_copies(tmp_path, 30)
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "castore", "--store", str(store), "import", "claude", str(folder), "--jobs", "2"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         start_new_session=True)
+
+    def group() -> list[str]:
+        got = subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout.split()
+        return [x for x in got if os.path.exists(f"/proc/{x}/cmdline") and open(f"/proc/{x}/cmdline").read()]
+
+    while p.poll() is None and len(group()) < 3:  # the parent and its two workers (and multiprocessing's tracker)
+        pass
+    assert p.poll() is None, "the import ended before its workers were seen"
+    os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C at a terminal: the whole foreground group
+    _, err = p.communicate()
+    assert p.returncode == 1 and err.strip().endswith("Aborted!"), err
+    assert "Traceback" not in err
+    while group():  # every worker gone (the test runner's timeout catches one that never goes)
+        pass
+    again = _cli(store, "import", "claude", str(folder), "--jobs", "2")
+    assert again.returncode == 0, again.stderr
+    assert _cli(tmp_path / "alone", "import", "claude", str(folder), "--jobs", "1").returncode == 0
+    assert _sessions(castore.open(str(store))) == _sessions(castore.open(str(tmp_path / "alone")))
+    assert fsck(castore.open(str(store))).ok

@@ -50,6 +50,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +74,9 @@ SHARE_BYTES = 8 << 20
 #: again: each attempt goes on from what was stored, so a few are plenty; an attempt may take
 #: long (a big folder), hence the generous time
 IMPORT_RETRY = RetryPolicy(max_attempts=20, max_seconds=24 * 3600.0, base_delay=0.05, max_delay=1.0)
-#: how long Ctrl-C waits for a worker to stop before it is killed
+#: how long Ctrl-C waits for the workers to stop by themselves, then after interrupting them
+#: before they are killed
+_GRACE_SECONDS = 2.0
 _STOP_SECONDS = 30.0
 
 
@@ -197,6 +200,7 @@ def _size(unit: Any) -> int:
 # -- the workers -------------------------------------------------------------------------------
 def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
                  options: dict[str, Any]) -> list[Any]:
+    store.init()  # made once here, not raced by the workers
     local = not store.objects.packmap.no_append  # the parent repacks once (module docstring)
     redact = store.redactor is not None
     ctx = multiprocessing.get_context("spawn")
@@ -240,13 +244,19 @@ def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
 
 
 def _stop(workers: list[tuple[Any, Connection, list[int]]]) -> None:
-    """Interrupt every worker still running (each drops its batch in flight), and wait for them."""
+    """Interrupt every worker still running (each drops its batch in flight), and wait for
+    them: a Ctrl-C at the terminal reached them too, so first they are given a moment to stop
+    by themselves (a second interrupt could cut short their cleanup)."""
+    deadline = time.monotonic() + _GRACE_SECONDS
+    for p, _, _ in workers:
+        p.join(max(0.0, deadline - time.monotonic()))
     for p, _, _ in workers:
         if p.is_alive() and p.pid is not None:
             with contextlib.suppress(OSError):
                 os.kill(p.pid, signal.SIGINT)
+    deadline = time.monotonic() + _STOP_SECONDS
     for p, _, _ in workers:
-        p.join(_STOP_SECONDS)
+        p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             p.kill()
             p.join()
