@@ -597,27 +597,47 @@ def _save_cache(path: str, doc: dict[str, Any]) -> None:
             os.unlink(tmp)
 
 
-def all_rows(store: Store, *, cache: bool = True) -> dict[Key, list[Row]]:
+def all_rows(store: Store, *, cache: bool = True, unreadable: dict[Key, str] | None = None) -> dict[Key, list[Row]]:
     """Every session's rows (:func:`session_rows`), through the cache unless ``cache`` is False
     (a ``memory://`` or an encrypted store is never cached); in the tenants layout, tenant by
     tenant (:meth:`~castore.store.Store.stores`: an erased tenant is left out), each its own cache.
 
+    ``unreadable``: where a session whose objects cannot be read (missing or damaged) is noted,
+    key -> the error, and left out, instead of stopping at it; a cache is then not saved, so the
+    next run reads it again.
+
     Raises:
-        ObjectNotFound, IntegrityError, StorageError.
+        ObjectNotFound, IntegrityError: (without ``unreadable``) a session cannot be read.
+        StorageError.
     """
     out: dict[Key, list[Row]] = {}
     for st in store.stores():
-        out.update(_rows_of(st, cache))
+        out.update(_rows_of(st, cache, unreadable))
     return out
 
 
-def _rows_of(store: Store, cache: bool) -> dict[Key, list[Row]]:
+def _readable_rows(store: Store, key: Key, refs: Any, head: Any, unreadable: dict[Key, str] | None
+                   ) -> list[Row] | None:
+    """:func:`session_rows`, or None (noted in ``unreadable``) when the session cannot be read."""
+    from .errors import IntegrityError, ObjectNotFound
+
+    try:
+        return session_rows(store, key, refs, head)
+    except (ObjectNotFound, IntegrityError) as e:
+        if unreadable is None:
+            raise
+        unreadable[key] = str(e)
+        return None
+
+
+def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None) -> dict[Key, list[Row]]:
     """The rows of one flat store (a root store, or a tenant's in the tenants layout)."""
     url = str(getattr(store.storage, "url", "") or "")
     if not cache or not _cacheable(store, url):
         every = store.session_refs_and_heads()
         _load_commits_for(store, len(every), len(every))
-        return {key: session_rows(store, key, refs, head) for key, (_f, refs, head) in every.items()}
+        got = {key: _readable_rows(store, key, refs, head, unreadable) for key, (_f, refs, head) in every.items()}
+        return {k: v for k, v in got.items() if v is not None}
     path = cache_path(store)
     url = url if "://" in url else os.path.abspath(url)
     doc = _load_cache(path, url)
@@ -640,10 +660,15 @@ def _rows_of(store: Store, cache: bool) -> dict[Key, list[Row]]:
         else:
             todo.append((key, folder, refs, head))
     _load_commits_for(store, len(todo), len(sessions) + len(todo))
+    failed = False
     for key, folder, refs, head in todo:
-        sessions[folder] = {"key": list(key), "refs": refs, "head": head,
-                            "rows": session_rows(store, key, refs, head)}
-    _save_cache(path, {"version": CACHE_VERSION, "url": url, "mark": mark, "sessions": sessions})
+        rows = _readable_rows(store, key, refs, head, unreadable)
+        if rows is None:
+            failed = True  # no cache saved: its mark would say the session was read
+            continue
+        sessions[folder] = {"key": list(key), "refs": refs, "head": head, "rows": rows}
+    if not failed:
+        _save_cache(path, {"version": CACHE_VERSION, "url": url, "mark": mark, "sessions": sessions})
     return {tuple(v["key"]): v["rows"] for v in sessions.values()}
 
 
@@ -788,12 +813,15 @@ class Report:
     total: Group
     copies: int  # responses read more than once (a copy in another session, branch or line)
     prices: Prices
+    #: sessions left out because their objects cannot be read ("APP/USER/SESSION" -> the error)
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON (the schema ``castore usage --json`` prints)."""
         return {"by": self.by, "rows": [g.to_json() for g in self.groups], "total": self.total.to_json(),
                 "copies_merged": self.copies,
-                "prices": {"date": self.prices.date, "source": self.prices.source}}
+                "prices": {"date": self.prices.date, "source": self.prices.source},
+                "unreadable": [{"session": k, "error": v} for k, v in sorted(self.unreadable.items())]}
 
 
 def _day(t: float) -> str:
@@ -814,9 +842,12 @@ def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app:
         since, until: only responses of these days (``YYYY-MM-DD``, UTC, both included).
         cache: read through the usage cache (see the module docstring).
 
+    A session whose objects cannot be read (missing or damaged: ``castore fsck``) is left out
+    and named in the report's ``unreadable``; the others are counted.
+
     Raises:
         UsageError: a bad ``by``, ``since`` or ``until``.
-        ObjectNotFound, IntegrityError, StorageError.
+        StorageError.
     """
     if by not in GROUPS:
         raise UsageError(f"cannot group by {by!r}: one of {', '.join(GROUPS)}")
@@ -824,8 +855,11 @@ def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app:
         if d is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", d):
             raise UsageError(f"not a day (YYYY-MM-DD): {d!r}")
     prices = prices if prices is not None else load_prices()
+    unreadable: dict[Key, str] = {}
     with gc_paused():  # the rows and the commits decoded for them stay alive: nothing to collect
-        return _report(all_rows(store, cache=cache), by, prices, app, since, until)
+        report = _report(all_rows(store, cache=cache, unreadable=unreadable), by, prices, app, since, until)
+    report.unreadable = {"/".join(k): v for k, v in unreadable.items() if app is None or k[0] == app}
+    return report
 
 
 def _report(rows: dict[Key, list[Row]], by: str, prices: Prices, app: str | None, since: str | None,

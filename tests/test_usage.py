@@ -615,3 +615,40 @@ def test_a_price_table_with_a_misspelt_key_is_refused(store: castore.Store, tmp_
     res = CliRunner().invoke(cli_main, ["--store", str(tmp_path / "store"), "usage", "--prices", str(table)])
     assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.splitlines()) == 1
     assert res.stderr.startswith("Error: the price table")
+
+
+def test_a_damaged_session_is_left_out_and_named_the_others_counted(tmp_path: Path) -> None:
+    # the real files, the second import's pack damaged: `usage` stopped at the first unreadable
+    # session ("Error: object ... not found") and counted none; now the others are counted, the
+    # damaged ones named (stdout: the table or JSON; stderr: one Error line, the last; exit 1),
+    # and no cache is saved that would say they were read
+    from castore.adapters.claude_code import import_claude
+
+    data = Path(__file__).resolve().parent / "data" / "claude-code"
+    url = str(tmp_path / "store")
+    with castore.open(url) as st:
+        import_claude(st, data / "session-share")
+        packs = set((tmp_path / "store" / "packs").glob("*.pack"))
+        import_claude(st, data / "claude-code-log")
+        whole = {g.name for g in usage(st, by="session", cache=False).groups}
+    (damaged,) = set((tmp_path / "store" / "packs").glob("*.pack")) - packs
+    b = bytearray(damaged.read_bytes())
+    for i in range(len(b) // 3, len(b) // 3 + 40):
+        b[i] ^= 0xFF
+    damaged.write_bytes(bytes(b))
+    for args in (["usage", "--by", "session", "--json"], ["usage", "--by", "session"]):
+        res = CliRunner().invoke(cli_main, ["--store", url, *args])
+        assert res.exit_code == 1, res.output
+        err = res.stderr.splitlines()
+        assert [ln for ln in err if ln.startswith("Error: ")] == err[-1:]
+        assert "cannot be read and are left out of the counts" in err[-1] and "castore fsck" in err[-1]
+        if "--json" in args:
+            doc = json.loads(res.stdout)
+            bad = {u["session"] for u in doc["unreadable"]}
+            assert bad and all(u["error"] for u in doc["unreadable"])
+            counted = {r["name"] for r in doc["rows"]}
+            assert counted and counted == whole - bad  # every readable session, as before the damage
+            assert err[-1].startswith(f"Error: {min(bad)} and {len(bad) - 1} more cannot be read")
+        else:
+            assert res.stdout.splitlines()[-1].split()[:2] == ["total", str(doc["total"]["responses"])]
+    assert not (tmp_path / "usage-cache.json").exists()

@@ -9,9 +9,10 @@ import click
 
 from .common import json_option, note, pass_store, print_json, skip_teardown
 
-_JSON = ('{"by": GROUP, "rows": [ROW, ...], "total": ROW, "copies_merged": n, "prices": {"date", "source"}} '
-         'where ROW is {"name", "responses", "input", "output", "cache_read", "cache_write", "total", "cost", '
-         '"unpriced_responses", "models": [MODEL, ...]}')
+_JSON = ('{"by": GROUP, "rows": [ROW, ...], "total": ROW, "copies_merged": n, "prices": {"date", "source"}, '
+         '"unreadable": [{"session", "error"}, ...]} where ROW is {"name", "responses", "input", "output", '
+         '"cache_read", "cache_write", "total", "cost", "unpriced_responses", "models": [MODEL, ...]}; a session '
+         'whose objects cannot be read is left out, named in "unreadable", and the exit status is 1')
 
 
 def _n(v: int) -> str:
@@ -53,6 +54,7 @@ def usage_cmd(store: Any, by: str, app: str | None, since: str | None, until: st
     skip_teardown()  # the cache is saved; what is left is every decoded commit, for the OS to free
     if as_json:
         print_json(report.to_json())
+        _unreadable(report.unreadable)
         return
     head = (by.upper(), "RESPONSES", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "TOTAL", "COST")
     rows = [(g.name, _n(g.responses), _n(g.tokens.input), _n(g.tokens.output), _n(g.tokens.cache_read),
@@ -72,6 +74,16 @@ def usage_cmd(store: Any, by: str, app: str | None, since: str | None, until: st
         unknown = sorted({m for g in report.groups for m in g.models if report.prices.of(m) is None})
         note(f"no price for {', '.join(unknown)}: * costs leave them out "
              "(--prices FILE: a table that has them, replacing the shipped one)")
+    _unreadable(report.unreadable)
+
+
+def _unreadable(unreadable: dict[str, str]) -> None:
+    """Name the sessions left out (their objects cannot be read) in one ``Error:`` line, exit 1."""
+    if unreadable:
+        first, why = next(iter(sorted(unreadable.items())))
+        more = f" and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+        raise click.ClickException(f"{first}{more} cannot be read and {'is' if not more else 'are'} left out of the "
+                           f"counts ({why}); `castore fsck` says more")
 
 
 def register(group: click.Group) -> None:
