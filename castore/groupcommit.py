@@ -19,10 +19,13 @@ call staged in the group, and no ref moves to their commits.
 
 A write batch (:class:`WriteBatch`, :meth:`castore.Store.batch`) groups the calls of one
 thread over a longer span, many sessions at a time (an import): its ref moves are staged in
-memory (:class:`~castore.refs.RefStage`; the thread reads them back, objects are written as
-usual, unsynced in format 3), and :func:`land_staged` lands them as groups of
-:meth:`Plumbing.swap_many`, each a compare-and-swap from the value the batch first built on:
-on local disk in format 3 one sync makes every object record and intent of the group durable.
+memory (:class:`~castore.refs.RefStage`; the thread reads them back), and so are the objects
+the thread writes (:meth:`~castore.objectstore.ObjectStore.hold_writes`: readable by the
+handle, not yet stored). Each landing first writes the held objects, as a few records with one
+log append (:meth:`~castore.objectstore.ObjectStore.write_held`), then :func:`land_staged`
+lands the refs as groups of :meth:`Plumbing.swap_many`, each a compare-and-swap from the value
+the batch first built on: on local disk in format 3 one sync makes the objects and every
+intent of the group durable.
 A session's HEAD (its info: an importer's position in its file) moves only after the
 session's other refs landed, so a lost compare leaves HEAD and its info where they were.
 Until a batch lands, no ref names what it wrote: stopped before (kill -9, Ctrl-C), the store
@@ -447,8 +450,9 @@ class WriteBatch:
     (an importer calls it every so many files), and leaving the block lands the rest, also
     when an ordinary exception leaves it (what was done before it is kept, as without a
     batch); :func:`land_due` lands it when ``every`` seconds have passed since it last
-    landed. Interrupted (KeyboardInterrupt, SystemExit), what is staged is dropped: the store
-    is as the last landing left it. A batch opened inside another of the same thread joins
+    landed. Each landing writes the objects the batch held first, then its refs. Interrupted
+    (KeyboardInterrupt, SystemExit), what is staged and held is dropped: the store is as the
+    last landing left it. A batch opened inside another of the same thread joins
     it (its :meth:`land` does nothing). The stores' background repacks wait for the batch to
     end, then run once (a repack per sealed log would merge the batch's growing packs again
     and again while it writes).

@@ -756,8 +756,9 @@ class Store:
         what is staged (listings, :meth:`sessions` and :meth:`apps`, show what has landed),
         and a ref read once reads the same until the next landing or this thread's move of it
         (a re-import reads each session's HEAD once); other threads see the store as landed.
-        Stopped before a landing (kill -9, Ctrl-C), nothing of the batch's since is stored
-        and nothing before is lost. See :class:`~castore.groupcommit.WriteBatch`.
+        The objects this thread writes are held in memory (readable through this handle) and
+        written by each landing, before its refs. Stopped before a landing (kill -9, Ctrl-C),
+        nothing of the batch's since is stored and nothing before is lost. See :class:`~castore.groupcommit.WriteBatch`.
 
         Raises:
             nothing itself; leaving the block or ``land()``: RefConflict (a ref moved under
