@@ -464,8 +464,12 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
     want: list[str] = []
     bodies: list[str] = []
     commit = store.history.commit
-    for name, tip in _tips(refs, current):
-        if tip in owner:
+    tips = _tips(refs, current)
+    # one commit every ref names (a session with no fork): one path, read root first, each
+    # commit once; no bookkeeping of where each commit is or which ref owns it
+    only = tips[0][0] if tips and all(t == tips[0][1] for _n, t in tips) else None
+    for name, tip in tips:
+        if tip in owner or (only is not None and paths):
             continue
         # a path read once; another tip is walked back to a commit already read
         new: list[tuple[str, Commit]] = []
@@ -486,8 +490,9 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         paths.append(path)
         for i in range(start, len(path)):  # the commits no path before holds
             cid, c = path[i]
-            owner[cid] = name
-            where[cid] = (at, i)
+            if only is None:
+                owner[cid] = name
+                where[cid] = (at, i)
             got = readers[cid] = _reader_of(c)
             if got is _PASSED:
                 continue
@@ -517,9 +522,9 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         if r is not None:
             t = r.tokens
             rows.append([cid, r.identity, r.model, r.time, t.input, t.output, t.cache_read, t.cache_write,
-                         owner[cid]])
+                         only or owner[cid]])
 
-    if not stateful:  # each commit read once, where it was first visited
+    if not stateful or only is not None:  # each commit read once, where it was first visited
         w = Walk()
         for cid, c, got in firsts:
             add(cid, read(cid, c, got, w))
@@ -824,8 +829,18 @@ class Report:
                 "unreadable": [{"session": k, "error": v} for k, v in sorted(self.unreadable.items())]}
 
 
+#: the days :func:`_day` has named, by their number since the epoch
+_DAYS: dict[int, str] = {}
+
+
 def _day(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d") if t > 0 else "unknown"
+    if t <= 0:
+        return "unknown"
+    n = int(t // 86400)  # a UTC day is 86,400 seconds of the epoch's count (no leap seconds)
+    got = _DAYS.get(n)
+    if got is None:
+        got = _DAYS[n] = datetime.fromtimestamp(n * 86400, UTC).strftime("%Y-%m-%d")
+    return got
 
 
 def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app: str | None = None,
@@ -884,8 +899,16 @@ def _report(rows: dict[Key, list[Row]], by: str, prices: Prices, app: str | None
         day = _day(r[3])
         if (since is not None and day < since) or (until is not None and day > until):
             continue
-        name = {"session": "/".join(key), "branch": "/".join(key) + ":" + str(r[8]), "model": r[2] or "unknown",
-                "project": f"{key[0]}/{key[1]}", "day": day}[by]
+        if by == "day":
+            name = day
+        elif by == "model":
+            name = r[2] or "unknown"
+        elif by == "session":
+            name = "/".join(key)
+        elif by == "branch":
+            name = "/".join(key) + ":" + str(r[8])
+        else:
+            name = f"{key[0]}/{key[1]}"
         t = Tokens(r[4], r[5], r[6], r[7])
         cost = prices.cost(r[2], t)
         for g in (groups.setdefault(name, Group(name)), total):

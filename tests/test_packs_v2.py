@@ -404,3 +404,22 @@ def test_a_repacked_packs_ages_name_each_object_written_long_before_its_record(l
     for oid, _ in objs:
         got = ages.of(oid, where[oid].offset)
         assert got is not None and (got == born[oid] if oid in born else got >= now)
+
+
+def test_tagged_objects_gives_the_objects_of_one_kind_that_content_spans_finds() -> None:
+    """packs.tagged_objects (the store-wide load of one kind, e.g. every commit) gives, in
+    order, exactly the objects of a record's content whose kind tag matches, as content_spans
+    and a filter do; a content that does not parse gives None, as there."""
+    from castore.objects import Blob, Commit
+
+    objs = [o.encode(x) for x in (Blob(data=b"a"), Commit(kind="event"), Blob(data=b"b" * 300),
+                                  Commit(kind="event", author="x"), Commit(kind="event", author="y"))]
+    content, _where = packs.encode_content(objs)
+    for cls in (Commit, Blob):
+        tag = o.kind_tag_bytes(cls)
+        spans = packs.content_spans(content)
+        assert spans is not None
+        want = [content[a:a + n] for a, n in spans if content[a + o.TAG_START:a + o.TAG_END] == tag]
+        assert want and packs.tagged_objects(content, tag, o.TAG_START, o.TAG_END) == want
+    assert packs.tagged_objects(content[:-1], o.kind_tag_bytes(Commit), o.TAG_START, o.TAG_END) is None
+    assert packs.tagged_objects(b"", o.kind_tag_bytes(Commit), o.TAG_START, o.TAG_END) == []

@@ -493,8 +493,10 @@ class ObjectStore:
         loaded = 0
         with gc_paused():
             for content, is_record in self.iter_contents():
-                spans = packs.content_spans(content) if is_record else [(0, len(content))]
-                raws = [content[a:a + n] for a, n in spans or () if content[a + t0:a + t1] == tag]
+                if is_record:
+                    raws = packs.tagged_objects(content, tag, t0, t1) or []
+                else:
+                    raws = [content] if content[t0:t1] == tag else []
                 if not raws:
                     continue
                 raws = raws[:budget - loaded]

@@ -529,6 +529,27 @@ def content_spans(content: bytes) -> list[tuple[int, int]] | None:
     return out
 
 
+def tagged_objects(content: bytes, tag: bytes, start: int, end: int) -> list[bytes] | None:
+    """The objects of a version-2 record's ``content`` whose bytes ``[start:end]`` are ``tag``
+    (one kind of object: :func:`castore.objects.kind_tag_bytes`), in order, in one pass
+    without hashing them; None if the content does not parse (:func:`content_spans`)."""
+    out: list[bytes] = []
+    pos, n = 0, len(content)
+    unpack = _SIZE.unpack_from
+    step = _SIZE.size
+    while pos < n:
+        if pos + step > n:
+            return None
+        (length,) = unpack(content, pos)
+        pos += step
+        if pos + length > n:
+            return None
+        if content[pos + start:pos + end] == tag:
+            out.append(content[pos:pos + length])
+        pos += length
+    return out
+
+
 def frames_v1(payload: memoryview) -> list[tuple[str, memoryview]] | None:
     """``(hex id, frame)`` of each object of one checked version-1 record payload; None if it
     does not parse."""
@@ -1022,7 +1043,7 @@ def is_pack_name(name: str) -> bool:
 
 
 __all__ = ["Location", "Slot", "Place", "IndexView", "INDEX_HEAD", "INDEX_HEAD_REMOTE",
-           "payloads", "content_spans", "frames_v1",
+           "payloads", "content_spans", "tagged_objects", "frames_v1",
            "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_records_v2", "encode_pack_v2", "record_content", "record_prefix",
            "declared_content", "RECORD_CONTENT_MAX", "RECORD_CONTENT_READ_MAX", "RESYNC_WORK",
