@@ -198,3 +198,14 @@ def test_completion_offers_sessions_and_branches(url: str) -> None:
     # nothing to offer, and no error: no store, an ambiguous session
     assert _complete(url + "-none", ["use"], "") == []
     assert _complete(url, ["-s", "0ccf", "checkout"], "") == []
+
+
+def test_an_empty_session_option_is_refused_not_taken_for_the_current_session(url: str) -> None:
+    """``-s ''`` names no session: refused as ``use ''`` is, not read as "no -s given" (which
+    falls back to the session chosen with ``castore use``)."""
+    assert _run(url, "use", "0ccf9999").exit_code == 0
+    assert _run(url, "log").exit_code == 0  # the session chosen with use
+    r = _run(url, "-s", "", "log")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: invalid session id '': it is empty")
+    r = _run(url, "log", "-s", "")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: invalid session id '': it is empty")

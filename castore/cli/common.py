@@ -298,19 +298,19 @@ def get_session(ctx: click.Context | None = None, *, must_exist: bool = True, ne
 
     Raises:
         click.UsageError: no session was given (exit 2).
-        InvalidName, StoreNotFound, SessionNotFound, StorageError.
+        InvalidName (an empty name too), StoreNotFound, SessionNotFound, StorageError.
     """
     ctx = ctx or click.get_current_context()
-    spec = spec or _state(ctx).session_spec
+    spec = spec if spec is not None else _state(ctx).session_spec
     store = None
-    if not spec:
+    if spec is None:  # an empty name is no "no session given": find_session refuses it
         store = open_store(ctx, must_exist=False)
         spec = default_session(store)
-    if not spec:
-        raise click.UsageError(
-            f"this command needs a session: pass -s APP/USER/SESSION, set {SESSION_ENV}, "
-            f"or choose one with {hint('use APP/USER/SESSION', ctx, session=False)}", ctx=ctx
-        )
+        if not spec:
+            raise click.UsageError(
+                f"this command needs a session: pass -s APP/USER/SESSION, set {SESSION_ENV}, "
+                f"or choose one with {hint('use APP/USER/SESSION', ctx, session=False)}", ctx=ctx
+            )
     return find_session(open_store(ctx, must_exist=must_exist), spec, must_exist=must_exist, new_ok=new_ok)
 
 
