@@ -215,6 +215,7 @@ class Store:
         self._codec = codec
         self._format = 1
         self._repacks = auto_repack is not False
+        self._repack_own = _tenant_of[0].repack_own if _tenant_of is not None else False
         self.refs = RefStore(storage)  # replays the ref swaps a power loss cut short
         self._config: dict[str, Any] | None = None
         #: this handle's choice about redaction (None: castore.json's "redact" decides)
@@ -265,8 +266,10 @@ class Store:
         from .objects import PLAIN
         from .objectstore import ObjectStore
 
-        return ObjectStore(self.storage, compress=self._compress, format=self._format, auto_repack=self._repacks,
+        objs = ObjectStore(self.storage, compress=self._compress, format=self._format, auto_repack=self._repacks,
                            codec=self._codec or PLAIN)
+        objs.repack_own = self._repack_own
+        return objs
 
     def _built_objects(self) -> ObjectStore | None:
         """The object store if it was built, else None (a question that must not build it)."""
@@ -302,6 +305,26 @@ class Store:
             objs = self._built_objects()
             if objs is not None:
                 objs.auto_repack = on
+
+    @property
+    def repack_own(self) -> bool:
+        """Whether this handle's background repacks merge only the packs it wrote
+        (:attr:`ObjectStore.repack_own <castore.objectstore.ObjectStore.repack_own>`; its
+        tenants' stores follow it): what writers importing side by side set
+        (``import --jobs``), so that each merges its own packs, not all of them each."""
+        return self._repack_own
+
+    @repack_own.setter
+    def repack_own(self, on: bool) -> None:
+        with self._parts_lock:
+            self._repack_own = on
+            objs = self._built_objects()
+            if objs is not None:
+                objs.repack_own = on
+        with self._tenants_lock:
+            tenants = list(self._tenants.values())
+        for t in tenants:
+            t.repack_own = on
 
     @property
     def sealed(self) -> bool:

@@ -172,3 +172,29 @@ def test_ctrl_c_stops_every_worker_and_the_next_import_finishes(tmp_path: Path) 
     assert _cli(tmp_path / "alone", "import", "claude", str(folder), "--jobs", "1").returncode == 0
     assert _sessions(castore.open(str(store))) == _sessions(castore.open(str(tmp_path / "alone")))
     assert fsck(castore.open(str(store))).ok
+
+
+def test_a_handle_that_repacks_its_own_merges_only_the_packs_it_wrote(tmp_path: Path) -> None:
+    """Import workers each merge only the packs they wrote (Store.repack_own), so their repacks
+    run side by side over disjoint packs: on local disk, where a repack otherwise merges every
+    sealed pack, the other writer's packs are left to it, and every object stays readable."""
+    url = str(tmp_path / "s")
+    a, b = castore.Store.open(url, auto_repack=False), castore.Store.open(url, auto_repack=False)
+    a.repack_own = True
+    assert a.repack_own and not b.repack_own
+    mine: dict[str, set[str]] = {}
+    for st, name in ((a, "a"), (b, "b")):
+        before = set(castore.Store.open(url).objects.packmap.pack_names())
+        s = st.session("app", "u", name)
+        for i in range(4):
+            s.append(castore.Message(role="user", content=f"{name} {i}"))
+            if i % 2:
+                st.close()  # seals its log (the next append opens another): a repack may merge them
+        mine[name] = set(castore.Store.open(url).objects.packmap.pack_names()) - before
+    assert len(mine["a"]) == len(mine["b"]) == 2 and not mine["a"] & mine["b"]
+    assert a.objects.repack_own and a.objects.auto_repack_once() is not None
+    left = set(castore.Store.open(url).objects.packmap.pack_names())
+    assert mine["b"] <= left and not mine["a"] & left  # b's log untouched, a's merged
+    for name in ("a", "b"):
+        got = [le.entry.content for le in reversed(castore.Store.open(url).session("app", "u", name).log())]
+        assert got == [f"{name} {i}" for i in range(4)]

@@ -135,6 +135,17 @@ class ObjectStore:
     def auto_repack(self, on: bool) -> None:
         self.repacker.auto = on
 
+    @property
+    def repack_own(self) -> bool:
+        """Whether the background repack merges only the packs this handle wrote (always on
+        object storage; set by a writer among several writing at once on local disk, so that
+        their repacks run side by side over their own packs, not each over all of them)."""
+        return self.repacker.own_only or self.packmap.no_append
+
+    @repack_own.setter
+    def repack_own(self, on: bool) -> None:
+        self.repacker.own_only = on
+
     def hold_repack(self) -> None:
         """Start no background repack until :meth:`release_repack` (a write batch holds it
         while it writes; see :meth:`Repacker.hold <castore.objectstore.repack.Repacker.hold>`)."""

@@ -118,6 +118,9 @@ class Repacker:
         #: merge small packs in a background thread when a log is sealed or after
         #: AUTO_REPACK_BATCHES batch packs (docs/FORMAT.md, 8)
         self.auto = auto
+        #: merge only the packs this handle wrote in the background, also on local disk
+        #: (:meth:`auto_repack_once`; on object storage always)
+        self.own_only = False
         #: the last error a background repack met, if any (it never fails an append)
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -506,7 +509,8 @@ class Repacker:
         background; docs/FORMAT.md, 8): every sealed log and batch pack (their records were
         compressed one by one) and the repacked packs the geometric rule picks, smallest
         first, up to ``max_bytes``. A log without an index (a live writer's) is never
-        touched; on object storage only the packs this handle wrote are merged.
+        touched; on object storage (and with :attr:`own_only`) only the packs this handle
+        wrote are merged.
         One listing and one batch read of indexes; no lock held while reading or
         writing. Returns the new pack's name, or None.
 
@@ -520,11 +524,12 @@ class Repacker:
                 listed[stem] = listed.get(stem, False) or "." + ext == packs.INDEX_SUFFIX
         live = self.packmap.live
         sealed = {n for n, has_index in listed.items() if n != live and (has_index or n.startswith("b-"))}
-        if self.packmap.no_append:
+        if self.packmap.no_append or self.own_only:
             # object storage: only the packs this handle wrote (its batch packs are still in
             # memory). Writers merging each other's packs GET, rewrite and DELETE the same
             # packs over and over: ~19 extra requests per append for 16 writers
             # (docs/benchmarks/BENCHMARKS-fleet.md). Other writers' packs are theirs, or `castore repack`'s.
+            # Local disk, own_only: import workers, each merging its own packs at once.
             sealed &= self._seq.keys()
         sizes: dict[str, int] = {n: 0 for n in sealed if n.startswith("b-")}
         indexed = sorted(n for n in sealed if listed[n])
