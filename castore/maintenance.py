@@ -35,7 +35,17 @@ from .history import Hint, depth_problem
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore.packs import Slot
 from .objectstore.repack import RepackReport
-from .plumbing import HEADS, META_TIME, SessionRefs, head_segment, parse_ref_name, real_name, session_prefix
+from .plumbing import (
+    HEADS,
+    META_TIME,
+    REFLOG,
+    TAGS,
+    SessionRefs,
+    head_segment,
+    parse_ref_name,
+    real_name,
+    session_prefix,
+)
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
 from .store import Store
@@ -76,6 +86,9 @@ class FsckReport:
     damaged_records: list[tuple[str, int, int]] = field(default_factory=list)
     #: the folders of erased tenants (an encrypted store's): unreadable by design, deleted by gc
     erased: list[str] = field(default_factory=list)
+    #: sessions (``sessions/<app>/<user>/<session>``) whose HEAD names a branch not made yet
+    #: and that hold no other ref: never born, as far as anything stored tells (not damage)
+    unborn: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -97,6 +110,7 @@ class FsckReport:
             getattr(self, f).extend(getattr(other, f))
         self.bad_refs.extend((f"{where}/{r}", why) for r, why in other.bad_refs)
         self.stale_locks.extend(f"{where}/{k}" for k in other.stale_locks)
+        self.unborn.extend(f"{where}/{k}" for k in other.unborn)
         self.stale_temps.extend(f"{where}/{k}" for k in other.stale_temps)
         self.damaged_records.extend((f"{where}/{p}", off, n) for p, off, n in other.damaged_records)
 
@@ -116,6 +130,7 @@ class FsckReport:
             "stale_temps": list(self.stale_temps),
             "damaged_records": [{"pack": p, "offset": off, "bytes": n} for p, off, n in self.damaged_records],
             "erased": list(self.erased),
+            "unborn": list(self.unborn),
         }
 
 
@@ -216,6 +231,9 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
             problem = _ref_problem(name, value, keyset)
             if problem is not None:
                 report.bad_refs.append((name, problem))
+            elif value.symbolic is not None and name.endswith("/HEAD") \
+                    and f"{REFS_PREFIX}/{name[:-4]}{HEADS}/{head_segment(value)}" not in keyset:
+                report.unborn.append(name[:-5])  # never born, as far as the refs tell
         out.extend((b, f"ref {name} (meta)", _ANY) for b in o.meta_links(value.meta))  # lines an import keeps
         if value.symbolic is not None:
             continue
@@ -230,9 +248,8 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
 
 
 def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
-    """What is wrong with a ref that parses: a name castore never writes, or a HEAD that
-    names no branch, or a missing one while the session has branches (what a lost
-    checkout/delete race used to leave; a session with no branch at all is only unborn)."""
+    """What is wrong with a ref that parses: a name castore never writes, a HEAD that names
+    no branch, or a HEAD whose branch is lost (:func:`_lost_branch`)."""
     if parse_ref_name(name) is None:
         return "not a ref name castore writes (a foreign or hostile key)"
     if value.symbolic is None:
@@ -241,10 +258,33 @@ def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
         seg = head_segment(value)
     except CorruptRef as e:
         return e.reason
-    heads = f"{REFS_PREFIX}/{name.rsplit('/', 1)[0]}/{HEADS}/"
-    if heads + seg not in keys and any(k.startswith(heads) for k in keys):
-        return f"HEAD names branch {real_name(seg, value.meta)!r}, which does not exist"
-    return None
+    return _lost_branch(name.rsplit("/", 1)[0], seg, value, keys)
+
+
+def _lost_branch(session: str, seg: str, head: RefValue, keys: set[str]) -> str | None:
+    """The problem of a session's HEAD that names branch ``seg`` (its folder ``session``,
+    ``keys`` every ref key), None when the branch exists or was never born.
+
+    HEAD naming a branch that does not exist is normal before a session's first commit
+    (``set_info`` first, a brand-new session). It is damage when the session shows it had
+    history: another branch, a label, or a reflog (no write makes one of these without a
+    commit, and no write deletes the branch HEAD is on: a lost race, a backend failure or a
+    hand-deleted ref file did). A session whose only ref is HEAD cannot be told from a
+    never-born one (no commit names its session): its lost commits are dangling ones."""
+    base = f"{REFS_PREFIX}/{session}/"
+    if f"{base}{HEADS}/{seg}" in keys:
+        return None
+    kinds = {HEADS: "a branch", TAGS: "a label"}
+    had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
+                  if k.startswith(base) and k[len(base):].split("/", 1)[0] in kinds})
+    if f"{base}{REFLOG}" in keys:
+        had.append("a reflog")
+    if not had:
+        return None  # never born (as far as anything stored can tell)
+    branch = real_name(seg, head.meta)
+    return (f"HEAD names branch {branch!r}, which does not exist though the session has "
+            f"{' and '.join(had)}: the branch was deleted or lost (recreate it with `castore branch "
+            f"{branch} REV` from `castore reflog` or a dangling commit, or check out another branch)")
 
 
 def _links(obj: Any, foreign: set[str] | None = None) -> Iterator[tuple[str, tuple[type, ...]]]:
@@ -396,6 +436,14 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
     """Check the whole store: refs parse and name commits, every reachable object is present
     and of the kind its link needs, every stored object re-hashes to its id, no stale locks.
 
+    A session's HEAD that names a branch that does not exist is a bad ref when the session
+    shows it had history (another branch, a label, a reflog): its branch was deleted or lost,
+    and its commits would otherwise count as unreachable. A session holding nothing but its
+    HEAD is never born as far as the store tells (``unborn``, not damage): ``set_info``
+    before the first append leaves exactly that. An object in a damaged pack record is
+    ``corrupt`` (the reason names the pack and the record), not missing, and the record is
+    in ``damaged_records``.
+
     Args:
         store: the store to check (only read, never changed).
         progress: called with (phase, count) as the check goes: "reachable", "verified".
@@ -534,9 +582,16 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
         dry_run: only report what would be deleted.
         progress: called with (phase, count): "reachable", "deleted".
 
+    gc refuses to run while the store has damage that makes reachability unsure, as git's
+    gc stops at a broken ref: a reachable object missing or corrupt (in a damaged pack
+    record too), a ref that does not parse, or a session's HEAD naming a branch that was
+    deleted or lost (:func:`fsck` says which): the commits that branch held would look
+    unreachable. Recreate the branch or check out another one, then run gc again.
+
     Raises:
         CastoreError: the store has damage that makes reachability unsure (missing or
-            corrupt reachable objects, or unreadable refs): run fsck.
+            corrupt reachable objects, unreadable refs, a HEAD whose branch is lost): the
+            message names the first bad ref; run fsck.
         StoreNotFound, StorageError.
     """
     if not grace >= 0:
@@ -590,9 +645,10 @@ def _collect(store: Store, grace: float, dry_run: bool, progress: Callable[[str,
     report = FsckReport()
     live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None, scopes)
     if report.damaged:
+        first = (f"{report.bad_refs[0][0]}: {report.bad_refs[0][1]}; " if report.bad_refs else "")
         raise CastoreError(
             f"gc refused: the store is damaged ({len(report.missing)} missing, {len(report.corrupt)} corrupt, "
-            f"{len(report.bad_refs)} bad refs); run `castore fsck`"
+            f"{len(report.bad_refs)} bad refs); {first}run `castore fsck`"
         )
     now = time.time()
     # grace 0: everything unreachable goes, whatever its age (no writer is running)

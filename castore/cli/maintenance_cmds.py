@@ -19,7 +19,7 @@ _FSCK_SCHEMA = (
     '{"ok": bool, "objects": n, "refs": n, "reachable": n, "missing": [{"id", "from"}], '
     '"corrupt": [{"id", "reason"}], "bad_refs": [{"ref", "reason"}], "unreachable": [id], '
     '"dangling": [id], "stale_locks": [path], "stale_temps": [path], '
-    '"damaged_records": [{"pack", "offset", "bytes"}]}'
+    '"damaged_records": [{"pack", "offset", "bytes"}], "unborn": [session folder]}'
 )
 _GC_SCHEMA = (
     '{"deleted": n, "kept_in_grace": n, "bytes_freed": n, "dry_run": bool, "ids": [id], '
@@ -63,6 +63,12 @@ def _render_fsck(r: FsckReport) -> None:
     if r.unreachable:
         click.echo(f"{plural(len(r.unreachable), 'unreachable object')} ({len(r.dangling)} dangling): "
                    "harmless; `castore gc` removes them")
+    if r.unborn and r.dangling:
+        # git's "HEAD points to an unborn branch" notice: harmless, unless a branch was lost
+        shown = ", ".join(safe(x) for x in r.unborn[:3]) + (" ..." if len(r.unborn) > 3 else "")
+        click.echo(f"notice: {plural(len(r.unborn), 'session')} with no commit yet (HEAD names a branch "
+                   f"not made): {shown}; if one had commits, its branch was lost and its tip is "
+                   "a dangling commit (`castore fsck --json`)")
     if r.ok:
         click.echo("ok")
     else:
@@ -77,7 +83,10 @@ def fsck_cmd(as_json: bool) -> None:
     """Check the whole store: every object re-hashed, every ref and link followed.
 
     Reports missing and corrupt objects, refs that are garbage or name a missing commit,
-    damaged pack records (by pack and offset), stale locks left by a killed writer, and
+    a HEAD whose branch was deleted or lost (the session has another branch, a label or a
+    reflog; a session with only its HEAD is taken as not yet born, noted when dangling
+    commits exist), damaged pack records (by pack and offset; their objects are corrupt,
+    not missing), stale locks left by a killed writer, and
     unreachable objects (harmless: a crash or a
     deleted session leaves them; `castore gc` removes them). Exits with status 1 when
     anything is damaged.

@@ -1,0 +1,114 @@
+"""A session's HEAD naming a branch that does not exist: never born (``set_info`` before the
+first append) is normal; a branch deleted or lost while the session shows it had history is
+damage that fsck reports and that stops gc, which would otherwise drop the branch's commits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import castore
+from castore import maintenance
+from castore.cli import main
+
+
+def _msgs(s: castore.Session, n: int, tag: str = "m") -> list[str]:
+    return [s.append(castore.Message(role="user", content=f"{tag} {i}")) for i in range(n)]
+
+
+def _lose_branch(store: castore.Store, s: castore.Session, name: str = "main") -> None:
+    """What a lost race, a failed backend or a hand-deleted ref file leaves: the branch HEAD
+    is on is gone, HEAD still names it."""
+    store.refs.delete(s.refs.branch(name))
+    store.objects.close()  # the writer is idle: gc may take its log
+
+
+def _fsck_cli(root: Path) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["--store", str(root), "fsck"])
+    return r.exit_code, r.output
+
+
+@pytest.mark.parametrize("evidence", ["label", "reflog", "branch"])
+def test_a_lost_branch_is_reported_and_stops_gc(tmp_path: Path, evidence: str) -> None:
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    ids = _msgs(s, 4)
+    if evidence == "label":
+        s.label("v1", at="HEAD~2")
+    elif evidence == "reflog":
+        s.reset("HEAD~1")  # an overwrite: the reflog records it
+    else:
+        s.branch("side", at="HEAD~3")
+    _lose_branch(store, s)
+
+    report = maintenance.fsck(store)
+    assert not report.ok and report.damaged
+    assert [r for r, _ in report.bad_refs] == [s.refs.head]
+    why = report.bad_refs[0][1]
+    assert "'main'" in why and "deleted or lost" in why and "castore branch main" in why
+    assert s.prefix not in report.unborn
+
+    code, out = _fsck_cli(root)
+    assert code == 1
+    assert [line for line in out.splitlines() if line.startswith("bad ref:")] == [
+        f"bad ref: {s.refs.head}  {why}"]
+
+    with pytest.raises(castore.CastoreError, match="gc refused.*HEAD names branch 'main'.*run `castore fsck`"):
+        maintenance.gc(store, grace=0)
+    r = CliRunner().invoke(main, ["--store", str(root), "gc", "--grace", "0"])
+    assert r.exit_code == 1
+    assert [line for line in r.output.splitlines() if line.startswith("Error:")] \
+        and "deleted or lost" in r.output
+    # nothing was dropped: every commit the lost branch held reads back
+    for cid in ids:
+        assert store.history.commit(cid).kind == "message"
+
+    s.branch("main", at=ids[-1])  # resolved as fsck says: the branch is back
+    assert maintenance.fsck(store).ok
+    maintenance.gc(store, grace=0)
+    assert [e.id for e in s.log()][0] == ids[-1]
+    store.close()
+
+
+def test_a_never_born_session_is_not_damage(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    born = store.session("app", "u", "born")
+    _msgs(born, 2)
+    fresh = store.session("app", "u", "fresh")
+    fresh.set_info({"title": "not started yet"})
+    store.objects.close()
+    report = maintenance.fsck(store)
+    assert report.ok and not report.bad_refs, report.to_dict()
+    assert report.unborn == [fresh.prefix]
+    code, out = _fsck_cli(root)
+    assert code == 0 and out.splitlines()[-1] == "ok" and "notice" not in out  # nothing dangles
+    maintenance.gc(store, grace=0)  # runs: an unborn HEAD is a normal state
+    fresh.append(castore.Message(role="user", content="first"))
+    assert maintenance.fsck(store).unborn == []
+    store.close()
+
+
+def test_a_session_with_only_its_head_left_is_noted_with_its_dangling_tip(tmp_path: Path) -> None:
+    """No commit names its session, so a session that kept nothing but HEAD looks never born:
+    fsck notes it when dangling commits exist (its tip is one of them), as git notes an
+    unborn HEAD, and gc's grace period keeps them as it keeps any unreachable commit."""
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    ids = _msgs(s, 3)
+    _lose_branch(store, s)
+    report = maintenance.fsck(store)
+    assert report.ok and report.unborn == [s.prefix]
+    assert ids[-1] in report.dangling
+    code, out = _fsck_cli(root)
+    assert code == 0
+    notes = [line for line in out.splitlines() if line.startswith("notice:")]
+    assert len(notes) == 1 and s.prefix in notes[0] and "dangling" in notes[0]
+    maintenance.gc(store)  # the default grace: nothing this young goes
+    s.branch("main", at=ids[-1])
+    assert [e.id for e in s.log()] == ids[::-1]
+    store.close()
