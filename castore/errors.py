@@ -84,6 +84,28 @@ class SealedFrameError(IntegrityError):
         self.reason = reason
 
 
+class DamagedPack(IntegrityError):
+    """An object is in a pack record (a compressed block) whose bytes are damaged: the record
+    does not decompress or open, or what it holds does not hash to the object's id. The
+    object is stored but cannot be read; ``castore fsck`` lists the record and its objects.
+
+    Attributes:
+        object_id: the object that was read.
+        pack: the pack file's key (``packs/<name>.pack``).
+        offset, size: where the damaged record is in the pack (its header included).
+        reason: what is wrong, with the pack and record named.
+    """
+
+    def __init__(self, object_id: str, pack: str, offset: int, size: int, why: str) -> None:
+        reason = f"its record in {pack} (the block at offset {offset}, {size} bytes) is damaged: {why}"
+        Exception.__init__(self, f"object {object_id} cannot be read: {reason}; run `castore fsck`")
+        self.object_id = object_id
+        self.pack = pack
+        self.offset = offset
+        self.size = size
+        self.reason = reason
+
+
 class CorruptRef(IntegrityError):
     """A ref file holds something that is not a ref (garbage, bad target, a symbolic loop).
 

@@ -30,7 +30,7 @@ from typing import Any
 from . import names
 from . import objects as o
 from .entries import stored_problem
-from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound, RefConflict
+from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound, RefConflict, SealedFrameError
 from .history import Hint, depth_problem
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore.packs import Slot
@@ -316,19 +316,26 @@ def _load(store: Store, oids: list[str]) -> dict[str, Any]:
     """Read, verify and decode objects (loose or packed), bypassing every cache.
 
     Returns a dict from id to the decoded object, to None (missing), or to the
-    IntegrityError met.
+    IntegrityError met (a :class:`~castore.errors.DamagedPack` naming the pack record of a
+    packed one).
     """
     got = store.objects.read_stored_many(oids)
     out: dict[str, Any] = {}
     for oid in oids:
         stored = got.get(oid)
         if stored is None:
-            out[oid] = None
+            out[oid] = store.objects.damage(oid)  # stored, in a record that does not open: corrupt
             continue
         try:
-            out[oid] = o.decode(oid, store.objects.codec.from_stored(oid, stored))
+            canonical = store.objects.codec.from_stored(oid, stored)
         except IntegrityError as e:
-            out[oid] = e
+            # a packed one: its record named (a sealed frame that does not open says why itself)
+            out[oid] = e if isinstance(e, SealedFrameError) else store.objects.damage(oid, e.reason) or e
+            continue
+        try:
+            out[oid] = o.decode(oid, canonical)
+        except IntegrityError as e:
+            out[oid] = e  # whole bytes that are not an object: the object, not its record
     return out
 
 

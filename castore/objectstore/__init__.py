@@ -42,6 +42,7 @@ from .. import objects as o
 from ..errors import (
     AmbiguousRevision,
     CastoreError,
+    DamagedPack,
     IntegrityError,
     ObjectNotFound,
     RevisionNotFound,
@@ -387,17 +388,28 @@ class ObjectStore:
         """
         try:
             return stored, self.codec.from_stored(oid, stored)
-        except IntegrityError:
+        except SealedFrameError:
+            raise
+        except IntegrityError as e:
             if not self.packmap.recheck_object(oid):
-                raise
+                raise self.packmap.damage(oid, e.reason) or e from None
         again = self._stored(oid)
         if again is None:
             raise self._missing(oid)
-        return again, self.codec.from_stored(oid, again)
+        try:
+            return again, self.codec.from_stored(oid, again)
+        except SealedFrameError:
+            raise
+        except IntegrityError as e:
+            raise self.packmap.damage(oid, e.reason) or e from None
 
     def _missing(self, oid: str) -> Exception:
-        """What to raise for an object found nowhere: :class:`ObjectNotFound`, or, when this
-        store's sealed records do not open (a wrong key), :class:`SealedFrameError` naming ``oid``."""
+        """What to raise for an object found nowhere readable: :class:`DamagedPack` when its
+        pack record is damaged, :class:`SealedFrameError` naming ``oid`` when this store's
+        sealed records do not open (a wrong key), else :class:`ObjectNotFound`."""
+        damaged = self.packmap.damage(oid)
+        if damaged is not None:
+            return damaged
         failed = self.packmap.wrong_key()
         if failed is not None:
             return SealedFrameError(oid, f"not in any record that opens; {failed.reason}")
@@ -529,6 +541,8 @@ class ObjectStore:
 
         Raises:
             ObjectNotFound: no object has this id.
+            DamagedPack: (an IntegrityError) its pack record is damaged: the message names
+                the pack file and the record.
             IntegrityError: the stored bytes are corrupt.
             StorageError: the backend failed.
         """
@@ -550,6 +564,7 @@ class ObjectStore:
 
         Raises:
             ObjectNotFound: one is missing (unless ``missing_ok``: then it is left out).
+            DamagedPack: one is in a damaged pack record (even with ``missing_ok``).
             IntegrityError: one is corrupt.
             StorageError: the backend failed.
         """
@@ -576,7 +591,7 @@ class ObjectStore:
             for oid in todo:
                 stored = got.get(oid)
                 if stored is None:
-                    if missing_ok and self.packmap.wrong_key() is None:
+                    if missing_ok and self.packmap.wrong_key() is None and self.packmap.damage(oid) is None:
                         continue
                     raise self._missing(oid)
                 canonical = self._checked(oid, stored)[1]
@@ -684,6 +699,14 @@ class ObjectStore:
                 raise self._missing(oid)
             out[oid] = self._checked(oid, stored)[0]
         return out
+
+    def damage(self, oid: str, why: str | None = None) -> DamagedPack | None:
+        """The :class:`DamagedPack` error of ``oid`` when its pack record was found damaged
+        (a read found it does not decompress or open), or, given ``why`` (a caller's reason
+        the bytes read are wrong), the record it is in; None when ``oid`` is not packed or
+        no damage was met (:meth:`PackMap.damage
+        <castore.objectstore.packmap.PackMap.damage>`). What fsck reports. Raises nothing."""
+        return self.packmap.damage(oid, why)
 
     def read_stored_many(self, oids: Sequence[str]) -> dict[str, bytes | None]:
         """Stored bytes of several objects, not verified and bypassing every cache of

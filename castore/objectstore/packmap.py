@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from .. import objects as o
-from ..errors import IntegrityError, SealedFrameError
+from ..errors import DamagedPack, IntegrityError, SealedFrameError
 from ..storage import Storage
 from . import packs
 from .packs import PACKS, Place, Slot, index_key, pack_key
@@ -78,6 +78,8 @@ class PackMap:
         # wrong_key()
         self._refused: SealedFrameError | None = None
         self._opened = False
+        # objects whose pack record a read found damaged: id -> (pack, the error)
+        self._damage: dict[str, tuple[str, DamagedPack]] = {}
         #: the one lock of a handle's pack state: this map's, the writer's log's, the repacker's
         self.lock = threading.RLock()
         #: whether the storage cannot append (object storage: a ranged read is a round trip,
@@ -427,8 +429,35 @@ class PackMap:
         except SealedFrameError as e:
             self._refused = e
             return None  # may be a record moved here from another store: the caller looks elsewhere
-        except IntegrityError:
+        except IntegrityError as e:
+            self._note_damage(oid, name, loc, e.reason)
             return None  # a damaged record: the object may be elsewhere (the caller looks)
+
+    def _note_damage(self, oid: str, name: str, loc: Place, why: str) -> DamagedPack:
+        """Remember that ``oid``'s record at ``loc`` of pack ``name`` is damaged (for
+        :meth:`damage` and :meth:`damaged_records`) and return the error that says so."""
+        rec = packs.record_span(loc)
+        err = DamagedPack(oid, pack_key(name), rec[0], rec[1], why)
+        with self.lock:
+            self._damage[oid] = (name, err)
+            pack = self._packs.get(name)
+            if pack is not None and rec not in pack.damaged:
+                pack.damaged.append(rec)
+        return err
+
+    def damage(self, oid: str, why: str | None = None) -> DamagedPack | None:
+        """Why ``oid`` cannot be read from the pack this handle maps it to: the record a read
+        met damaged (it did not decompress or open), or, given ``why`` (what a caller found
+        wrong with the bytes read, a hash that does not match), that record; None when
+        ``oid`` is in no pack, or no damage was met. Raises nothing."""
+        hit = self._where.get(oid)
+        if hit is None:
+            return None
+        if why is not None:
+            return self._note_damage(oid, hit[0], hit[1], why)
+        with self.lock:
+            seen = self._damage.get(oid)
+        return seen[1] if seen is not None and seen[0] == hit[0] else None
 
     def wrong_key(self) -> SealedFrameError | None:
         """A sealed record that did not open, when no record has opened in this handle: then the
@@ -596,7 +625,8 @@ class PackMap:
         """``(pack, offset, bytes)`` of every damaged record the scans of unindexed packs
         skipped (after a refresh): records that fail their check with a valid record after
         them, unlike a log's torn tail, and the bad end of a pack written whole (a batch or
-        repack pack) (docs/FORMAT.md, 4). Their objects cannot be read; those after them can.
+        repack pack) (docs/FORMAT.md, 4); and the records of indexed packs a read of this
+        handle found damaged (:meth:`damage`). Their objects cannot be read; the others can.
 
         Raises:
             StorageError: the backend failed.

@@ -119,6 +119,14 @@ class Slot(NamedTuple):
 Place = Location | Slot
 
 
+def record_span(loc: Place) -> tuple[int, int]:
+    """``(offset, bytes)`` in its pack of the record holding the object at ``loc``, header
+    included (a version-1 place: its frame alone), as fsck names damaged records."""
+    if isinstance(loc, Slot):
+        return loc.offset - _REC.size, loc.size + _REC.size
+    return loc.offset, loc.size
+
+
 def encode_record(frames: Iterable[tuple[str, bytes]], at: int) -> tuple[bytes, dict[str, Location]]:
     """One record holding ``(hex id, frame)`` pairs, for a pack where it will start at ``at``.
 

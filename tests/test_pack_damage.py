@@ -1,0 +1,97 @@
+"""Bytes flipped inside a sealed pack's record (a compressed block): its objects are damaged,
+not missing. ``get`` raises :class:`castore.DamagedPack` naming the pack file and the record,
+fsck lists them as corrupt and the record as damaged, and ``log``/``export`` of a session that
+needs them stop with that one ``Error:`` line (exit 1) while the other sessions read on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import castore
+from castore import maintenance
+from castore.cli import main
+from castore.objectstore.packs import Slot
+
+
+def _store(root: Path, repacked: bool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Three sessions of four messages each, in a sealed (indexed) pack: the writer's log
+    sealed at close, or one repacked pack of large blocks. Returns each session's head."""
+    w = castore.open(str(root), format=2)
+    heads = []
+    for k in range(3):
+        s = w.session("app", "u", f"s{k}")
+        for j in range(4):
+            s.append(castore.Message(role="user", content=f"session {k} message {j} " + "words " * 30))
+        heads.append(s.head)
+    w.close()
+    if repacked:
+        monkeypatch.setattr(maintenance, "LOG_IDLE", 0)
+        with castore.open(str(root)) as w:
+            assert maintenance.repack(w, all_packs=True).new_pack is not None
+    return heads
+
+
+def _flip(root: Path, oid: str) -> tuple[str, int, int]:
+    """Flip the compressed bytes of the record holding ``oid`` (its frame's header left whole:
+    a reader of one object of a block decompresses only as far as that object); returns the
+    pack's name and the record's offset and size (header included), as fsck names them."""
+    with castore.open(str(root)) as r:
+        r.objects.refresh()
+        hit = r.objects.packmap.locate(oid)
+    assert hit is not None and isinstance(hit[1], Slot)
+    name, loc = hit
+    path = root / "packs" / f"{name}.pack"
+    assert (root / "packs" / f"{name}.idx").exists()  # sealed: read through its index
+    data = bytearray(path.read_bytes())
+    for i in range(loc.offset + 16, loc.offset + loc.size):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return name, loc.offset - 20, loc.size + 20
+
+
+@pytest.mark.parametrize("repacked", [False, True], ids=["sealed-log", "repacked"])
+def test_a_damaged_record_is_damage_not_a_missing_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         repacked: bool) -> None:
+    root = tmp_path / "st"
+    heads = _store(root, repacked, monkeypatch)
+    name, offset, size = _flip(root, heads[1])
+
+    r = castore.open(str(root))
+    with pytest.raises(castore.DamagedPack) as e:
+        r.objects.get(heads[1])
+    err = e.value
+    assert isinstance(err, castore.IntegrityError) and not isinstance(err, castore.ObjectNotFound)
+    assert (err.object_id, err.pack, err.offset, err.size) == (heads[1], f"packs/{name}.pack", offset, size)
+    assert f"packs/{name}.pack" in str(err) and f"offset {offset}" in str(err) and "damaged" in str(err)
+    with pytest.raises(castore.DamagedPack):
+        r.session("app", "u", "s1").log()
+    if not repacked:  # one record per append: the other sessions read on
+        for k in (0, 2):
+            assert len(r.session("app", "u", f"s{k}").log()) == 4
+
+    report = maintenance.fsck(r)
+    assert not report.ok and report.missing == []
+    assert heads[1] in {oid for oid, _ in report.corrupt}
+    why = dict(report.corrupt)[heads[1]]
+    assert f"packs/{name}.pack" in why and f"offset {offset}" in why
+    assert (name, offset, size) in report.damaged_records
+    with pytest.raises(castore.CastoreError, match="gc refused"):
+        maintenance.gc(r, grace=0)  # nothing is dropped while a reachable object is damaged
+    r.close()
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["--store", str(root), "fsck"])
+    assert res.exit_code == 1
+    assert any(line.startswith(f"corrupt: {heads[1]}") and f"packs/{name}.pack" in line
+               for line in res.output.splitlines())
+    assert f"damaged record: packs/{name}.pack at offset {offset} ({size} bytes)" in res.output
+    assert "missing:" not in res.output
+    for args in (["log", "-s", "app/u/s1"], ["export", "html", "-s", "app/u/s1", "-o", str(tmp_path / "s1.html")]):
+        res = runner.invoke(main, ["--store", str(root), *args])
+        assert res.exit_code == 1, res.output
+        errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "cannot be read" in errors[0] and f"packs/{name}.pack" in errors[0], res.output
+        assert "not found" not in res.output and "Traceback" not in res.output
