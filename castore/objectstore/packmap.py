@@ -168,8 +168,9 @@ class PackMap:
         one (logs, batch packs) are scanned from where their last scan stopped, packs that
         are gone (repacked) are forgotten. Returns True when something new was found.
 
-        With ``need`` (the ids a reader is looking for), the packs without an index are
-        scanned only when the new indexes do not hold all of them: a reader at the middle of
+        With ``need`` (the ids a reader is looking for), ``packs/`` is listed once more when
+        they are still not found (a repack may have torn the first listing), and the packs
+        without an index are scanned only when the new indexes do not hold all of them: a reader at the middle of
         a long session does not scan another writer's live log (up to
         :data:`~castore.objectstore.packlog.SEAL_BYTES`, every object hashed) for objects
         that sealed packs hold.
@@ -185,6 +186,12 @@ class PackMap:
                 break
             # a pack listed a moment ago was gone when read: a repack merged it since the
             # listing, and the pack it went into (written first) is in the next listing
+        if need and not all(self.locate(x) is not None for x in need):
+            # a listing is not a snapshot (a paginated LIST, a readdir of a folder changing
+            # between its reads): a repack during it may have written its pack behind the
+            # cursor and deleted the packs it merged ahead of it, so that neither was listed.
+            # A listing started after that repack holds its pack (tests/test_repack_race.py)
+            found = self._refresh_once([], need) or found
         return found
 
     def _refresh_once(self, gone: list[str], need: Sequence[str] = ()) -> bool:
