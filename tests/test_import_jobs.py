@@ -137,6 +137,28 @@ def test_two_imports_of_one_folder_at_once_both_finish_with_every_line_once(tmp_
     assert fsck(both).ok
 
 
+@pytest.mark.slow  # three whole imports of the Pi fixtures: ~20 s on a shared machine
+def test_two_imports_of_one_pi_folder_at_once_both_finish_with_every_line_once(tmp_path: Path,
+                                                                              pi_folder: Path) -> None:
+    """Pi's importer writes commits with their parents from the file (the same lines give the
+    same commits in both) and makes its branches itself: a branch the rival made first is
+    taken when it is at the same commit, and a lost race otherwise (retried, IMPORT_RETRY)."""
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "castore", "--store", str(store), "import", "pi", str(pi_folder), "--jobs", "1"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+             for _ in range(2)]
+    outs = [p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    alone = _cli(tmp_path / "alone", "import", "pi", str(pi_folder), "--jobs", "1")
+    assert alone.returncode == 0, alone.stderr
+    both, one = castore.open(str(store)), castore.open(str(tmp_path / "alone"))
+    assert _sessions(both) == _sessions(one)
+    for si in both.sessions("pi"):  # every line once: as many commits as the import alone made
+        assert len(both.session(si.app, si.user, si.session).log(limit=None, all_branches=True)) \
+            == len(one.session(si.app, si.user, si.session).log(limit=None, all_branches=True))
+    assert fsck(both).ok
+
+
 def test_an_append_that_makes_a_branch_loses_to_a_rival_that_made_it_first() -> None:
     store = castore.open("memory://import-jobs-new-branch")
     s = store.session("a", "u", "s")

@@ -65,7 +65,7 @@ from ..entries import (
     ModelChange,
     body_of,
 )
-from ..errors import CastoreError, InvalidEntry, InvalidName, SessionExists
+from ..errors import BranchError, CastoreError, InvalidEntry, InvalidName, RefConflict, SessionExists
 from ..objects import Blob
 from ..redact import kind_counts, recording
 from ..views import TITLE_KEY, prompt_title
@@ -639,12 +639,12 @@ def _set_refs(session: Session, tree: _Tree, labels: dict[str, tuple[int, int, s
             session.delete_branch(name, force=True)
     for name, cid in want.items():
         if have.get(name) != cid:
-            result.branches[name] = session.branch(name, at=cid, force=name in have)
+            result.branches[name] = _branch(session, name, cid, force=name in have)
     if old_main != last:
         if session.exists() and session.current_branch == "main":
             session.reset(last)
         else:
-            session.branch("main", at=last, force=old_main is not None)
+            _branch(session, "main", last, force=old_main is not None)
     result.branches["main"] = last
     result.head = last
     for target, (_, line, lab) in sorted(labels.items(), key=lambda kv: kv[1][0]):
@@ -654,6 +654,26 @@ def _set_refs(session: Session, tree: _Tree, labels: dict[str, tuple[int, int, s
             result.labels[lab] = session.label(lab, at=tree.ids[target][0], force=True)
         except InvalidName as err:
             result.skipped.append((line, f"label {lab!r} on {target} not kept as a castore label: {err}"))
+
+
+def _branch(session: Session, name: str, cid: str, force: bool) -> str:
+    """Put branch ``name`` at ``cid``; one that must be new (``force`` False) and that a rival
+    import of the same file made meanwhile is a lost race, as
+    :data:`~castore.session.NEW_BRANCH` makes it for the tree writer's imports: at the same
+    commit (the same lines, the same ids) nothing is left to do; elsewhere :class:`RefConflict`
+    is raised, and the import runs again from what is stored
+    (:data:`~castore.adapters.import_jobs.IMPORT_RETRY`)."""
+    try:
+        return session.branch(name, at=cid, force=force)
+    except BranchError:
+        if force:
+            raise
+        got = session.branches().get(name)
+        if got == cid:
+            return cid
+        if got is None:
+            raise
+        raise RefConflict(session.refs.branch(name), None, got) from None
 
 
 def _next_version(store: Store, f: IO[bytes], name: str, app: str, user: str, session: Session, skip_bad: bool,
