@@ -121,18 +121,23 @@ def _folder_of_copies(root: Path, copies: int) -> Path:
     return out
 
 
-def test_two_imports_of_one_folder_at_once_both_finish_with_every_line_once(tmp_path: Path) -> None:
-    folder = _folder_of_copies(tmp_path, 6)
+def _two_imports_at_once(tmp_path: Path, vendor: str, folder: Path, jobs: str) -> tuple[castore.Store, castore.Store]:
+    """Two real processes importing ``folder`` into one store at once, both finishing; returns
+    that store and one an import alone made."""
     store = tmp_path / "store"
-    cmd = [sys.executable, "-m", "castore", "--store", str(store), "import", "claude", str(folder), "--jobs", "2"]
+    cmd = [sys.executable, "-m", "castore", "--store", str(store), "import", vendor, str(folder), "--jobs", jobs]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
              for _ in range(2)]
     outs = [p.communicate() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    # the same commits as one import alone: every line stored once
-    alone = _cli(tmp_path / "alone", "import", "claude", str(folder), "--jobs", "1")
+    alone = _cli(tmp_path / "alone", "import", vendor, str(folder), "--jobs", "1")
     assert alone.returncode == 0, alone.stderr
-    both, one = castore.open(str(store)), castore.open(str(tmp_path / "alone"))
+    return castore.open(str(store)), castore.open(str(tmp_path / "alone"))
+
+
+def test_two_imports_of_one_folder_at_once_both_finish_with_every_line_once(tmp_path: Path) -> None:
+    both, one = _two_imports_at_once(tmp_path, "claude", _folder_of_copies(tmp_path, 6), "2")
+    # the same commits as one import alone: every line stored once
     assert _sessions(both) == _sessions(one)
     assert fsck(both).ok
 
@@ -143,15 +148,7 @@ def test_two_imports_of_one_pi_folder_at_once_both_finish_with_every_line_once(t
     """Pi's importer writes commits with their parents from the file (the same lines give the
     same commits in both) and makes its branches itself: a branch the rival made first is
     taken when it is at the same commit, and a lost race otherwise (retried, IMPORT_RETRY)."""
-    store = tmp_path / "store"
-    cmd = [sys.executable, "-m", "castore", "--store", str(store), "import", "pi", str(pi_folder), "--jobs", "1"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-             for _ in range(2)]
-    outs = [p.communicate() for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
-    alone = _cli(tmp_path / "alone", "import", "pi", str(pi_folder), "--jobs", "1")
-    assert alone.returncode == 0, alone.stderr
-    both, one = castore.open(str(store)), castore.open(str(tmp_path / "alone"))
+    both, one = _two_imports_at_once(tmp_path, "pi", pi_folder, "1")
     assert _sessions(both) == _sessions(one)
     for si in both.sessions("pi"):  # every line once: as many commits as the import alone made
         assert len(both.session(si.app, si.user, si.session).log(limit=None, all_branches=True)) \
