@@ -95,3 +95,25 @@ def test_a_damaged_record_is_damage_not_a_missing_object(tmp_path: Path, monkeyp
         errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and "cannot be read" in errors[0] and f"packs/{name}.pack" in errors[0], res.output
         assert "not found" not in res.output and "Traceback" not in res.output
+
+
+def test_log_shows_the_commits_newer_than_a_damaged_one_then_the_error(tmp_path: Path) -> None:
+    """As git's log stops at an object it cannot read: what is readable, newest first, then
+    one ``Error:`` line (exit 1); a log that does not reach the damage is whole (exit 0)."""
+    root = tmp_path / "st"
+    with castore.open(str(root), format=2) as w:
+        s = w.session("app", "u", "s1")
+        ids = [s.append(castore.Message(role="user", content=f"message {j}")) for j in range(6)]
+    name, _, _ = _flip(root, ids[2])
+    runner = CliRunner()
+
+    res = runner.invoke(main, ["--store", str(root), "log", "-s", "app/u/s1", "--oneline"])
+    assert res.exit_code == 1
+    lines = res.output.splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == [c[:8] for c in ids[:2:-1]]
+    assert lines[-1].startswith(f"Error: object {ids[2]} cannot be read") and f"packs/{name}.pack" in lines[-1]
+
+    res = runner.invoke(main, ["--store", str(root), "log", "-s", "app/u/s1", "--oneline", "-n", "2"])
+    assert res.exit_code == 0, res.output
+    assert [line.split()[0] for line in res.output.splitlines()[:2]] == [c[:8] for c in ids[:3:-1]]
+    assert "Error" not in res.output

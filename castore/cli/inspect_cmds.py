@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from .. import porcelain, views
-from ..entries import Message
-from ..errors import RevisionNotFound
+from ..entries import LogEntry, Message
+from ..errors import DamagedPack, RevisionNotFound
 from ..session import Session
 from ..store import Store
 from . import render as r
@@ -92,18 +92,28 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
 
     Without --all: the path from the root to REV (default HEAD). Like `llm logs`, the last
     10 entries by default (-n 0 for all). With --all, every
-    branch; with --graph, the tree drawn with | * / as git does.
+    branch; with --graph, the tree drawn with | * / as git does. A commit in a damaged
+    pack record stops the log as git's stops at an object it cannot read: the commits
+    newer than it are shown, then one `Error:` line naming the pack (exit 1).
     """
     if all_ and rev != "HEAD":
         raise click.UsageError("--all shows every branch; give no REV with it")
     every = all_entries or as_json
     # one entry more than shown tells whether the note below has anything to say
     want = limit + 1 if limit and not all_ else limit
-    names, entries = porcelain.log(session, rev, limit=want or None, all_branches=all_, internal=internal,
-                                   all_entries=every)
+    damaged: DamagedPack | None = None
+    try:
+        names, entries = porcelain.log(session, rev, limit=want or None, all_branches=all_, internal=internal,
+                                       all_entries=every)
+        refs = r.Refs.from_names(names)
+    except DamagedPack:
+        if all_ or graph or as_json:
+            raise
+        # as git's log: the commits readable from REV, newest first, then the error
+        entries, damaged = _readable_tail(session, rev, want, every)
+        refs = refs_of(session, internal=internal)
     more = bool(limit) and len(entries) > limit
     entries = entries[:limit] if limit else entries
-    refs = r.Refs.from_names(names)
     if graph:
         entries = r.topo_order(entries)
     if as_json:
@@ -129,6 +139,26 @@ def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, 
         # left-out bookkeeping lines are on the path too: only an unfiltered log knows the total
         of = f" of {plural(entries[0].depth + 1, 'entry')}" if every else " entries"
         note(f"(the last {len(entries)}{of}; -n 0 shows all)")
+    if damaged is not None:
+        raise damaged
+
+
+def _readable_tail(session: Session, rev: str, want: int, every: bool) -> tuple[list[LogEntry], DamagedPack | None]:
+    """The commits of the path to ``rev`` readable from ``rev`` back (first parents), up to
+    ``want`` shown ones (0: all; bookkeeping lines left out unless ``every``), and the
+    :class:`DamagedPack` error of the first one that is not (None: none met before ``want``)."""
+    out: list[LogEntry] = []
+    shown = 0
+    cid: str | None = session.resolve(rev)
+    while cid is not None and not (want and shown >= want):
+        try:
+            e = session.show(cid)
+        except DamagedPack as err:
+            return (out if every else porcelain.readable(out)), err
+        out.append(e)
+        shown += every or not views.bookkeeping(e)
+        cid = e.parents[0] if e.parents else None
+    return (out if every else porcelain.readable(out)), None
 
 
 @click.command("show")
