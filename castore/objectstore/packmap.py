@@ -22,6 +22,7 @@ was read, its mtime then) is kept in one place, ``PackMap._packs``.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -40,6 +41,9 @@ CONTENT_BYTES = 64 << 20
 PREFIX_MIN = 16 << 10
 #: blocks kept decompressed in part, at most
 PREFIXES = 4
+#: seconds within which an append may leave a log's mtime as it was (the coarsest file-time
+#: granularity castore meets: FAT's 2 s; ext4 and tmpfs tick every few ms)
+RACY_TICK = 2.0
 #: listings a refresh makes at most while the packs it listed keep vanishing (repacked meanwhile)
 REFRESH_RELISTS = 4
 
@@ -48,7 +52,7 @@ class _Pack:
     """What this handle knows of one pack: its frames, whether it is sealed (complete),
     and how far a growing log has been scanned."""
 
-    __slots__ = ("name", "where", "index", "sealed", "scanned", "mtime", "version", "damaged")
+    __slots__ = ("name", "where", "index", "sealed", "scanned", "mtime", "stamped", "version", "damaged")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -58,6 +62,7 @@ class _Pack:
         self.sealed = False
         self.scanned = 0
         self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
+        self.stamped = 0.0  # the clock when that mtime was taken (see PackMap._unchanged)
         self.damaged: list[tuple[int, int]] = []  # (offset, bytes) of damaged records a scan skipped
 
 
@@ -211,8 +216,7 @@ class PackMap:
                     continue
                 if name == self.live:
                     continue  # ours: already mapped
-                if pack is not None and not has_index and pack.mtime is not None \
-                        and self.storage.mtime(pack_key(name)) == pack.mtime:
+                if pack is not None and not has_index and self._unchanged(pack):
                     continue  # a log that has not changed since its last scan
                 todo.append((name, has_index))
             indexed = [t for t in todo if t[1]]
@@ -222,6 +226,25 @@ class PackMap:
                     return found  # the others wait for an object no index holds
                 return self._load_packs([t for t in todo if not t[1]], gone) or found
             return self._load_packs(todo, gone)
+
+    def _unchanged(self, pack: _Pack) -> bool:
+        """Whether the log ``pack`` holds nothing past its last scan. Its mtime says so, except
+        while that mtime is within :data:`RACY_TICK` of when it was taken: an append in the same
+        coarse clock tick as the scan leaves the mtime as it was (a "racily clean" entry, as
+        git calls an index entry as new as the index), so such a log is asked for a byte past
+        what was scanned (one ranged read, until the tick is over)."""
+        if pack.mtime is None or self.storage.mtime(pack_key(pack.name)) != pack.mtime:
+            return False
+        if pack.stamped - pack.mtime > RACY_TICK:
+            return True
+        now = time.time()
+        try:
+            if self.storage.read_range(pack_key(pack.name), pack.scanned, 1):
+                return False  # it grew in the tick of its scan: scan it again
+        except FileNotFoundError:
+            return False  # repacked away meanwhile: the scan finds it gone
+        pack.stamped = now  # later appends change the mtime once the tick is over
+        return True
 
     def load_packs(self, names: Sequence[str]) -> bool:
         """Load the frames of the named packs without listing ``packs/`` (for a reader that
@@ -273,6 +296,8 @@ class PackMap:
                     continue
             scan.append(name)
         # a log's mtime is taken before reading it: a record appended after the read changes it
+        # (or, in the same clock tick, makes it longer: see _unchanged)
+        stamped = time.time()
         mtimes = {n: self.storage.mtime(pack_key(n)) for n in scan if n.startswith("w-")}
         datas = self.storage.read_many([pack_key(n) for n in scan]) if scan else {}
         for name in scan:
@@ -307,6 +332,7 @@ class PackMap:
             self._packs[name].damaged.extend(d for d in damaged if d not in self._packs[name].damaged)
             # a torn tail may be a record still being written: scan again next time
             self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
+            self._packs[name].stamped = stamped
         return sum(self._frames(n) for n, _ in todo) > before
 
     def _index_reader(self, name: str) -> Callable[[int, int], bytes]:
