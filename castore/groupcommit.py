@@ -31,8 +31,9 @@ session's other refs landed, so a lost compare leaves HEAD and its info where th
 Until a batch lands, no ref names what it wrote: stopped before (kill -9, Ctrl-C), the store
 is as the last landed batch left it, and nothing stored before is lost. While a batch is
 open its stores' background repack is held (:meth:`~castore.objectstore.ObjectStore.
-hold_repack`), and what they write meanwhile is compressed once, by the repack after it:
-their logs take records at a low zstd level and are sealed less often (docs/FORMAT.md, 12).
+hold_repack`), and what they write meanwhile is compressed once: each landing writes its
+objects as blocks in the repack's final layout, which the repack after the batch copies as they
+are, and the logs are sealed less often (docs/FORMAT.md, 12).
 """
 
 from __future__ import annotations

@@ -214,6 +214,29 @@ def test_a_batch_writes_its_log_records_fast_and_the_repack_after_it_compresses_
     assert [m.content for m in s.messages()] == [big, big + "!"]
 
 
+def test_the_repack_after_a_batch_copies_its_landings_blocks_as_they_are(local_store: castore.Store) -> None:
+    from castore.objectstore import packs
+
+    def payloads(prefix: str) -> set[bytes]:
+        out: set[bytes] = set()
+        for name in local_store.objects.pack_names():
+            if name.startswith(prefix):
+                out |= {bytes(p) for _, _, p in packs.payloads(local_store.storage.read(packs.pack_key(name)))}
+        return out
+
+    s = local_store.session("app", "u", "s1")
+    texts = [f"line {i}: " + "some text that repeats, " * 40 for i in range(30)]
+    with local_store.batch() as b:
+        for t in texts:
+            s.append(castore.Message(role="user", content=t))
+        b.land()
+        landed = {p for p in payloads("w-") if p[:1] == b"\x01"}  # the landing's blocks
+    local_store.objects.close()  # the log is merged into a pack of blocks
+    assert landed and landed <= payloads("r-")  # byte for byte, not decoded and compressed again
+    assert [m.content for m in s.messages()] == texts
+    assert fsck(local_store).ok
+
+
 def test_a_batch_lists_its_staged_refs_by_folder_and_no_neighbour(store: castore.Store) -> None:
     # a folder's staged refs are found by a search of the sorted names: "s0" and "s-a" sort
     # beside "s/..." and are not below "s"

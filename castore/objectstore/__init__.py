@@ -279,7 +279,9 @@ class ObjectStore:
         """Write the held objects (:meth:`hold_writes`) as one unit, synced as an append's are
         (in format 3 by the next ref intent of this thread, else now), in records of about
         :data:`~castore.objectstore.repack.BLOCK_BYTES` each (a read of one object decodes
-        one record, not the whole landing); go on holding. Returns the bytes written.
+        one record, not the whole landing; in a local log while the repack is held, final
+        blocks of :data:`~castore.objectstore.repack.FINAL_RECORD_BYTES` that the repack copies,
+        read up to the zstd block that holds the object); go on holding. Returns the bytes written.
 
         Raises:
             StorageError: the backend failed; the objects stay held (no ref may land on them).

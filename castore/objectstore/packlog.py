@@ -9,8 +9,9 @@ In format 3 a ref swap is journaled in the log as an *intent* record
 log holding intents is merged at close into an ``r-`` pack of blocks without them
 (:meth:`~WriterLog._merge_log`), and a recovery after a power loss replays the intents of
 the logs without an index (:meth:`~WriterLog.log_intents`). While a write batch holds the
-repack, records are plain zstd at a low level and the log is sealed less often: the repack
-after the batch compresses what the batch wrote once (docs/FORMAT.md, 12).
+repack, a landing's records are blocks in the repack's final layout, which the repack after
+the batch copies as they are, other records plain zstd at a low level, and the log is sealed
+less often (docs/FORMAT.md, 12).
 
 :class:`WriterLog` is the part of :class:`~castore.objectstore.ObjectStore` that does it,
 handed the storage, the pack map (:class:`~castore.objectstore.packmap.PackMap`: it records
@@ -33,7 +34,7 @@ from ..storage import Appender, RefIntent, Storage
 from . import packs
 from .packmap import PackMap
 from .packs import PACKS, Slot, index_key, pack_key
-from .repack import AUTO_REPACK_BATCHES, HELD_RECORD_LEVEL, Repacker
+from .repack import AUTO_REPACK_BATCHES, BLOCK_LEVEL, FINAL_RECORD_BYTES, HELD_RECORD_LEVEL, Repacker
 
 #: a local log is sealed (given its index, no longer appended to) past this many bytes
 SEAL_BYTES = 1 << 20
@@ -92,9 +93,11 @@ class WriterLog:
         of about that many bytes, with one write) to this handle's log (not synced yet without
         ``sync``: the ref intent that names it syncs it), or, where the storage cannot append,
         write them as one whole batch pack; return the bytes written. While a write batch
-        holds the repack, the record is a plain zstd frame at
-        :data:`~castore.objectstore.repack.HELD_RECORD_LEVEL` (compressed once more by the
-        repack after the batch). A log past :data:`SEAL_BYTES` (:data:`HELD_SEAL_FACTOR`
+        holds the repack, the records of a landing (``most``) are blocks in the repack's final
+        layout (by kind, at :data:`~castore.objectstore.repack.BLOCK_LEVEL`), which the repack
+        after the batch copies as they are, and another record is a plain zstd frame at
+        :data:`~castore.objectstore.repack.HELD_RECORD_LEVEL` (compressed once more by that
+        repack). A log past :data:`SEAL_BYTES` (:data:`HELD_SEAL_FACTOR`
         times that in a write batch) is sealed; a background repack is started then, and
         after every :data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES` batch packs.
 
@@ -105,9 +108,12 @@ class WriterLog:
         batch = False
         with self.packmap.lock:
             log = self._open_log()
-            # in a write batch a plain zstd frame at a low level: the repack after the batch
-            # compresses the objects again (the dictionary codec costs 4x as much)
-            level = HELD_RECORD_LEVEL if self.repacker.held else None
+            # in a write batch a landing's records (``most``) are blocks in the final layout,
+            # which the repack after the batch copies as they are; another thread's, a plain
+            # zstd frame at a low level (the dictionary codec costs 4x as much), compressed
+            # again by that repack
+            final = self.repacker.held and most is not None
+            level = BLOCK_LEVEL if final else HELD_RECORD_LEVEL if self.repacker.held else None
             if log is None:
                 groups = [small] if most is None else [small[i:i + 1] for i in range(len(small))]
                 data, where = packs.encode_pack_v2(groups, block_bytes=most or 0, level=level,
@@ -120,7 +126,8 @@ class WriterLog:
                 self._batches += 1
                 batch = self._batches % AUTO_REPACK_BATCHES == 0
             else:
-                rec, where = packs.encode_records_v2(small, log.size, level, codec=self.packmap.codec, most=most)
+                rec, where = packs.encode_records_v2(small, log.size, level, by_kind=final, codec=self.packmap.codec,
+                                                     most=FINAL_RECORD_BYTES if final else most)
                 try:
                     log.append(rec, sync=sync)
                 except StorageError:
@@ -129,7 +136,7 @@ class WriterLog:
                 name = self._log_name
                 self._tls.pending = "" if sync else name
                 self.packmap.add(name, where, sealed=False, scanned=log.size, version=2)
-                self.repacker.note_written(name)
+                self.repacker.note_written(name, final=where if final else None)
                 size = len(rec)
                 if log.size >= SEAL_BYTES * (HELD_SEAL_FACTOR if self.repacker.held else 1) and not self._inflight:
                     self._seal()
@@ -215,7 +222,8 @@ class WriterLog:
         objects are taken from memory when this handle still holds them all (else the log
         is read back and the merge finds the refs in its intents). The
         log stays held (``flock``) until it is deleted. Should the merge leave it (nothing
-        to merge), it is sealed instead.
+        to merge), it is sealed instead. A log holding final blocks of a write batch is read
+        back, for the merge to copy them.
 
         Raises:
             StorageError, IntegrityError: the merge failed; the log is left unsealed and
@@ -230,7 +238,9 @@ class WriterLog:
             # and is merged: its swap, finding no live log, is made durable on its own
             self._synced_logs.add(name)
             keys, self._journaled = self._journaled.keys(), packs.DeltaBases()
-            groups = self._log_groups(name)
+            # final blocks (a write batch's landings) are copied from the log as they are:
+            # less work than laying out and compressing its objects again from memory
+            groups = None if self.repacker.has_final(name) else self._log_groups(name)
             if groups is not None:
                 self.storage.sync_keys(keys)  # read back instead, the merge syncs them itself
             held = None if groups is None else {name: groups}

@@ -127,6 +127,21 @@ def record_span(loc: Place) -> tuple[int, int]:
     return loc.offset, loc.size
 
 
+class Whole(NamedTuple):
+    """A version-2 record a repack copies into its new pack as it is (a block this handle
+    wrote in its final layout: :func:`whole_record`): its bytes (header and payload) and
+    where each of its objects is in its content (``start``, ``length``)."""
+
+    record: bytes | memoryview
+    spans: Mapping[str, tuple[int, int]]
+
+
+def whole_record(data: bytes | memoryview, slot: Slot, spans: Mapping[str, tuple[int, int]]) -> Whole:
+    """The record of a pack's ``data`` whose payload ``slot`` names, as a :class:`Whole`."""
+    at, size = record_span(slot)
+    return Whole(memoryview(data)[at:at + size], spans)
+
+
 def encode_record(frames: Iterable[tuple[str, bytes]], at: int) -> tuple[bytes, dict[str, Location]]:
     """One record holding ``(hex id, frame)`` pairs, for a pack where it will start at ``at``.
 
@@ -181,7 +196,8 @@ def pack_version(data: bytes | memoryview) -> int:
 def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
          keep: Callable[[int, bytes], None] | None = None,
          damaged: list[tuple[int, int]] | None = None, codec: o.Codec = o.PLAIN,
-         refused: list[SealedFrameError] | None = None) -> tuple[dict[str, Place], int]:
+         refused: list[SealedFrameError] | None = None,
+         known: Mapping[int, Mapping[str, tuple[int, int]]] | None = None) -> tuple[dict[str, Place], int]:
     """Every object of the valid records in ``data``: a pack's bytes from pack offset ``base``.
 
     A record that is incomplete or fails its check ends the scan when no valid record
@@ -196,7 +212,10 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     ``keep(payload offset, content)`` when given, so that reading its objects costs nothing
     more. A sealed record that passes its check yet does not open (a wrong key, or moved from
     another tenant) is skipped as damage is, its error appended to ``refused`` when given.
-    The whole scan is linear in the bytes (:data:`RESYNC_WORK`).
+    The whole scan is linear in the bytes (:data:`RESYNC_WORK`). ``known``: the objects of
+    some version-2 records by payload offset (``{id: (start, length)}``; records this handle
+    wrote, whose ids it knows): such a record that passes its check is neither decompressed
+    nor hashed, nor handed to ``keep``.
 
     Returns:
         The objects found (offsets relative to the start of the pack) and the pack offset
@@ -215,7 +234,7 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     view = memoryview(data)
     budget = _Budget(len(view))
     while off + _REC.size <= len(data):
-        entries, nxt = _record(view, off, base, version, keep, codec, refused)
+        entries, nxt = _record(view, off, base, version, keep, codec, refused, known)
         if entries is None:
             resumed = _resync(view, off, version, budget)
             if resumed is None:
@@ -279,6 +298,7 @@ def declared_content(payload: bytes | memoryview) -> int:
 
 def _record(view: memoryview, off: int, base: int, version: int, keep: Callable[[int, bytes], None] | None,
             codec: o.Codec, refused: list[SealedFrameError] | None = None,
+            known: Mapping[int, Mapping[str, tuple[int, int]]] | None = None,
             ) -> tuple[dict[str, Location] | dict[str, Slot] | None, int]:
     """The objects of the record at ``off`` and the offset after it; ``(None, 0)`` when the
     record is incomplete, fails its check, or does not parse."""
@@ -289,6 +309,10 @@ def _record(view: memoryview, off: int, base: int, version: int, keep: Callable[
     payload = view[body_at:end]
     if version == 1:
         return _entries(payload, base + body_at), end
+    spans = known.get(base + body_at) if known else None
+    if spans is not None:
+        size = end - body_at
+        return {oid: Slot(base + body_at, size, start, length) for oid, (start, length) in spans.items()}, end
     if payload[:1] == INTENT_FRAME:
         return {}, end  # a ref intent: no object in it
     try:
@@ -711,7 +735,7 @@ def _runs(objects: Iterable[tuple[str, bytes]], most: int = RECORD_CONTENT_MAX) 
         yield run
 
 
-def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: int = 0,
+def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]] | Whole], block_bytes: int = 0,
                    level: int | None = None,
                    cut_after: Callable[[Sequence[tuple[str, bytes]]], bool] | None = None,
                    compress: bool = True, by_kind: bool = False,
@@ -723,6 +747,7 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: i
     blocks compressed together, so that neighbouring objects share their bytes; a block also
     ends at 4 x ``block_bytes``).
     ``by_kind``: each record laid out by kind (:func:`block_layout`; what repack writes).
+    A :class:`Whole` among the groups is copied as it is, as a record of its own.
 
     Raises:
         IntegrityError: see :func:`encode_record_v2`.
@@ -745,6 +770,15 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]]], block_bytes: i
             held = 0
 
     for group in groups:
+        if isinstance(group, Whole):
+            flush()
+            rec = group.record
+            at, size = pos + _REC.size, len(rec) - _REC.size
+            for oid, (start, length) in group.spans.items():
+                where.setdefault(oid, Slot(at, size, start, length))
+            parts.append(bytes(rec))
+            pos += len(rec)
+            continue
         block.extend(group)
         held += sum(len(c) for _, c in group)
         if held >= block_bytes and (cut_after is None or cut_after(group) or held >= 4 * block_bytes):
@@ -1050,7 +1084,7 @@ def is_pack_name(name: str) -> bool:
     return sep == "-" and head in ("w", "b", "r") and len(tail) == 32 and not tail.strip("0123456789abcdef")
 
 
-__all__ = ["Location", "Slot", "Place", "IndexView", "INDEX_HEAD", "INDEX_HEAD_REMOTE",
+__all__ = ["Location", "Slot", "Place", "Whole", "whole_record", "IndexView", "INDEX_HEAD", "INDEX_HEAD_REMOTE",
            "payloads", "content_spans", "tagged_objects", "frames_v1",
            "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_records_v2", "encode_pack_v2", "record_content", "record_prefix",

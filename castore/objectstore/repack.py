@@ -40,6 +40,10 @@ from .packs import PACKS, Slot, index_key, pack_key
 #: repack writes blocks of about this many content bytes, each one zstd frame at BLOCK_LEVEL
 BLOCK_BYTES = 256 << 10
 BLOCK_LEVEL = 9
+#: a write batch's landing writes its objects as final blocks of about this many content bytes
+#: (:meth:`Repacker.note_written`), which the repack after the batch copies as they are: the
+#: size of the blocks repack makes (:data:`BLOCK_BYTES` up to the end of a run, at most 4x)
+FINAL_RECORD_BYTES = 4 * BLOCK_BYTES
 #: the plain zstd level of a log's records while a write batch holds the repack (:meth:`Repacker.
 #: hold`): the repack that follows the batch compresses them again into blocks, so a record's
 #: own compression only has to keep the log small until then (a quarter of the dictionary
@@ -134,12 +138,22 @@ class Repacker:
         self._own_written: dict[str, float] = {}
         self._sizes: dict[str, int] = {}  # sealed packs' sizes read from their indexes (they never change)
         self._moved: OrderedDict[str, str] = OrderedDict()  # pack merged by this handle -> the pack it went into
+        # the records of its logs this handle wrote as final blocks (a write batch's landings),
+        # by payload offset: a merge copies them as they are
+        self._final: dict[str, set[int]] = {}
 
-    def note_written(self, name: str, objects: Sequence[tuple[str, bytes]] | None = None) -> None:
+    def note_written(self, name: str, objects: Sequence[tuple[str, bytes]] | None = None,
+                     final: Mapping[str, packs.Slot] | None = None) -> None:
         """Record that this handle wrote into pack ``name`` (its log, or with ``objects`` a
-        batch pack holding them: a background repack merges it without reading it back)."""
+        batch pack holding them: a background repack merges it without reading it back).
+        ``final``: where the objects of records just appended to the log are, records in
+        the final block layout (:func:`~castore.objectstore.packs.block_layout`, at
+        :data:`BLOCK_LEVEL`) that a merge copies as they are, neither decompressed nor
+        hashed again (this handle computed their ids from the bytes it compressed)."""
         with self.packmap.lock:
             self._seq.setdefault(name, len(self._seq))
+            if final:
+                self._final.setdefault(name, set()).update(slot.offset for slot in final.values())
             if objects is not None:
                 self._own[name] = list(objects)
                 self._own_written[name] = time.time()
@@ -184,7 +198,8 @@ class Repacker:
         :data:`BLOCK_BYTES`, so that neighbours (a segment and the commits it copies, one
         message and the next) share their bytes; inside a block they are laid out by kind
         (commits and trees first: :func:`castore.objectstore.packs.block_layout`). Every object is
-        verified on the way.
+        verified on the way, except in the records of a log this handle wrote as final blocks
+        (:meth:`note_written`): those are copied as they are once their record's check holds.
 
         Safe against a concurrent repack or gc: a pack gone meanwhile is skipped (whoever
         deleted it had first written its objects into another pack), and a pack is deleted only
@@ -210,9 +225,10 @@ class Repacker:
         with self.packmap.lock:
             own = {n: [self._own[n]] for n in chosen if n in self._own}
             written = {n: self._own_written[n] for n in own if n in self._own_written}
+            final = {n: self._final_spans(n) for n in chosen if n in self._final}
         own.update((n, [list(g) for g in held[n]]) for n in chosen if held and n in held)
         seen: set[str] = set()
-        groups: list[list[tuple[str, bytes]]] = []
+        groups: list[list[tuple[str, bytes]] | packs.Whole] = []
         for oid, canonical in extra:
             if oid not in seen:
                 seen.add(oid)
@@ -225,15 +241,15 @@ class Repacker:
         born = dict(extra_born or {})
         now = time.time()
         for name in sorted(chosen, key=lambda n: order[n]):
-            found: list[list[tuple[str, bytes]]] | None
+            found: list[list[tuple[str, bytes]] | packs.Whole] | None
             offsets: list[int] = []
             if name in own:
-                found = own[name]  # written by this handle: its objects are still in memory
+                found = list(own[name])  # written by this handle: its objects are still in memory
             else:
                 data = datas.get(pack_key(name))
                 if data is None:
                     continue  # merged or collected by someone else since it was chosen
-                found = self._pack_groups(name, data, offsets)
+                found = self._pack_groups(name, data, offsets, final.get(name))
             if found is None:
                 continue
             done.append(name)
@@ -241,13 +257,19 @@ class Repacker:
             mtime = (order[name][0] if by_mtime and order[name][0]
                      else written[name] if name in written else self.storage.mtime(pack_key(name)))
             for i, group in enumerate(found):
-                fresh = [(oid, c) for oid, c in group if oid not in seen]
-                seen.update(oid for oid, _ in fresh)
-                if fresh:
-                    groups.append(fresh)
-                    for oid, _ in fresh:
-                        t = ages.of(oid, offsets[i]) if ages is not None and i < len(offsets) else None
-                        born[oid] = t if t is not None else (mtime if mtime is not None else now)
+                if isinstance(group, packs.Whole):
+                    # copied whole: an object met before stays in it, unindexed
+                    ids = [oid for oid in group.spans if oid not in seen]
+                    groups.append(group)
+                else:
+                    fresh = [(oid, c) for oid, c in group if oid not in seen]
+                    ids = [oid for oid, _ in fresh]
+                    if fresh:
+                        groups.append(fresh)
+                seen.update(ids)
+                for oid in ids:
+                    t = ages.of(oid, offsets[i]) if ages is not None and i < len(offsets) else None
+                    born[oid] = t if t is not None else (mtime if mtime is not None else now)
         if not groups or (len(done) < 2 and not extra and done and done[0].startswith("r-")):
             return None
         self._sync_intent_refs([n for n in done if n.startswith("w-") and n not in own], datas)
@@ -257,11 +279,29 @@ class Repacker:
             for name in done:
                 self._own.pop(name, None)
                 self._own_written.pop(name, None)
+                self._final.pop(name, None)
                 if name != new:
                     self._moved[name] = new
             while len(self._moved) > 4096:
                 self._moved.popitem(last=False)
         return new
+
+    def has_final(self, name: str) -> bool:
+        """Whether this handle wrote final blocks into its log ``name`` (:meth:`note_written`)."""
+        with self.packmap.lock:
+            return name in self._final
+
+    def _final_spans(self, name: str) -> dict[int, dict[str, tuple[int, int]]]:
+        """The objects of the final blocks of this handle's log ``name`` (:meth:`note_written`),
+        by record, from the pack map's places of them (under its lock; all of them for this
+        handle's log): ``{payload offset: {id: (start, length)}}``. An object the map places
+        in another record of the log is read from that one."""
+        at = self._final[name]
+        out: dict[int, dict[str, tuple[int, int]]] = {}
+        for oid, loc in self.packmap.places(name).items():
+            if isinstance(loc, Slot) and loc.offset in at:
+                out.setdefault(loc.offset, {})[oid] = (loc.start, loc.length)
+        return out
 
     def write_pack(self, frames: Sequence[tuple[str, bytes]], born: Mapping[str, float] | None = None) -> str:
         """Write stored frames as one new sealed pack (version 2, in the order given, in
@@ -275,10 +315,11 @@ class Repacker:
         codec = self.packmap.codec
         return self.write_groups([[(oid, codec.from_stored(oid, frame))] for oid, frame in frames], born)
 
-    def write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]]],
+    def write_groups(self, groups: Sequence[Sequence[tuple[str, bytes]] | packs.Whole],
                      born: Mapping[str, float] | None = None) -> str:
         """Write groups of ``(id, canonical bytes)`` as one new version-2 pack of blocks (each
-        laid out by kind, :func:`castore.objectstore.packs.block_layout`), then its ages
+        laid out by kind, :func:`castore.objectstore.packs.block_layout`; a
+        :class:`~castore.objectstore.packs.Whole` record copied as it is), then its ages
         (:class:`Ages` from ``born``, now for an object ``born`` does not name; docs/FORMAT.md,
         8), then its index, each atomically: a pack without its index
         is still read (scanned); an index never names a pack that is not complete, nor one
@@ -401,12 +442,15 @@ class Repacker:
                 out.append(name)
         return list(reversed(dict.fromkeys(reversed(out))))
 
-    def _pack_groups(self, name: str, data: bytes, offsets: list[int] | None = None
-                     ) -> list[list[tuple[str, bytes]]] | None:
+    def _pack_groups(self, name: str, data: bytes, offsets: list[int] | None = None,
+                     final: Mapping[int, Mapping[str, tuple[int, int]]] | None = None,
+                     ) -> list[list[tuple[str, bytes]] | packs.Whole] | None:
         """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
         (one per version-2 record, in the order of its content: a repacked block's is by kind,
         stable when laid out again; one per object in a version-1 pack), each verified, each
-        group's offset in the pack appended to ``offsets`` when given; None
+        group's offset in the pack appended to ``offsets`` when given; a record ``final``
+        names (by payload offset: its objects' places, :meth:`note_written`) as a
+        :class:`~castore.objectstore.packs.Whole`, its check verified, not its objects; None
         for a pack with a damaged record, or a sealed one whose records stop short of its
         end (damage: left for fsck).
 
@@ -421,21 +465,29 @@ class Repacker:
             return []
         contents: dict[int, bytes] = {}
         damaged: list[tuple[int, int]] = []
-        where, end = packs.scan(data, keep=contents.__setitem__, damaged=damaged, codec=self.packmap.codec)
+        where, end = packs.scan(data, keep=contents.__setitem__, damaged=damaged, codec=self.packmap.codec,
+                                known=final)
         if damaged:
             return None  # a damaged record: left whole for fsck and a human, never dropped
         if end != len(data) and not (name.startswith("w-") and not self.storage.exists(index_key(name))):
             return None  # a complete pack that does not scan to its end: do not drop what follows
         if version == 2:
             by_record: dict[int, list[tuple[int, str, bytes]]] = {}
+            whole: dict[int, packs.Whole] = {}
             for oid, loc in where.items():
                 assert isinstance(loc, Slot)
-                content = contents[loc.offset]
+                content = contents.get(loc.offset)
+                if content is None:  # a final block (scan kept no content): copied whole
+                    if loc.offset not in whole and final is not None:
+                        whole[loc.offset] = packs.whole_record(data, loc, final[loc.offset])
+                    continue
                 # the id was computed from these very bytes by the scan
                 by_record.setdefault(loc.offset, []).append((loc.start, oid, content[loc.start:loc.start + loc.length]))
             if offsets is not None:
-                offsets.extend(sorted(by_record))
-            return [[(oid, c) for _, oid, c in sorted(items)] for _, items in sorted(by_record.items())]
+                offsets.extend(sorted([*by_record, *whole]))
+            out: dict[int, list[tuple[str, bytes]] | packs.Whole] = dict(whole)
+            out.update((at, [(oid, c) for _, oid, c in sorted(items)]) for at, items in by_record.items())
+            return [out[at] for at in sorted(out)]
         frames = sorted(where.items(), key=lambda kv: kv[1].offset)
         if offsets is not None:
             offsets.extend(loc.offset for _, loc in frames)
@@ -471,7 +523,8 @@ class Repacker:
     @property
     def held(self) -> bool:
         """Whether a write batch holds the background repack (:meth:`hold`): the log's records
-        are written at :data:`HELD_RECORD_LEVEL`, for the repack after it to compress once."""
+        of a landing are written as final blocks, the others at :data:`HELD_RECORD_LEVEL`,
+        for the repack after it to copy the first and compress the others once."""
         return self._held > 0
 
     def release(self) -> None:
@@ -576,4 +629,5 @@ def geometric(sizes: Sequence[tuple[str, int]]) -> list[str]:
 
 
 __all__ = ["Repacker", "geometric", "AUTO_REPACK_BATCHES", "AUTO_REPACK_MAX_BYTES", "BLOCK_BYTES", "BLOCK_LEVEL",
+           "FINAL_RECORD_BYTES",
            "HELD_RECORD_LEVEL"]
