@@ -130,16 +130,17 @@ def record_span(loc: Place) -> tuple[int, int]:
 class Whole(NamedTuple):
     """A version-2 record a repack copies into its new pack as it is (a block this handle
     wrote in its final layout: :func:`whole_record`): its bytes (header and payload) and
-    where each of its objects is in its content (``start``, ``length``)."""
+    its objects' places in the pack it is copied from (their ``start`` and ``length`` in its
+    content hold in the new pack too)."""
 
     record: bytes | memoryview
-    spans: Mapping[str, tuple[int, int]]
+    slots: Mapping[str, Slot]
 
 
-def whole_record(data: bytes | memoryview, slot: Slot, spans: Mapping[str, tuple[int, int]]) -> Whole:
+def whole_record(data: bytes | memoryview, slot: Slot, slots: Mapping[str, Slot]) -> Whole:
     """The record of a pack's ``data`` whose payload ``slot`` names, as a :class:`Whole`."""
     at, size = record_span(slot)
-    return Whole(memoryview(data)[at:at + size], spans)
+    return Whole(memoryview(data)[at:at + size], slots)
 
 
 def encode_record(frames: Iterable[tuple[str, bytes]], at: int) -> tuple[bytes, dict[str, Location]]:
@@ -197,7 +198,7 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
          keep: Callable[[int, bytes], None] | None = None,
          damaged: list[tuple[int, int]] | None = None, codec: o.Codec = o.PLAIN,
          refused: list[SealedFrameError] | None = None,
-         known: Mapping[int, Mapping[str, tuple[int, int]]] | None = None) -> tuple[dict[str, Place], int]:
+         known: Mapping[int, Mapping[str, Slot]] | None = None) -> tuple[dict[str, Place], int]:
     """Every object of the valid records in ``data``: a pack's bytes from pack offset ``base``.
 
     A record that is incomplete or fails its check ends the scan when no valid record
@@ -212,10 +213,10 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     ``keep(payload offset, content)`` when given, so that reading its objects costs nothing
     more. A sealed record that passes its check yet does not open (a wrong key, or moved from
     another tenant) is skipped as damage is, its error appended to ``refused`` when given.
-    The whole scan is linear in the bytes (:data:`RESYNC_WORK`). ``known``: the objects of
-    some version-2 records by payload offset (``{id: (start, length)}``; records this handle
-    wrote, whose ids it knows): such a record that passes its check is neither decompressed
-    nor hashed, nor handed to ``keep``.
+    The whole scan is linear in the bytes (:data:`RESYNC_WORK`). ``known``: the places of
+    the objects of some version-2 records, by payload offset (records this handle wrote,
+    whose ids it knows): such a record that passes its check, and is the size they say, is
+    neither decompressed nor hashed, nor handed to ``keep``; its places are taken as they are.
 
     Returns:
         The objects found (offsets relative to the start of the pack) and the pack offset
@@ -298,7 +299,7 @@ def declared_content(payload: bytes | memoryview) -> int:
 
 def _record(view: memoryview, off: int, base: int, version: int, keep: Callable[[int, bytes], None] | None,
             codec: o.Codec, refused: list[SealedFrameError] | None = None,
-            known: Mapping[int, Mapping[str, tuple[int, int]]] | None = None,
+            known: Mapping[int, Mapping[str, Slot]] | None = None,
             ) -> tuple[dict[str, Location] | dict[str, Slot] | None, int]:
     """The objects of the record at ``off`` and the offset after it; ``(None, 0)`` when the
     record is incomplete, fails its check, or does not parse."""
@@ -309,10 +310,11 @@ def _record(view: memoryview, off: int, base: int, version: int, keep: Callable[
     payload = view[body_at:end]
     if version == 1:
         return _entries(payload, base + body_at), end
-    spans = known.get(base + body_at) if known else None
-    if spans is not None:
-        size = end - body_at
-        return {oid: Slot(base + body_at, size, start, length) for oid, (start, length) in spans.items()}, end
+    slots = known.get(base + body_at) if known else None
+    if slots:
+        first = next(iter(slots.values()))
+        if first.size == end - body_at:
+            return dict(slots), end
     if payload[:1] == INTENT_FRAME:
         return {}, end  # a ref intent: no object in it
     try:
@@ -774,8 +776,8 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]] | Whole], block_
             flush()
             rec = group.record
             at, size = pos + _REC.size, len(rec) - _REC.size
-            for oid, (start, length) in group.spans.items():
-                where.setdefault(oid, Slot(at, size, start, length))
+            for oid, old in group.slots.items():
+                where.setdefault(oid, Slot(at, size, old.start, old.length))
             parts.append(bytes(rec))
             pos += len(rec)
             continue

@@ -225,7 +225,7 @@ class Repacker:
         with self.packmap.lock:
             own = {n: [self._own[n]] for n in chosen if n in self._own}
             written = {n: self._own_written[n] for n in own if n in self._own_written}
-            final = {n: self._final_spans(n) for n in chosen if n in self._final}
+            final = {n: self._final_slots(n) for n in chosen if n in self._final}
         own.update((n, [list(g) for g in held[n]]) for n in chosen if held and n in held)
         seen: set[str] = set()
         groups: list[list[tuple[str, bytes]] | packs.Whole] = []
@@ -259,7 +259,7 @@ class Repacker:
             for i, group in enumerate(found):
                 if isinstance(group, packs.Whole):
                     # copied whole: an object met before stays in it, unindexed
-                    ids = [oid for oid in group.spans if oid not in seen]
+                    ids = [oid for oid in group.slots if oid not in seen]
                     groups.append(group)
                 else:
                     fresh = [(oid, c) for oid, c in group if oid not in seen]
@@ -291,16 +291,19 @@ class Repacker:
         with self.packmap.lock:
             return name in self._final
 
-    def _final_spans(self, name: str) -> dict[int, dict[str, tuple[int, int]]]:
-        """The objects of the final blocks of this handle's log ``name`` (:meth:`note_written`),
-        by record, from the pack map's places of them (under its lock; all of them for this
-        handle's log): ``{payload offset: {id: (start, length)}}``. An object the map places
-        in another record of the log is read from that one."""
+    def _final_slots(self, name: str) -> dict[int, dict[str, Slot]]:
+        """The places of the objects of the final blocks of this handle's log ``name``
+        (:meth:`note_written`), by record, as the pack map holds them (under its lock; all of
+        them for this handle's log): ``{payload offset: {id: place}}``. An object the map
+        places in another record of the log is read from that one."""
         at = self._final[name]
-        out: dict[int, dict[str, tuple[int, int]]] = {}
+        out: dict[int, dict[str, Slot]] = {}
         for oid, loc in self.packmap.places(name).items():
-            if isinstance(loc, Slot) and loc.offset in at:
-                out.setdefault(loc.offset, {})[oid] = (loc.start, loc.length)
+            if loc.offset in at and isinstance(loc, Slot):
+                got = out.get(loc.offset)
+                if got is None:
+                    got = out[loc.offset] = {}
+                got[oid] = loc
         return out
 
     def write_pack(self, frames: Sequence[tuple[str, bytes]], born: Mapping[str, float] | None = None) -> str:
@@ -443,7 +446,7 @@ class Repacker:
         return list(reversed(dict.fromkeys(reversed(out))))
 
     def _pack_groups(self, name: str, data: bytes, offsets: list[int] | None = None,
-                     final: Mapping[int, Mapping[str, tuple[int, int]]] | None = None,
+                     final: Mapping[int, Mapping[str, Slot]] | None = None,
                      ) -> list[list[tuple[str, bytes]] | packs.Whole] | None:
         """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
         (one per version-2 record, in the order of its content: a repacked block's is by kind,
