@@ -538,6 +538,8 @@ class Prepared(Record):
     user_unset: tuple[str, ...]
     temp: dict[str, Any]
     time: float | None
+    #: the entry as given (typed): what a reader rebuilds from the commit and its body
+    entry: EntryType | None = None
 
 
 def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | None = None,
@@ -607,7 +609,7 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
     # the fields __init__ would set (frozen: not via setattr; one Prepared per appended entry)
     out.__dict__.update(kind=e.kind, body=body, author=author_, meta=meta_, delta=parts[""][0],
                         unset=tuple(parts[""][1]), app_delta=parts["app:"][0], app_unset=tuple(parts["app:"][1]),
-                        user_delta=parts["user:"][0], user_unset=tuple(parts["user:"][1]), temp=temp, time=at)
+                        user_delta=parts["user:"][0], user_unset=tuple(parts["user:"][1]), temp=temp, time=at, entry=e)
     return out
 
 

@@ -452,20 +452,21 @@ class History:
 
     def advance(self, hint: Hint, cid: str, commit: Commit,
                 pending: Mapping[ObjectId, bytes] | None = None,
-                body: Any = NO_BODY) -> tuple[Hint, dict[ObjectId, bytes]]:
+                body: Any = NO_BODY, typed: Any = None) -> tuple[Hint, dict[ObjectId, bytes]]:
         """The hint after appending ``cid`` to the path ``hint`` describes.
 
         Returns the new hint and any segment and index objects to write (by id).
         ``pending`` holds canonical bytes not written yet (the block's new commits and
         bodies, when a batch closes a block): they are taken from there, not read.
         ``body``: the value of the commit's body object when the caller has it (its writer),
-        which is then not decoded again.
+        which is then not decoded again; ``typed``: the typed entry a reader rebuilds from
+        the commit and that body (:func:`~castore.entries.entry_from`), when the writer has it.
 
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
         tail = hint.tail + [cid]
-        facts = self._facts_after(hint.facts if commit.depth else PathFacts(), cid, commit, pending, body)
+        facts = self._facts_after(hint.facts if commit.depth else PathFacts(), cid, commit, pending, body, typed)
         if (commit.depth + 1) % K != 0:
             return Hint(hint.index, tail, list(hint.packs), facts), {}
         # The block is full: pack it into a segment and extend the index.
@@ -499,12 +500,15 @@ class History:
         return Hint(iid, [], facts=facts), new
 
     def _facts_after(self, facts: PathFacts | None, cid: str, commit: Commit,
-                     pending: Mapping[ObjectId, bytes] | None, body: Any = NO_BODY) -> PathFacts | None:
+                     pending: Mapping[ObjectId, bytes] | None, body: Any = NO_BODY,
+                     typed: Any = None) -> PathFacts | None:
         """The path facts once ``commit`` is appended (None: not known without reading the path)."""
         if facts is None or facts.depth != commit.depth - 1:
             return None
         if commit.kind not in _FACT_KINDS:
             return facts.after(None, commit.depth)  # contributes neither a message nor settings
+        if typed is not None:
+            return facts.after(typed, commit.depth)
         try:
             if body is NO_BODY:
                 body = self._body_value(commit.body, pending)

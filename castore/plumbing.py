@@ -537,9 +537,11 @@ class Batch:
         self.pending[oid] = canonical
         return oid, kept
 
-    def commit(self, make: Make, body: Any = NO_BODY) -> ObjectId:
+    def commit(self, make: Make, body: Any = NO_BODY, typed: Any = None) -> ObjectId:
         """Add the commit ``make(parents, depth, index)`` on the batch's tip; return its id.
-        ``body``: the value its body object holds, when the caller has it (not decoded again).
+        ``body``: the value its body object holds, when the caller has it (not decoded again);
+        ``typed``: the typed entry a reader rebuilds from the commit and that body, when the
+        caller has it (not rebuilt for the path's facts).
 
         Raises:
             InvalidEntry: it cannot be encoded.
@@ -550,7 +552,7 @@ class Batch:
         cid, canonical = self.objs.codec.encode(commit)
         self.pending[cid] = canonical
         self.objs.cache(cid, commit)
-        self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending, body)
+        self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending, body, typed)
         self.pending.update(extra)
         self.ids.append(cid)
         self.tip, self.depth, self.last = cid, self.depth + 1, commit
@@ -560,8 +562,10 @@ class Batch:
 
     def entry(self, kind: str, body: Any, *, delta: Mapping[str, Any], unset: tuple[str, ...],
               author: str, when: float, meta: Mapping[str, Any],
-              scopes: Mapping[str, bytes] | None = None) -> ObjectId:
+              scopes: Mapping[str, bytes] | None = None, typed: Any = None) -> ObjectId:
         """Add a session entry: its body, its state change applied to the tip's tree.
+        ``typed``: the entry ``body`` was taken from (:func:`~castore.entries.prepare`'s), used
+        as the stored entry when the body is stored as given (not redacted).
 
         Raises:
             InvalidEntry: the body or a state value cannot be encoded.
@@ -572,16 +576,18 @@ class Batch:
         if body is not None:
             oid, value = self._add(Value(body))
             body_id = o.raw_id(oid)
-        delta, meta = self.clean(dict(delta)), self.clean(dict(meta))
-        state = self.state_writer.apply(self.state, delta, unset)
+        delta_: dict[str, Any] = self.clean(dict(delta))
+        meta_: dict[str, Any] = self.clean(dict(meta))
+        state = self.state_writer.apply(self.state, delta_, unset)
         merged = {**self.scopes, **scopes} if scopes else self.scopes
 
         def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:
-            return Commit(kind=kind, parents=parents, body=body_id, state=state, delta=dict(delta),
-                          unset=tuple(unset), scopes=merged, author=author, time=when, meta=dict(meta),
+            return Commit(kind=kind, parents=parents, body=body_id, state=state, delta=delta_,
+                          unset=tuple(unset), scopes=merged, author=author, time=when, meta=meta_,
                           depth=depth, index=index)
 
-        return self.commit(make, value.value if value is not None else None)
+        stored = value.value if value is not None else None
+        return self.commit(make, stored, typed if stored is body else None)
 
     def record(self, kind: str, *, state: bytes | None, author: str, when: float,
                meta: Mapping[str, Any]) -> ObjectId:

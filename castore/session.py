@@ -486,7 +486,7 @@ class Session:
         now = time.time()
         for p, p_scopes in zip(prepared, scopes, strict=True):
             batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
-                        when=p.time if p.time is not None else now, meta=p.meta, scopes=p_scopes)
+                        when=p.time if p.time is not None else now, meta=p.meta, scopes=p_scopes, typed=p.entry)
 
     def _create_head(self, branch: str) -> None:
         target, extra = self._head_on(branch)
