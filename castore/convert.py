@@ -33,7 +33,7 @@ from typing import Any
 
 from . import names
 from . import objects as o
-from .errors import CastoreError, IntegrityError, ObjectNotFound
+from .errors import CastoreError, IntegrityError
 from .objects import Blob, Commit, Index, ObjectId, Segment, Tree, Value
 from .plumbing import META_WRITE_ID, SESSIONS, STATE, parse_ref_name, real_name
 from .store import Store
@@ -172,7 +172,7 @@ class _Converter:
         found = t.src.objects.get_many(exact + generic, missing_ok=True) if exact or generic else {}
         for x in exact:
             if x not in found:
-                raise ObjectNotFound(x)
+                raise t.src.objects.missing_error(x)  # not found, or in a damaged pack record
         out = [(t, x) for x in exact] + [(t, x) for x in generic if x in found]
         return out + [(p, x) for p, x in foreign if x not in p.new]
 

@@ -650,7 +650,7 @@ class BlockPath:
     def _commit(self, cid: str) -> Commit:
         c = self._get_many([cid]).get(cid)
         if c is None:
-            raise ObjectNotFound(cid)
+            raise self.objs.missing_error(cid)  # not found, or in a damaged pack record
         if not isinstance(c, Commit):
             raise IntegrityError(cid, "expected a commit")
         return c

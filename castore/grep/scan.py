@@ -52,7 +52,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from .. import objects as o
-from ..errors import IntegrityError, ObjectNotFound
+from ..errors import IntegrityError
 from ..history import K
 from ..objects import Commit, Index, Segment, Value
 from ..objectstore import gc_paused, packs
@@ -413,7 +413,7 @@ class _Paths:
         """
         c = self.get(oid)
         if c is None:
-            raise ObjectNotFound(oid)
+            raise self.store.objects.missing_error(oid)  # not found, or in a damaged pack record
         if not isinstance(c, Commit):
             raise IntegrityError(oid, "expected a commit")
         return c
@@ -441,7 +441,7 @@ class _Paths:
         out: list[Commit] = []
         for x, c in zip(oids, got, strict=True):
             if not isinstance(c, Commit):
-                raise ObjectNotFound(x) if c is None else IntegrityError(x, "expected a commit")
+                raise self.store.objects.missing_error(x) if c is None else IntegrityError(x, "expected a commit")
             out.append(c)
         return out
 

@@ -397,7 +397,7 @@ class ObjectStore:
                 raise self.packmap.damage(oid, e.reason) or e from None
         again = self._stored(oid)
         if again is None:
-            raise self._missing(oid)
+            raise self.missing_error(oid)
         try:
             return again, self.codec.from_stored(oid, again)
         except SealedFrameError:
@@ -405,10 +405,11 @@ class ObjectStore:
         except IntegrityError as e:
             raise self.packmap.damage(oid, e.reason) or e from None
 
-    def _missing(self, oid: str) -> Exception:
-        """What to raise for an object found nowhere readable: :class:`DamagedPack` when its
+    def missing_error(self, oid: str) -> Exception:
+        """What to raise for an object found nowhere readable (what a reader that took it with
+        ``missing_ok`` raises when it has no other way to it): :class:`DamagedPack` when its
         pack record is damaged, :class:`SealedFrameError` naming ``oid`` when this store's
-        sealed records do not open (a wrong key), else :class:`ObjectNotFound`."""
+        sealed records do not open (a wrong key), else :class:`ObjectNotFound`. Raises nothing."""
         damaged = self.packmap.damage(oid)
         if damaged is not None:
             return damaged
@@ -555,7 +556,7 @@ class ObjectStore:
         if canonical is None:
             stored = self._stored(oid)
             if stored is None:
-                raise self._missing(oid)
+                raise self.missing_error(oid)
             canonical = self._checked(oid, stored)[1]
         obj = o.decode(oid, canonical)
         self._remember(oid, obj, size=len(canonical))
@@ -566,7 +567,9 @@ class ObjectStore:
 
         Raises:
             ObjectNotFound: one is missing (unless ``missing_ok``: then it is left out).
-            DamagedPack: one is in a damaged pack record (even with ``missing_ok``).
+            DamagedPack: one is in a damaged pack record (unless ``missing_ok``: then it is
+                left out too, for a caller that has another way to it, a copy in another
+                store or a segment).
             IntegrityError: one is corrupt.
             StorageError: the backend failed.
         """
@@ -593,9 +596,9 @@ class ObjectStore:
             for oid in todo:
                 stored = got.get(oid)
                 if stored is None:
-                    if missing_ok and self.packmap.wrong_key() is None and self.packmap.damage(oid) is None:
+                    if missing_ok and self.packmap.wrong_key() is None:
                         continue
-                    raise self._missing(oid)
+                    raise self.missing_error(oid)
                 canonical = self._checked(oid, stored)[1]
                 obj = o.decode(oid, canonical)
                 self._remember(oid, obj, size=len(canonical))
@@ -684,7 +687,7 @@ class ObjectStore:
         """
         stored = self._stored(oid)
         if stored is None:
-            raise self._missing(oid)
+            raise self.missing_error(oid)
         return self._checked(oid, stored)[0]
 
     def get_stored_many(self, oids: Sequence[str]) -> dict[str, bytes]:
@@ -698,7 +701,7 @@ class ObjectStore:
         for oid in oids:
             stored = got.get(oid)
             if stored is None:
-                raise self._missing(oid)
+                raise self.missing_error(oid)
             out[oid] = self._checked(oid, stored)[0]
         return out
 
@@ -1123,7 +1126,7 @@ class ObjectStore:
         codec = self.codec
         for oid, stored in self._stored_many_rechecked(list(dict.fromkeys(oids))).items():
             if stored is None:
-                raise self._missing(oid)
+                raise self.missing_error(oid)
             if codec.cipher is not None and not o.is_sealed(stored):
                 stored = codec.to_stored(codec.from_stored(oid, stored), self.compress, oid)
             out[oid] = stored
