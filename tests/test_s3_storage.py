@@ -66,6 +66,30 @@ def test_a_storage_that_was_used_is_freed_once_dropped(moto: s3server.Server) ->
     assert ref() is None
 
 
+def test_storages_share_botocore_models_and_keep_their_own_sessions(moto: s3server.Server) -> None:
+    """Every S3 storage of a process shares one botocore model loader (S3's service model is
+    parsed once, not at each storage's first request), while its session, and with it its
+    credentials and profile, stays its own; a session the caller passes is used as given."""
+    from aiobotocore.session import AioSession
+
+    a, b = _fresh(moto), _fresh(moto)
+    other = S3Storage(f"{b.bucket}/elsewhere", **{**moto.storage_options, "key": "otherkey"})
+    for s in (a, b, other):
+        s.write("k", b"v")
+        assert s.read("k") == b"v"
+    sessions = [s._fs.session for s in (a, b, other)]
+    assert len({id(x) for x in sessions}) == 3
+    assert len({id(x.get_component("data_loader")) for x in sessions}) == 1
+    own = AioSession()
+    mine = S3Storage(f"{a.bucket}/mine", **moto.storage_options, session=own)
+    mine.write("k", b"w")
+    assert mine._fs.session is own and mine.read("k") == b"w"
+    with pytest.raises(StorageError, match="profile"):
+        S3Storage(f"{a.bucket}/p", profile="castore-no-such-profile")
+    for s in (a, b, other, mine):
+        s.close()
+
+
 def test_url_and_open_storage(moto: s3server.Server) -> None:
     s = open_storage("s3://mybucket/a/b", **moto.storage_options)
     assert isinstance(s.inner, S3Storage)  # wrapped in RetryingStorage
