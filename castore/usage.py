@@ -84,9 +84,9 @@ The cache is derived data: deleting it loses nothing. An encrypted store is neve
 (its counts and session names would be in the clear): every run reads every session.
 
 A run that reads most of a store's sessions (the first one, with no cache) first decodes every
-commit of the store in one pass over its packs (:meth:`History.load_commits
-<castore.history.History.load_commits>`), then walks each path through them, with no read per
-commit; a run that reads a few sessions reads their paths one by one.
+commit of the store in one pass over its packs (:func:`load_commits`), then walks each path
+through them, with no read per commit; a run that reads a few sessions reads their paths one
+by one.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CastoreError, InvalidEntry
 from .objects import json_dumps_sorted, json_loads
@@ -116,8 +116,10 @@ GROUPS = ("session", "branch", "model", "project", "day")
 #: the version of the cache file (a file of another version is not read)
 CACHE_VERSION = 1
 #: reading at least this many sessions (and half the store's), every commit is decoded in one
-#: store-wide pass first (:func:`_load_commits_for`)
+#: store-wide pass first (:func:`load_commits`)
 SCAN_MIN_SESSIONS = 64
+#: the most commits :func:`load_commits` keeps decoded (a bound on its memory: about 1 KiB each)
+SCAN_MAX_COMMITS = 150_000
 Key = tuple[str, str, str]
 
 
@@ -224,12 +226,16 @@ class Reader:
         stateful: whether ``read`` keeps state in the walk.
         counts: whether a commit (its metadata under the key) may record a response; one that
             may not is passed over unread (None: every commit is read).
+        kept: ``(source, key)`` when the importer keeps each line's usage record under ``key``
+            of the metadata (:func:`kept_record`): a commit that has it is counted from it
+            without calling ``read`` (what ``read`` would do with it).
     """
 
     needs_line: Callable[[Commit, dict[str, Any]], bool]
     read: Callable[[Walk, str, Commit, dict[str, Any], dict[str, Any] | None], Response | None]
     stateful: bool = False
     counts: Callable[[dict[str, Any]], bool] | None = None
+    kept: tuple[str, str] | None = None
 
 
 def _str(v: Any) -> str | None:
@@ -266,13 +272,21 @@ def _claude_counts(m: dict[str, Any]) -> bool:
     return m.get("type") == "assistant" or CLAUDE_USAGE in m
 
 
-def _kept(source: str, rec: list[Any] | None, cid: str, c: Commit) -> Response | None:
-    """The response of a usage record as an importer keeps it (``[identity, model, input, output,
-    cache read, cache write]``; identity ``""``: the commit's id), or None (``[]``, None)."""
+def kept_record(source: str, rec: list[Any] | None, cid: str, time: float) -> list[Any] | None:
+    """``[identity, model, time, input, output, cache read, cache write]`` of a usage record as
+    an importer of ``source`` keeps it on commit ``cid`` of ``time`` (``[identity, model, input,
+    output, cache read, cache write]``; identity ``""``: the commit's id), or None (``[]``,
+    None: no response). Raises nothing."""
     if rec is None or len(rec) != 6:
         return None
-    return Response(f"{source}:" + (rec[0] or cid), rec[1] or None, c.time,
-                    Tokens(_int(rec[2]), _int(rec[3]), _int(rec[4]), _int(rec[5])))
+    return [f"{source}:" + (rec[0] or cid), rec[1] or None, time, _int(rec[2]), _int(rec[3]), _int(rec[4]),
+            _int(rec[5])]
+
+
+def _kept(source: str, rec: list[Any] | None, cid: str, c: Commit) -> Response | None:
+    """The response of a usage record as an importer keeps it (:func:`kept_record`), or None."""
+    got = kept_record(source, rec, cid, c.time)
+    return None if got is None else Response(got[0], got[1], got[2], Tokens(*got[3:]))
 
 
 def _read_kept(source: str, key: str, record: Callable[[dict[str, Any]], list[Any]]) -> Callable[..., Response | None]:
@@ -383,9 +397,11 @@ def _gemini_counts(m: dict[str, Any]) -> bool:
 
 #: the sources whose usage sits in their raw lines, by the metadata key their importer writes
 READERS: dict[str, Reader] = {
-    "claude": Reader(_claude_needs, _read_kept("claude", CLAUDE_USAGE, claude_record), counts=_claude_counts),
+    "claude": Reader(_claude_needs, _read_kept("claude", CLAUDE_USAGE, claude_record), counts=_claude_counts,
+                     kept=("claude", CLAUDE_USAGE)),
     "codex": Reader(_codex_needs, _codex_read, stateful=True),
-    "gemini": Reader(_gemini_needs, _read_kept("gemini", GEMINI_USAGE, gemini_record), counts=_gemini_counts),
+    "gemini": Reader(_gemini_needs, _read_kept("gemini", GEMINI_USAGE, gemini_record), counts=_gemini_counts,
+                     kept=("gemini", GEMINI_USAGE)),
 }
 
 
@@ -435,65 +451,67 @@ def _reader_of(c: Commit) -> tuple[Reader, dict[str, Any], bool] | None:
 
 
 def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
-                 current: str | None = None) -> list[Row]:
+                 current: str | None = None, commits: Mapping[str, Commit] | None = None) -> list[Row]:
     """The responses one session records, each commit once: a row per response.
 
     The branch a row names is the one HEAD is on when it holds the commit, else the first
     branch by name that does (a commit only a label reaches: the label's name; only a
     detached HEAD: ``HEAD``). ``refs`` and ``current``: the session's refs and the branch
     segment its HEAD is on, as :meth:`~castore.store.Store.session_refs_and_heads` reads them
-    (else both are read).
+    (else both are read). ``commits``: commits decoded already, by id (:func:`load_commits`):
+    the paths are walked through them, and one that is not there is read.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
     """
-    from .adapters.jsonl_tree import read_blobs
     from .objects import hex_id
 
     if refs is None:
         folder = store.session(*key).prefix
         _f, refs, current = store.session_refs_and_heads([folder]).get(key, (folder, {}, None))
     paths: list[list[tuple[str, Commit]]] = []
-    where: dict[str, tuple[int, int]] = {}  # commit -> (path, place in it)
-    owner: dict[str, str] = {}
-    readers: dict[str, tuple[Reader, dict[str, Any], bool] | None] = {}
+    names: list[str] = []  # the ref each path was read for
+    owner: dict[str, int] = {}  # commit -> the first path that holds it
     # each commit at its first visit, in order, but those their reader passes over: the commits
     # read, unless some reader keeps state along each path (then every path is read whole)
     firsts: list[tuple[str, Commit, tuple[Reader, dict[str, Any], bool] | None]] = []
     stateful = False
     want: list[str] = []
     bodies: list[str] = []
-    commit = store.history.commit
+    history = store.history
+    decoded = (commits or {}).get
     tips = _tips(refs, current)
     # one commit every ref names (a session with no fork): one path, read root first, each
-    # commit once; no bookkeeping of where each commit is or which ref owns it
+    # commit once; no bookkeeping of which path each commit is on
     only = tips[0][0] if tips and all(t == tips[0][1] for _n, t in tips) else None
     for name, tip in tips:
         if tip in owner or (only is not None and paths):
             continue
         # a path read once; another tip is walked back to a commit already read
-        new: list[tuple[str, Commit]] = []
-        cid: str | None = tip
-        while cid is not None and cid not in where and paths:
-            c = commit(cid)
-            new.append((cid, c))
-            cid = hex_id(c.parents[0]) if c.parents else None
         if not paths:
-            path, start = store.history.path(tip), 0
-        elif cid is None:
-            path, start = new[::-1], 0
+            path, start = (_decoded_path(decoded, tip) if commits else None) or history.path(tip), 0
         else:
+            new: list[tuple[str, Commit]] = []
+            cid: str | None = tip
+            while cid is not None and cid not in owner:
+                c = decoded(cid) or history.commit(cid)
+                new.append((cid, c))
+                cid = c.parents[0].hex() if c.parents else None
             new.reverse()
-            p, i = where[cid]
-            path, start = paths[p][:i + 1] + new, i + 1
+            if cid is None:
+                path, start = new, 0
+            else:
+                below = paths[owner[cid]]
+                i = _place(below, cid, new[0][1].depth - 1)
+                path, start = below[:i + 1] + new, i + 1
         at = len(paths)
         paths.append(path)
+        names.append(name)
         for i in range(start, len(path)):  # the commits no path before holds
             cid, c = path[i]
             if only is None:
-                owner[cid] = name
-                where[cid] = (at, i)
-            got = readers[cid] = _reader_of(c)
+                owner[cid] = at
+            got = _reader_of(c)
             if got is _PASSED:
                 continue
             firsts.append((cid, c, got))
@@ -504,6 +522,8 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
             elif c.body is not None and isinstance(c.meta.get("pm"), dict) and "usage" in c.meta["pm"]:
                 bodies.append(hex_id(c.body))
     lines: dict[str, Any] = {}
+    if want:  # lines of commits imported before their importer kept the usage record
+        from .adapters.jsonl_tree import read_blobs
     for i in range(0, len(want), 1024):
         for oid, raw in read_blobs(store, want[i:i + 1024]).items():
             with contextlib.suppress(InvalidEntry):
@@ -522,18 +542,26 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         if r is not None:
             t = r.tokens
             rows.append([cid, r.identity, r.model, r.time, t.input, t.output, t.cache_read, t.cache_write,
-                         only or owner[cid]])
+                         only or names[owner[cid]]])
 
     if not stateful or only is not None:  # each commit read once, where it was first visited
         w = Walk()
         for cid, c, got in firsts:
+            kept = got[0].kept if got is not None else None
+            if kept is not None:  # the usage record the importer kept: no call to the reader
+                rec = got[1].get(kept[1])  # type: ignore[index]  # got is not None with kept
+                if isinstance(rec, list):
+                    row = kept_record(kept[0], rec, cid, c.time)
+                    if row is not None:
+                        rows.append([cid, *row, only or names[owner[cid]]])
+                    continue
             add(cid, read(cid, c, got, w))
         return rows
     done: set[str] = set()
     for path in paths:
         w = Walk()
         for cid, c in path:
-            got = readers[cid]
+            got = _reader_of(c)
             if got is _PASSED:
                 continue
             if cid not in done:
@@ -542,6 +570,34 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
             elif got is not None and got[0].stateful:  # read again only for the state of this path's walk
                 read(cid, c, got, w)
     return rows
+
+
+def _place(path: list[tuple[str, Commit]], cid: str, depth: int) -> int:
+    """Where commit ``cid`` (of ``depth``, if the depths count the path) is on ``path``."""
+    if 0 <= depth < len(path) and path[depth][0] == cid:
+        return depth
+    return next(i for i, (x, _c) in enumerate(path) if x == cid)
+
+
+def _decoded_path(decoded: Callable[[str], Commit | None], tip: str) -> list[tuple[str, Commit]] | None:
+    """The path root -> ``tip`` through the commits ``decoded`` gives, or None when one is not
+    there or the depths do not count the path (then the history reads it, and says what is
+    wrong)."""
+    out: list[tuple[str, Commit]] = []
+    add = out.append
+    cid: str | None = tip
+    depth = -1
+    while cid is not None:
+        c = decoded(cid)
+        if c is None or (depth >= 0 and c.depth != depth - 1):
+            return None
+        add((cid, c))
+        depth = c.depth
+        cid = c.parents[0].hex() if c.parents else None
+    if depth != 0:
+        return None
+    out.reverse()
+    return out
 
 
 def _tips(refs: Mapping[str, str], current: str | None) -> list[tuple[str, str]]:
@@ -621,13 +677,13 @@ def all_rows(store: Store, *, cache: bool = True, unreadable: dict[Key, str] | N
     return out
 
 
-def _readable_rows(store: Store, key: Key, refs: Any, head: Any, unreadable: dict[Key, str] | None
-                   ) -> list[Row] | None:
+def _readable_rows(store: Store, key: Key, refs: Any, head: Any, unreadable: dict[Key, str] | None,
+                   commits: Mapping[str, Commit] | None = None) -> list[Row] | None:
     """:func:`session_rows`, or None (noted in ``unreadable``) when the session cannot be read."""
     from .errors import IntegrityError, ObjectNotFound
 
     try:
-        return session_rows(store, key, refs, head)
+        return session_rows(store, key, refs, head, commits)
     except (ObjectNotFound, IntegrityError) as e:
         if unreadable is None:
             raise
@@ -640,8 +696,9 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     url = str(getattr(store.storage, "url", "") or "")
     if not cache or not _cacheable(store, url):
         every = store.session_refs_and_heads()
-        _load_commits_for(store, len(every), len(every))
-        got = {key: _readable_rows(store, key, refs, head, unreadable) for key, (_f, refs, head) in every.items()}
+        commits = load_commits(store, len(every), len(every))
+        got = {key: _readable_rows(store, key, refs, head, unreadable, commits)
+               for key, (_f, refs, head) in every.items()}
         return {k: v for k, v in got.items() if v is not None}
     path = cache_path(store)
     url = url if "://" in url else os.path.abspath(url)
@@ -664,10 +721,10 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
             sessions[folder] = prev
         else:
             todo.append((key, folder, refs, head))
-    _load_commits_for(store, len(todo), len(sessions) + len(todo))
+    commits = load_commits(store, len(todo), len(sessions) + len(todo))
     failed = False
     for key, folder, refs, head in todo:
-        rows = _readable_rows(store, key, refs, head, unreadable)
+        rows = _readable_rows(store, key, refs, head, unreadable, commits)
         if rows is None:
             failed = True  # no cache saved: its mark would say the session was read
             continue
@@ -677,13 +734,42 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     return {tuple(v["key"]): v["rows"] for v in sessions.values()}
 
 
-def _load_commits_for(store: Store, todo: int, of: int) -> None:
-    """Decode every commit of ``store`` in one pass first (:meth:`History.load_commits
-    <castore.history.History.load_commits>`) when the ``todo`` sessions about to be read are at
-    least :data:`SCAN_MIN_SESSIONS` and half of the ``of`` sessions there are: the paths are then
-    walked with no read per commit. Fewer are cheaper read path by path."""
-    if todo >= SCAN_MIN_SESSIONS and 2 * todo >= of:
-        store.history.load_commits()
+def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:
+    """Every commit of ``store`` decoded in one pass over what is stored (each pack read whole,
+    each record decompressed once, the commits told by their kind tag:
+    :meth:`~castore.objectstore.ObjectStore.iter_tagged`), by id (the hash of the bytes
+    found), when the ``todo`` sessions about to be read are at least :data:`SCAN_MIN_SESSIONS`
+    and half of the ``of`` sessions there are: the paths are then walked through them
+    (:func:`session_rows`) with no read per commit. Fewer are cheaper read path by path: None.
+    The commits are kept here, not in the store's cache of decoded objects (nothing else reads
+    them), up to :data:`SCAN_MAX_COMMITS` (a path beyond them is read as it would be without);
+    bytes that do not decode are left out (``fsck`` reports them).
+
+    Raises:
+        StorageError: the backend failed.
+    """
+    if todo < SCAN_MIN_SESSIONS or 2 * todo < of:
+        return None
+    from .errors import IntegrityError
+    from .objects import Commit, decode_many
+
+    objs = store.objects
+    digest_many = objs.codec.digest_many
+    out: dict[str, Commit] = {}
+    with gc_paused():
+        for raws in objs.iter_tagged(Commit):
+            raws = raws[:SCAN_MAX_COMMITS - len(out)]
+            ids = digest_many(raws)
+            # commits all: the kind tag the bytes were told by is the one msgspec decodes by
+            try:
+                out.update(zip(ids, cast("list[Commit]", decode_many(ids, raws)), strict=True))
+            except IntegrityError:  # one does not decode: the others one by one
+                for oid, raw in zip(ids, raws, strict=True):
+                    with contextlib.suppress(IntegrityError):
+                        out[oid] = cast("Commit", decode_many([oid], [raw])[0])
+            if len(out) >= SCAN_MAX_COMMITS:
+                break
+    return out
 
 
 def _cacheable(store: Store, url: str) -> bool:
@@ -741,10 +827,13 @@ class Prices:
     def cost(self, model: str | None, t: Tokens) -> float | None:
         """What ``t`` costs with ``model``'s prices (None: the model has none)."""
         p = self.of(model)
-        if p is None:
-            return None
-        return (t.input * p.get("input", 0.0) + t.output * p.get("output", 0.0)
-                + t.cache_read * p.get("cache_read", 0.0) + t.cache_write * p.get("cache_write", 0.0)) / 1e6
+        return None if p is None else _priced(p, t.input, t.output, t.cache_read, t.cache_write)
+
+
+def _priced(p: dict[str, float], i: int, o: int, cr: int, cw: int) -> float:
+    """What these counts cost at prices ``p`` (USD per million tokens)."""
+    return (i * p.get("input", 0.0) + o * p.get("output", 0.0)
+            + cr * p.get("cache_read", 0.0) + cw * p.get("cache_write", 0.0)) / 1e6
 
 
 def _price(v: Any) -> bool:
@@ -880,21 +969,25 @@ def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app:
 def _report(rows: dict[Key, list[Row]], by: str, prices: Prices, app: str | None, since: str | None,
             until: str | None) -> Report:
     """:func:`usage`'s report of every session's ``rows``."""
-    best: dict[str, tuple[tuple[float, Key, int], Key, Row]] = {}
+    # each response's earliest copy: by its time (0: unknown, last), then by session key and
+    # place in the session, which is the order the rows are visited in
+    best: dict[str, tuple[float, Key, Row]] = {}
     copies = 0
+    unknown = float("inf")
     for key in sorted(rows):
         if app is not None and key[0] != app:
             continue
-        for i, r in enumerate(rows[key]):
-            rank = (r[3] if r[3] > 0 else float("inf"), key, i)
+        for r in rows[key]:
+            t = r[3] if r[3] > 0 else unknown
             got = best.get(r[1])
             if got is not None:
                 copies += 1
-                if got[0] <= rank:
+                if got[0] <= t:
                     continue
-            best[r[1]] = (rank, key, r)
+            best[r[1]] = (t, key, r)
     groups: dict[str, Group] = {}
     total = Group("total")
+    price: dict[Any, Any] = {}  # model -> its prices (None: it has none), as Prices.of finds them
     for _rank, key, r in best.values():
         day = _day(r[3])
         if (since is not None and day < since) or (until is not None and day > until):
@@ -909,12 +1002,20 @@ def _report(rows: dict[Key, list[Row]], by: str, prices: Prices, app: str | None
             name = "/".join(key) + ":" + str(r[8])
         else:
             name = f"{key[0]}/{key[1]}"
-        t = Tokens(r[4], r[5], r[6], r[7])
-        cost = prices.cost(r[2], t)
-        for g in (groups.setdefault(name, Group(name)), total):
+        model = r[2]
+        p = price.get(model, price)  # price itself: not looked up yet
+        if p is price:
+            p = price[model] = prices.of(model)
+        i, o, cr, cw = r[4], r[5], r[6], r[7]
+        cost = None if p is None else _priced(p, i, o, cr, cw)
+        for g in (groups.get(name) or groups.setdefault(name, Group(name)), total):
             g.responses += 1
-            g.tokens.add(t)
-            g.models.add(r[2] or "unknown")
+            t = g.tokens
+            t.input += i
+            t.output += o
+            t.cache_read += cr
+            t.cache_write += cw
+            g.models.add(model or "unknown")
             if cost is None:
                 g.unpriced += 1
             else:

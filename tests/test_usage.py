@@ -164,8 +164,8 @@ def test_resumed_forked_and_replayed_copies_of_claude_responses_count_once(store
 
 def test_paths_walked_through_a_store_wide_load_equal_the_paths_read_commit_by_commit(
         store: castore.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """usage's first run on a store decodes every commit in one pass (History.load_commits)
-    and walks the paths through them: on the real files with their forks (rewinds, subagents,
+    """usage's first run on a store decodes every commit in one pass (usage.load_commits, as
+    History.load_commits does into the store's cache) and walks the paths through them: on the real files with their forks (rewinds, subagents,
     a forked session, a Codex fork) each path equals the one read a commit at a time and the
     one read through its index and segments, also when only some commits were decoded; and
     every report equals the one read path by path."""
@@ -202,12 +202,20 @@ def test_paths_walked_through_a_store_wide_load_equal_the_paths_read_commit_by_c
         assert some.history.path(tip) == truth[tip]
         assert castore.open(url).history.path(tip) == truth[tip]
 
-    def report(scan_from: int, by: str) -> Any:
+    def report(scan_from: int, by: str, keep: int = usage_mod.SCAN_MAX_COMMITS) -> Any:
         monkeypatch.setattr(usage_mod, "SCAN_MIN_SESSIONS", scan_from)
+        monkeypatch.setattr(usage_mod, "SCAN_MAX_COMMITS", keep)
         return usage(castore.open(url), by=by, cache=False).to_json()
 
     for by in ("session", "branch", "model", "day"):
         assert report(0, by) == report(1 << 30, by)
+        assert report(0, by, keep=40) == report(1 << 30, by)  # the paths beyond what the scan kept: read
+    scanned = castore.open(url)  # every commit found by the scan: no path, no commit read on its own
+    monkeypatch.setattr(usage_mod, "SCAN_MIN_SESSIONS", 0)
+    monkeypatch.setattr(usage_mod, "SCAN_MAX_COMMITS", 1 << 30)
+    for name in ("path", "commit", "walk"):
+        monkeypatch.setattr(scanned.history, name, lambda *a, **k: pytest.fail("read: the scan found every commit"))
+    assert usage(scanned, by="branch", cache=False).to_json() == report(1 << 30, "branch")
     n, want = claude_truth(root)
     r = usage(castore.open(url), app="claude", cache=False)
     assert (r.total.responses, r.total.tokens) == (n, want)

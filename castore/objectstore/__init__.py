@@ -515,16 +515,9 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
-        tag, t0, t1 = o.kind_tag_bytes(cls), o.TAG_START, o.TAG_END
         loaded = 0
         with gc_paused():
-            for content, is_record in self.iter_contents():
-                if is_record:
-                    raws = packs.tagged_objects(content, tag, t0, t1) or []
-                else:
-                    raws = [content] if content[t0:t1] == tag else []
-                if not raws:
-                    continue
+            for raws in self.iter_tagged(cls):
                 raws = raws[:budget - loaded]
                 try:
                     loaded += len(self.adopt_canonical_many(raws))
@@ -538,6 +531,26 @@ class ObjectStore:
                 if loaded >= budget:
                     break
         return loaded
+
+    def iter_tagged(self, cls: type[AnyObject]) -> Iterator[list[bytes]]:
+        """The canonical bytes of every stored object of class ``cls``, store-wide, in one pass
+        over what is stored (:meth:`iter_contents`), a list per record (or loose object) that
+        holds any: told by their kind tag (:func:`castore.objects.kind_tag_bytes`), neither
+        hashed nor decoded (a caller that needs an id hashes the bytes, :attr:`codec`'s
+        ``digest_many``: nothing is taken on trust). What :meth:`load_all` decodes, and what a
+        reader of every commit that keeps them itself (``castore usage``'s first run) reads.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        tag, t0, t1 = o.kind_tag_bytes(cls), o.TAG_START, o.TAG_END
+        for content, is_record in self.iter_contents():
+            if is_record:
+                raws = packs.tagged_objects(content, tag, t0, t1) or []
+            else:
+                raws = [content] if content[t0:t1] == tag else []
+            if raws:
+                yield raws
 
     def get(self, oid: str) -> AnyObject:
         """Read, verify and decode one object.
