@@ -160,6 +160,8 @@ _COUNT_LIMIT = 2**53
 
 
 def _int(v: Any) -> int:
+    if v.__class__ is int:  # what msgpack decodes to: the one check
+        return v if 0 < v < _COUNT_LIMIT else 0
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < _COUNT_LIMIT else 0
 
 
@@ -228,7 +230,7 @@ class Reader:
             may not is passed over unread (None: every commit is read).
         kept: ``(source, key)`` when the importer keeps each line's usage record under ``key``
             of the metadata (:func:`kept_record`): a commit that has it is counted from it
-            without calling ``read`` (what ``read`` would do with it).
+            without calling ``read`` (what ``read`` would do with it), and its line is not read.
     """
 
     needs_line: Callable[[Commit, dict[str, Any]], bool]
@@ -446,6 +448,8 @@ def _reader_of(c: Commit) -> tuple[Reader, dict[str, Any], bool] | None:
         if isinstance(m, dict) and isinstance(m.get("raw"), str):
             if r.counts is not None and not r.counts(m):
                 return _PASSED
+            if r.kept is not None and isinstance(m.get(r.kept[1]), list):
+                return r, m, False
             return r, m, r.needs_line(c, m)
     return None
 
@@ -507,8 +511,7 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         at = len(paths)
         paths.append(path)
         names.append(name)
-        for i in range(start, len(path)):  # the commits no path before holds
-            cid, c = path[i]
+        for cid, c in path[start:] if start else path:  # the commits no path before holds
             if only is None:
                 owner[cid] = at
             got = _reader_of(c)
