@@ -10,9 +10,11 @@ path is then: the ref, the index and the tail commits at once, the segments at o
 bodies at once, whatever the path's length. Hints are checked against the parent links
 and ignored when they do not fit, so a stale or missing hint only costs speed.
 
-A reader of most of a store's paths (``castore usage``'s first run) decodes every stored
-commit in one pass over the packs first (:meth:`History.load_commits`); a path read without
-a hint is then walked through the decoded commits by its parent links, with no read at all.
+A reader of most of a store's paths may decode every stored commit in one pass over the
+packs first (:meth:`History.load_commits`); a path read without a hint is then walked
+through the decoded commits by its parent links, with no read at all. (``castore usage``'s
+first run keeps the commits of such a pass itself and walks them the same way:
+:func:`castore.usage.load_commits`.)
 """
 
 from __future__ import annotations
@@ -201,8 +203,8 @@ class History:
         """Decode every stored commit in one store-wide pass
         (:meth:`~castore.objectstore.ObjectStore.load_all`), so that the paths read next are
         walked through decoded commits: no read per commit, no index, no segment. What a reader
-        of most of a store's paths calls first (the first ``castore usage`` on a store); a
-        reader of a few paths should not (the pass reads the whole store). Returns how many
+        of most of a store's paths may call first; a reader of a few paths should not (the
+        pass reads the whole store). Returns how many
         commits it decoded.
 
         Raises:

@@ -764,12 +764,18 @@ def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:
             raws = raws[:SCAN_MAX_COMMITS - len(out)]
             ids = digest_many(raws)
             # commits all: the kind tag the bytes were told by is the one msgspec decodes by
+            got: dict[str, Commit]
             try:
-                out.update(zip(ids, cast("list[Commit]", decode_many(ids, raws)), strict=True))
+                got = dict(zip(ids, cast("list[Commit]", decode_many(ids, raws)), strict=True))
             except IntegrityError:  # one does not decode: the others one by one
+                got = {}
                 for oid, raw in zip(ids, raws, strict=True):
                     with contextlib.suppress(IntegrityError):
-                        out[oid] = cast("Commit", decode_many([oid], [raw])[0])
+                        got[oid] = cast("Commit", decode_many([oid], [raw])[0])
+            out.update(got)
+            # they live as long as the store (freeing them is a twentieth of the run, and a
+            # process that ends without teardown never does), and a path read later finds them
+            objs.keep_decoded(got, max(map(len, raws), default=0))
             if len(out) >= SCAN_MAX_COMMITS:
                 break
     return out

@@ -16,8 +16,10 @@ times, each run a fresh process, alternating:
   (the import brings the existing cache up to date), ``castore usage --json``;
 
 and checks that both tools report the same total tokens. Prints a Markdown table with each
-median and its ratio to ccusage; ``--markdown FILE`` also writes it as a page (the command, the
-machine and its load before and after).
+median, its ratio to ccusage and the median CPU time (on a shared machine the wall times move
+with what else runs; each first run is also compared with the ccusage run just before it);
+``--markdown FILE`` also writes it as a page (the command, the machine and its load before and
+after).
 
     .venv/bin/python scripts/bench_usage.py --ccusage PATH [--sessions 1000] [--entries 100000]
                                             [--repeat 5] [--workdir DIR] [--markdown FILE]
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -91,10 +94,22 @@ def grow(home: Path, sessions: int) -> None:
             out.write(json.dumps(d, separators=(",", ":")).encode() + b"\n")
 
 
+#: the CPU seconds (user + system, every thread) of each command :func:`timed` ran, in order
+CPU: list[float] = []
+
+
+def _children_cpu() -> float:
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Run ``cmd``: its wall time and output (its CPU time is appended to :data:`CPU`)."""
+    c = _children_cpu()
     t = time.perf_counter()
     got = subprocess.run(cmd, capture_output=True, text=True, env=env)
     took = time.perf_counter() - t
+    CPU.append(_children_cpu() - c)
     if got.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({got.returncode}): {got.stderr.strip()[-500:]}")
     return took, got.stdout
@@ -131,16 +146,20 @@ def main() -> None:
         ccusage = [a.ccusage, "claude", "daily", "--offline", "--json"]
         ours = [*CASTORE, "--store", str(store), "usage", "--by", "day", "--json"]
         times: dict[str, list[float]] = {"ccusage": [], "cold": [], "warm": []}
+        cpu: dict[str, list[float]] = {"ccusage": [], "cold": [], "warm": []}
         totals: dict[str, Any] = {}
         for _ in range(a.repeat):
             t, out = timed(ccusage, env)
             times["ccusage"].append(t)
+            cpu["ccusage"].append(CPU[-1])
             totals["ccusage"] = json.loads(out)["totals"]["totalTokens"]
             cache.unlink(missing_ok=True)
             t, out = timed(ours, env)
             times["cold"].append(t)
+            cpu["cold"].append(CPU[-1])
             t, out = timed(ours, env)
             times["warm"].append(t)
+            cpu["warm"].append(CPU[-1])
             totals["castore"] = json.loads(out)["total"]["total"]
         if totals["ccusage"] != totals["castore"]:
             raise SystemExit(f"the totals differ: {totals}")
@@ -153,19 +172,27 @@ def main() -> None:
         if json.loads(out_cc)["totals"]["totalTokens"] != json.loads(out)["total"]["total"]:
             raise SystemExit("the totals differ after the import of new lines")
         med = {k: statistics.median(v) for k, v in times.items()}
-        rows = [("ccusage claude daily --offline --json", med["ccusage"], times["ccusage"]),
-                ("castore usage --json, no cache (the first run on a store)", med["cold"], times["cold"]),
-                ("castore usage --json, cache fresh", med["warm"], times["warm"]),
+        mcpu = {k: statistics.median(v) for k, v in cpu.items()}
+        rows = [("ccusage claude daily --offline --json", med["ccusage"], times["ccusage"], mcpu["ccusage"]),
+                ("castore usage --json, no cache (the first run on a store)", med["cold"], times["cold"],
+                 mcpu["cold"]),
+                ("castore usage --json, cache fresh", med["warm"], times["warm"], mcpu["warm"]),
                 ("castore usage --json, after an import of 10 new responses (which updated the cache)", took_after,
-                 [took_after])]
+                 [took_after], None)]
+        # each first run against the ccusage run just before it (the same moment's load)
+        paired = statistics.median(c / cc for c, cc in zip(times["cold"], times["ccusage"], strict=True))
         lines = [f"{a.sessions:,} Claude Code sessions, {a.entries:,} lines ({size / 2**20:.0f} MiB), "
                  f"{totals['castore']:,} tokens in both reports; ccusage `{version}`, median of {a.repeat} runs "
                  "(each a fresh process)", "",
-                 "| command | median | runs | ratio to ccusage | within 2x |", "|---|---:|---|---:|---|"]
-        for name, m, runs in rows:
+                 "| command | median | runs | ratio to ccusage | within 2x | CPU (median) |",
+                 "|---|---:|---|---:|---|---:|"]
+        for name, m, runs, c in rows:
             r = m / med["ccusage"]
             lines.append(f"| {name} | {m:.2f} s | {', '.join(f'{x:.2f}' for x in runs)} | {r:.2f}x | "
-                         f"{'yes' if r <= TARGET else 'no'} |")
+                         f"{'yes' if r <= TARGET else 'no'} | {'' if c is None else f'{c:.2f} s'} |")
+        lines += ["", f"Each first run against the ccusage run just before it, the median of the {a.repeat} ratios: "
+                      f"{paired:.2f}x. CPU is user + system time of every thread of the process (ccusage runs on "
+                      "both cores)."]
         lines += ["", f"The import of those 10 new responses took {took_inc:.1f} s, the cache's update included; "
                       f"ccusage after it: {t:.2f} s."]
         if took_import is not None:

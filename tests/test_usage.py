@@ -216,6 +216,17 @@ def test_paths_walked_through_a_store_wide_load_equal_the_paths_read_commit_by_c
     for name in ("path", "commit", "walk"):
         monkeypatch.setattr(scanned.history, name, lambda *a, **k: pytest.fail("read: the scan found every commit"))
     assert usage(scanned, by="branch", cache=False).to_json() == report(1 << 30, "branch")
+    # the scanned commits stay decoded with the store (a later read finds them), within the
+    # bound on what the store keeps decoded
+    assert all(isinstance(scanned.objects.decoded(cid), Commit) for cid in reachable)
+    from castore.objectstore import CACHE_MAX_OBJECT
+
+    fresh = castore.open(url)
+    tip = tips[0]
+    fresh.objects.keep_decoded({tip: truth[tip][-1][1]}, biggest=CACHE_MAX_OBJECT + 1)
+    assert fresh.objects.decoded(tip) is None
+    fresh.objects.keep_decoded({tip: truth[tip][-1][1]}, biggest=CACHE_MAX_OBJECT)
+    assert fresh.objects.decoded(tip) == truth[tip][-1][1]
     n, want = claude_truth(root)
     r = usage(castore.open(url), app="claude", cache=False)
     assert (r.total.responses, r.total.tokens) == (n, want)

@@ -499,14 +499,27 @@ class ObjectStore:
         for a reader that takes another way to what is not. Raises nothing."""
         return self._cache.get(oid)
 
+    def keep_decoded(self, objs: Mapping[str, AnyObject], biggest: int = 0) -> None:
+        """Keep objects a caller decoded from stored bytes it hashed for their ids (what
+        :meth:`iter_tagged` gives) in the cache of decoded objects, as if this handle had read
+        them, within the cache's bound: they then live as long as this handle, and one asked
+        for costs no read. ``biggest``: the size of the largest one's canonical bytes; past
+        :data:`CACHE_MAX_OBJECT`, none of them is kept (memory stays bounded; they are read
+        again when needed). Raises nothing."""
+        if biggest > CACHE_MAX_OBJECT:
+            return
+        self._known.update(objs)
+        self._cache.update(objs)
+        self._trim_cache()
+
     def load_all(self, cls: type[AnyObject], budget: int = CACHE_SIZE * 3 // 4) -> int:
         """Decode every stored object of class ``cls`` (every :class:`~castore.objects.Commit`,
-        say), store-wide, in one pass over what is stored (:meth:`iter_contents`: each pack
+        say), store-wide, in one pass over what is stored (:meth:`iter_tagged`: each pack
         read whole, each record decompressed once), into the cache of decoded objects, up to
         ``budget`` of them (within the cache's bound); returns how many it decoded. What a
-        reader of most of a store's paths calls first: reading them then costs no lookup and
-        no read per object (100,000 commits in half a second, where reading them one by one
-        took two; ``scripts/bench_usage.py``).
+        reader of most of a store's paths may call first: reading them then costs no lookup
+        and no read per object (100,000 commits in half a second, where reading them one by
+        one took two).
         The objects are told by their kind tag without decoding the others; each id is the
         hash of the bytes found (nothing is taken on trust, as in
         :meth:`adopt_canonical_many`); bytes that do not decode are left out (``fsck``
