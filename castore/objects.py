@@ -161,8 +161,9 @@ def is_hex_id(s: str) -> bool:
 #: "raw": ID}`` in its commit's meta; a Codex fork's copied lines in HEAD's info),
 #: ``castore:blob``, an image taken out of a Pi entry, ``whole``, the chunks of a Gemini
 #: CLI whole-file JSON (HEAD's info), ``adopted``, the lines of castore's own commits an
-#: import found again (``{LINE: [COMMIT, ID]}`` in HEAD's info)
-META_LINK_KEYS = frozenset({"raw", "castore:blob", "whole", "adopted"})
+#: import found again (``{LINE: [COMMIT, ID]}`` in HEAD's info), ``segments``, a Pi file's
+#: bytes as imported (``info["pi"]["segments"]``, what ``export pi`` writes back)
+META_LINK_KEYS = frozenset({"raw", "castore:blob", "whole", "adopted", "segments"})
 #: how deep :func:`meta_links` looks into metadata (dicts and lists)
 _META_DEPTH = 8
 

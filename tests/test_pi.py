@@ -575,6 +575,28 @@ def test_images_survive_gc_and_push(tmp_path):
             assert [m.to_dict() for m in got] == [m.to_dict() for m in msgs]
 
 
+def test_the_kept_file_bytes_survive_gc_and_push(tmp_path):
+    # the file's bytes are blobs only HEAD's info names (info["pi"]["segments"]): fsck counts them
+    # reachable, gc keeps them and push sends them, so the archive exports byte for byte after a gc
+    # and on a second machine (before, fsck called them dangling and gc deleted them: "object ... not found")
+    from castore.maintenance import fsck, gc
+    from castore.sync import push
+
+    root = tmp_path / "sessions" / "--home-u-p--"
+    root.mkdir(parents=True)
+    src = write_jsonl(root / "a.jsonl", every_type_entries())
+    with castore.open(str(tmp_path / "s")) as store:
+        pi.import_pi(store, tmp_path / "sessions")
+        report = fsck(store)
+        assert report.ok and report.unreachable == []
+        gc(store, grace=0)
+        with castore.open(str(tmp_path / "remote")) as remote:
+            push(store, remote)
+            for st, out in ((store, tmp_path / "out"), (remote, tmp_path / "out-remote")):
+                (rel,) = pi.export_pi(st, out)
+                assert (out / rel).read_bytes() == src.read_bytes()
+
+
 # -- titles --------------------------------------------------------------------------------------
 def first_prompt(path: Path) -> str | None:
     """The title Pi's /resume list shows for a file without a name (its first user message), cut as castore cuts."""
