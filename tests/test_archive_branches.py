@@ -231,6 +231,12 @@ def test_branch_lists_what_made_each_branch(tmp_path: Path) -> None:
     rows = [ln.split(None, 3) if ln.startswith("*") else ln.split(None, 2) for ln in r.output.splitlines()]
     assert rows[0][:2] == ["*", "main"] and len(rows[0]) == 3  # main: where the agent goes on, no note
     assert rows[1][0] == "rewind-2" and rows[1][2] == "rewind from line 2: user: First attempt"
+    # --json says it too ("made_by"; null where the table shows nothing)
+    r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "--no-pager", "branch", "--json", "-s",
+                                  "claude/claude-code-log/dag_compact_after_rewind"])
+    assert r.exit_code == 0, r.output
+    made = {b["name"]: b["made_by"] for b in json.loads(r.output)["branches"]}
+    assert made == {"main": None, "rewind-2": "rewind from line 2: user: First attempt"}
 
 
 def test_head_comes_back_to_main_when_the_agent_writes_and_names_stay_whole(store: castore.Store,

@@ -437,9 +437,9 @@ def test_branch_lists_creates_and_reports_json(seeded: Seeded) -> None:
     assert "Created branch 'old'" in r.stderr and r.stdout == ""
     doc = json.loads(ok(run(seeded.url, "branch", "--json")).stdout)
     assert doc == {"head": seeded.a2, "current": "main", "branches": [
-        {"name": "main", "commit": seeded.a2, "current": True},
-        {"name": "old", "commit": seeded.a1, "current": False},
-        {"name": "retry", "commit": seeded.retry, "current": False},
+        {"name": "main", "commit": seeded.a2, "current": True, "made_by": None},
+        {"name": "old", "commit": seeded.a1, "current": False, "made_by": None},
+        {"name": "retry", "commit": seeded.retry, "current": False, "made_by": None},
     ]}
     assert "already exists" in fails(run(seeded.url, "branch", "old"))
 

@@ -174,7 +174,8 @@ def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> N
 @click.option("--internal", is_flag=True,
               help="List an adapter's bookkeeping branches too (a LangGraph thread's task writes).")
 @limit_option(what="branches")
-@json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current"}]}')
+@json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current", '
+             '"made_by": TEXT|null (what made it, as the listing says: "rewind from line 9: user: ...")}]}')
 @pass_session()
 def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool, force_delete: bool,
                force: bool, remotes: bool, all_: bool, internal: bool, limit: int | None, as_json: bool) -> None:
@@ -207,14 +208,15 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
             note(f"Created branch {name!r} at {short(cid)}")
         return
     listing = porcelain.branch_list(session, local=all_ or not remotes, remotes=remotes or all_,
-                                    internal=internal, notes=not as_json)
+                                    internal=internal, notes=True)
     branches, current, head, notes = listing.branches, listing.current, listing.head, listing.notes
     branches = dict(list(branches.items())[:limit or None])
     if as_json:
         print_json({
             "head": head,
             "current": current,
-            "branches": [{"name": b, "commit": c, "current": b == current} for b, c in branches.items()],
+            "branches": [{"name": b, "commit": c, "current": b == current, "made_by": notes.get(b)}
+                         for b, c in branches.items()],
         })
         return
     shown_names = {b: safe(b) for b in branches}
