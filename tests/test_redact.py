@@ -336,6 +336,23 @@ def test_import_claude_redact_stores_no_secret_and_exports_redacted(tmp_path: Pa
     assert r.exit_code == 0 and "redacted" not in r.stderr
 
 
+def test_redact_counts_secrets_as_the_import_does_and_takes_s_after_its_name(tmp_path: Path) -> None:
+    # `castore redact` said "N secrets found" counting places (a secret in a line's body and in
+    # its kept bytes twice), where `import --redact` of the same file counts each secret once;
+    # and `castore redact -s KEY` (the global -s after the command's name) was "No such option"
+    src = _claude_file(tmp_path)
+    assert _cli(tmp_path / "plain", "import", "claude", str(src)).exit_code == 0
+    r = _cli(tmp_path / "red", "import", "claude", str(src), "--redact")
+    assert r.exit_code == 0 and f"{len(SAMPLES)} secrets redacted in 1 session" in r.stderr
+    key = f"claude/-tmp-proj/{src.stem}"
+    r = _cli(tmp_path / "plain", "redact", "-s", key, "--dry-run")
+    assert r.exit_code == 0, r.output
+    places = len(r.stdout.splitlines())
+    assert places > len(SAMPLES)  # the body and the line's kept bytes
+    assert f"dry run: {len(SAMPLES)} secrets ({places} places) found in 1 session; nothing was written" \
+        in r.stderr.splitlines()
+
+
 def _kinds_redact_finds(store: Path, key: str) -> dict[str, int]:
     """How many distinct secrets of each kind `castore redact --dry-run` finds in a session."""
     r = _cli(store, "redact", key, "--dry-run", "--json")

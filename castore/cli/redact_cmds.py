@@ -15,6 +15,7 @@ from .common import (
     open_store,
     plural,
     print_json,
+    uses_session,
 )
 from .text import safe
 
@@ -38,6 +39,7 @@ _REDACT_JSON = ('a list of {"session": "APP/USER/SESSION" (for app or user state
 @click.option("--disable", "setting", flag_value=False, help='Clear castore.json\'s "redact".')
 @json_option(_REDACT_JSON)
 @click.pass_context
+@uses_session
 def redact_cmd(ctx: click.Context, spec: str | None, all_sessions: bool, dry_run: bool, setting: bool | None,
                as_json: bool) -> None:
     """Redact secrets in sessions already stored (a session, default the current one, or --all),
@@ -74,7 +76,7 @@ def redact_cmd(ctx: click.Context, spec: str | None, all_sessions: bool, dry_run
                      "rewritten": r.rewritten, "moved": r.moved, "skipped": r.skipped, "dry_run": r.dry_run}
                     for r in reports])
         return
-    total = 0
+    places = secrets = 0
     for r in reports:
         kind = "user" if r.session[1] else "app"
         key = safe(format_key(*r.session) if r.session[2] else f"{_label(r)} ({kind} state)")
@@ -83,12 +85,13 @@ def redact_cmd(ctx: click.Context, spec: str | None, all_sessions: bool, dry_run
             click.echo(f"{key}\t{where}\t{f.kind}\t{f.tag}")
         for s in r.skipped:
             note(f"{key}: {safe(s)}")
-        total += len(r.found)
+        places += len(r.found)
+        secrets += len({f.tag for f in r.found})  # one secret, one tag: counted as an import counts it
+    found = plural(secrets, "secret") + (f" ({plural(places, 'place')})" if places != secrets else "")
     if dry_run:
-        note(f"dry run: {plural(total, 'secret')} found in {plural(len(reports), 'session')}; nothing was written")
+        note(f"dry run: {found} found in {plural(len(reports), 'session')}; nothing was written")
     else:
-        note(f"{plural(total, 'secret')} found in {plural(len(reports), 'session')}, "
-             f"{plural(rewritten, 'commit')} written again")
+        note(f"{found} found in {plural(len(reports), 'session')}, {plural(rewritten, 'commit')} written again")
         if rewritten:
             note(f"the old objects stay until {hint('gc', session=False)} (after its grace period)")
 
