@@ -222,7 +222,7 @@ def test_iso_time_by_arithmetic_is_what_datetime_writes() -> None:
     second, minute, day and year ends and where microseconds round up into the next second."""
     import random
 
-    from castore.grep.match import _iso_by_datetime, iso_time
+    from castore.grep.filters import _iso_by_datetime, iso_time
 
     rng = random.Random(5)
     times = [0.0, 5e-324, 0.4999999e-6, 0.5e-6, 1.5e-6, 0.9999994, 0.9999995, 0.99999949, 59.9999996, 86399.9999995,

@@ -162,7 +162,7 @@ def test_records_decompressed_ahead_come_in_order_a_damaged_one_as_none(n: int) 
 @pytest.mark.parametrize(("pattern", "flags"), [("parser", re.I), ("Parser", 0), ("aa", re.I), ("ab", re.I), ("é", re.I),
                                                 ("a.b", 0), ("k", re.I), ("s", re.I)])
 def test_line_spans_by_find_are_the_regex_spans(pattern: str, flags: int) -> None:
-    from castore.grep.match import spans_finder
+    from castore.grep.filters import spans_finder
 
     rx = re.compile(pattern, flags)
     for line in ("The PARSER parser, ParSer", "aaaaa", "ſab AB \u212a", "a.b axb", "Écrire é É", ""):

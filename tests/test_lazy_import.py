@@ -87,8 +87,9 @@ NOT_BEFORE_A_STORE = ["msgspec", "blake3", "zstandard", "castore.store", "castor
 #: first use; the replay of ref swaps a power loss cut short needs no object store when there is
 #: none), the object format, msgspec, blake3 and the built-in dictionary (the index's chunks are
 #: plain zstd frames, read with castore.frames), the entries, redaction, the scan without an index,
-#: rendering, other commands' modules, remote backends, ctypes (only a sync of the file system uses it)
-NOT_FOR_GREP = ["castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
+#: rendering, other commands' modules, remote backends, ctypes (only a sync of the file system uses it),
+#: the Match classes (counting and printing lines build none: dataclasses compiled for nothing)
+NOT_FOR_GREP = ["castore.grep.match", "castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
                 "castore.objectstore", "castore.objects", "msgspec", "blake3", "castore.zdict", "castore.history",
                 "castore.plumbing", "castore.groupcommit", "castore.state", "castore.entries", "castore.pathfacts",
                 "ctypes", "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds",
@@ -123,6 +124,27 @@ def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path,
     mods = _modules_after(_CLI, "--store", url, "grep", *args, "Beijing")
     assert "castore.grep.index" in mods and "castore.store" in mods  # the search did run, through the index
     assert _loaded(mods, NOT_FOR_GREP) == []
+
+
+def test_the_console_script_freezes_what_the_cli_imports_and_collects_again() -> None:
+    """``castore`` (the console script and ``python -m castore``) imports the command line with
+    the cyclic collector off, freezes what that made, and turns the collector back on."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["castore"] == "castore.__main__:main"
+    code = """
+import gc, sys
+from castore.__main__ import main
+sys.argv = ["castore", "--version"]
+try:
+    main()
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+assert gc.isenabled() and gc.get_freeze_count() > 1000, gc.get_freeze_count()
+"""
+    mods = _modules_after(code)
+    assert "click" in mods
 
 
 def test_the_parts_a_store_builds_on_first_use_are_one_per_store(tmp_path: Path) -> None:

@@ -27,7 +27,6 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -53,24 +52,33 @@ PAGER_ENV = "CASTORE_PAGER"
 SESSION_CONFIG_KEY = "session"
 
 
-@dataclass
 class CliState:
-    """The global options of one invocation, and the store once it is opened."""
+    """The global options of one invocation, and the store once it is opened.
 
-    store_url: str | None = None
-    session_spec: str | None = None
-    store_options: dict[str, Any] = field(default_factory=dict)
-    pager: bool = True
-    #: whether --store was typed on the command line (not taken from $CASTORE_STORE)
-    store_given: bool = False
-    #: where session_spec came from: "-s" or "$CASTORE_SESSION"
-    session_from: str = "-s"
-    #: whether -s was typed before the command (``castore -s A/U/S CMD``): a command that
-    #: works on no one session refuses it rather than ignoring it
-    session_typed: bool = False
-    #: --master-key-file: the master key of an encrypted store (else $CASTORE_MASTER_KEY)
-    master_key_file: str | None = None
-    _store: Store | None = field(default=None, repr=False)
+    A plain class rather than a dataclass: a dataclass is compiled from generated source on
+    import, which every ``castore`` command would pay for (about a millisecond).
+    """
+
+    __slots__ = ("store_url", "session_spec", "store_options", "pager", "store_given", "session_from",
+                 "session_typed", "master_key_file", "_store")
+
+    def __init__(self, store_url: str | None = None, session_spec: str | None = None,
+                 store_options: dict[str, Any] | None = None, pager: bool = True, store_given: bool = False,
+                 session_from: str = "-s", session_typed: bool = False, master_key_file: str | None = None) -> None:
+        self.store_url = store_url
+        self.session_spec = session_spec
+        self.store_options: dict[str, Any] = {} if store_options is None else store_options
+        self.pager = pager
+        #: whether --store was typed on the command line (not taken from $CASTORE_STORE)
+        self.store_given = store_given
+        #: where session_spec came from: "-s" or "$CASTORE_SESSION"
+        self.session_from = session_from
+        #: whether -s was typed before the command (``castore -s A/U/S CMD``): a command that
+        #: works on no one session refuses it rather than ignoring it
+        self.session_typed = session_typed
+        #: --master-key-file: the master key of an encrypted store (else $CASTORE_MASTER_KEY)
+        self.master_key_file = master_key_file
+        self._store: Store | None = None
 
 
 def _state(ctx: click.Context) -> CliState:

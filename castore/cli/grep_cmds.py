@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ..errors import CastoreError
+from ..gcpause import gc_paused
 from .common import error_line, format_key, limit_option, open_store, skip_teardown
 from .text import safe, safe_block, safe_json
 
@@ -90,30 +91,34 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
     signatures and images are never searched. Exit status: 0 when something matched, 1
     when nothing did, 2 on an error (grep's).
     """
-    from ..grep import KINDS, grep, grep_counts, grep_rows
+    # the cyclic collector paused for the whole search (the process ends after it): the modules
+    # it imports and what it reads all stay alive, and each burst of objects would have the
+    # collector walk every live object again, for nothing
+    with gc_paused():
+        from ..grep import KINDS, grep, grep_counts, grep_rows
 
-    try:
-        store = open_store(ctx)
-        options: dict[str, Any] = {
-            "ignore_case": ignore_case, "fixed": fixed, "word": word, "roles": roles or None,
-            "kinds": KINDS if all_kinds else (kinds or None), "tools": tools or None, "sessions": sessions or None,
-            "apps": apps or None, "since": _when(since, "--since"), "until": _when(until, "--until"),
-            "limit": limit or None, "context": context, "index": False if no_index else None, "check_index": not cached,
-            "typed": typed}
-        if list_sessions or count:
-            found = _render_counts(grep_counts(store, pattern, **options), list_sessions, count)
-        elif as_json or as_jsonl:
-            found = _render_json(grep(store, pattern, **options), as_json, as_jsonl)
-        else:
-            found = _render_rows(grep_rows(store, pattern, **options))
-        if as_json and (list_sessions or count):
-            click.echo(_indented_json({"matches": []}))  # what --json adds to -l and -c: no match document
-    except CastoreError as e:
-        click.echo(f"Error: {error_line(e)}", err=True)
-        ctx.exit(2)
-    except click.BadParameter as e:
-        click.echo(f"Error: {e.format_message()}", err=True)
-        ctx.exit(2)
+        try:
+            store = open_store(ctx)
+            options: dict[str, Any] = {
+                "ignore_case": ignore_case, "fixed": fixed, "word": word, "roles": roles or None,
+                "kinds": KINDS if all_kinds else (kinds or None), "tools": tools or None, "sessions": sessions or None,
+                "apps": apps or None, "since": _when(since, "--since"), "until": _when(until, "--until"),
+                "limit": limit or None, "context": context, "index": False if no_index else None,
+                "check_index": not cached, "typed": typed}
+            if list_sessions or count:
+                found = _render_counts(grep_counts(store, pattern, **options), list_sessions, count)
+            elif as_json or as_jsonl:
+                found = _render_json(grep(store, pattern, **options), as_json, as_jsonl)
+            else:
+                found = _render_rows(grep_rows(store, pattern, **options))
+            if as_json and (list_sessions or count):
+                click.echo(_indented_json({"matches": []}))  # what --json adds to -l and -c: no match document
+        except CastoreError as e:
+            click.echo(f"Error: {error_line(e)}", err=True)
+            ctx.exit(2)
+        except click.BadParameter as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            ctx.exit(2)
     skip_teardown(1)  # the store is closed with the context: nothing is left to write or join
     ctx.exit(0 if found else 1)
 

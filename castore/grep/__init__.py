@@ -65,8 +65,10 @@ The package, top down (each module imports only those below it):
                 2/3; the codec probes of :mod:`castore.objects`) and the walk (format 1)
 ``blocks.py``   the searchable blocks of a body (bodies read in batches), a commit's time,
                 the context entries around a match
-``match.py``    what a match is (:class:`Match`, :class:`LineMatch`), line matching, the
-                session and tool filters, the JSON time
+``match.py``    what a match is (:class:`Match`, :class:`LineMatch`) and line matching;
+                imported by the first search that builds a match (not by counting or
+                printing lines through the index: ``castore grep`` only with ``--json``)
+``filters.py``  the session and tool filters, a pattern's spans in a line, the JSON time
 =============== ==========================================================================
 
 The metadata key of injected entries (:data:`~castore.entries.INJECTED`) is defined with
@@ -79,25 +81,17 @@ import itertools
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CastoreError
 from ..gcpause import gc_paused
 from .blocks import TOOL_ROLES, blocks, context_entries
+from .filters import glob_any, iso_time, session_ok, spans_finder
 from .index import hits, indexable, open_index, search_plan
-from .match import (
-    LineMatch,
-    Match,
-    glob_any,
-    iso_time,
-    make_line_match,
-    session_ok,
-    spans_finder,
-)
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .match import LineMatch, Match
 
 KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: kinds searched unless told otherwise: tool results are most of the text, and rarely wanted
@@ -396,11 +390,16 @@ def _only_typed(store: Store, matches: Iterator[Match], limit: int | None) -> It
 
 
 def __getattr__(name: str) -> Any:
-    """:data:`INJECTED`, :mod:`castore.entries`' (imported when asked for)."""
+    """:data:`INJECTED`, :mod:`castore.entries`' (imported when asked for), and :class:`Match` and
+    :class:`LineMatch`, :mod:`.match`'s (imported by the first search that builds a match)."""
     if name == "INJECTED":
         from ..entries import INJECTED
 
         return INJECTED
+    if name in ("Match", "LineMatch"):
+        from . import match
+
+        return getattr(match, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -527,6 +526,8 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         if not context:
             yield from batch
             continue
+        from dataclasses import replace  # the context entries: a search with none does not need it
+
         for m in batch:
             s = store.session(*m.session)
             tip = s.head if m.branches[0] == "HEAD" else s.branches().get(m.branches[0])
@@ -556,6 +557,8 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     k = len(plain) if plain is not None else 0
     tools: list[str | None] = [*strings, None]  # tool -1: none
     new = object.__new__
+    if not rows:  # here: rows and counts build no Match (the classes are made on first import)
+        from .match import LineMatch, Match, make_line_match
     n = 0
     for key, got, lazy in groups:
         for _, p, cn, blk, kn, rn, tn, bn, fl, when, i in (hits(got) if lazy else got):

@@ -1,19 +1,19 @@
 """What a match of :func:`castore.grep.grep` is and how one is built, shared by the search
 through the index (:mod:`castore.grep`) and the scan and walk (:mod:`castore.grep.scan`):
 :class:`Match` and :class:`LineMatch` (re-exported by :mod:`castore.grep`, whose docstring
-gives their JSON form), the lines of a block that match a pattern, the session and tool
-filters, and the JSON time of a match.
+gives their JSON form) and the lines of a block that match a pattern. Imported only by a
+search that builds matches (``castore grep -c``, ``-l`` and the printed lines build none);
+the filters and the JSON time are in :mod:`.filters`.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
+
+from .filters import iso_time, key_text, spans_finder
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,13 @@ class Match:
         """The match as the stable JSON document :mod:`castore.grep` describes."""
         d: dict[str, Any] = {
             "commit": self.commit,
-            "session": _key(self.session),
+            "session": key_text(self.session),
             "branches": list(self.branches),
-            "also": [{"session": _key(k), "branches": list(b)} for k, b in self.also],
+            "also": [{"session": key_text(k), "branches": list(b)} for k, b in self.also],
             "role": self.role,
             "kind": self.kind,
             "tool": self.tool,
-            "time": _iso(self.time),
+            "time": iso_time(self.time),
             "lines": [{"line": lm.line, "text": lm.text, "spans": [list(s) for s in lm.spans]} for lm in self.lines],
         }
         if self.context:
@@ -61,105 +61,6 @@ class Match:
                 "after": [{"commit": c, "role": r, "text": t} for c, r, t in self.after],
             }
         return d
-
-
-def _key(k: tuple[str, str, str]) -> str:
-    return "/".join(p.replace("/", "%2F") for p in k)
-
-
-def iso_time(t: float | None) -> str | None:
-    """``t`` (seconds since the epoch) as a match's JSON ``time``: ``YYYY-MM-DDTHH:MM:SS.mmmZ``
-    (None for None).
-
-    Raises:
-        OverflowError, ValueError, OSError: ``t`` is out of the range of dates.
-    """
-    if t is None:
-        return None
-    if 0.0 <= t < _ISO_FAST_END:
-        # datetime.fromtimestamp's own arithmetic (microseconds rounded half to even, a carry
-        # into the seconds), the text up to the minute made once per minute: a search prints
-        # tens of thousands of times
-        sec = int(t)
-        frac = t - sec  # exact, as math.modf
-        if frac >= 0.9999994 and round(frac * 1e6) >= 1_000_000:
-            sec += 1
-        minute = _ISO_MINUTES.get(sec // 60)
-        if minute is None:
-            if len(_ISO_MINUTES) >= 1 << 16:
-                _ISO_MINUTES.clear()
-            minute = _ISO_MINUTES[sec // 60] = datetime.fromtimestamp(sec // 60 * 60, UTC).isoformat()[:17]
-        return minute + _ISO_SECONDS[sec % 60] + _ISO_MILLIS[int(t * 1000) % 1000]
-    return _iso_by_datetime(t)
-
-
-#: the times :func:`iso_time` formats by arithmetic (from the epoch to the end of year 9998)
-_ISO_FAST_END = 253370764800.0
-_ISO_MINUTES: dict[int, str] = {}
-_ISO_SECONDS = [f"{n:02d}." for n in range(60)]
-_ISO_MILLIS = [f"{n:03d}Z" for n in range(1000)]
-
-
-def _iso_by_datetime(t: float) -> str:
-    """:func:`iso_time` through :mod:`datetime` (any time it can represent)."""
-    d = datetime.fromtimestamp(t, UTC)
-    # isoformat is faster than strftime, and the same from year 1000 on (%Y does not pad)
-    head = d.isoformat(timespec="seconds")[:19] + "." if d.year >= 1000 else d.strftime("%Y-%m-%dT%H:%M:%S.")
-    return f"{head}{int(t * 1000) % 1000:03d}Z"
-
-
-_iso = iso_time
-
-
-def glob_any(value: str | None, globs: tuple[str, ...] | None) -> bool:
-    """Whether ``value`` matches one of ``globs`` (:func:`fnmatch.fnmatchcase`); True when there are
-    none, False for a None value when there are. Raises nothing."""
-    if not globs:
-        return True
-    return value is not None and any(fnmatch.fnmatchcase(value, g) for g in globs)
-
-
-def session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,
-                app_globs: tuple[str, ...] | None) -> bool:
-    """Whether session ``key`` passes the ``--session`` globs (``APP/USER/SESSION``, or the session
-    id when a glob has no ``/``) and the ``--app`` globs (None or empty: no filter). Raises nothing."""
-    if app_globs and not glob_any(key[0], app_globs):
-        return False
-    return not session_globs or any(fnmatch.fnmatchcase(_key(key) if "/" in g else key[2], g) for g in session_globs)
-
-
-_SYNTAX = frozenset("\\.^$*+?{}[]|()")
-
-
-@functools.lru_cache(maxsize=16)
-def spans_finder(rx: re.Pattern[str]) -> Callable[[str], list[tuple[int, int]]]:
-    """The spans of ``rx``'s (non-empty) matches in a line. A pattern with no regex syntax is
-    found with ``str.find``, case-insensitively in the lower-cased line when the line is ASCII
-    (the same spans: ASCII case folding is one to one), as Python's case-insensitive search is
-    many times slower; any other line or pattern goes through ``rx``."""
-    def by_rx(line: str) -> list[tuple[int, int]]:
-        return [s for m in rx.finditer(line) if (s := m.span())[1] > s[0]]
-
-    p = rx.pattern
-    if not p or rx.flags & re.VERBOSE or any(c in _SYNTAX for c in p):
-        return by_rx
-    folded = bool(rx.flags & re.IGNORECASE)
-    if folded and not p.isascii():
-        return by_rx
-    lit, n = (p.lower() if folded else p), len(p)
-
-    def by_find(line: str) -> list[tuple[int, int]]:
-        if folded:
-            if not line.isascii():
-                return by_rx(line)
-            line = line.lower()
-        out, at = [], line.find(lit)
-        while at >= 0:
-            out.append((at, at + n))
-            at = line.find(lit, at + n)
-        return out
-
-    return by_find
 
 
 def line_matches(rx: re.Pattern[str], text: str,
@@ -200,5 +101,4 @@ def make_line_match(line: int, text: str, spans: tuple[tuple[int, int], ...]) ->
     return lm
 
 
-__all__ = ["LineMatch", "Match", "glob_any", "iso_time", "line_matches", "make_line_match", "make_match",
-           "session_ok", "spans_finder"]
+__all__ = ["LineMatch", "Match", "line_matches", "make_line_match", "make_match"]

@@ -58,7 +58,8 @@ from ..objects import Commit, Index, Segment, Value
 from ..objectstore import gc_paused, packs
 from ..plumbing import parse_ref_name, real_name, session_prefix
 from .blocks import blocks, bodies_of, context_entries, time_of
-from .match import LineMatch, Match, glob_any, line_matches, make_match, session_ok
+from .filters import glob_any, session_ok
+from .match import LineMatch, Match, line_matches, make_match
 
 if TYPE_CHECKING:
     from ..store import Store
