@@ -84,6 +84,25 @@ def test_rows_name_every_session_holding_a_shared_commit(store: castore.Store) -
     assert grep_counts(store, "question 1") == {("bot", "ann", "s05"): 1}
 
 
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_counts_of_sessions_extracted_in_any_order_and_of_a_later_fork(tmp_path: Path, order: str) -> None:
+    """Counting keeps no set of the blocks counted while each session's commits are numbered
+    above the earlier ones': sessions written in key order and in reverse, and a fork that sorts
+    after its parent (its shared blocks counted once, under the parent), count what grep gives."""
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    names = [f"s{n}" for n in range(4)]
+    for n in (names if order == "in order" else names[::-1]):
+        st.session("a", "u", n).append_many([{"role": "user", "content": f"parser {n}"},
+                                              {"role": "assistant", "content": "the parser, again"}], time=T0)
+    st.session("a", "u", "s1").fork("s1z")
+    st.session("a", "u", "s1z").append({"role": "user", "content": "the fork's parser"}, time=T0 + 1)
+    for options in ({}, {"kinds": ["text", "thinking", "tool_call", "tool_result"]}, {"limit": 5}):
+        counts = grep_counts(st, "parser", **options)
+        expected = _counts(list(grep(st, "parser", **options)))
+        assert counts == expected and list(counts) == list(expected), options
+    assert grep_counts(st, "parser")[("a", "u", "s1z")] == 1  # the shared blocks are s1's
+
+
 def test_rows_and_counts_take_only_grep_options(store: castore.Store) -> None:
     with pytest.raises(TypeError):
         list(grep_rows(store, "parser", colour=True))

@@ -438,19 +438,34 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         _, lowered, lit = search_plan(rx)
         sure = lit is not None and "\n" not in lit
         counts: dict[tuple[str, str, str], int] = {}
-        seen: set[int] = set()
+        # the blocks counted, made only once a session may hold one counted before: until then,
+        # while each session's commit numbers are above every earlier session's (sessions
+        # extracted in order, no fork; a session holds each block once), the runs counted are
+        # kept as they are
+        seen: set[int] | None = None
+        counted: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        top = -1  # the highest commit number counted while seen is not made
         n = 0
         for session_runs in runs:
             p0, idx0 = session_runs[0]
             si = p0.cols[1][idx0[0]]
             key = ix.key(si)
             todo = []
+            floor = top  # the earlier sessions'
             for p, idx in session_runs:
                 cns, blks, fls = p.fields(idx, (0, 2, 8))
                 if (not timed and keep_block is None and sure and (not lowered or 0 not in fls)
                         and (limit is None or n + len(idx) < limit)):
                     # every block matches: counted at once, unless another session's match had one
-                    ids = set(map(operator.or_, map(operator.lshift, cns, itertools.repeat(31)), blks))
+                    if seen is None and min(cns) > floor:
+                        counted.append((cns, blks))
+                        top = max(top, *cns)
+                        counts[key] = counts.get(key, 0) + len(idx)
+                        n += len(idx)
+                        continue
+                    if seen is None:
+                        seen = _block_ids(counted)
+                    ids = _block_ids([(cns, blks)])
                     if seen.isdisjoint(ids):
                         seen |= ids
                         counts[key] = counts.get(key, 0) + len(idx)
@@ -459,6 +474,8 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 todo.append((p, idx))
             if not todo:
                 continue
+            if seen is None:
+                seen = _block_ids(counted)
             for _, p, cn, blk, kn, rn, tn, _, fl, when, i in hits(todo):
                 if timed and (when < lo or when >= hi):
                     continue
@@ -539,6 +556,14 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
 
 #: matches built at once by :func:`_grep_index` (with the cyclic collector paused)
 _BATCH = 1024
+
+
+def _block_ids(runs: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> set[int]:
+    """The blocks of ``runs`` (their commit numbers and block numbers) as the integers a search
+    tells a commit's blocks apart by: commit number << 31 | block."""
+    shift = operator.lshift
+    return set(itertools.chain.from_iterable(
+        map(operator.or_, map(shift, cns, itertools.repeat(31)), blks) for cns, blks in runs))
 
 
 def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
