@@ -45,7 +45,6 @@ is an error (a broken command module must not go unnoticed).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -157,6 +156,8 @@ def command_modules() -> dict[str, tuple[str, ...]]:
 def _module_exists(module: str) -> bool:
     if module in COMMAND_MODULES:
         return True  # a required module that is missing fails loudly when imported
+    import importlib.util  # here: only listing the commands asks (a command runs without it)
+
     try:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:

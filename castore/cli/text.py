@@ -13,6 +13,7 @@ as JSON escapes, so the document parses to the same value.
 
 from __future__ import annotations
 
+import functools
 import re
 
 _NAMED = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r"}
@@ -37,8 +38,11 @@ def _finder(chars: dict[int, str]) -> re.Pattern[str]:
     return re.compile("[" + "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in runs) + "]")
 
 
-# a search first: most text holds none of these, and a regex scan is much faster than translate
-_ANY_LINE, _ANY_BLOCK, _ANY_JSON = _finder(_LINE), _finder(_BLOCK), _finder(_JSON)
+@functools.cache
+def _any(which: str) -> re.Pattern[str]:
+    """The search for the characters of ``_LINE``, ``_BLOCK`` or ``_JSON``, compiled on first use: a
+    class beyond Latin-1 takes re a fraction of a millisecond, and printable ASCII needs none."""
+    return _finder({"line": _LINE, "block": _BLOCK, "json": _JSON}[which])
 
 
 def safe(text: object) -> str:
@@ -50,13 +54,19 @@ def safe(text: object) -> str:
     codes: ``style(safe(name), fg="green")``.
     """
     s = str(text)
-    return s.translate(_LINE) if _ANY_LINE.search(s) else s
+    # printable ASCII first (most names and text: nothing to escape), then a search (most other
+    # text holds none of these either, and a regex scan is much faster than translate)
+    if s.isascii() and s.isprintable():
+        return s
+    return s.translate(_LINE) if _any("line").search(s) else s
 
 
 def safe_block(text: object) -> str:
     """Like :func:`safe`, for multi-line text: newlines and tabs are kept as they are."""
     s = str(text)
-    return s.translate(_BLOCK) if _ANY_BLOCK.search(s) else s
+    if s.isascii() and s.isprintable():
+        return s
+    return s.translate(_BLOCK) if _any("block").search(s) else s
 
 
 def safe_json(text: str) -> str:
@@ -66,7 +76,9 @@ def safe_json(text: str) -> str:
     strings, where the escape means the character itself), and a terminal shows it
     as written. ``json.dumps`` already escapes C0 controls.
     """
-    return text.translate(_JSON) if _ANY_JSON.search(text) else text
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return text.translate(_JSON) if _any("json").search(text) else text
 
 
 __all__ = ["safe", "safe_block", "safe_json"]

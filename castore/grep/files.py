@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import functools
 import itertools
 import mmap
 import os
@@ -42,7 +43,14 @@ _FILTER_BYTES = FILTER_BITS // 8
 #: or whose case folds to ASCII letters, though bytes.lower() leaves it as it is (K, ſ, ı, İ,
 #: ß, ligatures...): such a chunk is searched whatever its filter says
 _SPECIAL = 1
-_SPECIAL_RX = re.compile("[\u00df\u0130\u0131\u0149\u017f\u01f0\u1e96-\u1e9a\u212a\ufb00-\ufb06]")
+_SPECIAL_CHARS = "[\u00df\u0130\u0131\u0149\u017f\u01f0\u1e96-\u1e9a\u212a\ufb00-\ufb06]"
+
+
+@functools.cache
+def _special_rx() -> re.Pattern[str]:
+    """The search for :data:`_SPECIAL`'s characters, compiled on first use (a class of characters
+    beyond Latin-1 takes re half a millisecond: a search of ASCII text never needs it)."""
+    return re.compile(_SPECIAL_CHARS)
 #: the two characters a case-insensitive ASCII pattern matches whose lower case is not that
 #: ASCII letter (Python's re: ſ is s, dotless ı is i): a lowered regex search sees the letter
 _FOLD = {0x17F: "s", 0x131: "i"}
@@ -251,7 +259,7 @@ class Part:
             if lowered and self.cflags[c] & _SPECIAL:
                 found = sorted(set(found).union(
                     first + j for j, b in enumerate(self.blocks_of(c))
-                    if not b.isascii() and _SPECIAL_RX.search(b.decode("utf-8")) is not None))
+                    if not b.isascii() and _special_rx().search(b.decode("utf-8")) is not None))
             got.extend(found)
         return got
 
@@ -298,7 +306,7 @@ class Part:
         """Append one block (``values``: its record's columns but the flags)."""
         btext = text.encode("utf-8")
         ascii_ = len(btext) == len(text)
-        self._put(values, _ASCII if ascii_ else 0, when, btext, not ascii_ and _SPECIAL_RX.search(text) is not None)
+        self._put(values, _ASCII if ascii_ else 0, when, btext, not ascii_ and _special_rx().search(text) is not None)
 
     def _put(self, values: Iterable[int], flags: int, when: float, btext: bytes, special: bool) -> None:
         for col, v in zip(self.cols, values, strict=False):
@@ -339,7 +347,7 @@ class Part:
             btext = q.block_bytes(i)
             fl = cols[8][k]
             self._put([c[k] for c in cols[:8]], fl, q.time[i], btext,
-                      not fl & _ASCII and _SPECIAL_RX.search(btext.decode("utf-8")) is not None)
+                      not fl & _ASCII and _special_rx().search(btext.decode("utf-8")) is not None)
 
     def files(self) -> dict[str, bytes]:
         """The part's files as built (names without the segment), little-endian."""
