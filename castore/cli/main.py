@@ -374,7 +374,8 @@ cli = main
 
 
 def run() -> None:
-    """The ``castore`` process (the console script, ``python -m castore``): :data:`cli`, then
+    """The ``castore`` process (the console script and ``python -m castore`` call it through
+    :func:`castore.__main__.main`): :data:`cli`, then
     exit with its code; after a command that asked for it (:func:`~castore.cli.common.skip_teardown`)
     and ended with a status it named, the process ends with that status once its output is flushed,
     without the interpreter's teardown.
