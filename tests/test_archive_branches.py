@@ -214,6 +214,11 @@ def test_subagents_link_both_ways_in_log_show_and_sessions(tmp_path: Path) -> No
     # sessions: each subagent says whose it is
     listed = [ln for ln in cli("sessions", "claude").splitlines() if ".subagents." in ln]
     assert len(listed) == 5 and all(ln.rstrip().endswith(f"subagent of {SID}") for ln in listed)
+    # and so does --json, as status --json does ("subagent_of"; null for the parent)
+    of = {d["session"]: d["subagent_of"] for d in json.loads(cli("sessions", "claude", "--json"))["sessions"]}
+    assert of[SID] is None and of[sub_id] == {"key": f"claude/session-share/{SID}", "session": SID,
+                                              "commit": by["commit"]}
+    assert sum(v is not None for v in of.values()) == 5
     assert json.loads(cli("log", "--json", "-n", "0", "-s", f"claude/session-share/{sub_id}"))["commits"][-1][
         "refs"]["links"] == [f"spawned by: {SID} {by['commit'][:8]}"]
 

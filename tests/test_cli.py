@@ -275,7 +275,8 @@ def test_sessions_lists_newest_first_with_entries_branch_and_time(seeded: Seeded
     assert [s["key"] for s in doc["sessions"]] == ["app/alice/s1"]
     s = doc["sessions"][0]
     assert s["entries"] == 4 and s["branch"] == "main" and s["head"] == seeded.a2
-    assert set(s) == {"key", "app", "user", "session", "head", "branch", "entries", "updated", "title", "info"}
+    assert set(s) == {"key", "app", "user", "session", "head", "branch", "entries", "updated", "title", "subagent_of",
+                      "info"}
 
 
 def test_session_names_with_a_slash_are_written_with_percent_2f(url: str) -> None:

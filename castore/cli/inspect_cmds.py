@@ -39,7 +39,8 @@ _COMMIT_FIELDS = (
 @click.argument("prefix", metavar="[APP[/USER]]", required=False)
 @limit_option(what="sessions")
 @json_option('{"sessions": [{"key": "APP/USER/SESSION", "app", "user", "session", "head": ID|null, '
-             '"branch": NAME|null, "entries": N, "updated": Unix seconds, "info": {...}}]}')
+             '"branch": NAME|null, "entries": N, "updated": Unix seconds, "title": TEXT|null, "subagent_of": '
+             '{"key": KEY, "session": ID, "commit": ID (when known)}|null (an imported subagent), "info": {...}}]}')
 @pass_store()
 @paged
 def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: bool) -> None:

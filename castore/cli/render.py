@@ -227,6 +227,7 @@ def session_info_json(s: SessionInfo) -> dict[str, Any]:
         "entries": s.entries,
         "updated": s.updated,
         "title": views.session_title(s.info),
+        "subagent_of": views.spawned_by(s.info),
         "info": o.to_builtins(dict(s.info)),
     }
 
