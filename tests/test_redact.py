@@ -353,6 +353,18 @@ def test_redact_counts_secrets_as_the_import_does_and_takes_s_after_its_name(tmp
         in r.stderr.splitlines()
 
 
+def test_export_of_a_redacting_import_that_found_nothing_does_not_say_the_file_changed(tmp_path: Path) -> None:
+    # a session imported with --redact is marked redacted whether or not a secret was found;
+    # its export said "the files are not the originals byte for byte" of a file given back exactly
+    src = DATA / "claude-code" / "claude-code-log" / "session_b.jsonl"
+    r = _cli(tmp_path / "red", "import", "claude", str(src), "--redact")
+    assert r.exit_code == 0 and "redacted" not in r.stderr  # nothing found, nothing said
+    r = _cli(tmp_path / "red", "export", "claude", str(tmp_path / "out"))
+    assert r.exit_code == 0 and "redacted when stored" in r.stderr
+    assert (tmp_path / "out" / "claude-code-log" / src.name).read_bytes() == src.read_bytes()
+    assert "not the originals" not in r.stderr and "each secret replaced" in r.stderr
+
+
 def _kinds_redact_finds(store: Path, key: str) -> dict[str, int]:
     """How many distinct secrets of each kind `castore redact --dry-run` finds in a session."""
     r = _cli(store, "redact", key, "--dry-run", "--json")

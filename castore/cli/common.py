@@ -479,14 +479,14 @@ def import_store(ctx: click.Context, redact: bool) -> Store:
 
 def note_redacted(sessions: Iterable[Session]) -> None:
     """Say on stderr which of ``sessions`` were redacted before they were stored (their
-    exports are not the original files)."""
+    exports are the original files with each secret, if any, replaced by its tag)."""
     from ..redact import REDACTED_INFO
 
     keys = [format_key(*s.key) for s in sessions if s.exists() and s.info.get(REDACTED_INFO)]
     if keys:
         note(f"{plural(len(keys), 'session')} redacted when stored ({', '.join(keys[:3])}"
-             f"{', ...' if len(keys) > 3 else ''}): secrets read [REDACTED:KIND:HASH], the files are not the "
-             "originals byte for byte")
+             f"{', ...' if len(keys) > 3 else ''}): the files are the originals with each secret replaced by "
+             "[REDACTED:KIND:HASH]")
 
 
 def note_redactions(results: Iterable[Any]) -> None:
