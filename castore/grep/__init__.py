@@ -77,6 +77,7 @@ the entries; it is re-exported here (imported when asked for: a search loads no 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import operator
 import re
@@ -438,33 +439,31 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         _, lowered, lit = search_plan(rx)
         sure = lit is not None and "\n" not in lit
         counts: dict[tuple[str, str, str], int] = {}
-        # the blocks counted, made only once a session may hold one counted before: until then,
-        # while each session's commit numbers are above every earlier session's (sessions
-        # extracted in order, no fork; a session holds each block once), the runs counted are
-        # kept as they are
+        # the blocks counted, made only once a session may hold one counted before: until then
+        # (no fork shares a commit with a session counted earlier), the runs counted are kept as
+        # they are, and a byte per commit number tells which commits had a block counted
         seen: set[int] | None = None
         counted: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-        top = -1  # the highest commit number counted while seen is not made
+        marks = bytearray(sum(g["commits"] for g in ix.segments))
         n = 0
         for session_runs in runs:
             p0, idx0 = session_runs[0]
             si = p0.cols[1][idx0[0]]
             key = ix.key(si)
             todo = []
-            floor = top  # the earlier sessions'
-            for p, idx in session_runs:
-                cns, blks, fls = p.fields(idx, (0, 2, 8))
+            fields: list[tuple[Any, ...]] = [(p, idx, *p.fields(idx, (0, 2, 8))) for p, idx in session_runs]
+            if seen is None and any(map(marks.__getitem__, itertools.chain.from_iterable(f[2] for f in fields))):
+                seen = _block_ids(counted)  # this session holds a commit counted before
+            for p, idx, cns, blks, fls in fields:
                 if (not timed and keep_block is None and sure and (not lowered or 0 not in fls)
                         and (limit is None or n + len(idx) < limit)):
                     # every block matches: counted at once, unless another session's match had one
-                    if seen is None and min(cns) > floor:
+                    if seen is None:
                         counted.append((cns, blks))
-                        top = max(top, *cns)
+                        _mark(marks, cns)
                         counts[key] = counts.get(key, 0) + len(idx)
                         n += len(idx)
                         continue
-                    if seen is None:
-                        seen = _block_ids(counted)
                     ids = _block_ids([(cns, blks)])
                     if seen.isdisjoint(ids):
                         seen |= ids
@@ -556,6 +555,11 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
 
 #: matches built at once by :func:`_grep_index` (with the cyclic collector paused)
 _BATCH = 1024
+
+
+def _mark(marks: bytearray, cns: tuple[int, ...]) -> None:
+    """Set the byte of each of commit numbers ``cns`` in ``marks`` (in C: no Python loop)."""
+    collections.deque(map(marks.__setitem__, cns, itertools.repeat(1)), maxlen=0)
 
 
 def _block_ids(runs: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> set[int]:
