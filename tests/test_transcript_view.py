@@ -283,3 +283,21 @@ def test_status_of_a_subagent_names_the_session_and_turn_that_spawned_it(store: 
     assert gem["subagent_of"]["key"] == GEMINI_KEY
     assert json.loads(_cli(store, "-s", KEY, "status", "--json"))["subagent_of"] is None
     assert "subagent:" not in _cli(store, "-s", KEY, "status")
+
+
+def test_diff_lists_entries_as_log_does(store: Path) -> None:
+    # `castore diff main rewind-81` of the real session listed Claude Code's bookkeeping lines
+    # (progress, file-history-snapshot, queue-operation, summary) that log hides, and its system
+    # lines as "system: (event)" where log reads them; --all-entries lists every line, as log's
+    out = _cli(store, "-s", KEY, "diff", "main", "rewind-81")
+    listed = [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ")]
+    on_main, on_rewind = ({ln.split()[0] for ln in _cli(store, "-s", KEY, "log", rev, "-n", "0", "--oneline").splitlines()}
+                          for rev in ("main", "rewind-81"))
+    assert listed and "(event)" not in out and "file-history-snapshot" not in out
+    assert sorted(listed) == sorted(on_main ^ on_rewind)
+    assert f"only on main ({len(on_main - on_rewind)}):" in out.splitlines()
+    every = _cli(store, "-s", KEY, "diff", "main", "rewind-81", "--all-entries")
+    assert "file-history-snapshot: (event)" in every and len(every.splitlines()) > len(out.splitlines())
+    doc = json.loads(_cli(store, "-s", KEY, "diff", "main", "rewind-81", "--json"))
+    assert len(doc["entries1"]) + len(doc["entries2"]) == len([ln for ln in every.splitlines()
+                                                               if ln.startswith("  ")])

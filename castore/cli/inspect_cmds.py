@@ -68,6 +68,13 @@ _verbose_option = click.option(
     help="Tool calls and results of imported sessions in full (else `→ Bash(ls …)` and `← 14 lines`).")
 
 
+_all_entries_option = click.option(
+    "--all-entries", is_flag=True,
+    help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
+         "summary; Codex's session_meta, turn_context, token_count and the event_msg copies of its "
+         "messages; Gemini CLI's metadata and $set lines), left out otherwise. --json lists them always.")
+
+
 @click.command("log")
 @click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @click.option("--oneline", is_flag=True, help="One line per commit: short id, refs, summary.")
@@ -77,10 +84,7 @@ _verbose_option = click.option(
 @limit_option(default=10, what="commits, newest first")
 @click.option("--internal", is_flag=True,
               help="With --all, also an adapter's bookkeeping branches (a LangGraph thread's task writes).")
-@click.option("--all-entries", is_flag=True,
-              help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
-                   "summary; Codex's session_meta, turn_context, token_count and the event_msg copies of its "
-                   "messages; Gemini CLI's metadata and $set lines), left out otherwise. --json lists them always.")
+@_all_entries_option
 @_verbose_option
 @json_option('{"session": {"key", "app", "user", "session"}, "head": ID|null, "branch": NAME|null, '
              f'"commits": [{_COMMIT_FIELDS}], "graph": [LINE] (with --graph only)}}; commits are newest '
@@ -231,13 +235,14 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
 @json_option('{"base": ID|null (the common ancestor), "added": {KEY: VALUE}, "removed": {KEY: VALUE}, '
              '"changed": {KEY: [OLD, NEW]}, "entries1": [COMMIT], "entries2": [COMMIT]} '
              '(entriesN: the commits after the base up to REVN, oldest first, fields as in `log --json`)')
+@_all_entries_option
 @pass_session()
 @paged
-def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
+def diff_cmd(session: Session, rev1: str, rev2: str, all_entries: bool, as_json: bool) -> None:
     """State changes from REV1 to REV2 (default HEAD), and the entries since they forked.
 
     `castore diff REV` compares REV with HEAD, as git does. The fork point is the common
-    ancestor of the two; the entries after it on each side are listed.
+    ancestor of the two; the entries after it on each side are listed, as `log` lists them.
     """
     d = session.diff(rev1, rev2)
     decoded = views.diff_states(session, rev1, rev2)  # LangGraph checkpoints: their channel values
@@ -256,8 +261,11 @@ def diff_cmd(session: Session, rev1: str, rev2: str, as_json: bool) -> None:
     click.echo("state:" + ("" if changes else " no change"))
     for c in changes:
         click.echo("  " + c)
-    for label, rev, entries in (("only on", rev1, d["entries1"]), ("only on", rev2, d["entries2"])):
-        click.echo(f"{label} {r.safe(rev)} ({len(entries)}):")
+    sides = [(rev, d[key] if all_entries else [e for e in d[key] if not views.bookkeeping(e)])
+             for rev, key in ((rev1, "entries1"), (rev2, "entries2"))]
+    refs.said = views.said(session, [e for _, entries in sides for e in entries])  # as log reads them
+    for rev, entries in sides:
+        click.echo(f"only on {r.safe(rev)} ({len(entries)}):")
         for e in entries:
             click.echo("  " + r.oneline(e, refs))
 
