@@ -8,6 +8,7 @@ import json
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -277,3 +278,22 @@ def test_a_checkpoint_replaces_the_conversation_and_a_rewind_into_it_hangs_after
     assert set(s.branches()) == {"main", "checkpoint-2", "rewind-4"}
     export_gemini(store, tmp_path / "out")
     assert (tmp_path / "out" / "p" / "chats" / "session-x.jsonl").read_bytes() == f.read_bytes()
+
+
+def test_entries_appended_to_an_older_whole_file_json_are_named_by_export(tmp_path: Path) -> None:
+    # export gemini writes a whole-file JSON back as it was imported; an entry castore appended
+    # to that session was left out without a word, where the help says appended entries follow
+    def cli(*args: str) -> Any:
+        r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), *args])
+        assert r.exit_code == 0, r.output
+        return r
+
+    cli("import", "gemini", str(DATA))
+    key = "gemini/my-app/a1b2c3d4-0000-4000-8000-000000000001.json"
+    cli("-s", key, "append", "--role", "user", "asked in castore")
+    r = cli("export", "gemini", str(tmp_path / "out"))
+    assert (tmp_path / "out" / "my-app" / "chats" / LEGACY.name).read_bytes() == LEGACY.read_bytes()
+    assert f"{key}: 1 entry appended with castore is not written (an older whole-file JSON is written " \
+           "back as imported)" in r.stderr.splitlines()
+    r = cli("export", "gemini", str(tmp_path / "out2"), "-s", f"gemini/my-app/{SID}")
+    assert "not written" not in r.stderr  # a JSONL session's appended entries are written

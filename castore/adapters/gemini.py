@@ -700,8 +700,9 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
     ``<project>/chats/...``), byte for byte.
 
     Entries castore appended on HEAD's path follow a JSONL file's bytes as message records
-    (:func:`written_line`); importing the file again takes them as those commits. Of several
-    versions of one file, the newest is written.
+    (:func:`written_line`); importing the file again takes them as those commits. An older
+    whole-file JSON is written as it was imported, without them (:func:`not_exported`). Of
+    several versions of one file, the newest is written.
 
     Returns:
         The files written, relative to ``dest``.
@@ -741,4 +742,19 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
     return written
 
 
-__all__ = ["MARK", "archived_sessions", "export_gemini", "find_sessions", "import_gemini", "written_line"]
+def not_exported(session: Session) -> int:
+    """How many entries castore appended on HEAD's path :func:`export_gemini` does not write:
+    those of an older whole-file JSON session, whose file is written back as it was imported
+    (0 for a JSONL session, whose export writes them as message records).
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError.
+    """
+    c = session.info.get(KEY)
+    if not isinstance(c, dict) or not isinstance(c.get("whole"), list):
+        return 0
+    return len(appended_on_head(session, KEY, archived_rows(session, KEY, session.id)))
+
+
+__all__ = ["MARK", "archived_sessions", "export_gemini", "find_sessions", "import_gemini", "not_exported",
+           "written_line"]

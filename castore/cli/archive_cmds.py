@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,11 +22,15 @@ from .common import (
     note_redacted,
     note_redactions,
     open_store,
+    plural,
     print_json,
     redact_option,
 )
 from .complete import complete_session
 from .text import safe
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 
 def _result_doc(r: Any) -> dict[str, Any]:
@@ -254,16 +258,22 @@ def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 
     Entries appended with castore on HEAD's path follow the imported bytes as generated
     message records (each naming its commit: importing the file again takes them as those
-    commits).
+    commits). An older whole-file JSON is written back as imported, without them (said on
+    stderr).
     """
-    from ..adapters.gemini import export_gemini
+    from ..adapters.gemini import export_gemini, not_exported
 
-    run_export(ctx, export_gemini, dest, app, specs)
+    for s in run_export(ctx, export_gemini, dest, app, specs):
+        n = not_exported(s)
+        if n:
+            note(f"{safe(format_key(*s.key))}: {plural(n, 'entry', 'entries')} appended with castore "
+                 f"{'is' if n == 1 else 'are'} not written (an older whole-file JSON is written back as imported)")
 
 
 def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, app: str,
-               specs: tuple[str, ...]) -> None:
-    """Run one archive exporter over the chosen sessions (default: all of ``app``) and list the files.
+               specs: tuple[str, ...]) -> list[Session]:
+    """Run one archive exporter over the chosen sessions (default: all of ``app``), list the
+    files, and return the sessions.
 
     Raises:
         CastoreError: as the exporter (a session that is not an archived file of its agent).
@@ -279,6 +289,7 @@ def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str
     if sessions is None:
         sessions = [store.session(i.app, i.user, i.session) for i in store.sessions(app)] if store.exists else []
     note_redacted(sessions)
+    return sessions
 
 
 def register(group: click.Group) -> None:
