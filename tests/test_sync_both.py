@@ -220,3 +220,17 @@ def test_import_follow_keeps_the_remote_current(tmp_path: Any, bucket: tuple[str
     r = _cli(laptop, "import", "codex", str(codex), "--sync", "origin")
     assert r.exit_code == 0 and r.stderr.count("synced with origin") == 1, r.output
     assert _heads(bucket[0], **_opts(bucket)) == _heads(laptop)
+
+
+def test_a_short_session_id_not_on_the_remote_is_named_there(tmp_path: Any) -> None:
+    # `castore pull R -s 019b` of a session this store holds and R does not said "session
+    # */*/019b not found", as if the local store lacked it: the short id is looked up in R
+    local, remote = str(tmp_path / "local"), str(tmp_path / "remote")
+    with castore.open(local) as st:
+        st.session("codex", "local", "019b64e5-thread").append(Message(role="user", content="hi"))
+    assert _cli(remote, "init").exit_code == 0
+    r = _cli(local, "pull", remote, "-s", "019b")
+    assert r.exit_code == 1 and r.stderr.splitlines() == [f"Error: session */*/019b not found in {remote}"]
+    r = _cli(local, "push", remote, "-s", "019b")  # a push finds it here, where it is read
+    assert r.exit_code == 0 and "2 refs updated" in r.stderr
+    assert _cli(local, "pull", remote, "-s", "019b").exit_code == 0

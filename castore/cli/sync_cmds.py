@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from .. import sync
-from ..errors import CastoreError
+from ..errors import CastoreError, SessionNotFound
 from ..store import Store, store_dir
 from .common import (
     CastoreGroup,
@@ -66,10 +66,18 @@ def _selection(ctx: click.Context, session: str | None, app: str | None, user: s
 
 def _resolved(sel: Any, source: Store) -> Any:
     """The selection, with a session typed short (an id alone, a prefix) found in ``source``,
-    the store the sessions are read from; one typed in full that is not there stays as typed."""
+    the store the sessions are read from; one typed in full that is not there stays as typed.
+
+    Raises:
+        click.ClickException: a short one is not in ``source`` (the message names it: a pull
+            reads the remote). AmbiguousSession, StorageError.
+    """
     if not isinstance(sel, _Spec):
         return sel
-    return find_session(source, sel, new_ok=True).key
+    try:
+        return find_session(source, sel, new_ok=True).key
+    except SessionNotFound as e:
+        raise click.ClickException(f"{e} in {source.url}") from e
 
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
