@@ -269,3 +269,24 @@ def test_head_comes_back_to_main_when_the_agent_writes_and_names_stay_whole(stor
     out = tmp_path / "out"
     export_claude(store, out)
     assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(src) + more
+
+
+def test_export_takes_the_global_s_typed_before_the_command(tmp_path: Path) -> None:
+    # `castore -s edge_cases export claude OUT` wrote every archived session: the -s typed before
+    # the command was taken and ignored, where `export claude OUT -s edge_cases` writes one
+    from click.testing import CliRunner
+
+    from castore.cli.main import main
+
+    def cli(*args: str) -> list[str]:
+        r = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), *args])
+        assert r.exit_code == 0, r.output
+        return r.stdout.splitlines()
+
+    cli("import", "claude", str(DATA / "claude-code-log"))
+    assert len(cli("export", "claude", str(tmp_path / "all"))) == 5
+    assert cli("-s", "edge_cases", "export", "claude", str(tmp_path / "one")) == ["claude-code-log/edge_cases.jsonl"]
+    assert cli("export", "claude", str(tmp_path / "two"), "-s", "edge_cases") == ["claude-code-log/edge_cases.jsonl"]
+    # a default session chosen with `castore use` is no choice typed for this command
+    cli("use", "edge_cases")
+    assert len(cli("export", "claude", str(tmp_path / "again"))) == 5

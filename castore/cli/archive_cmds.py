@@ -15,6 +15,7 @@ import click
 
 from .common import (
     CastoreGroup,
+    CliState,
     format_key,
     import_store,
     json_option,
@@ -144,7 +145,8 @@ def export_options(app: str, *, dest_required: bool = True,
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         f = click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
                          shell_complete=complete_session,
-                         help="Only this session (repeatable; default: every archived one).")(f)
+                         help="Only this session (repeatable; default: the one of a global -s typed "
+                              "before the command, else every archived one).")(f)
         f = click.option("--app", default=app, show_default=True, help="The app name of the sessions.")(f)
         return click.argument("dest", required=dest_required, type=click.Path(file_okay=False), metavar=metavar)(f)
     return decorate
@@ -272,14 +274,17 @@ def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 
 def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, app: str,
                specs: tuple[str, ...]) -> list[Session]:
-    """Run one archive exporter over the chosen sessions (default: all of ``app``), list the
-    files, and return the sessions.
+    """Run one archive exporter over the chosen sessions (``-s``, or a global ``-s`` typed before
+    the command; default: all of ``app``), list the files, and return the sessions.
 
     Raises:
         CastoreError: as the exporter (a session that is not an archived file of its agent).
     """
     from .common import get_session
 
+    st = ctx.find_object(CliState)
+    if not specs and st is not None and st.session_typed and st.session_spec:
+        specs = (st.session_spec,)  # `castore -s KEY export ...`: typed for this command
     store = open_store(ctx)
     sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
     written = exporter(store, dest, app=app, sessions=sessions)
