@@ -833,7 +833,7 @@ class Session:
             if not any(self._history.is_ancestor(tip, t, h) for t, h in others):
                 raise BranchError(
                     f"branch {name!r} is not merged: its tip {tip[:8]} is on no other branch, label or HEAD "
-                    "(use force / -D to delete it anyway)"
+                    "(force=True, or `castore branch -D`, deletes it anyway)"
                 )
         self.plumbing.delete(ref, v)
         if self.current_branch == name:  # a checkout landed meanwhile: put the branch back

@@ -100,7 +100,7 @@ import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CastoreError, InvalidEntry
@@ -965,7 +965,7 @@ def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app:
     if by not in GROUPS:
         raise UsageError(f"cannot group by {by!r}: one of {', '.join(GROUPS)}")
     for d in (since, until):
-        if d is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", d):
+        if d is not None and not _is_day(d):
             raise UsageError(f"not a day (YYYY-MM-DD): {d!r}")
     prices = prices if prices is not None else load_prices()
     unreadable: dict[Key, str] = {}
@@ -973,6 +973,17 @@ def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app:
         report = _report(all_rows(store, cache=cache, unreadable=unreadable), by, prices, app, since, until)
     report.unreadable = {"/".join(k): v for k, v in unreadable.items() if app is None or k[0] == app}
     return report
+
+
+def _is_day(d: str) -> bool:
+    """Whether ``d`` is a day of the calendar written ``YYYY-MM-DD`` (2025-02-30 is not)."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", d):
+        return False
+    try:
+        date.fromisoformat(d)
+    except ValueError:
+        return False
+    return True
 
 
 def _report(rows: dict[Key, list[Row]], by: str, prices: Prices, app: str | None, since: str | None,

@@ -446,7 +446,8 @@ def test_branch_lists_creates_and_reports_json(seeded: Seeded) -> None:
 
 
 def test_branch_d_refuses_unmerged_work_and_capital_d_forces(seeded: Seeded) -> None:
-    assert "not merged" in fails(run(seeded.url, "branch", "-d", "retry"))
+    err = fails(run(seeded.url, "branch", "-d", "retry"))
+    assert "not merged" in err and "castore branch -D" in err  # the option the CLI has
     assert "retry" in seeded.store.session("app", "alice", "s1").branches()
     r = ok(run(seeded.url, "branch", "-D", "retry"))
     assert f"Deleted branch 'retry' (was {seeded.retry[:8]})" in r.stderr

@@ -603,6 +603,9 @@ def test_cli_table_json_prices_and_errors(store: castore.Store, tmp_path: Path) 
     assert res.exit_code == 1 and res.stderr.startswith("Error: ") and "not JSON" in res.stderr
     res = runner.invoke(cli_main, ["--store", url, "usage", "--since", "yesterday"])
     assert res.exit_code == 1 and "not a day" in res.stderr
+    for day in ("2025-13-01", "2025-02-30"):  # the shape of a day, no day of the calendar
+        res = runner.invoke(cli_main, ["--store", url, "usage", "--until", day])
+        assert res.exit_code == 1 and res.stderr == f"Error: not a day (YYYY-MM-DD): {day!r}\n"
     res = runner.invoke(cli_main, ["--store", url, "usage", "--by", "hour"])
     assert res.exit_code == 2
     # an import brings the cache up to date (as the search index), so usage reads no session after it
