@@ -680,6 +680,8 @@ class BlockPath:
             got = self._get_many(ids)
             for b, sid in zip(blocks, ids, strict=True):
                 seg = got.get(sid)
+                if seg is None:
+                    raise self.objs.missing_error(sid)  # not found, or in a damaged pack record
                 if not isinstance(seg, Segment) or seg.start != b * K:
                     raise IntegrityError(sid, f"expected the segment of commits {b * K}..{b * K + K - 1}")
                 run = [(oid, c) for oid, c in self.objs.adopt_canonical_many(seg.objects) if isinstance(c, Commit)]

@@ -117,3 +117,28 @@ def test_log_shows_the_commits_newer_than_a_damaged_one_then_the_error(tmp_path:
     assert res.exit_code == 0, res.output
     assert [line.split()[0] for line in res.output.splitlines()[:2]] == [c[:8] for c in ids[:3:-1]]
     assert "Error" not in res.output
+
+
+@pytest.mark.parametrize("verb", ["push", "sync"])
+def test_push_and_sync_name_a_damaged_segment_record_not_a_wrong_kind(tmp_path: Path, verb: str) -> None:
+    """A session past 64 entries is read through its segments: when the record holding one
+    is damaged, push and sync say that record cannot be read (pack, offset), as log and
+    export do, not that the object "is corrupt: expected the segment of commits 0..63"
+    (the object was never read); the destination gets nothing of that session."""
+    root, dst = tmp_path / "st", tmp_path / "dst"
+    with castore.open(str(root), format=2) as w:
+        s = w.session("app", "u", "long")
+        for j in range(130):
+            s.append(castore.Message(role="user", content=f"message {j} " + "words " * 20))
+    with castore.open(str(root)) as r:
+        seg = next(x for x in r.objects.iter_ids()
+                   if isinstance(obj := r.objects.get(x), castore.objects.Segment) and obj.start == 0)
+    name, _, _ = _flip(root, seg)
+    args = ["push", "--all", str(dst)] if verb == "push" else ["sync", str(dst)]
+    res = CliRunner().invoke(main, ["--store", str(root), *args])
+    assert res.exit_code == 1, res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Traceback" not in res.output, res.output
+    assert f"Error: object {seg} cannot be read" in errors[0] and f"packs/{name}.pack" in errors[0], errors
+    with castore.open(str(dst)) as d:
+        assert not d.refs.list("sessions/app/u/long/")  # nothing half-sent
