@@ -13,8 +13,10 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
+from click.testing import CliRunner
 from helpers.threads import race
 
+from castore.cli import main
 from castore.errors import StorageError
 from castore.storage import open_storage
 from castore.storage.base import PreconditionFailed
@@ -361,3 +363,19 @@ def test_bad_credentials(moto: s3server.Server) -> None:
     wrapped.__cause__ = err
     assert "access denied" in str(st._error(wrapped, "read", "k"))
     st.close()
+
+
+@pytest.mark.parametrize("opt", [{"retries": "abc"}, {"config_kwargs": 5}, {"client_kwargs": 5}],
+                         ids=["retries", "config_kwargs", "client_kwargs"])
+def test_an_option_of_the_wrong_shape_is_one_storage_error(opt: dict[str, object]) -> None:
+    """``-o retries=abc``, ``-o config_kwargs=5`` or ``-o client_kwargs=5`` (a remote's options
+    too): one StorageError naming the option, at open (nothing is sent), not a traceback of
+    ``int()`` or of s3fs reading a number as a mapping."""
+    name = next(iter(opt))
+    with pytest.raises(StorageError, match=f"storage option {name} must be"):
+        S3Storage("mybucket/p", key="k", secret="s", **opt)
+    res = CliRunner().invoke(main, ["--store", "s3://mybucket/p", "-o", f"{name}={opt[name]}", "sessions"])
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit | None), res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and f"storage option {name} must be" in errors[0], res.output
+    assert "Traceback" not in res.output

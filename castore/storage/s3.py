@@ -72,6 +72,28 @@ def _session(**kwargs: Any) -> AioSession:
     return session
 
 
+def _check_shapes(url: str, opts: Mapping[str, Any]) -> None:
+    """Refuse option values of the wrong shape that s3fs would only trip over later, with a
+    bare ``TypeError`` or ``ValueError``: ``retries`` a whole number, ``config_kwargs`` and
+    ``client_kwargs`` mappings (``-o client_kwargs.region_name=...`` on the command line).
+
+    Raises:
+        StorageError: naming the option.
+    """
+    retries = opts.get("retries")
+    try:
+        if retries is not None:
+            int(retries)
+    except (TypeError, ValueError):
+        raise StorageError(f"cannot open {url}: the storage option retries must be a whole number, "
+                           f"not {retries!r}", url) from None
+    for name in ("config_kwargs", "client_kwargs"):
+        value = opts.get(name)
+        if value is not None and not isinstance(value, Mapping):
+            raise StorageError(f"cannot open {url}: the storage option {name} must be a mapping "
+                               f"(-o {name}.KEY=VALUE), not {value!r}", url)
+
+
 def _client_error(e: BaseException) -> ClientError | None:
     """The botocore ClientError behind ``e`` (itself or its cause), if any."""
     for x in (e, e.__cause__, e.__context__):
@@ -125,6 +147,7 @@ class S3Storage(Storage):
         if not bucket:
             raise StorageError("an S3 URL needs a bucket: s3://bucket/prefix", self.url)
         opts = dict(storage_options)
+        _check_shapes(self.url, opts)
         ck = dict(opts.pop("config_kwargs", None) or {})
         ck.setdefault("max_pool_connections", CONCURRENCY)
         # castore retries idempotent calls itself (castore.storage.retrying), so the layers
