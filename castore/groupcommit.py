@@ -41,8 +41,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -352,7 +352,7 @@ class GroupCommit:
 #: times as long as its last landing took, if more), so that a process killed while importing
 #: loses little work; the environment variable ``CASTORE_LAND_EVERY`` sets another
 LAND_EVERY = 0.25
-_open = threading.local()  # .batch: the write batch open in this thread
+_open = threading.local()  # .batch: the write batch open in this thread; .watch: watch_landings's
 
 
 def _land_every() -> float:
@@ -375,6 +375,21 @@ def land_due() -> None:
         batch.land()
 
 
+@contextmanager
+def watch_landings(each: Callable[[frozenset[str]], None]) -> Iterator[None]:
+    """While the block runs, call ``each`` after every landing of this thread's write batch
+    with the names of the refs it moved: also after a landing that lost races or failed
+    part-way (:meth:`WriteBatch.land` raises after it), whose other refs moved. A caller that
+    runs again after a lost race (an import) tells from it which of its writes are stored:
+    those whose refs moved, not a rival's. The block may nest; the innermost watches."""
+    before = getattr(_open, "watch", None)
+    _open.watch = each
+    try:
+        yield
+    finally:
+        _open.watch = before
+
+
 #: at most this many refs land with one :meth:`Plumbing.swap_many` (one sync each; bounds the
 #: locks and open files a landing holds at once)
 LAND_REFS = 512
@@ -384,13 +399,13 @@ def _folder(name: str) -> str:
     return name.rsplit("/", 1)[0] if "/" in name else ""
 
 
-def land_staged(plumbing: Plumbing, changes: Iterable[Staged]) -> list[Exception]:
+def land_staged(plumbing: Plumbing, changes: Iterable[Staged], moved: set[str] | None = None) -> list[Exception]:
     """Land the staged ref changes of one store (see the module docstring): every ref but the
     HEADs by compare-and-swap from its base, in groups of :data:`LAND_REFS`; then the HEADs of
     the sessions none of whose refs failed; then the deletes of those sessions. What this
     handle kept of each ref (:meth:`Plumbing.read_for_write`) is its landed value, or
     forgotten. Returns what failed (a lost compare is a :class:`RefConflict`): the other
-    refs landed.
+    refs landed, and their names are added to ``moved`` (also when this raises).
 
     Raises:
         InvalidEntry: a bad target (that group did not move). RefLocked, StorageError: the
@@ -427,6 +442,8 @@ def land_staged(plumbing: Plumbing, changes: Iterable[Staged]) -> list[Exception
                 if isinstance(new, Exception):
                     failed.append(new)
                     failed_in.add(_folder(c.name))
+                elif moved is not None:
+                    moved.add(c.name)
 
     move(first)
     move([c for c in heads if not blocked(c)])
@@ -437,6 +454,9 @@ def land_staged(plumbing: Plumbing, changes: Iterable[Staged]) -> list[Exception
             plumbing.delete(c.name, c.base)
         except RefConflict as e:
             failed.append(e)
+        else:
+            if moved is not None:
+                moved.add(c.name)
     for c in heads:
         if blocked(c):
             plumbing.forget(c.name)
@@ -540,15 +560,20 @@ class WriteBatch:
 
     def _land(self, stage: RefStage) -> None:
         failed: list[Exception] = []
+        moved: set[str] = set()
         try:
             plumbings = list(self._plumbings())
             for p in plumbings:  # every object first: no ref may name one not written
                 p.objects.write_held()
             for p in plumbings:
-                failed.extend(land_staged(p, stage.take(p.refs)))
+                failed.extend(land_staged(p, stage.take(p.refs), moved))
         except BaseException:
             self._drop(stage)
             raise
+        finally:
+            watcher = getattr(_open, "watch", None)
+            if watcher is not None:
+                watcher(frozenset(moved))
         if stage.stores():
             self._drop(stage)
             raise CastoreError("a write batch staged refs of a store it does not know; they were dropped")
@@ -581,4 +606,4 @@ def _lose(job: Job, conflict: RefConflict, lost: list[Job]) -> None:
 
 
 __all__ = ["LAND_EVERY", "LAND_REFS", "LINGER", "Group", "GroupCommit", "Job", "Move", "WriteBatch", "land_due",
-           "land_staged"]
+           "land_staged", "watch_landings"]

@@ -39,12 +39,15 @@ Two imports of one folder at once (two users, ``--follow`` and a manual import):
 whose landing loses a race on a session's ref (:class:`~castore.errors.RefConflict`) imports
 its files again, under :data:`IMPORT_RETRY` (:func:`castore.plumbing.retry`, the store's
 one retry loop): an import reads each session's state first, so it goes on from what the
-other one stored, and every line is stored once.
+other one stored, and every line is stored once. Its results count what it stored over every
+attempt: the files its lost attempt landed (the next finds them stored, and would say 0), not
+the ones the other import stored.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import importlib
 import multiprocessing
@@ -55,8 +58,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CastoreError
-from ..plumbing import RetryPolicy, retry
+from ..errors import CastoreError, RefConflict
+from ..groupcommit import watch_landings
+from ..plumbing import RetryPolicy, SessionRefs, retry
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -178,17 +182,68 @@ def import_here(store: Store, vendor: str, units: Sequence[Any], options: dict[s
     is stored after a lost race (:data:`IMPORT_RETRY`); ``out`` gets the results as each unit
     is done (a caller sees how far an attempt that raised got).
 
+    Each result says what this process stored of its file over every attempt
+    (:func:`_carried`): an attempt that lost a race on some sessions landed the others (the
+    landings' moved refs say which, :func:`~castore.groupcommit.watch_landings`), and the
+    next attempt finds those files stored; what a rival stored is not counted.
+
     Raises:
         what the vendor's import raises; RefContended: races lost :data:`IMPORT_RETRY` times.
     """
     import_sources: Callable[..., list[Any]] = importlib.import_module(VENDORS[vendor]).import_sources
     got: list[Any] = [] if out is None else out
+    kept: dict[int, Any] = {}  # unit -> what the attempts that lost a race stored of it
 
     def attempt(_n: int) -> list[Any]:
         got.clear()
-        return import_sources(store, units, out=got, **options)
+        stored: list[bool] = []  # per result: its session's HEAD (its position) moved
 
-    return retry("an archive import", attempt, IMPORT_RETRY)
+        def landed(moved: frozenset[str]) -> None:
+            # a result's session moved in the first landing after it (its HEAD lands last)
+            stored.extend(SessionRefs.of(*_key(r)).head in moved for r in got[len(stored):])
+
+        try:
+            with watch_landings(landed):
+                return import_sources(store, units, out=got, **options)
+        except RefConflict:
+            for i, r in enumerate(got[:len(stored)]):
+                if stored[i]:
+                    kept[i] = r if i not in kept else _carried(kept[i], r)
+            raise
+
+    results = retry("an archive import", attempt, IMPORT_RETRY)
+    for i, earlier in kept.items():
+        results[i] = _carried(earlier, results[i])
+    return results
+
+
+#: the counts of a result that add up over attempts (a FileResult's lines, a Pi ImportResult's
+#: entries, blobs and bytes)
+_ADDED = ("lines", "entries", "blobs", "bytes_written")
+
+
+def _key(result: Any) -> tuple[str, str, str]:
+    key: tuple[str, str, str] = getattr(result, "session", None) or result.key
+    return key
+
+
+def _carried(earlier: Any, later: Any) -> Any:
+    """``later`` (a result of one file, a dataclass) with what ``earlier`` (an attempt that
+    lost a race elsewhere) stored of the same file added: the counts summed, the lists and
+    maps joined (the secrets redacted per kind summed); where the file stands (``total``,
+    ``offset``, ``head``, ...) is ``later``'s."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(later):
+        a, b = getattr(earlier, f.name), getattr(later, f.name)
+        if f.name in _ADDED and isinstance(a, int):
+            changes[f.name] = a + b
+        elif f.name == "redacted":
+            changes[f.name] = {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}}
+        elif isinstance(a, list):
+            changes[f.name] = a + [x for x in b if x not in a]
+        elif isinstance(a, dict):
+            changes[f.name] = {**a, **b}
+    return dataclasses.replace(later, **changes)
 
 
 def _size(unit: Any) -> int:

@@ -1,0 +1,63 @@
+"""Two imports of overlapping files at once: each reports what it stored itself over its
+attempts (castore.adapters.import_jobs.import_here), never what the other stored, and what
+it stored before a lost race is not forgotten by the attempt that follows it. Real stores,
+real threads; the race is forced by a second import landing the same file
+between the first import's reading of it and its landing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import castore
+from castore.adapters.claude_code import find_sessions, import_claude
+from castore.adapters.import_jobs import import_here
+from castore.maintenance import fsck
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDER = ROOT / "tests" / "data" / "claude-code" / "claude-code-log"
+
+
+class _RivalAfter(list[Any]):
+    """The results list of an import (import_here's ``out``) that, when the result of ``path``
+    is added the first time, has a second handle of the store import that same file in
+    another thread (a batch is one thread's), to the end, before the first import lands."""
+
+    def __init__(self, url: str, path: str) -> None:
+        super().__init__()
+        self.url, self.path = url, path
+        self.rival: list[Any] = []
+
+    def append(self, r: Any) -> None:
+        super().append(r)
+        if r.path == self.path and not self.rival:
+            def run() -> None:
+                with castore.open(self.url) as other:
+                    self.rival.extend(import_claude(other, self.path))
+            t = threading.Thread(target=run)
+            t.start()
+            t.join()
+
+
+def test_an_import_that_lost_a_race_reports_what_it_stored_before_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_LAND_EVERY", "3600")  # one landing, at the end: the race is certain
+    url = str(tmp_path / "store")
+    alone = import_claude(castore.open(str(tmp_path / "alone")), FOLDER)
+    sources = find_sessions(FOLDER)
+    raced = sources[-1].path
+    out = _RivalAfter(url, raced)
+    with castore.open(url) as store:
+        results = import_here(store, "claude", sources, {}, out)
+        assert out.rival and out.rival[0].lines > 0  # the rival stored the raced file first
+        # the lost file is the rival's; every other file this import stored (its first
+        # attempt's landing), which its second attempt found stored
+        want = {r.path: (0 if r.path == raced else r.lines) for r in alone}
+        assert {r.path: r.lines for r in results} == want
+        assert sum(r.lines for r in results) + out.rival[0].lines == sum(r.lines for r in alone)
+        assert [r.total for r in results] == [r.total for r in alone]
+        assert all(r.branches == a.branches for r, a in zip(results, alone, strict=True) if r.path != raced)
+        assert fsck(store).ok
