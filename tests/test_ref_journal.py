@@ -11,6 +11,7 @@ between its intent and its rename is not rolled forward once another writer took
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import multiprocessing
@@ -731,3 +732,35 @@ def test_a_new_local_store_is_format_3_and_a_new_memory_store_format_2(tmp_path:
     mem = castore.open(f"memory://default-format-{os.getpid()}")
     mem.init()
     assert mem.config["format"] == 2
+
+
+def test_a_log_of_intents_alone_is_dropped_at_close_once_its_refs_are_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append whose objects record seals the log (past SEAL_BYTES) journals its intent in a
+    new log, which holds nothing else at close: that log is deleted once the refs of its
+    intents are synced (it was sealed with an empty index and left on disk), and a power loss
+    after the close loses nothing."""
+    root = tmp_path / "st"
+    st = castore.open(str(root), format=3, auto_repack=False)
+    assert isinstance(st.storage, LocalStorage)
+    st.storage.unsynced = []
+    s = st.session("app", "u", "s")
+    s.append(castore.Message(role="user", content="first"))
+    big = [castore.Message(role="user", content=base64.b85encode(os.urandom(900)).decode()) for _ in range(1400)]
+    s.append_many(big)
+    s.set_info({"title": "after the seal"})  # a swap with no objects: into the log of intents too
+    want = {"s": [m.content for m in s.messages()]}
+    names = {n[:-5] for n in os.listdir(root / "packs") if n.endswith(".pack")}
+    sealed = {n for n in names if (root / "packs" / f"{n}.idx").exists()}
+    assert len(sealed) == 1 and len(names) == 2  # the objects' log sealed, the intents' log live
+    assert packs.intents((root / "packs" / f"{(names - sealed).pop()}.pack").read_bytes())
+    st.close()
+    left = sorted(os.listdir(root / "packs"))
+    assert [n for n in left if n.endswith((".pack", ".idx"))] == sorted(f"{n}{x}" for n in sealed for x in (".idx", ".pack"))
+    assert st.storage.unsynced == []  # the refs of the dropped intents were synced first
+    report = fsck(castore.open(str(root)))
+    assert report.ok, report
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    assert [m.content for m in again.session("app", "u", "s").messages()] == want["s"]
+    assert again.session("app", "u", "s").info["title"] == "after the seal"

@@ -222,8 +222,10 @@ class WriterLog:
         objects are taken from memory when this handle still holds them all (else the log
         is read back and the merge finds the refs in its intents). The
         log stays held (``flock``) until it is deleted. Should the merge leave it (nothing
-        to merge), it is sealed instead. A log holding final blocks of a write batch is read
-        back, for the merge to copy them.
+        to merge), it is sealed instead; a log of intents alone (the append of their objects
+        sealed the log before it) is deleted once their refs are synced, as the merge would
+        have: it left a sealed log with an empty index before. A log holding final blocks of
+        a write batch is read back, for the merge to copy them.
 
         Raises:
             StorageError, IntegrityError: the merge failed; the log is left unsealed and
@@ -246,8 +248,11 @@ class WriterLog:
             held = None if groups is None else {name: groups}
             if self.repacker.merge_packs([name], by_mtime=False, held=held) is None:
                 self.storage.sync_keys(keys)
-                self.storage.write(index_key(name), packs.encode_index(log.size, self.packmap.places(name)))
-                self.packmap.mark_sealed(name)
+                if self.packmap.places(name):
+                    self.storage.write(index_key(name), packs.encode_index(log.size, self.packmap.places(name)))
+                    self.packmap.mark_sealed(name)
+                else:  # intents only (its objects' append sealed the last log): not needed now
+                    self.repacker.delete_packs([name])
         finally:
             log.close()
 
