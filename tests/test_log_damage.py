@@ -111,3 +111,62 @@ def test_scan_reports_a_damaged_record_and_resumes_after_it():
     damaged = []
     _, end = packs.scan(bytes(data[:starts[2]]), damaged=damaged)
     assert damaged == [] and end == starts[1]
+
+
+@pytest.mark.parametrize("where", ["length", "check"])
+def test_an_object_of_a_damaged_log_record_reads_as_damaged_not_missing(tmp_path, where):
+    """A damaged record of a log without an index whose objects still show (its length or
+    its check is what was hit): ``get`` of one of them raises DamagedPack naming the pack and
+    the record fsck names, not "not found"."""
+    root = tmp_path / "st"
+    name, path, offsets = _dead_writer_log(root)
+    data = bytearray(path.read_bytes())
+    bad = offsets[3]
+    if where == "length":
+        data[bad:bad + 4] = (len(data)).to_bytes(4, "big")
+    else:
+        data[bad + 4] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+    r = castore.open(str(root))
+    tip = r.session("app", "u", "s3").branches()["main"]  # (the refs are whole: only the record is not)
+    for read in (r.objects.get, r.objects.get_stored):
+        with pytest.raises(castore.DamagedPack) as e:
+            read(tip)
+        assert (e.value.object_id, e.value.pack, e.value.offset, e.value.size) == (
+            tip, f"packs/{name}.pack", bad, offsets[4] - bad)
+    with pytest.raises(castore.DamagedPack):
+        r.session("app", "u", "s3").messages()
+    assert [m.content for m in r.session("app", "u", "s4").messages()] == [_text(4)]
+    report = maintenance.fsck(r)
+    assert report.damaged_records == [(name, bad, offsets[4] - bad)] and not report.ok
+    with pytest.raises(castore.ObjectNotFound):  # a clean miss is still one
+        r.objects.get("0" * 64)
+
+
+def test_a_damaged_block_of_a_batch_shows_the_objects_decoded_before_the_damage(tmp_path):
+    """A write batch's landing is one record of compressed blocks: damage near its end leaves
+    the objects of the zstd blocks before it decodable, and those read as damaged."""
+    root = tmp_path / "st"
+    w = castore.open(str(root), auto_repack=False)
+    with w.batch():
+        for k in range(40):
+            w.session("app", "u", f"s{k}").append(castore.Message(role="user", content=_text(k) + "x%d " % k * 400))
+    w.session("app", "u", "after").append(castore.Message(role="user", content="a record after the batch"))
+    log = w.objects.writer_log
+    name = log.name
+    first = w.session("app", "u", "s0").head
+    log._log.close()  # the writer dies: no index
+    log._drop_log()
+    path = root / "packs" / f"{name}.pack"
+    data = bytearray(path.read_bytes())
+    offsets = _record_offsets(bytes(data))
+    big = max(range(len(offsets) - 1), key=lambda i: offsets[i + 1] - offsets[i])
+    data[offsets[big + 1] - 40] ^= 0xFF  # the end of the batch's largest record
+    path.write_bytes(bytes(data))
+
+    r = castore.open(str(root))
+    with pytest.raises(castore.DamagedPack) as e:
+        r.objects.get(first)
+    assert (e.value.pack, e.value.offset) == (f"packs/{name}.pack", offsets[big])
+    assert r.session("app", "u", "after").messages()[0].content == "a record after the batch"

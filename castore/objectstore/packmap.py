@@ -46,6 +46,8 @@ PREFIXES = 4
 RACY_TICK = 2.0
 #: listings a refresh makes at most while the packs it listed keep vanishing (repacked meanwhile)
 REFRESH_RELISTS = 4
+#: bytes before a record's payload: its length (4) and its check (16) (docs/FORMAT.md, 4)
+_RECORD_HEADER = 20
 
 
 class _Pack:
@@ -329,7 +331,10 @@ class PackMap:
             self.add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
             if end < len(data) and not name.startswith("w-"):
                 damaged.append((end, len(data) - end))  # written whole, so a short scan is damage, not a tail
-            self._packs[name].damaged.extend(d for d in damaged if d not in self._packs[name].damaged)
+            for d in damaged:
+                if d not in self._packs[name].damaged:
+                    self._packs[name].damaged.append(d)
+                    self._note_salvaged(name, data, d, version)
             # a torn tail may be a record still being written: scan again next time
             self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
             self._packs[name].stamped = stamped
@@ -478,14 +483,27 @@ class PackMap:
                 pack.damaged.append(rec)
         return err
 
+    def _note_salvaged(self, name: str, data: bytes | memoryview, span: tuple[int, int], version: int) -> None:
+        """Remember the objects that the damaged record ``span`` (pack offset, bytes) of the
+        unindexed pack ``name`` (its bytes: ``data``) still shows (:func:`salvaged_ids`) as
+        damaged there: a reader of one of them is told so (:class:`DamagedPack`), not that it
+        is missing. Paid only when a scan meets damage."""
+        for oid in salvaged_ids(data, span, version, self.codec):
+            self._damage.setdefault(oid, (name, DamagedPack(
+                oid, pack_key(name), span[0], span[1], "the record fails its check (the scan skipped it)")))
+
     def damage(self, oid: str, why: str | None = None) -> DamagedPack | None:
         """Why ``oid`` cannot be read from the pack this handle maps it to: the record a read
         met damaged (it did not decompress or open), or, given ``why`` (what a caller found
-        wrong with the bytes read, a hash that does not match), that record; None when
-        ``oid`` is in no pack, or no damage was met. Raises nothing."""
+        wrong with the bytes read, a hash that does not match), that record; for an object
+        in no pack, the damaged record of a pack without an index that shows it (a scan
+        skipped the record: :meth:`_note_salvaged`); None when ``oid`` is in no pack, or no
+        damage was met. Raises nothing."""
         hit = self._where.get(oid)
         if hit is None:
-            return None
+            with self.lock:
+                skipped = self._damage.get(oid)
+                return skipped[1] if skipped is not None and skipped[0] in self._packs else None
         if why is not None:
             return self._note_damage(oid, hit[0], hit[1], why)
         with self.lock:
@@ -751,3 +769,63 @@ def _unframed(records: list[tuple[int, int, memoryview]], name: str,
             size, done = ahead.popleft()
             held -= size
             yield done.result()
+
+
+def salvaged_ids(data: bytes | memoryview, span: tuple[int, int], version: int, codec: o.Codec = o.PLAIN) -> list[str]:
+    """The ids of the objects a damaged version-2 record still shows: the record at pack
+    offset ``span[0]`` of ``span[1]`` bytes (header included) in the pack bytes ``data``.
+    Its payload (as its length says, else up to the span's end) is decompressed as far as
+    it goes (a plain zstd block up to its first bad zstd block), and each object whose bytes
+    are all there is hashed: an id is the hash of the bytes found, so a listed object was
+    in the record. Damage in the record's length or check leaves every object shown;
+    damage inside a small record's compressed bytes, none (then nothing can tell what it
+    held). Raises nothing."""
+    if version != 2:
+        return []
+    off, size = span
+    view = memoryview(data)
+    end = min(off + size, len(view))
+    body = off + _RECORD_HEADER
+    if body >= end:
+        return []
+    length = int.from_bytes(view[off:off + 4], "big")
+    payloads = [view[body:body + length]] if 0 < length < end - body else []
+    payloads.append(view[body:end])
+    for payload in payloads:
+        content = _as_far_as_it_goes(payload, codec)
+        ids: list[str] = []
+        pos = 0
+        while pos + 4 <= len(content):
+            n = int.from_bytes(content[pos:pos + 4], "big")
+            pos += 4
+            if pos + n > len(content):
+                break
+            ids.append(codec.digest(memoryview(content)[pos:pos + n]))
+            pos += n
+        if ids:
+            return ids
+    return []
+
+
+def _as_far_as_it_goes(payload: memoryview, codec: o.Codec) -> bytes:
+    """A damaged record's content: all of it when its payload opens whole, else the part of
+    a plain zstd frame decoded before its first bad zstd block ("" when nothing decodes)."""
+    if payload[:1] == packs.INTENT_FRAME:
+        return b""
+    try:
+        return packs.record_content(payload, "damaged record", codec)
+    except IntegrityError:
+        pass
+    try:
+        prefix = packs.record_prefix(payload, "damaged record")
+    except IntegrityError:
+        return b""
+    try:
+        while len(prefix.data) < prefix.size:
+            prefix.upto(len(prefix.data) + (8 << 10))  # what decoded before the bad block is kept
+    except IntegrityError:
+        pass
+    finally:
+        prefix.close()
+    return prefix.data
+
