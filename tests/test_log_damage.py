@@ -151,7 +151,7 @@ def test_a_damaged_block_of_a_batch_shows_the_objects_decoded_before_the_damage(
     w = castore.open(str(root), auto_repack=False)
     with w.batch():
         for k in range(40):
-            w.session("app", "u", f"s{k}").append(castore.Message(role="user", content=_text(k) + "x%d " % k * 400))
+            w.session("app", "u", f"s{k}").append(castore.Message(role="user", content=_text(k) + f"x{k} " * 400))
     w.session("app", "u", "after").append(castore.Message(role="user", content="a record after the batch"))
     log = w.objects.writer_log
     name = log.name
