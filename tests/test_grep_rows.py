@@ -47,10 +47,12 @@ def _row(m: Match) -> tuple[Any, ...]:
 
 
 def _counts(matches: list[Match]) -> dict[tuple[str, str, str], int]:
+    """The matches each session holds (under ``session`` or ``also``), in session order."""
     out: dict[tuple[str, str, str], int] = {}
     for m in matches:
-        out[m.session] = out.get(m.session, 0) + 1
-    return out
+        for key in [m.session, *(k for k, _ in m.also)]:
+            out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
 
 
 OPTIONS: list[dict[str, Any]] = [
@@ -78,17 +80,16 @@ def test_rows_and_counts_are_what_grep_gives(store: castore.Store, pattern: str)
 
 def test_rows_name_every_session_holding_a_shared_commit(store: castore.Store) -> None:
     """A commit a fork shares with its parent: one row, under the session that sorts first (the
-    fork s05), the parent s1 under ``also``."""
+    fork s05), the parent s1 under ``also``; each of the two counts it."""
     rows = list(grep_rows(store, "question 1"))
     assert len(rows) == 1 and rows[0][1] == ("bot", "ann", "s05") and rows[0][8] == ((("bot", "ann", "s1"), ("main",)),)
-    assert grep_counts(store, "question 1") == {("bot", "ann", "s05"): 1}
+    assert grep_counts(store, "question 1") == {("bot", "ann", "s05"): 1, ("bot", "ann", "s1"): 1}
 
 
 @pytest.mark.parametrize("order", ["in order", "reversed"])
 def test_counts_of_sessions_extracted_in_any_order_and_of_a_later_fork(tmp_path: Path, order: str) -> None:
-    """Counting keeps no set of the blocks counted while each session's commits are numbered
-    above the earlier ones': sessions written in key order and in reverse, and a fork that sorts
-    after its parent (its shared blocks counted once, under the parent), count what grep gives."""
+    """Sessions written in key order and in reverse, and a fork that sorts after its parent (its
+    shared blocks counted in both), count what grep gives, with and without a limit."""
     st = castore.open(str(tmp_path / "store"), durable=False)
     names = [f"s{n}" for n in range(4)]
     for n in (names if order == "in order" else names[::-1]):
@@ -100,7 +101,8 @@ def test_counts_of_sessions_extracted_in_any_order_and_of_a_later_fork(tmp_path:
         counts = grep_counts(st, "parser", **options)
         expected = _counts(list(grep(st, "parser", **options)))
         assert counts == expected and list(counts) == list(expected), options
-    assert grep_counts(st, "parser")[("a", "u", "s1z")] == 1  # the shared blocks are s1's
+    assert grep_counts(st, "parser")[("a", "u", "s1z")] == 3  # s1's two blocks and its own
+    assert grep_counts(st, "parser", limit=3) == {("a", "u", "s0"): 2, ("a", "u", "s1"): 1, ("a", "u", "s1z"): 1}
 
 
 def test_rows_and_counts_take_only_grep_options(store: castore.Store) -> None:

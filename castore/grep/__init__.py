@@ -77,7 +77,6 @@ the entries; it is re-exported here (imported when asked for: a search loads no 
 
 from __future__ import annotations
 
-import collections
 import itertools
 import operator
 import re
@@ -230,10 +229,13 @@ def grep_rows(store: Store, pattern: str, **options: Any) -> Iterator[Row]:
 
 
 def grep_counts(store: Store, pattern: str, **options: Any) -> dict[tuple[str, str, str], int]:
-    """How many matches ``grep(store, pattern, **options)`` gives per session (a match counts
-    for its ``session``), in the order of each session's first match. Through the index no
-    match is built, and a block found by a plain string is not even decoded when its text is
-    ASCII (it holds the string, so it matches).
+    """How many of the matches of ``grep(store, pattern, **options)`` each session holds, for
+    the sessions that hold one, in session order (by app, user, session id): a match counts for
+    its ``session`` and for each session under its ``also`` (a commit several sessions share, an
+    imported file's copy or a fork's, counts in each of them), so a session's count is what a
+    search of that session alone finds; with ``limit``, only the first ``limit`` matches count.
+    Through the index no match is built, and a block found by a plain string is not even
+    decoded when its text is ASCII (it holds the string, so it matches).
 
     Raises:
         as :func:`grep`; TypeError: an option :func:`grep` does not take.
@@ -249,7 +251,9 @@ def grep_counts(store: Store, pattern: str, **options: Any) -> dict[tuple[str, s
     counts = {}
     for m in grep(store, pattern, **options):
         counts[m.session] = counts.get(m.session, 0) + 1
-    return counts
+        for other, _ in m.also:
+            counts[other] = counts.get(other, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: bool = False, word: bool = False,
@@ -409,8 +413,7 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 form: int = _MATCHES) -> Iterator[Any]:
     """:func:`grep` through the index; ``keep_block`` None: no role, tool, session or app filter.
     ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
-    context), :data:`_COUNTS` ``(session, matches)`` pairs in the order of the sessions' first
-    match (the first ``limit`` matches counted)."""
+    context), :data:`_COUNTS` ``(session, matches)`` pairs in session order (:func:`_count`)."""
     ix = open_index(store, check=check)
     try:
         runs = ix.find_blocks(rx, kinds)
@@ -427,74 +430,13 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
             assert keep_block is not None
             ok = kept[(si, rn, kn, tn)] = keep_block(key, strings[rn], KINDS[kn], strings[tn] if tn >= 0 else None)
         return ok
-    finder = spans_finder(rx)
-    # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
     timed = since is not None or until is not None
     lo = since if since is not None else float("-inf")
     hi = until if until is not None else float("inf")
     if form == _COUNTS:
-        # a plain string with no newline that the index found in a block is on one of its lines:
-        # the block matches without being looked at, when the search was case-sensitive or the
-        # block is ASCII (its lowered text is then its text lower-cased, as the match looks at it)
-        _, lowered, lit = search_plan(rx)
-        sure = lit is not None and "\n" not in lit
-        counts: dict[tuple[str, str, str], int] = {}
-        # the blocks counted, made only once a session may hold one counted before: until then
-        # (no fork shares a commit with a session counted earlier), the runs counted are kept as
-        # they are, and a byte per commit number tells which commits had a block counted
-        seen: set[int] | None = None
-        counted: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-        marks = bytearray(sum(g["commits"] for g in ix.segments))
-        n = 0
-        for session_runs in runs:
-            p0, idx0 = session_runs[0]
-            si = p0.cols[1][idx0[0]]
-            key = ix.key(si)
-            todo = []
-            fields: list[tuple[Any, ...]] = [(p, idx, *p.fields(idx, (0, 2, 8))) for p, idx in session_runs]
-            if seen is None and any(map(marks.__getitem__, itertools.chain.from_iterable(f[2] for f in fields))):
-                seen = _block_ids(counted)  # this session holds a commit counted before
-            for p, idx, cns, blks, fls in fields:
-                if (not timed and keep_block is None and sure and (not lowered or 0 not in fls)
-                        and (limit is None or n + len(idx) < limit)):
-                    # every block matches: counted at once, unless another session's match had one
-                    if seen is None:
-                        counted.append((cns, blks))
-                        _mark(marks, cns)
-                        counts[key] = counts.get(key, 0) + len(idx)
-                        n += len(idx)
-                        continue
-                    ids = _block_ids([(cns, blks)])
-                    if seen.isdisjoint(ids):
-                        seen |= ids
-                        counts[key] = counts.get(key, 0) + len(idx)
-                        n += len(idx)
-                        continue
-                todo.append((p, idx))
-            if not todo:
-                continue
-            if seen is None:
-                seen = _block_ids(counted)
-            for _, p, cn, blk, kn, rn, tn, _, fl, when, i in hits(todo):
-                if timed and (when < lo or when >= hi):
-                    continue
-                if keep_block is not None and not allowed(si, key, rn, kn, tn):
-                    continue
-                b = cn << 31 | blk
-                if b in seen:
-                    continue
-                if not (sure and (not lowered or fl)):
-                    text = p.block(i)
-                    if not any(finder(line) for line in text.split("\n")):
-                        continue
-                seen.add(b)
-                counts[key] = counts.get(key, 0) + 1
-                n += 1
-                if limit is not None and n >= limit:
-                    yield from counts.items()
-                    return
-        yield from counts.items()
+        yield from _count(ix, runs, rx, allowed if keep_block is not None else None, timed, lo, hi, limit)
         return
+    finder = spans_finder(rx)
     # the candidate blocks first (each commit's block once, in order, the other sessions that hold
     # it under also), then the matches built from them: a block is decoded and its lines matched
     # only once it is given out (none for what a limit leaves out)
@@ -557,17 +499,76 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
 _BATCH = 1024
 
 
-def _mark(marks: bytearray, cns: tuple[int, ...]) -> None:
-    """Set the byte of each of commit numbers ``cns`` in ``marks`` (in C: no Python loop)."""
-    collections.deque(map(marks.__setitem__, cns, itertools.repeat(1)), maxlen=0)
+def _count(ix: Any, runs: list[list[tuple[Any, list[int]]]], rx: re.Pattern[str],
+           allowed: Callable[[int, tuple[str, str, str], int, int, int], bool] | None, timed: bool, lo: float,
+           hi: float, limit: int | None) -> Iterator[tuple[tuple[str, str, str], int]]:
+    """The count of :func:`_grep_index` (``form`` :data:`_COUNTS`): ``(session, matches)`` for
+    each session that holds a match, in session order, over the index ``ix``'s candidate blocks
+    ``runs`` (:meth:`castore.grep.index.Index.find_blocks`). A session counts every matching
+    block it holds, so a commit several sessions share counts in each of them (as the
+    ``session`` and ``also`` of :func:`grep`'s matches); ``allowed``: the filters' answer for a
+    block (None: no role, tool, session or app filter); ``timed``: keep only blocks of times in
+    ``[lo, hi)``; ``limit``: only the first ``limit`` matches (each block with the first session
+    holding it, as :func:`grep` gives them) count, in every session that holds them."""
+    # a plain string with no newline that the index found in a block is on one of its lines:
+    # the block matches without being looked at, when the search was case-sensitive or the
+    # block is ASCII (its lowered text is then its text lower-cased, as the match looks at it)
+    _, lowered, lit = search_plan(rx)
+    sure = lit is not None and "\n" not in lit
+    # then, with no filter and no limit, a run is counted by its length (its flags read only
+    # when the search was lowered)
+    whole = sure and not timed and allowed is None and limit is None
+    finder = spans_finder(rx)
+    verdict: dict[int, bool] = {}  # block -> whether it matches, once looked at (for its copies)
+    owned: set[int] = set()  # with a limit: the blocks of the matches counted so far
+    n = 0
+    for session_runs in runs:
+        p0, idx0 = session_runs[0]
+        si = p0.cols[1][idx0[0]]
+        key = ix.key(si)
+        c = 0
+        todo = session_runs
+        if whole:
+            todo = []
+            for p, idx in session_runs:
+                if lowered and 0 in p.fields(idx, (8,))[0]:
+                    todo.append((p, idx))
+                else:
+                    c += len(idx)
+        elif limit is not None and n >= limit and owned.isdisjoint(_block_ids(session_runs)):
+            continue  # the limit is reached: only copies of the blocks counted may count
+        for _, p, cn, blk, kn, rn, tn, _, fl, when, i in hits(todo):
+            if timed and (when < lo or when >= hi):
+                continue
+            if allowed is not None and not allowed(si, key, rn, kn, tn):
+                continue
+            b = cn << 31 | blk
+            if limit is not None and b in owned:
+                c += 1
+                continue
+            if limit is not None and n >= limit:
+                continue
+            if not (sure and (not lowered or fl)):
+                ok = verdict.get(b)
+                if ok is None:
+                    ok = verdict[b] = any(finder(line) for line in p.block(i).split("\n"))
+                if not ok:
+                    continue
+            if limit is not None:
+                owned.add(b)
+                n += 1
+            c += 1
+        if c:
+            yield key, c
 
 
-def _block_ids(runs: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> set[int]:
-    """The blocks of ``runs`` (their commit numbers and block numbers) as the integers a search
-    tells a commit's blocks apart by: commit number << 31 | block."""
+def _block_ids(runs: list[tuple[Any, list[int]]]) -> set[int]:
+    """The blocks of ``runs`` (an index part and block numbers in it each) as the integers a
+    search tells a commit's blocks apart by: commit number << 31 | block (an int32 >= 0)."""
     shift = operator.lshift
     return set(itertools.chain.from_iterable(
-        map(operator.or_, map(shift, cns, itertools.repeat(31)), blks) for cns, blks in runs))
+        map(operator.or_, map(shift, cns, itertools.repeat(31)), blks)
+        for cns, blks in (p.fields(idx, (0, 2)) for p, idx in runs)))
 
 
 def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
