@@ -64,8 +64,11 @@ _GREP_JSON = ("one document {\"matches\": [MATCH, ...]}; MATCH is {\"commit\": I
                    "AGENTS.md, command wrappers, system reminders; flagged by the importers).")
 @click.option("--since", metavar="TIME", help="Only entries at or after TIME (ISO 8601, UTC unless given).")
 @click.option("--until", metavar="TIME", help="Only entries before TIME.")
-@click.option("-l", "--files-with-matches", "list_sessions", is_flag=True, help="Print only the sessions that match.")
-@click.option("-c", "--count", is_flag=True, help="Print the number of matches per session.")
+@click.option("-l", "--files-with-matches", "list_sessions", is_flag=True,
+              help="Print only the sessions that hold a match (its copies too: a fork, a file imported twice).")
+@click.option("-c", "--count", is_flag=True,
+              help="Print per session the number of matches it holds: a match several sessions share (reported "
+                   "once, the others under also) counts in each, as a search of that session alone counts it.")
 @click.option("-C", "--context", "context", type=click.IntRange(min=0), default=0, metavar="N",
               help="Show N entries before and after each match, on its branch.")
 @limit_option(what="matches (then stop)")

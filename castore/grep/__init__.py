@@ -34,7 +34,10 @@ branches; ``scan=False`` forces it): :mod:`castore.grep.scan`.
 Either way a commit shared by several branches, or by a fork and its parent session, is
 read and reported once, naming every branch that holds it. Matches come in session order (by
 app, user, session id), root to tip within a session; a commit several sessions share is
-reported with the first of them (the others under ``also``).
+reported with the first of them (the others under ``also``). A count (:func:`grep_counts`,
+``-l`` and ``-c``) is per session: a match counts in its session and in each under its
+``also``, as a search of that session alone would count it (``tests/test_grep_copies.py``
+runs every way of searching over a file imported twice and a fork).
 
 The JSON form of a :class:`Match` (:meth:`Match.to_json`) is a stable schema::
 
