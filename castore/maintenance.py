@@ -38,16 +38,14 @@ from .objectstore.repack import RepackReport
 from .plumbing import (
     HEADS,
     META_TIME,
-    REFLOG,
-    TAGS,
     SessionRefs,
     head_segment,
     parse_ref_name,
-    real_name,
     session_prefix,
 )
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
+from .session import lost_branch_problem as _lost_branch
 from .store import Store
 
 #: two weeks, as git's default prune age
@@ -249,7 +247,7 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
 
 def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
     """What is wrong with a ref that parses: a name castore never writes, a HEAD that names
-    no branch, or a HEAD whose branch is lost (:func:`_lost_branch`)."""
+    no branch, or a HEAD whose branch is lost (:func:`castore.session.lost_branch_problem`)."""
     if parse_ref_name(name) is None:
         return "not a ref name castore writes (a foreign or hostile key)"
     if value.symbolic is None:
@@ -259,32 +257,6 @@ def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
     except CorruptRef as e:
         return e.reason
     return _lost_branch(name.rsplit("/", 1)[0], seg, value, keys)
-
-
-def _lost_branch(session: str, seg: str, head: RefValue, keys: set[str]) -> str | None:
-    """The problem of a session's HEAD that names branch ``seg`` (its folder ``session``,
-    ``keys`` every ref key), None when the branch exists or was never born.
-
-    HEAD naming a branch that does not exist is normal before a session's first commit
-    (``set_info`` first, a brand-new session). It is damage when the session shows it had
-    history: another branch, a label, or a reflog (no write makes one of these without a
-    commit, and no write deletes the branch HEAD is on: a lost race, a backend failure or a
-    hand-deleted ref file did). A session whose only ref is HEAD cannot be told from a
-    never-born one (no commit names its session): its lost commits are dangling ones."""
-    base = f"{REFS_PREFIX}/{session}/"
-    if f"{base}{HEADS}/{seg}" in keys:
-        return None
-    kinds = {HEADS: "a branch", TAGS: "a label"}
-    had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
-                  if k.startswith(base) and k[len(base):].split("/", 1)[0] in kinds})
-    if f"{base}{REFLOG}" in keys:
-        had.append("a reflog")
-    if not had:
-        return None  # never born (as far as anything stored can tell)
-    branch = real_name(seg, head.meta)
-    return (f"HEAD names branch {branch!r}, which does not exist though the session has "
-            f"{' and '.join(had)}: the branch was deleted or lost (recreate it with `castore branch "
-            f"{branch} REV` from `castore reflog` or a dangling commit, or check out another branch)")
 
 
 def _links(obj: Any, foreign: set[str] | None = None) -> Iterator[tuple[str, tuple[type, ...]]]:

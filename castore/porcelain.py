@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import names, sync, views
-from .errors import AmbiguousSession, SessionNotFound
+from .errors import AmbiguousSession, CorruptRef, SessionNotFound
 from .objects import ObjectId
 from .plumbing import SESSIONS, real_name, valid_segment
 
@@ -56,6 +56,7 @@ def status(store: Store, session: Session | None = None) -> Status:
     Nothing is sent over the network: the remote state is what the last pull left.
 
     Raises:
+        CorruptRef: HEAD names a branch that was lost (:meth:`Session.lost_branch`).
         StorageError, IntegrityError, FormatError.
     """
     exists = store.exists
@@ -64,6 +65,9 @@ def status(store: Store, session: Session | None = None) -> Status:
         return Status(store.url, exists, remotes=remotes)
     head = session.head
     if head is None:
+        problem = session.lost_branch()
+        if problem is not None:  # not "no entries yet, append starts it": that would bury the loss
+            raise CorruptRef(session.refs.head, problem)
         return Status(store.url, exists, session.key, remotes=remotes)
     info = session.info
     return Status(store.url, exists, session.key, exists=True, title=views.session_title(info),

@@ -57,6 +57,7 @@ from .plumbing import (
     META_NAMES,
     META_TIME,
     META_WRITE_ID,
+    REFLOG,
     REMOTES,
     TAGS,
     Batch,
@@ -64,6 +65,7 @@ from .plumbing import (
     Plumbing,
     ScopePlan,
     SessionRefs,
+    head_segment,
     name_meta,
     parse_ref_name,
     real_name,
@@ -71,6 +73,7 @@ from .plumbing import (
     valid_segment,
 )
 from .redact import REDACTED_INFO
+from .refs import PREFIX as REFS_PREFIX
 from .refs import RefStore, RefValue
 from .state import read_state, read_states
 
@@ -85,6 +88,34 @@ _VERIFY_BATCH = 512
 NEW_BRANCH = ""
 _MESSAGE_KINDS = ("message", "event")
 
+
+
+def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) -> str | None:
+    """The problem of a session's HEAD that names branch ``seg`` (its folder ``session``,
+    ``keys`` every ref key below ``refs/`` there or in the whole store), None when the branch
+    exists or was never born.
+
+    HEAD naming a branch that does not exist is normal before a session's first commit
+    (``set_info`` first, a brand-new session). It is damage when the session shows it had
+    history: another branch, a label, or a reflog (no write makes one of these without a
+    commit, and no write deletes the branch HEAD is on: a lost race, a backend failure or a
+    hand-deleted ref file did). A session whose only ref is HEAD cannot be told from a
+    never-born one (no commit names its session): its lost commits are dangling ones.
+    ``castore fsck`` reports it as a bad ref; reading the session raises it (:class:`CorruptRef`)."""
+    base = f"{REFS_PREFIX}/{session}/"
+    if f"{base}{HEADS}/{seg}" in keys:
+        return None
+    kinds = {HEADS: "a branch", TAGS: "a label"}
+    had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
+                  if k.startswith(base) and k[len(base):].split("/", 1)[0] in kinds})
+    if f"{base}{REFLOG}" in keys:
+        had.append("a reflog")
+    if not had:
+        return None  # never born (as far as anything stored can tell)
+    branch = real_name(seg, head.meta)
+    return (f"HEAD names branch {branch!r}, which does not exist though the session has "
+            f"{' and '.join(had)}: the branch was deleted or lost (recreate it with `castore branch "
+            f"{branch} REV` from `castore reflog` or a dangling commit, or check out another branch)")
 
 class SessionHost(Protocol):
     """What a session needs from the store that made it (:class:`castore.Store` is one)."""
@@ -526,16 +557,35 @@ class Session:
         Raises:
             StoreNotFound, CorruptRef, ObjectNotFound, IntegrityError, StorageError.
         """
-        _, _, tipref = self._read_tip()
+        head, _, tipref = self._read_tip()
         if tipref is None:
             if not self.store.exists:
                 self.store.require()
+            problem = self.lost_branch() if head is not None else None
+            if problem is not None:
+                raise CorruptRef(self.refs.head, problem)
             return None
         view = self._view
         view = view.moved(tipref.target, tipref.meta) if view is not None \
             else PathView(self._objs, tipref.target, tipref.meta)
         self._view = view
         return view
+
+    def lost_branch(self) -> str | None:
+        """Why this session's HEAD names a branch that was lost (:func:`lost_branch_problem`:
+        the branch is absent though the session has another branch, a label or a reflog),
+        None when HEAD is on a branch, detached, or the session never had a commit. Readers
+        that would show such a session as empty, never born, raise it instead.
+
+        Raises:
+            CorruptRef: HEAD names something that is not a branch. StorageError.
+        """
+        head = self._refs.read(self.refs.head)
+        if head is None or head.symbolic is None or self._refs.read(self.refs.branch_ref_of(head)) is not None:
+            return None
+        folder = self.refs.head.rsplit("/", 1)[0]
+        keys = {f"{REFS_PREFIX}/{n}" for n in self._refs.list(folder)}
+        return lost_branch_problem(folder, head_segment(head), head, keys)
 
     def _path(self, rev: str) -> list[tuple[str, Commit]]:
         if rev == "HEAD":

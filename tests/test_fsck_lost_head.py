@@ -112,3 +112,46 @@ def test_a_session_with_only_its_head_left_is_noted_with_its_dangling_tip(tmp_pa
     s.branch("main", at=ids[-1])
     assert [e.id for e in s.log()] == ids[::-1]
     store.close()
+
+
+@pytest.mark.parametrize("evidence", ["label", "reflog", "branch"])
+def test_reading_a_session_whose_branch_is_lost_says_so_not_no_entries_yet(tmp_path: Path, evidence: str) -> None:
+    """``log``, ``context`` and ``status`` of a session whose HEAD branch is lost showed it as
+    never born: nothing (exit 0), "(0 messages)", and "HEAD: none yet (the session has no
+    entries; `castore append ...` starts it)", advice that starts a new root on that name
+    and hides the loss from fsck and gc. Each now says what fsck says (one ``Error:`` line,
+    exit 1); the library raises CorruptRef. A never-born session still reads as empty."""
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    _msgs(s, 4)
+    if evidence == "label":
+        s.label("v1", at="HEAD~2")
+    elif evidence == "reflog":
+        s.reset("HEAD~1")
+    else:
+        s.branch("side", at="HEAD~3")
+    _lose_branch(store, s)
+    fresh = store.session("app", "u", "fresh")
+    fresh.set_info({"title": "not started yet"})
+    store.close()
+
+    r = castore.open(str(root))
+    lost = r.session("app", "u", "s1")
+    with pytest.raises(castore.CorruptRef, match="HEAD names branch 'main'.*deleted or lost"):
+        lost.log()
+    with pytest.raises(castore.CorruptRef, match="deleted or lost"):
+        lost.messages()
+    assert "deleted or lost" in (lost.lost_branch() or "")
+    assert r.session("app", "u", "fresh").log() == [] and r.session("app", "u", "fresh").lost_branch() is None
+    r.close()
+
+    runner = CliRunner()
+    for args in (["log"], ["context"], ["status"]):
+        res = runner.invoke(main, ["--store", str(root), *args, "-s", "app/u/s1"])
+        assert res.exit_code == 1, (args, res.output)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "HEAD names branch 'main'" in errors[0] and "castore branch main" in errors[0], res.output
+        assert "none yet" not in res.output and "0 messages" not in res.output
+    res = runner.invoke(main, ["--store", str(root), "status", "-s", "app/u/fresh"])
+    assert res.exit_code == 0 and "none yet" in res.output, res.output
