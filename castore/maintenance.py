@@ -562,8 +562,8 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
         progress: called with (phase, count): "reachable", "deleted".
 
     gc refuses to run while the store has damage that makes reachability unsure, as git's
-    gc stops at a broken ref: a reachable object missing or corrupt (in a damaged pack
-    record too), a ref that does not parse, or a session's HEAD naming a branch that was
+    gc stops at a broken ref: a reachable object missing or corrupt, a damaged pack
+    record (whatever it held; its pack stays whole), a ref that does not parse, or a session's HEAD naming a branch that was
     deleted or lost (:func:`fsck` says which): the commits that branch held would look
     unreachable. Recreate the branch or check out another one, then run gc again.
 
@@ -623,11 +623,13 @@ def _collect(store: Store, grace: float, dry_run: bool, progress: Callable[[str,
         store.objects.close()
     report = FsckReport()
     live = _walk(store, report, (lambda n: progress("reachable", n)) if progress else None, scopes)
+    report.damaged_records = store.objects.damaged_records()  # a pack holding one stays whole
     if report.damaged:
         first = (f"{report.bad_refs[0][0]}: {report.bad_refs[0][1]}; " if report.bad_refs else "")
         raise CastoreError(
             f"gc refused: the store is damaged ({len(report.missing)} missing, {len(report.corrupt)} corrupt, "
-            f"{len(report.bad_refs)} bad refs); {first}run `castore fsck`"
+            f"{len(report.bad_refs)} bad refs, {len(report.damaged_records)} damaged pack records); "
+            f"{first}run `castore fsck`"
         )
     now = time.time()
     # grace 0: everything unreachable goes, whatever its age (no writer is running)

@@ -170,3 +170,30 @@ def test_a_damaged_block_of_a_batch_shows_the_objects_decoded_before_the_damage(
         r.objects.get(first)
     assert (e.value.pack, e.value.offset) == (f"packs/{name}.pack", offsets[big])
     assert r.session("app", "u", "after").messages()[0].content == "a record after the batch"
+
+
+def test_gc_keeps_a_log_whose_damaged_record_holds_nothing_reachable(tmp_path):
+    """A damaged record whose objects no ref reaches (a killed import's landing, a deleted
+    session's append) makes the store damaged all the same (FORMAT.md 4): gc refused only
+    when a reachable object was missing, so here it ran, rewrote the log without its
+    unreachable objects and deleted it, damaged record and all, while fsck said "damaged".
+    It refuses now, naming the damaged record, and the log stays byte for byte."""
+    root = tmp_path / "st"
+    name, path, offsets = _dead_writer_log(root)
+    w = castore.open(str(root))
+    w.delete_session("app", "u", "s3")  # the damaged record's append: reachable from nothing
+    w.delete_session("app", "u", "s5")  # an unreachable neighbour, which makes gc rewrite the log
+    w.close()
+    data = bytearray(path.read_bytes())
+    data[offsets[3] + 30] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+    r = castore.open(str(root))
+    report = maintenance.fsck(r)
+    assert report.damaged_records == [(name, offsets[3], offsets[4] - offsets[3])] and report.damaged
+    assert report.missing == [] and report.corrupt == []
+    with pytest.raises(CastoreError, match="gc refused.*1 damaged pack record"):
+        maintenance.gc(r, grace=0)
+    assert path.read_bytes() == bytes(data)
+    for k in (0, 1, 2, 4, 6, 7):
+        assert [m.content for m in r.session("app", "u", f"s{k}").messages()] == [_text(k)]

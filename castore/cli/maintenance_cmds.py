@@ -139,8 +139,8 @@ def gc_cmd(grace: float, dry_run: bool, as_json: bool) -> None:
     Deleting a session and then running gc removes the content only that session held;
     content shared with other sessions stays. The grace period protects a writer that
     has stored its objects but not yet moved its ref. Refuses to run on a damaged
-    store, as git's gc stops at a broken ref: a reachable object missing or in a damaged
-    pack record, a ref that does not parse, or a HEAD whose branch was deleted or lost
+    store, as git's gc stops at a broken ref: a reachable object missing, a damaged pack
+    record (its pack stays whole), a ref that does not parse, or a HEAD whose branch was deleted or lost
     (its commits would look unreachable; recreate the branch or check out another, as
     `castore fsck` says). Also clears stale locks. First applies the store's
     "retention" and "reflog_expire" settings in castore.json, if set (as `castore expire`
