@@ -563,9 +563,9 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
 
     gc refuses to run while the store has damage that makes reachability unsure, as git's
     gc stops at a broken ref: a reachable object missing or corrupt, a damaged pack
-    record (whatever it held; its pack stays whole), a ref that does not parse, or a session's HEAD naming a branch that was
-    deleted or lost (:func:`fsck` says which): the commits that branch held would look
-    unreachable. Recreate the branch or check out another one, then run gc again.
+    record (whatever it held; its pack stays whole), a ref that does not parse, or a
+    session's HEAD naming a branch that was deleted or lost (:func:`fsck` says which): the
+    commits that branch held would look unreachable. Recreate the branch or check out another one, then run gc again.
 
     Raises:
         CastoreError: the store has damage that makes reachability unsure (missing or
