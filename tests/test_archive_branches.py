@@ -290,3 +290,25 @@ def test_export_takes_the_global_s_typed_before_the_command(tmp_path: Path) -> N
     # a default session chosen with `castore use` is no choice typed for this command
     cli("use", "edge_cases")
     assert len(cli("export", "claude", str(tmp_path / "again"))) == 5
+
+
+def test_a_new_sessions_branches_are_laid_out_without_reading_its_log_back(store: castore.Store,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # the files whose last line is off main: finish lays their branches out; a session new
+    # with the import holds what its writer wrote, and the names are those of the read-back
+    reads: list[str] = []
+    real_log = castore.Session.log
+
+    def log(self: castore.Session, *a: object, **k: object) -> object:
+        reads.append(self.id)
+        return real_log(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(castore.Session, "log", log)
+    import_claude(store, SHARE / f"{SID}.jsonl")
+    import_claude(store, REWIND)
+    assert reads == []
+    monkeypatch.setattr(castore.Session, "log", real_log)
+    for s in (store.session("claude", "session-share", SID),
+              store.session("claude", "claude-code-log", "dag_compact_after_rewind")):
+        assert len(s.branches()) > 1
+        assert branch_layout(s.log(all_branches=True), s.branches()["main"], "claude") == s.branches()

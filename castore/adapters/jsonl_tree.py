@@ -55,7 +55,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, ParamSpec, Protocol, TypeVar
 
 from .. import objects as o
 from ..entries import MAX_DEPTH, Event, body_of, check_value, vouched_event
@@ -409,6 +409,27 @@ def read_blobs(store: SessionHost, oids: list[str]) -> dict[str, bytes]:
     return out
 
 
+class Node(Protocol):
+    """A commit as :func:`branch_layout` reads it: its id, its parents and its metadata (a
+    :class:`~castore.entries.LogEntry`, or a :class:`Written` commit of this import)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def parents(self) -> tuple[str, ...]: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
+
+class Written(NamedTuple):
+    """A commit a :class:`TreeWriter` appended: its id, its parent (none for the root) and
+    the metadata it was given (what :func:`branch_layout` reads of it)."""
+
+    id: str
+    parents: tuple[str, ...]
+    meta: Mapping[str, Any]
+
+
 @dataclass
 class _Pending:
     n: int
@@ -459,7 +480,9 @@ class TreeWriter:
     With ``keep``, a session that had no commits before keeps what this writer appended in
     :attr:`written` (``(commit, entry, raw line)`` in order; None for a session that had
     commits): the session's whole log, for an adapter that looks through it after the
-    import without reading it back.
+    import without reading it back. Of such a session the writer keeps the tree it made
+    (:attr:`tree`: ids, parents, metadata), so that :meth:`finish` lays the branches out
+    without reading the session's log back.
     """
 
     def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None, *,
@@ -479,6 +502,9 @@ class TreeWriter:
             assert meta_key is not None
             self.stored = stored_lines(session, meta_key)
         self.written: list[tuple[str, Event, bytes]] | None = [] if keep and not branches else None
+        #: for a session that had no commits before: every commit appended, with its parent
+        #: (the session's whole tree, for :meth:`_lay_out`); None for a session that had commits
+        self.tree: list[Written] | None = [] if not branches else None
         self.tips: dict[str, str] = {}
         for name, tip in branches.items():
             self.tips.setdefault(tip, name)
@@ -573,6 +599,9 @@ class TreeWriter:
         self.exists = True
         if self.written is not None:
             self.written.extend((cid, p.entry, p.raw) for p, cid in zip(self.run, ids, strict=True))
+        if self.tree is not None:
+            self.tree.extend(Written(cid, (ids[i - 1],) if i else (parent,) if parent is not None else (),
+                                     p.entry.meta) for i, (p, cid) in enumerate(zip(self.run, ids, strict=True)))
         for i, (p, cid) in enumerate(zip(self.run, ids, strict=True)):
             self.cid[p.n] = cid
             if self.resuming:  # where each line hangs, for :meth:`_owner`
@@ -643,7 +672,9 @@ class TreeWriter:
         adopted = {cid: n for n, cid in self.cid.items()}
         if self.meta_key is not None:
             adopted.update({cid: n for n, _, cid in adopted_rows(s.info, self.meta_key)})
-        want = branch_layout(s.log(all_branches=True), active, self.meta_key, adopted)
+        # a session new with this writer holds what it wrote, and nothing else: not read back
+        tree: Sequence[Node] = self.tree if self.tree is not None else s.log(all_branches=True)
+        want = branch_layout(tree, active, self.meta_key, adopted)
         for name, tip in want.items():
             if name != "main" and branches.get(name) != tip and s.current_branch != name:
                 s.branch(name, at=tip, force=True)
@@ -701,7 +732,7 @@ def fork_kind(meta: Mapping[str, Any], key: str | None) -> str | None:
     return k if isinstance(k, str) and k.isidentifier() else None
 
 
-def branch_layout(log: Sequence[LogEntry], active: str, key: str | None,
+def branch_layout(log: Sequence[Node], active: str, key: str | None,
                   lines: Mapping[str, int] | None = None) -> dict[str, str]:
     """The branch names of an imported session's tree: name -> tip.
 
@@ -714,7 +745,8 @@ def branch_layout(log: Sequence[LogEntry], active: str, key: str | None,
     else ``fork``.
 
     Args:
-        log: the session's commits on every branch.
+        log: the session's commits on every branch (:class:`~castore.entries.LogEntry`, or
+            what :class:`TreeWriter` appended: :class:`Written`).
         active: the commit of the line the agent was on last.
         key: the adapter's metadata key (``o``: line number, ``fork``: kind).
         lines: commit -> line of castore's own commits found again in the file (``adopted``).
