@@ -556,6 +556,9 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
         InvalidEntry: not an entry, or a field that cannot be stored as given (the message
             names the field).
     """
+    if type(entry) is Event and author is None and not meta and not state_delta \
+            and entry.__dict__.get("_vouched", False):
+        return _prepare_vouched(entry, at)
     e = coerce(entry)
     if isinstance(e, Message):
         _check_message(e, "message")
@@ -610,6 +613,30 @@ def prepare(entry: Any, author: str | None = None, meta: Mapping[str, Any] | Non
     out.__dict__.update(kind=e.kind, body=body, author=author_, meta=meta_, delta=parts[""][0],
                         unset=tuple(parts[""][1]), app_delta=parts["app:"][0], app_unset=tuple(parts["app:"][1]),
                         user_delta=parts["user:"][0], user_unset=tuple(parts["user:"][1]), temp=temp, time=at, entry=e)
+    return out
+
+
+def _prepare_vouched(e: Event, at: float | None) -> Prepared:
+    """:func:`prepare` of a :func:`vouched_event` given alone (no author, meta or state
+    change beside it; what an importer appends, line after line): the same checks that
+    still apply to it (its message's fields, the time, that msgpack encodes its body and
+    meta), without the splitting of a state change it cannot hold.
+
+    Raises:
+        InvalidEntry: as :func:`prepare`.
+    """
+    m = e.message
+    if m is not None:
+        _check_message(m, "event message")
+    if at is not None:
+        _need(_is_time(at), "time", "a finite number of seconds since the epoch", at)
+    body = m.to_dict() if m is not None else None
+    meta = dict(e.meta)
+    o.pack(body)
+    o.pack(meta)
+    out = _new(Prepared)
+    out.__dict__.update(kind=e.kind, body=body, author=e.author, meta=meta, delta={}, unset=(), app_delta={},
+                        app_unset=(), user_delta={}, user_unset=(), temp={}, time=at, entry=e)
     return out
 
 

@@ -225,3 +225,24 @@ def test_head_state_is_what_exists_current_branch_and_head_say(tmp_path: Path) -
         s.branch(long, at=first)
         s.checkout(long)
         assert s.head_state() == said() == (True, long, first)
+
+
+def test_a_vouched_line_is_prepared_as_the_same_event_checked_in_full() -> None:
+    # prepare's way for an importer's vouched events gives what the checked way gives
+    from castore.adapters.jsonl_tree import encode_blob
+
+    data = Path(__file__).resolve().parent / "data" / "claude-code"
+    n = 0
+    for path in sorted(data.rglob("*.jsonl")):
+        for i, raw in enumerate(path.read_bytes().splitlines(keepends=True)):
+            d, vouched = parse_vouched(raw)
+            if not vouched or not isinstance(d, dict):
+                continue
+            e = claude_code._entry(i, encode_blob(raw, castore.objects.PLAIN)[0], d, True)
+            checked = Event(author=e.author, message=e.message, meta=dict(e.meta))
+            a, b = prepare(e, at=1.5), prepare(checked, at=1.5)
+            assert {k: v for k, v in vars(a).items() if k != "entry"} == \
+                   {k: v for k, v in vars(b).items() if k != "entry"}
+            assert a.entry is e
+            n += 1
+    assert n > 100
