@@ -54,6 +54,8 @@ def message_of(entry: Any) -> Message | None:
     return None
 
 
+_new = object.__new__
+
 #: at most this many system messages are tracked in :class:`PathFacts` (more: no facts)
 MAX_FACT_SYSTEMS = 32
 #: model, provider or thinking names longer than this are not kept in ref metadata
@@ -107,7 +109,11 @@ class PathFacts:
                     return None
             elif m.role == "user":
                 user = depth
-        return PathFacts(depth, self.start, self.compaction, messages, system, user, model, provider, thinking)
+        # made as __init__ would (frozen: no setattr), once per appended commit
+        out = _new(PathFacts)
+        out.__dict__.update(depth=depth, start=self.start, compaction=self.compaction, messages=messages,
+                            system=system, user=user, model=model, provider=provider, thinking_level=thinking)
+        return out
 
     def to_meta(self) -> dict[str, Any] | None:
         """The facts as ref metadata (only those of a path with no compaction); None when

@@ -643,28 +643,46 @@ def block_layout(objects: Sequence[tuple[str, bytes]]) -> tuple[list[tuple[str, 
     boundary at or after every :data:`BLOCK_CUT` bytes of a part. So a reader of one commit
     of a long session decodes at most the commits and trees before it (about a sixth of a
     block), in zstd blocks of about 32 KiB, not up to 128 KiB of bodies and segments."""
+    ordered, cuts, _, _ = _laid_out(objects)
+    return ordered, cuts
+
+
+def _laid_out(objects: Sequence[tuple[str, bytes]]
+              ) -> tuple[list[tuple[str, bytes]], list[int], bytes, dict[str, tuple[int, int]]]:
+    """:func:`block_layout` and :func:`encode_content` of its order in one pass: the order,
+    the cuts, the content and where each object's bytes are in it (one pass over a landing's
+    objects, not three)."""
     parts: list[list[tuple[str, bytes]]] = [[], [], []]
+    adds = [p.append for p in parts]
     for item in objects:
-        parts[_BLOCK_PARTS.get(o.kind_tag(item[1]), 1)].append(item)
+        c = item[1]
+        # o.kind_tag, inlined: the tag msgspec writes first, one byte after ``\xa1k\xa1``
+        tag = chr(c[4]) if len(c) >= 5 and 0x80 <= c[0] <= 0x8F and c[1:4] == b"\xa1k\xa1" else ""
+        adds[_BLOCK_PARTS.get(tag, 1)](item)
     ordered: list[tuple[str, bytes]] = []
     cuts: list[int] = []
-    seen: set[str] = set()
+    chunks: list[bytes] = []
+    where: dict[str, tuple[int, int]] = {}
+    size, head = _SIZE.size, _SIZE.pack
     pos = 0
     for part in parts:
         since = -1  # a part starts a zstd block
-        for oid, canonical in part:
-            if oid in seen:
+        for item in part:
+            oid, canonical = item
+            if oid in where:
                 continue  # encode_content keeps the first
-            seen.add(oid)
             if since < 0 or since >= BLOCK_CUT:
                 if pos:
                     cuts.append(pos)
                 since = 0
-            ordered.append((oid, canonical))
-            step = _SIZE.size + len(canonical)
-            pos += step
-            since += step
-    return ordered, cuts
+            ordered.append(item)
+            n = len(canonical)
+            chunks.append(head(n))
+            chunks.append(canonical)
+            where[oid] = (pos + size, n)
+            pos += size + n
+            since += size + n
+    return ordered, cuts, b"".join(chunks), where
 
 
 def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
@@ -686,8 +704,9 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
     """
     cuts: list[int] = []
     if by_kind:
-        objects, cuts = block_layout(list(objects))
-    content, spans = encode_content(objects)
+        _, cuts, content, spans = _laid_out(list(objects))
+    else:
+        content, spans = encode_content(objects)
     if level is None or not compress:
         payload = codec.seal_record(o.to_stored(content, compress))
     else:
@@ -717,8 +736,11 @@ def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int 
         rec, w = encode_record_v2(run, at, level, compress, by_kind, codec)
         parts.append(rec)
         at += len(rec)
-        for oid, slot in w.items():
-            where.setdefault(oid, slot)
+        if where.keys().isdisjoint(w):
+            where.update(w)
+        else:
+            for oid, slot in w.items():
+                where.setdefault(oid, slot)
     return b"".join(parts), where
 
 
