@@ -142,3 +142,31 @@ def test_push_and_sync_name_a_damaged_segment_record_not_a_wrong_kind(tmp_path: 
     assert f"Error: object {seg} cannot be read" in errors[0] and f"packs/{name}.pack" in errors[0], errors
     with castore.open(str(dst)) as d:
         assert not d.refs.list("sessions/app/u/long/")  # nothing half-sent
+
+
+def test_pull_clone_and_sync_name_the_remote_whose_record_is_damaged(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pulling from (cloning, syncing with) a remote whose pack record is damaged said
+    "... is damaged: ...; run `castore fsck`" without saying which store, and this store's
+    fsck says ok: the error now names the remote. A sync whose own store is damaged keeps
+    the message as it was (it is this store's)."""
+    remote = tmp_path / "remote"
+    heads = _store(remote, False, monkeypatch)
+    _flip(remote, heads[1])
+    runner = CliRunner()
+    local = tmp_path / "local"
+    for args in (["--store", str(local), "pull", "--all", str(remote)],
+                 ["--store", str(local), "sync", str(remote)],
+                 ["clone", str(remote), str(tmp_path / "copy")]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 1, (args, res.output)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and errors[0].startswith(f"Error: object {heads[1]} cannot be read"), res.output
+        assert errors[0].endswith(f"run `castore fsck` in {remote}"), errors
+    res = runner.invoke(main, ["--store", str(local), "fsck"])
+    assert res.exit_code == 0 and "ok" in res.output, res.output
+
+    res = runner.invoke(main, ["--store", str(remote), "sync", str(tmp_path / "elsewhere")])
+    assert res.exit_code == 1
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and errors[0].endswith("run `castore fsck`"), res.output

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
 from .. import sync
-from ..errors import CastoreError, SessionNotFound
+from ..errors import CastoreError, DamagedPack, IntegrityError, ObjectNotFound, SessionNotFound
 from ..store import Store, store_dir
 from .common import (
     CastoreGroup,
@@ -78,6 +79,27 @@ def _resolved(sel: Any, source: Store) -> Any:
         return find_session(source, sel, new_ok=True).key
     except SessionNotFound as e:
         raise click.ClickException(f"{e} in {source.url}") from e
+
+
+@contextlib.contextmanager
+def _reading(remote: Store | str, local: Store | None = None) -> Iterator[None]:
+    """Name the remote in the error of an object it lacks or holds damaged: the library's
+    message ("object X not found", "... is damaged: ...; run `castore fsck`") names no
+    store, and this store's fsck says ok. With ``local`` (a sync, which also pushes), an
+    object this store lacks, or holds damaged, keeps the message as it is.
+
+    Raises:
+        click.ClickException: the remote's object, the remote named.
+    """
+    try:
+        yield
+    except (IntegrityError, ObjectNotFound) as e:
+        oid = getattr(e, "object_id", "")
+        if local is not None and isinstance(remote, Store) and not (
+                remote.objects.damage(oid) is not None if isinstance(e, DamagedPack)
+                else isinstance(e, ObjectNotFound) and local.objects.contains(oid)):
+            raise
+        raise click.ClickException(f"{e} in {remote if isinstance(remote, str) else remote.url}") from e
 
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -272,7 +294,8 @@ def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
     bar = _Bar(f"pull {name}", quiet)
     remote_name = name if name in sync.list_remotes(store) else "remote"
     try:
-        report = sync.pull(other, store, sel, force=force, progress=bar, remote_name=remote_name)
+        with _reading(other):
+            report = sync.pull(other, store, sel, force=force, progress=bar, remote_name=remote_name)
     finally:
         bar.done()
     _render(report, "pulled from", name, as_json, quiet)
@@ -374,7 +397,8 @@ def sync_cmd(ctx: click.Context, remote: str | None, app: str | None, user: str 
     remote_name = name if name in sync.list_remotes(store) else "remote"
     bar = _Bar(f"sync {name}", quiet)
     try:
-        report = sync.both_ways(store, other, sel, remote_name=remote_name, progress=bar)
+        with _reading(other, store):
+            report = sync.both_ways(store, other, sel, remote_name=remote_name, progress=bar)
     finally:
         bar.done()
     _render_both(store, report, as_json, quiet)
@@ -422,7 +446,8 @@ def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | N
     sel: sync.Selection = parts[0] if parts is not None and len(parts) == 1 else parts
     bar = _Bar("clone", quiet)
     try:
-        report = sync.clone(url, target, sel, progress=bar, **parse_options(options), **key_options())
+        with _reading(url):
+            report = sync.clone(url, target, sel, progress=bar, **parse_options(options), **key_options())
     finally:
         bar.done()
     _render(report, "cloned into", target, as_json, quiet)
