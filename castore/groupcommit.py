@@ -27,7 +27,9 @@ lands the refs as groups of :meth:`Plumbing.swap_many`, each a compare-and-swap 
 the batch first built on: on local disk in format 3 one sync makes the objects and every
 intent of the group durable.
 A session's HEAD (its info: an importer's position in its file) moves only after the
-session's other refs landed, so a lost compare leaves HEAD and its info where they were.
+session's other refs landed, so a lost compare leaves HEAD and its info where they were;
+:func:`watch_landings` tells a caller which refs each landing moved (an import that lost a
+race counts what its landings stored).
 Until a batch lands, no ref names what it wrote: stopped before (kill -9, Ctrl-C), the store
 is as the last landed batch left it, and nothing stored before is lost. While a batch is
 open its stores' background repack is held (:meth:`~castore.objectstore.ObjectStore.
