@@ -470,6 +470,11 @@ class ScopePlan(Record):
 Make = Callable[[tuple[bytes, ...], int, "bytes | None"], Commit]
 
 
+def _same(obj: Any) -> Any:
+    """``obj`` itself (:meth:`Batch.clean` with no redactor)."""
+    return obj
+
+
 class Batch:
     """Commits built on one tip and every object they need, not yet written.
 
@@ -553,11 +558,13 @@ class Batch:
         self.pending[cid] = canonical
         self.objs.cache(cid, commit)
         self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending, body, typed)
-        self.pending.update(extra)
+        if extra:  # (a block closed: its segment and index)
+            self.pending.update(extra)
         self.ids.append(cid)
         self.tip, self.depth, self.last = cid, self.depth + 1, commit
         self.state = commit.state
-        self.scopes = dict(commit.scopes)
+        if commit.scopes or self.scopes:
+            self.scopes = dict(commit.scopes)
         return cid
 
     def entry(self, kind: str, body: Any, *, delta: Mapping[str, Any], unset: tuple[str, ...],
@@ -576,8 +583,9 @@ class Batch:
         if body is not None:
             oid, value = self._add(Value(body))
             body_id = o.raw_id(oid)
-        delta_: dict[str, Any] = self.clean(dict(delta))
-        meta_: dict[str, Any] = self.clean(dict(meta))
+        clean = self.clean if self.plumbing.redactor is not None else _same
+        delta_: dict[str, Any] = clean(dict(delta)) if delta else {}
+        meta_: dict[str, Any] = clean(dict(meta))
         state = self.state_writer.apply(self.state, delta_, unset)
         merged = {**self.scopes, **scopes} if scopes else self.scopes
 

@@ -633,6 +633,8 @@ BLOCK_CUT = 32 << 10
 #: trees (what a reader of one revision needs: the state at the middle), then bodies and
 #: the rest, then segments and indexes (what copies the commits and bodies before them)
 _BLOCK_PARTS = {"c": 0, "t": 0, "s": 2, "i": 2}
+#: an object's first five bytes (a map of 0 to 15 fields, its tag first: ``o.kind_tag``) -> its part
+_PART_OF = {bytes((0x80 + n,)) + b"\xa1k\xa1" + t.encode(): part for n in range(16) for t, part in _BLOCK_PARTS.items()}
 
 
 def block_layout(objects: Sequence[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], list[int]]:
@@ -654,11 +656,9 @@ def _laid_out(objects: Sequence[tuple[str, bytes]]
     objects, not three)."""
     parts: list[list[tuple[str, bytes]]] = [[], [], []]
     adds = [p.append for p in parts]
+    part_of = _PART_OF.get
     for item in objects:
-        c = item[1]
-        # o.kind_tag, inlined: the tag msgspec writes first, one byte after ``\xa1k\xa1``
-        tag = chr(c[4]) if len(c) >= 5 and 0x80 <= c[0] <= 0x8F and c[1:4] == b"\xa1k\xa1" else ""
-        adds[_BLOCK_PARTS.get(tag, 1)](item)
+        adds[part_of(item[1][:5], 1)](item)
     ordered: list[tuple[str, bytes]] = []
     cuts: list[int] = []
     chunks: list[bytes] = []
