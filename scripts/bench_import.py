@@ -22,7 +22,8 @@ alternating for ROUNDS rounds:
 Prints MB, seconds (median and each run), MB/s, the ratio to the floor (issue 38 asks for
 import within 2x) and, for the imports, the peak memory of the process tree (the parent and
 its workers together, their resident sets summed, sampled every 20 ms from /proc; Linux).
-``--markdown FILE`` also writes the table as a page.
+``--markdown FILE`` also writes the table as a page. Where a one-process import's CPU goes,
+stage by stage and per line: ``scripts/bench_import_stages.py``.
 
     .venv/bin/python scripts/bench_import.py [--size-mb 200] [--rounds 3] [--jobs N] [--workdir DIR]
                                              [--markdown FILE]

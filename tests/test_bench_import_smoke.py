@@ -25,3 +25,14 @@ def test_bench_import_smoke_prints_floor_format_imports_and_reimport(tmp_path):
     # every copy is its own session: file names (session ids) never repeat
     mains = [f for d in (work / "projects").iterdir() for f in d.glob("*.jsonl")]
     assert len(mains) > 12 and len({f.name for f in mains}) == len(mains)
+
+
+def test_bench_import_stages_names_each_stage_it_times(tmp_path):
+    # every stage it wraps still exists (a renamed function fails here, not in a benchmark run)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_import_stages.py"),
+                        os.path.join(ROOT, "tests", "data", "claude-code"), str(tmp_path / "store")],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert re.search(r"^[\d,]+ lines, [\d,]+ files; main thread CPU", p.stdout, re.M), p.stdout
+    for label in ("Importer.run", "claude _entry", "Batch.entry", "WriteBatch._land", "land_staged"):
+        assert re.search(rf"us/line +[\d,]+ calls  {re.escape(label)}", p.stdout), (label, p.stdout)
