@@ -6,8 +6,13 @@ Times, each in a fresh process, with every given interpreter in turn within each
 machine whose load changes weighs on every checkout alike): ``python -c pass`` (the floor any
 Python command pays), ``castore --version``, ``castore --help``, ``castore grep -c`` of a rare
 and a common word through the search index, and ``grep -r -c`` (GNU grep) of the same words
-over the same text as JSONL files. The store, its index and the JSONL files are those
+over the same text as JSONL files; and once ``python -m castore grep -c`` of the rare word, next
+to the ``castore`` command it runs as. The store, its index and the JSONL files are those
 ``scripts/bench_grep.py --workdir DIR`` leaves in DIR (``store/``, ``index/``, ``jsonl/``).
+
+``castore`` is the console script the environment's installer wrote next to PYTHON
+(``.venv/bin/castore``, what a user runs), not ``python -m castore`` (which loads ``runpy``
+first): one more ``import`` line in a script the interpreter compiles each time.
 
 Each PYTHON is the interpreter of a checkout's environment (``.venv/bin/python``; castore is
 imported from wherever that environment installed it, every process started in the work folder
@@ -31,15 +36,33 @@ import time
 RARE, COMMON = "zanzibarquux", "parser"
 
 
+#: in a command's arguments: the checkout's interpreter, and the console script next to it
+PY, CASTORE = "{python}", "{castore}"
+
+
 def commands(workdir: str) -> list[tuple[str, list[str] | None]]:
-    """The timed commands: (label, arguments after ``python``, or None for GNU grep's)."""
-    return [("python -c pass", ["-c", "pass"]),
-            ("castore --version", ["-m", "castore", "--version"]),
-            ("castore --help", ["-m", "castore", "--help"]),
-            (f"castore grep -c {RARE}", ["-m", "castore", "grep", "-c", RARE]),
-            (f"castore grep -c {COMMON}", ["-m", "castore", "grep", "-c", COMMON]),
+    """The timed commands: (label, arguments with :data:`PY` or :data:`CASTORE` first, or None
+    for GNU grep's)."""
+    return [("python -c pass", [PY, "-c", "pass"]),
+            ("castore --version", [CASTORE, "--version"]),
+            ("castore --help", [CASTORE, "--help"]),
+            (f"castore grep -c {RARE}", [CASTORE, "grep", "-c", RARE]),
+            (f"python -m castore grep -c {RARE}", [PY, "-m", "castore", "grep", "-c", RARE]),
+            (f"castore grep -c {COMMON}", [CASTORE, "grep", "-c", COMMON]),
             (f"GNU grep -r -c {RARE}", None),
             (f"GNU grep -r -c {COMMON}", None)]
+
+
+def console_script(python: str) -> str:
+    """The ``castore`` console script of the environment whose interpreter is ``python``.
+
+    Raises:
+        SystemExit: the environment has none (castore is not installed there).
+    """
+    path = os.path.join(os.path.dirname(python), "castore")
+    if not os.path.exists(path):
+        raise SystemExit(f"{path}: no castore console script next to {python} (run scripts/setup there)")
+    return path
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: str) -> float:
@@ -68,6 +91,7 @@ def main() -> None:
                              capture_output=True, text=True, check=True, cwd=work).stdout.strip()
         print(f"{labels[py]}: {py} imports castore from {src}")
         subprocess.run([py, "-m", "compileall", "-q", src], check=True)
+    scripts = {py: console_script(py) for py in args.pythons}
     cmds = commands(work)
     took: dict[tuple[str, str], list[float]] = {}
     load0 = os.getloadavg()
@@ -76,7 +100,8 @@ def main() -> None:
             for label, argv in cmds:
                 if argv is None and py != args.pythons[0]:
                     continue  # GNU grep once a round
-                full = [py, *argv] if argv is not None else ["grep", "-r", "-c", label.split()[-1], jsonl]
+                full = ([{PY: py, CASTORE: scripts[py]}.get(a, a) for a in argv] if argv is not None
+                        else ["grep", "-r", "-c", label.split()[-1], jsonl])
                 dt = _run(full, env, work)
                 if r:
                     took.setdefault((label, py if argv is not None else ""), []).append(dt)

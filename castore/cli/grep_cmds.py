@@ -99,6 +99,7 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
     # collector walk every live object again, for nothing
     with gc_paused():
         from ..grep import KINDS, grep, grep_counts, grep_rows
+        from ..grep.files import keep_chunks
 
         try:
             store = open_store(ctx)
@@ -108,12 +109,13 @@ def grep_cmd(ctx: click.Context, pattern: str, ignore_case: bool | None, fixed: 
                 "apps": apps or None, "since": _when(since, "--since"), "until": _when(until, "--until"),
                 "limit": limit or None, "context": context, "index": False if no_index else None,
                 "check_index": not cached, "typed": typed}
-            if list_sessions or count:
-                found = _render_counts(grep_counts(store, pattern, **options), list_sessions, count)
-            elif as_json or as_jsonl:
-                found = _render_json(grep(store, pattern, **options), as_json, as_jsonl)
-            else:
-                found = _render_rows(grep_rows(store, pattern, **options))
+            with keep_chunks(False):  # one search in this process: no chunk kept for a next one
+                if list_sessions or count:
+                    found = _render_counts(grep_counts(store, pattern, **options), list_sessions, count)
+                elif as_json or as_jsonl:
+                    found = _render_json(grep(store, pattern, **options), as_json, as_jsonl)
+                else:
+                    found = _render_rows(grep_rows(store, pattern, **options))
             if as_json and (list_sessions or count):
                 click.echo(_indented_json({"matches": []}))  # what --json adds to -l and -c: no match document
         except CastoreError as e:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import array
 import bisect
+import contextlib
 import functools
 import itertools
 import mmap
+import operator
 import os
 import re
 import sys
 import threading
-import zlib
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import Any
@@ -62,6 +63,26 @@ CACHE_BYTES = 128 << 20
 _cache: dict[tuple[Any, ...], bytes] = {}
 _cache_lock = threading.Lock()
 _cache_size = [0]
+#: whether a search keeps every chunk it reads (see :func:`keep_chunks`)
+_keep_all = [True]
+
+
+@contextlib.contextmanager
+def keep_chunks(keep: bool) -> Iterator[None]:
+    """Within the block: whether a search keeps every chunk it decompresses for the searches
+    after it (True, the default: a library user's next search decompresses nothing), or, for a
+    process that searches once (``castore grep``), only the text of a chunk that holds a hit (its
+    blocks are read again to check or print the matches), and no lower-cased copy at all: then
+    the memory of one chunk is used again for the next, where keeping them all would touch a new
+    page of memory for every 4 KiB read (a page fault each, a tenth of a common word's search).
+    Raises nothing of its own.
+    """
+    was = _keep_all[0]
+    _keep_all[0] = keep
+    try:
+        yield
+    finally:
+        _keep_all[0] = was
 
 
 def _cache_get(key: tuple[Any, ...]) -> bytes | None:
@@ -155,16 +176,21 @@ class Part:
         """
         got = _cache_get((self.ident, c))
         if got is None:
-            from ..errors import IntegrityError
-            from ..frames import unframe
-
-            try:
-                got = unframe(self.z[self.cstarts[c]:self.cstarts[c + 1]], "search index chunk", 1 << 31)
-            except IntegrityError as e:
-                raise ValueError(f"index part {self.name}: {e}") from e
-            if got[-1:] != _SEPB or self.cols[_AT][self.cfirst[c + 1] - 1] >= len(got):
-                raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
+            got = self._decompress(c)
             _cache_put((self.ident, c), got)
+        return got
+
+    def _decompress(self, c: int) -> bytes:
+        """Chunk ``c``'s text, decompressed and checked (not kept); ValueError as :meth:`chunk`."""
+        from ..errors import IntegrityError
+        from ..frames import unframe
+
+        try:
+            got = unframe(self.z[self.cstarts[c]:self.cstarts[c + 1]], "search index chunk", 1 << 31)
+        except IntegrityError as e:
+            raise ValueError(f"index part {self.name}: {e}") from e
+        if got[-1:] != _SEPB or self.cols[_AT][self.cfirst[c + 1] - 1] >= len(got):
+            raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
         return got
 
     def lowered(self, c: int) -> bytes:
@@ -179,13 +205,27 @@ class Part:
             _cache_put((self.ident, c, 0), got)
         return got
 
-    def blocks_of(self, c: int) -> list[bytes]:
-        """The blocks of chunk ``c``, UTF-8 each.
+    def _searched(self, c: int, lowered: bool) -> tuple[bytes, bytes | None]:
+        """Chunk ``c``'s text to search (``lowered``: lower-cased), and its text as written when
+        the search is to keep it only if it holds a hit (:func:`keep_chunks`; else None: kept
+        already); ValueError as :meth:`chunk`."""
+        if _keep_all[0]:
+            return (self.lowered(c) if lowered else self.chunk(c)), None
+        text = _cache_get((self.ident, c)) or self._decompress(c)
+        return (text.lower() if lowered else text), text
+
+    def _found_in(self, c: int, text: bytes | None) -> None:
+        """A hit in chunk ``c``: keep its text (:meth:`_searched`'s second value) for its blocks."""
+        if text is not None:
+            _cache_put((self.ident, c), text)
+
+    def blocks_of(self, c: int, text: bytes | None = None) -> list[bytes]:
+        """The blocks of chunk ``c`` (whose text is ``text`` when given), UTF-8 each.
 
         Raises:
             ValueError: the chunk is damaged.
         """
-        got = self.chunk(c).split(_SEPB)
+        got = (self.chunk(c) if text is None else text).split(_SEPB)
         got.pop()
         if len(got) != self.cfirst[c + 1] - self.cfirst[c]:
             raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
@@ -222,7 +262,7 @@ class Part:
         keep = (1 << (8 * n)) - 1  # one byte per chunk: 1 while it may hold the needle
         for b in bits:
             col = self.filters[b >> 3::_FILTER_BYTES]
-            keep &= int.from_bytes(bytes(col).translate(_BIT[b & 7]), "big")
+            keep &= int.from_bytes(bytes(col).translate(_bit(b & 7)), "big")
         got = keep.to_bytes(n, "big")
         out = [c for c in range(n) if got[c]] if keep else []
         if lowered:
@@ -245,7 +285,7 @@ class Part:
         got: list[int] = []
         at = self.cols[_AT]
         for c in self.candidates(filter_bits(needle), lowered):
-            hay = self.lowered(c) if lowered else self.chunk(c)
+            hay, text = self._searched(c, lowered)
             first, end = self.cfirst[c], self.cfirst[c + 1]
             x = hay.find(needle)
             offs = at[first:end].tolist() if x >= 0 else []  # the blocks' starts in the chunk
@@ -258,9 +298,11 @@ class Part:
                 x = hay.find(needle, offs[i + 1])
             if lowered and self.cflags[c] & _SPECIAL:
                 found = sorted(set(found).union(
-                    first + j for j, b in enumerate(self.blocks_of(c))
+                    first + j for j, b in enumerate(self.blocks_of(c, text))
                     if not b.isascii() and _special_rx().search(b.decode("utf-8")) is not None))
-            got.extend(found)
+            if found:
+                self._found_in(c, text)
+                got.extend(found)
         return got
 
     def find_regex(self, rx: re.Pattern[str], lowered: bool, whole: bool) -> list[int]:
@@ -274,15 +316,19 @@ class Part:
         got: list[int] = []
         search = rx.search
         for c in range(self.chunks):
+            text = None if _keep_all[0] else _cache_get((self.ident, c)) or self._decompress(c)
             try:
-                texts = [b.decode("utf-8") for b in self.blocks_of(c)]
+                texts = [b.decode("utf-8") for b in self.blocks_of(c, text)]
             except UnicodeDecodeError as e:
                 raise ValueError(f"index part {self.name}: {e}") from e
             if lowered:
                 texts = [t.lower().translate(_FOLD) for t in texts]
             if whole and search(SEP.join(texts)) is None:
                 continue
+            n = len(got)
             got.extend(itertools.compress(itertools.count(self.cfirst[c]), map(search, texts)))
+            if len(got) > n:
+                self._found_in(c, text)
         return got
 
     def fields(self, idx: list[int], cols: Iterable[int]) -> list[tuple[int, ...]]:
@@ -369,8 +415,10 @@ class Part:
                 f"{p}.rec": recs.tobytes(), f"{p}.time": times.tobytes()}
 
 
-#: per bit of a byte: a table that maps a byte to 1 when it has that bit, else 0
-_BIT = [bytes(1 if x >> k & 1 else 0 for x in range(256)) for k in range(8)]
+@functools.cache
+def _bit(k: int) -> bytes:
+    """The table (for ``bytes.translate``) that maps a byte to 1 when it has bit ``k``, else to 0."""
+    return bytes(x >> k & 1 for x in range(256))
 
 
 class Segment:
@@ -462,6 +510,8 @@ def stat_of(path: str) -> tuple[int, int, int] | None:
 def write_file(folder: str, name: str, data: bytes) -> list[int]:
     """Write file ``name`` of the index (a new file renamed into place); its ``[size, crc,
     mtime_ns, inode]`` as :func:`open_file` checks them."""
+    import zlib  # here and in open_file's check: a search of files as written never loads it
+
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -497,8 +547,11 @@ def open_file(folder: str, name: str, want: list[int]) -> Any:
             data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if want[0] else b""
         except (OSError, ValueError):
             data = f.read()
-    if (st.st_mtime_ns, st.st_ino) != (want[2], want[3]) and (len(data) != want[0] or zlib.crc32(data) != want[1]):
-        raise ValueError(f"{name} does not match its check")
+    if (st.st_mtime_ns, st.st_ino) != (want[2], want[3]):
+        import zlib
+
+        if len(data) != want[0] or zlib.crc32(data) != want[1]:
+            raise ValueError(f"{name} does not match its check")
     return data
 
 def _view(folder: str, name: str, want: list[int], code: str) -> Any:
@@ -545,7 +598,7 @@ def load_segment(folder: str, g: dict[str, Any], base: int) -> Segment:
         k = (len(offs) - 2) // 3  # chunks
         p.cstarts, p.cfirst, p.cflags = offs[:k + 1], offs[k + 1:2 * k + 2], offs[2 * k + 2:]
         if len(p.time) != n or len(rec) != _COLS * n or p.cstarts[-1] != len(p.z) or p.cfirst[-1] != n \
-                or len(p.filters) != k * _FILTER_BYTES or any(p.cfirst[c] >= p.cfirst[c + 1] for c in range(k)):
+                or len(p.filters) != k * _FILTER_BYTES or any(map(operator.ge, cf := p.cfirst.tolist(), cf[1:])):
             raise ValueError(f"index part {pre}: sizes do not agree")
         p.cols = [rec[c * n:(c + 1) * n] for c in range(_COLS)]
         seg.parts[pname] = p

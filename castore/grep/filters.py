@@ -5,7 +5,6 @@ pattern's matches in a line, and the JSON time of a match.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import re
 from collections.abc import Callable
@@ -39,15 +38,24 @@ def iso_time(t: float | None) -> str | None:
             if len(_ISO_MINUTES) >= 1 << 16:
                 _ISO_MINUTES.clear()
             minute = _ISO_MINUTES[sec // 60] = datetime.fromtimestamp(sec // 60 * 60, UTC).isoformat()[:17]
-        return minute + _ISO_SECONDS[sec % 60] + _ISO_MILLIS[int(t * 1000) % 1000]
+        seconds, millis = _ISO_PARTS or _iso_parts()
+        return minute + seconds[sec % 60] + millis[int(t * 1000) % 1000]
     return _iso_by_datetime(t)
 
 
 #: the times :func:`iso_time` formats by arithmetic (from the epoch to the end of year 9998)
 _ISO_FAST_END = 253370764800.0
 _ISO_MINUTES: dict[int, str] = {}
-_ISO_SECONDS = [f"{n:02d}." for n in range(60)]
-_ISO_MILLIS = [f"{n:03d}Z" for n in range(1000)]
+#: the texts of the seconds and of the milliseconds, made by the first time formatted
+#: (:func:`_iso_parts`): a search that prints no time (a count) makes none
+_ISO_PARTS: list[list[str]] = []
+
+
+def _iso_parts() -> list[list[str]]:
+    """``[seconds, milliseconds]``: ``"SS."`` for each second, ``"mmmZ"`` for each millisecond."""
+    if not _ISO_PARTS:
+        _ISO_PARTS[:] = [[f"{n:02d}." for n in range(60)], [f"{n:03d}Z" for n in range(1000)]]
+    return _ISO_PARTS
 
 
 def _iso_by_datetime(t: float) -> str:
@@ -63,7 +71,9 @@ def glob_any(value: str | None, globs: tuple[str, ...] | None) -> bool:
     none, False for a None value when there are. Raises nothing."""
     if not globs:
         return True
-    return value is not None and any(fnmatch.fnmatchcase(value, g) for g in globs)
+    from fnmatch import fnmatchcase  # here: a search with no glob never loads it
+
+    return value is not None and any(fnmatchcase(value, g) for g in globs)
 
 
 def session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,
@@ -72,8 +82,11 @@ def session_ok(key: tuple[str, str, str], session_globs: tuple[str, ...] | None,
     id when a glob has no ``/``) and the ``--app`` globs (None or empty: no filter). Raises nothing."""
     if app_globs and not glob_any(key[0], app_globs):
         return False
-    return not session_globs or any(fnmatch.fnmatchcase(key_text(key) if "/" in g else key[2], g)
-                                    for g in session_globs)
+    if not session_globs:
+        return True
+    from fnmatch import fnmatchcase
+
+    return any(fnmatchcase(key_text(key) if "/" in g else key[2], g) for g in session_globs)
 
 
 _SYNTAX = frozenset("\\.^$*+?{}[]|()")

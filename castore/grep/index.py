@@ -80,7 +80,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import fcntl
 import itertools
 import json
 import os
@@ -296,7 +295,8 @@ class Index:
             return False
         self._stat = (st.st_ino, st.st_mtime_ns, st.st_size)
         self.rows = state["sessions"]
-        if not all(type(r) is list and len(r) == 8 for r in self.rows):
+        if type(self.rows) is not list or not set(map(type, self.rows)) <= {list} \
+                or not set(map(len, self.rows)) <= {8}:
             raise ValueError("sessions are not rows")
         self._refs_file = (state["refs"][0], state["refs"][1]) if state.get("refs") else None
         self._sessions = None
@@ -365,28 +365,40 @@ class Index:
         names = [name for name, held in PARTS.items() if kinds is None or kinds & set(held)]
         want = None if kinds is None else {i for i, k in enumerate(KINDS) if k in kinds}
         runs: dict[int, list[tuple[Part, list[int]]]] = {}  # session -> its runs
+        lo, hi = bisect.bisect_left, bisect.bisect_right
+        layout = self._layout()
         for seg in self.segs:
-            ranges: dict[str, list[tuple[int, int, int]]] = {name: [] for name in names}
-            for si, r in enumerate(self.rows):
-                if r[3] == seg.name:
-                    for name in names:
-                        at, n = (r[4], r[5]) if name == "main" else (r[6], r[7])
-                        if n:
-                            ranges[name].append((at, at + n, si))
             for name in names:
-                if not ranges[name]:
+                starts, ends, sis = layout.get((seg.name, name), ((), (), ()))
+                if not starts:
                     continue
                 p = seg.parts[name]
                 held = PARTS[name]
                 got = _hits(p, rx, None if want is None or set(held) <= kinds else want)  # type: ignore[operator]
-                if not got:
-                    continue
-                lo = bisect.bisect_left
-                for a, b, si in ranges[name]:
-                    i, j = lo(got, a), lo(got, b)
-                    if i < j:
-                        runs.setdefault(si, []).append((p, got[i:j]))
+                # each run of hits within one session's range (the ranges are apart, in order):
+                # a bisection or two per session with a hit, not per session
+                i, n = 0, len(got)
+                while i < n:
+                    k = hi(starts, got[i]) - 1
+                    if k >= 0 and got[i] < ends[k]:
+                        j = lo(got, ends[k], i)
+                        runs.setdefault(sis[k], []).append((p, got[i:j]))
+                    else:  # dead blocks: on to the next session's range
+                        j = lo(got, starts[k + 1], i) if k + 1 < len(starts) else n
+                    i = j
         return [runs[si] for si in sorted(runs, key=self.key)]
+
+    def _layout(self) -> dict[tuple[str, str], tuple[list[int], list[int], list[int]]]:
+        """Per segment and part, the live sessions' ranges of blocks in order: ``(starts, ends,
+        session numbers)`` (a session's blocks are contiguous per part; sessions do not overlap)."""
+        out: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+        for si, r in enumerate(self.rows):
+            if r[3] is not None:
+                if r[5]:
+                    out.setdefault((r[3], "main"), []).append((r[4], r[4] + r[5], si))
+                if r[7]:
+                    out.setdefault((r[3], "res"), []).append((r[6], r[6] + r[7], si))
+        return {k: tuple(map(list, zip(*sorted(v), strict=True))) for k, v in out.items()}  # type: ignore[misc]
 
     # -- keeping it fresh ----------------------------------------------------------------
     def refresh(self, check: bool = True) -> Index:
@@ -483,6 +495,8 @@ class Index:
                 fd = os.open(os.path.join(self.folder, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
             except OSError as e:
                 raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+            import fcntl  # here: a search of an index nothing moved since takes no lock
+
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._held = True

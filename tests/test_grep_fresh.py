@@ -1,0 +1,69 @@
+"""What a process that searches once keeps (:func:`castore.grep.files.keep_chunks`): the same
+matches, and only the text of the chunks a match was found in, as written (no lower-cased copy),
+so that one chunk's memory is used again for the next (``castore grep`` in a fresh process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import castore
+import castore.grep.files as gf
+from castore.grep import grep, grep_counts, grep_rows
+from castore.grep.index import open_index
+
+T0 = 1_760_000_000.0
+
+
+@pytest.fixture
+def small_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> castore.Store:
+    """A store whose index holds a chunk per block or two (most of them left by the filters)."""
+    monkeypatch.setattr(gf, "CHUNK", 64)
+    monkeypatch.setattr(gf, "_cache", {})
+    monkeypatch.setattr(gf, "_cache_size", [0])
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    words = ["alpha beta", "gamma delta parser", "epsilon zeta", "eta theta iota"]
+    for n in range(4):
+        st.session("bot", "ann", f"s{n}").append_many(
+            [{"role": "user", "content": f"{words[k % 4]} {n}.{k}"} for k in range(12)]
+            + [{"role": "user", "content": "the walrus Rare-Word zanzibar"}], time=T0 + n)
+    assert open_index(st).segs[0].parts["main"].chunks > 8
+    return st
+
+
+def _cached() -> tuple[set[int], int]:
+    """The chunks kept as written, and how many lower-cased copies are kept."""
+    keys = list(gf._cache)
+    return {k[1] for k in keys if len(k) == 2}, sum(1 for k in keys if len(k) == 3)
+
+
+@pytest.mark.parametrize("pattern", ["zanzibar", "ZANZIBAR", "rare-word", "iota", "z[ae]ta", "^gamma", "parser"])
+def test_a_search_once_finds_the_same_and_keeps_only_the_chunks_it_found_in(
+        small_chunks: castore.Store, pattern: str) -> None:
+    st = small_chunks
+    want = list(grep(st, pattern, index=False))
+    gf._cache.clear()
+    with gf.keep_chunks(False):
+        rows = list(grep_rows(st, pattern))
+        kept, lowered = _cached()
+        counts = grep_counts(st, pattern)
+        assert list(grep(st, pattern)) == want
+    assert lowered == 0  # no lower-cased copy kept
+    # a chunk kept holds a match: as many as the matches at most (none for none), of all the chunks
+    assert (len(kept) > 0) == (len(want) > 0) and len(kept) <= len(want)
+    assert len(kept) < open_index(st).segs[0].parts["main"].chunks or pattern == "parser"
+    assert len(rows) == len(want) and sum(counts.values()) == len(want)
+    assert [r[0] for r in rows] == [m.commit for m in want]
+
+
+def test_a_search_once_keeps_nothing_of_a_word_nowhere_and_the_default_is_back_after(
+        small_chunks: castore.Store) -> None:
+    st = small_chunks
+    gf._cache.clear()
+    with gf.keep_chunks(False):
+        assert grep_counts(st, "walrus zanzibar") == {}  # chunks read (their filters let them through)
+        assert _cached() == (set(), 0)
+    assert grep_counts(st, "walrus rare") != {}
+    kept, lowered = _cached()
+    assert kept and lowered  # a library user's process keeps what it read, lowered too
