@@ -13,7 +13,7 @@ Start here::
 Layers, bottom first: a module imports only its own layer and the ones below
 (``tests/test_layers.py`` enforces exactly this list)::
 
-    errors, names, aio, redact, gcpause  errors, safe names, async helpers, secret redaction, gc pauses
+    errors, names, aio, redact, gcpause, listing  errors, safe names, async helpers, redaction, gc pauses, SessionInfo
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
     objects, frames, zdict, crypto, objectstore, refs, formats  object codec and frames, keys, object store, refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
@@ -65,10 +65,11 @@ if TYPE_CHECKING:
 
     from .context import Context
     from .entries import DELETE, BranchSummary, Compaction, Custom, Event, LogEntry, Message, ModelChange
+    from .listing import SessionInfo
     from .objects import ObjectId
     from .plumbing import RefContended, RetryPolicy
     from .session import Session
-    from .store import SessionInfo, Store, open  # noqa: A004 - castore.open() is the entry point, as io.open
+    from .store import Store, open  # noqa: A004 - castore.open() is the entry point, as io.open
     from .sync import SyncReport, clone, pull, push
 
 __version__ = "0.1.0"
@@ -84,14 +85,14 @@ _LAZY = {
     "Event": "entries", "LogEntry": "entries", "Message": "entries", "ModelChange": "entries",
     "ObjectId": "objects",
     "Session": "session",
-    "SessionInfo": "store", "Store": "store", "open": "store",
+    "SessionInfo": "listing", "Store": "store", "open": "store",
     "push": "sync", "pull": "sync", "clone": "sync", "SyncReport": "sync",
 }
 
 #: submodules reachable as attributes (``castore.history.K``) without importing them first,
 #: as when ``import castore`` loaded them all
 _SUBMODULES = frozenset({
-    "adapters", "aio", "cli", "context", "convert", "entries", "grep", "history", "html", "usage",
+    "adapters", "aio", "cli", "context", "convert", "entries", "grep", "history", "html", "listing", "usage",
     "maintenance", "names", "objects", "objectstore", "plumbing", "redact", "refs", "revisions", "scrub", "session",
     "state",
     "storage", "store", "sync", "zdict",

@@ -25,7 +25,6 @@ import os
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CastoreError, CorruptRef, InvalidEntry, RefConflict, StorageError
@@ -37,14 +36,56 @@ _MAX_SYMBOLIC_DEPTH = 5
 _AMBIGUOUS_RETRIES = 3
 
 
-@dataclass(frozen=True)
-class RefValue:
-    """The content of a ref as read, with the version token needed to change it."""
+def _frozen(self: object, name: str, *_: object) -> None:
+    """What assigning or deleting a field of a :class:`RefValue` raises, as a frozen dataclass does.
 
+    Raises:
+        dataclasses.FrozenInstanceError: always.
+    """
+    from dataclasses import FrozenInstanceError  # only for this mistake: a ref read loads no dataclasses
+
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+class RefValue:
+    """The content of a ref as read, with the version token needed to change it.
+
+    Frozen, shown, compared and hashed field by field, as the frozen dataclass it was (a plain
+    class: a dataclass compiles its methods from generated source when its module loads, a
+    millisecond of every command's start, and a search through the index reads no ref).
+    """
+
+    __match_args__ = ("name", "target", "meta", "token")
     name: str
     target: str
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    token: Token | None = None
+    meta: Mapping[str, Any]
+    token: Token | None
+
+    def __init__(self, name: str, target: str, meta: Mapping[str, Any] | None = None,
+                 token: Token | None = None) -> None:
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "target", target)
+        put(self, "meta", {} if meta is None else meta)
+        put(self, "token", token)
+
+    __setattr__ = _frozen
+    __delattr__ = _frozen
+
+    def _fields(self) -> tuple[str, str, Mapping[str, Any], Token | None]:
+        return (self.name, self.target, self.meta, self.token)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(name={self.name!r}, target={self.target!r}, meta={self.meta!r}, "
+                f"token={self.token!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
 
     @property
     def symbolic(self) -> str | None:
@@ -212,14 +253,26 @@ _current = threading.local()
 _staged_ids = itertools.count()
 
 
-@dataclass
 class Staged:
     """One ref a stage changed: ``base`` is the value the batch first built on (None: absent;
-    what the landing compares), ``value`` what the batch left (None: deleted)."""
+    what the landing compares), ``value`` what the batch left (None: deleted). Shown and compared
+    field by field, as the dataclass it was (a plain class, as :class:`RefValue` is)."""
 
-    name: str
-    base: RefValue | None
-    value: RefValue | None
+    __match_args__ = ("name", "base", "value")
+    __hash__ = None  # type: ignore[assignment]  # compared by value, and changed: as a dataclass
+
+    def __init__(self, name: str, base: RefValue | None, value: RefValue | None) -> None:
+        self.name = name
+        self.base = base
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}(name={self.name!r}, base={self.base!r}, value={self.value!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.base, self.value) == (other.name, other.base, other.value)
 
 
 class RefStage:

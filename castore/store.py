@@ -14,7 +14,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import names
@@ -45,6 +44,7 @@ if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a pl
     # the object format imported then: a search through a fresh index reads refs and never loads them
     from .groupcommit import GroupCommit, WriteBatch
     from .history import History
+    from .listing import SessionInfo
     from .objects import Codec, Commit, ObjectId
     from .objectstore import ObjectStore
     from .plumbing import Plumbing, RetryPolicy, ScopePlan
@@ -66,20 +66,6 @@ REDACT_KEY = "redact_key"
 #: the folder holding a project's store, as ``.git`` holds a repository
 STORE_DIR = ".castore"
 DEFAULT_URL = f"./{STORE_DIR}"
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """A session as listed: its key, where its leaf is, and when it last changed."""
-
-    app: str
-    user: str
-    session: str
-    head: str | None
-    branch: str | None
-    updated: float
-    entries: int
-    info: Mapping[str, Any]
 
 
 def default_url(start: str | None = None) -> str:
@@ -852,6 +838,7 @@ class Store:
         Raises:
             StorageError: the backend failed.
         """
+        from .listing import SessionInfo  # here: a command that lists no session never compiles the dataclass
         from .plumbing import (
             HEADS,
             META_INFO,
@@ -1295,8 +1282,12 @@ __all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_di
 
 
 def __getattr__(name: str) -> Any:
-    """``castore.store.ScopePlan``, which is :mod:`castore.plumbing`'s, and ``ObjectId``,
-    :mod:`castore.objects`', imported when asked for."""
+    """``castore.store.ScopePlan``, which is :mod:`castore.plumbing`'s, ``ObjectId``,
+    :mod:`castore.objects`', and ``SessionInfo``, :mod:`castore.listing`'s, imported when asked for."""
+    if name == "SessionInfo":
+        from .listing import SessionInfo
+
+        return SessionInfo
     if name == "ScopePlan":
         from .plumbing import ScopePlan
 

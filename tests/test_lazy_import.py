@@ -89,9 +89,10 @@ NOT_BEFORE_A_STORE = ["msgspec", "blake3", "zstandard", "castore.store", "castor
 #: plain zstd frames, read with castore.frames), the entries, redaction, the scan without an index,
 #: rendering, other commands' modules, remote backends, ctypes (only a sync of the file system uses it),
 #: the Match classes (counting and printing lines build none: dataclasses compiled for nothing),
-#: zlib (the index's CRC checks a file only when it was written again since) and fnmatch (for
-#: the --tool, --sessions and --app globs)
-NOT_FOR_GREP = ["castore.grep.match", "zlib", "fnmatch", "castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
+#: dataclasses at all (the refs' values are plain classes, a listing's SessionInfo is loaded by a
+#: listing), zlib (the index's CRC checks a file only when it was written again since) and
+#: fnmatch (for the --tool, --sessions and --app globs)
+NOT_FOR_GREP = ["castore.grep.match", "dataclasses", "castore.listing", "zlib", "fnmatch", "castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
                 "castore.objectstore", "castore.objects", "msgspec", "blake3", "castore.zdict", "castore.history",
                 "castore.plumbing", "castore.groupcommit", "castore.state", "castore.entries", "castore.pathfacts",
                 "ctypes", "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds",

@@ -365,40 +365,35 @@ class Index:
         names = [name for name, held in PARTS.items() if kinds is None or kinds & set(held)]
         want = None if kinds is None else {i for i, k in enumerate(KINDS) if k in kinds}
         runs: dict[int, list[tuple[Part, list[int]]]] = {}  # session -> its runs
-        lo, hi = bisect.bisect_left, bisect.bisect_right
-        layout = self._layout()
+        lo, rows = bisect.bisect_left, self.rows
+        # the segments each part of which some live session has blocks in (a part with none is not read)
+        live = {name: {r[3] for r in rows if r[5 if name == "main" else 7]} for name in names}
         for seg in self.segs:
             for name in names:
-                starts, ends, sis = layout.get((seg.name, name), ((), (), ()))
-                if not starts:
+                if seg.name not in live[name]:
                     continue
                 p = seg.parts[name]
                 held = PARTS[name]
                 got = _hits(p, rx, None if want is None or set(held) <= kinds else want)  # type: ignore[operator]
-                # each run of hits within one session's range (the ranges are apart, in order):
-                # a bisection or two per session with a hit, not per session
+                # the hits by run: a block's session is in its record, and the session's blocks
+                # are one range of its segment's part (a block of that session outside it is dead,
+                # a copy an update left): one look per session with a hit, not per session
+                owner, at_col = p.cols[1], (4 if name == "main" else 6)
                 i, n = 0, len(got)
                 while i < n:
-                    k = hi(starts, got[i]) - 1
-                    if k >= 0 and got[i] < ends[k]:
-                        j = lo(got, ends[k], i)
-                        runs.setdefault(sis[k], []).append((p, got[i:j]))
-                    else:  # dead blocks: on to the next session's range
-                        j = lo(got, starts[k + 1], i) if k + 1 < len(starts) else n
+                    b = got[i]
+                    si = owner[b]
+                    if not 0 <= si < len(rows):
+                        raise ValueError(f"index part {seg.name}.{name}: block {b} names no session")
+                    r = rows[si]
+                    at, end = r[at_col], r[at_col] + r[at_col + 1]
+                    if r[3] == seg.name and at <= b < end:
+                        j = lo(got, end, i)
+                        runs.setdefault(si, []).append((p, got[i:j]))
+                    else:  # a dead block
+                        j = i + 1
                     i = j
         return [runs[si] for si in sorted(runs, key=self.key)]
-
-    def _layout(self) -> dict[tuple[str, str], tuple[list[int], list[int], list[int]]]:
-        """Per segment and part, the live sessions' ranges of blocks in order: ``(starts, ends,
-        session numbers)`` (a session's blocks are contiguous per part; sessions do not overlap)."""
-        out: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
-        for si, r in enumerate(self.rows):
-            if r[3] is not None:
-                if r[5]:
-                    out.setdefault((r[3], "main"), []).append((r[4], r[4] + r[5], si))
-                if r[7]:
-                    out.setdefault((r[3], "res"), []).append((r[6], r[6] + r[7], si))
-        return {k: tuple(map(list, zip(*sorted(v), strict=True))) for k, v in out.items()}  # type: ignore[misc]
 
     # -- keeping it fresh ----------------------------------------------------------------
     def refresh(self, check: bool = True) -> Index:
