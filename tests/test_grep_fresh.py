@@ -1,6 +1,7 @@
 """What a process that searches once keeps (:func:`castore.grep.files.keep_chunks`): the same
 matches, and only the text of the chunks a match was found in, as written (no lower-cased copy),
-so that one chunk's memory is used again for the next (``castore grep`` in a fresh process)."""
+or of the blocks found alone where they are a few of their chunk's, so that one chunk's memory
+is used again for the next (``castore grep`` in a fresh process)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from castore.grep.index import open_index
 T0 = 1_760_000_000.0
 
 
-@pytest.fixture
-def small_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> castore.Store:
-    """A store whose index holds a chunk per block or two (most of them left by the filters)."""
-    monkeypatch.setattr(gf, "CHUNK", 64)
+@pytest.fixture(params=[64, 512])
+def small_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> castore.Store:
+    """A store whose index holds a chunk per block or two (most of them left by the filters), or
+    one per 20 blocks or so."""
+    monkeypatch.setattr(gf, "CHUNK", request.param)
     monkeypatch.setattr(gf, "_cache", {})
     monkeypatch.setattr(gf, "_cache_size", [0])
     st = castore.open(str(tmp_path / "store"), durable=False)
@@ -28,7 +30,7 @@ def small_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> castore.Sto
         st.session("bot", "ann", f"s{n}").append_many(
             [{"role": "user", "content": f"{words[k % 4]} {n}.{k}"} for k in range(12)]
             + [{"role": "user", "content": "the walrus Rare-Word zanzibar"}], time=T0 + n)
-    assert open_index(st).segs[0].parts["main"].chunks > 8
+    assert open_index(st).segs[0].parts["main"].chunks > (8 if request.param == 64 else 1)
     return st
 
 
@@ -51,8 +53,8 @@ def test_a_search_once_finds_the_same_and_keeps_only_the_chunks_it_found_in(
         assert list(grep(st, pattern)) == want
     assert lowered == 0  # no lower-cased copy kept
     # a chunk kept holds a match: as many as the matches at most (none for none), of all the chunks
-    assert (len(kept) > 0) == (len(want) > 0) and len(kept) <= len(want)
-    assert len(kept) < open_index(st).segs[0].parts["main"].chunks or pattern == "parser"
+    assert len(kept) <= len(want)
+    assert len(kept) < open_index(st).segs[0].parts["main"].chunks or pattern == "parser" or gf.CHUNK > 64
     assert len(rows) == len(want) and sum(counts.values()) == len(want)
     assert [r[0] for r in rows] == [m.commit for m in want]
 
@@ -67,3 +69,23 @@ def test_a_search_once_keeps_nothing_of_a_word_nowhere_and_the_default_is_back_a
     assert grep_counts(st, "walrus rare") != {}
     kept, lowered = _cached()
     assert kept and lowered  # a library user's process keeps what it read, lowered too
+
+
+def test_a_search_once_keeps_the_blocks_of_a_rare_word_alone_and_the_chunk_of_a_common_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gf, "CHUNK", 1 << 15)
+    monkeypatch.setattr(gf, "_cache", {})
+    monkeypatch.setattr(gf, "_cache_size", [0])
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    st.session("bot", "ann", "s").append_many(
+        [{"role": "user", "content": f"entry {k} parser {'zanzibar' if k == 7 else 'x'}"} for k in range(100)],
+        time=T0)
+    p = open_index(st).segs[0].parts["main"]
+    assert p.chunks == 1
+    with gf.keep_chunks(False):
+        found = p.find_plain(b"zanzibar", True)
+        assert _cached() == (set(), 0)  # one block of 100 found: its text alone is kept, in the part
+        assert [p.block(i) for i in found] == ["entry 7 parser zanzibar"] and _cached() == (set(), 0)
+        many = p.find_plain(b"parser", False)
+        assert len(many) == 100 and _cached() == ({0}, 0)  # most of the chunk: the chunk is kept
+    assert p.block(many[3]) == "entry 3 parser x"

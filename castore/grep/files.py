@@ -157,6 +157,8 @@ class Part:
         #: record; else this part alone)
         self.ident: Any = object()
         self._cfirst: list[int] | None = None  # cfirst as a list, once a block is read
+        #: the text of a block found, kept alone by a search that runs once (see :meth:`_found_in`)
+        self._found: dict[int, bytes] = {}
 
     @property
     def n(self) -> int:
@@ -214,10 +216,20 @@ class Part:
         text = _cache_get((self.ident, c)) or self._decompress(c)
         return (text.lower() if lowered else text), text
 
-    def _found_in(self, c: int, text: bytes | None) -> None:
-        """A hit in chunk ``c``: keep its text (:meth:`_searched`'s second value) for its blocks."""
-        if text is not None:
+    def _found_in(self, c: int, text: bytes | None, found: list[int]) -> None:
+        """Blocks ``found`` of chunk ``c`` hold a hit: keep what is read of them again, when the
+        search is to keep only that (:meth:`_searched`'s second value ``text``; None: the chunk is
+        kept already): the chunk, or the blocks' own text when they are a few of its blocks (a
+        rare word: a few hundred bytes kept of each 32 KiB chunk)."""
+        if text is None:
+            return
+        first, end = self.cfirst[c], self.cfirst[c + 1]
+        if 8 * len(found) > end - first:
             _cache_put((self.ident, c), text)
+            return
+        at = self.cols[_AT]
+        for i in found:
+            self._found[i] = text[at[i]:(at[i + 1] if i + 1 < end else len(text)) - 1]
 
     def blocks_of(self, c: int, text: bytes | None = None) -> list[bytes]:
         """The blocks of chunk ``c`` (whose text is ``text`` when given), UTF-8 each.
@@ -237,6 +249,10 @@ class Part:
         Raises:
             ValueError: its chunk is damaged.
         """
+        if self._found:
+            got = self._found.get(i)
+            if got is not None:
+                return got
         cf = self._cfirst
         if cf is None:
             cf = self._cfirst = self.cfirst.tolist()  # a list bisects without making ints
@@ -301,7 +317,7 @@ class Part:
                     first + j for j, b in enumerate(self.blocks_of(c, text))
                     if not b.isascii() and _special_rx().search(b.decode("utf-8")) is not None))
             if found:
-                self._found_in(c, text)
+                self._found_in(c, text, found)
                 got.extend(found)
         return got
 
@@ -328,7 +344,7 @@ class Part:
             n = len(got)
             got.extend(itertools.compress(itertools.count(self.cfirst[c]), map(search, texts)))
             if len(got) > n:
-                self._found_in(c, text)
+                self._found_in(c, text, got[n:])
         return got
 
     def fields(self, idx: list[int], cols: Iterable[int]) -> list[tuple[int, ...]]:
