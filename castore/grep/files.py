@@ -69,12 +69,13 @@ _keep_all = [True]
 
 @contextlib.contextmanager
 def keep_chunks(keep: bool) -> Iterator[None]:
-    """Within the block: whether a search keeps every chunk it decompresses for the searches
-    after it (True, the default: a library user's next search decompresses nothing), or, for a
-    process that searches once (``castore grep``), only the text of a chunk that holds a hit (its
-    blocks are read again to check or print the matches), and no lower-cased copy at all: then
-    the memory of one chunk is used again for the next, where keeping them all would touch a new
-    page of memory for every 4 KiB read (a page fault each, a tenth of a common word's search).
+    """Within the block (process-wide): whether a search keeps every chunk it decompresses for the
+    searches after it (True, the default: a library user's next search decompresses nothing), or,
+    for a process that searches once (``castore grep``), only what it reads again to check or print
+    its matches: the blocks found (their own text, in the part, where they are fewer than an eighth
+    of their chunk's blocks) or the chunk they are in, and no lower-cased copy at all. The memory
+    of one chunk is then used again for the next, where keeping them all would touch a new page of
+    memory for every 4 KiB read (a page fault each: a tenth of a common word's search).
     Raises nothing of its own.
     """
     was = _keep_all[0]
@@ -649,5 +650,5 @@ def plain_files(folder: str) -> Iterator[tuple[str, bytes]]:
         yield name, data
 
 
-__all__ = ["CHUNK", "FILTER_BITS", "KINDS", "PARTS", "SEP", "Numbers", "Part", "Segment", "filter_bits",
+__all__ = ["CHUNK", "FILTER_BITS", "KINDS", "PARTS", "SEP", "Numbers", "Part", "Segment", "filter_bits", "keep_chunks",
            "load_segment", "open_file", "plain_files", "stat_of", "write_file"]

@@ -73,7 +73,9 @@ moved since reads ``state.json`` and the files of the parts it searches, nothing
 The files of a segment (its parts as loaded or built, their writing and their checks) and
 the commit numbering of an update are in :mod:`castore.grep.files`. A process keeps the chunks
 it decompressed (and their lower case), up to :data:`~castore.grep.files.CACHE_BYTES`, known by
-the file they come from: a library user's next search decompresses nothing it read before.
+the file they come from: a library user's next search decompresses nothing it read before. A
+process that searches once (``castore grep``, :func:`~castore.grep.files.keep_chunks`) keeps only
+what its search reads again: the blocks found, or the chunks they are many of.
 """
 
 from __future__ import annotations
