@@ -546,8 +546,15 @@ class Session:
             RevisionNotFound: nothing by that name, or it walks past the root.
             AmbiguousRevision: a short id matches several objects (``candidates``).
             SessionNotFound: ``HEAD`` of a session with no entries.
+            CorruptRef: ``HEAD`` names a branch that was lost (:meth:`lost_branch`).
         """
-        return revisions.resolve(self, rev)
+        try:
+            return revisions.resolve(self, rev)
+        except RevisionNotFound as e:
+            problem = self.lost_branch() if e.rev == "HEAD" else None
+            if problem is not None:  # not "no entries yet": the session had some
+                raise CorruptRef(self.refs.head, problem) from e
+            raise
 
     # -- reading -----------------------------------------------------------------------
     def _head_view(self) -> PathView | None:

@@ -119,8 +119,9 @@ def test_reading_a_session_whose_branch_is_lost_says_so_not_no_entries_yet(tmp_p
     """``log``, ``context`` and ``status`` of a session whose HEAD branch is lost showed it as
     never born: nothing (exit 0), "(0 messages)", and "HEAD: none yet (the session has no
     entries; `castore append ...` starts it)", advice that starts a new root on that name
-    and hides the loss from fsck and gc. Each now says what fsck says (one ``Error:`` line,
-    exit 1); the library raises CorruptRef. A never-born session still reads as empty."""
+    and hides the loss from fsck and gc; ``show``, ``diff``, ``state`` and ``fork`` said
+    "unknown revision 'HEAD': no entries yet". Each now says what fsck says (one ``Error:``
+    line, exit 1); the library raises CorruptRef. A never-born session still reads as empty."""
     root = tmp_path / "st"
     store = castore.open(str(root))
     s = store.session("app", "u", "s1")
@@ -143,11 +144,14 @@ def test_reading_a_session_whose_branch_is_lost_says_so_not_no_entries_yet(tmp_p
     with pytest.raises(castore.CorruptRef, match="deleted or lost"):
         lost.messages()
     assert "deleted or lost" in (lost.lost_branch() or "")
+    with pytest.raises(castore.CorruptRef, match="deleted or lost"):
+        lost.resolve("HEAD~1")
     assert r.session("app", "u", "fresh").log() == [] and r.session("app", "u", "fresh").lost_branch() is None
     r.close()
 
     runner = CliRunner()
-    for args in (["log"], ["context"], ["status"]):
+    for args in (["log"], ["context"], ["status"], ["show"], ["show", "HEAD~1"], ["diff", "HEAD~1"], ["state"],
+                 ["fork", "elsewhere"]):
         res = runner.invoke(main, ["--store", str(root), *args, "-s", "app/u/s1"])
         assert res.exit_code == 1, (args, res.output)
         errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
