@@ -84,8 +84,8 @@ def fsck_cmd(as_json: bool) -> None:
 
     Reports missing and corrupt objects, refs that are garbage or name a missing commit,
     a HEAD whose branch was deleted or lost (the session has another branch, a label or a
-    reflog; `log`, `context` and `status` of that session stop with the same error; a
-    session with only its HEAD is taken as not yet born, noted when dangling
+    reflog; reading that session, as `log`, `show`, `context` or `status`, stops with the
+    same error; a session with only its HEAD is taken as not yet born, noted when dangling
     commits exist), damaged pack records (by pack and offset; their objects are corrupt,
     not missing), stale locks left by a killed writer, and
     unreachable objects (harmless: a crash or a
