@@ -102,6 +102,32 @@ def _wait(cond: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.01)
 
 
+def _frozen_once(cond: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
+    """Let ``proc`` run in steps of about 10 ms, frozen (SIGSTOP) while ``cond`` is checked;
+    return with it frozen once ``cond`` holds. The check opens the store, which on a loaded
+    machine took longer than the rest of the import: a process that ran on meanwhile finished
+    before the signal meant to stop it part-way (the store is only read here: no lock the
+    frozen writer holds is waited for)."""
+    while True:
+        time.sleep(0.01)
+        proc.send_signal(signal.SIGSTOP)
+        while _state(proc.pid) not in "TtZX":
+            time.sleep(0.001)
+        assert proc.poll() is None, proc.communicate()
+        if cond():
+            return
+        proc.send_signal(signal.SIGCONT)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped, Z: exited, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except FileNotFoundError:
+        return "X"
+
+
 def test_import_killed_at_several_points_is_finished_by_the_next(tmp_path: Path) -> None:
     body = _large(tmp_path / "proj", 24)
     lines = body.count(b"\n")
@@ -109,13 +135,11 @@ def test_import_killed_at_several_points_is_finished_by_the_next(tmp_path: Path)
     import_claude(ref, tmp_path / "proj")
     want = archive(ref)
     total = len(ref.session("claude", "proj", "s").branches())
-    # no later than a quarter of the way: the rest of the file must take longer than a poll of
-    # the store (a loaded machine made a poll at two thirds slower than the import's last third,
-    # and once one at half-way slower than the last half, as the import got faster)
+    # no later than a quarter of the way (the process is frozen while the store is polled)
     for point in (1, total // 8, total // 4):
         store = tmp_path / f"s{point}"
         proc = _cli(store, "import", "claude", str(tmp_path / "proj"))
-        _wait(lambda store=store, point=point: _branches(store) >= point, proc)
+        _frozen_once(lambda store=store, point=point: _branches(store) >= point, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert _recorded_lines(store) < lines  # killed part-way
@@ -139,8 +163,9 @@ def test_ctrl_c_while_following_is_finished_by_the_next_import(tmp_path: Path) -
     seen = _branches(store)
     with open(proj / "s.jsonl", "ab") as f:  # the agent writes a lot at once
         f.write(body[half:])
-    _wait(lambda: _branches(store) >= seen + 5, proc)
-    proc.send_signal(signal.SIGINT)
+    _frozen_once(lambda: _branches(store) >= seen + 5, proc)
+    proc.send_signal(signal.SIGINT)  # taken when it runs again
+    proc.send_signal(signal.SIGCONT)
     _, err = proc.communicate()
     assert proc.returncode == 0 and b"stopped" in err
     assert _recorded_lines(store) < body.count(b"\n")  # stopped part-way
