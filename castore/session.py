@@ -89,7 +89,6 @@ NEW_BRANCH = ""
 _MESSAGE_KINDS = ("message", "event")
 
 
-
 def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) -> str | None:
     """The problem of a session's HEAD that names branch ``seg`` (its folder ``session``,
     ``keys`` every ref key below ``refs/`` there or in the whole store), None when the branch
@@ -116,6 +115,7 @@ def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) 
     return (f"HEAD names branch {branch!r}, which does not exist though the session has "
             f"{' and '.join(had)}: the branch was deleted or lost (recreate it with `castore branch "
             f"{branch} REV` from `castore reflog` or a dangling commit, or check out another branch)")
+
 
 class SessionHost(Protocol):
     """What a session needs from the store that made it (:class:`castore.Store` is one)."""
