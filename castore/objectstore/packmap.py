@@ -46,8 +46,6 @@ PREFIXES = 4
 RACY_TICK = 2.0
 #: listings a refresh makes at most while the packs it listed keep vanishing (repacked meanwhile)
 REFRESH_RELISTS = 4
-#: bytes before a record's payload: its length (4) and its check (16) (docs/FORMAT.md, 4)
-_RECORD_HEADER = 20
 
 
 class _Pack:
@@ -785,23 +783,17 @@ def salvaged_ids(data: bytes | memoryview, span: tuple[int, int], version: int, 
     off, size = span
     view = memoryview(data)
     end = min(off + size, len(view))
-    body = off + _RECORD_HEADER
+    body = off + packs.RECORD_HEADER_SIZE
     if body >= end:
         return []
-    length = int.from_bytes(view[off:off + 4], "big")
+    length = packs.record_length(view, off)
     payloads = [view[body:body + length]] if 0 < length < end - body else []
     payloads.append(view[body:end])
     for payload in payloads:
         content = _as_far_as_it_goes(payload, codec)
-        ids: list[str] = []
-        pos = 0
-        while pos + 4 <= len(content):
-            n = int.from_bytes(content[pos:pos + 4], "big")
-            pos += 4
-            if pos + n > len(content):
-                break
-            ids.append(codec.digest(memoryview(content)[pos:pos + n]))
-            pos += n
+        objects = memoryview(content)
+        spans = packs.content_spans(content, whole=False) or []
+        ids: list[str] = [codec.digest(objects[pos:pos + n]) for pos, n in spans]
         if ids:
             return ids
     return []

@@ -64,6 +64,8 @@ _IDX2_HEAD = struct.Struct(">8sQII")  # magic, pack size, records, count
 _REC2 = struct.Struct(">QI")  # a record's payload offset and size
 _ROW2 = struct.Struct(">32sIII")  # raw id, record number, start and length in its content
 _REC = struct.Struct(">I16s")  # record length, check
+#: bytes before a record's payload: its length and its check (docs/FORMAT.md, 4)
+RECORD_HEADER_SIZE = _REC.size
 _ENTRY = struct.Struct(">32sI")  # raw id, frame size
 _IDX_HEAD = struct.Struct(">8sQI")  # magic, pack size, count
 _ROW = struct.Struct(">32sQI")  # raw id, frame offset, frame size
@@ -490,6 +492,13 @@ def intents(data: bytes | memoryview) -> list[RefIntent]:
     return out
 
 
+def record_length(data: bytes | memoryview, offset: int) -> int:
+    """The payload length a record's header at ``offset`` of pack bytes ``data`` says (as
+    written, or as damaged: not checked)."""
+    length: int = _REC.unpack_from(data, offset)[0]
+    return length
+
+
 def content_slots(content: bytes, offset: int, size: int, codec: o.Codec = o.PLAIN) -> dict[str, Slot] | None:
     """The objects of one version-2 record's ``content`` (its payload at pack ``offset``,
     ``size`` bytes), each id computed from its bytes by ``codec``; None if the content does
@@ -545,19 +554,20 @@ def _records(data: bytes | memoryview, version: int) -> Iterator[tuple[int, memo
         off = end
 
 
-def content_spans(content: bytes) -> list[tuple[int, int]] | None:
+def content_spans(content: bytes, whole: bool = True) -> list[tuple[int, int]] | None:
     """``(start, length)`` of each object in a version-2 record's ``content``, in order, without
-    hashing them; None if the content does not parse."""
+    hashing them; None if the content does not parse. Not ``whole`` (the part of a damaged
+    record's content that decoded): the objects before the first one cut short."""
     out: list[tuple[int, int]] = []
     pos, n = 0, len(content)
     unpack = _SIZE.unpack_from
     while pos < n:
         if pos + _SIZE.size > n:
-            return None
+            return None if whole else out
         (length,) = unpack(content, pos)
         pos += _SIZE.size
         if pos + length > n:
-            return None
+            return None if whole else out
         out.append((pos, length))
         pos += length
     return out
