@@ -94,12 +94,21 @@ def _reading(remote: Store | str, local: Store | None = None) -> Iterator[None]:
     try:
         yield
     except (IntegrityError, ObjectNotFound) as e:
-        oid = getattr(e, "object_id", "")
-        if local is not None and isinstance(remote, Store) and not (
-                remote.objects.damage(oid) is not None if isinstance(e, DamagedPack)
-                else isinstance(e, ObjectNotFound) and local.objects.contains(oid)):
+        if not _the_remotes(e, remote, local):
             raise
         raise click.ClickException(f"{e} in {remote if isinstance(remote, str) else remote.url}") from e
+
+
+def _the_remotes(e: IntegrityError | ObjectNotFound, remote: Store | str, local: Store | None) -> bool:
+    """Whether the object ``e`` is about is the remote's: always in a pull or a clone (no
+    ``local``); in a sync, a damaged record the remote holds, or an object missing that this
+    store has."""
+    if local is None or not isinstance(remote, Store):
+        return True
+    oid = getattr(e, "object_id", "")
+    if isinstance(e, DamagedPack):
+        return remote.objects.damage(oid) is not None
+    return isinstance(e, ObjectNotFound) and local.objects.contains(oid)
 
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
