@@ -717,8 +717,10 @@ class TreeWriter:
 
     def branch_digest(self) -> str | None:
         """The digest of the session's branch tips, to record with the import's position (of
-        the branches as this writer left them: no listing again), None for a session not stored."""
-        return tips_digest(self.branches) if self.exists else None
+        the branches as this writer left them: no listing again), None for a session not stored
+        (neither its HEAD nor a branch: a rival import may have landed the branches and not yet
+        the HEAD when this writer opened, and then this writer adds no line of its own)."""
+        return tips_digest(self.branches) if self.exists or self.branches else None
 
 
 #: the names :func:`branch_layout` gives (and ``line-<n>``, layout 1's): the branches an import may rename
