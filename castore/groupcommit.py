@@ -364,6 +364,14 @@ def _land_every() -> float:
         return LAND_EVERY
 
 
+def landing_due() -> bool:
+    """Whether :func:`land_due` would land now: a write batch is open in this thread and it
+    is :meth:`~WriteBatch.due`. A writer that keeps its ref moves in memory between landings
+    (an importer's session new with the import) stages them first. Raises nothing."""
+    batch = getattr(_open, "batch", None)
+    return batch is not None and batch.due()
+
+
 def land_due() -> None:
     """Land the write batch open in this thread if it is :meth:`~WriteBatch.due` (nothing
     without one). A long writer (an importer, between runs of lines) calls it where its
@@ -372,9 +380,8 @@ def land_due() -> None:
     Raises:
         as :meth:`WriteBatch.land`.
     """
-    batch = getattr(_open, "batch", None)
-    if batch is not None and batch.due():
-        batch.land()
+    if landing_due():
+        _open.batch.land()
 
 
 @contextmanager

@@ -252,3 +252,20 @@ def test_a_batch_lists_its_staged_refs_by_folder_and_no_neighbour(store: castore
     landed = {p: (store.refs.list(p), sorted(store.refs.list_dir(p))) for p in prefixes}
     assert staged == landed and all(lst and all(n.startswith(p + "/") for n in lst) for p, (lst, _) in landed.items())
     assert sorted(whole) == sorted(store.refs.list("sessions"))
+
+
+def test_landing_due_says_whether_land_due_would_land(store: castore.Store,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    s = store.session("app", "u", "s1")
+    assert groupcommit.landing_due() is False  # no batch open in this thread
+    monkeypatch.setenv("CASTORE_LAND_EVERY", "0")
+    with store.batch():
+        s.append(castore.Message(role="user", content="hi"))
+        assert groupcommit.landing_due() is True
+        assert _elsewhere(groupcommit.landing_due) is False  # another thread has no batch
+        groupcommit.land_due()
+        assert _elsewhere(lambda: store.session("app", "u", "s1").exists()) is True
+    monkeypatch.setenv("CASTORE_LAND_EVERY", "3600")
+    with store.batch():
+        s.append(castore.Message(role="assistant", content="hello"))
+        assert groupcommit.landing_due() is False
