@@ -59,7 +59,9 @@ from .plumbing import (
     session_prefix,
     tip_meta,
 )
+from .refs import PREFIX as REFS_PREFIX
 from .refs import SYMBOLIC, RefValue
+from .session import lost_branch_problem
 from .store import Store
 
 #: objects read per batch (one concurrent read); into a format-1 store, also one write
@@ -360,7 +362,7 @@ class _Sync:
         dst_names = {p.ref for p in dst_parsed}
         sessions: dict[str, list[str]] = {}
         for p in src_parsed:
-            if p.session_prefix is not None and not _is_tracking(p) and p.kind != "reflog":
+            if p.session_prefix is not None and not _is_tracking(p):  # a reflog only tells of history
                 sessions.setdefault(p.session_prefix, []).append(p.ref)
         # Only refs that exist on the destination, in sessions the source has, are read
         # (with their tokens, for the compare-and-swap).
@@ -406,6 +408,13 @@ class _Sync:
         candidates = [v.target for n in dst_direct if (v := self.dst_values.get(n)) is not None and not v.symbolic]
         head_name = f"{sprefix}/HEAD"
         head = src_vals.get(head_name)
+        if (problem := self._head_problem(sprefix, head, refs)) is not None:
+            # its other refs alone would land as a session without HEAD or the lost commits,
+            # which the destination's fsck calls sound: nothing of it travels
+            verb, where = ("pulled", "in the remote") if self.pull_remote is not None else ("pushed", "here")
+            self.report.refs_refused.append(Refusal(head_name, f"{describe(head_name)} ({where}): {problem}; "
+                                                    f"nothing of this session was {verb}", None, None))
+            return
         kinds = {r: p.kind for r in refs if (p := parse_ref_name(r)) is not None}
         ordered = sorted((r for r in refs if kinds.get(r) in ("branch", "label")), key=lambda r: kinds[r] != "branch")
         for ref in ordered:
@@ -423,6 +432,19 @@ class _Sync:
                 # the blobs HEAD's info names (a fork's copied lines) travel with it
                 self.steps.append(_Step([*o.meta_links(meta)], [_Update(head_name, head.target, meta,
                                                                      display=describe(head_name))]))
+
+    def _head_problem(self, sprefix: str, head: RefValue | None, refs: list[str]) -> str | None:
+        """What is wrong with the source session's symbolic ``head`` (its ``refs`` listed):
+        it names no branch of this session, or a branch that was lost
+        (:func:`castore.session.lost_branch_problem`); None when it is sound or never born."""
+        if head is None or head.symbolic is None:
+            return None
+        try:
+            branch = SessionRefs(sprefix).branch_ref_of(head)
+        except CorruptRef as e:
+            return e.reason
+        keys = {f"{REFS_PREFIX}/{r}" for r in refs}
+        return None if branch in refs else lost_branch_problem(sprefix, branch.rsplit("/", 1)[1], head, keys)
 
     def _plan_ref(self, ref: str, src_v: RefValue, candidates: list[str], kind: str,
                   extra_tips: set[str] | None = None) -> None:
@@ -767,12 +789,8 @@ class _Sync:
         cur = self.dst_values.get(u.ref)
         if u.target.startswith(SYMBOLIC):
             # HEAD is only created, never moved, and only once its branch is there.
-            head = RefValue(u.ref, u.target, u.meta)
-            try:
-                branch = SessionRefs(u.ref.rsplit("/", 1)[0]).branch_ref_of(head)
-            except CorruptRef as e:
-                self.report.refs_skipped.append((u.ref, str(e)))
-                return
+            # (planned only when it names a branch of its session: _head_problem)
+            branch = SessionRefs(u.ref.rsplit("/", 1)[0]).branch_ref_of(RefValue(u.ref, u.target, u.meta))
             if self.dst_values.get(branch) is None:
                 return
             try:
@@ -941,7 +959,9 @@ def push(src: Store, dst: Store, sessions: Selection = None, force: bool = False
         progress: called with a :class:`SyncProgress` after planning and each batch.
 
     Returns:
-        A :class:`SyncReport`; refused refs are in ``refs_refused`` (nothing raises for them).
+        A :class:`SyncReport`; refused refs are in ``refs_refused`` (nothing raises for them),
+        among them the HEAD of a session whose HEAD names no branch of its own or a lost one
+        (:func:`castore.session.lost_branch_problem`): nothing of that session is sent.
 
     Raises:
         StoreNotFound: ``src`` has no store.

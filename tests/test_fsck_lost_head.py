@@ -159,3 +159,81 @@ def test_reading_a_session_whose_branch_is_lost_says_so_not_no_entries_yet(tmp_p
         assert "none yet" not in res.output and "0 messages" not in res.output
     res = runner.invoke(main, ["--store", str(root), "status", "-s", "app/u/fresh"])
     assert res.exit_code == 0 and "none yet" in res.output, res.output
+
+
+def test_push_pull_and_sync_refuse_a_session_whose_branch_is_lost(tmp_path: Path) -> None:
+    """push (and sync, and a pull from such a remote) of a session whose HEAD branch is lost
+    sent its other branches and labels without its HEAD, said nothing and exited 0: the copy
+    then holds the session without the lost branch's commits, and its fsck says ok (the damage
+    laundered). Now the session is refused (nothing of it sent) with fsck's line, exit 1; the
+    other sessions still travel."""
+    root, remote = tmp_path / "st", tmp_path / "remote"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    _msgs(s, 4)
+    s.label("v1", at="HEAD~2")
+    _msgs(store.session("app", "u", "fine"), 2)
+    _lose_branch(store, s)
+    store.close()
+
+    runner = CliRunner()
+    for args in (["push", str(remote), "-s", "app/u/s1"], ["push", str(remote), "--all"], ["sync", str(remote)]):
+        res = runner.invoke(main, ["--store", str(root), *args])
+        assert res.exit_code == 1, (args, res.output)
+        refused = [line for line in res.stderr.splitlines() if line.startswith("refused:")]
+        assert len(refused) == 1 and "app/u/s1" in refused[0] and "HEAD names branch 'main'" in refused[0], res.output
+        with castore.open(str(remote)) as r:
+            assert r.refs.list("sessions/app/u/s1") == []  # nothing of it travelled
+    with castore.open(str(remote)) as r:
+        assert len(r.session("app", "u", "fine").log()) == 2  # the others did
+        assert maintenance.fsck(r).ok
+
+    # the other way: a remote holding such a session refuses it on pull (clone) and names it
+    other = tmp_path / "other"
+    res = runner.invoke(main, ["--store", str(other), "pull", str(root), "--all"])
+    assert res.exit_code == 1 and "HEAD names branch 'main'" in res.output, res.output
+    with castore.open(str(other)) as o:
+        assert o.refs.list("sessions/app/u/s1") == []
+        assert maintenance.fsck(o).ok
+
+
+def test_the_html_view_of_a_session_whose_branch_is_lost_says_so(tmp_path: Path) -> None:
+    """``export html`` (and ``serve``'s page) of a session whose HEAD branch is lost drew the
+    tree without the lost branch's commits and without HEAD, exit 0: a view that looks whole.
+    It now fails as ``log`` does, with fsck's line."""
+    from castore.html import render_session
+
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    _msgs(s, 4)
+    s.branch("side", at="HEAD~3")
+    _lose_branch(store, s)
+    with pytest.raises(castore.CorruptRef, match="HEAD names branch 'main'.*deleted or lost"):
+        render_session(s)
+    store.close()
+    out = tmp_path / "s1.html"
+    res = CliRunner().invoke(main, ["--store", str(root), "export", "html", "-s", "app/u/s1", "-o", str(out)])
+    assert res.exit_code == 1 and not out.exists(), res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "HEAD names branch 'main'" in errors[0], res.output
+
+
+def test_push_refuses_a_session_whose_head_names_another_sessions_branch(tmp_path: Path) -> None:
+    """A HEAD naming a path out of its session was skipped with a note while the session's
+    branches travelled without it, exit 0; it is now refused like a lost branch, exit 1."""
+    root, remote = tmp_path / "st", tmp_path / "remote"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    _msgs(s, 2)
+    _msgs(store.session("app", "u", "s2"), 1)
+    cur = store.refs.read(s.refs.head)
+    assert cur is not None
+    store.plumbing.swap(s.refs.head, "ref: heads/../../s2/heads/main", cur, dict(cur.meta))
+    store.close()
+    res = CliRunner().invoke(main, ["--store", str(root), "push", str(remote), "--all"])
+    assert res.exit_code == 1, res.output
+    refused = [line for line in res.stderr.splitlines() if line.startswith("refused:")]
+    assert len(refused) == 1 and "app/u/s1" in refused[0] and "HEAD must name a branch" in refused[0], res.output
+    with castore.open(str(remote)) as r:
+        assert r.refs.list("sessions/app/u/s1") == [] and len(r.session("app", "u", "s2").log()) == 1

@@ -73,12 +73,17 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
 
     Raises:
         SessionNotFound: the session has no entries.
+        CorruptRef: HEAD names no branch, or a branch that was lost (:meth:`Session.lost_branch`:
+            the view would look whole without that branch's commits).
         ObjectNotFound, IntegrityError, StorageError: reading failed.
     """
-    from ..errors import SessionNotFound
+    from ..errors import CorruptRef, SessionNotFound
 
     if not session.exists():
         raise SessionNotFound(session.key)
+    head = session.head
+    if head is None and (problem := session.lost_branch()) is not None:
+        raise CorruptRef(session.refs.head, problem)
     store = session.store
     entries = session.log(all_branches=True)
     if not internal:
@@ -102,7 +107,6 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
         ref = commits[cid].scopes.get(scope)
         return scope_states[(scope, o.hex_id(ref))] if ref is not None else {}
 
-    head = session.head
     branches = session.branches()
     if not internal:
         for name in lg.internal_branches(session, branches):
