@@ -297,25 +297,38 @@ class Session:
     @property
     def info(self) -> dict[str, Any]:
         """Session metadata (for example an imported file's header), kept on HEAD."""
-        head = self._refs.read(self.refs.head)
+        return self._info_of(self._refs.read(self.refs.head))
+
+    def _info_of(self, head: RefValue | None) -> dict[str, Any]:
         if head is None:
             return {}
         info = self._objs.codec.open_meta(head.meta.get(META_INFO, {}), META_INFO)  # sealed when encrypted
         return dict(info) if isinstance(info, dict) else {}
 
-    def set_info(self, info: Mapping[str, Any]) -> None:
+    def set_info(self, info: Mapping[str, Any], *, expect: Mapping[str, Any] | None = None) -> None:
         """Replace the session metadata (creates HEAD if the session is new).
 
         When the store redacts writes (:attr:`castore.Store.redactor`), the metadata is
         redacted too and marked ``"redacted": true``; the mark stays once set (what the
         session holds is not the original, whatever writes follow).
 
+        Args:
+            info: the new metadata.
+            expect: the metadata as the caller read it (:attr:`info`; ``{}`` for a session
+                without any): the write is a compare-and-swap of it. A writer that records
+                its position in a source there (an importer) learns that a rival recorded
+                one meanwhile, instead of writing over it. None: written over whatever is
+                there (HEAD moving meanwhile is retried).
+
         Raises:
+            RefConflict: ``expect`` was given and the metadata stored is another (nothing is
+                written; not retried).
             InvalidEntry: ``info`` holds something that cannot be stored (nothing is written).
             RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
             StorageError.
         """
         check_value(dict(info), "session info")
+        changed: list[RefConflict] = []
         self.store.init()
         new = dict(info)
         redactor = self.plumbing.redactor
@@ -327,6 +340,10 @@ class Session:
 
         def attempt(_: int) -> None:
             head = self._refs.read(self.refs.head)
+            if expect is not None and self._info_of(head) != dict(expect):
+                changed.append(RefConflict(self.refs.head, None, None, f"the info of session {'/'.join(self.key)} "
+                                           "changed since it was read (another writer recorded its own)"))
+                raise changed[-1]
             target, extra = (head.target, {}) if head else self._head_on("main")
             meta = self._head_meta(head, **extra)
             if head is not None and META_HEAD_BRANCH in head.meta:  # same target: same branch name
@@ -334,7 +351,7 @@ class Session:
             meta[META_INFO] = sealed
             self.plumbing.swap(self.refs.head, target, head, meta)
 
-        self.plumbing.land(self.refs.head, attempt)
+        self.plumbing.land(self.refs.head, attempt, final=lambda e: e in changed)
 
     # -- appending ---------------------------------------------------------------------
     def append(self, entry: Any, *, expect: str | None = None, author: str | None = None,

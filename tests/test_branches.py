@@ -339,6 +339,20 @@ def test_a_stuck_lock_is_not_retried_like_a_race(tmp_path: Path, monkeypatch: py
         assert [m.content for m in s.messages()] == ["m0", "m2"]
 
 
+def test_set_info_with_expect_is_a_compare_and_swap_of_the_info(plumbing_store: castore.Store) -> None:
+    s = plumbing_store.session("app", "u", "s")
+    s.set_info({"pos": 1}, expect={})  # none yet: {} is what was read
+    other = _reopen(plumbing_store).session("app", "u", "s")
+    other.set_info({"pos": 2}, expect={"pos": 1})  # a rival records its own
+    s.append(_msg(0))  # HEAD's branch moves: not the info
+    with pytest.raises(RefConflict, match="changed since it was read"):
+        s.set_info({"pos": 3}, expect={"pos": 1})
+    assert s.info == {"pos": 2}  # nothing written over the rival's
+    s.set_info({"pos": 3}, expect={"pos": 2})
+    s.set_info({"pos": 4})  # without expect: written over whatever is there
+    assert s.info == {"pos": 4} and [m.content for m in s.messages()] == ["m0"]
+
+
 # -- checkout and delete_branch --------------------------------------------------------------
 def test_checkout_racing_delete_branch_never_leaves_head_on_a_missing_branch(
         plumbing_store: castore.Store) -> None:

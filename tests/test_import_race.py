@@ -15,6 +15,8 @@ import pytest
 import castore
 from castore.adapters.claude_code import find_sessions, import_claude
 from castore.adapters.import_jobs import import_here
+from castore.adapters.jsonl_tree import TreeWriter
+from castore.groupcommit import WriteBatch
 from castore.maintenance import fsck
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,4 +62,44 @@ def test_an_import_that_lost_a_race_reports_what_it_stored_before_it(tmp_path: P
         assert sum(r.lines for r in results) + out.rival[0].lines == sum(r.lines for r in alone)
         assert [r.total for r in results] == [r.total for r in alone]
         assert all(r.branches == a.branches for r, a in zip(results, alone, strict=True) if r.path != raced)
+        assert fsck(store).ok
+
+
+def test_a_rival_that_records_the_position_after_this_import_read_it_is_not_counted_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The window of 3 runs in 40 of two imports at once (CASTORE_LAND_EVERY=0): this import has
+    # landed the raced file's lines (every land_due lands here), and before it reads the
+    # session's HEAD again the rival imports the whole file, finds the lines stored, and records
+    # the position; this import's set_info used to write over it, and both counted the lines.
+    # A compare-and-swap of the info (set_info(expect=...)) makes it a lost race: this import
+    # goes again from what is stored, and the file is the rival's.
+    monkeypatch.setattr(WriteBatch, "due", lambda self: True)  # a landing at each land_due
+    url = str(tmp_path / "store")
+    alone = import_claude(castore.open(str(tmp_path / "alone")), FOLDER)
+    sources = find_sessions(FOLDER)
+    raced = sources[-1].path
+    rival: list[Any] = []
+    started: list[bool] = []
+    real_finish = TreeWriter.finish
+
+    def finish(self: TreeWriter) -> str | None:
+        self.flush()  # its last run lands: HEAD is read afresh by what follows
+        if self.key.endswith(Path(raced).stem) and not started:
+            started.append(True)
+            def run() -> None:
+                with castore.open(url) as other:
+                    rival.extend(import_claude(other, raced))
+            t = threading.Thread(target=run)
+            t.start()
+            t.join()
+        return real_finish(self)
+
+    monkeypatch.setattr(TreeWriter, "finish", finish)
+    with castore.open(url) as store:
+        results = import_here(store, "claude", sources, {})
+        assert rival and rival[0].lines > 0  # the rival found the lines stored, and recorded them
+        want = {r.path: (0 if r.path == raced else r.lines) for r in alone}
+        assert {r.path: r.lines for r in results} == want
+        assert sum(r.lines for r in results) + rival[0].lines == sum(r.lines for r in alone)
+        assert [r.total for r in results] == [r.total for r in alone]
         assert fsck(store).ok

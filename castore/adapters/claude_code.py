@@ -678,7 +678,8 @@ class _Importer:
         if titles:
             info["name"] = titles
         if self.session.exists() or res.lines:
-            self.session.set_info(info)
+            # a rival that recorded its position meanwhile stored these lines too: a lost race
+            self.session.set_info(info, expect=self.info)
         res.total, res.offset = n, offset
         return res
 

@@ -185,10 +185,10 @@ def import_here(store: Store, vendor: str, units: Sequence[Any], options: dict[s
     Each result says what this process stored of its file over every attempt
     (:func:`_carried`): an attempt that lost a race on some sessions landed the others (the
     landings' moved refs say which, :func:`~castore.groupcommit.watch_landings`), and the
-    next attempt finds those files stored; what a rival stored is not counted. (One case
-    still counts a file twice: the rival lands the file's position after this import read it
-    and before this import writes its own, which the importer's ``set_info`` then writes over
-    the rival's, retrying on the value it finds; both report the file's lines.)
+    next attempt finds those files stored; what a rival stored is not counted. A rival that
+    records a file's position after this import read it (and stored its lines, or found them
+    stored) is a lost race too: the importer's ``set_info(expect=...)`` compares the position
+    it read, and the next attempt finds the file the rival's.
 
     Raises:
         what the vendor's import raises; RefContended: races lost :data:`IMPORT_RETRY` times.
