@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import objects as o
 from .entries import Record
-from .errors import CastoreError, ObjectNotFound, RefConflict, SessionNotFound
+from .errors import CastoreError, CorruptRef, ObjectNotFound, RefConflict, SessionNotFound
 from .objects import Blob, Commit, Tree, Value
 from .plumbing import (
     HEAD_KEEPS,
@@ -352,6 +352,8 @@ def redact_sessions(store: Store, sessions: Iterable[Session] | None = None, dry
 
     Raises:
         SessionNotFound: a session given does not exist.
+        CorruptRef: a session's HEAD names no branch, or a lost one (:meth:`Session.lost_branch`):
+            nothing is written.
         RedactConflict: a ref moved meanwhile (run again; what was moved stays redacted).
         ObjectNotFound, IntegrityError, StorageError; FormatError, ConfigContended: the
         store's redaction key (created when it has none).
@@ -365,6 +367,8 @@ def redact_sessions(store: Store, sessions: Iterable[Session] | None = None, dry
     for s in sessions:
         if not s.exists():
             raise SessionNotFound(s.key)
+        if (problem := s.lost_branch()) is not None:  # its commits would keep their secrets, unsaid
+            raise CorruptRef(s.refs.head, problem)
     scopes = dict.fromkeys(sc for s in sessions for sc in ((s.app, None), (s.app, s.user)))
     out = [r for app, user in scopes if (r := rw.scope(app, user)).found]
     return out + [rw.session(s) for s in sessions]

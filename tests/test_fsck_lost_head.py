@@ -237,3 +237,26 @@ def test_push_refuses_a_session_whose_head_names_another_sessions_branch(tmp_pat
     assert len(refused) == 1 and "app/u/s1" in refused[0] and "HEAD must name a branch" in refused[0], res.output
     with castore.open(str(remote)) as r:
         assert r.refs.list("sessions/app/u/s1") == [] and len(r.session("app", "u", "s2").log()) == 1
+
+
+def test_redact_refuses_a_session_whose_branch_is_lost(tmp_path: Path) -> None:
+    """``redact`` of a session whose HEAD branch is lost redacted its other branches and said
+    "0 secrets found ... 0 commits written again": the lost branch's commits, secret and all,
+    stay (gc keeps them while fsck lists the bad ref), and come back with the branch. It now
+    says what fsck says, writing nothing, for the session and for ``--all``."""
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    _msgs(s, 2)
+    s.branch("side", at="HEAD~1")
+    s.append(castore.Message(role="user", content="key AKIAIOSFODNN7EXAMPLE"))
+    _msgs(store.session("app", "u", "fine"), 1)
+    _lose_branch(store, s)
+    store.close()
+    before = sorted(p.name for p in (root / "refs").rglob("*"))
+    for args in (["-s", "app/u/s1"], ["--all"], ["-s", "app/u/s1", "--dry-run"]):
+        res = CliRunner().invoke(main, ["--store", str(root), "redact", *args])
+        assert res.exit_code == 1, (args, res.output)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "HEAD names branch 'main'" in errors[0], res.output
+    assert sorted(p.name for p in (root / "refs").rglob("*")) == before
