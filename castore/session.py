@@ -300,9 +300,8 @@ class Session:
         return self._info_of(self._refs.read(self.refs.head))
 
     def _info_of(self, head: RefValue | None) -> dict[str, Any]:
-        if head is None:
-            return {}
-        info = self._objs.codec.open_meta(head.meta.get(META_INFO, {}), META_INFO)  # sealed when encrypted
+        # sealed when encrypted
+        info = self._objs.codec.open_meta(head.meta.get(META_INFO, {}), META_INFO) if head is not None else {}
         return dict(info) if isinstance(info, dict) else {}
 
     def set_info(self, info: Mapping[str, Any], *, expect: Mapping[str, Any] | None = None) -> None:
@@ -452,6 +451,8 @@ class Session:
                 head, name, tipref = self._branch_tip(on, branch, fresh)
             else:
                 head, name, tipref = self._tip_for_write(fresh)
+                if tipref is None and head is not None and (problem := self.lost_branch()) is not None:
+                    raise CorruptRef(self.refs.head, problem)  # not a new root on a lost branch's name
             ref = None if name is None else \
                 on or (self.refs.branch_ref_of(head) if head is not None else self.refs.branch(name))
             # appends of other threads to this branch, staged in this group, come first

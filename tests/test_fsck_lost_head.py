@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import castore
 from castore import maintenance
 from castore.cli import main
+from castore.session import NEW_BRANCH
 
 
 def _msgs(s: castore.Session, n: int, tag: str = "m") -> list[str]:
@@ -260,3 +261,42 @@ def test_redact_refuses_a_session_whose_branch_is_lost(tmp_path: Path) -> None:
         errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and "HEAD names branch 'main'" in errors[0], res.output
     assert sorted(p.name for p in (root / "refs").rglob("*")) == before
+
+
+@pytest.mark.parametrize("evidence", ["label", "reflog", "branch"])
+def test_appending_to_a_session_whose_branch_is_lost_is_refused(tmp_path: Path, evidence: str) -> None:
+    """``append`` to a session whose HEAD branch is lost started a new root on that name: the
+    new branch hid the loss from fsck, and gc could then delete what only the lost branch held.
+    It is refused now with fsck's line (CorruptRef; one ``Error:`` line, exit 1), nothing
+    written; the first append of a never-born session (``set_info`` first) still starts it."""
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    _msgs(s, 4)
+    if evidence == "label":
+        s.label("v1", at="HEAD~2")
+    elif evidence == "reflog":
+        s.reset("HEAD~1")
+    else:
+        s.branch("side", at="HEAD~3")
+    _lose_branch(store, s)
+    refs = {n: store.refs.read(f"sessions/{n}") for n in store.refs.list(s.prefix)}
+    for append in (lambda: s.append(castore.Message(role="user", content="x")),
+                   lambda: s.append_many([castore.Message(role="user", content="x")], expect=NEW_BRANCH)):
+        with pytest.raises(castore.CorruptRef, match="HEAD names branch 'main'.*deleted or lost"):
+            append()
+    with pytest.raises(castore.CastoreError):  # a named branch that is lost: no such branch
+        s.append(castore.Message(role="user", content="x"), branch="main")
+    store.close()
+
+    res = CliRunner().invoke(main, ["--store", str(root), "append", "--role", "user", "x", "-s", "app/u/s1"])
+    assert res.exit_code == 1, res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "HEAD names branch 'main'" in errors[0] and "castore branch main" in errors[0], res.output
+    with castore.open(str(root)) as again:
+        assert {n: again.refs.read(f"sessions/{n}") for n in again.refs.list(s.prefix)} == refs  # nothing written
+        assert [r for r, _ in maintenance.fsck(again).bad_refs] == [s.refs.head]  # still reported
+        fresh = again.session("app", "u", "fresh")
+        fresh.set_info({"title": "not started yet"})
+        fresh.append(castore.Message(role="user", content="first"))  # never born: starts it
+        assert len(fresh.log()) == 1
