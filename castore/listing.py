@@ -15,7 +15,11 @@ from typing import Any
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """A session as listed: its key, where its leaf is, and when it last changed."""
+    """A session as listed: its key, where its leaf is, and when it last changed; ``problem``:
+    what ``castore status`` and fsck say of a session whose HEAD or its branch is damaged or
+    lost (HEAD naming no branch of the session, a garbage branch ref, a branch lost though the
+    session had history), None for a healthy (or never-born) session. (A garbage HEAD is left
+    out of the listing, as before: fsck reports it.)"""
 
     app: str
     user: str
@@ -25,6 +29,7 @@ class SessionInfo:
     updated: float
     entries: int
     info: Mapping[str, Any]
+    problem: str | None = None
 
 
 __all__ = ["SessionInfo"]

@@ -858,21 +858,26 @@ class Store:
             for sseg in self.refs.list_dir(f"sessions/{app_seg}/{useg}"):
                 if valid_segment(sseg):
                     heads.append(SessionRefs(f"sessions/{app_seg}/{useg}/{sseg}").head)
-        got = self._read_refs_skipping_damage(heads)
+        damage: dict[str, str] = {}  # a session's HEAD or branch ref -> what is wrong with it
+        got = self._read_refs_skipping_damage(heads)  # (a garbage HEAD: not listed, fsck reports it)
         branch_refs: dict[str, str] = {}
         segs: dict[str, str] = {}
         for h, v in got.items():
             if v is not None and v.symbolic:
                 try:
                     segs[h] = head_segment(v)
-                except CorruptRef:
-                    continue  # a HEAD naming no branch: listed without one (fsck reports it)
+                except CorruptRef as e:
+                    damage[h] = str(e)  # a HEAD naming no branch: listed with that (fsck reports it)
+                    continue
                 branch_refs[h] = f"{h.rsplit('/', 1)[0]}/{HEADS}/{segs[h]}"
-        tips = self._read_refs_skipping_damage(list(branch_refs.values()))
+        tips = self._read_refs_skipping_damage(list(branch_refs.values()), damage)
         out: list[SessionInfo] = []
         for h, v in got.items():
             if v is None:
                 continue
+            problem = damage.get(h) or damage.get(branch_refs.get(h, ""))
+            if problem is None and h in branch_refs and tips.get(branch_refs[h]) is None:
+                problem = self._lost_branch(h, segs[h], v)  # absent: never born, or lost (one listing)
             _, aseg, useg, sseg, _ = h.split("/")
             nm = v.meta.get(META_NAMES)
             nm = nm if isinstance(nm, dict) else {}
@@ -898,10 +903,20 @@ class Store:
                     updated=_number(meta.get(META_TIME, v.meta.get(META_TIME)), 0.0),
                     entries=int(_number(meta.get(META_LENGTH), 0)),
                     info=info if isinstance(info, dict) else {},
+                    problem=problem,
                 )
             )
         out.sort(key=lambda s: s.updated, reverse=True)
         return out
+
+    def _lost_branch(self, head: str, seg: str, value: RefValue) -> str | None:
+        """What fsck and ``status`` say of session HEAD ``head`` naming branch ``seg``, which
+        is absent (:func:`castore.session.lost_branch_problem`); None: never born."""
+        from .session import lost_branch_problem
+
+        folder = head.rsplit("/", 1)[0]
+        why = lost_branch_problem(folder, seg, value, {f"refs/{n}" for n in self.refs.list(folder)})
+        return str(CorruptRef(head, why)) if why is not None else None
 
     def session_refs(self, folders: Iterable[str] | None = None
                      ) -> dict[tuple[str, str, str], tuple[str, dict[str, str]]]:
@@ -953,17 +968,21 @@ class Store:
                 out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
         return {keys[f]: (f, refs, heads.get(f)) for f, refs in out.items() if f in keys}
 
-    def _read_refs_skipping_damage(self, refs: list[str]) -> dict[str, RefValue | None]:
-        """Read refs in one batch; a garbage ref reads as absent (``fsck`` reports it), so
-        one damaged session does not hide the others from a listing."""
+    def _read_refs_skipping_damage(self, refs: list[str], damage: dict[str, str] | None = None
+                                   ) -> dict[str, RefValue | None]:
+        """Read refs in one batch; a garbage ref reads as absent (``fsck`` reports it; what is
+        wrong with it goes into ``damage``), so one damaged session does not hide the others
+        from a listing."""
         got = self.storage.read_many([f"refs/{r}" for r in refs])
         out: dict[str, RefValue | None] = {}
         for r in refs:
             raw = got.get(f"refs/{r}")
             try:
                 out[r] = parse_ref(r, raw) if raw is not None else None
-            except IntegrityError:
+            except IntegrityError as e:
                 out[r] = None
+                if damage is not None:
+                    damage[r] = str(e)
         return out
 
     def apps(self) -> list[str]:

@@ -300,3 +300,53 @@ def test_appending_to_a_session_whose_branch_is_lost_is_refused(tmp_path: Path, 
         fresh.set_info({"title": "not started yet"})
         fresh.append(castore.Message(role="user", content="first"))  # never born: starts it
         assert len(fresh.log()) == 1
+
+
+def test_sessions_lists_a_damaged_or_lost_head_with_what_status_says(tmp_path: Path) -> None:
+    """``castore sessions`` listed a session whose HEAD names another session's branch as
+    "0 entries (detached at -)", one whose branch is lost as "0 entries main -", and one whose
+    branch ref is garbage as "0 entries main". Each is listed now (the table and --json) with
+    what ``status`` says of it; a healthy and a never-born session are listed as before (and
+    a garbage HEAD is still not listed: test_session's one_garbage_head test)."""
+    import json
+
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    _msgs(store.session("app", "u", "fine"), 2)
+    store.session("app", "u", "fresh").set_info({"title": "not started yet"})
+    lost = store.session("app", "u", "lost")
+    _msgs(lost, 3)
+    lost.label("v1", at="HEAD~1")
+    _lose_branch(store, lost)
+    other = store.session("app", "u", "other")
+    _msgs(other, 2)
+    cur = store.refs.read(other.refs.head)
+    assert cur is not None
+    store.plumbing.swap(other.refs.head, "ref: heads/../../fine/heads/main", cur, dict(cur.meta))
+    garbage = store.session("app", "u", "garbage")
+    _msgs(garbage, 1)
+    store.close()
+    (root / "refs" / garbage.refs.branch("main")).write_bytes(b"\x00not a ref")
+
+    runner = CliRunner()
+    said = {}
+    for sid in ("lost", "other", "garbage"):
+        res = runner.invoke(main, ["--store", str(root), "status", "-s", f"app/u/{sid}"])
+        errors = [line for line in res.stderr.splitlines() if line.startswith("Error: ")]
+        assert res.exit_code == 1 and len(errors) == 1, res.output
+        said[sid] = errors[0].removeprefix("Error: ")
+    assert "HEAD names branch 'main'" in said["lost"]
+
+    res = runner.invoke(main, ["--store", str(root), "sessions", "--json"])
+    assert res.exit_code == 0, res.output
+    got = {s["session"]: s for s in json.loads(res.stdout)["sessions"]}
+    assert {k: v["problem"] for k, v in got.items()} == {"fine": None, "fresh": None, **said}
+    assert got["fine"]["entries"] == 2
+
+    res = runner.invoke(main, ["--store", str(root), "sessions"])
+    assert res.exit_code == 0, res.output
+    lines = {line.split()[0]: line for line in res.stdout.splitlines()}
+    for sid, why in said.items():
+        assert lines[f"app/u/{sid}"].split(None, 1)[1] == f"damaged: {why}"
+    assert "damaged" not in lines["app/u/fine"] + lines["app/u/fresh"]
+    assert "2 entries  main" in lines["app/u/fine"]

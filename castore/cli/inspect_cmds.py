@@ -40,13 +40,16 @@ _COMMIT_FIELDS = (
 @limit_option(what="sessions")
 @json_option('{"sessions": [{"key": "APP/USER/SESSION", "app", "user", "session", "head": ID|null, '
              '"branch": NAME|null, "entries": N, "updated": Unix seconds, "title": TEXT|null, "subagent_of": '
-             '{"key": KEY, "session": ID, "commit": ID (when known)}|null (an imported subagent), "info": {...}}]}')
+             '{"key": KEY, "session": ID, "commit": ID (when known)}|null (an imported subagent), "info": {...}, '
+             '"problem": TEXT|null (what `status` says of a damaged or lost HEAD or branch)}]}')
 @pass_store()
 @paged
 def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: bool) -> None:
     """List sessions, newest first: entry count, branch, last activity.
 
     Without an argument every app's sessions are listed; APP or APP/USER narrows it.
+    A session whose HEAD or branch is damaged or lost is listed as `damaged:` with what
+    `status` and `fsck` say of it.
     """
     if prefix:
         infos = store.sessions(*split_key(prefix, 1, 2, "APP[/USER]"))

@@ -229,6 +229,7 @@ def session_info_json(s: SessionInfo) -> dict[str, Any]:
         "title": views.session_title(s.info),
         "subagent_of": views.spawned_by(s.info),
         "info": o.to_builtins(dict(s.info)),
+        "problem": s.problem,
     }
 
 
@@ -263,12 +264,16 @@ def object_json(oid: str, obj: Any, codec: o.Codec = o.PLAIN) -> dict[str, Any]:
 # -- text blocks ---------------------------------------------------------------------------
 def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> list[str]:
     """One line per session: key, entry count, branch, last activity, title (cut to
-    :data:`TITLE_WIDTH` characters), and the session that spawned it (an imported subagent)."""
+    :data:`TITLE_WIDTH` characters), and the session that spawned it (an imported subagent);
+    of a session whose HEAD or branch is damaged or lost, its key and what ``status`` says."""
     keys = [safe(format_key(s.app, s.user, s.session)) for s in infos]
     branches = [safe(s.branch) if s.branch is not None else f"(detached at {short(s.head)})" for s in infos]
     w, bw = (max((len(x) for x in col), default=0) for col in (keys, branches))
     out = []
     for k, branch, s in zip(keys, branches, infos, strict=True):
+        if s.problem is not None:
+            out.append(f"{style(k.ljust(w), bold=True)}  {style('damaged: ' + safe(s.problem), fg='red')}")
+            continue
         title = views.session_title(s.info)
         line = (f"{style(k.ljust(w), bold=True)}  {s.entries:>6} {'entry  ' if s.entries == 1 else 'entries'}  "
                 f"{style(branch.ljust(bw), fg='green')}  {fmt_time(s.updated)}")
