@@ -26,6 +26,20 @@ def _lose_branch(store: castore.Store, s: castore.Session, name: str = "main") -
     store.objects.close()  # the writer is idle: gc may take its log
 
 
+def _lose_with_evidence(store: castore.Store, s: castore.Session, evidence: str) -> list[str]:
+    """Four entries, then what shows the session had history (``evidence``: a label, a
+    reflog, another branch), then its branch ``main`` lost; returns the entries' ids."""
+    ids = _msgs(s, 4)
+    if evidence == "label":
+        s.label("v1", at="HEAD~2")
+    elif evidence == "reflog":
+        s.reset("HEAD~1")  # an overwrite: the reflog records it
+    else:
+        s.branch("side", at="HEAD~3")
+    _lose_branch(store, s)
+    return ids
+
+
 def _fsck_cli(root: Path) -> tuple[int, str]:
     r = CliRunner().invoke(main, ["--store", str(root), "fsck"])
     return r.exit_code, r.output
@@ -36,14 +50,7 @@ def test_a_lost_branch_is_reported_and_stops_gc(tmp_path: Path, evidence: str) -
     root = tmp_path / "st"
     store = castore.open(str(root))
     s = store.session("app", "u", "s1")
-    ids = _msgs(s, 4)
-    if evidence == "label":
-        s.label("v1", at="HEAD~2")
-    elif evidence == "reflog":
-        s.reset("HEAD~1")  # an overwrite: the reflog records it
-    else:
-        s.branch("side", at="HEAD~3")
-    _lose_branch(store, s)
+    ids = _lose_with_evidence(store, s, evidence)
 
     report = maintenance.fsck(store)
     assert not report.ok and report.damaged
@@ -126,14 +133,7 @@ def test_reading_a_session_whose_branch_is_lost_says_so_not_no_entries_yet(tmp_p
     root = tmp_path / "st"
     store = castore.open(str(root))
     s = store.session("app", "u", "s1")
-    _msgs(s, 4)
-    if evidence == "label":
-        s.label("v1", at="HEAD~2")
-    elif evidence == "reflog":
-        s.reset("HEAD~1")
-    else:
-        s.branch("side", at="HEAD~3")
-    _lose_branch(store, s)
+    _lose_with_evidence(store, s, evidence)
     fresh = store.session("app", "u", "fresh")
     fresh.set_info({"title": "not started yet"})
     store.close()
@@ -272,14 +272,7 @@ def test_appending_to_a_session_whose_branch_is_lost_is_refused(tmp_path: Path, 
     root = tmp_path / "st"
     store = castore.open(str(root))
     s = store.session("app", "u", "s1")
-    _msgs(s, 4)
-    if evidence == "label":
-        s.label("v1", at="HEAD~2")
-    elif evidence == "reflog":
-        s.reset("HEAD~1")
-    else:
-        s.branch("side", at="HEAD~3")
-    _lose_branch(store, s)
+    _lose_with_evidence(store, s, evidence)
     refs = {n: store.refs.read(f"sessions/{n}") for n in store.refs.list(s.prefix)}
     for append in (lambda: s.append(castore.Message(role="user", content="x")),
                    lambda: s.append_many([castore.Message(role="user", content="x")], expect=NEW_BRANCH)):
