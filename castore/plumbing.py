@@ -16,7 +16,8 @@ ref. It owns four things:
   same); :func:`real_name` accepts both keys on every ref.
 * **Building.** A :class:`Batch` builds commits on a tip (depth, segment index, state
   tree, read hint) and collects every object they need; :meth:`Plumbing.write` stores a
-  batch with one call to the object store.
+  batch with one call to the object store. A :class:`Tree` builds a session's new history
+  run after run on batches it keeps, and moves its branches at once (a first import).
 * **Landing.** :meth:`Plumbing.land` runs one compare-and-swap attempt until it wins, under
   a :class:`RetryPolicy` (jittered exponential backoff, a cap on attempts and on total
   time). Giving up raises :class:`RefContended`, naming the ref, the attempts and the time
@@ -39,11 +40,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import names
 from . import objects as o
-from .entries import Record
+from .entries import Prepared, Record
 from .errors import (
     BranchError,
     CastoreError,
     CorruptRef,
+    InvalidEntry,
     InvalidName,
     RefConflict,
     RefLocked,
@@ -636,6 +638,93 @@ class Batch:
         out, self.pending = self.pending, {}
         self.state_writer.pending = self.pending
         return out
+
+
+class Tree:
+    """The commits of a session's new history, built in memory run after run and its refs
+    moved at once (:meth:`publish`): a first import's write path, where each run of lines
+    would otherwise be an append of its own (the tip read, a batch made, the ref staged).
+
+    A run extends a commit this tree built (or starts the root): the run that continues a
+    tip goes on in that tip's :class:`Batch` (its read hint kept, nothing read), one that
+    forks from further back starts a batch there. Each commit is made by
+    :meth:`Batch.entry`, the rule every append follows (same ids); the objects of a run go
+    to the store when it ends (:meth:`Plumbing.write_many`: held in memory in a write
+    batch, written before any ref at its landing). No ref names them before :meth:`publish`.
+
+    Args:
+        plumbing: the store's write path.
+        refs: the session's ref names.
+        head_meta: HEAD's metadata when it is made on a branch (by name).
+    """
+
+    def __init__(self, plumbing: Plumbing, refs: SessionRefs, head_meta: Callable[[str], dict[str, Any]]) -> None:
+        self.plumbing = plumbing
+        self.refs = refs
+        self._head_meta = head_meta
+        self._on: dict[str, Batch] = {}  # tip -> the batch that built it (and goes on from it)
+        self._published: dict[str, str] = {}  # branch -> the tip last published
+
+    def extend(self, parent: str | None, prepared: Sequence[Prepared]) -> list[ObjectId]:
+        """Build a commit per entry on ``parent`` (None: the root; else a commit of this tree),
+        each on the one before; return their ids.
+
+        Raises:
+            InvalidEntry: an entry cannot be encoded, or it changes app or user state (nothing
+                of the run is written; the commits before it in the run stay in memory, named
+                by no ref).
+            ObjectNotFound, IntegrityError, StorageError: (a fork) reading the parent's block.
+        """
+        batch = self._on.pop(parent, None) if parent is not None else None
+        if batch is None:
+            batch = self.plumbing.batch(parent)
+        start = len(batch.ids)
+        for p in prepared:
+            if p.app_delta or p.app_unset or p.user_delta or p.user_unset:
+                raise InvalidEntry("a tree's entries change no app or user state")
+            batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
+                        when=p.time if p.time is not None else time.time(), meta=p.meta, typed=p.entry)
+        self.plumbing.write_many([batch])
+        assert batch.tip is not None
+        self._on[batch.tip] = batch
+        return batch.ids[start:]
+
+    def publish(self, branches: Mapping[str, str], head: str | None = None) -> None:
+        """Move every branch of ``branches`` (name -> a tip this tree built) whose tip is not
+        the one it last published, from that one (a branch not published yet must not
+        exist), all at once (:meth:`Plumbing.swap_many`); then, with ``head``, make HEAD on
+        that branch (left as it is when another writer made it first).
+
+        Raises:
+            RefConflict: a branch moved (or was made) by another writer; the others moved.
+            KeyError: a tip this tree did not build. InvalidName, RefLocked, StorageError.
+        """
+        moves: list[tuple[str, str, RefValue | None, Mapping[str, Any]]] = []
+        names_ = []
+        for name, tip in branches.items():
+            last = self._published.get(name)
+            if last == tip:
+                continue
+            ref = self.refs.branch(name)
+            expect = self.plumbing.read_for_write(ref) if last is not None else None
+            if last is not None and (expect is None or expect.target != last):
+                raise RefConflict(ref, last, expect.target if expect is not None else None)
+            moves.append((ref, tip, expect, self._on[tip].ref_meta(**name_meta(ref, name))))
+            names_.append(name)
+        lost = None
+        for name, (_, tip, _, _), new in zip(names_, moves, self.plumbing.swap_many(moves) if moves else [],
+                                            strict=True):
+            if isinstance(new, Exception):
+                lost = lost or new
+            else:
+                self._published[name] = tip
+        if lost is not None:
+            raise lost
+        if head is not None:
+            try:
+                self.plumbing.swap(self.refs.head, symbolic_to(head), None, self._head_meta(head))
+            except RefConflict:
+                pass  # another writer made it first: fine
 
 
 class Plumbing:

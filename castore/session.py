@@ -65,6 +65,7 @@ from .plumbing import (
     Plumbing,
     ScopePlan,
     SessionRefs,
+    Tree,
     head_segment,
     name_meta,
     parse_ref_name,
@@ -486,6 +487,13 @@ class Session:
                 else:
                     self.temp[k] = v
         return ids
+
+    def tree(self) -> Tree:
+        """A :class:`~castore.plumbing.Tree`: commits built in memory and this session's
+        branches moved at once (an importer's session new with the import), HEAD made as
+        the first append makes it. Raises nothing (writing raises as :meth:`append_many`)."""
+        self.store.init()
+        return Tree(self.plumbing, self.refs, lambda branch: self._head_meta(None, **self._head_on(branch)[1]))
 
     def _write_ref(self) -> str:
         """The ref an append without ``branch`` moves (as last read): HEAD's branch, or HEAD."""

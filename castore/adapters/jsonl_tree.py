@@ -13,9 +13,13 @@ a line whose values need no check (:func:`~castore.entries.vouched_event`) is no
 again value by value when appended.
 
 Where a line hangs in the tree is the adapter's business (:class:`TreeWriter` takes a parent
-line per line); the writer groups lines that follow each other into one ``append_many``,
-starts a branch where a line's parent is not a branch tip, and checks out the branch of the
-line the agent was on last. Only the public :class:`~castore.Session` API is used.
+line per line); the writer groups lines that follow each other into one run, starts a branch
+where a line's parent is not a branch tip, and checks out the branch of the line the agent
+was on last. A session that had commits gets each run as one ``append_many``; a session new
+with the import (a first import, most of its lines) is built in memory by the session's
+:class:`~castore.plumbing.Tree` (the same commits, made by the rule every append follows)
+and its branches move once per landing of the write batch and once at the file's end,
+not once per run. Only the public :class:`~castore.Session` API is used.
 
 Incremental state (how far the file was read, a digest of the imported prefix, the last
 line's place in the tree, a digest of the branch tips it left) is kept in the session's info
@@ -58,9 +62,9 @@ from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, ParamSpec, Protocol, TypeVar
 
 from .. import objects as o
-from ..entries import MAX_DEPTH, Event, body_of, check_value, vouched_event
+from ..entries import MAX_DEPTH, Event, Prepared, body_of, check_value, prepare, vouched_event
 from ..errors import BranchError, CastoreError, InvalidEntry, RefConflict
-from ..groupcommit import land_due
+from ..groupcommit import land_due, landing_due
 from ..objects import Blob
 from ..objectstore import gc_paused
 from ..redact import kind_counts, recording
@@ -69,6 +73,7 @@ from ..session import NEW_BRANCH
 if TYPE_CHECKING:
     from ..entries import LogEntry, Message
     from ..objects import ObjectId
+    from ..plumbing import Tree
     from ..redact import Redactor
     from ..session import Session, SessionHost
     from ..store import Store
@@ -461,7 +466,12 @@ class TreeWriter:
     are appended together; a line whose parent is a branch tip extends that branch; any other
     parent starts a branch ``<kind>-<n>``, the kind being the ``fork`` the adapter wrote in
     the line's metadata (``rewind``, ``rollback``; ``fork`` when it says none). Appends go to
-    the branch they extend without checking it out (``append_many(branch=...)``).
+    the branch they extend without checking it out (``append_many(branch=...)``). In a session
+    with no branches when the writer is made, the runs are built in memory instead
+    (:meth:`castore.Session.tree`) and the branches land where the write batch lands: just
+    before a landing that is due between runs (:func:`~castore.groupcommit.landing_due`) and
+    at :meth:`finish` (stopped before, the file is imported again by the next import, from
+    what landed).
     :meth:`finish` makes ``main`` the path to the last line the agent was on (HEAD on it) and
     names every other leaf's branch by :func:`branch_layout`. A session imported before
     branches had these names (``layout`` 1: branches ``line-<n>``, HEAD on the branch the
@@ -514,6 +524,11 @@ class TreeWriter:
         self.branches = dict(branches)
         #: whether the session's HEAD is stored (an append makes it)
         self.exists = session.exists()
+        #: a session with no branches yet: its commits are built in memory and its branches
+        #: moved once per landing (:meth:`_publish`), not appended run by run
+        self.build: Tree | None = session.tree() if not branches else None
+        #: the branch HEAD is to be made on at the next :meth:`_publish` (the session had none)
+        self.head_on: str | None = None
         self.current = session.current_branch if self.exists else "main"
         self.active = self.current
         self.run: list[_Pending] = []
@@ -571,7 +586,8 @@ class TreeWriter:
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
         expect = parent
         if parent is None:
-            if self.exists and s.head is not None:
+            # (a session new with this writer: no ref names what it built yet)
+            if self.tree if self.build is not None else self.exists and s.head is not None:
                 raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
             branch = self.current or "main"
             if branch not in self.branches:  # another import of the file may be making it
@@ -581,17 +597,22 @@ class TreeWriter:
             if got is None:
                 branch = self._new_name(self.run[0])
                 # a branch an import stopped before its lines made is taken as it is
-                if not self.resuming or self.branches.get(branch) != parent:
+                if self.build is None and (not self.resuming or self.branches.get(branch) != parent):
                     self._branch(branch, parent)
                 self.created.append(branch)
             else:
                 branch = got
-        try:
-            ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
-        except InvalidEntry:  # nothing was written: a body castore cannot store (nested too deep)
-            for p in self.run:
-                p.entry = _storable(p.entry)
-            ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
+        if self.build is not None:
+            if parent is None and not self.exists:
+                self.head_on = branch
+            ids = self.build.extend(parent, [self._prepared(p, t) for p, t in zip(self.run, self._times, strict=True)])
+        else:
+            try:
+                ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
+            except InvalidEntry:  # nothing was written: a body castore cannot store (nested too deep)
+                for p in self.run:
+                    p.entry = _storable(p.entry)
+                ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
         if parent is not None:
             self.tips.pop(parent, None)
         self.tips[ids[-1]] = branch
@@ -610,7 +631,25 @@ class TreeWriter:
             self.active, self.active_commit = branch, None
             self.active_cid = next(cid for p, cid in zip(reversed(self.run), reversed(ids), strict=True) if p.active)
         self.run, self.run_bytes, self._times = [], 0, []
+        if self.build is not None and landing_due():
+            self._publish()
         land_due()  # a long file's runs land as they go when the import runs in a write batch
+
+    def _prepared(self, p: _Pending, when: float | None) -> Prepared:
+        """The line's entry checked and split (:func:`~castore.entries.prepare`), without its
+        message when castore cannot store that (:func:`_storable`)."""
+        try:
+            return prepare(p.entry, at=when)
+        except InvalidEntry:
+            p.entry = _storable(p.entry)
+            return prepare(p.entry, at=when)
+
+    def _publish(self) -> None:
+        """Move the branches this writer built in memory (a session new with it) to their
+        tips, at once, and make HEAD if the session had none (:meth:`~castore.plumbing.Tree.publish`)."""
+        assert self.build is not None
+        self.build.publish(self.branches, self.head_on)
+        self.head_on = None
 
     def _branch(self, name: str, at: str) -> None:
         """Make branch ``name`` at ``at``; one another import of the file made meanwhile is a
@@ -633,6 +672,8 @@ class TreeWriter:
         """Flush, put the labels, check out the branch the agent was on; return HEAD's commit."""
         self.flush()
         s = self.session
+        if self.build is not None:
+            self._publish()
         if not self.cid:
             return None
         if self.active_commit is not None:
