@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from . import names, revisions
+from . import names, plumbing, revisions
 from . import objects as o
 from .aio import to_thread
 from .entries import (
@@ -65,7 +65,6 @@ from .plumbing import (
     Plumbing,
     ScopePlan,
     SessionRefs,
-    Tree,
     head_segment,
     name_meta,
     parse_ref_name,
@@ -488,12 +487,12 @@ class Session:
                     self.temp[k] = v
         return ids
 
-    def tree(self) -> Tree:
+    def tree(self) -> plumbing.Tree:
         """A :class:`~castore.plumbing.Tree`: commits built in memory and this session's
         branches moved at once (an importer's session new with the import), HEAD made as
         the first append makes it. Raises nothing (writing raises as :meth:`append_many`)."""
         self.store.init()
-        return Tree(self.plumbing, self.refs, lambda branch: self._head_meta(None, **self._head_on(branch)[1]))
+        return plumbing.Tree(self.plumbing, self.refs, lambda branch: self._head_meta(None, **self._head_on(branch)[1]))
 
     def _write_ref(self) -> str:
         """The ref an append without ``branch`` moves (as last read): HEAD's branch, or HEAD."""
@@ -914,10 +913,8 @@ class Session:
             tip = v.target
             others = [(t, h) for t, h in self._all_tips_except(ref)]
             if not any(self._history.is_ancestor(tip, t, h) for t, h in others):
-                raise BranchError(
-                    f"branch {name!r} is not merged: its tip {tip[:8]} is on no other branch, label or HEAD "
-                    "(force=True, or `castore branch -D`, deletes it anyway)"
-                )
+                raise BranchError(f"branch {name!r} is not merged: its tip {tip[:8]} is on no other branch, label "
+                                  "or HEAD (force=True, or `castore branch -D`, deletes it anyway)")
         self.plumbing.delete(ref, v)
         if self.current_branch == name:  # a checkout landed meanwhile: put the branch back
             try:
@@ -1004,10 +1001,8 @@ class Session:
                 raise TypeError("label(name, at='HEAD', force=False): give the revision once, as at=")
             import warnings
 
-            warnings.warn(
-                "Session.label(rev, name) is deprecated: call label(name, at=rev), as branch(name, at=rev)",
-                DeprecationWarning, stacklevel=2,
-            )
+            warnings.warn("Session.label(rev, name) is deprecated: call label(name, at=rev), as branch(name, at=rev)",
+                          DeprecationWarning, stacklevel=2)
             if rev is not None:
                 at = rev
             else:
