@@ -170,3 +170,36 @@ def test_pull_clone_and_sync_name_the_remote_whose_record_is_damaged(tmp_path: P
     assert res.exit_code == 1
     errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and errors[0].endswith("run `castore fsck`"), res.output
+
+
+@pytest.mark.parametrize("cut", ["header", "empty"])
+@pytest.mark.parametrize("repacked", [False, True], ids=["sealed-log", "repacked"])
+def test_repack_keeps_a_sealed_pack_cut_short_at_a_record_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    repacked: bool, cut: str) -> None:
+    """A sealed pack truncated to its header (or to 0 bytes) scans clean: no record is cut.
+    ``repack --all`` took it for an empty pack and deleted it and its index, after which fsck
+    said "missing" instead of naming the damaged pack. Its index says how long it is: repack
+    now leaves it (and its index) for fsck, as it leaves a pack whose record is damaged."""
+    root = tmp_path / "st"
+    heads = _store(root, repacked, monkeypatch)
+    with castore.open(str(root)) as w:  # another writer's sealed log: a repack has two packs to merge
+        w.session("app", "u", "later").append(castore.Message(role="user", content="later"))
+    with castore.open(str(root)) as r:
+        r.objects.refresh()
+        hit = r.objects.packmap.locate(heads[1])
+    assert hit is not None
+    path = root / "packs" / f"{hit[0]}.pack"
+    assert len(list(path.parent.glob("*.pack"))) == 2
+    path.write_bytes(path.read_bytes()[:8] if cut == "header" else b"")
+    with castore.open(str(root)) as r:
+        before = maintenance.fsck(r)
+    assert not before.ok and before.missing == [] and before.damaged_records
+
+    monkeypatch.setattr(maintenance, "LOG_IDLE", 0)
+    res = CliRunner().invoke(main, ["--store", str(root), "repack", "--all"])
+    assert "Traceback" not in res.output, res.output
+    assert path.exists() and path.with_suffix(".idx").exists()  # kept, as fsck found them
+    with castore.open(str(root)) as r:
+        after = maintenance.fsck(r)
+    assert after.missing == [] and after.damaged_records == before.damaged_records
+    assert {oid for oid, _ in after.corrupt} == {oid for oid, _ in before.corrupt}

@@ -203,8 +203,9 @@ class Repacker:
 
         Safe against a concurrent repack or gc: a pack gone meanwhile is skipped (whoever
         deleted it had first written its objects into another pack), and a pack is deleted only
-        after the new one is durable, so a kill at any point loses nothing. A sealed pack whose
-        bytes stop short of a damaged record is left alone. Returns the new pack's name, or None
+        after the new one is durable, so a kill at any point loses nothing. A pack with a damaged
+        record, or a sealed one whose bytes stop short of its end or of the size its index
+        gives, is left alone with its index (fsck names it). Returns the new pack's name, or None
         when there was nothing to merge. Without ``by_mtime`` (an object store, where an age
         costs a HEAD), packs this handle wrote keep their order and the others come first.
         ``held`` gives the objects of some of the packs, as groups in write order, that the
@@ -235,6 +236,7 @@ class Repacker:
                 groups.append([(oid, canonical)])
         unread = [pack_key(n) for n in chosen if n not in own]
         datas = self.storage.read_many(unread + [age_key(n) for n in chosen if n.startswith("r-")]) if chosen else {}
+        sizes = self._indexed_sizes([n for n in chosen if n not in own])
         done: list[str] = []
         # when each object was first written, kept across merges (docs/FORMAT.md, 8): a
         # repack must not restart the grace period of the unreachable objects it carries
@@ -249,7 +251,7 @@ class Repacker:
                 data = datas.get(pack_key(name))
                 if data is None:
                     continue  # merged or collected by someone else since it was chosen
-                found = self._pack_groups(name, data, offsets, final.get(name))
+                found = self._pack_groups(name, data, offsets, final.get(name), sizes.get(name))
             if found is None:
                 continue
             done.append(name)
@@ -445,8 +447,26 @@ class Repacker:
                 out.append(name)
         return list(reversed(dict.fromkeys(reversed(out))))
 
+    def _indexed_sizes(self, names: Sequence[str]) -> dict[str, int]:
+        """The size each of the sealed packs ``names`` has by its index (a pack without one,
+        or whose index is damaged, is left out: the pack is the truth then).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        heads = self.storage.read_heads([index_key(n) for n in names if packs.is_pack_name(n)], packs.INDEX_HEAD)
+        out: dict[str, int] = {}
+        for name in names:
+            head = heads.get(index_key(name))
+            if head is not None:
+                try:
+                    out[name] = packs.IndexView(head, check=False).pack_size
+                except IntegrityError:
+                    continue
+        return out
+
     def _pack_groups(self, name: str, data: bytes, offsets: list[int] | None = None,
-                     final: Mapping[int, Mapping[str, Slot]] | None = None,
+                     final: Mapping[int, Mapping[str, Slot]] | None = None, size: int | None = None,
                      ) -> list[list[tuple[str, bytes]] | packs.Whole] | None:
         """The objects of a pack's bytes as ``(id, canonical bytes)`` groups in write order
         (one per version-2 record, in the order of its content: a repacked block's is by kind,
@@ -454,12 +474,15 @@ class Repacker:
         group's offset in the pack appended to ``offsets`` when given; a record ``final``
         names (by payload offset: its objects' places, :meth:`note_written`) as a
         :class:`~castore.objectstore.packs.Whole`, its check verified, not its objects; None
-        for a pack with a damaged record, or a sealed one whose records stop short of its
-        end (damage: left for fsck).
+        for a pack with a damaged record, a sealed one whose records stop short of its end,
+        or one of another ``size`` than its index says (cut short at a record's end, to its
+        header or to nothing, it scans clean): damage, left for fsck.
 
         Raises:
             IntegrityError: an object does not hash to its id.
         """
+        if size is not None and size != len(data):
+            return None
         try:
             version = packs.pack_version(data)
         except IntegrityError:
