@@ -379,7 +379,7 @@ def test_a_swap_over_a_torn_ref_compares_it_at_once_without_waiting_out_its_own_
     st.close()
 
 
-def test_a_deferred_swap_locks_the_ref_with_a_link_of_its_handles_lock_file(tmp_path: Path) -> None:
+def test_a_deferred_swap_locks_the_ref_with_a_link_of_its_handles_lock_file_once_it_exists(tmp_path: Path) -> None:
     st = castore.open(str(tmp_path / "st"), format=3)
     assert isinstance(st.storage, LocalStorage)
     key = "refs/x/linked"
@@ -392,16 +392,21 @@ def test_a_deferred_swap_locks_the_ref_with_a_link_of_its_handles_lock_file(tmp_
         return st.objects.journal(intent)  # type: ignore[arg-type]
 
     t = None
+    made = None
     for value in (b"one\n", b"two\n", b"three\n"):
         st.objects.put_encoded([o.encode(o.Blob(data=os.urandom(16)))], sync=False)
         try:
             t = st.storage.swap(key, value, t, journal=journal)
         finally:
             st.objects.settle()
+        made = made or (tmp_path / "st" / key).stat().st_ino
     (own,) = os.listdir(tmp_path / "st" / locks_mod.LOCKS)
     ino = (tmp_path / "st" / locks_mod.LOCKS / own).stat().st_ino
-    # the same file each time, linked (no lock file made per swap), naming its owner
-    assert seen == [(ino, 2, f"{os.getpid()} {os.uname().nodename}\n".encode())] * 3
+    owner = f"{os.getpid()} {os.uname().nodename}\n".encode()
+    # a new ref needs a file anyway: its lock is a new file, naming its owner, which became the ref
+    assert seen[0] == (made, 1, owner)
+    # then the same file each time, linked (no lock file made per swap), naming its owner
+    assert seen[1:] == [(ino, 2, owner)] * 2
     assert not lock.exists()
     assert st.storage.read(key) == b"three\n"
     st.close()

@@ -435,6 +435,58 @@ def test_a_power_loss_after_a_swap_of_two_refs_replays_both(tmp_path: Path, monk
     assert os.listdir(root / JOURNAL) == []
 
 
+@pytest.mark.parametrize("torn", [False, True], ids=["rolled-back", "torn"])
+def test_new_refs_of_a_swap_many_are_their_lock_files_renamed_and_a_power_loss_replays_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torn: bool) -> None:
+    """A ref that a swap expects absent needs a new file anyway: its lock is made as a new
+    file (not the handle's linked lock file), its value written into it after the intent, and
+    it is renamed over the ref: no temporary file, no link. Replayed after a power loss as
+    any deferred swap."""
+    root = tmp_path / "st"
+    st = castore.open(str(root), format=3)
+    assert isinstance(st.storage, LocalStorage)
+    st.storage.unsynced = []
+    st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
+    names = [f"sessions/app/u/new{i}/heads/main" for i in range(3)]
+    locks: dict[str, tuple[int, int]] = {}
+    journal_many = st.objects.journal_many
+
+    def seen(intents: Any) -> bool:
+        for intent in intents:
+            s = os.stat(root / (intent.key + ".lock"))
+            locks[intent.key] = (s.st_ino, s.st_nlink)
+        return journal_many(intents)
+
+    monkeypatch.setattr(st.objects, "journal_many", seen)
+    out = st.plumbing.swap_many([(n, _target(n, 0), None, {}) for n in names])
+    monkeypatch.undo()
+    assert all(not isinstance(v, Exception) for v in out), out
+    for n in names:
+        ino, links = locks["refs/" + n]
+        assert links == 1 and (root / "refs" / n).stat().st_ino == ino  # the lock file became the ref
+        assert sorted(os.listdir((root / "refs" / n).parent)) == ["main"]  # no lock, no temporary left
+    assert _power_loss(st.storage, torn) >= 3
+    _reboot(monkeypatch)
+    again = castore.open(str(root))
+    assert {n: again.refs.read(n).target for n in names} == {n: _target(n, 0) for n in names}  # type: ignore[union-attr]
+    assert os.listdir(root / JOURNAL) == []
+
+
+def test_a_new_ref_that_a_rival_made_first_is_a_lost_compare_and_keeps_the_rivals_value(tmp_path: Path) -> None:
+    from castore.errors import RefConflict
+
+    st = castore.open(str(tmp_path / "st"), format=3)
+    st.session("app", "u", "s").append(castore.Message(role="user", content="opens the log"))
+    x, y = _PAIR
+    other = castore.open(str(tmp_path / "st"))
+    other.refs.swap(y, _target(y, 99), None)  # y is made under the writer
+    out = st.plumbing.swap_many([(x, _target(x, 1), None, {}), (y, _target(y, 1), None, {})])
+    assert isinstance(out[1], RefConflict) and not isinstance(out[0], Exception)
+    assert st.refs.read(x).target == _target(x, 1)  # type: ignore[union-attr]
+    assert st.refs.read(y).target == _target(y, 99)  # type: ignore[union-attr]
+    assert not [p for p in (tmp_path / "st" / "refs").rglob("*.lock")]  # every lock let go
+
+
 def test_a_swap_of_two_refs_lands_the_one_whose_compare_holds(tmp_path: Path) -> None:
     from castore.errors import RefConflict
 

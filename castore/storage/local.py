@@ -33,7 +33,9 @@ syncing their parents, and the write path's loose objects are written unsynced
 (:meth:`LocalStorage.write_unsynced`): the journal syncs them (:meth:`LocalStorage.sync_keys`,
 one ``syncfs`` for many) before the intent that needs them. Such a swap's lock is this handle's lock file
 under ``locks/`` hard-linked as ``<key>.lock`` (no file made per swap; see
-:class:`~castore.storage.locks.HandleLockFile`). Before the first such swap of a boot,
+:class:`~castore.storage.locks.HandleLockFile`), except for a ref the swap expects absent:
+its lock is a new file, which the new value is written into and which is renamed over the
+ref (a new ref needs a new file anyway; docs/FORMAT.md 12). Before the first such swap of a boot,
 ``journal/<boot id>`` is created durably (the *marker*); while it exists, deletes of refs (and checks after a dead
 writer's lock was cleared) are recorded in it, synced, before they land. Opening a store
 after a power loss finds the marker of another boot and replays that boot's intents
@@ -54,7 +56,7 @@ from ..errors import CorruptRef, InvalidName, StorageError
 from . import refchanges
 from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
 from .bootmarkers import BootMarkers, frame
-from .locks import HandleLockFile, check_stale, take_lock, unlock
+from .locks import HandleLockFile, check_stale, owner_size, take_lock, unlock
 from .reffiles import (
     INPLACE_MAX,
     REFS,
@@ -390,11 +392,12 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot stat {key}: {e.strerror or e}", self.url) from e
 
     # -- locks and conditional writes --------------------------------------------------
-    def _lock(self, path: str, link: bool = False) -> int:
+    def _lock(self, path: str, link: bool = False, defer: bool = False) -> int:
         """Take ``<path>.lock`` (see :func:`~castore.storage.locks.take_lock`); with ``link``
-        (a swap that may be deferred) by linking this handle's lock file under ``locks/``,
-        and -1 is returned. A stale lock cleared on the way is followed by
-        :meth:`_check_after_dead_writer`.
+        (a swap that may be deferred, of a ref that exists) by linking this handle's lock
+        file under ``locks/``, and -1 is returned. ``defer`` (implied by ``link``): the swap
+        may be deferred, so a new folder's parent is not synced. A stale lock cleared on the
+        way is followed by :meth:`_check_after_dead_writer`.
 
         Raises:
             RefLocked: a live process held the lock for the whole wait.
@@ -404,7 +407,7 @@ class LocalStorage(Storage):
         # journal keeps durable brings the ref back, and a swap that is not deferred, or the
         # sync of the refs before their intents go (sync_keys), syncs it
         return take_lock(path, self._lock_file if link else None,
-                         self._ensure_dir_unsynced if link else self._ensure_dir, self._remake_dir,
+                         self._ensure_dir_unsynced if link or defer else self._ensure_dir, self._remake_dir,
                          self._check_after_dead_writer, self.url)
 
     def _remake_dir(self, d: str) -> None:
@@ -512,7 +515,9 @@ class LocalStorage(Storage):
         """
         path = self._path(key)
         may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
-        fd = self._lock(path, link=may_defer)  # -1: a linked lock (see _lock)
+        # -1: a linked lock (see _lock); a ref expected absent is locked with a new file,
+        # which becomes the ref (_land_locked): a new ref needs a new file anyway
+        fd = self._lock(path, link=may_defer and expect is not None, defer=may_defer)
         dg = digest(data)
         new = dg.hex()
         deferred = False
@@ -567,7 +572,7 @@ class LocalStorage(Storage):
             for i in sorted(range(len(items)), key=keys.__getitem__):
                 key, _, expect = items[i]
                 path = self._path(key)
-                fd = self._lock(path, link=True)
+                fd = self._lock(path, link=expect is not None, defer=True)  # (as in swap)
                 try:
                     current, ref, size = open_locked(key, path, self._read_locked, self.url,
                                                      self._landed.get(key))
@@ -663,11 +668,15 @@ class LocalStorage(Storage):
                 else:
                     # As git does: the new content goes into the lock file itself, which is then
                     # renamed over the ref; the rename is the commit and releases the lock at once.
-                    os.ftruncate(fd, 0)
+                    # (The lock file holds its owner's line: a value at least as long covers it.)
+                    if len(stored) < owner_size():
+                        os.ftruncate(fd, 0)
                     os.pwrite(fd, stored, 0)
                     if self.durable and not deferred:
                         os.fsync(fd)
                     os.replace(path + ".lock", path)
+                    if deferred:
+                        self._keep_landed(key, Landed(stored, data, dg.hex()))
             except OSError as e:
                 raise StorageError(f"cannot write {key}: {e.strerror or e}", self.url) from e
         except BaseException:

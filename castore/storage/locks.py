@@ -8,7 +8,8 @@ next writer clears it at once. A live holder is waited for at most :data:`LOCK_T
 A swap that may be deferred (format 3, docs/FORMAT.md 12) does not create a file per lock:
 its handle makes one lock file under ``locks/`` the first time (:class:`HandleLockFile`,
 ``flock``ed for the handle's life, its owner written once) and hard-links it as
-``<key>.lock``; the lock is released by unlinking that name. A forked child lets go of its
+``<key>.lock``; the lock is released by unlinking that name. (A swap of a ref expected
+absent locks with a new file, which it renames over the ref: a new ref needs one anyway.) A forked child lets go of its
 parent's lock file (an at-fork hook) and makes its own. :func:`take_lock` is the one place
 a lock is taken; :mod:`castore.storage.local` uses it.
 """
@@ -33,6 +34,16 @@ EMPTY_LOCK_GRACE = 5.0
 #: the folder of the handles' lock files that deferred swaps link as ``<ref>.lock``
 #: (docs/FORMAT.md 12), at the root
 LOCKS = "locks"
+
+
+_OWNER: list[bytes] = []  # this process's owner line, made once (forgotten in a forked child)
+
+
+def _owner() -> bytes:
+    """What a lock file made by this process holds: ``<pid> <host>\n``."""
+    if not _OWNER:
+        _OWNER.append(f"{os.getpid()} {HOST}\n".encode())
+    return _OWNER[0]
 
 
 class HandleLockFile:
@@ -67,7 +78,7 @@ class HandleLockFile:
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, f"{os.getpid()} {HOST}\n".encode())
+            os.write(fd, _owner())
         except OSError:
             _release_lock_file(path, fd, os.getpid())
             self.no_links = True
@@ -119,6 +130,7 @@ def _release_lock_file(path: str, fd: int, pid: int) -> None:
 
 
 def _forget_linked_locks_in_child() -> None:
+    _OWNER.clear()
     for lock_file in list(_LINKED):
         lock_file.after_fork_in_child()
 
@@ -195,7 +207,7 @@ def take_lock(path: str, linked: HandleLockFile | None, ensure_dir: Callable[[st
         if fd >= 0:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, f"{os.getpid()} {HOST}\n".encode())
+                os.write(fd, _owner())
             except OSError as e:
                 unlock(path, fd)
                 raise StorageError(f"cannot lock {lock}: {e.strerror or e}", url) from e
@@ -206,6 +218,13 @@ def take_lock(path: str, linked: HandleLockFile | None, ensure_dir: Callable[[st
                 unlock(path, fd)
                 raise
         return fd
+
+
+def owner_size() -> int:
+    """The size of a lock file :func:`take_lock` made in this process (its owner's line): a
+    value written over it from offset 0 that is at least as long leaves none of it behind.
+    Raises nothing."""
+    return len(_owner())
 
 
 def unlock(path: str, fd: int) -> None:
