@@ -197,3 +197,50 @@ def test_gc_keeps_a_log_whose_damaged_record_holds_nothing_reachable(tmp_path):
     assert path.read_bytes() == bytes(data)
     for k in (0, 1, 2, 4, 6, 7):
         assert [m.content for m in r.session("app", "u", f"s{k}").messages()] == [_text(k)]
+
+
+def _intent_log(root: Path) -> tuple[str, Path, list[int]]:
+    """A format-3 log of four appends whose writer died before sealing it: each landing's
+    objects record, then its ref intents; returns the log's name, path and the offsets of
+    its ref-intent records (the last record of the log is one)."""
+    w = castore.open(str(root), format=3, auto_repack=False)
+    for k in range(4):
+        w.session("app", "u", "s").append(castore.Message(role="user", content=_text(k)))
+    log = w.objects.writer_log
+    name = log.name
+    log._log.close()  # the writer dies: its log stays as written, without an index
+    log._drop_log()
+    path = root / "packs" / f"{name}.pack"
+    data = path.read_bytes()
+    intents = [off for off in _record_offsets(data) if data[off + 20:off + 21] == packs.INTENT_FRAME]
+    assert intents and intents[-1] == _record_offsets(data)[-1]
+    return name, path, intents
+
+
+@pytest.mark.parametrize("which", ["last", "middle"])
+def test_fsck_names_a_damaged_ref_intent_of_an_unsealed_log(tmp_path, monkeypatch, which):
+    """A ref intent (format 3) is read only by the recovery after a power loss. A flipped byte
+    in the last record of a writer's unsealed log, a ref intent, was taken for a torn tail:
+    fsck said ok, and the recovery that needed it would have skipped it. A record whole in
+    length, framed as an intent, whose check fails is damage: fsck names it (and gc refuses),
+    as it names a damaged record in the middle. A tail cut short is still a torn tail."""
+    root = tmp_path / "st"
+    name, path, intents = _intent_log(root)
+    data = bytearray(path.read_bytes())
+    bad = intents[-1] if which == "last" else intents[len(intents) // 2]
+    size = 20 + int.from_bytes(data[bad:bad + 4], "big")
+    data[bad + 30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with castore.open(str(root)) as r:
+        report = maintenance.fsck(r)
+        assert not report.ok and (name, bad, size) in report.damaged_records, report.damaged_records
+        with pytest.raises(CastoreError, match="gc refused"):
+            maintenance.gc(r, grace=0)
+        monkeypatch.setattr(maintenance, "LOG_IDLE", 0)
+        maintenance.repack(r, all_packs=True)  # leaves the log whole, as any damaged pack
+        assert path.exists() and (name, bad, size) in maintenance.fsck(r).damaged_records
+
+    if which == "last":
+        path.write_bytes(bytes(data[:bad + size - 1]))  # that record cut short instead: a torn tail
+        with castore.open(str(root)) as r:
+            assert maintenance.fsck(r).damaged_records == []

@@ -54,7 +54,7 @@ from ..objects import AnyObject, ObjectId
 from ..storage import RefIntent, Storage
 from . import packs
 from .packlog import WriterLog
-from .packmap import PackMap
+from .packmap import PackMap, damaged_intent_tail
 from .packs import PACKS, Place, index_key, pack_key
 from .repack import AUTO_REPACK_MAX_BYTES, BLOCK_BYTES, Ages, Repacker, RepackReport, age_key, parse_ages
 
@@ -981,7 +981,26 @@ class ObjectStore:
         Raises:
             StorageError: the backend failed.
         """
-        return self.packmap.damaged_records()
+        return sorted(self.packmap.damaged_records() + self._damaged_intent_tails())
+
+    def _damaged_intent_tails(self) -> list[tuple[str, int, int]]:
+        """``(log, offset, bytes)`` of the tail of each unsealed log (no index; not this
+        handle's own) that :func:`~castore.objectstore.packmap.damaged_intent_tail` calls
+        damage: a ref intent that only the recovery after a power loss reads (docs/FORMAT.md,
+        12), and would skip.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        names = [n for n in self.packmap.pack_names()
+                 if n.startswith("w-") and n != self.packmap.live and not self.packmap.pack_info(n)[1]]
+        datas = self.storage.read_many([pack_key(n) for n in names]) if names else {}
+        out = []
+        for name in names:
+            data, end = datas.get(pack_key(name)), self.packmap.pack_bytes(name)
+            if data is not None and damaged_intent_tail(data, end):
+                out.append((name, end, len(data) - end))
+        return out
 
     def pack_bytes(self, name: str) -> int:
         """The size of a pack as this handle knows it (0 if unknown)."""

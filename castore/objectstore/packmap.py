@@ -769,6 +769,22 @@ def _unframed(records: list[tuple[int, int, memoryview]], name: str,
             yield done.result()
 
 
+def damaged_intent_tail(data: bytes | memoryview, end: int) -> bool:
+    """Whether the bytes of log ``data`` after ``end`` (where its scan stopped: the end of its
+    last valid record) begin with a damaged ref intent rather than a torn tail: a record whole
+    in length, framed as an intent, that fails its check. A write cut short leaves a record
+    shorter than its length says, so a flipped byte is what makes this one; a scan takes it
+    for a torn tail (as it must a log still being written, docs/FORMAT.md 4), and the
+    recovery after a power loss, the only reader of intents (12), would skip it. fsck names
+    it as a damaged record, and repack leaves its log whole."""
+    body = end + packs.RECORD_HEADER_SIZE
+    if not packs.HEADER_SIZE <= end or body >= len(data):
+        return False
+    length = packs.record_length(data, end)
+    return (0 < length and body + length <= len(data) and bytes(data[body:body + 1]) == packs.INTENT_FRAME
+            and o.checksum(data[body:body + length]) != bytes(data[end + 4:body]))
+
+
 def salvaged_ids(data: bytes | memoryview, span: tuple[int, int], version: int, codec: o.Codec = o.PLAIN) -> list[str]:
     """The ids of the objects a damaged version-2 record still shows: the record at pack
     offset ``span[0]`` of ``span[1]`` bytes (header included) in the pack bytes ``data``.

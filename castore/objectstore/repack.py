@@ -34,7 +34,7 @@ from .. import objects as o
 from ..errors import IntegrityError
 from ..storage import DeleteIncomplete, Storage
 from . import packs
-from .packmap import PackMap
+from .packmap import PackMap, damaged_intent_tail
 from .packs import PACKS, Slot, index_key, pack_key
 
 #: repack writes blocks of about this many content bytes, each one zstd frame at BLOCK_LEVEL
@@ -475,8 +475,9 @@ class Repacker:
         names (by payload offset: its objects' places, :meth:`note_written`) as a
         :class:`~castore.objectstore.packs.Whole`, its check verified, not its objects; None
         for a pack with a damaged record, a sealed one whose records stop short of its end,
-        or one of another ``size`` than its index says (cut short at a record's end, to its
-        header or to nothing, it scans clean): damage, left for fsck.
+        one of another ``size`` than its index says (cut short at a record's end, to its
+        header or to nothing, it scans clean), or a log whose tail is a damaged ref intent
+        (:func:`~castore.objectstore.packmap.damaged_intent_tail`): damage, left for fsck.
 
         Raises:
             IntegrityError: an object does not hash to its id.
@@ -497,6 +498,8 @@ class Repacker:
             return None  # a damaged record: left whole for fsck and a human, never dropped
         if end != len(data) and not (name.startswith("w-") and not self.storage.exists(index_key(name))):
             return None  # a complete pack that does not scan to its end: do not drop what follows
+        if end != len(data) and damaged_intent_tail(data, end):
+            return None  # a log's tail that is a damaged ref intent, not a torn write
         if version == 2:
             by_record: dict[int, list[tuple[int, str, bytes]]] = {}
             whole: dict[int, packs.Whole] = {}
