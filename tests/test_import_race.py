@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 import castore
+from castore.adapters import gemini
 from castore.adapters.claude_code import find_sessions, import_claude
+from castore.adapters.codex import find_rollouts, import_codex
 from castore.adapters.import_jobs import import_here
 from castore.adapters.jsonl_tree import TreeWriter
 from castore.groupcommit import WriteBatch
@@ -65,8 +67,9 @@ def test_an_import_that_lost_a_race_reports_what_it_stored_before_it(tmp_path: P
         assert fsck(store).ok
 
 
+@pytest.mark.parametrize("vendor", ["claude", "codex", "gemini"])
 def test_a_rival_that_records_the_position_after_this_import_read_it_is_not_counted_twice(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
     # The window of 3 runs in 40 of two imports at once (CASTORE_LAND_EVERY=0): this import has
     # landed the raced file's lines (every land_due lands here), and before it reads the
     # session's HEAD again the rival imports the whole file, finds the lines stored, and records
@@ -75,20 +78,25 @@ def test_a_rival_that_records_the_position_after_this_import_read_it_is_not_coun
     # goes again from what is stored, and the file is the rival's.
     monkeypatch.setattr(WriteBatch, "due", lambda self: True)  # a landing at each land_due
     url = str(tmp_path / "store")
-    alone = import_claude(castore.open(str(tmp_path / "alone")), FOLDER)
-    sources = find_sessions(FOLDER)
-    raced = sources[-1].path
+    folder, find, import_one = {
+        "claude": (FOLDER, find_sessions, import_claude),
+        "codex": (ROOT / "tests" / "data" / "codex", find_rollouts, import_codex),
+        "gemini": (ROOT / "tests" / "data" / "gemini" / "tmp", gemini.find_sessions, gemini.import_gemini)}[vendor]
+    alone = import_one(castore.open(str(tmp_path / "alone")), folder)
+    sources = find(folder)
+    raced = [src.path for src in sources if src.path.endswith(".jsonl")][-1]  # (a file of lines, not one JSON)
+    key = "/".join(next(r.session for r in alone if r.path == raced))
     rival: list[Any] = []
     started: list[bool] = []
     real_finish = TreeWriter.finish
 
     def finish(self: TreeWriter) -> str | None:
         self.flush()  # its last run lands: HEAD is read afresh by what follows
-        if self.key.endswith(Path(raced).stem) and not started:
+        if self.key == key and not started:
             started.append(True)
             def run() -> None:
                 with castore.open(url) as other:
-                    rival.extend(import_claude(other, raced))
+                    rival.extend(import_one(other, raced))
             t = threading.Thread(target=run)
             t.start()
             t.join()
@@ -96,7 +104,7 @@ def test_a_rival_that_records_the_position_after_this_import_read_it_is_not_coun
 
     monkeypatch.setattr(TreeWriter, "finish", finish)
     with castore.open(url) as store:
-        results = import_here(store, "claude", sources, {})
+        results = import_here(store, vendor, sources, {})
         assert rival and rival[0].lines > 0  # the rival found the lines stored, and recorded them
         want = {r.path: (0 if r.path == raced else r.lines) for r in alone}
         assert {r.path: r.lines for r in results} == want

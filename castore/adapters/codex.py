@@ -456,7 +456,8 @@ class _Importer:
                     by["commit"] = got
             new["spawned_by"] = by
         if session.exists() or w.cid:  # (set_info makes HEAD when an import stopped before it)
-            session.set_info(new)
+            # a rival that recorded its position meanwhile stored these lines too: a lost race
+            session.set_info(new, expect=info)
         return res
 
     def _parent_agents(self, parent_id: str) -> dict[str, Any]:

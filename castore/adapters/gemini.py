@@ -429,7 +429,7 @@ class _Importer:
                 if parent.exists() else None
             new["spawned_by"] = {"app": self.app, "user": self.src.project, "session": self.src.parent,
                                  **({"commit": link} if isinstance(link, str) else {})}
-        s.set_info(new)
+        s.set_info(new, expect=info)  # a rival that recorded its position meanwhile stored these lines: a lost race
         return res
 
     def _latest(self, m: list[Any], records: dict[str, tuple[dict[str, Any], list[Any]]],
