@@ -604,6 +604,23 @@ def test_remotes_are_kept_in_the_store_config(make_store) -> None:
         sync.remove_remote(st, "origin")
 
 
+def test_remote_add_of_an_empty_url_is_refused_not_the_working_folder(tmp_path: Any, monkeypatch: Any) -> None:
+    """``castore remote add origin ''`` made the empty URL absolute first: the remote became the
+    current folder (a push then wrote a store into it), exit 0. A blank URL is now refused, as
+    the library refuses it."""
+    from click.testing import CliRunner
+
+    from castore.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    root = str(tmp_path / "st")
+    for url in ("", "   "):
+        res = CliRunner().invoke(main, ["--store", root, "remote", "add", "origin", url])
+        assert res.exit_code == 1 and "Error: a remote needs a URL" in res.output, res.output
+    with castore.open(root) as st:
+        assert sync.list_remotes(st) == {}
+
+
 def test_clone_copies_a_selection_and_records_origin(make_store, moto_server: Any, tmp_path: Any) -> None:
     remote = make_store("s3")
     fill(remote, KEY, 4)

@@ -185,7 +185,7 @@ def remote_group() -> None:
 def remote_add(ctx: click.Context, name: str, url: str, options: tuple[str, ...], replace: bool) -> None:
     """Add remote NAME at URL (a path, s3://BUCKET/PREFIX, ...)."""
     opts = parse_options(options)
-    if "://" not in url:  # a local path: keep it valid from any working directory
+    if "://" not in url and url.strip():  # a local path: keep it valid from any working directory
         url = os.path.abspath(os.path.expanduser(url))
     store = open_store(ctx, must_exist=False)
     sync.add_remote(store, name, url, opts, replace=replace)
