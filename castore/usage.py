@@ -666,12 +666,14 @@ def all_rows(store: Store, *, cache: bool = True, unreadable: dict[Key, str] | N
     (a ``memory://`` or an encrypted store is never cached); in the tenants layout, tenant by
     tenant (:meth:`~castore.store.Store.stores`: an erased tenant is left out), each its own cache.
 
-    ``unreadable``: where a session whose objects cannot be read (missing or damaged) is noted,
+    ``unreadable``: where a session whose objects cannot be read (missing or damaged), or whose
+    HEAD names a lost branch (:func:`castore.session.lost_branch_problem`), is noted,
     key -> the error, and left out, instead of stopping at it; a cache is then not saved, so the
     next run reads it again.
 
     Raises:
-        ObjectNotFound, IntegrityError: (without ``unreadable``) a session cannot be read.
+        ObjectNotFound, IntegrityError: (without ``unreadable``) a session cannot be read
+            (CorruptRef, an IntegrityError: its HEAD's branch is lost).
         StorageError.
     """
     out: dict[Key, list[Row]] = {}
@@ -682,16 +684,40 @@ def all_rows(store: Store, *, cache: bool = True, unreadable: dict[Key, str] | N
 
 def _readable_rows(store: Store, key: Key, refs: Any, head: Any, unreadable: dict[Key, str] | None,
                    commits: Mapping[str, Commit] | None = None) -> list[Row] | None:
-    """:func:`session_rows`, or None (noted in ``unreadable``) when the session cannot be read."""
+    """:func:`session_rows`, or None (noted in ``unreadable``) when the session cannot be read:
+    its objects, or the branch its HEAD names, which is lost (its responses would be missing
+    from the counts, unsaid)."""
     from .errors import IntegrityError, ObjectNotFound
 
     try:
+        _check_head(store, key, refs, head)
         return session_rows(store, key, refs, head, commits)
     except (ObjectNotFound, IntegrityError) as e:
         if unreadable is None:
             raise
         unreadable[key] = str(e)
         return None
+
+
+def _check_head(store: Store, key: Key, refs: Mapping[str, str], head: str | None) -> None:
+    """Raise when HEAD names branch ``head`` (a segment), absent from the session's ``refs``
+    though they show it had history (:func:`castore.session.lost_branch_problem`).
+
+    Raises:
+        CorruptRef: (an IntegrityError) the branch is lost.
+    """
+    if head is None or f"heads/{head}" in refs or not refs:
+        return
+    from .errors import CorruptRef
+    from .refs import PREFIX, SYMBOLIC, RefValue
+    from .session import lost_branch_problem
+
+    folder = store.session(*key).prefix
+    name = f"{folder}/HEAD"
+    problem = lost_branch_problem(folder, head, RefValue(name, f"{SYMBOLIC}heads/{head}"),
+                                  {f"{PREFIX}/{folder}/{rel}" for rel in refs})
+    if problem is not None:
+        raise CorruptRef(name, problem)
 
 
 def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None) -> dict[Key, list[Row]]:
@@ -955,8 +981,9 @@ def usage(store: Store, *, by: str = "model", prices: Prices | None = None, app:
         since, until: only responses of these days (``YYYY-MM-DD``, UTC, both included).
         cache: read through the usage cache (see the module docstring).
 
-    A session whose objects cannot be read (missing or damaged: ``castore fsck``) is left out
-    and named in the report's ``unreadable``; the others are counted.
+    A session whose objects cannot be read (missing or damaged: ``castore fsck``), or whose
+    HEAD names a lost branch, is left out and named in the report's ``unreadable``; the others
+    are counted.
 
     Raises:
         UsageError: a bad ``by``, ``since`` or ``until``.

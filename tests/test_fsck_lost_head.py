@@ -343,3 +343,37 @@ def test_sessions_lists_a_damaged_or_lost_head_with_what_status_says(tmp_path: P
         assert lines[f"app/u/{sid}"].split(None, 1)[1] == f"damaged: {why}"
     assert "damaged" not in lines["app/u/fine"] + lines["app/u/fresh"]
     assert "2 entries  main" in lines["app/u/fine"]
+
+
+def test_usage_names_a_session_whose_branch_is_lost_instead_of_undercounting(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``usage`` of a store with a session whose HEAD branch is lost counted only what its other
+    branches hold and said nothing (exit 0): the lost branch's responses vanished from the
+    totals. The session is now left out and named with fsck's line (exit 1, ``unreadable`` in
+    ``--json``), with and without the cache, as a session whose objects cannot be read."""
+    import json as _json
+
+    from castore.adapters.claude_code import import_claude
+
+    monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "usage.json"))
+    root = tmp_path / "st"
+    src = Path(__file__).parent / "data" / "claude-code" / "claude-code-log" / "dag_compact_after_rewind.jsonl"
+    (tmp_path / "p" / "proj").mkdir(parents=True)
+    (tmp_path / "p" / "proj" / src.name).write_bytes(src.read_bytes())
+    store = castore.open(str(root))
+    import_claude(store, tmp_path / "p")
+    runner = CliRunner()
+    assert runner.invoke(main, ["--store", str(root), "usage"]).exit_code == 0  # the cache is written
+    s = store.session("claude", "proj", "dag_compact_after_rewind")
+    assert "rewind-2" in s.branches()
+    _lose_branch(store, s)
+    store.close()
+    for args in (["usage"], ["usage", "--no-cache"], ["usage", "--by", "session", "--json"]):
+        res = runner.invoke(main, ["--store", str(root), *args])
+        assert res.exit_code == 1, (args, res.output)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "claude/proj/dag_compact_after_rewind" in errors[0] \
+            and "HEAD names branch 'main'" in errors[0], res.output
+        if "--json" in args:
+            doc = _json.loads(res.stdout)
+            assert [u["session"] for u in doc["unreadable"]] == ["claude/proj/dag_compact_after_rewind"]

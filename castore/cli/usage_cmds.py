@@ -12,7 +12,8 @@ from .common import json_option, note, pass_store, print_json, skip_teardown
 _JSON = ('{"by": GROUP, "rows": [ROW, ...], "total": ROW, "copies_merged": n, "prices": {"date", "source"}, '
          '"unreadable": [{"session", "error"}, ...]} where ROW is {"name", "responses", "input", "output", '
          '"cache_read", "cache_write", "total", "cost", "unpriced_responses", "models": [MODEL, ...]}; a session '
-         'whose objects cannot be read is left out, named in "unreadable", and the exit status is 1')
+         'whose objects cannot be read (or whose HEAD names a lost branch) is left out, named in "unreadable", and the '
+         'exit status is 1')
 
 
 def _n(v: int) -> str:
@@ -84,7 +85,7 @@ def usage_cmd(store: Any, by: str, app: str | None, since: str | None, until: st
 
 
 def _unreadable(unreadable: dict[str, str]) -> None:
-    """Name the sessions left out (their objects cannot be read) in one ``Error:`` line, exit 1."""
+    """Name the sessions left out (their objects or HEAD's branch cannot be read) in one ``Error:`` line, exit 1."""
     if unreadable:
         first, why = next(iter(sorted(unreadable.items())))
         more = f" and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
