@@ -68,7 +68,7 @@ def test_grep_json_writer_is_json_dumps_indent_2() -> None:
     and leaves what it does not know to json itself."""
     import json
 
-    from castore.cli.grep_cmds import _indented_json
+    from castore.cli.grep_search import _indented_json
 
     docs: list[object] = [
         {}, [], {"matches": []}, "s", 3, None, (1, (2,)), {1: "int key"}, [None, True, "a", 1],

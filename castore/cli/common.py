@@ -32,6 +32,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import CastoreError, SessionNotFound
+from .grep_spec import MASTER_KEY_FILE_ENV, SESSION_ENV, STORE_ENV, UNSET, Opt, json_opt, limit_opt
+from .plain import (
+    OptionValueError,
+    error_line,
+    escape,
+    format_key,
+    no_color,
+    open_store_at,
+    os_error_line,
+    skip_teardown,
+    storage_options,
+    teardown_skipped,
+    unescape,
+)
+from .plain import key_options as plain_key_options
 from .text import safe, safe_json
 
 if TYPE_CHECKING:
@@ -42,10 +57,6 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: the environment variables behind ``--store`` and ``--session``
-STORE_ENV = "CASTORE_STORE"
-SESSION_ENV = "CASTORE_SESSION"
-MASTER_KEY_FILE_ENV = "CASTORE_MASTER_KEY_FILE"
 #: the pager for long output (then ``$PAGER``, then ``less``); empty or ``cat``: no pager
 PAGER_ENV = "CASTORE_PAGER"
 #: the key in ``castore.json`` holding the default session (``castore use``)
@@ -89,12 +100,6 @@ def _state(ctx: click.Context) -> CliState:
 
 
 # -- errors ----------------------------------------------------------------------------
-def error_line(exc: BaseException) -> str:
-    """The one-line message for a library error (newlines folded, controls escaped: an
-    error may quote a name or a ref read from a remote)."""
-    return safe(" ".join(str(exc).split())) or type(exc).__name__
-
-
 @contextmanager
 def cli_errors() -> Iterator[None]:
     """Turn a :class:`CastoreError` into ``Error: ...`` and exit status 1.
@@ -111,12 +116,6 @@ def cli_errors() -> Iterator[None]:
     except OSError as e:
         # a file the user named (export -o, import): one line, not a traceback
         raise click.ClickException(os_error_line(e)) from e
-
-
-def os_error_line(e: OSError) -> str:
-    """``cannot write /x/y: No such file or directory`` for an error on a file the user named."""
-    what = e.strerror or error_line(e)
-    return f"{e.filename}: {what}" if e.filename else what
 
 
 class CastoreGroup(click.Group):
@@ -150,30 +149,48 @@ def check_session_taken(ctx: click.Context, path: str, cmd: click.Command) -> No
 
 # -- options ----------------------------------------------------------------------------
 def parse_options(pairs: tuple[str, ...], param_hint: str = "'--option'") -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed.
+    """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed
+    (:func:`castore.cli.plain.storage_options`).
 
     Raises:
-        click.BadParameter: a pair without ``=``.
+        click.BadParameter: a pair without ``=``, or a key nesting under a plain value.
     """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, eq, raw = pair.partition("=")
-        if not eq or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=param_hint)
-        try:
-            value: Any = json.loads(raw)
-            if not isinstance(value, (bool, int, float)) and value is not None:
-                value = raw
-        except ValueError:
-            value = raw
-        where = out
-        *path, last = key.split(".")
-        for p in path:
-            where = where.setdefault(p, {})
-            if not isinstance(where, dict):
-                raise click.BadParameter(f"{key!r} nests under a plain value", param_hint=param_hint)
-        where[last] = value
-    return out
+    try:
+        return storage_options(pairs)
+    except OptionValueError as e:
+        raise click.BadParameter(str(e), param_hint=param_hint) from None
+
+
+def click_option(spec: Opt, *, named: bool = True, **extra: Any) -> click.Option:
+    """The click option declared by ``spec`` (:mod:`castore.cli.grep_spec`: the global options,
+    grep's, ``--json`` and ``-n/--limit``), with ``extra`` keyword arguments of
+    :class:`click.Option` (``hidden``, ``callback``, ``shell_complete``, ...); ``named=False``
+    leaves click to name the parameter after its spellings (a copy whose value is not passed on)."""
+    decls, kw = _option_args(spec, named)
+    return click.Option(decls, **kw, **extra)
+
+
+def _option_args(spec: Opt, named: bool = True) -> tuple[list[str], dict[str, Any]]:
+    """The declarations and keyword arguments of ``click.option`` for ``spec``."""
+    kw: dict[str, Any] = {"help": spec.help}
+    if not spec.takes_value:
+        if spec.flag is True and spec.default is UNSET:
+            kw["is_flag"] = True
+        else:
+            kw["flag_value"] = spec.flag
+    if spec.default is not UNSET:
+        kw["default"] = spec.default
+    if spec.multiple:
+        kw["multiple"] = True
+    if spec.choices is not None:
+        kw["type"] = click.Choice(list(spec.choices))
+    elif spec.min is not None:
+        kw["type"] = click.IntRange(min=spec.min)
+    if spec.metavar is not None:
+        kw["metavar"] = spec.metavar
+    if spec.envvar is not None:
+        kw["envvar"] = spec.envvar
+    return [*spec.decls, spec.name] if named else list(spec.decls), kw
 
 
 # -- the store -------------------------------------------------------------------------
@@ -191,18 +208,13 @@ def store_options(ctx: click.Context) -> dict[str, Any]:
 
 def key_options(ctx: click.Context | None = None) -> dict[str, Any]:
     """``master_key=`` for opening a store: the key in --master-key-file when it was given
-    (else the store reads $CASTORE_MASTER_KEY itself).
+    (else the store reads $CASTORE_MASTER_KEY itself; :func:`castore.cli.plain.key_options`).
 
     Raises:
         KeyMissing: the file is not there.
         EncryptionError: it does not hold a master key.
     """
-    path = _state(ctx or click.get_current_context()).master_key_file
-    if not path:
-        return {}
-    from ..crypto.keys import MasterKey  # only for an encrypted store: a plain one never loads it
-
-    return {"master_key": MasterKey.from_file(path)}
+    return plain_key_options(_state(ctx or click.get_current_context()).master_key_file)
 
 
 def ensure_bucket(url: str, ctx: click.Context | None = None) -> None:
@@ -235,12 +247,10 @@ def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> 
     Raises:
         StoreNotFound, FormatError, StorageError.
     """
-    from ..store import Store
-
     ctx = ctx or click.get_current_context()
     st = _state(ctx)
     if st._store is None:  # noqa: SLF001
-        store = Store.open(store_url(ctx), **st.store_options, **key_options(ctx))
+        store = open_store_at(st.store_url, st.store_options, st.master_key_file)
         st._store = store  # noqa: SLF001
         ctx.find_root().call_on_close(store.close)
     if must_exist:
@@ -249,34 +259,6 @@ def open_store(ctx: click.Context | None = None, *, must_exist: bool = True) -> 
 
 
 # -- session keys ----------------------------------------------------------------------
-def unescape(part: str) -> str:
-    """Decode one part of a session key as typed: ``%2F`` is a literal ``/``, ``%25`` a ``%``."""
-    out, i = [], 0
-    while i < len(part):
-        chunk = part[i : i + 3]
-        if chunk.upper() == "%2F":
-            out.append("/")
-            i += 3
-        elif chunk == "%25":
-            out.append("%")
-            i += 3
-        else:
-            out.append(part[i])
-            i += 1
-    return "".join(out)
-
-
-def escape(part: str) -> str:
-    """The inverse of :func:`unescape`: how to type one part of a key on the command line."""
-    return part.replace("%", "%25").replace("/", "%2F")
-
-
-def format_key(app: str, user: str, session: str | None = None) -> str:
-    """``APP/USER[/SESSION]`` as typed on the command line (``/`` inside a name as ``%2F``)."""
-    parts = [app, user] + ([session] if session is not None else [])
-    return "/".join(escape(p) for p in parts)
-
-
 def split_key(spec: str, min_parts: int, max_parts: int, param_hint: str) -> list[str]:
     """Split ``APP/USER/SESSION`` (or a prefix of it) into decoded parts.
 
@@ -416,31 +398,6 @@ def pass_store(must_exist: bool = True) -> Callable[[F], F]:
     return deco
 
 
-#: the exit statuses after which the process may end without the interpreter's teardown (see skip_teardown)
-_SKIP_TEARDOWN: set[int] = set()
-
-
-def skip_teardown(*also: int) -> None:
-    """Let the ``castore`` process end without the interpreter's teardown once this command
-    has returned with success, exit status 0 or one of ``also`` (grep's 1: nothing matched;
-    only :func:`castore.cli.main.run`, the process's entry point, heeds it; a caller of
-    :data:`castore.cli.main` in its own process is unaffected).
-
-    For a command that leaves nothing to write, close or join (the store is closed with the
-    command's context, before the exit) but holds many objects: ``usage`` ends holding every
-    commit of the store decoded, and freeing them one by one, after a last garbage collection
-    over all of them, costs a fifth of its time; the OS frees them at once. ``grep`` ends a
-    short process whose teardown (every module and the search index's maps) is a tenth of it.
-    """
-    _SKIP_TEARDOWN.update((0, *also))
-
-
-def teardown_skipped(status: object = 0) -> bool:
-    """Whether a command of this process called :func:`skip_teardown` for exit status ``status``
-    (``None``, as ``sys.exit()`` gives it, is 0)."""
-    return (0 if status is None else status) in _SKIP_TEARDOWN
-
-
 # -- output ----------------------------------------------------------------------------
 def json_option(schema: str) -> Callable[[F], F]:
     """Decorator: add ``--json`` (passed as ``as_json``), documenting the document's shape.
@@ -448,10 +405,8 @@ def json_option(schema: str) -> Callable[[F], F]:
     Args:
         schema: the shape of the JSON document, shown in ``--help`` (and so in docs/cli.md).
     """
-    return click.option(
-        "--json", "as_json", is_flag=True,
-        help=f"Print one JSON document instead of text: {schema}",
-    )
+    decls, kw = _option_args(json_opt(f"Print one JSON document instead of text: {schema}"))
+    return click.option(*decls, **kw)
 
 
 def redact_option(f: F) -> F:
@@ -509,12 +464,11 @@ def note_redactions(results: Iterable[Any]) -> None:
 def limit_option(default: int | None = None, what: str = "items") -> Callable[[F], F]:
     """Decorator: add ``-n/--limit N`` (passed as ``limit``): list at most N ``what``; 0 lists all.
 
-    Every listing command takes it with this meaning; the command applies ``limit or None``.
+    Every listing command takes it with this meaning (:func:`castore.cli.grep_spec.limit_opt`);
+    the command applies ``limit or None``.
     """
-    return click.option(
-        "-n", "--limit", "limit", type=click.IntRange(min=0), default=default, metavar="N",
-        show_default=default is not None, help=f"Show at most N {what}; 0 shows all.",
-    )
+    decls, kw = _option_args(limit_opt(what, default))
+    return click.option(*decls, show_default=default is not None, **kw)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -566,11 +520,6 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 
 
 # -- terminal: colors and the pager -----------------------------------------------------
-def no_color() -> bool:
-    """Whether ``$NO_COLOR`` asks for no colors (any non-empty value, see no-color.org)."""
-    return bool(os.environ.get("NO_COLOR"))
-
-
 def pager_command() -> list[str] | None:
     """The pager to run (``$CASTORE_PAGER``, ``$PAGER``, else ``less``), or None for none."""
     import shlex  # imported here: only a pager needs it (as subprocess, ~6 ms of every command's start)
@@ -647,6 +596,7 @@ def paged(f: F) -> F:
 
 __all__ = [
     "parse_options",
+    "click_option",
     "CliState",
     "CastoreGroup",
     "cli_errors",
@@ -684,4 +634,6 @@ __all__ = [
     "STORE_ENV",
     "SESSION_ENV",
     "MASTER_KEY_FILE_ENV",
+    "skip_teardown",
+    "teardown_skipped",
 ]

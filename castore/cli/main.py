@@ -45,26 +45,23 @@ is an error (a broken command module must not go unnoticed).
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import __version__
 from .common import (
-    MASTER_KEY_FILE_ENV,
-    SESSION_ENV,
-    STORE_ENV,
     CastoreGroup,
     CliState,
     check_session_taken,
+    click_option,
     no_color,
     parse_options,
     takes_session,
-    teardown_skipped,
 )
 from .complete import complete_session
+from .grep_spec import GLOBAL_OPTIONS, SESSION_ENV, Opt, late_globals
+from .plain import end_process
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -256,32 +253,18 @@ class LazyGroup(CastoreGroup):
                                                  ctx=ctx) from None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 88})
-@click.option(
-    "--store", "store_url", envvar=STORE_ENV, metavar="URL",
-    help=f"The store: a path, memory://NAME or s3://BUCKET/PREFIX [env {STORE_ENV}; default: the nearest "
-         ".castore here or above, else ./.castore].",
-)
-@click.option(
-    "-o", "--store-option", "store_options", multiple=True, metavar="KEY=VALUE",
-    help="A storage option for --store, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable; as `remote add -o`).",
-)
-@click.option(
-    "-s", "--session", "session_spec", envvar=SESSION_ENV, metavar="APP/USER/SESSION", shell_complete=complete_session,
-    help=f"The session to work on: APP/USER/SESSION, or its session id alone, whole or a unique prefix "
-         f"(0ccf1a04); write a '/' inside a name as %2F [env {SESSION_ENV}; default: the one chosen with "
-         "`castore use`].",
-)
-@click.option(
-    "--master-key-file", "master_key_file", envvar=MASTER_KEY_FILE_ENV, metavar="PATH",
-    help=f"The master key of an encrypted store, in a file as `castore key new` printed it [env "
-         f"{MASTER_KEY_FILE_ENV}; default: the key in $CASTORE_MASTER_KEY].",
-)
-@click.option("--no-pager", is_flag=True, help="Never page long output (it is paged only on a terminal).")
+def _global_option(spec: Opt, **extra: Any) -> click.Option:
+    """The click option of global option ``spec`` (:data:`~castore.cli.grep_spec.GLOBAL_OPTIONS`)."""
+    if spec.complete == "session":
+        extra["shell_complete"] = complete_session
+    return click_option(spec, **extra)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 88},
+             params=[_global_option(spec) for spec in GLOBAL_OPTIONS])
 @click.version_option(__version__, "--version", prog_name="castore")
 @click.pass_context
-def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ...], session_spec: str | None,
-         master_key_file: str | None, no_pager: bool) -> None:
+def main(ctx: click.Context, **given: Any) -> None:
     """castore: agent session history stored the way git stores code.
 
     Browse sessions, branch, time-travel and audit them. Revisions are what git takes:
@@ -298,10 +281,10 @@ def main(ctx: click.Context, store_url: str | None, store_options: tuple[str, ..
     """
     if no_color():
         ctx.color = False
-    given = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
-    ctx.obj = CliState(store_url=store_url, session_spec=session_spec,
-                       store_options=parse_options(store_options, "'-o' / '--store-option'"),
-                       pager=not no_pager, store_given=given, master_key_file=master_key_file)
+    typed = ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE
+    ctx.obj = CliState(store_url=given["store_url"], session_spec=given["session_spec"],
+                       store_options=parse_options(given["store_options"], "'-o' / '--store-option'"),
+                       pager=not given["no_pager"], store_given=typed, master_key_file=given["master_key_file"])
     source = ctx.get_parameter_source("session_spec")
     if source is click.core.ParameterSource.ENVIRONMENT:
         ctx.obj.session_from = f"${SESSION_ENV}"
@@ -339,22 +322,8 @@ def _late_globals(cmd: click.Command) -> list[click.Option]:
     """Hidden copies of the global options for ``cmd``, except the names it already uses itself,
     and ``-s/--session`` only for a command that works on a session (elsewhere it is an error)."""
     taken = {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
-    if not takes_session(cmd):
-        taken |= {"-s", "--session"}
-    out = []
-    for decls, name, kw in (
-        (("--store",), "store_url", {"metavar": "URL"}),
-        (("-s", "--session"), "session_spec", {"metavar": "APP/USER/SESSION", "shell_complete": complete_session}),
-        (("-o", "--store-option"), "store_options", {"multiple": True, "metavar": "KEY=VALUE"}),
-        (("--no-pager",), "no_pager", {"is_flag": True}),
-        (("--master-key-file",), "master_key_file", {"metavar": "PATH"}),
-    ):
-        free = [d for d in decls if d not in taken]
-        if not free or (name == "store_options" and "-o" in taken):
-            continue  # the command's own -o (clone, remote add) means its own thing
-        out.append(click.Option(free, hidden=True, expose_value=False, callback=_set_global(name),
-                                is_eager=True, help=f"As `castore {decls[-1]}` (global option).", **kw))
-    return out
+    return [_global_option(spec, named=False, hidden=True, expose_value=False, callback=_set_global(spec.name),
+                           is_eager=True) for spec in late_globals(taken, takes_session(cmd))]
 
 
 def _add_late_globals(cmd: click.Command) -> None:
@@ -383,14 +352,7 @@ def run() -> None:
     try:
         cli(prog_name="castore")
     except SystemExit as e:
-        if teardown_skipped(e.code):
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                raise e from None  # the output could not be written: the ordinary exit reports it
-            os._exit(int(e.code or 0))  # the status teardown_skipped took: an int
-        raise
+        end_process(e)
 
 
 __all__ = ["main", "cli", "run", "COMMAND_MODULES", "OPTIONAL_COMMAND_MODULES", "SUMMARIES", "command_modules",

@@ -1,0 +1,296 @@
+"""What ``castore grep`` does once its command line is parsed, without click: the search and its output.
+
+Both ways of running ``castore grep`` call :func:`run`: the click command
+(:mod:`castore.cli.grep_cmds`, which hands it ``click.echo``) and the fast path of a fresh
+process (:mod:`castore.cli.fast`, which hands it :func:`echo`, writing as ``click.echo`` does:
+the text, a line break, a flush). So the two print the same bytes, report the same errors and
+exit with the same status. This module imports no click.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CastoreError
+from ..gcpause import gc_paused
+from .plain import error_line, format_key, no_color, skip_teardown
+from .text import safe, safe_block, safe_json
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+
+#: where a line goes: ``echo(text)`` to stdout, ``echo(text, err=True)`` to stderr (as ``click.echo``)
+Echo = Callable[..., Any]
+
+
+def echo(message: str, err: bool = False) -> None:
+    """Write ``message`` and a line break to stdout (stderr with ``err``) and flush, as ``click.echo``
+    does with a string on a stream of text that needs no colour stripped (:func:`run` colours only
+    a terminal's output, and only when ``$NO_COLOR`` is unset)."""
+    f = sys.stderr if err else sys.stdout
+    f.write(message + "\n")
+    f.flush()
+
+
+class _BadTime(ValueError):
+    """``--since``/``--until`` is not a date or time."""
+
+    def __init__(self, value: str, what: str) -> None:
+        super().__init__(f"Invalid value for {what}: {value!r} is not a date or time (YYYY-MM-DD[THH:MM[:SS]])")
+
+
+def _when(value: str | None, what: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise _BadTime(value, what) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = echo) -> int:
+    """Search as ``castore grep`` with the command's parameters ``params`` (the names of
+    :data:`castore.cli.grep_spec.GREP_OPTIONS` and ``pattern``) in the store ``open_store()``
+    opens (whoever made it closes it), printing through ``echo``; the exit status: 0 when
+    something matched, 1 when nothing did, 2 on an error (grep's), whose one line ``Error: ...``
+    went to stderr. A search that ended with 0 or 1 lets the process end without its teardown
+    (:func:`castore.cli.plain.skip_teardown`).
+
+    Raises:
+        OSError: writing the output failed (a closed pipe: BrokenPipeError); the callers report it.
+    """
+    p = params
+    # the cyclic collector paused for the whole search (the process ends after it): the modules
+    # it imports and what it reads all stay alive, and each burst of objects would have the
+    # collector walk every live object again, for nothing
+    with gc_paused():
+        from ..grep import KINDS, grep, grep_counts, grep_rows
+        from ..grep.files import keep_chunks
+
+        try:
+            store = open_store()
+            options: dict[str, Any] = {
+                "ignore_case": p["ignore_case"], "fixed": p["fixed"], "word": p["word"], "roles": p["roles"] or None,
+                "kinds": KINDS if p["all_kinds"] else (p["kinds"] or None), "tools": p["tools"] or None,
+                "sessions": p["sessions"] or None, "apps": p["apps"] or None,
+                "since": _when(p["since"], "--since"), "until": _when(p["until"], "--until"),
+                "limit": p["limit"] or None, "context": p["context"], "index": False if p["no_index"] else None,
+                "check_index": not p["cached"], "typed": p["typed"]}
+            pattern, as_json, as_jsonl, count = p["pattern"], p["as_json"], p["as_jsonl"], p["count"]
+            with keep_chunks(False):  # one search in this process: no chunk kept for a next one
+                if p["list_sessions"] or count:
+                    found = _render_counts(echo, grep_counts(store, pattern, **options), p["list_sessions"], count)
+                elif as_json or as_jsonl:
+                    found = _render_json(echo, grep(store, pattern, **options), as_json, as_jsonl)
+                else:
+                    found = _render_rows(echo, grep_rows(store, pattern, **options),
+                                         sys.stdout.isatty() and not no_color())
+            if as_json and (p["list_sessions"] or count):
+                echo(_indented_json({"matches": []}))  # what --json adds to -l and -c: no match document
+        except CastoreError as e:
+            echo(f"Error: {error_line(e)}", err=True)
+            return 2
+        except _BadTime as e:
+            echo(f"Error: {e}", err=True)
+            return 2
+    skip_teardown(1)  # the store is closed by whoever opened it: nothing is left to write or join
+    return 0 if found else 1
+
+
+#: output lines written at once (one write per batch rather than per line; a pipe still streams)
+_OUT_BATCH = 2048
+
+
+def _render_counts(echo: Echo, counts: dict[tuple[str, str, str], int], list_sessions: bool, count: bool) -> int:
+    """``-l`` (the sessions) and ``-c`` (``SESSION:MATCHES``; with ``-l`` each counts 1); the number of matches."""
+    keys = [safe(format_key(*k)) for k in counts]
+    if list_sessions:
+        for key in keys:
+            echo(key)
+    if count and keys:
+        echo("\n".join(f"{key}:{1 if list_sessions else n}" for key, n in zip(keys, counts.values(),
+                                                                                   strict=True)))
+    return sum(counts.values())
+
+
+def _render_json(echo: Echo, it: Any, as_json: bool, as_jsonl: bool) -> int:
+    """``--jsonl`` (a document per match, streaming) or ``--json`` (one document; with ``--jsonl``
+    too, it holds no match); the number of matches."""
+    found = 0
+    docs: list[dict[str, Any]] = []
+    out: list[str] = []
+    for m in it:
+        found += 1
+        if as_jsonl:
+            out.append(safe_json(json.dumps(m.to_json(), ensure_ascii=False)))
+            if len(out) >= _OUT_BATCH:
+                echo("\n".join(out))
+                out = []
+        else:
+            docs.append(m.to_json())
+    if out:
+        echo("\n".join(out))
+    if as_json:
+        sys.stdout.flush()
+        echo(safe_json(_indented_json({"matches": docs})))
+    return found
+
+
+def _render_rows(echo: Echo, rows: Any, color: bool) -> int:
+    """Every match as grep prints it (a line per matching line, the context entries around it,
+    the matched text in bold red with ``color``); the number of matches. ``rows``:
+    :func:`castore.grep.grep_rows`."""
+    from ..grep import iso_time
+
+    found = 0
+    keys: dict[tuple[str, str, str], str] = {}  # a session's key as printed, formatted once
+    wheres: dict[Any, str] = {}
+    whats: dict[tuple[str, str, str | None], str] = {}
+    times: dict[float | None, str] = {}
+    out: list[str] = []
+
+    def key_of(k: tuple[str, str, str]) -> str:
+        got = keys.get(k)
+        if got is None:
+            got = keys[k] = safe(format_key(*k))
+        return got
+
+    last: Any = (None, None, None, "")  # the last place and its text: the rows of a session follow each other
+    for commit, session, branches, role, kind, tool, time, lines, also, before, after, context in rows:
+        found += 1
+        if session is last[0] and branches is last[1] and also is last[2]:
+            where = last[3]
+        else:
+            place = (session, branches, also)  # the text before the commit, made once per place
+            where = wheres.get(place)
+            if where is None:
+                where = f"{key_of(session)}@{safe(','.join(branches))}"
+                if also:
+                    where += " (+" + ", ".join(key_of(k) for k, _ in also) + ")"
+                wheres[place] = where
+            last = (session, branches, also, where)
+        what = whats.get((role, kind, tool))
+        if what is None:
+            what = whats[(role, kind, tool)] = safe(f"{role}/{kind}[{tool}]:" if tool else f"{role}/{kind}:")
+        when = times.get(time)
+        if when is None:
+            when = times[time] = (iso_time(time) or "-")[:19]
+        head = f"{where} {commit[:8]} {when} {what}"
+        for c, crole, text in before:
+            out.append(f"{where} {c[:8]} - {safe(crole)}: {safe_block(text)}")
+        if color:
+            for line, text, spans in lines:
+                out.append(f"{head}{line}: {_highlight(text, spans)}")
+        else:
+            for line, text, _ in lines:
+                out.append(f"{head}{line}: {safe_block(text)}")
+        for c, crole, text in after:
+            out.append(f"{where} {c[:8]} - {safe(crole)}: {safe_block(text)}")
+        if context:
+            out.append("--")
+        if len(out) >= _OUT_BATCH:
+            echo("\n".join(out))
+            out = []
+    if out:
+        echo("\n".join(out))
+    return found
+
+
+def _indented_json(doc: Any) -> str:
+    """``json.dumps(doc, indent=2, ensure_ascii=False)``, the same text, several times faster:
+    Python's JSON encoder is in Python once ``indent`` is given (a search's JSON holds tens of
+    thousands of matches). Anything but dicts with string keys, lists, tuples, strings,
+    numbers, booleans and None goes to ``json.dumps`` itself."""
+    out: list[str] = []
+    try:
+        _json_into(doc, out, "\n")
+    except TypeError:
+        return json.dumps(doc, indent=2, ensure_ascii=False)
+    return "".join(out)
+
+
+_encode_str = json.encoder.encode_basestring  # ensure_ascii=False's
+
+
+def _json_into(v: Any, out: list[str], nl: str) -> None:
+    """Append ``v`` as ``json.dumps(indent=2, ensure_ascii=False)`` writes it at the depth whose
+    line break and indent is ``nl``; TypeError for what :func:`_indented_json` leaves to json."""
+    if isinstance(v, str):
+        out.append(_encode_str(v))
+    elif v is None:
+        out.append("null")
+    elif v is True:
+        out.append("true")
+    elif v is False:
+        out.append("false")
+    elif isinstance(v, int):
+        out.append(int.__repr__(v))
+    elif isinstance(v, float):
+        out.append(json.dumps(v))
+    elif isinstance(v, (list, tuple)):
+        if not v:
+            out.append("[]")
+            return
+        inner = nl + "  "
+        out.append("[" + inner)
+        sep = "," + inner
+        for n, x in enumerate(v):
+            # the common leaves written here: one call less per string or number
+            t = type(x)
+            if t is str:
+                out.append(sep + _encode_str(x) if n else _encode_str(x))
+            elif t is int:
+                out.append(sep + int.__repr__(x) if n else int.__repr__(x))
+            else:
+                if n:
+                    out.append(sep)
+                _json_into(x, out, inner)
+        out.append(nl + "]")
+    elif isinstance(v, dict):
+        if not v:
+            out.append("{}")
+            return
+        inner = nl + "  "
+        out.append("{" + inner)
+        for n, (k, x) in enumerate(v.items()):
+            if not isinstance(k, str):
+                raise TypeError("a key that is not a string")
+            head = ("," + inner if n else "") + _encode_str(k) + ": "
+            t = type(x)
+            if t is str:
+                out.append(head + _encode_str(x))
+            elif x is None:
+                out.append(head + "null")
+            elif t is int:
+                out.append(head + int.__repr__(x))
+            else:
+                out.append(head)
+                _json_into(x, out, inner)
+        out.append(nl + "}")
+    else:
+        raise TypeError(f"not JSON by itself: {type(v).__name__}")
+
+
+#: bold red, as ``click.style(text, fg="red", bold=True)`` writes it (a test holds them equal)
+_HIGHLIGHT = ("\x1b[31m\x1b[1m", "\x1b[0m")
+
+
+def _highlight(text: str, spans: tuple[tuple[int, int], ...]) -> str:
+    out, pos = [], 0
+    for s, e in spans:  # escaped piece by piece: the spans count the characters as stored
+        out.append(safe_block(text[pos:s]))
+        out.append(_HIGHLIGHT[0] + safe_block(text[s:e]) + _HIGHLIGHT[1])
+        pos = e
+    out.append(safe_block(text[pos:]))
+    return "".join(out)
+
+
+__all__ = ["run", "echo", "Echo"]
