@@ -129,6 +129,29 @@ def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path,
     assert _loaded(mods, NOT_FOR_GREP) == []
 
 
+#: never loaded by the console script's fast path of ``castore grep`` (:mod:`castore.cli.fast`): click and
+#: the standard modules it brings (its import was ~45% of a fresh rare-word search's instructions), the
+#: click group and its helpers (not platform: zstandard imports it)
+NOT_FOR_FAST_GREP = ["click", "castore.cli.main", "castore.cli.common", "castore.cli.complete",
+                     "castore.cli.grep_cmds", "inspect", "uuid", "gettext", "difflib"]
+_FAST = "import sys\nfrom castore.cli.fast import grep_main\nassert grep_main(sys.argv[1:]) == 0\n"
+
+
+@pytest.mark.parametrize("args", [["-c"], ["-l"], ["--json"], []])
+def test_grep_through_the_fast_path_loads_no_click(tmp_path: Path, args: list[str]) -> None:
+    from castore.grep import grep_counts
+
+    url = str(tmp_path / "store")
+    with castore.open(url) as st:
+        st.session("app", "u", "s1").append(castore.Message(role="user", content="Weather in Beijing?"))
+        assert sum(grep_counts(st, "Beijing").values()) == 1
+    mods = _modules_after(_FAST, "--store", url, "grep", *args, "Beijing")
+    assert "castore.grep.index" in mods and "castore.cli.grep_search" in mods  # the search did run
+    matches = ["castore.grep.match", "dataclasses", "inspect"]  # --json builds Match dataclasses (which load inspect)
+    assert _loaded(mods, [m for m in NOT_FOR_FAST_GREP + NOT_FOR_GREP if "--json" not in args or m not in matches]) \
+        == []
+
+
 def test_the_console_script_freezes_what_the_cli_imports_and_collects_again() -> None:
     """``castore`` (the console script and ``python -m castore``) imports the command line with
     the cyclic collector off, freezes what that made, and turns the collector back on."""
