@@ -21,7 +21,7 @@ def main(fast: bool = True) -> None:
     that is alive again, for nothing (a few percent of a short command's time). Raises nothing
     of its own; the command exits the process.
     """
-    if fast:
+    if fast and "grep" in sys.argv:  # no other command pays for importing the fast path
         from .cli.fast import grep_main
 
         status = grep_main(sys.argv[1:])

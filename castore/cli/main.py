@@ -40,6 +40,20 @@ library load with the first command that opens a store.
 
 A module listed here that does not exist is skipped; one that exists but fails to import
 is an error (a broken command module must not go unnoticed).
+
+The global options (and their hidden copies that may follow a command, as git's do) are not
+written here: they are data in :mod:`.grep_spec`, from which this module builds them with
+:func:`~castore.cli.common.click_option`, as :mod:`.grep_cmds` builds ``grep``'s options. The
+reason is the fast path of ``castore grep``: importing click (with inspect, uuid, gettext,
+difflib and the rest it loads) cost a fresh ``castore grep -c WORD`` more than its search, and
+issue 38 asks for a fresh search within 2x of GNU grep's. So the console script
+(:func:`castore.__main__.main`) first hands the command line to :mod:`.fast`, which reads
+``castore [GLOBAL OPTIONS] grep [OPTIONS] PATTERN`` from those same tables, without click, and
+runs :func:`castore.cli.grep_search.run`, the body click's ``grep`` runs too. It takes a command
+line only when it understands all of it; ``--help``, ``--version``, completion, an unknown or
+malformed option, a bad value, a missing argument and every other command come here, and click
+answers them as always: click stays the authority on the command line, the fast path a copy of
+one of its answers that a test holds equal (tests/test_cli_fast.py).
 """
 
 from __future__ import annotations
