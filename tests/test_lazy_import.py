@@ -150,6 +150,8 @@ def test_grep_through_the_fast_path_loads_no_click(tmp_path: Path, args: list[st
     matches = ["castore.grep.match", "dataclasses", "inspect"]  # --json builds Match dataclasses (which load inspect)
     assert _loaded(mods, [m for m in NOT_FOR_FAST_GREP + NOT_FOR_GREP if "--json" not in args or m not in matches]) \
         == []
+    if args in (["-c"], ["-l"]):
+        assert "datetime" not in mods  # a count prints no time, and parses none without --since/--until
 
 
 def test_the_console_script_freezes_what_the_cli_imports_and_collects_again() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 
 def key_text(k: tuple[str, str, str]) -> str:
@@ -37,7 +36,7 @@ def iso_time(t: float | None) -> str | None:
         if minute is None:
             if len(_ISO_MINUTES) >= 1 << 16:
                 _ISO_MINUTES.clear()
-            minute = _ISO_MINUTES[sec // 60] = datetime.fromtimestamp(sec // 60 * 60, UTC).isoformat()[:17]
+            minute = _ISO_MINUTES[sec // 60] = _iso_by_datetime(sec // 60 * 60)[:17]
         seconds, millis = _ISO_PARTS or _iso_parts()
         return minute + seconds[sec % 60] + millis[int(t * 1000) % 1000]
     return _iso_by_datetime(t)
@@ -59,7 +58,10 @@ def _iso_parts() -> list[list[str]]:
 
 
 def _iso_by_datetime(t: float) -> str:
-    """:func:`iso_time` through :mod:`datetime` (any time it can represent)."""
+    """:func:`iso_time` through :mod:`datetime` (any time it can represent; imported here, by the
+    first time formatted: a count formats none)."""
+    from datetime import UTC, datetime
+
     d = datetime.fromtimestamp(t, UTC)
     # isoformat is faster than strftime, and the same from year 1000 on (%Y does not pad)
     head = d.isoformat(timespec="seconds")[:19] + "." if d.year >= 1000 else d.strftime("%Y-%m-%dT%H:%M:%S.")
