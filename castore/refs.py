@@ -528,8 +528,9 @@ class RefStore:
                     out_staged.append(e)
             return out_staged
         prepared: list[tuple[str, bytes, Token | None, dict[str, Any]]] = []
-        for name, target, expect, meta in moves:
-            m = {**(meta or {}), "w": os.urandom(16).hex()}
+        ids = os.urandom(16 * len(moves)).hex()  # every move's random write id, drawn at once
+        for i, (name, target, expect, meta) in enumerate(moves):
+            m = {**(meta or {}), "w": ids[32 * i:32 * i + 32]}
             exp_token = expect.token if expect is not None else None
             if expect is not None and exp_token is None:
                 raise CastoreError("swap needs a ref value read with its token (RefStore.read)")

@@ -145,6 +145,27 @@ def test_every_write_gets_a_fresh_write_id(refs):
         refs.swap("r", C2, a)
 
 
+def test_a_swap_of_many_refs_draws_their_write_ids_at_once_each_its_own(refs, monkeypatch):
+    import types
+
+    import castore.refs as refs_mod
+
+    draws: list[int] = []
+
+    def urandom(n: int) -> bytes:
+        draws.append(n)
+        return os.urandom(n)
+
+    # the refs module's own draws (a backend draws for its own ends: S3 per request)
+    monkeypatch.setattr(refs_mod, "os", types.SimpleNamespace(**{**vars(os), "urandom": urandom}))
+    out = refs.swap_many([(f"many/{i}", cid(i), None, {}) for i in range(5)])
+    monkeypatch.undo()
+    assert draws == [16 * 5]  # one draw for the five moves, not a system call per ref
+    ids = [v.write_id for v in out]  # type: ignore[union-attr]
+    assert len(set(ids)) == 5 and all(len(w) == 32 and int(w, 16) >= 0 for w in ids)
+    assert [refs.read(f"many/{i}").write_id for i in range(5)] == ids  # type: ignore[union-attr]
+
+
 def test_swap_needs_a_value_read_with_its_token(refs):
     refs.swap("r", C1, None)
     with pytest.raises(Exception, match="token"):
