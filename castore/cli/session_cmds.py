@@ -116,7 +116,8 @@ def append_cmd(session: Session, role: str | None, event_json: str | None, text:
 
     The entry goes on the current branch. TEXT "-" reads the text from stdin. Prints the new
     commit id on stdout. The session (and the store) are created by the first append.
-    Appending on a detached HEAD starts a new branch there.
+    Appending on a detached HEAD starts a new branch there. A session whose HEAD names a
+    branch that was lost (fsck's bad ref) is refused with fsck's line: recreate the branch first.
     """
     if (role is None) == (event_json is None):
         raise click.UsageError("give exactly one of --role ROLE TEXT or --event JSON")
