@@ -408,13 +408,16 @@ class _Sync:
         candidates = [v.target for n in dst_direct if (v := self.dst_values.get(n)) is not None and not v.symbolic]
         head_name = f"{sprefix}/HEAD"
         head = src_vals.get(head_name)
-        if (problem := self._head_problem(sprefix, head, refs)) is not None:
-            # its other refs alone would land as a session without HEAD or the lost commits,
-            # which the destination's fsck calls sound: nothing of it travels
-            verb, where = ("pulled", "in the remote") if self.pull_remote is not None else ("pushed", "here")
-            self.report.refs_refused.append(Refusal(head_name, f"{describe(head_name)} ({where}): {problem}; "
-                                                    f"nothing of this session was {verb}", None, None))
-            return
+        # A source session's other refs alone would land as a session without HEAD or the lost
+        # commits; into a destination session, a lost branch would come back at the source's
+        # (older) tip, leaving the commits only it held to gc: fsck calls either sound. Nothing
+        # of such a session travels.
+        dst_refs = [n for n in dst_names if n.startswith(sprefix + "/")]
+        for why in (self._head_problem(sprefix, head, refs, self.pull_remote is not None),
+                    self._head_problem(sprefix, self.dst_values.get(head_name), dst_refs, self.pull_remote is None)):
+            if why is not None:
+                self.report.refs_refused.append(Refusal(head_name, why, None, None))
+                return
         kinds = {r: p.kind for r in refs if (p := parse_ref_name(r)) is not None}
         ordered = sorted((r for r in refs if kinds.get(r) in ("branch", "label")), key=lambda r: kinds[r] != "branch")
         for ref in ordered:
@@ -433,18 +436,22 @@ class _Sync:
                 self.steps.append(_Step([*o.meta_links(meta)], [_Update(head_name, head.target, meta,
                                                                      display=describe(head_name))]))
 
-    def _head_problem(self, sprefix: str, head: RefValue | None, refs: list[str]) -> str | None:
-        """What is wrong with the source session's symbolic ``head`` (its ``refs`` listed):
-        it names no branch of this session, or a branch that was lost
+    @staticmethod
+    def _head_problem(sprefix: str, head: RefValue | None, refs: list[str], remote: bool) -> str | None:
+        """Why a session's symbolic ``head`` (its ``refs`` listed, on the ``remote`` side or here)
+        stops the session: it names no branch of this session, or a branch that was lost
         (:func:`castore.session.lost_branch_problem`); None when it is sound or never born."""
         if head is None or head.symbolic is None:
             return None
         try:
             branch = SessionRefs(sprefix).branch_ref_of(head)
+            keys = {f"{REFS_PREFIX}/{r}" for r in refs}
+            problem = None if branch in refs else lost_branch_problem(sprefix, branch.rsplit("/", 1)[1], head, keys)
         except CorruptRef as e:
-            return e.reason
-        keys = {f"{REFS_PREFIX}/{r}" for r in refs}
-        return None if branch in refs else lost_branch_problem(sprefix, branch.rsplit("/", 1)[1], head, keys)
+            problem = e.reason
+        where = "in the remote" if remote else "here"
+        return None if problem is None else \
+            f"{describe(head.name)} ({where}): {problem}; nothing of this session was copied"
 
     def _plan_ref(self, ref: str, src_v: RefValue, candidates: list[str], kind: str,
                   extra_tips: set[str] | None = None) -> None:
@@ -961,7 +968,8 @@ def push(src: Store, dst: Store, sessions: Selection = None, force: bool = False
     Returns:
         A :class:`SyncReport`; refused refs are in ``refs_refused`` (nothing raises for them),
         among them the HEAD of a session whose HEAD names no branch of its own or a lost one
-        (:func:`castore.session.lost_branch_problem`): nothing of that session is sent.
+        (:func:`castore.session.lost_branch_problem`), in ``src`` or in ``dst``: nothing of
+        that session is copied.
 
     Raises:
         StoreNotFound: ``src`` has no store.
@@ -1071,8 +1079,9 @@ class BothWaysReport:
     @property
     def refused(self) -> list[Refusal]:
         """Refusals that are not divergences (a ref that moved during the sync, a commit missing)."""
-        mine = {d.ref for d in self.diverged}
-        return [r for r in (*self.pulled.refs_refused, *self.pushed.refs_refused) if r.ref not in mine]
+        mine = {d.ref for d in self.diverged}  # (a session refused by both halves: once)
+        return list({(r.ref, r.reason): r for r in (*self.pulled.refs_refused, *self.pushed.refs_refused)
+                     if r.ref not in mine}.values())
 
     @property
     def ok(self) -> bool:
@@ -1142,20 +1151,5 @@ def _diverged(r: Refusal, remote_name: str, kept: bool) -> Diverged:
                     r.local, r.remote, kept_as)
 
 
-__all__ = [
-    "push",
-    "pull",
-    "clone",
-    "both_ways",
-    "BothWaysReport",
-    "Diverged",
-    "SyncReport",
-    "SyncProgress",
-    "Refusal",
-    "add_remote",
-    "remove_remote",
-    "list_remotes",
-    "open_remote",
-    "describe",
-    "BATCH",
-]
+__all__ = ["push", "pull", "clone", "both_ways", "BothWaysReport", "Diverged", "SyncReport", "SyncProgress", "Refusal",
+           "add_remote", "remove_remote", "list_remotes", "open_remote", "describe", "BATCH"]

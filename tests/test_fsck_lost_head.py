@@ -377,3 +377,42 @@ def test_usage_names_a_session_whose_branch_is_lost_instead_of_undercounting(tmp
         if "--json" in args:
             doc = _json.loads(res.stdout)
             assert [u["session"] for u in doc["unreadable"]] == ["claude/proj/dag_compact_after_rewind"]
+
+
+def test_pull_and_sync_do_not_put_a_lost_branch_back_at_the_remotes_older_tip(tmp_path: Path) -> None:
+    """A session synced, then appended to here, then its HEAD branch lost here: the pull of
+    ``sync`` created the branch again at the remote's older tip (a plain new branch to it),
+    exit 0. fsck then said ok, the commits made here since were dangling, and gc deleted them.
+    A destination session whose HEAD branch is lost is now refused as a source one is (nothing
+    of it moves; the loss stays for fsck); and so is a push onto a remote in that state."""
+    root, remote = tmp_path / "st", tmp_path / "remote"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    _msgs(s, 2)
+    s.label("v1")
+    store.close()
+    runner = CliRunner()
+    assert runner.invoke(main, ["--store", str(root), "sync", str(remote)]).exit_code == 0
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    (only_here,) = _msgs(s, 1, "only here")
+    _lose_branch(store, s)
+    store.close()
+    for args in (["sync", str(remote)], ["pull", str(remote), "--all"]):
+        res = runner.invoke(main, ["--store", str(root), *args])
+        assert res.exit_code == 1, (args, res.output)
+        refused = [line for line in res.stderr.splitlines() if line.startswith("refused:")]
+        assert len(refused) == 1 and "app/u/s1" in refused[0] and "HEAD names branch 'main'" in refused[0], res.output
+        with castore.open(str(root)) as st:
+            assert st.refs.read(st.session("app", "u", "s1").refs.branch("main")) is None
+            report = maintenance.fsck(st)
+            assert not report.ok and report.bad_refs and only_here in report.dangling  # so gc refuses
+    # the other way round: the remote lost it; a push of a sound copy does not put it back
+    copy = tmp_path / "copy"
+    assert runner.invoke(main, ["--store", str(copy), "pull", str(remote), "--all"]).exit_code == 0
+    with castore.open(str(remote)) as r:
+        _lose_branch(r, r.session("app", "u", "s1"))
+    res = runner.invoke(main, ["--store", str(copy), "push", str(remote), "--all"])
+    assert res.exit_code == 1 and "HEAD names branch 'main'" in res.output, res.output
+    with castore.open(str(remote)) as r:
+        assert r.refs.read(r.session("app", "u", "s1").refs.branch("main")) is None
