@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import castore
 from castore import maintenance
+from castore.cli import cli
 from castore.errors import CastoreError
 from castore.objectstore import packs
 
@@ -234,6 +236,9 @@ def test_fsck_names_a_damaged_ref_intent_of_an_unsealed_log(tmp_path, monkeypatc
     with castore.open(str(root)) as r:
         report = maintenance.fsck(r)
         assert not report.ok and (name, bad, size) in report.damaged_records, report.damaged_records
+        out = CliRunner().invoke(cli, ["--store", str(root), "fsck"])
+        line = f"packs/{name}.pack at offset {bad} ({size} bytes)"
+        assert out.exit_code == 1 and line in out.output and "ref intent" in out.output, out.output
         with pytest.raises(CastoreError, match="gc refused"):
             maintenance.gc(r, grace=0)
         monkeypatch.setattr(maintenance, "LOG_IDLE", 0)

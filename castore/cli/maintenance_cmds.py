@@ -47,7 +47,8 @@ def _render_fsck(r: FsckReport) -> None:
         ("missing", [f"{oid}  (named by {src})" for oid, src in r.missing]),
         ("corrupt", [f"{oid}  {why}" for oid, why in r.corrupt]),
         ("bad ref", [f"{ref}  {why}" for ref, why in r.bad_refs]),
-        ("damaged record", [f"packs/{pack}.pack at offset {off} ({n} bytes): its objects cannot be read"
+        ("damaged record", [f"packs/{pack}.pack at offset {off} ({n} bytes): "
+                             "the objects or the ref intent it holds cannot be read"
                             for pack, off, n in r.damaged_records]),
         ("stale lock", [f"{lock}  (its writer died; the next writer or `castore gc` clears it)"
                         for lock in r.stale_locks]),
@@ -87,7 +88,8 @@ def fsck_cmd(as_json: bool) -> None:
     reflog; reading that session, as `log`, `show`, `context` or `status`, stops with the
     same error; a session with only its HEAD is taken as not yet born, noted when dangling
     commits exist), damaged pack records (by pack and offset; their objects are corrupt,
-    not missing), stale locks left by a killed writer, and
+    not missing; a writer's log may hold a damaged ref intent, which only the
+    recovery after a power loss reads), stale locks left by a killed writer, and
     unreachable objects (harmless: a crash or a
     deleted session leaves them; `castore gc` removes them). Exits with status 1 when
     anything is damaged.
