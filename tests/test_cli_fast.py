@@ -268,3 +268,34 @@ def test_the_console_script_searches_without_click_and_prints_as_click_does(wher
                                                             clicked.returncode)
         taken = "--kind" not in argv
         assert ("click" in imported) is not taken, argv
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+@pytest.mark.parametrize("no_color", ["", "1"])
+def test_on_a_terminal_the_fast_path_highlights_as_click_does(where: dict[str, str], no_color: str) -> None:
+    """A terminal gets the matches in bold red from both ways, and neither with $NO_COLOR."""
+    import pty
+
+    env = {**os.environ, "CASTORE_STORE": where["store"], "CASTORE_GREP_INDEX": where["index"], "NO_COLOR": no_color,
+           "PYTHONPATH": str(ROOT)}
+    got = []
+    for fast_path in (True, False):
+        master, slave = pty.openpty()
+        code = f"import sys; sys.argv[0] = 'castore'; from castore.__main__ import main; main(fast={fast_path})"
+        p = subprocess.Popen([sys.executable, "-c", code, "grep", "parser"], stdout=slave, stderr=subprocess.PIPE,
+                             env=env, cwd=str(ROOT))
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the other side closed (EIO)
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(master)
+        assert p.wait() == 0, p.stderr.read() if p.stderr else None
+        got.append(out)
+    assert got[0] == got[1]
+    assert (b"\x1b[31m\x1b[1mparser\x1b[0m" in got[0]) is not bool(no_color)
