@@ -578,7 +578,8 @@ class TreeWriter:
         self.labels.append((n, name))
 
     def flush(self) -> None:
-        """Append the queued run."""
+        """Append the queued run (in a session new with this writer: build it in memory, and
+        move the branches first when the write batch is about to land)."""
         if not self.run:
             return
         s = self.session
