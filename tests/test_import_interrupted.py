@@ -73,27 +73,47 @@ def _large(dest: Path, copies: int) -> bytes:
     return body
 
 
-def _cli(store: Path, *args: str) -> subprocess.Popen[bytes]:
-    # the import's write batch lands often (not every 0.25 s): a kill finds it part-way
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "CASTORE_LAND_EVERY": "0.01"}
+#: a real ``castore`` process that signals itself at a chosen point of its landings: right
+#: after the ``at``-th landing that moved refs between runs of lines (``land``; with ``arm``,
+#: counted once that file exists), or right after the ``at``-th write of held objects, before
+#: the refs that name them move (``held``). The moment a kill -9 or a Ctrl-C from outside
+#: could find, chosen instead of raced: an import that outran a poll of the store made
+#: "killed part-way" fail under load
+_CHILD = r"""
+import os, signal, sys
+from castore import groupcommit
+from castore.__main__ import main
+from castore.objectstore import ObjectStore
+sig, where, at, arm = getattr(signal, sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+land, write_held, seen = groupcommit.WriteBatch.land, ObjectStore.write_held, [0]
+def counted(happened):
+    if happened and (not arm or os.path.exists(arm)):
+        seen[0] += 1
+        if seen[0] == at:
+            os.kill(os.getpid(), sig)
+def landing(batch):
+    moving = len(batch) > 0
+    land(batch)
+    counted(where == "land" and moving)
+def writing(objects):
+    n = write_held(objects)
+    counted(where == "held" and n > 0)
+    return n
+groupcommit.WriteBatch.land, ObjectStore.write_held = landing, writing
+sys.argv = ["castore", *sys.argv[5:]]
+main()
+"""
+
+
+def _cli(store: Path, sig: str, point: tuple[str, int], *args: str, arm: Path | None = None) -> subprocess.Popen[bytes]:
+    # every batch lands when due (not every 0.25 s): many landings in one file
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "CASTORE_LAND_EVERY": "0"}
     # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background by a shell
     # without job control inherits SIGINT ignored, and Python then installs no handler
-    return subprocess.Popen([sys.executable, "-m", "castore", "--store", str(store), *args],
+    return subprocess.Popen([sys.executable, "-c", _CHILD, sig, point[0], str(point[1]), str(arm or ""),
+                             "--store", str(store), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
-def _branches(store: Path) -> int:
-    """How many branches the session has so far (0 before it exists): how far an import got."""
-    return len(_tips(store))
-
-
-def _tips(store: Path) -> dict[str, str]:
-    """The session's branches and their tips so far (none before it exists)."""
-    try:
-        return dict(castore.open(str(store), durable=False).session("claude", "proj", "s").branches())
-    except castore.CastoreError:
-        return {}
 
 
 def _recorded_lines(store: Path) -> int:
@@ -107,52 +127,25 @@ def _wait(cond: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.01)
 
 
-def _frozen_once(cond: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
-    """Let ``proc`` run in steps of about 10 ms, frozen (SIGSTOP) while ``cond`` is checked;
-    return with it frozen once ``cond`` holds. The check opens the store, which on a loaded
-    machine took longer than the rest of the import: a process that ran on meanwhile finished
-    before the signal meant to stop it part-way (the store is only read here: no lock the
-    frozen writer holds is waited for)."""
-    while True:
-        time.sleep(0.01)
-        proc.send_signal(signal.SIGSTOP)
-        while _state(proc.pid) not in "TtZX":
-            time.sleep(0.001)
-        assert proc.poll() is None, proc.communicate()
-        if cond():
-            return
-        proc.send_signal(signal.SIGCONT)
-
-
-def _state(pid: int) -> str:
-    """The process's state letter from /proc (T: stopped, Z: exited, not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except FileNotFoundError:
-        return "X"
-
-
 def test_import_killed_at_several_points_is_finished_by_the_next(tmp_path: Path) -> None:
     body = _large(tmp_path / "proj", 24)
     lines = body.count(b"\n")
     ref = castore.open(str(tmp_path / "ref"), durable=False)
     import_claude(ref, tmp_path / "proj")
     want = archive(ref)
-    total = len(ref.session("claude", "proj", "s").branches())
-    # no later than a quarter of the way (the process is frozen while the store is polled)
-    for point in (1, total // 8, total // 4):
-        store = tmp_path / f"s{point}"
-        proc = _cli(store, "import", "claude", str(tmp_path / "proj"))
-        _frozen_once(lambda store=store, point=point: _branches(store) >= point, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    # killed (SIGKILL) with the first landing's objects written and its refs not moved, right
+    # after it, and with the next landing's objects written (the last, if the first was)
+    for k, point in enumerate((("held", 1), ("land", 1), ("held", 2))):
+        store = tmp_path / f"s{k}"
+        proc = _cli(store, "SIGKILL", point, "import", "claude", str(tmp_path / "proj"))
+        out, err = proc.communicate()
+        assert proc.returncode == -signal.SIGKILL, (out, err)
         assert _recorded_lines(store) < lines  # killed part-way
         st = castore.open(str(store), durable=False)
         r = import_claude(st, tmp_path / "proj")[0]
         assert r.total == lines and not r.notes
-        export_claude(st, tmp_path / f"out{point}")
-        assert (tmp_path / f"out{point}" / "proj" / "s.jsonl").read_bytes() == body
+        export_claude(st, tmp_path / f"out{k}")
+        assert (tmp_path / f"out{k}" / "proj" / "s.jsonl").read_bytes() == body
         assert archive(st) == want
 
 
@@ -162,18 +155,15 @@ def test_ctrl_c_while_following_is_finished_by_the_next_import(tmp_path: Path) -
     proj.mkdir()
     half = body.index(b"\n", len(body) // 8) + 1
     (proj / "s.jsonl").write_bytes(body[:half])
-    store = tmp_path / "store"
-    proc = _cli(store, "import", "claude", "--follow", "--interval", "0.05", str(proj))
+    store, arm = tmp_path / "store", tmp_path / "arm"
+    # Ctrl-C (SIGINT) right after the first landing of the round that imports what the agent adds
+    proc = _cli(store, "SIGINT", ("land", 1), "import", "claude", "--follow", "--interval", "0.05", str(proj), arm=arm)
     _wait(lambda: _recorded_lines(store) == body[:half].count(b"\n"), proc)
-    seen = _tips(store)
+    arm.touch()
     with open(proj / "s.jsonl", "ab") as f:  # the agent writes a lot at once
         f.write(body[half:])
-    # its first landing (a branch moved); the file's new branches are named at its end
-    _frozen_once(lambda: _tips(store) != seen, proc)
-    proc.send_signal(signal.SIGINT)  # taken when it runs again
-    proc.send_signal(signal.SIGCONT)
     _, err = proc.communicate()
-    assert proc.returncode == 0 and b"stopped" in err
+    assert proc.returncode == 0 and b"stopped" in err, err
     assert _recorded_lines(store) < body.count(b"\n")  # stopped part-way
     st = castore.open(str(store), durable=False)
     r = import_claude(st, proj)[0]
