@@ -141,6 +141,10 @@ def test_cli_exit_codes_and_outputs(cli) -> None:
     assert r.exit_code == 2 and r.stderr.startswith("Error: bad regular expression")
     r = cli("parser", "--since", "yesterday-ish")
     assert r.exit_code == 2
+    # patterns the regex compiler refuses with another exception than re.error: one line too
+    for pattern in ("a{99999999999}", "(" * 2000 + ")" * 2000):
+        r = cli(pattern)
+        assert r.exit_code == 2 and r.stderr.startswith("Error: bad regular expression"), r.output
     r = cli("parser", "-l")
     assert r.stdout.splitlines() == ["bot/ann/s1", "bot/ann/s2"]
     r = cli("parser", "-c")

@@ -121,7 +121,7 @@ def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: boo
         ignore_case = not any(ch.isupper() for ch in pattern)
     try:
         return re.compile(src, re.IGNORECASE if ignore_case else 0)
-    except re.error as e:
+    except (re.error, OverflowError, RecursionError) as e:  # a{99999999999}, ((((...: not re.error
         raise GrepError(f"bad regular expression {pattern!r}: {e}") from e
 
 
