@@ -299,3 +299,17 @@ def test_on_a_terminal_the_fast_path_highlights_as_click_does(where: dict[str, s
         got.append(out)
     assert got[0] == got[1]
     assert (b"\x1b[31m\x1b[1mparser\x1b[0m" in got[0]) is not bool(no_color)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell closes the descriptor")
+def test_a_closed_stdout_ends_both_ways_without_a_traceback(where: dict[str, str]) -> None:
+    """Started with stdout closed (``castore grep -c x >&-``: Python's sys.stdout is None), the
+    fast path leaves the command to click, which writes nothing there; the process then ends as
+    any command does, not with a traceback from flushing a stream that is not there."""
+    env = {**os.environ, "CASTORE_STORE": where["store"], "CASTORE_GREP_INDEX": where["index"],
+           "PYTHONPATH": str(ROOT)}
+    for fast_path in (True, False):
+        code = f"import sys; sys.argv[0] = 'castore'; from castore.__main__ import main; main(fast={fast_path})"
+        p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", code, "grep", "-c", "parser"],
+                           capture_output=True, env=env, cwd=str(ROOT), check=False)
+        assert (p.returncode, p.stderr) == (0, b""), (fast_path, p.stderr.decode())

@@ -166,8 +166,9 @@ def end_process(end: SystemExit) -> NoReturn:
     """
     if teardown_skipped(end.code):
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # None: started with the descriptor closed (click writes nothing there)
+                    stream.flush()
         except (OSError, ValueError):
             raise end from None  # the output could not be written: the ordinary exit reports it
         os._exit(int(end.code or 0))  # the status teardown_skipped took: an int
