@@ -509,6 +509,30 @@ def test_a_torn_last_line_waits_and_a_rewritten_file_is_a_new_version(mem_store,
     assert pi.import_pi(mem_store, f)[0].key == ("pi", "local", "sess-1.v2")  # later imports continue v2
 
 
+def test_a_label_cleared_or_renamed_in_a_later_round_is_as_an_import_of_the_whole_file(tmp_path):
+    """A Pi label entry that clears a label (``e14``), read in a later import than the one that
+    set it (``e13``, "gone"), left the castore label in place: the store differed from an
+    import of the whole file, and test_follow_imports_entries_as_pi_writes_them failed when a
+    follow round happened to stop between the two lines. The label an import made from a Pi
+    label entry is recorded (``info["pi"]["labels"]``) and removed when Pi clears or renames it."""
+    entries = every_type_entries()
+    f = tmp_path / "sessions" / "--w--" / "s.jsonl"
+    f.parent.mkdir(parents=True)
+    cut = next(i for i, e in enumerate(entries) if e.get("label") == "gone") + 1
+    f.write_bytes(_dump(entries[:cut]))
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    pi.import_pi(store, tmp_path / "sessions")
+    a = store.session("pi", "local", "sess-1")
+    a.label("mine", at=a.resolve("HEAD"))  # a user's own label stays
+    f.write_bytes(_dump([*entries, {"type": "label", "id": "e21", "parentId": "e20", "timestamp": 21,
+                                    "targetId": "e04", "label": "renamed"}]))
+    pi.import_pi(store, tmp_path / "sessions")
+    once = castore.open(str(tmp_path / "once"), durable=False)
+    b = once.session(*pi.import_session(once, f).key)
+    assert {**b.labels(), "mine": a.labels()["mine"]} == a.labels()
+    assert set(b.labels()) == {"renamed"}
+
+
 def test_follow_imports_entries_as_pi_writes_them(tmp_path):
     import threading
 

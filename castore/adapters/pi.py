@@ -65,7 +65,7 @@ from ..entries import (
     ModelChange,
     body_of,
 )
-from ..errors import BranchError, CastoreError, InvalidEntry, InvalidName, RefConflict, SessionExists
+from ..errors import BranchError, CastoreError, InvalidEntry, InvalidName, RefConflict, RefNotFound, SessionExists
 from ..objects import Blob
 from ..redact import kind_counts, recording
 from ..views import TITLE_KEY, prompt_title
@@ -595,8 +595,9 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
     if state and not result.entries and lines.end == start:
         result.head = session.head
         return result
+    set_by_pi: dict[str, str] = {k: v for k, v in as_dict(state.get("labels")).items() if isinstance(v, str)}
     if result.entries or not state:
-        _set_refs(session, tree, labels, result, whole=loaded)
+        _set_refs(session, tree, labels, result, whole=loaded, set_by_pi=set_by_pi)
     else:
         result.head = session.head
     info: dict[str, Any] = dict(session.info) if state else {}
@@ -605,6 +606,7 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
                   "last": [tree.pi_of[tree.last[0]], tree.last[0], tree.last[1], tree.order[tree.last[0]]]
                   if tree.last is not None else None,
                   "titled": True, **({"segments": segments} if keep else {}),
+                  **({"labels": set_by_pi} if set_by_pi else {}),
                   **({"adopted": adopted} if adopted else {})}
     if session_name is not None:  # Pi's own name wins, the latest one
         info[TITLE_KEY] = session_name
@@ -616,12 +618,14 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
 
 
 def _set_refs(session: Session, tree: _Tree, labels: dict[str, tuple[int, int, str | None]],
-              result: ImportResult, whole: bool = True) -> None:
+              result: ImportResult, whole: bool = True, set_by_pi: dict[str, str] | None = None) -> None:
     """Side branches ``pi-<leaf id>``, ``main`` on the last entry (Pi's leaf), labels: as an
     import of the whole file makes them. A castore entry ``main`` held that the new entries do
     not follow keeps a branch ``castore-<commit>``; a side branch whose leaf got children goes.
     ``whole`` False: the new entries went on from ``main``'s tip, one after the other (the
-    tree holds only them): only ``main`` moves."""
+    tree holds only them): only ``main`` moves. ``set_by_pi``: Pi entry id -> the castore
+    label an earlier import made for it (updated here): a later Pi label entry that clears or
+    renames that entry's label removes it, as Pi does (a label castore's user made is left)."""
     if tree.last is None:
         return
     last = tree.last[0]
@@ -647,11 +651,22 @@ def _set_refs(session: Session, tree: _Tree, labels: dict[str, tuple[int, int, s
             _branch(session, "main", last, force=old_main is not None)
     result.branches["main"] = last
     result.head = last
+    set_by_pi = {} if set_by_pi is None else set_by_pi
+    had = session.labels() if set_by_pi else {}
     for target, (_, line, lab) in sorted(labels.items(), key=lambda kv: kv[1][0]):
-        if lab is None or target not in tree.ids:
+        if target not in tree.ids:
+            continue
+        old = set_by_pi.pop(target, None)
+        if old is not None and old != lab and had.get(old) == tree.ids[target][0]:
+            try:
+                session.delete_label(old)  # Pi cleared or renamed it since the import that made it
+            except RefNotFound:
+                pass  # a rival import of the file removed it first
+        if lab is None:
             continue
         try:
             result.labels[lab] = session.label(lab, at=tree.ids[target][0], force=True)
+            set_by_pi[target] = lab
         except InvalidName as err:
             result.skipped.append((line, f"label {lab!r} on {target} not kept as a castore label: {err}"))
 
