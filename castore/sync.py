@@ -412,7 +412,8 @@ class _Sync:
         # commits; into a destination session, a lost branch would come back at the source's
         # (older) tip, leaving the commits only it held to gc: fsck calls either sound. Nothing
         # of such a session travels.
-        dst_refs = [n for n in dst_names if n.startswith(sprefix + "/")]
+        reflog = SessionRefs(sprefix).reflog  # (dst_direct with it: no second pass over dst_names)
+        dst_refs = [*dst_direct, *([reflog] if reflog in dst_names else [])]
         for why in (self._head_problem(sprefix, head, refs, self.pull_remote is not None),
                     self._head_problem(sprefix, self.dst_values.get(head_name), dst_refs, self.pull_remote is None)):
             if why is not None:
