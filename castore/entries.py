@@ -136,6 +136,28 @@ def check_value(value: Any, what: str) -> None:
         depth += 1
 
 
+def info_value(value: Any, what: str, *, as_read: bool = False) -> dict[str, Any]:
+    """A session's info ``value`` (:meth:`castore.Session.set_info`) as a dict, checked as
+    :func:`check_value` checks it; ``as_read``: as the info is read back from the store (its
+    JSON: a tuple is a list then), to compare with what is stored.
+
+    Raises:
+        InvalidEntry: ``value`` is not a mapping, or holds what cannot be stored.
+    """
+    if not isinstance(value, Mapping):
+        raise InvalidEntry(f"{what} must be a mapping of names to values, not {type(value).__name__}")
+    out = dict(value)
+    check_value(out, what)
+    if as_read:
+        import json
+
+        try:
+            out = json.loads(json.dumps(out))
+        except (TypeError, ValueError) as e:
+            raise InvalidEntry(f"{what} holds what a session's info cannot: {e}") from None
+    return out
+
+
 _STR_TYPE = {str}
 _SEQUENCES = (list, tuple, set, frozenset)
 

@@ -29,7 +29,7 @@ from .entries import (
     Message,
     ModelChange,
     Prepared,
-    check_value,
+    info_value,
     messages_from_bodies,
     prepare,
 )
@@ -314,7 +314,7 @@ class Session:
         Args:
             info: the new metadata.
             expect: the metadata as the caller read it (:attr:`info`; ``{}`` for a session
-                without any): the write is a compare-and-swap of it. A writer that records
+                without any; compared as stored: a tuple is the list read back): the write is a compare-and-swap of it. A writer that records
                 its position in a source there (an importer) learns that a rival recorded
                 one meanwhile, instead of writing over it. None: written over whatever is
                 there (HEAD moving meanwhile is retried).
@@ -322,14 +322,15 @@ class Session:
         Raises:
             RefConflict: ``expect`` was given and the metadata stored is another (nothing is
                 written; not retried).
-            InvalidEntry: ``info`` holds something that cannot be stored (nothing is written).
+            InvalidEntry: ``info`` (or ``expect``) is not a mapping or holds something that cannot
+                be stored (nothing is written).
             RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
             StorageError.
         """
-        check_value(dict(info), "session info")
+        new = info_value(info, "session info")
+        want = None if expect is None else info_value(expect, "the session info expected", as_read=True)
         changed: list[RefConflict] = []
         self.store.init()
-        new = dict(info)
         redactor = self.plumbing.redactor
         if redactor is not None:
             new = {**redactor.value(new), REDACTED_INFO: True}
@@ -339,7 +340,7 @@ class Session:
 
         def attempt(_: int) -> None:
             head = self._refs.read(self.refs.head)
-            if expect is not None and self._info_of(head) != dict(expect):
+            if want is not None and self._info_of(head) != want:
                 changed.append(RefConflict(self.refs.head, None, None, f"the info of session {'/'.join(self.key)} "
                                            "changed since it was read (another writer recorded its own)"))
                 raise changed[-1]

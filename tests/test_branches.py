@@ -353,6 +353,24 @@ def test_set_info_with_expect_is_a_compare_and_swap_of_the_info(plumbing_store: 
     assert s.info == {"pos": 4} and [m.content for m in s.messages()] == ["m0"]
 
 
+
+def test_set_info_refuses_what_is_not_a_mapping_and_compares_expect_as_stored(plumbing_store: castore.Store) -> None:
+    """A library caller's wrong ``expect`` (or ``info``) is InvalidEntry, not a ValueError or
+    TypeError from ``dict()``; an ``expect`` holding a tuple matches the list it was stored as
+    (the info as the caller last wrote it), instead of a conflict naming a rival that is not there."""
+    s = plumbing_store.session("app", "u", "s")
+    s.set_info({"range": (1, 2)})
+    for bad in ("abc", 5, [("range", [1, 2])]):
+        with pytest.raises(castore.InvalidEntry, match="mapping"):
+            s.set_info({"range": (3, 4)}, expect=bad)  # type: ignore[arg-type]
+        with pytest.raises(castore.InvalidEntry, match="mapping"):
+            s.set_info(bad)  # type: ignore[arg-type]
+    with pytest.raises(castore.InvalidEntry):
+        s.set_info({"range": (3, 4)}, expect={"when": object()})
+    assert s.info == {"range": [1, 2]}  # nothing written
+    s.set_info({"range": (3, 4)}, expect={"range": (1, 2)})
+    assert s.info == {"range": [3, 4]}
+
 # -- checkout and delete_branch --------------------------------------------------------------
 def test_checkout_racing_delete_branch_never_leaves_head_on_a_missing_branch(
         plumbing_store: castore.Store) -> None:
