@@ -314,10 +314,11 @@ class Session:
         Args:
             info: the new metadata.
             expect: the metadata as the caller read it (:attr:`info`; ``{}`` for a session
-                without any; compared as stored: a tuple is the list read back): the write is a compare-and-swap of it. A writer that records
-                its position in a source there (an importer) learns that a rival recorded
-                one meanwhile, instead of writing over it. None: written over whatever is
-                there (HEAD moving meanwhile is retried).
+                without any; compared as stored: a tuple is the list read back): the write
+                is a compare-and-swap of it. A writer that records its position in a source
+                there (an importer) learns that a rival recorded one meanwhile, instead of
+                writing over it. None: written over whatever is there (HEAD moving meanwhile
+                is retried).
 
         Raises:
             RefConflict: ``expect`` was given and the metadata stored is another (nothing is

@@ -111,3 +111,43 @@ def test_a_rival_that_records_the_position_after_this_import_read_it_is_not_coun
         assert sum(r.lines for r in results) + rival[0].lines == sum(r.lines for r in alone)
         assert [r.total for r in results] == [r.total for r in alone]
         assert fsck(store).ok
+
+
+def test_a_pi_rival_that_records_the_position_after_this_import_read_it_is_not_counted_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As above for Pi's importer: the rival imports the whole file after this import read the
+    # session (none yet) and before it sets the session's refs and records its position.
+    # Before Pi's set_info compared the info it read, it wrote over the rival's, and both
+    # reported the file's 1,002 entries (as two `castore import pi` of one folder at once did).
+    import lzma
+
+    from castore.adapters import pi
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    raced = folder / "before-compaction.jsonl"
+    raced.write_bytes(lzma.decompress((ROOT / "tests" / "data" / "pi" / "before-compaction.jsonl.xz").read_bytes()))
+    alone = pi.import_pi(castore.open(str(tmp_path / "alone")), folder)
+    url = str(tmp_path / "store")
+    rival: list[Any] = []
+    real_set_refs = pi._set_refs  # the point the rival runs at
+
+    def set_refs(*args: Any, **kwargs: Any) -> None:
+        if not rival:
+            rival.append(None)
+
+            def run() -> None:
+                with castore.open(url) as other:
+                    rival[:] = pi.import_pi(other, folder)
+            t = threading.Thread(target=run)
+            t.start()
+            t.join()
+        real_set_refs(*args, **kwargs)
+
+    monkeypatch.setattr(pi, "_set_refs", set_refs)
+    with castore.open(url) as store:
+        results = import_here(store, "pi", pi.find_files(folder), {})
+        assert rival[0].entries == alone[0].entries > 0  # the rival stored the file and recorded it
+        assert [r.entries for r in results] == [0]
+        assert [r.total for r in results] == [r.total for r in alone]
+        assert fsck(store).ok

@@ -450,10 +450,12 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
         header["version"] = CURRENT_VERSION
     session = store.session(app, user, session_id or header["id"])
     state: dict[str, Any] = {}
+    read: dict[str, Any] = {}  # the info as read: its position is compared when this one's is recorded
     if session.exists():
         if not resume:
             raise SessionExists(session.key)
-        state = as_dict(session.info.get("pi"))
+        read = session.info
+        state = as_dict(read.get("pi"))
         offset = state.get("offset")
         if isinstance(offset, int) and (os.fstat(f.fileno()).st_size < offset
                                         or prefix_digest(f, offset) != state.get("digest")):
@@ -612,7 +614,7 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
         info[TITLE_KEY] = session_name
     elif title is not None and not isinstance(info.get(TITLE_KEY), str):
         info[TITLE_KEY] = title
-    session.set_info(info)
+    session.set_info(info, expect=read)  # a rival that recorded its position meanwhile stored these lines: a lost race
     result.bytes_written = w.written
     return result
 
