@@ -453,8 +453,7 @@ class Session:
                 head, name, tipref = self._branch_tip(on, branch, fresh)
             else:
                 head, name, tipref = self._tip_for_write(fresh)
-                if tipref is None and head is not None and (problem := self.lost_branch()) is not None:
-                    raise CorruptRef(self.refs.head, problem)  # not a new root on a lost branch's name
+                self._refuse_lost(head, tipref)  # not a new root on a lost branch's name
             ref = None if name is None else \
                 on or (self.refs.branch_ref_of(head) if head is not None else self.refs.branch(name))
             # appends of other threads to this branch, staged in this group, come first
@@ -595,15 +594,22 @@ class Session:
         if tipref is None:
             if not self.store.exists:
                 self.store.require()
-            problem = self.lost_branch() if head is not None else None
-            if problem is not None:
-                raise CorruptRef(self.refs.head, problem)
+            self._refuse_lost(head, tipref)
             return None
         view = self._view
         view = view.moved(tipref.target, tipref.meta) if view is not None \
             else PathView(self._objs, tipref.target, tipref.meta)
         self._view = view
         return view
+
+    def _refuse_lost(self, head: RefValue | None, tipref: RefValue | None) -> None:
+        """Raise CorruptRef (fsck's line) when HEAD names a branch that is absent (``tipref``
+        None) because it was lost (:meth:`lost_branch`): readers must not show the session
+        as empty, and writers (append, reset) must not start that name again, which would
+        hide the loss from fsck and leave the lost commits to gc. A never-born session passes.
+        """
+        if tipref is None and head is not None and (problem := self.lost_branch()) is not None:
+            raise CorruptRef(self.refs.head, problem)
 
     def lost_branch(self) -> str | None:
         """Why this session's HEAD names a branch that was lost (:func:`lost_branch_problem`:
@@ -868,9 +874,12 @@ class Session:
 
         Raises:
             RevisionNotFound, AmbiguousRevision, SessionNotFound, StorageError.
+            CorruptRef: HEAD names a branch that was lost (:meth:`lost_branch`); recreating
+            it would hide the loss from fsck.
         """
         cid = self.resolve(rev)
-        head, branch, _ = self._read_tip()
+        head, branch, tipref = self._read_tip()
+        self._refuse_lost(head, tipref)
         if branch is None:
             assert head is not None
             self._move(self.refs.head, cid, self._head_meta(head, **self._detached_at(cid)), f"reset {rev}")

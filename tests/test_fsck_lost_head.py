@@ -295,6 +295,27 @@ def test_appending_to_a_session_whose_branch_is_lost_is_refused(tmp_path: Path, 
         assert len(fresh.log()) == 1
 
 
+@pytest.mark.parametrize("evidence", ["label", "reflog", "branch"])
+def test_resetting_a_session_whose_branch_is_lost_is_refused(tmp_path: Path, evidence: str) -> None:
+    """``reset REV`` on a session whose HEAD branch is lost recreated the branch at REV with
+    no reflog entry (there was no old tip): fsck then said ok and gc deleted the lost commits.
+    It is refused now with append's error (fsck's line), nothing written, loss still reported."""
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    ids = _lose_with_evidence(store, s, evidence)
+    refs = {n: store.refs.read(f"sessions/{n}") for n in store.refs.list(s.prefix)}
+    with pytest.raises(castore.CorruptRef, match="HEAD names branch 'main'.*deleted or lost"):
+        s.reset(ids[0])
+    store.close()
+    res = CliRunner().invoke(main, ["--store", str(root), "reset", ids[0], "-s", "app/u/s1"])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 1 and len(errors) == 1 and "HEAD names branch 'main'" in errors[0], res.output
+    with castore.open(str(root)) as again:
+        assert {n: again.refs.read(f"sessions/{n}") for n in again.refs.list(s.prefix)} == refs  # nothing written
+        assert [r for r, _ in maintenance.fsck(again).bad_refs] == [s.refs.head]  # still reported
+
+
 def test_sessions_lists_a_damaged_or_lost_head_with_what_status_says(tmp_path: Path) -> None:
     """``castore sessions`` listed a session whose HEAD names another session's branch as
     "0 entries (detached at -)", one whose branch is lost as "0 entries main -", and one whose

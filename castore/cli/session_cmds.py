@@ -336,7 +336,8 @@ def reset_cmd(session: Session, rev: str) -> None:
     """Move the current branch (or a detached HEAD) to REV, as `git reset --soft`.
 
     Nothing is lost: the old tip is kept in `castore reflog` (and by gc), and is a
-    revision by its id.
+    revision by its id. A session whose HEAD names a branch that was lost (fsck's bad
+    ref) is refused with fsck's line: recreate the branch first.
     """
     was = session.head
     cid = session.reset(rev)
