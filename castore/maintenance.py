@@ -416,8 +416,8 @@ def fsck(store: Store, progress: Callable[[str, int], None] | None = None) -> Fs
     and of the kind its link needs, every stored object re-hashes to its id, no stale locks.
 
     A session's HEAD that names a branch that does not exist is a bad ref when the session
-    shows it had history (another branch, a label, a reflog): its branch was deleted or lost,
-    and its commits would otherwise count as unreachable. A session holding nothing but its
+    shows it had history (another branch, a label, a remote-tracking branch, a reflog): its
+    branch was deleted or lost, and its commits would otherwise count as unreachable. A session holding nothing but its
     HEAD is never born as far as the store tells (``unborn``, not damage): ``set_info``
     before the first append leaves exactly that. An object in a damaged pack record is
     ``corrupt`` (the reason names the pack and the record), not missing, and the record is

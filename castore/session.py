@@ -96,15 +96,16 @@ def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) 
 
     HEAD naming a branch that does not exist is normal before a session's first commit
     (``set_info`` first, a brand-new session). It is damage when the session shows it had
-    history: another branch, a label, or a reflog (no write makes one of these without a
-    commit, and no write deletes the branch HEAD is on: a lost race, a backend failure or a
-    hand-deleted ref file did). A session whose only ref is HEAD cannot be told from a
-    never-born one (no commit names its session): its lost commits are dangling ones.
+    history: another branch, a label, a remote-tracking branch (a pull's diverged remote tip)
+    or a reflog (no write makes one of these without a commit, and no write deletes the
+    branch HEAD is on: a lost race, a backend failure or a hand-deleted ref file did). A
+    session whose only ref is HEAD cannot be told from a never-born one (no commit names its
+    session): its lost commits are dangling ones.
     ``castore fsck`` reports it as a bad ref; reading the session raises it (:class:`CorruptRef`)."""
     base = f"{REFS_PREFIX}/{session}/"
     if f"{base}{HEADS}/{seg}" in keys:
         return None
-    kinds = {HEADS: "a branch", TAGS: "a label"}
+    kinds = {HEADS: "a branch", TAGS: "a label", REMOTES: "a remote-tracking branch"}
     had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
                   if k.startswith(base) and k[len(base):].split("/", 1)[0] in kinds})
     if f"{base}{REFLOG}" in keys:
@@ -613,7 +614,8 @@ class Session:
 
     def lost_branch(self) -> str | None:
         """Why this session's HEAD names a branch that was lost (:func:`lost_branch_problem`:
-        the branch is absent though the session has another branch, a label or a reflog),
+        the branch is absent though the session has another branch, a label, a remote-tracking
+        branch or a reflog),
         None when HEAD is on a branch, detached, or the session never had a commit. Readers
         that would show such a session as empty, never born, raise it instead.
 

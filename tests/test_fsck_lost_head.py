@@ -28,12 +28,14 @@ def _lose_branch(store: castore.Store, s: castore.Session, name: str = "main") -
 
 def _lose_with_evidence(store: castore.Store, s: castore.Session, evidence: str) -> list[str]:
     """Four entries, then what shows the session had history (``evidence``: a label, a
-    reflog, another branch), then its branch ``main`` lost; returns the entries' ids."""
+    reflog, another branch, a remote-tracking branch), then its branch ``main`` lost; returns the entries' ids."""
     ids = _msgs(s, 4)
     if evidence == "label":
         s.label("v1", at="HEAD~2")
     elif evidence == "reflog":
         s.reset("HEAD~1")  # an overwrite: the reflog records it
+    elif evidence == "remote":  # a remote tip a pull kept here (the branch had diverged from it)
+        store.refs.swap(s.refs.remote("origin", "main"), ids[1], None)
     else:
         s.branch("side", at="HEAD~3")
     _lose_branch(store, s)
@@ -45,7 +47,7 @@ def _fsck_cli(root: Path) -> tuple[int, str]:
     return r.exit_code, r.output
 
 
-@pytest.mark.parametrize("evidence", ["label", "reflog", "branch"])
+@pytest.mark.parametrize("evidence", ["label", "reflog", "branch", "remote"])
 def test_a_lost_branch_is_reported_and_stops_gc(tmp_path: Path, evidence: str) -> None:
     root = tmp_path / "st"
     store = castore.open(str(root))
@@ -122,7 +124,7 @@ def test_a_session_with_only_its_head_left_is_noted_with_its_dangling_tip(tmp_pa
     store.close()
 
 
-@pytest.mark.parametrize("evidence", ["label", "reflog", "branch"])
+@pytest.mark.parametrize("evidence", ["label", "reflog", "branch", "remote"])
 def test_reading_a_session_whose_branch_is_lost_says_so_not_no_entries_yet(tmp_path: Path, evidence: str) -> None:
     """``log``, ``context`` and ``status`` of a session whose HEAD branch is lost showed it as
     never born: nothing (exit 0), "(0 messages)", and "HEAD: none yet (the session has no
@@ -263,7 +265,7 @@ def test_redact_refuses_a_session_whose_branch_is_lost(tmp_path: Path) -> None:
     assert sorted(p.name for p in (root / "refs").rglob("*")) == before
 
 
-@pytest.mark.parametrize("evidence", ["label", "reflog", "branch"])
+@pytest.mark.parametrize("evidence", ["label", "reflog", "branch", "remote"])
 def test_appending_to_a_session_whose_branch_is_lost_is_refused(tmp_path: Path, evidence: str) -> None:
     """``append`` to a session whose HEAD branch is lost started a new root on that name: the
     new branch hid the loss from fsck, and gc could then delete what only the lost branch held.
