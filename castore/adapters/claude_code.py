@@ -63,6 +63,7 @@ from .claude_tree import Paths, role_of
 from .detect import refuse_other
 from .jsonl_tree import (
     LAYOUT,
+    NEWLINE,
     NOT_JSON,
     ArchiveError,
     FileResult,
@@ -90,6 +91,7 @@ from .jsonl_tree import (
     put_blobs,
     read_blobs,
     read_lines,
+    record_newline,
     safe_join,
     settled_head,
     stored_bytes,
@@ -649,6 +651,7 @@ class _Importer:
         w.flush()
         res.branches = w.created
         if res.lines == 0 and self.session.exists() and not self._side_files_changed() and not w.resuming:
+            offset = record_newline(self.session, KEY, self.info, f, offset)
             res.total, res.offset, res.head = n, offset, self.session.head
             return res
         res.head = w.finish()
@@ -656,6 +659,7 @@ class _Importer:
         info = dict(self.info)
         c = dict(info.get(KEY) or {})
         c.pop("reach", None)  # (an older import's: the paths say it now)
+        c.pop(NEWLINE, None)  # lines came after the one that lacked it: joined writes it
         c.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                   "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
                   "paths": paths.state(w.cid), "time": w.last_time, "tips": w.branch_digest(),
@@ -988,7 +992,8 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         log = s.log(all_branches=True)
         rows = archived_rows(s, KEY, log=log)
         with open(out, "wb") as f:
-            f.writelines(joined(export_lines(s, KEY, also=sides, rows=rows), _written_lines(s, rows, log)))
+            f.writelines(joined(export_lines(s, KEY, also=sides, rows=rows), _written_lines(s, rows, log),
+                                end=c.get(NEWLINE) is True))
         written.append(rel)
         files = c.get("files") or {}
         if files:

@@ -47,6 +47,7 @@ from ..views import TITLE_KEY, prompt_title
 from .detect import refuse_other
 from .jsonl_tree import (
     LAYOUT,
+    NEWLINE,
     NOT_JSON,
     ArchiveError,
     FileResult,
@@ -74,6 +75,7 @@ from .jsonl_tree import (
     put_blobs,
     read_blobs,
     read_lines,
+    record_newline,
     safe_join,
     settled_head,
     tips_digest,
@@ -414,6 +416,8 @@ class _Importer:
         res.total, res.offset = n, offset
         if res.lines == 0 and fork is None and not w.resuming:
             res.head = session.head if session.exists() else None
+            if res.head is not None:
+                res.offset = record_newline(session, KEY, info, f, offset)
             return res
         res.head = w.finish()
         for t in st.turns:
@@ -421,6 +425,7 @@ class _Importer:
                 t[2] = w.cid.get(t[1], t[2])
         new = dict(info)
         cc = dict(new.get(KEY) or {})
+        cc.pop(NEWLINE, None)  # lines came after the one that lacked it: joined writes it
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                    "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
                    "turns": st.turns[-256:], "time": w.last_time, "tips": w.branch_digest(), "layout": layout,
@@ -656,7 +661,7 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         rows = archived_rows(s, KEY, s.id)
         with open(out, "wb") as f:
             f.writelines(joined(_prefix_lines(s, c.get("prefix") or []), export_lines(s, KEY, s.id, rows=rows),
-                                _written_lines(s, rows)))
+                                _written_lines(s, rows), end=c.get(NEWLINE) is True))
         written.append(c["path"])
     return written
 

@@ -344,12 +344,7 @@ def read_lines(f: IO[bytes], offset: int, redactor: Redactor | None = None) -> I
     redacted: an importer sees, stores and exports the redacted bytes and never the original
     (offsets stay the file's own).
     """
-    pos = offset
-    if offset:
-        f.seek(offset - 1)
-        two = f.read(2)
-        if len(two) == 2 and two[:1] != b"\n" and two[1:] == b"\n":
-            pos += 1
+    pos = offset + newline_after(f, offset)
     f.seek(pos)
     while True:
         raw = f.readline()
@@ -361,16 +356,49 @@ def read_lines(f: IO[bytes], offset: int, redactor: Redactor | None = None) -> I
         yield pos, (raw if redactor is None else redactor.raw(raw))
 
 
+def newline_after(f: IO[bytes], offset: int) -> bool:
+    """Whether the line ending at ``offset`` had no newline and the file now holds one there
+    (it arrived after that line was imported): :func:`read_lines` skips it as the line's."""
+    if not offset:
+        return False
+    f.seek(offset - 1)
+    two = f.read(2)
+    return len(two) == 2 and two[:1] != b"\n" and two[1:] == b"\n"
+
+
+#: the archive state's flag (under the adapter's key): the file's last stored line has no newline
+#: but the file has one after it, which arrived later with nothing after it; the export writes it
+NEWLINE = "newline"
+
+
+def record_newline(session: Session, key: str, info: Mapping[str, Any], f: IO[bytes], offset: int) -> int:
+    """Record in ``session``'s info (under ``key``, the archive state whose position is ``offset``)
+    a newline that arrived after the last stored line with no line after it (:data:`NEWLINE`,
+    the position past it and its digest), so that the export is byte for byte and the next
+    import starts past it; returns the position now (``offset`` when there is none).
+
+    Raises:
+        RefConflict: a rival import recorded its position meanwhile (a lost race, ``expect``).
+        StorageError, OSError.
+    """
+    if not newline_after(f, offset):
+        return offset
+    c = {**as_dict(info.get(key)), "offset": offset + 1, "digest": prefix_digest(f, offset + 1), NEWLINE: True}
+    session.set_info({**info, key: c}, expect=info)
+    return offset + 1
+
+
 def stored_bytes(store: SessionHost, raw: bytes) -> bytes:
     """``raw`` as the store keeps it: redacted when the store redacts writes (text only)."""
     r = store.plumbing.redactor
     return raw if r is None else r.data(raw)
 
 
-def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
+def joined(*parts: Iterable[bytes], end: bool = False) -> Iterator[bytes]:
     """The lines of ``parts`` in order, with a newline after a line that has none when another
     line follows it (a file that did not end with a newline, and lines castore wrote after it),
-    so that the result stays JSONL; :func:`read_lines` takes that newline back as the line's."""
+    so that the result stays JSONL; :func:`read_lines` takes that newline back as the line's.
+    With ``end`` (the state's :data:`NEWLINE`) the last line gets its newline too."""
     last = b"\n"
     for part in parts:
         for line in part:
@@ -380,6 +408,8 @@ def joined(*parts: Iterable[bytes]) -> Iterator[bytes]:
                 yield b"\n"
             yield line
             last = line
+    if end and not last.endswith(b"\n"):
+        yield b"\n"
 
 
 def put_blobs(store: SessionHost, raws: list[bytes], read: bool = False) -> list[str]:

@@ -1,0 +1,48 @@
+"""A file imported while its last line had no newline yet, whose newline arrives afterwards (a
+`--follow` round that read a line written in two parts, or a file finished later) with nothing
+after it: the re-import said "0 new line(s)" and never recorded the newline, so `export` came out
+one byte short. The newline is recorded now (the state's flag, the position past it) and the
+export is byte for byte; lines that follow later are read after it, not doubled."""
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from castore.cli.main import main
+
+DATA = Path(__file__).parent / "data"
+FILES = [
+    ("claude", DATA / "claude-code" / "claude-code-log" / "dag_compact_after_rewind.jsonl"),
+    ("codex", DATA / "codex" / "sample_codex_session.jsonl"),
+]
+
+
+@pytest.mark.parametrize("vendor, src", FILES)
+def test_a_final_newline_that_arrives_after_the_import_is_exported(tmp_path: Path, vendor: str, src: Path) -> None:
+    whole = src.read_bytes()
+    assert whole.endswith(b"\n")
+    folder = tmp_path / "in" / "proj"
+    folder.mkdir(parents=True)
+    f = folder / src.name
+    st = str(tmp_path / "st")
+    run = CliRunner().invoke
+
+    def import_then_export(data: bytes, out: str) -> bytes:
+        f.write_bytes(data)
+        res = run(main, ["--store", st, "import", vendor, str(tmp_path / "in")])
+        assert res.exit_code == 0, res.output
+        res = run(main, ["--store", st, "export", vendor, str(tmp_path / out)])
+        assert res.exit_code == 0, res.output
+        (got,) = list((tmp_path / out).rglob("*.jsonl"))
+        return got.read_bytes()
+
+    assert import_then_export(whole[:-1], "o1") == whole[:-1]  # the last line complete, its newline not yet
+    assert import_then_export(whole, "o2") == whole  # the newline arrives, nothing after it
+    assert import_then_export(whole, "o3") == whole  # nothing new: unchanged
+    more = whole + whole.splitlines(keepends=True)[-1]  # a line follows (a copy of the last)
+    assert import_then_export(more[:-1], "o4") == more[:-1]  # again without its newline
+    assert import_then_export(more, "o5") == more
+    res = run(main, ["--store", st, "fsck"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(whole.splitlines()[-1])  # (the data's last line is JSON: it is imported before its newline)
