@@ -982,13 +982,16 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         v = int(c.get("version", 1))
         if c["path"] not in chosen or chosen[c["path"]][0] < v:
             chosen[c["path"]] = (v, s, c)
-    for _, s, _ in chosen.values():  # before any file is written
-        check_reachable(s, KEY)
+    def sides_of(s: Session, c: dict[str, Any]) -> list[Session]:
+        return [store.session(s.app, s.user, sid) for sid in as_dict(as_dict(c.get("sidechains")).get("threads"))]
+
+    for _, s, c in chosen.values():  # before any file is written
+        check_reachable(s, KEY, also=sides_of(s, c))
     written: list[str] = []
     for rel, (_, s, c) in sorted(chosen.items()):
         out = safe_join(root, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        sides = [store.session(s.app, s.user, sid) for sid in as_dict(as_dict(c.get("sidechains")).get("threads"))]
+        sides = sides_of(s, c)
         log = s.log(all_branches=True)
         rows = archived_rows(s, KEY, log=log)
         with open(out, "wb") as f:

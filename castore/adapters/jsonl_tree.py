@@ -976,17 +976,22 @@ def export_lines(session: Session, key: str, file: str | None = None, also: Sequ
             yield data[r]
 
 
-def check_reachable(session: Session, key: str) -> None:
+def check_reachable(session: Session, key: str, also: Sequence[Session] = ()) -> None:
     """Refuse to export a session whose archived lines no ref reaches: its HEAD names a branch
     that is not there (a ref lost or deleted) while its info (under ``key``) counts lines
     imported. Its file would be written empty, over the agent's own when restoring in place.
+    Lines of its file that other sessions hold (``also``: a Claude file's subagent chains;
+    their entries' ``o``) are not its own: a file of such lines only has no commit of its own.
 
     Raises:
         ArchiveError: one line naming the session and what to run.
-        StorageError.
+        ObjectNotFound, IntegrityError, StorageError.
     """
     c = session.info.get(key)
-    if session.head is None and isinstance(c, dict) and isinstance(c.get("lines"), int) and c["lines"] > 0:
+    if session.head is not None or not isinstance(c, dict) or not isinstance(c.get("lines"), int):
+        return
+    held = {as_dict(le.meta.get(key)).get("o") for o in also if o.exists() for le in o.log(all_branches=True)}
+    if c["lines"] > len(held - {None}):
         raise ArchiveError("/".join(session.key), f"{c['lines']} archived lines but no commit on HEAD's path "
                                                   "(its branch is missing?): not written; `castore fsck` and "
                                                   "`castore branch` say more")
