@@ -379,3 +379,24 @@ def test_an_option_of_the_wrong_shape_is_one_storage_error(opt: dict[str, object
     errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and f"storage option {name} must be" in errors[0], res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("name, value", [
+    ("config_kwargs.max_pool_connections", -3),  # hung in aiohttp's connector
+    ("config_kwargs.max_pool_connections", 0),
+    ("endpoint_url", 9000),  # "'int' object is not iterable"
+    ("client_kwargs.region_name", 5),  # "expected string or bytes-like object"
+    ("config_kwargs.retries", 5),  # "'int' object has no attribute 'items'"
+    ("key", 5),
+])
+def test_a_nested_option_of_the_wrong_shape_is_one_storage_error_naming_it(name: str, value: int) -> None:
+    """``-o config_kwargs.max_pool_connections=-3`` hung forever (checked at open now, before
+    it reaches botocore: nothing is sent), and a number where botocore wants a string or a
+    mapping failed with a message naming no option: one StorageError naming the option."""
+    first, _, rest = name.partition(".")
+    opt: dict[str, object] = {first: {rest: value} if rest else value}
+    with pytest.raises(StorageError, match=f"storage option {name} must be"):
+        S3Storage("mybucket/p", key="k", secret="s", **opt) if first != "key" else S3Storage("mybucket/p", **opt)
+    res = CliRunner().invoke(main, ["--store", "s3://mybucket/p", "-o", f"{name}={value}", "sessions"])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 1 and len(errors) == 1 and f"storage option {name} must be" in errors[0], res.output

@@ -72,26 +72,47 @@ def _session(**kwargs: Any) -> AioSession:
     return session
 
 
+#: options that must be strings when given (a number from ``-o endpoint_url=9000`` is not)
+_STRINGS = ("endpoint_url", "key", "secret", "token", "profile", "client_kwargs.endpoint_url",
+            "client_kwargs.region_name", "config_kwargs.region_name")
+
+
 def _check_shapes(url: str, opts: Mapping[str, Any]) -> None:
-    """Refuse option values of the wrong shape that s3fs would only trip over later, with a
-    bare ``TypeError`` or ``ValueError``: ``retries`` a whole number, ``config_kwargs`` and
-    ``client_kwargs`` mappings (``-o client_kwargs.region_name=...`` on the command line).
+    """Refuse option values of the wrong shape that s3fs or botocore would only trip over
+    later, with a bare ``TypeError`` or ``ValueError`` or (a pool size below 1) a hang:
+    ``retries`` a whole number, ``config_kwargs`` and ``client_kwargs`` mappings (``-o
+    client_kwargs.region_name=...`` on the command line), ``config_kwargs.retries`` a mapping,
+    ``config_kwargs.max_pool_connections`` a whole number above 0, and :data:`_STRINGS` strings.
 
     Raises:
         StorageError: naming the option.
     """
+    def refuse(name: str, must: str, value: Any) -> StorageError:
+        return StorageError(f"cannot open {url}: the storage option {name} must be {must}, not {value!r}", url)
+
     retries = opts.get("retries")
     try:
         if retries is not None:
             int(retries)
     except (TypeError, ValueError):
-        raise StorageError(f"cannot open {url}: the storage option retries must be a whole number, "
-                           f"not {retries!r}", url) from None
+        raise refuse("retries", "a whole number", retries) from None
     for name in ("config_kwargs", "client_kwargs"):
         value = opts.get(name)
         if value is not None and not isinstance(value, Mapping):
-            raise StorageError(f"cannot open {url}: the storage option {name} must be a mapping "
-                               f"(-o {name}.KEY=VALUE), not {value!r}", url)
+            raise refuse(name, f"a mapping (-o {name}.KEY=VALUE)", value)
+
+    def get(dotted: str) -> Any:
+        first, _, rest = dotted.partition(".")
+        return opts.get(first) if not rest else (opts.get(first) or {}).get(rest)
+
+    for name in _STRINGS:
+        if (value := get(name)) is not None and not isinstance(value, str):
+            raise refuse(name, "a string", value)
+    pool = get("config_kwargs.max_pool_connections")
+    if pool is not None and (not isinstance(pool, int) or isinstance(pool, bool) or pool < 1):
+        raise refuse("config_kwargs.max_pool_connections", "a whole number above 0", pool)
+    if (value := get("config_kwargs.retries")) is not None and not isinstance(value, Mapping):
+        raise refuse("config_kwargs.retries", "a mapping", value)
 
 
 def _client_error(e: BaseException) -> ClientError | None:
