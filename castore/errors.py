@@ -55,14 +55,16 @@ class FormatError(CastoreError):
 
 
 class ObjectNotFound(CastoreError, KeyError):
-    """An object id names no stored object."""
+    """An object id names no stored object (``note``: what else the store knows, a damaged
+    record that may have held it)."""
 
-    def __init__(self, object_id: str) -> None:
-        super().__init__(object_id)
+    def __init__(self, object_id: str, note: str | None = None) -> None:
+        super().__init__(object_id, note)
         self.object_id = object_id
+        self.note = note
 
     def __str__(self) -> str:
-        return f"object {self.object_id} not found"
+        return f"object {self.object_id} not found" + (f"; {self.note}" if self.note else "")
 
 
 class IntegrityError(CastoreError):

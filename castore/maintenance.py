@@ -30,7 +30,7 @@ from typing import Any
 from . import names
 from . import objects as o
 from .entries import stored_problem
-from .errors import CastoreError, CorruptRef, IntegrityError, ObjectNotFound, RefConflict, SealedFrameError
+from .errors import CastoreError, CorruptRef, IntegrityError, RefConflict, SealedFrameError
 from .history import Hint, depth_problem
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore.packs import Slot
@@ -335,7 +335,7 @@ def _walk(store: Store, report: FsckReport | None,
                 obj = _load(store, [oid])[oid]  # look again: it may have landed since
             if obj is None:
                 if report is None:
-                    raise ObjectNotFound(oid)
+                    raise store.objects.missing_error(oid)  # naming a damaged record when there is one
                 report.missing.append((oid, src))
                 continue
             if isinstance(obj, IntegrityError):

@@ -249,3 +249,33 @@ def test_fsck_names_a_damaged_ref_intent_of_an_unsealed_log(tmp_path, monkeypatc
         path.write_bytes(bytes(data[:bad + size - 1]))  # that record cut short instead: a torn tail
         with castore.open(str(root)) as r:
             assert maintenance.fsck(r).damaged_records == []
+
+
+def test_a_miss_beside_a_damaged_record_that_shows_no_object_names_it_and_fsck(tmp_path):
+    """A damaged record of a log without an index whose payload no longer decompresses, so
+    that no object of it shows: a reader of one of its objects (log, push, grep, export) said
+    only "object X not found", naming neither the record nor `castore fsck`, while fsck listed
+    the record. The miss names the record (pack and offset) and `castore fsck` now."""
+    root = tmp_path / "st"
+    name, path, offsets = _dead_writer_log(root)
+    data = bytearray(path.read_bytes())
+    bad = offsets[3]
+    data[(bad + 20 + offsets[4]) // 2] ^= 0xFF  # inside the record's compressed payload
+    path.write_bytes(bytes(data))
+
+    r = castore.open(str(root))
+    tip = r.session("app", "u", "s3").branches()["main"]
+    with pytest.raises(castore.ObjectNotFound) as e:  # (no object of the record shows: not DamagedPack)
+        r.objects.get(tip)
+    assert not isinstance(e.value, castore.DamagedPack)
+    assert f"packs/{name}.pack at offset {bad}" in str(e.value) and "castore fsck" in str(e.value)
+    assert maintenance.fsck(r).damaged_records == [(name, bad, offsets[4] - bad)]
+    r.close()
+    res = CliRunner().invoke(cli, ["--store", str(root), "-s", "app/u/s3", "log"])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 1 and len(errors) == 1, res.output
+    assert f"packs/{name}.pack at offset {bad}" in errors[0] and "castore fsck" in errors[0], res.output
+    res = CliRunner().invoke(cli, ["--store", str(root), "push", "--all", str(tmp_path / "dest")])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 1 and len(errors) == 1, res.output
+    assert f"packs/{name}.pack at offset {bad}" in errors[0] and "castore fsck" in errors[0], res.output

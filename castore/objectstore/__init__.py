@@ -409,14 +409,21 @@ class ObjectStore:
         """What to raise for an object found nowhere readable (what a reader that took it with
         ``missing_ok`` raises when it has no other way to it): :class:`DamagedPack` when its
         pack record is damaged, :class:`SealedFrameError` naming ``oid`` when this store's
-        sealed records do not open (a wrong key), else :class:`ObjectNotFound`. Raises nothing."""
+        sealed records do not open (a wrong key), else :class:`ObjectNotFound` (naming the first
+        damaged record this handle knows, which may have held it, and `castore fsck`). Raises nothing."""
         damaged = self.packmap.damage(oid)
         if damaged is not None:
             return damaged
         failed = self.packmap.wrong_key()
         if failed is not None:
             return SealedFrameError(oid, f"not in any record that opens; {failed.reason}")
-        return ObjectNotFound(oid)
+        records = self.packmap.known_damage()
+        if not records:
+            return ObjectNotFound(oid)
+        name, offset, _ = records[0]
+        return ObjectNotFound(oid, f"a damaged record ({pack_key(name)} at offset {offset}"
+                                   f"{f', and {len(records) - 1} more' if len(records) > 1 else ''}) may have "
+                                   "held it: `castore fsck` lists what is damaged")
 
     def _stored(self, oid: str) -> bytes | None:
         """The stored frame of ``oid`` wherever it is (held, pack or loose), or None; not verified."""

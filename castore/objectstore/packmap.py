@@ -681,6 +681,10 @@ class PackMap:
             StorageError: the backend failed.
         """
         self.refresh()
+        return self.known_damage()
+
+    def known_damage(self) -> list[tuple[str, int, int]]:
+        """:meth:`damaged_records` as this handle knows them now (no refresh). Raises nothing."""
         with self.lock:
             return sorted((n, off, size) for n, p in self._packs.items() for off, size in p.damaged)
 
