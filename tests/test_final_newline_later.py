@@ -12,17 +12,20 @@ from click.testing import CliRunner
 from castore.cli.main import main
 
 DATA = Path(__file__).parent / "data"
-FILES = [
-    ("claude", DATA / "claude-code" / "claude-code-log" / "dag_compact_after_rewind.jsonl"),
-    ("codex", DATA / "codex" / "sample_codex_session.jsonl"),
+FILES = [  # (vendor, file, its folder under the folder imported)
+    ("claude", DATA / "claude-code" / "claude-code-log" / "dag_compact_after_rewind.jsonl", "proj"),
+    ("codex", DATA / "codex" / "sample_codex_session.jsonl", "proj"),
+    ("gemini", DATA / "gemini" / "tmp" / "my-app" / "chats" / "session-2026-03-10T09-00-7f3c2a9e.jsonl",
+     "my-app/chats"),
 ]
 
 
-@pytest.mark.parametrize("vendor, src", FILES)
-def test_a_final_newline_that_arrives_after_the_import_is_exported(tmp_path: Path, vendor: str, src: Path) -> None:
+@pytest.mark.parametrize("vendor, src, sub", FILES)
+def test_a_final_newline_that_arrives_after_the_import_is_exported(tmp_path: Path, vendor: str, src: Path,
+                                                                   sub: str) -> None:
     whole = src.read_bytes()
     assert whole.endswith(b"\n")
-    folder = tmp_path / "in" / "proj"
+    folder = tmp_path / "in" / sub
     folder.mkdir(parents=True)
     f = folder / src.name
     st = str(tmp_path / "st")

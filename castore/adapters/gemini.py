@@ -69,6 +69,7 @@ from . import jsonl_tree
 from .detect import refuse_other
 from .jsonl_tree import (
     LAYOUT,
+    NEWLINE,
     NOT_JSON,
     ArchiveError,
     FileResult,
@@ -94,6 +95,7 @@ from .jsonl_tree import (
     put_blobs,
     read_blobs,
     read_lines,
+    record_newline,
     safe_join,
     settled_head,
 )
@@ -407,10 +409,13 @@ class _Importer:
         res.total, res.offset = n, offset
         if res.lines == 0 and not w.resuming:
             res.head = s.head if s.exists() else None
+            if res.head is not None:
+                res.offset = record_newline(s, KEY, info, f, offset)
             return res
         res.head = w.finish()
         new = dict(s.info)  # ({} for a session not stored)
         cc = dict(as_dict(new.get(KEY)))
+        cc.pop(NEWLINE, None)  # lines came after the one that lacked it: joined writes it
         msgs = msgs[-4096:]
         cc.update({"path": self.src.rel, "offset": offset, "lines": n, "digest": prefix_digest(f, offset),
                    "cursor": cursor, "cursor_commit": w.cid.get(cursor) if cursor is not None else None,
@@ -737,7 +742,7 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
             else:
                 rows = archived_rows(s, KEY, s.id)
                 f.writelines(joined(export_lines(s, KEY, s.id, rows=rows),
-                                    map(written_line, appended_on_head(s, KEY, rows))))
+                                    map(written_line, appended_on_head(s, KEY, rows)), end=c.get(NEWLINE) is True))
         written.append(rel)
     return written
 
