@@ -89,3 +89,25 @@ def test_a_search_once_keeps_the_blocks_of_a_rare_word_alone_and_the_chunk_of_a_
         many = p.find_plain(b"parser", False)
         assert len(many) == 100 and _cached() == ({0}, 0)  # most of the chunk: the chunk is kept
     assert p.block(many[3]) == "entry 3 parser x"
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_find_plain_gives_each_block_holding_the_needle_once_as_a_block_by_block_search_does(
+        monkeypatch: pytest.MonkeyPatch, keep: bool) -> None:
+    """A part of several chunks whose blocks hold the needle at their start, at their end, several
+    times, overlapping itself, in the last block of a chunk, or not at all; in its lower case only:
+    the blocks found are exactly those a search of each block's text alone finds."""
+    monkeypatch.setattr(gf, "CHUNK", 80)
+    monkeypatch.setattr(gf, "_cache", {})
+    monkeypatch.setattr(gf, "_cache_size", [0])
+    texts = ["aaaa", "xaa", "aax", "", "a", "b aa b aa", "AA", "aA", "none", "a a", "aa",
+             "zz aaa zz " * 5, "x", "aa"] * 3
+    p = gf.Part().begin()
+    for n, text in enumerate(texts):
+        p.add((0, 0, n, 0, 0, -1, 0, n), 0.0, text)
+    p.files()
+    assert p.chunks > 3
+    for needle, lowered in ((b"aa", False), (b"aa", True), (b"aaa", False), (b"a a", False), (b"zz", True)):
+        want = [n for n, t in enumerate(texts) if needle in (t.lower() if lowered else t).encode()]
+        with gf.keep_chunks(keep):
+            assert p.find_plain(needle, lowered) == want, (needle, lowered)
