@@ -8,7 +8,10 @@ Python command pays), ``castore --version``, ``castore --help``, ``castore grep 
 and a common word through the search index, and ``grep -r -c`` (GNU grep) of the same words
 over the same text as JSONL files; and once ``python -m castore grep -c`` of the rare word, next
 to the ``castore`` command it runs as. The store, its index and the JSONL files are those
-``scripts/bench_grep.py --workdir DIR`` leaves in DIR (``store/``, ``index/``, ``jsonl/``).
+``scripts/bench_grep.py --workdir DIR`` leaves in DIR (``store/``, ``jsonl/``); each checkout
+searches its own index, ``DIR/index-LABEL/`` (built by its first, untimed round when absent or of
+another version), so that checkouts that write different index versions never rebuild each
+other's.
 
 ``castore`` is the console script the environment's installer wrote next to PYTHON
 (``.venv/bin/castore``, what a user runs), not ``python -m castore`` (which loads ``runpy``
@@ -84,7 +87,8 @@ def main() -> None:
     labels = {os.path.abspath(py.split("=", 1)[-1]): py.split("=", 1)[0] for py in args.pythons}
     args.pythons = list(labels)
     work = os.path.abspath(args.workdir)
-    env = dict(os.environ, CASTORE_STORE=os.path.join(work, "store"), CASTORE_GREP_INDEX=os.path.join(work, "index"))
+    envs = {py: dict(os.environ, CASTORE_STORE=os.path.join(work, "store"),
+                     CASTORE_GREP_INDEX=os.path.join(work, f"index-{labels[py]}")) for py in args.pythons}
     jsonl = os.path.join(work, "jsonl")
     for py in args.pythons:
         src = subprocess.run([py, "-c", "import castore, os; print(os.path.dirname(castore.__file__))"],
@@ -102,7 +106,7 @@ def main() -> None:
                     continue  # GNU grep once a round
                 full = ([{PY: py, CASTORE: scripts[py]}.get(a, a) for a in argv] if argv is not None
                         else ["grep", "-r", "-c", label.split()[-1], jsonl])
-                dt = _run(full, env, work)
+                dt = _run(full, envs[py], work)
                 if r:
                     took.setdefault((label, py if argv is not None else ""), []).append(dt)
     load1 = os.getloadavg()

@@ -101,13 +101,37 @@ def test_find_plain_gives_each_block_holding_the_needle_once_as_a_block_by_block
     monkeypatch.setattr(gf, "_cache", {})
     monkeypatch.setattr(gf, "_cache_size", [0])
     texts = ["aaaa", "xaa", "aax", "", "a", "b aa b aa", "AA", "aA", "none", "a a", "aa",
-             "zz aaa zz " * 5, "x", "aa"] * 3
+             "zz aaa zz " * 5, "x", "aa", "bash", "xBashx", "zzZ", "ZZZ zzz", "zzz"] * 3
     p = gf.Part().begin()
     for n, text in enumerate(texts):
         p.add((0, 0, n, 0, 0, -1, 0, n), 0.0, text)
     p.files()
     assert p.chunks > 3
-    for needle, lowered in ((b"aa", False), (b"aa", True), (b"aaa", False), (b"a a", False), (b"zz", True)):
+    for needle, lowered in ((b"aa", False), (b"aa", True), (b"aaa", False), (b"a a", False), (b"zz", True),
+                            (b"bash", True), (b"bash", False), (b"zzz", True), (b"aaa", True), (b"a a", True)):
         want = [n for n, t in enumerate(texts) if needle in (t.lower() if lowered else t).encode()]
         with gf.keep_chunks(keep):
             assert p.find_plain(needle, lowered) == want, (needle, lowered)
+
+
+def test_a_case_insensitive_word_lowers_only_the_chunks_whose_cased_words_may_hold_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lower-case word is sought in the text as it is in a chunk none of whose cased words
+    (those bytes.lower() changes) has one of its trigrams, and in the lowered text of the others:
+    the blocks found are the same as in a lowered search of every chunk."""
+    monkeypatch.setattr(gf, "CHUNK", 64)
+    monkeypatch.setattr(gf, "_cache", {})
+    monkeypatch.setattr(gf, "_cache_size", [0])
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    st.session("bot", "ann", "s").append_many(
+        [{"role": "user", "content": f"the parser {k} and more words to fill a chunk"} for k in range(20)]
+        + [{"role": "user", "content": "a Parser here, a PARSER there"}]
+        + [{"role": "user", "content": f"a Bash call {k}, still the parser's words of a chunk"} for k in range(3)],
+        time=T0)
+    p = open_index(st).segs[0].parts["main"]
+    assert p.chunks > 10
+    cased = p.cased(gf.filter_bits(b"parser"))
+    assert sum(1 for x in cased if x) == 1  # the chunk of "Parser" and "PARSER" alone
+    assert grep_counts(st, "parser") == {("bot", "ann", "s"): 24}
+    assert _cached()[1] == 1  # one lower-cased chunk kept: the one whose cased words may hold it
+    assert grep_counts(st, "PARSER") == {("bot", "ann", "s"): 1}

@@ -40,6 +40,8 @@ CHUNK = 1 << 15
 #: the bits of a chunk's trigram filter (a power of two), and its bytes
 FILTER_BITS = 1 << 14
 _FILTER_BYTES = FILTER_BITS // 8
+#: a chunk's filters in P.flt: its words' (lowered) and its cased words'
+_FILTERS_BYTES = 2 * _FILTER_BYTES
 #: the chunk flag: a block holds a character that a case-insensitive ASCII pattern may match,
 #: or whose case folds to ASCII letters, though bytes.lower() leaves it as it is (K, ſ, ı, İ,
 #: ß, ligatures...): such a chunk is searched whatever its filter says
@@ -125,20 +127,31 @@ def filter_bits(needle: bytes) -> set[int]:
     return out
 
 
-def _filter(low: bytes) -> bytes:
-    """The trigram filter of a chunk's lowered text: one bit per trigram of each of its words."""
+def _filter(data: bytes) -> bytes:
+    """The two trigram filters of a chunk's text ``data``: one bit per trigram of each of its
+    words lower-cased by bytes.lower(), then the bits of its *cased* words alone (those
+    bytes.lower() changes): where none of a lower-case needle's bits is among them, no word of
+    the chunk holds the needle in another case, and the needle is sought in the text as it is."""
     bits: set[int] = set()
+    cased: set[int] = set()
     grams = _GRAMS
-    for word in set(low.split()):
-        got = grams.get(word)
+    # the words of the blocks (the separator cuts them too); bytes.lower() changes no blank: the
+    # same words, lowered
+    for word in set(data.replace(_SEPB, b" ").split()):
+        low = word.lower()
+        got = grams.get(low)
         if got is None:
             if len(grams) >= _GRAMS_MAX:
                 grams.clear()
-            got = grams[word] = _grams(word)
+            got = grams[low] = _grams(low)
         bits.update(got)
-    out = bytearray(_FILTER_BYTES)
+        if low != word:
+            cased.update(got)
+    out = bytearray(_FILTERS_BYTES)
     for b in bits:
         out[b >> 3] |= 1 << (b & 7)
+    for b in cased:
+        out[_FILTER_BYTES + (b >> 3)] |= 1 << (b & 7)
     return bytes(out)
 
 
@@ -153,7 +166,7 @@ class Part:
         self.cstarts: Any = array.array("q", [0])  # per chunk: its offset in P.z (and the end)
         self.cfirst: Any = array.array("q", [0])  # per chunk: its first block (and the block count)
         self.cflags: Any = array.array("q")  # per chunk: _SPECIAL
-        self.filters: Any = b""  # P.flt: _FILTER_BYTES per chunk
+        self.filters: Any = b""  # P.flt: _FILTERS_BYTES per chunk
         self.cols: list[Any] = [array.array("i") for _ in range(_COLS)]
         self.time: Any = array.array("d")
         #: what the chunks are known by in the process's cache (load_segment: the file's name and
@@ -280,7 +293,7 @@ class Part:
             return list(range(n))
         keep = (1 << (8 * n)) - 1  # one byte per chunk: 1 while it may hold the needle
         for b in bits:
-            col = self.filters[b >> 3::_FILTER_BYTES]
+            col = self.filters[b >> 3::_FILTERS_BYTES]
             keep &= int.from_bytes(bytes(col).translate(_bit(b & 7)), "big")
         got = keep.to_bytes(n, "big")
         out = [c for c in range(n) if got[c]] if keep else []
@@ -290,21 +303,38 @@ class Part:
                 out = sorted(set(out) | set(special))
         return out
 
+    def cased(self, bits: set[int]) -> bytes:
+        """Per chunk a byte, not 0 when its cased words' filter has one of ``bits``
+        (:func:`filter_bits` of a needle): the chunk may hold the needle in another case."""
+        n = self.chunks
+        anyone = 0
+        for b in bits:
+            col = self.filters[_FILTER_BYTES + (b >> 3)::_FILTERS_BYTES]
+            anyone |= int.from_bytes(bytes(col).translate(_bit(b & 7)), "big")
+        return anyone.to_bytes(n, "big")
+
     def find_plain(self, needle: bytes, lowered: bool) -> list[int]:
         """The blocks holding ``needle`` (UTF-8), in order; ``lowered``: ``needle`` is lower-case
         ASCII sought in any case, and the blocks found are a superset (a block with a character
         that folds otherwise is taken; the caller matches each found block again).
 
         Only the chunks whose filter may hold the needle are read. A plain string never spans
-        two blocks, and its UTF-8 bytes are found exactly where it is (UTF-8 synchronises).
+        two blocks, and its UTF-8 bytes are found exactly where it is (UTF-8 synchronises). A
+        chunk is lowered only when its cased words' filter says it may hold the needle in another
+        case (or the needle has a run of non-blanks too short for a trigram): else its text is
+        searched as it is.
 
         Raises:
             ValueError: a chunk is damaged.
         """
         got: list[int] = []
         at, bisect_right = self.cols[_AT], bisect.bisect_right
-        for c in self.candidates(filter_bits(needle), lowered):
-            hay, text = self._searched(c, lowered)
+        bits = filter_bits(needle)
+        # a lower-case needle in another case is in a cased word of the chunk, and each of its
+        # characters is in one of its trigrams when every run of non-blanks has three or more
+        cased = self.cased(bits) if lowered and bits and all(len(w) >= 3 for w in needle.split()) else None
+        for c in self.candidates(bits, lowered):
+            hay, text = self._searched(c, lowered and (cased is None or cased[c] != 0))
             first, end = self.cfirst[c], self.cfirst[c + 1]
             find = hay.find
             x = find(needle)
@@ -400,7 +430,7 @@ class Part:
         data = _SEPB.join(self._buf)
         z = frame_block(data, _LEVEL)
         self._zs.append(z)
-        self._filters.append(_filter(data.lower()))
+        self._filters.append(_filter(data))
         self.cstarts.append(self.cstarts[-1] + len(z))
         self.cfirst.append(self.n)
         self.cflags.append(self._special)
@@ -622,7 +652,7 @@ def load_segment(folder: str, g: dict[str, Any], base: int) -> Segment:
         k = (len(offs) - 2) // 3  # chunks
         p.cstarts, p.cfirst, p.cflags = offs[:k + 1], offs[k + 1:2 * k + 2], offs[2 * k + 2:]
         if len(p.time) != n or len(rec) != _COLS * n or p.cstarts[-1] != len(p.z) or p.cfirst[-1] != n \
-                or len(p.filters) != k * _FILTER_BYTES or any(map(operator.ge, cf := p.cfirst.tolist(), cf[1:])):
+                or len(p.filters) != k * _FILTERS_BYTES or any(map(operator.ge, cf := p.cfirst.tolist(), cf[1:])):
             raise ValueError(f"index part {pre}: sizes do not agree")
         p.cols = [rec[c * n:(c + 1) * n] for c in range(_COLS)]
         seg.parts[pname] = p

@@ -41,15 +41,19 @@ small trigram filter, so that a search for a plain string decompresses only the 
 may hold it. Per segment ``G`` and part ``P``:
 
 * ``G.P.z``: the chunks, one after the other, each a zstd frame as
-  :func:`castore.objects.frame_block` makes it, of its blocks' text (UTF-8, each followed by
+  :func:`castore.objects.frame_block` makes it (at zstd level 9), of its blocks' text (UTF-8, each followed by
   ``\x1e``, a record separator; the character is replaced by a space inside a text); a chunk
   is closed once it holds :data:`~castore.grep.files.CHUNK` bytes (a block is never split);
-* ``G.P.flt``: per chunk a bitmap of :data:`~castore.grep.files.FILTER_BITS` bits: for each
-  word of its text lower-cased by ``bytes.lower()`` (a run of non-blanks, as ``bytes.split()``
-  cuts it), a bit per trigram of the word (its 3 bytes as a little-endian number, times
-  2654435761, shifted right by 13, modulo the bits). A plain string's runs of non-blanks each
-  lie within one word of the text, so a chunk that lacks a bit of one of their trigrams
-  cannot hold it;
+* ``G.P.flt``: per chunk two bitmaps of :data:`~castore.grep.files.FILTER_BITS` bits. The
+  first: for each word of its text lower-cased by ``bytes.lower()`` (a run of non-blanks, as
+  ``bytes.split()`` cuts it, the separator between blocks cutting it too), a bit per trigram of
+  the word (its 3 bytes as a little-endian number, times 2654435761, shifted right by 13,
+  modulo the bits). A plain string's runs of non-blanks each lie within one word of the text,
+  so a chunk that lacks a bit of one of their trigrams cannot hold it. The second: the same
+  bits of its *cased* words alone (those ``bytes.lower()`` changes). A lower-case ASCII string
+  whose runs of non-blanks are three bytes or more, none of whose bits the second bitmap has,
+  is in the chunk in no other case: a case-insensitive search finds it in the text as it is,
+  without lowering the chunk;
 * ``G.P.off``: little-endian int64: per chunk its offset in ``P.z`` (and one past the last),
   then its first block (and the block count), then its flags (1: a block holds a character
   that a case-insensitive ASCII pattern may match though ``bytes.lower()`` leaves it: such a
@@ -97,7 +101,7 @@ from .files import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open
 if TYPE_CHECKING:
     from ..store import Store
 
-VERSION = 9
+VERSION = 10
 #: the share of the base that dead blocks and the delta may reach before an update writes a
 #: new base (see the module docstring)
 COMPACT = 0.25
