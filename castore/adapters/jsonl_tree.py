@@ -617,8 +617,10 @@ class TreeWriter:
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
         expect = parent
         if parent is None:
-            # (a session new with this writer: no ref names what it built yet)
-            if self.tree if self.build is not None else self.exists and s.head is not None:
+            # a root already: in a session new with this writer, one it built (no ref names
+            # it yet); else what the session's HEAD names
+            rooted = bool(self.tree) if self.build is not None else self.exists and s.head is not None
+            if rooted:
                 raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
             branch = self.current or "main"
             if branch not in self.branches:  # another import of the file may be making it
