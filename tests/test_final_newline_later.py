@@ -49,3 +49,28 @@ def test_a_final_newline_that_arrives_after_the_import_is_exported(tmp_path: Pat
     res = run(main, ["--store", st, "fsck"])
     assert res.exit_code == 0, res.output
     assert json.loads(whole.splitlines()[-1])  # (the data's last line is JSON: it is imported before its newline)
+
+
+@pytest.mark.parametrize("vendor, src, sub", FILES)
+def test_a_crlf_that_arrives_after_the_import_ends_the_line_before(tmp_path: Path, vendor: str, src: Path,
+                                                                   sub: str) -> None:
+    """A file of CRLF lines whose last line was imported before its ``\\r\\n``: the ``\\r\\n``
+    that arrives later (alone, or with lines after it) is that line's ending, and the export
+    wrote a newline before it (``}\\n\\r\\n``)."""
+    whole = src.read_bytes().replace(b"\n", b"\r\n")
+    more = whole + whole.splitlines(keepends=True)[-1]
+    folder = tmp_path / "in" / sub
+    folder.mkdir(parents=True)
+    f = folder / src.name
+    run = CliRunner().invoke
+    for steps in ([whole[:-2], whole, more], [whole[:-2], more]):
+        st = str(tmp_path / f"st{len(steps)}")
+        for i, data in enumerate(steps):
+            f.write_bytes(data)
+            res = run(main, ["--store", st, "import", vendor, str(tmp_path / "in")])
+            assert res.exit_code == 0, res.output
+            out = tmp_path / f"out{len(steps)}-{i}"
+            res = run(main, ["--store", st, "export", vendor, str(out)])
+            assert res.exit_code == 0, res.output
+            (got,) = list(out.rglob("*.jsonl"))
+            assert got.read_bytes() == data, (steps.index(data), vendor)

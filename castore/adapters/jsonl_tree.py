@@ -398,13 +398,15 @@ def joined(*parts: Iterable[bytes], end: bool = False) -> Iterator[bytes]:
     """The lines of ``parts`` in order, with a newline after a line that has none when another
     line follows it (a file that did not end with a newline, and lines castore wrote after it),
     so that the result stays JSONL; :func:`read_lines` takes that newline back as the line's.
-    With ``end`` (the state's :data:`NEWLINE`) the last line gets its newline too."""
+    A line that is only ``\r\n`` is that line's ending (a file of CRLF lines whose last line was
+    imported before its ending arrived), so nothing goes before it. With ``end`` (the state's
+    :data:`NEWLINE`) the last line gets its newline too."""
     last = b"\n"
     for part in parts:
         for line in part:
             if not line:
                 continue
-            if not last.endswith(b"\n"):
+            if not last.endswith(b"\n") and line != b"\r\n":
                 yield b"\n"
             yield line
             last = line
