@@ -40,12 +40,12 @@ from .plumbing import (
     META_TIME,
     SessionRefs,
     head_segment,
+    lost_branch_problem,
     parse_ref_name,
     session_prefix,
 )
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefValue, parse
-from .session import lost_branch_problem as _lost_branch
 from .store import Store
 
 #: two weeks, as git's default prune age
@@ -247,7 +247,7 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
 
 def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
     """What is wrong with a ref that parses: a name castore never writes, a HEAD that names
-    no branch, or a HEAD whose branch is lost (:func:`castore.session.lost_branch_problem`)."""
+    no branch, or a HEAD whose branch is lost (:func:`castore.plumbing.lost_branch_problem`)."""
     if parse_ref_name(name) is None:
         return "not a ref name castore writes (a foreign or hostile key)"
     if value.symbolic is None:
@@ -256,7 +256,7 @@ def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
         seg = head_segment(value)
     except CorruptRef as e:
         return e.reason
-    return _lost_branch(name.rsplit("/", 1)[0], seg, value, keys)
+    return lost_branch_problem(name.rsplit("/", 1)[0], seg, value, keys)
 
 
 def _links(obj: Any, foreign: set[str] | None = None) -> Iterator[tuple[str, tuple[type, ...]]]:

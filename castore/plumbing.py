@@ -55,6 +55,7 @@ from .errors import (
 from .history import NO_BODY, Hint, History, K
 from .objects import Blob, Commit, ObjectId, Value
 from .objectstore import ObjectStore
+from .refs import PREFIX as REFS_PREFIX
 from .refs import SYMBOLIC, RefStore, RefValue
 from .state import StateWriter
 
@@ -84,8 +85,12 @@ META_NAMES = "names"
 META_INFO = "info"
 #: HEAD: when the session was created
 META_CREATED = "created"
+#: HEAD: the session has had a commit (written with HEAD by the write that made its first
+#: branch, or the first write of HEAD once it had one; absent on HEADs written before it
+#: existed): what tells a session whose only branch was lost from a never-born one
+META_BORN = "born"
 #: HEAD keys that travel with it when it is rewritten (checkout, set_info)
-HEAD_KEEPS = (META_NAMES, META_INFO, META_CREATED)
+HEAD_KEEPS = (META_NAMES, META_INFO, META_CREATED, META_BORN)
 #: the keys that may hold the real name behind a hashed segment, in the order they are read
 REAL_NAME_KEYS = (META_NAME, META_HEAD_BRANCH)
 
@@ -268,6 +273,38 @@ def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
 def name_meta(ref: str, name: str, key: str = META_NAME) -> dict[str, Any]:
     """The metadata that keeps ``name`` beside a ref whose last segment is hashed ({} otherwise)."""
     return {key: name} if names.is_hashed(ref.rsplit("/", 1)[-1]) else {}
+
+
+def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) -> str | None:
+    """The problem of a session's HEAD that names branch ``seg`` (its folder ``session``,
+    ``keys`` every ref key below ``refs/`` there or in the whole store), None when the branch
+    exists or was never born.
+
+    HEAD naming a branch that does not exist is normal before a session's first commit
+    (``set_info`` first, a brand-new session). It is damage when the session shows it had
+    history: HEAD's :data:`META_BORN` mark, another branch, a label, a remote-tracking branch
+    (a pull's diverged remote tip) or a reflog (no write makes one of these without a commit,
+    and no write deletes the branch HEAD is on: a lost race, a backend failure or a
+    hand-deleted ref file did). A HEAD written before the mark existed, in a session whose
+    only ref is HEAD, cannot be told from a never-born one (no commit names its session):
+    its lost commits are dangling ones.
+    ``castore fsck`` reports it as a bad ref; reading the session raises it (:class:`CorruptRef`)."""
+    base = f"{REFS_PREFIX}/{session}/"
+    if f"{base}{HEADS}/{seg}" in keys:
+        return None
+    kinds = {HEADS: "a branch", TAGS: "a label", REMOTES: "a remote-tracking branch"}
+    had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
+                  if k.startswith(base) and k[len(base):].split("/", 1)[0] in kinds})
+    if f"{base}{REFLOG}" in keys:
+        had.append("a reflog")
+    if not had and head.meta.get(META_BORN):
+        had.append("a commit on record (HEAD's born mark)")
+    if not had:
+        return None  # never born (as far as anything stored can tell)
+    branch = real_name(seg, head.meta)
+    return (f"HEAD names branch {branch!r}, which does not exist though the session has "
+            f"{' and '.join(had)}: the branch was deleted or lost (recreate it with `castore branch "
+            f"{branch} REV` from `castore reflog` or a dangling commit, or check out another branch)")
 
 
 @dataclass(frozen=True, repr=False, eq=False)
@@ -1087,6 +1124,7 @@ __all__ = [
     "Batch",
     "DEFAULT_RETRY",
     "HEAD_KEEPS",
+    "META_BORN",
     "Plumbing",
     "RefContended",
     "NoSuchRef",
@@ -1095,6 +1133,7 @@ __all__ = [
     "RetryPolicy",
     "ScopePlan",
     "SessionRefs",
+    "lost_branch_problem",
     "parse_ref_name",
     "real_name",
     "retry",

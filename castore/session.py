@@ -50,6 +50,7 @@ from .pathview import PathView, log_entries, log_entry, value_of
 from .plumbing import (
     HEAD_KEEPS,
     HEADS,
+    META_BORN,
     META_CREATED,
     META_HEAD_BRANCH,
     META_INFO,
@@ -57,7 +58,6 @@ from .plumbing import (
     META_NAMES,
     META_TIME,
     META_WRITE_ID,
-    REFLOG,
     REMOTES,
     TAGS,
     Batch,
@@ -66,6 +66,7 @@ from .plumbing import (
     ScopePlan,
     SessionRefs,
     head_segment,
+    lost_branch_problem,
     name_meta,
     parse_ref_name,
     real_name,
@@ -87,35 +88,6 @@ _VERIFY_BATCH = 512
 #: of appending the same lines again on top of the first's)
 NEW_BRANCH = ""
 _MESSAGE_KINDS = ("message", "event")
-
-
-def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) -> str | None:
-    """The problem of a session's HEAD that names branch ``seg`` (its folder ``session``,
-    ``keys`` every ref key below ``refs/`` there or in the whole store), None when the branch
-    exists or was never born.
-
-    HEAD naming a branch that does not exist is normal before a session's first commit
-    (``set_info`` first, a brand-new session). It is damage when the session shows it had
-    history: another branch, a label, a remote-tracking branch (a pull's diverged remote tip)
-    or a reflog (no write makes one of these without a commit, and no write deletes the
-    branch HEAD is on: a lost race, a backend failure or a hand-deleted ref file did). A
-    session whose only ref is HEAD cannot be told from a never-born one (no commit names its
-    session): its lost commits are dangling ones.
-    ``castore fsck`` reports it as a bad ref; reading the session raises it (:class:`CorruptRef`)."""
-    base = f"{REFS_PREFIX}/{session}/"
-    if f"{base}{HEADS}/{seg}" in keys:
-        return None
-    kinds = {HEADS: "a branch", TAGS: "a label", REMOTES: "a remote-tracking branch"}
-    had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
-                  if k.startswith(base) and k[len(base):].split("/", 1)[0] in kinds})
-    if f"{base}{REFLOG}" in keys:
-        had.append("a reflog")
-    if not had:
-        return None  # never born (as far as anything stored can tell)
-    branch = real_name(seg, head.meta)
-    return (f"HEAD names branch {branch!r}, which does not exist though the session has "
-            f"{' and '.join(had)}: the branch was deleted or lost (recreate it with `castore branch "
-            f"{branch} REV` from `castore reflog` or a dangling commit, or check out another branch)")
 
 
 class SessionHost(Protocol):
@@ -197,10 +169,15 @@ class Session:
         self.temp.clear()
 
     # -- HEAD ---------------------------------------------------------------------------
-    def _head_meta(self, head: RefValue | None, **extra: Any) -> dict[str, Any]:
+    def _head_meta(self, head: RefValue | None, born: bool = True, **extra: Any) -> dict[str, Any]:
+        """HEAD's metadata: what ``head`` keeps, the session's names and creation time, the
+        born mark (:data:`~castore.plumbing.META_BORN`: every writer of HEAD but ``set_info``
+        writes it once the session has a commit), then ``extra``."""
         meta = {k: v for k, v in (head.meta if head else {}).items() if k in HEAD_KEEPS}
         meta.setdefault(META_NAMES, {"app": self.app, "user": self.user, "session": self.id})
         meta.setdefault(META_CREATED, time.time())
+        if born:
+            meta[META_BORN] = True
         meta.update(extra)
         return meta
 
@@ -347,7 +324,7 @@ class Session:
                                            "changed since it was read (another writer recorded its own)"))
                 raise changed[-1]
             target, extra = (head.target, {}) if head else self._head_on("main")
-            meta = self._head_meta(head, **extra)
+            meta = self._head_meta(head, born=False, **extra)  # (a born mark stays: HEAD_KEEPS)
             if head is not None and META_HEAD_BRANCH in head.meta:  # same target: same branch name
                 meta[META_HEAD_BRANCH] = head.meta[META_HEAD_BRANCH]
             meta[META_INFO] = sealed
@@ -477,6 +454,8 @@ class Session:
             if head is None:
                 created = name
                 move.then.append(lambda _: self._create_head(created))
+            elif tipref is None and not head.meta.get(META_BORN):  # set_info made HEAD: its first commit
+                move.then.append(lambda _: self._mark_born(head))
 
         ids: list[ObjectId] = self.store.group_commit.land(Job(self.refs.prefix, stage, final=expect is not None))
         for plan in plans:
@@ -552,6 +531,14 @@ class Session:
             self.plumbing.swap(self.refs.head, target, None, self._head_meta(None, **extra))
         except RefConflict:
             pass  # another writer created it first: fine
+
+    def _mark_born(self, head: RefValue) -> None:
+        """Put the born mark on ``head`` (made by ``set_info`` before the first commit landed)."""
+        try:
+            self.plumbing.swap(self.refs.head, head.target, head,
+                               {**{k: v for k, v in head.meta.items() if k != META_WRITE_ID}, META_BORN: True})
+        except RefConflict:
+            pass  # HEAD moved meanwhile: left without the mark, the session is judged as before it
 
     def _head_to_new_branch(self, head: RefValue | None, name: str) -> None:
         """Put the detached ``head`` on the branch ``name`` just started where it was."""

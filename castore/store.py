@@ -911,8 +911,8 @@ class Store:
 
     def _lost_branch(self, head: str, seg: str, value: RefValue) -> str | None:
         """What fsck and ``status`` say of session HEAD ``head`` naming branch ``seg``, which
-        is absent (:func:`castore.session.lost_branch_problem`); None: never born."""
-        from .session import lost_branch_problem
+        is absent (:func:`castore.plumbing.lost_branch_problem`); None: never born."""
+        from .plumbing import lost_branch_problem
 
         folder = head.rsplit("/", 1)[0]
         why = lost_branch_problem(folder, seg, value, {f"refs/{n}" for n in self.refs.list(folder)})
@@ -930,15 +930,22 @@ class Store:
         """
         return {k: (f, refs) for k, (f, refs, _h) in self.session_refs_and_heads(folders).items()}
 
-    def session_refs_and_heads(self, folders: Iterable[str] | None = None
-                               ) -> dict[tuple[str, str, str], tuple[str, dict[str, str], str | None]]:
+    def session_refs_and_heads(
+            self, folders: Iterable[str] | None = None, lost: dict[tuple[str, str, str], CorruptRef] | None = None,
+    ) -> dict[tuple[str, str, str], tuple[str, dict[str, str], str | None]]:
         """:meth:`session_refs` with, third, the branch segment each session's HEAD is on
         (None: detached, or not a branch): from the same read, each ref file read once.
+
+        ``lost``: where each session whose HEAD names a lost branch
+        (:func:`castore.plumbing.lost_branch_problem`, judged from HEAD as stored and the refs
+        listed) is noted, key -> the error (fsck's line), whether or not it is in what is
+        returned (a session whose only ref left is HEAD is not).
 
         Raises:
             IntegrityError, StorageError.
         """
-        from .plumbing import META_NAMES, head_segment
+        from .plumbing import HEADS, META_NAMES, head_segment, lost_branch_problem
+        from .refs import PREFIX as REFS_PREFIX
 
         if folders is None:
             names_ = self.refs.list("sessions")
@@ -948,6 +955,7 @@ class Store:
         out: dict[str, dict[str, str]] = {}
         keys: dict[str, tuple[str, str, str]] = {}
         heads: dict[str, str | None] = {}
+        symbolic: dict[str, RefValue] = {}
         for name, v in vals.items():
             if v is None:
                 continue
@@ -962,10 +970,19 @@ class Store:
                 if v.symbolic is not None and len(parts) == 5:
                     try:
                         heads[folder] = head_segment(v)
+                        symbolic[folder] = v
                     except CorruptRef:
                         pass
             if v.symbolic is None:
                 out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
+        if lost is not None:
+            for f, v in symbolic.items():
+                seg = heads[f]
+                if f not in keys or seg is None or f"{HEADS}/{seg}" in out.get(f, {}):
+                    continue
+                listed = {f"{REFS_PREFIX}/{n}" for n in names_ if n.startswith(f + "/")}
+                if (why := lost_branch_problem(f, seg, v, listed)) is not None:
+                    lost[keys[f]] = CorruptRef(v.name, why)
         return {keys[f]: (f, refs, heads.get(f)) for f, refs in out.items() if f in keys}
 
     def _read_refs_skipping_damage(self, refs: list[str], damage: dict[str, str] | None = None

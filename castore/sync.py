@@ -46,6 +46,7 @@ from .errors import (
 from .history import BlockPath, Hint, K, merge_depth
 from .objects import Commit, Index, Tree
 from .plumbing import (
+    META_BORN,
     META_NAMES,
     META_WRITE_ID,
     REMOTES,
@@ -53,6 +54,7 @@ from .plumbing import (
     STATE,
     RefName,
     SessionRefs,
+    lost_branch_problem,
     parse_ref_name,
     real_name,
     scope_ref,
@@ -61,7 +63,6 @@ from .plumbing import (
 )
 from .refs import PREFIX as REFS_PREFIX
 from .refs import SYMBOLIC, RefValue
-from .session import lost_branch_problem
 from .store import Store
 
 #: objects read per batch (one concurrent read); into a format-1 store, also one write
@@ -441,7 +442,7 @@ class _Sync:
     def _head_problem(sprefix: str, head: RefValue | None, refs: list[str], remote: bool) -> str | None:
         """Why a session's symbolic ``head`` (its ``refs`` listed, on the ``remote`` side or here)
         stops the session: it names no branch of this session, or a branch that was lost
-        (:func:`castore.session.lost_branch_problem`); None when it is sound or never born."""
+        (:func:`castore.plumbing.lost_branch_problem`); None when it is sound or never born."""
         if head is None or head.symbolic is None:
             return None
         try:
@@ -801,8 +802,8 @@ class _Sync:
             branch = SessionRefs(u.ref.rsplit("/", 1)[0]).branch_ref_of(RefValue(u.ref, u.target, u.meta))
             if self.dst_values.get(branch) is None:
                 return
-            try:
-                self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, None, u.meta)
+            try:  # (born: its branch is there, whether or not the other side's HEAD says so)
+                self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, None, {**u.meta, META_BORN: True})
             except RefConflict:
                 return
             self.report.refs_updated.append(u.ref)
@@ -969,7 +970,7 @@ def push(src: Store, dst: Store, sessions: Selection = None, force: bool = False
     Returns:
         A :class:`SyncReport`; refused refs are in ``refs_refused`` (nothing raises for them),
         among them the HEAD of a session whose HEAD names no branch of its own or a lost one
-        (:func:`castore.session.lost_branch_problem`), in ``src`` or in ``dst``: nothing of
+        (:func:`castore.plumbing.lost_branch_problem`), in ``src`` or in ``dst``: nothing of
         that session is copied.
 
     Raises:

@@ -108,6 +108,7 @@ from .objects import json_dumps_sorted, json_loads
 from .objectstore import gc_paused
 
 if TYPE_CHECKING:
+    from .errors import CorruptRef
     from .objects import Commit
     from .store import Store
 
@@ -667,7 +668,7 @@ def all_rows(store: Store, *, cache: bool = True, unreadable: dict[Key, str] | N
     tenant (:meth:`~castore.store.Store.stores`: an erased tenant is left out), each its own cache.
 
     ``unreadable``: where a session whose objects cannot be read (missing or damaged), or whose
-    HEAD names a lost branch (:func:`castore.session.lost_branch_problem`), is noted,
+    HEAD names a lost branch (:func:`castore.plumbing.lost_branch_problem`), is noted,
     key -> the error, and left out, instead of stopping at it; a cache is then not saved, so the
     next run reads it again.
 
@@ -683,14 +684,17 @@ def all_rows(store: Store, *, cache: bool = True, unreadable: dict[Key, str] | N
 
 
 def _readable_rows(store: Store, key: Key, refs: Any, head: Any, unreadable: dict[Key, str] | None,
-                   commits: Mapping[str, Commit] | None = None) -> list[Row] | None:
+                   commits: Mapping[str, Commit] | None = None,
+                   lost: Mapping[Key, CorruptRef] | None = None) -> list[Row] | None:
     """:func:`session_rows`, or None (noted in ``unreadable``) when the session cannot be read:
-    its objects, or the branch its HEAD names, which is lost (its responses would be missing
-    from the counts, unsaid)."""
+    its objects, or the branch its HEAD names, which is lost (``lost``, as
+    :meth:`~castore.store.Store.session_refs_and_heads` notes it: its responses would be
+    missing from the counts, unsaid)."""
     from .errors import IntegrityError, ObjectNotFound
 
     try:
-        _check_head(store, key, refs, head)
+        if lost and key in lost:
+            raise lost[key]
         return session_rows(store, key, refs, head, commits)
     except (ObjectNotFound, IntegrityError) as e:
         if unreadable is None:
@@ -699,34 +703,14 @@ def _readable_rows(store: Store, key: Key, refs: Any, head: Any, unreadable: dic
         return None
 
 
-def _check_head(store: Store, key: Key, refs: Mapping[str, str], head: str | None) -> None:
-    """Raise when HEAD names branch ``head`` (a segment), absent from the session's ``refs``
-    though they show it had history (:func:`castore.session.lost_branch_problem`).
-
-    Raises:
-        CorruptRef: (an IntegrityError) the branch is lost.
-    """
-    if head is None or f"heads/{head}" in refs or not refs:
-        return
-    from .errors import CorruptRef
-    from .refs import PREFIX, SYMBOLIC, RefValue
-    from .session import lost_branch_problem
-
-    folder = store.session(*key).prefix
-    name = f"{folder}/HEAD"
-    problem = lost_branch_problem(folder, head, RefValue(name, f"{SYMBOLIC}heads/{head}"),
-                                  {f"{PREFIX}/{folder}/{rel}" for rel in refs})
-    if problem is not None:
-        raise CorruptRef(name, problem)
-
-
 def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None) -> dict[Key, list[Row]]:
     """The rows of one flat store (a root store, or a tenant's in the tenants layout)."""
     url = str(getattr(store.storage, "url", "") or "")
+    lost: dict[Key, CorruptRef] = {}
     if not cache or not _cacheable(store, url):
-        every = store.session_refs_and_heads()
+        every = _with_lost(store.session_refs_and_heads(lost=lost), lost)
         commits = load_commits(store, len(every), len(every))
-        got = {key: _readable_rows(store, key, refs, head, unreadable, commits)
+        got = {key: _readable_rows(store, key, refs, head, unreadable, commits, lost)
                for key, (_f, refs, head) in every.items()}
         return {k: v for k, v in got.items() if v is not None}
     path = cache_path(store)
@@ -737,11 +721,11 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     if moved is not None and not moved:
         return {tuple(v["key"]): v["rows"] for v in old.values()}
     if moved is None:
-        fresh = store.session_refs_and_heads()
+        fresh = _with_lost(store.session_refs_and_heads(lost=lost), lost)
         sessions: dict[str, Any] = {}
     else:
         folders = {"/".join(parts[:4]) for n in moved if len(parts := n.split("/")) >= 5}
-        fresh = store.session_refs_and_heads(folders)
+        fresh = _with_lost(store.session_refs_and_heads(folders, lost), lost)
         sessions = {f: v for f, v in old.items() if f not in folders}
     todo = []
     for key, (folder, refs, head) in fresh.items():
@@ -753,7 +737,7 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     commits = load_commits(store, len(todo), len(sessions) + len(todo))
     failed = False
     for key, folder, refs, head in todo:
-        rows = _readable_rows(store, key, refs, head, unreadable, commits)
+        rows = _readable_rows(store, key, refs, head, unreadable, commits, lost)
         if rows is None:
             failed = True  # no cache saved: its mark would say the session was read
             continue
@@ -761,6 +745,13 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     if not failed:
         _save_cache(path, {"version": CACHE_VERSION, "url": url, "mark": mark, "sessions": sessions})
     return {tuple(v["key"]): v["rows"] for v in sessions.values()}
+
+
+def _with_lost(every: dict[Key, Any], lost: Mapping[Key, CorruptRef]) -> dict[Key, Any]:
+    """``every`` (:meth:`~castore.store.Store.session_refs_and_heads`) with the sessions of
+    ``lost`` that it leaves out (only HEAD left), so that each is noted as unreadable too."""
+    every.update({k: ("", {}, None) for k in lost if k not in every})
+    return every
 
 
 def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:

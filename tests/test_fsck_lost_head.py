@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import castore
 from castore import maintenance
 from castore.cli import main
+from castore.plumbing import META_BORN
 from castore.session import NEW_BRANCH
 
 
@@ -102,14 +103,72 @@ def test_a_never_born_session_is_not_damage(tmp_path: Path) -> None:
     store.close()
 
 
+def _strip_born_mark(store: castore.Store, s: castore.Session) -> None:
+    """HEAD as a castore before the born mark wrote it."""
+    head = store.refs.read(s.refs.head)
+    assert head is not None and head.meta.get(META_BORN) is True
+    store.refs.swap(s.refs.head, head.target, head, {k: v for k, v in head.meta.items() if k != META_BORN})
+
+
+def _born(store: castore.Store, root: Path, how: str) -> tuple[castore.Session, list[str]]:
+    """A session born ``how`` (its first commit by append, by append after set_info, by an
+    import, by a fork), with one branch and nothing else: no label, no reflog, no remote."""
+    if how == "import":
+        from castore.adapters.claude_code import import_claude
+
+        src = Path(__file__).parent / "data" / "claude-code" / "claude-code-log" / "session_b.jsonl"
+        (root.parent / "p" / "proj").mkdir(parents=True)
+        (root.parent / "p" / "proj" / src.name).write_bytes(src.read_bytes())
+        import_claude(store, root.parent / "p")
+        s = store.session("claude", "proj", "session_b")
+        return s, [e.id for e in s.log()]
+    s = store.session("app", "u", "s1")
+    if how == "set_info first":
+        s.set_info({"title": "not started yet"})
+    ids = _msgs(s, 3)
+    if how == "fork":
+        s = s.fork("s2")
+        ids = [e.id for e in s.log()][::-1]
+    return s, ids
+
+
+@pytest.mark.parametrize("how", ["append", "set_info first", "import", "fork"])
+def test_a_session_whose_only_branch_is_lost_is_damage_not_a_new_session(tmp_path: Path, how: str) -> None:
+    """A session whose only ref was its one branch, that branch lost: nothing but HEAD is left,
+    and it looked never born (fsck ok, append started a new root on the lost name, gc could
+    delete the lost commits). HEAD records that the session had a commit (its born mark,
+    written with HEAD), so it is damage as with a label or a reflog; usage names it too."""
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s, ids = _born(store, root, how)
+    assert [n.rsplit("/", 1)[-1] for n in store.refs.list(s.prefix)] == ["HEAD", "main"]
+    _lose_branch(store, s)
+    report = maintenance.fsck(store)
+    assert not report.ok and [r for r, _ in report.bad_refs] == [s.refs.head]
+    assert "HEAD names branch 'main'" in report.bad_refs[0][1] and s.prefix not in report.unborn
+    with pytest.raises(castore.CorruptRef, match="HEAD names branch 'main'.*deleted or lost"):
+        s.append(castore.Message(role="user", content="a new root"))
+    with pytest.raises(castore.CorruptRef, match="deleted or lost"):
+        s.log()
+    with pytest.raises(castore.CastoreError, match="gc refused"):
+        maintenance.gc(store, grace=0)
+    for cid in ids:
+        assert store.history.commit(cid) is not None
+    store.close()
+    res = CliRunner().invoke(main, ["--store", str(root), "usage", "--no-cache"])
+    assert res.exit_code == 1 and "HEAD names branch 'main'" in res.stderr, res.output
+
+
 def test_a_session_with_only_its_head_left_is_noted_with_its_dangling_tip(tmp_path: Path) -> None:
-    """No commit names its session, so a session that kept nothing but HEAD looks never born:
-    fsck notes it when dangling commits exist (its tip is one of them), as git notes an
-    unborn HEAD, and gc's grace period keeps them as it keeps any unreachable commit."""
+    """No commit names its session, so a session of an older store (HEAD without the born
+    mark) that kept nothing but HEAD looks never born: fsck notes it when dangling commits
+    exist (its tip is one of them), as git notes an unborn HEAD, and gc's grace period keeps
+    them as it keeps any unreachable commit."""
     root = tmp_path / "st"
     store = castore.open(str(root))
     s = store.session("app", "u", "s1")
     ids = _msgs(s, 3)
+    _strip_born_mark(store, s)
     _lose_branch(store, s)
     report = maintenance.fsck(store)
     assert report.ok and report.unborn == [s.prefix]
@@ -439,3 +498,23 @@ def test_pull_and_sync_do_not_put_a_lost_branch_back_at_the_remotes_older_tip(tm
     assert res.exit_code == 1 and "HEAD names branch 'main'" in res.output, res.output
     with castore.open(str(remote)) as r:
         assert r.refs.read(r.session("app", "u", "s1").refs.branch("main")) is None
+
+
+def test_usage_names_a_lost_branch_by_its_real_name_not_its_hashed_segment(tmp_path: Path) -> None:
+    """A branch name too long for a ref segment is stored as a digest, its real name on HEAD
+    (and on the branch). usage judged a lost HEAD branch from the segment alone (HEAD's
+    metadata not read), so its line named the digest where fsck and log name the branch."""
+    root = tmp_path / "st"
+    long = "é" * 120  # 240 bytes: hashed
+    with castore.open(str(root)) as store:
+        s = store.session("app", "u", "s1")
+        _msgs(s, 2)
+        s.checkout("main", create=long)
+        _msgs(s, 1, "on the long branch")
+        s.label("v1")
+        _lose_branch(store, s, long)
+        with pytest.raises(castore.CorruptRef, match=f"HEAD names branch '{long}'"):
+            s.log()
+    res = CliRunner().invoke(main, ["--store", str(root), "usage", "--no-cache"])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 1 and len(errors) == 1 and f"HEAD names branch '{long}'" in errors[0], res.output

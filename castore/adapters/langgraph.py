@@ -64,6 +64,7 @@ from ..groupcommit import Group, GroupCommit, Job, Move
 from ..history import Hint, K
 from ..objects import Commit, Tree
 from ..plumbing import (
+    META_BORN,
     META_CREATED,
     META_HEAD_BRANCH,
     META_NAMES,
@@ -276,6 +277,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             meta = {k: v for k, v in (head.meta if head is not None else {}).items() if k != META_WRITE_ID}
             meta.setdefault(META_NAMES, {"app": self.app, "user": self.user, "session": thread_id})
             meta.setdefault(META_CREATED, time.time())
+            meta[META_BORN] = True  # HEAD is put on a branch that landed
             meta.update(name_meta(target, branch, META_HEAD_BRANCH))
             self.store.plumbing.swap(head_name, target, head, meta)
 

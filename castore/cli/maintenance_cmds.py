@@ -84,14 +84,14 @@ def fsck_cmd(as_json: bool) -> None:
     """Check the whole store: every object re-hashed, every ref and link followed.
 
     Reports missing and corrupt objects, refs that are garbage or name a missing commit,
-    a HEAD whose branch was deleted or lost (the session has another branch, a label, a
-    remote-tracking branch or a reflog; reading that session, as `log`, `show`, `context` or `status`, stops with the
-    same error; a session with only its HEAD is taken as not yet born, noted when dangling
-    commits exist), damaged pack records (by pack and offset; their objects are corrupt,
-    not missing; a writer's log may hold a damaged ref intent, which only the
-    recovery after a power loss reads), stale locks left by a killed writer, and
-    unreachable objects (harmless: a crash or a
-    deleted session leaves them; `castore gc` removes them). Exits with status 1 when
+    a HEAD whose branch was deleted or lost (HEAD records a commit, or the session has another
+    branch, a label, a remote-tracking branch or a reflog; reading that session, as `log`,
+    `show`, `context` or `status`, stops with the same error; a session with only an older
+    HEAD, which records nothing, is taken as not yet born, noted when dangling commits
+    exist), damaged pack records (by pack and offset; their objects are corrupt, not
+    missing; a writer's log may hold a damaged ref intent, which only the recovery after a
+    power loss reads), stale locks left by a killed writer, and unreachable objects
+    (harmless: a crash or a deleted session leaves them; `castore gc` removes them). Exits with status 1 when
     anything is damaged.
     """
     store = open_store()
