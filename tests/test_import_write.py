@@ -4,6 +4,7 @@ append path: tests/test_import_ids.py holds their golden ids)."""
 
 from __future__ import annotations
 
+import gc
 import re
 from collections import Counter
 from pathlib import Path
@@ -50,3 +51,26 @@ def test_a_first_import_moves_each_branch_once(tmp_path: Path, monkeypatch: pyte
     assert heads == dict.fromkeys(branches, 1)  # staged once each (main: five times before)
     export_claude(store, tmp_path / "out")
     assert (tmp_path / "out" / "p" / "s.jsonl").read_bytes() == body
+
+
+def test_an_imported_file_leaves_nothing_for_the_cyclic_collector(tmp_path: Path) -> None:
+    # an import pauses the collector (jsonl_tree.import_batched): a file's importer caught in a
+    # reference cycle kept every parsed line of the file alive until the next collection
+    (tmp_path / "projects" / "p").mkdir(parents=True)
+    for i in range(3):
+        (tmp_path / "projects" / "p" / f"s{i}.jsonl").write_bytes((SHARE / f"{SID}.jsonl").read_bytes())
+    store = castore.open(str(tmp_path / "store"), durable=False)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage, to look at
+    try:
+        import_claude(store, tmp_path / "projects")
+        gc.collect()
+        left = Counter(type(o).__name__ for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        store.close()
+    assert store.session("claude", "p", "s2").branches()
+    assert not {"_Importer", "Event", "Session"} & set(left), left

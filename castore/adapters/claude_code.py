@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import re
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
@@ -326,7 +327,9 @@ class _Sidechains:
     """
 
     def __init__(self, imp: _Importer, state: dict[str, Any]) -> None:
-        self.imp = imp
+        # weakly: the importer holds this, and a cycle would keep the file's parsed lines (its
+        # written log) alive until the collector, paused while importing, runs again
+        self.imp = weakref.proxy(imp)
         self.threads: dict[str, _Thread] = {}
         for sid, t in as_dict(state.get("threads")).items():
             t = as_dict(t)

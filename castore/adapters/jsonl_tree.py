@@ -104,17 +104,19 @@ def import_batched(store: Store, items: Iterable[_T], each: Callable[[_T], int])
     appends), and at the end (also when ``each`` raises an ordinary exception: the files
     before it stay imported).
 
-    Python's cyclic collector is paused meanwhile, and the young generations are collected
-    every :data:`COLLECT_EVERY` files: left on, it walked everything the import keeps alive
-    (the batch's staged refs and written lines, the caches) again each time they grew, a
-    quarter of a 200 MB import's time; what a file leaves behind is young, and collected.
+    Python's cyclic collector is paused meanwhile, the last landing too, and the young
+    generations are collected every :data:`COLLECT_EVERY` files: left on, it walked everything
+    the import keeps alive (the batch's staged refs and written lines, the caches) again each
+    time they grew, a quarter of a 200 MB import's time. What a file leaves behind is freed
+    when the file is done (an importer makes no reference cycle); the collection is for a
+    cycle that escapes that, and walks only what is still alive.
 
     Raises:
         what ``each`` raises; RefConflict (another writer moved a session's ref meanwhile:
         that session's position did not move, the next import goes on from it), RefLocked,
         StorageError.
     """
-    with store.batch() as batch, gc_paused():
+    with gc_paused(), store.batch() as batch:
         files = size = done = 0
         for item in items:
             size += each(item)
