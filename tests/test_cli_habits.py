@@ -198,6 +198,27 @@ def test_global_options_work_after_the_command(seeded: Seeded, tmp_path: Path) -
     assert (tmp_path / "x.html").stat().st_size > 1000
 
 
+def test_an_unknown_store_option_of_a_local_or_memory_store_is_one_error_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``castore --store DIR -o bogus=1 log`` ignored the option (local disk and memory take
+    none) where S3 checks its options at open: a typo passed unseen. It is one ``Error:`` line
+    naming the option now, on both ways ``grep`` runs too; ``-o durable=false`` still works."""
+    from castore.cli import fast
+
+    root = str(tmp_path / "st")
+    seed(root)
+    for url in (root, f"memory://opts-{uuid.uuid4().hex}"):
+        for name, args in (("bogus", ["-o", "bogus=1", "log"]),
+                           ("endpoint_url", ["log", "-o", "durable=false", "-o", "endpoint_url=x"])):
+            err = fails(run(url, *args))
+            assert f"unknown storage option {name!r}" in err, err
+    ok(run(root, "log", "-o", "durable=false"))
+    assert fast.grep_main(["--store", root, "-o", "bogus=1", "grep", "-c", "Sunny"], {}) == 2
+    assert capsys.readouterr().err.splitlines() == ["Error: unknown storage option 'bogus': a store on local disk "
+                                                    "takes no options"]
+    fails(run(root, "-o", "bogus=1", "grep", "-c", "Sunny", session=None), code=2)
+
+
 # -- commands for what only the library did ------------------------------------------------------------------
 def test_delete_session_and_compact_from_the_cli(seeded: Seeded) -> None:
     r = ok(run(seeded.url, "compact", "Asked about two cities.", "--keep-from", "HEAD~1"))

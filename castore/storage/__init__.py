@@ -48,9 +48,14 @@ def open_storage(url: str, *, durable: bool = True, **storage_options: Any) -> S
             ``secret``, ``client_kwargs``, ...).
 
     Raises:
-        StorageError: the scheme is unknown or its backend cannot be loaded.
+        StorageError: the scheme is unknown or its backend cannot be loaded; an option given
+            to local disk or ``memory://``, which take none (a typo would pass unseen).
     """
     proto, path = split_url(url)
+    if proto in ("file", "memory") and storage_options:
+        name = sorted(storage_options)[0]
+        raise StorageError(f"unknown storage option {name!r}: a store on "
+                           f"{'local disk' if proto == 'file' else 'memory://'} takes no options", url)
     if proto == "file":
         from .local import LocalStorage
 
