@@ -518,3 +518,37 @@ def test_usage_names_a_lost_branch_by_its_real_name_not_its_hashed_segment(tmp_p
     res = CliRunner().invoke(main, ["--store", str(root), "usage", "--no-cache"])
     errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
     assert res.exit_code == 1 and len(errors) == 1 and f"HEAD names branch '{long}'" in errors[0], res.output
+
+
+@pytest.mark.parametrize("no_index", [False, True])
+def test_grep_names_a_session_whose_branch_is_lost_and_searches_the_others(
+        tmp_path: Path, no_index: bool, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    """``castore grep`` said nothing of a session whose HEAD branch is lost: its count, or its
+    silence, looked whole. It now says it as usage does (one ``Error:`` line on stderr, after
+    the other sessions' matches, exit 2 as grep's errors), through the index and without,
+    from the click command and the fast path alike; a search that leaves it out says nothing."""
+    from castore.cli import fast
+
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+    root = tmp_path / "st"
+    with castore.open(str(root)) as store:
+        for sid in ("fine", "lost", "only"):
+            _msgs(store.session("app", "u", sid), 3, "parser")
+        store.session("app", "u", "lost").label("v1", at="HEAD~1")
+        argv = ["--store", str(root), "grep", "-c", "parser", *(["--no-index"] if no_index else [])]
+        assert CliRunner().invoke(main, argv).stdout.splitlines() == ["app/u/fine:3", "app/u/lost:3", "app/u/only:3"]
+        for sid in ("lost", "only"):  # (only: nothing but HEAD left, its born mark)
+            _lose_branch(store, store.session("app", "u", sid))
+    res = CliRunner().invoke(main, argv)
+    assert fast.grep_main(list(argv), {}) == res.exit_code == 2, res.output
+    fast_out = capsysbinary.readouterr()
+    for out, err in ((res.stdout, res.stderr), (fast_out.out.decode(), fast_out.err.decode())):
+        assert out.splitlines() == ["app/u/fine:3"]
+        assert err.splitlines() == [
+            "Error: app/u/lost and 1 more cannot be searched whole (ref 'sessions/app/u/lost/HEAD' is corrupt: HEAD "
+            "names branch 'main', which does not exist though the session has a label: the branch was deleted or lost "
+            "(recreate it with `castore branch main REV` from `castore reflog` or a dangling commit, or check out "
+            "another branch)); `castore fsck` says more"]
+    res = CliRunner().invoke(main, [*argv, "--sessions", "fine"])
+    assert (res.exit_code, res.stdout, res.stderr) == (0, "app/u/fine:3\n", "")

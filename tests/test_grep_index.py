@@ -98,13 +98,13 @@ def test_unchanged_store_is_searched_without_reading_any_ref(store: castore.Stor
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(_texts(store, "parser")) == 6  # builds the index
     reads: list[object] = []
-    real = castore.Store.session_refs
+    real = castore.Store.session_refs_and_heads
 
-    def counting(st: castore.Store, folders: object = None) -> dict:
+    def counting(st: castore.Store, folders: object = None, lost: object = None) -> dict:
         reads.append(sorted(folders) if folders is not None else "all")  # type: ignore[call-overload]
-        return real(st, folders)  # type: ignore[arg-type]
+        return real(st, folders, lost)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(castore.Store, "session_refs", counting)
+    monkeypatch.setattr(castore.Store, "session_refs_and_heads", counting)
     assert len(_texts(store, "parser")) == 6
     assert reads == []  # nothing moved: no ref read at all
     store.session("bot", "ann", "s1").append({"role": "user", "content": "a parser walrus"})

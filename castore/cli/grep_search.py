@@ -62,7 +62,9 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
     :data:`castore.cli.grep_spec.GREP_OPTIONS` and ``pattern``) in the store ``open_store()``
     opens (whoever made it closes it), printing through ``echo``; the exit status: 0 when
     something matched, 1 when nothing did, 2 on an error (grep's), whose one line ``Error: ...``
-    went to stderr. A search that ended with 0 or 1 lets the process end without its teardown
+    went to stderr. A session searched whose HEAD is damaged (a lost branch: what only that
+    branch held is not searched) is such an error, said after the matches of the others. A
+    search that ended with 0 or 1 lets the process end without its teardown
     (:func:`castore.cli.plain.skip_teardown`).
 
     Raises:
@@ -76,6 +78,7 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
         from ..grep import KINDS, grep, grep_counts, grep_rows
         from ..grep.files import keep_chunks
 
+        damaged: dict[tuple[str, str, str], str] = {}
         try:
             store = open_store()
             options: dict[str, Any] = {
@@ -84,7 +87,7 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
                 "sessions": p["sessions"] or None, "apps": p["apps"] or None,
                 "since": _when(p["since"], "--since"), "until": _when(p["until"], "--until"),
                 "limit": p["limit"] or None, "context": p["context"], "index": False if p["no_index"] else None,
-                "check_index": not p["cached"], "typed": p["typed"]}
+                "check_index": not p["cached"], "typed": p["typed"], "unreadable": damaged}
             pattern, as_json, as_jsonl, count = p["pattern"], p["as_json"], p["as_jsonl"], p["count"]
             with keep_chunks(False):  # one search in this process: no chunk kept for a next one
                 if p["list_sessions"] or count:
@@ -101,6 +104,11 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
             return 2
         except _BadTime as e:
             echo(f"Error: {e}", err=True)
+            return 2
+        if damaged:
+            (key, why), more = min(damaged.items()), len(damaged) - 1
+            echo(f"Error: {safe(format_key(*key))}{f' and {more} more' if more else ''} cannot be searched whole "
+                 f"({safe(why)}); `castore fsck` says more", err=True)
             return 2
     skip_teardown(1)  # the store is closed by whoever opened it: nothing is left to write or join
     return 0 if found else 1

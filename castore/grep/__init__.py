@@ -190,7 +190,7 @@ def _by_index(store: Store, pattern: str, options: dict[str, Any], form: int) ->
     :class:`Match` built), or None when that search does not go through the index alone (no
     index, context entries, ``typed``)."""
     unknown = set(options) - set(_HOW) - {"ignore_case", "fixed", "word", "roles", "kinds", "tools", "sessions",
-                                          "apps", "since", "until", "limit", "context"}
+                                          "apps", "since", "until", "limit", "context", "unreadable"}
     if unknown:
         raise TypeError(f"unexpected option(s) {sorted(unknown)}")
     index = options.get("index")
@@ -198,13 +198,14 @@ def _by_index(store: Store, pattern: str, options: dict[str, Any], form: int) ->
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
     if not index or not indexable(store) or options.get("context") or options.get("typed"):
         return None
-    what = {k: v for k, v in options.items() if k not in _HOW}
-    rx, want_kinds, _, _, _, keep_block, _, filtered = _options(pattern, **what)
+    what = {k: v for k, v in options.items() if k not in _HOW and k != "unreadable"}
+    rx, want_kinds, _, session_globs, app_globs, keep_block, _, filtered = _options(pattern, **what)
     limit = what.get("limit")
     if limit == 0 or not store.exists:
         return iter(())
     return _grep_index(store, rx, keep_block if filtered else None, what.get("since"), what.get("until"), limit, 0,
-                       want_kinds, options.get("check_index", True), form)
+                       want_kinds, options.get("check_index", True), form,
+                       _Damaged(options.get("unreadable"), session_globs, app_globs))
 
 
 def _row(m: Match) -> Row:
@@ -264,7 +265,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
          tools: Iterable[str] | None = None, sessions: Iterable[str] | None = None,
          apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
          limit: int | None = None, context: int = 0, index: bool | None = None,
-         check_index: bool = True, scan: bool | None = None, typed: bool = False) -> Iterator[Match]:
+         check_index: bool = True, scan: bool | None = None, typed: bool = False,
+         unreadable: dict[tuple[str, str, str], str] | None = None) -> Iterator[Match]:
     """Search the text of every entry on every branch of every session of ``store``.
 
     Args:
@@ -296,6 +298,11 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         typed: only what a human typed or the agent wrote (:func:`typed_block`): user text
             and assistant blocks of entries whose metadata does not flag them ``injected``
             (the archive importers flag what the agent's CLI wrote into the conversation).
+        unreadable: where each session searched whose HEAD names a lost branch
+            (:func:`castore.plumbing.lost_branch_problem`) is noted, key -> fsck's line (without
+            the index, any damaged HEAD :meth:`castore.Store.sessions` reports): its other
+            refs are searched, the commits only the lost branch held are not. Through the
+            index, a session is noted from the last update that read its refs.
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
@@ -309,7 +316,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         some = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
         inner = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles, kinds=kinds,
                      tools=tools, sessions=sessions, apps=apps, since=since, until=until, context=context,
-                     index=index, check_index=check_index, scan=scan, limit=None if some else limit)
+                     index=index, check_index=check_index, scan=scan, limit=None if some else limit,
+                     unreadable=unreadable)
         yield from _only_typed(store, inner, limit)
         return
     rx, want_kinds, role_set, session_globs, app_globs, keep_block, keep, filtered = _options(
@@ -322,17 +330,19 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         yield from _over_tenants(store, grep, pattern, {
             "ignore_case": ignore_case, "fixed": fixed, "word": word, "roles": roles, "kinds": kinds, "tools": tools,
             "sessions": sessions, "apps": apps, "since": since, "until": until, "limit": limit, "context": context,
-            "index": index, "check_index": check_index, "scan": scan})
+            "index": index, "check_index": check_index, "scan": scan, "unreadable": unreadable})
         return
     if index is None:
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
     index = index and indexable(store)
+    damaged = _Damaged(unreadable, session_globs, app_globs)
     if index:
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
-                               check_index, _MATCHES)
+                               check_index, _MATCHES, damaged)
         return
     from .scan import grep_scan, grep_walk  # the search without an index only: not on the index's path
 
+    damaged.note_listed(store)
     if scan is None:
         scan = store.format >= 2
     if scan:
@@ -341,6 +351,25 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     else:
         yield from grep_walk(store, rx, limit, context, want_kinds, role_set, tool_globs, since, until, app_globs,
                              session_globs)
+
+
+class _Damaged:
+    """Where a search notes the sessions it covers whose HEAD is damaged (``grep(unreadable=)``)."""
+
+    def __init__(self, out: dict[tuple[str, str, str], str] | None, session_globs: tuple[str, ...] | None,
+                 app_globs: tuple[str, ...] | None) -> None:
+        self.out, self.session_globs, self.app_globs = out, session_globs, app_globs
+
+    def note(self, found: Iterable[tuple[tuple[str, str, str], str]]) -> None:
+        """Note each ``(key, why)`` of ``found`` that the search covers."""
+        if self.out is not None:
+            self.out.update((k, why) for k, why in found if session_ok(k, self.session_globs, self.app_globs))
+
+    def note_listed(self, store: Store) -> None:
+        """Note the damaged HEADs :meth:`castore.Store.sessions` reports (a search without the index)."""
+        if self.out is not None:
+            self.note(((si.app, si.user, si.session), si.problem) for app in store.apps()
+                      for si in store.sessions(app) if si.problem is not None)
 
 
 def _tenanted(store: Store) -> bool:
@@ -413,11 +442,14 @@ def __getattr__(name: str) -> Any:
 
 def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool] | None, since: float | None,
                 until: float | None, limit: int | None, context: int, kinds: set[str], check: bool,
-                form: int = _MATCHES) -> Iterator[Any]:
+                form: int = _MATCHES, damaged: _Damaged | None = None) -> Iterator[Any]:
     """:func:`grep` through the index; ``keep_block`` None: no role, tool, session or app filter.
     ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
-    context), :data:`_COUNTS` ``(session, matches)`` pairs in session order (:func:`_count`)."""
+    context), :data:`_COUNTS` ``(session, matches)`` pairs in session order (:func:`_count`).
+    ``damaged``: where the sessions the index knows to have a lost branch are noted."""
     ix = open_index(store, check=check)
+    if damaged is not None:
+        damaged.note(ix.lost_branches())
     try:
         runs = ix.find_blocks(rx, kinds)
     except ValueError:  # a damaged index file: not trusted, built again from the store

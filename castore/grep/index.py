@@ -70,7 +70,9 @@ numbers run on across the segments, in order; a segment written from others keep
 numbers); ``state.json`` the version, the store URL, the ref-change mark, the strings and
 branch sets, the segments (their block and commit counts and files), and per session number
 ``[app, user, session, segment, first block and blocks in main, the same in res]`` (a gone
-session: no segment); ``rN.refs`` (named in ``state.json``, a new file per update) each live
+session: no segment), and ``lost``: the sessions whose HEAD names a lost branch, as the update
+that last read their refs found them (a search reports them; an index written before the key
+knows none until their refs move); ``rN.refs`` (named in ``state.json``, a new file per update) each live
 session's ref folder and refs, read only when something moved: a search of an index nothing
 moved since reads ``state.json`` and the files of the parts it searches, nothing else.
 
@@ -99,6 +101,7 @@ from .blocks import blocks, bodies_of, time_of
 from .files import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open_file, stat_of, write_file
 
 if TYPE_CHECKING:
+    from ..errors import CorruptRef
     from ..store import Store
 
 VERSION = 10
@@ -171,18 +174,20 @@ def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None
                 yield cid, role, kind, tool, time_of(c), tuple(member[cid]), j, text
 
 
-def _changes(store: Store, mark: str | None
+def _changes(store: Store, mark: str | None, lost: dict[str, list[str]]
              ) -> tuple[str | None, dict[Key, tuple[str, dict[str, str]]], set[str] | None]:
     """What moved since ``mark`` (:meth:`castore.refs.RefStore.changes_since`): ``(new mark, refs
     read, folders read)``; folders None when every session's refs were read (no usable mark, or a
-    storage that cannot tell)."""
+    storage that cannot tell). The sessions read whose HEAD names a lost branch go into ``lost``
+    (folder -> ``[app, user, session, fsck's line]``)."""
     new, names = store.refs.changes_since(_SESSIONS, mark)
-    if names is None:
-        return new, store.session_refs(), None
-    folders = {"/".join(parts[:4]) for n in names if len(parts := n.split("/")) >= 5}
-    if not folders:
+    folders = None if names is None else {"/".join(parts[:4]) for n in names if len(parts := n.split("/")) >= 5}
+    if folders is not None and not folders:
         return new, {}, set()
-    return new, store.session_refs(folders), folders
+    found: dict[Key, CorruptRef] = {}
+    read = store.session_refs_and_heads(folders, found)
+    lost.update({e.ref.rsplit("/", 1)[0]: [*k, str(e)] for k, e in found.items()})
+    return new, {k: (f, refs) for k, (f, refs, _h) in read.items()}, folders
 
 
 #: the columns of a hit as :func:`hits` gives them (after its place and its part)
@@ -270,6 +275,9 @@ class Index:
         self._sessions: list[dict[str, Any]] | None = None
         self._refs_file: tuple[str, list[int]] | None = None
         self.mark: str | None = None
+        #: the sessions whose HEAD names a lost branch, as the last update that read their refs
+        #: found them: folder -> ``[app, user, session, fsck's line]``
+        self.lost: dict[str, list[str]] = {}
         self.strings: list[str] = []
         self.branch_sets: list[tuple[str, ...]] = []
         self.segments: list[dict[str, Any]] = []
@@ -307,6 +315,9 @@ class Index:
         self._refs_file = (state["refs"][0], state["refs"][1]) if state.get("refs") else None
         self._sessions = None
         self.mark = state["mark"]
+        self.lost = state.get("lost") or {}  # (an index written before it: none known)
+        if type(self.lost) is not dict or not all(type(v) is list and len(v) == 4 for v in self.lost.values()):
+            raise ValueError("lost branches are not rows")
         self.strings = list(state["strings"])
         self.branch_sets = [tuple(b) for b in state["branch_sets"]]
         self.segments = state["segments"]
@@ -352,6 +363,11 @@ class Index:
                  "folder": f[0] if f else "", "refs": f[1] if f else None}
                 for r, f in zip(self.rows, refs, strict=True)]
         return self._sessions
+
+    def lost_branches(self) -> list[tuple[Key, str]]:
+        """``(key, fsck's line)`` of each session whose HEAD names a lost branch
+        (:func:`castore.plumbing.lost_branch_problem`), as the last update that read its refs found it."""
+        return [((v[0], v[1], v[2]), v[3]) for v in self.lost.values()]
 
     def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[list[tuple[Part, list[int]]]]:
         """The blocks (of these kinds) with a match of ``rx``, per session in session order: the
@@ -439,7 +455,11 @@ class Index:
     def _plan(self, loaded: bool) -> tuple[str | None, list[Key], dict[Key, tuple[str, dict[str, str]]]] | None:
         """What an update needs: ``(mark, keys, current refs)``, or None when the index is fresh
         (only a new mark to save, saved here)."""
-        mark, read, folders = _changes(self.store, self.mark if loaded else None)
+        lost: dict[str, list[str]] = {}
+        mark, read, folders = _changes(self.store, self.mark if loaded else None, lost)
+        if folders is not None and loaded:
+            lost = {**{f: v for f, v in self.lost.items() if f not in folders}, **lost}
+        self.lost = lost
         if loaded and folders is not None and not folders:  # nothing moved: no session looked at
             self._save_mark(mark)
             return None
@@ -473,7 +493,8 @@ class Index:
         Raises:
             IndexError_, StorageError, IntegrityError.
         """
-        mark, read, _ = _changes(self.store, None)
+        self.lost = {}
+        mark, read, _ = _changes(self.store, None, self.lost)
         with self._locked():
             self._write(sorted(read), read, mark, full=True, old=False)
         return self
@@ -660,7 +681,8 @@ class Index:
             write_file(self.folder, "state.json", json.dumps({
                 "version": VERSION, "url": _url(self.store), "mark": self.mark, "strings": self.strings,
                 "branch_sets": [list(b) for b in self.branch_sets], "segments": self.segments,
-                "refs": list(self._refs_file) if self._refs_file else None, "sessions": self.rows}).encode())
+                "refs": list(self._refs_file) if self._refs_file else None, "sessions": self.rows,
+                "lost": self.lost}).encode())
         except OSError as e:
             raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
         self._stat = stat_of(os.path.join(self.folder, "state.json"))
