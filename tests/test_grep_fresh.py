@@ -91,12 +91,17 @@ def test_a_search_once_keeps_the_blocks_of_a_rare_word_alone_and_the_chunk_of_a_
     assert p.block(many[3]) == "entry 3 parser x"
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("keep", [True, False])
 def test_find_plain_gives_each_block_holding_the_needle_once_as_a_block_by_block_search_does(
-        monkeypatch: pytest.MonkeyPatch, keep: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, keep: bool, ahead: bool) -> None:
     """A part of several chunks whose blocks hold the needle at their start, at their end, several
     times, overlapping itself, in the last block of a chunk, or not at all; in its lower case only:
-    the blocks found are exactly those a search of each block's text alone finds."""
+    the blocks found are exactly those a search of each block's text alone finds (``ahead``: each
+    chunk decompressed by the worker thread, one ahead, rather than by the search)."""
+    if ahead:
+        monkeypatch.setattr(gf, "_AHEAD_MIN", 1)
+        monkeypatch.setattr(gf, "_AHEAD", 1)
     monkeypatch.setattr(gf, "CHUNK", 80)
     monkeypatch.setattr(gf, "_cache", {})
     monkeypatch.setattr(gf, "_cache_size", [0])
@@ -112,6 +117,57 @@ def test_find_plain_gives_each_block_holding_the_needle_once_as_a_block_by_block
         want = [n for n, t in enumerate(texts) if needle in (t.lower() if lowered else t).encode()]
         with gf.keep_chunks(keep):
             assert p.find_plain(needle, lowered) == want, (needle, lowered)
+
+
+def test_a_chunk_that_does_not_decompress_in_the_worker_thread_fails_the_search(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker decompressing chunks ahead hands a damaged chunk's error to the search, which
+    raises it (the caller rebuilds the index)."""
+    monkeypatch.setattr(gf, "_AHEAD_MIN", 1)
+    monkeypatch.setattr(gf, "CHUNK", 80)
+    monkeypatch.setattr(gf, "_cache", {})
+    monkeypatch.setattr(gf, "_cache_size", [0])
+    p = gf.Part().begin()
+    for n in range(40):
+        p.add((0, 0, n, 0, 0, -1, 0, n), 0.0, f"block {n} of a part, parser and more words")
+    p.files()
+    assert p.chunks > 5
+    assert len(p.find_plain(b"parser", True)) == 40
+    gf._cache.clear()
+    z = bytearray(p.z)
+    z[p.cstarts[5]] = 0x7F  # an unknown frame header
+    p.z = bytes(z)
+    for keep in (True, False):
+        with gf.keep_chunks(keep), pytest.raises(ValueError, match="unknown header"):
+            p.find_plain(b"parser", True)
+
+
+def test_a_count_once_keeps_only_the_blocks_it_reads_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count in a process that searches once keeps nothing of the blocks it counts unread (all of
+    a case-sensitive word's, the ASCII ones of a lowered word's) and the text alone of the others
+    (a lowered word's blocks that are not ASCII, matched again), and counts what a search keeping
+    everything counts."""
+    monkeypatch.setattr(gf, "CHUNK", 1 << 15)
+    monkeypatch.setattr(gf, "_cache", {})
+    monkeypatch.setattr(gf, "_cache_size", [0])
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    texts = [f"entry {k} Parser caf\u00e9" if k % 10 == 0 else f"entry {k} parser x" for k in range(100)]
+    st.session("bot", "ann", "s").append_many([{"role": "user", "content": t} for t in texts], time=T0)
+    p = open_index(st).segs[0].parts["main"]
+    assert p.chunks == 1
+    with gf.keep_chunks(False):
+        found = p.find_plain(b"parser", True, counting=True)
+        assert len(found) == 100 and _cached() == (set(), 0)
+        assert {i: p.block(i) for i in p._found} == {i: texts[i] for i in range(0, 100, 10)}
+        p._found.clear()
+        assert p.find_plain(b"parser", False, counting=True) == [i for i in range(100) if i % 10]
+        assert _cached() == (set(), 0) and not p._found
+        assert p.find_plain(b"parser", True) == found and _cached() == ({0}, 0)  # not a count: the chunk
+        gf._cache.clear()
+        p._found.clear()
+        once = (grep_counts(st, "parser"), grep_counts(st, "Parser"), grep_counts(st, "caf\u00e9"))
+    assert once == ({("bot", "ann", "s"): 100}, {("bot", "ann", "s"): 10}, {("bot", "ann", "s"): 10})
+    assert once == (grep_counts(st, "parser"), grep_counts(st, "Parser"), grep_counts(st, "caf\u00e9"))
 
 
 def test_a_case_insensitive_word_lowers_only_the_chunks_whose_cased_words_may_hold_it(

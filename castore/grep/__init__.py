@@ -451,9 +451,9 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     if damaged is not None:
         damaged.note(ix.lost_branches())
     try:
-        runs = ix.find_blocks(rx, kinds)
+        runs = ix.find_blocks(rx, kinds, counting=form == _COUNTS)
     except ValueError:  # a damaged index file: not trusted, built again from the store
-        runs = ix.rebuild().find_blocks(rx, kinds)
+        runs = ix.rebuild().find_blocks(rx, kinds, counting=form == _COUNTS)
     strings, bsets = ix.strings, ix.branch_sets
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
 

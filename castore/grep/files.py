@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -75,7 +75,8 @@ def keep_chunks(keep: bool) -> Iterator[None]:
     searches after it (True, the default: a library user's next search decompresses nothing), or,
     for a process that searches once (``castore grep``), only what it reads again to check or print
     its matches: the blocks found (their own text, in the part, where they are fewer than an eighth
-    of their chunk's blocks) or the chunk they are in, and no lower-cased copy at all. The memory
+    of their chunk's blocks) or the chunk they are in, and no lower-cased copy at all; a count
+    (:meth:`Part.find_plain` ``counting``) only the blocks it cannot count without reading them. The memory
     of one chunk is then used again for the next, where keeping them all would touch a new page of
     memory for every 4 KiB read (a page fault each: a tenth of a common word's search).
     Raises nothing of its own.
@@ -223,21 +224,43 @@ class Part:
             _cache_put((self.ident, c, 0), got)
         return got
 
-    def _searched(self, c: int, lowered: bool) -> tuple[bytes, bytes | None]:
-        """Chunk ``c``'s text to search (``lowered``: lower-cased), and its text as written when
-        the search is to keep it only if it holds a hit (:func:`keep_chunks`; else None: kept
-        already); ValueError as :meth:`chunk`."""
+    def _searched(self, c: int, lowered: bool, text: bytes) -> tuple[bytes, bytes | None]:
+        """Chunk ``c``'s text to search (``lowered``: lower-cased), given its text ``text`` (as
+        :meth:`_texts` gives it), and its text as written when the search is to keep it only if it
+        holds a hit (:func:`keep_chunks`; else None: kept already); ValueError as :meth:`chunk`."""
         if _keep_all[0]:
-            return (self.lowered(c) if lowered else self.chunk(c)), None
-        text = _cache_get((self.ident, c)) or self._decompress(c)
+            _cache_put((self.ident, c), text)
+            return (self.lowered(c) if lowered else text), None
         return (text.lower() if lowered else text), text
+
+    def _texts(self, chunks: list[int]) -> Iterator[bytes]:
+        """The text of each of ``chunks`` in order (as :meth:`chunk` gives it, not kept here): from
+        the process's cache, else decompressed, in a worker thread up to :data:`_AHEAD` chunks ahead
+        of the caller when :data:`_AHEAD_MIN` or more are to be (zstd releases the GIL: the next
+        chunks decompress on another core while the caller searches one).
+
+        Raises:
+            ValueError: a chunk is damaged (as :meth:`chunk`).
+        """
+        todo = [c for c in chunks if (self.ident, c) not in _cache]
+        if len(todo) < _AHEAD_MIN:
+            for c in chunks:
+                yield _cache_get((self.ident, c)) or self._decompress(c)
+            return
+        ahead = _ahead(self._decompress, todo)
+        try:
+            wanted = set(todo)
+            for c in chunks:
+                yield next(ahead) if c in wanted else _cache_get((self.ident, c)) or self._decompress(c)
+        finally:
+            ahead.close()
 
     def _found_in(self, c: int, text: bytes | None, found: list[int]) -> None:
         """Blocks ``found`` of chunk ``c`` hold a hit: keep what is read of them again, when the
         search is to keep only that (:meth:`_searched`'s second value ``text``; None: the chunk is
         kept already): the chunk, or the blocks' own text when they are a few of its blocks (a
         rare word: a few hundred bytes kept of each 32 KiB chunk)."""
-        if text is None:
+        if text is None or not found:
             return
         first, end = self.cfirst[c], self.cfirst[c + 1]
         if 8 * len(found) > end - first:
@@ -313,10 +336,12 @@ class Part:
             anyone |= int.from_bytes(bytes(col).translate(_bit(b & 7)), "big")
         return anyone.to_bytes(n, "big")
 
-    def find_plain(self, needle: bytes, lowered: bool) -> list[int]:
+    def find_plain(self, needle: bytes, lowered: bool, counting: bool = False) -> list[int]:
         """The blocks holding ``needle`` (UTF-8), in order; ``lowered``: ``needle`` is lower-case
         ASCII sought in any case, and the blocks found are a superset (a block with a character
-        that folds otherwise is taken; the caller matches each found block again).
+        that folds otherwise is taken; the caller matches each found block again, or with
+        ``counting`` only those it cannot count unread: a search that keeps only what it reads
+        again, :func:`keep_chunks`, keeps only their text).
 
         Only the chunks whose filter may hold the needle are read. A plain string never spans
         two blocks, and its UTF-8 bytes are found exactly where it is (UTF-8 synchronises). A
@@ -333,8 +358,14 @@ class Part:
         # a lower-case needle in another case is in a cased word of the chunk, and each of its
         # characters is in one of its trigrams when every run of non-blanks has three or more
         cased = self.cased(bits) if lowered and bits and all(len(w) >= 3 for w in needle.split()) else None
-        for c in self.candidates(bits, lowered):
-            hay, text = self._searched(c, lowered and (cased is None or cased[c] != 0))
+        # a count reads again only the blocks found it cannot count unread (castore.grep._count):
+        # with a line break in the needle, every one (matched line by line); else, in a lowered
+        # search, those that are not ASCII
+        some = counting and b"\n" not in needle
+        flags = self.cols[8]
+        chunks = self.candidates(bits, lowered)
+        for c, plain in zip(chunks, self._texts(chunks), strict=True):
+            hay, text = self._searched(c, lowered and (cased is None or cased[c] != 0), plain)
             first, end = self.cfirst[c], self.cfirst[c + 1]
             find = hay.find
             x = find(needle)
@@ -355,9 +386,19 @@ class Part:
                     first + j for j, b in enumerate(self.blocks_of(c, text))
                     if not b.isascii() and _special_rx().search(b.decode("utf-8")) is not None))
             if found:
-                self._found_in(c, text, found)
+                if text is not None and some:
+                    self._found_in(c, text, [i for i in found if not flags[i] & _ASCII]
+                                   if lowered and not self._ascii(first, end) else [])
+                else:
+                    self._found_in(c, text, found)
                 got.extend(found)
         return got
+
+    def _ascii(self, first: int, end: int) -> bool:
+        """Whether blocks ``first`` to ``end`` all have the flag :data:`_ASCII` (read in C: the
+        flags' low bytes, each mapped to its bit)."""
+        low = self.cols[8][first:end].tobytes()[0 if sys.byteorder == "little" else 3::4]
+        return 0 not in low.translate(_bit(0))
 
     def find_regex(self, rx: re.Pattern[str], lowered: bool, whole: bool) -> list[int]:
         """The blocks with a match of ``rx``, in order, each block searched on its own
@@ -467,6 +508,47 @@ class Part:
         p = self.name
         return {f"{p}.z": self.z, f"{p}.flt": self.filters, f"{p}.off": offs.tobytes(),
                 f"{p}.rec": recs.tobytes(), f"{p}.time": times.tobytes()}
+
+
+#: chunks a search decompresses ahead of the one it searches (see :meth:`Part._texts`), and how
+#: many chunks to decompress make it worth a worker thread
+_AHEAD = 4
+_AHEAD_MIN = 16
+
+
+def _ahead(decode: Any, items: list[int]) -> Generator[bytes, None, None]:
+    """``decode(x)`` for each of ``items`` in order, computed in a worker thread up to
+    :data:`_AHEAD` ahead of the caller; an exception ``decode`` raises is raised here, in its
+    place. Closing the generator stops the worker (a daemon thread, left to finish the decoding
+    it is in). Raises what ``decode`` raises."""
+    from queue import SimpleQueue  # here: a search of a few chunks starts no thread
+
+    done: SimpleQueue[tuple[bool, Any]] = SimpleQueue()
+    room = threading.Semaphore(_AHEAD)
+    stop: list[bool] = []
+
+    def work() -> None:
+        for x in items:
+            room.acquire()
+            if stop:
+                return
+            try:
+                done.put((True, decode(x)))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
+                done.put((False, e))
+                return
+
+    threading.Thread(target=work, name="castore-grep-unframe", daemon=True).start()
+    try:
+        for _ in items:
+            ok, got = done.get()
+            if not ok:
+                raise got
+            room.release()
+            yield got
+    finally:
+        stop.append(True)
+        room.release()
 
 
 @functools.cache

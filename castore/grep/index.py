@@ -81,7 +81,9 @@ the commit numbering of an update are in :mod:`castore.grep.files`. A process ke
 it decompressed (and their lower case), up to :data:`~castore.grep.files.CACHE_BYTES`, known by
 the file they come from: a library user's next search decompresses nothing it read before. A
 process that searches once (``castore grep``, :func:`~castore.grep.files.keep_chunks`) keeps only
-what its search reads again: the blocks found, or the chunks they are many of.
+what its search reads again: the blocks found, or the chunks they are many of (a count: only the
+blocks it cannot count unread, the non-ASCII ones of a case-insensitive word). A search of many
+chunks has them decompressed in a worker thread, a few ahead of the one it searches.
 """
 
 from __future__ import annotations
@@ -238,10 +240,10 @@ def search_plan(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool, str | None]
     return prx, lowered, (_literal(prx) if not prx.flags & re.IGNORECASE else None)
 
 
-def _hits(p: Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
+def _hits(p: Part, rx: re.Pattern[str], want: set[int] | None, counting: bool) -> list[int]:
     """The blocks of part ``p`` (of these kind numbers) with a match of ``rx``, in increasing order
     (see :meth:`Index.find_blocks`): a superset of them where the search is lowered (the caller
-    matches each block found again with ``rx``).
+    matches each block found again with ``rx``); ``counting``: as :meth:`Part.find_plain`'s.
 
     Raises:
         ValueError: the part is damaged.
@@ -254,7 +256,7 @@ def _hits(p: Part, rx: re.Pattern[str], want: set[int] | None) -> list[int]:
     else:
         prx, lowered, lit = search_plan(rx)
         if lit is not None and SEP not in lit:
-            got = p.find_plain(lit.encode("utf-8"), lowered)
+            got = p.find_plain(lit.encode("utf-8"), lowered, counting)
         else:
             # a lookaround may see across the separator between two blocks: no chunk at once
             got = p.find_regex(prx, lowered, "(?" not in prx.pattern)
@@ -369,7 +371,8 @@ class Index:
         (:func:`castore.plumbing.lost_branch_problem`), as the last update that read its refs found it."""
         return [((v[0], v[1], v[2]), v[3]) for v in self.lost.values()]
 
-    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None) -> list[list[tuple[Part, list[int]]]]:
+    def find_blocks(self, rx: re.Pattern[str], kinds: set[str] | None = None, *, counting: bool = False
+                    ) -> list[list[tuple[Part, list[int]]]]:
         """The blocks (of these kinds) with a match of ``rx``, per session in session order: the
         session's runs of ``(part, block numbers)``, one per part searched that has any (root to
         tip within each; :func:`hits` gives them merged in order). Blocks no live session covers
@@ -379,7 +382,8 @@ class Index:
         the lowered text (Python's case-insensitive search is many times slower), and a
         pattern with no regex syntax runs as a plain string search; a pattern with an anchor
         (``^``, ``$``, ``\\A``, ``\\Z``) runs block by block. The caller matches the blocks
-        found again with ``rx`` itself.
+        found again with ``rx`` itself (``counting``: only those a count cannot count unread, as
+        :meth:`castore.grep.files.Part.find_plain` says; the others are not kept to be read again).
 
         Raises:
             ValueError: a part is damaged (the caller rebuilds the index).
@@ -396,7 +400,8 @@ class Index:
                     continue
                 p = seg.parts[name]
                 held = PARTS[name]
-                got = _hits(p, rx, None if want is None or set(held) <= kinds else want)  # type: ignore[operator]
+                got = _hits(p, rx, None if want is None or set(held) <= kinds else want,  # type: ignore[operator]
+                            counting)
                 # the hits by run: a block's session is in its record, and the session's blocks
                 # are one range of its segment's part (a block of that session outside it is dead,
                 # a copy an update left): one look per session with a hit, not per session
