@@ -165,6 +165,8 @@ class Store:
                  _tenant_of: tuple[Store, str, str] | None = None) -> None:
         if layout is not None and layout not in LAYOUTS:
             raise FormatError(f"unknown store layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+        if auto_repack is not None and not isinstance(auto_repack, bool):  # ("maybe" would repack)
+            raise FormatError(f"auto_repack must be true or false, not {auto_repack!r}")
         if encrypted and layout == "flat":
             raise FormatError("an encrypted store has the tenants layout (each tenant's keys seal its own packs)")
         self.storage = storage
@@ -371,8 +373,10 @@ class Store:
             **storage_options: for the backend (``endpoint_url``, ``key``, ``secret``...).
 
         Raises:
-            FormatError: the store was written by a newer castore, or its layout is not ``layout``.
-            StorageError: the backend cannot be reached.
+            FormatError: the store was written by a newer castore, or its layout is not ``layout``;
+                ``auto_repack`` is neither None nor a bool.
+            StorageError: the backend cannot be reached; an option the storage does not take
+                (:func:`~castore.storage.open_storage`), or ``durable`` not a bool.
             WrongKey: ``master_key`` is not the encrypted store's.
             EncryptionError: ``encrypted`` and the existing store is not; a malformed key.
         """

@@ -202,7 +202,8 @@ def test_an_unknown_store_option_of_a_local_or_memory_store_is_one_error_naming_
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``castore --store DIR -o bogus=1 log`` ignored the option (local disk and memory take
     none) where S3 checks its options at open: a typo passed unseen. It is one ``Error:`` line
-    naming the option now, on both ways ``grep`` runs too; ``-o durable=false`` still works."""
+    naming the option now, on both ways ``grep`` runs too; ``-o durable=false`` still works, and
+    ``durable`` and ``auto_repack`` of another type than true/false are refused too."""
     from castore.cli import fast
 
     root = str(tmp_path / "st")
@@ -213,6 +214,10 @@ def test_an_unknown_store_option_of_a_local_or_memory_store_is_one_error_naming_
             err = fails(run(url, *args))
             assert f"unknown storage option {name!r}" in err, err
     ok(run(root, "log", "-o", "durable=false"))
+    # the options that are Store.open's take their type only (durable=maybe was durable, unsaid)
+    assert "durable must be true or false, not 'maybe'" in fails(run(root, "-o", "durable=maybe", "log"))
+    assert "auto_repack must be true or false, not 'maybe'" in fails(run(root, "-o", "auto_repack=maybe", "log"))
+    ok(run(root, "-o", "auto_repack=false", "log"))
     assert fast.grep_main(["--store", root, "-o", "bogus=1", "grep", "-c", "Sunny"], {}) == 2
     assert capsys.readouterr().err.splitlines() == ["Error: unknown storage option 'bogus': a store on local disk "
                                                     "takes no options"]

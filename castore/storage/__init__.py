@@ -49,9 +49,12 @@ def open_storage(url: str, *, durable: bool = True, **storage_options: Any) -> S
 
     Raises:
         StorageError: the scheme is unknown or its backend cannot be loaded; an option given
-            to local disk or ``memory://``, which take none (a typo would pass unseen).
+            to local disk or ``memory://``, which take none (a typo would pass unseen);
+            ``durable`` that is not a bool.
     """
     proto, path = split_url(url)
+    if not isinstance(durable, bool):  # (-o durable=maybe would be durable, unsaid)
+        raise StorageError(f"the option durable must be true or false, not {durable!r}", url)
     if proto in ("file", "memory") and storage_options:
         name = sorted(storage_options)[0]
         raise StorageError(f"unknown storage option {name!r}: a store on "
