@@ -306,18 +306,24 @@ class BlockPrefix:
         self._ctx = None
 
 
-def frame_block(data: bytes, level: int, cuts: Sequence[int] = ()) -> bytes:
+def frame_block(data: bytes, level: int, cuts: Sequence[int] = (), *, min_match: int = 0) -> bytes:
     """Frame a block of many objects' bytes (a repacked pack record) as one plain zstd frame
     at ``level`` (``0x01``), or raw when that does not shrink it. :func:`unframe` reads it.
+    ``min_match``: zstd's shortest match, instead of the level's for the size of ``data`` (a
+    longer one makes fewer, longer sequences: a frame that decodes faster).
 
     ``cuts``: offsets into ``data`` (ascending) at which a zstd block ends (zstd's block
     flush: the frame and its window go on, the next block may still copy from the earlier
     ones), so that a reader of a prefix (:class:`BlockPrefix`) decodes only the blocks up to
     the bytes it needs, not up to 128 KiB more. The content is the same either way.
     """
-    pool = _level_compressors.get(level)
-    if pool is None:
-        pool = _level_compressors.setdefault(level, _Pool(lambda: zstandard.ZstdCompressor(level=level)))
+    if min_match:
+        params = zstandard.ZstdCompressionParameters.from_level(level, source_size=len(data), min_match=min_match)
+        pool = _Pool(lambda: zstandard.ZstdCompressor(compression_params=params))
+    else:
+        pool = _level_compressors.get(level)
+        if pool is None:
+            pool = _level_compressors.setdefault(level, _Pool(lambda: zstandard.ZstdCompressor(level=level)))
     c = pool.take()
     try:
         if not cuts:

@@ -430,3 +430,18 @@ def test_chunks_kept_by_the_process_are_known_by_their_file_not_their_name(store
     store.session("bot", "ann", "s0").append({"role": "user", "content": "a walrus parser"})
     assert _texts(store, "walrus") == ["a walrus parser"]
     assert _texts(store, "parser", index=True) == _texts(store, "parser", index=False)
+
+
+def test_a_chunk_framed_with_a_longer_shortest_match_reads_back_as_written() -> None:
+    """frame_block's ``min_match`` (the index's chunks: 6) is applied, and unframe reads the frame
+    back: text whose repeats are 4 or 5 bytes long frames otherwise than at the level's own (4)."""
+    import random
+
+    from castore.frames import frame_block, unframe
+
+    rnd = random.Random(7)
+    words = ["".join(rnd.choice("abcdefghij") for _ in range(5)) for _ in range(40)]
+    data = "".join(rnd.choice(words) + rnd.choice("0123456789") for _ in range(6000)).encode()
+    longer, own = frame_block(data, 9, min_match=6), frame_block(data, 9)
+    assert longer != own and longer[:1] == own[:1] == b"\x01"
+    assert unframe(longer) == unframe(own) == data

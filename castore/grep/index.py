@@ -41,9 +41,10 @@ small trigram filter, so that a search for a plain string decompresses only the 
 may hold it. Per segment ``G`` and part ``P``:
 
 * ``G.P.z``: the chunks, one after the other, each a zstd frame as
-  :func:`castore.objects.frame_block` makes it (at zstd level 9), of its blocks' text (UTF-8, each followed by
-  ``\x1e``, a record separator; the character is replaced by a space inside a text); a chunk
-  is closed once it holds :data:`~castore.grep.files.CHUNK` bytes (a block is never split);
+  :func:`castore.objects.frame_block` makes it (at zstd level 9, shortest match 6), of its
+  blocks' text (UTF-8, each followed by ``\x1e``, a record separator; the character is replaced
+  by a space inside a text); a chunk is closed once it holds :data:`~castore.grep.files.CHUNK`
+  bytes (a block is never split);
 * ``G.P.flt``: per chunk two bitmaps of :data:`~castore.grep.files.FILTER_BITS` bits. The
   first: for each word of its text lower-cased by ``bytes.lower()`` (a run of non-blanks, as
   ``bytes.split()`` cuts it, the separator between blocks cutting it too), a bit per trigram of
