@@ -317,6 +317,7 @@ def frame_block(data: bytes, level: int, cuts: Sequence[int] = (), *, min_match:
     ones), so that a reader of a prefix (:class:`BlockPrefix`) decodes only the blocks up to
     the bytes it needs, not up to 128 KiB more. The content is the same either way.
     """
+    pool: _Pool[zstandard.ZstdCompressor] | None
     if min_match:
         params = zstandard.ZstdCompressionParameters.from_level(level, source_size=len(data), min_match=min_match)
         pool = _Pool(lambda: zstandard.ZstdCompressor(compression_params=params))
