@@ -21,6 +21,7 @@ def main(fast: bool = True) -> None:
     that is alive again, for nothing (a few percent of a short command's time). Raises nothing
     of its own; the command exits the process.
     """
+    _escape_what_cannot_be_encoded()
     if fast and "grep" in sys.argv:  # no other command pays for importing the fast path
         from .cli.fast import grep_main
 
@@ -37,6 +38,16 @@ def main(fast: bool = True) -> None:
     finally:
         gc.enable()
     run()
+
+
+def _escape_what_cannot_be_encoded() -> None:
+    """Have stdout and stderr write a character their encoding cannot hold as an escape
+    (``\\u2192``) instead of raising UnicodeEncodeError half-way through a command's output: an
+    8-bit locale (``LANG=de_DE.ISO-8859-1``, a Windows pipe's cp1252) and a stored text in
+    another script. (An ASCII stream click re-encodes itself; the fast path leaves it to click.)"""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 if __name__ == "__main__":

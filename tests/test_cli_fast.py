@@ -313,3 +313,27 @@ def test_a_closed_stdout_ends_both_ways_without_a_traceback(where: dict[str, str
         p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", code, "grep", "-c", "parser"],
                            capture_output=True, env=env, cwd=str(ROOT), check=False)
         assert (p.returncode, p.stderr) == (0, b""), (fast_path, p.stderr.decode())
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_an_output_encoding_without_the_texts_characters_escapes_them_both_ways(tmp_path: Path,
+                                                                                 encoding: str) -> None:
+    """Where stdout's encoding cannot hold a character of what is printed (``LANG=de_DE.ISO-8859-1``,
+    a Windows pipe's cp1252), both ways print it escaped (``\\u2192``), as every command does, not
+    a UnicodeEncodeError traceback half-way through the output."""
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    st.session("bot", "ann", "uni").append({"role": "user", "content": "parser \u2192 \u03a3\u03bf\u03c6\u03af\u03b1"},
+                                           time=T0)
+    st.close()
+    env = {**os.environ, "CASTORE_STORE": str(tmp_path / "store"), "CASTORE_GREP_INDEX": str(tmp_path / "index"),
+           "PYTHONIOENCODING": encoding, "PYTHONPATH": str(ROOT)}
+    got = []
+    for argv in (["grep", "parser"], ["log", "-s", "bot/ann/uni"]):
+        for fast_path in (True, False):
+            code = f"import sys; sys.argv[0] = 'castore'; from castore.__main__ import main; main(fast={fast_path})"
+            p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, env=env, cwd=str(ROOT),
+                               check=False)
+            assert (p.returncode, p.stderr) == (0, b""), (argv, fast_path, p.stderr.decode())
+            assert b"parser \\u2192 \\u03a3\\u03bf\\u03c6\\u03af\\u03b1" in p.stdout, p.stdout
+            got.append(p.stdout)
+    assert got[0] == got[1]
