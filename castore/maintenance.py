@@ -810,7 +810,10 @@ def expire_sessions(store: Store, older_than: float, app: str | None = None, dry
     Their content goes at the next ``gc``, as with ``delete-session``. Each ref is deleted
     only if it still holds what was read (compare-and-swap): a session a writer updates
     meanwhile is kept (its current branch is deleted first, so a write in between stops the
-    deletion before anything else goes).
+    deletion before anything else goes). A session whose HEAD is damaged (a lost branch:
+    :attr:`~castore.listing.SessionInfo.problem`) is kept: the refs left cannot tell when it
+    last changed (an old label would make a session written to today look idle), and
+    deleting it would hide the damage from fsck and leave the lost commits to gc.
 
     Raises:
         CastoreError: ``older_than`` is negative.
@@ -824,6 +827,8 @@ def expire_sessions(store: Store, older_than: float, app: str | None = None, dry
     report = ExpireReport(dry_run=dry_run)
     for a in [app] if app is not None else store.apps():
         for info in store.sessions(a):
+            if info.problem is not None:
+                continue
             home = store.tenant(info.app, info.user)
             prefix = session_prefix(info.app, info.user, info.session)
             when, refs = _last_change(home, prefix)

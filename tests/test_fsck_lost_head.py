@@ -552,3 +552,28 @@ def test_grep_names_a_session_whose_branch_is_lost_and_searches_the_others(
             "another branch)); `castore fsck` says more"]
     res = CliRunner().invoke(main, [*argv, "--sessions", "fine"])
     assert (res.exit_code, res.stdout, res.stderr) == (0, "app/u/fine:3\n", "")
+
+
+def test_expire_keeps_a_session_whose_branch_is_lost(tmp_path: Path) -> None:
+    """expire judged a session's last change from the refs left: with its HEAD branch lost, an
+    old label made a session written to an hour ago look idle for 100 days, and expire deleted
+    it (then fsck said ok, and gc took the lost commits once their grace ran out). A session
+    whose HEAD is damaged is kept now: when it last changed cannot be told."""
+    import time as _time
+
+    root = tmp_path / "st"
+    with castore.open(str(root)) as store:
+        s = store.session("app", "u", "s1")
+        ids = _msgs(s, 3)
+        s.label("old", at="HEAD~2")
+        label = store.refs.read(s.refs.label("old"))
+        assert label is not None
+        store.refs.swap(label.name, label.target, label, {**label.meta, "t": _time.time() - 100 * 86400})
+        idle = store.session("app", "u", "idle")
+        _msgs(idle, 1)
+        _lose_branch(store, s)
+        report = maintenance.expire_sessions(store, 30 * 86400, now=_time.time() + 31 * 86400)
+        assert [k[:3] for k in report.sessions] == [("app", "u", "idle")]  # the sound idle one goes
+        assert [r for r, _ in maintenance.fsck(store).bad_refs] == [s.refs.head]  # still reported
+        s.branch("main", at=ids[-1])
+        assert [e.id for e in s.log()] == ids[::-1]

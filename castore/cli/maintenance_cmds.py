@@ -201,8 +201,10 @@ def expire_cmd(older_than: float, app: str | None, dry_run: bool, as_json: bool)
     """Delete the sessions no branch, label or HEAD of which moved for AGE (retention).
 
     As `castore delete-session` for each: their content goes at the next `castore gc`. A
-    session written meanwhile is kept. To apply it at every gc, set "retention" in
-    castore.json (e.g. "retention": "90d"); "reflog_expire" does the same for reflogs.
+    session written meanwhile is kept, and so is one whose HEAD is damaged (a lost branch,
+    as `castore fsck` reports: when it last changed cannot be told). To apply it at every
+    gc, set "retention" in castore.json (e.g. "retention": "90d"); "reflog_expire" does the
+    same for reflogs.
     """
     store = open_store()
     report = maintenance.expire_sessions(store, older_than, app=app, dry_run=dry_run)
