@@ -8,6 +8,13 @@ object store.
 from __future__ import annotations
 
 import gc
+import threading
+
+# The collector is one per process: pauses of several threads (an import's, the background
+# repack's) are counted, so that one ending does not switch it on under another still going.
+_lock = threading.Lock()
+_pauses = 0
+_was_enabled = False  # whether the collector was on when the first pause still going began
 
 
 class gc_paused:
@@ -15,19 +22,27 @@ class gc_paused:
 
     Reading a long path allocates tens of thousands of objects that all stay alive (the
     cache, the path): each allocation burst makes the collector walk every live object
-    again, for nothing (decoded objects hold no cycles). A pause nested in another, or
-    taken while the collector is off, leaves it as it was.
+    again, for nothing (decoded objects hold no cycles). Pauses nest, in one thread or
+    several: the collector is off from the first pause to the end of the last one, then as it
+    was when the first began (a pause taken while it is off leaves it off).
     """
 
-    __slots__ = ("was",)
+    __slots__ = ()
 
     def __enter__(self) -> None:
-        self.was = gc.isenabled()
-        gc.disable()
+        global _pauses, _was_enabled
+        with _lock:
+            if _pauses == 0:
+                _was_enabled = gc.isenabled()
+                gc.disable()
+            _pauses += 1
 
     def __exit__(self, *exc: object) -> None:
-        if self.was:
-            gc.enable()
+        global _pauses
+        with _lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
 
 
 __all__ = ["gc_paused"]

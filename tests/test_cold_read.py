@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import threading
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,44 @@ def test_gc_paused_leaves_the_collector_as_it_found_it() -> None:
     with pytest.raises(RuntimeError), gc_paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+def test_gc_paused_in_two_threads_keeps_the_collector_off_until_the_last_ends() -> None:
+    # an import's pause ends while the repack it started still runs in its own pause (and the
+    # other way round): the collector stays off until the last one ends
+    inside, leave = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def other() -> None:
+        with gc_paused():
+            inside.set()
+            leave.wait()
+            seen.append(gc.isenabled())
+
+    for first_out in ("main", "other"):
+        seen.clear()
+        inside.clear()
+        leave.clear()
+        t = threading.Thread(target=other, daemon=True)
+        try:
+            with gc_paused():
+                t.start()
+                inside.wait()
+                if first_out == "other":
+                    leave.set()
+                    t.join()
+                    assert seen == [False]
+                    assert not gc.isenabled()  # the other's end did not switch it on under this pause
+            if first_out == "main":
+                assert not gc.isenabled()  # the other still pauses it
+                leave.set()
+                t.join()
+                assert seen == [False]
+            assert gc.isenabled()
+        finally:
+            leave.set()
+            t.join()
+            gc.enable()
 
 
 def test_bulk_adoption_hashes_decodes_and_caches_each_object(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import objects as o
 from ..errors import IntegrityError
+from ..gcpause import gc_paused
 from ..storage import DeleteIncomplete, Storage
 from . import packs
 from .packmap import PackMap, damaged_intent_tail
@@ -218,6 +219,15 @@ class Repacker:
             IntegrityError: an object does not hash to its id (nothing is deleted).
             StorageError: the backend failed.
         """
+        # the collector paused (gc_paused): a merge makes a place per object and keeps them
+        # all until the pack is written, none in a cycle; after an import (the repack it held
+        # runs once, at the end) each of its bursts walked everything the import left alive
+        with gc_paused():
+            return self._merge_packs(names, extra, by_mtime, held, extra_born)
+
+    def _merge_packs(self, names: Iterable[str], extra: Sequence[tuple[str, bytes]], by_mtime: bool,
+                     held: Mapping[str, Sequence[Sequence[tuple[str, bytes]]]] | None,
+                     extra_born: Mapping[str, float] | None) -> str | None:
         chosen = [n for n in dict.fromkeys(names) if packs.is_pack_name(n)]
         if by_mtime:
             order = {n: (self.storage.mtime(pack_key(n)) or 0.0, n) for n in chosen}
