@@ -835,10 +835,12 @@ def _encode_index_v2(pack_size: int, where: Mapping[str, Place]) -> bytes:
     recs = sorted({(s.offset, s.size) for s in where.values()})
     number = {r: i for i, r in enumerate(recs)}
     rows = []
-    for oid, s in sorted(where.items()):
-        if not isinstance(s, Slot):
+    row = _ROW2.pack
+    for oid in sorted(where):  # (the ids alone: sorting the items compares tuples, 1.5x the time)
+        s = where[oid]
+        if type(s) is not Slot and not isinstance(s, Slot):
             raise IntegrityError("pack index", "a version-2 pack holds no version-1 frames")
-        rows.append(_ROW2.pack(bytes.fromhex(oid), number[(s.offset, s.size)], s.start, s.length))
+        rows.append(row(bytes.fromhex(oid), number[(s.offset, s.size)], s.start, s.length))
     body = (_IDX2_HEAD.pack(INDEX_MAGIC_V2, pack_size, len(recs), len(rows))
             + b"".join(_REC2.pack(*r) for r in recs) + b"".join(rows))
     return body + o.checksum(body)
