@@ -509,11 +509,6 @@ class ScopePlan(Record):
 Make = Callable[[tuple[bytes, ...], int, "bytes | None"], Commit]
 
 
-def _same(obj: Any) -> Any:
-    """``obj`` itself (:meth:`Batch.clean` with no redactor)."""
-    return obj
-
-
 class Batch:
     """Commits built on one tip and every object they need, not yet written.
 
@@ -532,6 +527,7 @@ class Batch:
         self.state_writer = StateWriter(self.objs)
         self.state_writer.pending = self.pending  # one batch: tree nodes go with the commits
         self.tip = tip
+        self._tip_raw = o.raw_id(tip) if tip else None  # what the next commit names as its parent
         self.ids: list[ObjectId] = []
         self.last: Commit | None = None
         if tip is not None:
@@ -576,10 +572,15 @@ class Batch:
 
     def _add(self, obj: Any) -> tuple[ObjectId, Any]:
         """:meth:`add`, and the object as it is stored (after :meth:`clean`)."""
-        kept = self.clean(obj)
-        oid, canonical = self.objs.codec.encode(kept)
-        self.pending[oid] = canonical
+        oid, _, kept = self._add_raw(obj)
         return oid, kept
+
+    def _add_raw(self, obj: Any) -> tuple[ObjectId, bytes, Any]:
+        """:meth:`_add`, with the id's raw bytes: ``(id, raw id, object as stored)``."""
+        kept = self.clean(obj) if self.plumbing.redactor is not None else obj
+        oid, raw, canonical = self.objs.codec.encode_raw(kept)
+        self.pending[oid] = canonical
+        return oid, raw, kept
 
     def commit(self, make: Make, body: Any = NO_BODY, typed: Any = None) -> ObjectId:
         """Add the commit ``make(parents, depth, index)`` on the batch's tip; return its id.
@@ -591,16 +592,17 @@ class Batch:
             InvalidEntry: it cannot be encoded.
             ObjectNotFound, IntegrityError, StorageError: closing a block read the block.
         """
-        parents = (o.raw_id(self.tip),) if self.tip else ()
-        commit = make(parents, self.depth, o.raw_id(self.hint.index) if self.hint.index else None)
-        cid, canonical = self.objs.codec.encode(commit)
+        tip = self._tip_raw
+        index = self.hint.index
+        commit = make((tip,) if tip is not None else (), self.depth, o.raw_id(index) if index else None)
+        cid, raw, canonical = self.objs.codec.encode_raw(commit)
         self.pending[cid] = canonical
         self.objs.cache(cid, commit)
         self.hint, extra = self.history.advance(self.hint, cid, commit, self.pending, body, typed)
         if extra:  # (a block closed: its segment and index)
             self.pending.update(extra)
         self.ids.append(cid)
-        self.tip, self.depth, self.last = cid, self.depth + 1, commit
+        self.tip, self._tip_raw, self.depth, self.last = cid, raw, self.depth + 1, commit
         self.state = commit.state
         if commit.scopes or self.scopes:
             self.scopes = dict(commit.scopes)
@@ -620,12 +622,13 @@ class Batch:
         value: Value | None = None
         body_id = None
         if body is not None:
-            oid, value = self._add(Value(body))
-            body_id = o.raw_id(oid)
-        clean = self.clean if self.plumbing.redactor is not None else _same
-        delta_: dict[str, Any] = clean(dict(delta)) if delta else {}
-        meta_: dict[str, Any] = clean(dict(meta))
-        state = self.state_writer.apply(self.state, delta_, unset)
+            _, body_id, value = self._add_raw(Value(body))
+        if self.plumbing.redactor is not None:
+            delta_: dict[str, Any] = self.clean(dict(delta)) if delta else {}
+            meta_: dict[str, Any] = self.clean(dict(meta))
+        else:
+            delta_, meta_ = dict(delta) if delta else {}, dict(meta)
+        state = self.state_writer.apply(self.state, delta_, unset) if delta_ or unset else self.state
         merged = {**self.scopes, **scopes} if scopes else self.scopes
 
         def make(parents: tuple[bytes, ...], depth: int, index: bytes | None) -> Commit:

@@ -365,6 +365,28 @@ def test_zstd_contexts_are_never_shared_by_two_threads_at_once():
     assert errors == []
 
 
+def test_ids_hashed_by_threads_at_once_are_each_their_bytes_digest():
+    """A codec hashes with one blake3 hasher per thread, reset after each object: eight threads
+    hashing objects of every size at once (large ones too, which blake3 may hash without the
+    GIL), under plain and keyed codecs, each get the digest of their own bytes."""
+    from blake3 import blake3
+
+    key = bytes(range(32))
+    keyed = o.Codec(id_key=key)
+    datas = [os.urandom(n) for n in (0, 1, 700, 4096, 1 << 16, 1 << 20)]
+    want = {d: (blake3(d).digest(), blake3(d, key=key).digest()) for d in datas}
+
+    def work(k: int) -> None:
+        for d in (datas[k % 6:] + datas[:k % 6]) * 4:
+            plain, keyed_ = want[d]
+            assert o.PLAIN.digest(d) == plain.hex() == o.digest(d)
+            assert keyed.digest(memoryview(d)) == keyed_.hex()
+            assert keyed.encode_raw(o.Blob(data=d))[1:] == (blake3(o.encode(o.Blob(data=d))[1], key=key).digest(),
+                                                            o.encode(o.Blob(data=d))[1])
+
+    assert race(work, 8, together=True) == []
+
+
 # -- probes of canonical bytes (what a scan relies on without decoding) -------------------------
 def test_kind_tag_bytes_lie_where_the_codec_writes_the_tag() -> None:
     samples = [o.Blob(data=b"x"), o.Value(value={"a": 1}), o.Tree(values={"k": 1}), o.Commit(kind="message"),
