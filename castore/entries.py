@@ -664,6 +664,8 @@ def _prepare_vouched(e: Event, at: float | None) -> Prepared:
 
 def _check_message(m: Message, what: str) -> None:
     """The fields of a message that readers rely on have their documented types."""
+    if m.tool_calls is None and _opt_str(m.tool_call_id) and _opt_str(m.name) and isinstance(m.extra, dict):
+        return  # (the common message: no call made; its checks' names are not formatted)
     _need(m.tool_calls is None or (isinstance(m.tool_calls, (list, tuple))
                                    and all(isinstance(c, dict) for c in m.tool_calls)),
           f"{what} tool_calls", "a list of dicts or None", m.tool_calls)

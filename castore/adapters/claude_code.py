@@ -182,22 +182,31 @@ def _project_sources(proj_dir: str, only: str | None = None) -> list[_Source]:
 
 # -- lines -----------------------------------------------------------------------------------
 def _clean(content: Any) -> Any:
-    """A message's content without signatures and base64 image data (kept in the raw line)."""
+    """A message's content without signatures and base64 image data (kept in the raw line).
+
+    A block with none of them is taken as it is, not copied (the content itself when no
+    block has any): the line's parsed value is read, never changed, after its entry is made.
+    """
     if not isinstance(content, list):
         return content
     out = []
+    changed = False
     for b in content:
         if isinstance(b, dict):
-            b = {k: v for k, v in b.items() if k != "signature"}
-            if b.get("type") == "redacted_thinking":
-                b.pop("data", None)
+            kind = b.get("type")
             src = b.get("source")
-            if isinstance(src, dict) and "data" in src:
-                b["source"] = {k: v for k, v in src.items() if k != "data"}
-            if b.get("type") == "tool_result" and isinstance(b.get("content"), list):
-                b["content"] = _clean(b["content"])
+            if "signature" in b or kind == "redacted_thinking" or (isinstance(src, dict) and "data" in src) \
+                    or (kind == "tool_result" and isinstance(b.get("content"), list)):
+                b = {k: v for k, v in b.items() if k != "signature"}
+                if kind == "redacted_thinking":
+                    b.pop("data", None)
+                if isinstance(src, dict) and "data" in src:
+                    b["source"] = {k: v for k, v in src.items() if k != "data"}
+                if kind == "tool_result" and isinstance(b.get("content"), list):
+                    b["content"] = _clean(b["content"])
+                changed = True
         out.append(b)
-    return out
+    return out if changed else content
 
 
 #: tags Claude Code wraps around what it writes into a user turn (commands, their output,
@@ -261,7 +270,9 @@ def _message(d: dict[str, Any]) -> Message | None:
     m = d.get("message")
     if not isinstance(m, dict):
         return None
-    role = m.get("role") if isinstance(m.get("role"), str) and m.get("role") else d.get("type")
+    role = m.get("role")
+    if not isinstance(role, str) or not role:
+        role = d.get("type")
     try:
         return message_from_body({"role": role, "content": _clean(m.get("content"))})
     except InvalidEntry:
@@ -272,21 +283,33 @@ def _entry(n: int, raw_id: str, d: dict[str, Any], vouched: bool = False) -> Eve
     """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object;
     ``raw_id``: the id of the line's blob; ``vouched``: ``d`` is, as
     :func:`~castore.adapters.jsonl_tree.parse_vouched` says, and so is the entry)."""
-    t = d.get("type") if isinstance(d.get("type"), str) else None
-    u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
-    msg = _message(d) if t in _TURNS and u is not None else None
-    when = parse_time(d.get("timestamp"))
-    if when is None and isinstance(d.get("snapshot"), dict):  # a file-history-snapshot line
-        when = parse_time(d["snapshot"].get("timestamp"))
-    meta: dict[str, Any] = {KEY: {"o": n, "raw": raw_id, **({"uuid": u} if u else {}),
-                                  **({"type": t} if t else {})}}
+    get = d.get
+    t = get("type")
+    if not isinstance(t, str):
+        t = None
+    u = get("uuid")
+    if not isinstance(u, str):
+        u = None
+    msg = _message(d) if u is not None and t in _TURNS else None
+    when = parse_time(get("timestamp"))
+    if when is None:
+        snapshot = get("snapshot")
+        if isinstance(snapshot, dict):  # a file-history-snapshot line
+            when = parse_time(snapshot.get("timestamp"))
+    own: dict[str, Any] = {"o": n, "raw": raw_id}
+    if u:
+        own["uuid"] = u
+    if t:
+        own["type"] = t
     if t == "assistant":
-        meta[KEY][CLAUDE_USAGE] = claude_record(d)
+        own[CLAUDE_USAGE] = claude_record(d)
+    meta: dict[str, Any] = {KEY: own}
     if when is not None:
         meta["time"] = when
-    why = injected(d) if msg is not None else None
-    if why is not None:
-        meta[INJECTED] = why
+    if msg is not None:
+        why = injected(d)
+        if why is not None:
+            meta[INJECTED] = why
     author = (msg.role if msg else t) or "line"
     return line_event(author, msg, meta, vouched)
 
@@ -596,23 +619,31 @@ class _Importer:
         offset = st.offset
         titles: str | None = None
         adopted: dict[str, list[str]] = {}
+        codec = self.store.objects.codec
         for end, raw in read_lines(f, st.offset, self.store.plumbing.redactor):
             d, vouched = parse_vouched(raw)
             if d is NOT_JSON:
                 res.notes.append(f"line {n + 1}: not JSON, kept as is")
             if not isinstance(d, dict):
                 d = {}
-            if side is not None and d.get("isSidechain") is True:
+            get = d.get
+            if side is not None and get("isSidechain") is True:
                 side.add(n, raw, d, uuids if self.uuids is not None else None)
                 n, offset = n + 1, end
                 continue
-            t = d.get("type") if isinstance(d.get("type"), str) else None
-            u = d.get("uuid") if isinstance(d.get("uuid"), str) else None
-            p = d.get("parentUuid") if isinstance(d.get("parentUuid"), str) else None
-            if p is None and isinstance(d.get("logicalParentUuid"), str):
-                p = d["logicalParentUuid"]
+            t = get("type")
+            if not isinstance(t, str):
+                t = None
+            u = get("uuid")
+            if not isinstance(u, str):
+                u = None
+            p = get("parentUuid")
+            if not isinstance(p, str):
+                p = get("logicalParentUuid")
+                if not isinstance(p, str):
+                    p = None
             turn = t in _TURNS and u is not None
-            mark = d.get(MARK)
+            mark = get(MARK)
             if isinstance(mark, str) and mark in self._own():  # castore's own commit, as export wrote it
                 w.flush()
                 put_blobs(self.store, [raw])
@@ -623,7 +654,7 @@ class _Importer:
                 paths.follow(n, u, cursor)
                 cursor, n, offset = n, n + 1, end
                 continue
-            blob = encode_blob(raw, self.store.objects.codec)
+            blob = encode_blob(raw, codec)
             entry = _entry(n, blob[0], d, vouched)
             role = role_of(t, u is not None, entry.meta.get(INJECTED))
             if p is not None and p not in uuids and self.uuids is None and paths.find(p, role, cursor) is None:

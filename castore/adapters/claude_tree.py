@@ -98,6 +98,9 @@ class Paths:
 
     def find(self, p: str, role: str, cursor: int | None) -> int | None:
         """The leaf a line whose parent is ``p`` continues, or None (a fork)."""
+        last = self.leaves.get(cursor) if cursor is not None else None
+        if last is not None and p in last.reach:  # the common case: the line after the last one
+            return cursor
         order = sorted(self.leaves, key=lambda n: (n != cursor, -n))
         for n in order:
             if p in self.leaves[n].reach:
@@ -129,12 +132,17 @@ class Paths:
         here = [p] if p is not None and base is None else []
         if role == PROMPT:
             leaf = _Leaf({u} if u else set(), [u] if u else [])
-        elif role == TURN:
-            leaf = _Leaf({u} if u else set(), (base.turn if base else here) + ([u] if u else []))
         else:
-            leaf = _Leaf(set(base.reach) if base else set(here), (base.turn if base else here) + ([u] if u else []))
+            # the leaf taken (``base``) is no one else's: its turn, and an other line's reach, go on in place
+            turn = base.turn if base else here
             if u:
-                leaf.reach.add(u)
+                turn.append(u)
+            if role == TURN:
+                leaf = _Leaf({u} if u else set(), turn)
+            else:
+                leaf = _Leaf(base.reach if base else set(here), turn)
+                if u:
+                    leaf.reach.add(u)
         del leaf.turn[:-TURN_KEPT * 4]
         self.leaves[n] = leaf
         return parent, fork
