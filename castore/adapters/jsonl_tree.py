@@ -469,7 +469,7 @@ class Written(NamedTuple):
     meta: Mapping[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     n: int
     raw: bytes
@@ -655,18 +655,23 @@ class TreeWriter:
         self.tips[ids[-1]] = branch
         self.branches[branch] = ids[-1]
         self.exists = True
-        if self.written is not None:
-            self.written.extend((cid, p.entry, p.raw) for p, cid in zip(self.run, ids, strict=True))
-        if self.tree is not None:
-            self.tree.extend(Written(cid, (ids[i - 1],) if i else (parent,) if parent is not None else (),
-                                     p.entry.meta) for i, (p, cid) in enumerate(zip(self.run, ids, strict=True)))
-        for i, (p, cid) in enumerate(zip(self.run, ids, strict=True)):
-            self.cid[p.n] = cid
+        written, tree, cids = self.written, self.tree, self.cid
+        active_cid = None
+        before = parent
+        for p, cid in zip(self.run, ids, strict=True):
+            if written is not None:
+                written.append((cid, p.entry, p.raw))
+            if tree is not None:
+                tree.append(Written(cid, (before,) if before is not None else (), p.entry.meta))
+            cids[p.n] = cid
             if self.resuming:  # where each line hangs, for :meth:`_owner`
-                self.stored.setdefault(p.n, (cid, "", ids[i - 1] if i else parent))
-        if any(p.active for p in self.run):
+                self.stored.setdefault(p.n, (cid, "", before))
+            if p.active:
+                active_cid = cid
+            before = cid
+        if active_cid is not None:
             self.active, self.active_commit = branch, None
-            self.active_cid = next(cid for p, cid in zip(reversed(self.run), reversed(ids), strict=True) if p.active)
+            self.active_cid = active_cid
         self.run, self.run_bytes, self._times = [], 0, []
         if self.build is not None and landing_due():
             self._publish()
