@@ -279,17 +279,20 @@ def _message(d: dict[str, Any]) -> Message | None:
         return None
 
 
-def _entry(n: int, raw_id: str, d: dict[str, Any], vouched: bool = False) -> Event:
+def _type_uuid(d: dict[str, Any]) -> tuple[str | None, str | None]:
+    """A parsed line's ``type`` and ``uuid`` (None: absent, or not a string)."""
+    t, u = d.get("type"), d.get("uuid")
+    return t if isinstance(t, str) else None, u if isinstance(u, str) else None
+
+
+def _entry(n: int, raw_id: str, d: dict[str, Any], vouched: bool = False,
+           type_uuid: tuple[str | None, str | None] | None = None) -> Event:
     """The commit entry of line ``n`` (``d``: the line parsed, {} when it is not a JSON object;
     ``raw_id``: the id of the line's blob; ``vouched``: ``d`` is, as
-    :func:`~castore.adapters.jsonl_tree.parse_vouched` says, and so is the entry)."""
+    :func:`~castore.adapters.jsonl_tree.parse_vouched` says, and so is the entry;
+    ``type_uuid``: :func:`_type_uuid` of ``d``, when the caller has it)."""
     get = d.get
-    t = get("type")
-    if not isinstance(t, str):
-        t = None
-    u = get("uuid")
-    if not isinstance(u, str):
-        u = None
+    t, u = type_uuid if type_uuid is not None else _type_uuid(d)
     msg = _message(d) if u is not None and t in _TURNS else None
     when = parse_time(get("timestamp"))
     if when is None:
@@ -631,12 +634,7 @@ class _Importer:
                 side.add(n, raw, d, uuids if self.uuids is not None else None)
                 n, offset = n + 1, end
                 continue
-            t = get("type")
-            if not isinstance(t, str):
-                t = None
-            u = get("uuid")
-            if not isinstance(u, str):
-                u = None
+            t, u = type_uuid = _type_uuid(d)
             p = get("parentUuid")
             if not isinstance(p, str):
                 p = get("logicalParentUuid")
@@ -655,7 +653,7 @@ class _Importer:
                 cursor, n, offset = n, n + 1, end
                 continue
             blob = encode_blob(raw, codec)
-            entry = _entry(n, blob[0], d, vouched)
+            entry = _entry(n, blob[0], d, vouched, type_uuid)
             role = role_of(t, u is not None, entry.meta.get(INJECTED))
             if p is not None and p not in uuids and self.uuids is None and paths.find(p, role, cursor) is None:
                 self._load_known()  # a parent further back than the last import's last line
