@@ -529,6 +529,22 @@ def test_an_empty_lock_left_by_a_process_killed_before_writing_its_pid_is_recove
     assert local_refs.read("s/heads/main").target == C2
 
 
+def test_an_empty_lock_dated_ahead_of_the_clock_is_recovered(local_refs):
+    """A power loss keeps a lock file's name but not its owner's line (empty on disk); after a
+    reboot on a machine whose clock went back, its time lies ahead of the clock, and it looked
+    young (its creator about to lock it) until the clock caught up: every writer of the ref,
+    and the recovery at open that replays it, failed with RefLocked meanwhile."""
+    v = local_refs.read("s/heads/main")
+    lock = _lock_path(local_refs, "s/heads/main")
+    with open(lock, "wb"):
+        pass
+    ahead = os.stat(lock).st_mtime + 3600
+    os.utime(lock, (ahead, ahead))
+    local_refs.swap("s/heads/main", C2, v)
+    assert local_refs.read("s/heads/main").target == C2
+    assert not os.path.exists(lock)
+
+
 def test_a_live_lock_holder_makes_writers_wait_not_steal(local_refs):
     p, release = _start_holder(local_refs, "s/heads/main")
     lock = _lock_path(local_refs, "s/heads/main")

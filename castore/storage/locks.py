@@ -31,6 +31,11 @@ HOST = os.uname().nodename
 LOCK_TIMEOUT = 10.0
 #: a lock file with no owner written yet is treated as stale after this many seconds
 EMPTY_LOCK_GRACE = 5.0
+#: seconds a lock file's time may lie ahead of the clock and still be a creator's of just now: one
+#: further ahead was made before the clock went back (a reboot after a power loss on a machine
+#: without a clock of its own; the file is empty when its owner's line was not yet on disk), and
+#: would otherwise look young, so held, until the clock caught up
+CLOCK_SLACK = 1.0
 #: the folder of the handles' lock files that deferred swaps link as ``<ref>.lock``
 #: (docs/FORMAT.md 12), at the root
 LOCKS = "locks"
@@ -248,7 +253,9 @@ def check_stale(lock: str, remove: bool) -> bool | None:
     and another host's pids mean nothing here): a writer holds an exclusive ``flock`` from
     just after creating the lock file until the file is gone, and the kernel drops it when
     the writer dies. Only a writer caught between creating the file and locking it holds
-    no ``flock``, and it has written nothing yet, so a young empty file is not stale.
+    no ``flock``, and it has written nothing yet, so a young empty file is not stale (one
+    whose time is ahead of the clock by more than :data:`CLOCK_SLACK` is not young: the clock
+    went back since it was made).
     Returns None when the file vanished.
 
     Raises:
@@ -269,7 +276,7 @@ def check_stale(lock: str, remove: bool) -> bool | None:
                 return None  # replaced meanwhile
         except FileNotFoundError:
             return None
-        if st.st_size == 0 and time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
+        if st.st_size == 0 and -CLOCK_SLACK < time.time() - st.st_mtime < EMPTY_LOCK_GRACE:
             return False  # its creator may be about to flock it
         if remove:
             os.unlink(lock)
