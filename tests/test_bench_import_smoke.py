@@ -36,3 +36,15 @@ def test_bench_import_stages_names_each_stage_it_times(tmp_path):
     assert re.search(r"^[\d,]+ lines, [\d,]+ files; main thread CPU", p.stdout, re.M), p.stdout
     for label in ("Importer.run", "claude _entry", "Batch.entry", "WriteBatch._land", "land_staged"):
         assert re.search(rf"us/line +[\d,]+ calls  {re.escape(label)}", p.stdout), (label, p.stdout)
+
+
+def test_bench_import_lines_times_each_stage():
+    # each per-line stage it runs still exists and takes what it is given (a renamed or
+    # re-signed private fails here, not in a benchmark run)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_import_lines.py"),
+                        os.path.join(ROOT, "tests", "data", "claude-code"), "1"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for stage in ("parse_vouched", "encode_blob", "_entry", "place", "prepare", "Tree.extend"):
+        assert re.search(rf"^{re.escape(stage)} +[\d.]+ us a line$", p.stdout, re.M), (stage, p.stdout)
+    assert re.search(r"^[\d,]+ lines in [\d,]+ files$", p.stdout, re.M), p.stdout
