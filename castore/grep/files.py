@@ -233,29 +233,36 @@ class Part:
         :meth:`_texts` gives it), and its text as written when the search is to keep it only if it
         holds a hit (:func:`keep_chunks`; else None: kept already); ValueError as :meth:`chunk`."""
         if _keep_all[0]:
-            _cache_put((self.ident, c), text)
             return (self.lowered(c) if lowered else text), None
         return (text.lower() if lowered else text), text
 
     def _texts(self, chunks: list[int]) -> Iterator[bytes]:
-        """The text of each of ``chunks`` in order (as :meth:`chunk` gives it, not kept here): from
-        the process's cache, else decompressed, in a worker thread up to :data:`_AHEAD` chunks ahead
+        """The text of each of ``chunks`` in order, as :meth:`chunk` gives it (kept as it keeps it
+        when the search keeps every chunk, :func:`keep_chunks`; else not kept here): from the
+        process's cache, else decompressed, in a worker thread up to :data:`_AHEAD` chunks ahead
         of the caller when :data:`_AHEAD_MIN` or more are to be (zstd releases the GIL: the next
         chunks decompress on another core while the caller searches one).
 
         Raises:
             ValueError: a chunk is damaged (as :meth:`chunk`).
         """
-        todo = [c for c in chunks if (self.ident, c) not in _cache]
+        ident, keep = self.ident, _keep_all[0]
+        todo = [c for c in chunks if (ident, c) not in _cache] if len(chunks) >= _AHEAD_MIN else []
         if len(todo) < _AHEAD_MIN:
             for c in chunks:
-                yield _cache_get((self.ident, c)) or self._decompress(c)
+                yield self.chunk(c) if keep else _cache_get((ident, c)) or self._decompress(c)
             return
         ahead = _ahead(self._decompress, todo)
         try:
             wanted = set(todo)
             for c in chunks:
-                yield next(ahead) if c in wanted else _cache_get((self.ident, c)) or self._decompress(c)
+                if c in wanted:
+                    got = next(ahead)
+                    if keep:
+                        _cache_put((ident, c), got)
+                    yield got
+                else:
+                    yield self.chunk(c) if keep else _cache_get((ident, c)) or self._decompress(c)
         finally:
             ahead.close()
 
