@@ -577,3 +577,35 @@ def test_expire_keeps_a_session_whose_branch_is_lost(tmp_path: Path) -> None:
         assert [r for r, _ in maintenance.fsck(store).bad_refs] == [s.refs.head]  # still reported
         s.branch("main", at=ids[-1])
         assert [e.id for e in s.log()] == ids[::-1]
+
+
+@pytest.mark.parametrize("vendor, src, sub", [
+    ("claude", "claude-code/claude-code-log/representative_messages.jsonl", "proj"),
+    ("codex", "codex/sample_codex_session.jsonl", "proj"),
+    ("gemini", "gemini/tmp/my-app/chats/session-2026-03-10T09-00-7f3c2a9e.jsonl", "my-app/chats"),
+])
+def test_importing_into_a_session_whose_branch_is_lost_is_refused(tmp_path: Path, vendor: str, src: str,
+                                                                   sub: str) -> None:
+    """The import of a file that grew, into its session whose HEAD branch is lost, started a new
+    root on the lost name (or failed with a KeyError traceback after writing a branch): fsck then
+    took the new branch for the session's history. It is refused before anything is written,
+    with fsck's line (one ``Error:`` line, exit 1), as append is."""
+    whole = (Path(__file__).parent / "data" / src).read_bytes()
+    lines = whole.splitlines(keepends=True)
+    folder = tmp_path / "in" / sub
+    folder.mkdir(parents=True)
+    f = folder / Path(src).name
+    root = str(tmp_path / "st")
+    run = CliRunner().invoke
+    f.write_bytes(b"".join(lines[:-2]))
+    assert run(main, ["--store", root, "import", vendor, str(tmp_path / "in")]).exit_code == 0
+    with castore.open(root) as store:
+        (folder_,) = {n.rsplit("/", 1)[0] for n in store.refs.list("sessions") if n.endswith("/HEAD")}
+        store.refs.delete(f"{folder_}/heads/main")
+        before = {n: store.refs.read(n) for n in store.refs.list(folder_)}
+    f.write_bytes(whole)
+    res = run(main, ["--store", root, "import", vendor, str(tmp_path / "in")])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 1 and len(errors) == 1 and "HEAD names branch 'main'" in errors[0], res.output
+    with castore.open(root) as store:
+        assert {n: store.refs.read(n) for n in store.refs.list(folder_)} == before  # nothing written

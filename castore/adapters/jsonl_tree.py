@@ -63,7 +63,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple, ParamSpec, Protocol, Type
 
 from .. import objects as o
 from ..entries import MAX_DEPTH, Event, Prepared, body_of, check_value, prepare, vouched_event
-from ..errors import BranchError, CastoreError, InvalidEntry, RefConflict
+from ..errors import BranchError, CastoreError, CorruptRef, InvalidEntry, RefConflict
 from ..groupcommit import land_due, landing_due
 from ..objects import Blob
 from ..objectstore import gc_paused
@@ -527,6 +527,11 @@ class TreeWriter:
     import without reading it back. Of such a session the writer keeps the tree it made
     (:attr:`tree`: ids, parents, metadata), so that :meth:`finish` lays the branches out
     without reading the session's log back.
+
+    Raises (when made):
+        CorruptRef: the session's HEAD names a branch that was lost
+            (:meth:`castore.Session.lost_branch`): the import would start a new root on that
+            name and hide the loss from fsck, as an append would (nothing is written).
     """
 
     def __init__(self, session: Session, known: dict[int, str], key: str, last_time: float | None = None, *,
@@ -564,6 +569,10 @@ class TreeWriter:
         #: the branch HEAD is to be made on at the next :meth:`_publish` (the session had none)
         self.head_on: str | None = None
         self.current = session.current_branch if self.exists else "main"
+        if self.exists and self.current is not None and self.current not in branches \
+                and (lost := session.lost_branch()) is not None:
+            # not a new root on the lost branch's name (append refuses it too): nothing written yet
+            raise CorruptRef(session.refs.head, lost)
         self.active = self.current
         self.run: list[_Pending] = []
         self.run_parent: int | None = None
