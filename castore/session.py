@@ -324,7 +324,9 @@ class Session:
                                            "changed since it was read (another writer recorded its own)"))
                 raise changed[-1]
             target, extra = (head.target, {}) if head else self._head_on("main")
-            meta = self._head_meta(head, born=False, **extra)  # (a born mark stays: HEAD_KEEPS)
+            # born: HEAD made after its branch (Pi's import), as this handle last wrote or read it
+            born = head is None and self.plumbing.read_for_write(self.refs.branch("main")) is not None
+            meta = self._head_meta(head, born=born, **extra)  # (a born mark stays: HEAD_KEEPS)
             if head is not None and META_HEAD_BRANCH in head.meta:  # same target: same branch name
                 meta[META_HEAD_BRANCH] = head.meta[META_HEAD_BRANCH]
             meta[META_INFO] = sealed

@@ -112,7 +112,8 @@ def _strip_born_mark(store: castore.Store, s: castore.Session) -> None:
 
 def _born(store: castore.Store, root: Path, how: str) -> tuple[castore.Session, list[str]]:
     """A session born ``how`` (its first commit by append, by append after set_info, by an
-    import, by a fork), with one branch and nothing else: no label, no reflog, no remote."""
+    import, by Pi's import, by a fork), with one branch and nothing else: no label, no
+    reflog, no remote."""
     if how == "import":
         from castore.adapters.claude_code import import_claude
 
@@ -122,6 +123,17 @@ def _born(store: castore.Store, root: Path, how: str) -> tuple[castore.Session, 
         import_claude(store, root.parent / "p")
         s = store.session("claude", "proj", "session_b")
         return s, [e.id for e in s.log()]
+    if how == "pi import":  # (Pi's importer makes its branches before HEAD, by set_info)
+        import lzma
+
+        from castore.adapters.pi import import_pi
+
+        (root.parent / "pi").mkdir()
+        data = (Path(__file__).parent / "data" / "pi" / "before-compaction.jsonl.xz").read_bytes()
+        (root.parent / "pi" / "s.jsonl").write_bytes(lzma.decompress(data))
+        (result,) = import_pi(store, root.parent / "pi")
+        s = store.session(*result.key)
+        return s, [e.id for e in s.log()][:50]
     s = store.session("app", "u", "s1")
     if how == "set_info first":
         s.set_info({"title": "not started yet"})
@@ -132,7 +144,7 @@ def _born(store: castore.Store, root: Path, how: str) -> tuple[castore.Session, 
     return s, ids
 
 
-@pytest.mark.parametrize("how", ["append", "set_info first", "import", "fork"])
+@pytest.mark.parametrize("how", ["append", "set_info first", "import", "pi import", "fork"])
 def test_a_session_whose_only_branch_is_lost_is_damage_not_a_new_session(tmp_path: Path, how: str) -> None:
     """A session whose only ref was its one branch, that branch lost: nothing but HEAD is left,
     and it looked never born (fsck ok, append started a new root on the lost name, gc could
