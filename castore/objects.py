@@ -273,7 +273,7 @@ class Cipher(Protocol):
 
 class _Hashers(threading.local):
     """A blake3 hasher per thread (keyed by the codec's id key, when it has one): :meth:`Codec.digest`
-    resets it after each object instead of making one per object."""
+    resets it before each object instead of making one per object."""
 
     def __init__(self, key: bytes | None) -> None:
         self.h = blake3() if key is None else blake3(key=key)
@@ -336,14 +336,14 @@ class Codec:
     # -- ids -----------------------------------------------------------------------------
     def digest(self, canonical: bytes | memoryview) -> ObjectId:
         """The id of canonical bytes under this codec."""
-        # one hasher per thread, reset after each object: making a hasher is a third of
-        # the cost of hashing a small object (a line, its body, its commit)
+        # one hasher per thread: making a hasher is a third of the cost of hashing a small
+        # object (a line, its body, its commit). Reset before use, not after: an exception
+        # (a KeyboardInterrupt) can arrive anywhere, a cleanup included, and a hasher left
+        # holding an interrupted object's bytes would give the next object a wrong id
         h = self._hashers.h
-        try:
-            h.update(canonical)
-            return ObjectId(h.digest().hex())
-        finally:
-            h.reset()
+        h.reset()
+        h.update(canonical)
+        return ObjectId(h.digest().hex())
 
     def digest_many(self, canonicals: Sequence[bytes]) -> list[ObjectId]:
         """The ids of many canonical bytes, in order (:meth:`digest` of each, batched)."""
@@ -367,11 +367,9 @@ class Codec:
         """
         data = _canonical(obj)
         h = self._hashers.h
-        try:
-            h.update(data)
-            raw = h.digest()
-        finally:
-            h.reset()
+        h.reset()  # before use, as digest's
+        h.update(data)
+        raw = h.digest()
         return ObjectId(raw.hex()), raw, data
 
     # -- frames ----------------------------------------------------------------------------

@@ -366,7 +366,7 @@ def test_zstd_contexts_are_never_shared_by_two_threads_at_once():
 
 
 def test_ids_hashed_by_threads_at_once_are_each_their_bytes_digest():
-    """A codec hashes with one blake3 hasher per thread, reset after each object: eight threads
+    """A codec hashes with one blake3 hasher per thread, reset before each object: eight threads
     hashing objects of every size at once (large ones too, which blake3 may hash without the
     GIL), under plain and keyed codecs, each get the digest of their own bytes."""
     from blake3 import blake3
@@ -385,6 +385,41 @@ def test_ids_hashed_by_threads_at_once_are_each_their_bytes_digest():
                                                             o.encode(o.Blob(data=d))[1])
 
     assert race(work, 8, together=True) == []
+
+
+@pytest.mark.parametrize("call", ["digest", "encode_raw"])
+def test_an_exception_at_any_line_of_a_hash_leaves_the_next_id_right(call):
+    """A KeyboardInterrupt (or any exception a signal handler raises) can arrive between any
+    two lines of a codec's hash, its cleanup included: the thread's hasher must not keep the
+    interrupted object's bytes, or the next id it gives is a wrong one (an object written under
+    it reads back corrupt). The exception is raised by a trace function at each line in turn."""
+    from blake3 import blake3
+
+    key = bytes(range(32))
+    for codec, fresh in ((o.PLAIN, blake3), (o.Codec(id_key=key), lambda d: blake3(d, key=key))):
+        fn = getattr(codec, call)
+        code = fn.__code__
+        arg = b"interrupted" if call == "digest" else o.Blob(data=b"interrupted")
+        lines = sorted({n for _, _, n in code.co_lines() if n is not None and n > code.co_firstlineno})
+
+        for target in lines:
+            def local(frame, event, _arg, target=target):
+                if event == "line" and frame.f_lineno == target:
+                    raise KeyboardInterrupt
+                return local
+
+            def tracer(frame, event, _arg, code=code, local=local):
+                return local if frame.f_code is code else None
+
+            sys.settrace(tracer)
+            try:
+                fn(arg)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+            assert codec.digest(b"next") == fresh(b"next").hexdigest(), f"{codec} {call}: line {target}"
+            assert codec.encode_raw(o.Blob(data=b"x"))[0] == fresh(o.encode(o.Blob(data=b"x"))[1]).hexdigest()
 
 
 # -- probes of canonical bytes (what a scan relies on without decoding) -------------------------
