@@ -8,12 +8,15 @@ object store.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 # The collector is one per process: pauses of several threads (an import's, the background
 # repack's) are counted, so that one ending does not switch it on under another still going.
+# They are counted by thread, so that a forked child, which has only the thread that forked,
+# keeps that thread's pauses alone (the others' would never end there).
 _lock = threading.Lock()
-_pauses = 0
+_pauses: dict[int, int] = {}  # thread id -> the pauses it has going
 _was_enabled = False  # whether the collector was on when the first pause still going began
 
 
@@ -24,25 +27,45 @@ class gc_paused:
     cache, the path): each allocation burst makes the collector walk every live object
     again, for nothing (decoded objects hold no cycles). Pauses nest, in one thread or
     several: the collector is off from the first pause to the end of the last one, then as it
-    was when the first began (a pause taken while it is off leaves it off).
+    was when the first began (a pause taken while it is off leaves it off). In a forked child
+    only the forking thread's pauses go on.
     """
 
     __slots__ = ()
 
     def __enter__(self) -> None:
-        global _pauses, _was_enabled
+        global _was_enabled
+        me = threading.get_ident()
         with _lock:
-            if _pauses == 0:
+            if not _pauses:
                 _was_enabled = gc.isenabled()
                 gc.disable()
-            _pauses += 1
+            _pauses[me] = _pauses.get(me, 0) + 1
 
     def __exit__(self, *exc: object) -> None:
-        global _pauses
+        me = threading.get_ident()
         with _lock:
-            _pauses -= 1
-            if _pauses == 0 and _was_enabled:
+            left = _pauses.pop(me) - 1
+            if left:
+                _pauses[me] = left
+            elif not _pauses and _was_enabled:
                 gc.enable()
+
+
+def _after_fork_in_child() -> None:
+    """Keep the forking thread's pauses alone, and a lock no other thread can hold."""
+    global _lock
+    _lock = threading.Lock()
+    mine = _pauses.get(threading.get_ident())
+    had = bool(_pauses)
+    _pauses.clear()
+    if mine:
+        _pauses[threading.get_ident()] = mine
+    elif had and _was_enabled:
+        gc.enable()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 __all__ = ["gc_paused"]

@@ -111,6 +111,53 @@ def test_gc_paused_in_two_threads_keeps_the_collector_off_until_the_last_ends() 
             gc.enable()
 
 
+def test_a_child_forked_during_another_threads_pause_has_its_collector_back() -> None:
+    """A process forked while another thread pauses the collector (the background repack
+    merging): the child has no such thread, so nothing would ever end that pause, and the
+    collector stayed off in the child for good. The forking thread's own pause goes on in the
+    child, and its end switches the collector back on."""
+    import os
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with gc_paused():
+            inside.set()
+            leave.wait()
+
+    def exit_status(pid: int) -> int:
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    try:
+        inside.wait()
+        pid = os.fork()
+        if pid == 0:  # the child: no pause of its own going
+            ok = False
+            try:
+                ok = gc.isenabled()
+                with gc_paused():
+                    ok = ok and not gc.isenabled()
+                ok = ok and gc.isenabled()
+            finally:
+                os._exit(0 if ok else 1)
+        assert exit_status(pid) == 0
+
+        ok = False
+        with gc_paused():
+            pid = os.fork()
+            if pid == 0:
+                ok = not gc.isenabled()  # this thread's pause goes on in the child
+        if pid == 0:
+            os._exit(0 if ok and gc.isenabled() else 1)
+        assert exit_status(pid) == 0
+    finally:
+        leave.set()
+        t.join()
+    assert gc.isenabled()
+
+
 def test_bulk_adoption_hashes_decodes_and_caches_each_object(tmp_path: Path) -> None:
     objs = ObjectStore(open_storage(str(tmp_path / "st")))
     items = [o.Value(value={"role": "user", "content": str(i)}) for i in range(5)] + [o.Commit(kind="message")]
