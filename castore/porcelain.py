@@ -206,12 +206,16 @@ class BranchList:
     branches: dict[str, str]
     #: name -> what an adapter says the branch is (only when asked for)
     notes: dict[str, str] = field(default_factory=dict)
+    #: why HEAD's branch is missing when it was lost (fsck's line,
+    #: :meth:`~castore.session.Session.lost_branch`); None when HEAD is sound or never born
+    lost: str | None = None
 
 
 def branch_list(session: Session, *, local: bool = True, remotes: bool = False, internal: bool = False,
                 notes: bool = False) -> BranchList:
     """The session's branches: the local ones (without an adapter's bookkeeping branches
-    unless ``internal``) and/or the remote-tracking ones a pull kept.
+    unless ``internal``) and/or the remote-tracking ones a pull kept, and, when HEAD names a
+    branch that was lost, fsck's line for it (``lost``: the listing is then not the whole story).
 
     Args:
         local: list the local branches.
@@ -231,7 +235,9 @@ def branch_list(session: Session, *, local: bool = True, remotes: bool = False, 
     if remotes:
         branches.update({f"remotes/{n}": c for n, c in session.remote_branches().items()})
     said = views.branch_notes(session, branches) if notes else {}
-    return BranchList(session.head, session.current_branch, branches, said)
+    head, current = session.head, session.current_branch
+    lost = session.lost_branch() if head is None and current is not None else None
+    return BranchList(head, current, branches, said, lost)
 
 
 # -- finding sessions --------------------------------------------------------------------------------

@@ -934,6 +934,10 @@ class Session:
     def checkout(self, rev: str, create: str | None = None) -> str | None:
         """Move HEAD (the leaf pointer) to a branch, or detach it at a commit.
 
+        Leaving a branch that was lost (:meth:`lost_branch`, fsck's bad ref) gives it up: fsck
+        then reports its commits as dangling, and gc deletes them after its grace period (ask
+        :meth:`lost_branch` first to say so, as ``castore checkout`` does).
+
         Args:
             rev: a branch name (HEAD follows it) or any revision (HEAD is detached there).
             create: make a new branch of this name at ``rev`` and check it out.

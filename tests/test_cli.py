@@ -442,7 +442,7 @@ def test_branch_lists_creates_and_reports_json(seeded: Seeded) -> None:
         {"name": "main", "commit": seeded.a2, "current": True, "made_by": None},
         {"name": "old", "commit": seeded.a1, "current": False, "made_by": None},
         {"name": "retry", "commit": seeded.retry, "current": False, "made_by": None},
-    ]}
+    ], "lost": None}
     assert "already exists" in fails(run(seeded.url, "branch", "old"))
 
 

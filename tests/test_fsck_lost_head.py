@@ -621,3 +621,42 @@ def test_importing_into_a_session_whose_branch_is_lost_is_refused(tmp_path: Path
     assert res.exit_code == 1 and len(errors) == 1 and "HEAD names branch 'main'" in errors[0], res.output
     with castore.open(root) as store:
         assert {n: store.refs.read(n) for n in store.refs.list(folder_)} == before  # nothing written
+
+
+def test_branch_listing_and_checkout_of_a_session_whose_branch_is_lost_name_the_loss(tmp_path: Path) -> None:
+    """``castore branch`` listed the other branches of a session whose HEAD branch is lost
+    (no ``*``, no word of the loss, exit 0), and ``checkout OTHER`` moved HEAD off it saying
+    only "Switched to branch": the loss then vanished from fsck and its commits were left to
+    gc unsaid. The listing now ends with fsck's line (exit 1; ``--json`` says it in ``lost``),
+    and checkout, the documented way to give the branch up, says what it gave up and how to
+    get it back."""
+    import json
+
+    from castore import porcelain
+
+    root = tmp_path / "st"
+    store = castore.open(str(root))
+    s = store.session("app", "u", "s1")
+    ids = _lose_with_evidence(store, s, "branch")
+    listing = porcelain.branch_list(s)
+    assert listing.lost is not None and "HEAD names branch 'main'" in listing.lost
+    assert porcelain.branch_list(store.session("app", "u", "fresh")).lost is None
+    store.close()
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["--store", str(root), "branch", "-s", "app/u/s1"])
+    assert res.exit_code == 1 and res.stdout.split() == ["side", ids[0][:8]], res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "HEAD names branch 'main'" in errors[0] and "castore branch main" in errors[0]
+    res = runner.invoke(main, ["--store", str(root), "branch", "--json", "-s", "app/u/s1"])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and "HEAD names branch 'main'" in doc["lost"] and doc["current"] == "main", res.output
+
+    res = runner.invoke(main, ["--store", str(root), "checkout", "side", "-s", "app/u/s1"])
+    assert res.exit_code == 0, res.output
+    assert "Switched to branch 'side'" in res.stderr
+    assert "branch 'main' that HEAD was on is lost" in res.stderr and "castore fsck" in res.stderr, res.stderr
+    with castore.open(str(root)) as again:
+        assert porcelain.branch_list(again.session("app", "u", "s1")).lost is None
+    res = runner.invoke(main, ["--store", str(root), "branch", "-s", "app/u/s1"])
+    assert res.exit_code == 0 and "lost" not in res.output, res.output

@@ -11,7 +11,7 @@ import click
 from .. import objects as o
 from .. import porcelain
 from ..entries import DELETE, Event, Message
-from ..errors import CastoreError, InvalidEntry
+from ..errors import CastoreError, CorruptRef, InvalidEntry
 from ..session import Session
 from ..store import Store, check_url
 from .common import (
@@ -145,10 +145,13 @@ def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> N
 
     On a branch, new entries extend the branch. At any other revision HEAD is detached:
     reading works as usual, and the next append starts a new branch there. `checkout -b
-    NEW` names the place HEAD is at (a detached HEAD too), as git does.
+    NEW` names the place HEAD is at (a detached HEAD too), as git does. Leaving a branch
+    that was lost (fsck's bad ref) gives it up: its commits are left dangling, as said.
     """
     if rev is None and new_branch is None:
         raise click.UsageError("give the REV to check out (or -b NEW to start a branch at HEAD)")
+    was = session.current_branch
+    lost = session.lost_branch() if was is not None and session.head is None else None
     branch = session.checkout(rev or "HEAD", create=new_branch)
     head = session.head
     if branch is None:
@@ -161,6 +164,10 @@ def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> N
         note(f"Switched to a new branch {branch!r} at {short(head)}")
     else:
         note(f"Switched to branch {branch!r} at {short(head)}")
+    if lost is not None and branch != was:
+        note(f"note: branch {was!r} that HEAD was on is lost, and fsck no longer reports it: what only it "
+             f"held is dangling now (`castore fsck` lists it; `castore gc` deletes it after the grace period). "
+             f"{hint(f'branch {was} ID')} brings it back at a commit of `castore reflog` or a dangling one.")
 
 
 @click.command("branch")
@@ -176,13 +183,15 @@ def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> N
               help="List an adapter's bookkeeping branches too (a LangGraph thread's task writes).")
 @limit_option(what="branches")
 @json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current", '
-             '"made_by": TEXT|null (what made it, as the listing says: "rewind from line 9: user: ...")}]}')
+             '"made_by": TEXT|null (what made it, as the listing says: "rewind from line 9: user: ...")}], '
+             '"lost": TEXT|null (HEAD\'s branch was lost: fsck\'s line, exit 1)}')
 @pass_session()
 def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool, force_delete: bool,
                force: bool, remotes: bool, all_: bool, internal: bool, limit: int | None, as_json: bool) -> None:
     """List, create (NAME [REV]), move (-f NAME REV) or delete (-d/-D NAME) branches.
 
-    With no NAME, list them (the current one marked *); -r lists the remote-tracking
+    With no NAME, list them (the current one marked *; when the branch HEAD names was lost,
+    the listing ends with fsck's line and exits 1); -r lists the remote-tracking
     branches a pull kept (revisions as remotes/REMOTE/BRANCH), -a both. NAME [REV] creates
     a branch at REV (default HEAD) without switching to it; -f moves an existing one there,
     keeping its old tip in `castore reflog`. -d refuses a branch whose tip is on no other
@@ -218,7 +227,9 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
             "current": current,
             "branches": [{"name": b, "commit": c, "current": b == current, "made_by": notes.get(b)}
                          for b, c in branches.items()],
+            "lost": listing.lost,
         })
+        _refuse_lost(session, listing.lost)
         return
     shown_names = {b: safe(b) for b in branches}
     width = max((len(b) for b in shown_names.values()), default=0)
@@ -230,6 +241,14 @@ def branch_cmd(session: Session, name: str | None, rev: str | None, delete: bool
         shown = click.style(name, fg="green") if b == current else name
         note_text = f"  {safe(notes[b])}" if b in notes else ""
         click.echo(f"{mark} {shown}  {click.style(short(c), fg='yellow')}{note_text}")
+    _refuse_lost(session, listing.lost)
+
+
+def _refuse_lost(session: Session, lost: str | None) -> None:
+    """After a listing of the branches left: the lost branch HEAD names (fsck's line), as
+    the error that makes the exit status 1 (the listing is not the whole story)."""
+    if lost is not None:
+        raise CorruptRef(session.refs.head, lost)
 
 
 @click.command("label")
