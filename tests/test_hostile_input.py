@@ -622,3 +622,33 @@ def test_a_deep_value_in_a_scalar_field_is_an_invalid_entry_with_a_short_message
         else:
             s.append({"role": "user", "content": "x", field: deep})
     assert len(str(info.value)) < 200
+
+
+def test_a_held_lock_with_a_garbled_owner_line_is_named_safely(
+    local_store: castore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RefLocked message quoted the lock file's owner bytes as they were (up to 200 of
+    them, decoded with replacement): a damaged file or another program could put terminal
+    escapes (an OSC 52 clipboard write), a carriage return or kilobytes in every message and
+    log line. Only an owner line as castore writes it is named as a process; anything else is
+    shown escaped and cut."""
+    import fcntl
+
+    s = local_store.session("app", "alice", "s1")
+    s.append(MSG)
+    ref = "sessions/app/alice/s1/heads/main"
+    monkeypatch.setattr(locks_mod, "LOCK_TIMEOUT", 0.2)
+    for owner, shown in ((b"\x1b]52;c;cHduZWQ=\x07 \r\xff\xfe" + b"A" * 5000, "\\x1b]52;c;cHduZWQ=\\x07 \\x0d\\xff"),
+                         (b"12 host\x9b31m", "12 host\\x9b31m"), (b"\n\n", None)):
+        lock = _plant_lock(local_store, ref, "")
+        lock.write_bytes(owner)
+        with open(lock, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # a live holder: this open file, not the writer's
+            with pytest.raises(RefLocked) as info:
+                local_store.refs.swap(ref, "1" * 64, local_store.refs.read(ref))
+        lock.unlink()
+        msg = str(info.value)
+        assert msg.isprintable() and msg.isascii() and len(msg) - len(str(lock)) < 350, msg
+        assert "is held by another process" in msg and "stop it" in msg
+        assert shown is None or (shown in msg and "its owner line is not castore's" in msg), msg
+    assert len(s.log()) == 1

@@ -285,15 +285,39 @@ def check_stale(lock: str, remove: bool) -> bool | None:
         os.close(fd)
 
 
+#: at most this many bytes of a lock file's owner line are shown (escaped) in a message
+OWNER_SHOWN = 64
+
+
 def held_message(lock: str) -> str:
     """What a writer says when a live process kept ``lock`` for the whole wait: the lock
-    file, its recorded owner and what to do. Raises nothing."""
+    file, its recorded owner and what to do. Raises nothing.
+
+    The owner line is what any process (or damage) wrote there: it is named as a process
+    only when it reads as castore writes it (``<pid> <host>``, printable ASCII); anything
+    else is shown escaped, at most :data:`OWNER_SHOWN` bytes of it, never raw (a message is
+    printed to terminals and logs)."""
     try:
         with open(lock, "rb") as f:
-            owner = f.read(200).decode(errors="replace").split()
+            raw = f.read(200)
     except OSError:
-        owner = []
-    who = f"process {owner[0]} on {owner[1]}" if len(owner) >= 2 else "another process"
+        raw = b""
+    owner = raw.split(b"\n", 1)[0].split(b" ")
+    if (len(owner) == 2 and owner[0].isdigit() and len(owner[0]) <= 10 and 0 < len(owner[1]) <= 255
+            and owner[1].isascii() and owner[1].decode().isprintable()):
+        who = f"process {owner[0].decode()} on {owner[1].decode()}"
+    elif raw.strip():
+        who = f"another process (its owner line is not castore's: '{escaped(raw, OWNER_SHOWN)}')"
+    else:
+        who = "another process"
     return (f"{lock} is held by {who}, which still holds its lock after {LOCK_TIMEOUT:g}s; "
             "wait for that writer to finish or stop it (a lock of a dead process is cleared "
             "by the next writer and by `castore gc`)")
+
+
+def escaped(raw: bytes, limit: int) -> str:
+    """At most ``limit`` bytes of ``raw`` as printable ASCII: other bytes as ``\\xNN``
+    escapes, and ``...`` when more followed. Raises nothing."""
+    text = raw[:limit].decode("ascii", "backslashreplace")
+    shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return shown + ("..." if len(raw) > limit else "")
