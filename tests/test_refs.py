@@ -545,6 +545,43 @@ def test_an_empty_lock_dated_ahead_of_the_clock_is_recovered(local_refs):
     assert not os.path.exists(lock)
 
 
+def test_a_lock_cleared_before_its_creator_locked_it_is_not_held_by_two(tmp_path, monkeypatch):
+    """A writer that created its lock file but has not ``flock``ed it yet meets a rival that
+    takes the file for stale and clears it (its time ahead of the clock: a file server's clock
+    ahead of this host's, or a clock stepped back between the two calls) and takes the lock:
+    the first writer must notice that the file it locks is no longer the lock, not go on
+    holding it beside the rival (two writers in one compare-and-swap: a lost update)."""
+    path = str(tmp_path / "ref")
+    lock = path + ".lock"
+
+    def take() -> int:
+        return locks_mod.take_lock(path, None, lambda d: os.makedirs(d, exist_ok=True),
+                                   lambda d: os.makedirs(d, exist_ok=True), lambda _p: None, "test")
+
+    real_flock = locks_mod.fcntl.flock
+    rival: list[int] = []
+    calls: list[int] = []
+
+    def flock(fd: int, op: int) -> None:
+        calls.append(op)
+        if op == locks_mod.fcntl.LOCK_EX and len(calls) == 1:  # the first writer, between create and flock
+            ahead = os.stat(lock).st_mtime + 3600
+            os.utime(lock, (ahead, ahead))
+            rival.append(take())  # clears the "stale" file, takes the lock, and holds it
+        real_flock(fd, op)
+
+    monkeypatch.setattr(locks_mod.fcntl, "flock", flock)
+    monkeypatch.setattr(locks_mod, "LOCK_TIMEOUT", 0.0)  # the rival holds it: no need to wait
+    try:
+        with pytest.raises(RefLocked):
+            fd = take()
+            os.close(fd)  # (before the fix: both hold it)
+        assert os.fstat(rival[0]).st_ino == os.stat(lock).st_ino  # the rival's file is the lock
+    finally:
+        if rival:
+            locks_mod.unlock(path, rival[0])
+
+
 def test_a_live_lock_holder_makes_writers_wait_not_steal(local_refs):
     p, release = _start_holder(local_refs, "s/heads/main")
     lock = _lock_path(local_refs, "s/heads/main")

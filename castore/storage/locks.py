@@ -1,7 +1,8 @@
 """Lock files of local-disk storage: ``<key>.lock`` taken exclusively, owned by its ``flock``.
 
-A writer takes ``<key>.lock`` by creating it (``O_CREAT | O_EXCL``), ``flock``s it and
-records ``<pid> <host>`` in it (for messages only). A lock whose ``flock`` nobody holds is
+A writer takes ``<key>.lock`` by creating it (``O_CREAT | O_EXCL``), ``flock``s it, checks
+that the name is still its file's (a rival may have cleared it as stale before the ``flock``)
+and records ``<pid> <host>`` in it (for messages only). A lock whose ``flock`` nobody holds is
 stale: its holder died and the kernel dropped the ``flock`` (see :func:`check_stale`); the
 next writer clears it at once. A live holder is waited for at most :data:`LOCK_TIMEOUT`.
 
@@ -212,6 +213,15 @@ def take_lock(path: str, linked: HandleLockFile | None, ensure_dir: Callable[[st
         if fd >= 0:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as e:
+                unlock(path, fd)
+                raise StorageError(f"cannot lock {lock}: {e.strerror or e}", url) from e
+            if not _still_named(lock, fd):
+                # a rival took the file for stale before it was locked (an empty one: its
+                # time ahead of the clock, or old) and cleared it: it is not the lock any more
+                os.close(fd)
+                continue
+            try:
                 os.write(fd, _owner())
             except OSError as e:
                 unlock(path, fd)
@@ -223,6 +233,14 @@ def take_lock(path: str, linked: HandleLockFile | None, ensure_dir: Callable[[st
                 unlock(path, fd)
                 raise
         return fd
+
+
+def _still_named(lock: str, fd: int) -> bool:
+    """Whether ``lock`` still names the file open as ``fd``. Raises nothing."""
+    try:
+        return os.stat(lock).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False
 
 
 def owner_size() -> int:
@@ -255,7 +273,9 @@ def check_stale(lock: str, remove: bool) -> bool | None:
     the writer dies. Only a writer caught between creating the file and locking it holds
     no ``flock``, and it has written nothing yet, so a young empty file is not stale (one
     whose time is ahead of the clock by more than :data:`CLOCK_SLACK` is not young: the clock
-    went back since it was made).
+    went back since it was made). Clearing such a file while its creator is in fact about to
+    lock it costs that creator a retry, never the lock: :func:`take_lock` checks, once it holds
+    the ``flock``, that the name is still its file's.
     Returns None when the file vanished.
 
     Raises:
