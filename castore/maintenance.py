@@ -569,8 +569,9 @@ def gc(store: Store, grace: float = DEFAULT_GRACE, dry_run: bool = False,
 
     Raises:
         CastoreError: the store has damage that makes reachability unsure (missing or
-            corrupt reachable objects, unreadable refs, a HEAD whose branch is lost): the
-            message names the first bad ref; run fsck.
+            corrupt reachable objects, unreadable refs, a HEAD whose branch is lost, a damaged
+            pack record): the message names the first bad ref and the first damaged record
+            (what it held, and to restore its file), and fsck, which lists all of it.
         StoreNotFound, StorageError.
     """
     if not grace >= 0:
@@ -626,10 +627,14 @@ def _collect(store: Store, grace: float, dry_run: bool, progress: Callable[[str,
     report.damaged_records = store.objects.damaged_records()  # a pack holding one stays whole
     if report.damaged:
         first = (f"{report.bad_refs[0][0]}: {report.bad_refs[0][1]}; " if report.bad_refs else "")
+        if report.damaged_records:
+            first += (f"{store.objects.damage_text(*report.damaged_records[0])}: gc rewrites and deletes nothing "
+                      "while a pack holds damage; restore that file from a backup or another copy of the store "
+                      "(nothing else in it is affected), then ")
         raise CastoreError(
             f"gc refused: the store is damaged ({len(report.missing)} missing, {len(report.corrupt)} corrupt, "
             f"{len(report.bad_refs)} bad refs, {len(report.damaged_records)} damaged pack records); "
-            f"{first}run `castore fsck`"
+            f"{first}run `castore fsck`, which lists all of it"
         )
     now = time.time()
     # grace 0: everything unreachable goes, whatever its age (no writer is running)

@@ -279,3 +279,36 @@ def test_a_miss_beside_a_damaged_record_that_shows_no_object_names_it_and_fsck(t
     errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
     assert res.exit_code == 1 and len(errors) == 1, res.output
     assert f"packs/{name}.pack at offset {bad}" in errors[0] and "castore fsck" in errors[0], res.output
+
+
+@pytest.mark.parametrize("which", ["intent", "objects"])
+def test_gc_refusing_a_damaged_record_names_it_and_what_to_do(tmp_path, which):
+    """gc refused a store with a damaged record saying only "1 damaged pack records; run
+    `castore fsck`": not which record, not what was wrong with it, not what would let gc run
+    again. It now names the record (pack, offset, size), says what it held and that nothing
+    is rewritten or deleted while it is there, and what to do (restore the file, fsck), in
+    the library's error and the CLI's one line."""
+    root = tmp_path / "st"
+    if which == "intent":
+        name, path, intents = _intent_log(root)
+        bad = intents[-1]
+    else:
+        name, path, offsets = _dead_writer_log(root)
+        bad = offsets[3]
+    data = bytearray(path.read_bytes())
+    size = 20 + int.from_bytes(data[bad:bad + 4], "big")
+    data[bad + 30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    where = f"packs/{name}.pack at offset {bad} ({size} bytes)"
+    with castore.open(str(root)) as r:
+        with pytest.raises(CastoreError) as e:
+            maintenance.gc(r, grace=0)
+    msg = str(e.value)
+    assert msg.startswith("gc refused") and where in msg, msg
+    assert "restore" in msg and "backup" in msg and "castore fsck" in msg, msg
+    kind = "a ref intent" if which == "intent" else "objects"
+    assert kind in msg, msg
+    res = CliRunner().invoke(cli, ["--store", str(root), "gc", "--grace", "0"])
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.exit_code == 1 and len(errors) == 1 and where in errors[0], res.output
+    assert path.read_bytes() == bytes(data)

@@ -990,6 +990,23 @@ class ObjectStore:
         """
         return sorted(self.packmap.damaged_records() + self._damaged_intent_tails())
 
+    def damage_text(self, pack: str, offset: int, size: int) -> str:
+        """What one damaged record of :meth:`damaged_records` is, for a message: where it is,
+        what it held (objects, or a ref intent: its frame byte, when that byte is intact) and
+        what that means. Raises nothing (an unreadable frame byte says "objects or a ref intent")."""
+        try:
+            frame = self.storage.read_range(pack_key(pack), offset + packs.RECORD_HEADER_SIZE, 1)
+        except (OSError, CastoreError):
+            frame = b""
+        if frame == packs.INTENT_FRAME:
+            held = ("a ref intent, which only the replay of ref swaps after a power loss reads (it "
+                    "would be skipped; the refs as they are now read and write as before)")
+        elif frame[:1] and frame[0] <= 3:
+            held = "objects, which cannot be read (fsck names those a ref reaches as missing or corrupt)"
+        else:
+            held = "objects or a ref intent, which cannot be read"
+        return f"{pack_key(pack)} at offset {offset} ({size} bytes) is a damaged record holding {held}"
+
     def _damaged_intent_tails(self) -> list[tuple[str, int, int]]:
         """``(log, offset, bytes)`` of the tail of each unsealed log (no index; not this
         handle's own) that :func:`~castore.objectstore.packmap.damaged_intent_tail` calls
