@@ -21,6 +21,7 @@ def main(fast: bool = True) -> None:
     that is alive again, for nothing (a few percent of a short command's time). Raises nothing
     of its own; the command exits the process.
     """
+    _standard_descriptors()
     _escape_what_cannot_be_encoded()
     if fast and "grep" in sys.argv:  # no other command pays for importing the fast path
         from .cli.fast import grep_main
@@ -38,6 +39,29 @@ def main(fast: bool = True) -> None:
     finally:
         gc.enable()
     run()
+
+
+def _standard_descriptors() -> None:
+    """Open the null device on each of descriptors 0 to 2 that the process started without
+    (``castore ... >&-``), as git does: else the first files the command opens (a store's log,
+    a lock) would take them, and whatever writes to stdout or stderr there (a worker process it
+    starts, an interpreter's fatal error) would write into them. A stream Python left as None
+    for a closed descriptor writes to the null device: the command's output goes nowhere, and
+    it ends as it would have, not with a traceback from asking it whether it is a terminal."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: fd itself
+    # the process's streams, open for its life
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
 
 
 def _escape_what_cannot_be_encoded() -> None:

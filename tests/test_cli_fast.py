@@ -302,17 +302,38 @@ def test_on_a_terminal_the_fast_path_highlights_as_click_does(where: dict[str, s
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a shell closes the descriptor")
-def test_a_closed_stdout_ends_both_ways_without_a_traceback(where: dict[str, str]) -> None:
-    """Started with stdout closed (``castore grep -c x >&-``: Python's sys.stdout is None), the
-    fast path leaves the command to click, which writes nothing there; the process then ends as
-    any command does, not with a traceback from flushing a stream that is not there."""
+@pytest.mark.parametrize("argv", [["grep", "-c", "parser"], ["grep", "parser"], ["log", "-s", "bot/ann/s1"],
+                                  ["status", "-s", "bot/ann/s1"]])
+def test_a_closed_stdout_ends_both_ways_without_a_traceback(where: dict[str, str], argv: list[str]) -> None:
+    """Started with stdout closed (``castore grep x >&-``: Python's sys.stdout is None), a command
+    writes its output nowhere and ends as it would have (as git does), not with a traceback from
+    asking a stream that is not there whether it is a terminal (``grep`` through click, ``log``'s
+    pager) or flushing it."""
     env = {**os.environ, "CASTORE_STORE": where["store"], "CASTORE_GREP_INDEX": where["index"],
            "PYTHONPATH": str(ROOT)}
     for fast_path in (True, False):
         code = f"import sys; sys.argv[0] = 'castore'; from castore.__main__ import main; main(fast={fast_path})"
-        p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", code, "grep", "-c", "parser"],
+        p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", code, *argv],
                            capture_output=True, env=env, cwd=str(ROOT), check=False)
         assert (p.returncode, p.stderr) == (0, b""), (fast_path, p.stderr.decode())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell closes the descriptors")
+def test_a_store_file_never_takes_a_closed_standard_descriptor(tmp_path: Path) -> None:
+    """Started with stdin, stdout and stderr closed (``castore ... <&- >&- 2>&-``, a daemon's
+    habit), the first files the command opens would get descriptors 0 to 2, and anything writing
+    to stdout or stderr there (a worker process it starts, an interpreter's fatal error) would
+    write into a store file: they are opened on the null device first, as git does."""
+    code = ("import os, sys; sys.argv[0] = 'castore'; from castore.__main__ import main\n"
+            "try:\n    main(fast=False)\nexcept SystemExit:\n    pass\n"
+            "fd = os.open(os.devnull, os.O_RDONLY)\n"  # the next file the process opens
+            "os.write(os.open(os.environ['OUT'], os.O_WRONLY), str(fd).encode())")
+    out = tmp_path / "fd"
+    out.write_bytes(b"")
+    p = subprocess.run(["sh", "-c", 'exec "$@" <&- >&- 2>&-', "sh", sys.executable, "-c", code, "--version"],
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(out)}, cwd=str(ROOT), check=False)
+    assert p.returncode == 0
+    assert int(out.read_bytes()) > 2
 
 
 @pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
