@@ -39,6 +39,7 @@ from .plumbing import (
     HEADS,
     META_TIME,
     SessionRefs,
+    branches_made_since,
     head_segment,
     lost_branch_problem,
     parse_ref_name,
@@ -212,6 +213,7 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
     keys = store.storage.list(REFS_PREFIX)
     got = store.storage.read_many(keys)
     keyset = set(keys)
+    _read_branches_made_since(keys, got, keyset, store)
     for key in keys:
         name = key[len(REFS_PREFIX) + 1:]
         raw = got.get(key)
@@ -243,6 +245,24 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
                 out.append((hint.index, f"ref {name} (read hint)", (Index,)))
             out.extend((t, f"ref {name} (read hint)", (Commit,)) for t in hint.tail)
     return out
+
+
+def _read_branches_made_since(keys: list[str], got: dict[str, bytes | None], keyset: set[str], store: Store) -> None:
+    """Add to the refs listed (``keys``, ``keyset``) and read (``got``) the branches the HEADs
+    read name that the listing lacked and that a read now finds (:func:`branches_made_since`)."""
+    heads: dict[str, RefValue | None] = {}
+    for key in keys:
+        if key.endswith("/HEAD") and (raw := got.get(key)) is not None:
+            try:
+                heads[key] = parse(key[len(REFS_PREFIX) + 1:], raw)
+            except IntegrityError:
+                continue  # reported by the caller
+    late = branches_made_since(heads, keyset)
+    for key, raw in store.storage.read_many(late).items() if late else ():
+        if raw is not None:
+            keys.append(key)
+            keyset.add(key)
+            got[key] = raw
 
 
 def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:

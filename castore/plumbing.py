@@ -34,7 +34,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -231,6 +231,26 @@ def head_segment(head: RefValue) -> str:
     if kind != HEADS or not valid_segment(seg):
         raise CorruptRef(head.name, f"HEAD must name a branch ('ref: heads/<branch>'), not {sym[:80]!r}")
     return seg
+
+
+def branches_made_since(values: Mapping[str, RefValue | None], listed: Container[str]) -> list[str]:
+    """The branches that the session HEADs among ``values`` (ref name -> value as read) name and
+    ``listed`` lacks, in the names' namespace. A reader that lists refs, then reads them, reads
+    these again before it judges a HEAD (:func:`lost_branch_problem`): each is absent (never born,
+    or lost), or was made after the listing and HEAD put on it before HEAD was read (``checkout
+    -b``, a first append), and then a read now finds it (a branch is made before HEAD names it).
+    Raises nothing (a HEAD that names no branch is left to the caller)."""
+    out = []
+    for name, v in values.items():
+        if v is None or v.symbolic is None or not name.endswith("/HEAD"):
+            continue
+        try:
+            branch = f"{name[:-len('HEAD')]}{HEADS}/{head_segment(v)}"
+        except CorruptRef:
+            continue
+        if branch not in listed:
+            out.append(branch)
+    return out
 
 
 def valid_segment(seg: str) -> bool:
@@ -1137,6 +1157,7 @@ __all__ = [
     "ScopePlan",
     "SessionRefs",
     "lost_branch_problem",
+    "branches_made_since",
     "parse_ref_name",
     "real_name",
     "retry",

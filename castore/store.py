@@ -938,7 +938,8 @@ class Store:
             self, folders: Iterable[str] | None = None, lost: dict[tuple[str, str, str], CorruptRef] | None = None,
     ) -> dict[tuple[str, str, str], tuple[str, dict[str, str], str | None]]:
         """:meth:`session_refs` with, third, the branch segment each session's HEAD is on
-        (None: detached, or not a branch): from the same read, each ref file read once.
+        (None: detached, or not a branch): from the same read, each ref file read once (and
+        the branch a HEAD names read again when the listing lacked it: made since, or absent).
 
         ``lost``: where each session whose HEAD names a lost branch
         (:func:`castore.plumbing.lost_branch_problem`, judged from HEAD as stored and the refs
@@ -948,7 +949,7 @@ class Store:
         Raises:
             IntegrityError, StorageError.
         """
-        from .plumbing import HEADS, META_NAMES, head_segment, lost_branch_problem
+        from .plumbing import META_NAMES, branches_made_since, head_segment, lost_branch_problem
         from .refs import PREFIX as REFS_PREFIX
 
         if folders is None:
@@ -979,14 +980,16 @@ class Store:
                         pass
             if v.symbolic is None:
                 out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
-        if lost is not None:
-            for f, v in symbolic.items():
-                seg = heads[f]
-                if f not in keys or seg is None or f"{HEADS}/{seg}" in out.get(f, {}):
-                    continue
+        # a HEAD naming a branch the listing lacks: read again (branches_made_since), then judged
+        late = branches_made_since({f"{f}/HEAD": v for f, v in symbolic.items() if f in keys}, set(names_))
+        for ref, v in (self.refs.read_many(late) if late else {}).items():
+            f = ref.rsplit("/", 2)[0]
+            if v is not None and v.symbolic is None:
+                out.setdefault(f, {})[ref[len(f) + 1:]] = v.target
+            elif lost is not None:
                 listed = {f"{REFS_PREFIX}/{n}" for n in names_ if n.startswith(f + "/")}
-                if (why := lost_branch_problem(f, seg, v, listed)) is not None:
-                    lost[keys[f]] = CorruptRef(v.name, why)
+                if (why := lost_branch_problem(f, ref.rsplit("/", 1)[1], symbolic[f], listed)) is not None:
+                    lost[keys[f]] = CorruptRef(symbolic[f].name, why)
         return {keys[f]: (f, refs, heads.get(f)) for f, refs in out.items() if f in keys}
 
     def _read_refs_skipping_damage(self, refs: list[str], damage: dict[str, str] | None = None

@@ -54,6 +54,7 @@ from .plumbing import (
     STATE,
     RefName,
     SessionRefs,
+    branches_made_since,
     lost_branch_problem,
     parse_ref_name,
     real_name,
@@ -359,6 +360,14 @@ class _Sync:
         src_parsed = self._valid(self.src.refs.list(prefix), "the source")
         src_names = [p.ref for p in src_parsed if not _is_tracking(p)]
         src_vals = self.src.refs.read_many(src_names)
+        # a branch made after the listing that a HEAD read names (checkout -b, a first append)
+        # travels with it, rather than the session being refused as one whose branch was lost
+        late = branches_made_since(src_vals, set(src_names))
+        for ref, v in (self.src.refs.read_many(late) if late else {}).items():
+            if v is not None and (p := parse_ref_name(ref)) is not None:
+                src_parsed.append(p)
+                src_names.append(ref)
+                src_vals[ref] = v
         dst_parsed = self._valid(self.dst.refs.list(prefix), "the destination")
         dst_names = {p.ref for p in dst_parsed}
         sessions: dict[str, list[str]] = {}
@@ -369,6 +378,8 @@ class _Sync:
         # (with their tokens, for the compare-and-swap).
         self._read_dst([p.ref for p in dst_parsed if p.session_prefix in sessions
                         and (not _is_tracking(p) or self.pull_remote)])
+        self._read_dst(late := branches_made_since({n: self.dst_values.get(n) for n in dst_names}, dst_names))
+        dst_names.update(r for r in late if self.dst_values.get(r) is not None)  # (as on the source side)
         for n in src_names:
             self.dst_values.setdefault(n, None)
         for sprefix, refs in sorted(sessions.items()):

@@ -4,16 +4,19 @@ damage that fsck reports and that stops gc, which would otherwise drop the branc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers.storage import PassThrough
 
 import castore
 from castore import maintenance
 from castore.cli import main
 from castore.plumbing import META_BORN
 from castore.session import NEW_BRANCH
+from castore.storage import Storage, open_storage
 
 
 def _msgs(s: castore.Session, n: int, tag: str = "m") -> list[str]:
@@ -660,3 +663,108 @@ def test_branch_listing_and_checkout_of_a_session_whose_branch_is_lost_name_the_
         assert porcelain.branch_list(again.session("app", "u", "s1")).lost is None
     res = runner.invoke(main, ["--store", str(root), "branch", "-s", "app/u/s1"])
     assert res.exit_code == 0 and "lost" not in res.output, res.output
+
+
+class _MovedAfterListing(PassThrough):
+    """A storage on which ``then()`` runs once, just after the first listing of session refs:
+    another process's write landing between a reader's listing and its read of what it listed."""
+
+    def __init__(self, inner: Storage, then: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.then: Callable[[], None] | None = then
+
+    def list(self, prefix: str) -> list[str]:
+        got = self.inner.list(prefix)
+        if self.then is not None and prefix.startswith("refs") and prefix != "refs/changes":
+            then, self.then = self.then, None
+            then()
+        return got
+
+
+def _branch_made_during(tmp_path: Path, move: str) -> tuple[str, Callable[[], None]]:
+    """A store whose session ``bot/ann/s`` is about to be moved onto a new branch (``checkout -b``,
+    or its first append after ``set_info``), and the write that does it, from another handle."""
+    root = str(tmp_path / "store")
+    st = castore.open(root, durable=False)
+    s = st.session("bot", "ann", "s")
+    if move == "checkout -b":
+        _msgs(s, 2)
+    else:
+        s.set_info({"title": "t"})
+
+    def writer() -> None:
+        w = castore.open(root, durable=False).session("bot", "ann", "s")
+        if move == "checkout -b":
+            w.checkout("HEAD~1", create="retry")
+        else:
+            _msgs(w, 1)
+        assert w.lost_branch() is None
+
+    return root, writer
+
+
+@pytest.mark.parametrize("move", ["checkout -b", "first append"])
+def test_a_branch_made_between_a_readers_listing_and_its_read_is_not_lost(tmp_path: Path, move: str) -> None:
+    """A reader of every session's refs (the search index, usage) lists them, then reads them:
+    a HEAD read after a writer made a branch and put HEAD on it (``checkout -b``; a first append
+    after ``set_info``, which marks HEAD born) names a branch the listing did not have. That is
+    a healthy session, not one whose branch was lost (grep said so and exited 2)."""
+    root, writer = _branch_made_during(tmp_path, move)
+    reader = castore.Store(_MovedAfterListing(open_storage(root), writer))
+    found: dict[tuple[str, str, str], castore.CorruptRef] = {}
+    got = reader.session_refs_and_heads(lost=found)
+    assert found == {}
+    branch = "retry" if move == "checkout -b" else "main"
+    assert got[("bot", "ann", "s")][2] == branch
+    assert f"heads/{branch}" in got[("bot", "ann", "s")][1]
+
+
+@pytest.mark.parametrize("move", ["checkout -b", "first append"])
+def test_fsck_during_a_checkout_b_or_a_first_append_finds_no_bad_ref(tmp_path: Path, move: str) -> None:
+    """fsck lists every ref, then reads them: a HEAD put on a branch made after the listing is a
+    healthy one (fsck reported it as a bad ref, a lost branch: a false alarm from a cron job while
+    agents work), and that branch is one of the refs it checks."""
+    root, writer = _branch_made_during(tmp_path, move)
+    storage = _MovedAfterListing(open_storage(root), writer)
+    then, storage.then = storage.then, None
+    reader = castore.Store(storage)
+    reader.require()
+    storage.then = then
+    report = maintenance.fsck(reader)
+    assert storage.then is None  # the write ran between fsck's listing and its read
+    assert report.ok, report.bad_refs
+    assert report.unborn == []
+
+
+@pytest.mark.parametrize("move", ["checkout -b", "first append"])
+def test_a_push_during_a_checkout_b_or_a_first_append_refuses_nothing(tmp_path: Path, move: str) -> None:
+    """A push lists the session's refs, then reads them: a HEAD put on a branch made after the
+    listing is a healthy one, not a lost branch (the session was refused, with fsck's line)."""
+    root, writer = _branch_made_during(tmp_path, move)
+    storage = _MovedAfterListing(open_storage(root), writer)
+    then, storage.then = storage.then, None
+    src = castore.Store(storage)
+    src.require()
+    storage.then = then
+    dst = castore.open(str(tmp_path / "remote"), durable=False)
+    report = castore.sync.push(src, dst)
+    assert storage.then is None  # the write ran between the push's listing and its read
+    assert report.refs_refused == []
+    assert maintenance.fsck(dst).ok
+
+
+def test_a_pull_into_a_session_during_its_checkout_b_refuses_nothing(tmp_path: Path) -> None:
+    """The same on the destination's side: a pull lists the local session's refs, then reads
+    them, while the local session checks out a new branch."""
+    root, writer = _branch_made_during(tmp_path, "checkout -b")
+    remote = castore.open(str(tmp_path / "remote"), durable=False)
+    assert castore.sync.push(castore.open(root, durable=False), remote).ok
+    storage = _MovedAfterListing(open_storage(root), writer)
+    then, storage.then = storage.then, None
+    local = castore.Store(storage)
+    local.require()
+    storage.then = then
+    report = castore.sync.pull(remote, local)
+    assert storage.then is None  # the write ran between the pull's listing of the local refs and its read
+    assert report.refs_refused == []
+    assert maintenance.fsck(local).ok
