@@ -465,11 +465,11 @@ class Store:
             # check, so that the tenant keys shared with it later open with the same master key
             enc = like.root.encryption.replicate(self.storage)
             self._master_key = like.root.encryption.keys.wrapper
-        elif self._encrypted:
-            from .crypto.encryption import create_store_keys
+        elif self._encrypted or self._master_key is not None or self._key_store is not None:
+            from .crypto.encryption import create_store_keys  # (refuses a key for a plain store)
 
             try:
-                enc = create_store_keys(self.storage, self._master_key, self._key_store)
+                enc = create_store_keys(self.storage, self._master_key, self._key_store, encrypted=self._encrypted)
             except EncryptionError:
                 if not self.storage.exists(CONFIG_KEY):  # else a rival created the store first
                     raise
@@ -487,12 +487,15 @@ class Store:
         return created
 
     def _open_keys(self) -> None:
-        """Open the keys of an encrypted store (:attr:`encryption`) once its config is read."""
-        if self._config is None or (self._config.get("encryption") is None and not self._encrypted):
+        """Open the keys of an encrypted store (:attr:`encryption`) once its config is read
+        (refusing a ``key_store`` it does not have: :func:`castore.crypto.args.check_encryption_args`)."""
+        if self._config is None or (self._config.get("encryption") is None and not self._encrypted
+                                    and self._key_store is None):
             return
         from .crypto.encryption import open_store_keys
 
-        self.encryption = open_store_keys(self.storage, self._config, self._master_key, encrypted=self._encrypted)
+        self.encryption = open_store_keys(self.storage, self._config, self._master_key, encrypted=self._encrypted,
+                                          key_store=self._key_store)
 
     @property
     def config(self) -> dict[str, Any]:

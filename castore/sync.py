@@ -175,15 +175,20 @@ def add_remote(store: Store, name: str, url: str, options: Mapping[str, Any] | N
     """Record remote ``name`` at ``url`` (with storage options) in the store's config.
 
     Options are stored as given, in plain text in ``castore.json``: prefer the
-    environment or a credentials file for secrets.
+    environment or a credentials file for secrets. A master key is never one of them.
 
     Raises:
         CastoreError: a remote of that name exists (unless ``replace``).
+        EncryptionError: ``options`` hold an encryption argument (``master_key``...:
+            :func:`~castore.crypto.args.check_storage_options`).
         InvalidName: a bad remote name. StorageError.
     """
     _check_remote_name(name)
     if not isinstance(url, str) or not url.strip():
         raise CastoreError("a remote needs a URL")
+    from .crypto.args import check_storage_options
+
+    check_storage_options(options or {}, f"in the options of remote {name!r}")
     entry = {"url": url, "options": dict(options or {})}
 
     def change(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -378,3 +378,71 @@ def test_rival_creators_of_a_new_encrypted_store_share_one_key_store(tmp_path: P
         st.session("a", "u", "s").append(Message(role="user", content="after"))
     with pytest.raises(WrongKey):  # another key finds the key store, and is refused by it
         create_store_keys(open_storage(str(cut)), MasterKey.new())
+
+
+def _o(backend: Backend) -> list[str]:
+    """The backend's storage options as ``-o KEY=VALUE`` arguments."""
+    return [a for k, v in backend.options.items() for a in ("-o", f"{k}={v}")]
+
+
+def test_encryption_arguments_given_as_storage_options_are_refused_with_one_line(backend: Backend,
+                                                                                tmp_path: Path) -> None:
+    """``-o master_key=K`` created a plain store when the store was new (the key unused, no
+    word said), ``-o key_store=URL`` was dropped on every store, ``remote add -o master_key=K``
+    wrote the master key in clear into castore.json, and ``-o master_key`` beside
+    ``--master-key-file`` (or ``clone -o master_key`` with a key file) ended in a TypeError
+    traceback. ``-o`` takes storage options only: each is refused with one line naming the
+    option to use, nothing written (on local disk, memory and S3 alike)."""
+    key = MasterKey.new()
+    (tmp_path / "k").write_text(key)
+    runner = CliRunner()
+    base = ["--store", backend.url, *_o(backend)]
+    for extra in (["-o", f"master_key={key}"], ["-o", "key_store=memory://ks"], ["-o", "encrypted=true"],
+                  ["--master-key-file", str(tmp_path / "k"), "-o", f"master_key={key}"]):
+        res = runner.invoke(main, [*base, *extra, "append", "--role", "user", "hi", "-s", "a/u/s"])
+        assert res.exit_code == 2 and res.exception is None or isinstance(res.exception, SystemExit), res.output
+        assert "is not a storage option" in res.stderr and key not in res.stderr, res.stderr
+        assert "Traceback" not in res.output
+    with castore.open(backend.url, **backend.options) as st:
+        assert not st.exists  # nothing was written
+        st.session("a", "u", "s").append(Message(role="user", content="plain"))
+    res = runner.invoke(main, [*base, "remote", "add", "r", str(tmp_path / "r"), "-o", f"master_key={key}"])
+    assert res.exit_code == 2 and "is not a storage option" in res.stderr, res.output
+    res = runner.invoke(main, ["--master-key-file", str(tmp_path / "k"), "clone", backend.url, str(tmp_path / "c"),
+                               *_o(backend), "-o", f"master_key={key}"])
+    assert res.exit_code == 2 and "is not a storage option" in res.stderr and "Traceback" not in res.output, res.output
+    with castore.open(backend.url, **backend.options) as st:
+        assert key not in str(st.config) and "r" not in st.config.get("remotes", {})
+        with pytest.raises(EncryptionError, match="not a storage option"):
+            castore.sync.add_remote(st, "r", str(tmp_path / "r"), {"master_key": key})
+        assert "r" not in st.config.get("remotes", {})
+
+
+def test_a_key_for_a_store_that_is_not_encrypted_is_refused_or_said_unused(backend: Backend) -> None:
+    """``castore.open(new_url, master_key=K)`` created a plain store at the first write (the
+    key unused, nothing said): only ``encrypted=True`` creates an encrypted one, and a key
+    alone now refuses the creation, nothing written. ``key_store=`` was dropped unless an
+    encrypted store was being created: a new plain store, an existing plain one and an
+    encrypted one whose key store is elsewhere now refuse it, naming the store. A key given
+    for an existing plain store is not used (documented: an environment may hold a key for
+    other stores); the store opens as before."""
+    key = MasterKey.new()
+    st = backend.open(master_key=key)
+    with pytest.raises(EncryptionError, match="would not be encrypted.*encrypted=True"):
+        st.session("a", "u", "s").append(Message(role="user", content=TEXT))
+    st.close()
+    with backend.open() as plain:
+        assert not plain.exists
+        with pytest.raises(EncryptionError, match="key_store"):
+            backend.open(key_store="memory://ks-nowhere").session("a", "u", "s").append(
+                Message(role="user", content=TEXT))
+        plain.session("a", "u", "s").append(Message(role="user", content=TEXT))
+    with backend.open(master_key=key) as again:  # an existing plain store: the key is not used
+        assert [e.id for e in again.session("a", "u", "s").log()]
+    with pytest.raises(EncryptionError, match="not encrypted"):
+        backend.open(key_store="memory://ks-nowhere")
+    enc_url = backend.url + "-enc"
+    with castore.open(enc_url, encrypted=True, master_key=key, **backend.options) as enc:
+        enc.session("a", "u", "s").append(Message(role="user", content=TEXT))
+    with pytest.raises(EncryptionError, match="key store of .* is at its own keys/"):
+        castore.open(enc_url, master_key=key, key_store="memory://ks-elsewhere", **backend.options)

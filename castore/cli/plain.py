@@ -30,8 +30,10 @@ def storage_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs as storage options; ``a.b=x`` nests, JSON values are parsed.
 
     Raises:
-        OptionValueError: a pair without ``=`` or a key nesting under a plain value (its message
-            is the one a user sees after ``Invalid value for ...:``).
+        OptionValueError: a pair without ``=``, a key nesting under a plain value, or one of
+            :meth:`~castore.store.Store.open`'s encryption arguments
+            (:func:`~castore.crypto.args.check_storage_options`) (its message is the one a user sees
+            after ``Invalid value for ...:``).
     """
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -51,6 +53,14 @@ def storage_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
             if not isinstance(where, dict):
                 raise OptionValueError(f"{key!r} nests under a plain value")
         where[last] = value
+    if out:
+        from ..crypto.args import check_storage_options
+        from ..errors import EncryptionError
+
+        try:
+            check_storage_options(out, "after -o")
+        except EncryptionError as e:
+            raise OptionValueError(str(e)) from None
     return out
 
 

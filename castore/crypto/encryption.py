@@ -26,6 +26,7 @@ from ..names import tenant_segments
 from ..objects import Codec
 from ..storage import Storage
 from .aead import AeadCipher
+from .args import check_encryption_args, refuse_plain_creation
 from .keys import MASTER_KEY_ENV, KeyWrapper, MasterKey
 from .keystore import CONFIG_KEY, KeyStore
 
@@ -192,18 +193,20 @@ def as_wrapper(master_key: KeyWrapper | bytes | str | None) -> KeyWrapper | None
 
 
 def open_store_keys(store_storage: Storage, config: dict[str, Any], master_key: KeyWrapper | bytes | str | None,
-                    *, encrypted: bool | None = None) -> Encryption | None:
+                    *, encrypted: bool | None = None, key_store: str | None = None) -> Encryption | None:
     """The keys of the existing store whose ``castore.json`` is ``config``; None when it is
     not encrypted. Without a master key the keys open all the same: names and erasures can
     be listed, and every tenant's codec raises KeyMissing on first use.
 
     Raises:
         EncryptionError: ``encrypted`` is True and the store is not encrypted, or its
-            settings are damaged or name an algorithm this castore does not know.
+            settings are damaged or name an algorithm this castore does not know; a
+            ``key_store`` given that is not the store's (:func:`~castore.crypto.args.check_encryption_args`).
         WrongKey: the master key given is not the store's.
         KeyMissing: the key store is not there.
         StorageError: the storage failed.
     """
+    check_encryption_args(store_storage.url, config, key_store)
     settings = config.get(CONFIG_KEY)
     if settings is None:
         if encrypted:
@@ -216,18 +219,22 @@ def open_store_keys(store_storage: Storage, config: dict[str, Any], master_key: 
 
 
 def create_store_keys(store_storage: Storage, master_key: KeyWrapper | bytes | str | None,
-                      key_store: str | None = None) -> Encryption:
+                      key_store: str | None = None, *, encrypted: bool | None = True) -> Encryption:
     """The key store of a new encrypted store (see :meth:`Encryption.create`).
 
     A key store already there (a rival creating the same store at the same moment, or a
     creation cut short) is opened instead, so that every creator uses the same keys.
 
     Raises:
+        EncryptionError: ``encrypted`` is not True (a key was given for a new store that
+            would be plain: :func:`~castore.crypto.args.refuse_plain_creation`).
         KeyMissing: no master key was given (nor in ``CASTORE_MASTER_KEY``).
         WrongKey: a key store is already there, made with another master key.
         EncryptionError: the key given is malformed, or a damaged key store is there.
         StorageError: the storage failed.
     """
+    if not encrypted:
+        refuse_plain_creation(store_storage.url, master_key is not None, key_store)
     wrapper = as_wrapper(master_key)
     if wrapper is None:
         raise KeyMissing(f"creating an encrypted store at {store_storage.url} needs a master key: make one with "
