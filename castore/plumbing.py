@@ -969,6 +969,29 @@ class Plumbing:
             b.hint = b.hint.with_packs(written, self.objects.live_packs)
         return n
 
+    def mark_born(self, refs: SessionRefs, branch: str) -> None:
+        """Put the born mark (:data:`META_BORN`) on the HEAD of ``refs``, made by ``set_info``
+        before the first commit on ``branch`` landed, unless it has it or names another branch by
+        then; a rival's write of HEAD meanwhile (a ``set_info``) is read and the mark added to it.
+        HEAD moving for longer, or naming no branch, leaves it without the mark (the session is
+        then judged as a HEAD written before the mark existed).
+
+        Raises:
+            StorageError.
+        """
+
+        def attempt(_: int) -> None:
+            head = self.refs.read(refs.head)
+            if head is None or head.meta.get(META_BORN) or head.symbolic is None or refs.branch_ref_of(head) != branch:
+                return  # marked, or on another branch (whatever put it there marked it)
+            self.swap(refs.head, head.target, head,
+                      {**{k: v for k, v in head.meta.items() if k != META_WRITE_ID}, META_BORN: True})
+
+        try:
+            self.land(refs.head, attempt)
+        except (RefContended, CorruptRef):
+            pass
+
     # -- the reflog ------------------------------------------------------------------------
     def record_move(self, refs: SessionRefs, ref: str, old: str, new: str | None, why: str,
                     policy: RetryPolicy | None = None) -> ObjectId:

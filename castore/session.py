@@ -457,7 +457,8 @@ class Session:
                 created = name
                 move.then.append(lambda _: self._create_head(created))
             elif tipref is None and not head.meta.get(META_BORN):  # set_info made HEAD: its first commit
-                move.then.append(lambda _: self._mark_born(head))
+                first = ref
+                move.then.append(lambda _: self.plumbing.mark_born(self.refs, first))
 
         ids: list[ObjectId] = self.store.group_commit.land(Job(self.refs.prefix, stage, final=expect is not None))
         for plan in plans:
@@ -533,14 +534,6 @@ class Session:
             self.plumbing.swap(self.refs.head, target, None, self._head_meta(None, **extra))
         except RefConflict:
             pass  # another writer created it first: fine
-
-    def _mark_born(self, head: RefValue) -> None:
-        """Put the born mark on ``head`` (made by ``set_info`` before the first commit landed)."""
-        try:
-            self.plumbing.swap(self.refs.head, head.target, head,
-                               {**{k: v for k, v in head.meta.items() if k != META_WRITE_ID}, META_BORN: True})
-        except RefConflict:
-            pass  # HEAD moved meanwhile: left without the mark, the session is judged as before it
 
     def _head_to_new_branch(self, head: RefValue | None, name: str) -> None:
         """Put the detached ``head`` on the branch ``name`` just started where it was."""

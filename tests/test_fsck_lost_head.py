@@ -16,7 +16,7 @@ from castore import maintenance
 from castore.cli import main
 from castore.plumbing import META_BORN
 from castore.session import NEW_BRANCH
-from castore.storage import Storage, open_storage
+from castore.storage import Storage, Token, open_storage
 
 
 def _msgs(s: castore.Session, n: int, tag: str = "m") -> list[str]:
@@ -768,3 +768,37 @@ def test_a_pull_into_a_session_during_its_checkout_b_refuses_nothing(tmp_path: P
     assert storage.then is None  # the write ran between the pull's listing of the local refs and its read
     assert report.refs_refused == []
     assert maintenance.fsck(local).ok
+
+
+class _BeforeHeadSwap(PassThrough):
+    """A storage on which ``then()`` runs once, just before the first compare-and-swap of a
+    session's HEAD: another writer's HEAD write landing first."""
+
+    def __init__(self, inner: Storage, then: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.then: Callable[[], None] | None = then
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        if self.then is not None and key.endswith("/HEAD"):
+            then, self.then = self.then, None
+            then()
+        return self.inner.swap(key, data, expect)
+
+
+def test_a_first_commit_marks_head_born_though_set_info_moved_head_meanwhile(tmp_path: Path) -> None:
+    """The first append to a session whose HEAD ``set_info`` made adds the born mark with one
+    compare-and-swap of HEAD after the branch landed; a ``set_info`` of another process landing
+    just before it made it give up, leaving a session with history and no mark: its only
+    branch lost would then look never born (a session passed as sound, its commits left to gc)."""
+    root = str(tmp_path / "store")
+    castore.open(root, durable=False).session("bot", "ann", "s").set_info({"title": "first"})
+
+    def other() -> None:
+        castore.open(root, durable=False).session("bot", "ann", "s").set_info({"title": "second"})
+
+    store = castore.Store(_BeforeHeadSwap(open_storage(root), other))
+    s = store.session("bot", "ann", "s")
+    _msgs(s, 1)
+    head = castore.open(root, durable=False).refs.read(s.refs.head)
+    assert head is not None and head.meta.get(META_BORN) is True
+    assert castore.open(root, durable=False).session("bot", "ann", "s").info == {"title": "second"}
