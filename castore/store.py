@@ -489,8 +489,7 @@ class Store:
     def _open_keys(self) -> None:
         """Open the keys of an encrypted store (:attr:`encryption`) once its config is read
         (refusing a ``key_store`` it does not have: :func:`castore.crypto.args.check_encryption_args`)."""
-        if self._config is None or (self._config.get("encryption") is None and not self._encrypted
-                                    and self._key_store is None):
+        if not (self._config and (self._config.get("encryption") is not None or self._encrypted or self._key_store)):
             return
         from .crypto.encryption import open_store_keys
 

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 from . import names
 from . import objects as o
+from .crypto.args import storage_options
 from .errors import (
     CastoreError,
     CorruptRef,
@@ -186,10 +187,7 @@ def add_remote(store: Store, name: str, url: str, options: Mapping[str, Any] | N
     _check_remote_name(name)
     if not isinstance(url, str) or not url.strip():
         raise CastoreError("a remote needs a URL")
-    from .crypto.args import check_storage_options
-
-    check_storage_options(options or {}, f"in the options of remote {name!r}")
-    entry = {"url": url, "options": dict(options or {})}
+    entry = {"url": url, "options": storage_options(options, f"in the options of remote {name!r}")}
 
     def change(cfg: dict[str, Any]) -> dict[str, Any]:
         remotes = dict(cfg.get("remotes") or {})
@@ -1136,8 +1134,7 @@ def both_ways(local: Store, remote: Store, sessions: Selection = None, *, remote
         InvalidName, ObjectNotFound, IntegrityError, StorageError: as :func:`push` and :func:`pull`.
     """
     created = not remote.exists
-    pulled = SyncReport() if created else pull(remote, local, sessions, progress=progress,
-                                                remote_name=remote_name)
+    pulled = SyncReport() if created else pull(remote, local, sessions, progress=progress, remote_name=remote_name)
     pushed = push(local, remote, sessions, progress=progress)
     refused = {r.ref: r for r in (*pushed.refs_refused, *pulled.refs_refused) if r.reason.startswith(_NON_FF)}
     # Where this pull (or an earlier one) keeps the remote tip of a diverged branch.

@@ -50,6 +50,16 @@ def refuse_plain_creation(url: str, master_key_given: bool, key_store: str | Non
                           f"create it with encrypted=True (`castore init --encrypted`), or leave {given} out")
 
 
+def storage_options(options: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """A copy of storage ``options`` (None: none), checked by :func:`check_storage_options`.
+
+    Raises:
+        EncryptionError: as :func:`check_storage_options`.
+    """
+    check_storage_options(options or {}, where)
+    return dict(options or {})
+
+
 def check_encryption_args(url: str, config: Mapping[str, Any], key_store: str | None) -> None:
     """Refuse ``key_store`` (the URL of a new encrypted store's key store) given for the
     existing store at ``url`` (its castore.json ``config``) when that store is not encrypted,
@@ -70,4 +80,5 @@ def check_encryption_args(url: str, config: Mapping[str, Any], key_store: str | 
                               "chooses a new store's key store only; leave it out")
 
 
-__all__ = ["ENCRYPTION_ARGS", "check_storage_options", "refuse_plain_creation", "check_encryption_args"]
+__all__ = ["ENCRYPTION_ARGS", "check_storage_options", "storage_options", "refuse_plain_creation",
+           "check_encryption_args"]
