@@ -985,13 +985,12 @@ class Store:
         # a HEAD naming a branch the listing lacks: read again (branches_made_since), then judged
         late = branches_made_since({f"{f}/HEAD": v for f, v in symbolic.items() if f in keys}, set(names_))
         for ref, v in (self.refs.read_many(late) if late else {}).items():
-            f = ref.rsplit("/", 2)[0]
+            f, seg = ref.rsplit("/", 2)[0], ref.rsplit("/", 1)[1]
             if v is not None and v.symbolic is None:
                 out.setdefault(f, {})[ref[len(f) + 1:]] = v.target
-            elif lost is not None:
-                listed = {f"{REFS_PREFIX}/{n}" for n in names_ if n.startswith(f + "/")}
-                if (why := lost_branch_problem(f, ref.rsplit("/", 1)[1], symbolic[f], listed)) is not None:
-                    lost[keys[f]] = CorruptRef(symbolic[f].name, why)
+            elif lost is not None and (why := lost_branch_problem(
+                    f, seg, symbolic[f], {f"{REFS_PREFIX}/{n}" for n in names_ if n.startswith(f + "/")})):
+                lost[keys[f]] = CorruptRef(symbolic[f].name, why)
         return {keys[f]: (f, refs, heads.get(f)) for f, refs in out.items() if f in keys}
 
     def _read_refs_skipping_damage(self, refs: list[str], damage: dict[str, str] | None = None

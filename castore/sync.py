@@ -366,11 +366,9 @@ class _Sync:
         # a branch made after the listing that a HEAD read names (checkout -b, a first append)
         # travels with it, rather than the session being refused as one whose branch was lost
         late = branches_made_since(src_vals, set(src_names))
-        for ref, v in (self.src.refs.read_many(late) if late else {}).items():
-            if v is not None and (p := parse_ref_name(ref)) is not None:
-                src_parsed.append(p)
-                src_names.append(ref)
-                src_vals[ref] = v
+        got = {r: v for r, v in (self.src.refs.read_many(late) if late else {}).items() if v is not None}
+        src_parsed += [p for r in got if (p := parse_ref_name(r)) is not None]
+        src_vals.update(got)
         dst_parsed = self._valid(self.dst.refs.list(prefix), "the destination")
         dst_names = {p.ref for p in dst_parsed}
         sessions: dict[str, list[str]] = {}
@@ -383,7 +381,7 @@ class _Sync:
                         and (not _is_tracking(p) or self.pull_remote)])
         self._read_dst(late := branches_made_since({n: self.dst_values.get(n) for n in dst_names}, dst_names))
         dst_names.update(r for r in late if self.dst_values.get(r) is not None)  # (as on the source side)
-        for n in src_names:
+        for n in src_vals:  # (the names listed, and the branches read since)
             self.dst_values.setdefault(n, None)
         for sprefix, refs in sorted(sessions.items()):
             self._plan_session(sprefix, refs, src_vals, dst_names)
