@@ -56,20 +56,23 @@ def test_a_crlf_that_arrives_after_the_import_ends_the_line_before(tmp_path: Pat
                                                                    sub: str) -> None:
     """A file of CRLF lines whose last line was imported before its ``\\r\\n``: the ``\\r\\n``
     that arrives later (alone, or with lines after it) is that line's ending, and the export
-    wrote a newline before it (``}\\n\\r\\n``)."""
+    wrote a newline before it (``}\\n\\r\\n``). So is a ``\\n`` that arrives after a ``\\r``
+    imported with the line (a read that stopped between the two): no line of its own."""
     whole = src.read_bytes().replace(b"\n", b"\r\n")
     more = whole + whole.splitlines(keepends=True)[-1]
     folder = tmp_path / "in" / sub
     folder.mkdir(parents=True)
     f = folder / src.name
     run = CliRunner().invoke
-    for steps in ([whole[:-2], whole, more], [whole[:-2], more]):
-        st = str(tmp_path / f"st{len(steps)}")
+    # (whole[:-1]: the read stopped between the \r and the \n, whose \n then starts the next read)
+    for k, steps in enumerate(([whole[:-2], whole, more], [whole[:-2], more], [whole[:-1], whole, more],
+                               [whole[:-1], more])):
+        st = str(tmp_path / f"st{k}")
         for i, data in enumerate(steps):
             f.write_bytes(data)
             res = run(main, ["--store", st, "import", vendor, str(tmp_path / "in")])
             assert res.exit_code == 0, res.output
-            out = tmp_path / f"out{len(steps)}-{i}"
+            out = tmp_path / f"out{k}-{i}"
             res = run(main, ["--store", st, "export", vendor, str(out)])
             assert res.exit_code == 0, res.output
             (got,) = list(out.rglob("*.jsonl"))
