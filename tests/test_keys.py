@@ -51,7 +51,7 @@ def test_new_is_base64_of_32_fresh_random_bytes():
     (base64.b64encode(os.urandom(33)).decode(), "33 bytes, not 32"),
     ("", "0 bytes"),
     ("é", "not base64"),
-])
+], ids=["not-base64", "16-bytes", "33-bytes", "empty", "not-ascii"])
 def test_a_bad_master_key_text_is_one_clear_error(text, needle):
     with pytest.raises(EncryptionError, match=needle) as e:
         MasterKey.from_text(text)
