@@ -31,11 +31,13 @@ class gc_paused:
     only the forking thread's pauses go on.
     """
 
-    __slots__ = ()
+    __slots__ = ("_owner",)
 
     def __enter__(self) -> None:
         global _was_enabled
-        me = threading.get_ident()
+        # the pause is the thread's that began it, wherever it ends (a generator holding one
+        # may be finished by another thread)
+        me = self._owner = threading.get_ident()
         with _lock:
             if not _pauses:
                 _was_enabled = gc.isenabled()
@@ -43,11 +45,11 @@ class gc_paused:
             _pauses[me] = _pauses.get(me, 0) + 1
 
     def __exit__(self, *exc: object) -> None:
-        me = threading.get_ident()
+        owner = self._owner
         with _lock:
-            left = _pauses.pop(me) - 1
-            if left:
-                _pauses[me] = left
+            left = _pauses.pop(owner, 0) - 1  # (none: its thread was not the one that forked)
+            if left > 0:
+                _pauses[owner] = left
             elif not _pauses and _was_enabled:
                 gc.enable()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,31 @@ def test_gc_paused_in_two_threads_keeps_the_collector_off_until_the_last_ends() 
             leave.set()
             t.join()
             gc.enable()
+
+
+def test_a_pause_ended_by_another_thread_than_began_it_switches_the_collector_back() -> None:
+    """A generator holding a pause, advanced by one thread and finished by another (an async
+    caller running each step in a worker thread of its pool): the pause ends where it ends."""
+
+    def steps() -> Iterator[None]:
+        with gc_paused():
+            yield
+
+    it = steps()
+    errors: list[BaseException] = []
+
+    def step() -> None:
+        try:
+            next(it, None)
+        except BaseException as e:
+            errors.append(e)
+
+    for _ in range(2):
+        t = threading.Thread(target=step)
+        t.start()
+        t.join()
+    assert errors == []
+    assert gc.isenabled()
 
 
 def test_a_child_forked_during_another_threads_pause_has_its_collector_back() -> None:
