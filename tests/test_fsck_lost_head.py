@@ -665,20 +665,39 @@ def test_branch_listing_and_checkout_of_a_session_whose_branch_is_lost_name_the_
     assert res.exit_code == 0 and "lost" not in res.output, res.output
 
 
-class _MovedAfterListing(PassThrough):
-    """A storage on which ``then()`` runs once, just after the first listing of session refs:
-    another process's write landing between a reader's listing and its read of what it listed."""
+class _Meanwhile(PassThrough):
+    """A storage on which another process's write (``then``, armed by :meth:`arm`) runs once:
+    just after the next listing of refs (``on="list"``: between a reader's listing and its read
+    of what it listed), or just before the next compare-and-swap of a session's HEAD
+    (``on="swap"``)."""
 
-    def __init__(self, inner: Storage, then: Callable[[], None]) -> None:
+    def __init__(self, inner: Storage, on: str) -> None:
         super().__init__(inner)
-        self.then: Callable[[], None] | None = then
+        self.on = on
+        self.then: Callable[[], None] | None = None
+
+    def arm(self, then: Callable[[], None]) -> castore.Store:
+        """A store opened on this storage (what opening reads runs first), ``then`` armed."""
+        store = castore.Store(self)
+        store.require()
+        self.then = then
+        return store
+
+    def _run(self) -> None:
+        then, self.then = self.then, None
+        if then is not None:
+            then()
 
     def list(self, prefix: str) -> list[str]:
         got = self.inner.list(prefix)
-        if self.then is not None and prefix.startswith("refs") and prefix != "refs/changes":
-            then, self.then = self.then, None
-            then()
+        if self.on == "list" and prefix.startswith("refs") and prefix != "refs/changes":
+            self._run()
         return got
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        if self.on == "swap" and key.endswith("/HEAD"):
+            self._run()
+        return self.inner.swap(key, data, expect)
 
 
 def _branch_made_during(tmp_path: Path, move: str) -> tuple[str, Callable[[], None]]:
@@ -710,7 +729,7 @@ def test_a_branch_made_between_a_readers_listing_and_its_read_is_not_lost(tmp_pa
     after ``set_info``, which marks HEAD born) names a branch the listing did not have. That is
     a healthy session, not one whose branch was lost (grep said so and exited 2)."""
     root, writer = _branch_made_during(tmp_path, move)
-    reader = castore.Store(_MovedAfterListing(open_storage(root), writer))
+    reader = _Meanwhile(open_storage(root), "list").arm(writer)
     found: dict[tuple[str, str, str], castore.CorruptRef] = {}
     got = reader.session_refs_and_heads(lost=found)
     assert found == {}
@@ -725,12 +744,8 @@ def test_fsck_during_a_checkout_b_or_a_first_append_finds_no_bad_ref(tmp_path: P
     healthy one (fsck reported it as a bad ref, a lost branch: a false alarm from a cron job while
     agents work), and that branch is one of the refs it checks."""
     root, writer = _branch_made_during(tmp_path, move)
-    storage = _MovedAfterListing(open_storage(root), writer)
-    then, storage.then = storage.then, None
-    reader = castore.Store(storage)
-    reader.require()
-    storage.then = then
-    report = maintenance.fsck(reader)
+    storage = _Meanwhile(open_storage(root), "list")
+    report = maintenance.fsck(storage.arm(writer))
     assert storage.then is None  # the write ran between fsck's listing and its read
     assert report.ok, report.bad_refs
     assert report.unborn == []
@@ -741,11 +756,8 @@ def test_a_push_during_a_checkout_b_or_a_first_append_refuses_nothing(tmp_path: 
     """A push lists the session's refs, then reads them: a HEAD put on a branch made after the
     listing is a healthy one, not a lost branch (the session was refused, with fsck's line)."""
     root, writer = _branch_made_during(tmp_path, move)
-    storage = _MovedAfterListing(open_storage(root), writer)
-    then, storage.then = storage.then, None
-    src = castore.Store(storage)
-    src.require()
-    storage.then = then
+    storage = _Meanwhile(open_storage(root), "list")
+    src = storage.arm(writer)
     dst = castore.open(str(tmp_path / "remote"), durable=False)
     report = castore.sync.push(src, dst)
     assert storage.then is None  # the write ran between the push's listing and its read
@@ -759,30 +771,12 @@ def test_a_pull_into_a_session_during_its_checkout_b_refuses_nothing(tmp_path: P
     root, writer = _branch_made_during(tmp_path, "checkout -b")
     remote = castore.open(str(tmp_path / "remote"), durable=False)
     assert castore.sync.push(castore.open(root, durable=False), remote).ok
-    storage = _MovedAfterListing(open_storage(root), writer)
-    then, storage.then = storage.then, None
-    local = castore.Store(storage)
-    local.require()
-    storage.then = then
+    storage = _Meanwhile(open_storage(root), "list")
+    local = storage.arm(writer)
     report = castore.sync.pull(remote, local)
     assert storage.then is None  # the write ran between the pull's listing of the local refs and its read
     assert report.refs_refused == []
     assert maintenance.fsck(local).ok
-
-
-class _BeforeHeadSwap(PassThrough):
-    """A storage on which ``then()`` runs once, just before the first compare-and-swap of a
-    session's HEAD: another writer's HEAD write landing first."""
-
-    def __init__(self, inner: Storage, then: Callable[[], None]) -> None:
-        super().__init__(inner)
-        self.then: Callable[[], None] | None = then
-
-    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
-        if self.then is not None and key.endswith("/HEAD"):
-            then, self.then = self.then, None
-            then()
-        return self.inner.swap(key, data, expect)
 
 
 def test_a_first_commit_marks_head_born_though_set_info_moved_head_meanwhile(tmp_path: Path) -> None:
@@ -796,9 +790,10 @@ def test_a_first_commit_marks_head_born_though_set_info_moved_head_meanwhile(tmp
     def other() -> None:
         castore.open(root, durable=False).session("bot", "ann", "s").set_info({"title": "second"})
 
-    store = castore.Store(_BeforeHeadSwap(open_storage(root), other))
-    s = store.session("bot", "ann", "s")
+    storage = _Meanwhile(open_storage(root), "swap")
+    s = storage.arm(other).session("bot", "ann", "s")
     _msgs(s, 1)
+    assert storage.then is None  # the other's set_info landed just before the mark's swap
     head = castore.open(root, durable=False).refs.read(s.refs.head)
     assert head is not None and head.meta.get(META_BORN) is True
     assert castore.open(root, durable=False).session("bot", "ann", "s").info == {"title": "second"}
