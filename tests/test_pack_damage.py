@@ -5,6 +5,7 @@ needs them stop with that one ``Error:`` line (exit 1) while the other sessions 
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import castore
 from castore import maintenance
 from castore.cli import main
 from castore.objectstore.packs import Slot
+from tests import s3server
 
 
 def _store(root: Path, repacked: bool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -203,3 +205,49 @@ def test_repack_keeps_a_sealed_pack_cut_short_at_a_record_boundary(tmp_path: Pat
         after = maintenance.fsck(r)
     assert after.missing == [] and after.damaged_records == before.damaged_records
     assert {oid for oid, _ in after.corrupt} == {oid for oid, _ in before.corrupt}
+
+
+@pytest.mark.parametrize("cut", ["header", "nothing"])
+def test_a_batch_pack_cut_short_at_a_record_end_on_s3_is_damage_not_a_missing_object(
+        moto_server: s3server.Server, cut: str) -> None:
+    """On S3 every append is a whole batch pack without an index (``b-``, named by the hash of
+    its bytes). One cut short to a record's end (to its header, or to nothing) scanned clean:
+    a reader of its objects got "object X not found" and fsck listed them as missing, naming
+    no pack and no damage (local disk's sealed packs have an index saying how long they were).
+    A pack written whole whose bytes no longer hash to its name is damage: the reader's error
+    and fsck name the pack and say it was cut short."""
+    bucket = f"t-{uuid.uuid4().hex[:20]}"
+    s3server.make_bucket(moto_server.endpoint_url, bucket)
+    url, opts = f"s3://{bucket}/store", moto_server.storage_options
+    with castore.open(url, **opts) as w:
+        heads = []
+        for k in range(2):
+            s = w.session("app", "u", f"s{k}")
+            for j in range(3):
+                s.append(castore.Message(role="user", content=f"session {k} message {j}"))
+            heads.append(s.head)
+    with castore.open(url, **opts) as r:
+        r.objects.refresh()
+        hit = r.objects.packmap.locate(heads[1])
+        assert hit is not None and hit[0].startswith("b-")
+        name = hit[0]
+        key = f"packs/{name}.pack"
+        data = r.storage.read(key)
+        short = data[:8] if cut == "header" else b""
+        r.storage.write(key, short)
+    where = f"packs/{name}.pack"
+    with castore.open(url, **opts) as r:
+        with pytest.raises(castore.ObjectNotFound) as e:
+            r.objects.get(heads[1])
+        assert where in str(e.value) and "cut short" in str(e.value) and "castore fsck" in str(e.value), e.value
+        assert len(r.session("app", "u", "s0").log()) == 3  # the other session reads on
+        report = maintenance.fsck(r)
+        assert (name, len(short), 0) in report.damaged_records and not report.ok
+        with pytest.raises(castore.CastoreError, match=f"gc refused.*{where}.*cut short"):
+            maintenance.gc(r, grace=0)
+        assert r.storage.read(key) == short  # nothing was rewritten or deleted
+    flat = {f"{k}.{k2}" if isinstance(v, dict) else k: v2 if isinstance(v, dict) else v
+            for k, v in opts.items() for k2, v2 in (v.items() if isinstance(v, dict) else [(k, v)])}
+    res = CliRunner().invoke(main, ["--store", url, *[a for k, v in flat.items() for a in ("-o", f"{k}={v}")], "fsck"])
+    assert res.exit_code == 1 and f"damaged record: {where} is cut short at offset {len(short)}" in res.output, \
+        res.output

@@ -48,7 +48,8 @@ def _render_fsck(r: FsckReport) -> None:
         ("corrupt", [f"{oid}  {why}" for oid, why in r.corrupt]),
         ("bad ref", [f"{ref}  {why}" for ref, why in r.bad_refs]),
         ("damaged record", [f"packs/{pack}.pack at offset {off} ({n} bytes): "
-                             "the objects or the ref intent it holds cannot be read"
+                             "the objects or the ref intent it holds cannot be read" if n else
+                            f"packs/{pack}.pack is cut short at offset {off}: what was past its end is lost"
                             for pack, off, n in r.damaged_records]),
         ("stale lock", [f"{lock}  (its writer died; the next writer or `castore gc` clears it)"
                         for lock in r.stale_locks]),

@@ -420,9 +420,13 @@ class ObjectStore:
         records = self.packmap.known_damage()
         if not records:
             return ObjectNotFound(oid)
-        name, offset, _ = records[0]
-        return ObjectNotFound(oid, f"a damaged record ({pack_key(name)} at offset {offset}"
-                                   f"{f', and {len(records) - 1} more' if len(records) > 1 else ''}) may have "
+        name, offset, size = records[0]
+        more = f", and {len(records) - 1} more" if len(records) > 1 else ""
+        if not size:
+            return ObjectNotFound(oid, f"{pack_key(name)} is cut short at offset {offset} (its bytes are not those "
+                                       f"it was named for{more}), and what was past its end may have held it: "
+                                       "`castore fsck` lists what is damaged")
+        return ObjectNotFound(oid, f"a damaged record ({pack_key(name)} at offset {offset}{more}) may have "
                                    "held it: `castore fsck` lists what is damaged")
 
     def _stored(self, oid: str) -> bytes | None:
@@ -994,6 +998,9 @@ class ObjectStore:
         """What one damaged record of :meth:`damaged_records` is, for a message: where it is,
         what it held (objects, or a ref intent: its frame byte, when that byte is intact) and
         what that means. Raises nothing (an unreadable frame byte says "objects or a ref intent")."""
+        if not size:
+            return (f"{pack_key(pack)} is cut short at offset {offset}: its bytes are not those it was named for, "
+                    "and the records past its end are lost (what they held cannot be named)")
         try:
             frame = self.storage.read_range(pack_key(pack), offset + packs.RECORD_HEADER_SIZE, 1)
         except (OSError, CastoreError):

@@ -311,6 +311,9 @@ class PackMap:
             try:
                 version = packs.pack_version(data)
             except IntegrityError:
+                if not name.startswith("w-") and not start:  # written whole: its header cut short or damaged
+                    self.add(name, {}, sealed=True, scanned=0)
+                    self._note_cut(name, 0)
                 continue  # not a pack: nothing in it can be read
             damaged: list[tuple[int, int]] = []
             refused: list[SealedFrameError] = []
@@ -329,6 +332,8 @@ class PackMap:
             self.add(name, where, sealed=not name.startswith("w-"), scanned=end, version=version)
             if end < len(data) and not name.startswith("w-"):
                 damaged.append((end, len(data) - end))  # written whole, so a short scan is damage, not a tail
+            elif not name.startswith("w-") and not start and packs.content_name(name[0], data) != name:
+                self._note_cut(name, end)  # a clean scan of bytes that are not those it was named for
             for d in damaged:
                 if d not in self._packs[name].damaged:
                     self._packs[name].damaged.append(d)
@@ -337,6 +342,16 @@ class PackMap:
             self._packs[name].mtime = mtimes.get(name) if end == len(data) else None
             self._packs[name].stamped = stamped
         return sum(self._frames(n) for n, _ in todo) > before
+
+    def _note_cut(self, name: str, end: int) -> None:
+        """Record pack ``name``, written whole and named by the hash of its bytes
+        (:func:`~castore.objectstore.packs.content_name`), as cut short at ``end``: its bytes
+        are not those it was named for, and what was past ``end`` (records, whose objects
+        nothing can name) is lost. The span ``(end, 0)`` is its damaged record
+        (:meth:`damaged_records`; ``castore fsck`` says "cut short")."""
+        with self.lock:
+            if (end, 0) not in self._packs[name].damaged:
+                self._packs[name].damaged.append((end, 0))
 
     def _index_reader(self, name: str) -> Callable[[int, int], bytes]:
         """``read(offset, size)`` of pack ``name``'s index, for a ranged :class:`packs.IndexView`."""
