@@ -48,7 +48,7 @@ STAGES = [
     ("castore.groupcommit", "WriteBatch", "_land", "WriteBatch._land (a landing)"),
     ("castore.objectstore", "ObjectStore", "write_held", "ObjectStore.write_held (a landing's objects)"),
     ("castore.objectstore.packs", "", "encode_records_v2", "encode_records_v2 (final blocks)"),
-    ("castore.objects", "Codec", "frame_block", "Codec.frame_block (zstd level 9 of a block)"),
+    ("castore.objects", "Codec", "frame_block", "Codec.frame_block (zstd of a block)"),
     ("castore.groupcommit", "", "land_staged", "land_staged (a landing's ref files)"),
     ("castore.groupcommit", "WriteBatch", "__exit__", "WriteBatch.__exit__ (the last landing)"),
 ]

@@ -34,7 +34,7 @@ from ..storage import Appender, RefIntent, Storage
 from . import packs
 from .packmap import PackMap
 from .packs import PACKS, Slot, index_key, pack_key
-from .repack import AUTO_REPACK_BATCHES, BLOCK_LEVEL, FINAL_RECORD_BYTES, HELD_RECORD_LEVEL, Repacker
+from .repack import AUTO_REPACK_BATCHES, FINAL_RECORD_BYTES, HELD_RECORD_LEVEL, LANDING_LEVEL, Repacker
 
 #: a local log is sealed (given its index, no longer appended to) past this many bytes
 SEAL_BYTES = 1 << 20
@@ -94,7 +94,7 @@ class WriterLog:
         ``sync``: the ref intent that names it syncs it), or, where the storage cannot append,
         write them as one whole batch pack; return the bytes written. While a write batch
         holds the repack, the records of a landing (``most``) are blocks in the repack's final
-        layout (by kind, at :data:`~castore.objectstore.repack.BLOCK_LEVEL`), which the repack
+        layout (by kind, at :data:`~castore.objectstore.repack.LANDING_LEVEL`), which the repack
         after the batch copies as they are, and another record is a plain zstd frame at
         :data:`~castore.objectstore.repack.HELD_RECORD_LEVEL` (compressed once more by that
         repack). A log past :data:`SEAL_BYTES` (:data:`HELD_SEAL_FACTOR`
@@ -113,7 +113,7 @@ class WriterLog:
             # zstd frame at a low level (the dictionary codec costs 4x as much), compressed
             # again by that repack
             final = self.repacker.held and most is not None
-            level = BLOCK_LEVEL if final else HELD_RECORD_LEVEL if self.repacker.held else None
+            level = LANDING_LEVEL if final else HELD_RECORD_LEVEL if self.repacker.held else None
             if log is None:
                 groups = [small] if most is None else [small[i:i + 1] for i in range(len(small))]
                 data, where = packs.encode_pack_v2(groups, block_bytes=most or 0, level=level,
