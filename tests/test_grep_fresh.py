@@ -91,17 +91,12 @@ def test_a_search_once_keeps_the_blocks_of_a_rare_word_alone_and_the_chunk_of_a_
     assert p.block(many[3]) == "entry 3 parser x"
 
 
-@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("keep", [True, False])
 def test_find_plain_gives_each_block_holding_the_needle_once_as_a_block_by_block_search_does(
-        monkeypatch: pytest.MonkeyPatch, keep: bool, ahead: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, keep: bool) -> None:
     """A part of several chunks whose blocks hold the needle at their start, at their end, several
     times, overlapping itself, in the last block of a chunk, or not at all; in its lower case only:
-    the blocks found are exactly those a search of each block's text alone finds (``ahead``: each
-    chunk decompressed by the worker thread, one ahead, rather than by the search)."""
-    if ahead:
-        monkeypatch.setattr(gf, "_AHEAD_MIN", 1)
-        monkeypatch.setattr(gf, "_AHEAD", 1)
+    the blocks found are exactly those a search of each block's text alone finds."""
     monkeypatch.setattr(gf, "CHUNK", 80)
     monkeypatch.setattr(gf, "_cache", {})
     monkeypatch.setattr(gf, "_cache_size", [0])
@@ -119,11 +114,9 @@ def test_find_plain_gives_each_block_holding_the_needle_once_as_a_block_by_block
             assert p.find_plain(needle, lowered) == want, (needle, lowered)
 
 
-def test_a_chunk_that_does_not_decompress_in_the_worker_thread_fails_the_search(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker decompressing chunks ahead hands a damaged chunk's error to the search, which
-    raises it (the caller rebuilds the index)."""
-    monkeypatch.setattr(gf, "_AHEAD_MIN", 1)
+def test_a_chunk_that_does_not_decompress_fails_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged chunk among many fails the search with a ValueError, whether the search keeps
+    its chunks or not (the caller rebuilds the index)."""
     monkeypatch.setattr(gf, "CHUNK", 80)
     monkeypatch.setattr(gf, "_cache", {})
     monkeypatch.setattr(gf, "_cache_size", [0])

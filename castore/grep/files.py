@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -230,41 +230,19 @@ class Part:
 
     def _searched(self, c: int, lowered: bool, text: bytes) -> tuple[bytes, bytes | None]:
         """Chunk ``c``'s text to search (``lowered``: lower-cased), given its text ``text`` (as
-        :meth:`_texts` gives it), and its text as written when the search is to keep it only if it
+        :meth:`_text` gives it), and its text as written when the search is to keep it only if it
         holds a hit (:func:`keep_chunks`; else None: kept already); ValueError as :meth:`chunk`."""
         if _keep_all[0]:
             return (self.lowered(c) if lowered else text), None
         return (text.lower() if lowered else text), text
 
-    def _texts(self, chunks: list[int]) -> Iterator[bytes]:
-        """The text of each of ``chunks`` in order, as :meth:`chunk` gives it (kept as it keeps it
-        when the search keeps every chunk, :func:`keep_chunks`; else not kept here): from the
-        process's cache, else decompressed, in a worker thread up to :data:`_AHEAD` chunks ahead
-        of the caller when :data:`_AHEAD_MIN` or more are to be (zstd releases the GIL: the next
-        chunks decompress on another core while the caller searches one).
-
-        Raises:
-            ValueError: a chunk is damaged (as :meth:`chunk`).
-        """
-        ident, keep = self.ident, _keep_all[0]
-        todo = [c for c in chunks if (ident, c) not in _cache] if len(chunks) >= _AHEAD_MIN else []
-        if len(todo) < _AHEAD_MIN:
-            for c in chunks:
-                yield self.chunk(c) if keep else _cache_get((ident, c)) or self._decompress(c)
-            return
-        ahead = _ahead(self._decompress, todo)
-        try:
-            wanted = set(todo)
-            for c in chunks:
-                if c in wanted:
-                    got = next(ahead)
-                    if keep:
-                        _cache_put((ident, c), got)
-                    yield got
-                else:
-                    yield self.chunk(c) if keep else _cache_get((ident, c)) or self._decompress(c)
-        finally:
-            ahead.close()
+    def _text(self, c: int) -> bytes:
+        """Chunk ``c``'s text as :meth:`chunk` gives it, kept as it keeps it when the search keeps
+        every chunk (:func:`keep_chunks`), else from the process's cache or decompressed, not kept
+        here; ValueError as :meth:`chunk`."""
+        if _keep_all[0]:
+            return self.chunk(c)
+        return _cache_get((self.ident, c)) or self._decompress(c)
 
     def _found_in(self, c: int, text: bytes | None, found: list[int]) -> None:
         """Blocks ``found`` of chunk ``c`` hold a hit: keep what is read of them again, when the
@@ -375,8 +353,8 @@ class Part:
         some = counting and b"\n" not in needle
         flags = self.cols[8]
         chunks = self.candidates(bits, lowered)
-        for c, plain in zip(chunks, self._texts(chunks), strict=True):
-            hay, text = self._searched(c, lowered and (cased is None or cased[c] != 0), plain)
+        for c in chunks:
+            hay, text = self._searched(c, lowered and (cased is None or cased[c] != 0), self._text(c))
             first, end = self.cfirst[c], self.cfirst[c + 1]
             find = hay.find
             x = find(needle)
@@ -422,7 +400,7 @@ class Part:
         got: list[int] = []
         search = rx.search
         for c in range(self.chunks):
-            text = None if _keep_all[0] else _cache_get((self.ident, c)) or self._decompress(c)
+            text = None if _keep_all[0] else self._text(c)
             try:
                 texts = [b.decode("utf-8") for b in self.blocks_of(c, text)]
             except UnicodeDecodeError as e:
@@ -519,49 +497,6 @@ class Part:
         p = self.name
         return {f"{p}.z": self.z, f"{p}.flt": self.filters, f"{p}.off": offs.tobytes(),
                 f"{p}.rec": recs.tobytes(), f"{p}.time": times.tobytes()}
-
-
-#: chunks a search decompresses ahead of the one it searches (see :meth:`Part._texts`), and how
-#: many chunks to decompress make it worth a worker thread: 128 (4 MiB of text, about 8 ms of
-#: decoding) and more; a rare word's few dozen decode in less than the thread's start and
-#: hand-overs save (bench_grep's rare word: 63 chunks, 2.3 M instructions more with the thread)
-_AHEAD = 4
-_AHEAD_MIN = 128
-
-
-def _ahead(decode: Any, items: list[int]) -> Generator[bytes, None, None]:
-    """``decode(x)`` for each of ``items`` in order, computed in a worker thread up to
-    :data:`_AHEAD` ahead of the caller; an exception ``decode`` raises is raised here, in its
-    place. Closing the generator stops the worker (a daemon thread, left to finish the decoding
-    it is in). Raises what ``decode`` raises."""
-    from queue import SimpleQueue  # here: a search of a few chunks starts no thread
-
-    done: SimpleQueue[tuple[bool, Any]] = SimpleQueue()
-    room = threading.Semaphore(_AHEAD)
-    stop: list[bool] = []
-
-    def work() -> None:
-        for x in items:
-            room.acquire()
-            if stop:
-                return
-            try:
-                done.put((True, decode(x)))
-            except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
-                done.put((False, e))
-                return
-
-    threading.Thread(target=work, name="castore-grep-unframe", daemon=True).start()
-    try:
-        for _ in items:
-            ok, got = done.get()
-            if not ok:
-                raise got
-            room.release()
-            yield got
-    finally:
-        stop.append(True)
-        room.release()
 
 
 @functools.cache

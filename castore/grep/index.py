@@ -83,8 +83,7 @@ it decompressed (and their lower case), up to :data:`~castore.grep.files.CACHE_B
 the file they come from: a library user's next search decompresses nothing it read before. A
 process that searches once (``castore grep``, :func:`~castore.grep.files.keep_chunks`) keeps only
 what its search reads again: the blocks found, or the chunks they are many of (a count: only the
-blocks it cannot count unread, the non-ASCII ones of a case-insensitive word). A search of many
-chunks has them decompressed in a worker thread, a few ahead of the one it searches.
+blocks it cannot count unread, the non-ASCII ones of a case-insensitive word).
 """
 
 from __future__ import annotations
