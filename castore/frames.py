@@ -143,6 +143,9 @@ _decompressors = _Pool(zstandard.ZstdDecompressor)
 _dict_compressors = _Pool(lambda: _dict_compressor(_shared_zdict()))
 _dict_decompressors = _Pool(lambda: _dict_decompressor(_shared_zdict()))
 _level_compressors: dict[int, _Pool[zstandard.ZstdCompressor]] = {}
+#: :func:`frame_block`'s compressors with a shortest match, by the parameters zstd picks for the
+#: level and size (a compressor per frame cost a grep index build 6% of its chunks' compression)
+_match_compressors: dict[tuple[int, ...], _Pool[zstandard.ZstdCompressor]] = {}
 
 
 def to_stored(canonical: bytes, compress: bool = True) -> bytes:
@@ -320,7 +323,12 @@ def frame_block(data: bytes, level: int, cuts: Sequence[int] = (), *, min_match:
     pool: _Pool[zstandard.ZstdCompressor] | None
     if min_match:
         params = zstandard.ZstdCompressionParameters.from_level(level, source_size=len(data), min_match=min_match)
-        pool = _Pool(lambda: zstandard.ZstdCompressor(compression_params=params))
+        key = (params.window_log, params.chain_log, params.hash_log, params.search_log, params.min_match,
+               params.target_length, params.strategy)
+        pool = _match_compressors.get(key)
+        if pool is None:
+            pool = _match_compressors.setdefault(
+                key, _Pool(lambda: zstandard.ZstdCompressor(compression_params=params)))
     else:
         pool = _level_compressors.get(level)
         if pool is None:

@@ -445,3 +445,31 @@ def test_a_chunk_framed_with_a_longer_shortest_match_reads_back_as_written() -> 
     longer, own = frame_block(data, 9, min_match=6), frame_block(data, 9)
     assert longer != own and longer[:1] == own[:1] == b"\x01"
     assert unframe(longer) == unframe(own) == data
+
+
+def test_chunks_framed_with_a_shortest_match_share_a_compressor_per_parameters() -> None:
+    """frame_block with ``min_match`` reuses one compressor for every frame zstd picks the same
+    parameters for (not one per frame), and a reused compressor frames each block as a new one
+    would: the same bytes, whatever it framed before (a smaller block, of other parameters,
+    between)."""
+    import random
+
+    import zstandard
+
+    from castore import frames
+    from castore.frames import frame_block
+
+    rnd = random.Random(11)
+    words = [bytes(rnd.choice(b"abcdefghij") for _ in range(7)) for _ in range(60)]
+    blocks = [b" ".join(rnd.choice(words) for _ in range(n)) for n in (5000, 4000, 300, 5200, 20000, 4500)]
+
+    def fresh(data: bytes) -> bytes:
+        params = zstandard.ZstdCompressionParameters.from_level(9, source_size=len(data), min_match=6)
+        return b"\x01" + zstandard.ZstdCompressor(compression_params=params).compress(data)
+
+    frames._match_compressors.clear()
+    assert [frame_block(b, 9, min_match=6) for b in blocks] == [fresh(b) for b in blocks]
+    pools = len(frames._match_compressors)
+    assert 1 < pools < len(blocks)  # blocks of 36-42 KB share one; a 2 KB and a 160 KB block their own
+    assert [frame_block(b, 9, min_match=6) for b in reversed(blocks)] == [fresh(b) for b in reversed(blocks)]
+    assert len(frames._match_compressors) == pools
