@@ -184,3 +184,14 @@ def test_a_case_insensitive_word_lowers_only_the_chunks_whose_cased_words_may_ho
     assert grep_counts(st, "parser") == {("bot", "ann", "s"): 24}
     assert _cached()[1] == 1  # one lower-cased chunk kept: the one whose cased words may hold it
     assert grep_counts(st, "PARSER") == {("bot", "ann", "s"): 1}
+
+
+def test_ascii_blocks_says_whether_every_block_of_a_range_is_ascii() -> None:
+    """Part.ascii_blocks(first, end): True when each of blocks first to end - 1 is ASCII text,
+    False as soon as one is not (a count checks a run's range with it before each block)."""
+    p = gf.Part().begin()
+    for n, text in enumerate(["plain", "caf\u00e9", "plain", "plain", "\u212a", "x"]):
+        p.add((0, 0, n, 0, 0, -1, 0, n), 0.0, text)
+    p.files()
+    got = {(a, b): p.ascii_blocks(a, b) for a in range(6) for b in range(a + 1, 7)}
+    assert got == {(a, b): not ({1, 4} & set(range(a, b))) for a in range(6) for b in range(a + 1, 7)}

@@ -377,15 +377,16 @@ class Part:
             if found:
                 if text is not None and some:
                     self._found_in(c, text, [i for i in found if not flags[i] & _ASCII]
-                                   if lowered and not self._ascii(first, end) else [])
+                                   if lowered and not self.ascii_blocks(first, end) else [])
                 else:
                     self._found_in(c, text, found)
                 got.extend(found)
         return got
 
-    def _ascii(self, first: int, end: int) -> bool:
-        """Whether blocks ``first`` to ``end`` all have the flag :data:`_ASCII` (read in C: the
-        flags' low bytes, each mapped to its bit)."""
+    def ascii_blocks(self, first: int, end: int) -> bool:
+        """Whether blocks ``first`` to ``end`` (``end`` excluded) are all ASCII text: all have the
+        flag :data:`_ASCII` (read in C: the flags' low bytes, each mapped to its bit). Raises
+        nothing."""
         low = self.cols[8][first:end].tobytes()[0 if sys.byteorder == "little" else 3::4]
         return 0 not in low.translate(_bit(0))
 
