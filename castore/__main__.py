@@ -18,12 +18,15 @@ def main(fast: bool = True) -> None:
     The cyclic garbage collector is off while the command line's modules (click, the group and
     its helpers) are imported, and what they made is then frozen (:func:`gc.freeze`): it lives
     as long as the process, and every burst of it would otherwise have the collector walk all
-    that is alive again, for nothing (a few percent of a short command's time). Raises nothing
+    that is alive again, for nothing (a few percent of a short command's time). A search run by
+    the fast path keeps it off throughout, its imports and its search (it makes no garbage
+    cycles; 3% of a fresh ``castore grep -c`` of a rare word's instructions). Raises nothing
     of its own; the command exits the process.
     """
     _standard_descriptors()
     _escape_what_cannot_be_encoded()
     if fast and "grep" in sys.argv:  # no other command pays for importing the fast path
+        gc.disable()  # and on again for click's (below) when the fast path leaves the command to it
         from .cli.fast import grep_main
 
         status = grep_main(sys.argv[1:])

@@ -358,3 +358,34 @@ def test_an_output_encoding_without_the_texts_characters_escapes_them_both_ways(
             assert b"parser \\u2192 \\u03a3\\u03bf\\u03c6\\u03af\\u03b1" in p.stdout, p.stdout
             got.append(p.stdout)
     assert got[0] == got[1]
+
+
+def test_a_search_the_fast_path_runs_keeps_the_collector_off_and_one_left_to_click_turns_it_on(
+        where: dict[str, str]) -> None:
+    """The console script's fast path searches with the cyclic collector off (from before its
+    imports to the process's end); a command line it leaves to click runs with it on."""
+    env = {"CASTORE_STORE": where["store"], "CASTORE_GREP_INDEX": where["index"]}
+    code = """
+import gc, sys
+import castore.cli.grep_search as gs
+run = gs.run
+def seen(*a, **k):
+    print("collector", gc.isenabled())
+    return run(*a, **k)
+gs.run = seen
+import castore.cli.main
+cm = sys.modules["castore.cli.main"]  # (the package's attribute main is the click group)
+run_click = cm.run
+def clicked():
+    print("collector", gc.isenabled())
+    return run_click()
+cm.run = clicked
+from castore.__main__ import main
+sys.argv[0] = "castore"
+main()
+"""
+    fast = _python(code, "grep", "-c", "parser", env=env)
+    assert fast.returncode == 0, fast.stderr.decode()
+    assert fast.stdout.decode().splitlines()[0] == "collector False"
+    slow = _python(code, "grep", "--kind", "nope", "x", env=env)
+    assert slow.stdout.decode().splitlines()[0] == "collector True", slow.stderr.decode()
