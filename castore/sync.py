@@ -901,6 +901,11 @@ def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: Pr
     # The tenant layout (docs/FORMAT.md 2.1): each tenant syncs on its own, the apps' own
     # first (their state is named by the users' commits); a flat side stands for every one.
     tenants = _tenants(src, sessions)
+    if src.root.encryption is not None and isinstance(sessions, tuple) and len(sessions) >= 2:
+        # Only the named tenants the source has a key for (it holds nothing of the others):
+        # opening one would make it a key, and the destination another of its own, and the
+        # two stores could never sync that tenant again.
+        tenants = src.root.encryption.keys.holding(tenants)
     _share_keys(src, dst, tenants)
     report = SyncReport()
     for a, u in tenants:

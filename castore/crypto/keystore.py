@@ -539,6 +539,17 @@ class KeyStore:
         self.storage.delete_many(doomed)
         return len(doomed)
 
+    def holding(self, tenants: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Those of ``tenants`` (their ``(app segment, user segment)``) that have a data key
+        here, in one concurrent read; no key is made or opened.
+
+        Raises:
+            StorageError: the storage failed.
+        """
+        paths = {t: self._key_path(f"{t[0]}/{t[1]}") for t in tenants}
+        found = self.storage.read_many(paths.values())
+        return [t for t, p in paths.items() if found.get(p) is not None]
+
     def erased(self, app: str, user: str | None) -> Erasure | None:
         """The erasure that covers tenant ``(app, user)`` (its own or its app's), or None.
 
