@@ -38,7 +38,6 @@ from .crypto.args import storage_options
 from .errors import (
     CastoreError,
     CorruptRef,
-    EncryptionError,
     IntegrityError,
     InvalidName,
     RefConflict,
@@ -109,6 +108,8 @@ class SyncReport:
         refs_skipped: ref names found on the source (or the destination) that are not
             refs castore writes (``..``, foreign characters, extra levels), each with the
             reason; they were not read, copied or joined into any path.
+        tenants_erased: (encrypted stores) the tenants (``tenants/<app>/<user>``) skipped
+            because they were erased on either side: nothing of theirs was read or sent.
     """
 
     objects_sent: int = 0
@@ -121,6 +122,7 @@ class SyncReport:
     refs_up_to_date: int = 0
     refs_forced: list[tuple[str, str, str]] = field(default_factory=list)
     refs_skipped: list[tuple[str, str]] = field(default_factory=list)
+    tenants_erased: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -131,7 +133,8 @@ class SyncReport:
         """Count ``other`` (another tenant's sync) into this report."""
         for f in ("objects_sent", "bytes_sent", "packs_sent", "loose_sent", "refs_up_to_date"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
-        for f in ("refs_updated", "refs_refused", "refs_kept_as_remote", "refs_forced", "refs_skipped"):
+        for f in ("refs_updated", "refs_refused", "refs_kept_as_remote", "refs_forced", "refs_skipped",
+                  "tenants_erased"):
             getattr(self, f).extend(getattr(other, f))
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +150,7 @@ class SyncReport:
             "refs_up_to_date": self.refs_up_to_date,
             "refs_forced": [list(x) for x in self.refs_forced],
             "refs_skipped": [list(x) for x in self.refs_skipped],
+            "tenants_erased": list(self.tenants_erased),
         }
 
 
@@ -901,38 +905,22 @@ def _sync(src: Store, dst: Store, sessions: Selection, force: bool, progress: Pr
     # The tenant layout (docs/FORMAT.md 2.1): each tenant syncs on its own, the apps' own
     # first (their state is named by the users' commits); a flat side stands for every one.
     tenants = _tenants(src, sessions)
-    if src.root.encryption is not None and isinstance(sessions, tuple) and len(sessions) >= 2:
-        # Only the named tenants the source has a key for (it holds nothing of the others):
-        # opening one would make it a key, and the destination another of its own, and the
-        # two stores could never sync that tenant again.
-        tenants = src.root.encryption.keys.holding(tenants)
-    _share_keys(src, dst, tenants)
+    if src.root.encryption is not None or dst.root.encryption is not None:
+        from .crypto.encryption import share_keys  # here: a plain store's sync never loads castore.crypto
+
+        named = (sessions[0], sessions[1]) if isinstance(sessions, tuple) and len(sessions) >= 2 else None
+        tenants = share_keys(src.root.encryption, dst.root.encryption, tenants, named, src.url, dst.url)
     report = SyncReport()
     for a, u in tenants:
+        st, dt = src.tenant_at(a, u), dst.tenant_at(a, u)
+        if st.erased is not None or dt.erased is not None:
+            # store-wide work skips an erased tenant (its erasure went over with the keys)
+            report.tenants_erased.append(names.tenant_prefix(a, u))
+            continue
         scopes = [f"{STATE}/{a}/app" if u == names.APP_SCOPE else f"{STATE}/{a}/users/{u}"]
         prefix = planned[0] if isinstance(sessions, tuple) and len(sessions) == 3 else f"{SESSIONS}/{a}/{u}"
-        report.add(_sync_pair(src.tenant_at(a, u), dst.tenant_at(a, u), (prefix, scopes, None), set(scopes),
-                              force, progress, pull_remote))
+        report.add(_sync_pair(st, dt, (prefix, scopes, None), set(scopes), force, progress, pull_remote))
     return report
-
-
-def _share_keys(src: Store, dst: Store, tenants: list[tuple[str, str]]) -> None:
-    """Between encrypted stores, give ``dst`` the wrapped keys of ``tenants`` and ``src``'s
-    erasures before any tenant of ``dst`` is opened (docs/encryption.md, "Copies"): their
-    objects then cross sealed, as stored, and open there with the same master key.
-
-    Raises:
-        EncryptionError: one store is encrypted and the other is not, or they were
-            encrypted separately (another key store).
-    """
-    s, d = src.root.encryption, dst.root.encryption
-    if s is None and d is None:
-        return
-    if s is None or d is None:
-        plain, sealed = (src, dst) if s is None else (dst, src)
-        raise EncryptionError(f"{sealed.url} is encrypted and {plain.url} is not: sessions cannot be copied "
-                              "between them (`castore encrypt DEST` makes an encrypted copy of a plain store)")
-    s.share(d, tenants)
 
 
 def _tenants(src: Store, sel: Selection) -> list[tuple[str, str]]:
@@ -996,6 +984,8 @@ def push(src: Store, dst: Store, sessions: Selection = None, force: bool = False
         ObjectNotFound, IntegrityError: ``src`` is damaged.
         SealedFrameError: (an IntegrityError) the two stores have different codecs (an
             encrypted store and a plain one, or other keys or tenant): nothing is sent.
+        TenantErased: ``sessions`` names a user (or an app) erased on either side; an
+            erased tenant that was not named is skipped (``tenants_erased``).
         StorageError: a backend failed (what was sent stays; refs point only at complete
             histories, and pushing again sends only the rest).
     """

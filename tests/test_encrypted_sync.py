@@ -1,20 +1,80 @@
-"""Sync of encrypted stores: which tenants' keys cross (docs/encryption.md, "Copies")."""
+"""Sync of encrypted stores: which tenants' keys cross, and what becomes of an erased tenant
+(docs/encryption.md, "Copies" and "Erasure"): store-wide work skips it, so a push or a pull
+of every session goes on for the others and carries the erasure; naming it is `TenantErased`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import castore
+from castore.cli import main
 from castore.crypto.keys import MasterKey
 from castore.entries import Message
+from castore.errors import TenantErased
+from castore.maintenance import gc
 from castore.sync import pull, push
+from tests.conftest import Backend
 
 
 @pytest.fixture
 def key() -> str:
     return MasterKey.new()
+
+
+def _two_tenants(url: str, key: str) -> None:
+    with castore.open(url, encrypted=True, master_key=key) as store:
+        store.session("app", "alice", "s1").append(Message(role="user", content="alice's"))
+        store.session("app", "bob", "b1").append(Message(role="user", content="bob's"))
+
+
+def test_push_and_pull_of_everything_skip_an_erased_tenant(backend: Backend, key: str, tmp_path: Path) -> None:
+    local = str(tmp_path / "laptop")
+    _two_tenants(local, key)
+    with castore.open(local, master_key=key) as store, backend.open(master_key=key) as remote:
+        assert push(store, remote).ok
+    with castore.open(local, master_key=key) as store:
+        store.encryption.keys.erase("app", "alice", by="test")
+        store.session("app", "bob", "b1").append(Message(role="user", content="bob's second"))
+        with backend.open(master_key=key) as remote:
+            report = push(store, remote)  # every session: alice's tenant is erased here
+            assert report.ok and report.tenants_erased == ["tenants/app/alice"]
+        gc(store, grace=0)  # alice's bytes go; her empty folder may stay
+        with backend.open(master_key=key) as remote:
+            assert pull(remote, store).tenants_erased == ["tenants/app/alice"]
+            with pytest.raises(TenantErased):
+                push(store, remote, ("app", "alice"))
+            with pytest.raises(TenantErased):
+                pull(remote, store, ("app", "alice", "s1"))
+    with backend.open(master_key=key) as remote:
+        assert remote.session("app", "bob", "b1").messages()[-1].content == "bob's second"
+        with pytest.raises(TenantErased):
+            remote.session("app", "alice", "s1").messages()
+
+
+def test_a_pull_of_everything_from_a_copy_that_has_not_heard_of_the_erasure(key: str, tmp_path: Path) -> None:
+    """The remote still holds the erased tenant's objects and key: the pull carries the
+    erasure there and copies the others' sessions."""
+    local, remote_url = str(tmp_path / "laptop"), str(tmp_path / "remote")
+    _two_tenants(local, key)
+    with castore.open(local, master_key=key) as store, castore.open(remote_url, master_key=key) as remote:
+        assert push(store, remote).ok
+        remote.session("app", "bob", "b1").append(Message(role="user", content="from the remote"))
+    runner = CliRunner()
+    env = {"CASTORE_MASTER_KEY": key}
+    assert runner.invoke(main, ["--store", local, "erase", "app/alice", "--yes"], env=env).exit_code == 0
+    assert runner.invoke(main, ["--store", local, "remote", "add", "origin", remote_url], env=env).exit_code == 0
+    r = runner.invoke(main, ["--store", local, "pull", "--all", "origin"], env=env)
+    assert r.exit_code == 0, r.output
+    assert "erased" in r.stderr and "app/alice" in r.stderr
+    with castore.open(local, master_key=key) as store:
+        assert store.session("app", "bob", "b1").messages()[-1].content == "from the remote"
+    r = runner.invoke(main, ["--store", local, "push", "--all", "origin"], env=env)
+    assert r.exit_code == 0, r.output  # and the push carries the erasure
+    with castore.open(remote_url, master_key=key) as remote, pytest.raises(TenantErased):
+        remote.session("app", "alice", "s1").messages()
 
 
 def test_a_push_of_one_session_makes_no_key_for_an_app_state_neither_side_has(key: str, tmp_path: Path) -> None:

@@ -37,7 +37,8 @@ from .render import safe
 _SCHEMA = (
     '{"objects_sent": n, "bytes_sent": n, "packs_sent": n, "loose_sent": n, "refs_updated": [ref], "refs_refused": '
     '[{"ref", "reason", "local", "remote"}], "refs_kept_as_remote": [ref], "refs_up_to_date": n, '
-    '"refs_forced": [[ref, old, new]], "refs_skipped": [[ref, reason]]}'
+    '"refs_forced": [[ref, old, new]], "refs_skipped": [[ref, reason]], '
+    '"tenants_erased": ["tenants/APP/USER"]}'
 )
 
 
@@ -162,6 +163,8 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
             note(f"overwrote {safe(ref)} (was {old[:12]}): the old tip is kept in `castore reflog`")
         for ref, why in report.refs_skipped:
             note(f"skipped {safe(repr(ref))}: {safe(why)}")
+        for prefix in report.tenants_erased:
+            note(f"skipped {safe(prefix)}: erased (its keys are destroyed)")
     for r in report.refs_refused:
         note(f"refused: {safe(r.reason)}")
     if report.refs_refused:

@@ -175,6 +175,42 @@ class Encryption:
             self._erased.clear()
 
 
+def share_keys(src: Encryption | None, dst: Encryption | None, tenants: list[tuple[str, str]],
+               named: tuple[str, str | None] | None, src_url: str, dst_url: str) -> list[tuple[str, str]]:
+    """Before a sync from the store of ``src`` to the store of ``dst`` (docs/encryption.md,
+    "Copies"), give ``dst`` the wrapped keys of ``tenants`` (their ``(app segment, user
+    segment)``) and ``src``'s erasures before any tenant of ``dst`` is opened: their objects
+    then cross sealed, as stored, and open there with the same master key.
+
+    Args:
+        named: the (app, user) a selection named, or None (every tenant, or an app's).
+
+    Returns:
+        The tenants to sync: ``tenants``, less those a selection named that ``src`` has no
+        key for (it holds nothing of theirs; opening one would make it a key, and ``dst``
+        another of its own: the two could never sync that tenant again).
+
+    Raises:
+        EncryptionError: one store is encrypted and the other is not, or they were
+            encrypted separately (another key store).
+        TenantErased: ``named`` was erased in either store.
+        StorageError: a storage failed.
+    """
+    if src is None or dst is None:
+        plain, sealed = (src_url, dst_url) if src is None else (dst_url, src_url)
+        raise EncryptionError(f"{sealed} is encrypted and {plain} is not: sessions cannot be copied "
+                              "between them (`castore encrypt DEST` makes an encrypted copy of a plain store)")
+    if named is not None:
+        tenants = src.keys.holding(tenants)
+    src.share(dst, tenants)
+    if named is not None:
+        for side in (src, dst):
+            erasure = side.keys.erased(*named)
+            if erasure is not None:
+                raise erasure.error()
+    return tenants
+
+
 def as_wrapper(master_key: KeyWrapper | bytes | str | None) -> KeyWrapper | None:
     """The wrapper a store is opened with: ``master_key`` as given (32 raw bytes, base64 text,
     or a :class:`~castore.crypto.keys.KeyWrapper` such as a KMS hook), else the key in
