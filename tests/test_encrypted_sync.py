@@ -90,3 +90,26 @@ def test_a_push_of_one_session_makes_no_key_for_an_app_state_neither_side_has(ke
             assert push(store, remote).ok and pull(remote, store).ok
     with castore.open(remote_url, master_key=key) as remote:  # opened with the key it was given
         assert remote.scope_state("app", None) == {"shared": 1}
+
+
+def test_a_pull_never_writes_back_the_key_of_a_tenant_erased_here(key: str, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The remote has not heard of the erasure and still holds alice's key. Before, the pull
+    wrote it back here and deleted it again afterwards: a process that died between the two
+    left the erased key in the key store (and in any backup of it)."""
+    from castore.crypto.keystore import KeyStore
+
+    local, remote_url = str(tmp_path / "laptop"), str(tmp_path / "remote")
+    _two_tenants(local, key)
+    with castore.open(local, master_key=key) as store, castore.open(remote_url, master_key=key) as remote:
+        assert push(store, remote).ok
+        store.encryption.keys.erase("app", "alice")
+
+        def killed(self: KeyStore, erasures: object = None) -> int:
+            raise SystemExit("killed before the sweep")
+
+        monkeypatch.setattr(KeyStore, "drop_erased", killed)
+        with pytest.raises(SystemExit):
+            pull(remote, store)
+    assert not (tmp_path / "laptop" / "keys" / "tenants" / "app" / "alice.key").exists()
+    assert (tmp_path / "remote" / "keys" / "tenants" / "app" / "alice.key").exists()  # (the control)

@@ -108,6 +108,17 @@ class Erasure:
         return TenantErased(self.app, self.user, self.at, self.by)
 
 
+def _covered(path: str, erasures: Iterable[Erasure]) -> bool:
+    """Whether key file ``path`` (``tenants/<app-seg>[/<user-seg>].key``) is one of a tenant
+    that ``erasures`` erased."""
+    for e in erasures:
+        app_seg = encode(e.app, "app name")
+        if (path == f"{TENANTS}{_tag(e.app, e.user)}{KEY_SUFFIX}" if e.user is not None
+                else path == f"{TENANTS}{app_seg}{KEY_SUFFIX}" or path.startswith(f"{TENANTS}{app_seg}/")):
+            return True
+    return False
+
+
 def _tag(app: str, user: str | None) -> str:
     """``<app-seg>/<user-seg>``: a tenant's path, in its key file name and wrapping context."""
     return "/".join(tenant_segments(app, user))
@@ -606,7 +617,12 @@ class KeyStore:
         mine = self.storage.read_many([self.prefix + p for p in paths])
         theirs = dst.storage.read_many([dst.prefix + p for p in paths])
         written = 0
-        for p in paths:
+        erasures: list[Erasure] | None = None
+        for p in paths:  # sorted: the erasure records (erased/) before the keys (tenants/)
+            if erasures is None and not p.startswith(ERASED):
+                erasures = dst.erasures()  # the copy's own and those just given
+            if erasures is not None and _covered(p, erasures):
+                continue  # an erased tenant's key never lands there, not even until the sweep below
             raw, have = mine.get(self.prefix + p), theirs.get(dst.prefix + p)
             if raw is None or have == raw:
                 continue
@@ -622,12 +638,15 @@ class KeyStore:
                 written += 1
             except PreconditionFailed:
                 pass  # a rival share wrote it meanwhile (the same bytes, or checked next time)
-        dst.drop_erased()
+        dst.drop_erased(erasures)
         return written
 
-    def drop_erased(self) -> int:
+    def drop_erased(self, erasures: list[Erasure] | None = None) -> int:
         """Delete the key files that this key store's erasure records cover (those a copy
         received before the erasure reached it), and forget them in this handle.
+
+        Args:
+            erasures: the records, when just read (:meth:`erasures`); None: read them.
 
         Returns:
             How many key files were deleted.
@@ -637,7 +656,7 @@ class KeyStore:
             StorageError: the storage failed.
         """
         doomed = []
-        for e in self.erasures():
+        for e in self.erasures() if erasures is None else erasures:
             doomed.append(self._app_path(encode(e.app, "app name")) if e.user is None
                           else self._key_path(_tag(e.app, e.user)))
             self.forget(e.app, e.user)
