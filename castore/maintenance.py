@@ -872,8 +872,13 @@ def _delete_unchanged(store: Store, prefix: str, refs: dict[str, RefValue]) -> b
     first = f"{prefix}/{HEADS}/{head_segment(head)}" if head is not None and head.symbolic else None
     order = sorted(refs, key=lambda n: (n != first, n.endswith("/HEAD"), n))
     for name in order:
+        # read again with its token (a batch read has none, and a delete without one is not a
+        # compare-and-swap): a write since the first read shows in its value (a new write id)
+        now = store.refs.read(name)
+        if now is None or (now.target, now.meta) != (refs[name].target, refs[name].meta):
+            return False
         try:
-            store.plumbing.delete(name, refs[name])
+            store.plumbing.delete(name, now)
         except RefConflict:
             return False
     return True

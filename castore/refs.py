@@ -625,12 +625,17 @@ class RefStore:
             return None
 
     def delete(self, name: str, expect: RefValue | None = None) -> None:
-        """Delete a ref; with ``expect``, only if it still holds that value.
+        """Delete a ref; with ``expect`` (read with its token, :meth:`read`), only if it still
+        holds that value.
 
         Raises:
             RefConflict: the ref changed since ``expect`` was read.
+            CastoreError: ``expect`` has no token (:meth:`read_many` gives none): the delete
+                would not be a compare-and-swap.
             StorageError: the backend failed.
         """
+        if expect is not None and expect.token is None:
+            raise CastoreError("a delete needs a ref value read with its token (RefStore.read)")
         staged = self._staged()
         if staged is not None:
             if expect is None:

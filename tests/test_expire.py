@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import layout
 import pytest
 from click.testing import CliRunner
 from conftest import Backend, backend_on
+from helpers.storage import PassThrough
 
 import castore
 from castore import maintenance
 from castore.cli import main
+from castore.storage import Storage, Token, open_storage
 
 backend = backend_on("local", "s3")
 
@@ -141,3 +144,43 @@ def test_expire_and_reflog_expire_commands(tmp_path: Path) -> None:
     assert code == 0 and out == ""
     code, out = run("reflog", "expire")
     assert code == 2 and "--older-than" in out
+
+
+class _AppendBeforeDelete(PassThrough):
+    """A storage on which another process's append (``then``) lands just before the first ref
+    delete: a writer updating the session between expire's read of its refs and its deletion."""
+
+    def __init__(self, inner: Storage, then: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.then: Callable[[], None] | None = then
+
+    def delete(self, key: str, expect: Token | None = None) -> None:
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        self.inner.delete(key, expect)
+
+
+def test_expire_keeps_a_session_a_writer_updates_while_it_deletes(backend: Backend) -> None:
+    """expire deletes each ref of an idle session only if it still holds what was read, its current
+    branch first: an append landing between its read and its delete stops the deletion, and the
+    session is kept with the new entry. (Each delete was unconditional: the refs were read without
+    their tokens, so the appended entry, acknowledged to its writer, was deleted with the session.)"""
+    store = backend.open()
+    s = store.session("app", "alice", "idle")
+    s.append(castore.Message(role="user", content="old"), time=time.time() - 100 * DAY)
+    s.label("v1")
+    store.close()
+
+    def writer() -> None:
+        with backend.open() as w:
+            w.session("app", "alice", "idle").append(castore.Message(role="user", content="new"))
+
+    wrapped = castore.Store(_AppendBeforeDelete(open_storage(backend.url, **{
+        k: v for k, v in backend.options.items() if k != "layout"}), writer))
+    report = maintenance.expire_sessions(wrapped, 90 * DAY)
+    assert report.sessions == []
+    with backend.open() as again:
+        kept = again.session("app", "alice", "idle")
+        assert [m.content for m in kept.messages()] == ["old", "new"]
+        assert maintenance.fsck(again).ok
