@@ -136,6 +136,49 @@ def test_every_kind_of_change_after_indexing_is_seen(store: castore.Store) -> No
     assert list(grep(store, "parser", index=True)) == list(grep(store, "parser", index=False))
 
 
+def test_refs_removed_by_hand_are_seen_by_the_next_search(store: castore.Store,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's folder or a branch file removed by hand is not in the swap log, which only
+    castore's own writers append to: a search through the index kept reporting the gone
+    session's lines and the gone branch's (matches, counts and the CLI alike). The index now
+    keeps a stamp of each session's ref folder (the times of the folder and its ``heads/``) and
+    compares those of the sessions a search found: a changed one is read again before the
+    search answers. An unchanged store still reads no ref."""
+    from click.testing import CliRunner
+
+    from castore.cli import main
+
+    s1 = store.session("bot", "ann", "s1")
+    s1.branch("side")
+    s1.checkout("side")
+    s1.append({"role": "user", "content": "a parser only side has"})
+    s1.checkout("main")
+    assert len(_texts(store, "parser")) == 7
+    root = Path(store.storage.root)
+    (root / "refs" / "sessions" / "bot" / "ann" / "s1" / "heads" / "side").unlink()
+    assert "a parser only side has" not in _texts(store, "parser")
+    assert _texts(store, "parser") == _texts(store, "parser", index=False)
+    for p in sorted((root / "refs" / "sessions" / "bot" / "ann" / "s2").rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    (root / "refs" / "sessions" / "bot" / "ann" / "s2").rmdir()
+    keys = {m.session for m in grep(store, "parser")}
+    assert keys == {("bot", "ann", "s0"), ("bot", "ann", "s1")}
+    assert list(grep_counts(store, "parser")) == [("bot", "ann", "s0"), ("bot", "ann", "s1")]
+    res = CliRunner().invoke(main, ["--store", str(root), "grep", "-l", "parser"])
+    assert res.exit_code == 0 and "s2" not in res.stdout and "s1" in res.stdout, res.output
+
+    reads: list[object] = []
+    real = castore.Store.session_refs_and_heads
+
+    def counting(st: castore.Store, folders: object = None, lost: object = None) -> dict:
+        reads.append(folders)
+        return real(st, folders, lost)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(castore.Store, "session_refs_and_heads", counting)
+    assert len(_texts(store, "parser")) == 4
+    assert reads == []  # nothing moved since: no ref read
+
+
 def test_a_change_under_way_while_indexing_is_seen_next_time(store: castore.Store, tmp_path: Path) -> None:
     st = store.storage
     assert isinstance(st, LocalStorage)

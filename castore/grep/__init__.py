@@ -452,6 +452,8 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
         damaged.note(ix.lost_branches())
     try:
         runs = ix.find_blocks(rx, kinds, counting=form == _COUNTS)
+        if check and ix.moved_unlogged(runs):  # a ref removed by hand: the index read it again
+            runs = ix.find_blocks(rx, kinds, counting=form == _COUNTS)
     except ValueError:  # a damaged index file: not trusted, built again from the store
         runs = ix.rebuild().find_blocks(rx, kinds, counting=form == _COUNTS)
     strings, bsets = ix.strings, ix.branch_sets

@@ -19,6 +19,12 @@ when nothing did), re-reads only the sessions those refs belong to, re-extracts
 the sessions whose refs really moved (imported, appended, branched, deleted) and keeps the
 others. Where the storage keeps no log (S3, memory), or cannot tell (a reboot since, a
 replaced log), every session's refs are read (one listing and one batch read) and compared.
+The log names castore's own changes only: a ref folder or a branch file removed by hand is
+not in it. So each session keeps the *stamp* of its ref folder from when its refs were read
+(:meth:`castore.refs.RefStore.folder_stamps`: on local disk the time of its ``heads/``, one
+``stat``), and a search compares the stamps of the sessions it found
+(:meth:`Index.moved_unlogged`): a changed one is read again, the index updated, and the
+search made again, so that no line of a gone session or branch is reported.
 
 Segments: the blocks are kept in at most two *segments*, each written once and never
 changed (new files, then ``state.json`` replaced): the *base*, and a *delta* holding the
@@ -70,8 +76,8 @@ may hold it. Per segment ``G`` and part ``P``:
 numbers run on across the segments, in order; a segment written from others keeps their
 numbers); ``state.json`` the version, the store URL, the ref-change mark, the strings and
 branch sets, the segments (their block and commit counts and files), and per session number
-``[app, user, session, segment, first block and blocks in main, the same in res]`` (a gone
-session: no segment), and ``lost``: the sessions whose HEAD names a lost branch, as the update
+``[app, user, session, segment, first block and blocks in main, the same in res, ref folder,
+its stamp]`` (a gone session: no segment), and ``lost``: the sessions whose HEAD names a lost branch, as the update
 that last read their refs found them (a search reports them; an index written before the key
 knows none until their refs move); ``rN.refs`` (named in ``state.json``, a new file per update) each live
 session's ref folder and refs, read only when something moved: a search of an index nothing
@@ -106,7 +112,7 @@ if TYPE_CHECKING:
     from ..errors import CorruptRef
     from ..store import Store
 
-VERSION = 10
+VERSION = 11
 #: the share of the base that dead blocks and the delta may reach before an update writes a
 #: new base (see the module docstring)
 COMPACT = 0.25
@@ -176,20 +182,26 @@ def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None
                 yield cid, role, kind, tool, time_of(c), tuple(member[cid]), j, text
 
 
-def _changes(store: Store, mark: str | None, lost: dict[str, list[str]]
+def _changes(store: Store, mark: str | None, lost: dict[str, list[str]], also: set[str] | frozenset[str] = frozenset()
              ) -> tuple[str | None, dict[Key, tuple[str, dict[str, str]]], set[str] | None]:
-    """What moved since ``mark`` (:meth:`castore.refs.RefStore.changes_since`): ``(new mark, refs
-    read, folders read)``; folders None when every session's refs were read (no usable mark, or a
-    storage that cannot tell). The sessions read whose HEAD names a lost branch go into ``lost``
-    (folder -> ``[app, user, session, fsck's line]``)."""
+    """What moved since ``mark`` (:meth:`castore.refs.RefStore.changes_since`), and the folders
+    ``also`` (changed unlogged): ``(new mark, refs read, folders read)``; folders None when every
+    session's refs were read (no usable mark, or a storage that cannot tell). The sessions read
+    whose HEAD names a lost branch go into ``lost`` (folder -> ``[app, user, session, fsck's line]``)."""
     new, names = store.refs.changes_since(_SESSIONS, mark)
-    folders = None if names is None else {"/".join(parts[:4]) for n in names if len(parts := n.split("/")) >= 5}
+    folders = None if names is None else {*also, *("/".join(p[:4]) for n in names if len(p := n.split("/")) >= 5)}
     if folders is not None and not folders:
         return new, {}, set()
     found: dict[Key, CorruptRef] = {}
     read = store.session_refs_and_heads(folders, found)
     lost.update({e.ref.rsplit("/", 1)[0]: [*k, str(e)] for k, e in found.items()})
     return new, {k: (f, refs) for k, (f, refs, _h) in read.items()}, folders
+
+
+def _folder_of(key: list[Any] | tuple[Any, ...]) -> str:
+    """The ref folder of session ``key`` when its names need no encoding (most): a row keeps
+    its folder only when it is another (:meth:`Index._set_sessions`)."""
+    return f"{_SESSIONS}/{key[0]}/{key[1]}/{key[2]}"
 
 
 #: the columns of a hit as :func:`hits` gives them (after its place and its part)
@@ -272,7 +284,9 @@ class Index:
         self.store = store
         self.folder = folder or index_dir(store)
         #: per session number: ``[app, user, session, segment name or None, first block in main,
-        #: blocks in main, first block in res, blocks in res]``
+        #: blocks in main, first block in res, blocks in res, ref folder ("": ``sessions/APP/USER/SESSION``
+        #: as named), its stamp]`` (the stamp:
+        #: :meth:`castore.refs.RefStore.folder_stamps` when its refs were read, None if not told)
         self.rows: list[list[Any]] = []
         self._sessions: list[dict[str, Any]] | None = None
         self._refs_file: tuple[str, list[int]] | None = None
@@ -287,6 +301,7 @@ class Index:
         self.rebuilt: list[Key] = []
         self._commits: Any = None
         self._stat: tuple[int, int, int] | None = None  # state.json's as loaded
+        self._stamps: dict[str, int] = {}  # folder -> stamp, of the refs the last plan read
         self._held = False  # the writers' lock
 
     # -- reading --------------------------------------------------------------------------
@@ -312,7 +327,7 @@ class Index:
         self._stat = (st.st_ino, st.st_mtime_ns, st.st_size)
         self.rows = state["sessions"]
         if type(self.rows) is not list or not set(map(type, self.rows)) <= {list} \
-                or not set(map(len, self.rows)) <= {8}:
+                or not set(map(len, self.rows)) <= {10}:
             raise ValueError("sessions are not rows")
         self._refs_file = (state["refs"][0], state["refs"][1]) if state.get("refs") else None
         self._sessions = None
@@ -362,7 +377,7 @@ class Index:
                     raise ValueError("the refs do not agree with the sessions")
             self._sessions = [
                 {"key": r[:3], "seg": r[3], "at": {"main": r[4], "res": r[6]}, "n": {"main": r[5], "res": r[7]},
-                 "folder": f[0] if f else "", "refs": f[1] if f else None}
+                 "folder": f[0] if f else "", "refs": f[1] if f else None, "stamp": r[9]}
                 for r, f in zip(self.rows, refs, strict=True)]
         return self._sessions
 
@@ -423,12 +438,14 @@ class Index:
         return [runs[si] for si in sorted(runs, key=self.key)]
 
     # -- keeping it fresh ----------------------------------------------------------------
-    def refresh(self, check: bool = True) -> Index:
+    def refresh(self, check: bool = True, also: set[str] | frozenset[str] = frozenset()) -> Index:
         """Load the index and bring it up to date with the store's refs (extracting what moved).
 
         Args:
             check: ask the store what moved (False: trust an index that loads, as the last
                 import or search left it; build one only when there is none).
+            also: ref folders to read again whatever the ref-change log says (changed unlogged:
+                :meth:`moved_unlogged`).
 
         Raises:
             IndexError_: the index folder cannot be written.
@@ -437,14 +454,14 @@ class Index:
         loaded = self._load()
         if loaded and not check:
             return self
-        plan = self._plan(loaded)
+        plan = self._plan(loaded, also)
         if plan is None:
             return self
         with self._locked():
             if self._stat != stat_of(os.path.join(self.folder, "state.json")):
                 # another writer updated the index meanwhile: look again from what it wrote
                 loaded = self._load()
-                plan = self._plan(loaded)
+                plan = self._plan(loaded, also)
                 if plan is None:
                     return self
             mark, keys, current = plan
@@ -457,11 +474,14 @@ class Index:
                 self._write(keys, current, mark, full=True, old=False)
         return self
 
-    def _plan(self, loaded: bool) -> tuple[str | None, list[Key], dict[Key, tuple[str, dict[str, str]]]] | None:
+    def _plan(self, loaded: bool, also: set[str] | frozenset[str] = frozenset()
+              ) -> tuple[str | None, list[Key], dict[Key, tuple[str, dict[str, str]]]] | None:
         """What an update needs: ``(mark, keys, current refs)``, or None when the index is fresh
-        (only a new mark to save, saved here)."""
+        (only a new mark, and the stamps of the folders read, to save: saved here)."""
         lost: dict[str, list[str]] = {}
-        mark, read, folders = _changes(self.store, self.mark if loaded else None, lost)
+        mark, read, folders = _changes(self.store, self.mark if loaded else None, lost, also)
+        stamps = self.store.refs.folder_stamps(sorted(f for f, _ in read.values())) if read else None
+        self._stamps = dict(zip(sorted(f for f, _ in read.values()), stamps, strict=True)) if stamps else {}
         if folders is not None and loaded:
             lost = {**{f: v for f, v in self.lost.items() if f not in folders}, **lost}
         self.lost = lost
@@ -485,12 +505,35 @@ class Index:
         return None
 
     def _save_mark(self, mark: str | None) -> None:
-        """Save a new mark of the ref changes (nothing else moved), unless another writer saved a state meanwhile."""
-        if mark != self.mark:
+        """Save a new mark of the ref changes and new stamps of the folders read (nothing else
+        moved), unless another writer saved a state meanwhile."""
+        stamped = [(r, s) for r in self.rows if (s := self._stamps.get(r[8] or _folder_of(r))) is not None
+                   and r[9] != s] if self._stamps else []
+        if mark != self.mark or stamped:
             with self._locked():
                 if self._stat == stat_of(os.path.join(self.folder, "state.json")):
                     self.mark = mark
+                    for r, stamp in stamped:
+                        r[9] = stamp
                     self._save_state()
+
+    def moved_unlogged(self, runs: list[list[tuple[Part, list[int]]]]) -> bool:
+        """Whether a session of ``runs`` (what :meth:`find_blocks` found) had its refs changed
+        where the ref-change log does not tell (a folder or a branch file removed by hand: its
+        stamp, :meth:`castore.refs.RefStore.folder_stamps`, is not the one recorded when its refs
+        were read); if so the index is brought up to date, reading those sessions' refs again,
+        and the caller searches again. Two ``stat`` calls per session found, on local disk only.
+
+        Raises:
+            IndexError_, StorageError, IntegrityError: as :meth:`refresh`.
+        """
+        rows = [self.rows[p.cols[1][idx[0]]] for (p, idx), *_ in runs]
+        folders = [r[8] or _folder_of(r) for r in rows]
+        stamps = self.store.refs.folder_stamps(folders) if rows else None
+        moved = {f for f, r, s in zip(folders, rows, stamps or (), strict=False) if s != r[9]}
+        if moved:
+            self.refresh(also=moved)
+        return bool(moved)
 
     def rebuild(self) -> Index:
         """Build the index again from the store alone (what a damaged index file calls for).
@@ -575,7 +618,7 @@ class Index:
         for key in keys:
             if key not in number:
                 number[key] = len(sessions)
-                sessions.append({"key": list(key), "folder": "", "refs": None, "seg": None,
+                sessions.append({"key": list(key), "folder": "", "refs": None, "seg": None, "stamp": None,
                                  "at": dict.fromkeys(PARTS, 0), "n": dict.fromkeys(PARTS, 0)})
         name = self._new_name()
         built = {pname: Part(pname).begin() for pname in PARTS}
@@ -670,7 +713,9 @@ class Index:
         Raises:
             IndexError_: it cannot be written.
         """
-        self.rows = [[*x["key"], x["seg"], x["at"]["main"], x["n"]["main"], x["at"]["res"], x["n"]["res"]]
+        self.rows = [[*x["key"], x["seg"], x["at"]["main"], x["n"]["main"], x["at"]["res"], x["n"]["res"],
+                      "" if x["seg"] is None or x["folder"] == _folder_of(x["key"]) else x["folder"],
+                      self._stamps.get(x["folder"], x.get("stamp")) if x["seg"] is not None else None]
                      for x in sessions]
         last = self._refs_file[0] if self._refs_file else "r0.refs"
         name = f"r{int(last[1:].split('.')[0]) + 1}.refs"

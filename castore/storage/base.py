@@ -395,6 +395,19 @@ class Storage(ABC):
         """
         return None
 
+    def ref_stamps(self, folders: Sequence[str]) -> builtins.list[int] | None:
+        """A stamp of each folder of ``folders`` (keys below ``refs/``: a session's ref folder)
+        that changes when a branch is made or removed in its ``heads/``, or the folder, whoever did it
+        (a writer of this storage, or a hand deleting a file): what tells a reader of
+        :meth:`swaps_since`, which logs only this storage's own changes, that a folder changed
+        unlogged. None: this backend does not tell (it keeps no log either, so its readers
+        read every ref).
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        return None
+
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
         """Keys below the folder ``prefix`` whose conditional write is under way (or was left
         half-done by a dead writer): their change may not be in :meth:`swaps_since` yet.

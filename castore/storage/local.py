@@ -820,6 +820,21 @@ class LocalStorage(Storage):
         if boot:
             self._markers.compact(boot, intents_of)
 
+    def ref_stamps(self, folders: Sequence[str]) -> builtins.list[int]:
+        """The modification time (ns) of each folder's ``heads/`` (-1 where there is none): a
+        branch file made, renamed in or removed there changes it, by castore (whose changes
+        :meth:`swaps_since` tells too) or by hand (which it cannot); so does removing the
+        whole folder. One ``stat`` a folder; a ref written in place changes nothing (it is
+        logged)."""
+        out = []
+        stat, root = os.stat, os.path.join(self.root, "")  # (keys are /-separated, as POSIX paths)
+        for f in folders:
+            try:
+                out.append(stat(root + check_key(f"{f}/heads")).st_mtime_ns)
+            except OSError:
+                out.append(-1)
+        return out
+
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
         """Keys below ``prefix`` whose lock file exists (a swap under way or abandoned)."""
         return [k[:-len(".lock")] for k in self.list_locks(prefix)]
