@@ -25,7 +25,7 @@ from typing import Any
 
 from . import objects as o
 from .entries import Record, entry_from
-from .errors import CastoreError, IntegrityError, ObjectNotFound, RevisionNotFound
+from .errors import CastoreError, IntegrityError, ObjectNotFound, RevisionNotFound, SealedFrameError
 from .objects import Commit, Index, ObjectId, Segment
 from .objectstore import ObjectStore, gc_paused
 from .objectstore import packs as pk
@@ -76,8 +76,10 @@ class Hint(Record):
     facts: PathFacts | None = None
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq: not hashable
 
-    def to_meta(self) -> dict[str, Any]:
-        """The hint as ref metadata."""
+    def to_meta(self, codec: o.Codec | None = None) -> dict[str, Any]:
+        """The hint as ref metadata; ``codec`` (an encrypted store's) seals the facts, which
+        name the session's model, provider and thinking level (:meth:`Codec.seal_meta
+        <castore.objects.Codec.seal_meta>`)."""
         d: dict[str, Any] = {"tl": list(self.tail)}
         if self.index:
             d["ix"] = self.index
@@ -85,12 +87,13 @@ class Hint(Record):
             d["pk"] = list(self.packs[-MAX_HINT_PACKS:])
         facts = self.facts.to_meta() if self.facts is not None else None
         if facts is not None:
-            d["cx"] = facts
+            d["cx"] = codec.seal_meta(facts, "cx") if codec is not None else facts
         return d
 
     @classmethod
-    def from_meta(cls, meta: Mapping[str, Any]) -> Hint | None:
-        """Read a hint from ref metadata; None when absent or malformed."""
+    def from_meta(cls, meta: Mapping[str, Any], codec: o.Codec | None = None) -> Hint | None:
+        """Read a hint from ref metadata; None when absent or malformed. Sealed facts are
+        opened with ``codec``; without it (or with another key) they are not known."""
         tail = meta.get("tl")
         ix = meta.get("ix")
         if not isinstance(tail, list) or not _all_hex_ids(tail):
@@ -100,7 +103,13 @@ class Hint(Record):
         names = meta.get("pk")
         if not isinstance(names, list) or not all(isinstance(n, str) and pk.is_pack_name(n) for n in names):
             names = []  # a bad pack list costs a listing, not the hint
-        return cls(ix, list(tail), list(names[-MAX_HINT_PACKS:]), PathFacts.from_meta(meta.get("cx")))
+        facts = meta.get("cx")
+        if codec is not None:
+            try:
+                facts = codec.open_meta(facts, "cx")
+            except SealedFrameError:
+                facts = None  # only a hint: a context finds the facts on its path
+        return cls(ix, list(tail), list(names[-MAX_HINT_PACKS:]), PathFacts.from_meta(facts))
 
     def with_packs(self, names: Sequence[str],
                    live: Callable[[Sequence[str]], list[str]] | None = None) -> Hint:

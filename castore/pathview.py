@@ -87,7 +87,7 @@ class PathView:
         self.meta = meta
         self.blocks = BlockPath(objs, tip, meta)
         self.depth = self.blocks.depth
-        hint = Hint.from_meta(meta) if meta else None
+        hint = Hint.from_meta(meta, objs.codec) if meta else None
         # facts only from a hint that fits this tip (the one its writer kept with it)
         self.facts: PathFacts | None = hint.facts if hint is not None and self.blocks.hinted \
             and hint.facts is not None and hint.facts.depth == self.depth else None
@@ -125,7 +125,7 @@ class PathView:
         if self.whole or len(self.blocks.at_depth) > self.depth // 2:
             out = self.pairs(0, self.depth)
         else:  # most of it unread: all segments in one bulk read (History.path), then kept
-            hint = Hint.from_meta(self.meta) if self.meta else None
+            hint = Hint.from_meta(self.meta, self.objs.codec) if self.meta else None
             out = History(self.objs).path(self.tip, hint)
             have = self.blocks.at_depth
             for pair in out:

@@ -391,10 +391,11 @@ def parse_ref_name(ref: str) -> RefName | None:
     return None
 
 
-def tip_meta(hint: Hint, when: float, depth: int, **extra: Any) -> dict[str, Any]:
-    """The metadata of a ref naming a commit at ``depth``: its read hint, the time and the
-    path length (what ``store.sessions()`` lists without reading history), and ``extra``."""
-    return {**hint.to_meta(), META_TIME: when, META_LENGTH: depth + 1, **extra}
+def tip_meta(hint: Hint, when: float, depth: int, codec: o.Codec | None = None, **extra: Any) -> dict[str, Any]:
+    """The metadata of a ref naming a commit at ``depth``: its read hint (what is not to be
+    read in clear sealed by ``codec``), the time and the path length (what
+    ``store.sessions()`` lists without reading history), and ``extra``."""
+    return {**hint.to_meta(codec), META_TIME: when, META_LENGTH: depth + 1, **extra}
 
 
 class BadRetryPolicy(CastoreError, ValueError):
@@ -691,7 +692,7 @@ class Batch:
     def ref_meta(self, **extra: Any) -> dict[str, Any]:
         """Metadata for a ref naming the batch's tip: read hint, time, path length, ``extra``."""
         assert self.last is not None, "an empty batch names no tip"
-        return tip_meta(self.hint, self.last.time, self.last.depth, **extra)
+        return tip_meta(self.hint, self.last.time, self.last.depth, self.objs.codec, **extra)
 
     def take(self) -> dict[ObjectId, bytes]:
         """Hand over the pending objects (the batch keeps building on its tip)."""
@@ -880,7 +881,7 @@ class Plumbing:
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
-        hint = Hint.from_meta(tipref.meta) if tipref is not None and tipref.target == tip else None
+        hint = Hint.from_meta(tipref.meta, self.objects.codec) if tipref is not None and tipref.target == tip else None
         if hint is not None:
             c = self.history.commit(tip)
             ix = o.hex_id(c.index) if c.index else None
@@ -916,7 +917,7 @@ class Plumbing:
             hint, objs = self.hint_at(cid, tips)
         self.write(objs)
         c = self.history.commit(cid)
-        return tip_meta(hint, c.time, c.depth, **extra)
+        return tip_meta(hint, c.time, c.depth, self.objects.codec, **extra)
 
     # -- batches ---------------------------------------------------------------------------
     def batch(self, tip: str | None, tipref: RefValue | None = None, hint: Hint | None = None) -> Batch:

@@ -113,3 +113,37 @@ def test_a_pull_never_writes_back_the_key_of_a_tenant_erased_here(key: str, tmp_
             pull(remote, store)
     assert not (tmp_path / "laptop" / "keys" / "tenants" / "app" / "alice.key").exists()
     assert (tmp_path / "remote" / "keys" / "tenants" / "app" / "alice.key").exists()  # (the control)
+
+
+def _facts_of(store: castore.Store, codec: object = None) -> tuple[dict, object]:
+    from castore.history import Hint
+
+    t = store.tenant("app", "alice")
+    meta = t.refs.read("sessions/app/alice/s1/heads/main").meta
+    hint = Hint.from_meta(meta, t.objects.codec if codec is None else codec)  # type: ignore[arg-type]
+    return meta, hint.facts if hint is not None else None
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_the_model_a_session_uses_is_sealed_in_its_ref(key: str, tmp_path: Path, encrypted: bool) -> None:
+    """A ref's read hint keeps what a budgeted context needs (the model, provider and
+    thinking level in force, counts of messages): in an encrypted store it was kept in clear
+    in every branch's ref file. It is sealed now, and still read back (and carried from tip to
+    tip by the writer) with the key."""
+    from castore.entries import ModelChange
+    from castore.objects import PLAIN
+
+    url = str(tmp_path / "s")
+    with castore.open(url, encrypted=encrypted, **({"master_key": key} if encrypted else {})) as store:
+        s = store.session("app", "alice", "s1")
+        s.append(Message(role="user", content="hello"))
+        s.append(ModelChange(model="ZEBU-MODEL", provider="ZEBU-PROVIDER", thinking_level="ZEBU-LEVEL"))
+        s.append(Message(role="assistant", content="hi"))
+        s.append(Message(role="user", content="more"))
+        meta, facts = _facts_of(store)
+        assert facts is not None and facts.depth == 3  # known at the tip: each append carried them
+        assert (facts.model, facts.provider, facts.thinking_level) == ("ZEBU-MODEL", "ZEBU-PROVIDER", "ZEBU-LEVEL")
+        if encrypted:
+            assert _facts_of(store, PLAIN)[1] is None  # without the key, not known (and no error)
+    found = [p for p in (tmp_path / "s").rglob("*") if p.is_file() and b"ZEBU" in p.read_bytes()]
+    assert (found == []) is encrypted, found
