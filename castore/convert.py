@@ -34,8 +34,9 @@ from typing import Any
 from . import names
 from . import objects as o
 from .errors import CastoreError, IntegrityError
+from .history import HINT_FACTS
 from .objects import Blob, Commit, Index, ObjectId, Segment, Tree, Value
-from .plumbing import META_WRITE_ID, SESSIONS, STATE, parse_ref_name, real_name
+from .plumbing import META_INFO, META_WRITE_ID, SESSIONS, STATE, parse_ref_name, real_name
 from .store import Store
 
 #: converted objects are written in groups of about this many canonical bytes
@@ -45,6 +46,20 @@ _GENERIC_DEPTH = 64
 #: ref metadata a copy does not keep: the source's write id and its pack names (the
 #: destination's packs have other names; a cold reader lists them once instead)
 _DROPPED_META = (META_WRITE_ID, "pk")
+#: ref metadata an encrypted store seals (:meth:`Codec.seal_meta <castore.objects.Codec.seal_meta>`)
+_SEALED_META = (META_INFO, HINT_FACTS)
+
+
+def _opened(meta: Mapping[str, Any], codec: o.Codec) -> dict[str, Any]:
+    """Ref metadata with the values a codec seals there (a session's info, the read hint's
+    facts) opened: their ids can then be rewritten, and sealed again by the new codec."""
+    return {k: codec.open_meta(v, k) if k in _SEALED_META else v for k, v in meta.items()}
+
+
+def _sealed(meta: Mapping[str, Any], codec: o.Codec) -> dict[str, Any]:
+    """Ref metadata as the store of ``codec`` keeps it (an encrypted one seals what
+    docs/FORMAT.md 15 lists as sealed)."""
+    return {k: codec.seal_meta(v, k) if k in _SEALED_META else v for k, v in meta.items()}
 
 
 class ConvertError(CastoreError, ValueError):
@@ -289,12 +304,13 @@ class _Converter:
                 continue  # deleted since the listing
             if v.symbolic is None:
                 self.convert(t, v.target)
-            for x in _id_shaped(v.meta):
+            opened = _opened(v.meta, t.src.objects.codec)
+            for x in _id_shaped(opened):
                 if x not in t.new and t.src.objects.get_many([x], missing_ok=True):
                     self.convert(t, x)
-            meta = _remapped({k: m for k, m in v.meta.items() if k not in _DROPPED_META}, t.new)
+            meta = _remapped({k: m for k, m in opened.items() if k not in _DROPPED_META}, t.new)
             target = v.target if v.symbolic is not None else t.new[v.target]
-            moves.append((ref, target, meta))
+            moves.append((ref, target, _sealed(meta, t.dst.objects.codec)))
         self.flush(t)
         # branches before HEAD: a HEAD lands only where its branch does
         moves.sort(key=lambda m: m[0].endswith("/HEAD"))

@@ -37,6 +37,8 @@ K = 64
 SEGMENT_BODY_MAX = 16384
 #: at most this many pack names in a hint (one per append of the tail, and the index's)
 MAX_HINT_PACKS = K + 1
+#: the read hint's facts about the path in ref metadata (sealed in an encrypted store)
+HINT_FACTS = "cx"
 
 _ID_LENGTH = {64}
 #: what :meth:`History.advance` is given for a commit's body when its caller does not have it
@@ -87,7 +89,7 @@ class Hint(Record):
             d["pk"] = list(self.packs[-MAX_HINT_PACKS:])
         facts = self.facts.to_meta() if self.facts is not None else None
         if facts is not None:
-            d["cx"] = codec.seal_meta(facts, "cx") if codec is not None else facts
+            d[HINT_FACTS] = codec.seal_meta(facts, HINT_FACTS) if codec is not None else facts
         return d
 
     @classmethod
@@ -103,10 +105,10 @@ class Hint(Record):
         names = meta.get("pk")
         if not isinstance(names, list) or not all(isinstance(n, str) and pk.is_pack_name(n) for n in names):
             names = []  # a bad pack list costs a listing, not the hint
-        facts = meta.get("cx")
+        facts = meta.get(HINT_FACTS)
         if codec is not None:
             try:
-                facts = codec.open_meta(facts, "cx")
+                facts = codec.open_meta(facts, HINT_FACTS)
             except SealedFrameError:
                 facts = None  # only a hint: a context finds the facts on its path
         return cls(ix, list(tail), list(names[-MAX_HINT_PACKS:]), PathFacts.from_meta(facts))

@@ -21,7 +21,7 @@ import castore
 from castore.cli import main
 from castore.convert import ConvertError, compare, convert
 from castore.crypto.keys import MasterKey
-from castore.entries import Message
+from castore.entries import Message, ModelChange
 from castore.maintenance import fsck
 from castore.storage import open_storage
 
@@ -65,8 +65,11 @@ def key() -> str:
 
 def fill(store: castore.Store) -> None:
     """Branches, a fork, a compaction, labels, a detached HEAD, a reset (reflog), remote-tracking
-    tips, app and user state, a long path (segments and indexes), a big tool output."""
+    tips, app and user state, a long path (segments and indexes), a big tool output, the
+    session's info and a model (both kept in ref metadata, which the copy seals)."""
     s = store.session("app", "alice", "s1")
+    s.set_info({"title": f"{TEXT} title", "path": f"/home/{TEXT}.jsonl"})
+    s.append(ModelChange(model=f"{TEXT}-model", provider="p"))
     for i in range(150):  # over two segment blocks
         s.append(Message(role="user" if i % 2 == 0 else "assistant", content=f"{TEXT} turn {i}"),
                  state_delta={"note": f"{STATE} {i}"} if i % 20 == 0 else None)
@@ -111,6 +114,7 @@ def test_a_plain_store_converts_into_an_encrypted_copy_that_reads_the_same(backe
     assert markers_in(dest, backend.options) == []
     with castore.open(dest, master_key=key, **backend.options) as again:  # cold, with the key
         assert again.session("app", "alice", "s2").messages()[-1].content == f"{TEXT} in the fork"
+        assert again.session("app", "alice", "s1").info["title"] == f"{TEXT} title"
 
 
 class Stop(Exception):
