@@ -446,3 +446,39 @@ def test_a_key_for_a_store_that_is_not_encrypted_is_refused_or_said_unused(backe
         enc.session("a", "u", "s").append(Message(role="user", content=TEXT))
     with pytest.raises(EncryptionError, match="key store of .* is at its own keys/"):
         castore.open(enc_url, master_key=key, key_store="memory://ks-elsewhere", **backend.options)
+
+
+def test_a_key_in_the_environment_is_read_by_encrypted_stores_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$CASTORE_MASTER_KEY_FILE`` was read by the command line, which handed its key to every
+    store it opened: a new plain store was then refused ("master_key= was given", though none
+    was typed), where ``$CASTORE_MASTER_KEY`` left it alone. Both variables are the
+    environment's key, read by an encrypted store only (in Python as on the command line; the
+    file's variable first); ``--master-key-file`` typed for a new plain store is still refused."""
+    key, other = MasterKey.new(), MasterKey.new()
+    (tmp_path / "k").write_text(key + "\n")
+    monkeypatch.setenv("CASTORE_MASTER_KEY_FILE", str(tmp_path / "k"))
+    monkeypatch.setenv("CASTORE_MASTER_KEY", other)  # the file's variable comes first
+    runner = CliRunner()
+    plain = str(tmp_path / "plain")
+    res = runner.invoke(main, ["--store", plain, "append", "--role", "user", "hi", "-s", "a/u/s"])
+    assert res.exit_code == 0, res.output
+    with castore.open(plain) as st:
+        assert st.encryption is None and [m.content for m in st.session("a", "u", "s").messages()] == ["hi"]
+    enc = str(tmp_path / "enc")
+    res = runner.invoke(main, ["--store", enc, "init", "--encrypted"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["--store", enc, "append", "--role", "user", TEXT, "-s", "a/u/s"])
+    assert res.exit_code == 0, res.output
+    with castore.open(enc) as st:  # the library reads the same variable
+        assert [m.content for m in st.session("a", "u", "s").messages()] == [TEXT]
+    with castore.open(enc, master_key=key) as st:  # the store was made under the file's key
+        assert [m.content for m in st.session("a", "u", "s").messages()] == [TEXT]
+    res = runner.invoke(main, ["--store", str(tmp_path / "new"), "--master-key-file", str(tmp_path / "k"),
+                               "append", "--role", "user", "hi", "-s", "a/u/s"])
+    assert res.exit_code != 0 and "would not be encrypted" in res.stderr, res.output
+    monkeypatch.setenv("CASTORE_MASTER_KEY_FILE", str(tmp_path / "missing"))
+    with castore.open(plain) as st:  # a plain store never reads the key
+        assert len(st.session("a", "u", "s").messages()) == 1
+    with pytest.raises(KeyMissing, match="missing"):
+        castore.open(enc).session("a", "u", "s").messages()

@@ -88,7 +88,7 @@ def test_rotate_rewraps_under_the_new_key(tmp_path, encrypted):
 
 
 @pytest.mark.parametrize("args, env, needle", [
-    (["key", "rotate", "--new-key-file", "NEW"], {"CASTORE_MASTER_KEY": ""}, "no master key: set CASTORE_MASTER_KEY"),
+    (["key", "rotate", "--new-key-file", "NEW"], {"CASTORE_MASTER_KEY": ""}, "no master key: give --master-key-file"),
     (["key", "rotate", "--new-key-file", "NEW"], {"CASTORE_MASTER_KEY": "bad!"}, "not base64"),
     (["key", "rotate", "--new-key-file", "missing.key"], None, "no master key file"),
 ])

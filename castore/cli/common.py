@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import CastoreError, SessionNotFound
-from .grep_spec import MASTER_KEY_FILE_ENV, SESSION_ENV, STORE_ENV, UNSET, Opt, json_opt, limit_opt
+from .grep_spec import SESSION_ENV, STORE_ENV, UNSET, Opt, json_opt, limit_opt
 from .plain import (
     OptionValueError,
     error_line,
@@ -633,7 +633,6 @@ __all__ = [
     "PAGER_ENV",
     "STORE_ENV",
     "SESSION_ENV",
-    "MASTER_KEY_FILE_ENV",
     "skip_teardown",
     "teardown_skipped",
 ]

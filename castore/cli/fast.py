@@ -8,7 +8,7 @@ first hands the command line to :func:`grep_main`, which parses ``castore [GLOBA
 (:mod:`.grep_spec`), the way click's parser reads them (long options with ``=VALUE`` or the next
 argument, short ones combined with ``-ic`` and valued with ``-C3``, ``--`` ending the options,
 options after the pattern, the last of a repeated option, every value of a repeatable one,
-``$CASTORE_STORE`` and ``$CASTORE_MASTER_KEY_FILE``, the global options after ``grep`` as well), and
+``$CASTORE_STORE``, the global options after ``grep`` as well), and
 runs the search (:func:`castore.cli.grep_search.run`, the one the click command runs).
 
 It does so only when it understands every argument and every value. Anything else returns None
@@ -28,7 +28,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .grep_spec import GLOBAL_OPTIONS, GREP_ARGUMENT, GREP_OPTIONS, MASTER_KEY_FILE_ENV, STORE_ENV, Opt, late_globals
+from .grep_spec import GLOBAL_OPTIONS, GREP_ARGUMENT, GREP_OPTIONS, STORE_ENV, Opt, late_globals
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -196,7 +196,7 @@ def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> GrepCall
         return None
     # as click's group (a variable set but empty counts as not set), then the options after grep
     url = g["store_url"] if "store_url" in top else (env.get(STORE_ENV) or None)
-    key = g["master_key_file"] if "master_key_file" in top else (env.get(MASTER_KEY_FILE_ENV) or None)
+    key = g["master_key_file"] if "master_key_file" in top else None
     try:
         options = storage_options(g["store_options"])
         if "store_options" in got:

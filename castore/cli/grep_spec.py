@@ -18,7 +18,6 @@ from typing import Any
 #: the environment variables behind ``--store``, ``--session`` and ``--master-key-file``
 STORE_ENV = "CASTORE_STORE"
 SESSION_ENV = "CASTORE_SESSION"
-MASTER_KEY_FILE_ENV = "CASTORE_MASTER_KEY_FILE"
 
 #: an attribute not given (click's own default applies)
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
@@ -76,9 +75,11 @@ GLOBAL_OPTIONS: tuple[Opt, ...] = (
         help=f"The session to work on: APP/USER/SESSION, or its session id alone, whole or a unique prefix "
              f"(0ccf1a04); write a '/' inside a name as %2F [env {SESSION_ENV}; default: the one chosen with "
              "`castore use`]."),
-    Opt(("--master-key-file",), "master_key_file", envvar=MASTER_KEY_FILE_ENV, metavar="PATH",
-        help=f"The master key of an encrypted store, in a file as `castore key new` printed it [env "
-             f"{MASTER_KEY_FILE_ENV}; default: the key in $CASTORE_MASTER_KEY]."),
+    # no envvar: the store reads $CASTORE_MASTER_KEY_FILE itself, only if it is encrypted
+    Opt(("--master-key-file",), "master_key_file", metavar="PATH",
+        help="The master key of an encrypted store, in a file as `castore key new` printed it [default: "
+             "the file $CASTORE_MASTER_KEY_FILE names, else the key in $CASTORE_MASTER_KEY, read only by "
+             "an encrypted store]."),
     Opt(("--no-pager",), "no_pager", flag=True, help="Never page long output (it is paged only on a terminal)."),
 )
 
@@ -170,5 +171,5 @@ GREP_OPTIONS: tuple[Opt, ...] = (
     Opt(("--jsonl",), "as_jsonl", flag=True, help="Print one MATCH document (as in --json) per line, streaming."),
 )
 
-__all__ = ["STORE_ENV", "SESSION_ENV", "MASTER_KEY_FILE_ENV", "UNSET", "Opt", "GLOBAL_OPTIONS", "late_global",
+__all__ = ["STORE_ENV", "SESSION_ENV", "UNSET", "Opt", "GLOBAL_OPTIONS", "late_global",
            "late_globals", "limit_opt", "json_opt", "GREP_ARGUMENT", "GREP_OPTIONS"]

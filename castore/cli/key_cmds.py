@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..crypto.keys import MASTER_KEY_ENV, MasterKey, master_key
+from ..crypto.keys import MASTER_KEY_ENV, MASTER_KEY_FILE_ENV, MasterKey, master_key
 from ..crypto.keystore import CONFIG_KEY, Erasure, KeyStore
 from ..storage import split_url
 from ..store import Store, check_url
@@ -62,20 +62,22 @@ def key() -> None:
 def key_new() -> None:
     """Print a fresh master key (base64 of 32 random bytes).
 
-    Keep it in a secret store or a file only you can read, and give it to castore in
-    $CASTORE_MASTER_KEY or with --master-key-file: without it, an encrypted store cannot be
-    read, and castore cannot recover it.
+    Keep it in a secret store or a file only you can read, and give it to castore with
+    --master-key-file, in a file named by $CASTORE_MASTER_KEY_FILE, or in $CASTORE_MASTER_KEY:
+    without it, an encrypted store cannot be read, and castore cannot recover it.
     """
     click.echo(MasterKey.new())
     if sys.stdout.isatty():
-        note(f"keep this key secret and safe; castore reads it from ${MASTER_KEY_ENV} or --master-key-file")
+        note(f"keep this key secret and safe; castore reads it from --master-key-file, a file named by "
+             f"${MASTER_KEY_FILE_ENV}, or ${MASTER_KEY_ENV}")
 
 
 @key.command("rotate")
 @click.option("--new-key-file", required=True, type=click.Path(dir_okay=False),
               help="File holding the new master key (as `castore key new` prints it).")
 @click.option("--master-key-file", type=click.Path(dir_okay=False),
-              help=f"File holding the current master key (default: ${MASTER_KEY_ENV}).")
+              help=f"File holding the current master key (default: the file ${MASTER_KEY_FILE_ENV} names, "
+                   f"else ${MASTER_KEY_ENV}).")
 def key_rotate(new_key_file: str, master_key_file: str | None) -> None:
     """Rewrap every data key of the store under a new master key.
 

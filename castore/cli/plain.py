@@ -67,7 +67,8 @@ def storage_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
 def open_store_at(url: str | None, options: dict[str, Any], master_key_file: str | None) -> Store:
     """The store the global options name: ``url`` (``--store``; None or empty: ``$CASTORE_STORE``,
     else the nearest ``.castore``), opened with the storage ``options`` (``-o``) and the master key
-    in ``master_key_file`` when given (else the store reads ``$CASTORE_MASTER_KEY`` itself).
+    in ``master_key_file`` when given (else an encrypted store reads the environment's itself:
+    :func:`castore.crypto.keys.environment_key`).
 
     Raises:
         KeyMissing, EncryptionError: the key file is missing or holds no master key.
@@ -80,7 +81,8 @@ def open_store_at(url: str | None, options: dict[str, Any], master_key_file: str
 
 def key_options(master_key_file: str | None) -> dict[str, Any]:
     """``master_key=`` for opening a store: the key in ``master_key_file`` (``--master-key-file``)
-    when given, else nothing (the store reads ``$CASTORE_MASTER_KEY`` itself).
+    when given, else nothing (an encrypted store reads ``$CASTORE_MASTER_KEY_FILE`` or
+    ``$CASTORE_MASTER_KEY`` itself, and a plain one never does).
 
     Raises:
         KeyMissing: the file is not there.

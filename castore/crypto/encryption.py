@@ -27,7 +27,7 @@ from ..objects import Codec
 from ..storage import Storage
 from .aead import AeadCipher
 from .args import check_encryption_args, refuse_plain_creation
-from .keys import MASTER_KEY_ENV, KeyWrapper, MasterKey
+from .keys import MASTER_KEY_ENV, MASTER_KEY_FILE_ENV, KeyWrapper, MasterKey, environment_key
 from .keystore import CONFIG_KEY, KeyStore
 
 #: what castore.json's ``encryption`` settings name, besides the key store's own fields
@@ -213,14 +213,15 @@ def share_keys(src: Encryption | None, dst: Encryption | None, tenants: list[tup
 
 def as_wrapper(master_key: KeyWrapper | bytes | str | None) -> KeyWrapper | None:
     """The wrapper a store is opened with: ``master_key`` as given (32 raw bytes, base64 text,
-    or a :class:`~castore.crypto.keys.KeyWrapper` such as a KMS hook), else the key in
-    ``CASTORE_MASTER_KEY``, else None.
+    or a :class:`~castore.crypto.keys.KeyWrapper` such as a KMS hook), else the environment's
+    (:func:`~castore.crypto.keys.environment_key`), else None.
 
     Raises:
+        KeyMissing: the file ``$CASTORE_MASTER_KEY_FILE`` names is not there.
         EncryptionError: the key given is not 32 bytes, or not base64 of 32 bytes.
     """
     if master_key is None:
-        return MasterKey.from_env() if os.environ.get(MASTER_KEY_ENV) else None
+        return environment_key()
     if isinstance(master_key, bytes | bytearray):
         return MasterKey.from_bytes(bytes(master_key))
     if isinstance(master_key, str):
@@ -264,7 +265,7 @@ def create_store_keys(store_storage: Storage, master_key: KeyWrapper | bytes | s
     Raises:
         EncryptionError: ``encrypted`` is not True (a key was given for a new store that
             would be plain: :func:`~castore.crypto.args.refuse_plain_creation`).
-        KeyMissing: no master key was given (nor in ``CASTORE_MASTER_KEY``).
+        KeyMissing: no master key was given (nor in the environment).
         WrongKey: a key store is already there, made with another master key.
         EncryptionError: the key given is malformed, or a damaged key store is there.
         StorageError: the storage failed.
@@ -274,7 +275,8 @@ def create_store_keys(store_storage: Storage, master_key: KeyWrapper | bytes | s
     wrapper = as_wrapper(master_key)
     if wrapper is None:
         raise KeyMissing(f"creating an encrypted store at {store_storage.url} needs a master key: make one with "
-                         f"`castore key new` and give it in ${MASTER_KEY_ENV}, --master-key-file or master_key=")
+                         f"`castore key new` and give it with --master-key-file, ${MASTER_KEY_FILE_ENV}, "
+                         f"${MASTER_KEY_ENV} or master_key=")
     try:
         return Encryption.create(store_storage, wrapper, key_store=key_store)
     except KeyMissing:

@@ -33,6 +33,8 @@ from ..errors import CastoreError, EncryptionError, KeyMissing, WrongKey
 
 #: the environment variable :meth:`MasterKey.from_env` reads
 MASTER_KEY_ENV = "CASTORE_MASTER_KEY"
+#: the environment variable naming a file that holds the master key (read before MASTER_KEY_ENV)
+MASTER_KEY_FILE_ENV = "CASTORE_MASTER_KEY_FILE"
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _WRAP_VERSION = b"\x01"
@@ -231,14 +233,38 @@ def _call_hook(fn: Callable[[bytes, bytes], bytes], what: str, data: bytes, cont
         raise EncryptionError(f"the key wrapper failed to {what} a key: {type(e).__name__}: {e}") from e
 
 
-def master_key(path: str | os.PathLike[str] | None = None) -> MasterKey:
-    """The master key in the file ``path``, else in ``CASTORE_MASTER_KEY``.
+def environment_key() -> MasterKey | None:
+    """The master key the environment gives: the one in the file ``$CASTORE_MASTER_KEY_FILE``
+    names, else the one in ``$CASTORE_MASTER_KEY``; None when neither is set (an empty value is
+    not set). Read only when an encrypted store needs a key: the environment may hold a key
+    meant for other stores, so it is never a reason to refuse a plain one.
 
     Raises:
-        KeyMissing: no file there, or (no ``path``) the variable is not set.
+        KeyMissing: the file ``$CASTORE_MASTER_KEY_FILE`` names is not there.
+        EncryptionError: the key is not base64 of 32 bytes, or the file cannot be read.
+    """
+    path = os.environ.get(MASTER_KEY_FILE_ENV, "")
+    if path:
+        return MasterKey.from_file(path)
+    if os.environ.get(MASTER_KEY_ENV, "").strip():
+        return MasterKey.from_env()
+    return None
+
+
+def master_key(path: str | os.PathLike[str] | None = None) -> MasterKey:
+    """The master key in the file ``path``, else the environment's (:func:`environment_key`).
+
+    Raises:
+        KeyMissing: no file there, or (no ``path``) neither variable is set.
         EncryptionError: the key is not base64 of 32 bytes.
     """
-    return MasterKey.from_env() if path is None else MasterKey.from_file(path)
+    if path is not None:
+        return MasterKey.from_file(path)
+    key = environment_key()
+    if key is None:
+        raise KeyMissing(f"no master key: give --master-key-file, or set ${MASTER_KEY_FILE_ENV} (a file) or "
+                         f"${MASTER_KEY_ENV} (base64 of 32 bytes; `castore key new` makes one)")
+    return key
 
 
 class CallableWrapper:
