@@ -101,6 +101,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CastoreError, InvalidEntry
@@ -408,6 +410,12 @@ READERS: dict[str, Reader] = {
 }
 
 
+#: the first reader of :data:`READERS` (Claude Code's), whose commits :func:`session_rows` tells
+#: inline, and the metadata key of its commits: it is tried first (:func:`_reader_of`), so a commit
+#: that has its key is its commit whatever else the metadata holds
+_FAST_KEY, _FAST = next(iter(READERS.items()))
+
+
 def _meta_usage(cid: str, c: Commit, body: Any) -> Response | None:
     """A response recorded in a commit's metadata: Pi's (``pm.usage``, model in the body) or
     an application's (``usage`` and ``model``)."""
@@ -478,8 +486,13 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
     names: list[str] = []  # the ref each path was read for
     owner: dict[str, int] = {}  # commit -> the first path that holds it
     # each commit at its first visit, in order, but those their reader passes over: the commits
-    # read, unless some reader keeps state along each path (then every path is read whole)
-    firsts: list[tuple[str, Commit, tuple[Reader, dict[str, Any], bool] | None]] = []
+    # read, unless some reader keeps state along each path (then every path is read whole);
+    # each with the place of its row in rows (a commit whose usage record the importer kept
+    # is given its row at once)
+    firsts: list[tuple[int, str, Commit, tuple[Reader, dict[str, Any], bool] | None]] = []
+    rows: list[Row | None] = []
+    fast_source, fast_kept = _FAST.kept or ("", "")
+    fast_key, fast_counts = _FAST_KEY, _FAST.counts or (lambda m: True)
     stateful = False
     want: list[str] = []
     bodies: list[str] = []
@@ -512,13 +525,27 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         at = len(paths)
         paths.append(path)
         names.append(name)
-        for cid, c in path[start:] if start else path:  # the commits no path before holds
-            if only is None:
-                owner[cid] = at
+        part = path[start:] if start else path  # the commits no path before holds
+        if only is None:
+            owner.update(zip(map(_first, part), repeat(at)))
+        for cid, c in part:
+            # the first reader's commits (a Claude Code session's, all of them) inline: what
+            # _reader_of and the kept record would give, without their calls per commit
+            m = c.meta.get(fast_key)
+            if m.__class__ is dict and m.get("raw").__class__ is str:
+                if not fast_counts(m):
+                    continue
+                rec = m.get(fast_kept)
+                if rec.__class__ is list:
+                    got_row = kept_record(fast_source, rec, cid, c.time)
+                    if got_row is not None:
+                        rows.append([cid, *got_row, only or name])
+                    continue
             got = _reader_of(c)
             if got is _PASSED:
                 continue
-            firsts.append((cid, c, got))
+            firsts.append((len(rows), cid, c, got))
+            rows.append(None)  # its row's place, in the order of the path
             if got is not None:
                 stateful = stateful or got[0].stateful
                 if got[2]:
@@ -533,7 +560,6 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
             with contextlib.suppress(InvalidEntry):
                 lines[oid] = json_loads(raw)
     values = {oid: getattr(v, "value", None) for oid, v in store.objects.get_many(bodies).items()} if bodies else {}
-    rows: list[Row] = []
 
     def read(cid: str, c: Commit, got: tuple[Reader, dict[str, Any], bool] | None, w: Walk) -> Response | None:
         if got is None:
@@ -542,25 +568,27 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         d = lines.get(m["raw"]) if needs else None
         return reader.read(w, cid, c, m, d if isinstance(d, dict) else None)
 
-    def add(cid: str, r: Response | None) -> None:
-        if r is not None:
-            t = r.tokens
-            rows.append([cid, r.identity, r.model, r.time, t.input, t.output, t.cache_read, t.cache_write,
-                         only or names[owner[cid]]])
+    def row_of(cid: str, r: Response | None) -> Row | None:
+        if r is None:
+            return None
+        t = r.tokens
+        return [cid, r.identity, r.model, r.time, t.input, t.output, t.cache_read, t.cache_write,
+                only or names[owner[cid]]]
 
     if not stateful or only is not None:  # each commit read once, where it was first visited
         w = Walk()
-        for cid, c, got in firsts:
+        for at, cid, c, got in firsts:
             kept = got[0].kept if got is not None else None
             if kept is not None:  # the usage record the importer kept: no call to the reader
                 rec = got[1].get(kept[1])  # type: ignore[index]  # got is not None with kept
                 if isinstance(rec, list):
-                    row = kept_record(kept[0], rec, cid, c.time)
-                    if row is not None:
-                        rows.append([cid, *row, only or names[owner[cid]]])
+                    got_row = kept_record(kept[0], rec, cid, c.time)
+                    if got_row is not None:
+                        rows[at] = [cid, *got_row, only or names[owner[cid]]]
                     continue
-            add(cid, read(cid, c, got, w))
-        return rows
+            rows[at] = row_of(cid, read(cid, c, got, w))
+        return [r for r in rows if r is not None] if firsts else cast("list[Row]", rows)
+    rows = []  # every path read again, root first
     done: set[str] = set()
     for path in paths:
         w = Walk()
@@ -570,10 +598,13 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
                 continue
             if cid not in done:
                 done.add(cid)
-                add(cid, read(cid, c, got, w))
+                rows.append(row_of(cid, read(cid, c, got, w)))
             elif got is not None and got[0].stateful:  # read again only for the state of this path's walk
                 read(cid, c, got, w)
-    return rows
+    return [r for r in rows if r is not None]
+
+
+_first = itemgetter(0)
 
 
 def _place(path: list[tuple[str, Commit]], cid: str, depth: int) -> int:
@@ -776,25 +807,24 @@ def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:
     objs = store.objects
     digest_many = objs.codec.digest_many
     out: dict[str, Commit] = {}
+    biggest = 0
     with gc_paused():
         for raws in objs.iter_tagged(Commit):
             raws = raws[:SCAN_MAX_COMMITS - len(out)]
             ids = digest_many(raws)
+            biggest = max(biggest, max(map(len, raws), default=0))
             # commits all: the kind tag the bytes were told by is the one msgspec decodes by
-            got: dict[str, Commit]
             try:
-                got = dict(zip(ids, cast("list[Commit]", decode_many(ids, raws)), strict=True))
+                out.update(zip(ids, cast("list[Commit]", decode_many(ids, raws)), strict=True))
             except IntegrityError:  # one does not decode: the others one by one
-                got = {}
                 for oid, raw in zip(ids, raws, strict=True):
                     with contextlib.suppress(IntegrityError):
-                        got[oid] = cast("Commit", decode_many([oid], [raw])[0])
-            out.update(got)
-            # they live as long as the store (freeing them is a twentieth of the run, and a
-            # process that ends without teardown never does), and a path read later finds them
-            objs.keep_decoded(got, max(map(len, raws), default=0))
+                        out[oid] = cast("Commit", decode_many([oid], [raw])[0])
             if len(out) >= SCAN_MAX_COMMITS:
                 break
+        # they live as long as the store (freeing them is a twentieth of the run, and a
+        # process that ends without teardown never does), and a path read later finds them
+        objs.keep_decoded(out, biggest)
     return out
 
 

@@ -512,6 +512,66 @@ def test_cache_follows_new_responses(store: castore.Store, tmp_path: Path) -> No
     assert usage(store, cache=False).total.responses == 0
 
 
+@pytest.mark.parametrize("scan_from", [0, 1 << 30], ids=["store-wide-pass", "path-by-path"])
+def test_cache_counts_as_a_fresh_run_through_each_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         scan_from: int) -> None:
+    # the cached report after each change equals a run that reads every session again, by
+    # each grouping, whether the sessions that moved are read in the store-wide pass or
+    # path by path: an import after the cache was written, a branch deleted, a session
+    # deleted, a lost branch (named, left out, and the cache not saved with it)
+    import castore.usage as usage_mod
+    from castore.usage import GROUPS
+
+    monkeypatch.setattr(usage_mod, "SCAN_MIN_SESSIONS", scan_from)
+    root = _projects(tmp_path)
+    url = str(tmp_path / "store")
+    import_claude(castore.open(url, durable=False), root)
+    cache = tmp_path / "usage-cache.json"
+
+    def both() -> dict[str, Any]:
+        got = {by: usage(castore.open(url), by=by).to_json() for by in GROUPS}
+        assert got == {by: usage(castore.open(url), by=by, cache=False).to_json() for by in GROUPS}
+        return got
+
+    before = both()
+    assert cache.exists() and before["model"]["total"]["responses"] == claude_truth(root)[0]
+    # an import after the cache was written: a new response at the end of a file
+    main = root / "session-share" / f"{MAIN}.jsonl"
+    lines = main.read_bytes().splitlines()
+    d = json.loads(next(raw for raw in reversed(lines) if b'"type":"assistant"' in raw))
+    last = next(json.loads(raw) for raw in reversed(lines) if b'"uuid"' in raw)
+    d["parentUuid"], d["uuid"] = last["uuid"], "0f0e0d0c-0b0a-4909-8807-060504030201"
+    d["message"]["id"] = "msg_added_after_the_cache"
+    main.write_bytes(main.read_bytes() + json.dumps(d).encode() + b"\n")
+    import_claude(castore.open(url, durable=False), root)
+    grown = both()
+    assert grown["model"]["total"]["responses"] == before["model"]["total"]["responses"] + 1
+    # a branch deleted: its own responses leave the counts
+    st = castore.open(url, durable=False)
+    keys = sorted(st.session_refs_and_heads())
+    forked = next(k for k in keys if len(st.session(*k).branches()) > 1)
+    s = st.session(*forked)
+    side = next(b for b in sorted(s.branches()) if b != s.current_branch)
+    s.delete_branch(side, force=True)
+    less = both()
+    assert less["branch"] != grown["branch"]
+    assert not any(r["name"].endswith(":" + side) for r in less["branch"]["rows"])
+    # a session deleted
+    gone = next(k for k in keys if k != forked)
+    st.delete_session(*gone)
+    after = both()
+    assert "/".join(gone) not in {r["name"] for r in after["session"]["rows"]}
+    # a lost branch: the session is named unreadable by both, its rows left out, no cache saved
+    lost = st.session(*forked)
+    st.refs.delete(lost.refs.branch(lost.current_branch))
+    cache.unlink()
+    res = CliRunner().invoke(cli_main, ["--store", url, "usage", "--by", "session", "--json"])
+    assert res.exit_code == 1 and "/".join(forked) in res.output and not cache.exists()
+    named = both()
+    assert "/".join(forked) not in {r["name"] for r in named["session"]["rows"]}
+    assert usage(castore.open(url)).unreadable.keys() == {"/".join(forked)}
+
+
 def test_cache_follows_a_checkout(store: castore.Store) -> None:
     # a commit two branches hold is the checked-out branch's: HEAD moving to the other one
     # moves it there, though no branch moved
