@@ -792,9 +792,11 @@ def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:
     found), when the ``todo`` sessions about to be read are at least :data:`SCAN_MIN_SESSIONS`
     and half of the ``of`` sessions there are: the paths are then walked through them
     (:func:`session_rows`) with no read per commit. Fewer are cheaper read path by path: None.
-    The commits are kept here, not in the store's cache of decoded objects (nothing else reads
-    them), up to :data:`SCAN_MAX_COMMITS` (a path beyond them is read as it would be without);
-    bytes that do not decode are left out (``fsck`` reports them).
+    Up to :data:`SCAN_MAX_COMMITS` are decoded (a path beyond them is read as it would be
+    without), into one dictionary that is then handed to the store's cache of decoded objects
+    once (:meth:`~castore.objectstore.ObjectStore.keep_decoded`: they live as long as the store,
+    unless one is larger than it keeps); bytes that do not decode are left out (``fsck``
+    reports them).
 
     Raises:
         StorageError: the backend failed.
