@@ -591,7 +591,8 @@ class Store:
         user = None if user_seg == names.APP_SCOPE else real_name(user_seg, None)
         opts = dict(self._tenant_options(app, user)) if self._tenant_options is not None else {}
         if self.encryption is not None:  # its keys seal the tenant's objects, whatever the options say
-            opts.update(self.encryption.options(app, user))
+            prefix = names.tenant_prefix(app_seg, user_seg)
+            opts.update(self.encryption.options(app, user, lambda: bool(self.storage.list_dir(prefix))))
         with self._tenants_lock:
             got = self._tenants.get((app_seg, user_seg))
             if got is None:

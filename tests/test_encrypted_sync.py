@@ -147,3 +147,30 @@ def test_the_model_a_session_uses_is_sealed_in_its_ref(key: str, tmp_path: Path,
             assert _facts_of(store, PLAIN)[1] is None  # without the key, not known (and no error)
     found = [p for p in (tmp_path / "s").rglob("*") if p.is_file() and b"ZEBU" in p.read_bytes()]
     assert (found == []) is encrypted, found
+
+
+def test_a_lost_key_file_is_reported_and_never_replaced_by_a_new_key(backend: Backend, key: str) -> None:
+    """Before, the next opening of the tenant (even a listing) made it a new key: every read
+    then failed as damage ("does not open with this store's key"), and the key restored from
+    a backup had a rival in its place."""
+    from castore.errors import KeyMissing
+    from castore.storage import open_storage
+
+    with backend.open(encrypted=True, master_key=key) as store:
+        store.session("app", "alice", "s1").append(Message(role="user", content="alice's"))
+    storage = open_storage(backend.url, **backend.options)
+    kept = storage.read("keys/tenants/app/alice.key")
+    storage.delete("keys/tenants/app/alice.key")
+    with backend.open(master_key=key) as store:
+        assert ("app", "alice") in store.tenants()  # names need no key
+        with pytest.raises(KeyMissing, match="its key file was lost"):
+            store.session("app", "alice", "s1").messages()
+        with pytest.raises(KeyMissing):
+            store.session("app", "alice", "s1").append(Message(role="user", content="more"))
+        store.session("app", "bob", "b1").append(Message(role="user", content="bob's"))  # a new tenant: a key
+    assert storage.read_many(["keys/tenants/app/alice.key"]) == {"keys/tenants/app/alice.key": None}
+    storage.write("keys/tenants/app/alice.key", kept)  # restored from a backup
+    with backend.open(master_key=key) as store:
+        assert store.session("app", "alice", "s1").messages()[0].content == "alice's"
+        assert store.session("app", "bob", "b1").messages()[0].content == "bob's"
+    storage.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import EncryptionError, FormatError, KeyMissing, TenantErased
@@ -27,7 +27,7 @@ from ..objects import Codec
 from ..storage import Storage
 from .aead import AeadCipher
 from .args import check_encryption_args, refuse_plain_creation
-from .keys import MASTER_KEY_ENV, MASTER_KEY_FILE_ENV, KeyWrapper, MasterKey, environment_key
+from .keys import MASTER_KEY_ENV, MASTER_KEY_FILE_ENV, KeyWrapper, MasterKey, TenantKeys, environment_key
 from .keystore import CONFIG_KEY, KeyStore
 
 #: what castore.json's ``encryption`` settings name, besides the key store's own fields
@@ -117,9 +117,12 @@ class Encryption:
         self.keys.close()
 
     # -- codecs ------------------------------------------------------------------------
-    def codec(self, app: str, user: str | None) -> Codec:
+    def codec(self, app: str, user: str | None, holds_data: Callable[[], bool] | None = None) -> Codec:
         """The codec of tenant ``(app, user)`` (``user`` None: the app's scope), its keys made
-        on first use; an erased tenant's codec refuses every seal and open.
+        on first use; an erased tenant's codec refuses every seal and open, and so does the
+        codec of a tenant whose key is missing while ``holds_data()`` says its data is there
+        (a lost key file: a new key would never open that data, and would stand in the way of
+        the old key restored from a backup).
 
         Raises:
             KeyMissing: no master key was given.
@@ -133,7 +136,7 @@ class Encryption:
             return got
         tag = "/".join(tenant_segments(app, user)).encode()
         try:
-            keys = self.keys.tenant_keys(app, user, create=True)
+            keys = self._keys_of(app, user, holds_data)
             codec = Codec(id_key=keys.id_key, cipher=AeadCipher(keys.enc_key), tenant=tag)
         except TenantErased as e:
             self._erased[(app, user)] = e
@@ -144,14 +147,29 @@ class Encryption:
         with self._lock:
             return self._codecs.setdefault((app, user), codec)
 
+    def _keys_of(self, app: str, user: str | None, holds_data: Callable[[], bool] | None) -> TenantKeys:
+        if holds_data is None or self.keys.wrapper is None:
+            return self.keys.tenant_keys(app, user, create=True)
+        try:
+            return self.keys.tenant_keys(app, user)
+        except KeyMissing as e:
+            if not holds_data():
+                return self.keys.tenant_keys(app, user, create=True)  # a new tenant
+            try:  # a rival may have made it meanwhile: a key is stored before any data it seals
+                return self.keys.tenant_keys(app, user)
+            except KeyMissing:
+                raise KeyMissing(f"{e}, yet the tenant holds data: its key file was lost (restore it from a "
+                                 "backup of the key store); castore makes a key only for a tenant that holds "
+                                 "nothing") from e
+
     def erasure(self, app: str, user: str | None) -> TenantErased | None:
         """Why tenant ``(app, user)`` cannot be read when it was erased (known once its codec
         was made, :meth:`codec`), else None."""
         return self._erased.get((app, user))
 
-    def options(self, app: str, user: str | None) -> dict[str, Any]:
+    def options(self, app: str, user: str | None, holds_data: Callable[[], bool] | None = None) -> dict[str, Any]:
         """Keyword arguments for tenant ``(app, user)``'s store: its codec (see :meth:`codec`)."""
-        return {"codec": self.codec(app, user)}
+        return {"codec": self.codec(app, user, holds_data)}
 
     # -- sharing with a copy -------------------------------------------------------------
     def share(self, dst: Encryption, tenants: Iterable[tuple[str, str]] | None) -> None:
