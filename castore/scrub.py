@@ -339,8 +339,9 @@ class _Rewrite:
 
 def redact_sessions(store: Store, sessions: Iterable[Session] | None = None, dry_run: bool = False
                     ) -> list[RedactReport]:
-    """Redact ``sessions`` (default: every session of the store) with the store's key, and
-    the app and user state they see (first: their commits name the state's).
+    """Redact ``sessions`` (default: every session of the store, those of an erased tenant
+    excepted) with the store's key, and the app and user state they see (first: their
+    commits name the state's).
 
     The key is created when the store has none, except with ``dry_run``, which writes
     nothing: its tags are then made with a key of the moment, and differ from the ones a
@@ -352,6 +353,7 @@ def redact_sessions(store: Store, sessions: Iterable[Session] | None = None, dry
 
     Raises:
         SessionNotFound: a session given does not exist.
+        TenantErased: a session given belongs to an erased tenant.
         CorruptRef: a session's HEAD names no branch, or a lost one (:meth:`Session.lost_branch`):
             nothing is written.
         RedactConflict: a ref moved meanwhile (run again; what was moved stays redacted).
@@ -361,8 +363,9 @@ def redact_sessions(store: Store, sessions: Iterable[Session] | None = None, dry
     store.require()
     key = store.stored_redaction_key() if dry_run else store.redaction_key()
     rw = _Rewrite(store, Redactor(key or new_key()), dry_run)
-    if sessions is None:
-        sessions = [store.session(i.app, i.user, i.session) for app in store.apps() for i in store.sessions(app)]
+    if sessions is None:  # every session, an erased tenant's excepted (store-wide work skips them)
+        sessions = [store.session(i.app, i.user, i.session) for app in store.apps() for i in store.sessions(app)
+                    if store.tenant(i.app, i.user).erased is None]
     sessions = list(sessions)
     for s in sessions:
         if not s.exists():

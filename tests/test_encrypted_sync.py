@@ -174,3 +174,21 @@ def test_a_lost_key_file_is_reported_and_never_replaced_by_a_new_key(backend: Ba
         assert store.session("app", "alice", "s1").messages()[0].content == "alice's"
         assert store.session("app", "bob", "b1").messages()[0].content == "bob's"
     storage.close()
+
+
+def test_redact_of_every_session_skips_an_erased_tenant(key: str, tmp_path: Path) -> None:
+    """Before, one erased user stopped `castore redact --all` of the whole store (TenantErased)."""
+    from castore.scrub import redact_sessions
+
+    url = str(tmp_path / "s")
+    secret = "AKIAZQXM4RKER7EXAMPL"
+    with castore.open(url, encrypted=True, master_key=key) as store:
+        store.session("app", "alice", "s1").append(Message(role="user", content=f"key {secret}"))
+        store.session("app", "bob", "b1").append(Message(role="user", content=f"key {secret}"))
+        store.encryption.keys.erase("app", "alice")
+    with castore.open(url, master_key=key) as store:
+        reports = redact_sessions(store)
+        assert [r.session for r in reports if r.found] == [("app", "bob", "b1")]
+        assert secret not in store.session("app", "bob", "b1").messages()[0].content
+        with pytest.raises(TenantErased):
+            redact_sessions(store, [store.session("app", "alice", "s1")])
