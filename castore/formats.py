@@ -1,5 +1,6 @@
 """The storage formats (``castore.json``'s ``format``, docs/FORMAT.md 1): which this castore
-reads and writes, which a new store gets, and the checks of a format number.
+reads and writes, which a new store gets, the checks of a format number, and those of the
+settings a store reads from ``castore.json`` when it opens.
 
 The one place that knows them: the store checks ``castore.json`` against them when it opens,
 the object store writes in the format they allow; neither needs the other to ask (a search
@@ -23,6 +24,9 @@ DEFAULT_FORMAT = 3
 #: ... and on storage that cannot (object stores, memory), where format 3 would write format
 #: 2's bytes: such a store stays readable by a castore that knows format 2 only
 DEFAULT_FORMAT_NO_APPEND = 2
+#: the castore.json settings that are JSON booleans: whether writes repack in the background
+#: (:attr:`Store.auto_repack <castore.store.Store.auto_repack>`) and redact (``Store.set_redact``)
+SWITCHES = ("auto_repack", "redact")
 
 
 def can_append(storage: Storage) -> bool:
@@ -49,17 +53,23 @@ def check_format(fmt: int) -> int:
     return fmt
 
 
-def check_stored(fmt: Any, url: str) -> int:
-    """The format ``castore.json`` of the store at ``url`` holds, when this castore reads it.
+def check_stored(config: dict[str, Any], url: str) -> int:
+    """The format that ``config``, the ``castore.json`` of the store at ``url``, holds, when this
+    castore reads it and its :data:`SWITCHES` are true or false.
 
     Raises:
-        FormatError: not a format number, or one of a newer castore.
+        FormatError: not a format number, or one of a newer castore; or a switch of another
+            type (the string ``"false"`` would turn it on), named with the file.
     """
+    fmt = config["format"]
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt > STORE_FORMAT or fmt < 1:
         raise FormatError(f"store {url} has format {fmt!r}; this castore reads format {STORE_FORMAT} and older. "
                           "Upgrade castore.", found=fmt, supported=STORE_FORMAT)
+    for key in SWITCHES:
+        if not isinstance(config.get(key, False), bool):
+            raise FormatError(f"{url}/castore.json: {key} must be true or false, not {config[key]!r}")
     return fmt
 
 
 __all__ = ["FORMATS", "STORE_FORMAT", "DEFAULT_FORMAT", "DEFAULT_FORMAT_NO_APPEND", "can_append", "default_format",
-           "check_format", "check_stored"]
+           "check_format", "check_stored", "SWITCHES"]

@@ -401,10 +401,9 @@ class Store:
             return
         try:
             cfg = json.loads(raw)
-            fmt = cfg["format"]
+            fmt = check_stored(cfg, self.url)
         except (ValueError, KeyError, TypeError) as e:
             raise FormatError(f"{self.url}/{CONFIG_KEY} is not a castore config ({e})") from e
-        check_stored(fmt, self.url)
         layout = cfg.get("layout", "flat")
         if layout not in LAYOUTS:
             raise FormatError(f"store {self.url} has layout {layout!r}, unknown to this castore. Upgrade castore.")
@@ -413,7 +412,7 @@ class Store:
                               "a store's layout is chosen when it is created")
         self._set_format(fmt)
         if self._auto_repack is None:
-            self._set_auto_repack(cfg.get("auto_repack", True) is not False)
+            self._set_auto_repack(cfg.get("auto_repack", True))
         self._config = cfg
         self._initialized = True
         self._apply_redaction()

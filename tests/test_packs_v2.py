@@ -423,3 +423,21 @@ def test_tagged_objects_gives_the_objects_of_one_kind_that_content_spans_finds()
         assert want and packs.tagged_objects(content, tag, o.TAG_START, o.TAG_END) == want
     assert packs.tagged_objects(content[:-1], o.kind_tag_bytes(Commit), o.TAG_START, o.TAG_END) is None
     assert packs.tagged_objects(b"", o.kind_tag_bytes(Commit), o.TAG_START, o.TAG_END) == []
+
+
+@pytest.mark.parametrize("key", ["auto_repack", "redact"])
+def test_a_castore_json_switch_of_another_type_than_a_boolean_is_one_error_naming_it(tmp_path, key):
+    """``"auto_repack": "false"`` (a string) in castore.json turned repacking on ("false" is
+    truthy), and ``"redact": "false"`` redaction: opening the store refuses it now, naming the key and
+    the file, and the store's bytes are left as they were."""
+    from castore.errors import FormatError
+
+    root = tmp_path / "st"
+    castore.open(str(root)).update_config(lambda c: {**c, key: "false"})
+    before = (root / "castore.json").read_bytes()
+    with pytest.raises(FormatError, match=f"castore.json: {key} must be true or false, not 'false'"):
+        castore.open(str(root))
+    assert (root / "castore.json").read_bytes() == before
+    cfg = json.loads(before)
+    (root / "castore.json").write_text(json.dumps({**cfg, key: False}))
+    assert castore.open(str(root)).auto_repack is (key != "auto_repack")
