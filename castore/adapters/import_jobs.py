@@ -263,19 +263,26 @@ def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
     redact = store.redactor is not None
     ctx = multiprocessing.get_context("spawn")
     workers: list[tuple[Any, Connection, list[int]]] = []
+    results: dict[int, Any] = {}
+    failures: list[tuple[int, BaseException]] = []
     try:
+        # Every worker is started before any is sent its share: a start writes the process's
+        # arguments into a pipe the child reads once its interpreter is up, so a share (a few
+        # hundred KB of units) among them would hold each start until the worker before had
+        # started, one start-up after another.
         for share in shares:
-            reader, writer = ctx.Pipe(duplex=False)
+            conn, child = ctx.Pipe()
             p = ctx.Process(target=_work, name="castore-import", args=(
-                writer, store.url, store.open_options, redact, vendor, [u for _, u in share], options))
+                child, store.url, store.open_options, redact, vendor))
             p.start()
-            writer.close()
-            workers.append((p, reader, [i for i, _ in share]))
-        results: dict[int, Any] = {}
-        failures: list[tuple[int, BaseException]] = []
-        for p, reader, idx in workers:
+            child.close()
+            workers.append((p, conn, [i for i, _ in share]))
+        for (_, conn, _), share in zip(workers, shares, strict=True):
+            with contextlib.suppress(OSError):  # a worker gone already: reported below
+                conn.send(([u for _, u in share], options))
+        for p, conn, idx in workers:
             try:
-                done, failed = reader.recv()
+                done, failed = conn.recv()
             except EOFError:
                 p.join()
                 failures.append((idx[0], ImportJobError(
@@ -291,8 +298,8 @@ def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
         _stop(workers)
         raise
     finally:
-        for _, reader, _ in workers:
-            reader.close()
+        for _, conn, _ in workers:
+            conn.close()
     if failures:
         raise min(failures, key=lambda f: f[0])[1]
     return [results[i] for i in sorted(results)]
@@ -317,11 +324,15 @@ def _stop(workers: list[tuple[Any, Connection, list[int]]]) -> None:
             p.join()
 
 
-def _work(conn: Connection, url: str, open_options: dict[str, Any], redact: bool, vendor: str,
-          units: list[Any], options: dict[str, Any]) -> None:
-    """A worker: open the store, import ``units``, send back ``(results, error or None)``."""
+def _work(conn: Connection, url: str, open_options: dict[str, Any], redact: bool, vendor: str) -> None:
+    """A worker: receive ``(units, options)``, open the store, import ``units``, send back
+    ``(results, error or None)``."""
     from ..store import Store
 
+    try:
+        units, options = conn.recv()
+    except (EOFError, KeyboardInterrupt):
+        return  # the parent is gone, or was interrupted before it sent the share
     out: list[Any] = []
     failed: BaseException | None = None
     try:
