@@ -54,8 +54,9 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CastoreError, RefConflict
@@ -270,13 +271,14 @@ def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
         # arguments into a pipe the child reads once its interpreter is up, so a share (a few
         # hundred KB of units) among them would hold each start until the worker before had
         # started, one start-up after another.
-        for share in shares:
-            conn, child = ctx.Pipe()
-            p = ctx.Process(target=_work, name="castore-import", args=(
-                child, store.url, store.open_options, redact, vendor))
-            p.start()
-            child.close()
-            workers.append((p, conn, [i for i, _ in share]))
+        with _sigint_held() as sigint:
+            for share in shares:
+                conn, child = ctx.Pipe()
+                p = ctx.Process(target=_work, name="castore-import", args=(
+                    child, store.url, store.open_options, redact, vendor, sigint))
+                p.start()
+                child.close()
+                workers.append((p, conn, [i for i, _ in share]))
         for (_, conn, _), share in zip(workers, shares, strict=True):
             with contextlib.suppress(OSError):  # a worker gone already: reported below
                 conn.send(([u for _, u in share], options))
@@ -305,10 +307,46 @@ def _run_workers(store: Store, vendor: str, shares: list[list[tuple[int, Any]]],
     return [results[i] for i in sorted(results)]
 
 
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[bool]:
+    """Start processes inside with SIGINT ignored, and hold this process's own: yields whether
+    a worker should take SIGINT as KeyboardInterrupt once it is up (:func:`_work`).
+
+    A Ctrl-C at the terminal reaches the workers too, and one that came while a worker's
+    interpreter was still importing (before :func:`_work` runs) printed a traceback. An
+    ignored signal stays ignored across ``exec``, and Python then leaves it so: a worker
+    takes SIGINT again once it is in :func:`_work`. Meanwhile this process's SIGINT is blocked,
+    not lost: on Linux a blocked signal stays pending whatever its action, and is raised when
+    the block ends (multiprocessing's resource tracker, started first, unblocks SIGINT as it
+    starts). Where that cannot be done (not the main thread, no ``pthread_sigmask``, SIGINT
+    not Python's), processes start as they are and yield False when SIGINT is ignored here.
+    """
+    old = signal.getsignal(signal.SIGINT)
+    if (old is not signal.default_int_handler or not hasattr(signal, "pthread_sigmask")
+            or threading.current_thread() is not threading.main_thread()):
+        yield old is not signal.SIG_IGN
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield True
+        finally:
+            signal.signal(signal.SIGINT, old)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def _stop(workers: list[tuple[Any, Connection, list[int]]]) -> None:
     """Interrupt every worker still running (each drops its batch in flight), and wait for
     them: a Ctrl-C at the terminal reached them too, so first they are given a moment to stop
-    by themselves (a second interrupt could cut short their cleanup)."""
+    by themselves (a second interrupt could cut short their cleanup). A worker not yet sent
+    its share (one still starting ignored that Ctrl-C) finds its pipe closed and returns."""
+    for _, conn, _ in workers:
+        conn.close()
     deadline = time.monotonic() + _GRACE_SECONDS
     for p, _, _ in workers:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -324,14 +362,18 @@ def _stop(workers: list[tuple[Any, Connection, list[int]]]) -> None:
             p.join()
 
 
-def _work(conn: Connection, url: str, open_options: dict[str, Any], redact: bool, vendor: str) -> None:
+def _work(conn: Connection, url: str, open_options: dict[str, Any], redact: bool, vendor: str,
+          sigint: bool) -> None:
     """A worker: receive ``(units, options)``, open the store, import ``units``, send back
-    ``(results, error or None)``."""
+    ``(results, error or None)``. Started with SIGINT ignored (:func:`_sigint_held`), it takes
+    it as KeyboardInterrupt from here on when ``sigint``."""
     from ..store import Store
 
     try:
+        if sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         units, options = conn.recv()
-    except (EOFError, KeyboardInterrupt):
+    except (EOFError, OSError, KeyboardInterrupt):
         return  # the parent is gone, or was interrupted before it sent the share
     out: list[Any] = []
     failed: BaseException | None = None
@@ -348,7 +390,8 @@ def _work(conn: Connection, url: str, open_options: dict[str, Any], redact: bool
         return  # the parent was interrupted too: it says so
     except BaseException as e:  # noqa: BLE001 - carried to the parent, which raises it
         failed = _portable(e)
-    conn.send((out, failed))
+    with contextlib.suppress(OSError):  # the parent is gone (interrupted)
+        conn.send((out, failed))
     conn.close()
 
 
