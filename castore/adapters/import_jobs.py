@@ -14,7 +14,10 @@ worker processes each open the same store by URL (:attr:`castore.Store.open_opti
 storage options it was opened with; the handle's redaction choice too) and import their
 share, in order, in write batches as one process does. The workers are *spawned* (a fresh
 interpreter): a store handle runs background threads (the repack, a pack map's readers), and
-a child forked while one holds a lock inherits the lock held forever.
+a child forked while one holds a lock inherits the lock held forever. They start side by side
+and are sent their shares over their pipes once all are started (a share among a process's
+arguments held its start until the worker before had started), and they ignore SIGINT until
+they are up (:func:`_sigint_held`).
 
 What comes back is what one process gives: the results in the order of the files, and on a
 failure the error the first failing file (in that order) raised, after every worker is done;
