@@ -267,6 +267,25 @@ class SessionExists(CastoreError, FileExistsError):
         return str(self.args[0])
 
 
+class SessionDeleting(CastoreError):
+    """A write (an append, a checkout) to a session whose HEAD carries the deleting mark: a
+    deletion of it started and did not finish (docs/FORMAT.md, "Deleting a session"). Finish
+    it with ``castore delete-session`` (or ``castore expire``); the session can then be
+    started again under its name.
+
+    Attributes:
+        key: the session's ``(app, user, session)``.
+    """
+
+    def __init__(self, key: tuple[str, str, str]) -> None:
+        super().__init__(key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return ("session {0}/{1}/{2} is being deleted (a deletion of it was interrupted): finish it with "
+                "`castore delete-session {0}/{1}/{2}`, then write to it again").format(*self.key)
+
+
 class BranchError(CastoreError, ValueError):
     """A branch operation is refused (exists, checked out, unmerged work)."""
 

@@ -29,8 +29,9 @@ from typing import Any
 
 from . import names
 from . import objects as o
+from .deletion import cancel, delete_session_refs, deleting_since, finish_hint
 from .entries import stored_problem
-from .errors import CastoreError, CorruptRef, IntegrityError, RefConflict, SealedFrameError
+from .errors import CastoreError, CorruptRef, IntegrityError, SealedFrameError
 from .history import Hint, depth_problem
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore.packs import Slot
@@ -88,6 +89,9 @@ class FsckReport:
     #: sessions (``sessions/<app>/<user>/<session>``) whose HEAD names a branch not made yet
     #: and that hold no other ref: never born, as far as anything stored tells (not damage)
     unborn: list[str] = field(default_factory=list)
+    #: (session folder, fsck's line) of the sessions whose deletion was interrupted (HEAD
+    #: marked deleting, :mod:`castore.deletion`): not damage; ``delete-session`` finishes it
+    deleting: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -110,6 +114,7 @@ class FsckReport:
         self.bad_refs.extend((f"{where}/{r}", why) for r, why in other.bad_refs)
         self.stale_locks.extend(f"{where}/{k}" for k in other.stale_locks)
         self.unborn.extend(f"{where}/{k}" for k in other.unborn)
+        self.deleting.extend((f"{where}/{k}", why) for k, why in other.deleting)
         self.stale_temps.extend(f"{where}/{k}" for k in other.stale_temps)
         self.damaged_records.extend((f"{where}/{p}", off, n) for p, off, n in other.damaged_records)
 
@@ -130,6 +135,7 @@ class FsckReport:
             "damaged_records": [{"pack": p, "offset": off, "bytes": n} for p, off, n in self.damaged_records],
             "erased": list(self.erased),
             "unborn": list(self.unborn),
+            "deleting": [{"session": k, "reason": why} for k, why in self.deleting],
         }
 
 
@@ -231,6 +237,8 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
             problem = _ref_problem(name, value, keyset)
             if problem is not None:
                 report.bad_refs.append((name, problem))
+            elif name.endswith("/HEAD") and deleting_since(value) is not None:
+                report.deleting.append((name[:-5], finish_hint(name, value)))
             elif value.symbolic is not None and name.endswith("/HEAD") \
                     and f"{REFS_PREFIX}/{name[:-4]}{HEADS}/{head_segment(value)}" not in keyset:
                 report.unborn.append(name[:-5])  # never born, as far as the refs tell
@@ -835,10 +843,14 @@ def expire_sessions(store: Store, older_than: float, app: str | None = None, dry
     Their content goes at the next ``gc``, as with ``delete-session``. Each ref is deleted
     only if it still holds what was read (compare-and-swap): a session a writer updates
     meanwhile is kept (its current branch is deleted first, so a write in between stops the
-    deletion before anything else goes). A session whose HEAD is damaged (a lost branch:
+    deletion before anything else goes; a writer that reads HEAD once it is marked deleting
+    is refused, :class:`~castore.errors.SessionDeleting`). A session whose HEAD is damaged (a lost branch:
     :attr:`~castore.listing.SessionInfo.problem`) is kept: the refs left cannot tell when it
     last changed (an old label would make a session written to today look idle), and
-    deleting it would hide the damage from fsck and leave the lost commits to gc.
+    deleting it would hide the damage from fsck and leave the lost commits to gc. A session
+    whose deletion was interrupted (HEAD marked deleting, :mod:`castore.deletion`) is
+    finished whatever its age, unless a ref of it is newer than the mark: its mark is then
+    taken off and it is kept. The deletion itself is :func:`castore.deletion.delete_session_refs`.
 
     Raises:
         CastoreError: ``older_than`` is negative.
@@ -857,31 +869,19 @@ def expire_sessions(store: Store, older_than: float, app: str | None = None, dry
             home = store.tenant(info.app, info.user)
             prefix = session_prefix(info.app, info.user, info.session)
             when, refs = _last_change(home, prefix)
-            if when is None or when >= cutoff:
+            marked = deleting_since(refs.get(f"{prefix}/HEAD"))
+            if marked is not None:  # a deletion interrupted: finish it unless written to since
+                if when is not None and when > marked:
+                    if not dry_run:
+                        cancel(home.plumbing, prefix)
+                    continue
+            elif when is None or when >= cutoff:
                 continue
-            if not dry_run and not _delete_unchanged(home, prefix, refs):
+            if not dry_run and not delete_session_refs(home.plumbing, prefix, refs):
                 continue
-            report.sessions.append((info.app, info.user, info.session, when))
+            last = when if when is not None else marked  # a deletion left no branch: when it began
+            report.sessions.append((info.app, info.user, info.session, last if last is not None else 0.0))
     return report
-
-
-def _delete_unchanged(store: Store, prefix: str, refs: dict[str, RefValue]) -> bool:
-    """Delete the refs ``refs`` of a session, each only if it holds what was read: the
-    branch HEAD names first, HEAD last. False when one had moved (what is left stays)."""
-    head = refs.get(f"{prefix}/HEAD")
-    first = f"{prefix}/{HEADS}/{head_segment(head)}" if head is not None and head.symbolic else None
-    order = sorted(refs, key=lambda n: (n != first, n.endswith("/HEAD"), n))
-    for name in order:
-        # read again with its token (a batch read has none, and a delete without one is not a
-        # compare-and-swap): a write since the first read shows in its value (a new write id)
-        now = store.refs.read(name)
-        if now is None or (now.target, now.meta) != (refs[name].target, refs[name].meta):
-            return False
-        try:
-            store.plumbing.delete(name, now)
-        except RefConflict:
-            return False
-    return True
 
 
 def expiry_settings(store: Store) -> tuple[float | None, float | None]:

@@ -89,6 +89,11 @@ META_CREATED = "created"
 #: branch, or the first write of HEAD once it had one; absent on HEADs written before it
 #: existed): what tells a session whose only branch was lost from a never-born one
 META_BORN = "born"
+#: HEAD: a deletion of the session started at this time (seconds since the epoch) and has
+#: not finished (:mod:`castore.deletion`; docs/FORMAT.md, "Deleting a session"): what tells
+#: an interrupted deletion, its branch gone and HEAD left, from a lost branch. Not in
+#: :data:`HEAD_KEEPS`: nothing rewrites a marked HEAD but the deletion itself
+META_DELETING = "deleting"
 #: HEAD keys that travel with it when it is rewritten (checkout, set_info)
 HEAD_KEEPS = (META_NAMES, META_INFO, META_CREATED, META_BORN)
 #: the keys that may hold the real name behind a hashed segment, in the order they are read
@@ -308,10 +313,11 @@ def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) 
     hand-deleted ref file did). A HEAD written before the mark existed, in a session whose
     only ref is HEAD, cannot be told from a never-born one (no commit names its session):
     its lost commits are dangling ones.
-    ``castore fsck`` reports it as a bad ref; reading the session raises it (:class:`CorruptRef`)."""
+    ``castore fsck`` reports it as a bad ref; reading the session raises it (:class:`CorruptRef`).
+    A HEAD with the deleting mark (:data:`META_DELETING`) has none: its branch went by intent."""
     base = f"{REFS_PREFIX}/{session}/"
-    if f"{base}{HEADS}/{seg}" in keys:
-        return None
+    if f"{base}{HEADS}/{seg}" in keys or head.meta.get(META_DELETING):
+        return None  # on its branch, or a deletion interrupted (not damage: castore.deletion)
     kinds = {HEADS: "a branch", TAGS: "a label", REMOTES: "a remote-tracking branch"}
     had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
                   if k.startswith(base) and k[len(base):].split("/", 1)[0] in kinds})
@@ -1172,6 +1178,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "HEAD_KEEPS",
     "META_BORN",
+    "META_DELETING",
     "Plumbing",
     "RefContended",
     "NoSuchRef",

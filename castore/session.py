@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from . import names, plumbing, revisions
 from . import objects as o
 from .aio import to_thread
+from .deletion import deleting_since
 from .entries import (
     DELETE,
     BranchSummary,
@@ -40,6 +41,7 @@ from .errors import (
     InvalidEntry,
     RefConflict,
     RevisionNotFound,
+    SessionDeleting,
     SessionExists,
 )
 from .groupcommit import Group, GroupCommit, Job
@@ -172,7 +174,12 @@ class Session:
     def _head_meta(self, head: RefValue | None, born: bool = True, **extra: Any) -> dict[str, Any]:
         """HEAD's metadata: what ``head`` keeps, the session's names and creation time, the
         born mark (:data:`~castore.plumbing.META_BORN`: every writer of HEAD but ``set_info``
-        writes it once the session has a commit), then ``extra``."""
+        writes it once the session has a commit), then ``extra``.
+
+        Raises:
+            SessionDeleting: ``head`` carries the deleting mark (:meth:`_refuse_deleting`).
+        """
+        self._refuse_deleting(head)
         meta = {k: v for k, v in (head.meta if head else {}).items() if k in HEAD_KEEPS}
         meta.setdefault(META_NAMES, {"app": self.app, "user": self.user, "session": self.id})
         meta.setdefault(META_CREATED, time.time())
@@ -301,6 +308,7 @@ class Session:
         Raises:
             RefConflict: ``expect`` was given and the metadata stored is another (nothing is
                 written; not retried).
+            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
             InvalidEntry: ``info`` (or ``expect``) is not a mapping or holds something that cannot
                 be stored (nothing is written).
             RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
@@ -397,6 +405,7 @@ class Session:
             NoSuchRef: ``branch`` names no branch of a session that has entries (a
                 :class:`BranchError`; create it with :meth:`branch` first).
             InvalidName: ``branch`` is not a valid branch name.
+            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
             StorageError: the backend failed. (Failing while moving app/user state after the
                 entries landed, it leaves the entries and loses that state change.)
         """
@@ -434,6 +443,7 @@ class Session:
             else:
                 head, name, tipref = self._tip_for_write(fresh)
                 self._refuse_lost(head, tipref)  # not a new root on a lost branch's name
+            self._refuse_deleting(head)
             ref = None if name is None else \
                 on or (self.refs.branch_ref_of(head) if head is not None else self.refs.branch(name))
             # appends of other threads to this branch, staged in this group, come first
@@ -584,6 +594,16 @@ class Session:
             else PathView(self._objs, tipref.target, tipref.meta)
         self._view = view
         return view
+
+    def _refuse_deleting(self, head: RefValue | None) -> None:
+        """Raise SessionDeleting when ``head`` carries the deleting mark
+        (:mod:`castore.deletion`): a write must not start a new branch in, or move the HEAD
+        of, a session whose deletion is under way or was interrupted; finishing the deletion
+        (``delete-session``) frees the name. A handle holding HEAD from before the mark
+        appends on until its branch swap fails (the deletion deletes the branch first), then
+        reads HEAD and stops here."""
+        if deleting_since(head) is not None:
+            raise SessionDeleting(self.key)
 
     def _refuse_lost(self, head: RefValue | None, tipref: RefValue | None) -> None:
         """Raise CorruptRef (fsck's line) when HEAD names a branch that is absent (``tipref``
@@ -860,10 +880,12 @@ class Session:
             RevisionNotFound, AmbiguousRevision, SessionNotFound, StorageError.
             CorruptRef: HEAD names a branch that was lost (:meth:`lost_branch`); recreating
             it would hide the loss from fsck.
+            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
         """
         cid = self.resolve(rev)
         head, branch, tipref = self._read_tip()
         self._refuse_lost(head, tipref)
+        self._refuse_deleting(head)  # not a branch made again in a session being deleted
         if branch is None:
             assert head is not None
             self._move(self.refs.head, cid, self._head_meta(head, **self._detached_at(cid)), f"reset {rev}")
@@ -942,6 +964,7 @@ class Session:
             RevisionNotFound, AmbiguousRevision, InvalidName, StorageError.
             BranchError: the branch was deleted while HEAD moved to it (HEAD is put back).
             RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
+            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
         """
         if create is not None:
             self.branch(create, rev)

@@ -1023,23 +1023,22 @@ class Store:
         return [real_name(a, None) for a in self.refs.list_dir("sessions") if valid_segment(a)]
 
     def delete_session(self, app: str, user: str, session_id: str) -> None:
-        """Delete a session's refs (its objects go at the next ``gc``).
+        """Delete a session's refs (its objects go at the next ``gc``), HEAD marked deleting
+        first (:func:`castore.deletion.delete_session_refs`); finishes a deletion of it that
+        was interrupted.
 
         Raises:
             SessionNotFound: the session does not exist.
-            InvalidName, StorageError.
+            RefContended: rivals kept moving its refs. InvalidName, StorageError.
         """
-        from .plumbing import parse_ref_name, session_prefix
+        from .deletion import delete_session_refs
+        from .plumbing import session_prefix
 
         home = self.tenant(app, user)
         if home is not self:
             return home.delete_session(app, user, session_id)
-        prefix = session_prefix(app, user, session_id)
-        found = [n for n in self.refs.list(prefix) if parse_ref_name(n) is not None]  # never a foreign name
-        if not found:
+        if not delete_session_refs(self.plumbing, session_prefix(app, user, session_id)):
             raise SessionNotFound((app, user, session_id))
-        for name in sorted(found, key=lambda n: n.endswith("/HEAD")):
-            self.plumbing.delete(name)
 
     # -- app- and user-scoped state ----------------------------------------------------------
     def scope_head(self, app: str, user: str | None = None) -> str | None:

@@ -47,6 +47,7 @@ from .history import BlockPath, Hint, K, merge_depth
 from .objects import Commit, Index, Tree
 from .plumbing import (
     META_BORN,
+    META_DELETING,
     META_NAMES,
     META_WRITE_ID,
     REMOTES,
@@ -818,8 +819,11 @@ class _Sync:
             branch = SessionRefs(u.ref.rsplit("/", 1)[0]).branch_ref_of(RefValue(u.ref, u.target, u.meta))
             if self.dst_values.get(branch) is None:
                 return
-            try:  # (born: its branch is there, whether or not the other side's HEAD says so)
-                self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, None, {**u.meta, META_BORN: True})
+            # (born: its branch is there, whether or not the other side's HEAD says so; never a
+            # deletion under way there: the copy is not being deleted, castore.deletion)
+            meta = {**{k: v for k, v in u.meta.items() if k != META_DELETING}, META_BORN: True}
+            try:
+                self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, None, meta)
             except RefConflict:
                 return
             self.report.refs_updated.append(u.ref)

@@ -164,23 +164,29 @@ class _AppendBeforeDelete(PassThrough):
 def test_expire_keeps_a_session_a_writer_updates_while_it_deletes(backend: Backend) -> None:
     """expire deletes each ref of an idle session only if it still holds what was read, its current
     branch first: an append landing between its read and its delete stops the deletion, and the
-    session is kept with the new entry. (Each delete was unconditional: the refs were read without
-    their tokens, so the appended entry, acknowledged to its writer, was deleted with the session.)"""
-    store = backend.open()
-    s = store.session("app", "alice", "idle")
-    s.append(castore.Message(role="user", content="old"), time=time.time() - 100 * DAY)
-    s.label("v1")
-    store.close()
+    session is kept with the new entry, its HEAD without the deleting mark. (Each delete was
+    unconditional: the refs were read without their tokens, so the appended entry, acknowledged
+    to its writer, was deleted with the session.) A writer that reads HEAD once it is marked
+    deleting is refused instead (castore.deletion): nothing acknowledged is deleted either way."""
+    holder = backend.open()
+    held = holder.session("app", "alice", "idle")  # this handle keeps HEAD from before the mark
+    held.append(castore.Message(role="user", content="old"), time=time.time() - 100 * DAY)
+    held.label("v1")
+    refused: list[Exception] = []
 
     def writer() -> None:
-        with backend.open() as w:
-            w.session("app", "alice", "idle").append(castore.Message(role="user", content="new"))
+        held.append(castore.Message(role="user", content="new"))
+        with backend.open() as w, pytest.raises(castore.SessionDeleting) as e:
+            w.session("app", "alice", "idle").append(castore.Message(role="user", content="refused"))
+        refused.append(e.value)
 
     wrapped = castore.Store(_AppendBeforeDelete(open_storage(backend.url, **{
         k: v for k, v in backend.options.items() if k != "layout"}), writer))
     report = maintenance.expire_sessions(wrapped, 90 * DAY)
-    assert report.sessions == []
+    assert report.sessions == [] and len(refused) == 1
+    holder.close()
     with backend.open() as again:
         kept = again.session("app", "alice", "idle")
         assert [m.content for m in kept.messages()] == ["old", "new"]
+        kept.append(castore.Message(role="user", content="later"))
         assert maintenance.fsck(again).ok

@@ -19,7 +19,8 @@ _FSCK_SCHEMA = (
     '{"ok": bool, "objects": n, "refs": n, "reachable": n, "missing": [{"id", "from"}], '
     '"corrupt": [{"id", "reason"}], "bad_refs": [{"ref", "reason"}], "unreachable": [id], '
     '"dangling": [id], "stale_locks": [path], "stale_temps": [path], '
-    '"damaged_records": [{"pack", "offset", "bytes"}], "unborn": [session folder]}'
+    '"damaged_records": [{"pack", "offset", "bytes"}], "unborn": [session folder], '
+    '"deleting": [{"session", "reason"}]}'
 )
 _GC_SCHEMA = (
     '{"deleted": n, "kept_in_grace": n, "bytes_freed": n, "dry_run": bool, "ids": [id], '
@@ -71,6 +72,10 @@ def _render_fsck(r: FsckReport) -> None:
         click.echo(f"notice: {plural(len(r.unborn), 'session')} with no commit yet (HEAD names a branch "
                    f"not made): {shown}; if one had commits, its branch was lost and its tip is "
                    "a dangling commit (`castore fsck --json`)")
+    for folder, why in r.deleting[:_SHOWN]:  # not damage: a deletion that stopped halfway
+        click.echo(f"notice: {safe(folder)}: {safe(why)}")
+    if len(r.deleting) > _SHOWN:
+        click.echo(f"notice: ... and {len(r.deleting) - _SHOWN} more interrupted deletions (see --json)")
     if r.ok:
         click.echo("ok")
     else:

@@ -147,7 +147,8 @@ def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
 
     Its content stays in the store until `castore gc` (after the grace period, and
     only what no other session shares). The session must be named in full: the default
-    session is never deleted implicitly.
+    session is never deleted implicitly. Run again, it finishes a deletion that was
+    interrupted (`castore fsck` lists those).
     """
     store: Store = open_store(ctx)
     app, user, sid = split_key(session_key, 3, 3, "APP/USER/SESSION")

@@ -1,0 +1,162 @@
+"""Deleting a session: the one rule, used by ``Store.delete_session`` (``castore
+delete-session``, the adapters' deletes, a LangGraph thread prune) and ``castore expire``.
+
+A session's refs cannot go in one atomic step, and every order leaves something a crash
+can strand: its current branch must go first (a writer appending meanwhile then loses its
+compare-and-swap instead of writing on), and HEAD last (refs without a HEAD are listed by
+nothing). A deletion killed between the two used to leave HEAD with its born mark and no
+branch, which fsck calls a lost branch and gc refuses the whole store for. So a deletion
+states its intent first, as git's and dulwich's ref transactions do: it moves HEAD, by
+compare-and-swap, to carry :data:`~castore.plumbing.META_DELETING` (the time), then deletes
+the branch HEAD names, the other refs, and HEAD (docs/FORMAT.md, "Deleting a session").
+
+An interrupted deletion is then recognisably one: fsck lists it (``deleting``) with the
+command that finishes it, gc is not refused (the refs left are roots as any; what the
+deleted ones held is garbage by intent), a write that reads the marked HEAD is refused
+(:class:`~castore.errors.SessionDeleting`) rather than starting a new branch in a
+half-deleted session, and running the deletion again, or ``castore expire``, finishes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from .errors import CorruptRef, RefConflict
+from .plumbing import (
+    HEADS,
+    META_DELETING,
+    META_NAMES,
+    META_WRITE_ID,
+    Plumbing,
+    RefContended,
+    head_segment,
+    parse_ref_name,
+    real_name,
+)
+from .refs import RefValue
+
+#: how often a deletion reads a ref again after a rival moved it before it gives up
+_TRIES = 8
+
+
+def deleting_since(head: RefValue | None) -> float | None:
+    """When the deletion of the session whose HEAD is ``head`` started, if one did and has
+    not finished (HEAD carries :data:`~castore.plumbing.META_DELETING`); else None."""
+    when = head.meta.get(META_DELETING) if head is not None else None
+    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+
+
+def finish_hint(head_name: str, head: RefValue) -> str:
+    """fsck's line for the session whose HEAD ``head_name`` is ``head``, marked deleting: the
+    deletion was interrupted, and the command that finishes it."""
+    parsed = parse_ref_name(head_name)
+    said = head.meta.get(META_NAMES)
+    said = said if isinstance(said, dict) else {}
+    segs = (parsed.app, parsed.user or "", parsed.session or "") if parsed is not None else ("?", "?", "?")
+    key = "/".join(said[k] if isinstance(said.get(k), str) else real_name(seg, None)
+                   for k, seg in zip(("app", "user", "session"), segs, strict=True))
+    return f"deletion interrupted: finish it with `castore delete-session {key}`"
+
+
+def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, RefValue] | None = None) -> bool:
+    """Delete the refs of the session whose ref folder is ``prefix`` (``sessions/a/u/s``):
+    mark HEAD deleting, delete its current branch, then its other refs, then HEAD, each by
+    compare-and-swap of its value as read. A deletion interrupted earlier is finished.
+
+    Without ``expect`` (``delete-session``) a ref a rival moved meanwhile is read again and
+    deleted still: the deletion was asked for. With ``expect`` (``expire``: each ref's value
+    as read when the session was judged idle), a ref that moved or appeared since stops the
+    deletion: HEAD's mark is taken off again (if HEAD is still as marked) and what is left stays.
+
+    Returns:
+        False when nothing was found (no ref under ``prefix``) or, with ``expect``, when the
+        session changed; True when its refs are gone.
+
+    Raises:
+        RefContended: without ``expect``, rivals kept moving a ref. StorageError.
+    """
+    refs = plumbing.refs
+    head_name = f"{prefix}/HEAD"
+    start = time.monotonic()
+    for tries in range(_TRIES):
+        head = refs.read(head_name)
+        if expect is not None and not _same(head, expect.get(head_name)):
+            return False
+        if head is None or deleting_since(head) is not None:
+            break
+        meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
+        try:
+            head = plumbing.swap(head_name, head.target, head, {**meta, META_DELETING: time.time()})
+            break
+        except RefConflict as e:  # a rival's checkout or set_info: read again (expire: stop)
+            if expect is not None:
+                return False
+            if tries == _TRIES - 1:
+                raise RefContended(head_name, _TRIES, time.monotonic() - start, e) from e
+    names = [n for n in refs.list(prefix) if n != head_name and parse_ref_name(n) is not None]  # never a foreign name
+    if head is None and not names:
+        return False
+    try:
+        first = f"{prefix}/{HEADS}/{head_segment(head)}" if head is not None and head.symbolic else None
+    except CorruptRef:
+        first = None  # HEAD names no branch: nothing to delete first
+    for name in sorted(names, key=lambda n: (n != first, n)):
+        if not _delete(plumbing, name, None if expect is None else expect.get(name), expect is not None):
+            _unmark(plumbing, head_name, head)
+            return False
+    if head is not None:
+        _delete(plumbing, head_name, None, False)  # marked: nothing but a deletion moves it now
+    return True
+
+
+def _same(now: RefValue | None, then: RefValue | None) -> bool:
+    return (now is None) == (then is None) and (
+        now is None or then is None or (now.target, now.meta) == (then.target, then.meta))
+
+
+def _delete(plumbing: Plumbing, name: str, then: RefValue | None, strict: bool) -> bool:
+    """Delete ``name`` by compare-and-swap of its value read now (when ``strict``, only if
+    that is ``then``); False when ``strict`` and it moved."""
+    last: RefConflict | None = None
+    start = time.monotonic()
+    for _ in range(_TRIES):
+        now = plumbing.refs.read(name)
+        if now is None:
+            return not strict or then is None
+        if strict and not _same(now, then):
+            return False
+        try:
+            plumbing.delete(name, now)
+            return True
+        except RefConflict as e:
+            if strict:
+                return False
+            last = e
+    raise RefContended(name, _TRIES, time.monotonic() - start, last)
+
+
+def cancel(plumbing: Plumbing, prefix: str) -> None:
+    """Take the deleting mark off the HEAD of the session whose ref folder is ``prefix``
+    (if it has one and no rival moves HEAD meanwhile): what ``expire`` does to a session
+    whose deletion was interrupted and that was written to after it began.
+
+    Raises:
+        StorageError.
+    """
+    head_name = f"{prefix}/HEAD"
+    _unmark(plumbing, head_name, plumbing.refs.read(head_name))
+
+
+def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None:
+    """Take the deleting mark off HEAD again, if it is still as this deletion marked it."""
+    if marked is None or deleting_since(marked) is None:
+        return
+    meta = {k: v for k, v in marked.meta.items() if k not in (META_DELETING, META_WRITE_ID)}
+    try:
+        plumbing.swap(head_name, marked.target, marked, meta)
+    except RefConflict:
+        pass  # HEAD moved since: whoever moved it decides
+
+
+__all__ = ["cancel", "delete_session_refs", "deleting_since", "finish_hint"]

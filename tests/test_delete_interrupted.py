@@ -1,0 +1,228 @@
+"""A session deletion stopped at any step is recognisably a deletion, not damage
+(:mod:`castore.deletion`): HEAD carries the deleting mark before any ref goes, so fsck lists
+the session as "deletion interrupted" with the command that finishes it (never a lost
+branch), gc still runs on the store, a write to the session is refused, and delete-session
+or expire finishes it. Before, a deletion killed after the branch went left HEAD with its
+born mark and no branch: fsck called it a lost branch, gc refused the whole store, and
+expire kept the session forever."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from click.testing import CliRunner
+from conftest import Backend, backend_on
+from helpers.storage import PassThrough
+
+import castore
+from castore import maintenance
+from castore.cli import main
+from castore.plumbing import META_DELETING
+from castore.storage import Storage, Token, open_storage
+
+backend = backend_on("local", "s3")
+KEY = ("app", "alice", "doomed")
+
+
+class Killed(KeyboardInterrupt):
+    """What the wrapper raises: the deleting process dies there (Ctrl-C, kill -9)."""
+
+
+class KillAt(PassThrough):
+    """Storage whose ``at``-th ref change (a swap or a delete under ``refs/``, 1-based) never
+    happens: the process is killed just before it."""
+
+    def __init__(self, inner: Storage, at: int) -> None:
+        super().__init__(inner)
+        self.at, self.seen = at, 0
+
+    def _step(self, key: str) -> None:
+        if key.startswith("refs/"):
+            self.seen += 1
+            if self.seen == self.at:
+                raise Killed
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        """See :meth:`Storage.swap`."""
+        self._step(key)
+        return self.inner.swap(key, data, expect)
+
+    def delete(self, key: str, expect: Token | None = None) -> None:
+        """See :meth:`Storage.delete`."""
+        self._step(key)
+        self.inner.delete(key, expect)
+
+
+def _seed(backend: Backend) -> None:
+    """A session with history on two branches and a label, and a neighbour that stays."""
+    with backend.open() as st:
+        s = st.session(*KEY)
+        s.append(castore.Message(role="user", content="hello"), time=time.time() - 400 * 86400)
+        s.branch("side")
+        s.label("v1")
+        s.append(castore.Message(role="user", content="more"), time=time.time() - 400 * 86400)
+        st.session("app", "alice", "kept").append(castore.Message(role="user", content="stays"))
+
+
+def _killed_at(backend: Backend, at: int) -> KillAt:
+    storage = KillAt(open_storage(backend.url, **backend.options), at)
+    with castore.Store(storage) as st, pytest.raises(Killed):
+        st.delete_session(*KEY)
+    return storage
+
+
+def _deletion_steps(backend: Backend) -> int:
+    storage = KillAt(open_storage(backend.url, **backend.options), 0)
+    with castore.Store(storage) as st:
+        st.delete_session(*KEY)
+    return storage.seen
+
+
+def _gone(st: castore.Store) -> None:
+    assert not st.session(*KEY).exists()
+    assert not st.refs.list("sessions/app/alice/doomed")
+    assert [m.content for m in st.session("app", "alice", "kept").messages()] == ["stays"]
+    report = maintenance.fsck(st)
+    assert report.ok and not report.deleting and not report.bad_refs, report
+
+
+@pytest.mark.parametrize("finisher", ["delete-session", "expire"])
+def test_a_deletion_killed_at_each_step_is_reported_and_finished(backend: Backend, finisher: str) -> None:
+    first = Backend(backend.name, f"{backend.url}-all", backend.options)
+    _seed(first)
+    steps = _deletion_steps(first)
+    assert steps >= 5  # mark HEAD, delete main, side, the label, ..., HEAD
+    for at in range(1, steps + 1):
+        b = Backend(backend.name, f"{backend.url}-{at}", backend.options)
+        _seed(b)
+        _killed_at(b, at)
+        with b.open() as st:
+            head = st.refs.read("sessions/app/alice/doomed/HEAD")
+            report = maintenance.fsck(st)
+            assert not report.bad_refs, (at, report.bad_refs)  # never a lost branch
+            if at == 1:  # killed before the mark: nothing changed
+                assert head is not None and META_DELETING not in head.meta and not report.deleting
+                continue
+            assert head is not None and isinstance(head.meta[META_DELETING], float), at
+            assert report.deleting == [("sessions/app/alice/doomed",
+                                        "deletion interrupted: finish it with `castore delete-session app/alice/doomed`")]
+            maintenance.gc(st, grace=0)  # not refused: a deletion under way is not damage
+            s = st.session(*KEY)
+            with pytest.raises(castore.SessionDeleting, match="castore delete-session app/alice/doomed"):
+                s.append(castore.Message(role="user", content="late"))
+            with pytest.raises(castore.SessionDeleting):
+                s.set_info({"x": 1})
+            if at == 2:  # marked, nothing deleted yet
+                with pytest.raises(castore.SessionDeleting):
+                    s.checkout("side")
+            if finisher == "delete-session":
+                st.delete_session(*KEY)
+            else:
+                got = maintenance.expire_sessions(st, 10 ** 9)  # whatever its age: it was being deleted
+                assert [x[:3] for x in got.sessions] == [KEY]
+            _gone(st)
+            st.session(*KEY).append(castore.Message(role="user", content="anew"))  # the name is free again
+            assert [m.content for m in st.session(*KEY).messages()] == ["anew"]
+
+
+def test_fsck_and_delete_session_commands_on_an_interrupted_deletion(tmp_path) -> None:
+    backend = Backend("local", str(tmp_path / "st"))
+    _seed(backend)
+    _killed_at(backend, 3)  # HEAD marked, main deleted: the old lost-branch case
+    runner = CliRunner()
+    out = runner.invoke(main, ["--store", backend.url, "fsck"])
+    assert out.exit_code == 0, out.output
+    assert ("notice: sessions/app/alice/doomed: deletion interrupted: finish it with "
+            "`castore delete-session app/alice/doomed`") in out.output
+    assert runner.invoke(main, ["--store", backend.url, "gc"]).exit_code == 0
+    out = runner.invoke(main, ["--store", backend.url, "delete-session", "app/alice/doomed"])
+    assert out.exit_code == 0, out.output
+    with backend.open() as st:
+        _gone(st)
+
+
+def test_expire_keeps_a_session_written_to_after_its_deletion_began_and_takes_the_mark_off(tmp_path) -> None:
+    """A deletion marked HEAD and was killed; a writer holding HEAD from before the mark
+    appended on (its branch swap still matched): expire finds the branch newer than the mark,
+    keeps the session and takes the mark off, so that writes work again."""
+    backend = Backend("local", str(tmp_path / "st"))
+    _seed(backend)
+    with backend.open() as writer:
+        w = writer.session(*KEY)
+        w.append(castore.Message(role="user", content="warm"))  # this handle keeps HEAD
+        _killed_at(backend, 2)  # marked; nothing deleted
+        w.append(castore.Message(role="user", content="after the mark"))
+    with backend.open() as st:
+        assert maintenance.expire_sessions(st, 10 ** 9).sessions == []
+        head = st.refs.read("sessions/app/alice/doomed/HEAD")
+        assert head is not None and META_DELETING not in head.meta
+        s = st.session(*KEY)
+        s.append(castore.Message(role="user", content="again"))
+        assert [m.content for m in s.messages()][-3:] == ["warm", "after the mark", "again"]
+        assert maintenance.fsck(st).ok and not maintenance.fsck(st).deleting
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("seaweedfs", marks=pytest.mark.slow)])
+def test_expire_racing_a_writer_leaves_a_whole_session_or_none(kind: str, request, tmp_path) -> None:
+    """A writer appends (a handle that keeps HEAD, and fresh handles) while expire deletes the
+    session, on storage whose compare-and-swap is atomic: afterwards the session is either gone
+    or whole, HEAD without the mark, holding the writer's last acknowledged entry; fsck reports
+    no lost branch and no interrupted deletion. A writer is refused (SessionDeleting) or loses
+    a swap only while the deletion runs."""
+    import threading
+
+    from conftest import make_backend
+
+    b = make_backend(kind, request, tmp_path)
+    with b.open() as st:
+        st.session(*KEY).append(castore.Message(role="user", content="0"), time=time.time() - 10)
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with b.open() as w:
+            kept = w.session(*KEY)
+            for i in range(1, 400):
+                if stop.is_set():
+                    return
+                try:
+                    (kept if i % 2 else w.session(*KEY)).append(castore.Message(role="user", content=str(i)))
+                    acked.append(str(i))
+                except (castore.SessionDeleting, castore.RefConflict):
+                    return  # refused: nothing acknowledged
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        with b.open() as st:
+            while not acked:
+                time.sleep(0.001)
+            maintenance.expire_sessions(st, 0)
+    finally:
+        stop.set()
+        t.join()
+    with b.open() as st:
+        report = maintenance.fsck(st)
+        assert not report.bad_refs and not report.deleting, report
+        head = st.refs.read("sessions/app/alice/doomed/HEAD")
+        if head is not None:
+            assert META_DELETING not in head.meta
+            got = [m.content for m in st.session(*KEY).messages()]
+            assert got[-1] == acked[-1], (got[-3:], acked[-3:])
+
+
+def test_a_push_of_a_session_whose_deletion_began_does_not_carry_the_mark(tmp_path) -> None:
+    """HEAD marked deleting, its branch still there: a push copies the session, not the
+    deletion (the copy's writers are not refused, its fsck lists nothing, expire keeps it)."""
+    from castore import sync
+
+    backend = Backend("local", str(tmp_path / "st"))
+    _seed(backend)
+    _killed_at(backend, 2)
+    with backend.open() as st, castore.open(str(tmp_path / "copy")) as dst:
+        sync.push(st, dst)
+        head = dst.refs.read("sessions/app/alice/doomed/HEAD")
+        assert head is not None and META_DELETING not in head.meta
+        dst.session(*KEY).append(castore.Message(role="user", content="on the copy"))
+        assert not maintenance.fsck(dst).deleting
