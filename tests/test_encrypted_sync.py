@@ -192,3 +192,23 @@ def test_redact_of_every_session_skips_an_erased_tenant(key: str, tmp_path: Path
         assert secret not in store.session("app", "bob", "b1").messages()[0].content
         with pytest.raises(TenantErased):
             redact_sessions(store, [store.session("app", "alice", "s1")])
+
+
+def test_erase_of_a_name_with_no_keys_is_refused_and_the_tenant_meant_stays_as_it_was(key: str,
+                                                                                      tmp_path: Path) -> None:
+    """Before, `castore erase a/alicе` (a Cyrillic е) or `A/alice` recorded an erasure of
+    nobody and exited 0, while alice's data stayed readable."""
+    url = str(tmp_path / "s")
+    _two_tenants(url, key)
+    runner = CliRunner()
+    env = {"CASTORE_MASTER_KEY": key}
+    for typo in ("app/alic\u0435", "App/alice", "ap"):
+        r = runner.invoke(main, ["--store", url, "erase", typo, "--yes"], env=env)
+        assert r.exit_code == 1 and "nothing to erase" in r.output, r.output
+    assert runner.invoke(main, ["--store", url, "erasures"], env=env).output == ""
+    r = runner.invoke(main, ["--store", url, "erase", "app/alice", "--yes"], env=env)
+    assert r.exit_code == 0 and "1 data key destroyed" in r.stderr
+    r = runner.invoke(main, ["--store", url, "erase", "app/alice", "--yes"], env=env)  # again: already done
+    assert r.exit_code == 0 and "erased already" in r.stderr, r.output
+    with castore.open(url, master_key=key) as store:
+        assert store.session("app", "bob", "b1").messages()[0].content == "bob's"

@@ -10,6 +10,7 @@ import click
 
 from ..crypto.keys import MASTER_KEY_ENV, MASTER_KEY_FILE_ENV, MasterKey, master_key
 from ..crypto.keystore import CONFIG_KEY, Erasure, KeyStore
+from ..errors import KeyMissing
 from ..storage import split_url
 from ..store import Store, check_url
 from .common import (
@@ -111,6 +112,15 @@ def erase(target: str, yes: bool) -> None:
             raise click.UsageError(f"erasing {what} cannot be undone: pass --yes to confirm")
         click.confirm(f"Destroy the keys of {what}? Its data can never be read again", abort=True, err=True)
     ks = _key_store(None)
+    if not ks.has_keys(app, user):
+        # a typo (another case, a look-alike letter) would record an erasure of nobody and
+        # leave the tenant meant readable: say so, unless it is an erasure run again
+        done = ks.erased(app, user)
+        if done is None:
+            raise KeyMissing(f"no keys of {what} in the key store: nothing to erase (check the name: "
+                             "case and look-alike letters count)")
+        note(safe(f"{_what(done)} was erased already, at {done.at}"))
+        return
     [rec] = ks.erase(app, user, by=_who())
     ks.sweep()  # the erased app's users' key files: nothing can open them any more
     gone = (f"its app key is destroyed, and with it {plural(rec.keys, 'data key')}" if rec.user is None

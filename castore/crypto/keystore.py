@@ -550,6 +550,17 @@ class KeyStore:
         self.storage.delete_many(doomed)
         return len(doomed)
 
+    def has_keys(self, app: str, user: str | None) -> bool:
+        """Whether ``app``'s ``user`` has a data key here (``user`` None: whether ``app`` has
+        its app key); no key is made or opened.
+
+        Raises:
+            InvalidName: ``app`` or ``user`` is not a valid name.
+            StorageError: the storage failed.
+        """
+        path = self._app_path(encode(app, "app name")) if user is None else self._key_path(_tag(app, user))
+        return self.storage.read_many([path]).get(path) is not None
+
     def holding(self, tenants: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """Those of ``tenants`` (their ``(app segment, user segment)``) that have a data key
         here, in one concurrent read; no key is made or opened.
