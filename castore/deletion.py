@@ -29,15 +29,15 @@ from .plumbing import (
     META_NAMES,
     META_WRITE_ID,
     Plumbing,
-    RefContended,
     head_segment,
     parse_ref_name,
     real_name,
 )
 from .refs import RefValue
 
-#: how often a deletion reads a ref again after a rival moved it before it gives up
-_TRIES = 8
+
+class _Moved(Exception):
+    """With ``expect`` (expire), a ref moved or appeared since the session was judged idle."""
 
 
 def deleting_since(head: RefValue | None) -> float | None:
@@ -74,26 +74,31 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
         session changed; True when its refs are gone.
 
     Raises:
-        RefContended: without ``expect``, rivals kept moving a ref. StorageError.
+        RefContended: without ``expect``, rivals kept moving a ref (under the store's retry
+            policy, :meth:`~castore.plumbing.Plumbing.land`). RefLocked. StorageError.
     """
     refs = plumbing.refs
     head_name = f"{prefix}/HEAD"
-    start = time.monotonic()
-    for tries in range(_TRIES):
+    strict = expect is not None
+
+    def mark(_: int) -> RefValue | None:
         head = refs.read(head_name)
         if expect is not None and not _same(head, expect.get(head_name)):
-            return False
+            raise _Moved
         if head is None or deleting_since(head) is not None:
-            break
+            return head
         meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
         try:
-            head = plumbing.swap(head_name, head.target, head, {**meta, META_DELETING: time.time()})
-            break
-        except RefConflict as e:  # a rival's checkout or set_info: read again (expire: stop)
-            if expect is not None:
-                return False
-            if tries == _TRIES - 1:
-                raise RefContended(head_name, _TRIES, time.monotonic() - start, e) from e
+            return plumbing.swap(head_name, head.target, head, {**meta, META_DELETING: time.time()})
+        except RefConflict:  # a rival's checkout or set_info: read again (expire: stop)
+            if strict:
+                raise _Moved from None
+            raise
+
+    try:
+        head = plumbing.land(head_name, mark)
+    except _Moved:
+        return False
     names = [n for n in refs.list(prefix) if n != head_name and parse_ref_name(n) is not None]  # never a foreign name
     if head is None and not names:
         return False
@@ -117,23 +122,29 @@ def _same(now: RefValue | None, then: RefValue | None) -> bool:
 
 def _delete(plumbing: Plumbing, name: str, then: RefValue | None, strict: bool) -> bool:
     """Delete ``name`` by compare-and-swap of its value read now (when ``strict``, only if
-    that is ``then``); False when ``strict`` and it moved."""
-    last: RefConflict | None = None
-    start = time.monotonic()
-    for _ in range(_TRIES):
+    that is ``then``), a lost race read again under the store's retry policy; False when
+    ``strict`` and it moved."""
+
+    def attempt(_: int) -> None:
         now = plumbing.refs.read(name)
         if now is None:
-            return not strict or then is None
+            if strict and then is not None:
+                raise _Moved
+            return
         if strict and not _same(now, then):
-            return False
+            raise _Moved
         try:
             plumbing.delete(name, now)
-            return True
-        except RefConflict as e:
+        except RefConflict:
             if strict:
-                return False
-            last = e
-    raise RefContended(name, _TRIES, time.monotonic() - start, last)
+                raise _Moved from None
+            raise
+
+    try:
+        plumbing.land(name, attempt)
+    except _Moved:
+        return False
+    return True
 
 
 def cancel(plumbing: Plumbing, prefix: str) -> None:
