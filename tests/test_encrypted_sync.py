@@ -73,6 +73,8 @@ def test_a_pull_of_everything_from_a_copy_that_has_not_heard_of_the_erasure(key:
         assert store.session("app", "bob", "b1").messages()[-1].content == "from the remote"
     r = runner.invoke(main, ["--store", local, "push", "--all", "origin"], env=env)
     assert r.exit_code == 0, r.output  # and the push carries the erasure
+    r = runner.invoke(main, ["--store", local, "sync", "origin"], env=env)  # as push and pull say it, once
+    assert r.exit_code == 0 and r.stderr.count("skipped tenants/app/alice: erased") == 1, r.output
     with castore.open(remote_url, master_key=key) as remote, pytest.raises(TenantErased):
         remote.session("app", "alice", "s1").messages()
 

@@ -6,7 +6,7 @@ import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import click
@@ -163,8 +163,7 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
             note(f"overwrote {safe(ref)} (was {old[:12]}): the old tip is kept in `castore reflog`")
         for ref, why in report.refs_skipped:
             note(f"skipped {safe(repr(ref))}: {safe(why)}")
-        for prefix in report.tenants_erased:
-            note(f"skipped {safe(prefix)}: erased (its keys are destroyed)")
+        _note_erased(report.tenants_erased)
     for r in report.refs_refused:
         note(f"refused: {safe(r.reason)}")
     if report.refs_refused:
@@ -365,6 +364,12 @@ def problem_lines(store: Store, report: sync.BothWaysReport) -> list[str]:
     return out + [f"refused: {safe(r.reason)}" for r in report.refused]
 
 
+def _note_erased(prefixes: Iterable[str]) -> None:
+    """Say on stderr which erased tenants a push, pull or sync skipped (each once)."""
+    for prefix in dict.fromkeys(prefixes):
+        note(f"skipped {safe(prefix)}: erased (its keys are destroyed)")
+
+
 def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet: bool) -> None:
     if as_json:
         doc = report.to_dict()
@@ -376,6 +381,7 @@ def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet
         for verb, refs in (("pulled", report.pulled.refs_updated), ("pushed", report.pushed.refs_updated)):
             for ref in refs:
                 click.echo(f"{verb}   {safe(ref)}")
+        _note_erased([*report.pulled.tenants_erased, *report.pushed.tenants_erased])
     for line in problem_lines(store, report):
         note(line)
     if not report.ok:
