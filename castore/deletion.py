@@ -29,6 +29,7 @@ from .plumbing import (
     META_NAMES,
     META_WRITE_ID,
     Plumbing,
+    deleting_since,
     head_segment,
     parse_ref_name,
     real_name,
@@ -38,13 +39,6 @@ from .refs import RefValue
 
 class _Moved(Exception):
     """With ``expect`` (expire), a ref moved or appeared since the session was judged idle."""
-
-
-def deleting_since(head: RefValue | None) -> float | None:
-    """When the deletion of the session whose HEAD is ``head`` started, if one did and has
-    not finished (HEAD carries :data:`~castore.plumbing.META_DELETING`); else None."""
-    when = head.meta.get(META_DELETING) if head is not None else None
-    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
 
 
 def finish_hint(head_name: str, head: RefValue) -> str:
@@ -170,4 +164,4 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
         pass  # HEAD moved since: whoever moved it decides
 
 
-__all__ = ["cancel", "delete_session_refs", "deleting_since", "finish_hint"]
+__all__ = ["cancel", "delete_session_refs", "finish_hint"]

@@ -29,7 +29,7 @@ from typing import Any
 
 from . import names
 from . import objects as o
-from .deletion import cancel, delete_session_refs, deleting_since, finish_hint
+from .deletion import cancel, delete_session_refs, finish_hint
 from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, SealedFrameError
 from .history import Hint, depth_problem
@@ -41,6 +41,7 @@ from .plumbing import (
     META_TIME,
     SessionRefs,
     branches_made_since,
+    deleting_since,
     head_segment,
     lost_branch_problem,
     parse_ref_name,

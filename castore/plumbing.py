@@ -238,6 +238,13 @@ def head_segment(head: RefValue) -> str:
     return seg
 
 
+def deleting_since(head: RefValue | None) -> float | None:
+    """When the deletion of the session whose HEAD is ``head`` started, if one did and has
+    not finished (HEAD carries :data:`META_DELETING`: :mod:`castore.deletion`); else None."""
+    when = head.meta.get(META_DELETING) if head is not None else None
+    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+
+
 def branches_made_since(values: Mapping[str, RefValue | None], listed: Container[str]) -> list[str]:
     """The branches that the session HEADs among ``values`` (ref name -> value as read) name and
     ``listed`` lacks, in the names' namespace. A reader that lists refs, then reads them, reads
@@ -316,7 +323,7 @@ def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) 
     ``castore fsck`` reports it as a bad ref; reading the session raises it (:class:`CorruptRef`).
     A HEAD with the deleting mark (:data:`META_DELETING`) has none: its branch went by intent."""
     base = f"{REFS_PREFIX}/{session}/"
-    if f"{base}{HEADS}/{seg}" in keys or head.meta.get(META_DELETING):
+    if f"{base}{HEADS}/{seg}" in keys or deleting_since(head) is not None:
         return None  # on its branch, or a deletion interrupted (not damage: castore.deletion)
     kinds = {HEADS: "a branch", TAGS: "a label", REMOTES: "a remote-tracking branch"}
     had = sorted({kinds[k[len(base):].split("/", 1)[0]] for k in keys
@@ -1179,6 +1186,7 @@ __all__ = [
     "HEAD_KEEPS",
     "META_BORN",
     "META_DELETING",
+    "deleting_since",
     "Plumbing",
     "RefContended",
     "NoSuchRef",

@@ -730,7 +730,6 @@ class RefStore:
                 return None, [k[len(PREFIX) + 1 :] for k in moved]
         return new, [k[len(PREFIX) + 1 :] for k in moved]
 
-
     def folder_stamps(self, folders: Sequence[str]) -> builtins.list[int] | None:
         """A stamp of each ref folder of ``folders`` (``sessions/<app>/<user>/<session>``) that
         changes when a branch is made or removed there (or the folder), by a writer or by

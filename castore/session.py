@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from . import names, plumbing, revisions
 from . import objects as o
 from .aio import to_thread
-from .deletion import deleting_since
 from .entries import (
     DELETE,
     BranchSummary,
@@ -67,6 +66,7 @@ from .plumbing import (
     Plumbing,
     ScopePlan,
     SessionRefs,
+    deleting_since,
     head_segment,
     lost_branch_problem,
     name_meta,

@@ -480,8 +480,9 @@ class Index:
         (only a new mark, and the stamps of the folders read, to save: saved here)."""
         lost: dict[str, list[str]] = {}
         mark, read, folders = _changes(self.store, self.mark if loaded else None, lost, also)
-        stamps = self.store.refs.folder_stamps(sorted(f for f, _ in read.values())) if read else None
-        self._stamps = dict(zip(sorted(f for f, _ in read.values()), stamps, strict=True)) if stamps else {}
+        read_folders = sorted(f for f, _ in read.values())
+        stamps = self.store.refs.folder_stamps(read_folders) if read_folders else None
+        self._stamps = dict(zip(read_folders, stamps, strict=True)) if stamps else {}
         if folders is not None and loaded:
             lost = {**{f: v for f, v in self.lost.items() if f not in folders}, **lost}
         self.lost = lost
