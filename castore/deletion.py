@@ -27,8 +27,8 @@ from .plumbing import (
     HEADS,
     META_DELETING,
     META_NAMES,
-    META_WRITE_ID,
     Plumbing,
+    carried_meta,
     deleting_since,
     head_segment,
     parse_ref_name,
@@ -81,7 +81,7 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
             raise _Moved
         if head is None or deleting_since(head) is not None:
             return head
-        meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
+        meta = carried_meta(head)
         try:
             return plumbing.swap(head_name, head.target, head, {**meta, META_DELETING: time.time()})
         except RefConflict:  # a rival's checkout or set_info: read again (expire: stop)
@@ -157,7 +157,7 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
     """Take the deleting mark off HEAD again, if it is still as this deletion marked it."""
     if marked is None or deleting_since(marked) is None:
         return
-    meta = {k: v for k, v in marked.meta.items() if k not in (META_DELETING, META_WRITE_ID)}
+    meta = carried_meta(marked, META_DELETING)
     try:
         plumbing.swap(head_name, marked.target, marked, meta)
     except RefConflict:

@@ -238,6 +238,15 @@ def head_segment(head: RefValue) -> str:
     return seg
 
 
+def carried_meta(value: RefValue | None, *drop: str) -> dict[str, Any]:
+    """The metadata of ``value`` (a ref as read; None reads as no metadata) as a rewrite of
+    that ref carries it over: all but the write id :class:`~castore.refs.RefStore` stamped on
+    the old write (the new write gets its own) and the keys named in ``drop``. Raises nothing."""
+    if value is None:
+        return {}
+    return {k: v for k, v in value.meta.items() if k != META_WRITE_ID and k not in drop}
+
+
 def deleting_since(head: RefValue | None) -> float | None:
     """When the deletion of the session whose HEAD is ``head`` started, if one did and has
     not finished (HEAD carries :data:`META_DELETING`: :mod:`castore.deletion`); else None."""
@@ -880,7 +889,7 @@ class Plumbing:
             cur = self.refs.read(ref)
             if cur is None or cur.symbolic is not None:
                 return
-            self.swap(ref, cur.target, cur, {k: v for k, v in cur.meta.items() if k != META_WRITE_ID})
+            self.swap(ref, cur.target, cur, carried_meta(cur))
 
         self.land(ref, attempt, policy)
 
@@ -999,7 +1008,7 @@ class Plumbing:
             if head is None or head.meta.get(META_BORN) or head.symbolic is None or refs.branch_ref_of(head) != branch:
                 return  # marked, or on another branch (whatever put it there marked it)
             self.swap(refs.head, head.target, head,
-                      {**{k: v for k, v in head.meta.items() if k != META_WRITE_ID}, META_BORN: True})
+                      {**carried_meta(head), META_BORN: True})
 
         try:
             self.land(refs.head, attempt)

@@ -40,10 +40,10 @@ from .plumbing import (
     HEAD_KEEPS,
     META_INFO,
     META_TIME,
-    META_WRITE_ID,
     REAL_NAME_KEYS,
     Batch,
     SessionRefs,
+    carried_meta,
     parse_ref_name,
     scope_ref,
 )
@@ -328,7 +328,7 @@ class _Rewrite:
             self.report.moved[name] = [old, new]
         head = plumbing.refs.read(head_name)
         if head is not None and head.symbolic is not None:
-            meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
+            meta = carried_meta(head)
             meta[META_INFO] = self.store.objects.codec.seal_meta(info, META_INFO)
             try:
                 plumbing.swap(head_name, head.target, head, meta)

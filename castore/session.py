@@ -58,7 +58,6 @@ from .plumbing import (
     META_LENGTH,
     META_NAMES,
     META_TIME,
-    META_WRITE_ID,
     REMOTES,
     TAGS,
     Batch,
@@ -66,6 +65,7 @@ from .plumbing import (
     Plumbing,
     ScopePlan,
     SessionRefs,
+    carried_meta,
     deleting_since,
     head_segment,
     lost_branch_problem,
@@ -935,7 +935,7 @@ class Session:
         self.plumbing.delete(ref, v)
         if self.current_branch == name:  # a checkout landed meanwhile: put the branch back
             try:
-                self.plumbing.swap(ref, v.target, None, {k: x for k, x in v.meta.items() if k != META_WRITE_ID})
+                self.plumbing.swap(ref, v.target, None, carried_meta(v))
             except RefConflict:
                 pass  # someone made it again: HEAD names an existing branch either way
             raise BranchError(f"cannot delete branch {name!r}: it was checked out meanwhile")
@@ -1000,7 +1000,7 @@ class Session:
             if old is not None:
                 try:
                     self.plumbing.swap(self.refs.head, old.target, new,
-                                       {k: x for k, x in old.meta.items() if k != META_WRITE_ID})
+                                       carried_meta(old))
                 except RefConflict:
                     pass  # HEAD moved on again: whoever moved it owns it now
             raise BranchError(f"branch {branch!r} was deleted while HEAD moved to it; HEAD is left where it was")

@@ -49,13 +49,13 @@ from .plumbing import (
     META_BORN,
     META_DELETING,
     META_NAMES,
-    META_WRITE_ID,
     REMOTES,
     SESSIONS,
     STATE,
     RefName,
     SessionRefs,
     branches_made_since,
+    carried_meta,
     lost_branch_problem,
     parse_ref_name,
     real_name,
@@ -446,7 +446,7 @@ class _Sync:
             kind = kinds[ref]
             self._plan_ref(ref, v, candidates, kind=kind)
         if head is not None and self.dst_values.get(head_name) is None:
-            meta = {k: v for k, v in head.meta.items() if k != META_WRITE_ID}
+            meta = carried_meta(head)
             meta[META_NAMES] = _names_from_key(sprefix, meta.get(META_NAMES))
             if head.symbolic is None:  # a detached HEAD: its commit must travel too
                 self._plan_ref(head_name, head, candidates, kind="head")
@@ -478,7 +478,7 @@ class _Sync:
         dst_v = self.dst_values.get(ref)
         dst_tip = dst_v.target if dst_v is not None and not dst_v.symbolic else None
         display = describe(ref)
-        meta = {k: v for k, v in src_v.meta.items() if k != META_WRITE_ID}
+        meta = carried_meta(src_v)
         if dst_tip == src_tip:
             self.report.refs_up_to_date += 1
             for t in (extra_tips or set()) - {src_tip}:

@@ -68,9 +68,9 @@ from ..plumbing import (
     META_CREATED,
     META_HEAD_BRANCH,
     META_NAMES,
-    META_WRITE_ID,
     REAL_NAME_KEYS,
     SessionRefs,
+    carried_meta,
     name_meta,
     parse_ref_name,
     real_name,
@@ -274,7 +274,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
             head = self.store.refs.read(head_name)
             if head is not None and head.target == target:
                 return
-            meta = {k: v for k, v in (head.meta if head is not None else {}).items() if k != META_WRITE_ID}
+            meta = carried_meta(head)
             meta.setdefault(META_NAMES, {"app": self.app, "user": self.user, "session": thread_id})
             meta.setdefault(META_CREATED, time.time())
             meta[META_BORN] = True  # HEAD is put on a branch that landed
@@ -736,7 +736,7 @@ class CastoreSaver(BaseCheckpointSaver[int]):
                     head_branch = v.symbolic
                     continue
                 rel = name[len(sp) + 1:]
-                meta = {k: val for k, val in v.meta.items() if k != META_WRITE_ID}
+                meta = carried_meta(v)
                 if not rel.startswith("heads/"):
                     target = f"{dp}/{rel}"
                     if self.store.refs.read(target) is None:
