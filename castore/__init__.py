@@ -17,7 +17,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
     objects, frames, zdict, crypto, objectstore, refs, formats  object codec and frames, keys, object store, refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
-    plumbing, groupcommit, revisions, pathview, deletion  write path, group commit, revisions, path view, deletion
+    plumbing, retry, groupcommit, revisions, pathview, deletion  write path, retries, group commit, revisions, deletion
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
     sync, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, status, re-keying
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from .entries import DELETE, BranchSummary, Compaction, Custom, Event, LogEntry, Message, ModelChange
     from .listing import SessionInfo
     from .objects import ObjectId
-    from .plumbing import RefContended, RetryPolicy
+    from .retry import RefContended, RetryPolicy
     from .session import Session
     from .store import Store, open  # noqa: A004 - castore.open() is the entry point, as io.open
     from .sync import SyncReport, clone, pull, push
@@ -80,7 +80,7 @@ __version__ = "0.1.0"
 #: types load when a program first touches ``castore.open``, ``castore.Message``...;
 #: sync (a thread pool) only when it pushes or pulls
 _LAZY = {
-    "RefContended": "plumbing", "RetryPolicy": "plumbing",
+    "RefContended": "retry", "RetryPolicy": "retry",
     "Context": "context",
     "DELETE": "entries", "BranchSummary": "entries", "Compaction": "entries", "Custom": "entries",
     "Event": "entries", "LogEntry": "entries", "Message": "entries", "ModelChange": "entries",

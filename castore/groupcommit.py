@@ -50,8 +50,9 @@ from typing import Any
 
 from .errors import CastoreError, RefConflict, RefLocked
 from .objectstore import ObjectStore
-from .plumbing import Batch, Plumbing, locked_error
+from .plumbing import Batch, Plumbing
 from .refs import RefStage, RefValue, Staged, open_stage
+from .retry import locked_error
 
 #: seconds, at most, a leader waits for a call that queued calls are ``awaiting`` (one of
 #: another thread, in flight: writing the queued calls alone would make it wait for their

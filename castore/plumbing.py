@@ -19,10 +19,10 @@ ref. It owns four things:
   batch with one call to the object store. A :class:`Tree` builds a session's new history
   run after run on batches it keeps, and moves its branches at once (a first import).
 * **Landing.** :meth:`Plumbing.land` runs one compare-and-swap attempt until it wins, under
-  a :class:`RetryPolicy` (jittered exponential backoff, a cap on attempts and on total
-  time). Giving up raises :class:`RefContended`, naming the ref, the attempts and the time
-  spent. A ref lock that cannot be taken (:class:`~castore.errors.RefLocked`) is not a lost
-  race: it is raised at once, naming the lock file and what to do. The calls of several
+  a :class:`~castore.retry.RetryPolicy` (:mod:`castore.retry`, the one retry loop: jittered
+  exponential backoff, a cap on attempts and on total time, then
+  :class:`~castore.retry.RefContended`; a ref lock that cannot be taken is raised at once,
+  not retried). The calls of several
   threads in flight together land as one group (one object write, one swap per ref):
   :mod:`castore.groupcommit`, beside this module.
 """
@@ -30,7 +30,6 @@ ref. It owns four things:
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -48,7 +47,6 @@ from .errors import (
     InvalidEntry,
     InvalidName,
     RefConflict,
-    RefLocked,
     RefNotFound,
     StorageError,
 )
@@ -57,6 +55,7 @@ from .objects import Blob, Commit, ObjectId, Value
 from .objectstore import ObjectStore
 from .refs import PREFIX as REFS_PREFIX
 from .refs import SYMBOLIC, RefStore, RefValue
+from .retry import DEFAULT_RETRY, RefContended, RetryPolicy, retry
 from .state import StateWriter
 
 if TYPE_CHECKING:  # a store that redacts sets one (castore.store imports the redactor then)
@@ -420,60 +419,6 @@ def tip_meta(hint: Hint, when: float, depth: int, codec: o.Codec | None = None, 
     return {**hint.to_meta(codec), META_TIME: when, META_LENGTH: depth + 1, **extra}
 
 
-class BadRetryPolicy(CastoreError, ValueError):
-    """A :class:`RetryPolicy` with limits that cannot work (no attempt, no time, negative delays)."""
-
-
-# -- the retry policy -----------------------------------------------------------------------------
-@dataclass(frozen=True, repr=False, eq=False)
-class RetryPolicy(Record):
-    """How long a writer that lost a compare-and-swap race keeps trying.
-
-    After the n-th lost race the writer sleeps a random part (full jitter) of
-    ``min(base_delay * 2**n, max_delay)``, so rival writers spread out instead of colliding
-    again in step; it gives up after ``max_attempts`` attempts or ``max_seconds`` seconds,
-    whichever comes first. A ref lock that cannot be taken is never retried here: the
-    storage already waited for it.
-    """
-
-    max_attempts: int = 200
-    max_seconds: float = 60.0
-    base_delay: float = 0.001
-    max_delay: float = 0.05
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.max_seconds <= 0 or self.base_delay < 0 or self.max_delay < 0:
-            raise BadRetryPolicy(f"bad retry policy {self!r}: attempts >= 1, seconds > 0, delays >= 0")
-
-    def delay(self, attempt: int) -> float:
-        """The sleep after the ``attempt``-th lost race (0-based), jittered."""
-        cap = min(self.base_delay * (2 ** min(attempt, 30)), self.max_delay)
-        return cap * int.from_bytes(os.urandom(2), "big") / 65536
-
-
-#: the policy every writer uses unless given another
-DEFAULT_RETRY = RetryPolicy()
-
-
-class RefContended(RefConflict):
-    """A ref kept changing under a writer until its :class:`RetryPolicy` ran out.
-
-    Attributes:
-        ref: the contended ref (or a description of the refs).
-        attempts: how many compare-and-swap attempts were made.
-        seconds: how long the writer tried.
-    """
-
-    def __init__(self, ref: str, attempts: int, seconds: float, last: RefConflict | None = None) -> None:
-        super().__init__(
-            ref, last.expected if last else None, last.actual if last else None,
-            f"ref {ref!r} is contended: {attempts} compare-and-swap attempts in {seconds:.1f}s all lost "
-            "to other writers; nothing of this write landed, try again (or use fewer concurrent writers)",
-        )
-        self.attempts = attempts
-        self.seconds = seconds
-
-
 class NoSuchRef(BranchError, RefNotFound):
     """A branch or label asked for by name does not exist (a :class:`BranchError` and a
     :class:`~castore.errors.RefNotFound`, whose ``ref`` is the missing ref's name)."""
@@ -484,57 +429,6 @@ class NoSuchRef(BranchError, RefNotFound):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-def locked_error(err: RefLocked) -> RefLocked:
-    """``err`` restated with what to do: a lock is not a race, it is not retried."""
-    out = RefLocked(
-        err.ref, err.expected, err.actual,
-        f"{err}; if no castore process is writing there, the lock is stale: run `castore fsck` "
-        "to list stale locks and `castore gc` to clear them (or delete the .lock file)",
-    )
-    return out
-
-
-def retry(what: str, attempt: Callable[[int], T], policy: RetryPolicy | None = None,
-          final: Callable[[RefConflict], bool] | None = None,
-          give_up: Callable[[int, float], Exception] | None = None) -> T:
-    """Run ``attempt(n)`` until it returns, retrying a lost race under ``policy``.
-
-    Args:
-        what: the contended ref (named by the error when giving up).
-        attempt: one read-build-swap attempt; raises :class:`RefConflict` when it lost.
-        policy: the retry policy (default :data:`DEFAULT_RETRY`).
-        final: a conflict for which it returns True is raised as is (not retried).
-        give_up: builds the error raised when the policy runs out (from the attempts made
-            and the seconds spent), for a contended thing that is not a ref.
-
-    Raises:
-        RefContended: every attempt lost, within the policy's limits (or ``give_up``'s error).
-        RefLocked: a ref lock could not be taken (not retried; says what to do).
-        whatever ``attempt`` raises besides RefConflict.
-    """
-    policy = policy or DEFAULT_RETRY
-    start = time.monotonic()
-    last: RefConflict | None = None
-    n = 0
-    while True:
-        try:
-            return attempt(n)
-        except RefLocked as e:
-            raise locked_error(e) from e
-        except RefConflict as e:
-            if final is not None and final(e):
-                raise
-            last = e
-        n += 1
-        elapsed = time.monotonic() - start
-        if n >= policy.max_attempts or elapsed >= policy.max_seconds:
-            if give_up is not None:
-                raise give_up(n, elapsed) from last
-            # name the ref that was actually contended when the attempt said which
-            raise RefContended(last.ref if last is not None and last.ref else what, n, elapsed, last) from last
-        time.sleep(policy.delay(n - 1))
 
 
 @dataclass(frozen=True, repr=False, eq=False)
@@ -1191,24 +1085,20 @@ class Plumbing:
 
 __all__ = [
     "Batch",
-    "DEFAULT_RETRY",
     "HEAD_KEEPS",
     "META_BORN",
     "META_DELETING",
     "deleting_since",
     "Plumbing",
-    "RefContended",
     "NoSuchRef",
     "REFLOG",
     "RefName",
-    "RetryPolicy",
     "ScopePlan",
     "SessionRefs",
     "lost_branch_problem",
     "branches_made_since",
     "parse_ref_name",
     "real_name",
-    "retry",
     "scope_ref",
     "session_prefix",
     "symbolic_to",

@@ -311,7 +311,7 @@ class Session:
             SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
             InvalidEntry: ``info`` (or ``expect``) is not a mapping or holds something that cannot
                 be stored (nothing is written).
-            RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
+            RefContended: HEAD kept changing (see :class:`~castore.retry.RetryPolicy`).
             StorageError.
         """
         new = info_value(info, "session info")
@@ -963,7 +963,7 @@ class Session:
         Raises:
             RevisionNotFound, AmbiguousRevision, InvalidName, StorageError.
             BranchError: the branch was deleted while HEAD moved to it (HEAD is put back).
-            RefContended: HEAD kept changing (see :class:`~castore.plumbing.RetryPolicy`).
+            RefContended: HEAD kept changing (see :class:`~castore.retry.RetryPolicy`).
             SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
         """
         if create is not None:

@@ -47,10 +47,11 @@ if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a pl
     from .listing import SessionInfo
     from .objects import Codec, Commit, ObjectId
     from .objectstore import ObjectStore
-    from .plumbing import Plumbing, RetryPolicy, ScopePlan
+    from .plumbing import Plumbing, ScopePlan
 
     # imported where used: a command that reads (grep, log) never loads the redactor or the Session class
     from .redact import Redactor
+    from .retry import RetryPolicy
     from .session import Session
 
 CONFIG_KEY = "castore.json"
@@ -1132,7 +1133,7 @@ class Store:
             The commit ids the ref now reaches for the changes, in order.
 
         Raises:
-            RefContended: the scope kept changing (see :class:`~castore.plumbing.RetryPolicy`).
+            RefContended: the scope kept changing (see :class:`~castore.retry.RetryPolicy`).
             StorageError: the backend failed.
         """
         from .plumbing import META_TIME

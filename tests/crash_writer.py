@@ -11,7 +11,7 @@ append returns (flushed at once, so a parent that kills this process knows every
 that was acknowledged), then ``done``, and ``lost_races <n>`` on stderr (the compare-and-swaps
 it lost and retried). Entry ``i`` is the message ``PREFIX-i``. ``OPTIONS_JSON`` goes to
 ``castore.open``, except ``"retry"``: the fields of the writer's
-:class:`~castore.plumbing.RetryPolicy`.
+:class:`~castore.retry.RetryPolicy`.
 
 ``churn`` makes garbage for gc races: each round appends a few entries to a new session
 (``PREFIX-<round>``) and deletes that session; it prints ``done`` at the end.
@@ -29,7 +29,7 @@ import time
 
 def append(url: str, key: str, prefix: str, start: int, count: int, options: dict) -> None:
     import castore
-    from castore.plumbing import RetryPolicy
+    from castore.retry import RetryPolicy
 
     lost = [0]
 

@@ -20,11 +20,11 @@ from conftest import make_backend
 from helpers.threads import race, run_threads
 
 import castore
-from castore import plumbing as b
 from castore.errors import CorruptRef, RefConflict, RefLocked
 from castore.history import Hint, K
 from castore.maintenance import fsck
-from castore.plumbing import RefContended, RetryPolicy, SessionRefs, parse_ref_name, real_name
+from castore.plumbing import SessionRefs, parse_ref_name, real_name
+from castore.retry import RefContended, RetryPolicy, retry
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = "ветка-" * 40  # a branch name whose segment is hashed (over names.MAX_SEGMENT bytes)
@@ -224,7 +224,7 @@ def test_retry_gives_up_with_a_clear_error() -> None:
         raise RefConflict("sessions/a/u/s/heads/main", "x" * 64, "y" * 64)
 
     with pytest.raises(RefContended) as e:
-        b.retry("sessions/a/u/s/heads/main", attempt, RetryPolicy(max_attempts=4, base_delay=0.0))
+        retry("sessions/a/u/s/heads/main", attempt, RetryPolicy(max_attempts=4, base_delay=0.0))
     assert tries == [0, 1, 2, 3]
     assert e.value.attempts == 4 and e.value.ref == "sessions/a/u/s/heads/main"
     assert "sessions/a/u/s/heads/main" in str(e.value) and "4 compare-and-swap attempts" in str(e.value)
@@ -237,7 +237,7 @@ def test_retry_gives_up_on_time_too() -> None:
         raise RefConflict("r", None, None)
 
     with pytest.raises(RefContended) as e:
-        b.retry("r", attempt, RetryPolicy(max_attempts=10**6, max_seconds=0.1, base_delay=0.0))
+        retry("r", attempt, RetryPolicy(max_attempts=10**6, max_seconds=0.1, base_delay=0.0))
     assert 2 <= e.value.attempts < 100 and e.value.seconds >= 0.1
 
 

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("storage",),
     ("objects", "frames", "zdict", "crypto", "objectstore", "refs", "formats"),
     ("history", "state", "entries", "pathfacts"),
-    ("plumbing", "groupcommit", "revisions", "pathview", "deletion"),
+    ("plumbing", "retry", "groupcommit", "revisions", "pathview", "deletion"),
     ("context",),
     ("session", "store"),
     ("sync", "maintenance", "scrub", "grep", "views", "porcelain", "convert"),

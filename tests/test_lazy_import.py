@@ -94,7 +94,7 @@ NOT_BEFORE_A_STORE = ["msgspec", "blake3", "zstandard", "castore.store", "castor
 #: fnmatch (for the --tool, --sessions and --app globs)
 NOT_FOR_GREP = ["castore.grep.match", "dataclasses", "castore.listing", "zlib", "fnmatch", "castore.session", "castore.pathview", "castore.revisions", "castore.context", "castore.redact",
                 "castore.objectstore", "castore.objects", "msgspec", "blake3", "castore.zdict", "castore.history",
-                "castore.plumbing", "castore.groupcommit", "castore.state", "castore.entries", "castore.pathfacts",
+                "castore.plumbing", "castore.retry", "castore.groupcommit", "castore.state", "castore.entries", "castore.pathfacts",
                 "ctypes", "castore.grep.scan", "castore.cli.render", "castore.cli.session_cmds",
                 "castore.cli.inspect_cmds", "castore.cli.archive_cmds", "castore.cli.io_cmds", "castore.usage",
                 "castore.sync", "castore.adapters", "castore.crypto", "click.shell_completion", "fsspec", "s3fs",

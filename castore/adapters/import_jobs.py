@@ -40,7 +40,7 @@ for a third of a 200 MB import.
 
 Two imports of one folder at once (two users, ``--follow`` and a manual import): the one
 whose landing loses a race on a session's ref (:class:`~castore.errors.RefConflict`) imports
-its files again, under :data:`IMPORT_RETRY` (:func:`castore.plumbing.retry`, the store's
+its files again, under :data:`IMPORT_RETRY` (:func:`castore.retry.retry`, the store's
 one retry loop): an import reads each session's state first, so it goes on from what the
 other one stored, and every line is stored once. Its results count what it stored over every
 attempt: the files its lost attempt landed (the next finds them stored, and would say 0), not
@@ -64,7 +64,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CastoreError, RefConflict
 from ..groupcommit import watch_landings
-from ..plumbing import RetryPolicy, SessionRefs, retry
+from ..plumbing import SessionRefs
+from ..retry import RetryPolicy, retry
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
