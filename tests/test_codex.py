@@ -202,6 +202,17 @@ def test_incremental_import_and_torn_line(store: castore.Store, sessions_dir: An
     assert store.session("codex", "local", PARENT).head == head
 
 
+def test_a_folder_above_or_below_sessions_names_each_rollout_as_sessions_does(store: castore.Store,
+                                                                              sessions_dir: Any) -> None:
+    root, parent, *_ = sessions_dir
+    first = import_codex(store, root)
+    # ~/.codex, then one year of ~/.codex/sessions: the same files, so nothing new and no second session
+    for again in (root.parent, root / "2026"):
+        assert sum(r.lines for r in import_codex(store, again)) == 0
+    assert sorted(s.session for s in store.sessions("codex")) == sorted(r.session[2] for r in first)
+    assert {src.rel for src in find_rollouts(root.parent)} == {src.rel for src in find_rollouts(root)}
+
+
 def test_find_rollouts_errors(tmp_path: Path) -> None:
     with pytest.raises(ArchiveError):
         find_rollouts(tmp_path / "missing")

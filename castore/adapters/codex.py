@@ -105,18 +105,14 @@ class _Source:
 
 def find_rollouts(path: str | os.PathLike[str]) -> list[_Source]:
     """The rollout files under ``path`` (a file, or a folder searched recursively), with the
-    path each is exported to (``YYYY/MM/DD/<name>`` when it lives in such folders).
+    path each is exported to (:func:`_rel`).
 
     Raises:
         ArchiveError: nothing there, or no ``.jsonl`` file.
     """
     p = os.path.abspath(os.fspath(path))
     if os.path.isfile(p):
-        parts = p.split(os.sep)
-        keep = 1
-        while keep < 4 and len(parts) > keep and _DATE_DIRS.match(parts[-1 - keep]):
-            keep += 1
-        return [_Source(p, "/".join(parts[-keep:] if keep == 4 else parts[-1:]))]
+        return [_Source(p, _rel(p, os.path.dirname(p)))]
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
     out = []
@@ -125,10 +121,21 @@ def find_rollouts(path: str | os.PathLike[str]) -> list[_Source]:
         for fn in sorted(files):
             full = os.path.join(root, fn)
             if fn.endswith(".jsonl") and os.path.isfile(full) and not os.path.islink(full):
-                out.append(_Source(full, os.path.relpath(full, p).replace(os.sep, "/")))
+                out.append(_Source(full, _rel(full, p)))
     if not out:
         raise ArchiveError(p, "no Codex rollout file (*.jsonl) here")
     return out
+
+
+def _rel(full: str, root: str) -> str:
+    """Where rollout ``full``, found under ``root``, is exported to: ``YYYY/MM/DD/<name>`` when
+    it lives in such folders, as Codex keeps them, whatever folder was imported (``~/.codex``,
+    ``~/.codex/sessions``, one year of it, the file itself), so that importing it again from
+    another folder finds its session; else its path under ``root``. Raises nothing."""
+    parts = full.split(os.sep)
+    if len(parts) > 4 and all(_DATE_DIRS.match(d) for d in parts[-4:-1]):
+        return "/".join(parts[-4:])
+    return os.path.relpath(full, root).replace(os.sep, "/")
 
 
 # -- records -------------------------------------------------------------------------------------
