@@ -127,3 +127,17 @@ def test_a_folder_of_several_agents_is_refused_naming_a_file_of_each(tmp_path: P
         assert r.stderr.startswith(f"Error: {mixed}: holds the sessions of several agents")
     assert not store.exists or store.apps() == []  # nothing written
     assert detect(mixed / "claude") == "claude"  # each agent's own folder is taken as before
+
+
+def test_an_agents_own_folder_is_imported_as_its_sessions_folder(tmp_path: Path) -> None:
+    # `castore import ~/.claude` was told Claude Code's, then refused: "no Claude Code session file"
+    home = tmp_path / "home"
+    shutil.copytree(CLAUDE, home / ".claude" / "projects" / "-home-me-proj")
+    (home / ".claude" / "todos").mkdir()
+    shutil.copytree(DATA / "gemini" / "tmp", home / ".gemini" / "tmp")
+    for vendor, top, sessions in (("claude", ".claude", ".claude/projects"), ("gemini", ".gemini", ".gemini/tmp")):
+        for store, args in (("a", ["import", str(home / top)]), ("b", ["import", vendor, str(home / top)])):
+            r = _cli(tmp_path / vendor / store, *args)
+            assert r.exit_code == 0 and r.stdout.startswith(f"{vendor}/"), (args, r.output)
+        r = _cli(tmp_path / vendor / "b", "import", vendor, str(home / sessions), "--json")
+        assert r.exit_code == 0 and '"lines": 0' in r.stdout and '"lines": 1' not in r.stdout, r.output

@@ -125,7 +125,8 @@ class _Source:
 
 
 def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
-    """The session files under ``path``: one ``.jsonl`` file, a project folder, or a projects tree.
+    """The session files under ``path``: one ``.jsonl`` file, a project folder, a projects tree,
+    or Claude Code's own folder (``~/.claude``: its ``projects`` tree).
 
     Raises:
         ArchiveError: the path does not exist, or holds no session file.
@@ -145,6 +146,9 @@ def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
         d = os.path.join(p, n)
         if os.path.isdir(d) and not os.path.islink(d):
             out.extend(_project_sources(d))
+    projects = os.path.join(p, "projects")
+    if not out and os.path.isdir(projects) and not os.path.islink(projects):
+        return find_sessions(projects)
     if not out:
         raise ArchiveError(p, "no Claude Code session file (*.jsonl) in this folder or its project folders")
     return out

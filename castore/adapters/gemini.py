@@ -125,7 +125,7 @@ class _Source:
 
 def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
     """The session files at ``path``: a file, a ``chats`` folder, a project folder holding one,
-    or ``~/.gemini/tmp`` (one folder per project).
+    ``~/.gemini/tmp`` (one folder per project), or ``~/.gemini`` (its ``tmp``).
 
     Raises:
         ArchiveError: nothing there, or no session file.
@@ -145,6 +145,9 @@ def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
     else:
         roots = [os.path.join(p, d, "chats") for d in sorted(os.listdir(p))
                  if os.path.isdir(os.path.join(p, d, "chats")) and not os.path.islink(os.path.join(p, d))]
+        tmp = os.path.join(p, "tmp")
+        if not roots and os.path.isdir(tmp) and not os.path.islink(tmp):
+            return find_sessions(tmp)
     out = []
     for chats in roots:
         for root, dirs, files in os.walk(chats):

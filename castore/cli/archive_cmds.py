@@ -161,7 +161,7 @@ def export_options(app: str, *, dest_required: bool = True,
 @click.pass_context
 def import_claude_cmd(ctx: click.Context, path: str, app: str, jobs: int | None, follow: bool, interval: float,
                       sync_remote: str | None, redact: bool, as_json: bool) -> None:
-    """Archive Claude Code sessions: a session file, a project folder, or ~/.claude/projects.
+    """Archive Claude Code sessions: a session file, a project folder, ~/.claude/projects or ~/.claude.
 
     One session per file (APP/PROJECT/SESSION; subagent files become SESSION.subagents.agent-ID,
     and subagents kept inside the main file (isSidechain lines, Claude Code 2.0) become
@@ -238,7 +238,7 @@ def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, 
 @click.pass_context
 def import_gemini_cmd(ctx: click.Context, path: str, app: str, jobs: int | None, follow: bool, interval: float,
                       sync_remote: str | None, redact: bool, as_json: bool) -> None:
-    """Archive Gemini CLI sessions: a session file, a chats folder, or ~/.gemini/tmp.
+    """Archive Gemini CLI sessions: a session file, a chats folder, ~/.gemini/tmp or ~/.gemini.
 
     One session per file (APP/PROJECT/SESSION-ID; a subagent's file becomes PARENT.SESSION-ID,
     naming its parent). main goes on from a $rewindTo; the turns it dropped keep a branch
