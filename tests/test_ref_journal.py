@@ -29,7 +29,7 @@ from hypothesis import strategies as hs
 import castore
 from castore.errors import IntegrityError
 from castore.maintenance import fsck
-from castore.objectstore import packs
+from castore.objectstore import packs, refintents
 from castore.storage import RefIntent, reffiles
 from castore.storage import local as local_mod
 from castore.storage.bootmarkers import JOURNAL
@@ -106,7 +106,7 @@ def _log_fields(data: bytes) -> list[dict[str, Any]]:
     """The JSON of every intent record of a log, each with the key of the intent it is read
     as (``"key"``; a delta has no ``"k"`` of its own)."""
     raw = [json.loads(bytes(p[1:])) for _, p in packs._records(data, 2) if p[:1] == packs.INTENT_FRAME]
-    read = packs.intents(data)
+    read = refintents.intents(data)
     return [{**r, "key": i.key} for r, i in zip(raw, read, strict=True)]
 
 
@@ -210,7 +210,7 @@ def test_closing_a_log_makes_its_refs_durable_then_drops_its_intents(tmp_path: P
     assert st.storage.unsynced == []  # every ref its intents moved was synced before they went
     names = _pack_files(root)
     assert names and all(n.startswith("r-") and (root / "packs" / f"{n[:-5]}.idx").exists() for n in names)
-    assert all(packs.intents((root / "packs" / n).read_bytes()) == [] for n in names)
+    assert all(refintents.intents((root / "packs" / n).read_bytes()) == [] for n in names)
     assert _power_loss(st.storage) == 0
     _reboot(monkeypatch)
     again = castore.open(str(root))
@@ -539,7 +539,7 @@ def test_a_format_2_store_keeps_its_format_and_swaps_as_before(tmp_path: Path) -
     assert again.config["format"] == 2 and not (tmp_path / "st" / JOURNAL).exists()
     for n in os.listdir(tmp_path / "st" / "packs"):
         if n.endswith(".pack"):
-            assert packs.intents((tmp_path / "st" / "packs" / n).read_bytes()) == []
+            assert refintents.intents((tmp_path / "st" / "packs" / n).read_bytes()) == []
     upgraded = castore.open(str(tmp_path / "st"), format=3)
     assert upgraded.config["format"] == 3
 
@@ -553,9 +553,9 @@ def _golden_intents() -> list[RefIntent]:
 
 def test_golden_intent_records_keep_their_bytes() -> None:
     want = json.loads(GOLDEN.read_text())
-    assert [packs.encode_intent(i).hex() for i in _golden_intents()] == want["records"]
+    assert [refintents.encode_intent(i).hex() for i in _golden_intents()] == want["records"]
     log = bytes.fromhex(want["log"])
-    assert packs.intents(log) == _golden_intents()
+    assert refintents.intents(log) == _golden_intents()
 
 
 def test_readers_of_objects_skip_intent_records() -> None:
@@ -563,14 +563,14 @@ def test_readers_of_objects_skip_intent_records() -> None:
 
     objs = [o.encode(o.Blob(data=f"blob {i}".encode())) for i in range(4)]
     rec1, w1 = packs.encode_record_v2(objs[:2], packs.HEADER_SIZE)
-    intent = packs.encode_intent(_golden_intents()[0])
+    intent = refintents.encode_intent(_golden_intents()[0])
     rec2, w2 = packs.encode_record_v2(objs[2:], packs.HEADER_SIZE + len(rec1) + len(intent))
     log = packs.PACK_MAGIC_V2 + rec1 + intent + rec2
     where, end = packs.scan(log)
     assert end == len(log) and set(where) == {oid for oid, _ in objs}
-    assert packs.intents(log) == [_golden_intents()[0]]
+    assert refintents.intents(log) == [_golden_intents()[0]]
     torn = log[:-3]
-    assert packs.intents(torn) == [_golden_intents()[0]] and set(packs.scan(torn)[0]) == {objs[0][0], objs[1][0]}
+    assert refintents.intents(torn) == [_golden_intents()[0]] and set(packs.scan(torn)[0]) == {objs[0][0], objs[1][0]}
 
 
 # -- the replay rule, change by change ---------------------------------------------------------------
@@ -682,8 +682,8 @@ def test_a_log_sealed_mid_session_leaves_the_next_log_a_whole_value(
 
 def test_a_log_of_whole_value_intents_still_replays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Logs written before intents were deltas (every intent a whole value) replay as before."""
-    real = packs.encode_intent
-    monkeypatch.setattr(packs, "encode_intent", lambda intent, base=None: real(intent))
+    real = refintents.encode_intent
+    monkeypatch.setattr(refintents, "encode_intent", lambda intent, base=None: real(intent))
     root = tmp_path / "st"
     st, want = _write(root)
     monkeypatch.undo()
@@ -702,26 +702,26 @@ def _golden_delta_intents() -> list[RefIntent]:
 def test_golden_delta_intent_records_keep_their_bytes() -> None:
     want = json.loads(GOLDEN_DELTA.read_text())
     first, second = _golden_delta_intents()
-    records = [packs.encode_intent(first), packs.encode_intent(second, first)]
+    records = [refintents.encode_intent(first), refintents.encode_intent(second, first)]
     assert [r.hex() for r in records] == want["records"]
-    assert b'"z":' in records[1] and len(records[1]) < len(packs.encode_intent(second)) * 0.6
-    assert packs.intents(bytes.fromhex(want["log"])) == [first, second]
+    assert b'"z":' in records[1] and len(records[1]) < len(refintents.encode_intent(second)) * 0.6
+    assert refintents.intents(bytes.fromhex(want["log"])) == [first, second]
 
 
 def test_a_delta_whose_base_is_lost_is_skipped_with_the_rest_of_its_chain() -> None:
     first, second = _golden_delta_intents()
     third = RefIntent(first.key, second.new, "4" * 32, second.data.replace(b"w2", b"w3"), "b00t", second.stamp + 1)
     other = RefIntent("refs/other", None, "5" * 32, b"o\n", "b00t", second.stamp + 2)
-    records = [packs.encode_intent(first), packs.encode_intent(second, first),
-               packs.encode_intent(third, second), packs.encode_intent(other)]
-    assert packs.intents(packs.PACK_MAGIC_V2 + b"".join(records)) == [first, second, third, other]
+    records = [refintents.encode_intent(first), refintents.encode_intent(second, first),
+               refintents.encode_intent(third, second), refintents.encode_intent(other)]
+    assert refintents.intents(packs.PACK_MAGIC_V2 + b"".join(records)) == [first, second, third, other]
     damaged = bytearray(records[0])
     damaged[-5] ^= 1  # fails its check: the whole value the deltas build on is gone
-    assert packs.intents(packs.PACK_MAGIC_V2 + bytes(damaged) + b"".join(records[1:])) == [other]
+    assert refintents.intents(packs.PACK_MAGIC_V2 + bytes(damaged) + b"".join(records[1:])) == [other]
     # a delta of a value another log wrote (its "o" is not this log's last "n" of the key)
-    assert packs.intents(packs.PACK_MAGIC_V2 + records[2] + records[3]) == [other]
+    assert refintents.intents(packs.PACK_MAGIC_V2 + records[2] + records[3]) == [other]
     with pytest.raises(IntegrityError):  # a base that did not write the intent's old value
-        packs.encode_intent(third, first)
+        refintents.encode_intent(third, first)
 
 
 def test_a_value_two_refs_hold_is_no_base_for_a_delta() -> None:
@@ -730,15 +730,15 @@ def test_a_value_two_refs_hold_is_no_base_for_a_delta() -> None:
     read as a change of either ref."""
     first, second = _golden_delta_intents()
     twin = RefIntent("refs/sessions/a/u/t/heads/main", None, first.new, first.data, "b00t", first.stamp + 1)
-    bases = packs.DeltaBases()
+    bases = refintents.DeltaBases()
     bases.add(first)
     assert bases.base(first.new) == first
     bases.add(twin)
     assert bases.base(first.new) is None
-    log = packs.PACK_MAGIC_V2 + packs.encode_intent(first) + packs.encode_intent(twin) + packs.encode_intent(second, first)
-    assert packs.intents(log) == [first, twin]
-    alone = packs.PACK_MAGIC_V2 + packs.encode_intent(first) + packs.encode_intent(second, first)
-    assert packs.intents(alone) == [first, second]
+    log = packs.PACK_MAGIC_V2 + refintents.encode_intent(first) + refintents.encode_intent(twin) + refintents.encode_intent(second, first)
+    assert refintents.intents(log) == [first, twin]
+    alone = packs.PACK_MAGIC_V2 + refintents.encode_intent(first) + refintents.encode_intent(second, first)
+    assert refintents.intents(alone) == [first, second]
 
 
 _VALUES = hs.binary(max_size=300) | hs.lists(hs.sampled_from([b'"', b",", b"ab", b"\xff", b"x" * 40, b"\n"]),
@@ -748,14 +748,14 @@ _VALUES = hs.binary(max_size=300) | hs.lists(hs.sampled_from([b'"', b",", b"ab",
 @given(_VALUES, _VALUES)
 def test_a_ref_delta_rebuilds_the_value_it_was_made_of(base: bytes, new: bytes) -> None:
     for value in (new, base + new, new + base):
-        delta = packs.ref_delta(base, value)
-        assert delta is None or (len(delta) < len(value) and packs.apply_ref_delta(base, delta) == value)
+        delta = refintents.ref_delta(base, value)
+        assert delta is None or (len(delta) < len(value) and refintents.apply_ref_delta(base, delta) == value)
     if len(base) > 200:
-        assert packs.ref_delta(base, base + new) is not None  # what it repeats costs little
-    delta = packs.ref_delta(base, base)
+        assert refintents.ref_delta(base, base + new) is not None  # what it repeats costs little
+    delta = refintents.ref_delta(base, base)
     if delta is not None:
         with pytest.raises(ValueError):
-            packs.apply_ref_delta(base, delta[:-1])  # cut short: not a whole delta
+            refintents.apply_ref_delta(base, delta[:-1])  # cut short: not a whole delta
 
 
 class _PlainWrapper(PassThrough):
@@ -805,7 +805,7 @@ def test_a_log_of_intents_alone_is_dropped_at_close_once_its_refs_are_durable(
     names = {n[:-5] for n in os.listdir(root / "packs") if n.endswith(".pack")}
     sealed = {n for n in names if (root / "packs" / f"{n}.idx").exists()}
     assert len(sealed) == 1 and len(names) == 2  # the objects' log sealed, the intents' log live
-    assert packs.intents((root / "packs" / f"{(names - sealed).pop()}.pack").read_bytes())
+    assert refintents.intents((root / "packs" / f"{(names - sealed).pop()}.pack").read_bytes())
     st.close()
     left = sorted(os.listdir(root / "packs"))
     assert [n for n in left if n.endswith((".pack", ".idx"))] == sorted(f"{n}{x}" for n in sealed for x in (".idx", ".pack"))

@@ -31,7 +31,7 @@ import castore
 from castore import maintenance, names
 from castore import objects as o
 from castore.errors import CorruptRef
-from castore.objectstore import packs
+from castore.objectstore import refintents
 from castore.refs import RefStore
 from castore.storage import open_storage
 from castore.storage.faulty import FaultyStorage, InjectedFault
@@ -268,7 +268,7 @@ def test_writer_killed_during_close_loses_no_returned_append(tmp_path: Path, ste
     store.close()
     store = check()
     assert all(n.startswith("r-") for n in os.listdir(os.path.join(url, "packs")))
-    assert all(packs.intents(Path(url, "packs", n).read_bytes()) == []
+    assert all(refintents.intents(Path(url, "packs", n).read_bytes()) == []
                for n in os.listdir(os.path.join(url, "packs")))
     store.close()
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import IntegrityError, StorageError
 from ..storage import Appender, RefIntent, Storage
-from . import packs
+from . import packs, refintents
 from .packmap import PackMap
 from .packs import PACKS, Slot, index_key, pack_key
 from .repack import AUTO_REPACK_BATCHES, FINAL_RECORD_BYTES, HELD_RECORD_LEVEL, LANDING_LEVEL, Repacker
@@ -66,7 +66,7 @@ class WriterLog:
         # with its latest intent there (the base of the next one's delta), swaps between their
         # intent and their rename, and per thread the log holding this thread's objects record
         # not yet synced
-        self._journaled = packs.DeltaBases()
+        self._journaled = refintents.DeltaBases()
         # logs this handle stopped appending to once they were synced (sealed, merged at close,
         # or dropped after a failure and then synced): a record in one is durable even after a
         # background repack has merged the log away
@@ -173,7 +173,7 @@ class WriterLog:
             raise
         self._log, self._log_name, self._log_pid = log, name, os.getpid()
         self.packmap.live = name
-        self._journaled = packs.DeltaBases()  # a new log: its first intent of a ref holds the whole value
+        self._journaled = refintents.DeltaBases()  # a new log: its first intent of a ref holds the whole value
         return log
 
     def close(self) -> None:
@@ -208,7 +208,7 @@ class WriterLog:
         self._synced_logs.add(name)
         if self._journaled:
             self.storage.sync_keys(self._journaled.keys())
-            self._journaled = packs.DeltaBases()
+            self._journaled = refintents.DeltaBases()
         self.storage.write(index_key(name), packs.encode_index(log.size, where))
         self.packmap.mark_sealed(name)
         log.close()
@@ -239,7 +239,7 @@ class WriterLog:
             # another thread's objects record in it, not yet named by an intent, is durable
             # and is merged: its swap, finding no live log, is made durable on its own
             self._synced_logs.add(name)
-            keys, self._journaled = self._journaled.keys(), packs.DeltaBases()
+            keys, self._journaled = self._journaled.keys(), refintents.DeltaBases()
             # final blocks (a write batch's landings) are copied from the log as they are:
             # less work than laying out and compressing its objects again from memory
             groups = None if self.repacker.has_final(name) else self._log_groups(name)
@@ -324,7 +324,7 @@ class WriterLog:
                 base = self._journaled.base(intent.old)
                 ok = base is not None and base.key == intent.key and base.boot == intent.boot
                 # (the refs are distinct: no intent of the batch is another's base)
-                records.append(packs.encode_intent(intent, base if ok else None))
+                records.append(refintents.encode_intent(intent, base if ok else None))
             try:
                 log.append(records[0] if len(records) == 1 else b"".join(records))
             except StorageError:
@@ -389,7 +389,7 @@ def log_intents(storage: Storage, boot: str) -> list[RefIntent]:
     logs = sorted(n for n in listed if n.startswith("w-") and n.endswith(packs.PACK_SUFFIX)
                   and n[:-len(packs.PACK_SUFFIX)] + packs.INDEX_SUFFIX not in listed)
     got = storage.read_many([f"{PACKS}/{n}" for n in logs]) if logs else {}
-    return [i for data in got.values() if data is not None for i in packs.intents(data) if i.boot == boot]
+    return [i for data in got.values() if data is not None for i in refintents.intents(data) if i.boot == boot]
 
 
 __all__ = ["WriterLog", "SEAL_BYTES", "HELD_SEAL_FACTOR", "log_intents"]

@@ -27,31 +27,21 @@ pack: an object's id is the blake3 of its bytes, computed when the record is sca
               check:16
 
 A local writer's log (version 2) may also hold *ref intents* (format 3, docs/FORMAT.md 12):
-records whose payload starts with the byte ``0x10`` instead of an object frame's header,
-followed by a JSON object ``{"k": key, "o": old token, "n": new token, "d": new bytes
-(latin-1), "b": boot id, "t": CLOCK_MONOTONIC ns}``, or ``{"o", "n", "z", "t"}``: ``"z"``
-the new bytes as a delta (base64, :func:`ref_delta`) of the value the same log's previous
-intent for that key wrote (whose ``"n"`` is this one's ``"o"``), whose key and boot it
-has. The first intent of a key in a log always carries the whole value, so a log's intents
-rebuild every value from that log alone. They hold no object: every reader of objects
-skips them; only the recovery of refs after a power loss reads them (:func:`intents`).
+records whose payload starts with the byte :data:`INTENT_FRAME` (``0x10``) instead of an
+object frame's header. They hold no object: every reader of objects skips them; what they
+hold is :mod:`castore.objectstore.refintents`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import math
 import os
 import struct
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from .. import objects as o
 from ..errors import IntegrityError, SealedFrameError
-from ..storage import RefIntent
 
 PACK_MAGIC = b"CAPK\x01\x00\x00\x00"
 INDEX_MAGIC = b"CAIX\x01\x00\x00\x00"
@@ -145,6 +135,11 @@ def whole_record(data: bytes | memoryview, slot: Slot, slots: Mapping[str, Slot]
     return Whole(memoryview(data)[at:at + size], slots)
 
 
+def framed(payload: bytes) -> bytes:
+    """One record of a pack: ``payload`` behind its length and check. Raises nothing."""
+    return _REC.pack(len(payload), o.checksum(payload)) + payload
+
+
 def encode_record(frames: Iterable[tuple[str, bytes]], at: int) -> tuple[bytes, dict[str, Location]]:
     """One record holding ``(hex id, frame)`` pairs, for a pack where it will start at ``at``.
 
@@ -169,7 +164,7 @@ def encode_record(frames: Iterable[tuple[str, bytes]], at: int) -> tuple[bytes, 
     payload = b"".join(parts)
     if len(payload) >= RECORD_MAX:
         raise IntegrityError("pack record", f"{len(payload)} bytes is more than a record holds")
-    return _REC.pack(len(payload), o.checksum(payload)) + payload, where
+    return framed(payload), where
 
 
 def encode_pack(frames: Iterable[tuple[str, bytes]]) -> tuple[bytes, dict[str, Location]]:
@@ -351,147 +346,6 @@ def _resync(view: memoryview, off: int, version: int, budget: _Budget) -> int | 
     return None
 
 
-def ref_delta(base: bytes, new: bytes) -> bytes | None:
-    """``new`` as a delta of ``base``, or None when that would not be smaller than ``new``.
-
-    The delta is ``new`` compressed by zlib (raw deflate, level 1) with ``base`` as its
-    preset dictionary: what an append leaves unchanged in a ref value (most of it) costs a
-    few bytes of back references, what it changes (the tip, the time, the write id, one id
-    added to the tail) costs its entropy. :func:`apply_ref_delta` undoes it.
-    """
-    c = zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, zdict=base)
-    out = c.compress(new) + c.flush()
-    return out if (len(out) + 2) // 3 * 4 < len(new) else None  # stored as base64
-
-
-def apply_ref_delta(base: bytes, delta: bytes) -> bytes:
-    """The bytes :func:`ref_delta` made ``delta`` of, from ``base``.
-
-    Raises:
-        ValueError: ``delta`` is not a whole delta of ``base``.
-    """
-    d = zlib.decompressobj(-15, zdict=base)
-    try:
-        out = d.decompress(delta) + d.flush()
-    except zlib.error as e:
-        raise ValueError(f"not a ref delta: {e}") from None
-    if not d.eof or d.unused_data:
-        raise ValueError("not a whole ref delta")
-    return out
-
-
-class DeltaBases:
-    """What a delta intent of a log may be based on: the latest intent of each key so far in
-    the log, found by its new token. A token that is the latest of two keys at once (two refs
-    holding the same bytes) is no base for anything until the log ends. The writer (which
-    decides to write a delta) and :func:`intents` (which rebuilds it) keep one each, fed the
-    log's intents in the same order, so they always agree on a delta's base."""
-
-    def __init__(self) -> None:
-        """No intent yet (a new log)."""
-        self._latest: dict[str, RefIntent] = {}
-        self._by_token: dict[str, RefIntent | None] = {}  # None: ambiguous
-
-    def base(self, old: object) -> RefIntent | None:
-        """The intent whose new token is ``old`` and which is still its key's latest, or None."""
-        return self._by_token.get(old) if isinstance(old, str) else None
-
-    def add(self, intent: RefIntent) -> None:
-        """``intent`` is the latest of its key from now on."""
-        was = self._latest.get(intent.key)
-        if was is not None and was.new is not None and self._by_token.get(was.new) is was:
-            del self._by_token[was.new]
-        self._latest[intent.key] = intent
-        if intent.new is not None:
-            self._by_token[intent.new] = None if intent.new in self._by_token else intent
-
-    def keys(self) -> list[str]:
-        """The keys of the intents added so far, sorted."""
-        return sorted(self._latest)
-
-    def __len__(self) -> int:
-        return len(self._latest)
-
-
-def _plain(token: str | None) -> bool:
-    """Whether ``token`` is ASCII letters and digits (json.dumps leaves it as it is)."""
-    return token is not None and token.isascii() and token.isalnum()
-
-
-def encode_intent(intent: RefIntent, base: RefIntent | None = None) -> bytes:
-    """One record of a version-2 log holding a ref intent (see the module docstring).
-
-    ``base``: the same log's previous intent of ``intent.key`` (same boot), given only when
-    it wrote ``intent.old`` and the log's :class:`DeltaBases` gives it for that token; the
-    value is then stored as a delta of its bytes where that is smaller, and the key and boot
-    are taken from it when read. Without it the whole value is stored.
-
-    Raises:
-        IntegrityError: the intent would exceed :data:`RECORD_MAX`; ``base`` is not such an
-            intent.
-    """
-    delta = None
-    if base is not None and intent.data is not None and intent.old is not None:
-        if (base.key, base.new, base.boot) != (intent.key, intent.old, intent.boot) or base.data is None:
-            raise IntegrityError("ref intent", f"{intent.key}: a delta's base must be the intent "
-                                               "that wrote its old value")
-        delta = ref_delta(base.data, intent.data)
-    fields: dict[str, object]
-    if delta is not None and type(intent.stamp) is int and _plain(intent.old) and _plain(intent.new):
-        # the bytes json.dumps makes of these fields (nothing in them to escape), without its
-        # encoder: an append writes one of these
-        text = f'{{"o":"{intent.old}","n":"{intent.new}","z":"{base64.b64encode(delta).decode("ascii")}",' \
-               f'"t":{intent.stamp}}}'
-    elif delta is not None:
-        fields = {"o": intent.old, "n": intent.new, "z": base64.b64encode(delta).decode("ascii"), "t": intent.stamp}
-        text = json.dumps(fields, separators=(",", ":"))
-    else:
-        fields = {"k": intent.key, "o": intent.old, "n": intent.new,
-                  "d": None if intent.data is None else intent.data.decode("latin-1"),
-                  "b": intent.boot, "t": intent.stamp}
-        text = json.dumps(fields, separators=(",", ":"))
-    payload = INTENT_FRAME + text.encode()
-    if len(payload) >= RECORD_MAX:
-        raise IntegrityError("pack record", f"a ref intent of {len(payload)} bytes is more than a record holds")
-    return _REC.pack(len(payload), o.checksum(payload)) + payload
-
-
-def intents(data: bytes | memoryview) -> list[RefIntent]:
-    """The ref intents of a log's bytes, in the order written, each with its whole new value
-    (none in a version-1 pack or in bytes that are not a pack). A delta is applied to the
-    value of the intent its ``"o"`` names in the log's :class:`DeltaBases` (which gives the
-    key and boot too). An intent record that passed its
-    check yet does not parse is skipped (damage later than its writing), and so is a delta
-    whose base is not there (that record was damaged), and with it the rest of its chain."""
-    try:
-        if pack_version(data) != 2:
-            return []
-    except IntegrityError:
-        return []
-    out: list[RefIntent] = []
-    bases = DeltaBases()
-    for _, payload in _records(data, 2):
-        if payload[:1] != INTENT_FRAME:
-            continue
-        try:
-            r = json.loads(bytes(payload[1:]))
-            if "z" in r:
-                base = bases.base(r["o"])
-                if base is None or base.data is None:
-                    continue  # its base was damaged: so is every later delta of that ref
-                value = apply_ref_delta(base.data, base64.b64decode(r["z"], validate=True))
-                intent = RefIntent(base.key, r["o"], r["n"], value, base.boot, int(r["t"]))
-            else:
-                raw = r["d"]
-                intent = RefIntent(str(r["k"]), r["o"], r["n"], None if raw is None else raw.encode("latin-1"),
-                                   str(r["b"]), int(r["t"]))
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError, binascii.Error):
-            continue
-        bases.add(intent)
-        out.append(intent)
-    return out
-
-
 def record_length(data: bytes | memoryview, offset: int) -> int:
     """The payload length a record's header at ``offset`` of pack bytes ``data`` says (as
     written, or as damaged: not checked)."""
@@ -534,6 +388,21 @@ def payloads(data: bytes | memoryview) -> Iterator[tuple[int, int, memoryview]]:
     for off, payload in _records(data, version):
         if version == 1 or payload[:1] != INTENT_FRAME:
             yield version, off, payload
+
+
+def intent_payloads(data: bytes | memoryview) -> Iterator[memoryview]:
+    """The payloads of the ref-intent records of a log's bytes (each beginning with
+    :data:`INTENT_FRAME`), in order, past a damaged record and up to a torn tail; none in a
+    version-1 pack or in bytes that are not a pack (:mod:`castore.objectstore.refintents`
+    reads them). Raises nothing."""
+    try:
+        if pack_version(data) != 2:
+            return
+    except IntegrityError:
+        return
+    for _, payload in _records(data, 2):
+        if payload[:1] == INTENT_FRAME:
+            yield payload
 
 
 def _records(data: bytes | memoryview, version: int) -> Iterator[tuple[int, memoryview]]:
@@ -725,7 +594,7 @@ def encode_record_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int |
         raise IntegrityError("pack record", f"{len(content)} bytes is more than a record holds")
     offset = at + _REC.size
     where = {oid: Slot(offset, len(payload), start, length) for oid, (start, length) in spans.items()}
-    return _REC.pack(len(payload), o.checksum(payload)) + payload, where
+    return framed(payload), where
 
 
 def encode_records_v2(objects: Iterable[tuple[str, bytes]], at: int, level: int | None = None,
@@ -1127,7 +996,7 @@ __all__ = ["Location", "Slot", "Place", "Whole", "whole_record", "IndexView", "I
            "declared_content", "RECORD_CONTENT_MAX", "RECORD_CONTENT_READ_MAX", "RESYNC_WORK",
            "block_layout", "BLOCK_CUT",
            "scan", "content_slots", "pack_version", "encode_index",
-           "decode_index", "content_name", "log_name", "is_pack_name", "encode_intent", "intents", "INTENT_FRAME",
-           "DeltaBases", "ref_delta", "apply_ref_delta",
+           "decode_index", "content_name", "log_name", "is_pack_name", "INTENT_FRAME",
+           "framed", "intent_payloads",
            "PACK_MAGIC", "PACK_MAGIC_V2", "INDEX_MAGIC", "INDEX_MAGIC_V2", "HEADER_SIZE", "PACK_SUFFIX", "INDEX_SUFFIX",
            "PACKS", "pack_key", "index_key"]

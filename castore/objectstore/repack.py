@@ -34,7 +34,7 @@ from .. import objects as o
 from ..errors import IntegrityError
 from ..gcpause import gc_paused
 from ..storage import DeleteIncomplete, Storage
-from . import packs
+from . import packs, refintents
 from .packmap import PackMap, damaged_intent_tail
 from .packs import PACKS, Slot, index_key, pack_key
 
@@ -380,7 +380,7 @@ class Repacker:
                 data = self.storage.read(pack_key(name))
             except FileNotFoundError:
                 data = b""
-            keys = sorted({i.key for i in packs.intents(data)})
+            keys = sorted({i.key for i in refintents.intents(data)})
             if keys:
                 self.storage.sync_keys(keys)
         if cutoff is not None:
@@ -443,7 +443,7 @@ class Repacker:
         for name in names:
             data = datas.get(pack_key(name))
             if data is not None and not self.storage.exists(index_key(name)):
-                keys.update(i.key for i in packs.intents(data))
+                keys.update(i.key for i in refintents.intents(data))
         if keys:
             self.storage.sync_keys(sorted(keys))
 

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from test_ref_journal import _golden_delta_intents, _golden_intents
 
-from castore.objectstore import packs
+from castore.objectstore import packs, refintents
 
 
 def golden(delta: bool = False) -> dict[str, object]:
@@ -26,9 +26,9 @@ def golden(delta: bool = False) -> dict[str, object]:
     ``delta``, the second stores its value as a delta of the first's."""
     if delta:
         first, second = _golden_delta_intents()
-        records = [packs.encode_intent(first), packs.encode_intent(second, first)]
+        records = [refintents.encode_intent(first), refintents.encode_intent(second, first)]
     else:
-        records = [packs.encode_intent(i) for i in _golden_intents()]
+        records = [refintents.encode_intent(i) for i in _golden_intents()]
     return {"format": 3, "records": [r.hex() for r in records], "log": (packs.PACK_MAGIC_V2 + b"".join(records)).hex()}
 
 
