@@ -48,9 +48,15 @@ def finish_hint(head_name: str, head: RefValue) -> str:
     said = head.meta.get(META_NAMES)
     said = said if isinstance(said, dict) else {}
     segs = (parsed.app, parsed.user or "", parsed.session or "") if parsed is not None else ("?", "?", "?")
-    key = "/".join(said[k] if isinstance(said.get(k), str) else real_name(seg, None)
-                   for k, seg in zip(("app", "user", "session"), segs, strict=True))
-    return f"deletion interrupted: finish it with `castore delete-session {key}`"
+    key = tuple(said[k] if isinstance(said.get(k), str) else real_name(seg, None)
+                for k, seg in zip(("app", "user", "session"), segs, strict=True))
+    return finish_line(key)
+
+
+def finish_line(key: tuple[str, ...]) -> str:
+    """What fsck, ``castore sessions``, ``status`` and the viewer's list say of the session
+    ``key`` (``(app, user, session)``) whose deletion was interrupted. Raises nothing."""
+    return f"deletion interrupted: finish it with `castore delete-session {'/'.join(key)}`"
 
 
 def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, RefValue] | None = None) -> bool:
@@ -164,4 +170,4 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
         pass  # HEAD moved since: whoever moved it decides
 
 
-__all__ = ["cancel", "delete_session_refs", "finish_hint"]
+__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line"]

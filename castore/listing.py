@@ -19,7 +19,11 @@ class SessionInfo:
     what ``castore status`` and fsck say of a session whose HEAD or its branch is damaged or
     lost (HEAD naming no branch of the session, a garbage branch ref, a branch lost though the
     session had history), None for a healthy (or never-born) session. (A garbage HEAD is left
-    out of the listing, as before: fsck reports it.)"""
+    out of the listing, as before: fsck reports it.) ``deleting``: when a deletion of the
+    session began that has not finished (its HEAD carries the deleting mark,
+    :func:`castore.plumbing.deleting_since`: interrupted, or under way), None otherwise; such a
+    session is listed, with what is left of it, so that its deletion can be finished
+    (:func:`castore.deletion.finish_line`)."""
 
     app: str
     user: str
@@ -30,6 +34,7 @@ class SessionInfo:
     entries: int
     info: Mapping[str, Any]
     problem: str | None = None
+    deleting: float | None = None
 
 
 __all__ = ["SessionInfo"]

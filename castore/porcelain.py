@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from . import names, sync, views
 from .errors import AmbiguousSession, CorruptRef, SessionNotFound
 from .objects import ObjectId
-from .plumbing import SESSIONS, real_name, valid_segment
+from .plumbing import SESSIONS, deleting_since, real_name, valid_segment
 
 if TYPE_CHECKING:
     from .entries import LogEntry
@@ -48,10 +48,14 @@ class Status:
     remotes: dict[str, str | None] = field(default_factory=dict)
     #: ``remotes/REMOTE/BRANCH`` -> commit: remote tips a pull kept because both sides moved
     kept_from_remotes: dict[str, str] = field(default_factory=dict)
+    #: when a deletion of the session began that did not finish (HEAD's deleting mark,
+    #: :func:`castore.plumbing.deleting_since`: interrupted, or under way)
+    deleting: float | None = None
 
 
 def status(store: Store, session: Session | None = None) -> Status:
-    """The store, the session's HEAD, its branch and counts, the remotes and what pulls kept.
+    """The store, the session's HEAD, its branch and counts, the remotes and what pulls kept,
+    and whether a deletion of the session was interrupted.
 
     Nothing is sent over the network: the remote state is what the last pull left.
 
@@ -63,18 +67,20 @@ def status(store: Store, session: Session | None = None) -> Status:
     remotes = {n: e.get("url") for n, e in sorted(sync.list_remotes(store).items())} if exists else {}
     if session is None:
         return Status(store.url, exists, remotes=remotes)
+    deleting = deleting_since(session.plumbing.refs.read(session.refs.head)) if exists else None
     head = session.head
     if head is None:
         problem = session.lost_branch()
         if problem is not None:  # not "no entries yet, append starts it": that would bury the loss
             raise CorruptRef(session.refs.head, problem)
-        return Status(store.url, exists, session.key, remotes=remotes)
+        return Status(store.url, exists, session.key, remotes=remotes, deleting=deleting)
     info = session.info
     return Status(store.url, exists, session.key, exists=True, title=views.session_title(info),
                   subagent_of=views.spawned_by(info), head=head, branch=session.current_branch,
                   entries=session.show("HEAD").depth + 1, branches=len(session.branches()),
                   labels=len(session.labels()), remotes=remotes,
-                  kept_from_remotes={f"remotes/{n}": c for n, c in session.remote_branches().items()})
+                  kept_from_remotes={f"remotes/{n}": c for n, c in session.remote_branches().items()},
+                  deleting=deleting)
 
 
 @dataclass(frozen=True)

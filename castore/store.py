@@ -853,6 +853,7 @@ class Store:
             META_NAMES,
             META_TIME,
             SessionRefs,
+            deleting_since,
             head_segment,
             real_name,
             valid_segment,
@@ -911,6 +912,7 @@ class Store:
                     entries=int(_number(meta.get(META_LENGTH), 0)),
                     info=info if isinstance(info, dict) else {},
                     problem=problem,
+                    deleting=deleting_since(v),
                 )
             )
         out.sort(key=lambda s: s.updated, reverse=True)
@@ -949,10 +951,14 @@ class Store:
         listed) is noted, key -> the error (fsck's line), whether or not it is in what is
         returned (a session whose only ref left is HEAD is not).
 
+        A session whose HEAD carries the deleting mark (:func:`castore.plumbing.deleting_since`:
+        a deletion interrupted or under way) is left out, as once its deletion finishes: what
+        is derived from it (searched, counted) is what its deletion was asked to remove.
+
         Raises:
             IntegrityError, StorageError.
         """
-        from .plumbing import META_NAMES, branches_made_since, head_segment, lost_branch_problem
+        from .plumbing import META_NAMES, branches_made_since, deleting_since, head_segment, lost_branch_problem
         from .refs import PREFIX as REFS_PREFIX
 
         if folders is None:
@@ -972,6 +978,8 @@ class Store:
                 continue
             folder = "/".join(parts[:4])
             if parts[4] == "HEAD":
+                if deleting_since(v) is not None:
+                    continue  # no key: the session is not returned
                 nm = v.meta.get(META_NAMES) or {}
                 if all(isinstance(nm.get(k), str) for k in ("app", "user", "session")):
                     keys[folder] = (nm["app"], nm["user"], nm["session"])

@@ -276,8 +276,8 @@ def test_sessions_lists_newest_first_with_entries_branch_and_time(seeded: Seeded
     s = doc["sessions"][0]
     assert s["entries"] == 4 and s["branch"] == "main" and s["head"] == seeded.a2
     assert set(s) == {"key", "app", "user", "session", "head", "branch", "entries", "updated", "title", "subagent_of",
-                      "info", "problem"}
-    assert s["problem"] is None
+                      "info", "problem", "deleting"}
+    assert s["problem"] is None and s["deleting"] is None
 
 
 def test_session_names_with_a_slash_are_written_with_percent_2f(url: str) -> None:

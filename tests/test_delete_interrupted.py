@@ -8,6 +8,10 @@ expire kept the session forever."""
 
 from __future__ import annotations
 
+import html
+import http.client
+import json
+import threading
 import time
 
 import pytest
@@ -16,6 +20,8 @@ from conftest import Backend, backend_on
 from helpers.storage import PassThrough
 
 import castore
+import castore.grep
+import castore.usage
 from castore import maintenance
 from castore.cli import main
 from castore.plumbing import META_DELETING
@@ -226,3 +232,59 @@ def test_a_push_of_a_session_whose_deletion_began_does_not_carry_the_mark(tmp_pa
         assert head is not None and META_DELETING not in head.meta
         dst.session(*KEY).append(castore.Message(role="user", content="on the copy"))
         assert not maintenance.fsck(dst).deleting
+
+
+@pytest.mark.parametrize("at", [2, 3])  # marked with nothing deleted; marked and its branch deleted
+def test_listings_mark_an_interrupted_deletion_and_searches_skip_it(tmp_path, monkeypatch, at: int) -> None:
+    """``sessions`` (table and --json), ``status`` and the HTML viewer's list show a session
+    whose deletion was interrupted, marked with fsck's line (not as an empty session that an
+    append would start, which is refused); ``grep`` and ``usage`` skip it, as they would the
+    finished deletion. Before, the listings showed it as a healthy (or never-born) session and
+    grep searched the branches left."""
+    from castore.html.server import make_server
+
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "grep-index"))
+    monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "usage.json"))
+    backend = Backend("local", str(tmp_path / "st"))
+    _seed(backend)
+    runner = CliRunner()
+    assert "doomed" in runner.invoke(main, ["--store", backend.url, "grep", "hello"]).output  # indexed before
+    _killed_at(backend, at)
+    line = "deletion interrupted: finish it with `castore delete-session app/alice/doomed`"
+    out = runner.invoke(main, ["--store", backend.url, "sessions"])
+    assert out.exit_code == 0, out.output
+    doomed = [x for x in out.output.splitlines() if "doomed" in x]
+    assert len(doomed) == 1 and doomed[0].split() == ["app/alice/doomed", *line.split()], out.output
+    out = runner.invoke(main, ["--store", backend.url, "sessions", "--json"])
+    got = {s["key"]: s for s in json.loads(out.output)["sessions"]}
+    assert isinstance(got["app/alice/doomed"]["deleting"], float) and got["app/alice/kept"]["deleting"] is None
+    out = runner.invoke(main, ["--store", backend.url, "-s", "app/alice/doomed", "status"])
+    assert out.exit_code == 0, out.output
+    assert f"deletion: {line}" in out.output and "append" not in out.output, out.output
+    out = runner.invoke(main, ["--store", backend.url, "-s", "app/alice/doomed", "status", "--json"])
+    assert isinstance(json.loads(out.output)["deleting"], float)
+    for args in (["grep", "hello"], ["grep", "-c", "more"]):
+        out = runner.invoke(main, ["--store", backend.url, *args])
+        assert "doomed" not in out.output, (args, out.output)
+    with backend.open() as st:
+        for how in ({}, {"index": False}, {"index": False, "scan": False}):  # the index, the scan, the walk
+            assert [m.session for m in castore.grep.grep(st, "hello", **how)] == [], how
+            assert list(castore.grep.grep(st, "stays", **how)), how  # the neighbour is searched still
+        assert ("app", "alice", "doomed") not in castore.usage.all_rows(st)
+        server = make_server(st, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+            conn.request("GET", "/")
+            page = conn.getresponse().read().decode()
+            conn.close()
+        finally:
+            server.shutdown()
+            server.server_close()
+    row = next(r for r in page.split("<tr>") if ">doomed<" in r)
+    assert html.escape(line) in row, row
+    with backend.open() as st:
+        st.delete_session(*KEY)
+    out = runner.invoke(main, ["--store", backend.url, "sessions"])
+    assert "doomed" not in out.output and "kept" in out.output
+

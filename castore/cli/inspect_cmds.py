@@ -41,7 +41,8 @@ _COMMIT_FIELDS = (
 @json_option('{"sessions": [{"key": "APP/USER/SESSION", "app", "user", "session", "head": ID|null, '
              '"branch": NAME|null, "entries": N, "updated": Unix seconds, "title": TEXT|null, "subagent_of": '
              '{"key": KEY, "session": ID, "commit": ID (when known)}|null (an imported subagent), "info": {...}, '
-             '"problem": TEXT|null (what `status` says of a damaged or lost HEAD or branch)}]}')
+             '"problem": TEXT|null (what `status` says of a damaged or lost HEAD or branch), '
+             '"deleting": Unix seconds|null (when a deletion of it began that did not finish)}]}')
 @pass_store()
 @paged
 def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: bool) -> None:
@@ -49,7 +50,8 @@ def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: b
 
     Without an argument every app's sessions are listed; APP or APP/USER narrows it.
     A session whose HEAD or branch is damaged or lost is listed as `damaged:` with what
-    `status` and `fsck` say of it.
+    `status` and `fsck` say of it; one whose deletion was interrupted, with the command
+    that finishes it (`grep` and `usage` skip it, as they would once it is deleted).
     """
     if prefix:
         infos = store.sessions(*split_key(prefix, 1, 2, "APP[/USER]"))

@@ -18,6 +18,7 @@ import click
 
 from .. import objects as o
 from .. import views
+from ..deletion import finish_line
 from ..entries import (
     BranchSummary,
     Compaction,
@@ -230,6 +231,7 @@ def session_info_json(s: SessionInfo) -> dict[str, Any]:
         "subagent_of": views.spawned_by(s.info),
         "info": o.to_builtins(dict(s.info)),
         "problem": s.problem,
+        "deleting": s.deleting,
     }
 
 
@@ -265,7 +267,8 @@ def object_json(oid: str, obj: Any, codec: o.Codec = o.PLAIN) -> dict[str, Any]:
 def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> list[str]:
     """One line per session: key, entry count, branch, last activity, title (cut to
     :data:`TITLE_WIDTH` characters), and the session that spawned it (an imported subagent);
-    of a session whose HEAD or branch is damaged or lost, its key and what ``status`` says."""
+    of a session whose HEAD or branch is damaged or lost, its key and what ``status`` says; of
+    one whose deletion was interrupted, its key and fsck's line (the command that finishes it)."""
     keys = [safe(format_key(s.app, s.user, s.session)) for s in infos]
     branches = [safe(s.branch) if s.branch is not None else f"(detached at {short(s.head)})" for s in infos]
     w, bw = (max((len(x) for x in col), default=0) for col in (keys, branches))
@@ -273,6 +276,10 @@ def sessions_table(infos: Sequence[SessionInfo], style: Style = click.style) -> 
     for k, branch, s in zip(keys, branches, infos, strict=True):
         if s.problem is not None:
             out.append(f"{style(k.ljust(w), bold=True)}  {style('damaged: ' + safe(s.problem), fg='red')}")
+            continue
+        if s.deleting is not None:
+            out.append(f"{style(k.ljust(w), bold=True)}  "
+                       f"{style(safe(finish_line((s.app, s.user, s.session))), fg='yellow')}")
             continue
         title = views.session_title(s.info)
         line = (f"{style(k.ljust(w), bold=True)}  {s.entries:>6} {'entry  ' if s.entries == 1 else 'entries'}  "

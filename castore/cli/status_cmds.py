@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from .. import porcelain
+from ..deletion import finish_line
 from ..errors import SessionNotFound
 from ..session import Session
 from ..store import Store
@@ -71,7 +72,8 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
 @json_option('{"store": URL, "store_exists": BOOL, "session": KEY|null, "session_from": "-s"|"$CASTORE_SESSION"|'
              '"castore use"|null, "exists": BOOL, "title": TEXT|null, "subagent_of": {"key": KEY, "session": ID, '
              '"commit": ID (when known)}|null, "head": ID|null, "branch": NAME|null, '
-             '"entries": N, "branches": N, "labels": N, "remotes": {NAME: URL}, "kept_from_remotes": {REF: ID}}')
+             '"entries": N, "branches": N, "labels": N, "remotes": {NAME: URL}, "kept_from_remotes": {REF: ID}, '
+             '"deleting": Unix seconds|null (when a deletion of the session began that did not finish)}')
 @click.pass_context
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Show the store, the session, HEAD, its branch, the entries and the remotes' state.
@@ -106,13 +108,15 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
             by = doc["subagent_of"]
             at = f" (spawned at {short(by['commit'])})" if by.get("commit") else ""
             click.echo(f"subagent: of {safe(by['key'])}{at}")
-        if not doc["exists"]:
-            click.echo(f"HEAD:     none yet (the session has no entries; {hint('append --role user TEXT')} starts it)")
-        else:
+        if doc["deleting"] is not None:
+            click.echo(f"deletion: {click.style(safe(finish_line(session.key)), fg='yellow')}")
+        if doc["exists"]:
             where = f"on branch {safe(doc['branch'])}" if doc["branch"] else click.style("detached", fg="red")
             click.echo(f"HEAD:     {click.style(short(doc['head']), fg='yellow')} {where}")
             click.echo(f"entries:  {doc['entries']} on the path to HEAD, "
                        f"{plural(doc['branches'], 'branch', 'branches')}, {plural(doc['labels'], 'label')}")
+        elif doc["deleting"] is None:  # (an append to a session being deleted is refused)
+            click.echo(f"HEAD:     none yet (the session has no entries; {hint('append --role user TEXT')} starts it)")
     if not doc["remotes"]:
         click.echo(f"remotes:  none ({hint('remote add NAME URL', session=False)})")
     for name, url in doc["remotes"].items():

@@ -83,7 +83,7 @@ def grep_walk(store: Store, rx: re.Pattern[str], limit: int | None, context: int
             continue
         for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
             key = (si.app, si.user, si.session)
-            if not session_ok(key, session_globs, None):
+            if si.deleting is not None or not session_ok(key, session_globs, None):  # (being deleted: as deleted)
                 continue
             s = store.session(*key)
             tips = dict(s.branches())
@@ -526,7 +526,7 @@ def _session_tips(store: Store, app_globs: tuple[str, ...] | None, session_globs
         if not glob_any(app, app_globs):
             continue
         for si in sorted(store.sessions(app), key=lambda x: (x.user, x.session)):
-            if session_ok((si.app, si.user, si.session), session_globs, None):
+            if si.deleting is None and session_ok((si.app, si.user, si.session), session_globs, None):
                 infos.append(si)
     if not infos:
         return []

@@ -97,7 +97,7 @@ INDEX_CSS = (
     "body{font:14px/1.5 system-ui,sans-serif;margin:20px;color:#1f2328}"
     "h1{font-size:18px}h2{font-size:15px;margin:18px 0 4px}table{border-collapse:collapse}"
     "td,th{padding:2px 10px;text-align:left;border-top:1px solid #eaeef2}"
-    "th{color:#57606a;font-weight:500}.muted{color:#57606a}"
+    "th{color:#57606a;font-weight:500}.muted{color:#57606a}.warn{color:#9a6700}"
 )
 
 
@@ -106,7 +106,7 @@ def session_href(app: str, user: str, session: str) -> str:
     return "/s/" + "/".join(quote(p, safe="") for p in (app, user, session))
 
 
-Row = tuple[str, str, str, int, str | None, float, str | None]
+Row = tuple[str, str, str, int, str | None, float, str | None, str | None]
 
 
 def index_page(url: str, rows: Iterable[Row]) -> str:
@@ -114,8 +114,10 @@ def index_page(url: str, rows: Iterable[Row]) -> str:
 
     Args:
         url: the store's URL (shown as text).
-        rows: ``(app, user, session, entries, branch, updated, title)`` per session
-            (``title``: :func:`castore.views.session_title`, or None).
+        rows: ``(app, user, session, entries, branch, updated, title, note)`` per session
+            (``title``: :func:`castore.views.session_title`, or None; ``note``: shown in its
+            place, what is wrong with the session (fsck's line) or that its deletion was
+            interrupted, :func:`castore.deletion.finish_line`; None for a sound one).
     """
     import time as _time
 
@@ -133,12 +135,13 @@ def index_page(url: str, rows: Iterable[Row]) -> str:
     for app in sorted(by_app):
         out.append(f"<h2>{html.escape(app)}</h2><table><tr><th>user</th><th>session</th><th>title</th>"
                    "<th>entries</th><th>branch</th><th>updated</th></tr>")
-        for _, user, sid, entries, branch, updated, named in sorted(by_app[app], key=lambda r: (r[1], -r[5])):
+        for _, user, sid, entries, branch, updated, named, note in sorted(by_app[app], key=lambda r: (r[1], -r[5])):
             when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(updated)) if updated else "-"
+            said = html.escape(named or "") if note is None else f"<span class=\"warn\">{html.escape(note)}</span>"
             out.append(
                 f"<tr><td>{html.escape(user)}</td>"
                 f"<td><a href=\"{html.escape(session_href(app, user, sid), quote=True)}\">{html.escape(sid)}</a></td>"
-                f"<td>{html.escape(named or '')}</td><td>{entries}</td>"
+                f"<td>{said}</td><td>{entries}</td>"
                 f"<td>{html.escape(branch) if branch is not None else '(detached)'}</td>"
                 f"<td>{when}</td></tr>"
             )

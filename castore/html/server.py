@@ -17,6 +17,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
+from ..deletion import finish_line
 from ..errors import CastoreError, InvalidName, SessionNotFound
 from ..store import Store
 from ..views import session_title
@@ -147,7 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
         if store.exists:
             for app in store.apps():
                 for s in store.sessions(app):
-                    rows.append((s.app, s.user, s.session, s.entries, s.branch, s.updated, session_title(s.info)))
+                    note = finish_line((s.app, s.user, s.session)) if s.deleting is not None else s.problem
+                    rows.append((s.app, s.user, s.session, s.entries, s.branch, s.updated, session_title(s.info),
+                                 note))
         return index_page(store.url, rows)
 
     def do_GET(self) -> None:
