@@ -911,8 +911,7 @@ class Store:
                     updated=_number(meta.get(META_TIME, v.meta.get(META_TIME)), 0.0),
                     entries=int(_number(meta.get(META_LENGTH), 0)),
                     info=info if isinstance(info, dict) else {},
-                    problem=problem,
-                    deleting=deleting_since(v),
+                    problem=problem, deleting=deleting_since(v),
                 )
             )
         out.sort(key=lambda s: s.updated, reverse=True)
