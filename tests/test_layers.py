@@ -6,6 +6,7 @@ list (a test compares them).
 Third-party packages stay in their corner: click only in cli/; fsspec, s3fs, botocore and
 aiobotocore only in storage/; msgspec only in objects.py; blake3 and zstandard only there and in
 frames.py; cryptography only in crypto/.
+No module imports another's private name (``from .refs import _x``).
 ``castore/__init__.py`` (the curated public API) is exempt. Imports under
 ``if TYPE_CHECKING:`` count like any other: a type-only import of a higher layer is a
 dependency cycle all the same (define a small Protocol below instead).
@@ -99,6 +100,28 @@ def imports_of(source: str, mod: list[str], is_package: bool, root: Path = PACKA
     return out
 
 
+def private_imports(source: str, mod: list[str], is_package: bool, root: Path = PACKAGE) -> list[tuple[int, str, str]]:
+    """``(line, name, module)`` for each private name (``_x``, not a dunder) that ``source``
+    imports from another castore module: a private name stays in its module (ruff's SLF001
+    catches ``module._x`` and ``obj._x``; this catches ``from .module import _x``)."""
+    package = mod if is_package else mod[:-1]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 0:
+            base = (node.module or "").split(".")
+        else:
+            base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+        if base[:1] != ["castore"] or base == mod:
+            continue
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and not _is_module(base + [alias.name], root):
+                out.append((node.lineno, alias.name, ".".join(base)))
+    return out
+
+
 def _is_module(parts: list[str], root: Path) -> bool:
     p = root.parent.joinpath(*parts)
     return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
@@ -113,7 +136,9 @@ def violations(path: Path, source: str, root: Path = PACKAGE) -> list[str]:
     own = rank_of(mod)
     if own is None:
         return [f"{rel}: module has no layer; add {area(mod)!r} to LAYERS in tests/test_layers.py"]
-    problems = []
+    problems = [f"{rel}:{line}: imports {name}, a private name of {where}: make it public there, or move "
+                "what uses it into that module" for line, name, where in private_imports(source, mod, path.name ==
+                                                                                   "__init__.py", root)]
     for line, target, written in imports_of(source, mod, path.name == "__init__.py", root):
         parts = target.split(".")
         top = parts[0]
@@ -248,6 +273,8 @@ def _check(rel: str, source: str, tmp_path: Path) -> list[str]:
         ("newthing.py", "import os\n", "has no layer"),
         ("context.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .session import LogEntry\n",
          "castore.session"),
+        ("session.py", "from .refs import _serialize\n", "imports _serialize, a private name of castore.refs"),
+        ("storage/local.py", "def f():\n    from ..names import _ALLOWED\n", "a private name of castore.names"),
     ],
 )
 def test_the_checker_names_the_file_and_the_bad_import(tmp_path, rel, source, needle):
@@ -265,6 +292,7 @@ def test_the_checker_names_the_file_and_the_bad_import(tmp_path, rel, source, ne
         ("objects.py", "import msgspec\nfrom blake3 import blake3\nimport zstandard\n"),
         ("cli/main.py", "import click\nimport castore\nfrom ..session import Session\n"),
         ("storage/local.py", "from ..errors import StorageError\nfrom .base import Storage\n"),
+        ("session.py", "from .errors import __all__ as error_names\n"),
     ],
 )
 def test_the_checker_allows_what_the_layers_allow(tmp_path, rel, source):
