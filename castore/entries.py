@@ -422,7 +422,11 @@ DELETE = object()
 
 
 def body_of(entry: EntryType) -> dict[str, Any] | None:
-    """The shareable body of an entry (stored content-addressed), or None."""
+    """The shareable body of an entry (stored content-addressed), or None.
+
+    Raises:
+        InvalidEntry: ``entry`` is not one of the entry types.
+    """
     if isinstance(entry, Message):
         return entry.to_dict()
     if isinstance(entry, Event):

@@ -176,6 +176,7 @@ def unframe(stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OB
         IntegrityError: (naming ``what``) empty, unknown header, bad compression, or a frame
             declaring no size or more than ``limit`` bytes (:data:`MAX_OBJECT_SIZE`; a pack
             record's: less, see :mod:`castore.objectstore.packs`).
+        SealedFrameError: the frame is sealed (an encrypted store's), not for this reader.
     """
     if not stored:
         raise IntegrityError(what, "empty file")

@@ -680,7 +680,12 @@ class BlockPath:
         return self.commit_at(d)[0]
 
     def load(self, lo: int, hi: int) -> None:
-        """Make every commit at depths ``lo..hi`` available (few batched reads)."""
+        """Make every commit at depths ``lo..hi`` available (few batched reads).
+
+        Raises:
+            ObjectNotFound: a segment or commit is missing. IntegrityError: a segment or
+                commit is not what the path's layout says. StorageError.
+        """
         missing = [d for d in range(max(lo, 0), hi + 1) if d not in self.at_depth]
         if not missing:
             return

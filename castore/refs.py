@@ -443,7 +443,7 @@ class RefStore:
         """Follow symbolic refs from ``name``; return (final ref name, its value or None).
 
         Raises:
-            IntegrityError: a symbolic loop or a garbage ref.
+            CorruptRef: a symbolic loop or a garbage ref.
             StorageError: the backend failed.
         """
         current = name
@@ -480,6 +480,7 @@ class RefStore:
             InvalidEntry: ``target`` is neither a 64-hex id nor ``ref: <name>``.
             RefConflict: the ref changed since ``expect`` was read (``actual`` is set).
             StorageError: the backend failed and it cannot be told whether the write landed.
+            CastoreError: ``expect`` was not read with its token (a caller's mistake).
         """
         staged = self._staged()
         # a staged value's write id need only be unique in this process (the landing stamps its own)
@@ -518,6 +519,7 @@ class RefStore:
         Raises:
             InvalidEntry: a target is neither a 64-hex id nor ``ref: <name>`` (nothing moved).
             RefLocked: a live process held a ref's lock for the whole wait (nothing moved).
+            CastoreError: an ``expect`` was not read with its token (a caller's mistake).
         """
         if self._staged() is not None:
             out_staged: list[RefValue | Exception] = []

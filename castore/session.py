@@ -718,7 +718,8 @@ class Session:
         """Commits newest first: the path to ``rev``, or every commit of every ref.
 
         Raises:
-            see :meth:`entries`.
+            InvalidEntry: ``limit`` is not a whole number >= 0.
+            and what :meth:`entries` raises.
         """
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidEntry(f"limit must be a whole number >= 0, not {limit!r}")

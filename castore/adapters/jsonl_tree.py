@@ -622,7 +622,12 @@ class TreeWriter:
 
     def flush(self) -> None:
         """Append the queued run (in a session new with this writer: build it in memory, and
-        move the branches first when the write batch is about to land)."""
+        move the branches first when the write batch is about to land).
+
+        Raises:
+            ArchiveError: the run starts a second root in a session that has one.
+            RefConflict: a branch moved since it was read. StorageError.
+        """
         if not self.run:
             return
         s = self.session

@@ -104,7 +104,11 @@ class ChannelValues:
         return self.serde.loads_typed((typed[0], typed[1]))
 
     def value(self, raw: bytes) -> Any:
-        """Decode a Value holding ``[type, data]``; immutable results are shared."""
+        """Decode a Value holding ``[type, data]``; immutable results are shared.
+
+        Raises:
+            IntegrityError: the object is not a Value. ObjectNotFound, StorageError.
+        """
         vid = o.hex_id(raw)
         got = self._decoded.get(vid, _MISSING)
         if got is not _MISSING:

@@ -183,6 +183,7 @@ class Part:
 
     @property
     def n(self) -> int:
+        """How many commits the part holds."""
         return len(self.time)
 
     @property

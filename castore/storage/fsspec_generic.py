@@ -40,7 +40,11 @@ class FsspecStorage(Storage):
         return f"{self.root}/{key}" if key else self.root
 
     def read(self, key: str) -> bytes:
-        """Return the bytes at ``key``."""
+        """Return the bytes at ``key``.
+
+        Raises:
+            FileNotFoundError: no such key. StorageError: the file system failed.
+        """
         try:
             return self.fs.cat_file(self._p(key))
         except FileNotFoundError:
@@ -49,7 +53,11 @@ class FsspecStorage(Storage):
             raise StorageError(f"cannot read {key} from {self.url}: {e}", self.url) from e
 
     def write(self, key: str, data: bytes) -> None:
-        """Store ``data`` at ``key``."""
+        """Store ``data`` at ``key``.
+
+        Raises:
+            StorageError: the file system failed.
+        """
         try:
             self.fs.makedirs(self._p(key).rsplit("/", 1)[0], exist_ok=True)
             self.fs.pipe_file(self._p(key), data)
@@ -65,7 +73,11 @@ class FsspecStorage(Storage):
         return Versioned(data, hashlib.blake2b(data, digest_size=16).hexdigest())
 
     def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
-        """Check then write (not atomic; see the module docstring)."""
+        """Check then write (not atomic; see the module docstring).
+
+        Raises:
+            PreconditionFailed: ``key``'s token is not ``expect``. StorageError.
+        """
         cur = self.read_versioned(key)
         if (cur.token if cur else None) != expect:
             raise PreconditionFailed(key, expect)
@@ -73,7 +85,11 @@ class FsspecStorage(Storage):
         return hashlib.blake2b(data, digest_size=16).hexdigest()
 
     def delete(self, key: str, expect: Token | None = None) -> None:
-        """Delete ``key`` (check then delete when ``expect`` is given)."""
+        """Delete ``key`` (check then delete when ``expect`` is given).
+
+        Raises:
+            PreconditionFailed: ``key``'s token is not ``expect``. StorageError.
+        """
         if expect is not None:
             cur = self.read_versioned(key)
             if cur is None or cur.token != expect:
@@ -100,7 +116,11 @@ class FsspecStorage(Storage):
             parts.pop()
 
     def mtime(self, key: str) -> float | None:
-        """Modification time of ``key`` where the file system reports one, else None."""
+        """Modification time of ``key`` where the file system reports one, else None.
+
+        Raises:
+            StorageError: the file system failed.
+        """
         try:
             return self.fs.modified(self._p(key)).timestamp()
         except FileNotFoundError:

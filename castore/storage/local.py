@@ -383,7 +383,11 @@ class LocalStorage(Storage):
         return os.path.isfile(self._path(key))
 
     def mtime(self, key: str) -> float | None:
-        """Modification time of ``key``, or None when missing."""
+        """Modification time of ``key``, or None when missing.
+
+        Raises:
+            StorageError: the file cannot be read.
+        """
         try:
             return os.stat(self._path(key)).st_mtime
         except (FileNotFoundError, NotADirectoryError):
@@ -512,6 +516,10 @@ class LocalStorage(Storage):
         called, and the ref written with no sync, in place over a ref already written so
         (with a header that checks the value, see :func:`~castore.storage.bootmarkers.frame`),
         else renamed into place with that header (see the module docstring).
+
+        Raises:
+            PreconditionFailed: ``key``'s token is not ``expect``. RefLocked: a live process
+                held the lock for the whole wait. StorageError.
         """
         path = self._path(key)
         may_defer = journal is not None and self.durable and key.startswith(_LOGGED_DELETES)
@@ -771,7 +779,11 @@ class LocalStorage(Storage):
         return True
 
     def delete(self, key: str, expect: Token | None = None) -> None:
-        """Delete ``key`` (under its lock when ``expect`` is given)."""
+        """Delete ``key`` (under its lock when ``expect`` is given).
+
+        Raises:
+            PreconditionFailed: ``key``'s token is not ``expect``. StorageError: the file cannot be deleted.
+        """
         path = self._path(key)
         if os.path.dirname(path) not in self._made_dirs:
             self._check_inside(os.path.dirname(path))
@@ -879,7 +891,11 @@ class LocalStorage(Storage):
                         todo.append((e.path, rel + e.name + "/"))
 
     def list_dir(self, prefix: str) -> builtins.list[str]:
-        """Immediate children of ``prefix`` (files and folders), skipping temporaries."""
+        """Immediate children of ``prefix`` (files and folders), skipping temporaries.
+
+        Raises:
+            StorageError: the folder cannot be listed.
+        """
         try:
             names = os.listdir(self._path(prefix, prefix=True))
         except (FileNotFoundError, NotADirectoryError):
@@ -905,7 +921,11 @@ class LocalStorage(Storage):
         return sorted(out)
 
     def clear_stale_temps(self, min_age: float) -> builtins.list[str]:
-        """Remove what :meth:`stale_temps` finds; return what was removed."""
+        """Remove what :meth:`stale_temps` finds; return what was removed.
+
+        Raises:
+            StorageError: a file cannot be removed.
+        """
         removed = []
         for rel in self.stale_temps(min_age):
             try:
@@ -943,7 +963,11 @@ class LocalStorage(Storage):
                         self._write_file(path, as_stored(k, v))
 
     def read_range(self, key: str, offset: int, size: int) -> bytes:
-        """``size`` bytes of ``key`` from ``offset``; see :meth:`Storage.read_range`."""
+        """``size`` bytes of ``key`` from ``offset``; see :meth:`Storage.read_range`.
+
+        Raises:
+            FileNotFoundError: no such key. StorageError: the file cannot be read.
+        """
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
@@ -1008,6 +1032,9 @@ class LocalStorage(Storage):
         (freshened) it before the rename makes it young, and it is renamed back (the bytes
         are the same: a content-addressed file); a writer after the rename finds no file
         and writes a new one, which this call never touches.
+
+        Raises:
+            StorageError: the file cannot be renamed aside or deleted.
         """
         path = self._path(key)
         aside = f"{path}.tmp-gc-{os.urandom(8).hex()}"
@@ -1030,7 +1057,11 @@ class LocalStorage(Storage):
 
     def restore_aside(self) -> builtins.list[str]:
         """Put back the files :meth:`delete_if_older` had renamed aside when its process died
-        (their real name is missing; a file already back there wins). Returns their keys."""
+        (their real name is missing; a file already back there wins). Returns their keys.
+
+        Raises:
+            StorageError: a file cannot be put back.
+        """
         restored = []
         for dirpath, _dirs, files in os.walk(self.root):
             for f in files:

@@ -81,7 +81,11 @@ class MemoryStorage(Storage):
 
     def swap(self, key: str, data: bytes, expect: Token | None, journal: Journal | None = None) -> Token:
         """Replace ``key`` if its token is ``expect``; see :meth:`Storage.swap` (``journal`` is
-        ignored: nothing here is durable)."""
+        ignored: nothing here is durable).
+
+        Raises:
+            PreconditionFailed: ``key``'s token is not ``expect``. InvalidName: a bad key.
+        """
         check_key(key)
         with self._lock:
             if self._token(key) != expect:
@@ -92,7 +96,11 @@ class MemoryStorage(Storage):
             return token
 
     def delete(self, key: str, expect: Token | None = None) -> None:
-        """Delete ``key``; with ``expect``, only if its token matches."""
+        """Delete ``key``; with ``expect``, only if its token matches.
+
+        Raises:
+            PreconditionFailed: ``key``'s token is not ``expect``. InvalidName: a bad key.
+        """
         check_key(key)
         with self._lock:
             if expect is not None and self._token(key) != expect:
