@@ -7,14 +7,16 @@ compare-and-swap instead of writing on), and HEAD last (refs without a HEAD are 
 nothing). A deletion killed between the two used to leave HEAD with its born mark and no
 branch, which fsck calls a lost branch and gc refuses the whole store for. So a deletion
 states its intent first, as git's and dulwich's ref transactions do: it moves HEAD, by
-compare-and-swap, to carry :data:`~castore.plumbing.META_DELETING` (the time), then deletes
-the branch HEAD names, the other refs, and HEAD (docs/FORMAT.md, "Deleting a session").
+compare-and-swap, to carry :data:`~castore.plumbing.META_DELETING` (the time) and
+:data:`~castore.plumbing.META_DELETING_REFS` (what the other refs named), then deletes the
+branch HEAD names, the other refs, and HEAD (docs/FORMAT.md, "Deleting a session").
 
 An interrupted deletion is then recognisably one: fsck lists it (``deleting``) with the
 command that finishes it, gc is not refused (the refs left are roots as any; what the
 deleted ones held is garbage by intent), a write that reads the marked HEAD is refused
 (:class:`~castore.errors.SessionDeleting`) rather than starting a new branch in a
-half-deleted session, and running the deletion again, or ``castore expire``, finishes it.
+half-deleted session, and running the deletion again, or ``castore expire``, finishes it
+unless a ref was written since the mark (:func:`written_since`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from collections.abc import Mapping
 
 from .errors import CorruptRef, RefConflict
 from .plumbing import (
+    DELETING_KEYS,
     HEADS,
     META_DELETING,
+    META_DELETING_REFS,
     META_NAMES,
     Plumbing,
     carried_meta,
@@ -61,7 +65,8 @@ def finish_line(key: tuple[str, ...]) -> str:
 
 def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, RefValue] | None = None) -> bool:
     """Delete the refs of the session whose ref folder is ``prefix`` (``sessions/a/u/s``):
-    mark HEAD deleting, delete its current branch, then its other refs, then HEAD, each by
+    mark HEAD deleting (with what the other refs name as read before: ``expect``'s values, or
+    read now), delete its current branch, then its other refs, then HEAD, each by
     compare-and-swap of its value as read. A deletion interrupted earlier is finished.
 
     Without ``expect`` (``delete-session``) a ref a rival moved meanwhile is read again and
@@ -80,6 +85,12 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
     refs = plumbing.refs
     head_name = f"{prefix}/HEAD"
     strict = expect is not None
+    if expect is None:
+        listed = [n for n in refs.list(prefix) if n != head_name and parse_ref_name(n) is not None]
+        before: Mapping[str, RefValue | None] = refs.read_many(listed)
+    else:
+        before = expect
+    tips = {n[len(prefix) + 1:]: v.target for n, v in before.items() if n != head_name and v is not None}
 
     def mark(_: int) -> RefValue | None:
         head = refs.read(head_name)
@@ -89,7 +100,8 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
             return head
         meta = carried_meta(head)
         try:
-            return plumbing.swap(head_name, head.target, head, {**meta, META_DELETING: time.time()})
+            return plumbing.swap(head_name, head.target, head,
+                                 {**meta, META_DELETING: time.time(), META_DELETING_REFS: tips})
         except RefConflict:  # a rival's checkout or set_info: read again (expire: stop)
             if strict:
                 raise _Moved from None
@@ -147,6 +159,23 @@ def _delete(plumbing: Plumbing, name: str, then: RefValue | None, strict: bool) 
     return True
 
 
+def written_since(head: RefValue, refs: Mapping[str, RefValue], when: float | None) -> bool:
+    """Whether a ref of the session whose HEAD ``head`` carries the deleting mark was written
+    after the mark: ``refs`` (its refs, name -> value, as read) holds one that names something
+    else than the mark records (:data:`~castore.plumbing.META_DELETING_REFS`), or that it does
+    not record. Not told by times: an entry's time is its writer's (an import keeps the
+    transcript's), so a write after the mark may be dated long before it, and a branch left
+    untouched may be dated ahead. A mark without the record (castore of 2026-12-07 before it)
+    is judged by ``when``, the newest time the refs record, against the mark's. Raises nothing."""
+    tips = head.meta.get(META_DELETING_REFS)
+    if not isinstance(tips, dict):
+        marked = deleting_since(head)
+        return when is not None and marked is not None and when > marked
+    base = head.name[:-len("HEAD")]
+    return any(tips.get(n[len(base):]) != v.target
+               for n, v in refs.items() if n.startswith(base) and n != head.name)
+
+
 def cancel(plumbing: Plumbing, prefix: str) -> None:
     """Take the deleting mark off the HEAD of the session whose ref folder is ``prefix``
     (if it has one and no rival moves HEAD meanwhile): what ``expire`` does to a session
@@ -163,11 +192,11 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
     """Take the deleting mark off HEAD again, if it is still as this deletion marked it."""
     if marked is None or deleting_since(marked) is None:
         return
-    meta = carried_meta(marked, META_DELETING)
+    meta = carried_meta(marked, *DELETING_KEYS)
     try:
         plumbing.swap(head_name, marked.target, marked, meta)
     except RefConflict:
         pass  # HEAD moved since: whoever moved it decides
 
 
-__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line"]
+__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "written_since"]

@@ -29,7 +29,7 @@ from typing import Any
 
 from . import names
 from . import objects as o
-from .deletion import cancel, delete_session_refs, finish_hint
+from .deletion import cancel, delete_session_refs, finish_hint, written_since
 from .entries import stored_problem
 from .errors import CastoreError, CorruptRef, IntegrityError, SealedFrameError
 from .history import Hint, depth_problem
@@ -850,8 +850,9 @@ def expire_sessions(store: Store, older_than: float, app: str | None = None, dry
     last changed (an old label would make a session written to today look idle), and
     deleting it would hide the damage from fsck and leave the lost commits to gc. A session
     whose deletion was interrupted (HEAD marked deleting, :mod:`castore.deletion`) is
-    finished whatever its age, unless a ref of it is newer than the mark: its mark is then
-    taken off and it is kept. The deletion itself is :func:`castore.deletion.delete_session_refs`.
+    finished whatever its age, unless a ref of it was written since the mark
+    (:func:`castore.deletion.written_since`): its mark is then taken off and it is kept. The
+    deletion itself is :func:`castore.deletion.delete_session_refs`.
 
     Raises:
         CastoreError: ``older_than`` is negative.
@@ -870,9 +871,10 @@ def expire_sessions(store: Store, older_than: float, app: str | None = None, dry
             home = store.tenant(info.app, info.user)
             prefix = session_prefix(info.app, info.user, info.session)
             when, refs = _last_change(home, prefix)
-            marked = deleting_since(refs.get(f"{prefix}/HEAD"))
-            if marked is not None:  # a deletion interrupted: finish it unless written to since
-                if when is not None and when > marked:
+            head = refs.get(f"{prefix}/HEAD")
+            marked = deleting_since(head)
+            if head is not None and marked is not None:  # a deletion interrupted: finish it unless written to since
+                if written_since(head, refs, when):
                     if not dry_run:
                         cancel(home.plumbing, prefix)
                     continue

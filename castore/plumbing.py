@@ -93,6 +93,12 @@ META_BORN = "born"
 #: an interrupted deletion, its branch gone and HEAD left, from a lost branch. Not in
 #: :data:`HEAD_KEEPS`: nothing rewrites a marked HEAD but the deletion itself
 META_DELETING = "deleting"
+#: HEAD, beside :data:`META_DELETING`: what each of the session's other refs named when the
+#: deletion began (``{name below the session's folder: target}``), what tells a write since
+#: the mark (:func:`castore.deletion.written_since`; an entry's time is its writer's to choose)
+META_DELETING_REFS = "deleting_refs"
+#: the deleting mark's keys: what is taken off HEAD when the mark is (a copy never has them)
+DELETING_KEYS = (META_DELETING, META_DELETING_REFS)
 #: HEAD keys that travel with it when it is rewritten (checkout, set_info)
 HEAD_KEEPS = (META_NAMES, META_INFO, META_CREATED, META_BORN)
 #: the keys that may hold the real name behind a hashed segment, in the order they are read
@@ -1088,6 +1094,8 @@ __all__ = [
     "HEAD_KEEPS",
     "META_BORN",
     "META_DELETING",
+    "META_DELETING_REFS",
+    "DELETING_KEYS",
     "deleting_since",
     "Plumbing",
     "NoSuchRef",

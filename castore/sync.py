@@ -46,8 +46,8 @@ from .errors import (
 from .history import BlockPath, Hint, K, merge_depth
 from .objects import Commit, Index, Tree
 from .plumbing import (
+    DELETING_KEYS,
     META_BORN,
-    META_DELETING,
     META_NAMES,
     REMOTES,
     SESSIONS,
@@ -821,7 +821,7 @@ class _Sync:
                 return
             # (born: its branch is there, whether or not the other side's HEAD says so; never a
             # deletion under way there: the copy is not being deleted, castore.deletion)
-            meta = {**{k: v for k, v in u.meta.items() if k != META_DELETING}, META_BORN: True}
+            meta = {**{k: v for k, v in u.meta.items() if k not in DELETING_KEYS}, META_BORN: True}
             try:
                 self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, None, meta)
             except RefConflict:

@@ -169,6 +169,36 @@ def test_expire_keeps_a_session_written_to_after_its_deletion_began_and_takes_th
         assert maintenance.fsck(st).ok and not maintenance.fsck(st).deleting
 
 
+@pytest.mark.parametrize("when", [-30 * 86400.0, 30 * 86400.0], ids=["past", "future"])
+def test_expire_tells_a_write_after_the_mark_by_what_the_refs_name_not_by_entry_times(tmp_path, when: float) -> None:
+    """An entry's time is the caller's (an import's transcript time, a clock ahead), not when it
+    was written: a writer holding HEAD from before the mark that appends an entry dated before the
+    mark is still a write after it (expire keeps the session: nothing acknowledged is deleted),
+    and a branch whose newest entry is dated in the future, untouched since the mark, does not
+    keep an interrupted deletion from being finished."""
+    backend = Backend("local", str(tmp_path / "st"))
+    _seed(backend)
+    if when > 0:
+        with backend.open() as st:  # the seed's entries are 400 days old: one on side dated ahead
+            st.session(*KEY).append(castore.Message(role="user", content="ahead"), time=time.time() + when,
+                                    branch="side")
+        _killed_at(backend, 3)  # marked, main deleted; side and the label left
+        with backend.open() as st:
+            assert [x[:3] for x in maintenance.expire_sessions(st, 10 ** 9).sessions] == [KEY]
+            _gone(st)
+        return
+    with backend.open() as writer:
+        w = writer.session(*KEY)
+        w.append(castore.Message(role="user", content="warm"), time=time.time() + when)  # keeps HEAD
+        _killed_at(backend, 2)  # marked; nothing deleted
+        w.append(castore.Message(role="user", content="after the mark"), time=time.time() + when)
+    with backend.open() as st:
+        assert maintenance.expire_sessions(st, 10 ** 9).sessions == []
+        head = st.refs.read("sessions/app/alice/doomed/HEAD")
+        assert head is not None and not set(head.meta) & {META_DELETING, "deleting_refs"}
+        assert [m.content for m in st.session(*KEY).messages()][-2:] == ["warm", "after the mark"]
+
+
 @pytest.mark.parametrize("kind", ["local", pytest.param("seaweedfs", marks=pytest.mark.slow)])
 def test_expire_racing_a_writer_leaves_a_whole_session_or_none(kind: str, request, tmp_path) -> None:
     """A writer appends (a handle that keeps HEAD, and fresh handles) while expire deletes the
