@@ -15,7 +15,7 @@ import pytest
 
 import castore
 from castore import maintenance
-from castore.objectstore import packs
+from castore.objectstore import packindex, packs
 from castore.storage.local import LocalStorage
 from castore.storage.retrying import RetryingStorage
 
@@ -47,13 +47,13 @@ def _index(version: int, rows: int = ROWS, seed: int = 1) -> tuple[bytes, dict[s
         where[oid] = (packs.Slot(8 + rec * 70_000, 60_000, (i % 190) * 300, 290) if version == 2
                       else packs.Location(8 + i * 300, 290))
     size = 8 + (rows // 190 + 1) * 70_000 if version == 2 else 8 + rows * 300
-    return packs.encode_index(size, where), where
+    return packindex.encode_index(size, where), where
 
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_a_lookup_reads_a_window_of_the_index_not_all_of_it(version: int) -> None:
     data, where = _index(version)
-    whole = packs.IndexView(data)
+    whole = packindex.IndexView(data)
     rng = random.Random(7)
     present = rng.sample(sorted(where), 20)
     absent = [rng.randbytes(32) for _ in range(20)]
@@ -61,7 +61,7 @@ def test_a_lookup_reads_a_window_of_the_index_not_all_of_it(version: int) -> Non
     ends = [min(where), max(where)]
     for oid in present + ends:
         read = _Counting(data)
-        view = packs.IndexView(data[:packs.INDEX_HEAD], check=False, read=read)
+        view = packindex.IndexView(data[:packindex.INDEX_HEAD], check=False, read=read)
         assert view.find(bytes.fromhex(oid)) == where[oid] == whole.find(bytes.fromhex(oid))
         # one window of ~2 sqrt(n) rows, at most a few when the first one misses:
         # O(log n) reads, a few percent of the index's bytes
@@ -70,7 +70,7 @@ def test_a_lookup_reads_a_window_of_the_index_not_all_of_it(version: int) -> Non
         assert read.bytes < len(data) / 20
     for raw in absent:
         read = _Counting(data)
-        view = packs.IndexView(data[:packs.INDEX_HEAD], check=False, read=read)
+        view = packindex.IndexView(data[:packindex.INDEX_HEAD], check=False, read=read)
         assert view.find(raw) is None
         assert read.bytes < len(data) / 20
     assert not view.checked
@@ -79,12 +79,12 @@ def test_a_lookup_reads_a_window_of_the_index_not_all_of_it(version: int) -> Non
 def test_a_reader_of_many_objects_reads_its_index_whole_once() -> None:
     data, where = _index(2)
     read = _Counting(data)
-    view = packs.IndexView(data[:packs.INDEX_HEAD], check=False, read=read)
+    view = packindex.IndexView(data[:packindex.INDEX_HEAD], check=False, read=read)
     for oid in sorted(where)[::50]:
         assert view.find(bytes.fromhex(oid)) == where[oid]
     # windows until a quarter of the index (or INDEX_RANGE_READS reads), then the rest whole:
     # never much more than one whole read
-    assert read.bytes <= len(data) * 1.3 + packs.INDEX_HEAD
+    assert read.bytes <= len(data) * 1.3 + packindex.INDEX_HEAD
     assert view.data == data
     view.verify()
     assert view.rows() == where
@@ -92,9 +92,9 @@ def test_a_reader_of_many_objects_reads_its_index_whole_once() -> None:
 
 def test_a_small_index_is_read_whole_in_its_first_bytes() -> None:
     data, where = _index(2, rows=200)
-    assert len(data) < packs.INDEX_HEAD
+    assert len(data) < packindex.INDEX_HEAD
     read = _Counting(data)
-    view = packs.IndexView(data, check=False, read=read)
+    view = packindex.IndexView(data, check=False, read=read)
     assert all(view.find(bytes.fromhex(x)) == where[x] for x in where)
     assert read.reads == 0
 
@@ -105,19 +105,19 @@ def test_a_ranged_view_checks_the_whole_index_before_a_verdict_on_it() -> None:
     at = data.find(bytes.fromhex(victim))
     damaged = bytearray(data)
     damaged[at + 31] ^= 1  # the row's id: a lookup misses it
-    view = packs.IndexView(bytes(damaged[:packs.INDEX_HEAD]), check=False, read=_Counting(bytes(damaged)))
+    view = packindex.IndexView(bytes(damaged[:packindex.INDEX_HEAD]), check=False, read=_Counting(bytes(damaged)))
     assert view.find(bytes.fromhex(victim)) is None
     with pytest.raises(castore.IntegrityError, match="check does not match"):
         view.verify()  # what a reader does before it trusts the miss
     # cut short: a window past the end is damage, not a miss
     cut = data[:len(data) // 2]
-    view = packs.IndexView(cut[:packs.INDEX_HEAD], check=False, read=_Counting(cut))
+    view = packindex.IndexView(cut[:packindex.INDEX_HEAD], check=False, read=_Counting(cut))
     with pytest.raises(castore.IntegrityError, match="cut short"):
         for oid in sorted(where)[ROWS // 2 + 100:]:
             view.find(bytes.fromhex(oid))
     # longer than its header declares: its windows read fine, its check does not
     longer = data + b"\0" * 44
-    view = packs.IndexView(longer[:packs.INDEX_HEAD], check=False, read=_Counting(longer))
+    view = packindex.IndexView(longer[:packindex.INDEX_HEAD], check=False, read=_Counting(longer))
     assert view.find(bytes.fromhex(victim)) == where[victim]
     with pytest.raises(castore.IntegrityError, match="declares"):
         view.verify()
@@ -169,7 +169,7 @@ def test_a_fresh_reader_at_the_middle_reads_a_few_windows_of_each_index(
         store: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     url, ids = store
     # this store's indexes are small: read them by range
-    monkeypatch.setattr(packs, "INDEX_HEAD", 256, raising=False)
+    monkeypatch.setattr(packindex, "INDEX_HEAD", 256, raising=False)
     storage = CountingStorage(url)
     with castore.Store(storage) as st:
         assert st.session("app", "u", "s").state(ids[N // 2], scopes=False)["turn"] == N // 2
@@ -184,7 +184,7 @@ def test_a_fresh_reader_at_the_middle_reads_a_few_windows_of_each_index(
 def _damage(url: str, edit: str) -> str:
     idx = max(Path(url, "packs").glob("*.idx"), key=lambda p: p.stat().st_size)
     data = bytearray(idx.read_bytes())
-    view = packs.IndexView(bytes(data))
+    view = packindex.IndexView(bytes(data))
     victim = sorted(view.rows())[view.count // 2]
     at = data.find(bytes.fromhex(victim))
     if edit == "id":
@@ -204,7 +204,7 @@ def test_a_damaged_index_read_by_range_is_dropped_and_its_pack_scanned(
     url = str(tmp_path / "copy")
     shutil.copytree(store[0], url)
     victim = _damage(url, edit)
-    monkeypatch.setattr(packs, "INDEX_HEAD", 256)
+    monkeypatch.setattr(packindex, "INDEX_HEAD", 256)
     with castore.open(url) as st:
         obj = st.objects.get(victim)
         assert castore.objects.encode(obj)[0] == victim
@@ -306,8 +306,8 @@ def test_a_header_declaring_a_huge_index_reads_only_the_file(monkeypatch: pytest
     lying = bytearray(data)
     lying[20:24] = (0xFFFFFFFF).to_bytes(4, "big")  # count: ~190 GB of rows
     read = _Counting(bytes(lying))
-    monkeypatch.setattr(packs, "INDEX_CHUNK", 1 << 20)
-    view = packs.IndexView(bytes(lying[:packs.INDEX_HEAD]), check=False, read=read)
+    monkeypatch.setattr(packindex, "INDEX_CHUNK", 1 << 20)
+    view = packindex.IndexView(bytes(lying[:packindex.INDEX_HEAD]), check=False, read=read)
     with pytest.raises(castore.IntegrityError, match="declares"):
         view.verify()
     assert read.bytes == len(data)  # read in chunks up to the file's end, nothing allocated past it

@@ -11,7 +11,7 @@ import pytest
 
 import castore
 from castore import maintenance
-from castore.objectstore import packs
+from castore.objectstore import packindex, packs
 
 N = 100
 
@@ -36,13 +36,13 @@ def sealed_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[st
 
 def _count_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = packs.IndexView.rows
+    real = packindex.IndexView.rows
 
-    def counting(self: packs.IndexView) -> dict[str, packs.Location]:
+    def counting(self: packindex.IndexView) -> dict[str, packs.Location]:
         calls.append(self.count)
         return real(self)
 
-    monkeypatch.setattr(packs.IndexView, "rows", counting)
+    monkeypatch.setattr(packindex.IndexView, "rows", counting)
     return calls
 
 
@@ -82,7 +82,7 @@ def test_a_damaged_index_row_makes_the_reader_scan_the_pack(sealed_store: tuple[
     url = str(tmp_path / "copy")
     shutil.copytree(sealed_store[0], url)
     idx = sorted(Path(url, "packs").glob("*.idx"))[0]
-    view = packs.IndexView(idx.read_bytes())
+    view = packindex.IndexView(idx.read_bytes())
     victim = next(iter(view.rows()))
     # make the victim's row lie (version 1: an offset past the pack's end; version 2: a
     # record number the index does not have) and recompute the check: a well-formed index
@@ -97,7 +97,7 @@ def test_a_damaged_index_row_makes_the_reader_scan_the_pack(sealed_store: tuple[
     body = bytes(data[:-16])
     idx.write_bytes(body + castore.objects.checksum(body))
     with pytest.raises(castore.IntegrityError):
-        packs.IndexView(idx.read_bytes()).find(raw)
+        packindex.IndexView(idx.read_bytes()).find(raw)
     with castore.open(url) as st:
         assert st.objects.contains(victim)
         st.objects.get(victim)  # found by scanning the pack, verified against its id
@@ -109,7 +109,7 @@ def _damage_row(url: str, edit: str) -> tuple[str, Path]:
     ``edit`` "id" flips a bit of the row's id (a lookup misses it), "span" moves where the
     row says its object starts (a lookup finds other bytes). Returns the victim's id."""
     idx = sorted(Path(url, "packs").glob("*.idx"))[0]
-    view = packs.IndexView(idx.read_bytes())
+    view = packindex.IndexView(idx.read_bytes())
     assert view.version == 2
     rows = view.rows()
     victim = sorted(rows)[len(rows) // 2]
@@ -122,7 +122,7 @@ def _damage_row(url: str, edit: str) -> tuple[str, Path]:
         data[at + 36:at + 40] = (start + 1).to_bytes(4, "big")
     idx.write_bytes(bytes(data))
     with pytest.raises(castore.IntegrityError, match="check does not match"):
-        packs.IndexView(idx.read_bytes())
+        packindex.IndexView(idx.read_bytes())
     return victim, idx
 
 
@@ -130,14 +130,14 @@ def test_a_fresh_reader_of_a_few_objects_checks_no_whole_index(sealed_store: tup
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     url, ids = sealed_store
     checked: list[int] = []
-    real = packs.IndexView.verify
+    real = packindex.IndexView.verify
 
-    def counting(self: packs.IndexView) -> None:
+    def counting(self: packindex.IndexView) -> None:
         if not self.checked:
             checked.append(self.count)
         real(self)
 
-    monkeypatch.setattr(packs.IndexView, "verify", counting)
+    monkeypatch.setattr(packindex.IndexView, "verify", counting)
     with castore.open(url) as st:
         assert st.session("app", "u", "s").state(ids[N // 2], scopes=False)["turn"] == N // 2
         assert checked == []  # O(log n) per index: the check over every row waits for a miss

@@ -14,7 +14,7 @@ import castore
 from castore import maintenance
 from castore import objects as o
 from castore.errors import FormatError, IntegrityError, ObjectNotFound
-from castore.objectstore import LOOSE_MIN, ObjectStore, object_key, packs
+from castore.objectstore import LOOSE_MIN, ObjectStore, object_key, packindex, packs
 from castore.objectstore.repack import geometric
 from castore.storage import open_storage
 
@@ -38,7 +38,7 @@ def test_golden_packs_keep_their_bytes_and_read_back():
     assert make_golden_packs.golden() == want
     log = bytes.fromhex(want["log"])
     where, end = packs.scan(log)
-    assert end == len(log) and packs.decode_index(bytes.fromhex(want["log_index"])) == (len(log), where)
+    assert end == len(log) and packindex.decode_index(bytes.fromhex(want["log_index"])) == (len(log), where)
     for oid, (off, size) in want["locations"].items():
         o.decode(oid, o.from_stored(oid, log[off:off + size]))
 
@@ -73,11 +73,11 @@ def test_a_flipped_byte_in_a_record_stops_the_scan_there():
 def test_an_index_round_trips_and_refuses_damage():
     frames = [(o.digest(b"i%d" % i), o.to_stored(b"i%d" % i)) for i in range(4)]
     data, where = packs.encode_pack(frames)
-    idx = packs.encode_index(len(data), where)
-    assert packs.decode_index(idx) == (len(data), where)
+    idx = packindex.encode_index(len(data), where)
+    assert packindex.decode_index(idx) == (len(data), where)
     for bad in (idx[:-1], idx[:10], b"x" + idx[1:], idx[:20] + bytes([idx[20] ^ 1]) + idx[21:]):
         with pytest.raises(IntegrityError):
-            packs.decode_index(bad)
+            packindex.decode_index(bad)
 
 
 # -- the object store ----------------------------------------------------------------------------

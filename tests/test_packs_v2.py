@@ -20,7 +20,7 @@ import castore
 from castore import maintenance
 from castore import objects as o
 from castore.errors import IntegrityError
-from castore.objectstore import ObjectStore, pack_key, packs
+from castore.objectstore import ObjectStore, pack_key, packindex, packs
 from castore.objectstore.repack import Repacker
 from castore.storage import open_storage
 
@@ -55,19 +55,19 @@ def test_golden_v2_packs_keep_their_bytes_and_read_back():
     log = bytes.fromhex(want["log"])
     where, end = packs.scan(log)
     assert end == len(log) and {k: list(v) for k, v in where.items()} == want["slots"]
-    assert packs.decode_index(bytes.fromhex(want["log_index"])) == (len(log), where)
+    assert packindex.decode_index(bytes.fromhex(want["log_index"])) == (len(log), where)
     for oid, slot in where.items():
         assert isinstance(slot, packs.Slot)
         o.decode(oid, o.from_stored(oid, b"\x00" + _read_slot(log, slot)))
     blocks = bytes.fromhex(want["blocks_pack"])
     bwhere, bend = packs.scan(blocks)
     assert bend == len(blocks) and set(bwhere) == set(where)
-    assert packs.decode_index(bytes.fromhex(want["blocks_index"])) == (len(blocks), bwhere)
+    assert packindex.decode_index(bytes.fromhex(want["blocks_index"])) == (len(blocks), bwhere)
     assert len({s.offset for s in bwhere.values()}) > 1  # several blocks
     kinds = bytes.fromhex(want["kind_block_pack"])
     kwhere, kend = packs.scan(kinds)
     assert kend == len(kinds) and set(kwhere) == set(where)
-    assert packs.decode_index(bytes.fromhex(want["kind_block_index"])) == (len(kinds), kwhere)
+    assert packindex.decode_index(bytes.fromhex(want["kind_block_index"])) == (len(kinds), kwhere)
     order = [o.kind_tag(_read_slot(kinds, s)) for s in sorted(kwhere.values(), key=lambda s: s.start)]
     assert order == ["t", "t", "c", "c", "c", "b", "b", "b", "v", "v", "v", "s", "i", "i"]
 
@@ -159,11 +159,11 @@ def test_a_compressed_record_round_trips_a_torn_tail_is_ignored_and_damage_stops
 
 def test_a_v2_index_round_trips_and_refuses_damage():
     data, where = packs.encode_pack_v2([[x] for x in _objs(30)], block_bytes=300, level=3)
-    idx = packs.encode_index(len(data), where)
-    assert packs.decode_index(idx) == (len(data), where) == (len(data), packs.scan(data)[0])
+    idx = packindex.encode_index(len(data), where)
+    assert packindex.decode_index(idx) == (len(data), where) == (len(data), packs.scan(data)[0])
     for bad in (idx[:-1], idx[:30], b"x" + idx[1:], idx[:40] + bytes([idx[40] ^ 1]) + idx[41:]):
         with pytest.raises(IntegrityError):
-            packs.decode_index(bad)
+            packindex.decode_index(bad)
 
 
 def test_blocks_end_after_a_segment_once_big_enough():

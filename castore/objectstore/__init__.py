@@ -11,7 +11,9 @@ pack map. Nothing above this module knows whether an object is loose or packed.
 decoded objects and the rule of what goes loose or into a pack, and composes separate
 parts, each handed what it needs at construction (in parentheses) and nothing else::
 
-    packs.py    the pack and index codec: bytes only (docs/FORMAT.md, 4-5)
+    packs.py    the pack codec: bytes only (docs/FORMAT.md, 4)
+    packindex.py  the pack index codec and its search in place (docs/FORMAT.md, 5)
+    refintents.py the ref intents of a writer's log: bytes only (docs/FORMAT.md, 12)
     packmap.py  PackMap(storage)                   which pack holds each object: refresh of
                                                    packs/, reads of records and frames; owns
                                                    the lock of the pack state

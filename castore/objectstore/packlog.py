@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import IntegrityError, StorageError
 from ..storage import Appender, RefIntent, Storage
-from . import packs, refintents
+from . import packindex, packs, refintents
 from .packmap import PackMap
 from .packs import PACKS, Slot, index_key, pack_key
 from .repack import AUTO_REPACK_BATCHES, FINAL_RECORD_BYTES, HELD_RECORD_LEVEL, LANDING_LEVEL, Repacker
@@ -209,7 +209,7 @@ class WriterLog:
         if self._journaled:
             self.storage.sync_keys(self._journaled.keys())
             self._journaled = refintents.DeltaBases()
-        self.storage.write(index_key(name), packs.encode_index(log.size, where))
+        self.storage.write(index_key(name), packindex.encode_index(log.size, where))
         self.packmap.mark_sealed(name)
         log.close()
         self._drop_log()
@@ -249,7 +249,7 @@ class WriterLog:
             if self.repacker.merge_packs([name], by_mtime=False, held=held) is None:
                 self.storage.sync_keys(keys)
                 if self.packmap.places(name):
-                    self.storage.write(index_key(name), packs.encode_index(log.size, self.packmap.places(name)))
+                    self.storage.write(index_key(name), packindex.encode_index(log.size, self.packmap.places(name)))
                     self.packmap.mark_sealed(name)
                 else:  # intents only (its objects' append sealed the last log): not needed now
                     self.repacker.delete_packs([name])

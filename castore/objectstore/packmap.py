@@ -3,7 +3,7 @@
 A handle keeps one entry per pack it knows (``_Pack``): the places of its objects, whether
 it is sealed (complete), how far a growing log has been scanned. A refresh lists ``packs/``
 (:meth:`PackMap.refresh`): a sealed pack's index is read by its first bytes and searched
-in place by ranged reads (:class:`castore.objectstore.packs.IndexView`, checked in full only once a
+in place by ranged reads (:class:`castore.objectstore.packindex.IndexView`, checked in full only once a
 miss or a bad object needs it), a pack without an index (a log, a batch pack) is scanned
 from where its last scan stopped, and a pack gone (repacked) is forgotten. A frame is read
 from the pack bytes a scan kept, or by a ranged read; a version-2 record is decompressed
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from .. import objects as o
 from ..errors import DamagedPack, IntegrityError, SealedFrameError
 from ..storage import Storage
-from . import packs
+from . import packindex, packs
 from .packs import PACKS, Place, Slot, index_key, pack_key
 
 #: bytes of scanned packs kept in memory, so reading their frames costs no further I/O
@@ -58,7 +58,7 @@ class _Pack:
         self.name = name
         self.version = 0  # the pack's version (0: not known yet)
         self.where: dict[str, Place] = {}
-        self.index: packs.IndexView | None = None  # rows searched in place, not yet all in where
+        self.index: packindex.IndexView | None = None  # rows searched in place, not yet all in where
         self.sealed = False
         self.scanned = 0
         self.mtime: float | None = None  # a log's mtime when last scanned: unchanged, not read again
@@ -99,7 +99,7 @@ class PackMap:
         # sealed packs whose index rows are looked up in place, not yet all in _where
         self._packs: dict[str, _Pack] = {}
         self._where: dict[str, tuple[str, Place]] = {}
-        self._lazy: dict[str, packs.IndexView] = {}
+        self._lazy: dict[str, packindex.IndexView] = {}
         # bytes read, kept: whole packs read by a scan, decompressed records, blocks read in part
         self._pack_data: OrderedDict[str, bytes] = OrderedDict()
         self._pack_data_bytes = 0
@@ -276,8 +276,8 @@ class PackMap:
         # the first bytes of each index (all of a small one); a lookup reads the rows it
         # needs by range: a fresh reader of a few objects reads O(log n) of each index
         # (on object storage a ranged GET is a round trip: a larger head, few window reads)
-        head, reads = ((packs.INDEX_HEAD_REMOTE, packs.INDEX_RANGE_READS_REMOTE) if self.no_append
-                       else (packs.INDEX_HEAD, packs.INDEX_RANGE_READS))
+        head, reads = ((packindex.INDEX_HEAD_REMOTE, packindex.INDEX_RANGE_READS_REMOTE) if self.no_append
+                       else (packindex.INDEX_HEAD, packindex.INDEX_RANGE_READS))
         got = self.storage.read_heads([index_key(n) for n in wanted], head) if wanted else {}
         for name, has_index in todo:
             raw = got.get(index_key(name)) if has_index else None
@@ -285,7 +285,7 @@ class PackMap:
                 try:
                     # the check over every row waits until a miss or a bad object needs it
                     # (:meth:`recheck`): a reader of a few objects pays O(log n), not O(n)
-                    view = packs.IndexView(raw, check=False, read=self._index_reader(name), max_reads=reads)
+                    view = packindex.IndexView(raw, check=False, read=self._index_reader(name), max_reads=reads)
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
                 else:
@@ -354,7 +354,7 @@ class PackMap:
                 self._packs[name].damaged.append((end, 0))
 
     def _index_reader(self, name: str) -> Callable[[int, int], bytes]:
-        """``read(offset, size)`` of pack ``name``'s index, for a ranged :class:`packs.IndexView`."""
+        """``read(offset, size)`` of pack ``name``'s index, for a ranged :class:`packindex.IndexView`."""
         key = index_key(name)
 
         def read(offset: int, size: int) -> bytes:

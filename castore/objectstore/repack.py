@@ -34,7 +34,7 @@ from .. import objects as o
 from ..errors import IntegrityError
 from ..gcpause import gc_paused
 from ..storage import DeleteIncomplete, Storage
-from . import packs, refintents
+from . import packindex, packs, refintents
 from .packmap import PackMap, damaged_intent_tail
 from .packs import PACKS, Slot, index_key, pack_key
 
@@ -357,7 +357,7 @@ class Repacker:
         # sorted by id once picked (few are), not all of them sorted to pick a few
         older = dict(sorted((oid, t) for oid, t in when.items() if t < ages[where[oid].offset] - AGE_SLACK))
         self.storage.write(age_key(name), json.dumps({"born": sorted(ages.items()), "objects": older}).encode())
-        self.storage.write(index_key(name), packs.encode_index(len(data), where))
+        self.storage.write(index_key(name), packindex.encode_index(len(data), where))
         with self.packmap.lock:
             self.packmap.add(name, where, sealed=True, scanned=len(data), version=2)
             self._seq.setdefault(name, len(self._seq))
@@ -469,13 +469,13 @@ class Repacker:
         Raises:
             StorageError: the backend failed.
         """
-        heads = self.storage.read_heads([index_key(n) for n in names if packs.is_pack_name(n)], packs.INDEX_HEAD)
+        heads = self.storage.read_heads([index_key(n) for n in names if packs.is_pack_name(n)], packindex.INDEX_HEAD)
         out: dict[str, int] = {}
         for name in names:
             head = heads.get(index_key(name))
             if head is not None:
                 try:
-                    out[name] = packs.IndexView(head, check=False).pack_size
+                    out[name] = packindex.IndexView(head, check=False).pack_size
                 except IntegrityError:
                     continue
         return out
@@ -637,7 +637,7 @@ class Repacker:
             if got is None:
                 continue
             try:
-                self._sizes[n] = packs.IndexView(got).pack_size
+                self._sizes[n] = packindex.IndexView(got).pack_size
             except IntegrityError:
                 continue  # a damaged index: left for an explicit repack or fsck
         sizes.update((n, self._sizes[n]) for n in indexed if n in self._sizes)

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from make_golden import golden_objects
 
 from castore import objects as o
-from castore.objectstore import packs
+from castore.objectstore import packindex, packs
 
 
 def golden() -> dict[str, object]:
@@ -35,7 +35,7 @@ def golden() -> dict[str, object]:
     return {
         "format": 2,
         "log": log.hex(),
-        "log_index": packs.encode_index(len(log), {**where1, **where2}).hex(),
+        "log_index": packindex.encode_index(len(log), {**where1, **where2}).hex(),
         "batch_pack": batch.hex(),
         "batch_pack_name": packs.content_name("b", batch),
         "locations": {oid: list(loc) for oid, loc in sorted({**where1, **where2}.items())},

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from make_golden import golden_objects
 
 from castore import objects as o
-from castore.objectstore import packs
+from castore.objectstore import packindex, packs
 
 
 def golden() -> dict[str, object]:
@@ -41,13 +41,13 @@ def golden() -> dict[str, object]:
         "format": 2,
         "pack_version": 2,
         "log": log.hex(),
-        "log_index": packs.encode_index(len(log), where).hex(),
+        "log_index": packindex.encode_index(len(log), where).hex(),
         "batch_pack": batch.hex(),
         "batch_pack_name": packs.content_name("b", batch),
         "blocks_pack": blocks.hex(),
-        "blocks_index": packs.encode_index(len(blocks), bwhere).hex(),
+        "blocks_index": packindex.encode_index(len(blocks), bwhere).hex(),
         "kind_block_pack": kinds.hex(),
-        "kind_block_index": packs.encode_index(len(kinds), kwhere).hex(),
+        "kind_block_index": packindex.encode_index(len(kinds), kwhere).hex(),
         "slots": {oid: list(slot) for oid, slot in sorted(where.items())},
     }
 
