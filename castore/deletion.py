@@ -22,7 +22,7 @@ unless a ref was written since the mark (:func:`written_since`).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from .errors import CorruptRef, RefConflict
 from .plumbing import (
@@ -61,6 +61,22 @@ def finish_line(key: tuple[str, ...]) -> str:
     """What fsck, ``castore sessions``, ``status`` and the viewer's list say of the session
     ``key`` (``(app, user, session)``) whose deletion was interrupted. Raises nothing."""
     return f"deletion interrupted: finish it with `castore delete-session {'/'.join(key)}`"
+
+
+def stranded(session: str, head: RefValue | None, refs: Collection[str]) -> str | None:
+    """fsck's line (:func:`finish_hint`) when ``head``, the HEAD of the session whose ref
+    folder is ``session``, carries the deleting mark and names a branch absent from ``refs``
+    (the session's ref names, as listed): its deletion was interrupted after the branch went,
+    and what is left of it (other branches, labels) is no session: a copy would land without
+    HEAD, refs nothing lists (push, pull and clone copy nothing of it). None otherwise.
+    Raises nothing."""
+    if head is None or head.symbolic is None or deleting_since(head) is None:
+        return None
+    try:
+        branch = f"{session}/{HEADS}/{head_segment(head)}"
+    except CorruptRef:
+        return None
+    return None if branch in refs else finish_hint(head.name, head)
 
 
 def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, RefValue] | None = None) -> bool:
@@ -199,4 +215,4 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
         pass  # HEAD moved since: whoever moved it decides
 
 
-__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "written_since"]
+__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "stranded", "written_since"]

@@ -33,7 +33,7 @@ import functools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -319,6 +319,22 @@ def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
 def name_meta(ref: str, name: str, key: str = META_NAME) -> dict[str, Any]:
     """The metadata that keeps ``name`` beside a ref whose last segment is hashed ({} otherwise)."""
     return {key: name} if names.is_hashed(ref.rsplit("/", 1)[-1]) else {}
+
+
+def head_problem(session: str, head: RefValue | None, refs: Collection[str]) -> str | None:
+    """What is wrong with the symbolic ``head`` of the session whose ref folder is
+    ``session`` (``refs``: the session's ref names, as listed): it names no branch of the
+    session, or a branch that was lost (:func:`lost_branch_problem`); None when it is sound,
+    detached, absent or never born. Raises nothing."""
+    if head is None or head.symbolic is None:
+        return None
+    try:
+        branch = SessionRefs(session).branch_ref_of(head)
+    except CorruptRef as e:
+        return e.reason
+    if branch in refs:
+        return None
+    return lost_branch_problem(session, branch.rsplit("/", 1)[1], head, {f"{REFS_PREFIX}/{r}" for r in refs})
 
 
 def lost_branch_problem(session: str, seg: str, head: RefValue, keys: set[str]) -> str | None:
@@ -1097,6 +1113,7 @@ __all__ = [
     "META_DELETING_REFS",
     "DELETING_KEYS",
     "deleting_since",
+    "head_problem",
     "Plumbing",
     "NoSuchRef",
     "REFLOG",

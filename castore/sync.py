@@ -35,9 +35,9 @@ from typing import Any, NamedTuple
 from . import names
 from . import objects as o
 from .crypto.args import storage_options
+from .deletion import stranded
 from .errors import (
     CastoreError,
-    CorruptRef,
     IntegrityError,
     InvalidName,
     RefConflict,
@@ -56,14 +56,13 @@ from .plumbing import (
     SessionRefs,
     branches_made_since,
     carried_meta,
-    lost_branch_problem,
+    head_problem,
     parse_ref_name,
     real_name,
     scope_ref,
     session_prefix,
     tip_meta,
 )
-from .refs import PREFIX as REFS_PREFIX
 from .refs import SYMBOLIC, RefValue
 from .store import Store
 
@@ -108,7 +107,9 @@ class SyncReport:
             session, the old tip is kept in the destination's reflog (``castore reflog``).
         refs_skipped: ref names found on the source (or the destination) that are not
             refs castore writes (``..``, foreign characters, extra levels), each with the
-            reason; they were not read, copied or joined into any path.
+            reason; they were not read, copied or joined into any path. And the HEAD of each
+            source session whose deletion was interrupted after its branch went
+            (:func:`castore.deletion.stranded`): nothing of it was copied.
         tenants_erased: (encrypted stores) the tenants (``tenants/<app>/<user>``) skipped
             because they were erased on either side: nothing of theirs was read or sent.
     """
@@ -437,6 +438,9 @@ class _Sync:
             if why is not None:
                 self.report.refs_refused.append(Refusal(head_name, why, None, None))
                 return
+        if (left := stranded(sprefix, head, refs)) is not None:  # the rest would land without HEAD
+            self.report.refs_skipped.append((head_name, f"{describe(head_name)}: {left}; nothing of it was copied"))
+            return
         kinds = {r: p.kind for r in refs if (p := parse_ref_name(r)) is not None}
         ordered = sorted((r for r in refs if kinds.get(r) in ("branch", "label")), key=lambda r: kinds[r] != "branch")
         for ref in ordered:
@@ -459,18 +463,11 @@ class _Sync:
     def _head_problem(sprefix: str, head: RefValue | None, refs: list[str], remote: bool) -> str | None:
         """Why a session's symbolic ``head`` (its ``refs`` listed, on the ``remote`` side or here)
         stops the session: it names no branch of this session, or a branch that was lost
-        (:func:`castore.plumbing.lost_branch_problem`); None when it is sound or never born."""
-        if head is None or head.symbolic is None:
-            return None
-        try:
-            branch = SessionRefs(sprefix).branch_ref_of(head)
-            keys = {f"{REFS_PREFIX}/{r}" for r in refs}
-            problem = None if branch in refs else lost_branch_problem(sprefix, branch.rsplit("/", 1)[1], head, keys)
-        except CorruptRef as e:
-            problem = e.reason
+        (:func:`castore.plumbing.head_problem`); None when it is sound or never born."""
+        problem = head_problem(sprefix, head, refs)
         where = "in the remote" if remote else "here"
         return None if problem is None else \
-            f"{describe(head.name)} ({where}): {problem}; nothing of this session was copied"
+            f"{describe(f'{sprefix}/HEAD')} ({where}): {problem}; nothing of this session was copied"
 
     def _plan_ref(self, ref: str, src_v: RefValue, candidates: list[str], kind: str,
                   extra_tips: set[str] | None = None) -> None:

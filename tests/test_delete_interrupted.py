@@ -318,3 +318,44 @@ def test_listings_mark_an_interrupted_deletion_and_searches_skip_it(tmp_path, mo
     out = runner.invoke(main, ["--store", backend.url, "sessions"])
     assert "doomed" not in out.output and "kept" in out.output
 
+
+
+@pytest.mark.parametrize("at", [2, 3])
+def test_pull_and_clone_copy_a_session_whose_deletion_began_without_the_mark(backend: Backend, tmp_path,
+                                                                               at: int) -> None:
+    """Pull and clone share push's rule (``castore.sync``): a session whose deletion began
+    and whose branch is still there (``at`` 2) is copied as a session like any other, without
+    the mark, from each backend and into each; once its branch went (``at`` 3), nothing of it
+    is copied (before, its other branch and label landed with no HEAD: refs nothing lists,
+    roots of what the user deleted) and the report says why."""
+    from castore import sync
+
+    local = Backend("local", str(tmp_path / "local-src"))
+    into = Backend(backend.name, f"{backend.url}-into", backend.options)
+    reports = []
+    for src, dst in ((backend, Backend("local", str(tmp_path / "pulled"))), (local, into)):
+        _seed(src)
+        _killed_at(src, at)
+        with src.open() as remote, dst.open() as st:
+            st.init(like=remote)
+            reports.append(sync.pull(remote, st))
+    reports.append(sync.clone(backend.url, str(tmp_path / "clone"), **backend.options))
+    for copy in (Backend("local", str(tmp_path / "pulled")), into, Backend("local", str(tmp_path / "clone"))):
+        with copy.open() as st:
+            head = st.refs.read("sessions/app/alice/doomed/HEAD")
+            if at == 2:
+                assert head is not None and META_DELETING not in head.meta, copy
+                s = st.session(*KEY)
+                assert [m.content for m in s.messages()] == ["hello", "more"]
+                s.append(castore.Message(role="user", content="on the copy"))
+                assert not maintenance.fsck(st).deleting
+            else:
+                assert head is None and st.refs.list("sessions/app/alice/doomed") == [], copy
+            assert [m.content for m in st.session("app", "alice", "kept").messages()] == ["stays"]
+            assert maintenance.fsck(st).ok
+    for r in reports:
+        if at == 3:
+            assert [ref for ref, _ in r.refs_skipped] == ["sessions/app/alice/doomed/HEAD"], r.refs_skipped
+            assert "delete-session app/alice/doomed" in r.refs_skipped[0][1]
+        else:
+            assert not r.refs_skipped and not r.refs_refused
