@@ -541,6 +541,18 @@ def pack(value: Any) -> bytes:
         raise InvalidEntry(f"value cannot be stored: {e}") from e
 
 
+def unpack(data: bytes) -> Any:
+    """The plain value of msgpack bytes (what :func:`pack` wrote).
+
+    Raises:
+        InvalidEntry: the bytes are not msgpack.
+    """
+    try:
+        return msgspec.msgpack.decode(data)
+    except msgspec.DecodeError as e:
+        raise InvalidEntry(f"not valid msgpack: {e}") from e
+
+
 def to_builtins(value: Any) -> Any:
     """Turn a stored value into JSON-compatible builtins (bytes become base64 strings)."""
     return msgspec.to_builtins(value)

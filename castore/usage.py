@@ -464,7 +464,8 @@ def _reader_of(c: Commit) -> tuple[Reader, dict[str, Any], bool] | None:
 
 
 def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
-                 current: str | None = None, commits: Mapping[str, Commit] | None = None) -> list[Row]:
+                 current: str | None = None, commits: Mapping[str, Commit] | None = None,
+                 visited: set[str] | None = None) -> list[Row]:
     """The responses one session records, each commit once: a row per response.
 
     The branch a row names is the one HEAD is on when it holds the commit, else the first
@@ -472,10 +473,14 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
     detached HEAD: ``HEAD``). ``refs`` and ``current``: the session's refs and the branch
     segment its HEAD is on, as :meth:`~castore.store.Store.session_refs_and_heads` reads them
     (else both are read). ``commits``: commits decoded already, by id (:func:`load_commits`):
-    the paths are walked through them, and one that is not there is read.
+    the paths are walked through them, and one that is not there is read. ``visited``: the
+    paths are walked through ``commits`` only (one that is not there, or a path whose depths do
+    not count it, raises :class:`Elsewhere`: what a share of the store's commits cannot read),
+    and the ids of the commits walked are added to it.
 
     Raises:
         ObjectNotFound, IntegrityError, StorageError.
+        Elsewhere: (with ``visited``) a commit of the paths is not in ``commits``.
     """
     from .objects import hex_id
 
@@ -496,7 +501,7 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
     stateful = False
     want: list[str] = []
     bodies: list[str] = []
-    history = store.history
+    path_of, commit_of = (store.history.path, store.history.commit) if visited is None else (_elsewhere, _elsewhere)
     decoded = (commits or {}).get
     tips = _tips(refs, current)
     # one commit every ref names (a session with no fork): one path, read root first, each
@@ -507,12 +512,12 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
             continue
         # a path read once; another tip is walked back to a commit already read
         if not paths:
-            path, start = (_decoded_path(decoded, tip) if commits else None) or history.path(tip), 0
+            path, start = (_decoded_path(decoded, tip) if commits else None) or path_of(tip), 0
         else:
             new: list[tuple[str, Commit]] = []
             cid: str | None = tip
             while cid is not None and cid not in owner:
-                c = decoded(cid) or history.commit(cid)
+                c = decoded(cid) or commit_of(cid)
                 new.append((cid, c))
                 cid = c.parents[0].hex() if c.parents else None
             new.reverse()
@@ -526,6 +531,8 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
         paths.append(path)
         names.append(name)
         part = path[start:] if start else path  # the commits no path before holds
+        if visited is not None:
+            visited.update(map(_first, part))
         if only is None:
             owner.update(zip(map(_first, part), repeat(at)))
         for cid, c in part:
@@ -605,6 +612,15 @@ def session_rows(store: Store, key: Key, refs: Mapping[str, str] | None = None,
 
 
 _first = itemgetter(0)
+
+
+class Elsewhere(Exception):  # not an error: where a share's walk stops
+    """A commit :func:`session_rows` needs is not among the commits it was given to walk
+    through alone (``visited``): the session is read by who holds them all."""
+
+
+def _elsewhere(cid: str) -> Any:
+    raise Elsewhere(cid)
 
 
 def _place(path: list[tuple[str, Commit]], cid: str, depth: int) -> int:
@@ -740,9 +756,8 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     lost: dict[Key, CorruptRef] = {}
     if not cache or not _cacheable(store, url):
         every = _with_lost(store.session_refs_and_heads(lost=lost), lost)
-        commits = load_commits(store, len(every), len(every))
-        got = {key: _readable_rows(store, key, refs, head, unreadable, commits, lost)
-               for key, (_f, refs, head) in every.items()}
+        got = _read_sessions(store, [(key, refs, head) for key, (_f, refs, head) in every.items()], len(every),
+                             unreadable, lost)
         return {k: v for k, v in got.items() if v is not None}
     path = cache_path(store)
     url = url if "://" in url else os.path.abspath(url)
@@ -765,10 +780,11 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
             sessions[folder] = prev
         else:
             todo.append((key, folder, refs, head))
-    commits = load_commits(store, len(todo), len(sessions) + len(todo))
+    read = _read_sessions(store, [(key, refs, head) for key, _f, refs, head in todo], len(sessions) + len(todo),
+                          unreadable, lost)
     failed = False
     for key, folder, refs, head in todo:
-        rows = _readable_rows(store, key, refs, head, unreadable, commits, lost)
+        rows = read[key]
         if rows is None:
             failed = True  # no cache saved: its mark would say the session was read
             continue
@@ -783,6 +799,12 @@ def _with_lost(every: dict[Key, Any], lost: Mapping[Key, CorruptRef]) -> dict[Ke
     ``lost`` that it leaves out (only HEAD left), so that each is noted as unreadable too."""
     every.update({k: ("", {}, None) for k in lost if k not in every})
     return every
+
+
+def _scans(todo: int, of: int) -> bool:
+    """Whether reading ``todo`` sessions of the ``of`` there are starts with a store-wide pass
+    (:func:`load_commits`): at least :data:`SCAN_MIN_SESSIONS`, and half of them."""
+    return todo >= SCAN_MIN_SESSIONS and 2 * todo >= of
 
 
 def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:
@@ -801,32 +823,136 @@ def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:
     Raises:
         StorageError: the backend failed.
     """
-    if todo < SCAN_MIN_SESSIONS or 2 * todo < of:
+    if not _scans(todo, of):
         return None
+    with gc_paused():
+        out, biggest = _decode_commits(store, SCAN_MAX_COMMITS)
+        # they live as long as the store (freeing them is a twentieth of the run, and a
+        # process that ends without teardown never does), and a path read later finds them
+        store.objects.keep_decoded(out, biggest)
+    return out
+
+
+def _decode_commits(store: Store, limit: int, part: tuple[int, int] | None = None,
+                    raws: dict[str, bytes] | None = None) -> tuple[dict[str, Commit], int]:
+    """:func:`load_commits`' pass (up to ``limit`` commits; ``part``: one share of what is
+    stored, :meth:`~castore.objectstore.ObjectStore.iter_tagged`), and the size of the largest
+    commit; the canonical bytes of each commit decoded go into ``raws`` too. Raises
+    StorageError."""
     from .errors import IntegrityError
     from .objects import Commit, decode_many
 
-    objs = store.objects
-    digest_many = objs.codec.digest_many
+    digest_many = store.objects.codec.digest_many
     out: dict[str, Commit] = {}
     biggest = 0
-    with gc_paused():
-        for raws in objs.iter_tagged(Commit):
-            raws = raws[:SCAN_MAX_COMMITS - len(out)]
-            ids = digest_many(raws)
+    for found in store.objects.iter_tagged(Commit, part):
+        found = found[:limit - len(out)]
+        ids = digest_many(found)
+        biggest = max(biggest, max(map(len, found), default=0))
+        # commits all: the kind tag the bytes were told by is the one msgspec decodes by
+        try:
+            out.update(zip(ids, cast("list[Commit]", decode_many(ids, found)), strict=True))
+            if raws is not None:
+                raws.update(zip(ids, found, strict=True))
+        except IntegrityError:  # one does not decode: the others one by one
+            for oid, raw in zip(ids, found, strict=True):
+                with contextlib.suppress(IntegrityError):
+                    out[oid] = cast("Commit", decode_many([oid], [raw])[0])
+                    if raws is not None:
+                        raws[oid] = raw
+        if len(out) >= limit:
+            break
+    return out, biggest
+
+
+def _read_sessions(store: Store, todo: list[tuple[Key, Any, Any]], of: int, unreadable: dict[Key, str] | None,
+                   lost: Mapping[Key, CorruptRef]) -> dict[Key, list[Row] | None]:
+    """The rows of each session of ``todo`` (``(key, refs, head)``, as
+    :meth:`~castore.store.Store.session_refs_and_heads` reads them), of the ``of`` the store
+    holds: None where it cannot be read (:func:`_readable_rows`). A first run's store-wide pass
+    (:func:`_scans`) is shared with a forked worker where one may start (:func:`_read_shared`).
+
+    Raises:
+        ObjectNotFound, IntegrityError: (without ``unreadable``) a session cannot be read.
+        WorkerDied: the worker ended without its answer.
+        StorageError.
+    """
+    from .forked import can_fork
+
+    done: dict[Key, list[Row]] = {}
+    commits: dict[str, Commit] | None
+    if _scans(len(todo), of) and can_fork():
+        done, commits = _read_shared(store, todo, lost)
+    else:
+        commits = load_commits(store, len(todo), of)
+    return {key: done[key] if key in done else _readable_rows(store, key, refs, head, unreadable, commits, lost)
+            for key, refs, head in todo}
+
+
+def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[Key, CorruptRef]
+                 ) -> tuple[dict[Key, list[Row]], dict[str, Commit]]:
+    """:func:`load_commits`' pass and the rows of ``todo``'s sessions shared with a forked
+    worker (:class:`~castore.forked.Forked`): each process decodes one share of the stored
+    records (:meth:`~castore.objectstore.ObjectStore.iter_tagged`) and reads the sessions its
+    share holds whole (:func:`_rows_within`); the worker sends back its rows and the commits
+    none of its sessions walked. Returns the rows read (a session that neither share holds
+    whole, or that failed, is not there: the caller reads it through the commits returned, the
+    process's share and those the worker sent back, kept by the store as
+    :func:`load_commits` keeps them). A worker whose work raised: its share is read here.
+
+    Raises:
+        WorkerDied: the worker ended without its answer.
+        StorageError.
+    """
+    from .forked import Forked
+    from .objects import decode_many, pack, unpack
+
+    limit = SCAN_MAX_COMMITS // 2
+
+    def worker() -> bytes:
+        raws: dict[str, bytes] = {}
+        commits, _ = _decode_commits(store, limit, (1, 2), raws)
+        seen: set[str] = set()
+        rows = _rows_within(store, todo, lost, commits, seen)
+        left = [cid for cid in raws if cid not in seen]
+        return pack({"rows": [[list(k), v] for k, v in rows.items()], "left": left, "raws": [raws[c] for c in left]})
+
+    with gc_paused(), Forked(worker) as child:
+        commits, biggest = _decode_commits(store, limit, (0, 2))
+        done = _rows_within(store, todo, lost, commits, set())
+        answer = child.answer()
+        if answer is None:  # the worker's pass raised: read here, where its error is met
+            more, big = _decode_commits(store, limit, (1, 2))
+            commits.update(more)
+            biggest = max(biggest, big)
+        else:
+            doc = unpack(answer)
+            for k, v in doc["rows"]:
+                done.setdefault((k[0], k[1], k[2]), v)  # a session both shares hold: the same rows
+            left, raws = doc["left"], doc["raws"]
+            commits.update(zip(left, cast("list[Commit]", decode_many(left, raws)), strict=True))
             biggest = max(biggest, max(map(len, raws), default=0))
-            # commits all: the kind tag the bytes were told by is the one msgspec decodes by
-            try:
-                out.update(zip(ids, cast("list[Commit]", decode_many(ids, raws)), strict=True))
-            except IntegrityError:  # one does not decode: the others one by one
-                for oid, raw in zip(ids, raws, strict=True):
-                    with contextlib.suppress(IntegrityError):
-                        out[oid] = cast("Commit", decode_many([oid], [raw])[0])
-            if len(out) >= SCAN_MAX_COMMITS:
-                break
-        # they live as long as the store (freeing them is a twentieth of the run, and a
-        # process that ends without teardown never does), and a path read later finds them
-        objs.keep_decoded(out, biggest)
+        store.objects.keep_decoded(commits, biggest)
+    return done, commits
+
+
+def _rows_within(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[Key, CorruptRef],
+                 commits: dict[str, Commit], seen: set[str]) -> dict[Key, list[Row]]:
+    """The rows of each session of ``todo`` whose paths ``commits`` hold whole (a session of
+    ``lost``, or one that fails, is left to be read with every commit at hand, where its error
+    is noted); the commits walked go into ``seen``."""
+    from .errors import IntegrityError, ObjectNotFound
+
+    out: dict[Key, list[Row]] = {}
+    for key, refs, head in todo:
+        if key in lost:
+            continue
+        walked: set[str] = set()
+        try:
+            out[key] = session_rows(store, key, refs, head, commits, walked)
+        except (Elsewhere, ObjectNotFound, IntegrityError):
+            continue
+        seen |= walked
     return out
 
 

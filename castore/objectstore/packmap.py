@@ -624,18 +624,25 @@ class PackMap:
             while self._prefixes:
                 self._prefixes.popitem()[1].close()
 
-    def iter_pack_contents(self, batch: int = 8) -> Iterator[tuple[bytes, bool]]:
+    def iter_pack_contents(self, batch: int = 8, part: tuple[int, int] | None = None) -> Iterator[tuple[bytes, bool]]:
         """Every pack's objects, each pack read whole once, ``batch`` packs per concurrent
         read: as :meth:`castore.objectstore.ObjectStore.iter_contents` yields them (a
         version-2 record's decompressed content, kept in the content cache, or one object's
         canonical bytes). The packs' bytes are kept too: reading their objects again costs no
         I/O. A damaged record is skipped.
 
+        ``part``: ``(i, n)``, only share ``i`` of ``n`` of the records (every pack is read; the
+        records, the packs sorted by name, are cut into runs of :data:`SHARE_RUN` stored bytes,
+        dealt to the shares in turn; only share ``i``'s are decompressed): what ``n`` processes
+        that list the same packs read between them, each record once, most of a session's
+        commits in one share.
+
         Raises:
             StorageError: the backend failed.
         """
         names = sorted({n.rpartition(".")[0] for n in self.storage.list_dir(PACKS)
                         if n.endswith(packs.PACK_SUFFIX) and packs.is_pack_name(n.rpartition(".")[0])})
+        at = 0  # the stored bytes of the records before this pack's
         for i in range(0, len(names), batch):
             keys = [pack_key(n) for n in names[i:i + batch]]
             datas = self.storage.read_many(keys)
@@ -649,21 +656,27 @@ class PackMap:
                     records = list(packs.payloads(data))
                 except IntegrityError:
                     continue  # not a pack
-                contents = _unframed(records, name, self.codec)
-                for version, offset, payload in records:
-                    if version == 1:
-                        for _, frame in packs.frames_v1(payload) or ():
-                            try:
-                                canonical = self.codec.unframe(frame)
-                            except IntegrityError:
-                                continue
-                            yield canonical, False
+                if part is not None:
+                    records, at = _share(records, at, *part)
+                yield from self._records_contents(name, records)
+
+    def _records_contents(self, name: str, records: list[tuple[int, int, memoryview]]) -> Iterator[tuple[bytes, bool]]:
+        """What :meth:`iter_pack_contents` yields of ``records``, some records of pack ``name``."""
+        contents = _unframed(records, name, self.codec)
+        for version, offset, payload in records:
+            if version == 1:
+                for _, frame in packs.frames_v1(payload) or ():
+                    try:
+                        canonical = self.codec.unframe(frame)
+                    except IntegrityError:
                         continue
-                    content = next(contents)
-                    if content is None:
-                        continue
-                    self._keep_content(name, offset, content)
-                    yield content, True
+                    yield canonical, False
+                continue
+            content = next(contents)
+            if content is None:
+                continue
+            self._keep_content(name, offset, content)
+            yield content, True
 
     def pack_names(self) -> list[str]:
         """Every pack in the store (after a refresh).
@@ -745,6 +758,26 @@ class PackMap:
         if data is not None and loc.offset + loc.size <= len(data):
             return data[loc.offset:loc.offset + loc.size]  # packs never change below their end
         return self.storage.read_range(pack_key(name), loc.offset, loc.size)
+
+
+#: the stored bytes of a run of records that one share of :meth:`PackMap.iter_pack_contents`
+#: takes before the next share takes the next run (small enough to share a store of a few
+#: packs evenly, large enough that few sessions' commits straddle two runs)
+SHARE_RUN = 1 << 20
+
+
+def _share(records: list[tuple[int, int, memoryview]], at: int, i: int, n: int
+           ) -> tuple[list[tuple[int, int, memoryview]], int]:
+    """The records of ``records`` (one pack's, in order; ``at``: the stored bytes of the
+    records before them) in the runs of :data:`SHARE_RUN` bytes of share ``i`` of ``n`` (run
+    ``k`` is share ``k % n``'s; a record belongs to the run its first byte is in), and ``at``
+    after them."""
+    mine = []
+    for rec in records:
+        if at // SHARE_RUN % n == i:
+            mine.append(rec)
+        at += len(rec[2])
+    return mine, at
 
 
 #: version-2 records of one pack decompressed ahead of the one a scan is at (zstd releases

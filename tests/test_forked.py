@@ -1,0 +1,66 @@
+"""castore.forked: work in a forked child, its answer back through a pipe; a child that raises
+answers None, one that dies raises WorkerDied, one left before its answer is killed. Each
+test forks from a process of its own (a pytest process may run threads: no fork there)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from castore.forked import can_fork
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+
+
+def _in_process(body: str) -> str:
+    got = subprocess.run([sys.executable, "-c", "import os, signal, time\nfrom castore.forked import *\n" + body],
+                         capture_output=True, text=True, check=False, timeout=120)
+    assert got.returncode == 0, got.stderr
+    return got.stdout.strip()
+
+
+def test_the_answer_comes_back_whole() -> None:
+    assert _in_process("with Forked(lambda: b'x' * 5_000_000 + b'end') as f:\n"
+                       "    a = f.answer()\n"
+                       "print(len(a), a[-3:].decode())") == "5000003 end"
+
+
+def test_a_worker_that_raises_answers_none() -> None:
+    assert _in_process("def work():\n    raise OSError('disk')\n"
+                       "with Forked(work) as f:\n    print(f.answer())") == "None"
+
+
+def test_a_worker_that_dies_raises_worker_died() -> None:
+    out = _in_process("def work():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+                      "try:\n    Forked(work).answer()\nexcept WorkerDied as e:\n"
+                      "    print(type(e).__mro__[1].__name__, '|', e)")
+    assert out.startswith("CastoreError | a worker process") and "signal 9" in out
+
+
+def test_leaving_before_the_answer_kills_the_worker() -> None:
+    out = _in_process("def work():\n    time.sleep(600)\n    return b''\n"
+                      "try:\n    with Forked(work) as f:\n        pid = f._pid\n        raise KeyError\n"
+                      "except KeyError:\n    pass\n"
+                      "try:\n    os.kill(pid, 0)\nexcept ProcessLookupError:\n    print('gone')")
+    assert out == "gone"
+
+
+def test_no_fork_while_another_thread_runs_or_on_one_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    import castore.forked as forked
+
+    monkeypatch.setattr(forked, "cores", lambda: 2)
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not can_fork()  # a pool or an I/O thread here would not be there in the child
+    finally:
+        stop.set()
+        t.join()
+    monkeypatch.setattr(forked, "cores", lambda: 1)
+    assert not can_fork()
+    assert _in_process("print(can_fork() == (cores() >= 2))") == "True"

@@ -1,0 +1,151 @@
+"""castore usage's first run shared with a forked worker (usage._read_shared): the same report
+as one process reads, on the real files with their forks, whatever the share each process
+decodes; a worker that raises leaves its share to the process; one that dies fails the run with
+a clear error and no cache saved.
+
+The runs are real ``castore`` processes of their own: a worker is forked only from a process
+that runs one thread (castore.forked.can_fork), which a test process under pytest-xdist is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_usage import _cases
+
+import castore
+from castore.adapters.claude_code import import_claude
+from castore.adapters.codex import import_codex
+from castore.entries import Message
+from castore.forked import cores
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or cores() < 2, reason="a worker is forked on 2 cores or more")
+
+#: one run in a process of its own: every grouping's report, read without the cache (each a
+#: first run), then one through the cache; argv: store, SHARE_RUN, what the worker does
+_RUN = r"""
+import json, os, sys
+import castore, castore.forked as forked, castore.usage as u
+from castore.objectstore import packmap
+
+url, run, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+u.SCAN_MIN_SESSIONS = 0  # the real files are a few sessions: shared all the same
+packmap.SHARE_RUN = run
+started = []
+plain = forked.Forked.__init__
+
+def init(self, work):
+    started.append(forked.can_fork())
+    def worker():
+        if mode == "die":
+            os.kill(os.getpid(), 9)
+        if mode == "raise":
+            raise OSError("the worker's disk")
+        return work()
+    plain(self, worker)
+
+forked.Forked.__init__ = init
+shares = []  # per run: the sessions both shares read whole, of those read
+share = u._read_shared
+
+def counted(store, todo, lost):
+    done, commits = share(store, todo, lost)
+    shares.append([len(done), len(todo)])
+    return done, commits
+
+u._read_shared = counted
+try:
+    reports = {by: u.usage(castore.open(url), by=by, cache=False).to_json() for by in u.GROUPS}
+    cached = u.usage(castore.open(url), by="branch").to_json()
+except forked.WorkerDied as e:
+    print(json.dumps({"died": str(e), "forks": started}))
+else:
+    print(json.dumps({"reports": reports, "cached": cached, "forks": started, "shares": shares}))
+"""
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+    """A store of the real files with their forks (rewinds, subagents, a forked session, a
+    Codex fork), and each grouping's report read in one process without a worker."""
+    import castore.forked as forked_mod
+    import castore.usage as usage_mod
+
+    tmp = tmp_path_factory.mktemp("shared")
+    cases = _cases()
+    url = str(tmp / "store")
+    with castore.open(url, durable=False) as st:
+        import_claude(st, cases.claude_case(tmp / "home", "fork") / "projects")
+        import_codex(st, cases.codex_case(tmp / "cx", "fork") / "sessions")
+        # a session written a response at a time (a record each) with a branch: its path
+        # straddles the shares when the records are dealt in small runs
+        s = st.session("agents", "u", "long")
+        for i in range(12):
+            s.append(Message(role="assistant", content=f"answer {i}"), meta={
+                "model": "gpt-4.1", "usage": {"input_tokens": 10 + i, "output_tokens": 2}, "response_id": f"r{i}"})
+        s.branch("side", at="HEAD~4")
+        s.checkout("side")
+        s.append(Message(role="assistant", content="aside"), meta={"model": "gpt-4.1", "usage": {"output_tokens": 5}})
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(forked_mod, "can_fork", lambda: False)
+        want = {}
+        for scan in (0, 1 << 30):  # the store-wide pass in one process, and path by path
+            mp.setattr(usage_mod, "SCAN_MIN_SESSIONS", scan)
+            got = {by: usage_mod.usage(castore.open(url), by=by, cache=False).to_json() for by in usage_mod.GROUPS}
+            assert not want or got == want
+            want = got
+    finally:
+        mp.undo()
+    return url, want
+
+
+def _run(url: str, run: int, mode: str, cache: Path) -> dict[str, Any]:
+    env = {**os.environ, "CASTORE_USAGE_CACHE": str(cache)}
+    got = subprocess.run([sys.executable, "-c", _RUN, url, str(run), mode], env=env, capture_output=True,
+                         text=True, check=False)
+    assert got.returncode == 0, got.stderr
+    return json.loads(got.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("run", [1 << 20, 4096, 512], ids=["one-share", "runs-4k", "runs-512"])
+def test_a_first_run_shared_with_a_worker_reports_what_one_process_reads(
+        real: tuple[str, dict[str, Any]], tmp_path: Path, run: int) -> None:
+    # with runs of 4 KiB or 512 bytes the records are dealt to both shares: sessions straddle
+    # them, forks share commits across them; 1 MiB: the worker's share is empty
+    url, want = real
+    got = _run(url, run, "answer", tmp_path / "cache.json")
+    assert got["forks"] == [True] * (len(want) + 1)  # each run without the cache, and the first through it
+    assert got["reports"] == want
+    assert got["cached"] == want["branch"] and (tmp_path / "cache.json").exists()
+    if run == 512:  # some sessions straddle the shares: read after the worker's answer
+        assert all(done < todo for done, todo in got["shares"]), got["shares"]
+
+
+def test_a_worker_that_raises_leaves_its_share_to_the_process(real: tuple[str, dict[str, Any]],
+                                                              tmp_path: Path) -> None:
+    url, want = real
+    got = _run(url, 4096, "raise", tmp_path / "cache.json")
+    assert got["reports"] == want and got["cached"] == want["branch"]
+
+
+def test_a_worker_that_dies_fails_the_run_and_saves_no_cache(real: tuple[str, dict[str, Any]],
+                                                             tmp_path: Path) -> None:
+    url, _want = real
+    got = _run(url, 4096, "die", tmp_path / "cache.json")
+    assert "ended without its answer (signal 9" in got["died"] and got["forks"] == [True]
+    assert not (tmp_path / "cache.json").exists()
+    # and through the command: an error, no traceback, exit status 1
+    env = {**os.environ, "CASTORE_USAGE_CACHE": str(tmp_path / "cli.json")}
+    script = _RUN.split("try:")[0] + "import runpy\nsys.argv = ['castore', '--store', url, 'usage']\n" \
+        "runpy.run_module('castore', run_name='__main__')\n"
+    res = subprocess.run([sys.executable, "-c", script, url, "4096", "die"], env=env, capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 1 and res.stderr.startswith("Error: a worker process") and "Traceback" not in res.stderr
+    assert not (tmp_path / "cli.json").exists()
