@@ -652,3 +652,36 @@ def test_a_held_lock_with_a_garbled_owner_line_is_named_safely(
         assert "is held by another process" in msg and "stop it" in msg
         assert shown is None or (shown in msg and "its owner line is not castore's" in msg), msg
     assert len(s.log()) == 1
+
+
+def test_an_archive_import_finds_no_file_through_a_symlink(tmp_path: Path) -> None:
+    from castore.adapters import claude_code, codex, detect, gemini, pi
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "deep").mkdir(parents=True)
+    for p in (elsewhere / "secret.jsonl", elsewhere / "deep" / "secret.jsonl"):
+        p.write_text('{"type": "session"}\n')
+    root = tmp_path / "sessions"
+
+    def planted(folder: Path) -> Path:
+        """``folder`` with one real file, a linked folder and a linked file in it."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "real.jsonl").write_text('{"type": "session"}\n')
+        (folder / "linked").symlink_to(elsewhere, target_is_directory=True)
+        (folder / "alias.jsonl").symlink_to(elsewhere / "secret.jsonl")
+        return folder
+
+    def found(paths: list[str]) -> list[str]:
+        return sorted(os.path.relpath(p, tmp_path) for p in paths)
+
+    assert found(pi.find_files(planted(root / "pi"))) == ["sessions/pi/real.jsonl"]
+    assert found([s.path for s in codex.find_rollouts(planted(root / "codex"))]) == ["sessions/codex/real.jsonl"]
+    assert found([s.path for s in gemini.find_sessions(planted(root / "gemini" / "chats"))]) == [
+        "sessions/gemini/chats/real.jsonl"]
+    proj = root / "claude" / "proj"
+    proj.mkdir(parents=True)
+    (proj / "s1.jsonl").write_text('{"type": "user"}\n')
+    planted(proj / "s1" / "subagents")
+    assert found([s.path for s in claude_code.find_sessions(proj)]) == [
+        "sessions/claude/proj/s1.jsonl", "sessions/claude/proj/s1/subagents/real.jsonl"]
+    assert not any("elsewhere" in p for p in detect._sample(str(root)))

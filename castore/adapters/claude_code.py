@@ -79,6 +79,7 @@ from .jsonl_tree import (
     encode_blob,
     entry_text,
     export_lines,
+    files_under,
     import_batched,
     iso_time,
     joined,
@@ -168,19 +169,14 @@ def _project_sources(proj_dir: str, only: str | None = None) -> list[_Source]:
         out.append(main)
         sdir = os.path.join(proj_dir, sid)
         if os.path.isdir(sdir) and not os.path.islink(sdir):
-            for root, dirs, files in os.walk(sdir):
-                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
-                for fn in sorted(files):
-                    full = os.path.join(root, fn)
-                    if os.path.islink(full) or not os.path.isfile(full):
-                        continue
-                    inner = os.path.relpath(full, sdir).replace(os.sep, "/")
-                    rel = f"{project}/{sid}/{inner}"
-                    if fn.endswith(".jsonl"):
-                        sub_id = sid + "." + inner[: -len(".jsonl")].replace("/", ".")
-                        out.append(_Source(full, project, sub_id, rel, parent_id=sid))
-                    else:
-                        main.side_files[rel] = full
+            for full in files_under(sdir):
+                inner = os.path.relpath(full, sdir).replace(os.sep, "/")
+                rel = f"{project}/{sid}/{inner}"
+                if full.endswith(".jsonl"):
+                    sub_id = sid + "." + inner[: -len(".jsonl")].replace("/", ".")
+                    out.append(_Source(full, project, sub_id, rel, parent_id=sid))
+                else:
+                    main.side_files[rel] = full
     return out
 
 

@@ -62,6 +62,7 @@ from .jsonl_tree import (
     encode_blob,
     entry_text,
     export_lines,
+    files_under,
     import_batched,
     iso_time,
     joined,
@@ -115,13 +116,7 @@ def find_rollouts(path: str | os.PathLike[str]) -> list[_Source]:
         return [_Source(p, _rel(p, os.path.dirname(p)))]
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
-    out = []
-    for root, dirs, files in os.walk(p):
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
-        for fn in sorted(files):
-            full = os.path.join(root, fn)
-            if fn.endswith(".jsonl") and os.path.isfile(full) and not os.path.islink(full):
-                out.append(_Source(full, _rel(full, p)))
+    out = [_Source(full, _rel(full, p)) for full in files_under(p, ".jsonl")]
     if not out:
         raise ArchiveError(p, "no Codex rollout file (*.jsonl) here")
     return out

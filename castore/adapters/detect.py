@@ -28,12 +28,13 @@ Pi files as Claude Code sessions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
 from typing import Any
 
-from .jsonl_tree import ArchiveError
+from .jsonl_tree import ArchiveError, files_under
 
 #: vendor key -> the name people know it by
 VENDORS = {"claude": "Claude Code", "codex": "Codex CLI", "pi": "Pi", "gemini": "Gemini CLI"}
@@ -105,16 +106,7 @@ def file_vendor(path: str) -> str | None:
 
 
 def _sample(root: str) -> list[str]:
-    out: list[str] = []
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(dirpath, d)))
-        for fn in sorted(files):
-            full = os.path.join(dirpath, fn)
-            if fn.endswith((".jsonl", ".json")) and not os.path.islink(full) and os.path.isfile(full):
-                out.append(full)
-                if len(out) >= SAMPLE_FILES:
-                    return out
-    return out
+    return list(itertools.islice(files_under(root, (".jsonl", ".json")), SAMPLE_FILES))
 
 
 def detect(path: str | os.PathLike[str]) -> str | None:

@@ -83,6 +83,7 @@ from .jsonl_tree import (
     counts_redactions,
     encode_blob,
     export_lines,
+    files_under,
     import_batched,
     iso_time,
     joined,
@@ -150,14 +151,8 @@ def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
             return find_sessions(tmp)
     out = []
     for chats in roots:
-        for root, dirs, files in os.walk(chats):
-            dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
-            if os.path.relpath(root, chats).count(os.sep) > 0:
-                continue  # deeper than chats/<parent>/
-            for fn in sorted(files):
-                full = os.path.join(root, fn)
-                if fn.endswith((".jsonl", ".json")) and os.path.isfile(full) and not os.path.islink(full):
-                    out.append(_source(full, chats))
+        out += [_source(full, chats) for full in files_under(chats, (".jsonl", ".json"))
+                if os.path.relpath(full, chats).count(os.sep) <= 1]  # not deeper than chats/<parent>/
     if not out:
         raise ArchiveError(p, "no Gemini CLI session file (chats/*.jsonl, *.json) here")
     out.sort(key=lambda s: (s.parent is not None, s.rel))  # parents before their subagents

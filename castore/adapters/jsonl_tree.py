@@ -152,6 +152,20 @@ class ArchiveError(CastoreError, ValueError):
         self.reason = reason
 
 
+def files_under(folder: str, suffixes: str | tuple[str, ...] = "") -> Iterator[str]:
+    """The regular files below ``folder`` whose names end with one of ``suffixes`` (any name
+    by default), a folder's files by name before its subfolders by name, never through a
+    symbolic link: a linked folder or file is passed over, so that an import reads only
+    what lies under the folder it was given. Raises nothing (an unreadable folder is
+    passed over, as :func:`os.walk` does)."""
+    for root, dirs, files in os.walk(folder):  # followlinks=False: no linked folder is entered
+        dirs.sort()
+        for fn in sorted(files):
+            full = os.path.join(root, fn)
+            if fn.endswith(suffixes) and not os.path.islink(full) and os.path.isfile(full):
+                yield full
+
+
 @dataclass
 class FileResult:
     """What importing one file did.

@@ -74,6 +74,7 @@ from .jsonl_tree import (
     ArchiveError,
     archived_sessions,
     as_dict,
+    files_under,
     import_batched,
     prefix_digest,
     put_blobs,
@@ -720,11 +721,7 @@ def find_files(path: str | os.PathLike[str]) -> list[str]:
         return [p]
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
-    out = []
-    for root, dirs, files in os.walk(p):
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
-        out += [os.path.join(root, fn) for fn in sorted(files)
-                if fn.endswith(".jsonl") and not os.path.islink(os.path.join(root, fn))]
+    out = list(files_under(p, ".jsonl"))
     if not out:
         raise ArchiveError(p, "no Pi session file (*.jsonl) here")
     return out
