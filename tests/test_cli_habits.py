@@ -240,6 +240,13 @@ def test_delete_session_and_compact_from_the_cli(seeded: Seeded) -> None:
     fails(run(seeded.url, "delete-session", "app/alice", session=None), code=2)
 
 
+def test_words_of_git_and_llm_that_castore_spells_otherwise_name_its_command(seeded: Seeded) -> None:
+    for typed, said in (("view", "castore export html -o FILE"), ("tag", "castore label"), ("logs", "castore log"),
+                        ("ls", "castore sessions"), ("rm", "castore delete-session")):
+        err = fails(run(seeded.url, typed, session=None), code=2)
+        assert f"No such command '{typed}'" in err and said in err, err
+
+
 # -- errors that were tracebacks -------------------------------------------------------------------------------
 def test_export_to_a_missing_folder_is_one_error_line(seeded: Seeded) -> None:
     for sub in ("html", "pi"):

@@ -155,6 +155,19 @@ SUMMARIES: dict[str, str] = {
 }
 
 
+#: words git and llm users type for what castore spells otherwise: an unknown command named here
+#: says the command to type
+HABITS: dict[str, str] = {
+    "view": "the HTML view is `castore export html -o FILE` (one file) or `castore serve`",
+    "tag": "a label is `castore label NAME [REV]`, as git tag; `castore labels` lists them",
+    "logs": "history is `castore log`",
+    "ls": "`castore sessions` lists the sessions",
+    "list": "`castore sessions` lists the sessions",
+    "rm": "`castore delete-session APP/USER/SESSION` deletes a session",
+    "search": "`castore grep PATTERN` searches every session",
+}
+
+
 def command_modules() -> dict[str, tuple[str, ...]]:
     """Every command name of the ``castore`` group with the modules that add to it, in load order."""
     out: dict[str, tuple[str, ...]] = {}
@@ -259,10 +272,14 @@ class LazyGroup(CastoreGroup):
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
                                                                            list[str]]:
-        """As click's, but an unknown name is matched against every command, loaded or not ("Did you mean")."""
+        """As click's, but an unknown name is matched against every command, loaded or not ("Did you mean"),
+        and a word of git's or llm's that castore spells otherwise names its command (:data:`HABITS`)."""
         try:
             return super().resolve_command(ctx, args)
         except click.exceptions.NoSuchCommand as e:
+            if e.command_name in HABITS:
+                raise click.exceptions.NoSuchCommand(e.command_name, ctx=ctx, message=(
+                    f"No such command {e.command_name!r}: {HABITS[e.command_name]}.")) from None
             raise click.exceptions.NoSuchCommand(e.command_name, possibilities=self.list_commands(ctx),
                                                  ctx=ctx) from None
 
