@@ -240,6 +240,16 @@ def test_delete_session_and_compact_from_the_cli(seeded: Seeded) -> None:
     fails(run(seeded.url, "delete-session", "app/alice", session=None), code=2)
 
 
+def test_delete_session_by_its_id_alone_names_the_key_to_type(seeded: Seeded) -> None:
+    # every other command takes the id alone or a prefix; delete-session wants the key in full
+    # (a deletion is never guessed) and said only "'s1' is not APP/USER/SESSION"
+    for typed in ("s1", "s"):
+        err = fails(run(seeded.url, "delete-session", typed, session=None), code=2)
+        assert "name the session in full: castore delete-session app/alice/s1" in err, err
+    assert seeded.store.session("app", "alice", "s1").exists()
+    assert "not APP/USER/SESSION" in fails(run(seeded.url, "delete-session", "zz", session=None), code=2)
+
+
 def test_words_of_git_and_llm_that_castore_spells_otherwise_name_its_command(seeded: Seeded) -> None:
     for typed, said in (("view", "castore export html -o FILE"), ("tag", "castore label"), ("logs", "castore log"),
                         ("ls", "castore sessions"), ("rm", "castore delete-session")):

@@ -10,7 +10,7 @@ import click
 
 from .. import porcelain
 from ..deletion import finish_line
-from ..errors import SessionNotFound
+from ..errors import AmbiguousSession, InvalidName, SessionNotFound
 from ..session import Session
 from ..store import Store
 from .common import (
@@ -155,6 +155,8 @@ def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
     interrupted (`castore fsck` lists those).
     """
     store: Store = open_store(ctx)
+    if "/" not in session_key:
+        _refuse_short(store, session_key)
     app, user, sid = split_key(session_key, 3, 3, "APP/USER/SESSION")
     session = store.session(app, user, sid)
     head = session.head
@@ -169,6 +171,23 @@ def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
         store.update_config(lambda cfg: {k: v for k, v in cfg.items() if k != SESSION_CONFIG_KEY})
         note(f"{key} was the default session (`castore use`): no default now")
     note(f"Deleted session {key} (HEAD was {short(head)}; {hint('gc', session=False)} frees what only it held)")
+
+
+def _refuse_short(store: Store, typed: str) -> None:
+    """Refuse a session named by its id alone or a prefix (as every other command takes it),
+    naming the key to type when it finds one: a deletion is never guessed.
+
+    Returns when it finds none (nor several): split_key's error says what a key is.
+
+    Raises:
+        click.BadParameter: the session ``typed`` names, its key in the message (exit 2).
+    """
+    try:
+        key = format_key(*find_session(store, typed).key)
+    except (SessionNotFound, AmbiguousSession, InvalidName):
+        return  # split_key's error: not APP/USER/SESSION
+    raise click.BadParameter(f"{typed!r} is not APP/USER/SESSION; name the session in full: "
+                             f"castore delete-session {key}", param_hint="APP/USER/SESSION")
 
 
 def register(group: click.Group) -> None:
