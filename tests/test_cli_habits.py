@@ -257,6 +257,13 @@ def test_words_of_git_and_llm_that_castore_spells_otherwise_name_its_command(see
         assert f"No such command '{typed}'" in err and said in err, err
 
 
+def test_remote_alone_lists_the_remotes_as_git_remote_does(seeded: Seeded, tmp_path: Path) -> None:
+    ok(run(seeded.url, "remote", "add", "origin", str(tmp_path / "other"), session=None))
+    listed = ok(run(seeded.url, "remote", "list", session=None)).stdout
+    assert "origin" in listed
+    assert ok(run(seeded.url, "remote", session=None)).stdout == listed
+
+
 # -- errors that were tracebacks -------------------------------------------------------------------------------
 def test_export_to_a_missing_folder_is_one_error_line(seeded: Seeded) -> None:
     for sub in ("html", "pi"):

@@ -171,9 +171,15 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
 
 
 # -- remote -----------------------------------------------------------------------------
-@click.group("remote", cls=CastoreGroup)
-def remote_group() -> None:
-    """Manage the remotes (other stores to push to and pull from) of this store."""
+@click.group("remote", cls=CastoreGroup, invoke_without_command=True)
+@click.pass_context
+def remote_group(ctx: click.Context) -> None:
+    """Manage the remotes (other stores to push to and pull from) of this store.
+
+    Alone, `castore remote` lists them, as `castore remote list` (and `git remote`) does.
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(remote_list, limit=None, as_json=False)
 
 
 @remote_group.command("add")
