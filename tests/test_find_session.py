@@ -200,6 +200,14 @@ def test_completion_offers_sessions_and_branches(url: str) -> None:
     assert _complete(url, ["-s", "0ccf", "checkout"], "") == []
 
 
+def test_delete_session_completes_the_full_key_it_needs(url: str) -> None:
+    # delete-session takes only APP/USER/SESSION: its completion offered nothing at all
+    assert _complete(url, ["delete-session"], "5e") == ["codex/local/5e55-Upper"]
+    assert _complete(url, ["delete-session"], "codex/local/5") == ["codex/local/5e55-Upper"]
+    assert "0ccf9999-aaaa" not in _complete(url, ["delete-session"], "0c")  # never an id alone
+    assert _complete(url + "-none", ["delete-session"], "") == []
+
+
 def test_an_empty_session_option_is_refused_not_taken_for_the_current_session(url: str) -> None:
     """``-s ''`` names no session: refused as ``use ''`` is, not read as "no -s given" (which
     falls back to the session chosen with ``castore use``)."""

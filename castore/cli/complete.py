@@ -1,4 +1,4 @@
-"""Shell completion: sessions for ``-s`` and ``use``, branches and labels for revisions.
+"""Shell completion: sessions for ``-s``, ``use`` and ``delete-session``, branches and labels for revisions.
 
 click calls these while the shell completes a word (``castore log -s 0c<TAB>``), before any
 command runs: the store is read from the options typed so far (``--store``, ``-o``, the
@@ -80,6 +80,18 @@ def complete_session(_ctx: click.Context, store: Store, incomplete: str) -> list
     from click.shell_completion import CompletionItem  # only while completing: not on every command's path
 
     return [CompletionItem(v, help=" ".join(h.split())[:80]) for v, h in out.items()]
+
+
+@_quiet
+def complete_key(_ctx: click.Context, store: Store, incomplete: str) -> list[CompletionItem]:
+    """Sessions for a command that takes only APP/USER/SESSION (``delete-session``), newest
+    first: the keys starting with what was typed, or whose session id does."""
+    from click.shell_completion import CompletionItem
+
+    infos = sorted((s for app in store.apps() for s in store.sessions(app)), key=lambda s: s.updated, reverse=True)
+    keys = [format_key(s.app, s.user, s.session) for s in infos]
+    return [CompletionItem(k) for k, s in zip(keys, infos, strict=True)
+            if k.startswith(incomplete) or ("/" not in incomplete and s.session.startswith(incomplete))]
 
 
 def _session_of(ctx: click.Context, store: Store) -> Any:

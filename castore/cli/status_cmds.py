@@ -31,7 +31,7 @@ from .common import (
     store_url,
     uses_session,
 )
-from .complete import complete_session
+from .complete import complete_key, complete_session
 from .render import safe, short
 
 
@@ -144,7 +144,7 @@ def compact_cmd(session: Session, summary: str, keep_from: str) -> None:
 
 
 @click.command("delete-session")
-@click.argument("session_key", metavar="APP/USER/SESSION")
+@click.argument("session_key", metavar="APP/USER/SESSION", shell_complete=complete_key)
 @click.pass_context
 def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
     """Delete session APP/USER/SESSION: its branches, labels and HEAD.
