@@ -385,6 +385,16 @@ def test_counts_agree_in_number(seeded: Seeded) -> None:
     assert "OK: 1 commit up to" in ok(run(seeded.url, "verify", session="app/alice/one")).stdout
 
 
+def test_an_archive_import_counts_its_lines_and_branches_in_number(tmp_path: Path) -> None:
+    project = tmp_path / "projects" / "-home-me"
+    project.mkdir(parents=True)
+    line = {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s1", "timestamp": "2026-01-01T00:00:00Z",
+            "message": {"role": "user", "content": "hi"}}
+    (project / "s1.jsonl").write_text(json.dumps(line) + "\n")
+    r = ok(run(str(tmp_path / "store"), "import", "claude", str(project), session=None))
+    assert r.stdout.startswith("claude/-home-me/s1: +1 line (1 in all), HEAD "), r.stdout  # was "+1 lines"
+
+
 def test_a_session_name_with_a_newline_stays_one_row(url: str) -> None:
     with castore.open(url) as store:
         store.session("app", "alice", "two\nlines").append(castore.Message(role="user", content="hi"))

@@ -49,9 +49,9 @@ def _echo_results(results: list[Any], as_json: bool) -> None:
         for n in r.notes:
             note(safe(f"{r.path}: {n}"))
         if r.lines or r.branches:
-            extra = f", {len(r.branches)} new branch(es)" if r.branches else ""
+            extra = f", {plural(len(r.branches), 'new branch', 'new branches')}" if r.branches else ""
             extra += f", {r.torn} bytes left for next time" if r.torn else ""
-            click.echo(f"{safe(format_key(*r.session))}: +{r.lines} lines ({r.total} in all), "
+            click.echo(f"{safe(format_key(*r.session))}: +{plural(r.lines, 'line')} ({r.total} in all), "
                        f"HEAD {r.head[:8] if r.head else '-'}{extra}")
     new = sum(r.lines for r in results)
     note(f"{len(results)} file(s), {new} new line(s)")
