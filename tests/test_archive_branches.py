@@ -13,7 +13,7 @@ import pytest
 import castore
 from castore.adapters import claude_code, claude_tree
 from castore.adapters.claude_code import export_claude, import_claude
-from castore.adapters.jsonl_tree import branch_layout
+from castore.adapters.tree_writer import branch_layout
 
 DATA = Path(__file__).resolve().parent / "data" / "claude-code"
 SHARE = DATA / "session-share"

@@ -15,7 +15,8 @@ import pytest
 import castore
 from castore.adapters import claude_code
 from castore.adapters.claude_code import export_claude, import_claude
-from castore.adapters.jsonl_tree import NOT_JSON, TreeWriter, parse_line, parse_vouched
+from castore.adapters.jsonl_tree import NOT_JSON, parse_line, parse_vouched
+from castore.adapters.tree_writer import TreeWriter
 from castore.entries import MAX_DEPTH, Event, Message, prepare, vouched_event
 from castore.errors import InvalidEntry
 

@@ -17,7 +17,7 @@ from castore.adapters import gemini
 from castore.adapters.claude_code import find_sessions, import_claude
 from castore.adapters.codex import find_rollouts, import_codex
 from castore.adapters.import_jobs import import_here
-from castore.adapters.jsonl_tree import TreeWriter
+from castore.adapters.tree_writer import TreeWriter
 from castore.groupcommit import WriteBatch
 from castore.maintenance import fsck
 

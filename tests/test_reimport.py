@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import castore
-from castore.adapters import jsonl_tree
+from castore.adapters import tree_writer
 from castore.adapters.claude_code import import_claude
 from castore.adapters.codex import import_codex
 from castore.adapters.gemini import import_gemini
@@ -44,13 +44,13 @@ def test_nothing_new_builds_no_tree_and_writes_nothing(store: castore.Store, tmp
     assert sum(r.lines for r in first) > 0
     before = _refs(store)
     built: list[str] = []
-    real = jsonl_tree.TreeWriter.__init__
+    real = tree_writer.TreeWriter.__init__
 
-    def spy(self: jsonl_tree.TreeWriter, session: castore.Session, *a: object, **k: object) -> None:
+    def spy(self: tree_writer.TreeWriter, session: castore.Session, *a: object, **k: object) -> None:
         built.append("/".join(session.key))
         real(self, session, *a, **k)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(jsonl_tree.TreeWriter, "__init__", spy)
+    monkeypatch.setattr(tree_writer.TreeWriter, "__init__", spy)
     again = run(store, src)
     assert built == []
     assert _refs(store) == before

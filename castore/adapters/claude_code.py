@@ -23,7 +23,7 @@ compact boundary, ``logicalParentUuid``) names, read turn by turn as
 results, progress lines) are one path in file order, and only a new prompt after an
 earlier parent (a rewind) is a branch. ``main`` (HEAD) is the path to the last
 ``user``/``assistant`` line (the leaf the agent goes on from); other leaves keep a branch
-``rewind-<n>`` (:func:`~castore.adapters.jsonl_tree.branch_layout`).
+``rewind-<n>`` (:func:`~castore.adapters.tree_writer.branch_layout`).
 Compact boundaries get a label ``compact-<n>``; ``summary``/``custom-title``/``ai-title``
 lines name the session (``info["name"]``).
 
@@ -69,7 +69,6 @@ from .jsonl_tree import (
     ArchiveError,
     FileResult,
     LineChanged,
-    TreeWriter,
     appended,
     archived_rows,
     as_dict,
@@ -99,6 +98,7 @@ from .jsonl_tree import (
     stored_bytes,
     stored_lines,
 )
+from .tree_writer import TreeWriter
 
 if TYPE_CHECKING:
     from ..entries import LogEntry

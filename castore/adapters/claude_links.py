@@ -7,7 +7,7 @@ the old layout) and the ``tool_use_id`` of the Task/Agent call that spawned it. 
 file is imported, :func:`agent_links` finds those lines (kept in the main session's info,
 ``agents``); after each subagent file, :func:`link_subagent` writes ``spawned_by`` in its info
 and names it in the main session's ``agents``. A session this import made is looked through
-as the import wrote it (:attr:`~castore.adapters.jsonl_tree.TreeWriter.written`), without
+as the import wrote it (:attr:`~castore.adapters.tree_writer.TreeWriter.written`), without
 reading its log back.
 """
 
@@ -238,7 +238,7 @@ def spawned_by(main: tuple[str, str, str], link: dict[str, Any], first: str | No
 
 def first_written(written: list[tuple[str, Event, bytes]]) -> str | None:
     """The commit of the first line of a session an import just made, from what it wrote
-    (:attr:`~castore.adapters.jsonl_tree.TreeWriter.written`: in line order). Raises nothing."""
+    (:attr:`~castore.adapters.tree_writer.TreeWriter.written`: in line order). Raises nothing."""
     return written[0][0] if written else None
 
 

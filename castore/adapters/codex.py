@@ -11,7 +11,7 @@ one before it, except
   before the N-th last user turn, marked ``fork: rollback``: the path through it to the
   newest line is ``main`` (HEAD, where the agent goes on), and the dropped turns keep a
   branch ``rollback-<n>`` (n: the first dropped line), see
-  :func:`~castore.adapters.jsonl_tree.branch_layout`;
+  :func:`~castore.adapters.tree_writer.branch_layout`;
 * a fork (``session_meta.forked_from_id`` naming a thread already in the archive) starts
   as a castore fork of its parent at the last record it copied: the copied records are
   matched by content (type and payload; their timestamps differ) and stored as references
@@ -52,7 +52,6 @@ from .jsonl_tree import (
     ArchiveError,
     FileResult,
     LineChanged,
-    TreeWriter,
     appended_on_head,
     archived_rows,
     as_dict,
@@ -81,6 +80,7 @@ from .jsonl_tree import (
     settled_head,
     tips_digest,
 )
+from .tree_writer import TreeWriter
 
 if TYPE_CHECKING:
     from ..entries import LogEntry

@@ -43,7 +43,7 @@ The path to HEAD holds the conversation gemini-cli itself loads from the file (i
   its own (no line of the file: metadata without ``raw``, ``from: "$set"``); the conversation
   it replaced keeps a branch ``checkpoint-<n>``;
 - ``main`` is the path the agent goes on with (HEAD)
-  (:func:`~castore.adapters.jsonl_tree.branch_layout`).
+  (:func:`~castore.adapters.tree_writer.branch_layout`).
 
 The metadata and other ``$set`` lines have no body (bookkeeping in ``log``). The session's
 ``summary`` is its title.
@@ -74,7 +74,6 @@ from .jsonl_tree import (
     ArchiveError,
     FileResult,
     LineChanged,
-    TreeWriter,
     appended_on_head,
     archived_rows,
     as_dict,
@@ -100,6 +99,7 @@ from .jsonl_tree import (
     safe_join,
     settled_head,
 )
+from .tree_writer import TreeWriter
 
 if TYPE_CHECKING:
     from ..entries import LogEntry

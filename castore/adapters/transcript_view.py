@@ -48,7 +48,7 @@ FIELD_CHARS = 300
 ARG_CHARS = 60
 #: how far back from a branch's tip its note looks for the line that started it
 NOTE_WALK = 2_000
-#: the branch names the importers give (see :func:`castore.adapters.jsonl_tree.branch_layout`)
+#: the branch names the importers give (see :func:`castore.adapters.tree_writer.branch_layout`)
 _MADE = re.compile(r"(rewind|rollback|fork)-(\d+)(?:-[0-9a-f]{8})?")
 #: the arguments that say best what a call does, first found wins
 _MAIN_ARGS = ("command", "cmd", "file_path", "path", "pattern", "url", "query", "description", "prompt",
