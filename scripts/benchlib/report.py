@@ -10,18 +10,13 @@ from typing import Any
 from .fleet import section as fleet_section
 from .redact import section as redact_section
 from .turn import section as turn_section
+from .units import ms
 from .workload import MESSAGE_BYTES, compressibility, payload
 
 BASE = "castore local"
 ENC = "castore encrypted"
 #: issue 36's targets: encrypted / plain castore
 ENC_TARGETS = {"append": 1.15, "cold": 1.2, "bytes": 1.05}
-
-
-def ms(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"{x:.2f} ms" if x < 10 else f"{x:.1f} ms" if x < 100 else f"{x:,.0f} ms"
 
 
 def nbytes(x: float | None) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cold
+from .units import ms
 from .workload import pi_line, step
 
 APP, USER = "bench", "u"
@@ -289,7 +290,6 @@ def section(turn: dict[tuple[str, str, str, int], list[float]] | None, sizes: li
     """The "turn" section of BENCHMARKS.md."""
     if not turn:
         return []
-    from .report import ms
 
     sizes = [n for n in sizes if any(k[3] == n for k in turn)]
     base, top = sizes[0], sizes[-1]
