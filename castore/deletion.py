@@ -21,10 +21,12 @@ unless a ref was written since the mark (:func:`written_since`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Collection, Mapping
+from typing import Any
 
-from .errors import CorruptRef, RefConflict
+from .errors import CorruptRef, RefConflict, SessionDeleting
 from .plumbing import (
     DELETING_KEYS,
     HEADS,
@@ -32,11 +34,13 @@ from .plumbing import (
     META_DELETING_REFS,
     META_NAMES,
     Plumbing,
+    SessionRefs,
     carried_meta,
     deleting_since,
     head_segment,
     parse_ref_name,
     real_name,
+    symbolic_to,
 )
 from .refs import RefValue
 
@@ -82,8 +86,11 @@ def stranded(session: str, head: RefValue | None, refs: Collection[str]) -> str 
 def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, RefValue] | None = None) -> bool:
     """Delete the refs of the session whose ref folder is ``prefix`` (``sessions/a/u/s``):
     mark HEAD deleting (with what the other refs name as read before: ``expect``'s values, or
-    read now), delete its current branch, then its other refs, then HEAD, each by
-    compare-and-swap of its value as read. A deletion interrupted earlier is finished.
+    read now; a session with refs and no HEAD gets a marked HEAD), delete its current branch,
+    then its other refs, then HEAD, each by compare-and-swap of its value as read. A deletion
+    interrupted earlier is finished. A writer whose first commit lands meanwhile reads the
+    marked HEAD and takes it back (:class:`castore.Session`): no branch is left behind, listed
+    by nothing, for the next session of the name to start on.
 
     Without ``expect`` (``delete-session``) a ref a rival moved meanwhile is read again and
     deleted still: the deletion was asked for. With ``expect`` (``expire``: each ref's value
@@ -112,13 +119,15 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
         head = refs.read(head_name)
         if expect is not None and not _same(head, expect.get(head_name)):
             raise _Moved
-        if head is None or deleting_since(head) is not None:
+        if deleting_since(head) is not None or head is None and not tips:
             return head
-        meta = carried_meta(head)
+        # No HEAD but refs (a first append between its branch and its HEAD): a marked HEAD is
+        # made, which the writer's HEAD then loses to (else it named a branch deleted here).
+        target = head.target if head is not None else symbolic_to("main")
         try:
-            return plumbing.swap(head_name, head.target, head,
-                                 {**meta, META_DELETING: time.time(), META_DELETING_REFS: tips})
-        except RefConflict:  # a rival's checkout or set_info: read again (expire: stop)
+            return plumbing.swap(head_name, target, head,
+                                 {**carried_meta(head), META_DELETING: time.time(), META_DELETING_REFS: tips})
+        except RefConflict:  # a rival's checkout, set_info or first HEAD: read again (expire: stop)
             if strict:
                 raise _Moved from None
             raise
@@ -141,6 +150,46 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
     if head is not None:
         _delete(plumbing, head_name, None, False)  # marked: nothing but a deletion moves it now
     return True
+
+
+def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: RefValue, target: str,
+                      meta: Mapping[str, Any], had_head: bool) -> None:
+    """Settle HEAD once a session's first commit ``landed`` on its branch: HEAD made
+    (``target``, ``meta``) when the session had none, else (``had_head``: ``set_info`` made it)
+    given the born mark (:meth:`~castore.plumbing.Plumbing.mark_born`), or made again when a
+    deletion deleted it meanwhile. Another writer's HEAD, made first, is fine.
+
+    A first commit racing a deletion must not outlive it in part. The deletion lists the refs
+    once HEAD is marked, and would leave a branch made after that listing behind HEAD's deletion,
+    listed by nothing, for the next session of the name to start on: HEAD found marked
+    deleting, the branch is deleted again. A HEAD made here while the branch is gone (a
+    deletion ran whole in between) names a lost branch: it is deleted again. Each by
+    compare-and-swap (whoever moved it since decides).
+
+    Raises:
+        SessionDeleting: either race (``finished`` in the second). StorageError.
+    """
+    parsed = parse_ref_name(landed.name)
+    assert parsed is not None and parsed.session_prefix is not None
+    refs = SessionRefs(parsed.session_prefix)
+    head = plumbing.mark_born(refs, landed.name) if had_head else None
+    made = None
+    if head is None:
+        try:
+            head = made = plumbing.swap(refs.head, target, None, meta)
+        except RefConflict:
+            head = plumbing.refs.read(refs.head)
+    if made is not None:
+        if plumbing.refs.read(landed.name) is not None:
+            return
+        drop, finished = made, True
+    elif deleting_since(head) is not None:
+        drop, finished = landed, False
+    else:
+        return
+    with contextlib.suppress(RefConflict):
+        plumbing.delete(drop.name, drop)
+    raise SessionDeleting(key, finished)
 
 
 def _same(now: RefValue | None, then: RefValue | None) -> bool:
@@ -215,4 +264,5 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
         pass  # HEAD moved since: whoever moved it decides
 
 
-__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "stranded", "written_since"]
+__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "first_commit_head", "stranded",
+           "written_since"]

@@ -273,15 +273,22 @@ class SessionDeleting(CastoreError):
     it with ``castore delete-session`` (or ``castore expire``); the session can then be
     started again under its name.
 
+    Also raised to a session's first write when a deletion ran whole while it landed
+    (``finished``): nothing of the write was kept, and writing again starts the session anew.
+
     Attributes:
         key: the session's ``(app, user, session)``.
+        finished: the deletion had finished (nothing is left to finish).
     """
 
-    def __init__(self, key: tuple[str, str, str]) -> None:
-        super().__init__(key)
-        self.key = key
+    def __init__(self, key: tuple[str, str, str], finished: bool = False) -> None:
+        super().__init__(key, finished)
+        self.key, self.finished = key, finished
 
     def __str__(self) -> str:
+        if self.finished:
+            return ("session {}/{}/{} was deleted while this write landed: nothing of it was kept; "
+                    "write again to start the session anew").format(*self.key)
         return ("session {0}/{1}/{2} is being deleted (a deletion of it was interrupted): finish it with "
                 "`castore delete-session {0}/{1}/{2}`, then write to it again").format(*self.key)
 

@@ -908,28 +908,32 @@ class Plumbing:
             b.hint = b.hint.with_packs(written, self.objects.live_packs)
         return n
 
-    def mark_born(self, refs: SessionRefs, branch: str) -> None:
+    def mark_born(self, refs: SessionRefs, branch: str) -> RefValue | None:
         """Put the born mark (:data:`META_BORN`) on the HEAD of ``refs``, made by ``set_info``
         before the first commit on ``branch`` landed, unless it has it or names another branch by
         then; a rival's write of HEAD meanwhile (a ``set_info``) is read and the mark added to it.
         HEAD moving for longer, or naming no branch, leaves it without the mark (the session is
-        then judged as a HEAD written before the mark existed).
+        then judged as a HEAD written before the mark existed), as does HEAD's deleting mark (the
+        caller decides: :class:`castore.Session` takes its commit back).
+
+        Returns:
+            HEAD as last read or written (None: there is none).
 
         Raises:
             StorageError.
         """
 
-        def attempt(_: int) -> None:
+        def attempt(_: int) -> RefValue | None:
             head = self.refs.read(refs.head)
-            if head is None or head.meta.get(META_BORN) or head.symbolic is None or refs.branch_ref_of(head) != branch:
-                return  # marked, or on another branch (whatever put it there marked it)
-            self.swap(refs.head, head.target, head,
-                      {**carried_meta(head), META_BORN: True})
+            if head is None or head.meta.get(META_BORN) or deleting_since(head) is not None \
+                    or head.symbolic is None or refs.branch_ref_of(head) != branch:
+                return head  # marked, on another branch (whatever put it there marked it), or deleting
+            return self.swap(refs.head, head.target, head, {**carried_meta(head), META_BORN: True})
 
         try:
-            self.land(refs.head, attempt)
+            return self.land(refs.head, attempt)
         except (RefContended, CorruptRef):
-            pass
+            return self.refs.read(refs.head)
 
     # -- the reflog ------------------------------------------------------------------------
     def record_move(self, refs: SessionRefs, ref: str, old: str, new: str | None, why: str,

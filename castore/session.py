@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from . import names, plumbing, revisions
+from . import deletion, names, plumbing, revisions
 from . import objects as o
 from .aio import to_thread
 from .entries import (
@@ -463,12 +463,10 @@ class Session:
                 move.then.append(lambda _: self._head_to_new_branch(head, new))
                 return
             move = group.start(job, ref, tipref, batch, name_meta(ref, name))
-            if head is None:
-                created = name
-                move.then.append(lambda _: self._create_head(created))
-            elif tipref is None and not head.meta.get(META_BORN):  # set_info made HEAD: its first commit
-                first = ref
-                move.then.append(lambda _: self.plumbing.mark_born(self.refs, first))
+            if head is None or tipref is None and not head.meta.get(META_BORN):  # its first commit
+                target, extra = self._head_on(name)
+                move.then.append(functools.partial(deletion.first_commit_head, self.plumbing, self.key, target=target,
+                                                   meta=self._head_meta(None, **extra), had_head=head is not None))
 
         ids: list[ObjectId] = self.store.group_commit.land(Job(self.refs.prefix, stage, final=expect is not None))
         for plan in plans:

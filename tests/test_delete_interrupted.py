@@ -169,6 +169,88 @@ def test_expire_keeps_a_session_written_to_after_its_deletion_began_and_takes_th
         assert maintenance.fsck(st).ok and not maintenance.fsck(st).deleting
 
 
+class _During(PassThrough):
+    """Storage that runs ``then`` once, just before the ``nth`` call of ``op`` (``list``,
+    ``swap``) whose key has ``key`` in it: another process's step at that moment."""
+
+    def __init__(self, inner: Storage, op: str, key: str, nth: int, then) -> None:
+        super().__init__(inner)
+        self.op, self.key, self.nth, self.then, self.seen = op, key, nth, then, 0
+
+    def _at(self, op: str, key: str) -> None:
+        if op == self.op and self.key in key:
+            self.seen += 1
+            if self.seen == self.nth:
+                self.then()
+
+    def list(self, prefix: str) -> list[str]:
+        """See :meth:`Storage.list`."""
+        self._at("list", prefix)
+        return self.inner.list(prefix)
+
+    def swap(self, key: str, data: bytes, expect: Token | None) -> Token:
+        """See :meth:`Storage.swap`."""
+        self._at("swap", key)
+        return self.inner.swap(key, data, expect)
+
+
+def _whole_or_gone(st: castore.Store, acked: list[str]) -> None:
+    """The session is gone (no ref of it left: nothing to come back under its name) or whole
+    with every acknowledged entry; fsck finds nothing either way."""
+    left = st.refs.list("sessions/app/alice/doomed")
+    report = maintenance.fsck(st)
+    assert report.ok and not report.bad_refs and not report.deleting, report
+    if left:
+        assert "sessions/app/alice/doomed/HEAD" in left, left
+        assert [m.content for m in st.session(*KEY).messages()][-len(acked):] == acked
+    maintenance.gc(st, grace=0)
+    st.session(*KEY).append(castore.Message(role="user", content="anew"))
+    got = [m.content for m in st.session(*KEY).messages()]
+    assert got == (acked if left else []) + ["anew"], got
+
+
+def test_a_deletion_racing_the_first_append_after_set_info_leaves_no_branch_behind(tmp_path) -> None:
+    """A writer whose handle made HEAD (set_info) lands the session's first branch after a
+    deletion marked HEAD and listed the refs: the deletion then deleted HEAD and left the branch,
+    listed by nothing, whose content came back in the next session started under the name. The
+    writer now reads the marked HEAD after its branch landed, takes the branch back and is
+    refused."""
+    url = str(tmp_path / "st")
+    acked: list[str] = []
+    with castore.open(url) as ws:
+        w = ws.session(*KEY)
+        w.set_info({"title": "t"})  # this handle keeps HEAD, unborn
+
+        def append() -> None:
+            with pytest.raises(castore.SessionDeleting):
+                w.append(castore.Message(role="user", content="late"))
+
+        with castore.Store(_During(open_storage(url), "list", "alice/doomed", 2, append)) as st:
+            st.delete_session(*KEY)  # the second listing: the one after the mark
+        w.append(castore.Message(role="user", content="after"))  # HEAD gone: a new session
+        acked.append("after")
+    with castore.open(url) as st:
+        _whole_or_gone(st, acked)
+
+
+def test_a_deletion_between_a_new_sessions_branch_and_its_head_leaves_no_lost_branch(tmp_path) -> None:
+    """A first append to a new session makes its branch, then HEAD: a deletion in between found
+    no HEAD, deleted the branch, and the writer then made a HEAD (born) on no branch: a lost
+    branch to fsck, and gc refused the whole store. The deletion now makes a marked HEAD first,
+    so the writer's HEAD loses to it and the writer is refused."""
+    url = str(tmp_path / "st")
+
+    def delete() -> None:
+        with castore.open(url) as st:
+            st.delete_session(*KEY)
+
+    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
+        with pytest.raises(castore.SessionDeleting):
+            ws.session(*KEY).append(castore.Message(role="user", content="first"))
+    with castore.open(url) as st:
+        _whole_or_gone(st, [])
+
+
 @pytest.mark.parametrize("when", [-30 * 86400.0, 30 * 86400.0], ids=["past", "future"])
 def test_expire_tells_a_write_after_the_mark_by_what_the_refs_name_not_by_entry_times(tmp_path, when: float) -> None:
     """An entry's time is the caller's (an import's transcript time, a clock ahead), not when it
