@@ -212,12 +212,7 @@ def test_closing_a_log_makes_its_refs_durable_then_drops_its_intents(tmp_path: P
     assert names and all(n.startswith("r-") and (root / "packs" / f"{n[:-5]}.idx").exists() for n in names)
     assert all(refintents.intents((root / "packs" / n).read_bytes()) == [] for n in names)
     assert _power_loss(st.storage) == 0
-    _reboot(monkeypatch)
-    again = castore.open(str(root))
-    for sid, msgs in want.items():
-        assert [m.content for m in again.session("app", "u", sid).messages()] == msgs, sid
-    assert fsck(again).ok
-    assert os.listdir(root / JOURNAL) == []
+    _reads_back_after_reboot(root, want, monkeypatch)
 
 
 class _Cut(BaseException):
@@ -626,6 +621,12 @@ def _replays_after_power_loss(root: Path, st: castore.Store, want: dict[str, lis
     session in ``want`` reads back whole and the store is sound."""
     assert isinstance(st.storage, LocalStorage)
     assert _power_loss(st.storage, torn) >= 1
+    _reads_back_after_reboot(root, want, monkeypatch)
+
+
+def _reads_back_after_reboot(root: Path, want: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reboot, then check that every session in ``want`` reads back whole from the store at
+    ``root``, that it is sound, and that no boot marker is left."""
     _reboot(monkeypatch)
     again = castore.open(str(root))
     for sid, msgs in want.items():
