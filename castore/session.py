@@ -1054,8 +1054,13 @@ class Session:
 
         Raises:
             SessionExists: the new session already exists (nothing is written).
+            BranchError: ``user`` is another user of a tenant-layout store, whose sessions are
+                kept in a store of their own, sharing no object with this one's (the fork's refs
+                were written into this user's store, where nothing lists them).
             InvalidName, RevisionNotFound, AmbiguousRevision, StorageError.
         """
+        if user not in (None, self.user) and self.store.tenant(self.app, user) is not self.store:
+            raise BranchError(f"cannot fork into user {user!r}: the users of a tenant store share no object")
         cid = self.resolve(at)
         new = Session(self.store, self.app, user or self.user, new_session_id)
         if new.exists():

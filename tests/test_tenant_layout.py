@@ -89,6 +89,21 @@ def test_a_tenant_is_an_ordinary_store_and_keeps_dedup_within_itself(store: cast
     assert sorted(i.user for i in store.sessions("app")) == ["alice", "alice", "bob"]
 
 
+def test_a_fork_into_another_user_is_refused(store: castore.Store) -> None:
+    """Each user's sessions are kept in a store of their own, sharing no object: a fork into
+    another user's sessions wrote its refs into this user's store, where nothing lists them
+    (the other user's listing, exists(), an erasure of that user), and returned as if done."""
+    s = store.session("app", "alice", "s1")
+    s.append(Message(role="user", content="hi"))
+    home = store.tenant("app", "alice")
+    before = home.refs.list("sessions")
+    with pytest.raises(castore.BranchError, match="cannot fork into user 'bob'"):
+        s.fork("s2", user="bob")
+    assert home.refs.list("sessions") == before and not store.session("app", "bob", "s2").exists()
+    assert s.fork("s2").key == ("app", "alice", "s2")  # within the user, as ever
+    assert s.fork("s3", user="alice").messages()[0].content == "hi"
+
+
 def test_the_layout_is_chosen_at_creation_and_kept(backend: Any) -> None:
     st = backend.open()
     st.init()
