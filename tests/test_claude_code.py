@@ -184,8 +184,10 @@ def test_changed_prefix_is_reported_and_kept_beside(store: castore.Store, tmp_pa
     assert sorted(si.session for si in store.sessions("claude")) == ["s", "s.v2", "s.v3"]
     v3 = store.session("claude", "proj", "s.v3").info["claude"]
     assert (v3["version"], v3["supersedes"]) == (3, "s.v2")
-    export_claude(store, out)
-    assert (out / "proj" / "s.jsonl").read_bytes() == b"".join(lines[2:40])
+    with pytest.raises(ArchiveError, match="1 file holds what the archive's copy lacks"):
+        export_claude(store, out)  # the earlier export's s.jsonl is not a prefix of the new version
+    export_claude(store, tmp_path / "out2")
+    assert (tmp_path / "out2" / "proj" / "s.jsonl").read_bytes() == b"".join(lines[2:40])
 
 
 def test_hostile_lines_are_kept_byte_for_byte(store: castore.Store, tmp_path: Path) -> None:

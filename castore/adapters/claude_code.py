@@ -93,7 +93,6 @@ from .jsonl_tree import (
     read_blobs,
     read_lines,
     record_newline,
-    safe_join,
     settled_head,
     stored_bytes,
     stored_lines,
@@ -998,6 +997,8 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         The files written, relative to ``dest``.
 
     Raises:
+        FilesKept: files under ``dest`` hold what the archive's copy lacks: they are left as they were,
+            the others written (:mod:`castore.adapters.export_files`).
         ArchiveError: a session's recorded path would leave ``dest``, or its archived lines are on
             no branch (:func:`~castore.adapters.jsonl_tree.check_reachable`; nothing is written).
         ObjectNotFound, IntegrityError, StorageError, OSError.
@@ -1019,27 +1020,22 @@ def export_claude(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
 
     for _, s, c in chosen.values():  # before any file is written
         check_reachable(s, KEY, also=sides_of(s, c))
-    written: list[str] = []
+    from .export_files import ExportWriter
+
+    writer = ExportWriter(root)
     for rel, (_, s, c) in sorted(chosen.items()):
-        out = safe_join(root, rel)
-        os.makedirs(os.path.dirname(out), exist_ok=True)
         sides = sides_of(s, c)
         log = s.log(all_branches=True)
         rows = archived_rows(s, KEY, log=log)
-        with open(out, "wb") as f:
-            f.writelines(joined(export_lines(s, KEY, also=sides, rows=rows), _written_lines(s, rows, log),
-                                end=c.get(NEWLINE) is True))
-        written.append(rel)
+        lines = joined(export_lines(s, KEY, also=sides, rows=rows), _written_lines(s, rows, log),
+                       end=c.get(NEWLINE) is True)
+        writer.write(rel, lines)
         files = c.get("files") or {}
         if files:
             data = read_blobs(s.store, list(files.values()))  # the session tenant's blobs
             for frel, oid in sorted(files.items()):
-                fout = safe_join(root, frel)
-                os.makedirs(os.path.dirname(fout), exist_ok=True)
-                with open(fout, "wb") as f:
-                    f.write(data[oid])
-                written.append(frel)
-    return written
+                writer.write(frel, [data[oid]])
+    return writer.done()
 
 
 __all__ = [

@@ -76,7 +76,6 @@ from .jsonl_tree import (
     read_blobs,
     read_lines,
     record_newline,
-    safe_join,
     settled_head,
     tips_digest,
 )
@@ -642,6 +641,8 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         The files written, relative to ``dest``.
 
     Raises:
+        FilesKept: files under ``dest`` hold what the archive's copy lacks: left as they were, the
+            others written (:mod:`castore.adapters.export_files`).
         ArchiveError: a session is not an archived rollout, or its path would leave ``dest``, or
             its archived lines are on no branch (nothing is written then).
         ObjectNotFound, IntegrityError, StorageError, OSError.
@@ -653,19 +654,17 @@ def export_codex(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         sessions = [s for s in sessions if isinstance(s.info.get(KEY), dict)]
     for s in sessions:  # before any file is written
         check_reachable(s, KEY)
-    written = []
+    from .export_files import ExportWriter
+
+    writer = ExportWriter(root)
     for s in sessions:
         c = s.info.get(KEY)
         if not isinstance(c, dict) or not isinstance(c.get("path"), str):
             raise ArchiveError("/".join(s.key), "not an archived Codex rollout")
-        out = safe_join(root, c["path"])
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         rows = archived_rows(s, KEY, s.id)
-        with open(out, "wb") as f:
-            f.writelines(joined(_prefix_lines(s, c.get("prefix") or []), export_lines(s, KEY, s.id, rows=rows),
-                                _written_lines(s, rows), end=c.get(NEWLINE) is True))
-        written.append(c["path"])
-    return written
+        writer.write(c["path"], joined(_prefix_lines(s, c.get("prefix") or []), export_lines(s, KEY, s.id, rows=rows),
+                                       _written_lines(s, rows), end=c.get(NEWLINE) is True))
+    return writer.done()
 
 
 #: the key of a record written for a castore commit (its id): the import takes the record as it

@@ -96,7 +96,6 @@ from .jsonl_tree import (
     read_blobs,
     read_lines,
     record_newline,
-    safe_join,
     settled_head,
 )
 from .tree_writer import TreeWriter
@@ -711,6 +710,8 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
         The files written, relative to ``dest``.
 
     Raises:
+        FilesKept: files under ``dest`` hold what the archive's copy lacks: left as they were, the
+            others written (:mod:`castore.adapters.export_files`).
         ArchiveError: a session is not an archived Gemini CLI file, or its path would leave
             ``dest``, or its archived lines are on no branch (nothing is written then).
         ObjectNotFound, IntegrityError, StorageError, OSError.
@@ -729,20 +730,18 @@ def export_gemini(store: Store, dest: str | os.PathLike[str], *, app: str = APP,
     for _, s, c in chosen.values():  # before any file is written (a whole JSON file needs no ref)
         if not isinstance(c.get("whole"), list):
             check_reachable(s, KEY)
-    written = []
+    from .export_files import ExportWriter
+
+    writer = ExportWriter(root)
     for rel, (_, s, c) in sorted(chosen.items()):
-        out = safe_join(root, rel)
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "wb") as f:
-            if isinstance(c.get("whole"), list):
-                data = read_blobs(store, c["whole"])
-                f.writelines(data[oid] for oid in c["whole"])
-            else:
-                rows = archived_rows(s, KEY, s.id)
-                f.writelines(joined(export_lines(s, KEY, s.id, rows=rows),
-                                    map(written_line, appended_on_head(s, KEY, rows)), end=c.get(NEWLINE) is True))
-        written.append(rel)
-    return written
+        if isinstance(c.get("whole"), list):
+            data = read_blobs(store, c["whole"])
+            writer.write(rel, [data[oid] for oid in c["whole"]])
+        else:
+            rows = archived_rows(s, KEY, s.id)
+            writer.write(rel, joined(export_lines(s, KEY, s.id, rows=rows),
+                                     map(written_line, appended_on_head(s, KEY, rows)), end=c.get(NEWLINE) is True))
+    return writer.done()
 
 
 def not_exported(session: Session) -> int:

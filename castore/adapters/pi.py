@@ -46,6 +46,7 @@ or v2 file (as v3, with random ids, when it opens it), the rewritten file is imp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -79,7 +80,6 @@ from .jsonl_tree import (
     prefix_digest,
     put_blobs,
     read_blobs,
-    safe_join,
 )
 from .pi_entries import (
     BLOB_KEY,
@@ -849,6 +849,8 @@ def export_pi(store: Store, dest: str | os.PathLike[str], *, app: str = "pi",
         The files written, relative to ``dest``.
 
     Raises:
+        FilesKept: files under ``dest`` hold what the archive's copy lacks: left as they were, the
+            others written (:mod:`castore.adapters.export_files`).
         ArchiveError: a session is not an archived Pi file, or its path would leave ``dest``.
         ObjectNotFound, IntegrityError, StorageError, OSError.
     """
@@ -861,20 +863,22 @@ def export_pi(store: Store, dest: str | os.PathLike[str], *, app: str = "pi",
         v = file_version(s.id)[1]
         if rel not in chosen or chosen[rel][0] < v:
             chosen[rel] = (v, s)
-    written = []
+    from .export_files import ExportWriter
+
+    writer = ExportWriter(root)
     for rel, (_, s) in sorted(chosen.items()):
-        out = safe_join(root, rel)
-        os.makedirs(os.path.dirname(out), exist_ok=True)
         pi = as_dict(s.info.get("pi"))
         segments = pi.get("segments")
         if not pi.get("exact") and isinstance(segments, list) and not _has_own(s):
             data = read_blobs(s.store, segments)
-            with open(out, "wb") as f:
-                f.writelines(data[oid] for oid in segments)
+            writer.write(rel, [data[oid] for oid in segments])
         else:
-            export_session(s, out=out)
-        written.append(rel)
-    return written
+            writer.write_with(rel, functools.partial(_export_to, s))
+    return writer.done()
+
+
+def _export_to(session: Session, path: str) -> None:
+    export_session(session, out=path)
 
 
 def _has_own(session: Session) -> bool:

@@ -278,8 +278,10 @@ def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str
     the command; default: all of ``app``), list the files, and return the sessions.
 
     Raises:
-        CastoreError: as the exporter (a session that is not an archived file of its agent).
+        CastoreError: as the exporter (a session that is not an archived file of its agent;
+            FilesKept, after the files written are listed).
     """
+    from ..adapters.export_files import FilesKept
     from .common import get_session
 
     st = ctx.find_object(CliState)
@@ -287,10 +289,16 @@ def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str
         specs = (st.session_spec,)  # `castore -s KEY export ...`: typed for this command
     store = open_store(ctx)
     sessions = [get_session(ctx, spec=s) for s in specs] if specs else None
-    written = exporter(store, dest, app=app, sessions=sessions)
+    kept: FilesKept | None = None
+    try:
+        written = exporter(store, dest, app=app, sessions=sessions)
+    except FilesKept as e:  # the others are written: list them, then the error
+        written, kept = e.written, e
     for rel in written:
         click.echo(safe(rel))
     note(f"wrote {len(written)} file(s) under {dest}")
+    if kept is not None:
+        raise kept
     if sessions is None:
         sessions = [store.session(i.app, i.user, i.session) for i in store.sessions(app)] if store.exists else []
     note_redacted(sessions)

@@ -1,0 +1,62 @@
+"""``castore export claude|codex|gemini|pi DIR`` into a folder that already holds the agent's
+files (``~/.claude/projects``, to restore what Claude Code deleted): a file there that holds
+lines the archive lacks (the agent wrote on after the last import) is left as it is, and the
+export says so in one error line (exit 1) after writing the others; a file the archive holds
+all of is written (completed, if it was cut short). The real files of tests/data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from castore.cli.main import main
+
+DATA = Path(__file__).resolve().parent / "data"
+PI = [{"type": "session", "version": 3, "id": "sess-1", "timestamp": "2026-03-10T09:14:00.000Z", "cwd": "/w"},
+      {"type": "message", "id": "e01", "parentId": None, "timestamp": "2026-03-10T09:14:01.000Z",
+       "message": {"role": "user", "content": [{"type": "text", "text": "look"}], "timestamp": 1773134071402}}]
+
+
+def _cli(tmp_path: Path, *args: str):
+    return CliRunner().invoke(main, ["--store", str(tmp_path / "store"), *args])
+
+
+def _sources(tmp_path: Path) -> dict[str, Path]:
+    src = tmp_path / "src"
+    shutil.copytree(DATA / "claude-code" / "session-share", src / "claude" / "proj")
+    (src / "codex").mkdir(parents=True)
+    shutil.copyfile(DATA / "codex" / "sample_codex_session.jsonl", src / "codex" / "rollout.jsonl")
+    shutil.copytree(DATA / "gemini" / "tmp", src / "gemini")
+    (src / "pi").mkdir()
+    (src / "pi" / "s.jsonl").write_text("".join(json.dumps(e) + "\n" for e in PI))
+    return {"claude": src / "claude", "codex": src / "codex", "gemini": src / "gemini", "pi": src / "pi"}
+
+
+@pytest.mark.parametrize("vendor", ["claude", "codex", "gemini", "pi"])
+def test_an_export_never_overwrites_a_file_holding_lines_the_archive_lacks(tmp_path: Path, vendor: str) -> None:
+    src = _sources(tmp_path)[vendor]
+    assert _cli(tmp_path, "import", vendor, str(src)).exit_code == 0
+    out = tmp_path / "out"
+    r = _cli(tmp_path, "export", vendor, str(out))
+    assert r.exit_code == 0, r.output
+    files = sorted(p for p in out.rglob("*.jsonl"))
+    ahead, short = files[0], files[-1]
+    archived = {p: p.read_bytes() for p in files}
+    newer = b'{"type": "user", "note": "written after the last import"}\n'
+    ahead.write_bytes(archived[ahead] + newer)
+    if short != ahead:
+        short.write_bytes(archived[short][: len(archived[short]) // 2])
+    r = _cli(tmp_path, "export", vendor, str(out))
+    assert r.exit_code == 1 and "Traceback" not in r.stderr, r.output
+    assert r.stderr.splitlines()[-1].startswith(f"Error: {out}: 1 file holds what the archive's copy lacks")
+    assert str(ahead.relative_to(out)) in r.stderr.splitlines()[-1]
+    assert ahead.read_bytes() == archived[ahead] + newer  # kept as it was
+    if short != ahead:  # (one file for Codex and Pi)
+        assert short.read_bytes() == archived[short]  # the archive holds all of it: completed
+        assert str(short.relative_to(out)) in r.stdout.splitlines()  # and listed as written
+    assert str(ahead.relative_to(out)) not in r.stdout.splitlines()  # the files written are listed
+    assert not [p for p in out.rglob("*") if p.name.endswith(".castore-new")]
