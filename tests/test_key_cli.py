@@ -106,3 +106,26 @@ def test_a_store_that_is_not_encrypted_says_so(tmp_path):
     castore.open(str(tmp_path / "store")).init()
     r = run(tmp_path, "erasures")
     assert r.exit_code == 1 and "is not encrypted" in r.output
+
+
+@pytest.mark.parametrize("lost", ["keys/tenants/app/alice.key", "keys/tenants/app.key"])
+def test_fsck_and_gc_with_a_lost_key_file_name_it_and_the_remedy_and_delete_nothing(tmp_path, lost: str) -> None:
+    """A data key file or an app key file lost while the tenant holds data: fsck and gc stop
+    with one line that names the file and the remedy (restore it from a backup of the key
+    store: docs/encryption.md, "The key check"), and delete nothing. Before, the data key's
+    line named only the key store, and the app key's gave no remedy."""
+    text = MasterKey.new()
+    url = str(tmp_path / "store")
+    with castore.open(url, encrypted=True, master_key=text) as st:
+        for user in ("alice", "bob"):
+            st.session("app", user, "s").append(castore.Message(role="user", content=f"hi {user}"))
+    (tmp_path / "store" / lost).unlink()
+    before = sorted(p for p in (tmp_path / "store").rglob("*") if p.is_file())
+    env = {"CASTORE_MASTER_KEY": text}
+    for args in (["fsck"], ["gc", "--grace", "0"]):
+        out = run(tmp_path, *args, env=env)
+        assert out.exit_code == 1, out.output
+        lines = out.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), out.output
+        assert f"{url}/{lost}" in lines[0] and "restore it from a backup of the key store" in lines[0], lines[0]
+    assert sorted(p for p in (tmp_path / "store").rglob("*") if p.is_file()) == before

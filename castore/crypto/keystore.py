@@ -441,14 +441,17 @@ class KeyStore:
         raw = found.get(path)
         if raw is None and not create:
             who = f"app {app!r}" if user is None else f"user {user!r} of app {app!r}"
-            raise KeyMissing(f"no data key for {who} in the key store at {self.storage.url}/{self.prefix}")
+            raise KeyMissing(f"no data key for {who} in the key store at {self.storage.url}/{self.prefix} "
+                             f"({self.storage.url}/{path} is not there)")
         app_key = self._app_keys.get(app_seg)
         if app_key is None:
             app_raw = found.get(app_path)
             if app_raw is None:
                 if raw is not None:
                     raise EncryptionError(f"{self.storage.url}/{app_path} is missing: the keys of app {app!r}"
-                                          " cannot be opened")
+                                          " cannot be opened; the file was lost (restore it from a backup of"
+                                          " the key store): castore never makes it again, as a new one would"
+                                          " not open the keys it wrapped")
                 app_raw = self._create(app_path, app, None, wrapper, self._context(_APP_CONTEXT, app_seg),
                                        erased_paths[:1])
             by = f"the master key {key_id_of(wrapper) or ''}".rstrip()
