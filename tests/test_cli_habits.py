@@ -264,6 +264,23 @@ def test_remote_alone_lists_the_remotes_as_git_remote_does(seeded: Seeded, tmp_p
     assert ok(run(seeded.url, "remote", session=None)).stdout == listed
 
 
+def test_push_and_sync_name_refs_as_typed_not_as_stored(seeded: Seeded, tmp_path: Path) -> None:
+    # a dot or a capital is stored escaped (names.encode): the lines said ".../s%2EV2/heads/main"
+    s = seeded.store.session("app", "alice", "s.V2")
+    s.append(castore.Message(role="user", content="hi"))
+    s.branch("Retry")
+    other = str(tmp_path / "other")
+    pushed = ok(run(seeded.url, "push", other, "-s", "app/alice/s.V2", session=None)).stdout.splitlines()
+    assert "updated  sessions/app/alice/s.V2/heads/Retry" in pushed, pushed
+    s.append(castore.Message(role="user", content="again"), branch="Retry")
+    synced = ok(run(seeded.url, "sync", other, session=None)).stdout.splitlines()
+    assert "pushed   sessions/app/alice/s.V2/heads/Retry" in synced, synced
+    slash = seeded.store.session("app", "alice", "a/b")  # a '/' in a name stays %2F, as -s takes it
+    slash.append(castore.Message(role="user", content="hi"))
+    synced = ok(run(seeded.url, "sync", other, session=None)).stdout.splitlines()
+    assert "pushed   sessions/app/alice/a%2Fb/heads/main" in synced, synced
+
+
 # -- errors that were tracebacks -------------------------------------------------------------------------------
 def test_export_to_a_missing_folder_is_one_error_line(seeded: Seeded) -> None:
     for sub in ("html", "pi"):

@@ -17,6 +17,7 @@ from ..store import Store, store_dir
 from .common import (
     CastoreGroup,
     CliState,
+    escape,
     find_session,
     format_key,
     hint,
@@ -145,6 +146,23 @@ class _Bar:
             click.echo("", err=True)
 
 
+def shown_ref(ref: str) -> str:
+    """A ref as the report lines show it: each part of its stored path decoded (``s%2EV2`` is
+    ``s.V2``, :func:`castore.names.decode`) and written as a key is typed (a ``/`` inside a name
+    as ``%2F``); a part that is no encoded name (``HEAD``, a digest of a long name) as stored.
+    Raises nothing; ``--json`` keeps the stored form."""
+    from ..errors import InvalidName
+    from ..names import decode
+
+    def part(seg: str) -> str:
+        try:
+            return escape(decode(seg))
+        except InvalidName:
+            return seg
+
+    return "/".join(map(part, ref.split("/")))
+
+
 def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet: bool) -> None:
     if as_json:
         print_json(report.to_dict())
@@ -154,15 +172,15 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
         note(f"{verb} {where}: {plural(report.objects_sent, 'object')} ({size}){packs}, "
              f"{plural(len(report.refs_updated), 'ref')} updated, {report.refs_up_to_date} up to date")
         for ref in report.refs_updated:
-            click.echo(f"updated  {safe(ref)}")
+            click.echo(f"updated  {safe(shown_ref(ref))}")
         for ref in report.refs_kept_as_remote:
-            click.echo(f"kept     {safe(ref)}")
-            note(f"both sides moved: the remote tip is kept as {safe(ref)}; nothing was overwritten")
+            click.echo(f"kept     {safe(shown_ref(ref))}")
+            note(f"both sides moved: the remote tip is kept as {safe(shown_ref(ref))}; nothing was overwritten")
         for ref, old, new in report.refs_forced:
-            click.echo(f"forced   {safe(ref)}  {old[:12]} -> {new[:12]}")
-            note(f"overwrote {safe(ref)} (was {old[:12]}): the old tip is kept in `castore reflog`")
+            click.echo(f"forced   {safe(shown_ref(ref))}  {old[:12]} -> {new[:12]}")
+            note(f"overwrote {safe(shown_ref(ref))} (was {old[:12]}): the old tip is kept in `castore reflog`")
         for ref, why in report.refs_skipped:
-            note(f"skipped {safe(repr(ref))}: {safe(why)}")
+            note(f"skipped {safe(repr(shown_ref(ref)))}: {safe(why)}")
         _note_erased(report.tenants_erased)
     for r in report.refs_refused:
         note(f"refused: {safe(r.reason)}")
@@ -386,7 +404,7 @@ def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet
         note(sync_summary(report))
         for verb, refs in (("pulled", report.pulled.refs_updated), ("pushed", report.pushed.refs_updated)):
             for ref in refs:
-                click.echo(f"{verb}   {safe(ref)}")
+                click.echo(f"{verb}   {safe(shown_ref(ref))}")
         _note_erased([*report.pulled.tenants_erased, *report.pushed.tenants_erased])
     for line in problem_lines(store, report):
         note(line)
