@@ -29,6 +29,7 @@ ref. It owns four things:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -695,7 +696,9 @@ class Tree:
         that branch (left as it is when another writer made it first).
 
         Raises:
-            RefConflict: a branch moved (or was made) by another writer; the others moved.
+            RefConflict: a branch moved (or was made) by another writer; the others moved. Or
+                the session was deleted between the branches' move and HEAD's (HEAD would name
+                a branch gone: it is deleted again; a new attempt starts the session anew).
             KeyError: a tip this tree did not build. InvalidName, RefLocked, StorageError.
         """
         moves: list[tuple[str, str, RefValue | None, Mapping[str, Any]]] = []
@@ -721,9 +724,14 @@ class Tree:
             raise lost
         if head is not None:
             try:
-                self.plumbing.swap(self.refs.head, symbolic_to(head), None, self._head_meta(head))
+                made = self.plumbing.swap(self.refs.head, symbolic_to(head), None, self._head_meta(head))
             except RefConflict:
-                pass  # another writer made it first: fine
+                return  # another writer made it first: fine
+            branch = self.refs.branch(head)
+            if self.plumbing.refs.read(branch) is None:  # a deletion ran whole since the branch moved:
+                with contextlib.suppress(RefConflict):  # this HEAD would name a lost branch
+                    self.plumbing.delete(self.refs.head, made)
+                raise RefConflict(branch, self._published.pop(head, None), None)
 
 
 class Plumbing:

@@ -251,6 +251,27 @@ def test_a_deletion_between_a_new_sessions_branch_and_its_head_leaves_no_lost_br
         _whole_or_gone(st, [])
 
 
+def test_a_deletion_between_an_imported_sessions_branch_and_its_head_leaves_no_lost_branch(tmp_path) -> None:
+    """An import's tree publishes a new session's branches, then makes HEAD: a deletion run whole
+    in between left a born HEAD on no branch (fsck's lost branch, gc refused). The HEAD goes again
+    and the publish is a lost race (the import's retry starts the session anew)."""
+    from castore.entries import prepare
+
+    url = str(tmp_path / "st")
+
+    def delete() -> None:
+        with castore.open(url) as st:
+            st.delete_session(*KEY)
+
+    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
+        tree = ws.session(*KEY).tree()
+        tip = tree.extend(None, [prepare(castore.Message(role="user", content="imported"))])[-1]
+        with pytest.raises(castore.RefConflict):
+            tree.publish({"main": tip}, head="main")
+    with castore.open(url) as st:
+        _whole_or_gone(st, [])
+
+
 @pytest.mark.parametrize("when", [-30 * 86400.0, 30 * 86400.0], ids=["past", "future"])
 def test_expire_tells_a_write_after_the_mark_by_what_the_refs_name_not_by_entry_times(tmp_path, when: float) -> None:
     """An entry's time is the caller's (an import's transcript time, a clock ahead), not when it
