@@ -32,6 +32,7 @@ from .plumbing import (
     HEADS,
     META_DELETING,
     META_DELETING_REFS,
+    META_NAME,
     META_NAMES,
     Plumbing,
     SessionRefs,
@@ -56,7 +57,8 @@ def finish_hint(head_name: str, head: RefValue) -> str:
     said = head.meta.get(META_NAMES)
     said = said if isinstance(said, dict) else {}
     segs = (parsed.app, parsed.user or "", parsed.session or "") if parsed is not None else ("?", "?", "?")
-    key = tuple(said[k] if isinstance(said.get(k), str) else real_name(seg, None)
+    # the names HEAD recorded only where they are what a hashed segment stands for (real_name)
+    key = tuple(real_name(seg, {META_NAME: said.get(k)})
                 for k, seg in zip(("app", "user", "session"), segs, strict=True))
     return finish_line(key)
 

@@ -272,6 +272,22 @@ def test_a_deletion_between_an_imported_sessions_branch_and_its_head_leaves_no_l
         _whole_or_gone(st, [])
 
 
+def test_the_finishing_command_names_the_session_by_its_key_not_by_what_head_says(tmp_path) -> None:
+    """HEAD's recorded names are any writer's (a damaged or hand-written ref): fsck's line for an
+    interrupted deletion named the session HEAD said, so running it deleted another session."""
+    backend = Backend("local", str(tmp_path / "st"))
+    _seed(backend)
+    _killed_at(backend, 2)
+    with backend.open() as st:
+        head = st.refs.read("sessions/app/alice/doomed/HEAD")
+        assert head is not None
+        said = {**head.meta, "names": {"app": "app", "user": "alice", "session": "kept"}}
+        st.plumbing.swap(head.name, head.target, head, {k: v for k, v in said.items() if k != "w"})
+        assert maintenance.fsck(st).deleting == [("sessions/app/alice/doomed",
+                                                  "deletion interrupted: finish it with "
+                                                  "`castore delete-session app/alice/doomed`")]
+
+
 @pytest.mark.parametrize("when", [-30 * 86400.0, 30 * 86400.0], ids=["past", "future"])
 def test_expire_tells_a_write_after_the_mark_by_what_the_refs_name_not_by_entry_times(tmp_path, when: float) -> None:
     """An entry's time is the caller's (an import's transcript time, a clock ahead), not when it
