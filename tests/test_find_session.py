@@ -107,7 +107,7 @@ def test_cli_takes_short_sessions(url: str) -> None:
     # push finds the session in this store, pull in the remote's
     remote, third = url + "-remote", url + "-third"
     r = _run(url, "push", remote, "-s", "5e55")
-    assert r.exit_code == 0 and "sessions/codex/local/5e55-%55pper/heads/main" in r.stdout, r.output
+    assert r.exit_code == 0 and "sessions/codex/local/5e55-Upper/heads/main" in r.stdout, r.output
     with castore.open(remote) as st:
         assert porcelain.session_keys(st) == [("codex", "local", "5e55-Upper")]
     r = _run(third, "pull", remote, "-s", "5e5")
