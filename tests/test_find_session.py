@@ -200,6 +200,13 @@ def test_completion_offers_sessions_and_branches(url: str) -> None:
     assert _complete(url, ["-s", "0ccf", "checkout"], "") == []
 
 
+def test_completion_offers_a_subagent_by_its_own_id_as_use_takes_it(url: str) -> None:
+    # `castore use a1` finds the subagent ...subagents.agent-a1; `castore use a<TAB>` offered nothing
+    assert _complete(url, ["use"], "a1") == ["0ccf9999-aaaa.subagents.agent-a1"]
+    assert _complete(url, ["-s"], "agent-") == ["0ccf9999-aaaa.subagents.agent-a1"]
+    assert _run(url, "use", "a1").exit_code == 0
+
+
 def test_delete_session_completes_the_full_key_it_needs(url: str) -> None:
     # delete-session takes only APP/USER/SESSION: its completion offered nothing at all
     assert _complete(url, ["delete-session"], "5e") == ["codex/local/5e55-Upper"]

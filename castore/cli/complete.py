@@ -62,10 +62,13 @@ def _quiet(f: Any) -> Any:
 def complete_session(_ctx: click.Context, store: Store, incomplete: str) -> list[CompletionItem]:
     """Sessions for ``-s`` and ``use``, newest first, each with its title as help.
 
-    Typed without ``/``: the session ids starting with it, written alone (as ``-s`` takes
-    them) unless several apps or users have the same id, and the APP/USER/SESSION keys
-    starting with it; typed with ``/``: the keys.
+    Typed without ``/``: the session ids starting with it, or whose subagent's own id does
+    (``a9cad17`` of ``ID.subagents.agent-a9cad17``, :func:`castore.porcelain.own_id`, as
+    ``use`` finds it), written alone (as ``-s`` takes them) unless several apps or users have
+    the same id, and the APP/USER/SESSION keys starting with it; typed with ``/``: the keys.
     """
+    from ..porcelain import own_id  # only while completing
+
     infos = sorted((s for app in store.apps() for s in store.sessions(app)), key=lambda s: s.updated, reverse=True)
     ids = Counter(s.session for s in infos)
     out: dict[str, str] = {}
@@ -73,7 +76,8 @@ def complete_session(_ctx: click.Context, store: Store, incomplete: str) -> list
         key = format_key(s.app, s.user, s.session)
         title = s.info.get("title")
         help_ = title if isinstance(title, str) else key
-        if "/" not in incomplete and s.session.startswith(incomplete):
+        if "/" not in incomplete and (s.session.startswith(incomplete)
+                                      or any(x.startswith(incomplete) for x in own_id(s.session))):
             out.setdefault(escape(s.session) if ids[s.session] == 1 else key, help_)
         elif key.startswith(incomplete):
             out.setdefault(key, help_)
