@@ -13,7 +13,7 @@ Start here::
 Layers, bottom first: a module imports only its own layer and the ones below
 (``tests/test_layers.py`` enforces exactly this list)::
 
-    errors, names, aio, redact, gcpause, listing, forked  errors, names, async, redaction, gc, SessionInfo, forks
+    errors, names, aio, redact, gcpause, listing, forked, handles  errors, names, async, redaction, gc, forks, pickle
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
     objects, frames, zdict, crypto, objectstore, refs, formats  object codec and frames, keys, object store, refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
@@ -44,6 +44,7 @@ from .errors import (
     InvalidEntry,
     InvalidName,
     KeyMissing,
+    NotPicklable,
     ObjectNotFound,
     RefConflict,
     RefLocked,
@@ -164,6 +165,7 @@ __all__ = [
     "AuditError",
     "EncryptionError",
     "KeyMissing",
+    "NotPicklable",
     "WrongKey",
     "TenantErased",
     "push",

@@ -267,6 +267,23 @@ class SessionExists(CastoreError, FileExistsError):
         return str(self.args[0])
 
 
+class NotPicklable(CastoreError, TypeError):
+    """A handle on an open store (a Store, a Session, an adapter's saver or session service)
+    or a keyed :class:`~castore.objects.Codec` was pickled (sent to another process): it holds
+    storage, locks, threads and, when encrypted, a tenant's keys, none of which travel in a
+    pickle. Send the store's URL (and a session's key) and open it again there.
+
+    Attributes:
+        what: the class refused.
+    """
+
+    def __init__(self, what: str, why: str = "it is a handle on an open store (its storage, locks and threads "
+                                              "and, when encrypted, its keys)") -> None:
+        super().__init__(f"cannot pickle a castore {what}: {why}, which never travel in a pickle; send the "
+                         "store's URL (and a session's key) and open it again in the other process (castore.open)")
+        self.what = what
+
+
 class SessionDeleting(CastoreError):
     """A write (an append, a checkout) to a session whose HEAD carries the deleting mark: a
     deletion of it started and did not finish (docs/FORMAT.md, "Deleting a session"). Finish

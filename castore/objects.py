@@ -37,7 +37,7 @@ from typing import Any, NewType, Protocol
 import msgspec
 from blake3 import blake3
 
-from .errors import IntegrityError, InvalidEntry, SealedFrameError
+from .errors import IntegrityError, InvalidEntry, NotPicklable, SealedFrameError
 from .frames import (  # noqa: F401 - the frames' names re-exported: they are the object format's too
     COMPRESS_MIN,
     DICT_MAX,
@@ -325,6 +325,17 @@ class Codec:
         if self.id_key is None:
             return "Codec(PLAIN)"
         return f"Codec(keyed ids, {'sealed' if self.cipher else 'plain'} frames, tenant={self.tenant!r})"
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        """Pickled when it holds no key (:data:`PLAIN` as itself, by name); a keyed codec is
+        refused: its keys never travel in a pickle (open the store with its key there).
+
+        Raises:
+            NotPicklable: the codec holds keys.
+        """
+        if self.id_key is not None:
+            raise NotPicklable("Codec", "it holds a tenant's keys")
+        return "PLAIN" if self is PLAIN else (Codec, (None, None, self.tenant))
 
     def compatible(self, other: Codec) -> bool:
         """Whether ``other`` makes the same ids and opens the same sealed frames as this codec

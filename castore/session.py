@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from . import deletion, names, plumbing, revisions
+from . import deletion, handles, names, plumbing, revisions
 from . import objects as o
 from .aio import to_thread
 from .entries import (
@@ -128,7 +128,7 @@ def _twin(method: Callable[..., T]) -> Callable[..., Any]:
     return twin
 
 
-class Session:
+class Session(handles.Handle):
     """One session of one user of one app; see the module docstring.
 
     Create it with :meth:`Store.session`. Nothing is written before the first append.

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import names
+from . import handles, names
 from .aio import to_thread
 from .errors import (
     CastoreError,
@@ -127,7 +127,7 @@ _PARTS = frozenset({"objects", "history", "plumbing", "group_commit"})
 _MISTYPED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
 
-class Store:
+class Store(handles.Handle):
     """Objects and refs under one root; the factory of :class:`~castore.session.Session`.
 
     A new store is created in storage format ``format`` (default: 3 on local disk, packs

@@ -26,7 +26,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "castore"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names", "aio", "redact", "gcpause", "listing", "forked"),
+    ("errors", "names", "aio", "redact", "gcpause", "listing", "forked", "handles"),
     ("storage",),
     ("objects", "frames", "zdict", "crypto", "objectstore", "refs", "formats"),
     ("history", "state", "entries", "pathfacts"),

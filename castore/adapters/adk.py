@@ -54,6 +54,7 @@ from pydantic_core import to_jsonable_python
 
 from ..entries import Custom, Event, Message
 from ..errors import RefConflict, SessionNotFound
+from ..handles import Handle
 from ..plumbing import META_CREATED, META_NAMES, symbolic_to
 from ..session import LogEntry, Session
 from ..state import read_state
@@ -141,7 +142,7 @@ def _strip(session_id: str | None) -> str | None:
 
 
 # -- the service --------------------------------------------------------------------------------
-class CastoreSessionService(BaseSessionService):
+class CastoreSessionService(Handle, BaseSessionService):
     """An ADK ``BaseSessionService`` that keeps sessions in a castore store.
 
     Args:

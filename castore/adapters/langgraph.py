@@ -61,6 +61,7 @@ from .. import names
 from .. import objects as o
 from ..errors import RefConflict, SessionNotFound
 from ..groupcommit import Group, GroupCommit, Job, Move
+from ..handles import Handle
 from ..history import Hint, K
 from ..objects import Commit, Tree
 from ..plumbing import (
@@ -121,7 +122,7 @@ class _View:
             self.writes[(ns, cp)].append(cid)
 
 
-class CastoreSaver(BaseCheckpointSaver[int]):
+class CastoreSaver(Handle, BaseCheckpointSaver[int]):
     """A LangGraph checkpoint saver storing threads as castore sessions.
 
     Args:

@@ -42,6 +42,7 @@ from typing import Any
 
 from ..entries import Custom, Message
 from ..errors import InvalidEntry, RefConflict
+from ..handles import Handle
 from ..session import LogEntry, Session
 from ..store import Store
 
@@ -134,7 +135,7 @@ class _Settings:
         return cls(**value)
 
 
-class CastoreSession:
+class CastoreSession(Handle):
     """The Agents SDK ``Session`` protocol over one castore session.
 
     Args:
