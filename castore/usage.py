@@ -80,6 +80,9 @@ the refs they were read at and the branch HEAD was on (a checkout moves the rows
 two branches hold); the next run reads again only the sessions whose refs moved (on
 local disk the ref-change log tells which, without reading a ref), and ``castore import``
 brings an existing cache up to date as it does the search index (:func:`update_if_present`).
+The ref-change log names castore's own changes only (its writes of a ref file in place
+included, logged before they are made); a ref file edited, removed or rewritten in place by
+hand is seen when its session's refs next move, or once the cache is deleted.
 The cache is derived data: deleting it loses nothing. An encrypted store is never cached
 (its counts and session names would be in the clear): every run reads every session.
 

@@ -24,7 +24,11 @@ not in it. So each session keeps the *stamp* of its ref folder from when its ref
 (:meth:`castore.refs.RefStore.folder_stamps`: on local disk the time of its ``heads/``, one
 ``stat``), and a search compares the stamps of the sessions it found
 (:meth:`Index.moved_unlogged`): a changed one is read again, the index updated, and the
-search made again, so that no line of a gone session or branch is reported.
+search made again, so that no line of a gone session or branch is reported. castore's own
+writes of a ref file in place (a deferred swap, docs/FORMAT.md 12: no rename, the folder's
+entries unchanged) are logged before they are made, so the mark sees them. A ref file a hand
+rewrites in place is in neither the log nor the stamp: its session is read again when its
+refs next move, or when the index is rebuilt (delete the index folder).
 
 Segments: the blocks are kept in at most two *segments*, each written once and never
 changed (new files, then ``state.json`` replaced): the *base*, and a *delta* holding the
