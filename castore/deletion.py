@@ -32,15 +32,13 @@ from .plumbing import (
     HEADS,
     META_DELETING,
     META_DELETING_REFS,
-    META_NAME,
-    META_NAMES,
     Plumbing,
     SessionRefs,
     carried_meta,
     deleting_since,
     head_segment,
     parse_ref_name,
-    real_name,
+    session_key,
     symbolic_to,
 )
 from .refs import RefValue
@@ -54,12 +52,8 @@ def finish_hint(head_name: str, head: RefValue) -> str:
     """fsck's line for the session whose HEAD ``head_name`` is ``head``, marked deleting: the
     deletion was interrupted, and the command that finishes it."""
     parsed = parse_ref_name(head_name)
-    said = head.meta.get(META_NAMES)
-    said = said if isinstance(said, dict) else {}
     segs = (parsed.app, parsed.user or "", parsed.session or "") if parsed is not None else ("?", "?", "?")
-    # the names HEAD recorded only where they are what a hashed segment stands for (real_name)
-    key = tuple(real_name(seg, {META_NAME: said.get(k)})
-                for k, seg in zip(("app", "user", "session"), segs, strict=True))
+    key = session_key(segs, head.meta)
     return finish_line(key)
 
 

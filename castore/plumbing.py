@@ -317,6 +317,18 @@ def real_name(segment: str, meta: Mapping[str, Any] | None) -> str:
     return segment if decoded is None else decoded
 
 
+def session_key(segments: Sequence[str], head_meta: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The ``(app, user, session)`` of the session whose folder's segments are ``segments``
+    (app, user, session) and whose HEAD's metadata is ``head_meta``: names come from the
+    segments; the names HEAD recorded (:data:`META_NAMES`, any writer's) only say what a hashed
+    segment stands for, where they match it (:func:`real_name`). Raises nothing."""
+    said = head_meta.get(META_NAMES)
+    said = said if isinstance(said, dict) else {}
+    app, user, session = (real_name(seg, {META_NAME: said.get(k)})
+                          for k, seg in zip(("app", "user", "session"), segments, strict=True))
+    return app, user, session
+
+
 def name_meta(ref: str, name: str, key: str = META_NAME) -> dict[str, Any]:
     """The metadata that keeps ``name`` beside a ref whose last segment is hashed ({} otherwise)."""
     return {key: name} if names.is_hashed(ref.rsplit("/", 1)[-1]) else {}
@@ -1135,6 +1147,7 @@ __all__ = [
     "lost_branch_problem",
     "branches_made_since",
     "parse_ref_name",
+    "session_key",
     "real_name",
     "scope_ref",
     "session_prefix",

@@ -957,7 +957,7 @@ class Store(handles.Handle):
         Raises:
             IntegrityError, StorageError.
         """
-        from .plumbing import META_NAMES, branches_made_since, deleting_since, head_segment, lost_branch_problem
+        from .plumbing import branches_made_since, deleting_since, head_segment, lost_branch_problem, session_key
         from .refs import PREFIX as REFS_PREFIX
 
         if folders is None:
@@ -979,9 +979,7 @@ class Store(handles.Handle):
             if parts[4] == "HEAD":
                 if deleting_since(v) is not None:
                     continue  # no key: the session is not returned
-                nm = v.meta.get(META_NAMES) or {}
-                if all(isinstance(nm.get(k), str) for k in ("app", "user", "session")):
-                    keys[folder] = (nm["app"], nm["user"], nm["session"])
+                keys[folder] = session_key(parts[1:4], v.meta)
                 if v.symbolic is not None and len(parts) == 5:
                     try:
                         heads[folder] = head_segment(v)

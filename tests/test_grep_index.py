@@ -298,6 +298,21 @@ def _same_as_scan(store: castore.Store) -> None:
             assert got == list(grep(store, pattern, kinds=kinds, index=False)), (pattern, kinds)
 
 
+def test_each_session_is_searched_under_its_key_whatever_its_head_records(store: castore.Store) -> None:
+    """The index named each session by the names its HEAD recorded (any writer's: an older
+    castore's HEAD has none, a damaged one anything): a HEAD without them left its session out of
+    every indexed search, one naming another session hid that one, one not an object failed the
+    search; the scan names every session by its key."""
+    for sid, said in (("s0", ["not", "an", "object"]), ("s1", {"app": "bot", "user": "ann", "session": "s2"}),
+                      ("s2", None)):
+        h = store.refs.read(f"sessions/bot/ann/{sid}/HEAD")
+        assert h is not None
+        meta = {k: v for k, v in h.meta.items() if k not in ("w", "names")}
+        store.plumbing.swap(h.name, h.target, h, meta if said is None else {**meta, "names": said})
+    _same_as_scan(store)
+    assert len(_texts(store, "question")) == 3
+
+
 def test_updates_go_to_a_delta_and_stay_correct_through_every_kind_of_change(
         store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
     import castore.grep.index as gi
