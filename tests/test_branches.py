@@ -483,3 +483,53 @@ def test_a_head_naming_itself_does_not_break_the_listing(plumbing_store: castore
     listed = {x.session: x for x in plumbing_store.sessions("a")}
     assert listed["s"].branch is None and listed["s"].head is None
     assert listed["fine"].branch == "main" and listed["fine"].entries == 1
+
+
+@pytest.mark.parametrize("first", ["delete-reads-head", "checkout-reads-branch"])
+def test_checkout_racing_branch_delete_never_leaves_head_naming_a_missing_branch(
+        plumbing_store: castore.Store, monkeypatch: pytest.MonkeyPatch, first: str) -> None:
+    """``branch -d side`` and ``checkout side`` from two handles, each run inside the other
+    between its read and its write: either the delete reads HEAD again after deleting and puts
+    the branch back (HEAD had moved to it), or the checkout reads the branch again after moving
+    HEAD and puts HEAD back (the branch was deleted first). Never HEAD naming a missing branch
+    (a lost branch to fsck, its commits left to gc)."""
+    s = plumbing_store.session("a", "u", "race")
+    s.append(_msg(0))
+    s.branch("side")
+    side_tip = s.head
+    deleter = _reopen(plumbing_store)
+    mover = _reopen(plumbing_store)
+    if first == "delete-reads-head":  # past its "checked out?" check, the delete waits for the checkout
+        real_delete = deleter.plumbing.delete
+
+        def delete(ref: str, expect: Any) -> None:
+            monkeypatch.setattr(deleter.plumbing, "delete", real_delete)
+            assert mover.session("a", "u", "race").checkout("side") == "side"
+            real_delete(ref, expect)
+
+        monkeypatch.setattr(deleter.plumbing, "delete", delete)
+        with pytest.raises(castore.BranchError, match="checked out meanwhile"):
+            deleter.session("a", "u", "race").delete_branch("side", force=True)
+        want_branch, side_left = "side", side_tip
+    else:  # the checkout saw the branch; the delete lands, then the checkout's HEAD swap
+        real_swap = mover.plumbing.swap
+
+        def swap(ref: str, *args: Any, **kw: Any) -> Any:
+            if ref.endswith("/HEAD"):
+                monkeypatch.setattr(mover.plumbing, "swap", real_swap)
+                deleter.session("a", "u", "race").delete_branch("side", force=True)
+            return real_swap(ref, *args, **kw)
+
+        monkeypatch.setattr(mover.plumbing, "swap", swap)
+        with pytest.raises(castore.BranchError, match="was deleted while HEAD moved to it"):
+            mover.session("a", "u", "race").checkout("side")
+        want_branch, side_left = "main", None
+    with _reopen(plumbing_store) as st:
+        s = st.session("a", "u", "race")
+        assert s.current_branch == want_branch and s.lost_branch() is None
+        assert s.branches().get("side") == side_left
+        assert [m.content for m in s.messages()] == ["m0"]
+        report = fsck(st)
+        assert report.ok and not report.bad_refs, report
+    deleter.close()
+    mover.close()
