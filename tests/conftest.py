@@ -67,8 +67,9 @@ def seaweedfs() -> Iterator[s3server.Server]:
 def _grep_index_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test keeps the search index of its stores (``castore grep``, and the importers,
     which update it) under its own ``tmp_path / "index"``, never in the user's
-    ``~/.cache/castore/grep``."""
+    ``~/.cache/castore/grep``, and the usage cache in ``tmp_path / "usage-cache.json"``."""
     monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+    monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "usage-cache.json"))
 
 
 @pytest.fixture(autouse=True)
