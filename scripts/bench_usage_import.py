@@ -27,6 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_usage import CPU, generate, timed
 
 
+def _timed_in(cwd: str, cmd: list[str], env: dict[str, str]) -> float:
+    """:func:`timed` from ``cwd`` (``python -m castore`` imports the castore of its working folder)."""
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return timed(cmd, env)[0]
+    finally:
+        os.chdir(here)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkout", action="append", required=True, help="a castore checkout with its .venv")
@@ -42,7 +52,7 @@ def main() -> None:
             size = generate(home, a.sessions, a.entries // a.sessions)
         else:
             size = sum(f.stat().st_size for f in home.rglob("*.jsonl"))
-        # a checkout's own .venv, else this interpreter with the checkout first on the path
+        # a checkout's own .venv, else this interpreter, run from the checkout (its castore first)
         py = {c: f"{c}/.venv/bin/python" if Path(c, ".venv").exists() else sys.executable for c in a.checkout}
         for c in a.checkout:
             subprocess.run([py[c], "-m", "compileall", "-q", f"{c}/castore"], check=True)
@@ -53,13 +63,13 @@ def main() -> None:
         for r in range(a.rounds):
             for i, c in enumerate(a.checkout):
                 store, cache = work / f"store-{r}-{i}", work / f"cache-{r}-{i}.json"
-                env = {**os.environ, "TZ": "UTC", "CASTORE_USAGE_CACHE": str(cache), "PYTHONPATH": c}
+                env = {**os.environ, "TZ": "UTC", "CASTORE_USAGE_CACHE": str(cache)}
                 castore = [py[c], "-m", "castore", "--store", str(store)]
-                t, _ = timed([*castore, "import", "claude", str(home / "projects")], env)
+                t = _timed_in(c, [*castore, "import", "claude", str(home / "projects")], env)
                 took[c].append(t)
                 cpu[c].append(CPU[-1])
                 cached[c] = cache.exists()
-                t, _ = timed([*castore, "usage", "--by", "day", "--json"], env)
+                t = _timed_in(c, [*castore, "usage", "--by", "day", "--json"], env)
                 after[c].append(t)
                 shutil.rmtree(store)
                 cache.unlink(missing_ok=True)
