@@ -149,3 +149,27 @@ def test_a_worker_that_dies_fails_the_run_and_saves_no_cache(real: tuple[str, di
                          check=False)
     assert res.returncode == 1 and res.stderr.startswith("Error: a worker process") and "Traceback" not in res.stderr
     assert not (tmp_path / "cli.json").exists()
+
+
+def test_on_s3_the_first_run_reads_alone_what_it_reads_with_a_worker(moto_server: Any, tmp_path: Path) -> None:
+    # on S3 s3fs's I/O thread runs by the time the refs are read: no worker is forked (its
+    # copy of the thread would not be there), the report is the one the local copy gives
+    import uuid
+
+    local, url = str(tmp_path / "local"), f"s3://castore-tests/{uuid.uuid4().hex}"
+    projects = _cases().claude_case(tmp_path / "home", "fork") / "projects"
+    for where, opts in ((local, {}), (url, moto_server.storage_options)):
+        with castore.open(where, durable=False, **opts) as st:
+            import_claude(st, projects)
+    script = _RUN.replace("castore.open(url)", "castore.open(url, **json.loads(os.environ['OPTS']))")
+    env = {**os.environ, "CASTORE_USAGE_CACHE": str(tmp_path / "cache.json"),
+           "OPTS": json.dumps(moto_server.storage_options)}
+    got = subprocess.run([sys.executable, "-c", script, url, "4096", "answer"], env=env, capture_output=True, text=True,
+                         check=False)
+    assert got.returncode == 0, got.stderr
+    doc = json.loads(got.stdout)
+    assert doc["forks"] == [] and doc["reports"]["model"]["total"]["responses"] > 0
+    env["OPTS"] = "{}"
+    alone = subprocess.run([sys.executable, "-c", script, local, "4096", "answer"], env=env, capture_output=True,
+                           text=True, check=True)
+    assert doc["reports"] == json.loads(alone.stdout)["reports"]
