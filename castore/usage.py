@@ -89,7 +89,9 @@ The cache is derived data: deleting it loses nothing. An encrypted store is neve
 A run that reads most of a store's sessions (the first one, with no cache) first decodes every
 commit of the store in one pass over its packs (:func:`load_commits`), then walks each path
 through them, with no read per commit; a run that reads a few sessions reads their paths one
-by one.
+by one. Where the process may fork (:func:`castore.forked.can_fork`: one thread, two cores),
+the pass and the paths are shared with a forked worker (:func:`_read_shared`), each reading
+half of the records and the sessions that half holds whole.
 """
 
 from __future__ import annotations
