@@ -755,8 +755,10 @@ def _readable_rows(store: Store, key: Key, refs: Any, head: Any, unreadable: dic
         return None
 
 
-def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None) -> dict[Key, list[Row]]:
-    """The rows of one flat store (a root store, or a tenant's in the tenants layout)."""
+def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None,
+             doc: dict[str, Any] | None = None) -> dict[Key, list[Row]]:
+    """The rows of one flat store (a root store, or a tenant's in the tenants layout); ``doc``:
+    its cache as :func:`_load_cache` read it already."""
     url = str(getattr(store.storage, "url", "") or "")
     lost: dict[Key, CorruptRef] = {}
     if not cache or not _cacheable(store, url):
@@ -766,7 +768,7 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
         return {k: v for k, v in got.items() if v is not None}
     path = cache_path(store)
     url = url if "://" in url else os.path.abspath(url)
-    doc = _load_cache(path, url)
+    doc = _load_cache(path, url) if doc is None else doc
     old: dict[str, Any] = doc.get("sessions", {})
     mark, moved = store.refs.changes_since("sessions", doc.get("mark") if doc else None)
     if moved is not None and not moved:
@@ -984,11 +986,13 @@ def update_cache(store: Store) -> bool:
     """
     done = False
     for st in store.stores():
-        if _cacheable(st, str(getattr(st.storage, "url", "") or "")):
-            there = os.path.exists(cache_path(st))
+        url = str(getattr(st.storage, "url", "") or "")
+        if _cacheable(st, url):
+            # this store's cache (the file may hold another store's: $CASTORE_USAGE_CACHE)
+            doc = _load_cache(cache_path(st), url if "://" in url else os.path.abspath(url))
             with gc_paused():
-                _rows_of(st, True, None if there else {})
-            done = done or there
+                _rows_of(st, True, None if doc else {}, doc)
+            done = done or bool(doc)
     return done
 
 
