@@ -47,6 +47,12 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _FRAME_HEADER_MAX = 18  # bytes of a zstd frame header at most, magic included
 #: no stored object decompresses to more than this (objects are held in memory whole)
 MAX_OBJECT_SIZE = 1 << 32
+#: the most content a zstd frame can make of each of its bytes: a block makes at most 128 KiB
+#: and takes at least 4 bytes (its 3-byte header and an RLE byte). A frame declaring more than
+#: this times its length (and more than 1 MiB: a smaller claim is allocated at no risk, and
+#: unchecked on the path of every small object) lies, and is refused before its declared size
+#: is allocated.
+MAX_RATIO = (128 << 10) // 4
 
 
 
@@ -174,8 +180,10 @@ def unframe(stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OB
 
     Raises:
         IntegrityError: (naming ``what``) empty, unknown header, bad compression, or a frame
-            declaring no size or more than ``limit`` bytes (:data:`MAX_OBJECT_SIZE`; a pack
-            record's: less, see :mod:`castore.objectstore.packs`).
+            declaring no size, more than ``limit`` bytes (:data:`MAX_OBJECT_SIZE`; a pack
+            record's: less, see :mod:`castore.objectstore.packs`), more than its length can
+            hold (:data:`MAX_RATIO`: refused before the declared size is allocated), or a size
+            its data does not make.
         SealedFrameError: the frame is sealed (an encrypted store's), not for this reader.
     """
     if not stored:
@@ -188,8 +196,8 @@ def unframe(stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OB
         try:
             # a damaged size field must not make us allocate gigabytes before failing
             size = _declared(head, body)
-            if size < 0 or size > limit:
-                raise IntegrityError(what, f"compressed frame declares {size} bytes (at most {limit} here)")
+            if size < 0 or size > limit or (size > 1 << 20 and size > len(body) * MAX_RATIO):  # (1 MiB: harmless)
+                raise _refused(size, len(body), limit, what)
             # one frame and nothing after it: what the writer made, byte for byte
             pool = _dict_decompressors if magicless else _decompressors
             d = pool.take()
@@ -202,6 +210,16 @@ def unframe(stored: bytes | memoryview, what: str = "frame", limit: int = MAX_OB
     if head == SEALED:
         raise SealedFrameError(what, "it is sealed (an encrypted store's): open the store with its key")
     raise IntegrityError(what, f"unknown header byte 0x{stored[0]:02x}")
+
+
+def _refused(size: int, stored: int, limit: int, what: str) -> IntegrityError:
+    """Why a reader does not allocate ``size``, the content size a zstd frame of ``stored``
+    bytes declares: none declared, more than ``limit``, or more than :data:`MAX_RATIO` times
+    ``stored`` (a frame cannot make that much). Raises nothing."""
+    if size < 0 or size > limit:
+        return IntegrityError(what, f"compressed frame declares {size} bytes (at most {limit} here)")
+    return IntegrityError(what, f"compressed frame declares {size} bytes, more than its {stored} bytes "
+                                f"can hold (at most {MAX_RATIO} each)")
 
 
 def _declared(head: bytes, body: bytes | memoryview) -> int:
@@ -256,8 +274,8 @@ class BlockPrefix:
             size = zstandard.frame_content_size(body)
         except zstandard.ZstdError as e:
             raise IntegrityError(what, f"bad compressed data ({e})") from e
-        if size < 0 or size > limit:
-            raise IntegrityError(what, f"compressed frame declares {size} bytes (at most {limit} here)")
+        if size < 0 or size > limit or size > len(body) * MAX_RATIO:
+            raise _refused(size, len(body), limit, what)
         self.size: int = size
         self.data = b""
         self.what = what

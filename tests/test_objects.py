@@ -325,6 +325,61 @@ def test_a_damaged_frame_size_is_refused_before_decompressing():
         o.from_stored(oid, b"\x01" + header + (1 << 62).to_bytes(8, "little") + big[9:])
 
 
+def _claiming(data: bytes, claim: int, dict_frame: bool = False) -> bytes:
+    """A stored frame of ``data`` (``0x01``, or the dictionary's magicless ``0x02``) whose
+    4-byte content size field says ``claim``."""
+    if dict_frame:
+        z = bytearray(frames._dict_compressor(frames._shared_zdict()).compress(data))
+        fhd_at = 0
+    else:
+        z = bytearray(zstandard.ZstdCompressor().compress(data))
+        fhd_at = 4
+    fhd = z[fhd_at]
+    assert fhd >> 6 == 2  # a 4-byte size field
+    at = fhd_at + 1 + (0 if (fhd >> 5) & 1 else 1) + (0, 1, 2, 4)[fhd & 3]
+    z[at:at + 4] = claim.to_bytes(4, "little")
+    return (frames.ZSTD_DICT if dict_frame else frames.ZSTD) + bytes(z)
+
+
+@pytest.mark.parametrize("dict_frame", [False, True], ids=["zstd", "dictionary"])
+def test_a_frame_claiming_more_or_less_than_it_holds_is_a_corrupt_object(dict_frame: bool) -> None:
+    """A zstd "bomb": a few bytes whose header claims up to MAX_OBJECT_SIZE (4 GiB). Every
+    reader (a loose object, a pack record, a repacked block read in part, the search index's
+    chunks: frames.unframe and BlockPrefix) refuses it as corrupt before it allocates the size
+    claimed, since no frame makes more than MAX_RATIO bytes of each of its own; before,
+    python-zstandard allocated the claim (a MemoryError where memory is capped: see the
+    subprocess below). A claim its data does not make, more or less, is corrupt too."""
+    data = b"\0" * 100_000
+    for claim in (frames.MAX_OBJECT_SIZE - 1, 100_001, 99_999, 1):
+        stored = _claiming(data, claim, dict_frame)
+        assert len(stored) < 100  # (a bomb: tiny)
+        with pytest.raises(IntegrityError, match="declares|bad compressed data"):
+            frames.unframe(stored, "obj")
+        if not dict_frame:
+            with pytest.raises(IntegrityError, match="declares|bad compressed data|ends at"):
+                frames.BlockPrefix(stored, "block").upto(claim)
+    with pytest.raises(IntegrityError, match=r"more than its \d+ bytes can hold"):
+        frames.unframe(_claiming(data, frames.MAX_OBJECT_SIZE - 1, dict_frame), "obj")
+    assert frames.unframe(_claiming(data, len(data), dict_frame)) == data  # the true size reads
+    # a whole run of zeros, the best zstd does, stays under the bound
+    assert len(frames.unframe(frames.to_stored(b"\0" * (1 << 24)))) == 1 << 24
+
+
+def test_a_bomb_is_refused_where_memory_is_capped(tmp_path) -> None:
+    """The claim is never allocated: under a 1.5 GB address-space cap a frame claiming 4 GiB
+    is one IntegrityError (before: MemoryError)."""
+    import subprocess
+
+    stored = _claiming(b"\0" * 100_000, frames.MAX_OBJECT_SIZE - 1)
+    (tmp_path / "bomb").write_bytes(stored)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000)); "
+            "from castore import frames; from castore.errors import IntegrityError\n"
+            "try:\n    frames.unframe(open(sys.argv[1], 'rb').read(), 'obj')\n"
+            "except IntegrityError as e:\n    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "bomb")], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("refused:"), (out.stdout, out.stderr[-500:])
+
+
 def test_zstd_contexts_outlive_the_threads_that_used_them():
     """A short-lived thread (LangGraph runs each checkpoint write in a new one) takes a zstd
     context another thread made and gives it back, instead of building its own: building
