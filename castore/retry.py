@@ -1,9 +1,12 @@
 """The retry policy of a compare-and-swap: how long a writer that lost a race on a ref
 keeps trying, and the one retry loop (:func:`retry`) every landing runs under.
 
-:meth:`castore.plumbing.Plumbing.land` runs a write's read-build-swap attempt here; the
-writers that are not a ref's landing (an archive import, a scope change) call :func:`retry`
-themselves. After a lost race the writer sleeps a jittered, exponentially growing delay; it
+:meth:`castore.plumbing.Plumbing.land` runs a write's read-build-swap attempt here; a whole
+archive import, which is no one ref's landing, calls :func:`retry` itself
+(:mod:`castore.adapters.import_jobs`). Not the retry of a storage call that failed for a
+passing cause: that is :mod:`castore.storage.retrying`'s.
+
+After a lost race the writer sleeps a jittered, exponentially growing delay; it
 gives up after a cap on attempts or on total time and raises :class:`RefContended`, naming
 the ref, the attempts and the time spent. A ref lock that cannot be taken
 (:class:`~castore.errors.RefLocked`) is not a lost race: it is raised at once, naming the
