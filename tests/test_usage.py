@@ -638,6 +638,21 @@ def test_tenants_layout_is_counted_tenant_by_tenant(tmp_path: Path) -> None:
         assert usage(st).total.responses == 3
 
 
+def test_the_usage_command_gives_its_caller_the_collector_back(store: castore.Store, tmp_path: Path) -> None:
+    # castore usage runs with the collector paused (its decoded commits hold no cycles); run
+    # in a caller's own process (CliRunner, as a library user calls the CLI) it left the
+    # collector off for the rest of that process
+    import gc
+
+    store.session("app", "user", "s").append(Message(role="user", content="hi"))
+    bad = tmp_path / "prices.json"
+    bad.write_text("not a price table")
+    assert gc.isenabled()
+    for args, code in ((["usage"], 0), (["usage", "--json"], 0), (["usage", "--prices", str(bad)], 1)):
+        res = CliRunner().invoke(cli_main, ["--store", str(tmp_path / "store"), *args])
+        assert res.exit_code == code and gc.isenabled(), (args, res.output)
+
+
 def test_cli_table_json_prices_and_errors(store: castore.Store, tmp_path: Path) -> None:
     root = _projects(tmp_path)
     import_claude(store, root)

@@ -48,14 +48,21 @@ def usage_cmd(store: Any, by: str, app: str | None, since: str | None, until: st
     compaction replay (see docs/archive.md for how copies are recognised). A cost marked * leaves
     out responses of models the price table does not know ("-": all of them).
     """
-    import gc
-
-    from ..usage import load_prices, usage
+    from ..gcpause import gc_paused
 
     # the collector would walk the commits the first run decodes (half a million objects,
     # a tenth of the run), to find nothing: they hold no cycles and stay alive until the
-    # process ends (skip_teardown)
-    gc.disable()
+    # process ends (skip_teardown); paused for the command only, so a caller of the CLI in
+    # its own process gets its collector back
+    with gc_paused():
+        _usage_report(store, by, app, since, until, prices_file, no_cache, as_json)
+
+
+def _usage_report(store: Any, by: str, app: str | None, since: str | None, until: str | None,
+                  prices_file: str | None, no_cache: bool, as_json: bool) -> None:
+    """Count and print ``castore usage``'s report (the command's body, run with the collector paused)."""
+    from ..usage import load_prices, usage
+
     report = usage(store, by=by, prices=load_prices(prices_file), app=app, since=since, until=until,
                    cache=not no_cache)
     skip_teardown()  # the cache is saved; what is left is every decoded commit, for the OS to free
