@@ -79,7 +79,7 @@ Counting is cached: the rows read from each session are kept in a local file
 the refs they were read at and the branch HEAD was on (a checkout moves the rows of the commits
 two branches hold); the next run reads again only the sessions whose refs moved (on
 local disk the ref-change log tells which, without reading a ref), and ``castore import``
-brings the cache up to date, or makes it when there is none yet (:func:`update_cache`).
+brings an existing cache up to date as it does the search index (:func:`update_if_present`).
 The ref-change log names castore's own changes only (its writes of a ref file in place
 included, logged before they are made); a ref file edited, removed or rewritten in place by
 hand is seen when its session's refs next move, or once the cache is deleted.
@@ -972,16 +972,14 @@ def _cacheable(store: Store, url: str) -> bool:
     return bool(url) and not url.startswith("memory://") and indexable(store)
 
 
-def update_cache(store: Store) -> bool:
-    """Bring ``store``'s usage cache up to date, or make it where there is none yet (what an
-    import calls, as it does for the search index, so that the next ``castore usage`` reads no
-    session: the first run's pass over every commit is the import's); True if an existing cache
-    was brought up to date. A store that is never cached (:func:`_cacheable`) is left alone; a
-    cache is not made when a session cannot be read (the ``castore usage`` after it names it).
+def update_if_present(store: Store) -> bool:
+    """Bring ``store``'s usage cache up to date if it has one (what an import calls, as it does
+    for the search index, so that the next ``castore usage`` reads no session); True if it did.
+    A store without a cache is left without one: the first ``castore usage`` makes it, and an
+    import that never meets a usage run pays nothing for it.
 
     Raises:
-        ObjectNotFound, IntegrityError: a session of an existing cache cannot be read.
-        WorkerDied: the worker of a first run ended without its answer.
+        ObjectNotFound, IntegrityError: a session of the cache cannot be read.
         StorageError.
     """
     done = False
@@ -990,9 +988,10 @@ def update_cache(store: Store) -> bool:
         if _cacheable(st, url):
             # this store's cache (the file may hold another store's: $CASTORE_USAGE_CACHE)
             doc = _load_cache(cache_path(st), url if "://" in url else os.path.abspath(url))
-            with gc_paused():
-                _rows_of(st, True, None if doc else {}, doc)
-            done = done or bool(doc)
+            if doc:
+                with gc_paused():
+                    _rows_of(st, True, None, doc)
+                done = True
     return done
 
 

@@ -141,12 +141,11 @@ def main() -> None:
             size = sum(f.stat().st_size for f in home.rglob("*.jsonl"))
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "castore")], check=True)
         ours = [*CASTORE, "--store", str(store), "usage", "--by", "day", "--json"]
-        took_import = first = None
+        took_import = None
         if not store.exists():
             cache.unlink(missing_ok=True)
             took_import, _ = timed([*CASTORE, "--store", str(store), "import", "claude", str(home / "projects")], env)
             print(f"imported in {took_import:.1f} s", file=sys.stderr)
-            first, _ = timed(ours, env)  # the import made the cache (when the store had none)
         version = subprocess.run([a.ccusage, "--version"], capture_output=True, text=True).stdout.strip()
         ccusage = [a.ccusage, "claude", "daily", "--offline", "--json"]
         times: dict[str, list[float]] = {"ccusage": [], "cold": [], "warm": []}
@@ -183,9 +182,6 @@ def main() -> None:
                 ("castore usage --json, cache fresh", med["warm"], times["warm"], mcpu["warm"]),
                 ("castore usage --json, after an import of 10 new responses (which updated the cache)", took_after,
                  [took_after], None)]
-        if first is not None:
-            rows.insert(3, ("castore usage --json, right after the first import (which made the cache)", first,
-                            [first], None))
         # each first run against the ccusage run just before it (the same moment's load)
         paired = statistics.median(c / cc for c, cc in zip(times["cold"], times["ccusage"], strict=True))
         lines = [f"{a.sessions:,} Claude Code sessions, {a.entries:,} lines ({size / 2**20:.0f} MiB), "

@@ -694,20 +694,21 @@ def test_cli_table_json_prices_and_errors(store: castore.Store, tmp_path: Path) 
         usage(store, by="hour")
 
 
-def test_the_first_import_makes_the_usage_cache_a_first_run_would(tmp_path: Path,
+def test_an_import_makes_no_usage_cache_and_updates_one_usage_made(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # the user's loop is import, then usage: the first import into a store without a cache
-    # makes it (quietly), the bytes a first `castore usage` writes, and the usage after it
-    # reads no session
+    # an import never pays for a usage cache nobody asked for: the first `castore usage` makes
+    # it; an import after that brings it up to date, so the usage after it reads no session
     import castore.usage as usage_mod
 
     url, cache = str(tmp_path / "store"), tmp_path / "usage-cache.json"
-    res = CliRunner().invoke(cli_main, ["--store", url, "import", "claude", str(_projects(tmp_path))])
-    assert res.exit_code == 0 and "usage cache" not in res.stderr and cache.exists()
-    made = cache.read_bytes()
+    projects = _projects(tmp_path)
+    res = CliRunner().invoke(cli_main, ["--store", url, "import", "claude", str(projects)])
+    assert res.exit_code == 0 and "usage cache" not in res.stderr and not cache.exists()
+    usage(castore.open(url), by="branch")
+    assert cache.exists()
+    res = CliRunner().invoke(cli_main, ["--store", url, "import", "claude", str(projects)])
+    assert res.exit_code == 0 and "usage cache updated" in res.stderr
     want = usage(castore.open(url), by="branch", cache=False).to_json()
-    cache.unlink()
-    assert usage(castore.open(url), by="branch").to_json() == want and cache.read_bytes() == made
     monkeypatch.setattr(usage_mod, "session_rows", lambda *a, **k: pytest.fail("a session read: the cache is fresh"))
     assert usage(castore.open(url), by="branch").to_json() == want
 

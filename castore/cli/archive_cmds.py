@@ -58,14 +58,14 @@ def _echo_results(results: list[Any], as_json: bool) -> None:
 
 
 def _update_index(store: Any) -> None:
-    """Bring the search index up to date where the store has one (grep made it), and the usage
-    cache (made by the first import into a store without one, quietly)."""
+    """Bring the search index and the usage cache up to date, where the store has them (grep and
+    usage made them)."""
     from .. import usage
     from ..grep.index import update_if_present
 
     if update_if_present(store):
         note("search index updated")
-    if usage.update_cache(store):
+    if usage.update_if_present(store):
         note("usage cache updated")
 
 
