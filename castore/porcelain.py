@@ -118,9 +118,11 @@ def _ref_names(session: Session, internal: bool) -> tuple[RefNames, set[str]]:
                     views.links(session)), hidden
 
 
-def _past_bookkeeping(entries: Sequence[LogEntry]) -> tuple[list[LogEntry], Callable[[str], tuple[str, ...]]]:
-    """The entries views do not mark as bookkeeping, and where an id lands past the ones left
-    out (its nearest kept ancestors; an id not left out lands on itself)."""
+def past_bookkeeping(entries: Sequence[LogEntry]) -> tuple[list[LogEntry], Callable[[str], str]]:
+    """``entries`` without the bookkeeping lines views mark (see :func:`castore.views.bookkeeping`),
+    each kept commit's parents moved past the ones left out (so a graph stays connected), and
+    where a name on a commit shows: on the commit itself, or for one left out on its newest
+    kept ancestor (on itself still when it has none)."""
     left_out: dict[str, tuple[str, ...]] = {e.id: e.parents for e in entries if views.bookkeeping(e)}
     seen: dict[str, tuple[str, ...]] = {}
 
@@ -143,22 +145,22 @@ def _past_bookkeeping(entries: Sequence[LogEntry]) -> tuple[list[LogEntry], Call
     kept = [e if not any(p in left_out for p in e.parents)
             else replace(e, parents=tuple(dict.fromkeys(ObjectId(q) for p in e.parents for q in past(p))))
             for e in entries if e.id not in left_out]
-    return kept, past
-
-
-def readable(entries: Sequence[LogEntry]) -> list[LogEntry]:
-    """``entries`` without the bookkeeping lines views mark (see :func:`castore.views.bookkeeping`),
-    each kept commit's parents moved past the ones left out (so a graph stays connected)."""
-    return _past_bookkeeping(entries)[0]
-
-
-def _moved(names: RefNames, past: Callable[[str], tuple[str, ...]]) -> RefNames:
-    """``names`` with each name on a left-out commit moved to the commit shown in its place."""
 
     def at(cid: str) -> str:
         landed = past(cid)
         return landed[0] if landed else cid
 
+    return kept, at
+
+
+def readable(entries: Sequence[LogEntry]) -> list[LogEntry]:
+    """``entries`` without the bookkeeping lines views mark (see :func:`castore.views.bookkeeping`),
+    each kept commit's parents moved past the ones left out (so a graph stays connected)."""
+    return past_bookkeeping(entries)[0]
+
+
+def _moved(names: RefNames, at: Callable[[str], str]) -> RefNames:
+    """``names`` with each name on a left-out commit moved to the commit shown in its place."""
     links: dict[str, list[str]] = {}
     for c, said in names.links.items():
         links.setdefault(at(c), []).extend(said)
@@ -191,11 +193,11 @@ def log(session: Session, rev: str = "HEAD", *, limit: int | None = None, all_br
         entries = views.visible(entries) if hidden else entries
         if all_entries:
             return names, entries[:limit]
-        kept, past = _past_bookkeeping(entries)
+        kept, past = past_bookkeeping(entries)
         return _moved(names, past), kept[:limit]
     want = limit or None
     while True:  # read more of the path until enough entries are left
-        kept, past = _past_bookkeeping(got := session.log(rev, limit=want))
+        kept, past = past_bookkeeping(got := session.log(rev, limit=want))
         if want is None or limit is None or len(kept) >= limit or len(got) < want:
             return _moved(names, past), kept[:want and limit]
         want *= 4
@@ -372,5 +374,5 @@ def newest_version(key: Key, keys: Sequence[Key]) -> Key:
 
 __all__ = ["Status", "status", "session_keys", "find_session", "own_id", "named_after", "file_version",
            "newest_version",
-           "RefNames", "ref_names", "readable",
+           "RefNames", "ref_names", "readable", "past_bookkeeping",
            "log", "BranchList", "branch_list"]

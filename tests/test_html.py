@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from helpers.viewer import replayed_state
 
 import castore
+from castore import porcelain
 from castore.cli.demo import record
 from castore.cli.main import main
 from castore.context import project
@@ -40,6 +41,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 MARKUP = "Show this as text: <script>alert(1)</script><img src=x onerror=alert(2)>"
 APP, USER, SID = "weather-app", "alice", "demo-1"
 KEY = f"{APP}/{USER}/{SID}"
+CLAUDE = ROOT / "tests" / "data" / "claude-code" / "session-share"
+CLAUDE_SID = "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68"
 
 
 def _build_demo(store: castore.Store) -> castore.Session:
@@ -188,6 +191,68 @@ def test_layout_of_5000_commits_folds_linear_runs() -> None:
     hidden = sum(b - a + 1 for a, b in plan.runs)
     assert len(plan.runs) == 3 and hidden > n - 40
     assert plan.row[n] == plan.row[1000] + 1  # the side branch sits right under its fork point
+
+
+# -- an imported Claude Code session ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[castore.Session]:
+    """tests/data's real Claude Code session, whose HEAD is its closing ``summary`` line."""
+    from castore.adapters.claude_code import import_claude
+
+    store = castore.open(str(tmp_path_factory.mktemp("claude") / "store"), durable=False)
+    import_claude(store, CLAUDE / f"{CLAUDE_SID}.jsonl")
+    yield store.session("claude", "session-share", CLAUDE_SID)
+    store.close()
+
+
+def test_the_view_leaves_out_bookkeeping_lines_as_log_does_and_opens_on_the_newest_shown(
+        imported: castore.Session) -> None:
+    every = imported.log(all_branches=True)
+    shown = porcelain.log(imported, all_branches=True, all_entries=False)[1]
+    assert imported.show("HEAD").meta["claude"]["type"] == "summary"
+    data = build_model(imported)
+    assert sorted(n["id"] for n in data["nodes"]) == sorted(e.id for e in shown)
+    assert data["bookkeeping"] == len(every) - len(shown) > 0 and not data["all_entries"]
+    newest = porcelain.log(imported, limit=1, all_entries=False)[1][0]
+    head = data["nodes"][data["refs"]["head"]]
+    assert head["id"] == newest.id and head["a"] == "assistant"
+    assert data["nodes"][data["refs"]["branches"]["main"]]["id"] == newest.id
+    for i, node in enumerate(data["nodes"]):  # parents moved past the lines left out
+        assert all(p < i for p in node["p"])
+        assert replayed_state(data["nodes"], i) == imported.state(node["id"])
+    everything = build_model(imported, all_entries=True)
+    assert len(everything["nodes"]) == len(every) and everything["bookkeeping"] == data["bookkeeping"]
+    assert everything["nodes"][everything["refs"]["head"]]["id"] == imported.head
+
+
+def test_export_html_says_how_many_bookkeeping_lines_it_hides(imported: castore.Session, tmp_path: Path) -> None:
+    key = f"claude/session-share/{CLAUDE_SID}"
+    pages = {}
+    for flag in ([], ["--all-entries"]):
+        out = tmp_path / f"view{len(flag)}.html"
+        result = CliRunner().invoke(main, ["--store", imported.store.url, "export", "html", "-s", key,
+                                           "-o", str(out), *flag])
+        assert result.exit_code == 0, result.output
+        pages[bool(flag)] = out.read_text(encoding="utf-8")
+    n = build_model(imported)["bookkeeping"]
+    assert f"{n} bookkeeping lines hidden (export html --all-entries shows them)" in pages[False]
+    assert f"{n} bookkeeping lines shown" in pages[True]
+    assert len(_data(pages[True])["nodes"]) == len(_data(pages[False])["nodes"]) + n
+
+
+def test_serve_links_a_session_view_with_and_without_its_bookkeeping_lines(imported: castore.Session) -> None:
+    srv = make_server(castore.open(imported.store.url), "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        path = f"/s/claude/session-share/{CLAUDE_SID}"
+        status, _, hidden = _request(srv.server_address[:2], "GET", path)
+        assert status == 200 and f'<a href="{path}?all-entries">show them</a>' in hidden
+        status, _, shown = _request(srv.server_address[:2], "GET", path + "?all-entries")
+        assert status == 200 and f'<a href="{path}">hide them</a>' in shown
+        assert len(_data(shown)["nodes"]) == len(imported.log(all_branches=True)) > len(_data(hidden)["nodes"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 # -- serve -----------------------------------------------------------------------------------

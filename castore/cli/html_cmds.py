@@ -18,20 +18,25 @@ DEFAULT_PORT = 8765
               help="Write to FILE instead of stdout.")
 @click.option("--internal", is_flag=True,
               help="Also an adapter's bookkeeping commits (a LangGraph thread's task writes).")
+@click.option("--all-entries", is_flag=True,
+              help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
+                   "summary; Codex's turn_context, token_count; ...), left out otherwise, as log leaves them out.")
 @click.pass_context
-def export_html(ctx: click.Context, spec: str | None, output: str | None, internal: bool) -> None:
+def export_html(ctx: click.Context, spec: str | None, output: str | None, internal: bool, all_entries: bool) -> None:
     """Write a session as one self-contained HTML file (its tree, entries and states).
 
     The file needs no network: scripts, styles and data are inline. It draws every
     commit (branches, labels and HEAD named; compactions and forks marked; long linear
-    runs folded); clicking a commit shows its entry, metadata, full state, the change
-    from its parent and, with the toggle, the context a model would receive there.
+    runs folded) but an imported session's bookkeeping lines, as log leaves them out,
+    and opens on HEAD, or on the newest line shown when HEAD is one of those; clicking a
+    commit shows its entry, metadata, full state, the change from its parent and, with
+    the toggle, the context a model would receive there.
     """
     from ..html import render_session
     from .common import get_session
 
     session = get_session(ctx, spec=spec)
-    page = render_session(session, internal=internal)
+    page = render_session(session, internal=internal, all_entries=all_entries)
     if output:
         try:
             with open(output, "w", encoding="utf-8") as f:
@@ -56,7 +61,8 @@ def serve(ctx: click.Context, url: str | None, port: int, host: str, quiet: bool
     """Browse a store's sessions in a web browser (read-only, local).
 
     GET / lists the sessions by app and user; each links to the same view as
-    `export html`. Nothing can be written through it. Stop it with Ctrl-C.
+    `export html`, where a link shows or hides an imported session's bookkeeping
+    lines. Nothing can be written through it. Stop it with Ctrl-C.
     """
     from ..html.server import make_server
     from ..store import Store

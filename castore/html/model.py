@@ -13,7 +13,8 @@ Shape (``v`` 1)::
      "nodes": [{"id", "p": [parent indices], "k": kind, "a": author, "t": time, "n": depth,
                 "m": meta, "d": {key: value}, "u": [unset keys], "e": entry,
                 "r": row, "l": lane}, ...],
-     "lanes": n, "runs": [[first_row, last_row], ...], "text": {...wording of summaries}}
+     "lanes": n, "runs": [[first_row, last_row], ...], "bookkeeping": n, "all_entries": bool,
+     "text": {...wording of summaries}}
 
 Nodes are ordered oldest first. ``d``/``u`` hold the session keys the commit changed,
 plus the ``app:``/``user:`` keys whose scoped state differs from the parent commit's.
@@ -23,15 +24,24 @@ a checkpoint's ``e`` says its step, node and updated channels (``e.summary``), i
 hold the decoded channel values that changed, and ``x`` (``{channel: [items]}``) the items
 appended to a list channel such as ``messages`` (so each message is embedded once, not once
 per checkpoint). The saver's task writes and their branch are left out unless ``internal``.
+
+An imported session shows as ``castore log`` shows it: the client's bookkeeping lines (Claude
+Code's ``progress``, ``file-history-snapshot``, ``summary``; Codex's ``turn_context``,
+``token_count``; see :func:`castore.views.bookkeeping`) are left out unless ``all_entries``,
+each kept commit's parents moved past them, and HEAD, a branch or a label on one shows on the
+newest kept commit before it (so the view opens on the newest entry it shows).
+``bookkeeping`` counts these lines, shown or not. Importers give these lines no state change, so replaying the
+kept commits' deltas still rebuilds each state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import context as ctx
 from .. import objects as o
+from .. import porcelain, views
 from ..adapters import langgraph_view as lg
 from ..entries import Event, entry_fields
 from ..session import LogEntry, Session
@@ -63,13 +73,15 @@ def _scope_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: 
     unset.extend(prefix + k for k in before if k not in after)
 
 
-def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
+def build_model(session: Session, internal: bool = False, all_entries: bool = False) -> dict[str, Any]:
     """Read a whole session into the JSON-ready data of its HTML view (see the module doc).
 
     Args:
         session: the session.
         internal: keep an adapter's bookkeeping commits and branches (a LangGraph thread's
             task writes), which are left out by default.
+        all_entries: keep the bookkeeping lines of imported sessions, which are left out by
+            default (as ``castore log`` leaves them out).
 
     Raises:
         SessionNotFound: the session has no entries.
@@ -88,6 +100,11 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
     entries = session.log(all_branches=True)
     if not internal:
         entries = lg.visible(entries)
+    read = len(entries)
+    at: Callable[[str], str] = str
+    if not all_entries:
+        entries, at = porcelain.past_bookkeeping(entries)
+    bookkeeping = read - len(entries) if not all_entries else sum(map(views.bookkeeping, entries))
     entries.sort(key=lambda e: (e.time, e.depth, e.id))
     index = {e.id: i for i, e in enumerate(entries)}
     commits = store.history.commits([e.id for e in entries]) if entries else {}
@@ -113,6 +130,10 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
             branches.pop(name)
     reader = lg.StateReader(store)
     labels = session.labels()
+    if not all_entries:
+        head = o.ObjectId(at(head)) if head is not None else None
+        branches = {b: o.ObjectId(at(t)) for b, t in branches.items()}
+        labels = {n: o.ObjectId(at(t)) for n, t in labels.items()}
     nodes: list[dict[str, Any]] = []
     parents: list[list[int]] = []
     for e in entries:
@@ -158,6 +179,8 @@ def build_model(session: Session, internal: bool = False) -> dict[str, Any]:
         "nodes": nodes,
         "lanes": plan.lanes,
         "runs": plan.runs,
+        "bookkeeping": bookkeeping,
+        "all_entries": all_entries,
         "text": {
             "compaction": [ctx.COMPACTION_PREFIX, ctx.COMPACTION_SUFFIX],
             "branch": [ctx.BRANCH_PREFIX, ctx.BRANCH_SUFFIX],

@@ -62,12 +62,29 @@ def _nav(back: str | None) -> str:
     return f'<a href="{html.escape(back, quote=True)}">all sessions</a>' if back else ""
 
 
-def session_page(model: Mapping[str, Any], back: str | None = None) -> str:
+def _bookkeeping(model: Mapping[str, Any], toggle: str | None) -> str:
+    """The header's word on an imported session's bookkeeping lines: how many, whether shown,
+    and a link that shows or hides them (served) or the option that shows them (exported)."""
+    n = model.get("bookkeeping", 0)
+    if not n:
+        return ""
+    shown = bool(model.get("all_entries"))
+    said = f"{n} bookkeeping line{'' if n == 1 else 's'} {'shown' if shown else 'hidden'}"
+    if toggle is not None:
+        said += f' \u00b7 <a href="{html.escape(toggle, quote=True)}">{"hide" if shown else "show"} them</a>'
+    elif not shown:
+        said += " (export html --all-entries shows them)"
+    return f'<span class="stat" id="bookkeeping">{said}</span>'
+
+
+def session_page(model: Mapping[str, Any], back: str | None = None, toggle: str | None = None) -> str:
     """The HTML document of a session view, built from :func:`~castore.html.model.build_model`'s data.
 
     Args:
         model: the view's data.
         back: a link shown in the header (the store index when served), or None.
+        toggle: a link to the same view with an imported session's bookkeeping lines shown
+            or hidden the other way (when served), or None.
     """
     key = model["key"]
     named = model.get("title")
@@ -82,6 +99,7 @@ def session_page(model: Mapping[str, Any], back: str | None = None) -> str:
         "<header><h1 id=\"key\"></h1>"
         "<span class=\"stat\"><span id=\"count\"></span> commits \u00b7 <span id=\"nbranch\"></span> branches"
         " \u00b7 <span id=\"nlabel\"></span> labels</span><span class=\"stat\" id=\"forked\"></span>"
+        f"{_bookkeeping(model, toggle)}"
         "<label><input type=\"checkbox\" id=\"ctx\"> show the model's context</label>"
         "<input type=\"search\" id=\"go\" placeholder=\"go to id, branch, label\" aria-label=\"go to\">"
         "<button type=\"button\" id=\"unfold\">unfold all</button>"

@@ -1,7 +1,8 @@
 """``castore serve``: a read-only web view of a store, on the standard library's HTTP server.
 
 Routes: ``GET /`` lists the sessions by app and user; ``GET /s/<app>/<user>/<session>``
-(each part percent-encoded) is that session's view (:func:`castore.html.render_session`).
+(each part percent-encoded) is that session's view (:func:`castore.html.render_session`),
+with an imported session's bookkeeping lines too when the query has ``all-entries``.
 Nothing else exists: a write method gets 405, any other path 404, and so does a key part
 that is ``.``/``..`` (names never reach the file system here anyway: the store encodes
 them, and its storage refuses any key that would leave it). A request that fails on a
@@ -15,7 +16,7 @@ import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..deletion import finish_line
 from ..errors import CastoreError, InvalidName, SessionNotFound
@@ -23,7 +24,7 @@ from ..store import Store
 from ..views import session_title
 from .assets import CSS, JS
 from .model import build_model
-from .page import INDEX_CSS, csp, index_page, session_page
+from .page import INDEX_CSS, csp, index_page, session_href, session_page
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _ANY = {"0.0.0.0", "::", ""}
@@ -121,7 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._host_ok():
             self._error(HTTPStatus.BAD_REQUEST, "unexpected Host header", head)
             return
-        path = urlsplit(self.path).path
+        path, query = urlsplit(self.path)[2:4]
         try:
             if path == "/":
                 with self.server.lock:
@@ -132,9 +133,11 @@ class _Handler(BaseHTTPRequestHandler):
             if key is None:
                 self._error(HTTPStatus.NOT_FOUND, "not found", head)
                 return
+            every = "all-entries" in parse_qs(query, keep_blank_values=True)
             with self.server.lock:
-                model = build_model(self.server.store.session(*key))
-            self._send(HTTPStatus.OK, session_page(model, back="/"), csp(JS, CSS), head=head)
+                model = build_model(self.server.store.session(*key), all_entries=every)
+            toggle = session_href(*key) + ("" if every else "?all-entries")
+            self._send(HTTPStatus.OK, session_page(model, back="/", toggle=toggle), csp(JS, CSS), head=head)
         except (InvalidName, SessionNotFound, UnicodeDecodeError):
             self._error(HTTPStatus.NOT_FOUND, "no such session", head)
         except CastoreError as e:
