@@ -577,6 +577,18 @@ def test_missing_store_is_an_error(tmp_path: Path) -> None:
     assert "unknown or unavailable protocol 'nope'" in fails(run("nope://x", "log"))
 
 
+def test_a_store_path_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    # "no castore store (create one with `castore init`)" sent people to an init that failed there
+    (tmp_path / "notes.txt").write_text("mine\n")
+    for url in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "store"):
+        for args, session in ((["init"], None), (["sessions"], None), (["status"], None), (["log"], KEY)):
+            err = fails(run(str(url), *args, session=session))
+            assert f"{tmp_path / 'notes.txt'} is a file, not a folder: a castore store is a folder" in err, err
+    with pytest.raises(castore.StorageError, match="is a file, not a folder"):
+        castore.open(str(tmp_path / "notes.txt"))
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
 def test_missing_session_is_an_error(seeded: Seeded) -> None:
     for args in (["log"], ["state"], ["checkout", "main"], ["branch"], ["labels"], ["verify"]):
         assert "session app/alice/nope not found" in fails(run(seeded.url, *args, session="app/alice/nope"))

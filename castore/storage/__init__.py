@@ -50,7 +50,8 @@ def open_storage(url: str, *, durable: bool = True, **storage_options: Any) -> S
     Raises:
         StorageError: the scheme is unknown or its backend cannot be loaded; an option given
             to local disk or ``memory://``, which take none (a typo would pass unseen);
-            ``durable`` that is not a bool.
+            ``durable`` that is not a bool; a local path that is a file or lies below one
+            (:func:`~castore.storage.local.refuse_file`).
     """
     proto, path = split_url(url)
     if not isinstance(durable, bool):  # (-o durable=maybe would be durable, unsaid)
@@ -60,9 +61,11 @@ def open_storage(url: str, *, durable: bool = True, **storage_options: Any) -> S
         raise StorageError(f"unknown storage option {name!r}: a store on "
                            f"{'local disk' if proto == 'file' else 'memory://'} takes no options", url)
     if proto == "file":
-        from .local import LocalStorage
+        from .local import LocalStorage, refuse_file
 
-        return LocalStorage(os.path.abspath(os.path.expanduser(path)), durable=durable)
+        root = os.path.abspath(os.path.expanduser(path))
+        refuse_file(root, url)
+        return LocalStorage(root, durable=durable)
     if proto == "memory":
         from .memory import MemoryStorage
 

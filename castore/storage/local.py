@@ -119,6 +119,22 @@ def _boot_id() -> str:
     return _BOOT[0]
 
 
+def refuse_file(root: str, url: str) -> None:
+    """Refuse a store root that is a file or lies below one: no store can be read or made
+    there, and "no store here, create one" would send people to an init that fails.
+
+    Raises:
+        StorageError: naming the file.
+    """
+    up = root
+    while not os.path.isdir(up):
+        if os.path.exists(up):
+            raise StorageError(f"{up} is a file, not a folder: a castore store is a folder", url)
+        if (parent := os.path.dirname(up)) == up:
+            return
+        up = parent
+
+
 class LocalStorage(Storage):
     """Files under ``root``; see the module docstring."""
 
