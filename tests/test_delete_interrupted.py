@@ -9,7 +9,6 @@ expire kept the session forever."""
 from __future__ import annotations
 
 import html
-import http.client
 import json
 import threading
 import time
@@ -18,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import Backend, backend_on
 from helpers.storage import PassThrough
+from helpers.viewer import served_index
 
 import castore
 import castore.grep
@@ -325,8 +325,6 @@ def test_expire_racing_a_writer_leaves_a_whole_session_or_none(kind: str, reques
     or whole, HEAD without the mark, holding the writer's last acknowledged entry; fsck reports
     no lost branch and no interrupted deletion. A writer is refused (SessionDeleting) or loses
     a swap only while the deletion runs."""
-    import threading
-
     from conftest import make_backend
 
     b = make_backend(kind, request, tmp_path)
@@ -390,8 +388,6 @@ def test_listings_mark_an_interrupted_deletion_and_searches_skip_it(tmp_path, mo
     append would start, which is refused); ``grep`` and ``usage`` skip it, as they would the
     finished deletion. Before, the listings showed it as a healthy (or never-born) session and
     grep searched the branches left."""
-    from castore.html.server import make_server
-
     monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "grep-index"))
     monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "usage.json"))
     backend = Backend("local", str(tmp_path / "st"))
@@ -420,16 +416,7 @@ def test_listings_mark_an_interrupted_deletion_and_searches_skip_it(tmp_path, mo
             assert [m.session for m in castore.grep.grep(st, "hello", **how)] == [], how
             assert list(castore.grep.grep(st, "stays", **how)), how  # the neighbour is searched still
         assert ("app", "alice", "doomed") not in castore.usage.all_rows(st)
-        server = make_server(st, "127.0.0.1", 0)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
-            conn.request("GET", "/")
-            page = conn.getresponse().read().decode()
-            conn.close()
-        finally:
-            server.shutdown()
-            server.server_close()
+        page = served_index(st)
     row = next(r for r in page.split("<tr>") if ">doomed<" in r)
     assert html.escape(line) in row, row
     with backend.open() as st:

@@ -4,15 +4,14 @@ and page, from the real session files under tests/data."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers.viewer import served_index
 
 import castore
 from castore.adapters.claude_code import import_claude
@@ -20,7 +19,6 @@ from castore.adapters.codex import import_codex
 from castore.adapters.pi import import_session
 from castore.cli import main as cli
 from castore.html import render_session
-from castore.html.server import make_server
 
 DATA = Path(__file__).resolve().parent / "data"
 CODEX = "019b64e5-57fa-7463-b644-fba7e456f905"
@@ -89,16 +87,6 @@ def test_titles_in_the_viewer(url: str) -> None:
     with castore.open(url) as st:
         page = render_session(st.session(*CLAUDE))
         assert "<title>Feature Implementation with Task Management - claude/claude-code-log/todowrite_examples" in page
-        srv = make_server(st, "127.0.0.1", 0)
-        t = threading.Thread(target=srv.serve_forever, daemon=True)
-        t.start()
-        try:
-            conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=30)
-            conn.request("GET", "/")
-            body = conn.getresponse().read().decode()
-            conn.close()
-        finally:
-            srv.shutdown()
-            srv.server_close()
+        body = served_index(st)
     assert "<th>title</th>" in body and "<td>Feature Implementation with Task Management</td>" in body
     assert "<td>Refactor the parser</td>" in body
