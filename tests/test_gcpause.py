@@ -76,7 +76,11 @@ def _run(step: str, n: int, outer: bool) -> bool:
 @pytest.mark.parametrize("outer", [False, True], ids=["alone", "inside-another"])
 @pytest.mark.parametrize("step", ["enter", "exit"])
 def test_an_interrupt_inside_enter_or_exit_leaves_the_count_right(step: str, outer: bool) -> None:
-    assert gc.isenabled() and not gcpause._pauses
+    # from a collector on and no pause going (a test before may have run `castore usage`,
+    # which switches the collector off for its process); as it was again afterwards
+    was, going = gc.isenabled(), dict(gcpause._pauses)
+    gcpause._pauses.clear()
+    gc.enable()
     n = 0
     try:
         while True:
@@ -97,5 +101,6 @@ def test_an_interrupt_inside_enter_or_exit_leaves_the_count_right(step: str, out
             n += 1
     finally:
         gcpause._pauses.clear()
-        gc.enable()
+        gcpause._pauses.update(going)
+        (gc.enable if was else gc.disable)()
     assert n >= 4  # the trace saw the code it interrupts (its start, and after each call)
