@@ -25,9 +25,13 @@ synced and dropped with ``posix_fadvise(POSIX_FADV_DONTNEED)``, so each side rea
 from the disk, as the first search of the day does. The programs themselves (the grep binary,
 the interpreter, castore's bytecode) stay cached, as they would for anyone who used them today.
 A second table times the ``castore grep`` command through the index as a user runs it (the
-console script next to the interpreter, ``.venv/bin/castore``; ``-c``,
-and every match printed to /dev/null), and a search right after one more append to one
-session (the index refreshes that session only), next to the same GNU grep figures.
+console script next to the interpreter, ``.venv/bin/castore``; ``-c``, and every match printed,
+of the default kinds and with ``-a``), and a search right after one more append to one session
+(the index refreshes that session only), next to the same GNU grep figures. Printed matches go
+through a pipe that this script drains, on both sides: GNU grep writing to /dev/null stops
+reading each file at its first match (it tells /dev/null apart), so that figure would not be
+the cost of printing every match; ``grep -r WORD DIR`` through the same pipe is. The warm
+process's ``castore.grep.grep`` (every match built) is set beside that printing figure too.
 
     .venv/bin/python scripts/bench_grep.py [--sessions 1000] [--entries 100000] [--workdir DIR] [--repeat 3]
                                            [--format 1|2] [--cold-cache] [--markdown FILE]
@@ -51,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,6 +101,9 @@ WORDS = ["parser", "token", "buffer", "index", "query", "cache", "socket", "thre
          "coverage", "lint", "format"]
 RARE = "zanzibarquux"
 COMMON = "parser"
+#: the row of the command printing every match (of the default kinds), beside GNU grep printing its lines
+PRINTED = "castore grep to a pipe (vs GNU grep -r to a pipe)"
+PRINTED_ALL = "castore grep -a to a pipe (vs GNU grep -r to a pipe)"
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -182,11 +190,23 @@ def _gnu(jsonl_dir: str, word: str) -> tuple[float, int]:
     return took, n
 
 
+def _drained(argv: list[str], **kw: Any) -> tuple[int, int]:
+    """Run ``argv`` with its stdout a pipe read to its end (and thrown away) by this process: the
+    exit status and the bytes it wrote. (Not /dev/null: GNU grep stops reading a file at its first
+    match when its output is the null device.)"""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, **kw) as p:
+        assert p.stdout is not None
+        n, read = 0, p.stdout.read1
+        while chunk := read(1 << 20):
+            n += len(chunk)
+        return p.wait(), n
+
+
 def _gnu_print(jsonl_dir: str, word: str) -> float:
-    """Seconds of ``grep -r WORD DIR > /dev/null`` (every matching line written)."""
+    """Seconds of ``grep -r WORD DIR`` printing every matching line through a pipe (:func:`_drained`)."""
     _cold(jsonl_dir)
     t = time.perf_counter()
-    subprocess.run(["grep", "-r", word, jsonl_dir], stdout=subprocess.DEVNULL, check=False)
+    _drained(["grep", "-r", word, jsonl_dir])
     return time.perf_counter() - t
 
 
@@ -242,15 +262,15 @@ def _castore(store_dir: str, word: str, which: str, mode: str, index_dir: str) -
 
 
 def _cli(store_dir: str, args: list[str], index_dir: str) -> float:
-    """Seconds of one ``castore grep ARGS`` in a fresh process, its output thrown away."""
+    """Seconds of one ``castore grep ARGS`` in a fresh process, its output read through a pipe
+    and thrown away (:func:`_drained`, as GNU grep's)."""
     env = _env(index_dir)
     _cold(store_dir, index_dir)
     t = time.perf_counter()
-    p = subprocess.run([*_castore_cmd(), "--store", store_dir, "grep", *args],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False, env=env, cwd=ROOT)
+    status, _ = _drained([*_castore_cmd(), "--store", store_dir, "grep", *args], env=env, cwd=ROOT)
     took = time.perf_counter() - t
-    if p.returncode not in (0, 1):
-        raise SystemExit(p.stderr)
+    if status not in (0, 1):
+        raise SystemExit(f"castore grep {' '.join(args)}: exit status {status}")
     return took
 
 
@@ -262,32 +282,37 @@ def _append_one(store_dir: str, word: str) -> None:
                    cwd=ROOT)
 
 
-def index_costs(store_dir: str, jsonl_dir: str, index_dir: str, repeat: int) -> list[tuple[str, float, list[float]]]:
-    """The second table: the command through the index (-c, all output to /dev/null), and a
-    search right after one append, each next to GNU grep in the same run; its rows, ``(word,
-    GNU grep seconds, [-c, every match printed, -c after an append], GNU grep -r seconds)`` each:
-    GNU grep -r -c, then GNU grep -r printing every line (next to the command printing every match)."""
+def index_costs(store_dir: str, jsonl_dir: str, index_dir: str, repeat: int) -> list[tuple[str, float, list[float],
+                                                                                            float]]:
+    """The second table: the command through the index (-c; every match printed, of the default
+    kinds and with -a, through a pipe), and a search right after one append, each next to GNU
+    grep in the same run; its rows, ``(word, GNU grep -r -c seconds, [-c, printed, printed -a, -c
+    after an append], GNU grep -r printing every line through a pipe)`` each."""
     rows = []
     for word in (RARE, COMMON):
         g = statistics.median(_gnu(jsonl_dir, word)[0] for _ in range(repeat))
         gp = statistics.median(_gnu_print(jsonl_dir, word) for _ in range(repeat))
         c = statistics.median(_cli(store_dir, ["-c", word], index_dir) for _ in range(repeat))
         out = statistics.median(_cli(store_dir, [word], index_dir) for _ in range(repeat))
+        out_a = statistics.median(_cli(store_dir, ["-a", word], index_dir) for _ in range(repeat))
         after = []
         for _ in range(repeat):
             _append_one(store_dir, word)
             after.append(_cli(store_dir, ["-c", word], index_dir))
-        rows.append((word, g, [c, out, statistics.median(after)], gp))
+        rows.append((word, g, [c, out, out_a, statistics.median(after)], gp))
     print("\n### The command through the index\n")
-    print("`castore grep -c WORD` and `castore grep WORD > /dev/null` (every match formatted), each a fresh "
+    print("`castore grep -c WORD`, and `castore grep WORD` and `castore grep -a WORD` printing every match "
+          "through a pipe (next to `grep -r WORD DIR` through the same pipe), each a fresh "
           "process; \"after an append\": `-c` right after another process appended one entry to one session "
           "(the index re-reads that session's refs and re-extracts it; the other sessions are kept).\n")
-    heads = ["GNU grep -r -c", "castore grep -c", "castore grep > /dev/null", "-c after an append"]
+    heads = ["GNU grep -r -c", "GNU grep -r to a pipe", "castore grep -c", "castore grep to a pipe",
+             "castore grep -a to a pipe", "-c after an append"]
     print("| pattern | " + " | ".join(heads) + " |")
     print("|---|" + "---|" * len(heads))
-    for word, g, cells, _ in rows:
-        shares = " | ".join(f"{x * 1000:.0f} ms, {x / g:.1f}x" for x in cells)
-        print(f"| {word}, command | {g * 1000:.0f} ms | {shares} |")
+    for word, g, (c, out, out_a, after), gp in rows:
+        shares = " | ".join(f"{x * 1000:.0f} ms, {x / base:.1f}x" for x, base in ((c, g), (out, gp), (out_a, gp),
+                                                                                  (after, g)))
+        print(f"| {word}, command | {g * 1000:.0f} ms | {gp * 1000:.0f} ms | {shares} |")
     return rows
 
 
@@ -332,8 +357,10 @@ def markdown(path: str, *, command: str, started: str, loads: tuple[tuple[float,
            f"- Each figure: the median of {repeat} fresh processes (Python start, imports and store opening "
            "included for castore), except the rows \"in a warm process\": the median of "
            f"{repeat} searches in one process that has castore imported and the store open (what a library "
-           "user's agent calls), each search opening the index again. GNU grep is `grep -r -c WORD DIR`, and "
-           "`grep -r WORD DIR > /dev/null` next to `castore grep WORD > /dev/null`.",
+           "user's agent calls), each search opening the index again. GNU grep is `grep -r -c WORD DIR` next to "
+           "counts, and `grep -r WORD DIR` printing every line to a pipe (read to its end by the benchmark; GNU "
+           "grep writing to /dev/null stops at each file's first match) next to castore printing or building "
+           "every match.",
            "- Start-up floor (fresh processes, median of " + str(repeat) + "): " + ", ".join(
                f"`{k}` {v * 1000:.0f} ms" for k, v in floor.items()) + ".",
            "- Workload: " + "; ".join(f"{k} {v}" for k, v in sizes.items()) + ".", "",
@@ -414,15 +441,17 @@ def main(argv: list[str] | None = None) -> int:
             for word, cells, warm in rows:
                 for what, (sec, n) in zip(heads[1:], cells[1:], strict=True):
                     table.append((word, what + (" (no index)" if what == "castore scan" else ""), cells[0][0], sec, n))
+                gp = next(x[3] for x in costs if x[0] == word)
                 for what, (sec, n) in warm.items():
+                    # the matches built, beside GNU grep printing them; the counts beside its count
+                    built = what != "grep_counts"
                     table.append((word, f"castore.grep.{'grep(kinds=KINDS)' if what == 'grep -a' else what} "
-                                        "in a warm process", cells[0][0], sec, int(n)))
+                                        "in a warm process" + (" (vs GNU grep -r to a pipe)" if built else ""),
+                                  gp if built else cells[0][0], sec, int(n)))
             for word, g, cmd, gp in costs:
-                for what, sec in zip(("castore grep -c", "castore grep > /dev/null", "castore grep -c after an append"),
-                                     cmd, strict=True):
-                    printed = what.endswith("/dev/null")
-                    table.append((word, what + (" (vs GNU grep -r > /dev/null)" if printed else ""),
-                                  gp if printed else g, sec, None))
+                for what, sec in zip(("castore grep -c", PRINTED, PRINTED_ALL, "castore grep -c after an append"), cmd,
+                                     strict=True):
+                    table.append((word, what, gp if "to a pipe" in what else g, sec, None))
             sizes = {"entries": f"{entries:,}", "sessions": f"{len(data):,}",
                      "JSONL (GNU grep's input)": f"{_du(jsonl_dir) / 1e6:.1f} MB",
                      "store": f"{_du(store_dir) / 1e6:.1f} MB",

@@ -5,9 +5,12 @@ between checkouts (issue 38: a fresh ``castore grep -c WORD`` against GNU grep).
 Times, each in a fresh process, with every given interpreter in turn within each round (so a
 machine whose load changes weighs on every checkout alike): ``python -c pass`` (the floor any
 Python command pays), ``castore --version``, ``castore --help``, ``castore grep -c`` of a rare
-and a common word through the search index, and ``grep -r -c`` (GNU grep) of the same words
-over the same text as JSONL files; and once ``python -m castore grep -c`` of the rare word, next
-to the ``castore`` command it runs as. The store, its index and the JSONL files are those
+and a common word through the search index, ``castore grep`` of the common word printing every
+match, and ``grep -r -c`` (GNU grep) of the same words over the same text as JSONL files, and
+``grep -r`` of the common word printing every line; and once ``python -m castore grep -c`` of
+the rare word, next to the ``castore`` command it runs as. Every process writes to a pipe this
+script reads to its end: GNU grep writing to /dev/null would stop reading each file at its
+first match. The store, its index and the JSONL files are those
 ``scripts/bench_grep.py --workdir DIR`` leaves in DIR (``store/``, ``jsonl/``); each checkout
 searches its own index, ``DIR/index-LABEL/`` (built by its first, untimed round when absent or of
 another version), so that checkouts that write different index versions never rebuild each
@@ -43,17 +46,20 @@ RARE, COMMON = "zanzibarquux", "parser"
 PY, CASTORE = "{python}", "{castore}"
 
 
-def commands(workdir: str) -> list[tuple[str, list[str] | None]]:
-    """The timed commands: (label, arguments with :data:`PY` or :data:`CASTORE` first, or None
-    for GNU grep's)."""
+def commands(workdir: str) -> list[tuple[str, list[str]]]:
+    """The timed commands: (label, arguments with :data:`PY` or :data:`CASTORE` first, or
+    ``grep`` for GNU grep's, run once a round over the JSONL files in ``workdir``)."""
+    jsonl = os.path.join(workdir, "jsonl")
     return [("python -c pass", [PY, "-c", "pass"]),
             ("castore --version", [CASTORE, "--version"]),
             ("castore --help", [CASTORE, "--help"]),
             (f"castore grep -c {RARE}", [CASTORE, "grep", "-c", RARE]),
             (f"python -m castore grep -c {RARE}", [PY, "-m", "castore", "grep", "-c", RARE]),
             (f"castore grep -c {COMMON}", [CASTORE, "grep", "-c", COMMON]),
-            (f"GNU grep -r -c {RARE}", None),
-            (f"GNU grep -r -c {COMMON}", None)]
+            (f"castore grep {COMMON} (every match printed)", [CASTORE, "grep", COMMON]),
+            (f"GNU grep -r -c {RARE}", ["grep", "-r", "-c", RARE, jsonl]),
+            (f"GNU grep -r -c {COMMON}", ["grep", "-r", "-c", COMMON, jsonl]),
+            (f"GNU grep -r {COMMON} (every line printed)", ["grep", "-r", COMMON, jsonl])]
 
 
 def console_script(python: str) -> str:
@@ -71,7 +77,12 @@ def console_script(python: str) -> str:
 def _run(argv: list[str], env: dict[str, str], cwd: str) -> float:
     t = time.perf_counter()
     # the output read through a pipe: GNU grep writing to /dev/null stops at the first match
-    subprocess.run(argv, capture_output=True, env=env, cwd=cwd, check=False)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd) as p:
+        assert p.stdout is not None
+        read = p.stdout.read1
+        while read(1 << 20):
+            pass
+        p.wait()
     return time.perf_counter() - t
 
 
@@ -89,7 +100,6 @@ def main() -> None:
     work = os.path.abspath(args.workdir)
     envs = {py: dict(os.environ, CASTORE_STORE=os.path.join(work, "store"),
                      CASTORE_GREP_INDEX=os.path.join(work, f"index-{labels[py]}")) for py in args.pythons}
-    jsonl = os.path.join(work, "jsonl")
     for py in args.pythons:
         src = subprocess.run([py, "-c", "import castore, os; print(os.path.dirname(castore.__file__))"],
                              capture_output=True, text=True, check=True, cwd=work).stdout.strip()
@@ -102,23 +112,23 @@ def main() -> None:
     for r in range(args.rounds + 1):
         for py in args.pythons:
             for label, argv in cmds:
-                if argv is None and py != args.pythons[0]:
+                gnu = argv[0] == "grep"
+                if gnu and py != args.pythons[0]:
                     continue  # GNU grep once a round
-                full = ([{PY: py, CASTORE: scripts[py]}.get(a, a) for a in argv] if argv is not None
-                        else ["grep", "-r", "-c", label.split()[-1], jsonl])
-                dt = _run(full, envs[py], work)
+                dt = _run([{PY: py, CASTORE: scripts[py]}.get(a, a) for a in argv], envs[py], work)
                 if r:
-                    took.setdefault((label, py if argv is not None else ""), []).append(dt)
+                    took.setdefault((label, "" if gnu else py), []).append(dt)
     load1 = os.getloadavg()
     head = ["command", *(labels[py] for py in args.pythons)]
     rows = []
     for label, argv in cmds:
-        pys = args.pythons if argv is not None else [""]
+        gnu = argv[0] == "grep"
         cells = []
-        for py in pys:
+        for py in [""] if gnu else args.pythons:
             v = took[(label, py)]
             cells.append(f"{statistics.median(v) * 1000:.0f} ms (min {min(v) * 1000:.0f})")
-        rows.append([f"`{label}`", *(cells if argv is not None else cells * len(args.pythons))])
+        name, paren, note = label.partition(" (")
+        rows.append([f"`{name}`" + (f" ({note}" if paren else ""), *(cells * len(args.pythons) if gnu else cells)])
     lines = [f"Load average (1, 5, 15 min) {', '.join(f'{x:.2f}' for x in load0)} before, "
              f"{', '.join(f'{x:.2f}' for x in load1)} after; {args.rounds} rounds, each process once per round "
              "(the median, and the minimum in brackets).", "",

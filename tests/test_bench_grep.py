@@ -34,12 +34,12 @@ def test_smoke_run_reports_every_mode_with_the_same_match_counts(tmp_path: Path)
         assert counts[0] == counts[1] == counts[3]  # scan, index and cached index agree
     assert len([ln for ln in out.splitlines() if ln.startswith(("| zanzibarquux, command |", "| parser, command |"))]) == 2
     # --markdown: the same run as a page, a row per figure (4 searches, 3 searches in a warm process and
-    # 3 commands per pattern)
+    # 4 commands per pattern)
     text = page.read_text()
     assert text.startswith("# castore grep vs GNU grep\n") and "--markdown" in text and " UTC" in text
     assert "load average" in text and "CPUs" in text and "entries 60; sessions 5" in text
     table = [ln for ln in text.splitlines() if ln.startswith(("| zanzibarquux |", "| parser |"))]
-    assert len(table) == 20
+    assert len(table) == 22
     assert sum("in a warm process" in ln for ln in table) == 6 and "Start-up floor" in text
     for ln in table:
         cells = [c.strip() for c in ln.strip("|").split("|")]
