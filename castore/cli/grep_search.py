@@ -156,9 +156,14 @@ def _render_json(echo: Echo, it: Any, as_json: bool, as_jsonl: bool) -> int:
 def _render_rows(echo: Echo, rows: Any, color: bool) -> int:
     """Every match as grep prints it (a line per matching line, the context entries around it,
     the matched text in bold red with ``color``); the number of matches. ``rows``:
-    :func:`castore.grep.grep_rows`."""
+    :func:`castore.grep.grep_rows`. Without colour, the texts are escaped (:func:`safe_block`) a
+    batch of lines at once, as they are written (the same characters: the escaping is character
+    by character, and the rest of each line is escaped already)."""
     from ..grep import iso_time
 
+    # the texts' escaping: each text with colour (around which the escapes of the colour are
+    # written), else the batch's
+    esc, flush = (safe_block, _joined) if color else (_same, _escaped)
     found = 0
     keys: dict[tuple[str, str, str], str] = {}  # a session's key as printed, formatted once
     wheres: dict[Any, str] = {}
@@ -173,6 +178,7 @@ def _render_rows(echo: Echo, rows: Any, color: bool) -> int:
         return got
 
     last: Any = (None, None, None, "")  # the last place and its text: the rows of a session follow each other
+    last_who: Any = (None, None, None, "")  # the last role, kind and tool and their text: the same object each
     for commit, session, branches, role, kind, tool, time, lines, also, before, after, context in rows:
         found += 1
         if session is last[0] and branches is last[1] and also is last[2]:
@@ -186,31 +192,51 @@ def _render_rows(echo: Echo, rows: Any, color: bool) -> int:
                     where += " (+" + ", ".join(key_of(k) for k, _ in also) + ")"
                 wheres[place] = where
             last = (session, branches, also, where)
-        what = whats.get((role, kind, tool))
-        if what is None:
-            what = whats[(role, kind, tool)] = safe(f"{role}/{kind}[{tool}]:" if tool else f"{role}/{kind}:")
+        if role is last_who[0] and kind is last_who[1] and tool is last_who[2]:
+            what = last_who[3]
+        else:
+            what = whats.get((role, kind, tool))
+            if what is None:
+                what = whats[(role, kind, tool)] = safe(f"{role}/{kind}[{tool}]:" if tool else f"{role}/{kind}:")
+            last_who = (role, kind, tool, what)
         when = times.get(time)
         if when is None:
             when = times[time] = (iso_time(time) or "-")[:19]
-        head = f"{where} {commit[:8]} {when} {what}"
-        for c, crole, text in before:
-            out.append(f"{where} {c[:8]} - {safe(crole)}: {safe_block(text)}")
+        if context:
+            for c, crole, text in before:
+                out.append(f"{where} {c[:8]} - {safe(crole)}: {esc(text)}")
         if color:
+            head = f"{where} {commit[:8]} {when} {what}"
             for line, text, spans in lines:
                 out.append(f"{head}{line}: {_highlight(text, spans)}")
+        elif len(lines) == 1:  # one line (most blocks)
+            out.append(f"{where} {commit[:8]} {when} {what}{lines[0][0]}: {lines[0][1]}")
         else:
+            head = f"{where} {commit[:8]} {when} {what}"
             for line, text, _ in lines:
-                out.append(f"{head}{line}: {safe_block(text)}")
-        for c, crole, text in after:
-            out.append(f"{where} {c[:8]} - {safe(crole)}: {safe_block(text)}")
+                out.append(f"{head}{line}: {text}")
         if context:
+            for c, crole, text in after:
+                out.append(f"{where} {c[:8]} - {safe(crole)}: {esc(text)}")
             out.append("--")
         if len(out) >= _OUT_BATCH:
-            echo("\n".join(out))
+            echo(flush(out))
             out = []
     if out:
-        echo("\n".join(out))
+        echo(flush(out))
     return found
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _joined(lines: list[str]) -> str:
+    return "\n".join(lines)
+
+
+def _escaped(lines: list[str]) -> str:
+    return safe_block("\n".join(lines))
 
 
 def _indented_json(doc: Any) -> str:

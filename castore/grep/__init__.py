@@ -89,6 +89,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CastoreError
 from ..gcpause import gc_paused
 from .blocks import TOOL_ROLES, blocks, context_entries
+from .files import Part
 from .filters import glob_any, iso_time, session_ok, spans_finder
 from .index import hits, indexable, open_index, search_plan
 
@@ -617,69 +618,109 @@ def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     """The matches of the candidate blocks of ``groups`` (``(session, hits, False)`` or ``(session,
     runs, True)``: :func:`castore.grep.index.hits`), in order, at most ``limit``: rows (:data:`Row`)
     or :class:`Match` objects (no context entries yet); a block with no matching line is left out;
-    ``also``: the other sessions of a block, by block."""
+    ``also``: the other sessions of a block, by block. A session's matches are made together,
+    column by column (one session at a time: a limit stops the sessions after it unread)."""
     _, lowered, lit = search_plan(rx)
     # a plain string's spans in a line, found here rather than by ``finder`` (the same search, less
     # a call per block): in the line itself when case counts, else in its lower case when it is ASCII
     # (the index's flag 1), as ASCII case folding is one to one
     plain = lit if lit is not None and "\n" not in lit else None
-    k = len(plain) if plain is not None else 0
     tools: list[str | None] = [*strings, None]  # tool -1: none
-    new = object.__new__
     if not rows:  # here: rows and counts build no Match (the classes are made on first import)
-        from .match import LineMatch, Match, make_line_match
-    n = 0
-    for key, got, lazy in groups:
-        for _, p, cn, blk, kn, rn, tn, bn, fl, when, i in (hits(got) if lazy else got):
-            text = p.block(i)
-            if "\n" in text:
-                lines: tuple[Any, ...] = _line_tuples(text, finder)
-                if not lines:
-                    continue
-                if not rows:
-                    lines = tuple(make_line_match(*t) for t in lines)
-            else:  # one line (most blocks): no split
-                if plain is not None and (fl or not lowered):
-                    line = text.lower() if lowered else text
-                    at = line.find(plain)
-                    if at < 0:
-                        continue
-                    nxt = line.find(plain, at + k)
-                    if nxt < 0:  # once (most lines)
-                        spans: Any = ((at, at + k),)
-                    else:
-                        more_spans = [(at, at + k)]
-                        while nxt >= 0:
-                            more_spans.append((nxt, nxt + k))
-                            nxt = line.find(plain, nxt + k)
-                        spans = tuple(more_spans)
-                else:
-                    spans = tuple(finder(text))
-                    if not spans:
-                        continue
-                if rows:
-                    lines = ((1, text, spans),)
-                else:
-                    lm = new(LineMatch)
-                    d = lm.__dict__  # filled in place: replacing an instance's dict costs twice as much
-                    d["line"], d["text"], d["spans"] = 1, text, spans
-                    lines = (lm,)
-            more = also.get(cn << 31 | blk) if also else None
-            others = tuple((x, tuple(y)) for x, y in more.items()) if more else ()
-            if rows:
-                yield (commits[32 * cn:32 * cn + 32].hex(), key, bsets[bn], strings[rn], KINDS[kn], tools[tn], when,
-                       lines, others, (), (), 0)
-            else:
-                m = new(Match)
-                d = m.__dict__
-                d["commit"], d["session"], d["branches"], d["role"] = commits[32 * cn:32 * cn + 32].hex(), key, \
-                    bsets[bn], strings[rn]
-                d["kind"], d["tool"], d["time"], d["lines"] = KINDS[kn], tools[tn], when, lines
-                d["also"], d["before"], d["after"], d["context"] = others, (), (), context
-                yield m
-            n += 1
-            if n == limit:
-                return
+        from .match import matches_of_rows
+
+    def session_rows(key: tuple[str, str, str], got: Any, lazy: bool) -> list[Row]:
+        if not lazy:  # hits picked one by one (a filter or a time): their columns, their blocks read each
+            if not got:
+                return []
+            _, ps, *cols, ids = zip(*got, strict=True)
+            texts = list(map(Part.block, ps, ids))
+            return _session_rows(key, cols, texts, also, commits, bsets, strings, tools, plain, lowered, finder,
+                                 context)
+        if len(got) == 1:
+            p, idx = got[0]
+            return _session_rows(key, _columns(p, idx), p.texts(idx), also, commits, bsets, strings, tools, plain,
+                                 lowered, finder, context)
+        # several parts (tool results too): each part's rows, then all in order of their place
+        placed: list[tuple[int, Row]] = []
+        for p, idx in got:
+            places = p.fields(idx, (7,))[0]
+            made = _session_rows(key, _columns(p, idx), p.texts(idx), also, commits, bsets, strings, tools, plain,
+                                 lowered, finder, context, keep_misses=True)
+            placed.extend(zip(places, made, strict=True))
+        placed.sort(key=operator.itemgetter(0))
+        return [r for _, r in placed if r[7]]
+
+    made: Iterator[Any] = itertools.chain.from_iterable(itertools.starmap(session_rows, groups))
+    if not rows:
+        made = matches_of_rows(made)
+    return itertools.islice(made, limit)
+
+
+#: the columns of a block :func:`_session_rows` reads (commit, block, kind, role, tool, branch set, flags)
+_ROW_COLS = (0, 2, 3, 4, 5, 6, 8)
+
+
+def _columns(p: Part, idx: list[int]) -> list[Any]:
+    """Blocks ``idx`` of part ``p``: their :data:`_ROW_COLS` and their times, a tuple each."""
+    cols = p.fields(idx, _ROW_COLS)
+    cols.append(operator.itemgetter(*idx)(p.time) if len(idx) > 1 else (p.time[idx[0]],))
+    return cols
+
+
+def _session_rows(key: tuple[str, str, str], cols: list[Any], texts: list[str],
+                  also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]], commits: Any,
+                  bsets: list[tuple[str, ...]], strings: list[str], tools: list[str | None], plain: str | None,
+                  lowered: bool, finder: Callable[[str], list[tuple[int, int]]], context: int,
+                  keep_misses: bool = False) -> list[Row]:
+    """The rows (:data:`Row`) of session ``key``'s candidate blocks, whose columns are ``cols``
+    (:func:`_columns`) and texts ``texts``, in their order: a block with no matching line is left
+    out (``keep_misses``: kept, with no lines); the numbers looked up column by column, in C."""
+    cns, blks, kns, rns, tns, bns, fls, whens = cols
+    lines = _lines(texts, fls, plain, lowered, finder)
+    if also:
+        others: Any = []
+        for cn, blk in zip(cns, blks, strict=True):
+            more = also.get(cn << 31 | blk)
+            others.append(tuple((x, tuple(y)) for x, y in more.items()) if more else ())
+    else:
+        others = itertools.repeat(())
+    made = zip([commits[32 * cn:32 * cn + 32].hex() for cn in cns], itertools.repeat(key),
+               map(bsets.__getitem__, bns), map(strings.__getitem__, rns), map(KINDS.__getitem__, kns),
+               map(tools.__getitem__, tns), whens, lines, others, itertools.repeat(()), itertools.repeat(()),
+               itertools.repeat(context))
+    return list(made) if keep_misses else list(itertools.compress(made, lines))
+
+
+def _lines(texts: list[str], flags: Any, plain: str | None, lowered: bool,
+           finder: Callable[[str], list[tuple[int, int]]]) -> list[Any]:
+    """Per text of ``texts`` (whose index flags are ``flags``), its matching lines as a row
+    holds them (``(line, text, spans)`` each), or () when none matches."""
+    out: list[Any] = []
+    append = out.append
+    k = len(plain) if plain is not None else 0
+    for text, fl in zip(texts, flags, strict=True):
+        if "\n" in text:
+            append(_line_tuples(text, finder))
+        elif plain is not None and (fl or not lowered):  # one line (most blocks): no split
+            line = text.lower() if lowered else text
+            at = line.find(plain)
+            if at < 0:
+                append(())
+                continue
+            nxt = line.find(plain, at + k)
+            if nxt < 0:  # once (most lines)
+                append(((1, text, ((at, at + k),)),))
+                continue
+            spans = [(at, at + k)]
+            while nxt >= 0:
+                spans.append((nxt, nxt + k))
+                nxt = line.find(plain, nxt + k)
+            append(((1, text, tuple(spans)),))
+        else:
+            found = finder(text)
+            append(((1, text, tuple(found)),) if found else ())
+    return out
 
 
 def _line_tuples(text: str, spans_of: Callable[[str], list[tuple[int, int]]]

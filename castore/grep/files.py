@@ -180,6 +180,9 @@ class Part:
         self._cfirst: list[int] | None = None  # cfirst as a list, once a block is read
         #: the text of a block found, kept alone by a search that runs once (see :meth:`_found_in`)
         self._found: dict[int, bytes] = {}
+        #: the chunk :meth:`texts` read last (the next session's first blocks are most often in it):
+        #: ``(chunk, its text: decoded when ASCII, else its bytes, its blocks' offsets and its end)``
+        self._last: tuple[int, str | bytes, list[int]] | None = None
 
     @property
     def n(self) -> int:
@@ -297,6 +300,49 @@ class Part:
             ValueError: its chunk is damaged.
         """
         return self.block_bytes(i).decode("utf-8")
+
+    def texts(self, idx: list[int]) -> list[str]:
+        """The texts of blocks ``idx`` (in increasing order), as :meth:`block` gives each, read a
+        chunk at a time: the chunk found once (not bisected per block), and an ASCII chunk decoded
+        once and sliced, kept for the next call (a common word prints tens of thousands of blocks,
+        and the sessions after each other share chunks).
+
+        Raises:
+            ValueError: a chunk is damaged.
+        """
+        if len(idx) < 4:
+            return [self.block(i) for i in idx]
+        cf = self._cfirst
+        if cf is None:
+            cf = self._cfirst = self.cfirst.tolist()
+        at = self.cols[_AT]
+        out: list[str] = []
+        alone = self._found
+        i, n = 0, len(idx)
+        while i < n:
+            if alone and idx[i] in alone:  # kept alone (a chunk with few blocks found)
+                out.append(alone[idx[i]].decode("utf-8"))
+                i += 1
+                continue
+            c = bisect.bisect_right(cf, idx[i]) - 1
+            first, end = cf[c], cf[c + 1]
+            j = bisect.bisect_left(idx, end, i)
+            last = self._last
+            if last is None or last[0] != c:
+                data = _cache_get((self.ident, c)) or self.chunk(c)
+                # each block's start, then the chunk's end (each block is followed by SEP); an
+                # ASCII chunk decoded once and sliced as text (a character is a byte)
+                offs = at[first:end].tolist()
+                offs.append(len(data))
+                last = self._last = (c, data.decode("ascii") if data.isascii() else data, offs)
+            _, got, offs = last
+            rel = [b - first for b in idx[i:j]]
+            if isinstance(got, str):
+                out.extend([got[offs[r]:offs[r + 1] - 1] for r in rel])
+            else:
+                out.extend([got[offs[r]:offs[r + 1] - 1].decode("utf-8") for r in rel])
+            i = j
+        return out
 
     def candidates(self, bits: set[int], lowered: bool) -> list[int]:
         """The chunks whose filter has every one of ``bits`` (:func:`filter_bits`), and with

@@ -9,7 +9,7 @@ the filters and the JSON time are in :mod:`.filters`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,26 @@ def make_match(commit: str, session: tuple[str, str, str], branches: tuple[str, 
     return m
 
 
+def matches_of_rows(rows: Iterable[tuple[Any, ...]]) -> Iterator[Match]:
+    """The :class:`Match` of each row of ``rows`` (as :func:`castore.grep.grep_rows` gives them:
+    the fields in their order, each line a ``(line, text, spans)`` tuple), built as
+    :func:`make_match` builds one. Raises nothing."""
+    new = object.__new__
+    for row in rows:
+        m = new(Match)
+        d = m.__dict__  # filled in place: replacing an instance's dict costs twice as much
+        d["commit"], d["session"], d["branches"], d["role"], d["kind"], d["tool"], d["time"], lines, d["also"], \
+            d["before"], d["after"], d["context"] = row
+        if len(lines) == 1:  # most blocks
+            lm = new(LineMatch)
+            e = lm.__dict__
+            e["line"], e["text"], e["spans"] = lines[0]
+            d["lines"] = (lm,)
+        else:
+            d["lines"] = tuple(make_line_match(*t) for t in lines)
+        yield m
+
+
 def make_line_match(line: int, text: str, spans: tuple[tuple[int, int], ...]) -> LineMatch:
     """A :class:`LineMatch`, built as :func:`make_match` builds a Match."""
     lm = object.__new__(LineMatch)
@@ -101,4 +121,4 @@ def make_line_match(line: int, text: str, spans: tuple[tuple[int, int], ...]) ->
     return lm
 
 
-__all__ = ["LineMatch", "Match", "line_matches", "make_line_match", "make_match"]
+__all__ = ["LineMatch", "Match", "line_matches", "make_line_match", "make_match", "matches_of_rows"]
