@@ -1,7 +1,7 @@
 """Coding-agent imports stopped at any moment (Ctrl-C, kill -9) are finished by the next
 import, byte for byte: in process at every ref move the import makes, and a real
 ``castore import claude`` process killed part-way through a large file (SIGKILL) or
-interrupted while following it (SIGINT)."""
+interrupted while following it (SIGINT, or SIGTERM taken as it)."""
 
 from __future__ import annotations
 
@@ -149,15 +149,17 @@ def test_import_killed_at_several_points_is_finished_by_the_next(tmp_path: Path)
         assert archive(st) == want
 
 
-def test_ctrl_c_while_following_is_finished_by_the_next_import(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_while_following_is_finished_by_the_next_import(tmp_path: Path, sig: str) -> None:
     body = _large(tmp_path / "big", 12)
     proj = tmp_path / "proj"
     proj.mkdir()
     half = body.index(b"\n", len(body) // 8) + 1
     (proj / "s.jsonl").write_bytes(body[:half])
     store, arm = tmp_path / "store", tmp_path / "arm"
-    # Ctrl-C (SIGINT) right after the first landing of the round that imports what the agent adds
-    proc = _cli(store, "SIGINT", ("land", 1), "import", "claude", "--follow", "--interval", "0.05", str(proj), arm=arm)
+    # Ctrl-C (SIGINT), or a service manager's stop (SIGTERM: taken as Ctrl-C), right after the
+    # first landing of the round that imports what the agent adds
+    proc = _cli(store, sig, ("land", 1), "import", "claude", "--follow", "--interval", "0.05", str(proj), arm=arm)
     _wait(lambda: _recorded_lines(store) == body[:half].count(b"\n"), proc)
     arm.touch()
     with open(proj / "s.jsonl", "ab") as f:  # the agent writes a lot at once

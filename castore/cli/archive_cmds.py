@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -87,7 +88,8 @@ def import_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
                      help="Seconds between polls with --follow.")(f)
     return click.option("--follow", is_flag=True,
-                        help="Keep importing as the agent writes, until interrupted (Ctrl-C).")(f)
+                        help="Keep importing as the agent writes, until interrupted "
+                             "(Ctrl-C, or SIGTERM taken as it).")(f)
 
 
 def run_import(ctx: click.Context, store: Any, what: str, import_once: Callable[[int | None], list[Any]], *,
@@ -110,12 +112,35 @@ def run_import(ctx: click.Context, store: Any, what: str, import_once: Callable[
         return
     note(f"following {what} (Ctrl-C to stop)")
     try:
-        rounds = iter([jobs])
-        follow_loop(lambda: import_once(next(rounds, 1)), interval=interval, on_result=lambda r: echo([r], as_json),
-                    on_round=after)
+        with _sigterm_as_interrupt():
+            rounds = iter([jobs])
+            follow_loop(lambda: import_once(next(rounds, 1)), interval=interval,
+                        on_result=lambda r: echo([r], as_json), on_round=after)
     except KeyboardInterrupt:
         note("stopped")
     _update_index(store)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Take SIGTERM as Ctrl-C inside (KeyboardInterrupt): a follow run under a service manager
+    or ``timeout`` is stopped so, and stops as Ctrl-C stops it (the batch in flight dropped,
+    as after a crash; the next import finishes it). Outside the main thread, as it was."""
+    import signal  # here: only --follow needs them, and every command imports this module
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _syncer(ctx: click.Context, store: Any, app: str, remote: str) -> Callable[[list[Any]], None]:
