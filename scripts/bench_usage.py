@@ -199,8 +199,8 @@ def main() -> None:
         lines += ["", f"The import of those 10 new responses took {took_inc:.1f} s, the cache's update included; "
                       f"ccusage after it: {t:.2f} s."]
         if took_import is not None:
-            lines += ["", f"Import of the {a.sessions:,} files (`castore import claude`, its usage cache included): "
-                          f"{took_import:.1f} s."]
+            lines += ["", f"Import of the {a.sessions:,} files (`castore import claude`, untimed above; "
+                          f"it makes no usage cache): {took_import:.1f} s."]
         text = "\n".join(lines) + "\n"
         print(text)
         if a.markdown:
