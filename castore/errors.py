@@ -285,7 +285,8 @@ class NotPicklable(CastoreError, TypeError):
 
 
 class SessionDeleting(CastoreError):
-    """A write (an append, a checkout) to a session whose HEAD carries the deleting mark: a
+    """A write (an append, a checkout) to a session whose HEAD carries the deleting mark, or a
+    read of one whose branch that deletion took already: a
     deletion of it started and did not finish (docs/FORMAT.md, "Deleting a session"). Finish
     it with ``castore delete-session`` (or ``castore expire``); the session can then be
     started again under its name.
@@ -307,7 +308,7 @@ class SessionDeleting(CastoreError):
             return ("session {}/{}/{} was deleted while this write landed: nothing of it was kept; "
                     "write again to start the session anew").format(*self.key)
         return ("session {0}/{1}/{2} is being deleted (a deletion of it was interrupted): finish it with "
-                "`castore delete-session {0}/{1}/{2}`, then write to it again").format(*self.key)
+                "`castore delete-session {0}/{1}/{2}`, which frees its name").format(*self.key)
 
 
 class BranchError(CastoreError, ValueError):

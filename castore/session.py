@@ -580,11 +580,12 @@ class Session(handles.Handle):
 
         Raises:
             StoreNotFound, CorruptRef, ObjectNotFound, IntegrityError, StorageError.
+            SessionDeleting: a deletion of the session stopped after its branch went.
         """
         head, _, tipref = self._read_tip()
         if tipref is None:
-            if not self.store.exists:
-                self.store.require()
+            self.store.require()
+            self._refuse_deleting(head)  # its branch went by a deletion that stopped: not empty
             self._refuse_lost(head, tipref)
             return None
         view = self._view

@@ -426,6 +426,31 @@ def test_listings_mark_an_interrupted_deletion_and_searches_skip_it(tmp_path, mo
 
 
 
+def test_reading_a_session_whose_deletion_stopped_after_its_branch_went_says_so(tmp_path) -> None:
+    """``log``, ``context`` and the library's reads of a session whose deletion was interrupted
+    after its branch went (HEAD marked, no branch) name the interrupted deletion and the command
+    that finishes it; before, they showed an empty session and exited 0. A deletion stopped
+    before the branch went still reads what is there."""
+    backend = Backend("local", str(tmp_path / "st"))
+    _seed(backend)
+    _killed_at(backend, 3)
+    runner = CliRunner()
+    for args in (["log"], ["context"], ["log", "--oneline"]):
+        out = runner.invoke(main, ["--store", backend.url, "-s", "app/alice/doomed", *args])
+        assert out.exit_code == 1, (args, out.output)
+        assert "`castore delete-session app/alice/doomed`" in out.output, (args, out.output)
+    with backend.open() as st:
+        with pytest.raises(castore.SessionDeleting):
+            st.session(*KEY).messages()
+        st.delete_session(*KEY)
+        assert not st.session(*KEY).messages()  # finished: the name is free
+    other = Backend("local", str(tmp_path / "st2"))
+    _seed(other)
+    _killed_at(other, 2)  # marked, nothing deleted yet: what is there reads
+    with other.open() as st:
+        assert [m.content for m in st.session(*KEY).messages()] == ["hello", "more"]
+
+
 @pytest.mark.parametrize("at", [2, 3])
 def test_pull_and_clone_copy_a_session_whose_deletion_began_without_the_mark(backend: Backend, tmp_path,
                                                                                at: int) -> None:
