@@ -17,7 +17,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     storage                             bytes by URL (local disk, memory, S3, other fsspec URLs)
     objects, frames, zdict, crypto, objectstore, refs, formats  object codec and frames, keys, object store, refs
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
-    plumbing, retry, groupcommit, revisions, pathview, deletion  write path, retries, group commit, revisions, deletion
+    plumbing, refnames, retry, groupcommit, revisions, pathview, deletion  write path, ref names, retries, deletion
     context                             the model's view of a path (pure)
     session, store                      what an agent calls
     sync, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, status, re-keying

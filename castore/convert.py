@@ -36,7 +36,7 @@ from . import objects as o
 from .errors import CastoreError, IntegrityError
 from .history import HINT_FACTS
 from .objects import Blob, Commit, Index, ObjectId, Segment, Tree, Value
-from .plumbing import META_INFO, META_WRITE_ID, SESSIONS, STATE, parse_ref_name, real_name
+from .refnames import META_INFO, META_WRITE_ID, SESSIONS, STATE, parse_ref_name, real_name
 from .store import Store
 
 #: converted objects are written in groups of about this many canonical bytes

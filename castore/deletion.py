@@ -7,8 +7,8 @@ compare-and-swap instead of writing on), and HEAD last (refs without a HEAD are 
 nothing). A deletion killed between the two used to leave HEAD with its born mark and no
 branch, which fsck calls a lost branch and gc refuses the whole store for. So a deletion
 states its intent first, as git's and dulwich's ref transactions do: it moves HEAD, by
-compare-and-swap, to carry :data:`~castore.plumbing.META_DELETING` (the time) and
-:data:`~castore.plumbing.META_DELETING_REFS` (what the other refs named), then deletes the
+compare-and-swap, to carry :data:`~castore.refnames.META_DELETING` (the time) and
+:data:`~castore.refnames.META_DELETING_REFS` (what the other refs named), then deletes the
 branch HEAD names, the other refs, and HEAD (docs/FORMAT.md, "Deleting a session").
 
 An interrupted deletion is then recognisably one: fsck lists it (``deleting``) with the
@@ -27,12 +27,12 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from .errors import CorruptRef, RefConflict, SessionDeleting
-from .plumbing import (
+from .plumbing import Plumbing
+from .refnames import (
     DELETING_KEYS,
     HEADS,
     META_DELETING,
     META_DELETING_REFS,
-    Plumbing,
     SessionRefs,
     carried_meta,
     deleting_since,
@@ -223,7 +223,7 @@ def _delete(plumbing: Plumbing, name: str, then: RefValue | None, strict: bool) 
 def written_since(head: RefValue, refs: Mapping[str, RefValue], when: float | None) -> bool:
     """Whether a ref of the session whose HEAD ``head`` carries the deleting mark was written
     after the mark: ``refs`` (its refs, name -> value, as read) holds one that names something
-    else than the mark records (:data:`~castore.plumbing.META_DELETING_REFS`), or that it does
+    else than the mark records (:data:`~castore.refnames.META_DELETING_REFS`), or that it does
     not record. Not told by times: an entry's time is its writer's (an import keeps the
     transcript's), so a write after the mark may be dated long before it, and a branch left
     untouched may be dated ahead. A mark without the record (castore of 2026-12-07 before it)

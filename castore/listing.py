@@ -21,7 +21,7 @@ class SessionInfo:
     session had history), None for a healthy (or never-born) session. (A garbage HEAD is left
     out of the listing, as before: fsck reports it.) ``deleting``: when a deletion of the
     session began that has not finished (its HEAD carries the deleting mark,
-    :func:`castore.plumbing.deleting_since`: interrupted, or under way), None otherwise; such a
+    :func:`castore.refnames.deleting_since`: interrupted, or under way), None otherwise; such a
     session is listed, with what is left of it, so that its deletion can be finished
     (:func:`castore.deletion.finish_line`)."""
 

@@ -36,7 +36,7 @@ from .history import Hint, depth_problem
 from .objects import Blob, Commit, Index, Segment, Tree, Value
 from .objectstore.packs import Slot
 from .objectstore.repack import RepackReport
-from .plumbing import (
+from .refnames import (
     HEADS,
     META_TIME,
     SessionRefs,
@@ -276,7 +276,7 @@ def _read_branches_made_since(keys: list[str], got: dict[str, bytes | None], key
 
 def _ref_problem(name: str, value: RefValue, keys: set[str]) -> str | None:
     """What is wrong with a ref that parses: a name castore never writes, a HEAD that names
-    no branch, or a HEAD whose branch is lost (:func:`castore.plumbing.lost_branch_problem`)."""
+    no branch, or a HEAD whose branch is lost (:func:`castore.refnames.lost_branch_problem`)."""
     if parse_ref_name(name) is None:
         return "not a ref name castore writes (a foreign or hostile key)"
     if value.symbolic is None:

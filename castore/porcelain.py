@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from . import names, sync, views
 from .errors import AmbiguousSession, CorruptRef, SessionNotFound
 from .objects import ObjectId
-from .plumbing import SESSIONS, deleting_since, real_name, valid_segment
+from .refnames import SESSIONS, deleting_since, real_name, valid_segment
 
 if TYPE_CHECKING:
     from .entries import LogEntry
@@ -49,7 +49,7 @@ class Status:
     #: ``remotes/REMOTE/BRANCH`` -> commit: remote tips a pull kept because both sides moved
     kept_from_remotes: dict[str, str] = field(default_factory=dict)
     #: when a deletion of the session began that did not finish (HEAD's deleting mark,
-    #: :func:`castore.plumbing.deleting_since`: interrupted, or under way)
+    #: :func:`castore.refnames.deleting_since`: interrupted, or under way)
     deleting: float | None = None
 
 

@@ -16,7 +16,8 @@ from . import objects as o
 from .errors import AmbiguousRevision, ObjectNotFound, RevisionNotFound, SessionNotFound
 from .history import BlockPath, Hint
 from .objects import Commit, ObjectId
-from .plumbing import Plumbing, SessionRefs
+from .plumbing import Plumbing
+from .refnames import SessionRefs
 
 #: the navigation steps at the end of a revision (``~2^``)
 _REV_SUFFIX = re.compile(r"(~\d*|\^\d*)+$")

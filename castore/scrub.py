@@ -36,18 +36,18 @@ from . import objects as o
 from .entries import Record
 from .errors import CastoreError, CorruptRef, ObjectNotFound, RefConflict, SessionNotFound
 from .objects import Blob, Commit, Tree, Value
-from .plumbing import (
+from .plumbing import Batch
+from .redact import REDACTED_INFO, Finding, Redactor, new_key
+from .refnames import (
     HEAD_KEEPS,
     META_INFO,
     META_TIME,
     REAL_NAME_KEYS,
-    Batch,
     SessionRefs,
     carried_meta,
     parse_ref_name,
     scope_ref,
 )
-from .redact import REDACTED_INFO, Finding, Redactor, new_key
 
 if TYPE_CHECKING:
     from .session import Session, SessionHost

@@ -572,7 +572,7 @@ class Store(handles.Handle):
         Raises:
             InvalidName: a segment castore does not write.
         """
-        from .plumbing import real_name, valid_segment
+        from .refnames import real_name, valid_segment
 
         if self._tenant_of is not None:
             if (app_seg, user_seg) == self._tenant_of[1:]:
@@ -612,7 +612,7 @@ class Store(handles.Handle):
         Raises:
             StorageError: the backend failed.
         """
-        from .plumbing import valid_segment
+        from .refnames import valid_segment
 
         if self.root is not self or self.layout != "tenants":
             return []
@@ -630,7 +630,7 @@ class Store(handles.Handle):
         Raises:
             StorageError: the backend failed.
         """
-        from .plumbing import real_name
+        from .refnames import real_name
 
         return [(real_name(a, None), None if u == names.APP_SCOPE else real_name(u, None))
                 for a, u in self.tenant_keys()]
@@ -810,7 +810,7 @@ class Store(handles.Handle):
             InvalidName: a bad app or user name.
             StorageError: the backend failed.
         """
-        from .plumbing import valid_segment
+        from .refnames import valid_segment
 
         app_seg = names.encode(app, "app name")
         if user is not None:
@@ -832,7 +832,7 @@ class Store(handles.Handle):
     def _opened_info(self, stored: Any) -> Any:
         """A listed session's info, opened when sealed; {} when it cannot be (no key, an
         erased tenant, damage): a listing shows names, and reads no content it cannot."""
-        from .plumbing import META_INFO
+        from .refnames import META_INFO
 
         try:
             return self.objects.codec.open_meta(stored, META_INFO)
@@ -846,7 +846,7 @@ class Store(handles.Handle):
             StorageError: the backend failed.
         """
         from .listing import SessionInfo  # here: a command that lists no session never compiles the dataclass
-        from .plumbing import (
+        from .refnames import (
             HEADS,
             META_INFO,
             META_LENGTH,
@@ -919,8 +919,8 @@ class Store(handles.Handle):
 
     def _lost_branch(self, head: str, seg: str, value: RefValue) -> str | None:
         """What fsck and ``status`` say of session HEAD ``head`` naming branch ``seg``, which
-        is absent (:func:`castore.plumbing.lost_branch_problem`); None: never born."""
-        from .plumbing import lost_branch_problem
+        is absent (:func:`castore.refnames.lost_branch_problem`); None: never born."""
+        from .refnames import lost_branch_problem
 
         folder = head.rsplit("/", 1)[0]
         why = lost_branch_problem(folder, seg, value, {f"refs/{n}" for n in self.refs.list(folder)})
@@ -946,18 +946,18 @@ class Store(handles.Handle):
         the branch a HEAD names read again when the listing lacked it: made since, or absent).
 
         ``lost``: where each session whose HEAD names a lost branch
-        (:func:`castore.plumbing.lost_branch_problem`, judged from HEAD as stored and the refs
+        (:func:`castore.refnames.lost_branch_problem`, judged from HEAD as stored and the refs
         listed) is noted, key -> the error (fsck's line), whether or not it is in what is
         returned (a session whose only ref left is HEAD is not).
 
-        A session whose HEAD carries the deleting mark (:func:`castore.plumbing.deleting_since`:
+        A session whose HEAD carries the deleting mark (:func:`castore.refnames.deleting_since`:
         a deletion interrupted or under way) is left out, as once its deletion finishes: what
         is derived from it (searched, counted) is what its deletion was asked to remove.
 
         Raises:
             IntegrityError, StorageError.
         """
-        from .plumbing import branches_made_since, deleting_since, head_segment, lost_branch_problem, session_key
+        from .refnames import branches_made_since, deleting_since, head_segment, lost_branch_problem, session_key
         from .refs import PREFIX as REFS_PREFIX
 
         if folders is None:
@@ -1022,7 +1022,7 @@ class Store(handles.Handle):
         Raises:
             StorageError: the backend failed.
         """
-        from .plumbing import real_name, valid_segment
+        from .refnames import real_name, valid_segment
 
         if self.root.layout == "tenants":
             return [real_name(a, None) for a in self.root.storage.list_dir(names.TENANTS) if valid_segment(a)]
@@ -1038,7 +1038,7 @@ class Store(handles.Handle):
             RefContended: rivals kept moving its refs. InvalidName, StorageError.
         """
         from .deletion import delete_session_refs
-        from .plumbing import session_prefix
+        from .refnames import session_prefix
 
         home = self.tenant(app, user)
         if home is not self:
@@ -1053,7 +1053,7 @@ class Store(handles.Handle):
         Raises:
             InvalidName, IntegrityError, StorageError.
         """
-        from .plumbing import scope_ref
+        from .refnames import scope_ref
 
         home = self.tenant(app, user)
         if home is not self:
@@ -1108,7 +1108,7 @@ class Store(handles.Handle):
             InvalidName, InvalidEntry, StorageError.
         """
         from .entries import check_state
-        from .plumbing import scope_ref
+        from .refnames import scope_ref
 
         for delta, _unset in changes:
             check_state(delta, author)
@@ -1141,7 +1141,7 @@ class Store(handles.Handle):
             RefContended: the scope kept changing (see :class:`~castore.retry.RetryPolicy`).
             StorageError: the backend failed.
         """
-        from .plumbing import META_TIME
+        from .refnames import META_TIME
 
         home = self._scope_home(plan.ref)
         if home is not self:
@@ -1164,7 +1164,7 @@ class Store(handles.Handle):
         Raises:
             InvalidName, IntegrityError, StorageError.
         """
-        from .plumbing import scope_ref
+        from .refnames import scope_ref
 
         a, u = scope_ref(app, None), scope_ref(app, user)
         if self.root.layout == "tenants":  # two tenants' stores

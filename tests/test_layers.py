@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("storage",),
     ("objects", "frames", "zdict", "crypto", "objectstore", "refs", "formats"),
     ("history", "state", "entries", "pathfacts"),
-    ("plumbing", "retry", "groupcommit", "revisions", "pathview", "deletion"),
+    ("plumbing", "refnames", "retry", "groupcommit", "revisions", "pathview", "deletion"),
     ("context",),
     ("session", "store"),
     ("sync", "maintenance", "scrub", "grep", "views", "porcelain", "convert"),

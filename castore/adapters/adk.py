@@ -55,7 +55,7 @@ from pydantic_core import to_jsonable_python
 from ..entries import Custom, Event, Message
 from ..errors import RefConflict, SessionNotFound
 from ..handles import Handle
-from ..plumbing import META_CREATED, META_NAMES, symbolic_to
+from ..refnames import META_CREATED, META_NAMES, symbolic_to
 from ..session import LogEntry, Session
 from ..state import read_state
 from ..store import SessionInfo, Store

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CastoreError, RefConflict
 from ..groupcommit import watch_landings
-from ..plumbing import SessionRefs
+from ..refnames import SessionRefs
 from ..retry import RetryPolicy, retry
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ from ..groupcommit import Group, GroupCommit, Job, Move
 from ..handles import Handle
 from ..history import Hint, K
 from ..objects import Commit, Tree
-from ..plumbing import (
+from ..refnames import (
     META_BORN,
     META_CREATED,
     META_HEAD_BRANCH,
