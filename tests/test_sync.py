@@ -756,6 +756,30 @@ def test_cli_push_needs_a_selection(make_store) -> None:
     assert r.exit_code == 2
 
 
+def test_cli_push_and_pull_move_the_session_chosen_with_use_and_sync_moves_all(make_store) -> None:
+    """As `git push` sends the current branch: with no -s, --app or --all, push and pull move
+    the session of `castore use` (said on stderr); sync moves every session whatever is chosen."""
+    def keys(st: Store) -> list[tuple[str, str, str]]:
+        return sorted((i.app, i.user, i.session) for app in st.apps() for i in st.sessions(app))
+
+    local, remote, other = make_store("local"), make_store("local"), make_store("local")
+    fill(local, KEY, 3)
+    fill(local, ("app", "bob", "s2"), 2, tag="b")
+    ok = _cli(local.url, "use", "app/bob/s2")
+    assert ok.exit_code == 0, ok.output
+    r = _cli(local.url, "push", remote.url)
+    assert r.exit_code == 0, r.output
+    assert "app/bob/s2, the session chosen with `castore use`" in r.stderr
+    assert keys(remote) == [("app", "bob", "s2")]
+    assert _cli(other.url, "use", "app/bob/s2").exit_code == 0
+    r = _cli(other.url, "pull", "-q", remote.url)
+    assert r.exit_code == 0 and r.stderr == "", r.output
+    assert keys(other) == [("app", "bob", "s2")]
+    r = _cli(other.url, "sync", local.url)
+    assert r.exit_code == 0, r.output
+    assert keys(other) == sorted([KEY, ("app", "bob", "s2")])
+
+
 def test_cli_push_runs_as_a_real_subprocess(make_store, tmp_path: Any) -> None:
     local = make_store("local")
     fill(local, KEY, 3)

@@ -17,6 +17,7 @@ from ..store import Store, store_dir
 from .common import (
     CastoreGroup,
     CliState,
+    default_session,
     escape,
     find_session,
     format_key,
@@ -47,6 +48,10 @@ class _Spec(str):
     """A session as typed with -s, looked up in the store it is read from (:func:`_resolved`)."""
 
 
+#: no selection typed: the current session, as ``git push`` pushes the current branch (:func:`_current`)
+_CURRENT = object()
+
+
 def _selection(ctx: click.Context, session: str | None, app: str | None, user: str | None,
                all_: bool) -> Any:
     given = sum(x is not None and x is not False for x in (session, app, all_ or None))
@@ -61,9 +66,29 @@ def _selection(ctx: click.Context, session: str | None, app: str | None, user: s
     state = ctx.find_object(CliState)
     spec = session or (state.session_spec if state is not None else None)
     if not spec:
-        raise click.UsageError("say what to sync: -s APP/USER/SESSION, --app APP [--user USER] or --all", ctx=ctx)
+        return _CURRENT
     if spec.count("/") not in (0, 2):
         split_key(spec, 3, 3, "'-s' / '--session'")  # the usage error, before any store is opened
+    return _Spec(spec)
+
+
+def _current(ctx: click.Context, sel: Any, store: Store, verb: str, quiet: bool) -> Any:
+    """The selection, where none was typed the session chosen with `castore use` in
+    ``store`` (this one, also for a pull); said on stderr unless ``quiet``, since a user
+    who chose a session may expect the whole store to move.
+
+    Raises:
+        click.UsageError: nothing typed and no session chosen (exit 2).
+    """
+    if sel is not _CURRENT:
+        return sel
+    spec = default_session(store)
+    if spec is None:
+        raise click.UsageError(f"say what to {verb}: -s APP/USER/SESSION, --app APP [--user USER] or --all "
+                               f"(or choose a session with {hint('use APP/USER/SESSION', ctx, session=False)})",
+                               ctx=ctx)
+    if not quiet:
+        note(f"{verb}: {safe(spec)}, the session chosen with `castore use` (--all for every session)")
     return _Spec(spec)
 
 
@@ -120,7 +145,7 @@ def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--app", metavar="APP", help="Every session of this app (and its app and user state).")(f)
     f = click.option("-s", "--session", "session", metavar="APP/USER/SESSION", shell_complete=complete_session,
                      help="One session, or its id alone or a unique prefix (default: the global -s / "
-                          "$CASTORE_SESSION).")(f)
+                          "$CASTORE_SESSION, else the session chosen with `castore use`).")(f)
     return f
 
 
@@ -291,12 +316,15 @@ def push_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
              all_: bool, force: bool, quiet: bool, as_json: bool) -> None:
     """Send sessions to REMOTE (a remote's name or a URL; default origin).
 
+    As `git push` sends the current branch, a push with no -s, --app or --all sends
+    the current session: the global -s, $CASTORE_SESSION or the one chosen with
+    `castore use`. `castore sync` moves every session.
     Only the objects the remote lacks are sent; refs move last, by compare-and-swap.
     A branch that moved on the remote is refused (exit 1) unless --force.
     """
     sel = _selection(ctx, session, app, user, all_)
     store = open_store(ctx)
-    sel = _resolved(sel, store)
+    sel = _resolved(_current(ctx, sel, store, "push", quiet), store)
     name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
     bar = _Bar(f"push {name}", quiet)
@@ -318,11 +346,14 @@ def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
              all_: bool, force: bool, quiet: bool, as_json: bool) -> None:
     """Bring sessions from REMOTE (a remote's name or a URL; default origin).
 
+    As `castore push`, with no -s, --app or --all it brings the current session (the
+    global -s, $CASTORE_SESSION or the one chosen with `castore use`).
     A branch that moved on both sides is kept as remotes/REMOTE/BRANCH in the session
     (see `castore log --all`); the local branch is left as it was.
     """
     sel = _selection(ctx, session, app, user, all_)
     store = open_store(ctx, must_exist=False)
+    sel = _current(ctx, sel, store, "pull", quiet)
     name, other = open_remote(store, remote)
     ctx.call_on_close(other.close)
     sel = _resolved(sel, other)
@@ -428,7 +459,8 @@ def sync_cmd(ctx: click.Context, remote: str | None, app: str | None, user: str 
     moved on both sides is overwritten on neither: it is listed with the commands that
     settle it (the remote tip is kept here as remotes/REMOTE/BRANCH), and the exit
     status is 1. A session deleted on one side only comes back from the other: delete
-    it on both (`castore --store URL delete-session ...`).
+    it on both (`castore --store URL delete-session ...`). The session chosen with
+    `castore use` does not narrow a sync, as it narrows a push or a pull: --app does.
     """
     if user is not None and app is None:
         raise click.UsageError("--user needs --app", ctx=ctx)
