@@ -60,3 +60,24 @@ def test_an_export_never_overwrites_a_file_holding_lines_the_archive_lacks(tmp_p
         assert str(short.relative_to(out)) in r.stdout.splitlines()  # and listed as written
     assert str(ahead.relative_to(out)) not in r.stdout.splitlines()  # the files written are listed
     assert not [p for p in out.rglob("*") if p.name.endswith(".castore-new")]
+
+
+@pytest.mark.parametrize("vendor", ["claude", "pi"])
+def test_an_export_never_writes_through_a_link_left_at_its_side_name(tmp_path: Path, vendor: str) -> None:
+    """A file is written beside its place (NAME.castore-new) first: a symbolic link found at that
+    name (left there, or planted) is taken away, not written through to a file outside DEST."""
+    src = _sources(tmp_path)[vendor]
+    assert _cli(tmp_path, "import", vendor, str(src)).exit_code == 0
+    out = tmp_path / "out"
+    assert _cli(tmp_path, "export", vendor, str(out)).exit_code == 0
+    f = sorted(out.rglob("*.jsonl"))[0]
+    archived = f.read_bytes()
+    f.unlink()
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not the export's to write\n")
+    Path(f"{f}.castore-new").symlink_to(outside)
+    r = _cli(tmp_path, "export", vendor, str(out))
+    assert r.exit_code == 0, r.output
+    assert outside.read_bytes() == b"not the export's to write\n"
+    assert not f.is_symlink() and f.read_bytes() == archived
+    assert not Path(f"{f}.castore-new").exists()

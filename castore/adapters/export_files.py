@@ -75,6 +75,7 @@ class ExportWriter:
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         tmp = out + NEW
         try:
+            _fresh(tmp)
             fill(tmp)
             if holds_more(out, tmp):
                 os.remove(tmp)
@@ -96,6 +97,15 @@ class ExportWriter:
         if self.kept:
             raise FilesKept(self.root, self.written, self.kept)
         return self.written
+
+
+def _fresh(tmp: str) -> None:
+    """Make ``tmp`` a new empty file of this export's own: whatever is at that name (a file
+    an export stopped midway left, a symbolic link) goes first, so ``fill`` never writes
+    through a link to a file outside the destination."""
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
 
 
 def holds_more(path: str, new: str) -> bool:
