@@ -67,6 +67,7 @@ from .reffiles import (
     file_value,
     is_framed,
     open_locked,
+    pwrite_all,
     read_all,
     settle,
     token,
@@ -695,12 +696,14 @@ class LocalStorage(Storage):
                     # (The lock file holds its owner's line: a value at least as long covers it.)
                     if len(stored) < owner_size():
                         os.ftruncate(fd, 0)
-                    os.pwrite(fd, stored, 0)
+                    pwrite_all(fd, stored, 0)  # (short at a full disk: its error, not a cut ref)
                     if self.durable and not deferred:
                         os.fsync(fd)
                     os.replace(path + ".lock", path)
                     if deferred:
                         self._keep_landed(key, Landed(stored, data, dg.hex()))
+            except StorageError:
+                raise  # (_write_file's, naming the file already)
             except OSError as e:
                 raise StorageError(f"cannot write {key}: {e.strerror or e}", self.url) from e
         except BaseException:

@@ -220,6 +220,22 @@ def exchange(src: str, dst: str) -> bool:
     raise OSError(err, os.strerror(err), dst)
 
 
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` into file ``fd`` at ``offset``: a ``pwrite`` that ends short (the
+    file reached the disk's end or the process's file-size limit) is carried on, so that the
+    error comes (ENOSPC, EFBIG) rather than a file cut short taken as written.
+
+    Raises:
+        OSError: a write failed, or wrote nothing.
+    """
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, offset = view[n:], offset + n
+
+
 def write_in_place(ref: int, data: bytes, size: int) -> None:
     """Write the framed ``data`` (at most :data:`INPLACE_MAX` bytes) over the open ref file
     ``ref`` of ``size`` bytes, at offset 0, cut to its length if it shrank, and close
@@ -228,7 +244,7 @@ def write_in_place(ref: int, data: bytes, size: int) -> None:
     Raises:
         OSError: the write failed (``ref`` is left open for the caller to close).
     """
-    os.pwrite(ref, data, 0)
+    pwrite_all(ref, data, 0)
     if len(data) < size:  # else the write itself set the size
         os.ftruncate(ref, len(data))
     os.close(ref)
