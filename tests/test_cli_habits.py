@@ -262,6 +262,24 @@ def test_remote_alone_lists_the_remotes_as_git_remote_does(seeded: Seeded, tmp_p
     listed = ok(run(seeded.url, "remote", "list", session=None)).stdout
     assert "origin" in listed
     assert ok(run(seeded.url, "remote", session=None)).stdout == listed
+    ok(run(seeded.url, "remote", "add", "backup", str(tmp_path / "backup"), session=None))
+    assert list(json.loads(ok(run(seeded.url, "remote", "--json", session=None)).stdout)) == ["backup", "origin"]
+    assert len(ok(run(seeded.url, "remote", "-n", "1", session=None)).stdout.splitlines()) == 1
+    assert "`remote add` takes neither" in fails(run(seeded.url, "remote", "--json", "add", "x", "y", session=None),
+                                                 code=2)
+
+
+def test_an_empty_listing_says_so_on_stderr_and_prints_nothing(tmp_path: Path) -> None:
+    fresh = str(tmp_path / "fresh")
+    ok(run(fresh, "init", session=None))
+    for args, said in ((("sessions",), "no sessions"), (("remote",), "no remotes")):
+        r = ok(run(fresh, *args, session=None))
+        assert r.stdout == "" and r.stderr.startswith(said), (args, r.stderr)
+    with castore.open(fresh) as store:
+        store.session("app", "bob", "s").append(castore.Message(role="user", content="hi"))
+    for args, said in ((("labels",), "no labels"), (("label",), "no labels"), (("reflog",), "no moves")):
+        r = ok(run(fresh, *args, session="app/bob/s"))
+        assert r.stdout == "" and r.stderr.startswith(said), (args, r.stderr)
 
 
 def test_push_and_sync_name_refs_as_typed_not_as_stored(seeded: Seeded, tmp_path: Path) -> None:

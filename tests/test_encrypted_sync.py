@@ -207,7 +207,7 @@ def test_erase_of_a_name_with_no_keys_is_refused_and_the_tenant_meant_stays_as_i
     for typo in ("app/alic\u0435", "App/alice", "ap"):
         r = runner.invoke(main, ["--store", url, "erase", typo, "--yes"], env=env)
         assert r.exit_code == 1 and "nothing to erase" in r.output, r.output
-    assert runner.invoke(main, ["--store", url, "erasures"], env=env).output == ""
+    assert runner.invoke(main, ["--store", url, "erasures"], env=env).stdout == ""
     r = runner.invoke(main, ["--store", url, "erase", "app/alice", "--yes"], env=env)
     assert r.exit_code == 0 and "1 data key destroyed" in r.stderr
     r = runner.invoke(main, ["--store", url, "erase", "app/alice", "--yes"], env=env)  # again: already done

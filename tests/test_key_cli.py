@@ -57,6 +57,18 @@ def test_erase_a_user_then_list_the_erasures(tmp_path, encrypted):
         KeyStore.open(ks.storage, ks.config, MasterKey.from_text(text)).tenant_keys("app", "alice")
 
 
+def test_erasures_lists_the_latest_n_as_every_listing_takes_n(tmp_path, encrypted):
+    empty = run(tmp_path, "erasures")
+    assert empty.exit_code == 0 and empty.stdout == "" and empty.stderr == "no erasures\n"
+    for user in ("alice", "bob"):
+        assert run(tmp_path, "erase", f"app/{user}", "--yes").exit_code == 0
+    users = [e["user"] for e in json.loads(run(tmp_path, "erasures", "--json", "-n", "1").stdout)]
+    assert users == ["bob"]  # the latest, as `llm logs -n 1`
+    assert [e["user"] for e in json.loads(run(tmp_path, "erasures", "--json", "-n", "0").stdout)] == ["alice", "bob"]
+    lines = run(tmp_path, "erasures", "-n", "1").stdout.splitlines()
+    assert len(lines) == 1 and "user 'bob'" in lines[0]
+
+
 def test_erase_an_app_asks_first(tmp_path, encrypted):
     refused = run(tmp_path, "erase", "app")  # not at a terminal, no --yes
     assert refused.exit_code == 2 and "cannot be undone: pass --yes" in refused.output

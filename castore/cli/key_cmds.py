@@ -17,6 +17,7 @@ from .common import (
     ensure_bucket,
     json_option,
     key_options,
+    limit_option,
     note,
     open_store,
     plural,
@@ -129,13 +130,20 @@ def erase(target: str, yes: bool) -> None:
 
 
 @click.command("erasures")
+@limit_option(what="erasures, the latest ones")
 @json_option(_ERASURES_SCHEMA)
-def erasures(as_json: bool) -> None:
-    """List the erasures recorded in the store's key store, oldest first."""
+def erasures(limit: int | None, as_json: bool) -> None:
+    """List the erasures recorded in the store's key store, oldest first.
+
+    With -n N, the N latest (still oldest first, as `llm logs -n` does).
+    """
     recs = _key_store(None).erasures()
+    recs = recs[-limit:] if limit else recs
     if as_json:
         print_json([{"app": e.app, "user": e.user, "at": e.at, "by": e.by, "keys": e.keys} for e in recs])
         return
+    if not recs:
+        note("no erasures")
     for e in recs:
         click.echo(safe(f"{e.at}  {_what(e)}" + (f"  by {e.by}" if e.by else "") + f"  ({plural(e.keys, 'key')})"))
 

@@ -316,6 +316,8 @@ def _list_labels(session: Session, limit: int | None, as_json: bool) -> None:
     if as_json:
         print_json({"labels": [{"name": n, "commit": c} for n, c in labels.items()]})
         return
+    if not labels:
+        note("no labels")
     shown = {n: safe(n) for n in labels}
     width = max((len(n) for n in shown.values()), default=0)
     for n, c in labels.items():
@@ -404,6 +406,8 @@ def reflog_cmd(action: str, older_than: float | None, dry_run: bool, limit: int 
     if as_json:
         print_json({"reflog": entries})
         return
+    if not entries:
+        note("no moves: no tip was overwritten")
     for e in entries:
         new = short(e["new"]) if e["new"] else "(deleted)"
         click.echo(f"{click.style(short(e['old']), fg='yellow')} -> {new}  {safe(e['why'])}  {safe(e['ref'])}")

@@ -214,15 +214,25 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
 
 
 # -- remote -----------------------------------------------------------------------------
+_REMOTES_SCHEMA = '{"NAME": {"url": URL, "options": {...}}}'
+
+
 @click.group("remote", cls=CastoreGroup, invoke_without_command=True)
+@limit_option(what="remotes (alone)")
+@json_option(_REMOTES_SCHEMA + " (alone)")
 @click.pass_context
-def remote_group(ctx: click.Context) -> None:
+def remote_group(ctx: click.Context, limit: int | None, as_json: bool) -> None:
     """Manage the remotes (other stores to push to and pull from) of this store.
 
-    Alone, `castore remote` lists them, as `castore remote list` (and `git remote`) does.
+    Alone, `castore remote` lists them, as `castore remote list` (and `git remote`) does,
+    taking its -n and --json.
     """
     if ctx.invoked_subcommand is None:
-        ctx.invoke(remote_list, limit=None, as_json=False)
+        ctx.invoke(remote_list, limit=limit, as_json=as_json)
+    elif limit is not None or as_json:
+        raise click.UsageError(f"-n and --json list the remotes: write them after `{ctx.invoked_subcommand}`"
+                               if ctx.invoked_subcommand == "list" else "-n and --json list the remotes; "
+                               f"`remote {ctx.invoked_subcommand}` takes neither", ctx=ctx)
 
 
 @remote_group.command("add")
@@ -245,7 +255,7 @@ def remote_add(ctx: click.Context, name: str, url: str, options: tuple[str, ...]
 
 @remote_group.command("list")
 @limit_option(what="remotes")
-@json_option('{"NAME": {"url": URL, "options": {...}}}')
+@json_option(_REMOTES_SCHEMA)
 @click.pass_context
 def remote_list(ctx: click.Context, limit: int | None, as_json: bool) -> None:
     """List the remotes and their URLs."""
@@ -254,6 +264,8 @@ def remote_list(ctx: click.Context, limit: int | None, as_json: bool) -> None:
     if as_json:
         print_json(remotes)
         return
+    if not remotes:
+        note(f"no remotes: {hint('remote add NAME URL', session=False)} adds one")
     for name, entry in sorted(remotes.items()):
         opts = " ".join(f"{k}={v}" for k, v in sorted(entry["options"].items()) if v != _HIDDEN)
         click.echo(f"{safe(name)}\t{safe(entry['url'])}" + (f"\t{safe(opts)}" if opts else ""))
