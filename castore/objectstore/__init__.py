@@ -15,8 +15,9 @@ parts, each handed what it needs at construction (in parentheses) and nothing el
     packindex.py  the pack index codec and its search in place (docs/FORMAT.md, 5)
     refintents.py the ref intents of a writer's log: bytes only (docs/FORMAT.md, 12)
     packmap.py  PackMap(storage)                   which pack holds each object: refresh of
-                                                   packs/, reads of records and frames; owns
-                                                   the lock of the pack state
+                                                   packs/, reads of records and frames, the
+                                                   damaged records; owns the lock of the
+                                                   pack state
     repack.py   Repacker(storage, packmap)         merging packs (geometric, merge_packs, the
                                                    background repack), writing and deleting
                                                    whole packs
@@ -56,7 +57,7 @@ from ..objects import AnyObject, ObjectId
 from ..storage import RefIntent, Storage
 from . import packs
 from .packlog import WriterLog
-from .packmap import PackMap, damaged_intent_tail
+from .packmap import PackMap
 from .packs import PACKS, Place, index_key, pack_key
 from .repack import AUTO_REPACK_MAX_BYTES, BLOCK_BYTES, Ages, Repacker, RepackReport, age_key, parse_ages
 
@@ -991,53 +992,19 @@ class ObjectStore:
         return self.packmap.pack_contents(name)
 
     def damaged_records(self) -> list[tuple[str, int, int]]:
-        """``(pack, offset, bytes)`` of every damaged record the scans of unindexed packs
-        skipped (after a refresh; :meth:`PackMap.damaged_records
-        <castore.objectstore.packmap.PackMap.damaged_records>`).
+        """``(pack, offset, bytes)`` of every damaged record (after a refresh; :meth:`PackMap.damaged_records
+        <castore.objectstore.packmap.PackMap.damaged_records>`: what the scans of unindexed packs
+        skipped, what reads found, and the damaged ref intents at the tails of other writers' logs).
 
         Raises:
             StorageError: the backend failed.
         """
-        return sorted(self.packmap.damaged_records() + self._damaged_intent_tails())
+        return self.packmap.damaged_records()
 
     def damage_text(self, pack: str, offset: int, size: int) -> str:
-        """What one damaged record of :meth:`damaged_records` is, for a message: where it is,
-        what it held (objects, or a ref intent: its frame byte, when that byte is intact) and
-        what that means. Raises nothing (an unreadable frame byte says "objects or a ref intent")."""
-        if not size:
-            return (f"{pack_key(pack)} is cut short at offset {offset}: its bytes are not those it was named for, "
-                    "and the records past its end are lost (what they held cannot be named)")
-        try:
-            frame = self.storage.read_range(pack_key(pack), offset + packs.RECORD_HEADER_SIZE, 1)
-        except (OSError, CastoreError):
-            frame = b""
-        if frame == packs.INTENT_FRAME:
-            held = ("a ref intent, which only the replay of ref swaps after a power loss reads (it "
-                    "would be skipped; the refs as they are now read and write as before)")
-        elif frame[:1] and frame[0] <= 3:
-            held = "objects, which cannot be read (fsck names those a ref reaches as missing or corrupt)"
-        else:
-            held = "objects or a ref intent, which cannot be read"
-        return f"{pack_key(pack)} at offset {offset} ({size} bytes) is a damaged record holding {held}"
-
-    def _damaged_intent_tails(self) -> list[tuple[str, int, int]]:
-        """``(log, offset, bytes)`` of the tail of each unsealed log (no index; not this
-        handle's own) that :func:`~castore.objectstore.packmap.damaged_intent_tail` calls
-        damage: a ref intent that only the recovery after a power loss reads (docs/FORMAT.md,
-        12), and would skip.
-
-        Raises:
-            StorageError: the backend failed.
-        """
-        names = [n for n in self.packmap.pack_names()
-                 if n.startswith("w-") and n != self.packmap.live and not self.packmap.pack_info(n)[1]]
-        datas = self.storage.read_many([pack_key(n) for n in names]) if names else {}
-        out = []
-        for name in names:
-            data, end = datas.get(pack_key(name)), self.packmap.pack_bytes(name)
-            if data is not None and damaged_intent_tail(data, end):
-                out.append((name, end, len(data) - end))
-        return out
+        """What one damaged record of :meth:`damaged_records` is, for a message
+        (:meth:`PackMap.damage_text <castore.objectstore.packmap.PackMap.damage_text>`). Raises nothing."""
+        return self.packmap.damage_text(pack, offset, size)
 
     def pack_bytes(self, name: str) -> int:
         """The size of a pack as this handle knows it (0 if unknown)."""

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from .. import objects as o
-from ..errors import DamagedPack, IntegrityError, SealedFrameError
+from ..errors import CastoreError, DamagedPack, IntegrityError, SealedFrameError
 from ..storage import Storage
 from . import packindex, packs
 from .packs import PACKS, Place, Slot, index_key, pack_key
@@ -705,11 +705,54 @@ class PackMap:
         repack pack) (docs/FORMAT.md, 4); and the records of indexed packs a read of this
         handle found damaged (:meth:`damage`). Their objects cannot be read; the others can.
 
+        A log without an index that is not this handle's own, whose tail is a damaged ref
+        intent (:func:`damaged_intent_tail`: only the recovery after a power loss reads it, and
+        would skip it; docs/FORMAT.md, 12), is named too, at that tail.
+
         Raises:
             StorageError: the backend failed.
         """
         self.refresh()
-        return self.known_damage()
+        return sorted(self.known_damage() + self._damaged_intent_tails())
+
+    def _damaged_intent_tails(self) -> list[tuple[str, int, int]]:
+        """``(log, offset, bytes)`` of the tail of each unsealed log (no index; not this
+        handle's own) that :func:`~castore.objectstore.packmap.damaged_intent_tail` calls
+        damage: a ref intent that only the recovery after a power loss reads (docs/FORMAT.md,
+        12), and would skip.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        names = [n for n in self.pack_names()
+                 if n.startswith("w-") and n != self.live and not self.pack_info(n)[1]]
+        datas = self.storage.read_many([pack_key(n) for n in names]) if names else {}
+        out = []
+        for name in names:
+            data, end = datas.get(pack_key(name)), self.pack_bytes(name)
+            if data is not None and damaged_intent_tail(data, end):
+                out.append((name, end, len(data) - end))
+        return out
+
+    def damage_text(self, pack: str, offset: int, size: int) -> str:
+        """What one damaged record of :meth:`damaged_records` is, for a message: where it is,
+        what it held (objects, or a ref intent: its frame byte, when that byte is intact) and
+        what that means. Raises nothing (an unreadable frame byte says "objects or a ref intent")."""
+        if not size:
+            return (f"{pack_key(pack)} is cut short at offset {offset}: its bytes are not those it was named for, "
+                    "and the records past its end are lost (what they held cannot be named)")
+        try:
+            frame = self.storage.read_range(pack_key(pack), offset + packs.RECORD_HEADER_SIZE, 1)
+        except (OSError, CastoreError):
+            frame = b""
+        if frame == packs.INTENT_FRAME:
+            held = ("a ref intent, which only the replay of ref swaps after a power loss reads (it "
+                    "would be skipped; the refs as they are now read and write as before)")
+        elif frame[:1] and frame[0] <= 3:
+            held = "objects, which cannot be read (fsck names those a ref reaches as missing or corrupt)"
+        else:
+            held = "objects or a ref intent, which cannot be read"
+        return f"{pack_key(pack)} at offset {offset} ({size} bytes) is a damaged record holding {held}"
 
     def known_damage(self) -> list[tuple[str, int, int]]:
         """:meth:`damaged_records` as this handle knows them now (no refresh). Raises nothing."""
