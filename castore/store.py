@@ -8,7 +8,6 @@ behind it raises :class:`~castore.errors.StoreNotFound`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import threading
@@ -23,7 +22,6 @@ from .errors import (
     CorruptRef,
     EncryptionError,
     FormatError,
-    IntegrityError,
     InvalidName,
     RefConflict,
     SessionNotFound,
@@ -33,7 +31,6 @@ from .errors import (
 )
 from .formats import check_format, check_stored, default_format
 from .refs import RefStore, RefValue
-from .refs import parse as parse_ref
 from .storage import PreconditionFailed, Storage, open_storage
 
 if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a plain one never loads it)
@@ -829,109 +826,22 @@ class Store(handles.Handle):
             user_segs = self.refs.list_dir(f"sessions/{app_seg}")
         return self.sessions_of(app_seg, user_segs)
 
-    def _opened_info(self, stored: Any) -> Any:
-        """A listed session's info, opened when sealed; {} when it cannot be (no key, an
-        erased tenant, damage): a listing shows names, and reads no content it cannot."""
-        from .refnames import META_INFO
-
-        try:
-            return self.objects.codec.open_meta(stored, META_INFO)
-        except (EncryptionError, IntegrityError):
-            return {}
-
     def sessions_of(self, app_seg: str, user_segs: Sequence[str]) -> list[SessionInfo]:
-        """:meth:`sessions` of this store's refs for an app's users, by encoded segments.
+        """:meth:`sessions` of this store's refs for an app's users, by encoded segments
+        (:func:`castore.sessionlist.sessions_of`).
 
         Raises:
             StorageError: the backend failed.
         """
-        from .listing import SessionInfo  # here: a command that lists no session never compiles the dataclass
-        from .refnames import (
-            HEADS,
-            META_INFO,
-            META_LENGTH,
-            META_NAMES,
-            META_TIME,
-            SessionRefs,
-            deleting_since,
-            head_segment,
-            real_name,
-            valid_segment,
-        )
+        from .sessionlist import sessions_of
 
-        heads: list[str] = []
-        for useg in user_segs:
-            if not valid_segment(useg):
-                continue  # not a name castore writes (a foreign or hostile key): never read
-            for sseg in self.refs.list_dir(f"sessions/{app_seg}/{useg}"):
-                if valid_segment(sseg):
-                    heads.append(SessionRefs(f"sessions/{app_seg}/{useg}/{sseg}").head)
-        damage: dict[str, str] = {}  # a session's HEAD or branch ref -> what is wrong with it
-        got = self._read_refs_skipping_damage(heads)  # (a garbage HEAD: not listed, fsck reports it)
-        branch_refs: dict[str, str] = {}
-        segs: dict[str, str] = {}
-        for h, v in got.items():
-            if v is not None and v.symbolic:
-                try:
-                    segs[h] = head_segment(v)
-                except CorruptRef as e:
-                    damage[h] = str(e)  # a HEAD naming no branch: listed with that (fsck reports it)
-                    continue
-                branch_refs[h] = f"{h.rsplit('/', 1)[0]}/{HEADS}/{segs[h]}"
-        tips = self._read_refs_skipping_damage(list(branch_refs.values()), damage)
-        out: list[SessionInfo] = []
-        for h, v in got.items():
-            if v is None:
-                continue
-            problem = damage.get(h) or damage.get(branch_refs.get(h, ""))
-            if problem is None and h in branch_refs and tips.get(branch_refs[h]) is None:
-                problem = self._lost_branch(h, segs[h], v)  # absent: never born, or lost (one listing)
-            _, aseg, useg, sseg, _ = h.split("/")
-            nm = v.meta.get(META_NAMES)
-            nm = nm if isinstance(nm, dict) else {}
-            tipv = tips.get(branch_refs[h]) if h in branch_refs else (None if v.symbolic else v)
-            head = tipv.target if tipv is not None and not tipv.symbolic else None
-            branch = None
-            if h in segs:
-                branch = real_name(segs[h], v.meta)
-                if branch == segs[h] and tipv is not None:
-                    branch = real_name(segs[h], tipv.meta)
-            meta = tipv.meta if tipv is not None else {}
-            # Ref metadata is a display cache written by any client: a value of the wrong
-            # type reads as unknown rather than failing the whole listing.
-            info = self._opened_info(v.meta.get(META_INFO, {}))
-            out.append(
-                SessionInfo(
-                    # names come from the keys; HEAD's copy only fills in a digest it matches
-                    app=real_name(aseg, {"name": nm.get("app")}),
-                    user=real_name(useg, {"name": nm.get("user")}),
-                    session=real_name(sseg, {"name": nm.get("session")}),
-                    head=head,
-                    branch=branch,
-                    updated=_number(meta.get(META_TIME, v.meta.get(META_TIME)), 0.0),
-                    entries=int(_number(meta.get(META_LENGTH), 0)),
-                    info=info if isinstance(info, dict) else {},
-                    problem=problem, deleting=deleting_since(v),
-                )
-            )
-        out.sort(key=lambda s: s.updated, reverse=True)
-        return out
-
-    def _lost_branch(self, head: str, seg: str, value: RefValue) -> str | None:
-        """What fsck and ``status`` say of session HEAD ``head`` naming branch ``seg``, which
-        is absent (:func:`castore.refnames.lost_branch_problem`); None: never born."""
-        from .refnames import lost_branch_problem
-
-        folder = head.rsplit("/", 1)[0]
-        why = lost_branch_problem(folder, seg, value, {f"refs/{n}" for n in self.refs.list(folder)})
-        return str(CorruptRef(head, why)) if why is not None else None
+        return sessions_of(self.refs, app_seg, user_segs, lambda: self.objects.codec)
 
     def session_refs(self, folders: Iterable[str] | None = None
                      ) -> dict[tuple[str, str, str], tuple[str, dict[str, str]]]:
         """Every session's ref folder (``sessions/A/U/S``) and refs (name -> target; HEAD too
-        when detached), by ``(app, user, session)``: one listing and one batch read, what a
-        reader of derived data (the search index, the usage cache) compares with what it
-        recorded. Only the sessions of these ref ``folders`` when given.
+        when detached), by ``(app, user, session)``: :meth:`session_refs_and_heads` without
+        the branches HEADs are on. Only the sessions of these ref ``folders`` when given.
 
         Raises:
             IntegrityError, StorageError.
@@ -941,80 +851,16 @@ class Store(handles.Handle):
     def session_refs_and_heads(
             self, folders: Iterable[str] | None = None, lost: dict[tuple[str, str, str], CorruptRef] | None = None,
     ) -> dict[tuple[str, str, str], tuple[str, dict[str, str], str | None]]:
-        """:meth:`session_refs` with, third, the branch segment each session's HEAD is on
-        (None: detached, or not a branch): from the same read, each ref file read once (and
-        the branch a HEAD names read again when the listing lacked it: made since, or absent).
-
-        ``lost``: where each session whose HEAD names a lost branch
-        (:func:`castore.refnames.lost_branch_problem`, judged from HEAD as stored and the refs
-        listed) is noted, key -> the error (fsck's line), whether or not it is in what is
-        returned (a session whose only ref left is HEAD is not).
-
-        A session whose HEAD carries the deleting mark (:func:`castore.refnames.deleting_since`:
-        a deletion interrupted or under way) is left out, as once its deletion finishes: what
-        is derived from it (searched, counted) is what its deletion was asked to remove.
+        """Every session's ref folder, refs and the branch segment its HEAD is on, by ``(app,
+        user, session)``; the sessions whose HEAD names a lost branch noted in ``lost``
+        (:func:`castore.sessionlist.session_refs_and_heads`, which says what is left out).
 
         Raises:
             IntegrityError, StorageError.
         """
-        from .refnames import branches_made_since, deleting_since, head_segment, lost_branch_problem, session_key
-        from .refs import PREFIX as REFS_PREFIX
+        from .sessionlist import session_refs_and_heads
 
-        if folders is None:
-            names_ = self.refs.list("sessions")
-        else:
-            names_ = [n for f in sorted(set(folders)) for n in self.refs.list(f)]
-        vals = self.refs.read_many(names_)
-        out: dict[str, dict[str, str]] = {}
-        keys: dict[str, tuple[str, str, str]] = {}
-        heads: dict[str, str | None] = {}
-        symbolic: dict[str, RefValue] = {}
-        for name, v in vals.items():
-            if v is None:
-                continue
-            parts = name.split("/")
-            if len(parts) < 5:
-                continue
-            folder = "/".join(parts[:4])
-            if parts[4] == "HEAD":
-                if deleting_since(v) is not None:
-                    continue  # no key: the session is not returned
-                keys[folder] = session_key(parts[1:4], v.meta)
-                if v.symbolic is not None and len(parts) == 5:
-                    try:
-                        heads[folder] = head_segment(v)
-                        symbolic[folder] = v
-                    except CorruptRef:
-                        pass
-            if v.symbolic is None:
-                out.setdefault(folder, {})[name[len(folder) + 1:]] = v.target
-        # a HEAD naming a branch the listing lacks: read again (branches_made_since), then judged
-        late = branches_made_since({f"{f}/HEAD": v for f, v in symbolic.items() if f in keys}, set(names_))
-        for ref, v in (self.refs.read_many(late) if late else {}).items():
-            f, seg = ref.rsplit("/", 2)[0], ref.rsplit("/", 1)[1]
-            if v is not None and v.symbolic is None:
-                out.setdefault(f, {})[ref[len(f) + 1:]] = v.target
-            elif lost is not None and (why := lost_branch_problem(
-                    f, seg, symbolic[f], {f"{REFS_PREFIX}/{n}" for n in names_ if n.startswith(f + "/")})):
-                lost[keys[f]] = CorruptRef(symbolic[f].name, why)
-        return {keys[f]: (f, refs, heads.get(f)) for f, refs in out.items() if f in keys}
-
-    def _read_refs_skipping_damage(self, refs: list[str], damage: dict[str, str] | None = None
-                                   ) -> dict[str, RefValue | None]:
-        """Read refs in one batch; a garbage ref reads as absent (``fsck`` reports it; what is
-        wrong with it goes into ``damage``), so one damaged session does not hide the others
-        from a listing."""
-        got = self.storage.read_many([f"refs/{r}" for r in refs])
-        out: dict[str, RefValue | None] = {}
-        for r in refs:
-            raw = got.get(f"refs/{r}")
-            try:
-                out[r] = parse_ref(r, raw) if raw is not None else None
-            except IntegrityError as e:
-                out[r] = None
-                if damage is not None:
-                    damage[r] = str(e)
-        return out
+        return session_refs_and_heads(self.refs, folders, lost)
 
     def apps(self) -> list[str]:
         """Names of the apps that have sessions.
@@ -1347,9 +1193,3 @@ def __getattr__(name: str) -> Any:
         return ObjectId
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def _number(value: object, default: float) -> float:
-    """``value`` as a finite float if it is a real number, else ``default``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return default
