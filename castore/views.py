@@ -75,6 +75,13 @@ class View:
         with no message), what they say, read from the store: commit -> one line."""
         return {}
 
+    def settings(self, session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
+        """For the bookkeeping lines of ``entries`` that set what a reader sees outside the
+        state (the session's title, the model of the turns after it), what each set, read
+        from the store: commit -> one line (``title: ...``). ``entries`` are the whole
+        session's, so that a setting is said only where it changes."""
+        return {}
+
     def internal_branches(self, session: Session, branches: Mapping[str, str]) -> set[str]:
         """The branches (of ``branches``) that are the adapter's bookkeeping."""
         return set()
@@ -168,6 +175,16 @@ def bookkeeping(e: LogEntry) -> bool:
     return view is not None and view.bookkeeping(e)
 
 
+def _by_view(entries: Iterable[LogEntry]) -> list[tuple[View, list[LogEntry]]]:
+    """``entries`` grouped by the view that reads them (a commit of no view left out)."""
+    by_view: dict[int, tuple[View, list[LogEntry]]] = {}
+    for e in entries:
+        view = view_for(e.kind)
+        if view is not None:
+            by_view.setdefault(id(view), (view, []))[1].append(e)
+    return list(by_view.values())
+
+
 def said(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
     """Commit -> one line, for the commits of ``entries`` that say nothing by their entry
     alone but do as their view reads them from the store (see :meth:`View.said`).
@@ -175,14 +192,23 @@ def said(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
     Raises:
         ObjectNotFound, IntegrityError, StorageError: reading what a view needs failed.
     """
-    by_view: dict[int, tuple[View, list[LogEntry]]] = {}
-    for e in entries:
-        view = view_for(e.kind)
-        if view is not None:
-            by_view.setdefault(id(view), (view, []))[1].append(e)
     out: dict[str, str] = {}
-    for view, some in by_view.values():
+    for view, some in _by_view(entries):
         out.update(view.said(session, some))
+    return out
+
+
+def settings(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
+    """Commit -> one line, for the bookkeeping lines of ``entries`` (a whole session's) that
+    set what a reader sees outside the state: a title, a model (see :meth:`View.settings`).
+    A reader that leaves such a line out shows this in its place.
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError: reading what a view needs failed.
+    """
+    out: dict[str, str] = {}
+    for view, some in _by_view(entries):
+        out.update(view.settings(session, some))
     return out
 
 
@@ -327,6 +353,7 @@ __all__ = [
     "message",
     "bookkeeping",
     "said",
+    "settings",
     "spawned_by",
     "visible",
     "internal_branches",

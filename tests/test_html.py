@@ -225,6 +225,29 @@ def test_the_view_leaves_out_bookkeeping_lines_as_log_does_and_opens_on_the_newe
     assert everything["nodes"][everything["refs"]["head"]]["id"] == imported.head
 
 
+def test_a_left_out_line_that_set_the_title_or_the_model_leaves_a_mark(imported: castore.Session,
+                                                                     tmp_path: Path) -> None:
+    """Claude Code's closing ``summary`` set the session's title, Codex's first ``turn_context``
+    names the model: left out, each is marked on the commit shown in its place (before, with
+    no trace); a turn_context naming the same model again leaves none."""
+    from castore.adapters.codex import import_codex
+
+    data = build_model(imported)
+    [marked] = [n for n in data["nodes"] if "h" in n]
+    assert marked is data["nodes"][data["refs"]["head"]]  # where HEAD, on the summary line, shows
+    assert marked["h"] == [{"id": imported.head, "a": "summary", "s": f"title: {data['title']}"}]
+    assert all("h" not in n for n in build_model(imported, all_entries=True)["nodes"])
+    store = castore.open(str(tmp_path / "codex"), durable=False)
+    import_codex(store, ROOT / "tests" / "data" / "codex" / "sample_codex_session.jsonl")
+    [codex] = store.sessions("codex")
+    session = store.session("codex", codex.user, codex.session)
+    contexts = [e for e in session.log() if e.meta["codex"]["type"] == "turn_context"]
+    assert len(contexts) > 1
+    marks = [h for n in build_model(session)["nodes"] for h in n.get("h", ())]
+    assert marks == [{"id": contexts[-1].id, "a": "turn_context", "s": "model: gpt-5.2-codex"}]  # the oldest
+    store.close()
+
+
 def test_export_html_says_how_many_bookkeeping_lines_it_hides(imported: castore.Session, tmp_path: Path) -> None:
     key = f"claude/session-share/{CLAUDE_SID}"
     pages = {}
@@ -399,6 +422,22 @@ def test_browser_shows_markup_as_text_and_runs_nothing(page: Any, demo: castore.
     assert page.locator("#graph script, #graph img, #graph b, #detail script, #detail img, #detail b").count() == 0
     page.wait_for_timeout(200)  # an injected onerror would have fired by now
     assert page.events["dialogs"] == [] and page.events["errors"] == []
+
+
+def test_browser_shows_the_mark_of_a_left_out_line_that_set_the_title(browser: Any, imported: castore.Session,
+                                                                      tmp_path: Path) -> None:
+    out = tmp_path / "claude.html"
+    out.write_text(render_session(imported), encoding="utf-8")
+    pg = browser.new_page(viewport={"width": 1200, "height": 800})
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(out.as_uri())
+    pg.wait_for_selector(".node.sel")  # it opens on HEAD, where the summary line's mark is
+    assert pg.locator(".node.sel .pill.hb").text_content().startswith("title: Spawn curry poem agents")
+    left_out = pg.text_content("#left-out")
+    assert f"{imported.head[:8]} summary (after this entry): title: Spawn curry poem agents" in left_out
+    assert errors == []
+    pg.close()
 
 
 def test_browser_context_matches_the_library_projection(page: Any, demo: castore.Session) -> None:

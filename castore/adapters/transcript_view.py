@@ -352,6 +352,38 @@ class TranscriptView(views.View):
             rows = [(k, fold(v, FIELD_CHARS) if isinstance(v, str) else v) for k, v in rows]
         return [(f"line {line.get('o')}" if line is not None else "line", rows)]
 
+    def settings(self, session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
+        """For the bookkeeping lines that set the session's title (Claude Code's ``summary``,
+        ``custom-title``, ``ai-title``; Gemini CLI's ``$set`` and ``metadata`` summary) or
+        name a model other than the one before them on their path (Codex's ``turn_context``,
+        ``session_meta``): ``title: ...`` or ``model: ...``; the lines are read in one batch.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: reading the stored lines failed.
+        """
+        entries = list(entries)
+        raws: dict[str, str] = {}
+        for e in entries:
+            line = _importer_line(e)
+            raw = line.get("raw") if line is not None else None
+            if isinstance(raw, str) and line is not None and line.get("type") in _SETTING_TYPES and self.bookkeeping(e):
+                raws[e.id] = raw
+        if not raws:
+            return {}
+        from .jsonl_tree import parse_line, read_blobs
+
+        got = read_blobs(session.store, list(raws.values()))
+        found = {cid: setting for cid, raw in raws.items() if (setting := _setting(parse_line(got[raw]))) is not None}
+        out: dict[str, str] = {}
+        model: dict[str, str | None] = {}  # commit -> the model in effect there
+        for e in sorted(entries, key=lambda e: e.depth):
+            before = model.get(e.parents[0]) if e.parents else None
+            what, value = found.get(e.id) or ("", None)
+            model[e.id] = value if what == "model" else before
+            if value is not None and not (what == "model" and value == before):
+                out[e.id] = f"{what}: {value}"
+        return out
+
     def bookkeeping(self, e: LogEntry) -> bool:
         """Whether an imported line is the client's bookkeeping (a ``progress`` line, a Codex
         ``event_msg`` copying a message, ...)."""
@@ -361,6 +393,26 @@ class TranscriptView(views.View):
         if "codex" in e.meta and line.get("type") == "event_msg" and e.author in CODEX_COPIES:
             return True
         return line.get("type") in BOOKKEEPING or e.author in BOOKKEEPING
+
+
+#: the ``type`` of the bookkeeping lines that may set a title or a model (:meth:`TranscriptView.settings`)
+_SETTING_TYPES = frozenset({"summary", "custom-title", "ai-title", "$set", "metadata", "turn_context", "session_meta"})
+
+
+def _setting(d: Any) -> tuple[str, str] | None:
+    """What a stored bookkeeping line sets: ``("model", NAME)`` or ``("title", TEXT)``, or None."""
+    if not isinstance(d, Mapping):
+        return None
+    if d.get("type") in ("turn_context", "session_meta"):
+        payload = d.get("payload")
+        name = payload.get("model") if isinstance(payload, Mapping) else None
+        return ("model", fold(name, 80)) if isinstance(name, str) and name.strip() else None
+    sets = d.get("$set")
+    for v in (d.get("summary"), d.get("customTitle"), d.get("aiTitle"), d.get("title"),
+              sets.get("summary") if isinstance(sets, Mapping) else None):
+        if isinstance(v, str) and v.strip():
+            return "title", fold(v, 120)
+    return None
 
 
 #: fields of a stored line that say where and when it was written, not what it says

@@ -12,7 +12,7 @@ Shape (``v`` 1)::
      "refs": {"head": i|None, "branch": name|None, "branches": {name: i}, "labels": {name: i}},
      "nodes": [{"id", "p": [parent indices], "k": kind, "a": author, "t": time, "n": depth,
                 "m": meta, "d": {key: value}, "u": [unset keys], "e": entry,
-                "r": row, "l": lane}, ...],
+                "r": row, "l": lane, "h": [marks] (only when some, see below)}, ...],
      "lanes": n, "runs": [[first_row, last_row], ...], "bookkeeping": n, "all_entries": bool,
      "text": {...wording of summaries}}
 
@@ -30,8 +30,12 @@ Code's ``progress``, ``file-history-snapshot``, ``summary``; Codex's ``turn_cont
 ``token_count``; see :func:`castore.views.bookkeeping`) are left out unless ``all_entries``,
 each kept commit's parents moved past them, and HEAD, a branch or a label on one shows on the
 newest kept commit before it (so the view opens on the newest entry it shows).
-``bookkeeping`` counts these lines, shown or not. Importers give these lines no state change, so replaying the
-kept commits' deltas still rebuilds each state.
+A line left out that set the session's title or the model of the turns after it (a Claude
+Code ``summary``, a Codex ``turn_context`` naming another model) leaves a mark on the node
+shown in its place, ``"h": [{"id", "a", "s": "title: ..." | "model: ...", "before": true (when
+shown on the first kept commit after it)}]``, which the page shows as a pill and in the
+details. ``bookkeeping`` counts these lines, shown or not. Importers give these lines no
+state change, so replaying the kept commits' deltas still rebuilds each state.
 """
 
 from __future__ import annotations
@@ -73,6 +77,35 @@ def _scope_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: 
     unset.extend(prefix + k for k in before if k not in after)
 
 
+def _settings_left_out(session: Session, every: list[LogEntry], index: Mapping[o.ObjectId, int],
+                       at: Callable[[str], str]) -> dict[int, list[dict[str, Any]]]:
+    """The bookkeeping lines left out that set a title or a model (:func:`castore.views.settings`),
+    by the node shown in their place: the newest kept commit before each, as its names move
+    there, else (a line before any kept one) the oldest kept commit after it, marked ``before``.
+    Each is ``{"id", "a": author, "s": what it set}``, oldest first."""
+    said = views.settings(session, every)
+    if not said:
+        return {}
+    children: dict[str, list[str]] = {}
+    for e in every:
+        for p in e.parents:
+            children.setdefault(p, []).append(e.id)
+    out: dict[int, list[dict[str, Any]]] = {}
+    for e in sorted(every, key=lambda e: (e.time, e.depth, e.id)):
+        if e.id not in said:
+            continue
+        mark: dict[str, Any] = {"id": e.id, "a": e.author, "s": said[e.id]}
+        shown = index.get(o.ObjectId(at(e.id)))
+        if shown is None:  # no kept commit before it: the first one after it on its path
+            todo = list(children.get(e.id, ()))
+            while todo and (shown := index.get(o.ObjectId(todo[0]))) is None:
+                todo[:1] = children.get(todo[0], ())
+            mark["before"] = True
+        if shown is not None:
+            out.setdefault(shown, []).append(mark)
+    return out
+
+
 def build_model(session: Session, internal: bool = False, all_entries: bool = False) -> dict[str, Any]:
     """Read a whole session into the JSON-ready data of its HTML view (see the module doc).
 
@@ -102,11 +135,15 @@ def build_model(session: Session, internal: bool = False, all_entries: bool = Fa
         entries = lg.visible(entries)
     read = len(entries)
     at: Callable[[str], str] = str
+    left_out: dict[int, list[dict[str, Any]]] = {}
     if not all_entries:
+        every = entries
         entries, at = porcelain.past_bookkeeping(entries)
     bookkeeping = read - len(entries) if not all_entries else sum(map(views.bookkeeping, entries))
     entries.sort(key=lambda e: (e.time, e.depth, e.id))
     index = {e.id: i for i, e in enumerate(entries)}
+    if not all_entries and bookkeeping:
+        left_out = _settings_left_out(session, every, index, at)
     commits = store.history.commits([e.id for e in entries]) if entries else {}
 
     # App- and user-scoped state as each commit saw it, read once per distinct scope commit,
@@ -149,6 +186,8 @@ def build_model(session: Session, internal: bool = False, all_entries: bool = Fa
                 _scope_changes(scoped(first, scope), scoped(e.id, scope), scope + ":", delta, unset)
         node = {"id": e.id, "p": ps, "k": e.kind, "a": e.author, "t": e.time, "n": e.depth,
                 "m": dict(e.meta), "d": delta, "u": unset, "e": entry_doc(e)}
+        if index[e.id] in left_out:
+            node["h"] = left_out[index[e.id]]
         if lg.is_checkpoint(e.kind, e.meta):
             before = pc.state if pc is not None and lg.is_checkpoint(pc.kind, pc.meta) else None
             node["d"], node["u"], appended = reader.changes(before, c.state)
@@ -160,6 +199,7 @@ def build_model(session: Session, internal: bool = False, all_entries: bool = Fa
     if head in index:
         keep.add(index[head])
     keep.update(i for i, e in enumerate(entries) if e.kind not in ("message", "event"))
+    keep.update(left_out)
     plan = layout(parents, prefer=[index[head]] if head in index else [], keep=sorted(keep))
     for i, node in enumerate(nodes):
         node["r"] = plan.row[i]

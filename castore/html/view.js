@@ -104,6 +104,7 @@ function pills(box, i) {
   if (x.k === "compaction") box.append(el("span", "pill cp", "compaction"));
   if (x.k === "branch_summary") box.append(el("span", "pill cp", "branch summary"));
   if (kids[i].length > 1) box.append(el("span", "pill fk", "fork \u00d7" + kids[i].length));
+  for (const h of x.h || []) box.append(el("span", "pill hb", oneLine(h.s, 48)));
 }
 function draw() {
   visible();
@@ -391,6 +392,17 @@ function detail() {
   entry.append(el("h3", "", "Entry"));
   renderEntry(i, entry);
   box.append(entry);
+  if (x.h) {
+    const hid = el("section");
+    hid.id = "left-out";
+    hid.append(el("h3", "", "Left out here (bookkeeping lines; export html --all-entries shows them)"));
+    for (const h of x.h) {
+      const line = el("div");
+      line.append(el("span", "mono", short(h.id)), " " + (h.a || "") + (h.before ? " (before this entry)" : " (after this entry)") + ": " + h.s);
+      hid.append(line);
+    }
+    box.append(hid);
+  }
   const meta = el("section");
   meta.id = "meta";
   meta.append(el("h3", "", "Metadata"));
