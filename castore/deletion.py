@@ -151,9 +151,11 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
 def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: RefValue, target: str,
                       meta: Mapping[str, Any], had_head: bool) -> None:
     """Settle HEAD once a session's first commit ``landed`` on its branch: HEAD made
-    (``target``, ``meta``) when the session had none, else (``had_head``: ``set_info`` made it)
-    given the born mark (:meth:`~castore.plumbing.Plumbing.mark_born`), or made again when a
-    deletion deleted it meanwhile. Another writer's HEAD, made first, is fine.
+    (``target``, ``meta``) when the session had none, or made again when a deletion deleted it
+    meanwhile; HEAD made by ``set_info`` (``had_head``) or by another writer first is given the
+    born mark (:meth:`~castore.plumbing.Plumbing.mark_born`). The one rule of every writer that
+    makes a session's first branch: an append, a ``reset`` of a session with no commit, a
+    ``fork``, an import's tree (:meth:`castore.Session.tree`).
 
     A first commit racing a deletion must not outlive it in part. The deletion lists the refs
     once HEAD is marked, and would leave a branch made after that listing behind HEAD's deletion,
@@ -173,8 +175,8 @@ def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: Ref
     if head is None:
         try:
             head = made = plumbing.swap(refs.head, target, None, meta)
-        except RefConflict:
-            head = plumbing.refs.read(refs.head)
+        except RefConflict:  # another writer's HEAD made first (a first append's, a set_info's, a deletion's)
+            head = plumbing.mark_born(refs, landed.name)
     if made is not None:
         if plumbing.refs.read(landed.name) is not None:
             return

@@ -20,7 +20,6 @@ them). This module owns two things:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -37,6 +36,7 @@ from .errors import (
     InvalidEntry,
     RefConflict,
     RefNotFound,
+    SessionDeleting,
     StorageError,
 )
 from .history import NO_BODY, Hint, History, K
@@ -320,13 +320,16 @@ class Tree:
     Args:
         plumbing: the store's write path.
         refs: the session's ref names.
-        head_meta: HEAD's metadata when it is made on a branch (by name).
+        first_head: what makes HEAD on a branch (by name) once the session's first branches
+            landed, given that branch as landed (:func:`castore.deletion.first_commit_head`,
+            the rule of every writer of a session's first branch).
     """
 
-    def __init__(self, plumbing: Plumbing, refs: SessionRefs, head_meta: Callable[[str], dict[str, Any]]) -> None:
+    def __init__(self, plumbing: Plumbing, refs: SessionRefs,
+                 first_head: Callable[[str], Callable[[RefValue], None]]) -> None:
         self.plumbing = plumbing
         self.refs = refs
-        self._head_meta = head_meta
+        self._first_head = first_head
         self._on: dict[str, Batch] = {}  # tip -> the batch that built it (and goes on from it)
         self._published: dict[str, str] = {}  # branch -> the tip last published
 
@@ -358,12 +361,14 @@ class Tree:
         """Move every branch of ``branches`` (name -> a tip this tree built) whose tip is not
         the one it last published, from that one (a branch not published yet must not
         exist), all at once (:meth:`Plumbing.swap_many`); then, with ``head``, make HEAD on
-        that branch (left as it is when another writer made it first).
+        that branch (left as it is when another writer made it first), as a first append does.
 
         Raises:
             RefConflict: a branch moved (or was made) by another writer; the others moved. Or
-                the session was deleted between the branches' move and HEAD's (HEAD would name
-                a branch gone: it is deleted again; a new attempt starts the session anew).
+                the session was deleted whole between the branches' move and HEAD's (HEAD would
+                name a branch gone: it is deleted again; a new attempt starts the session anew).
+            SessionDeleting: HEAD was found marked by a deletion under way or interrupted (the
+                branch HEAD was to name is deleted again).
             KeyError: a tip this tree did not build. InvalidName, RefLocked, StorageError.
         """
         moves: list[tuple[str, str, RefValue | None, Mapping[str, Any]]] = []
@@ -379,24 +384,28 @@ class Tree:
             moves.append((ref, tip, expect, self._on[tip].ref_meta(**name_meta(ref, name))))
             names_.append(name)
         lost = None
+        landed: dict[str, RefValue] = {}
         for name, (_, tip, _, _), new in zip(names_, moves, self.plumbing.swap_many(moves) if moves else [],
                                             strict=True):
             if isinstance(new, Exception):
                 lost = lost or new
             else:
-                self._published[name] = tip
+                self._published[name], landed[name] = tip, new
         if lost is not None:
             raise lost
-        if head is not None:
-            try:
-                made = self.plumbing.swap(self.refs.head, symbolic_to(head), None, self._head_meta(head))
-            except RefConflict:
-                return  # another writer made it first: fine
-            branch = self.refs.branch(head)
-            if self.plumbing.refs.read(branch) is None:  # a deletion ran whole since the branch moved:
-                with contextlib.suppress(RefConflict):  # this HEAD would name a lost branch
-                    self.plumbing.delete(self.refs.head, made)
-                raise RefConflict(branch, self._published.pop(head, None), None)
+        if head is None:
+            return
+        on = landed.get(head) or self.plumbing.refs.read(self.refs.branch(head))
+        if on is None:
+            raise RefConflict(self.refs.branch(head), self._published.pop(head, None), None)
+        try:
+            self._first_head(head)(on)
+        except SessionDeleting as e:
+            if not e.finished:
+                raise
+            # a deletion ran whole since the branches moved: a lost race, which a new attempt
+            # (the import's retry) takes up by starting the session anew
+            raise RefConflict(on.name, self._published.pop(head, None), None) from e
 
 
 class Plumbing:

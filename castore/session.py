@@ -464,9 +464,7 @@ class Session(handles.Handle):
                 return
             move = group.start(job, ref, tipref, batch, name_meta(ref, name))
             if head is None or tipref is None and not head.meta.get(META_BORN):  # its first commit
-                target, extra = self._head_on(name)
-                move.then.append(functools.partial(deletion.first_commit_head, self.plumbing, self.key, target=target,
-                                                   meta=self._head_meta(None, **extra), had_head=head is not None))
+                move.then.append(self._first_commit(head, name))
 
         ids: list[ObjectId] = self.store.group_commit.land(Job(self.refs.prefix, stage, final=expect is not None))
         for plan in plans:
@@ -484,7 +482,7 @@ class Session(handles.Handle):
         branches moved at once (an importer's session new with the import), HEAD made as
         the first append makes it. Raises nothing (writing raises as :meth:`append_many`)."""
         self.store.init()
-        return plumbing.Tree(self.plumbing, self.refs, lambda branch: self._head_meta(None, **self._head_on(branch)[1]))
+        return plumbing.Tree(self.plumbing, self.refs, lambda branch: self._first_commit(None, branch))
 
     def _write_ref(self) -> str:
         """The ref an append without ``branch`` moves (as last read): HEAD's branch, or HEAD."""
@@ -536,12 +534,15 @@ class Session(handles.Handle):
             batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
                         when=p.time if p.time is not None else now, meta=p.meta, scopes=p_scopes, typed=p.entry)
 
-    def _create_head(self, branch: str) -> None:
-        target, extra = self._head_on(branch)
-        try:
-            self.plumbing.swap(self.refs.head, target, None, self._head_meta(None, **extra))
-        except RefConflict:
-            pass  # another writer created it first: fine
+    def _first_commit(self, head: RefValue | None, branch: str, **extra: Any) -> Callable[[RefValue], None]:
+        """What settles HEAD (``head`` as read before; ``extra``: more of its metadata) once the
+        session's first commit landed on ``branch``, given the branch as landed: the one rule
+        of every writer that makes a session's first branch (:func:`castore.deletion.first_commit_head`:
+        a deletion racing it leaves neither a branch behind nor a lost branch; it raises
+        SessionDeleting then)."""
+        target, on = self._head_on(branch)
+        return functools.partial(deletion.first_commit_head, self.plumbing, self.key, target=target,
+                                 meta=self._head_meta(None, **on, **extra), had_head=head is not None)
 
     def _head_to_new_branch(self, head: RefValue | None, name: str) -> None:
         """Put the detached ``head`` on the branch ``name`` just started where it was."""
@@ -880,7 +881,8 @@ class Session(handles.Handle):
             RevisionNotFound, AmbiguousRevision, SessionNotFound, StorageError.
             CorruptRef: HEAD names a branch that was lost (:meth:`lost_branch`); recreating
             it would hide the loss from fsck.
-            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
+            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`), or a
+                deletion raced the session's first commit (``finished``: nothing of it is kept).
         """
         cid = self.resolve(rev)
         head, branch, tipref = self._read_tip()
@@ -891,21 +893,21 @@ class Session(handles.Handle):
             self._move(self.refs.head, cid, self._head_meta(head, **self._detached_at(cid)), f"reset {rev}")
             return cid
         ref = self.refs.branch_ref_of(head) if head is not None else self.refs.branch(branch)
-        self._move(ref, cid, self._ref_meta_at(cid, **name_meta(ref, branch)), f"reset {rev}")
-        if head is None:
-            self._create_head(branch)
+        landed = self._move(ref, cid, self._ref_meta_at(cid, **name_meta(ref, branch)), f"reset {rev}")
+        if head is None or tipref is None and not head.meta.get(META_BORN):  # the session's first commit
+            self._first_commit(head, branch)(landed)
         return cid
 
-    def _move(self, ref: str, cid: str, meta: Mapping[str, Any], why: str) -> None:
-        """Set ``ref`` to ``cid`` whatever it holds, recording an overwritten tip first."""
+    def _move(self, ref: str, cid: str, meta: Mapping[str, Any], why: str) -> RefValue:
+        """Set ``ref`` to ``cid`` whatever it holds, recording an overwritten tip first; return it as landed."""
 
-        def attempt(_n: int) -> None:
+        def attempt(_n: int) -> RefValue:
             cur = self._refs.read(ref)
             if cur is not None and cur.symbolic is None and cur.target != cid:
                 self.plumbing.record_move(self.refs, ref, cur.target, cid, why)
-            self.plumbing.swap(ref, cid, cur, meta)
+            return self.plumbing.swap(ref, cid, cur, meta)
 
-        self.plumbing.land(ref, attempt)
+        return self.plumbing.land(ref, attempt)
 
     def delete_branch(self, name: str, force: bool = False) -> None:
         """Delete a branch. Refuses the checked-out branch, and unmerged work unless forced.
@@ -1055,6 +1057,8 @@ class Session(handles.Handle):
 
         Raises:
             SessionExists: the new session already exists (nothing is written).
+            SessionDeleting: the new session is being deleted, or a deletion of it ran whole
+                while the fork landed (``finished``); nothing of the fork is kept.
             BranchError: ``user`` is another user of a tenant-layout store, whose sessions are
                 kept in a store of their own, sharing no object with this one's (the fork's refs
                 were written into this user's store, where nothing lists them).
@@ -1068,16 +1072,11 @@ class Session(handles.Handle):
             raise SessionExists(new.key)
         meta = self._ref_meta_at(cid)
         try:
-            self.plumbing.swap(new.refs.branch("main"), cid, None, meta)
+            landed = self.plumbing.swap(new.refs.branch("main"), cid, None, meta)
         except RefConflict:
             raise SessionExists(new.key) from None
-        target, extra = new._head_on("main")
-        head_meta = new._head_meta(None, info={"forked_from": {
-            "app": self.app, "user": self.user, "session": self.id, "commit": cid}}, **extra)
-        try:
-            self.plumbing.swap(new.refs.head, target, None, head_meta)
-        except RefConflict:
-            raise SessionExists(new.key) from None
+        new._first_commit(None, "main", info={"forked_from": {
+            "app": self.app, "user": self.user, "session": self.id, "commit": cid}})(landed)
         return new
 
     # -- audit -----------------------------------------------------------------------------

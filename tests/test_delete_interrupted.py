@@ -233,45 +233,6 @@ def test_a_deletion_racing_the_first_append_after_set_info_leaves_no_branch_behi
         _whole_or_gone(st, acked)
 
 
-def test_a_deletion_between_a_new_sessions_branch_and_its_head_leaves_no_lost_branch(tmp_path) -> None:
-    """A first append to a new session makes its branch, then HEAD: a deletion in between found
-    no HEAD, deleted the branch, and the writer then made a HEAD (born) on no branch: a lost
-    branch to fsck, and gc refused the whole store. The deletion now makes a marked HEAD first,
-    so the writer's HEAD loses to it and the writer is refused."""
-    url = str(tmp_path / "st")
-
-    def delete() -> None:
-        with castore.open(url) as st:
-            st.delete_session(*KEY)
-
-    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
-        with pytest.raises(castore.SessionDeleting):
-            ws.session(*KEY).append(castore.Message(role="user", content="first"))
-    with castore.open(url) as st:
-        _whole_or_gone(st, [])
-
-
-def test_a_deletion_between_an_imported_sessions_branch_and_its_head_leaves_no_lost_branch(tmp_path) -> None:
-    """An import's tree publishes a new session's branches, then makes HEAD: a deletion run whole
-    in between left a born HEAD on no branch (fsck's lost branch, gc refused). The HEAD goes again
-    and the publish is a lost race (the import's retry starts the session anew)."""
-    from castore.entries import prepare
-
-    url = str(tmp_path / "st")
-
-    def delete() -> None:
-        with castore.open(url) as st:
-            st.delete_session(*KEY)
-
-    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
-        tree = ws.session(*KEY).tree()
-        tip = tree.extend(None, [prepare(castore.Message(role="user", content="imported"))])[-1]
-        with pytest.raises(castore.RefConflict):
-            tree.publish({"main": tip}, head="main")
-    with castore.open(url) as st:
-        _whole_or_gone(st, [])
-
-
 def test_the_finishing_command_names_the_session_by_its_key_not_by_what_head_says(tmp_path) -> None:
     """HEAD's recorded names are any writer's (a damaged or hand-written ref): fsck's line for an
     interrupted deletion named the session HEAD said, so running it deleted another session."""
@@ -490,3 +451,62 @@ def test_pull_and_clone_copy_a_session_whose_deletion_began_without_the_mark(bac
             assert "delete-session app/alice/doomed" in r.refs_skipped[0][1]
         else:
             assert not r.refs_skipped and not r.refs_refused
+
+
+
+def _first_write(how: str, ws: castore.Store, cid: str) -> None:
+    """Make KEY's first branch, then its HEAD, the way ``how`` does."""
+    from castore.entries import prepare
+
+    if how == "append":
+        ws.session(*KEY).append(castore.Message(role="user", content="first"))
+    elif how == "fork":
+        ws.session("app", "alice", "src").fork("doomed")
+    elif how == "reset":
+        ws.session(*KEY).reset(cid)
+    else:
+        tree = ws.session(*KEY).tree()
+        tip = tree.extend(None, [prepare(castore.Message(role="user", content="imported"))])[-1]
+        tree.publish({"main": tip}, head="main")
+
+
+@pytest.mark.parametrize("deletion", ["whole", "marked"])
+@pytest.mark.parametrize("how", ["append", "fork", "reset", "import"])
+def test_a_deletion_between_a_first_branch_and_its_head_leaves_no_branch_behind(tmp_path, how: str,
+                                                                                  deletion: str) -> None:
+    """A first append, ``fork`` into a new session, ``reset`` on a session with no HEAD and an
+    import's tree make the session's branch, then its HEAD, and settle HEAD by one rule
+    (:func:`castore.deletion.first_commit_head`). A deletion run whole in between left a born
+    HEAD on no branch (fsck's lost branch, gc refused the whole store; the append's and the
+    import's were fixed first, a249002 and 269d9ff); it now goes again and the write is refused (SessionDeleting, finished; an import's
+    publish loses the race, RefConflict, which its retry takes up). A deletion that marked HEAD
+    and stopped in between left the write acknowledged (reset, import: what a finishing
+    ``delete-session`` then deleted) or refused as SessionExists (fork) with its branch left:
+    the write now takes its branch back and is refused as SessionDeleting."""
+    url = str(tmp_path / "st")
+    with castore.open(url) as st:
+        st.session("app", "alice", "src").append(castore.Message(role="user", content="forked"))
+        cid = st.session("app", "alice", "src").head
+    assert cid is not None
+
+    def delete() -> None:
+        if deletion == "marked":  # no HEAD yet: the deletion's first change makes it, marked
+            with castore.Store(KillAt(open_storage(url), 2)) as st, pytest.raises(Killed):
+                st.delete_session(*KEY)
+        else:
+            with castore.open(url) as st:
+                st.delete_session(*KEY)
+
+    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
+        refused = castore.RefConflict if how == "import" and deletion == "whole" else castore.SessionDeleting
+        with pytest.raises(refused) as got:
+            _first_write(how, ws, cid)
+        if refused is castore.SessionDeleting:
+            assert got.value.finished == (deletion == "whole")
+    with castore.open(url) as st:
+        if deletion == "marked":
+            assert st.refs.list("sessions/app/alice/doomed") == ["sessions/app/alice/doomed/HEAD"]
+            st.delete_session(*KEY)
+        _whole_or_gone(st, [])
+        assert [m.content for m in st.session("app", "alice", "src").messages()] == ["forked"]
+
