@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from . import names
 from . import objects as o
 from .crypto.args import storage_options
-from .deletion import stranded
+from .deletion import finish_hint, stranded
 from .errors import (
     CastoreError,
     IntegrityError,
@@ -56,6 +56,7 @@ from .plumbing import (
     SessionRefs,
     branches_made_since,
     carried_meta,
+    deleting_since,
     head_problem,
     parse_ref_name,
     real_name,
@@ -434,7 +435,8 @@ class _Sync:
         reflog = SessionRefs(sprefix).reflog  # (dst_direct with it: no second pass over dst_names)
         dst_refs = [*dst_direct, *([reflog] if reflog in dst_names else [])]
         for why in (self._head_problem(sprefix, head, refs, self.pull_remote is not None),
-                    self._head_problem(sprefix, self.dst_values.get(head_name), dst_refs, self.pull_remote is None)):
+                    self._head_problem(sprefix, self.dst_values.get(head_name), dst_refs, self.pull_remote is None,
+                                       into=True)):
             if why is not None:
                 self.report.refs_refused.append(Refusal(head_name, why, None, None))
                 return
@@ -460,11 +462,19 @@ class _Sync:
                                                                      display=describe(head_name))]))
 
     @staticmethod
-    def _head_problem(sprefix: str, head: RefValue | None, refs: list[str], remote: bool) -> str | None:
+    def _head_problem(sprefix: str, head: RefValue | None, refs: list[str], remote: bool,
+                      into: bool = False) -> str | None:
         """Why a session's symbolic ``head`` (its ``refs`` listed, on the ``remote`` side or here)
         stops the session: it names no branch of this session, or a branch that was lost
-        (:func:`castore.plumbing.head_problem`); None when it is sound or never born."""
-        problem = head_problem(sprefix, head, refs)
+        (:func:`castore.plumbing.head_problem`), or (``into``: the destination's HEAD) it carries
+        the deleting mark: a deletion there is under way or was interrupted, and the session's
+        refs would come back under the mark, for its finishing to delete (refused as git refuses
+        a ref it finds locked; the line names the command that finishes the deletion,
+        :func:`castore.deletion.finish_hint`). None when it is sound or never born."""
+        if into and head is not None and deleting_since(head) is not None:
+            problem: str | None = finish_hint(head.name, head)
+        else:
+            problem = head_problem(sprefix, head, refs)
         where = "in the remote" if remote else "here"
         return None if problem is None else \
             f"{describe(f'{sprefix}/HEAD')} ({where}): {problem}; nothing of this session was copied"

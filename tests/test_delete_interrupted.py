@@ -510,3 +510,41 @@ def test_a_deletion_between_a_first_branch_and_its_head_leaves_no_branch_behind(
         _whole_or_gone(st, [])
         assert [m.content for m in st.session("app", "alice", "src").messages()] == ["forked"]
 
+
+@pytest.mark.parametrize("at", [2, 3])  # marked with nothing deleted; marked and its branch deleted
+def test_pull_and_push_into_a_session_whose_deletion_began_there_are_refused(backend: Backend, tmp_path,
+                                                                              at: int) -> None:
+    """A pull (from each backend, into local disk) or a push (from local disk into each
+    backend) into a store where the same session's deletion began and stopped: before, its
+    branches came back under the marked HEAD (recreated once the branch went), for the finishing
+    ``delete-session`` to delete. The session is now refused, as git refuses a ref it finds
+    locked, with the command that finishes the deletion; the destination's refs stay as the
+    deletion left them, the neighbour is copied, and once the deletion is finished the same
+    sync copies the session whole."""
+    from castore import sync
+
+    line = "deletion interrupted: finish it with `castore delete-session app/alice/doomed`"
+    for way in ("pull", "push"):
+        src = backend if way == "pull" else Backend("local", str(tmp_path / f"{way}-src"))
+        dst = Backend("local", str(tmp_path / "pulled")) if way == "pull" \
+            else Backend(backend.name, f"{backend.url}-{way}-{at}", backend.options)
+        _seed(src)
+        with src.open() as s, dst.open() as d:
+            d.init(like=s)
+            assert sync.pull(s, d).ok
+        _killed_at(dst, at)
+        with src.open() as s:
+            s.session(*KEY).append(castore.Message(role="user", content="newer"))
+            s.session("app", "alice", "kept").append(castore.Message(role="user", content="too"))
+        with dst.open() as d:
+            left = {n: d.refs.read(n) for n in d.refs.list("sessions/app/alice/doomed")}
+        with src.open() as s, dst.open() as d:
+            report = sync.pull(s, d) if way == "pull" else sync.push(s, d)
+            assert not report.ok and [r.ref for r in report.refs_refused] == ["sessions/app/alice/doomed/HEAD"]
+            assert line in report.refs_refused[0].reason, report.refs_refused
+            assert {n: d.refs.read(n) for n in d.refs.list("sessions/app/alice/doomed")} == left, way
+            assert [m.content for m in d.session("app", "alice", "kept").messages()] == ["stays", "too"]
+            d.delete_session(*KEY)
+            assert (sync.pull(s, d) if way == "pull" else sync.push(s, d)).ok
+            assert [m.content for m in d.session(*KEY).messages()] == ["hello", "more", "newer"]
+            assert maintenance.fsck(d).ok and not maintenance.fsck(d).deleting
