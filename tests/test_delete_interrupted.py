@@ -71,10 +71,10 @@ def _seed(backend: Backend) -> None:
         st.session("app", "alice", "kept").append(castore.Message(role="user", content="stays"))
 
 
-def _killed_at(backend: Backend, at: int) -> KillAt:
+def _killed_at(backend: Backend, at: int, key: tuple[str, str, str] = KEY) -> KillAt:
     storage = KillAt(open_storage(backend.url, **backend.options), at)
     with castore.Store(storage) as st, pytest.raises(Killed):
-        st.delete_session(*KEY)
+        st.delete_session(*key)
     return storage
 
 
@@ -548,3 +548,77 @@ def test_pull_and_push_into_a_session_whose_deletion_began_there_are_refused(bac
             assert (sync.pull(s, d) if way == "pull" else sync.push(s, d)).ok
             assert [m.content for m in d.session(*KEY).messages()] == ["hello", "more", "newer"]
             assert maintenance.fsck(d).ok and not maintenance.fsck(d).deleting
+
+
+@pytest.mark.parametrize("at", [2, 3])  # marked with nothing deleted; marked and its branch deleted
+def test_adks_list_sessions_leaves_out_a_session_whose_deletion_was_interrupted(tmp_path, at: int) -> None:
+    """ADK's ``list_sessions`` lists a session whose deletion stopped halfway as ``castore
+    sessions`` would not have it live: left out (an ADK session has no place for the mark), as
+    once its deletion is finished, as ``grep`` and ``usage`` leave it out. Before, it was listed
+    as a live session (its branch there) or the listing failed (its branch gone)."""
+    pytest.importorskip("google.adk")
+    import asyncio
+
+    from google.adk.events.event import Event
+    from google.genai import types
+
+    from castore.adapters.adk import CastoreSessionService
+
+    backend = Backend("local", str(tmp_path / "st"))
+
+    async def listed(svc: CastoreSessionService) -> list[tuple[str, str]]:
+        return [(s.user_id, s.id) for u in ("alice", None)
+                for s in (await svc.list_sessions(app_name="app", user_id=u)).sessions]
+
+    async def go() -> None:
+        svc = CastoreSessionService(backend.url)
+        for sid in ("doomed", "kept"):
+            s = await svc.create_session(app_name="app", user_id="alice", session_id=sid, state={"k": sid})
+            said = types.Content(role="user", parts=[types.Part(text=sid)])
+            await svc.append_event(s, Event(invocation_id="i", author="user", content=said))
+        assert await listed(svc) == [("alice", "doomed"), ("alice", "kept")] * 2
+        _killed_at(backend, at)
+        assert await listed(svc) == [("alice", "kept")] * 2
+        await svc.delete_session(app_name="app", user_id="alice", session_id="doomed")  # finishes it
+        assert await listed(svc) == [("alice", "kept")] * 2
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("at", [2, 3])
+def test_langgraphs_checkpoint_listing_leaves_out_a_thread_whose_deletion_was_interrupted(tmp_path, at: int) -> None:
+    """LangGraph's ``list(None)`` (every thread's checkpoints) and ``delete_for_runs`` leave out
+    a thread whose deletion stopped halfway, as once its deletion is finished. Before, its
+    checkpoints were listed while its branch was there, and ``delete_for_runs`` rewrote the
+    thread under the mark."""
+    pytest.importorskip("langgraph")
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    from castore.adapters.langgraph import CastoreSaver
+
+    class State(TypedDict):
+        n: int
+
+    backend = Backend("local", str(tmp_path / "st"))
+    with backend.open() as st:
+        saver = CastoreSaver(st, app="app", user="alice")
+        b = StateGraph(State)
+        b.add_node("inc", lambda s: {"n": s["n"] + 1})
+        b.add_edge(START, "inc")
+        b.add_edge("inc", END)
+        g = b.compile(checkpointer=saver)
+        for tid in ("doomed", "kept"):
+            g.invoke({"n": 0}, {"configurable": {"thread_id": tid}, "metadata": {"run_id": "r1"}})
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"doomed", "kept"}
+    _killed_at(backend, at)
+    with backend.open() as st:
+        saver = CastoreSaver(st, app="app", user="alice")
+        before = {n: st.refs.read(n) for n in st.refs.list("sessions/app/alice/doomed")}
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"kept"}
+        saver.delete_for_runs(["r1"])
+        assert not list(saver.list({"configurable": {"thread_id": "kept"}}))  # (run r1's checkpoints went)
+        assert {n: st.refs.read(n) for n in st.refs.list("sessions/app/alice/doomed")} == before
+        saver.delete_thread("doomed")  # finishes it
+        assert not st.refs.list("sessions/app/alice/doomed")

@@ -270,7 +270,9 @@ class CastoreSessionService(Handle, BaseSessionService):
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
         """The sessions of an app (of one user, or of all users when ``user_id`` is None).
 
-        Each session comes with its merged state and no events, oldest update first.
+        Each session comes with its merged state and no events, oldest update first. A session
+        whose deletion began and did not finish (:attr:`castore.SessionInfo.deleting`) is left
+        out, as it will be once its deletion is finished (an ADK session has no place for the mark).
 
         Raises:
             InvalidName, StorageError.
@@ -278,7 +280,8 @@ class CastoreSessionService(Handle, BaseSessionService):
         return await asyncio.to_thread(self._list, app_name, user_id)
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
-        infos = self.store.sessions(app_name, user_id)
+        # a session whose deletion began is left out, as once it is finished (castore sessions flags it)
+        infos = [i for i in self.store.sessions(app_name, user_id) if i.deleting is None]
         if not infos:
             return ListSessionsResponse()
         scoped: dict[str, dict[str, Any]] = {}

@@ -656,6 +656,8 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's signature
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first, by thread, namespace, metadata ``filter``, ``before``, ``limit``.
+        Without ``config``, every thread's but one whose deletion began and did not finish
+        (:attr:`castore.SessionInfo.deleting`), as once its deletion is finished.
 
         Raises:
             InvalidName, StorageError, IntegrityError.
@@ -665,7 +667,8 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
             want_ns = config["configurable"].get("checkpoint_ns")
             want_id = get_checkpoint_id(config)
         else:
-            threads = [s.session for s in self.store.sessions(self.app, self.user)] if self.store.exists else []
+            threads = [s.session for s in self.store.sessions(self.app, self.user)
+                       if s.deleting is None] if self.store.exists else []  # (not a thread being deleted)
             want_ns, want_id = None, None
         before_id = get_checkpoint_id(before) if before else None
         left = limit
@@ -781,8 +784,8 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in ``run_ids``,
-        in every thread of this saver's app and user; later checkpoints are re-parented onto
-        their nearest kept ancestor.
+        in every thread of this saver's app and user (but one whose deletion began and did not
+        finish); later checkpoints are re-parented onto their nearest kept ancestor.
 
         Raises:
             StorageError.
@@ -791,6 +794,8 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
         if not runs or not self.store.exists:
             return
         for info in self.store.sessions(self.app, self.user):
+            if info.deleting is not None:
+                continue  # a rewrite would bring its refs back under the deletion's mark
             with self._lock:
                 view = self._refresh(info.session)
                 drop = set()
