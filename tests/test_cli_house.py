@@ -151,6 +151,50 @@ def test_short_options_mean_one_thing_in_every_command() -> None:
                     assert long in p.opts, f"{path}: {short} is {p.opts}, not {long}"
 
 
+#: options that several commands take, each declared once (castore/cli/common.py, or as data in
+#: grep_spec.py): the same spelling, help and parameter everywhere
+SHARED_OPTIONS = {"--json", "-n", "--limit", "--store", "--all-entries", "--internal", "-q", "--quiet", "--dry-run"}
+SHARED_HOMES = {"common.py", "grep_spec.py"}
+
+
+def shared_option_declarations(path: Path) -> list[str]:
+    """``file:line option`` for each ``click.option(...)`` / ``click.Option([...])`` in ``path``
+    that declares one of :data:`SHARED_OPTIONS` itself."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("option", "Option")):
+            continue
+        args = [a for arg in node.args for a in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg])]
+        spelt = {a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+        out += [f"{path.name}:{node.lineno} {opt}" for opt in sorted(spelt & SHARED_OPTIONS)]
+    return out
+
+
+def test_an_option_several_commands_take_is_declared_once() -> None:
+    found = [d for p in sorted(CLI.glob("*.py")) if p.name not in SHARED_HOMES for d in shared_option_declarations(p)]
+    assert found == [], f"declare these with the decorators of castore/cli/common.py: {found}"
+
+
+def test_the_declaration_check_finds_an_option_declared_again(tmp_path: Path) -> None:
+    mod = tmp_path / "cmds.py"
+    mod.write_text('import click\n@click.option("--dry-run", is_flag=True, help="x")\ndef f(dry_run): ...\n'
+                   'opt = click.Option(["-q", "--quiet"], is_flag=True)\n')
+    assert shared_option_declarations(mod) == ["cmds.py:2 --dry-run", "cmds.py:4 --quiet", "cmds.py:4 -q"]
+
+
+def test_shared_options_read_the_same_in_every_command() -> None:
+    ctx = click.Context(main)
+    helps: dict[str, set[str]] = {}
+    for _path, cmd in _leaves(main, ctx):
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not p.hidden and "--all-entries" in p.opts:
+                helps.setdefault("--all-entries", set()).add(p.help or "")
+            if isinstance(p, click.Option) and not p.hidden and "--quiet" in p.opts:
+                assert p.opts == ["-q", "--quiet"], p.opts
+    assert len(helps["--all-entries"]) == 1, helps
+
+
 def test_every_listing_command_takes_n_and_json(seeded: Seeded) -> None:
     ok(run(seeded.url, "fork", "s2"))
     for args, count in ((["sessions", "--json"], lambda d: len(d["sessions"])),

@@ -162,6 +162,12 @@ def _syncer(ctx: click.Context, store: Any, app: str, remote: str) -> Callable[[
     return after
 
 
+def app_option(app: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--app`` of a vendor's archive import or export: the app name of the sessions, ``app``
+    (the vendor's) by default."""
+    return click.option("--app", default=app, show_default=True, help="The app name of the sessions.")
+
+
 def export_options(app: str, *, dest_required: bool = True,
                    metavar: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """DEST, ``--app`` and ``-s`` (the archived sessions to write, repeatable): the options of
@@ -172,14 +178,14 @@ def export_options(app: str, *, dest_required: bool = True,
                          shell_complete=complete_session,
                          help="Only this session (repeatable; default: the one of a global -s typed "
                               "before the command, else every archived one).")(f)
-        f = click.option("--app", default=app, show_default=True, help="The app name of the sessions.")(f)
+        f = app_option(app)(f)
         return click.argument("dest", required=dest_required, type=click.Path(file_okay=False), metavar=metavar)(f)
     return decorate
 
 
 @click.command("claude")
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--app", default="claude", show_default=True, help="The app name of the sessions.")
+@app_option("claude")
 @import_options
 @redact_option
 @json_option(_IMPORT_JSON)
@@ -218,7 +224,7 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 
 @click.command("codex")
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--app", default="codex", show_default=True, help="The app name of the sessions.")
+@app_option("codex")
 @click.option("--user", default="local", show_default=True, help="The user name of the sessions.")
 @import_options
 @redact_option
@@ -256,7 +262,7 @@ def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, 
 
 @click.command("gemini")
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--app", default="gemini", show_default=True, help="The app name of the sessions.")
+@app_option("gemini")
 @import_options
 @redact_option
 @json_option(_IMPORT_JSON)

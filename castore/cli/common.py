@@ -471,6 +471,58 @@ def limit_option(default: int | None = None, what: str = "items") -> Callable[[F
     return click.option(*decls, show_default=default is not None, **kw)
 
 
+def all_entries_option(f: F) -> F:
+    """Decorator: add ``--all-entries`` (passed as ``all_entries``): the bookkeeping lines of
+    imported sessions too (``log``, ``diff``, ``export html``), which are left out otherwise
+    (:func:`castore.views.bookkeeping`)."""
+    return click.option(
+        "--all-entries", is_flag=True,
+        help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
+             "summary; Codex's session_meta, turn_context, token_count and the event_msg copies of its "
+             "messages; Gemini CLI's metadata and $set lines), left out otherwise.",
+    )(f)
+
+
+def internal_option(what: str) -> Callable[[F], F]:
+    """Decorator: add ``--internal`` (passed as ``internal``): also an adapter's bookkeeping
+    ``what`` (a LangGraph thread's task writes), which are left out otherwise."""
+    return click.option("--internal", is_flag=True,
+                        help=f"Also an adapter's bookkeeping {what} (a LangGraph thread's task writes).")
+
+
+def quiet_option(still: str = "", *, says: str | None = None) -> Callable[[F], F]:
+    """Decorator: add ``-q/--quiet`` (passed as ``quiet``): no progress and no summary on
+    stderr; ``still``: what is shown all the same; ``says``: the help of a command whose
+    quiet is something else (``serve``: no request log)."""
+    text = says or f"No progress and no summary{f' ({still} still shown)' if still else ''}."
+    return click.option("-q", "--quiet", is_flag=True, help=text)
+
+
+def dry_run_option(what: str, by: str = "") -> Callable[[F], F]:
+    """Decorator: add ``--dry-run`` (passed as ``dry_run``): report what would be ``what``
+    and write nothing; ``by``: the action of the command it applies to (``expire``)."""
+    return click.option("--dry-run", is_flag=True,
+                        help=f"Only report what would be {what}{f' by {by}' if by else ''}; write nothing.")
+
+
+def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """The click callback of an AGE option (``--grace``, ``--older-than``): ``2w``, ``3d``,
+    ``12h``, ``30m``, ``45s`` or plain seconds, as seconds (None stays None).
+
+    Raises:
+        click.BadParameter: not an AGE (the message of
+            :func:`castore.maintenance.parse_duration`).
+    """
+    if value is None:
+        return None
+    from ..maintenance import parse_duration
+
+    try:
+        return parse_duration(value)
+    except CastoreError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
 def to_jsonable(value: Any) -> Any:
     """Stored values as JSON-compatible builtins (bytes become base64 strings)."""
     from .. import objects as o
@@ -610,6 +662,11 @@ __all__ = [
     "uses_session",
     "takes_session",
     "limit_option",
+    "all_entries_option",
+    "internal_option",
+    "quiet_option",
+    "dry_run_option",
+    "duration",
     "pass_store",
     "split_key",
     "format_key",

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from .common import CastoreGroup, note, open_store
+from .common import CastoreGroup, all_entries_option, internal_option, note, open_store, pass_session, quiet_option
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 DEFAULT_PORT = 8765
 
 
 @click.command("html")
-@click.option("-s", "--session", "spec", metavar="APP/USER/SESSION",
-              help="The session to export (default: the global -s / $CASTORE_SESSION).")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write to FILE instead of stdout.")
-@click.option("--internal", is_flag=True,
-              help="Also an adapter's bookkeeping commits (a LangGraph thread's task writes).")
-@click.option("--all-entries", is_flag=True,
-              help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
-                   "summary; Codex's turn_context, token_count; ...), left out otherwise, as log leaves them out.")
-@click.pass_context
-def export_html(ctx: click.Context, spec: str | None, output: str | None, internal: bool, all_entries: bool) -> None:
+@internal_option("commits")
+@all_entries_option
+@pass_session()
+def export_html(session: Session, output: str | None, internal: bool, all_entries: bool) -> None:
     """Write a session as one self-contained HTML file (its tree, entries and states).
 
     The file needs no network: scripts, styles and data are inline. It draws every
@@ -33,9 +32,7 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None, intern
     the toggle, the context a model would receive there.
     """
     from ..html import render_session
-    from .common import get_session
 
-    session = get_session(ctx, spec=spec)
     page = render_session(session, internal=internal, all_entries=all_entries)
     if output:
         try:
@@ -49,29 +46,23 @@ def export_html(ctx: click.Context, spec: str | None, output: str | None, intern
 
 
 @click.command("serve")
-@click.option("--store", "url", metavar="URL",
-              help="The store to show (default: the global --store and -o, $CASTORE_STORE, the nearest .castore).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="The TCP port (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to bind; anything but loopback shows your sessions to the network.")
-@click.option("-q", "--quiet", is_flag=True, help="Do not log requests on stderr.")
+@quiet_option(says="Do not log requests on stderr.")
 @click.pass_context
-def serve(ctx: click.Context, url: str | None, port: int, host: str, quiet: bool) -> None:
+def serve(ctx: click.Context, port: int, host: str, quiet: bool) -> None:
     """Browse a store's sessions in a web browser (read-only, local).
 
     GET / lists the sessions by app and user; each links to the same view as
     `export html`, where a link shows or hides an imported session's bookkeeping
-    lines. Nothing can be written through it. Stop it with Ctrl-C.
+    lines. Nothing can be written through it. Stop it with Ctrl-C. The store is the
+    one the global options name (`castore serve --store URL` too).
     """
     from ..html.server import make_server
-    from ..store import Store
 
-    if url:
-        store = Store.open(url)
-        ctx.call_on_close(store.close)
-    else:
-        store = open_store(ctx, must_exist=False)
+    store = open_store(ctx, must_exist=False)
     store.require()
     try:
         server = make_server(store, host, port, log=None if quiet else note)

@@ -14,7 +14,9 @@ from ..session import Session
 from ..store import Store
 from . import render as r
 from .common import (
+    all_entries_option,
     hint,
+    internal_option,
     json_option,
     limit_option,
     note,
@@ -73,13 +75,6 @@ _verbose_option = click.option(
     help="Tool calls and results of imported sessions in full (else `→ Bash(ls …)` and `← 14 lines`).")
 
 
-_all_entries_option = click.option(
-    "--all-entries", is_flag=True,
-    help="Also the bookkeeping lines of imported sessions (Claude Code's progress, file-history-snapshot, "
-         "summary; Codex's session_meta, turn_context, token_count and the event_msg copies of its "
-         "messages; Gemini CLI's metadata and $set lines), left out otherwise. --json lists them always.")
-
-
 @click.command("log")
 @click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @click.option("--oneline", is_flag=True, help="One line per commit: short id, refs, summary.")
@@ -87,13 +82,12 @@ _all_entries_option = click.option(
               help="Draw the tree as `git log --graph` does, one line per commit; the current leaf is '@'.")
 @click.option("--all", "all_", is_flag=True, help="Every commit of every branch and label, not just the path to REV.")
 @limit_option(default=10, what="commits, newest first")
-@click.option("--internal", is_flag=True,
-              help="With --all, also an adapter's bookkeeping branches (a LangGraph thread's task writes).")
-@_all_entries_option
+@internal_option("branches, with --all")
+@all_entries_option
 @_verbose_option
 @json_option('{"session": {"key", "app", "user", "session"}, "head": ID|null, "branch": NAME|null, '
              f'"commits": [{_COMMIT_FIELDS}], "graph": [LINE] (with --graph only)}}; commits are newest '
-             'first (with --graph, in the order drawn)')
+             'first (with --graph, in the order drawn), bookkeeping lines included as with --all-entries')
 @pass_session()
 @paged
 def log_cmd(session: Session, rev: str, oneline: bool, graph: bool, all_: bool, limit: int, internal: bool,
@@ -240,7 +234,7 @@ def state_cmd(session: Session, rev: str, key: str | None, as_json: bool) -> Non
 @json_option('{"base": ID|null (the common ancestor), "added": {KEY: VALUE}, "removed": {KEY: VALUE}, '
              '"changed": {KEY: [OLD, NEW]}, "entries1": [COMMIT], "entries2": [COMMIT]} '
              '(entriesN: the commits after the base up to REVN, oldest first, fields as in `log --json`)')
-@_all_entries_option
+@all_entries_option
 @pass_session()
 @paged
 def diff_cmd(session: Session, rev1: str, rev2: str, all_entries: bool, as_json: bool) -> None:

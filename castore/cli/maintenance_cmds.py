@@ -10,9 +10,8 @@ import time
 import click
 
 from .. import maintenance
-from ..errors import CastoreError
 from ..maintenance import ExpireReport, FsckReport, GcReport
-from .common import hint, json_option, note, open_store, plural, print_json
+from .common import dry_run_option, duration, hint, json_option, note, open_store, plural, print_json
 from .render import safe
 
 _FSCK_SCHEMA = (
@@ -112,13 +111,6 @@ def fsck_cmd(as_json: bool) -> None:
         sys.exit(1)
 
 
-def _grace(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    try:
-        return maintenance.parse_duration(value)
-    except CastoreError as e:
-        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
-
-
 def _render_gc(r: GcReport, grace: str) -> None:
     verb = "would delete" if r.dry_run else "deleted"
     if r.expired is not None and r.expired.sessions:
@@ -137,9 +129,9 @@ def _render_gc(r: GcReport, grace: str) -> None:
 
 
 @click.command("gc")
-@click.option("--grace", default="2w", show_default=True, metavar="AGE", callback=_grace,
+@click.option("--grace", default="2w", show_default=True, metavar="AGE", callback=duration,
               help="Keep unreachable objects younger than this (2w, 3d, 12h, 30m, 45s, or 0).")
-@click.option("--dry-run", is_flag=True, help="Only report what would be deleted.")
+@dry_run_option("deleted")
 @json_option(_GC_SCHEMA)
 def gc_cmd(grace: float, dry_run: bool, as_json: bool) -> None:
     """Delete objects no ref reaches that are older than the grace period.
@@ -198,10 +190,10 @@ def _render_expire(r: ExpireReport, why: str = "") -> None:
 
 
 @click.command("expire")
-@click.option("--older-than", "older_than", required=True, metavar="AGE", callback=_grace,
+@click.option("--older-than", "older_than", required=True, metavar="AGE", callback=duration,
               help="Delete the sessions not updated for this long (90d, 2w, 12h, ...).")
 @click.option("--app", default=None, metavar="APP", help="Only the sessions of this app.")
-@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@dry_run_option("deleted")
 @json_option(_EXPIRE_SCHEMA)
 def expire_cmd(older_than: float, app: str | None, dry_run: bool, as_json: bool) -> None:
     """Delete the sessions no branch, label or HEAD of which moved for AGE (retention).

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .common import (
+    dry_run_option,
     format_key,
     get_session,
     hint,
@@ -32,7 +33,7 @@ _REDACT_JSON = ('a list of {"session": "APP/USER/SESSION" (for app or user state
 @click.command("redact")
 @click.argument("spec", required=False, metavar="[APP/USER/SESSION]")
 @click.option("--all", "all_sessions", is_flag=True, help="Every session of the store.")
-@click.option("--dry-run", is_flag=True, help="Only report what would be redacted; write nothing.")
+@dry_run_option("redacted")
 @click.option("--enable", "setting", flag_value=True, default=None,
               help='Set castore.json\'s "redact": every later write to the store (imports, library appends, '
                    "adapters) is redacted before it is stored.")

@@ -11,14 +11,17 @@ import click
 from .. import objects as o
 from .. import porcelain
 from ..entries import DELETE, Event, Message
-from ..errors import CastoreError, CorruptRef, InvalidEntry
+from ..errors import CorruptRef, InvalidEntry
 from ..session import Session
 from ..store import Store, check_url
 from .common import (
+    dry_run_option,
+    duration,
     ensure_bucket,
     format_key,
     get_session,
     hint,
+    internal_option,
     json_option,
     key_options,
     limit_option,
@@ -179,8 +182,7 @@ def checkout_cmd(session: Session, rev: str | None, new_branch: str | None) -> N
               help="Move an existing branch NAME to REV (its old tip goes to the reflog).")
 @click.option("-r", "--remotes", "remotes", is_flag=True, help="List the remote-tracking branches.")
 @click.option("-a", "--all", "all_", is_flag=True, help="List local and remote-tracking branches.")
-@click.option("--internal", is_flag=True,
-              help="List an adapter's bookkeeping branches too (a LangGraph thread's task writes).")
+@internal_option("branches")
 @limit_option(what="branches")
 @json_option('{"head": ID|null, "current": NAME|null, "branches": [{"name", "commit", "current", '
              '"made_by": TEXT|null (what made it, as the listing says: "rewind from line 9: user: ...")}], '
@@ -366,20 +368,11 @@ def reset_cmd(session: Session, rev: str) -> None:
     note(f"{'Branch ' + repr(where) if where else 'HEAD'} moved from {short(was)} to {short(cid)}")
 
 
-def _older_than(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    from ..maintenance import parse_duration
-
-    try:
-        return None if value is None else parse_duration(value)
-    except CastoreError as e:
-        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
-
-
 @click.command("reflog")
 @click.argument("action", required=False, type=click.Choice(["show", "expire"]), default="show")
-@click.option("--older-than", "older_than", metavar="AGE", callback=_older_than,
+@click.option("--older-than", "older_than", metavar="AGE", callback=duration,
               help="expire: drop the entries older than this (90d, 2w, 12h, ...), in every session.")
-@click.option("--dry-run", is_flag=True, help="expire: only list what would be dropped.")
+@dry_run_option("dropped", by="expire")
 @limit_option(what="moves")
 @json_option('{"reflog": [{"id", "time", "ref", "old", "new", "why"}]}; expire: '
              '{"expired": [{"app", "user", "session", "entries"}], "dry_run": bool}')

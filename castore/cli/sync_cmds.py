@@ -30,6 +30,7 @@ from .common import (
     parse_options,
     plural,
     print_json,
+    quiet_option,
     split_key,
     store_url,
 )
@@ -321,7 +322,7 @@ def open_remote(store: Store, remote: str | None) -> tuple[str, Store]:
 @click.argument("remote", required=False)
 @selection_options
 @click.option("--force", "-f", is_flag=True, help="Overwrite remote refs that are not fast-forwards.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary (refusals are still shown).")
+@quiet_option("refusals are")
 @json_option(_SCHEMA)
 @click.pass_context
 def push_cmd(ctx: click.Context, remote: str | None, session: str | None, app: str | None, user: str | None,
@@ -351,7 +352,7 @@ def push_cmd(ctx: click.Context, remote: str | None, session: str | None, app: s
 @click.argument("remote", required=False)
 @selection_options
 @click.option("--force", "-f", is_flag=True, help="Overwrite local refs that diverged from the remote.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary (refusals are still shown).")
+@quiet_option("refusals are")
 @json_option(_SCHEMA)
 @click.pass_context
 def pull_cmd(ctx: click.Context, remote: str | None, session: str | None, app: str | None, user: str | None,
@@ -459,7 +460,7 @@ def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet
 @click.argument("remote", required=False)
 @click.option("--app", metavar="APP", help="Only this app's sessions (and its app and user state).")
 @click.option("--user", metavar="USER", help="With --app: only this user's sessions.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary (what diverged is still shown).")
+@quiet_option("what diverged is")
 @json_option(_BOTH_SCHEMA)
 @click.pass_context
 def sync_cmd(ctx: click.Context, remote: str | None, app: str | None, user: str | None, quiet: bool,
@@ -504,7 +505,7 @@ def _same_place(a: str, b: str | None) -> bool:
 @click.argument("selection", required=False, metavar="[APP[/USER[/SESSION]]]")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
               help="A storage option for URL (repeatable), kept with remote origin.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary.")
+@quiet_option()
 @json_option(_SCHEMA)
 @click.pass_context
 def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | None, options: tuple[str, ...],
