@@ -195,6 +195,16 @@ def test_shared_options_read_the_same_in_every_command() -> None:
     assert len(helps["--all-entries"]) == 1, helps
 
 
+def test_every_option_that_takes_a_value_names_it_not_clicks_type() -> None:
+    """`--app APP`, `--interval SECONDS`, not `--app TEXT`, `--interval FLOAT RANGE` (a choice
+    lists its values, a file option says FILE)."""
+    ctx = click.Context(main)
+    for path, cmd in [("castore", main), *_leaves(main, ctx)]:
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not p.is_flag and not p.count and not p.hidden:
+                assert p.metavar is not None or isinstance(p.type, click.Choice | click.Path), f"{path} {p.opts}"
+
+
 def test_every_listing_command_takes_n_and_json(seeded: Seeded) -> None:
     ok(run(seeded.url, "fork", "s2"))
     for args, count in ((["sessions", "--json"], lambda d: len(d["sessions"])),

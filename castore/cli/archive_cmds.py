@@ -85,7 +85,7 @@ def import_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--sync", "sync_remote", metavar="REMOTE",
                      help="After the import (with --follow: after each round that imported something), sync "
                           "the app's sessions with REMOTE, as `castore sync` does.")(f)
-    f = click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+    f = click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, metavar="SECONDS",
                      help="Seconds between polls with --follow.")(f)
     return click.option("--follow", is_flag=True,
                         help="Keep importing as the agent writes, until interrupted "
@@ -165,7 +165,7 @@ def _syncer(ctx: click.Context, store: Any, app: str, remote: str) -> Callable[[
 def app_option(app: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--app`` of a vendor's archive import or export: the app name of the sessions, ``app``
     (the vendor's) by default."""
-    return click.option("--app", default=app, show_default=True, help="The app name of the sessions.")
+    return click.option("--app", default=app, show_default=True, metavar="APP", help="The app name of the sessions.")
 
 
 def export_options(app: str, *, dest_required: bool = True,
@@ -225,7 +225,7 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 @click.command("codex")
 @click.argument("path", type=click.Path(exists=True))
 @app_option("codex")
-@click.option("--user", default="local", show_default=True, help="The user name of the sessions.")
+@click.option("--user", default="local", show_default=True, metavar="USER", help="The user name of the sessions.")
 @import_options
 @redact_option
 @json_option(_IMPORT_JSON)

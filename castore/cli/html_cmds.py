@@ -46,9 +46,9 @@ def export_html(session: Session, output: str | None, internal: bool, all_entrie
 
 
 @click.command("serve")
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True, metavar="PORT",
               help="The TCP port (0: any free port).")
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", default="127.0.0.1", show_default=True, metavar="HOST",
               help="The address to bind; anything but loopback shows your sessions to the network.")
 @quiet_option(says="Do not log requests on stderr.")
 @click.pass_context

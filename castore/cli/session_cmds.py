@@ -38,7 +38,7 @@ from .render import Refs, safe, short
 
 @click.command("init")
 @click.argument("url", required=False)
-@click.option("--format", "fmt", type=click.IntRange(1, 3), default=None,
+@click.option("--format", "fmt", type=click.IntRange(1, 3), default=None, metavar="N",
               help="Storage format of a new store: 3 (packs, ref swaps journaled in the writer's log: one "
                    "fsync per append; the default on local disk), 2 (packs; the default on S3, where 3 "
                    "writes the same bytes) or 1 (one file per object); docs/FORMAT.md.")
