@@ -299,6 +299,15 @@ def test_push_and_sync_name_refs_as_typed_not_as_stored(seeded: Seeded, tmp_path
     assert "pushed   sessions/app/alice/a%2Fb/heads/main" in synced, synced
 
 
+def test_push_and_sync_list_the_refs_they_moved_sorted(seeded: Seeded, tmp_path: Path) -> None:
+    for n in range(6):
+        seeded.store.session("app", f"u{n}", "s").append(castore.Message(role="user", content="hi"))
+    pushed = ok(run(seeded.url, "push", str(tmp_path / "a"), "--all", session=None)).stdout.splitlines()
+    assert len(pushed) > 12 and pushed == sorted(pushed), pushed  # before, in the order they landed
+    synced = ok(run(seeded.url, "sync", str(tmp_path / "b"), session=None)).stdout.splitlines()
+    assert len(synced) > 12 and synced == sorted(synced), synced
+
+
 # -- errors that were tracebacks -------------------------------------------------------------------------------
 def test_export_to_a_missing_folder_is_one_error_line(seeded: Seeded) -> None:
     for sub in ("html", "pi"):

@@ -197,7 +197,7 @@ def _render(report: sync.SyncReport, verb: str, where: str, as_json: bool, quiet
         packs = f" in {plural(report.packs_sent, 'pack')}" if report.packs_sent else ""
         note(f"{verb} {where}: {plural(report.objects_sent, 'object')} ({size}){packs}, "
              f"{plural(len(report.refs_updated), 'ref')} updated, {report.refs_up_to_date} up to date")
-        for ref in report.refs_updated:
+        for ref in sorted(report.refs_updated):  # as the refs land, in parallel: sorted, as git lists them
             click.echo(f"updated  {safe(shown_ref(ref))}")
         for ref in report.refs_kept_as_remote:
             click.echo(f"kept     {safe(shown_ref(ref))}")
@@ -447,7 +447,7 @@ def _render_both(store: Store, report: sync.BothWaysReport, as_json: bool, quiet
     elif not quiet:
         note(sync_summary(report))
         for verb, refs in (("pulled", report.pulled.refs_updated), ("pushed", report.pushed.refs_updated)):
-            for ref in refs:
+            for ref in sorted(refs):
                 click.echo(f"{verb}   {safe(shown_ref(ref))}")
         _note_erased([*report.pulled.tenants_erased, *report.pushed.tenants_erased])
     for line in problem_lines(store, report):
