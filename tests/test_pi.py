@@ -573,16 +573,16 @@ def test_cli_import_pi_folder_again_and_follow_options(tmp_path, real_files):
     url = str(tmp_path / "cli-store")
     res = CliRunner().invoke(main, ["--store", url, "import", "pi", str(tmp_path / "sessions")])
     assert res.exit_code == 0 and res.stdout.startswith("pi/local/sess-1: 8 entries, HEAD "), res.output
-    assert res.stderr.splitlines()[-1] == "1 file(s), 8 new entries"  # as the other agents' imports close
+    assert res.stderr.splitlines()[-1] == "1 file, 8 new entries"  # as the other agents' imports close
     (root / "s.jsonl").write_bytes(_dump(entries))
     res = CliRunner().invoke(main, ["--store", url, "import", str(tmp_path / "sessions")])  # told by the content
     assert res.exit_code == 0 and res.stdout.startswith("pi/local/sess-1: +12 entries (20 in all), HEAD "), \
         res.output
-    assert res.stderr.splitlines()[-1] == "1 file(s), 12 new entries"
+    assert res.stderr.splitlines()[-1] == "1 file, 12 new entries"
     res = CliRunner().invoke(main, ["--store", url, "import", "pi", str(root / "s.jsonl"), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)[0]["entries"] == 0 and "new entries" not in res.stderr
     res = CliRunner().invoke(main, ["--store", url, "import", "pi", str(root / "s.jsonl")])
-    assert res.exit_code == 0 and res.stdout == "" and res.stderr.splitlines()[-1] == "1 file(s), 0 new entries"
+    assert res.exit_code == 0 and res.stdout == "" and res.stderr.splitlines()[-1] == "1 file, 0 new entries"
 
 
 def test_images_survive_gc_and_push(tmp_path):

@@ -212,7 +212,7 @@ def test_import_follow_keeps_the_remote_current(tmp_path: Any, bucket: tuple[str
 
     # without --follow: nothing new, no sync
     r = _cli(laptop, "import", "claude", str(proj), "--sync", "origin")
-    assert r.exit_code == 0 and "0 new line(s)" in r.stderr and "synced with" not in r.stderr
+    assert r.exit_code == 0 and "0 new lines" in r.stderr and "synced with" not in r.stderr
     # one import that brought something: one sync, and the remote has it
     codex = tmp_path / "codex"
     codex.mkdir()

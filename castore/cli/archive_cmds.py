@@ -55,7 +55,7 @@ def _echo_results(results: list[Any], as_json: bool) -> None:
             click.echo(f"{safe(format_key(*r.session))}: +{plural(r.lines, 'line')} ({r.total} in all), "
                        f"HEAD {r.head[:8] if r.head else '-'}{extra}")
     new = sum(r.lines for r in results)
-    note(f"{len(results)} file(s), {new} new line(s)")
+    note(f"{plural(len(results), 'file')}, {plural(new, 'new line')}")
 
 
 def _update_index(store: Any) -> None:
@@ -327,7 +327,7 @@ def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str
         written, kept = e.written, e
     for rel in written:
         click.echo(safe(rel))
-    note(f"wrote {len(written)} file(s) under {dest}")
+    note(f"wrote {plural(len(written), 'file')} under {dest}")
     if kept is not None:
         raise kept
     if sessions is None:

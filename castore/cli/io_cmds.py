@@ -163,7 +163,7 @@ def _echo_pi(store: Any, results: list[Any], as_json: bool) -> None:
     if as_json:
         print_json(docs)
     else:  # closing as the other agents' imports do (a Pi entry is a line of its file, the header aside)
-        note(f"{len(results)} file(s), {plural(sum(r.entries for r in results), 'new entry', 'new entries')}")
+        note(f"{plural(len(results), 'file')}, {plural(sum(r.entries for r in results), 'new entry', 'new entries')}")
 
 
 @click.group("export", cls=CastoreGroup)
