@@ -422,10 +422,14 @@ class RefStore:
         got = seen[name] = self.storage.read_versioned(ref_key(name))
         return got
 
-    def read_many(self, names: list[str]) -> dict[str, RefValue | None]:
+    def read_many(self, names: list[str], bad: dict[str, CorruptRef] | None = None) -> dict[str, RefValue | None]:
         """Read several refs in one batch (no tokens: for reading, not for swapping).
 
+        ``bad``: where a ref file that is not a ref is noted (name -> the error) and read as
+        absent (None), instead of raising: a reader of every session goes past one damaged.
+
         Raises:
+            CorruptRef: (without ``bad``) a ref file is not a ref.
             IntegrityError, StorageError.
         """
         staged = self._staged() or {}
@@ -436,7 +440,13 @@ class RefStore:
                 out[n] = staged[n].value
                 continue
             raw = got.get(ref_key(n))
-            out[n] = parse(n, raw) if raw is not None else None
+            try:
+                out[n] = parse(n, raw) if raw is not None else None
+            except CorruptRef as e:
+                if bad is None:
+                    raise
+                bad[n] = e
+                out[n] = None
         return out
 
     def resolve(self, name: str) -> tuple[str, RefValue | None]:

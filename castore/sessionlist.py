@@ -146,20 +146,23 @@ def session_refs_and_heads(
     ``lost``: where each session whose HEAD names a lost branch
     (:func:`castore.refnames.lost_branch_problem`, judged from HEAD as stored and the refs
     listed) is noted, key -> the error (fsck's line), whether or not it is in what is
-    returned (a session whose only ref left is HEAD is not).
+    returned (a session whose only ref left is HEAD is not); so is each session one of whose
+    ref files is not a ref (CorruptRef), which is left out of what is returned.
 
     A session whose HEAD carries the deleting mark (:func:`castore.refnames.deleting_since`:
     a deletion interrupted or under way) is left out, as once its deletion finishes: what
     is derived from it (searched, counted) is what its deletion was asked to remove.
 
     Raises:
+        CorruptRef: (without ``lost``) a session's ref file is not a ref.
         IntegrityError, StorageError.
     """
     if folders is None:
         names_ = refs.list("sessions")
     else:
         names_ = [n for f in sorted(set(folders)) for n in refs.list(f)]
-    vals = refs.read_many(names_)
+    bad: dict[str, CorruptRef] = {}  # (noted only with lost)
+    vals = refs.read_many(names_, None if lost is None else bad)
     out: dict[str, dict[str, str]] = {}
     keys: dict[str, tuple[str, str, str]] = {}
     heads: dict[str, str | None] = {}
@@ -192,6 +195,11 @@ def session_refs_and_heads(
         elif lost is not None and (why := lost_branch_problem(
                 f, seg, symbolic[f], {f"{REFS_PREFIX}/{n}" for n in names_ if n.startswith(f + "/")})):
             lost[keys[f]] = CorruptRef(symbolic[f].name, why)
+    for name, e in bad.items():  # (lost is given): noted, and the session left out
+        if lost is not None and len(parts := name.split("/")) >= 5:
+            folder = "/".join(parts[:4])
+            lost[keys.get(folder) or session_key(parts[1:4], {})] = e
+            out.pop(folder, None)
     return {keys[f]: (f, refs_, heads.get(f)) for f, refs_ in out.items() if f in keys}
 
 

@@ -797,3 +797,31 @@ def test_a_first_commit_marks_head_born_though_set_info_moved_head_meanwhile(tmp
     head = castore.open(root, durable=False).refs.read(s.refs.head)
     assert head is not None and head.meta.get(META_BORN) is True
     assert castore.open(root, durable=False).session("bot", "ann", "s").info == {"title": "second"}
+
+
+@pytest.mark.parametrize("ref", ["HEAD", "heads/main"])
+def test_usage_and_grep_go_past_a_session_whose_ref_file_is_garbage(tmp_path: Path, ref: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One session's ref file holding garbage stopped ``castore usage`` and ``castore grep`` of the
+    whole store at it (one Error line, nothing counted or found). They now count and search the
+    others and name that session after them (usage's exit 1, grep's exit 2), as a lost branch."""
+    monkeypatch.setenv("CASTORE_GREP_INDEX", str(tmp_path / "index"))
+    monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "usage.json"))
+    root = tmp_path / "st"
+    with castore.open(str(root)) as store:
+        for sid in ("fine", "bad"):
+            s = store.session("app", "u", sid)
+            s.append(castore.Event(author="assistant", message=castore.Message(role="assistant", content="parser"),
+                                   meta={"model": "m-x", "usage": {"input_tokens": 7, "output_tokens": 3}}))
+    (root / "refs" / "sessions" / "app" / "u" / "bad" / ref).write_bytes(b"\x00not a ref")
+    runner = CliRunner()
+    res = runner.invoke(main, ["--store", str(root), "grep", "-c", "parser"])
+    assert (res.exit_code, res.stdout) == (2, "app/u/fine:1\n"), res.output
+    assert [line for line in res.stderr.splitlines() if line.startswith("Error: ")] == [
+        f"Error: app/u/bad cannot be searched whole (ref 'sessions/app/u/bad/{ref}' is corrupt: bad target "
+        "'\\x00not a ref'); `castore fsck` says more"]
+    res = runner.invoke(main, ["--store", str(root), "usage", "--by", "session", "--json"])
+    assert res.exit_code == 1, res.output
+    doc = __import__("json").loads(res.stdout)
+    assert [u["session"] for u in doc["unreadable"]] == ["app/u/bad"]
+    assert [r["name"] for r in doc["rows"]] == ["app/u/fine"], doc

@@ -198,7 +198,7 @@ def _changes(store: Store, mark: str | None, lost: dict[str, list[str]], also: s
         return new, {}, set()
     found: dict[Key, CorruptRef] = {}
     read = store.session_refs_and_heads(folders, found)
-    lost.update({e.ref.rsplit("/", 1)[0]: [*k, str(e)] for k, e in found.items()})
+    lost.update({"/".join(e.ref.split("/")[:4]): [*k, str(e)] for k, e in found.items()})  # (HEAD, or a branch)
     return new, {k: (f, refs) for k, (f, refs, _h) in read.items()}, folders
 
 
