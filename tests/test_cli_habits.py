@@ -277,6 +277,9 @@ def test_an_empty_listing_says_so_on_stderr_and_prints_nothing(tmp_path: Path) -
         assert r.stdout == "" and r.stderr.startswith(said), (args, r.stderr)
     with castore.open(fresh) as store:
         store.session("app", "bob", "s").append(castore.Message(role="user", content="hi"))
+    typo = ok(run(fresh, "sessions", "ap", session=None))  # an app that is not there: the ones that are
+    assert typo.stdout == "" and typo.stderr == "no sessions: no app 'ap' here (apps: app)\n"
+    assert ok(run(fresh, "sessions", "app/alice", session=None)).stderr == "no sessions\n"
     for args, said in ((("labels",), "no labels"), (("label",), "no labels"), (("reflog",), "no moves")):
         r = ok(run(fresh, *args, session="app/bob/s"))
         assert r.stdout == "" and r.stderr.startswith(said), (args, r.stderr)

@@ -56,7 +56,8 @@ def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: b
     that finishes it (`grep` and `usage` skip it, as they would once it is deleted).
     """
     if prefix:
-        infos = store.sessions(*split_key(prefix, 1, 2, "APP[/USER]"))
+        parts = split_key(prefix, 1, 2, "APP[/USER]")
+        infos = store.sessions(*parts)
     else:
         infos = sorted((s for app in store.apps() for s in store.sessions(app)),
                        key=lambda s: s.updated, reverse=True)
@@ -65,9 +66,17 @@ def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: b
         print_json({"sessions": [r.session_info_json(s) for s in infos]})
         return
     if not infos:
-        note("no sessions")
+        note("no sessions" + (_which_apps(store, parts[0]) if prefix else ""))
     for line in r.sessions_table(infos):
         click.echo(line)
+
+
+def _which_apps(store: Store, app: str) -> str:
+    """After "no sessions" of APP[/USER]: the apps there are, when APP is none of them (a typo)."""
+    apps = store.apps()
+    if app in apps:
+        return ""
+    return f": no app {r.safe(repr(app))} here" + (f" (apps: {r.safe(', '.join(apps))})" if apps else "")
 
 
 _verbose_option = click.option(
