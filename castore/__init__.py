@@ -20,7 +20,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     plumbing, refnames, retry, groupcommit, revisions, pathview, deletion  write path, ref names, retries, deletion
     context                             the model's view of a path (pure)
     session, store, sessionlist         what an agent calls, the listing of sessions
-    sync, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, status, re-keying
+    sync, remotes, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, status
     adapters, html, usage               LangGraph, Pi, ADK, OpenAI Agents; the viewer; token usage
     cli, __main__                       the ``castore`` command
 """

@@ -22,7 +22,8 @@ Like git, only what the other side lacks is sent, and refs move last, by compare
    forced; a pull that finds both sides moved keeps the remote tip as
    ``remotes/<remote>/<branch>`` in the session's folder.
 
-Remotes are kept in the store's ``castore.json``: ``{"remotes": {name: {"url", "options"}}}``.
+Remotes, the other stores a store names, are :mod:`castore.remotes`' (``add_remote`` and the
+rest are named here too).
 """
 
 from __future__ import annotations
@@ -34,12 +35,10 @@ from typing import Any, NamedTuple
 
 from . import names
 from . import objects as o
-from .crypto.args import storage_options
 from .deletion import finish_hint, stranded
 from .errors import (
     CastoreError,
     IntegrityError,
-    InvalidName,
     RefConflict,
     SealedFrameError,
 )
@@ -65,6 +64,7 @@ from .plumbing import (
     tip_meta,
 )
 from .refs import SYMBOLIC, RefValue
+from .remotes import add_remote, check_remote_name, list_remotes, open_remote, remove_remote
 from .store import Store
 
 #: objects read per batch (one concurrent read); into a format-1 store, also one write
@@ -168,85 +168,6 @@ class SyncProgress:
 
 
 ProgressFn = Callable[[SyncProgress], None]
-
-
-# -- remotes ------------------------------------------------------------------------------
-def _check_remote_name(name: str) -> str:
-    names.validate(name, "remote name")
-    if "/" in name or name.strip() != name:
-        raise InvalidName(name, "must not contain '/' or surrounding spaces", "remote name")
-    return name
-
-
-def add_remote(store: Store, name: str, url: str, options: Mapping[str, Any] | None = None,
-               replace: bool = False) -> dict[str, Any]:
-    """Record remote ``name`` at ``url`` (with storage options) in the store's config.
-
-    Options are stored as given, in plain text in ``castore.json``: prefer the
-    environment or a credentials file for secrets. A master key is never one of them.
-
-    Raises:
-        CastoreError: a remote of that name exists (unless ``replace``).
-        EncryptionError: ``options`` hold an encryption argument (``master_key``...:
-            :func:`~castore.crypto.args.check_storage_options`).
-        InvalidName: a bad remote name. StorageError.
-    """
-    _check_remote_name(name)
-    if not isinstance(url, str) or not url.strip():
-        raise CastoreError("a remote needs a URL")
-    entry = {"url": url, "options": storage_options(options, f"in the options of remote {name!r}")}
-
-    def change(cfg: dict[str, Any]) -> dict[str, Any]:
-        remotes = dict(cfg.get("remotes") or {})
-        if name in remotes and not replace and remotes[name] != entry:
-            raise CastoreError(f"remote {name!r} already exists (at {remotes[name].get('url')})")
-        remotes[name] = entry
-        return {**cfg, "remotes": remotes}
-
-    store.update_config(change)
-    return entry
-
-
-def remove_remote(store: Store, name: str) -> None:
-    """Forget remote ``name`` (its ``remotes/<name>/...`` refs stay).
-
-    Raises:
-        CastoreError: no such remote. StorageError.
-    """
-
-    def change(cfg: dict[str, Any]) -> dict[str, Any]:
-        remotes = dict(cfg.get("remotes") or {})
-        if name not in remotes:
-            raise CastoreError(f"no remote {name!r}")
-        del remotes[name]
-        return {**cfg, "remotes": remotes}
-
-    store.update_config(change)
-
-
-def list_remotes(store: Store) -> dict[str, dict[str, Any]]:
-    """The store's remotes: ``{name: {"url": ..., "options": {...}}}``."""
-    return {k: dict(v) for k, v in (store.config.get("remotes") or {}).items()}
-
-
-def open_remote(store: Store, remote: str, **options: Any) -> tuple[str, Store]:
-    """Open a remote by name (from the config) or by URL; return (name, store).
-
-    A URL given directly is named by itself in ``remotes/<name>/...`` refs, after
-    making it a safe single name.
-
-    Raises:
-        CastoreError: ``remote`` is neither a configured remote nor a URL.
-        StorageError, FormatError.
-    """
-    remotes = list_remotes(store)
-    if remote in remotes:
-        entry = remotes[remote]
-        return remote, Store.open(entry["url"], **{**entry.get("options", {}), **options})
-    if "://" in remote or remote.startswith((".", "/", "~")):
-        return remote, Store.open(remote, **options)
-    known = ", ".join(sorted(remotes)) or "none configured"
-    raise CastoreError(f"no remote {remote!r} (known: {known}); add it with `castore remote add {remote} URL`")
 
 
 # -- selection --------------------------------------------------------------------------
@@ -1016,7 +937,7 @@ def pull(src: Store, dst: Store, sessions: Selection = None, force: bool = False
     Raises:
         see :func:`push`.
     """
-    _check_remote_name(remote_name)
+    check_remote_name(remote_name)
     return _sync(src, dst, sessions, force, progress, remote_name)
 
 

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("plumbing", "refnames", "retry", "groupcommit", "revisions", "pathview", "deletion"),
     ("context",),
     ("session", "store", "sessionlist"),
-    ("sync", "maintenance", "scrub", "grep", "views", "porcelain", "convert"),
+    ("sync", "remotes", "maintenance", "scrub", "grep", "views", "porcelain", "convert"),
     ("adapters", "html", "usage"),
     ("cli", "__main__"),
 ]
