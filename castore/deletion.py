@@ -51,10 +51,15 @@ class _Moved(Exception):
 def finish_hint(head_name: str, head: RefValue) -> str:
     """fsck's line for the session whose HEAD ``head_name`` is ``head``, marked deleting: the
     deletion was interrupted, and the command that finishes it."""
+    return finish_line(head_key(head_name, head.meta))
+
+
+def head_key(head_name: str, meta: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The ``(app, user, session)`` of the session whose HEAD is ``head_name`` with ``meta``,
+    by its folder (:func:`~castore.refnames.session_key`). Raises nothing."""
     parsed = parse_ref_name(head_name)
     segs = (parsed.app, parsed.user or "", parsed.session or "") if parsed is not None else ("?", "?", "?")
-    key = session_key(segs, head.meta)
-    return finish_line(key)
+    return session_key(segs, meta)
 
 
 def finish_line(key: tuple[str, ...]) -> str:
@@ -149,13 +154,14 @@ def delete_session_refs(plumbing: Plumbing, prefix: str, expect: Mapping[str, Re
 
 
 def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: RefValue, target: str,
-                      meta: Mapping[str, Any], had_head: bool) -> None:
+                      meta: Mapping[str, Any], had_head: bool) -> RefValue | None:
     """Settle HEAD once a session's first commit ``landed`` on its branch: HEAD made
     (``target``, ``meta``) when the session had none, or made again when a deletion deleted it
     meanwhile; HEAD made by ``set_info`` (``had_head``) or by another writer first is given the
     born mark (:meth:`~castore.plumbing.Plumbing.mark_born`). The one rule of every writer that
     makes a session's first branch: an append, a ``reset`` of a session with no commit, a
-    ``fork``, an import's tree (:meth:`castore.Session.tree`).
+    ``fork``, an import's tree (:meth:`castore.Session.tree`), a push, pull or clone copying a
+    session new to its destination (:mod:`castore.sync`).
 
     A first commit racing a deletion must not outlive it in part. The deletion lists the refs
     once HEAD is marked, and would leave a branch made after that listing behind HEAD's deletion,
@@ -163,6 +169,9 @@ def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: Ref
     deleting, the branch is deleted again. A HEAD made here while the branch is gone (a
     deletion ran whole in between) names a lost branch: it is deleted again. Each by
     compare-and-swap (whoever moved it since decides).
+
+    Returns:
+        HEAD as made here; None when it was there (made by ``set_info`` or another writer).
 
     Raises:
         SessionDeleting: either race (``finished`` in the second). StorageError.
@@ -179,12 +188,12 @@ def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: Ref
             head = plumbing.mark_born(refs, landed.name)
     if made is not None:
         if plumbing.refs.read(landed.name) is not None:
-            return
+            return made
         drop, finished = made, True
     elif deleting_since(head) is not None:
         drop, finished = landed, False
     else:
-        return
+        return None
     with contextlib.suppress(RefConflict):
         plumbing.delete(drop.name, drop)
     raise SessionDeleting(key, finished)
@@ -262,5 +271,5 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
         pass  # HEAD moved since: whoever moved it decides
 
 
-__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "first_commit_head", "stranded",
+__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "first_commit_head", "head_key", "stranded",
            "written_since"]

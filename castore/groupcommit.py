@@ -121,7 +121,7 @@ class Move:
     batch: Batch
     meta: dict[str, Any] = field(default_factory=dict)
     jobs: list[Job] = field(default_factory=list)
-    then: list[Callable[[RefValue], None]] = field(default_factory=list)
+    then: list[Callable[[RefValue], object]] = field(default_factory=list)
 
     def join(self, job: Job) -> Batch:
         """Count ``job`` among the calls of this move; return the batch to build its commits on."""

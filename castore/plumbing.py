@@ -326,7 +326,7 @@ class Tree:
     """
 
     def __init__(self, plumbing: Plumbing, refs: SessionRefs,
-                 first_head: Callable[[str], Callable[[RefValue], None]]) -> None:
+                 first_head: Callable[[str], Callable[[RefValue], RefValue | None]]) -> None:
         self.plumbing = plumbing
         self.refs = refs
         self._first_head = first_head

@@ -534,7 +534,7 @@ class Session(handles.Handle):
             batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
                         when=p.time if p.time is not None else now, meta=p.meta, scopes=p_scopes, typed=p.entry)
 
-    def _first_commit(self, head: RefValue | None, branch: str, **extra: Any) -> Callable[[RefValue], None]:
+    def _first_commit(self, head: RefValue | None, branch: str, **extra: Any) -> Callable[[RefValue], RefValue | None]:
         """What settles HEAD (``head`` as read before; ``extra``: more of its metadata) once the
         session's first commit landed on ``branch``, given the branch as landed: the one rule
         of every writer that makes a session's first branch (:func:`castore.deletion.first_commit_head`:

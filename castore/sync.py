@@ -35,12 +35,13 @@ from typing import Any, NamedTuple
 
 from . import names
 from . import objects as o
-from .deletion import finish_hint, stranded
+from .deletion import finish_hint, first_commit_head, head_key, stranded
 from .errors import (
     CastoreError,
     IntegrityError,
     RefConflict,
     SealedFrameError,
+    SessionDeleting,
 )
 from .history import BlockPath, Hint, K, merge_depth
 from .objects import Commit, Index, Tree
@@ -745,16 +746,21 @@ class _Sync:
             # HEAD is only created, never moved, and only once its branch is there.
             # (planned only when it names a branch of its session: _head_problem)
             branch = SessionRefs(u.ref.rsplit("/", 1)[0]).branch_ref_of(RefValue(u.ref, u.target, u.meta))
-            if self.dst_values.get(branch) is None:
+            landed = self.dst_values.get(branch)
+            if landed is None:
                 return
             # (born: its branch is there, whether or not the other side's HEAD says so; never a
             # deletion under way there: the copy is not being deleted, castore.deletion)
             meta = {**{k: v for k, v in u.meta.items() if k not in DELETING_KEYS}, META_BORN: True}
-            try:
-                self.dst_values[u.ref] = self.dst.plumbing.swap(u.ref, u.target, None, meta)
-            except RefConflict:
+            try:  # the rule of every writer of a session's first branch: a deletion there may race it
+                made = first_commit_head(self.dst.plumbing, head_key(u.ref, meta), landed, u.target, meta, False)
+            except SessionDeleting as e:
+                self._failed.add(u.ref)
+                self.report.refs_refused.append(Refusal(u.ref, f"{describe(u.ref)}: {e}", None, None))
                 return
-            self.report.refs_updated.append(u.ref)
+            if made is not None:
+                self.dst_values[u.ref] = made
+                self.report.refs_updated.append(u.ref)
             return
         try:
             if u.force and not u.kept and cur is not None and not cur.symbolic and cur.target != u.target:

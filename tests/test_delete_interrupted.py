@@ -622,3 +622,44 @@ def test_langgraphs_checkpoint_listing_leaves_out_a_thread_whose_deletion_was_in
         assert {n: st.refs.read(n) for n in st.refs.list("sessions/app/alice/doomed")} == before
         saver.delete_thread("doomed")  # finishes it
         assert not st.refs.list("sessions/app/alice/doomed")
+
+
+@pytest.mark.parametrize("deletion", ["whole", "marked"])
+def test_a_pull_of_a_new_session_racing_its_deletion_there_leaves_no_branch_behind(tmp_path, deletion: str) -> None:
+    """A pull (push, clone: one code path) makes a session new to the destination as a first
+    append does, its branch, then its HEAD, and now settles HEAD by the same rule
+    (:func:`castore.deletion.first_commit_head`). A deletion there run whole in between left a
+    born HEAD on no branch (fsck's lost branch, gc refused the whole store); one that marked
+    HEAD and stopped left the pulled branch under the mark, reported as copied. The session is
+    now refused (its HEAD or its branch deleted again), with the reason, and the next pull,
+    once the deletion is finished, copies it whole."""
+    from castore import sync
+
+    src, url = Backend("local", str(tmp_path / "src")), str(tmp_path / "dst")
+    _seed(src)
+    with src.open() as s, castore.open(url) as d:
+        d.init(like=s)
+
+    def delete() -> None:
+        if deletion == "marked":
+            with castore.Store(KillAt(open_storage(url), 2)) as st, pytest.raises(Killed):
+                st.delete_session(*KEY)
+        else:
+            with castore.open(url) as st:
+                st.delete_session(*KEY)
+
+    with src.open() as s, castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as d:
+        report = sync.pull(s, d)
+    assert [r.ref for r in report.refs_refused] == ["sessions/app/alice/doomed/HEAD"], report.refs_refused
+    said = "was deleted while this write landed" if deletion == "whole" else "castore delete-session app/alice/doomed"
+    assert said in report.refs_refused[0].reason
+    with castore.open(url) as d:
+        assert "sessions/app/alice/doomed/heads/main" not in d.refs.list("sessions/app/alice/doomed")
+        if deletion == "marked":  # what else was pulled waits, under the mark, for the deletion's end
+            assert maintenance.fsck(d).deleting
+            d.delete_session(*KEY)
+        report_ = maintenance.fsck(d)
+        assert report_.ok and not report_.bad_refs and not report_.deleting, report_
+        with src.open() as s:
+            assert sync.pull(s, d).ok
+        assert [m.content for m in d.session(*KEY).messages()] == ["hello", "more"]
