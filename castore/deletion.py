@@ -161,7 +161,7 @@ def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: Ref
     born mark (:meth:`~castore.plumbing.Plumbing.mark_born`). The one rule of every writer that
     makes a session's first branch: an append, a ``reset`` of a session with no commit, a
     ``fork``, an import's tree (:meth:`castore.Session.tree`), a push, pull or clone copying a
-    session new to its destination (:mod:`castore.sync`).
+    session new to its destination (:mod:`castore.sync`), LangGraph's first checkpoint of a thread.
 
     A first commit racing a deletion must not outlive it in part. The deletion lists the refs
     once HEAD is marked, and would leave a branch made after that listing behind HEAD's deletion,

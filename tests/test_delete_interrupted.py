@@ -663,3 +663,58 @@ def test_a_pull_of_a_new_session_racing_its_deletion_there_leaves_no_branch_behi
         with src.open() as s:
             assert sync.pull(s, d).ok
         assert [m.content for m in d.session(*KEY).messages()] == ["hello", "more"]
+
+
+@pytest.mark.parametrize("deletion", ["whole", "marked"])
+def test_langgraphs_first_checkpoint_racing_the_threads_deletion_leaves_no_branch_behind(tmp_path,
+                                                                                          deletion: str) -> None:
+    """LangGraph's saver makes a new thread's branch, then its HEAD (``put``), by its own write
+    path: a deletion run whole in between left a born HEAD on no branch (fsck's lost branch, gc
+    refused the whole store); one that marked HEAD and stopped left the checkpoint's branch under
+    the mark, the put acknowledged. It now settles HEAD by the first append's rule
+    (:func:`castore.deletion.first_commit_head`): the graph's run is refused (SessionDeleting)
+    and nothing of the thread is left but what the stopped deletion will finish."""
+    pytest.importorskip("langgraph")
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    from castore.adapters.langgraph import CastoreSaver
+
+    class State(TypedDict):
+        n: int
+
+    url = str(tmp_path / "st")
+    with castore.open(url) as st:
+        st.init()
+
+    def delete() -> None:
+        if deletion == "marked":
+            with castore.Store(KillAt(open_storage(url), 2)) as st, pytest.raises(Killed):
+                st.delete_session(*KEY)
+        else:
+            with castore.open(url) as st:
+                st.delete_session(*KEY)
+
+    b = StateGraph(State)
+    b.add_node("inc", lambda s: {"n": s["n"] + 1})
+    b.add_edge(START, "inc")
+    b.add_edge("inc", END)
+    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
+        g = b.compile(checkpointer=CastoreSaver(ws, app="app", user="alice"))
+        with pytest.raises(castore.SessionDeleting) as got:
+            g.invoke({"n": 0}, {"configurable": {"thread_id": "doomed"}})
+        assert got.value.finished == (deletion == "whole")
+    # (LangGraph's writes of the refused step land on a branch of their own, which may come
+    # before its checkpoint's: not a first branch HEAD is made on, and left here)
+    writes = "sessions/app/alice/doomed/heads/writes"
+    with castore.open(url) as st:
+        assert [n for n in st.refs.list("sessions/app/alice/doomed/heads") if n != writes] == []
+        if deletion == "marked":
+            assert maintenance.fsck(st).deleting
+            st.delete_session(*KEY)
+        report = maintenance.fsck(st)
+        assert report.ok and not report.bad_refs and not report.deleting, report
+        assert [n for n in st.refs.list("sessions/app/alice/doomed") if n != writes] == []
+        g = b.compile(checkpointer=CastoreSaver(st, app="app", user="alice"))
+        assert g.invoke({"n": 0}, {"configurable": {"thread_id": "doomed"}}) == {"n": 1}  # the name is free

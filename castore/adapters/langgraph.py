@@ -59,7 +59,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import names
 from .. import objects as o
-from ..errors import RefConflict, SessionNotFound
+from ..deletion import first_commit_head
+from ..errors import RefConflict, SessionDeleting, SessionNotFound
 from ..groupcommit import Group, GroupCommit, Job, Move
 from ..handles import Handle
 from ..history import Hint, K
@@ -72,6 +73,7 @@ from ..refnames import (
     REAL_NAME_KEYS,
     SessionRefs,
     carried_meta,
+    deleting_since,
     name_meta,
     parse_ref_name,
     real_name,
@@ -264,15 +266,26 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
         got = self._hints.get(name)
         return got[1] if got is not None and expect is not None and got[0] is expect else None
 
-    def _ensure_head(self, prefix: str, branch: str, thread_id: str) -> None:
+    def _ensure_head(self, prefix: str, branch: str, thread_id: str, landed: RefValue | None = None) -> None:
+        """Put the thread's HEAD on ``branch`` (``landed``: its value as this write landed it,
+        else read), which a write just moved. A thread without HEAD gets it by the rule of every
+        writer of a session's first branch (:func:`castore.deletion.first_commit_head`: a
+        deletion racing it leaves neither a branch behind nor a lost branch).
+
+        Raises:
+            SessionDeleting: a deletion of the thread is under way or was interrupted (HEAD is
+                not moved), or raced its first checkpoint. StorageError.
+        """
         if self._heads.get(thread_id) == branch:
             return
-        self._heads[thread_id] = branch
         head_name = SessionRefs(prefix).head
         target = symbolic_to(branch)
+        key = (self.app, self.user, thread_id)
 
         def attempt(_n: int) -> None:
             head = self.store.refs.read(head_name)
+            if deleting_since(head) is not None:
+                raise SessionDeleting(key)
             if head is not None and head.target == target:
                 return
             meta = carried_meta(head)
@@ -280,9 +293,15 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
             meta.setdefault(META_CREATED, time.time())
             meta[META_BORN] = True  # HEAD is put on a branch that landed
             meta.update(name_meta(target, branch, META_HEAD_BRANCH))
-            self.store.plumbing.swap(head_name, target, head, meta)
+            if head is not None:
+                self.store.plumbing.swap(head_name, target, head, meta)
+            elif (on := landed or self.store.refs.read(self._ref_name(prefix, branch))) is not None:
+                first_commit_head(self.store.plumbing, key, on, target, meta, False)
+            else:  # the branch went since it was written: a deletion ran whole
+                raise SessionDeleting(key, True)
 
         self.store.plumbing.land(head_name, attempt)
+        self._heads[thread_id] = branch
 
     # -- BaseCheckpointSaver: writing ------------------------------------------------------------
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -345,7 +364,7 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
                 remember(self._headers, cid, plain)
             if not ns:  # HEAD names the root namespace's branch once it moved
                 real = self._real(move.name, move.meta)
-                move.then.append(lambda _: self._ensure_head(prefix, real, thread_id))
+                move.then.append(lambda landed: self._ensure_head(prefix, real, thread_id, landed))
 
         self._land(Job(prefix, stage, awaited=True, forget=self._forgets(thread_id)))
         return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
