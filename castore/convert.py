@@ -34,7 +34,7 @@ from typing import Any
 from . import names
 from . import objects as o
 from .errors import CastoreError, IntegrityError
-from .history import HINT_FACTS
+from .history import HINT_FACTS, HINT_PACKS
 from .objects import Blob, Commit, Index, ObjectId, Segment, Tree, Value
 from .refnames import META_INFO, META_WRITE_ID, SESSIONS, STATE, parse_ref_name, real_name
 from .store import Store
@@ -45,7 +45,7 @@ WRITE_BYTES = 4 << 20
 _GENERIC_DEPTH = 64
 #: ref metadata a copy does not keep: the source's write id and its pack names (the
 #: destination's packs have other names; a cold reader lists them once instead)
-_DROPPED_META = (META_WRITE_ID, "pk")
+_DROPPED_META = (META_WRITE_ID, HINT_PACKS)
 #: ref metadata an encrypted store seals (:meth:`Codec.seal_meta <castore.objects.Codec.seal_meta>`)
 _SEALED_META = (META_INFO, HINT_FACTS)
 
@@ -100,9 +100,7 @@ class _Pair:
 def _home(ref: str) -> _Key | None:
     """The tenant of a ref name castore writes (None: not one)."""
     p = parse_ref_name(ref)
-    if p is None:
-        return None
-    return p.app, p.user if p.user is not None else names.APP_SCOPE
+    return None if p is None else p.tenant
 
 
 def _id_shaped(value: Any) -> Iterator[str]:

@@ -37,7 +37,11 @@ K = 64
 SEGMENT_BODY_MAX = 16384
 #: at most this many pack names in a hint (one per append of the tail, and the index's)
 MAX_HINT_PACKS = K + 1
-#: the read hint's facts about the path in ref metadata (sealed in an encrypted store)
+#: the read hint's keys in ref metadata: the tail's commit ids, the segment index below them,
+#: the packs that hold them (format 2), and the facts about the path (sealed in an encrypted store)
+HINT_TAIL = "tl"
+HINT_INDEX = "ix"
+HINT_PACKS = "pk"
 HINT_FACTS = "cx"
 
 _ID_LENGTH = {64}
@@ -82,11 +86,11 @@ class Hint(Record):
         """The hint as ref metadata; ``codec`` (an encrypted store's) seals the facts, which
         name the session's model, provider and thinking level (:meth:`Codec.seal_meta
         <castore.objects.Codec.seal_meta>`)."""
-        d: dict[str, Any] = {"tl": list(self.tail)}
+        d: dict[str, Any] = {HINT_TAIL: list(self.tail)}
         if self.index:
-            d["ix"] = self.index
+            d[HINT_INDEX] = self.index
         if self.packs:
-            d["pk"] = list(self.packs[-MAX_HINT_PACKS:])
+            d[HINT_PACKS] = list(self.packs[-MAX_HINT_PACKS:])
         facts = self.facts.to_meta() if self.facts is not None else None
         if facts is not None:
             d[HINT_FACTS] = codec.seal_meta(facts, HINT_FACTS) if codec is not None else facts
@@ -96,13 +100,13 @@ class Hint(Record):
     def from_meta(cls, meta: Mapping[str, Any], codec: o.Codec | None = None) -> Hint | None:
         """Read a hint from ref metadata; None when absent or malformed. Sealed facts are
         opened with ``codec``; without it (or with another key) they are not known."""
-        tail = meta.get("tl")
-        ix = meta.get("ix")
+        tail = meta.get(HINT_TAIL)
+        ix = meta.get(HINT_INDEX)
         if not isinstance(tail, list) or not _all_hex_ids(tail):
             return None
         if ix is not None and not (isinstance(ix, str) and o.is_hex_id(ix)):
             return None
-        names = meta.get("pk")
+        names = meta.get(HINT_PACKS)
         if not isinstance(names, list) or not all(isinstance(n, str) and pk.is_pack_name(n) for n in names):
             names = []  # a bad pack list costs a listing, not the hint
         facts = meta.get(HINT_FACTS)

@@ -29,15 +29,11 @@ from . import names
 from .entries import Record
 from .errors import CorruptRef, InvalidName
 from .refs import PREFIX as REFS_PREFIX
-from .refs import SYMBOLIC, RefValue
+from .refs import SYMBOLIC, WRITE_ID, RefValue
 
-# -- ref metadata keys: one constant per fact ------------------------------------------------
-#: the write id :class:`~castore.refs.RefStore` stamps on every write
-META_WRITE_ID = "w"
-#: read hint: the ids of the tip's unfinished block (see :class:`~castore.history.Hint`)
-META_TAIL = "tl"
-#: read hint: the segment index below the tip's block
-META_INDEX = "ix"
+# -- ref metadata keys: one constant per fact (the read hint's are history.HINT_*) ---------------
+#: the write id :class:`~castore.refs.RefStore` stamps on every write (its key is the store's)
+META_WRITE_ID = WRITE_ID
 #: when the tip was written (seconds since the epoch)
 META_TIME = "t"
 #: the number of commits on the path root -> tip
@@ -371,6 +367,13 @@ class RefName(Record):
             return None
         return f"{SESSIONS}/{self.app}/{self.user}/{self.session}"
 
+    @property
+    def tenant(self) -> tuple[str, str]:
+        """The ``(app, user)`` segments of the tenant whose store holds this ref in the tenant
+        layout: a user's refs are that user's, the app state's the app's own
+        (:data:`castore.names.APP_SCOPE`)."""
+        return self.app, self.user if self.user is not None else names.APP_SCOPE
+
 
 def parse_ref_name(ref: str) -> RefName | None:
     """Parse a ref name (relative to ``refs/``) as castore writes them; None when it is not one.
@@ -426,12 +429,10 @@ __all__ = [
     "META_DELETING",
     "META_DELETING_REFS",
     "META_HEAD_BRANCH",
-    "META_INDEX",
     "META_INFO",
     "META_LENGTH",
     "META_NAME",
     "META_NAMES",
-    "META_TAIL",
     "META_TIME",
     "META_WRITE_ID",
     "name_meta",

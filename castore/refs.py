@@ -32,6 +32,10 @@ from .storage import Journal, JournalMany, PreconditionFailed, RefIntent, Storag
 
 PREFIX = "refs"
 SYMBOLIC = "ref: "
+#: the metadata key of the id every write of a ref is stamped with: what tells a writer its own
+#: landing from a rival's when a conditional write's answer was lost
+#: (:data:`castore.refnames.META_WRITE_ID` names the same key)
+WRITE_ID = "w"
 _MAX_SYMBOLIC_DEPTH = 5
 _AMBIGUOUS_RETRIES = 3
 
@@ -95,7 +99,7 @@ class RefValue:
     @property
     def write_id(self) -> str | None:
         """The id stamped by the write that produced this value."""
-        return self.meta.get("w")
+        return self.meta.get(WRITE_ID)
 
 
 def ref_key(name: str) -> str:
@@ -495,7 +499,7 @@ class RefStore:
         staged = self._staged()
         # a staged value's write id need only be unique in this process (the landing stamps its own)
         write_id = os.urandom(16).hex() if staged is None else f"s{next(_staged_ids)}"
-        meta = {**(meta or {}), "w": write_id}
+        meta = {**(meta or {}), WRITE_ID: write_id}
         exp_token = expect.token if expect is not None else None
         if staged is not None:
             # checked as a write would be, but encoded only by the landing (with its own write id)
@@ -542,7 +546,7 @@ class RefStore:
         prepared: list[tuple[str, bytes, Token | None, dict[str, Any]]] = []
         ids = os.urandom(16 * len(moves)).hex()  # every move's random write id, drawn at once
         for i, (name, target, expect, meta) in enumerate(moves):
-            m = {**(meta or {}), "w": ids[32 * i:32 * i + 32]}
+            m = {**(meta or {}), WRITE_ID: ids[32 * i:32 * i + 32]}
             exp_token = expect.token if expect is not None else None
             if expect is not None and exp_token is None:
                 raise CastoreError("swap needs a ref value read with its token (RefStore.read)")
@@ -572,7 +576,7 @@ class RefStore:
         """
         key = ref_key(name)
         exp_token = expect.token if expect is not None else None
-        write_id = meta["w"]
+        write_id = meta[WRITE_ID]
         last_error: Exception | None = None
         for attempt in range(_AMBIGUOUS_RETRIES):
             try:

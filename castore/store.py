@@ -1048,10 +1048,10 @@ class Store(handles.Handle):
 
     def _scope_home(self, ref: str) -> Store:
         """The store holding the scope ref ``ref`` (``state/<app>/app`` or ``.../users/<u>``)."""
-        if self.root.layout != "tenants":
-            return self
-        parts = ref.split("/")
-        return self.tenant_at(parts[1], names.APP_SCOPE if parts[2] == "app" else parts[3])
+        from .refnames import parse_ref_name
+
+        p = parse_ref_name(ref) if self.root.layout == "tenants" else None
+        return self if p is None else self.tenant_at(*p.tenant)
 
     def scope_state(self, app: str, user: str | None = None, rev: str | None = None) -> dict[str, Any]:
         """The app state (``user=None``) or a user's state, now or at commit ``rev``.
