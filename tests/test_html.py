@@ -248,6 +248,18 @@ def test_a_left_out_line_that_set_the_title_or_the_model_leaves_a_mark(imported:
     store.close()
 
 
+def test_an_imported_line_reads_as_log_oneline_reads_it(imported: castore.Session) -> None:
+    """A tool result read "user: user:", a Claude Code system line "system: (event)"."""
+    data = build_model(imported)
+    out = CliRunner().invoke(main, ["--store", imported.store.url, "-s", "/".join(imported.key), "log", "--oneline",
+                                    "--all", "-n", "0"], env={"COLUMNS": "400"}).stdout
+    oneline = dict(re.fullmatch(r"([0-9a-f]{8}) (?:\([^)]*\) )?(.*)", ln).groups() for ln in out.splitlines())
+    said = [n for n in data["nodes"] if "o" in n]
+    assert len(said) > 20
+    for n in said:  # an imported line as `castore log --oneline` reads it
+        assert n["o"][:40] == oneline[n["id"][:8]][:40], (n["o"], oneline[n["id"][:8]])
+
+
 def test_export_html_says_how_many_bookkeeping_lines_it_hides(imported: castore.Session, tmp_path: Path) -> None:
     key = f"claude/session-share/{CLAUDE_SID}"
     pages = {}
@@ -424,7 +436,7 @@ def test_browser_shows_markup_as_text_and_runs_nothing(page: Any, demo: castore.
     assert page.events["dialogs"] == [] and page.events["errors"] == []
 
 
-def test_browser_shows_the_mark_of_a_left_out_line_that_set_the_title(browser: Any, imported: castore.Session,
+def test_browser_reads_imported_lines_as_log_does_and_marks_a_left_out_title(browser: Any, imported: castore.Session,
                                                                       tmp_path: Path) -> None:
     out = tmp_path / "claude.html"
     out.write_text(render_session(imported), encoding="utf-8")
@@ -436,6 +448,12 @@ def test_browser_shows_the_mark_of_a_left_out_line_that_set_the_title(browser: A
     assert pg.locator(".node.sel .pill.hb").text_content().startswith("title: Spawn curry poem agents")
     left_out = pg.text_content("#left-out")
     assert f"{imported.head[:8]} summary (after this entry): title: Spawn curry poem agents" in left_out
+    pg.click("#unfold")  # each imported line reads as log reads it: a tool result was "user: user:"
+    rows = pg.eval_on_selector_all(".node .sum", "els => els.map(e => e.textContent)")
+    assert any(r.startswith("tool: \u2190 1 line: Session published") for r in rows)
+    assert any(r.startswith("system: turn_duration durationMs=") for r in rows)
+    assert any(r.startswith("assistant: \u2192 Bash(") for r in rows)
+    assert not [r for r in rows if r.endswith(": user:") or r.endswith(": assistant:") or "(event)" in r]
     assert errors == []
     pg.close()
 

@@ -12,7 +12,8 @@ Shape (``v`` 1)::
      "refs": {"head": i|None, "branch": name|None, "branches": {name: i}, "labels": {name: i}},
      "nodes": [{"id", "p": [parent indices], "k": kind, "a": author, "t": time, "n": depth,
                 "m": meta, "d": {key: value}, "u": [unset keys], "e": entry,
-                "r": row, "l": lane, "h": [marks] (only when some, see below)}, ...],
+                "r": row, "l": lane, "o": LINE (an imported line as `log --oneline` reads it),
+                "h": [marks] (only when some, see below)}, ...],
      "lanes": n, "runs": [[first_row, last_row], ...], "bookkeeping": n, "all_entries": bool,
      "text": {...wording of summaries}}
 
@@ -75,6 +76,18 @@ def _scope_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: 
         if k not in before or before[k] != v:
             delta[prefix + k] = v
     unset.extend(prefix + k for k in before if k not in after)
+
+
+def _as_log_reads(e: LogEntry, said: Mapping[str, str]) -> str | None:
+    """The line ``castore log --oneline`` shows for an imported line (``assistant: → Bash(ls)``,
+    ``tool: ← 14 lines: ...``, ``system: turn_duration durationMs=87785``), or None for a
+    commit the page sums up itself (castore's own entries, a LangGraph checkpoint)."""
+    if e.kind not in ("event", "message"):
+        return None
+    line = views.describe(e)
+    if line is None and e.id in said:
+        line = f"{e.author or 'event'}: {said[e.id]}"
+    return line
 
 
 def _settings_left_out(session: Session, every: list[LogEntry], index: Mapping[o.ObjectId, int],
@@ -171,6 +184,7 @@ def build_model(session: Session, internal: bool = False, all_entries: bool = Fa
         head = o.ObjectId(at(head)) if head is not None else None
         branches = {b: o.ObjectId(at(t)) for b, t in branches.items()}
         labels = {n: o.ObjectId(at(t)) for n, t in labels.items()}
+    said = views.said(session, entries)  # an imported line with no message: what its stored line says
     nodes: list[dict[str, Any]] = []
     parents: list[list[int]] = []
     for e in entries:
@@ -186,6 +200,8 @@ def build_model(session: Session, internal: bool = False, all_entries: bool = Fa
                 _scope_changes(scoped(first, scope), scoped(e.id, scope), scope + ":", delta, unset)
         node = {"id": e.id, "p": ps, "k": e.kind, "a": e.author, "t": e.time, "n": e.depth,
                 "m": dict(e.meta), "d": delta, "u": unset, "e": entry_doc(e)}
+        if (line := _as_log_reads(e, said)) is not None:
+            node["o"] = line
         if index[e.id] in left_out:
             node["h"] = left_out[index[e.id]]
         if lg.is_checkpoint(e.kind, e.meta):

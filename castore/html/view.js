@@ -66,6 +66,7 @@ function messageSummary(m) {
   return label + ": " + parts.filter((s) => s).join(" ");
 }
 function summary(x) {
+  if (typeof x.o === "string") return x.o;  // an imported line, as `castore log --oneline` reads it
   const e = x.e || {};
   switch (x.k) {
     case "message": return messageSummary(e);
