@@ -193,7 +193,7 @@ def test_global_options_work_after_the_command(seeded: Seeded, tmp_path: Path) -
     assert "Cloudy" in out
     ok(run(None, "label", "late", "--store", seeded.url, "--session", KEY, session=None))
     assert "late" in seeded.store.session("app", "alice", "s1").labels()
-    # a command's own -s is still its own: export html -s
+    # export html -s: the global -s, after the command, as everywhere
     ok(run(None, "export", "html", "-s", KEY, "-o", str(tmp_path / "x.html"), "--store", seeded.url, session=None))
     assert (tmp_path / "x.html").stat().st_size > 1000
 
