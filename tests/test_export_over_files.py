@@ -81,3 +81,32 @@ def test_an_export_never_writes_through_a_link_left_at_its_side_name(tmp_path: P
     assert outside.read_bytes() == b"not the export's to write\n"
     assert not f.is_symlink() and f.read_bytes() == archived
     assert not Path(f"{f}.castore-new").exists()
+
+
+def test_an_export_keeps_what_is_not_a_file_at_a_files_place(tmp_path: Path) -> None:
+    """A folder or a named pipe where the export would put a file is left as it is and named
+    with the files kept, the others written: a folder stopped the export at it ('Is a
+    directory', the files after it not written) and a pipe made it wait for a writer forever."""
+    import os
+
+    src = _sources(tmp_path)["claude"]
+    assert _cli(tmp_path, "import", "claude", str(src)).exit_code == 0
+    out = tmp_path / "out"
+    assert _cli(tmp_path, "export", "claude", str(out)).exit_code == 0
+    files = sorted(out.rglob("*.jsonl"))
+    archived = {p: p.read_bytes() for p in files}
+    folder, pipe = files[0], files[-1]
+    folder.unlink()
+    folder.mkdir()
+    pipe.unlink()
+    os.mkfifo(pipe)
+    for p in files[1:-1]:
+        p.unlink()
+    r = _cli(tmp_path, "export", "claude", str(out))
+    assert r.exit_code == 1, r.output
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith(f"Error: {out}: 2 files hold what the archive's copy lacks"), last
+    assert str(folder.relative_to(out)) in last and str(pipe.relative_to(out)) in last
+    assert folder.is_dir() and pipe.is_fifo()
+    assert all(p.read_bytes() == archived[p] for p in files[1:-1])
+    assert not list(out.rglob("*.castore-new"))

@@ -5,14 +5,15 @@ the folder where it keeps the live ones. A live file the agent wrote on after th
 (or rewrote) holds what the archive's copy lacks: writing that copy over it would lose it. So each
 file is written beside its place first and moved there only when the file already there is
 absent or a prefix of it (the archive holds all of it: the same file, or one cut short); any
-other file is left as it is, and the export says which once the others are written
-(:class:`FilesKept`). Every exporter (Claude Code, Codex, Gemini CLI, Pi) writes through
+other file (or a folder, a named pipe) is left as it is, and the export says which once the
+others are written (:class:`FilesKept`). Every exporter (Claude Code, Codex, Gemini CLI, Pi) writes through
 :class:`ExportWriter`.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
 
 from .jsonl_tree import ArchiveError, safe_join
@@ -109,9 +110,12 @@ def _fresh(tmp: str) -> None:
 
 
 def holds_more(path: str, new: str) -> bool:
-    """Whether the file at ``path`` exists and is not a prefix of file ``new``: writing ``new``
-    over it would lose bytes. Raises OSError (reading either)."""
+    """Whether something is at ``path`` that is not a prefix of file ``new``: writing ``new``
+    over it would lose bytes. What is not a regular file there (a folder, a named pipe, which
+    reading would wait on) is not a prefix. Raises OSError (reading either)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return True
         old = open(path, "rb")
     except FileNotFoundError:
         return False
