@@ -1,12 +1,14 @@
 """Work done in a forked child process, its answer sent back through a pipe: a second core for
-a pass that would otherwise run on one (``castore usage``'s first run reads half the packs in
-one).
+a pass that would otherwise run on one (``castore usage``'s first run reads part of the packs
+in one).
 
 A child is forked only from a process that runs one thread (:func:`can_fork`): a thread pool
 or an I/O thread of the parent (s3fs's) does not exist in the child, which would wait on it
 forever, and a lock another thread held stays held there. The child runs a function that
 returns bytes, writes them to the pipe and leaves with ``os._exit``: no ``atexit`` handler,
-no buffered output of the parent written twice, no teardown.
+no buffered output of the parent written twice, no teardown. The child may start before the
+parent knows all it needs (the refs it walks): it asks for it when it gets there, and the
+parent sends it once it has it (:meth:`Forked.send`), through a second pipe.
 """
 
 from __future__ import annotations
@@ -46,27 +48,36 @@ def can_fork() -> bool:
 
 
 class Forked:
-    """``work()`` run in a forked child from the moment this is made, its bytes collected by
-    :meth:`answer`. Use it as a context manager: leaving it before the answer kills the child
+    """``work(receive)`` run in a forked child from the moment this is made, its bytes
+    collected by :meth:`answer`; in the child, ``receive()`` waits for the bytes the parent
+    sends with :meth:`send` (and raises EOFError when the parent sent none: it does not want
+    the answer). Use it as a context manager: leaving it before the answer kills the child
     (nothing it did is kept).
 
     Raises:
-        OSError: the fork or the pipe failed (out of processes or descriptors).
+        OSError: the fork or a pipe failed (out of processes or descriptors).
     """
 
-    def __init__(self, work: Callable[[], bytes]) -> None:
-        r, w = os.pipe()
+    def __init__(self, work: Callable[[Callable[[], bytes]], bytes]) -> None:
+        r, w = os.pipe()  # the answer, child to parent
         try:
-            pid = os.fork()
+            ask, tell = os.pipe()  # what the parent sends, parent to child
         except OSError:
             os.close(r)
             os.close(w)
+            raise
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (r, w, ask, tell):
+                os.close(fd)
             raise
         if pid == 0:  # the child: answer, then leave without running anything of the parent's
             status = _RAISED
             try:
                 os.close(r)
-                data = work()
+                os.close(tell)
+                data = work(lambda: _read_message(ask))
                 with os.fdopen(w, "wb") as out:
                     out.write(_LENGTH.pack(len(data)))
                     out.write(data)
@@ -76,8 +87,21 @@ class Forked:
             finally:
                 os._exit(status)
         os.close(w)
+        os.close(ask)
         self._pid: int | None = pid
         self._r = r
+        self._tell = tell
+        self._sender: threading.Thread | None = None
+
+    def send(self, data: bytes) -> None:
+        """Give the child ``data`` (what its ``receive()`` returns), once, without waiting for
+        it to read them: a thread writes them while this process goes on. Raises nothing (a
+        child gone before it read them answers as it ends)."""
+        tell, self._tell = self._tell, -1
+        if tell < 0:
+            return
+        self._sender = threading.Thread(target=_write_message, args=(tell, data), daemon=True)
+        self._sender.start()
 
     def answer(self) -> bytes | None:
         """The bytes ``work`` returned in the child (waiting for it), or None when it raised:
@@ -93,6 +117,7 @@ class Forked:
                 chunks.append(chunk)
         pid, self._pid = self._pid, None
         _, status = os.waitpid(pid, 0) if pid is not None else (0, 0)
+        self._stop_sending()
         data = b"".join(chunks)
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _RAISED and not data:
             return None
@@ -108,11 +133,51 @@ class Forked:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Kill the child unless it answered already (its work is not wanted; nothing it did is
+        kept). Raises nothing."""
         if self._r >= 0:
             os.close(self._r)
             self._r = -1
-        if self._pid is not None:  # left before the answer: the child's work is not wanted
+        if self._pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)
             os.waitpid(self._pid, 0)
             self._pid = None
+        self._stop_sending()
+
+    def _stop_sending(self) -> None:
+        """Close this end of the pipe to the child (the child has ended: a write still under way
+        fails and ends)."""
+        if self._tell >= 0:
+            os.close(self._tell)
+            self._tell = -1
+        if self._sender is not None:
+            self._sender.join()
+            self._sender = None
+
+
+def _write_message(fd: int, data: bytes) -> None:
+    """Write ``data`` with its length to ``fd`` and close it; a reader gone ends it quietly."""
+    with contextlib.suppress(OSError), os.fdopen(fd, "wb") as out:
+        out.write(_LENGTH.pack(len(data)))
+        out.write(data)
+
+
+def _read_message(fd: int) -> bytes:
+    """The bytes :func:`_write_message` wrote to the other end of ``fd`` (waiting for them).
+
+    Raises:
+        EOFError: the writer closed it without writing them whole.
+    """
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(_LENGTH.size)
+        if len(head) < _LENGTH.size:
+            raise EOFError("nothing was sent")
+        (n,) = _LENGTH.unpack(head)
+        data = f.read(n)
+    if len(data) < n:
+        raise EOFError("a message cut short")
+    return data

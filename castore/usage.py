@@ -90,8 +90,10 @@ A run that reads most of a store's sessions (the first one, with no cache) first
 commit of the store in one pass over its packs (:func:`load_commits`), then walks each path
 through them, with no read per commit; a run that reads a few sessions reads their paths one
 by one. Where the process may fork (:func:`castore.forked.can_fork`: one thread, two cores),
-the pass and the paths are shared with a forked worker (:func:`_read_shared`), each reading
-half of the records and the sessions that half holds whole.
+the pass and the paths are shared with a forked worker (:func:`_start_worker`,
+:func:`_read_shared`), each reading a share of the records and the sessions that share holds
+whole: the worker starts on its share before the refs are read (which the process reads and
+then sends it), and takes the larger share for it.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ from .objectstore import gc_paused
 
 if TYPE_CHECKING:
     from .errors import CorruptRef
+    from .forked import Forked
     from .objects import Commit
     from .store import Store
 
@@ -761,34 +764,40 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     its cache as :func:`_load_cache` read it already."""
     url = str(getattr(store.storage, "url", "") or "")
     lost: dict[Key, CorruptRef] = {}
-    if not cache or not _cacheable(store, url):
-        every = _with_lost(store.session_refs_and_heads(lost=lost), lost)
-        got = _read_sessions(store, [(key, refs, head) for key, (_f, refs, head) in every.items()], len(every),
-                             unreadable, lost)
-        return {k: v for k, v in got.items() if v is not None}
-    path = cache_path(store)
-    url = url if "://" in url else os.path.abspath(url)
-    doc = _load_cache(path, url) if doc is None else doc
-    old: dict[str, Any] = doc.get("sessions", {})
-    mark, moved = store.refs.changes_since("sessions", doc.get("mark") if doc else None)
-    if moved is not None and not moved:
-        return {tuple(v["key"]): v["rows"] for v in old.values()}
-    if moved is None:
-        fresh = _with_lost(store.session_refs_and_heads(lost=lost), lost)
-        sessions: dict[str, Any] = {}
-    else:
-        folders = {"/".join(parts[:4]) for n in moved if len(parts := n.split("/")) >= 5}
-        fresh = _with_lost(store.session_refs_and_heads(folders, lost), lost)
-        sessions = {f: v for f, v in old.items() if f not in folders}
-    todo = []
-    for key, (folder, refs, head) in fresh.items():
-        prev = old.get(folder)
-        if prev is not None and prev.get("refs") == refs and prev.get("head") == head and prev.get("key") == list(key):
-            sessions[folder] = prev
+    cached = cache and _cacheable(store, url)
+    old: dict[str, Any] = {}
+    moved: list[str] | None = None
+    if cached:
+        path = cache_path(store)
+        url = url if "://" in url else os.path.abspath(url)
+        doc = _load_cache(path, url) if doc is None else doc
+        old = doc.get("sessions", {})
+        mark, moved = store.refs.changes_since("sessions", doc.get("mark") if doc else None)
+        if moved is not None and not moved:
+            return {tuple(v["key"]): v["rows"] for v in old.values()}
+    # nothing cached: every session is read, most likely through the store-wide pass, which a
+    # worker starts on now, while this process reads the refs (:func:`_start_worker`)
+    worker = _start_worker(store) if moved is None and not old else None
+    with worker or contextlib.nullcontext():
+        if moved is None:
+            fresh = _with_lost(store.session_refs_and_heads(lost=lost), lost)
+            sessions: dict[str, Any] = {}
         else:
-            todo.append((key, folder, refs, head))
-    read = _read_sessions(store, [(key, refs, head) for key, _f, refs, head in todo], len(sessions) + len(todo),
-                          unreadable, lost)
+            folders = {"/".join(parts[:4]) for n in moved if len(parts := n.split("/")) >= 5}
+            fresh = _with_lost(store.session_refs_and_heads(folders, lost), lost)
+            sessions = {f: v for f, v in old.items() if f not in folders}
+        todo = []
+        for key, (folder, refs, head) in fresh.items():
+            prev = old.get(folder)
+            if prev is not None and prev.get("refs") == refs and prev.get("head") == head \
+                    and prev.get("key") == list(key):
+                sessions[folder] = prev
+            else:
+                todo.append((key, folder, refs, head))
+        read = _read_sessions(store, [(key, refs, head) for key, _f, refs, head in todo], len(sessions) + len(todo),
+                              unreadable, lost, worker)
+    if not cached:
+        return {k: v for k, v in read.items() if v is not None}
     failed = False
     for key, folder, refs, head in todo:
         rows = read[key]
@@ -840,19 +849,19 @@ def load_commits(store: Store, todo: int, of: int) -> dict[str, Commit] | None:
     return out
 
 
-def _decode_commits(store: Store, limit: int, part: tuple[int, int] | None = None,
+def _decode_commits(store: Store, limit: int, part: tuple[int, int, int] | None = None,
                     raws: dict[str, bytes] | None = None) -> tuple[dict[str, Commit], int]:
-    """:func:`load_commits`' pass (up to ``limit`` commits; ``part``: one share of what is
+    """:func:`load_commits`' pass (up to ``limit`` commits; ``part``: some shares of what is
     stored, :meth:`~castore.objectstore.ObjectStore.iter_tagged`), and the size of the largest
-    commit; the canonical bytes of each commit decoded go into ``raws`` too. Raises
-    StorageError."""
+    commit; the canonical bytes of each commit decoded go into ``raws`` too. The records read
+    are not kept for a later read (their commits are). Raises StorageError."""
     from .errors import IntegrityError
     from .objects import Commit, decode_many
 
     digest_many = store.objects.codec.digest_many
     out: dict[str, Commit] = {}
     biggest = 0
-    for found in store.objects.iter_tagged(Commit, part):
+    for found in store.objects.iter_tagged(Commit, part, keep=False):
         found = found[:limit - len(out)]
         ids = digest_many(found)
         biggest = max(biggest, max(map(len, found), default=0))
@@ -873,33 +882,89 @@ def _decode_commits(store: Store, limit: int, part: tuple[int, int] | None = Non
 
 
 def _read_sessions(store: Store, todo: list[tuple[Key, Any, Any]], of: int, unreadable: dict[Key, str] | None,
-                   lost: Mapping[Key, CorruptRef]) -> dict[Key, list[Row] | None]:
+                   lost: Mapping[Key, CorruptRef], worker: Forked | None = None) -> dict[Key, list[Row] | None]:
     """The rows of each session of ``todo`` (``(key, refs, head)``, as
     :meth:`~castore.store.Store.session_refs_and_heads` reads them), of the ``of`` the store
     holds: None where it cannot be read (:func:`_readable_rows`). A first run's store-wide pass
-    (:func:`_scans`) is shared with a forked worker where one may start (:func:`_read_shared`).
+    (:func:`_scans`) is shared with ``worker`` (:func:`_start_worker`) where one was started
+    (:func:`_read_shared`); a worker not needed is stopped.
 
     Raises:
         ObjectNotFound, IntegrityError: (without ``unreadable``) a session cannot be read.
         WorkerDied: the worker ended without its answer.
         StorageError.
     """
-    from .forked import can_fork
-
     done: dict[Key, list[Row]] = {}
     commits: dict[str, Commit] | None
-    if _scans(len(todo), of) and can_fork():
-        done, commits = _read_shared(store, todo, lost)
+    if worker is not None and _scans(len(todo), of):
+        done, commits = _read_shared(store, todo, lost, worker)
     else:
+        if worker is not None:
+            worker.stop()  # a store too small for its pass to pay: its work is not wanted
         commits = load_commits(store, len(todo), of)
     return {key: done[key] if key in done else _readable_rows(store, key, refs, head, unreadable, commits, lost)
             for key, refs, head in todo}
 
 
-def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[Key, CorruptRef]
-                 ) -> tuple[dict[Key, list[Row]], dict[str, Commit]]:
-    """:func:`load_commits`' pass and the rows of ``todo``'s sessions shared with a forked
-    worker (:class:`~castore.forked.Forked`): each process decodes one share of the stored
+#: the shares of the stored records (:meth:`~castore.objectstore.ObjectStore.iter_tagged`)
+#: that a first run's process and its worker decode: the process takes :data:`OWN_SHARES` of
+#: :data:`SHARES`, the worker the rest, since the worker starts on them while the process
+#: reads the refs (a tenth of the run, three tenths of a share)
+SHARES = 5
+OWN_SHARES = 2
+
+
+def _start_worker(store: Store) -> Forked | None:
+    """A worker forked now (:class:`~castore.forked.Forked`, before the refs are read) to
+    decode its share of the stored commits (:func:`_decode_commits`) and then read the
+    sessions that share holds whole (:func:`_rows_within`), once :func:`_read_shared` sends it
+    which sessions to read; None where none may start (:func:`~castore.forked.can_fork`: one
+    thread, two cores; on S3 s3fs's I/O thread runs by then) or the store has fewer than
+    :data:`SCAN_MIN_SESSIONS` session folders (their pass would not pay).
+
+    Raises:
+        StorageError: the listing of the session folders failed.
+        OSError: the fork failed.
+    """
+    from .forked import Forked, can_fork
+    from .objects import pack, unpack
+
+    if not _has_sessions(store, SCAN_MIN_SESSIONS) or not can_fork():
+        return None
+    limit = SCAN_MAX_COMMITS * (SHARES - OWN_SHARES) // SHARES
+
+    def work(receive: Callable[[], bytes]) -> bytes:
+        raws: dict[str, bytes] = {}
+        commits, _ = _decode_commits(store, limit, (OWN_SHARES, SHARES, SHARES), raws)
+        doc = unpack(receive())
+        todo = [((k[0], k[1], k[2]), refs, head) for k, refs, head in doc["todo"]]
+        lost = dict.fromkeys((k[0], k[1], k[2]) for k in doc["lost"])
+        seen: set[str] = set()
+        rows = _rows_within(store, todo, cast("dict[Key, Any]", lost), commits, seen)
+        left = [cid for cid in raws if cid not in seen]
+        return pack({"rows": [[list(k), v] for k, v in rows.items()], "left": left, "raws": [raws[c] for c in left]})
+
+    return Forked(work)
+
+
+def _has_sessions(store: Store, n: int) -> bool:
+    """Whether ``store`` has at least ``n`` session folders (``sessions/APP/PROJECT/SESSION``),
+    counted from the folders' listings, not their refs. Raises StorageError."""
+    if n <= 0:
+        return True
+    seen = 0
+    for app in store.refs.list_dir("sessions"):
+        for project in store.refs.list_dir(f"sessions/{app}"):
+            seen += len(store.refs.list_dir(f"sessions/{app}/{project}"))
+            if seen >= n:
+                return True
+    return False
+
+
+def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[Key, CorruptRef],
+                 worker: Forked) -> tuple[dict[Key, list[Row]], dict[str, Commit]]:
+    """:func:`load_commits`' pass and the rows of ``todo``'s sessions shared with ``worker``
+    (:func:`_start_worker`): it is sent ``todo``; each process decodes its share of the stored
     records (:meth:`~castore.objectstore.ObjectStore.iter_tagged`) and reads the sessions its
     share holds whole (:func:`_rows_within`); the worker sends back its rows and the commits
     none of its sessions walked. Returns the rows read (a session that neither share holds
@@ -911,25 +976,16 @@ def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[K
         WorkerDied: the worker ended without its answer.
         StorageError.
     """
-    from .forked import Forked
     from .objects import decode_many, pack, unpack
 
-    limit = SCAN_MAX_COMMITS // 2
-
-    def worker() -> bytes:
-        raws: dict[str, bytes] = {}
-        commits, _ = _decode_commits(store, limit, (1, 2), raws)
-        seen: set[str] = set()
-        rows = _rows_within(store, todo, lost, commits, seen)
-        left = [cid for cid in raws if cid not in seen]
-        return pack({"rows": [[list(k), v] for k, v in rows.items()], "left": left, "raws": [raws[c] for c in left]})
-
-    with gc_paused(), Forked(worker) as child:
-        commits, biggest = _decode_commits(store, limit, (0, 2))
+    worker.send(pack({"todo": [[list(k), refs, head] for k, refs, head in todo], "lost": [list(k) for k in lost]}))
+    with gc_paused():
+        commits, biggest = _decode_commits(store, SCAN_MAX_COMMITS * OWN_SHARES // SHARES, (0, OWN_SHARES, SHARES))
         done = _rows_within(store, todo, lost, commits, set())
-        answer = child.answer()
+        answer = worker.answer()
         if answer is None:  # the worker's pass raised: read here, where its error is met
-            more, big = _decode_commits(store, limit, (1, 2))
+            more, big = _decode_commits(store, SCAN_MAX_COMMITS * (SHARES - OWN_SHARES) // SHARES,
+                                        (OWN_SHARES, SHARES, SHARES))
             commits.update(more)
             biggest = max(biggest, big)
         else:

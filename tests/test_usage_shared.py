@@ -42,20 +42,23 @@ plain = forked.Forked.__init__
 
 def init(self, work):
     started.append(forked.can_fork())
-    def worker():
+    def worker(receive):
         if mode == "die":
             os.kill(os.getpid(), 9)
         if mode == "raise":
             raise OSError("the worker's disk")
-        return work()
+        return work(receive)
     plain(self, worker)
 
 forked.Forked.__init__ = init
+if mode == "unneeded":  # a worker started (enough session folders) whose pass is not wanted
+    u._has_sessions = lambda store, n: True
+    u.SCAN_MIN_SESSIONS = 1 << 30
 shares = []  # per run: the sessions both shares read whole, of those read
 share = u._read_shared
 
-def counted(store, todo, lost):
-    done, commits = share(store, todo, lost)
+def counted(store, todo, lost, worker):
+    done, commits = share(store, todo, lost, worker)
     shares.append([len(done), len(todo)])
     return done, commits
 
@@ -133,6 +136,14 @@ def test_a_worker_that_raises_leaves_its_share_to_the_process(real: tuple[str, d
     url, want = real
     got = _run(url, 4096, "raise", tmp_path / "cache.json")
     assert got["reports"] == want and got["cached"] == want["branch"]
+
+
+def test_a_worker_not_needed_is_stopped_and_the_process_reads_alone(real: tuple[str, dict[str, Any]],
+                                                                   tmp_path: Path) -> None:
+    url, want = real
+    got = _run(url, 4096, "unneeded", tmp_path / "cache.json")
+    assert got["reports"] == want and got["cached"] == want["branch"]
+    assert got["forks"] == [True] * (len(want) + 1) and got["shares"] == []
 
 
 def test_a_worker_that_dies_fails_the_run_and_saves_no_cache(real: tuple[str, dict[str, Any]],

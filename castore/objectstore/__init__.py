@@ -559,20 +559,22 @@ class ObjectStore:
                     break
         return loaded
 
-    def iter_tagged(self, cls: type[AnyObject], part: tuple[int, int] | None = None) -> Iterator[list[bytes]]:
+    def iter_tagged(self, cls: type[AnyObject], part: tuple[int, int, int] | None = None,
+                    keep: bool = True) -> Iterator[list[bytes]]:
         """The canonical bytes of every stored object of class ``cls``, store-wide, in one pass
         over what is stored (:meth:`iter_contents`), a list per record (or loose object) that
         holds any: told by their kind tag (:func:`castore.objects.kind_tag_bytes`), neither
         hashed nor decoded (a caller that needs an id hashes the bytes, :attr:`codec`'s
         ``digest_many``: nothing is taken on trust). What :meth:`load_all` decodes, and what a
         reader of every commit that keeps them itself (``castore usage``'s first run) reads.
-        ``part``: only share ``i`` of ``n`` of what is stored (:meth:`iter_contents`).
+        ``part``: only some shares of what is stored, and ``keep=False``: nothing kept for a
+        later read (:meth:`iter_contents`).
 
         Raises:
             StorageError: the backend failed.
         """
         tag, t0, t1 = o.kind_tag_bytes(cls), o.TAG_START, o.TAG_END
-        for content, is_record in self.iter_contents(part=part):
+        for content, is_record in self.iter_contents(part=part, keep=keep):
             if is_record:
                 raws = packs.tagged_objects(content, tag, t0, t1) or []
             else:
@@ -895,7 +897,8 @@ class ObjectStore:
         return self.storage.mtime(object_key(oid))
 
     # -- packs, for repack and gc ------------------------------------------------------
-    def iter_contents(self, batch: int = 8, part: tuple[int, int] | None = None) -> Iterator[tuple[bytes, bool]]:
+    def iter_contents(self, batch: int = 8, part: tuple[int, int, int] | None = None,
+                      keep: bool = True) -> Iterator[tuple[bytes, bool]]:
         """Every stored object's canonical bytes, store-wide, each stored unit read once (what
         a search of every object reads): first the loose objects, then each pack record, the
         packs read whole, ``batch`` packs per concurrent read. Yields ``(bytes, is_record)``:
@@ -905,9 +908,11 @@ class ObjectStore:
         canonical bytes (a loose object, a version-1 frame). Objects are not
         verified here: an object's id is the hash of its bytes, which a caller that needs the
         id computes. A damaged loose object or record is skipped (``fsck`` reports it).
-        ``part``: ``(i, n)``, only share ``i`` of ``n`` (the loose objects are share 0's, the
-        pack records are dealt as :meth:`PackMap.iter_pack_contents` deals them): ``n``
-        processes read every unit between them once.
+        ``part``: ``(start, stop, n)``, only the shares ``start`` to ``stop - 1`` of ``n`` (the
+        loose objects are share 0's, the pack records are dealt as
+        :meth:`PackMap.iter_pack_contents` deals them): processes that take the ``n`` shares
+        between them read every unit once. ``keep=False``: nothing read is kept for a later
+        read (:meth:`PackMap.iter_pack_contents`).
 
         Raises:
             StorageError: the backend failed.
@@ -924,7 +929,7 @@ class ObjectStore:
                 except IntegrityError:
                     continue
                 yield canonical, False
-        yield from self.packmap.iter_pack_contents(batch, part)
+        yield from self.packmap.iter_pack_contents(batch, part, keep)
 
     def write_pack(self, frames: Sequence[tuple[str, bytes]], born: Mapping[str, float] | None = None) -> str:
         """Write stored frames as one new sealed pack (version 2, in the order given, in

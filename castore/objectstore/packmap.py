@@ -624,18 +624,21 @@ class PackMap:
             while self._prefixes:
                 self._prefixes.popitem()[1].close()
 
-    def iter_pack_contents(self, batch: int = 8, part: tuple[int, int] | None = None) -> Iterator[tuple[bytes, bool]]:
+    def iter_pack_contents(self, batch: int = 8, part: tuple[int, int, int] | None = None,
+                           keep: bool = True) -> Iterator[tuple[bytes, bool]]:
         """Every pack's objects, each pack read whole once, ``batch`` packs per concurrent
         read: as :meth:`castore.objectstore.ObjectStore.iter_contents` yields them (a
         version-2 record's decompressed content, kept in the content cache, or one object's
         canonical bytes). The packs' bytes are kept too: reading their objects again costs no
-        I/O. A damaged record is skipped.
+        I/O. ``keep=False``: neither is kept (a reader that keeps what it needs of them itself:
+        the memory of the records it is done with is used again, not taken new). A damaged
+        record is skipped.
 
-        ``part``: ``(i, n)``, only share ``i`` of ``n`` of the records (every pack is read; the
-        records, the packs sorted by name, are cut into runs of :data:`SHARE_RUN` stored bytes,
-        dealt to the shares in turn; only share ``i``'s are decompressed): what ``n`` processes
-        that list the same packs read between them, each record once, most of a session's
-        commits in one share.
+        ``part``: ``(start, stop, n)``, only the shares ``start`` to ``stop - 1`` of ``n`` of
+        the records (every pack is read; the records, the packs sorted by name, are cut into
+        runs of :data:`SHARE_RUN` stored bytes, run ``k`` share ``k % n``'s; only those of the
+        shares asked for are decompressed): what processes that list the same packs read
+        between them, each record once, most of a session's commits in one share.
 
         Raises:
             StorageError: the backend failed.
@@ -650,18 +653,21 @@ class PackMap:
                 data = datas.pop(key, None)
                 if data is None:
                     continue  # repacked away since the listing: its objects are in a newer pack
-                with self.lock:
-                    self._keep_pack_data(name, data)  # reading its objects again costs no I/O
+                if keep:
+                    with self.lock:
+                        self._keep_pack_data(name, data)  # reading its objects again costs no I/O
                 try:
                     records = list(packs.payloads(data))
                 except IntegrityError:
                     continue  # not a pack
                 if part is not None:
                     records, at = _share(records, at, *part)
-                yield from self._records_contents(name, records)
+                yield from self._records_contents(name, records, keep)
 
-    def _records_contents(self, name: str, records: list[tuple[int, int, memoryview]]) -> Iterator[tuple[bytes, bool]]:
-        """What :meth:`iter_pack_contents` yields of ``records``, some records of pack ``name``."""
+    def _records_contents(self, name: str, records: list[tuple[int, int, memoryview]],
+                          keep: bool = True) -> Iterator[tuple[bytes, bool]]:
+        """What :meth:`iter_pack_contents` yields of ``records``, some records of pack ``name``
+        (``keep``: each content kept in the content cache)."""
         contents = _unframed(records, name, self.codec)
         for version, offset, payload in records:
             if version == 1:
@@ -675,7 +681,8 @@ class PackMap:
             content = next(contents)
             if content is None:
                 continue
-            self._keep_content(name, offset, content)
+            if keep:
+                self._keep_content(name, offset, content)
             yield content, True
 
     def pack_names(self) -> list[str]:
@@ -809,15 +816,15 @@ class PackMap:
 SHARE_RUN = 1 << 20
 
 
-def _share(records: list[tuple[int, int, memoryview]], at: int, i: int, n: int
+def _share(records: list[tuple[int, int, memoryview]], at: int, start: int, stop: int, n: int
            ) -> tuple[list[tuple[int, int, memoryview]], int]:
     """The records of ``records`` (one pack's, in order; ``at``: the stored bytes of the
-    records before them) in the runs of :data:`SHARE_RUN` bytes of share ``i`` of ``n`` (run
-    ``k`` is share ``k % n``'s; a record belongs to the run its first byte is in), and ``at``
-    after them."""
+    records before them) in the runs of :data:`SHARE_RUN` bytes of shares ``start`` to ``stop
+    - 1`` of ``n`` (run ``k`` is share ``k % n``'s; a record belongs to the run its first byte
+    is in), and ``at`` after them."""
     mine = []
     for rec in records:
-        if at // SHARE_RUN % n == i:
+        if start <= at // SHARE_RUN % n < stop:
             mine.append(rec)
         at += len(rec[2])
     return mine, at
