@@ -113,12 +113,12 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CastoreError, InvalidEntry
+from .forked import Forked
 from .objects import json_dumps_sorted, json_loads
 from .objectstore import gc_paused
 
 if TYPE_CHECKING:
     from .errors import CorruptRef
-    from .forked import Forked
     from .objects import Commit
     from .store import Store
 
@@ -772,13 +772,14 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
         url = url if "://" in url else os.path.abspath(url)
         doc = _load_cache(path, url) if doc is None else doc
         old = doc.get("sessions", {})
-        mark, moved = store.refs.changes_since("sessions", doc.get("mark") if doc else None)
-        if moved is not None and not moved:
-            return {tuple(v["key"]): v["rows"] for v in old.values()}
     # nothing cached: every session is read, most likely through the store-wide pass, which a
     # worker starts on now, while this process reads the refs (:func:`_start_worker`)
-    worker = _start_worker(store) if moved is None and not old else None
+    worker = _start_worker(store, EARLY_SHARES) if not old else None
     with worker or contextlib.nullcontext():
+        if cached:
+            mark, moved = store.refs.changes_since("sessions", doc.get("mark") if doc else None)
+            if moved is not None and not moved:
+                return {tuple(v["key"]): v["rows"] for v in old.values()}
         if moved is None:
             fresh = _with_lost(store.session_refs_and_heads(lost=lost), lost)
             sessions: dict[str, Any] = {}
@@ -882,7 +883,7 @@ def _decode_commits(store: Store, limit: int, part: tuple[int, int, int] | None 
 
 
 def _read_sessions(store: Store, todo: list[tuple[Key, Any, Any]], of: int, unreadable: dict[Key, str] | None,
-                   lost: Mapping[Key, CorruptRef], worker: Forked | None = None) -> dict[Key, list[Row] | None]:
+                   lost: Mapping[Key, CorruptRef], worker: Worker | None = None) -> dict[Key, list[Row] | None]:
     """The rows of each session of ``todo`` (``(key, refs, head)``, as
     :meth:`~castore.store.Store.session_refs_and_heads` reads them), of the ``of`` the store
     holds: None where it cannot be read (:func:`_readable_rows`). A first run's store-wide pass
@@ -896,8 +897,9 @@ def _read_sessions(store: Store, todo: list[tuple[Key, Any, Any]], of: int, unre
     """
     done: dict[Key, list[Row]] = {}
     commits: dict[str, Commit] | None
-    if worker is not None and _scans(len(todo), of):
-        done, commits = _read_shared(store, todo, lost, worker)
+    if _scans(len(todo), of) and (worker is not None or (worker := _start_worker(store, LATE_SHARES)) is not None):
+        with worker:
+            done, commits = _read_shared(store, todo, lost, worker)
     else:
         if worker is not None:
             worker.stop()  # a store too small for its pass to pay: its work is not wanted
@@ -906,17 +908,31 @@ def _read_sessions(store: Store, todo: list[tuple[Key, Any, Any]], of: int, unre
             for key, refs, head in todo}
 
 
-#: the shares of the stored records (:meth:`~castore.objectstore.ObjectStore.iter_tagged`)
-#: that a first run's process and its worker decode: the process takes :data:`OWN_SHARES` of
-#: :data:`SHARES`, the worker the rest, since the worker starts on them while the process
-#: reads the refs (a tenth of the run, three tenths of a share)
-SHARES = 5
-OWN_SHARES = 2
+class Worker(Forked):
+    """A worker of :func:`_start_worker`: its process, and the shares of the stored records
+    the process and it decode (``shares``, ``(own, n)``: the process the shares ``0`` to
+    ``own - 1`` of ``n``, the worker the rest).
+
+    Raises:
+        OSError: the fork failed.
+    """
+
+    def __init__(self, work: Callable[[Callable[[], bytes]], bytes], shares: tuple[int, int]) -> None:
+        self.shares = shares
+        super().__init__(work)
 
 
-def _start_worker(store: Store) -> Forked | None:
-    """A worker forked now (:class:`~castore.forked.Forked`, before the refs are read) to
-    decode its share of the stored commits (:func:`_decode_commits`) and then read the
+#: the shares of the stored records (:meth:`~castore.objectstore.ObjectStore.iter_tagged`) that
+#: a first run's process and its worker decode, ``(own, n)``: the process ``own`` of ``n``, the
+#: worker the rest. A worker started before the refs are read takes three of five (it starts on
+#: them while the process reads the refs, a tenth of the run); one started after, half.
+EARLY_SHARES = (2, 5)
+LATE_SHARES = (1, 2)
+
+
+def _start_worker(store: Store, shares: tuple[int, int]) -> Worker | None:
+    """A worker forked now (:class:`~castore.forked.Forked`) to decode its share of the stored
+    commits (:func:`_decode_commits`; ``shares``: see :data:`EARLY_SHARES`) and then read the
     sessions that share holds whole (:func:`_rows_within`), once :func:`_read_shared` sends it
     which sessions to read; None where none may start (:func:`~castore.forked.can_fork`: one
     thread, two cores; on S3 s3fs's I/O thread runs by then) or the store has fewer than
@@ -926,16 +942,17 @@ def _start_worker(store: Store) -> Forked | None:
         StorageError: the listing of the session folders failed.
         OSError: the fork failed.
     """
-    from .forked import Forked, can_fork
+    from .forked import can_fork
     from .objects import pack, unpack
 
     if not _has_sessions(store, SCAN_MIN_SESSIONS) or not can_fork():
         return None
-    limit = SCAN_MAX_COMMITS * (SHARES - OWN_SHARES) // SHARES
+    own, n = shares
+    limit = SCAN_MAX_COMMITS * (n - own) // n
 
     def work(receive: Callable[[], bytes]) -> bytes:
         raws: dict[str, bytes] = {}
-        commits, _ = _decode_commits(store, limit, (OWN_SHARES, SHARES, SHARES), raws)
+        commits, _ = _decode_commits(store, limit, (own, n, n), raws)
         doc = unpack(receive())
         todo = [((k[0], k[1], k[2]), refs, head) for k, refs, head in doc["todo"]]
         lost = dict.fromkeys((k[0], k[1], k[2]) for k in doc["lost"])
@@ -944,7 +961,7 @@ def _start_worker(store: Store) -> Forked | None:
         left = [cid for cid in raws if cid not in seen]
         return pack({"rows": [[list(k), v] for k, v in rows.items()], "left": left, "raws": [raws[c] for c in left]})
 
-    return Forked(work)
+    return Worker(work, shares)
 
 
 def _has_sessions(store: Store, n: int) -> bool:
@@ -962,7 +979,7 @@ def _has_sessions(store: Store, n: int) -> bool:
 
 
 def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[Key, CorruptRef],
-                 worker: Forked) -> tuple[dict[Key, list[Row]], dict[str, Commit]]:
+                 worker: Worker) -> tuple[dict[Key, list[Row]], dict[str, Commit]]:
     """:func:`load_commits`' pass and the rows of ``todo``'s sessions shared with ``worker``
     (:func:`_start_worker`): it is sent ``todo``; each process decodes its share of the stored
     records (:meth:`~castore.objectstore.ObjectStore.iter_tagged`) and reads the sessions its
@@ -979,13 +996,13 @@ def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[K
     from .objects import decode_many, pack, unpack
 
     worker.send(pack({"todo": [[list(k), refs, head] for k, refs, head in todo], "lost": [list(k) for k in lost]}))
+    own, n = worker.shares
     with gc_paused():
-        commits, biggest = _decode_commits(store, SCAN_MAX_COMMITS * OWN_SHARES // SHARES, (0, OWN_SHARES, SHARES))
+        commits, biggest = _decode_commits(store, SCAN_MAX_COMMITS * own // n, (0, own, n))
         done = _rows_within(store, todo, lost, commits, set())
         answer = worker.answer()
         if answer is None:  # the worker's pass raised: read here, where its error is met
-            more, big = _decode_commits(store, SCAN_MAX_COMMITS * (SHARES - OWN_SHARES) // SHARES,
-                                        (OWN_SHARES, SHARES, SHARES))
+            more, big = _decode_commits(store, SCAN_MAX_COMMITS * (n - own) // n, (own, n, n))
             commits.update(more)
             biggest = max(biggest, big)
         else:
