@@ -780,6 +780,20 @@ def test_cli_push_and_pull_move_the_session_chosen_with_use_and_sync_moves_all(m
     assert keys(other) == sorted([KEY, ("app", "bob", "s2")])
 
 
+def test_cli_clone_of_a_selection_that_names_nothing_is_refused_before_any_store_is_made(make_store,
+                                                                                          tmp_path: Any) -> None:
+    src = make_store("local")
+    fill(src, KEY, 2)
+    for sel in ("wether", "weather/bob", "weather/alice/s9"):  # before: an empty store, exit 0
+        dest = tmp_path / f"copy-{sel.replace('/', '-')}"
+        r = CliRunner().invoke(cli, ["clone", src.url, str(dest), sel])
+        assert r.exit_code == 1 and r.stderr == f"Error: nothing to clone: no session of {sel} at {src.url} " \
+            "(apps: weather)\n", r.output
+        assert not dest.exists()
+    r = CliRunner().invoke(cli, ["clone", src.url, str(tmp_path / "copy"), "weather/alice"])
+    assert r.exit_code == 0, r.output
+
+
 def test_cli_push_runs_as_a_real_subprocess(make_store, tmp_path: Any) -> None:
     local = make_store("local")
     fill(local, KEY, 3)

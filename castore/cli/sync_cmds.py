@@ -499,6 +499,26 @@ def _same_place(a: str, b: str | None) -> bool:
     return norm[0] == norm[1]
 
 
+def _require_selected(url: str, parts: tuple[str, ...], options: dict[str, Any]) -> None:
+    """Refuse a clone of APP[/USER[/SESSION]] that names no session at ``url``, before any store
+    is made: a typo made an empty store and exited 0, as if there were nothing to copy.
+
+    Raises:
+        click.ClickException: nothing selected (the apps ``url`` has named). StorageError, InvalidName.
+    """
+    with Store.open(url, **options, **key_options()) as source:
+        if not source.exists:
+            return  # sync.clone says so
+        if len(parts) == 3:
+            found = source.session(*parts).exists()
+        else:
+            found = bool(source.sessions(parts[0], parts[1] if len(parts) == 2 else None))
+        if not found:
+            apps = source.apps()
+            raise click.ClickException(safe(f"nothing to clone: no session of {'/'.join(map(escape, parts))} at "
+                                            f"{url}" + (f" (apps: {', '.join(apps)})" if apps else " (it has none)")))
+
+
 @click.command("clone")
 @click.argument("url")
 @click.argument("dest", required=False)
@@ -531,6 +551,9 @@ def clone_cmd(ctx: click.Context, url: str, dest: str | None, selection: str | N
     target = store_dir(dest) if dest is not None else store_url(ctx)
     parts = tuple(split_key(selection, 1, 3, "SELECTION")) if selection else None
     sel: sync.Selection = parts[0] if parts is not None and len(parts) == 1 else parts
+    if parts is not None:
+        with _reading(url):
+            _require_selected(url, parts, parse_options(options))
     bar = _Bar("clone", quiet)
     try:
         with _reading(url):
