@@ -792,6 +792,8 @@ def test_cli_clone_of_a_selection_that_names_nothing_is_refused_before_any_store
         assert not dest.exists()
     r = CliRunner().invoke(cli, ["clone", src.url, str(tmp_path / "copy"), "weather/alice"])
     assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["clone", src.url, str(tmp_path / "four"), "a/b/c/d"])  # said APP[/USER] before
+    assert r.exit_code == 2 and "'a/b/c/d' is not APP[/USER[/SESSION]]" in r.stderr, r.stderr
 
 
 def test_cli_push_runs_as_a_real_subprocess(make_store, tmp_path: Any) -> None:

@@ -267,7 +267,8 @@ def split_key(spec: str, min_parts: int, max_parts: int, param_hint: str) -> lis
     """
     parts = spec.split("/")
     if not min_parts <= len(parts) <= max_parts:
-        want = "APP/USER/SESSION" if min_parts == 3 else "APP[/USER]"
+        want = ("APP/USER/SESSION" if min_parts == 3 else "APP[/USER[/SESSION]]" if max_parts == 3
+                else "APP[/USER]")
         raise click.BadParameter(
             f"{spec!r} is not {want} (write a '/' inside a name as %2F)", param_hint=param_hint
         )
