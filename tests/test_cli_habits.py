@@ -135,6 +135,9 @@ def test_use_sets_the_default_session_and_status_shows_it(seeded: Seeded) -> Non
     assert doc["session"] == "app/alice/x" and doc["session_from"] == "-s"
     ok(run(seeded.url, "use", "--unset", session=None))
     assert "no default session" in fails(run(seeded.url, "use", session=None))
+    missing = seeded.url + "-none"  # an id alone looked up where there is no store: no store, not no session
+    assert "no castore store at" in fails(run(missing, "use", "0ccf", session=None))
+    assert not Path(missing).exists()
 
 
 def test_status_shows_the_remotes_and_what_a_pull_kept(seeded: Seeded, tmp_path: Path) -> None:

@@ -61,6 +61,8 @@ def use_cmd(ctx: click.Context, session_key: str | None, unset: bool) -> None:
             raise click.ClickException(f"no default session: choose one with {hint('use APP/USER/SESSION')}")
         click.echo(safe(current))  # from castore.json, which a shared (S3) store's users all write
         return
+    if "/" not in session_key:  # an id alone is looked up: in no store it is no store, not no session
+        store.require()
     session = find_session(store, session_key, new_ok=True, param_hint="APP/USER/SESSION")
     spec = format_key(*session.key)
     store.update_config(lambda cfg: {**cfg, SESSION_CONFIG_KEY: spec})
