@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .errors import CorruptRef, RefConflict, SessionDeleting
@@ -248,6 +248,24 @@ def written_since(head: RefValue, refs: Mapping[str, RefValue], when: float | No
                for n, v in refs.items() if n.startswith(base) and n != head.name)
 
 
+def rewritten(head: RefValue, moved: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The deleting mark of ``head`` as it is to stay on HEAD after a rewrite of the session's
+    history (``castore redact``) moved its refs ``moved`` (ref name -> ``(old, new)``): the record
+    of what the refs named (:data:`~castore.refnames.META_DELETING_REFS`) follows each move it
+    records. A rewrite is not a write after the mark: without this, :func:`written_since` reads
+    it as one, and expire keeps the session the user deleted, taking the mark off. Empty for a
+    HEAD without the mark. Raises nothing."""
+    if deleting_since(head) is None:
+        return {}
+    out = {k: head.meta[k] for k in DELETING_KEYS if k in head.meta}
+    tips = out.get(META_DELETING_REFS)
+    if isinstance(tips, dict):
+        base = head.name[:-len("HEAD")]
+        out[META_DELETING_REFS] = {**tips, **{n[len(base):]: new for n, (old, new) in moved.items()
+                                              if n.startswith(base) and tips.get(n[len(base):]) == old}}
+    return out
+
+
 def cancel(plumbing: Plumbing, prefix: str) -> None:
     """Take the deleting mark off the HEAD of the session whose ref folder is ``prefix``
     (if it has one and no rival moves HEAD meanwhile): what ``expire`` does to a session
@@ -271,5 +289,5 @@ def _unmark(plumbing: Plumbing, head_name: str, marked: RefValue | None) -> None
         pass  # HEAD moved since: whoever moved it decides
 
 
-__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "first_commit_head", "head_key", "stranded",
-           "written_since"]
+__all__ = ["cancel", "delete_session_refs", "finish_hint", "finish_line", "first_commit_head", "head_key", "rewritten",
+           "stranded", "written_since"]

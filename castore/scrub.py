@@ -33,18 +33,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import objects as o
+from .deletion import rewritten
 from .entries import Record
 from .errors import CastoreError, CorruptRef, ObjectNotFound, RefConflict, SessionNotFound
 from .objects import Blob, Commit, Tree, Value
 from .plumbing import Batch
 from .redact import REDACTED_INFO, Finding, Redactor, new_key
 from .refnames import (
+    DELETING_KEYS,
     HEAD_KEEPS,
     META_INFO,
     META_TIME,
     REAL_NAME_KEYS,
     SessionRefs,
     carried_meta,
+    deleting_since,
     parse_ref_name,
     scope_ref,
 )
@@ -316,7 +319,7 @@ class _Rewrite:
             if cur is None or cur.target != old:
                 raise RedactConflict(f"{name} changed while the session was being redacted; run castore redact "
                                      "again")
-            keep = {k: v for k, v in cur.meta.items() if k in REAL_NAME_KEYS or k in HEAD_KEEPS}
+            keep = {k: v for k, v in cur.meta.items() if k in REAL_NAME_KEYS or k in HEAD_KEEPS or k in DELETING_KEYS}
             if name == head_name:  # a detached HEAD
                 keep[META_INFO] = self.store.objects.codec.seal_meta(info, META_INFO)
             meta = plumbing.ref_meta_at(new, **keep)
@@ -327,9 +330,11 @@ class _Rewrite:
                                      "again") from e
             self.report.moved[name] = [old, new]
         head = plumbing.refs.read(head_name)
-        if head is not None and head.symbolic is not None:
+        if head is not None and (head.symbolic is not None or deleting_since(head) is not None):
             meta = carried_meta(head)
-            meta[META_INFO] = self.store.objects.codec.seal_meta(info, META_INFO)
+            if head.symbolic is not None:  # (a detached HEAD got its info as it moved)
+                meta[META_INFO] = self.store.objects.codec.seal_meta(info, META_INFO)
+            meta.update(rewritten(head, self.report.moved))  # a deletion interrupted: still finishable
             try:
                 plumbing.swap(head_name, head.target, head, meta)
             except RefConflict as e:

@@ -718,3 +718,35 @@ def test_langgraphs_first_checkpoint_racing_the_threads_deletion_leaves_no_branc
         assert [n for n in st.refs.list("sessions/app/alice/doomed") if n != writes] == []
         g = b.compile(checkpointer=CastoreSaver(st, app="app", user="alice"))
         assert g.invoke({"n": 0}, {"configurable": {"thread_id": "doomed"}}) == {"n": 1}  # the name is free
+
+
+@pytest.mark.parametrize("how", ["marked", "branch-gone", "detached"])
+def test_redact_of_a_session_whose_deletion_was_interrupted_keeps_it_finishable(tmp_path, how: str) -> None:
+    """``castore redact`` rewrites the refs of a session whose deletion stopped halfway (the
+    secret is still reachable from what is left). It moved them off what the deletion's mark
+    records, so expire took the rewrite for a write after the mark and kept the session, taking
+    the mark off (and a detached HEAD lost the mark outright): the deleted session came back.
+    The mark's record now follows the rewrite (:func:`castore.deletion.rewritten`), and expire
+    finishes the deletion."""
+    from castore.scrub import redact_sessions
+
+    secret = "ghp_" + "Xq7Lm2Rt9Wz4Kp8Vn3Hs6Jd1Fg5Bc0Ya7Te2Ui"[:36]
+    backend = Backend("local", str(tmp_path / "st"))
+    old = time.time() - 400 * 86400
+    with backend.open() as st:
+        s = st.session(*KEY)
+        first = s.append(castore.Message(role="user", content=f"my key is {secret}"), time=old)
+        s.branch("side")
+        s.label("v1")
+        s.append(castore.Message(role="user", content="more"), time=old)
+        if how == "detached":
+            s.checkout(first)
+        st.session("app", "alice", "kept").append(castore.Message(role="user", content="stays"))
+    _killed_at(backend, 3 if how == "branch-gone" else 2)
+    with backend.open() as st:
+        [report] = redact_sessions(st, [st.session(*KEY)])
+        assert report.moved, report
+        head = st.refs.read("sessions/app/alice/doomed/HEAD")
+        assert head is not None and isinstance(head.meta.get(META_DELETING), float), head
+        assert [x[:3] for x in maintenance.expire_sessions(st, 10 ** 9).sessions] == [KEY]
+        _gone(st)
