@@ -159,8 +159,8 @@ def first_commit_head(plumbing: Plumbing, key: tuple[str, str, str], landed: Ref
     (``target``, ``meta``) when the session had none, or made again when a deletion deleted it
     meanwhile; HEAD made by ``set_info`` (``had_head``) or by another writer first is given the
     born mark (:meth:`~castore.plumbing.Plumbing.mark_born`). The one rule of every writer that
-    makes a session's first branch: an append, a ``reset`` of a session with no commit, a
-    ``fork``, an import's tree (:meth:`castore.Session.tree`), a push, pull or clone copying a
+    makes a session's first branch: an append, a ``reset`` or ``checkout -b`` of a session with
+    no HEAD, a ``fork``, an import's tree (:meth:`castore.Session.tree`), a push, pull or clone copying a
     session new to its destination (:mod:`castore.sync`), LangGraph's first checkpoint of a thread.
 
     A first commit racing a deletion must not outlive it in part. The deletion lists the refs

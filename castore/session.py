@@ -966,18 +966,19 @@ class Session(handles.Handle):
             RevisionNotFound, AmbiguousRevision, InvalidName, StorageError.
             BranchError: the branch was deleted while HEAD moved to it (HEAD is put back).
             RefContended: HEAD kept changing (see :class:`~castore.retry.RetryPolicy`).
-            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`).
+            SessionDeleting: HEAD carries the deleting mark (:mod:`castore.deletion`), or a
+                deletion raced a session's first HEAD, on a branch (``finished``).
         """
         if create is not None:
             self.branch(create, rev)
             rev = create
-        is_branch = False
+        on = None
         try:
-            is_branch = self._refs.read(self.refs.branch(rev)) is not None
+            on = self._refs.read(self.refs.branch(rev))
         except names.InvalidName:
             pass
         extra: dict[str, Any]
-        if is_branch:
+        if on is not None:
             (target, extra), branch = self._head_on(rev), rev
         else:
             target, branch = self.resolve(rev), None
@@ -985,6 +986,11 @@ class Session(handles.Handle):
 
         def attempt(_: int) -> tuple[RefValue | None, RefValue]:
             head = self._refs.read(self.refs.head)
+            if head is None and on is not None:  # the session's first HEAD, on a branch: the first commit's rule
+                made = self._first_commit(None, rev)(on)
+                if made is None:  # another writer's HEAD came first: move it
+                    raise RefConflict(self.refs.head, None, None)
+                return None, made
             return head, self.plumbing.swap(self.refs.head, target, head, self._head_meta(head, **extra))
 
         old, new = self.plumbing.land(self.refs.head, attempt)

@@ -464,6 +464,8 @@ def _first_write(how: str, ws: castore.Store, cid: str) -> None:
         ws.session("app", "alice", "src").fork("doomed")
     elif how == "reset":
         ws.session(*KEY).reset(cid)
+    elif how == "checkout":
+        ws.session(*KEY).checkout(cid, create="main")
     else:
         tree = ws.session(*KEY).tree()
         tip = tree.extend(None, [prepare(castore.Message(role="user", content="imported"))])[-1]
@@ -471,11 +473,12 @@ def _first_write(how: str, ws: castore.Store, cid: str) -> None:
 
 
 @pytest.mark.parametrize("deletion", ["whole", "marked"])
-@pytest.mark.parametrize("how", ["append", "fork", "reset", "import"])
+@pytest.mark.parametrize("how", ["append", "fork", "reset", "checkout", "import"])
 def test_a_deletion_between_a_first_branch_and_its_head_leaves_no_branch_behind(tmp_path, how: str,
                                                                                   deletion: str) -> None:
-    """A first append, ``fork`` into a new session, ``reset`` on a session with no HEAD and an
-    import's tree make the session's branch, then its HEAD, and settle HEAD by one rule
+    """A first append, ``fork`` into a new session, ``reset`` or ``checkout -b`` on a session
+    with no HEAD and an import's tree make the session's branch, then its HEAD, and settle HEAD
+    by one rule
     (:func:`castore.deletion.first_commit_head`). A deletion run whole in between left a born
     HEAD on no branch (fsck's lost branch, gc refused the whole store; the append's and the
     import's were fixed first, a249002 and 269d9ff); it now goes again and the write is refused (SessionDeleting, finished; an import's
