@@ -13,6 +13,10 @@ open in a thread, that thread's swaps and deletes through any :class:`RefStore` 
 against what the stage holds and kept there instead of written, and its reads see them; the
 stage lands them later as one group of compare-and-swaps from the values the batch first
 built on (:func:`castore.groupcommit.land_staged`). Other threads see the refs as stored.
+Until it lands, the stage's thread reads each stored ref once, and a folder it listed empty
+answers for every ref below it: a ref so known absent is staged with no read (the landing
+compares it, expected absent, under its lock), where one read present is compared with
+storage again when staged (a rival's move found early).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .errors import CastoreError, CorruptRef, InvalidEntry, RefConflict, StorageError
@@ -112,7 +116,7 @@ _HEX_DIGITS = frozenset("0123456789abcdef")
 
 def _valid_target(target: str) -> bool:
     if target.startswith(SYMBOLIC):
-        return len(target) > len(SYMBOLIC) and not any(c in target for c in "\n\r\0")
+        return len(target) > len(SYMBOLIC) and "\n" not in target and "\r" not in target and "\0" not in target
     return len(target) == 64 and _HEX_DIGITS.issuperset(target)
 
 
@@ -291,6 +295,8 @@ class RefStage:
         self._names: dict[int, builtins.list[str]] = {}  # the names held, sorted, by store (listings)
         #: the stored refs this stage's thread read, as read (bytes and token; None: absent), by store
         self._seen: dict[int, dict[str, Versioned | None]] = {}
+        #: the folders (ending in ``/``) this stage's thread listed and found no stored ref below, by store
+        self._bare: dict[int, set[str]] = {}
 
     def __enter__(self) -> RefStage:
         if getattr(_current, "stage", None) is not None:
@@ -329,6 +335,16 @@ class RefStage:
             got = self._seen[id(refs)] = {}
         return got
 
+    def bare(self, refs: RefStore) -> set[str]:
+        """The folders of ``refs`` (ending in ``/``) this stage's thread listed and found no
+        stored ref below (a live view): a ref below one reads as absent, and a listing of one
+        is empty, with no storage call, as a ref read once is not read again (a session new
+        with an import: its branches listed, then each branch and HEAD read and staged)."""
+        got = self._bare.get(id(refs))
+        if got is None:
+            got = self._bare[id(refs)] = set()
+        return got
+
     def stores(self) -> builtins.list[RefStore]:
         """The ref stores this stage holds changes of."""
         return [refs for refs, changed in self._by_store.values() if changed]
@@ -346,6 +362,17 @@ class RefStage:
 def open_stage() -> RefStage | None:
     """The stage open in this thread, if any."""
     return getattr(_current, "stage", None)
+
+
+def _below(folders: set[str], name: str) -> bool:
+    """Whether the ref or folder ``name`` is one of ``folders`` (each ending in ``/``) or
+    below one."""
+    i = name.find("/")
+    while i >= 0:
+        if name[:i + 1] in folders:
+            return True
+        i = name.find("/", i + 1)
+    return name + "/" in folders
 
 
 def recover(storage: Storage) -> int:
@@ -423,6 +450,10 @@ class RefStore:
         seen = stage.seen(self)
         if name in seen:
             return seen[name]
+        bare = stage.bare(self)
+        if bare and _below(bare, name):
+            seen[name] = None  # in a folder this stage listed empty (RefStage.bare)
+            return None
         got = seen[name] = self.storage.read_versioned(ref_key(name))
         return got
 
@@ -618,14 +649,17 @@ class RefStore:
         """
         got = staged.get(name)
         if got is None:
-            stored = self.storage.read_versioned(ref_key(name))
-            if (stored.token if stored is not None else None) != (expect.token if expect is not None else None):
-                stage = open_stage()
-                if stage is not None:
-                    stage.seen(self).pop(name, None)  # moved by another writer: the next read reads it anew
-                raise RefConflict(name, _target_of(expect), parse(name, stored.data).target if stored else None)
             held = open_stage()
             assert held is not None and held.changes(self) is staged
+            if expect is None and self._absent_in(held, name):
+                # read absent by this stage: not read again (the early check of a rival's move,
+                # below); the landing's compare, under the lock, expects it absent all the same
+                held.add(self, Staged(name, None, new))
+                return new  # type: ignore[return-value]  # (None only for a delete)
+            stored = self.storage.read_versioned(ref_key(name))
+            if (stored.token if stored is not None else None) != (expect.token if expect is not None else None):
+                held.seen(self).pop(name, None)  # moved by another writer: the next read reads it anew
+                raise RefConflict(name, _target_of(expect), parse(name, stored.data).target if stored else None)
             held.add(self, Staged(name, expect, new))
         else:
             have = got.value
@@ -633,6 +667,15 @@ class RefStore:
                 raise RefConflict(name, _target_of(expect), _target_of(have))
             got.value = new
         return new  # type: ignore[return-value]  # (None only for a delete, whose caller ignores it)
+
+    def _absent_in(self, stage: RefStage, name: str) -> bool:
+        """Whether ``stage`` read ``name`` as absent from storage, or listed a folder above it
+        empty. Raises nothing."""
+        seen = stage.seen(self)
+        if name in seen:
+            return seen[name] is None
+        bare = stage.bare(self)
+        return bool(bare) and _below(bare, name)
 
     def _read_quietly(self, name: str) -> RefValue | None:
         try:
@@ -672,10 +715,10 @@ class RefStore:
         Raises:
             StorageError: the backend failed.
         """
-        p = ref_key(prefix.rstrip("/"))
-        out = [k[len(PREFIX) + 1 :] for k in self.storage.list(p)]
-        staged = self._staged()
         stage = open_stage()
+        out = self._list_stored(stage, prefix, self.storage.list)
+        out = [k[len(PREFIX) + 1 :] for k in out]
+        staged = stage.changes(self) if stage is not None else None
         if staged and stage is not None:
             below = prefix.strip("/") + "/" if prefix.strip("/") else ""
             mine = {n: staged[n].value for n in stage.below(self, below)}
@@ -688,9 +731,9 @@ class RefStore:
         Raises:
             StorageError: the backend failed.
         """
-        out = self.storage.list_dir(ref_key(prefix.rstrip("/")))
-        staged = self._staged()
         stage = open_stage()
+        out = self._list_stored(stage, prefix, self.storage.list_dir)
+        staged = stage.changes(self) if stage is not None else None
         if staged and stage is not None:
             below = prefix.strip("/") + "/" if prefix.strip("/") else ""
             have = set(out)
@@ -704,6 +747,25 @@ class RefStore:
                 elif "/" not in n[len(below):] and c.base is not None:
                     out = [x for x in out if x != n[len(below):]]
                     have.discard(n[len(below):])
+        return out
+
+    def _list_stored(self, stage: RefStage | None, prefix: str,
+                     listing: Callable[[str], builtins.list[str]]) -> builtins.list[str]:
+        """``listing`` of the ref folder ``prefix`` as stored; in a stage, a folder listed
+        empty is remembered (:meth:`RefStage.bare`) and not listed again.
+
+        Raises:
+            StorageError: the backend failed.
+        """
+        folder = prefix.rstrip("/")
+        if stage is None or not folder:
+            return listing(ref_key(folder))
+        bare = stage.bare(self)
+        if bare and _below(bare, folder):
+            return []
+        out = listing(ref_key(folder))
+        if not out:
+            bare.add(folder + "/")
         return out
 
     def changes_since(self, prefix: str, mark: str | None) -> tuple[str | None, builtins.list[str] | None]:

@@ -77,6 +77,44 @@ def test_a_batch_reads_a_stored_ref_once_and_each_read_is_the_callers_own(
     assert s.info == {"m": 4} and reads.count(head) >= 2
 
 
+def test_a_batch_reads_a_new_sessions_refs_once_and_a_rival_that_made_them_fails_the_landing(
+        store: castore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = store.refs.storage
+    calls: list[tuple[str, str]] = []
+    for name in ("read_versioned", "list", "list_dir"):
+        def counted(key: str, _real: object = getattr(storage, name), _name: str = name) -> object:
+            calls.append((_name, key))
+            return _real(key)  # type: ignore[operator]
+        monkeypatch.setattr(storage, name, counted)
+    s = store.session("app", "u", "new")
+    prefix = f"refs/{s.refs.prefix}"
+    with store.batch() as b:
+        assert not s.exists() and s.branches() == {}
+        first = s.append(castore.Message(role="user", content="hi"))
+        s.set_info({"k": 1})
+        s.branch("side")
+        s.append(castore.Message(role="user", content="more"))
+        assert s.branches() == {"main": s.head, "side": first} and s.info == {"k": 1}
+        mine = [c for c in calls if c[1].startswith(prefix)]
+        # each of the session's refs and folders is asked of storage at most once: a ref read
+        # absent is staged without a second read, and the folder listed empty answers for
+        # the refs below it
+        assert len(mine) == len(set(mine)) and len(mine) <= 3, mine
+        b.land()
+    assert s.branches() == {"main": s.head, "side": first} and s.info == {"k": 1}
+    calls.clear()
+    rival = store.session("app", "u", "raced")
+    with pytest.raises(castore.RefConflict), store.batch():
+        assert not rival.exists()
+        rival.append(castore.Message(role="user", content="batched"))
+        rival.set_info({"k": 2})
+        # another writer makes the session meanwhile: not seen until the landing, whose
+        # compare (the branch expected absent) refuses the batch's and leaves the rival's
+        _elsewhere(lambda: store.session("app", "u", "raced").append(castore.Message(role="user", content="rival")))
+    assert [m.content for m in rival.messages()] == ["rival"] and rival.info == {}
+    assert fsck(store).ok
+
+
 def test_an_interrupted_batch_lands_nothing_and_an_ordinary_error_keeps_what_was_done(
         store: castore.Store) -> None:
     s = store.session("app", "u", "s1")
