@@ -124,22 +124,30 @@ def spawns_written(written: list[tuple[str, Event, bytes]]
     """:func:`spawns` of the lines an import just wrote into a new session (its whole log),
     without reading the log back, and ``(commit, agent, tool_use id)`` of the user lines that
     name an agent; None where the log's order would decide (two such lines of the same bytes
-    or the same agent, two calls of the same id): then the log is read."""
-    by_raw, calls = spawns((cid, e.meta, e) for cid, e, _ in reversed(written))
+    or the same agent, two calls of the same id, a call made by a line not the assistant's):
+    then the log is read. One pass, oldest line first (a main file's every line). Raises nothing."""
+    by_raw: dict[str, str] = {}
+    calls: dict[Any, str] = {}
     agents: list[tuple[str, str, Any]] = []
     seen: set[str] = set()
+    n_calls = 0
     for cid, e, raw in written:
-        rid = e.meta[KEY]["raw"]
-        a = agent_of(raw) if rid in by_raw else None  # a user line naming an agent
-        if a is None:
-            continue
-        if a[0] in seen or by_raw[rid] != cid:
-            return None
-        seen.add(a[0])
-        agents.append((cid, *a))
-    n_calls = sum(1 for _, e, _ in written if e.message is not None and isinstance(e.message.content, list)
-                  for b in e.message.content if isinstance(b, dict) and b.get("type") == "tool_use"
-                  and b.get("name") in SPAWNERS)
+        m = e.meta.get(KEY)
+        if isinstance(m, dict) and isinstance(rid := m.get("raw"), str) and m.get("type") == "user":
+            first = by_raw.setdefault(rid, cid)  # the oldest line of those bytes, as spawns keeps
+            a = agent_of(raw)  # a user line naming an agent
+            if a is not None:
+                if a[0] in seen or first != cid:
+                    return None
+                seen.add(a[0])
+                agents.append((cid, *a))
+        msg = e.message
+        if msg is not None and isinstance(msg.content, list):
+            for b in msg.content:
+                if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in SPAWNERS:
+                    n_calls += 1
+                    if msg.role == "assistant":
+                        calls[b.get("id")] = cid  # the newest call of an id, as spawns keeps
     return (by_raw, calls, agents) if n_calls == len(calls) else None
 
 
