@@ -6,15 +6,19 @@ Runs each command as its own process into a fresh store, alternating (the order 
 every other round), and samples every process of its tree every 20 ms from /proc (Linux):
 when it was first and last seen, its CPU time and its time waiting for a CPU in the run
 queue (``/proc/PID/task/*/schedstat``, every thread summed), and the rest of its life
-(sleeping: the disk, a pipe, a lock). On a machine shared with other work the run-queue wait
-is the other work's share of the cores, so besides the wall time it prints the wall time less
-the run-queue waits of the process that ended last and of the parent (what the import would
-take with the cores to itself, roughly) and the ratio of the one-process import to the default's.
+(sleeping: the disk, a pipe, a lock); and the user and system CPU of the whole tree, exact,
+from the kernel's accounting of the command and the workers it waited for (``wait4``). On a
+machine shared with other work the run-queue wait is the other work's share of the cores,
+so besides the wall time it prints the wall time less the run-queue waits of the process
+that ended last and of the parent (what the import would take with the cores to itself,
+roughly) and the ratio of the one-process import to the default's.
 
 ``--tree DIR`` (repeatable) runs the commands of another checkout's castore too (its folder
-first on ``PYTHONPATH``), alternated with this one's, for a before/after.
+first on ``PYTHONPATH``), alternated with this one's, for a before/after. ``--again`` also
+times, after each default import, the same command again on its store (a re-import with
+nothing new).
 
-    .venv/bin/python scripts/bench_import_jobs.py FOLDER [--rounds 3] [--jobs N] [--tree DIR]...
+    .venv/bin/python scripts/bench_import_jobs.py FOLDER [--rounds 3] [--jobs N] [--tree DIR]... [--again]
     .venv/bin/python scripts/bench_import_jobs.py --size-mb 20 --workdir DIR [...]
 """
 
@@ -71,7 +75,11 @@ def traced(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, float]:
     seen: dict[int, list[float]] = {}  # pid -> [first, last, cpu, runq]
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
-    while p.poll() is None:
+    while True:
+        # wait4: the user and system time of the command and of every process it waited for
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
         now = time.perf_counter() - t0
         for pid in _tree(p.pid):
             s = _sched(pid)
@@ -80,12 +88,15 @@ def traced(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, float]:
                 e[1], e[2], e[3] = now, *s
         time.sleep(0.02)
     wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {p.stderr.read().decode()[-800:] if p.stderr else ''}")
+    seen.setdefault(p.pid, [wall, wall, usage.ru_utime + usage.ru_stime, 0.0])
     busy = {pid: e for pid, e in seen.items() if e[2] >= 0.05 and pid != p.pid} or {p.pid: seen[p.pid]}
     first, last, cpu, runq = max(busy.values(), key=lambda e: e[1])
     parent = seen[p.pid][3] if p.pid not in busy else 0.0  # its wait is before and after the workers
-    return {"wall": wall, "cpu": sum(e[2] for e in seen.values()), "start": first, "w_cpu": cpu,
+    return {"wall": wall, "cpu": sum(e[2] for e in seen.values()), "user": usage.ru_utime, "sys": usage.ru_stime,
+            "start": first, "w_cpu": cpu,
             "w_runq": runq, "w_sleep": last - first - cpu - runq, "alone": wall - runq - parent,
             "lag": max(e[0] for e in busy.values()) - min(e[0] for e in busy.values()),
             "spread": max(e[1] for e in busy.values()) - min(e[1] for e in busy.values())}
@@ -99,6 +110,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", type=int, help="the import's --jobs beside --jobs 1 (default: castore's default)")
     ap.add_argument("--tree", action="append", default=[], help="another checkout to run alternated with this one")
+    ap.add_argument("--again", action="store_true", help="also time the default import again on its store")
     a = ap.parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bench-import-jobs-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -127,13 +139,15 @@ def main() -> None:
                 cmd = [sys.executable, "-m", "castore", "--store", str(store), "import", "claude", str(folder), *j]
                 # run from the work folder: -m puts the cwd first on the path
                 got.setdefault((t, " ".join(j) or "default"), []).append(traced(cmd, env, work))
+                if a.again and j is jobs:  # nothing new: the re-import
+                    got.setdefault((t, "again"), []).append(traced(cmd, env, work))
                 load.append(os.getloadavg()[0])
         shutil.rmtree(store, ignore_errors=True)
     finally:
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
     print(f"{folder}: {a.rounds} rounds, alternated; load {min(load):.1f}-{max(load):.1f}; medians (each run)")
-    cols = ("wall", "alone", "cpu", "start", "lag", "w_cpu", "w_runq", "w_sleep", "spread")
+    cols = ("wall", "alone", "cpu", "user", "sys", "start", "lag", "w_cpu", "w_runq", "w_sleep", "spread")
     print("| tree | jobs | " + " | ".join(cols) + " |\n|---|---|" + "---:|" * len(cols))
     for (t, j), v in got.items():
         cells = [f"{statistics.median(x[c] for x in v):.2f} ({', '.join(f'{x[c]:.2f}' for x in v)})"
