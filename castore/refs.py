@@ -413,8 +413,9 @@ class RefStore:
     def read(self, name: str) -> RefValue | None:
         """Read one ref (without following symbolic refs); None when it does not exist.
         In a thread with an open :class:`RefStage`, what the stage holds for it, else the
-        stored ref as this stage first read it (a batch reads each ref once; a swap built on
-        it is compared with storage when staged and again when landed). Each call parses
+        stored ref as this stage first read it (a batch reads each ref once, and none below
+        a folder it listed empty; a swap built on a ref read present is compared with
+        storage when staged, and every swap when landed). Each call parses
         anew: no two callers share a value's metadata.
 
         Raises:
