@@ -4,10 +4,12 @@
 objects for every line, in memory), and the store's files alone: every folder and file the
 import left in its store, made again by a bare program (``mkdir`` per folder; per file an
 ``O_EXCL`` create, one write, a close; one ``syncfs`` at the end), their bytes read into
-memory before the clock starts. The format's share plus the files' is the bound; the import
-itself (``castore import claude FOLDER --jobs 1`` into a fresh store) is timed beside them.
-Each a fresh process, alternated for ROUNDS rounds; prints wall and CPU (user + system)
-medians and each one's ratio to the floor's.
+memory before the clock starts; and the same with the refs packed, what a layout of packed
+refs would write (every file under ``refs/`` appended to one file, with its name, by one write:
+no ref folder, no ref file; the other folders and files as they are). The format's share plus
+the files' is the bound; the import itself (``castore import claude FOLDER --jobs 1`` into a
+fresh store) is timed beside them. Each a fresh process, alternated for ROUNDS rounds; prints
+wall and CPU (user + system) medians and each one's ratio to the floor's.
 
     .venv/bin/python scripts/bench_import_bound.py FOLDER WORKDIR [--rounds 3]
 
@@ -32,18 +34,23 @@ from bench_import import FLOOR, FORMAT
 ROOT = Path(__file__).resolve().parent.parent
 
 #: the store's files made again from memory: argv[1] the store an import left, argv[2] a new
-#: folder; prints the seconds and CPU seconds of the writing alone
+#: folder, argv[3] "packed" for the refs in one file; prints the seconds and CPU seconds of
+#: the writing alone
 FILES = r"""
 import ctypes, os, sys, time
 src, dst = sys.argv[1], sys.argv[2]
-folders, files = [], []
+packed = sys.argv[3:] == ["packed"]
+folders, files, refs = [], [], []
 for root, dirs, names in os.walk(src):
     rel = os.path.relpath(root, src)
-    if rel != ".":
+    in_refs = rel == "refs" or rel.startswith("refs" + os.sep)
+    if rel != "." and not (packed and in_refs):
         folders.append(rel)
     for n in names:
         with open(os.path.join(root, n), "rb") as f:
-            files.append((os.path.join(rel, n), f.read()))
+            (refs if packed and in_refs else files).append((os.path.join(rel, n), f.read()))
+if refs:
+    files.append(("refs.pack", b"".join(b"%d %s\n" % (len(d), r.encode()) + d for r, d in refs)))
 libc = ctypes.CDLL(None, use_errno=True)
 t, c = time.perf_counter(), os.times()
 for rel in folders:
@@ -85,8 +92,9 @@ def main() -> None:
     ref = a.workdir / "ref"
     subprocess.run([py, "-m", "castore", "--store", str(ref), "import", "claude", str(a.folder), "--jobs", "1"],
                    cwd=ROOT, check=True, capture_output=True)
-    rows: dict[str, list[tuple[float, float]]] = {"floor": [], "format": [], "files": [], "import": []}
-    shape = ""
+    rows: dict[str, list[tuple[float, float]]] = {"floor": [], "format": [], "files": [], "packed": [],
+                                                   "import": []}
+    shape = packed_shape = ""
     made: list[float] = []  # the files' seconds before their syncfs
     for r in range(a.rounds):
         rows["floor"].append(_timed([py, "-c", FLOOR, str(a.folder)])[:2])
@@ -98,6 +106,11 @@ def main() -> None:
         made.append(float(out[5]))
         shape = f"{int(out[2]):,} folders, {int(out[3]):,} files, {int(out[4]) / 1e6:.1f} MB"
         shutil.rmtree(dst)
+        dst.mkdir()
+        out = _timed([py, "-c", FILES, str(ref), str(dst), "packed"])[2].split()
+        rows["packed"].append((float(out[0]), float(out[1])))
+        packed_shape = f"{int(out[2]):,} folders, {int(out[3]):,} files"
+        shutil.rmtree(dst)
         store = a.workdir / f"import-{r}"
         rows["import"].append(_timed([py, "-m", "castore", "--store", str(store), "import", "claude",
                                       str(a.folder), "--jobs", "1"], cwd=ROOT)[:2])
@@ -106,10 +119,15 @@ def main() -> None:
     wall = {k: statistics.median(x[0] for x in v) for k, v in rows.items()}
     cpu = {k: statistics.median(x[1] for x in v) for k, v in rows.items()}
     wall["bound"], cpu["bound"] = wall["format"] + wall["files"], cpu["format"] + cpu["files"]
+    wall["packed bound"] = wall["format"] + wall["packed"]
+    cpu["packed bound"] = cpu["format"] + cpu["packed"]
     print(f"the store's files: {shape} (its folders and files as the import left them); made in "
-          f"{statistics.median(made):.3f} s (median; {', '.join(f'{x:.2f}' for x in made)}), then the syncfs")
+          f"{statistics.median(made):.3f} s (median; {', '.join(f'{x:.2f}' for x in made)}), then the syncfs; "
+          f"with the refs packed: {packed_shape}")
     labels = {"floor": "read + json.loads (the floor)", "format": "the format's own share (no store)",
               "files": "the store's files alone (writing, one syncfs)", "bound": "the bound: format + files",
+              "packed": "the files with the refs packed in one (writing, one syncfs)",
+              "packed bound": "a packed-refs bound: format + those files",
               "import": "castore import claude --jobs 1"}
     print("| what | wall (median) | CPU (median) | ratio to the floor (wall, CPU) |")
     print("|---|---:|---:|---:|")
