@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import castore
 from castore.cli.main import main
-from castore.grep import Match, grep, grep_counts, grep_rows
+from castore.grep import Match, grep, grep_columns, grep_counts, grep_rows, iso_time
 
 T0 = 1_760_000_000.0
 
@@ -78,6 +78,41 @@ def test_rows_and_counts_are_what_grep_gives(store: castore.Store, pattern: str)
             assert counts == _counts(matches) and list(counts) == list(_counts(matches)), (pattern, options, index)
 
 
+def _spanless(lines: Any) -> tuple[tuple[int, str], ...]:
+    """A match's lines less their spans (a line given alone, as its block's text: line 1)."""
+    if isinstance(lines, str):
+        return ((1, lines),)
+    return tuple((n, text) for n, text, _ in lines)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_columns_are_the_rows_of_each_session(store: castore.Store, pattern: str) -> None:
+    """Through the index and without, for every filter: each MatchColumns holds one session's
+    matches, every column as long, and read across they are grep_rows' rows in order (without
+    spans, a line given as its block's text is the row's one line)."""
+    for options in OPTIONS:
+        if options.get("context"):
+            continue
+        for index in (True, False):
+            rows = list(grep_rows(store, pattern, index=index, **options))
+            for spans in (True, False):
+                got = []
+                for c in grep_columns(store, pattern, index=index, spans=spans, **options):
+                    assert c.lines and len({len(col) for col in c[1:]}) == 1, (pattern, options)
+                    got += [(cm, c.session, *rest) for cm, *rest in zip(*c[1:], strict=True)]
+                want = [r[:9] for r in rows]
+                if not spans:
+                    assert all(isinstance(g[7], tuple) or "\n" not in g[7] for g in got)
+                    got = [(*g[:7], _spanless(g[7]), g[8]) for g in got]
+                    want = [(*r[:7], _spanless(r[7]), r[8]) for r in want]
+                assert got == want, (pattern, options, index, spans)
+
+
+def test_columns_take_no_context(store: castore.Store) -> None:
+    with pytest.raises(TypeError):
+        list(grep_columns(store, "parser", context=1))
+
+
 def test_rows_name_every_session_holding_a_shared_commit(store: castore.Store) -> None:
     """A commit a fork shares with its parent: one row, under the session that sorts first (the
     fork s05), the parent s1 under ``also``; each of the two counts it."""
@@ -140,6 +175,11 @@ def test_cli_prints_from_rows_and_counts_what_it_printed_from_matches(store: cas
     if "--jsonl" in args:
         assert len(out.splitlines()) == len(matches) + 3  # the documents, then {"matches": []} over 3 lines
         return
+    assert out.splitlines() == _printed(matches)
+
+
+def _printed(matches: list[Match]) -> list[str]:
+    """The lines ``castore grep`` prints for ``matches`` (no colour), made from each Match."""
     want = []
     for m in matches:
         where = f"{'/'.join(m.session)}@{','.join(m.branches)}"
@@ -147,13 +187,26 @@ def test_cli_prints_from_rows_and_counts_what_it_printed_from_matches(store: cas
             where += " (+" + ", ".join("/".join(k) for k, _ in m.also) + ")"
         want += [f"{where} {c[:8]} - {r}: {t}" for c, r, t in m.before]
         what = f"{m.role}/{m.kind}[{m.tool}]:" if m.tool else f"{m.role}/{m.kind}:"
-        from castore.grep import iso_time
-
         want += [f"{where} {m.commit[:8]} {(iso_time(m.time) or '-')[:19]} {what}{lm.line}: {lm.text}" for lm in m.lines]
         want += [f"{where} {c[:8]} - {r}: {t}" for c, r, t in m.after]
         if m.context:
             want.append("--")
-    assert out.splitlines() == want
+    return want
+
+
+@pytest.mark.parametrize("pattern", [p for p in PATTERNS if p != "nothing-like-it"])
+@pytest.mark.parametrize("args", [[], ["-a"], ["-w"], ["-i"], ["--limit", "3"], ["-a", "--limit", "5"], ["--no-index"],
+                                  ["--role", "user"], ["--typed"]])
+def test_cli_prints_each_pattern_as_made_from_matches(store: castore.Store, pattern: str, args: list[str]) -> None:
+    """Whatever the pattern (a plain word found on one line or several, in any case, ASCII or
+    not, a regex) and the options, the lines printed are those made from grep's matches."""
+    options: dict[str, Any] = {"kinds": ["text", "thinking", "tool_call", "tool_result"] if "-a" in args else None,
+                               "limit": int(args[-1]) if "--limit" in args else None, "word": "-w" in args,
+                               "ignore_case": True if "-i" in args else None, "typed": "--typed" in args,
+                               "roles": ["user"] if "--role" in args else None, "index": "--no-index" not in args}
+    matches = list(grep(store, pattern, **options))
+    code, out = _cli(store, *args, "--", pattern)
+    assert (code, out.splitlines()) == (0 if matches else 1, _printed(matches)), (pattern, args)
 
 
 def test_cli_exit_status_without_a_match(store: castore.Store) -> None:

@@ -9,7 +9,9 @@ exit with the same status. This module imports no click.
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -75,7 +77,7 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
     # it imports and what it reads all stay alive, and each burst of objects would have the
     # collector walk every live object again, for nothing
     with gc_paused():
-        from ..grep import KINDS, grep, grep_counts, grep_rows
+        from ..grep import KINDS, grep, grep_columns, grep_counts, grep_rows
         from ..grep.files import keep_chunks
 
         damaged: dict[tuple[str, str, str], str] = {}
@@ -94,9 +96,12 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
                     found = _render_counts(echo, grep_counts(store, pattern, **options), p["list_sessions"], count)
                 elif as_json or as_jsonl:
                     found = _render_json(echo, grep(store, pattern, **options), as_json, as_jsonl)
-                else:
+                elif p["context"] or (sys.stdout.isatty() and not no_color()):  # context entries, colour
                     found = _render_rows(echo, grep_rows(store, pattern, **options),
                                          sys.stdout.isatty() and not no_color())
+                else:
+                    del options["context"]
+                    found = _render_columns(echo, grep_columns(store, pattern, spans=False, **options))
             if as_json and (p["list_sessions"] or count):
                 echo(_indented_json({"matches": []}))  # what --json adds to -l and -c: no match document
         except CastoreError as e:
@@ -224,6 +229,80 @@ def _render_rows(echo: Echo, rows: Any, color: bool) -> int:
             out = []
     if out:
         echo(flush(out))
+    return found
+
+
+class _Texts(dict[Any, str]):
+    """Texts of the output made once each, by key: ``made(key)`` on first use (looked up in C by
+    ``map(texts.__getitem__, keys)``)."""
+
+    def __init__(self, made: Callable[[Any], str]) -> None:
+        super().__init__()
+        self.made = made
+
+    def __missing__(self, key: Any) -> str:
+        got = self[key] = self.made(key)
+        return got
+
+
+def _render_columns(echo: Echo, batches: Any) -> int:
+    """Every match as grep prints it without colour or context, as :func:`_render_rows` prints
+    the same matches: the number of matches. ``batches``: :func:`castore.grep.grep_columns` without
+    spans. A session's matches whose lines are each their block's text (most: a plain word's
+    blocks of one line) are written as one string made in C: the pieces of each line looked up
+    by ``map`` (a session's place, a commit's short id, a time, a role, kind and tool: each text
+    made once) and joined; the others line by line. Each batch of lines escaped at once
+    (:func:`safe_block`: the rest of each line is escaped already)."""
+    from ..grep import iso_time
+
+    keys = _Texts(lambda k: safe(format_key(*k)))
+
+    def where_of(place: tuple[Any, tuple[str, ...], Any]) -> str:
+        session, branches, also = place
+        got = f"{keys[session]}@{safe(','.join(branches))}"
+        return got + " (+" + ", ".join(keys[k] for k, _ in also) + ") " if also else got + " "
+
+    wheres = _Texts(where_of)  # (session, branches, also) -> the text before the commit, a space after
+    times = _Texts(lambda t: " " + (iso_time(t) or "-")[:19] + " ")
+    whats = _Texts(lambda w: safe(f"{w[0]}/{w[1]}[{w[2]}]:" if w[2] else f"{w[0]}/{w[1]}:"))
+    firsts = _Texts(lambda w: whats[w] + "1: ")  # a what and the first line's number
+    short = itertools.repeat(slice(0, 8))
+    found = lines_out = 0
+    out: list[str] = []
+    for key, commits, branches, roles, kinds, tools, when, lines, also in batches:
+        n = len(lines)
+        found += n
+        if branches.count(branches[0]) == n and not any(also):  # one place (most sessions)
+            places: Any = itertools.repeat(wheres[key, branches[0], ()], n)
+        else:
+            places = map(wheres.__getitem__, zip(itertools.repeat(key), branches, also))
+        ids = map(operator.getitem, commits, short)
+        ats = map(times.__getitem__, when)
+        if all(map(isinstance, lines, itertools.repeat(str))):  # each line its block's text: made in C
+            # the pieces of every line laid out in one list by slice assignment, then joined
+            pieces: list[Any] = ["\n"] * (6 * n)
+            pieces[0::6] = places
+            pieces[1::6] = ids
+            pieces[2::6] = ats
+            pieces[3::6] = map(firsts.__getitem__, zip(roles, kinds, tools, strict=True))
+            pieces[4::6] = lines
+            out.append("".join(pieces))
+            lines_out += n
+        else:
+            made = map(whats.__getitem__, zip(roles, kinds, tools, strict=True))
+            for where, cid, at, what, got in zip(places, ids, ats, made, lines, strict=True):
+                if isinstance(got, str):
+                    out.append(f"{where}{cid}{at}{what}1: {got}\n")
+                    lines_out += 1
+                    continue
+                for line, text, _ in got:
+                    out.append(f"{where}{cid}{at}{what}{line}: {text}\n")
+                lines_out += len(got)
+        if lines_out >= _OUT_BATCH:
+            echo(safe_block("".join(out))[:-1])
+            out, lines_out = [], 0
+    if out:
+        echo(safe_block("".join(out))[:-1])
     return found
 
 

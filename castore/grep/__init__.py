@@ -52,21 +52,25 @@ where ``line`` counts from 1 within the block, spans are character offsets in ``
 a context ENTRY is ``{"commit": ID, "role": ROLE, "text": TEXT}``. A session that is
 detached shows its HEAD as the branch ``HEAD``.
 
-:func:`grep_rows` gives the same matches as tuples (:data:`Row`) and :func:`grep_counts` their
-number per session: through the index neither builds a :class:`Match` (what ``castore grep``
-prints, ``-c`` and ``-l`` use them), and a count does not even decode a block a plain string
-was found in when the block is ASCII.
+:func:`grep_rows` gives the same matches as tuples (:data:`Row`), :func:`grep_columns` as
+columns, a :class:`MatchColumns` per session (a one-line block found by a plain string given
+as its text alone when no spans are asked for), and :func:`grep_counts` their number per
+session: through the index none of them builds a :class:`Match` (``castore grep`` prints the
+columns, ``-C`` and colour the rows; ``-c`` and ``-l`` use the counts), and a count does not
+even decode a block a plain string was found in when the block is ASCII.
 
 The package, top down (each module imports only those below it):
 
 =============== ==========================================================================
-``__init__``    the API: :func:`grep`, :func:`grep_rows`, :func:`grep_counts`, their options
-                checked, and the search through the index (matches built from its hits)
+``__init__``    the API: :func:`grep`, :func:`grep_rows`, :func:`grep_columns`,
+                :func:`grep_counts`, their options checked, and the search through the index
+``rows.py``     the matches of the index's hits, made column by column: rows, columns,
+                Match objects, counts per session
 ``index.py``    the local index: what it holds, keeping it fresh, finding candidate blocks
 ``files.py``    the index's files: a segment's parts, their writing and checks, commit numbers
 ``scan.py``     the search without the index: the store-wide scan of stored bytes (format
                 2/3; the codec probes of :mod:`castore.objects`) and the walk (format 1)
-``blocks.py``   the searchable blocks of a body (bodies read in batches), a commit's time,
+``blocks.py``   the kinds, the searchable blocks of a body (bodies read in batches), a commit's time,
                 the context entries around a match
 ``match.py``    what a match is (:class:`Match`, :class:`LineMatch`) and line matching;
                 imported by the first search that builds a match (not by counting or
@@ -88,19 +92,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CastoreError
 from ..gcpause import gc_paused
-from .blocks import TOOL_ROLES, blocks, context_entries
-from .files import Part
+from .blocks import DEFAULT_KINDS, KINDS, TOOL_ROLES, blocks, context_entries
 from .filters import glob_any, iso_time, session_ok, spans_finder
-from .index import hits, indexable, open_index, search_plan
+from .index import hits, indexable, open_index
+from .rows import COLUMNS, COUNTS, MATCHES, ROWS, SPANLESS, MatchColumns, Row, built, count
 
 if TYPE_CHECKING:
     from ..store import Store
     from .match import LineMatch, Match
-
-KINDS = ("text", "thinking", "tool_call", "tool_result")
-#: kinds searched unless told otherwise: tool results are most of the text, and rarely wanted
-DEFAULT_KINDS = ("text", "thinking", "tool_call")
-
 
 class GrepError(CastoreError, ValueError):
     """A search cannot run: a bad pattern or filter."""
@@ -124,17 +123,6 @@ def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: boo
         return re.compile(src, re.IGNORECASE if ignore_case else 0)
     except (re.error, OverflowError, RecursionError) as e:  # a{99999999999}, ((((...: not re.error
         raise GrepError(f"bad regular expression {pattern!r}: {e}") from e
-
-
-#: what :func:`_grep_index` gives: Match objects, rows (:data:`Row`), or a count per session
-_MATCHES, _ROWS, _COUNTS = 0, 1, 2
-
-#: a match as :func:`grep_rows` gives it: the fields of a :class:`Match` in their order, each
-#: line a ``(line, text, spans)`` tuple
-Row = tuple[str, tuple[str, str, str], tuple[str, ...], str, str, str | None, float | None,
-            tuple[tuple[int, str, tuple[tuple[int, int], ...]], ...],
-            tuple[tuple[tuple[str, str, str], tuple[str, ...]], ...], tuple[tuple[str, str, str], ...],
-            tuple[tuple[str, str, str], ...], int]
 
 
 def _options(pattern: str, *, ignore_case: bool | None = None, fixed: bool = False, word: bool = False,
@@ -225,12 +213,35 @@ def grep_rows(store: Store, pattern: str, **options: Any) -> Iterator[Row]:
     if _tenanted(store):
         yield from _over_tenants(store, grep_rows, pattern, options)
         return
-    fast = _by_index(store, pattern, options, _ROWS)
+    fast = _by_index(store, pattern, options, ROWS)
     if fast is not None:
         yield from fast
         return
     for m in grep(store, pattern, **options):
         yield _row(m)
+
+
+def grep_columns(store: Store, pattern: str, *, spans: bool = True, **options: Any) -> Iterator[MatchColumns]:
+    """The matches of ``grep(store, pattern, **options)``, in the same order, as columns: a
+    :class:`MatchColumns` per run of matches of one session (through the index a session's matches
+    come as one run, and neither a Match nor a row is built per match). ``spans=False``: a block
+    that is one line holding a plain string the index found there is given as its text alone, its
+    spans not sought (what printing lines without colour needs). No context entries: ``context``
+    is not taken.
+
+    Raises:
+        as :func:`grep`; TypeError: an option :func:`grep` does not take, or ``context``.
+    """
+    if "context" in options:
+        raise TypeError("grep_columns takes no context")
+    if not _tenanted(store):
+        fast = _by_index(store, pattern, options, COLUMNS if spans else SPANLESS)
+        if fast is not None:
+            yield from fast
+            return
+    for key, rows in itertools.groupby(grep_rows(store, pattern, **options), operator.itemgetter(1)):
+        cms, _, branches, roles, kinds, tls, whens, lines, others, *_ = zip(*rows, strict=True)
+        yield MatchColumns(key, cms, branches, roles, kinds, tls, whens, lines, others)
 
 
 def grep_counts(store: Store, pattern: str, **options: Any) -> dict[tuple[str, str, str], int]:
@@ -250,7 +261,7 @@ def grep_counts(store: Store, pattern: str, **options: Any) -> dict[tuple[str, s
         for t in store.stores():
             counts.update(grep_counts(t, pattern, **options))
         return counts
-    fast = _by_index(store, pattern, options, _COUNTS)
+    fast = _by_index(store, pattern, options, COUNTS)
     if fast is not None:
         return dict(fast)
     counts = {}
@@ -339,7 +350,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     damaged = _Damaged(unreadable, session_globs, app_globs)
     if index:
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
-                               check_index, _MATCHES, damaged)
+                               check_index, MATCHES, damaged)
         return
     from .scan import grep_scan, grep_walk  # the search without an index only: not on the index's path
 
@@ -443,20 +454,20 @@ def __getattr__(name: str) -> Any:
 
 def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool] | None, since: float | None,
                 until: float | None, limit: int | None, context: int, kinds: set[str], check: bool,
-                form: int = _MATCHES, damaged: _Damaged | None = None) -> Iterator[Any]:
+                form: int = MATCHES, damaged: _Damaged | None = None) -> Iterator[Any]:
     """:func:`grep` through the index; ``keep_block`` None: no role, tool, session or app filter.
-    ``form``: :data:`_MATCHES` gives :class:`Match` objects, :data:`_ROWS` rows (:data:`Row`; no
-    context), :data:`_COUNTS` ``(session, matches)`` pairs in session order (:func:`_count`).
+    ``form``: :data:`MATCHES` gives :class:`Match` objects, :data:`ROWS` rows (:data:`Row`; no
+    context), :data:`COUNTS` ``(session, matches)`` pairs in session order (:func:`_count`).
     ``damaged``: where the sessions the index knows to have a lost branch are noted."""
     ix = open_index(store, check=check)
     if damaged is not None:
         damaged.note(ix.lost_branches())
     try:
-        runs = ix.find_blocks(rx, kinds, counting=form == _COUNTS)
+        runs = ix.find_blocks(rx, kinds, counting=form == COUNTS)
         if check and ix.moved_unlogged(runs):  # a ref removed by hand: the index read it again
-            runs = ix.find_blocks(rx, kinds, counting=form == _COUNTS)
+            runs = ix.find_blocks(rx, kinds, counting=form == COUNTS)
     except ValueError:  # a damaged index file: not trusted, built again from the store
-        runs = ix.rebuild().find_blocks(rx, kinds, counting=form == _COUNTS)
+        runs = ix.rebuild().find_blocks(rx, kinds, counting=form == COUNTS)
     strings, bsets = ix.strings, ix.branch_sets
     kept: dict[tuple[int, int, int, int], bool] = {}  # the filters' answer per (session, role, kind, tool)
 
@@ -471,8 +482,8 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     timed = since is not None or until is not None
     lo = since if since is not None else float("-inf")
     hi = until if until is not None else float("inf")
-    if form == _COUNTS:
-        yield from _count(ix, runs, rx, allowed if keep_block is not None else None, timed, lo, hi, limit)
+    if form == COUNTS:
+        yield from count(ix, runs, rx, allowed if keep_block is not None else None, timed, lo, hi, limit)
         return
     finder = spans_finder(rx)
     # the candidate blocks first (each commit's block once, in order, the other sessions that hold
@@ -511,12 +522,12 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
             owner[b] = key
             picked.append(h)
         groups.append((key, picked, False))
-    built = _built(groups, also, ix.commits, strings, bsets, rx, finder, limit, context, form == _ROWS)
+    made = built(groups, also, ix.commits, strings, bsets, rx, finder, limit, context, form)
     while True:
         # tens of thousands of objects a caller may keep: each burst of them would make the cyclic
         # collector walk every live object, for nothing (they hold no cycles)
         with gc_paused():
-            batch = list(itertools.islice(built, _BATCH))
+            batch = list(itertools.islice(made, _BATCH))
         if not batch:
             return
         if not context:
@@ -537,202 +548,5 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
 _BATCH = 1024
 
 
-def _count(ix: Any, runs: list[list[tuple[Any, list[int]]]], rx: re.Pattern[str],
-           allowed: Callable[[int, tuple[str, str, str], int, int, int], bool] | None, timed: bool, lo: float,
-           hi: float, limit: int | None) -> Iterator[tuple[tuple[str, str, str], int]]:
-    """The count of :func:`_grep_index` (``form`` :data:`_COUNTS`): ``(session, matches)`` for
-    each session that holds a match, in session order, over the index ``ix``'s candidate blocks
-    ``runs`` (:meth:`castore.grep.index.Index.find_blocks`). A session counts every matching
-    block it holds, so a commit several sessions share counts in each of them (as the
-    ``session`` and ``also`` of :func:`grep`'s matches); ``allowed``: the filters' answer for a
-    block (None: no role, tool, session or app filter); ``timed``: keep only blocks of times in
-    ``[lo, hi)``; ``limit``: only the first ``limit`` matches (each block with the first session
-    holding it, as :func:`grep` gives them) count, in every session that holds them."""
-    # a plain string with no newline that the index found in a block is on one of its lines:
-    # the block matches without being looked at, when the search was case-sensitive or the
-    # block is ASCII (its lowered text is then its text lower-cased, as the match looks at it)
-    _, lowered, lit = search_plan(rx)
-    sure = lit is not None and "\n" not in lit
-    # then, with no filter and no limit, a run is counted by its length (its flags read only
-    # when the search was lowered)
-    whole = sure and not timed and allowed is None and limit is None
-    finder = spans_finder(rx)
-    verdict: dict[int, bool] = {}  # block -> whether it matches, once looked at (for its copies)
-    owned: set[int] = set()  # with a limit: the blocks of the matches counted so far
-    n = 0
-    for session_runs in runs:
-        p0, idx0 = session_runs[0]
-        si = p0.cols[1][idx0[0]]
-        key = ix.key(si)
-        c = 0
-        todo = session_runs
-        if whole:
-            todo = []
-            for p, idx in session_runs:
-                # the flags of the run's whole range read in C first: a block found in it is ASCII
-                # when they all are (a tuple of every block's flags took a common word's count 10 M)
-                if lowered and not p.ascii_blocks(idx[0], idx[-1] + 1) and 0 in p.fields(idx, (8,))[0]:
-                    todo.append((p, idx))
-                else:
-                    c += len(idx)
-        elif limit is not None and n >= limit and owned.isdisjoint(_block_ids(session_runs)):
-            continue  # the limit is reached: only copies of the blocks counted may count
-        for _, p, cn, blk, kn, rn, tn, _, fl, when, i in hits(todo):
-            if timed and (when < lo or when >= hi):
-                continue
-            if allowed is not None and not allowed(si, key, rn, kn, tn):
-                continue
-            b = cn << 31 | blk
-            if limit is not None and b in owned:
-                c += 1
-                continue
-            if limit is not None and n >= limit:
-                continue
-            if not (sure and (not lowered or fl)):
-                ok = verdict.get(b)
-                if ok is None:
-                    ok = verdict[b] = any(finder(line) for line in p.block(i).split("\n"))
-                if not ok:
-                    continue
-            if limit is not None:
-                owned.add(b)
-                n += 1
-            c += 1
-        if c:
-            yield key, c
-
-
-def _block_ids(runs: list[tuple[Any, list[int]]]) -> set[int]:
-    """The blocks of ``runs`` (an index part and block numbers in it each) as the integers a
-    search tells a commit's blocks apart by: commit number << 31 | block (an int32 >= 0)."""
-    shift = operator.lshift
-    return set(itertools.chain.from_iterable(
-        map(operator.or_, map(shift, cns, itertools.repeat(31)), blks)
-        for cns, blks in (p.fields(idx, (0, 2)) for p, idx in runs)))
-
-
-def _built(groups: list[tuple[tuple[str, str, str], Any, bool]],
-           also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]], commits: Any, strings: list[str],
-           bsets: list[tuple[str, ...]], rx: re.Pattern[str], finder: Callable[[str], list[tuple[int, int]]],
-           limit: int | None, context: int, rows: bool) -> Iterator[Any]:
-    """The matches of the candidate blocks of ``groups`` (``(session, hits, False)`` or ``(session,
-    runs, True)``: :func:`castore.grep.index.hits`), in order, at most ``limit``: rows (:data:`Row`)
-    or :class:`Match` objects (no context entries yet); a block with no matching line is left out;
-    ``also``: the other sessions of a block, by block. A session's matches are made together,
-    column by column (one session at a time: a limit stops the sessions after it unread)."""
-    _, lowered, lit = search_plan(rx)
-    # a plain string's spans in a line, found here rather than by ``finder`` (the same search, less
-    # a call per block): in the line itself when case counts, else in its lower case when it is ASCII
-    # (the index's flag 1), as ASCII case folding is one to one
-    plain = lit if lit is not None and "\n" not in lit else None
-    tools: list[str | None] = [*strings, None]  # tool -1: none
-    if not rows:  # here: rows and counts build no Match (the classes are made on first import)
-        from .match import matches_of_rows
-
-    def session_rows(key: tuple[str, str, str], got: Any, lazy: bool) -> list[Row]:
-        if not lazy:  # hits picked one by one (a filter or a time): their columns, their blocks read each
-            if not got:
-                return []
-            _, ps, *cols, ids = zip(*got, strict=True)
-            texts = list(map(Part.block, ps, ids))
-            return _session_rows(key, cols, texts, also, commits, bsets, strings, tools, plain, lowered, finder,
-                                 context)
-        if len(got) == 1:
-            p, idx = got[0]
-            return _session_rows(key, _columns(p, idx), p.texts(idx), also, commits, bsets, strings, tools, plain,
-                                 lowered, finder, context)
-        # several parts (tool results too): each part's rows, then all in order of their place
-        placed: list[tuple[int, Row]] = []
-        for p, idx in got:
-            places = p.fields(idx, (7,))[0]
-            made = _session_rows(key, _columns(p, idx), p.texts(idx), also, commits, bsets, strings, tools, plain,
-                                 lowered, finder, context, keep_misses=True)
-            placed.extend(zip(places, made, strict=True))
-        placed.sort(key=operator.itemgetter(0))
-        return [r for _, r in placed if r[7]]
-
-    made: Iterator[Any] = itertools.chain.from_iterable(itertools.starmap(session_rows, groups))
-    if not rows:
-        made = matches_of_rows(made)
-    return itertools.islice(made, limit)
-
-
-#: the columns of a block :func:`_session_rows` reads (commit, block, kind, role, tool, branch set, flags)
-_ROW_COLS = (0, 2, 3, 4, 5, 6, 8)
-
-
-def _columns(p: Part, idx: list[int]) -> list[Any]:
-    """Blocks ``idx`` of part ``p``: their :data:`_ROW_COLS` and their times, a tuple each."""
-    cols = p.fields(idx, _ROW_COLS)
-    cols.append(operator.itemgetter(*idx)(p.time) if len(idx) > 1 else (p.time[idx[0]],))
-    return cols
-
-
-def _session_rows(key: tuple[str, str, str], cols: list[Any], texts: list[str],
-                  also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]], commits: Any,
-                  bsets: list[tuple[str, ...]], strings: list[str], tools: list[str | None], plain: str | None,
-                  lowered: bool, finder: Callable[[str], list[tuple[int, int]]], context: int,
-                  keep_misses: bool = False) -> list[Row]:
-    """The rows (:data:`Row`) of session ``key``'s candidate blocks, whose columns are ``cols``
-    (:func:`_columns`) and texts ``texts``, in their order: a block with no matching line is left
-    out (``keep_misses``: kept, with no lines); the numbers looked up column by column, in C."""
-    cns, blks, kns, rns, tns, bns, fls, whens = cols
-    lines = _lines(texts, fls, plain, lowered, finder)
-    if also:
-        others: Any = []
-        for cn, blk in zip(cns, blks, strict=True):
-            more = also.get(cn << 31 | blk)
-            others.append(tuple((x, tuple(y)) for x, y in more.items()) if more else ())
-    else:
-        others = itertools.repeat(())
-    made = zip([commits[32 * cn:32 * cn + 32].hex() for cn in cns], itertools.repeat(key),
-               map(bsets.__getitem__, bns), map(strings.__getitem__, rns), map(KINDS.__getitem__, kns),
-               map(tools.__getitem__, tns), whens, lines, others, itertools.repeat(()), itertools.repeat(()),
-               itertools.repeat(context))
-    return list(made) if keep_misses else list(itertools.compress(made, lines))
-
-
-def _lines(texts: list[str], flags: Any, plain: str | None, lowered: bool,
-           finder: Callable[[str], list[tuple[int, int]]]) -> list[Any]:
-    """Per text of ``texts`` (whose index flags are ``flags``), its matching lines as a row
-    holds them (``(line, text, spans)`` each), or () when none matches."""
-    out: list[Any] = []
-    append = out.append
-    k = len(plain) if plain is not None else 0
-    for text, fl in zip(texts, flags, strict=True):
-        if "\n" in text:
-            append(_line_tuples(text, finder))
-        elif plain is not None and (fl or not lowered):  # one line (most blocks): no split
-            line = text.lower() if lowered else text
-            at = line.find(plain)
-            if at < 0:
-                append(())
-                continue
-            nxt = line.find(plain, at + k)
-            if nxt < 0:  # once (most lines)
-                append(((1, text, ((at, at + k),)),))
-                continue
-            spans = [(at, at + k)]
-            while nxt >= 0:
-                spans.append((nxt, nxt + k))
-                nxt = line.find(plain, nxt + k)
-            append(((1, text, tuple(spans)),))
-        else:
-            found = finder(text)
-            append(((1, text, tuple(found)),) if found else ())
-    return out
-
-
-def _line_tuples(text: str, spans_of: Callable[[str], list[tuple[int, int]]]
-                 ) -> tuple[tuple[int, str, tuple[tuple[int, int], ...]], ...]:
-    """The matching lines of ``text``: ``(line, text, spans)`` each."""
-    out = []
-    for n, line in enumerate(text.split("\n"), 1):
-        spans = spans_of(line)
-        if spans:
-            out.append((n, line, tuple(spans)))
-    return tuple(out)
-
-
-__all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "Row", "blocks", "compile_pattern",
-           "grep", "grep_counts", "grep_rows", "iso_time", "typed_block"]
+__all__ = ["DEFAULT_KINDS", "INJECTED", "KINDS", "GrepError", "LineMatch", "Match", "MatchColumns", "Row", "blocks",
+           "compile_pattern", "grep", "grep_columns", "grep_counts", "grep_rows", "iso_time", "typed_block"]

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from ..objects import Commit
     from ..store import Store
 
+#: the kinds of block, in the order the index numbers them
+KINDS = ("text", "thinking", "tool_call", "tool_result")
+#: kinds searched unless told otherwise: tool results are most of the text, and rarely wanted
+DEFAULT_KINDS = ("text", "thinking", "tool_call")
+
 #: the roles of a message that is a tool's result
 TOOL_ROLES = ("tool", "toolResult", "function", "tool_result")
 

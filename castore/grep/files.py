@@ -34,6 +34,8 @@ KINDS = ("text", "thinking", "tool_call", "tool_result")
 PARTS = {"main": ("text", "thinking", "tool_call"), "res": ("tool_result",)}
 _COLS = 10  # int32 columns of P.rec
 _AT = 9  # the column of a block's byte offset in its chunk
+#: the column number :meth:`Part.fields` reads a block's time by
+TIME = _COLS
 _ASCII = 1  # the flag of a block whose text is ASCII
 #: a chunk is closed once its text reaches this many bytes (a block is never split)
 CHUNK = 1 << 15
@@ -334,7 +336,11 @@ class Part:
                 # ASCII chunk decoded once and sliced as text (a character is a byte)
                 offs = at[first:end].tolist()
                 offs.append(len(data))
-                last = self._last = (c, data.decode("ascii") if data.isascii() else data, offs)
+                try:  # an ASCII chunk (most): decoded at once, with no test of it first
+                    got: str | bytes = data.decode("ascii")
+                except UnicodeDecodeError:
+                    got = data
+                last = self._last = (c, got, offs)
             _, got, offs = last
             rel = [b - first for b in idx[i:j]]
             if isinstance(got, str):
@@ -463,12 +469,14 @@ class Part:
                 self._found_in(c, text, got[n:])
         return got
 
-    def fields(self, idx: list[int], cols: Iterable[int]) -> list[tuple[int, ...]]:
-        """Columns ``cols`` of the blocks ``idx``: a tuple of values per column (one C-level pass each)."""
+    def fields(self, idx: list[int], cols: Iterable[int]) -> list[tuple[Any, ...]]:
+        """Columns ``cols`` of the blocks ``idx`` (in increasing order; the column :data:`TIME`: their
+        times): a tuple of values per column (one C-level pass each)."""
+        columns = [self.time if c == TIME else self.cols[c] for c in cols]
         if len(idx) == 1:
-            return [(self.cols[c][idx[0]],) for c in cols]
+            return [(col[idx[0]],) for col in columns]
         get = itemgetter(*idx)
-        return [get(self.cols[c]) for c in cols]
+        return [get(col) for col in columns]
 
     # -- building -------------------------------------------------------------------------
     def begin(self) -> Part:
