@@ -809,17 +809,19 @@ class RefStore:
                 return None, [k[len(PREFIX) + 1 :] for k in moved]
         return new, [k[len(PREFIX) + 1 :] for k in moved]
 
-    def folder_stamps(self, folders: Sequence[str]) -> builtins.list[int] | None:
+    def folder_stamps(self, folders: Sequence[str], settled: int | None = None) -> builtins.list[int] | None:
         """A stamp of each ref folder of ``folders`` (``sessions/<app>/<user>/<session>``) that
         changes when a branch is made or removed there (or the folder), by a writer or by
         hand (:meth:`~castore.storage.Storage.ref_stamps`): a reader of :meth:`changes_since`
-        compares it to tell a change the ref-change log missed. None: the storage does not
-        tell (nor keeps a log: its readers read every ref).
+        compares it to tell a change the ref-change log missed. ``settled``: when the caller
+        began reading those refs (ns): a folder changed too close to it is stamped so that the
+        next comparison says it changed. None: the storage does not tell (nor keeps a log: its
+        readers read every ref).
 
         Raises:
             StorageError: the backend failed.
         """
-        return self.storage.ref_stamps([ref_key(f) for f in folders])
+        return self.storage.ref_stamps([ref_key(f) for f in folders], settled)
 
 
 def _sibling(name: str, target: str) -> str:

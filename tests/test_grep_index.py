@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,7 @@ def test_pending_swaps_are_the_keys_whose_lock_is_held(tmp_path: Path) -> None:
 # -- freshness of the index ----------------------------------------------------------------------
 def test_unchanged_store_is_searched_without_reading_any_ref(store: castore.Store,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _age_ref_folders(Path(store.storage.root))  # changed long ago: their stamps are kept (a tick ago: read once more)
     assert len(_texts(store, "parser")) == 6  # builds the index
     reads: list[object] = []
     real = castore.Store.session_refs_and_heads
@@ -174,9 +176,65 @@ def test_refs_removed_by_hand_are_seen_by_the_next_search(store: castore.Store,
         reads.append(folders)
         return real(st, folders, lost)  # type: ignore[arg-type]
 
+    _age_ref_folders(root)  # stamps taken within a tick of a change are not kept: read once more
+    assert len(_texts(store, "parser")) == 4
     monkeypatch.setattr(castore.Store, "session_refs_and_heads", counting)
     assert len(_texts(store, "parser")) == 4
     assert reads == []  # nothing moved since: no ref read
+
+
+def _age_ref_folders(root: Path, seconds: int = 3600) -> None:
+    """Set the time of every session's ``heads/`` ``seconds`` back, as if changed long ago."""
+    for heads in (root / "refs" / "sessions").rglob("heads"):
+        t = heads.stat().st_mtime_ns - seconds * 10**9
+        os.utime(heads, ns=(t, t))
+
+
+def test_a_branch_removed_in_the_tick_of_the_stamp_is_seen(store: castore.Store,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's stamp is its ``heads/`` folder's time, and a file system's times tick coarsely
+    (a few ms on Linux, 2 s on FAT): a branch file removed by hand in the tick of the folder's
+    last change, the one the stamp was read in, left the time as it was, and the search kept
+    reporting the gone branch's lines. A stamp read within :data:`SETTLE_NS` of the folder's
+    change (here the folder's time is the read's own tick, or after) is now kept as unsettled,
+    which no later stamp equals: the next search reads that session's refs again."""
+    from castore.storage.base import UNSETTLED
+    from castore.storage.local import SETTLE_NS
+
+    s1 = store.session("bot", "ann", "s1")
+    s1.branch("side")
+    s1.checkout("side")
+    s1.append({"role": "user", "content": "a parser only side has"})
+    s1.checkout("main")
+    root = Path(store.storage.root)
+    _age_ref_folders(root)
+    heads = root / "refs" / "sessions" / "bot" / "ann" / "s1" / "heads"
+    tick = time.time_ns() + 60 * 10**9  # the folder's time: the tick the stamp is read in (or later)
+    os.utime(heads, ns=(tick, tick))
+    assert "a parser only side has" in _texts(store, "parser")
+    stamps = {tuple(r[:3]): r[9] for r in open_index(store).rows}
+    assert stamps[("bot", "ann", "s1")] == UNSETTLED
+    assert stamps[("bot", "ann", "s0")] == (root / "refs" / "sessions" / "bot" / "ann" / "s0" / "heads").stat().st_mtime_ns
+    (heads / "side").unlink()
+    os.utime(heads, ns=(tick, tick))  # removed in the same tick: the folder's time as it was
+    assert "a parser only side has" not in _texts(store, "parser")
+    assert _texts(store, "parser") == _texts(store, "parser", index=False)
+
+    # a folder whose change is older than a tick is stamped with its time, and not read again
+    old = time.time_ns() - 2 * SETTLE_NS
+    os.utime(heads, ns=(old, old))
+    assert len(_texts(store, "parser")) == 6  # its stamp changed: read again (the index unchanged)
+    assert {tuple(r[:3]): r[9] for r in open_index(store).rows}[("bot", "ann", "s1")] == old
+    reads: list[object] = []
+    real = castore.Store.session_refs_and_heads
+
+    def counting(st: castore.Store, folders: object = None, lost: object = None) -> dict:
+        reads.append(folders)
+        return real(st, folders, lost)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(castore.Store, "session_refs_and_heads", counting)
+    assert len(_texts(store, "parser")) == 6
+    assert reads == []
 
 
 def test_a_change_under_way_while_indexing_is_seen_next_time(store: castore.Store, tmp_path: Path) -> None:
@@ -409,6 +467,7 @@ def test_the_index_is_checked_by_crc_only_when_a_file_was_written_since(store: c
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import zlib
 
+    _age_ref_folders(Path(store.storage.root))  # settled stamps: no session's refs read again
     want = _texts(store, "parser")
     crcs: list[int] = []
     crc32 = zlib.crc32

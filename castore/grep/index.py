@@ -24,7 +24,11 @@ not in it. So each session keeps the *stamp* of its ref folder from when its ref
 (:meth:`castore.refs.RefStore.folder_stamps`: on local disk the time of its ``heads/``, one
 ``stat``), and a search compares the stamps of the sessions it found
 (:meth:`Index.moved_unlogged`): a changed one is read again, the index updated, and the
-search made again, so that no line of a gone session or branch is reported. castore's own
+search made again, so that no line of a gone session or branch is reported. A file system's
+times tick coarsely (a few ms on Linux, 2 s on FAT): a file removed in the tick of the folder's
+last change leaves its time as it was. So a folder changed less than two seconds before its
+refs were read (or since) is stamped *unsettled*, which no stamp equals: the next search
+(not the one that read it) reads its refs again. castore's own
 writes of a ref file in place (a deferred swap, docs/FORMAT.md 12: no rename, the folder's
 entries unchanged) are logged before they are made, so the mark sees them. A ref file a hand
 rewrites in place is in neither the log nor the stamp: its session is read again when its
@@ -104,6 +108,7 @@ import itertools
 import json
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -483,9 +488,10 @@ class Index:
         """What an update needs: ``(mark, keys, current refs)``, or None when the index is fresh
         (only a new mark, and the stamps of the folders read, to save: saved here)."""
         lost: dict[str, list[str]] = {}
+        began = time.time_ns()  # a folder changed since (or a tick before) is stamped unsettled
         mark, read, folders = _changes(self.store, self.mark if loaded else None, lost, also)
         read_folders = sorted(f for f, _ in read.values())
-        stamps = self.store.refs.folder_stamps(read_folders) if read_folders else None
+        stamps = self.store.refs.folder_stamps(read_folders, began) if read_folders else None
         self._stamps = dict(zip(read_folders, stamps, strict=True)) if stamps else {}
         if folders is not None and loaded:
             lost = {**{f: v for f, v in self.lost.items() if f not in folders}, **lost}
@@ -526,8 +532,10 @@ class Index:
         """Whether a session of ``runs`` (what :meth:`find_blocks` found) had its refs changed
         where the ref-change log does not tell (a folder or a branch file removed by hand: its
         stamp, :meth:`castore.refs.RefStore.folder_stamps`, is not the one recorded when its refs
-        were read); if so the index is brought up to date, reading those sessions' refs again,
-        and the caller searches again. Two ``stat`` calls per session found, on local disk only.
+        were read, or that one was unsettled: taken within a tick of the folder's change); if so
+        those sessions' refs are read again and the index brought up to date, and True when that
+        changed what it holds (the caller searches again). Two ``stat`` calls per session found,
+        on local disk only.
 
         Raises:
             IndexError_, StorageError, IntegrityError: as :meth:`refresh`.
@@ -535,10 +543,14 @@ class Index:
         rows = [self.rows[p.cols[1][idx[0]]] for (p, idx), *_ in runs]
         folders = [r[8] or _folder_of(r) for r in rows]
         stamps = self.store.refs.folder_stamps(folders) if rows else None
-        moved = {f for f, r, s in zip(folders, rows, stamps or (), strict=False) if s != r[9]}
-        if moved:
-            self.refresh(also=moved)
-        return bool(moved)
+        # (not those the update before this search read: they are as it found them, their
+        # stamp unsettled when they changed within a tick of it, for the next search to look again)
+        moved = {f for f, r, s in zip(folders, rows, stamps or (), strict=False) if s != r[9] and f not in self._stamps}
+        if not moved:
+            return False
+        written = [g["name"] for g in self.segments]
+        self.refresh(also=moved)
+        return [g["name"] for g in self.segments] != written  # an update writes a new segment
 
     def rebuild(self) -> Index:
         """Build the index again from the store alone (what a damaged index file calls for).

@@ -20,6 +20,10 @@ from typing import NamedTuple
 
 from ..errors import CastoreError, InvalidName, StorageError
 
+#: the stamp of a ref folder changed too recently for its stamp to be trusted
+#: (:meth:`Storage.ref_stamps`): it equals no stamp taken later
+UNSETTLED = -2
+
 Token = str
 
 
@@ -395,13 +399,20 @@ class Storage(ABC):
         """
         return None
 
-    def ref_stamps(self, folders: Sequence[str]) -> builtins.list[int] | None:
+    def ref_stamps(self, folders: Sequence[str], settled: int | None = None) -> builtins.list[int] | None:
         """A stamp of each folder of ``folders`` (keys below ``refs/``: a session's ref folder)
         that changes when a branch is made or removed in its ``heads/``, or the folder, whoever did it
         (a writer of this storage, or a hand deleting a file): what tells a reader of
         :meth:`swaps_since`, which logs only this storage's own changes, that a folder changed
         unlogged. None: this backend does not tell (it keeps no log either, so its readers
         read every ref).
+
+        ``settled``: the time (ns since the epoch, this machine's clock) at which the caller
+        began reading the folders' refs. A folder that changed too close to it, or after, gets
+        :data:`UNSETTLED`, a stamp no later stamp equals: a change in the same tick of the
+        file system's clock leaves its stamp as it was, so only a stamp taken once the folder's
+        last change is older than a tick is kept as the refs' (a reader told UNSETTLED reads the
+        folder's refs again next time).
 
         Raises:
             StorageError: the backend failed.

@@ -54,7 +54,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import CorruptRef, InvalidName, StorageError
 from . import refchanges
-from .base import Appender, Journal, JournalMany, PreconditionFailed, RefIntent, Storage, Token, Versioned, check_key
+from .base import (
+    UNSETTLED,
+    Appender,
+    Journal,
+    JournalMany,
+    PreconditionFailed,
+    RefIntent,
+    Storage,
+    Token,
+    Versioned,
+    check_key,
+)
 from .bootmarkers import BootMarkers, frame
 from .locks import HandleLockFile, check_stale, owner_size, take_lock, unlock
 from .reffiles import (
@@ -103,6 +114,9 @@ _PATHS_KEPT = 4096
 #: a new folder is made by plain ``mkdir`` calls when a folder this handle knows is at most this
 #: many levels above it (:meth:`LocalStorage._mkdir_below_known`)
 _MKDIR_DEPTH = 8
+#: how long before a ref read a folder's last change must be for its stamp to be kept
+#: (:meth:`LocalStorage.ref_stamps`): longer than any file system's tick (FAT's is 2 s)
+SETTLE_NS = 2_000_000_000
 
 
 _BOOT: list[str] = []  # this boot's id, read once per process (every deferred swap asks)
@@ -851,19 +865,24 @@ class LocalStorage(Storage):
         if boot:
             self._markers.compact(boot, intents_of)
 
-    def ref_stamps(self, folders: Sequence[str]) -> builtins.list[int]:
+    def ref_stamps(self, folders: Sequence[str], settled: int | None = None) -> builtins.list[int]:
         """The modification time (ns) of each folder's ``heads/`` (-1 where there is none): a
         branch file made, renamed in or removed there changes it, by castore (whose changes
         :meth:`swaps_since` tells too) or by hand (which it cannot); so does removing the
         whole folder. One ``stat`` a folder; a ref written in place changes nothing (it is
-        logged)."""
+        logged). With ``settled`` (see :meth:`Storage.ref_stamps`), a time less than
+        :data:`SETTLE_NS` before it, or after it, gives :data:`UNSETTLED`: a file system's times
+        tick coarsely (a few ms on Linux, 2 s on FAT), so a file removed in the tick of the
+        folder's last change would leave its time as the stamp read."""
         out = []
         stat, root = os.stat, os.path.join(self.root, "")  # (keys are /-separated, as POSIX paths)
+        recent = settled - SETTLE_NS if settled is not None else None
         for f in folders:
             try:
-                out.append(stat(root + check_key(f"{f}/heads")).st_mtime_ns)
+                t = stat(root + check_key(f"{f}/heads")).st_mtime_ns
             except OSError:
-                out.append(-1)
+                t = -1
+            out.append(UNSETTLED if recent is not None and t >= recent else t)
         return out
 
     def pending_swaps(self, prefix: str) -> builtins.list[str]:
