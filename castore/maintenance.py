@@ -44,6 +44,7 @@ from .refnames import (
     deleting_since,
     head_segment,
     lost_branch_problem,
+    meta_number,
     parse_ref_name,
     session_prefix,
 )
@@ -829,11 +830,11 @@ def _last_change(store: Store, prefix: str) -> tuple[float | None, dict[str, Ref
     for n, v in refs.items():
         if v.symbolic is not None or n.endswith("/reflog"):
             continue
-        t = v.meta.get(META_TIME)
-        if not isinstance(t, (int, float)) or isinstance(t, bool):
-            t = store.history.commit(v.target).time
-        if isinstance(t, (int, float)):
-            times.append(float(t))
+        t = meta_number(v.meta.get(META_TIME))
+        if t is None:
+            t = meta_number(store.history.commit(v.target).time)
+        if t is not None:
+            times.append(t)
     return (max(times) if times else None), refs
 
 

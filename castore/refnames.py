@@ -21,6 +21,7 @@ Pure: nothing here reads or writes storage. The write path that moves these refs
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -215,8 +216,20 @@ def carried_meta(value: RefValue | None, *drop: str) -> dict[str, Any]:
 def deleting_since(head: RefValue | None) -> float | None:
     """When the deletion of the session whose HEAD is ``head`` started, if one did and has
     not finished (HEAD carries :data:`META_DELETING`: :mod:`castore.deletion`); else None."""
-    when = head.meta.get(META_DELETING) if head is not None else None
-    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+    return meta_number(head.meta.get(META_DELETING)) if head is not None else None
+
+
+def meta_number(value: Any) -> float | None:
+    """``value``, read from a ref's metadata, as a finite float if it is a real number, else
+    None: a boolean, infinity, NaN, or an integer beyond any float (a damaged or hand-written
+    ref: JSON bounds neither) is no time nor count. Raises nothing."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def branches_made_since(values: Mapping[str, RefValue | None], listed: Container[str]) -> list[str]:
@@ -435,6 +448,7 @@ __all__ = [
     "META_NAMES",
     "META_TIME",
     "META_WRITE_ID",
+    "meta_number",
     "name_meta",
     "parse_ref_name",
     "real_name",

@@ -11,7 +11,6 @@ judged by :func:`castore.refnames.lost_branch_problem`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from .refnames import (
     deleting_since,
     head_segment,
     lost_branch_problem,
+    meta_number,
     real_name,
     session_key,
     valid_segment,
@@ -227,9 +227,8 @@ def read_refs_skipping_damage(refs: RefStore, names_: list[str], damage: dict[st
 
 def _number(value: object, default: float) -> float:
     """``value`` as a finite float if it is a real number, else ``default``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return default
+    number = meta_number(value)
+    return default if number is None else number
 
 
 __all__ = ["SessionRefsAndHead", "read_refs_skipping_damage", "session_refs_and_heads", "sessions_of"]

@@ -4,6 +4,7 @@ are owned by their ``flock``, and human output cannot drive the reader's termina
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -685,3 +686,30 @@ def test_an_archive_import_finds_no_file_through_a_symlink(tmp_path: Path) -> No
     assert found([s.path for s in claude_code.find_sessions(proj)]) == [
         "sessions/claude/proj/s1.jsonl", "sessions/claude/proj/s1/subagents/real.jsonl"]
     assert not any("elsewhere" in p for p in detect._sample(str(root)))
+
+
+@pytest.mark.parametrize("ref", ["HEAD", "heads/main"])
+def test_ref_metadata_numbers_beyond_any_float_are_no_time_not_a_traceback(tmp_path: Path, ref: str) -> None:
+    """JSON bounds no integer: a ref file whose metadata holds one beyond any float (a deletion's
+    mark, a time, a count; damaged or hand-written, or pulled) made sessions, fsck, usage, grep,
+    expire, push and delete-session all end in an OverflowError traceback. Such a number now
+    reads as none, as a string there does."""
+    root = tmp_path / "st"
+    with castore.open(str(root)) as store:
+        for sid in ("odd", "fine"):
+            store.session("app", "u", sid).append(castore.Message(role="user", content="parser"))
+        value = store.refs.read(f"sessions/app/u/odd/{ref}")
+    assert value is not None
+    huge = 10 ** 400
+    meta = {"deleting": huge, "created": -huge} if ref == "HEAD" else {"t": huge, "n": huge}
+    first = f"ref: {value.symbolic}" if value.symbolic is not None else value.target
+    (root / "refs" / "sessions" / "app" / "u" / "odd" / ref).write_text(f"{first}\n{json.dumps(meta)}\n")
+    runner = CliRunner()
+    for args in (["sessions"], ["sessions", "--json"], ["fsck"], ["usage"], ["grep", "-c", "parser"],
+                 ["expire", "--older-than", "1d", "--dry-run"], ["push", "--all", str(tmp_path / "remote")],
+                 ["-s", "app/u/odd", "log"], ["delete-session", "app/u/odd"]):
+        res = runner.invoke(main, ["--store", str(root), *args])
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.output, res.exception)
+        assert "Traceback" not in res.output, (args, res.output)
+    res = runner.invoke(main, ["--store", str(root), "sessions"])
+    assert [line.split()[0] for line in res.stdout.splitlines()] == ["app/u/fine"]
