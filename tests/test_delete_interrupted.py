@@ -454,6 +454,22 @@ def test_pull_and_clone_copy_a_session_whose_deletion_began_without_the_mark(bac
 
 
 
+def _racing_deletion(url: str, deletion: str) -> castore.Store:
+    """A store over ``url`` on which KEY's deletion runs just before the first swap of KEY's
+    HEAD (after a first write made its branch): ``whole``, or ``marked`` (stopped after its
+    first change, which makes a marked HEAD where there was none)."""
+
+    def delete() -> None:
+        if deletion == "marked":
+            with castore.Store(KillAt(open_storage(url), 2)) as st, pytest.raises(Killed):
+                st.delete_session(*KEY)
+        else:
+            with castore.open(url) as st:
+                st.delete_session(*KEY)
+
+    return castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete))
+
+
 def _first_write(how: str, ws: castore.Store, cid: str) -> None:
     """Make KEY's first branch, then its HEAD, the way ``how`` does."""
     from castore.entries import prepare
@@ -492,15 +508,7 @@ def test_a_deletion_between_a_first_branch_and_its_head_leaves_no_branch_behind(
         cid = st.session("app", "alice", "src").head
     assert cid is not None
 
-    def delete() -> None:
-        if deletion == "marked":  # no HEAD yet: the deletion's first change makes it, marked
-            with castore.Store(KillAt(open_storage(url), 2)) as st, pytest.raises(Killed):
-                st.delete_session(*KEY)
-        else:
-            with castore.open(url) as st:
-                st.delete_session(*KEY)
-
-    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
+    with _racing_deletion(url, deletion) as ws:
         refused = castore.RefConflict if how == "import" and deletion == "whole" else castore.SessionDeleting
         with pytest.raises(refused) as got:
             _first_write(how, ws, cid)
@@ -591,9 +599,9 @@ def test_adks_list_sessions_leaves_out_a_session_whose_deletion_was_interrupted(
 @pytest.mark.parametrize("at", [2, 3])
 def test_langgraphs_checkpoint_listing_leaves_out_a_thread_whose_deletion_was_interrupted(tmp_path, at: int) -> None:
     """LangGraph's ``list(None)`` (every thread's checkpoints) and ``delete_for_runs`` leave out
-    a thread whose deletion stopped halfway, as once its deletion is finished. Before, its
-    checkpoints were listed while its branch was there, and ``delete_for_runs`` rewrote the
-    thread under the mark."""
+    a thread whose deletion stopped halfway, as once its deletion is finished, and ``prune``
+    refuses to rewrite it. Before, its checkpoints were listed while its branch was there, and
+    ``delete_for_runs`` and ``prune`` rewrote the thread under the mark."""
     pytest.importorskip("langgraph")
     from typing import TypedDict
 
@@ -622,6 +630,8 @@ def test_langgraphs_checkpoint_listing_leaves_out_a_thread_whose_deletion_was_in
         assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"kept"}
         saver.delete_for_runs(["r1"])
         assert not list(saver.list({"configurable": {"thread_id": "kept"}}))  # (run r1's checkpoints went)
+        with pytest.raises(castore.SessionDeleting, match="castore delete-session app/alice/doomed"):
+            saver.prune(["doomed"])  # keep_latest: a rewrite of what the deletion will delete
         assert {n: st.refs.read(n) for n in st.refs.list("sessions/app/alice/doomed")} == before
         saver.delete_thread("doomed")  # finishes it
         assert not st.refs.list("sessions/app/alice/doomed")
@@ -643,15 +653,7 @@ def test_a_pull_of_a_new_session_racing_its_deletion_there_leaves_no_branch_behi
     with src.open() as s, castore.open(url) as d:
         d.init(like=s)
 
-    def delete() -> None:
-        if deletion == "marked":
-            with castore.Store(KillAt(open_storage(url), 2)) as st, pytest.raises(Killed):
-                st.delete_session(*KEY)
-        else:
-            with castore.open(url) as st:
-                st.delete_session(*KEY)
-
-    with src.open() as s, castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as d:
+    with src.open() as s, _racing_deletion(url, deletion) as d:
         report = sync.pull(s, d)
     assert [r.ref for r in report.refs_refused] == ["sessions/app/alice/doomed/HEAD"], report.refs_refused
     said = "was deleted while this write landed" if deletion == "whole" else "castore delete-session app/alice/doomed"
@@ -691,19 +693,11 @@ def test_langgraphs_first_checkpoint_racing_the_threads_deletion_leaves_no_branc
     with castore.open(url) as st:
         st.init()
 
-    def delete() -> None:
-        if deletion == "marked":
-            with castore.Store(KillAt(open_storage(url), 2)) as st, pytest.raises(Killed):
-                st.delete_session(*KEY)
-        else:
-            with castore.open(url) as st:
-                st.delete_session(*KEY)
-
     b = StateGraph(State)
     b.add_node("inc", lambda s: {"n": s["n"] + 1})
     b.add_edge(START, "inc")
     b.add_edge("inc", END)
-    with castore.Store(_During(open_storage(url), "swap", "alice/doomed/HEAD", 1, delete)) as ws:
+    with _racing_deletion(url, deletion) as ws:
         g = b.compile(checkpointer=CastoreSaver(ws, app="app", user="alice"))
         with pytest.raises(castore.SessionDeleting) as got:
             g.invoke({"n": 0}, {"configurable": {"thread_id": "doomed"}})

@@ -788,6 +788,8 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
 
         Raises:
             ValueError: an unknown strategy.
+            SessionDeleting: ``keep_latest`` of a thread whose deletion is under way or was
+                interrupted (``delete`` finishes it).
             InvalidName, StorageError.
         """
         if strategy not in ("keep_latest", "delete"):
@@ -830,8 +832,15 @@ class CastoreSaver(Handle, BaseCheckpointSaver[int]):
 
         A kept checkpoint whose parent is dropped is written again onto its nearest kept
         ancestor (or as a root); branches move to the new commits; objects are shared.
+
+        Raises:
+            SessionDeleting: a deletion of the thread is under way or was interrupted (its
+                refs are left as they are: rewritten, they would read as a write after the
+                deletion began, which keeps the thread, :func:`castore.deletion.written_since`).
         """
         prefix = self._prefix(thread_id)
+        if deleting_since(self.store.refs.read(SessionRefs(prefix).head)) is not None:
+            raise SessionDeleting((self.app, self.user, thread_id))
         history, plumbing = self.store.history, self.store.plumbing
         order = sorted((cid for cid, c in view.commits.items() if c.kind == "checkpoint"),
                        key=lambda cid: view.commits[cid].depth)
