@@ -945,7 +945,7 @@ def _start_worker(store: Store, shares: tuple[int, int]) -> Worker | None:
     from .forked import can_fork
     from .objects import pack, unpack
 
-    if not _has_sessions(store, SCAN_MIN_SESSIONS) or not can_fork():
+    if not can_fork() or not _has_sessions(store, SCAN_MIN_SESSIONS):  # no listing where none may start (S3)
         return None
     own, n = shares
     limit = SCAN_MAX_COMMITS * (n - own) // n
