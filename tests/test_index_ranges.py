@@ -9,6 +9,7 @@ import math
 import os
 import random
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -124,12 +125,15 @@ def test_a_ranged_view_checks_the_whole_index_before_a_verdict_on_it() -> None:
 
 
 class CountingStorage(LocalStorage):
-    """Local disk, counting the bytes read from pack indexes (whole reads and ranges)."""
+    """Local disk, counting the bytes read from pack indexes (whole reads and ranges) and
+    the ranged reads of each."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.index_bytes = 0
         self.whole: list[str] = []
+        self.ranges: Counter[str] = Counter()  # index key -> ranged reads (its head's included)
+        self.range_bytes: Counter[str] = Counter()  # index key -> the bytes they read
 
     def read(self, key: str) -> bytes:
         got = super().read(key)
@@ -142,6 +146,8 @@ class CountingStorage(LocalStorage):
         got = super().read_range(key, offset, size)
         if key.endswith(packs.INDEX_SUFFIX):
             self.index_bytes += len(got)
+            self.ranges[key] += 1
+            self.range_bytes[key] += len(got)
         return got
 
 
@@ -179,6 +185,37 @@ def test_a_fresh_reader_at_the_middle_reads_a_few_windows_of_each_index(
     with castore.Store(storage) as st:  # a miss reads every index whole (its check first)
         assert not st.objects.contains("0" * 64)
     assert storage.index_bytes >= total
+
+
+def test_a_fresh_reader_of_a_session_searches_the_index_that_holds_it_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # four sessions, each written by a handle of its own into a log of its own, each log then
+    # repacked alone: four packs of blocks, and hints naming the logs (gone), so a reader
+    # lists the packs and searches all four indexes for what it reads
+    url = str(tmp_path / "st")
+    for k in range(4):
+        with castore.open(url, format=2, durable=False, auto_repack=False) as st:
+            st.session("app", "u", f"s{k}").append_many(
+                [castore.Message(role="user", content=f"{k} {i} " + os.urandom(100).hex()) for i in range(300)])
+    for log in sorted(p.stem for p in Path(url, "packs").glob("w-*.pack")):
+        with castore.open(url, auto_repack=False) as st:
+            st.objects.packmap.refresh()
+            assert st.objects.repacker.merge_packs([log])
+    assert sorted(p.name[:2] for p in Path(url, "packs").glob("*.idx")) == ["r-"] * 4
+    monkeypatch.setattr(packindex, "INDEX_HEAD", 256)  # small indexes: read them by range
+    for k in range(4):
+        storage = CountingStorage(url)
+        with castore.Store(storage) as st:
+            log = st.session("app", "u", f"s{k}").log(limit=20)
+            assert [e.entry.content.split()[:2] for e in log] == [[str(k), str(i)] for i in range(299, 279, -1)]
+        # the others: their head, and at most the window of the first lookup's miss (searched
+        # by name, the order listed, every lookup missed in each index before the right one:
+        # a window each, then each index whole)
+        right = max(storage.ranges, key=storage.ranges.__getitem__)
+        for key, reads in storage.ranges.items():
+            if key != right:
+                assert reads <= 2, storage.ranges
+                assert storage.range_bytes[key] < Path(url, key).stat().st_size / 2, storage.range_bytes
 
 
 def _damage(url: str, edit: str) -> str:
