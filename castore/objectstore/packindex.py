@@ -56,9 +56,13 @@ def _encode_index_v2(pack_size: int, where: Mapping[str, Place]) -> bytes:
 #: the first bytes of an index a ranged reader reads at once (its header and record table, or
 #: all of a small index); the rest is read a window of rows at a time (IndexView)
 INDEX_HEAD = 16 << 10
-#: a ranged view reads its whole index once it has read this fraction of it in windows, or
-#: made INDEX_RANGE_READS reads: a reader of many objects pays one whole read, not thousands
-INDEX_RANGE_SHARE = 4
+#: a ranged view reads its whole index once its windows have fetched 1/INDEX_RANGE_SHARE of
+#: the index's bytes, or it made INDEX_RANGE_READS reads: a reader of many objects pays one
+#: whole read, not thousands. At 1 (as a renter buys once the rent paid equals the price) a
+#: reader never reads more than about twice what the better of the two ways would have; at
+#: 4, the 34 lookups of a fresh turn's read at 10,000 entries read a 2.2 MB index whole at
+#: the 27th (a sixth of that read's CPU: docs/benchmarks/BENCHMARKS-turn.md)
+INDEX_RANGE_SHARE = 1
 INDEX_RANGE_READS = 256
 
 
@@ -83,8 +87,9 @@ class IndexView:
     hashes, evenly spread, so a lookup reads one window of about 2 x sqrt(count) rows
     around the place its id's first bytes predict, and narrows by windows (an interpolated
     step, then a halving one) when the id is not in it: O(log n) reads at worst, and one
-    ~16 KiB read for 30,000 rows. A view that has read a quarter of its index, or made
-    ``max_reads`` reads (default :data:`INDEX_RANGE_READS`), reads the rest whole.
+    ~16 KiB read for 30,000 rows. A view whose windows have fetched as many bytes as the
+    index holds (:data:`INDEX_RANGE_SHARE`), or that made ``max_reads`` reads (default
+    :data:`INDEX_RANGE_READS`), reads it whole.
 
     With ``check=False`` the check over the whole index (a blake3 of every byte: O(n) for a
     reader of one object, and for a ranged view a read of the whole index) is left for
