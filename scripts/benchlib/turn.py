@@ -10,7 +10,10 @@ is timed
 - on a warm handle that appended one message since its last call (the append not timed);
 
 first with no other process, then beside a live writer: another process that appended to
-another session of the same store and holds its writer log open (unsealed).
+another session of the same store and holds its writer log open (unsealed). Last, the turn
+itself: the budgeted context and a durable append, on a fresh handle (opened, read,
+appended, closed: the close seals its writer's log) and on a warm one (so after those
+reads: the fresh turns leave a small pack each, as a process per turn does).
 
 Stores are built once per N and copied for each run; the 100,000-entry one is kept in a
 cache folder between runs (``$CASTORE_BENCH_CACHE``, default ``~/.cache/castore-bench``),
@@ -54,6 +57,8 @@ READS = [
     ("langgraph", "LangGraph saver `get_tuple`"),
 ]
 ADAPTER_READS = ("openai", "adk", "langgraph")
+#: the turn: the per-turn read and a durable append (timed together)
+TURN = ("turn", f"the turn: `context(max_tokens={BUDGET:,})` + durable `append`")
 
 LIVE_WRITER = r"""
 import sys, castore
@@ -178,6 +183,10 @@ class Reader:
         """Do read ``what``; return how many things it returned (checked by the caller)."""
         if what == "context":
             return len(self.s.context(max_tokens=BUDGET))
+        if what == "turn":
+            got = len(self.s.context(max_tokens=BUDGET))
+            self.append()
+            return got
         if what == "log":
             return len(self.s.log(limit=LOG_N))
         if what == "newest":
@@ -235,7 +244,8 @@ def measure(url: str, n: int, reads: list[str], reps: int, res: dict[tuple[str, 
                 want = expected(what, n)
                 assert want is None or got == want, (what, n, got, want)
                 if what not in ADAPTER_READS:
-                    warm.append()
+                    if what != "turn":  # (a turn appends itself)
+                        warm.append()
                     t = time.perf_counter()
                     warm.read(what)
                     res[(what, "warm", writer, n)].append((time.perf_counter() - t) * 1e3)
@@ -278,6 +288,8 @@ def run(sizes: list[int], workdir: str, reps: int, cache_from: int,
             child.stdin.write("\n")
             child.stdin.flush()
             child.wait(timeout=60)
+        log(f"turn: N={n:,}: the turn, read and durable append ({reps}, fresh and warm)")
+        measure(url, n, [TURN[0]], reps, res, "none")
         shutil.rmtree(url, ignore_errors=True)
     return res
 
@@ -300,18 +312,22 @@ def section(turn: dict[tuple[str, str, str, int], list[float]] | None, sizes: li
            "warm after an append: under 2 ms at any N). *× Pi*: castore's fresh read over parsing "
            "Pi's JSONL of the same session (what Pi does to read it in a new process). Beside a live "
            "writer: another process appended 1,000 entries to another session of the store and holds "
-           "its writer log open (target: fresh reads within 1.5× of the same read without it).", ""]
+           "its writer log open (target: fresh reads within 1.5× of the same read without it). *The "
+           "turn*: the context and a durable append timed together, measured after the reads (fresh: "
+           "opened, read, appended, closed, the close sealing the writer's log; warm: the one handle, "
+           "its previous turn's append the entry it reads).", ""]
     head = "| read | handle | " + " | ".join(f"N = {n:,}" for n in sizes) + f" | × N={top:,} | × Pi at {top:,} |"
     out += [head, "|---|---|" + "---:|" * (len(sizes) + 2)]
     pi_top = _med(turn.get(("pi", "fresh", "none", top), []))
-    for what, label in READS:
+    for what, label in [*READS, TURN]:
         for mode in ("fresh", "warm"):
             vals = [_med(turn.get((what, mode, "none", n), [])) for n in sizes]
             if all(v is None for v in vals):
                 continue
             cells = [ms(v) if v is not None else "not run" for v in vals]
             grow = f"×{vals[-1] / vals[0]:.2f}" if vals[0] and vals[-1] is not None else "—"
-            vs_pi = f"×{vals[-1] / pi_top:.2f}" if mode == "fresh" and pi_top and vals[-1] is not None else ""
+            vs_pi = f"×{vals[-1] / pi_top:.2f}" if mode == "fresh" and what != "turn" and pi_top \
+                and vals[-1] is not None else ""
             out.append(f"| {label} | {mode} | " + " | ".join(cells) + f" | {grow} | {vs_pi} |")
     pis = [_med(turn.get(("pi", "fresh", "none", n), [])) for n in sizes]
     out.append("| Pi JSONL: parse the session (anchor) | fresh | " + " | ".join(ms(v) for v in pis) +
