@@ -16,7 +16,7 @@ import pytest
 
 import castore
 from castore import maintenance
-from castore.objectstore import packindex, packs
+from castore.objectstore import packindex, packmap, packs
 from castore.storage.local import LocalStorage
 from castore.storage.retrying import RetryingStorage
 
@@ -175,8 +175,10 @@ def _sizes(url: str) -> int:
 def test_a_fresh_reader_at_the_middle_reads_a_few_windows_of_each_index(
         store: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     url, ids = store
-    # this store's indexes are small: read them by range
+    # this store's indexes are small: read them by range (a read of one costs as much as a
+    # window's: here, as if only the bytes counted)
     monkeypatch.setattr(packindex, "INDEX_HEAD", 256, raising=False)
+    monkeypatch.setattr(packindex, "INDEX_READ_COST", 0)
     storage = CountingStorage(url)
     with castore.Store(storage) as st:
         assert st.session("app", "u", "s").state(ids[N // 2], scopes=False)["turn"] == N // 2
@@ -188,12 +190,10 @@ def test_a_fresh_reader_at_the_middle_reads_a_few_windows_of_each_index(
     assert storage.index_bytes >= total
 
 
-def test_a_fresh_reader_of_a_session_searches_the_index_that_holds_it_first(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # four sessions, each written by a handle of its own into a log of its own, each log then
-    # repacked alone: four packs of blocks, and hints naming the logs (gone), so a reader
-    # lists the packs and searches all four indexes for what it reads
-    url = str(tmp_path / "st")
+def _four_packs(url: str) -> None:
+    """Four sessions, each written by a handle of its own into a log of its own, each log then
+    repacked alone: four packs of blocks, and hints naming the logs (gone), so a reader
+    lists the packs and searches all four indexes for what it reads."""
     for k in range(4):
         with castore.open(url, format=2, durable=False, auto_repack=False) as st:
             st.session("app", "u", f"s{k}").append_many(
@@ -203,6 +203,12 @@ def test_a_fresh_reader_of_a_session_searches_the_index_that_holds_it_first(
             st.objects.packmap.refresh()
             assert st.objects.repacker.merge_packs([log])
     assert sorted(p.name[:2] for p in Path(url, "packs").glob("*.idx")) == ["r-"] * 4
+
+
+def test_a_fresh_reader_of_a_session_searches_the_index_that_holds_it_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = str(tmp_path / "st")
+    _four_packs(url)
     monkeypatch.setattr(packindex, "INDEX_HEAD", 256)  # small indexes: read them by range
     for k in range(4):
         storage = CountingStorage(url)
@@ -217,6 +223,42 @@ def test_a_fresh_reader_of_a_session_searches_the_index_that_holds_it_first(
             if key != right:
                 assert reads <= 2, storage.ranges
                 assert storage.range_bytes[key] < Path(url, key).stat().st_size / 2, storage.range_bytes
+
+
+def test_the_small_packs_of_a_process_per_turn_cost_the_large_indexes_no_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # beside the four packs, five turns of s0, each by a process of its own (a handle opened,
+    # one append, closed): five small packs holding the session's newest entries
+    url = str(tmp_path / "st")
+    _four_packs(url)
+    for i in range(300, 305):
+        with castore.open(url, format=3) as st:  # (a durable handle's close repacks its log)
+            st.session("app", "u", "s0").append(castore.Message(role="user", content=f"0 {i} turn"))
+    assert len(list(Path(url, "packs").glob("*.idx"))) == 9
+    # the four large ones read by range, and kept so (as if a read cost only its bytes), as
+    # the indexes of a long session are
+    monkeypatch.setattr(packindex, "INDEX_HEAD", 256)
+    monkeypatch.setattr(packindex, "INDEX_READ_COST", 0)
+    missed: list[int] = []  # rows of each index read by range that a lookup missed in
+    small: list[int] = []  # rows of each small index searched
+    real = packindex.IndexView.find
+
+    def find(self: packindex.IndexView, raw: bytes) -> packs.Place | None:
+        got = real(self, raw)
+        if got is None and not self.held:
+            missed.append(self.count)
+        if self.count <= packmap.SMALL_INDEX_ROWS:
+            small.append(self.count)
+        return got
+
+    monkeypatch.setattr(packindex.IndexView, "find", find)
+    with castore.open(url) as st:
+        log = st.session("app", "u", "s0").log(limit=20)
+    assert [e.entry.content.split()[1] for e in log] == [str(i) for i in range(304, 284, -1)]
+    # the small packs' rows are mapped when loaded, and the indexes held whole are searched
+    # before those read by range: a ranged index misses at most once each (the first lookup)
+    assert len(missed) <= 3, missed
+    assert small == []
 
 
 def _damage(url: str, edit: str) -> str:

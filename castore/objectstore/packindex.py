@@ -56,13 +56,18 @@ def _encode_index_v2(pack_size: int, where: Mapping[str, Place]) -> bytes:
 #: the first bytes of an index a ranged reader reads at once (its header and record table, or
 #: all of a small index); the rest is read a window of rows at a time (IndexView)
 INDEX_HEAD = 16 << 10
-#: a ranged view reads its whole index once its windows have fetched 1/INDEX_RANGE_SHARE of
-#: the index's bytes, or it made INDEX_RANGE_READS reads: a reader of many objects pays one
-#: whole read, not thousands. At 1 (as a renter buys once the rent paid equals the price) a
-#: reader never reads more than about twice what the better of the two ways would have; at
-#: 4, the 34 lookups of a fresh turn's read at 10,000 entries read a 2.2 MB index whole at
-#: the 27th (a sixth of that read's CPU: docs/benchmarks/BENCHMARKS-turn.md)
+#: a ranged view reads its whole index once its windows have cost 1/INDEX_RANGE_SHARE of
+#: reading the index whole (their bytes, and INDEX_READ_COST a read), or it made
+#: INDEX_RANGE_READS reads: a reader of many objects pays one whole read, not thousands. At 1
+#: (as a renter buys once the rent paid equals the price) a reader never pays much more than
+#: twice what the better of the two ways would have; at 4, the 34 lookups of a fresh turn's
+#: read at 10,000 entries read a 2.2 MB index whole at the 27th (a sixth of that read's CPU:
+#: docs/benchmarks/BENCHMARKS-turn.md)
 INDEX_RANGE_SHARE = 1
+#: what one ranged read costs beside its bytes, in bytes of a whole read: its system calls
+#: and their Python, ~5 us on local disk, the time a whole read takes for ~32 KiB (copied
+#: from the page cache into memory first touched)
+INDEX_READ_COST = 32 << 10
 INDEX_RANGE_READS = 256
 
 
@@ -87,9 +92,9 @@ class IndexView:
     hashes, evenly spread, so a lookup reads one window of about 2 x sqrt(count) rows
     around the place its id's first bytes predict, and narrows by windows (an interpolated
     step, then a halving one) when the id is not in it: O(log n) reads at worst, and one
-    ~16 KiB read for 30,000 rows. A view whose windows have fetched as many bytes as the
-    index holds (:data:`INDEX_RANGE_SHARE`), or that made ``max_reads`` reads (default
-    :data:`INDEX_RANGE_READS`), reads it whole.
+    ~16 KiB read for 30,000 rows. A view whose windows have cost what reading the index
+    whole does (:data:`INDEX_RANGE_SHARE`, :data:`INDEX_READ_COST`), or that made
+    ``max_reads`` reads (default :data:`INDEX_RANGE_READS`), reads it whole.
 
     With ``check=False`` the check over the whole index (a blake3 of every byte: O(n) for a
     reader of one object, and for a ranged view a read of the whole index) is left for
@@ -151,6 +156,11 @@ class IndexView:
             raise IntegrityError("pack index", f"declares {self.count} rows but holds {held - self._rows_at} bytes")
         self.data = data
         self._read = None
+
+    @property
+    def held(self) -> bool:
+        """Whether the whole index is in memory (a lookup reads nothing)."""
+        return self._read is None
 
     def _fetch_whole(self) -> None:
         """Read the whole index (a ranged view) and search it in memory from now on.
@@ -237,7 +247,8 @@ class IndexView:
                 the index is cut short.
         """
         if self._read is not None:
-            if self.reads >= self._max_reads or self.fetched * INDEX_RANGE_SHARE >= self.size:
+            if self.reads >= self._max_reads or \
+                    (self.fetched + self.reads * INDEX_READ_COST) * INDEX_RANGE_SHARE >= self.size:
                 self._fetch_whole()
             else:
                 return self._find_ranged(raw)
@@ -321,4 +332,5 @@ def decode_index(data: bytes) -> tuple[int, dict[str, Place]]:
 
 
 __all__ = ["INDEX_CHUNK", "INDEX_HEAD", "INDEX_HEAD_REMOTE", "INDEX_MAGIC", "INDEX_MAGIC_V2", "INDEX_RANGE_READS",
-           "INDEX_RANGE_READS_REMOTE", "INDEX_RANGE_SHARE", "IndexView", "decode_index", "encode_index"]
+           "INDEX_RANGE_READS_REMOTE", "INDEX_RANGE_SHARE", "INDEX_READ_COST", "IndexView", "decode_index",
+           "encode_index"]

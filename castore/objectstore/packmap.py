@@ -46,6 +46,9 @@ PREFIXES = 4
 RACY_TICK = 2.0
 #: listings a refresh makes at most while the packs it listed keep vanishing (repacked meanwhile)
 REFRESH_RELISTS = 4
+#: an index of at most this many rows (what a process appending a turn or two leaves), read
+#: whole, is mapped row by row when loaded
+SMALL_INDEX_ROWS = 16
 
 
 class _Pack:
@@ -286,9 +289,16 @@ class PackMap:
                     # the check over every row waits until a miss or a bad object needs it
                     # (:meth:`recheck`): a reader of a few objects pays O(log n), not O(n)
                     view = packindex.IndexView(raw, check=False, read=self._index_reader(name), max_reads=reads)
+                    # a small index read whole is mapped at once (checked, every row decoded:
+                    # microseconds), so that it costs a lookup nothing, not a search each
+                    # (a process per turn leaves a pack of a few objects per turn)
+                    rows = view.rows() if view.held and view.count <= SMALL_INDEX_ROWS else None
                 except IntegrityError:
                     pass  # the pack is the truth: scan it
                 else:
+                    if rows is not None:
+                        self.add(name, rows, sealed=True, scanned=view.pack_size, version=view.version)
+                        continue
                     # rows are looked up when needed (:meth:`locate`): a reader of a few objects
                     # does not decode every row of every index
                     self.add(name, {}, sealed=True, scanned=view.pack_size, version=view.version)
@@ -375,15 +385,18 @@ class PackMap:
 
     def locate(self, oid: str) -> tuple[str, Place] | None:
         """The pack and place of ``oid``'s frame as this handle knows them, or None: the
-        pack map, then a search of each index not yet decoded, the one that held the last
-        object found first.
+        pack map, then a search of each index not yet decoded: those held whole first, then
+        those read by range, each group the index that held the last object found first.
 
-        Objects read together were mostly written together (a path's tail commits, their
-        bodies, its index and segments sit in the newest repacked blocks), so the index that
-        held the last one most likely holds the next: each index searched in vain costs a
-        ranged read of its rows and brings a whole read of it nearer (``IndexView.find``).
-        A fresh reader of a session's last entries in a store of four repacked packs
-        searched three indexes for nothing per object, and read all four whole."""
+        A miss in an index held whole costs a bisection in memory; a miss in one read by range
+        costs a read of a window of its rows and brings a whole read of it nearer
+        (``IndexView.find``). And objects read together were mostly written together (a
+        path's tail commits, their bodies, its index and segments sit in the newest repacked
+        blocks), so the index that held the last one most likely holds the next. A fresh
+        reader of a session's last entries in a store of four repacked packs searched, by
+        name, three indexes for nothing per object and read all four whole; in a store that
+        a process per turn left a small pack per turn in, it missed in the large indexes for
+        each entry those small packs hold."""
         hit = self._where.get(oid)
         if hit is not None or not self._lazy:
             return hit
@@ -395,19 +408,23 @@ class PackMap:
             return None
         with self.lock:
             lazy = self._lazy
-            for name in list(reversed(lazy)):  # the most recently useful first (moved last below)
-                view = lazy[name]
-                try:
-                    loc = view.find(raw)
-                except IntegrityError:
-                    self._unindex(name)  # a damaged row: the pack is the truth, scan it
-                    return self._where.get(oid)
-                if loc is not None:
-                    if next(reversed(lazy)) != name:
-                        lazy[name] = lazy.pop(name)
-                    hit = self._where[oid] = (name, loc)
-                    self._packs[name].where[oid] = loc
-                    return hit
+            order = list(reversed(lazy))  # the most recently useful first (a hit moves last)
+            for held in (True, False):
+                for name in order:
+                    view = lazy.get(name)
+                    if view is None or view.held is not held:
+                        continue  # (a ranged view read whole by its own search is searched once)
+                    try:
+                        loc = view.find(raw)
+                    except IntegrityError:
+                        self._unindex(name)  # a damaged row: the pack is the truth, scan it
+                        return self._where.get(oid)
+                    if loc is not None:
+                        if next(reversed(lazy)) != name:
+                            lazy[name] = lazy.pop(name)
+                        hit = self._where[oid] = (name, loc)
+                        self._packs[name].where[oid] = loc
+                        return hit
         return None
 
     def _unindex(self, name: str) -> None:
