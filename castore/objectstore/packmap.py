@@ -466,7 +466,8 @@ class PackMap:
         hit = self._where.get(oid)
         if hit is None:
             return False
-        view = self._lazy.get(hit[0])
+        with self.lock:  # (locate moves a view to the end of _lazy: out of it for a moment)
+            view = self._lazy.get(hit[0])
         return view is not None and not view.checked
 
     def recheck_object(self, oid: str) -> bool:
