@@ -115,6 +115,15 @@ def test_the_cli_loads_no_store_before_a_command_opens_one(args: list[str]) -> N
     assert _loaded(mods, NOT_BEFORE_A_STORE) == []
 
 
+def _age_ref_folders(root: Path, seconds: int = 3600) -> None:
+    """Set the time of every session's ``heads/`` ``seconds`` back, as if changed long ago: the
+    search index keeps a folder's stamp only once the folder has settled (a stamp taken within a
+    tick of its change makes the next search read that session's refs again, and load more)."""
+    for heads in (root / "refs" / "sessions").rglob("heads"):
+        t = heads.stat().st_mtime_ns - seconds * 10**9
+        os.utime(heads, ns=(t, t))
+
+
 @pytest.mark.parametrize("args", [["-c"], ["-l"], []])
 def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path, args: list[str]) -> None:
     from castore.grep import grep_counts
@@ -123,6 +132,8 @@ def test_grep_through_the_index_loads_only_what_it_searches_with(tmp_path: Path,
     with castore.open(url) as st:
         s = st.session("app", "u", "s1")
         s.append(castore.Message(role="user", content="Weather in Beijing?"))
+    _age_ref_folders(tmp_path / "store")
+    with castore.open(url) as st:
         assert sum(grep_counts(st, "Beijing").values()) == 1  # the index is built (and sealed) here
     mods = _modules_after(_CLI, "--store", url, "grep", *args, "Beijing")
     assert "castore.grep.index" in mods and "castore.store" in mods  # the search did run, through the index
@@ -144,6 +155,8 @@ def test_grep_through_the_fast_path_loads_no_click(tmp_path: Path, args: list[st
     url = str(tmp_path / "store")
     with castore.open(url) as st:
         st.session("app", "u", "s1").append(castore.Message(role="user", content="Weather in Beijing?"))
+    _age_ref_folders(tmp_path / "store")
+    with castore.open(url) as st:
         assert sum(grep_counts(st, "Beijing").values()) == 1
     mods = _modules_after(_FAST, "--store", url, "grep", *args, "Beijing")
     assert "castore.grep.index" in mods and "castore.cli.grep_search" in mods  # the search did run
