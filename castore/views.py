@@ -192,10 +192,7 @@ def said(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
     Raises:
         ObjectNotFound, IntegrityError, StorageError: reading what a view needs failed.
     """
-    out: dict[str, str] = {}
-    for view, some in _by_view(entries):
-        out.update(view.said(session, some))
-    return out
+    return _ask("said", session, entries)
 
 
 def settings(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
@@ -206,9 +203,14 @@ def settings(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
     Raises:
         ObjectNotFound, IntegrityError, StorageError: reading what a view needs failed.
     """
+    return _ask("settings", session, entries)
+
+
+def _ask(method: str, session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
+    """Commit -> line: each view's ``method`` (``said``, ``settings``) asked about the entries it reads."""
     out: dict[str, str] = {}
     for view, some in _by_view(entries):
-        out.update(view.settings(session, some))
+        out.update(getattr(view, method)(session, some))
     return out
 
 
