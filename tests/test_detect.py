@@ -80,6 +80,7 @@ def test_import_path_alone_runs_the_importer_of_its_agent(tmp_path: Path, pi_fil
     (tmp_path / "junk" / "a.jsonl").write_text('{"hello": 1}\n')
     r = _cli(tmp_path, "import", str(tmp_path / "junk"))
     assert r.exit_code == 2 and "no session file of a known agent" in r.stderr
+    assert "name the agent: `castore import claude|codex|pi|gemini PATH`" in r.stderr  # was "VENDOR"
     # a path that is not there is named as such (not as an unknown command)
     r = _cli(tmp_path, "import", str(tmp_path / "no-such-folder"))
     assert r.exit_code == 2 and f"Error: {tmp_path / 'no-such-folder'}: no such file or folder" in r.stderr
@@ -115,7 +116,7 @@ def test_a_folder_of_several_agents_is_refused_naming_a_file_of_each(tmp_path: P
     shutil.copytree(pi_file.parent, mixed / "pi")
     want = (r"holds the sessions of several agents: Claude Code \(claude/.+\.jsonl\), Codex CLI "
             r"\(codex/sample_codex_session\.jsonl\), Pi \(pi/2026-01-05_session\.jsonl\); import each agent's "
-            r"folder with `castore import VENDOR PATH`")
+            r"folder with `castore import claude\|codex\|pi\|gemini PATH`")
     with pytest.raises(ArchiveError, match=want):
         detect(mixed)
     store = castore.open(str(tmp_path / "store"), durable=False)

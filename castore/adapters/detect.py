@@ -145,7 +145,7 @@ def _folder(root: str) -> dict[str, str]:
 def _mixed(root: str, found: dict[str, str]) -> str:
     said = ", ".join(f"{VENDORS[v]} ({os.path.relpath(f, root)})" for v, f in sorted(found.items()))
     return (f"holds the sessions of several agents: {said}; import each agent's folder with "
-            "`castore import VENDOR PATH`")
+            "`castore import claude|codex|pi|gemini PATH`")
 
 
 def refuse_other(path: str | os.PathLike[str], want: str) -> None:

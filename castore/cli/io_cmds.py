@@ -63,7 +63,7 @@ class ImportGroup(CastoreGroup):
             if cmd is None:
                 known = ", ".join(VENDORS.values())
                 raise click.UsageError(f"{args[0]}: no session file of a known agent ({known}) here; "
-                                       "name the agent: castore import VENDOR PATH", ctx=ctx)
+                                       "name the agent: `castore import claude|codex|pi|gemini PATH`", ctx=ctx)
             note(f"{args[0]}: {VENDORS[vendor or '']} sessions")
             return super().resolve_command(ctx, [vendor or "", *args])
         return super().resolve_command(ctx, args)
