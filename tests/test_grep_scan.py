@@ -145,6 +145,16 @@ def test_iter_contents_gives_every_stored_object_once(store: castore.Store) -> N
     assert any(not is_record for _, is_record in store.objects.iter_contents())  # the large body is loose
 
 
+@pytest.mark.parametrize("part", [(0, 0), (0, 0, 0), (0, 1, 0), (1, 1, 2), (2, 1, 3), (0, 3, 2), (-1, 1, 2),
+                                  (0, 1.0, 2), (0, True, 2), [0, 1, 2]])
+def test_iter_contents_refuses_a_part_not_start_stop_n(store: castore.Store, part: object) -> None:
+    with pytest.raises(ValueError, match=r"\(start, stop, n\) with 0 <= start < stop <= n"):
+        next(store.objects.iter_contents(part=part))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"\(start, stop, n\)"):
+        next(store.objects.packmap.iter_pack_contents(part=part))  # type: ignore[arg-type]
+    assert next(store.objects.iter_contents(part=(0, 1, 1)), None) is not None  # a valid part still reads
+
+
 
 @pytest.mark.parametrize("n", [1, 2, 9])
 def test_records_decompressed_ahead_come_in_order_a_damaged_one_as_none(n: int) -> None:

@@ -57,7 +57,7 @@ from ..objects import AnyObject, ObjectId
 from ..storage import RefIntent, Storage
 from . import packs
 from .packlog import WriterLog
-from .packmap import PackMap
+from .packmap import PackMap, check_part
 from .packs import PACKS, Place, index_key, pack_key
 from .repack import AUTO_REPACK_MAX_BYTES, BLOCK_BYTES, Ages, Repacker, RepackReport, age_key, parse_ages
 
@@ -571,6 +571,7 @@ class ObjectStore:
         later read (:meth:`iter_contents`).
 
         Raises:
+            ValueError: ``part`` is not ``(start, stop, n)`` (:meth:`iter_contents`).
             StorageError: the backend failed.
         """
         tag, t0, t1 = o.kind_tag_bytes(cls), o.TAG_START, o.TAG_END
@@ -915,8 +916,10 @@ class ObjectStore:
         read (:meth:`PackMap.iter_pack_contents`).
 
         Raises:
+            ValueError: ``part`` is not of that form (on the first item asked for).
             StorageError: the backend failed.
         """
+        check_part(part)
         loose = list(self.iter_loose_ids()) if part is None or part[0] == 0 else []
         for i in range(0, len(loose), 256):
             got = self.storage.read_many([object_key(oid) for oid in loose[i:i + 256]])

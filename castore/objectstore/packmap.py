@@ -671,8 +671,10 @@ class PackMap:
         between them, each record once, most of a session's commits in one share.
 
         Raises:
+            ValueError: ``part`` is not of that form (on the first item asked for).
             StorageError: the backend failed.
         """
+        check_part(part)
         names = sorted({n.rpartition(".")[0] for n in self.storage.list_dir(PACKS)
                         if n.endswith(packs.PACK_SUFFIX) and packs.is_pack_name(n.rpartition(".")[0])})
         at = 0  # the stored bytes of the records before this pack's
@@ -844,6 +846,21 @@ class PackMap:
 #: takes before the next share takes the next run (small enough to share a store of a few
 #: packs evenly, large enough that few sessions' commits straddle two runs)
 SHARE_RUN = 1 << 20
+
+
+def check_part(part: tuple[int, int, int] | None) -> None:
+    """Check a ``part`` argument of :meth:`PackMap.iter_pack_contents` (None, or ``(start,
+    stop, n)``: integers with ``0 <= start < stop <= n``).
+
+    Raises:
+        ValueError: it is neither.
+    """
+    if part is None:
+        return
+    ok = (isinstance(part, tuple) and len(part) == 3
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in part))
+    if not ok or not 0 <= part[0] < part[1] <= part[2]:
+        raise ValueError(f"part is None or (start, stop, n) with 0 <= start < stop <= n, not {part!r}")
 
 
 def _share(records: list[tuple[int, int, memoryview]], at: int, start: int, stop: int, n: int
