@@ -8,6 +8,7 @@ fresh process, :mod:`castore.cli.fast`, which parses the same table without clic
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import click
@@ -26,8 +27,18 @@ def grep_cmd(ctx: click.Context, **params: Any) -> None:
     are left out unless asked for (--kind tool_result, -a, or --tool). Encrypted reasoning,
     signatures and images are never searched. Exit status: 0 when something matched, 1
     when nothing did, 2 on an error (grep's).
+
+    For grep users: PATTERN is Python's regex, which grep -E's extended syntax mostly is
+    (| ( ) + ? {n,m} unescaped); Python adds \\d \\w \\s \\b, lazy quantifiers and
+    lookarounds, and lacks POSIX classes ([[:alpha:]]) and \\< \\> (-E refuses them:
+    they would match something else). -q, -c, -l, -i, -w, -F, -C, --color and
+    --no-messages are grep's; -s is --session in every castore command (grep's -s is
+    --no-messages here), -n is --limit (each line printed says its line within its
+    block), -o is --store-option, and every session is searched (no -r).
     """
-    ctx.exit(run(params, lambda: open_store(ctx), click.echo))
+    # click.echo strips colour from what is not a terminal: --color=always keeps it
+    echo = functools.partial(click.echo, color=True) if params["color"] == "always" else click.echo
+    ctx.exit(run(params, lambda: open_store(ctx), echo))
 
 
 def register(group: click.Group) -> None:

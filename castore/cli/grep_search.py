@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CastoreError
+from ..errors import CastoreError, IntegrityError, StorageError, StoreNotFound
 from ..gcpause import gc_paused
 from .plain import error_line, format_key, no_color, skip_teardown
 from .text import safe, safe_block, safe_json
@@ -76,6 +76,9 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
     # the cyclic collector paused for the whole search (the process ends after it): the modules
     # it imports and what it reads all stay alive, and each burst of objects would have the
     # collector walk every live object again, for nothing
+    if p["extended"] and not p["fixed"] and (why := _not_python(p["pattern"])):
+        echo(f"Error: {why}", err=True)
+        return 2
     with gc_paused():
         from ..grep import KINDS, grep, grep_columns, grep_counts, grep_rows
         from ..grep.files import keep_chunks
@@ -91,24 +94,31 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
                 "limit": p["limit"] or None, "context": p["context"], "index": False if p["no_index"] else None,
                 "check_index": not p["cached"], "typed": p["typed"], "unreadable": damaged}
             pattern, as_json, as_jsonl, count = p["pattern"], p["as_json"], p["as_jsonl"], p["count"]
+            color = p["color"] == "always" or (p["color"] == "auto" and sys.stdout.isatty() and not no_color())
             with keep_chunks(False):  # one search in this process: no chunk kept for a next one
-                if p["list_sessions"] or count:
+                if p["quiet"]:  # the first match's count, and nothing printed
+                    found = len(grep_counts(store, pattern, **{**options, "limit": 1, "context": 0}))
+                    if found:
+                        damaged.clear()  # grep -q: a match found is success, whatever could not be read
+                elif p["list_sessions"] or count:
                     found = _render_counts(echo, grep_counts(store, pattern, **options), p["list_sessions"], count)
                 elif as_json or as_jsonl:
                     found = _render_json(echo, grep(store, pattern, **options), as_json, as_jsonl)
-                elif p["context"] or (sys.stdout.isatty() and not no_color()):  # context entries, colour
-                    found = _render_rows(echo, grep_rows(store, pattern, **options),
-                                         sys.stdout.isatty() and not no_color())
+                elif p["context"] or color:  # context entries, colour
+                    found = _render_rows(echo, grep_rows(store, pattern, **options), color)
                 else:
                     del options["context"]
                     found = _render_columns(echo, grep_columns(store, pattern, spans=False, **options))
-            if as_json and (p["list_sessions"] or count):
+            if as_json and (p["list_sessions"] or count) and not p["quiet"]:
                 echo(_indented_json({"matches": []}))  # what --json adds to -l and -c: no match document
         except CastoreError as e:
-            echo(f"Error: {error_line(e)}", err=True)
+            if not (p["no_messages"] and isinstance(e, _UNREADABLE)):
+                echo(f"Error: {error_line(e)}", err=True)
             return 2
         except _BadTime as e:
             echo(f"Error: {e}", err=True)
+            return 2
+        if damaged and p["no_messages"]:
             return 2
         if damaged:
             (key, why), more = min(damaged.items()), len(damaged) - 1
@@ -117,6 +127,26 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
             return 2
     skip_teardown(1)  # the store is closed by whoever opened it: nothing is left to write or join
     return 0 if found else 1
+
+
+#: the errors ``-s`` keeps quiet about (grep's: a file that is missing or cannot be read): a store
+#: missing or unreadable, stored bytes damaged
+_UNREADABLE = (StoreNotFound, StorageError, IntegrityError)
+
+def _not_python(pattern: str) -> str | None:
+    """Why ``pattern``, meant as grep -E's extended regex, would not mean the same to Python (it
+    would match something else, with no error): a POSIX class, or GNU's word edges; None when
+    neither is in it."""
+    if "[:" in pattern:
+        import re  # here: only a pattern with a POSIX class's opening needs it
+
+        posix = re.search(r"\[:(alnum|alpha|blank|cntrl|digit|graph|lower|print|punct|space|upper|xdigit):\]", pattern)
+        if posix:
+            return (f"{posix.group()} (a POSIX class) is not in Python's regex syntax, which castore grep uses: "
+                    "write \\w, \\d, \\s or a range such as [a-z]")
+    if "\\<" in pattern or "\\>" in pattern:
+        return "\\< and \\> (GNU's word edges) are not in Python's regex syntax, which castore grep uses: write \\b"
+    return None
 
 
 #: output lines written at once (one write per batch rather than per line; a pipe still streams)

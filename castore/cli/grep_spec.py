@@ -135,6 +135,8 @@ GREP_OPTIONS: tuple[Opt, ...] = (
         help="Ignore case (default: smart case, i.e. ignore case unless PATTERN has an upper-case letter)."),
     Opt(("--case-sensitive",), "ignore_case", flag=False, help="Match case even for a lower-case PATTERN."),
     Opt(("-F", "--fixed-strings"), "fixed", flag=True, help="PATTERN is a plain string, not a regex."),
+    Opt(("-E", "--extended-regexp"), "extended", flag=True,
+        help="PATTERN is an extended regex: already so (Python's syntax, close to grep -E's; -F wins)."),
     Opt(("-w", "--word-regexp"), "word", flag=True, help="Match whole words only."),
     Opt(("--role",), "roles", multiple=True, metavar="ROLE",
         help="Only messages of this role (user, assistant, system, tool; repeatable)."),
@@ -157,6 +159,13 @@ GREP_OPTIONS: tuple[Opt, ...] = (
     Opt(("-c", "--count"), "count", flag=True,
         help="Print per session the number of matches it holds: a match several sessions share (reported "
              "once, the others under also) counts in each, as a search of that session alone counts it."),
+    Opt(("-q", "--quiet"), "quiet", flag=True,
+        help="Print nothing: exit 0 at the first match (even after an error), else 1 (2 on an error)."),
+    Opt(("--no-messages",), "no_messages", flag=True,
+        help="No message about what cannot be read (a damaged session, a missing or unreadable store); "
+             "the exit status still says so (2)."),
+    Opt(("--color", "--colour"), "color", choices=("auto", "always", "never"), default="auto", metavar="WHEN",
+        help="Colour the matched text: auto (on a terminal, unless $NO_COLOR is set), always, never."),
     Opt(("-C", "--context"), "context", min=0, default=0, metavar="N",
         help="Show N entries before and after each match, on its branch."),
     limit_opt("matches (then stop)"),
