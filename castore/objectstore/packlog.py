@@ -18,9 +18,10 @@ handed the storage, the pack map (:class:`~castore.objectstore.packmap.PackMap`:
 each append there, names its open log in :attr:`~castore.objectstore.packmap.PackMap.live`,
 and takes its lock), the repacker (:class:`~castore.objectstore.repack.Repacker`: it notes
 the packs written, starts a background repack once a log is sealed or after
-:data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES` batch packs, and merges the log at
-close), and the store's canonical bytes of recent writes (what the merge at close takes the
-log's objects from).
+:data:`~castore.objectstore.repack.AUTO_REPACK_BATCHES` batch packs, merges the log at
+close, and then the small packs when the handle knows more than
+:data:`~castore.objectstore.repack.AUTO_PACK_LIMIT` of them), and the store's canonical
+bytes of recent writes (what the merge at close takes the log's objects from).
 """
 
 from __future__ import annotations
@@ -182,7 +183,13 @@ class WriterLog:
         blocks without them (:meth:`_merge_log`). A failure to write the index or the pack
         leaves the log unsealed (a later repack merges it once it has been idle), and so does
         a ref swap of another thread still under way (its intent must stay live). The next
-        write opens a new log."""
+        write opens a new log. A close that sealed or merged its log then merges the small
+        packs when the handle knows more than
+        :data:`~castore.objectstore.repack.AUTO_PACK_LIMIT` of them
+        (:meth:`~castore.objectstore.repack.Repacker.repack_if_due`): a process per turn
+        leaves one pack per turn, and never seals a log large enough to start the
+        background repack."""
+        wrote = False
         with self.packmap.lock:
             if self._log is not None and self._log_pid == os.getpid():
                 if self._log.size > packs.HEADER_SIZE and self._log_name in self.packmap and not self._inflight:
@@ -191,11 +198,14 @@ class WriterLog:
                             self._merge_log()
                         else:
                             self._seal()
+                        wrote = True
                     except (StorageError, IntegrityError):
                         pass  # still a valid log: scanned by readers, merged by repack when idle
                 if self._log is not None:
                     self._log.close()
             self._drop_log()
+        if wrote:
+            self.repacker.repack_if_due()
 
     def _seal(self) -> None:
         """Write the index of this handle's log and stop appending to it. Its records are

@@ -798,6 +798,12 @@ class PackMap:
         with self.lock:
             return sorted((n, off, size) for n, p in self._packs.items() for off, size in p.damaged)
 
+    def sealed_sizes(self) -> dict[str, int]:
+        """The size of each sealed pack this handle knows, by name (no I/O: as of its last
+        refresh, with the packs it wrote or merged since). Raises nothing."""
+        with self.lock:
+            return {n: p.scanned for n, p in self._packs.items() if p.sealed}
+
     def pack_bytes(self, name: str) -> int:
         """The size of a pack as this handle knows it (0 if unknown)."""
         with self.lock:

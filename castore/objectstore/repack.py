@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import objects as o
-from ..errors import IntegrityError
+from ..errors import IntegrityError, StorageError
 from ..gcpause import gc_paused
 from ..storage import DeleteIncomplete, Storage
 from . import packindex, packs, refintents
@@ -59,6 +59,11 @@ HELD_RECORD_LEVEL = 1
 AUTO_REPACK_BATCHES = 16
 #: background repack reads at most this many bytes of packs per run (the rest waits its turn)
 AUTO_REPACK_MAX_BYTES = 256 << 20
+#: a local writer's close runs one :meth:`Repacker.auto_repack_once` in the foreground when
+#: the sealed packs its handle knows hold more than this many that the run would merge
+#: (git's ``gc.autoPackLimit``): a process per turn seals no log past SEAL_BYTES, which is
+#: what starts the background run, and left one pack per turn that nothing merged
+AUTO_PACK_LIMIT = 8
 #: the suffix of a repacked pack's ages (docs/FORMAT.md, 8): when its records' objects were
 #: first written, which gc reads in place of the pack's own, younger, time
 AGE_SUFFIX = ".age"
@@ -608,8 +613,8 @@ class Repacker:
         first, up to ``max_bytes``. A log without an index (a live writer's) is never
         touched; on object storage (and with :attr:`own_only`) only the packs this handle
         wrote are merged.
-        One listing and one batch read of indexes; no lock held while reading or
-        writing. Returns the new pack's name, or None.
+        One listing and one batch read of the heads of the indexes whose sizes this handle
+        does not know; no lock held while reading or writing. Returns the new pack's name, or None.
 
         Raises:
             IntegrityError, StorageError (see :meth:`merge_packs`).
@@ -630,34 +635,63 @@ class Repacker:
             sealed &= self._seq.keys()
         sizes: dict[str, int] = {n: 0 for n in sealed if n.startswith("b-")}
         indexed = sorted(n for n in sealed if listed[n])
-        unknown = [n for n in indexed if n not in self._sizes]  # sealed packs never change: read once
-        raw = self.storage.read_many([index_key(n) for n in unknown]) if unknown else {}
-        for n in unknown:
-            got = raw.get(index_key(n))
-            if got is None:
-                continue
-            try:
-                self._sizes[n] = packindex.IndexView(got).pack_size
-            except IntegrityError:
-                continue  # a damaged index: left for an explicit repack or fsck
+        # sealed packs never change: each size read once, from the head of its index (a
+        # fresh handle's run at close must not read a large index whole for its size); an
+        # index whose head is damaged is left for an explicit repack or fsck
+        known = self.packmap.sealed_sizes()
+        self._sizes.update((n, known[n]) for n in indexed if n not in self._sizes and n in known)
+        unknown = [n for n in indexed if n not in self._sizes]
+        self._sizes.update(self._indexed_sizes(unknown) if unknown else {})
         sizes.update((n, self._sizes[n]) for n in indexed if n in self._sizes)
-        chosen = set(geometric(list(sizes.items()))) | {n for n in sizes if not n.startswith("r-")}
-        take: list[str] = []
-        total = 0
-        for n in sorted(chosen, key=lambda n: (sizes[n], n)):
-            if take and total + sizes[n] > max_bytes:
-                break
-            take.append(n)
-            total += sizes[n]
-        if not take or (len(take) == 1 and take[0].startswith("r-")):
+        take = _auto_choice(sizes, max_bytes)
+        if not take:
             return None
         return self.merge_packs(take, by_mtime=not self.packmap.no_append)
+
+    def repack_if_due(self) -> str | None:
+        """At a local writer's close: one :meth:`auto_repack_once`, in the foreground, when the
+        sealed packs this handle knows (as of its last listing: no I/O to decide) hold more
+        than :data:`AUTO_PACK_LIMIT` that the run would merge (git's ``gc.autoPackLimit``;
+        docs/FORMAT.md, 8). A process per turn never seals a log past SEAL_BYTES, so no
+        background run starts; without this its packs, one per turn, stayed. Nothing on
+        object storage (a writer merges its own packs there), with :attr:`own_only`, while
+        a write batch holds the repack, or with :attr:`auto` off. It runs in the closing
+        thread, under the handle's lock (nothing else uses a handle being closed). Never
+        raises: a failed run is kept in :attr:`error` (the close has already made the
+        writes durable). Returns the new pack's name, or None.
+        """
+        if not self.auto or self._held or self.own_only or self.packmap.no_append:
+            return None
+        live = self.packmap.live
+        sizes = {n: size for n, size in self.packmap.sealed_sizes().items() if n != live}
+        if len(_auto_choice(sizes, AUTO_REPACK_MAX_BYTES)) <= AUTO_PACK_LIMIT:
+            return None
+        try:
+            return self.auto_repack_once()
+        except (StorageError, IntegrityError) as e:
+            self.error = e
+            return None
 
 
 def _ends_run(group: Sequence[tuple[str, bytes]]) -> bool:
     """Whether a block may end after this group: one that holds a segment or an index (the
     segment copies the commits before it, so a block ending there holds both)."""
     return any(o.is_path_object(c) for _, c in group)
+
+
+def _auto_choice(sizes: Mapping[str, int], max_bytes: int) -> list[str]:
+    """What a background repack merges of the sealed packs ``sizes`` (name -> bytes): every
+    log and batch pack and the repacked packs :func:`geometric` picks, smallest first, up to
+    ``max_bytes``; nothing when that is one repacked pack alone."""
+    chosen = set(geometric(list(sizes.items()))) | {n for n in sizes if not n.startswith("r-")}
+    take: list[str] = []
+    total = 0
+    for n in sorted(chosen, key=lambda n: (sizes[n], n)):
+        if take and total + sizes[n] > max_bytes:
+            break
+        take.append(n)
+        total += sizes[n]
+    return [] if len(take) == 1 and take[0].startswith("r-") else take
 
 
 def geometric(sizes: Sequence[tuple[str, int]]) -> list[str]:
@@ -672,6 +706,7 @@ def geometric(sizes: Sequence[tuple[str, int]]) -> list[str]:
     return [name for name, _ in order[:cut]] if cut > 1 else []
 
 
-__all__ = ["Repacker", "geometric", "AUTO_REPACK_BATCHES", "AUTO_REPACK_MAX_BYTES", "BLOCK_BYTES", "BLOCK_LEVEL",
+__all__ = ["Repacker", "geometric", "AUTO_PACK_LIMIT", "AUTO_REPACK_BATCHES", "AUTO_REPACK_MAX_BYTES", "BLOCK_BYTES",
+           "BLOCK_LEVEL",
            "FINAL_RECORD_BYTES", "LANDING_LEVEL",
            "HELD_RECORD_LEVEL"]
