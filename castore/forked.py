@@ -8,7 +8,9 @@ forever, and a lock another thread held stays held there. The child runs a funct
 returns bytes, writes them to the pipe and leaves with ``os._exit``: no ``atexit`` handler,
 no buffered output of the parent written twice, no teardown. The child may start before the
 parent knows all it needs (the refs it walks): it asks for it when it gets there, and the
-parent sends it once it has it (:meth:`Forked.send`), through a second pipe.
+parent sends it once it has it (:meth:`Forked.send`), through a second pipe. A child does not
+outlive its parent: on Linux the kernel kills it when the parent ends, however it ends
+(:func:`_die_with_parent`); a parent that dies leaves no orphan reading on.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Forked:
     """
 
     def __init__(self, work: Callable[[Callable[[], bytes]], bytes]) -> None:
+        parent = os.getpid()
         r, w = os.pipe()  # the answer, child to parent
         try:
             ask, tell = os.pipe()  # what the parent sends, parent to child
@@ -75,6 +78,7 @@ class Forked:
         if pid == 0:  # the child: answer, then leave without running anything of the parent's
             status = _RAISED
             try:
+                _die_with_parent(parent)
                 os.close(r)
                 os.close(tell)
                 data = work(lambda: _read_message(ask))
@@ -157,6 +161,26 @@ class Forked:
         if self._sender is not None:
             self._sender.join()
             self._sender = None
+
+
+#: prctl's option that names the signal a process gets when its parent ends (linux/prctl.h)
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a child just forked by ``parent`` (a pid): have the kernel send it SIGKILL when the
+    parent ends (Linux's ``prctl(PR_SET_PDEATHSIG)``; a no-op where there is none), and leave
+    at once if the parent ended before that was set (the child was handed to another process).
+    The signal comes when the thread that forked ends: :func:`can_fork` has it the only one.
+    Raises nothing (it may end the process)."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):  # not Linux (no prctl), or no ctypes
+        return
+    if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0 and os.getppid() != parent:
+        os._exit(_RAISED)
 
 
 def _write_message(fd: int, data: bytes) -> None:

@@ -93,7 +93,9 @@ by one. Where the process may fork (:func:`castore.forked.can_fork`: one thread,
 the pass and the paths are shared with a forked worker (:func:`_start_worker`,
 :func:`_read_shared`), each reading a share of the records and the sessions that share holds
 whole: the worker starts on its share before the refs are read (which the process reads and
-then sends it), and takes the larger share for it.
+then sends it), and takes the larger share for it. A worker that raises or dies (killed: the
+OOM killer) leaves its share to the process, which reads it too: the same report, the cache
+saved; a worker whose process dies is killed with it (:mod:`castore.forked`).
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CastoreError, InvalidEntry
-from .forked import Forked
+from .forked import Forked, WorkerDied
 from .objects import json_dumps_sorted, json_loads
 from .objectstore import gc_paused
 
@@ -892,7 +894,6 @@ def _read_sessions(store: Store, todo: list[tuple[Key, Any, Any]], of: int, unre
 
     Raises:
         ObjectNotFound, IntegrityError: (without ``unreadable``) a session cannot be read.
-        WorkerDied: the worker ended without its answer.
         StorageError.
     """
     done: dict[Key, list[Row]] = {}
@@ -987,10 +988,10 @@ def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[K
     none of its sessions walked. Returns the rows read (a session that neither share holds
     whole, or that failed, is not there: the caller reads it through the commits returned, the
     process's share and those the worker sent back, kept by the store as
-    :func:`load_commits` keeps them). A worker whose work raised: its share is read here.
+    :func:`load_commits` keeps them). A worker whose work raised, or that ended without its
+    answer (a signal: the OOM killer), leaves its share to be read here: the same rows.
 
     Raises:
-        WorkerDied: the worker ended without its answer.
         StorageError.
     """
     from .objects import decode_many, pack, unpack
@@ -1000,8 +1001,11 @@ def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[K
     with gc_paused():
         commits, biggest = _decode_commits(store, SCAN_MAX_COMMITS * own // n, (0, own, n))
         done = _rows_within(store, todo, lost, commits, set())
-        answer = worker.answer()
-        if answer is None:  # the worker's pass raised: read here, where its error is met
+        try:
+            answer = worker.answer()
+        except WorkerDied:  # killed (the OOM killer): its share is read here as well
+            answer = None
+        if answer is None:  # the worker's pass raised or died: read here, where an error is met
             more, big = _decode_commits(store, SCAN_MAX_COMMITS * (n - own) // n, (own, n, n))
             commits.update(more)
             biggest = max(biggest, big)

@@ -1,11 +1,12 @@
 """castore.forked: work in a forked child, its answer back through a pipe, what the parent sends
 it through another; a child that raises answers None, one that dies raises WorkerDied, one left
-before its answer (or stopped) is killed. Each test forks from a process of its own (a pytest
-process may run threads: no fork there)."""
+before its answer (or stopped) is killed, and so is one whose parent dies (Linux). Each test
+forks from a process of its own (a pytest process may run threads: no fork there)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -48,6 +49,22 @@ def test_leaving_before_the_answer_kills_the_worker() -> None:
                       "except KeyError:\n    pass\n"
                       "try:\n    os.kill(pid, 0)\nexcept ProcessLookupError:\n    print('gone')")
     assert out == "gone"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel kills the child on Linux only")
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_a_worker_whose_parent_dies_is_killed_with_it(sig: str) -> None:
+    # the worker tells the parent it runs, the parent dies; a worker that ran on would write
+    # "orphan" to the output they share once its sleep ends (and hold it open until then)
+    body = ("r, w = os.pipe()\n"
+            "def work(receive):\n    os.write(w, b'x')\n    time.sleep(30)\n    os.write(1, b'orphan\\n')\n"
+            "    return b''\n"
+            "f = Forked(work)\nos.read(r, 1)\n"
+            f"print(f._pid, flush=True)\nos.kill(os.getpid(), signal.{sig})\n")
+    got = subprocess.run([sys.executable, "-c", "import os, signal, time\nfrom castore.forked import *\n" + body],
+                         capture_output=True, text=True, check=False)
+    assert got.returncode == -getattr(signal, sig), got.stderr
+    assert got.stdout.split() == [got.stdout.split()[0]]  # the worker's pid, and no "orphan"
 
 
 def test_what_the_parent_sends_reaches_the_child_while_the_parent_goes_on() -> None:
