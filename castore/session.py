@@ -48,7 +48,9 @@ from .history import BlockPath, Hint, History
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore, gc_paused
 from .pathview import PathView, log_entries, log_entry, value_of
-from .plumbing import (
+from .plumbing import Batch, NoSuchRef, Plumbing, ScopePlan
+from .redact import REDACTED_INFO
+from .refnames import (
     HEAD_KEEPS,
     HEADS,
     META_BORN,
@@ -60,10 +62,6 @@ from .plumbing import (
     META_TIME,
     REMOTES,
     TAGS,
-    Batch,
-    NoSuchRef,
-    Plumbing,
-    ScopePlan,
     SessionRefs,
     carried_meta,
     deleting_since,
@@ -75,7 +73,6 @@ from .plumbing import (
     symbolic_to,
     valid_segment,
 )
-from .redact import REDACTED_INFO
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefStore, RefValue
 from .state import read_state, read_states

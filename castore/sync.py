@@ -45,7 +45,8 @@ from .errors import (
 )
 from .history import BlockPath, Hint, K, merge_depth
 from .objects import Commit, Index, Tree
-from .plumbing import (
+from .plumbing import tip_meta
+from .refnames import (
     DELETING_KEYS,
     META_BORN,
     META_NAMES,
@@ -62,7 +63,6 @@ from .plumbing import (
     real_name,
     scope_ref,
     session_prefix,
-    tip_meta,
 )
 from .refs import SYMBOLIC, RefValue
 from .remotes import add_remote, check_remote_name, list_remotes, open_remote, remove_remote

@@ -56,7 +56,7 @@ from ..errors import IntegrityError
 from ..history import K
 from ..objects import Commit, Index, Segment, Value
 from ..objectstore import gc_paused, packs
-from ..plumbing import parse_ref_name, real_name, session_prefix
+from ..refnames import parse_ref_name, real_name, session_prefix
 from .blocks import blocks, bodies_of, context_entries, time_of
 from .filters import glob_any, session_ok
 from .match import LineMatch, Match, line_matches, make_match
