@@ -79,3 +79,28 @@ def test_two_writers_and_a_reader_lose_nothing(tmp_path: Path) -> None:
             assert got == [f"{user} begins"] + [f"{user} turn {i}" for i in range(turns)]
         report = maintenance.fsck(st)
         assert report.ok, report
+
+
+def test_a_close_merges_the_small_packs_not_a_backlog_of_large_ones(tmp_path: Path) -> None:
+    """The close waits for its run, so it reads at most CLOSE_REPACK_MAX_BYTES of packs: two
+    repacked packs larger than that (which the geometric rule picks, with the turns' packs) stay
+    as they are, and the turns' small packs are merged beside them."""
+    import os
+
+    from castore.objectstore.repack import CLOSE_REPACK_MAX_BYTES
+
+    url = str(tmp_path)
+    for user in ("a", "b"):  # two repacked packs of incompressible text, each over the cap
+        with castore.open(url, auto_repack=False) as st:
+            st.session("app", user, "big").append_many(  # entries below the loose objects' size
+                [Message(role="user", content=os.urandom(1500).hex()) for _ in range(1600)])
+            st.objects.merge_packs([p[:-len(".pack")] for p in _packs(tmp_path) if p.startswith("w-")])
+    large = [p for p in _packs(tmp_path) if (tmp_path / "packs" / p).stat().st_size > CLOSE_REPACK_MAX_BYTES // 2]
+    assert len(large) == 2, _packs(tmp_path)
+    proc = _turns(url, "a", 2 * AUTO_PACK_LIMIT + 2)
+    assert proc.wait() == 0
+    left = _packs(tmp_path)
+    assert set(large) <= set(left)  # before: the first due close merged them too (geometric picks both)
+    assert len(left) <= AUTO_PACK_LIMIT + 4, left
+    with castore.open(url) as st:
+        assert maintenance.fsck(st).ok
