@@ -655,7 +655,7 @@ def test_a_held_lock_with_a_garbled_owner_line_is_named_safely(
     assert len(s.log()) == 1
 
 
-def test_an_archive_import_finds_no_file_through_a_symlink(tmp_path: Path) -> None:
+def test_an_archive_import_finds_no_file_through_a_symlink_but_claude_codes(tmp_path: Path) -> None:
     from castore.adapters import claude_code, codex, detect, gemini, pi
 
     elsewhere = tmp_path / "elsewhere"
@@ -679,13 +679,16 @@ def test_an_archive_import_finds_no_file_through_a_symlink(tmp_path: Path) -> No
     assert found([s.path for s in codex.find_rollouts(planted(root / "codex"))]) == ["sessions/codex/real.jsonl"]
     assert found([s.path for s in gemini.find_sessions(planted(root / "gemini" / "chats"))]) == [
         "sessions/gemini/chats/real.jsonl"]
+    # Claude Code's importer follows linked folders (dotfiles managers link ~/.claude/projects
+    # or a project: test_claude_symlinks), each real folder once; not a linked file in a session's folder
     proj = root / "claude" / "proj"
     proj.mkdir(parents=True)
     (proj / "s1.jsonl").write_text('{"type": "user"}\n')
     planted(proj / "s1" / "subagents")
     assert found([s.path for s in claude_code.find_sessions(proj)]) == [
-        "sessions/claude/proj/s1.jsonl", "sessions/claude/proj/s1/subagents/real.jsonl"]
-    assert not any("elsewhere" in p for p in detect._sample(str(root)))
+        "sessions/claude/proj/s1.jsonl", "sessions/claude/proj/s1/subagents/linked/deep/secret.jsonl",
+        "sessions/claude/proj/s1/subagents/linked/secret.jsonl", "sessions/claude/proj/s1/subagents/real.jsonl"]
+    assert not any("alias" in p for p in detect._sample(str(root)))
 
 
 @pytest.mark.parametrize("ref", ["HEAD", "heads/main"])

@@ -79,6 +79,7 @@ from .jsonl_tree import (
     entry_text,
     export_lines,
     files_under,
+    first_visit,
     import_batched,
     iso_time,
     joined,
@@ -126,7 +127,9 @@ class _Source:
 
 def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
     """The session files under ``path``: one ``.jsonl`` file, a project folder, a projects tree,
-    or Claude Code's own folder (``~/.claude``: its ``projects`` tree).
+    or Claude Code's own folder (``~/.claude``: its ``projects`` tree). Linked folders are
+    followed, as Claude Code reads them (a dotfiles manager links ``projects`` or a project),
+    each real folder once.
 
     Raises:
         ArchiveError: the path does not exist, or holds no session file.
@@ -142,12 +145,13 @@ def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
     if any(n.endswith(".jsonl") and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p)):
         return _project_sources(p)
     out: list[_Source] = []
+    seen = {os.path.realpath(p)}
     for n in sorted(os.listdir(p)):
         d = os.path.join(p, n)
-        if os.path.isdir(d) and not os.path.islink(d):
+        if os.path.isdir(d) and first_visit(d, seen):  # a linked project folder too, once
             out.extend(_project_sources(d))
     projects = os.path.join(p, "projects")
-    if not out and os.path.isdir(projects) and not os.path.islink(projects):
+    if not out and os.path.isdir(projects):  # ~/.claude, its projects folder linked or not
         return find_sessions(projects)
     if not out:
         raise ArchiveError(p, "no Claude Code session file (*.jsonl) in this folder or its project folders")
@@ -167,8 +171,8 @@ def _project_sources(proj_dir: str, only: str | None = None) -> list[_Source]:
         main = _Source(fpath, project, sid, f"{project}/{name}")
         out.append(main)
         sdir = os.path.join(proj_dir, sid)
-        if os.path.isdir(sdir) and not os.path.islink(sdir):
-            for full in files_under(sdir):
+        if os.path.isdir(sdir):
+            for full in files_under(sdir, links=True):
                 inner = os.path.relpath(full, sdir).replace(os.sep, "/")
                 rel = f"{project}/{sid}/{inner}"
                 if full.endswith(".jsonl"):

@@ -106,7 +106,9 @@ def file_vendor(path: str) -> str | None:
 
 
 def _sample(root: str) -> list[str]:
-    return list(itertools.islice(files_under(root, (".jsonl", ".json")), SAMPLE_FILES))
+    """The first files of ``root`` whose agent is asked: through linked folders, as Claude
+    Code's importer reads them (``~/.claude`` with ``projects`` linked by a dotfiles manager)."""
+    return list(itertools.islice(files_under(root, (".jsonl", ".json"), links=True), SAMPLE_FILES))
 
 
 def detect(path: str | os.PathLike[str]) -> str | None:

@@ -142,18 +142,33 @@ class ArchiveError(CastoreError, ValueError):
         self.reason = reason
 
 
-def files_under(folder: str, suffixes: str | tuple[str, ...] = "") -> Iterator[str]:
+def files_under(folder: str, suffixes: str | tuple[str, ...] = "", *, links: bool = False) -> Iterator[str]:
     """The regular files below ``folder`` whose names end with one of ``suffixes`` (any name
-    by default), a folder's files by name before its subfolders by name, never through a
-    symbolic link: a linked folder or file is passed over, so that an import reads only
-    what lies under the folder it was given. Raises nothing (an unreadable folder is
-    passed over, as :func:`os.walk` does)."""
-    for root, dirs, files in os.walk(folder):  # followlinks=False: no linked folder is entered
+    by default), a folder's files by name before its subfolders by name, never a linked file.
+    A linked folder is passed over, so that an import reads only what lies under the folder it
+    was given, unless ``links``: then it is walked as a folder (Claude Code's folders, which
+    dotfiles managers link), each folder once by its real path (a link that loops, or two links
+    to one folder). Raises nothing (an unreadable folder is passed over, as :func:`os.walk`
+    does)."""
+    seen = {os.path.realpath(folder)}
+    for root, dirs, files in os.walk(folder, followlinks=links):
         dirs.sort()
+        if links:
+            dirs[:] = [d for d in dirs if first_visit(os.path.join(root, d), seen)]
         for fn in sorted(files):
             full = os.path.join(root, fn)
             if fn.endswith(suffixes) and not os.path.islink(full) and os.path.isfile(full):
                 yield full
+
+
+def first_visit(folder: str, seen: set[str]) -> bool:
+    """Whether ``folder``'s real path (its links resolved) is not in ``seen`` yet; it is added.
+    Raises nothing."""
+    real = os.path.realpath(folder)
+    if real in seen:
+        return False
+    seen.add(real)
+    return True
 
 
 @dataclass
