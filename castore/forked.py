@@ -22,6 +22,7 @@ import struct
 import threading
 from collections.abc import Callable
 from types import TracebackType
+from typing import BinaryIO
 
 from .errors import CastoreError
 
@@ -83,8 +84,7 @@ class Forked:
                 os.close(tell)
                 data = work(lambda: _read_message(ask))
                 with os.fdopen(w, "wb") as out:
-                    out.write(_LENGTH.pack(len(data)))
-                    out.write(data)
+                    _write_frame(out, data)
                 status = 0
             except BaseException:  # noqa: BLE001  # the parent does the work again and sees the error
                 pass
@@ -183,11 +183,17 @@ def _die_with_parent(parent: int) -> None:
         os._exit(_RAISED)
 
 
+def _write_frame(out: BinaryIO, data: bytes) -> None:
+    """Write ``data`` to ``out`` as a frame: its length (:data:`_LENGTH`), then the bytes (what
+    :meth:`Forked.answer` and :func:`_read_message` read). Raises OSError."""
+    out.write(_LENGTH.pack(len(data)))
+    out.write(data)
+
+
 def _write_message(fd: int, data: bytes) -> None:
-    """Write ``data`` with its length to ``fd`` and close it; a reader gone ends it quietly."""
+    """Write ``data`` as a frame to ``fd`` and close it; a reader gone ends it quietly."""
     with contextlib.suppress(OSError), os.fdopen(fd, "wb") as out:
-        out.write(_LENGTH.pack(len(data)))
-        out.write(data)
+        _write_frame(out, data)
 
 
 def _read_message(fd: int) -> bytes:

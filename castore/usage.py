@@ -931,6 +931,18 @@ EARLY_SHARES = (2, 5)
 LATE_SHARES = (1, 2)
 
 
+def _share(shares: tuple[int, int], worker: bool) -> tuple[int, tuple[int, int, int]]:
+    """What the worker (``worker``) or the process decodes of the stored records for
+    ``shares`` (``(own, n)``, :data:`EARLY_SHARES`): its most commits (its share of
+    :data:`SCAN_MAX_COMMITS`) and its part (:meth:`~castore.objectstore.ObjectStore.iter_tagged`'s
+    ``part``: the shares ``own`` to ``n - 1`` for the worker, ``0`` to ``own - 1`` for the
+    process)."""
+    own, n = shares
+    if worker:
+        return SCAN_MAX_COMMITS * (n - own) // n, (own, n, n)
+    return SCAN_MAX_COMMITS * own // n, (0, own, n)
+
+
 def _start_worker(store: Store, shares: tuple[int, int]) -> Worker | None:
     """A worker forked now (:class:`~castore.forked.Forked`) to decode its share of the stored
     commits (:func:`_decode_commits`; ``shares``: see :data:`EARLY_SHARES`) and then read the
@@ -948,12 +960,11 @@ def _start_worker(store: Store, shares: tuple[int, int]) -> Worker | None:
 
     if not can_fork() or not _has_sessions(store, SCAN_MIN_SESSIONS):  # no listing where none may start (S3)
         return None
-    own, n = shares
-    limit = SCAN_MAX_COMMITS * (n - own) // n
+    limit, part = _share(shares, worker=True)
 
     def work(receive: Callable[[], bytes]) -> bytes:
         raws: dict[str, bytes] = {}
-        commits, _ = _decode_commits(store, limit, (own, n, n), raws)
+        commits, _ = _decode_commits(store, limit, part, raws)
         doc = unpack(receive())
         todo = [((k[0], k[1], k[2]), refs, head) for k, refs, head in doc["todo"]]
         lost = dict.fromkeys((k[0], k[1], k[2]) for k in doc["lost"])
@@ -997,16 +1008,15 @@ def _read_shared(store: Store, todo: list[tuple[Key, Any, Any]], lost: Mapping[K
     from .objects import decode_many, pack, unpack
 
     worker.send(pack({"todo": [[list(k), refs, head] for k, refs, head in todo], "lost": [list(k) for k in lost]}))
-    own, n = worker.shares
     with gc_paused():
-        commits, biggest = _decode_commits(store, SCAN_MAX_COMMITS * own // n, (0, own, n))
+        commits, biggest = _decode_commits(store, *_share(worker.shares, worker=False))
         done = _rows_within(store, todo, lost, commits, set())
         try:
             answer = worker.answer()
         except WorkerDied:  # killed (the OOM killer): its share is read here as well
             answer = None
         if answer is None:  # the worker's pass raised or died: read here, where an error is met
-            more, big = _decode_commits(store, SCAN_MAX_COMMITS * (n - own) // n, (own, n, n))
+            more, big = _decode_commits(store, *_share(worker.shares, worker=True))
             commits.update(more)
             biggest = max(biggest, big)
         else:
