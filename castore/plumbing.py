@@ -2,8 +2,7 @@
 
 Every writer of castore (sessions, app and user state, sync, the adapters) goes through
 this module to build commits on a tip and move a ref. The refs' names and their metadata
-keys are :mod:`castore.refnames` (re-exported here, where code written before it imports
-them). This module owns two things:
+keys are :mod:`castore.refnames`'s. This module owns two things:
 
 * **Building.** A :class:`Batch` builds commits on a tip (depth, segment index, state
   tree, read hint) and collects every object they need; :meth:`Plumbing.write` stores a
@@ -42,7 +41,6 @@ from .errors import (
 from .history import NO_BODY, Hint, History, K
 from .objects import Blob, Commit, ObjectId, Value
 from .objectstore import ObjectStore
-from .refnames import *  # noqa: F403 - re-exported: code written before castore.refnames imports its names from here
 from .refnames import (
     META_BORN,
     META_LENGTH,

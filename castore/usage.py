@@ -116,8 +116,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CastoreError, InvalidEntry
 from .forked import Forked, WorkerDied
+from .gcpause import gc_paused
 from .objects import json_dumps_sorted, json_loads
-from .objectstore import gc_paused
 
 if TYPE_CHECKING:
     from .errors import CorruptRef
@@ -666,7 +666,7 @@ def _tips(refs: Mapping[str, str], current: str | None) -> list[tuple[str, str]]
     :meth:`~castore.store.Store.session_refs` reads them) name, in the order rows are given a
     branch: the branch HEAD is on (segment ``current``), the other branches by name, the
     labels, a detached HEAD."""
-    from .plumbing import real_name
+    from .refnames import real_name
 
     ranked: list[tuple[tuple[int, str], str]] = []
     for rel, target in refs.items():

@@ -23,7 +23,7 @@ import castore
 from castore.errors import CorruptRef, RefConflict, RefLocked
 from castore.history import Hint, K
 from castore.maintenance import fsck
-from castore.plumbing import SessionRefs, parse_ref_name, real_name
+from castore.refnames import SessionRefs, parse_ref_name, real_name
 from castore.retry import RefContended, RetryPolicy, retry
 
 ROOT = Path(__file__).resolve().parent.parent

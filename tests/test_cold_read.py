@@ -255,7 +255,7 @@ def test_a_hint_tail_is_read_only_when_every_id_is_full_lowercase_hex(tail: list
 def _samples() -> list[object]:
     from castore.entries import BranchSummary, Compaction, Custom, Event, LogEntry, ModelChange, prepare
     from castore.history import Hint
-    from castore.plumbing import SessionRefs, parse_ref_name
+    from castore.refnames import SessionRefs, parse_ref_name
     from castore.retry import RetryPolicy
 
     m = Message(role="user", content=[{"type": "text", "text": "hi"}], extra={"vendor": 1})

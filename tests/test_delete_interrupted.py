@@ -24,7 +24,7 @@ import castore.grep
 import castore.usage
 from castore import maintenance
 from castore.cli import main
-from castore.plumbing import META_DELETING
+from castore.refnames import META_DELETING
 from castore.storage import Storage, Token, open_storage
 
 backend = backend_on("local", "s3")

@@ -14,7 +14,7 @@ from helpers.storage import PassThrough
 import castore
 from castore import maintenance
 from castore.cli import main
-from castore.plumbing import META_BORN
+from castore.refnames import META_BORN
 from castore.session import NEW_BRANCH
 from castore.storage import Storage, Token, open_storage
 

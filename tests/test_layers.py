@@ -225,9 +225,7 @@ def test_ref_metadata_and_read_hint_keys_are_defined_in_one_module_each():
 
 #: modules that still import castore.refnames' names through castore.plumbing's re-exports,
 #: each with why it may for now; the list only shrinks
-THROUGH_PLUMBING: dict[str, str] = {
-    "castore/usage.py": "edited by other work when refnames.py was made; to import from refnames",
-}
+THROUGH_PLUMBING: dict[str, str] = {}
 
 
 def names_through_plumbing(source: str) -> list[str]:
