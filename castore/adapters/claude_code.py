@@ -85,6 +85,7 @@ from .jsonl_tree import (
     joined,
     layout_of,
     line_event,
+    links_back,
     own_commits,
     parse_line,
     parse_time,
@@ -148,7 +149,7 @@ def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
     seen = {os.path.realpath(p)}
     for n in sorted(os.listdir(p)):
         d = os.path.join(p, n)
-        if os.path.isdir(d) and first_visit(d, seen):  # a linked project folder too, once
+        if os.path.isdir(d) and not links_back(d) and first_visit(d, seen):  # a linked project folder too, once
             out.extend(_project_sources(d))
     projects = os.path.join(p, "projects")
     if not out and os.path.isdir(projects):  # ~/.claude, its projects folder linked or not
@@ -171,7 +172,7 @@ def _project_sources(proj_dir: str, only: str | None = None) -> list[_Source]:
         main = _Source(fpath, project, sid, f"{project}/{name}")
         out.append(main)
         sdir = os.path.join(proj_dir, sid)
-        if os.path.isdir(sdir):
+        if os.path.isdir(sdir) and not links_back(sdir):
             for full in files_under(sdir, links=True):
                 inner = os.path.relpath(full, sdir).replace(os.sep, "/")
                 rel = f"{project}/{sid}/{inner}"

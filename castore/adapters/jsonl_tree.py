@@ -148,17 +148,29 @@ def files_under(folder: str, suffixes: str | tuple[str, ...] = "", *, links: boo
     A linked folder is passed over, so that an import reads only what lies under the folder it
     was given, unless ``links``: then it is walked as a folder (Claude Code's folders, which
     dotfiles managers link), each folder once by its real path (a link that loops, or two links
-    to one folder). Raises nothing (an unreadable folder is passed over, as :func:`os.walk`
-    does)."""
+    to one folder), never one that holds the link (:func:`links_back`: a link to ``/`` or to
+    a folder above would walk all that holds it). Raises nothing (an unreadable folder is
+    passed over, as :func:`os.walk` does)."""
     seen = {os.path.realpath(folder)}
     for root, dirs, files in os.walk(folder, followlinks=links):
         dirs.sort()
         if links:
-            dirs[:] = [d for d in dirs if first_visit(os.path.join(root, d), seen)]
+            dirs[:] = [d for d in dirs if not links_back(sub := os.path.join(root, d)) and first_visit(sub, seen)]
         for fn in sorted(files):
             full = os.path.join(root, fn)
             if fn.endswith(suffixes) and not os.path.islink(full) and os.path.isfile(full):
                 yield full
+
+
+def links_back(folder: str) -> bool:
+    """Whether ``folder`` is a symbolic link to a folder that holds it (``/``, the home folder,
+    the folder it is in, or one above): followed, it would take in all that folder holds, the
+    link's own folder among it (``find -L``'s loop). Raises nothing."""
+    if not os.path.islink(folder):
+        return False
+    real = os.path.realpath(folder)
+    at = os.path.realpath(os.path.dirname(folder))
+    return at == real or at.startswith(real.rstrip(os.sep) + os.sep)
 
 
 def first_visit(folder: str, seen: set[str]) -> bool:
