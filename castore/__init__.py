@@ -19,7 +19,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     history, state, entries, pathfacts  paths, state trees, entry types, what a context needs of a whole path
     plumbing, refnames, retry, groupcommit, revisions, pathview, deletion  write path, ref names, retries, deletion
     context                             the model's view of a path (pure)
-    session, store, sessionlist         what an agent calls, the listing of sessions
+    session, store, sessionlist, scopes  what an agent calls, the listing of sessions, app and user state
     sync, remotes, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, status
     adapters, html, usage               LangGraph, Pi, ADK, OpenAI Agents; the viewer; token usage
     cli, __main__                       the ``castore`` command

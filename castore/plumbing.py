@@ -23,11 +23,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import objects as o
-from .entries import Prepared, Record
+from .entries import Prepared
 from .errors import (
     BranchError,
     CastoreError,
@@ -84,17 +83,6 @@ class NoSuchRef(BranchError, RefNotFound):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-@dataclass(frozen=True, repr=False, eq=False)
-class ScopePlan(Record):
-    """App or user state changes written as commits, waiting for their ref to move."""
-
-    ref: str
-    base: RefValue | None
-    changes: tuple[tuple[dict[str, Any], tuple[str, ...]], ...]
-    author: str
-    ids: tuple[str, ...]
 
 
 # -- building commits -----------------------------------------------------------------------------
@@ -762,7 +750,6 @@ __all__ = [
     "Batch",
     "NoSuchRef",
     "Plumbing",
-    "ScopePlan",
     "Tree",
     "tip_meta",
 ]

@@ -48,7 +48,7 @@ from .history import BlockPath, Hint, History
 from .objects import Commit, ObjectId, Value
 from .objectstore import ObjectStore, gc_paused
 from .pathview import PathView, log_entries, log_entry, value_of
-from .plumbing import Batch, NoSuchRef, Plumbing, ScopePlan
+from .plumbing import Batch, NoSuchRef, Plumbing
 from .redact import REDACTED_INFO
 from .refnames import (
     HEAD_KEEPS,
@@ -75,6 +75,7 @@ from .refnames import (
 )
 from .refs import PREFIX as REFS_PREFIX
 from .refs import RefStore, RefValue
+from .scopes import ScopePlan
 from .state import read_state, read_states
 
 if TYPE_CHECKING:

@@ -44,11 +44,12 @@ if TYPE_CHECKING:  # castore.crypto is imported only by an encrypted store (a pl
     from .listing import SessionInfo
     from .objects import Codec, Commit, ObjectId
     from .objectstore import ObjectStore
-    from .plumbing import Plumbing, ScopePlan
+    from .plumbing import Plumbing
 
     # imported where used: a command that reads (grep, log) never loads the redactor or the Session class
     from .redact import Redactor
     from .retry import RetryPolicy
+    from .scopes import Changes, ScopePlan
     from .session import Session
 
 CONFIG_KEY = "castore.json"
@@ -892,7 +893,7 @@ class Store(handles.Handle):
         if not delete_session_refs(self.plumbing, session_prefix(app, user, session_id)):
             raise SessionNotFound((app, user, session_id))
 
-    # -- app- and user-scoped state ----------------------------------------------------------
+    # -- app- and user-scoped state (castore.scopes) -------------------------------------------
     def scope_head(self, app: str, user: str | None = None) -> str | None:
         """The commit id of the app state (``user=None``) or of a user's state, or None.
 
@@ -919,13 +920,7 @@ class Store(handles.Handle):
         """
         return self.update_scope_many(app, user, [(delta, unset)], author)[-1]
 
-    def update_scope_many(
-        self,
-        app: str,
-        user: str | None,
-        changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
-        author: str = "",
-    ) -> list[str]:
+    def update_scope_many(self, app: str, user: str | None, changes: Changes, author: str = "") -> list[str]:
         """Commit several changes to app or user state as a chain moved by one ref swap.
 
         Each ``(delta, unset)`` becomes its own commit, so that the state after each change
@@ -939,46 +934,29 @@ class Store(handles.Handle):
         """
         return self.publish_scope_changes(self.prepare_scope_changes(app, user, changes, author))
 
-    def prepare_scope_changes(
-        self,
-        app: str,
-        user: str | None,
-        changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
-        author: str = "",
-    ) -> ScopePlan:
-        """Write the commits of ``changes`` on the scope's current tip, without moving its ref.
+    def prepare_scope_changes(self, app: str, user: str | None, changes: Changes, author: str = "") -> ScopePlan:
+        """Write the commits of ``changes`` on the scope's current tip, without moving its ref
+        (:func:`castore.scopes.prepare`).
 
         :meth:`publish_scope_changes` moves the ref; until then nothing reads the commits.
 
         Raises:
             InvalidName, InvalidEntry, StorageError.
         """
-        from .entries import check_state
+        from . import scopes
         from .refnames import scope_ref
 
-        for delta, _unset in changes:
-            check_state(delta, author)
+        scopes.check_changes(changes, author)
         home = self.tenant(app, user)
         if home is not self:
             return home.prepare_scope_changes(app, user, changes, author)
         self.init()
-        ref = scope_ref(app, user)
-        return self._scope_chain(ref, self.refs.read(ref), changes, author)
-
-    def _scope_chain(self, ref: str, cur: RefValue | None,
-                     changes: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], author: str) -> ScopePlan:
-        from .plumbing import ScopePlan
-
-        batch = self.plumbing.batch(cur.target if cur else None)
-        now = time.time()
-        for delta, unset in changes:
-            batch.entry("state", None, delta=delta, unset=tuple(unset), author=author, when=now, meta={})
-        self.plumbing.write(batch)
-        return ScopePlan(ref, cur, tuple((dict(d), tuple(u)) for d, u in changes), author, tuple(batch.ids))
+        return scopes.prepare(self.plumbing, scope_ref(app, user), changes, author)
 
     def publish_scope_changes(self, plan: ScopePlan) -> list[str]:
         """Move the scope's ref to a prepared chain; if the scope moved meanwhile, write the
-        same changes again on its new tip (changes apply after whatever is there).
+        same changes again on its new tip (changes apply after whatever is there;
+        :func:`castore.scopes.publish`).
 
         Returns:
             The commit ids the ref now reaches for the changes, in order.
@@ -987,22 +965,14 @@ class Store(handles.Handle):
             RefContended: the scope kept changing (see :class:`~castore.retry.RetryPolicy`).
             StorageError: the backend failed.
         """
-        from .refnames import META_TIME
+        from . import scopes
+        from .refnames import parse_ref_name
 
-        home = self._scope_home(plan.ref)
+        p = parse_ref_name(plan.ref) if self.root.layout == "tenants" else None
+        home = self if p is None else self.tenant_at(*p.tenant)
         if home is not self:
             return home.publish_scope_changes(plan)
-        plans = [plan]
-
-        def attempt(n: int) -> list[str]:
-            if n:
-                p = plans[-1]
-                plans.append(self._scope_chain(p.ref, self.refs.read(p.ref), p.changes, p.author))
-            p = plans[-1]
-            self.plumbing.swap(p.ref, p.ids[-1], p.base, {META_TIME: time.time()})
-            return list(p.ids)
-
-        return self.plumbing.land(plan.ref, attempt)
+        return scopes.publish(self.plumbing, plan)
 
     def scope_heads(self, app: str, user: str) -> tuple[str | None, str | None]:
         """The current app-state and user-state commits, read in one batch.
@@ -1025,12 +995,9 @@ class Store(handles.Handle):
         Raises:
             ObjectNotFound, IntegrityError, StorageError.
         """
-        from .state import read_states
+        from . import scopes
 
-        wanted = [c for c in commits if c is not None]
-        got = self.history.commits(wanted) if wanted else {}
-        trees = read_states(self.objects, [got[c].state if c is not None else None for c in commits])
-        return [t if c is not None else {} for c, t in zip(commits, trees, strict=True)]
+        return scopes.states(self.history, self.objects, commits)
 
     def scope_pair_states(self, app: str, user: str, app_commit: str | None,
                           user_commit: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -1046,28 +1013,18 @@ class Store(handles.Handle):
             return a, u
         return app_home.scope_states([app_commit])[0], user_home.scope_states([user_commit])[0]
 
-    def _scope_home(self, ref: str) -> Store:
-        """The store holding the scope ref ``ref`` (``state/<app>/app`` or ``.../users/<u>``)."""
-        from .refnames import parse_ref_name
-
-        p = parse_ref_name(ref) if self.root.layout == "tenants" else None
-        return self if p is None else self.tenant_at(*p.tenant)
-
     def scope_state(self, app: str, user: str | None = None, rev: str | None = None) -> dict[str, Any]:
         """The app state (``user=None``) or a user's state, now or at commit ``rev``.
 
         Raises:
             InvalidName, ObjectNotFound, IntegrityError, StorageError.
         """
-        from .state import read_state
+        from . import scopes
 
         home = self.tenant(app, user)
         if home is not self:
             return home.scope_state(app, user, rev)
-        cid = rev or self.scope_head(app, user)
-        if cid is None:
-            return {}
-        return read_state(self.objects, self.history.commit(cid).state)
+        return scopes.state_at(self.history, self.objects, rev or self.scope_head(app, user))
 
     def scope_log(self, app: str, user: str | None = None) -> list[tuple[str, Commit]]:
         """The history of the app or user state, newest first.
@@ -1075,20 +1032,27 @@ class Store(handles.Handle):
         Raises:
             InvalidName, ObjectNotFound, IntegrityError, StorageError.
         """
+        from . import scopes
+
         home = self.tenant(app, user)
         if home is not self:
             return home.scope_log(app, user)
-        head = self.scope_head(app, user)
-        if head is None:
-            return []
-        return list(reversed(self.history.walk(head)))  # scope chains are short: no segments
+        return scopes.log(self.history, self.scope_head(app, user))
 
     def app_state(self, app: str) -> dict[str, Any]:
-        """The current app-scoped state (keys without the ``app:`` prefix)."""
+        """The current app-scoped state (keys without the ``app:`` prefix).
+
+        Raises:
+            InvalidName, ObjectNotFound, IntegrityError, StorageError.
+        """
         return self.scope_state(app, None)
 
     def user_state(self, app: str, user: str) -> dict[str, Any]:
-        """The current user-scoped state of ``user`` in ``app`` (keys without ``user:``)."""
+        """The current user-scoped state of ``user`` in ``app`` (keys without ``user:``).
+
+        Raises:
+            InvalidName, ObjectNotFound, IntegrityError, StorageError.
+        """
         return self.scope_state(app, user)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -1177,14 +1141,14 @@ __all__ = ["Store", "SessionInfo", "ScopePlan", "open", "default_url", "store_di
 
 
 def __getattr__(name: str) -> Any:
-    """``castore.store.ScopePlan``, which is :mod:`castore.plumbing`'s, ``ObjectId``,
+    """``castore.store.ScopePlan``, which is :mod:`castore.scopes`', ``ObjectId``,
     :mod:`castore.objects`', and ``SessionInfo``, :mod:`castore.listing`'s, imported when asked for."""
     if name == "SessionInfo":
         from .listing import SessionInfo
 
         return SessionInfo
     if name == "ScopePlan":
-        from .plumbing import ScopePlan
+        from .scopes import ScopePlan
 
         return ScopePlan
     if name == "ObjectId":

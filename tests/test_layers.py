@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("history", "state", "entries", "pathfacts"),
     ("plumbing", "refnames", "retry", "groupcommit", "revisions", "pathview", "deletion"),
     ("context",),
-    ("session", "store", "sessionlist"),
+    ("session", "store", "sessionlist", "scopes"),
     ("sync", "remotes", "maintenance", "scrub", "grep", "views", "porcelain", "convert"),
     ("adapters", "html", "usage"),
     ("cli", "__main__"),
