@@ -26,8 +26,9 @@ from typing import Any
 from . import objects as o
 from .entries import Record, entry_from
 from .errors import CastoreError, IntegrityError, ObjectNotFound, RevisionNotFound, SealedFrameError
+from .gcpause import gc_paused
 from .objects import Commit, Index, ObjectId, Segment
-from .objectstore import ObjectStore, gc_paused
+from .objectstore import ObjectStore
 from .objectstore import packs as pk
 from .pathfacts import PathFacts
 

@@ -30,9 +30,10 @@ from typing import Any
 from . import objects as o
 from .entries import LogEntry, entry_from
 from .errors import IntegrityError, ObjectNotFound
+from .gcpause import gc_paused
 from .history import BlockPath, Hint, History
 from .objects import Commit, ObjectId, Value
-from .objectstore import ObjectStore, gc_paused
+from .objectstore import ObjectStore
 from .pathfacts import PathFacts, facts_of
 
 _HANDOVER = threading.Lock()

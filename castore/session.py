@@ -43,10 +43,11 @@ from .errors import (
     SessionDeleting,
     SessionExists,
 )
+from .gcpause import gc_paused
 from .groupcommit import Group, GroupCommit, Job
 from .history import BlockPath, Hint, History
 from .objects import Commit, ObjectId, Value
-from .objectstore import ObjectStore, gc_paused
+from .objectstore import ObjectStore
 from .pathview import PathView, log_entries, log_entry, value_of
 from .plumbing import Batch, NoSuchRef, Plumbing
 from .redact import REDACTED_INFO

@@ -52,7 +52,7 @@ from ..errors import (
     SealedFrameError,
 )
 from ..formats import can_append, check_format, default_format
-from ..gcpause import gc_paused  # re-exported: the history, path views and usage take it from here
+from ..gcpause import gc_paused  # re-exported: the search's scan and the archive engine take it from here
 from ..objects import AnyObject, ObjectId
 from ..storage import RefIntent, Storage
 from . import packs
