@@ -593,6 +593,26 @@ def json_loads(text: str | bytes) -> Any:
         raise InvalidEntry(f"not valid JSON: {e}") from e
 
 
+#: a decoder per type :func:`json_loads_as` was asked for
+_TYPED_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def json_loads_as(text: str | bytes, kind: Any) -> Any:
+    """Parse JSON text as ``kind`` (a type msgspec decodes: a TypedDict, a list of tuples, ...),
+    its shape checked as it is parsed (a key ``kind`` does not name is passed over).
+
+    Raises:
+        InvalidEntry: the text is not JSON, or not of that shape.
+    """
+    dec = _TYPED_DECODERS.get(kind)
+    if dec is None:
+        dec = _TYPED_DECODERS[kind] = msgspec.json.Decoder(kind)
+    try:
+        return dec.decode(text)
+    except msgspec.DecodeError as e:  # msgspec.ValidationError too
+        raise InvalidEntry(f"not JSON of the shape expected: {e}") from e
+
+
 # -- probes: what a scan of stored bytes may rely on, without decoding ---------------------------
 #: an object's kind tag lies at ``canonical[TAG_START:TAG_END]`` (msgspec writes the tag field
 #: first, after the map's header byte): compared with :func:`kind_tag_bytes`, it tells what a

@@ -83,7 +83,8 @@ brings an existing cache up to date as it does the search index (:func:`update_i
 The ref-change log names castore's own changes only (its writes of a ref file in place
 included, logged before they are made); a ref file edited, removed or rewritten in place by
 hand is seen when its session's refs next move, or once the cache is deleted.
-The cache is derived data: deleting it loses nothing. An encrypted store is never cached
+The cache is derived data: deleting it loses nothing, and a cache file of another shape
+(damaged, edited by hand, another version's) is read as none. An encrypted store is never cached
 (its counts and session names would be in the clear): every run reads every session.
 
 A run that reads most of a store's sessions (the first one, with no cache) first decodes every
@@ -112,12 +113,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from .errors import CastoreError, InvalidEntry
 from .forked import Forked, WorkerDied
 from .gcpause import gc_paused
-from .objects import json_dumps_sorted, json_loads
+from .objects import json_dumps_sorted, json_loads, json_loads_as
 
 if TYPE_CHECKING:
     from .errors import CorruptRef
@@ -694,16 +695,37 @@ def cache_path(store: Store) -> str:
     return os.path.join(base, "castore", "usage", hashlib.sha256(url.encode()).hexdigest()[:32] + ".json")
 
 
+class _CachedSession(TypedDict):
+    """A session in the cache file: its key, the refs and branch its rows were read at, the rows."""
+
+    key: tuple[str, str, str]
+    refs: dict[str, str]
+    head: str | None
+    rows: list[tuple[str, str, str | None, int | float, int, int, int, int, str]]  # a Row
+
+
+class _Cache(TypedDict):
+    """The cache file (:func:`_save_cache`); a key it does not name is passed over."""
+
+    version: int
+    url: str
+    mark: str | None
+    sessions: dict[str, _CachedSession]
+
+
 def _load_cache(path: str, url: str) -> dict[str, Any]:
+    """The cache at ``path`` if it is one of this version for the store at ``url``, else ``{}``
+    (none, unreadable, or of another shape: damaged, edited, another version's; the cache is
+    derived data, made again whole). Its shape is checked as it is parsed, before a value of it
+    is used. Raises nothing."""
     try:
         with open(path, "rb") as f:
-            doc = json_loads(f.read())
+            doc = json_loads_as(f.read(), _Cache)
     except (OSError, InvalidEntry):
         return {}
-    if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or doc.get("url") != url \
-            or not isinstance(doc.get("sessions"), dict):
+    if doc["version"] != CACHE_VERSION or doc["url"] != url:
         return {}
-    return doc
+    return cast("dict[str, Any]", doc)
 
 
 def _save_cache(path: str, doc: dict[str, Any]) -> None:
@@ -792,8 +814,7 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
         todo = []
         for key, (folder, refs, head) in fresh.items():
             prev = old.get(folder)
-            if prev is not None and prev.get("refs") == refs and prev.get("head") == head \
-                    and prev.get("key") == list(key):
+            if prev is not None and prev["refs"] == refs and prev["head"] == head and tuple(prev["key"]) == key:
                 sessions[folder] = prev
             else:
                 todo.append((key, folder, refs, head))
