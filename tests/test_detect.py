@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import castore
 from castore.adapters.claude_code import import_claude
 from castore.adapters.codex import import_codex
-from castore.adapters.detect import detect
+from castore.adapters.detect import VENDORS, detect, file_kind
 from castore.adapters.jsonl_tree import ArchiveError
 from castore.cli.main import main
 
@@ -142,3 +142,35 @@ def test_an_agents_own_folder_is_imported_as_its_sessions_folder(tmp_path: Path)
             assert r.exit_code == 0 and r.stdout.startswith(f"{vendor}/"), (args, r.output)
         r = _cli(tmp_path / vendor / "b", "import", vendor, str(home / sessions), "--json")
         assert r.exit_code == 0 and '"lines": 0' in r.stdout and '"lines": 1' not in r.stdout, r.output
+
+
+@pytest.mark.parametrize("vendor", ["claude", "codex", "gemini", "pi"])
+def test_each_importer_refuses_json_lines_of_no_known_agent_in_one_line(tmp_path: Path, vendor: str) -> None:
+    # `import claude` of any JSON lines imported them as empty `(event)` entries
+    junk = tmp_path / "notes.jsonl"
+    junk.write_text('{"a": 1}\n{"type": "message", "text": "hi"}\n[1, 2]\n')
+    r = _cli(tmp_path, "import", vendor, str(junk))
+    assert r.exit_code == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r.output
+    assert r.stderr.startswith(f"Error: {junk}: looks like no {VENDORS[vendor]} session file: its first lines are "
+                               "JSON of no known agent's sessions")
+    r = _cli(tmp_path, "import", str(junk))
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "looks like no known agent's sessions" in r.stderr
+    assert not (tmp_path / "store").exists() or castore.open(str(tmp_path / "store")).apps() == []
+
+
+def test_a_file_with_nothing_to_tell_by_is_left_to_the_importer(tmp_path: Path) -> None:
+    # an empty file, a first line still being written, and Claude Code's title lines alone
+    # are no other agent's: they are imported (as nothing, or as what they are)
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    (tmp_path / "torn.jsonl").write_bytes(b'{"type": "user", "uuid": "a1", "mess')
+    titled = tmp_path / "titled.jsonl"
+    titled.write_text('{"type":"custom-title","customTitle":"refactor","sessionId":"s1"}\n'
+                      '{"type":"last-prompt","lastPrompt":"go on","sessionId":"s1"}\n')
+    assert file_kind(str(tmp_path / "empty.jsonl")) is None and file_kind(str(tmp_path / "torn.jsonl")) is None
+    assert detect(titled) == "claude"
+    for name in ("empty.jsonl", "titled.jsonl"):
+        r = _cli(tmp_path, "import", "claude", str(tmp_path / name))
+        assert r.exit_code == 0, r.output
+    # the real files of every agent are still taken as their own
+    edge = DATA / "claude-code" / "claude-code-log" / "edge_cases.jsonl"  # lines of no agent among Claude's
+    assert file_kind(str(edge)) == "claude" and file_kind(str(CODEX)) == "codex"

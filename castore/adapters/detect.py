@@ -10,13 +10,20 @@ A file is recognised by its first records (at most :data:`SAMPLE_LINES` lines of
 file costs one bounded read), each record by the fields only one agent writes:
 
 - Claude Code: ``uuid``/``parentUuid`` on a line, or its line types without them
-  (``file-history-snapshot``, ``queue-operation``, a ``summary`` with ``leafUuid``);
+  (``file-history-snapshot``, ``queue-operation``, a ``summary`` with ``leafUuid``, and the
+  titles and settings it writes with a ``sessionId``: ``custom-title``, ``last-prompt``, ...);
 - Codex CLI: a ``type`` of ``session_meta``/``response_item``/``event_msg``/``turn_context``/
   ``compacted`` with a ``payload`` (and the legacy bare meta line, with ``instructions``);
-- Pi: a ``session`` header, or its entry types with ``id`` and ``parentId``;
+- Pi: a ``session`` header, or its entry types with an ``id`` (and a ``parentId``, or no
+  ``role`` of its own, which an OpenAI message item given that type has);
 - Gemini CLI: a record with ``sessionId`` and ``projectHash`` (the first line, or the whole
   file of the older JSON format), ``$set``/``$rewindTo`` records, or a message of type
   ``gemini``.
+
+A file whose first records are JSON but none of them any agent's (``{"a": 1}`` lines) is
+:data:`OTHER`: the importers refuse it (:func:`refuse_other`) rather than import lines that mean
+nothing to them. A file with no record to tell by (empty, blank, lines that are not JSON, a first
+line still being written) is let through: the importer says what it makes of it.
 
 A folder is recognised by the files an import would read (``.jsonl``, and ``.json`` for Gemini's
 older format), sampled up to :data:`SAMPLE_FILES`: the agent the recognised ones point to. A
@@ -38,6 +45,8 @@ from .jsonl_tree import ArchiveError, files_under
 
 #: vendor key -> the name people know it by
 VENDORS = {"claude": "Claude Code", "codex": "Codex CLI", "pi": "Pi", "gemini": "Gemini CLI"}
+#: what :func:`file_kind` says of a file whose first records are JSON of no known agent
+OTHER = "other"
 #: records read from the head of a file
 SAMPLE_LINES = 8
 #: bytes read from the head of a file first (an import checks at every round of ``--follow``)
@@ -62,13 +71,14 @@ def record_vendor(d: Any) -> str | None:
     if ("sessionId" in d and "projectHash" in d) or isinstance(d.get("$set"), dict) \
             or isinstance(d.get("$rewindTo"), str) or (t == "gemini" and "id" in d):
         return "gemini"
-    if "uuid" in d or "parentUuid" in d or t in _CLAUDE_TYPES or (t == "summary" and "leafUuid" in d):
+    if "uuid" in d or "parentUuid" in d or t in _CLAUDE_TYPES or (t == "summary" and "leafUuid" in d) \
+            or (isinstance(t, str) and isinstance(d.get("sessionId"), str)):  # custom-title, last-prompt, ...
         return "claude"
     if t in _CODEX_TYPES and "payload" in d:
         return "codex"
     if t == "session" and isinstance(d.get("id"), str):
         return "pi"
-    if t in _PI_TYPES and "id" in d and "parentId" in d:
+    if t in _PI_TYPES and "id" in d and ("parentId" in d or "role" not in d):  # an OpenAI item has its role
         return "pi"
     if "id" in d and "timestamp" in d and "instructions" in d and "type" not in d:
         return "codex"  # a legacy rollout's bare meta line
@@ -77,6 +87,18 @@ def record_vendor(d: Any) -> str | None:
 
 def file_vendor(path: str) -> str | None:
     """The agent a session file is of, by its first records (None: none recognised).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    kind = file_kind(path)
+    return None if kind == OTHER else kind
+
+
+def file_kind(path: str) -> str | None:
+    """What a file's first records are: an agent's (a key of :data:`VENDORS`, the one most of
+    them point to), :data:`OTHER` (JSON, but no known agent's), or None (no record to tell by:
+    empty, blank, or lines that are not JSON).
 
     Raises:
         OSError: the file cannot be read.
@@ -93,16 +115,17 @@ def file_vendor(path: str) -> str | None:
             v = record_vendor(json.loads(raw))
         except (ValueError, RecursionError):
             continue
-        if v is not None:
-            votes[v] += 1
+        votes[v or OTHER] += 1
     if not votes and head.lstrip().startswith(b"{"):  # a whole-file JSON document (Gemini's older format)
         try:
-            v = record_vendor(json.loads(head))
+            votes[record_vendor(json.loads(head)) or OTHER] += 1
         except (ValueError, RecursionError):
-            v = None
-        if v is not None:
-            votes[v] += 1
-    return votes.most_common(1)[0][0] if votes else None
+            pass
+    known = votes.copy()
+    del known[OTHER]
+    if known:
+        return known.most_common(1)[0][0]
+    return OTHER if votes else None
 
 
 def _sample(root: str) -> list[str]:
@@ -119,16 +142,22 @@ def detect(path: str | os.PathLike[str]) -> str | None:
     """
     p = os.fspath(path)
     if os.path.isfile(p):
-        try:
-            return file_vendor(p)
-        except OSError as e:
-            raise ArchiveError(p, f"cannot read it: {e.strerror or e}") from e
+        kind = _file(p)
+        return None if kind == OTHER else kind
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
     found = _folder(p)
     if len(found) > 1:
         raise ArchiveError(p, _mixed(p, found))
     return next(iter(found), None)
+
+
+def _file(path: str) -> str | None:
+    """:func:`file_kind` of ``path``, its error as an ArchiveError."""
+    try:
+        return file_kind(path)
+    except OSError as e:
+        raise ArchiveError(path, f"cannot read it: {e.strerror or e}") from e
 
 
 def _folder(root: str) -> dict[str, str]:
@@ -153,12 +182,15 @@ def _mixed(root: str, found: dict[str, str]) -> str:
 def refuse_other(path: str | os.PathLike[str], want: str) -> None:
     """Refuse ``path`` when it holds another agent's sessions than ``want``'s.
 
-    Anything not recognised (an empty file, lines that are no known agent's) is let through:
-    the importer itself says what it makes of it.
+    A file whose first records are JSON of no known agent (:data:`OTHER`) is refused too. A file
+    with nothing to tell by (empty, blank, not JSON) and a folder none of whose sampled files
+    is recognised are let through: the importer itself says what it makes of them (a folder
+    such as ``~/.claude`` holds other JSON files beside the sessions, which say nothing).
 
     Raises:
-        ArchiveError: one line naming the agent ``path`` looks like, and the command for it; or,
-            for a folder that holds other agents' files beside ``want``'s, naming a file of each.
+        ArchiveError: one line naming the agent ``path`` looks like, and the command for it, or
+            saying it looks like no known agent's; for a folder that holds other agents' files
+            beside ``want``'s, naming a file of each; no such file or folder.
     """
     p = os.fspath(path)
     if os.path.isdir(p):
@@ -166,11 +198,16 @@ def refuse_other(path: str | os.PathLike[str], want: str) -> None:
         if len(found) > 1:
             raise ArchiveError(p, _mixed(p, found))
         got = next(iter(found), None)
+    elif os.path.isfile(p):
+        got = _file(p)
     else:
-        got = detect(p)
+        raise ArchiveError(p, "no such file or folder")
+    if got == OTHER:
+        raise ArchiveError(p, f"looks like no {VENDORS[want]} session file: its first lines are JSON of no known "
+                              f"agent's sessions ({', '.join(VENDORS.values())})")
     if got is not None and got != want:
-        raise ArchiveError(os.fspath(path), f"looks like {VENDORS[got]} sessions, not {VENDORS[want]}: "
-                                            f"import it with `castore import {got} PATH` (or `castore import PATH`)")
+        raise ArchiveError(p, f"looks like {VENDORS[got]} sessions, not {VENDORS[want]}: "
+                              f"import it with `castore import {got} PATH` (or `castore import PATH`)")
 
 
-__all__ = ["VENDORS", "detect", "file_vendor", "record_vendor", "refuse_other"]
+__all__ = ["OTHER", "VENDORS", "detect", "file_kind", "file_vendor", "record_vendor", "refuse_other"]

@@ -49,17 +49,23 @@ class ImportGroup(CastoreGroup):
         Raises:
             click.UsageError: a path whose sessions no importer recognises, or a path (a
                 first argument with a ``/``) that does not exist.
+            ArchiveError: a file whose first lines are JSON of no known agent's sessions.
         """
         import os
+
+        from ..adapters.jsonl_tree import ArchiveError
 
         if args and args[0] not in self.commands and not args[0].startswith("-") and not os.path.exists(args[0]) \
                 and os.sep in args[0]:
             raise click.UsageError(f"{args[0]}: no such file or folder", ctx=ctx)
         if args and args[0] not in self.commands and not args[0].startswith("-") and os.path.exists(args[0]):
-            from ..adapters.detect import VENDORS, detect
+            from ..adapters.detect import OTHER, VENDORS, detect, file_kind
 
             vendor = detect(args[0])
             cmd = self.commands.get(vendor) if vendor is not None else None
+            if cmd is None and os.path.isfile(args[0]) and file_kind(args[0]) == OTHER:
+                raise ArchiveError(args[0], f"looks like no known agent's sessions ({', '.join(VENDORS.values())}): "
+                                            "its first lines are JSON of none of them")
             if cmd is None:
                 known = ", ".join(VENDORS.values())
                 raise click.UsageError(f"{args[0]}: no session file of a known agent ({known}) here; "
