@@ -18,7 +18,7 @@ Nothing here writes, and a kind with no view reads as castore's own entries do.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -81,6 +81,12 @@ class View:
         from the store: commit -> one line (``title: ...``). ``entries`` are the whole
         session's, so that a setting is said only where it changes."""
         return {}
+
+    def model(self, session: Session, entries: Sequence[LogEntry]) -> str | None:
+        """The model in force at the end of a path whose entries (``entries``, oldest first: the
+        path's newest ones) name none themselves, as the adapter reads it from what it keeps
+        (an imported line naming the model the agent used), or None."""
+        return None
 
     def internal_branches(self, session: Session, branches: Mapping[str, str]) -> set[str]:
         """The branches (of ``branches``) that are the adapter's bookkeeping."""
@@ -204,6 +210,18 @@ def settings(session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
         ObjectNotFound, IntegrityError, StorageError: reading what a view needs failed.
     """
     return _ask("settings", session, entries)
+
+
+def model(session: Session, entries: Sequence[LogEntry]) -> str | None:
+    """The model in force at the end of the path ``entries`` (oldest first) as the view of its
+    newest commit reads it (see :meth:`View.model`), or None: what ``context`` reports when the
+    entries name no model themselves (an imported Codex session names it in bookkeeping lines).
+
+    Raises:
+        ObjectNotFound, IntegrityError, StorageError: reading what the view needs failed.
+    """
+    view = view_for(entries[-1].kind) if entries else None
+    return view.model(session, entries) if view is not None else None
 
 
 def _ask(method: str, session: Session, entries: Iterable[LogEntry]) -> dict[str, str]:
@@ -356,6 +374,7 @@ __all__ = [
     "bookkeeping",
     "said",
     "settings",
+    "model",
     "spawned_by",
     "visible",
     "internal_branches",

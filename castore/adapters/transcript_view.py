@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import views
@@ -384,6 +384,32 @@ class TranscriptView(views.View):
                 out[e.id] = f"{what}: {value}"
         return out
 
+    def model(self, session: Session, entries: Sequence[LogEntry]) -> str | None:
+        """The model the newest imported line of ``entries`` that names one names (at most
+        :data:`NOTE_WALK` lines back): a Claude Code or Gemini CLI response's (its usage record
+        as the importer keeps it, else its stored line), a Codex ``turn_context``'s or
+        ``session_meta``'s (its stored line); stored lines are read newest first, one at a time,
+        until one names a model.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: reading a stored line failed.
+        """
+        from .jsonl_tree import parse_line, read_blobs
+
+        for e in reversed(entries[-NOTE_WALK:]):
+            line = _importer_line(e)
+            if line is None or line.get("type") not in _MODEL_TYPES:
+                continue
+            kept = line.get("u")
+            if isinstance(kept, list) and len(kept) == 6 and isinstance(kept[1], str) and kept[1]:
+                return kept[1]
+            raw = line.get("raw")
+            if isinstance(raw, str) and not (kept == [] and line.get("type") in ("assistant", "gemini")):
+                name = _named_model(parse_line(read_blobs(session.store, [raw])[raw]))
+                if name is not None:
+                    return name
+        return None
+
     def bookkeeping(self, e: LogEntry) -> bool:
         """Whether an imported line is the client's bookkeeping (a ``progress`` line, a Codex
         ``event_msg`` copying a message, ...)."""
@@ -413,6 +439,22 @@ def _setting(d: Any) -> tuple[str, str] | None:
         if isinstance(v, str) and v.strip():
             return "title", fold(v, 120)
     return None
+
+
+#: the ``type`` of the imported lines that may name the model in use (:meth:`TranscriptView.model`)
+_MODEL_TYPES = frozenset({"assistant", "gemini", "turn_context", "session_meta"})
+
+
+def _named_model(d: Any) -> str | None:
+    """The model a stored line names: a Codex ``turn_context``'s or ``session_meta``'s
+    ``payload.model``, a Claude Code response's ``message.model`` (not its ``<synthetic>``
+    stand-in), a Gemini CLI message's ``model``; or None."""
+    if not isinstance(d, Mapping):
+        return None
+    payload, msg = d.get("payload"), d.get("message")
+    name = payload.get("model") if isinstance(payload, Mapping) else \
+        msg.get("model") if isinstance(msg, Mapping) else d.get("model")
+    return name if isinstance(name, str) and name.strip() and name != "<synthetic>" else None
 
 
 #: fields of a stored line that say where and when it was written, not what it says

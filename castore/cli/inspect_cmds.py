@@ -278,6 +278,11 @@ def diff_cmd(session: Session, rev1: str, rev2: str, all_entries: bool, as_json:
             click.echo("  " + r.oneline(e, refs))
 
 
+#: the newest commits of a path ``context --json`` asks an adapter's view for the model in force
+#: when the path's entries name none (:func:`castore.views.model`)
+MODEL_WALK = 2_000
+
+
 @click.command("context")
 @click.argument("rev", default="HEAD", shell_complete=complete_revision)
 @click.option("--max-tokens", type=click.IntRange(min=0), metavar="N",
@@ -285,8 +290,9 @@ def diff_cmd(session: Session, rev1: str, rev2: str, all_entries: bool, as_json:
 @click.option("--max-messages", type=click.IntRange(min=0), metavar="N", help="Message budget.")
 @click.option("--tool-output-limit", type=click.IntRange(min=0), metavar="N",
               help="Replace tool outputs over N tokens by a placeholder naming their commit.")
-@json_option('{"rev": REV, "model": NAME|null, "tokens": N|null, "dropped": N, '
-             '"messages": [{"role", "content", ...}], "commits": [ID] (the commit each message comes from)}')
+@json_option('{"rev": REV, "model": NAME|null (in force at REV: set by the entries, else named by an imported '
+             'line), "tokens": N|null, "dropped": N, "messages": [{"role", "content", ...}], "commits": [ID] '
+             '(the commit each message comes from)}')
 @_verbose_option
 @pass_session()
 @paged
@@ -308,7 +314,10 @@ def context_cmd(session: Session, rev: str, max_tokens: int | None, max_messages
     messages = r.context_messages(result)
     tokens, dropped = getattr(result, "tokens", None), getattr(result, "dropped", 0)
     if as_json:
-        print_json({"rev": rev, "model": getattr(result, "model", None), "tokens": tokens, "dropped": dropped,
+        model = getattr(result, "model", None)
+        if model is None:  # an imported session may name it in lines the entries do not hold
+            model = views.model(session, session.log(rev, limit=MODEL_WALK)[::-1])
+        print_json({"rev": rev, "model": model, "tokens": tokens, "dropped": dropped,
                     "messages": messages, "commits": list(getattr(result, "commits", []))})
         return
     for m in messages:
