@@ -10,7 +10,7 @@ from typing import Any
 from .fleet import section as fleet_section
 from .redact import section as redact_section
 from .turn import section as turn_section
-from .units import ms
+from .units import ms, times
 from .workload import MESSAGE_BYTES, compressibility, payload
 
 BASE = "castore local"
@@ -31,8 +31,7 @@ def nbytes(x: float | None) -> str:
 def ratio(x: float | None, base: float | None) -> str:
     if x is None or not base:
         return ""
-    r = x / base
-    return f" (×{r:.2f})" if r < 10 else f" (×{r:.0f})"
+    return f" ({times(x, base)})"
 
 
 def _steps_median(steps: list[float]) -> float:
@@ -435,10 +434,10 @@ def _targets(res: Any, sizes: list[int], app: Any, grow: Any) -> list[str]:
     ok_pi = c_big / pi_big <= 1.5 if c_big and pi_big else None
     ok_fl = c_small / fl_small <= 2 if c_small and fl_small else None
     out.append(f"3. Cold read within 1.5× of Pi's JSONL at 10,000{note}: {verdict(ok_pi)}: castore {ms(c_big)} vs "
-               f"Pi {ms(pi_big)} (×{(c_big or 0) / (pi_big or 1):.2f}); whole process {ms(cw_big)} vs {ms(piw_big)} "
-               f"(×{(cw_big or 0) / (piw_big or 1):.2f}). Within 2× of the floor at N = {small:,}: {verdict(ok_fl)}: "
-               f"castore {ms(c_small)} vs floor {ms(fl_small)} (×{(c_small or 0) / (fl_small or 1):.1f}); whole "
-               f"process {ms(cw_small)} vs {ms(flw_small)} (×{(cw_small or 0) / (flw_small or 1):.2f}).")
+               f"Pi {ms(pi_big)} ({times(c_big, pi_big)}); whole process {ms(cw_big)} vs {ms(piw_big)} "
+               f"({times(cw_big, piw_big)}). Within 2× of the floor at N = {small:,}: {verdict(ok_fl)}: "
+               f"castore {ms(c_small)} vs floor {ms(fl_small)} ({times(c_small, fl_small)}); whole "
+               f"process {ms(cw_small)} vs {ms(flw_small)} ({times(cw_small, flw_small)}).")
     # 4. S3 round trips
     if s3n:
         ns = [n for n in sizes if res.get("cold_counts", s3n[0], n)]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cold
-from .units import ms
+from .units import ms, times
 from .workload import pi_line, step
 
 APP, USER = "bench", "u"
@@ -325,13 +325,12 @@ def section(turn: dict[tuple[str, str, str, int], list[float]] | None, sizes: li
             if all(v is None for v in vals):
                 continue
             cells = [ms(v) if v is not None else "not run" for v in vals]
-            grow = f"×{vals[-1] / vals[0]:.2f}" if vals[0] and vals[-1] is not None else "—"
-            vs_pi = f"×{vals[-1] / pi_top:.2f}" if mode == "fresh" and what != "turn" and pi_top \
-                and vals[-1] is not None else ""
+            grow = times(vals[-1], vals[0])
+            vs_pi = times(vals[-1], pi_top) if mode == "fresh" and what != "turn" else ""
             out.append(f"| {label} | {mode} | " + " | ".join(cells) + f" | {grow} | {vs_pi} |")
     pis = [_med(turn.get(("pi", "fresh", "none", n), [])) for n in sizes]
     out.append("| Pi JSONL: parse the session (anchor) | fresh | " + " | ".join(ms(v) for v in pis) +
-               (f" | ×{pis[-1] / pis[0]:.2f} |  |" if pis[0] and pis[-1] else " | — |  |"))
+               f" | {times(pis[-1], pis[0])} |  |")
     out += ["", "Beside a live writer (same reads; × alone: over the same read with no writer):", "",
             "| read | handle | " + " | ".join(f"N = {n:,}" for n in sizes) + f" | × alone at {top:,} |",
             "|---|---|" + "---:|" * (len(sizes) + 1)]
@@ -342,7 +341,7 @@ def section(turn: dict[tuple[str, str, str, int], list[float]] | None, sizes: li
                 continue
             alone = _med(turn.get((what, mode, "none", top), []))
             cells = [ms(v) if v is not None else "not run" for v in vals]
-            vs = f"×{vals[-1] / alone:.2f}" if alone and vals[-1] is not None else "—"
+            vs = times(vals[-1], alone)
             out.append(f"| {label} | {mode} | " + " | ".join(cells) + f" | {vs} |")
     out.append("")
     return out
