@@ -3,7 +3,8 @@
 ``castore export claude ~/.claude/projects`` restores the transcripts Claude Code deleted into
 the folder where it keeps the live ones. A live file the agent wrote on after the last import
 (or rewrote) holds what the archive's copy lacks: writing that copy over it would lose it. So each
-file is written beside its place first and moved there only when the file already there is
+file is written beside its place first (under a side name of its own, ``NAME.<random>.castore-new``,
+so that two exports into one folder never write one file) and moved there only when the file already there is
 absent or a prefix of it (the archive holds all of it: the same file, or one cut short); any
 other file (or a folder, a named pipe) is left as it is, and the export says which once the
 others are written (:class:`FilesKept`). Every exporter (Claude Code, Codex, Gemini CLI, Pi) writes through
@@ -20,6 +21,8 @@ from .jsonl_tree import ArchiveError, safe_join
 
 #: the suffix of a file being written beside its place (removed, or moved there, before the export returns)
 NEW = ".castore-new"
+#: tries at a side name no other writer holds (a clash of 48 random bits is next to impossible)
+_SIDE_TRIES = 16
 _CHUNK = 1 << 20
 
 
@@ -74,9 +77,8 @@ class ExportWriter:
         """
         out = safe_join(self.root, rel)
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        tmp = out + NEW
+        tmp = _side(out)
         try:
-            _fresh(tmp)
             fill(tmp)
             if holds_more(out, tmp):
                 os.remove(tmp)
@@ -100,13 +102,27 @@ class ExportWriter:
         return self.written
 
 
-def _fresh(tmp: str) -> None:
-    """Make ``tmp`` a new empty file of this export's own: whatever is at that name (a file
-    an export stopped midway left, a symbolic link) goes first, so ``fill`` never writes
-    through a link to a file outside the destination."""
-    if os.path.lexists(tmp):
-        os.remove(tmp)
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
+def _side(out: str) -> str:
+    """A new empty file beside ``out`` that is this writer's alone, ``out.<random>.castore-new``,
+    and its name: created exclusively (a name another export holds, or a symbolic link planted
+    there, is never opened: another name is drawn), so ``fill`` never writes a file another
+    writer writes or through a link to a file outside the destination.
+
+    Raises:
+        OSError: the file cannot be created (FileExistsError: every name drawn was taken).
+    """
+    tries = _SIDE_TRIES
+    while True:
+        side = f"{out}.{os.urandom(6).hex()}{NEW}"
+        try:
+            fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except FileExistsError:
+            tries -= 1
+            if not tries:
+                raise
+            continue
+        os.close(fd)
+        return side
 
 
 def holds_more(path: str, new: str) -> bool:
