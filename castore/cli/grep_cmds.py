@@ -30,8 +30,8 @@ def grep_cmd(ctx: click.Context, **params: Any) -> None:
 
     For grep users: PATTERN is Python's regex, which grep -E's extended syntax mostly is
     (| ( ) + ? {n,m} unescaped); Python adds \\d \\w \\s \\b, lazy quantifiers and
-    lookarounds, and lacks POSIX classes ([[:alpha:]]) and \\< \\> (-E refuses them:
-    they would match something else). -q, -c, -l, -i, -w, -F, -C, --color and
+    lookarounds, and lacks POSIX classes ([[:alpha:]]) and \\< \\> (refused, -E or
+    not: they would match something else). -q, -c, -l, -i, -w, -F, -C, --color and
     --no-messages are grep's; -s is --session in every castore command (grep's -s is
     --no-messages here), -n is --limit (each line printed says its line within its
     block), -o is --store-option, and every session is searched (no -r).

@@ -76,7 +76,7 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
     # the cyclic collector paused for the whole search (the process ends after it): the modules
     # it imports and what it reads all stay alive, and each burst of objects would have the
     # collector walk every live object again, for nothing
-    if p["extended"] and not p["fixed"] and (why := _not_python(p["pattern"])):
+    if not p["fixed"] and (why := _not_python(p["pattern"])):
         echo(f"Error: {why}", err=True)
         return 2
     with gc_paused():
@@ -134,9 +134,10 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
 _UNREADABLE = (StoreNotFound, StorageError, IntegrityError)
 
 def _not_python(pattern: str) -> str | None:
-    """Why ``pattern``, meant as grep -E's extended regex, would not mean the same to Python (it
-    would match something else, with no error): a POSIX class, or GNU's word edges; None when
-    neither is in it."""
+    """Why ``pattern``, written as grep's regex (basic or -E's extended), would not mean the same
+    to Python (it would match something else, with no error): a POSIX class, or GNU's word
+    edges; None when neither is in it. Python would never mean them so (an escaped ``<`` or
+    ``>`` matches itself unescaped; ``[[:alpha:]]`` would be a set of ``[:alph`` then ``]``)."""
     if "[:" in pattern:
         import re  # here: only a pattern with a POSIX class's opening needs it
 

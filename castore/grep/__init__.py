@@ -93,7 +93,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CastoreError
 from ..gcpause import gc_paused
 from .blocks import DEFAULT_KINDS, KINDS, TOOL_ROLES, blocks, context_entries
-from .filters import glob_any, iso_time, session_ok, spans_finder
+from .filters import compile_regex, glob_any, iso_time, session_ok, spans_finder
 from .index import hits, indexable, open_index
 from .rows import COLUMNS, COUNTS, MATCHES, ROWS, SPANLESS, MatchColumns, Row, built, count
 
@@ -120,7 +120,7 @@ def compile_pattern(pattern: str, *, ignore_case: bool | None = None, fixed: boo
     if ignore_case is None:
         ignore_case = not any(ch.isupper() for ch in pattern)
     try:
-        return re.compile(src, re.IGNORECASE if ignore_case else 0)
+        return compile_regex(src, re.IGNORECASE if ignore_case else 0)
     except (re.error, OverflowError, RecursionError) as e:  # a{99999999999}, ((((...: not re.error
         raise GrepError(f"bad regular expression {pattern!r}: {e}") from e
 

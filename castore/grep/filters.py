@@ -7,7 +7,21 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from collections.abc import Callable
+
+
+def compile_regex(src: str, flags: int = 0) -> re.Pattern[str]:
+    """``re.compile(src, flags)`` without the FutureWarning Python prints for a set it may read
+    otherwise one day (``[[]``, ``[a--b]``): searched as it reads it now, and no line of
+    Python's about castore's source on the user's terminal.
+
+    Raises:
+        re.error, OverflowError, RecursionError: as re.compile.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(src, flags)
 
 
 def key_text(k: tuple[str, str, str]) -> str:

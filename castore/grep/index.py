@@ -116,6 +116,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CastoreError
 from .blocks import blocks, bodies_of, time_of
 from .files import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open_file, stat_of, write_file
+from .filters import compile_regex
 
 if TYPE_CHECKING:
     from ..errors import CorruptRef
@@ -255,7 +256,7 @@ def search_plan(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool, str | None]
     prx, lowered = rx, False
     if rx.flags & re.IGNORECASE and "\\" not in rx.pattern and rx.pattern.isascii():
         try:
-            prx, lowered = re.compile(rx.pattern.lower(), rx.flags & ~re.IGNORECASE), True
+            prx, lowered = compile_regex(rx.pattern.lower(), rx.flags & ~re.IGNORECASE), True
         except re.error:
             pass
     return prx, lowered, (_literal(prx) if not prx.flags & re.IGNORECASE else None)
