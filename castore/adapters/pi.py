@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
+from .. import names
 from .. import objects as o
 from ..entries import (
     BranchSummary,
@@ -353,7 +354,9 @@ def import_session(store: Store, path: str | os.PathLike[str] | IO[bytes], app: 
             :attr:`ImportResult.skipped`, instead of failing.
         resume: continue an existing session instead of refusing it.
         wait_torn: a last line without a newline that is not JSON is being written: leave it
-            for the next import (:attr:`ImportResult.torn`) instead of failing on it.
+            for the next import (:attr:`ImportResult.torn`) instead of failing on it; so is
+            a file with no header yet (empty, or its header torn): nothing is imported, and
+            the result names the file's name as its session.
 
     Returns:
         An :class:`ImportResult`.
@@ -439,8 +442,11 @@ def _import_file(store: Store, f: IO[bytes], name: str, app: str, user: str, ses
                  skip_bad: bool, resume: bool = False, wait_torn: bool = False) -> ImportResult:
     store = store.tenant(app, user)  # its tenant's store, in the tenant layout (docs/tenants.md)
     skipped: list[tuple[int, str]] = []
-    head_lines = _Lines(f, name, skip_bad, skipped)
+    head_lines = _Lines(f, name, skip_bad, skipped, wait_torn=wait_torn)
     first = next(iter(head_lines), None)
+    if first is None and wait_torn:  # a file Pi has just made, its header not written whole yet:
+        # nothing to import before it is (no session id yet: the result names the file's)
+        return ImportResult((app, user, _pending_id(name)), path=name, torn=os.fstat(f.fileno()).st_size)
     if first is None:
         raise PiImportError(name, None, "empty file: no Pi session header")
     n0, header = first
@@ -694,15 +700,28 @@ def _branch(session: Session, name: str, cid: str, force: bool) -> str:
         raise RefConflict(session.refs.branch(name), None, got) from None
 
 
+def _pending_id(name: str) -> str:
+    """A name for the session of file ``name`` before its header says its id: the file's name
+    (Pi's ``<time>_<id>.jsonl``), where that is a valid name. Raises nothing."""
+    stem = os.path.basename(name).removesuffix(".jsonl")
+    try:
+        return names.validate(stem)
+    except InvalidName:
+        return "-"
+
+
 def _next_version(store: Store, f: IO[bytes], name: str, app: str, user: str, session: Session, skip_bad: bool,
                   wait_torn: bool, why: str) -> ImportResult:
-    """Continue the newest version ``<session>.vN`` of a rewritten file, or import the file as
-    the next one (a rewritten file gives one new version, once)."""
-    base = session.id
-    k = 2
+    """Continue the newest version ``<session>.vN`` of a rewritten file, or, when ``session``
+    (whose archived part changed) is the newest, import the file as the next one (a rewritten
+    file gives one new version, once)."""
+    from ..porcelain import file_version  # (here: the import of a session loads no porcelain)
+
+    base, version = file_version(session.id)
+    k = version + 1
     while store.session(app, user, f"{base}.v{k}").exists():
         k += 1
-    if k > 2:
+    if k - 1 > version:
         return _import(store, f, name, app, user, f"{base}.v{k - 1}", skip_bad, True, wait_torn)
     out = _import(store, f, name, app, user, f"{base}.v{k}", skip_bad, True, wait_torn)
     out.notes.insert(0, f"{why}: archived entries kept, the file imported again as {base}.v{k}")
@@ -733,8 +752,9 @@ def import_pi(store: Store, path: str | os.PathLike[str], *, app: str = "pi", us
 
     One session per file (``app/user/<header id>``), each continued from where the last import
     stopped (:func:`import_session` with ``resume``); a file deleted upstream stays in the archive.
-    ``wait_torn``: a last line still being written (no newline, not JSON) waits for the next
-    import (else it is a bad line, as :func:`import_session` says). ``jobs``: worker processes
+    ``wait_torn``: a last line still being written (no newline, not JSON), or a header not
+    written yet (a file Pi has just made), waits for the next import (else it is a bad line,
+    as :func:`import_session` says). ``jobs``: worker processes
     to spread the files over, the files of one session id (its versions) in one (None: as many
     as pay, :func:`~castore.adapters.import_jobs.default_jobs`); the results are the same
     (:mod:`castore.adapters.import_jobs`).
