@@ -3,6 +3,7 @@ importer, and an importer refuses another agent's sessions with one line (the re
 
 from __future__ import annotations
 
+import json
 import lzma
 import shutil
 from pathlib import Path
@@ -174,3 +175,40 @@ def test_a_file_with_nothing_to_tell_by_is_left_to_the_importer(tmp_path: Path) 
     # the real files of every agent are still taken as their own
     edge = DATA / "claude-code" / "claude-code-log" / "edge_cases.jsonl"  # lines of no agent among Claude's
     assert file_kind(str(edge)) == "claude" and file_kind(str(CODEX)) == "codex"
+
+
+def test_claude_codes_own_folder_with_its_history_file_imports_the_projects(tmp_path: Path) -> None:
+    # a real ~/.claude holds history.jsonl (the typed prompts) beside projects/: `import claude
+    # ~/.claude` took the folder for a project folder and imported that file as the one session
+    home = tmp_path / "home" / ".claude"
+    shutil.copytree(CLAUDE, home / "projects" / "-home-me-proj")
+    (home / "history.jsonl").write_text('{"display":"fix the tests","pastedContents":{},"timestamp":1769116800000,'
+                                        '"project":"/home/me/proj"}\n')
+    (home / "settings.json").write_text('{"model": "opus"}\n')
+    for store, args in (("a", ["import", "claude", str(home)]), ("b", ["import", str(home)])):
+        r = _cli(tmp_path / store, *args, "--json")
+        assert r.exit_code == 0, r.output
+        got = sorted(d["session"] for d in json.loads(r.stdout))
+        assert got and all(s.startswith("claude/-home-me-proj/0ccf1a04") for s in got), got
+        assert len(got) == 1 + len(list((CLAUDE / "0ccf1a04-1b4c-43b6-8aa5-79e41db43a68" / "subagents").iterdir()))
+
+
+def test_codex_and_pi_own_folders_import_their_sessions_only(tmp_path: Path, pi_file: Path) -> None:
+    # ~/.codex holds history.jsonl (the prompts typed) beside sessions/: `import ~/.codex`
+    # imported it as a thread `codex/local/history`
+    codex = tmp_path / "home" / ".codex"
+    (codex / "sessions" / "2025" / "12" / "28").mkdir(parents=True)
+    shutil.copyfile(CODEX, codex / "sessions" / "2025" / "12" / "28" / CODEX.name)
+    (codex / "archived_sessions").mkdir()
+    (codex / "history.jsonl").write_text('{"session_id":"019b64e5-57fa-7463-b644-fba7e456f905","ts":1766924504,'
+                                         '"text":"can you analyse the MD files"}\n')
+    pi = tmp_path / "home" / ".pi"
+    shutil.copytree(pi_file.parent, pi / "agent" / "sessions" / pi_file.parent.name)
+    (pi / "agent" / "settings.json").write_text('{"defaultProvider": "anthropic"}\n')
+    for args, want in ((["import", str(codex)], ["codex/local/019b64e5-57fa-7463-b644-fba7e456f905"]),
+                       (["import", "codex", str(codex)], ["codex/local/019b64e5-57fa-7463-b644-fba7e456f905"]),
+                       (["import", str(pi)], ["pi/local/ffae836b-9420-4060-ac13-7745215f90ff"]),
+                       (["import", "pi", str(pi / "agent")], ["pi/local/ffae836b-9420-4060-ac13-7745215f90ff"])):
+        r = _cli(tmp_path / args[-1].replace("/", "_"), *args, "--json")
+        assert r.exit_code == 0, r.output
+        assert [d["session"] for d in json.loads(r.stdout)] == want, args

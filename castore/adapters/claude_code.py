@@ -143,6 +143,8 @@ def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
         return _project_sources(proj_dir, only=name)
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
+    if os.path.isdir(os.path.join(p, "projects")):  # ~/.claude, whose history.jsonl is no session
+        return find_sessions(os.path.join(p, "projects"))
     if any(n.endswith(".jsonl") and os.path.isfile(os.path.join(p, n)) for n in os.listdir(p)):
         return _project_sources(p)
     out: list[_Source] = []
@@ -151,9 +153,6 @@ def find_sessions(path: str | os.PathLike[str]) -> list[_Source]:
         d = os.path.join(p, n)
         if os.path.isdir(d) and not links_back(d) and first_visit(d, seen):  # a linked project folder too, once
             out.extend(_project_sources(d))
-    projects = os.path.join(p, "projects")
-    if not out and os.path.isdir(projects):  # ~/.claude, its projects folder linked or not
-        return find_sessions(projects)
     if not out:
         raise ArchiveError(p, "no Claude Code session file (*.jsonl) in this folder or its project folders")
     return out

@@ -89,6 +89,9 @@ if TYPE_CHECKING:
 APP = "codex"
 KEY = "codex"
 _DATE_DIRS = re.compile(r"^\d{4}$|^\d{2}$")
+#: the folders of Codex's own folder (``~/.codex``) that hold rollouts; beside them are files
+#: that are none (``history.jsonl``, the prompts typed, ``log/``)
+ROLLOUT_FOLDERS = ("sessions", "archived_sessions")
 #: how the user messages Codex writes itself start, and what they are
 _SCAFFOLD = {"<environment_context>": "environment_context", "# AGENTS.md": "agents_md",
              "<user_instructions>": "user_instructions", "<permissions": "permissions",
@@ -104,8 +107,9 @@ class _Source:
 
 
 def find_rollouts(path: str | os.PathLike[str]) -> list[_Source]:
-    """The rollout files under ``path`` (a file, or a folder searched recursively), with the
-    path each is exported to (:func:`_rel`).
+    """The rollout files under ``path`` (a file, or a folder searched recursively; of Codex's
+    own folder, ``~/.codex``, its :data:`ROLLOUT_FOLDERS` only), with the path each is
+    exported to (:func:`_rel`).
 
     Raises:
         ArchiveError: nothing there, or no ``.jsonl`` file.
@@ -115,7 +119,10 @@ def find_rollouts(path: str | os.PathLike[str]) -> list[_Source]:
         return [_Source(p, _rel(p, os.path.dirname(p)))]
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
-    out = [_Source(full, _rel(full, p)) for full in files_under(p, ".jsonl")]
+    roots = [p]
+    if os.path.isdir(os.path.join(p, "sessions")):  # ~/.codex: its history.jsonl is no rollout
+        roots = [os.path.join(p, d) for d in ROLLOUT_FOLDERS if os.path.isdir(os.path.join(p, d))]
+    out = [_Source(full, _rel(full, p)) for root in roots for full in files_under(root, ".jsonl")]
     if not out:
         raise ArchiveError(p, "no Codex rollout file (*.jsonl) here")
     return out

@@ -730,7 +730,8 @@ def _next_version(store: Store, f: IO[bytes], name: str, app: str, user: str, se
 
 def find_files(path: str | os.PathLike[str]) -> list[str]:
     """The Pi session files at ``path``: one file, or every ``.jsonl`` under a folder such as
-    ``~/.pi/agent/sessions`` (one folder per working directory).
+    ``~/.pi/agent/sessions`` (one folder per working directory); of Pi's own folder (``~/.pi``,
+    ``~/.pi/agent``), its ``sessions`` folder only.
 
     Raises:
         ArchiveError: nothing there, or no ``.jsonl`` file.
@@ -740,6 +741,10 @@ def find_files(path: str | os.PathLike[str]) -> list[str]:
         return [p]
     if not os.path.isdir(p):
         raise ArchiveError(p, "no such file or folder")
+    for own in ("agent/sessions", "sessions"):  # ~/.pi, ~/.pi/agent: their settings are no sessions
+        if os.path.isdir(os.path.join(p, own)):
+            p = os.path.join(p, own)
+            break
     out = list(files_under(p, ".jsonl"))
     if not out:
         raise ArchiveError(p, "no Pi session file (*.jsonl) here")
