@@ -29,7 +29,7 @@ def _cost(g: Any) -> str:
 @click.command("usage")
 @click.option("--by", "by", type=click.Choice(["session", "branch", "model", "project", "day"]), default="model",
               show_default=True, help="Group the responses by session, branch, model, project or day (UTC).")
-@click.option("--app", metavar="APP", help="Only sessions of this app (claude, codex, pi, ...).")
+@click.option("--app", metavar="APP", help="Only sessions of this app (claude, codex, gemini, pi, ...).")
 @click.option("--since", metavar="YYYY-MM-DD", help="Only responses of this day (UTC) or later.")
 @click.option("--until", metavar="YYYY-MM-DD", help="Only responses of this day (UTC) or earlier.")
 @click.option("--prices", "prices_file", metavar="FILE", type=click.Path(dir_okay=False),
@@ -42,7 +42,7 @@ def usage_cmd(store: Any, by: str, app: str | None, since: str | None, until: st
               no_cache: bool, as_json: bool) -> None:
     """Tokens (input, output, cache read, cache write) and cost of every model response stored.
 
-    Reads the usage each response recorded (Claude Code, Codex, Pi, and any entry appended with
+    Reads the usage each response recorded (Claude Code, Codex, Gemini CLI, Pi, and any entry appended with
     usage in its metadata), on every branch of every session, and counts each response once
     however often it was stored: in a fork, a resumed session, a subagent's file, a rewind or a
     compaction replay (see docs/archive.md for how copies are recognised). A cost marked * leaves
