@@ -202,17 +202,17 @@ def test_paths_walked_through_a_store_wide_load_equal_the_paths_read_commit_by_c
         assert some.history.path(tip) == truth[tip]
         assert castore.open(url).history.path(tip) == truth[tip]
 
-    def report(scan_from: int, by: str, keep: int = usage_mod.SCAN_MAX_COMMITS) -> Any:
-        monkeypatch.setattr(usage_mod, "SCAN_MIN_SESSIONS", scan_from)
-        monkeypatch.setattr(usage_mod, "SCAN_MAX_COMMITS", keep)
+    def report(scan_from: int, by: str, keep: int = usage_mod.cache.SCAN_MAX_COMMITS) -> Any:
+        monkeypatch.setattr(usage_mod.cache, "SCAN_MIN_SESSIONS", scan_from)
+        monkeypatch.setattr(usage_mod.cache, "SCAN_MAX_COMMITS", keep)
         return usage(castore.open(url), by=by, cache=False).to_json()
 
     for by in ("session", "branch", "model", "day"):
         assert report(0, by) == report(1 << 30, by)
         assert report(0, by, keep=40) == report(1 << 30, by)  # the paths beyond what the scan kept: read
     scanned = castore.open(url)  # every commit found by the scan: no path, no commit read on its own
-    monkeypatch.setattr(usage_mod, "SCAN_MIN_SESSIONS", 0)
-    monkeypatch.setattr(usage_mod, "SCAN_MAX_COMMITS", 1 << 30)
+    monkeypatch.setattr(usage_mod.cache, "SCAN_MIN_SESSIONS", 0)
+    monkeypatch.setattr(usage_mod.cache, "SCAN_MAX_COMMITS", 1 << 30)
     for name in ("path", "commit", "walk"):
         monkeypatch.setattr(scanned.history, name, lambda *a, **k: pytest.fail("read: the scan found every commit"))
     assert usage(scanned, by="branch", cache=False).to_json() == report(1 << 30, "branch")
@@ -522,7 +522,7 @@ def test_cache_counts_as_a_fresh_run_through_each_change(tmp_path: Path, monkeyp
     import castore.usage as usage_mod
     from castore.usage import GROUPS
 
-    monkeypatch.setattr(usage_mod, "SCAN_MIN_SESSIONS", scan_from)
+    monkeypatch.setattr(usage_mod.cache, "SCAN_MIN_SESSIONS", scan_from)
     root = _projects(tmp_path)
     url = str(tmp_path / "store")
     import_claude(castore.open(url, durable=False), root)
@@ -709,7 +709,7 @@ def test_an_import_makes_no_usage_cache_and_updates_one_usage_made(tmp_path: Pat
     res = CliRunner().invoke(cli_main, ["--store", url, "import", "claude", str(projects)])
     assert res.exit_code == 0 and "usage cache updated" in res.stderr
     want = usage(castore.open(url), by="branch", cache=False).to_json()
-    monkeypatch.setattr(usage_mod, "session_rows", lambda *a, **k: pytest.fail("a session read: the cache is fresh"))
+    monkeypatch.setattr(usage_mod.cache, "session_rows", lambda *a, **k: pytest.fail("a session read: the cache is fresh"))
     assert usage(castore.open(url), by="branch").to_json() == want
 
 

@@ -31,11 +31,11 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or cores() < 2, reason="
 #: first run), then one through the cache; argv: store, SHARE_RUN, what the worker does
 _RUN = r"""
 import json, os, sys
-import castore, castore.forked as forked, castore.usage as u
+import castore, castore.forked as forked, castore.usage as u, castore.usage.cache as uc
 from castore.objectstore import packmap
 
 url, run, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-u.SCAN_MIN_SESSIONS = 0  # the real files are a few sessions: shared all the same
+uc.SCAN_MIN_SESSIONS = 0  # the real files are a few sessions: shared all the same
 packmap.SHARE_RUN = run
 started = []
 plain = forked.Forked.__init__
@@ -54,17 +54,17 @@ forked.Forked.__init__ = init
 if mode == "alone":  # no worker: the run of one process
     forked.can_fork = lambda: False
 if mode == "unneeded":  # a worker started (enough session folders) whose pass is not wanted
-    u._has_sessions = lambda store, n: True
-    u.SCAN_MIN_SESSIONS = 1 << 30
+    uc._has_sessions = lambda store, n: True
+    uc.SCAN_MIN_SESSIONS = 1 << 30
 shares = []  # per run: the sessions both shares read whole, of those read
-share = u._read_shared
+share = uc._read_shared
 
 def counted(store, todo, lost, worker):
     done, commits = share(store, todo, lost, worker)
     shares.append([len(done), len(todo)])
     return done, commits
 
-u._read_shared = counted
+uc._read_shared = counted
 try:
     reports = {by: u.usage(castore.open(url), by=by, cache=False).to_json() for by in u.GROUPS}
     cached = u.usage(castore.open(url), by="branch").to_json()
@@ -112,7 +112,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]
         mp.setattr(forked_mod, "can_fork", lambda: False)
         want = {}
         for scan in (0, 1 << 30):  # the store-wide pass in one process, and path by path
-            mp.setattr(usage_mod, "SCAN_MIN_SESSIONS", scan)
+            mp.setattr(usage_mod.cache, "SCAN_MIN_SESSIONS", scan)
             got = {by: usage_mod.usage(castore.open(url), by=by, cache=False).to_json() for by in usage_mod.GROUPS}
             assert not want or got == want
             want = got
