@@ -317,7 +317,8 @@ def find_session(store: Store, spec: str, *, must_exist: bool = True, new_ok: bo
 
     Raises:
         click.BadParameter: neither form (exit 2).
-        SessionNotFound, AmbiguousSession (its candidates in the message), InvalidName, StorageError.
+        SessionNotFound, AmbiguousSession (its candidates in the message), InvalidName,
+        StoreNotFound (a session id alone, and no store), StorageError.
     """
     parts = spec.split("/")
     if len(parts) not in (1, 3):
@@ -330,6 +331,7 @@ def find_session(store: Store, spec: str, *, must_exist: bool = True, new_ok: bo
     from .. import porcelain  # only for a short form: it loads sync and the views
 
     if len(parts) == 1:
+        store.require()  # no store: say so, not that no session has this id (append -s 0ccf)
         return store.session(*porcelain.find_session(store, unescape(spec)))
     app, user, sid = session.key
     try:
