@@ -168,12 +168,19 @@ def app_option(app: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option("--app", default=app, show_default=True, metavar="APP", help="The app name of the sessions.")
 
 
+#: the document ``export claude|codex|gemini|pi DEST --json`` prints
+_EXPORT_JSON = ('{"dest": DEST, "written": [FILE, ...], "kept": [FILE, ...] (left as they were: they hold what the '
+                "archive's copy lacks; the command then ends with an Error: line, exit 1)}, files relative to DEST")
+
+
 def export_options(app: str, *, dest_required: bool = True,
                    metavar: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """DEST, ``--app`` and ``-s`` (the archived sessions to write, repeatable): the options of
-    every vendor's archive export (``export claude|codex|gemini|pi``; ``pi``'s DEST is
-    optional, as it may name a revision, shown as ``metavar``)."""
+    """DEST, ``--app``, ``-s`` (the archived sessions to write, repeatable) and ``--json`` (the
+    files written and kept, :data:`_EXPORT_JSON`): the options of every vendor's archive
+    export (``export claude|codex|gemini|pi``; ``pi``'s DEST is optional, as it may name a
+    revision, shown as ``metavar``)."""
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = json_option(_EXPORT_JSON + (" (with DEST only)" if not dest_required else ""))(f)
         f = click.option("-s", "--session", "specs", multiple=True, metavar="APP/USER/SESSION",
                          shell_complete=complete_session,
                          help="Only this session (repeatable; default: the one of a global -s typed "
@@ -210,7 +217,7 @@ def import_claude_cmd(ctx: click.Context, path: str, app: str, jobs: int | None,
 @click.command("claude")
 @export_options("claude")
 @click.pass_context
-def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
+def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...], as_json: bool) -> None:
     """Write archived Claude Code sessions back under DEST, byte for byte, as Claude Code lays them out.
 
     Entries appended with castore to an archived session follow the imported bytes as
@@ -219,7 +226,7 @@ def export_claude_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
     """
     from ..adapters.claude_code import export_claude
 
-    run_export(ctx, export_claude, dest, app, specs)
+    run_export(ctx, export_claude, dest, app, specs, as_json)
 
 
 @click.command("codex")
@@ -248,7 +255,7 @@ def import_codex_cmd(ctx: click.Context, path: str, app: str, user: str, jobs: i
 @click.command("codex")
 @export_options("codex")
 @click.pass_context
-def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
+def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...], as_json: bool) -> None:
     """Write archived Codex rollouts back under DEST (the ~/.codex/sessions layout), byte for byte.
 
     Entries appended with castore on HEAD's path follow the imported bytes as generated
@@ -257,7 +264,7 @@ def export_codex_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, 
     """
     from ..adapters.codex import export_codex
 
-    run_export(ctx, export_codex, dest, app, specs)
+    run_export(ctx, export_codex, dest, app, specs, as_json)
 
 
 @click.command("gemini")
@@ -286,7 +293,7 @@ def import_gemini_cmd(ctx: click.Context, path: str, app: str, jobs: int | None,
 @click.command("gemini")
 @export_options("gemini")
 @click.pass_context
-def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...]) -> None:
+def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str, ...], as_json: bool) -> None:
     """Write archived Gemini CLI sessions back under DEST (the ~/.gemini/tmp layout), byte for byte.
 
     Entries appended with castore on HEAD's path follow the imported bytes as generated
@@ -296,7 +303,7 @@ def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
     """
     from ..adapters.gemini import export_gemini, not_exported
 
-    for s in run_export(ctx, export_gemini, dest, app, specs):
+    for s in run_export(ctx, export_gemini, dest, app, specs, as_json):
         n = not_exported(s)
         if n:
             note(f"{safe(format_key(*s.key))}: {plural(n, 'entry', 'entries')} appended with castore "
@@ -304,9 +311,10 @@ def export_gemini_cmd(ctx: click.Context, dest: str, app: str, specs: tuple[str,
 
 
 def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str, app: str,
-               specs: tuple[str, ...]) -> list[Session]:
+               specs: tuple[str, ...], as_json: bool = False) -> list[Session]:
     """Run one archive exporter over the chosen sessions (``-s``, or a global ``-s`` typed before
-    the command; default: all of ``app``), list the files, and return the sessions.
+    the command; default: all of ``app``), list the files (one JSON document when ``as_json``,
+    :data:`_EXPORT_JSON`), and return the sessions.
 
     Raises:
         CastoreError: as the exporter (a session that is not an archived file of its agent;
@@ -325,8 +333,11 @@ def run_export(ctx: click.Context, exporter: Callable[..., list[str]], dest: str
         written = exporter(store, dest, app=app, sessions=sessions)
     except FilesKept as e:  # the others are written: list them, then the error
         written, kept = e.written, e
-    for rel in written:
-        click.echo(safe(rel))
+    if as_json:
+        print_json({"dest": dest, "written": written, "kept": kept.kept if kept is not None else []})
+    else:
+        for rel in written:
+            click.echo(safe(rel))
     note(f"wrote {plural(len(written), 'file')} under {dest}")
     if kept is not None:
         raise kept

@@ -185,7 +185,7 @@ def export_group() -> None:
               help="One session: only the path from the root to REV (as Pi's /fork writes).")
 @click.pass_context
 def export_pi(ctx: click.Context, dest: str | None, app: str, specs: tuple[str, ...], output: str | None,
-              path_only: bool) -> None:
+              path_only: bool, as_json: bool) -> None:
     """Write archived Pi sessions back under DEST, byte for byte, as Pi lays them out
     (DEST/--CWD--/FILE.jsonl), or one session as a Pi v3 JSONL file.
 
@@ -204,8 +204,11 @@ def export_pi(ctx: click.Context, dest: str | None, app: str, specs: tuple[str, 
         from ..adapters.pi import export_pi as export_archive
 
         assert dest is not None
-        run_export(ctx, export_archive, dest, app, specs)
+        run_export(ctx, export_archive, dest, app, specs, as_json)
         return
+    if as_json:
+        raise click.UsageError("--json lists the files of an export into a DEST folder; one session's export is "
+                               "its JSONL file", ctx=ctx)
     from ..adapters.pi import export_session
 
     session = get_session(ctx, spec=specs[0] if specs else None)
