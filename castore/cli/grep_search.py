@@ -25,16 +25,17 @@ if TYPE_CHECKING:
     from ..store import Store
 
 
-#: where a line goes: ``echo(text)`` to stdout, ``echo(text, err=True)`` to stderr (as ``click.echo``)
+#: where a line goes: ``echo(text)`` to stdout, ``echo(text, err=True)`` to stderr, ``nl=False`` with no line break
+#: after it (as ``click.echo``)
 Echo = Callable[..., Any]
 
 
-def echo(message: str, err: bool = False) -> None:
-    """Write ``message`` and a line break to stdout (stderr with ``err``) and flush, as ``click.echo``
-    does with a string on a stream of text that needs no colour stripped (:func:`run` colours only
-    a terminal's output, and only when ``$NO_COLOR`` is unset)."""
+def echo(message: str, err: bool = False, nl: bool = True) -> None:
+    """Write ``message`` and a line break (none without ``nl``) to stdout (stderr with ``err``) and
+    flush, as ``click.echo`` does with a string on a stream of text that needs no colour stripped
+    (:func:`run` colours only a terminal's output, and only when ``$NO_COLOR`` is unset)."""
     f = sys.stderr if err else sys.stdout
-    f.write(message + "\n")
+    f.write(message + "\n" if nl else message)
     f.flush()
 
 
@@ -330,10 +331,12 @@ def _render_columns(echo: Echo, batches: Any) -> int:
                     out.append(f"{where}{cid}{at}{what}{line}: {text}\n")
                 lines_out += len(got)
         if lines_out >= _OUT_BATCH:
-            echo(safe_block("".join(out))[:-1])
+            # each line ends with its line break: written as it is (a batch is megabytes, and cutting
+            # its last line break for echo to add it copied it twice)
+            echo(safe_block("".join(out)), nl=False)
             out, lines_out = [], 0
     if out:
-        echo(safe_block("".join(out))[:-1])
+        echo(safe_block("".join(out)), nl=False)
     return found
 
 

@@ -148,6 +148,7 @@ def built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     plain = lit if lit is not None and "\n" not in lit else None
     tools: list[str | None] = [*strings, None]  # tool -1: none
     spans = form != SPANLESS
+    flagged = lowered and plain is not None  # whether _lines reads the blocks' flags
 
     def session_columns(got: Any, lazy: bool) -> list[Any]:
         """The columns of a session's blocks (:func:`_session_columns`), a block with no match kept
@@ -159,15 +160,15 @@ def built(groups: list[tuple[tuple[str, str, str], Any, bool]],
                                     spans)
         if len(got) == 1:
             p, idx = got[0]
-            return _session_columns(_columns(p, idx), p.texts(idx), also, commits, bsets, strings, tools, plain,
-                                    lowered, finder, spans)
+            return _session_columns(_columns(p, idx, bool(also), flagged), p.texts(idx), also, commits, bsets,
+                                    strings, tools, plain, lowered, finder, spans)
         # several parts (tool results too): each part's columns, then their rows in order of their place
         places: list[int] = []
         out: list[list[Any]] = [[] for _ in range(8)]
         for p, idx in got:
             places.extend(p.fields(idx, (7,))[0])
-            made = _session_columns(_columns(p, idx), p.texts(idx), also, commits, bsets, strings, tools, plain,
-                                    lowered, finder, spans)
+            made = _session_columns(_columns(p, idx, bool(also), flagged), p.texts(idx), also, commits, bsets,
+                                    strings, tools, plain, lowered, finder, spans)
             for col, part in zip(out, made, strict=True):
                 col.extend(part)
         order = sorted(range(len(places)), key=places.__getitem__)
@@ -212,14 +213,19 @@ def _limited_columns(made: Iterable[MatchColumns], limit: int | None) -> Iterato
         yield m
 
 
-#: the columns of a block :func:`_session_columns` reads (commit, block, kind, role, tool, branch set,
-#: flags, time)
-_ROW_COLS = (0, 2, 3, 4, 5, 6, 8, TIME)
+#: the columns of a block :func:`_session_columns` always reads (commit, kind, role, tool, branch set, time)
+_ROW_COLS = (0, 3, 4, 5, 6, TIME)
 
 
-def _columns(p: Part, idx: list[int]) -> list[Any]:
-    """Blocks ``idx`` of part ``p``: their :data:`_ROW_COLS`, a tuple each."""
-    return p.fields(idx, _ROW_COLS)
+def _columns(p: Part, idx: list[int], blocks: bool, flags: bool) -> list[Any]:
+    """Blocks ``idx`` of part ``p``: commit, block, kind, role, tool, branch set, flags and time, a
+    tuple each, as :func:`_session_columns` takes them; the block numbers read only with
+    ``blocks`` (else None), the flags only with ``flags`` when a block of their range is not
+    ASCII (else each 1: the flag of ASCII). A column costs a match some 200 instructions."""
+    cns, kns, rns, tns, bns, whens = p.fields(idx, _ROW_COLS)
+    blks = p.fields(idx, (2,))[0] if blocks else None
+    fls = p.fields(idx, (8,))[0] if flags and not p.ascii_blocks(idx[0], idx[-1] + 1) else (1,) * len(idx)
+    return [cns, blks, kns, rns, tns, bns, fls, whens]
 
 
 def _session_columns(cols: list[Any], texts: list[str], also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]],
