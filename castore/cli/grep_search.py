@@ -85,6 +85,7 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
         from ..grep.files import keep_chunks
 
         damaged: dict[tuple[str, str, str], str] = {}
+        unsaved: list[str] = []  # why the search index could not be saved (the search ran without saving it)
         try:
             store = open_store()
             options: dict[str, Any] = {
@@ -93,7 +94,7 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
                 "sessions": p["sessions"] or None, "apps": p["apps"] or None,
                 "since": _when(p["since"], "--since"), "until": _when(p["until"], "--until"),
                 "limit": p["limit"] or None, "context": p["context"], "index": False if p["no_index"] else None,
-                "check_index": not p["cached"], "typed": p["typed"], "unreadable": damaged}
+                "check_index": not p["cached"], "typed": p["typed"], "unreadable": damaged, "unsaved": unsaved}
             pattern, as_json, as_jsonl, count = p["pattern"], p["as_json"], p["as_jsonl"], p["count"]
             color = p["color"] == "always" or (p["color"] == "auto" and sys.stdout.isatty() and not no_color())
             with keep_chunks(False):  # one search in this process: no chunk kept for a next one
@@ -119,6 +120,8 @@ def run(params: dict[str, Any], open_store: Callable[[], Store], echo: Echo = ec
         except _BadTime as e:
             echo(f"Error: {e}", err=True)
             return 2
+        if unsaved and not p["no_messages"]:  # the search is whole: said, not an error
+            echo(f"Note: {safe(unsaved[0])}; searched without saving it", err=True)
         if damaged and p["no_messages"]:
             return 2
         if damaged:

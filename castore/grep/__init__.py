@@ -179,7 +179,7 @@ def _by_index(store: Store, pattern: str, options: dict[str, Any], form: int) ->
     :class:`Match` built), or None when that search does not go through the index alone (no
     index, context entries, ``typed``)."""
     unknown = set(options) - set(_HOW) - {"ignore_case", "fixed", "word", "roles", "kinds", "tools", "sessions",
-                                          "apps", "since", "until", "limit", "context", "unreadable"}
+                                          "apps", "since", "until", "limit", "context", "unreadable", "unsaved"}
     if unknown:
         raise TypeError(f"unexpected option(s) {sorted(unknown)}")
     index = options.get("index")
@@ -187,14 +187,14 @@ def _by_index(store: Store, pattern: str, options: dict[str, Any], form: int) ->
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
     if not index or not indexable(store) or options.get("context") or options.get("typed"):
         return None
-    what = {k: v for k, v in options.items() if k not in _HOW and k != "unreadable"}
+    what = {k: v for k, v in options.items() if k not in _HOW and k not in ("unreadable", "unsaved")}
     rx, want_kinds, _, session_globs, app_globs, keep_block, _, filtered = _options(pattern, **what)
     limit = what.get("limit")
     if limit == 0 or not store.exists:
         return iter(())
     return _grep_index(store, rx, keep_block if filtered else None, what.get("since"), what.get("until"), limit, 0,
                        want_kinds, options.get("check_index", True), form,
-                       _Damaged(options.get("unreadable"), session_globs, app_globs))
+                       _Damaged(options.get("unreadable"), session_globs, app_globs), options.get("unsaved"))
 
 
 def _row(m: Match) -> Row:
@@ -278,7 +278,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
          apps: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
          limit: int | None = None, context: int = 0, index: bool | None = None,
          check_index: bool = True, scan: bool | None = None, typed: bool = False,
-         unreadable: dict[tuple[str, str, str], str] | None = None) -> Iterator[Match]:
+         unreadable: dict[tuple[str, str, str], str] | None = None,
+         unsaved: list[str] | None = None) -> Iterator[Match]:
     """Search the text of every entry on every branch of every session of ``store``.
 
     Args:
@@ -315,13 +316,15 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
             the index, any damaged HEAD :meth:`castore.Store.sessions` reports): its other
             refs are searched, the commits only the lost branch held are not. Through the
             index, a session is noted from the last update that read its refs.
+        unsaved: where the search notes why the index could not be saved, when its folder cannot
+            be written (read-only, another user's, a full disk): the search then builds or updates
+            the index in memory only, and finds the same matches (the next search builds it again).
 
     Yields:
         :class:`Match`, one per matching block, each commit once.
 
     Raises:
         GrepError: a bad pattern, kind or limit.
-        IndexError_: the index folder cannot be written.
         StorageError, IntegrityError: the store cannot be read.
     """
     if typed:  # a filter on the matches: the inner search counts no limit it could not keep
@@ -329,7 +332,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         inner = grep(store, pattern, ignore_case=ignore_case, fixed=fixed, word=word, roles=roles, kinds=kinds,
                      tools=tools, sessions=sessions, apps=apps, since=since, until=until, context=context,
                      index=index, check_index=check_index, scan=scan, limit=None if some else limit,
-                     unreadable=unreadable)
+                     unreadable=unreadable, unsaved=unsaved)
         yield from _only_typed(store, inner, limit)
         return
     rx, want_kinds, role_set, session_globs, app_globs, keep_block, keep, filtered = _options(
@@ -342,7 +345,8 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
         yield from _over_tenants(store, grep, pattern, {
             "ignore_case": ignore_case, "fixed": fixed, "word": word, "roles": roles, "kinds": kinds, "tools": tools,
             "sessions": sessions, "apps": apps, "since": since, "until": until, "limit": limit, "context": context,
-            "index": index, "check_index": check_index, "scan": scan, "unreadable": unreadable})
+            "index": index, "check_index": check_index, "scan": scan, "unreadable": unreadable,
+            "unsaved": unsaved})
         return
     if index is None:
         index = not str(getattr(store.storage, "url", "")).startswith("memory://")
@@ -350,7 +354,7 @@ def grep(store: Store, pattern: str, *, ignore_case: bool | None = None, fixed: 
     damaged = _Damaged(unreadable, session_globs, app_globs)
     if index:
         yield from _grep_index(store, rx, keep_block if filtered else None, since, until, limit, context, want_kinds,
-                               check_index, MATCHES, damaged)
+                               check_index, MATCHES, damaged, unsaved)
         return
     from .scan import grep_scan, grep_walk  # the search without an index only: not on the index's path
 
@@ -454,12 +458,14 @@ def __getattr__(name: str) -> Any:
 
 def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., bool] | None, since: float | None,
                 until: float | None, limit: int | None, context: int, kinds: set[str], check: bool,
-                form: int = MATCHES, damaged: _Damaged | None = None) -> Iterator[Any]:
+                form: int = MATCHES, damaged: _Damaged | None = None,
+                unsaved: list[str] | None = None) -> Iterator[Any]:
     """:func:`grep` through the index; ``keep_block`` None: no role, tool, session or app filter.
     ``form``: :data:`MATCHES` gives :class:`Match` objects, :data:`ROWS` rows (:data:`Row`; no
     context), :data:`COUNTS` ``(session, matches)`` pairs in session order (:func:`_count`).
-    ``damaged``: where the sessions the index knows to have a lost branch are noted."""
-    ix = open_index(store, check=check)
+    ``damaged``: where the sessions the index knows to have a lost branch are noted; ``unsaved``:
+    where why the index could not be saved is noted (it is then kept in memory for this search)."""
+    ix = open_index(store, check=check, unsaved=[] if unsaved is None else unsaved)
     if damaged is not None:
         damaged.note(ix.lost_branches())
     try:

@@ -91,6 +91,11 @@ knows none until their refs move); ``rN.refs`` (named in ``state.json``, a new f
 session's ref folder and refs, read only when something moved: a search of an index nothing
 moved since reads ``state.json`` and the files of the parts it searches, nothing else.
 
+An index whose folder cannot be written (read-only, on a read-only mount, another user's, a full
+disk) is built or updated in the process's memory and searched there, saving nothing, when the
+caller gives a list to note why in (:func:`open_index`'s ``unsaved``; a search always does): the
+same matches, at the cost of reading the store.
+
 The files of a segment (its parts as loaded or built, their writing and their checks) and
 the commit numbering of an update are in :mod:`castore.grep.files`. A process keeps the chunks
 it decompressed (and their lower case), up to :data:`~castore.grep.files.CACHE_BYTES`, known by
@@ -288,7 +293,7 @@ def _hits(p: Part, rx: re.Pattern[str], want: set[int] | None, counting: bool) -
 class Index:
     """An open, fresh index of one store (see the module docstring)."""
 
-    def __init__(self, store: Store, folder: str | None = None) -> None:
+    def __init__(self, store: Store, folder: str | None = None, unsaved: list[str] | None = None) -> None:
         if not indexable(store):
             raise IndexError_("an encrypted store has no search index (it would hold its text in the clear)")
         self.store = store
@@ -313,6 +318,10 @@ class Index:
         self._stat: tuple[int, int, int] | None = None  # state.json's as loaded
         self._stamps: dict[str, int] = {}  # folder -> stamp, of the refs the last plan read
         self._held = False  # the writers' lock
+        #: where why the index could not be saved is noted (None: IndexError_ is raised instead)
+        self.unsaved = unsaved
+        #: the index is kept in memory only: its folder could not be written (see :meth:`_cannot_save`)
+        self._in_memory = False
 
     # -- reading --------------------------------------------------------------------------
     def _load(self) -> bool:
@@ -468,7 +477,7 @@ class Index:
         if plan is None:
             return self
         with self._locked():
-            if self._stat != stat_of(os.path.join(self.folder, "state.json")):
+            if not self._in_memory and self._stat != stat_of(os.path.join(self.folder, "state.json")):
                 # another writer updated the index meanwhile: look again from what it wrote
                 loaded = self._load()
                 plan = self._plan(loaded, also)
@@ -523,7 +532,7 @@ class Index:
                    and r[9] != s] if self._stamps else []
         if mark != self.mark or stamped:
             with self._locked():
-                if self._stat == stat_of(os.path.join(self.folder, "state.json")):
+                if self._in_memory or self._stat == stat_of(os.path.join(self.folder, "state.json")):
                     self.mark = mark
                     for r, stamp in stamped:
                         r[9] = stamp
@@ -571,18 +580,20 @@ class Index:
         the first).
 
         Raises:
-            IndexError_: the folder cannot be made or locked.
+            IndexError_: the folder cannot be made or locked (unless :attr:`unsaved` is given).
         """
         @contextlib.contextmanager
         def held() -> Iterator[None]:
-            if self._held:
+            if self._held or self._in_memory:
                 yield
                 return
             try:
                 os.makedirs(self.folder, exist_ok=True)
                 fd = os.open(os.path.join(self.folder, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
             except OSError as e:
-                raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+                self._cannot_save(e)  # no lock to take: nothing will be written
+                yield
+                return
             import fcntl  # here: a search of an index nothing moved since takes no lock
 
             try:
@@ -681,24 +692,32 @@ class Index:
         files: dict[str, bytes] = {"commits": commits.table(first)}
         for p in built.values():
             files.update(p.files())
-        try:
-            os.makedirs(self.folder, exist_ok=True)
-            record = {k: write_file(self.folder, f"{name}.{k}", v) for k, v in files.items()}
-        except OSError as e:
-            raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+        record: dict[str, list[int]] = {}
+        if not self._in_memory:
+            try:
+                os.makedirs(self.folder, exist_ok=True)
+                for k, v in files.items():
+                    record[k] = write_file(self.folder, f"{name}.{k}", v)
+            except OSError as e:
+                for k in record:  # (a full disk: what was written is of no use)
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(self.folder, f"{name}.{k}"))
+                self._cannot_save(e)
         segments = [*segments, {"name": name, "n": {pname: built[pname].n for pname in PARTS},
                                 "commits": len(files["commits"]) // 32, "files": record}]
         seg = Segment(name, first)
         seg.commits, seg.parts = files["commits"], built
-        for pname, p in built.items():  # known in the process's cache as a loaded part is
-            p.ident = (self.folder, f"{name}.{pname}.z", *record[f"{pname}.z"])
+        if not self._in_memory:
+            for pname, p in built.items():  # known in the process's cache as a loaded part is
+                p.ident = (self.folder, f"{name}.{pname}.z", *record[f"{pname}.z"])
         self._set_sessions(sessions)
         self.mark, self.strings = mark, list(strings)
         self.branch_sets = list(bsets)
         self.segments, self.segs = segments, [*kept_segs, seg]
         self._commits = None
         self._save_state()
-        self._remove_unused()
+        if not self._in_memory:
+            self._remove_unused()
 
     def _new_name(self) -> str:
         """A name for a new segment: one more than the last in the state (a file of that name left
@@ -729,7 +748,7 @@ class Index:
         """Take ``sessions`` (as :attr:`sessions` gives them) and write their refs to a new file.
 
         Raises:
-            IndexError_: it cannot be written.
+            IndexError_: it cannot be written (unless :attr:`unsaved` is given).
         """
         self.rows = [[*x["key"], x["seg"], x["at"]["main"], x["n"]["main"], x["at"]["res"], x["n"]["res"],
                       "" if x["seg"] is None or x["folder"] == _folder_of(x["key"]) else x["folder"],
@@ -737,14 +756,23 @@ class Index:
                      for x in sessions]
         last = self._refs_file[0] if self._refs_file else "r0.refs"
         name = f"r{int(last[1:].split('.')[0]) + 1}.refs"
+        self._sessions = sessions
+        if self._in_memory:
+            return
         data = json.dumps([[x["folder"], x["refs"]] if x["seg"] is not None else None for x in sessions]).encode()
         try:
             self._refs_file = (name, write_file(self.folder, name, data))
         except OSError as e:
-            raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
-        self._sessions = sessions
+            self._cannot_save(e)
 
     def _save_state(self) -> None:
+        """Write ``state.json`` (nothing when the index is kept in memory).
+
+        Raises:
+            IndexError_: it cannot be written (unless :attr:`unsaved` is given).
+        """
+        if self._in_memory:
+            return
         try:
             write_file(self.folder, "state.json", json.dumps({
                 "version": VERSION, "url": _url(self.store), "mark": self.mark, "strings": self.strings,
@@ -752,17 +780,38 @@ class Index:
                 "refs": list(self._refs_file) if self._refs_file else None, "sessions": self.rows,
                 "lost": self.lost}).encode())
         except OSError as e:
-            raise IndexError_(f"cannot write the search index in {self.folder}: {e}") from e
+            self._cannot_save(e)
+            return
         self._stat = stat_of(os.path.join(self.folder, "state.json"))
 
+    def _cannot_save(self, e: OSError) -> None:
+        """Writing to the index folder failed with ``e`` (a folder that is read-only, on a read-only
+        mount, of another user, a full disk): from here on the index is kept in this process's
+        memory only, and why is noted in :attr:`unsaved` (what the search reads is what a saved
+        index would hold; the next search builds or updates it again).
 
-def open_index(store: Store, folder: str | None = None, *, check: bool = True) -> Index:
+        Raises:
+            IndexError_: :attr:`unsaved` is None (the caller wants the index saved).
+        """
+        why = f"cannot write the search index in {self.folder}: {e}"
+        if self.unsaved is None:
+            raise IndexError_(why) from e
+        if not self._in_memory:
+            self._in_memory = True
+            self.unsaved.append(why)
+
+
+def open_index(store: Store, folder: str | None = None, *, check: bool = True,
+               unsaved: list[str] | None = None) -> Index:
     """The fresh index of ``store`` (built or updated as needed; see :meth:`Index.refresh`).
+    ``unsaved``: where the index notes why it could not be saved, when its folder cannot be
+    written, and is then built or updated in this process's memory only (None: raise IndexError_).
 
     Raises:
-        IndexError_, StorageError, IntegrityError.
+        IndexError_: the index folder cannot be written (``unsaved`` None).
+        StorageError, IntegrityError: the store cannot be read.
     """
-    return Index(store, folder).refresh(check)
+    return Index(store, folder, unsaved).refresh(check)
 
 
 def update_if_present(store: Store) -> bool:
