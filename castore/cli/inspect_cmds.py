@@ -41,14 +41,14 @@ _COMMIT_FIELDS = (
 @click.argument("prefix", metavar="[APP[/USER]]", required=False)
 @limit_option(what="sessions")
 @json_option('{"sessions": [{"key": "APP/USER/SESSION", "app", "user", "session", "head": ID|null, '
-             '"branch": NAME|null, "entries": N, "updated": Unix seconds, "title": TEXT|null, "subagent_of": '
-             '{"key": KEY, "session": ID, "commit": ID (when known)}|null (an imported subagent), "info": {...}, '
-             '"problem": TEXT|null (what `status` says of a damaged or lost HEAD or branch), '
+             '"branch": NAME|null, "entries": N (on the path to HEAD), "updated": Unix seconds, "title": TEXT|null, '
+             '"subagent_of": {"key": KEY, "session": ID, "commit": ID (when known)}|null (an imported subagent), '
+             '"info": {...}, "problem": TEXT|null (what `status` says of a damaged or lost HEAD or branch), '
              '"deleting": Unix seconds|null (when a deletion of it began that did not finish)}]}')
 @pass_store()
 @paged
 def sessions_cmd(store: Store, prefix: str | None, limit: int | None, as_json: bool) -> None:
-    """List sessions, newest first: entry count, branch, last activity.
+    """List sessions, newest first: entries on the path to HEAD, branch, last activity, title.
 
     Without an argument every app's sessions are listed; APP or APP/USER narrows it.
     A session whose HEAD or branch is damaged or lost is listed as `damaged:` with what
