@@ -63,3 +63,16 @@ def test_export_pi_lists_its_files_as_json_and_refuses_json_for_one_session(tmp_
     r = _run("--store", store, "-s", "d703a1a9", "export", "pi", "-o", str(tmp_path / "one.jsonl"), "--json")
     assert r.exit_code == 2 and "--json lists the files of an export into a DEST folder" in r.stderr
     assert not (tmp_path / "one.jsonl").exists()
+
+
+def test_a_folder_whose_dot_castore_holds_the_store_is_named_so(tmp_path: Path) -> None:
+    # `castore clone URL laptop2` puts the store in laptop2/.castore; `--store laptop2` then said
+    # "no castore store ... (create one with `castore init` ...)", as if nothing were there
+    origin = str(tmp_path / "origin")
+    assert _run("--store", origin, "append", "-s", "a/u/s1", "--role", "user", "hello").exit_code == 0
+    assert _run("clone", origin, str(tmp_path / "laptop2")).exit_code == 0
+    r = _run("--store", str(tmp_path / "laptop2"), "sessions")
+    inner = tmp_path / "laptop2" / ".castore"
+    assert r.exit_code == 1 and r.stderr == (f"Error: no castore store at '{tmp_path / 'laptop2'}'; {inner} is one: "
+                                             f"pass --store {inner}, or run castore in {tmp_path / 'laptop2'}\n")
+    assert _run("--store", str(inner), "sessions").stdout.startswith("a/u/s1 ")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..errors import CastoreError, SessionNotFound
+from ..errors import CastoreError, SessionNotFound, StoreNotFound
 from .grep_spec import SESSION_ENV, STORE_ENV, UNSET, Opt, json_opt, limit_opt
 from .plain import (
     OptionValueError,
@@ -109,6 +109,8 @@ def cli_errors() -> Iterator[None]:
     """
     try:
         yield
+    except StoreNotFound as e:
+        raise click.ClickException(_no_store_line(e)) from e
     except CastoreError as e:
         raise click.ClickException(error_line(e)) from e
     except BrokenPipeError:
@@ -116,6 +118,17 @@ def cli_errors() -> Iterator[None]:
     except OSError as e:
         # a file the user named (export -o, import): one line, not a traceback
         raise click.ClickException(os_error_line(e)) from e
+
+
+def _no_store_line(e: StoreNotFound) -> str:
+    """:func:`error_line` of ``e``; of a folder whose ``.castore`` holds a store (where
+    ``castore clone URL DIR`` and ``init`` put it), naming that store instead of how to make one."""
+    from ..store import STORE_DIR
+
+    inner = os.path.join(e.url, STORE_DIR) if "://" not in e.url else ""
+    if inner and os.path.isdir(inner):
+        return safe(f"no castore store at {e.url!r}; {inner} is one: pass --store {inner}, or run castore in {e.url}")
+    return error_line(e)
 
 
 class CastoreGroup(click.Group):
