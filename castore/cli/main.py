@@ -144,7 +144,7 @@ SUMMARIES: dict[str, str] = {
     "replay": "Rebuild the state at REV from the entries' deltas alone, and print it.",
     "reset": "Move the current branch (or a detached HEAD) to REV, as `git reset --soft`.",
     "serve": "Browse a store's sessions in a web browser (read-only, local).",
-    "sessions": "List sessions, newest first: entry count, branch, last activity.",
+    "sessions": "List sessions, newest first: entries on the path to HEAD, branch, last activity, title.",
     "show": "Show one commit: its entry, metadata, state delta and parents.",
     "state": "Print the state at REV (default HEAD) as JSON, or the value of KEY.",
     "status": "Show the store, the session, HEAD, its branch, the entries and the remotes' state.",
