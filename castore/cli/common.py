@@ -448,6 +448,25 @@ def import_store(ctx: click.Context, redact: bool) -> Store:
     return store
 
 
+def forget_deleted(store: Store, index: bool = True) -> None:
+    """Make the local caches beside ``store`` forget the sessions just deleted (``delete-session``,
+    ``expire``, a gc's retention): the search index (unless ``index`` is False: ``maintenance.gc``
+    did it) and the usage cache, where there are such, so that no copy of a deleted session's
+    text, name or model stays in ``$XDG_CACHE_HOME`` until the next ``grep`` or ``usage``.
+
+    Raises:
+        IndexError_: the search index cannot be written.
+        ObjectNotFound, IntegrityError: a session the usage cache holds cannot be read.
+        StorageError.
+    """
+    from .. import usage
+    from ..grep.index import update_if_present
+
+    if index:
+        update_if_present(store)
+    usage.update_if_present(store)
+
+
 def note_redacted(sessions: Iterable[Session]) -> None:
     """Say on stderr which of ``sessions`` were redacted before they were stored (their
     exports are the original files with each secret, if any, replaced by its tag)."""
@@ -691,6 +710,7 @@ __all__ = [
     "ensure_bucket",
     "json_option",
     "print_json",
+    "forget_deleted",
     "to_jsonable",
     "note",
     "hint",

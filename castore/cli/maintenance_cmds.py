@@ -11,7 +11,17 @@ import click
 
 from .. import maintenance
 from ..maintenance import ExpireReport, FsckReport, GcReport
-from .common import dry_run_option, duration, hint, json_option, note, open_store, plural, print_json
+from .common import (
+    dry_run_option,
+    duration,
+    forget_deleted,
+    hint,
+    json_option,
+    note,
+    open_store,
+    plural,
+    print_json,
+)
 from .render import safe
 
 _FSCK_SCHEMA = (
@@ -148,6 +158,8 @@ def gc_cmd(grace: float, dry_run: bool, as_json: bool) -> None:
     """
     store = open_store()
     report = maintenance.gc(store, grace=grace, dry_run=dry_run)
+    if not dry_run and report.expired is not None and report.expired.sessions:
+        forget_deleted(store, index=False)  # the retention's: gc's own pass updated the search index
     if as_json:
         print_json(report.to_dict())
     else:
@@ -207,9 +219,7 @@ def expire_cmd(older_than: float, app: str | None, dry_run: bool, as_json: bool)
     store = open_store()
     report = maintenance.expire_sessions(store, older_than, app=app, dry_run=dry_run)
     if not dry_run and report.sessions:
-        from ..grep.index import update_if_present
-
-        update_if_present(store)  # the search index forgets them now
+        forget_deleted(store)  # the search index and usage cache forget them now
     if as_json:
         print_json(report.to_dict())
         return

@@ -17,6 +17,7 @@ from .common import (
     SESSION_CONFIG_KEY,
     default_session,
     find_session,
+    forget_deleted,
     format_key,
     get_session,
     hint,
@@ -164,10 +165,8 @@ def delete_session_cmd(ctx: click.Context, session_key: str) -> None:
     head = session.head
     if head is None and not session.exists():
         raise SessionNotFound(session.key)
-    from ..grep.index import update_if_present
-
     store.delete_session(app, user, sid)
-    update_if_present(store)  # the search index forgets it now, not at the next search
+    forget_deleted(store)  # the search index and usage cache forget it now, not at their next run
     key = format_key(*session.key)
     if default_session(store) == key:
         store.update_config(lambda cfg: {k: v for k, v in cfg.items() if k != SESSION_CONFIG_KEY})

@@ -6,7 +6,8 @@ Counting is cached: the rows read from each session are kept in a local file
 the refs they were read at and the branch HEAD was on (a checkout moves the rows of the commits
 two branches hold); the next run reads again only the sessions whose refs moved (on
 local disk the ref-change log tells which, without reading a ref), and ``castore import``
-brings an existing cache up to date as it does the search index (:func:`update_if_present`).
+brings an existing cache up to date as it does the search index (:func:`update_if_present`), and so
+do ``delete-session``, ``expire`` and a gc's retention (a deleted session's name and models leave it).
 The ref-change log names castore's own changes only (its writes of a ref file in place
 included, logged before they are made); a ref file edited, removed or rewritten in place by
 hand is seen when its session's refs next move, or once the cache is deleted.
