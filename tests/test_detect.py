@@ -212,3 +212,17 @@ def test_codex_and_pi_own_folders_import_their_sessions_only(tmp_path: Path, pi_
         r = _cli(tmp_path / args[-1].replace("/", "_"), *args, "--json")
         assert r.exit_code == 0, r.output
         assert [d["session"] for d in json.loads(r.stdout)] == want, args
+
+
+def test_an_agents_own_folder_is_told_by_its_sessions_before_its_other_files(tmp_path: Path) -> None:
+    # ~/.claude/local holds Claude Code's npm install: package.json files that sort before
+    # projects/ filled the sample, and `castore import ~/.claude` found "no session file"
+    home = tmp_path / ".claude"
+    shutil.copytree(CLAUDE, home / "projects" / "-home-me-proj")
+    for i in range(40):
+        pkg = home / "local" / "node_modules" / f"pkg{i:02d}"
+        pkg.mkdir(parents=True)
+        (pkg / "package.json").write_text(json.dumps({"name": f"pkg{i}", "version": "1.0.0"}) + "\n")
+    assert detect(home) == "claude"
+    r = _cli(tmp_path, "import", str(home), "--json")
+    assert r.exit_code == 0 and len(json.loads(r.stdout)) == 6, r.output

@@ -26,7 +26,8 @@ nothing to them. A file with no record to tell by (empty, blank, lines that are 
 line still being written) is let through: the importer says what it makes of it.
 
 A folder is recognised by the files an import would read (``.jsonl``, and ``.json`` for Gemini's
-older format), sampled up to :data:`SAMPLE_FILES`: the agent the recognised ones point to. A
+older format), sampled up to :data:`SAMPLE_FILES`, those of an agent's session folders first
+(:data:`SESSION_FOLDERS`): the agent the recognised ones point to. A
 folder whose files are of several agents is refused (by :func:`detect` and :func:`refuse_other`
 alike), naming a file of each: an importer reads every file of a folder as its own agent's, so
 ``import PATH`` of a folder holding Claude Code, Codex and Pi files used to import the Codex and
@@ -128,10 +129,23 @@ def file_kind(path: str) -> str | None:
     return OTHER if votes else None
 
 
+#: the folders an agent's own folder keeps its sessions in (``~/.claude/projects``,
+#: ``~/.codex/sessions``, ``~/.pi/agent/sessions``, ``~/.gemini/tmp``), sampled before the rest
+SESSION_FOLDERS = ("projects", "sessions", "archived_sessions", "agent/sessions", "tmp")
+
+
 def _sample(root: str) -> list[str]:
-    """The first files of ``root`` whose agent is asked: through linked folders, as Claude
-    Code's importer reads them (``~/.claude`` with ``projects`` linked by a dotfiles manager)."""
-    return list(itertools.islice(files_under(root, (".jsonl", ".json"), links=True), SAMPLE_FILES))
+    """The first files of ``root`` whose agent is asked, those of its :data:`SESSION_FOLDERS`
+    first (``~/.claude/local`` holds an npm install's ``package.json`` files, which sort before
+    ``projects`` and filled the sample); through linked folders, as Claude Code's importer reads
+    them (``~/.claude`` with ``projects`` linked by a dotfiles manager)."""
+    firsts = [os.path.join(root, d) for d in SESSION_FOLDERS if os.path.isdir(os.path.join(root, d))]
+    out: dict[str, None] = {}  # a file of a session folder is met again under root
+    for f in itertools.chain.from_iterable(files_under(d, (".jsonl", ".json"), links=True) for d in [*firsts, root]):
+        out.setdefault(f)
+        if len(out) == SAMPLE_FILES:
+            break
+    return list(out)
 
 
 def detect(path: str | os.PathLike[str]) -> str | None:
