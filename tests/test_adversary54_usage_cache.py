@@ -78,3 +78,21 @@ def test_a_newer_versions_cache_is_passed_over(tmp_path: Path, monkeypatch: pyte
     _first(doc)["rows"] = {"another": "shape"}
     cache.write_text(json.dumps(doc))
     assert _usage(url) == want
+
+
+def test_a_named_pipe_at_the_cache_path_is_no_cache(tmp_path: Path) -> None:
+    """A named pipe where the cache file goes: the run read it and waited forever for a writer;
+    now it is no cache, and the cache is written in its place. A real process (no wall clock:
+    before, communicate() never returned)."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "usage-cache.json"
+    os.mkfifo(cache)
+    url = _store(tmp_path)
+    env = {**os.environ, "CASTORE_USAGE_CACHE": str(cache)}
+    r = subprocess.run([sys.executable, "-m", "castore", "--store", url, "usage", "--json", "--by", "session"],
+                       capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == _usage(url, "--no-cache") and cache.is_file()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, cast
@@ -89,11 +90,14 @@ class _Cache(TypedDict):
 
 def _load_cache(path: str, url: str) -> dict[str, Any]:
     """The cache at ``path`` if it is one of this version for the store at ``url``, else ``{}``
-    (none, unreadable, or of another shape: damaged, edited, another version's; the cache is
-    derived data, made again whole). Its shape is checked as it is parsed, before a value of it
+    (none, unreadable, not a regular file, or of another shape: damaged, edited, another
+    version's; the cache is derived data, made again whole). Its shape is checked as it is parsed, before a value of it
     is used. Raises nothing."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a named pipe there: no wait for a writer
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
             doc = json_loads_as(f.read(), _Cache)
     except (OSError, InvalidEntry):
         return {}
