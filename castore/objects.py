@@ -344,6 +344,18 @@ class Codec:
             return True
         return self.id_key == other.id_key and self.tenant == other.tenant and self.cipher == other.cipher
 
+    def check_seal(self) -> None:
+        """Raise what sealing a frame would raise, before anything is written (a writer calls
+        it before it creates a file that only sealed frames would fill); nothing for a plain
+        codec or one that has its key.
+
+        Raises:
+            KeyMissing: the store was opened without its master key.
+            TenantErased: the tenant's keys were destroyed.
+        """
+        if self.cipher is not None:
+            self.cipher.seal(b"", self._record_ad)  # one empty sealing per new file: cheap
+
     # -- ids -----------------------------------------------------------------------------
     def digest(self, canonical: bytes | memoryview) -> ObjectId:
         """The id of canonical bytes under this codec."""

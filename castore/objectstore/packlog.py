@@ -105,6 +105,7 @@ class WriterLog:
         Raises:
             StorageError: the backend failed (a log that failed is dropped: the next batch
                 opens a new one).
+            KeyMissing, TenantErased: the codec cannot seal (no key): nothing is written.
         """
         batch = False
         with self.packmap.lock:
@@ -162,6 +163,9 @@ class WriterLog:
         self._drop_log()  # a forked child never appends to its parent's log
         if self.packmap.no_append:
             return None
+        # no key, no log: a log of nothing but its header would be taken for the tenant's data
+        # (KeyStore: a lost key file) and refuse every later write with the key
+        self.packmap.codec.check_seal()
         name = packs.log_name()
         log = self.storage.open_appender(pack_key(name))
         if log is None:
