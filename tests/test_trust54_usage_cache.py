@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,30 @@ def test_gc_applying_retention_drops_them_from_the_usage_cache(cached: tuple[str
     cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "retention": "0s"}))
     _run(url, "gc", "--grace", "0")
     assert _left(path) == []
+
+
+#: ``castore usage`` killed (SIGKILL, as the OOM killer does) after writing its new cache file and
+#: before renaming it into place
+_KILLED_USAGE = """
+import os, signal, sys
+from castore.usage import cache
+cache.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+from castore.cli.main import main
+main(["--store", sys.argv[1], "usage"])
+"""
+
+
+def test_a_usage_run_killed_while_saving_leaves_no_copy_once_the_session_is_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASTORE_USAGE_CACHE", str(tmp_path / "cache" / "usage.json"))  # a folder of its own
+    url = str(tmp_path / "store")
+    with castore.open(url) as st:
+        meta = {"model": "qqmodel7", "usage": {"input_tokens": 10, "output_tokens": 1}}
+        st.session("app", "alice", "doomedsess").append(Message(role="assistant", content="words"), meta=meta)
+        folder = Path(cache_path(st)).parent
+    folder.mkdir()
+    r = subprocess.run([sys.executable, "-c", _KILLED_USAGE, url], capture_output=True)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert any(all(w in p.read_bytes() for w in NAMES) for p in folder.iterdir())  # its new cache, not renamed
+    _run(url, "delete-session", "app/alice/doomedsess")
+    assert [p.name for p in folder.iterdir() if any(w in p.read_bytes() for w in NAMES)] == []

@@ -7,7 +7,8 @@ the refs they were read at and the branch HEAD was on (a checkout moves the rows
 two branches hold); the next run reads again only the sessions whose refs moved (on
 local disk the ref-change log tells which, without reading a ref), and ``castore import``
 brings an existing cache up to date as it does the search index (:func:`update_if_present`), and so
-do ``delete-session``, ``expire`` and a gc's retention (a deleted session's name and models leave it).
+do ``delete-session``, ``expire`` and a gc's retention (a deleted session's name and models leave it,
+and so do the new cache files that runs killed before renaming them left: :func:`_clear_dead_temps`).
 The ref-change log names castore's own changes only (its writes of a ref file in place
 included, logged before they are made); a ref file edited, removed or rewritten in place by
 hand is seen when its session's refs next move, or once the cache is deleted.
@@ -110,13 +111,45 @@ def _save_cache(path: str, doc: dict[str, Any]) -> None:
     """Write the cache whole (a new file, then renamed); a folder that cannot be written is skipped."""
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".usage-", dir=os.path.dirname(path) or ".")
+        _clear_dead_temps(os.path.dirname(path) or ".")
+        fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP}{os.getpid()}-", dir=os.path.dirname(path) or ".")
         with os.fdopen(fd, "wb") as f:
             f.write(json_dumps_sorted(doc))
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError, UnboundLocalError):
             os.unlink(tmp)
+
+
+#: the start of a cache file being written, then its writer's process id: ``.usage-<pid>-<random>``
+_TEMP = ".usage-"
+
+
+def _clear_dead_temps(folder: str) -> None:
+    """Remove from ``folder`` the new cache files that writers killed before renaming them into place
+    left (a SIGKILL, the OOM killer): each is a copy of the rows and names of sessions that may since
+    have been deleted. A file of a process still running is left alone (one removed under a
+    writer of another PID namespace only costs it that save). Raises nothing."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid, sep, _ = name[len(_TEMP):].partition("-")
+        if name.startswith(_TEMP) and not (sep and pid.isdigit() and _running(int(pid))):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` is running (as far as this process can tell)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's
+    return True
 
 
 def all_rows(store: Store, *, cache: bool = True, unreadable: dict[Key, str] | None = None) -> dict[Key, list[Row]]:
@@ -462,18 +495,24 @@ def update_if_present(store: Store) -> bool:
     """Bring ``store``'s usage cache up to date if it has one (what an import calls, as it does
     for the search index, so that the next ``castore usage`` reads no session); True if it did.
     A store without a cache is left without one: the first ``castore usage`` makes it, and an
-    import that never meets a usage run pays nothing for it.
+    import that never meets a usage run pays nothing for it. The new cache files of killed runs
+    are removed from its folder (:func:`_clear_dead_temps`).
 
     Raises:
         ObjectNotFound, IntegrityError: a session of the cache cannot be read.
         StorageError.
     """
     done = False
+    swept: set[str] = set()
     for st in store.stores():
         url = str(getattr(st.storage, "url", "") or "")
         if _cacheable(st, url):
+            path = cache_path(st)
+            if os.path.dirname(path) not in swept:  # a killed run's copy goes even where no cache was saved
+                swept.add(os.path.dirname(path))
+                _clear_dead_temps(os.path.dirname(path) or ".")
             # this store's cache (the file may hold another store's: $CASTORE_USAGE_CACHE)
-            doc = _load_cache(cache_path(st), url if "://" in url else os.path.abspath(url))
+            doc = _load_cache(path, url if "://" in url else os.path.abspath(url))
             if doc:
                 with gc_paused():
                     _rows_of(st, True, None, doc)
