@@ -21,11 +21,19 @@ of each N to N = 100. With ``--instructions``, the instructions of one fresh ``c
 read under callgrind (load-independent: a child making K reads less one making none,
 ``PYTHONHASHSEED=0``), per checkout and N.
 
+Each child also times a plain loop first (``--loop`` fresh reads: open, ``context``, close,
+one after the other, no other handle open; "context loop").
+
 The stores are built once by this checkout (``benchlib.turn.build``) into ``--stores``
-(kept: the 100,000-entry one takes a few minutes) and read by both.
+(kept: the 100,000-entry one takes a few minutes) and read by both; with ``--own-stores``
+each checkout builds its own (a change to how packs are laid out shows only in the stores
+its own code wrote), into ``--stores``/anchor and ``--stores``/this. ``--batch`` is how
+many entries each ``append_many`` of the build writes (500 by default; 1: turn by turn,
+as an agent appends; a store built so is kept under its own name).
 
 Usage: .venv/bin/python scripts/bench_turn.py --anchor /work/wt/BEFORE [--sizes 100,10000,100000]
-       [--rounds 4] [--reps 15] [--stores DIR] [--instructions] [--markdown FILE]
+       [--rounds 4] [--reps 15] [--loop 40] [--stores DIR] [--own-stores] [--batch 500]
+       [--instructions] [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -44,13 +52,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from benchlib.turn import APP, BUDGET, USER, build  # noqa: E402
+from benchlib.turn import APP, BUDGET, BUILD_BATCH, USER  # noqa: E402
 
 _CHILD = r"""
 import json, sys, time
 import castore, castore.context
-url, reps, app, user, budget = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
-out = {k: [] for k in ("context fresh", "context warm", "turn fresh", "turn warm", "append warm")}
+url, reps, app, user, budget, loop = (sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]),
+                                      int(sys.argv[6]))
+out = {k: [] for k in ("context loop", "context fresh", "context warm", "turn fresh", "turn warm", "append warm")}
 cpu = {k: [] for k in out}
 def timed(key, f):
     t, c = time.perf_counter(), time.thread_time()
@@ -61,6 +70,8 @@ def timed(key, f):
 def fresh_context():
     with castore.open(url) as st:
         return len(st.session(app, user, "turn").context(max_tokens=budget))
+for _ in range(loop):  # the plain loop: fresh reads one after the other, no other handle open
+    assert timed("context loop", fresh_context) > 0
 def fresh_turn():
     with castore.open(url) as st:
         s = st.session(app, user, "turn")
@@ -96,7 +107,14 @@ for _ in range(k):
     one()
 """
 
-KEYS = ["context fresh", "context warm", "turn fresh", "turn warm", "append warm"]
+KEYS = ["context loop", "context fresh", "context warm", "turn fresh", "turn warm", "append warm"]
+
+_BUILD = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from benchlib.turn import build
+build(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+"""
 
 
 def copy_store(src: str, dst: str) -> None:
@@ -115,8 +133,17 @@ def python_of(checkout: str) -> str:
     return os.path.join(checkout, ".venv", "bin", "python")
 
 
-def child(checkout: str, url: str, reps: int) -> dict[str, dict[str, list[float]]]:
-    out = subprocess.run([python_of(checkout), "-c", _CHILD, url, str(reps), APP, USER, str(BUDGET)],
+def build_with(checkout: str, path: str, n: int, batch: int) -> None:
+    """The N-entry store at ``path``, written by ``checkout``'s castore (this checkout's
+    ``benchlib.turn.build``), ``batch`` entries per ``append_many``."""
+    print(f"building the {n:,}-entry store in {path} with {checkout}", file=sys.stderr)
+    subprocess.run([python_of(checkout), "-c", _BUILD, HERE, path + ".tmp", str(n), str(batch)], cwd=checkout,
+                   check=True, env={**os.environ, "PYTHONPATH": checkout})
+    os.replace(path + ".tmp", path)
+
+
+def child(checkout: str, url: str, reps: int, loop: int) -> dict[str, dict[str, list[float]]]:
+    out = subprocess.run([python_of(checkout), "-c", _CHILD, url, str(reps), APP, USER, str(BUDGET), str(loop)],
                          cwd=checkout, check=True, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": checkout})
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -140,6 +167,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="100,10000,100000")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=15, help="turns of each kind per child")
+    ap.add_argument("--loop", type=int, default=40, help="fresh reads of the plain loop per child")
+    ap.add_argument("--own-stores", action="store_true", help="each checkout reads stores its own code built")
+    ap.add_argument("--batch", type=int, default=BUILD_BATCH, help="entries per append_many in the build")
     ap.add_argument("--stores", default=os.path.join(tempfile.gettempdir(), "castore-bench-turn"),
                     help="where the N-entry stores are built once and kept")
     ap.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
@@ -157,17 +187,18 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-turn-")
     try:
         for n in sizes:
-            src = os.path.join(args.stores, f"turn-{n}")
-            if not os.path.exists(src):
-                print(f"building the {n:,}-entry store in {src}", file=sys.stderr)
-                build(src + ".tmp", n)
-                os.replace(src + ".tmp", src)
+            stem = f"turn-{n}" if args.batch == BUILD_BATCH else f"turn-{n}-by-{args.batch}"
+            srcs = {side: os.path.join(args.stores, side if args.own_stores else "", stem) for side in sides}
+            for side, src in srcs.items():
+                if not os.path.exists(src):
+                    os.makedirs(os.path.dirname(src), exist_ok=True)
+                    build_with(sides[side] if args.own_stores else ROOT, src, n, args.batch)
             for r in range(args.rounds):
                 order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]
                 for side, path in order:
                     url = os.path.join(work, f"{side}-{n}-{r}")
-                    copy_store(src, url)
-                    got = child(path, url, args.reps)
+                    copy_store(srcs[side], url)
+                    got = child(path, url, args.reps, args.loop)
                     shutil.rmtree(url)
                     for unit in ("ms", "cpu"):
                         for key in KEYS:
@@ -176,7 +207,7 @@ def main() -> None:
             if args.instructions:
                 for side, path in sides.items():
                     url = os.path.join(work, f"count-{side}-{n}")
-                    copy_store(src, url)
+                    copy_store(srcs[side], url)
                     counts[(side, n)] = instructions(path, url, 8)
                     shutil.rmtree(url)
     finally:
