@@ -93,7 +93,7 @@ def test_a_close_merges_the_small_packs_not_a_backlog_of_large_ones(tmp_path: Pa
     for user in ("a", "b"):  # two repacked packs of incompressible text, each over the cap
         with castore.open(url, auto_repack=False) as st:
             st.session("app", user, "big").append_many(  # entries below the loose objects' size
-                [Message(role="user", content=os.urandom(1500).hex()) for _ in range(1600)])
+                [Message(role="user", content=os.urandom(1500).hex()) for _ in range(3200)])
             st.objects.merge_packs([p[:-len(".pack")] for p in _packs(tmp_path) if p.startswith("w-")])
     large = [p for p in _packs(tmp_path) if (tmp_path / "packs" / p).stat().st_size > CLOSE_REPACK_MAX_BYTES // 2]
     assert len(large) == 2, _packs(tmp_path)

@@ -209,8 +209,9 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
     neither decompressed nor hashed, nor handed to ``keep``; its places are taken as they are.
 
     Returns:
-        The objects found (offsets relative to the start of the pack) and the pack offset
-        just after the last valid record (where the next scan of a growing log resumes).
+        The objects found, each at its first copy (offsets relative to the start of the
+        pack; an index names the first copy too), and the pack offset just after the last
+        valid record (where the next scan of a growing log resumes).
 
     Raises:
         IntegrityError: ``base`` is 0 and the bytes do not begin with a pack header.
@@ -234,7 +235,11 @@ def scan(data: bytes | memoryview, base: int = 0, version: int = 1,
                 damaged.append((base + off, resumed - off))
             off = resumed
             continue
-        found.update(entries)
+        if found.keys().isdisjoint(entries):
+            found.update(entries)
+        else:  # an object written again (another session's append of the same body): its first copy
+            for oid, place in entries.items():
+                found.setdefault(oid, place)
         off = nxt
     return found, base + off
 
@@ -635,15 +640,20 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]] | Whole], block_
                    level: int | None = None,
                    cut_after: Callable[[Sequence[tuple[str, bytes]]], bool] | None = None,
                    compress: bool = True, by_kind: bool = False,
-                   codec: o.Codec = o.PLAIN) -> tuple[bytes, dict[str, Slot]]:
+                   codec: o.Codec = o.PLAIN, aside: Callable[[bytes], bool] | None = None,
+                   aside_bytes: int = 0) -> tuple[bytes, dict[str, Slot]]:
     """A whole version-2 pack (records sealed when ``codec`` has a cipher). Each group of
     ``(hex id, canonical bytes)`` (one append's objects, in write order) goes whole into one
     record; with ``block_bytes``, consecutive groups share a record until it holds that many
     bytes and ``cut_after`` (when given) says the last group ends a run (a repacked pack:
     blocks compressed together, so that neighbouring objects share their bytes; a block also
-    ends at 4 x ``block_bytes``).
+    ends at 4 x ``block_bytes``). With both, a group in write order is taken run by run
+    (:func:`write_runs`): a block may end inside it, after a segment or an index.
     ``by_kind``: each record laid out by kind (:func:`block_layout`; what repack writes).
     A :class:`Whole` among the groups is copied as it is, as a record of its own.
+    ``aside``: the objects it takes (by their canonical bytes) go, in order, into blocks of
+    their own of at most ``aside_bytes`` each (or one object) (a repack's path indexes: each copies the one
+    before it, so many share a block cheaply, and a block of entries holds none).
 
     Raises:
         IntegrityError: see :func:`encode_record_v2`.
@@ -652,22 +662,23 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]] | Whole], block_
     where: dict[str, Slot] = {}
     pos = HEADER_SIZE
     block: list[tuple[str, bytes]] = []
-    held = 0
+    side: list[tuple[str, bytes]] = []
+    held = side_held = 0
 
-    def flush() -> None:
-        nonlocal pos, held
-        if block:
-            rec, w = encode_records_v2(block, pos, level, compress, by_kind, codec)
+    def flush(objects: list[tuple[str, bytes]]) -> None:
+        nonlocal pos
+        if objects:
+            rec, w = encode_records_v2(objects, pos, level, compress, by_kind, codec)
             parts.append(rec)
             for oid, slot in w.items():
                 where.setdefault(oid, slot)
             pos += len(rec)
-            block.clear()
-            held = 0
+            objects.clear()
 
     for group in groups:
         if isinstance(group, Whole):
-            flush()
+            flush(block)
+            held = 0
             rec = group.record
             at, size = pos + _REC.size, len(rec) - _REC.size
             for oid, old in group.slots.items():
@@ -675,12 +686,64 @@ def encode_pack_v2(groups: Iterable[Sequence[tuple[str, bytes]] | Whole], block_
             parts.append(bytes(rec))
             pos += len(rec)
             continue
-        block.extend(group)
-        held += sum(len(c) for _, c in group)
-        if held >= block_bytes and (cut_after is None or cut_after(group) or held >= 4 * block_bytes):
-            flush()
-    flush()
+        for run in (write_runs(group, cut_after) if cut_after is not None and block_bytes else (group,)):
+            ends = cut_after is None or cut_after(run)
+            if aside is not None:
+                kept = [item for item in run if not aside(item[1])]
+                if len(kept) < len(run):
+                    for item in run:
+                        if aside(item[1]):
+                            if side and side_held + len(item[1]) > aside_bytes:
+                                flush(side)
+                                side_held = 0
+                            side.append(item)
+                            side_held += len(item[1])
+                    run = kept
+            block.extend(run)
+            held += sum(len(c) for _, c in run)
+            if held >= block_bytes and (ends or held >= 4 * block_bytes):
+                flush(block)
+                held = 0
+    flush(block)
+    flush(side)
     return b"".join(parts), where
+
+
+def write_runs(group: Sequence[tuple[str, bytes]], cut_after: Callable[[Sequence[tuple[str, bytes]]], bool]
+               ) -> list[Sequence[tuple[str, bytes]]]:
+    """``group`` cut into runs where a block may end: after each object ``cut_after`` takes
+    as a run's last (a segment or an index) that no other such object follows, when the
+    group is in write order (one append's objects, a log's or a batch pack's record: a
+    segment comes after the commits and bodies it copies); whole when it is laid out by kind
+    (a repacked block, :func:`block_layout`: its segments are last, after every commit it
+    holds, and a block cut there would part them from what they copy). So one append of many
+    entries no longer makes one block of its own, however large: the newest entries of a
+    session written 500 at a time sat in a block of 1 MiB that a reader of the last few
+    decompressed whole. Raises nothing."""
+    if len(group) < 2 or _by_kind(group):
+        return [group]
+    runs: list[Sequence[tuple[str, bytes]]] = []
+    start = 0
+    ends = [cut_after((item,)) for item in group]
+    for i in range(len(group)):
+        if ends[i] and (i + 1 == len(group) or not ends[i + 1]):
+            runs.append(group[start:i + 1])
+            start = i + 1
+    if start < len(group):
+        runs.append(group[start:])
+    return runs
+
+
+def _by_kind(group: Sequence[tuple[str, bytes]]) -> bool:
+    """Whether ``group``'s objects are in :func:`block_layout`'s order of parts."""
+    part_of = _PART_OF.get
+    last = 0
+    for _, canonical in group:
+        part = part_of(canonical[:5], 1)
+        if part < last:
+            return False
+        last = part
+    return True
 
 
 def content_name(prefix: str, data: bytes) -> str:
@@ -704,7 +767,7 @@ __all__ = ["Location", "Slot", "Place", "Whole", "whole_record",
            "encode_record", "encode_pack", "encode_content",
            "encode_record_v2", "encode_records_v2", "encode_pack_v2", "record_content", "record_prefix",
            "declared_content", "RECORD_CONTENT_MAX", "RECORD_CONTENT_READ_MAX", "RESYNC_WORK",
-           "block_layout", "BLOCK_CUT",
+           "block_layout", "BLOCK_CUT", "write_runs",
            "scan", "content_slots", "pack_version",
            "content_name", "log_name", "is_pack_name", "INTENT_FRAME",
            "framed", "intent_payloads",
