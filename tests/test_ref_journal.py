@@ -81,6 +81,20 @@ def test_a_durable_append_makes_one_fsync_in_format_3_and_three_in_format_2(tmp_
     assert _syncs_per_append(monkeypatch, tmp_path / "nd", durable=False) == 0.0
 
 
+def test_a_new_logs_header_is_made_durable_with_its_first_record(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    castore.open(str(tmp_path)).session("app", "u", "s").append(castore.Message(role="user", content="seed"))
+    datasyncs: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real(fd))[1])
+    with castore.open(str(tmp_path)) as st:  # a process per turn: a new handle, a new log
+        st.session("app", "u", "s").append(castore.Message(role="user", content="one turn"))
+        assert len(datasyncs) == 1  # before: 2, the header synced on its own first
+    monkeypatch.undo()
+    with castore.open(str(tmp_path)) as st:
+        assert [m.content for m in st.session("app", "u", "s").messages()] == ["seed", "one turn"]
+
+
 # -- simulated power loss ----------------------------------------------------------------------
 def _power_loss(storage: LocalStorage, torn: bool = False) -> int:
     """Undo, on disk, every rename the storage made without syncing (newest first): the ref
