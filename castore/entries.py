@@ -651,12 +651,7 @@ def _prepare_vouched(e: Event, at: float | None) -> Prepared:
     Raises:
         InvalidEntry: as :func:`prepare`.
     """
-    m = e.message
-    if m is not None:
-        _check_message(m, "event message")
-    if at is not None:
-        _need(_is_time(at), "time", "a finite number of seconds since the epoch", at)
-    body = m.to_dict() if m is not None else None
+    body = vouched_body(e, at)
     meta = dict(e.meta)
     o.pack(body)
     o.pack(meta)
@@ -664,6 +659,28 @@ def _prepare_vouched(e: Event, at: float | None) -> Prepared:
     out.__dict__.update(kind=e.kind, body=body, author=e.author, meta=meta, delta={}, unset=(), app_delta={},
                         app_unset=(), user_delta={}, user_unset=(), temp={}, time=at, entry=e)
     return out
+
+
+def is_vouched(entry: Any) -> bool:
+    """Whether ``entry`` is a :func:`vouched_event` (not a copy of one). Raises nothing."""
+    return type(entry) is Event and entry.__dict__.get("_vouched", False)
+
+
+def vouched_body(e: Event, at: float | None) -> dict[str, Any] | None:
+    """The body of a :func:`vouched_event` appended alone at time ``at``, checked as
+    :func:`prepare` checks it (its message's fields, the time) but not encoded: for a writer
+    whose one encode of the body and of the commit is the check that msgpack takes them, and
+    which keeps nothing of an entry whose encode failed (:meth:`castore.plumbing.Tree.extend`).
+
+    Raises:
+        InvalidEntry: a message field or the time of the wrong type.
+    """
+    m = e.message
+    if m is not None:
+        _check_message(m, "event message")
+    if at is not None:
+        _need(_is_time(at), "time", "a finite number of seconds since the epoch", at)
+    return m.to_dict() if m is not None else None
 
 
 def _check_message(m: Message, what: str) -> None:

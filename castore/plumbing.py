@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import objects as o
-from .entries import Prepared
+from .entries import is_vouched, prepare, vouched_body
 from .errors import (
     BranchError,
     CastoreError,
@@ -260,6 +260,25 @@ class Batch:
         return out
 
 
+def _build_entry(batch: Batch, e: Any, when: float) -> None:
+    """Add entry ``e`` at ``when`` to ``batch`` (:meth:`Tree.extend`'s rule); a failed
+    encode adds no commit.
+
+    Raises:
+        InvalidEntry: it cannot be stored, or it changes app or user state.
+        ObjectNotFound, IntegrityError, StorageError: closing a block read the block.
+    """
+    if is_vouched(e):
+        batch.entry("event", vouched_body(e, when), delta={}, unset=(), author=e.author, when=when, meta=e.meta,
+                    typed=e)
+        return
+    p = prepare(e, at=when)
+    if p.app_delta or p.app_unset or p.user_delta or p.user_unset:
+        raise InvalidEntry("a tree's entries change no app or user state")
+    batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
+                when=p.time if p.time is not None else time.time(), meta=p.meta, typed=p.entry)
+
+
 class Tree:
     """The commits of a session's new history, built in memory run after run and its refs
     moved at once (:meth:`publish`): a first import's write path, where each run of lines
@@ -288,25 +307,36 @@ class Tree:
         self._on: dict[str, Batch] = {}  # tip -> the batch that built it (and goes on from it)
         self._published: dict[str, str] = {}  # branch -> the tip last published
 
-    def extend(self, parent: str | None, prepared: Sequence[Prepared]) -> list[ObjectId]:
+    def extend(self, parent: str | None, entries: Sequence[Any], times: Sequence[float],
+               storable: Callable[[int], Any] | None = None) -> list[ObjectId]:
         """Build a commit per entry on ``parent`` (None: the root; else a commit of this tree),
-        each on the one before; return their ids.
+        each on the one before, entry ``i`` at ``times[i]``; return their ids.
+
+        A :func:`~castore.entries.vouched_event` is split by
+        :func:`~castore.entries.vouched_body` and its commit built at once: the encode of its
+        body and commit is the check that they can be stored (an entry that fails it adds no
+        commit), not an encode of each beforehand as :func:`~castore.entries.prepare` does
+        for an append, whose batch other writers may share. Any other entry is prepared.
+        ``storable(i)``: what to build instead of entry ``i`` when it cannot be stored (an
+        importer's entry without the message its raw line keeps whole).
 
         Raises:
-            InvalidEntry: an entry cannot be encoded, or it changes app or user state (nothing
-                of the run is written; the commits before it in the run stay in memory, named
-                by no ref).
+            InvalidEntry: an entry (and its ``storable`` replacement) cannot be encoded, or it
+                changes app or user state (nothing of the run is written; the commits before it
+                in the run stay in memory, named by no ref).
             ObjectNotFound, IntegrityError, StorageError: (a fork) reading the parent's block.
         """
         batch = self._on.pop(parent, None) if parent is not None else None
         if batch is None:
             batch = self.plumbing.batch(parent)
         start = len(batch.ids)
-        for p in prepared:
-            if p.app_delta or p.app_unset or p.user_delta or p.user_unset:
-                raise InvalidEntry("a tree's entries change no app or user state")
-            batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
-                        when=p.time if p.time is not None else time.time(), meta=p.meta, typed=p.entry)
+        for i, (e, when) in enumerate(zip(entries, times, strict=True)):
+            try:
+                _build_entry(batch, e, when)
+            except InvalidEntry:
+                if storable is None:
+                    raise
+                _build_entry(batch, storable(i), when)
         self.plumbing.write_many([batch])
         assert batch.tip is not None
         self._on[batch.tip] = batch

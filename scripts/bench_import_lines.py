@@ -4,8 +4,9 @@
 Reads every ``.jsonl`` line of FOLDER and runs each stage over all of them, with Python's
 cyclic collector paused (as the import runs): ``parse_vouched`` (msgspec parse), ``encode_blob``
 (the raw line's blob, hashed), the Claude ``_entry`` (message, usage, time), ``Paths.place``
-with the loop's field reads, ``prepare`` and ``Tree.extend`` (a session per file built in
-memory in a write batch that is never landed). Prints each stage's main-thread CPU per line,
+with the loop's field reads, ``prepare`` (what an append checks of an entry; a new session's
+lines are not prepared since 2026-12-07) and ``Tree.extend`` (a session per file built in
+memory from its entries, in a write batch that is never landed). Prints each stage's main-thread CPU per line,
 the minimum of ROUNDS rounds. With STAGE names, runs only those (once each under
 ``valgrind --tool=callgrind``, the difference from a run with the stage ``none`` is its
 instruction count).
@@ -57,7 +58,7 @@ def main() -> None:
     dicts = [d if isinstance(d, dict) else {} for d, _ in parsed]
     blobs = [jt.encode_blob(r, codec) for r in lines]
     entries = [ENTRY(i, b[0], d, v) for i, (d, (_, v), b) in enumerate(zip(dicts, parsed, blobs, strict=True))]
-    prepped = [prepare(e, at=e.meta.get("time", 0.0)) for e in entries]
+    times = [float(e.meta.get("time", 0.0)) for e in entries]
     tmp = tempfile.mkdtemp()
     store = castore.open(os.path.join(tmp, "store"))
     made = [0]
@@ -98,7 +99,8 @@ def main() -> None:
             with store.batch():
                 i = 0
                 for k, f in enumerate(files):
-                    store.session("claude", f"p{made[0]}", f"s{k}").tree().extend(None, prepped[i:i + len(f)])
+                    store.session("claude", f"p{made[0]}", f"s{k}").tree().extend(None, entries[i:i + len(f)],
+                                                                                times[i:i + len(f)])
                     i += len(f)
                 raise _Dropped
         except _Dropped:

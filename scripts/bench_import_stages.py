@@ -39,7 +39,7 @@ STAGES = [
     ("castore.session", "Session", "append_many", "Session.append_many (a session that had commits)"),
     ("castore.plumbing", "Tree", "extend", "Tree.extend (a run of a new session's lines built)"),
     ("castore.plumbing", "Tree", "publish", "Tree.publish (a new session's branches staged)"),
-    ("castore.adapters.tree_writer", "", "prepare", "prepare (an entry checked, split)"),
+    ("castore.plumbing", "", "_build_entry", "plumbing._build_entry (an entry split, its commit built)"),
     ("castore.session", "Session", "set_info", "Session.set_info (a file's import state)"),
     ("castore.groupcommit", "GroupCommit", "land", "GroupCommit.land (stage and write an append)"),
     ("castore.plumbing", "Batch", "entry", "Batch.entry (body and commit encoded, hashed)"),

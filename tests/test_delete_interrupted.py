@@ -472,8 +472,6 @@ def _racing_deletion(url: str, deletion: str) -> castore.Store:
 
 def _first_write(how: str, ws: castore.Store, cid: str) -> None:
     """Make KEY's first branch, then its HEAD, the way ``how`` does."""
-    from castore.entries import prepare
-
     if how == "append":
         ws.session(*KEY).append(castore.Message(role="user", content="first"))
     elif how == "fork":
@@ -484,7 +482,7 @@ def _first_write(how: str, ws: castore.Store, cid: str) -> None:
         ws.session(*KEY).checkout(cid, create="main")
     else:
         tree = ws.session(*KEY).tree()
-        tip = tree.extend(None, [prepare(castore.Message(role="user", content="imported"))])[-1]
+        tip = tree.extend(None, [castore.Message(role="user", content="imported")], [0.0])[-1]
         tree.publish({"main": tip}, head="main")
 
 

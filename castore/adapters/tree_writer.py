@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .. import objects as o
-from ..entries import Event, Prepared, body_of, check_value, prepare
+from ..entries import Event, body_of, check_value
 from ..errors import BranchError, CastoreError, CorruptRef, InvalidEntry, RefConflict
 from ..groupcommit import land_due, landing_due
 from ..session import NEW_BRANCH
@@ -182,7 +182,7 @@ class TreeWriter:
         self.labels: list[tuple[int, str]] = []
         #: the time of the last line that had one (for the lines after it that have none)
         self.last_time = last_time
-        self._times: list[float | None] = []
+        self._times: list[float] = []
 
     def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool,
             blob: tuple[str, bytes] | None = None) -> None:
@@ -256,7 +256,7 @@ class TreeWriter:
         if self.build is not None:
             if parent is None and not self.exists:
                 self.head_on = branch
-            ids = self.build.extend(parent, [self._prepared(p, t) for p, t in zip(self.run, self._times, strict=True)])
+            ids = self.build.extend(parent, [p.entry for p in self.run], self._times, self._storable)
         else:
             try:
                 ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
@@ -291,14 +291,12 @@ class TreeWriter:
             self._publish()
         land_due()  # a long file's runs land as they go when the import runs in a write batch
 
-    def _prepared(self, p: _Pending, when: float | None) -> Prepared:
-        """The line's entry checked and split (:func:`~castore.entries.prepare`), without its
-        message when castore cannot store that (:func:`_storable`)."""
-        try:
-            return prepare(p.entry, at=when)
-        except InvalidEntry:
-            p.entry = _storable(p.entry)
-            return prepare(p.entry, at=when)
+    def _storable(self, i: int) -> Event:
+        """The entry of the run's line ``i`` without its message (:func:`_storable`): what a
+        session new with this writer stores when castore cannot store the message."""
+        p = self.run[i]
+        p.entry = _storable(p.entry)
+        return p.entry
 
     def _publish(self) -> None:
         """Move the branches this writer built in memory (a session new with it) to their
