@@ -32,6 +32,8 @@ from .objectstore import ObjectStore
 from .objectstore import packs as pk
 from .pathfacts import PathFacts
 
+_new = object.__new__
+
 #: commits per segment
 K = 64
 #: bodies larger than this are not copied into segments (they are read on their own)
@@ -486,7 +488,11 @@ class History:
         tail = hint.tail + [cid]
         facts = self._facts_after(hint.facts if commit.depth else PathFacts(), cid, commit, pending, body, typed)
         if (commit.depth + 1) % K != 0:
-            return Hint(hint.index, tail, list(hint.packs), facts), {}
+            # the fields __init__ would set, once per commit built (a third of __init__'s cost)
+            out = _new(Hint)
+            out.__dict__.update(index=hint.index, tail=tail, packs=list(hint.packs) if hint.packs else [],
+                                facts=facts)
+            return out, {}
         # The block is full: pack it into a segment and extend the index.
         commits = self.commits(tail)
         bodies = [o.hex_id(c.body) for c in commits.values() if c.body is not None]

@@ -260,25 +260,6 @@ class Batch:
         return out
 
 
-def _build_entry(batch: Batch, e: Any, when: float) -> None:
-    """Add entry ``e`` at ``when`` to ``batch`` (:meth:`Tree.extend`'s rule); a failed
-    encode adds no commit.
-
-    Raises:
-        InvalidEntry: it cannot be stored, or it changes app or user state.
-        ObjectNotFound, IntegrityError, StorageError: closing a block read the block.
-    """
-    if is_vouched(e):
-        batch.entry("event", vouched_body(e, when), delta={}, unset=(), author=e.author, when=when, meta=e.meta,
-                    typed=e)
-        return
-    p = prepare(e, at=when)
-    if p.app_delta or p.app_unset or p.user_delta or p.user_unset:
-        raise InvalidEntry("a tree's entries change no app or user state")
-    batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author,
-                when=p.time if p.time is not None else time.time(), meta=p.meta, typed=p.entry)
-
-
 class Tree:
     """The commits of a session's new history, built in memory run after run and its refs
     moved at once (:meth:`publish`): a first import's write path, where each run of lines
@@ -307,40 +288,68 @@ class Tree:
         self._on: dict[str, Batch] = {}  # tip -> the batch that built it (and goes on from it)
         self._published: dict[str, str] = {}  # branch -> the tip last published
 
-    def extend(self, parent: str | None, entries: Sequence[Any], times: Sequence[float],
-               storable: Callable[[int], Any] | None = None) -> list[ObjectId]:
-        """Build a commit per entry on ``parent`` (None: the root; else a commit of this tree),
-        each on the one before, entry ``i`` at ``times[i]``; return their ids.
+    def run(self, parent: str | None) -> Batch:
+        """The batch a run of commits on ``parent`` is built in (None: the root; else a commit
+        of this tree): the one that built ``parent`` when it is a tip (its read hint kept,
+        nothing read), else a new one there. The run's commits are made by :meth:`commit`
+        and the run ended by :meth:`end`.
+
+        Raises:
+            ObjectNotFound, IntegrityError, StorageError: (a fork) reading the parent's block.
+        """
+        batch = self._on.pop(parent, None) if parent is not None else None
+        return batch if batch is not None else self.plumbing.batch(parent)
+
+    @staticmethod
+    def commit(batch: Batch, entry: Any, when: float) -> ObjectId:
+        """Build the commit of ``entry`` at ``when`` on ``batch``'s tip; return its id.
 
         A :func:`~castore.entries.vouched_event` is split by
         :func:`~castore.entries.vouched_body` and its commit built at once: the encode of its
         body and commit is the check that they can be stored (an entry that fails it adds no
         commit), not an encode of each beforehand as :func:`~castore.entries.prepare` does
         for an append, whose batch other writers may share. Any other entry is prepared.
-        ``storable(i)``: what to build instead of entry ``i`` when it cannot be stored (an
-        importer's entry without the message its raw line keeps whole).
 
         Raises:
-            InvalidEntry: an entry (and its ``storable`` replacement) cannot be encoded, or it
-                changes app or user state (nothing of the run is written; the commits before it
-                in the run stay in memory, named by no ref).
-            ObjectNotFound, IntegrityError, StorageError: (a fork) reading the parent's block.
+            InvalidEntry: the entry cannot be stored, or it changes app or user state.
+            ObjectNotFound, IntegrityError, StorageError: closing a block read the block.
         """
-        batch = self._on.pop(parent, None) if parent is not None else None
-        if batch is None:
-            batch = self.plumbing.batch(parent)
-        start = len(batch.ids)
-        for i, (e, when) in enumerate(zip(entries, times, strict=True)):
-            try:
-                _build_entry(batch, e, when)
-            except InvalidEntry:
-                if storable is None:
-                    raise
-                _build_entry(batch, storable(i), when)
+        if is_vouched(entry):
+            return batch.entry("event", vouched_body(entry, when), delta={}, unset=(), author=entry.author,
+                               when=when, meta=entry.meta, typed=entry)
+        p = prepare(entry, at=when)
+        if p.app_delta or p.app_unset or p.user_delta or p.user_unset:
+            raise InvalidEntry("a tree's entries change no app or user state")
+        return batch.entry(p.kind, p.body, delta=p.delta, unset=p.unset, author=p.author, when=when, meta=p.meta,
+                           typed=p.entry)
+
+    def end(self, batch: Batch) -> None:
+        """End a run (:meth:`run`): its objects go to the store (:meth:`Plumbing.write_many`:
+        held in memory in a write batch, written before any ref at its landing), and its
+        batch goes on from its tip. No ref names them before :meth:`publish`.
+
+        Raises:
+            StorageError.
+        """
         self.plumbing.write_many([batch])
         assert batch.tip is not None
         self._on[batch.tip] = batch
-        return batch.ids[start:]
+
+    def extend(self, parent: str | None, entries: Sequence[Any], times: Sequence[float]) -> list[ObjectId]:
+        """Build a commit per entry on ``parent`` (None: the root; else a commit of this
+        tree), each on the one before, entry ``i`` at ``times[i]``, as one run (:meth:`run`,
+        :meth:`commit`, :meth:`end`); return their ids.
+
+        Raises:
+            InvalidEntry: an entry cannot be encoded, or it changes app or user state (nothing
+                of the run is written; the commits before it in the run stay in memory, named
+                by no ref).
+            ObjectNotFound, IntegrityError, StorageError: (a fork) reading the parent's block.
+        """
+        batch = self.run(parent)
+        ids = [self.commit(batch, e, when) for e, when in zip(entries, times, strict=True)]
+        self.end(batch)
+        return ids
 
     def publish(self, branches: Mapping[str, str], head: str | None = None) -> None:
         """Move every branch of ``branches`` (name -> a tip this tree built) whose tip is not

@@ -41,7 +41,7 @@ from .jsonl_tree import (
 )
 
 if TYPE_CHECKING:
-    from ..plumbing import Tree
+    from ..plumbing import Batch, Tree
     from ..session import Session
 
 #: flush a run of lines once its raw bytes add up to this much
@@ -101,8 +101,9 @@ class TreeWriter:
     parent starts a branch ``<kind>-<n>``, the kind being the ``fork`` the adapter wrote in
     the line's metadata (``rewind``, ``rollback``; ``fork`` when it says none). Appends go to
     the branch they extend without checking it out (``append_many(branch=...)``). In a session
-    with no branches when the writer is made, the runs are built in memory instead
-    (:meth:`castore.Session.tree`) and the branches land where the write batch lands: just
+    with no branches when the writer is made, each line's commit is built in memory as it
+    comes (:meth:`castore.Session.tree`: no queue, no prepared entry; the run is the batch it
+    goes on in) and the branches land where the write batch lands: just
     before a landing that is due between runs (:func:`~castore.groupcommit.landing_due`) and
     at :meth:`finish` (stopped before, the file is imported again by the next import, from
     what landed).
@@ -160,7 +161,7 @@ class TreeWriter:
         #: the session's branches as this writer leaves them (it and :meth:`_lay_out` are the
         #: only ones to move them during the import: in a write batch, the staged refs are
         #: what every read sees), for :meth:`branch_digest`
-        self.branches = dict(branches)
+        self.branches: dict[str, str] = dict(branches)
         #: whether the session's HEAD is stored (an append makes it)
         self.exists = session.exists()
         #: a session with no branches yet: its commits are built in memory and its branches
@@ -177,6 +178,15 @@ class TreeWriter:
         self.run: list[_Pending] = []
         self.run_parent: int | None = None
         self.run_bytes = 0
+        #: (a session new with this writer) the open run's batch, its branch, the commit it
+        #: started on, its last line and commit, its last active commit, its lines' blobs
+        self._batch: Batch | None = None
+        self._branch_of_run = ""
+        self._run_base: str | None = None
+        self._last_n: int | None = None
+        self._last_cid: str | None = None
+        self._run_active: str | None = None
+        self._blobs: list[tuple[str, bytes]] = []
         self.created: list[str] = []
         self.active_cid: str | None = None  # the commit of the last active line written
         self.labels: list[tuple[int, str]] = []
@@ -186,18 +196,25 @@ class TreeWriter:
 
     def add(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool,
             blob: tuple[str, bytes] | None = None) -> None:
-        """Queue line ``n`` after line ``parent``; ``active``: a line the agent's HEAD follows;
+        """Queue line ``n`` after line ``parent`` (in a session new with this writer: build
+        its commit at once, :meth:`_build_line`); ``active``: a line the agent's HEAD follows;
         ``blob``: the line's blob as :func:`encode_blob` gives it, when the caller made it.
 
         Raises:
             LineChanged: the session holds another line ``n`` (written by an interrupted
                 import of a file rewritten since).
+            ArchiveError: the line starts a second root in a session that has one.
+            InvalidEntry: (a session new with this writer) the line cannot be stored even
+                without its message.
         """
         when = entry.meta.get("time")
         if isinstance(when, (int, float)) and not isinstance(when, bool):
             self.last_time = float(when)
         if blob is None:
             blob = encode_blob(raw, self.session.store.objects.codec)
+        if self.build is not None:
+            self._build_line(n, parent, raw, entry, active, blob)
+            return
         hit = self.stored.get(n)
         if hit is not None:
             if hit[1] != blob[0]:
@@ -221,13 +238,16 @@ class TreeWriter:
         self.labels.append((n, name))
 
     def flush(self) -> None:
-        """Append the queued run (in a session new with this writer: build it in memory, and
-        move the branches first when the write batch is about to land).
+        """Append the queued run (in a session new with this writer: end the run built in
+        memory, :meth:`_end_run`, moving the branches first when the write batch is about to
+        land).
 
         Raises:
             ArchiveError: the run starts a second root in a session that has one.
             RefConflict: a branch moved since it was read. StorageError.
         """
+        if self._batch is not None:
+            self._end_run()
         if not self.run:
             return
         s = self.session
@@ -235,10 +255,7 @@ class TreeWriter:
         parent = self.cid[self.run_parent] if self.run_parent is not None else None
         expect = parent
         if parent is None:
-            # a root already: in a session new with this writer, one it built (no ref names
-            # it yet); else what the session's HEAD names
-            rooted = bool(self.tree) if self.build is not None else self.exists and s.head is not None
-            if rooted:
+            if self.exists and s.head is not None:
                 raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
             branch = self.current or "main"
             if branch not in self.branches:  # another import of the file may be making it
@@ -246,37 +263,28 @@ class TreeWriter:
         else:
             got = self.tips.get(parent)
             if got is None:
-                branch = self._new_name(self.run[0])
+                branch = self._new_name(self.run[0].n, self.run[0].entry.meta)
                 # a branch an import stopped before its lines made is taken as it is
-                if self.build is None and (not self.resuming or self.branches.get(branch) != parent):
+                if not self.resuming or self.branches.get(branch) != parent:
                     self._branch(branch, parent)
                 self.created.append(branch)
             else:
                 branch = got
-        if self.build is not None:
-            if parent is None and not self.exists:
-                self.head_on = branch
-            ids = self.build.extend(parent, [p.entry for p in self.run], self._times, self._storable)
-        else:
-            try:
-                ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
-            except InvalidEntry:  # nothing was written: a body castore cannot store (nested too deep)
-                for p in self.run:
-                    p.entry = _storable(p.entry)
-                ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
+        try:
+            ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
+        except InvalidEntry:  # nothing was written: a body castore cannot store (nested too deep)
+            for p in self.run:
+                p.entry = _storable(p.entry)
+            ids = s.append_many([p.entry for p in self.run], expect=expect, branch=branch, times=self._times)
         if parent is not None:
             self.tips.pop(parent, None)
         self.tips[ids[-1]] = branch
         self.branches[branch] = ids[-1]
         self.exists = True
-        written, tree, cids = self.written, self.tree, self.cid
+        cids = self.cid
         active_cid = None
         before = parent
         for p, cid in zip(self.run, ids, strict=True):
-            if written is not None:
-                written.append((cid, p.entry, p.raw))
-            if tree is not None:
-                tree.append(Written(cid, (before,) if before is not None else (), p.entry.meta))
             cids[p.n] = cid
             if self.resuming:  # where each line hangs, for :meth:`_owner`
                 self.stored.setdefault(p.n, (cid, "", before))
@@ -287,16 +295,91 @@ class TreeWriter:
             self.active, self.active_commit = branch, None
             self.active_cid = active_cid
         self.run, self.run_bytes, self._times = [], 0, []
-        if self.build is not None and landing_due():
-            self._publish()
         land_due()  # a long file's runs land as they go when the import runs in a write batch
 
-    def _storable(self, i: int) -> Event:
-        """The entry of the run's line ``i`` without its message (:func:`_storable`): what a
-        session new with this writer stores when castore cannot store the message."""
-        p = self.run[i]
-        p.entry = _storable(p.entry)
-        return p.entry
+    def _build_line(self, n: int, parent: int | None, raw: bytes, entry: Event, active: bool,
+                    blob: tuple[str, bytes]) -> None:
+        """Build line ``n``'s commit at once (a session new with this writer): on the open
+        run when its parent is the run's last line, else on a run opened at ``parent``.
+        A line whose message castore cannot store is built without it (:func:`_storable`).
+
+        Raises:
+            ArchiveError: a second root line. InvalidEntry: the line cannot be stored even so.
+            ObjectNotFound, IntegrityError, StorageError: (a fork) reading the parent's block.
+        """
+        if self._batch is not None and (parent != self._last_n or self.run_bytes >= RUN_BYTES):
+            self._end_run()
+        batch = self._batch if self._batch is not None else self._open_run(n, parent, entry)
+        assert self.build is not None and self.tree is not None
+        when = self.last_time if self.last_time is not None else 0.0
+        try:
+            cid = self.build.commit(batch, entry, when)
+        except InvalidEntry:  # no commit was added: a body castore cannot store (nested too deep)
+            entry = _storable(entry)
+            cid = self.build.commit(batch, entry, when)
+        self._blobs.append(blob)
+        self.run_bytes += len(raw)
+        if self.written is not None:
+            self.written.append((cid, entry, raw))
+        before = self._last_cid
+        self.tree.append(Written(cid, (before,) if before is not None else (), entry.meta))
+        self.cid[n] = cid
+        if active:
+            self._run_active = cid
+        self._last_n, self._last_cid = n, cid
+
+    def _open_run(self, n: int, parent: int | None, first: Event) -> Batch:
+        """Open a run at line ``parent`` (a session new with this writer): on the branch whose
+        tip it is, else on a new branch named after line ``n``; return its batch.
+
+        Raises:
+            ArchiveError: ``parent`` is None and the session has a root already.
+            ObjectNotFound, IntegrityError, StorageError: (a fork) reading the parent's block.
+        """
+        assert self.build is not None
+        base = self.cid[parent] if parent is not None else None
+        if base is None:
+            if self.tree:  # a root already, which this writer built (no ref names it yet)
+                raise ArchiveError(self.key, "a second root line: cannot start a new tree in a session")
+            branch = self.current or "main"
+            if not self.exists:
+                self.head_on = branch
+        else:
+            got = self.tips.get(base)
+            if got is None:
+                got = self._new_name(n, first.meta)
+                self.created.append(got)
+            branch = got
+        self._batch = self.build.run(base)
+        self._branch_of_run, self._run_base, self._last_cid, self._run_active = branch, base, base, None
+        return self._batch
+
+    def _end_run(self) -> None:
+        """End the open run (a session new with this writer): its blobs and commits to the
+        store (held until the write batch lands), its branch's tip moved in memory; then the
+        branches are published first when the write batch is about to land.
+
+        Raises:
+            RefConflict: (publishing) a branch moved since. StorageError.
+        """
+        assert self._batch is not None and self.build is not None and self._last_cid is not None
+        batch, self._batch = self._batch, None
+        put_encoded_blobs(self.session.store, self._blobs)
+        self._blobs = []
+        self.build.end(batch)
+        branch, tip = self._branch_of_run, self._last_cid
+        if self._run_base is not None:
+            self.tips.pop(self._run_base, None)
+        self.tips[tip] = branch
+        self.branches[branch] = tip
+        self.exists = True
+        if self._run_active is not None:
+            self.active, self.active_commit = branch, None
+            self.active_cid = self._run_active
+        self.run_bytes = 0
+        if landing_due():
+            self._publish()
+        land_due()  # a long file's runs land as they go when the import runs in a write batch
 
     def _publish(self) -> None:
         """Move the branches this writer built in memory (a session new with it) to their
@@ -316,11 +399,12 @@ class TreeWriter:
             raise RefConflict(self.session.refs.branch(name), None, self.session.branches()[name],
                               f"branch {name!r} of {self.key} was made by another import meanwhile") from e
 
-    def _new_name(self, first: _Pending) -> str:
-        """The name of a branch starting at line ``first`` (``line-<n>`` in a layout 1 session)."""
+    def _new_name(self, n: int, meta: Mapping[str, Any]) -> str:
+        """The name of a branch starting at line ``n`` (its entry's ``meta``; ``line-<n>`` in
+        a layout 1 session)."""
         if self.layout < 2:
-            return f"line-{first.n}"
-        return f"{fork_kind(first.entry.meta, self.meta_key) or 'fork'}-{first.n}"
+            return f"line-{n}"
+        return f"{fork_kind(meta, self.meta_key) or 'fork'}-{n}"
 
     def finish(self) -> str | None:
         """Flush, put the labels, check out the branch the agent was on; return HEAD's commit."""
@@ -390,7 +474,7 @@ class TreeWriter:
                     s.delete_branch(name)  # refused (kept) when its tip is on no other branch
                 except CastoreError:
                     pass
-        self.branches = s.branches()
+        self.branches = dict(s.branches())
         self.created[:] = [name for name in self.branches if name not in before]
 
     def _owner(self, cid: str) -> str | None:
