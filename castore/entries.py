@@ -670,7 +670,7 @@ def vouched_body(e: Event, at: float | None) -> dict[str, Any] | None:
     """The body of a :func:`vouched_event` appended alone at time ``at``, checked as
     :func:`prepare` checks it (its message's fields, the time) but not encoded: for a writer
     whose one encode of the body and of the commit is the check that msgpack takes them, and
-    which keeps nothing of an entry whose encode failed (:meth:`castore.plumbing.Tree.extend`).
+    which keeps nothing of an entry whose encode failed (:meth:`castore.plumbing.Tree.commit`).
 
     Raises:
         InvalidEntry: a message field or the time of the wrong type.

@@ -559,6 +559,30 @@ def test_deeply_nested_lines_are_kept_as_they_are(store: castore.Store, tmp_path
     assert (out / "proj" / "s.jsonl").read_bytes() == body + b"[" * 5000 + b"]" * 5000 + b"\n"
 
 
+def test_a_line_msgpack_cannot_hold_is_committed_without_its_message(store: castore.Store, tmp_path: Path) -> None:
+    """A new session's line whose message holds a number beyond 64 bits (JSON the parse vouches
+    for, which msgpack refuses when its commit is built) is committed without its message, the
+    line's bytes keeping it; the lines around it keep theirs, and the export is byte for byte."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    lines = (SHARE / f"{SID}.jsonl").read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    big = (json.dumps({**first, "type": "user", "uuid": "big-1",
+                       "message": {"role": "user", "content": [{"type": "text", "text": "n"}]}})
+           .replace('"text": "n"', '"text": "n", "n": 18446744073709551616').encode() + b"\n")
+    body = b"".join(lines[:5] + [big] + lines[5:])
+    (proj / "s.jsonl").write_bytes(body)
+    r = import_claude(store, proj)[0]
+    assert r.total == len(lines) + 1 and not r.notes
+    log = store.session("claude", "proj", "s").log(all_branches=True)
+    by_o = {le.meta["claude"]["o"]: le for le in log}
+    assert by_o[5].meta["claude"]["uuid"] == "big-1" and by_o[5].entry.message is None
+    assert sum(le.entry.message is not None for le in log) > len(lines) // 2
+    out = tmp_path / "out"
+    export_claude(store, out)
+    assert (out / "proj" / "s.jsonl").read_bytes() == body
+
+
 def test_follow_counts_no_negative_bytes_when_the_file_grows_while_read(
         store: castore.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import castore.adapters.claude_code as cc
