@@ -49,6 +49,7 @@ import builtins
 import fcntl
 import functools
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -142,12 +143,18 @@ def refuse_file(root: str, url: str) -> None:
         StorageError: naming the file.
     """
     up = root
-    while not os.path.isdir(up):
-        if os.path.exists(up):
-            raise StorageError(f"{up} is a file, not a folder: a castore store is a folder", url)
-        if (parent := os.path.dirname(up)) == up:
-            return
-        up = parent
+    while True:
+        try:  # one stat a step: a folder made between two checks (isdir, then exists) is no file
+            if stat.S_ISDIR(os.stat(up).st_mode):
+                return
+        except (FileNotFoundError, NotADirectoryError):
+            if (parent := os.path.dirname(up)) == up:
+                return
+            up = parent
+            continue
+        except OSError:
+            return  # unreadable: opening the store says why
+        raise StorageError(f"{up} is a file, not a folder: a castore store is a folder", url)
 
 
 class LocalStorage(Storage):
