@@ -495,31 +495,40 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
     # the candidate blocks first (each commit's block once, in order, the other sessions that hold
     # it under also), then the matches built from them: a block is decoded and its lines matched
     # only once it is given out (none for what a limit leaves out)
-    groups: list[tuple[tuple[str, str, str], Any, bool]] = []  # (session, its hits or its runs, runs?)
+    # (session, its hits or its runs, runs?: False, or the commits of its one run, or True)
+    groups: list[tuple[tuple[str, str, str], Any, Any]] = []
     # a commit's blocks are told apart by one integer, commit number << 31 | block (an int32 >= 0)
     owner: dict[int, tuple[str, str, str]] = {}  # block -> the session it is reported under
     also: dict[int, dict[tuple[str, str, str], tuple[str, ...]]] = {}  # block -> the other sessions
     # with no filter and no time, by commit: a commit several sessions hold has the same blocks, of
     # the same text, in each, so each found in one session is found in every other one holding it,
     # and is reported under the first (a block number read per hit and a dict of every block found
-    # took a common word's printing 5% of its instructions)
-    first: dict[int, tuple[str, str, str]] | None = {} if not timed and keep_block is None else None
+    # took a common word's printing 5% of its instructions): the commits of the sessions so far in a
+    # set, and which session holds each in a dict made only once a session shares one (rare)
+    seen: set[int] | None = set() if not timed and keep_block is None else None
+    holders: dict[int, tuple[str, str, str]] | None = None
     for session_runs in runs:
         p0, idx0 = session_runs[0]
         si = p0.cols[1][idx0[0]]
         key = ix.key(si)
-        if first is not None:
-            cns = [cn for p, idx in session_runs for cn in p.fields(idx, (0,))[0]] if len(session_runs) > 1 \
-                else p0.fields(idx0, (0,))[0]
-            if first.keys().isdisjoint(cns):  # no commit an earlier session holds
-                first.update(zip(cns, itertools.repeat(key)))
-                groups.append((key, session_runs, True))  # its hits made as they are given out
+        if seen is not None:
+            cns = p0.fields(idx0, (0,))[0] if len(session_runs) == 1 else [
+                cn for p, idx in session_runs for cn in p.fields(idx, (0,))[0]]
+            if seen.isdisjoint(cns):  # no commit an earlier session holds
+                seen.update(cns)
+                if holders is not None:
+                    holders.update(zip(cns, itertools.repeat(key)))
+                # its hits made as they are given out (the commits of one run: read already)
+                groups.append((key, session_runs, cns if len(session_runs) == 1 else True))
                 continue
+            if holders is None:
+                holders = _holders(groups)
+            seen.update(cns)
         picked = []
         for h in hits(session_runs):
             _, _, cn, blk, kn, rn, tn, bn, _, when = h[:10]
-            if first is not None:
-                holder = first.setdefault(cn, key)
+            if holders is not None:
+                holder = holders.setdefault(cn, key)
                 if holder != key:
                     also.setdefault(cn << 31 | blk, {}).setdefault(key, bsets[bn])
                     continue
@@ -558,6 +567,17 @@ def _grep_index(store: Store, rx: re.Pattern[str], keep_block: Callable[..., boo
                 before, after = context_entries(store, store.history.path_ids(tip), m.commit, context)
                 m = replace(m, before=before, after=after)
             yield m
+
+
+def _holders(groups: list[tuple[tuple[str, str, str], Any, Any]]) -> dict[int, tuple[str, str, str]]:
+    """The session each commit of ``groups`` (:func:`_grep_index`'s so far) is reported under: the
+    first holding it."""
+    out: dict[int, tuple[str, str, str]] = {}
+    for key, got, lazy in groups:
+        cns = itertools.chain.from_iterable(p.fields(idx, (0,))[0] for p, idx in got) if lazy else (h[2] for h in got)
+        for cn in cns:
+            out.setdefault(cn, key)
+    return out
 
 
 #: matches built at once by :func:`_grep_index` (with the cyclic collector paused)

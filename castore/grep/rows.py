@@ -150,9 +150,10 @@ def built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     spans = form != SPANLESS
     flagged = lowered and plain is not None  # whether _lines reads the blocks' flags
 
-    def session_columns(got: Any, lazy: bool) -> list[Any]:
+    def session_columns(got: Any, lazy: Any) -> list[Any]:
         """The columns of a session's blocks (:func:`_session_columns`), a block with no match kept
-        (with no lines); each a list but ``others`` (an iterable), rows in order of their place."""
+        (with no lines); each a list but ``others`` (an iterable), rows in order of their place.
+        ``lazy``: False (``got`` its hits), or its runs' commits when it is one run, or True."""
         if not lazy:  # hits picked one by one (a filter or a time): their columns, their blocks read each
             _, ps, *cols, ids = zip(*got, strict=True)
             texts = list(map(Part.block, ps, ids))
@@ -160,14 +161,15 @@ def built(groups: list[tuple[tuple[str, str, str], Any, bool]],
                                     spans)
         if len(got) == 1:
             p, idx = got[0]
-            return _session_columns(_columns(p, idx, bool(also), flagged), p.texts(idx), also, commits, bsets,
-                                    strings, tools, plain, lowered, finder, spans)
+            cols = _columns(p, idx, bool(also), flagged, None if lazy is True else lazy)
+            return _session_columns(cols, p.texts(idx), also, commits, bsets, strings, tools, plain, lowered, finder,
+                                    spans)
         # several parts (tool results too): each part's columns, then their rows in order of their place
         places: list[int] = []
         out: list[list[Any]] = [[] for _ in range(8)]
         for p, idx in got:
             places.extend(p.fields(idx, (7,))[0])
-            made = _session_columns(_columns(p, idx, bool(also), flagged), p.texts(idx), also, commits, bsets,
+            made = _session_columns(_columns(p, idx, bool(also), flagged, None), p.texts(idx), also, commits, bsets,
                                     strings, tools, plain, lowered, finder, spans)
             for col, part in zip(out, made, strict=True):
                 col.extend(part)
@@ -177,7 +179,7 @@ def built(groups: list[tuple[tuple[str, str, str], Any, bool]],
         get = operator.itemgetter(*order)
         return [get(col) for col in out]
 
-    def session_rows(key: tuple[str, str, str], got: Any, lazy: bool) -> Any:
+    def session_rows(key: tuple[str, str, str], got: Any, lazy: Any) -> Any:
         if not got:
             return ()
         cms, branches, roles, kinds, tls, whens, lines, others = session_columns(got, lazy)
@@ -213,16 +215,19 @@ def _limited_columns(made: Iterable[MatchColumns], limit: int | None) -> Iterato
         yield m
 
 
-#: the columns of a block :func:`_session_columns` always reads (commit, kind, role, tool, branch set, time)
-_ROW_COLS = (0, 3, 4, 5, 6, TIME)
+#: the columns of a block :func:`_session_columns` always reads (kind, role, tool, branch set, time)
+_ROW_COLS = (3, 4, 5, 6, TIME)
 
 
-def _columns(p: Part, idx: list[int], blocks: bool, flags: bool) -> list[Any]:
+def _columns(p: Part, idx: list[int], blocks: bool, flags: bool, cns: Any) -> list[Any]:
     """Blocks ``idx`` of part ``p``: commit, block, kind, role, tool, branch set, flags and time, a
-    tuple each, as :func:`_session_columns` takes them; the block numbers read only with
-    ``blocks`` (else None), the flags only with ``flags`` when a block of their range is not
-    ASCII (else each 1: the flag of ASCII). A column costs a match some 200 instructions."""
-    cns, kns, rns, tns, bns, whens = p.fields(idx, _ROW_COLS)
+    tuple each, as :func:`_session_columns` takes them; the commits read unless given (``cns``),
+    the block numbers only with ``blocks`` (else None), the flags only with ``flags`` when a
+    block of their range is not ASCII (else each 1: the flag of ASCII). A column costs a match
+    some 200 instructions."""
+    if cns is None:
+        cns = p.fields(idx, (0,))[0]
+    kns, rns, tns, bns, whens = p.fields(idx, _ROW_COLS)
     blks = p.fields(idx, (2,))[0] if blocks else None
     fls = p.fields(idx, (8,))[0] if flags and not p.ascii_blocks(idx[0], idx[-1] + 1) else (1,) * len(idx)
     return [cns, blks, kns, rns, tns, bns, fls, whens]
