@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 import castore
 from castore.cli.main import main
+from castore.cli.text import safe_block
 from castore.grep import Match, grep, grep_columns, grep_counts, grep_rows, iso_time
 
 T0 = 1_760_000_000.0
@@ -98,8 +99,11 @@ def test_columns_are_the_rows_of_each_session(store: castore.Store, pattern: str
             for spans in (True, False):
                 got = []
                 for c in grep_columns(store, pattern, index=index, spans=spans, **options):
-                    assert c.lines and len({len(col) for col in c[1:]}) == 1, (pattern, options)
-                    got += [(cm, c.session, *rest) for cm, *rest in zip(*c[1:], strict=True)]
+                    assert c.lines and len({len(col) for col in c[1:-1]}) == 1, (pattern, options)
+                    texts = [t for x in c.lines for t in ([x] if isinstance(x, str) else [t for _, t, _ in x])]
+                    assert not c.printable or all(t.replace("\t", " ").isascii() and t.replace("\t", " ").isprintable()
+                                                  for t in texts)
+                    got += [(cm, c.session, *rest) for cm, *rest in zip(*c[1:-1], strict=True)]
                 want = [r[:9] for r in rows]
                 if not spans:
                     assert all(isinstance(g[7], tuple) or "\n" not in g[7] for g in got)
@@ -229,3 +233,30 @@ def test_the_castore_process_prints_what_the_command_prints(store: castore.Store
                              capture_output=True, text=True, check=False)
         want = CliRunner().invoke(main, ["--store", store.url, "grep", *args], env=env)
         assert (got.returncode, got.stdout, got.stderr) == (status, want.stdout, want.stderr), args
+
+
+def test_columns_say_which_sessions_print_as_they_are_and_the_others_are_escaped(tmp_path: Path) -> None:
+    """A session whose text holds a control character (ESC, CR) or a C1 or bidi control is not
+    printable (its chunk is not flagged): the command escapes it, in the batch it shares with
+    printable sessions; the others' columns are printable."""
+    st = castore.open(str(tmp_path / "store"), durable=False)
+    texts = {"a": "a plain parser line", "b": "the parser\x1b[31m is red\rover", "c": "a parser \u202e bidi",
+             "d": "the parser\twith a tab\nand a second line", "e": "a parser in C1 \x9b"}
+    for sid, text in texts.items():
+        st.session("app", "u", sid).append({"role": "user", "content": text}, time=T0)
+    # each session in a chunk of its own: a chunk is flagged for all its blocks
+    import castore.grep.files as gf
+
+    was = gf.CHUNK
+    gf.CHUNK = 1
+    try:
+        cols = {c.session[2]: c for c in grep_columns(st, "parser", spans=False)}
+    finally:
+        gf.CHUNK = was
+    assert {k: c.printable for k, c in cols.items()} == {"a": True, "b": False, "c": False, "d": True, "e": False}
+    code, out = _cli(st, "parser")
+    assert code == 0 and "\\x1b[31m is red\\rover" in out and "\\u202e" in out and "\\x9b" in out
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
+    assert out.splitlines() == [safe_block(line) for line in _printed(list(grep(st, "parser")))]
+    # the same search through the rows' path (no index): nothing said printable, the same lines
+    assert not any(c.printable for c in grep_columns(st, "parser", spans=False, index=False))

@@ -48,6 +48,11 @@ _FILTERS_BYTES = 2 * _FILTER_BYTES
 #: or whose case folds to ASCII letters, though bytes.lower() leaves it as it is (K, ſ, ı, İ,
 #: ß, ligatures...): such a chunk is searched whatever its filter says
 _SPECIAL = 1
+#: the chunk flag: every block of the chunk is ASCII with no control character but line break and
+#: tab, printable as it is (:meth:`Part.printable`; an index written before it flags no chunk so)
+_PRINTABLE = 2
+#: the bytes a chunk flagged :data:`_PRINTABLE` holds none of (the separator of its blocks aside)
+_CONTROLS = bytes([*range(0x09), *range(0x0B, 0x1E), 0x1F, 0x7F])
 _SPECIAL_CHARS = "[\u00df\u0130\u0131\u0149\u017f\u01f0\u1e96-\u1e9a\u212a\ufb00-\ufb06]"
 
 
@@ -172,7 +177,7 @@ class Part:
         self.z: Any = b""  # P.z: the chunks
         self.cstarts: Any = array.array("q", [0])  # per chunk: its offset in P.z (and the end)
         self.cfirst: Any = array.array("q", [0])  # per chunk: its first block (and the block count)
-        self.cflags: Any = array.array("q")  # per chunk: _SPECIAL
+        self.cflags: Any = array.array("q")  # per chunk: _SPECIAL, _PRINTABLE
         self.filters: Any = b""  # P.flt: _FILTERS_BYTES per chunk
         self.cols: list[Any] = [array.array("i") for _ in range(_COLS)]
         self.time: Any = array.array("d")
@@ -436,6 +441,16 @@ class Part:
                 got.extend(found)
         return got
 
+    def printable(self, first: int, end: int) -> bool:
+        """Whether blocks ``first`` to ``end`` (``end`` excluded) are all ASCII text with no control
+        character but line break and tab (what a terminal shows as it is): their chunks are all
+        flagged :data:`_PRINTABLE`. Raises nothing."""
+        cf = self._cfirst
+        if cf is None:
+            cf = self._cfirst = self.cfirst.tolist()
+        flags = self.cflags[bisect.bisect_right(cf, first) - 1:bisect.bisect_right(cf, end - 1)]
+        return all(f & _PRINTABLE for f in flags)
+
     def ascii_blocks(self, first: int, end: int) -> bool:
         """Whether blocks ``first`` to ``end`` (``end`` excluded) are all ASCII text: all have the
         flag :data:`_ASCII` (read in C: the flags' low bytes, each mapped to its bit). Raises
@@ -519,7 +534,8 @@ class Part:
         self._filters.append(_filter(data))
         self.cstarts.append(self.cstarts[-1] + len(z))
         self.cfirst.append(self.n)
-        self.cflags.append(self._special)
+        printable = data.isascii() and len(data.translate(None, _CONTROLS)) == len(data)
+        self.cflags.append(self._special | (_PRINTABLE if printable else 0))
         self._buf, self._size, self._special = [], 0, 0
 
     def copy(self, q: Part, a: int, b: int) -> None:

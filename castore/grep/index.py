@@ -72,7 +72,8 @@ may hold it. Per segment ``G`` and part ``P``:
 * ``G.P.off``: little-endian int64: per chunk its offset in ``P.z`` (and one past the last),
   then its first block (and the block count), then its flags (1: a block holds a character
   that a case-insensitive ASCII pattern may match though ``bytes.lower()`` leaves it: such a
-  chunk is searched whatever its filter says);
+  chunk is searched whatever its filter says; 2: every block is ASCII with no control character
+  but line break and tab, printed as it is);
 * ``G.P.rec``: little-endian int32, 10 columns of one value per block (column after column):
   commit number, session number, block number within the commit, kind (0 text, 1 thinking,
   2 tool call, 3 tool result), role, tool (string numbers; -1: none), branch-set number, the
@@ -127,7 +128,7 @@ if TYPE_CHECKING:
     from ..errors import CorruptRef
     from ..store import Store
 
-VERSION = 11
+VERSION = 12
 #: the share of the base that dead blocks and the delta may reach before an update writes a
 #: new base (see the module docstring)
 COMPACT = 0.25

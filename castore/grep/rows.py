@@ -42,7 +42,9 @@ class MatchColumns(NamedTuple):
     ``lines``: each match's lines as a :data:`Row` holds them (``(line, text, spans)`` each), or,
     when asked for without spans, a plain string: the block is one line, its text, and it matches
     (line 1, its spans not sought). A printer of tens of thousands of matches maps over the
-    columns in C instead of taking each match apart.
+    columns in C instead of taking each match apart. ``printable``: every text of ``lines`` is
+    known to be ASCII with no control character but line break and tab (the index says so of the
+    chunks it keeps them in): what a terminal shows as it is, with nothing to escape.
     """
 
     session: tuple[str, str, str]
@@ -54,6 +56,7 @@ class MatchColumns(NamedTuple):
     times: Sequence[float | None]
     lines: Sequence[str | tuple[tuple[int, str, tuple[tuple[int, int], ...]], ...]]
     also: Sequence[tuple[tuple[tuple[str, str, str], tuple[str, ...]], ...]]
+    printable: bool = False
 
 
 def count(ix: Any, runs: list[list[tuple[Any, list[int]]]], rx: re.Pattern[str],
@@ -153,20 +156,22 @@ def built(groups: list[tuple[tuple[str, str, str], Any, bool]],
     def session_columns(got: Any, lazy: Any) -> list[Any]:
         """The columns of a session's blocks (:func:`_session_columns`), a block with no match kept
         (with no lines); each a list but ``others`` (an iterable), rows in order of their place.
-        ``lazy``: False (``got`` its hits), or its runs' commits when it is one run, or True."""
+        ``lazy``: False (``got`` its hits), or its runs' commits when it is one run, or True. Then
+        whether every text is printable (:attr:`MatchColumns.printable`)."""
         if not lazy:  # hits picked one by one (a filter or a time): their columns, their blocks read each
             _, ps, *cols, ids = zip(*got, strict=True)
             texts = list(map(Part.block, ps, ids))
-            return _session_columns(cols, texts, also, commits, bsets, strings, tools, plain, lowered, finder,
-                                    spans)
+            return [*_session_columns(cols, texts, also, commits, bsets, strings, tools, plain, lowered, finder,
+                                      spans), False]
         if len(got) == 1:
             p, idx = got[0]
             cols = _columns(p, idx, bool(also), flagged, None if lazy is True else lazy)
-            return _session_columns(cols, p.texts(idx), also, commits, bsets, strings, tools, plain, lowered, finder,
-                                    spans)
+            return [*_session_columns(cols, p.texts(idx), also, commits, bsets, strings, tools, plain, lowered,
+                                      finder, spans), p.printable(idx[0], idx[-1] + 1)]
         # several parts (tool results too): each part's columns, then their rows in order of their place
         places: list[int] = []
         out: list[list[Any]] = [[] for _ in range(8)]
+        printable = all(p.printable(idx[0], idx[-1] + 1) for p, idx in got)
         for p, idx in got:
             places.extend(p.fields(idx, (7,))[0])
             made = _session_columns(_columns(p, idx, bool(also), flagged, None), p.texts(idx), also, commits, bsets,
@@ -175,14 +180,14 @@ def built(groups: list[tuple[tuple[str, str, str], Any, bool]],
                 col.extend(part)
         order = sorted(range(len(places)), key=places.__getitem__)
         if len(order) == 1:
-            return out
+            return [*out, printable]
         get = operator.itemgetter(*order)
-        return [get(col) for col in out]
+        return [*(get(col) for col in out), printable]
 
     def session_rows(key: tuple[str, str, str], got: Any, lazy: Any) -> Any:
         if not got:
             return ()
-        cms, branches, roles, kinds, tls, whens, lines, others = session_columns(got, lazy)
+        cms, branches, roles, kinds, tls, whens, lines, others, _ = session_columns(got, lazy)
         return itertools.compress(zip(cms, itertools.repeat(key), branches, roles, kinds, tls, whens, lines, others,
                                       itertools.repeat(()), itertools.repeat(()), itertools.repeat(context)), lines)
 
@@ -204,12 +209,12 @@ def _limited_columns(made: Iterable[MatchColumns], limit: int | None) -> Iterato
     for m in made:
         if not all(m.lines):  # a block with no matching line: left out
             keep = m.lines
-            m = MatchColumns._make((m.session, *(list(itertools.compress(col, keep)) for col in m[1:])))
+            m = MatchColumns._make((m.session, *(list(itertools.compress(col, keep)) for col in m[1:-1]), m.printable))
             if not m.lines:
                 continue
         if left is not None:
             if len(m.lines) >= left:
-                yield MatchColumns._make((m.session, *(col[:left] for col in m[1:])))
+                yield MatchColumns._make((m.session, *(col[:left] for col in m[1:-1]), m.printable))
                 return
             left -= len(m.lines)
         yield m
