@@ -244,7 +244,8 @@ def _roots(store: Store, report: FsckReport | None) -> list[_Todo]:
             elif value.symbolic is not None and name.endswith("/HEAD") \
                     and f"{REFS_PREFIX}/{name[:-4]}{HEADS}/{head_segment(value)}" not in keyset:
                 report.unborn.append(name[:-5])  # never born, as far as the refs tell
-        out.extend((b, f"ref {name} (meta)", _ANY) for b in o.meta_links(value.meta))  # lines an import keeps
+        # lines an import keeps, its side files (in the info: sealed in an encrypted store)
+        out.extend((b, f"ref {name} (meta)", _ANY) for b in store.objects.codec.meta_links(value.meta))
         if value.symbolic is not None:
             continue
         out.append((value.target, f"ref {name}", (Commit,)))

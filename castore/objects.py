@@ -164,7 +164,7 @@ def is_hex_id(s: str) -> bool:
 #: CLI whole-file JSON (HEAD's info), ``adopted``, the lines of castore's own commits an
 #: import found again (``{LINE: [COMMIT, ID]}`` in HEAD's info), ``segments``, a Pi file's
 #: bytes as imported (``info["pi"]["segments"]``, what ``export pi`` writes back)
-META_LINK_KEYS = frozenset({"raw", "castore:blob", "whole", "adopted", "segments"})
+META_LINK_KEYS = frozenset({"raw", "castore:blob", "whole", "adopted", "segments", "files"})
 #: how deep :func:`meta_links` looks into metadata (dicts and lists)
 _META_DEPTH = 8
 
@@ -469,6 +469,23 @@ class Codec:
             raise InvalidEntry(f"cannot encode {what}: {e}") from e
         sealed = self.cipher.seal(text, _META_AD + self.tenant + b"\0" + what.encode())
         return {SEALED_META: base64.b64encode(sealed).decode()}
+
+    def meta_links(self, meta: Any) -> list[ObjectId]:
+        """:func:`meta_links` of ref metadata, each value sealed in it (:meth:`seal_meta`, under
+        the key it is kept at: a session's info) opened first: a session's info names blobs (a
+        fork's copied lines, an import's side files) that reachability and sync must see in an
+        encrypted store too.
+
+        Raises:
+            SealedFrameError: a sealed value does not open (another key or tenant, damaged).
+            KeyMissing, TenantErased: this codec has no key.
+        """
+        out = meta_links(meta)
+        if self.cipher is not None and isinstance(meta, dict):
+            for k, v in meta.items():
+                if isinstance(v, dict) and len(v) == 1 and SEALED_META in v:
+                    out += meta_links(self.open_meta(v, k))
+        return out
 
     def open_meta(self, stored: Any, what: str) -> Any:
         """The value :meth:`seal_meta` stored (a plain value is returned as it is: written before

@@ -379,9 +379,9 @@ class _Sync:
             if head.symbolic is None:  # a detached HEAD: its commit must travel too
                 self._plan_ref(head_name, head, candidates, kind="head")
             else:
-                # the blobs HEAD's info names (a fork's copied lines) travel with it
-                self.steps.append(_Step([*o.meta_links(meta)], [_Update(head_name, head.target, meta,
-                                                                     display=describe(head_name))]))
+                # the blobs HEAD's info names (a fork's copied lines, side files) travel with it
+                links: list[str] = [*self.src.objects.codec.meta_links(meta)]
+                self.steps.append(_Step(links, [_Update(head_name, head.target, meta, display=describe(head_name))]))
 
     @staticmethod
     def _head_problem(sprefix: str, head: RefValue | None, refs: list[str], remote: bool,
