@@ -736,13 +736,17 @@ class _Importer:
         return {"files": old}
 
     def _side_files_changed(self) -> bool:
+        """Whether a side file differs from the blob the session's info names for it, or that
+        blob is missing from the store (a gc before 45085c4 deleted side files: importing the
+        folder again restores them)."""
         if not self.src.side_files:
             return False
         old = (self.info.get(KEY) or {}).get("files") or {}
         for rel, full in self.src.side_files.items():
             with open(full, "rb") as fh:
-                if old.get(rel) != blob_id(stored_bytes(self.store, fh.read()), self.store.objects.codec):
-                    return True
+                oid = blob_id(stored_bytes(self.store, fh.read()), self.store.objects.codec)
+            if old.get(rel) != oid or not self.store.objects.contains(oid):
+                return True
         return False
 
     def _changed(self, f: IO[bytes], why: str) -> FileResult:
