@@ -638,6 +638,23 @@ def test_tenants_layout_is_counted_tenant_by_tenant(tmp_path: Path) -> None:
         assert usage(st).total.responses == 3
 
 
+def test_tenants_whose_names_join_alike_keep_caches_of_their_own(tmp_path: Path) -> None:
+    # a tenant's cache was named by its segments joined with "-": a-b/c and a/b-c shared one file,
+    # each run writing over the other's; and two long names made a file name too long to write
+    meta = {"model": "gpt-4.1", "usage": {"input_tokens": 10, "output_tokens": 2}}
+    long = "x" * 200
+    tenants = (("a-b", "c"), ("a", "b-c"), (long, long))
+    with castore.open(str(tmp_path / "t"), layout="tenants") as st:
+        for app, user in tenants:
+            st.session(app, user, "s1").append(Message(role="assistant", content="a"), meta=meta)
+        assert usage(st).total.responses == 3
+        caches = sorted(tmp_path.glob("usage-cache.json.*"))
+        assert len(caches) == 3
+        stamps = [c.stat().st_mtime_ns for c in caches]
+        assert usage(st).total.responses == 3  # every tenant from its own cache: none written again
+        assert [c.stat().st_mtime_ns for c in caches] == stamps
+
+
 def test_the_usage_command_gives_its_caller_the_collector_back(store: castore.Store, tmp_path: Path) -> None:
     # castore usage runs with the collector paused (its decoded commits hold no cycles); run
     # in a caller's own process (CliRunner, as a library user calls the CLI) it left the

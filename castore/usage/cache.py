@@ -60,8 +60,11 @@ SCAN_MAX_COMMITS = 150_000
 
 def cache_path(store: Store) -> str:
     """The file the usage rows of ``store`` are cached in (see the module docstring)."""
-    if store.root is not store:  # a tenant's rows: beside the root store's
-        return cache_path(store.root) + "." + "-".join(store.tenant_segments or ())
+    if store.root is not store:  # a tenant's rows: beside the root store's, named by a digest of
+        # its folder (segments joined by "-" named tenants a-b/c and a/b-c alike, and two long
+        # segments made a name no file system takes)
+        folder = "/".join(store.tenant_segments or ())
+        return cache_path(store.root) + "." + hashlib.sha256(folder.encode()).hexdigest()[:16]
     got = os.environ.get("CASTORE_USAGE_CACHE")
     if got:
         return got
