@@ -28,6 +28,7 @@ from typing import Any
 #: what follows each block's text in a chunk (replaced by a space inside a text)
 SEP = "\x1e"
 _SEPB = SEP.encode()
+_SEP_BYTE = ord(SEP)
 #: the kinds of block, by their number in ``P.rec``
 KINDS = ("text", "thinking", "tool_call", "tool_result")
 #: the parts of the index and the kinds each holds
@@ -276,11 +277,13 @@ class Part:
         Raises:
             ValueError: the chunk is damaged.
         """
-        got = (self.chunk(c) if text is None else text).split(_SEPB)
-        got.pop()
-        if len(got) != self.cfirst[c + 1] - self.cfirst[c]:
+        data = self.chunk(c) if text is None else text
+        first, end = self.cfirst[c], self.cfirst[c + 1]
+        offs = self.cols[_AT][first:end].tolist()  # each block's start: a text may hold SEP itself
+        offs.append(len(data))
+        if offs[0] != 0 or any(data[o - 1] != _SEP_BYTE for o in offs[1:]):
             raise ValueError(f"index part {self.name}: chunk {c} does not hold its blocks")
-        return got
+        return [data[offs[k]:offs[k + 1] - 1] for k in range(end - first)]
 
     def block_bytes(self, i: int) -> bytes:
         """Block ``i``'s text as UTF-8.
@@ -534,7 +537,9 @@ class Part:
         self._filters.append(_filter(data))
         self.cstarts.append(self.cstarts[-1] + len(z))
         self.cfirst.append(self.n)
-        printable = data.isascii() and len(data.translate(None, _CONTROLS)) == len(data)
+        # printable: no control character, and no separator but the blocks' own (a text's is one)
+        printable = data.isascii() and len(data.translate(None, _CONTROLS)) == len(data) \
+            and data.count(_SEPB) == len(self._buf) - 1
         self.cflags.append(self._special | (_PRINTABLE if printable else 0))
         self._buf, self._size, self._special = [], 0, 0
 

@@ -56,8 +56,10 @@ may hold it. Per segment ``G`` and part ``P``:
 
 * ``G.P.z``: the chunks, one after the other, each a zstd frame as
   :func:`castore.objects.frame_block` makes it (at zstd level 9, shortest match 6), of its
-  blocks' text (UTF-8, each followed by ``\x1e``, a record separator; the character is replaced
-  by a space inside a text); a chunk is closed once it holds :data:`~castore.grep.files.CHUNK`
+  blocks' text (UTF-8, each followed by ``\x1e``, a record separator; a text may hold the
+  character too: a block is found by its offset, ``G.P.col``, never by the separator; before
+  version 13 it was replaced by a space, and a search through the index matched a space there);
+  a chunk is closed once it holds :data:`~castore.grep.files.CHUNK`
   bytes (a block is never split);
 * ``G.P.flt``: per chunk two bitmaps of :data:`~castore.grep.files.FILTER_BITS` bits. The
   first: for each word of its text lower-cased by ``bytes.lower()`` (a run of non-blanks, as
@@ -128,7 +130,7 @@ if TYPE_CHECKING:
     from ..errors import CorruptRef
     from ..store import Store
 
-VERSION = 12
+VERSION = 13
 #: the share of the base that dead blocks and the delta may reach before an update writes a
 #: new base (see the module docstring)
 COMPACT = 0.25
@@ -683,7 +685,7 @@ class Index:
                     tn = strings.setdefault(tool, len(strings)) if tool is not None else -1
                     bn = bsets.setdefault(branches, len(bsets))
                     built[pname].add((cn, si, blk, KINDS.index(kind), rn, tn, bn, place), when,
-                                     text.replace(SEP, " "))
+                                     text)
                     place += 1
                     n[pname] += 1
             x.update(folder=folder, refs=refs, seg=name, at=at, n=n)
