@@ -20,7 +20,7 @@ Layers, bottom first: a module imports only its own layer and the ones below
     plumbing, refnames, retry, groupcommit, revisions, pathview, deletion  write path, ref names, retries, deletion
     context                             the model's view of a path (pure)
     session, store, sessionlist, scopes  what an agent calls, the listing of sessions, app and user state
-    sync, remotes, maintenance, scrub, grep, views, porcelain, convert  push/pull, fsck/gc, redaction, search, status
+    sync, remotes, maintenance, scrub, grep, views, porcelain, convert, cachedir  push/pull, fsck/gc, search, caches
     adapters, html, usage               LangGraph, Pi, ADK, OpenAI Agents; the viewer; token usage
     cli, __main__                       the ``castore`` command
 """

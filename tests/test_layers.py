@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("plumbing", "refnames", "retry", "groupcommit", "revisions", "pathview", "deletion"),
     ("context",),
     ("session", "store", "sessionlist", "scopes"),
-    ("sync", "remotes", "maintenance", "scrub", "grep", "views", "porcelain", "convert"),
+    ("sync", "remotes", "maintenance", "scrub", "grep", "views", "porcelain", "convert", "cachedir"),
     ("adapters", "html", "usage"),
     ("cli", "__main__"),
 ]

@@ -121,6 +121,7 @@ from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from ..cachedir import kind_folder, store_digest, store_url
 from ..errors import CastoreError
 from .blocks import blocks, bodies_of, time_of
 from .files import KINDS, PARTS, SEP, Numbers, Part, Segment, load_segment, open_file, stat_of, write_file
@@ -153,28 +154,9 @@ def indexable(store: Store) -> bool:
 
 
 def index_dir(store: Store) -> str:
-    """The folder of ``store``'s index."""
-    base = os.environ.get("CASTORE_GREP_INDEX") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "castore", "grep")
-    return os.path.join(base, _sha256(_url(store).encode()).hexdigest()[:32])
-
-
-def _sha256(data: bytes) -> Any:
-    """SHA-256 of ``data``: CPython's own module where it has one (``hashlib`` loads OpenSSL
-    first, ~20 ms of a search's start), else hashlib's."""
-    try:
-        from _sha256 import sha256  # CPython 3.11
-    except ImportError:
-        try:
-            from _sha2 import sha256  # CPython 3.12+
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data)
-
-
-def _url(store: Store) -> str:
-    url = str(getattr(store.storage, "url", "") or repr(store))
-    return url if "://" in url else os.path.abspath(url)
+    """The folder of ``store``'s index (:mod:`castore.cachedir`; ``$CASTORE_GREP_INDEX`` in place
+    of the kind's folder)."""
+    return os.path.join(os.environ.get("CASTORE_GREP_INDEX") or kind_folder("grep"), store_digest(store))
 
 
 def _extract(store: Store, key: Key) -> Iterator[tuple[str, str, str, str | None, float, tuple[str, ...], int, str]]:
@@ -344,7 +326,7 @@ class Index:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             state = json.loads(f.read())
-        if state.get("version") != VERSION or state.get("url") != _url(self.store):
+        if state.get("version") != VERSION or state.get("url") != store_url(self.store):
             return False
         self._stat = (st.st_ino, st.st_mtime_ns, st.st_size)
         self.rows = state["sessions"]
@@ -778,7 +760,7 @@ class Index:
             return
         try:
             write_file(self.folder, "state.json", json.dumps({
-                "version": VERSION, "url": _url(self.store), "mark": self.mark, "strings": self.strings,
+                "version": VERSION, "url": store_url(self.store), "mark": self.mark, "strings": self.strings,
                 "branch_sets": [list(b) for b in self.branch_sets], "segments": self.segments,
                 "refs": list(self._refs_file) if self._refs_file else None, "sessions": self.rows,
                 "lost": self.lost}).encode())

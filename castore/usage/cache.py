@@ -38,6 +38,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+from ..cachedir import kind_folder, store_digest, store_url
 from ..errors import InvalidEntry
 from ..forked import Forked, WorkerDied
 from ..gcpause import gc_paused
@@ -68,10 +69,7 @@ def cache_path(store: Store) -> str:
     got = os.environ.get("CASTORE_USAGE_CACHE")
     if got:
         return got
-    url = str(getattr(store.storage, "url", "") or repr(store))
-    url = url if "://" in url else os.path.abspath(url)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "castore", "usage", hashlib.sha256(url.encode()).hexdigest()[:32] + ".json")
+    return os.path.join(kind_folder("usage"), store_digest(store) + ".json")
 
 
 class _CachedSession(TypedDict):
@@ -207,7 +205,7 @@ def _rows_of(store: Store, cache: bool, unreadable: dict[Key, str] | None = None
     moved: list[str] | None = None
     if cached:
         path = cache_path(store)
-        url = url if "://" in url else os.path.abspath(url)
+        url = store_url(store)
         doc = _load_cache(path, url) if doc is None else doc
         old = doc.get("sessions", {})
     # nothing cached: every session is read, most likely through the store-wide pass, which a
@@ -515,7 +513,7 @@ def update_if_present(store: Store) -> bool:
                 swept.add(os.path.dirname(path))
                 _clear_dead_temps(os.path.dirname(path) or ".")
             # this store's cache (the file may hold another store's: $CASTORE_USAGE_CACHE)
-            doc = _load_cache(path, url if "://" in url else os.path.abspath(url))
+            doc = _load_cache(path, store_url(st))
             if doc:
                 with gc_paused():
                     _rows_of(st, True, None, doc)
